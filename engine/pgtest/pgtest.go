@@ -1,0 +1,116 @@
+// Package pgtest gives tests a real PostgreSQL: one throwaway cluster per
+// test binary, started on a free port by TestMain, with Orrery's migrations
+// applied once to a template database; every test then gets a fresh database
+// copied from the template, so tests run in parallel without sharing rows.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/engine/pgcluster"
+	"github.com/orrery-dev/orrery/migrations"
+)
+
+const template = "orrery_template"
+
+var (
+	cluster *pgcluster.Cluster
+	mu      sync.Mutex // CREATE DATABASE ... TEMPLATE wants the template to itself
+	counter atomic.Int64
+)
+
+// Main starts the cluster, runs the tests and stops the cluster. Call it
+// from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "orrery-pg-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		return 1
+	}
+	cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Database: template, Ephemeral: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		return 1
+	}
+	defer cluster.Stop()
+	if err := migrateTemplate(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+func migrateTemplate(ctx context.Context) error {
+	pool, err := pgxpool.New(ctx, cluster.DSN(template))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := migrations.Up(ctx, pool); err != nil {
+		return err
+	}
+	_, err = migrations.QueueUp(ctx, pool)
+	return err
+}
+
+// DSN creates a fresh, migrated database for t and returns its connection
+// string; the database is dropped when t ends.
+func DSN(t testing.TB) string {
+	t.Helper()
+	if cluster == nil {
+		t.Fatal("pgtest: no cluster; call pgtest.Main from TestMain")
+	}
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), counter.Add(1))
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, cluster.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	mu.Lock()
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+template)
+	mu.Unlock()
+	if err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(ctx, cluster.DSN("postgres"))
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	return cluster.DSN(name)
+}
+
+// Pool is DSN plus a pool that closes when t ends.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}

@@ -1,0 +1,80 @@
+-- Execution state, filled by the scheduler, resolver and workers.
+
+-- +goose Up
+CREATE TABLE nodes (
+    id               UUID PRIMARY KEY,
+    name             TEXT NOT NULL,
+    started_at       TIMESTAMPTZ NOT NULL,
+    heartbeat_at     TIMESTAMPTZ NOT NULL,
+    lease_expires_at TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE shards (
+    id               INT PRIMARY KEY,
+    owner_node       UUID,                -- NULL: unowned
+    epoch            BIGINT NOT NULL DEFAULT 0,  -- bumped by every claim; fences writes
+    lease_expires_at TIMESTAMPTZ,
+    lag_seconds      DOUBLE PRECISION NOT NULL DEFAULT 0
+);
+
+CREATE TABLE runs (
+    id            UUID PRIMARY KEY,
+    tenant_id     UUID NOT NULL,
+    job_id        UUID NOT NULL REFERENCES jobs (id),
+    job_version   BIGINT NOT NULL,
+    shard         INT NOT NULL,
+    scheduled_for TIMESTAMPTZ NOT NULL,   -- the instant this run is for
+    trigger       TEXT NOT NULL CHECK (trigger IN ('schedule', 'manual', 'backfill', 'replay')),
+    status        TEXT NOT NULL CHECK (status IN ('pending', 'running', 'succeeded', 'failed', 'skipped', 'cancelled', 'dead_lettered')),
+    reason        TEXT NOT NULL DEFAULT '', -- why skipped / cancelled
+    created_at    TIMESTAMPTZ NOT NULL,
+    started_at    TIMESTAMPTZ,
+    finished_at   TIMESTAMPTZ,
+    UNIQUE (job_id, scheduled_for)        -- invariant 2: one run per (job, instant)
+);
+CREATE INDEX runs_tenant_job ON runs (tenant_id, job_id, scheduled_for DESC);
+CREATE INDEX runs_active ON runs (job_id) WHERE status IN ('pending', 'running');
+
+CREATE TABLE tasks (
+    id                UUID PRIMARY KEY,
+    tenant_id         UUID NOT NULL,
+    run_id            UUID NOT NULL REFERENCES runs (id),
+    step              TEXT NOT NULL,
+    status            TEXT NOT NULL CHECK (status IN ('waiting', 'ready', 'queued', 'running', 'retrying', 'succeeded', 'failed', 'upstream_failed', 'cancelled', 'dead_lettered', 'skipped')),
+    parents_remaining INT NOT NULL CHECK (parents_remaining >= 0),
+    queue             TEXT NOT NULL,
+    priority          INT NOT NULL,
+    attempt           INT NOT NULL DEFAULT 0,
+    fencing_token     BIGINT NOT NULL DEFAULT 0, -- bumped for every attempt; stale reports are rejected
+    lease_owner       TEXT,
+    lease_expires_at  TIMESTAMPTZ,
+    created_at        TIMESTAMPTZ NOT NULL,
+    released_at       TIMESTAMPTZ,
+    finished_at       TIMESTAMPTZ,
+    UNIQUE (run_id, step)
+);
+CREATE INDEX tasks_lease ON tasks (lease_expires_at) WHERE status = 'running';
+
+CREATE TABLE attempts (
+    id            UUID PRIMARY KEY,
+    task_id       UUID NOT NULL REFERENCES tasks (id),
+    tenant_id     UUID NOT NULL,
+    number        INT NOT NULL,
+    fencing_token BIGINT NOT NULL,
+    worker        TEXT NOT NULL,
+    started_at    TIMESTAMPTZ NOT NULL,
+    finished_at   TIMESTAMPTZ,
+    outcome       TEXT,                   -- succeeded, failed, rejected_stale
+    exit_reason   TEXT,                   -- error, timeout, lease_expired, cancelled, http_4xx, http_5xx, exit_code
+    failure_class TEXT,                   -- user, system
+    error         TEXT NOT NULL DEFAULT '',
+    output        TEXT NOT NULL DEFAULT '',
+    UNIQUE (task_id, number)
+);
+
+-- +goose Down
+DROP TABLE attempts;
+DROP TABLE tasks;
+DROP TABLE runs;
+DROP TABLE shards;
+DROP TABLE nodes;
