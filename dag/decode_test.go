@@ -1,0 +1,148 @@
+package dag
+
+import (
+	"strings"
+	"testing"
+)
+
+const validJob = `apiVersion: orrery.dev/v1
+kind: Job
+metadata:
+  name: nightly-sales
+  namespace: analytics
+  labels: {team: data}
+spec:
+  schedule: {cron: "0 2 * * *", timezone: America/New_York}
+  misfire: fire_once
+  overlap: skip
+  defaults:
+    queue: etl
+    priority: normal
+    timeout: 30m
+    retry: {max_attempts: 3, initial: 10s, max: 10m}
+  steps:
+    - name: extract
+      run: {http: {url: "https://etl.internal/extract", method: POST}}
+      payload: {source: pos}
+    - name: transform
+      needs: [extract]
+      run: {command: {argv: ["/opt/etl/transform", "--date", "{{ .ScheduledFor }}"]}}
+    - name: load
+      needs: [transform]
+      queue: warehouse
+      run: {handler: load-warehouse}
+    - name: report
+      needs: [load]
+      trigger_rule: all_done
+      run: {http: {url: "https://hooks.internal/etl-done", headers: {Authorization: "secret://env/HOOK_TOKEN"}}}
+`
+
+func TestDecodeValidJob(t *testing.T) {
+	docs, es := Decode("etl.yaml", []byte(validJob+"---\n"+strings.ReplaceAll(validJob, "nightly-sales", "hourly-sales")))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	if len(docs) != 2 || docs[1].Line != 32 {
+		t.Fatalf("got %d documents (second at line %d)", len(docs), docs[len(docs)-1].Line)
+	}
+	r := docs[0].Resource
+	if r.Metadata.Name != "nightly-sales" || len(r.Spec.Steps) != 4 || string(r.Spec.Steps[0].Payload) != `{"source":"pos"}` {
+		t.Fatalf("decoded %+v", r)
+	}
+	if r.Spec.Defaults.Timeout.Minutes() != 30 || r.Spec.Steps[0].Run.HTTP.Method != "POST" || r.Spec.Steps[1].TriggerRule != TriggerAllSuccess {
+		t.Fatalf("defaults not applied: %+v", r.Spec)
+	}
+}
+
+func TestDecodeRunShorthand(t *testing.T) {
+	docs, es := Decode("one.yaml", []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: ping}
+spec:
+  schedule: {cron: "@every 90s"}
+  run: {http: {url: "http://127.0.0.1:9/ping"}}
+  payload: {hello: world}
+`))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	s := docs[0].Resource.Spec
+	if len(s.Steps) != 1 || s.Steps[0].Name != MainStep || s.Run != nil || string(s.Steps[0].Payload) != `{"hello":"world"}` {
+		t.Fatalf("run: was not normalized into one step: %+v", s)
+	}
+	if docs[0].Resource.Metadata.Namespace != DefaultNamespace {
+		t.Fatal("namespace default not applied")
+	}
+}
+
+func TestDecodeErrorsNameFileLineAndField(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(string) string
+		want string // file:line:col: field: message prefix
+	}{
+		{"bad minute", func(s string) string { return strings.Replace(s, `"0 2 * * *"`, `"61 2 * * *"`, 1) },
+			`etl.yaml:8:14: spec.schedule.cron: minute field "61"`},
+		{"unknown zone", func(s string) string { return strings.Replace(s, "America/New_York", "America/Atlantis", 1) },
+			`etl.yaml:8:33: spec.schedule.timezone: unknown IANA time zone "America/Atlantis"`},
+		{"unknown field", func(s string) string { return strings.Replace(s, "  overlap: skip\n", "  overlap: skip\n  retries: 3\n", 1) },
+			`etl.yaml:11:3: spec.retries: unknown field "retries"`},
+		{"unknown nested field", func(s string) string { return strings.Replace(s, "method: POST", "verb: POST", 1) },
+			`etl.yaml:18:57: spec.steps[0].run.http.verb: unknown field "verb"`},
+		{"bad name", func(s string) string { return strings.Replace(s, "name: nightly-sales", "name: Nightly Sales", 1) },
+			`etl.yaml:4:3: metadata.name: "Nightly Sales" must start`},
+		{"long name", func(s string) string { return strings.Replace(s, "name: nightly-sales", "name: "+strings.Repeat("a", 64), 1) },
+			`etl.yaml:4:3: metadata.name: is 64 characters; the limit is 63`},
+		{"duplicate step", func(s string) string { return strings.Replace(s, "name: load", "name: extract", 1) },
+			`etl.yaml:23:7: spec.steps[2].name: duplicate step name "extract"`},
+		{"unknown needs", func(s string) string { return strings.Replace(s, "needs: [transform]", "needs: [transfrom]", 1) },
+			`etl.yaml:24:15: spec.steps[2].needs[0]: unknown step "transfrom"`},
+		{"cycle", func(s string) string { return strings.Replace(s, "needs: [extract]", "needs: [extract, load]", 1) },
+			`spec.steps[2].needs[0]: cycle: load -> transform -> load`},
+		{"negative timeout", func(s string) string { return strings.Replace(s, "timeout: 30m", "timeout: -5m", 1) },
+			`etl.yaml:14:5: spec.defaults.timeout: -5m0s must be positive`},
+		{"negative retries", func(s string) string { return strings.Replace(s, "max_attempts: 3", "max_attempts: -1", 1) },
+			`etl.yaml:15:13: spec.defaults.retry.max_attempts: -1 is outside`},
+		{"not a duration", func(s string) string { return strings.Replace(s, "initial: 10s", "initial: soon", 1) },
+			`etl.yaml:15:5: spec.defaults.retry: "soon" is not a duration`},
+		{"unknown executor", func(s string) string { return strings.Replace(s, "run: {handler: load-warehouse}", "run: {lambda: x}", 1) },
+			`etl.yaml:26:13: spec.steps[2].run.lambda: unknown field "lambda"`},
+		{"no executor", func(s string) string { return strings.Replace(s, "run: {handler: load-warehouse}", "run: {}", 1) },
+			`etl.yaml:26:12: spec.steps[2].run: give exactly one executor`},
+		{"bad misfire", func(s string) string { return strings.Replace(s, "misfire: fire_once", "misfire: sometimes", 1) },
+			`etl.yaml:9:3: spec.misfire: "sometimes" is not one of`},
+		{"bad at", func(s string) string { return strings.Replace(s, `{cron: "0 2 * * *", timezone: America/New_York}`, `{at: "next tuesday"}`, 1) },
+			`etl.yaml:8:14: spec.schedule.at: "next tuesday" is not an RFC 3339 instant`},
+		{"wrong type", func(s string) string { return strings.Replace(s, "max_attempts: 3", "max_attempts: three", 1) },
+			`etl.yaml:15:5: spec.defaults.retry: cannot unmarshal`},
+		{"syntax", func(s string) string { return strings.Replace(s, "kind: Job", "kind: [Job", 1) },
+			`etl.yaml:`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, es := Decode("etl.yaml", []byte(tt.edit(validJob)))
+			if len(es) == 0 {
+				t.Fatal("no error")
+			}
+			if !strings.Contains(es.Error(), tt.want) {
+				t.Fatalf("errors:\n%s\nwant one containing %q", es, tt.want)
+			}
+		})
+	}
+}
+
+func TestPayloadLimit(t *testing.T) {
+	r := Resource{Metadata: Metadata{Name: "big"}, Spec: JobSpec{
+		Schedule: scheduleSpec("@daily"),
+		Run:      &Executor{Handler: "h"},
+		Payload:  Payload(`"` + strings.Repeat("x", MaxPayloadBytes) + `"`),
+	}}
+	r.Normalize()
+	if es := Validate(&r); !strings.Contains(es.Error(), "spec.steps[0].payload: is 262146 bytes; the limit is 262144") {
+		t.Fatalf("got %v", es)
+	}
+	r.Spec.Steps[0].Payload = Payload(`{not json`)
+	if es := Validate(&r); !strings.Contains(es.Error(), "spec.steps[0].payload: is not valid JSON") {
+		t.Fatalf("got %v", es)
+	}
+}

@@ -1,0 +1,173 @@
+package dag
+
+import (
+	"encoding/json"
+
+	"github.com/orrery-dev/orrery/dag/schedule"
+)
+
+// APIVersion and Kind identify the resource in YAML.
+const (
+	APIVersion = "orrery.dev/v1"
+	KindJob    = "Job"
+)
+
+// Resource is one YAML document: a Job.
+type Resource struct {
+	APIVersion string   `json:"apiVersion" yaml:"apiVersion"`
+	Kind       string   `json:"kind" yaml:"kind"`
+	Metadata   Metadata `json:"metadata" yaml:"metadata"`
+	Spec       JobSpec  `json:"spec" yaml:"spec"`
+}
+
+// Metadata names a job. Name is unique per tenant and namespace.
+type Metadata struct {
+	Name        string            `json:"name" yaml:"name"`
+	Namespace   string            `json:"namespace,omitempty" yaml:"namespace"`
+	Description string            `json:"description,omitempty" yaml:"description"`
+	Labels      map[string]string `json:"labels,omitempty" yaml:"labels"`
+}
+
+// JobSpec is what a job does and when: its schedule, policies and steps.
+// A single-step job may give Run (and Payload) instead of Steps;
+// Normalize turns that into one step named "main".
+type JobSpec struct {
+	Schedule    schedule.Spec `json:"schedule" yaml:"schedule"`
+	Misfire     string        `json:"misfire,omitempty" yaml:"misfire"`
+	MaxBackfill int           `json:"max_backfill,omitempty" yaml:"max_backfill"`
+	Overlap     string        `json:"overlap,omitempty" yaml:"overlap"`
+	Defaults    StepDefaults  `json:"defaults,omitzero" yaml:"defaults"`
+	Run         *Executor     `json:"run,omitempty" yaml:"run"`
+	Payload     Payload       `json:"payload,omitempty" yaml:"payload"`
+	Steps       []Step        `json:"steps,omitempty" yaml:"steps"`
+}
+
+// StepDefaults are inherited by every step that does not set its own.
+type StepDefaults struct {
+	Queue    string    `json:"queue,omitempty" yaml:"queue"`
+	Priority string    `json:"priority,omitempty" yaml:"priority"`
+	Timeout  *Duration `json:"timeout,omitempty" yaml:"timeout"`
+	Retry    *Retry    `json:"retry,omitempty" yaml:"retry"`
+}
+
+// Step is one node of the job's DAG.
+type Step struct {
+	Name        string    `json:"name" yaml:"name"`
+	Needs       []string  `json:"needs,omitempty" yaml:"needs"`
+	TriggerRule string    `json:"trigger_rule,omitempty" yaml:"trigger_rule"`
+	Run         Executor  `json:"run" yaml:"run"`
+	Payload     Payload   `json:"payload,omitempty" yaml:"payload"`
+	Queue       string    `json:"queue,omitempty" yaml:"queue"`
+	Priority    string    `json:"priority,omitempty" yaml:"priority"`
+	Timeout     *Duration `json:"timeout,omitempty" yaml:"timeout"`
+	Retry       *Retry    `json:"retry,omitempty" yaml:"retry"`
+}
+
+// Executor says how a step runs: exactly one of HTTP, Command or Handler.
+type Executor struct {
+	HTTP    *HTTPExecutor    `json:"http,omitempty" yaml:"http"`
+	Command *CommandExecutor `json:"command,omitempty" yaml:"command"`
+	Handler string           `json:"handler,omitempty" yaml:"handler"`
+}
+
+// HTTPExecutor calls a webhook.
+type HTTPExecutor struct {
+	URL     string            `json:"url" yaml:"url"`
+	Method  string            `json:"method,omitempty" yaml:"method"`
+	Headers map[string]string `json:"headers,omitempty" yaml:"headers"`
+}
+
+// CommandExecutor runs a program on a worker that allows it.
+type CommandExecutor struct {
+	Argv []string          `json:"argv" yaml:"argv"`
+	Env  map[string]string `json:"env,omitempty" yaml:"env"`
+	Dir  string            `json:"dir,omitempty" yaml:"dir"`
+}
+
+// Retry is a step's retry policy: up to MaxAttempts tries, with exponential
+// backoff and full jitter between Initial and Max.
+type Retry struct {
+	MaxAttempts int       `json:"max_attempts,omitempty" yaml:"max_attempts"`
+	Initial     *Duration `json:"initial,omitempty" yaml:"initial"`
+	Max         *Duration `json:"max,omitempty" yaml:"max"`
+}
+
+// Payload is a step's payload: JSON text. In YAML it is written as any
+// YAML value that has a JSON form (usually a mapping).
+type Payload json.RawMessage
+
+func (p Payload) MarshalJSON() ([]byte, error) {
+	if len(p) == 0 {
+		return []byte("null"), nil
+	}
+	return p, nil
+}
+
+func (p *Payload) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*p = nil
+		return nil
+	}
+	*p = append((*p)[:0], b...)
+	return nil
+}
+
+// Policy and option values.
+const (
+	MisfireSkip     = "skip"
+	MisfireFireOnce = "fire_once"
+	MisfireBackfill = "backfill"
+
+	OverlapSkip           = "skip"
+	OverlapQueue          = "queue"
+	OverlapAllow          = "allow"
+	OverlapCancelPrevious = "cancel_previous"
+
+	TriggerAllSuccess = "all_success"
+	TriggerAllDone    = "all_done"
+
+	DefaultNamespace = "default"
+	DefaultQueue     = "default"
+	DefaultPriority  = "normal"
+	MainStep         = "main"
+)
+
+// Priorities maps priority names to River priorities (1 is the highest).
+var Priorities = map[string]int{"critical": 1, "high": 2, "normal": 3, "low": 4}
+
+// Normalize fills defaults that change nothing of the meaning and rewrites
+// the single-step `run:` form as one step named "main", so that two specs
+// that mean the same compare equal.
+func (r *Resource) Normalize() {
+	if r.APIVersion == "" {
+		r.APIVersion = APIVersion
+	}
+	if r.Kind == "" {
+		r.Kind = KindJob
+	}
+	if r.Metadata.Namespace == "" {
+		r.Metadata.Namespace = DefaultNamespace
+	}
+	s := &r.Spec
+	if s.Run != nil && len(s.Steps) == 0 {
+		s.Steps = []Step{{Name: MainStep, Run: *s.Run, Payload: s.Payload}}
+		s.Run, s.Payload = nil, nil
+	}
+	if s.Misfire == "" {
+		s.Misfire = MisfireFireOnce
+	}
+	if s.Misfire == MisfireBackfill && s.MaxBackfill == 0 {
+		s.MaxBackfill = DefaultBackfill
+	}
+	if s.Overlap == "" {
+		s.Overlap = OverlapSkip
+	}
+	for i := range s.Steps {
+		if s.Steps[i].TriggerRule == "" {
+			s.Steps[i].TriggerRule = TriggerAllSuccess
+		}
+		if h := s.Steps[i].Run.HTTP; h != nil && h.Method == "" {
+			h.Method = "POST"
+		}
+	}
+}

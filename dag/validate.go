@@ -1,0 +1,254 @@
+package dag
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/orrery-dev/orrery/dag/schedule"
+)
+
+// Limits.
+const (
+	MaxNameLen        = 63
+	MaxDescriptionLen = 4096
+	MaxLabels         = 64
+	MaxLabelValueLen  = 256
+	MaxPayloadBytes   = 256 << 10
+	MaxSteps          = 10_000
+	MaxAttempts       = 100
+	MaxBackfill       = 1000
+	DefaultBackfill   = 10
+)
+
+var (
+	nameRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9\-_.]*$`)
+	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9\-_./]*$`)
+	methods    = map[string]bool{"GET": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true}
+)
+
+// ValidateName checks a job, namespace, step, queue or handler name.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("must not be empty")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("is %d characters; the limit is %d", len(name), MaxNameLen)
+	case !nameRE.MatchString(name):
+		return fmt.Errorf("%q must start with a lowercase letter or digit and hold only a-z, 0-9, '-', '_' and '.'", name)
+	}
+	return nil
+}
+
+// Validate checks a normalized resource and returns every problem, each
+// naming its field. It parses the schedule, so a resource that passes can
+// be stored and fired.
+func Validate(r *Resource) Errors {
+	var es Errors
+	if r.APIVersion != APIVersion {
+		es.add("apiVersion", "%q is not supported; use %s", r.APIVersion, APIVersion)
+	}
+	if r.Kind != KindJob {
+		es.add("kind", "%q is not supported; use %s", r.Kind, KindJob)
+	}
+	validateMetadata(&es, &r.Metadata)
+	validateSpec(&es, &r.Spec)
+	return es
+}
+
+func validateMetadata(es *Errors, m *Metadata) {
+	if err := ValidateName(m.Name); err != nil {
+		es.add("metadata.name", "%v", err)
+	}
+	if err := ValidateName(m.Namespace); err != nil {
+		es.add("metadata.namespace", "%v", err)
+	}
+	if len(m.Description) > MaxDescriptionLen {
+		es.add("metadata.description", "is %d bytes; the limit is %d", len(m.Description), MaxDescriptionLen)
+	}
+	if len(m.Labels) > MaxLabels {
+		es.add("metadata.labels", "has %d labels; the limit is %d", len(m.Labels), MaxLabels)
+	}
+	for _, k := range sortedKeys(m.Labels) {
+		if len(k) > MaxNameLen || !labelKeyRE.MatchString(k) {
+			es.add("metadata.labels."+k, "label key %q must be 1-%d characters of A-Z, a-z, 0-9, '-', '_', '.', '/'", k, MaxNameLen)
+		}
+		if len(m.Labels[k]) > MaxLabelValueLen {
+			es.add("metadata.labels."+k, "value is %d characters; the limit is %d", len(m.Labels[k]), MaxLabelValueLen)
+		}
+	}
+}
+
+func validateSpec(es *Errors, s *JobSpec) {
+	if _, err := schedule.Parse(s.Schedule); err != nil {
+		var se *schedule.Error
+		if errors.As(err, &se) {
+			es.add("spec.schedule."+se.Field, "%s", se.Message)
+		} else {
+			es.add("spec.schedule", "%v", err)
+		}
+	}
+	switch s.Misfire {
+	case MisfireSkip, MisfireFireOnce, MisfireBackfill:
+	default:
+		es.add("spec.misfire", "%q is not one of skip, fire_once, backfill", s.Misfire)
+	}
+	switch {
+	case s.MaxBackfill < 0 || s.MaxBackfill > MaxBackfill:
+		es.add("spec.max_backfill", "%d is outside 1..%d", s.MaxBackfill, MaxBackfill)
+	case s.MaxBackfill > 0 && s.Misfire != MisfireBackfill:
+		es.add("spec.max_backfill", "applies only with misfire: backfill")
+	}
+	switch s.Overlap {
+	case OverlapSkip, OverlapQueue, OverlapAllow, OverlapCancelPrevious:
+	default:
+		es.add("spec.overlap", "%q is not one of skip, queue, allow, cancel_previous", s.Overlap)
+	}
+	validateSettings(es, "spec.defaults", s.Defaults.Queue, s.Defaults.Priority, s.Defaults.Timeout, s.Defaults.Retry)
+
+	switch {
+	case s.Run != nil && len(s.Steps) > 0:
+		es.add("spec.run", "give either run (one step) or steps, not both")
+		return
+	case len(s.Steps) == 0:
+		es.add("spec.steps", "a job needs run (one step) or steps")
+		return
+	case len(s.Steps) > MaxSteps:
+		es.add("spec.steps", "has %d steps; the limit is %d", len(s.Steps), MaxSteps)
+		return
+	}
+	if len(s.Payload) > 0 {
+		es.add("spec.payload", "a top-level payload goes with run; with steps, give each step its payload")
+	}
+	index := make(map[string]int, len(s.Steps))
+	for i := range s.Steps {
+		st := &s.Steps[i]
+		p := fmt.Sprintf("spec.steps[%d]", i)
+		if err := ValidateName(st.Name); err != nil {
+			es.add(p+".name", "%v", err)
+		} else if j, dup := index[st.Name]; dup {
+			es.add(p+".name", "duplicate step name %q (also spec.steps[%d])", st.Name, j)
+		} else {
+			index[st.Name] = i
+		}
+		switch st.TriggerRule {
+		case TriggerAllSuccess, TriggerAllDone:
+		default:
+			es.add(p+".trigger_rule", "%q is not one of all_success, all_done", st.TriggerRule)
+		}
+		validateExecutor(es, p+".run", &st.Run)
+		validatePayload(es, p+".payload", st.Payload)
+		validateSettings(es, p, st.Queue, st.Priority, st.Timeout, st.Retry)
+	}
+	validateGraph(es, s.Steps, index)
+}
+
+func validateSettings(es *Errors, p, queue, priority string, timeout *Duration, retry *Retry) {
+	if queue != "" {
+		if err := ValidateName(queue); err != nil {
+			es.add(p+".queue", "%v", err)
+		}
+	}
+	if _, ok := Priorities[priority]; priority != "" && !ok {
+		es.add(p+".priority", "%q is not one of critical, high, normal, low", priority)
+	}
+	if timeout != nil && timeout.Duration <= 0 {
+		es.add(p+".timeout", "%s must be positive", timeout.Duration)
+	}
+	if retry == nil {
+		return
+	}
+	if retry.MaxAttempts < 0 || retry.MaxAttempts > MaxAttempts {
+		es.add(p+".retry.max_attempts", "%d is outside 1..%d", retry.MaxAttempts, MaxAttempts)
+	}
+	if retry.Initial != nil && retry.Initial.Duration <= 0 {
+		es.add(p+".retry.initial", "%s must be positive", retry.Initial.Duration)
+	}
+	if retry.Max != nil && retry.Max.Duration <= 0 {
+		es.add(p+".retry.max", "%s must be positive", retry.Max.Duration)
+	}
+	if retry.Initial != nil && retry.Max != nil && retry.Max.Duration > 0 && retry.Max.Duration < retry.Initial.Duration {
+		es.add(p+".retry.max", "%s is shorter than initial (%s)", retry.Max.Duration, retry.Initial.Duration)
+	}
+}
+
+func validateExecutor(es *Errors, p string, e *Executor) {
+	n := 0
+	if e.HTTP != nil {
+		n++
+	}
+	if e.Command != nil {
+		n++
+	}
+	if e.Handler != "" {
+		n++
+	}
+	if n != 1 {
+		es.add(p, "give exactly one executor: http, command or handler")
+		return
+	}
+	switch {
+	case e.HTTP != nil:
+		u, err := url.Parse(e.HTTP.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			es.add(p+".http.url", "%q is not an absolute http or https URL", e.HTTP.URL)
+		}
+		if !methods[e.HTTP.Method] {
+			es.add(p+".http.method", "%q is not one of GET, POST, PUT, PATCH, DELETE", e.HTTP.Method)
+		}
+		for _, k := range sortedKeys(e.HTTP.Headers) {
+			if k == "" || strings.ContainsAny(k, " :\r\n") {
+				es.add(p+".http.headers", "%q is not a header name", k)
+			}
+		}
+	case e.Command != nil:
+		if len(e.Command.Argv) == 0 || e.Command.Argv[0] == "" {
+			es.add(p+".command.argv", "needs at least the program to run")
+		}
+		for _, k := range sortedKeys(e.Command.Env) {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				es.add(p+".command.env", "%q is not an environment variable name", k)
+			}
+		}
+	default:
+		if err := ValidateName(e.Handler); err != nil {
+			es.add(p+".handler", "%v", err)
+		}
+	}
+}
+
+func validatePayload(es *Errors, p string, payload Payload) {
+	if len(payload) == 0 {
+		return
+	}
+	if len(payload) > MaxPayloadBytes {
+		es.add(p, "is %d bytes; the limit is %d (256 KiB)", len(payload), MaxPayloadBytes)
+		return
+	}
+	if !json.Valid(payload) {
+		es.add(p, "is not valid JSON")
+	}
+}
+
+// EffectiveTimeout and friends resolve a step's settings against the job's
+// defaults and Orrery's own.
+const (
+	DefaultTimeout      = time.Hour
+	DefaultMaxAttempts  = 3
+	DefaultRetryInitial = time.Second
+	DefaultRetryMax     = 5 * time.Minute
+)
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
