@@ -1,6 +1,7 @@
 package dag
 
 import (
+	"bytes"
 	"encoding/json"
 
 	"github.com/orrery-dev/orrery/dag/schedule"
@@ -108,15 +109,32 @@ func (p *Payload) UnmarshalJSON(b []byte) error {
 		*p = nil
 		return nil
 	}
-	*p = append((*p)[:0], b...)
+	*p = canonicalJSON(b)
 	return nil
+}
+
+// canonicalJSON rewrites JSON compactly with sorted keys (numbers kept
+// exactly), so that a payload compares equal after a trip through JSONB.
+// Text that is not JSON is returned as is, for Validate to report.
+func canonicalJSON(b []byte) []byte {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil || d.More() {
+		return append([]byte(nil), b...)
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return append([]byte(nil), b...)
+	}
+	return out
 }
 
 // Policy and option values.
 const (
-	MisfireSkip     = "skip"
-	MisfireFireOnce = "fire_once"
-	MisfireBackfill = "backfill"
+	MisfireSkip     = schedule.MisfireSkip
+	MisfireFireOnce = schedule.MisfireFireOnce
+	MisfireBackfill = schedule.MisfireBackfill
 
 	OverlapSkip           = "skip"
 	OverlapQueue          = "queue"
@@ -163,6 +181,9 @@ func (r *Resource) Normalize() {
 		s.Overlap = OverlapSkip
 	}
 	for i := range s.Steps {
+		if len(s.Steps[i].Payload) > 0 {
+			s.Steps[i].Payload = canonicalJSON(s.Steps[i].Payload)
+		}
 		if s.Steps[i].TriggerRule == "" {
 			s.Steps[i].TriggerRule = TriggerAllSuccess
 		}

@@ -1,0 +1,68 @@
+package schedule
+
+import "time"
+
+// Misfire policies: what to do with instants that passed while nothing
+// could fire them.
+const (
+	MisfireSkip     = "skip"      // advance past them
+	MisfireFireOnce = "fire_once" // one run, for the latest missed instant
+	MisfireBackfill = "backfill"  // one run per missed instant, capped
+)
+
+// CatchUp returns the next instant to fire when instants from pending up to
+// now may have been missed, following policy: for skip, the first instant
+// after now; for fire_once, the latest missed instant; for backfill, the
+// earliest of the last maxBackfill missed instants. When nothing was missed
+// (pending after now) it returns pending. False means nothing is left to fire.
+func (s *Schedule) CatchUp(policy string, maxBackfill int, pending, now time.Time) (time.Time, bool) {
+	if pending.After(now) {
+		return pending, true
+	}
+	if s.OneTime() {
+		if policy == MisfireSkip {
+			return time.Time{}, false
+		}
+		return s.at, true
+	}
+	keep := 1
+	switch policy {
+	case MisfireSkip:
+		return s.Next(now)
+	case MisfireBackfill:
+		keep = max(maxBackfill, 1)
+	}
+	missed := s.lastMissed(pending, now, keep)
+	if len(missed) == 0 {
+		return s.Next(now)
+	}
+	return missed[0], true
+}
+
+// lastMissed returns up to keep of the latest instants in [pending, now],
+// oldest first. It looks back from now in growing windows, so a dense
+// schedule paused for months costs little.
+func (s *Schedule) lastMissed(pending, now time.Time, keep int) []time.Time {
+	for window := time.Minute; ; window *= 4 {
+		from := now.Add(-window)
+		whole := !from.After(pending)
+		if whole {
+			from = pending.Add(-time.Second) // Next is strictly after
+		}
+		var found []time.Time
+		for at := from; ; {
+			next, ok := s.Next(at)
+			if !ok || next.After(now) {
+				break
+			}
+			found = append(found, next)
+			if len(found) > keep {
+				found = found[1:]
+			}
+			at = next
+		}
+		if len(found) >= keep || whole {
+			return found
+		}
+	}
+}

@@ -1,0 +1,466 @@
+package job
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/shard"
+)
+
+// Service manages job definitions in the state database.
+type Service struct {
+	pool   *pgxpool.Pool
+	shards int
+	log    *slog.Logger
+}
+
+// New returns a Service on pool; it reads the cluster's shard count once.
+func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Service, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n, err := store.New(pool).ShardCount(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("job: read shard count (is the schema migrated?): %w", err)
+	}
+	return &Service{pool: pool, shards: int(n), log: log}, nil
+}
+
+// Ref names a job by ID, or by namespace and name among live jobs.
+type Ref struct {
+	ID        uuid.UUID
+	Namespace string
+	Name      string
+}
+
+func (r Ref) String() string {
+	if r.ID != uuid.Nil {
+		return r.ID.String()
+	}
+	return r.Namespace + "/" + r.Name
+}
+
+// Now is the database's clock.
+func (s *Service) Now(ctx context.Context) (time.Time, error) {
+	return store.New(s.pool).DatabaseNow(ctx)
+}
+
+// prepare normalizes and validates a resource.
+func prepare(res dag.Resource) (dag.Resource, error) {
+	res.Normalize()
+	if es := dag.Validate(&res); len(es) > 0 {
+		return res, es
+	}
+	return res, nil
+}
+
+const opCreate = "CreateJob"
+
+// Create stores a new job. With an idempotency key, a replay of the same
+// request returns the job as first created, and a different request under
+// the same key fails with ErrIdempotencyConflict.
+func (s *Service) Create(ctx context.Context, a Actor, res dag.Resource, idempotencyKey string) (*Job, error) {
+	res, err := prepare(res)
+	if err != nil {
+		return nil, err
+	}
+	if len(idempotencyKey) > 255 {
+		return nil, &InvalidError{Field: "idempotency_key", Message: "longer than 255 characters"}
+	}
+	for attempt := 0; ; attempt++ {
+		j, err := s.createJob(ctx, a, res, idempotencyKey)
+		// Two concurrent first uses of one key: the loser sees the winner's row on retry.
+		if attempt == 0 && store.IsUniqueViolation(err, "idempotency_keys_pkey") {
+			continue
+		}
+		return j, err
+	}
+}
+
+func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key string) (*Job, error) {
+	reqHash := requestHash(res)
+	var out *Job
+	err := store.InTx(ctx, s.pool, func(q *store.Queries) error {
+		if key != "" {
+			prev, err := q.GetIdempotencyKey(ctx, store.GetIdempotencyKeyParams{TenantID: a.Tenant, Operation: opCreate, Key: key})
+			switch {
+			case err == nil && string(prev.RequestHash) != string(reqHash):
+				return ErrIdempotencyConflict
+			case err == nil:
+				out = new(Job)
+				return json.Unmarshal(prev.Response, out)
+			case !store.IsNotFound(err):
+				return err
+			}
+		}
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return err
+		}
+		sched, err := schedule.Parse(res.Spec.Schedule)
+		if err != nil {
+			return err // validated already; kept for safety
+		}
+		specJSON, err := json.Marshal(res.Spec)
+		if err != nil {
+			return err
+		}
+		id := uuid.Must(uuid.NewV7())
+		if err := q.EnsureNamespace(ctx, store.EnsureNamespaceParams{TenantID: a.Tenant, Name: res.Metadata.Namespace}); err != nil {
+			return err
+		}
+		row, err := q.InsertJob(ctx, store.InsertJobParams{
+			ID: id, TenantID: a.Tenant, Namespace: res.Metadata.Namespace, Name: res.Metadata.Name,
+			Description: res.Metadata.Description, Labels: labelsJSON(res.Metadata.Labels), Spec: specJSON,
+			Shard: int32(shard.Of(id, s.shards)), NextFireAt: firstFire(sched, now), Actor: a.Name,
+		})
+		if store.IsUniqueViolation(err, "jobs_live_name") {
+			return ErrAlreadyExists
+		}
+		if err != nil {
+			return err
+		}
+		if out, err = fromRow(row); err != nil {
+			return err
+		}
+		if err := q.InsertJobVersion(ctx, versionParams(out, a)); err != nil {
+			return err
+		}
+		if err := audit(ctx, q, a, "create", nil, out); err != nil {
+			return err
+		}
+		if key != "" {
+			return q.InsertIdempotencyKey(ctx, store.InsertIdempotencyKeyParams{
+				TenantID: a.Tenant, Operation: opCreate, Key: key, RequestHash: reqHash, Response: snapshot(out),
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("job created", "tenant", a.Tenant, "job_id", out.ID, "job", out.Namespace+"/"+out.Name)
+	return out, nil
+}
+
+// firstFire is a new job's first instant: the next after now for cron, and
+// the instant itself for one-time schedules, even when already past (the
+// misfire policy then decides; nothing is dropped silently).
+func firstFire(s *schedule.Schedule, now time.Time) *time.Time {
+	if s.OneTime() {
+		at, _ := s.Next(time.Time{})
+		return &at
+	}
+	next, ok := s.Next(now)
+	if !ok {
+		return nil
+	}
+	return &next
+}
+
+func requestHash(res dag.Resource) []byte {
+	b, _ := json.Marshal(res)
+	h := sha256.Sum256(b)
+	return h[:]
+}
+
+func versionParams(j *Job, a Actor) store.InsertJobVersionParams {
+	spec, _ := json.Marshal(j.Spec)
+	return store.InsertJobVersionParams{
+		JobID: j.ID, Version: j.Version, TenantID: j.Tenant, Description: j.Description,
+		Labels: labelsJSON(j.Labels), Spec: spec, Actor: a.Name,
+	}
+}
+
+func audit(ctx context.Context, q *store.Queries, a Actor, action string, before, after *Job) error {
+	target := after
+	if target == nil {
+		target = before
+	}
+	p := store.InsertAuditParams{
+		ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: action,
+		TargetKind: "job", TargetID: target.ID, TargetName: target.Namespace + "/" + target.Name,
+	}
+	if before != nil {
+		p.Before = snapshot(before)
+	}
+	if after != nil {
+		p.After = snapshot(after)
+	}
+	return q.InsertAudit(ctx, p)
+}
+
+// Get returns one job of the actor's tenant (deleted ones too, by ID).
+func (s *Service) Get(ctx context.Context, a Actor, ref Ref) (*Job, error) {
+	row, err := s.lookup(ctx, store.New(s.pool), a, ref, false)
+	if err != nil {
+		return nil, err
+	}
+	return fromRow(row)
+}
+
+func (s *Service) lookup(ctx context.Context, q *store.Queries, a Actor, ref Ref, forUpdate bool) (store.Job, error) {
+	var row store.Job
+	var err error
+	switch {
+	case ref.ID != uuid.Nil && forUpdate:
+		row, err = q.GetJobForUpdate(ctx, store.GetJobForUpdateParams{TenantID: a.Tenant, ID: ref.ID})
+	case ref.ID != uuid.Nil:
+		row, err = q.GetJob(ctx, store.GetJobParams{TenantID: a.Tenant, ID: ref.ID})
+	case ref.Name != "":
+		ns := ref.Namespace
+		if ns == "" {
+			ns = dag.DefaultNamespace
+		}
+		row, err = q.GetLiveJobByName(ctx, store.GetLiveJobByNameParams{TenantID: a.Tenant, Namespace: ns, Name: ref.Name})
+		if err == nil && forUpdate {
+			row, err = q.GetJobForUpdate(ctx, store.GetJobForUpdateParams{TenantID: a.Tenant, ID: row.ID})
+		}
+	default:
+		return row, &InvalidError{Field: "id", Message: "give the job's id, or its namespace and name"}
+	}
+	if store.IsNotFound(err) {
+		return row, fmt.Errorf("%w: %s", ErrNotFound, ref)
+	}
+	return row, err
+}
+
+// Update replaces a job's definition if expectedVersion is still current,
+// bumping the version. Name and namespace cannot change. An update that
+// changes nothing returns the job as it is, with no new version.
+func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource, expectedVersion int64) (*Job, error) {
+	if expectedVersion <= 0 {
+		return nil, &InvalidError{Field: "expected_version", Message: "required: the version you read (optimistic concurrency)"}
+	}
+	res, err := prepare(res)
+	if err != nil {
+		return nil, err
+	}
+	var out *Job
+	err = store.InTx(ctx, s.pool, func(q *store.Queries) error {
+		row, err := s.lookup(ctx, q, a, ref, true)
+		if err != nil {
+			return err
+		}
+		before, err := fromRow(row)
+		if err != nil {
+			return err
+		}
+		switch {
+		case before.Status == StatusDeleted:
+			return fmt.Errorf("%w: %s", ErrDeleted, ref)
+		case before.Version != expectedVersion:
+			return &VersionConflictError{Expected: expectedVersion, Current: before.Version}
+		case res.Metadata.Name != before.Name:
+			return dag.Errors{{Field: "metadata.name", Message: fmt.Sprintf("cannot change (%q to %q); create a new job instead", before.Name, res.Metadata.Name)}}
+		case res.Metadata.Namespace != before.Namespace:
+			return dag.Errors{{Field: "metadata.namespace", Message: fmt.Sprintf("cannot change (%q to %q); create a new job instead", before.Namespace, res.Metadata.Namespace)}}
+		}
+		if sameDefinition(before, res) {
+			out = before
+			return nil
+		}
+		next := before.NextFireAt
+		if before.Spec.Schedule != res.Spec.Schedule && before.Status == StatusActive {
+			now, err := q.DatabaseNow(ctx)
+			if err != nil {
+				return err
+			}
+			sched, err := schedule.Parse(res.Spec.Schedule)
+			if err != nil {
+				return err
+			}
+			next = firstFire(sched, now)
+		}
+		spec, _ := json.Marshal(res.Spec)
+		row, err = q.UpdateJobDefinition(ctx, store.UpdateJobDefinitionParams{
+			TenantID: a.Tenant, ID: before.ID, ExpectedVersion: expectedVersion,
+			Description: res.Metadata.Description, Labels: labelsJSON(res.Metadata.Labels), Spec: spec,
+			NextFireAt: next, Actor: a.Name,
+		})
+		if err != nil {
+			return err
+		}
+		if out, err = fromRow(row); err != nil {
+			return err
+		}
+		if err := q.InsertJobVersion(ctx, versionParams(out, a)); err != nil {
+			return err
+		}
+		return audit(ctx, q, a, "update", before, out)
+	})
+	return out, err
+}
+
+func sameDefinition(j *Job, res dag.Resource) bool {
+	a, _ := json.Marshal(j.Resource())
+	b, _ := json.Marshal(res)
+	return string(a) == string(b)
+}
+
+// Pause stops a job from firing. Pausing a paused job changes nothing.
+func (s *Service) Pause(ctx context.Context, a Actor, ref Ref) (*Job, error) {
+	return s.setStatus(ctx, a, ref, "pause", func(j *Job, _ time.Time) (string, *time.Time, error) {
+		return StatusPaused, j.NextFireAt, nil
+	})
+}
+
+// Resume lets a paused job fire again. Its next fire time is recomputed
+// from now by its misfire policy: skip goes to the first instant after now;
+// fire_once fires the latest instant missed while paused; backfill fires up
+// to max_backfill of them.
+func (s *Service) Resume(ctx context.Context, a Actor, ref Ref) (*Job, error) {
+	return s.setStatus(ctx, a, ref, "resume", func(j *Job, now time.Time) (string, *time.Time, error) {
+		sched, err := schedule.Parse(j.Spec.Schedule)
+		if err != nil {
+			return "", nil, err
+		}
+		if j.NextFireAt == nil {
+			return StatusActive, nil, nil
+		}
+		next, ok := sched.CatchUp(j.Spec.Misfire, j.Spec.MaxBackfill, *j.NextFireAt, now)
+		if !ok {
+			return StatusActive, nil, nil
+		}
+		return StatusActive, &next, nil
+	})
+}
+
+// Delete marks a job deleted: it never fires again, its name is free for a
+// new job, and its history stays.
+func (s *Service) Delete(ctx context.Context, a Actor, ref Ref) (*Job, error) {
+	return s.setStatus(ctx, a, ref, "delete", func(*Job, time.Time) (string, *time.Time, error) {
+		return StatusDeleted, nil, nil
+	})
+}
+
+type transition func(j *Job, now time.Time) (status string, next *time.Time, err error)
+
+func (s *Service) setStatus(ctx context.Context, a Actor, ref Ref, action string, to transition) (*Job, error) {
+	var out *Job
+	err := store.InTx(ctx, s.pool, func(q *store.Queries) error {
+		row, err := s.lookup(ctx, q, a, ref, true)
+		if err != nil {
+			return err
+		}
+		before, err := fromRow(row)
+		if err != nil {
+			return err
+		}
+		if before.Status == StatusDeleted {
+			return fmt.Errorf("%w: %s", ErrDeleted, ref)
+		}
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return err
+		}
+		status, next, err := to(before, now)
+		if err != nil {
+			return err
+		}
+		if status == before.Status {
+			out = before
+			return nil
+		}
+		row, err = q.SetJobStatus(ctx, store.SetJobStatusParams{TenantID: a.Tenant, ID: before.ID, Status: status, NextFireAt: next, Actor: a.Name})
+		if err != nil {
+			return err
+		}
+		if out, err = fromRow(row); err != nil {
+			return err
+		}
+		return audit(ctx, q, a, action, before, out)
+	})
+	return out, err
+}
+
+// ListFilter selects jobs. Empty fields do not filter; without Status,
+// deleted jobs are left out.
+type ListFilter struct {
+	Namespace string
+	Status    string
+	Labels    map[string]string
+	PageSize  int
+	PageToken string
+}
+
+// Page sizes.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+type pageToken struct {
+	Name string    `json:"n"`
+	ID   uuid.UUID `json:"i"`
+}
+
+// List returns one page of jobs sorted by name, and the token of the next
+// page ("" after the last).
+func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, string, error) {
+	size := f.PageSize
+	switch {
+	case size < 0 || size > MaxPageSize:
+		return nil, "", &InvalidError{Field: "page_size", Message: fmt.Sprintf("%d is outside 0..%d", size, MaxPageSize)}
+	case size == 0:
+		size = DefaultPageSize
+	}
+	var after pageToken
+	if f.PageToken != "" {
+		if err := decodeToken(f.PageToken, &after); err != nil {
+			return nil, "", &InvalidError{Field: "page_token", Message: "malformed; pass back the next_page_token of the previous page"}
+		}
+	}
+	switch f.Status {
+	case "", StatusActive, StatusPaused, StatusDeleted:
+	default:
+		return nil, "", &InvalidError{Field: "status", Message: fmt.Sprintf("%q is not one of active, paused, deleted", f.Status)}
+	}
+	p := store.ListJobsParams{
+		TenantID: a.Tenant, Labels: labelsJSON(f.Labels), AfterName: after.Name, AfterID: after.ID,
+		PageSize: int32(size + 1),
+	}
+	if f.Namespace != "" {
+		p.Namespace = &f.Namespace
+	}
+	if f.Status != "" {
+		p.Status = &f.Status
+	}
+	rows, err := store.New(s.pool).ListJobs(ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	var next string
+	if len(rows) > size {
+		rows = rows[:size]
+		last := rows[size-1]
+		next = encodeToken(pageToken{Name: last.Name, ID: last.ID})
+	}
+	out := make([]*Job, 0, len(rows))
+	for _, r := range rows {
+		j, err := fromRow(r)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, j)
+	}
+	return out, next, nil
+}
+
+// History returns the audit rows of one job, oldest first.
+func (s *Service) History(ctx context.Context, a Actor, id uuid.UUID) ([]store.AuditLog, error) {
+	return store.New(s.pool).ListAuditForTarget(ctx, store.ListAuditForTargetParams{TenantID: a.Tenant, TargetID: id})
+}
+
+var errBadToken = errors.New("bad page token")

@@ -1,0 +1,340 @@
+package job_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func newService(t *testing.T) (*job.Service, *pgxpool.Pool) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	svc, err := job.New(context.Background(), pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, pool
+}
+
+func resource(name, cron string) dag.Resource {
+	return dag.Resource{
+		Metadata: dag.Metadata{Name: name, Namespace: "analytics", Labels: map[string]string{"team": "data"}},
+		Spec: dag.JobSpec{
+			Schedule: schedule.Spec{Cron: cron, Timezone: "America/New_York"},
+			Run:      &dag.Executor{HTTP: &dag.HTTPExecutor{URL: "http://127.0.0.1:9/hook"}},
+			Payload:  dag.Payload(`{"b": 1, "a": [1, 2]}`),
+		},
+	}
+}
+
+// counts returns the number of rows in the tables a failed call must not touch.
+func counts(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var jobs, versions, audits, keys int
+	err := pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM jobs), (SELECT count(*) FROM job_versions),
+		(SELECT count(*) FROM audit_log), (SELECT count(*) FROM idempotency_keys)`).Scan(&jobs, &versions, &audits, &keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("jobs=%d versions=%d audit=%d keys=%d", jobs, versions, audits, keys)
+}
+
+func TestCreateGetAndAudit(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	j, err := svc.Create(ctx, job.Anonymous, resource("nightly", "0 2 * * *"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Version != 1 || j.Status != job.StatusActive || j.NextFireAt == nil || j.Tenant != job.DefaultTenant || j.CreatedBy != "anonymous" {
+		t.Fatalf("created %+v", j)
+	}
+	now, _ := svc.Now(ctx)
+	if !j.NextFireAt.After(now) || j.NextFireAt.Sub(now) > 25*time.Hour {
+		t.Fatalf("next fire %s is not the next 02:00 New York after %s", j.NextFireAt, now)
+	}
+	byName, err := svc.Get(ctx, job.Anonymous, job.Ref{Namespace: "analytics", Name: "nightly"})
+	if err != nil || byName.ID != j.ID {
+		t.Fatalf("get by name: %v %v", byName, err)
+	}
+	if got := string(byName.Spec.Steps[0].Payload); got != `{"a":[1,2],"b":1}` {
+		t.Fatalf("payload %s", got)
+	}
+	if up := byName.Upcoming(10); len(up) != 10 || !up[0].Equal(*j.NextFireAt) {
+		t.Fatalf("upcoming %v", up)
+	}
+	if got := counts(t, pool); got != "jobs=1 versions=1 audit=1 keys=0" {
+		t.Fatal(got)
+	}
+	hist, _ := svc.History(ctx, job.Anonymous, j.ID)
+	if len(hist) != 1 || hist[0].Action != "create" || hist[0].Actor != "anonymous" || hist[0].Before != nil || len(hist[0].After) == 0 {
+		t.Fatalf("audit %+v", hist)
+	}
+	// Another tenant sees nothing.
+	other := job.Actor{Tenant: [16]byte{9}, Name: "mallory"}
+	if _, err := svc.Get(ctx, other, job.Ref{ID: j.ID}); !errors.Is(err, job.ErrNotFound) {
+		t.Fatalf("cross-tenant get: %v", err)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	if _, err := svc.Create(ctx, job.Anonymous, resource("taken", "@daily"), ""); err != nil {
+		t.Fatal(err)
+	}
+	before := counts(t, pool)
+	tests := []struct {
+		name  string
+		edit  func(*dag.Resource)
+		field string
+	}{
+		{"bad cron", func(r *dag.Resource) { r.Spec.Schedule.Cron = "61 * * * *" }, "spec.schedule.cron"},
+		{"bad zone", func(r *dag.Resource) { r.Spec.Schedule.Timezone = "Nowhere/Land" }, "spec.schedule.timezone"},
+		{"bad at", func(r *dag.Resource) { r.Spec.Schedule = schedule.Spec{At: "noon"} }, "spec.schedule.at"},
+		{"empty name", func(r *dag.Resource) { r.Metadata.Name = "" }, "metadata.name"},
+		{"long name", func(r *dag.Resource) { r.Metadata.Name = strings.Repeat("x", 64) }, "metadata.name"},
+		{"bad chars", func(r *dag.Resource) { r.Metadata.Name = "Hello World" }, "metadata.name"},
+		{"big payload", func(r *dag.Resource) { r.Spec.Payload = dag.Payload(`"` + strings.Repeat("x", 300<<10) + `"`) }, "spec.steps[0].payload"},
+		{"not json", func(r *dag.Resource) { r.Spec.Payload = dag.Payload(`{oops`) }, "spec.steps[0].payload"},
+		{"no executor", func(r *dag.Resource) { r.Spec.Run = &dag.Executor{} }, "spec.steps[0].run"},
+		{"negative timeout", func(r *dag.Resource) { r.Spec.Defaults.Timeout = dag.D(-time.Second) }, "spec.defaults.timeout"},
+		{"negative retries", func(r *dag.Resource) { r.Spec.Defaults.Retry = &dag.Retry{MaxAttempts: -2} }, "spec.defaults.retry.max_attempts"},
+	}
+	for _, tt := range tests {
+		r := resource("fresh", "@daily")
+		tt.edit(&r)
+		_, err := svc.Create(ctx, job.Anonymous, r, "key-"+tt.name)
+		var es dag.Errors
+		if !errors.As(err, &es) || es[0].Field != tt.field {
+			t.Errorf("%s: got %v, want an error on %s", tt.name, err, tt.field)
+		}
+	}
+	if _, err := svc.Create(ctx, job.Anonymous, resource("taken", "@hourly"), ""); !errors.Is(err, job.ErrAlreadyExists) {
+		t.Errorf("duplicate name: %v", err)
+	}
+	if after := counts(t, pool); after != before {
+		t.Fatalf("rejected requests changed the database: %s -> %s", before, after)
+	}
+}
+
+func TestIdempotentCreate(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	ids := make([]string, 8)
+	for i := range ids {
+		wg.Go(func() {
+			j, err := svc.Create(ctx, job.Anonymous, resource("once", "@daily"), "k1")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = j.ID.String()
+		})
+	}
+	wg.Wait()
+	for _, id := range ids {
+		if id != ids[0] {
+			t.Fatalf("replays of one key returned different jobs: %v", ids)
+		}
+	}
+	if _, err := svc.Create(ctx, job.Anonymous, resource("once", "@hourly"), "k1"); !errors.Is(err, job.ErrIdempotencyConflict) {
+		t.Fatalf("different body under one key: %v", err)
+	}
+	if got := counts(t, pool); got != "jobs=1 versions=1 audit=1 keys=1" {
+		t.Fatal(got)
+	}
+}
+
+func TestUpdateOptimisticConcurrency(t *testing.T) {
+	t.Parallel()
+	svc, _ := newService(t)
+	ctx := context.Background()
+	j, _ := svc.Create(ctx, job.Anonymous, resource("etl", "0 2 * * *"), "")
+	ref := job.Ref{ID: j.ID}
+
+	r := resource("etl", "0 3 * * *")
+	v2, err := svc.Update(ctx, job.Anonymous, ref, r, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v2.Version != 2 || v2.NextFireAt.Equal(*j.NextFireAt) {
+		t.Fatalf("update did not bump the version or move the next fire time: %+v", v2)
+	}
+	var vc *job.VersionConflictError
+	if _, err := svc.Update(ctx, job.Anonymous, ref, resource("etl", "0 4 * * *"), 1); !errors.As(err, &vc) || vc.Current != 2 {
+		t.Fatalf("stale version: %v", err)
+	}
+	same, err := svc.Update(ctx, job.Anonymous, ref, r, 2)
+	if err != nil || same.Version != 2 {
+		t.Fatalf("no-op update bumped the version: %+v %v", same, err)
+	}
+	renamed := resource("etl2", "0 3 * * *")
+	if _, err := svc.Update(ctx, job.Anonymous, ref, renamed, 2); err == nil {
+		t.Fatal("rename through update was accepted")
+	}
+	hist, _ := svc.History(ctx, job.Anonymous, j.ID)
+	if len(hist) != 2 || hist[1].Action != "update" || len(hist[1].Before) == 0 {
+		t.Fatalf("audit %+v", hist)
+	}
+}
+
+func TestPauseResumeDelete(t *testing.T) {
+	t.Parallel()
+	svc, _ := newService(t)
+	ctx := context.Background()
+	j, _ := svc.Create(ctx, job.Anonymous, resource("p", "*/5 * * * *"), "")
+	ref := job.Ref{Namespace: "analytics", Name: "p"}
+	p, err := svc.Pause(ctx, job.Anonymous, ref)
+	if err != nil || p.Status != job.StatusPaused || p.Upcoming(10) != nil {
+		t.Fatalf("pause: %+v %v", p, err)
+	}
+	if again, _ := svc.Pause(ctx, job.Anonymous, ref); again.UpdatedAt != p.UpdatedAt {
+		t.Fatal("pausing a paused job changed it")
+	}
+	r, err := svc.Resume(ctx, job.Anonymous, ref)
+	if err != nil || r.Status != job.StatusActive || r.NextFireAt == nil {
+		t.Fatalf("resume: %+v %v", r, err)
+	}
+	d, err := svc.Delete(ctx, job.Anonymous, ref)
+	if err != nil || d.Status != job.StatusDeleted || d.NextFireAt != nil || d.DeletedAt == nil {
+		t.Fatalf("delete: %+v %v", d, err)
+	}
+	if _, err := svc.Resume(ctx, job.Anonymous, job.Ref{ID: j.ID}); !errors.Is(err, job.ErrDeleted) {
+		t.Fatalf("resume deleted: %v", err)
+	}
+	// The name is free again, the old job's history stays.
+	if _, err := svc.Create(ctx, job.Anonymous, resource("p", "@daily"), ""); err != nil {
+		t.Fatal(err)
+	}
+	hist, _ := svc.History(ctx, job.Anonymous, j.ID)
+	var actions []string
+	for _, h := range hist {
+		actions = append(actions, h.Action)
+	}
+	if strings.Join(actions, ",") != "create,pause,resume,delete" {
+		t.Fatalf("audit actions %v", actions)
+	}
+}
+
+func TestResumeFollowsMisfirePolicy(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	for _, policy := range []string{dag.MisfireSkip, dag.MisfireFireOnce, dag.MisfireBackfill} {
+		r := resource("m-"+strings.ReplaceAll(policy, "_", "-"), "*/10 * * * *")
+		r.Spec.Misfire = policy
+		if policy == dag.MisfireBackfill {
+			r.Spec.MaxBackfill = 3
+		}
+		j, err := svc.Create(ctx, job.Anonymous, r, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Pause(ctx, job.Anonymous, job.Ref{ID: j.ID}); err != nil {
+			t.Fatal(err)
+		}
+		// Pretend the job was paused for an hour: its pending instant is an hour old.
+		if _, err := pool.Exec(ctx, "UPDATE jobs SET next_fire_at = next_fire_at - interval '1 hour' WHERE id = $1", j.ID); err != nil {
+			t.Fatal(err)
+		}
+		now, _ := svc.Now(ctx)
+		res, err := svc.Resume(ctx, job.Anonymous, job.Ref{ID: j.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := *res.NextFireAt
+		switch policy {
+		case dag.MisfireSkip:
+			if !next.After(now) {
+				t.Errorf("skip: next %s not after now %s", next, now)
+			}
+		case dag.MisfireFireOnce:
+			if next.After(now) || now.Sub(next) >= 10*time.Minute {
+				t.Errorf("fire_once: next %s is not the latest missed instant before %s", next, now)
+			}
+		case dag.MisfireBackfill:
+			if d := now.Sub(next); d < 20*time.Minute || d >= 30*time.Minute {
+				t.Errorf("backfill 3: next %s is not the third latest missed instant before %s", next, now)
+			}
+		}
+	}
+}
+
+func TestListPagesAndFilters(t *testing.T) {
+	t.Parallel()
+	svc, _ := newService(t)
+	ctx := context.Background()
+	for i := range 7 {
+		r := resource(fmt.Sprintf("job-%02d", i), "@daily")
+		if i%2 == 0 {
+			r.Metadata.Namespace = "ops"
+			r.Metadata.Labels = map[string]string{"team": "ops", "tier": "1"}
+		}
+		if _, err := svc.Create(ctx, job.Anonymous, r, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _ = svc.Pause(ctx, job.Anonymous, job.Ref{Namespace: "ops", Name: "job-00"})
+	_, _ = svc.Delete(ctx, job.Anonymous, job.Ref{Namespace: "analytics", Name: "job-01"})
+
+	var names []string
+	token := ""
+	for pages := 0; ; pages++ {
+		page, next, err := svc.List(ctx, job.Anonymous, job.ListFilter{PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range page {
+			names = append(names, j.Name)
+		}
+		if next == "" {
+			break
+		}
+		token = next
+	}
+	if got := strings.Join(names, ","); got != "job-00,job-02,job-03,job-04,job-05,job-06" {
+		t.Fatalf("paged list %s", got)
+	}
+	filtered := func(f job.ListFilter) string {
+		page, _, err := svc.List(ctx, job.Anonymous, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, j := range page {
+			out = append(out, j.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	if got := filtered(job.ListFilter{Namespace: "ops", Labels: map[string]string{"tier": "1"}}); got != "job-00,job-02,job-04,job-06" {
+		t.Errorf("namespace+label filter: %s", got)
+	}
+	if got := filtered(job.ListFilter{Status: job.StatusPaused}); got != "job-00" {
+		t.Errorf("status filter: %s", got)
+	}
+	if got := filtered(job.ListFilter{Status: job.StatusDeleted}); got != "job-01" {
+		t.Errorf("deleted filter: %s", got)
+	}
+	if _, _, err := svc.List(ctx, job.Anonymous, job.ListFilter{PageToken: "garbage!"}); err == nil {
+		t.Error("a malformed page token was accepted")
+	}
+}

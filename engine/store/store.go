@@ -1,0 +1,96 @@
+// Package store is Orrery's access to its state database: the queries
+// (written in queries/*.sql, compiled by sqlc into *.gen.go), connection
+// pools, and the one way to run a transaction.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"math/rand/v2"
+	"time"
+
+	"github.com/cockroachdb/cockroach-go/v2/crdb"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Open connects a pool to the database at dsn and checks it answers.
+// MaxConns bounds the pool (0: pgx's default).
+func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: bad database URL: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	// Prepared statements switched to generic plans stall range scans on
+	// tables whose statistics are stale (shared/FACTS.md); plan each call.
+	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok && !isCockroach(dsn) {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: cannot reach the database: %w", err)
+	}
+	return pool, nil
+}
+
+// isCockroach guesses from the URL alone (CockroachDB's default port), so
+// that a Postgres-only setting is not sent to it.
+func isCockroach(dsn string) bool {
+	cfg, err := pgx.ParseConfig(dsn)
+	return err == nil && cfg.Port == 26257
+}
+
+// InTx runs fn in one transaction and commits it, retrying the whole
+// transaction on serialization failures (SQLSTATE 40001, as CockroachDB
+// and serializable PostgreSQL raise them, at any statement or at COMMIT);
+// fn must be safe to run again.
+//
+// It uses cockroach-go's retry loop (crdb.ExecuteCtx) around a fresh
+// transaction per attempt, not crdbpgxv5.ExecuteTx: that one retries by
+// ROLLBACK TO SAVEPOINT cockroach_restart, which on PostgreSQL keeps the
+// snapshot that failed (so every retry fails again), and it ignores the
+// COMMIT's error, because on CockroachDB RELEASE SAVEPOINT is the commit;
+// on PostgreSQL a commit-time serialization failure would then be
+// acknowledged as success. Both are shown by TestInTx*.
+func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(q *Queries) error) error {
+	return InRawTx(ctx, pool, func(tx pgx.Tx) error { return fn(New(tx)) })
+}
+
+// InRawTx is InTx for code that needs the pgx.Tx itself (River's
+// InsertManyTx, tests).
+func InRawTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) error {
+	attempt := 0
+	return crdb.ExecuteCtx(ctx, func(ctx context.Context, _ ...any) error {
+		if attempt > 0 {
+			// Full jitter, so that transactions that collided do not collide again.
+			backoff := time.Duration(rand.Int64N(int64(min(attempt, 8)) * int64(2*time.Millisecond)))
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		attempt++
+		return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, fn)
+	})
+}
+
+// IsUniqueViolation reports whether err is a unique-constraint violation,
+// on the named constraint or index when constraint is not empty.
+func IsUniqueViolation(err error, constraint string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && (constraint == "" || pe.ConstraintName == constraint)
+}
+
+// IsNotFound reports whether err is a query that returned no row.
+func IsNotFound(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
