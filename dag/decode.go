@@ -247,3 +247,15 @@ func (p *Payload) UnmarshalYAML(n *yaml.Node) error {
 	*p = b
 	return nil
 }
+
+// MarshalYAML writes the payload as the YAML form of its JSON.
+func (p Payload) MarshalYAML() (any, error) {
+	if len(p) == 0 {
+		return nil, nil
+	}
+	var v any
+	if err := json.Unmarshal(p, &v); err != nil {
+		return string(p), nil
+	}
+	return v, nil
+}

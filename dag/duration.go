@@ -43,3 +43,5 @@ func (d *Duration) parse(s string) error {
 	d.Duration = v
 	return nil
 }
+
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }

@@ -24,9 +24,9 @@ type Resource struct {
 // Metadata names a job. Name is unique per tenant and namespace.
 type Metadata struct {
 	Name        string            `json:"name" yaml:"name"`
-	Namespace   string            `json:"namespace,omitempty" yaml:"namespace"`
-	Description string            `json:"description,omitempty" yaml:"description"`
-	Labels      map[string]string `json:"labels,omitempty" yaml:"labels"`
+	Namespace   string            `json:"namespace,omitempty" yaml:"namespace,omitempty"`
+	Description string            `json:"description,omitempty" yaml:"description,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
 }
 
 // JobSpec is what a job does and when: its schedule, policies and steps.
@@ -34,63 +34,63 @@ type Metadata struct {
 // Normalize turns that into one step named "main".
 type JobSpec struct {
 	Schedule    schedule.Spec `json:"schedule" yaml:"schedule"`
-	Misfire     string        `json:"misfire,omitempty" yaml:"misfire"`
-	MaxBackfill int           `json:"max_backfill,omitempty" yaml:"max_backfill"`
-	Overlap     string        `json:"overlap,omitempty" yaml:"overlap"`
-	Defaults    StepDefaults  `json:"defaults,omitzero" yaml:"defaults"`
-	Run         *Executor     `json:"run,omitempty" yaml:"run"`
-	Payload     Payload       `json:"payload,omitempty" yaml:"payload"`
-	Steps       []Step        `json:"steps,omitempty" yaml:"steps"`
+	Misfire     string        `json:"misfire,omitempty" yaml:"misfire,omitempty"`
+	MaxBackfill int           `json:"max_backfill,omitempty" yaml:"max_backfill,omitempty"`
+	Overlap     string        `json:"overlap,omitempty" yaml:"overlap,omitempty"`
+	Defaults    StepDefaults  `json:"defaults,omitzero" yaml:"defaults,omitempty"`
+	Run         *Executor     `json:"run,omitempty" yaml:"run,omitempty"`
+	Payload     Payload       `json:"payload,omitempty" yaml:"payload,omitempty"`
+	Steps       []Step        `json:"steps,omitempty" yaml:"steps,omitempty"`
 }
 
 // StepDefaults are inherited by every step that does not set its own.
 type StepDefaults struct {
-	Queue    string    `json:"queue,omitempty" yaml:"queue"`
-	Priority string    `json:"priority,omitempty" yaml:"priority"`
-	Timeout  *Duration `json:"timeout,omitempty" yaml:"timeout"`
-	Retry    *Retry    `json:"retry,omitempty" yaml:"retry"`
+	Queue    string    `json:"queue,omitempty" yaml:"queue,omitempty"`
+	Priority string    `json:"priority,omitempty" yaml:"priority,omitempty"`
+	Timeout  *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	Retry    *Retry    `json:"retry,omitempty" yaml:"retry,omitempty"`
 }
 
 // Step is one node of the job's DAG.
 type Step struct {
 	Name        string    `json:"name" yaml:"name"`
-	Needs       []string  `json:"needs,omitempty" yaml:"needs"`
-	TriggerRule string    `json:"trigger_rule,omitempty" yaml:"trigger_rule"`
+	Needs       []string  `json:"needs,omitempty" yaml:"needs,omitempty"`
+	TriggerRule string    `json:"trigger_rule,omitempty" yaml:"trigger_rule,omitempty"`
 	Run         Executor  `json:"run" yaml:"run"`
-	Payload     Payload   `json:"payload,omitempty" yaml:"payload"`
-	Queue       string    `json:"queue,omitempty" yaml:"queue"`
-	Priority    string    `json:"priority,omitempty" yaml:"priority"`
-	Timeout     *Duration `json:"timeout,omitempty" yaml:"timeout"`
-	Retry       *Retry    `json:"retry,omitempty" yaml:"retry"`
+	Payload     Payload   `json:"payload,omitempty" yaml:"payload,omitempty"`
+	Queue       string    `json:"queue,omitempty" yaml:"queue,omitempty"`
+	Priority    string    `json:"priority,omitempty" yaml:"priority,omitempty"`
+	Timeout     *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	Retry       *Retry    `json:"retry,omitempty" yaml:"retry,omitempty"`
 }
 
 // Executor says how a step runs: exactly one of HTTP, Command or Handler.
 type Executor struct {
-	HTTP    *HTTPExecutor    `json:"http,omitempty" yaml:"http"`
-	Command *CommandExecutor `json:"command,omitempty" yaml:"command"`
-	Handler string           `json:"handler,omitempty" yaml:"handler"`
+	HTTP    *HTTPExecutor    `json:"http,omitempty" yaml:"http,omitempty"`
+	Command *CommandExecutor `json:"command,omitempty" yaml:"command,omitempty"`
+	Handler string           `json:"handler,omitempty" yaml:"handler,omitempty"`
 }
 
 // HTTPExecutor calls a webhook.
 type HTTPExecutor struct {
 	URL     string            `json:"url" yaml:"url"`
-	Method  string            `json:"method,omitempty" yaml:"method"`
-	Headers map[string]string `json:"headers,omitempty" yaml:"headers"`
+	Method  string            `json:"method,omitempty" yaml:"method,omitempty"`
+	Headers map[string]string `json:"headers,omitempty" yaml:"headers,omitempty"`
 }
 
 // CommandExecutor runs a program on a worker that allows it.
 type CommandExecutor struct {
 	Argv []string          `json:"argv" yaml:"argv"`
-	Env  map[string]string `json:"env,omitempty" yaml:"env"`
-	Dir  string            `json:"dir,omitempty" yaml:"dir"`
+	Env  map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
+	Dir  string            `json:"dir,omitempty" yaml:"dir,omitempty"`
 }
 
 // Retry is a step's retry policy: up to MaxAttempts tries, with exponential
 // backoff and full jitter between Initial and Max.
 type Retry struct {
-	MaxAttempts int       `json:"max_attempts,omitempty" yaml:"max_attempts"`
-	Initial     *Duration `json:"initial,omitempty" yaml:"initial"`
-	Max         *Duration `json:"max,omitempty" yaml:"max"`
+	MaxAttempts int       `json:"max_attempts,omitempty" yaml:"max_attempts,omitempty"`
+	Initial     *Duration `json:"initial,omitempty" yaml:"initial,omitempty"`
+	Max         *Duration `json:"max,omitempty" yaml:"max,omitempty"`
 }
 
 // Payload is a step's payload: JSON text. In YAML it is written as any

@@ -12,9 +12,9 @@ import (
 // Spec is a schedule as users write it: either Cron (with an optional
 // Timezone, default UTC) or At.
 type Spec struct {
-	Cron     string `json:"cron,omitempty"`
-	Timezone string `json:"timezone,omitempty"`
-	At       string `json:"at,omitempty"`
+	Cron     string `json:"cron,omitempty" yaml:"cron,omitempty"`
+	Timezone string `json:"timezone,omitempty" yaml:"timezone,omitempty"`
+	At       string `json:"at,omitempty" yaml:"at,omitempty"`
 }
 
 // Schedule is a parsed Spec. The zero value is not usable; call Parse.

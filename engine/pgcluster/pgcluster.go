@@ -130,6 +130,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("pgcluster: initdb: %w\n%s", err, out)
 		}
 	}
+	if pid := runningPostmaster(dataDir); pid > 0 {
+		return nil, fmt.Errorf("pgcluster: PostgreSQL (pid %d) is already running on %s; is another `orrery dev` using this folder?", pid, dataDir)
+	}
 	if c.port == 0 {
 		if c.port, err = freePort(); err != nil {
 			return nil, err
@@ -250,6 +253,24 @@ func (c *Cluster) ensureDatabase(ctx context.Context) error {
 		return fmt.Errorf("pgcluster: create database: %w", err)
 	}
 	return nil
+}
+
+// runningPostmaster returns the pid in dataDir's postmaster.pid when that
+// process is alive (a stale file from a crash is left for postgres to clear).
+func runningPostmaster(dataDir string) int {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return 0
+	}
+	return pid
 }
 
 func freePort() (int, error) {

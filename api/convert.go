@@ -1,0 +1,197 @@
+package api
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/job"
+)
+
+// ResourceFromProto turns API messages into the YAML resource the engine
+// validates. It never fails: validation reports bad values by field.
+func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Resource {
+	r := dag.Resource{APIVersion: dag.APIVersion, Kind: dag.KindJob}
+	if md != nil {
+		r.Metadata = dag.Metadata{Name: md.GetName(), Namespace: md.GetNamespace(), Description: md.GetDescription(), Labels: md.GetLabels()}
+	}
+	if spec == nil {
+		return r
+	}
+	r.Spec = dag.JobSpec{
+		Schedule:    scheduleFromProto(spec.GetSchedule()),
+		Misfire:     spec.GetMisfire(),
+		MaxBackfill: int(spec.GetMaxBackfill()),
+		Overlap:     spec.GetOverlap(),
+		Payload:     payloadFromProto(spec.GetPayload()),
+	}
+	if d := spec.GetDefaults(); d != nil {
+		r.Spec.Defaults = dag.StepDefaults{Queue: d.GetQueue(), Priority: d.GetPriority(), Timeout: durationFromProto(d.GetTimeout()), Retry: retryFromProto(d.GetRetry())}
+	}
+	if spec.GetRun() != nil {
+		e := executorFromProto(spec.GetRun())
+		r.Spec.Run = &e
+	}
+	for _, st := range spec.GetSteps() {
+		r.Spec.Steps = append(r.Spec.Steps, dag.Step{
+			Name: st.GetName(), Needs: st.GetNeeds(), TriggerRule: st.GetTriggerRule(), Run: executorFromProto(st.GetRun()),
+			Payload: payloadFromProto(st.GetPayload()), Queue: st.GetQueue(), Priority: st.GetPriority(),
+			Timeout: durationFromProto(st.GetTimeout()), Retry: retryFromProto(st.GetRetry()),
+		})
+	}
+	return r
+}
+
+func scheduleFromProto(s *orreryv1.Schedule) schedule.Spec {
+	return schedule.Spec{Cron: s.GetCron(), Timezone: s.GetTimezone(), At: s.GetAt()}
+}
+
+func executorFromProto(e *orreryv1.Executor) dag.Executor {
+	var out dag.Executor
+	switch k := e.GetKind().(type) {
+	case *orreryv1.Executor_Http:
+		out.HTTP = &dag.HTTPExecutor{URL: k.Http.GetUrl(), Method: k.Http.GetMethod(), Headers: k.Http.GetHeaders()}
+	case *orreryv1.Executor_Command:
+		out.Command = &dag.CommandExecutor{Argv: k.Command.GetArgv(), Env: k.Command.GetEnv(), Dir: k.Command.GetDir()}
+	case *orreryv1.Executor_Handler:
+		out.Handler = k.Handler
+	}
+	return out
+}
+
+func retryFromProto(r *orreryv1.RetryPolicy) *dag.Retry {
+	if r == nil {
+		return nil
+	}
+	return &dag.Retry{MaxAttempts: int(r.GetMaxAttempts()), Initial: durationFromProto(r.GetInitial()), Max: durationFromProto(r.GetMax())}
+}
+
+func durationFromProto(d *durationpb.Duration) *dag.Duration {
+	if d == nil {
+		return nil
+	}
+	return dag.D(d.AsDuration())
+}
+
+func payloadFromProto(v *structpb.Value) dag.Payload {
+	if v == nil {
+		return nil
+	}
+	b, err := protojson.Marshal(v)
+	if err != nil {
+		return dag.Payload("invalid") // reported by validation as not JSON
+	}
+	return dag.Payload(b)
+}
+
+// ResourceToProto is the inverse of ResourceFromProto.
+func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) {
+	md := &orreryv1.JobMetadata{Name: r.Metadata.Name, Namespace: r.Metadata.Namespace, Description: r.Metadata.Description, Labels: r.Metadata.Labels}
+	s := r.Spec
+	spec := &orreryv1.JobSpec{
+		Schedule:    &orreryv1.Schedule{Cron: s.Schedule.Cron, Timezone: s.Schedule.Timezone, At: s.Schedule.At},
+		Misfire:     s.Misfire,
+		MaxBackfill: int32(s.MaxBackfill),
+		Overlap:     s.Overlap,
+		Payload:     payloadToProto(s.Payload),
+	}
+	d := s.Defaults
+	if d.Queue != "" || d.Priority != "" || d.Timeout != nil || d.Retry != nil {
+		spec.Defaults = &orreryv1.StepDefaults{Queue: d.Queue, Priority: d.Priority, Timeout: durationToProto(d.Timeout), Retry: retryToProto(d.Retry)}
+	}
+	if s.Run != nil {
+		spec.Run = executorToProto(*s.Run)
+	}
+	for _, st := range s.Steps {
+		spec.Steps = append(spec.Steps, &orreryv1.Step{
+			Name: st.Name, Needs: st.Needs, TriggerRule: st.TriggerRule, Run: executorToProto(st.Run),
+			Payload: payloadToProto(st.Payload), Queue: st.Queue, Priority: st.Priority,
+			Timeout: durationToProto(st.Timeout), Retry: retryToProto(st.Retry),
+		})
+	}
+	return md, spec
+}
+
+func executorToProto(e dag.Executor) *orreryv1.Executor {
+	switch {
+	case e.HTTP != nil:
+		return &orreryv1.Executor{Kind: &orreryv1.Executor_Http{Http: &orreryv1.HttpExecutor{Url: e.HTTP.URL, Method: e.HTTP.Method, Headers: e.HTTP.Headers}}}
+	case e.Command != nil:
+		return &orreryv1.Executor{Kind: &orreryv1.Executor_Command{Command: &orreryv1.CommandExecutor{Argv: e.Command.Argv, Env: e.Command.Env, Dir: e.Command.Dir}}}
+	case e.Handler != "":
+		return &orreryv1.Executor{Kind: &orreryv1.Executor_Handler{Handler: e.Handler}}
+	}
+	return nil
+}
+
+func retryToProto(r *dag.Retry) *orreryv1.RetryPolicy {
+	if r == nil {
+		return nil
+	}
+	return &orreryv1.RetryPolicy{MaxAttempts: int32(r.MaxAttempts), Initial: durationToProto(r.Initial), Max: durationToProto(r.Max)}
+}
+
+func durationToProto(d *dag.Duration) *durationpb.Duration {
+	if d == nil {
+		return nil
+	}
+	return durationpb.New(d.Duration)
+}
+
+func payloadToProto(p dag.Payload) *structpb.Value {
+	if len(p) == 0 {
+		return nil
+	}
+	v := &structpb.Value{}
+	if err := protojson.Unmarshal(p, v); err != nil {
+		return nil
+	}
+	return v
+}
+
+var statusToProto = map[string]orreryv1.JobStatus{
+	job.StatusActive:  orreryv1.JobStatus_JOB_STATUS_ACTIVE,
+	job.StatusPaused:  orreryv1.JobStatus_JOB_STATUS_PAUSED,
+	job.StatusDeleted: orreryv1.JobStatus_JOB_STATUS_DELETED,
+}
+
+// StatusName is the engine's name of a proto status ("" for unspecified).
+func StatusName(s orreryv1.JobStatus) string {
+	for name, v := range statusToProto {
+		if v == s {
+			return name
+		}
+	}
+	return ""
+}
+
+func jobToProto(j *job.Job) *orreryv1.Job {
+	md, spec := ResourceToProto(j.Resource())
+	return &orreryv1.Job{
+		Id: j.ID.String(), Metadata: md, Spec: spec, Status: statusToProto[j.Status], Version: j.Version,
+		Shard: int32(j.Shard), NextFireTime: timeToProto(j.NextFireAt),
+		CreateTime: timestamppb.New(j.CreatedAt), CreatedBy: j.CreatedBy,
+		UpdateTime: timestamppb.New(j.UpdatedAt), UpdatedBy: j.UpdatedBy, DeleteTime: timeToProto(j.DeletedAt),
+	}
+}
+
+func timeToProto(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+func timesToProto(ts []time.Time) []*timestamppb.Timestamp {
+	out := make([]*timestamppb.Timestamp, len(ts))
+	for i, t := range ts {
+		out[i] = timestamppb.New(t)
+	}
+	return out
+}

@@ -1,0 +1,48 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"connectrpc.com/connect"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/job"
+)
+
+// toConnect maps an engine error to a Connect error whose message names the
+// field at fault. Unknown errors are logged and hidden behind Internal.
+func toConnect(ctx context.Context, log *slog.Logger, err error) error {
+	var (
+		es       dag.Errors
+		invalid  *job.InvalidError
+		conflict *job.VersionConflictError
+		sched    *schedule.Error
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &es):
+		return connect.NewError(connect.CodeInvalidArgument, es)
+	case errors.As(err, &invalid):
+		return connect.NewError(connect.CodeInvalidArgument, invalid)
+	case errors.As(err, &sched):
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("schedule."+sched.Error()))
+	case errors.Is(err, job.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, job.ErrAlreadyExists), errors.Is(err, job.ErrIdempotencyConflict):
+		return connect.NewError(connect.CodeAlreadyExists, err)
+	case errors.As(err, &conflict):
+		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, job.ErrDeleted):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	log.ErrorContext(ctx, "internal error", "err", err)
+	return connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
+}

@@ -1,0 +1,172 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/job"
+)
+
+// jobServer implements orrery.v1.JobService over job.Service.
+type jobServer struct {
+	orreryv1connect.UnimplementedJobServiceHandler
+	jobs *job.Service
+	log  *slog.Logger
+}
+
+// actor is who calls. Until authentication lands every call is anonymous
+// in the default tenant; the engine already checks tenants everywhere.
+func actor(context.Context) job.Actor { return job.Anonymous }
+
+func refFromProto(r *orreryv1.JobRef) (job.Ref, error) {
+	if r.GetId() != "" {
+		id, err := uuid.Parse(r.GetId())
+		if err != nil {
+			return job.Ref{}, &job.InvalidError{Field: "ref.id", Message: "not a UUID"}
+		}
+		return job.Ref{ID: id}, nil
+	}
+	if r.GetName() == "" {
+		return job.Ref{}, &job.InvalidError{Field: "ref", Message: "give the job's id, or its namespace and name"}
+	}
+	return job.Ref{Namespace: r.GetNamespace(), Name: r.GetName()}, nil
+}
+
+func (s *jobServer) CreateJob(ctx context.Context, req *connect.Request[orreryv1.CreateJobRequest]) (*connect.Response[orreryv1.CreateJobResponse], error) {
+	m := req.Msg
+	j, err := s.jobs.Create(ctx, actor(ctx), ResourceFromProto(m.GetMetadata(), m.GetSpec()), m.GetIdempotencyKey())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.CreateJobResponse{Job: jobToProto(j)}), nil
+}
+
+// Upcoming fire times GetJob returns by default and at most.
+const (
+	defaultUpcoming = 10
+	maxUpcoming     = 100
+)
+
+func (s *jobServer) GetJob(ctx context.Context, req *connect.Request[orreryv1.GetJobRequest]) (*connect.Response[orreryv1.GetJobResponse], error) {
+	ref, err := refFromProto(req.Msg.GetRef())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	n := int(req.Msg.GetUpcoming())
+	switch {
+	case n < 0 || n > maxUpcoming:
+		return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "upcoming", Message: "outside 0..100"})
+	case n == 0:
+		n = defaultUpcoming
+	}
+	j, err := s.jobs.Get(ctx, actor(ctx), ref)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.GetJobResponse{Job: jobToProto(j), NextFireTimes: timesToProto(j.Upcoming(n))}), nil
+}
+
+func (s *jobServer) ListJobs(ctx context.Context, req *connect.Request[orreryv1.ListJobsRequest]) (*connect.Response[orreryv1.ListJobsResponse], error) {
+	m := req.Msg
+	jobs, next, err := s.jobs.List(ctx, actor(ctx), job.ListFilter{
+		Namespace: m.GetNamespace(), Status: StatusName(m.GetStatus()), Labels: m.GetLabels(),
+		PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken(),
+	})
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.ListJobsResponse{NextPageToken: next}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, jobToProto(j))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *jobServer) UpdateJob(ctx context.Context, req *connect.Request[orreryv1.UpdateJobRequest]) (*connect.Response[orreryv1.UpdateJobResponse], error) {
+	m := req.Msg
+	ref, err := refFromProto(m.GetRef())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	j, err := s.jobs.Update(ctx, actor(ctx), ref, ResourceFromProto(m.GetMetadata(), m.GetSpec()), m.GetExpectedVersion())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.UpdateJobResponse{Job: jobToProto(j)}), nil
+}
+
+// statusCall runs one of pause, resume or delete.
+func (s *jobServer) statusCall(ctx context.Context, r *orreryv1.JobRef, do func(context.Context, job.Actor, job.Ref) (*job.Job, error)) (*orreryv1.Job, error) {
+	ref, err := refFromProto(r)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	j, err := do(ctx, actor(ctx), ref)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return jobToProto(j), nil
+}
+
+func (s *jobServer) DeleteJob(ctx context.Context, req *connect.Request[orreryv1.DeleteJobRequest]) (*connect.Response[orreryv1.DeleteJobResponse], error) {
+	j, err := s.statusCall(ctx, req.Msg.GetRef(), s.jobs.Delete)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orreryv1.DeleteJobResponse{Job: j}), nil
+}
+
+func (s *jobServer) PauseJob(ctx context.Context, req *connect.Request[orreryv1.PauseJobRequest]) (*connect.Response[orreryv1.PauseJobResponse], error) {
+	j, err := s.statusCall(ctx, req.Msg.GetRef(), s.jobs.Pause)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orreryv1.PauseJobResponse{Job: j}), nil
+}
+
+func (s *jobServer) ResumeJob(ctx context.Context, req *connect.Request[orreryv1.ResumeJobRequest]) (*connect.Response[orreryv1.ResumeJobResponse], error) {
+	j, err := s.statusCall(ctx, req.Msg.GetRef(), s.jobs.Resume)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orreryv1.ResumeJobResponse{Job: j}), nil
+}
+
+// Preview sizes.
+const (
+	defaultPreview = 10
+	maxPreview     = 1000
+)
+
+func (s *jobServer) PreviewSchedule(ctx context.Context, req *connect.Request[orreryv1.PreviewScheduleRequest]) (*connect.Response[orreryv1.PreviewScheduleResponse], error) {
+	m := req.Msg
+	n := int(m.GetCount())
+	switch {
+	case n < 0 || n > maxPreview:
+		return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "count", Message: "outside 0..1000"})
+	case n == 0:
+		n = defaultPreview
+	}
+	sched, err := schedule.Parse(scheduleFromProto(m.GetSchedule()))
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	var from time.Time
+	if m.GetFrom() != nil {
+		if err := m.GetFrom().CheckValid(); err != nil {
+			return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "from", Message: err.Error()})
+		}
+		from = m.GetFrom().AsTime()
+	} else if from, err = s.jobs.Now(ctx); err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.PreviewScheduleResponse{FireTimes: timesToProto(sched.Upcoming(from, n))}), nil
+}
+

@@ -1,0 +1,99 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/engine/job"
+)
+
+// Services are what the API serves.
+type Services struct {
+	Jobs *job.Service
+}
+
+// NewHandler returns the HTTP handler for every service, with gRPC
+// reflection (v1 and v1alpha) and the gRPC health service.
+func NewHandler(svc Services, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opts := []connect.HandlerOption{connect.WithInterceptors(logErrors(log))}
+	mux := http.NewServeMux()
+	mux.Handle(orreryv1connect.NewJobServiceHandler(&jobServer{jobs: svc.Jobs, log: log}, opts...))
+
+	names := []string{orreryv1connect.JobServiceName}
+	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...)))
+	return mux
+}
+
+// logErrors logs failed calls at debug level (Internal ones are logged
+// where they are mapped).
+func logErrors(log *slog.Logger) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			res, err := next(ctx, req)
+			if err != nil {
+				log.DebugContext(ctx, "rpc failed", "procedure", req.Spec().Procedure, "code", connect.CodeOf(err), "err", err)
+			}
+			return res, err
+		}
+	}
+}
+
+// Server serves a handler on a TCP address with HTTP/1.1 and cleartext
+// HTTP/2 (h2c), so gRPC clients work without TLS.
+type Server struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// Listen binds addr ("127.0.0.1:8080"; port 0 picks one).
+func Listen(addr string, h http.Handler) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	return &Server{ln: ln, srv: &http.Server{
+		Handler:           h,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+	}}, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Serve serves until ctx ends, then shuts down gracefully (in-flight calls
+// finish, up to 10 s).
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(shutdownCtx)
+	if serveErr := <-errc; !errors.Is(serveErr, http.ErrServerClosed) && err == nil {
+		err = serveErr
+	}
+	return err
+}

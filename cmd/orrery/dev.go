@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/pgcluster"
+	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/examples"
+	"github.com/orrery-dev/orrery/migrations"
+)
+
+func newDevCmd(g *globals) *cobra.Command {
+	var addr, dataDir string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything on this machine: a private PostgreSQL, migrations, the example jobs and the API",
+		Long: `dev starts a private PostgreSQL cluster under --data-dir (initialized on first
+use, as the postgres user when run as root), applies Orrery's and River's
+migrations, loads the example jobs, and serves the API on --addr until
+Ctrl-C. A second run reuses the data.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log := g.logger()
+			if err := os.MkdirAll(dataDir, 0o755); err != nil {
+				return fmt.Errorf("--data-dir: %w", err)
+			}
+			if err := os.Chmod(dataDir, 0o755); err != nil { // the postgres user must reach pg/ inside
+				return fmt.Errorf("--data-dir: %w", err)
+			}
+			cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dataDir, "pg"), Logger: log})
+			if err != nil {
+				return err
+			}
+			defer func() {
+				log.Info("stopping PostgreSQL")
+				if err := cluster.Stop(); err != nil {
+					log.Error("stop PostgreSQL", "err", err)
+				}
+			}()
+			pool, err := store.Open(ctx, cluster.DSN(""), 0)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			applied, err := migrations.Up(ctx, pool)
+			if err != nil {
+				return err
+			}
+			if _, err := migrations.QueueUp(ctx, pool); err != nil {
+				return err
+			}
+			log.Info("schema up to date", "applied_now", len(applied))
+			jobs, err := job.New(ctx, pool, log)
+			if err != nil {
+				return err
+			}
+			if err := loadExamples(cmd, jobs, log); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "orrery dev: database %s\norrery dev: try `orrery jobs list` (Ctrl-C stops)\n", cluster.DSN(""))
+			return serve(ctx, log, addr, pool)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve the API on (env ORRERY_ADDR)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", ".orrery", "folder for the private database (env ORRERY_DATA_DIR)")
+	return cmd
+}
+
+// loadExamples applies every example job: created, updated or unchanged.
+func loadExamples(cmd *cobra.Command, jobs *job.Service, log *slog.Logger) error {
+	names, err := fs.Glob(examples.FS(), "*.yaml")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		data, err := examples.FS().ReadFile(name)
+		if err != nil {
+			return err
+		}
+		docs, es := dag.Decode("examples/"+name, data)
+		if len(es) > 0 {
+			return es
+		}
+		for _, d := range docs {
+			outcome, j, err := jobs.Apply(cmd.Context(), job.Actor{Tenant: job.DefaultTenant, Name: "orrery-dev"}, d.Resource)
+			if err != nil {
+				return fmt.Errorf("examples/%s: %w", name, err)
+			}
+			log.Info("example job "+outcome, "job", j.Namespace+"/"+j.Name, "version", j.Version)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orrery-dev/orrery/dag"
+)
+
+func newValidateCmd() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "validate -f FILE|DIR",
+		Short: "Check Job YAML files without a server; list every problem as file:line:col: message",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			files, err := yamlFiles(path)
+			if err != nil {
+				return err
+			}
+			var all dag.Errors
+			jobs := 0
+			for _, f := range files {
+				data, err := os.ReadFile(f)
+				if err != nil {
+					return err
+				}
+				docs, es := dag.Decode(f, data)
+				jobs += len(docs)
+				all = append(all, es...)
+			}
+			if len(all) > 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), all.Error())
+				return fmt.Errorf("%d problem(s) in %d file(s)", len(all), len(files))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d job(s) in %d file(s) are valid\n", jobs, len(files))
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&path, "file", "f", ".", "a YAML file, or a folder searched for *.yaml and *.yml")
+	return cmd
+}
+
+func yamlFiles(path string) ([]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	var files []string
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != path {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && (strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml")) {
+			files = append(files, p)
+		}
+		return nil
+	})
+	return files, err
+}
