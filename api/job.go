@@ -169,4 +169,3 @@ func (s *jobServer) PreviewSchedule(ctx context.Context, req *connect.Request[or
 	}
 	return connect.NewResponse(&orreryv1.PreviewScheduleResponse{FireTimes: timesToProto(sched.Upcoming(from, n))}), nil
 }
-

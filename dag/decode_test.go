@@ -85,13 +85,17 @@ func TestDecodeErrorsNameFileLineAndField(t *testing.T) {
 			`etl.yaml:8:14: spec.schedule.cron: minute field "61"`},
 		{"unknown zone", func(s string) string { return strings.Replace(s, "America/New_York", "America/Atlantis", 1) },
 			`etl.yaml:8:33: spec.schedule.timezone: unknown IANA time zone "America/Atlantis"`},
-		{"unknown field", func(s string) string { return strings.Replace(s, "  overlap: skip\n", "  overlap: skip\n  retries: 3\n", 1) },
+		{"unknown field", func(s string) string {
+			return strings.Replace(s, "  overlap: skip\n", "  overlap: skip\n  retries: 3\n", 1)
+		},
 			`etl.yaml:11:3: spec.retries: unknown field "retries"`},
 		{"unknown nested field", func(s string) string { return strings.Replace(s, "method: POST", "verb: POST", 1) },
 			`etl.yaml:18:57: spec.steps[0].run.http.verb: unknown field "verb"`},
 		{"bad name", func(s string) string { return strings.Replace(s, "name: nightly-sales", "name: Nightly Sales", 1) },
 			`etl.yaml:4:3: metadata.name: "Nightly Sales" must start`},
-		{"long name", func(s string) string { return strings.Replace(s, "name: nightly-sales", "name: "+strings.Repeat("a", 64), 1) },
+		{"long name", func(s string) string {
+			return strings.Replace(s, "name: nightly-sales", "name: "+strings.Repeat("a", 64), 1)
+		},
 			`etl.yaml:4:3: metadata.name: is 64 characters; the limit is 63`},
 		{"duplicate step", func(s string) string { return strings.Replace(s, "name: load", "name: extract", 1) },
 			`etl.yaml:23:7: spec.steps[2].name: duplicate step name "extract"`},
@@ -105,13 +109,17 @@ func TestDecodeErrorsNameFileLineAndField(t *testing.T) {
 			`etl.yaml:15:13: spec.defaults.retry.max_attempts: -1 is outside`},
 		{"not a duration", func(s string) string { return strings.Replace(s, "initial: 10s", "initial: soon", 1) },
 			`etl.yaml:15:5: spec.defaults.retry: "soon" is not a duration`},
-		{"unknown executor", func(s string) string { return strings.Replace(s, "run: {handler: load-warehouse}", "run: {lambda: x}", 1) },
+		{"unknown executor", func(s string) string {
+			return strings.Replace(s, "run: {handler: load-warehouse}", "run: {lambda: x}", 1)
+		},
 			`etl.yaml:26:13: spec.steps[2].run.lambda: unknown field "lambda"`},
 		{"no executor", func(s string) string { return strings.Replace(s, "run: {handler: load-warehouse}", "run: {}", 1) },
 			`etl.yaml:26:12: spec.steps[2].run: give exactly one executor`},
 		{"bad misfire", func(s string) string { return strings.Replace(s, "misfire: fire_once", "misfire: sometimes", 1) },
 			`etl.yaml:9:3: spec.misfire: "sometimes" is not one of`},
-		{"bad at", func(s string) string { return strings.Replace(s, `{cron: "0 2 * * *", timezone: America/New_York}`, `{at: "next tuesday"}`, 1) },
+		{"bad at", func(s string) string {
+			return strings.Replace(s, `{cron: "0 2 * * *", timezone: America/New_York}`, `{at: "next tuesday"}`, 1)
+		},
 			`etl.yaml:8:14: spec.schedule.at: "next tuesday" is not an RFC 3339 instant`},
 		{"wrong type", func(s string) string { return strings.Replace(s, "max_attempts: 3", "max_attempts: three", 1) },
 			`etl.yaml:15:5: spec.defaults.retry: cannot unmarshal`},

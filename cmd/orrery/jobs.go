@@ -224,8 +224,8 @@ func printJob(w io.Writer, format string, res *orreryv1.GetJobResponse) error {
 		Status       map[string]any `yaml:"status"`
 	}{Resource: r, Status: map[string]any{
 		"id": j.GetId(), "status": api.StatusName(j.GetStatus()), "version": j.GetVersion(), "shard": j.GetShard(),
-		"created": fmt.Sprintf("%s by %s", j.GetCreateTime().AsTime().UTC().Format(time.RFC3339), j.GetCreatedBy()),
-		"updated": fmt.Sprintf("%s by %s", j.GetUpdateTime().AsTime().UTC().Format(time.RFC3339), j.GetUpdatedBy()),
+		"created":         fmt.Sprintf("%s by %s", j.GetCreateTime().AsTime().UTC().Format(time.RFC3339), j.GetCreatedBy()),
+		"updated":         fmt.Sprintf("%s by %s", j.GetUpdateTime().AsTime().UTC().Format(time.RFC3339), j.GetUpdatedBy()),
 		"next_fire_times": next,
 	}}
 	enc := yaml.NewEncoder(w)
@@ -235,4 +235,3 @@ func printJob(w io.Writer, format string, res *orreryv1.GetJobResponse) error {
 	}
 	return enc.Close()
 }
-
