@@ -27,7 +27,12 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	opts := []connect.HandlerOption{connect.WithInterceptors(logErrors(log))}
+	opts := []connect.HandlerOption{
+		connect.WithInterceptors(logErrors(log)),
+		// Compressing small answers costs more CPU than the bytes it saves on
+		// the networks this runs on; larger ones (list pages) still compress.
+		connect.WithCompressMinBytes(4 << 10),
+	}
 	mux := http.NewServeMux()
 	mux.Handle(orreryv1connect.NewJobServiceHandler(&jobServer{jobs: svc.Jobs, log: log}, opts...))
 

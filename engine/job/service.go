@@ -80,77 +80,73 @@ func (s *Service) Create(ctx context.Context, a Actor, res dag.Resource, idempot
 	}
 	for attempt := 0; ; attempt++ {
 		j, err := s.createJob(ctx, a, res, idempotencyKey)
-		// Two concurrent first uses of one key: the loser sees the winner's row on retry.
-		if attempt == 0 && store.IsUniqueViolation(err, "idempotency_keys_pkey") {
+		// Two concurrent first uses of one key: the loser trips over the
+		// winner's name or key (raised once the winner committed) and finds
+		// the winner's answer under the key on the second try.
+		if attempt == 0 && idempotencyKey != "" && (errors.Is(err, ErrAlreadyExists) || store.IsUniqueViolation(err, "idempotency_keys_pkey")) {
 			continue
 		}
 		return j, err
 	}
 }
 
+// createJob commits a new job in one statement (job, namespace, version 1,
+// audit row, idempotency key): two round trips in all, the first to read
+// the database clock and any earlier answer under the key. A concurrent
+// first use of the same key loses on the key's primary key; Create retries.
 func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key string) (*Job, error) {
-	reqHash := requestHash(res)
+	var reqHash []byte
+	if key != "" {
+		reqHash = requestHash(res)
+	}
+	sched, err := schedule.Parse(res.Spec.Schedule)
+	if err != nil {
+		return nil, err // validated already; kept for safety
+	}
+	specJSON, err := json.Marshal(res.Spec)
+	if err != nil {
+		return nil, err
+	}
 	var out *Job
-	err := store.InTx(ctx, s.pool, func(q *store.Queries) error {
-		if key != "" {
-			prev, err := q.GetIdempotencyKey(ctx, store.GetIdempotencyKeyParams{TenantID: a.Tenant, Operation: opCreate, Key: key})
-			switch {
-			case err == nil && string(prev.RequestHash) != string(reqHash):
+	err = store.Retry(ctx, func() error {
+		q := store.New(s.pool)
+		look, err := q.CreateLookup(ctx, store.CreateLookupParams{TenantID: a.Tenant, IdempotencyKey: key})
+		if err != nil {
+			return err
+		}
+		if key != "" && look.RequestHash != nil {
+			if string(look.RequestHash) != string(reqHash) {
 				return ErrIdempotencyConflict
-			case err == nil:
-				out = new(Job)
-				return json.Unmarshal(prev.Response, out)
-			case !store.IsNotFound(err):
-				return err
 			}
+			out = new(Job)
+			return json.Unmarshal(look.Response, out)
 		}
-		now, err := q.DatabaseNow(ctx)
-		if err != nil {
-			return err
-		}
-		sched, err := schedule.Parse(res.Spec.Schedule)
-		if err != nil {
-			return err // validated already; kept for safety
-		}
-		specJSON, err := json.Marshal(res.Spec)
-		if err != nil {
-			return err
-		}
+		now := look.Now.UTC()
 		id := uuid.Must(uuid.NewV7())
-		if err := q.EnsureNamespace(ctx, store.EnsureNamespaceParams{TenantID: a.Tenant, Name: res.Metadata.Namespace}); err != nil {
-			return err
+		out = &Job{
+			ID: id, Tenant: a.Tenant, Namespace: res.Metadata.Namespace, Name: res.Metadata.Name,
+			Description: res.Metadata.Description, Labels: res.Metadata.Labels, Spec: res.Spec,
+			Status: StatusActive, Version: 1, Shard: shard.Of(id, s.shards), NextFireAt: firstFire(sched, now),
+			CreatedAt: now, CreatedBy: a.Name, UpdatedAt: now, UpdatedBy: a.Name,
 		}
-		row, err := q.InsertJob(ctx, store.InsertJobParams{
-			ID: id, TenantID: a.Tenant, Namespace: res.Metadata.Namespace, Name: res.Metadata.Name,
-			Description: res.Metadata.Description, Labels: labelsJSON(res.Metadata.Labels), Spec: specJSON,
-			Shard: int32(shard.Of(id, s.shards)), NextFireAt: firstFire(sched, now), Actor: a.Name,
+		if len(out.Labels) == 0 {
+			out.Labels = nil
+		}
+		err = q.CreateJob(ctx, store.CreateJobParams{
+			TenantID: a.Tenant, IdempotencyKey: key, RequestHash: reqHash, Snapshot: snapshot(out), Now: now,
+			Namespace: out.Namespace, ID: id, Name: out.Name, Description: out.Description,
+			Labels: labelsJSON(out.Labels), Spec: specJSON, Shard: int32(out.Shard), NextFireAt: out.NextFireAt,
+			Actor: a.Name, AuditID: uuid.Must(uuid.NewV7()), TargetName: out.Namespace + "/" + out.Name,
 		})
 		if store.IsUniqueViolation(err, "jobs_live_name") {
 			return ErrAlreadyExists
 		}
-		if err != nil {
-			return err
-		}
-		if out, err = fromRow(row); err != nil {
-			return err
-		}
-		if err := q.InsertJobVersion(ctx, versionParams(out, a)); err != nil {
-			return err
-		}
-		if err := audit(ctx, q, a, "create", nil, out); err != nil {
-			return err
-		}
-		if key != "" {
-			return q.InsertIdempotencyKey(ctx, store.InsertIdempotencyKeyParams{
-				TenantID: a.Tenant, Operation: opCreate, Key: key, RequestHash: reqHash, Response: snapshot(out),
-			})
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("job created", "tenant", a.Tenant, "job_id", out.ID, "job", out.Namespace+"/"+out.Name)
+	s.log.Debug("job created", "tenant", a.Tenant, "job_id", out.ID, "job", out.Namespace+"/"+out.Name)
 	return out, nil
 }
 

@@ -11,29 +11,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const getIdempotencyKey = `-- name: GetIdempotencyKey :one
-SELECT request_hash, response FROM idempotency_keys
-WHERE tenant_id = $1 AND operation = $2 AND key = $3
-`
-
-type GetIdempotencyKeyParams struct {
-	TenantID  uuid.UUID
-	Operation string
-	Key       string
-}
-
-type GetIdempotencyKeyRow struct {
-	RequestHash []byte
-	Response    []byte
-}
-
-func (q *Queries) GetIdempotencyKey(ctx context.Context, arg GetIdempotencyKeyParams) (GetIdempotencyKeyRow, error) {
-	row := q.db.QueryRow(ctx, getIdempotencyKey, arg.TenantID, arg.Operation, arg.Key)
-	var i GetIdempotencyKeyRow
-	err := row.Scan(&i.RequestHash, &i.Response)
-	return i, err
-}
-
 const insertAudit = `-- name: InsertAudit :exec
 INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
 VALUES ($1, $2, now(), $3, $4, $5, $6, $7, $8, $9)
@@ -62,30 +39,6 @@ func (q *Queries) InsertAudit(ctx context.Context, arg InsertAuditParams) error 
 		arg.TargetName,
 		arg.Before,
 		arg.After,
-	)
-	return err
-}
-
-const insertIdempotencyKey = `-- name: InsertIdempotencyKey :exec
-INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
-VALUES ($1, $2, $3, $4, $5, now())
-`
-
-type InsertIdempotencyKeyParams struct {
-	TenantID    uuid.UUID
-	Operation   string
-	Key         string
-	RequestHash []byte
-	Response    []byte
-}
-
-func (q *Queries) InsertIdempotencyKey(ctx context.Context, arg InsertIdempotencyKeyParams) error {
-	_, err := q.db.Exec(ctx, insertIdempotencyKey,
-		arg.TenantID,
-		arg.Operation,
-		arg.Key,
-		arg.RequestHash,
-		arg.Response,
 	)
 	return err
 }

@@ -23,6 +23,100 @@ func (q *Queries) CountJobs(ctx context.Context, tenantID uuid.UUID) (int64, err
 	return count, err
 }
 
+const createJob = `-- name: CreateJob :exec
+WITH ns AS (
+    INSERT INTO namespaces (tenant_id, name, created_at)
+    VALUES ($1, $6, $5)
+    ON CONFLICT (tenant_id, name) DO NOTHING
+), j AS (
+    INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec,
+                      shard, next_fire_at, created_at, created_by, updated_at, updated_by)
+    VALUES ($7, $1, $6, $8, $9, $10, 'active', 1, $11,
+            $12, $13, $5, $14, $5, $14)
+    RETURNING id
+), v AS (
+    INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
+    SELECT j.id, 1, $1, $9, $10, $11, $5, $14 FROM j
+), a AS (
+    INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
+    SELECT $15, $1, $5, $14, 'create', 'job', j.id, $16, NULL, $4::jsonb FROM j
+)
+INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
+SELECT $1, 'CreateJob', $2::text, $3, $4::jsonb, $5 FROM j
+WHERE $2::text <> ''
+`
+
+type CreateJobParams struct {
+	TenantID       uuid.UUID
+	IdempotencyKey string
+	RequestHash    []byte
+	Snapshot       []byte
+	Now            time.Time
+	Namespace      string
+	ID             uuid.UUID
+	Name           string
+	Description    string
+	Labels         []byte
+	Spec           []byte
+	Shard          int32
+	NextFireAt     *time.Time
+	Actor          string
+	AuditID        uuid.UUID
+	TargetName     string
+}
+
+// CreateJob writes a new job with its namespace, version 1, audit row and
+// idempotency key (when one is given) in one statement, hence one implicit
+// transaction and one round trip. Foreign keys are checked at its end.
+func (q *Queries) CreateJob(ctx context.Context, arg CreateJobParams) error {
+	_, err := q.db.Exec(ctx, createJob,
+		arg.TenantID,
+		arg.IdempotencyKey,
+		arg.RequestHash,
+		arg.Snapshot,
+		arg.Now,
+		arg.Namespace,
+		arg.ID,
+		arg.Name,
+		arg.Description,
+		arg.Labels,
+		arg.Spec,
+		arg.Shard,
+		arg.NextFireAt,
+		arg.Actor,
+		arg.AuditID,
+		arg.TargetName,
+	)
+	return err
+}
+
+const createLookup = `-- name: CreateLookup :one
+SELECT now()::timestamptz AS now, k.request_hash, k.response
+FROM (SELECT 1) AS one
+LEFT JOIN idempotency_keys AS k
+    ON k.tenant_id = $1 AND k.operation = 'CreateJob' AND k.key = $2
+`
+
+type CreateLookupParams struct {
+	TenantID       uuid.UUID
+	IdempotencyKey string
+}
+
+type CreateLookupRow struct {
+	Now         time.Time
+	RequestHash []byte
+	Response    []byte
+}
+
+// CreateLookup reads the database clock and, for an idempotent create, the
+// answer stored under the key (NULLs when there is none), in one round trip.
+func (q *Queries) CreateLookup(ctx context.Context, arg CreateLookupParams) (CreateLookupRow, error) {
+	row := q.db.QueryRow(ctx, createLookup, arg.TenantID, arg.IdempotencyKey)
+	var i CreateLookupRow
+	err := row.Scan(&i.Now, &i.RequestHash, &i.Response)
+	return i, err
+}
+
 const databaseNow = `-- name: DatabaseNow :one
 SELECT now()::timestamptz AS now
 `
@@ -129,62 +223,6 @@ type GetLiveJobByNameParams struct {
 
 func (q *Queries) GetLiveJobByName(ctx context.Context, arg GetLiveJobByNameParams) (Job, error) {
 	row := q.db.QueryRow(ctx, getLiveJobByName, arg.TenantID, arg.Namespace, arg.Name)
-	var i Job
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.Namespace,
-		&i.Name,
-		&i.Description,
-		&i.Labels,
-		&i.Status,
-		&i.Version,
-		&i.Spec,
-		&i.Shard,
-		&i.NextFireAt,
-		&i.CreatedAt,
-		&i.CreatedBy,
-		&i.UpdatedAt,
-		&i.UpdatedBy,
-		&i.DeletedAt,
-	)
-	return i, err
-}
-
-const insertJob = `-- name: InsertJob :one
-INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec,
-                  shard, next_fire_at, created_at, created_by, updated_at, updated_by)
-VALUES ($1, $2, $3, $4, $5, $6, 'active', 1, $7,
-        $8, $9, now(), $10, now(), $10)
-RETURNING id, tenant_id, namespace, name, description, labels, status, version, spec, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at
-`
-
-type InsertJobParams struct {
-	ID          uuid.UUID
-	TenantID    uuid.UUID
-	Namespace   string
-	Name        string
-	Description string
-	Labels      []byte
-	Spec        []byte
-	Shard       int32
-	NextFireAt  *time.Time
-	Actor       string
-}
-
-func (q *Queries) InsertJob(ctx context.Context, arg InsertJobParams) (Job, error) {
-	row := q.db.QueryRow(ctx, insertJob,
-		arg.ID,
-		arg.TenantID,
-		arg.Namespace,
-		arg.Name,
-		arg.Description,
-		arg.Labels,
-		arg.Spec,
-		arg.Shard,
-		arg.NextFireAt,
-		arg.Actor,
-	)
 	var i Job
 	err := row.Scan(
 		&i.ID,

@@ -27,11 +27,6 @@ func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error
 	if maxConns > 0 {
 		cfg.MaxConns = maxConns
 	}
-	// Prepared statements switched to generic plans stall range scans on
-	// tables whose statistics are stale (shared/FACTS.md); plan each call.
-	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok && !isCockroach(dsn) {
-		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
-	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
@@ -41,13 +36,6 @@ func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error
 		return nil, fmt.Errorf("store: cannot reach the database: %w", err)
 	}
 	return pool, nil
-}
-
-// isCockroach guesses from the URL alone (CockroachDB's default port), so
-// that a Postgres-only setting is not sent to it.
-func isCockroach(dsn string) bool {
-	cfg, err := pgx.ParseConfig(dsn)
-	return err == nil && cfg.Port == 26257
 }
 
 // InTx runs fn in one transaction and commits it, retrying the whole
@@ -64,6 +52,12 @@ func isCockroach(dsn string) bool {
 // acknowledged as success. Both are shown by TestInTx*.
 func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(q *Queries) error) error {
 	return InRawTx(ctx, pool, func(tx pgx.Tx) error { return fn(New(tx)) })
+}
+
+// Retry runs fn again on serialization failures, for work that is a single
+// statement (an implicit transaction) or that manages its own transaction.
+func Retry(ctx context.Context, fn func() error) error {
+	return crdb.ExecuteCtx(ctx, func(context.Context, ...any) error { return fn() })
 }
 
 // InRawTx is InTx for code that needs the pgx.Tx itself (River's

@@ -6,11 +6,3 @@ VALUES (@id, @tenant_id, now(), @actor, @action, @target_kind, @target_id, @targ
 SELECT * FROM audit_log
 WHERE tenant_id = @tenant_id AND target_id = @target_id
 ORDER BY at, id;
-
--- name: GetIdempotencyKey :one
-SELECT request_hash, response FROM idempotency_keys
-WHERE tenant_id = @tenant_id AND operation = @operation AND key = @key;
-
--- name: InsertIdempotencyKey :exec
-INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
-VALUES (@tenant_id, @operation, @key, @request_hash, @response, now());

@@ -9,13 +9,6 @@ INSERT INTO namespaces (tenant_id, name, created_at)
 VALUES (@tenant_id, @name, now())
 ON CONFLICT (tenant_id, name) DO NOTHING;
 
--- name: InsertJob :one
-INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec,
-                  shard, next_fire_at, created_at, created_by, updated_at, updated_by)
-VALUES (@id, @tenant_id, @namespace, @name, @description, @labels, 'active', 1, @spec,
-        @shard, @next_fire_at, now(), @actor, now(), @actor)
-RETURNING *;
-
 -- name: InsertJobVersion :exec
 INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
 VALUES (@job_id, @version, @tenant_id, @description, @labels, @spec, now(), @actor);
@@ -58,3 +51,36 @@ LIMIT @page_size;
 
 -- name: CountJobs :one
 SELECT count(*) FROM jobs WHERE tenant_id = @tenant_id;
+
+-- CreateLookup reads the database clock and, for an idempotent create, the
+-- answer stored under the key (NULLs when there is none), in one round trip.
+-- name: CreateLookup :one
+SELECT now()::timestamptz AS now, k.request_hash, k.response
+FROM (SELECT 1) AS one
+LEFT JOIN idempotency_keys AS k
+    ON k.tenant_id = @tenant_id AND k.operation = 'CreateJob' AND k.key = @idempotency_key;
+
+-- CreateJob writes a new job with its namespace, version 1, audit row and
+-- idempotency key (when one is given) in one statement, hence one implicit
+-- transaction and one round trip. Foreign keys are checked at its end.
+-- name: CreateJob :exec
+WITH ns AS (
+    INSERT INTO namespaces (tenant_id, name, created_at)
+    VALUES (@tenant_id, @namespace, @now)
+    ON CONFLICT (tenant_id, name) DO NOTHING
+), j AS (
+    INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec,
+                      shard, next_fire_at, created_at, created_by, updated_at, updated_by)
+    VALUES (@id, @tenant_id, @namespace, @name, @description, @labels, 'active', 1, @spec,
+            @shard, @next_fire_at, @now, @actor, @now, @actor)
+    RETURNING id
+), v AS (
+    INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
+    SELECT j.id, 1, @tenant_id, @description, @labels, @spec, @now, @actor FROM j
+), a AS (
+    INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
+    SELECT @audit_id, @tenant_id, @now, @actor, 'create', 'job', j.id, @target_name, NULL, @snapshot::jsonb FROM j
+)
+INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
+SELECT @tenant_id, 'CreateJob', @idempotency_key::text, @request_hash, @snapshot::jsonb, @now FROM j
+WHERE @idempotency_key::text <> '';

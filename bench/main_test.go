@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/engine/pgcluster"
+)
+
+// serverURL is an `orrery serve` started by TestMain against a durable
+// PostgreSQL (fsync on, synchronous_commit on) on the same machine.
+var serverURL string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		return m.Run() // no benchmark asked for: start nothing
+	}
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "orrery-bench-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(dir)
+	_ = os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "orrery")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/orrery").CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("build: %v\n%s", err, out))
+	}
+	cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg")})
+	if err != nil {
+		return fail(err)
+	}
+	defer cluster.Stop()
+	if out, err := exec.Command(bin, "migrate", "up", "--db", cluster.DSN("")).CombinedOutput(); err != nil {
+		return fail(fmt.Errorf("migrate: %v\n%s", err, out))
+	}
+	addr := freeAddr()
+	serve := exec.Command(bin, "serve", "--db", cluster.DSN(""), "--addr", addr, "--log-level", "warn")
+	var logs bytes.Buffer
+	serve.Stdout, serve.Stderr = &logs, &logs
+	if err := serve.Start(); err != nil {
+		return fail(err)
+	}
+	defer func() {
+		_ = serve.Process.Signal(syscall.SIGTERM)
+		_ = serve.Wait()
+	}()
+	serverURL = "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Post(serverURL+"/grpc.health.v1.Health/Check", "application/json", bytes.NewReader([]byte("{}")))
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			return fail(fmt.Errorf("orrery serve did not start:\n%s", logs.String()))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	code := m.Run()
+	if os.Getenv("ORRERY_BENCH_STATS") != "" {
+		conn, err := pgx.Connect(ctx, cluster.DSN(""))
+		if err == nil {
+			var commits, rollbacks int64
+			_ = conn.QueryRow(ctx, "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&commits, &rollbacks)
+			fmt.Fprintf(os.Stderr, "bench: database commits %d, rollbacks %d\n", commits, rollbacks)
+			conn.Close(ctx)
+		}
+	}
+	return code
+}
+
+func fail(err error) int {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	return 1
+}
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

@@ -1,0 +1,195 @@
+package main_test
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests build the real binary and drive it as a user would: `orrery
+// dev` as a child process with its own PostgreSQL, then the client verbs.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "orrery-cli-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "orrery")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// run runs the binary with args and returns stdout, stderr and the exit code.
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// startDev runs `orrery dev` until the API answers, and returns a stop
+// function that sends Ctrl-C and waits for a clean exit.
+func startDev(t *testing.T, dataDir, addr string) (stop func()) {
+	t.Helper()
+	cmd := exec.Command(binary, "dev", "--addr", addr)
+	cmd.Env = append(os.Environ(), "ORRERY_DATA_DIR="+dataDir)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if _, _, code := run(t, "--server", addr, "jobs", "list"); code == 0 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("orrery dev exited (%v):\n%s", err, logs.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("orrery dev did not serve within 90s:\n%s", logs.String())
+		}
+	}
+	return func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("orrery dev exited with %v after Ctrl-C:\n%s", err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("orrery dev did not stop within 30s of Ctrl-C")
+		}
+	}
+}
+
+// reachableDir is a temporary folder that the postgres user can enter
+// (t.TempDir's are private to root).
+func reachableDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "orrery-dev-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func TestDevServesExamplesAndClientVerbs(t *testing.T) {
+	dataDir := filepath.Join(reachableDir(t), "data")
+	addr := freeAddr(t)
+	stop := startDev(t, dataDir, addr)
+
+	out, _, _ := run(t, "--server", addr, "jobs", "list")
+	for _, name := range []string{"nightly-sales", "hourly-sync", "publish-reports"} {
+		if !strings.Contains(out, name) {
+			t.Errorf("jobs list lacks example %s:\n%s", name, out)
+		}
+	}
+
+	jobFile := filepath.Join(t.TempDir(), "job.yaml")
+	os.WriteFile(jobFile, []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: cli-job, namespace: team-a}
+spec:
+  schedule: {cron: "30 2 * * *", timezone: America/New_York}
+  run: {handler: noop}
+`), 0o644)
+	if out, errOut, code := run(t, "--server", addr, "jobs", "create", "-f", jobFile); code != 0 || !strings.Contains(out, "job team-a/cli-job created") {
+		t.Fatalf("create: %d %s %s", code, out, errOut)
+	}
+	if _, errOut, code := run(t, "--server", addr, "jobs", "create", "-f", jobFile); code == 0 || !strings.Contains(errOut, "already_exists") {
+		t.Fatalf("duplicate create: %d %s", code, errOut)
+	}
+	out, _, code := run(t, "--server", addr, "jobs", "get", "cli-job", "-n", "team-a")
+	if code != 0 || !strings.Contains(out, "next_fire_times:") || !strings.Contains(out, "status: active") {
+		t.Fatalf("get: %s", out)
+	}
+	for _, verb := range []string{"pause", "resume", "delete"} {
+		if out, errOut, code := run(t, "--server", addr, "jobs", verb, "cli-job", "-n", "team-a"); code != 0 {
+			t.Fatalf("%s: %s %s", verb, out, errOut)
+		}
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  schedule: {cron: \"61 * * * *\"}\n  run: {handler: noop}\n  colour: blue\n"), 0o644)
+	_, errOut, code := run(t, "--server", addr, "jobs", "create", "-f", bad)
+	if code == 0 || !strings.Contains(errOut, bad+":7:3: spec.colour: unknown field") {
+		t.Fatalf("bad file: %d %s", code, errOut)
+	}
+
+	out, errOut, code = run(t, "--server", addr, "schedule", "preview", "--cron", "30 2 * * *", "--tz", "America/New_York", "--from", "2026-03-07T12:00:00Z", "-n", "3")
+	if code != 0 || out != "2026-03-08T07:00:00Z\n2026-03-09T06:30:00Z\n2026-03-10T06:30:00Z\n" {
+		t.Fatalf("preview: %d %q %s", code, out, errOut)
+	}
+	out, errOut, code = run(t, "--server", addr, "schedule", "preview", "--cron", "61 * * * *")
+	if code == 0 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "minute field") {
+		t.Fatalf("bad preview: %d %q %q", code, out, errOut)
+	}
+	out, _, code = run(t, "--server", addr, "schedule", "preview", "--at", "2026-12-31T23:59:59+01:00")
+	if code != 0 || out != "2026-12-31T22:59:59Z\n" {
+		t.Fatalf("preview --at: %d %q", code, out)
+	}
+	stop()
+
+	// A second run reuses the data: the examples are unchanged, the deleted job is still on record.
+	stop = startDev(t, dataDir, addr)
+	defer stop()
+	out, _, _ = run(t, "--server", addr, "jobs", "list", "--status", "deleted")
+	if !strings.Contains(out, "cli-job") {
+		t.Fatalf("second run lost the data:\n%s", out)
+	}
+}
+
+func TestValidateListsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: a}\nspec:\n  schedule: {cron: \"* * * *\"}\n  run: {handler: h}\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: B}\nspec:\n  schedule: {cron: \"@daily\", timezone: Mars/Base}\n  run: {handler: h}\n"), 0o644)
+	_, errOut, code := run(t, "validate", "-f", dir)
+	if code == 0 || !strings.Contains(errOut, "a.yaml:5:14: spec.schedule.cron") || !strings.Contains(errOut, "b.yaml:3:12: metadata.name") || !strings.Contains(errOut, "b.yaml:5:30: spec.schedule.timezone") {
+		t.Fatalf("validate: %d\n%s", code, errOut)
+	}
+	out, _, code := run(t, "validate", "-f", "../../examples")
+	if code != 0 || !strings.Contains(out, "3 job(s) in 3 file(s) are valid") {
+		t.Fatalf("examples: %d %s", code, out)
+	}
+}
