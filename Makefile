@@ -11,8 +11,8 @@ SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 .PHONY: dev test generate check-generate postgres build bench lint
 
 ## dev: private PostgreSQL under .orrery/, migrations, example jobs, API on 127.0.0.1:8080
-dev: postgres
-	$(GO) run ./cmd/orrery dev
+dev: postgres build
+	@bin/orrery dev
 
 ## test: generated code up to date, vet, and every test against real PostgreSQL
 test: postgres check-generate
