@@ -19,11 +19,14 @@ type Attempt struct {
 	Worker       string
 	StartedAt    time.Time
 	FinishedAt   *time.Time
-	Outcome      *string
-	ExitReason   *string
-	FailureClass *string
+	Outcome      string
+	ExitReason   string
+	FailureClass string
 	Error        string
 	Output       string
+	LateOutcome  string
+	LateError    string
+	LateAt       *time.Time
 }
 
 type AuditLog struct {
@@ -134,9 +137,17 @@ type Task struct {
 	FencingToken     int64
 	LeaseOwner       *string
 	LeaseExpiresAt   *time.Time
+	TriggerRule      string
+	LastError        string
 	CreatedAt        time.Time
 	ReleasedAt       *time.Time
+	StartedAt        *time.Time
 	FinishedAt       *time.Time
+}
+
+type TaskEdge struct {
+	ParentID uuid.UUID
+	ChildID  uuid.UUID
 }
 
 type Tenant struct {
