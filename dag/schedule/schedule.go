@@ -3,6 +3,7 @@ package schedule
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	_ "time/tzdata" // zones resolve the same on machines without /usr/share/zoneinfo
 
@@ -118,12 +119,20 @@ func loadLocation(name string) (*time.Location, error) {
 	case "Local":
 		return nil, errorf("timezone", "name an IANA zone such as America/New_York; Local depends on the machine")
 	}
-	loc, err := time.LoadLocation(name)
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name) // reads the zone file: cached below
 	if err != nil {
 		return nil, errorf("timezone", "unknown IANA time zone %q", name)
 	}
+	zones.Store(name, loc)
 	return loc, nil
 }
+
+// zones caches loaded time zones by name; the scheduler parses schedules
+// on every pass.
+var zones sync.Map
 
 // explainCronError turns robfig/cron's message into one that names the
 // cron field at fault.

@@ -1,0 +1,128 @@
+// Package executor runs one attempt of a step: an HTTP webhook, a command,
+// or a Go handler registered in the worker binary. It resolves secret
+// references on the worker, at run time, and reports the outcome with an
+// exit reason and failure class; it never decides about retries beyond
+// saying whether a failure is worth retrying.
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag"
+)
+
+// Call is one attempt of one step.
+type Call struct {
+	RunID        uuid.UUID
+	TaskID       uuid.UUID
+	JobID        uuid.UUID
+	Namespace    string
+	Job          string
+	Step         string
+	Attempt      int
+	FencingToken int64
+	ScheduledFor time.Time
+	Trigger      string
+	Payload      json.RawMessage
+	Executor     dag.Executor
+}
+
+// IdempotencyKey is stable across deliveries of one attempt, so handlers
+// can dedupe: run/step/attempt.
+func (c Call) IdempotencyKey() string {
+	return c.RunID.String() + "/" + c.Step + "/" + itoa(c.Attempt)
+}
+
+// Exit reasons and failure classes.
+const (
+	ReasonError        = "error"
+	ReasonTimeout      = "timeout"
+	ReasonCancelled    = "cancelled"
+	ReasonLeaseExpired = "lease_expired"
+	ReasonHTTP4xx      = "http_4xx"
+	ReasonHTTP5xx      = "http_5xx"
+	ReasonExitCode     = "exit_code"
+
+	ClassUser   = "user"
+	ClassSystem = "system"
+)
+
+// Result is how an attempt ended.
+type Result struct {
+	OK           bool
+	ExitReason   string
+	FailureClass string
+	Retryable    bool
+	Error        string
+	Output       string // an excerpt, at most MaxOutput bytes
+}
+
+// MaxOutput bounds the output excerpt kept per attempt.
+const MaxOutput = 8 << 10
+
+// HandlerFunc is a step implemented in Go, registered in a worker binary
+// by name. Returning an error fails the attempt (retried unless wrapped
+// with Permanent); a panic fails it too.
+type HandlerFunc func(ctx context.Context, call Call) error
+
+// Permanent marks a handler error as not worth retrying.
+func Permanent(err error) error { return permanentError{err} }
+
+type permanentError struct{ error }
+
+func (p permanentError) Unwrap() error { return p.error }
+
+// Runner runs calls on this worker.
+type Runner struct {
+	HTTP *HTTPRunner
+	// Command runs command steps; nil refuses them.
+	Command  *CommandRunner
+	Handlers map[string]HandlerFunc
+}
+
+// Run runs one attempt. ctx carries the step's timeout and the worker's
+// cancellation; Run reports which of the two ended it.
+func (r *Runner) Run(ctx context.Context, c Call) (res Result) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = Result{ExitReason: ReasonError, FailureClass: ClassUser, Retryable: true, Error: "handler panicked: " + toString(p)}
+		}
+		if !res.OK && ctx.Err() != nil {
+			res.Retryable = true
+			res.FailureClass = ClassSystem
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				res.ExitReason, res.FailureClass = ReasonTimeout, ClassUser
+			} else {
+				res.ExitReason = ReasonCancelled
+			}
+		}
+		if len(res.Output) > MaxOutput {
+			res.Output = res.Output[len(res.Output)-MaxOutput:]
+		}
+	}()
+	switch e := c.Executor; {
+	case e.HTTP != nil:
+		return r.HTTP.Run(ctx, c)
+	case e.Command != nil:
+		if r.Command == nil {
+			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: "this worker runs no commands (start it with --allow-command)"}
+		}
+		return r.Command.Run(ctx, c)
+	case e.Handler != "":
+		h, ok := r.Handlers[e.Handler]
+		if !ok {
+			return Result{ExitReason: ReasonError, FailureClass: ClassSystem, Retryable: true, Error: "no handler " + e.Handler + " registered in this worker"}
+		}
+		if err := h(ctx, c); err != nil {
+			var perm permanentError
+			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Retryable: !errors.As(err, &perm), Error: err.Error()}
+		}
+		return Result{OK: true}
+	}
+	return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: "step has no executor"}
+}

@@ -1,0 +1,87 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// HTTPRunner calls webhooks. The request is a JSON body describing the
+// attempt; 2xx succeeds; 408, 429, 5xx, timeouts and connection errors are
+// retried; any other 4xx fails for good.
+type HTTPRunner struct {
+	Client *http.Client
+}
+
+type webhookBody struct {
+	RunID        string          `json:"run_id"`
+	TaskID       string          `json:"task_id"`
+	Job          string          `json:"job"`
+	Namespace    string          `json:"namespace"`
+	Step         string          `json:"step"`
+	Attempt      int             `json:"attempt"`
+	FencingToken int64           `json:"fencing_token"`
+	ScheduledFor time.Time       `json:"scheduled_for"`
+	Trigger      string          `json:"trigger"`
+	Payload      json.RawMessage `json:"payload,omitempty"`
+}
+
+// Run calls the step's webhook.
+func (h *HTTPRunner) Run(ctx context.Context, c Call) Result {
+	spec := c.Executor.HTTP
+	body, _ := json.Marshal(webhookBody{
+		RunID: c.RunID.String(), TaskID: c.TaskID.String(), Job: c.Job, Namespace: c.Namespace, Step: c.Step,
+		Attempt: c.Attempt, FencingToken: c.FencingToken, ScheduledFor: c.ScheduledFor.UTC(), Trigger: c.Trigger,
+		Payload: c.Payload,
+	})
+	req, err := http.NewRequestWithContext(ctx, spec.Method, spec.URL, bytes.NewReader(body))
+	if err != nil {
+		return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: err.Error()}
+	}
+	for k, v := range spec.Headers {
+		val, err := resolve(v)
+		if err != nil {
+			return Result{ExitReason: ReasonError, FailureClass: ClassSystem, Retryable: true, Error: err.Error()}
+		}
+		req.Header.Set(k, val)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "orrery")
+	req.Header.Set("Idempotency-Key", c.IdempotencyKey())
+	req.Header.Set("X-Orrery-Attempt", fmt.Sprint(c.Attempt))
+	req.Header.Set("X-Orrery-Fencing-Token", fmt.Sprint(c.FencingToken))
+	client := h.Client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		reason := ReasonError
+		if errors.Is(err, context.DeadlineExceeded) {
+			reason = ReasonTimeout
+		}
+		return Result{ExitReason: reason, FailureClass: ClassSystem, Retryable: true, Error: err.Error()}
+	}
+	defer resp.Body.Close()
+	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, MaxOutput))
+	out := Result{Output: string(excerpt)}
+	switch code := resp.StatusCode; {
+	case code >= 200 && code < 300:
+		out.OK = true
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests:
+		out.ExitReason, out.FailureClass, out.Retryable = ReasonHTTP4xx, ClassSystem, true
+	case code >= 500:
+		out.ExitReason, out.FailureClass, out.Retryable = ReasonHTTP5xx, ClassSystem, true
+	default:
+		out.ExitReason, out.FailureClass = ReasonHTTP4xx, ClassUser
+	}
+	if !out.OK {
+		out.Error = fmt.Sprintf("%s %s: %s", spec.Method, spec.URL, resp.Status)
+	}
+	return out
+}

@@ -1,0 +1,156 @@
+package run
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/store"
+)
+
+// Statuses of runs and tasks.
+const (
+	StatusQueued       = "queued"
+	StatusPending      = "pending"
+	StatusRunning      = "running"
+	StatusSucceeded    = "succeeded"
+	StatusFailed       = "failed"
+	StatusSkipped      = "skipped"
+	StatusCancelled    = "cancelled"
+	StatusDeadLettered = "dead_lettered"
+
+	TaskWaiting        = "waiting"
+	TaskQueued         = "queued"
+	TaskRunning        = "running"
+	TaskRetrying       = "retrying"
+	TaskSucceeded      = "succeeded"
+	TaskFailed         = "failed"
+	TaskUpstreamFailed = "upstream_failed"
+	TaskCancelled      = "cancelled"
+	TaskDeadLettered   = "dead_lettered"
+)
+
+// JobRef is what a run needs to know of its job.
+type JobRef struct {
+	ID      uuid.UUID
+	Tenant  uuid.UUID
+	Version int64
+	Shard   int
+	Spec    *dag.JobSpec
+}
+
+// New is a run to create.
+type New struct {
+	Job     JobRef
+	At      time.Time // the scheduled instant (or the trigger time)
+	Trigger string
+	Status  string // pending, queued, skipped or cancelled
+	Reason  string
+}
+
+// Insert writes runs in tx: pending and queued ones with all their tasks,
+// and the root tasks of pending runs released to their worker pools. A run
+// whose (job, instant) exists already is not written (invariant 2). It
+// returns the ids of the runs written, in order, uuid.Nil for the others.
+func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New) ([]uuid.UUID, error) {
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	q := store.New(tx)
+	rp := store.InsertRunsParams{}
+	ids := make([]uuid.UUID, len(runs))
+	for i, r := range runs {
+		ids[i] = uuid.Must(uuid.NewV7())
+		rp.Ids = append(rp.Ids, ids[i])
+		rp.TenantIds = append(rp.TenantIds, r.Job.Tenant)
+		rp.JobIds = append(rp.JobIds, r.Job.ID)
+		rp.JobVersions = append(rp.JobVersions, r.Job.Version)
+		rp.Shards = append(rp.Shards, int32(r.Job.Shard))
+		rp.ScheduledFors = append(rp.ScheduledFors, r.At)
+		rp.Triggers = append(rp.Triggers, r.Trigger)
+		rp.Statuses = append(rp.Statuses, r.Status)
+		rp.Reasons = append(rp.Reasons, r.Reason)
+	}
+	written, err := q.InsertRuns(ctx, rp)
+	if err != nil {
+		return nil, err
+	}
+	ok := make(map[uuid.UUID]bool, len(written))
+	for _, id := range written {
+		ok[id] = true
+	}
+	tp := store.InsertTasksParams{}
+	ep := store.InsertEdgesParams{}
+	var ready []dispatch.Ready
+	for i, r := range runs {
+		if !ok[ids[i]] {
+			ids[i] = uuid.Nil
+			continue
+		}
+		if r.Status != StatusPending && r.Status != StatusQueued {
+			continue
+		}
+		stepIDs := make(map[string]uuid.UUID, len(r.Job.Spec.Steps))
+		for _, st := range r.Job.Spec.Steps {
+			stepIDs[st.Name] = uuid.Must(uuid.NewV7())
+		}
+		for k, st := range r.Job.Spec.Steps {
+			set := r.Job.Spec.Effective(k)
+			status := TaskWaiting
+			if len(st.Needs) == 0 && r.Status == StatusPending {
+				status = TaskQueued
+				ready = append(ready, dispatch.Ready{TaskID: stepIDs[st.Name], Tenant: r.Job.Tenant, Queue: set.Queue, Priority: set.Priority, Attempt: 1})
+			}
+			tp.Ids = append(tp.Ids, stepIDs[st.Name])
+			tp.TenantIds = append(tp.TenantIds, r.Job.Tenant)
+			tp.RunIds = append(tp.RunIds, ids[i])
+			tp.Steps = append(tp.Steps, st.Name)
+			tp.Statuses = append(tp.Statuses, status)
+			tp.ParentsRemaining = append(tp.ParentsRemaining, int32(len(st.Needs)))
+			tp.Queues = append(tp.Queues, set.Queue)
+			tp.Priorities = append(tp.Priorities, int32(set.Priority))
+			tp.TriggerRules = append(tp.TriggerRules, st.TriggerRule)
+			for _, need := range st.Needs {
+				ep.Parents = append(ep.Parents, stepIDs[need])
+				ep.Children = append(ep.Children, stepIDs[st.Name])
+			}
+		}
+	}
+	if len(tp.Ids) > 0 {
+		if err := q.InsertTasks(ctx, tp); err != nil {
+			return nil, err
+		}
+	}
+	if len(ep.Parents) > 0 {
+		if err := q.InsertEdges(ctx, ep); err != nil {
+			return nil, err
+		}
+	}
+	return ids, d.Release(ctx, tx, ready)
+}
+
+// Cancel cancels runs that have not finished, with their unfinished tasks;
+// running attempts are closed as cancelled and their later reports will be
+// stale. It returns the runs it cancelled.
+func Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string) ([]uuid.UUID, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	q := store.New(tx)
+	cancelled, err := q.CancelRuns(ctx, store.CancelRunsParams{Ids: ids, Reason: reason})
+	if err != nil || len(cancelled) == 0 {
+		return cancelled, err
+	}
+	tasks, err := q.CancelTasksOfRuns(ctx, cancelled)
+	if err != nil {
+		return nil, err
+	}
+	if len(tasks) > 0 {
+		err = q.CloseRunningAttempts(ctx, store.CloseRunningAttemptsParams{TaskIds: tasks, ExitReason: "cancelled", FailureClass: "user", Error: reason})
+	}
+	return cancelled, err
+}

@@ -1,0 +1,20 @@
+// Package scheduler turns due schedules into runs, on the shards this node
+// owns.
+//
+// Each pass asks the database, with one index probe per owned shard, for
+// the earliest fire time of the shard's active jobs. For every shard with a
+// job due, createRunsForDueJobs commits, in one transaction per batch:
+//
+//   - the fencing check: this node still owns the shard at its epoch, with a
+//     live lease (invariant 3); when it fails the shard is dropped at once;
+//   - the due jobs, locked, oldest first;
+//   - for each, the plan: misfire policy (instants later than MisfireAfter
+//     count as missed), then overlap policy against the job's active runs;
+//   - the runs (skipped ones too, with the policy that skipped them: the
+//     unique (job, instant) constraint is invariant 2), their tasks, the
+//     River jobs of the root tasks, the cancellation of runs replaced by
+//     cancel_previous, and each job's next fire time.
+//
+// Times come from the database's now(); this process's clock only paces
+// the loop, so a node whose clock is off fires nothing early or late.
+package scheduler

@@ -1,0 +1,294 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/shard"
+)
+
+// Config configures a Scheduler.
+type Config struct {
+	Pool       *pgxpool.Pool
+	Shards     *shard.Manager
+	Dispatcher *dispatch.Dispatcher
+	// Batch is how many due jobs one transaction takes; default 500.
+	Batch int
+	// Parallel is how many shards are fired at once; default 4.
+	Parallel int
+	// MisfireAfter is how late an instant may be and still fire as on time;
+	// later ones go to the job's misfire policy. Default 1 minute.
+	MisfireAfter time.Duration
+	// MaxSleep bounds the wait between passes, hence how soon a newly
+	// created job that is due at once is seen; default 200 ms.
+	MaxSleep time.Duration
+	Logger   *slog.Logger
+}
+
+func (c *Config) withDefaults() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("scheduler: Config.Pool is required")
+	case c.Shards == nil:
+		return errors.New("scheduler: Config.Shards is required")
+	case c.Dispatcher == nil:
+		return errors.New("scheduler: Config.Dispatcher is required")
+	}
+	if c.Batch == 0 {
+		c.Batch = 500
+	}
+	if c.Parallel == 0 {
+		c.Parallel = 4
+	}
+	if c.MisfireAfter == 0 {
+		c.MisfireAfter = time.Minute
+	}
+	if c.MaxSleep == 0 {
+		c.MaxSleep = 200 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Scheduler fires the due jobs of the shards its node owns.
+type Scheduler struct {
+	cfg Config
+	mu  sync.Mutex
+	// Skipped counts skipped instants by reason since start.
+	skipped map[string]int
+	fired   int
+}
+
+// New returns a Scheduler; Run starts it.
+func New(cfg Config) (*Scheduler, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	return &Scheduler{cfg: cfg, skipped: map[string]int{}}, nil
+}
+
+// Stats returns the runs fired and the instants skipped, by reason.
+func (s *Scheduler) Stats() (fired int, skipped map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.skipped))
+	for k, v := range s.skipped {
+		out[k] = v
+	}
+	return s.fired, out
+}
+
+// Run fires due jobs until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	for {
+		sleep, err := s.pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("scheduler pass failed", "err", err)
+			sleep = time.Second
+		}
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-s.cfg.Shards.Changed():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// pass fires every owned shard that has a job due and returns how long to
+// wait before the next pass.
+func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
+	leases := s.cfg.Shards.Leases()
+	if len(leases) == 0 {
+		return s.cfg.MaxSleep, nil
+	}
+	byShard := make(map[int]*shard.Lease, len(leases))
+	ids := make([]int32, len(leases))
+	for i, l := range leases {
+		byShard[l.Shard] = l
+		ids[i] = int32(l.Shard)
+	}
+	heads, err := store.New(s.cfg.Pool).ShardHeads(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	sleep := s.cfg.MaxSleep
+	var due []*shard.Lease
+	for _, h := range heads {
+		if wait := h.NextFireAt.Sub(h.Now); wait > 0 {
+			sleep = min(sleep, wait)
+		} else {
+			due = append(due, byShard[int(h.Shard)])
+		}
+	}
+	if len(due) == 0 {
+		return max(sleep, time.Millisecond), nil
+	}
+	sem := make(chan struct{}, s.cfg.Parallel)
+	var wg sync.WaitGroup
+	var failed sync.Once
+	var failure error
+	for _, l := range due {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := s.fireShard(ctx, l); err != nil {
+				failed.Do(func() { failure = err })
+			}
+		})
+	}
+	wg.Wait()
+	return 0, failure // look again at once: more may be due
+}
+
+// fireShard fires one shard's due jobs, batch by batch.
+func (s *Scheduler) fireShard(ctx context.Context, l *shard.Lease) error {
+	for {
+		select {
+		case <-l.Done():
+			return nil
+		default:
+		}
+		n, err := s.createRunsForDueJobs(ctx, l)
+		switch {
+		case errors.Is(err, shard.ErrLost):
+			s.cfg.Shards.Lost(l)
+			return nil
+		case err != nil:
+			return fmt.Errorf("shard %d: %w", l.Shard, err)
+		case n < s.cfg.Batch:
+			return nil
+		}
+	}
+}
+
+// dueJob is a locked due job with its parsed definition.
+type dueJob struct {
+	row   store.DueJobsRow
+	spec  dag.JobSpec
+	sched *schedule.Schedule
+}
+
+// createRunsForDueJobs commits one batch of a shard's due jobs: runs,
+// tasks, River jobs, cancellations and next fire times, fenced by the
+// shard's epoch. It returns how many jobs it took.
+func (s *Scheduler) createRunsForDueJobs(ctx context.Context, l *shard.Lease) (int, error) {
+	var taken int
+	var fired int
+	var skips map[string]int
+	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		node := s.cfg.Shards.NodeID()
+		if _, err := q.CheckShardFence(ctx, store.CheckShardFenceParams{Shard: int32(l.Shard), Node: node, Epoch: l.Epoch}); err != nil {
+			if store.IsNotFound(err) {
+				return shard.ErrLost
+			}
+			return err
+		}
+		rows, err := q.DueJobs(ctx, store.DueJobsParams{Shard: int32(l.Shard), Batch: int32(s.cfg.Batch)})
+		if err != nil || len(rows) == 0 {
+			taken = 0
+			return err
+		}
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return err
+		}
+		jobs := make([]dueJob, 0, len(rows))
+		jobIDs := make([]uuid.UUID, len(rows))
+		for i, r := range rows {
+			jobIDs[i] = r.ID
+			d := dueJob{row: r}
+			if err := json.Unmarshal(r.Spec, &d.spec); err != nil {
+				return fmt.Errorf("job %s: spec: %w", r.ID, err)
+			}
+			if d.sched, err = schedule.Parse(d.spec.Schedule); err != nil {
+				return fmt.Errorf("job %s: schedule: %w", r.ID, err)
+			}
+			jobs = append(jobs, d)
+		}
+		activeRows, err := q.ActiveRuns(ctx, jobIDs)
+		if err != nil {
+			return err
+		}
+		active := map[uuid.UUID][]activeRun{}
+		for _, a := range activeRows {
+			active[a.JobID] = append(active[a.JobID], activeRun{ID: a.ID, Status: a.Status})
+		}
+
+		var news []run.New
+		var cancel []uuid.UUID
+		adv := store.AdvanceJobsParams{}
+		fired, skips = 0, map[string]int{}
+		oldest := now
+		for _, j := range jobs {
+			pending := *j.row.NextFireAt
+			oldest = minTime(oldest, pending)
+			p := planJob(j.sched, &j.spec, pending, now, active[j.row.ID], s.cfg.MisfireAfter)
+			ref := run.JobRef{ID: j.row.ID, Tenant: j.row.TenantID, Version: j.row.Version, Shard: l.Shard, Spec: &j.spec}
+			for _, r := range p.Runs {
+				news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason})
+				if r.Status == RunPending || r.Status == RunQueued {
+					fired++
+				}
+			}
+			for k, v := range p.Skips {
+				skips[k] += v
+			}
+			cancel = append(cancel, p.Cancel...)
+			adv.Ids = append(adv.Ids, j.row.ID)
+			adv.Nexts = append(adv.Nexts, p.Next)
+			adv.Done = append(adv.Done, p.Done)
+		}
+		if _, err := run.Cancel(ctx, tx, cancel, "overlap: cancel_previous (a newer instant fired)"); err != nil {
+			return err
+		}
+		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news); err != nil {
+			return err
+		}
+		if err := q.AdvanceJobs(ctx, adv); err != nil {
+			return err
+		}
+		if err := q.SetShardLag(ctx, store.SetShardLagParams{Shard: int32(l.Shard), Node: node, LagSeconds: now.Sub(oldest).Seconds()}); err != nil {
+			return err
+		}
+		taken = len(rows)
+		return nil
+	})
+	if err == nil && taken > 0 {
+		s.mu.Lock()
+		s.fired += fired
+		for k, v := range skips {
+			s.skipped[k] += v
+			s.cfg.Logger.Info("instants skipped", "shard", l.Shard, "reason", k, "count", v)
+		}
+		s.mu.Unlock()
+	}
+	return taken, err
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,116 @@
+-- StartAttempt moves a queued or retrying task to running for the attempt
+-- its River job was made for, bumping the fencing token and taking a lease.
+-- No row: the River job is stale (the task moved on, or was cancelled).
+-- name: StartAttempt :one
+UPDATE tasks
+SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
+    lease_owner = @worker, lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8),
+    started_at = COALESCE(started_at, now())
+WHERE id = @id AND status IN ('queued', 'retrying') AND attempt = @prev_attempt
+RETURNING id, tenant_id, run_id, step, attempt, fencing_token, queue, now()::timestamptz AS now;
+
+-- name: InsertAttempt :exec
+INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
+VALUES (@id, @task_id, @tenant_id, @number, @fencing_token, @worker, now());
+
+-- name: MarkRunRunning :exec
+UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
+WHERE id = @id AND status = 'pending';
+
+-- TaskContext is what an executor needs: the run's instant and the step's
+-- definition at the job version the run pinned.
+-- name: TaskContext :one
+SELECT r.job_id, r.scheduled_for, r.trigger, v.spec, j.namespace, j.name
+FROM runs AS r
+JOIN job_versions AS v ON v.job_id = r.job_id AND v.version = r.job_version
+JOIN jobs AS j ON j.id = r.job_id
+WHERE r.id = @run_id;
+
+-- RenewTaskLeases extends, in one statement, the leases of every task this
+-- worker runs, at the fencing tokens it holds ("task@token"); tasks missing
+-- from the answer were cancelled or taken away.
+-- name: RenewTaskLeases :many
+UPDATE tasks SET lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8)
+WHERE lease_owner = @worker AND status = 'running'
+  AND (id::text || '@' || fencing_token::text) = ANY(@leases::text[])
+RETURNING id;
+
+-- FinishTask ends the running attempt holding @fencing_token; no row means
+-- the report is stale (invariant 5).
+-- name: FinishTask :one
+UPDATE tasks
+SET status = @status, lease_owner = NULL, lease_expires_at = NULL, last_error = @last_error,
+    finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
+WHERE id = @id AND fencing_token = @fencing_token AND status = 'running'
+RETURNING run_id, attempt, queue, priority, tenant_id, now()::timestamptz AS now;
+
+-- name: FinishAttempt :exec
+UPDATE attempts
+SET finished_at = now(), outcome = @outcome, exit_reason = @exit_reason, failure_class = @failure_class,
+    error = @error, output = @output
+WHERE task_id = @task_id AND fencing_token = @fencing_token AND outcome = 'running';
+
+-- name: RecordLateReport :exec
+UPDATE attempts SET late_outcome = @outcome, late_error = @error, late_at = now()
+WHERE task_id = @task_id AND fencing_token = @fencing_token;
+
+-- DecrementChildren counts one more parent done for each child of a task
+-- and returns the children with their new counts.
+-- name: DecrementChildren :many
+UPDATE tasks SET parents_remaining = parents_remaining - 1
+WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = @parent_id) AND status = 'waiting'
+RETURNING id, tenant_id, parents_remaining, queue, priority, trigger_rule;
+
+-- name: ReleaseTasks :exec
+UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now())
+WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
+
+-- UpstreamFailDescendants marks every waiting descendant of a task that
+-- failed for good as upstream_failed, except all_done steps.
+-- name: UpstreamFailDescendants :many
+WITH RECURSIVE d (id) AS (
+    SELECT te.child_id FROM task_edges AS te WHERE te.parent_id = @failed_id
+    UNION
+    SELECT e.child_id FROM task_edges AS e JOIN d ON e.parent_id = d.id
+)
+UPDATE tasks SET status = 'upstream_failed', finished_at = now()
+WHERE id IN (SELECT id FROM d) AND status = 'waiting' AND trigger_rule = 'all_success'
+RETURNING id;
+
+-- name: RunTaskCounts :many
+SELECT status, count(*)::int AS n FROM tasks WHERE run_id = @run_id GROUP BY status;
+
+-- name: FinishRun :one
+UPDATE runs SET status = @status, reason = @reason, finished_at = now()
+WHERE id = @id AND status IN ('pending', 'running')
+RETURNING job_id;
+
+-- name: ReopenRun :exec
+UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
+WHERE id = @id AND status IN ('failed', 'dead_lettered');
+
+-- PromoteQueuedRun starts the run that overlap: queue held back.
+-- name: PromoteQueuedRun :one
+UPDATE runs SET status = 'pending'
+WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = @job_id AND r.status = 'queued' ORDER BY r.scheduled_for LIMIT 1)
+RETURNING id;
+
+-- name: RootTasks :many
+SELECT id, tenant_id, queue, priority FROM tasks
+WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0;
+
+-- ExpiredLeases takes running tasks whose lease lapsed (their worker died
+-- or stalled); SKIP LOCKED lets several nodes reap without meeting.
+-- name: ExpiredLeases :many
+SELECT id, fencing_token FROM tasks
+WHERE status = 'running' AND lease_expires_at < now()
+ORDER BY lease_expires_at
+LIMIT @batch
+FOR UPDATE SKIP LOCKED;
+
+-- name: TaskRetryPolicy :one
+SELECT t.step, t.attempt, v.spec
+FROM tasks AS t
+JOIN runs AS r ON r.id = t.run_id
+JOIN job_versions AS v ON v.job_id = r.job_id AND v.version = r.job_version
+WHERE t.id = @id;

@@ -1,0 +1,290 @@
+// Package worker runs worker pools: River clients for the queues this
+// process serves, each attempt through an executor, with task leases
+// renewed in one statement per interval for all running tasks, and results
+// reported under the task's fencing token.
+//
+// A worker binary of your own registers Go handlers by name:
+//
+//	w, err := worker.New(worker.Config{
+//		StatePool: pool, Queues: map[string]int{"etl": 10},
+//		Handlers: map[string]executor.HandlerFunc{"load-warehouse": load},
+//	})
+//	err = w.Run(ctx)
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/engine/store"
+)
+
+// Config configures a worker process.
+type Config struct {
+	// StatePool is Orrery's state database.
+	StatePool *pgxpool.Pool
+	// QueuePool holds River's tables; default StatePool.
+	QueuePool *pgxpool.Pool
+	// Queues maps each queue this worker serves to its concurrency.
+	Queues map[string]int
+	// Name identifies the worker in attempts; default host-pid.
+	Name string
+	// LeaseTTL is how long a task's lease lasts without renewal; a worker
+	// that dies has its tasks retried once it lapses. Default 15 s.
+	LeaseTTL time.Duration
+	// AllowCommand lists path.Match patterns of programs command steps may
+	// run; empty refuses every command step.
+	AllowCommand []string
+	// Handlers are the Go steps this binary implements, by name.
+	Handlers map[string]executor.HandlerFunc
+	// HTTPClient calls webhooks; default a client without a global timeout
+	// (each attempt has its step's timeout).
+	HTTPClient *http.Client
+	// FetchCooldown and FetchPollInterval tune River's fetching (see
+	// shared/FACTS.md: River's defaults cap throughput). Defaults 10 ms, 100 ms.
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+	Logger            *slog.Logger
+}
+
+func (c *Config) withDefaults() error {
+	if c.StatePool == nil {
+		return errors.New("worker: Config.StatePool is required")
+	}
+	if len(c.Queues) == 0 {
+		return errors.New("worker: Config.Queues: serve at least one queue (--queue NAME=CONCURRENCY)")
+	}
+	for q, n := range c.Queues {
+		if n <= 0 {
+			return fmt.Errorf("worker: Config.Queues[%q]: concurrency must be positive", q)
+		}
+	}
+	if c.QueuePool == nil {
+		c.QueuePool = c.StatePool
+	}
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
+	if c.LeaseTTL < time.Second {
+		return errors.New("worker: Config.LeaseTTL must be at least 1s")
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{}
+	}
+	if c.FetchCooldown == 0 {
+		c.FetchCooldown = 10 * time.Millisecond
+	}
+	if c.FetchPollInterval == 0 {
+		c.FetchPollInterval = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Worker runs the queues of one process.
+type Worker struct {
+	cfg        Config
+	runner     *executor.Runner
+	dispatcher *dispatch.Dispatcher
+	river      *river.Client[pgx.Tx]
+	sameDB     bool
+
+	mu      sync.Mutex
+	running map[uuid.UUID]*leased // tasks this worker runs, by task id
+}
+
+type leased struct {
+	token  int64
+	cancel context.CancelCauseFunc
+}
+
+// errLeaseLost cancels an attempt whose task was cancelled or taken away.
+var errLeaseLost = errors.New("the task was cancelled or its lease was lost")
+
+// New prepares a worker; Run starts it.
+func New(cfg Config) (*Worker, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	d, err := dispatch.New()
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{cfg: cfg, dispatcher: d, sameDB: cfg.QueuePool == cfg.StatePool, running: map[uuid.UUID]*leased{}}
+	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient}, Handlers: cfg.Handlers}
+	if len(cfg.AllowCommand) > 0 {
+		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand}
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &taskWorker{w: w}); err != nil {
+		return nil, err
+	}
+	queues := make(map[string]river.QueueConfig, len(cfg.Queues))
+	for q, n := range cfg.Queues {
+		queues[q] = river.QueueConfig{MaxWorkers: n}
+	}
+	w.river, err = river.NewClient(riverpgxv5.New(cfg.QueuePool), &river.Config{
+		Queues:            queues,
+		Workers:           workers,
+		FetchCooldown:     cfg.FetchCooldown,
+		FetchPollInterval: cfg.FetchPollInterval,
+		JobTimeout:        -1, // each attempt has its step's timeout
+		Logger:            cfg.Logger.With("component", "river"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker: river: %w", err)
+	}
+	return w, nil
+}
+
+// Run works until ctx ends, then stops fetching, lets running attempts
+// finish for up to the lease TTL, and cancels the rest.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := w.river.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("worker: start river: %w", err)
+	}
+	w.cfg.Logger.Info("worker started", "name", w.cfg.Name, "queues", w.cfg.Queues)
+	hbDone := make(chan struct{})
+	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
+	go func() { defer close(hbDone); w.heartbeat(hbCtx) }()
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), w.cfg.LeaseTTL)
+	defer cancel()
+	err := w.river.Stop(stopCtx)
+	if err != nil {
+		err = w.river.StopAndCancel(context.Background())
+	}
+	stopHB()
+	<-hbDone
+	return err
+}
+
+// heartbeat renews the leases of all running tasks in one statement per
+// interval, and cancels the attempts whose task is no longer ours.
+func (w *Worker) heartbeat(ctx context.Context) {
+	t := time.NewTicker(w.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		keys := make([]string, 0, len(w.running))
+		for id, l := range w.running {
+			keys = append(keys, fmt.Sprintf("%s@%d", id, l.token))
+		}
+		w.mu.Unlock()
+		if len(keys) == 0 {
+			continue
+		}
+		renewed, err := store.New(w.cfg.StatePool).RenewTaskLeases(ctx, store.RenewTaskLeasesParams{
+			Worker: &w.cfg.Name, TtlSeconds: w.cfg.LeaseTTL.Seconds(), Leases: keys,
+		})
+		if err != nil {
+			w.cfg.Logger.Error("renew task leases", "err", err)
+			continue
+		}
+		ok := make(map[uuid.UUID]bool, len(renewed))
+		for _, id := range renewed {
+			ok[id] = true
+		}
+		w.mu.Lock()
+		for id, l := range w.running {
+			if !ok[id] {
+				l.cancel(errLeaseLost)
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// taskWorker is the River worker for every Orrery task.
+type taskWorker struct {
+	river.WorkerDefaults[dispatch.TaskArgs]
+	w *Worker
+}
+
+func (tw *taskWorker) Work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) error {
+	return tw.w.work(ctx, job)
+}
+
+// work runs one attempt: start it (a transaction), execute it, report it
+// (a transaction fenced by the attempt's token, completing the River job in
+// the same transaction when River shares the database).
+func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) error {
+	log := w.cfg.Logger.With("task_id", job.Args.TaskID, "attempt", job.Args.Attempt)
+	var att *run.Attempt
+	err := store.InRawTx(ctx, w.cfg.StatePool, func(tx pgx.Tx) error {
+		var err error
+		att, err = run.StartAttempt(ctx, tx, job.Args.TaskID, job.Args.Attempt, w.cfg.Name, w.cfg.LeaseTTL)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("start attempt: %w", err) // River retries the job
+	}
+	if att == nil {
+		log.Debug("stale River job: the task moved on")
+		return nil
+	}
+	c := att.Call
+	attemptCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	w.mu.Lock()
+	w.running[c.TaskID] = &leased{token: c.FencingToken, cancel: cancel}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.running, c.TaskID)
+		w.mu.Unlock()
+		cancel(nil)
+	}()
+	stop := context.AfterFunc(ctx, func() { cancel(errors.New("worker shutting down")) })
+	defer stop()
+
+	runCtx, cancelTimeout := context.WithTimeout(attemptCtx, att.Timeout)
+	res := w.runner.Run(runCtx, c)
+	cancelTimeout()
+	if !res.OK && context.Cause(attemptCtx) != nil {
+		res.Error = context.Cause(attemptCtx).Error()
+	}
+	log.Debug("attempt finished", "ok", res.OK, "exit_reason", res.ExitReason)
+
+	// Report even while shutting down: the attempt is done.
+	reportCtx, cancelReport := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancelReport()
+	return store.InRawTx(reportCtx, w.cfg.StatePool, func(tx pgx.Tx) error {
+		accepted, err := run.FinishAttempt(reportCtx, tx, w.dispatcher, run.Report{TaskID: c.TaskID, FencingToken: c.FencingToken, Result: res})
+		if err != nil {
+			return err
+		}
+		if !accepted {
+			log.Warn("stale report rejected: the task's fencing token moved on", "token", c.FencingToken)
+		}
+		if w.sameDB {
+			_, err = river.JobCompleteTx[*riverpgxv5.Driver](reportCtx, tx, job)
+		}
+		return err
+	})
+}
