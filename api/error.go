@@ -10,6 +10,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/run"
 )
 
 // toConnect maps an engine error to a Connect error whose message names the
@@ -30,7 +31,7 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, invalid)
 	case errors.As(err, &sched):
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("schedule."+sched.Error()))
-	case errors.Is(err, job.ErrNotFound):
+	case errors.Is(err, job.ErrNotFound), errors.Is(err, run.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, job.ErrAlreadyExists), errors.Is(err, job.ErrIdempotencyConflict):
 		return connect.NewError(connect.CodeAlreadyExists, err)
@@ -43,6 +44,8 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
-	log.ErrorContext(ctx, "internal error", "err", err)
+	if log != nil {
+		log.ErrorContext(ctx, "internal error", "err", err)
+	}
 	return connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
 }

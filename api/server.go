@@ -12,13 +12,19 @@ import (
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+
 	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/run"
 )
 
 // Services are what the API serves.
 type Services struct {
 	Jobs *job.Service
+	Runs *run.Service
+	// State is the state database, for the cluster view.
+	State *pgxpool.Pool
 }
 
 // NewHandler returns the HTTP handler for every service, with gRPC
@@ -35,8 +41,10 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	}
 	mux := http.NewServeMux()
 	mux.Handle(orreryv1connect.NewJobServiceHandler(&jobServer{jobs: svc.Jobs, log: log}, opts...))
+	mux.Handle(orreryv1connect.NewRunServiceHandler(&runServer{runs: svc.Runs, log: log}, opts...))
+	mux.Handle(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, log: log}, opts...))
 
-	names := []string{orreryv1connect.JobServiceName}
+	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName}
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))

@@ -23,6 +23,8 @@ CREATE TABLE runs (
     job_id        UUID NOT NULL REFERENCES jobs (id),
     job_version   BIGINT NOT NULL,
     shard         INT NOT NULL,
+    node_id       UUID,                   -- the node that fired it (NULL: an API trigger)
+    shard_epoch   BIGINT,                 -- the shard epoch it was fired under
     scheduled_for TIMESTAMPTZ NOT NULL,   -- the instant this run is for
     trigger       TEXT NOT NULL CHECK (trigger IN ('schedule', 'manual', 'backfill', 'replay')),
     -- queued: held back by overlap: queue until the previous run ends

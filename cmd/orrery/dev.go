@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -19,7 +20,8 @@ import (
 )
 
 func newDevCmd(g *globals) *cobra.Command {
-	var addr, dataDir string
+	var dataDir, sinkAddr string
+	st := stackFlags{allowCommand: []string{"*"}}
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything on this machine: a private PostgreSQL, migrations, the example jobs and the API",
@@ -67,12 +69,30 @@ Ctrl-C. A second run reuses the data.`,
 			if err := loadExamples(cmd, jobs, log); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "orrery dev: database %s\norrery dev: try `orrery jobs list` (Ctrl-C stops)\n", cluster.DSN(""))
-			return serve(ctx, log, addr, pool)
+			parts := []func(context.Context) error{}
+			if sinkAddr != "" {
+				sink, err := startSink(sinkAddr, log)
+				if err != nil {
+					return fmt.Errorf("--sink-addr: %w", err)
+				}
+				parts = append(parts, sink)
+			}
+			queues, err := st.queues()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "orrery dev: database %s\norrery dev: try `orrery jobs list` and `orrery runs list` (Ctrl-C stops)\n", cluster.DSN(""))
+			parts = append(parts, func(ctx context.Context) error {
+				return runStack(ctx, log, pool, pool, st, queues, devHandlers(log))
+			})
+			return runAll(ctx, parts...)
 		},
 	}
-	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve the API on (env ORRERY_ADDR)")
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".orrery", "folder for the private database (env ORRERY_DATA_DIR)")
+	cmd.Flags().StringVar(&sinkAddr, "sink-addr", "127.0.0.1:8090", "serve a webhook sink for the examples here (empty: none)")
+	st.register(cmd.Flags(), true)
+	st.workers = []string{"default=10", "etl=10", "warehouse=4"}
+	_ = cmd.Flags().Set("allow-command", "*")
 	return cmd
 }
 

@@ -146,7 +146,7 @@ func newJobsCmd(g *globals) *cobra.Command {
 		res, err := g.jobClient().DeleteJob(cmd.Context(), connect.NewRequest(&orreryv1.DeleteJobRequest{Ref: ref}))
 		return res.Msg.GetJob(), err
 	}, "deleted")
-	cmd.AddCommand(create, get, list, pause, resume, del)
+	cmd.AddCommand(create, get, list, pause, resume, del, newTriggerCmd(g, &namespace))
 	return cmd
 }
 

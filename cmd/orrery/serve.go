@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/orrery-dev/orrery/api"
-	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/migrations"
 )
@@ -54,13 +51,21 @@ func (f *dbFlags) pools(ctx context.Context) (state, queue *pgxpool.Pool, closeA
 
 func newServeCmd(g *globals) *cobra.Command {
 	var dbs dbFlags
-	var addr string
+	var st stackFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve the API against an existing database (migrate it first with `orrery migrate up`)",
-		Args:  cobra.NoArgs,
+		Short: "Run a scheduler node and the API against an existing database (migrate it first)",
+		Long: `serve runs one Orrery node: the API, the shard leases, the scheduler that
+fires the jobs of the shards it owns, and the reaper of lapsed task leases.
+With --worker QUEUE=N it also runs worker pools in-process. Run several
+serve processes against one database to spread the shards.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := dbs.validate(); err != nil {
+				return err
+			}
+			queues, err := st.queues()
+			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
@@ -72,11 +77,11 @@ func newServeCmd(g *globals) *cobra.Command {
 			if err := requireMigrated(ctx, state, queue); err != nil {
 				return err
 			}
-			return serve(ctx, g.logger(), addr, state)
+			return runStack(ctx, g.logger(), state, queue, st, queues, nil)
 		},
 	}
 	dbs.register(cmd.Flags())
-	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:8080", "address to serve the API on (env ORRERY_ADDR)")
+	st.register(cmd.Flags(), true)
 	return cmd
 }
 
@@ -97,16 +102,3 @@ func requireMigrated(ctx context.Context, state, queue *pgxpool.Pool) error {
 	return nil
 }
 
-// serve runs the API until ctx ends.
-func serve(ctx context.Context, log *slog.Logger, addr string, state *pgxpool.Pool) error {
-	jobs, err := job.New(ctx, state, log)
-	if err != nil {
-		return err
-	}
-	srv, err := api.Listen(addr, api.NewHandler(api.Services{Jobs: jobs}, log))
-	if err != nil {
-		return fmt.Errorf("--addr: %w", err)
-	}
-	log.Info("serving the API", "addr", "http://"+srv.Addr())
-	return srv.Serve(ctx)
-}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/dispatch"
@@ -52,16 +53,26 @@ type New struct {
 	Reason  string
 }
 
+// Firer is the node and shard epoch that fire scheduled runs, recorded on
+// each run; nil for runs started through the API.
+type Firer struct {
+	Node  uuid.UUID
+	Epoch int64
+}
+
 // Insert writes runs in tx: pending and queued ones with all their tasks,
 // and the root tasks of pending runs released to their worker pools. A run
 // whose (job, instant) exists already is not written (invariant 2). It
 // returns the ids of the runs written, in order, uuid.Nil for the others.
-func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New) ([]uuid.UUID, error) {
+func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, by *Firer) ([]uuid.UUID, error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
 	q := store.New(tx)
 	rp := store.InsertRunsParams{}
+	if by != nil {
+		rp.NodeID, rp.ShardEpoch = &by.Node, pgtype.Int8{Int64: by.Epoch, Valid: true}
+	}
 	ids := make([]uuid.UUID, len(runs))
 	for i, r := range runs {
 		ids[i] = uuid.Must(uuid.NewV7())

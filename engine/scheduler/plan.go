@@ -19,7 +19,6 @@ const (
 
 	TriggerSchedule = "schedule"
 	TriggerBackfill = "backfill"
-	TriggerManual   = "manual"
 )
 
 // Limits on what one pass over a job enumerates and records.

@@ -262,7 +262,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, l *shard.Lease) (i
 		if _, err := run.Cancel(ctx, tx, cancel, "overlap: cancel_previous (a newer instant fired)"); err != nil {
 			return err
 		}
-		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news); err != nil {
+		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news, &run.Firer{Node: node, Epoch: l.Epoch}); err != nil {
 			return err
 		}
 		if err := q.AdvanceJobs(ctx, adv); err != nil {

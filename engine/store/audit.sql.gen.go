@@ -11,6 +11,28 @@ import (
 	"github.com/google/uuid"
 )
 
+const getTriggerKey = `-- name: GetTriggerKey :one
+SELECT request_hash, response FROM idempotency_keys
+WHERE tenant_id = $1 AND operation = 'TriggerJob' AND key = $2
+`
+
+type GetTriggerKeyParams struct {
+	TenantID uuid.UUID
+	Key      string
+}
+
+type GetTriggerKeyRow struct {
+	RequestHash []byte
+	Response    []byte
+}
+
+func (q *Queries) GetTriggerKey(ctx context.Context, arg GetTriggerKeyParams) (GetTriggerKeyRow, error) {
+	row := q.db.QueryRow(ctx, getTriggerKey, arg.TenantID, arg.Key)
+	var i GetTriggerKeyRow
+	err := row.Scan(&i.RequestHash, &i.Response)
+	return i, err
+}
+
 const insertAudit = `-- name: InsertAudit :exec
 INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
 VALUES ($1, $2, now(), $3, $4, $5, $6, $7, $8, $9)
@@ -39,6 +61,28 @@ func (q *Queries) InsertAudit(ctx context.Context, arg InsertAuditParams) error 
 		arg.TargetName,
 		arg.Before,
 		arg.After,
+	)
+	return err
+}
+
+const insertTriggerKey = `-- name: InsertTriggerKey :exec
+INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
+VALUES ($1, 'TriggerJob', $2, $3, $4, now())
+`
+
+type InsertTriggerKeyParams struct {
+	TenantID    uuid.UUID
+	Key         string
+	RequestHash []byte
+	Response    []byte
+}
+
+func (q *Queries) InsertTriggerKey(ctx context.Context, arg InsertTriggerKeyParams) error {
+	_, err := q.db.Exec(ctx, insertTriggerKey,
+		arg.TenantID,
+		arg.Key,
+		arg.RequestHash,
+		arg.Response,
 	)
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type Attempt struct {
@@ -107,6 +108,8 @@ type Run struct {
 	JobID        uuid.UUID
 	JobVersion   int64
 	Shard        int32
+	NodeID       *uuid.UUID
+	ShardEpoch   pgtype.Int8
 	ScheduledFor time.Time
 	Trigger      string
 	Status       string

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const activeRuns = `-- name: ActiveRuns :many
@@ -220,6 +221,57 @@ func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow,
 	return items, nil
 }
 
+const getRun = `-- name: GetRun :one
+SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
+       r.created_at, r.started_at, r.finished_at, j.namespace, j.name AS job_name
+FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+WHERE r.tenant_id = $1 AND r.id = $2
+`
+
+type GetRunParams struct {
+	TenantID uuid.UUID
+	ID       uuid.UUID
+}
+
+type GetRunRow struct {
+	ID           uuid.UUID
+	TenantID     uuid.UUID
+	JobID        uuid.UUID
+	JobVersion   int64
+	Shard        int32
+	ScheduledFor time.Time
+	Trigger      string
+	Status       string
+	Reason       string
+	CreatedAt    time.Time
+	StartedAt    *time.Time
+	FinishedAt   *time.Time
+	Namespace    string
+	JobName      string
+}
+
+func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, error) {
+	row := q.db.QueryRow(ctx, getRun, arg.TenantID, arg.ID)
+	var i GetRunRow
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.JobID,
+		&i.JobVersion,
+		&i.Shard,
+		&i.ScheduledFor,
+		&i.Trigger,
+		&i.Status,
+		&i.Reason,
+		&i.CreatedAt,
+		&i.StartedAt,
+		&i.FinishedAt,
+		&i.Namespace,
+		&i.JobName,
+	)
+	return i, err
+}
+
 const insertEdges = `-- name: InsertEdges :exec
 INSERT INTO task_edges (parent_id, child_id)
 SELECT unnest($1::uuid[]), unnest($2::uuid[])
@@ -235,21 +287,56 @@ func (q *Queries) InsertEdges(ctx context.Context, arg InsertEdgesParams) error 
 	return err
 }
 
+const insertRunAudit = `-- name: InsertRunAudit :exec
+INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
+VALUES ($1, $2, now(), $3, $4, $5, $6, $7, $8, $9)
+`
+
+type InsertRunAuditParams struct {
+	ID         uuid.UUID
+	TenantID   uuid.UUID
+	Actor      string
+	Action     string
+	TargetKind string
+	TargetID   uuid.UUID
+	TargetName string
+	Before     []byte
+	After      []byte
+}
+
+func (q *Queries) InsertRunAudit(ctx context.Context, arg InsertRunAuditParams) error {
+	_, err := q.db.Exec(ctx, insertRunAudit,
+		arg.ID,
+		arg.TenantID,
+		arg.Actor,
+		arg.Action,
+		arg.TargetKind,
+		arg.TargetID,
+		arg.TargetName,
+		arg.Before,
+		arg.After,
+	)
+	return err
+}
+
 const insertRuns = `-- name: InsertRuns :many
-INSERT INTO runs (id, tenant_id, job_id, job_version, shard, scheduled_for, trigger, status, reason, created_at, finished_at)
-SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, u.scheduled_for, u.trigger, u.status, u.reason, now(),
+INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at)
+SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $1::uuid, $2::bigint,
+       u.scheduled_for, u.trigger, u.status, u.reason, now(),
        CASE WHEN u.status = 'skipped' THEN now() END
 FROM (
-    SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS tenant_id, unnest($3::uuid[]) AS job_id,
-           unnest($4::bigint[]) AS job_version, unnest($5::int[]) AS shard,
-           unnest($6::timestamptz[]) AS scheduled_for, unnest($7::text[]) AS trigger,
-           unnest($8::text[]) AS status, unnest($9::text[]) AS reason
+    SELECT unnest($3::uuid[]) AS id, unnest($4::uuid[]) AS tenant_id, unnest($5::uuid[]) AS job_id,
+           unnest($6::bigint[]) AS job_version, unnest($7::int[]) AS shard,
+           unnest($8::timestamptz[]) AS scheduled_for, unnest($9::text[]) AS trigger,
+           unnest($10::text[]) AS status, unnest($11::text[]) AS reason
 ) AS u
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id
 `
 
 type InsertRunsParams struct {
+	NodeID        *uuid.UUID
+	ShardEpoch    pgtype.Int8
 	Ids           []uuid.UUID
 	TenantIds     []uuid.UUID
 	JobIds        []uuid.UUID
@@ -265,6 +352,8 @@ type InsertRunsParams struct {
 // is left alone (DESIGN invariant 2) and not returned.
 func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, insertRuns,
+		arg.NodeID,
+		arg.ShardEpoch,
 		arg.Ids,
 		arg.TenantIds,
 		arg.JobIds,
@@ -330,6 +419,362 @@ func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error 
 		arg.TriggerRules,
 	)
 	return err
+}
+
+const jobForTrigger = `-- name: JobForTrigger :one
+SELECT id, tenant_id, namespace, name, version, spec, shard, status FROM jobs
+WHERE tenant_id = $1 AND id = $2
+FOR UPDATE
+`
+
+type JobForTriggerParams struct {
+	TenantID uuid.UUID
+	ID       uuid.UUID
+}
+
+type JobForTriggerRow struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	Namespace string
+	Name      string
+	Version   int64
+	Spec      []byte
+	Shard     int32
+	Status    string
+}
+
+func (q *Queries) JobForTrigger(ctx context.Context, arg JobForTriggerParams) (JobForTriggerRow, error) {
+	row := q.db.QueryRow(ctx, jobForTrigger, arg.TenantID, arg.ID)
+	var i JobForTriggerRow
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.Namespace,
+		&i.Name,
+		&i.Version,
+		&i.Spec,
+		&i.Shard,
+		&i.Status,
+	)
+	return i, err
+}
+
+const listDeadLetters = `-- name: ListDeadLetters :many
+SELECT t.id, t.run_id, t.step, t.attempt, t.queue, t.last_error, t.finished_at, r.job_id, r.scheduled_for,
+       j.namespace, j.name AS job_name
+FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
+WHERE t.tenant_id = $1 AND t.status = 'dead_lettered'
+  AND ($2::uuid IS NULL OR r.job_id = $2::uuid)
+  AND (t.finished_at, t.id) < ($3::timestamptz, $4::uuid)
+ORDER BY t.finished_at DESC, t.id DESC
+LIMIT $5
+`
+
+type ListDeadLettersParams struct {
+	TenantID uuid.UUID
+	JobID    *uuid.UUID
+	BeforeAt time.Time
+	BeforeID uuid.UUID
+	PageSize int32
+}
+
+type ListDeadLettersRow struct {
+	ID           uuid.UUID
+	RunID        uuid.UUID
+	Step         string
+	Attempt      int32
+	Queue        string
+	LastError    string
+	FinishedAt   *time.Time
+	JobID        uuid.UUID
+	ScheduledFor time.Time
+	Namespace    string
+	JobName      string
+}
+
+func (q *Queries) ListDeadLetters(ctx context.Context, arg ListDeadLettersParams) ([]ListDeadLettersRow, error) {
+	rows, err := q.db.Query(ctx, listDeadLetters,
+		arg.TenantID,
+		arg.JobID,
+		arg.BeforeAt,
+		arg.BeforeID,
+		arg.PageSize,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListDeadLettersRow{}
+	for rows.Next() {
+		var i ListDeadLettersRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunID,
+			&i.Step,
+			&i.Attempt,
+			&i.Queue,
+			&i.LastError,
+			&i.FinishedAt,
+			&i.JobID,
+			&i.ScheduledFor,
+			&i.Namespace,
+			&i.JobName,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listRuns = `-- name: ListRuns :many
+SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
+       r.created_at, r.started_at, r.finished_at, j.namespace, j.name AS job_name
+FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+WHERE r.tenant_id = $1
+  AND ($2::uuid IS NULL OR r.job_id = $2::uuid)
+  AND ($3::text IS NULL OR r.status = $3::text)
+  AND ($4::timestamptz IS NULL OR r.scheduled_for >= $4::timestamptz)
+  AND ($5::timestamptz IS NULL OR r.scheduled_for < $5::timestamptz)
+  AND (r.scheduled_for, r.id) < ($6::timestamptz, $7::uuid)
+ORDER BY r.scheduled_for DESC, r.id DESC
+LIMIT $8
+`
+
+type ListRunsParams struct {
+	TenantID uuid.UUID
+	JobID    *uuid.UUID
+	Status   *string
+	Since    *time.Time
+	Until    *time.Time
+	BeforeAt time.Time
+	BeforeID uuid.UUID
+	PageSize int32
+}
+
+type ListRunsRow struct {
+	ID           uuid.UUID
+	TenantID     uuid.UUID
+	JobID        uuid.UUID
+	JobVersion   int64
+	Shard        int32
+	ScheduledFor time.Time
+	Trigger      string
+	Status       string
+	Reason       string
+	CreatedAt    time.Time
+	StartedAt    *time.Time
+	FinishedAt   *time.Time
+	Namespace    string
+	JobName      string
+}
+
+// ListRuns pages through a tenant's runs, newest instant first, by
+// (scheduled_for, id) keyset.
+func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsRow, error) {
+	rows, err := q.db.Query(ctx, listRuns,
+		arg.TenantID,
+		arg.JobID,
+		arg.Status,
+		arg.Since,
+		arg.Until,
+		arg.BeforeAt,
+		arg.BeforeID,
+		arg.PageSize,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListRunsRow{}
+	for rows.Next() {
+		var i ListRunsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.JobID,
+			&i.JobVersion,
+			&i.Shard,
+			&i.ScheduledFor,
+			&i.Trigger,
+			&i.Status,
+			&i.Reason,
+			&i.CreatedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Namespace,
+			&i.JobName,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reopenRuns = `-- name: ReopenRuns :exec
+UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
+WHERE id = ANY($1::uuid[]) AND status IN ('failed', 'dead_lettered')
+`
+
+func (q *Queries) ReopenRuns(ctx context.Context, ids []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, reopenRuns, ids)
+	return err
+}
+
+const replayTasks = `-- name: ReplayTasks :many
+UPDATE tasks SET status = 'queued', finished_at = NULL, last_error = ''
+WHERE tenant_id = $1 AND status = 'dead_lettered' AND id = ANY($2::uuid[])
+RETURNING id, tenant_id, run_id, attempt, queue, priority
+`
+
+type ReplayTasksParams struct {
+	TenantID uuid.UUID
+	Ids      []uuid.UUID
+}
+
+type ReplayTasksRow struct {
+	ID       uuid.UUID
+	TenantID uuid.UUID
+	RunID    uuid.UUID
+	Attempt  int32
+	Queue    string
+	Priority int32
+}
+
+// ReplayTasks puts dead-lettered tasks back in line for one more attempt.
+func (q *Queries) ReplayTasks(ctx context.Context, arg ReplayTasksParams) ([]ReplayTasksRow, error) {
+	rows, err := q.db.Query(ctx, replayTasks, arg.TenantID, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ReplayTasksRow{}
+	for rows.Next() {
+		var i ReplayTasksRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.RunID,
+			&i.Attempt,
+			&i.Queue,
+			&i.Priority,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reviveDescendants = `-- name: ReviveDescendants :exec
+WITH RECURSIVE d (id) AS (
+    SELECT te.child_id FROM task_edges AS te WHERE te.parent_id = ANY($1::uuid[])
+    UNION
+    SELECT e.child_id FROM task_edges AS e JOIN d ON e.parent_id = d.id
+)
+UPDATE tasks SET status = 'waiting', finished_at = NULL
+WHERE id IN (SELECT id FROM d) AND status = 'upstream_failed'
+`
+
+// ReviveDescendants undoes upstream_failed below a replayed task.
+func (q *Queries) ReviveDescendants(ctx context.Context, replayed []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, reviveDescendants, replayed)
+	return err
+}
+
+const runAttempts = `-- name: RunAttempts :many
+SELECT a.id, a.task_id, a.tenant_id, a.number, a.fencing_token, a.worker, a.started_at, a.finished_at, a.outcome, a.exit_reason, a.failure_class, a.error, a.output, a.late_outcome, a.late_error, a.late_at FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
+WHERE t.run_id = $1 ORDER BY a.task_id, a.number
+`
+
+func (q *Queries) RunAttempts(ctx context.Context, runID uuid.UUID) ([]Attempt, error) {
+	rows, err := q.db.Query(ctx, runAttempts, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Attempt{}
+	for rows.Next() {
+		var i Attempt
+		if err := rows.Scan(
+			&i.ID,
+			&i.TaskID,
+			&i.TenantID,
+			&i.Number,
+			&i.FencingToken,
+			&i.Worker,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Outcome,
+			&i.ExitReason,
+			&i.FailureClass,
+			&i.Error,
+			&i.Output,
+			&i.LateOutcome,
+			&i.LateError,
+			&i.LateAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const runTasks = `-- name: RunTasks :many
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at FROM tasks WHERE run_id = $1 ORDER BY created_at, id
+`
+
+func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error) {
+	rows, err := q.db.Query(ctx, runTasks, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Task{}
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.RunID,
+			&i.Step,
+			&i.Status,
+			&i.ParentsRemaining,
+			&i.Queue,
+			&i.Priority,
+			&i.Attempt,
+			&i.FencingToken,
+			&i.LeaseOwner,
+			&i.LeaseExpiresAt,
+			&i.TriggerRule,
+			&i.LastError,
+			&i.CreatedAt,
+			&i.ReleasedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const setShardLag = `-- name: SetShardLag :exec

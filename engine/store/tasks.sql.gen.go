@@ -303,16 +303,6 @@ func (q *Queries) RenewTaskLeases(ctx context.Context, arg RenewTaskLeasesParams
 	return items, nil
 }
 
-const reopenRun = `-- name: ReopenRun :exec
-UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
-WHERE id = $1 AND status IN ('failed', 'dead_lettered')
-`
-
-func (q *Queries) ReopenRun(ctx context.Context, id uuid.UUID) error {
-	_, err := q.db.Exec(ctx, reopenRun, id)
-	return err
-}
-
 const rootTasks = `-- name: RootTasks :many
 SELECT id, tenant_id, queue, priority FROM tasks
 WHERE run_id = $1 AND status = 'waiting' AND parents_remaining = 0

@@ -150,7 +150,7 @@ func New(cfg Config) (*Worker, error) {
 		FetchCooldown:     cfg.FetchCooldown,
 		FetchPollInterval: cfg.FetchPollInterval,
 		JobTimeout:        -1, // each attempt has its step's timeout
-		Logger:            cfg.Logger.With("component", "river"),
+		Logger:            slog.New(atLeast{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: river: %w", err)

@@ -33,8 +33,9 @@ ORDER BY scheduled_for;
 -- InsertRuns inserts many runs; a (job, instant) that already has a run
 -- is left alone (DESIGN invariant 2) and not returned.
 -- name: InsertRuns :many
-INSERT INTO runs (id, tenant_id, job_id, job_version, shard, scheduled_for, trigger, status, reason, created_at, finished_at)
-SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, u.scheduled_for, u.trigger, u.status, u.reason, now(),
+INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at)
+SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, sqlc.narg(shard_epoch)::bigint,
+       u.scheduled_for, u.trigger, u.status, u.reason, now(),
        CASE WHEN u.status = 'skipped' THEN now() END
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@job_ids::uuid[]) AS job_id,
@@ -88,3 +89,70 @@ WHERE task_id = ANY(@task_ids::uuid[]) AND outcome = 'running';
 
 -- name: SetShardLag :exec
 UPDATE shards SET lag_seconds = @lag_seconds WHERE id = @shard AND owner_node = @node::uuid;
+
+-- ListRuns pages through a tenant's runs, newest instant first, by
+-- (scheduled_for, id) keyset.
+-- name: ListRuns :many
+SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
+       r.created_at, r.started_at, r.finished_at, j.namespace, j.name AS job_name
+FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+WHERE r.tenant_id = @tenant_id
+  AND (sqlc.narg(job_id)::uuid IS NULL OR r.job_id = sqlc.narg(job_id)::uuid)
+  AND (sqlc.narg(status)::text IS NULL OR r.status = sqlc.narg(status)::text)
+  AND (sqlc.narg(since)::timestamptz IS NULL OR r.scheduled_for >= sqlc.narg(since)::timestamptz)
+  AND (sqlc.narg(until)::timestamptz IS NULL OR r.scheduled_for < sqlc.narg(until)::timestamptz)
+  AND (r.scheduled_for, r.id) < (@before_at::timestamptz, @before_id::uuid)
+ORDER BY r.scheduled_for DESC, r.id DESC
+LIMIT @page_size;
+
+-- name: GetRun :one
+SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
+       r.created_at, r.started_at, r.finished_at, j.namespace, j.name AS job_name
+FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+WHERE r.tenant_id = @tenant_id AND r.id = @id;
+
+-- name: RunTasks :many
+SELECT * FROM tasks WHERE run_id = @run_id ORDER BY created_at, id;
+
+-- name: RunAttempts :many
+SELECT a.* FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
+WHERE t.run_id = @run_id ORDER BY a.task_id, a.number;
+
+-- name: InsertRunAudit :exec
+INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
+VALUES (@id, @tenant_id, now(), @actor, @action, @target_kind, @target_id, @target_name, @before, @after);
+
+-- name: ListDeadLetters :many
+SELECT t.id, t.run_id, t.step, t.attempt, t.queue, t.last_error, t.finished_at, r.job_id, r.scheduled_for,
+       j.namespace, j.name AS job_name
+FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
+WHERE t.tenant_id = @tenant_id AND t.status = 'dead_lettered'
+  AND (sqlc.narg(job_id)::uuid IS NULL OR r.job_id = sqlc.narg(job_id)::uuid)
+  AND (t.finished_at, t.id) < (@before_at::timestamptz, @before_id::uuid)
+ORDER BY t.finished_at DESC, t.id DESC
+LIMIT @page_size;
+
+-- ReplayTasks puts dead-lettered tasks back in line for one more attempt.
+-- name: ReplayTasks :many
+UPDATE tasks SET status = 'queued', finished_at = NULL, last_error = ''
+WHERE tenant_id = @tenant_id AND status = 'dead_lettered' AND id = ANY(@ids::uuid[])
+RETURNING id, tenant_id, run_id, attempt, queue, priority;
+
+-- ReviveDescendants undoes upstream_failed below a replayed task.
+-- name: ReviveDescendants :exec
+WITH RECURSIVE d (id) AS (
+    SELECT te.child_id FROM task_edges AS te WHERE te.parent_id = ANY(@replayed::uuid[])
+    UNION
+    SELECT e.child_id FROM task_edges AS e JOIN d ON e.parent_id = d.id
+)
+UPDATE tasks SET status = 'waiting', finished_at = NULL
+WHERE id IN (SELECT id FROM d) AND status = 'upstream_failed';
+
+-- name: ReopenRuns :exec
+UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
+WHERE id = ANY(@ids::uuid[]) AND status IN ('failed', 'dead_lettered');
+
+-- name: JobForTrigger :one
+SELECT id, tenant_id, namespace, name, version, spec, shard, status FROM jobs
+WHERE tenant_id = @tenant_id AND id = @id
+FOR UPDATE;

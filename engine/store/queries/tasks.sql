@@ -85,10 +85,6 @@ UPDATE runs SET status = @status, reason = @reason, finished_at = now()
 WHERE id = @id AND status IN ('pending', 'running')
 RETURNING job_id;
 
--- name: ReopenRun :exec
-UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
-WHERE id = @id AND status IN ('failed', 'dead_lettered');
-
 -- PromoteQueuedRun starts the run that overlap: queue held back.
 -- name: PromoteQueuedRun :one
 UPDATE runs SET status = 'pending'

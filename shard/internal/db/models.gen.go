@@ -108,6 +108,8 @@ type Run struct {
 	JobID        uuid.UUID
 	JobVersion   int64
 	Shard        int32
+	NodeID       *uuid.UUID
+	ShardEpoch   pgtype.Int8
 	ScheduledFor time.Time
 	Trigger      string
 	Status       string

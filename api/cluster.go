@@ -1,0 +1,41 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/shard"
+)
+
+// clusterServer implements orrery.v1.ClusterService.
+type clusterServer struct {
+	orreryv1connect.UnimplementedClusterServiceHandler
+	pool *pgxpool.Pool
+	log  *slog.Logger
+}
+
+func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orreryv1.GetClusterRequest]) (*connect.Response[orreryv1.GetClusterResponse], error) {
+	nodes, shards, err := shard.Cluster(ctx, s.pool)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.GetClusterResponse{}
+	for _, n := range nodes {
+		out.Nodes = append(out.Nodes, &orreryv1.Node{Id: n.ID.String(), Name: n.Name, Live: n.Live,
+			StartTime: timestamppb.New(n.StartedAt), HeartbeatTime: timestamppb.New(n.HeartbeatAt), Shards: int32(n.Shards)})
+	}
+	for _, sh := range shards {
+		ps := &orreryv1.Shard{Id: int32(sh.ID), OwnerName: sh.OwnerName, Epoch: sh.Epoch, LeaseExpireTime: timeToProto(sh.LeaseExpiresAt), LagSeconds: sh.LagSeconds}
+		if sh.Owner != nil {
+			ps.OwnerNode = sh.Owner.String()
+		}
+		out.Shards = append(out.Shards, ps)
+	}
+	return connect.NewResponse(out), nil
+}

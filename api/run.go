@@ -1,0 +1,171 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/run"
+)
+
+// runServer implements orrery.v1.RunService over run.Service.
+type runServer struct {
+	orreryv1connect.UnimplementedRunServiceHandler
+	runs *run.Service
+	log  *slog.Logger
+}
+
+func parseID(field, s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, &job.InvalidError{Field: field, Message: "not a UUID"}
+	}
+	return id, nil
+}
+
+// optionalRef is a job filter: empty when the request names no job.
+func optionalRef(r *orreryv1.JobRef) (job.Ref, error) {
+	if r == nil || (r.GetId() == "" && r.GetName() == "") {
+		return job.Ref{}, nil
+	}
+	return refFromProto(r)
+}
+
+func (s *runServer) ListRuns(ctx context.Context, req *connect.Request[orreryv1.ListRunsRequest]) (*connect.Response[orreryv1.ListRunsResponse], error) {
+	m := req.Msg
+	ref, err := optionalRef(m.GetJob())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	f := run.ListFilter{Job: ref, Status: m.GetStatus(), PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken()}
+	if m.GetSince() != nil {
+		t := m.GetSince().AsTime()
+		f.Since = &t
+	}
+	if m.GetUntil() != nil {
+		t := m.GetUntil().AsTime()
+		f.Until = &t
+	}
+	runs, next, err := s.runs.List(ctx, actor(ctx), f)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.ListRunsResponse{NextPageToken: next}
+	for _, r := range runs {
+		out.Runs = append(out.Runs, runToProto(r))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.GetRunRequest]) (*connect.Response[orreryv1.GetRunResponse], error) {
+	id, err := parseID("id", req.Msg.GetId())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	d, err := s.runs.Get(ctx, actor(ctx), id)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.GetRunResponse{Run: runToProto(d.Run)}
+	for _, t := range d.Tasks {
+		pt := &orreryv1.Task{
+			Id: t.ID.String(), Step: t.Step, Status: t.Status, ParentsRemaining: t.ParentsRemaining, Queue: t.Queue,
+			Priority: t.Priority, Attempt: t.Attempt, FencingToken: t.FencingToken, LastError: t.LastError,
+			ReleaseTime: timeToProto(t.ReleasedAt), StartTime: timeToProto(t.StartedAt), FinishTime: timeToProto(t.FinishedAt),
+		}
+		for _, a := range t.Attempts {
+			pt.Attempts = append(pt.Attempts, &orreryv1.Attempt{
+				Number: a.Number, Worker: a.Worker, FencingToken: a.FencingToken, StartTime: timestamppb.New(a.StartedAt),
+				FinishTime: timeToProto(a.FinishedAt), Outcome: a.Outcome, ExitReason: a.ExitReason, FailureClass: a.FailureClass,
+				Error: a.Error, Output: a.Output, LateOutcome: a.LateOutcome, LateError: a.LateError,
+			})
+		}
+		out.Tasks = append(out.Tasks, pt)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *runServer) TriggerJob(ctx context.Context, req *connect.Request[orreryv1.TriggerJobRequest]) (*connect.Response[orreryv1.TriggerJobResponse], error) {
+	m := req.Msg
+	ref, err := refFromProto(m.GetJob())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	r, err := s.runs.Trigger(ctx, actor(ctx), ref, m.GetIdempotencyKey(), m.GetIgnoreOverlap())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.TriggerJobResponse{Run: runToProto(*r)}), nil
+}
+
+func (s *runServer) CancelRun(ctx context.Context, req *connect.Request[orreryv1.CancelRunRequest]) (*connect.Response[orreryv1.CancelRunResponse], error) {
+	id, err := parseID("id", req.Msg.GetId())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	r, err := s.runs.CancelRun(ctx, actor(ctx), id, req.Msg.GetReason())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.CancelRunResponse{Run: runToProto(*r)}), nil
+}
+
+func (s *runServer) ListDeadLetters(ctx context.Context, req *connect.Request[orreryv1.ListDeadLettersRequest]) (*connect.Response[orreryv1.ListDeadLettersResponse], error) {
+	m := req.Msg
+	ref, err := optionalRef(m.GetJob())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	rows, next, err := s.runs.ListDeadLetters(ctx, actor(ctx), ref, int(m.GetPageSize()), m.GetPageToken())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.ListDeadLettersResponse{NextPageToken: next}
+	for _, d := range rows {
+		out.DeadLetters = append(out.DeadLetters, &orreryv1.DeadLetter{
+			TaskId: d.ID.String(), RunId: d.RunID.String(), JobId: d.JobID.String(), Namespace: d.Namespace, Job: d.JobName,
+			Step: d.Step, Attempts: d.Attempt, Queue: d.Queue, LastError: d.LastError,
+			ScheduledTime: timestamppb.New(d.ScheduledFor), DeadLetterTime: timeToProto(d.FinishedAt),
+		})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *runServer) ReplayDeadLetters(ctx context.Context, req *connect.Request[orreryv1.ReplayDeadLettersRequest]) (*connect.Response[orreryv1.ReplayDeadLettersResponse], error) {
+	m := req.Msg
+	ids := make([]uuid.UUID, 0, len(m.GetTaskIds()))
+	for _, s := range m.GetTaskIds() {
+		id, err := parseID("task_ids", s)
+		if err != nil {
+			return nil, toConnect(ctx, nil, err)
+		}
+		ids = append(ids, id)
+	}
+	ref, err := optionalRef(m.GetJob())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	replayed, err := s.runs.ReplayDeadLetters(ctx, actor(ctx), ids, ref, int(m.GetLimit()))
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.ReplayDeadLettersResponse{}
+	for _, id := range replayed {
+		out.TaskIds = append(out.TaskIds, id.String())
+	}
+	return connect.NewResponse(out), nil
+}
+
+func runToProto(r run.Run) *orreryv1.Run {
+	return &orreryv1.Run{
+		Id: r.ID.String(), JobId: r.JobID.String(), Namespace: r.Namespace, Job: r.Job, JobVersion: r.JobVersion,
+		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: r.Trigger, Status: r.Status,
+		Reason: r.Reason, CreateTime: timestamppb.New(r.CreatedAt), StartTime: timeToProto(r.StartedAt), FinishTime: timeToProto(r.FinishedAt),
+	}
+}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+)
+
+func (g *globals) runClient() orreryv1connect.RunServiceClient {
+	return orreryv1connect.NewRunServiceClient(g.httpClient(), g.baseURL())
+}
+
+func (g *globals) clusterClient() orreryv1connect.ClusterServiceClient {
+	return orreryv1connect.NewClusterServiceClient(g.httpClient(), g.baseURL())
+}
+
+func ts(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return "-"
+	}
+	return t.AsTime().UTC().Format(time.RFC3339)
+}
+
+func newRunsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "runs", Short: "List, inspect and cancel runs"}
+	var jobName, namespace, status string
+	var limit int
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, newest scheduled instant first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req := &orreryv1.ListRunsRequest{Status: status, PageSize: int32(min(limit, 500))}
+			if jobName != "" {
+				req.Job = jobRef(jobName, namespace)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUN\tJOB\tSCHEDULED (UTC)\tTRIGGER\tSTATUS\tREASON")
+			shown := 0
+			for {
+				res, err := g.runClient().ListRuns(cmd.Context(), connect.NewRequest(req))
+				if err != nil {
+					return err
+				}
+				for _, r := range res.Msg.GetRuns() {
+					fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\t%s\n", r.GetId(), r.GetNamespace(), r.GetJob(), ts(r.GetScheduledTime()), r.GetTrigger(), r.GetStatus(), r.GetReason())
+					shown++
+				}
+				if req.PageToken = res.Msg.GetNextPageToken(); req.PageToken == "" || shown >= limit {
+					return tw.Flush()
+				}
+			}
+		},
+	}
+	list.Flags().StringVar(&jobName, "job", "", "only runs of this job (name or id)")
+	list.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of --job")
+	list.Flags().StringVar(&status, "status", "", "only runs in this status")
+	list.Flags().IntVar(&limit, "limit", 50, "show at most this many runs")
+
+	get := &cobra.Command{
+		Use:   "get RUN_ID",
+		Short: "Show a run with its tasks and attempts",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.runClient().GetRun(cmd.Context(), connect.NewRequest(&orreryv1.GetRunRequest{Id: args[0]}))
+			if err != nil {
+				return err
+			}
+			r := res.Msg.GetRun()
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "run %s of %s/%s (version %d)\n  scheduled %s  trigger %s  status %s", r.GetId(), r.GetNamespace(), r.GetJob(), r.GetJobVersion(), ts(r.GetScheduledTime()), r.GetTrigger(), r.GetStatus())
+			if r.GetReason() != "" {
+				fmt.Fprintf(w, " (%s)", r.GetReason())
+			}
+			fmt.Fprintf(w, "\n  started %s  finished %s\n", ts(r.GetStartTime()), ts(r.GetFinishTime()))
+			for _, t := range res.Msg.GetTasks() {
+				fmt.Fprintf(w, "task %s  %s  queue %s  attempts %d\n", t.GetStep(), t.GetStatus(), t.GetQueue(), t.GetAttempt())
+				for _, a := range t.GetAttempts() {
+					fmt.Fprintf(w, "  attempt %d on %s  %s → %s  %s", a.GetNumber(), a.GetWorker(), ts(a.GetStartTime()), ts(a.GetFinishTime()), a.GetOutcome())
+					if a.GetExitReason() != "" {
+						fmt.Fprintf(w, " (%s, %s)", a.GetExitReason(), a.GetFailureClass())
+					}
+					if a.GetError() != "" {
+						fmt.Fprintf(w, ": %s", a.GetError())
+					}
+					if a.GetLateOutcome() != "" {
+						fmt.Fprintf(w, "  [late report rejected: %s %s]", a.GetLateOutcome(), a.GetLateError())
+					}
+					fmt.Fprintln(w)
+					if out := strings.TrimSpace(a.GetOutput()); out != "" {
+						fmt.Fprintf(w, "    output: %s\n", strings.ReplaceAll(out, "\n", "\n            "))
+					}
+				}
+			}
+			return nil
+		},
+	}
+	var reason string
+	cancel := &cobra.Command{
+		Use:   "cancel RUN_ID",
+		Short: "Cancel a run's queued and running tasks",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.runClient().CancelRun(cmd.Context(), connect.NewRequest(&orreryv1.CancelRunRequest{Id: args[0], Reason: reason}))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s\n", res.Msg.GetRun().GetId(), res.Msg.GetRun().GetStatus())
+			return nil
+		},
+	}
+	cancel.Flags().StringVar(&reason, "reason", "", "why (kept on the run and in the audit trail)")
+	cmd.AddCommand(list, get, cancel)
+	return cmd
+}
+
+func newTriggerCmd(g *globals, namespace *string) *cobra.Command {
+	var key string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "trigger NAME|ID",
+		Short: "Run a job now (its overlap policy applies unless --ignore-overlap)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.runClient().TriggerJob(cmd.Context(), connect.NewRequest(&orreryv1.TriggerJobRequest{Job: jobRef(args[0], *namespace), IdempotencyKey: key, IgnoreOverlap: force}))
+			if err != nil {
+				return err
+			}
+			r := res.Msg.GetRun()
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s", r.GetId(), r.GetStatus())
+			if r.GetReason() != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), " (%s)", r.GetReason())
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&key, "idempotency-key", "", "a replay with this key returns the first run")
+	cmd.Flags().BoolVar(&force, "ignore-overlap", false, "run even if the overlap policy would skip or queue it")
+	return cmd
+}
+
+func newDLQCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "dlq", Short: "Inspect and replay dead-lettered tasks"}
+	var jobName, namespace string
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List dead-lettered tasks, newest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req := &orreryv1.ListDeadLettersRequest{PageSize: 500}
+			if jobName != "" {
+				req.Job = jobRef(jobName, namespace)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TASK\tJOB\tSTEP\tSCHEDULED (UTC)\tATTEMPTS\tLAST ERROR")
+			for {
+				res, err := g.runClient().ListDeadLetters(cmd.Context(), connect.NewRequest(req))
+				if err != nil {
+					return err
+				}
+				for _, d := range res.Msg.GetDeadLetters() {
+					fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%d\t%s\n", d.GetTaskId(), d.GetNamespace(), d.GetJob(), d.GetStep(), ts(d.GetScheduledTime()), d.GetAttempts(), d.GetLastError())
+				}
+				if req.PageToken = res.Msg.GetNextPageToken(); req.PageToken == "" {
+					return tw.Flush()
+				}
+			}
+		},
+	}
+	var all bool
+	var limit int32
+	replay := &cobra.Command{
+		Use:   "replay [TASK_ID ...] | --all [--job NAME]",
+		Short: "Give dead-lettered tasks one more attempt",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 && !all {
+				return fmt.Errorf("name task ids, or pass --all (with --job to limit it to one job)")
+			}
+			req := &orreryv1.ReplayDeadLettersRequest{TaskIds: args, Limit: limit}
+			if jobName != "" {
+				req.Job = jobRef(jobName, namespace)
+			}
+			res, err := g.runClient().ReplayDeadLetters(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d task(s) replayed\n", len(res.Msg.GetTaskIds()))
+			return nil
+		},
+	}
+	replay.Flags().BoolVar(&all, "all", false, "replay every dead letter (of --job, if given)")
+	replay.Flags().Int32Var(&limit, "limit", 0, "with --all, at most this many (default 10000)")
+	for _, c := range []*cobra.Command{list, replay} {
+		c.Flags().StringVar(&jobName, "job", "", "only this job's dead letters (name or id)")
+		c.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of --job")
+	}
+	cmd.AddCommand(list, replay)
+	return cmd
+}
+
+func newClusterCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cluster",
+		Short: "Show scheduler nodes, shard owners, epochs and lag",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := g.clusterClient().GetCluster(cmd.Context(), connect.NewRequest(&orreryv1.GetClusterRequest{}))
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE\tNAME\tLIVE\tSHARDS\tHEARTBEAT (UTC)")
+			for _, n := range res.Msg.GetNodes() {
+				if !n.GetLive() && n.GetShards() == 0 {
+					continue
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\n", n.GetId(), n.GetName(), n.GetLive(), n.GetShards(), ts(n.GetHeartbeatTime()))
+			}
+			_ = tw.Flush()
+			fmt.Fprintln(w)
+			tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SHARD\tOWNER\tEPOCH\tLEASE UNTIL (UTC)\tLAG")
+			for _, s := range res.Msg.GetShards() {
+				owner := s.GetOwnerName()
+				if owner == "" {
+					owner = "-"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.3fs\n", s.GetId(), owner, s.GetEpoch(), ts(s.GetLeaseExpireTime()), s.GetLagSeconds())
+			}
+			return tw.Flush()
+		},
+	}
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/pflag"
+
+	"github.com/orrery-dev/orrery/api"
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/node"
+	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/engine/worker"
+)
+
+// stackFlags configure what one process runs: API, scheduler node, workers.
+type stackFlags struct {
+	addr         string
+	name         string
+	shardTTL     time.Duration
+	misfireAfter time.Duration
+	workers      []string
+	allowCommand []string
+	leaseTTL     time.Duration
+	noScheduler  bool
+}
+
+func (f *stackFlags) register(fs *pflag.FlagSet, api bool) {
+	if api {
+		fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to serve the API on (env ORRERY_ADDR)")
+		fs.StringVar(&f.name, "node-name", "", "this node's name in the cluster view (default host-pid)")
+		fs.DurationVar(&f.shardTTL, "shard-ttl", 10*time.Second, "shard lease TTL: a dead node's shards move after it")
+		fs.DurationVar(&f.misfireAfter, "misfire-after", time.Minute, "instants later than this go to the job's misfire policy")
+		fs.BoolVar(&f.noScheduler, "no-scheduler", false, "serve the API only; fire nothing")
+		fs.StringArrayVar(&f.workers, "worker", nil, "also run a worker pool in this process: QUEUE=CONCURRENCY (repeatable)")
+	} else {
+		fs.StringArrayVar(&f.workers, "queue", nil, "serve this queue: NAME=CONCURRENCY (repeatable)")
+		fs.StringVar(&f.name, "name", "", "worker name recorded on attempts (default host-pid)")
+	}
+	fs.StringArrayVar(&f.allowCommand, "allow-command", nil, "programs command steps may run, as path patterns (/opt/etl/*); none by default")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", 15*time.Second, "task lease TTL: a dead worker's tasks retry after it")
+}
+
+// queues parses NAME=CONCURRENCY pairs.
+func (f *stackFlags) queues() (map[string]int, error) {
+	out := map[string]int{}
+	for _, w := range f.workers {
+		name, n, ok := strings.Cut(w, "=")
+		c, err := strconv.Atoi(n)
+		if !ok || err != nil || c <= 0 || name == "" {
+			return nil, fmt.Errorf("%q: want QUEUE=CONCURRENCY, such as etl=10", w)
+		}
+		out[name] = c
+	}
+	return out, nil
+}
+
+// runStack runs the API and a scheduler node (and workers for queues, if
+// any) until ctx ends.
+func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool, f stackFlags, queues map[string]int, handlers map[string]executor.HandlerFunc) error {
+	d, err := dispatch.New()
+	if err != nil {
+		return err
+	}
+	jobs, err := job.New(ctx, state, log)
+	if err != nil {
+		return err
+	}
+	runs := run.NewService(state, jobs, d)
+	srv, err := api.Listen(f.addr, api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state}, log))
+	if err != nil {
+		return fmt.Errorf("--addr: %w", err)
+	}
+	parts := []func(context.Context) error{srv.Serve}
+	if !f.noScheduler {
+		n, err := node.New(ctx, node.Config{Pool: state, Dispatcher: d, Name: f.name, ShardTTL: f.shardTTL, MisfireAfter: f.misfireAfter, Logger: log})
+		if err != nil {
+			return err
+		}
+		parts = append(parts, n.Run)
+	}
+	if len(queues) > 0 {
+		w, err := worker.New(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: f.name, LeaseTTL: f.leaseTTL,
+			AllowCommand: f.allowCommand, Handlers: handlers, Logger: log})
+		if err != nil {
+			return err
+		}
+		parts = append(parts, w.Run)
+	}
+	log.Info("serving the API", "addr", "http://"+srv.Addr(), "scheduler", !f.noScheduler, "workers", queues)
+	return runAll(ctx, parts...)
+}
+
+// runAll runs every part until ctx ends or one fails; then it stops the
+// others and returns the first error.
+func runAll(ctx context.Context, parts ...func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for _, p := range parts {
+		wg.Go(func() {
+			if err := p(ctx); err != nil {
+				once.Do(func() { first = err })
+			}
+			cancel()
+		})
+	}
+	wg.Wait()
+	return first
+}

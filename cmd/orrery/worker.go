@@ -1,0 +1,46 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+
+	"github.com/orrery-dev/orrery/engine/worker"
+)
+
+func newWorkerCmd(g *globals) *cobra.Command {
+	var dbs dbFlags
+	var st stackFlags
+	cmd := &cobra.Command{
+		Use:   "worker --queue NAME=CONCURRENCY ...",
+		Short: "Run worker pools: River clients for the named queues, executing tasks",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := dbs.validate(); err != nil {
+				return err
+			}
+			queues, err := st.queues()
+			if err != nil {
+				return err
+			}
+			if len(queues) == 0 {
+				return errors.New("--queue NAME=CONCURRENCY is required, at least once")
+			}
+			ctx := cmd.Context()
+			state, queue, closeAll, err := dbs.pools(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			w, err := worker.New(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: st.name,
+				LeaseTTL: st.leaseTTL, AllowCommand: st.allowCommand, Logger: g.logger()})
+			if err != nil {
+				return err
+			}
+			return w.Run(ctx)
+		},
+	}
+	dbs.register(cmd.Flags())
+	st.register(cmd.Flags(), false)
+	return cmd
+}

@@ -1,0 +1,72 @@
+// Package node assembles one scheduler node: its shard leases, the
+// scheduler that fires the shards it owns, and the reaper of lapsed task
+// leases. The API and worker pools run beside it in the same process or
+// elsewhere.
+package node
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/scheduler"
+	"github.com/orrery-dev/orrery/shard"
+)
+
+// Config configures a node.
+type Config struct {
+	Pool       *pgxpool.Pool
+	Dispatcher *dispatch.Dispatcher
+	Name       string
+	// ShardTTL is the shard lease TTL (default 10 s): a dead node's shards
+	// move after it.
+	ShardTTL time.Duration
+	// MisfireAfter: see scheduler.Config.
+	MisfireAfter time.Duration
+	Logger       *slog.Logger
+}
+
+// Node is a running scheduler node.
+type Node struct {
+	Shards    *shard.Manager
+	Scheduler *scheduler.Scheduler
+	reaper    *scheduler.Reaper
+}
+
+// New builds a node; Run runs it.
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	mgr, err := shard.NewManager(ctx, cfg.Pool, shard.Config{NodeName: cfg.Name, TTL: cfg.ShardTTL, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	s, err := scheduler.New(scheduler.Config{Pool: cfg.Pool, Shards: mgr, Dispatcher: cfg.Dispatcher, MisfireAfter: cfg.MisfireAfter, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return &Node{Shards: mgr, Scheduler: s, reaper: &scheduler.Reaper{Pool: cfg.Pool, Dispatcher: cfg.Dispatcher, Logger: cfg.Logger}}, nil
+}
+
+// Run runs the node until ctx ends; on the way out its shards are released
+// so that other nodes take them at once.
+func (n *Node) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for _, run := range []func(context.Context) error{n.Shards.Run, n.Scheduler.Run, n.reaper.Run} {
+		wg.Go(func() { errs <- run(ctx) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,420 @@
+package run
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/store"
+)
+
+// ErrNotFound: no run (or dead letter) with that id in the caller's tenant.
+var ErrNotFound = errors.New("run not found")
+
+// Service serves run history and the run-level control plane.
+type Service struct {
+	pool       *pgxpool.Pool
+	jobs       *job.Service
+	dispatcher *dispatch.Dispatcher
+}
+
+// NewService returns a Service.
+func NewService(pool *pgxpool.Pool, jobs *job.Service, d *dispatch.Dispatcher) *Service {
+	return &Service{pool: pool, jobs: jobs, dispatcher: d}
+}
+
+// Run is one run as the API shows it.
+type Run struct {
+	ID           uuid.UUID  `json:"id"`
+	JobID        uuid.UUID  `json:"job_id"`
+	Namespace    string     `json:"namespace"`
+	Job          string     `json:"job"`
+	JobVersion   int64      `json:"job_version"`
+	Shard        int        `json:"shard"`
+	ScheduledFor time.Time  `json:"scheduled_for"`
+	Trigger      string     `json:"trigger"`
+	Status       string     `json:"status"`
+	Reason       string     `json:"reason,omitempty"`
+	CreatedAt    time.Time  `json:"created_at"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+	FinishedAt   *time.Time `json:"finished_at,omitempty"`
+}
+
+// Detail is a run with its tasks and their attempts.
+type Detail struct {
+	Run
+	Tasks []Task
+}
+
+// Task is one step of a run.
+type Task struct {
+	store.Task
+	Attempts []store.Attempt
+}
+
+func fromListRow(r store.ListRunsRow) Run {
+	return Run{ID: r.ID, JobID: r.JobID, Namespace: r.Namespace, Job: r.JobName, JobVersion: r.JobVersion, Shard: int(r.Shard),
+		ScheduledFor: r.ScheduledFor.UTC(), Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, CreatedAt: r.CreatedAt.UTC(),
+		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
+}
+
+// ListFilter selects runs; zero fields do not filter.
+type ListFilter struct {
+	Job       job.Ref
+	Status    string
+	Since     *time.Time
+	Until     *time.Time
+	PageSize  int
+	PageToken string
+}
+
+type runToken struct {
+	At time.Time `json:"a"`
+	ID uuid.UUID `json:"i"`
+}
+
+var maxUUID = uuid.Max
+
+// List returns one page of runs, newest instant first.
+func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, string, error) {
+	size, err := pageSize(f.PageSize)
+	if err != nil {
+		return nil, "", err
+	}
+	before := runToken{At: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), ID: maxUUID}
+	if f.PageToken != "" && decode(f.PageToken, &before) != nil {
+		return nil, "", &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
+	}
+	p := store.ListRunsParams{TenantID: a.Tenant, Since: f.Since, Until: f.Until, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
+	if f.Job != (job.Ref{}) {
+		j, err := s.jobs.Get(ctx, a, f.Job)
+		if err != nil {
+			return nil, "", err
+		}
+		p.JobID = &j.ID
+	}
+	if f.Status != "" {
+		p.Status = &f.Status
+	}
+	rows, err := store.New(s.pool).ListRuns(ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	var next string
+	if len(rows) > size {
+		rows = rows[:size]
+		last := rows[size-1]
+		next = encode(runToken{At: last.ScheduledFor, ID: last.ID})
+	}
+	out := make([]Run, len(rows))
+	for i, r := range rows {
+		out[i] = fromListRow(r)
+	}
+	return out, next, nil
+}
+
+// Get returns a run with its tasks and attempts.
+func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID) (*Detail, error) {
+	q := store.New(s.pool)
+	r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
+	if store.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := q.RunTasks(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	attempts, err := q.RunAttempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	byTask := map[uuid.UUID][]store.Attempt{}
+	for _, at := range attempts {
+		byTask[at.TaskID] = append(byTask[at.TaskID], at)
+	}
+	d := &Detail{Run: fromListRow(store.ListRunsRow(r))}
+	for _, t := range tasks {
+		d.Tasks = append(d.Tasks, Task{Task: t, Attempts: byTask[t.ID]})
+	}
+	return d, nil
+}
+
+// Trigger starts a run of a job now (trigger "manual", instant = the
+// database's now). The job's overlap policy applies unless ignoreOverlap.
+// With an idempotency key, a replay returns the first run; another request
+// under the same key is job.ErrIdempotencyConflict.
+func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key string, ignoreOverlap bool) (*Run, error) {
+	j, err := s.jobs.Get(ctx, a, ref)
+	if err != nil {
+		return nil, err
+	}
+	if j.Status == job.StatusDeleted {
+		return nil, fmt.Errorf("%w: %s", job.ErrDeleted, ref)
+	}
+	reqHash := sha256.Sum256([]byte(fmt.Sprintf("%s|%v", j.ID, ignoreOverlap)))
+	var out Run
+	err = store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		if key != "" {
+			prev, err := q.GetTriggerKey(ctx, store.GetTriggerKeyParams{TenantID: a.Tenant, Key: key})
+			switch {
+			case err == nil && string(prev.RequestHash) != string(reqHash[:]):
+				return job.ErrIdempotencyConflict
+			case err == nil:
+				return json.Unmarshal(prev.Response, &out)
+			case !store.IsNotFound(err):
+				return err
+			}
+		}
+		row, err := q.JobForTrigger(ctx, store.JobForTriggerParams{TenantID: a.Tenant, ID: j.ID})
+		if err != nil {
+			return err
+		}
+		var spec dag.JobSpec
+		if err := json.Unmarshal(row.Spec, &spec); err != nil {
+			return err
+		}
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return err
+		}
+		status, reason := StatusPending, ""
+		if !ignoreOverlap {
+			active, err := q.ActiveRuns(ctx, []uuid.UUID{j.ID})
+			if err != nil {
+				return err
+			}
+			status, reason = manualOverlap(spec.Overlap, active)
+			if spec.Overlap == dag.OverlapCancelPrevious && len(active) > 0 {
+				ids := make([]uuid.UUID, len(active))
+				for i, r := range active {
+					ids[i] = r.ID
+				}
+				if _, err := Cancel(ctx, tx, ids, "overlap: cancel_previous (a manual trigger)"); err != nil {
+					return err
+				}
+			}
+		}
+		ref := JobRef{ID: row.ID, Tenant: row.TenantID, Version: row.Version, Shard: int(row.Shard), Spec: &spec}
+		ids, err := Insert(ctx, tx, s.dispatcher, []New{{Job: ref, At: now, Trigger: TriggerManual, Status: status, Reason: reason}}, nil)
+		if err != nil {
+			return err
+		}
+		if ids[0] == uuid.Nil {
+			return errors.New("a run for this instant exists already; trigger again")
+		}
+		out = Run{ID: ids[0], JobID: row.ID, Namespace: row.Namespace, Job: row.Name, JobVersion: row.Version, Shard: int(row.Shard),
+			ScheduledFor: now.UTC(), Trigger: TriggerManual, Status: status, Reason: reason, CreatedAt: now.UTC()}
+		snap, _ := json.Marshal(out)
+		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "trigger", TargetKind: "job",
+			TargetID: row.ID, TargetName: row.Namespace + "/" + row.Name, After: snap,
+		}); err != nil {
+			return err
+		}
+		if key != "" {
+			return q.InsertTriggerKey(ctx, store.InsertTriggerKeyParams{TenantID: a.Tenant, Key: key, RequestHash: reqHash[:], Response: snap})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// TriggerManual is the trigger of runs started through the API.
+const TriggerManual = "manual"
+
+func manualOverlap(policy string, active []store.ActiveRunsRow) (string, string) {
+	if len(active) == 0 {
+		return StatusPending, ""
+	}
+	switch policy {
+	case dag.OverlapSkip:
+		return StatusSkipped, "overlap: skip (the previous run is still active)"
+	case dag.OverlapQueue:
+		for _, r := range active {
+			if r.Status == StatusQueued {
+				return StatusSkipped, "overlap: queue already holds a run"
+			}
+		}
+		return StatusQueued, "overlap: queue (waits for the previous run)"
+	}
+	return StatusPending, ""
+}
+
+// CancelRun cancels a run's unfinished tasks and the run.
+func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reason string) (*Run, error) {
+	if reason == "" {
+		reason = "cancelled by " + a.Name
+	}
+	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
+		if store.IsNotFound(err) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		if err != nil {
+			return err
+		}
+		cancelled, err := Cancel(ctx, tx, []uuid.UUID{id}, reason)
+		if err != nil || len(cancelled) == 0 {
+			return err // finished already: nothing to do
+		}
+		before, _ := json.Marshal(fromListRow(store.ListRunsRow(r)))
+		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "cancel", TargetKind: "run",
+			TargetID: id, TargetName: r.Namespace + "/" + r.JobName, Before: before,
+		}); err != nil {
+			return err
+		}
+		return promoteQueued(ctx, tx, s.dispatcher, r.JobID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.Get(ctx, a, id)
+	if err != nil {
+		return nil, err
+	}
+	return &d.Run, nil
+}
+
+// DeadLetter is a task that failed for good.
+type DeadLetter = store.ListDeadLettersRow
+
+// ListDeadLetters returns one page of dead-lettered tasks, newest first.
+func (s *Service) ListDeadLetters(ctx context.Context, a job.Actor, jobRef job.Ref, pageSizeReq int, token string) ([]DeadLetter, string, error) {
+	size, err := pageSize(pageSizeReq)
+	if err != nil {
+		return nil, "", err
+	}
+	before := runToken{At: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), ID: maxUUID}
+	if token != "" && decode(token, &before) != nil {
+		return nil, "", &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
+	}
+	p := store.ListDeadLettersParams{TenantID: a.Tenant, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
+	if jobRef != (job.Ref{}) {
+		j, err := s.jobs.Get(ctx, a, jobRef)
+		if err != nil {
+			return nil, "", err
+		}
+		p.JobID = &j.ID
+	}
+	rows, err := store.New(s.pool).ListDeadLetters(ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	var next string
+	if len(rows) > size {
+		rows = rows[:size]
+		last := rows[size-1]
+		next = encode(runToken{At: *last.FinishedAt, ID: last.ID})
+	}
+	return rows, next, nil
+}
+
+// ReplayDeadLetters gives dead-lettered tasks one more attempt each: the
+// tasks go back in line, their runs reopen, and descendants that had failed
+// upstream wait again. With no ids, every dead letter of jobRef (or of the
+// tenant) is replayed, up to limit. It returns the tasks replayed.
+func (s *Service) ReplayDeadLetters(ctx context.Context, a job.Actor, ids []uuid.UUID, jobRef job.Ref, limit int) ([]uuid.UUID, error) {
+	if len(ids) == 0 {
+		if limit <= 0 || limit > 10_000 {
+			limit = 10_000
+		}
+		for token := ""; len(ids) < limit; {
+			page, next, err := s.ListDeadLetters(ctx, a, jobRef, MaxPageSize, token)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range page {
+				ids = append(ids, d.ID)
+			}
+			if token = next; next == "" {
+				break
+			}
+		}
+		if len(ids) > limit {
+			ids = ids[:limit]
+		}
+	}
+	var replayed []uuid.UUID
+	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		rows, err := q.ReplayTasks(ctx, store.ReplayTasksParams{TenantID: a.Tenant, Ids: ids})
+		if err != nil {
+			return err
+		}
+		replayed = replayed[:0]
+		var runs []uuid.UUID
+		ready := make([]dispatch.Ready, len(rows))
+		for i, r := range rows {
+			replayed = append(replayed, r.ID)
+			runs = append(runs, r.RunID)
+			ready[i] = dispatch.Ready{TaskID: r.ID, Tenant: r.TenantID, Queue: r.Queue, Priority: int(r.Priority), Attempt: int(r.Attempt) + 1}
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		if err := q.ReviveDescendants(ctx, replayed); err != nil {
+			return err
+		}
+		if err := q.ReopenRuns(ctx, runs); err != nil {
+			return err
+		}
+		after, _ := json.Marshal(map[string]any{"tasks": replayed})
+		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "replay", TargetKind: "dead_letters",
+			TargetID: replayed[0], TargetName: fmt.Sprintf("%d task(s)", len(replayed)), After: after,
+		}); err != nil {
+			return err
+		}
+		return s.dispatcher.Release(ctx, tx, ready)
+	})
+	return replayed, err
+}
+
+// Page sizes.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+func pageSize(n int) (int, error) {
+	switch {
+	case n < 0 || n > MaxPageSize:
+		return 0, &job.InvalidError{Field: "page_size", Message: fmt.Sprintf("%d is outside 0..%d", n, MaxPageSize)}
+	case n == 0:
+		return DefaultPageSize, nil
+	}
+	return n, nil
+}
+
+func encode(v any) string {
+	b, _ := json.Marshal(v)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decode(s string, v any) error {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
