@@ -101,4 +101,3 @@ func requireMigrated(ctx context.Context, state, queue *pgxpool.Pool) error {
 	}
 	return nil
 }
-

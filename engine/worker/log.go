@@ -20,4 +20,6 @@ func (h atLeast) WithAttrs(as []slog.Attr) slog.Handler {
 	return atLeast{h.Handler.WithAttrs(as), h.min}
 }
 
-func (h atLeast) WithGroup(name string) slog.Handler { return atLeast{h.Handler.WithGroup(name), h.min} }
+func (h atLeast) WithGroup(name string) slog.Handler {
+	return atLeast{h.Handler.WithGroup(name), h.min}
+}
