@@ -98,7 +98,7 @@ func NewManager(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Manager, 
 	if err != nil {
 		return nil, fmt.Errorf("shard: read shard count: %w", err)
 	}
-	if err := q.EnsureShards(ctx, n-1); err != nil {
+	if err := retry(ctx, func(ctx context.Context) error { return q.EnsureShards(ctx, n-1) }); err != nil {
 		return nil, fmt.Errorf("shard: create shard rows: %w", err)
 	}
 	return &Manager{cfg: cfg, q: q, count: int(n), owned: map[int]*Lease{}, change: make(chan struct{}, 1)}, nil
@@ -187,7 +187,11 @@ func (m *Manager) dropAllIfStale() {
 func (m *Manager) tick(ctx context.Context) error {
 	ttl := m.cfg.TTL.Seconds()
 	node := m.cfg.NodeID
-	if _, err := m.q.Heartbeat(ctx, db.HeartbeatParams{ID: node, Name: m.cfg.NodeName, TtlSeconds: ttl}); err != nil {
+	err := retry(ctx, func(ctx context.Context) error {
+		_, err := m.q.Heartbeat(ctx, db.HeartbeatParams{ID: node, Name: m.cfg.NodeName, TtlSeconds: ttl})
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	// Renew what we hold; whatever is not renewed is lost.
@@ -196,7 +200,12 @@ func (m *Manager) tick(ctx context.Context) error {
 		for i, l := range held {
 			keys[i] = fmt.Sprintf("%d@%d", l.Shard, l.Epoch)
 		}
-		rows, err := m.q.RenewShards(ctx, db.RenewShardsParams{Node: &node, TtlSeconds: ttl, Leases: keys})
+		var rows []db.RenewShardsRow
+		err := retry(ctx, func(ctx context.Context) error {
+			var err error
+			rows, err = m.q.RenewShards(ctx, db.RenewShardsParams{Node: &node, TtlSeconds: ttl, Leases: keys})
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -255,13 +264,15 @@ func (m *Manager) rebalance(ctx context.Context) error {
 		}
 		m.signal()
 		m.mu.Unlock()
-		if err := m.q.ReleaseShards(ctx, db.ReleaseShardsParams{Node: &node, Ids: ids}); err != nil {
+		if err := retry(ctx, func(ctx context.Context) error {
+			return m.q.ReleaseShards(ctx, db.ReleaseShardsParams{Node: &node, Ids: ids})
+		}); err != nil {
 			return err
 		}
 		m.cfg.Logger.Info("shards released to rebalance", "count", len(ids), "target", target, "live_nodes", len(live))
 	case len(held) < target:
 		var rows []db.ClaimShardsRow
-		err := crdb.ExecuteCtx(ctx, func(ctx context.Context, _ ...any) error {
+		err := retry(ctx, func(ctx context.Context) error {
 			var err error
 			rows, err = m.q.ClaimShards(ctx, db.ClaimShardsParams{Node: &node, TtlSeconds: m.cfg.TTL.Seconds(), Max: int32(target - len(held))})
 			return err
@@ -294,11 +305,20 @@ func (m *Manager) shutdown() {
 	m.mu.Unlock()
 	node := m.cfg.NodeID
 	if len(ids) > 0 {
-		if err := m.q.ReleaseShards(ctx, db.ReleaseShardsParams{Node: &node, Ids: ids}); err != nil {
+		if err := retry(ctx, func(ctx context.Context) error {
+			return m.q.ReleaseShards(ctx, db.ReleaseShardsParams{Node: &node, Ids: ids})
+		}); err != nil {
 			m.cfg.Logger.Warn("release shards on shutdown", "err", err)
 		}
 	}
-	if err := m.q.ForgetNode(ctx, node); err != nil {
+	if err := retry(ctx, func(ctx context.Context) error { return m.q.ForgetNode(ctx, node) }); err != nil {
 		m.cfg.Logger.Warn("leave the cluster", "err", err)
 	}
+}
+
+// retry runs one statement again on serialization failures (SQLSTATE
+// 40001), which serializable PostgreSQL and CockroachDB raise when nodes
+// touch the same rows at once.
+func retry(ctx context.Context, fn func(context.Context) error) error {
+	return crdb.ExecuteCtx(ctx, func(ctx context.Context, _ ...any) error { return fn(ctx) })
 }

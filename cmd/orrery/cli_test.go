@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orrery-dev/orrery/engine/pgtest"
 )
 
 // These tests build the real binary and drive it as a user would: `orrery
@@ -28,7 +30,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	stopPG, err := pgtest.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		os.Exit(1)
+	}
 	code := m.Run()
+	stopPG()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

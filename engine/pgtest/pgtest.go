@@ -31,33 +31,43 @@ var (
 // Main starts the cluster, runs the tests and stops the cluster. Call it
 // from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
 func Main(m *testing.M) {
-	os.Exit(run(m))
+	stop, err := Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	stop()
+	os.Exit(code)
 }
 
-func run(m *testing.M) int {
+// Start starts the cluster and migrates the template, for a TestMain that
+// does more than Main; call stop when the tests are done.
+func Start() (stop func(), err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "orrery-pg-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		return 1
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
 	if err := os.Chmod(dir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		return 1
+		os.RemoveAll(dir)
+		return nil, err
 	}
 	cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Database: template, Ephemeral: true})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		return 1
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	defer cluster.Stop()
+	stop = func() {
+		_ = cluster.Stop()
+		os.RemoveAll(dir)
+	}
 	if err := migrateTemplate(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		return 1
+		stop()
+		return nil, err
 	}
-	return m.Run()
+	return stop, nil
 }
 
 func migrateTemplate(ctx context.Context) error {

@@ -1,0 +1,267 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/pgtest"
+)
+
+// proc is an orrery process started by a test.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	logs bytes.Buffer
+	done chan struct{}
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.Write(b)
+}
+
+func (p *proc) Logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.String()
+}
+
+func (p *proc) signal(t *testing.T, s syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(s); err != nil {
+		t.Fatalf("%s: signal %v: %v", p.name, s, err)
+	}
+}
+
+func startProc(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("--- %s logs ---\n%s", p.name, p.Logs())
+		}
+	})
+	return p
+}
+
+func startNodeProc(t *testing.T, dsn, name string) *proc {
+	return startProc(t, name, "serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", name, "--shard-ttl", "2s", "--log-level", "info")
+}
+
+func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := pool.QueryRow(context.Background(), "SELECT now()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+func queryInt(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func poll(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// allShardsLive reports whether every shard is owned under a live lease by
+// a live node other than the ones named.
+func allShardsLive(t *testing.T, pool *pgxpool.Pool, except ...string) bool {
+	return queryInt(t, pool, `SELECT count(*) FROM shards s JOIN nodes n ON n.id = s.owner_node
+		WHERE s.lease_expires_at > now() AND n.lease_expires_at > now() AND NOT n.name = ANY($1)`, except) == 64
+}
+
+// Several scheduler nodes fire 200 every-second jobs while a node joins, one
+// is killed with SIGKILL and one is paused with SIGSTOP past its lease:
+// every instant gets exactly one run, none is missed, and no run is ever
+// written under a shard epoch older than one already used (fencing).
+func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test: a minute of real time")
+	}
+	dsn := pgtest.DSN(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		_, err := jobs.Create(ctx, job.Anonymous, dag.Resource{
+			Metadata: dag.Metadata{Name: fmt.Sprintf("tick-%03d", i)},
+			Spec: dag.JobSpec{
+				Schedule: schedule.Spec{Cron: "* * * * * *"},
+				Overlap:  dag.OverlapAllow, // no workers here: runs stay pending
+				Run:      &dag.Executor{Handler: "noop"},
+			},
+		}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	n1 := startNodeProc(t, dsn, "node-1")
+	n2 := startNodeProc(t, dsn, "node-2")
+	poll(t, 20*time.Second, "two nodes own all shards", func() bool { return allShardsLive(t, pool, "none") })
+	time.Sleep(2 * time.Second)
+	from := dbNow(t, pool)
+
+	time.Sleep(15 * time.Second)
+	startNodeProc(t, dsn, "node-3")
+	time.Sleep(15 * time.Second)
+
+	n1.signal(t, syscall.SIGKILL)
+	moved := poll(t, 15*time.Second, "node-1's shards move to live nodes", func() bool { return allShardsLive(t, pool, "node-1") })
+	t.Logf("after SIGKILL, all shards were live again within %s (shard TTL 2s)", moved.Round(100*time.Millisecond))
+	time.Sleep(5 * time.Second)
+
+	n2.signal(t, syscall.SIGSTOP)
+	poll(t, 15*time.Second, "node-2's shards move while it is stopped", func() bool { return allShardsLive(t, pool, "node-1", "node-2") })
+	time.Sleep(time.Second)
+	n2.signal(t, syscall.SIGCONT)
+	poll(t, 15*time.Second, "node-2 notices it lost its shards", func() bool { return strings.Contains(n2.Logs(), "shard lost") })
+	time.Sleep(8 * time.Second)
+	until := dbNow(t, pool).Add(-3 * time.Second).Truncate(time.Second)
+	from = from.Truncate(time.Second)
+	want := int(until.Sub(from) / time.Second)
+
+	short := queryInt(t, pool, `SELECT count(*) FROM (
+		SELECT j.id FROM jobs j LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for > $1 AND r.scheduled_for <= $2
+		GROUP BY j.id HAVING count(r.id) <> $3) d`, from, until, want)
+	if short != 0 {
+		t.Fatalf("%d of 200 jobs do not have exactly %d runs between %s and %s", short, want, from, until)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM runs WHERE status NOT IN ('pending', 'running')"); n != 0 {
+		t.Fatalf("%d runs were skipped or cancelled; misfire and overlap should have fired them all", n)
+	}
+	stale := queryInt(t, pool, `SELECT count(*) FROM runs a JOIN runs b
+		ON a.shard = b.shard AND a.shard_epoch < b.shard_epoch AND a.created_at > b.created_at
+		WHERE a.scheduled_for > $1 AND b.scheduled_for > $1`, from)
+	if stale != 0 {
+		t.Fatalf("%d runs were written under a stale shard epoch", stale)
+	}
+	t.Logf("%d instants x 200 jobs, each fired exactly once", want)
+}
+
+// A worker that dies mid-task (SIGKILL) or stalls (SIGSTOP) past its lease:
+// the attempt is recorded as lease_expired, the task retries on another
+// worker with a new fencing token, and the stalled worker's late report is
+// rejected and kept on the old attempt.
+func TestStalledWorkersLeaseLapsesAndLateReportIsRejected(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test")
+	}
+	dsn := pgtest.DSN(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	startNodeProc(t, dsn, "node")
+	worker := func(name string) *proc {
+		return startProc(t, name, "worker", "--db", dsn, "--queue", "default=2", "--name", name, "--lease-ttl", "2s", "--allow-command", "/bin/*", "--log-level", "info")
+	}
+	jobs, _ := job.New(ctx, pool, nil)
+	create := func(name string) {
+		_, err := jobs.Create(ctx, job.Anonymous, dag.Resource{
+			Metadata: dag.Metadata{Name: name},
+			Spec: dag.JobSpec{
+				Schedule: schedule.Spec{At: dbNow(t, pool).Format(time.RFC3339)},
+				Run:      &dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/sh", "-c", `if [ "$ORRERY_ATTEMPT" = 1 ]; then sleep 3; fi`}}},
+				Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 3, Initial: dag.D(100 * time.Millisecond), Max: dag.D(200 * time.Millisecond)}},
+			},
+		}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	attemptRunningOn := func(jobName, worker string) bool {
+		return queryInt(t, pool, `SELECT count(*) FROM attempts a JOIN tasks t ON t.id = a.task_id JOIN runs r ON r.id = t.run_id
+			JOIN jobs j ON j.id = r.job_id WHERE j.name = $1 AND a.worker = $2 AND a.outcome = 'running'`, jobName, worker) == 1
+	}
+	runSucceeded := func(jobName string) bool {
+		return queryInt(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = $1 AND r.status = 'succeeded'`, jobName) == 1
+	}
+
+	// SIGKILL: the worker never reports.
+	w1 := worker("w1")
+	create("killed")
+	poll(t, 20*time.Second, "w1 runs attempt 1", func() bool { return attemptRunningOn("killed", "w1") })
+	w1.signal(t, syscall.SIGKILL)
+	w2 := worker("w2")
+	poll(t, 30*time.Second, "the task retries on w2 and succeeds", func() bool { return runSucceeded("killed") })
+
+	// SIGSTOP: the worker reports after its lease lapsed.
+	create("stalled")
+	poll(t, 20*time.Second, "w2 runs attempt 1", func() bool { return attemptRunningOn("stalled", "w2") })
+	w2.signal(t, syscall.SIGSTOP)
+	worker("w3")
+	poll(t, 30*time.Second, "the task retries on w3 and succeeds", func() bool { return runSucceeded("stalled") })
+	time.Sleep(3 * time.Second) // the stalled attempt's sleep 3 has finished meanwhile
+	w2.signal(t, syscall.SIGCONT)
+	poll(t, 20*time.Second, "w2's late report is recorded", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM attempts WHERE worker = 'w2' AND late_outcome = 'succeeded'") == 1
+	})
+
+	for _, name := range []string{"killed", "stalled"} {
+		var reason, second string
+		err := pool.QueryRow(ctx, `SELECT a1.exit_reason, a2.outcome FROM attempts a1
+			JOIN attempts a2 ON a2.task_id = a1.task_id AND a2.number = 2
+			JOIN tasks t ON t.id = a1.task_id JOIN runs r ON r.id = t.run_id JOIN jobs j ON j.id = r.job_id
+			WHERE j.name = $1 AND a1.number = 1`, name).Scan(&reason, &second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reason != "lease_expired" || second != "succeeded" {
+			t.Fatalf("%s: attempt 1 ended %q, attempt 2 %q; want lease_expired then succeeded", name, reason, second)
+		}
+	}
+	if !strings.Contains(w2.Logs(), "stale report rejected") {
+		t.Fatal("w2 did not log its rejected report")
+	}
+}
