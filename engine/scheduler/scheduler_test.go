@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/scheduler"
 	"github.com/orrery-dev/orrery/engine/worker"
 	"github.com/orrery-dev/orrery/shard"
@@ -140,5 +141,71 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 	}
 	if n := count(t, pool, "SELECT count(*) FROM attempts WHERE outcome = 'failed' AND error = 'boom'"); n != 2 {
 		t.Fatalf("%d failed attempts recorded", n)
+	}
+
+	// Replay: one more attempt, which fails and dead-letters again.
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+	dead, _, err := runs.ListDeadLetters(ctx, job.Anonymous, job.Ref{Name: "once"}, 0, "")
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("dead letters %v %v", dead, err)
+	}
+	replayed, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "once"}, 0)
+	if err != nil || len(replayed) != 1 {
+		t.Fatalf("replay %v %v", replayed, err)
+	}
+	waitFor(t, 30*time.Second, "the replayed task ran a third attempt", func() bool {
+		return count(t, pool, "SELECT count(*) FROM tasks WHERE status = 'dead_lettered' AND attempt = 3") == 1
+	})
+	if n := count(t, pool, "SELECT count(*) FROM audit_log WHERE action = 'replay'"); n != 1 {
+		t.Fatalf("replay audited %d times", n)
+	}
+}
+
+func TestCancelAndTrigger(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	startWorker(t, pool, map[string]executor.HandlerFunc{"block": func(ctx context.Context, _ executor.Call) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return ctx.Err()
+	}})
+	defer close(release)
+	jobs, _ := job.New(ctx, pool, nil)
+	r := handlerJob("manual", "@yearly", "block")
+	r.Spec.Overlap = dag.OverlapSkip
+	if _, err := jobs.Create(ctx, job.Anonymous, r, ""); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+	first, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "manual"}, "k1", false)
+	if err != nil || first.Status != run.StatusPending {
+		t.Fatalf("trigger %+v %v", first, err)
+	}
+	again, _ := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "manual"}, "k1", false)
+	if again.ID != first.ID {
+		t.Fatal("a replayed trigger made a second run")
+	}
+	waitFor(t, 10*time.Second, "the run is running", func() bool {
+		return count(t, pool, "SELECT count(*) FROM attempts WHERE outcome = 'running'") == 1
+	})
+	skipped, _ := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "manual"}, "", false)
+	if skipped.Status != run.StatusSkipped {
+		t.Fatalf("overlap: skip let a second run start: %+v", skipped)
+	}
+	cancelled, err := runs.CancelRun(ctx, job.Anonymous, first.ID, "test")
+	if err != nil || cancelled.Status != run.StatusCancelled {
+		t.Fatalf("cancel %+v %v", cancelled, err)
+	}
+	waitFor(t, 10*time.Second, "the running attempt ends cancelled", func() bool {
+		return count(t, pool, "SELECT count(*) FROM attempts WHERE outcome = 'failed' AND exit_reason = 'cancelled'") == 1
+	})
+	if n := count(t, pool, "SELECT count(*) FROM audit_log WHERE action IN ('trigger', 'cancel')"); n != 3 {
+		t.Fatalf("%d trigger/cancel audit rows, want 3", n)
 	}
 }
