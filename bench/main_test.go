@@ -20,8 +20,12 @@ import (
 )
 
 // serverURL is an `orrery serve` started by TestMain against a durable
-// PostgreSQL (fsync on, synchronous_commit on) on the same machine.
-var serverURL string
+// PostgreSQL (fsync on, synchronous_commit on) on the same machine;
+// cluster is that PostgreSQL, where engine benchmarks make fresh databases.
+var (
+	serverURL string
+	cluster   *pgcluster.Cluster
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -43,7 +47,7 @@ func run(m *testing.M) int {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/orrery").CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("build: %v\n%s", err, out))
 	}
-	cluster, err := pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg")})
+	cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Settings: map[string]string{"max_connections": "300"}})
 	if err != nil {
 		return fail(err)
 	}

@@ -127,6 +127,15 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	// The nodes run at PostgreSQL's default isolation, READ COMMITTED, as a
+	// PostgreSQL deployment would (the other tests run SERIALIZABLE).
+	var dbName string
+	if err := pool.QueryRow(ctx, "SELECT current_database()").Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ALTER DATABASE "+dbName+" SET default_transaction_isolation = 'read committed'"); err != nil {
+		t.Fatal(err)
+	}
 	jobs, err := job.New(ctx, pool, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -140,12 +140,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 
 	settings := map[string]string{
-		"listen_addresses":              "127.0.0.1",
-		"port":                          strconv.Itoa(c.port),
-		"unix_socket_directories":       runDir,
-		"max_connections":               "200",
-		"default_transaction_isolation": "serializable", // as CockroachDB: exercise the retry path
-		"logging_collector":             "off",
+		"listen_addresses":        "127.0.0.1",
+		"port":                    strconv.Itoa(c.port),
+		"unix_socket_directories": runDir,
+		"max_connections":         "200",
+		"logging_collector":       "off",
 	}
 	if cfg.Ephemeral {
 		settings["fsync"] = "off"

@@ -54,7 +54,10 @@ func Start() (stop func(), err error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Database: template, Ephemeral: true})
+	cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Database: template, Ephemeral: true,
+		// As CockroachDB: every transaction serializable, so the tests
+		// exercise the retry paths (DESIGN "Storage").
+		Settings: map[string]string{"default_transaction_isolation": "serializable"}})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

@@ -272,6 +272,9 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 		if err != nil {
 			return err
 		}
+		if _, err := q.LockRun(ctx, id); err != nil {
+			return err
+		}
 		cancelled, err := Cancel(ctx, tx, []uuid.UUID{id}, reason)
 		if err != nil || len(cancelled) == 0 {
 			return err // finished already: nothing to do

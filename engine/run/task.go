@@ -72,6 +72,9 @@ type Report struct {
 	TaskID       uuid.UUID
 	FencingToken int64
 	Result       executor.Result
+	// Expired: the report is the reaper's (the lease lapsed), not the
+	// worker's; if the token moved on meanwhile there is nothing to record.
+	Expired bool
 }
 
 // FinishAttempt records an attempt's outcome if its fencing token is still
@@ -85,6 +88,13 @@ type Report struct {
 func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Report) (bool, error) {
 	q := store.New(tx)
 	res := r.Result
+	// Lock order: the run, then its tasks (FinishTask, children).
+	if _, err := q.LockRunOfTask(ctx, r.TaskID); err != nil {
+		if store.IsNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
 	status := TaskSucceeded
 	var set dag.Settings
 	var nextAttempt int
@@ -103,6 +113,9 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 	}
 	t, err := q.FinishTask(ctx, store.FinishTaskParams{ID: r.TaskID, FencingToken: r.FencingToken, Status: status, LastError: res.Error})
 	if store.IsNotFound(err) {
+		if r.Expired {
+			return false, nil
+		}
 		outcome := "succeeded"
 		if !res.OK {
 			outcome = "failed"
@@ -244,7 +257,7 @@ func ExpireLeases(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, batch 
 		return 0, err
 	}
 	for _, t := range rows {
-		_, err := FinishAttempt(ctx, tx, d, Report{TaskID: t.ID, FencingToken: t.FencingToken, Result: executor.Result{
+		_, err := FinishAttempt(ctx, tx, d, Report{TaskID: t.ID, FencingToken: t.FencingToken, Expired: true, Result: executor.Result{
 			ExitReason: executor.ReasonLeaseExpired, FailureClass: executor.ClassSystem, Retryable: true,
 			Error: "the worker stopped renewing the task's lease",
 		}})

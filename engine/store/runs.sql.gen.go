@@ -129,6 +129,7 @@ func (q *Queries) CancelTasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]
 const checkShardFence = `-- name: CheckShardFence :one
 SELECT epoch FROM shards
 WHERE id = $1 AND owner_node = $2::uuid AND epoch = $3 AND lease_expires_at > now()
+FOR SHARE
 `
 
 type CheckShardFenceParams struct {
@@ -140,6 +141,8 @@ type CheckShardFenceParams struct {
 // CheckShardFence passes only while this node owns the shard at the epoch
 // it claimed, with a live lease. Every write made for a shard runs it first,
 // in the same transaction (DESIGN invariant 3).
+// FOR SHARE makes a concurrent claim wait for this transaction under READ
+// COMMITTED; under SERIALIZABLE the claim and this read conflict anyway.
 func (q *Queries) CheckShardFence(ctx context.Context, arg CheckShardFenceParams) (int64, error) {
 	row := q.db.QueryRow(ctx, checkShardFence, arg.Shard, arg.Node, arg.Epoch)
 	var epoch int64
@@ -616,6 +619,35 @@ func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsR
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockRun = `-- name: LockRun :one
+SELECT id, job_id FROM runs WHERE id = $1 FOR UPDATE
+`
+
+type LockRunRow struct {
+	ID    uuid.UUID
+	JobID uuid.UUID
+}
+
+// LockRun serializes the transactions that finish tasks of one run, so
+// the last of them sees every task terminal and finishes the run.
+func (q *Queries) LockRun(ctx context.Context, id uuid.UUID) (LockRunRow, error) {
+	row := q.db.QueryRow(ctx, lockRun, id)
+	var i LockRunRow
+	err := row.Scan(&i.ID, &i.JobID)
+	return i, err
+}
+
+const lockRunOfTask = `-- name: LockRunOfTask :one
+SELECT r.id FROM runs AS r JOIN tasks AS t ON t.run_id = r.id WHERE t.id = $1 FOR UPDATE OF r
+`
+
+func (q *Queries) LockRunOfTask(ctx context.Context, taskID uuid.UUID) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, lockRunOfTask, taskID)
+	var id uuid.UUID
+	err := row.Scan(&id)
+	return id, err
 }
 
 const reopenRuns = `-- name: ReopenRuns :exec

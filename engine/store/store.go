@@ -40,8 +40,15 @@ func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error
 
 // InTx runs fn in one transaction and commits it, retrying the whole
 // transaction on serialization failures (SQLSTATE 40001, as CockroachDB
-// and serializable PostgreSQL raise them, at any statement or at COMMIT);
-// fn must be safe to run again.
+// and serializable PostgreSQL raise them, at any statement or at COMMIT)
+// and deadlocks; fn must be safe to run again.
+//
+// Isolation is the database's default. Orrery's transactions take the row
+// locks their logic needs (FOR UPDATE on the rows they decide about, FOR
+// SHARE on the shard they fence with), so they are correct under READ
+// COMMITTED as well as SERIALIZABLE: CockroachDB runs them serializable,
+// the tests run PostgreSQL serializable, and a PostgreSQL of your own may
+// stay at its READ COMMITTED default (see BENCHMARKS.md for why it should).
 //
 // It uses cockroach-go's retry loop (crdb.ExecuteCtx) around a fresh
 // transaction per attempt, not crdbpgxv5.ExecuteTx: that one retries by
@@ -75,9 +82,24 @@ func InRawTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) 
 			}
 		}
 		attempt++
-		return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, fn)
+		return asRetryable(pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, fn))
 	})
 }
+
+// asRetryable makes a deadlock (SQLSTATE 40P01), which PostgreSQL resolves
+// by aborting one of the transactions, retry like a serialization failure.
+func asRetryable(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "40P01" {
+		return retryableError{err}
+	}
+	return err
+}
+
+type retryableError struct{ error }
+
+func (e retryableError) Unwrap() error    { return e.error }
+func (e retryableError) SQLState() string { return "40001" }
 
 // IsUniqueViolation reports whether err is a unique-constraint violation,
 // on the named constraint or index when constraint is not empty.

@@ -61,7 +61,6 @@ SELECT id, fencing_token FROM tasks
 WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at
 LIMIT $1
-FOR UPDATE SKIP LOCKED
 `
 
 type ExpiredLeasesRow struct {
@@ -69,8 +68,9 @@ type ExpiredLeasesRow struct {
 	FencingToken int64
 }
 
-// ExpiredLeases takes running tasks whose lease lapsed (their worker died
-// or stalled); SKIP LOCKED lets several nodes reap without meeting.
+// ExpiredLeases lists running tasks whose lease lapsed (their worker died
+// or stalled). Each is then failed under its fencing token, so two reapers
+// that see the same task cannot both fail it.
 func (q *Queries) ExpiredLeases(ctx context.Context, batch int32) ([]ExpiredLeasesRow, error) {
 	rows, err := q.db.Query(ctx, expiredLeases, batch)
 	if err != nil {

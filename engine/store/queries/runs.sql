@@ -2,8 +2,11 @@
 -- it claimed, with a live lease. Every write made for a shard runs it first,
 -- in the same transaction (DESIGN invariant 3).
 -- name: CheckShardFence :one
+-- FOR SHARE makes a concurrent claim wait for this transaction under READ
+-- COMMITTED; under SERIALIZABLE the claim and this read conflict anyway.
 SELECT epoch FROM shards
-WHERE id = @shard AND owner_node = @node::uuid AND epoch = @epoch AND lease_expires_at > now();
+WHERE id = @shard AND owner_node = @node::uuid AND epoch = @epoch AND lease_expires_at > now()
+FOR SHARE;
 
 -- ShardHeads returns, for each of the given shards that has an active job
 -- with a fire time, the earliest such time: one index probe per shard.
@@ -156,3 +159,11 @@ WHERE id = ANY(@ids::uuid[]) AND status IN ('failed', 'dead_lettered');
 SELECT id, tenant_id, namespace, name, version, spec, shard, status FROM jobs
 WHERE tenant_id = @tenant_id AND id = @id
 FOR UPDATE;
+
+-- LockRun serializes the transactions that finish tasks of one run, so
+-- the last of them sees every task terminal and finishes the run.
+-- name: LockRun :one
+SELECT id, job_id FROM runs WHERE id = @id FOR UPDATE;
+
+-- name: LockRunOfTask :one
+SELECT r.id FROM runs AS r JOIN tasks AS t ON t.run_id = r.id WHERE t.id = @task_id FOR UPDATE OF r;

@@ -95,14 +95,14 @@ RETURNING id;
 SELECT id, tenant_id, queue, priority FROM tasks
 WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0;
 
--- ExpiredLeases takes running tasks whose lease lapsed (their worker died
--- or stalled); SKIP LOCKED lets several nodes reap without meeting.
+-- ExpiredLeases lists running tasks whose lease lapsed (their worker died
+-- or stalled). Each is then failed under its fencing token, so two reapers
+-- that see the same task cannot both fail it.
 -- name: ExpiredLeases :many
 SELECT id, fencing_token FROM tasks
 WHERE status = 'running' AND lease_expires_at < now()
 ORDER BY lease_expires_at
-LIMIT @batch
-FOR UPDATE SKIP LOCKED;
+LIMIT @batch;
 
 -- name: TaskRetryPolicy :one
 SELECT t.step, t.attempt, v.spec

@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/node"
+	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/worker"
+	"github.com/orrery-dev/orrery/migrations"
+	"github.com/orrery-dev/orrery/shard"
+)
+
+var dbCounter atomic.Int64
+
+// freshDB makes a new migrated database in the benchmark cluster.
+func freshDB(b *testing.B) *pgxpool.Pool {
+	b.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("bench_%d_%d", time.Now().Unix(), dbCounter.Add(1))
+	admin, err := pgx.Connect(ctx, cluster.DSN("postgres"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		b.Fatal(err)
+	}
+	pool, err := store.Open(ctx, cluster.DSN(name)+"&pool_max_conns=60", 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if _, err := migrations.Up(ctx, pool); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := migrations.QueueUp(ctx, pool); err != nil {
+		b.Fatal(err)
+	}
+	return pool
+}
+
+type noopArgs struct {
+	N int `json:"n"`
+}
+
+func (noopArgs) Kind() string { return "bench_noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	done *atomic.Int64
+}
+
+func (w *noopWorker) Work(context.Context, *river.Job[noopArgs]) error {
+	w.done.Add(1)
+	return nil
+}
+
+// BenchmarkRiverBare is the reference ceiling: River alone on the same
+// database, 50,000 no-op jobs inserted in batches of 1,000, then drained by
+// one client with 100 workers (FetchCooldown 10 ms, poll 100 ms, as Orrery's
+// workers use).
+func BenchmarkRiverBare(b *testing.B) {
+	const total = 50_000
+	for range b.N {
+		pool := freshDB(b)
+		ctx := context.Background()
+		var done atomic.Int64
+		workers := river.NewWorkers()
+		river.AddWorker(workers, &noopWorker{done: &done})
+		client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+			Queues: map[string]river.QueueConfig{"default": {MaxWorkers: 100}}, Workers: workers,
+			FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		insertStart := time.Now()
+		for i := 0; i < total; i += 1000 {
+			params := make([]river.InsertManyParams, 1000)
+			for k := range params {
+				params[k] = river.InsertManyParams{Args: noopArgs{N: i + k}}
+			}
+			if _, err := client.InsertMany(ctx, params); err != nil {
+				b.Fatal(err)
+			}
+		}
+		insertTook := time.Since(insertStart)
+		start := time.Now()
+		if err := client.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		for done.Load() < total {
+			time.Sleep(20 * time.Millisecond)
+		}
+		took := time.Since(start)
+		_ = client.Stop(ctx)
+		b.ReportMetric(total/insertTook.Seconds(), "inserts/s")
+		b.ReportMetric(total/took.Seconds(), "jobs/s")
+	}
+}
+
+// seedJobs writes n job definitions straight into the tables (COPY), all
+// with the given spec and first fire time; creation is not what these
+// benchmarks measure.
+func seedJobs(b *testing.B, pool *pgxpool.Pool, prefix string, n int, spec dag.JobSpec, next time.Time) {
+	b.Helper()
+	ctx := context.Background()
+	specJSON, _ := json.Marshal(spec)
+	tenant := job.DefaultTenant
+	var jobs, versions [][]any
+	for i := range n {
+		id := uuid.Must(uuid.NewV7())
+		jobs = append(jobs, []any{id, tenant, "default", fmt.Sprintf("%s-%07d", prefix, i), "", []byte("{}"), "active", int64(1), specJSON,
+			int32(shard.Of(id, shard.DefaultCount)), next, next, "bench", next, "bench"})
+		versions = append(versions, []any{id, int64(1), tenant, "", []byte("{}"), specJSON, next, "bench"})
+	}
+	cols := []string{"id", "tenant_id", "namespace", "name", "description", "labels", "status", "version", "spec", "shard", "next_fire_at", "created_at", "created_by", "updated_at", "updated_by"}
+	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"jobs"}, cols, pgx.CopyFromRows(jobs)); err != nil {
+		b.Fatal(err)
+	}
+	vcols := []string{"job_id", "version", "tenant_id", "description", "labels", "spec", "created_at", "created_by"}
+	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"job_versions"}, vcols, pgx.CopyFromRows(versions)); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE jobs"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// startEngine runs a scheduler node and a worker pool with a no-op handler
+// in this process until the benchmark ends.
+func startEngine(b *testing.B, pool *pgxpool.Pool, workers int) {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d, _ := dispatch.New()
+	n, err := node.New(ctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"default": workers},
+		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { return nil }}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{}, 2)
+	go func() { _ = n.Run(ctx); done <- struct{}{} }()
+	go func() { _ = w.Run(ctx); done <- struct{}{} }()
+	b.Cleanup(func() { cancel(); <-done; <-done })
+}
+
+func dbTime(b *testing.B, pool *pgxpool.Pool) time.Time {
+	var t time.Time
+	if err := pool.QueryRow(context.Background(), "SELECT now()").Scan(&t); err != nil {
+		b.Fatal(err)
+	}
+	return t
+}
+
+// lagStats reads the start lag (scheduled instant -> first attempt start)
+// of the runs scheduled in [from, until).
+func lagStats(b *testing.B, pool *pgxpool.Pool, from, until time.Time) (n int, p50, p95, p99, maxLag time.Duration) {
+	rows, err := pool.Query(context.Background(), `SELECT extract(epoch FROM a.started_at - r.scheduled_for)
+		FROM runs r JOIN tasks t ON t.run_id = r.id JOIN attempts a ON a.task_id = t.id AND a.number = 1
+		WHERE r.scheduled_for >= $1 AND r.scheduled_for < $2`, from, until)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var lags []time.Duration
+	for rows.Next() {
+		var s float64
+		if err := rows.Scan(&s); err != nil {
+			b.Fatal(err)
+		}
+		lags = append(lags, time.Duration(s*float64(time.Second)))
+	}
+	if len(lags) == 0 {
+		b.Fatal("no started runs in the window")
+	}
+	slices.Sort(lags)
+	q := func(p float64) time.Duration { return lags[min(len(lags)-1, int(p*float64(len(lags))))] }
+	return len(lags), q(0.50), q(0.95), q(0.99), lags[len(lags)-1]
+}
+
+func noopSpec(cron string) dag.JobSpec {
+	r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: cron}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "noop"},
+	}}
+	r.Normalize()
+	return r.Spec
+}
+
+// BenchmarkSteadyFires: 500 jobs firing every second for 30 s, so 500 fires
+// per second, end to end (scheduler -> River -> worker -> completion);
+// reports start lag percentiles and completed runs per second.
+func BenchmarkSteadyFires(b *testing.B) {
+	for range b.N {
+		pool := freshDB(b)
+		start := dbTime(b, pool).Truncate(time.Second).Add(2 * time.Second)
+		seedJobs(b, pool, "steady", 500, noopSpec("* * * * * *"), start)
+		startEngine(b, pool, 200)
+		time.Sleep(time.Until(start) + 32*time.Second)
+		from, until := start.Add(2*time.Second), start.Add(30*time.Second)
+		n, p50, p95, p99, mx := lagStats(b, pool, from, until)
+		var completed int
+		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM runs WHERE status = 'succeeded' AND scheduled_for >= $1 AND scheduled_for < $2", from, until).Scan(&completed)
+		b.ReportMetric(float64(n)/until.Sub(from).Seconds(), "started/s")
+		b.ReportMetric(float64(completed)/until.Sub(from).Seconds(), "completed/s")
+		b.ReportMetric(ms(p50), "p50-lag-ms")
+		b.ReportMetric(ms(p95), "p95-lag-ms")
+		b.ReportMetric(ms(p99), "p99-lag-ms")
+		b.ReportMetric(ms(mx), "max-lag-ms")
+	}
+}
+
+// BenchmarkMidnightStorm: 10,000 cron jobs due at the same instant; reports
+// the time until every one started and the lag distribution, and the
+// end-to-end completion rate through the storm.
+func BenchmarkMidnightStorm(b *testing.B) {
+	const jobs = 10_000
+	for range b.N {
+		pool := freshDB(b)
+		startEngine(b, pool, 200)
+		at := dbTime(b, pool).Truncate(time.Second).Add(8 * time.Second)
+		cron := fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
+		seedJobs(b, pool, "storm", jobs, noopSpec(cron), at)
+		time.Sleep(time.Until(at))
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			var started, done int
+			_ = pool.QueryRow(context.Background(), "SELECT count(*) FILTER (WHERE started_at IS NOT NULL), count(*) FILTER (WHERE status = 'succeeded') FROM runs").Scan(&started, &done)
+			if done == jobs || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		n, p50, p95, p99, mx := lagStats(b, pool, at, at.Add(time.Second))
+		var lastDone time.Time
+		_ = pool.QueryRow(context.Background(), "SELECT max(finished_at) FROM runs").Scan(&lastDone)
+		b.ReportMetric(float64(n), "started")
+		b.ReportMetric(ms(mx), "all-started-ms")
+		b.ReportMetric(ms(p50), "p50-lag-ms")
+		b.ReportMetric(ms(p95), "p95-lag-ms")
+		b.ReportMetric(ms(p99), "p99-lag-ms")
+		b.ReportMetric(float64(jobs)/lastDone.Sub(at).Seconds(), "completed/s")
+	}
+}
+
+// BenchmarkTickCost measures one scheduler pass's database work over 64
+// shards (the per-shard earliest-fire probe) and one due-batch query, with
+// 10,000 and with 1,000,000 job definitions in the table.
+func BenchmarkTickCost(b *testing.B) {
+	for _, n := range []int{10_000, 1_000_000} {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			pool := freshDB(b)
+			future := time.Now().Add(24 * time.Hour)
+			for off := 0; off < n; off += 100_000 {
+				seedJobs(b, pool, fmt.Sprintf("tick%d", off), min(100_000, n-off), noopSpec("0 0 1 1 *"), future)
+			}
+			shards := make([]int32, shard.DefaultCount)
+			for i := range shards {
+				shards[i] = int32(i)
+			}
+			q := store.New(pool)
+			ctx := context.Background()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := q.ShardHeads(ctx, shards); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := q.DueJobs(ctx, store.DueJobsParams{Shard: 7, Batch: 500}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
