@@ -24,31 +24,20 @@ type Attempt struct {
 }
 
 // StartAttempt starts attempt number attempt of a task for worker, with a
-// lease of ttl. It returns nil when the River job is stale (the task was
-// cancelled, or this attempt already ran).
-func StartAttempt(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, attempt int, worker string, ttl time.Duration) (*Attempt, error) {
-	q := store.New(tx)
-	t, err := q.StartAttempt(ctx, store.StartAttemptParams{ID: taskID, PrevAttempt: int32(attempt - 1), Worker: &worker, TtlSeconds: ttl.Seconds()})
+// lease of ttl, in one statement. It returns nil when the River job is
+// stale (the task was cancelled, or this attempt already ran).
+func StartAttempt(ctx context.Context, db store.DBTX, taskID uuid.UUID, attempt int, worker string, ttl time.Duration) (*Attempt, error) {
+	t, err := store.New(db).StartAttempt(ctx, store.StartAttemptParams{
+		ID: taskID, PrevAttempt: int32(attempt - 1), Worker: worker, TtlSeconds: ttl.Seconds(), AttemptID: uuid.Must(uuid.NewV7()),
+	})
 	if store.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := q.InsertAttempt(ctx, store.InsertAttemptParams{
-		ID: uuid.Must(uuid.NewV7()), TaskID: t.ID, TenantID: t.TenantID, Number: t.Attempt, FencingToken: t.FencingToken, Worker: worker,
-	}); err != nil {
-		return nil, err
-	}
-	if err := q.MarkRunRunning(ctx, t.RunID); err != nil {
-		return nil, err
-	}
-	tc, err := q.TaskContext(ctx, t.RunID)
-	if err != nil {
-		return nil, err
-	}
 	var spec dag.JobSpec
-	if err := json.Unmarshal(tc.Spec, &spec); err != nil {
+	if err := json.Unmarshal(t.Spec, &spec); err != nil {
 		return nil, fmt.Errorf("run %s: spec: %w", t.RunID, err)
 	}
 	for i, st := range spec.Steps {
@@ -58,8 +47,8 @@ func StartAttempt(ctx context.Context, tx pgx.Tx, taskID uuid.UUID, attempt int,
 		return &Attempt{
 			Timeout: spec.Effective(i).Timeout,
 			Call: executor.Call{
-				RunID: t.RunID, TaskID: t.ID, JobID: tc.JobID, Namespace: tc.Namespace, Job: tc.Name, Step: t.Step,
-				Attempt: int(t.Attempt), FencingToken: t.FencingToken, ScheduledFor: tc.ScheduledFor, Trigger: tc.Trigger,
+				RunID: t.RunID, TaskID: t.ID, JobID: t.JobID, Namespace: t.Namespace, Job: t.Name, Step: t.Step,
+				Attempt: int(t.Attempt), FencingToken: t.FencingToken, ScheduledFor: t.ScheduledFor, Trigger: t.Trigger,
 				Payload: json.RawMessage(st.Payload), Executor: st.Run,
 			},
 		}, nil

@@ -185,42 +185,6 @@ func (q *Queries) FinishTask(ctx context.Context, arg FinishTaskParams) (FinishT
 	return i, err
 }
 
-const insertAttempt = `-- name: InsertAttempt :exec
-INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
-VALUES ($1, $2, $3, $4, $5, $6, now())
-`
-
-type InsertAttemptParams struct {
-	ID           uuid.UUID
-	TaskID       uuid.UUID
-	TenantID     uuid.UUID
-	Number       int32
-	FencingToken int64
-	Worker       string
-}
-
-func (q *Queries) InsertAttempt(ctx context.Context, arg InsertAttemptParams) error {
-	_, err := q.db.Exec(ctx, insertAttempt,
-		arg.ID,
-		arg.TaskID,
-		arg.TenantID,
-		arg.Number,
-		arg.FencingToken,
-		arg.Worker,
-	)
-	return err
-}
-
-const markRunRunning = `-- name: MarkRunRunning :exec
-UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
-WHERE id = $1 AND status = 'pending'
-`
-
-func (q *Queries) MarkRunRunning(ctx context.Context, id uuid.UUID) error {
-	_, err := q.db.Exec(ctx, markRunRunning, id)
-	return err
-}
-
 const promoteQueuedRun = `-- name: PromoteQueuedRun :one
 UPDATE runs SET status = 'pending'
 WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = $1 AND r.status = 'queued' ORDER BY r.scheduled_for LIMIT 1)
@@ -370,19 +334,34 @@ func (q *Queries) RunTaskCounts(ctx context.Context, runID uuid.UUID) ([]RunTask
 }
 
 const startAttempt = `-- name: StartAttempt :one
-UPDATE tasks
-SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
-    lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2::float8),
-    started_at = COALESCE(started_at, now())
-WHERE id = $3 AND status IN ('queued', 'retrying') AND attempt = $4
-RETURNING id, tenant_id, run_id, step, attempt, fencing_token, queue, now()::timestamptz AS now
+WITH t AS (
+    UPDATE tasks
+    SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
+        lease_owner = $1::text, lease_expires_at = now() + make_interval(secs => $2::float8),
+        started_at = COALESCE(started_at, now())
+    WHERE tasks.id = $3 AND status IN ('queued', 'retrying') AND attempt = $4
+    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token
+), a AS (
+    INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
+    SELECT $5, t.id, t.tenant_id, t.attempt, t.fencing_token, $1::text, now() FROM t
+), r AS (
+    UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
+    WHERE runs.id = (SELECT t.run_id FROM t) AND runs.status = 'pending'
+)
+SELECT t.id, t.tenant_id, t.run_id, t.step, t.attempt, t.fencing_token,
+       ru.job_id, ru.scheduled_for, ru.trigger, v.spec, j.namespace, j.name
+FROM t
+JOIN runs AS ru ON ru.id = t.run_id
+JOIN job_versions AS v ON v.job_id = ru.job_id AND v.version = ru.job_version
+JOIN jobs AS j ON j.id = ru.job_id
 `
 
 type StartAttemptParams struct {
-	Worker      *string
+	Worker      string
 	TtlSeconds  float64
 	ID          uuid.UUID
 	PrevAttempt int32
+	AttemptID   uuid.UUID
 }
 
 type StartAttemptRow struct {
@@ -392,19 +371,27 @@ type StartAttemptRow struct {
 	Step         string
 	Attempt      int32
 	FencingToken int64
-	Queue        string
-	Now          time.Time
+	JobID        uuid.UUID
+	ScheduledFor time.Time
+	Trigger      string
+	Spec         []byte
+	Namespace    string
+	Name         string
 }
 
 // StartAttempt moves a queued or retrying task to running for the attempt
-// its River job was made for, bumping the fencing token and taking a lease.
-// No row: the River job is stale (the task moved on, or was cancelled).
+// its River job was made for (bumping the fencing token, taking a lease),
+// records the attempt, marks the run running, and returns what the
+// executor needs: one statement, so one round trip and one implicit
+// transaction. No row: the River job is stale (the task moved on, or was
+// cancelled).
 func (q *Queries) StartAttempt(ctx context.Context, arg StartAttemptParams) (StartAttemptRow, error) {
 	row := q.db.QueryRow(ctx, startAttempt,
 		arg.Worker,
 		arg.TtlSeconds,
 		arg.ID,
 		arg.PrevAttempt,
+		arg.AttemptID,
 	)
 	var i StartAttemptRow
 	err := row.Scan(
@@ -414,35 +401,6 @@ func (q *Queries) StartAttempt(ctx context.Context, arg StartAttemptParams) (Sta
 		&i.Step,
 		&i.Attempt,
 		&i.FencingToken,
-		&i.Queue,
-		&i.Now,
-	)
-	return i, err
-}
-
-const taskContext = `-- name: TaskContext :one
-SELECT r.job_id, r.scheduled_for, r.trigger, v.spec, j.namespace, j.name
-FROM runs AS r
-JOIN job_versions AS v ON v.job_id = r.job_id AND v.version = r.job_version
-JOIN jobs AS j ON j.id = r.job_id
-WHERE r.id = $1
-`
-
-type TaskContextRow struct {
-	JobID        uuid.UUID
-	ScheduledFor time.Time
-	Trigger      string
-	Spec         []byte
-	Namespace    string
-	Name         string
-}
-
-// TaskContext is what an executor needs: the run's instant and the step's
-// definition at the job version the run pinned.
-func (q *Queries) TaskContext(ctx context.Context, runID uuid.UUID) (TaskContextRow, error) {
-	row := q.db.QueryRow(ctx, taskContext, runID)
-	var i TaskContextRow
-	err := row.Scan(
 		&i.JobID,
 		&i.ScheduledFor,
 		&i.Trigger,

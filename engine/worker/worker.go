@@ -237,9 +237,9 @@ func (tw *taskWorker) Work(ctx context.Context, job *river.Job[dispatch.TaskArgs
 func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) error {
 	log := w.cfg.Logger.With("task_id", job.Args.TaskID, "attempt", job.Args.Attempt)
 	var att *run.Attempt
-	err := store.InRawTx(ctx, w.cfg.StatePool, func(tx pgx.Tx) error {
+	err := store.Retry(ctx, func() error {
 		var err error
-		att, err = run.StartAttempt(ctx, tx, job.Args.TaskID, job.Args.Attempt, w.cfg.Name, w.cfg.LeaseTTL)
+		att, err = run.StartAttempt(ctx, w.cfg.StatePool, job.Args.TaskID, job.Args.Attempt, w.cfg.Name, w.cfg.LeaseTTL)
 		return err
 	})
 	if err != nil {

@@ -1,30 +1,30 @@
 -- StartAttempt moves a queued or retrying task to running for the attempt
--- its River job was made for, bumping the fencing token and taking a lease.
--- No row: the River job is stale (the task moved on, or was cancelled).
+-- its River job was made for (bumping the fencing token, taking a lease),
+-- records the attempt, marks the run running, and returns what the
+-- executor needs: one statement, so one round trip and one implicit
+-- transaction. No row: the River job is stale (the task moved on, or was
+-- cancelled).
 -- name: StartAttempt :one
-UPDATE tasks
-SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
-    lease_owner = @worker, lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8),
-    started_at = COALESCE(started_at, now())
-WHERE id = @id AND status IN ('queued', 'retrying') AND attempt = @prev_attempt
-RETURNING id, tenant_id, run_id, step, attempt, fencing_token, queue, now()::timestamptz AS now;
-
--- name: InsertAttempt :exec
-INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
-VALUES (@id, @task_id, @tenant_id, @number, @fencing_token, @worker, now());
-
--- name: MarkRunRunning :exec
-UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
-WHERE id = @id AND status = 'pending';
-
--- TaskContext is what an executor needs: the run's instant and the step's
--- definition at the job version the run pinned.
--- name: TaskContext :one
-SELECT r.job_id, r.scheduled_for, r.trigger, v.spec, j.namespace, j.name
-FROM runs AS r
-JOIN job_versions AS v ON v.job_id = r.job_id AND v.version = r.job_version
-JOIN jobs AS j ON j.id = r.job_id
-WHERE r.id = @run_id;
+WITH t AS (
+    UPDATE tasks
+    SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
+        lease_owner = @worker::text, lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8),
+        started_at = COALESCE(started_at, now())
+    WHERE tasks.id = @id AND status IN ('queued', 'retrying') AND attempt = @prev_attempt
+    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token
+), a AS (
+    INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
+    SELECT @attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, @worker::text, now() FROM t
+), r AS (
+    UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
+    WHERE runs.id = (SELECT t.run_id FROM t) AND runs.status = 'pending'
+)
+SELECT t.id, t.tenant_id, t.run_id, t.step, t.attempt, t.fencing_token,
+       ru.job_id, ru.scheduled_for, ru.trigger, v.spec, j.namespace, j.name
+FROM t
+JOIN runs AS ru ON ru.id = t.run_id
+JOIN job_versions AS v ON v.job_id = ru.job_id AND v.version = ru.job_version
+JOIN jobs AS j ON j.id = ru.job_id;
 
 -- RenewTaskLeases extends, in one statement, the leases of every task this
 -- worker runs, at the fencing tokens it holds ("task@token"); tasks missing
