@@ -16,11 +16,43 @@ import (
 	"github.com/orrery-dev/orrery/engine/store"
 )
 
-// Attempt is a started attempt: what the executor needs, and the fencing
-// token its report must carry.
+// Attempt is a started attempt: what the executor needs, and what its
+// report needs to know of the step.
 type Attempt struct {
 	Call    executor.Call
 	Timeout time.Duration
+	Shape   Shape
+}
+
+// Shape is what finishing an attempt needs to know of its step and run,
+// read from the job version the run pinned: it spares queries on the hot
+// path (a single-step run needs no run lock, a step without dependents no
+// child release).
+type Shape struct {
+	Attempt      int
+	MaxAttempts  int
+	Initial, Max time.Duration
+	HasChildren  bool // some step needs this one
+	SingleTask   bool // the run has one task
+	QueueOverlap bool // the job's overlap policy is queue
+}
+
+func shapeOf(spec *dag.JobSpec, step string, attempt int) (Shape, bool) {
+	for i, st := range spec.Steps {
+		if st.Name != step {
+			continue
+		}
+		set := spec.Effective(i)
+		sh := Shape{Attempt: attempt, MaxAttempts: set.MaxAttempts, Initial: set.Initial, Max: set.Max,
+			SingleTask: len(spec.Steps) == 1, QueueOverlap: spec.Overlap == dag.OverlapQueue}
+		for _, other := range spec.Steps {
+			for _, need := range other.Needs {
+				sh.HasChildren = sh.HasChildren || need == step
+			}
+		}
+		return sh, true
+	}
+	return Shape{}, false
 }
 
 // StartAttempt starts attempt number attempt of a task for worker, with a
@@ -44,7 +76,9 @@ func StartAttempt(ctx context.Context, db store.DBTX, taskID uuid.UUID, attempt 
 		if st.Name != t.Step {
 			continue
 		}
+		shape, _ := shapeOf(&spec, t.Step, int(t.Attempt))
 		return &Attempt{
+			Shape:   shape,
 			Timeout: spec.Effective(i).Timeout,
 			Call: executor.Call{
 				RunID: t.RunID, TaskID: t.ID, JobID: t.JobID, Namespace: t.Namespace, Job: t.Name, Step: t.Step,
@@ -61,6 +95,8 @@ type Report struct {
 	TaskID       uuid.UUID
 	FencingToken int64
 	Result       executor.Result
+	// Shape of the step, from StartAttempt; nil: read it from the database.
+	Shape *Shape
 	// Expired: the report is the reaper's (the lease lapsed), not the
 	// worker's; if the token moved on meanwhile there is nothing to record.
 	Expired bool
@@ -77,73 +113,76 @@ type Report struct {
 func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Report) (bool, error) {
 	q := store.New(tx)
 	res := r.Result
-	// Lock order: the run, then its tasks (FinishTask, children).
-	if _, err := q.LockRunOfTask(ctx, r.TaskID); err != nil {
+	shape := r.Shape
+	if shape == nil {
+		pol, err := q.TaskRetryPolicy(ctx, r.TaskID)
 		if store.IsNotFound(err) {
 			return false, nil
 		}
-		return false, err
+		if err != nil {
+			return false, err
+		}
+		var spec dag.JobSpec
+		if err := json.Unmarshal(pol.Spec, &spec); err != nil {
+			return false, err
+		}
+		sh, ok := shapeOf(&spec, pol.Step, int(pol.Attempt))
+		if !ok {
+			return false, fmt.Errorf("task %s: step %q is not in its job version", r.TaskID, pol.Step)
+		}
+		shape = &sh
 	}
-	status := TaskSucceeded
-	var set dag.Settings
-	var nextAttempt int
-	if !res.OK {
-		status = TaskDeadLettered
-		if res.Retryable {
-			pol, err := q.TaskRetryPolicy(ctx, r.TaskID)
-			if err != nil {
-				return false, err
+	if !shape.SingleTask {
+		// Tasks of one run finish one at a time, so that the last sees all
+		// terminal. Lock order: the run, then its tasks.
+		if _, err := q.LockRunOfTask(ctx, r.TaskID); err != nil {
+			if store.IsNotFound(err) {
+				return false, nil
 			}
-			var ok bool
-			if set, ok = stepSettings(pol.Spec, pol.Step); ok && int(pol.Attempt) < set.MaxAttempts {
-				status, nextAttempt = TaskRetrying, int(pol.Attempt)+1
-			}
+			return false, err
 		}
 	}
-	t, err := q.FinishTask(ctx, store.FinishTaskParams{ID: r.TaskID, FencingToken: r.FencingToken, Status: status, LastError: res.Error})
+	status, outcome := TaskSucceeded, "succeeded"
+	if !res.OK {
+		status, outcome = TaskDeadLettered, "failed"
+		if res.Retryable && shape.Attempt < shape.MaxAttempts {
+			status = TaskRetrying
+		}
+	}
+	t, err := q.CompleteTask(ctx, store.CompleteTaskParams{
+		ID: r.TaskID, FencingToken: r.FencingToken, Status: status, Outcome: outcome, ExitReason: res.ExitReason,
+		FailureClass: res.FailureClass, Error: res.Error, Output: res.Output,
+	})
 	if store.IsNotFound(err) {
 		if r.Expired {
 			return false, nil
-		}
-		outcome := "succeeded"
-		if !res.OK {
-			outcome = "failed"
 		}
 		return false, q.RecordLateReport(ctx, store.RecordLateReportParams{TaskID: r.TaskID, FencingToken: r.FencingToken, Outcome: outcome, Error: res.Error})
 	}
 	if err != nil {
 		return false, err
 	}
-	outcome := "succeeded"
-	if !res.OK {
-		outcome = "failed"
-	}
-	if err := q.FinishAttempt(ctx, store.FinishAttemptParams{
-		TaskID: r.TaskID, FencingToken: r.FencingToken, Outcome: outcome, ExitReason: res.ExitReason,
-		FailureClass: res.FailureClass, Error: res.Error, Output: res.Output,
-	}); err != nil {
-		return false, err
-	}
 	switch status {
 	case TaskSucceeded:
-		if err := releaseChildren(ctx, q, tx, d, r.TaskID); err != nil {
-			return false, err
+		if shape.HasChildren {
+			if err := releaseChildren(ctx, q, tx, d, r.TaskID); err != nil {
+				return false, err
+			}
 		}
 	case TaskRetrying:
-		at := t.Now.Add(Backoff(set.Initial, set.Max, nextAttempt-1))
-		if err := d.Release(ctx, tx, []dispatch.Ready{{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: nextAttempt, NotBefore: at}}); err != nil {
-			return false, err
-		}
-		return true, nil
+		at := t.Now.Add(Backoff(shape.Initial, shape.Max, shape.Attempt))
+		return true, d.Release(ctx, tx, []dispatch.Ready{{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: shape.Attempt + 1, NotBefore: at}})
 	case TaskDeadLettered:
-		if _, err := q.UpstreamFailDescendants(ctx, r.TaskID); err != nil {
-			return false, err
-		}
-		if err := releaseChildren(ctx, q, tx, d, r.TaskID); err != nil {
-			return false, err
+		if shape.HasChildren {
+			if _, err := q.UpstreamFailDescendants(ctx, r.TaskID); err != nil {
+				return false, err
+			}
+			if err := releaseChildren(ctx, q, tx, d, r.TaskID); err != nil {
+				return false, err
+			}
 		}
 	}
-	return true, FinishRunIfDone(ctx, tx, d, t.RunID)
+	return true, finishRun(ctx, tx, d, t.RunID, shape.QueueOverlap)
 }
 
 // releaseChildren counts a finished parent for each waiting child and
@@ -171,39 +210,14 @@ func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispat
 	return d.Release(ctx, tx, ready)
 }
 
-// FinishRunIfDone derives a run's status from its tasks once none is left
-// to run: succeeded when all succeeded, else dead_lettered, cancelled or
-// failed. A finished run lets the job's queued run (overlap: queue) start.
-func FinishRunIfDone(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runID uuid.UUID) error {
-	q := store.New(tx)
-	counts, err := q.RunTaskCounts(ctx, runID)
-	if err != nil {
-		return err
-	}
-	n := map[string]int{}
-	total := 0
-	for _, c := range counts {
-		n[c.Status] = int(c.N)
-		total += int(c.N)
-	}
-	if n[TaskWaiting]+n[TaskQueued]+n[TaskRunning]+n[TaskRetrying] > 0 {
-		return nil
-	}
-	status, reason := StatusSucceeded, ""
-	switch {
-	case n[TaskSucceeded] == total:
-	case n[TaskDeadLettered] > 0:
-		status, reason = StatusDeadLettered, fmt.Sprintf("%d task(s) dead-lettered", n[TaskDeadLettered])
-	case n[TaskCancelled] > 0:
-		status = StatusCancelled
-	default:
-		status, reason = StatusFailed, fmt.Sprintf("%d task(s) failed upstream", n[TaskUpstreamFailed])
-	}
-	jobID, err := q.FinishRun(ctx, store.FinishRunParams{ID: runID, Status: status, Reason: reason})
+// finishRun finishes the run when none of its tasks is left to run, and
+// then starts the job's run that overlap: queue held back.
+func finishRun(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runID uuid.UUID, queueOverlap bool) error {
+	jobID, err := store.New(tx).FinishRunIfDone(ctx, runID)
 	if store.IsNotFound(err) {
-		return nil // finished already (cancelled)
+		return nil // tasks remain, or the run finished already (cancelled)
 	}
-	if err != nil {
+	if err != nil || !queueOverlap {
 		return err
 	}
 	return promoteQueued(ctx, tx, d, jobID)
@@ -255,19 +269,6 @@ func ExpireLeases(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, batch 
 		}
 	}
 	return len(rows), nil
-}
-
-func stepSettings(specJSON []byte, step string) (dag.Settings, bool) {
-	var spec dag.JobSpec
-	if err := json.Unmarshal(specJSON, &spec); err != nil {
-		return dag.Settings{}, false
-	}
-	for i, st := range spec.Steps {
-		if st.Name == step {
-			return spec.Effective(i), true
-		}
-	}
-	return dag.Settings{}, false
 }
 
 // Backoff is the wait before retry number n (1 for the first retry):

@@ -12,6 +12,67 @@ import (
 	"github.com/google/uuid"
 )
 
+const completeTask = `-- name: CompleteTask :one
+WITH t AS (
+    UPDATE tasks
+    SET status = $1::text, lease_owner = NULL, lease_expires_at = NULL, last_error = $2::text,
+        finished_at = CASE WHEN $1::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
+    WHERE tasks.id = $3 AND tasks.fencing_token = $4 AND tasks.status = 'running'
+    RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
+), a AS (
+    UPDATE attempts
+    SET finished_at = now(), outcome = $5::text, exit_reason = $6::text,
+        failure_class = $7::text, error = $2::text, output = $8::text
+    WHERE attempts.task_id = $3 AND attempts.fencing_token = $4 AND attempts.outcome = 'running'
+      AND EXISTS (SELECT 1 FROM t)
+)
+SELECT t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now FROM t
+`
+
+type CompleteTaskParams struct {
+	Status       string
+	Error        string
+	ID           uuid.UUID
+	FencingToken int64
+	Outcome      string
+	ExitReason   string
+	FailureClass string
+	Output       string
+}
+
+type CompleteTaskRow struct {
+	RunID    uuid.UUID
+	Queue    string
+	Priority int32
+	TenantID uuid.UUID
+	Now      time.Time
+}
+
+// CompleteTask ends the running attempt holding @fencing_token: the task's
+// new status and the attempt's outcome, in one statement. No row means the
+// report is stale (invariant 5).
+func (q *Queries) CompleteTask(ctx context.Context, arg CompleteTaskParams) (CompleteTaskRow, error) {
+	row := q.db.QueryRow(ctx, completeTask,
+		arg.Status,
+		arg.Error,
+		arg.ID,
+		arg.FencingToken,
+		arg.Outcome,
+		arg.ExitReason,
+		arg.FailureClass,
+		arg.Output,
+	)
+	var i CompleteTaskRow
+	err := row.Scan(
+		&i.RunID,
+		&i.Queue,
+		&i.Priority,
+		&i.TenantID,
+		&i.Now,
+	)
+	return i, err
+}
+
 const decrementChildren = `-- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = $1) AND status = 'waiting'
@@ -91,98 +152,39 @@ func (q *Queries) ExpiredLeases(ctx context.Context, batch int32) ([]ExpiredLeas
 	return items, nil
 }
 
-const finishAttempt = `-- name: FinishAttempt :exec
-UPDATE attempts
-SET finished_at = now(), outcome = $1, exit_reason = $2, failure_class = $3,
-    error = $4, output = $5
-WHERE task_id = $6 AND fencing_token = $7 AND outcome = 'running'
+const finishRunIfDone = `-- name: FinishRunIfDone :one
+UPDATE runs
+SET status = CASE
+        WHEN c.total = c.succeeded THEN 'succeeded'
+        WHEN c.dead > 0 THEN 'dead_lettered'
+        WHEN c.cancelled > 0 THEN 'cancelled'
+        ELSE 'failed' END,
+    reason = CASE
+        WHEN c.total = c.succeeded OR (c.dead = 0 AND c.cancelled > 0) THEN ''
+        WHEN c.dead > 0 THEN c.dead::text || ' task(s) dead-lettered'
+        ELSE c.upstream::text || ' task(s) failed upstream' END,
+    finished_at = now()
+FROM (
+    SELECT count(*) AS total,
+           count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE status = 'dead_lettered') AS dead,
+           count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE status = 'upstream_failed') AS upstream,
+           count(*) FILTER (WHERE status IN ('waiting', 'queued', 'running', 'retrying')) AS open
+    FROM tasks WHERE run_id = $1
+) AS c
+WHERE runs.id = $1 AND runs.status IN ('pending', 'running') AND c.open = 0
+RETURNING runs.job_id
 `
 
-type FinishAttemptParams struct {
-	Outcome      string
-	ExitReason   string
-	FailureClass string
-	Error        string
-	Output       string
-	TaskID       uuid.UUID
-	FencingToken int64
-}
-
-func (q *Queries) FinishAttempt(ctx context.Context, arg FinishAttemptParams) error {
-	_, err := q.db.Exec(ctx, finishAttempt,
-		arg.Outcome,
-		arg.ExitReason,
-		arg.FailureClass,
-		arg.Error,
-		arg.Output,
-		arg.TaskID,
-		arg.FencingToken,
-	)
-	return err
-}
-
-const finishRun = `-- name: FinishRun :one
-UPDATE runs SET status = $1, reason = $2, finished_at = now()
-WHERE id = $3 AND status IN ('pending', 'running')
-RETURNING job_id
-`
-
-type FinishRunParams struct {
-	Status string
-	Reason string
-	ID     uuid.UUID
-}
-
-func (q *Queries) FinishRun(ctx context.Context, arg FinishRunParams) (uuid.UUID, error) {
-	row := q.db.QueryRow(ctx, finishRun, arg.Status, arg.Reason, arg.ID)
+// FinishRunIfDone derives a run's status from its tasks once none is left
+// to run (succeeded when all succeeded, else dead_lettered, cancelled or
+// failed) and returns the run's job; no row while tasks remain.
+func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, finishRunIfDone, id)
 	var job_id uuid.UUID
 	err := row.Scan(&job_id)
 	return job_id, err
-}
-
-const finishTask = `-- name: FinishTask :one
-UPDATE tasks
-SET status = $1, lease_owner = NULL, lease_expires_at = NULL, last_error = $2,
-    finished_at = CASE WHEN $1::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
-WHERE id = $3 AND fencing_token = $4 AND status = 'running'
-RETURNING run_id, attempt, queue, priority, tenant_id, now()::timestamptz AS now
-`
-
-type FinishTaskParams struct {
-	Status       string
-	LastError    string
-	ID           uuid.UUID
-	FencingToken int64
-}
-
-type FinishTaskRow struct {
-	RunID    uuid.UUID
-	Attempt  int32
-	Queue    string
-	Priority int32
-	TenantID uuid.UUID
-	Now      time.Time
-}
-
-// FinishTask ends the running attempt holding @fencing_token; no row means
-// the report is stale (invariant 5).
-func (q *Queries) FinishTask(ctx context.Context, arg FinishTaskParams) (FinishTaskRow, error) {
-	row := q.db.QueryRow(ctx, finishTask,
-		arg.Status,
-		arg.LastError,
-		arg.ID,
-		arg.FencingToken,
-	)
-	var i FinishTaskRow
-	err := row.Scan(
-		&i.RunID,
-		&i.Attempt,
-		&i.Queue,
-		&i.Priority,
-		&i.TenantID,
-		&i.Now,
-	)
-	return i, err
 }
 
 const promoteQueuedRun = `-- name: PromoteQueuedRun :one
@@ -294,35 +296,6 @@ func (q *Queries) RootTasks(ctx context.Context, runID uuid.UUID) ([]RootTasksRo
 			&i.Queue,
 			&i.Priority,
 		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const runTaskCounts = `-- name: RunTaskCounts :many
-SELECT status, count(*)::int AS n FROM tasks WHERE run_id = $1 GROUP BY status
-`
-
-type RunTaskCountsRow struct {
-	Status string
-	N      int32
-}
-
-func (q *Queries) RunTaskCounts(ctx context.Context, runID uuid.UUID) ([]RunTaskCountsRow, error) {
-	rows, err := q.db.Query(ctx, runTaskCounts, runID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []RunTaskCountsRow{}
-	for rows.Next() {
-		var i RunTaskCountsRow
-		if err := rows.Scan(&i.Status, &i.N); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -275,7 +275,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	reportCtx, cancelReport := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelReport()
 	return store.InRawTx(reportCtx, w.cfg.StatePool, func(tx pgx.Tx) error {
-		accepted, err := run.FinishAttempt(reportCtx, tx, w.dispatcher, run.Report{TaskID: c.TaskID, FencingToken: c.FencingToken, Result: res})
+		accepted, err := run.FinishAttempt(reportCtx, tx, w.dispatcher, run.Report{TaskID: c.TaskID, FencingToken: c.FencingToken, Result: res, Shape: &att.Shape})
 		if err != nil {
 			return err
 		}

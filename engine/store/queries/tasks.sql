@@ -35,20 +35,24 @@ WHERE lease_owner = @worker AND status = 'running'
   AND (id::text || '@' || fencing_token::text) = ANY(@leases::text[])
 RETURNING id;
 
--- FinishTask ends the running attempt holding @fencing_token; no row means
--- the report is stale (invariant 5).
--- name: FinishTask :one
-UPDATE tasks
-SET status = @status, lease_owner = NULL, lease_expires_at = NULL, last_error = @last_error,
-    finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
-WHERE id = @id AND fencing_token = @fencing_token AND status = 'running'
-RETURNING run_id, attempt, queue, priority, tenant_id, now()::timestamptz AS now;
-
--- name: FinishAttempt :exec
-UPDATE attempts
-SET finished_at = now(), outcome = @outcome, exit_reason = @exit_reason, failure_class = @failure_class,
-    error = @error, output = @output
-WHERE task_id = @task_id AND fencing_token = @fencing_token AND outcome = 'running';
+-- CompleteTask ends the running attempt holding @fencing_token: the task's
+-- new status and the attempt's outcome, in one statement. No row means the
+-- report is stale (invariant 5).
+-- name: CompleteTask :one
+WITH t AS (
+    UPDATE tasks
+    SET status = @status::text, lease_owner = NULL, lease_expires_at = NULL, last_error = @error::text,
+        finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
+    WHERE tasks.id = @id AND tasks.fencing_token = @fencing_token AND tasks.status = 'running'
+    RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
+), a AS (
+    UPDATE attempts
+    SET finished_at = now(), outcome = @outcome::text, exit_reason = @exit_reason::text,
+        failure_class = @failure_class::text, error = @error::text, output = @output::text
+    WHERE attempts.task_id = @id AND attempts.fencing_token = @fencing_token AND attempts.outcome = 'running'
+      AND EXISTS (SELECT 1 FROM t)
+)
+SELECT t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now FROM t;
 
 -- name: RecordLateReport :exec
 UPDATE attempts SET late_outcome = @outcome, late_error = @error, late_at = now()
@@ -77,13 +81,32 @@ UPDATE tasks SET status = 'upstream_failed', finished_at = now()
 WHERE id IN (SELECT id FROM d) AND status = 'waiting' AND trigger_rule = 'all_success'
 RETURNING id;
 
--- name: RunTaskCounts :many
-SELECT status, count(*)::int AS n FROM tasks WHERE run_id = @run_id GROUP BY status;
-
--- name: FinishRun :one
-UPDATE runs SET status = @status, reason = @reason, finished_at = now()
-WHERE id = @id AND status IN ('pending', 'running')
-RETURNING job_id;
+-- FinishRunIfDone derives a run's status from its tasks once none is left
+-- to run (succeeded when all succeeded, else dead_lettered, cancelled or
+-- failed) and returns the run's job; no row while tasks remain.
+-- name: FinishRunIfDone :one
+UPDATE runs
+SET status = CASE
+        WHEN c.total = c.succeeded THEN 'succeeded'
+        WHEN c.dead > 0 THEN 'dead_lettered'
+        WHEN c.cancelled > 0 THEN 'cancelled'
+        ELSE 'failed' END,
+    reason = CASE
+        WHEN c.total = c.succeeded OR (c.dead = 0 AND c.cancelled > 0) THEN ''
+        WHEN c.dead > 0 THEN c.dead::text || ' task(s) dead-lettered'
+        ELSE c.upstream::text || ' task(s) failed upstream' END,
+    finished_at = now()
+FROM (
+    SELECT count(*) AS total,
+           count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE status = 'dead_lettered') AS dead,
+           count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE status = 'upstream_failed') AS upstream,
+           count(*) FILTER (WHERE status IN ('waiting', 'queued', 'running', 'retrying')) AS open
+    FROM tasks WHERE run_id = @id
+) AS c
+WHERE runs.id = @id AND runs.status IN ('pending', 'running') AND c.open = 0
+RETURNING runs.job_id;
 
 -- PromoteQueuedRun starts the run that overlap: queue held back.
 -- name: PromoteQueuedRun :one
