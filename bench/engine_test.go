@@ -284,7 +284,7 @@ func BenchmarkTickCost(b *testing.B) {
 				if _, err := q.ShardHeads(ctx, shards); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := q.DueJobs(ctx, store.DueJobsParams{Shard: 7, Batch: 500}); err != nil {
+				if _, err := q.DueJobs(ctx, store.DueJobsParams{Shards: shards, Batch: 500}); err != nil {
 					b.Fatal(err)
 				}
 			}

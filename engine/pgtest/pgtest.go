@@ -90,31 +90,42 @@ func migrateTemplate(ctx context.Context) error {
 // string; the database is dropped when t ends.
 func DSN(t testing.TB) string {
 	t.Helper()
+	dsn, drop, err := NewDatabase()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
+	return dsn
+}
+
+// NewDatabase creates a fresh, migrated database (for Example functions,
+// which have no testing.TB) and returns its connection string and a
+// function that drops it.
+func NewDatabase() (dsn string, drop func(), err error) {
 	if cluster == nil {
-		t.Fatal("pgtest: no cluster; call pgtest.Main from TestMain")
+		return "", nil, fmt.Errorf("pgtest: no cluster; call pgtest.Main from TestMain")
 	}
 	name := fmt.Sprintf("t%d_%d", os.Getpid(), counter.Add(1))
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, cluster.DSN("postgres"))
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	defer admin.Close(ctx)
 	mu.Lock()
 	_, err = admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+template)
 	mu.Unlock()
 	if err != nil {
-		t.Fatalf("pgtest: create database: %v", err)
+		return "", nil, fmt.Errorf("pgtest: create database: %w", err)
 	}
-	t.Cleanup(func() {
+	return cluster.DSN(name), func() {
 		conn, err := pgx.Connect(ctx, cluster.DSN("postgres"))
 		if err != nil {
 			return
 		}
 		defer conn.Close(ctx)
 		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	})
-	return cluster.DSN(name)
+	}, nil
 }
 
 // Pool is DSN plus a pool that closes when t ends.

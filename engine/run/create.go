@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/dispatch"
@@ -51,13 +50,15 @@ type New struct {
 	Trigger string
 	Status  string // pending, queued, skipped or cancelled
 	Reason  string
+	// Epoch is the shard epoch a scheduler fired it under (0: an API trigger).
+	Epoch int64
 }
 
-// Firer is the node and shard epoch that fire scheduled runs, recorded on
-// each run; nil for runs started through the API.
+// Firer is the node that fires scheduled runs, recorded on each run with
+// the shard epoch of the run (New.Epoch); nil for runs started through the
+// API.
 type Firer struct {
-	Node  uuid.UUID
-	Epoch int64
+	Node uuid.UUID
 }
 
 // Insert writes runs in tx: pending and queued ones with all their tasks,
@@ -71,7 +72,7 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 	q := store.New(tx)
 	rp := store.InsertRunsParams{}
 	if by != nil {
-		rp.NodeID, rp.ShardEpoch = &by.Node, pgtype.Int8{Int64: by.Epoch, Valid: true}
+		rp.NodeID = &by.Node
 	}
 	ids := make([]uuid.UUID, len(runs))
 	for i, r := range runs {
@@ -81,6 +82,11 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 		rp.JobIds = append(rp.JobIds, r.Job.ID)
 		rp.JobVersions = append(rp.JobVersions, r.Job.Version)
 		rp.Shards = append(rp.Shards, int32(r.Job.Shard))
+		epoch := r.Epoch
+		if by == nil {
+			epoch = -1 // stored as NULL
+		}
+		rp.ShardEpochs = append(rp.ShardEpochs, epoch)
 		rp.ScheduledFors = append(rp.ScheduledFors, r.At)
 		rp.Triggers = append(rp.Triggers, r.Trigger)
 		rp.Statuses = append(rp.Statuses, r.Status)

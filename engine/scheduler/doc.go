@@ -2,12 +2,14 @@
 // owns.
 //
 // Each pass asks the database, with one index probe per owned shard, for
-// the earliest fire time of the shard's active jobs. For every shard with a
-// job due, createRunsForDueJobs commits, in one transaction per batch:
+// the earliest fire time of the shard's active jobs. The shards with a job
+// due are fired together (in Config.Parallel groups): createRunsForDueJobs
+// commits, in one transaction per batch of due jobs:
 //
-//   - the fencing check: this node still owns the shard at its epoch, with a
-//     live lease (invariant 3); when it fails the shard is dropped at once;
-//   - the due jobs, locked, oldest first;
+//   - the fencing check: this node still owns each shard at its epoch, with
+//     a live lease (invariant 3); a shard that fails it is dropped at once
+//     and the batch is retried without it;
+//   - the due jobs of those shards, locked, oldest first;
 //   - for each, the plan: misfire policy (instants later than MisfireAfter
 //     count as missed), then overlap policy against the job's active runs;
 //   - the runs (skipped ones too, with the policy that skipped them: the

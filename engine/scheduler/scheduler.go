@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,7 +29,7 @@ type Config struct {
 	Dispatcher *dispatch.Dispatcher
 	// Batch is how many due jobs one transaction takes; default 500.
 	Batch int
-	// Parallel is how many shards are fired at once; default 4.
+	// Parallel is how many groups of shards are fired at once; default 2.
 	Parallel int
 	// MisfireAfter is how late an instant may be and still fire as on time;
 	// later ones go to the job's misfire policy. Default 1 minute.
@@ -52,7 +53,7 @@ func (c *Config) withDefaults() error {
 		c.Batch = 500
 	}
 	if c.Parallel == 0 {
-		c.Parallel = 4
+		c.Parallel = 2
 	}
 	if c.MisfireAfter == 0 {
 		c.MisfireAfter = time.Minute
@@ -143,15 +144,18 @@ func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
 	if len(due) == 0 {
 		return max(sleep, time.Millisecond), nil
 	}
-	sem := make(chan struct{}, s.cfg.Parallel)
+	// Fire the due shards in Parallel groups; each group fires its shards
+	// together, a batch of due jobs per transaction.
+	groups := make([][]*shard.Lease, min(s.cfg.Parallel, len(due)))
+	for i, l := range due {
+		groups[i%len(groups)] = append(groups[i%len(groups)], l)
+	}
 	var wg sync.WaitGroup
 	var failed sync.Once
 	var failure error
-	for _, l := range due {
-		sem <- struct{}{}
+	for _, g := range groups {
 		wg.Go(func() {
-			defer func() { <-sem }()
-			if err := s.fireShard(ctx, l); err != nil {
+			if err := s.fireShards(ctx, g); err != nil {
 				failed.Do(func() { failure = err })
 			}
 		})
@@ -160,25 +164,34 @@ func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
 	return 0, failure // look again at once: more may be due
 }
 
-// fireShard fires one shard's due jobs, batch by batch.
-func (s *Scheduler) fireShard(ctx context.Context, l *shard.Lease) error {
-	for {
-		select {
-		case <-l.Done():
-			return nil
-		default:
+// fireShards fires the due jobs of a group of shards, batch by batch,
+// dropping the shards whose fence fails.
+func (s *Scheduler) fireShards(ctx context.Context, leases []*shard.Lease) error {
+	for len(leases) > 0 {
+		n, lost, err := s.createRunsForDueJobs(ctx, leases)
+		if len(lost) > 0 {
+			for _, l := range lost {
+				s.cfg.Shards.Lost(l)
+			}
+			leases = slices.DeleteFunc(leases, func(l *shard.Lease) bool { return slices.Contains(lost, l) })
+			continue
 		}
-		n, err := s.createRunsForDueJobs(ctx, l)
-		switch {
-		case errors.Is(err, shard.ErrLost):
-			s.cfg.Shards.Lost(l)
-			return nil
-		case err != nil:
-			return fmt.Errorf("shard %d: %w", l.Shard, err)
-		case n < s.cfg.Batch:
+		if err != nil {
+			return err
+		}
+		if n < s.cfg.Batch {
 			return nil
 		}
+		leases = slices.DeleteFunc(leases, func(l *shard.Lease) bool {
+			select {
+			case <-l.Done():
+				return true
+			default:
+				return false
+			}
+		})
 	}
+	return nil
 }
 
 // dueJob is a locked due job with its parsed definition.
@@ -188,23 +201,40 @@ type dueJob struct {
 	sched *schedule.Schedule
 }
 
-// createRunsForDueJobs commits one batch of a shard's due jobs: runs,
-// tasks, River jobs, cancellations and next fire times, fenced by the
-// shard's epoch. It returns how many jobs it took.
-func (s *Scheduler) createRunsForDueJobs(ctx context.Context, l *shard.Lease) (int, error) {
+// createRunsForDueJobs commits one batch of the shards' due jobs: runs,
+// tasks, River jobs, cancellations and next fire times, fenced by each
+// shard's epoch. It returns how many jobs it took, or the leases whose
+// fence failed (nothing is written then).
+func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Lease) (int, []*shard.Lease, error) {
 	var taken int
 	var fired int
 	var skips map[string]int
+	var lost []*shard.Lease
+	byShard := make(map[int]*shard.Lease, len(leases))
+	keys := make([]string, len(leases))
+	ids := make([]int32, len(leases))
+	for i, l := range leases {
+		byShard[l.Shard] = l
+		keys[i] = fmt.Sprintf("%d@%d", l.Shard, l.Epoch)
+		ids[i] = int32(l.Shard)
+	}
 	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		q := store.New(tx)
 		node := s.cfg.Shards.NodeID()
-		if _, err := q.CheckShardFence(ctx, store.CheckShardFenceParams{Shard: int32(l.Shard), Node: node, Epoch: l.Epoch}); err != nil {
-			if store.IsNotFound(err) {
-				return shard.ErrLost
-			}
+		held, err := q.FenceShards(ctx, store.FenceShardsParams{Node: node, Leases: keys})
+		if err != nil {
 			return err
 		}
-		rows, err := q.DueJobs(ctx, store.DueJobsParams{Shard: int32(l.Shard), Batch: int32(s.cfg.Batch)})
+		if len(held) < len(leases) {
+			lost = lost[:0]
+			for _, l := range leases {
+				if !slices.Contains(held, int32(l.Shard)) {
+					lost = append(lost, l)
+				}
+			}
+			return shard.ErrLost
+		}
+		rows, err := q.DueJobs(ctx, store.DueJobsParams{Shards: ids, Batch: int32(s.cfg.Batch)})
 		if err != nil || len(rows) == 0 {
 			taken = 0
 			return err
@@ -239,14 +269,15 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, l *shard.Lease) (i
 		var cancel []uuid.UUID
 		adv := store.AdvanceJobsParams{}
 		fired, skips = 0, map[string]int{}
-		oldest := now
+		lag := map[int32]float64{}
 		for _, j := range jobs {
 			pending := *j.row.NextFireAt
-			oldest = minTime(oldest, pending)
+			lag[j.row.Shard] = max(lag[j.row.Shard], now.Sub(pending).Seconds())
 			p := planJob(j.sched, &j.spec, pending, now, active[j.row.ID], s.cfg.MisfireAfter)
-			ref := run.JobRef{ID: j.row.ID, Tenant: j.row.TenantID, Version: j.row.Version, Shard: l.Shard, Spec: &j.spec}
+			ref := run.JobRef{ID: j.row.ID, Tenant: j.row.TenantID, Version: j.row.Version, Shard: int(j.row.Shard), Spec: &j.spec}
+			epoch := byShard[int(j.row.Shard)].Epoch
 			for _, r := range p.Runs {
-				news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason})
+				news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: epoch})
 				if r.Status == RunPending || r.Status == RunQueued {
 					fired++
 				}
@@ -262,33 +293,33 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, l *shard.Lease) (i
 		if _, err := run.Cancel(ctx, tx, cancel, "overlap: cancel_previous (a newer instant fired)"); err != nil {
 			return err
 		}
-		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news, &run.Firer{Node: node, Epoch: l.Epoch}); err != nil {
+		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news, &run.Firer{Node: node}); err != nil {
 			return err
 		}
 		if err := q.AdvanceJobs(ctx, adv); err != nil {
 			return err
 		}
-		if err := q.SetShardLag(ctx, store.SetShardLagParams{Shard: int32(l.Shard), Node: node, LagSeconds: now.Sub(oldest).Seconds()}); err != nil {
+		lp := store.SetShardLagsParams{Node: node}
+		for id, v := range lag {
+			lp.Ids, lp.Lags = append(lp.Ids, id), append(lp.Lags, v)
+		}
+		if err := q.SetShardLags(ctx, lp); err != nil {
 			return err
 		}
 		taken = len(rows)
 		return nil
 	})
+	if len(lost) > 0 {
+		return 0, lost, nil
+	}
 	if err == nil && taken > 0 {
 		s.mu.Lock()
 		s.fired += fired
 		for k, v := range skips {
 			s.skipped[k] += v
-			s.cfg.Logger.Info("instants skipped", "shard", l.Shard, "reason", k, "count", v)
+			s.cfg.Logger.Info("instants skipped", "reason", k, "count", v)
 		}
 		s.mu.Unlock()
 	}
-	return taken, err
-}
-
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
+	return taken, nil, err
 }

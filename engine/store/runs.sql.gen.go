@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const activeRuns = `-- name: ActiveRuns :many
@@ -126,30 +125,6 @@ func (q *Queries) CancelTasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]
 	return items, nil
 }
 
-const checkShardFence = `-- name: CheckShardFence :one
-SELECT epoch FROM shards
-WHERE id = $1 AND owner_node = $2::uuid AND epoch = $3 AND lease_expires_at > now()
-FOR SHARE
-`
-
-type CheckShardFenceParams struct {
-	Shard int32
-	Node  uuid.UUID
-	Epoch int64
-}
-
-// CheckShardFence passes only while this node owns the shard at the epoch
-// it claimed, with a live lease. Every write made for a shard runs it first,
-// in the same transaction (DESIGN invariant 3).
-// FOR SHARE makes a concurrent claim wait for this transaction under READ
-// COMMITTED; under SERIALIZABLE the claim and this read conflict anyway.
-func (q *Queries) CheckShardFence(ctx context.Context, arg CheckShardFenceParams) (int64, error) {
-	row := q.db.QueryRow(ctx, checkShardFence, arg.Shard, arg.Node, arg.Epoch)
-	var epoch int64
-	err := row.Scan(&epoch)
-	return epoch, err
-}
-
 const closeRunningAttempts = `-- name: CloseRunningAttempts :exec
 UPDATE attempts SET finished_at = now(), outcome = 'failed', exit_reason = $1, failure_class = $2, error = $3
 WHERE task_id = ANY($4::uuid[]) AND outcome = 'running'
@@ -173,16 +148,16 @@ func (q *Queries) CloseRunningAttempts(ctx context.Context, arg CloseRunningAtte
 }
 
 const dueJobs = `-- name: DueJobs :many
-SELECT id, tenant_id, namespace, name, version, spec, next_fire_at FROM jobs
-WHERE shard = $1 AND status = 'active' AND next_fire_at <= now()
+SELECT id, tenant_id, namespace, name, version, spec, next_fire_at, shard FROM jobs
+WHERE shard = ANY($1::int[]) AND status = 'active' AND next_fire_at <= now()
 ORDER BY next_fire_at
 LIMIT $2
 FOR UPDATE
 `
 
 type DueJobsParams struct {
-	Shard int32
-	Batch int32
+	Shards []int32
+	Batch  int32
 }
 
 type DueJobsRow struct {
@@ -193,11 +168,13 @@ type DueJobsRow struct {
 	Version    int64
 	Spec       []byte
 	NextFireAt *time.Time
+	Shard      int32
 }
 
-// DueJobs locks a batch of one shard's due jobs, oldest first.
+// DueJobs locks a batch of the given shards' due jobs, oldest first: an
+// index range scan per shard over due jobs only.
 func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow, error) {
-	rows, err := q.db.Query(ctx, dueJobs, arg.Shard, arg.Batch)
+	rows, err := q.db.Query(ctx, dueJobs, arg.Shards, arg.Batch)
 	if err != nil {
 		return nil, err
 	}
@@ -213,10 +190,48 @@ func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow,
 			&i.Version,
 			&i.Spec,
 			&i.NextFireAt,
+			&i.Shard,
 		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const fenceShards = `-- name: FenceShards :many
+SELECT id FROM shards
+WHERE owner_node = $1::uuid AND lease_expires_at > now()
+  AND (id::text || '@' || epoch::text) = ANY($2::text[])
+FOR SHARE
+`
+
+type FenceShardsParams struct {
+	Node   uuid.UUID
+	Leases []string
+}
+
+// FenceShards returns those of the given "shard@epoch" leases that this
+// node still holds, live. Every write made for shards runs it first, in the
+// same transaction (DESIGN invariant 3); a lease missing from the answer is
+// lost. FOR SHARE makes a concurrent claim wait for this transaction under
+// READ COMMITTED; under SERIALIZABLE the claim and this read conflict anyway.
+func (q *Queries) FenceShards(ctx context.Context, arg FenceShardsParams) ([]int32, error) {
+	rows, err := q.db.Query(ctx, fenceShards, arg.Node, arg.Leases)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []int32{}
+	for rows.Next() {
+		var id int32
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -324,12 +339,13 @@ func (q *Queries) InsertRunAudit(ctx context.Context, arg InsertRunAuditParams) 
 
 const insertRuns = `-- name: InsertRuns :many
 INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at)
-SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $1::uuid, $2::bigint,
+SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $1::uuid, NULLIF(u.shard_epoch, -1),
        u.scheduled_for, u.trigger, u.status, u.reason, now(),
        CASE WHEN u.status = 'skipped' THEN now() END
 FROM (
-    SELECT unnest($3::uuid[]) AS id, unnest($4::uuid[]) AS tenant_id, unnest($5::uuid[]) AS job_id,
-           unnest($6::bigint[]) AS job_version, unnest($7::int[]) AS shard,
+    SELECT unnest($2::uuid[]) AS id, unnest($3::uuid[]) AS tenant_id, unnest($4::uuid[]) AS job_id,
+           unnest($5::bigint[]) AS job_version, unnest($6::int[]) AS shard,
+           unnest($7::bigint[]) AS shard_epoch,
            unnest($8::timestamptz[]) AS scheduled_for, unnest($9::text[]) AS trigger,
            unnest($10::text[]) AS status, unnest($11::text[]) AS reason
 ) AS u
@@ -339,12 +355,12 @@ RETURNING id
 
 type InsertRunsParams struct {
 	NodeID        *uuid.UUID
-	ShardEpoch    pgtype.Int8
 	Ids           []uuid.UUID
 	TenantIds     []uuid.UUID
 	JobIds        []uuid.UUID
 	JobVersions   []int64
 	Shards        []int32
+	ShardEpochs   []int64
 	ScheduledFors []time.Time
 	Triggers      []string
 	Statuses      []string
@@ -356,12 +372,12 @@ type InsertRunsParams struct {
 func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, insertRuns,
 		arg.NodeID,
-		arg.ShardEpoch,
 		arg.Ids,
 		arg.TenantIds,
 		arg.JobIds,
 		arg.JobVersions,
 		arg.Shards,
+		arg.ShardEpochs,
 		arg.ScheduledFors,
 		arg.Triggers,
 		arg.Statuses,
@@ -809,18 +825,20 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 	return items, nil
 }
 
-const setShardLag = `-- name: SetShardLag :exec
-UPDATE shards SET lag_seconds = $1 WHERE id = $2 AND owner_node = $3::uuid
+const setShardLags = `-- name: SetShardLags :exec
+UPDATE shards SET lag_seconds = u.lag
+FROM (SELECT unnest($2::int[]) AS id, unnest($3::float8[]) AS lag) AS u
+WHERE shards.id = u.id AND shards.owner_node = $1::uuid
 `
 
-type SetShardLagParams struct {
-	LagSeconds float64
-	Shard      int32
-	Node       uuid.UUID
+type SetShardLagsParams struct {
+	Node uuid.UUID
+	Ids  []int32
+	Lags []float64
 }
 
-func (q *Queries) SetShardLag(ctx context.Context, arg SetShardLagParams) error {
-	_, err := q.db.Exec(ctx, setShardLag, arg.LagSeconds, arg.Shard, arg.Node)
+func (q *Queries) SetShardLags(ctx context.Context, arg SetShardLagsParams) error {
+	_, err := q.db.Exec(ctx, setShardLags, arg.Node, arg.Ids, arg.Lags)
 	return err
 }
 

@@ -1,11 +1,12 @@
--- CheckShardFence passes only while this node owns the shard at the epoch
--- it claimed, with a live lease. Every write made for a shard runs it first,
--- in the same transaction (DESIGN invariant 3).
--- name: CheckShardFence :one
--- FOR SHARE makes a concurrent claim wait for this transaction under READ
--- COMMITTED; under SERIALIZABLE the claim and this read conflict anyway.
-SELECT epoch FROM shards
-WHERE id = @shard AND owner_node = @node::uuid AND epoch = @epoch AND lease_expires_at > now()
+-- FenceShards returns those of the given "shard@epoch" leases that this
+-- node still holds, live. Every write made for shards runs it first, in the
+-- same transaction (DESIGN invariant 3); a lease missing from the answer is
+-- lost. FOR SHARE makes a concurrent claim wait for this transaction under
+-- READ COMMITTED; under SERIALIZABLE the claim and this read conflict anyway.
+-- name: FenceShards :many
+SELECT id FROM shards
+WHERE owner_node = @node::uuid AND lease_expires_at > now()
+  AND (id::text || '@' || epoch::text) = ANY(@leases::text[])
 FOR SHARE;
 
 -- ShardHeads returns, for each of the given shards that has an active job
@@ -20,10 +21,11 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS h;
 
--- DueJobs locks a batch of one shard's due jobs, oldest first.
+-- DueJobs locks a batch of the given shards' due jobs, oldest first: an
+-- index range scan per shard over due jobs only.
 -- name: DueJobs :many
-SELECT id, tenant_id, namespace, name, version, spec, next_fire_at FROM jobs
-WHERE shard = @shard AND status = 'active' AND next_fire_at <= now()
+SELECT id, tenant_id, namespace, name, version, spec, next_fire_at, shard FROM jobs
+WHERE shard = ANY(@shards::int[]) AND status = 'active' AND next_fire_at <= now()
 ORDER BY next_fire_at
 LIMIT @batch
 FOR UPDATE;
@@ -37,12 +39,13 @@ ORDER BY scheduled_for;
 -- is left alone (DESIGN invariant 2) and not returned.
 -- name: InsertRuns :many
 INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at)
-SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, sqlc.narg(shard_epoch)::bigint,
+SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
        u.scheduled_for, u.trigger, u.status, u.reason, now(),
        CASE WHEN u.status = 'skipped' THEN now() END
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@job_ids::uuid[]) AS job_id,
            unnest(@job_versions::bigint[]) AS job_version, unnest(@shards::int[]) AS shard,
+           unnest(@shard_epochs::bigint[]) AS shard_epoch,
            unnest(@scheduled_fors::timestamptz[]) AS scheduled_for, unnest(@triggers::text[]) AS trigger,
            unnest(@statuses::text[]) AS status, unnest(@reasons::text[]) AS reason
 ) AS u
@@ -90,8 +93,10 @@ RETURNING id;
 UPDATE attempts SET finished_at = now(), outcome = 'failed', exit_reason = @exit_reason, failure_class = @failure_class, error = @error
 WHERE task_id = ANY(@task_ids::uuid[]) AND outcome = 'running';
 
--- name: SetShardLag :exec
-UPDATE shards SET lag_seconds = @lag_seconds WHERE id = @shard AND owner_node = @node::uuid;
+-- name: SetShardLags :exec
+UPDATE shards SET lag_seconds = u.lag
+FROM (SELECT unnest(@ids::int[]) AS id, unnest(@lags::float8[]) AS lag) AS u
+WHERE shards.id = u.id AND shards.owner_node = @node::uuid;
 
 -- ListRuns pages through a tenant's runs, newest instant first, by
 -- (scheduled_for, id) keyset.
