@@ -95,7 +95,23 @@ CREATE TABLE attempts (
     UNIQUE (task_id, number)
 );
 
+-- When River's tables live in another database than Orrery's state, a
+-- release is recorded here in the state transaction and relayed to River
+-- afterwards (River's unique key on task and attempt dedupes a replay).
+CREATE TABLE dispatch_outbox (
+    id         UUID PRIMARY KEY,
+    task_id    UUID NOT NULL,
+    tenant_id  UUID NOT NULL,
+    queue      TEXT NOT NULL,
+    priority   INT NOT NULL,
+    attempt    INT NOT NULL,
+    not_before TIMESTAMPTZ,
+    created_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX dispatch_outbox_created ON dispatch_outbox (created_at, id);
+
 -- +goose Down
+DROP TABLE dispatch_outbox;
 DROP TABLE attempts;
 DROP TABLE task_edges;
 DROP TABLE tasks;

@@ -66,7 +66,7 @@ func (f *stackFlags) queues() (map[string]int, error) {
 // runStack runs the API and a scheduler node (and workers for queues, if
 // any) until ctx ends.
 func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool, f stackFlags, queues map[string]int, handlers map[string]executor.HandlerFunc) error {
-	d, err := dispatch.New()
+	d, err := newDispatcher(state, queue)
 	if err != nil {
 		return err
 	}
@@ -117,4 +117,13 @@ func runAll(ctx context.Context, parts ...func(context.Context) error) error {
 	}
 	wg.Wait()
 	return first
+}
+
+// newDispatcher inserts River jobs in the state transaction when River's
+// tables share the state database, and goes through the outbox otherwise.
+func newDispatcher(state, queue *pgxpool.Pool) (*dispatch.Dispatcher, error) {
+	if queue == state {
+		return dispatch.New()
+	}
+	return dispatch.NewOutbox(queue)
 }

@@ -1,17 +1,28 @@
 // Package dispatch hands released tasks to River: admission decides which
 // ready tasks go now, and Release inserts their River jobs in the caller's
 // transaction, so a task is queued if and only if that transaction commits.
+//
+// When River's tables live in another database than Orrery's state (River
+// does not run on CockroachDB), Release writes an outbox row in the state
+// transaction instead, and Relay moves outbox rows to River afterwards: it
+// inserts the River jobs, then deletes the rows. A crash between the two
+// replays the insert, which River's unique key (task, attempt) makes
+// harmless, and the task's fencing token would reject a second attempt.
 package dispatch
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/orrery-dev/orrery/engine/store"
 )
 
 // TaskArgs is the River job for one attempt of one task. Attempt is the
@@ -39,10 +50,11 @@ type Ready struct {
 
 // Dispatcher inserts River jobs for released tasks.
 type Dispatcher struct {
-	river *river.Client[pgx.Tx]
+	river  *river.Client[pgx.Tx]
+	outbox bool
 }
 
-// New returns a Dispatcher with an insert-only River client.
+// New returns a Dispatcher for River tables in the state database.
 func New() (*Dispatcher, error) {
 	c, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})
 	if err != nil {
@@ -50,6 +62,19 @@ func New() (*Dispatcher, error) {
 	}
 	return &Dispatcher{river: c}, nil
 }
+
+// NewOutbox returns a Dispatcher for River tables in the queue database, a
+// database other than the state's: Release records, Relay inserts.
+func NewOutbox(queue *pgxpool.Pool) (*Dispatcher, error) {
+	c, err := river.NewClient(riverpgxv5.New(queue), &river.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("dispatch: %w", err)
+	}
+	return &Dispatcher{river: c, outbox: true}, nil
+}
+
+// Outbox reports whether releases go through the outbox.
+func (d *Dispatcher) Outbox() bool { return d.outbox }
 
 // admit is where tenant quotas and weighted fairness will decide which
 // ready tasks go now and which wait; today every ready task goes.
@@ -61,6 +86,29 @@ func (d *Dispatcher) Release(ctx context.Context, tx pgx.Tx, ready []Ready) erro
 	if len(ready) == 0 {
 		return nil
 	}
+	if d.outbox {
+		p := store.InsertOutboxParams{}
+		for _, r := range ready {
+			p.Ids = append(p.Ids, uuid.Must(uuid.NewV7()))
+			p.TaskIds = append(p.TaskIds, r.TaskID)
+			p.TenantIds = append(p.TenantIds, r.Tenant)
+			p.Queues = append(p.Queues, r.Queue)
+			p.Priorities = append(p.Priorities, int32(r.Priority))
+			p.Attempts = append(p.Attempts, int32(r.Attempt))
+			p.NotBefores = append(p.NotBefores, r.NotBefore)
+		}
+		if err := store.New(tx).InsertOutbox(ctx, p); err != nil {
+			return fmt.Errorf("dispatch: outbox: %w", err)
+		}
+		return nil
+	}
+	if _, err := d.river.InsertManyTx(ctx, tx, riverParams(ready)); err != nil {
+		return fmt.Errorf("dispatch: insert River jobs: %w", err)
+	}
+	return nil
+}
+
+func riverParams(ready []Ready) []river.InsertManyParams {
 	params := make([]river.InsertManyParams, len(ready))
 	for i, r := range ready {
 		opts := &river.InsertOpts{Queue: r.Queue, Priority: r.Priority, MaxAttempts: 25, UniqueOpts: river.UniqueOpts{ByArgs: true}}
@@ -69,8 +117,67 @@ func (d *Dispatcher) Release(ctx context.Context, tx pgx.Tx, ready []Ready) erro
 		}
 		params[i] = river.InsertManyParams{Args: TaskArgs{TaskID: r.TaskID, Attempt: r.Attempt}, InsertOpts: opts}
 	}
-	if _, err := d.river.InsertManyTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("dispatch: insert River jobs: %w", err)
+	return params
+}
+
+// RelayBatch is how many outbox rows one relay transaction moves.
+const RelayBatch = 500
+
+// Relay moves outbox rows to River until ctx ends (outbox mode only; it
+// returns at once otherwise). Several nodes may relay at once: each takes
+// rows the others have not locked.
+func (d *Dispatcher) Relay(ctx context.Context, state *pgxpool.Pool, every time.Duration, log *slog.Logger) error {
+	if !d.outbox {
+		return nil
 	}
-	return nil
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		for {
+			n, err := d.relayOnce(ctx, state)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Error("relay released tasks to River", "err", err)
+				}
+				break
+			}
+			if n < RelayBatch {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// relayOnce moves one batch: River insert (queue database), then delete
+// (state database), inside the state transaction that locked the rows.
+func (d *Dispatcher) relayOnce(ctx context.Context, state *pgxpool.Pool) (int, error) {
+	var n int
+	err := store.InRawTx(ctx, state, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		rows, err := q.PendingOutbox(ctx, RelayBatch)
+		if err != nil || len(rows) == 0 {
+			n = 0
+			return err
+		}
+		ready := make([]Ready, len(rows))
+		ids := make([]uuid.UUID, len(rows))
+		for i, r := range rows {
+			ids[i] = r.ID
+			ready[i] = Ready{TaskID: r.TaskID, Tenant: r.TenantID, Queue: r.Queue, Priority: int(r.Priority), Attempt: int(r.Attempt)}
+			if r.NotBefore != nil {
+				ready[i].NotBefore = *r.NotBefore
+			}
+		}
+		if _, err := d.river.InsertMany(ctx, riverParams(ready)); err != nil {
+			return fmt.Errorf("insert River jobs: %w", err)
+		}
+		n = len(rows)
+		return q.DeleteOutbox(ctx, ids)
+	})
+	return n, err
 }

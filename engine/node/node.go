@@ -1,6 +1,6 @@
 // Package node assembles one scheduler node: its shard leases, the
-// scheduler that fires the shards it owns, and the reaper of lapsed task
-// leases. The API and worker pools run beside it in the same process or
+// scheduler that fires the shards it owns, the reaper of lapsed task
+// leases, and (when River lives in its own database) the outbox relay. The API and worker pools run beside it in the same process or
 // elsewhere.
 package node
 
@@ -35,6 +35,7 @@ type Node struct {
 	Shards    *shard.Manager
 	Scheduler *scheduler.Scheduler
 	reaper    *scheduler.Reaper
+	relay     func(context.Context) error
 }
 
 // New builds a node; Run runs it.
@@ -50,15 +51,16 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Node{Shards: mgr, Scheduler: s, reaper: &scheduler.Reaper{Pool: cfg.Pool, Dispatcher: cfg.Dispatcher, Logger: cfg.Logger}}, nil
+	relay := func(ctx context.Context) error { return cfg.Dispatcher.Relay(ctx, cfg.Pool, 20*time.Millisecond, cfg.Logger) }
+	return &Node{Shards: mgr, Scheduler: s, reaper: &scheduler.Reaper{Pool: cfg.Pool, Dispatcher: cfg.Dispatcher, Logger: cfg.Logger}, relay: relay}, nil
 }
 
 // Run runs the node until ctx ends; on the way out its shards are released
 // so that other nodes take them at once.
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
-	for _, run := range []func(context.Context) error{n.Shards.Run, n.Scheduler.Run, n.reaper.Run} {
+	errs := make(chan error, 4)
+	for _, run := range []func(context.Context) error{n.Shards.Run, n.Scheduler.Run, n.reaper.Run, n.relay} {
 		wg.Go(func() { errs <- run(ctx) })
 	}
 	wg.Wait()

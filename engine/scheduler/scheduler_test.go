@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/node"
 	"github.com/orrery-dev/orrery/engine/pgtest"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/scheduler"
@@ -208,4 +209,47 @@ func TestCancelAndTrigger(t *testing.T) {
 	if n := count(t, pool, "SELECT count(*) FROM audit_log WHERE action IN ('trigger', 'cancel')"); n != 3 {
 		t.Fatalf("%d trigger/cancel audit rows, want 3", n)
 	}
+}
+
+// With River's tables in a database of their own (as with CockroachDB for
+// the state), releases go through the outbox and the relay.
+func TestSeparateQueueDatabaseThroughTheOutbox(t *testing.T) {
+	t.Parallel()
+	state, queue := pgtest.Pool(t), pgtest.Pool(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var calls atomic.Int64
+	w, err := worker.New(worker.Config{StatePool: state, QueuePool: queue, Queues: map[string]int{"default": 10},
+		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { calls.Add(1); return nil }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wDone := make(chan error, 1)
+	go func() { wDone <- w.Run(ctx) }()
+	d, err := dispatch.NewOutbox(queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := node.New(ctx, node.Config{Pool: state, Dispatcher: d, ShardTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nDone := make(chan error, 1)
+	go func() { nDone <- n.Run(ctx) }()
+	jobs, _ := job.New(ctx, state, nil)
+	if _, err := jobs.Create(ctx, job.Anonymous, handlerJob("tick", "* * * * * *", "noop"), ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, "3 runs succeeded", func() bool {
+		return count(t, state, "SELECT count(*) FROM runs WHERE status = 'succeeded'") >= 3
+	})
+	if n := count(t, state, "SELECT count(*) FROM river_job"); n != 0 {
+		t.Fatalf("%d River jobs in the state database; they belong in the queue database", n)
+	}
+	if n := count(t, queue, "SELECT count(*) FROM river_job"); n < 3 {
+		t.Fatalf("only %d River jobs in the queue database", n)
+	}
+	cancel()
+	<-nDone
+	<-wDone
 }

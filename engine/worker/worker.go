@@ -127,11 +127,15 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
+	sameDB := cfg.QueuePool == cfg.StatePool
 	d, err := dispatch.New()
+	if !sameDB {
+		d, err = dispatch.NewOutbox(cfg.QueuePool) // retries and children go through the outbox
+	}
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, dispatcher: d, sameDB: cfg.QueuePool == cfg.StatePool, running: map[uuid.UUID]*leased{}}
+	w := &Worker{cfg: cfg, dispatcher: d, sameDB: sameDB, running: map[uuid.UUID]*leased{}}
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
 		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand}

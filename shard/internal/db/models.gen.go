@@ -49,6 +49,17 @@ type ClusterSetting struct {
 	CreatedAt  time.Time
 }
 
+type DispatchOutbox struct {
+	ID        uuid.UUID
+	TaskID    uuid.UUID
+	TenantID  uuid.UUID
+	Queue     string
+	Priority  int32
+	Attempt   int32
+	NotBefore *time.Time
+	CreatedAt time.Time
+}
+
 type IdempotencyKey struct {
 	TenantID    uuid.UUID
 	Operation   string
