@@ -51,7 +51,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	relay := func(ctx context.Context) error { return cfg.Dispatcher.Relay(ctx, cfg.Pool, 20*time.Millisecond, cfg.Logger) }
+	relay := func(ctx context.Context) error {
+		return cfg.Dispatcher.Relay(ctx, cfg.Pool, 20*time.Millisecond, cfg.Logger)
+	}
 	return &Node{Shards: mgr, Scheduler: s, reaper: &scheduler.Reaper{Pool: cfg.Pool, Dispatcher: cfg.Dispatcher, Logger: cfg.Logger}, relay: relay}, nil
 }
 
