@@ -414,7 +414,7 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 	}
 	var after pageToken
 	if f.PageToken != "" {
-		if err := decodeToken(f.PageToken, &after); err != nil {
+		if err := store.DecodePageToken(f.PageToken, &after); err != nil {
 			return nil, "", &InvalidError{Field: "page_token", Message: "malformed; pass back the next_page_token of the previous page"}
 		}
 	}
@@ -441,7 +441,7 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 	if len(rows) > size {
 		rows = rows[:size]
 		last := rows[size-1]
-		next = encodeToken(pageToken{Name: last.Name, ID: last.ID})
+		next = store.EncodePageToken(pageToken{Name: last.Name, ID: last.ID})
 	}
 	out := make([]*Job, 0, len(rows))
 	for _, r := range rows {
@@ -458,5 +458,3 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 func (s *Service) History(ctx context.Context, a Actor, id uuid.UUID) ([]store.AuditLog, error) {
 	return store.New(s.pool).ListAuditForTarget(ctx, store.ListAuditForTargetParams{TenantID: a.Tenant, TargetID: id})
 }
-
-var errBadToken = errors.New("bad page token")

@@ -3,7 +3,6 @@ package run
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -93,7 +92,7 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 		return nil, "", err
 	}
 	before := runToken{At: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), ID: maxUUID}
-	if f.PageToken != "" && decode(f.PageToken, &before) != nil {
+	if f.PageToken != "" && store.DecodePageToken(f.PageToken, &before) != nil {
 		return nil, "", &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
 	}
 	p := store.ListRunsParams{TenantID: a.Tenant, Since: f.Since, Until: f.Until, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
@@ -115,7 +114,7 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	if len(rows) > size {
 		rows = rows[:size]
 		last := rows[size-1]
-		next = encode(runToken{At: last.ScheduledFor, ID: last.ID})
+		next = store.EncodePageToken(runToken{At: last.ScheduledFor, ID: last.ID})
 	}
 	out := make([]Run, len(rows))
 	for i, r := range rows {
@@ -308,7 +307,7 @@ func (s *Service) ListDeadLetters(ctx context.Context, a job.Actor, jobRef job.R
 		return nil, "", err
 	}
 	before := runToken{At: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), ID: maxUUID}
-	if token != "" && decode(token, &before) != nil {
+	if token != "" && store.DecodePageToken(token, &before) != nil {
 		return nil, "", &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
 	}
 	p := store.ListDeadLettersParams{TenantID: a.Tenant, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
@@ -327,7 +326,7 @@ func (s *Service) ListDeadLetters(ctx context.Context, a job.Actor, jobRef job.R
 	if len(rows) > size {
 		rows = rows[:size]
 		last := rows[size-1]
-		next = encode(runToken{At: *last.FinishedAt, ID: last.ID})
+		next = store.EncodePageToken(runToken{At: *last.FinishedAt, ID: last.ID})
 	}
 	return rows, next, nil
 }
@@ -409,15 +408,3 @@ func pageSize(n int) (int, error) {
 	return n, nil
 }
 
-func encode(v any) string {
-	b, _ := json.Marshal(v)
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decode(s string, v any) error {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
-}

@@ -1,0 +1,26 @@
+package store
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+)
+
+// ErrBadPageToken: a page token that this server did not hand out.
+var ErrBadPageToken = errors.New("bad page token")
+
+// EncodePageToken makes an opaque page token of a keyset position (the
+// last row's sort key): clients pass it back, never read it.
+func EncodePageToken(pos any) string {
+	b, _ := json.Marshal(pos)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodePageToken reads a token made by EncodePageToken into pos.
+func DecodePageToken(token string, pos any) error {
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || json.Unmarshal(b, pos) != nil {
+		return ErrBadPageToken
+	}
+	return nil
+}
