@@ -407,4 +407,3 @@ func pageSize(n int) (int, error) {
 	}
 	return n, nil
 }
-
