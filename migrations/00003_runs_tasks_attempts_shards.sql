@@ -36,7 +36,9 @@ CREATE TABLE runs (
     UNIQUE (job_id, scheduled_for)        -- invariant 2: one run per (job, instant)
 );
 CREATE INDEX runs_tenant_job ON runs (tenant_id, job_id, scheduled_for DESC);
-CREATE INDEX runs_active ON runs (job_id, scheduled_for) WHERE status IN ('queued', 'pending', 'running');
+-- Unfinished runs of a job (overlap policy). The predicate is on
+-- finished_at, not status, so that pending -> running stays a HOT update.
+CREATE INDEX runs_active ON runs (job_id, scheduled_for) WHERE finished_at IS NULL;
 CREATE INDEX runs_tenant_time ON runs (tenant_id, scheduled_for DESC, id);
 
 CREATE TABLE tasks (

@@ -14,7 +14,7 @@ import (
 
 const activeRuns = `-- name: ActiveRuns :many
 SELECT job_id, id, status FROM runs
-WHERE job_id = ANY($1::uuid[]) AND status IN ('queued', 'pending', 'running')
+WHERE job_id = ANY($1::uuid[]) AND finished_at IS NULL AND status IN ('queued', 'pending', 'running')
 ORDER BY scheduled_for
 `
 

@@ -189,7 +189,7 @@ func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (uuid.UUID,
 
 const promoteQueuedRun = `-- name: PromoteQueuedRun :one
 UPDATE runs SET status = 'pending'
-WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = $1 AND r.status = 'queued' ORDER BY r.scheduled_for LIMIT 1)
+WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = $1 AND r.finished_at IS NULL AND r.status = 'queued' ORDER BY r.scheduled_for LIMIT 1)
 RETURNING id
 `
 

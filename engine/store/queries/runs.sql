@@ -32,7 +32,7 @@ FOR UPDATE;
 
 -- name: ActiveRuns :many
 SELECT job_id, id, status FROM runs
-WHERE job_id = ANY(@job_ids::uuid[]) AND status IN ('queued', 'pending', 'running')
+WHERE job_id = ANY(@job_ids::uuid[]) AND finished_at IS NULL AND status IN ('queued', 'pending', 'running')
 ORDER BY scheduled_for;
 
 -- InsertRuns inserts many runs; a (job, instant) that already has a run

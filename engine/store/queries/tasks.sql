@@ -111,7 +111,7 @@ RETURNING runs.job_id;
 -- PromoteQueuedRun starts the run that overlap: queue held back.
 -- name: PromoteQueuedRun :one
 UPDATE runs SET status = 'pending'
-WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = @job_id AND r.status = 'queued' ORDER BY r.scheduled_for LIMIT 1)
+WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = @job_id AND r.finished_at IS NULL AND r.status = 'queued' ORDER BY r.scheduled_for LIMIT 1)
 RETURNING id;
 
 -- name: RootTasks :many
