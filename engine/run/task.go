@@ -174,10 +174,7 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 		return true, d.Release(ctx, tx, []dispatch.Ready{{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: shape.Attempt + 1, NotBefore: at}})
 	case TaskDeadLettered:
 		if shape.HasChildren {
-			if _, err := q.UpstreamFailDescendants(ctx, r.TaskID); err != nil {
-				return false, err
-			}
-			if err := releaseChildren(ctx, q, tx, d, r.TaskID); err != nil {
+			if err := propagateFailure(ctx, q, tx, d, r.TaskID); err != nil {
 				return false, err
 			}
 		}
@@ -185,9 +182,8 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 	return true, finishRun(ctx, tx, d, t.RunID, shape.QueueOverlap)
 }
 
-// releaseChildren counts a finished parent for each waiting child and
-// releases the children whose count reaches zero. After a failure only
-// all_done children are still waiting (the others failed upstream).
+// releaseChildren counts a succeeded parent for each waiting child and
+// releases the children whose count reaches zero (invariant 4).
 func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, parent uuid.UUID) error {
 	children, err := q.DecrementChildren(ctx, parent)
 	if err != nil {
@@ -205,6 +201,57 @@ func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispat
 		return nil
 	}
 	if err := q.ReleaseTasks(ctx, ids); err != nil {
+		return err
+	}
+	return d.Release(ctx, tx, ready)
+}
+
+// propagateFailure settles the descendants of a task that failed for
+// good: a waiting all_success child fails upstream (and so on below it); a
+// waiting all_done child counts the failed parent as done, and is released
+// when that was its last, so cleanup and notify steps run anyway.
+func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, failed uuid.UUID) error {
+	var releaseIDs []uuid.UUID
+	var ready []dispatch.Ready
+	for frontier := []uuid.UUID{failed}; len(frontier) > 0; {
+		kids, err := q.WaitingChildren(ctx, frontier)
+		if err != nil {
+			return err
+		}
+		var fail, done []uuid.UUID
+		seen := map[uuid.UUID]bool{}
+		for _, k := range kids {
+			switch {
+			case k.TriggerRule == dag.TriggerAllDone:
+				done = append(done, k.ID) // once per failed parent
+			case !seen[k.ID]:
+				seen[k.ID] = true
+				fail = append(fail, k.ID)
+			}
+		}
+		if len(fail) > 0 {
+			if err := q.MarkUpstreamFailed(ctx, fail); err != nil {
+				return err
+			}
+		}
+		if len(done) > 0 {
+			rows, err := q.DecrementTasks(ctx, done)
+			if err != nil {
+				return err
+			}
+			for _, c := range rows {
+				if c.ParentsRemaining == 0 {
+					releaseIDs = append(releaseIDs, c.ID)
+					ready = append(ready, dispatch.Ready{TaskID: c.ID, Tenant: c.TenantID, Queue: c.Queue, Priority: int(c.Priority), Attempt: 1})
+				}
+			}
+		}
+		frontier = fail
+	}
+	if len(releaseIDs) == 0 {
+		return nil
+	}
+	if err := q.ReleaseTasks(ctx, releaseIDs); err != nil {
 		return err
 	}
 	return d.Release(ctx, tx, ready)

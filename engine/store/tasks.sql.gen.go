@@ -117,6 +117,49 @@ func (q *Queries) DecrementChildren(ctx context.Context, parentID uuid.UUID) ([]
 	return items, nil
 }
 
+const decrementTasks = `-- name: DecrementTasks :many
+UPDATE tasks SET parents_remaining = parents_remaining - d.n
+FROM (SELECT u.id, count(*)::int AS n FROM unnest($1::uuid[]) AS u (id) GROUP BY u.id) AS d
+WHERE tasks.id = d.id AND tasks.status = 'waiting'
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority
+`
+
+type DecrementTasksRow struct {
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	ParentsRemaining int32
+	Queue            string
+	Priority         int32
+}
+
+// DecrementTasks counts one finished parent for each listed child (a child
+// listed twice counts two).
+func (q *Queries) DecrementTasks(ctx context.Context, ids []uuid.UUID) ([]DecrementTasksRow, error) {
+	rows, err := q.db.Query(ctx, decrementTasks, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DecrementTasksRow{}
+	for rows.Next() {
+		var i DecrementTasksRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.ParentsRemaining,
+			&i.Queue,
+			&i.Priority,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const expiredLeases = `-- name: ExpiredLeases :many
 SELECT id, fencing_token FROM tasks
 WHERE status = 'running' AND lease_expires_at < now()
@@ -185,6 +228,16 @@ func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (uuid.UUID,
 	var job_id uuid.UUID
 	err := row.Scan(&job_id)
 	return job_id, err
+}
+
+const markUpstreamFailed = `-- name: MarkUpstreamFailed :exec
+UPDATE tasks SET status = 'upstream_failed', finished_at = now()
+WHERE id = ANY($1::uuid[]) AND status = 'waiting'
+`
+
+func (q *Queries) MarkUpstreamFailed(ctx context.Context, ids []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, markUpstreamFailed, ids)
+	return err
 }
 
 const promoteQueuedRun = `-- name: PromoteQueuedRun :one
@@ -405,32 +458,31 @@ func (q *Queries) TaskRetryPolicy(ctx context.Context, id uuid.UUID) (TaskRetryP
 	return i, err
 }
 
-const upstreamFailDescendants = `-- name: UpstreamFailDescendants :many
-WITH RECURSIVE d (id) AS (
-    SELECT te.child_id FROM task_edges AS te WHERE te.parent_id = $1
-    UNION
-    SELECT e.child_id FROM task_edges AS e JOIN d ON e.parent_id = d.id
-)
-UPDATE tasks SET status = 'upstream_failed', finished_at = now()
-WHERE id IN (SELECT id FROM d) AND status = 'waiting' AND trigger_rule = 'all_success'
-RETURNING id
+const waitingChildren = `-- name: WaitingChildren :many
+SELECT t.id, t.trigger_rule FROM tasks AS t
+JOIN task_edges AS e ON e.child_id = t.id
+WHERE e.parent_id = ANY($1::uuid[]) AND t.status = 'waiting'
 `
 
-// UpstreamFailDescendants marks every waiting descendant of a task that
-// failed for good as upstream_failed, except all_done steps.
-func (q *Queries) UpstreamFailDescendants(ctx context.Context, failedID uuid.UUID) ([]uuid.UUID, error) {
-	rows, err := q.db.Query(ctx, upstreamFailDescendants, failedID)
+type WaitingChildrenRow struct {
+	ID          uuid.UUID
+	TriggerRule string
+}
+
+// WaitingChildren lists the waiting children of tasks, with their trigger rule.
+func (q *Queries) WaitingChildren(ctx context.Context, parents []uuid.UUID) ([]WaitingChildrenRow, error) {
+	rows, err := q.db.Query(ctx, waitingChildren, parents)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []uuid.UUID{}
+	items := []WaitingChildrenRow{}
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var i WaitingChildrenRow
+		if err := rows.Scan(&i.ID, &i.TriggerRule); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

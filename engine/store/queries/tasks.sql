@@ -69,18 +69,6 @@ RETURNING id, tenant_id, parents_remaining, queue, priority, trigger_rule;
 UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now())
 WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
 
--- UpstreamFailDescendants marks every waiting descendant of a task that
--- failed for good as upstream_failed, except all_done steps.
--- name: UpstreamFailDescendants :many
-WITH RECURSIVE d (id) AS (
-    SELECT te.child_id FROM task_edges AS te WHERE te.parent_id = @failed_id
-    UNION
-    SELECT e.child_id FROM task_edges AS e JOIN d ON e.parent_id = d.id
-)
-UPDATE tasks SET status = 'upstream_failed', finished_at = now()
-WHERE id IN (SELECT id FROM d) AND status = 'waiting' AND trigger_rule = 'all_success'
-RETURNING id;
-
 -- FinishRunIfDone derives a run's status from its tasks once none is left
 -- to run (succeeded when all succeeded, else dead_lettered, cancelled or
 -- failed) and returns the run's job; no row while tasks remain.
@@ -133,3 +121,21 @@ FROM tasks AS t
 JOIN runs AS r ON r.id = t.run_id
 JOIN job_versions AS v ON v.job_id = r.job_id AND v.version = r.job_version
 WHERE t.id = @id;
+
+-- WaitingChildren lists the waiting children of tasks, with their trigger rule.
+-- name: WaitingChildren :many
+SELECT t.id, t.trigger_rule FROM tasks AS t
+JOIN task_edges AS e ON e.child_id = t.id
+WHERE e.parent_id = ANY(@parents::uuid[]) AND t.status = 'waiting';
+
+-- name: MarkUpstreamFailed :exec
+UPDATE tasks SET status = 'upstream_failed', finished_at = now()
+WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
+
+-- DecrementTasks counts one finished parent for each listed child (a child
+-- listed twice counts two).
+-- name: DecrementTasks :many
+UPDATE tasks SET parents_remaining = parents_remaining - d.n
+FROM (SELECT u.id, count(*)::int AS n FROM unnest(@ids::uuid[]) AS u (id) GROUP BY u.id) AS d
+WHERE tasks.id = d.id AND tasks.status = 'waiting'
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority;

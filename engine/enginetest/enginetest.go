@@ -1,0 +1,71 @@
+// Package enginetest runs Orrery's engine in a test: a scheduler node and
+// a worker pool in-process against a pgtest database, and polling helpers.
+package enginetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/node"
+	"github.com/orrery-dev/orrery/engine/worker"
+)
+
+// StartNode runs a scheduler node (shards, scheduler, reaper) until t ends.
+func StartNode(t testing.TB, pool *pgxpool.Pool) *node.Node {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d, _ := dispatch.New()
+	n, err := node.New(ctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = n.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return n
+}
+
+// StartWorker runs a worker pool serving queue "default" until t ends.
+func StartWorker(t testing.TB, pool *pgxpool.Pool, concurrency int, handlers map[string]executor.HandlerFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"default": concurrency}, Handlers: handlers, LeaseTTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// WaitFor polls cond until it holds, failing t after within.
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// Int runs a query returning one integer.
+func Int(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
