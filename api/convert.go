@@ -178,7 +178,15 @@ func jobToProto(j *job.Job) *orreryv1.Job {
 		Shard: int32(j.Shard), NextFireTime: timeToProto(j.NextFireAt),
 		CreateTime: timestamppb.New(j.CreatedAt), CreatedBy: j.CreatedBy,
 		UpdateTime: timestamppb.New(j.UpdatedAt), UpdatedBy: j.UpdatedBy, DeleteTime: timeToProto(j.DeletedAt),
+		Source: sourceToProto(j.Source),
 	}
+}
+
+func sourceToProto(s *job.Source) *orreryv1.Source {
+	if s == nil {
+		return nil
+	}
+	return &orreryv1.Source{Path: s.Path, Commit: s.Commit}
 }
 
 func timeToProto(t *time.Time) *timestamppb.Timestamp {

@@ -43,8 +43,9 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	mux.Handle(orreryv1connect.NewJobServiceHandler(&jobServer{jobs: svc.Jobs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewRunServiceHandler(&runServer{runs: svc.Runs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, log: log}, opts...))
+	mux.Handle(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))
 
-	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName}
+	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName, orreryv1connect.PipelineServiceName}
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))

@@ -259,3 +259,6 @@ func (p Payload) MarshalYAML() (any, error) {
 	}
 	return v, nil
 }
+
+// Has reports whether the document sets the field at path.
+func (d *Document) Has(path string) bool { return d.root != nil && lookup(d.root, path) != nil }

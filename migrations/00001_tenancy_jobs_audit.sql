@@ -35,6 +35,7 @@ CREATE TABLE jobs (
     status       TEXT NOT NULL CHECK (status IN ('active', 'paused', 'deleted')),
     version      BIGINT NOT NULL CHECK (version > 0),
     spec         JSONB NOT NULL,            -- dag.JobSpec, normalized
+    source       JSONB,                     -- where `orrery apply` read it: {path, commit}; NULL if not applied from files
     shard        INT NOT NULL,              -- shard.Of(id, cluster_settings.shard_count)
     next_fire_at TIMESTAMPTZ,               -- NULL: nothing left to fire (or not active)
     created_at   TIMESTAMPTZ NOT NULL,

@@ -201,3 +201,70 @@ func TestValidateListsEveryProblem(t *testing.T) {
 		t.Fatalf("examples: %d %s", code, out)
 	}
 }
+
+// apply from a git checkout: plan, apply, idempotence, --dry-run, --prune,
+// and the source (path and commit) on the job.
+func TestApplyFolder(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	addr := freeAddr(t)
+	serve := exec.Command(binary, "serve", "--db", dsn, "--addr", addr, "--no-scheduler")
+	var logs bytes.Buffer
+	serve.Stdout, serve.Stderr = &logs, &logs
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = serve.Process.Signal(syscall.SIGTERM); _ = serve.Wait() }()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, code := run(t, "--server", addr, "jobs", "list"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", logs.String())
+		}
+	}
+	repo := t.TempDir()
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.email=ci@example.invalid", "-c", "user.name=ci"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q")
+	jobYAML := func(name, cron string) string {
+		return fmt.Sprintf("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: %s}\nspec:\n  schedule: {cron: %q}\n  run: {handler: noop}\n", name, cron)
+	}
+	os.MkdirAll(filepath.Join(repo, "jobs"), 0o755)
+	os.WriteFile(filepath.Join(repo, "jobs", "a.yaml"), []byte(jobYAML("a", "@daily")+"---\n"+jobYAML("b", "@hourly")), 0o644)
+	git("add", ".")
+	git("commit", "-qm", "jobs")
+
+	apply := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := run(t, append([]string{"--server", addr, "apply", "-f", repo, "-n", "team"}, args...)...)
+		if code != 0 {
+			t.Fatalf("apply %v: %s %s", args, out, errOut)
+		}
+		return out
+	}
+	if out := apply("--dry-run"); !strings.Contains(out, "+ create team/a\n+ create team/b\n") || !strings.Contains(out, "dry run") {
+		t.Fatalf("dry run:\n%s", out)
+	}
+	if out := apply(); !strings.Contains(out, "Applied: 2 created") {
+		t.Fatalf("apply:\n%s", out)
+	}
+	if out := apply(); !strings.Contains(out, "= unchanged team/a") || !strings.Contains(out, "No changes: 2 job(s) unchanged.") {
+		t.Fatalf("second apply:\n%s", out)
+	}
+	out, _, _ := run(t, "--server", addr, "jobs", "get", "a", "-n", "team")
+	if !strings.Contains(out, "source: jobs/a.yaml ") {
+		t.Fatalf("source not shown:\n%s", out)
+	}
+	os.WriteFile(filepath.Join(repo, "jobs", "a.yaml"), []byte(jobYAML("a", "@weekly")), 0o644)
+	if out := apply("--prune"); !strings.Contains(out, "~ update team/a: spec.schedule\n- delete team/b\n") || !strings.Contains(out, "1 updated, 1 deleted") {
+		t.Fatalf("prune:\n%s", out)
+	}
+	os.WriteFile(filepath.Join(repo, "jobs", "bad.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: c, namespace: other}\nspec:\n  schedule: {cron: \"@daily\"}\n  run: {handler: noop}\n"), 0o644)
+	if _, errOut, code := run(t, "--server", addr, "apply", "-f", repo, "-n", "team"); code == 0 || !strings.Contains(errOut, "bad.yaml:3:") {
+		t.Fatalf("namespace mismatch: %d %s", code, errOut)
+	}
+}

@@ -96,13 +96,15 @@ Ctrl-C. A second run reuses the data.`,
 	return cmd
 }
 
-// loadExamples applies every example job: created, updated or unchanged.
+// loadExamples applies the example jobs in one transaction: created,
+// updated or unchanged, and recorded as applied from examples/.
 func loadExamples(cmd *cobra.Command, jobs *job.Service, log *slog.Logger) error {
 	names, err := fs.Glob(examples.FS(), "*.yaml")
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
+	var items []job.Item
 	for _, name := range names {
 		data, err := examples.FS().ReadFile(name)
 		if err != nil {
@@ -113,12 +115,15 @@ func loadExamples(cmd *cobra.Command, jobs *job.Service, log *slog.Logger) error
 			return es
 		}
 		for _, d := range docs {
-			outcome, j, err := jobs.Apply(cmd.Context(), job.Actor{Tenant: job.DefaultTenant, Name: "orrery-dev"}, d.Resource)
-			if err != nil {
-				return fmt.Errorf("examples/%s: %w", name, err)
-			}
-			log.Info("example job "+outcome, "job", j.Namespace+"/"+j.Name, "version", j.Version)
+			items = append(items, job.Item{Resource: d.Resource, Source: &job.Source{Path: "examples/" + name}})
 		}
+	}
+	changes, err := jobs.ApplyAll(cmd.Context(), job.Actor{Tenant: job.DefaultTenant, Name: "orrery-dev"}, items, job.PlanOptions{})
+	if err != nil {
+		return fmt.Errorf("examples: %w", err)
+	}
+	for _, c := range changes {
+		log.Info("example job "+c.Action, "job", c.Namespace+"/"+c.Name, "version", c.Job.Version)
 	}
 	return nil
 }

@@ -228,6 +228,9 @@ func printJob(w io.Writer, format string, res *orreryv1.GetJobResponse) error {
 		"updated":         fmt.Sprintf("%s by %s", j.GetUpdateTime().AsTime().UTC().Format(time.RFC3339), j.GetUpdatedBy()),
 		"next_fire_times": next,
 	}}
+	if src := j.GetSource(); src != nil {
+		doc.Status["source"] = strings.TrimSpace(src.GetPath() + " " + src.GetCommit())
+	}
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
 	if err := enc.Encode(doc); err != nil {

@@ -40,6 +40,7 @@ type Job struct {
 	Description string            `json:"description,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
 	Spec        dag.JobSpec       `json:"spec"`
+	Source      *Source           `json:"source,omitempty"`
 	Status      string            `json:"status"`
 	Version     int64             `json:"version"`
 	Shard       int               `json:"shard"`
@@ -90,7 +91,28 @@ func fromRow(r store.Job) (*Job, error) {
 	if err := json.Unmarshal(r.Spec, &j.Spec); err != nil {
 		return nil, fmt.Errorf("job %s: spec: %w", r.ID, err)
 	}
+	if len(r.Source) > 0 {
+		j.Source = new(Source)
+		if err := json.Unmarshal(r.Source, j.Source); err != nil {
+			return nil, fmt.Errorf("job %s: source: %w", r.ID, err)
+		}
+	}
 	return j, nil
+}
+
+// Source is where `orrery apply` read a job: the file, and the commit when
+// the folder was a git checkout.
+type Source struct {
+	Path   string `json:"path"`
+	Commit string `json:"commit,omitempty"`
+}
+
+func sourceJSON(s *Source) []byte {
+	if s == nil {
+		return nil
+	}
+	b, _ := json.Marshal(s)
+	return b
 }
 
 func utc(t *time.Time) *time.Time {

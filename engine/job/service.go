@@ -99,16 +99,8 @@ func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key 
 	if key != "" {
 		reqHash = requestHash(res)
 	}
-	sched, err := schedule.Parse(res.Spec.Schedule)
-	if err != nil {
-		return nil, err // validated already; kept for safety
-	}
-	specJSON, err := json.Marshal(res.Spec)
-	if err != nil {
-		return nil, err
-	}
 	var out *Job
-	err = store.Retry(ctx, func() error {
+	err := store.Retry(ctx, func() error {
 		q := store.New(s.pool)
 		look, err := q.CreateLookup(ctx, store.CreateLookupParams{TenantID: a.Tenant, IdempotencyKey: key})
 		if err != nil {
@@ -121,26 +113,7 @@ func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key 
 			out = new(Job)
 			return json.Unmarshal(look.Response, out)
 		}
-		now := look.Now.UTC()
-		id := uuid.Must(uuid.NewV7())
-		out = &Job{
-			ID: id, Tenant: a.Tenant, Namespace: res.Metadata.Namespace, Name: res.Metadata.Name,
-			Description: res.Metadata.Description, Labels: res.Metadata.Labels, Spec: res.Spec,
-			Status: StatusActive, Version: 1, Shard: shard.Of(id, s.shards), NextFireAt: firstFire(sched, now),
-			CreatedAt: now, CreatedBy: a.Name, UpdatedAt: now, UpdatedBy: a.Name,
-		}
-		if len(out.Labels) == 0 {
-			out.Labels = nil
-		}
-		err = q.CreateJob(ctx, store.CreateJobParams{
-			TenantID: a.Tenant, IdempotencyKey: key, RequestHash: reqHash, Snapshot: snapshot(out), Now: now,
-			Namespace: out.Namespace, ID: id, Name: out.Name, Description: out.Description,
-			Labels: labelsJSON(out.Labels), Spec: specJSON, Shard: int32(out.Shard), NextFireAt: out.NextFireAt,
-			Actor: a.Name, AuditID: uuid.Must(uuid.NewV7()), TargetName: out.Namespace + "/" + out.Name,
-		})
-		if store.IsUniqueViolation(err, "jobs_live_name") {
-			return ErrAlreadyExists
-		}
+		out, err = s.insertJob(ctx, q, a, res, look.Now, nil, key, reqHash)
 		return err
 	})
 	if err != nil {
@@ -148,6 +121,40 @@ func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key 
 	}
 	s.log.Debug("job created", "tenant", a.Tenant, "job_id", out.ID, "job", out.Namespace+"/"+out.Name)
 	return out, nil
+}
+
+// insertJob writes a new job in one statement: the job, its namespace,
+// version 1, the audit row and, with a key, the idempotency record.
+func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res dag.Resource, now time.Time, src *Source, key string, reqHash []byte) (*Job, error) {
+	sched, err := schedule.Parse(res.Spec.Schedule)
+	if err != nil {
+		return nil, err // validated already; kept for safety
+	}
+	specJSON, err := json.Marshal(res.Spec)
+	if err != nil {
+		return nil, err
+	}
+	now = now.UTC()
+	id := uuid.Must(uuid.NewV7())
+	out := &Job{
+		ID: id, Tenant: a.Tenant, Namespace: res.Metadata.Namespace, Name: res.Metadata.Name,
+		Description: res.Metadata.Description, Labels: res.Metadata.Labels, Spec: res.Spec, Source: src,
+		Status: StatusActive, Version: 1, Shard: shard.Of(id, s.shards), NextFireAt: firstFire(sched, now),
+		CreatedAt: now, CreatedBy: a.Name, UpdatedAt: now, UpdatedBy: a.Name,
+	}
+	if len(out.Labels) == 0 {
+		out.Labels = nil
+	}
+	err = q.CreateJob(ctx, store.CreateJobParams{
+		TenantID: a.Tenant, IdempotencyKey: key, RequestHash: reqHash, Snapshot: snapshot(out), Now: now,
+		Namespace: out.Namespace, ID: id, Name: out.Name, Description: out.Description, Source: sourceJSON(src),
+		Labels: labelsJSON(out.Labels), Spec: specJSON, Shard: int32(out.Shard), NextFireAt: out.NextFireAt,
+		Actor: a.Name, AuditID: uuid.Must(uuid.NewV7()), TargetName: out.Namespace + "/" + out.Name,
+	})
+	if store.IsUniqueViolation(err, "jobs_live_name") {
+		return nil, ErrAlreadyExists
+	}
+	return out, err
 }
 
 // firstFire is a new job's first instant: the next after now for cron, and
@@ -267,36 +274,45 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 			out = before
 			return nil
 		}
-		next := before.NextFireAt
-		if before.Spec.Schedule != res.Spec.Schedule && before.Status == StatusActive {
-			now, err := q.DatabaseNow(ctx)
-			if err != nil {
-				return err
-			}
-			sched, err := schedule.Parse(res.Spec.Schedule)
-			if err != nil {
-				return err
-			}
-			next = firstFire(sched, now)
-		}
-		spec, _ := json.Marshal(res.Spec)
-		row, err = q.UpdateJobDefinition(ctx, store.UpdateJobDefinitionParams{
-			TenantID: a.Tenant, ID: before.ID, ExpectedVersion: expectedVersion,
-			Description: res.Metadata.Description, Labels: labelsJSON(res.Metadata.Labels), Spec: spec,
-			NextFireAt: next, Actor: a.Name,
-		})
-		if err != nil {
-			return err
-		}
-		if out, err = fromRow(row); err != nil {
-			return err
-		}
-		if err := q.InsertJobVersion(ctx, versionParams(out, a)); err != nil {
-			return err
-		}
-		return audit(ctx, q, a, "update", before, out)
+		out, err = updateDefinition(ctx, q, a, before, res, nil)
+		return err
 	})
 	return out, err
+}
+
+// updateDefinition writes a new version of a job's definition, with its
+// version row and audit row. The next fire time is recomputed from the
+// database's clock when the schedule changed.
+func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, src *Source) (*Job, error) {
+	next := before.NextFireAt
+	if before.Spec.Schedule != res.Spec.Schedule && before.Status == StatusActive {
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return nil, err
+		}
+		sched, err := schedule.Parse(res.Spec.Schedule)
+		if err != nil {
+			return nil, err
+		}
+		next = firstFire(sched, now)
+	}
+	spec, _ := json.Marshal(res.Spec)
+	row, err := q.UpdateJobDefinition(ctx, store.UpdateJobDefinitionParams{
+		TenantID: a.Tenant, ID: before.ID, ExpectedVersion: before.Version,
+		Description: res.Metadata.Description, Labels: labelsJSON(res.Metadata.Labels), Spec: spec,
+		NextFireAt: next, Actor: a.Name, Source: sourceJSON(src),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out, err := fromRow(row)
+	if err != nil {
+		return nil, err
+	}
+	if err := q.InsertJobVersion(ctx, versionParams(out, a)); err != nil {
+		return nil, err
+	}
+	return out, audit(ctx, q, a, "update", before, out)
 }
 
 func sameDefinition(j *Job, res dag.Resource) bool {

@@ -12,6 +12,57 @@ import (
 	"github.com/google/uuid"
 )
 
+const appliedJobsIn = `-- name: AppliedJobsIn :many
+SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs
+WHERE tenant_id = $1 AND namespace = ANY($2::text[]) AND status <> 'deleted' AND source IS NOT NULL
+ORDER BY namespace, name
+`
+
+type AppliedJobsInParams struct {
+	TenantID   uuid.UUID
+	Namespaces []string
+}
+
+// AppliedJobsIn lists the live jobs of the given namespaces that were
+// applied from files: what --prune may delete.
+func (q *Queries) AppliedJobsIn(ctx context.Context, arg AppliedJobsInParams) ([]Job, error) {
+	rows, err := q.db.Query(ctx, appliedJobsIn, arg.TenantID, arg.Namespaces)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Job{}
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.Namespace,
+			&i.Name,
+			&i.Description,
+			&i.Labels,
+			&i.Status,
+			&i.Version,
+			&i.Spec,
+			&i.Source,
+			&i.Shard,
+			&i.NextFireAt,
+			&i.CreatedAt,
+			&i.CreatedBy,
+			&i.UpdatedAt,
+			&i.UpdatedBy,
+			&i.DeletedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const countJobs = `-- name: CountJobs :one
 SELECT count(*) FROM jobs WHERE tenant_id = $1
 `
@@ -29,17 +80,17 @@ WITH ns AS (
     VALUES ($1, $6, $5)
     ON CONFLICT (tenant_id, name) DO NOTHING
 ), j AS (
-    INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec,
+    INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec, source,
                       shard, next_fire_at, created_at, created_by, updated_at, updated_by)
-    VALUES ($7, $1, $6, $8, $9, $10, 'active', 1, $11,
-            $12, $13, $5, $14, $5, $14)
+    VALUES ($7, $1, $6, $8, $9, $10, 'active', 1, $11, $12::jsonb,
+            $13, $14, $5, $15, $5, $15)
     RETURNING id
 ), v AS (
     INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
-    SELECT j.id, 1, $1, $9, $10, $11, $5, $14 FROM j
+    SELECT j.id, 1, $1, $9, $10, $11, $5, $15 FROM j
 ), a AS (
     INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
-    SELECT $15, $1, $5, $14, 'create', 'job', j.id, $16, NULL, $4::jsonb FROM j
+    SELECT $16, $1, $5, $15, 'create', 'job', j.id, $17, NULL, $4::jsonb FROM j
 )
 INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
 SELECT $1, 'CreateJob', $2::text, $3, $4::jsonb, $5 FROM j
@@ -58,6 +109,7 @@ type CreateJobParams struct {
 	Description    string
 	Labels         []byte
 	Spec           []byte
+	Source         []byte
 	Shard          int32
 	NextFireAt     *time.Time
 	Actor          string
@@ -81,6 +133,7 @@ func (q *Queries) CreateJob(ctx context.Context, arg CreateJobParams) error {
 		arg.Description,
 		arg.Labels,
 		arg.Spec,
+		arg.Source,
 		arg.Shard,
 		arg.NextFireAt,
 		arg.Actor,
@@ -145,7 +198,7 @@ func (q *Queries) EnsureNamespace(ctx context.Context, arg EnsureNamespaceParams
 }
 
 const getJob = `-- name: GetJob :one
-SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs WHERE tenant_id = $1 AND id = $2
+SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs WHERE tenant_id = $1 AND id = $2
 `
 
 type GetJobParams struct {
@@ -166,6 +219,7 @@ func (q *Queries) GetJob(ctx context.Context, arg GetJobParams) (Job, error) {
 		&i.Status,
 		&i.Version,
 		&i.Spec,
+		&i.Source,
 		&i.Shard,
 		&i.NextFireAt,
 		&i.CreatedAt,
@@ -178,7 +232,7 @@ func (q *Queries) GetJob(ctx context.Context, arg GetJobParams) (Job, error) {
 }
 
 const getJobForUpdate = `-- name: GetJobForUpdate :one
-SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs WHERE tenant_id = $1 AND id = $2 FOR UPDATE
+SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs WHERE tenant_id = $1 AND id = $2 FOR UPDATE
 `
 
 type GetJobForUpdateParams struct {
@@ -199,6 +253,7 @@ func (q *Queries) GetJobForUpdate(ctx context.Context, arg GetJobForUpdateParams
 		&i.Status,
 		&i.Version,
 		&i.Spec,
+		&i.Source,
 		&i.Shard,
 		&i.NextFireAt,
 		&i.CreatedAt,
@@ -211,7 +266,7 @@ func (q *Queries) GetJobForUpdate(ctx context.Context, arg GetJobForUpdateParams
 }
 
 const getLiveJobByName = `-- name: GetLiveJobByName :one
-SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs
+SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs
 WHERE tenant_id = $1 AND namespace = $2 AND name = $3 AND status <> 'deleted'
 `
 
@@ -234,6 +289,7 @@ func (q *Queries) GetLiveJobByName(ctx context.Context, arg GetLiveJobByNamePara
 		&i.Status,
 		&i.Version,
 		&i.Spec,
+		&i.Source,
 		&i.Shard,
 		&i.NextFireAt,
 		&i.CreatedAt,
@@ -274,7 +330,7 @@ func (q *Queries) InsertJobVersion(ctx context.Context, arg InsertJobVersionPara
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs
+SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs
 WHERE tenant_id = $1
   AND ($2::text IS NULL OR namespace = $2::text)
   AND (($3::text IS NULL AND status <> 'deleted') OR status = $3::text)
@@ -323,6 +379,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]Job, erro
 			&i.Status,
 			&i.Version,
 			&i.Spec,
+			&i.Source,
 			&i.Shard,
 			&i.NextFireAt,
 			&i.CreatedAt,
@@ -346,7 +403,7 @@ UPDATE jobs
 SET status = $1, next_fire_at = $2, updated_at = now(), updated_by = $3,
     deleted_at = CASE WHEN $1::text = 'deleted' THEN now() END
 WHERE tenant_id = $4 AND id = $5
-RETURNING id, tenant_id, namespace, name, description, labels, status, version, spec, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at
+RETURNING id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at
 `
 
 type SetJobStatusParams struct {
@@ -376,6 +433,7 @@ func (q *Queries) SetJobStatus(ctx context.Context, arg SetJobStatusParams) (Job
 		&i.Status,
 		&i.Version,
 		&i.Spec,
+		&i.Source,
 		&i.Shard,
 		&i.NextFireAt,
 		&i.CreatedAt,
@@ -401,15 +459,17 @@ func (q *Queries) ShardCount(ctx context.Context) (int32, error) {
 const updateJobDefinition = `-- name: UpdateJobDefinition :one
 UPDATE jobs
 SET description = $1, labels = $2, spec = $3, version = version + 1,
-    next_fire_at = $4, updated_at = now(), updated_by = $5
-WHERE tenant_id = $6 AND id = $7 AND version = $8
-RETURNING id, tenant_id, namespace, name, description, labels, status, version, spec, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at
+    source = COALESCE($4::jsonb, source),
+    next_fire_at = $5, updated_at = now(), updated_by = $6
+WHERE tenant_id = $7 AND id = $8 AND version = $9
+RETURNING id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at
 `
 
 type UpdateJobDefinitionParams struct {
 	Description     string
 	Labels          []byte
 	Spec            []byte
+	Source          []byte
 	NextFireAt      *time.Time
 	Actor           string
 	TenantID        uuid.UUID
@@ -422,6 +482,7 @@ func (q *Queries) UpdateJobDefinition(ctx context.Context, arg UpdateJobDefiniti
 		arg.Description,
 		arg.Labels,
 		arg.Spec,
+		arg.Source,
 		arg.NextFireAt,
 		arg.Actor,
 		arg.TenantID,
@@ -439,6 +500,7 @@ func (q *Queries) UpdateJobDefinition(ctx context.Context, arg UpdateJobDefiniti
 		&i.Status,
 		&i.Version,
 		&i.Spec,
+		&i.Source,
 		&i.Shard,
 		&i.NextFireAt,
 		&i.CreatedAt,

@@ -26,6 +26,7 @@ WHERE tenant_id = @tenant_id AND namespace = @namespace AND name = @name AND sta
 -- name: UpdateJobDefinition :one
 UPDATE jobs
 SET description = @description, labels = @labels, spec = @spec, version = version + 1,
+    source = COALESCE(sqlc.narg(source)::jsonb, source),
     next_fire_at = @next_fire_at, updated_at = now(), updated_by = @actor
 WHERE tenant_id = @tenant_id AND id = @id AND version = @expected_version
 RETURNING *;
@@ -69,9 +70,9 @@ WITH ns AS (
     VALUES (@tenant_id, @namespace, @now)
     ON CONFLICT (tenant_id, name) DO NOTHING
 ), j AS (
-    INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec,
+    INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec, source,
                       shard, next_fire_at, created_at, created_by, updated_at, updated_by)
-    VALUES (@id, @tenant_id, @namespace, @name, @description, @labels, 'active', 1, @spec,
+    VALUES (@id, @tenant_id, @namespace, @name, @description, @labels, 'active', 1, @spec, sqlc.narg(source)::jsonb,
             @shard, @next_fire_at, @now, @actor, @now, @actor)
     RETURNING id
 ), v AS (
@@ -84,3 +85,10 @@ WITH ns AS (
 INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
 SELECT @tenant_id, 'CreateJob', @idempotency_key::text, @request_hash, @snapshot::jsonb, @now FROM j
 WHERE @idempotency_key::text <> '';
+
+-- AppliedJobsIn lists the live jobs of the given namespaces that were
+-- applied from files: what --prune may delete.
+-- name: AppliedJobsIn :many
+SELECT * FROM jobs
+WHERE tenant_id = @tenant_id AND namespace = ANY(@namespaces::text[]) AND status <> 'deleted' AND source IS NOT NULL
+ORDER BY namespace, name;

@@ -79,6 +79,7 @@ type Job struct {
 	Status      string
 	Version     int64
 	Spec        []byte
+	Source      []byte
 	Shard       int32
 	NextFireAt  *time.Time
 	CreatedAt   time.Time

@@ -782,19 +782,21 @@ func (x *JobMetadata) GetLabels() map[string]string {
 
 // Job is a stored job definition.
 type Job struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Metadata      *JobMetadata           `protobuf:"bytes,2,opt,name=metadata,proto3" json:"metadata,omitempty"`
-	Spec          *JobSpec               `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
-	Status        JobStatus              `protobuf:"varint,4,opt,name=status,proto3,enum=orrery.v1.JobStatus" json:"status,omitempty"`
-	Version       int64                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
-	Shard         int32                  `protobuf:"varint,6,opt,name=shard,proto3" json:"shard,omitempty"`
-	NextFireTime  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=next_fire_time,json=nextFireTime,proto3" json:"next_fire_time,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	CreatedBy     string                 `protobuf:"bytes,9,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	UpdateTime    *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
-	UpdatedBy     string                 `protobuf:"bytes,11,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
-	DeleteTime    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Metadata     *JobMetadata           `protobuf:"bytes,2,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	Spec         *JobSpec               `protobuf:"bytes,3,opt,name=spec,proto3" json:"spec,omitempty"`
+	Status       JobStatus              `protobuf:"varint,4,opt,name=status,proto3,enum=orrery.v1.JobStatus" json:"status,omitempty"`
+	Version      int64                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Shard        int32                  `protobuf:"varint,6,opt,name=shard,proto3" json:"shard,omitempty"`
+	NextFireTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=next_fire_time,json=nextFireTime,proto3" json:"next_fire_time,omitempty"`
+	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CreatedBy    string                 `protobuf:"bytes,9,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	UpdateTime   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=update_time,json=updateTime,proto3" json:"update_time,omitempty"`
+	UpdatedBy    string                 `protobuf:"bytes,11,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	DeleteTime   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
+	// Where `orrery apply` read it; empty for jobs made through the API.
+	Source        *Source `protobuf:"bytes,13,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -913,6 +915,66 @@ func (x *Job) GetDeleteTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Job) GetSource() *Source {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+// Source is a job's file and, when the folder was a git checkout, commit.
+type Source struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Commit        string                 `protobuf:"bytes,2,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Source) Reset() {
+	*x = Source{}
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Source) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Source) ProtoMessage() {}
+
+func (x *Source) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Source.ProtoReflect.Descriptor instead.
+func (*Source) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Source) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Source) GetCommit() string {
+	if x != nil {
+		return x.Commit
+	}
+	return ""
+}
+
 // JobRef names a job by id, or by namespace and name.
 type JobRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -925,7 +987,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +999,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +1012,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobRef) GetId() string {
@@ -985,7 +1047,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1059,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1072,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -1043,7 +1105,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1055,7 +1117,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1068,7 +1130,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -1089,7 +1151,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1163,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1176,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -1141,7 +1203,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1215,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1228,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1199,7 +1261,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1273,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1286,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -1272,7 +1334,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1346,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1359,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1326,7 +1388,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1400,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1413,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -1391,7 +1453,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1465,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1478,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -1435,7 +1497,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1509,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1522,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -1479,7 +1541,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1553,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1566,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -1523,7 +1585,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1597,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1610,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -1567,7 +1629,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1641,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1654,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -1611,7 +1673,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1685,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1698,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -1655,7 +1717,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1729,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1742,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -1703,7 +1765,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1777,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1790,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -1761,7 +1823,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1835,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1848,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -1859,7 +1921,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x06labels\x18\x04 \x03(\v2\".orrery.v1.JobMetadata.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x04\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
 	"\bmetadata\x18\x02 \x01(\v2\x16.orrery.v1.JobMetadataR\bmetadata\x12&\n" +
@@ -1878,7 +1940,11 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"updated_by\x18\v \x01(\tR\tupdatedBy\x12;\n" +
 	"\vdelete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"deleteTime\"J\n" +
+	"deleteTime\x12)\n" +
+	"\x06source\x18\r \x01(\v2\x11.orrery.v1.SourceR\x06source\"4\n" +
+	"\x06Source\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06commit\x18\x02 \x01(\tR\x06commit\"J\n" +
 	"\x06JobRef\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
@@ -1963,7 +2029,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(*Schedule)(nil),                // 1: orrery.v1.Schedule
@@ -1976,100 +2042,102 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*JobSpec)(nil),                 // 8: orrery.v1.JobSpec
 	(*JobMetadata)(nil),             // 9: orrery.v1.JobMetadata
 	(*Job)(nil),                     // 10: orrery.v1.Job
-	(*JobRef)(nil),                  // 11: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 12: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 13: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 14: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 15: orrery.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 16: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 17: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 18: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 19: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 20: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 21: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 22: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 23: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 24: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 25: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 26: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 27: orrery.v1.PreviewScheduleResponse
-	nil,                             // 28: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 29: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 30: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 31: orrery.v1.ListJobsRequest.LabelsEntry
-	(*durationpb.Duration)(nil),     // 32: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 33: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil),   // 34: google.protobuf.Timestamp
+	(*Source)(nil),                  // 11: orrery.v1.Source
+	(*JobRef)(nil),                  // 12: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 13: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 14: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 15: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 16: orrery.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 17: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 18: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 19: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 20: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 21: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 22: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 23: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 24: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 25: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 26: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 27: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 28: orrery.v1.PreviewScheduleResponse
+	nil,                             // 29: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 30: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 31: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 32: orrery.v1.ListJobsRequest.LabelsEntry
+	(*durationpb.Duration)(nil),     // 33: google.protobuf.Duration
+	(*structpb.Value)(nil),          // 34: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil),   // 35: google.protobuf.Timestamp
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	28, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	29, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	29, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	30, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
 	2,  // 2: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
 	3,  // 3: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	32, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	32, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	32, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	33, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	33, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	33, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
 	5,  // 7: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
 	4,  // 8: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	33, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	32, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	34, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	33, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
 	5,  // 11: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
 	1,  // 12: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
 	6,  // 13: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
 	4,  // 14: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	33, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	34, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
 	7,  // 16: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	30, // 17: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	31, // 17: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
 	9,  // 18: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
 	8,  // 19: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
 	0,  // 20: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	34, // 21: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	34, // 22: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	34, // 23: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	34, // 24: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	9,  // 25: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	8,  // 26: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	10, // 27: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	11, // 28: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 29: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	34, // 30: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	0,  // 31: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	31, // 32: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	10, // 33: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	11, // 34: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	9,  // 35: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	8,  // 36: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	10, // 37: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	11, // 38: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 39: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	11, // 40: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 41: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	11, // 42: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 43: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	1,  // 44: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	34, // 45: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	34, // 46: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	12, // 47: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	14, // 48: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	16, // 49: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	18, // 50: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	20, // 51: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	22, // 52: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	24, // 53: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	26, // 54: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	13, // 55: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	15, // 56: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	17, // 57: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	19, // 58: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	21, // 59: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	23, // 60: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	25, // 61: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	27, // 62: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	55, // [55:63] is the sub-list for method output_type
-	47, // [47:55] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	35, // 21: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	35, // 22: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	35, // 23: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	35, // 24: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	11, // 25: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	9,  // 26: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	8,  // 27: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	10, // 28: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	12, // 29: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	10, // 30: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	35, // 31: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	0,  // 32: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	32, // 33: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	10, // 34: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	12, // 35: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	9,  // 36: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	8,  // 37: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	10, // 38: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	12, // 39: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	10, // 40: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	12, // 41: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	10, // 42: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	12, // 43: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	10, // 44: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	1,  // 45: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	35, // 46: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	35, // 47: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	13, // 48: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	15, // 49: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	17, // 50: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	19, // 51: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	21, // 52: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	23, // 53: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	25, // 54: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	27, // 55: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	14, // 56: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	16, // 57: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	18, // 58: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	20, // 59: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	22, // 60: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	24, // 61: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	26, // 62: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	28, // 63: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	56, // [56:64] is the sub-list for method output_type
+	48, // [48:56] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -2088,7 +2156,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

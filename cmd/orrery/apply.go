@@ -1,0 +1,166 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/orrery-dev/orrery/api"
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/dag"
+)
+
+func newApplyCmd(g *globals) *cobra.Command {
+	var path, namespace string
+	var dryRun, prune bool
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE|DIR [--dry-run] [--prune] [--namespace NS]",
+		Short: "Make the server's jobs match a folder of YAML: print the plan, then apply it in one request",
+		Long: `apply reads every *.yaml and *.yml under the folder, checks them (as
+validate does), asks the server for a plan and prints it, one line per job:
+
+  + create NS/NAME
+  ~ update NS/NAME: the fields that change
+  - delete NS/NAME        (with --prune: jobs applied earlier, now gone from the folder)
+  = unchanged NS/NAME
+
+then applies it in one transaction, unless --dry-run. Running it again
+changes nothing and says so, so it is safe to run from CI on every commit.
+Jobs carry their source: the file, and the commit when the folder is a git
+checkout.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			jobs, err := readFolder(path, namespace)
+			if err != nil {
+				return err
+			}
+			var namespaces []string
+			if namespace != "" {
+				namespaces = []string{namespace}
+			}
+			client := orreryv1connect.NewPipelineServiceClient(g.httpClient(), g.baseURL())
+			plan, err := client.Plan(cmd.Context(), connect.NewRequest(&orreryv1.PlanRequest{Jobs: jobs, Prune: prune, Namespaces: namespaces}))
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			counts := printPlan(out, plan.Msg.GetChanges())
+			if counts["create"]+counts["update"]+counts["delete"] == 0 {
+				fmt.Fprintf(out, "No changes: %d job(s) unchanged.\n", counts["unchanged"])
+				return nil
+			}
+			summary := fmt.Sprintf("%d to create, %d to update, %d to delete, %d unchanged", counts["create"], counts["update"], counts["delete"], counts["unchanged"])
+			if dryRun {
+				fmt.Fprintf(out, "Plan: %s (dry run: nothing applied).\n", summary)
+				return nil
+			}
+			res, err := client.Apply(cmd.Context(), connect.NewRequest(&orreryv1.ApplyRequest{Jobs: jobs, Prune: prune, Namespaces: namespaces}))
+			if err != nil {
+				return err
+			}
+			done := map[string]int{}
+			for _, c := range res.Msg.GetChanges() {
+				done[c.GetAction()]++
+			}
+			fmt.Fprintf(out, "Applied: %d created, %d updated, %d deleted, %d unchanged.\n", done["create"], done["update"], done["delete"], done["unchanged"])
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&path, "file", "f", "", "a YAML file, or a folder searched for *.yaml and *.yml")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the plan and change nothing")
+	cmd.Flags().BoolVar(&prune, "prune", false, "delete jobs applied earlier that the folder no longer has (in its namespaces, or --namespace)")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace for documents that name none; documents naming another are refused; the scope of --prune")
+	_ = cmd.MarkFlagRequired("file")
+	return cmd
+}
+
+// printPlan writes one line per change and counts the actions.
+func printPlan(w io.Writer, changes []*orreryv1.Change) map[string]int {
+	counts := map[string]int{}
+	marks := map[string]string{"create": "+", "update": "~", "delete": "-", "unchanged": "="}
+	for _, c := range changes {
+		counts[c.GetAction()]++
+		line := fmt.Sprintf("%s %s %s/%s", marks[c.GetAction()], c.GetAction(), c.GetNamespace(), c.GetName())
+		if len(c.GetFields()) > 0 {
+			line += ": " + strings.Join(c.GetFields(), ", ")
+		}
+		fmt.Fprintln(w, line)
+	}
+	return counts
+}
+
+// readFolder decodes and checks every YAML file, and records where each
+// job comes from.
+func readFolder(path, namespace string) ([]*orreryv1.AppliedJob, error) {
+	files, err := yamlFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	top, commit := gitInfo(path)
+	var all dag.Errors
+	var out []*orreryv1.AppliedJob
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		docs, es := dag.Decode(f, data)
+		all = append(all, es...)
+		for _, d := range docs {
+			if namespace != "" {
+				switch {
+				case !d.Has("metadata.namespace"):
+					d.Resource.Metadata.Namespace = namespace
+				case d.Resource.Metadata.Namespace != namespace:
+					line, col := d.Position("metadata.namespace")
+					all = append(all, &dag.FieldError{File: f, Line: line, Col: col, Field: "metadata.namespace",
+						Message: fmt.Sprintf("%q differs from --namespace %q", d.Resource.Metadata.Namespace, namespace)})
+					continue
+				}
+			}
+			md, spec := api.ResourceToProto(d.Resource)
+			src := &orreryv1.Source{Path: f, Commit: commit}
+			if top != "" {
+				if abs, err := filepath.Abs(f); err == nil {
+					if rel, err := filepath.Rel(top, abs); err == nil {
+						src.Path = rel
+					}
+				}
+			}
+			out = append(out, &orreryv1.AppliedJob{Metadata: md, Spec: spec, Source: src})
+		}
+	}
+	if len(all) > 0 {
+		return nil, all
+	}
+	if len(out) == 0 {
+		return nil, errors.New(path + ": no Job documents")
+	}
+	return out, nil
+}
+
+// gitInfo returns the top of the git checkout holding path and its HEAD
+// commit, or empty strings when path is not in one.
+func gitInfo(path string) (top, commit string) {
+	dir := path
+	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
+		dir = filepath.Dir(path)
+	}
+	t, err := exec.Command("git", "-C", dir, "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return "", ""
+	}
+	c, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return strings.TrimSpace(string(t)), ""
+	}
+	return strings.TrimSpace(string(t)), strings.TrimSpace(string(c))
+}
