@@ -1,6 +1,7 @@
 package dag
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -102,7 +103,7 @@ func TestDecodeErrorsNameFileLineAndField(t *testing.T) {
 		{"unknown needs", func(s string) string { return strings.Replace(s, "needs: [transform]", "needs: [transfrom]", 1) },
 			`etl.yaml:24:15: spec.steps[2].needs[0]: unknown step "transfrom"`},
 		{"cycle", func(s string) string { return strings.Replace(s, "needs: [extract]", "needs: [extract, load]", 1) },
-			`spec.steps[2].needs[0]: cycle: load -> transform -> load`},
+			`spec.steps[1].needs[1]: cycle: transform -> load -> transform`},
 		{"negative timeout", func(s string) string { return strings.Replace(s, "timeout: 30m", "timeout: -5m", 1) },
 			`etl.yaml:14:5: spec.defaults.timeout: -5m0s must be positive`},
 		{"negative retries", func(s string) string { return strings.Replace(s, "max_attempts: 3", "max_attempts: -1", 1) },
@@ -151,6 +152,35 @@ func TestPayloadLimit(t *testing.T) {
 	}
 	r.Spec.Steps[0].Payload = Payload(`{not json`)
 	if es := Validate(&r); !strings.Contains(es.Error(), "spec.steps[0].payload: is not valid JSON") {
+		t.Fatalf("got %v", es)
+	}
+}
+
+func TestLargePipelinesAreAccepted(t *testing.T) {
+	for _, shape := range []string{"chain", "fan"} {
+		var b strings.Builder
+		b.WriteString("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: big}\nspec:\n  schedule: {cron: \"@daily\"}\n  steps:\n")
+		for i := range 5000 {
+			fmt.Fprintf(&b, "    - name: s%04d\n      run: {handler: h}\n", i)
+			switch {
+			case i == 0:
+			case shape == "chain":
+				fmt.Fprintf(&b, "      needs: [s%04d]\n", i-1)
+			default:
+				b.WriteString("      needs: [s0000]\n")
+			}
+		}
+		docs, es := Decode("big.yaml", []byte(b.String()))
+		if len(es) > 0 || len(docs[0].Resource.Spec.Steps) != 5000 {
+			t.Fatalf("%s of 5,000 steps: %v", shape, es)
+		}
+	}
+	r := Resource{Metadata: Metadata{Name: "huge"}, Spec: JobSpec{Schedule: scheduleSpec("@daily")}}
+	for i := range MaxSteps + 1 {
+		r.Spec.Steps = append(r.Spec.Steps, Step{Name: fmt.Sprintf("s%05d", i), Run: Executor{Handler: "h"}})
+	}
+	r.Normalize()
+	if es := Validate(&r); !strings.Contains(es.Error(), "spec.steps: has 10001 steps; the limit is 10000") {
 		t.Fatalf("got %v", es)
 	}
 }

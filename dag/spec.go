@@ -15,8 +15,8 @@ const (
 
 // Resource is one YAML document: a Job.
 type Resource struct {
-	APIVersion string   `json:"apiVersion" yaml:"apiVersion"`
-	Kind       string   `json:"kind" yaml:"kind"`
+	APIVersion string   `json:"apiVersion" yaml:"apiVersion" jsonschema:"enum=orrery.dev/v1"`
+	Kind       string   `json:"kind" yaml:"kind" jsonschema:"enum=Job"`
 	Metadata   Metadata `json:"metadata" yaml:"metadata"`
 	Spec       JobSpec  `json:"spec" yaml:"spec"`
 }
@@ -34,9 +34,9 @@ type Metadata struct {
 // Normalize turns that into one step named "main".
 type JobSpec struct {
 	Schedule    schedule.Spec `json:"schedule" yaml:"schedule"`
-	Misfire     string        `json:"misfire,omitempty" yaml:"misfire,omitempty"`
+	Misfire     string        `json:"misfire,omitempty" yaml:"misfire,omitempty" jsonschema:"enum=skip,enum=fire_once,enum=backfill,default=fire_once"`
 	MaxBackfill int           `json:"max_backfill,omitempty" yaml:"max_backfill,omitempty"`
-	Overlap     string        `json:"overlap,omitempty" yaml:"overlap,omitempty"`
+	Overlap     string        `json:"overlap,omitempty" yaml:"overlap,omitempty" jsonschema:"enum=skip,enum=queue,enum=allow,enum=cancel_previous,default=skip"`
 	Defaults    StepDefaults  `json:"defaults,omitzero" yaml:"defaults,omitempty"`
 	Run         *Executor     `json:"run,omitempty" yaml:"run,omitempty"`
 	Payload     Payload       `json:"payload,omitempty" yaml:"payload,omitempty"`
@@ -46,7 +46,7 @@ type JobSpec struct {
 // StepDefaults are inherited by every step that does not set its own.
 type StepDefaults struct {
 	Queue    string    `json:"queue,omitempty" yaml:"queue,omitempty"`
-	Priority string    `json:"priority,omitempty" yaml:"priority,omitempty"`
+	Priority string    `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
 	Timeout  *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	Retry    *Retry    `json:"retry,omitempty" yaml:"retry,omitempty"`
 }
@@ -55,26 +55,26 @@ type StepDefaults struct {
 type Step struct {
 	Name        string    `json:"name" yaml:"name"`
 	Needs       []string  `json:"needs,omitempty" yaml:"needs,omitempty"`
-	TriggerRule string    `json:"trigger_rule,omitempty" yaml:"trigger_rule,omitempty"`
+	TriggerRule string    `json:"trigger_rule,omitempty" yaml:"trigger_rule,omitempty" jsonschema:"enum=all_success,enum=all_done,default=all_success"`
 	Run         Executor  `json:"run" yaml:"run"`
 	Payload     Payload   `json:"payload,omitempty" yaml:"payload,omitempty"`
 	Queue       string    `json:"queue,omitempty" yaml:"queue,omitempty"`
-	Priority    string    `json:"priority,omitempty" yaml:"priority,omitempty"`
+	Priority    string    `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
 	Timeout     *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	Retry       *Retry    `json:"retry,omitempty" yaml:"retry,omitempty"`
 }
 
 // Executor says how a step runs: exactly one of HTTP, Command or Handler.
 type Executor struct {
-	HTTP    *HTTPExecutor    `json:"http,omitempty" yaml:"http,omitempty"`
-	Command *CommandExecutor `json:"command,omitempty" yaml:"command,omitempty"`
-	Handler string           `json:"handler,omitempty" yaml:"handler,omitempty"`
+	HTTP    *HTTPExecutor    `json:"http,omitempty" yaml:"http,omitempty" jsonschema:"oneof_required=http"`
+	Command *CommandExecutor `json:"command,omitempty" yaml:"command,omitempty" jsonschema:"oneof_required=command"`
+	Handler string           `json:"handler,omitempty" yaml:"handler,omitempty" jsonschema:"oneof_required=handler"`
 }
 
 // HTTPExecutor calls a webhook.
 type HTTPExecutor struct {
 	URL     string            `json:"url" yaml:"url"`
-	Method  string            `json:"method,omitempty" yaml:"method,omitempty"`
+	Method  string            `json:"method,omitempty" yaml:"method,omitempty" jsonschema:"enum=GET,enum=POST,enum=PUT,enum=PATCH,enum=DELETE,default=POST"`
 	Headers map[string]string `json:"headers,omitempty" yaml:"headers,omitempty"`
 }
 

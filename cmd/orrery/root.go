@@ -29,7 +29,7 @@ func newRootCmd() *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error (env ORRERY_LOG_LEVEL)")
 	pf.StringVar(&g.server, "server", "http://127.0.0.1:8080", "API address for client commands (env ORRERY_SERVER)")
-	root.AddCommand(newServeCmd(g), newDevCmd(g), newMigrateCmd(g), newJobsCmd(g), newScheduleCmd(g), newValidateCmd(), newWorkerCmd(g), newRunsCmd(g), newDLQCmd(g), newClusterCmd(g), newApplyCmd(g))
+	root.AddCommand(newServeCmd(g), newDevCmd(g), newMigrateCmd(g), newJobsCmd(g), newScheduleCmd(g), newValidateCmd(), newWorkerCmd(g), newRunsCmd(g), newDLQCmd(g), newClusterCmd(g), newApplyCmd(g), newSchemaCmd())
 	return root
 }
 

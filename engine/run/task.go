@@ -37,20 +37,15 @@ type Shape struct {
 	QueueOverlap bool // the job's overlap policy is queue
 }
 
-func shapeOf(spec *dag.JobSpec, step string, attempt int) (Shape, bool) {
+func shapeOf(spec *parsedSpec, step string, attempt int) (Shape, bool) {
 	for i, st := range spec.Steps {
 		if st.Name != step {
 			continue
 		}
 		set := spec.Effective(i)
-		sh := Shape{Attempt: attempt, MaxAttempts: set.MaxAttempts, Initial: set.Initial, Max: set.Max,
-			SingleTask: len(spec.Steps) == 1, QueueOverlap: spec.Overlap == dag.OverlapQueue}
-		for _, other := range spec.Steps {
-			for _, need := range other.Needs {
-				sh.HasChildren = sh.HasChildren || need == step
-			}
-		}
-		return sh, true
+		return Shape{Attempt: attempt, MaxAttempts: set.MaxAttempts, Initial: set.Initial, Max: set.Max,
+			SingleTask: len(spec.Steps) == 1, QueueOverlap: spec.Overlap == dag.OverlapQueue,
+			HasChildren: spec.hasChildren[step]}, true
 	}
 	return Shape{}, false
 }
@@ -68,15 +63,15 @@ func StartAttempt(ctx context.Context, db store.DBTX, taskID uuid.UUID, attempt 
 	if err != nil {
 		return nil, err
 	}
-	var spec dag.JobSpec
-	if err := json.Unmarshal(t.Spec, &spec); err != nil {
-		return nil, fmt.Errorf("run %s: spec: %w", t.RunID, err)
+	spec, err := specs.get(ctx, db, t.JobID, t.JobVersion)
+	if err != nil {
+		return nil, err
 	}
 	for i, st := range spec.Steps {
 		if st.Name != t.Step {
 			continue
 		}
-		shape, _ := shapeOf(&spec, t.Step, int(t.Attempt))
+		shape, _ := shapeOf(spec, t.Step, int(t.Attempt))
 		return &Attempt{
 			Shape:   shape,
 			Timeout: spec.Effective(i).Timeout,
@@ -122,11 +117,11 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 		if err != nil {
 			return false, err
 		}
-		var spec dag.JobSpec
-		if err := json.Unmarshal(pol.Spec, &spec); err != nil {
+		spec, err := specs.get(ctx, tx, pol.JobID, pol.JobVersion)
+		if err != nil {
 			return false, err
 		}
-		sh, ok := shapeOf(&spec, pol.Step, int(pol.Attempt))
+		sh, ok := shapeOf(spec, pol.Step, int(pol.Attempt))
 		if !ok {
 			return false, fmt.Errorf("task %s: step %q is not in its job version", r.TaskID, pol.Step)
 		}

@@ -230,6 +230,22 @@ func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (uuid.UUID,
 	return job_id, err
 }
 
+const jobVersionSpec = `-- name: JobVersionSpec :one
+SELECT spec FROM job_versions WHERE job_id = $1 AND version = $2
+`
+
+type JobVersionSpecParams struct {
+	JobID   uuid.UUID
+	Version int64
+}
+
+func (q *Queries) JobVersionSpec(ctx context.Context, arg JobVersionSpecParams) ([]byte, error) {
+	row := q.db.QueryRow(ctx, jobVersionSpec, arg.JobID, arg.Version)
+	var spec []byte
+	err := row.Scan(&spec)
+	return spec, err
+}
+
 const markUpstreamFailed = `-- name: MarkUpstreamFailed :exec
 UPDATE tasks SET status = 'upstream_failed', finished_at = now()
 WHERE id = ANY($1::uuid[]) AND status = 'waiting'
@@ -375,10 +391,9 @@ WITH t AS (
     WHERE runs.id = (SELECT t.run_id FROM t) AND runs.status = 'pending'
 )
 SELECT t.id, t.tenant_id, t.run_id, t.step, t.attempt, t.fencing_token,
-       ru.job_id, ru.scheduled_for, ru.trigger, v.spec, j.namespace, j.name
+       ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
-JOIN job_versions AS v ON v.job_id = ru.job_id AND v.version = ru.job_version
 JOIN jobs AS j ON j.id = ru.job_id
 `
 
@@ -398,9 +413,9 @@ type StartAttemptRow struct {
 	Attempt      int32
 	FencingToken int64
 	JobID        uuid.UUID
+	JobVersion   int64
 	ScheduledFor time.Time
 	Trigger      string
-	Spec         []byte
 	Namespace    string
 	Name         string
 }
@@ -428,9 +443,9 @@ func (q *Queries) StartAttempt(ctx context.Context, arg StartAttemptParams) (Sta
 		&i.Attempt,
 		&i.FencingToken,
 		&i.JobID,
+		&i.JobVersion,
 		&i.ScheduledFor,
 		&i.Trigger,
-		&i.Spec,
 		&i.Namespace,
 		&i.Name,
 	)
@@ -438,23 +453,28 @@ func (q *Queries) StartAttempt(ctx context.Context, arg StartAttemptParams) (Sta
 }
 
 const taskRetryPolicy = `-- name: TaskRetryPolicy :one
-SELECT t.step, t.attempt, v.spec
+SELECT t.step, t.attempt, r.job_id, r.job_version
 FROM tasks AS t
 JOIN runs AS r ON r.id = t.run_id
-JOIN job_versions AS v ON v.job_id = r.job_id AND v.version = r.job_version
 WHERE t.id = $1
 `
 
 type TaskRetryPolicyRow struct {
-	Step    string
-	Attempt int32
-	Spec    []byte
+	Step       string
+	Attempt    int32
+	JobID      uuid.UUID
+	JobVersion int64
 }
 
 func (q *Queries) TaskRetryPolicy(ctx context.Context, id uuid.UUID) (TaskRetryPolicyRow, error) {
 	row := q.db.QueryRow(ctx, taskRetryPolicy, id)
 	var i TaskRetryPolicyRow
-	err := row.Scan(&i.Step, &i.Attempt, &i.Spec)
+	err := row.Scan(
+		&i.Step,
+		&i.Attempt,
+		&i.JobID,
+		&i.JobVersion,
+	)
 	return i, err
 }
 

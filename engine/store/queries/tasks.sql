@@ -20,11 +20,13 @@ WITH t AS (
     WHERE runs.id = (SELECT t.run_id FROM t) AND runs.status = 'pending'
 )
 SELECT t.id, t.tenant_id, t.run_id, t.step, t.attempt, t.fencing_token,
-       ru.job_id, ru.scheduled_for, ru.trigger, v.spec, j.namespace, j.name
+       ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
-JOIN job_versions AS v ON v.job_id = ru.job_id AND v.version = ru.job_version
 JOIN jobs AS j ON j.id = ru.job_id;
+
+-- name: JobVersionSpec :one
+SELECT spec FROM job_versions WHERE job_id = @job_id AND version = @version;
 
 -- RenewTaskLeases extends, in one statement, the leases of every task this
 -- worker runs, at the fencing tokens it holds ("task@token"); tasks missing
@@ -116,10 +118,9 @@ ORDER BY lease_expires_at
 LIMIT @batch;
 
 -- name: TaskRetryPolicy :one
-SELECT t.step, t.attempt, v.spec
+SELECT t.step, t.attempt, r.job_id, r.job_version
 FROM tasks AS t
 JOIN runs AS r ON r.id = t.run_id
-JOIN job_versions AS v ON v.job_id = r.job_id AND v.version = r.job_version
 WHERE t.id = @id;
 
 -- WaitingChildren lists the waiting children of tasks, with their trigger rule.
