@@ -54,9 +54,15 @@ type Dispatcher struct {
 	outbox bool
 }
 
+// notifyEvery bounds how often an insert wakes the workers of a queue:
+// River sends at most one insert notification per queue per FetchCooldown
+// of the inserting client (100 ms by default, which made every hop of a
+// chain of steps wait for it).
+const notifyEvery = 5 * time.Millisecond
+
 // New returns a Dispatcher for River tables in the state database.
 func New() (*Dispatcher, error) {
-	c, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})
+	c, err := river.NewClient(riverpgxv5.New(nil), &river.Config{FetchCooldown: notifyEvery})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}
@@ -66,7 +72,7 @@ func New() (*Dispatcher, error) {
 // NewOutbox returns a Dispatcher for River tables in the queue database, a
 // database other than the state's: Release records, Relay inserts.
 func NewOutbox(queue *pgxpool.Pool) (*Dispatcher, error) {
-	c, err := river.NewClient(riverpgxv5.New(queue), &river.Config{})
+	c, err := river.NewClient(riverpgxv5.New(queue), &river.Config{FetchCooldown: notifyEvery})
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}

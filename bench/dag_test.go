@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/job"
+	runsvc "github.com/orrery-dev/orrery/engine/run"
+)
+
+// BenchmarkDAG runs a 1,000-step fan-out/fan-in and a 200-step chain of
+// no-op steps end to end, reporting the time to complete each and the
+// resolver overhead per task: from the moment its last parent finished to
+// the start of its first attempt.
+func BenchmarkDAG(b *testing.B) {
+	shapes := map[string]func() []dag.Step{
+		"fanout-1000": func() []dag.Step {
+			steps := []dag.Step{{Name: "split", Run: dag.Executor{Handler: "noop"}}}
+			var parts []string
+			for i := range 1000 {
+				n := fmt.Sprintf("part-%04d", i)
+				parts = append(parts, n)
+				steps = append(steps, dag.Step{Name: n, Needs: []string{"split"}, Run: dag.Executor{Handler: "noop"}})
+			}
+			return append(steps, dag.Step{Name: "merge", Needs: parts, Run: dag.Executor{Handler: "noop"}})
+		},
+		"chain-200": func() []dag.Step {
+			steps := []dag.Step{{Name: "s000", Run: dag.Executor{Handler: "noop"}}}
+			for i := 1; i < 200; i++ {
+				steps = append(steps, dag.Step{Name: fmt.Sprintf("s%03d", i), Needs: []string{fmt.Sprintf("s%03d", i-1)}, Run: dag.Executor{Handler: "noop"}})
+			}
+			return steps
+		},
+	}
+	for _, name := range []string{"fanout-1000", "chain-200"} {
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				pool := freshDB(b)
+				ctx := context.Background()
+				startEngine(b, pool, 100)
+				jobs, _ := job.New(ctx, pool, nil)
+				_, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name},
+					Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Steps: shapes[name]()}}, "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				d, _ := dispatch.New()
+				r, err := runsvc.NewService(pool, jobs, d).Trigger(ctx, job.Anonymous, job.Ref{Name: name}, "", false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var status string
+				for deadline := time.Now().Add(5 * time.Minute); status != "succeeded"; time.Sleep(20 * time.Millisecond) {
+					_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", r.ID).Scan(&status)
+					if time.Now().After(deadline) {
+						b.Fatalf("run %s after 5 minutes", status)
+					}
+				}
+				var took float64
+				_ = pool.QueryRow(ctx, "SELECT extract(epoch FROM finished_at - created_at) FROM runs WHERE id = $1", r.ID).Scan(&took)
+				rows, err := pool.Query(ctx, `SELECT extract(epoch FROM a.started_at - max(p.finished_at))
+					FROM tasks c JOIN attempts a ON a.task_id = c.id AND a.number = 1
+					JOIN task_edges e ON e.child_id = c.id JOIN tasks p ON p.id = e.parent_id
+					WHERE c.run_id = $1 GROUP BY c.id, a.started_at`, r.ID)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var hops []float64
+				for rows.Next() {
+					var s float64
+					_ = rows.Scan(&s)
+					hops = append(hops, s*1000)
+				}
+				slices.Sort(hops)
+				b.ReportMetric(took, "run-s")
+				b.ReportMetric(hops[len(hops)/2], "p50-resolve-ms")
+				b.ReportMetric(hops[len(hops)*99/100], "p99-resolve-ms")
+			}
+		})
+	}
+}
