@@ -33,8 +33,17 @@ func StartNode(t testing.TB, pool *pgxpool.Pool) *node.Node {
 // StartWorker runs a worker pool serving queue "default" until t ends.
 func StartWorker(t testing.TB, pool *pgxpool.Pool, concurrency int, handlers map[string]executor.HandlerFunc) {
 	t.Helper()
+	StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": concurrency}, Handlers: handlers})
+}
+
+// StartWorkers runs a worker with cfg (lease TTL 3 s unless set) until t ends.
+func StartWorkers(t testing.TB, cfg worker.Config) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"default": concurrency}, Handlers: handlers, LeaseTTL: 3 * time.Second})
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 3 * time.Second
+	}
+	w, err := worker.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
