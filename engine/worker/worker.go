@@ -105,6 +105,7 @@ func (c *Config) withDefaults() error {
 // Worker runs the queues of one process.
 type Worker struct {
 	cfg        Config
+	completer  *completer
 	runner     *executor.Runner
 	dispatcher *dispatch.Dispatcher
 	river      *river.Client[pgx.Tx]
@@ -117,6 +118,12 @@ type leased struct {
 	token  int64
 	cancel context.CancelCauseFunc
 }
+
+// completerLanes is how many report batches commit at once: one lane
+// serializes every completion of the process (measured: p50 start lag at
+// 500 fires/s went from 0.33 s to 1.36 s); several keep the database's
+// cores busy while each still commits many reports at once.
+const completerLanes = 4
 
 // errLeaseLost cancels an attempt whose task was cancelled or taken away.
 var errLeaseLost = errors.New("the task was cancelled or its lease was lost")
@@ -135,6 +142,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, dispatcher: d, running: map[uuid.UUID]*leased{}}
+	w.completer = newCompleter(cfg.StatePool, d, cfg.Logger)
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
 		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand}
@@ -171,6 +179,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
 	go func() { defer close(hbDone); w.heartbeat(hbCtx) }()
+	stopCompleter := make(chan struct{})
+	var completers sync.WaitGroup
+	for range completerLanes {
+		completers.Go(func() { w.completer.run(stopCompleter) })
+	}
+	defer func() { close(stopCompleter); completers.Wait() }()
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), w.cfg.LeaseTTL)
 	defer cancel()
@@ -283,14 +297,12 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	// Report even while shutting down: the attempt is done.
 	reportCtx, cancelReport := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelReport()
-	return store.InRawTx(reportCtx, w.cfg.StatePool, func(tx pgx.Tx) error {
-		accepted, err := run.FinishAttempt(reportCtx, tx, w.dispatcher, run.Report{TaskID: c.TaskID, FencingToken: c.FencingToken, Result: res, Shape: &att.Shape})
-		if err != nil {
-			return err
-		}
-		if !accepted {
-			log.Warn("stale report rejected: the task's fencing token moved on", "token", c.FencingToken)
-		}
-		return nil
-	})
+	accepted, err := w.completer.report(reportCtx, c.RunID, run.Report{TaskID: c.TaskID, FencingToken: c.FencingToken, Result: res, Shape: &att.Shape})
+	if err != nil {
+		return err
+	}
+	if !accepted {
+		log.Warn("stale report rejected: the task's fencing token moved on", "token", c.FencingToken)
+	}
+	return nil
 }
