@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,44 +51,64 @@ func shapeOf(spec *parsedSpec, step string, attempt int) (Shape, bool) {
 	return Shape{}, false
 }
 
-// StartAttempt starts attempt number attempt of a task for worker, with a
-// lease of ttl, in one statement. It returns nil when the River job is
-// stale (the task was cancelled, or this attempt already ran).
-func StartAttempt(ctx context.Context, db store.DBTX, taskID uuid.UUID, attempt int, worker string, ttl time.Duration) (*Attempt, error) {
-	t, err := store.New(db).StartAttempt(ctx, store.StartAttemptParams{
-		ID: taskID, PrevAttempt: int32(attempt - 1), Worker: worker, TtlSeconds: ttl.Seconds(), AttemptID: uuid.Must(uuid.NewV7()),
-	})
-	if store.IsNotFound(err) {
-		return nil, nil
+// Start asks to start attempt number Attempt of a task.
+type Start struct {
+	TaskID  uuid.UUID
+	Attempt int
+}
+
+// StartAttempts starts a batch of attempts for worker, with leases of ttl,
+// in one statement. The answer is in the order of starts; nil for a start
+// whose River job is stale (the task was cancelled, or that attempt already
+// ran).
+func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, worker string, ttl time.Duration) ([]*Attempt, error) {
+	p := store.StartAttemptsParams{Worker: worker, TtlSeconds: ttl.Seconds()}
+	for _, st := range starts {
+		p.Ids = append(p.Ids, st.TaskID)
+		p.PrevAttempts = append(p.PrevAttempts, int32(st.Attempt-1))
+		p.AttemptIds = append(p.AttemptIds, uuid.Must(uuid.NewV7()))
 	}
+	rows, err := store.New(db).StartAttempts(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	spec, err := specs.get(ctx, db, t.JobID, t.JobVersion)
-	if err != nil {
-		return nil, err
+	byTask := make(map[uuid.UUID]store.StartAttemptsRow, len(rows))
+	for _, r := range rows {
+		byTask[r.ID] = r
 	}
-	for i, st := range spec.Steps {
-		if st.Name != t.Step {
+	out := make([]*Attempt, len(starts))
+	for i, st := range starts {
+		t, ok := byTask[st.TaskID]
+		if !ok {
 			continue
 		}
+		spec, err := specs.get(ctx, db, t.JobID, t.JobVersion)
+		if err != nil {
+			return nil, err
+		}
+		idx := slices.IndexFunc(spec.Steps, func(s dag.Step) bool { return s.Name == t.Step })
+		if idx < 0 {
+			return nil, fmt.Errorf("run %s: step %q is not in its job version", t.RunID, t.Step)
+		}
+		step := spec.Steps[idx]
 		shape, _ := shapeOf(spec, t.Step, int(t.Attempt))
-		return &Attempt{
+		out[i] = &Attempt{
 			Shape:   shape,
-			Timeout: spec.Effective(i).Timeout,
+			Timeout: spec.Effective(idx).Timeout,
 			Call: executor.Call{
 				RunID: t.RunID, TaskID: t.ID, JobID: t.JobID, Namespace: t.Namespace, Job: t.Name, Step: t.Step,
 				Attempt: int(t.Attempt), FencingToken: t.FencingToken, ScheduledFor: t.ScheduledFor, Trigger: t.Trigger,
-				Payload: json.RawMessage(st.Payload), Executor: st.Run,
+				Payload: json.RawMessage(step.Payload), Executor: step.Run,
 			},
-		}, nil
+		}
 	}
-	return nil, fmt.Errorf("run %s: step %q is not in its job version", t.RunID, t.Step)
+	return out, nil
 }
 
 // Report is how a worker says an attempt ended.
 type Report struct {
 	TaskID       uuid.UUID
+	RunID        uuid.UUID // for lock ordering in batches; optional
 	FencingToken int64
 	Result       executor.Result
 	// Shape of the step, from StartAttempt; nil: read it from the database.

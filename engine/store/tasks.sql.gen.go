@@ -375,20 +375,23 @@ func (q *Queries) RootTasks(ctx context.Context, runID uuid.UUID) ([]RootTasksRo
 	return items, nil
 }
 
-const startAttempt = `-- name: StartAttempt :one
-WITH t AS (
+const startAttempts = `-- name: StartAttempts :many
+WITH req AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS prev, unnest($3::uuid[]) AS attempt_id
+), t AS (
     UPDATE tasks
-    SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
-        lease_owner = $1::text, lease_expires_at = now() + make_interval(secs => $2::float8),
-        started_at = COALESCE(started_at, now())
-    WHERE tasks.id = $3 AND status IN ('queued', 'retrying') AND attempt = $4
-    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token
+    SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
+        lease_owner = $4::text, lease_expires_at = now() + make_interval(secs => $5::float8),
+        started_at = COALESCE(tasks.started_at, now())
+    FROM req
+    WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
+    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, req.attempt_id
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
-    SELECT $5, t.id, t.tenant_id, t.attempt, t.fencing_token, $1::text, now() FROM t
+    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, $4::text, now() FROM t
 ), r AS (
     UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
-    WHERE runs.id = (SELECT t.run_id FROM t) AND runs.status = 'pending'
+    WHERE runs.id IN (SELECT t.run_id FROM t) AND runs.status = 'pending'
 )
 SELECT t.id, t.tenant_id, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name
@@ -397,15 +400,15 @@ JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
 `
 
-type StartAttemptParams struct {
-	Worker      string
-	TtlSeconds  float64
-	ID          uuid.UUID
-	PrevAttempt int32
-	AttemptID   uuid.UUID
+type StartAttemptsParams struct {
+	Ids          []uuid.UUID
+	PrevAttempts []int32
+	AttemptIds   []uuid.UUID
+	Worker       string
+	TtlSeconds   float64
 }
 
-type StartAttemptRow struct {
+type StartAttemptsRow struct {
 	ID           uuid.UUID
 	TenantID     uuid.UUID
 	RunID        uuid.UUID
@@ -420,36 +423,48 @@ type StartAttemptRow struct {
 	Name         string
 }
 
-// StartAttempt moves a queued or retrying task to running for the attempt
-// its River job was made for (bumping the fencing token, taking a lease),
-// records the attempt, marks the run running, and returns what the
-// executor needs: one statement, so one round trip and one implicit
-// transaction. No row: the River job is stale (the task moved on, or was
-// cancelled).
-func (q *Queries) StartAttempt(ctx context.Context, arg StartAttemptParams) (StartAttemptRow, error) {
-	row := q.db.QueryRow(ctx, startAttempt,
+// StartAttempts moves queued or retrying tasks to running, each for the
+// attempt its River job was made for (bumping the fencing token, taking a
+// lease), records the attempts, marks the runs running, and returns what the
+// executors need: one statement for a batch of starts. A task missing from
+// the answer had a stale River job (it moved on, or was cancelled).
+func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([]StartAttemptsRow, error) {
+	rows, err := q.db.Query(ctx, startAttempts,
+		arg.Ids,
+		arg.PrevAttempts,
+		arg.AttemptIds,
 		arg.Worker,
 		arg.TtlSeconds,
-		arg.ID,
-		arg.PrevAttempt,
-		arg.AttemptID,
 	)
-	var i StartAttemptRow
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.RunID,
-		&i.Step,
-		&i.Attempt,
-		&i.FencingToken,
-		&i.JobID,
-		&i.JobVersion,
-		&i.ScheduledFor,
-		&i.Trigger,
-		&i.Namespace,
-		&i.Name,
-	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StartAttemptsRow{}
+	for rows.Next() {
+		var i StartAttemptsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.RunID,
+			&i.Step,
+			&i.Attempt,
+			&i.FencingToken,
+			&i.JobID,
+			&i.JobVersion,
+			&i.ScheduledFor,
+			&i.Trigger,
+			&i.Namespace,
+			&i.Name,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const taskRetryPolicy = `-- name: TaskRetryPolicy :one

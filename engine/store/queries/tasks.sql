@@ -1,23 +1,25 @@
--- StartAttempt moves a queued or retrying task to running for the attempt
--- its River job was made for (bumping the fencing token, taking a lease),
--- records the attempt, marks the run running, and returns what the
--- executor needs: one statement, so one round trip and one implicit
--- transaction. No row: the River job is stale (the task moved on, or was
--- cancelled).
--- name: StartAttempt :one
-WITH t AS (
+-- StartAttempts moves queued or retrying tasks to running, each for the
+-- attempt its River job was made for (bumping the fencing token, taking a
+-- lease), records the attempts, marks the runs running, and returns what the
+-- executors need: one statement for a batch of starts. A task missing from
+-- the answer had a stale River job (it moved on, or was cancelled).
+-- name: StartAttempts :many
+WITH req AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@prev_attempts::int[]) AS prev, unnest(@attempt_ids::uuid[]) AS attempt_id
+), t AS (
     UPDATE tasks
-    SET status = 'running', attempt = attempt + 1, fencing_token = fencing_token + 1,
+    SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
         lease_owner = @worker::text, lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8),
-        started_at = COALESCE(started_at, now())
-    WHERE tasks.id = @id AND status IN ('queued', 'retrying') AND attempt = @prev_attempt
-    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token
+        started_at = COALESCE(tasks.started_at, now())
+    FROM req
+    WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
+    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, req.attempt_id
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
-    SELECT @attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, @worker::text, now() FROM t
+    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, @worker::text, now() FROM t
 ), r AS (
     UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
-    WHERE runs.id = (SELECT t.run_id FROM t) AND runs.status = 'pending'
+    WHERE runs.id IN (SELECT t.run_id FROM t) AND runs.status = 'pending'
 )
 SELECT t.id, t.tenant_id, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name
