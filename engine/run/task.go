@@ -165,15 +165,15 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 			status = TaskRetrying
 		}
 	}
+	if shape.SingleTask {
+		return completeSoleTask(ctx, q, tx, d, r, status, outcome, shape)
+	}
 	t, err := q.CompleteTask(ctx, store.CompleteTaskParams{
 		ID: r.TaskID, FencingToken: r.FencingToken, Status: status, Outcome: outcome, ExitReason: res.ExitReason,
 		FailureClass: res.FailureClass, Error: res.Error, Output: res.Output,
 	})
 	if store.IsNotFound(err) {
-		if r.Expired {
-			return false, nil
-		}
-		return false, q.RecordLateReport(ctx, store.RecordLateReportParams{TaskID: r.TaskID, FencingToken: r.FencingToken, Outcome: outcome, Error: res.Error})
+		return false, lateReport(ctx, q, r, outcome)
 	}
 	if err != nil {
 		return false, err
@@ -220,6 +220,46 @@ func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispat
 		return err
 	}
 	return d.Release(ctx, tx, ready)
+}
+
+// lateReport records a report whose fencing token is no longer the task's
+// on its attempt (unless the reaper made it: then there is nothing to say).
+func lateReport(ctx context.Context, q *store.Queries, r Report, outcome string) error {
+	if r.Expired {
+		return nil
+	}
+	return q.RecordLateReport(ctx, store.RecordLateReportParams{TaskID: r.TaskID, FencingToken: r.FencingToken, Outcome: outcome, Error: r.Result.Error})
+}
+
+// completeSoleTask finishes the attempt of a run's only task: task,
+// attempt and, when the task ends, the run, in one statement.
+func completeSoleTask(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, r Report, status, outcome string, shape *Shape) (bool, error) {
+	res := r.Result
+	runStatus, runReason := "", ""
+	switch status {
+	case TaskSucceeded:
+		runStatus = StatusSucceeded
+	case TaskDeadLettered:
+		runStatus, runReason = StatusDeadLettered, "1 task(s) dead-lettered"
+	}
+	t, err := q.CompleteSoleTask(ctx, store.CompleteSoleTaskParams{
+		ID: r.TaskID, FencingToken: r.FencingToken, Status: status, Outcome: outcome, ExitReason: res.ExitReason,
+		FailureClass: res.FailureClass, Error: res.Error, Output: res.Output, RunStatus: runStatus, RunReason: runReason,
+	})
+	if store.IsNotFound(err) {
+		return false, lateReport(ctx, q, r, outcome)
+	}
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case status == TaskRetrying:
+		at := t.Now.Add(Backoff(shape.Initial, shape.Max, shape.Attempt))
+		return true, d.Release(ctx, tx, []dispatch.Ready{{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: shape.Attempt + 1, NotBefore: at}})
+	case shape.QueueOverlap && t.JobID != uuid.Nil:
+		return true, promoteQueued(ctx, tx, d, t.JobID)
+	}
+	return true, nil
 }
 
 // propagateFailure settles the descendants of a task that failed for

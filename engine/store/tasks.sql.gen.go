@@ -12,6 +12,77 @@ import (
 	"github.com/google/uuid"
 )
 
+const completeSoleTask = `-- name: CompleteSoleTask :one
+WITH t AS (
+    UPDATE tasks
+    SET status = $1::text, lease_owner = NULL, lease_expires_at = NULL, last_error = $2::text,
+        finished_at = CASE WHEN $1::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
+    WHERE tasks.id = $3 AND tasks.fencing_token = $4 AND tasks.status = 'running'
+    RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
+), a AS (
+    UPDATE attempts
+    SET finished_at = now(), outcome = $5::text, exit_reason = $6::text,
+        failure_class = $7::text, error = $2::text, output = $8::text
+    WHERE attempts.task_id = $3 AND attempts.fencing_token = $4 AND attempts.outcome = 'running'
+      AND EXISTS (SELECT 1 FROM t)
+), r AS (
+    UPDATE runs SET status = $9::text, reason = $10::text, finished_at = now()
+    WHERE runs.id = (SELECT t.run_id FROM t) AND runs.status IN ('pending', 'running') AND $9::text <> ''
+    RETURNING runs.job_id
+)
+SELECT t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, (SELECT r.job_id FROM r)::uuid AS job_id FROM t
+`
+
+type CompleteSoleTaskParams struct {
+	Status       string
+	Error        string
+	ID           uuid.UUID
+	FencingToken int64
+	Outcome      string
+	ExitReason   string
+	FailureClass string
+	Output       string
+	RunStatus    string
+	RunReason    string
+}
+
+type CompleteSoleTaskRow struct {
+	RunID    uuid.UUID
+	Queue    string
+	Priority int32
+	TenantID uuid.UUID
+	Now      time.Time
+	JobID    uuid.UUID
+}
+
+// CompleteSoleTask is CompleteTask for a run of one task: the task, its
+// attempt and, when the task ends (@run_status not empty), the run, in one
+// statement. job_id is set when the run finished.
+func (q *Queries) CompleteSoleTask(ctx context.Context, arg CompleteSoleTaskParams) (CompleteSoleTaskRow, error) {
+	row := q.db.QueryRow(ctx, completeSoleTask,
+		arg.Status,
+		arg.Error,
+		arg.ID,
+		arg.FencingToken,
+		arg.Outcome,
+		arg.ExitReason,
+		arg.FailureClass,
+		arg.Output,
+		arg.RunStatus,
+		arg.RunReason,
+	)
+	var i CompleteSoleTaskRow
+	err := row.Scan(
+		&i.RunID,
+		&i.Queue,
+		&i.Priority,
+		&i.TenantID,
+		&i.Now,
+		&i.JobID,
+	)
+	return i, err
+}
+
 const completeTask = `-- name: CompleteTask :one
 WITH t AS (
     UPDATE tasks

@@ -142,3 +142,26 @@ UPDATE tasks SET parents_remaining = parents_remaining - d.n
 FROM (SELECT u.id, count(*)::int AS n FROM unnest(@ids::uuid[]) AS u (id) GROUP BY u.id) AS d
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
 RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority;
+
+-- CompleteSoleTask is CompleteTask for a run of one task: the task, its
+-- attempt and, when the task ends (@run_status not empty), the run, in one
+-- statement. job_id is set when the run finished.
+-- name: CompleteSoleTask :one
+WITH t AS (
+    UPDATE tasks
+    SET status = @status::text, lease_owner = NULL, lease_expires_at = NULL, last_error = @error::text,
+        finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
+    WHERE tasks.id = @id AND tasks.fencing_token = @fencing_token AND tasks.status = 'running'
+    RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
+), a AS (
+    UPDATE attempts
+    SET finished_at = now(), outcome = @outcome::text, exit_reason = @exit_reason::text,
+        failure_class = @failure_class::text, error = @error::text, output = @output::text
+    WHERE attempts.task_id = @id AND attempts.fencing_token = @fencing_token AND attempts.outcome = 'running'
+      AND EXISTS (SELECT 1 FROM t)
+), r AS (
+    UPDATE runs SET status = @run_status::text, reason = @run_reason::text, finished_at = now()
+    WHERE runs.id = (SELECT t.run_id FROM t) AND runs.status IN ('pending', 'running') AND @run_status::text <> ''
+    RETURNING runs.job_id
+)
+SELECT t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, (SELECT r.job_id FROM r)::uuid AS job_id FROM t;
