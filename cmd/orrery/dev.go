@@ -81,6 +81,11 @@ Ctrl-C. A second run reuses the data.`,
 			if err != nil {
 				return err
 			}
+			if _, ok := os.LookupEnv("HOOK_TOKEN"); !ok {
+				// The nightly example's report step sends secret://env/HOOK_TOKEN.
+				_ = os.Setenv("HOOK_TOKEN", "Bearer dev-token")
+				log.Info("HOOK_TOKEN was not set; using a dev value for the examples' secret://env/HOOK_TOKEN")
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "orrery dev: database %s\norrery dev: try `orrery jobs list` and `orrery runs list` (Ctrl-C stops)\n", cluster.DSN(""))
 			parts = append(parts, func(ctx context.Context) error {
 				return runStack(ctx, log, pool, pool, st, queues, devHandlers(log))
@@ -122,8 +127,9 @@ func loadExamples(cmd *cobra.Command, jobs *job.Service, log *slog.Logger) error
 	if err != nil {
 		return fmt.Errorf("examples: %w", err)
 	}
+	done := map[string]string{job.ActionCreate: "created", job.ActionUpdate: "updated", job.ActionUnchanged: "unchanged"}
 	for _, c := range changes {
-		log.Info("example job "+c.Action, "job", c.Namespace+"/"+c.Name, "version", c.Job.Version)
+		log.Info("example job "+done[c.Action], "job", c.Namespace+"/"+c.Name, "version", c.Job.Version)
 	}
 	return nil
 }
