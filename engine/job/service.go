@@ -316,9 +316,7 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 }
 
 func sameDefinition(j *Job, res dag.Resource) bool {
-	a, _ := json.Marshal(j.Resource())
-	b, _ := json.Marshal(res)
-	return string(a) == string(b)
+	return len(changedFields(j.Resource(), res)) == 0
 }
 
 // Pause stops a job from firing. Pausing a paused job changes nothing.

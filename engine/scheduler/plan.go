@@ -8,17 +8,21 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/run"
 )
 
-// Run statuses and triggers the scheduler writes.
+// Triggers of the runs the scheduler writes.
 const (
-	RunQueued    = "queued"
-	RunPending   = "pending"
-	RunSkipped   = "skipped"
-	RunCancelled = "cancelled"
-
 	TriggerSchedule = "schedule"
 	TriggerBackfill = "backfill"
+)
+
+// Run statuses the scheduler writes (engine/run owns them).
+const (
+	RunQueued    = run.StatusQueued
+	RunPending   = run.StatusPending
+	RunSkipped   = run.StatusSkipped
+	RunCancelled = run.StatusCancelled
 )
 
 // Limits on what one pass over a job enumerates and records.
