@@ -206,7 +206,7 @@ const fenceShards = `-- name: FenceShards :many
 SELECT id FROM shards
 WHERE owner_node = $1::uuid AND lease_expires_at > now()
   AND (id::text || '@' || epoch::text) = ANY($2::text[])
-FOR SHARE
+FOR KEY SHARE
 `
 
 type FenceShardsParams struct {
@@ -217,8 +217,12 @@ type FenceShardsParams struct {
 // FenceShards returns those of the given "shard@epoch" leases that this
 // node still holds, live. Every write made for shards runs it first, in the
 // same transaction (DESIGN invariant 3); a lease missing from the answer is
-// lost. FOR SHARE makes a concurrent claim wait for this transaction under
-// READ COMMITTED; under SERIALIZABLE the claim and this read conflict anyway.
+// lost. FOR KEY SHARE keeps a claim (which locks FOR UPDATE) off the shard
+// until this transaction ends, under READ COMMITTED too, while the owner's
+// lease renewals (plain updates) go on without waiting: FOR SHARE made every
+// renewal queue behind the firing transactions, and every firing transaction
+// behind that renewal. Under SERIALIZABLE the claim and this read conflict
+// anyway.
 func (q *Queries) FenceShards(ctx context.Context, arg FenceShardsParams) ([]int32, error) {
 	rows, err := q.db.Query(ctx, fenceShards, arg.Node, arg.Leases)
 	if err != nil {

@@ -1,13 +1,17 @@
 -- FenceShards returns those of the given "shard@epoch" leases that this
 -- node still holds, live. Every write made for shards runs it first, in the
 -- same transaction (DESIGN invariant 3); a lease missing from the answer is
--- lost. FOR SHARE makes a concurrent claim wait for this transaction under
--- READ COMMITTED; under SERIALIZABLE the claim and this read conflict anyway.
+-- lost. FOR KEY SHARE keeps a claim (which locks FOR UPDATE) off the shard
+-- until this transaction ends, under READ COMMITTED too, while the owner's
+-- lease renewals (plain updates) go on without waiting: FOR SHARE made every
+-- renewal queue behind the firing transactions, and every firing transaction
+-- behind that renewal. Under SERIALIZABLE the claim and this read conflict
+-- anyway.
 -- name: FenceShards :many
 SELECT id FROM shards
 WHERE owner_node = @node::uuid AND lease_expires_at > now()
   AND (id::text || '@' || epoch::text) = ANY(@leases::text[])
-FOR SHARE;
+FOR KEY SHARE;
 
 -- ShardHeads returns, for each of the given shards that has an active job
 -- with a fire time, the earliest such time: one index probe per shard.
