@@ -45,7 +45,7 @@ func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error
 //
 // Isolation is the database's default. Orrery's transactions take the row
 // locks their logic needs (FOR UPDATE on the rows they decide about, FOR
-// SHARE on the shard they fence with), so they are correct under READ
+// KEY SHARE on the shards they fence with), so they are correct under READ
 // COMMITTED as well as SERIALIZABLE: CockroachDB runs them serializable,
 // the tests run PostgreSQL serializable, and a PostgreSQL of your own may
 // stay at its READ COMMITTED default (see BENCHMARKS.md for why it should).
