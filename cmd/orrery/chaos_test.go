@@ -112,8 +112,9 @@ func allShardsLive(t *testing.T, pool *pgxpool.Pool, except ...string) bool {
 		WHERE s.lease_expires_at > now() AND n.lease_expires_at > now() AND NOT n.name = ANY($1)`, except) == 64
 }
 
-// Several scheduler nodes fire 200 every-second jobs while a node joins, one
-// is killed with SIGKILL and one is paused with SIGSTOP past its lease:
+// Several scheduler nodes fire 200 every-second jobs for about a minute
+// while a node joins, one is killed with SIGKILL and one is paused with
+// SIGSTOP past its lease:
 // every instant gets exactly one run, none is missed, and no run is ever
 // written under a shard epoch older than one already used (fencing).
 func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
@@ -159,9 +160,9 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	from := dbNow(t, pool)
 
-	time.Sleep(15 * time.Second)
+	time.Sleep(20 * time.Second) // two nodes
 	startNodeProc(t, dsn, "node-3")
-	time.Sleep(15 * time.Second)
+	time.Sleep(20 * time.Second) // three nodes
 
 	n1.signal(t, syscall.SIGKILL)
 	moved := poll(t, 15*time.Second, "node-1's shards move to live nodes", func() bool { return allShardsLive(t, pool, "node-1") })
