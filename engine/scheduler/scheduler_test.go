@@ -12,80 +12,27 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/enginetest"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/node"
 	"github.com/orrery-dev/orrery/engine/pgtest"
 	"github.com/orrery-dev/orrery/engine/run"
-	"github.com/orrery-dev/orrery/engine/scheduler"
 	"github.com/orrery-dev/orrery/engine/worker"
-	"github.com/orrery-dev/orrery/shard"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// startNode runs a scheduler node (shards, scheduler, reaper) until the test ends.
-func startNode(t *testing.T, pool *pgxpool.Pool) *scheduler.Scheduler {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := shard.NewManager(ctx, pool, shard.Config{TTL: 2 * time.Second, Interval: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, _ := dispatch.New()
-	s, err := scheduler.New(scheduler.Config{Pool: pool, Shards: mgr, Dispatcher: d, MaxSleep: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &scheduler.Reaper{Pool: pool, Dispatcher: d, Interval: 200 * time.Millisecond}
-	done := make(chan struct{}, 3)
-	go func() { _ = mgr.Run(ctx); done <- struct{}{} }()
-	go func() { _ = s.Run(ctx); done <- struct{}{} }()
-	go func() { _ = r.Run(ctx); done <- struct{}{} }()
-	t.Cleanup(func() {
-		cancel()
-		for range 3 {
-			<-done
-		}
-	})
-	return s
-}
+func startNode(t *testing.T, pool *pgxpool.Pool) { enginetest.StartNode(t, pool) }
 
 func startWorker(t *testing.T, pool *pgxpool.Pool, handlers map[string]executor.HandlerFunc) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"default": 20}, Handlers: handlers, LeaseTTL: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	enginetest.StartWorker(t, pool, 20, handlers)
 }
 
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
+var waitFor = enginetest.WaitFor
 
 func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return enginetest.Int(t, pool, sql, args...)
 }
 
 func handlerJob(name, cron, handler string) dag.Resource {
