@@ -105,12 +105,11 @@ func TestPartitionedNodeStopsAndIsReplaced(t *testing.T) {
 	ma, _ := shard.NewManager(ctx, poolA, cfg)
 	startNode(t, ctx, ma)
 	waitFor(t, 5*time.Second, "a owns all shards", func() bool { return len(ma.Leases()) == 64 })
-	held := ma.Leases()
 
 	mb, _ := shard.NewManager(ctx, poolB, cfg)
 	startNode(t, ctx, mb)
 	waitFor(t, 5*time.Second, "b gets its half", func() bool { return len(mb.Leases()) == 32 })
-	held = ma.Leases()
+	held := ma.Leases()
 
 	poolA.Close() // a can no longer reach the database
 	for _, l := range held {

@@ -79,8 +79,6 @@ func NewOutbox(queue *pgxpool.Pool) (*Dispatcher, error) {
 	return &Dispatcher{river: c, outbox: true}, nil
 }
 
-// Outbox reports whether releases go through the outbox.
-func (d *Dispatcher) Outbox() bool { return d.outbox }
 
 // admit is where tenant quotas and weighted fairness will decide which
 // ready tasks go now and which wait; today every ready task goes.

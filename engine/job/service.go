@@ -65,8 +65,6 @@ func prepare(res dag.Resource) (dag.Resource, error) {
 	return res, nil
 }
 
-const opCreate = "CreateJob"
-
 // Create stores a new job. With an idempotency key, a replay of the same
 // request returns the job as first created, and a different request under
 // the same key fails with ErrIdempotencyConflict.

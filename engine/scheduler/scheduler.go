@@ -70,10 +70,6 @@ func (c *Config) withDefaults() error {
 // Scheduler fires the due jobs of the shards its node owns.
 type Scheduler struct {
 	cfg Config
-	mu  sync.Mutex
-	// Skipped counts skipped instants by reason since start.
-	skipped map[string]int
-	fired   int
 }
 
 // New returns a Scheduler; Run starts it.
@@ -81,18 +77,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	return &Scheduler{cfg: cfg, skipped: map[string]int{}}, nil
-}
-
-// Stats returns the runs fired and the instants skipped, by reason.
-func (s *Scheduler) Stats() (fired int, skipped map[string]int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.skipped))
-	for k, v := range s.skipped {
-		out[k] = v
-	}
-	return s.fired, out
+	return &Scheduler{cfg: cfg}, nil
 }
 
 // Run fires due jobs until ctx ends.
@@ -207,7 +192,6 @@ type dueJob struct {
 // fence failed (nothing is written then).
 func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Lease) (int, []*shard.Lease, error) {
 	var taken int
-	var fired int
 	var skips map[string]int
 	var lost []*shard.Lease
 	byShard := make(map[int]*shard.Lease, len(leases))
@@ -268,7 +252,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		var news []run.New
 		var cancel []uuid.UUID
 		adv := store.AdvanceJobsParams{}
-		fired, skips = 0, map[string]int{}
+		skips = map[string]int{}
 		lag := map[int32]float64{}
 		for _, j := range jobs {
 			pending := *j.row.NextFireAt
@@ -278,9 +262,6 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			epoch := byShard[int(j.row.Shard)].Epoch
 			for _, r := range p.Runs {
 				news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: epoch})
-				if r.Status == RunPending || r.Status == RunQueued {
-					fired++
-				}
 			}
 			for k, v := range p.Skips {
 				skips[k] += v
@@ -312,14 +293,10 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 	if len(lost) > 0 {
 		return 0, lost, nil
 	}
-	if err == nil && taken > 0 {
-		s.mu.Lock()
-		s.fired += fired
+	if err == nil {
 		for k, v := range skips {
-			s.skipped[k] += v
 			s.cfg.Logger.Info("instants skipped", "reason", k, "count", v)
 		}
-		s.mu.Unlock()
 	}
 	return taken, nil, err
 }

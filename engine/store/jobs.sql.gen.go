@@ -63,17 +63,6 @@ func (q *Queries) AppliedJobsIn(ctx context.Context, arg AppliedJobsInParams) ([
 	return items, nil
 }
 
-const countJobs = `-- name: CountJobs :one
-SELECT count(*) FROM jobs WHERE tenant_id = $1
-`
-
-func (q *Queries) CountJobs(ctx context.Context, tenantID uuid.UUID) (int64, error) {
-	row := q.db.QueryRow(ctx, countJobs, tenantID)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
-}
-
 const createJob = `-- name: CreateJob :exec
 WITH ns AS (
     INSERT INTO namespaces (tenant_id, name, created_at)
@@ -179,22 +168,6 @@ func (q *Queries) DatabaseNow(ctx context.Context) (time.Time, error) {
 	var now time.Time
 	err := row.Scan(&now)
 	return now, err
-}
-
-const ensureNamespace = `-- name: EnsureNamespace :exec
-INSERT INTO namespaces (tenant_id, name, created_at)
-VALUES ($1, $2, now())
-ON CONFLICT (tenant_id, name) DO NOTHING
-`
-
-type EnsureNamespaceParams struct {
-	TenantID uuid.UUID
-	Name     string
-}
-
-func (q *Queries) EnsureNamespace(ctx context.Context, arg EnsureNamespaceParams) error {
-	_, err := q.db.Exec(ctx, ensureNamespace, arg.TenantID, arg.Name)
-	return err
 }
 
 const getJob = `-- name: GetJob :one

@@ -4,11 +4,6 @@ SELECT now()::timestamptz AS now;
 -- name: ShardCount :one
 SELECT shard_count FROM cluster_settings WHERE id = 1;
 
--- name: EnsureNamespace :exec
-INSERT INTO namespaces (tenant_id, name, created_at)
-VALUES (@tenant_id, @name, now())
-ON CONFLICT (tenant_id, name) DO NOTHING;
-
 -- name: InsertJobVersion :exec
 INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
 VALUES (@job_id, @version, @tenant_id, @description, @labels, @spec, now(), @actor);
@@ -50,8 +45,6 @@ WHERE tenant_id = @tenant_id
 ORDER BY name, id
 LIMIT @page_size;
 
--- name: CountJobs :one
-SELECT count(*) FROM jobs WHERE tenant_id = @tenant_id;
 
 -- CreateLookup reads the database clock and, for an idempotent create, the
 -- answer stored under the key (NULLs when there is none), in one round trip.
