@@ -79,7 +79,6 @@ func NewOutbox(queue *pgxpool.Pool) (*Dispatcher, error) {
 	return &Dispatcher{river: c, outbox: true}, nil
 }
 
-
 // admit is where tenant quotas and weighted fairness will decide which
 // ready tasks go now and which wait; today every ready task goes.
 func admit(ready []Ready) []Ready { return ready }
