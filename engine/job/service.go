@@ -403,11 +403,22 @@ type ListFilter struct {
 	PageToken string
 }
 
-// Page sizes.
+// Page sizes of every list call.
 const (
 	DefaultPageSize = 50
 	MaxPageSize     = 500
 )
+
+// PageSize checks a requested page size: 0 means the default.
+func PageSize(n int) (int, error) {
+	switch {
+	case n < 0 || n > MaxPageSize:
+		return 0, &InvalidError{Field: "page_size", Message: fmt.Sprintf("%d is outside 0..%d", n, MaxPageSize)}
+	case n == 0:
+		return DefaultPageSize, nil
+	}
+	return n, nil
+}
 
 type pageToken struct {
 	Name string    `json:"n"`
@@ -417,12 +428,9 @@ type pageToken struct {
 // List returns one page of jobs sorted by name, and the token of the next
 // page ("" after the last).
 func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, string, error) {
-	size := f.PageSize
-	switch {
-	case size < 0 || size > MaxPageSize:
-		return nil, "", &InvalidError{Field: "page_size", Message: fmt.Sprintf("%d is outside 0..%d", size, MaxPageSize)}
-	case size == 0:
-		size = DefaultPageSize
+	size, err := PageSize(f.PageSize)
+	if err != nil {
+		return nil, "", err
 	}
 	var after pageToken
 	if f.PageToken != "" {
@@ -449,12 +457,7 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 	if err != nil {
 		return nil, "", err
 	}
-	var next string
-	if len(rows) > size {
-		rows = rows[:size]
-		last := rows[size-1]
-		next = store.EncodePageToken(pageToken{Name: last.Name, ID: last.ID})
-	}
+	rows, next := store.NextPage(rows, size, func(r store.Job) any { return pageToken{Name: r.Name, ID: r.ID} })
 	out := make([]*Job, 0, len(rows))
 	for _, r := range rows {
 		j, err := fromRow(r)

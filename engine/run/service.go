@@ -87,7 +87,7 @@ var maxUUID = uuid.Max
 
 // List returns one page of runs, newest instant first.
 func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, string, error) {
-	size, err := pageSize(f.PageSize)
+	size, err := job.PageSize(f.PageSize)
 	if err != nil {
 		return nil, "", err
 	}
@@ -110,12 +110,7 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	if err != nil {
 		return nil, "", err
 	}
-	var next string
-	if len(rows) > size {
-		rows = rows[:size]
-		last := rows[size-1]
-		next = store.EncodePageToken(runToken{At: last.ScheduledFor, ID: last.ID})
-	}
+	rows, next := store.NextPage(rows, size, func(r store.ListRunsRow) any { return runToken{At: r.ScheduledFor, ID: r.ID} })
 	out := make([]Run, len(rows))
 	for i, r := range rows {
 		out[i] = fromListRow(r)
@@ -302,7 +297,7 @@ type DeadLetter = store.ListDeadLettersRow
 
 // ListDeadLetters returns one page of dead-lettered tasks, newest first.
 func (s *Service) ListDeadLetters(ctx context.Context, a job.Actor, jobRef job.Ref, pageSizeReq int, token string) ([]DeadLetter, string, error) {
-	size, err := pageSize(pageSizeReq)
+	size, err := job.PageSize(pageSizeReq)
 	if err != nil {
 		return nil, "", err
 	}
@@ -322,12 +317,7 @@ func (s *Service) ListDeadLetters(ctx context.Context, a job.Actor, jobRef job.R
 	if err != nil {
 		return nil, "", err
 	}
-	var next string
-	if len(rows) > size {
-		rows = rows[:size]
-		last := rows[size-1]
-		next = store.EncodePageToken(runToken{At: *last.FinishedAt, ID: last.ID})
-	}
+	rows, next := store.NextPage(rows, size, func(r store.ListDeadLettersRow) any { return runToken{At: *r.FinishedAt, ID: r.ID} })
 	return rows, next, nil
 }
 
@@ -341,7 +331,7 @@ func (s *Service) ReplayDeadLetters(ctx context.Context, a job.Actor, ids []uuid
 			limit = 10_000
 		}
 		for token := ""; len(ids) < limit; {
-			page, next, err := s.ListDeadLetters(ctx, a, jobRef, MaxPageSize, token)
+			page, next, err := s.ListDeadLetters(ctx, a, jobRef, job.MaxPageSize, token)
 			if err != nil {
 				return nil, err
 			}
@@ -390,20 +380,4 @@ func (s *Service) ReplayDeadLetters(ctx context.Context, a job.Actor, ids []uuid
 		return s.dispatcher.Release(ctx, tx, ready)
 	})
 	return replayed, err
-}
-
-// Page sizes.
-const (
-	DefaultPageSize = 50
-	MaxPageSize     = 500
-)
-
-func pageSize(n int) (int, error) {
-	switch {
-	case n < 0 || n > MaxPageSize:
-		return 0, &job.InvalidError{Field: "page_size", Message: fmt.Sprintf("%d is outside 0..%d", n, MaxPageSize)}
-	case n == 0:
-		return DefaultPageSize, nil
-	}
-	return n, nil
 }

@@ -24,3 +24,14 @@ func DecodePageToken(token string, pos any) error {
 	}
 	return nil
 }
+
+// NextPage trims rows, fetched with a limit of size+1, to one page and
+// returns the token of the next page, made of key(last row), or "" when
+// this page is the last.
+func NextPage[T any](rows []T, size int, key func(T) any) ([]T, string) {
+	if len(rows) <= size {
+		return rows, ""
+	}
+	rows = rows[:size]
+	return rows, EncodePageToken(key(rows[size-1]))
+}
