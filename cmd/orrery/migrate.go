@@ -17,9 +17,6 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Short: "Apply every pending migration",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := dbs.validate(); err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			state, queue, closeAll, err := dbs.pools(ctx)
 			if err != nil {
@@ -43,9 +40,6 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Short: "List migrations and whether each is applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := dbs.validate(); err != nil {
-				return err
-			}
 			ctx := cmd.Context()
 			state, queue, closeAll, err := dbs.pools(ctx)
 			if err != nil {

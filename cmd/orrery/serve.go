@@ -34,8 +34,12 @@ func (f *dbFlags) validate() error {
 	return nil
 }
 
-// pools opens the state pool and, when it differs, the queue pool.
+// pools checks the flags, then opens the state pool and, when it
+// differs, the queue pool.
 func (f *dbFlags) pools(ctx context.Context) (state, queue *pgxpool.Pool, closeAll func(), err error) {
+	if err := f.validate(); err != nil {
+		return nil, nil, nil, err
+	}
 	if state, err = store.Open(ctx, f.db, 0); err != nil {
 		return nil, nil, nil, fmt.Errorf("--db: %w", err)
 	}
@@ -61,9 +65,6 @@ With --worker QUEUE=N it also runs worker pools in-process. Run several
 serve processes against one database to spread the shards.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := dbs.validate(); err != nil {
-				return err
-			}
 			queues, err := st.queues()
 			if err != nil {
 				return err

@@ -16,9 +16,6 @@ func newWorkerCmd(g *globals) *cobra.Command {
 		Short: "Run worker pools: River clients for the named queues, executing tasks",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := dbs.validate(); err != nil {
-				return err
-			}
 			queues, err := st.queues()
 			if err != nil {
 				return err
