@@ -19,7 +19,7 @@ func (s *JobSpec) Effective(i int) Settings {
 	out := Settings{
 		Queue:       first(st.Queue, d.Queue, DefaultQueue),
 		Priority:    Priorities[first(st.Priority, d.Priority, DefaultPriority)],
-		Timeout:     firstDuration(st.Timeout, d.Timeout, DefaultTimeout),
+		Timeout:     orDefault(st.Timeout, orDefault(d.Timeout, DefaultTimeout)),
 		MaxAttempts: DefaultMaxAttempts,
 		Initial:     DefaultRetryInitial,
 		Max:         DefaultRetryMax,
@@ -53,16 +53,10 @@ func first(vals ...string) string {
 	return ""
 }
 
-func firstDuration(vals ...any) time.Duration {
-	for _, v := range vals {
-		switch d := v.(type) {
-		case *Duration:
-			if d != nil {
-				return d.Duration
-			}
-		case time.Duration:
-			return d
-		}
+// orDefault is d's duration, or def when d is not set.
+func orDefault(d *Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
 	}
-	return 0
+	return d.Duration
 }
