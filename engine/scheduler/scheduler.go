@@ -223,10 +223,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			taken = 0
 			return err
 		}
-		now, err := q.DatabaseNow(ctx)
-		if err != nil {
-			return err
-		}
+		now := rows[0].Now
 		jobs := make([]dueJob, 0, len(rows))
 		jobIDs := make([]uuid.UUID, len(rows))
 		for i, r := range rows {

@@ -148,7 +148,7 @@ func (q *Queries) CloseRunningAttempts(ctx context.Context, arg CloseRunningAtte
 }
 
 const dueJobs = `-- name: DueJobs :many
-SELECT id, tenant_id, namespace, name, version, spec, next_fire_at, shard FROM jobs
+SELECT id, tenant_id, namespace, name, version, spec, next_fire_at, shard, now()::timestamptz AS now FROM jobs
 WHERE shard = ANY($1::int[]) AND status = 'active' AND next_fire_at <= now()
 ORDER BY next_fire_at
 LIMIT $2
@@ -169,10 +169,12 @@ type DueJobsRow struct {
 	Spec       []byte
 	NextFireAt *time.Time
 	Shard      int32
+	Now        time.Time
 }
 
 // DueJobs locks a batch of the given shards' due jobs, oldest first: an
-// index range scan per shard over due jobs only.
+// index range scan per shard over due jobs only. now is the database's
+// clock (the same in every row of one transaction).
 func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow, error) {
 	rows, err := q.db.Query(ctx, dueJobs, arg.Shards, arg.Batch)
 	if err != nil {
@@ -191,6 +193,7 @@ func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow,
 			&i.Spec,
 			&i.NextFireAt,
 			&i.Shard,
+			&i.Now,
 		); err != nil {
 			return nil, err
 		}

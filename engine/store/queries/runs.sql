@@ -26,9 +26,10 @@ CROSS JOIN LATERAL (
 ) AS h;
 
 -- DueJobs locks a batch of the given shards' due jobs, oldest first: an
--- index range scan per shard over due jobs only.
+-- index range scan per shard over due jobs only. now is the database's
+-- clock (the same in every row of one transaction).
 -- name: DueJobs :many
-SELECT id, tenant_id, namespace, name, version, spec, next_fire_at, shard FROM jobs
+SELECT id, tenant_id, namespace, name, version, spec, next_fire_at, shard, now()::timestamptz AS now FROM jobs
 WHERE shard = ANY(@shards::int[]) AND status = 'active' AND next_fire_at <= now()
 ORDER BY next_fire_at
 LIMIT @batch
