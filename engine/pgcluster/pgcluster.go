@@ -331,7 +331,7 @@ func (r runAs) chown(dir string) error {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().Perm()&0o001 == 0 {
 			return fmt.Errorf("pgcluster: the postgres user cannot reach %s: %s is not searchable by others (chmod o+x %s, or choose another folder)", dir, p, p)
 		}
-		if p == "/" || strings.TrimSpace(p) == "" {
+		if p == "/" {
 			return nil
 		}
 	}
