@@ -73,8 +73,14 @@ func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, worker st
 		return nil, err
 	}
 	byTask := make(map[uuid.UUID]store.StartAttemptsRow, len(rows))
-	for _, r := range rows {
+	keys := make([]specKey, len(rows))
+	for i, r := range rows {
 		byTask[r.ID] = r
+		keys[i] = specKey{r.JobID, r.JobVersion}
+	}
+	batchSpecs, err := specs.getMany(ctx, db, keys)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]*Attempt, len(starts))
 	for i, st := range starts {
@@ -82,10 +88,7 @@ func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, worker st
 		if !ok {
 			continue
 		}
-		spec, err := specs.get(ctx, db, t.JobID, t.JobVersion)
-		if err != nil {
-			return nil, err
-		}
+		spec := batchSpecs[specKey{t.JobID, t.JobVersion}]
 		idx := slices.IndexFunc(spec.Steps, func(s dag.Step) bool { return s.Name == t.Step })
 		if idx < 0 {
 			return nil, fmt.Errorf("run %s: step %q is not in its job version", t.RunID, t.Step)

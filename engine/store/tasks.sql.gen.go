@@ -301,20 +301,41 @@ func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (uuid.UUID,
 	return job_id, err
 }
 
-const jobVersionSpec = `-- name: JobVersionSpec :one
-SELECT spec FROM job_versions WHERE job_id = $1 AND version = $2
+const jobVersionSpecs = `-- name: JobVersionSpecs :many
+SELECT job_id, version, spec FROM job_versions
+WHERE job_id = ANY($1::uuid[]) AND (job_id::text || '@' || version::text) = ANY($2::text[])
 `
 
-type JobVersionSpecParams struct {
-	JobID   uuid.UUID
-	Version int64
+type JobVersionSpecsParams struct {
+	JobIds []uuid.UUID
+	Keys   []string
 }
 
-func (q *Queries) JobVersionSpec(ctx context.Context, arg JobVersionSpecParams) ([]byte, error) {
-	row := q.db.QueryRow(ctx, jobVersionSpec, arg.JobID, arg.Version)
-	var spec []byte
-	err := row.Scan(&spec)
-	return spec, err
+type JobVersionSpecsRow struct {
+	JobID   uuid.UUID
+	Version int64
+	Spec    []byte
+}
+
+// JobVersionSpecs reads the specs of several job versions ("job@version").
+func (q *Queries) JobVersionSpecs(ctx context.Context, arg JobVersionSpecsParams) ([]JobVersionSpecsRow, error) {
+	rows, err := q.db.Query(ctx, jobVersionSpecs, arg.JobIds, arg.Keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []JobVersionSpecsRow{}
+	for rows.Next() {
+		var i JobVersionSpecsRow
+		if err := rows.Scan(&i.JobID, &i.Version, &i.Spec); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const markUpstreamFailed = `-- name: MarkUpstreamFailed :exec

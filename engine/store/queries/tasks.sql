@@ -27,8 +27,10 @@ FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id;
 
--- name: JobVersionSpec :one
-SELECT spec FROM job_versions WHERE job_id = @job_id AND version = @version;
+-- JobVersionSpecs reads the specs of several job versions ("job@version").
+-- name: JobVersionSpecs :many
+SELECT job_id, version, spec FROM job_versions
+WHERE job_id = ANY(@job_ids::uuid[]) AND (job_id::text || '@' || version::text) = ANY(@keys::text[]);
 
 -- RenewTaskLeases extends, in one statement, the leases of every task this
 -- worker runs, at the fencing tokens it holds ("task@token"); tasks missing
