@@ -47,7 +47,11 @@ func run(m *testing.M) int {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/orrery").CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("build: %v\n%s", err, out))
 	}
-	cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Settings: map[string]string{"max_connections": "300"}})
+	settings := map[string]string{"max_connections": "300"}
+	if os.Getenv("ORRERY_BENCH_STATS") != "" {
+		settings["shared_preload_libraries"] = "pg_stat_statements"
+	}
+	cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Settings: settings})
 	if err != nil {
 		return fail(err)
 	}
@@ -86,6 +90,7 @@ func run(m *testing.M) int {
 			var commits, rollbacks int64
 			_ = conn.QueryRow(ctx, "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&commits, &rollbacks)
 			fmt.Fprintf(os.Stderr, "bench: database commits %d, rollbacks %d\n", commits, rollbacks)
+			printTopStatements(ctx, conn)
 			conn.Close(ctx)
 		}
 	}
@@ -104,4 +109,30 @@ func freeAddr() string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// printTopStatements lists the statements that took most of PostgreSQL's
+// time over the whole benchmark run (ORRERY_BENCH_STATS set).
+func printTopStatements(ctx context.Context, conn *pgx.Conn) {
+	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: pg_stat_statements:", err)
+		return
+	}
+	rows, err := conn.Query(ctx, `SELECT calls, rows, round(total_exec_time::numeric, 0), round(mean_exec_time::numeric, 3),
+		left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25`)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: pg_stat_statements:", err)
+		return
+	}
+	defer rows.Close()
+	fmt.Fprintf(os.Stderr, "%9s %9s %9s %8s  %s\n", "calls", "rows", "total ms", "mean ms", "query")
+	for rows.Next() {
+		var calls, n int64
+		var total, mean float64
+		var q string
+		if err := rows.Scan(&calls, &n, &total, &mean, &q); err == nil {
+			fmt.Fprintf(os.Stderr, "%9d %9d %9.0f %8.3f  %s\n", calls, n, total, mean, q)
+		}
+	}
 }

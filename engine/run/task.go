@@ -151,26 +151,23 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 		}
 		shape = &sh
 	}
-	if !shape.SingleTask {
-		// Tasks of one run finish one at a time, so that the last sees all
-		// terminal. Lock order: the run, then its tasks.
-		if _, err := q.LockRunOfTask(ctx, r.TaskID); err != nil {
-			if store.IsNotFound(err) {
-				return false, nil
-			}
+	if shape.SingleTask {
+		r.Shape = shape
+		ok, err := FinishSoleAttempts(ctx, tx, d, []Report{r})
+		if err != nil {
 			return false, err
 		}
+		return ok[0], nil
 	}
-	status, outcome := TaskSucceeded, "succeeded"
-	if !res.OK {
-		status, outcome = TaskDeadLettered, "failed"
-		if res.Retryable && shape.Attempt < shape.MaxAttempts {
-			status = TaskRetrying
+	// Tasks of one run finish one at a time, so that the last sees all
+	// terminal. Lock order: the run, then its tasks.
+	if _, err := q.LockRunOfTask(ctx, r.TaskID); err != nil {
+		if store.IsNotFound(err) {
+			return false, nil
 		}
+		return false, err
 	}
-	if shape.SingleTask {
-		return completeSoleTask(ctx, q, tx, d, r, status, outcome, shape)
-	}
+	status, outcome := outcomeOf(res, shape)
 	t, err := q.CompleteTask(ctx, store.CompleteTaskParams{
 		ID: r.TaskID, FencingToken: r.FencingToken, Status: status, Outcome: outcome, ExitReason: res.ExitReason,
 		FailureClass: res.FailureClass, Error: res.Error, Output: res.Output,
@@ -234,35 +231,83 @@ func lateReport(ctx context.Context, q *store.Queries, r Report, outcome string)
 	return q.RecordLateReport(ctx, store.RecordLateReportParams{TaskID: r.TaskID, FencingToken: r.FencingToken, Outcome: outcome, Error: r.Result.Error})
 }
 
-// completeSoleTask finishes the attempt of a run's only task: task,
-// attempt and, when the task ends, the run, in one statement.
-func completeSoleTask(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, r Report, status, outcome string, shape *Shape) (bool, error) {
-	res := r.Result
-	runStatus, runReason := "", ""
-	switch status {
-	case TaskSucceeded:
-		runStatus = StatusSucceeded
-	case TaskDeadLettered:
-		runStatus, runReason = StatusDeadLettered, "1 task(s) dead-lettered"
+// outcomeOf is the task status and attempt outcome a result leads to.
+func outcomeOf(res executor.Result, shape *Shape) (status, outcome string) {
+	if res.OK {
+		return TaskSucceeded, "succeeded"
 	}
-	t, err := q.CompleteSoleTask(ctx, store.CompleteSoleTaskParams{
-		ID: r.TaskID, FencingToken: r.FencingToken, Status: status, Outcome: outcome, ExitReason: res.ExitReason,
-		FailureClass: res.FailureClass, Error: res.Error, Output: res.Output, RunStatus: runStatus, RunReason: runReason,
-	})
-	if store.IsNotFound(err) {
-		return false, lateReport(ctx, q, r, outcome)
+	if res.Retryable && shape.Attempt < shape.MaxAttempts {
+		return TaskRetrying, "failed"
 	}
+	return TaskDeadLettered, "failed"
+}
+
+// FinishSoleAttempts is FinishAttempt for a batch of reports on runs of
+// one task each (Shape known, SingleTask): every task, its attempt and,
+// when the task ends, its run, in one statement; then, in the same
+// transaction, the retries are released, the runs overlap: queue held back
+// start, and stale reports are recorded on their attempts. Such a run
+// needs no run lock: its one task's row, locked by the update, is what
+// orders the writes of the run.
+func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, reports []Report) ([]bool, error) {
+	q := store.New(tx)
+	p := store.CompleteSoleTasksParams{}
+	outcomes := make([]string, len(reports))
+	for i, r := range reports {
+		if r.Shape == nil || !r.Shape.SingleTask {
+			return nil, fmt.Errorf("task %s: not the only task of its run", r.TaskID)
+		}
+		status, outcome := outcomeOf(r.Result, r.Shape)
+		outcomes[i] = outcome
+		runStatus, runReason := "", ""
+		switch status {
+		case TaskSucceeded:
+			runStatus = StatusSucceeded
+		case TaskDeadLettered:
+			runStatus, runReason = StatusDeadLettered, "1 task(s) dead-lettered"
+		}
+		res := r.Result
+		p.Ids = append(p.Ids, r.TaskID)
+		p.FencingTokens = append(p.FencingTokens, r.FencingToken)
+		p.Statuses = append(p.Statuses, status)
+		p.Outcomes = append(p.Outcomes, outcome)
+		p.ExitReasons = append(p.ExitReasons, res.ExitReason)
+		p.FailureClasses = append(p.FailureClasses, res.FailureClass)
+		p.Errors = append(p.Errors, res.Error)
+		p.Outputs = append(p.Outputs, res.Output)
+		p.RunStatuses = append(p.RunStatuses, runStatus)
+		p.RunReasons = append(p.RunReasons, runReason)
+	}
+	rows, err := q.CompleteSoleTasks(ctx, p)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	switch {
-	case status == TaskRetrying:
-		at := t.Now.Add(Backoff(shape.Initial, shape.Max, shape.Attempt))
-		return true, d.Release(ctx, tx, []dispatch.Ready{{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: shape.Attempt + 1, NotBefore: at}})
-	case shape.QueueOverlap && t.JobID != uuid.Nil:
-		return true, promoteQueued(ctx, tx, d, t.JobID)
+	done := make(map[uuid.UUID]store.CompleteSoleTasksRow, len(rows))
+	for _, t := range rows {
+		done[t.ID] = t
 	}
-	return true, nil
+	accepted := make([]bool, len(reports))
+	var retries []dispatch.Ready
+	for i, r := range reports {
+		t, ok := done[r.TaskID]
+		if !ok {
+			if err := lateReport(ctx, q, r, outcomes[i]); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		accepted[i] = true
+		switch {
+		case p.Statuses[i] == TaskRetrying:
+			at := t.Now.Add(Backoff(r.Shape.Initial, r.Shape.Max, r.Shape.Attempt))
+			retries = append(retries, dispatch.Ready{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: r.Shape.Attempt + 1, NotBefore: at})
+		case r.Shape.QueueOverlap && t.JobID != uuid.Nil:
+			if err := promoteQueued(ctx, tx, d, t.JobID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return accepted, d.Release(ctx, tx, retries)
 }
 
 // propagateFailure settles the descendants of a task that failed for

@@ -12,41 +12,52 @@ import (
 	"github.com/google/uuid"
 )
 
-const completeSoleTask = `-- name: CompleteSoleTask :one
-WITH t AS (
+const completeSoleTasks = `-- name: CompleteSoleTasks :many
+WITH req AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::bigint[]) AS token,
+           unnest($3::text[]) AS status, unnest($4::text[]) AS outcome,
+           unnest($5::text[]) AS exit_reason, unnest($6::text[]) AS failure_class,
+           unnest($7::text[]) AS error, unnest($8::text[]) AS output,
+           unnest($9::text[]) AS run_status, unnest($10::text[]) AS run_reason
+), t AS (
     UPDATE tasks
-    SET status = $1::text, lease_owner = NULL, lease_expires_at = NULL, last_error = $2::text,
-        finished_at = CASE WHEN $1::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
-    WHERE tasks.id = $3 AND tasks.fencing_token = $4 AND tasks.status = 'running'
-    RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
+    SET status = req.status, lease_owner = NULL, lease_expires_at = NULL, last_error = req.error,
+        finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
+    FROM req
+    WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
+    RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, req.token, req.outcome,
+              req.exit_reason, req.failure_class, req.error, req.output, req.run_status, req.run_reason
 ), a AS (
     UPDATE attempts
-    SET finished_at = now(), outcome = $5::text, exit_reason = $6::text,
-        failure_class = $7::text, error = $2::text, output = $8::text
-    WHERE attempts.task_id = $3 AND attempts.fencing_token = $4 AND attempts.outcome = 'running'
-      AND EXISTS (SELECT 1 FROM t)
+    SET finished_at = now(), outcome = t.outcome, exit_reason = t.exit_reason,
+        failure_class = t.failure_class, error = t.error, output = t.output
+    FROM t
+    WHERE attempts.task_id = t.id AND attempts.fencing_token = t.token AND attempts.outcome = 'running'
 ), r AS (
-    UPDATE runs SET status = $9::text, reason = $10::text, finished_at = now()
-    WHERE runs.id = (SELECT t.run_id FROM t) AND runs.status IN ('pending', 'running') AND $9::text <> ''
-    RETURNING runs.job_id
+    UPDATE runs SET status = t.run_status, reason = t.run_reason, finished_at = now()
+    FROM t
+    WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
+    RETURNING runs.id, runs.job_id
 )
-SELECT t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, (SELECT r.job_id FROM r)::uuid AS job_id FROM t
+SELECT t.id, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id::uuid AS job_id
+FROM t LEFT JOIN r ON r.id = t.run_id
 `
 
-type CompleteSoleTaskParams struct {
-	Status       string
-	Error        string
-	ID           uuid.UUID
-	FencingToken int64
-	Outcome      string
-	ExitReason   string
-	FailureClass string
-	Output       string
-	RunStatus    string
-	RunReason    string
+type CompleteSoleTasksParams struct {
+	Ids            []uuid.UUID
+	FencingTokens  []int64
+	Statuses       []string
+	Outcomes       []string
+	ExitReasons    []string
+	FailureClasses []string
+	Errors         []string
+	Outputs        []string
+	RunStatuses    []string
+	RunReasons     []string
 }
 
-type CompleteSoleTaskRow struct {
+type CompleteSoleTasksRow struct {
+	ID       uuid.UUID
 	RunID    uuid.UUID
 	Queue    string
 	Priority int32
@@ -55,32 +66,47 @@ type CompleteSoleTaskRow struct {
 	JobID    uuid.UUID
 }
 
-// CompleteSoleTask is CompleteTask for a run of one task: the task, its
-// attempt and, when the task ends (@run_status not empty), the run, in one
-// statement. job_id is set when the run finished.
-func (q *Queries) CompleteSoleTask(ctx context.Context, arg CompleteSoleTaskParams) (CompleteSoleTaskRow, error) {
-	row := q.db.QueryRow(ctx, completeSoleTask,
-		arg.Status,
-		arg.Error,
-		arg.ID,
-		arg.FencingToken,
-		arg.Outcome,
-		arg.ExitReason,
-		arg.FailureClass,
-		arg.Output,
-		arg.RunStatus,
-		arg.RunReason,
+// CompleteSoleTasks is CompleteTask for a batch of reports on runs of one
+// task each, in one statement: each task, its attempt and, when the task ends (run_status
+// not empty), its run. A task missing from the answer had a stale report.
+// job_id is set for the runs that finished.
+func (q *Queries) CompleteSoleTasks(ctx context.Context, arg CompleteSoleTasksParams) ([]CompleteSoleTasksRow, error) {
+	rows, err := q.db.Query(ctx, completeSoleTasks,
+		arg.Ids,
+		arg.FencingTokens,
+		arg.Statuses,
+		arg.Outcomes,
+		arg.ExitReasons,
+		arg.FailureClasses,
+		arg.Errors,
+		arg.Outputs,
+		arg.RunStatuses,
+		arg.RunReasons,
 	)
-	var i CompleteSoleTaskRow
-	err := row.Scan(
-		&i.RunID,
-		&i.Queue,
-		&i.Priority,
-		&i.TenantID,
-		&i.Now,
-		&i.JobID,
-	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CompleteSoleTasksRow{}
+	for rows.Next() {
+		var i CompleteSoleTasksRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunID,
+			&i.Queue,
+			&i.Priority,
+			&i.TenantID,
+			&i.Now,
+			&i.JobID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const completeTask = `-- name: CompleteTask :one

@@ -21,19 +21,37 @@ func (w *Worker) startAttempts(ctx context.Context, starts []run.Start) ([]*run.
 	return out, err
 }
 
-// finishAttempts records a batch of reports in one transaction, taking the
-// runs' locks in one order for every batch (by run id).
+// finishAttempts records a batch of reports in one transaction: those on
+// runs of one task in one statement, then the others one by one, taking
+// their runs' locks in one order for every batch (by run id).
 func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bool, error) {
-	order := make([]int, len(reports))
-	for i := range order {
-		order[i] = i
+	var sole, other []int
+	for i, r := range reports {
+		if r.Shape != nil && r.Shape.SingleTask {
+			sole = append(sole, i)
+		} else {
+			other = append(other, i)
+		}
 	}
-	slices.SortFunc(order, func(a, b int) int {
+	slices.SortFunc(other, func(a, b int) int {
 		return slices.Compare(reports[a].RunID[:], reports[b].RunID[:])
 	})
+	soleReports := make([]run.Report, len(sole))
+	for k, i := range sole {
+		soleReports[k] = reports[i]
+	}
 	accepted := make([]bool, len(reports))
 	err := store.InRawTx(ctx, w.cfg.StatePool, func(tx pgx.Tx) error {
-		for _, i := range order {
+		if len(sole) > 0 {
+			ok, err := run.FinishSoleAttempts(ctx, tx, w.dispatcher, soleReports)
+			if err != nil {
+				return err
+			}
+			for k, i := range sole {
+				accepted[i] = ok[k]
+			}
+		}
+		for _, i := range other {
 			ok, err := run.FinishAttempt(ctx, tx, w.dispatcher, reports[i])
 			if err != nil {
 				return err

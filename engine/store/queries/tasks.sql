@@ -145,25 +145,36 @@ FROM (SELECT u.id, count(*)::int AS n FROM unnest(@ids::uuid[]) AS u (id) GROUP 
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
 RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority;
 
--- CompleteSoleTask is CompleteTask for a run of one task: the task, its
--- attempt and, when the task ends (@run_status not empty), the run, in one
--- statement. job_id is set when the run finished.
--- name: CompleteSoleTask :one
-WITH t AS (
+-- CompleteSoleTasks is CompleteTask for a batch of reports on runs of one
+-- task each, in one statement: each task, its attempt and, when the task ends (run_status
+-- not empty), its run. A task missing from the answer had a stale report.
+-- job_id is set for the runs that finished.
+-- name: CompleteSoleTasks :many
+WITH req AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@fencing_tokens::bigint[]) AS token,
+           unnest(@statuses::text[]) AS status, unnest(@outcomes::text[]) AS outcome,
+           unnest(@exit_reasons::text[]) AS exit_reason, unnest(@failure_classes::text[]) AS failure_class,
+           unnest(@errors::text[]) AS error, unnest(@outputs::text[]) AS output,
+           unnest(@run_statuses::text[]) AS run_status, unnest(@run_reasons::text[]) AS run_reason
+), t AS (
     UPDATE tasks
-    SET status = @status::text, lease_owner = NULL, lease_expires_at = NULL, last_error = @error::text,
-        finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
-    WHERE tasks.id = @id AND tasks.fencing_token = @fencing_token AND tasks.status = 'running'
-    RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
+    SET status = req.status, lease_owner = NULL, lease_expires_at = NULL, last_error = req.error,
+        finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
+    FROM req
+    WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
+    RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, req.token, req.outcome,
+              req.exit_reason, req.failure_class, req.error, req.output, req.run_status, req.run_reason
 ), a AS (
     UPDATE attempts
-    SET finished_at = now(), outcome = @outcome::text, exit_reason = @exit_reason::text,
-        failure_class = @failure_class::text, error = @error::text, output = @output::text
-    WHERE attempts.task_id = @id AND attempts.fencing_token = @fencing_token AND attempts.outcome = 'running'
-      AND EXISTS (SELECT 1 FROM t)
+    SET finished_at = now(), outcome = t.outcome, exit_reason = t.exit_reason,
+        failure_class = t.failure_class, error = t.error, output = t.output
+    FROM t
+    WHERE attempts.task_id = t.id AND attempts.fencing_token = t.token AND attempts.outcome = 'running'
 ), r AS (
-    UPDATE runs SET status = @run_status::text, reason = @run_reason::text, finished_at = now()
-    WHERE runs.id = (SELECT t.run_id FROM t) AND runs.status IN ('pending', 'running') AND @run_status::text <> ''
-    RETURNING runs.job_id
+    UPDATE runs SET status = t.run_status, reason = t.run_reason, finished_at = now()
+    FROM t
+    WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
+    RETURNING runs.id, runs.job_id
 )
-SELECT t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, (SELECT r.job_id FROM r)::uuid AS job_id FROM t;
+SELECT t.id, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id::uuid AS job_id
+FROM t LEFT JOIN r ON r.id = t.run_id;
