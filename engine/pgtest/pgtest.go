@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/engine/pgcluster"
+	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/migrations"
 )
 
@@ -131,7 +132,7 @@ func NewDatabase() (dsn string, drop func(), err error) {
 // Pool is DSN plus a pool that closes when t ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), DSN(t))
+	pool, err := store.Open(context.Background(), DSN(t), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

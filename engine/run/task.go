@@ -301,8 +301,8 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 		case p.Statuses[i] == TaskRetrying:
 			at := t.Now.Add(Backoff(r.Shape.Initial, r.Shape.Max, r.Shape.Attempt))
 			retries = append(retries, dispatch.Ready{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: r.Shape.Attempt + 1, NotBefore: at})
-		case r.Shape.QueueOverlap && t.JobID != uuid.Nil:
-			if err := promoteQueued(ctx, tx, d, t.JobID); err != nil {
+		case r.Shape.QueueOverlap && t.JobID != nil:
+			if err := promoteQueued(ctx, tx, d, *t.JobID); err != nil {
 				return nil, err
 			}
 		}

@@ -90,6 +90,9 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 	if n := count(t, pool, "SELECT count(*) FROM attempts WHERE outcome = 'failed' AND error = 'boom'"); n != 2 {
 		t.Fatalf("%d failed attempts recorded", n)
 	}
+	if n := count(t, pool, "SELECT count(*) FROM attempts WHERE exit_reason = 'lease_expired'"); n != 0 {
+		t.Fatalf("%d attempts ended by lease expiry: a report was lost", n)
+	}
 
 	// Replay: one more attempt, which fails and dead-letters again.
 	d, _ := dispatch.New()

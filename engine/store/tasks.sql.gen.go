@@ -39,7 +39,7 @@ WITH req AS (
     WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
     RETURNING runs.id, runs.job_id
 )
-SELECT t.id, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id::uuid AS job_id
+SELECT t.id, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
 FROM t LEFT JOIN r ON r.id = t.run_id
 `
 
@@ -63,7 +63,7 @@ type CompleteSoleTasksRow struct {
 	Priority int32
 	TenantID uuid.UUID
 	Now      time.Time
-	JobID    uuid.UUID
+	JobID    *uuid.UUID
 }
 
 // CompleteSoleTasks is CompleteTask for a batch of reports on runs of one
