@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -253,6 +254,7 @@ func BenchmarkMidnightStorm(b *testing.B) {
 		n, p50, p95, p99, mx := lagStats(b, pool, at, at.Add(time.Second))
 		var lastDone time.Time
 		_ = pool.QueryRow(context.Background(), "SELECT max(finished_at) FROM runs").Scan(&lastDone)
+		printTableStats(pool)
 		b.ReportMetric(float64(n), "started")
 		b.ReportMetric(ms(mx), "all-started-ms")
 		b.ReportMetric(ms(p50), "p50-lag-ms")
@@ -289,6 +291,27 @@ func BenchmarkTickCost(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// printTableStats shows, with ORRERY_BENCH_STATS set, how many of each
+// table's updates were HOT (no index entries written).
+func printTableStats(pool *pgxpool.Pool) {
+	if os.Getenv("ORRERY_BENCH_STATS") == "" {
+		return
+	}
+	rows, err := pool.Query(context.Background(), `SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
+		FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd > 0 ORDER BY relname`)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var ins, upd, hot, del int64
+		if rows.Scan(&name, &ins, &upd, &hot, &del) == nil {
+			fmt.Fprintf(os.Stderr, "%-20s inserts %7d updates %7d (HOT %7d) deletes %7d\n", name, ins, upd, hot, del)
+		}
 	}
 }
 
