@@ -105,16 +105,25 @@ func (d *Dispatcher) Release(ctx context.Context, tx pgx.Tx, ready []Ready) erro
 		}
 		return nil
 	}
-	if _, err := d.river.InsertManyTx(ctx, tx, riverParams(ready)); err != nil {
+	if _, err := d.river.InsertManyTx(ctx, tx, riverParams(ready, false)); err != nil {
 		return fmt.Errorf("dispatch: insert River jobs: %w", err)
 	}
 	return nil
 }
 
-func riverParams(ready []Ready) []river.InsertManyParams {
+// riverParams are the River inserts for ready tasks. unique asks River to
+// drop a job whose (task, attempt) it already has: the relay needs that,
+// since it may insert an outbox row again after a crash. An insert in the
+// state transaction cannot be repeated, so it goes without: River's unique
+// key costs a hash, an index entry per insert and per state change, and
+// made River's share of the insert four times its bare cost.
+func riverParams(ready []Ready, unique bool) []river.InsertManyParams {
 	params := make([]river.InsertManyParams, len(ready))
 	for i, r := range ready {
-		opts := &river.InsertOpts{Queue: r.Queue, Priority: r.Priority, MaxAttempts: 25, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+		opts := &river.InsertOpts{Queue: r.Queue, Priority: r.Priority, MaxAttempts: 25}
+		if unique {
+			opts.UniqueOpts = river.UniqueOpts{ByArgs: true}
+		}
 		if !r.NotBefore.IsZero() {
 			opts.ScheduledAt = r.NotBefore
 		}
@@ -176,7 +185,7 @@ func (d *Dispatcher) relayOnce(ctx context.Context, state *pgxpool.Pool) (int, e
 				ready[i].NotBefore = *r.NotBefore
 			}
 		}
-		if _, err := d.river.InsertMany(ctx, riverParams(ready)); err != nil {
+		if _, err := d.river.InsertMany(ctx, riverParams(ready, true)); err != nil {
 			return fmt.Errorf("insert River jobs: %w", err)
 		}
 		n = len(rows)
