@@ -54,11 +54,11 @@ func (c *specCache) getMany(ctx context.Context, db store.DBTX, keys []specKey) 
 		} else if _, asked := out[k]; !asked {
 			out[k] = nil
 			missing.JobIds = append(missing.JobIds, k.job)
-			missing.Keys = append(missing.Keys, fmt.Sprintf("%s@%d", k.job, k.version))
+			missing.Versions = append(missing.Versions, k.version)
 		}
 	}
 	c.mu.Unlock()
-	if len(missing.Keys) == 0 {
+	if len(missing.JobIds) == 0 {
 		return out, nil
 	}
 	rows, err := store.New(db).JobVersionSpecs(ctx, missing)

@@ -328,13 +328,18 @@ func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (uuid.UUID,
 }
 
 const jobVersionSpecs = `-- name: JobVersionSpecs :many
-SELECT job_id, version, spec FROM job_versions
-WHERE job_id = ANY($1::uuid[]) AND (job_id::text || '@' || version::text) = ANY($2::text[])
+SELECT k.job_id::uuid AS job_id, k.version::bigint AS version, v.spec
+FROM (SELECT unnest($1::uuid[]) AS job_id, unnest($2::bigint[]) AS version) AS k
+CROSS JOIN LATERAL (
+    SELECT jv.spec FROM job_versions AS jv
+    WHERE jv.job_id = k.job_id AND jv.version = k.version
+    LIMIT 1
+) AS v
 `
 
 type JobVersionSpecsParams struct {
-	JobIds []uuid.UUID
-	Keys   []string
+	JobIds   []uuid.UUID
+	Versions []int64
 }
 
 type JobVersionSpecsRow struct {
@@ -343,9 +348,11 @@ type JobVersionSpecsRow struct {
 	Spec    []byte
 }
 
-// JobVersionSpecs reads the specs of several job versions ("job@version").
+// JobVersionSpecs reads the specs of several job versions: one primary
+// key probe each (the LIMIT keeps the planner from turning the probes into
+// a scan of the whole table when its statistics are young).
 func (q *Queries) JobVersionSpecs(ctx context.Context, arg JobVersionSpecsParams) ([]JobVersionSpecsRow, error) {
-	rows, err := q.db.Query(ctx, jobVersionSpecs, arg.JobIds, arg.Keys)
+	rows, err := q.db.Query(ctx, jobVersionSpecs, arg.JobIds, arg.Versions)
 	if err != nil {
 		return nil, err
 	}

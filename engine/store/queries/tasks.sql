@@ -27,10 +27,17 @@ FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id;
 
--- JobVersionSpecs reads the specs of several job versions ("job@version").
+-- JobVersionSpecs reads the specs of several job versions: one primary
+-- key probe each (the LIMIT keeps the planner from turning the probes into
+-- a scan of the whole table when its statistics are young).
 -- name: JobVersionSpecs :many
-SELECT job_id, version, spec FROM job_versions
-WHERE job_id = ANY(@job_ids::uuid[]) AND (job_id::text || '@' || version::text) = ANY(@keys::text[]);
+SELECT k.job_id::uuid AS job_id, k.version::bigint AS version, v.spec
+FROM (SELECT unnest(@job_ids::uuid[]) AS job_id, unnest(@versions::bigint[]) AS version) AS k
+CROSS JOIN LATERAL (
+    SELECT jv.spec FROM job_versions AS jv
+    WHERE jv.job_id = k.job_id AND jv.version = k.version
+    LIMIT 1
+) AS v;
 
 -- RenewTaskLeases extends, in one statement, the leases of every task this
 -- worker runs, at the fencing tokens it holds ("task@token"); tasks missing
