@@ -93,6 +93,7 @@ func BenchmarkRiverBare(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		wal0 := walRecords(b, pool)
 		insertStart := time.Now()
 		for i := 0; i < total; i += 1000 {
 			params := make([]river.InsertManyParams, 1000)
@@ -113,6 +114,8 @@ func BenchmarkRiverBare(b *testing.B) {
 		}
 		took := time.Since(start)
 		_ = client.Stop(ctx)
+		time.Sleep(600 * time.Millisecond) // statistics reach pg_stat_wal within 500 ms
+		b.ReportMetric(float64(walRecords(b, pool)-wal0)/total, "wal-records/job")
 		b.ReportMetric(total/insertTook.Seconds(), "inserts/s")
 		b.ReportMetric(total/took.Seconds(), "jobs/s")
 		b.ReportMetric(total/(took+insertTook).Seconds(), "total-jobs/s")
@@ -166,6 +169,17 @@ func startEngine(b *testing.B, pool *pgxpool.Pool, workers int) {
 	go func() { _ = n.Run(ctx); done <- struct{}{} }()
 	go func() { _ = w.Run(ctx); done <- struct{}{} }()
 	b.Cleanup(func() { cancel(); <-done; <-done })
+}
+
+// walRecords is the cluster's count of WAL records written so far: a
+// measure of the database work (rows and index entries written, locks
+// taken, commits) that does not depend on how busy the machine is.
+func walRecords(b *testing.B, pool *pgxpool.Pool) int64 {
+	var n int64
+	if err := pool.QueryRow(context.Background(), "SELECT wal_records FROM pg_stat_wal").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 func dbTime(b *testing.B, pool *pgxpool.Pool) time.Time {
@@ -243,6 +257,8 @@ func BenchmarkMidnightStorm(b *testing.B) {
 		at := dbTime(b, pool).Truncate(time.Second).Add(8 * time.Second)
 		cron := fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
 		seedJobs(b, pool, "storm", jobs, noopSpec(cron), at)
+		time.Sleep(600 * time.Millisecond) // the seeding's statistics reach pg_stat_wal
+		wal0 := walRecords(b, pool)
 		time.Sleep(time.Until(at))
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
@@ -253,6 +269,8 @@ func BenchmarkMidnightStorm(b *testing.B) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		time.Sleep(600 * time.Millisecond)
+		walPerRun := float64(walRecords(b, pool)-wal0) / jobs
 		n, p50, p95, p99, mx := lagStats(b, pool, at, at.Add(time.Second))
 		var lastDone, lastCreated time.Time
 		_ = pool.QueryRow(context.Background(), "SELECT max(finished_at), max(created_at) FROM runs").Scan(&lastDone, &lastCreated)
@@ -264,6 +282,7 @@ func BenchmarkMidnightStorm(b *testing.B) {
 		b.ReportMetric(ms(p95), "p95-lag-ms")
 		b.ReportMetric(ms(p99), "p99-lag-ms")
 		b.ReportMetric(float64(jobs)/lastDone.Sub(at).Seconds(), "completed/s")
+		b.ReportMetric(walPerRun, "wal-records/run")
 	}
 }
 
@@ -302,6 +321,10 @@ func BenchmarkTickCost(b *testing.B) {
 func printTableStats(pool *pgxpool.Pool) {
 	if os.Getenv("ORRERY_BENCH_STATS") == "" {
 		return
+	}
+	var records, fpi, bytes int64
+	if pool.QueryRow(context.Background(), "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal").Scan(&records, &fpi, &bytes) == nil {
+		fmt.Fprintf(os.Stderr, "WAL (whole cluster, since start): %d records, %d full-page images, %d MB\n", records, fpi, bytes>>20)
 	}
 	rows, err := pool.Query(context.Background(), `SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
 		FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd > 0 ORDER BY relname`)

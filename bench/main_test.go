@@ -41,7 +41,11 @@ func run(m *testing.M) int {
 	if err != nil {
 		return fail(err)
 	}
-	defer os.RemoveAll(dir)
+	if os.Getenv("ORRERY_BENCH_EXPLAIN") == "" {
+		defer os.RemoveAll(dir)
+	} else {
+		fmt.Fprintln(os.Stderr, "bench: PostgreSQL's log (with plans) stays in", dir)
+	}
 	_ = os.Chmod(dir, 0o755)
 	bin := filepath.Join(dir, "orrery")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/orrery").CombinedOutput(); err != nil {
@@ -50,6 +54,14 @@ func run(m *testing.M) int {
 	settings := map[string]string{"max_connections": "300"}
 	if os.Getenv("ORRERY_BENCH_STATS") != "" {
 		settings["shared_preload_libraries"] = "pg_stat_statements"
+	}
+	if v := os.Getenv("ORRERY_BENCH_EXPLAIN"); v != "" { // log plans of statements slower than v ms
+		settings["shared_preload_libraries"] = "auto_explain"
+		settings["auto_explain.log_min_duration"] = v
+		settings["auto_explain.log_analyze"] = "on"
+		settings["auto_explain.log_buffers"] = "on"
+		settings["auto_explain.log_timing"] = "on"
+		settings["auto_explain.log_nested_statements"] = "on"
 	}
 	cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Settings: settings})
 	if err != nil {
