@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/engine/dispatch"
@@ -77,4 +78,14 @@ func Int(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// UUID runs a query returning one UUID.
+func UUID(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -282,14 +282,20 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 	if err != nil {
 		return nil, err
 	}
-	done := make(map[uuid.UUID]store.CompleteSoleTasksRow, len(rows))
+	// By task and token: a stale report may share its batch with the
+	// current attempt's report on the same task.
+	type attemptKey struct {
+		task  uuid.UUID
+		token int64
+	}
+	done := make(map[attemptKey]store.CompleteSoleTasksRow, len(rows))
 	for _, t := range rows {
-		done[t.ID] = t
+		done[attemptKey{t.ID, t.FencingToken}] = t
 	}
 	accepted := make([]bool, len(reports))
 	var retries []dispatch.Ready
 	for i, r := range reports {
-		t, ok := done[r.TaskID]
+		t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
 		if !ok {
 			if err := lateReport(ctx, q, r, outcomes[i]); err != nil {
 				return nil, err

@@ -39,7 +39,7 @@ WITH req AS (
     WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
     RETURNING runs.id, runs.job_id
 )
-SELECT t.id, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
+SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
 FROM t LEFT JOIN r ON r.id = t.run_id
 `
 
@@ -57,13 +57,14 @@ type CompleteSoleTasksParams struct {
 }
 
 type CompleteSoleTasksRow struct {
-	ID       uuid.UUID
-	RunID    uuid.UUID
-	Queue    string
-	Priority int32
-	TenantID uuid.UUID
-	Now      time.Time
-	JobID    *uuid.UUID
+	ID           uuid.UUID
+	FencingToken int64
+	RunID        uuid.UUID
+	Queue        string
+	Priority     int32
+	TenantID     uuid.UUID
+	Now          time.Time
+	JobID        *uuid.UUID
 }
 
 // CompleteSoleTasks is CompleteTask for a batch of reports on runs of one
@@ -92,6 +93,7 @@ func (q *Queries) CompleteSoleTasks(ctx context.Context, arg CompleteSoleTasksPa
 		var i CompleteSoleTasksRow
 		if err := rows.Scan(
 			&i.ID,
+			&i.FencingToken,
 			&i.RunID,
 			&i.Queue,
 			&i.Priority,

@@ -183,5 +183,5 @@ WITH req AS (
     WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
     RETURNING runs.id, runs.job_id
 )
-SELECT t.id, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
+SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
 FROM t LEFT JOIN r ON r.id = t.run_id;
