@@ -47,7 +47,15 @@ func freshDB(b *testing.B) *pgxpool.Pool {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(pool.Close)
+	// Drop the database afterwards, so that autovacuum does not clean up
+	// after one benchmark while the next is measured.
+	b.Cleanup(func() {
+		pool.Close()
+		if admin, err := pgx.Connect(ctx, cluster.DSN("postgres")); err == nil {
+			_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			_ = admin.Close(ctx)
+		}
+	})
 	if _, err := migrations.Up(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
