@@ -153,7 +153,7 @@ func (s *Service) plan(ctx context.Context, q *store.Queries, a Actor, items []I
 			namespaces = append(namespaces, md.Namespace)
 		}
 		c := Change{Namespace: md.Namespace, Name: md.Name}
-		row, err := s.lookup(ctx, q, a, Ref{Namespace: md.Namespace, Name: md.Name}, true)
+		row, err := Lock(ctx, q, a, Ref{Namespace: md.Namespace, Name: md.Name})
 		switch {
 		case err == nil:
 			if current[i], err = fromRow(row); err != nil {

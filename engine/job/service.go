@@ -204,14 +204,20 @@ func audit(ctx context.Context, q *store.Queries, a Actor, action string, before
 
 // Get returns one job of the actor's tenant (deleted ones too, by ID).
 func (s *Service) Get(ctx context.Context, a Actor, ref Ref) (*Job, error) {
-	row, err := s.lookup(ctx, store.New(s.pool), a, ref, false)
+	row, err := lookup(ctx, store.New(s.pool), a, ref, false)
 	if err != nil {
 		return nil, err
 	}
 	return fromRow(row)
 }
 
-func (s *Service) lookup(ctx context.Context, q *store.Queries, a Actor, ref Ref, forUpdate bool) (store.Job, error) {
+// Lock reads one job of the actor's tenant (deleted ones too, by ID) in
+// q's transaction and locks its row until the transaction ends.
+func Lock(ctx context.Context, q *store.Queries, a Actor, ref Ref) (store.Job, error) {
+	return lookup(ctx, q, a, ref, true)
+}
+
+func lookup(ctx context.Context, q *store.Queries, a Actor, ref Ref, forUpdate bool) (store.Job, error) {
 	var row store.Job
 	var err error
 	switch {
@@ -250,7 +256,7 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 	}
 	var out *Job
 	err = store.InTx(ctx, s.pool, func(q *store.Queries) error {
-		row, err := s.lookup(ctx, q, a, ref, true)
+		row, err := Lock(ctx, q, a, ref)
 		if err != nil {
 			return err
 		}
@@ -358,7 +364,7 @@ type transition func(j *Job, now time.Time) (status string, next *time.Time, err
 func (s *Service) setStatus(ctx context.Context, a Actor, ref Ref, action string, to transition) (*Job, error) {
 	var out *Job
 	err := store.InTx(ctx, s.pool, func(q *store.Queries) error {
-		row, err := s.lookup(ctx, q, a, ref, true)
+		row, err := Lock(ctx, q, a, ref)
 		if err != nil {
 			return err
 		}

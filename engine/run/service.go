@@ -152,17 +152,17 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID) (*Detail, 
 // With an idempotency key, a replay returns the first run; another request
 // under the same key is job.ErrIdempotencyConflict.
 func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key string, ignoreOverlap bool) (*Run, error) {
-	j, err := s.jobs.Get(ctx, a, ref)
-	if err != nil {
-		return nil, err
-	}
-	if j.Status == job.StatusDeleted {
-		return nil, fmt.Errorf("%w: %s", job.ErrDeleted, ref)
-	}
-	reqHash := sha256.Sum256([]byte(fmt.Sprintf("%s|%v", j.ID, ignoreOverlap)))
 	var out Run
-	err = store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
 		q := store.New(tx)
+		row, err := job.Lock(ctx, q, a, ref)
+		if err != nil {
+			return err
+		}
+		if row.Status == job.StatusDeleted {
+			return fmt.Errorf("%w: %s", job.ErrDeleted, ref)
+		}
+		reqHash := sha256.Sum256([]byte(fmt.Sprintf("%s|%v", row.ID, ignoreOverlap)))
 		if key != "" {
 			prev, err := q.GetTriggerKey(ctx, store.GetTriggerKeyParams{TenantID: a.Tenant, Key: key})
 			switch {
@@ -174,10 +174,6 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 				return err
 			}
 		}
-		row, err := q.JobForTrigger(ctx, store.JobForTriggerParams{TenantID: a.Tenant, ID: j.ID})
-		if err != nil {
-			return err
-		}
 		var spec dag.JobSpec
 		if err := json.Unmarshal(row.Spec, &spec); err != nil {
 			return err
@@ -188,7 +184,7 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 		}
 		status, reason := StatusPending, ""
 		if !ignoreOverlap {
-			active, err := q.ActiveRuns(ctx, []uuid.UUID{j.ID})
+			active, err := q.ActiveRuns(ctx, []uuid.UUID{row.ID})
 			if err != nil {
 				return err
 			}

@@ -447,44 +447,6 @@ func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error 
 	return err
 }
 
-const jobForTrigger = `-- name: JobForTrigger :one
-SELECT id, tenant_id, namespace, name, version, spec, shard, status FROM jobs
-WHERE tenant_id = $1 AND id = $2
-FOR UPDATE
-`
-
-type JobForTriggerParams struct {
-	TenantID uuid.UUID
-	ID       uuid.UUID
-}
-
-type JobForTriggerRow struct {
-	ID        uuid.UUID
-	TenantID  uuid.UUID
-	Namespace string
-	Name      string
-	Version   int64
-	Spec      []byte
-	Shard     int32
-	Status    string
-}
-
-func (q *Queries) JobForTrigger(ctx context.Context, arg JobForTriggerParams) (JobForTriggerRow, error) {
-	row := q.db.QueryRow(ctx, jobForTrigger, arg.TenantID, arg.ID)
-	var i JobForTriggerRow
-	err := row.Scan(
-		&i.ID,
-		&i.TenantID,
-		&i.Namespace,
-		&i.Name,
-		&i.Version,
-		&i.Spec,
-		&i.Shard,
-		&i.Status,
-	)
-	return i, err
-}
-
 const listDeadLetters = `-- name: ListDeadLetters :many
 SELECT t.id, t.run_id, t.step, t.attempt, t.queue, t.last_error, t.finished_at, r.job_id, r.scheduled_for,
        j.namespace, j.name AS job_name

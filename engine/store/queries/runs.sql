@@ -165,11 +165,6 @@ WHERE id IN (SELECT id FROM d) AND status = 'upstream_failed';
 UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
 WHERE id = ANY(@ids::uuid[]) AND status IN ('failed', 'dead_lettered');
 
--- name: JobForTrigger :one
-SELECT id, tenant_id, namespace, name, version, spec, shard, status FROM jobs
-WHERE tenant_id = @tenant_id AND id = @id
-FOR UPDATE;
-
 -- LockRun serializes the transactions that finish tasks of one run, so
 -- the last of them sees every task terminal and finishes the run.
 -- name: LockRun :one
