@@ -91,18 +91,15 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	if err != nil {
 		return nil, "", err
 	}
-	before := runToken{At: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), ID: maxUUID}
-	if f.PageToken != "" && store.DecodePageToken(f.PageToken, &before) != nil {
-		return nil, "", &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
+	before, err := decodeRunToken(f.PageToken)
+	if err != nil {
+		return nil, "", err
 	}
-	p := store.ListRunsParams{TenantID: a.Tenant, Since: f.Since, Until: f.Until, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
-	if f.Job != (job.Ref{}) {
-		j, err := s.jobs.Get(ctx, a, f.Job)
-		if err != nil {
-			return nil, "", err
-		}
-		p.JobID = &j.ID
+	jobID, err := s.jobID(ctx, a, f.Job)
+	if err != nil {
+		return nil, "", err
 	}
+	p := store.ListRunsParams{TenantID: a.Tenant, JobID: jobID, Since: f.Since, Until: f.Until, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
 	if f.Status != "" {
 		p.Status = &f.Status
 	}
@@ -297,18 +294,41 @@ func (s *Service) ListDeadLetters(ctx context.Context, a job.Actor, jobRef job.R
 	if err != nil {
 		return nil, "", err
 	}
+	before, err := decodeRunToken(token)
+	if err != nil {
+		return nil, "", err
+	}
+	jobID, err := s.jobID(ctx, a, jobRef)
+	if err != nil {
+		return nil, "", err
+	}
+	return s.deadLetters(ctx, a, jobID, size, before)
+}
+
+// decodeRunToken reads a page token of runs or dead letters ("" = first page).
+func decodeRunToken(token string) (runToken, error) {
 	before := runToken{At: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), ID: maxUUID}
 	if token != "" && store.DecodePageToken(token, &before) != nil {
-		return nil, "", &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
+		return before, &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
 	}
-	p := store.ListDeadLettersParams{TenantID: a.Tenant, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
-	if jobRef != (job.Ref{}) {
-		j, err := s.jobs.Get(ctx, a, jobRef)
-		if err != nil {
-			return nil, "", err
-		}
-		p.JobID = &j.ID
+	return before, nil
+}
+
+// jobID resolves an optional job reference (nil: no job given).
+func (s *Service) jobID(ctx context.Context, a job.Actor, ref job.Ref) (*uuid.UUID, error) {
+	if ref == (job.Ref{}) {
+		return nil, nil
 	}
+	j, err := s.jobs.Get(ctx, a, ref)
+	if err != nil {
+		return nil, err
+	}
+	return &j.ID, nil
+}
+
+// deadLetters reads one page of dead letters, of one job if jobID is set.
+func (s *Service) deadLetters(ctx context.Context, a job.Actor, jobID *uuid.UUID, size int, before runToken) ([]DeadLetter, string, error) {
+	p := store.ListDeadLettersParams{TenantID: a.Tenant, JobID: jobID, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
 	rows, err := store.New(s.pool).ListDeadLetters(ctx, p)
 	if err != nil {
 		return nil, "", err
@@ -326,16 +346,23 @@ func (s *Service) ReplayDeadLetters(ctx context.Context, a job.Actor, ids []uuid
 		if limit <= 0 || limit > 10_000 {
 			limit = 10_000
 		}
-		for token := ""; len(ids) < limit; {
-			page, next, err := s.ListDeadLetters(ctx, a, jobRef, job.MaxPageSize, token)
+		jobID, err := s.jobID(ctx, a, jobRef)
+		if err != nil {
+			return nil, err
+		}
+		for before, _ := decodeRunToken(""); len(ids) < limit; {
+			page, next, err := s.deadLetters(ctx, a, jobID, job.MaxPageSize, before)
 			if err != nil {
 				return nil, err
 			}
 			for _, d := range page {
 				ids = append(ids, d.ID)
 			}
-			if token = next; next == "" {
+			if next == "" {
 				break
+			}
+			if before, err = decodeRunToken(next); err != nil {
+				return nil, err
 			}
 		}
 		if len(ids) > limit {
