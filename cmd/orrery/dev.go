@@ -49,7 +49,7 @@ Ctrl-C. A second run reuses the data.`,
 					log.Error("stop PostgreSQL", "err", err)
 				}
 			}()
-			pool, err := store.Open(ctx, cluster.DSN(""), 0)
+			pool, err := store.Open(ctx, cluster.DSN(""), st.poolOptions())
 			if err != nil {
 				return err
 			}

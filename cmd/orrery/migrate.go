@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/migrations"
 )
 
@@ -18,7 +19,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			state, queue, closeAll, err := dbs.pools(ctx)
+			state, queue, closeAll, err := dbs.pools(ctx, store.Options{})
 			if err != nil {
 				return err
 			}
@@ -41,7 +42,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			state, queue, closeAll, err := dbs.pools(ctx)
+			state, queue, closeAll, err := dbs.pools(ctx, store.Options{})
 			if err != nil {
 				return err
 			}

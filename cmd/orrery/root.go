@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -22,8 +23,15 @@ func newRootCmd() *cobra.Command {
 		Short:         "Orrery: a distributed job scheduler and DAG workflow engine",
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
-			applyEnv(cmd.Flags())
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+			}
+			return nil
 		},
 	}
 	pf := root.PersistentFlags()
@@ -34,16 +42,22 @@ func newRootCmd() *cobra.Command {
 }
 
 // applyEnv fills every flag the user did not set from ORRERY_<FLAG>
-// (dashes become underscores): --queue-db from ORRERY_QUEUE_DB.
-func applyEnv(fs *pflag.FlagSet) {
+// (dashes become underscores): --queue-db from ORRERY_QUEUE_DB. A value
+// the flag refuses is an error naming the variable.
+func applyEnv(fs *pflag.FlagSet) error {
+	var first error
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed {
+		if f.Changed || first != nil {
 			return
 		}
-		if v, ok := os.LookupEnv("ORRERY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))); ok {
-			_ = fs.Set(f.Name, v)
+		name := "ORRERY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				first = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
 		}
 	})
+	return first
 }
 
 func (g *globals) logger() *slog.Logger {

@@ -36,17 +36,17 @@ func (f *dbFlags) validate() error {
 
 // pools checks the flags, then opens the state pool and, when it
 // differs, the queue pool.
-func (f *dbFlags) pools(ctx context.Context) (state, queue *pgxpool.Pool, closeAll func(), err error) {
+func (f *dbFlags) pools(ctx context.Context, opts store.Options) (state, queue *pgxpool.Pool, closeAll func(), err error) {
 	if err := f.validate(); err != nil {
 		return nil, nil, nil, err
 	}
-	if state, err = store.Open(ctx, f.db, 0); err != nil {
+	if state, err = store.Open(ctx, f.db, opts); err != nil {
 		return nil, nil, nil, fmt.Errorf("--db: %w", err)
 	}
 	if f.queueDB == f.db {
 		return state, state, state.Close, nil
 	}
-	if queue, err = store.Open(ctx, f.queueDB, 0); err != nil {
+	if queue, err = store.Open(ctx, f.queueDB, opts); err != nil {
 		state.Close()
 		return nil, nil, nil, fmt.Errorf("--queue-db: %w", err)
 	}
@@ -70,7 +70,7 @@ serve processes against one database to spread the shards.`,
 				return err
 			}
 			ctx := cmd.Context()
-			state, queue, closeAll, err := dbs.pools(ctx)
+			state, queue, closeAll, err := dbs.pools(ctx, st.poolOptions())
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,9 +16,11 @@ import (
 	"github.com/orrery-dev/orrery/api"
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/node"
 	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/worker"
 )
 
@@ -30,6 +33,7 @@ type stackFlags struct {
 	workers      []string
 	allowCommand []string
 	leaseTTL     time.Duration
+	idleInTx     time.Duration
 	noScheduler  bool
 }
 
@@ -47,6 +51,33 @@ func (f *stackFlags) register(fs *pflag.FlagSet, api bool) {
 	}
 	fs.StringArrayVar(&f.allowCommand, "allow-command", nil, "programs command steps may run, as path patterns (/opt/etl/*); none by default")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 15*time.Second, "task lease TTL: a dead worker's tasks retry after it")
+	fs.DurationVar(&f.idleInTx, "idle-tx-timeout", 0, "end a database session idle inside a transaction this long, so a stopped process cannot hold locks past its leases (default half the shortest lease TTL)")
+}
+
+// poolOptions bound the database sessions of this process: a process
+// stopped inside a transaction loses its locks (and so its shards and
+// tasks) within half its shortest lease.
+func (f *stackFlags) poolOptions() store.Options {
+	idle := f.idleInTx
+	if idle == 0 {
+		shortest := f.leaseTTL
+		if f.shardTTL > 0 {
+			shortest = min(shortest, f.shardTTL)
+		}
+		idle = shortest / 2
+	}
+	return store.Options{IdleInTx: idle}
+}
+
+// failpoints arms the test seams named in ORRERY_FAILPOINTS (see package
+// failpoint); tests that run this binary use it to stop a process at an
+// exact point. Unset in production.
+func failpoints() (*failpoint.Set, error) {
+	fp, err := failpoint.Parse(os.Getenv("ORRERY_FAILPOINTS"))
+	if err != nil {
+		return nil, fmt.Errorf("ORRERY_FAILPOINTS: %w", err)
+	}
+	return fp, nil
 }
 
 // queues parses NAME=CONCURRENCY pairs.
@@ -75,13 +106,17 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 		return err
 	}
 	runs := run.NewService(state, jobs, d)
+	fp, err := failpoints()
+	if err != nil {
+		return err
+	}
 	srv, err := api.Listen(f.addr, api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state}, log))
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
 	parts := []func(context.Context) error{srv.Serve}
 	if !f.noScheduler {
-		n, err := node.New(ctx, node.Config{Pool: state, Dispatcher: d, Name: f.name, ShardTTL: f.shardTTL, MisfireAfter: f.misfireAfter, Logger: log})
+		n, err := node.New(ctx, node.Config{Pool: state, Dispatcher: d, Name: f.name, ShardTTL: f.shardTTL, MisfireAfter: f.misfireAfter, Logger: log, Failpoints: fp})
 		if err != nil {
 			return err
 		}
@@ -89,7 +124,7 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	}
 	if len(queues) > 0 {
 		w, err := worker.New(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: f.name, LeaseTTL: f.leaseTTL,
-			AllowCommand: f.allowCommand, Handlers: handlers, Logger: log})
+			AllowCommand: f.allowCommand, Handlers: handlers, Logger: log, Failpoints: fp})
 		if err != nil {
 			return err
 		}

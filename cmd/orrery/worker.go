@@ -24,13 +24,17 @@ func newWorkerCmd(g *globals) *cobra.Command {
 				return errors.New("--queue NAME=CONCURRENCY is required, at least once")
 			}
 			ctx := cmd.Context()
-			state, queue, closeAll, err := dbs.pools(ctx)
+			state, queue, closeAll, err := dbs.pools(ctx, st.poolOptions())
 			if err != nil {
 				return err
 			}
 			defer closeAll()
+			fp, err := failpoints()
+			if err != nil {
+				return err
+			}
 			w, err := worker.New(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: st.name,
-				LeaseTTL: st.leaseTTL, AllowCommand: st.allowCommand, Logger: g.logger()})
+				LeaseTTL: st.leaseTTL, AllowCommand: st.allowCommand, Logger: g.logger(), Failpoints: fp})
 			if err != nil {
 				return err
 			}

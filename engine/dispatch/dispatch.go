@@ -27,10 +27,13 @@ import (
 
 // TaskArgs is the River job for one attempt of one task. Attempt is the
 // number of the attempt it starts; with the task id it is the job's unique
-// key, so a replayed insert is harmless.
+// key, so a replayed insert is harmless. Redelivers is set on a job that
+// replaces one a dead worker fetched and never started (that job's River
+// id): a key of its own, since the stranded job still holds the first.
 type TaskArgs struct {
-	TaskID  uuid.UUID `json:"task_id" river:"unique"`
-	Attempt int       `json:"attempt" river:"unique"`
+	TaskID     uuid.UUID `json:"task_id" river:"unique"`
+	Attempt    int       `json:"attempt" river:"unique"`
+	Redelivers int64     `json:"redelivers,omitempty" river:"unique"`
 }
 
 // Kind is the River job kind of TaskArgs.
@@ -46,6 +49,8 @@ type Ready struct {
 	// NotBefore delays the attempt (retry backoff): an instant computed from
 	// the database's clock, never this process's. Zero: now.
 	NotBefore time.Time
+	// Redelivers is the River job this one replaces (see TaskArgs).
+	Redelivers int64
 }
 
 // Dispatcher inserts River jobs for released tasks.
@@ -99,6 +104,7 @@ func (d *Dispatcher) Release(ctx context.Context, tx pgx.Tx, ready []Ready) erro
 			p.Priorities = append(p.Priorities, int32(r.Priority))
 			p.Attempts = append(p.Attempts, int32(r.Attempt))
 			p.NotBefores = append(p.NotBefores, r.NotBefore)
+			p.Redelivers = append(p.Redelivers, r.Redelivers)
 		}
 		if err := store.New(tx).InsertOutbox(ctx, p); err != nil {
 			return fmt.Errorf("dispatch: outbox: %w", err)
@@ -127,7 +133,7 @@ func riverParams(ready []Ready, unique bool) []river.InsertManyParams {
 		if !r.NotBefore.IsZero() {
 			opts.ScheduledAt = r.NotBefore
 		}
-		params[i] = river.InsertManyParams{Args: TaskArgs{TaskID: r.TaskID, Attempt: r.Attempt}, InsertOpts: opts}
+		params[i] = river.InsertManyParams{Args: TaskArgs{TaskID: r.TaskID, Attempt: r.Attempt, Redelivers: r.Redelivers}, InsertOpts: opts}
 	}
 	return params
 }
@@ -180,7 +186,7 @@ func (d *Dispatcher) relayOnce(ctx context.Context, state *pgxpool.Pool) (int, e
 		ids := make([]uuid.UUID, len(rows))
 		for i, r := range rows {
 			ids[i] = r.ID
-			ready[i] = Ready{TaskID: r.TaskID, Tenant: r.TenantID, Queue: r.Queue, Priority: int(r.Priority), Attempt: int(r.Attempt)}
+			ready[i] = Ready{TaskID: r.TaskID, Tenant: r.TenantID, Queue: r.Queue, Priority: int(r.Priority), Attempt: int(r.Attempt), Redelivers: r.Redelivers}
 			if r.NotBefore != nil {
 				ready[i].NotBefore = *r.NotBefore
 			}

@@ -1,11 +1,13 @@
 // Package node assembles one scheduler node: its shard leases, the
-// scheduler that fires the shards it owns, the reaper of lapsed task
-// leases, and (when River lives in its own database) the outbox relay. The API and worker pools run beside it in the same process or
+// scheduler that fires the shards it owns, the reaper of lapsed task and
+// worker leases, and (when River lives in its own database) the outbox
+// relay. The API and worker pools run beside it in the same process or
 // elsewhere.
 package node
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/scheduler"
 	"github.com/orrery-dev/orrery/shard"
 )
@@ -28,6 +31,21 @@ type Config struct {
 	// MisfireAfter: see scheduler.Config.
 	MisfireAfter time.Duration
 	Logger       *slog.Logger
+	// Failpoints arms the scheduler's test seams; nil in production.
+	Failpoints *failpoint.Set
+}
+
+func (c *Config) withDefaults() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("node: Config.Pool is required")
+	case c.Dispatcher == nil:
+		return errors.New("node: Config.Dispatcher is required")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
 }
 
 // Node is a running scheduler node.
@@ -40,21 +58,26 @@ type Node struct {
 
 // New builds a node; Run runs it.
 func New(ctx context.Context, cfg Config) (*Node, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
 	}
 	mgr, err := shard.NewManager(ctx, cfg.Pool, shard.Config{NodeName: cfg.Name, TTL: cfg.ShardTTL, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
-	s, err := scheduler.New(scheduler.Config{Pool: cfg.Pool, Shards: mgr, Dispatcher: cfg.Dispatcher, MisfireAfter: cfg.MisfireAfter, Logger: cfg.Logger})
+	s, err := scheduler.New(scheduler.Config{Pool: cfg.Pool, Shards: mgr, Dispatcher: cfg.Dispatcher, MisfireAfter: cfg.MisfireAfter,
+		Logger: cfg.Logger, Failpoints: cfg.Failpoints})
+	if err != nil {
+		return nil, err
+	}
+	reaper, err := scheduler.NewReaper(scheduler.ReaperConfig{Pool: cfg.Pool, Dispatcher: cfg.Dispatcher, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
 	relay := func(ctx context.Context) error {
 		return cfg.Dispatcher.Relay(ctx, cfg.Pool, 20*time.Millisecond, cfg.Logger)
 	}
-	return &Node{Shards: mgr, Scheduler: s, reaper: &scheduler.Reaper{Pool: cfg.Pool, Dispatcher: cfg.Dispatcher, Logger: cfg.Logger}, relay: relay}, nil
+	return &Node{Shards: mgr, Scheduler: s, reaper: reaper, relay: relay}, nil
 }
 
 // Run runs the node until ctx ends; on the way out its shards are released

@@ -132,7 +132,7 @@ func NewDatabase() (dsn string, drop func(), err error) {
 // Pool is DSN plus a pool that closes when t ends.
 func Pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := store.Open(context.Background(), DSN(t), 0)
+	pool, err := store.Open(context.Background(), DSN(t), store.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -169,7 +169,7 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 	}
 	status, outcome := outcomeOf(res, shape)
 	t, err := q.CompleteTask(ctx, store.CompleteTaskParams{
-		ID: r.TaskID, FencingToken: r.FencingToken, Status: status, Outcome: outcome, ExitReason: res.ExitReason,
+		ID: r.TaskID, FencingToken: r.FencingToken, Expired: r.Expired, Status: status, Outcome: outcome, ExitReason: res.ExitReason,
 		FailureClass: res.FailureClass, Error: res.Error, Output: res.Output,
 	})
 	if store.IsNotFound(err) {
@@ -277,6 +277,7 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 		p.Outputs = append(p.Outputs, res.Output)
 		p.RunStatuses = append(p.RunStatuses, runStatus)
 		p.RunReasons = append(p.RunReasons, runReason)
+		p.Expired = append(p.Expired, r.Expired)
 	}
 	rows, err := q.CompleteSoleTasks(ctx, p)
 	if err != nil {

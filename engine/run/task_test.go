@@ -51,6 +51,9 @@ func TestSoleReportsBatchStaleBesideCurrent(t *testing.T) {
 	}
 	first := start(1)
 	// The lease of attempt 1 lapses: the reaper's report moves the token on.
+	if _, err := pool.Exec(ctx, "UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1", taskID); err != nil {
+		t.Fatal(err)
+	}
 	if err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
 		_, err := run.FinishAttempt(ctx, tx, d, run.Report{TaskID: taskID, FencingToken: first.Call.FencingToken, Expired: true,
 			Result: executor.Result{ExitReason: executor.ReasonLeaseExpired, FailureClass: executor.ClassSystem, Retryable: true}})

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -13,27 +14,67 @@ import (
 	"github.com/orrery-dev/orrery/engine/store"
 )
 
-// Reaper finds running tasks whose lease lapsed and fails their attempts
-// as lease_expired, so the tasks retry with a new fencing token. Every
-// scheduler node runs one; SKIP LOCKED keeps them apart.
+// Reaper gives every task whose worker died or stopped a way out, every
+// Interval:
+//
+//   - a running task whose lease lapsed has its attempt failed as
+//     lease_expired, so it retries with a new fencing token (or is
+//     dead-lettered);
+//   - a task whose River job a worker fetched but never started (the worker
+//     died between River's fetch and the attempt's start: the task is still
+//     queued or retrying, and has no lease) is delivered again once that
+//     worker's own lease lapses.
+//
+// Both are bounded by the worker's lease TTL plus one Interval after the
+// failure. Every scheduler node runs a reaper; SKIP LOCKED and fencing
+// tokens keep them apart.
 type Reaper struct {
+	cfg ReaperConfig
+}
+
+// ReaperConfig configures a Reaper.
+type ReaperConfig struct {
 	Pool       *pgxpool.Pool
 	Dispatcher *dispatch.Dispatcher
-	Interval   time.Duration // default 1 s
-	Logger     *slog.Logger
+	// Interval between passes; default 1 s.
+	Interval time.Duration
+	// Batch is how many lapsed leases one transaction fails; default 100.
+	Batch  int
+	Logger *slog.Logger
+}
+
+func (c *ReaperConfig) withDefaults() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("scheduler: ReaperConfig.Pool is required")
+	case c.Dispatcher == nil:
+		return errors.New("scheduler: ReaperConfig.Dispatcher is required")
+	case c.Interval < 0 || c.Batch < 0:
+		return errors.New("scheduler: ReaperConfig.Interval and Batch must not be negative")
+	}
+	if c.Interval == 0 {
+		c.Interval = time.Second
+	}
+	if c.Batch == 0 {
+		c.Batch = 100
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// NewReaper returns a Reaper; Run starts it.
+func NewReaper(cfg ReaperConfig) (*Reaper, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	return &Reaper{cfg: cfg}, nil
 }
 
 // Run reaps until ctx ends.
 func (r *Reaper) Run(ctx context.Context) error {
-	interval := r.Interval
-	if interval == 0 {
-		interval = time.Second
-	}
-	log := r.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	t := time.NewTicker(interval)
+	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
@@ -41,25 +82,67 @@ func (r *Reaper) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		for {
-			var n int
-			err := store.InRawTx(ctx, r.Pool, func(tx pgx.Tx) error {
-				var err error
-				n, err = run.ExpireLeases(ctx, tx, r.Dispatcher, 100)
-				return err
-			})
+		if err := r.expireLeases(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("expire task leases", "err", err)
+		}
+		if err := r.sweepLapsedWorkers(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("redeliver what lapsed workers fetched", "err", err)
+		}
+	}
+}
+
+// expireLeases fails lapsed task leases, a batch per transaction, until
+// none is left.
+func (r *Reaper) expireLeases(ctx context.Context) error {
+	for {
+		var n int
+		err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+			var err error
+			n, err = run.ExpireLeases(ctx, tx, r.cfg.Dispatcher, r.cfg.Batch)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			r.cfg.Logger.Warn("task leases expired; attempts failed as lease_expired", "count", n)
+		}
+		if n < r.cfg.Batch {
+			return nil
+		}
+	}
+}
+
+// sweepLapsedWorkers redelivers what lapsed workers fetched and never
+// started, one worker per transaction: claiming the worker (marking it
+// swept) and redelivering its tasks commit together.
+func (r *Reaper) sweepLapsedWorkers(ctx context.Context) error {
+	for {
+		var name string
+		var n int
+		err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+			q := store.New(tx)
+			w, err := q.ClaimLapsedWorker(ctx)
+			if store.IsNotFound(err) {
+				name = ""
+				return q.ForgetOldWorkers(ctx)
+			}
 			if err != nil {
-				if ctx.Err() == nil {
-					log.Error("expire task leases", "err", err)
-				}
-				break
+				return err
 			}
-			if n > 0 {
-				log.Warn("task leases expired; attempts failed as lease_expired", "count", n)
+			name = w.Name
+			fetched, err := r.cfg.Dispatcher.FetchedBy(ctx, tx, w.ID.String())
+			if err != nil {
+				return err
 			}
-			if n < 100 {
-				break
-			}
+			n, err = run.Redeliver(ctx, tx, r.cfg.Dispatcher, fetched)
+			return err
+		})
+		if err != nil || name == "" {
+			return err
+		}
+		if n > 0 {
+			r.cfg.Logger.Warn("worker lease lapsed; tasks it fetched but never started were delivered again", "worker", name, "count", n)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/shard"
@@ -38,7 +39,13 @@ type Config struct {
 	// created job that is due at once is seen; default 200 ms.
 	MaxSleep time.Duration
 	Logger   *slog.Logger
+	// Failpoints arms FailpointFireTx; nil in production.
+	Failpoints *failpoint.Set
 }
+
+// FailpointFireTx is hit inside the firing transaction, once the shards'
+// fence holds its locks and before the due jobs are read.
+const FailpointFireTx = "scheduler/fire-tx"
 
 func (c *Config) withDefaults() error {
 	switch {
@@ -218,6 +225,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			}
 			return shard.ErrLost
 		}
+		s.cfg.Failpoints.Hit(FailpointFireTx)
 		rows, err := q.DueJobs(ctx, store.DueJobsParams{Shards: ids, Batch: int32(s.cfg.Batch)})
 		if err != nil || len(rows) == 0 {
 			taken = 0

@@ -22,12 +22,13 @@ func (q *Queries) DeleteOutbox(ctx context.Context, ids []uuid.UUID) error {
 }
 
 const insertOutbox = `-- name: InsertOutbox :exec
-INSERT INTO dispatch_outbox (id, task_id, tenant_id, queue, priority, attempt, not_before, created_at)
-SELECT u.id, u.task_id, u.tenant_id, u.queue, u.priority, u.attempt, CASE WHEN u.not_before > '1970-01-01' THEN u.not_before END, now()
+INSERT INTO dispatch_outbox (id, task_id, tenant_id, queue, priority, attempt, not_before, redelivers, created_at)
+SELECT u.id, u.task_id, u.tenant_id, u.queue, u.priority, u.attempt, CASE WHEN u.not_before > '1970-01-01' THEN u.not_before END,
+       u.redelivers, now()
 FROM (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS task_id, unnest($3::uuid[]) AS tenant_id,
            unnest($4::text[]) AS queue, unnest($5::int[]) AS priority, unnest($6::int[]) AS attempt,
-           unnest($7::timestamptz[]) AS not_before
+           unnest($7::timestamptz[]) AS not_before, unnest($8::bigint[]) AS redelivers
 ) AS u
 `
 
@@ -39,6 +40,7 @@ type InsertOutboxParams struct {
 	Priorities []int32
 	Attempts   []int32
 	NotBefores []time.Time
+	Redelivers []int64
 }
 
 func (q *Queries) InsertOutbox(ctx context.Context, arg InsertOutboxParams) error {
@@ -50,12 +52,13 @@ func (q *Queries) InsertOutbox(ctx context.Context, arg InsertOutboxParams) erro
 		arg.Priorities,
 		arg.Attempts,
 		arg.NotBefores,
+		arg.Redelivers,
 	)
 	return err
 }
 
 const pendingOutbox = `-- name: PendingOutbox :many
-SELECT id, task_id, tenant_id, queue, priority, attempt, not_before, created_at FROM dispatch_outbox ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED
+SELECT id, task_id, tenant_id, queue, priority, attempt, not_before, created_at, redelivers FROM dispatch_outbox ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED
 `
 
 func (q *Queries) PendingOutbox(ctx context.Context, batch int32) ([]DispatchOutbox, error) {
@@ -76,6 +79,7 @@ func (q *Queries) PendingOutbox(ctx context.Context, batch int32) ([]DispatchOut
 			&i.Attempt,
 			&i.NotBefore,
 			&i.CreatedAt,
+			&i.Redelivers,
 		); err != nil {
 			return nil, err
 		}

@@ -18,15 +18,31 @@ import (
 	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
 
+// Options bound a pool.
+type Options struct {
+	// MaxConns bounds the pool (0: pgx's default).
+	MaxConns int32
+	// IdleInTx ends a session that sits idle inside a transaction this long
+	// (idle_in_transaction_session_timeout, which CockroachDB has too): the
+	// server rolls the transaction back and closes the session. A process
+	// stopped mid-transaction (SIGSTOP, a debugger, a paused VM) then cannot
+	// keep its row locks, such as the shard fence a claim must skip, past
+	// its leases. Orrery's transactions never wait on their client for
+	// long. 0: no bound.
+	IdleInTx time.Duration
+}
+
 // Open connects a pool to the database at dsn and checks it answers.
-// MaxConns bounds the pool (0: pgx's default).
-func Open(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+func Open(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: bad database URL: %w", err)
 	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	if opts.IdleInTx > 0 {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(opts.IdleInTx.Milliseconds())
 	}
 	cfg.AfterConnect = RegisterTypes
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)

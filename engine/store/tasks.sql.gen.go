@@ -18,13 +18,15 @@ WITH req AS (
            unnest($3::text[]) AS status, unnest($4::text[]) AS outcome,
            unnest($5::text[]) AS exit_reason, unnest($6::text[]) AS failure_class,
            unnest($7::text[]) AS error, unnest($8::text[]) AS output,
-           unnest($9::text[]) AS run_status, unnest($10::text[]) AS run_reason
+           unnest($9::text[]) AS run_status, unnest($10::text[]) AS run_reason,
+           unnest($11::bool[]) AS expired
 ), t AS (
     UPDATE tasks
     SET status = req.status, lease_owner = NULL, lease_expires_at = NULL, last_error = req.error,
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
+      AND (NOT req.expired OR tasks.lease_expires_at <= now())
     RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, req.token, req.outcome,
               req.exit_reason, req.failure_class, req.error, req.output, req.run_status, req.run_reason
 ), a AS (
@@ -54,6 +56,7 @@ type CompleteSoleTasksParams struct {
 	Outputs        []string
 	RunStatuses    []string
 	RunReasons     []string
+	Expired        []bool
 }
 
 type CompleteSoleTasksRow struct {
@@ -83,6 +86,7 @@ func (q *Queries) CompleteSoleTasks(ctx context.Context, arg CompleteSoleTasksPa
 		arg.Outputs,
 		arg.RunStatuses,
 		arg.RunReasons,
+		arg.Expired,
 	)
 	if err != nil {
 		return nil, err
@@ -117,11 +121,12 @@ WITH t AS (
     SET status = $1::text, lease_owner = NULL, lease_expires_at = NULL, last_error = $2::text,
         finished_at = CASE WHEN $1::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     WHERE tasks.id = $3 AND tasks.fencing_token = $4 AND tasks.status = 'running'
+      AND (NOT $5::bool OR tasks.lease_expires_at <= now())
     RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
 ), a AS (
     UPDATE attempts
-    SET finished_at = now(), outcome = $5::text, exit_reason = $6::text,
-        failure_class = $7::text, error = $2::text, output = $8::text
+    SET finished_at = now(), outcome = $6::text, exit_reason = $7::text,
+        failure_class = $8::text, error = $2::text, output = $9::text
     WHERE attempts.task_id = $3 AND attempts.fencing_token = $4 AND attempts.outcome = 'running'
       AND EXISTS (SELECT 1 FROM t)
 )
@@ -133,6 +138,7 @@ type CompleteTaskParams struct {
 	Error        string
 	ID           uuid.UUID
 	FencingToken int64
+	Expired      bool
 	Outcome      string
 	ExitReason   string
 	FailureClass string
@@ -149,13 +155,16 @@ type CompleteTaskRow struct {
 
 // CompleteTask ends the running attempt holding @fencing_token: the task's
 // new status and the attempt's outcome, in one statement. No row means the
-// report is stale (invariant 5).
+// report is stale (invariant 5). The reaper's report (@expired) applies only
+// while the lease is still lapsed: a renewal that won the row lock first
+// keeps the attempt alive.
 func (q *Queries) CompleteTask(ctx context.Context, arg CompleteTaskParams) (CompleteTaskRow, error) {
 	row := q.db.QueryRow(ctx, completeTask,
 		arg.Status,
 		arg.Error,
 		arg.ID,
 		arg.FencingToken,
+		arg.Expired,
 		arg.Outcome,
 		arg.ExitReason,
 		arg.FailureClass,
@@ -272,8 +281,9 @@ type ExpiredLeasesRow struct {
 }
 
 // ExpiredLeases lists running tasks whose lease lapsed (their worker died
-// or stalled). Each is then failed under its fencing token, so two reapers
-// that see the same task cannot both fail it.
+// or stalled). Each is then failed under its fencing token and only while
+// its lease is still lapsed, so two reapers that see the same task cannot
+// both fail it, and a renewal that came first keeps it.
 func (q *Queries) ExpiredLeases(ctx context.Context, batch int32) ([]ExpiredLeasesRow, error) {
 	rows, err := q.db.Query(ctx, expiredLeases, batch)
 	if err != nil {
@@ -430,34 +440,66 @@ func (q *Queries) ReleaseTasks(ctx context.Context, ids []uuid.UUID) error {
 }
 
 const renewTaskLeases = `-- name: RenewTaskLeases :many
-UPDATE tasks SET lease_expires_at = now() + make_interval(secs => $1::float8)
-WHERE lease_owner = $2 AND status = 'running'
-  AND (id::text || '@' || fencing_token::text) = ANY($3::text[])
-RETURNING id
+WITH req AS (
+    SELECT unnest($2::uuid[]) AS id, unnest($3::bigint[]) AS token
+), free AS (
+    SELECT tasks.id FROM tasks
+    JOIN req ON req.id = tasks.id AND req.token = tasks.fencing_token
+    WHERE tasks.status = 'running' AND tasks.lease_owner = $1::text AND tasks.lease_expires_at > now()
+    FOR UPDATE OF tasks SKIP LOCKED
+), renewed AS (
+    UPDATE tasks SET lease_expires_at = now() + make_interval(secs => $4::float8)
+    FROM free
+    WHERE tasks.id = free.id
+    RETURNING tasks.id
+)
+SELECT req.id::uuid AS id, (renewed.id IS NOT NULL)::bool AS renewed, (t.id IS NOT NULL)::bool AS ours
+FROM req
+LEFT JOIN renewed ON renewed.id = req.id
+LEFT JOIN tasks AS t ON t.id = req.id AND t.fencing_token = req.token AND t.status = 'running'
+    AND t.lease_owner = $1::text AND t.lease_expires_at > now()
 `
 
 type RenewTaskLeasesParams struct {
+	Worker     string
+	Ids        []uuid.UUID
+	Tokens     []int64
 	TtlSeconds float64
-	Worker     *string
-	Leases     []string
 }
 
-// RenewTaskLeases extends, in one statement, the leases of every task this
-// worker runs, at the fencing tokens it holds ("task@token"); tasks missing
-// from the answer were cancelled or taken away.
-func (q *Queries) RenewTaskLeases(ctx context.Context, arg RenewTaskLeasesParams) ([]uuid.UUID, error) {
-	rows, err := q.db.Query(ctx, renewTaskLeases, arg.TtlSeconds, arg.Worker, arg.Leases)
+type RenewTaskLeasesRow struct {
+	ID      uuid.UUID
+	Renewed bool
+	Ours    bool
+}
+
+// RenewTaskLeases extends, in one statement, the leases of the tasks this
+// worker runs, at the fencing tokens it holds. It never waits for a row
+// lock, so it cannot deadlock with starts, reports, cancellations or the
+// reaper: a task one of them holds at that moment is skipped (that
+// transaction decides it) and renewed at the next beat if still ours. Each
+// row says whether the task was renewed and whether it is still ours
+// (running at this token under this worker, its lease not lapsed); one that
+// is not was cancelled, reaped or taken away. A lapsed lease is never
+// renewed: the reaper may be failing it.
+func (q *Queries) RenewTaskLeases(ctx context.Context, arg RenewTaskLeasesParams) ([]RenewTaskLeasesRow, error) {
+	rows, err := q.db.Query(ctx, renewTaskLeases,
+		arg.Worker,
+		arg.Ids,
+		arg.Tokens,
+		arg.TtlSeconds,
+	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []uuid.UUID{}
+	items := []RenewTaskLeasesRow{}
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var i RenewTaskLeasesRow
+		if err := rows.Scan(&i.ID, &i.Renewed, &i.Ours); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

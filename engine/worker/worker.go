@@ -14,6 +14,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
 )
@@ -55,12 +57,26 @@ type Config struct {
 	// HTTPClient calls webhooks; default a client without a global timeout
 	// (each attempt has its step's timeout).
 	HTTPClient *http.Client
-	// FetchCooldown and FetchPollInterval tune River's fetching (see
-	// shared/FACTS.md: River's defaults cap throughput). Defaults 10 ms, 100 ms.
+	// FetchCooldown and FetchPollInterval tune River's fetching: River's
+	// defaults (100 ms, 1 s) cap a client at MaxWorkers jobs per cooldown.
+	// Defaults 10 ms, 100 ms.
 	FetchCooldown     time.Duration
 	FetchPollInterval time.Duration
 	Logger            *slog.Logger
+	// Failpoints arms this worker's test seams (FailpointFetched,
+	// FailpointRenewed); nil in production.
+	Failpoints *failpoint.Set
 }
+
+// The worker's failpoints (see package failpoint).
+const (
+	// FailpointFetched is hit when River has handed a job to this worker,
+	// before its attempt starts.
+	FailpointFetched = "worker/fetched"
+	// FailpointRenewed is hit after a lease renewal returned, before the
+	// attempts it reported lost are cancelled.
+	FailpointRenewed = "worker/renewed"
+)
 
 func (c *Config) withDefaults() error {
 	if c.StatePool == nil {
@@ -102,9 +118,13 @@ func (c *Config) withDefaults() error {
 	return nil
 }
 
-// Worker runs the queues of one process.
+// Worker runs the queues of one process. It holds a lease of its own in
+// the workers table, renewed with its tasks' leases: River jobs fetched
+// under its id (its River client id) while it was alive are redelivered
+// by the reaper once that lease lapses, if their attempt never started.
 type Worker struct {
 	cfg        Config
+	id         uuid.UUID
 	starter    *batcher[run.Start, *run.Attempt]
 	completer  *batcher[run.Report, bool]
 	runner     *executor.Runner
@@ -136,7 +156,7 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, dispatcher: d, running: map[uuid.UUID]*leased{}}
+	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, running: map[uuid.UUID]*leased{}}
 	w.starter = newBatcher("start attempts", cfg.Logger, w.startAttempts)
 	w.completer = newBatcher("report attempts", cfg.Logger, w.finishAttempts)
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient}, Handlers: cfg.Handlers}
@@ -152,6 +172,7 @@ func New(cfg Config) (*Worker, error) {
 		queues[q] = river.QueueConfig{MaxWorkers: n}
 	}
 	w.river, err = river.NewClient(riverpgxv5.New(cfg.QueuePool), &river.Config{
+		ID:                w.id.String(), // how the reaper finds what a dead worker fetched
 		Queues:            queues,
 		Workers:           workers,
 		FetchCooldown:     cfg.FetchCooldown,
@@ -168,6 +189,11 @@ func New(cfg Config) (*Worker, error) {
 // Run works until ctx ends, then stops fetching, lets running attempts
 // finish for up to the lease TTL, and cancels the rest.
 func (w *Worker) Run(ctx context.Context) error {
+	// The lease first: nothing may be fetched under an id the reaper
+	// does not know.
+	if err := w.beat(ctx); err != nil {
+		return fmt.Errorf("worker: register: %w", err)
+	}
 	if err := w.river.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("worker: start river: %w", err)
 	}
@@ -189,11 +215,31 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	stopHB()
 	<-hbDone
+	if err == nil { // River stopped cleanly: nothing of ours is left running there
+		leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if lerr := store.New(w.cfg.StatePool).LeaveWorker(leaveCtx, w.id); lerr != nil {
+			w.cfg.Logger.Warn("worker: end lease", "err", lerr)
+		}
+	}
 	return err
 }
 
-// heartbeat renews the leases of all running tasks in one statement per
-// interval, and cancels the attempts whose task is no longer ours.
+// beat renews this worker's own lease (registering it the first time).
+func (w *Worker) beat(ctx context.Context) error {
+	queues, err := json.Marshal(w.cfg.Queues)
+	if err != nil {
+		return err
+	}
+	return store.Retry(ctx, func() error {
+		return store.New(w.cfg.StatePool).HeartbeatWorker(ctx, store.HeartbeatWorkerParams{
+			ID: w.id, Name: w.cfg.Name, Queues: queues, TtlSeconds: w.cfg.LeaseTTL.Seconds()})
+	})
+}
+
+// heartbeat renews, every third of the lease TTL, this worker's lease and
+// the leases of all its running tasks (one statement each), and cancels
+// the attempts whose task is no longer ours.
 func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(w.cfg.LeaseTTL / 3)
 	defer t.Stop()
@@ -203,33 +249,50 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		w.mu.Lock()
-		keys := make([]string, 0, len(w.running))
-		for id, l := range w.running {
-			keys = append(keys, fmt.Sprintf("%s@%d", id, l.token))
+		if err := w.beat(ctx); err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Error("renew worker lease", "err", err)
 		}
-		w.mu.Unlock()
-		if len(keys) == 0 {
-			continue
-		}
-		renewed, err := store.New(w.cfg.StatePool).RenewTaskLeases(ctx, store.RenewTaskLeasesParams{
-			Worker: &w.cfg.Name, TtlSeconds: w.cfg.LeaseTTL.Seconds(), Leases: keys,
-		})
-		if err != nil {
+		w.renewTasks(ctx)
+	}
+}
+
+// renewTasks renews the leases of the attempts running now and cancels
+// those the database says are no longer ours. It decides only about the
+// attempts it asked for: one that started after the snapshot is not in
+// the answer and is left alone, as is an attempt of the same task that
+// replaced the one asked about.
+func (w *Worker) renewTasks(ctx context.Context) {
+	w.mu.Lock()
+	asked := make(map[uuid.UUID]*leased, len(w.running))
+	p := store.RenewTaskLeasesParams{Worker: w.cfg.Name, TtlSeconds: w.cfg.LeaseTTL.Seconds()}
+	for id, l := range w.running {
+		asked[id] = l
+		p.Ids = append(p.Ids, id)
+		p.Tokens = append(p.Tokens, l.token)
+	}
+	w.mu.Unlock()
+	if len(asked) == 0 {
+		return
+	}
+	var rows []store.RenewTaskLeasesRow
+	err := store.Retry(ctx, func() error {
+		var err error
+		rows, err = store.New(w.cfg.StatePool).RenewTaskLeases(ctx, p)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
 			w.cfg.Logger.Error("renew task leases", "err", err)
-			continue
 		}
-		ok := make(map[uuid.UUID]bool, len(renewed))
-		for _, id := range renewed {
-			ok[id] = true
+		return
+	}
+	w.cfg.Failpoints.Hit(FailpointRenewed)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range rows {
+		if l := asked[r.ID]; !r.Ours && w.running[r.ID] == l {
+			l.cancel(errLeaseLost)
 		}
-		w.mu.Lock()
-		for id, l := range w.running {
-			if !ok[id] {
-				l.cancel(errLeaseLost)
-			}
-		}
-		w.mu.Unlock()
 	}
 }
 
@@ -255,6 +318,7 @@ func (tw *taskWorker) Work(ctx context.Context, job *river.Job[dispatch.TaskArgs
 // already started (StartAttempt returns nothing) and does nothing.
 func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) error {
 	log := w.cfg.Logger.With("task_id", job.Args.TaskID, "attempt", job.Args.Attempt)
+	w.cfg.Failpoints.Hit(FailpointFetched)
 	att, err := w.starter.do(ctx, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt})
 	if err != nil {
 		return fmt.Errorf("start attempt: %w", err) // River retries the job

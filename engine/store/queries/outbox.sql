@@ -1,10 +1,11 @@
 -- name: InsertOutbox :exec
-INSERT INTO dispatch_outbox (id, task_id, tenant_id, queue, priority, attempt, not_before, created_at)
-SELECT u.id, u.task_id, u.tenant_id, u.queue, u.priority, u.attempt, CASE WHEN u.not_before > '1970-01-01' THEN u.not_before END, now()
+INSERT INTO dispatch_outbox (id, task_id, tenant_id, queue, priority, attempt, not_before, redelivers, created_at)
+SELECT u.id, u.task_id, u.tenant_id, u.queue, u.priority, u.attempt, CASE WHEN u.not_before > '1970-01-01' THEN u.not_before END,
+       u.redelivers, now()
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@task_ids::uuid[]) AS task_id, unnest(@tenant_ids::uuid[]) AS tenant_id,
            unnest(@queues::text[]) AS queue, unnest(@priorities::int[]) AS priority, unnest(@attempts::int[]) AS attempt,
-           unnest(@not_befores::timestamptz[]) AS not_before
+           unnest(@not_befores::timestamptz[]) AS not_before, unnest(@redelivers::bigint[]) AS redelivers
 ) AS u;
 
 -- name: PendingOutbox :many

@@ -39,24 +39,47 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS v;
 
--- RenewTaskLeases extends, in one statement, the leases of every task this
--- worker runs, at the fencing tokens it holds ("task@token"); tasks missing
--- from the answer were cancelled or taken away.
+-- RenewTaskLeases extends, in one statement, the leases of the tasks this
+-- worker runs, at the fencing tokens it holds. It never waits for a row
+-- lock, so it cannot deadlock with starts, reports, cancellations or the
+-- reaper: a task one of them holds at that moment is skipped (that
+-- transaction decides it) and renewed at the next beat if still ours. Each
+-- row says whether the task was renewed and whether it is still ours
+-- (running at this token under this worker, its lease not lapsed); one that
+-- is not was cancelled, reaped or taken away. A lapsed lease is never
+-- renewed: the reaper may be failing it.
 -- name: RenewTaskLeases :many
-UPDATE tasks SET lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8)
-WHERE lease_owner = @worker AND status = 'running'
-  AND (id::text || '@' || fencing_token::text) = ANY(@leases::text[])
-RETURNING id;
+WITH req AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@tokens::bigint[]) AS token
+), free AS (
+    SELECT tasks.id FROM tasks
+    JOIN req ON req.id = tasks.id AND req.token = tasks.fencing_token
+    WHERE tasks.status = 'running' AND tasks.lease_owner = @worker::text AND tasks.lease_expires_at > now()
+    FOR UPDATE OF tasks SKIP LOCKED
+), renewed AS (
+    UPDATE tasks SET lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8)
+    FROM free
+    WHERE tasks.id = free.id
+    RETURNING tasks.id
+)
+SELECT req.id::uuid AS id, (renewed.id IS NOT NULL)::bool AS renewed, (t.id IS NOT NULL)::bool AS ours
+FROM req
+LEFT JOIN renewed ON renewed.id = req.id
+LEFT JOIN tasks AS t ON t.id = req.id AND t.fencing_token = req.token AND t.status = 'running'
+    AND t.lease_owner = @worker::text AND t.lease_expires_at > now();
 
 -- CompleteTask ends the running attempt holding @fencing_token: the task's
 -- new status and the attempt's outcome, in one statement. No row means the
--- report is stale (invariant 5).
+-- report is stale (invariant 5). The reaper's report (@expired) applies only
+-- while the lease is still lapsed: a renewal that won the row lock first
+-- keeps the attempt alive.
 -- name: CompleteTask :one
 WITH t AS (
     UPDATE tasks
     SET status = @status::text, lease_owner = NULL, lease_expires_at = NULL, last_error = @error::text,
         finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     WHERE tasks.id = @id AND tasks.fencing_token = @fencing_token AND tasks.status = 'running'
+      AND (NOT @expired::bool OR tasks.lease_expires_at <= now())
     RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
 ), a AS (
     UPDATE attempts
@@ -120,8 +143,9 @@ SELECT id, tenant_id, queue, priority FROM tasks
 WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0;
 
 -- ExpiredLeases lists running tasks whose lease lapsed (their worker died
--- or stalled). Each is then failed under its fencing token, so two reapers
--- that see the same task cannot both fail it.
+-- or stalled). Each is then failed under its fencing token and only while
+-- its lease is still lapsed, so two reapers that see the same task cannot
+-- both fail it, and a renewal that came first keeps it.
 -- name: ExpiredLeases :many
 SELECT id, fencing_token FROM tasks
 WHERE status = 'running' AND lease_expires_at < now()
@@ -162,13 +186,15 @@ WITH req AS (
            unnest(@statuses::text[]) AS status, unnest(@outcomes::text[]) AS outcome,
            unnest(@exit_reasons::text[]) AS exit_reason, unnest(@failure_classes::text[]) AS failure_class,
            unnest(@errors::text[]) AS error, unnest(@outputs::text[]) AS output,
-           unnest(@run_statuses::text[]) AS run_status, unnest(@run_reasons::text[]) AS run_reason
+           unnest(@run_statuses::text[]) AS run_status, unnest(@run_reasons::text[]) AS run_reason,
+           unnest(@expired::bool[]) AS expired
 ), t AS (
     UPDATE tasks
     SET status = req.status, lease_owner = NULL, lease_expires_at = NULL, last_error = req.error,
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
+      AND (NOT req.expired OR tasks.lease_expires_at <= now())
     RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, req.token, req.outcome,
               req.exit_reason, req.failure_class, req.error, req.output, req.run_status, req.run_reason
 ), a AS (

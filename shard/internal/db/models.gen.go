@@ -50,14 +50,15 @@ type ClusterSetting struct {
 }
 
 type DispatchOutbox struct {
-	ID        uuid.UUID
-	TaskID    uuid.UUID
-	TenantID  uuid.UUID
-	Queue     string
-	Priority  int32
-	Attempt   int32
-	NotBefore *time.Time
-	CreatedAt time.Time
+	ID         uuid.UUID
+	TaskID     uuid.UUID
+	TenantID   uuid.UUID
+	Queue      string
+	Priority   int32
+	Attempt    int32
+	NotBefore  *time.Time
+	CreatedAt  time.Time
+	Redelivers int64
 }
 
 type IdempotencyKey struct {
@@ -171,4 +172,14 @@ type Tenant struct {
 	Weight         int32
 	MaxConcurrency int32
 	CreatedAt      time.Time
+}
+
+type Worker struct {
+	ID             uuid.UUID
+	Name           string
+	Queues         []byte
+	StartedAt      time.Time
+	HeartbeatAt    time.Time
+	LeaseExpiresAt time.Time
+	SweptAt        *time.Time
 }

@@ -1,0 +1,66 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Fetched is a River job that a worker fetched: the attempt it was made
+// to start.
+type Fetched struct {
+	JobID   int64 // River's id
+	TaskID  uuid.UUID
+	Attempt int
+}
+
+// fetchedPage bounds one listing query.
+const fetchedPage = 500
+
+// FetchedBy lists the River jobs still running under the River client id
+// of one worker process (the last client that fetched them). In outbox
+// mode it reads the queue database; otherwise tx, the state transaction,
+// which then shares River's tables.
+func (d *Dispatcher) FetchedBy(ctx context.Context, tx pgx.Tx, clientID string) ([]Fetched, error) {
+	params := river.NewJobListParams().
+		States(rivertype.JobStateRunning).
+		Kinds(TaskArgs{}.Kind()).
+		Where("attempted_by[array_length(attempted_by, 1)] = @client", river.NamedArgs{"client": clientID}).
+		First(fetchedPage)
+	var out []Fetched
+	for {
+		var res *river.JobListResult
+		var err error
+		if d.outbox {
+			res, err = d.river.JobList(ctx, params)
+		} else {
+			res, err = d.river.JobListTx(ctx, tx, params)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dispatch: list River jobs fetched by %s: %w", clientID, err)
+		}
+		for _, j := range res.Jobs {
+			var args TaskArgs
+			if err := unmarshalArgs(j, &args); err != nil {
+				return nil, err
+			}
+			out = append(out, Fetched{JobID: j.ID, TaskID: args.TaskID, Attempt: args.Attempt})
+		}
+		if len(res.Jobs) < fetchedPage {
+			return out, nil
+		}
+		params = params.After(res.LastCursor)
+	}
+}
+
+func unmarshalArgs(j *rivertype.JobRow, args *TaskArgs) error {
+	if err := json.Unmarshal(j.EncodedArgs, args); err != nil {
+		return fmt.Errorf("dispatch: River job %d: args: %w", j.ID, err)
+	}
+	return nil
+}

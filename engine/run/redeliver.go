@@ -1,0 +1,43 @@
+package run
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/store"
+)
+
+// Redeliver hands to River again the attempts that a worker fetched and
+// never started: it died or stopped between River's fetch and
+// StartAttempts, so the task is still queued or retrying at the attempt
+// before, with no lease for the reaper to find, while River holds the
+// job as running (River itself would rescue it only after an hour). Each
+// such task gets a new River job for the same attempt; if the stopped
+// worker comes back, StartAttempts lets only one of the two start it.
+// Tasks that did start are left to their lease. It returns how many it
+// redelivered.
+func Redeliver(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, fetched []dispatch.Fetched) (int, error) {
+	if len(fetched) == 0 {
+		return 0, nil
+	}
+	p := store.UnstartedTasksParams{}
+	job := make(map[uuid.UUID]int64, len(fetched))
+	for _, f := range fetched {
+		p.Ids = append(p.Ids, f.TaskID)
+		p.Attempts = append(p.Attempts, int32(f.Attempt))
+		job[f.TaskID] = f.JobID
+	}
+	rows, err := store.New(tx).UnstartedTasks(ctx, p)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	ready := make([]dispatch.Ready, len(rows))
+	for i, t := range rows {
+		ready[i] = dispatch.Ready{TaskID: t.ID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority),
+			Attempt: int(t.Attempt) + 1, Redelivers: job[t.ID]}
+	}
+	return len(ready), d.Release(ctx, tx, ready)
+}
