@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -49,8 +50,18 @@ func (p *proc) signal(t *testing.T, s syscall.Signal) {
 
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, name, nil, args...)
+}
+
+// startProcEnv starts the binary with extra environment variables (such
+// as ORRERY_FAILPOINTS).
+func startProcEnv(t *testing.T, name string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{name: name, cmd: exec.Command(binary, args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -324,7 +324,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		return fmt.Errorf("start attempt: %w", err) // River retries the job
 	}
 	if att == nil {
-		log.Debug("stale River job: the task moved on")
+		log.Info("stale River job: its attempt started elsewhere or the task moved on")
 		return nil
 	}
 	c := att.Call

@@ -1,0 +1,205 @@
+package main_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/pgtest"
+)
+
+// Crash tests: each stops a real orrery process at an exact point of its
+// work through a failpoint (ORRERY_FAILPOINTS), not by timing a signal.
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopped reports whether the process is stopped (SIGSTOP).
+func (p *proc) stopped() bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && len(s) > i+2 && s[i+2] == 'T'
+}
+
+func openPool(t *testing.T, dsn string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// workerProc runs `orrery worker` on queue default with a 2 s lease.
+func workerProc(t *testing.T, dsn, name string, env ...string) *proc {
+	return startProcEnv(t, name, env, "worker", "--db", dsn, "--queue", "default=2", "--name", name,
+		"--lease-ttl", "2s", "--allow-command", "/bin/*", "--log-level", "info")
+}
+
+// createCommandJob creates a one-time job due now that runs argv, with
+// quick retries.
+func createCommandJob(t *testing.T, pool *pgxpool.Pool, name string, argv ...string) {
+	t.Helper()
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = jobs.Create(ctx, job.Anonymous, dag.Resource{
+		Metadata: dag.Metadata{Name: name},
+		Spec: dag.JobSpec{
+			Schedule: schedule.Spec{At: dbNow(t, pool).Format(time.RFC3339)},
+			Run:      &dag.Executor{Command: &dag.CommandExecutor{Argv: argv}},
+			Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 3, Initial: dag.D(100 * time.Millisecond), Max: dag.D(200 * time.Millisecond)}},
+		},
+	}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func runStatus(t *testing.T, pool *pgxpool.Pool, jobName, status string) bool {
+	return queryInt(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = $1 AND r.status = $2`, jobName, status) == 1
+}
+
+// attemptsOf lists "worker:outcome" of a job's attempts, in order.
+func attemptsOf(t *testing.T, pool *pgxpool.Pool, jobName string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT a.worker || ':' || a.outcome FROM attempts a JOIN tasks t ON t.id = a.task_id
+		JOIN runs r ON r.id = t.run_id JOIN jobs j ON j.id = r.job_id WHERE j.name = $1 ORDER BY a.number`, jobName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// A worker killed between River's fetch and the attempt's start leaves
+// the task queued with no attempt and no lease, while River holds its job
+// as running (River would rescue it only after an hour). Once the dead
+// worker's lease lapses, the reaper delivers it again: here within the
+// 2 s lease plus the 1 s reaper interval, and one attempt runs, on the
+// live worker.
+func TestWorkerKilledBetweenFetchAndStart(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	startNodeProc(t, dsn, "node")
+	w1 := workerProc(t, dsn, "w1", "ORRERY_FAILPOINTS=worker/fetched=kill")
+	createCommandJob(t, pool, "fetched", "/bin/true")
+	poll(t, 30*time.Second, "w1 fetches the job and dies", w1.exited)
+	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE status = 'queued' AND attempt = 0"); n != 1 {
+		t.Fatalf("%d queued tasks without an attempt after the kill, want 1 (stranded)", n)
+	}
+	workerProc(t, dsn, "w2")
+	took := poll(t, 20*time.Second, "the task is delivered again and succeeds on w2", func() bool { return runStatus(t, pool, "fetched", "succeeded") })
+	t.Logf("stranded task succeeded %s after its worker was killed (lease TTL 2 s, reaper interval 1 s)", took.Round(100*time.Millisecond))
+	if got := attemptsOf(t, pool, "fetched"); len(got) != 1 || got[0] != "w2:succeeded" {
+		t.Fatalf("attempts %v, want [w2:succeeded]", got)
+	}
+}
+
+// The same for a retrying task: attempt 1 fails, and the worker is killed
+// right after fetching attempt 2's River job.
+func TestWorkerKilledAfterFetchingARetry(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	startNodeProc(t, dsn, "node")
+	w1 := workerProc(t, dsn, "w1", "ORRERY_FAILPOINTS=worker/fetched=kill@2")
+	createCommandJob(t, pool, "retried", "/bin/sh", "-c", `[ "$ORRERY_ATTEMPT" != 1 ]`)
+	poll(t, 30*time.Second, "w1 runs attempt 1, fetches attempt 2 and dies", w1.exited)
+	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE status = 'retrying' AND attempt = 1"); n != 1 {
+		t.Fatalf("%d retrying tasks after the kill, want 1 (stranded)", n)
+	}
+	workerProc(t, dsn, "w2")
+	took := poll(t, 30*time.Second, "attempt 2 is delivered again and succeeds on w2", func() bool { return runStatus(t, pool, "retried", "succeeded") })
+	t.Logf("stranded retry succeeded %s after its worker was killed", took.Round(100*time.Millisecond))
+	if got := attemptsOf(t, pool, "retried"); len(got) != 2 || got[0] != "w1:failed" || got[1] != "w2:succeeded" {
+		t.Fatalf("attempts %v, want [w1:failed w2:succeeded]", got)
+	}
+}
+
+// A worker stopped (SIGSTOP) between fetch and start: its task is
+// delivered again and runs elsewhere; when the worker resumes, its start
+// finds the attempt taken and does nothing. One attempt in all.
+func TestWorkerStoppedBetweenFetchAndStart(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	startNodeProc(t, dsn, "node")
+	w1 := workerProc(t, dsn, "w1", "ORRERY_FAILPOINTS=worker/fetched=stop")
+	createCommandJob(t, pool, "paused", "/bin/true")
+	poll(t, 30*time.Second, "w1 fetches the job and stops", w1.stopped)
+	workerProc(t, dsn, "w2")
+	poll(t, 20*time.Second, "the task is delivered again and succeeds on w2", func() bool { return runStatus(t, pool, "paused", "succeeded") })
+	w1.signal(t, syscall.SIGCONT)
+	poll(t, 20*time.Second, "w1 resumes and finds its attempt taken", func() bool {
+		return strings.Contains(w1.Logs(), "stale River job")
+	})
+	if got := attemptsOf(t, pool, "paused"); len(got) != 1 || got[0] != "w2:succeeded" {
+		t.Fatalf("attempts %v, want [w2:succeeded]", got)
+	}
+}
+
+// A node stopped inside its firing transaction holds the shard fence's
+// row locks, which a claim skips. The pools end a session idle in a
+// transaction after half the shortest lease (--idle-tx-timeout), so the
+// other node takes every shard soon after the stopped node's lease lapses,
+// and fires its jobs.
+func TestNodeStoppedInsideFiringTransactionLosesShards(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	n1 := startProcEnv(t, "node-1", []string{"ORRERY_FAILPOINTS=scheduler/fire-tx=stop"},
+		"serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", "node-1", "--shard-ttl", "2s", "--log-level", "info")
+	poll(t, 20*time.Second, "node-1 owns every shard", func() bool { return allShardsLive(t, pool, "none") })
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "tick"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: "* * * * * *"}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "noop"}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 20*time.Second, "node-1 stops inside its firing transaction", n1.stopped)
+	startNodeProc(t, dsn, "node-2")
+	took := poll(t, 20*time.Second, "node-2 owns every shard while node-1 is stopped", func() bool { return allShardsLive(t, pool, "node-1") })
+	t.Logf("node-2 owned every shard %s after it started (shard TTL 2 s)", took.Round(100*time.Millisecond))
+	poll(t, 10*time.Second, "node-2 fires the job", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs r JOIN nodes n ON n.id = r.node_id WHERE n.name = 'node-2'") > 0
+	})
+	n1.signal(t, syscall.SIGCONT)
+	poll(t, 20*time.Second, "node-1 notices it lost its shards", func() bool { return strings.Contains(n1.Logs(), "shard lost") })
+}
