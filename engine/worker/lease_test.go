@@ -1,0 +1,193 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/enginetest"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/worker"
+)
+
+func createDueJob(t *testing.T, jobs *job.Service, name, handler string) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := jobs.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: handler},
+	}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An attempt that starts while a lease renewal is in flight is not in
+// that renewal's answer, and must not be cancelled for it (the heartbeat
+// once cancelled every running attempt missing from the answer). The
+// renewal failpoint holds the heartbeat between the renewal and its
+// cancellations until a second attempt has started.
+func TestAttemptStartedDuringRenewalIsNotCancelled(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.StartNode(t, pool)
+
+	release := make(chan struct{})
+	lateStarted := make(chan struct{})
+	var cancelled atomic.Int32
+	hold := func(started chan<- struct{}) executor.HandlerFunc {
+		return func(ctx context.Context, _ executor.Call) error {
+			if started != nil {
+				close(started)
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				cancelled.Add(1)
+				return ctx.Err()
+			}
+		}
+	}
+	var renewals atomic.Int32
+	var once sync.Once
+	fp := failpoint.New()
+	fp.On(worker.FailpointRenewed, func() {
+		renewals.Add(1)
+		once.Do(func() { // the first renewal, with only "early" running
+			createDueJob(t, jobs, "late", "late")
+			<-lateStarted
+		})
+	})
+	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 4}, LeaseTTL: 3 * time.Second,
+		Failpoints: fp, Handlers: map[string]executor.HandlerFunc{"early": hold(nil), "late": hold(lateStarted)}})
+	createDueJob(t, jobs, "early", "early")
+
+	enginetest.WaitFor(t, 20*time.Second, "a renewal after the late attempt started", func() bool { return renewals.Load() >= 2 })
+	close(release)
+	enginetest.WaitFor(t, 20*time.Second, "both runs succeed", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 2
+	})
+	if n := cancelled.Load(); n != 0 {
+		t.Fatalf("%d attempts were cancelled while their lease was ours", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM attempts"); n != 2 {
+		t.Fatalf("%d attempts, want 2 (one per run)", n)
+	}
+}
+
+// Renewing leases never waits for a row lock, so it cannot deadlock with a
+// report or a start holding some of the same tasks: here a transaction
+// holds task B (as a report batch would) while the renewal of A and B
+// runs; the renewal returns at once (A renewed, B skipped but still ours),
+// and the transaction then updates A. A renewal that waited for B while
+// holding A made PostgreSQL abort one of the two (SQLSTATE 40P01).
+func TestRenewalSkipsTasksHeldByOthers(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	a, b := startTwoAttempts(t, pool)
+
+	// READ COMMITTED, as a PostgreSQL deployment runs (the tests' default
+	// is SERIALIZABLE, where the holder's later write to A would be a
+	// serialization failure to retry rather than a wait).
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "UPDATE tasks SET last_error = 'reporting' WHERE id = $1", b.Call.TaskID); err != nil {
+		t.Fatal(err)
+	}
+
+	renewCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rows, err := store.New(pool).RenewTaskLeases(renewCtx, store.RenewTaskLeasesParams{
+		Worker: "w", TtlSeconds: 60,
+		Ids:    []uuid.UUID{a.Call.TaskID, b.Call.TaskID},
+		Tokens: []int64{a.Call.FencingToken, b.Call.FencingToken},
+	})
+	if err != nil {
+		t.Fatalf("renewal while another transaction holds a task: %v", err)
+	}
+	got := map[uuid.UUID][2]bool{}
+	for _, r := range rows {
+		got[r.ID] = [2]bool{r.Renewed, r.Ours}
+	}
+	if got[a.Call.TaskID] != [2]bool{true, true} || got[b.Call.TaskID] != [2]bool{false, true} {
+		t.Fatalf("renewal answered %v; want A renewed and ours, B skipped and ours", got)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE tasks SET last_error = 'reporting' WHERE id = $1", a.Call.TaskID); err != nil {
+		t.Fatalf("the holder then updates A: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A lease that lapsed is not renewed and is no longer ours.
+	if _, err := pool.Exec(ctx, "UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1", a.Call.TaskID); err != nil {
+		t.Fatal(err)
+	}
+	rows, err = store.New(pool).RenewTaskLeases(ctx, store.RenewTaskLeasesParams{
+		Worker: "w", TtlSeconds: 60, Ids: []uuid.UUID{a.Call.TaskID}, Tokens: []int64{a.Call.FencingToken}})
+	if err != nil || len(rows) != 1 || rows[0].Renewed || rows[0].Ours {
+		t.Fatalf("renewal of a lapsed lease: %+v %v; want not renewed, not ours", rows, err)
+	}
+}
+
+// startTwoAttempts starts one attempt on each of two one-task runs, as
+// worker "w" with a one-minute lease.
+func startTwoAttempts(t *testing.T, pool *pgxpool.Pool) (*run.Attempt, *run.Attempt) {
+	t.Helper()
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := run.NewService(pool, jobs, d)
+	var starts []run.Start
+	for _, name := range []string{"a", "b"} {
+		_, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: dag.JobSpec{
+			Schedule: schedule.Spec{Cron: "0 0 1 1 *"}, Run: &dag.Executor{Handler: "noop"}}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: name}, "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, run.Start{TaskID: enginetest.UUID(t, pool, "SELECT id FROM tasks WHERE run_id = $1", r.ID), Attempt: 1})
+	}
+	got, err := run.StartAttempts(ctx, pool, starts, "w", time.Minute)
+	if err != nil || got[0] == nil || got[1] == nil {
+		t.Fatal("start attempts:", got, errors.Join(err))
+	}
+	return got[0], got[1]
+}
