@@ -25,10 +25,6 @@ type CommandRunner struct {
 // Run runs the step's command.
 func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	spec := c.Executor.Command
-	if !r.allowed(spec.Argv[0]) {
-		return Result{ExitReason: ReasonError, FailureClass: ClassUser,
-			Error: fmt.Sprintf("command %q is not allowed on this worker (--allow-command)", spec.Argv[0])}
-	}
 	argv := make([]string, len(spec.Argv))
 	for i, a := range spec.Argv {
 		v, err := expand(a, c)
@@ -36,6 +32,12 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: fmt.Sprintf("argv[%d]: %v", i, err)}
 		}
 		argv[i] = v
+	}
+	// Check the program that will run: after expansion, since a template
+	// in argv[0] can expand to any path.
+	if !r.allowed(argv[0]) {
+		return Result{ExitReason: ReasonError, FailureClass: ClassUser,
+			Error: fmt.Sprintf("command %q is not allowed on this worker (--allow-command)", argv[0])}
 	}
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = spec.Dir
@@ -78,7 +80,23 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 
 func (r *CommandRunner) allowed(program string) bool {
 	for _, pattern := range r.Allow {
-		if ok, _ := path.Match(pattern, program); ok || pattern == "*" {
+		if pattern == "*" {
+			return true
+		}
+		if ok, _ := path.Match(pattern, program); ok && !wildDots(pattern, program) {
+			return true
+		}
+	}
+	return false
+}
+
+// wildDots reports whether program has a "." or ".." element that pattern
+// does not spell out: a wildcard matching it would let the program leave
+// an allowed directory (/opt/*/bin/* matching /opt/../bin/sh).
+func wildDots(pattern, program string) bool {
+	pe, ne := strings.Split(pattern, "/"), strings.Split(program, "/")
+	for i, e := range ne {
+		if (e == "." || e == "..") && (len(pe) != len(ne) || pe[i] != e) {
 			return true
 		}
 	}
