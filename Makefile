@@ -6,16 +6,20 @@ SHELL := /bin/bash
 GO    ?= go
 BUF   := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 SQLC  := $(GO) run github.com/sqlc-dev/sqlc/cmd/sqlc@v1.31.1
+STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: dev test generate check-generate postgres build bench lint
+# Directories `make generate` writes (see buf.gen.yaml and sqlc.yaml).
+GENERATED := api/gen engine/store shard/internal/db
+
+.PHONY: dev test generate check-generate postgres build bench lint crdb-parse
 
 ## dev: private PostgreSQL under .orrery/, migrations, example jobs, API on 127.0.0.1:8080
 dev: postgres build
 	@bin/orrery dev
 
-## test: generated code up to date, vet, and every test against real PostgreSQL
-test: postgres check-generate
+## test: generated code up to date, lint, CockroachDB parse, vet, and every test against real PostgreSQL
+test: postgres check-generate lint crdb-parse
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -run '^$$' -bench CreateJob -benchtime 100x ./bench/
@@ -31,9 +35,21 @@ generate:
 
 ## check-generate: fail when the checked-in generated code differs from `make generate`
 check-generate: generate
-	@if ! git diff --quiet -- api/gen engine/store || [ -n "$$(git ls-files --others --exclude-standard -- api/gen engine/store)" ]; then \
+	@if ! git diff --quiet -- $(GENERATED) || [ -n "$$(git ls-files --others --exclude-standard -- $(GENERATED))" ]; then \
 		echo "generated code is stale: run 'make generate' and commit the result"; \
-		git status --short -- api/gen engine/store; exit 1; fi
+		git status --short -- $(GENERATED); exit 1; fi
+
+## lint: buf lint on api/proto, staticcheck (pinned) on every Go package and on tools/crdbparse
+lint:
+	$(BUF) lint
+	$(STATICCHECK) ./...
+	cd tools/crdbparse && $(STATICCHECK) ./...
+
+## crdb-parse: every migration (goose Up) and sqlc query parses with CockroachDB's own parser
+## (a separate module in tools/crdbparse, so its dependencies stay out of go.mod; -v prints
+## the allow-listed exceptions used)
+crdb-parse:
+	cd tools/crdbparse && $(GO) test -count=1 -v ./...
 
 ## postgres: install the PostgreSQL server from the distribution if its binaries are missing
 postgres:

@@ -7,8 +7,12 @@ import (
 
 func TestOfIsStableAndSpread(t *testing.T) {
 	id := [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
-	if Of(id, DefaultCount) != Of(id, DefaultCount) {
-		t.Fatal("shard of one id changed between calls")
+	// Golden values: a job's shard must never change across releases.
+	if got := Of(id, DefaultCount); got != 53 {
+		t.Fatalf("shard of %x = %d, want 53", id, got)
+	}
+	if got := Of([16]byte{}, DefaultCount); got != 5 {
+		t.Fatalf("shard of the zero id = %d, want 5", got)
 	}
 	counts := make([]int, DefaultCount)
 	const n = 64_000

@@ -52,7 +52,7 @@ func (q *Queries) ForgetOldWorkers(ctx context.Context) error {
 
 const heartbeatWorker = `-- name: HeartbeatWorker :exec
 INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at)
-VALUES ($1, $2, $3, now(), now(), now() + make_interval(secs => $4::float8))
+VALUES ($1, $2, $3, now(), now(), now() + INTERVAL '1 second' * $4::float8)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at
 `
 

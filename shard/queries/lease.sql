@@ -10,7 +10,7 @@ ON CONFLICT (id) DO NOTHING;
 -- database's clock.
 -- name: Heartbeat :one
 INSERT INTO nodes (id, name, started_at, heartbeat_at, lease_expires_at)
-VALUES (@id, @name, now(), now(), now() + make_interval(secs => @ttl_seconds::float8))
+VALUES (@id, @name, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at
 RETURNING now()::timestamptz AS now;
 
@@ -23,7 +23,7 @@ SELECT id FROM nodes WHERE lease_expires_at > now() ORDER BY id;
 -- answer is lost.
 -- name: RenewShards :many
 UPDATE shards
-SET lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8)
+SET lease_expires_at = now() + INTERVAL '1 second' * @ttl_seconds::float8
 WHERE owner_node = @node AND lease_expires_at > now()
   AND (id::text || '@' || epoch::text) = ANY(@leases::text[])  -- "shard@epoch" pairs
 RETURNING id, epoch;
@@ -33,7 +33,7 @@ RETURNING id, epoch;
 -- name: ClaimShards :many
 UPDATE shards
 SET owner_node = @node, epoch = epoch + 1,
-    lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8)
+    lease_expires_at = now() + INTERVAL '1 second' * @ttl_seconds::float8
 WHERE id IN (
     SELECT s.id FROM shards AS s
     WHERE s.owner_node IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at <= now()

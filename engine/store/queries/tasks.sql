@@ -9,7 +9,7 @@ WITH req AS (
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
-        lease_owner = @worker::text, lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8),
+        lease_owner = @worker::text, lease_expires_at = now() + INTERVAL '1 second' * @ttl_seconds::float8,
         started_at = COALESCE(tasks.started_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
@@ -57,7 +57,7 @@ WITH req AS (
     WHERE tasks.status = 'running' AND tasks.lease_owner = @worker::text AND tasks.lease_expires_at > now()
     FOR UPDATE OF tasks SKIP LOCKED
 ), renewed AS (
-    UPDATE tasks SET lease_expires_at = now() + make_interval(secs => @ttl_seconds::float8)
+    UPDATE tasks SET lease_expires_at = now() + INTERVAL '1 second' * @ttl_seconds::float8
     FROM free
     WHERE tasks.id = free.id
     RETURNING tasks.id

@@ -2,7 +2,7 @@
 -- migration 00005 and engine/scheduler's Reaper for what a lapsed one means).
 -- name: HeartbeatWorker :exec
 INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at)
-VALUES (@id, @name, @queues, now(), now(), now() + make_interval(secs => @ttl_seconds::float8))
+VALUES (@id, @name, @queues, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at;
 
 -- LeaveWorker ends the lease of a worker that stopped cleanly (nothing it

@@ -16,7 +16,7 @@ import (
 const claimShards = `-- name: ClaimShards :many
 UPDATE shards
 SET owner_node = $1, epoch = epoch + 1,
-    lease_expires_at = now() + make_interval(secs => $2::float8)
+    lease_expires_at = now() + INTERVAL '1 second' * $2::float8
 WHERE id IN (
     SELECT s.id FROM shards AS s
     WHERE s.owner_node IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at <= now()
@@ -82,7 +82,7 @@ func (q *Queries) ForgetNode(ctx context.Context, id uuid.UUID) error {
 
 const heartbeat = `-- name: Heartbeat :one
 INSERT INTO nodes (id, name, started_at, heartbeat_at, lease_expires_at)
-VALUES ($1, $2, now(), now(), now() + make_interval(secs => $3::float8))
+VALUES ($1, $2, now(), now(), now() + INTERVAL '1 second' * $3::float8)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at
 RETURNING now()::timestamptz AS now
 `
@@ -228,7 +228,7 @@ func (q *Queries) ReleaseShards(ctx context.Context, arg ReleaseShardsParams) er
 
 const renewShards = `-- name: RenewShards :many
 UPDATE shards
-SET lease_expires_at = now() + make_interval(secs => $1::float8)
+SET lease_expires_at = now() + INTERVAL '1 second' * $1::float8
 WHERE owner_node = $2 AND lease_expires_at > now()
   AND (id::text || '@' || epoch::text) = ANY($3::text[])  -- "shard@epoch" pairs
 RETURNING id, epoch
