@@ -1,10 +1,11 @@
 package main
 
 import (
-	"context"
+	"bytes"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -20,7 +21,7 @@ import (
 )
 
 func newDevCmd(g *globals) *cobra.Command {
-	var dataDir, sinkAddr string
+	var dataDir string
 	st := stackFlags{allowCommand: []string{"*"}}
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -66,16 +67,12 @@ Ctrl-C. A second run reuses the data.`,
 			if err != nil {
 				return err
 			}
-			if err := loadExamples(cmd, jobs, log); err != nil {
-				return err
+			// The examples call the dev sink on this stack's own address.
+			if st.addr, err = resolveAddr(st.addr); err != nil {
+				return fmt.Errorf("--addr: %w", err)
 			}
-			parts := []func(context.Context) error{}
-			if sinkAddr != "" {
-				sink, err := startSink(sinkAddr, log)
-				if err != nil {
-					return fmt.Errorf("--sink-addr: %w", err)
-				}
-				parts = append(parts, sink)
+			if err := loadExamples(cmd, jobs, sinkBase(st.addr), log); err != nil {
+				return err
 			}
 			queues, err := st.queues()
 			if err != nil {
@@ -87,14 +84,10 @@ Ctrl-C. A second run reuses the data.`,
 				log.Info("HOOK_TOKEN was not set; using a dev value for the examples' secret://env/HOOK_TOKEN")
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "orrery dev: database %s\norrery dev: try `orrery jobs list` and `orrery runs list` (Ctrl-C stops)\n", cluster.DSN(""))
-			parts = append(parts, func(ctx context.Context) error {
-				return runStack(ctx, log, pool, pool, st, queues, devHandlers(log))
-			})
-			return runAll(ctx, parts...)
+			return runStack(ctx, log, pool, pool, st, queues, devHandlers(log), map[string]http.Handler{devSinkPath: devSink(log)})
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".orrery", "folder for the private database (env ORRERY_DATA_DIR)")
-	cmd.Flags().StringVar(&sinkAddr, "sink-addr", "127.0.0.1:8090", "serve a webhook sink for the examples here (empty: none)")
 	st.register(cmd.Flags(), true)
 	st.workers = []string{"default=10", "etl=10", "warehouse=4"}
 	_ = cmd.Flags().Set("allow-command", "*")
@@ -102,8 +95,9 @@ Ctrl-C. A second run reuses the data.`,
 }
 
 // loadExamples applies the example jobs in one transaction: created,
-// updated or unchanged, and recorded as applied from examples/.
-func loadExamples(cmd *cobra.Command, jobs *job.Service, log *slog.Logger) error {
+// updated or unchanged, and recorded as applied from examples/. Their
+// webhooks call the dev sink at sink.
+func loadExamples(cmd *cobra.Command, jobs *job.Service, sink string, log *slog.Logger) error {
 	names, err := fs.Glob(examples.FS(), "*.yaml")
 	if err != nil {
 		return err
@@ -115,6 +109,7 @@ func loadExamples(cmd *cobra.Command, jobs *job.Service, log *slog.Logger) error
 		if err != nil {
 			return err
 		}
+		data = bytes.ReplaceAll(data, []byte(exampleSink), []byte(sink))
 		docs, es := dag.Decode("examples/"+name, data)
 		if len(es) > 0 {
 			return es

@@ -78,7 +78,7 @@ serve processes against one database to spread the shards.`,
 			if err := requireMigrated(ctx, state, queue); err != nil {
 				return err
 			}
-			return runStack(ctx, g.logger(), state, queue, st, queues, nil)
+			return runStack(ctx, g.logger(), state, queue, st, queues, nil, nil)
 		},
 	}
 	dbs.register(cmd.Flags())

@@ -3,24 +3,25 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/orrery-dev/orrery/engine/executor"
 )
 
-// startSink serves the webhook endpoints the example jobs call in dev: it
-// answers 200 and logs what it received.
-func startSink(addr string, log *slog.Logger) (func(context.Context) error, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// devSinkPath is where `orrery dev` serves, on the API's own address, the
+// webhook endpoints the example jobs call: it answers 200 and logs what it
+// received. The examples name it as exampleSink; dev rewrites that to the
+// address it serves on, so two dev stacks side by side each call their own.
+const (
+	devSinkPath = "/dev/sink/"
+	exampleSink = "http://127.0.0.1:8080" + devSinkPath
+)
+
+func devSink(log *slog.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Job     string `json:"job"`
 			Step    string `json:"step"`
@@ -31,19 +32,35 @@ func startSink(addr string, log *slog.Logger) (func(context.Context) error, erro
 		log.Info("dev sink: webhook received", "path", r.URL.Path, "job", body.Job, "step", body.Step, "attempt", body.Attempt,
 			"idempotency_key", r.Header.Get("Idempotency-Key"))
 		_, _ = w.Write([]byte(`{"ok":true}`))
-	})}
-	return func(ctx context.Context) error {
-		go func() {
-			<-ctx.Done()
-			shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(shut)
-		}()
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	}, nil
+	})
+}
+
+// resolveAddr turns an address with port 0 into a concrete free one, so
+// that the examples can name it before the API listens.
+func resolveAddr(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if port != "0" {
+		return addr, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	_, port, _ = net.SplitHostPort(ln.Addr().String())
+	return net.JoinHostPort(host, port), nil
+}
+
+// sinkBase is the URL of the dev sink served on addr.
+func sinkBase(addr string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + devSinkPath
 }
 
 // devHandlers are the Go handlers the example jobs name.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -96,7 +97,9 @@ func (f *stackFlags) queues() (map[string]int, error) {
 
 // runStack runs the API and a scheduler node (and workers for queues, if
 // any) until ctx ends.
-func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool, f stackFlags, queues map[string]int, handlers map[string]executor.HandlerFunc) error {
+// routes are served beside the API on its address (the dev sink).
+func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool, f stackFlags, queues map[string]int,
+	handlers map[string]executor.HandlerFunc, routes map[string]http.Handler) error {
 	d, err := newDispatcher(state, queue)
 	if err != nil {
 		return err
@@ -110,7 +113,16 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	if err != nil {
 		return err
 	}
-	srv, err := api.Listen(f.addr, api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state}, log))
+	var h http.Handler = api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state}, log)
+	if len(routes) > 0 {
+		mux := http.NewServeMux()
+		mux.Handle("/", h)
+		for pattern, r := range routes {
+			mux.Handle(pattern, r)
+		}
+		h = mux
+	}
+	srv, err := api.Listen(f.addr, h)
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}

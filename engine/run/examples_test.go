@@ -55,7 +55,7 @@ func TestExamplesRun(t *testing.T) {
 			r := doc.Resource
 			for i := range r.Spec.Steps {
 				if h := r.Spec.Steps[i].Run.HTTP; h != nil {
-					h.URL = strings.Replace(h.URL, "http://127.0.0.1:8090", hookSrv.URL, 1)
+					h.URL = strings.Replace(h.URL, "http://127.0.0.1:8080/dev/sink", hookSrv.URL, 1)
 				}
 			}
 			if _, err := jobs.Create(ctx, job.Anonymous, r, ""); err != nil {
