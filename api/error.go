@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/engine/store"
 )
 
 // toConnect maps an engine error to a Connect error whose message names the
@@ -43,6 +44,11 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	case store.IsUnavailable(err):
+		if log != nil {
+			log.ErrorContext(ctx, "database unavailable", "err", err) // once per outage: see store.Outage
+		}
+		return connect.NewError(connect.CodeUnavailable, errors.New("the database is unavailable; retry later"))
 	}
 	if log != nil {
 		log.ErrorContext(ctx, "internal error", "err", err)

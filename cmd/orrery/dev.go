@@ -55,6 +55,7 @@ Ctrl-C. A second run reuses the data.`,
 				return err
 			}
 			defer pool.Close()
+			g.watchOutage(pool)
 			applied, err := migrations.Up(ctx, pool)
 			if err != nil {
 				return err

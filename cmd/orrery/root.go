@@ -6,14 +6,19 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/orrery-dev/orrery/engine/store"
 )
 
-// globals are the flags every command shares.
+// globals are the flags every command shares, and the process's logger.
 type globals struct {
 	logLevel string
 	server   string
+	log      *slog.Logger
+	outage   *store.Outage
 }
 
 func newRootCmd() *cobra.Command {
@@ -60,10 +65,22 @@ func applyEnv(fs *pflag.FlagSet) error {
 	return first
 }
 
+// logger is the process's logger (--log-level was checked before any
+// command ran). A database outage is logged once when it starts and once
+// when it ends (watchOutage), not by every component at every retry.
 func (g *globals) logger() *slog.Logger {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
-		level = slog.LevelInfo
+	if g.log == nil {
+		var level slog.Level
+		_ = level.UnmarshalText([]byte(g.logLevel))
+		var h slog.Handler
+		h, g.outage = store.OutageHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		g.log = slog.New(h)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return g.log
+}
+
+// watchOutage lets the logger tell when the database is back.
+func (g *globals) watchOutage(pool *pgxpool.Pool) {
+	g.logger()
+	g.outage.Watch(pool.Ping)
 }

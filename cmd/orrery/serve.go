@@ -75,6 +75,7 @@ serve processes against one database to spread the shards.`,
 				return err
 			}
 			defer closeAll()
+			g.watchOutage(state)
 			if err := requireMigrated(ctx, state, queue); err != nil {
 				return err
 			}

@@ -29,6 +29,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closeAll()
+			g.watchOutage(state)
 			fp, err := failpoints()
 			if err != nil {
 				return err
