@@ -381,9 +381,16 @@ func finishRun(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runID uui
 	return promoteQueued(ctx, tx, d, jobID)
 }
 
-// promoteQueued starts the job's run that overlap: queue held back.
+// promoteQueued starts the job's run that overlap: queue held back. It
+// first waits for a firing transaction that may be holding one back at this
+// moment (it saw the run that just finished as active): without that wait,
+// under READ COMMITTED, the held-back run committed after this look and
+// nothing would ever start it.
 func promoteQueued(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, jobID uuid.UUID) error {
 	q := store.New(tx)
+	if err := q.WaitForFiring(ctx, jobID); err != nil {
+		return err
+	}
 	next, err := q.PromoteQueuedRun(ctx, jobID)
 	if store.IsNotFound(err) {
 		return nil

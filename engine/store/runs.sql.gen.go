@@ -849,3 +849,18 @@ func (q *Queries) ShardHeads(ctx context.Context, shards []int32) ([]ShardHeadsR
 	}
 	return items, nil
 }
+
+const waitForFiring = `-- name: WaitForFiring :exec
+SELECT id FROM jobs WHERE id = $1 FOR KEY SHARE
+`
+
+// WaitForFiring waits until no firing transaction holds the job (DueJobs
+// locks it FOR UPDATE, which this conflicts with) and keeps one from
+// starting until the caller commits: a run that overlap: queue holds back,
+// inserted by a firing transaction that has not committed yet, is then
+// visible to the next statement (READ COMMITTED) or a conflict to retry
+// (SERIALIZABLE), never missed.
+func (q *Queries) WaitForFiring(ctx context.Context, id uuid.UUID) error {
+	_, err := q.db.Exec(ctx, waitForFiring, id)
+	return err
+}
