@@ -31,7 +31,9 @@ func BenchmarkCreateJob(b *testing.B) {
 			transport := &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}
 			c := orreryv1connect.NewJobServiceClient(&http.Client{Transport: transport}, serverURL)
 			ctx := context.Background()
-			var next atomic.Int64
+			var next, failed atomic.Int64
+			var firstErr error
+			var errOnce sync.Once
 			latencies := make([]time.Duration, b.N)
 			var wg sync.WaitGroup
 			b.ResetTimer()
@@ -40,7 +42,7 @@ func BenchmarkCreateJob(b *testing.B) {
 				wg.Go(func() {
 					for {
 						i := next.Add(1) - 1
-						if i >= int64(b.N) {
+						if i >= int64(b.N) || failed.Load() > 0 {
 							return
 						}
 						req := &orreryv1.CreateJobRequest{
@@ -52,7 +54,8 @@ func BenchmarkCreateJob(b *testing.B) {
 						}
 						t0 := time.Now()
 						if _, err := c.CreateJob(ctx, connect.NewRequest(req)); err != nil {
-							b.Error(err)
+							failed.Add(1)
+							errOnce.Do(func() { firstErr = err })
 							return
 						}
 						latencies[i] = time.Since(t0)
@@ -62,6 +65,9 @@ func BenchmarkCreateJob(b *testing.B) {
 			wg.Wait()
 			elapsed := time.Since(start)
 			b.StopTimer()
+			if n := failed.Load(); n > 0 {
+				b.Fatalf("%d creates failed (the clients stopped at the first failure; %d of %d were started); first: %v", n, min(next.Load(), int64(b.N)), b.N, firstErr)
+			}
 			slices.Sort(latencies)
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "creates/s")
 			b.ReportMetric(float64(latencies[b.N/2].Microseconds())/1000, "p50-ms")

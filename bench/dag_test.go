@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/dispatch"
@@ -43,27 +46,45 @@ func BenchmarkDAG(b *testing.B) {
 			for range b.N {
 				pool := freshDB(b)
 				ctx := context.Background()
-				startEngine(b, pool, 100)
-				jobs, _ := job.New(ctx, pool, nil)
-				_, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name},
+				eng := startEngine(b, pool, 100)
+				jobs, err := job.New(ctx, pool, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name},
 					Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Steps: shapes[name]()}}, "")
 				if err != nil {
 					b.Fatal(err)
 				}
-				d, _ := dispatch.New()
+				d, err := dispatch.New()
+				if err != nil {
+					b.Fatal(err)
+				}
 				r, err := runsvc.NewService(pool, jobs, d).Trigger(ctx, job.Anonymous, job.Ref{Name: name}, "", false)
 				if err != nil {
 					b.Fatal(err)
 				}
-				var status string
+				var status, reason string
 				for deadline := time.Now().Add(5 * time.Minute); status != "succeeded"; time.Sleep(20 * time.Millisecond) {
-					_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", r.ID).Scan(&status)
+					if err := pool.QueryRow(ctx, "SELECT status, reason FROM runs WHERE id = $1", r.ID).Scan(&status, &reason); err != nil {
+						b.Fatal(err)
+					}
+					switch status {
+					case "queued", "pending", "running", "succeeded":
+					default: // a step failed: the run will not succeed
+						b.Fatalf("run %s: %s %s; tasks: %s", r.ID, status, reason, taskSummary(b, pool, r.ID))
+					}
+					eng.check(b)
 					if time.Now().After(deadline) {
-						b.Fatalf("run %s after 5 minutes", status)
+						b.Fatalf("deadline passed: run %s after 5 minutes; tasks: %s", status, taskSummary(b, pool, r.ID))
 					}
 				}
+				checkNoFailures(b, pool)
+				eng.check(b)
 				var took float64
-				_ = pool.QueryRow(ctx, "SELECT extract(epoch FROM finished_at - created_at) FROM runs WHERE id = $1", r.ID).Scan(&took)
+				if err := pool.QueryRow(ctx, "SELECT extract(epoch FROM finished_at - created_at) FROM runs WHERE id = $1", r.ID).Scan(&took); err != nil {
+					b.Fatal(err)
+				}
 				rows, err := pool.Query(ctx, `SELECT extract(epoch FROM a.started_at - max(p.finished_at))
 					FROM tasks c JOIN attempts a ON a.task_id = c.id AND a.number = 1
 					JOIN task_edges e ON e.child_id = c.id JOIN tasks p ON p.id = e.parent_id
@@ -74,8 +95,17 @@ func BenchmarkDAG(b *testing.B) {
 				var hops []float64
 				for rows.Next() {
 					var s float64
-					_ = rows.Scan(&s)
+					if err := rows.Scan(&s); err != nil {
+						b.Fatal(err)
+					}
 					hops = append(hops, s*1000)
+				}
+				if err := rows.Err(); err != nil {
+					b.Fatal(err)
+				}
+				rows.Close()
+				if len(hops) == 0 {
+					b.Fatal("no task with a parent started")
 				}
 				slices.Sort(hops)
 				b.ReportMetric(took, "run-s")
@@ -84,4 +114,18 @@ func BenchmarkDAG(b *testing.B) {
 			}
 		})
 	}
+}
+
+// taskSummary counts a run's tasks by status, with one error of a task
+// that failed, for a benchmark's failure message.
+func taskSummary(b *testing.B, pool *pgxpool.Pool, run uuid.UUID) string {
+	b.Helper()
+	var summary string
+	err := pool.QueryRow(context.Background(), `SELECT COALESCE(string_agg(status || '=' || n, ' ' ORDER BY status), '') ||
+		COALESCE(' (e.g. ' || (SELECT step || ': ' || last_error FROM tasks WHERE run_id = $1 AND last_error <> '' LIMIT 1) || ')', '')
+		FROM (SELECT status, count(*) AS n FROM tasks WHERE run_id = $1 GROUP BY status) AS c`, run).Scan(&summary)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return summary
 }

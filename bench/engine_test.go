@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,7 +46,7 @@ func freshDB(b *testing.B) *pgxpool.Pool {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
 		b.Fatal(err)
 	}
-	pool, err := store.Open(ctx, cluster.DSN(name)+"&pool_max_conns=60", 0)
+	pool, err := store.Open(ctx, cluster.DSN(name)+"&pool_max_conns=60", store.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,9 +54,14 @@ func freshDB(b *testing.B) *pgxpool.Pool {
 	// after one benchmark while the next is measured.
 	b.Cleanup(func() {
 		pool.Close()
-		if admin, err := pgx.Connect(ctx, cluster.DSN("postgres")); err == nil {
-			_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			_ = admin.Close(ctx)
+		admin, err := pgx.Connect(ctx, cluster.DSN("postgres"))
+		if err != nil {
+			b.Errorf("drop database %s: %v", name, err)
+			return
+		}
+		defer admin.Close(ctx)
+		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			b.Errorf("drop database %s: %v", name, err)
 		}
 	})
 	if _, err := migrations.Up(ctx, pool); err != nil {
@@ -117,11 +125,15 @@ func BenchmarkRiverBare(b *testing.B) {
 		if err := client.Start(ctx); err != nil {
 			b.Fatal(err)
 		}
-		for done.Load() < total {
-			time.Sleep(20 * time.Millisecond)
+		for deadline := start.Add(5 * time.Minute); done.Load() < total; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				b.Fatalf("deadline passed: %d of %d River jobs worked in 5 minutes", done.Load(), total)
+			}
 		}
 		took := time.Since(start)
-		_ = client.Stop(ctx)
+		if err := client.Stop(ctx); err != nil {
+			b.Fatalf("stop River: %v", err)
+		}
 		time.Sleep(600 * time.Millisecond) // statistics reach pg_stat_wal within 500 ms
 		b.ReportMetric(float64(walRecords(b, pool)-wal0)/total, "wal-records/job")
 		b.ReportMetric(total/insertTook.Seconds(), "inserts/s")
@@ -136,7 +148,10 @@ func BenchmarkRiverBare(b *testing.B) {
 func seedJobs(b *testing.B, pool *pgxpool.Pool, prefix string, n int, spec dag.JobSpec, next time.Time) {
 	b.Helper()
 	ctx := context.Background()
-	specJSON, _ := json.Marshal(spec)
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
 	tenant := job.DefaultTenant
 	var jobs, versions [][]any
 	for i := range n {
@@ -158,25 +173,141 @@ func seedJobs(b *testing.B, pool *pgxpool.Pool, prefix string, n int, spec dag.J
 	}
 }
 
-// startEngine runs a scheduler node and a worker pool with a no-op handler
-// in this process until the benchmark ends.
-func startEngine(b *testing.B, pool *pgxpool.Pool, workers int) {
+// engine is a scheduler node and a worker pool running in this process.
+// Whatever they would only log at level ERROR (a failed scheduler pass,
+// reaper sweep, lease renewal, River job), and either of them stopping
+// before the benchmark ends, fails the benchmark: figures measured past a
+// failure would describe the failure, not the engine.
+type engine struct {
+	mu       sync.Mutex
+	failures []string
+	stopping bool
+}
+
+func (e *engine) fail(msg string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.stopping {
+		e.failures = append(e.failures, msg)
+	}
+}
+
+// err says how the engine failed so far, if it did.
+func (e *engine) err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.failures) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the engine failed (%d errors); first ones:\n  %s", len(e.failures), strings.Join(e.failures[:min(len(e.failures), 10)], "\n  "))
+}
+
+// check fails the benchmark if the engine failed so far.
+func (e *engine) check(b *testing.B) {
 	b.Helper()
+	if err := e.err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// errorLog is a slog.Handler that turns every ERROR record into an engine
+// failure and drops the rest.
+type errorLog struct {
+	e     *engine
+	attrs []slog.Attr
+}
+
+func (h errorLog) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
+
+func (h errorLog) Handle(_ context.Context, r slog.Record) error {
+	var sb strings.Builder
+	sb.WriteString(r.Message)
+	add := func(a slog.Attr) bool { fmt.Fprintf(&sb, " %s=%v", a.Key, a.Value); return true }
+	for _, a := range h.attrs {
+		add(a)
+	}
+	r.Attrs(add)
+	h.e.fail(sb.String())
+	return nil
+}
+
+func (h errorLog) WithAttrs(as []slog.Attr) slog.Handler {
+	return errorLog{e: h.e, attrs: append(slices.Clip(h.attrs), as...)}
+}
+
+func (h errorLog) WithGroup(string) slog.Handler { return h }
+
+// startEngine runs a scheduler node and a worker pool with a no-op handler
+// in this process until the benchmark ends; call check on the result while
+// waiting and before reporting figures.
+func startEngine(b *testing.B, pool *pgxpool.Pool, workers int) *engine {
+	b.Helper()
+	e := &engine{}
+	log := slog.New(errorLog{e: e})
 	ctx, cancel := context.WithCancel(context.Background())
-	d, _ := dispatch.New()
-	n, err := node.New(ctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 10 * time.Second})
+	b.Cleanup(cancel) // in case startEngine fails below
+	d, err := dispatch.New()
 	if err != nil {
 		b.Fatal(err)
 	}
-	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"default": workers},
+	n, err := node.New(ctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 10 * time.Second, Logger: log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"default": workers}, Logger: log,
 		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { return nil }}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	done := make(chan struct{}, 2)
-	go func() { _ = n.Run(ctx); done <- struct{}{} }()
-	go func() { _ = w.Run(ctx); done <- struct{}{} }()
-	b.Cleanup(func() { cancel(); <-done; <-done })
+	done := make(chan error, 2)
+	run := func(what string, f func(context.Context) error) {
+		err := f(ctx)
+		if ctx.Err() == nil { // stopped before the benchmark ended
+			e.fail(fmt.Sprintf("%s stopped early: %v", what, err))
+		}
+		if err != nil {
+			err = fmt.Errorf("%s: %w", what, err)
+		}
+		done <- err
+	}
+	go run("node", n.Run)
+	go run("worker", w.Run)
+	b.Cleanup(func() {
+		if err := e.err(); err != nil {
+			b.Error(err)
+		}
+		e.mu.Lock()
+		e.stopping = true // errors of the shutdown itself come back from Run
+		e.mu.Unlock()
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				b.Error(err)
+			}
+		}
+	})
+	return e
+}
+
+// checkNoFailures fails the benchmark when any attempt failed or any run
+// did not run to success (skipped, cancelled, failed, dead-lettered): the
+// figures would then not be those of the work the benchmark asked for.
+func checkNoFailures(b *testing.B, pool *pgxpool.Pool) {
+	b.Helper()
+	var attempts, runs int
+	var firstAttempt, firstRun string
+	err := pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM attempts WHERE outcome NOT IN ('running', 'succeeded')),
+		(SELECT COALESCE(min(outcome || ' ' || exit_reason || ': ' || error), '') FROM attempts WHERE outcome NOT IN ('running', 'succeeded')),
+		(SELECT count(*) FROM runs WHERE status IN ('skipped', 'cancelled', 'failed', 'dead_lettered')),
+		(SELECT COALESCE(min(status || ': ' || reason), '') FROM runs WHERE status IN ('skipped', 'cancelled', 'failed', 'dead_lettered'))`).
+		Scan(&attempts, &firstAttempt, &runs, &firstRun)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if attempts > 0 || runs > 0 {
+		b.Fatalf("%d attempts failed (e.g. %q); %d runs did not succeed (e.g. %q)", attempts, firstAttempt, runs, firstRun)
+	}
 }
 
 // walRecords is the cluster's count of WAL records written so far: a
@@ -191,6 +322,7 @@ func walRecords(b *testing.B, pool *pgxpool.Pool) int64 {
 }
 
 func dbTime(b *testing.B, pool *pgxpool.Pool) time.Time {
+	b.Helper()
 	var t time.Time
 	if err := pool.QueryRow(context.Background(), "SELECT now()").Scan(&t); err != nil {
 		b.Fatal(err)
@@ -201,12 +333,14 @@ func dbTime(b *testing.B, pool *pgxpool.Pool) time.Time {
 // lagStats reads the start lag (scheduled instant -> first attempt start)
 // of the runs scheduled in [from, until).
 func lagStats(b *testing.B, pool *pgxpool.Pool, from, until time.Time) (n int, p50, p95, p99, maxLag time.Duration) {
+	b.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT extract(epoch FROM a.started_at - r.scheduled_for)
 		FROM runs r JOIN tasks t ON t.run_id = r.id JOIN attempts a ON a.task_id = t.id AND a.number = 1
 		WHERE r.scheduled_for >= $1 AND r.scheduled_for < $2`, from, until)
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer rows.Close()
 	var lags []time.Duration
 	for rows.Next() {
 		var s float64
@@ -214,6 +348,9 @@ func lagStats(b *testing.B, pool *pgxpool.Pool, from, until time.Time) (n int, p
 			b.Fatal(err)
 		}
 		lags = append(lags, time.Duration(s*float64(time.Second)))
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
 	}
 	if len(lags) == 0 {
 		b.Fatal("no started runs in the window")
@@ -235,16 +372,39 @@ func noopSpec(cron string) dag.JobSpec {
 // per second, end to end (scheduler -> River -> worker -> completion);
 // reports start lag percentiles and completed runs per second.
 func BenchmarkSteadyFires(b *testing.B) {
+	const jobs = 500
 	for range b.N {
 		pool := freshDB(b)
 		start := dbTime(b, pool).Truncate(time.Second).Add(2 * time.Second)
-		seedJobs(b, pool, "steady", 500, noopSpec("* * * * * *"), start)
-		startEngine(b, pool, 500)
+		seedJobs(b, pool, "steady", jobs, noopSpec("* * * * * *"), start)
+		eng := startEngine(b, pool, 500)
 		time.Sleep(time.Until(start) + 32*time.Second)
+		eng.check(b)
 		from, until := start.Add(2*time.Second), start.Add(30*time.Second)
-		n, p50, p95, p99, mx := lagStats(b, pool, from, until)
 		var completed int
-		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM runs WHERE status = 'succeeded' AND scheduled_for >= $1 AND scheduled_for < $2", from, until).Scan(&completed)
+		if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM runs WHERE status = 'succeeded' AND scheduled_for >= $1 AND scheduled_for < $2", from, until).Scan(&completed); err != nil {
+			b.Fatal(err)
+		}
+		// The lag figures are over every run of the window: wait (bounded)
+		// for the ones that have not started yet rather than leave them out.
+		want := jobs * int(until.Sub(from)/time.Second)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			var created, started int
+			if err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE started_at IS NOT NULL)
+				FROM runs WHERE scheduled_for >= $1 AND scheduled_for < $2`, from, until).Scan(&created, &started); err != nil {
+				b.Fatal(err)
+			}
+			if started == want {
+				break
+			}
+			eng.check(b)
+			if time.Now().After(deadline) {
+				b.Fatalf("deadline passed: %d of %d runs of the window created, %d started, a minute after the window", created, want, started)
+			}
+		}
+		checkNoFailures(b, pool)
+		eng.check(b)
+		n, p50, p95, p99, mx := lagStats(b, pool, from, until)
 		b.ReportMetric(float64(n)/until.Sub(from).Seconds(), "started/s")
 		b.ReportMetric(float64(completed)/until.Sub(from).Seconds(), "completed/s")
 		b.ReportMetric(ms(p50), "p50-lag-ms")
@@ -261,28 +421,40 @@ func BenchmarkMidnightStorm(b *testing.B) {
 	const jobs = 10_000
 	for range b.N {
 		pool := freshDB(b)
-		startEngine(b, pool, 500)
+		eng := startEngine(b, pool, 500)
 		at := dbTime(b, pool).Truncate(time.Second).Add(8 * time.Second)
 		cron := fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
 		seedJobs(b, pool, "storm", jobs, noopSpec(cron), at)
 		time.Sleep(600 * time.Millisecond) // the seeding's statistics reach pg_stat_wal
 		wal0 := walRecords(b, pool)
 		time.Sleep(time.Until(at))
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			var started, done int
-			_ = pool.QueryRow(context.Background(), "SELECT count(*) FILTER (WHERE started_at IS NOT NULL), count(*) FILTER (WHERE status = 'succeeded') FROM runs").Scan(&started, &done)
-			if done == jobs || time.Now().After(deadline) {
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+			var created, started, done int
+			if err := pool.QueryRow(context.Background(), "SELECT count(*), count(*) FILTER (WHERE started_at IS NOT NULL), count(*) FILTER (WHERE status = 'succeeded') FROM runs").
+				Scan(&created, &started, &done); err != nil {
+				b.Fatal(err)
+			}
+			if done == jobs {
 				break
 			}
-			time.Sleep(50 * time.Millisecond)
+			eng.check(b)
+			if time.Now().After(deadline) {
+				b.Fatalf("deadline passed: of %d runs, %d created, %d started, %d succeeded within 2 minutes", jobs, created, started, done)
+			}
 		}
+		checkNoFailures(b, pool)
 		time.Sleep(600 * time.Millisecond)
 		walPerRun := float64(walRecords(b, pool)-wal0) / jobs
 		n, p50, p95, p99, mx := lagStats(b, pool, at, at.Add(time.Second))
+		if n != jobs {
+			b.Fatalf("%d of %d runs started for the instant %v", n, jobs, at)
+		}
 		var lastDone, lastCreated time.Time
-		_ = pool.QueryRow(context.Background(), "SELECT max(finished_at), max(created_at) FROM runs").Scan(&lastDone, &lastCreated)
-		printTableStats(pool)
+		if err := pool.QueryRow(context.Background(), "SELECT max(finished_at), max(created_at) FROM runs").Scan(&lastDone, &lastCreated); err != nil {
+			b.Fatal(err)
+		}
+		eng.check(b)
+		printTableStats(b, pool)
 		b.ReportMetric(float64(n), "started")
 		b.ReportMetric(ms(lastCreated.Sub(at)), "all-created-ms")
 		b.ReportMetric(ms(mx), "all-started-ms")
@@ -326,26 +498,32 @@ func BenchmarkTickCost(b *testing.B) {
 
 // printTableStats shows, with ORRERY_BENCH_STATS set, how many of each
 // table's updates were HOT (no index entries written).
-func printTableStats(pool *pgxpool.Pool) {
+func printTableStats(b *testing.B, pool *pgxpool.Pool) {
+	b.Helper()
 	if os.Getenv("ORRERY_BENCH_STATS") == "" {
 		return
 	}
 	var records, fpi, bytes int64
-	if pool.QueryRow(context.Background(), "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal").Scan(&records, &fpi, &bytes) == nil {
-		fmt.Fprintf(os.Stderr, "WAL (whole cluster, since start): %d records, %d full-page images, %d MB\n", records, fpi, bytes>>20)
+	if err := pool.QueryRow(context.Background(), "SELECT wal_records, wal_fpi, wal_bytes FROM pg_stat_wal").Scan(&records, &fpi, &bytes); err != nil {
+		b.Fatalf("WAL statistics: %v", err)
 	}
+	fmt.Fprintf(os.Stderr, "WAL (whole cluster, since start): %d records, %d full-page images, %d MB\n", records, fpi, bytes>>20)
 	rows, err := pool.Query(context.Background(), `SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
 		FROM pg_stat_user_tables WHERE n_tup_ins + n_tup_upd > 0 ORDER BY relname`)
 	if err != nil {
-		return
+		b.Fatalf("table statistics: %v", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var name string
 		var ins, upd, hot, del int64
-		if rows.Scan(&name, &ins, &upd, &hot, &del) == nil {
-			fmt.Fprintf(os.Stderr, "%-20s inserts %7d updates %7d (HOT %7d) deletes %7d\n", name, ins, upd, hot, del)
+		if err := rows.Scan(&name, &ins, &upd, &hot, &del); err != nil {
+			b.Fatalf("table statistics: %v", err)
 		}
+		fmt.Fprintf(os.Stderr, "%-20s inserts %7d updates %7d (HOT %7d) deletes %7d\n", name, ins, upd, hot, del)
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatalf("table statistics: %v", err)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,15 +75,26 @@ func run(m *testing.M) int {
 	}
 	addr := freeAddr()
 	serve := exec.Command(bin, "serve", "--db", cluster.DSN(""), "--addr", addr, "--log-level", "warn")
-	var logs bytes.Buffer
+	var logs lockedBuffer // written by exec's copying goroutine while we read it
 	serve.Stdout, serve.Stderr = &logs, &logs
 	if err := serve.Start(); err != nil {
 		return fail(err)
 	}
-	defer func() {
-		_ = serve.Process.Signal(syscall.SIGTERM)
-		_ = serve.Wait()
-	}()
+	stopped := false
+	stop := func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+			return fmt.Errorf("stop orrery serve: %w (it exited early?)\n%s", err, logs.String())
+		}
+		if err := serve.Wait(); err != nil {
+			return fmt.Errorf("orrery serve: %w\n%s", err, logs.String())
+		}
+		return nil
+	}
+	defer func() { _ = stop() }() // on the early returns below
 	serverURL = "http://" + addr
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -96,17 +109,61 @@ func run(m *testing.M) int {
 		time.Sleep(100 * time.Millisecond)
 	}
 	code := m.Run()
+	// The server's errors are the figures' errors too: a benchmark that
+	// passed while the server logged errors (or died) measured something
+	// else. Only what it logged before the stop counts.
+	errs := errorLines(logs.String())
+	if err := stop(); err != nil {
+		code = fail(err)
+	}
+	if len(errs) > 0 {
+		code = fail(fmt.Errorf("orrery serve logged %d errors during the benchmarks:\n%s", len(errs), strings.Join(errs[:min(len(errs), 20)], "\n")))
+	}
 	if os.Getenv("ORRERY_BENCH_STATS") != "" {
 		conn, err := pgx.Connect(ctx, cluster.DSN(""))
-		if err == nil {
-			var commits, rollbacks int64
-			_ = conn.QueryRow(ctx, "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&commits, &rollbacks)
-			fmt.Fprintf(os.Stderr, "bench: database commits %d, rollbacks %d\n", commits, rollbacks)
-			printTopStatements(ctx, conn)
-			conn.Close(ctx)
+		if err != nil {
+			return fail(fmt.Errorf("statistics: %w", err))
+		}
+		defer conn.Close(ctx)
+		var commits, rollbacks int64
+		if err := conn.QueryRow(ctx, "SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&commits, &rollbacks); err != nil {
+			return fail(fmt.Errorf("statistics: %w", err))
+		}
+		fmt.Fprintf(os.Stderr, "bench: database commits %d, rollbacks %d\n", commits, rollbacks)
+		if err := printTopStatements(ctx, conn); err != nil {
+			return fail(fmt.Errorf("pg_stat_statements: %w", err))
 		}
 	}
 	return code
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// errorLines are the ERROR records of a log in slog's text format.
+func errorLines(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "level=ERROR") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 func fail(err error) int {
@@ -125,17 +182,15 @@ func freeAddr() string {
 
 // printTopStatements lists the statements that took most of PostgreSQL's
 // time over the whole benchmark run (ORRERY_BENCH_STATS set).
-func printTopStatements(ctx context.Context, conn *pgx.Conn) {
+func printTopStatements(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
-		fmt.Fprintln(os.Stderr, "bench: pg_stat_statements:", err)
-		return
+		return err
 	}
 	rows, err := conn.Query(ctx, `SELECT calls, rows, round(total_exec_time::numeric, 0), round(mean_exec_time::numeric, 3),
 		left(regexp_replace(query, '\s+', ' ', 'g'), 110)
 		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25`)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench: pg_stat_statements:", err)
-		return
+		return err
 	}
 	defer rows.Close()
 	fmt.Fprintf(os.Stderr, "%9s %9s %9s %8s  %s\n", "calls", "rows", "total ms", "mean ms", "query")
@@ -143,8 +198,10 @@ func printTopStatements(ctx context.Context, conn *pgx.Conn) {
 		var calls, n int64
 		var total, mean float64
 		var q string
-		if err := rows.Scan(&calls, &n, &total, &mean, &q); err == nil {
-			fmt.Fprintf(os.Stderr, "%9d %9d %9.0f %8.3f  %s\n", calls, n, total, mean, q)
+		if err := rows.Scan(&calls, &n, &total, &mean, &q); err != nil {
+			return err
 		}
+		fmt.Fprintf(os.Stderr, "%9d %9d %9.0f %8.3f  %s\n", calls, n, total, mean, q)
 	}
+	return rows.Err()
 }
