@@ -1,6 +1,3 @@
-// Package shard holds the shard math shared by every node: which of the
-// cluster's N hash shards a job belongs to. Ownership leases and fencing
-// epochs live with the scheduler; this file imports nothing of Orrery's.
 package shard
 
 import "hash/fnv"
