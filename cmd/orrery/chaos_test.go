@@ -156,8 +156,14 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	var deliveries atomic.Int64
-	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	// Each call takes 50 ms, as a real webhook would, so a killed worker
+	// has attempts running as well as fetched.
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		deliveries.Add(1)
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-r.Context().Done():
+		}
 		_, _ = w.Write([]byte("ok"))
 	}))
 	defer sink.Close()
@@ -306,9 +312,17 @@ func TestStalledWorkersLeaseLapsesAndLateReportIsRejected(t *testing.T) {
 	w1 := worker("w1")
 	create("killed")
 	poll(t, 20*time.Second, "w1 runs attempt 1", func() bool { return attemptRunningOn("killed", "w1") })
-	w1.signal(t, syscall.SIGKILL)
 	w2 := worker("w2")
+	w1.signal(t, syscall.SIGKILL)
+	killedAt := dbNow(t, pool)
 	poll(t, 30*time.Second, "the task retries on w2 and succeeds", func() bool { return runSucceeded("killed") })
+	var retryAfter float64
+	if err := pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM a.started_at - $1::timestamptz) FROM attempts a
+		JOIN tasks t ON t.id = a.task_id JOIN runs r ON r.id = t.run_id JOIN jobs j ON j.id = r.job_id
+		WHERE j.name = 'killed' AND a.number = 2`, killedAt).Scan(&retryAfter); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the killed worker's running task started again %.1f s after the kill (lease TTL 2 s, reaper interval 1 s)", retryAfter)
 
 	// SIGSTOP: the worker reports after its lease lapsed.
 	create("stalled")

@@ -186,7 +186,7 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 			}
 		}
 	case TaskRetrying:
-		at := t.Now.Add(Backoff(shape.Initial, shape.Max, shape.Attempt))
+		at := retryAt(t.Now, shape, r.Expired)
 		return true, d.Release(ctx, tx, []dispatch.Ready{{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: shape.Attempt + 1, NotBefore: at}})
 	case TaskDeadLettered:
 		if shape.HasChildren {
@@ -306,7 +306,7 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 		accepted[i] = true
 		switch {
 		case p.Statuses[i] == TaskRetrying:
-			at := t.Now.Add(Backoff(r.Shape.Initial, r.Shape.Max, r.Shape.Attempt))
+			at := retryAt(t.Now, r.Shape, r.Expired)
 			retries = append(retries, dispatch.Ready{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: r.Shape.Attempt + 1, NotBefore: at})
 		case r.Shape.QueueOverlap && t.JobID != nil:
 			if err := promoteQueued(ctx, tx, d, *t.JobID); err != nil {
@@ -434,6 +434,18 @@ func ExpireLeases(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, batch 
 		}
 	}
 	return len(rows), nil
+}
+
+// retryAt is when the next attempt of a task may start: after the step's
+// backoff, or at once after a lapsed lease. The lease TTL has already been
+// waited then, and a River job scheduled in the future waits for River's
+// leader to promote it (every 5 s, and a new leader first when the dead
+// worker was the leader: 18 s measured), not for its instant.
+func retryAt(now time.Time, shape *Shape, expired bool) time.Time {
+	if expired {
+		return time.Time{}
+	}
+	return now.Add(Backoff(shape.Initial, shape.Max, shape.Attempt))
 }
 
 // Backoff is the wait before retry number n (1 for the first retry):
