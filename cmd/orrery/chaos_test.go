@@ -129,7 +129,8 @@ func allShardsLive(t *testing.T, pool *pgxpool.Pool, except ...string) bool {
 // Several scheduler nodes fire 200 every-second jobs at an HTTP sink for
 // about a minute, run by two worker processes, while a node joins, one
 // node is killed with SIGKILL, one is paused with SIGSTOP past its lease,
-// and a worker is killed right after River handed it a job (a failpoint):
+// a worker is killed right after River handed it a job and another right
+// after an attempt started (failpoints):
 // every instant gets exactly one run, none is missed or stuck, no task
 // succeeds twice, no attempt is cancelled while its lease was valid, and
 // no run is ever written under a shard epoch older than one already used
@@ -199,8 +200,13 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 
 	poll(t, 30*time.Second, "w2 is killed right after a fetch", w2.exited)
 	killedAt := dbNow(t, pool)
-	chaosWorker("w3")
-	time.Sleep(20 * time.Second) // two nodes
+	// w3 dies right after starting its 1,500th attempt: that one and the
+	// others it runs wait for their leases.
+	w3 := chaosWorker("w3", "ORRERY_FAILPOINTS=worker/started=kill@1500")
+	poll(t, 30*time.Second, "w3 is killed right after an attempt started", w3.exited)
+	killed3At := dbNow(t, pool)
+	chaosWorker("w4")
+	time.Sleep(15 * time.Second) // two nodes
 	startNodeProc(t, dsn, "node-3")
 	time.Sleep(20 * time.Second) // three nodes
 
@@ -259,12 +265,15 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	var leaseRetry, strandedRetry float64
 	_ = pool.QueryRow(ctx, `SELECT COALESCE(max(EXTRACT(EPOCH FROM a2.started_at - $1::timestamptz)), 0) FROM attempts a1
 		JOIN attempts a2 ON a2.task_id = a1.task_id AND a2.number = a1.number + 1
-		WHERE a1.worker = 'w2' AND a1.exit_reason = 'lease_expired'`, killedAt).Scan(&leaseRetry)
+		WHERE a1.worker = 'w3' AND a1.exit_reason = 'lease_expired'`, killed3At).Scan(&leaseRetry)
 	_ = pool.QueryRow(ctx, `SELECT COALESCE(max(EXTRACT(EPOCH FROM a.started_at - $1::timestamptz)), 0) FROM attempts a
 		JOIN river_job j ON (j.args->>'task_id')::uuid = a.task_id AND (j.args->>'attempt')::int = a.number
 		WHERE j.args ? 'redelivers'`, killedAt).Scan(&strandedRetry)
-	t.Logf("after w2 was killed (lease TTL 2 s, reaper 1 s): its running tasks ran again within %.1f s, its fetched-but-unstarted ones within %.1f s (from when the test saw it exit)",
+	t.Logf("after a worker was killed (lease TTL 2 s, reaper 1 s, times from when the test saw it exit): w3's running tasks started again within %.1f s, w2's fetched-but-unstarted ones within %.1f s",
 		leaseRetry, strandedRetry)
+	if expired == 0 {
+		t.Fatal("w3 was killed with an attempt running, yet no lease expired")
+	}
 }
 
 // A worker that dies mid-task (SIGKILL) or stalls (SIGSTOP) past its lease:

@@ -64,7 +64,7 @@ type Config struct {
 	FetchPollInterval time.Duration
 	Logger            *slog.Logger
 	// Failpoints arms this worker's test seams (FailpointFetched,
-	// FailpointRenewed); nil in production.
+	// FailpointStarted, FailpointRenewed); nil in production.
 	Failpoints *failpoint.Set
 }
 
@@ -76,6 +76,9 @@ const (
 	// FailpointRenewed is hit after a lease renewal returned, before the
 	// attempts it reported lost are cancelled.
 	FailpointRenewed = "worker/renewed"
+	// FailpointStarted is hit when an attempt has started (its lease is
+	// taken), before its executor runs.
+	FailpointStarted = "worker/started"
 )
 
 func (c *Config) withDefaults() error {
@@ -341,6 +344,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	stop := context.AfterFunc(ctx, func() { cancel(errors.New("worker shutting down")) })
 	defer stop()
 
+	w.cfg.Failpoints.Hit(FailpointStarted)
 	runCtx, cancelTimeout := context.WithTimeout(attemptCtx, att.Timeout)
 	res := w.runner.Run(runCtx, c)
 	cancelTimeout()
