@@ -25,6 +25,26 @@ type Services struct {
 	Runs *run.Service
 	// State is the state database, for the cluster view.
 	State *pgxpool.Pool
+	// Limits bound what one request may cost; zero fields take defaults.
+	Limits Limits
+}
+
+// Limits bound every request before any work is done for it.
+type Limits struct {
+	// MaxRequestBytes caps a request body as sent (compressed or not) and
+	// each message after decompression, so a small gzip bomb cannot
+	// expand in memory. Over it: ResourceExhausted. Default 4 MiB.
+	MaxRequestBytes int64
+}
+
+// DefaultMaxRequestBytes is Limits.MaxRequestBytes when unset.
+const DefaultMaxRequestBytes = 4 << 20
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxRequestBytes <= 0 {
+		l.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	return l
 }
 
 // NewHandler returns the HTTP handler for every service, with gRPC
@@ -33,8 +53,10 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	limits := svc.Limits.withDefaults()
 	opts := []connect.HandlerOption{
 		connect.WithInterceptors(logErrors(log)),
+		connect.WithReadMaxBytes(int(limits.MaxRequestBytes)),
 		// Compressing small answers costs more CPU than the bytes it saves on
 		// the networks this runs on; larger ones (list pages) still compress.
 		connect.WithCompressMinBytes(4 << 10),
@@ -50,7 +72,8 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...)))
-	return mux
+	// The body as sent: reading stops past the cap, before decompression.
+	return http.MaxBytesHandler(mux, limits.MaxRequestBytes)
 }
 
 // logErrors logs failed calls at debug level (Internal ones are logged
@@ -74,6 +97,9 @@ type Server struct {
 	ln  net.Listener
 }
 
+// ReadTimeout bounds reading one whole request, body included.
+const ReadTimeout = 30 * time.Second
+
 // Listen binds addr ("127.0.0.1:8080"; port 0 picks one).
 func Listen(addr string, h http.Handler) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
@@ -84,9 +110,14 @@ func Listen(addr string, h http.Handler) (*Server, error) {
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
 	return &Server{ln: ln, srv: &http.Server{
-		Handler:           h,
-		Protocols:         &protocols,
+		Handler:   h,
+		Protocols: &protocols,
+		// A client that sends its headers or body slowly is cut off, so
+		// slow connections cannot pile up.
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       ReadTimeout,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
 	}}, nil
 }
 
