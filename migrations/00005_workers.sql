@@ -21,6 +21,11 @@ CREATE INDEX workers_lease ON workers (lease_expires_at);
 -- key of its own), through the outbox too.
 ALTER TABLE dispatch_outbox ADD COLUMN redelivers BIGINT NOT NULL DEFAULT 0;
 
+-- Runs that overlap: queue holds back (few): the reaper looks for those
+-- whose job has no active run left.
+CREATE INDEX runs_queued ON runs (job_id) WHERE status = 'queued';
+
 -- +goose Down
+DROP INDEX runs_queued;
 ALTER TABLE dispatch_outbox DROP COLUMN redelivers;
 DROP TABLE workers;

@@ -182,13 +182,26 @@ func (d *Dispatcher) relayOnce(ctx context.Context, state *pgxpool.Pool) (int, e
 			n = 0
 			return err
 		}
-		ready := make([]Ready, len(rows))
+		ready := make([]Ready, 0, len(rows))
 		ids := make([]uuid.UUID, len(rows))
+		type key struct {
+			task                uuid.UUID
+			attempt, redelivers int64
+		}
+		seen := make(map[key]bool, len(rows))
 		for i, r := range rows {
 			ids[i] = r.ID
-			ready[i] = Ready{TaskID: r.TaskID, Tenant: r.TenantID, Queue: r.Queue, Priority: int(r.Priority), Attempt: int(r.Attempt), Redelivers: r.Redelivers}
+			// One insert per unique key: River's insert of a batch that holds
+			// a key twice fails whole (ON CONFLICT cannot touch a row twice),
+			// and every relay would then retry the same batch.
+			k := key{r.TaskID, int64(r.Attempt), r.Redelivers}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			ready = append(ready, Ready{TaskID: r.TaskID, Tenant: r.TenantID, Queue: r.Queue, Priority: int(r.Priority), Attempt: int(r.Attempt), Redelivers: r.Redelivers})
 			if r.NotBefore != nil {
-				ready[i].NotBefore = *r.NotBefore
+				ready[len(ready)-1].NotBefore = *r.NotBefore
 			}
 		}
 		if _, err := d.river.InsertMany(ctx, riverParams(ready, true)); err != nil {

@@ -26,6 +26,9 @@ func Redeliver(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, fetched [
 	p := store.UnstartedTasksParams{}
 	job := make(map[uuid.UUID]int64, len(fetched))
 	for _, f := range fetched {
+		if _, dup := job[f.TaskID]; dup {
+			continue // the worker held two jobs for one task: one redelivery
+		}
 		p.Ids = append(p.Ids, f.TaskID)
 		p.Attempts = append(p.Attempts, int32(f.Attempt))
 		job[f.TaskID] = f.JobID

@@ -60,7 +60,7 @@ type Start struct {
 // StartAttempts starts a batch of attempts for worker, with leases of ttl,
 // in one statement. The answer is in the order of starts; nil for a start
 // whose River job is stale (the task was cancelled, or that attempt already
-// ran).
+// ran or is started by another start of the same batch).
 func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, worker string, ttl time.Duration) ([]*Attempt, error) {
 	p := store.StartAttemptsParams{Worker: worker, TtlSeconds: ttl.Seconds()}
 	for _, st := range starts {
@@ -88,6 +88,10 @@ func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, worker st
 		if !ok {
 			continue
 		}
+		// Two River jobs for one attempt (a redelivery beside the job it
+		// replaces) may share a batch: the task moved once, so only the
+		// first of them starts it.
+		delete(byTask, st.TaskID)
 		spec := batchSpecs[specKey{t.JobID, t.JobVersion}]
 		idx := slices.IndexFunc(spec.Steps, func(s dag.Step) bool { return s.Name == t.Step })
 		if idx < 0 {
@@ -381,16 +385,12 @@ func finishRun(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runID uui
 	return promoteQueued(ctx, tx, d, jobID)
 }
 
-// promoteQueued starts the job's run that overlap: queue held back. It
-// first waits for a firing transaction that may be holding one back at this
-// moment (it saw the run that just finished as active): without that wait,
-// under READ COMMITTED, the held-back run committed after this look and
-// nothing would ever start it.
+// promoteQueued starts the job's run that overlap: queue held back. A
+// firing transaction that saw the finishing run as active may be holding
+// one back at this very moment, not yet visible here (READ COMMITTED);
+// PromoteStranded, run by the reaper, starts such a run.
 func promoteQueued(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, jobID uuid.UUID) error {
 	q := store.New(tx)
-	if err := q.WaitForFiring(ctx, jobID); err != nil {
-		return err
-	}
 	next, err := q.PromoteQueuedRun(ctx, jobID)
 	if store.IsNotFound(err) {
 		return nil
@@ -412,6 +412,22 @@ func promoteQueued(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, jobID
 		return err
 	}
 	return d.Release(ctx, tx, ready)
+}
+
+// PromoteStranded starts, for up to batch jobs, the run that overlap: queue
+// holds back while no run of the job is active any more (see
+// promoteQueued). It returns how many it started.
+func PromoteStranded(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, batch int) (int, error) {
+	jobs, err := store.New(tx).JobsWithStrandedQueuedRuns(ctx, int32(batch))
+	if err != nil {
+		return 0, err
+	}
+	for _, j := range jobs {
+		if err := promoteQueued(ctx, tx, d, j); err != nil {
+			return 0, err
+		}
+	}
+	return len(jobs), nil
 }
 
 // ExpireLeases fails the running attempts whose lease lapsed (their worker

@@ -23,9 +23,12 @@ import (
 //   - a task whose River job a worker fetched but never started (the worker
 //     died between River's fetch and the attempt's start: the task is still
 //     queued or retrying, and has no lease) is delivered again once that
-//     worker's own lease lapses.
+//     worker's own lease lapses;
+//   - a run that overlap: queue holds back while its job has no active run
+//     any more (a firing transaction held it back while the active run's
+//     report was committing) is started.
 //
-// Both are bounded by the worker's lease TTL plus one Interval after the
+// The first two are bounded by the worker's lease TTL plus one Interval after the
 // failure. Every scheduler node runs a reaper; SKIP LOCKED and fencing
 // tokens keep them apart.
 type Reaper struct {
@@ -88,6 +91,9 @@ func (r *Reaper) Run(ctx context.Context) error {
 		if err := r.sweepLapsedWorkers(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("redeliver what lapsed workers fetched", "err", err)
 		}
+		if err := r.promoteStranded(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("start held-back runs", "err", err)
+		}
 	}
 }
 
@@ -111,6 +117,21 @@ func (r *Reaper) expireLeases(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// promoteStranded starts held-back runs (overlap: queue) whose job has no
+// active run any more.
+func (r *Reaper) promoteStranded(ctx context.Context) error {
+	var n int
+	err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		var err error
+		n, err = run.PromoteStranded(ctx, tx, r.cfg.Dispatcher, r.cfg.Batch)
+		return err
+	})
+	if n > 0 {
+		r.cfg.Logger.Info("held-back runs started (their previous run ended while they were being queued)", "count", n)
+	}
+	return err
 }
 
 // sweepLapsedWorkers redelivers what lapsed workers fetched and never

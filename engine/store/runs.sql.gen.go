@@ -447,6 +447,40 @@ func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error 
 	return err
 }
 
+const jobsWithStrandedQueuedRuns = `-- name: JobsWithStrandedQueuedRuns :many
+SELECT DISTINCT q.job_id FROM runs AS q
+WHERE q.status = 'queued'
+  AND NOT EXISTS (
+    SELECT 1 FROM runs AS a
+    WHERE a.job_id = q.job_id AND a.finished_at IS NULL AND a.status IN ('pending', 'running')
+  )
+LIMIT $1
+`
+
+// JobsWithStrandedQueuedRuns lists jobs holding a run back (overlap:
+// queue) while no run of theirs is active: the report that should have
+// started it overlapped the firing transaction that held it back, and under
+// READ COMMITTED could not see it. The reaper starts them.
+func (q *Queries) JobsWithStrandedQueuedRuns(ctx context.Context, batch int32) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, jobsWithStrandedQueuedRuns, batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var job_id uuid.UUID
+		if err := rows.Scan(&job_id); err != nil {
+			return nil, err
+		}
+		items = append(items, job_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listDeadLetters = `-- name: ListDeadLetters :many
 SELECT t.id, t.run_id, t.step, t.attempt, t.queue, t.last_error, t.finished_at, r.job_id, r.scheduled_for,
        j.namespace, j.name AS job_name
@@ -848,19 +882,4 @@ func (q *Queries) ShardHeads(ctx context.Context, shards []int32) ([]ShardHeadsR
 		return nil, err
 	}
 	return items, nil
-}
-
-const waitForFiring = `-- name: WaitForFiring :exec
-SELECT id FROM jobs WHERE id = $1 FOR KEY SHARE
-`
-
-// WaitForFiring waits until no firing transaction holds the job (DueJobs
-// locks it FOR UPDATE, which this conflicts with) and keeps one from
-// starting until the caller commits: a run that overlap: queue holds back,
-// inserted by a firing transaction that has not committed yet, is then
-// visible to the next statement (READ COMMITTED) or a conflict to retry
-// (SERIALIZABLE), never missed.
-func (q *Queries) WaitForFiring(ctx context.Context, id uuid.UUID) error {
-	_, err := q.db.Exec(ctx, waitForFiring, id)
-	return err
 }

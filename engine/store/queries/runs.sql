@@ -173,11 +173,15 @@ SELECT id, job_id FROM runs WHERE id = @id FOR UPDATE;
 -- name: LockRunOfTask :one
 SELECT r.id FROM runs AS r JOIN tasks AS t ON t.run_id = r.id WHERE t.id = @task_id FOR UPDATE OF r;
 
--- WaitForFiring waits until no firing transaction holds the job (DueJobs
--- locks it FOR UPDATE, which this conflicts with) and keeps one from
--- starting until the caller commits: a run that overlap: queue holds back,
--- inserted by a firing transaction that has not committed yet, is then
--- visible to the next statement (READ COMMITTED) or a conflict to retry
--- (SERIALIZABLE), never missed.
--- name: WaitForFiring :exec
-SELECT id FROM jobs WHERE id = @id FOR KEY SHARE;
+-- JobsWithStrandedQueuedRuns lists jobs holding a run back (overlap:
+-- queue) while no run of theirs is active: the report that should have
+-- started it overlapped the firing transaction that held it back, and under
+-- READ COMMITTED could not see it. The reaper starts them.
+-- name: JobsWithStrandedQueuedRuns :many
+SELECT DISTINCT q.job_id FROM runs AS q
+WHERE q.status = 'queued'
+  AND NOT EXISTS (
+    SELECT 1 FROM runs AS a
+    WHERE a.job_id = q.job_id AND a.finished_at IS NULL AND a.status IN ('pending', 'running')
+  )
+LIMIT @batch;

@@ -136,6 +136,7 @@ RETURNING runs.job_id;
 -- name: PromoteQueuedRun :one
 UPDATE runs SET status = 'pending'
 WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = @job_id AND r.finished_at IS NULL AND r.status = 'queued' ORDER BY r.scheduled_for LIMIT 1)
+  AND status = 'queued' -- re-checked after a wait for the row: two promoters start it once
 RETURNING id;
 
 -- name: RootTasks :many
