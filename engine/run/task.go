@@ -123,7 +123,15 @@ type Report struct {
 	// Expired: the report is the reaper's (the lease lapsed), not the
 	// worker's; if the token moved on meanwhile there is nothing to record.
 	Expired bool
+	// LeaseLost: the worker stopped the attempt because its lease was not
+	// its own any more (lapsed, cancelled or taken). Like the reaper's, such
+	// a report applies only while the lease is lapsed; otherwise it is a
+	// late report, recorded on the attempt.
+	LeaseLost bool
 }
+
+// leaseLapsed is whether a report applies only to a lapsed lease.
+func (r Report) leaseLapsed() bool { return r.Expired || r.LeaseLost }
 
 // FinishAttempt records an attempt's outcome if its fencing token is still
 // the task's (invariant 5), in one transaction with its consequences: on
@@ -173,7 +181,7 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 	}
 	status, outcome := outcomeOf(res, shape)
 	t, err := q.CompleteTask(ctx, store.CompleteTaskParams{
-		ID: r.TaskID, FencingToken: r.FencingToken, Expired: r.Expired, Status: status, Outcome: outcome, ExitReason: res.ExitReason,
+		ID: r.TaskID, FencingToken: r.FencingToken, Expired: r.leaseLapsed(), Status: status, Outcome: outcome, ExitReason: res.ExitReason,
 		FailureClass: res.FailureClass, Error: res.Error, Output: res.Output,
 	})
 	if store.IsNotFound(err) {
@@ -190,7 +198,7 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 			}
 		}
 	case TaskRetrying:
-		at := retryAt(t.Now, shape, r.Expired)
+		at := retryAt(t.Now, shape, r.leaseLapsed())
 		return true, d.Release(ctx, tx, []dispatch.Ready{{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: shape.Attempt + 1, NotBefore: at}})
 	case TaskDeadLettered:
 		if shape.HasChildren {
@@ -281,7 +289,7 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 		p.Outputs = append(p.Outputs, res.Output)
 		p.RunStatuses = append(p.RunStatuses, runStatus)
 		p.RunReasons = append(p.RunReasons, runReason)
-		p.Expired = append(p.Expired, r.Expired)
+		p.Expired = append(p.Expired, r.leaseLapsed())
 	}
 	rows, err := q.CompleteSoleTasks(ctx, p)
 	if err != nil {
@@ -310,7 +318,7 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 		accepted[i] = true
 		switch {
 		case p.Statuses[i] == TaskRetrying:
-			at := retryAt(t.Now, r.Shape, r.Expired)
+			at := retryAt(t.Now, r.Shape, r.leaseLapsed())
 			retries = append(retries, dispatch.Ready{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: r.Shape.Attempt + 1, NotBefore: at})
 		case r.Shape.QueueOverlap && t.JobID != nil:
 			if err := promoteQueued(ctx, tx, d, *t.JobID); err != nil {
@@ -414,6 +422,11 @@ func promoteQueued(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, jobID
 	return d.Release(ctx, tx, ready)
 }
 
+// LeaseExpired is the result of an attempt whose lease lapsed.
+func LeaseExpired(why string) executor.Result {
+	return executor.Result{ExitReason: executor.ReasonLeaseExpired, FailureClass: executor.ClassSystem, Retryable: true, Error: why}
+}
+
 // PromoteStranded starts, for up to batch jobs, the run that overlap: queue
 // holds back while no run of the job is active any more (see
 // promoteQueued). It returns how many it started.
@@ -441,10 +454,8 @@ func ExpireLeases(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, batch 
 		return 0, err
 	}
 	for _, t := range rows {
-		_, err := FinishAttempt(ctx, tx, d, Report{TaskID: t.ID, FencingToken: t.FencingToken, Expired: true, Result: executor.Result{
-			ExitReason: executor.ReasonLeaseExpired, FailureClass: executor.ClassSystem, Retryable: true,
-			Error: "the worker stopped renewing the task's lease",
-		}})
+		_, err := FinishAttempt(ctx, tx, d, Report{TaskID: t.ID, FencingToken: t.FencingToken, Expired: true,
+			Result: LeaseExpired("the worker stopped renewing the task's lease")})
 		if err != nil {
 			return 0, err
 		}

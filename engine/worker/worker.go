@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -49,13 +50,24 @@ type Config struct {
 	// LeaseTTL is how long a task's lease lasts without renewal; a worker
 	// that dies has its tasks retried once it lapses. Default 15 s.
 	LeaseTTL time.Duration
-	// AllowCommand lists path.Match patterns of programs command steps may
-	// run; empty refuses every command step.
+	// AllowCommand lists the programs command steps may run: absolute
+	// path.Match patterns, or "*" (see executor.CommandRunner); empty
+	// refuses every command step.
 	AllowCommand []string
+	// Secrets says which secret references (secret://env/NAME,
+	// secret://file/PATH) the steps of each namespace may resolve on this
+	// worker; the zero value resolves none.
+	Secrets executor.SecretPolicy
+	// AllowEgress lists the address ranges webhooks may reach although
+	// the egress policy refuses them by default (loopback, private,
+	// link-local, ...: see executor.EgressPolicy). Unused when HTTPClient
+	// is set.
+	AllowEgress []netip.Prefix
 	// Handlers are the Go steps this binary implements, by name.
 	Handlers map[string]executor.HandlerFunc
-	// HTTPClient calls webhooks; default a client without a global timeout
-	// (each attempt has its step's timeout).
+	// HTTPClient calls webhooks; default executor.NewHTTPClient with
+	// AllowEgress, without a global timeout (each attempt has its step's
+	// timeout). A client of your own decides where webhooks may connect.
 	HTTPClient *http.Client
 	// FetchCooldown and FetchPollInterval tune River's fetching: River's
 	// defaults (100 ms, 1 s) cap a client at MaxWorkers jobs per cooldown.
@@ -106,8 +118,14 @@ func (c *Config) withDefaults() error {
 	if c.LeaseTTL < time.Second {
 		return errors.New("worker: Config.LeaseTTL must be at least 1s")
 	}
+	if err := executor.CheckAllow(c.AllowCommand); err != nil {
+		return fmt.Errorf("worker: Config.AllowCommand: %w", err)
+	}
+	if err := c.Secrets.Validate(); err != nil {
+		return fmt.Errorf("worker: Config.Secrets: %w", err)
+	}
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{}
+		c.HTTPClient = executor.NewHTTPClient(&executor.EgressPolicy{Allow: c.AllowEgress})
 	}
 	if c.FetchCooldown == 0 {
 		c.FetchCooldown = 10 * time.Millisecond
@@ -141,7 +159,14 @@ type Worker struct {
 type leased struct {
 	token  int64
 	cancel context.CancelCauseFunc
+	// unconfirmed counts the beats since the lease was last renewed (or
+	// taken); a lease unconfirmed for a whole TTL has lapsed in the
+	// database, or soon will, so the attempt stops (see renewTasks).
+	unconfirmed int
 }
+
+// beatsPerTTL is how many heartbeats one lease TTL holds.
+const beatsPerTTL = 3
 
 // errLeaseLost cancels an attempt whose task was cancelled or taken away.
 var errLeaseLost = errors.New("the task was cancelled or its lease was lost")
@@ -162,9 +187,10 @@ func New(cfg Config) (*Worker, error) {
 	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, running: map[uuid.UUID]*leased{}}
 	w.starter = newBatcher("start attempts", cfg.Logger, w.startAttempts)
 	w.completer = newBatcher("report attempts", cfg.Logger, w.finishAttempts)
-	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient}, Handlers: cfg.Handlers}
+	secrets := &w.cfg.Secrets
+	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient, Secrets: secrets}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
-		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand}
+		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets}
 	}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &taskWorker{w: w}); err != nil {
@@ -244,7 +270,7 @@ func (w *Worker) beat(ctx context.Context) error {
 // the leases of all its running tasks (one statement each), and cancels
 // the attempts whose task is no longer ours.
 func (w *Worker) heartbeat(ctx context.Context) {
-	t := time.NewTicker(w.cfg.LeaseTTL / 3)
+	t := time.NewTicker(w.cfg.LeaseTTL / beatsPerTTL)
 	defer t.Stop()
 	for {
 		select {
@@ -263,12 +289,16 @@ func (w *Worker) heartbeat(ctx context.Context) {
 // those the database says are no longer ours. It decides only about the
 // attempts it asked for: one that started after the snapshot is not in
 // the answer and is left alone, as is an attempt of the same task that
-// replaced the one asked about.
+// replaced the one asked about. A renewal that fails or times out (the
+// database is unreachable or this process was stalled) confirms nothing:
+// an attempt whose lease has gone unconfirmed for a whole TTL is cancelled
+// here too, since the reaper may already be retrying it elsewhere.
 func (w *Worker) renewTasks(ctx context.Context) {
 	w.mu.Lock()
 	asked := make(map[uuid.UUID]*leased, len(w.running))
 	p := store.RenewTaskLeasesParams{Worker: w.cfg.Name, TtlSeconds: w.cfg.LeaseTTL.Seconds()}
 	for id, l := range w.running {
+		l.unconfirmed++
 		asked[id] = l
 		p.Ids = append(p.Ids, id)
 		p.Tokens = append(p.Tokens, l.token)
@@ -278,22 +308,35 @@ func (w *Worker) renewTasks(ctx context.Context) {
 		return
 	}
 	var rows []store.RenewTaskLeasesRow
-	err := store.Retry(ctx, func() error {
+	beatCtx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL/beatsPerTTL)
+	err := store.Retry(beatCtx, func() error {
 		var err error
-		rows, err = store.New(w.cfg.StatePool).RenewTaskLeases(ctx, p)
+		rows, err = store.New(w.cfg.StatePool).RenewTaskLeases(beatCtx, p)
 		return err
 	})
-	if err != nil {
-		if ctx.Err() == nil {
-			w.cfg.Logger.Error("renew task leases", "err", err)
-		}
-		return
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		w.cfg.Logger.Error("renew task leases", "err", err)
 	}
-	w.cfg.Failpoints.Hit(FailpointRenewed)
+	if err == nil {
+		w.cfg.Failpoints.Hit(FailpointRenewed)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, r := range rows {
-		if l := asked[r.ID]; !r.Ours && w.running[r.ID] == l {
+		l := asked[r.ID]
+		if w.running[r.ID] != l {
+			continue
+		}
+		switch {
+		case !r.Ours:
+			l.cancel(errLeaseLost)
+		case r.Renewed:
+			l.unconfirmed = 0
+		}
+	}
+	for id, l := range asked {
+		if l.unconfirmed >= beatsPerTTL && w.running[id] == l {
 			l.cancel(errLeaseLost)
 		}
 	}
@@ -348,7 +391,11 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	runCtx, cancelTimeout := context.WithTimeout(attemptCtx, att.Timeout)
 	res := w.runner.Run(runCtx, c)
 	cancelTimeout()
-	if !res.OK && context.Cause(attemptCtx) != nil {
+	leaseLost := errors.Is(context.Cause(attemptCtx), errLeaseLost)
+	switch {
+	case leaseLost && !res.OK:
+		res = run.LeaseExpired("the worker stopped the attempt: " + errLeaseLost.Error())
+	case !res.OK && context.Cause(attemptCtx) != nil:
 		res.Error = context.Cause(attemptCtx).Error()
 	}
 	log.Debug("attempt finished", "ok", res.OK, "exit_reason", res.ExitReason)
@@ -356,7 +403,8 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	// Report even while shutting down: the attempt is done.
 	reportCtx, cancelReport := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelReport()
-	accepted, err := w.completer.do(reportCtx, run.Report{TaskID: c.TaskID, RunID: c.RunID, FencingToken: c.FencingToken, Result: res, Shape: &att.Shape})
+	accepted, err := w.completer.do(reportCtx, run.Report{TaskID: c.TaskID, RunID: c.RunID, FencingToken: c.FencingToken,
+		Result: res, Shape: &att.Shape, LeaseLost: leaseLost})
 	if err != nil {
 		return err
 	}
