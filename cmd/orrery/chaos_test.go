@@ -157,10 +157,16 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	var deliveries atomic.Int64
+	var keys sync.Map // Idempotency-Key (run/step/attempt) -> *atomic.Int64
+	var twice atomic.Int64
 	// Each call takes 50 ms, as a real webhook would, so a killed worker
 	// has attempts running as well as fetched.
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		deliveries.Add(1)
+		n, _ := keys.LoadOrStore(r.Header.Get("Idempotency-Key"), new(atomic.Int64))
+		if n.(*atomic.Int64).Add(1) == 2 {
+			twice.Add(1) // one attempt executed twice
+		}
 		select {
 		case <-time.After(50 * time.Millisecond):
 		case <-r.Context().Done():
@@ -192,17 +198,17 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	n1 := startNodeProc(t, dsn, "node-1")
 	n2 := startNodeProc(t, dsn, "node-2")
 	chaosWorker("w1")
-	// w2 dies right after River hands it its 1,500th job.
-	w2 := chaosWorker("w2", "ORRERY_FAILPOINTS=worker/fetched=kill@1500")
+	// w2 dies right after River hands it its 500th job.
+	w2 := chaosWorker("w2", "ORRERY_FAILPOINTS=worker/fetched=kill@500")
 	poll(t, 20*time.Second, "two nodes own all shards", func() bool { return allShardsLive(t, pool, "none") })
 	time.Sleep(2 * time.Second)
 	from := dbNow(t, pool)
 
 	poll(t, 30*time.Second, "w2 is killed right after a fetch", w2.exited)
 	killedAt := dbNow(t, pool)
-	// w3 dies right after starting its 1,500th attempt: that one and the
+	// w3 dies right after starting its 500th attempt: that one and the
 	// others it runs wait for their leases.
-	w3 := chaosWorker("w3", "ORRERY_FAILPOINTS=worker/started=kill@1500")
+	w3 := chaosWorker("w3", "ORRERY_FAILPOINTS=worker/started=kill@500")
 	poll(t, 30*time.Second, "w3 is killed right after an attempt started", w3.exited)
 	killed3At := dbNow(t, pool)
 	chaosWorker("w4")
@@ -245,6 +251,9 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	poll(t, 30*time.Second, "every run up to the end of the faults succeeds", func() bool {
 		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE scheduled_for <= $1 AND status <> 'succeeded'", until) == 0
 	})
+	if n := twice.Load(); n != 0 {
+		t.Fatalf("%d attempts were delivered to the sink twice (same run/step/attempt)", n)
+	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM (SELECT task_id FROM attempts WHERE outcome = 'succeeded'
 		GROUP BY task_id HAVING count(*) > 1) d`); n != 0 {
 		t.Fatalf("%d tasks succeeded twice", n)

@@ -37,6 +37,9 @@ func IsUnavailable(err error) bool {
 		}
 		return false
 	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false // the caller's own deadline, not the database's state
+	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
 	switch {
@@ -85,7 +88,7 @@ func OutageHandler(next slog.Handler) (slog.Handler, *Outage) {
 }
 
 // Watch gives the Outage a way to tell that the database is back (a
-// pool's Ping). Without it, an outage ends after a minute of quiet.
+// pool's Ping). Without it, an outage is taken to be over after a minute.
 func (o *Outage) Watch(ping func(context.Context) error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -121,6 +124,9 @@ func (o *Outage) waitForRecovery() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err := ping(ctx)
 			cancel()
+			if errors.Is(err, puddle.ErrClosedPool) {
+				return // the process is shutting down
+			}
 			if err != nil {
 				continue
 			}

@@ -29,6 +29,7 @@ func TestIsUnavailable(t *testing.T) {
 		{"unique violation", &pgconn.PgError{Code: "23505"}, false},
 		{"serialization failure", &pgconn.PgError{Code: "40001"}, false},
 		{"plain", errors.New("job not found"), false},
+		{"the caller's deadline", fmt.Errorf("query: %w", context.DeadlineExceeded), false},
 		{"nil", nil, false},
 	} {
 		if got := IsUnavailable(tc.err); got != tc.want {

@@ -110,8 +110,34 @@ func InRawTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) 
 			}
 		}
 		attempt++
-		return asRetryable(pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{}, fn))
+		tx, err := pool.BeginTx(ctx, pgx.TxOptions{})
+		if err != nil {
+			return beforeCommit(err, attempt)
+		}
+		if err := fn(tx); err != nil {
+			_ = tx.Rollback(ctx)
+			return beforeCommit(err, attempt)
+		}
+		return asRetryable(tx.Commit(ctx))
 	})
+}
+
+// lostRetries is how many times a transaction whose session was lost before
+// COMMIT is run again.
+const lostRetries = 3
+
+// beforeCommit classifies an error raised before COMMIT was sent: nothing
+// was committed, so a transaction whose session was lost (the server ended
+// it for idling inside a transaction, SQLSTATE 25P03, or the connection
+// broke) can safely run again on another connection, a few times. An error
+// of COMMIT itself is ambiguous and never retried this way.
+func beforeCommit(err error, attempt int) error {
+	var pe *pgconn.PgError
+	lost := (errors.As(err, &pe) && pe.Code == "25P03") || (IsUnavailable(err) && !errors.As(err, &pe))
+	if lost && attempt <= lostRetries {
+		return retryableError{err}
+	}
+	return asRetryable(err)
 }
 
 // asRetryable makes a deadlock (SQLSTATE 40P01), which PostgreSQL resolves

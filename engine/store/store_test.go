@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -75,4 +76,32 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// A transaction whose session the server ends for idling inside it (a
+// stopped or slow process, SQLSTATE 25P03) committed nothing, and runs
+// again on another connection.
+func TestInTxRunsAgainWhenTheServerEndsAnIdleTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := store.Open(ctx, pgtest.DSN(t), store.Options{IdleInTx: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	tries := 0
+	err = store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
+		tries++
+		if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+			return err
+		}
+		if tries == 1 {
+			time.Sleep(time.Second) // idle inside the transaction: the server ends the session
+		}
+		_, err := tx.Exec(ctx, "SELECT 2")
+		return err
+	})
+	if err != nil || tries != 2 {
+		t.Fatalf("InRawTx: %v after %d tries; want success on the second", err, tries)
+	}
 }

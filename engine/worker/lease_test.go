@@ -25,18 +25,21 @@ import (
 	"github.com/orrery-dev/orrery/engine/worker"
 )
 
+// createDueJob creates a one-time job due now; it reports errors with
+// t.Error, so it may run off the test's goroutine.
 func createDueJob(t *testing.T, jobs *job.Service, name, handler string) {
 	t.Helper()
 	ctx := context.Background()
 	now, err := jobs.Now(ctx)
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return
 	}
 	_, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: handler},
 	}}, "")
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
 	}
 }
 
@@ -79,14 +82,21 @@ func TestAttemptStartedDuringRenewalIsNotCancelled(t *testing.T) {
 		renewals.Add(1)
 		once.Do(func() { // the first renewal, with only "early" running
 			createDueJob(t, jobs, "late", "late")
-			<-lateStarted
+			select {
+			case <-lateStarted:
+			case <-time.After(30 * time.Second):
+				t.Error("the late attempt did not start")
+			}
 		})
 	})
-	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 4}, LeaseTTL: 3 * time.Second,
+	// A lease of 9 s: the early attempt's lease is not renewed while the
+	// failpoint holds the heartbeat, which lasts until the late attempt
+	// started (a job created, fired, fetched and started).
+	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 4}, LeaseTTL: 9 * time.Second,
 		Failpoints: fp, Handlers: map[string]executor.HandlerFunc{"early": hold(nil), "late": hold(lateStarted)}})
 	createDueJob(t, jobs, "early", "early")
 
-	enginetest.WaitFor(t, 20*time.Second, "a renewal after the late attempt started", func() bool { return renewals.Load() >= 2 })
+	enginetest.WaitFor(t, 30*time.Second, "a renewal after the late attempt started", func() bool { return renewals.Load() >= 2 })
 	close(release)
 	enginetest.WaitFor(t, 20*time.Second, "both runs succeed", func() bool {
 		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 2
