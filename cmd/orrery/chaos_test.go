@@ -193,7 +193,7 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	chaosWorker := func(name string, env ...string) *proc {
 		return startProcEnv(t, name, env, "worker", "--db", dsn, "--queue", "default=50", "--name", name,
-			"--lease-ttl", "2s", "--log-level", "info")
+			"--lease-ttl", "2s", "--allow-egress", "127.0.0.1/32", "--log-level", "info")
 	}
 	n1 := startNodeProc(t, dsn, "node-1")
 	n2 := startNodeProc(t, dsn, "node-2")

@@ -2,15 +2,20 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/job"
@@ -22,7 +27,7 @@ import (
 
 func newDevCmd(g *globals) *cobra.Command {
 	var dataDir string
-	st := stackFlags{allowCommand: []string{"*"}}
+	var st stackFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything on this machine: a private PostgreSQL, migrations, the example jobs and the API",
@@ -50,7 +55,11 @@ Ctrl-C. A second run reuses the data.`,
 					log.Error("stop PostgreSQL", "err", err)
 				}
 			}()
-			pool, err := store.Open(ctx, cluster.DSN(""), st.poolOptions())
+			popts, err := st.poolOptions()
+			if err != nil {
+				return err
+			}
+			pool, err := store.Open(ctx, cluster.DSN(""), popts)
 			if err != nil {
 				return err
 			}
@@ -72,6 +81,7 @@ Ctrl-C. A second run reuses the data.`,
 			if st.addr, err = resolveAddr(st.addr); err != nil {
 				return fmt.Errorf("--addr: %w", err)
 			}
+			devSandbox(cmd.Flags(), &st)
 			if err := loadExamples(cmd, jobs, sinkBase(st.addr), log); err != nil {
 				return err
 			}
@@ -91,8 +101,45 @@ Ctrl-C. A second run reuses the data.`,
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".orrery", "folder for the private database (env ORRERY_DATA_DIR)")
 	st.register(cmd.Flags(), true)
 	st.workers = []string{"default=10", "etl=10", "warehouse=4"}
-	_ = cmd.Flags().Set("allow-command", "*")
+	// The sandbox flags' dev defaults (devSandbox), for --help.
+	for name, def := range map[string]string{"allow-command": "[*]", "secret-env": "[analytics=HOOK_TOKEN]",
+		"allow-egress": "loopback, and the dev sink's address"} {
+		f := cmd.Flags().Lookup(name)
+		f.DefValue, f.Usage = def, strings.TrimSuffix(f.Usage, "; none by default")
+	}
 	return cmd
+}
+
+// devSandbox gives the worker sandbox flags the user did not set what
+// the examples need: any command, HOOK_TOKEN for namespace analytics, and
+// loopback (and the dev sink's own address) for webhooks. A flag the user
+// set (or its ORRERY_ variable) replaces its default, as on a production
+// worker. Call it once st.addr is final.
+func devSandbox(fs *pflag.FlagSet, st *stackFlags) {
+	if !fs.Changed("allow-command") {
+		st.allowCommand = []string{"*"}
+	}
+	if !fs.Changed("secret-env") {
+		// The nightly example's report step sends secret://env/HOOK_TOKEN.
+		st.secretEnv = []string{"analytics=HOOK_TOKEN"}
+	}
+	if !fs.Changed("allow-egress") {
+		st.allowEgress = []string{"127.0.0.0/8", "::1/128"}
+		// The sink's host, as sinkBase names it: the API's, or 127.0.0.1
+		// for a wildcard address.
+		host, _, _ := net.SplitHostPort(st.addr)
+		var ips []netip.Addr
+		if ip, err := netip.ParseAddr(host); err == nil {
+			ips = []netip.Addr{ip}
+		} else if host != "" {
+			ips, _ = net.DefaultResolver.LookupNetIP(context.Background(), "ip", host)
+		}
+		for _, ip := range ips {
+			if ip = ip.Unmap(); !ip.IsLoopback() && !ip.IsUnspecified() {
+				st.allowEgress = append(st.allowEgress, netip.PrefixFrom(ip, ip.BitLen()).String())
+			}
+		}
+	}
 }
 
 // loadExamples applies the example jobs in one transaction: created,

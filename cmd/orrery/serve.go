@@ -70,7 +70,11 @@ serve processes against one database to spread the shards.`,
 				return err
 			}
 			ctx := cmd.Context()
-			state, queue, closeAll, err := dbs.pools(ctx, st.poolOptions())
+			popts, err := st.poolOptions()
+			if err != nil {
+				return err
+			}
+			state, queue, closeAll, err := dbs.pools(ctx, popts)
 			if err != nil {
 				return err
 			}

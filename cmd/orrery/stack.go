@@ -33,6 +33,9 @@ type stackFlags struct {
 	misfireAfter time.Duration
 	workers      []string
 	allowCommand []string
+	allowEgress  []string
+	secretEnv    []string
+	secretDir    []string
 	leaseTTL     time.Duration
 	idleInTx     time.Duration
 	noScheduler  bool
@@ -50,24 +53,58 @@ func (f *stackFlags) register(fs *pflag.FlagSet, api bool) {
 		fs.StringArrayVar(&f.workers, "queue", nil, "serve this queue: NAME=CONCURRENCY (repeatable)")
 		fs.StringVar(&f.name, "name", "", "worker name recorded on attempts (default host-pid)")
 	}
-	fs.StringArrayVar(&f.allowCommand, "allow-command", nil, "programs command steps may run, as path patterns (/opt/etl/*); none by default")
+	fs.StringArrayVar(&f.allowCommand, "allow-command", nil, "programs command steps may run, as absolute path patterns (/opt/etl/*) matched on the real path, or * for any (repeatable); none by default")
+	fs.StringArrayVar(&f.allowEgress, "allow-egress", nil, "address ranges webhooks may reach although refused by default (loopback, private, link-local, multicast, unspecified), as CIDRs: 127.0.0.1/32 (repeatable)")
+	fs.StringArrayVar(&f.secretEnv, "secret-env", nil, "environment variables a namespace's secret://env/ references may read: NAMESPACE=NAME[,NAME...], NAMESPACE * for every namespace, NAME may be a pattern (HOOK_*) (repeatable); none by default")
+	fs.StringArrayVar(&f.secretDir, "secret-dir", nil, "folder a namespace's secret://file/ references may read files in: NAMESPACE=/path, NAMESPACE * for every namespace (repeatable); none by default")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 15*time.Second, "task lease TTL: a dead worker's tasks retry after it")
-	fs.DurationVar(&f.idleInTx, "idle-tx-timeout", 0, "end a database session idle inside a transaction this long, so a stopped process cannot hold locks past its leases (default half the shortest lease TTL)")
+	fs.DurationVar(&f.idleInTx, "idle-tx-timeout", 0, "end a database session idle inside a transaction this long, so a stopped process cannot hold locks past its leases (default half the shortest lease TTL; negative: off)")
 }
 
 // poolOptions bound the database sessions of this process: a process
 // stopped inside a transaction loses its locks (and so its shards and
-// tasks) within half its shortest lease.
-func (f *stackFlags) poolOptions() store.Options {
-	idle := f.idleInTx
-	if idle == 0 {
-		shortest := f.leaseTTL
-		if f.shardTTL > 0 {
-			shortest = min(shortest, f.shardTTL)
-		}
-		idle = shortest / 2
+// tasks) within half its shortest lease. A negative --idle-tx-timeout
+// turns the bound off (a connection pooler that refuses the setting).
+func (f *stackFlags) poolOptions() (store.Options, error) {
+	shortest := f.leaseTTL
+	if f.shardTTL > 0 {
+		shortest = min(shortest, f.shardTTL)
 	}
-	return store.Options{IdleInTx: idle}
+	idle := f.idleInTx
+	switch {
+	case idle == 0:
+		idle = shortest / 2
+	case idle < 0:
+		idle = 0
+	case idle >= shortest:
+		return store.Options{}, fmt.Errorf("--idle-tx-timeout %s: must be under the shortest lease TTL (%s), or a stopped process keeps its locks past its leases", idle, shortest)
+	}
+	return store.Options{IdleInTx: idle}, nil
+}
+
+// sandbox returns cfg with the worker sandbox flags applied:
+// --allow-command, --allow-egress, --secret-env, --secret-dir.
+func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
+	if err := executor.CheckAllow(f.allowCommand); err != nil {
+		return cfg, fmt.Errorf("--allow-command: %w", err)
+	}
+	cfg.AllowCommand = f.allowCommand
+	egress, err := executor.ParseEgress(f.allowEgress)
+	if err != nil {
+		return cfg, fmt.Errorf("--allow-egress %w", err)
+	}
+	cfg.AllowEgress = egress
+	for _, v := range f.secretEnv {
+		if err := cfg.Secrets.AddEnv(v); err != nil {
+			return cfg, fmt.Errorf("--secret-env %w", err)
+		}
+	}
+	for _, v := range f.secretDir {
+		if err := cfg.Secrets.AddDir(v); err != nil {
+			return cfg, fmt.Errorf("--secret-dir %w", err)
+		}
+	}
+	return cfg, nil
 }
 
 // failpoints arms the test seams named in ORRERY_FAILPOINTS (see package
@@ -135,8 +172,12 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 		parts = append(parts, n.Run)
 	}
 	if len(queues) > 0 {
-		w, err := worker.New(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: f.name, LeaseTTL: f.leaseTTL,
-			AllowCommand: f.allowCommand, Handlers: handlers, Logger: log, Failpoints: fp})
+		cfg, err := f.sandbox(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: f.name, LeaseTTL: f.leaseTTL,
+			Handlers: handlers, Logger: log, Failpoints: fp})
+		if err != nil {
+			return err
+		}
+		w, err := worker.New(cfg)
 		if err != nil {
 			return err
 		}

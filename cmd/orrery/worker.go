@@ -24,7 +24,11 @@ func newWorkerCmd(g *globals) *cobra.Command {
 				return errors.New("--queue NAME=CONCURRENCY is required, at least once")
 			}
 			ctx := cmd.Context()
-			state, queue, closeAll, err := dbs.pools(ctx, st.poolOptions())
+			popts, err := st.poolOptions()
+			if err != nil {
+				return err
+			}
+			state, queue, closeAll, err := dbs.pools(ctx, popts)
 			if err != nil {
 				return err
 			}
@@ -34,8 +38,12 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w, err := worker.New(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: st.name,
-				LeaseTTL: st.leaseTTL, AllowCommand: st.allowCommand, Logger: g.logger(), Failpoints: fp})
+			cfg, err := st.sandbox(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: st.name,
+				LeaseTTL: st.leaseTTL, Logger: g.logger(), Failpoints: fp})
+			if err != nil {
+				return err
+			}
+			w, err := worker.New(cfg)
 			if err != nil {
 				return err
 			}

@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,43 +18,79 @@ import (
 	"time"
 )
 
-// CommandRunner runs command steps whose program matches one of Allow
-// (path.Match patterns such as /opt/etl/*). The process gets its own
-// process group, killed whole when the attempt times out or is cancelled.
+// CommandRunner runs command steps whose program the worker allows. The
+// process gets its own process group, killed whole when the attempt times
+// out or is cancelled, and a minimal environment (commandEnv).
 type CommandRunner struct {
+	// Allow lists the programs command steps may run: absolute path.Match
+	// patterns such as /opt/etl/* or /usr/bin/python3, or "*" for any
+	// program. A step's argv[0] must be an absolute path with no template.
+	// It is cleaned and its folders' symlinks resolved, and so are the
+	// patterns' leading folders; one pattern must then match both the
+	// program's name and its real path (its own symlink resolved too):
+	// /bin/* allows /bin/sh when /bin links to /usr/bin and sh to dash,
+	// but a symlink in an allowed folder that leads out of it is refused
+	// unless a pattern names that symlink exactly.
 	Allow []string
+	// Secrets says which secret references in a step's env resolve; nil
+	// resolves none.
+	Secrets *SecretPolicy
+}
+
+// CommandPath is the PATH a command step runs with.
+const CommandPath = "/usr/local/bin:/usr/bin:/bin"
+
+// inheritedEnv are the worker's variables a command step inherits when
+// they are set: the locale and the time zone, which are not secrets and
+// make output match the machine's. HOME is not among them: tools find the
+// worker's credentials through it (~/.aws, ~/.netrc, ~/.pgpass).
+var inheritedEnv = []string{"LANG", "TZ"}
+
+// CheckAllow checks allow-list patterns: "*", or absolute and well formed.
+func CheckAllow(patterns []string) error {
+	for _, p := range patterns {
+		if p == "*" {
+			continue
+		}
+		if !filepath.IsAbs(p) {
+			return fmt.Errorf("allowed command %q: want an absolute path pattern such as /opt/etl/*, or *", p)
+		}
+		if _, err := path.Match(p, ""); err != nil {
+			return fmt.Errorf("allowed command %q: %v", p, err)
+		}
+	}
+	return nil
 }
 
 // Run runs the step's command.
 func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	spec := c.Executor.Command
+	if len(spec.Argv) == 0 {
+		return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: "command has no argv"}
+	}
+	program, refused := r.program(spec.Argv[0])
+	if refused != nil {
+		return *refused
+	}
 	argv := make([]string, len(spec.Argv))
-	for i, a := range spec.Argv {
+	argv[0] = spec.Argv[0]
+	for i, a := range spec.Argv[1:] {
 		v, err := expand(a, c)
 		if err != nil {
-			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: fmt.Sprintf("argv[%d]: %v", i, err)}
+			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: fmt.Sprintf("argv[%d]: %v", i+1, err)}
 		}
-		argv[i] = v
+		argv[i+1] = v
 	}
-	// Check the program that will run: after expansion, since a template
-	// in argv[0] can expand to any path.
-	if !r.allowed(argv[0]) {
-		return Result{ExitReason: ReasonError, FailureClass: ClassUser,
-			Error: fmt.Sprintf("command %q is not allowed on this worker (--allow-command)", argv[0])}
+	env, serr := commandEnv(c, spec.Env, r.Secrets)
+	if serr != nil {
+		return serr.result()
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	// The real path runs (what was checked, not a symlink that may have
+	// changed since), under the name the step gave it.
+	cmd := exec.CommandContext(ctx, program)
+	cmd.Args = argv
 	cmd.Dir = spec.Dir
-	cmd.Env = append(os.Environ(),
-		"ORRERY_RUN_ID="+c.RunID.String(), "ORRERY_TASK_ID="+c.TaskID.String(), "ORRERY_STEP="+c.Step,
-		fmt.Sprintf("ORRERY_ATTEMPT=%d", c.Attempt), "ORRERY_SCHEDULED_FOR="+c.ScheduledFor.UTC().Format(time.RFC3339),
-		"ORRERY_IDEMPOTENCY_KEY="+c.IdempotencyKey())
-	for k, v := range spec.Env {
-		val, err := resolve(v)
-		if err != nil {
-			return Result{ExitReason: ReasonError, FailureClass: ClassSystem, Retryable: true, Error: err.Error()}
-		}
-		cmd.Env = append(cmd.Env, k+"="+val)
-	}
+	cmd.Env = env
 	if len(c.Payload) > 0 {
 		cmd.Stdin = bytes.NewReader(c.Payload)
 	}
@@ -78,29 +117,147 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	return res
 }
 
-func (r *CommandRunner) allowed(program string) bool {
-	for _, pattern := range r.Allow {
-		if pattern == "*" {
-			return true
+// commandEnv is a command step's whole environment: PATH=CommandPath, the
+// worker's inheritedEnv, the step's env (secret references resolved), and
+// the ORRERY_* variables, which a step's env cannot override. Nothing else
+// of the worker's environment.
+func commandEnv(c Call, stepEnv map[string]string, secrets *SecretPolicy) ([]string, *secretError) {
+	env := []string{"PATH=" + CommandPath}
+	for _, k := range inheritedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
 		}
-		if ok, _ := path.Match(pattern, program); ok && !wildDots(pattern, program) {
+	}
+	for _, k := range slices.Sorted(maps.Keys(stepEnv)) {
+		val, err := secrets.resolve(c.Namespace, stepEnv[k])
+		if err != nil {
+			return nil, err
+		}
+		env = append(env, k+"="+val)
+	}
+	// Last: os/exec keeps the last value of a repeated name.
+	return append(env,
+		"ORRERY_RUN_ID="+c.RunID.String(), "ORRERY_TASK_ID="+c.TaskID.String(), "ORRERY_STEP="+c.Step,
+		fmt.Sprintf("ORRERY_ATTEMPT=%d", c.Attempt), "ORRERY_SCHEDULED_FOR="+c.ScheduledFor.UTC().Format(time.RFC3339),
+		"ORRERY_IDEMPOTENCY_KEY="+c.IdempotencyKey()), nil
+}
+
+// program checks argv[0] against the allow-list and returns the real path
+// to run, or the refusal. Refusals are the step's problem (not retried);
+// a program missing on this worker is retried (another may have it).
+func (r *CommandRunner) program(name string) (string, *Result) {
+	refuse := func(format string, a ...any) (string, *Result) {
+		return "", &Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: fmt.Sprintf(format, a...)}
+	}
+	if strings.Contains(name, "{{") {
+		return refuse("argv[0] %q is a template: the program must be a fixed absolute path (templates are allowed in the other arguments)", name)
+	}
+	if !filepath.IsAbs(name) {
+		return refuse("command %q is not allowed on this worker: the program must be an absolute path (no PATH lookup)", name)
+	}
+	notAllowed := func() (string, *Result) {
+		return refuse("command %q is not allowed on this worker (--allow-command)", name)
+	}
+	all := false
+	var written []string   // the patterns, cleaned
+	var patterns []pattern // and resolved
+	for _, p := range r.Allow {
+		if p == "*" {
+			all = true
+		} else if filepath.IsAbs(p) {
+			written = append(written, filepath.Clean(p))
+			patterns = append(patterns, resolvePattern(filepath.Clean(p)))
+		}
+	}
+	if !all && len(patterns) == 0 {
+		return notAllowed()
+	}
+	// The program by its name (its folder's symlinks resolved) and by its
+	// real path (its own symlink too).
+	clean := filepath.Clean(name)
+	var named string
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(clean)); err == nil {
+		named = filepath.Join(dir, filepath.Base(clean))
+	}
+	// Allowed by name: it decides only which error a failure reports, so
+	// that a step learns nothing about paths outside the allow-list.
+	byName := all || matchAny(written, clean)
+	for _, p := range patterns {
+		byName = byName || (named != "" && match(p.named, named))
+	}
+	real, err := filepath.EvalSymlinks(clean)
+	if err != nil {
+		if !byName {
+			return notAllowed()
+		}
+		return "", &Result{ExitReason: ReasonError, FailureClass: ClassSystem, Retryable: true, Error: fmt.Sprintf("command %s: %v", name, err)}
+	}
+	if all {
+		return real, nil
+	}
+	for _, p := range patterns {
+		if match(p.named, named) && match(p.real, real) {
+			return real, nil
+		}
+	}
+	if byName {
+		return refuse("command %q is not allowed on this worker: it resolves to %s, which its pattern does not allow (--allow-command)", name, real)
+	}
+	return notAllowed()
+}
+
+// pattern is an allow-list pattern resolved for matching: named matches
+// a program by its name (leading folders resolved), real by its real path
+// (all symlinks resolved). They differ only for a pattern with no
+// wildcard that names a symlink: it allows that symlink, run under its
+// name, and nothing else that resolves to the same file.
+type pattern struct{ named, real string }
+
+func match(pattern, program string) bool {
+	ok, _ := path.Match(pattern, program)
+	return ok
+}
+
+func matchAny(patterns []string, program string) bool {
+	for _, p := range patterns {
+		if match(p, program) {
 			return true
 		}
 	}
 	return false
 }
 
-// wildDots reports whether program has a "." or ".." element that pattern
-// does not spell out: a wildcard matching it would let the program leave
-// an allowed directory (/opt/*/bin/* matching /opt/../bin/sh).
-func wildDots(pattern, program string) bool {
-	pe, ne := strings.Split(pattern, "/"), strings.Split(program, "/")
-	for i, e := range ne {
-		if (e == "." || e == "..") && (len(pe) != len(ne) || pe[i] != e) {
-			return true
+// resolvePattern resolves the symlinks of a clean absolute pattern's
+// leading folders, up to its first element with a wildcard; of a pattern
+// with none, the folders, then the whole path for its real form. Parts
+// that do not exist stay as written.
+func resolvePattern(p string) pattern {
+	elems := strings.Split(p, "/")
+	fixed := len(elems)
+	for i, e := range elems {
+		if strings.ContainsAny(e, `*?[\`) {
+			fixed = i
+			break
 		}
 	}
-	return false
+	if fixed == len(elems) { // no wildcard
+		out := pattern{named: p, real: p}
+		if dir, err := filepath.EvalSymlinks(filepath.Dir(p)); err == nil {
+			out.named = filepath.Join(dir, filepath.Base(p))
+			out.real = out.named
+		}
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			out.real = real
+		}
+		return out
+	}
+	prefix := strings.Join(elems[:fixed], "/")
+	real, err := filepath.EvalSymlinks(prefix)
+	if prefix == "" || err != nil {
+		return pattern{named: p, real: p}
+	}
+	p = strings.TrimSuffix(real, "/") + "/" + strings.Join(elems[fixed:], "/")
+	return pattern{named: p, real: p}
 }
 
 // expand fills {{ .ScheduledFor }}, {{ .RunID }}, {{ .Step }}, {{ .Attempt }},

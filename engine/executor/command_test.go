@@ -155,7 +155,8 @@ func TestCommandSecretEnv(t *testing.T) {
 		Argv: []string{"/bin/sh", "-c", `printf '%s|%s' "$PASSWORD" "$KEY"`},
 		Env:  map[string]string{"PASSWORD": "secret://env/ORRERY_TEST_CMD_SECRET", "KEY": "secret://file" + keyFile},
 	}})
-	got := runCmd(context.Background(), c)
+	secrets := &SecretPolicy{Env: map[string][]string{"etl": {"ORRERY_TEST_CMD_SECRET"}}, Dirs: map[string][]string{"etl": {filepath.Dir(keyFile)}}}
+	got := (&Runner{Command: &CommandRunner{Allow: []string{"/bin/*"}, Secrets: secrets}}).Run(context.Background(), c)
 	if !got.OK || got.Output != "hunter2|from-file" {
 		t.Fatalf("Run() = %+v, want OK with output %q", got, "hunter2|from-file")
 	}
@@ -169,7 +170,10 @@ func TestCommandMissingSecretDoesNotRun(t *testing.T) {
 		Argv: []string{"/bin/sh", "-c", `touch "$0"`, marker},
 		Env:  map[string]string{"PASSWORD": "secret://file" + filepath.Join(dir, "missing")},
 	}})
-	got := runCmd(context.Background(), c)
+	// The folder is allowed, the file is missing: retried, another worker
+	// may have it.
+	secrets := &SecretPolicy{Dirs: map[string][]string{"etl": {dir}}}
+	got := (&Runner{Command: &CommandRunner{Allow: []string{"/bin/*"}, Secrets: secrets}}).Run(context.Background(), c)
 	if got.OK || got.ExitReason != ReasonError || got.FailureClass != ClassSystem || !got.Retryable {
 		t.Errorf("Run() = %+v, want a retryable system error", got)
 	}
@@ -181,76 +185,142 @@ func TestCommandMissingSecretDoesNotRun(t *testing.T) {
 	}
 }
 
+// allowListLayout builds, under a fresh folder dir:
+//
+//	dir/jobs/good       a copy of /bin/sh (a real file)
+//	dir/jobs/link-in    -> good (a symlink that stays inside jobs/)
+//	dir/jobs/link-out   -> /bin/sh (a symlink out of jobs/)
+//	dir/jobs/chain      -> ../bin/evil (out of jobs/ in two steps)
+//	dir/bin/evil        -> /bin/sh
+//	dir/alias           -> jobs (a symlinked folder)
+func allowListLayout(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := os.ReadFile("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"jobs", "bin"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "jobs", "good"), sh, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{
+		"jobs/link-in": "good", "jobs/link-out": "/bin/sh", "jobs/chain": "../bin/evil", "bin/evil": "/bin/sh", "alias": "jobs",
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 func TestCommandAllowList(t *testing.T) {
 	t.Parallel()
-	// A layout where an allowed directory sits beside a forbidden one:
-	//   dir/jobs/      allowed programs
-	//   dir/bin/evil   -> /bin/sh, not allowed
-	dir := t.TempDir()
-	if err := os.Mkdir(filepath.Join(dir, "jobs"), 0o755); err != nil {
+	dir := allowListLayout(t)
+	realSh, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Mkdir(filepath.Join(dir, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("/bin/sh", filepath.Join(dir, "bin", "evil")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("/bin/sh", filepath.Join(dir, "jobs", "good")); err != nil {
-		t.Fatal(err)
-	}
-
+	const (
+		notAllowed = "is not allowed on this worker (--allow-command)"
+		resolves   = "is not allowed on this worker: it resolves to "
+		absolute   = "the program must be an absolute path"
+		template   = "is a template: the program must be a fixed absolute path"
+	)
 	tests := []struct {
 		name    string
 		allow   []string
 		program string
-		allowed bool
+		wantErr string // substring of the refusal; "" means the program runs
 	}{
-		{name: "glob match", allow: []string{"/bin/*"}, program: "/bin/sh", allowed: true},
-		{name: "exact match", allow: []string{"/bin/sh"}, program: "/bin/sh", allowed: true},
-		{name: "second pattern matches", allow: []string{"/opt/etl/*", "/bin/s?"}, program: "/bin/sh", allowed: true},
-		{name: "star allows everything", allow: []string{"*"}, program: "/bin/sh", allowed: true},
-		{name: "allowed directory", allow: []string{dir + "/jobs/*"}, program: dir + "/jobs/good", allowed: true},
-		{name: "no patterns refuse everything", allow: nil, program: "/bin/sh"},
-		{name: "other directory", allow: []string{"/opt/etl/*"}, program: "/bin/sh"},
-		{name: "glob does not cross directories", allow: []string{"/*"}, program: "/bin/sh"},
-		{name: "exact pattern refuses others", allow: []string{"/bin/echo"}, program: "/bin/sh"},
-		{name: "bare name is not looked up in PATH first", allow: []string{"/bin/*"}, program: "sh"},
-		{name: "malformed pattern matches nothing", allow: []string{"/bin/[", "/bin/\\"}, program: "/bin/sh"},
+		// /bin/sh may well be /usr/bin/dash: patterns' leading folders
+		// and the program are both resolved.
+		{name: "glob match", allow: []string{"/bin/*"}, program: "/bin/sh"},
+		{name: "exact match", allow: []string{"/bin/sh"}, program: "/bin/sh"},
+		{name: "exact pattern naming a symlink out of its folder", allow: []string{dir + "/jobs/link-out"}, program: dir + "/jobs/link-out"},
+		{name: "second pattern matches", allow: []string{"/opt/etl/*", dir + "/jobs/go?d"}, program: dir + "/jobs/good"},
+		{name: "star allows everything", allow: []string{"*"}, program: "/bin/sh"},
+		{name: "allowed directory", allow: []string{dir + "/jobs/*"}, program: dir + "/jobs/good"},
+		{name: "symlink staying inside the allowed directory", allow: []string{dir + "/jobs/*"}, program: dir + "/jobs/link-in"},
+		{name: "program through a symlinked folder", allow: []string{dir + "/jobs/*"}, program: dir + "/alias/good"},
+		{name: "pattern through a symlinked folder", allow: []string{dir + "/alias/*"}, program: dir + "/jobs/good"},
+		{name: "doubled slashes are cleaned", allow: []string{dir + "/jobs/*"}, program: dir + "//jobs//good"},
 		{
-			// Refused: dir/jobs/../bin/evil is dir/bin/evil.
+			name: "dot-dot spelled out in the pattern", allow: []string{dir + "/bin/../jobs/*"},
+			program: dir + "/bin/../jobs/good",
+		},
+
+		{name: "no patterns refuse everything", allow: nil, program: "/bin/sh", wantErr: notAllowed},
+		{name: "other directory", allow: []string{"/opt/etl/*"}, program: "/bin/sh", wantErr: notAllowed},
+		{name: "glob does not cross directories", allow: []string{"/*"}, program: "/bin/sh", wantErr: notAllowed},
+		{name: "exact pattern refuses others", allow: []string{dir + "/jobs/good"}, program: "/bin/sh", wantErr: notAllowed},
+		{name: "malformed pattern matches nothing", allow: []string{"/bin/[", "/bin/\\"}, program: "/bin/sh", wantErr: notAllowed},
+		{name: "relative pattern matches nothing", allow: []string{"bin/*"}, program: "/bin/sh", wantErr: notAllowed},
+		{name: "symlink out of an allowed directory", allow: []string{dir + "/jobs/*"}, program: dir + "/jobs/link-out", wantErr: resolves + realSh},
+		{
+			// One pattern must allow both the name and the real path.
+			name: "symlink out, its target's folder allowed by another pattern", allow: []string{dir + "/jobs/*", "/bin/*", realSh},
+			program: dir + "/jobs/link-out", wantErr: resolves + realSh,
+		},
+		{
+			// A multi-call binary (busybox) acts on its name: allowing
+			// one name allows no other.
+			name: "exact pattern allows only the name it gives", allow: []string{dir + "/jobs/link-in"},
+			program: dir + "/jobs/good", wantErr: notAllowed,
+		},
+		{name: "exact pattern naming the target refuses a symlink to it", allow: []string{dir + "/jobs/good"}, program: dir + "/jobs/link-in", wantErr: notAllowed},
+		{name: "exact pattern through a symlinked folder", allow: []string{dir + "/alias/link-in"}, program: dir + "/jobs/link-in"},
+		{name: "symlink chain out of an allowed directory", allow: []string{dir + "/jobs/*"}, program: dir + "/jobs/chain", wantErr: resolves + realSh},
+		{
+			// dir/jobs/../bin/evil is dir/bin/evil.
 			name: "dot-dot out of an allowed directory", allow: []string{dir + "/jobs/*/*/*"},
-			program: dir + "/jobs/../bin/evil",
+			program: dir + "/jobs/../bin/evil", wantErr: notAllowed,
 		},
 		{
 			name: "dot element matched by a wildcard", allow: []string{dir + "/*/jobs/*"},
-			program: dir + "/./jobs/good",
+			program: dir + "/./jobs/good", wantErr: notAllowed,
 		},
 		{
-			name: "dot-dot spelled out in the pattern", allow: []string{dir + "/bin/../jobs/*"},
-			program: dir + "/bin/../jobs/good", allowed: true,
+			// Missing or not, a path outside the allow-list gets the same
+			// answer: a step learns nothing of the worker's files.
+			name: "missing program outside the allow-list", allow: []string{dir + "/jobs/*"},
+			program: dir + "/bin/missing", wantErr: notAllowed,
 		},
+
+		// Relative programs: no PATH lookup, not even under "*".
+		{name: "bare name", allow: []string{"/bin/*"}, program: "sh", wantErr: absolute},
+		{name: "bare name under star", allow: []string{"*"}, program: "sh", wantErr: absolute},
+		{name: "relative path", allow: []string{"*"}, program: "./jobs/good", wantErr: absolute},
+		{name: "relative path with a folder", allow: []string{"*"}, program: "bin/sh", wantErr: absolute},
+
+		// Templates in argv[0]: refused before expansion, whatever they
+		// would expand to.
 		{
-			// The allow-list must see the program that would run, after
-			// template expansion: this argv[0] has no "/" after jobs/
-			// before expansion, and is dir/jobs/../bin/evil after.
 			name: "template expanding outside an allowed directory", allow: []string{dir + "/jobs/*"},
-			program: dir + `/jobs/{{ printf "..%cbin%cevil" 47 47 }}`,
+			program: dir + `/jobs/{{ printf "..%cbin%cevil" 47 47 }}`, wantErr: template,
 		},
 		{
 			name: "template expanding to an allowed program", allow: []string{dir + "/jobs/*"},
-			program: dir + `/jobs/{{ printf "%s" "good" }}`, allowed: true,
+			program: dir + `/jobs/{{ printf "%s" "good" }}`, wantErr: template,
 		},
+		{name: "template under star", allow: []string{"*"}, program: `/bin/{{ .Step }}`, wantErr: template},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			marker := filepath.Join(t.TempDir(), "ran")
-			c := cmdCall(tt.program, "-c", `touch "$0"`, marker)
+			c := cmdCall(tt.program, "-c", `/usr/bin/touch "$0"`, marker)
 			got := (&Runner{Command: &CommandRunner{Allow: tt.allow}}).Run(context.Background(), c)
 			_, statErr := os.Stat(marker)
 			ran := statErr == nil
-			if tt.allowed {
+			if tt.wantErr == "" {
 				if !got.OK || !ran {
 					t.Fatalf("Run() = %+v (ran %v), want the program to run", got, ran)
 				}
@@ -259,8 +329,11 @@ func TestCommandAllowList(t *testing.T) {
 			if ran {
 				t.Errorf("the program ran, want it refused (result %+v)", got)
 			}
-			if !strings.Contains(got.Error, "is not allowed on this worker") {
-				t.Errorf("Error = %q, want a refusal", got.Error)
+			if !strings.Contains(got.Error, tt.wantErr) {
+				t.Errorf("Error = %q, want it to contain %q", got.Error, tt.wantErr)
+			}
+			if !strings.Contains(got.Error, fmt.Sprintf("%q", tt.program)) {
+				t.Errorf("Error = %q, want it to name argv[0] %q", got.Error, tt.program)
 			}
 			got.Error = ""
 			// Not retryable: the step's spec is the problem.
@@ -268,6 +341,47 @@ func TestCommandAllowList(t *testing.T) {
 				t.Errorf("Run() = %+v\nwant    %+v", got, want)
 			}
 		})
+	}
+}
+
+// A program the allow-list names but this worker lacks is retried:
+// another worker may have it.
+func TestCommandAllowedButMissing(t *testing.T) {
+	t.Parallel()
+	dir := allowListLayout(t)
+	got := (&Runner{Command: &CommandRunner{Allow: []string{dir + "/jobs/*"}}}).Run(context.Background(), cmdCall(dir+"/jobs/missing"))
+	if !strings.Contains(got.Error, "no such file") {
+		t.Errorf("Error = %q, want it to say the program is missing", got.Error)
+	}
+	got.Error = ""
+	if want := (Result{ExitReason: ReasonError, FailureClass: ClassSystem, Retryable: true}); got != want {
+		t.Errorf("Run() = %+v\nwant    %+v", got, want)
+	}
+}
+
+// The program keeps the name the step gave it as argv[0], though the
+// worker runs its real path.
+func TestCommandKeepsArgv0(t *testing.T) {
+	t.Parallel()
+	dir := allowListLayout(t)
+	got := (&Runner{Command: &CommandRunner{Allow: []string{dir + "/jobs/*"}}}).Run(context.Background(),
+		cmdCall(dir+"/jobs/link-in", "-c", `echo "$0"`))
+	if want := dir + "/jobs/link-in\n"; !got.OK || got.Output != want {
+		t.Fatalf("Run() = %+v, want output %q", got, want)
+	}
+}
+
+func TestCheckAllow(t *testing.T) {
+	t.Parallel()
+	for _, ok := range [][]string{nil, {"*"}, {"/bin/*", "/opt/etl/run"}} {
+		if err := CheckAllow(ok); err != nil {
+			t.Errorf("CheckAllow(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range [][]string{{"bin/*"}, {"sh"}, {"/bin/["}, {"/bin/*", "./x"}} {
+		if err := CheckAllow(bad); err == nil {
+			t.Errorf("CheckAllow(%q) = nil, want an error", bad)
+		}
 	}
 }
 

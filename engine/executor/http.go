@@ -7,15 +7,26 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"time"
 )
 
 // HTTPRunner calls webhooks. The request is a JSON body describing the
 // attempt; 2xx succeeds; 408, 429, 5xx, timeouts and connection errors are
-// retried; any other 4xx fails for good.
+// retried; any other 4xx, and a connection or redirect the worker's
+// policy refuses, fails for good.
 type HTTPRunner struct {
+	// Client calls the webhooks; nil means NewHTTPClient(nil), whose
+	// egress policy refuses loopback, private and link-local addresses.
+	// A client of your own is trusted as it is: its transport decides
+	// where it connects. With no CheckRedirect of its own, it follows
+	// redirects as checkRedirect says.
 	Client *http.Client
+	// Secrets says which secret references in a step's headers resolve;
+	// nil resolves none.
+	Secrets *SecretPolicy
 }
 
 type webhookBody struct {
@@ -43,10 +54,10 @@ func (h *HTTPRunner) Run(ctx context.Context, c Call) Result {
 	if err != nil {
 		return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: err.Error()}
 	}
-	for k, v := range spec.Headers {
-		val, err := resolve(v)
+	for _, k := range slices.Sorted(maps.Keys(spec.Headers)) { // the first bad reference, always the same
+		val, err := h.Secrets.resolve(c.Namespace, spec.Headers[k])
 		if err != nil {
-			return Result{ExitReason: ReasonError, FailureClass: ClassSystem, Retryable: true, Error: err.Error()}
+			return err.result()
 		}
 		req.Header.Set(k, val)
 	}
@@ -57,10 +68,17 @@ func (h *HTTPRunner) Run(ctx context.Context, c Call) Result {
 	req.Header.Set("X-Orrery-Fencing-Token", fmt.Sprint(c.FencingToken))
 	client := h.Client
 	if client == nil {
-		client = http.DefaultClient
+		client = defaultClient()
+	} else if client.CheckRedirect == nil {
+		withRedirects := *client
+		withRedirects.CheckRedirect = checkRedirect
+		client = &withRedirects
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		if res, ok := egressFailure(err); ok {
+			return res
+		}
 		reason := ReasonError
 		if errors.Is(err, context.DeadlineExceeded) {
 			reason = ReasonTimeout

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -213,7 +214,8 @@ func TestHTTPSecretHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv, reqs := newServer(t, 200, "")
-	res := (&HTTPRunner{Client: srv.Client()}).Run(context.Background(), httpCall(srv.URL, "POST", map[string]string{
+	secrets := &SecretPolicy{Env: map[string][]string{"etl": {"ORRERY_TEST_HTTP_TOKEN"}}, Dirs: map[string][]string{"etl": {dir}}}
+	res := (&HTTPRunner{Client: srv.Client(), Secrets: secrets}).Run(context.Background(), httpCall(srv.URL, "POST", map[string]string{
 		"Authorization": "secret://env/ORRERY_TEST_HTTP_TOKEN",
 		"X-Api-Key":     "secret://file" + keyFile,
 		"X-Plain":       "secret-looking-but-not-a-reference",
@@ -236,8 +238,11 @@ func TestHTTPSecretHeaders(t *testing.T) {
 func TestHTTPMissingSecret(t *testing.T) {
 	t.Parallel()
 	srv, reqs := newServer(t, 200, "")
-	missing := t.TempDir() + "/missing"
-	res := (&Runner{HTTP: &HTTPRunner{Client: srv.Client()}}).Run(context.Background(), httpCall(srv.URL, "POST", map[string]string{
+	dir := t.TempDir()
+	missing := dir + "/missing"
+	// The folder is allowed, the file is missing: retried.
+	secrets := &SecretPolicy{Dirs: map[string][]string{"*": {dir}}}
+	res := (&Runner{HTTP: &HTTPRunner{Client: srv.Client(), Secrets: secrets}}).Run(context.Background(), httpCall(srv.URL, "POST", map[string]string{
 		"Authorization": "secret://file" + missing,
 	}))
 	if res.OK || res.ExitReason != ReasonError || res.FailureClass != ClassSystem || !res.Retryable {
@@ -349,7 +354,9 @@ func TestHTTPTransportErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := (&HTTPRunner{}).Run(context.Background(), httpCall(tt.url, tt.meth, nil))
+			// The worker's own client, with loopback allowed.
+			client := NewHTTPClient(&EgressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+			got := (&HTTPRunner{Client: client}).Run(context.Background(), httpCall(tt.url, tt.meth, nil))
 			if got.Error == "" {
 				t.Error("Error is empty")
 			}

@@ -27,6 +27,9 @@ func TestResolve(t *testing.T) {
 	t.Setenv("ORRERY_TEST_SECRET_MISSING", "") // so that the variable is restored after the test
 	os.Unsetenv("ORRERY_TEST_SECRET_MISSING")
 
+	// Namespace etl may read these variables and the files in dir.
+	policy := &SecretPolicy{Env: map[string][]string{"etl": {"ORRERY_TEST_SECRET_*"}}, Dirs: map[string][]string{"etl": {dir}}}
+
 	tests := []struct {
 		name    string
 		in      string
@@ -40,8 +43,8 @@ func TestResolve(t *testing.T) {
 		{name: "env variable", in: "secret://env/ORRERY_TEST_SECRET_TOKEN", want: "s3cr3t-env"},
 		{name: "env variable set but empty", in: "secret://env/ORRERY_TEST_SECRET_EMPTY", want: ""},
 		{name: "env variable missing", in: "secret://env/ORRERY_TEST_SECRET_MISSING", wantErr: "environment variable ORRERY_TEST_SECRET_MISSING is not set"},
-		{name: "env without a name", in: "secret://env/", wantErr: "is not set"},
-		{name: "env without a slash", in: "secret://env", wantErr: "is not set"},
+		{name: "env without a name", in: "secret://env/", wantErr: "may not read this environment variable"},
+		{name: "env without a slash", in: "secret://env", wantErr: "may not read this environment variable"},
 		{name: "file", in: "secret://file" + plain, want: "s3cr3t-file"},
 		{name: "file with a doubled slash", in: "secret://file/" + plain, want: "s3cr3t-file"},
 		{name: "file trailing newline trimmed", in: "secret://file" + lf, want: "s3cr3t-lf"},
@@ -55,7 +58,7 @@ func TestResolve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := resolve(tt.in)
+			got, err := policy.resolve("etl", tt.in)
 			if tt.wantErr != "" {
 				if err == nil {
 					t.Fatalf("resolve(%q) = %q, nil; want an error containing %q", tt.in, got, tt.wantErr)
@@ -86,7 +89,7 @@ func TestResolve(t *testing.T) {
 func TestResolveFileErrorHidesDetails(t *testing.T) {
 	t.Parallel()
 	p := filepath.Join(t.TempDir(), "nope")
-	_, err := resolve("secret://file" + p)
+	_, err := (&SecretPolicy{Dirs: map[string][]string{"*": {filepath.Dir(p)}}}).resolve("etl", "secret://file"+p)
 	if err == nil {
 		t.Fatal("resolve of a missing file succeeded")
 	}

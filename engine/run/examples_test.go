@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -38,6 +39,8 @@ func TestExamplesRun(t *testing.T) {
 	t.Setenv("HOOK_TOKEN", "Bearer test-token")
 	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 4, "etl": 4, "warehouse": 2},
 		AllowCommand: []string{"/bin/*"},
+		AllowEgress:  []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, // the hook server
+		Secrets:      executor.SecretPolicy{Env: map[string][]string{"analytics": {"HOOK_TOKEN"}}},
 		Handlers:     map[string]executor.HandlerFunc{"load-warehouse": func(context.Context, executor.Call) error { return nil }}})
 	enginetest.StartNode(t, pool)
 	jobs, _ := job.New(ctx, pool, nil)
