@@ -38,17 +38,19 @@ type stackFlags struct {
 	secretDir    []string
 	leaseTTL     time.Duration
 	idleInTx     time.Duration
+	maxRequest   int64
 	noScheduler  bool
 }
 
-func (f *stackFlags) register(fs *pflag.FlagSet, api bool) {
-	if api {
+func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
+	if withAPI {
 		fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to serve the API on (env ORRERY_ADDR)")
 		fs.StringVar(&f.name, "node-name", "", "this node's name in the cluster view (default host-pid)")
 		fs.DurationVar(&f.shardTTL, "shard-ttl", 10*time.Second, "shard lease TTL: a dead node's shards move after it")
 		fs.DurationVar(&f.misfireAfter, "misfire-after", time.Minute, "instants later than this go to the job's misfire policy")
 		fs.BoolVar(&f.noScheduler, "no-scheduler", false, "serve the API only; fire nothing")
 		fs.StringArrayVar(&f.workers, "worker", nil, "also run a worker pool in this process: QUEUE=CONCURRENCY (repeatable)")
+		fs.Int64Var(&f.maxRequest, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request body, as sent and after decompression (ResourceExhausted beyond)")
 	} else {
 		fs.StringArrayVar(&f.workers, "queue", nil, "serve this queue: NAME=CONCURRENCY (repeatable)")
 		fs.StringVar(&f.name, "name", "", "worker name recorded on attempts (default host-pid)")
@@ -150,7 +152,11 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	if err != nil {
 		return err
 	}
-	var h http.Handler = api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state}, log)
+	if f.maxRequest < 1<<10 {
+		return fmt.Errorf("--max-request-bytes %d: at least 1024", f.maxRequest)
+	}
+	var h http.Handler = api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state,
+		Limits: api.Limits{MaxRequestBytes: f.maxRequest}}, log)
 	if len(routes) > 0 {
 		mux := http.NewServeMux()
 		mux.Handle("/", h)
