@@ -79,6 +79,18 @@ func durationFromProto(d *durationpb.Duration) *dag.Duration {
 	return dag.D(d.AsDuration())
 }
 
+// payloadFromProto turns a google.protobuf.Value into the JSON text the
+// engine keeps. A Value holds numbers as doubles, so an integer beyond
+// 2^53 arrives already rounded (9007199254740993 as 9007199254740992) and
+// cannot be restored here; it is written as the number it is, and
+// validation then rejects every payload number whose magnitude exceeds
+// 2^53-1 (dag.MaxPayloadInteger) with InvalidArgument naming the payload
+// and the limit, rather than storing a rounded one. The same rule applies
+// to YAML and JSON payloads (`orrery validate`, `apply`), which otherwise
+// keep their numbers exactly as written, so that a payload is either exact
+// on every path or refused on every path. Integers that need more go in
+// strings. A Value with no JSON form (NaN, Infinity, no kind set) becomes
+// text that validation reports as not valid JSON.
 func payloadFromProto(v *structpb.Value) dag.Payload {
 	if v == nil {
 		return nil
@@ -187,6 +199,20 @@ func sourceToProto(s *job.Source) *orreryv1.Source {
 		return nil
 	}
 	return &orreryv1.Source{Path: s.Path, Commit: s.Commit}
+}
+
+// timeFromProto checks a request's timestamp: a valid Timestamp within
+// schedule.Earliest..schedule.Latest (1970 to 9999), else InvalidArgument
+// naming field.
+func timeFromProto(field string, ts *timestamppb.Timestamp) (time.Time, error) {
+	if err := ts.CheckValid(); err != nil {
+		return time.Time{}, &job.InvalidError{Field: field, Message: "not a valid timestamp: " + err.Error()}
+	}
+	t := ts.AsTime()
+	if err := schedule.CheckInstant(t); err != nil {
+		return time.Time{}, &job.InvalidError{Field: field, Message: err.Error()}
+	}
+	return t, nil
 }
 
 func timeToProto(t *time.Time) *timestamppb.Timestamp {

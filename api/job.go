@@ -154,16 +154,15 @@ func (s *jobServer) PreviewSchedule(ctx context.Context, req *connect.Request[or
 	case n == 0:
 		n = defaultPreview
 	}
-	sched, err := schedule.Parse(scheduleFromProto(m.GetSchedule()))
+	sched, err := schedule.Validate(scheduleFromProto(m.GetSchedule()))
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
 	var from time.Time
 	if m.GetFrom() != nil {
-		if err := m.GetFrom().CheckValid(); err != nil {
-			return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "from", Message: err.Error()})
+		if from, err = timeFromProto("from", m.GetFrom()); err != nil {
+			return nil, toConnect(ctx, s.log, err)
 		}
-		from = m.GetFrom().AsTime()
 	} else if from, err = s.jobs.Now(ctx); err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}

@@ -45,11 +45,17 @@ func (s *runServer) ListRuns(ctx context.Context, req *connect.Request[orreryv1.
 	}
 	f := run.ListFilter{Job: ref, Status: m.GetStatus(), PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken()}
 	if m.GetSince() != nil {
-		t := m.GetSince().AsTime()
+		t, err := timeFromProto("since", m.GetSince())
+		if err != nil {
+			return nil, toConnect(ctx, s.log, err)
+		}
 		f.Since = &t
 	}
 	if m.GetUntil() != nil {
-		t := m.GetUntil().AsTime()
+		t, err := timeFromProto("until", m.GetUntil())
+		if err != nil {
+			return nil, toConnect(ctx, s.log, err)
+		}
 		f.Until = &t
 	}
 	runs, next, err := s.runs.List(ctx, actor(ctx), f)

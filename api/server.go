@@ -56,6 +56,12 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	limits := svc.Limits.withDefaults()
 	opts := []connect.HandlerOption{
 		connect.WithInterceptors(logErrors(log)),
+		// A panic in a handler is an Internal error for that call, logged,
+		// not a dropped connection.
+		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
+			log.ErrorContext(ctx, "handler panicked", "procedure", spec.Procedure, "panic", p)
+			return connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
+		}),
 		connect.WithReadMaxBytes(int(limits.MaxRequestBytes)),
 		// Compressing small answers costs more CPU than the bytes it saves on
 		// the networks this runs on; larger ones (list pages) still compress.

@@ -28,5 +28,5 @@ func (Duration) JSONSchema() *jsonschema.Schema {
 
 // JSONSchema describes a Payload: any JSON value.
 func (Payload) JSONSchema() *jsonschema.Schema {
-	return &jsonschema.Schema{Description: "any JSON value (in YAML, any value with a JSON form), at most 256 KiB"}
+	return &jsonschema.Schema{Description: "any JSON value (in YAML, any value with a JSON form), at most 256 KiB, nested at most 64 levels deep, numbers within ±(2^53-1)"}
 }

@@ -1,12 +1,15 @@
 package dag
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +23,14 @@ const (
 	MaxLabels         = 64
 	MaxLabelValueLen  = 256
 	MaxPayloadBytes   = 256 << 10
+	// MaxPayloadDepth caps how deeply a payload nests arrays and objects:
+	// deeper JSON breaks protobuf decoders (their recursion limit), and with
+	// it every listing that includes the job.
+	MaxPayloadDepth = 64
+	// MaxPayloadInteger is the largest magnitude of a number in a payload:
+	// 2^53-1, below which every integer is exact as a double. See
+	// checkPayload.
+	MaxPayloadInteger = 1<<53 - 1
 	MaxSteps          = 10_000
 	MaxAttempts       = 100
 	MaxBackfill       = 1000
@@ -46,8 +57,9 @@ func ValidateName(name string) error {
 }
 
 // Validate checks a normalized resource and returns every problem, each
-// naming its field. It parses the schedule, so a resource that passes can
-// be stored and fired.
+// naming its field. It validates the schedule (schedule.Validate: an at
+// within 1970..9999, a cron expression that fires), so a resource that
+// passes can be stored and fired.
 func Validate(r *Resource) Errors {
 	var es Errors
 	if r.APIVersion != APIVersion {
@@ -85,7 +97,7 @@ func validateMetadata(es *Errors, m *Metadata) {
 }
 
 func validateSpec(es *Errors, s *JobSpec) {
-	if _, err := schedule.Parse(s.Schedule); err != nil {
+	if _, err := schedule.Validate(s.Schedule); err != nil {
 		var se *schedule.Error
 		if errors.As(err, &se) {
 			es.add("spec.schedule."+se.Field, "%s", se.Message)
@@ -207,8 +219,13 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 			}
 		}
 	case e.Command != nil:
-		if len(e.Command.Argv) == 0 || e.Command.Argv[0] == "" {
+		switch {
+		case len(e.Command.Argv) == 0 || e.Command.Argv[0] == "":
 			es.add(p+".command.argv", "needs at least the program to run")
+		case strings.Contains(e.Command.Argv[0], "{{"):
+			es.add(p+".command.argv", "%q: the program cannot be a template (templates are allowed in the other arguments)", e.Command.Argv[0])
+		case !strings.HasPrefix(e.Command.Argv[0], "/"):
+			es.add(p+".command.argv", "%q is not an absolute path: workers run programs by absolute path", e.Command.Argv[0])
 		}
 		for _, k := range sortedKeys(e.Command.Env) {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
@@ -232,7 +249,65 @@ func validatePayload(es *Errors, p string, payload Payload) {
 	}
 	if !json.Valid(payload) {
 		es.add(p, "is not valid JSON")
+		return
 	}
+	if msg := checkPayload(payload); msg != "" {
+		es.add(p, "%s", msg)
+	}
+}
+
+// checkPayload walks valid JSON without recursion and returns its first
+// problem: nesting deeper than MaxPayloadDepth, or a number beyond
+// ±MaxPayloadInteger.
+//
+// Numbers: payloads are kept as JSON text, so a YAML or JSON payload keeps
+// its numbers exactly as written (canonicalJSON decodes with UseNumber).
+// But the API carries payloads as google.protobuf.Value, whose numbers are
+// doubles: past 2^53 an integer there is already rounded when it arrives
+// (9007199254740993 comes as 9007199254740992) and nothing can tell. So
+// every path, `orrery validate` included, rejects numbers whose magnitude
+// exceeds 2^53-1, naming the limit: a number is either exact everywhere or
+// refused, never rounded silently. Larger integers (IDs, amounts in
+// minor units) go in strings. Fractional numbers within the range pass;
+// over the API they are doubles, as in most JSON consumers.
+func checkPayload(payload []byte) string {
+	d := json.NewDecoder(bytes.NewReader(payload))
+	d.UseNumber()
+	depth := 0
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return "" // io.EOF: json.Valid passed
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			if v == '{' || v == '[' {
+				if depth++; depth > MaxPayloadDepth {
+					return fmt.Sprintf("nests arrays and objects more than %d levels deep; the limit is %d", MaxPayloadDepth, MaxPayloadDepth)
+				}
+			} else {
+				depth--
+			}
+		case json.Number:
+			if !safeNumber(string(v)) {
+				n := string(v)
+				if len(n) > 40 {
+					n = n[:37] + "..."
+				}
+				return fmt.Sprintf("number %s is beyond ±%d (2^53-1), the limit: the API carries payload numbers as doubles, which would round it; send it as a string", n, MaxPayloadInteger)
+			}
+		}
+	}
+}
+
+// safeNumber reports whether a JSON number's magnitude is at most
+// MaxPayloadInteger.
+func safeNumber(n string) bool {
+	if i, err := strconv.ParseInt(n, 10, 64); err == nil {
+		return i >= -MaxPayloadInteger && i <= MaxPayloadInteger
+	}
+	f, err := strconv.ParseFloat(n, 64)
+	return err == nil && math.Abs(f) <= MaxPayloadInteger
 }
 
 // EffectiveTimeout and friends resolve a step's settings against the job's

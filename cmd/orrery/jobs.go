@@ -136,15 +136,24 @@ func newJobsCmd(g *globals) *cobra.Command {
 	}
 	pause := verb("pause", "Stop a job from firing", func(cmd *cobra.Command, ref *orreryv1.JobRef) (*orreryv1.Job, error) {
 		res, err := g.jobClient().PauseJob(cmd.Context(), connect.NewRequest(&orreryv1.PauseJobRequest{Ref: ref}))
-		return res.Msg.GetJob(), err
+		if err != nil {
+			return nil, err // res is nil
+		}
+		return res.Msg.GetJob(), nil
 	}, "paused")
 	resume := verb("resume", "Let a paused job fire again (its misfire policy decides about missed instants)", func(cmd *cobra.Command, ref *orreryv1.JobRef) (*orreryv1.Job, error) {
 		res, err := g.jobClient().ResumeJob(cmd.Context(), connect.NewRequest(&orreryv1.ResumeJobRequest{Ref: ref}))
-		return res.Msg.GetJob(), err
+		if err != nil {
+			return nil, err // res is nil
+		}
+		return res.Msg.GetJob(), nil
 	}, "resumed")
 	del := verb("delete", "Delete a job (its history stays)", func(cmd *cobra.Command, ref *orreryv1.JobRef) (*orreryv1.Job, error) {
 		res, err := g.jobClient().DeleteJob(cmd.Context(), connect.NewRequest(&orreryv1.DeleteJobRequest{Ref: ref}))
-		return res.Msg.GetJob(), err
+		if err != nil {
+			return nil, err // res is nil
+		}
+		return res.Msg.GetJob(), nil
 	}, "deleted")
 	cmd.AddCommand(create, get, list, pause, resume, del, newTriggerCmd(g, &namespace))
 	return cmd

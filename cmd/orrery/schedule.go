@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/dag/schedule"
 )
 
 func newScheduleCmd(g *globals) *cobra.Command {
@@ -29,6 +30,9 @@ func newScheduleCmd(g *globals) *cobra.Command {
 				t, err := time.Parse(time.RFC3339, from)
 				if err != nil {
 					return fmt.Errorf("--from: %q is not an RFC 3339 instant such as 2026-03-08T00:00:00Z", from)
+				}
+				if err := schedule.CheckInstant(t); err != nil {
+					return fmt.Errorf("--from: %w", err)
 				}
 				req.From = timestamppb.New(t)
 			}

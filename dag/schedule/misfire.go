@@ -43,9 +43,10 @@ func (s *Schedule) CatchUp(policy string, maxBackfill int, pending, now time.Tim
 // oldest first. It looks back from now in growing windows, so a dense
 // schedule paused for months costs little.
 func (s *Schedule) lastMissed(pending, now time.Time, keep int) []time.Time {
-	for window := time.Minute; ; window *= 4 {
+	const widest = time.Duration(1 << 62) // 146 years; window*4 would overflow soon after
+	for window := time.Minute; ; window = min(window, widest/4) * 4 {
 		from := now.Add(-window)
-		whole := !from.After(pending)
+		whole := window >= widest || !from.After(pending)
 		if whole {
 			from = pending.Add(-time.Second) // Next is strictly after
 		}

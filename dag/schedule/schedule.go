@@ -22,7 +22,8 @@ type Spec struct {
 type Schedule struct {
 	loc *time.Location
 
-	at      time.Time          // one-time schedules
+	at      time.Time          // one-time schedules (oneTime set)
+	oneTime bool               // at is the instant; not at.IsZero(), which 0001-01-01T00:00:00Z also is
 	every   time.Duration      // @every schedules
 	civil   *cron.SpecSchedule // cron schedules, evaluated on local wall-clock time expressed in UTC
 	wallish bool               // '*' in seconds, minute or hour: follows the clock through DST changes
@@ -56,7 +57,7 @@ func Parse(spec Spec) (*Schedule, error) {
 		if err != nil {
 			return nil, errorf("at", "%q is not an RFC 3339 instant such as 2026-12-31T23:59:59Z", spec.At)
 		}
-		return &Schedule{loc: time.UTC, at: at.UTC()}, nil
+		return &Schedule{loc: time.UTC, at: at.UTC(), oneTime: true}, nil
 	case cronText == "":
 		return nil, errorf("cron", "a schedule needs cron or at")
 	}
@@ -164,7 +165,10 @@ func explainCronError(text string, err error) *Error {
 func (s *Schedule) Location() *time.Location { return s.loc }
 
 // OneTime reports whether the schedule fires once, at a fixed instant.
-func (s *Schedule) OneTime() bool { return !s.at.IsZero() }
+func (s *Schedule) OneTime() bool { return s.oneTime }
+
+// At is a one-time schedule's instant, in UTC (the zero time for cron).
+func (s *Schedule) At() time.Time { return s.at }
 
 // String describes the schedule's kind for logs.
 func (s *Schedule) String() string {

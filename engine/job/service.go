@@ -48,6 +48,9 @@ func (r Ref) String() string {
 	if r.ID != uuid.Nil {
 		return r.ID.String()
 	}
+	if r.Namespace == "" {
+		return dag.DefaultNamespace + "/" + r.Name // as lookup reads it
+	}
 	return r.Namespace + "/" + r.Name
 }
 
@@ -160,7 +163,7 @@ func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res 
 // misfire policy then decides; nothing is dropped silently).
 func firstFire(s *schedule.Schedule, now time.Time) *time.Time {
 	if s.OneTime() {
-		at, _ := s.Next(time.Time{})
+		at := s.At()
 		return &at
 	}
 	next, ok := s.Next(now)
