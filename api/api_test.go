@@ -21,11 +21,14 @@ import (
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/engine/run"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// startServer serves the API on a free port, as `orrery serve` does.
+// startServer serves the API (jobs, runs, pipelines, cluster) on a free
+// port, as `orrery serve` does;
+// count sums the rows of every table a rejected call could have written.
 func startServer(t *testing.T) (baseURL string, count func() int) {
 	t.Helper()
 	pool := pgtest.Pool(t)
@@ -34,7 +37,7 @@ func startServer(t *testing.T) (baseURL string, count func() int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs}, nil))
+	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, nil), State: pool}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +51,9 @@ func startServer(t *testing.T) (baseURL string, count func() int) {
 	})
 	return "http://" + srv.Addr(), func() int {
 		var n int
-		if err := pool.QueryRow(context.Background(), "SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM audit_log) + (SELECT count(*) FROM job_versions)").Scan(&n); err != nil {
+		if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM audit_log)
+			+ (SELECT count(*) FROM job_versions) + (SELECT count(*) FROM runs) + (SELECT count(*) FROM idempotency_keys)
+			+ (SELECT count(*) FROM namespaces)`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n

@@ -14,46 +14,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
-	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/pgtest"
-	"github.com/orrery-dev/orrery/engine/run"
 )
-
-// startFullServer serves the job, run and pipeline services on a free port;
-// count sums the rows of every table a rejected call could have written.
-func startFullServer(t *testing.T) (baseURL string, count func() int) {
-	t.Helper()
-	pool := pgtest.Pool(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	jobs, err := job.New(ctx, pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, nil), State: pool}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return "http://" + srv.Addr(), func() int {
-		var n int
-		if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM audit_log)
-			+ (SELECT count(*) FROM job_versions) + (SELECT count(*) FROM runs) + (SELECT count(*) FROM idempotency_keys)
-			+ (SELECT count(*) FROM namespaces)`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-}
 
 // nested is a payload of depth arrays, one inside the other.
 func nested(depth int) *structpb.Value {
@@ -80,7 +43,7 @@ func wantInvalid(t *testing.T, name string, err error, want string) {
 // Plan alike; the connection stays up and nothing is written.
 func TestHostileJobsAreInvalidArgumentAndWriteNothing(t *testing.T) {
 	t.Parallel()
-	base, count := startFullServer(t)
+	base, count := startServer(t)
 	ctx := context.Background()
 	jobs := orreryv1connect.NewJobServiceClient(http.DefaultClient, base)
 	pipes := orreryv1connect.NewPipelineServiceClient(http.DefaultClient, base)
@@ -154,7 +117,7 @@ func TestHostileJobsAreInvalidArgumentAndWriteNothing(t *testing.T) {
 // ±(2^53-1) come back exactly; rare but real schedules are accepted.
 func TestPayloadNumbersAndRareSchedulesOverTheWire(t *testing.T) {
 	t.Parallel()
-	base, count := startFullServer(t)
+	base, count := startServer(t)
 	ctx := context.Background()
 	c := orreryv1connect.NewJobServiceClient(http.DefaultClient, base)
 	before := count()
@@ -201,7 +164,7 @@ func TestPayloadNumbersAndRareSchedulesOverTheWire(t *testing.T) {
 // server keeps answering.
 func TestRequestTimesAreCheckedAndPreviewRejectsNeverFiring(t *testing.T) {
 	t.Parallel()
-	base, count := startFullServer(t)
+	base, count := startServer(t)
 	ctx := context.Background()
 	c := orreryv1connect.NewJobServiceClient(http.DefaultClient, base)
 	runs := orreryv1connect.NewRunServiceClient(http.DefaultClient, base)

@@ -108,6 +108,22 @@ func startDev(t *testing.T, dataDir, addr string) (stop func()) {
 	}
 }
 
+// startServe runs `orrery serve --no-scheduler` on dsn until t ends and
+// returns its address once the API answers, and the process (its logs).
+func startServe(t *testing.T, dsn string) (string, *proc) {
+	t.Helper()
+	addr := freeAddr(t)
+	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--no-scheduler")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, code := run(t, "--server", addr, "jobs", "list"); code == 0 {
+			return addr, p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", p.Logs())
+		}
+	}
+}
+
 // reachableDir is a temporary folder that the postgres user can enter
 // (t.TempDir's are private to root).
 func reachableDir(t *testing.T) string {
@@ -206,22 +222,7 @@ func TestValidateListsEveryProblem(t *testing.T) {
 // and the source (path and commit) on the job.
 func TestApplyFolder(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	addr := freeAddr(t)
-	serve := exec.Command(binary, "serve", "--db", dsn, "--addr", addr, "--no-scheduler")
-	var logs bytes.Buffer
-	serve.Stdout, serve.Stderr = &logs, &logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = serve.Process.Signal(syscall.SIGTERM); _ = serve.Wait() }()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, _, code := run(t, "--server", addr, "jobs", "list"); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start:\n%s", logs.String())
-		}
-	}
+	addr, _ := startServe(t, dsn)
 	repo := t.TempDir()
 	git := func(args ...string) {
 		cmd := exec.Command("git", append([]string{"-C", repo, "-c", "user.email=ci@example.invalid", "-c", "user.name=ci"}, args...)...)

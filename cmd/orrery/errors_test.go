@@ -1,16 +1,12 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -58,22 +54,7 @@ func TestClientVerbsWithoutAServer(t *testing.T) {
 // refused before anything is sent, with file:line:col.
 func TestClientVerbsOnServerErrors(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	addr := freeAddr(t)
-	serve := exec.Command(binary, "serve", "--db", dsn, "--addr", addr, "--no-scheduler")
-	var logs bytes.Buffer
-	serve.Stdout, serve.Stderr = &logs, &logs
-	if err := serve.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = serve.Process.Signal(syscall.SIGTERM); _ = serve.Wait() }()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, _, code := run(t, "--server", addr, "jobs", "list"); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start:\n%s", logs.String())
-		}
-	}
+	addr, serve := startServe(t, dsn)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -149,10 +130,10 @@ func TestClientVerbsOnServerErrors(t *testing.T) {
 		t.Fatalf("rows: %d before the failing verbs, %d after", before, after)
 	}
 	if out, errOut, code := run(t, "--server", addr, "jobs", "list"); code != 0 || strings.Count(out, "\n") != 1 {
-		t.Fatalf("the server stopped answering: %d %q %s\n%s", code, out, errOut, logs.String())
+		t.Fatalf("the server stopped answering: %d %q %s\n%s", code, out, errOut, serve.Logs())
 	}
-	if strings.Contains(logs.String(), "panic") {
-		t.Fatalf("the server panicked:\n%s", logs.String())
+	if strings.Contains(serve.Logs(), "panic") {
+		t.Fatalf("the server panicked:\n%s", serve.Logs())
 	}
 }
 
