@@ -7,6 +7,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -85,6 +86,100 @@ func (q *Queries) InsertTriggerKey(ctx context.Context, arg InsertTriggerKeyPara
 		arg.Response,
 	)
 	return err
+}
+
+const listAudit = `-- name: ListAudit :many
+SELECT id, at, actor, action, target_kind, target_id, target_name, before, after
+FROM audit_log
+WHERE tenant_id = $1
+  AND ($2::text IS NULL OR actor = $2::text
+       OR (left(actor, length($2::text) + 2) = $2::text || ' ('
+           AND right(actor, 1) = ')' AND strpos(substr(actor, length($2::text) + 3), ' ') = 0))
+  AND ($3::text IS NULL OR action = $3::text)
+  AND ($4::text IS NULL OR target_kind = $4::text)
+  AND ($5::uuid IS NULL OR target_id = $5::uuid)
+  AND ($6::text IS NULL OR target_name = $6::text)
+  AND ($7::timestamptz IS NULL OR at >= $7::timestamptz)
+  AND ($8::timestamptz IS NULL OR at < $8::timestamptz)
+  AND at <= $9::timestamptz
+  AND (at < $9::timestamptz OR id < $10::uuid)
+ORDER BY at DESC, id DESC
+LIMIT $11
+`
+
+type ListAuditParams struct {
+	TenantID   uuid.UUID
+	Actor      *string
+	Action     *string
+	TargetKind *string
+	TargetID   *uuid.UUID
+	TargetName *string
+	Since      *time.Time
+	Until      *time.Time
+	BeforeAt   time.Time
+	BeforeID   uuid.UUID
+	PageSize   int32
+}
+
+type ListAuditRow struct {
+	ID         uuid.UUID
+	At         time.Time
+	Actor      string
+	Action     string
+	TargetKind string
+	TargetID   uuid.UUID
+	TargetName string
+	Before     []byte
+	After      []byte
+}
+
+// ListAudit pages through a tenant's audit trail, newest first, by
+// (at, id) keyset: the rows strictly before (before_at, before_id). Unset
+// filters (NULL) do not filter. actor matches an actor exactly, or the
+// principal's name of "NAME (KEY_PREFIX)" ("ci" matches "ci (ork_ab12cd34)",
+// not "ci (x) (ork_ab12cd34)"). `at <= before_at` lets the scan of
+// audit_log_tenant_at start at the page; rows of one transaction share
+// their `at` and are ordered by id (UUIDv7, in the order written).
+func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]ListAuditRow, error) {
+	rows, err := q.db.Query(ctx, listAudit,
+		arg.TenantID,
+		arg.Actor,
+		arg.Action,
+		arg.TargetKind,
+		arg.TargetID,
+		arg.TargetName,
+		arg.Since,
+		arg.Until,
+		arg.BeforeAt,
+		arg.BeforeID,
+		arg.PageSize,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ListAuditRow{}
+	for rows.Next() {
+		var i ListAuditRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.At,
+			&i.Actor,
+			&i.Action,
+			&i.TargetKind,
+			&i.TargetID,
+			&i.TargetName,
+			&i.Before,
+			&i.After,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listAuditForTarget = `-- name: ListAuditForTarget :many

@@ -7,6 +7,31 @@ SELECT * FROM audit_log
 WHERE tenant_id = @tenant_id AND target_id = @target_id
 ORDER BY at, id;
 
+-- ListAudit pages through a tenant's audit trail, newest first, by
+-- (at, id) keyset: the rows strictly before (before_at, before_id). Unset
+-- filters (NULL) do not filter. actor matches an actor exactly, or the
+-- principal's name of "NAME (KEY_PREFIX)" ("ci" matches "ci (ork_ab12cd34)",
+-- not "ci (x) (ork_ab12cd34)"). `at <= before_at` lets the scan of
+-- audit_log_tenant_at start at the page; rows of one transaction share
+-- their `at` and are ordered by id (UUIDv7, in the order written).
+-- name: ListAudit :many
+SELECT id, at, actor, action, target_kind, target_id, target_name, before, after
+FROM audit_log
+WHERE tenant_id = @tenant_id
+  AND (sqlc.narg(actor)::text IS NULL OR actor = sqlc.narg(actor)::text
+       OR (left(actor, length(sqlc.narg(actor)::text) + 2) = sqlc.narg(actor)::text || ' ('
+           AND right(actor, 1) = ')' AND strpos(substr(actor, length(sqlc.narg(actor)::text) + 3), ' ') = 0))
+  AND (sqlc.narg(action)::text IS NULL OR action = sqlc.narg(action)::text)
+  AND (sqlc.narg(target_kind)::text IS NULL OR target_kind = sqlc.narg(target_kind)::text)
+  AND (sqlc.narg(target_id)::uuid IS NULL OR target_id = sqlc.narg(target_id)::uuid)
+  AND (sqlc.narg(target_name)::text IS NULL OR target_name = sqlc.narg(target_name)::text)
+  AND (sqlc.narg(since)::timestamptz IS NULL OR at >= sqlc.narg(since)::timestamptz)
+  AND (sqlc.narg(until)::timestamptz IS NULL OR at < sqlc.narg(until)::timestamptz)
+  AND at <= @before_at::timestamptz
+  AND (at < @before_at::timestamptz OR id < @before_id::uuid)
+ORDER BY at DESC, id DESC
+LIMIT @page_size;
+
 -- name: GetTriggerKey :one
 SELECT request_hash, response FROM idempotency_keys
 WHERE tenant_id = @tenant_id AND operation = 'TriggerJob' AND key = @key;
