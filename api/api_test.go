@@ -37,7 +37,7 @@ func startServer(t *testing.T) (baseURL string, count func() int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, nil), State: pool}, nil))
+	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, nil), State: pool, Auth: api.NoAuth{}}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

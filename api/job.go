@@ -21,9 +21,9 @@ type jobServer struct {
 	log  *slog.Logger
 }
 
-// actor is who calls. Until authentication lands every call is anonymous
-// in the default tenant; the engine already checks tenants everywhere.
-func actor(context.Context) job.Actor { return job.Anonymous }
+// actor is who calls, as the authentication interceptor found: the engine
+// scopes every query by its tenant and audits its name.
+func actor(ctx context.Context) job.Actor { return principalOf(ctx).Actor() }
 
 func refFromProto(r *orreryv1.JobRef) (job.Ref, error) {
 	if r.GetId() != "" {

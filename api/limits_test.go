@@ -47,7 +47,7 @@ func TestRequestLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs}, nil))
+	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Auth: api.NoAuth{}}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -92,7 +92,7 @@ func TestDatabaseOutageIsUnavailableAndLoggedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs}, log))
+	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Auth: api.NoAuth{}}, log))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,9 @@ type Services struct {
 	State *pgxpool.Pool
 	// Limits bound what one request may cost; zero fields take defaults.
 	Limits Limits
+	// Auth authenticates every call (KeyAuth; NoAuth only for
+	// experiments). Nil refuses every call.
+	Auth Authenticator
 }
 
 // Limits bound every request before any work is done for it.
@@ -54,8 +57,12 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	limits := svc.Limits.withDefaults()
+	auth := svc.Auth
+	if auth == nil {
+		auth = refuseAll{}
+	}
 	opts := []connect.HandlerOption{
-		connect.WithInterceptors(logErrors(log)),
+		connect.WithInterceptors(authorize(auth), logErrors(log)),
 		// A panic in a handler is an Internal error for that call, logged,
 		// not a dropped connection.
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
@@ -72,8 +79,9 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	mux.Handle(orreryv1connect.NewRunServiceHandler(&runServer{runs: svc.Runs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))
+	mux.Handle(orreryv1connect.NewAuditServiceHandler(&auditServer{pool: svc.State, log: log}, opts...))
 
-	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName, orreryv1connect.PipelineServiceName}
+	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName, orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName}
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))

@@ -21,6 +21,18 @@ var (
 	created atomic.Int64 // names stay unique across the benchmark's runs
 )
 
+// withKey sends the benchmark's API key on every request.
+type withKey struct{ next http.RoundTripper }
+
+func (w withKey) RoundTrip(r *http.Request) (*http.Response, error) {
+	if apiKey == "" {
+		return w.next.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+apiKey)
+	return w.next.RoundTrip(r)
+}
+
 // BenchmarkCreateJob creates jobs through the Connect API with N concurrent
 // clients and reports creations per second and latency percentiles. Each
 // creation is one serializable transaction with its job, version, audit and
@@ -29,7 +41,7 @@ func BenchmarkCreateJob(b *testing.B) {
 	for _, clients := range []int{1, 8, 32, 64} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			transport := &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}
-			c := orreryv1connect.NewJobServiceClient(&http.Client{Transport: transport}, serverURL)
+			c := orreryv1connect.NewJobServiceClient(&http.Client{Transport: withKey{transport}}, serverURL)
 			ctx := context.Background()
 			var next, failed atomic.Int64
 			var firstErr error

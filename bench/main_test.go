@@ -26,6 +26,9 @@ import (
 // cluster is that PostgreSQL, where engine benchmarks make fresh databases.
 var (
 	serverURL string
+	// apiKey authenticates the benchmark's calls; empty with
+	// ORRERY_BENCH_AUTH=none, which runs the server without authentication.
+	apiKey string
 	cluster   *pgcluster.Cluster
 )
 
@@ -73,8 +76,18 @@ func run(m *testing.M) int {
 	if out, err := exec.Command(bin, "migrate", "up", "--db", cluster.DSN("")).CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("migrate: %v\n%s", err, out))
 	}
+	auth := "keys"
+	if os.Getenv("ORRERY_BENCH_AUTH") == "none" {
+		auth = "none"
+	} else {
+		out, err := exec.Command(bin, "keys", "create", "--db", cluster.DSN(""), "--principal", "bench", "--role", "editor").Output()
+		if err != nil {
+			return fail(fmt.Errorf("keys create: %w", err))
+		}
+		apiKey = strings.TrimSpace(string(out))
+	}
 	addr := freeAddr()
-	serve := exec.Command(bin, "serve", "--db", cluster.DSN(""), "--addr", addr, "--log-level", "warn")
+	serve := exec.Command(bin, "serve", "--db", cluster.DSN(""), "--addr", addr, "--log-level", "warn", "--auth", auth)
 	var logs lockedBuffer // written by exec's copying goroutine while we read it
 	serve.Stdout, serve.Stderr = &logs, &logs
 	if err := serve.Start(); err != nil {

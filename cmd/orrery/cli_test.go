@@ -53,7 +53,16 @@ func freeAddr(t *testing.T) string {
 // run runs the binary with args and returns stdout, stderr and the exit code.
 func run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return runEnv(t, nil, args...)
+}
+
+// runEnv is run with extra environment variables.
+func runEnv(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -81,7 +90,8 @@ func startDev(t *testing.T, dataDir, addr string) (stop func()) {
 	go func() { done <- cmd.Wait() }()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		if _, _, code := run(t, "--server", addr, "jobs", "list"); code == 0 {
+		// The CLI finds the admin key dev wrote in its data dir.
+		if _, _, code := runEnv(t, []string{"ORRERY_DATA_DIR=" + dataDir}, "--server", addr, "jobs", "list"); code == 0 {
 			break
 		}
 		select {
@@ -108,12 +118,13 @@ func startDev(t *testing.T, dataDir, addr string) (stop func()) {
 	}
 }
 
-// startServe runs `orrery serve --no-scheduler` on dsn until t ends and
-// returns its address once the API answers, and the process (its logs).
+// startServe runs `orrery serve --no-scheduler --auth none` on dsn until
+// t ends and returns its address once the API answers, and the process
+// (its logs). These tests are about the CLI; authentication has its own.
 func startServe(t *testing.T, dsn string) (string, *proc) {
 	t.Helper()
 	addr := freeAddr(t)
-	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--no-scheduler")
+	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--no-scheduler", "--auth", "none")
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if _, _, code := run(t, "--server", addr, "jobs", "list"); code == 0 {
 			return addr, p
@@ -142,8 +153,17 @@ func TestDevServesExamplesAndClientVerbs(t *testing.T) {
 	dataDir := filepath.Join(reachableDir(t), "data")
 	addr := freeAddr(t)
 	stop := startDev(t, dataDir, addr)
+	cli := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runEnv(t, []string{"ORRERY_DATA_DIR=" + dataDir}, append([]string{"--server", addr}, args...)...)
+	}
+	// Without a key every call is refused; with dev's key (found in its
+	// data dir, as from the project folder) the verbs work.
+	if _, errOut, code := run(t, "--server", addr, "jobs", "list"); code != 1 || !strings.Contains(errOut, "unauthenticated") {
+		t.Fatalf("jobs list without a key: %d %s", code, errOut)
+	}
 
-	out, _, _ := run(t, "--server", addr, "jobs", "list")
+	out, _, _ := cli("jobs", "list")
 	for _, name := range []string{"nightly-sales", "hourly-sync", "publish-reports"} {
 		if !strings.Contains(out, name) {
 			t.Errorf("jobs list lacks example %s:\n%s", name, out)
@@ -158,38 +178,38 @@ spec:
   schedule: {cron: "30 2 * * *", timezone: America/New_York}
   run: {handler: noop}
 `), 0o644)
-	if out, errOut, code := run(t, "--server", addr, "jobs", "create", "-f", jobFile); code != 0 || !strings.Contains(out, "job team-a/cli-job created") {
+	if out, errOut, code := cli("jobs", "create", "-f", jobFile); code != 0 || !strings.Contains(out, "job team-a/cli-job created") {
 		t.Fatalf("create: %d %s %s", code, out, errOut)
 	}
-	if _, errOut, code := run(t, "--server", addr, "jobs", "create", "-f", jobFile); code == 0 || !strings.Contains(errOut, "already_exists") {
+	if _, errOut, code := cli("jobs", "create", "-f", jobFile); code == 0 || !strings.Contains(errOut, "already_exists") {
 		t.Fatalf("duplicate create: %d %s", code, errOut)
 	}
-	out, _, code := run(t, "--server", addr, "jobs", "get", "cli-job", "-n", "team-a")
+	out, _, code := cli("jobs", "get", "cli-job", "-n", "team-a")
 	if code != 0 || !strings.Contains(out, "next_fire_times:") || !strings.Contains(out, "status: active") {
 		t.Fatalf("get: %s", out)
 	}
 	for _, verb := range []string{"pause", "resume", "delete"} {
-		if out, errOut, code := run(t, "--server", addr, "jobs", verb, "cli-job", "-n", "team-a"); code != 0 {
+		if out, errOut, code := cli("jobs", verb, "cli-job", "-n", "team-a"); code != 0 {
 			t.Fatalf("%s: %s %s", verb, out, errOut)
 		}
 	}
 
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  schedule: {cron: \"61 * * * *\"}\n  run: {handler: noop}\n  colour: blue\n"), 0o644)
-	_, errOut, code := run(t, "--server", addr, "jobs", "create", "-f", bad)
+	_, errOut, code := cli("jobs", "create", "-f", bad)
 	if code == 0 || !strings.Contains(errOut, bad+":7:3: spec.colour: unknown field") {
 		t.Fatalf("bad file: %d %s", code, errOut)
 	}
 
-	out, errOut, code = run(t, "--server", addr, "schedule", "preview", "--cron", "30 2 * * *", "--tz", "America/New_York", "--from", "2026-03-07T12:00:00Z", "-n", "3")
+	out, errOut, code = cli("schedule", "preview", "--cron", "30 2 * * *", "--tz", "America/New_York", "--from", "2026-03-07T12:00:00Z", "-n", "3")
 	if code != 0 || out != "2026-03-08T07:00:00Z\n2026-03-09T06:30:00Z\n2026-03-10T06:30:00Z\n" {
 		t.Fatalf("preview: %d %q %s", code, out, errOut)
 	}
-	out, errOut, code = run(t, "--server", addr, "schedule", "preview", "--cron", "61 * * * *")
+	out, errOut, code = cli("schedule", "preview", "--cron", "61 * * * *")
 	if code == 0 || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "minute field") {
 		t.Fatalf("bad preview: %d %q %q", code, out, errOut)
 	}
-	out, _, code = run(t, "--server", addr, "schedule", "preview", "--at", "2026-12-31T23:59:59+01:00")
+	out, _, code = cli("schedule", "preview", "--at", "2026-12-31T23:59:59+01:00")
 	if code != 0 || out != "2026-12-31T22:59:59Z\n" {
 		t.Fatalf("preview --at: %d %q", code, out)
 	}
@@ -198,7 +218,7 @@ spec:
 	// A second run reuses the data: the examples are unchanged, the deleted job is still on record.
 	stop = startDev(t, dataDir, addr)
 	defer stop()
-	out, _, _ = run(t, "--server", addr, "jobs", "list", "--status", "deleted")
+	out, _, _ = cli("jobs", "list", "--status", "deleted")
 	if !strings.Contains(out, "cli-job") {
 		t.Fatalf("second run lost the data:\n%s", out)
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,7 +18,42 @@ func (g *globals) baseURL() string {
 	return strings.TrimRight(server, "/")
 }
 
-func (g *globals) httpClient() *http.Client { return &http.Client{Timeout: 30 * time.Second} }
+func (g *globals) httpClient() *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: bearer{key: g.key(), next: http.DefaultTransport}}
+}
+
+// key is the API key client commands send: --api-key (ORRERY_API_KEY), or
+// the one `orrery dev` wrote in its data dir (ORRERY_DATA_DIR, default
+// .orrery in the current folder).
+func (g *globals) key() string {
+	if g.apiKey != "" {
+		return g.apiKey
+	}
+	dir := os.Getenv("ORRERY_DATA_DIR")
+	if dir == "" {
+		dir = ".orrery"
+	}
+	b, err := os.ReadFile(filepath.Join(dir, devKeyFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// bearer adds `Authorization: Bearer <key>` to every request.
+type bearer struct {
+	key  string
+	next http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.key == "" {
+		return b.next.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.key)
+	return b.next.RoundTrip(r)
+}
 
 func (g *globals) jobClient() orreryv1connect.JobServiceClient {
 	return orreryv1connect.NewJobServiceClient(g.httpClient(), g.baseURL())

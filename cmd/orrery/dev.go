@@ -85,6 +85,11 @@ Ctrl-C. A second run reuses the data.`,
 			if err := loadExamples(cmd, jobs, sinkBase(st.addr), log); err != nil {
 				return err
 			}
+			if st.auth == "keys" {
+				if err := devKey(ctx, pool, dataDir, cmd.OutOrStdout(), log); err != nil {
+					return err
+				}
+			}
 			queues, err := st.queues()
 			if err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/orrery-dev/orrery/api"
+	"github.com/orrery-dev/orrery/engine/access"
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
@@ -39,6 +40,7 @@ type stackFlags struct {
 	leaseTTL     time.Duration
 	idleInTx     time.Duration
 	maxRequest   int64
+	auth         string
 	noScheduler  bool
 }
 
@@ -51,6 +53,7 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 		fs.BoolVar(&f.noScheduler, "no-scheduler", false, "serve the API only; fire nothing")
 		fs.StringArrayVar(&f.workers, "worker", nil, "also run a worker pool in this process: QUEUE=CONCURRENCY (repeatable)")
 		fs.Int64Var(&f.maxRequest, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request body, as sent and after decompression (ResourceExhausted beyond)")
+		fs.StringVar(&f.auth, "auth", "keys", "keys: every call needs an API key (Authorization: Bearer ork_...); none: no authentication, every call an admin of the default tenant (experiments only)")
 	} else {
 		fs.StringArrayVar(&f.workers, "queue", nil, "serve this queue: NAME=CONCURRENCY (repeatable)")
 		fs.StringVar(&f.name, "name", "", "worker name recorded on attempts (default host-pid)")
@@ -109,6 +112,18 @@ func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
 	return cfg, nil
 }
 
+// authenticator is what --auth asks for.
+func (f *stackFlags) authenticator(state *pgxpool.Pool, log *slog.Logger) (api.Authenticator, error) {
+	switch f.auth {
+	case "keys":
+		return api.KeyAuth{Keys: access.NewKeys(state)}, nil
+	case "none":
+		log.Warn("AUTHENTICATION IS OFF (--auth none): anyone who reaches this port acts as an admin of the default tenant; for experiments only")
+		return api.NoAuth{}, nil
+	}
+	return nil, fmt.Errorf("--auth %q: want keys or none", f.auth)
+}
+
 // failpoints arms the test seams named in ORRERY_FAILPOINTS (see package
 // failpoint); tests that run this binary use it to stop a process at an
 // exact point. Unset in production.
@@ -155,8 +170,12 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	if f.maxRequest < 1<<10 {
 		return fmt.Errorf("--max-request-bytes %d: at least 1024", f.maxRequest)
 	}
+	auth, err := f.authenticator(state, log)
+	if err != nil {
+		return err
+	}
 	var h http.Handler = api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state,
-		Limits: api.Limits{MaxRequestBytes: f.maxRequest}}, log)
+		Limits: api.Limits{MaxRequestBytes: f.maxRequest}, Auth: auth}, log)
 	if len(routes) > 0 {
 		mux := http.NewServeMux()
 		mux.Handle("/", h)

@@ -11,6 +11,19 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type ApiKey struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	Principal string
+	Role      string
+	Prefix    string
+	Hash      []byte
+	CreatedAt time.Time
+	CreatedBy string
+	ExpiresAt *time.Time
+	RevokedAt *time.Time
+}
+
 type Attempt struct {
 	ID           uuid.UUID
 	TaskID       uuid.UUID

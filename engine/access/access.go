@@ -1,0 +1,206 @@
+// Package access says who calls: API keys, the principals they stand for,
+// and the roles those principals hold.
+//
+// A key is "ork_" followed by 43 characters of base64url (256 random
+// bits). Only its SHA-256 is stored: a slow hash (bcrypt, argon2id) guards
+// guessable passwords, and buys nothing against a key of full entropy,
+// while it would cost every request tens of milliseconds. The first 12
+// characters are kept as the key's prefix, shown in lists and in the audit
+// trail, so a key can be recognised and revoked without being seen again.
+//
+// Roles are per tenant for now: reader (every read), editor (plus create,
+// update, delete, pause, resume, trigger, cancel, apply) and admin (plus
+// dead-letter replay and key management). A key acts in its own tenant
+// only.
+package access
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/store"
+)
+
+// Role is what a principal may do in its tenant.
+type Role string
+
+// The roles, weakest first.
+const (
+	Reader Role = "reader"
+	Editor Role = "editor"
+	Admin  Role = "admin"
+)
+
+// rank orders roles: a role allows what every weaker one allows.
+func (r Role) rank() int {
+	switch r {
+	case Reader:
+		return 1
+	case Editor:
+		return 2
+	case Admin:
+		return 3
+	}
+	return 0
+}
+
+// Allows reports whether r includes need.
+func (r Role) Allows(need Role) bool { return r.rank() >= need.rank() && need.rank() > 0 }
+
+// ParseRole reads a role name.
+func ParseRole(s string) (Role, error) {
+	if r := Role(s); r.rank() > 0 {
+		return r, nil
+	}
+	return "", fmt.Errorf("role %q: want reader, editor or admin", s)
+}
+
+// Principal is who a request acts as.
+type Principal struct {
+	Tenant     uuid.UUID
+	TenantName string
+	Name       string
+	Role       Role
+	// KeyPrefix names the key used ("" when authentication is off).
+	KeyPrefix string
+}
+
+// Actor is the principal as the engine records it (audit rows name the
+// key's prefix beside the principal).
+func (p Principal) Actor() job.Actor {
+	name := p.Name
+	if p.KeyPrefix != "" {
+		name += " (" + p.KeyPrefix + ")"
+	}
+	return job.Actor{Tenant: p.Tenant, Name: name}
+}
+
+// ErrUnauthenticated is returned for a missing, malformed, unknown,
+// revoked or expired key: one error, so a caller learns nothing of which.
+var ErrUnauthenticated = errors.New("access: a valid API key is required (Authorization: Bearer ork_...)")
+
+const (
+	keyPrefix  = "ork_"
+	keyBytes   = 32
+	shownChars = 12
+)
+
+// Keys creates, verifies and revokes API keys.
+type Keys struct {
+	pool *pgxpool.Pool
+}
+
+// NewKeys returns Keys on the state database.
+func NewKeys(pool *pgxpool.Pool) *Keys { return &Keys{pool: pool} }
+
+// Key is a stored key, without its secret.
+type Key struct {
+	ID        uuid.UUID
+	Tenant    string
+	Principal string
+	Role      Role
+	Prefix    string
+	ExpiresAt *time.Time
+}
+
+// Create makes a key for principal in tenant (creating the tenant when
+// createTenant is set), with role and an optional lifetime, and returns
+// its secret: shown once, never stored. The key's creation is audited in
+// the same transaction.
+func (k *Keys) Create(ctx context.Context, tenant, principal string, role Role, ttl time.Duration, createdBy string, createTenant bool) (string, Key, error) {
+	switch {
+	case tenant == "" || len(tenant) > 63:
+		return "", Key{}, errors.New("access: tenant: 1 to 63 characters")
+	case principal == "" || len(principal) > 200:
+		return "", Key{}, errors.New("access: principal: 1 to 200 characters")
+	case role.rank() == 0:
+		return "", Key{}, fmt.Errorf("access: role %q: want reader, editor or admin", role)
+	case ttl < 0:
+		return "", Key{}, errors.New("access: expiry must not be negative")
+	}
+	raw := make([]byte, keyBytes)
+	if _, err := rand.Read(raw); err != nil {
+		return "", Key{}, err
+	}
+	secret := keyPrefix + base64.RawURLEncoding.EncodeToString(raw)
+	key := Key{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, Principal: principal, Role: role, Prefix: secret[:shownChars]}
+	err := store.InTx(ctx, k.pool, func(q *store.Queries) error {
+		tenantID, err := q.TenantByName(ctx, tenant)
+		if store.IsNotFound(err) && createTenant {
+			tenantID = uuid.Must(uuid.NewV7())
+			err = q.InsertTenant(ctx, store.InsertTenantParams{ID: tenantID, Name: tenant})
+		}
+		if store.IsNotFound(err) {
+			return fmt.Errorf("access: no tenant %q", tenant)
+		}
+		if err != nil {
+			return err
+		}
+		p := store.InsertAPIKeyParams{ID: key.ID, TenantID: tenantID, Principal: principal, Role: string(role),
+			Prefix: key.Prefix, Hash: hash(secret), CreatedBy: createdBy}
+		if ttl > 0 {
+			now, err := q.DatabaseNow(ctx)
+			if err != nil {
+				return err
+			}
+			exp := now.Add(ttl)
+			p.ExpiresAt, key.ExpiresAt = &exp, &exp
+		}
+		if err := q.InsertAPIKey(ctx, p); err != nil {
+			return err
+		}
+		after := fmt.Sprintf(`{"principal":%q,"role":%q,"prefix":%q}`, principal, role, key.Prefix)
+		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: tenantID, Actor: createdBy,
+			Action: "create_api_key", TargetKind: "api_key", TargetID: key.ID, TargetName: key.Prefix, After: []byte(after)})
+	})
+	if err != nil {
+		return "", Key{}, err
+	}
+	return secret, key, nil
+}
+
+// Verify returns the principal of a live key.
+func (k *Keys) Verify(ctx context.Context, secret string) (Principal, error) {
+	if !strings.HasPrefix(secret, keyPrefix) || len(secret) != len(keyPrefix)+base64.RawURLEncoding.EncodedLen(keyBytes) {
+		return Principal{}, ErrUnauthenticated
+	}
+	row, err := store.New(k.pool).APIKeyByHash(ctx, hash(secret))
+	if store.IsNotFound(err) {
+		return Principal{}, ErrUnauthenticated
+	}
+	if err != nil {
+		return Principal{}, err
+	}
+	return Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role), KeyPrefix: row.Prefix}, nil
+}
+
+// Revoke ends the key with this prefix in the caller's tenant, audited.
+func (k *Keys) Revoke(ctx context.Context, by Principal, prefix string) error {
+	return store.InTx(ctx, k.pool, func(q *store.Queries) error {
+		row, err := q.RevokeAPIKey(ctx, store.RevokeAPIKeyParams{TenantID: by.Tenant, Prefix: prefix})
+		if store.IsNotFound(err) {
+			return fmt.Errorf("access: no live key %q in this tenant", prefix)
+		}
+		if err != nil {
+			return err
+		}
+		before := fmt.Sprintf(`{"principal":%q,"role":%q,"prefix":%q}`, row.Principal, row.Role, prefix)
+		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: by.Tenant, Actor: by.Actor().Name,
+			Action: "revoke_api_key", TargetKind: "api_key", TargetID: row.ID, TargetName: prefix, Before: []byte(before)})
+	})
+}
+
+func hash(secret string) []byte {
+	h := sha256.Sum256([]byte(secret))
+	return h[:]
+}
