@@ -28,8 +28,8 @@ var (
 	serverURL string
 	// apiKey authenticates the benchmark's calls; empty with
 	// ORRERY_BENCH_AUTH=none, which runs the server without authentication.
-	apiKey string
-	cluster   *pgcluster.Cluster
+	apiKey  string
+	cluster *pgcluster.Cluster
 )
 
 func TestMain(m *testing.M) {
