@@ -71,7 +71,7 @@ func devKey(ctx context.Context, pool *pgxpool.Pool, dataDir string, out io.Writ
 			return nil
 		}
 	}
-	secret, _, err := keys.Create(ctx, "default", "dev-admin", access.Admin, 0, "orrery dev", false)
+	secret, _, err := keys.Create(ctx, "default", "dev-admin", access.Admin, 0, "orrery-dev", false)
 	if err != nil {
 		return err
 	}
