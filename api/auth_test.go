@@ -168,6 +168,7 @@ func TestRevokedAndExpiredKeysAreRefused(t *testing.T) {
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
 	keys := access.NewKeys(pool)
+	keys.CacheTTL = 0 // every verification asks the database (the cache has its own test)
 	secret, key, err := keys.Create(ctx, "default", "ci", access.Editor, time.Hour, "test", false)
 	if err != nil {
 		t.Fatal(err)
@@ -205,5 +206,52 @@ func TestRevokedAndExpiredKeysAreRefused(t *testing.T) {
 	}
 	if _, _, err := keys.Create(ctx, "nope", "x", access.Reader, 0, "test", false); err == nil {
 		t.Fatal("a key for a tenant that does not exist was created")
+	}
+}
+
+// A verified key is cached for CacheTTL: revoked through the same Keys it
+// stops at once; revoked elsewhere (another node), within the TTL.
+func TestKeyCacheForgetsRevokedKeys(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	here, there := access.NewKeys(pool), access.NewKeys(pool)
+	here.CacheTTL = 300 * time.Millisecond
+	admin := access.Principal{Tenant: job.DefaultTenant, Name: "admin", Role: access.Admin}
+	secret, key, err := there.Create(ctx, "default", "ci", access.Editor, 0, "test", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := here.Verify(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := there.Revoke(ctx, admin, key.Prefix); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := there.Verify(ctx, secret); err != access.ErrUnauthenticated {
+		t.Fatalf("revoked through the same Keys: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := here.Verify(ctx, secret); err == access.ErrUnauthenticated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a key revoked on another node is still accepted after its cache TTL")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	secret2, key2, err := here.Create(ctx, "default", "ops", access.Editor, 0, "test", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := here.Verify(ctx, secret2); err != nil {
+		t.Fatal(err)
+	}
+	if err := here.Revoke(ctx, admin, key2.Prefix); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := here.Verify(ctx, secret2); err != access.ErrUnauthenticated {
+		t.Fatalf("revoked through this Keys, still cached: %v", err)
 	}
 }

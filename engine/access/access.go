@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -95,13 +96,35 @@ const (
 	shownChars = 12
 )
 
-// Keys creates, verifies and revokes API keys.
+// Keys creates, verifies and revokes API keys. Verified keys are cached
+// for CacheTTL: a key revoked (or expired) on another node stops working
+// here within that time; one revoked through this Keys stops at once.
 type Keys struct {
 	pool *pgxpool.Pool
+	// CacheTTL is how long a verified key is trusted without asking the
+	// database again; 0 asks every time. NewKeys sets DefaultCacheTTL.
+	CacheTTL time.Duration
+
+	mu    sync.Mutex
+	cache map[[sha256.Size]byte]cached
 }
 
+type cached struct {
+	p       Principal
+	until   time.Time  // this process's clock: when to ask again
+	expires *time.Time // the key's own expiry, if any
+}
+
+// DefaultCacheTTL is how long a verified key is trusted by default.
+const DefaultCacheTTL = 10 * time.Second
+
+// maxCached bounds the cache; past it, the cache starts over.
+const maxCached = 10_000
+
 // NewKeys returns Keys on the state database.
-func NewKeys(pool *pgxpool.Pool) *Keys { return &Keys{pool: pool} }
+func NewKeys(pool *pgxpool.Pool) *Keys {
+	return &Keys{pool: pool, CacheTTL: DefaultCacheTTL, cache: map[[sha256.Size]byte]cached{}}
+}
 
 // Key is a stored key, without its secret.
 type Key struct {
@@ -174,18 +197,54 @@ func (k *Keys) Verify(ctx context.Context, secret string) (Principal, error) {
 	if !strings.HasPrefix(secret, keyPrefix) || len(secret) != len(keyPrefix)+base64.RawURLEncoding.EncodedLen(keyBytes) {
 		return Principal{}, ErrUnauthenticated
 	}
-	row, err := store.New(k.pool).APIKeyByHash(ctx, hash(secret))
+	h := sha256.Sum256([]byte(secret))
+	now := time.Now()
+	k.mu.Lock()
+	c, ok := k.cache[h]
+	k.mu.Unlock()
+	if ok && now.Before(c.until) && (c.expires == nil || now.Before(*c.expires)) {
+		return c.p, nil
+	}
+	row, err := store.New(k.pool).APIKeyByHash(ctx, h[:])
 	if store.IsNotFound(err) {
+		k.forget(h)
 		return Principal{}, ErrUnauthenticated
 	}
 	if err != nil {
 		return Principal{}, err
 	}
-	return Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role), KeyPrefix: row.Prefix}, nil
+	p := Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role), KeyPrefix: row.Prefix}
+	if k.CacheTTL > 0 {
+		k.mu.Lock()
+		if len(k.cache) >= maxCached {
+			clear(k.cache)
+		}
+		k.cache[h] = cached{p: p, until: now.Add(k.CacheTTL), expires: row.ExpiresAt}
+		k.mu.Unlock()
+	}
+	return p, nil
+}
+
+func (k *Keys) forget(h [sha256.Size]byte) {
+	k.mu.Lock()
+	delete(k.cache, h)
+	k.mu.Unlock()
+}
+
+// forgetPrefix drops the cached key with this prefix (a revocation here).
+func (k *Keys) forgetPrefix(prefix string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for h, c := range k.cache {
+		if c.p.KeyPrefix == prefix {
+			delete(k.cache, h)
+		}
+	}
 }
 
 // Revoke ends the key with this prefix in the caller's tenant, audited.
 func (k *Keys) Revoke(ctx context.Context, by Principal, prefix string) error {
+	defer k.forgetPrefix(prefix)
 	return store.InTx(ctx, k.pool, func(q *store.Queries) error {
 		row, err := q.RevokeAPIKey(ctx, store.RevokeAPIKeyParams{TenantID: by.Tenant, Prefix: prefix})
 		if store.IsNotFound(err) {

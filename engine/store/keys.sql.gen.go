@@ -13,7 +13,7 @@ import (
 )
 
 const aPIKeyByHash = `-- name: APIKeyByHash :one
-SELECT k.id, k.tenant_id, t.name AS tenant_name, k.principal, k.role, k.prefix
+SELECT k.id, k.tenant_id, t.name AS tenant_name, k.principal, k.role, k.prefix, k.expires_at
 FROM api_keys AS k JOIN tenants AS t ON t.id = k.tenant_id
 WHERE k.hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())
 `
@@ -25,6 +25,7 @@ type APIKeyByHashRow struct {
 	Principal  string
 	Role       string
 	Prefix     string
+	ExpiresAt  *time.Time
 }
 
 // APIKeyByHash finds the live key with this hash (not revoked, not
@@ -39,6 +40,7 @@ func (q *Queries) APIKeyByHash(ctx context.Context, hash []byte) (APIKeyByHashRo
 		&i.Principal,
 		&i.Role,
 		&i.Prefix,
+		&i.ExpiresAt,
 	)
 	return i, err
 }

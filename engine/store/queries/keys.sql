@@ -5,7 +5,7 @@ VALUES (@id, @tenant_id, @principal, @role, @prefix, @hash, now(), @created_by, 
 -- APIKeyByHash finds the live key with this hash (not revoked, not
 -- expired), with its tenant's name.
 -- name: APIKeyByHash :one
-SELECT k.id, k.tenant_id, t.name AS tenant_name, k.principal, k.role, k.prefix
+SELECT k.id, k.tenant_id, t.name AS tenant_name, k.principal, k.role, k.prefix, k.expires_at
 FROM api_keys AS k JOIN tenants AS t ON t.id = k.tenant_id
 WHERE k.hash = @hash AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now());
 
