@@ -89,3 +89,27 @@ func TestRareButRealSchedulesAreAccepted(t *testing.T) {
 		}
 	}
 }
+
+// A definition larger than MaxDefinitionBytes (here 12 steps of 200 KB
+// payloads, each within the payload limit) is refused whole, naming the
+// limit, and nothing is written.
+func TestDefinitionSizeIsCapped(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	before := counts(t, pool)
+	res := resource("big", "@daily")
+	res.Spec.Run, res.Spec.Payload = nil, nil
+	big := dag.Payload(`"` + strings.Repeat("x", 200_000) + `"`)
+	for i := range 12 {
+		res.Spec.Steps = append(res.Spec.Steps, dag.Step{Name: "s" + string(rune('a'+i)), Run: dag.Executor{Handler: "h"}, Payload: big})
+	}
+	_, err := svc.Create(ctx, job.Anonymous, res, "")
+	var inv *job.InvalidError
+	if !errors.As(err, &inv) || inv.Field != "spec" || !strings.Contains(inv.Message, "MaxDefinitionBytes") {
+		t.Fatalf("create of a %d-step 2.4 MB definition: %v", len(res.Spec.Steps), err)
+	}
+	if after := counts(t, pool); after != before {
+		t.Fatalf("rows %v before, %v after", before, after)
+	}
+}

@@ -59,11 +59,24 @@ func (s *Service) Now(ctx context.Context) (time.Time, error) {
 	return store.New(s.pool).DatabaseNow(ctx)
 }
 
+// MaxDefinitionBytes bounds a job's stored definition (its spec as JSON,
+// every step and payload included): large enough for the 10,000-step
+// pipelines validation allows, small enough that no read of a tenant's
+// jobs is slowed by one of them.
+const MaxDefinitionBytes = 2 << 20
+
 // prepare normalizes and validates a resource.
 func prepare(res dag.Resource) (dag.Resource, error) {
 	res.Normalize()
 	if es := dag.Validate(&res); len(es) > 0 {
 		return res, es
+	}
+	b, err := json.Marshal(res.Spec)
+	if err != nil {
+		return res, &InvalidError{Field: "spec", Message: err.Error()}
+	}
+	if len(b) > MaxDefinitionBytes {
+		return res, &InvalidError{Field: "spec", Message: fmt.Sprintf("the definition is %d bytes; at most %d (MaxDefinitionBytes)", len(b), MaxDefinitionBytes)}
 	}
 	return res, nil
 }
