@@ -255,3 +255,103 @@ func TestKeyCacheForgetsRevokedKeys(t *testing.T) {
 		t.Fatalf("revoked through this Keys, still cached: %v", err)
 	}
 }
+
+// callBody is call that also returns the response body.
+func callBody(t *testing.T, url, key, body string) (string, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	var e struct {
+		Code string `json:"code"`
+	}
+	if res.StatusCode != http.StatusOK {
+		_ = json.Unmarshal(b, &e)
+	}
+	return e.Code, string(b)
+}
+
+// An admin of another tenant reaches nothing of this tenant through any
+// RPC that names a job, a run or a task, by name or by id: each is
+// NotFound, as for an object that does not exist, lists show none of it,
+// and nothing of this tenant changes.
+func TestAnotherTenantReachesNothing(t *testing.T) {
+	t.Parallel()
+	base, keys := authServer(t)
+	mine, other := keys["admin"], keys["other"]
+	rpc := func(key, path, body string) (string, string) { t.Helper(); return callBody(t, base+path, key, body) }
+	job := `{"metadata":{"name":"mine","namespace":"team"},"spec":{"schedule":{"cron":"@daily"},"run":{"handler":"h"}}}`
+	code, body := rpc(mine, "/orrery.v1.JobService/CreateJob", job)
+	if code != "" {
+		t.Fatalf("create: %s %s", code, body)
+	}
+	var created struct {
+		Job struct{ ID string } `json:"job"`
+	}
+	_ = json.Unmarshal([]byte(body), &created)
+	code, body = rpc(mine, "/orrery.v1.RunService/TriggerJob", `{"job":{"namespace":"team","name":"mine"}}`)
+	if code != "" {
+		t.Fatalf("trigger: %s %s", code, body)
+	}
+	var triggered struct {
+		Run struct{ ID string } `json:"run"`
+	}
+	_ = json.Unmarshal([]byte(body), &triggered)
+	_, body = rpc(mine, "/orrery.v1.RunService/GetRun", `{"id":"`+triggered.Run.ID+`"}`)
+	var got struct {
+		Tasks []struct{ ID string } `json:"tasks"`
+	}
+	_ = json.Unmarshal([]byte(body), &got)
+	if created.Job.ID == "" || triggered.Run.ID == "" || len(got.Tasks) != 1 {
+		t.Fatalf("setup: job %q run %q tasks %v", created.Job.ID, triggered.Run.ID, got.Tasks)
+	}
+	byName := `{"namespace":"team","name":"mine"}`
+	byID := `{"id":"` + created.Job.ID + `"}`
+	for _, c := range []struct{ path, body string }{
+		{"/orrery.v1.JobService/GetJob", `{"ref":` + byName + `}`},
+		{"/orrery.v1.JobService/GetJob", `{"ref":` + byID + `}`},
+		{"/orrery.v1.JobService/UpdateJob", `{"ref":` + byID + `,"metadata":{"name":"mine","namespace":"team"},"spec":{"schedule":{"cron":"@hourly"},"run":{"handler":"h"}},"expected_version":"1"}`},
+		{"/orrery.v1.JobService/PauseJob", `{"ref":` + byName + `}`},
+		{"/orrery.v1.JobService/ResumeJob", `{"ref":` + byID + `}`},
+		{"/orrery.v1.JobService/DeleteJob", `{"ref":` + byID + `}`},
+		{"/orrery.v1.RunService/TriggerJob", `{"job":` + byID + `}`},
+		{"/orrery.v1.RunService/GetRun", `{"id":"` + triggered.Run.ID + `"}`},
+		{"/orrery.v1.RunService/CancelRun", `{"id":"` + triggered.Run.ID + `"}`},
+		{"/orrery.v1.RunService/ListRuns", `{"job":` + byID + `}`},
+		{"/orrery.v1.RunService/ListDeadLetters", `{"job":` + byName + `}`},
+	} {
+		if code, body := rpc(other, c.path, c.body); code != "not_found" {
+			t.Errorf("%s %s as another tenant: %q %s; want not_found", c.path, c.body, code, body)
+		}
+	}
+	for _, c := range []struct{ path, body string }{
+		{"/orrery.v1.JobService/ListJobs", `{}`},
+		{"/orrery.v1.RunService/ListRuns", `{}`},
+		{"/orrery.v1.RunService/ListDeadLetters", `{}`},
+		{"/orrery.v1.RunService/ReplayDeadLetters", `{"task_ids":["` + got.Tasks[0].ID + `"]}`},
+		{"/orrery.v1.AuditService/ListAudit", `{}`},
+		{"/orrery.v1.PipelineService/Plan", `{}`},
+	} {
+		code, body := rpc(other, c.path, c.body)
+		if strings.Contains(body, created.Job.ID) || strings.Contains(body, triggered.Run.ID) || strings.Contains(body, got.Tasks[0].ID) || strings.Contains(body, `"mine"`) {
+			t.Errorf("%s as another tenant shows this tenant's objects: %q %s", c.path, code, body)
+		}
+	}
+	// Nothing of this tenant changed.
+	code, body = rpc(mine, "/orrery.v1.JobService/GetJob", `{"ref":`+byID+`}`)
+	if code != "" || !strings.Contains(body, `"status":"JOB_STATUS_ACTIVE"`) || !strings.Contains(body, `"@daily"`) || !strings.Contains(body, `"version":"1"`) {
+		t.Errorf("this tenant's job after the other tenant's calls: %s %s", code, body)
+	}
+	if code, body := rpc(mine, "/orrery.v1.RunService/GetRun", `{"id":"`+triggered.Run.ID+`"}`); code != "" || strings.Contains(body, "cancelled") {
+		t.Errorf("this tenant's run after the other tenant's calls: %s %s", code, body)
+	}
+}
