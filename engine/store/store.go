@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/cockroach-go/v2/crdb"
@@ -18,9 +19,18 @@ import (
 	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
 
+// DefaultMaxConns is a pool's size unless the URL or Options say
+// otherwise. pgx's own default (the number of cores, at least 4) left a
+// process that runs the API, a scheduler node and workers to share 4
+// connections: a lease renewal could wait behind firing and report
+// batches long enough to put the lease at risk. Connections open on
+// demand; an idle process holds few.
+const DefaultMaxConns = 16
+
 // Options bound a pool.
 type Options struct {
-	// MaxConns bounds the pool (0: pgx's default).
+	// MaxConns bounds the pool; 0: the URL's pool_max_conns, else
+	// DefaultMaxConns.
 	MaxConns int32
 	// IdleInTx ends a session that sits idle inside a transaction this long
 	// (idle_in_transaction_session_timeout, which CockroachDB has too): the
@@ -38,8 +48,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) 
 	if err != nil {
 		return nil, fmt.Errorf("store: bad database URL: %w", err)
 	}
-	if opts.MaxConns > 0 {
+	switch {
+	case opts.MaxConns > 0:
 		cfg.MaxConns = opts.MaxConns
+	case !strings.Contains(dsn, "pool_max_conns"):
+		cfg.MaxConns = DefaultMaxConns
 	}
 	if opts.IdleInTx > 0 {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = fmt.Sprint(opts.IdleInTx.Milliseconds())
