@@ -278,9 +278,13 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := w.beat(ctx); err != nil && ctx.Err() == nil {
+		// Each statement is bounded by a beat, so that a hung connection
+		// cannot hold the loop while leases lapse (see renewTasks).
+		beatCtx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL/beatsPerTTL)
+		if err := w.beat(beatCtx); err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Error("renew worker lease", "err", err)
 		}
+		cancel()
 		w.renewTasks(ctx)
 	}
 }
