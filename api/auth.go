@@ -72,6 +72,12 @@ var required = map[string]access.Role{
 	orreryv1connect.RunServiceCancelRunProcedure:         access.Editor,
 	orreryv1connect.PipelineServiceApplyProcedure:        access.Editor,
 	orreryv1connect.RunServiceReplayDeadLettersProcedure: access.Admin,
+	// Key management is admin's, explicitly (not by the default for an
+	// unlisted procedure): a key that can make keys can make any role up to
+	// its own, and CreateAPIKey refuses a role above the caller's.
+	orreryv1connect.AccessServiceCreateAPIKeyProcedure: access.Admin,
+	orreryv1connect.AccessServiceListAPIKeysProcedure:  access.Admin,
+	orreryv1connect.AccessServiceRevokeAPIKeyProcedure: access.Admin,
 }
 
 // RequiredRole is the role a procedure needs (admin when not listed).

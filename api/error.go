@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/access"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
@@ -20,6 +21,7 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 	var (
 		es       dag.Errors
 		invalid  *job.InvalidError
+		badKey   *access.InvalidError
 		conflict *job.VersionConflictError
 		sched    *schedule.Error
 	)
@@ -30,9 +32,11 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, es)
 	case errors.As(err, &invalid):
 		return connect.NewError(connect.CodeInvalidArgument, invalid)
+	case errors.As(err, &badKey):
+		return connect.NewError(connect.CodeInvalidArgument, badKey)
 	case errors.As(err, &sched):
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("schedule."+sched.Error()))
-	case errors.Is(err, job.ErrNotFound), errors.Is(err, run.ErrNotFound):
+	case errors.Is(err, job.ErrNotFound), errors.Is(err, run.ErrNotFound), errors.Is(err, access.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, job.ErrAlreadyExists), errors.Is(err, job.ErrIdempotencyConflict):
 		return connect.NewError(connect.CodeAlreadyExists, err)

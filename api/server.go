@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 
+	"github.com/orrery-dev/orrery/engine/access"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/run"
 )
@@ -30,6 +31,10 @@ type Services struct {
 	// Auth authenticates every call (KeyAuth; NoAuth only for
 	// experiments). Nil refuses every call.
 	Auth Authenticator
+	// Keys backs AccessService. Nil: KeyAuth's own Keys when Auth is one
+	// (so a key revoked through the API stops at once on this server, its
+	// cache entry dropped), else access.NewKeys(State).
+	Keys *access.Keys
 }
 
 // Limits bound every request before any work is done for it.
@@ -80,8 +85,17 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	mux.Handle(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewAuditServiceHandler(&auditServer{pool: svc.State, log: log}, opts...))
+	keys := svc.Keys
+	if ka, ok := auth.(KeyAuth); ok && keys == nil {
+		keys = ka.Keys
+	}
+	if keys == nil {
+		keys = access.NewKeys(svc.State)
+	}
+	mux.Handle(orreryv1connect.NewAccessServiceHandler(&accessServer{keys: keys, log: log}, opts...))
 
-	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName, orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName}
+	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName,
+		orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName, orreryv1connect.AccessServiceName}
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))

@@ -58,3 +58,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 func (g *globals) jobClient() orreryv1connect.JobServiceClient {
 	return orreryv1connect.NewJobServiceClient(g.httpClient(), g.baseURL())
 }
+
+func (g *globals) accessClient() orreryv1connect.AccessServiceClient {
+	return orreryv1connect.NewAccessServiceClient(g.httpClient(), g.baseURL())
+}

@@ -41,6 +41,7 @@ func TestClientVerbsWithoutAServer(t *testing.T) {
 		{"cluster"},
 		{"apply", "-f", dir}, {"apply", "-f", dir, "--dry-run"},
 		{"schedule", "preview", "--cron", "@daily"}, {"schedule", "preview", "--at", "2030-01-01T00:00:00Z"},
+		{"keys", "list"}, {"keys", "revoke", "ork_abcdefgh"}, {"keys", "create", "--principal", "p", "--role", "reader"},
 	} {
 		args := append([]string{"--server", addr}, verb...)
 		out, errOut, code := run(t, args...)

@@ -63,7 +63,7 @@ func ParseRole(s string) (Role, error) {
 	if r := Role(s); r.rank() > 0 {
 		return r, nil
 	}
-	return "", fmt.Errorf("role %q: want reader, editor or admin", s)
+	return "", &InvalidError{Field: "role", Message: fmt.Sprintf("%q: want reader, editor or admin", s)}
 }
 
 // Principal is who a request acts as.
@@ -89,6 +89,18 @@ func (p Principal) Actor() job.Actor {
 // ErrUnauthenticated is returned for a missing, malformed, unknown,
 // revoked or expired key: one error, so a caller learns nothing of which.
 var ErrUnauthenticated = errors.New("access: a valid API key is required (Authorization: Bearer ork_...)")
+
+// ErrNotFound is returned by Revoke for a prefix that names no live key of
+// the caller's tenant (another tenant's key included).
+var ErrNotFound = errors.New("access: no such live key in this tenant")
+
+// InvalidError is a bad argument to Create: Field names it (tenant,
+// principal, role, expires_in).
+type InvalidError struct {
+	Field, Message string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }
 
 const (
 	keyPrefix  = "ork_"
@@ -128,12 +140,18 @@ func NewKeys(pool *pgxpool.Pool) *Keys {
 
 // Key is a stored key, without its secret.
 type Key struct {
-	ID        uuid.UUID
+	ID uuid.UUID
+	// Tenant is the tenant's name (set by Create; List leaves it empty:
+	// its caller named the tenant).
 	Tenant    string
 	Principal string
 	Role      Role
 	Prefix    string
 	ExpiresAt *time.Time
+	CreatedAt time.Time
+	CreatedBy string
+	// RevokedAt is set by List for a revoked key.
+	RevokedAt *time.Time
 }
 
 // Create makes a key for principal in tenant (creating the tenant when
@@ -143,13 +161,13 @@ type Key struct {
 func (k *Keys) Create(ctx context.Context, tenant, principal string, role Role, ttl time.Duration, createdBy string, createTenant bool) (string, Key, error) {
 	switch {
 	case tenant == "" || len(tenant) > 63:
-		return "", Key{}, errors.New("access: tenant: 1 to 63 characters")
+		return "", Key{}, &InvalidError{Field: "tenant", Message: "1 to 63 characters"}
 	case principal == "" || len(principal) > 200:
-		return "", Key{}, errors.New("access: principal: 1 to 200 characters")
+		return "", Key{}, &InvalidError{Field: "principal", Message: "1 to 200 characters"}
 	case role.rank() == 0:
-		return "", Key{}, fmt.Errorf("access: role %q: want reader, editor or admin", role)
+		return "", Key{}, &InvalidError{Field: "role", Message: fmt.Sprintf("%q: want reader, editor or admin", role)}
 	case ttl < 0:
-		return "", Key{}, errors.New("access: expiry must not be negative")
+		return "", Key{}, &InvalidError{Field: "expires_in", Message: "must not be negative"}
 	}
 	raw := make([]byte, keyBytes)
 	if _, err := rand.Read(raw); err != nil {
@@ -171,11 +189,13 @@ func (k *Keys) Create(ctx context.Context, tenant, principal string, role Role, 
 		}
 		p := store.InsertAPIKeyParams{ID: key.ID, TenantID: tenantID, Principal: principal, Role: string(role),
 			Prefix: key.Prefix, Hash: hash(secret), CreatedBy: createdBy}
+		// now() is the transaction's start: the key's created_at too.
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return err
+		}
+		key.CreatedAt, key.CreatedBy = now, createdBy
 		if ttl > 0 {
-			now, err := q.DatabaseNow(ctx)
-			if err != nil {
-				return err
-			}
 			exp := now.Add(ttl)
 			p.ExpiresAt, key.ExpiresAt = &exp, &exp
 		}
@@ -248,7 +268,7 @@ func (k *Keys) Revoke(ctx context.Context, by Principal, prefix string) error {
 	return store.InTx(ctx, k.pool, func(q *store.Queries) error {
 		row, err := q.RevokeAPIKey(ctx, store.RevokeAPIKeyParams{TenantID: by.Tenant, Prefix: prefix})
 		if store.IsNotFound(err) {
-			return fmt.Errorf("access: no live key %q in this tenant", prefix)
+			return fmt.Errorf("%w: %q", ErrNotFound, prefix)
 		}
 		if err != nil {
 			return err
@@ -257,6 +277,21 @@ func (k *Keys) Revoke(ctx context.Context, by Principal, prefix string) error {
 		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: by.Tenant, Actor: by.Actor().Name,
 			Action: "revoke_api_key", TargetKind: "api_key", TargetID: row.ID, TargetName: prefix, Before: []byte(before)})
 	})
+}
+
+// List returns the keys of a tenant, live, expired and revoked, oldest
+// first; never their secrets or hashes.
+func (k *Keys) List(ctx context.Context, tenant uuid.UUID) ([]Key, error) {
+	rows, err := store.New(k.pool).ListAPIKeys(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Key, len(rows))
+	for i, r := range rows {
+		out[i] = Key{ID: r.ID, Principal: r.Principal, Role: Role(r.Role), Prefix: r.Prefix, ExpiresAt: r.ExpiresAt,
+			CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy, RevokedAt: r.RevokedAt}
+	}
+	return out, nil
 }
 
 func hash(secret string) []byte {

@@ -1,0 +1,93 @@
+package main_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/engine/pgtest"
+)
+
+// `orrery keys create --db` bootstraps an admin key; with it, `keys
+// create` (no --db) makes keys over the API in the caller's tenant, `keys
+// list` shows them by prefix and never their secrets, and `keys revoke`
+// ends one at once. Errors are one line, exit 1.
+func TestKeysVerbsOverTheAPI(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	root, errOut, code := run(t, "keys", "create", "--db", dsn, "--principal", "root", "--role", "admin")
+	root = strings.TrimSpace(root)
+	if code != 0 || !strings.HasPrefix(root, "ork_") || !strings.Contains(errOut, "key "+root[:12]+" for root (admin) in tenant default") {
+		t.Fatalf("keys create --db: exit %d %q %q", code, root, errOut)
+	}
+	addr := freeAddr(t)
+	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--no-scheduler", "--auth", "keys")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, code := run(t, "--server", addr, "--api-key", root, "jobs", "list"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", p.Logs())
+		}
+	}
+	as := func(key string, args ...string) (string, string, int) {
+		t.Helper()
+		return run(t, append([]string{"--server", addr, "--api-key", key}, args...)...)
+	}
+
+	// Created over the API: the secret alone on stdout, the rest on stderr.
+	ci, errOut, code := as(root, "keys", "create", "--principal", "ci", "--role", "editor", "--expires", "720h")
+	ci = strings.TrimSpace(ci)
+	if code != 0 || !strings.HasPrefix(ci, "ork_") || strings.Contains(ci, "\n") ||
+		!strings.Contains(errOut, "key "+ci[:12]+" for ci (editor), expires ") || !strings.Contains(errOut, "shown once") {
+		t.Fatalf("keys create: exit %d %q %q", code, ci, errOut)
+	}
+	if out, errOut, code := as(ci, "jobs", "list"); code != 0 {
+		t.Fatalf("jobs list with the new key: %s %s", out, errOut)
+	}
+	// An editor cannot manage keys.
+	args := []string{"--server", addr, "--api-key", ci, "keys", "list"}
+	out, errOut, code := run(t, args...)
+	oneLineError(t, args, out, errOut, code, "permission_denied")
+
+	out, errOut, code = as(root, "keys", "list")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || errOut != "" || len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "PREFIX PRINCIPAL ROLE CREATED (UTC) CREATED BY EXPIRES REVOKED" {
+		t.Fatalf("keys list: exit %d\n%s%s", code, out, errOut)
+	}
+	rootRow, ciRow := strings.Fields(lines[1]), strings.Fields(lines[2])
+	if rootRow[0] != root[:12] || rootRow[1] != "root" || rootRow[2] != "admin" || rootRow[len(rootRow)-2] != "-" || rootRow[len(rootRow)-1] != "-" ||
+		ciRow[0] != ci[:12] || ciRow[1] != "ci" || ciRow[2] != "editor" || ciRow[4] != "root" || ciRow[5] != "("+root[:12]+")" ||
+		!strings.HasSuffix(ciRow[6], "Z") || ciRow[7] != "-" {
+		t.Fatalf("keys list:\n%s", out)
+	}
+	if strings.Contains(out, ci[12:]) || strings.Contains(out, root[12:]) {
+		t.Fatalf("keys list shows a secret:\n%s", out)
+	}
+
+	if out, errOut, code := as(root, "keys", "revoke", ci[:12]); code != 0 || out != "revoked key "+ci[:12]+"\n" {
+		t.Fatalf("keys revoke: exit %d %q %q", code, out, errOut)
+	}
+	args = []string{"--server", addr, "--api-key", ci, "jobs", "list"}
+	out, errOut, code = run(t, args...)
+	oneLineError(t, args, out, errOut, code, "unauthenticated")
+	out, _, _ = as(root, "keys", "list")
+	if row := strings.Fields(strings.Split(out, "\n")[2]); !strings.HasSuffix(row[len(row)-1], "Z") {
+		t.Fatalf("keys list after the revocation:\n%s", out)
+	}
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"keys", "revoke", ci[:12]}, "not_found"},
+		{[]string{"keys", "revoke"}, "accepts 1 arg"},
+		{[]string{"keys", "create", "--principal", "x", "--role", "owner"}, `--role "owner": want reader, editor or admin`},
+		{[]string{"keys", "create", "--principal", "x", "--role", "reader", "--expires", "-1h"}, "--expires -1h0m0s: must not be negative"},
+		{[]string{"keys", "create", "--principal", "", "--role", "reader"}, "invalid_argument: principal: 1 to 200 characters"},
+		{[]string{"keys", "create", "--principal", "x", "--role", "reader", "--tenant", "other"}, "--tenant needs --db"},
+	} {
+		args := append([]string{"--server", addr, "--api-key", root}, tt.args...)
+		out, errOut, code := run(t, args...)
+		oneLineError(t, args, out, errOut, code, tt.want)
+	}
+}
