@@ -31,10 +31,6 @@ type Services struct {
 	// Auth authenticates every call (KeyAuth; NoAuth only for
 	// experiments). Nil refuses every call.
 	Auth Authenticator
-	// Keys backs AccessService. Nil: KeyAuth's own Keys when Auth is one
-	// (so a key revoked through the API stops at once on this server, its
-	// cache entry dropped), else access.NewKeys(State).
-	Keys *access.Keys
 }
 
 // Limits bound every request before any work is done for it.
@@ -85,12 +81,11 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	mux.Handle(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewAuditServiceHandler(&auditServer{pool: svc.State, log: log}, opts...))
-	keys := svc.Keys
-	if ka, ok := auth.(KeyAuth); ok && keys == nil {
+	// AccessService shares KeyAuth's Keys, so that a key revoked here
+	// leaves this server's cache at once.
+	keys := access.NewKeys(svc.State)
+	if ka, ok := auth.(KeyAuth); ok {
 		keys = ka.Keys
-	}
-	if keys == nil {
-		keys = access.NewKeys(svc.State)
 	}
 	mux.Handle(orreryv1connect.NewAccessServiceHandler(&accessServer{keys: keys, log: log}, opts...))
 

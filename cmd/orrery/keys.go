@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -134,7 +135,7 @@ func devKey(ctx context.Context, pool *pgxpool.Pool, dataDir string, out io.Writ
 	keys := access.NewKeys(pool)
 	path := filepath.Join(dataDir, devKeyFile)
 	if b, err := os.ReadFile(path); err == nil {
-		if _, err := keys.Verify(ctx, string(trimNewline(b))); err == nil {
+		if _, err := keys.Verify(ctx, strings.TrimSpace(string(b))); err == nil {
 			log.Info("admin API key in " + path + " (client commands from this folder use it)")
 			return nil
 		}
@@ -149,11 +150,4 @@ func devKey(ctx context.Context, pool *pgxpool.Pool, dataDir string, out io.Writ
 	fmt.Fprintln(out, "admin API key: "+secret)
 	log.Info("admin API key stored in " + path + " (client commands from this folder use it; or export ORRERY_API_KEY)")
 	return nil
-}
-
-func trimNewline(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
 }

@@ -174,6 +174,7 @@ func (k *Keys) Create(ctx context.Context, tenant, principal string, role Role, 
 		return "", Key{}, err
 	}
 	secret := keyPrefix + base64.RawURLEncoding.EncodeToString(raw)
+	h := sha256.Sum256([]byte(secret))
 	key := Key{ID: uuid.Must(uuid.NewV7()), Tenant: tenant, Principal: principal, Role: role, Prefix: secret[:shownChars]}
 	err := store.InTx(ctx, k.pool, func(q *store.Queries) error {
 		tenantID, err := q.TenantByName(ctx, tenant)
@@ -188,7 +189,7 @@ func (k *Keys) Create(ctx context.Context, tenant, principal string, role Role, 
 			return err
 		}
 		p := store.InsertAPIKeyParams{ID: key.ID, TenantID: tenantID, Principal: principal, Role: string(role),
-			Prefix: key.Prefix, Hash: hash(secret), CreatedBy: createdBy}
+			Prefix: key.Prefix, Hash: h[:], CreatedBy: createdBy}
 		// now() is the transaction's start: the key's created_at too.
 		now, err := q.DatabaseNow(ctx)
 		if err != nil {
@@ -292,9 +293,4 @@ func (k *Keys) List(ctx context.Context, tenant uuid.UUID) ([]Key, error) {
 			CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy, RevokedAt: r.RevokedAt}
 	}
 	return out, nil
-}
-
-func hash(secret string) []byte {
-	h := sha256.Sum256([]byte(secret))
-	return h[:]
 }

@@ -67,6 +67,10 @@ func (c *ReaperConfig) withDefaults() error {
 	return nil
 }
 
+// forgetEvery is how many passes go between two deletions of workers gone
+// for more than a day: nothing needs them sooner.
+const forgetEvery = 300
+
 // NewReaper returns a Reaper; Run starts it.
 func NewReaper(cfg ReaperConfig) (*Reaper, error) {
 	if err := cfg.withDefaults(); err != nil {
@@ -79,11 +83,16 @@ func NewReaper(cfg ReaperConfig) (*Reaper, error) {
 func (r *Reaper) Run(ctx context.Context) error {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
-	for {
+	for pass := 1; ; pass++ {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+		if pass%forgetEvery == 0 {
+			if err := store.New(r.cfg.Pool).ForgetOldWorkers(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Error("forget old workers", "err", err)
+			}
 		}
 		if err := r.expireLeases(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("expire task leases", "err", err)
@@ -146,7 +155,7 @@ func (r *Reaper) sweepLapsedWorkers(ctx context.Context) error {
 			w, err := q.ClaimLapsedWorker(ctx)
 			if store.IsNotFound(err) {
 				name = ""
-				return q.ForgetOldWorkers(ctx)
+				return nil
 			}
 			if err != nil {
 				return err
