@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -26,10 +27,26 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// startServer serves the API (jobs, runs, pipelines, cluster) on a free
-// port, as `orrery serve` does;
-// count sums the rows of every table a rejected call could have written.
+// startServer serves the API (jobs, runs, pipelines, cluster, audit) on a
+// free port, as `orrery serve` does; count sums the rows of every table a
+// rejected call could have written.
 func startServer(t *testing.T) (baseURL string, count func() int) {
+	t.Helper()
+	base, pool := servePool(t)
+	return base, func() int {
+		var n int
+		if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM audit_log)
+			+ (SELECT count(*) FROM job_versions) + (SELECT count(*) FROM runs) + (SELECT count(*) FROM idempotency_keys)
+			+ (SELECT count(*) FROM namespaces)`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+}
+
+// servePool is startServer's server (authentication off), with its pool,
+// for tests that write rows directly.
+func servePool(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -49,15 +66,7 @@ func startServer(t *testing.T) (baseURL string, count func() int) {
 			t.Error(err)
 		}
 	})
-	return "http://" + srv.Addr(), func() int {
-		var n int
-		if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM audit_log)
-			+ (SELECT count(*) FROM job_versions) + (SELECT count(*) FROM runs) + (SELECT count(*) FROM idempotency_keys)
-			+ (SELECT count(*) FROM namespaces)`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	return "http://" + srv.Addr(), pool
 }
 
 func h2cClient() *http.Client {

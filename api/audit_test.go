@@ -12,43 +12,14 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/pgtest"
-	"github.com/orrery-dev/orrery/engine/run"
 )
-
-// startAuditServer serves the API as startServer does, and also returns
-// the pool, so a test can write another tenant's audit rows directly.
-func startAuditServer(t *testing.T) (string, *pgxpool.Pool) {
-	t.Helper()
-	pool := pgtest.Pool(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	jobs, err := job.New(ctx, pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, nil), State: pool, Auth: api.NoAuth{}}, nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return "http://" + srv.Addr(), pool
-}
 
 // listAll pages through ListAudit with req (its page token is overwritten)
 // and returns every entry and the size of each page.
@@ -95,7 +66,7 @@ func changeOf(e *orreryv1.AuditEntry, path string) *orreryv1.FieldChange {
 // never shows another tenant's rows even when every filter matches them.
 func TestListAuditOverTheWire(t *testing.T) {
 	t.Parallel()
-	base, pool := startAuditServer(t)
+	base, pool := servePool(t)
 	ctx := context.Background()
 	jobs := orreryv1connect.NewJobServiceClient(http.DefaultClient, base)
 	audit := orreryv1connect.NewAuditServiceClient(http.DefaultClient, base)
@@ -273,7 +244,7 @@ func ids(es []*orreryv1.AuditEntry) []string {
 // bounds, tokens this server did not hand out, ids that are not UUIDs.
 func TestListAuditBadRequests(t *testing.T) {
 	t.Parallel()
-	base, _ := startAuditServer(t)
+	base, _ := servePool(t)
 	audit := orreryv1connect.NewAuditServiceClient(http.DefaultClient, base)
 	t0 := time.Date(2026, 3, 8, 0, 0, 0, 0, time.UTC)
 	for _, tt := range []struct {
@@ -304,7 +275,7 @@ func TestListAuditBadRequests(t *testing.T) {
 // or deletes audit rows.
 func TestAuditServiceIsReadOnlyAndDiscoverable(t *testing.T) {
 	t.Parallel()
-	base, _ := startAuditServer(t)
+	base, _ := servePool(t)
 	ctx := context.Background()
 	stream := grpcreflect.NewClient(h2cClient(), base).NewStream(ctx)
 	services, err := stream.ListServices()
@@ -357,7 +328,7 @@ func TestAuditServiceIsReadOnlyAndDiscoverable(t *testing.T) {
 // an API key are audited as "NAME (KEY_PREFIX)".
 func TestListAuditActorMatchesPrincipal(t *testing.T) {
 	t.Parallel()
-	base, pool := startAuditServer(t)
+	base, pool := servePool(t)
 	ctx := context.Background()
 	audit := orreryv1connect.NewAuditServiceClient(http.DefaultClient, base)
 	for _, actor := range []string{"ci (ork_ab12cd34)", "ci (ork_ef56ab78)", "ci", "ci (x) (ork_00000000)", "cid (ork_11111111)", "c%"} {

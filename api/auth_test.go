@@ -63,6 +63,14 @@ func authServer(t *testing.T) (string, map[string]string) {
 // Connect error code ("" on success).
 func call(t *testing.T, url, key, body string) (int, string) {
 	t.Helper()
+	status, code, _ := post(t, url, key, body)
+	return status, code
+}
+
+// post posts a Connect JSON request (with key, if any) and returns the
+// HTTP status, the Connect error code ("" on success) and the body.
+func post(t *testing.T, url, key, body string) (int, string, string) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +91,7 @@ func call(t *testing.T, url, key, body string) (int, string) {
 	if res.StatusCode != http.StatusOK {
 		_ = json.Unmarshal(b, &e)
 	}
-	return res.StatusCode, e.Code
+	return res.StatusCode, e.Code, string(b)
 }
 
 // Every RPC of every orrery.v1 service needs a key, and a role: the matrix
@@ -256,28 +264,11 @@ func TestKeyCacheForgetsRevokedKeys(t *testing.T) {
 	}
 }
 
-// callBody is call that also returns the response body.
+// callBody is call returning the error code and the body.
 func callBody(t *testing.T, url, key, body string) (string, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	var e struct {
-		Code string `json:"code"`
-	}
-	if res.StatusCode != http.StatusOK {
-		_ = json.Unmarshal(b, &e)
-	}
-	return e.Code, string(b)
+	_, code, b := post(t, url, key, body)
+	return code, b
 }
 
 // An admin of another tenant reaches nothing of this tenant through any
