@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -14,33 +13,55 @@ import (
 	"github.com/orrery-dev/orrery/engine/access"
 )
 
-// accessServer implements orrery.v1.AccessService: the API keys of the
-// caller's tenant. The interceptor lets only admins in (see required);
-// every call acts in the caller's tenant.
+// accessServer implements orrery.v1.AccessService: tenants, the API keys
+// of the caller's tenant and its grants. The interceptor decides who may
+// call what (policies); every call acts in the caller's tenant, but for
+// the tenant a system admin names when it makes a key.
 type accessServer struct {
 	orreryv1connect.UnimplementedAccessServiceHandler
-	keys *access.Keys
-	log  *slog.Logger
+	access *access.Service
+	log    *slog.Logger
 }
 
-func (s *accessServer) CreateAPIKey(ctx context.Context, req *connect.Request[orreryv1.CreateAPIKeyRequest]) (*connect.Response[orreryv1.CreateAPIKeyResponse], error) {
-	p := principalOf(ctx)
-	role, err := access.ParseRole(req.Msg.GetRole())
+func (s *accessServer) CreateTenant(ctx context.Context, req *connect.Request[orreryv1.CreateTenantRequest]) (*connect.Response[orreryv1.CreateTenantResponse], error) {
+	t, err := s.access.CreateTenant(ctx, principalOf(ctx), req.Msg.GetName())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	if !p.Role.Allows(role) {
-		return nil, connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("role: this key's role (%s) cannot create a key with the role %s", p.Role, role))
+	return connect.NewResponse(&orreryv1.CreateTenantResponse{Tenant: tenantToProto(t)}), nil
+}
+
+func (s *accessServer) ListTenants(ctx context.Context, req *connect.Request[orreryv1.ListTenantsRequest]) (*connect.Response[orreryv1.ListTenantsResponse], error) {
+	ts, next, err := s.access.ListTenants(ctx, int(req.Msg.GetPageSize()), req.Msg.GetPageToken())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.ListTenantsResponse{NextPageToken: next, Tenants: make([]*orreryv1.Tenant, len(ts))}
+	for i, t := range ts {
+		out.Tenants[i] = tenantToProto(t)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *accessServer) CreateAPIKey(ctx context.Context, req *connect.Request[orreryv1.CreateAPIKeyRequest]) (*connect.Response[orreryv1.CreateAPIKeyResponse], error) {
+	p, m := principalOf(ctx), req.Msg
+	role, err := access.ParseKeyRole(m.GetRole())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
 	}
 	var ttl time.Duration
-	if d := req.Msg.GetExpiresIn(); d != nil {
+	if d := m.GetExpiresIn(); d != nil {
 		if err := d.CheckValid(); err != nil {
 			return nil, toConnect(ctx, s.log, &access.InvalidError{Field: "expires_in", Message: "not a valid duration: " + err.Error()})
 		}
 		ttl = d.AsDuration()
 	}
-	secret, key, err := s.keys.Create(ctx, p.TenantName, req.Msg.GetPrincipal(), role, ttl, p.Actor().Name, false)
+	tenant := m.GetTenant()
+	if tenant == "" {
+		tenant = p.TenantName
+	}
+	secret, key, err := s.access.Create(ctx, access.NewKey{Tenant: tenant, Principal: m.GetPrincipal(), Role: role,
+		SystemAdmin: m.GetSystemAdmin(), TTL: ttl, CreatedBy: p.Actor().Name})
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -48,7 +69,7 @@ func (s *accessServer) CreateAPIKey(ctx context.Context, req *connect.Request[or
 }
 
 func (s *accessServer) ListAPIKeys(ctx context.Context, _ *connect.Request[orreryv1.ListAPIKeysRequest]) (*connect.Response[orreryv1.ListAPIKeysResponse], error) {
-	keys, err := s.keys.List(ctx, principalOf(ctx).Tenant)
+	keys, err := s.access.List(ctx, principalOf(ctx).Tenant)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -64,14 +85,48 @@ func (s *accessServer) RevokeAPIKey(ctx context.Context, req *connect.Request[or
 	if prefix == "" {
 		return nil, toConnect(ctx, s.log, &access.InvalidError{Field: "prefix", Message: "required: the key's prefix (ork_...), as ListAPIKeys shows it"})
 	}
-	if err := s.keys.Revoke(ctx, principalOf(ctx), prefix); err != nil {
+	if err := s.access.Revoke(ctx, principalOf(ctx), prefix); err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
 	return connect.NewResponse(&orreryv1.RevokeAPIKeyResponse{}), nil
 }
 
+func (s *accessServer) GrantRole(ctx context.Context, req *connect.Request[orreryv1.GrantRoleRequest]) (*connect.Response[orreryv1.GrantRoleResponse], error) {
+	m := req.Msg
+	g, err := s.access.GrantRole(ctx, principalOf(ctx), access.Grant{Principal: m.GetPrincipal(), Namespace: m.GetNamespace(),
+		Job: m.GetJob(), Role: access.Role(m.GetRole())})
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.GrantRoleResponse{Grant: grantToProto(g)}), nil
+}
+
+func (s *accessServer) RevokeGrant(ctx context.Context, req *connect.Request[orreryv1.RevokeGrantRequest]) (*connect.Response[orreryv1.RevokeGrantResponse], error) {
+	m := req.Msg
+	err := s.access.RevokeGrant(ctx, principalOf(ctx), access.Grant{Principal: m.GetPrincipal(), Namespace: m.GetNamespace(), Job: m.GetJob()})
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.RevokeGrantResponse{}), nil
+}
+
+func (s *accessServer) ListGrants(ctx context.Context, req *connect.Request[orreryv1.ListGrantsRequest]) (*connect.Response[orreryv1.ListGrantsResponse], error) {
+	m := req.Msg
+	gs, next, err := s.access.ListGrants(ctx, principalOf(ctx).Tenant, access.GrantFilter{Namespace: m.GetNamespace(),
+		Principal: m.GetPrincipal(), PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken()})
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.ListGrantsResponse{NextPageToken: next, Grants: make([]*orreryv1.Grant, len(gs))}
+	for i, g := range gs {
+		out.Grants[i] = grantToProto(g)
+	}
+	return connect.NewResponse(out), nil
+}
+
 func keyToProto(k access.Key) *orreryv1.APIKey {
-	out := &orreryv1.APIKey{Id: k.ID.String(), Prefix: k.Prefix, Principal: k.Principal, Role: string(k.Role), CreatedBy: k.CreatedBy}
+	out := &orreryv1.APIKey{Id: k.ID.String(), Prefix: k.Prefix, Principal: k.Principal, Role: string(k.Role),
+		SystemAdmin: k.SystemAdmin, CreatedBy: k.CreatedBy}
 	if !k.CreatedAt.IsZero() {
 		out.CreatedAt = timestamppb.New(k.CreatedAt)
 	}
@@ -82,4 +137,14 @@ func keyToProto(k access.Key) *orreryv1.APIKey {
 		out.RevokedAt = timestamppb.New(*k.RevokedAt)
 	}
 	return out
+}
+
+func grantToProto(g access.Grant) *orreryv1.Grant {
+	return &orreryv1.Grant{Id: g.ID.String(), Principal: g.Principal, Namespace: g.Namespace, Job: g.Job, Role: string(g.Role),
+		CreatedAt: timestamppb.New(g.CreatedAt), CreatedBy: g.CreatedBy}
+}
+
+func tenantToProto(t access.Tenant) *orreryv1.Tenant {
+	return &orreryv1.Tenant{Id: t.ID.String(), Name: t.Name, Weight: t.Weight, MaxConcurrency: t.MaxConcurrency,
+		CreatedAt: timestamppb.New(t.CreatedAt)}
 }

@@ -71,7 +71,7 @@ func TestAdminManagesKeysOverTheAPI(t *testing.T) {
 	for _, l := range listed.Keys {
 		got[l.Principal] = l
 	}
-	if len(listed.Keys) != 4 || got["dashboard"].Prefix != k.Prefix || got["reader"].Role != "reader" || got["admin"].Role != "admin" || got["other"].Prefix != "" {
+	if len(listed.Keys) != 5 || got["dashboard"].Prefix != k.Prefix || got["reader"].Role != "reader" || got["admin"].Role != "admin" || got["other"].Prefix != "" {
 		t.Fatalf("list: %s", body)
 	}
 	for _, secret := range []string{created.Secret, keys["reader"], keys["editor"], keys["admin"]} {

@@ -8,7 +8,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/engine/access"
 	"github.com/orrery-dev/orrery/engine/job"
 )
@@ -22,7 +21,7 @@ type Authenticator interface {
 }
 
 // KeyAuth authenticates `Authorization: Bearer <API key>`.
-type KeyAuth struct{ Keys *access.Keys }
+type KeyAuth struct{ Access *access.Service }
 
 // Authenticate implements Authenticator.
 func (a KeyAuth) Authenticate(ctx context.Context, h http.Header) (access.Principal, error) {
@@ -31,7 +30,7 @@ func (a KeyAuth) Authenticate(ctx context.Context, h http.Header) (access.Princi
 	if !ok {
 		return access.Principal{}, access.ErrUnauthenticated
 	}
-	return a.Keys.Verify(ctx, strings.TrimSpace(token))
+	return a.Access.Verify(ctx, strings.TrimSpace(token))
 }
 
 // refuseAll is the Authenticator of a handler given none: nothing is
@@ -42,50 +41,13 @@ func (refuseAll) Authenticate(context.Context, http.Header) (access.Principal, e
 	return access.Principal{}, access.ErrUnauthenticated
 }
 
-// NoAuth lets every call act as an anonymous admin of the default tenant:
-// `--auth none`, for experiments only.
+// NoAuth lets every call act as an anonymous admin of the default tenant
+// (and system admin): `--auth none`, for experiments only.
 type NoAuth struct{}
 
 // Authenticate implements Authenticator.
 func (NoAuth) Authenticate(context.Context, http.Header) (access.Principal, error) {
-	return access.Principal{Tenant: job.DefaultTenant, TenantName: "default", Name: "anonymous", Role: access.Admin}, nil
-}
-
-// required is the role each procedure needs. It is the one place that
-// decides what a call may do; handlers never check. A procedure missing
-// here needs admin.
-var required = map[string]access.Role{
-	orreryv1connect.JobServiceGetJobProcedure:            access.Reader,
-	orreryv1connect.JobServiceListJobsProcedure:          access.Reader,
-	orreryv1connect.JobServicePreviewScheduleProcedure:   access.Reader,
-	orreryv1connect.RunServiceListRunsProcedure:          access.Reader,
-	orreryv1connect.RunServiceGetRunProcedure:            access.Reader,
-	orreryv1connect.RunServiceListDeadLettersProcedure:   access.Reader,
-	orreryv1connect.ClusterServiceGetClusterProcedure:    access.Reader,
-	orreryv1connect.PipelineServicePlanProcedure:         access.Reader,
-	orreryv1connect.JobServiceCreateJobProcedure:         access.Editor,
-	orreryv1connect.JobServiceUpdateJobProcedure:         access.Editor,
-	orreryv1connect.JobServiceDeleteJobProcedure:         access.Editor,
-	orreryv1connect.JobServicePauseJobProcedure:          access.Editor,
-	orreryv1connect.JobServiceResumeJobProcedure:         access.Editor,
-	orreryv1connect.RunServiceTriggerJobProcedure:        access.Editor,
-	orreryv1connect.RunServiceCancelRunProcedure:         access.Editor,
-	orreryv1connect.PipelineServiceApplyProcedure:        access.Editor,
-	orreryv1connect.RunServiceReplayDeadLettersProcedure: access.Admin,
-	// Key management is admin's, explicitly (not by the default for an
-	// unlisted procedure): a key that can make keys can make any role up to
-	// its own, and CreateAPIKey refuses a role above the caller's.
-	orreryv1connect.AccessServiceCreateAPIKeyProcedure: access.Admin,
-	orreryv1connect.AccessServiceListAPIKeysProcedure:  access.Admin,
-	orreryv1connect.AccessServiceRevokeAPIKeyProcedure: access.Admin,
-}
-
-// RequiredRole is the role a procedure needs (admin when not listed).
-func RequiredRole(procedure string) access.Role {
-	if r, ok := required[procedure]; ok {
-		return r
-	}
-	return access.Admin
+	return access.Principal{Tenant: job.DefaultTenant, TenantName: "default", Name: "anonymous", Role: access.Admin, SystemAdmin: true}, nil
 }
 
 type principalKey struct{}
@@ -97,12 +59,13 @@ func principalOf(ctx context.Context) access.Principal {
 	if p, ok := ctx.Value(principalKey{}).(access.Principal); ok {
 		return p
 	}
-	return access.Principal{Name: "nobody"}
+	return access.Principal{Name: "nobody", Role: access.None}
 }
 
-// authorize authenticates every call and checks its procedure's role
-// before the handler runs.
-func authorize(auth Authenticator) connect.UnaryInterceptorFunc {
+// authorize authenticates every call and checks, before the handler runs,
+// that its principal holds the role its procedure needs on everything the
+// request names (policies).
+func authorize(auth Authenticator, loc locator) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			p, err := auth.Authenticate(ctx, req.Header())
@@ -112,9 +75,8 @@ func authorize(auth Authenticator) connect.UnaryInterceptorFunc {
 			if err != nil {
 				return nil, toConnect(ctx, nil, err) // the database: Unavailable when it is down
 			}
-			if need := RequiredRole(req.Spec().Procedure); !p.Role.Allows(need) {
-				return nil, connect.NewError(connect.CodePermissionDenied,
-					errors.New("this key's role ("+string(p.Role)+") cannot do this; it needs "+string(need)))
+			if err := policyOf(req.Spec().Procedure).check(ctx, loc, p, req.Any()); err != nil {
+				return nil, err
 			}
 			return next(context.WithValue(ctx, principalKey{}, p), req)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -23,8 +24,9 @@ import (
 )
 
 // authServer serves the API with API-key authentication and returns its
-// base URL and keys: reader, editor and admin of tenant "default", and an
-// admin of tenant "other".
+// base URL and keys: reader, editor and admin of tenant "default", a
+// system admin of it with no role in it ("system"), and an admin of
+// tenant "other".
 func authServer(t *testing.T) (string, map[string]string) {
 	t.Helper()
 	pool := pgtest.Pool(t)
@@ -38,20 +40,24 @@ func authServer(t *testing.T) (string, map[string]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := access.NewKeys(pool)
+	acc := access.New(pool)
 	out := map[string]string{}
-	for _, k := range []struct {
-		name, tenant string
-		role         access.Role
-	}{{"reader", "default", access.Reader}, {"editor", "default", access.Editor}, {"admin", "default", access.Admin}, {"other", "other", access.Admin}} {
-		secret, _, err := keys.Create(ctx, k.tenant, k.name, k.role, 0, "test", true)
+	for _, k := range []access.NewKey{
+		{Tenant: "default", Principal: "reader", Role: access.Reader},
+		{Tenant: "default", Principal: "editor", Role: access.Editor},
+		{Tenant: "default", Principal: "admin", Role: access.Admin},
+		{Tenant: "default", Principal: "system", Role: access.None, SystemAdmin: true},
+		{Tenant: "other", Principal: "other", Role: access.Admin, CreateTenant: true},
+	} {
+		k.CreatedBy = "test"
+		secret, _, err := acc.Create(ctx, k)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[k.name] = secret
+		out[k.Principal] = secret
 	}
 	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, d), State: pool,
-		Auth: api.KeyAuth{Keys: keys}}, nil))
+		Auth: api.KeyAuth{Access: acc}}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,12 +128,21 @@ func TestEveryRPCNeedsAKeyAndItsRole(t *testing.T) {
 		if _, code := call(t, base+p, "ork_"+strings.Repeat("A", 43), "{}"); code != "unauthenticated" {
 			t.Errorf("%s with an unknown key: %q, want unauthenticated", p, code)
 		}
-		need := api.RequiredRole(p)
+		need, system := api.RequiredRole(p)
 		for name, role := range roles {
 			_, code := call(t, base+p, keys[name], "{}")
-			if denied := code == "permission_denied"; denied != !role.Allows(need) {
-				t.Errorf("%s as %s: %q; it needs %s", p, name, code, need)
+			if denied := code == "permission_denied"; denied != (system || !role.Allows(need)) {
+				t.Errorf("%s as %s: %q; it needs %s (system admin: %t)", p, name, code, need, system)
 			}
+		}
+		// A system admin without a role in the tenant manages tenants and
+		// nothing else that needs a tenant-wide role.
+		_, code := call(t, base+p, keys["system"], "{}")
+		switch allowed := code != "permission_denied"; {
+		case system && !allowed:
+			t.Errorf("%s as a system admin: %q", p, code)
+		case !system && need != access.Reader && allowed:
+			t.Errorf("%s as a system admin without a tenant role: %q; it needs %s", p, code, need)
 		}
 	}
 	// Health and reflection stay open.
@@ -175,9 +190,9 @@ func TestRevokedAndExpiredKeysAreRefused(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	keys := access.NewKeys(pool)
+	keys := access.New(pool)
 	keys.CacheTTL = 0 // every verification asks the database (the cache has its own test)
-	secret, key, err := keys.Create(ctx, "default", "ci", access.Editor, time.Hour, "test", false)
+	secret, key, err := keys.Create(ctx, access.NewKey{Tenant: "default", Principal: "ci", Role: access.Editor, TTL: time.Hour, CreatedBy: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +209,7 @@ func TestRevokedAndExpiredKeysAreRefused(t *testing.T) {
 	if _, err := keys.Verify(ctx, secret); err != access.ErrUnauthenticated {
 		t.Fatalf("expired key: %v", err)
 	}
-	secret2, key2, err := keys.Create(ctx, "default", "ops", access.Admin, 0, "test", false)
+	secret2, key2, err := keys.Create(ctx, access.NewKey{Tenant: "default", Principal: "ops", Role: access.Admin, CreatedBy: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +227,7 @@ func TestRevokedAndExpiredKeysAreRefused(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM audit_log WHERE action IN ('create_api_key', 'revoke_api_key')").Scan(&audited); err != nil || audited != 3 {
 		t.Fatalf("%d audit rows for 2 creations and 1 revocation (%v)", audited, err)
 	}
-	if _, _, err := keys.Create(ctx, "nope", "x", access.Reader, 0, "test", false); err == nil {
+	if _, _, err := keys.Create(ctx, access.NewKey{Tenant: "nope", Principal: "x", Role: access.Reader, CreatedBy: "test"}); !errors.Is(err, access.ErrNotFound) {
 		t.Fatal("a key for a tenant that does not exist was created")
 	}
 }
@@ -223,10 +238,10 @@ func TestKeyCacheForgetsRevokedKeys(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	here, there := access.NewKeys(pool), access.NewKeys(pool)
+	here, there := access.New(pool), access.New(pool)
 	here.CacheTTL = 300 * time.Millisecond
 	admin := access.Principal{Tenant: job.DefaultTenant, Name: "admin", Role: access.Admin}
-	secret, key, err := there.Create(ctx, "default", "ci", access.Editor, 0, "test", false)
+	secret, key, err := there.Create(ctx, access.NewKey{Tenant: "default", Principal: "ci", Role: access.Editor, CreatedBy: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +264,7 @@ func TestKeyCacheForgetsRevokedKeys(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	secret2, key2, err := here.Create(ctx, "default", "ops", access.Editor, 0, "test", false)
+	secret2, key2, err := here.Create(ctx, access.NewKey{Tenant: "default", Principal: "ops", Role: access.Editor, CreatedBy: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}

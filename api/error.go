@@ -38,7 +38,7 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("schedule."+sched.Error()))
 	case errors.Is(err, job.ErrNotFound), errors.Is(err, run.ErrNotFound), errors.Is(err, access.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, job.ErrAlreadyExists), errors.Is(err, job.ErrIdempotencyConflict):
+	case errors.Is(err, job.ErrAlreadyExists), errors.Is(err, job.ErrIdempotencyConflict), errors.Is(err, access.ErrExists):
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.As(err, &conflict):
 		return connect.NewError(connect.CodeAborted, err)

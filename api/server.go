@@ -62,8 +62,15 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	if auth == nil {
 		auth = refuseAll{}
 	}
+	// AccessService and the interceptor share KeyAuth's access.Service, so
+	// that a key revoked or a grant changed here leaves this server's cache
+	// at once.
+	acc := access.New(svc.State)
+	if ka, ok := auth.(KeyAuth); ok {
+		acc = ka.Access
+	}
 	opts := []connect.HandlerOption{
-		connect.WithInterceptors(authorize(auth), logErrors(log)),
+		connect.WithInterceptors(authorize(auth, acc), logErrors(log)),
 		// A panic in a handler is an Internal error for that call, logged,
 		// not a dropped connection.
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
@@ -81,13 +88,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	mux.Handle(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewAuditServiceHandler(&auditServer{pool: svc.State, log: log}, opts...))
-	// AccessService shares KeyAuth's Keys, so that a key revoked here
-	// leaves this server's cache at once.
-	keys := access.NewKeys(svc.State)
-	if ka, ok := auth.(KeyAuth); ok {
-		keys = ka.Keys
-	}
-	mux.Handle(orreryv1connect.NewAccessServiceHandler(&accessServer{keys: keys, log: log}, opts...))
+	mux.Handle(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, log: log}, opts...))
 
 	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName,
 		orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName, orreryv1connect.AccessServiceName}

@@ -42,6 +42,8 @@ func TestClientVerbsWithoutAServer(t *testing.T) {
 		{"apply", "-f", dir}, {"apply", "-f", dir, "--dry-run"},
 		{"schedule", "preview", "--cron", "@daily"}, {"schedule", "preview", "--at", "2030-01-01T00:00:00Z"},
 		{"keys", "list"}, {"keys", "revoke", "ork_abcdefgh"}, {"keys", "create", "--principal", "p", "--role", "reader"},
+		{"tenants", "list"}, {"tenants", "create", "t"},
+		{"grants", "list"}, {"grants", "create", "p", "reader", "-n", "ns"}, {"grants", "revoke", "p", "-n", "ns"},
 	} {
 		args := append([]string{"--server", addr}, verb...)
 		out, errOut, code := run(t, args...)

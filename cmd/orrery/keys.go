@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,29 +32,32 @@ func newKeysCmd(g *globals) *cobra.Command {
 	var dbs dbFlags
 	var tenant, principal, role string
 	var expires time.Duration
-	var createTenant bool
+	var createTenant, systemAdmin bool
 	create := &cobra.Command{
-		Use:   "create --principal NAME --role reader|editor|admin [--expires D] [--db URL --tenant NAME [--create-tenant]]",
-		Short: "Create an API key and print it once (the server keeps only its hash); over the API, in your tenant, unless --db is given",
+		Use:   "create --principal NAME --role none|reader|editor|admin [--expires D] [--tenant NAME] [--system-admin] [--db URL [--create-tenant]]",
+		Short: "Create an API key and print it once (the server keeps only its hash); over the API unless --db is given",
 		Long: "Create an API key and print it once on stdout (its prefix, principal and role go to stderr).\n\n" +
-			"Without --db it is created over the API (an admin key is needed) in the caller's tenant.\n" +
-			"With --db (or ORRERY_DB) it is created on the database directly, in --tenant: how a deployment gets its first key.",
+			"--role is the key's tenant-wide role; with none, the key acts only where its principal is granted a role\n" +
+			"(orrery grants create). Without --db it is created over the API: an admin key of the tenant is needed, and a\n" +
+			"system admin key for --tenant (another tenant) or --system-admin.\n" +
+			"With --db (or ORRERY_DB) it is created on the database directly: how a deployment gets its first key.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := access.ParseRole(role)
+			r, err := access.ParseKeyRole(role)
 			if err != nil {
-				return fmt.Errorf("--role %q: want reader, editor or admin", role)
+				return fmt.Errorf("--role %q: want none, reader, editor or admin", role)
 			}
 			if expires < 0 {
 				return fmt.Errorf("--expires %s: must not be negative", expires)
 			}
 			if dbs.db == "" {
-				for _, f := range []string{"tenant", "create-tenant"} {
-					if cmd.Flags().Changed(f) {
-						return fmt.Errorf("--%s needs --db: over the API a key is created in the caller's tenant", f)
-					}
+				if cmd.Flags().Changed("create-tenant") {
+					return errors.New("--create-tenant needs --db; over the API, create the tenant with `orrery tenants create`")
 				}
-				req := &orreryv1.CreateAPIKeyRequest{Principal: principal, Role: string(r)}
+				req := &orreryv1.CreateAPIKeyRequest{Principal: principal, Role: string(r), SystemAdmin: systemAdmin}
+				if cmd.Flags().Changed("tenant") {
+					req.Tenant = tenant
+				}
 				if expires > 0 {
 					req.ExpiresIn = durationpb.New(expires)
 				}
@@ -62,7 +66,8 @@ func newKeysCmd(g *globals) *cobra.Command {
 					return err
 				}
 				k := res.Msg.GetKey()
-				fmt.Fprintf(cmd.ErrOrStderr(), "key %s for %s (%s)%s; shown once:\n", k.GetPrefix(), k.GetPrincipal(), k.GetRole(), expiresText(k.GetExpiresAt()))
+				fmt.Fprintf(cmd.ErrOrStderr(), "key %s for %s (%s%s)%s; shown once:\n", k.GetPrefix(), k.GetPrincipal(), k.GetRole(),
+					systemText(k.GetSystemAdmin()), expiresText(k.GetExpiresAt()))
 				fmt.Fprintln(cmd.OutOrStdout(), res.Msg.GetSecret())
 				return nil
 			}
@@ -71,20 +76,22 @@ func newKeysCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer closeAll()
-			secret, key, err := access.NewKeys(state).Create(cmd.Context(), tenant, principal, r, expires, "orrery keys create", createTenant)
+			secret, key, err := access.New(state).Create(cmd.Context(), access.NewKey{Tenant: tenant, Principal: principal, Role: r,
+				SystemAdmin: systemAdmin, TTL: expires, CreatedBy: "orrery keys create", CreateTenant: createTenant})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "key %s for %s (%s) in tenant %s; shown once:\n", key.Prefix, principal, r, tenant)
+			fmt.Fprintf(cmd.ErrOrStderr(), "key %s for %s (%s%s) in tenant %s; shown once:\n", key.Prefix, principal, r, systemText(systemAdmin), tenant)
 			fmt.Fprintln(cmd.OutOrStdout(), secret)
 			return nil
 		},
 	}
 	dbs.register(create.Flags())
-	create.Flags().StringVar(&tenant, "tenant", "default", "the key's tenant (with --db; over the API, the caller's)")
+	create.Flags().StringVar(&tenant, "tenant", "default", "the key's tenant (over the API: default the caller's; naming one needs a system admin key)")
 	create.Flags().BoolVar(&createTenant, "create-tenant", false, "create the tenant if it does not exist (with --db)")
+	create.Flags().BoolVar(&systemAdmin, "system-admin", false, "the key may also create and list tenants and make keys in any tenant")
 	create.Flags().StringVar(&principal, "principal", "", "who the key stands for (recorded on every change it makes)")
-	create.Flags().StringVar(&role, "role", "", "reader, editor or admin")
+	create.Flags().StringVar(&role, "role", "", "the key's tenant-wide role: none, reader, editor or admin")
 	create.Flags().DurationVar(&expires, "expires", 0, "lifetime (0: never expires)")
 
 	list := &cobra.Command{
@@ -99,7 +106,7 @@ func newKeysCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PREFIX\tPRINCIPAL\tROLE\tCREATED (UTC)\tCREATED BY\tEXPIRES\tREVOKED")
 			for _, k := range res.Msg.GetKeys() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.GetPrefix(), k.GetPrincipal(), k.GetRole(), ts(k.GetCreatedAt()),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.GetPrefix(), k.GetPrincipal(), k.GetRole()+systemText(k.GetSystemAdmin()), ts(k.GetCreatedAt()),
 					k.GetCreatedBy(), ts(k.GetExpiresAt()), ts(k.GetRevokedAt()))
 			}
 			return tw.Flush()
@@ -121,6 +128,13 @@ func newKeysCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+func systemText(system bool) string {
+	if system {
+		return ", system admin"
+	}
+	return ""
+}
+
 func expiresText(t *timestamppb.Timestamp) string {
 	if t == nil {
 		return ""
@@ -128,11 +142,12 @@ func expiresText(t *timestamppb.Timestamp) string {
 	return ", expires " + ts(t)
 }
 
-// devKey returns the admin key of the dev stack in dataDir, creating one
+// devKey returns the admin key (admin of the default tenant and system
+// admin) of the dev stack in dataDir, creating one
 // (and printing it once, on a line of its own) the first time or when the
 // stored one no longer works (a new database).
 func devKey(ctx context.Context, pool *pgxpool.Pool, dataDir string, out io.Writer, log *slog.Logger) error {
-	keys := access.NewKeys(pool)
+	keys := access.New(pool)
 	path := filepath.Join(dataDir, devKeyFile)
 	if b, err := os.ReadFile(path); err == nil {
 		if _, err := keys.Verify(ctx, strings.TrimSpace(string(b))); err == nil {
@@ -140,7 +155,7 @@ func devKey(ctx context.Context, pool *pgxpool.Pool, dataDir string, out io.Writ
 			return nil
 		}
 	}
-	secret, _, err := keys.Create(ctx, "default", "dev-admin", access.Admin, 0, "orrery-dev", false)
+	secret, _, err := keys.Create(ctx, access.NewKey{Tenant: "default", Principal: "dev-admin", Role: access.Admin, SystemAdmin: true, CreatedBy: "orrery-dev"})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,20 +21,7 @@ func TestKeysVerbsOverTheAPI(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(root, "ork_") || !strings.Contains(errOut, "key "+root[:12]+" for root (admin) in tenant default") {
 		t.Fatalf("keys create --db: exit %d %q %q", code, root, errOut)
 	}
-	addr := freeAddr(t)
-	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--no-scheduler", "--auth", "keys")
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, _, code := run(t, "--server", addr, "--api-key", root, "jobs", "list"); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start:\n%s", p.Logs())
-		}
-	}
-	as := func(key string, args ...string) (string, string, int) {
-		t.Helper()
-		return run(t, append([]string{"--server", addr, "--api-key", key}, args...)...)
-	}
+	addr, as := serveWithKeys(t, dsn, root)
 
 	// Created over the API: the secret alone on stdout, the rest on stderr.
 	ci, errOut, code := as(root, "keys", "create", "--principal", "ci", "--role", "editor", "--expires", "720h")
@@ -81,13 +70,97 @@ func TestKeysVerbsOverTheAPI(t *testing.T) {
 	}{
 		{[]string{"keys", "revoke", ci[:12]}, "not_found"},
 		{[]string{"keys", "revoke"}, "accepts 1 arg"},
-		{[]string{"keys", "create", "--principal", "x", "--role", "owner"}, `--role "owner": want reader, editor or admin`},
+		{[]string{"keys", "create", "--principal", "x", "--role", "owner"}, `--role "owner": want none, reader, editor or admin`},
 		{[]string{"keys", "create", "--principal", "x", "--role", "reader", "--expires", "-1h"}, "--expires -1h0m0s: must not be negative"},
 		{[]string{"keys", "create", "--principal", "", "--role", "reader"}, "invalid_argument: principal: 1 to 200 characters"},
-		{[]string{"keys", "create", "--principal", "x", "--role", "reader", "--tenant", "other"}, "--tenant needs --db"},
+		{[]string{"keys", "create", "--principal", "x", "--role", "reader", "--tenant", "other"}, "permission_denied: root is not a system admin"},
+		{[]string{"keys", "create", "--principal", "x", "--role", "reader", "--create-tenant"}, "--create-tenant needs --db"},
+		{[]string{"tenants", "list"}, "permission_denied"},
 	} {
 		args := append([]string{"--server", addr, "--api-key", root}, tt.args...)
 		out, errOut, code := run(t, args...)
 		oneLineError(t, args, out, errOut, code, tt.want)
 	}
+}
+
+// serveWithKeys starts `orrery serve --auth keys` on dsn, waits until key
+// lists jobs, and returns its address and a way to run client commands
+// with a key.
+func serveWithKeys(t *testing.T, dsn, key string) (string, func(key string, args ...string) (string, string, int)) {
+	t.Helper()
+	addr := freeAddr(t)
+	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--no-scheduler", "--auth", "keys")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, code := run(t, "--server", addr, "--api-key", key, "jobs", "list"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", p.Logs())
+		}
+	}
+	return addr, func(key string, args ...string) (string, string, int) {
+		t.Helper()
+		return run(t, append([]string{"--server", addr, "--api-key", key}, args...)...)
+	}
+}
+
+// A system admin key (made with --db) creates a tenant and its first
+// admin key; that admin grants a principal editor on one namespace, and
+// the principal's key (no tenant-wide role) applies jobs there and
+// nowhere else. `grants list` and `tenants list` show what was done.
+func TestTenantsAndGrantsVerbs(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	sys, errOut, code := run(t, "keys", "create", "--db", dsn, "--principal", "ops", "--role", "none", "--system-admin")
+	sys = strings.TrimSpace(sys)
+	if code != 0 || !strings.Contains(errOut, "(none, system admin) in tenant default") {
+		t.Fatalf("keys create --db --system-admin: exit %d %q %q", code, sys, errOut)
+	}
+	// A key with no role lists nothing; the server's readiness probe needs
+	// one that does.
+	reader, _, _ := run(t, "keys", "create", "--db", dsn, "--principal", "probe", "--role", "reader")
+	_, as := serveWithKeys(t, dsn, strings.TrimSpace(reader))
+
+	if out, errOut, code := as(sys, "tenants", "create", "acme"); code != 0 || !strings.HasPrefix(out, "created tenant acme (") {
+		t.Fatalf("tenants create: exit %d %q %q", code, out, errOut)
+	}
+	admin, errOut, code := as(sys, "keys", "create", "--tenant", "acme", "--principal", "acme-admin", "--role", "admin")
+	admin = strings.TrimSpace(admin)
+	if code != 0 || !strings.HasPrefix(admin, "ork_") {
+		t.Fatalf("keys create --tenant acme: exit %d %q %q", code, admin, errOut)
+	}
+	if out, errOut, code := as(admin, "grants", "create", "dana", "editor", "-n", "payments"); code != 0 || out != "dana is editor on namespace payments\n" {
+		t.Fatalf("grants create: exit %d %q %q", code, out, errOut)
+	}
+	dana, errOut, code := as(admin, "keys", "create", "--principal", "dana", "--role", "none")
+	dana = strings.TrimSpace(dana)
+	if code != 0 {
+		t.Fatalf("keys create for dana: exit %d %q", code, errOut)
+	}
+	dir := t.TempDir()
+	write := func(ns string) {
+		os.WriteFile(filepath.Join(dir, "job.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: settle, namespace: "+ns+"}\nspec:\n  schedule: {cron: \"@daily\"}\n  run: {handler: h}\n"), 0o644)
+	}
+	write("payments")
+	if out, errOut, code := as(dana, "apply", "-f", dir); code != 0 || !strings.Contains(out, "settle") {
+		t.Fatalf("apply in payments as dana: exit %d %q %q", code, out, errOut)
+	}
+	write("billing")
+	out, errOut, code := as(dana, "apply", "-f", dir)
+	oneLineError(t, []string{"apply"}, out, errOut, code, "permission_denied: dana holds none on job billing/settle; this needs reader")
+
+	out, errOut, code = as(admin, "grants", "list")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || strings.Join(strings.Fields(lines[1])[:4], " ") != "payments * dana editor" {
+		t.Fatalf("grants list: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := as(admin, "grants", "revoke", "dana", "-n", "payments"); code != 0 || out != "revoked dana's grant on namespace payments\n" {
+		t.Fatalf("grants revoke: exit %d %q %q", code, out, errOut)
+	}
+	out, errOut, code = as(sys, "tenants", "list")
+	if code != 0 || !strings.Contains(out, "acme") || !strings.Contains(out, "default") {
+		t.Fatalf("tenants list: exit %d\n%s%s", code, out, errOut)
+	}
+	args := []string{"grants", "create", "dana", "editor"}
+	out, errOut, code = as(admin, args...)
+	oneLineError(t, args, out, errOut, code, `required flag(s) "namespace" not set`)
 }

@@ -116,7 +116,7 @@ func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
 func (f *stackFlags) authenticator(state *pgxpool.Pool, log *slog.Logger) (api.Authenticator, error) {
 	switch f.auth {
 	case "keys":
-		return api.KeyAuth{Keys: access.NewKeys(state)}, nil
+		return api.KeyAuth{Access: access.New(state)}, nil
 	case "none":
 		log.Warn("AUTHENTICATION IS OFF (--auth none): anyone who reaches this port acts as an admin of the default tenant; for experiments only")
 		return api.NoAuth{}, nil

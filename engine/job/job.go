@@ -19,13 +19,35 @@ const (
 	StatusDeleted = "deleted"
 )
 
-// DefaultTenant is the tenant every call acts in until authentication lands.
+// DefaultTenant is the tenant the database is seeded with: `orrery dev`
+// and `--auth none` act in it.
 var DefaultTenant = uuid.MustParse("00000000-0000-0000-0000-000000000001")
 
 // Actor is who makes a call, and in which tenant.
 type Actor struct {
 	Tenant uuid.UUID
 	Name   string
+	// Scope, when set, narrows what lists show this actor to what it was
+	// granted; nil sees the whole tenant. The API's interceptor decides
+	// whether a call may be made at all; Scope only filters lists.
+	Scope *Scope
+}
+
+// Scope is what an actor without a tenant-wide role may see: whole
+// namespaces, and single jobs named "namespace/name".
+type Scope struct {
+	Namespaces []string
+	Jobs       []string
+}
+
+// Params returns the scope as the list queries take it: whether it
+// applies, and its namespaces and jobs (never nil: an empty scope sees
+// nothing).
+func (s *Scope) Params() (scoped bool, namespaces, jobs []string) {
+	if s == nil {
+		return false, []string{}, []string{}
+	}
+	return true, append([]string{}, s.Namespaces...), append([]string{}, s.Jobs...)
 }
 
 // Anonymous is the actor of unauthenticated calls.

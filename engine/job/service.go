@@ -469,6 +469,7 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 		TenantID: a.Tenant, Labels: labelsJSON(f.Labels), AfterName: after.Name, AfterID: after.ID,
 		PageSize: int32(size + 1),
 	}
+	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
 	if f.Namespace != "" {
 		p.Namespace = &f.Namespace
 	}

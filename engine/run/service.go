@@ -100,6 +100,7 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 		return nil, "", err
 	}
 	p := store.ListRunsParams{TenantID: a.Tenant, JobID: jobID, Since: f.Since, Until: f.Until, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
+	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
 	if f.Status != "" {
 		p.Status = &f.Status
 	}
@@ -329,6 +330,7 @@ func (s *Service) jobID(ctx context.Context, a job.Actor, ref job.Ref) (*uuid.UU
 // deadLetters reads one page of dead letters, of one job if jobID is set.
 func (s *Service) deadLetters(ctx context.Context, a job.Actor, jobID *uuid.UUID, size int, before runToken) ([]DeadLetter, string, error) {
 	p := store.ListDeadLettersParams{TenantID: a.Tenant, JobID: jobID, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
+	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
 	rows, err := store.New(s.pool).ListDeadLetters(ctx, p)
 	if err != nil {
 		return nil, "", err

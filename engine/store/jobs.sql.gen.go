@@ -308,29 +308,40 @@ WHERE tenant_id = $1
   AND ($2::text IS NULL OR namespace = $2::text)
   AND (($3::text IS NULL AND status <> 'deleted') OR status = $3::text)
   AND labels @> $4::jsonb
-  AND (name, id) > ($5::text, $6::uuid)
+  AND (NOT $5::bool OR namespace = ANY($6::text[])
+       OR namespace || '/' || name = ANY($7::text[]))
+  AND (name, id) > ($8::text, $9::uuid)
 ORDER BY name, id
-LIMIT $7
+LIMIT $10
 `
 
 type ListJobsParams struct {
-	TenantID  uuid.UUID
-	Namespace *string
-	Status    *string
-	Labels    []byte
-	AfterName string
-	AfterID   uuid.UUID
-	PageSize  int32
+	TenantID        uuid.UUID
+	Namespace       *string
+	Status          *string
+	Labels          []byte
+	Scoped          bool
+	ScopeNamespaces []string
+	ScopeJobs       []string
+	AfterName       string
+	AfterID         uuid.UUID
+	PageSize        int32
 }
 
 // ListJobs pages through a tenant's jobs by (name, id) with an index range
 // scan; without a status filter it leaves out deleted jobs.
+// ListJobs pages through a tenant's jobs by (name, id). A scoped caller
+// (one without a tenant-wide role) sees only the namespaces and the jobs
+// ("namespace/name") it was granted.
 func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]Job, error) {
 	rows, err := q.db.Query(ctx, listJobs,
 		arg.TenantID,
 		arg.Namespace,
 		arg.Status,
 		arg.Labels,
+		arg.Scoped,
+		arg.ScopeNamespaces,
+		arg.ScopeJobs,
 		arg.AfterName,
 		arg.AfterID,
 		arg.PageSize,

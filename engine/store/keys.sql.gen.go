@@ -13,19 +13,20 @@ import (
 )
 
 const aPIKeyByHash = `-- name: APIKeyByHash :one
-SELECT k.id, k.tenant_id, t.name AS tenant_name, k.principal, k.role, k.prefix, k.expires_at
+SELECT k.id, k.tenant_id, t.name AS tenant_name, k.principal, k.role, k.system_admin, k.prefix, k.expires_at
 FROM api_keys AS k JOIN tenants AS t ON t.id = k.tenant_id
 WHERE k.hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())
 `
 
 type APIKeyByHashRow struct {
-	ID         uuid.UUID
-	TenantID   uuid.UUID
-	TenantName string
-	Principal  string
-	Role       string
-	Prefix     string
-	ExpiresAt  *time.Time
+	ID          uuid.UUID
+	TenantID    uuid.UUID
+	TenantName  string
+	Principal   string
+	Role        string
+	SystemAdmin bool
+	Prefix      string
+	ExpiresAt   *time.Time
 }
 
 // APIKeyByHash finds the live key with this hash (not revoked, not
@@ -39,6 +40,7 @@ func (q *Queries) APIKeyByHash(ctx context.Context, hash []byte) (APIKeyByHashRo
 		&i.TenantName,
 		&i.Principal,
 		&i.Role,
+		&i.SystemAdmin,
 		&i.Prefix,
 		&i.ExpiresAt,
 	)
@@ -46,19 +48,20 @@ func (q *Queries) APIKeyByHash(ctx context.Context, hash []byte) (APIKeyByHashRo
 }
 
 const insertAPIKey = `-- name: InsertAPIKey :exec
-INSERT INTO api_keys (id, tenant_id, principal, role, prefix, hash, created_at, created_by, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, now(), $7, $8)
+INSERT INTO api_keys (id, tenant_id, principal, role, system_admin, prefix, hash, created_at, created_by, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8, $9)
 `
 
 type InsertAPIKeyParams struct {
-	ID        uuid.UUID
-	TenantID  uuid.UUID
-	Principal string
-	Role      string
-	Prefix    string
-	Hash      []byte
-	CreatedBy string
-	ExpiresAt *time.Time
+	ID          uuid.UUID
+	TenantID    uuid.UUID
+	Principal   string
+	Role        string
+	SystemAdmin bool
+	Prefix      string
+	Hash        []byte
+	CreatedBy   string
+	ExpiresAt   *time.Time
 }
 
 func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) error {
@@ -67,6 +70,7 @@ func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) erro
 		arg.TenantID,
 		arg.Principal,
 		arg.Role,
+		arg.SystemAdmin,
 		arg.Prefix,
 		arg.Hash,
 		arg.CreatedBy,
@@ -75,35 +79,22 @@ func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) erro
 	return err
 }
 
-const insertTenant = `-- name: InsertTenant :exec
-INSERT INTO tenants (id, name) VALUES ($1, $2)
-`
-
-type InsertTenantParams struct {
-	ID   uuid.UUID
-	Name string
-}
-
-func (q *Queries) InsertTenant(ctx context.Context, arg InsertTenantParams) error {
-	_, err := q.db.Exec(ctx, insertTenant, arg.ID, arg.Name)
-	return err
-}
-
 const listAPIKeys = `-- name: ListAPIKeys :many
-SELECT id, principal, role, prefix, created_at, created_by, expires_at, revoked_at
+SELECT id, principal, role, system_admin, prefix, created_at, created_by, expires_at, revoked_at
 FROM api_keys WHERE tenant_id = $1
 ORDER BY created_at, id
 `
 
 type ListAPIKeysRow struct {
-	ID        uuid.UUID
-	Principal string
-	Role      string
-	Prefix    string
-	CreatedAt time.Time
-	CreatedBy string
-	ExpiresAt *time.Time
-	RevokedAt *time.Time
+	ID          uuid.UUID
+	Principal   string
+	Role        string
+	SystemAdmin bool
+	Prefix      string
+	CreatedAt   time.Time
+	CreatedBy   string
+	ExpiresAt   *time.Time
+	RevokedAt   *time.Time
 }
 
 func (q *Queries) ListAPIKeys(ctx context.Context, tenantID uuid.UUID) ([]ListAPIKeysRow, error) {
@@ -119,6 +110,7 @@ func (q *Queries) ListAPIKeys(ctx context.Context, tenantID uuid.UUID) ([]ListAP
 			&i.ID,
 			&i.Principal,
 			&i.Role,
+			&i.SystemAdmin,
 			&i.Prefix,
 			&i.CreatedAt,
 			&i.CreatedBy,
@@ -157,15 +149,4 @@ func (q *Queries) RevokeAPIKey(ctx context.Context, arg RevokeAPIKeyParams) (Rev
 	var i RevokeAPIKeyRow
 	err := row.Scan(&i.ID, &i.Principal, &i.Role)
 	return i, err
-}
-
-const tenantByName = `-- name: TenantByName :one
-SELECT id FROM tenants WHERE name = $1
-`
-
-func (q *Queries) TenantByName(ctx context.Context, name string) (uuid.UUID, error) {
-	row := q.db.QueryRow(ctx, tenantByName, name)
-	var id uuid.UUID
-	err := row.Scan(&id)
-	return id, err
 }

@@ -12,16 +12,17 @@ import (
 )
 
 type ApiKey struct {
-	ID        uuid.UUID
-	TenantID  uuid.UUID
-	Principal string
-	Role      string
-	Prefix    string
-	Hash      []byte
-	CreatedAt time.Time
-	CreatedBy string
-	ExpiresAt *time.Time
-	RevokedAt *time.Time
+	ID          uuid.UUID
+	TenantID    uuid.UUID
+	Principal   string
+	Role        string
+	Prefix      string
+	Hash        []byte
+	CreatedAt   time.Time
+	CreatedBy   string
+	ExpiresAt   *time.Time
+	RevokedAt   *time.Time
+	SystemAdmin bool
 }
 
 type Attempt struct {
@@ -72,6 +73,17 @@ type DispatchOutbox struct {
 	NotBefore  *time.Time
 	CreatedAt  time.Time
 	Redelivers int64
+}
+
+type Grant struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	Principal string
+	Namespace string
+	JobName   string
+	Role      string
+	CreatedAt time.Time
+	CreatedBy string
 }
 
 type IdempotencyKey struct {

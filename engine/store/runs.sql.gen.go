@@ -487,17 +487,22 @@ SELECT t.id, t.run_id, t.step, t.attempt, t.queue, t.last_error, t.finished_at, 
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
 WHERE t.tenant_id = $1 AND t.status = 'dead_lettered'
   AND ($2::uuid IS NULL OR r.job_id = $2::uuid)
-  AND (t.finished_at, t.id) < ($3::timestamptz, $4::uuid)
+  AND (NOT $3::bool OR j.namespace = ANY($4::text[])
+       OR j.namespace || '/' || j.name = ANY($5::text[]))
+  AND (t.finished_at, t.id) < ($6::timestamptz, $7::uuid)
 ORDER BY t.finished_at DESC, t.id DESC
-LIMIT $5
+LIMIT $8
 `
 
 type ListDeadLettersParams struct {
-	TenantID uuid.UUID
-	JobID    *uuid.UUID
-	BeforeAt time.Time
-	BeforeID uuid.UUID
-	PageSize int32
+	TenantID        uuid.UUID
+	JobID           *uuid.UUID
+	Scoped          bool
+	ScopeNamespaces []string
+	ScopeJobs       []string
+	BeforeAt        time.Time
+	BeforeID        uuid.UUID
+	PageSize        int32
 }
 
 type ListDeadLettersRow struct {
@@ -514,10 +519,15 @@ type ListDeadLettersRow struct {
 	JobName      string
 }
 
+// ListDeadLetters pages through dead-lettered tasks, newest first; a
+// scoped caller sees those of what it was granted, as in ListJobs.
 func (q *Queries) ListDeadLetters(ctx context.Context, arg ListDeadLettersParams) ([]ListDeadLettersRow, error) {
 	rows, err := q.db.Query(ctx, listDeadLetters,
 		arg.TenantID,
 		arg.JobID,
+		arg.Scoped,
+		arg.ScopeNamespaces,
+		arg.ScopeJobs,
 		arg.BeforeAt,
 		arg.BeforeID,
 		arg.PageSize,
@@ -561,20 +571,25 @@ WHERE r.tenant_id = $1
   AND ($3::text IS NULL OR r.status = $3::text)
   AND ($4::timestamptz IS NULL OR r.scheduled_for >= $4::timestamptz)
   AND ($5::timestamptz IS NULL OR r.scheduled_for < $5::timestamptz)
-  AND (r.scheduled_for, r.id) < ($6::timestamptz, $7::uuid)
+  AND (NOT $6::bool OR j.namespace = ANY($7::text[])
+       OR j.namespace || '/' || j.name = ANY($8::text[]))
+  AND (r.scheduled_for, r.id) < ($9::timestamptz, $10::uuid)
 ORDER BY r.scheduled_for DESC, r.id DESC
-LIMIT $8
+LIMIT $11
 `
 
 type ListRunsParams struct {
-	TenantID uuid.UUID
-	JobID    *uuid.UUID
-	Status   *string
-	Since    *time.Time
-	Until    *time.Time
-	BeforeAt time.Time
-	BeforeID uuid.UUID
-	PageSize int32
+	TenantID        uuid.UUID
+	JobID           *uuid.UUID
+	Status          *string
+	Since           *time.Time
+	Until           *time.Time
+	Scoped          bool
+	ScopeNamespaces []string
+	ScopeJobs       []string
+	BeforeAt        time.Time
+	BeforeID        uuid.UUID
+	PageSize        int32
 }
 
 type ListRunsRow struct {
@@ -595,7 +610,8 @@ type ListRunsRow struct {
 }
 
 // ListRuns pages through a tenant's runs, newest instant first, by
-// (scheduled_for, id) keyset.
+// (scheduled_for, id) keyset; a scoped caller sees the runs of what it
+// was granted, as in ListJobs.
 func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsRow, error) {
 	rows, err := q.db.Query(ctx, listRuns,
 		arg.TenantID,
@@ -603,6 +619,9 @@ func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsR
 		arg.Status,
 		arg.Since,
 		arg.Until,
+		arg.Scoped,
+		arg.ScopeNamespaces,
+		arg.ScopeJobs,
 		arg.BeforeAt,
 		arg.BeforeID,
 		arg.PageSize,

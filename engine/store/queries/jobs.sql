@@ -35,12 +35,17 @@ RETURNING *;
 
 -- ListJobs pages through a tenant's jobs by (name, id) with an index range
 -- scan; without a status filter it leaves out deleted jobs.
+-- ListJobs pages through a tenant's jobs by (name, id). A scoped caller
+-- (one without a tenant-wide role) sees only the namespaces and the jobs
+-- ("namespace/name") it was granted.
 -- name: ListJobs :many
 SELECT * FROM jobs
 WHERE tenant_id = @tenant_id
   AND (sqlc.narg(namespace)::text IS NULL OR namespace = sqlc.narg(namespace)::text)
   AND ((sqlc.narg(status)::text IS NULL AND status <> 'deleted') OR status = sqlc.narg(status)::text)
   AND labels @> @labels::jsonb
+  AND (NOT @scoped::bool OR namespace = ANY(@scope_namespaces::text[])
+       OR namespace || '/' || name = ANY(@scope_jobs::text[]))
   AND (name, id) > (@after_name::text, @after_id::uuid)
 ORDER BY name, id
 LIMIT @page_size;

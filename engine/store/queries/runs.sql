@@ -104,7 +104,8 @@ FROM (SELECT unnest(@ids::int[]) AS id, unnest(@lags::float8[]) AS lag) AS u
 WHERE shards.id = u.id AND shards.owner_node = @node::uuid;
 
 -- ListRuns pages through a tenant's runs, newest instant first, by
--- (scheduled_for, id) keyset.
+-- (scheduled_for, id) keyset; a scoped caller sees the runs of what it
+-- was granted, as in ListJobs.
 -- name: ListRuns :many
 SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
        r.created_at, r.started_at, r.finished_at, j.namespace, j.name AS job_name
@@ -114,6 +115,8 @@ WHERE r.tenant_id = @tenant_id
   AND (sqlc.narg(status)::text IS NULL OR r.status = sqlc.narg(status)::text)
   AND (sqlc.narg(since)::timestamptz IS NULL OR r.scheduled_for >= sqlc.narg(since)::timestamptz)
   AND (sqlc.narg(until)::timestamptz IS NULL OR r.scheduled_for < sqlc.narg(until)::timestamptz)
+  AND (NOT @scoped::bool OR j.namespace = ANY(@scope_namespaces::text[])
+       OR j.namespace || '/' || j.name = ANY(@scope_jobs::text[]))
   AND (r.scheduled_for, r.id) < (@before_at::timestamptz, @before_id::uuid)
 ORDER BY r.scheduled_for DESC, r.id DESC
 LIMIT @page_size;
@@ -135,12 +138,16 @@ WHERE t.run_id = @run_id ORDER BY a.task_id, a.number;
 INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
 VALUES (@id, @tenant_id, now(), @actor, @action, @target_kind, @target_id, @target_name, @before, @after);
 
+-- ListDeadLetters pages through dead-lettered tasks, newest first; a
+-- scoped caller sees those of what it was granted, as in ListJobs.
 -- name: ListDeadLetters :many
 SELECT t.id, t.run_id, t.step, t.attempt, t.queue, t.last_error, t.finished_at, r.job_id, r.scheduled_for,
        j.namespace, j.name AS job_name
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
 WHERE t.tenant_id = @tenant_id AND t.status = 'dead_lettered'
   AND (sqlc.narg(job_id)::uuid IS NULL OR r.job_id = sqlc.narg(job_id)::uuid)
+  AND (NOT @scoped::bool OR j.namespace = ANY(@scope_namespaces::text[])
+       OR j.namespace || '/' || j.name = ANY(@scope_jobs::text[]))
   AND (t.finished_at, t.id) < (@before_at::timestamptz, @before_id::uuid)
 ORDER BY t.finished_at DESC, t.id DESC
 LIMIT @page_size;

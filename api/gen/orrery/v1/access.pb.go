@@ -23,6 +23,710 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type Tenant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Share of capacity against other tenants (fair admission).
+	Weight int32 `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	// Running tasks across all queues; 0: no quota.
+	MaxConcurrency int32                  `protobuf:"varint,4,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
+	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Tenant) Reset() {
+	*x = Tenant{}
+	mi := &file_orrery_v1_access_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tenant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tenant) ProtoMessage() {}
+
+func (x *Tenant) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
+func (*Tenant) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Tenant) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Tenant) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Tenant) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *Tenant) GetMaxConcurrency() int32 {
+	if x != nil {
+		return x.MaxConcurrency
+	}
+	return 0
+}
+
+func (x *Tenant) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type CreateTenantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As a namespace name: a-z, 0-9, '-', '_' and '.', starting with a
+	// letter or digit, at most 63 characters.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTenantRequest) Reset() {
+	*x = CreateTenantRequest{}
+	mi := &file_orrery_v1_access_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTenantRequest) ProtoMessage() {}
+
+func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
+func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateTenantRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CreateTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        *Tenant                `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTenantResponse) Reset() {
+	*x = CreateTenantResponse{}
+	mi := &file_orrery_v1_access_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTenantResponse) ProtoMessage() {}
+
+func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
+func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateTenantResponse) GetTenant() *Tenant {
+	if x != nil {
+		return x.Tenant
+	}
+	return nil
+}
+
+type ListTenantsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 1000; 0: 100.
+	PageSize      int32  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTenantsRequest) Reset() {
+	*x = ListTenantsRequest{}
+	mi := &file_orrery_v1_access_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTenantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTenantsRequest) ProtoMessage() {}
+
+func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
+func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListTenantsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTenantsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListTenantsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenants       []*Tenant              `protobuf:"bytes,1,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTenantsResponse) Reset() {
+	*x = ListTenantsResponse{}
+	mi := &file_orrery_v1_access_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTenantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTenantsResponse) ProtoMessage() {}
+
+func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
+func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListTenantsResponse) GetTenants() []*Tenant {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+func (x *ListTenantsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// Grant gives a principal a role on a namespace, or on one job of it.
+type Grant struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Principal string                 `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	Namespace string                 `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Empty: the whole namespace.
+	Job string `protobuf:"bytes,4,opt,name=job,proto3" json:"job,omitempty"`
+	// reader, editor or admin.
+	Role string `protobuf:"bytes,5,opt,name=role,proto3" json:"role,omitempty"`
+	// When it was given (or last changed), and by whom.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedBy     string                 `protobuf:"bytes,7,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_orrery_v1_access_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Grant) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Grant) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *Grant) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Grant) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *Grant) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *Grant) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Grant) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+type GrantRoleRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who gets the role: a key's principal (keys made later count too).
+	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Empty: the whole namespace.
+	Job string `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
+	// reader, editor or admin.
+	Role          string `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantRoleRequest) Reset() {
+	*x = GrantRoleRequest{}
+	mi := &file_orrery_v1_access_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantRoleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantRoleRequest) ProtoMessage() {}
+
+func (x *GrantRoleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantRoleRequest.ProtoReflect.Descriptor instead.
+func (*GrantRoleRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GrantRoleRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *GrantRoleRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *GrantRoleRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *GrantRoleRequest) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+type GrantRoleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grant         *Grant                 `protobuf:"bytes,1,opt,name=grant,proto3" json:"grant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantRoleResponse) Reset() {
+	*x = GrantRoleResponse{}
+	mi := &file_orrery_v1_access_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantRoleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantRoleResponse) ProtoMessage() {}
+
+func (x *GrantRoleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantRoleResponse.ProtoReflect.Descriptor instead.
+func (*GrantRoleResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GrantRoleResponse) GetGrant() *Grant {
+	if x != nil {
+		return x.Grant
+	}
+	return nil
+}
+
+type RevokeGrantRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Principal string                 `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	Namespace string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Empty: the grant on the whole namespace (grants on its jobs stay).
+	Job           string `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeGrantRequest) Reset() {
+	*x = RevokeGrantRequest{}
+	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeGrantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeGrantRequest) ProtoMessage() {}
+
+func (x *RevokeGrantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeGrantRequest.ProtoReflect.Descriptor instead.
+func (*RevokeGrantRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RevokeGrantRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *RevokeGrantRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *RevokeGrantRequest) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+type RevokeGrantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeGrantResponse) Reset() {
+	*x = RevokeGrantResponse{}
+	mi := &file_orrery_v1_access_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeGrantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeGrantResponse) ProtoMessage() {}
+
+func (x *RevokeGrantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeGrantResponse.ProtoReflect.Descriptor instead.
+func (*RevokeGrantResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{9}
+}
+
+type ListGrantsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: every namespace (admin of the tenant only).
+	Namespace string `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Empty: every principal.
+	Principal string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	// 1 to 1000; 0: 100.
+	PageSize      int32  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGrantsRequest) Reset() {
+	*x = ListGrantsRequest{}
+	mi := &file_orrery_v1_access_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGrantsRequest) ProtoMessage() {}
+
+func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGrantsRequest.ProtoReflect.Descriptor instead.
+func (*ListGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ListGrantsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListGrantsRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *ListGrantsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListGrantsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListGrantsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grants        []*Grant               `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGrantsResponse) Reset() {
+	*x = ListGrantsResponse{}
+	mi := &file_orrery_v1_access_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGrantsResponse) ProtoMessage() {}
+
+func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGrantsResponse.ProtoReflect.Descriptor instead.
+func (*ListGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListGrantsResponse) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+func (x *ListGrantsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 // APIKey is a key as stored, without its secret.
 type APIKey struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -32,7 +736,8 @@ type APIKey struct {
 	Prefix string `protobuf:"bytes,2,opt,name=prefix,proto3" json:"prefix,omitempty"`
 	// Who the key stands for (recorded on every change it makes).
 	Principal string `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
-	// reader, editor or admin.
+	// The key's tenant-wide role: none (only what grants give), reader,
+	// editor or admin.
 	Role      string                 `protobuf:"bytes,4,opt,name=role,proto3" json:"role,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// Who created it: the actor of the call, or "orrery keys create" for a
@@ -41,14 +746,16 @@ type APIKey struct {
 	// Unset when the key never expires.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// Unset while the key is not revoked.
-	RevokedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	RevokedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	// The key may also create and list tenants and make keys in any tenant.
+	SystemAdmin   bool `protobuf:"varint,9,opt,name=system_admin,json=systemAdmin,proto3" json:"system_admin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *APIKey) Reset() {
 	*x = APIKey{}
-	mi := &file_orrery_v1_access_proto_msgTypes[0]
+	mi := &file_orrery_v1_access_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -60,7 +767,7 @@ func (x *APIKey) String() string {
 func (*APIKey) ProtoMessage() {}
 
 func (x *APIKey) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[0]
+	mi := &file_orrery_v1_access_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -73,7 +780,7 @@ func (x *APIKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use APIKey.ProtoReflect.Descriptor instead.
 func (*APIKey) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{0}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *APIKey) GetId() string {
@@ -132,22 +839,35 @@ func (x *APIKey) GetRevokedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *APIKey) GetSystemAdmin() bool {
+	if x != nil {
+		return x.SystemAdmin
+	}
+	return false
+}
+
 type CreateAPIKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Who the key stands for: 1 to 200 characters.
 	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
-	// reader, editor or admin; not above the caller's own role.
+	// The key's tenant-wide role: none (it acts only where its principal
+	// is granted a role), reader, editor or admin.
 	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
 	// The key's lifetime from now; unset or zero: it never expires. Not
 	// negative.
-	ExpiresIn     *durationpb.Duration `protobuf:"bytes,3,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	ExpiresIn *durationpb.Duration `protobuf:"bytes,3,opt,name=expires_in,json=expiresIn,proto3" json:"expires_in,omitempty"`
+	// The tenant's name; empty: the caller's. Naming one needs a system
+	// admin.
+	Tenant string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Make a system admin key; needs a system admin.
+	SystemAdmin   bool `protobuf:"varint,5,opt,name=system_admin,json=systemAdmin,proto3" json:"system_admin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateAPIKeyRequest) Reset() {
 	*x = CreateAPIKeyRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[1]
+	mi := &file_orrery_v1_access_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -159,7 +879,7 @@ func (x *CreateAPIKeyRequest) String() string {
 func (*CreateAPIKeyRequest) ProtoMessage() {}
 
 func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[1]
+	mi := &file_orrery_v1_access_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -172,7 +892,7 @@ func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{1}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateAPIKeyRequest) GetPrincipal() string {
@@ -196,6 +916,20 @@ func (x *CreateAPIKeyRequest) GetExpiresIn() *durationpb.Duration {
 	return nil
 }
 
+func (x *CreateAPIKeyRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CreateAPIKeyRequest) GetSystemAdmin() bool {
+	if x != nil {
+		return x.SystemAdmin
+	}
+	return false
+}
+
 type CreateAPIKeyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The key itself (ork_...), for `Authorization: Bearer`: shown once.
@@ -207,7 +941,7 @@ type CreateAPIKeyResponse struct {
 
 func (x *CreateAPIKeyResponse) Reset() {
 	*x = CreateAPIKeyResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[2]
+	mi := &file_orrery_v1_access_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +953,7 @@ func (x *CreateAPIKeyResponse) String() string {
 func (*CreateAPIKeyResponse) ProtoMessage() {}
 
 func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[2]
+	mi := &file_orrery_v1_access_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +966,7 @@ func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{2}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateAPIKeyResponse) GetSecret() string {
@@ -257,7 +991,7 @@ type ListAPIKeysRequest struct {
 
 func (x *ListAPIKeysRequest) Reset() {
 	*x = ListAPIKeysRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[3]
+	mi := &file_orrery_v1_access_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -269,7 +1003,7 @@ func (x *ListAPIKeysRequest) String() string {
 func (*ListAPIKeysRequest) ProtoMessage() {}
 
 func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[3]
+	mi := &file_orrery_v1_access_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -282,7 +1016,7 @@ func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAPIKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListAPIKeysRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{3}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{15}
 }
 
 type ListAPIKeysResponse struct {
@@ -294,7 +1028,7 @@ type ListAPIKeysResponse struct {
 
 func (x *ListAPIKeysResponse) Reset() {
 	*x = ListAPIKeysResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[4]
+	mi := &file_orrery_v1_access_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +1040,7 @@ func (x *ListAPIKeysResponse) String() string {
 func (*ListAPIKeysResponse) ProtoMessage() {}
 
 func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[4]
+	mi := &file_orrery_v1_access_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +1053,7 @@ func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAPIKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListAPIKeysResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{4}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListAPIKeysResponse) GetKeys() []*APIKey {
@@ -339,7 +1073,7 @@ type RevokeAPIKeyRequest struct {
 
 func (x *RevokeAPIKeyRequest) Reset() {
 	*x = RevokeAPIKeyRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[5]
+	mi := &file_orrery_v1_access_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +1085,7 @@ func (x *RevokeAPIKeyRequest) String() string {
 func (*RevokeAPIKeyRequest) ProtoMessage() {}
 
 func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[5]
+	mi := &file_orrery_v1_access_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +1098,7 @@ func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{5}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RevokeAPIKeyRequest) GetPrefix() string {
@@ -382,7 +1116,7 @@ type RevokeAPIKeyResponse struct {
 
 func (x *RevokeAPIKeyResponse) Reset() {
 	*x = RevokeAPIKeyResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[6]
+	mi := &file_orrery_v1_access_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +1128,7 @@ func (x *RevokeAPIKeyResponse) String() string {
 func (*RevokeAPIKeyResponse) ProtoMessage() {}
 
 func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[6]
+	mi := &file_orrery_v1_access_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,14 +1141,63 @@ func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{6}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{18}
 }
 
 var File_orrery_v1_access_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_access_proto_rawDesc = "" +
 	"\n" +
-	"\x16orrery/v1/access.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb2\x02\n" +
+	"\x16orrery/v1/access.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa8\x01\n" +
+	"\x06Tenant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06weight\x18\x03 \x01(\x05R\x06weight\x12'\n" +
+	"\x0fmax_concurrency\x18\x04 \x01(\x05R\x0emaxConcurrency\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\")\n" +
+	"\x13CreateTenantRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"A\n" +
+	"\x14CreateTenantResponse\x12)\n" +
+	"\x06tenant\x18\x01 \x01(\v2\x11.orrery.v1.TenantR\x06tenant\"P\n" +
+	"\x12ListTenantsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"j\n" +
+	"\x13ListTenantsResponse\x12+\n" +
+	"\atenants\x18\x01 \x03(\v2\x11.orrery.v1.TenantR\atenants\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd3\x01\n" +
+	"\x05Grant\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03job\x18\x04 \x01(\tR\x03job\x12\x12\n" +
+	"\x04role\x18\x05 \x01(\tR\x04role\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\a \x01(\tR\tcreatedBy\"t\n" +
+	"\x10GrantRoleRequest\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03job\x18\x03 \x01(\tR\x03job\x12\x12\n" +
+	"\x04role\x18\x04 \x01(\tR\x04role\";\n" +
+	"\x11GrantRoleResponse\x12&\n" +
+	"\x05grant\x18\x01 \x01(\v2\x10.orrery.v1.GrantR\x05grant\"b\n" +
+	"\x12RevokeGrantRequest\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03job\x18\x03 \x01(\tR\x03job\"\x15\n" +
+	"\x13RevokeGrantResponse\"\x8b\x01\n" +
+	"\x11ListGrantsRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"f\n" +
+	"\x12ListGrantsResponse\x12(\n" +
+	"\x06grants\x18\x01 \x03(\v2\x10.orrery.v1.GrantR\x06grants\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd5\x02\n" +
 	"\x06APIKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x1c\n" +
@@ -427,12 +1210,15 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
 	"\n" +
-	"revoked_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\"\x81\x01\n" +
+	"revoked_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\x12!\n" +
+	"\fsystem_admin\x18\t \x01(\bR\vsystemAdmin\"\xbc\x01\n" +
 	"\x13CreateAPIKeyRequest\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x128\n" +
 	"\n" +
-	"expires_in\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\"S\n" +
+	"expires_in\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\x12\x16\n" +
+	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12!\n" +
+	"\fsystem_admin\x18\x05 \x01(\bR\vsystemAdmin\"S\n" +
 	"\x14CreateAPIKeyResponse\x12\x16\n" +
 	"\x06secret\x18\x01 \x01(\tR\x06secret\x12#\n" +
 	"\x03key\x18\x02 \x01(\v2\x11.orrery.v1.APIKeyR\x03key\"\x14\n" +
@@ -441,11 +1227,17 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\v2\x11.orrery.v1.APIKeyR\x04keys\"-\n" +
 	"\x13RevokeAPIKeyRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"\x16\n" +
-	"\x14RevokeAPIKeyResponse2\x84\x02\n" +
+	"\x14RevokeAPIKeyResponse2\x8e\x05\n" +
 	"\rAccessService\x12O\n" +
+	"\fCreateTenant\x12\x1e.orrery.v1.CreateTenantRequest\x1a\x1f.orrery.v1.CreateTenantResponse\x12Q\n" +
+	"\vListTenants\x12\x1d.orrery.v1.ListTenantsRequest\x1a\x1e.orrery.v1.ListTenantsResponse\"\x03\x90\x02\x01\x12O\n" +
 	"\fCreateAPIKey\x12\x1e.orrery.v1.CreateAPIKeyRequest\x1a\x1f.orrery.v1.CreateAPIKeyResponse\x12Q\n" +
 	"\vListAPIKeys\x12\x1d.orrery.v1.ListAPIKeysRequest\x1a\x1e.orrery.v1.ListAPIKeysResponse\"\x03\x90\x02\x01\x12O\n" +
-	"\fRevokeAPIKey\x12\x1e.orrery.v1.RevokeAPIKeyRequest\x1a\x1f.orrery.v1.RevokeAPIKeyResponseB9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"\fRevokeAPIKey\x12\x1e.orrery.v1.RevokeAPIKeyRequest\x1a\x1f.orrery.v1.RevokeAPIKeyResponse\x12F\n" +
+	"\tGrantRole\x12\x1b.orrery.v1.GrantRoleRequest\x1a\x1c.orrery.v1.GrantRoleResponse\x12L\n" +
+	"\vRevokeGrant\x12\x1d.orrery.v1.RevokeGrantRequest\x1a\x1e.orrery.v1.RevokeGrantResponse\x12N\n" +
+	"\n" +
+	"ListGrants\x12\x1c.orrery.v1.ListGrantsRequest\x1a\x1d.orrery.v1.ListGrantsResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_access_proto_rawDescOnce sync.Once
@@ -459,36 +1251,64 @@ func file_orrery_v1_access_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_access_proto_rawDescData
 }
 
-var file_orrery_v1_access_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_orrery_v1_access_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_orrery_v1_access_proto_goTypes = []any{
-	(*APIKey)(nil),                // 0: orrery.v1.APIKey
-	(*CreateAPIKeyRequest)(nil),   // 1: orrery.v1.CreateAPIKeyRequest
-	(*CreateAPIKeyResponse)(nil),  // 2: orrery.v1.CreateAPIKeyResponse
-	(*ListAPIKeysRequest)(nil),    // 3: orrery.v1.ListAPIKeysRequest
-	(*ListAPIKeysResponse)(nil),   // 4: orrery.v1.ListAPIKeysResponse
-	(*RevokeAPIKeyRequest)(nil),   // 5: orrery.v1.RevokeAPIKeyRequest
-	(*RevokeAPIKeyResponse)(nil),  // 6: orrery.v1.RevokeAPIKeyResponse
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
+	(*Tenant)(nil),                // 0: orrery.v1.Tenant
+	(*CreateTenantRequest)(nil),   // 1: orrery.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),  // 2: orrery.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),    // 3: orrery.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),   // 4: orrery.v1.ListTenantsResponse
+	(*Grant)(nil),                 // 5: orrery.v1.Grant
+	(*GrantRoleRequest)(nil),      // 6: orrery.v1.GrantRoleRequest
+	(*GrantRoleResponse)(nil),     // 7: orrery.v1.GrantRoleResponse
+	(*RevokeGrantRequest)(nil),    // 8: orrery.v1.RevokeGrantRequest
+	(*RevokeGrantResponse)(nil),   // 9: orrery.v1.RevokeGrantResponse
+	(*ListGrantsRequest)(nil),     // 10: orrery.v1.ListGrantsRequest
+	(*ListGrantsResponse)(nil),    // 11: orrery.v1.ListGrantsResponse
+	(*APIKey)(nil),                // 12: orrery.v1.APIKey
+	(*CreateAPIKeyRequest)(nil),   // 13: orrery.v1.CreateAPIKeyRequest
+	(*CreateAPIKeyResponse)(nil),  // 14: orrery.v1.CreateAPIKeyResponse
+	(*ListAPIKeysRequest)(nil),    // 15: orrery.v1.ListAPIKeysRequest
+	(*ListAPIKeysResponse)(nil),   // 16: orrery.v1.ListAPIKeysResponse
+	(*RevokeAPIKeyRequest)(nil),   // 17: orrery.v1.RevokeAPIKeyRequest
+	(*RevokeAPIKeyResponse)(nil),  // 18: orrery.v1.RevokeAPIKeyResponse
+	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
 }
 var file_orrery_v1_access_proto_depIdxs = []int32{
-	7, // 0: orrery.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
-	7, // 1: orrery.v1.APIKey.expires_at:type_name -> google.protobuf.Timestamp
-	7, // 2: orrery.v1.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
-	8, // 3: orrery.v1.CreateAPIKeyRequest.expires_in:type_name -> google.protobuf.Duration
-	0, // 4: orrery.v1.CreateAPIKeyResponse.key:type_name -> orrery.v1.APIKey
-	0, // 5: orrery.v1.ListAPIKeysResponse.keys:type_name -> orrery.v1.APIKey
-	1, // 6: orrery.v1.AccessService.CreateAPIKey:input_type -> orrery.v1.CreateAPIKeyRequest
-	3, // 7: orrery.v1.AccessService.ListAPIKeys:input_type -> orrery.v1.ListAPIKeysRequest
-	5, // 8: orrery.v1.AccessService.RevokeAPIKey:input_type -> orrery.v1.RevokeAPIKeyRequest
-	2, // 9: orrery.v1.AccessService.CreateAPIKey:output_type -> orrery.v1.CreateAPIKeyResponse
-	4, // 10: orrery.v1.AccessService.ListAPIKeys:output_type -> orrery.v1.ListAPIKeysResponse
-	6, // 11: orrery.v1.AccessService.RevokeAPIKey:output_type -> orrery.v1.RevokeAPIKeyResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	19, // 0: orrery.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	0,  // 1: orrery.v1.CreateTenantResponse.tenant:type_name -> orrery.v1.Tenant
+	0,  // 2: orrery.v1.ListTenantsResponse.tenants:type_name -> orrery.v1.Tenant
+	19, // 3: orrery.v1.Grant.created_at:type_name -> google.protobuf.Timestamp
+	5,  // 4: orrery.v1.GrantRoleResponse.grant:type_name -> orrery.v1.Grant
+	5,  // 5: orrery.v1.ListGrantsResponse.grants:type_name -> orrery.v1.Grant
+	19, // 6: orrery.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	19, // 7: orrery.v1.APIKey.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 8: orrery.v1.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
+	20, // 9: orrery.v1.CreateAPIKeyRequest.expires_in:type_name -> google.protobuf.Duration
+	12, // 10: orrery.v1.CreateAPIKeyResponse.key:type_name -> orrery.v1.APIKey
+	12, // 11: orrery.v1.ListAPIKeysResponse.keys:type_name -> orrery.v1.APIKey
+	1,  // 12: orrery.v1.AccessService.CreateTenant:input_type -> orrery.v1.CreateTenantRequest
+	3,  // 13: orrery.v1.AccessService.ListTenants:input_type -> orrery.v1.ListTenantsRequest
+	13, // 14: orrery.v1.AccessService.CreateAPIKey:input_type -> orrery.v1.CreateAPIKeyRequest
+	15, // 15: orrery.v1.AccessService.ListAPIKeys:input_type -> orrery.v1.ListAPIKeysRequest
+	17, // 16: orrery.v1.AccessService.RevokeAPIKey:input_type -> orrery.v1.RevokeAPIKeyRequest
+	6,  // 17: orrery.v1.AccessService.GrantRole:input_type -> orrery.v1.GrantRoleRequest
+	8,  // 18: orrery.v1.AccessService.RevokeGrant:input_type -> orrery.v1.RevokeGrantRequest
+	10, // 19: orrery.v1.AccessService.ListGrants:input_type -> orrery.v1.ListGrantsRequest
+	2,  // 20: orrery.v1.AccessService.CreateTenant:output_type -> orrery.v1.CreateTenantResponse
+	4,  // 21: orrery.v1.AccessService.ListTenants:output_type -> orrery.v1.ListTenantsResponse
+	14, // 22: orrery.v1.AccessService.CreateAPIKey:output_type -> orrery.v1.CreateAPIKeyResponse
+	16, // 23: orrery.v1.AccessService.ListAPIKeys:output_type -> orrery.v1.ListAPIKeysResponse
+	18, // 24: orrery.v1.AccessService.RevokeAPIKey:output_type -> orrery.v1.RevokeAPIKeyResponse
+	7,  // 25: orrery.v1.AccessService.GrantRole:output_type -> orrery.v1.GrantRoleResponse
+	9,  // 26: orrery.v1.AccessService.RevokeGrant:output_type -> orrery.v1.RevokeGrantResponse
+	11, // 27: orrery.v1.AccessService.ListGrants:output_type -> orrery.v1.ListGrantsResponse
+	20, // [20:28] is the sub-list for method output_type
+	12, // [12:20] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_access_proto_init() }
@@ -502,7 +1322,7 @@ func file_orrery_v1_access_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_access_proto_rawDesc), len(file_orrery_v1_access_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

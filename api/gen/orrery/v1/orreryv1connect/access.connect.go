@@ -33,6 +33,12 @@ const (
 // reflection-formatted method names, remove the leading slash and convert the remaining slash to a
 // period.
 const (
+	// AccessServiceCreateTenantProcedure is the fully-qualified name of the AccessService's
+	// CreateTenant RPC.
+	AccessServiceCreateTenantProcedure = "/orrery.v1.AccessService/CreateTenant"
+	// AccessServiceListTenantsProcedure is the fully-qualified name of the AccessService's ListTenants
+	// RPC.
+	AccessServiceListTenantsProcedure = "/orrery.v1.AccessService/ListTenants"
 	// AccessServiceCreateAPIKeyProcedure is the fully-qualified name of the AccessService's
 	// CreateAPIKey RPC.
 	AccessServiceCreateAPIKeyProcedure = "/orrery.v1.AccessService/CreateAPIKey"
@@ -42,22 +48,45 @@ const (
 	// AccessServiceRevokeAPIKeyProcedure is the fully-qualified name of the AccessService's
 	// RevokeAPIKey RPC.
 	AccessServiceRevokeAPIKeyProcedure = "/orrery.v1.AccessService/RevokeAPIKey"
+	// AccessServiceGrantRoleProcedure is the fully-qualified name of the AccessService's GrantRole RPC.
+	AccessServiceGrantRoleProcedure = "/orrery.v1.AccessService/GrantRole"
+	// AccessServiceRevokeGrantProcedure is the fully-qualified name of the AccessService's RevokeGrant
+	// RPC.
+	AccessServiceRevokeGrantProcedure = "/orrery.v1.AccessService/RevokeGrant"
+	// AccessServiceListGrantsProcedure is the fully-qualified name of the AccessService's ListGrants
+	// RPC.
+	AccessServiceListGrantsProcedure = "/orrery.v1.AccessService/ListGrants"
 )
 
 // AccessServiceClient is a client for the orrery.v1.AccessService service.
 type AccessServiceClient interface {
-	// CreateAPIKey makes a key in the caller's tenant and returns its
-	// secret: shown this once, never stored (the server keeps its SHA-256).
-	// A caller cannot create a key with a role above its own.
+	// CreateTenant makes a tenant. System admin only.
+	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
+	// ListTenants lists every tenant by name. System admin only.
+	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
+	// CreateAPIKey makes a key and returns its secret: shown this once,
+	// never stored (the server keeps its SHA-256). Admin of the tenant; a
+	// key in a named tenant, or a system admin key, needs a system admin.
 	CreateAPIKey(context.Context, *connect.Request[v1.CreateAPIKeyRequest]) (*connect.Response[v1.CreateAPIKeyResponse], error)
 	// ListAPIKeys lists the tenant's keys, live, expired and revoked, oldest
-	// first; never their secrets or hashes.
+	// first; never their secrets or hashes. Admin of the tenant.
 	ListAPIKeys(context.Context, *connect.Request[v1.ListAPIKeysRequest]) (*connect.Response[v1.ListAPIKeysResponse], error)
 	// RevokeAPIKey ends a live key of the tenant, named by its prefix; it
 	// stops working at once on the server that revoked it, and on the other
 	// servers within their key cache's TTL (10 s by default). Revoking the
-	// key the call is made with is allowed.
+	// key the call is made with is allowed. Admin of the tenant.
 	RevokeAPIKey(context.Context, *connect.Request[v1.RevokeAPIKeyRequest]) (*connect.Response[v1.RevokeAPIKeyResponse], error)
+	// GrantRole gives a principal a role on a namespace or on one job of it
+	// (which need not exist yet), replacing the role it had on exactly that.
+	// Admin of the namespace (or of the job, for a grant on the job). Takes
+	// effect like RevokeAPIKey.
+	GrantRole(context.Context, *connect.Request[v1.GrantRoleRequest]) (*connect.Response[v1.GrantRoleResponse], error)
+	// RevokeGrant removes a principal's grant on a namespace or job.
+	// Admin of it, as for GrantRole.
+	RevokeGrant(context.Context, *connect.Request[v1.RevokeGrantRequest]) (*connect.Response[v1.RevokeGrantResponse], error)
+	// ListGrants lists grants by namespace, job and principal. Admin of the
+	// tenant, or of the namespace named by the filter.
+	ListGrants(context.Context, *connect.Request[v1.ListGrantsRequest]) (*connect.Response[v1.ListGrantsResponse], error)
 }
 
 // NewAccessServiceClient constructs a client for the orrery.v1.AccessService service. By default,
@@ -71,6 +100,19 @@ func NewAccessServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 	baseURL = strings.TrimRight(baseURL, "/")
 	accessServiceMethods := v1.File_orrery_v1_access_proto.Services().ByName("AccessService").Methods()
 	return &accessServiceClient{
+		createTenant: connect.NewClient[v1.CreateTenantRequest, v1.CreateTenantResponse](
+			httpClient,
+			baseURL+AccessServiceCreateTenantProcedure,
+			connect.WithSchema(accessServiceMethods.ByName("CreateTenant")),
+			connect.WithClientOptions(opts...),
+		),
+		listTenants: connect.NewClient[v1.ListTenantsRequest, v1.ListTenantsResponse](
+			httpClient,
+			baseURL+AccessServiceListTenantsProcedure,
+			connect.WithSchema(accessServiceMethods.ByName("ListTenants")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		createAPIKey: connect.NewClient[v1.CreateAPIKeyRequest, v1.CreateAPIKeyResponse](
 			httpClient,
 			baseURL+AccessServiceCreateAPIKeyProcedure,
@@ -90,14 +132,48 @@ func NewAccessServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(accessServiceMethods.ByName("RevokeAPIKey")),
 			connect.WithClientOptions(opts...),
 		),
+		grantRole: connect.NewClient[v1.GrantRoleRequest, v1.GrantRoleResponse](
+			httpClient,
+			baseURL+AccessServiceGrantRoleProcedure,
+			connect.WithSchema(accessServiceMethods.ByName("GrantRole")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeGrant: connect.NewClient[v1.RevokeGrantRequest, v1.RevokeGrantResponse](
+			httpClient,
+			baseURL+AccessServiceRevokeGrantProcedure,
+			connect.WithSchema(accessServiceMethods.ByName("RevokeGrant")),
+			connect.WithClientOptions(opts...),
+		),
+		listGrants: connect.NewClient[v1.ListGrantsRequest, v1.ListGrantsResponse](
+			httpClient,
+			baseURL+AccessServiceListGrantsProcedure,
+			connect.WithSchema(accessServiceMethods.ByName("ListGrants")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // accessServiceClient implements AccessServiceClient.
 type accessServiceClient struct {
+	createTenant *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
+	listTenants  *connect.Client[v1.ListTenantsRequest, v1.ListTenantsResponse]
 	createAPIKey *connect.Client[v1.CreateAPIKeyRequest, v1.CreateAPIKeyResponse]
 	listAPIKeys  *connect.Client[v1.ListAPIKeysRequest, v1.ListAPIKeysResponse]
 	revokeAPIKey *connect.Client[v1.RevokeAPIKeyRequest, v1.RevokeAPIKeyResponse]
+	grantRole    *connect.Client[v1.GrantRoleRequest, v1.GrantRoleResponse]
+	revokeGrant  *connect.Client[v1.RevokeGrantRequest, v1.RevokeGrantResponse]
+	listGrants   *connect.Client[v1.ListGrantsRequest, v1.ListGrantsResponse]
+}
+
+// CreateTenant calls orrery.v1.AccessService.CreateTenant.
+func (c *accessServiceClient) CreateTenant(ctx context.Context, req *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error) {
+	return c.createTenant.CallUnary(ctx, req)
+}
+
+// ListTenants calls orrery.v1.AccessService.ListTenants.
+func (c *accessServiceClient) ListTenants(ctx context.Context, req *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error) {
+	return c.listTenants.CallUnary(ctx, req)
 }
 
 // CreateAPIKey calls orrery.v1.AccessService.CreateAPIKey.
@@ -115,20 +191,50 @@ func (c *accessServiceClient) RevokeAPIKey(ctx context.Context, req *connect.Req
 	return c.revokeAPIKey.CallUnary(ctx, req)
 }
 
+// GrantRole calls orrery.v1.AccessService.GrantRole.
+func (c *accessServiceClient) GrantRole(ctx context.Context, req *connect.Request[v1.GrantRoleRequest]) (*connect.Response[v1.GrantRoleResponse], error) {
+	return c.grantRole.CallUnary(ctx, req)
+}
+
+// RevokeGrant calls orrery.v1.AccessService.RevokeGrant.
+func (c *accessServiceClient) RevokeGrant(ctx context.Context, req *connect.Request[v1.RevokeGrantRequest]) (*connect.Response[v1.RevokeGrantResponse], error) {
+	return c.revokeGrant.CallUnary(ctx, req)
+}
+
+// ListGrants calls orrery.v1.AccessService.ListGrants.
+func (c *accessServiceClient) ListGrants(ctx context.Context, req *connect.Request[v1.ListGrantsRequest]) (*connect.Response[v1.ListGrantsResponse], error) {
+	return c.listGrants.CallUnary(ctx, req)
+}
+
 // AccessServiceHandler is an implementation of the orrery.v1.AccessService service.
 type AccessServiceHandler interface {
-	// CreateAPIKey makes a key in the caller's tenant and returns its
-	// secret: shown this once, never stored (the server keeps its SHA-256).
-	// A caller cannot create a key with a role above its own.
+	// CreateTenant makes a tenant. System admin only.
+	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
+	// ListTenants lists every tenant by name. System admin only.
+	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
+	// CreateAPIKey makes a key and returns its secret: shown this once,
+	// never stored (the server keeps its SHA-256). Admin of the tenant; a
+	// key in a named tenant, or a system admin key, needs a system admin.
 	CreateAPIKey(context.Context, *connect.Request[v1.CreateAPIKeyRequest]) (*connect.Response[v1.CreateAPIKeyResponse], error)
 	// ListAPIKeys lists the tenant's keys, live, expired and revoked, oldest
-	// first; never their secrets or hashes.
+	// first; never their secrets or hashes. Admin of the tenant.
 	ListAPIKeys(context.Context, *connect.Request[v1.ListAPIKeysRequest]) (*connect.Response[v1.ListAPIKeysResponse], error)
 	// RevokeAPIKey ends a live key of the tenant, named by its prefix; it
 	// stops working at once on the server that revoked it, and on the other
 	// servers within their key cache's TTL (10 s by default). Revoking the
-	// key the call is made with is allowed.
+	// key the call is made with is allowed. Admin of the tenant.
 	RevokeAPIKey(context.Context, *connect.Request[v1.RevokeAPIKeyRequest]) (*connect.Response[v1.RevokeAPIKeyResponse], error)
+	// GrantRole gives a principal a role on a namespace or on one job of it
+	// (which need not exist yet), replacing the role it had on exactly that.
+	// Admin of the namespace (or of the job, for a grant on the job). Takes
+	// effect like RevokeAPIKey.
+	GrantRole(context.Context, *connect.Request[v1.GrantRoleRequest]) (*connect.Response[v1.GrantRoleResponse], error)
+	// RevokeGrant removes a principal's grant on a namespace or job.
+	// Admin of it, as for GrantRole.
+	RevokeGrant(context.Context, *connect.Request[v1.RevokeGrantRequest]) (*connect.Response[v1.RevokeGrantResponse], error)
+	// ListGrants lists grants by namespace, job and principal. Admin of the
+	// tenant, or of the namespace named by the filter.
+	ListGrants(context.Context, *connect.Request[v1.ListGrantsRequest]) (*connect.Response[v1.ListGrantsResponse], error)
 }
 
 // NewAccessServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -138,6 +244,19 @@ type AccessServiceHandler interface {
 // and JSON codecs. They also support gzip compression.
 func NewAccessServiceHandler(svc AccessServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
 	accessServiceMethods := v1.File_orrery_v1_access_proto.Services().ByName("AccessService").Methods()
+	accessServiceCreateTenantHandler := connect.NewUnaryHandler(
+		AccessServiceCreateTenantProcedure,
+		svc.CreateTenant,
+		connect.WithSchema(accessServiceMethods.ByName("CreateTenant")),
+		connect.WithHandlerOptions(opts...),
+	)
+	accessServiceListTenantsHandler := connect.NewUnaryHandler(
+		AccessServiceListTenantsProcedure,
+		svc.ListTenants,
+		connect.WithSchema(accessServiceMethods.ByName("ListTenants")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	accessServiceCreateAPIKeyHandler := connect.NewUnaryHandler(
 		AccessServiceCreateAPIKeyProcedure,
 		svc.CreateAPIKey,
@@ -157,14 +276,43 @@ func NewAccessServiceHandler(svc AccessServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(accessServiceMethods.ByName("RevokeAPIKey")),
 		connect.WithHandlerOptions(opts...),
 	)
+	accessServiceGrantRoleHandler := connect.NewUnaryHandler(
+		AccessServiceGrantRoleProcedure,
+		svc.GrantRole,
+		connect.WithSchema(accessServiceMethods.ByName("GrantRole")),
+		connect.WithHandlerOptions(opts...),
+	)
+	accessServiceRevokeGrantHandler := connect.NewUnaryHandler(
+		AccessServiceRevokeGrantProcedure,
+		svc.RevokeGrant,
+		connect.WithSchema(accessServiceMethods.ByName("RevokeGrant")),
+		connect.WithHandlerOptions(opts...),
+	)
+	accessServiceListGrantsHandler := connect.NewUnaryHandler(
+		AccessServiceListGrantsProcedure,
+		svc.ListGrants,
+		connect.WithSchema(accessServiceMethods.ByName("ListGrants")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/orrery.v1.AccessService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case AccessServiceCreateTenantProcedure:
+			accessServiceCreateTenantHandler.ServeHTTP(w, r)
+		case AccessServiceListTenantsProcedure:
+			accessServiceListTenantsHandler.ServeHTTP(w, r)
 		case AccessServiceCreateAPIKeyProcedure:
 			accessServiceCreateAPIKeyHandler.ServeHTTP(w, r)
 		case AccessServiceListAPIKeysProcedure:
 			accessServiceListAPIKeysHandler.ServeHTTP(w, r)
 		case AccessServiceRevokeAPIKeyProcedure:
 			accessServiceRevokeAPIKeyHandler.ServeHTTP(w, r)
+		case AccessServiceGrantRoleProcedure:
+			accessServiceGrantRoleHandler.ServeHTTP(w, r)
+		case AccessServiceRevokeGrantProcedure:
+			accessServiceRevokeGrantHandler.ServeHTTP(w, r)
+		case AccessServiceListGrantsProcedure:
+			accessServiceListGrantsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -173,6 +321,14 @@ func NewAccessServiceHandler(svc AccessServiceHandler, opts ...connect.HandlerOp
 
 // UnimplementedAccessServiceHandler returns CodeUnimplemented from all methods.
 type UnimplementedAccessServiceHandler struct{}
+
+func (UnimplementedAccessServiceHandler) CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.CreateTenant is not implemented"))
+}
+
+func (UnimplementedAccessServiceHandler) ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.ListTenants is not implemented"))
+}
 
 func (UnimplementedAccessServiceHandler) CreateAPIKey(context.Context, *connect.Request[v1.CreateAPIKeyRequest]) (*connect.Response[v1.CreateAPIKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.CreateAPIKey is not implemented"))
@@ -184,4 +340,16 @@ func (UnimplementedAccessServiceHandler) ListAPIKeys(context.Context, *connect.R
 
 func (UnimplementedAccessServiceHandler) RevokeAPIKey(context.Context, *connect.Request[v1.RevokeAPIKeyRequest]) (*connect.Response[v1.RevokeAPIKeyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.RevokeAPIKey is not implemented"))
+}
+
+func (UnimplementedAccessServiceHandler) GrantRole(context.Context, *connect.Request[v1.GrantRoleRequest]) (*connect.Response[v1.GrantRoleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.GrantRole is not implemented"))
+}
+
+func (UnimplementedAccessServiceHandler) RevokeGrant(context.Context, *connect.Request[v1.RevokeGrantRequest]) (*connect.Response[v1.RevokeGrantResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.RevokeGrant is not implemented"))
+}
+
+func (UnimplementedAccessServiceHandler) ListGrants(context.Context, *connect.Request[v1.ListGrantsRequest]) (*connect.Response[v1.ListGrantsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.ListGrants is not implemented"))
 }

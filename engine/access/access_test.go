@@ -1,0 +1,111 @@
+package access_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// The most permissive applicable role wins: tenant-wide, then the grant on
+// the namespace, then the grant on the job; a grant on one job says
+// nothing of its namespace or of its neighbours.
+func TestRoleOnIsTheMostPermissiveApplicable(t *testing.T) {
+	t.Parallel()
+	p := access.Principal{Role: access.Reader, Grants: []access.Grant{
+		{Namespace: "team-a", Role: access.Editor},
+		{Namespace: "team-a", Job: "deploy", Role: access.Admin},
+		{Namespace: "team-b", Job: "etl", Role: access.Editor},
+		{Namespace: "team-c", Role: access.Reader}, // weaker than tenant-wide: changes nothing
+	}}
+	for _, c := range []struct {
+		name string
+		on   access.Resource
+		want access.Role
+	}{
+		{"tenant-wide", access.TenantWide, access.Reader},
+		{"namespace grant", access.Resource{Namespace: "team-a"}, access.Editor},
+		{"job in a granted namespace", access.Resource{Namespace: "team-a", Job: "x"}, access.Editor},
+		{"job grant above its namespace's", access.Resource{Namespace: "team-a", Job: "deploy"}, access.Admin},
+		{"job grant", access.Resource{Namespace: "team-b", Job: "etl"}, access.Editor},
+		{"the job grant's namespace", access.Resource{Namespace: "team-b"}, access.Reader},
+		{"the job grant's neighbour", access.Resource{Namespace: "team-b", Job: "other"}, access.Reader},
+		{"a weaker grant", access.Resource{Namespace: "team-c", Job: "x"}, access.Reader},
+		{"no grant", access.Resource{Namespace: "team-z", Job: "x"}, access.Reader},
+		{"system", access.System, access.None},
+	} {
+		if got := p.RoleOn(c.on); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
+	}
+	if p.Scope() != nil {
+		t.Error("a tenant-wide reader's lists are scoped")
+	}
+	p.Role = access.None
+	s := p.Scope()
+	if s == nil || !slices.Equal(s.Namespaces, []string{"team-a", "team-c"}) || !slices.Equal(s.Jobs, []string{"team-a/deploy", "team-b/etl"}) {
+		t.Errorf("scope without a tenant-wide role: %+v", s)
+	}
+	if got := p.RoleOn(access.TenantWide); got != access.None {
+		t.Errorf("grants give no tenant-wide role: %s", got)
+	}
+	if !p.HasAnyRole() || (access.Principal{Role: access.None}).HasAnyRole() {
+		t.Error("HasAnyRole")
+	}
+}
+
+// Grants are loaded with the key and cached with it: a grant changed
+// through the same Service applies at once, one changed through another
+// (another server) within CacheTTL.
+func TestGrantChangesReachTheKeyCache(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	here, there := access.New(pool), access.New(pool)
+	here.CacheTTL, there.CacheTTL = 300*time.Millisecond, time.Hour
+	admin := access.Principal{Tenant: job.DefaultTenant, TenantName: "default", Name: "admin", Role: access.Admin}
+	secret, _, err := here.Create(ctx, access.NewKey{Tenant: "default", Principal: "alice", Role: access.None, CreatedBy: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	team := access.Resource{Namespace: "team", Job: "x"}
+	roleOn := func(s *access.Service) access.Role {
+		t.Helper()
+		p, err := s.Verify(ctx, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.RoleOn(team)
+	}
+	if r := roleOn(here); r != access.None {
+		t.Fatalf("before any grant: %s", r)
+	}
+	if r := roleOn(there); r != access.None {
+		t.Fatalf("before any grant, there: %s", r)
+	}
+	if _, err := here.GrantRole(ctx, admin, access.Grant{Principal: "alice", Namespace: "team", Role: access.Editor}); err != nil {
+		t.Fatal(err)
+	}
+	if r := roleOn(here); r != access.Editor {
+		t.Fatalf("granted through the same Service: %s at once, want editor", r)
+	}
+	if r := roleOn(there); r != access.None {
+		t.Fatalf("there, within its hour-long cache: %s (the cache is not used?)", r)
+	}
+	if err := there.RevokeGrant(ctx, admin, access.Grant{Principal: "alice", Namespace: "team"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for roleOn(here) != access.None {
+		if time.Now().After(deadline) {
+			t.Fatal("a grant revoked on another server still applies after the cache TTL")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,249 @@
+package access
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/engine/store"
+)
+
+const (
+	keyPrefix  = "ork_"
+	keyBytes   = 32
+	shownChars = 12
+)
+
+// Service creates, verifies and revokes API keys, grants roles and
+// creates tenants. Verified keys are cached with their principal's grants
+// for CacheTTL (see the package doc).
+type Service struct {
+	pool *pgxpool.Pool
+	// CacheTTL is how long a verified key is trusted without asking the
+	// database again; 0 asks every time. New sets DefaultCacheTTL.
+	CacheTTL time.Duration
+
+	mu    sync.Mutex
+	cache map[[sha256.Size]byte]cached
+	// gen counts forgets: a verification that read the database while one
+	// happened does not cache what it read, which may predate it.
+	gen uint64
+}
+
+type cached struct {
+	p       Principal
+	until   time.Time  // this process's clock: when to ask again
+	expires *time.Time // the key's own expiry, if any
+}
+
+// DefaultCacheTTL is how long a verified key is trusted by default.
+const DefaultCacheTTL = 10 * time.Second
+
+// maxCached bounds the cache; past it, the cache starts over.
+const maxCached = 10_000
+
+// New returns a Service on the state database.
+func New(pool *pgxpool.Pool) *Service {
+	return &Service{pool: pool, CacheTTL: DefaultCacheTTL, cache: map[[sha256.Size]byte]cached{}}
+}
+
+// Key is a stored key, without its secret.
+type Key struct {
+	ID uuid.UUID
+	// Tenant is the tenant's name (set by Create; List leaves it empty:
+	// its caller named the tenant).
+	Tenant      string
+	Principal   string
+	Role        Role
+	SystemAdmin bool
+	Prefix      string
+	ExpiresAt   *time.Time
+	CreatedAt   time.Time
+	CreatedBy   string
+	// RevokedAt is set by List for a revoked key.
+	RevokedAt *time.Time
+}
+
+// NewKey is what Create makes.
+type NewKey struct {
+	Tenant    string // the tenant's name
+	Principal string // 1 to 200 characters
+	Role      Role   // tenant-wide: none, reader, editor or admin
+	// SystemAdmin lets the key create and list tenants and make keys in
+	// any tenant.
+	SystemAdmin bool
+	TTL         time.Duration // 0: the key never expires
+	CreatedBy   string        // the actor, as the audit trail names it
+	// CreateTenant creates the tenant when it does not exist (for keys
+	// made on the database, `orrery keys create --db`).
+	CreateTenant bool
+}
+
+func (n NewKey) validate() error {
+	switch {
+	case n.Tenant == "" || len(n.Tenant) > 63:
+		return &InvalidError{Field: "tenant", Message: "1 to 63 characters"}
+	case n.Principal == "" || len(n.Principal) > maxPrincipal:
+		return &InvalidError{Field: "principal", Message: "1 to 200 characters"}
+	case n.Role != None && n.Role.rank() == 0:
+		return &InvalidError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor or admin", n.Role)}
+	case n.TTL < 0:
+		return &InvalidError{Field: "expires_in", Message: "must not be negative"}
+	}
+	return nil
+}
+
+const maxPrincipal = 200
+
+// Create makes a key and returns its secret: shown once, never stored.
+// The key's creation is audited in the key's tenant, in the same
+// transaction.
+func (k *Service) Create(ctx context.Context, n NewKey) (string, Key, error) {
+	if err := n.validate(); err != nil {
+		return "", Key{}, err
+	}
+	raw := make([]byte, keyBytes)
+	if _, err := rand.Read(raw); err != nil {
+		return "", Key{}, err
+	}
+	secret := keyPrefix + base64.RawURLEncoding.EncodeToString(raw)
+	h := sha256.Sum256([]byte(secret))
+	key := Key{ID: uuid.Must(uuid.NewV7()), Tenant: n.Tenant, Principal: n.Principal, Role: n.Role, SystemAdmin: n.SystemAdmin,
+		Prefix: secret[:shownChars], CreatedBy: n.CreatedBy}
+	err := store.InTx(ctx, k.pool, func(q *store.Queries) error {
+		tenantID, err := q.TenantByName(ctx, n.Tenant)
+		if store.IsNotFound(err) && n.CreateTenant {
+			tenantID = uuid.Must(uuid.NewV7())
+			err = q.InsertTenant(ctx, store.InsertTenantParams{ID: tenantID, Name: n.Tenant})
+		}
+		if store.IsNotFound(err) {
+			return fmt.Errorf("%w: no tenant %q", ErrNotFound, n.Tenant)
+		}
+		if err != nil {
+			return err
+		}
+		p := store.InsertAPIKeyParams{ID: key.ID, TenantID: tenantID, Principal: n.Principal, Role: string(n.Role),
+			SystemAdmin: n.SystemAdmin, Prefix: key.Prefix, Hash: h[:], CreatedBy: n.CreatedBy}
+		// now() is the transaction's start: the key's created_at too.
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return err
+		}
+		key.CreatedAt = now
+		if n.TTL > 0 {
+			exp := now.Add(n.TTL)
+			p.ExpiresAt, key.ExpiresAt = &exp, &exp
+		}
+		if err := q.InsertAPIKey(ctx, p); err != nil {
+			return err
+		}
+		after := fmt.Sprintf(`{"principal":%q,"role":%q,"system_admin":%t,"prefix":%q}`, n.Principal, n.Role, n.SystemAdmin, key.Prefix)
+		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: tenantID, Actor: n.CreatedBy,
+			Action: "create_api_key", TargetKind: "api_key", TargetID: key.ID, TargetName: key.Prefix, After: []byte(after)})
+	})
+	if err != nil {
+		return "", Key{}, err
+	}
+	return secret, key, nil
+}
+
+// Verify returns the principal of a live key.
+func (k *Service) Verify(ctx context.Context, secret string) (Principal, error) {
+	if !strings.HasPrefix(secret, keyPrefix) || len(secret) != len(keyPrefix)+base64.RawURLEncoding.EncodedLen(keyBytes) {
+		return Principal{}, ErrUnauthenticated
+	}
+	h := sha256.Sum256([]byte(secret))
+	now := time.Now()
+	k.mu.Lock()
+	c, ok := k.cache[h]
+	gen := k.gen
+	k.mu.Unlock()
+	if ok && now.Before(c.until) && (c.expires == nil || now.Before(*c.expires)) {
+		return c.p, nil
+	}
+	row, err := store.New(k.pool).APIKeyByHash(ctx, h[:])
+	if store.IsNotFound(err) {
+		k.forget(h)
+		return Principal{}, ErrUnauthenticated
+	}
+	if err != nil {
+		return Principal{}, err
+	}
+	grants, err := principalGrants(ctx, store.New(k.pool), row.TenantID, row.Principal)
+	if err != nil {
+		return Principal{}, err
+	}
+	p := Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role),
+		SystemAdmin: row.SystemAdmin, Grants: grants, KeyPrefix: row.Prefix}
+	if k.CacheTTL > 0 {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		if k.gen != gen {
+			return p, nil
+		}
+		if len(k.cache) >= maxCached {
+			clear(k.cache)
+		}
+		k.cache[h] = cached{p: p, until: now.Add(k.CacheTTL), expires: row.ExpiresAt}
+	}
+	return p, nil
+}
+
+func (k *Service) forget(h [sha256.Size]byte) {
+	k.mu.Lock()
+	delete(k.cache, h)
+	k.mu.Unlock()
+}
+
+// forgetWhere drops the cached keys whose principal matches (a key
+// revoked here, or a grant changed here).
+func (k *Service) forgetWhere(match func(Principal) bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.gen++
+	for h, c := range k.cache {
+		if match(c.p) {
+			delete(k.cache, h)
+		}
+	}
+}
+
+// Revoke ends the key with this prefix in the caller's tenant, audited.
+func (k *Service) Revoke(ctx context.Context, by Principal, prefix string) error {
+	defer k.forgetWhere(func(p Principal) bool { return p.KeyPrefix == prefix })
+	return store.InTx(ctx, k.pool, func(q *store.Queries) error {
+		row, err := q.RevokeAPIKey(ctx, store.RevokeAPIKeyParams{TenantID: by.Tenant, Prefix: prefix})
+		if store.IsNotFound(err) {
+			return fmt.Errorf("%w: no live key %q in this tenant", ErrNotFound, prefix)
+		}
+		if err != nil {
+			return err
+		}
+		before := fmt.Sprintf(`{"principal":%q,"role":%q,"prefix":%q}`, row.Principal, row.Role, prefix)
+		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: by.Tenant, Actor: by.Actor().Name,
+			Action: "revoke_api_key", TargetKind: "api_key", TargetID: row.ID, TargetName: prefix, Before: []byte(before)})
+	})
+}
+
+// List returns the keys of a tenant, live, expired and revoked, oldest
+// first; never their secrets or hashes.
+func (k *Service) List(ctx context.Context, tenant uuid.UUID) ([]Key, error) {
+	rows, err := store.New(k.pool).ListAPIKeys(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Key, len(rows))
+	for i, r := range rows {
+		out[i] = Key{ID: r.ID, Principal: r.Principal, Role: Role(r.Role), SystemAdmin: r.SystemAdmin, Prefix: r.Prefix, ExpiresAt: r.ExpiresAt,
+			CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy, RevokedAt: r.RevokedAt}
+	}
+	return out, nil
+}
