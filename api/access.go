@@ -124,6 +124,15 @@ func (s *accessServer) ListGrants(ctx context.Context, req *connect.Request[orre
 	return connect.NewResponse(out), nil
 }
 
+func (s *accessServer) WhoAmI(ctx context.Context, _ *connect.Request[orreryv1.WhoAmIRequest]) (*connect.Response[orreryv1.WhoAmIResponse], error) {
+	p := principalOf(ctx)
+	out := &orreryv1.WhoAmIResponse{Tenant: p.TenantName, Principal: p.Name, Role: string(p.Role), SystemAdmin: p.SystemAdmin, KeyPrefix: p.KeyPrefix}
+	for _, g := range p.Grants {
+		out.Grants = append(out.Grants, &orreryv1.Grant{Principal: g.Principal, Namespace: g.Namespace, Job: g.Job, Role: string(g.Role)})
+	}
+	return connect.NewResponse(out), nil
+}
+
 func keyToProto(k access.Key) *orreryv1.APIKey {
 	out := &orreryv1.APIKey{Id: k.ID.String(), Prefix: k.Prefix, Principal: k.Principal, Role: string(k.Role),
 		SystemAdmin: k.SystemAdmin, CreatedBy: k.CreatedBy}

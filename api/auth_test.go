@@ -131,7 +131,7 @@ func TestEveryRPCNeedsAKeyAndItsRole(t *testing.T) {
 		need, system := api.RequiredRole(p)
 		for name, role := range roles {
 			_, code := call(t, base+p, keys[name], "{}")
-			if denied := code == "permission_denied"; denied != (system || !role.Allows(need)) {
+			if denied := code == "permission_denied"; denied != (system || (need != access.None && !role.Allows(need))) {
 				t.Errorf("%s as %s: %q; it needs %s (system admin: %t)", p, name, code, need, system)
 			}
 		}
@@ -141,7 +141,7 @@ func TestEveryRPCNeedsAKeyAndItsRole(t *testing.T) {
 		switch allowed := code != "permission_denied"; {
 		case system && !allowed:
 			t.Errorf("%s as a system admin: %q", p, code)
-		case !system && need != access.Reader && allowed:
+		case !system && need != access.Reader && need != access.None && allowed:
 			t.Errorf("%s as a system admin without a tenant role: %q; it needs %s", p, code, need)
 		}
 	}

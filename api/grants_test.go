@@ -120,6 +120,15 @@ func TestGrantsOnNamespacesAndJobs(t *testing.T) {
 	if got := f.listed(alice, "JobService/ListJobs"); !slices.Equal(got, []string{"team-a/a1", "team-a/a2", "team-b/b1"}) {
 		t.Errorf("alice lists jobs %v", got)
 	}
+	var who struct {
+		Tenant, Principal, Role string
+		Grants                  []struct{ Namespace, Job, Role string }
+	}
+	f.ok(&who, alice, "AccessService/WhoAmI", `{}`)
+	if who.Tenant != "default" || who.Principal != "alice" || who.Role != "none" || len(who.Grants) != 2 ||
+		who.Grants[0].Namespace != "team-a" || who.Grants[1].Job != "b1" || who.Grants[1].Role != "reader" {
+		t.Errorf("alice's WhoAmI: %+v", who)
+	}
 	if got := f.listed(alice, "RunService/ListRuns"); !slices.Equal(got, []string{"team-a/a1", "team-a/a2", "team-b/b1"}) {
 		t.Errorf("alice lists runs of %v", got)
 	}

@@ -27,6 +27,8 @@ type policy struct {
 	anywhere bool
 	// system: only a system admin (tenant management).
 	system bool
+	// anyKey: every authenticated principal (role is None).
+	anyKey bool
 }
 
 // A target is one thing a request names: a resource as it is, or an id
@@ -206,6 +208,7 @@ var policies = map[string]policy{
 	orreryv1connect.AccessServiceListGrantsProcedure: {role: access.Admin, targets: func(m any) []target {
 		return grantTarget(m.(*orreryv1.ListGrantsRequest).GetNamespace(), "")
 	}},
+	orreryv1connect.AccessServiceWhoAmIProcedure: {role: access.None, anyKey: true},
 }
 
 // policyOf is a procedure's policy; a procedure missing from the table
@@ -218,7 +221,8 @@ func policyOf(procedure string) policy {
 }
 
 // RequiredRole is the tenant-wide role a procedure needs (admin when not
-// listed), and whether it needs a system admin whatever the request says.
+// listed; none when any valid key will do), and whether it needs a system
+// admin whatever the request says.
 func RequiredRole(procedure string) (role access.Role, system bool) {
 	p := policyOf(procedure)
 	return p.role, p.system
@@ -238,6 +242,8 @@ type locator interface {
 // A tenant-wide role that suffices decides without locating anything.
 func (pol policy) check(ctx context.Context, loc locator, p access.Principal, msg any) error {
 	switch {
+	case pol.anyKey:
+		return nil
 	case pol.system && !p.SystemAdmin:
 		return denied(p, pol.role, access.System)
 	case pol.system:

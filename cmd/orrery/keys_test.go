@@ -118,7 +118,7 @@ func TestTenantsAndGrantsVerbs(t *testing.T) {
 	// A key with no role lists nothing; the server's readiness probe needs
 	// one that does.
 	reader, _, _ := run(t, "keys", "create", "--db", dsn, "--principal", "probe", "--role", "reader")
-	_, as := serveWithKeys(t, dsn, strings.TrimSpace(reader))
+	addr, as := serveWithKeys(t, dsn, strings.TrimSpace(reader))
 
 	if out, errOut, code := as(sys, "tenants", "create", "acme"); code != 0 || !strings.HasPrefix(out, "created tenant acme (") {
 		t.Fatalf("tenants create: exit %d %q %q", code, out, errOut)
@@ -163,4 +163,26 @@ func TestTenantsAndGrantsVerbs(t *testing.T) {
 	args := []string{"grants", "create", "dana", "editor"}
 	out, errOut, code = as(admin, args...)
 	oneLineError(t, args, out, errOut, code, `required flag(s) "namespace" not set`)
+
+	// orrery login keeps the server and key; later commands need neither.
+	home := []string{"XDG_CONFIG_HOME=" + t.TempDir()}
+	if out, errOut, code := runEnv(t, home, "--server", addr, "--api-key", admin, "login"); code != 0 ||
+		!strings.HasPrefix(out, "logged in to http://"+addr+" as acme-admin in tenant acme, tenant-wide role admin") {
+		t.Fatalf("login: exit %d %q %q", code, out, errOut)
+	}
+	if out, errOut, code := runEnv(t, home, "whoami"); code != 0 || out != "acme-admin in tenant acme, tenant-wide role admin\n" {
+		t.Fatalf("whoami after login: exit %d %q %q", code, out, errOut)
+	}
+	if out, errOut, code := runEnv(t, home, "--api-key", dana, "whoami"); code != 0 || out != "dana in tenant acme, tenant-wide role none\n" {
+		t.Fatalf("whoami with another key: exit %d %q %q", code, out, errOut)
+	}
+	if out, _, code := runEnv(t, home, "logout"); code != 0 || out != "logged out\n" {
+		t.Fatalf("logout: %d %q", code, out)
+	}
+	args = []string{"--server", addr, "whoami"} // the key is forgotten
+	out, errOut, code = runEnv(t, home, args...)
+	oneLineError(t, args, out, errOut, code, "unauthenticated")
+	args = []string{"--server", addr, "--api-key", "ork_" + strings.Repeat("x", 43), "login"}
+	out, errOut, code = runEnv(t, home, args...)
+	oneLineError(t, args, out, errOut, code, "unauthenticated")
 }

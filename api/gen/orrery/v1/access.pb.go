@@ -23,6 +23,130 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type WhoAmIRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIRequest) Reset() {
+	*x = WhoAmIRequest{}
+	mi := &file_orrery_v1_access_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIRequest) ProtoMessage() {}
+
+func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
+func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{0}
+}
+
+type WhoAmIResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant's name.
+	Tenant    string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Principal string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	// The key's tenant-wide role: none, reader, editor or admin.
+	Role        string `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	SystemAdmin bool   `protobuf:"varint,4,opt,name=system_admin,json=systemAdmin,proto3" json:"system_admin,omitempty"`
+	// The key's prefix ("" when authentication is off).
+	KeyPrefix string `protobuf:"bytes,5,opt,name=key_prefix,json=keyPrefix,proto3" json:"key_prefix,omitempty"`
+	// The principal's grants (id, created_at and created_by unset).
+	Grants        []*Grant `protobuf:"bytes,6,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WhoAmIResponse) Reset() {
+	*x = WhoAmIResponse{}
+	mi := &file_orrery_v1_access_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WhoAmIResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WhoAmIResponse) ProtoMessage() {}
+
+func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
+func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WhoAmIResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetSystemAdmin() bool {
+	if x != nil {
+		return x.SystemAdmin
+	}
+	return false
+}
+
+func (x *WhoAmIResponse) GetKeyPrefix() string {
+	if x != nil {
+		return x.KeyPrefix
+	}
+	return ""
+}
+
+func (x *WhoAmIResponse) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 type Tenant struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -38,7 +162,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_orrery_v1_access_proto_msgTypes[0]
+	mi := &file_orrery_v1_access_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +174,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[0]
+	mi := &file_orrery_v1_access_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +187,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{0}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Tenant) GetId() string {
@@ -112,7 +236,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[1]
+	mi := &file_orrery_v1_access_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +248,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[1]
+	mi := &file_orrery_v1_access_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +261,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{1}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -156,7 +280,7 @@ type CreateTenantResponse struct {
 
 func (x *CreateTenantResponse) Reset() {
 	*x = CreateTenantResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[2]
+	mi := &file_orrery_v1_access_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -168,7 +292,7 @@ func (x *CreateTenantResponse) String() string {
 func (*CreateTenantResponse) ProtoMessage() {}
 
 func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[2]
+	mi := &file_orrery_v1_access_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -181,7 +305,7 @@ func (x *CreateTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantResponse.ProtoReflect.Descriptor instead.
 func (*CreateTenantResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{2}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateTenantResponse) GetTenant() *Tenant {
@@ -202,7 +326,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[3]
+	mi := &file_orrery_v1_access_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +338,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[3]
+	mi := &file_orrery_v1_access_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +351,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{3}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListTenantsRequest) GetPageSize() int32 {
@@ -254,7 +378,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[4]
+	mi := &file_orrery_v1_access_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +390,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[4]
+	mi := &file_orrery_v1_access_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +403,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{4}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -315,7 +439,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_orrery_v1_access_proto_msgTypes[5]
+	mi := &file_orrery_v1_access_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +451,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[5]
+	mi := &file_orrery_v1_access_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +464,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{5}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Grant) GetId() string {
@@ -407,7 +531,7 @@ type GrantRoleRequest struct {
 
 func (x *GrantRoleRequest) Reset() {
 	*x = GrantRoleRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[6]
+	mi := &file_orrery_v1_access_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +543,7 @@ func (x *GrantRoleRequest) String() string {
 func (*GrantRoleRequest) ProtoMessage() {}
 
 func (x *GrantRoleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[6]
+	mi := &file_orrery_v1_access_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +556,7 @@ func (x *GrantRoleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRoleRequest.ProtoReflect.Descriptor instead.
 func (*GrantRoleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{6}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GrantRoleRequest) GetPrincipal() string {
@@ -472,7 +596,7 @@ type GrantRoleResponse struct {
 
 func (x *GrantRoleResponse) Reset() {
 	*x = GrantRoleResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[7]
+	mi := &file_orrery_v1_access_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +608,7 @@ func (x *GrantRoleResponse) String() string {
 func (*GrantRoleResponse) ProtoMessage() {}
 
 func (x *GrantRoleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[7]
+	mi := &file_orrery_v1_access_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +621,7 @@ func (x *GrantRoleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRoleResponse.ProtoReflect.Descriptor instead.
 func (*GrantRoleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{7}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GrantRoleResponse) GetGrant() *Grant {
@@ -519,7 +643,7 @@ type RevokeGrantRequest struct {
 
 func (x *RevokeGrantRequest) Reset() {
 	*x = RevokeGrantRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	mi := &file_orrery_v1_access_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +655,7 @@ func (x *RevokeGrantRequest) String() string {
 func (*RevokeGrantRequest) ProtoMessage() {}
 
 func (x *RevokeGrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	mi := &file_orrery_v1_access_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +668,7 @@ func (x *RevokeGrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrantRequest.ProtoReflect.Descriptor instead.
 func (*RevokeGrantRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RevokeGrantRequest) GetPrincipal() string {
@@ -576,7 +700,7 @@ type RevokeGrantResponse struct {
 
 func (x *RevokeGrantResponse) Reset() {
 	*x = RevokeGrantResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[9]
+	mi := &file_orrery_v1_access_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -588,7 +712,7 @@ func (x *RevokeGrantResponse) String() string {
 func (*RevokeGrantResponse) ProtoMessage() {}
 
 func (x *RevokeGrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[9]
+	mi := &file_orrery_v1_access_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -601,7 +725,7 @@ func (x *RevokeGrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrantResponse.ProtoReflect.Descriptor instead.
 func (*RevokeGrantResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{11}
 }
 
 type ListGrantsRequest struct {
@@ -619,7 +743,7 @@ type ListGrantsRequest struct {
 
 func (x *ListGrantsRequest) Reset() {
 	*x = ListGrantsRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[10]
+	mi := &file_orrery_v1_access_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +755,7 @@ func (x *ListGrantsRequest) String() string {
 func (*ListGrantsRequest) ProtoMessage() {}
 
 func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[10]
+	mi := &file_orrery_v1_access_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +768,7 @@ func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListGrantsRequest) GetNamespace() string {
@@ -685,7 +809,7 @@ type ListGrantsResponse struct {
 
 func (x *ListGrantsResponse) Reset() {
 	*x = ListGrantsResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[11]
+	mi := &file_orrery_v1_access_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +821,7 @@ func (x *ListGrantsResponse) String() string {
 func (*ListGrantsResponse) ProtoMessage() {}
 
 func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[11]
+	mi := &file_orrery_v1_access_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +834,7 @@ func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListGrantsResponse) GetGrants() []*Grant {
@@ -755,7 +879,7 @@ type APIKey struct {
 
 func (x *APIKey) Reset() {
 	*x = APIKey{}
-	mi := &file_orrery_v1_access_proto_msgTypes[12]
+	mi := &file_orrery_v1_access_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +891,7 @@ func (x *APIKey) String() string {
 func (*APIKey) ProtoMessage() {}
 
 func (x *APIKey) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[12]
+	mi := &file_orrery_v1_access_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +904,7 @@ func (x *APIKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use APIKey.ProtoReflect.Descriptor instead.
 func (*APIKey) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *APIKey) GetId() string {
@@ -867,7 +991,7 @@ type CreateAPIKeyRequest struct {
 
 func (x *CreateAPIKeyRequest) Reset() {
 	*x = CreateAPIKeyRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[13]
+	mi := &file_orrery_v1_access_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1003,7 @@ func (x *CreateAPIKeyRequest) String() string {
 func (*CreateAPIKeyRequest) ProtoMessage() {}
 
 func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[13]
+	mi := &file_orrery_v1_access_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1016,7 @@ func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateAPIKeyRequest) GetPrincipal() string {
@@ -941,7 +1065,7 @@ type CreateAPIKeyResponse struct {
 
 func (x *CreateAPIKeyResponse) Reset() {
 	*x = CreateAPIKeyResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[14]
+	mi := &file_orrery_v1_access_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1077,7 @@ func (x *CreateAPIKeyResponse) String() string {
 func (*CreateAPIKeyResponse) ProtoMessage() {}
 
 func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[14]
+	mi := &file_orrery_v1_access_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1090,7 @@ func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateAPIKeyResponse) GetSecret() string {
@@ -991,7 +1115,7 @@ type ListAPIKeysRequest struct {
 
 func (x *ListAPIKeysRequest) Reset() {
 	*x = ListAPIKeysRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[15]
+	mi := &file_orrery_v1_access_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1127,7 @@ func (x *ListAPIKeysRequest) String() string {
 func (*ListAPIKeysRequest) ProtoMessage() {}
 
 func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[15]
+	mi := &file_orrery_v1_access_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1140,7 @@ func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAPIKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListAPIKeysRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{17}
 }
 
 type ListAPIKeysResponse struct {
@@ -1028,7 +1152,7 @@ type ListAPIKeysResponse struct {
 
 func (x *ListAPIKeysResponse) Reset() {
 	*x = ListAPIKeysResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[16]
+	mi := &file_orrery_v1_access_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1164,7 @@ func (x *ListAPIKeysResponse) String() string {
 func (*ListAPIKeysResponse) ProtoMessage() {}
 
 func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[16]
+	mi := &file_orrery_v1_access_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1177,7 @@ func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAPIKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListAPIKeysResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListAPIKeysResponse) GetKeys() []*APIKey {
@@ -1073,7 +1197,7 @@ type RevokeAPIKeyRequest struct {
 
 func (x *RevokeAPIKeyRequest) Reset() {
 	*x = RevokeAPIKeyRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[17]
+	mi := &file_orrery_v1_access_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1085,7 +1209,7 @@ func (x *RevokeAPIKeyRequest) String() string {
 func (*RevokeAPIKeyRequest) ProtoMessage() {}
 
 func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[17]
+	mi := &file_orrery_v1_access_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1098,7 +1222,7 @@ func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RevokeAPIKeyRequest) GetPrefix() string {
@@ -1116,7 +1240,7 @@ type RevokeAPIKeyResponse struct {
 
 func (x *RevokeAPIKeyResponse) Reset() {
 	*x = RevokeAPIKeyResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[18]
+	mi := &file_orrery_v1_access_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1252,7 @@ func (x *RevokeAPIKeyResponse) String() string {
 func (*RevokeAPIKeyResponse) ProtoMessage() {}
 
 func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[18]
+	mi := &file_orrery_v1_access_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,14 +1265,23 @@ func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{20}
 }
 
 var File_orrery_v1_access_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_access_proto_rawDesc = "" +
 	"\n" +
-	"\x16orrery/v1/access.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa8\x01\n" +
+	"\x16orrery/v1/access.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
+	"\rWhoAmIRequest\"\xc6\x01\n" +
+	"\x0eWhoAmIResponse\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12!\n" +
+	"\fsystem_admin\x18\x04 \x01(\bR\vsystemAdmin\x12\x1d\n" +
+	"\n" +
+	"key_prefix\x18\x05 \x01(\tR\tkeyPrefix\x12(\n" +
+	"\x06grants\x18\x06 \x03(\v2\x10.orrery.v1.GrantR\x06grants\"\xa8\x01\n" +
 	"\x06Tenant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -1227,7 +1360,7 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\v2\x11.orrery.v1.APIKeyR\x04keys\"-\n" +
 	"\x13RevokeAPIKeyRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"\x16\n" +
-	"\x14RevokeAPIKeyResponse2\x8e\x05\n" +
+	"\x14RevokeAPIKeyResponse2\xd2\x05\n" +
 	"\rAccessService\x12O\n" +
 	"\fCreateTenant\x12\x1e.orrery.v1.CreateTenantRequest\x1a\x1f.orrery.v1.CreateTenantResponse\x12Q\n" +
 	"\vListTenants\x12\x1d.orrery.v1.ListTenantsRequest\x1a\x1e.orrery.v1.ListTenantsResponse\"\x03\x90\x02\x01\x12O\n" +
@@ -1237,7 +1370,8 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\tGrantRole\x12\x1b.orrery.v1.GrantRoleRequest\x1a\x1c.orrery.v1.GrantRoleResponse\x12L\n" +
 	"\vRevokeGrant\x12\x1d.orrery.v1.RevokeGrantRequest\x1a\x1e.orrery.v1.RevokeGrantResponse\x12N\n" +
 	"\n" +
-	"ListGrants\x12\x1c.orrery.v1.ListGrantsRequest\x1a\x1d.orrery.v1.ListGrantsResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"ListGrants\x12\x1c.orrery.v1.ListGrantsRequest\x1a\x1d.orrery.v1.ListGrantsResponse\"\x03\x90\x02\x01\x12B\n" +
+	"\x06WhoAmI\x12\x18.orrery.v1.WhoAmIRequest\x1a\x19.orrery.v1.WhoAmIResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_access_proto_rawDescOnce sync.Once
@@ -1251,64 +1385,69 @@ func file_orrery_v1_access_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_access_proto_rawDescData
 }
 
-var file_orrery_v1_access_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_orrery_v1_access_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_orrery_v1_access_proto_goTypes = []any{
-	(*Tenant)(nil),                // 0: orrery.v1.Tenant
-	(*CreateTenantRequest)(nil),   // 1: orrery.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),  // 2: orrery.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),    // 3: orrery.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),   // 4: orrery.v1.ListTenantsResponse
-	(*Grant)(nil),                 // 5: orrery.v1.Grant
-	(*GrantRoleRequest)(nil),      // 6: orrery.v1.GrantRoleRequest
-	(*GrantRoleResponse)(nil),     // 7: orrery.v1.GrantRoleResponse
-	(*RevokeGrantRequest)(nil),    // 8: orrery.v1.RevokeGrantRequest
-	(*RevokeGrantResponse)(nil),   // 9: orrery.v1.RevokeGrantResponse
-	(*ListGrantsRequest)(nil),     // 10: orrery.v1.ListGrantsRequest
-	(*ListGrantsResponse)(nil),    // 11: orrery.v1.ListGrantsResponse
-	(*APIKey)(nil),                // 12: orrery.v1.APIKey
-	(*CreateAPIKeyRequest)(nil),   // 13: orrery.v1.CreateAPIKeyRequest
-	(*CreateAPIKeyResponse)(nil),  // 14: orrery.v1.CreateAPIKeyResponse
-	(*ListAPIKeysRequest)(nil),    // 15: orrery.v1.ListAPIKeysRequest
-	(*ListAPIKeysResponse)(nil),   // 16: orrery.v1.ListAPIKeysResponse
-	(*RevokeAPIKeyRequest)(nil),   // 17: orrery.v1.RevokeAPIKeyRequest
-	(*RevokeAPIKeyResponse)(nil),  // 18: orrery.v1.RevokeAPIKeyResponse
-	(*timestamppb.Timestamp)(nil), // 19: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
+	(*WhoAmIRequest)(nil),         // 0: orrery.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),        // 1: orrery.v1.WhoAmIResponse
+	(*Tenant)(nil),                // 2: orrery.v1.Tenant
+	(*CreateTenantRequest)(nil),   // 3: orrery.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),  // 4: orrery.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),    // 5: orrery.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),   // 6: orrery.v1.ListTenantsResponse
+	(*Grant)(nil),                 // 7: orrery.v1.Grant
+	(*GrantRoleRequest)(nil),      // 8: orrery.v1.GrantRoleRequest
+	(*GrantRoleResponse)(nil),     // 9: orrery.v1.GrantRoleResponse
+	(*RevokeGrantRequest)(nil),    // 10: orrery.v1.RevokeGrantRequest
+	(*RevokeGrantResponse)(nil),   // 11: orrery.v1.RevokeGrantResponse
+	(*ListGrantsRequest)(nil),     // 12: orrery.v1.ListGrantsRequest
+	(*ListGrantsResponse)(nil),    // 13: orrery.v1.ListGrantsResponse
+	(*APIKey)(nil),                // 14: orrery.v1.APIKey
+	(*CreateAPIKeyRequest)(nil),   // 15: orrery.v1.CreateAPIKeyRequest
+	(*CreateAPIKeyResponse)(nil),  // 16: orrery.v1.CreateAPIKeyResponse
+	(*ListAPIKeysRequest)(nil),    // 17: orrery.v1.ListAPIKeysRequest
+	(*ListAPIKeysResponse)(nil),   // 18: orrery.v1.ListAPIKeysResponse
+	(*RevokeAPIKeyRequest)(nil),   // 19: orrery.v1.RevokeAPIKeyRequest
+	(*RevokeAPIKeyResponse)(nil),  // 20: orrery.v1.RevokeAPIKeyResponse
+	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
 }
 var file_orrery_v1_access_proto_depIdxs = []int32{
-	19, // 0: orrery.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
-	0,  // 1: orrery.v1.CreateTenantResponse.tenant:type_name -> orrery.v1.Tenant
-	0,  // 2: orrery.v1.ListTenantsResponse.tenants:type_name -> orrery.v1.Tenant
-	19, // 3: orrery.v1.Grant.created_at:type_name -> google.protobuf.Timestamp
-	5,  // 4: orrery.v1.GrantRoleResponse.grant:type_name -> orrery.v1.Grant
-	5,  // 5: orrery.v1.ListGrantsResponse.grants:type_name -> orrery.v1.Grant
-	19, // 6: orrery.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
-	19, // 7: orrery.v1.APIKey.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 8: orrery.v1.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
-	20, // 9: orrery.v1.CreateAPIKeyRequest.expires_in:type_name -> google.protobuf.Duration
-	12, // 10: orrery.v1.CreateAPIKeyResponse.key:type_name -> orrery.v1.APIKey
-	12, // 11: orrery.v1.ListAPIKeysResponse.keys:type_name -> orrery.v1.APIKey
-	1,  // 12: orrery.v1.AccessService.CreateTenant:input_type -> orrery.v1.CreateTenantRequest
-	3,  // 13: orrery.v1.AccessService.ListTenants:input_type -> orrery.v1.ListTenantsRequest
-	13, // 14: orrery.v1.AccessService.CreateAPIKey:input_type -> orrery.v1.CreateAPIKeyRequest
-	15, // 15: orrery.v1.AccessService.ListAPIKeys:input_type -> orrery.v1.ListAPIKeysRequest
-	17, // 16: orrery.v1.AccessService.RevokeAPIKey:input_type -> orrery.v1.RevokeAPIKeyRequest
-	6,  // 17: orrery.v1.AccessService.GrantRole:input_type -> orrery.v1.GrantRoleRequest
-	8,  // 18: orrery.v1.AccessService.RevokeGrant:input_type -> orrery.v1.RevokeGrantRequest
-	10, // 19: orrery.v1.AccessService.ListGrants:input_type -> orrery.v1.ListGrantsRequest
-	2,  // 20: orrery.v1.AccessService.CreateTenant:output_type -> orrery.v1.CreateTenantResponse
-	4,  // 21: orrery.v1.AccessService.ListTenants:output_type -> orrery.v1.ListTenantsResponse
-	14, // 22: orrery.v1.AccessService.CreateAPIKey:output_type -> orrery.v1.CreateAPIKeyResponse
-	16, // 23: orrery.v1.AccessService.ListAPIKeys:output_type -> orrery.v1.ListAPIKeysResponse
-	18, // 24: orrery.v1.AccessService.RevokeAPIKey:output_type -> orrery.v1.RevokeAPIKeyResponse
-	7,  // 25: orrery.v1.AccessService.GrantRole:output_type -> orrery.v1.GrantRoleResponse
-	9,  // 26: orrery.v1.AccessService.RevokeGrant:output_type -> orrery.v1.RevokeGrantResponse
-	11, // 27: orrery.v1.AccessService.ListGrants:output_type -> orrery.v1.ListGrantsResponse
-	20, // [20:28] is the sub-list for method output_type
-	12, // [12:20] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	7,  // 0: orrery.v1.WhoAmIResponse.grants:type_name -> orrery.v1.Grant
+	21, // 1: orrery.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	2,  // 2: orrery.v1.CreateTenantResponse.tenant:type_name -> orrery.v1.Tenant
+	2,  // 3: orrery.v1.ListTenantsResponse.tenants:type_name -> orrery.v1.Tenant
+	21, // 4: orrery.v1.Grant.created_at:type_name -> google.protobuf.Timestamp
+	7,  // 5: orrery.v1.GrantRoleResponse.grant:type_name -> orrery.v1.Grant
+	7,  // 6: orrery.v1.ListGrantsResponse.grants:type_name -> orrery.v1.Grant
+	21, // 7: orrery.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	21, // 8: orrery.v1.APIKey.expires_at:type_name -> google.protobuf.Timestamp
+	21, // 9: orrery.v1.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
+	22, // 10: orrery.v1.CreateAPIKeyRequest.expires_in:type_name -> google.protobuf.Duration
+	14, // 11: orrery.v1.CreateAPIKeyResponse.key:type_name -> orrery.v1.APIKey
+	14, // 12: orrery.v1.ListAPIKeysResponse.keys:type_name -> orrery.v1.APIKey
+	3,  // 13: orrery.v1.AccessService.CreateTenant:input_type -> orrery.v1.CreateTenantRequest
+	5,  // 14: orrery.v1.AccessService.ListTenants:input_type -> orrery.v1.ListTenantsRequest
+	15, // 15: orrery.v1.AccessService.CreateAPIKey:input_type -> orrery.v1.CreateAPIKeyRequest
+	17, // 16: orrery.v1.AccessService.ListAPIKeys:input_type -> orrery.v1.ListAPIKeysRequest
+	19, // 17: orrery.v1.AccessService.RevokeAPIKey:input_type -> orrery.v1.RevokeAPIKeyRequest
+	8,  // 18: orrery.v1.AccessService.GrantRole:input_type -> orrery.v1.GrantRoleRequest
+	10, // 19: orrery.v1.AccessService.RevokeGrant:input_type -> orrery.v1.RevokeGrantRequest
+	12, // 20: orrery.v1.AccessService.ListGrants:input_type -> orrery.v1.ListGrantsRequest
+	0,  // 21: orrery.v1.AccessService.WhoAmI:input_type -> orrery.v1.WhoAmIRequest
+	4,  // 22: orrery.v1.AccessService.CreateTenant:output_type -> orrery.v1.CreateTenantResponse
+	6,  // 23: orrery.v1.AccessService.ListTenants:output_type -> orrery.v1.ListTenantsResponse
+	16, // 24: orrery.v1.AccessService.CreateAPIKey:output_type -> orrery.v1.CreateAPIKeyResponse
+	18, // 25: orrery.v1.AccessService.ListAPIKeys:output_type -> orrery.v1.ListAPIKeysResponse
+	20, // 26: orrery.v1.AccessService.RevokeAPIKey:output_type -> orrery.v1.RevokeAPIKeyResponse
+	9,  // 27: orrery.v1.AccessService.GrantRole:output_type -> orrery.v1.GrantRoleResponse
+	11, // 28: orrery.v1.AccessService.RevokeGrant:output_type -> orrery.v1.RevokeGrantResponse
+	13, // 29: orrery.v1.AccessService.ListGrants:output_type -> orrery.v1.ListGrantsResponse
+	1,  // 30: orrery.v1.AccessService.WhoAmI:output_type -> orrery.v1.WhoAmIResponse
+	22, // [22:31] is the sub-list for method output_type
+	13, // [13:22] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_access_proto_init() }
@@ -1322,7 +1461,7 @@ func file_orrery_v1_access_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_access_proto_rawDesc), len(file_orrery_v1_access_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

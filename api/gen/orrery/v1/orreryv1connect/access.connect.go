@@ -56,6 +56,8 @@ const (
 	// AccessServiceListGrantsProcedure is the fully-qualified name of the AccessService's ListGrants
 	// RPC.
 	AccessServiceListGrantsProcedure = "/orrery.v1.AccessService/ListGrants"
+	// AccessServiceWhoAmIProcedure is the fully-qualified name of the AccessService's WhoAmI RPC.
+	AccessServiceWhoAmIProcedure = "/orrery.v1.AccessService/WhoAmI"
 )
 
 // AccessServiceClient is a client for the orrery.v1.AccessService service.
@@ -87,6 +89,9 @@ type AccessServiceClient interface {
 	// ListGrants lists grants by namespace, job and principal. Admin of the
 	// tenant, or of the namespace named by the filter.
 	ListGrants(context.Context, *connect.Request[v1.ListGrantsRequest]) (*connect.Response[v1.ListGrantsResponse], error)
+	// WhoAmI says who the calling key stands for and what it may do. Any
+	// valid key.
+	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
 }
 
 // NewAccessServiceClient constructs a client for the orrery.v1.AccessService service. By default,
@@ -151,6 +156,13 @@ func NewAccessServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		whoAmI: connect.NewClient[v1.WhoAmIRequest, v1.WhoAmIResponse](
+			httpClient,
+			baseURL+AccessServiceWhoAmIProcedure,
+			connect.WithSchema(accessServiceMethods.ByName("WhoAmI")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -164,6 +176,7 @@ type accessServiceClient struct {
 	grantRole    *connect.Client[v1.GrantRoleRequest, v1.GrantRoleResponse]
 	revokeGrant  *connect.Client[v1.RevokeGrantRequest, v1.RevokeGrantResponse]
 	listGrants   *connect.Client[v1.ListGrantsRequest, v1.ListGrantsResponse]
+	whoAmI       *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
 }
 
 // CreateTenant calls orrery.v1.AccessService.CreateTenant.
@@ -206,6 +219,11 @@ func (c *accessServiceClient) ListGrants(ctx context.Context, req *connect.Reque
 	return c.listGrants.CallUnary(ctx, req)
 }
 
+// WhoAmI calls orrery.v1.AccessService.WhoAmI.
+func (c *accessServiceClient) WhoAmI(ctx context.Context, req *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
+	return c.whoAmI.CallUnary(ctx, req)
+}
+
 // AccessServiceHandler is an implementation of the orrery.v1.AccessService service.
 type AccessServiceHandler interface {
 	// CreateTenant makes a tenant. System admin only.
@@ -235,6 +253,9 @@ type AccessServiceHandler interface {
 	// ListGrants lists grants by namespace, job and principal. Admin of the
 	// tenant, or of the namespace named by the filter.
 	ListGrants(context.Context, *connect.Request[v1.ListGrantsRequest]) (*connect.Response[v1.ListGrantsResponse], error)
+	// WhoAmI says who the calling key stands for and what it may do. Any
+	// valid key.
+	WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error)
 }
 
 // NewAccessServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -295,6 +316,13 @@ func NewAccessServiceHandler(svc AccessServiceHandler, opts ...connect.HandlerOp
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	accessServiceWhoAmIHandler := connect.NewUnaryHandler(
+		AccessServiceWhoAmIProcedure,
+		svc.WhoAmI,
+		connect.WithSchema(accessServiceMethods.ByName("WhoAmI")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/orrery.v1.AccessService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case AccessServiceCreateTenantProcedure:
@@ -313,6 +341,8 @@ func NewAccessServiceHandler(svc AccessServiceHandler, opts ...connect.HandlerOp
 			accessServiceRevokeGrantHandler.ServeHTTP(w, r)
 		case AccessServiceListGrantsProcedure:
 			accessServiceListGrantsHandler.ServeHTTP(w, r)
+		case AccessServiceWhoAmIProcedure:
+			accessServiceWhoAmIHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -352,4 +382,8 @@ func (UnimplementedAccessServiceHandler) RevokeGrant(context.Context, *connect.R
 
 func (UnimplementedAccessServiceHandler) ListGrants(context.Context, *connect.Request[v1.ListGrantsRequest]) (*connect.Response[v1.ListGrantsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.ListGrants is not implemented"))
+}
+
+func (UnimplementedAccessServiceHandler) WhoAmI(context.Context, *connect.Request[v1.WhoAmIRequest]) (*connect.Response[v1.WhoAmIResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.WhoAmI is not implemented"))
 }
