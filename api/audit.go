@@ -52,18 +52,25 @@ func (s *auditServer) ListAudit(ctx context.Context, req *connect.Request[orrery
 	rows, next := store.NextPage(rows, size, func(r store.ListAuditRow) any { return auditToken{At: r.At, ID: r.ID} })
 	out := &orreryv1.ListAuditResponse{Entries: make([]*orreryv1.AuditEntry, 0, len(rows)), NextPageToken: next}
 	for _, r := range rows {
-		e := &orreryv1.AuditEntry{
-			Id: r.ID.String(), Time: timestamppb.New(r.At), Actor: r.Actor, Action: r.Action,
-			TargetKind: r.TargetKind, TargetId: r.TargetID.String(), TargetName: r.TargetName,
-			Before: string(r.Before), After: string(r.After),
-		}
-		if e.Changes, err = diffJSON(r.Before, r.After); err != nil {
-			// JSONB is valid JSON, so this cannot happen; the entry is still shown.
-			s.log.ErrorContext(ctx, "audit entry: cannot diff before/after", "id", r.ID, "err", err)
-		}
-		out.Entries = append(out.Entries, e)
+		out.Entries = append(out.Entries, auditEntryToProto(ctx, s.log, r.ID, r.At, r.Actor, r.Action, r.TargetKind, r.TargetID, r.TargetName, r.Before, r.After))
 	}
 	return connect.NewResponse(out), nil
+}
+
+// auditEntryToProto is one audit row with its field-level changes.
+func auditEntryToProto(ctx context.Context, log *slog.Logger, id uuid.UUID, at time.Time, actor, action, kind string, target uuid.UUID,
+	name string, before, after []byte) *orreryv1.AuditEntry {
+	e := &orreryv1.AuditEntry{
+		Id: id.String(), Time: timestamppb.New(at), Actor: actor, Action: action,
+		TargetKind: kind, TargetId: target.String(), TargetName: name,
+		Before: string(before), After: string(after),
+	}
+	var err error
+	if e.Changes, err = diffJSON(before, after); err != nil {
+		// JSONB is valid JSON, so this cannot happen; the entry is still shown.
+		log.ErrorContext(ctx, "audit entry: cannot diff before/after", "id", id, "err", err)
+	}
+	return e
 }
 
 // auditParams checks a request and turns it into the query's parameters,

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 
 	"connectrpc.com/connect"
@@ -10,6 +11,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/shard"
 )
 
@@ -36,6 +38,16 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 			ps.OwnerNode = sh.Owner.String()
 		}
 		out.Shards = append(out.Shards, ps)
+	}
+	workers, err := store.New(s.pool).ListWorkers(ctx)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	for _, w := range workers {
+		pw := &orreryv1.Worker{Id: w.ID.String(), Name: w.Name, Live: w.Live, StartTime: timestamppb.New(w.StartedAt),
+			HeartbeatTime: timestamppb.New(w.HeartbeatAt)}
+		_ = json.Unmarshal(w.Queues, &pw.Queues) // written by the worker as {"queue": n}
+		out.Workers = append(out.Workers, pw)
 	}
 	return connect.NewResponse(out), nil
 }

@@ -190,8 +190,15 @@ func jobToProto(j *job.Job) *orreryv1.Job {
 		Shard: int32(j.Shard), NextFireTime: timeToProto(j.NextFireAt),
 		CreateTime: timestamppb.New(j.CreatedAt), CreatedBy: j.CreatedBy,
 		UpdateTime: timestamppb.New(j.UpdatedAt), UpdatedBy: j.UpdatedBy, DeleteTime: timeToProto(j.DeletedAt),
-		Source: sourceToProto(j.Source),
+		Source: sourceToProto(j.Source), LastRun: lastRunToProto(j.LastRun),
 	}
+}
+
+func lastRunToProto(r *job.LastRun) *orreryv1.LastRun {
+	if r == nil {
+		return nil
+	}
+	return &orreryv1.LastRun{Id: r.ID.String(), Status: r.Status, ScheduledTime: timestamppb.New(r.ScheduledFor)}
 }
 
 func sourceToProto(s *job.Source) *orreryv1.Source {

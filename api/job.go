@@ -70,13 +70,21 @@ func (s *jobServer) GetJob(ctx context.Context, req *connect.Request[orreryv1.Ge
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	return connect.NewResponse(&orreryv1.GetJobResponse{Job: jobToProto(j), NextFireTimes: timesToProto(j.Upcoming(n))}), nil
+	rows, err := s.jobs.RecentHistory(ctx, actor(ctx), j.ID, int(req.Msg.GetHistory()))
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.GetJobResponse{Job: jobToProto(j), NextFireTimes: timesToProto(j.Upcoming(n))}
+	for _, r := range rows {
+		out.History = append(out.History, auditEntryToProto(ctx, s.log, r.ID, r.At, r.Actor, r.Action, r.TargetKind, r.TargetID, r.TargetName, r.Before, r.After))
+	}
+	return connect.NewResponse(out), nil
 }
 
 func (s *jobServer) ListJobs(ctx context.Context, req *connect.Request[orreryv1.ListJobsRequest]) (*connect.Response[orreryv1.ListJobsResponse], error) {
 	m := req.Msg
 	jobs, next, err := s.jobs.List(ctx, actor(ctx), job.ListFilter{
-		Namespace: m.GetNamespace(), Status: StatusName(m.GetStatus()), Labels: m.GetLabels(),
+		Namespace: m.GetNamespace(), Status: StatusName(m.GetStatus()), Labels: m.GetLabels(), NameContains: m.GetNameContains(),
 		PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken(),
 	})
 	if err != nil {

@@ -79,6 +79,10 @@ func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.Ge
 		return nil, toConnect(ctx, s.log, err)
 	}
 	out := &orreryv1.GetRunResponse{Run: runToProto(d.Run)}
+	stepOf := make(map[uuid.UUID]string, len(d.Tasks))
+	for _, t := range d.Tasks {
+		stepOf[t.ID] = t.Step
+	}
 	for _, t := range d.Tasks {
 		pt := &orreryv1.Task{
 			Id: t.ID.String(), Step: t.Step, Status: t.Status, ParentsRemaining: t.ParentsRemaining, Queue: t.Queue,
@@ -91,6 +95,9 @@ func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.Ge
 				FinishTime: timeToProto(a.FinishedAt), Outcome: a.Outcome, ExitReason: a.ExitReason, FailureClass: a.FailureClass,
 				Error: a.Error, Output: a.Output, LateOutcome: a.LateOutcome, LateError: a.LateError,
 			})
+		}
+		for _, p := range t.Parents {
+			pt.Needs = append(pt.Needs, stepOf[p])
 		}
 		out.Tasks = append(out.Tasks, pt)
 	}

@@ -93,6 +93,8 @@ type Principal struct {
 	Grants []Grant
 	// KeyPrefix names the key used ("" when authentication is off).
 	KeyPrefix string
+	// KeyID is the key's id (uuid.Nil when authentication is off).
+	KeyID uuid.UUID
 }
 
 // RoleOn is the most permissive role p holds on r: its tenant-wide role,

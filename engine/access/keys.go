@@ -31,8 +31,9 @@ type Service struct {
 	// database again; 0 asks every time. New sets DefaultCacheTTL.
 	CacheTTL time.Duration
 
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]cached
+	mu       sync.Mutex
+	cache    map[[sha256.Size]byte]cached // verified keys, by hash
+	sessions map[[sha256.Size]byte]cached // web sessions, by the token's hash
 	// gen counts forgets: a verification that read the database while one
 	// happened does not cache what it read, which may predate it.
 	gen uint64
@@ -40,8 +41,14 @@ type Service struct {
 
 type cached struct {
 	p       Principal
+	csrf    string     // a session's CSRF token
 	until   time.Time  // this process's clock: when to ask again
-	expires *time.Time // the key's own expiry, if any
+	expires *time.Time // the key's (or session's) own expiry, if any
+}
+
+// valid reports whether a cached entry may still be used at now.
+func (c cached) valid(now time.Time) bool {
+	return now.Before(c.until) && (c.expires == nil || now.Before(*c.expires))
 }
 
 // DefaultCacheTTL is how long a verified key is trusted by default.
@@ -52,7 +59,7 @@ const maxCached = 10_000
 
 // New returns a Service on the state database.
 func New(pool *pgxpool.Pool) *Service {
-	return &Service{pool: pool, CacheTTL: DefaultCacheTTL, cache: map[[sha256.Size]byte]cached{}}
+	return &Service{pool: pool, CacheTTL: DefaultCacheTTL, cache: map[[sha256.Size]byte]cached{}, sessions: map[[sha256.Size]byte]cached{}}
 }
 
 // Key is a stored key, without its secret.
@@ -166,7 +173,7 @@ func (k *Service) Verify(ctx context.Context, secret string) (Principal, error) 
 	c, ok := k.cache[h]
 	gen := k.gen
 	k.mu.Unlock()
-	if ok && now.Before(c.until) && (c.expires == nil || now.Before(*c.expires)) {
+	if ok && c.valid(now) {
 		return c.p, nil
 	}
 	row, err := store.New(k.pool).APIKeyByHash(ctx, h[:])
@@ -182,7 +189,7 @@ func (k *Service) Verify(ctx context.Context, secret string) (Principal, error) 
 		return Principal{}, err
 	}
 	p := Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role),
-		SystemAdmin: row.SystemAdmin, Grants: grants, KeyPrefix: row.Prefix}
+		SystemAdmin: row.SystemAdmin, Grants: grants, KeyPrefix: row.Prefix, KeyID: row.ID}
 	if k.CacheTTL > 0 {
 		k.mu.Lock()
 		defer k.mu.Unlock()
@@ -209,9 +216,11 @@ func (k *Service) forgetWhere(match func(Principal) bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.gen++
-	for h, c := range k.cache {
-		if match(c.p) {
-			delete(k.cache, h)
+	for _, m := range []map[[sha256.Size]byte]cached{k.cache, k.sessions} {
+		for h, c := range m {
+			if match(c.p) {
+				delete(m, h)
+			}
 		}
 	}
 }

@@ -72,6 +72,16 @@ type Job struct {
 	UpdatedAt   time.Time         `json:"updated_at"`
 	UpdatedBy   string            `json:"updated_by"`
 	DeletedAt   *time.Time        `json:"deleted_at,omitempty"`
+	// LastRun is the latest run by scheduled instant, as List and Get
+	// read it (not part of the definition: never audited).
+	LastRun *LastRun `json:"-"`
+}
+
+// LastRun is a job's latest run, in short.
+type LastRun struct {
+	ID           uuid.UUID
+	Status       string
+	ScheduledFor time.Time
 }
 
 // Resource returns the job as the YAML resource it was made from.

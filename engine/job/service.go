@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -224,7 +225,11 @@ func (s *Service) Get(ctx context.Context, a Actor, ref Ref) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fromRow(row)
+	j, err := fromRow(row)
+	if err != nil {
+		return nil, err
+	}
+	return j, s.fillLastRuns(ctx, a, []*Job{j})
 }
 
 // Lock reads one job of the actor's tenant (deleted ones too, by ID) in
@@ -419,6 +424,8 @@ func (s *Service) setStatus(ctx context.Context, a Actor, ref Ref, action string
 // deleted jobs are left out.
 type ListFilter struct {
 	Namespace string
+	// NameContains keeps jobs whose name contains it (at most 200 bytes).
+	NameContains string
 	Status    string
 	Labels    map[string]string
 	PageSize  int
@@ -476,6 +483,14 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 	if f.Status != "" {
 		p.Status = &f.Status
 	}
+	switch {
+	case len(f.NameContains) > 200:
+		return nil, "", &InvalidError{Field: "name_contains", Message: "at most 200 characters"}
+	case strings.ContainsRune(f.NameContains, 0):
+		return nil, "", &InvalidError{Field: "name_contains", Message: "contains a NUL character"}
+	case f.NameContains != "":
+		p.NameContains = &f.NameContains
+	}
 	rows, err := store.New(s.pool).ListJobs(ctx, p)
 	if err != nil {
 		return nil, "", err
@@ -489,7 +504,44 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 		}
 		out = append(out, j)
 	}
+	if err := s.fillLastRuns(ctx, a, out); err != nil {
+		return nil, "", err
+	}
 	return out, next, nil
+}
+
+// fillLastRuns sets each job's LastRun, in one query.
+func (s *Service) fillLastRuns(ctx context.Context, a Actor, jobs []*Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(jobs))
+	byID := make(map[uuid.UUID]*Job, len(jobs))
+	for i, j := range jobs {
+		ids[i], byID[j.ID] = j.ID, j
+	}
+	rows, err := store.New(s.pool).LastRuns(ctx, store.LastRunsParams{TenantID: a.Tenant, JobIds: ids})
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		byID[r.JobID].LastRun = &LastRun{ID: r.ID, Status: r.Status, ScheduledFor: r.ScheduledFor}
+	}
+	return nil
+}
+
+// MaxHistory bounds RecentHistory.
+const MaxHistory = 200
+
+// RecentHistory returns the latest n audit rows of one job, newest first.
+func (s *Service) RecentHistory(ctx context.Context, a Actor, id uuid.UUID, n int) ([]store.AuditLog, error) {
+	if n < 0 || n > MaxHistory {
+		return nil, &InvalidError{Field: "history", Message: fmt.Sprintf("%d is outside 0..%d", n, MaxHistory)}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return store.New(s.pool).JobHistory(ctx, store.JobHistoryParams{TenantID: a.Tenant, TargetID: id, MaxRows: int32(n)})
 }
 
 // History returns the audit rows of one job, oldest first.

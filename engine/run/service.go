@@ -60,6 +60,8 @@ type Detail struct {
 type Task struct {
 	store.Task
 	Attempts []store.Attempt
+	// Parents are the tasks this one waits for.
+	Parents []uuid.UUID
 }
 
 func fromListRow(r store.ListRunsRow) Run {
@@ -134,13 +136,21 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID) (*Detail, 
 	if err != nil {
 		return nil, err
 	}
+	edges, err := q.RunEdges(ctx, id)
+	if err != nil {
+		return nil, err
+	}
 	byTask := map[uuid.UUID][]store.Attempt{}
 	for _, at := range attempts {
 		byTask[at.TaskID] = append(byTask[at.TaskID], at)
 	}
+	parents := map[uuid.UUID][]uuid.UUID{}
+	for _, e := range edges {
+		parents[e.ChildID] = append(parents[e.ChildID], e.ParentID)
+	}
 	d := &Detail{Run: fromListRow(store.ListRunsRow(r))}
 	for _, t := range tasks {
-		d.Tasks = append(d.Tasks, Task{Task: t, Attempts: byTask[t.ID]})
+		d.Tasks = append(d.Tasks, Task{Task: t, Attempts: byTask[t.ID], Parents: parents[t.ID]})
 	}
 	return d, nil
 }

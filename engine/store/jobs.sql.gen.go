@@ -302,17 +302,112 @@ func (q *Queries) InsertJobVersion(ctx context.Context, arg InsertJobVersionPara
 	return err
 }
 
+const jobHistory = `-- name: JobHistory :many
+SELECT id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after FROM audit_log
+WHERE tenant_id = $1 AND target_id = $2
+ORDER BY at DESC, id DESC
+LIMIT $3
+`
+
+type JobHistoryParams struct {
+	TenantID uuid.UUID
+	TargetID uuid.UUID
+	MaxRows  int32
+}
+
+// JobHistory returns a job's latest audit rows, newest first.
+func (q *Queries) JobHistory(ctx context.Context, arg JobHistoryParams) ([]AuditLog, error) {
+	rows, err := q.db.Query(ctx, jobHistory, arg.TenantID, arg.TargetID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AuditLog{}
+	for rows.Next() {
+		var i AuditLog
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.At,
+			&i.Actor,
+			&i.Action,
+			&i.TargetKind,
+			&i.TargetID,
+			&i.TargetName,
+			&i.Before,
+			&i.After,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lastRuns = `-- name: LastRuns :many
+SELECT j.id::uuid AS job_id, r.id, r.status, r.scheduled_for
+FROM unnest($1::uuid[]) AS j (id)
+CROSS JOIN LATERAL (
+    SELECT id, status, scheduled_for FROM runs
+    WHERE tenant_id = $2 AND job_id = j.id
+    ORDER BY scheduled_for DESC
+    LIMIT 1
+) AS r
+`
+
+type LastRunsParams struct {
+	JobIds   []uuid.UUID
+	TenantID uuid.UUID
+}
+
+type LastRunsRow struct {
+	JobID        uuid.UUID
+	ID           uuid.UUID
+	Status       string
+	ScheduledFor time.Time
+}
+
+// LastRuns returns the latest run (by scheduled instant) of each job.
+func (q *Queries) LastRuns(ctx context.Context, arg LastRunsParams) ([]LastRunsRow, error) {
+	rows, err := q.db.Query(ctx, lastRuns, arg.JobIds, arg.TenantID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LastRunsRow{}
+	for rows.Next() {
+		var i LastRunsRow
+		if err := rows.Scan(
+			&i.JobID,
+			&i.ID,
+			&i.Status,
+			&i.ScheduledFor,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listJobs = `-- name: ListJobs :many
 SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs
 WHERE tenant_id = $1
   AND ($2::text IS NULL OR namespace = $2::text)
   AND (($3::text IS NULL AND status <> 'deleted') OR status = $3::text)
   AND labels @> $4::jsonb
-  AND (NOT $5::bool OR namespace = ANY($6::text[])
-       OR namespace || '/' || name = ANY($7::text[]))
-  AND (name, id) > ($8::text, $9::uuid)
+  AND ($5::text IS NULL OR strpos(name, $5::text) > 0)
+  AND (NOT $6::bool OR namespace = ANY($7::text[])
+       OR namespace || '/' || name = ANY($8::text[]))
+  AND (name, id) > ($9::text, $10::uuid)
 ORDER BY name, id
-LIMIT $10
+LIMIT $11
 `
 
 type ListJobsParams struct {
@@ -320,6 +415,7 @@ type ListJobsParams struct {
 	Namespace       *string
 	Status          *string
 	Labels          []byte
+	NameContains    *string
 	Scoped          bool
 	ScopeNamespaces []string
 	ScopeJobs       []string
@@ -339,6 +435,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]Job, erro
 		arg.Namespace,
 		arg.Status,
 		arg.Labels,
+		arg.NameContains,
 		arg.Scoped,
 		arg.ScopeNamespaces,
 		arg.ScopeJobs,

@@ -804,6 +804,33 @@ func (q *Queries) RunAttempts(ctx context.Context, runID uuid.UUID) ([]Attempt, 
 	return items, nil
 }
 
+const runEdges = `-- name: RunEdges :many
+SELECT e.parent_id, e.child_id
+FROM tasks AS t JOIN task_edges AS e ON e.parent_id = t.id
+WHERE t.run_id = $1
+`
+
+// RunEdges are the parent -> child edges among a run's tasks.
+func (q *Queries) RunEdges(ctx context.Context, runID uuid.UUID) ([]TaskEdge, error) {
+	rows, err := q.db.Query(ctx, runEdges, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskEdge{}
+	for rows.Next() {
+		var i TaskEdge
+		if err := rows.Scan(&i.ParentID, &i.ChildID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const runTasks = `-- name: RunTasks :many
 SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at FROM tasks WHERE run_id = $1 ORDER BY created_at, id
 `

@@ -88,8 +88,10 @@ func (q *Queries) LeaveWorker(ctx context.Context, id uuid.UUID) error {
 
 const listWorkers = `-- name: ListWorkers :many
 SELECT id, name, queues, started_at, heartbeat_at, lease_expires_at, lease_expires_at > now() AS live
-FROM workers WHERE lease_expires_at > now() - INTERVAL '1 hour'
+FROM workers
+WHERE lease_expires_at > now() - INTERVAL '1 hour'
 ORDER BY name, id
+LIMIT 1000
 `
 
 type ListWorkersRow struct {
@@ -102,6 +104,8 @@ type ListWorkersRow struct {
 	Live           bool
 }
 
+// ListWorkers lists worker processes whose lease lapsed less than an hour
+// ago (or not at all), by name.
 func (q *Queries) ListWorkers(ctx context.Context) ([]ListWorkersRow, error) {
 	rows, err := q.db.Query(ctx, listWorkers)
 	if err != nil {

@@ -44,6 +44,7 @@ WHERE tenant_id = @tenant_id
   AND (sqlc.narg(namespace)::text IS NULL OR namespace = sqlc.narg(namespace)::text)
   AND ((sqlc.narg(status)::text IS NULL AND status <> 'deleted') OR status = sqlc.narg(status)::text)
   AND labels @> @labels::jsonb
+  AND (sqlc.narg(name_contains)::text IS NULL OR strpos(name, sqlc.narg(name_contains)::text) > 0)
   AND (NOT @scoped::bool OR namespace = ANY(@scope_namespaces::text[])
        OR namespace || '/' || name = ANY(@scope_jobs::text[]))
   AND (name, id) > (@after_name::text, @after_id::uuid)
@@ -90,3 +91,21 @@ WHERE @idempotency_key::text <> '';
 SELECT * FROM jobs
 WHERE tenant_id = @tenant_id AND namespace = ANY(@namespaces::text[]) AND status <> 'deleted' AND source IS NOT NULL
 ORDER BY namespace, name;
+
+-- LastRuns returns the latest run (by scheduled instant) of each job.
+-- name: LastRuns :many
+SELECT j.id::uuid AS job_id, r.id, r.status, r.scheduled_for
+FROM unnest(@job_ids::uuid[]) AS j (id)
+CROSS JOIN LATERAL (
+    SELECT id, status, scheduled_for FROM runs
+    WHERE tenant_id = @tenant_id AND job_id = j.id
+    ORDER BY scheduled_for DESC
+    LIMIT 1
+) AS r;
+
+-- JobHistory returns a job's latest audit rows, newest first.
+-- name: JobHistory :many
+SELECT * FROM audit_log
+WHERE tenant_id = @tenant_id AND target_id = @target_id
+ORDER BY at DESC, id DESC
+LIMIT @max_rows;

@@ -192,3 +192,9 @@ WHERE q.status = 'queued'
     WHERE a.job_id = q.job_id AND a.finished_at IS NULL AND a.status IN ('pending', 'running')
   )
 LIMIT @batch;
+
+-- RunEdges are the parent -> child edges among a run's tasks.
+-- name: RunEdges :many
+SELECT e.parent_id, e.child_id
+FROM tasks AS t JOIN task_edges AS e ON e.parent_id = t.id
+WHERE t.run_id = @run_id;

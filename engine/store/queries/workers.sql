@@ -40,7 +40,11 @@ WHERE t.status IN ('queued', 'retrying') AND t.attempt = r.attempt - 1
 ORDER BY t.id
 FOR UPDATE OF t;
 
+-- ListWorkers lists worker processes whose lease lapsed less than an hour
+-- ago (or not at all), by name.
 -- name: ListWorkers :many
 SELECT id, name, queues, started_at, heartbeat_at, lease_expires_at, lease_expires_at > now() AS live
-FROM workers WHERE lease_expires_at > now() - INTERVAL '1 hour'
-ORDER BY name, id;
+FROM workers
+WHERE lease_expires_at > now() - INTERVAL '1 hour'
+ORDER BY name, id
+LIMIT 1000;

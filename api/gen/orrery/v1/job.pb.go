@@ -796,7 +796,10 @@ type Job struct {
 	UpdatedBy    string                 `protobuf:"bytes,11,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
 	DeleteTime   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=delete_time,json=deleteTime,proto3" json:"delete_time,omitempty"`
 	// Where `orrery apply` read it; empty for jobs made through the API.
-	Source        *Source `protobuf:"bytes,13,opt,name=source,proto3" json:"source,omitempty"`
+	Source *Source `protobuf:"bytes,13,opt,name=source,proto3" json:"source,omitempty"`
+	// The job's latest run by scheduled instant (ListJobs and GetJob);
+	// unset when it never ran.
+	LastRun       *LastRun `protobuf:"bytes,14,opt,name=last_run,json=lastRun,proto3" json:"last_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -922,6 +925,74 @@ func (x *Job) GetSource() *Source {
 	return nil
 }
 
+func (x *Job) GetLastRun() *LastRun {
+	if x != nil {
+		return x.LastRun
+	}
+	return nil
+}
+
+// LastRun is a job's latest run, in short.
+type LastRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	ScheduledTime *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=scheduled_time,json=scheduledTime,proto3" json:"scheduled_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LastRun) Reset() {
+	*x = LastRun{}
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LastRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LastRun) ProtoMessage() {}
+
+func (x *LastRun) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
+func (*LastRun) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LastRun) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *LastRun) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *LastRun) GetScheduledTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduledTime
+	}
+	return nil
+}
+
 // Source is a job's file and, when the folder was a git checkout, commit.
 type Source struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -933,7 +1004,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1016,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1029,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Source) GetPath() string {
@@ -987,7 +1058,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -999,7 +1070,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1012,7 +1083,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobRef) GetId() string {
@@ -1047,7 +1118,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1130,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1143,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -1105,7 +1176,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1188,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1201,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -1144,14 +1215,18 @@ type GetJobRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Ref   *JobRef                `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
 	// How many next fire times to return; default 10, at most 100.
-	Upcoming      int32 `protobuf:"varint,2,opt,name=upcoming,proto3" json:"upcoming,omitempty"`
+	Upcoming int32 `protobuf:"varint,2,opt,name=upcoming,proto3" json:"upcoming,omitempty"`
+	// How many of the job's latest audit entries (its versions, pauses and
+	// resumes, with field-level changes) to return, newest first; 0: none;
+	// at most 200. A reader of the job may see them.
+	History       int32 `protobuf:"varint,3,opt,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1238,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1251,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -1193,17 +1268,25 @@ func (x *GetJobRequest) GetUpcoming() int32 {
 	return 0
 }
 
+func (x *GetJobRequest) GetHistory() int32 {
+	if x != nil {
+		return x.History
+	}
+	return 0
+}
+
 type GetJobResponse struct {
 	state         protoimpl.MessageState   `protogen:"open.v1"`
 	Job           *Job                     `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	NextFireTimes []*timestamppb.Timestamp `protobuf:"bytes,2,rep,name=next_fire_times,json=nextFireTimes,proto3" json:"next_fire_times,omitempty"`
+	History       []*AuditEntry            `protobuf:"bytes,3,rep,name=history,proto3" json:"history,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1298,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1311,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1245,6 +1328,13 @@ func (x *GetJobResponse) GetNextFireTimes() []*timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GetJobResponse) GetHistory() []*AuditEntry {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
 type ListJobsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -1253,15 +1343,18 @@ type ListJobsRequest struct {
 	// Jobs carrying all of these labels.
 	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Default 50, at most 500.
-	PageSize      int32  `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  int32  `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Jobs whose name contains this text (case-sensitive); at most 200
+	// characters.
+	NameContains  string `protobuf:"bytes,6,opt,name=name_contains,json=nameContains,proto3" json:"name_contains,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1366,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1379,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -1324,6 +1417,13 @@ func (x *ListJobsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListJobsRequest) GetNameContains() string {
+	if x != nil {
+		return x.NameContains
+	}
+	return ""
+}
+
 type ListJobsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
@@ -1334,7 +1434,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1446,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1459,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1388,7 +1488,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1500,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1513,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -1453,7 +1553,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1565,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1578,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -1497,7 +1597,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1609,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1622,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -1541,7 +1641,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1653,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1666,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -1585,7 +1685,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1697,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1710,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -1629,7 +1729,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1741,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1754,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -1673,7 +1773,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1785,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1798,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -1717,7 +1817,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1829,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1842,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -1765,7 +1865,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1877,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1890,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -1823,7 +1923,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1935,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1948,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -1862,7 +1962,7 @@ var File_orrery_v1_job_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/job.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"J\n" +
+	"\x13orrery/v1/job.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15orrery/v1/audit.proto\"J\n" +
 	"\bSchedule\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x1a\n" +
 	"\btimezone\x18\x02 \x01(\tR\btimezone\x12\x0e\n" +
@@ -1921,7 +2021,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x06labels\x18\x04 \x03(\v2\".orrery.v1.JobMetadata.LabelsEntryR\x06labels\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb1\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x04\n" +
 	"\x03Job\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
 	"\bmetadata\x18\x02 \x01(\v2\x16.orrery.v1.JobMetadataR\bmetadata\x12&\n" +
@@ -1941,7 +2041,12 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"updated_by\x18\v \x01(\tR\tupdatedBy\x12;\n" +
 	"\vdelete_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"deleteTime\x12)\n" +
-	"\x06source\x18\r \x01(\v2\x11.orrery.v1.SourceR\x06source\"4\n" +
+	"\x06source\x18\r \x01(\v2\x11.orrery.v1.SourceR\x06source\x12-\n" +
+	"\blast_run\x18\x0e \x01(\v2\x12.orrery.v1.LastRunR\alastRun\"t\n" +
+	"\aLastRun\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12A\n" +
+	"\x0escheduled_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rscheduledTime\"4\n" +
 	"\x06Source\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06commit\x18\x02 \x01(\tR\x06commit\"J\n" +
@@ -1954,20 +2059,23 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x04spec\x18\x02 \x01(\v2\x12.orrery.v1.JobSpecR\x04spec\x12'\n" +
 	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"5\n" +
 	"\x11CreateJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.orrery.v1.JobR\x03job\"P\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.orrery.v1.JobR\x03job\"j\n" +
 	"\rGetJobRequest\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\x12\x1a\n" +
-	"\bupcoming\x18\x02 \x01(\x05R\bupcoming\"v\n" +
+	"\bupcoming\x18\x02 \x01(\x05R\bupcoming\x12\x18\n" +
+	"\ahistory\x18\x03 \x01(\x05R\ahistory\"\xa7\x01\n" +
 	"\x0eGetJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.orrery.v1.JobR\x03job\x12B\n" +
-	"\x0fnext_fire_times\x18\x02 \x03(\v2\x1a.google.protobuf.TimestampR\rnextFireTimes\"\x94\x02\n" +
+	"\x0fnext_fire_times\x18\x02 \x03(\v2\x1a.google.protobuf.TimestampR\rnextFireTimes\x12/\n" +
+	"\ahistory\x18\x03 \x03(\v2\x15.orrery.v1.AuditEntryR\ahistory\"\xb9\x02\n" +
 	"\x0fListJobsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12,\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x14.orrery.v1.JobStatusR\x06status\x12>\n" +
 	"\x06labels\x18\x03 \x03(\v2&.orrery.v1.ListJobsRequest.LabelsEntryR\x06labels\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\x1a9\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\x12#\n" +
+	"\rname_contains\x18\x06 \x01(\tR\fnameContains\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
@@ -2029,7 +2137,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(*Schedule)(nil),                // 1: orrery.v1.Schedule
@@ -2042,102 +2150,107 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*JobSpec)(nil),                 // 8: orrery.v1.JobSpec
 	(*JobMetadata)(nil),             // 9: orrery.v1.JobMetadata
 	(*Job)(nil),                     // 10: orrery.v1.Job
-	(*Source)(nil),                  // 11: orrery.v1.Source
-	(*JobRef)(nil),                  // 12: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 13: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 14: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 15: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 16: orrery.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 17: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 18: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 19: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 20: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 21: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 22: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 23: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 24: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 25: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 26: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 27: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 28: orrery.v1.PreviewScheduleResponse
-	nil,                             // 29: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 30: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 31: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 32: orrery.v1.ListJobsRequest.LabelsEntry
-	(*durationpb.Duration)(nil),     // 33: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 34: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil),   // 35: google.protobuf.Timestamp
+	(*LastRun)(nil),                 // 11: orrery.v1.LastRun
+	(*Source)(nil),                  // 12: orrery.v1.Source
+	(*JobRef)(nil),                  // 13: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 14: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 15: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 16: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 17: orrery.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 18: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 19: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 20: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 21: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 22: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 23: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 24: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 25: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 26: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 27: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 28: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 29: orrery.v1.PreviewScheduleResponse
+	nil,                             // 30: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 31: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 32: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 33: orrery.v1.ListJobsRequest.LabelsEntry
+	(*durationpb.Duration)(nil),     // 34: google.protobuf.Duration
+	(*structpb.Value)(nil),          // 35: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil),   // 36: google.protobuf.Timestamp
+	(*AuditEntry)(nil),              // 37: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	29, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	30, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	30, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	31, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
 	2,  // 2: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
 	3,  // 3: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	33, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	33, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	33, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	34, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	34, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	34, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
 	5,  // 7: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
 	4,  // 8: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	34, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	33, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	35, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	34, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
 	5,  // 11: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
 	1,  // 12: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
 	6,  // 13: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
 	4,  // 14: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	34, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	35, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
 	7,  // 16: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	31, // 17: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	32, // 17: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
 	9,  // 18: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
 	8,  // 19: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
 	0,  // 20: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	35, // 21: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	35, // 22: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	35, // 23: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	35, // 24: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	11, // 25: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	9,  // 26: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	8,  // 27: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	10, // 28: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	12, // 29: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 30: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	35, // 31: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	0,  // 32: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	32, // 33: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	10, // 34: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	12, // 35: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	9,  // 36: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	8,  // 37: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	10, // 38: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	12, // 39: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 40: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	12, // 41: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 42: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	12, // 43: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 44: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	1,  // 45: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	35, // 46: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	35, // 47: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	13, // 48: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	15, // 49: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	17, // 50: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	19, // 51: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	21, // 52: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	23, // 53: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	25, // 54: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	27, // 55: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	14, // 56: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	16, // 57: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	18, // 58: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	20, // 59: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	22, // 60: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	24, // 61: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	26, // 62: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	28, // 63: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	56, // [56:64] is the sub-list for method output_type
-	48, // [48:56] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	36, // 21: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	36, // 22: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	36, // 23: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	36, // 24: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	12, // 25: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	11, // 26: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	36, // 27: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	9,  // 28: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	8,  // 29: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	10, // 30: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	13, // 31: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	10, // 32: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	36, // 33: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	37, // 34: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	0,  // 35: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	33, // 36: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	10, // 37: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	13, // 38: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	9,  // 39: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	8,  // 40: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	10, // 41: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	13, // 42: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	10, // 43: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	13, // 44: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	10, // 45: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	13, // 46: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	10, // 47: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	1,  // 48: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	36, // 49: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	36, // 50: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	14, // 51: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	16, // 52: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	18, // 53: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	20, // 54: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	22, // 55: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	24, // 56: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	26, // 57: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	28, // 58: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	15, // 59: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	17, // 60: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	19, // 61: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	21, // 62: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	23, // 63: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	25, // 64: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	27, // 65: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	29, // 66: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	59, // [59:67] is the sub-list for method output_type
+	51, // [51:59] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -2145,6 +2258,7 @@ func file_orrery_v1_job_proto_init() {
 	if File_orrery_v1_job_proto != nil {
 		return
 	}
+	file_orrery_v1_audit_proto_init()
 	file_orrery_v1_job_proto_msgTypes[3].OneofWrappers = []any{
 		(*Executor_Http)(nil),
 		(*Executor_Command)(nil),
@@ -2156,7 +2270,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -183,8 +183,10 @@ type Task struct {
 	StartTime        *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	FinishTime       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
 	Attempts         []*Attempt             `protobuf:"bytes,13,rep,name=attempts,proto3" json:"attempts,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The steps this task waits for.
+	Needs         []string `protobuf:"bytes,14,rep,name=needs,proto3" json:"needs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -304,6 +306,13 @@ func (x *Task) GetFinishTime() *timestamppb.Timestamp {
 func (x *Task) GetAttempts() []*Attempt {
 	if x != nil {
 		return x.Attempts
+	}
+	return nil
+}
+
+func (x *Task) GetNeeds() []string {
+	if x != nil {
+		return x.Needs
 	}
 	return nil
 }
@@ -1427,9 +1436,11 @@ func (x *Shard) GetLagSeconds() float64 {
 }
 
 type GetClusterResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Shards        []*Shard               `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Nodes  []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Shards []*Shard               `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
+	// Worker processes, live or lapsed within the last hour.
+	Workers       []*Worker `protobuf:"bytes,3,rep,name=workers,proto3" json:"workers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1478,6 +1489,99 @@ func (x *GetClusterResponse) GetShards() []*Shard {
 	return nil
 }
 
+func (x *GetClusterResponse) GetWorkers() []*Worker {
+	if x != nil {
+		return x.Workers
+	}
+	return nil
+}
+
+// Worker is a worker process and the queues it serves.
+type Worker struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Live  bool                   `protobuf:"varint,3,opt,name=live,proto3" json:"live,omitempty"`
+	// Queue name to concurrency.
+	Queues        map[string]int32       `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	HeartbeatTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=heartbeat_time,json=heartbeatTime,proto3" json:"heartbeat_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Worker) Reset() {
+	*x = Worker{}
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Worker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Worker) ProtoMessage() {}
+
+func (x *Worker) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Worker.ProtoReflect.Descriptor instead.
+func (*Worker) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Worker) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Worker) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Worker) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+func (x *Worker) GetQueues() map[string]int32 {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *Worker) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *Worker) GetHeartbeatTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HeartbeatTime
+	}
+	return nil
+}
+
 var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
@@ -1501,7 +1605,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12;\n" +
 	"\vfinish_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishTime\"\xe6\x03\n" +
+	"finishTime\"\xfc\x03\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -1519,7 +1623,8 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"start_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12;\n" +
 	"\vfinish_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishTime\x12.\n" +
-	"\battempts\x18\r \x03(\v2\x12.orrery.v1.AttemptR\battempts\"\xa6\x03\n" +
+	"\battempts\x18\r \x03(\v2\x12.orrery.v1.AttemptR\battempts\x12\x14\n" +
+	"\x05needs\x18\x0e \x03(\tR\x05needs\"\xa6\x03\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12#\n" +
@@ -1612,10 +1717,22 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12F\n" +
 	"\x11lease_expire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x12\x1f\n" +
 	"\vlag_seconds\x18\x06 \x01(\x01R\n" +
-	"lagSeconds\"e\n" +
+	"lagSeconds\"\x92\x01\n" +
 	"\x12GetClusterResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.orrery.v1.NodeR\x05nodes\x12(\n" +
-	"\x06shards\x18\x02 \x03(\v2\x10.orrery.v1.ShardR\x06shards2\xec\x03\n" +
+	"\x06shards\x18\x02 \x03(\v2\x10.orrery.v1.ShardR\x06shards\x12+\n" +
+	"\aworkers\x18\x03 \x03(\v2\x11.orrery.v1.WorkerR\aworkers\"\xb0\x02\n" +
+	"\x06Worker\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04live\x18\x03 \x01(\bR\x04live\x125\n" +
+	"\x06queues\x18\x04 \x03(\v2\x1d.orrery.v1.Worker.QueuesEntryR\x06queues\x129\n" +
+	"\n" +
+	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12A\n" +
+	"\x0eheartbeat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\x1a9\n" +
+	"\vQueuesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xec\x03\n" +
 	"\n" +
 	"RunService\x12H\n" +
 	"\bListRuns\x12\x1a.orrery.v1.ListRunsRequest\x1a\x1b.orrery.v1.ListRunsResponse\"\x03\x90\x02\x01\x12B\n" +
@@ -1641,7 +1758,7 @@ func file_orrery_v1_run_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_run_proto_rawDescData
 }
 
-var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_orrery_v1_run_proto_goTypes = []any{
 	(*Run)(nil),                       // 0: orrery.v1.Run
 	(*Task)(nil),                      // 1: orrery.v1.Task
@@ -1663,58 +1780,64 @@ var file_orrery_v1_run_proto_goTypes = []any{
 	(*Node)(nil),                      // 17: orrery.v1.Node
 	(*Shard)(nil),                     // 18: orrery.v1.Shard
 	(*GetClusterResponse)(nil),        // 19: orrery.v1.GetClusterResponse
-	(*timestamppb.Timestamp)(nil),     // 20: google.protobuf.Timestamp
-	(*JobRef)(nil),                    // 21: orrery.v1.JobRef
+	(*Worker)(nil),                    // 20: orrery.v1.Worker
+	nil,                               // 21: orrery.v1.Worker.QueuesEntry
+	(*timestamppb.Timestamp)(nil),     // 22: google.protobuf.Timestamp
+	(*JobRef)(nil),                    // 23: orrery.v1.JobRef
 }
 var file_orrery_v1_run_proto_depIdxs = []int32{
-	20, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	20, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	20, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	20, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	20, // 4: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	20, // 5: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	20, // 6: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	22, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	22, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	22, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	22, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	22, // 4: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	22, // 5: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	22, // 6: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
 	2,  // 7: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	20, // 8: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	20, // 9: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	21, // 10: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	20, // 11: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	20, // 12: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	22, // 8: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	22, // 9: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	23, // 10: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	22, // 11: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	22, // 12: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
 	0,  // 13: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
 	0,  // 14: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
 	1,  // 15: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	21, // 16: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	23, // 16: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
 	0,  // 17: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
 	0,  // 18: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	20, // 19: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	20, // 20: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	21, // 21: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	22, // 19: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	22, // 20: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	23, // 21: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
 	11, // 22: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	21, // 23: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	20, // 24: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	20, // 25: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	20, // 26: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	23, // 23: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	22, // 24: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	22, // 25: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	22, // 26: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
 	17, // 27: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
 	18, // 28: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	3,  // 29: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	5,  // 30: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	7,  // 31: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	9,  // 32: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	12, // 33: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	14, // 34: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	16, // 35: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	4,  // 36: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	6,  // 37: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	8,  // 38: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	10, // 39: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	13, // 40: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	15, // 41: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	19, // 42: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	36, // [36:43] is the sub-list for method output_type
-	29, // [29:36] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	20, // 29: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	21, // 30: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	22, // 31: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	22, // 32: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	3,  // 33: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	5,  // 34: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	7,  // 35: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	9,  // 36: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	12, // 37: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	14, // 38: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	16, // 39: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	4,  // 40: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	6,  // 41: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	8,  // 42: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	10, // 43: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	13, // 44: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	15, // 45: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	19, // 46: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	40, // [40:47] is the sub-list for method output_type
+	33, // [33:40] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
@@ -1729,7 +1852,7 @@ func file_orrery_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_run_proto_rawDesc), len(file_orrery_v1_run_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
