@@ -110,8 +110,8 @@ func TestGrantsOnNamespacesAndJobs(t *testing.T) {
 			t.Errorf("%s with no role anywhere: %q", m, code)
 		}
 	}
-	if code := f.code(alice, "JobService/GetJob", ref(f.jobs["team-a/a1"])); code != "permission_denied" {
-		t.Errorf("get with no role: %q", code)
+	if code := f.code(alice, "JobService/GetJob", ref(f.jobs["team-a/a1"])); code != "not_found" {
+		t.Errorf("get by id with no role: %q", code)
 	}
 
 	f.grant(admin, "alice", "editor", "team-a", "")
@@ -137,7 +137,18 @@ func TestGrantsOnNamespacesAndJobs(t *testing.T) {
 	}{
 		{"JobService/GetJob", ref(f.jobs["team-b/b1"]), ""},
 		{"JobService/GetJob", `{"ref":{"namespace":"team-b","name":"b1"}}`, ""},
-		{"JobService/GetJob", ref(f.jobs["team-b/b2"]), "permission_denied"},
+		// An id it may not read is NotFound, as a missing one (below).
+		{"JobService/GetJob", ref(f.jobs["team-b/b2"]), "not_found"},
+		{"JobService/PauseJob", ref(f.jobs["team-b/b2"]), "not_found"},
+		{"JobService/GetJob", `{"ref":{"namespace":"team-b","name":"b2"}}`, "permission_denied"},
+		{"JobService/GetJob", `{"ref":{"namespace":"team-b","name":"nope"}}`, "permission_denied"},
+		{"RunService/ListRuns", `{"job":{"namespace":"team-b","name":"b2"}}`, "permission_denied"},
+		{"RunService/ListRuns", `{"job":{"namespace":"team-b","name":"nope"}}`, "permission_denied"},
+		{"RunService/ListDeadLetters", `{"job":{"id":"` + f.jobs["team-b/b2"] + `"}}`, "not_found"},
+		{"RunService/ListRuns", `{"job":{"namespace":"team-b","name":"b1"}}`, ""},
+		// The nil UUID names no job (it once read as "no filter"): it needs
+		// the tenant-wide role, and is refused even then.
+		{"RunService/ReplayDeadLetters", `{"job":{"id":"00000000-0000-0000-0000-000000000000"}}`, "permission_denied"},
 		{"JobService/PauseJob", ref(f.jobs["team-a/a1"]), ""},
 		{"JobService/ResumeJob", `{"ref":{"namespace":"team-a","name":"a1"}}`, ""},
 		{"JobService/PauseJob", ref(f.jobs["team-b/b1"]), "permission_denied"},
@@ -146,7 +157,7 @@ func TestGrantsOnNamespacesAndJobs(t *testing.T) {
 		{"RunService/TriggerJob", `{"job":{"id":"` + f.jobs["team-a/a2"] + `"}}`, ""},
 		{"RunService/TriggerJob", `{"job":{"id":"` + f.jobs["team-b/b1"] + `"}}`, "permission_denied"},
 		{"RunService/GetRun", `{"id":"` + f.runs["team-b/b1"] + `"}`, ""},
-		{"RunService/GetRun", `{"id":"` + f.runs["team-b/b2"] + `"}`, "permission_denied"},
+		{"RunService/GetRun", `{"id":"` + f.runs["team-b/b2"] + `"}`, "not_found"},
 		{"RunService/CancelRun", `{"id":"` + f.runs["team-b/b1"] + `"}`, "permission_denied"},
 		{"RunService/CancelRun", `{"id":"` + f.runs["team-a/a1"] + `"}`, ""},
 		{"RunService/ReplayDeadLetters", `{}`, "permission_denied"},
@@ -168,6 +179,16 @@ func TestGrantsOnNamespacesAndJobs(t *testing.T) {
 		}
 	}
 
+	if code := f.code(admin, "RunService/ReplayDeadLetters", `{"job":{"id":"00000000-0000-0000-0000-000000000000"}}`); code != "invalid_argument" {
+		t.Errorf("replay with the nil job id as admin: %q", code)
+	}
+	// What a denied id answers is what a missing id answers.
+	_, denied := callBody(t, f.base+"/orrery.v1.RunService/GetRun", alice, `{"id":"`+f.runs["team-b/b2"]+`"}`)
+	_, missing := callBody(t, f.base+"/orrery.v1.RunService/GetRun", alice, `{"id":"0190aaaa-0000-7000-8000-000000000001"}`)
+	if strings.ReplaceAll(denied, f.runs["team-b/b2"], "ID") != strings.ReplaceAll(missing, "0190aaaa-0000-7000-8000-000000000001", "ID") {
+		t.Errorf("a denied run id answers %s; a missing one %s", denied, missing)
+	}
+
 	// The most permissive applicable role wins: a tenant reader with an
 	// editor grant on one job edits that job only.
 	bob := f.key("bob", "reader")
@@ -187,7 +208,7 @@ func TestGrantsOnNamespacesAndJobs(t *testing.T) {
 	if got := f.listed(alice, "JobService/ListJobs"); !slices.Equal(got, []string{"team-b/b1"}) {
 		t.Errorf("after the revocation alice lists %v", got)
 	}
-	if code := f.code(alice, "JobService/PauseJob", ref(f.jobs["team-a/a1"])); code != "permission_denied" {
+	if code := f.code(alice, "JobService/PauseJob", `{"ref":{"namespace":"team-a","name":"a1"}}`); code != "permission_denied" {
 		t.Errorf("after the revocation alice pauses: %q", code)
 	}
 	if code := f.code(admin, "AccessService/RevokeGrant", `{"principal":"alice","namespace":"team-a"}`); code != "not_found" {
@@ -243,7 +264,7 @@ func TestGrantManagement(t *testing.T) {
 	if code, body := callBody(t, f.base+"/orrery.v1.AccessService/GrantRole", f.keys["other"], `{"principal":"carol","role":"admin","namespace":"team-b"}`); code != "" {
 		t.Fatalf("grant in another tenant: %s %s", code, body)
 	}
-	if code := f.code(carol, "JobService/PauseJob", ref(f.jobs["team-b/b1"])); code != "permission_denied" {
+	if code := f.code(carol, "JobService/PauseJob", `{"ref":{"namespace":"team-b","name":"b1"}}`); code != "permission_denied" {
 		t.Errorf("a grant in another tenant reached this one: %q", code)
 	}
 
@@ -322,7 +343,7 @@ func TestSystemAdminCreatesTenants(t *testing.T) {
 		t.Errorf("tenants %v", names)
 	}
 	// The system admin has no role in its own tenant's jobs.
-	if code := f.code(system, "JobService/PauseJob", ref(f.jobs["team-a/a1"])); code != "permission_denied" {
+	if code := f.code(system, "JobService/PauseJob", `{"ref":{"namespace":"team-a","name":"a1"}}`); code != "permission_denied" {
 		t.Errorf("a system admin without a tenant role pauses a job: %q", code)
 	}
 	for _, who := range []string{"admin", "other"} {

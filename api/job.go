@@ -28,7 +28,7 @@ func actor(ctx context.Context) job.Actor { return principalOf(ctx).Actor() }
 func refFromProto(r *orreryv1.JobRef) (job.Ref, error) {
 	if r.GetId() != "" {
 		id, err := uuid.Parse(r.GetId())
-		if err != nil {
+		if err != nil || id == uuid.Nil {
 			return job.Ref{}, &job.InvalidError{Field: "ref.id", Message: "not a UUID"}
 		}
 		return job.Ref{ID: id}, nil

@@ -7,11 +7,12 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
 
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/access"
-
-	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/run"
 )
 
 // A policy is what a procedure needs: a role on every target its request
@@ -38,6 +39,8 @@ type target struct {
 	job   uuid.UUID
 	run   uuid.UUID
 	tasks []uuid.UUID
+	// anywhere: any role in the tenant will do.
+	anywhere bool
 }
 
 func on(r access.Resource) target { return target{res: r} }
@@ -62,10 +65,19 @@ func onRef(r *orreryv1.JobRef) []target {
 	switch {
 	case err != nil:
 		return nil
-	case ref.ID != uuid.Nil:
+	case r.GetId() != "":
 		return []target{{job: ref.ID}}
 	}
 	return []target{onJob(ref.Namespace, ref.Name)}
+}
+
+// onFilter is a list's optional job filter: nothing to check without one
+// (the list shows only what the principal may read), else the job.
+func onFilter(r *orreryv1.JobRef) []target {
+	if r == nil {
+		return []target{{anywhere: true}}
+	}
+	return onRef(r)
 }
 
 // onOptionalRef is onRef, or the whole tenant without a ref.
@@ -144,8 +156,14 @@ var policies = map[string]policy{
 	orreryv1connect.JobServiceListJobsProcedure:        anyReader,
 	orreryv1connect.JobServicePreviewScheduleProcedure: anyReader,
 
-	orreryv1connect.RunServiceListRunsProcedure:        anyReader,
-	orreryv1connect.RunServiceListDeadLettersProcedure: anyReader,
+	// Lists show only what the principal may read; a job filter needs a
+	// role on the job, so the filter's lookup reveals nothing.
+	orreryv1connect.RunServiceListRunsProcedure: {role: access.Reader, targets: func(m any) []target {
+		return onFilter(m.(*orreryv1.ListRunsRequest).GetJob())
+	}},
+	orreryv1connect.RunServiceListDeadLettersProcedure: {role: access.Reader, targets: func(m any) []target {
+		return onFilter(m.(*orreryv1.ListDeadLettersRequest).GetJob())
+	}},
 	orreryv1connect.RunServiceGetRunProcedure: {role: access.Reader, targets: func(m any) []target {
 		return onRun(m.(*orreryv1.GetRunRequest).GetId())
 	}},
@@ -262,7 +280,12 @@ func (pol policy) check(ctx context.Context, loc locator, p access.Principal, ms
 		}
 	}
 	for _, t := range ts {
-		if !t.res.System && p.Role.Allows(pol.role) {
+		switch {
+		case t.anywhere && p.HasAnyRole():
+			continue
+		case t.anywhere:
+			return denied(p, pol.role, access.TenantWide)
+		case !t.res.System && p.Role.Allows(pol.role):
 			continue
 		}
 		rs, err := t.locate(ctx, loc, p)
@@ -270,9 +293,22 @@ func (pol policy) check(ctx context.Context, loc locator, p access.Principal, ms
 			return toConnect(ctx, nil, err)
 		}
 		for _, r := range rs {
-			if !p.RoleOn(r).Allows(pol.role) {
-				return denied(p, pol.role, r)
+			role := p.RoleOn(r)
+			switch {
+			case role.Allows(pol.role):
+				continue
+			case !role.Allows(access.Reader) && t.job != uuid.Nil:
+				// An id the principal may not read is answered as the
+				// handler answers an id that names nothing: no name, no
+				// existence.
+				return toConnect(ctx, nil, fmt.Errorf("%w: %s", job.ErrNotFound, job.Ref{ID: t.job}))
+			case !role.Allows(access.Reader) && t.run != uuid.Nil:
+				return toConnect(ctx, nil, fmt.Errorf("%w: %s", run.ErrNotFound, t.run))
+			case t.tasks != nil:
+				return connect.NewError(connect.CodePermissionDenied,
+					fmt.Errorf("%s cannot do this to every one of these tasks; it needs %s on their jobs", p.Name, pol.role))
 			}
+			return denied(p, pol.role, r)
 		}
 	}
 	return nil
