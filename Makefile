@@ -12,14 +12,14 @@ SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Directories `make generate` writes (see buf.gen.yaml and sqlc.yaml).
 GENERATED := api/gen engine/store shard/internal/db
 
-.PHONY: dev test generate check-generate postgres build bench lint crdb-parse
+.PHONY: dev test generate check-generate postgres chromium build bench lint crdb-parse vendor-web screenshots
 
 ## dev: private PostgreSQL under .orrery/, migrations, example jobs, API on 127.0.0.1:8080
 dev: postgres build
 	@bin/orrery dev
 
 ## test: generated code up to date, lint, CockroachDB parse, vet, and every test against real PostgreSQL
-test: postgres check-generate lint crdb-parse
+test: postgres chromium check-generate lint crdb-parse
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -run '^$$' -bench CreateJob -benchtime 100x ./bench/
@@ -56,6 +56,23 @@ postgres:
 	@if [ -n "$$ORRERY_PG_BIN" ] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || command -v postgres >/dev/null; then :; \
 	else echo "installing PostgreSQL server (apt-get)"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; fi
+
+## chromium: install Debian's chromium (the web UI's browser tests drive it headless) if missing
+chromium:
+	@if [ -n "$$ORRERY_CHROMIUM" ] || command -v chromium >/dev/null; then :; \
+	else echo "installing chromium (apt-get)"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; fi
+
+## vendor-web: refresh the web UI's vendored files from the npm registry (versions in webui/static/VENDORED.md)
+HTMX_VERSION := 2.0.11
+vendor-web:
+	curl -fsSL https://registry.npmjs.org/htmx.org/-/htmx.org-$(HTMX_VERSION).tgz | tar -xzO package/dist/htmx.min.js > webui/static/htmx.min.js
+	curl -fsSL https://registry.npmjs.org/htmx.org/-/htmx.org-$(HTMX_VERSION).tgz | tar -xzO package/LICENSE > webui/static/htmx.LICENSE
+	sha256sum webui/static/htmx.min.js
+
+## screenshots: the web UI's main pages, as the browser test sees them, into docs/screenshots/
+screenshots: postgres chromium
+	ORRERY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(GO) test -count=1 -run TestWebUIInABrowser ./webui/
 
 ## bench: the benchmarks behind BENCHMARKS.md (about 8 minutes)
 bench: postgres

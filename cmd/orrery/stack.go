@@ -24,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/worker"
+	"github.com/orrery-dev/orrery/webui"
 )
 
 // stackFlags configure what one process runs: API, scheduler node, workers.
@@ -113,10 +114,10 @@ func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
 }
 
 // authenticator is what --auth asks for.
-func (f *stackFlags) authenticator(state *pgxpool.Pool, log *slog.Logger) (api.Authenticator, error) {
+func (f *stackFlags) authenticator(acc *access.Service, log *slog.Logger) (api.Authenticator, error) {
 	switch f.auth {
 	case "keys":
-		return api.KeyAuth{Access: access.New(state)}, nil
+		return api.KeyAuth{Access: acc}, nil
 	case "none":
 		log.Warn("AUTHENTICATION IS OFF (--auth none): anyone who reaches this port acts as an admin of the default tenant; for experiments only")
 		return api.NoAuth{}, nil
@@ -170,12 +171,18 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	if f.maxRequest < 1<<10 {
 		return fmt.Errorf("--max-request-bytes %d: at least 1024", f.maxRequest)
 	}
-	auth, err := f.authenticator(state, log)
+	acc := access.New(state)
+	auth, err := f.authenticator(acc, log)
 	if err != nil {
 		return err
 	}
-	var h http.Handler = api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state,
+	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state,
 		Limits: api.Limits{MaxRequestBytes: f.maxRequest}, Auth: auth}, log)
+	ui, err := webui.New(webui.Config{API: apiHandler, Access: acc, AuthOff: f.auth == "none", Log: log})
+	if err != nil {
+		return err
+	}
+	h := webui.Mount(apiHandler, ui)
 	if len(routes) > 0 {
 		mux := http.NewServeMux()
 		mux.Handle("/", h)

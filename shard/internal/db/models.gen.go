@@ -199,6 +199,14 @@ type Tenant struct {
 	CreatedAt      time.Time
 }
 
+type WebSession struct {
+	Hash      []byte
+	KeyID     uuid.UUID
+	Csrf      string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
 type Worker struct {
 	ID             uuid.UUID
 	Name           string

@@ -1,0 +1,268 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// browser starts headless Chromium (Debian's package; `make test`
+// installs it) and returns a context that drives one tab.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path := os.Getenv("ORRERY_CHROMIUM")
+	if path == "" {
+		var err error
+		if path, err = exec.LookPath("chromium"); err != nil {
+			t.Fatal("chromium is not installed: `make test` installs it (apt-get install chromium), or set ORRERY_CHROMIUM")
+		}
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1400, 1000),
+		// This machine's network is closed: no background calls home.
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelB := chromedp.NewContext(actx)
+	ctx, cancelC := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() { cancelC(); cancelB(); cancelA() })
+	return ctx
+}
+
+// screenshot saves the page as docs/screenshots/NAME.png when
+// ORRERY_SCREENSHOTS names the folder (`make screenshots`).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("ORRERY_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The web UI in a real browser against `orrery dev`: sign in, list jobs,
+// trigger the example pipeline and watch every node of its graph turn
+// green without a reload, open a task's attempts, replay a dead letter,
+// see each action in the audit trail; a reader sees no buttons and is
+// refused if it posts anyway; another tenant's job is a 404 by URL;
+// unknown ids are 404s; user text renders as text.
+func TestWebUIInABrowser(t *testing.T) {
+	dataDir := filepath.Join(reachableDir(t), "data")
+	addr := freeAddr(t)
+	stop := startDev(t, dataDir, addr)
+	defer stop()
+	base := "http://" + addr
+	cli := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runEnv(t, []string{"ORRERY_DATA_DIR=" + dataDir}, append([]string{"--server", addr}, args...)...)
+		if code != 0 {
+			t.Fatalf("orrery %v: %s %s", args, out, errOut)
+		}
+		return strings.TrimSpace(out)
+	}
+	b, err := os.ReadFile(filepath.Join(dataDir, "api-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := strings.TrimSpace(string(b))
+	reader := cli("keys", "create", "--principal", "viewer", "--role", "reader")
+
+	// A job that always fails (one attempt): a dead letter to replay; its
+	// description and a label carry markup that must render as text.
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata:
+  name: broken
+  namespace: qa
+  description: "<script>alert('desc')</script>"
+  labels: {note: "<img src=x onerror=alert(1)>"}
+spec:
+  schedule: {cron: "0 3 * * *"}
+  defaults: {retry: {max_attempts: 1}}
+  steps:
+    - name: fail
+      run: {command: {argv: ["/bin/false"]}}
+`), 0o644)
+	cli("apply", "-f", dir)
+	cli("jobs", "trigger", "broken", "-n", "qa")
+	// Another tenant's job.
+	cli("tenants", "create", "acme")
+	acme := cli("keys", "create", "--tenant", "acme", "--principal", "acme-admin", "--role", "admin")
+	os.WriteFile(filepath.Join(dir, "broken.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: secret-plan, namespace: acme-ns}\nspec:\n  schedule: {cron: \"@daily\"}\n  run: {handler: h}\n"), 0o644)
+	if out, errOut, code := run(t, "--server", addr, "--api-key", acme, "apply", "-f", dir); code != 0 {
+		t.Fatalf("apply as acme: %s %s", out, errOut)
+	}
+
+	ctx := browser(t)
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, steps...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	html := func(sel string) string {
+		t.Helper()
+		out, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("outer HTML of %s: %v", sel, err)
+		}
+		return out
+	}
+	text := func(sel string) string {
+		t.Helper()
+		out, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return out
+	}
+	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
+	eval := func(expr string) any {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("evaluate %s: %v", expr, err)
+		}
+		return v
+	}
+	signIn := func(key string) {
+		t.Helper()
+		do("sign in",
+			chromedp.Navigate(base+"/"),
+			chromedp.WaitVisible(css(`input[name=key]`)),
+			chromedp.SendKeys(css(`input[name=key]`), key),
+			chromedp.Submit(css(`input[name=key]`)),
+			chromedp.WaitVisible(css(`tr[data-job]`)),
+		)
+	}
+	signIn(admin)
+	jobsHTML := html(`#jobs`)
+	for _, j := range []string{"analytics/nightly-sales", "integrations/hourly-sync", "qa/broken"} {
+		if !strings.Contains(jobsHTML, `data-job="`+j+`"`) {
+			t.Errorf("the jobs page lacks %s", j)
+		}
+	}
+	if strings.Contains(jobsHTML, "secret-plan") {
+		t.Error("the jobs page shows another tenant's job")
+	}
+	// Search as you type narrows the list without a reload.
+	eval(`window.__kept = 1`)
+	do("search",
+		chromedp.SendKeys(css(`input[name=q]`), "nightly"),
+		chromedp.WaitNotPresent(css(`tr[data-job="qa/broken"]`)),
+		chromedp.WaitVisible(css(`tr[data-job="analytics/nightly-sales"]`)),
+	)
+	if eval(`window.__kept || 0`) != float64(1) {
+		t.Error("searching reloaded the page")
+	}
+	screenshot(t, ctx, "jobs")
+
+	// Trigger the pipeline from its row; the run page turns every node
+	// green while we watch (the page is not reloaded: __marker survives).
+	do("trigger",
+		chromedp.Click(css(`tr[data-job="analytics/nightly-sales"] button[data-action=trigger]`)),
+		chromedp.WaitVisible(css(`#graph svg`)),
+	)
+	eval(`window.__marker = 42`)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		statuses := fmt.Sprint(eval(`Array.from(document.querySelectorAll('#graph .node')).map(n => n.dataset.task + '=' + n.dataset.status).join(' ')`))
+		nodes := strings.Fields(statuses)
+		green := len(nodes) == 5
+		for _, n := range nodes {
+			green = green && strings.HasSuffix(n, "=succeeded")
+		}
+		if green {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run's nodes did not all turn green: %v", statuses)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if eval(`window.__marker || 0`) != float64(42) {
+		t.Fatal("the run page reloaded to show the change")
+	}
+	screenshot(t, ctx, "run")
+
+	// A task's attempts.
+	do("attempts", chromedp.Click(css(`#graph .node[data-task="transform"]`)), chromedp.WaitVisible(css(`#attempts tr[data-attempt]`)))
+	if attempts := text(`#attempts`); !strings.Contains(attempts, "transforming for") || !strings.Contains(attempts, "succeeded") {
+		t.Errorf("the transform task's attempts: %s", attempts)
+	}
+
+	// The job page: definition, ledger, history; markup in user text is text.
+	do("job page", chromedp.Navigate(base+"/jobs/qa/broken"), chromedp.WaitVisible(css(`pre.yaml`)))
+	jobPage := html(`main`)
+	if !strings.Contains(jobPage, "&lt;script&gt;alert(&#39;desc&#39;)&lt;/script&gt;") && !strings.Contains(jobPage, "&lt;script&gt;alert('desc')&lt;/script&gt;") {
+		t.Errorf("the description is not shown as text on the job page:\n%s", jobPage)
+	}
+	if n := eval(`document.querySelectorAll('main script, main img').length`); n != float64(0) {
+		t.Errorf("user text became %v elements on the job page", n)
+	}
+
+	// The dead letter: replay it.
+	do("dlq", chromedp.Navigate(base+"/dlq"), chromedp.WaitVisible(css(`section.group[data-job="qa/broken"] button[data-action=replay-one]`)))
+	screenshot(t, ctx, "dlq")
+	do("replay", chromedp.Click(css(`section.group[data-job="qa/broken"] button[data-action=replay-one]`)), chromedp.WaitVisible(css(`.flash`)))
+	if flash := text(`.flash`); flash != "Replayed 1 dead letters." {
+		t.Errorf("after replay: %q", flash)
+	}
+	// "Replay all" asks first, with the count.
+	do("replay all", chromedp.Navigate(base+"/dlq"), chromedp.Click(css(`button[data-action=replay-all]`)), chromedp.WaitVisible(css(`[data-count]`)))
+	if count := text(`[data-count]`); count == "" {
+		t.Error("replay all shows no count")
+	}
+
+	// The audit trail has each action.
+	do("audit", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(css(`.entry`)))
+	audit := html(`main`)
+	for _, a := range []string{`data-action="trigger" data-target="analytics/nightly-sales"`, `data-action="replay"`, `data-action="create_api_key"`} {
+		if !strings.Contains(audit, a) {
+			t.Errorf("the audit page lacks %s", a)
+		}
+	}
+	screenshot(t, ctx, "audit")
+	do("cluster", chromedp.Navigate(base+"/cluster"), chromedp.WaitVisible(css(`h1`)))
+	screenshot(t, ctx, "cluster")
+	do("job page", chromedp.Navigate(base+"/jobs/analytics/nightly-sales"), chromedp.WaitVisible(css(`pre.yaml`)))
+	screenshot(t, ctx, "job")
+
+	// Unknown ids and other tenants' jobs are 404 pages.
+	for _, path := range []string{"/jobs/acme-ns/secret-plan", "/runs/0190aaaa-0000-7000-8000-000000000000", "/runs/not-an-id", "/nope"} {
+		if status := eval(fmt.Sprintf(`fetch(%q).then(r => r.status)`, path)); status != float64(404) {
+			t.Errorf("GET %s: %v, want 404", path, status)
+		}
+	}
+
+	// A reader: no buttons; a forged post is refused by the API's policy.
+	do("sign out", chromedp.Click(css(`header button.link`)), chromedp.WaitVisible(css(`input[name=key]`)))
+	signIn(reader)
+	if n := eval(`document.querySelectorAll('main button[data-action], td.actions form').length`); n != float64(0) {
+		t.Errorf("a reader sees %v action buttons", n)
+	}
+	forged := eval(`fetch('/jobs/analytics/nightly-sales/trigger', {method: 'POST', headers: {'Content-Type': 'application/x-www-form-urlencoded'},
+		body: 'csrf=' + encodeURIComponent(document.querySelector('input[name=csrf]').value)}).then(r => r.status)`)
+	if forged != float64(403) {
+		t.Errorf("a reader's trigger: %v, want 403", forged)
+	}
+}

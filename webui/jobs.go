@@ -1,0 +1,130 @@
+package webui
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"connectrpc.com/connect"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/orrery-dev/orrery/api"
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/engine/access"
+)
+
+// jobsPage lists jobs: filters by namespace, status, label and name (as
+// you type, with htmx), keyset pages (no counts), next fire in the job's
+// zone and the viewer's, last run, and the actions the role allows.
+func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v *view) error {
+	q := r.URL.Query()
+	req := &orreryv1.ListJobsRequest{Namespace: q.Get("ns"), NameContains: q.Get("q"), PageToken: q.Get("page"), PageSize: 50}
+	switch q.Get("status") {
+	case "active":
+		req.Status = orreryv1.JobStatus_JOB_STATUS_ACTIVE
+	case "paused":
+		req.Status = orreryv1.JobStatus_JOB_STATUS_PAUSED
+	case "":
+	default:
+		return errorf("status: want active or paused")
+	}
+	if l := q.Get("label"); l != "" {
+		k, val, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return errorf("label: want key=value")
+		}
+		req.Labels = map[string]string{k: val}
+	}
+	res, err := s.clients.jobs.ListJobs(v.ctx, connect.NewRequest(req))
+	if err != nil {
+		return err
+	}
+	next := ""
+	if t := res.Msg.GetNextPageToken(); t != "" {
+		nq := url.Values{}
+		for k, vs := range q {
+			if k != "page" && k != "flash" {
+				nq[k] = vs
+			}
+		}
+		nq.Set("page", t)
+		next = "/?" + nq.Encode()
+	}
+	cli := "orrery jobs list"
+	if req.Namespace != "" {
+		cli += " -n " + req.Namespace
+	}
+	if st := q.Get("status"); st != "" {
+		cli += " --status " + st
+	}
+	s.render(w, r, v, http.StatusOK, "jobs", map[string]any{
+		"Jobs": res.Msg.GetJobs(), "Next": next, "Q": q.Get("q"), "NS": req.Namespace, "Status": q.Get("status"),
+		"Label": q.Get("label"), "Paged": req.PageToken != "", "CLI": cli,
+	})
+	return nil
+}
+
+// jobPage shows one job: its definition, next fire times, the schedule
+// ledger, recent runs and version history.
+func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v *view) error {
+	ns, name := r.PathValue("ns"), r.PathValue("name")
+	res, err := s.clients.jobs.GetJob(v.ctx, connect.NewRequest(&orreryv1.GetJobRequest{
+		Ref: &orreryv1.JobRef{Namespace: ns, Name: name}, Upcoming: 10, History: 50}))
+	if err != nil {
+		return err
+	}
+	j := res.Msg.GetJob()
+	runs, err := s.clients.runs.ListRuns(v.ctx, connect.NewRequest(&orreryv1.ListRunsRequest{
+		Job: &orreryv1.JobRef{Id: j.GetId()}, PageSize: 500, Since: ledgerSince(j)}))
+	if err != nil {
+		return err
+	}
+	md, spec := j.GetMetadata(), j.GetSpec()
+	resource := api.ResourceFromProto(md, spec)
+	var def strings.Builder
+	enc := yaml.NewEncoder(&def)
+	enc.SetIndent(2)
+	if err := enc.Encode(resource); err != nil {
+		return err
+	}
+	recent := runs.Msg.GetRuns()
+	if len(recent) > 20 {
+		recent = recent[:20]
+	}
+	s.render(w, r, v, http.StatusOK, "job", map[string]any{
+		"Job": j, "Zone": spec.GetSchedule().GetTimezone(), "YAML": def.String(), "Upcoming": res.Msg.GetNextFireTimes(),
+		"Ledger": buildLedger(j, res.Msg.GetHistory(), runs.Msg.GetRuns()), "Runs": recent, "History": res.Msg.GetHistory(),
+		"CanEdit": v.can(access.Editor, md.GetNamespace(), md.GetName()),
+		"CLI":     "orrery jobs get " + md.GetName() + " -n " + md.GetNamespace(),
+	})
+	return nil
+}
+
+// jobAction pauses, resumes or triggers a job, then goes back where the
+// form was.
+func (s *Server) jobAction(w http.ResponseWriter, r *http.Request, v *view) error {
+	ref := &orreryv1.JobRef{Namespace: r.PathValue("ns"), Name: r.PathValue("name")}
+	back := r.PostFormValue("back")
+	var flash string
+	switch r.PathValue("action") {
+	case "pause":
+		if _, err := s.clients.jobs.PauseJob(v.ctx, connect.NewRequest(&orreryv1.PauseJobRequest{Ref: ref})); err != nil {
+			return err
+		}
+		flash = "Paused " + ref.Namespace + "/" + ref.Name + "."
+	case "resume":
+		if _, err := s.clients.jobs.ResumeJob(v.ctx, connect.NewRequest(&orreryv1.ResumeJobRequest{Ref: ref})); err != nil {
+			return err
+		}
+		flash = "Resumed " + ref.Namespace + "/" + ref.Name + "."
+	case "trigger":
+		res, err := s.clients.runs.TriggerJob(v.ctx, connect.NewRequest(&orreryv1.TriggerJobRequest{Job: ref}))
+		if err != nil {
+			return err
+		}
+		return seeOther(w, r, "/runs/"+res.Msg.GetRun().GetId(), "Triggered "+ref.Namespace+"/"+ref.Name+".")
+	default:
+		return errNotFound
+	}
+	return seeOther(w, r, back, flash)
+}

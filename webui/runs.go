@@ -1,0 +1,173 @@
+package webui
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/webui/internal/layout"
+)
+
+// maxDrawnPerLayer caps the nodes drawn in one column of a run's graph;
+// "draw all" lifts it.
+const maxDrawnPerLayer = 60
+
+// runID reads the {id} of a path; anything but a UUID is a 404.
+func runID(r *http.Request) (string, error) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return "", errNotFound
+	}
+	return id.String(), nil
+}
+
+// runPage shows a run: its DAG as inline SVG (each task a node with
+// data-task and data-status, updated live), its tasks, and the attempts
+// of the selected task.
+func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	res, err := s.clients.runs.GetRun(v.ctx, connect.NewRequest(&orreryv1.GetRunRequest{Id: id}))
+	if err != nil {
+		return err
+	}
+	run, tasks := res.Msg.GetRun(), res.Msg.GetTasks()
+	all := r.URL.Query().Get("all") == "1"
+	var selected *orreryv1.Task
+	for _, t := range tasks {
+		if t.GetId() == r.URL.Query().Get("task") {
+			selected = t
+		}
+	}
+	canEdit := v.can(access.Editor, run.GetNamespace(), run.GetJob())
+	s.render(w, r, v, http.StatusOK, "run", map[string]any{
+		"Run": run, "Tasks": tasks, "Graph": drawRun(run.GetId(), tasks, all), "All": all, "Selected": selected,
+		"CanEdit": canEdit, "CanRetry": v.can(access.Admin, run.GetNamespace(), run.GetJob()),
+		"Finished": run.GetFinishTime() != nil,
+		"CLI":      "orrery runs get " + run.GetId(),
+	})
+	return nil
+}
+
+// graph is a run's DAG, laid out and ready to draw.
+type graph struct {
+	Width, Height float64
+	Nodes         []graphNode
+	Edges         []layout.Path
+	Hidden        int
+}
+
+type graphNode struct {
+	ID, Step, Status string
+	X, Y, W, H       float64
+	Href             string
+	Label            string
+}
+
+func drawRun(runID string, tasks []*orreryv1.Task, all bool) graph {
+	nodes := make([]layout.Node, len(tasks))
+	byStep := map[string]*orreryv1.Task{}
+	var edges []layout.Edge
+	for i, t := range tasks {
+		nodes[i] = layout.Node{ID: t.GetStep(), Label: t.GetStep()}
+		byStep[t.GetStep()] = t
+		for _, p := range t.GetNeeds() {
+			edges = append(edges, layout.Edge{From: p, To: t.GetStep()})
+		}
+	}
+	opt := layout.Options{MaxPerLayer: maxDrawnPerLayer}
+	if all {
+		opt.MaxPerLayer = 0
+	}
+	res := layout.Layered(nodes, edges, opt)
+	g := graph{Width: res.Width, Height: res.Height, Edges: res.Edges}
+	for _, n := range res.Hidden {
+		g.Hidden += n
+	}
+	for _, p := range res.Nodes {
+		t := byStep[p.ID]
+		label := p.Label
+		if len(label) > 22 {
+			label = label[:21] + "…"
+		}
+		g.Nodes = append(g.Nodes, graphNode{ID: t.GetId(), Step: t.GetStep(), Status: t.GetStatus(), X: p.X, Y: p.Y, W: p.W, H: p.H,
+			Href: "/runs/" + runID + "?task=" + t.GetId() + "#attempts", Label: label})
+	}
+	return g
+}
+
+// snapshot is a run's state as the live page needs it.
+type snapshot struct {
+	Run      string            `json:"run"`
+	Finished bool              `json:"finished"`
+	Tasks    map[string]string `json:"tasks"` // task id -> status
+}
+
+// runStatus is the polling fallback of the live page: the run's state as
+// JSON.
+func (s *Server) runStatus(w http.ResponseWriter, r *http.Request, v *view) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	res, err := s.clients.runs.GetRun(v.ctx, connect.NewRequest(&orreryv1.GetRunRequest{Id: id}))
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	return json.NewEncoder(w).Encode(snapshotOf(res.Msg))
+}
+
+func snapshotOf(m *orreryv1.GetRunResponse) snapshot {
+	sn := snapshot{Run: m.GetRun().GetStatus(), Finished: m.GetRun().GetFinishTime() != nil, Tasks: make(map[string]string, len(m.GetTasks()))}
+	for _, t := range m.GetTasks() {
+		sn.Tasks[t.GetId()] = t.GetStatus()
+	}
+	return sn
+}
+
+func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, v *view) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.clients.runs.CancelRun(v.ctx, connect.NewRequest(&orreryv1.CancelRunRequest{Id: id, Reason: "cancelled in the web UI"})); err != nil {
+		return err
+	}
+	return seeOther(w, r, "/runs/"+id, "Cancelled the run.")
+}
+
+// retryTask replays a dead-lettered task of the run.
+func (s *Server) retryTask(w http.ResponseWriter, r *http.Request, v *view) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	task, err := uuid.Parse(r.PathValue("task"))
+	if err != nil {
+		return errNotFound
+	}
+	res, err := s.clients.runs.ReplayDeadLetters(v.ctx, connect.NewRequest(&orreryv1.ReplayDeadLettersRequest{TaskIds: []string{task.String()}}))
+	if err != nil {
+		return err
+	}
+	flash := "Retried the task."
+	if len(res.Msg.GetTaskIds()) == 0 {
+		flash = "Nothing to retry: the task is not dead-lettered."
+	}
+	return seeOther(w, r, "/runs/"+id+"?task="+task.String()+"#attempts", flash)
+}
+
+// coord formats a coordinate for the SVG (one decimal at most).
+func coord(f float64) string {
+	return strings.TrimSuffix(strings.TrimRight(strconv.FormatFloat(f, 'f', 1, 64), "0"), ".")
+}

@@ -1,0 +1,290 @@
+package webui
+
+import (
+	"context"
+	"crypto/subtle"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/orrery-dev/orrery/api"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/engine/job"
+)
+
+//go:embed static
+var staticFS embed.FS
+
+// Config is what the UI needs.
+type Config struct {
+	// API is the Connect API handler; the UI calls it in-process.
+	API http.Handler
+	// Access keeps the sessions (the same Service as the API's KeyAuth,
+	// so a key revoked there ends its sessions here at once).
+	Access *access.Service
+	// AuthOff: `--auth none`; every visitor acts as the API's NoAuth
+	// principal, and there is no sign-in.
+	AuthOff bool
+	// SecureCookies marks the session cookie Secure even when the request
+	// did not arrive over TLS here (TLS ends at a proxy in front).
+	SecureCookies bool
+	Log           *slog.Logger
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.API == nil:
+		return errors.New("webui: Config.API is required")
+	case c.Access == nil && !c.AuthOff:
+		return errors.New("webui: Config.Access is required unless AuthOff")
+	}
+	return nil
+}
+
+// Server is the web UI's HTTP handler.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	clients clients
+	pages   pages
+	events  *hub
+	// offCSRF is the CSRF token of every form when authentication is off
+	// (there is no session to hold one).
+	offCSRF string
+}
+
+// clients call the API in-process.
+type clients struct {
+	jobs    orreryv1connect.JobServiceClient
+	runs    orreryv1connect.RunServiceClient
+	cluster orreryv1connect.ClusterServiceClient
+	audit   orreryv1connect.AuditServiceClient
+}
+
+// inProcess hands a request to the API handler without a network hop.
+type inProcess struct{ h http.Handler }
+
+func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	return rec.Result(), nil
+}
+
+// New returns the UI's handler. Mount it at "/" beside the API (whose
+// paths begin with "/orrery.v1." and "/grpc.").
+func New(cfg Config) (*Server, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pg, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Transport: inProcess{cfg.API}}
+	const base = "http://in-process"
+	s := &Server{cfg: cfg, log: log, mux: http.NewServeMux(), pages: pg, offCSRF: randomString(),
+		clients: clients{
+			jobs:    orreryv1connect.NewJobServiceClient(hc, base),
+			runs:    orreryv1connect.NewRunServiceClient(hc, base),
+			cluster: orreryv1connect.NewClusterServiceClient(hc, base),
+			audit:   orreryv1connect.NewAuditServiceClient(hc, base),
+		}}
+	s.events = newHub(s.clients.runs, log)
+	static, _ := fs.Sub(staticFS, "static")
+	s.mux.Handle("GET /static/", http.StripPrefix("/static/", staticHandler(static)))
+	s.mux.HandleFunc("GET /login", s.loginPage)
+	s.mux.HandleFunc("POST /login", s.login)
+	s.mux.HandleFunc("POST /logout", s.logout)
+	s.handle("GET /{$}", s.jobsPage)
+	s.handle("GET /jobs/{ns}/{name}", s.jobPage)
+	s.handle("POST /jobs/{ns}/{name}/{action}", s.jobAction)
+	s.handle("GET /runs/{id}", s.runPage)
+	s.handle("GET /runs/{id}/status", s.runStatus)
+	s.handle("GET /runs/{id}/events", s.runEvents)
+	s.handle("POST /runs/{id}/cancel", s.cancelRun)
+	s.handle("POST /runs/{id}/tasks/{task}/retry", s.retryTask)
+	s.handle("GET /dlq", s.dlqPage)
+	s.handle("POST /dlq/replay", s.dlqReplay)
+	s.handle("GET /cluster", s.clusterPage)
+	s.handle("GET /audit", s.auditPage)
+	s.handle("/", func(w http.ResponseWriter, r *http.Request, v *view) error {
+		return errNotFound
+	})
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	s.mux.ServeHTTP(w, r)
+}
+
+// Mount serves the UI beside the API on one handler: API paths go to
+// apiHandler, the rest to the UI.
+func Mount(apiHandler http.Handler, ui http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/orrery.v1.") || strings.HasPrefix(r.URL.Path, "/grpc.") {
+			apiHandler.ServeHTTP(w, r)
+			return
+		}
+		ui.ServeHTTP(w, r)
+	})
+}
+
+// view is what every page handler gets: the signed-in principal, the
+// context that calls the API as it, and the CSRF token for forms.
+type view struct {
+	P    access.Principal
+	CSRF string
+	ctx  context.Context
+}
+
+// can reports whether the principal holds role on a job (or its
+// namespace, job ""), so that a button it would be refused is not drawn.
+func (v *view) can(role access.Role, namespace, name string) bool {
+	return v.P.RoleOn(access.Resource{Namespace: namespace, Job: name}).Allows(role)
+}
+
+type pageFunc func(w http.ResponseWriter, r *http.Request, v *view) error
+
+// handle registers a page that needs a signed-in principal: without one,
+// GET goes to the sign-in page and anything else is 401; every POST must
+// carry the session's CSRF token.
+func (s *Server) handle(pattern string, f pageFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		v, err := s.viewOf(r)
+		if errors.Is(err, access.ErrUnauthenticated) {
+			if r.Method == http.MethodGet && r.Header.Get("Accept") != "text/event-stream" {
+				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				return
+			}
+			s.fail(w, r, nil, errSignIn)
+			return
+		}
+		if err != nil {
+			s.fail(w, r, nil, err)
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			if got := r.PostFormValue("csrf"); subtle.ConstantTimeCompare([]byte(got), []byte(v.CSRF)) != 1 {
+				s.fail(w, r, v, errCSRF)
+				return
+			}
+		}
+		if err := f(w, r, v); err != nil {
+			s.fail(w, r, v, err)
+		}
+	})
+}
+
+const sessionCookie = "orrery_session"
+
+// viewOf finds the request's principal: its session's, or NoAuth's.
+func (s *Server) viewOf(r *http.Request) (*view, error) {
+	if s.cfg.AuthOff {
+		p, _ := api.NoAuth{}.Authenticate(r.Context(), nil)
+		return &view{P: p, CSRF: s.offCSRF, ctx: api.WithPrincipal(r.Context(), p)}, nil
+	}
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil, access.ErrUnauthenticated
+	}
+	sess, err := s.cfg.Access.Session(r.Context(), c.Value)
+	if err != nil {
+		return nil, err
+	}
+	return &view{P: sess.Principal, CSRF: sess.CSRF, ctx: api.WithPrincipal(r.Context(), sess.Principal)}, nil
+}
+
+// Errors of the UI itself.
+var (
+	errNotFound = errors.New("no such page")
+	errSignIn   = errors.New("sign in first")
+	errCSRF     = errors.New("this form has expired or did not come from this site; reload the page and try again")
+)
+
+// badInput is a request the UI refuses before calling the API.
+type badInput string
+
+func (b badInput) Error() string { return string(b) }
+
+// fail renders an error page with the status the error deserves.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, v *view, err error) {
+	status, msg := http.StatusInternalServerError, "Something went wrong; the server log says what."
+	var ce *connect.Error
+	var bad badInput
+	switch {
+	case errors.Is(err, errNotFound), errors.Is(err, job.ErrNotFound):
+		status, msg = http.StatusNotFound, "Not found."
+	case errors.Is(err, errSignIn), errors.Is(err, access.ErrUnauthenticated):
+		status, msg = http.StatusUnauthorized, "Sign in first."
+	case errors.Is(err, errCSRF):
+		status, msg = http.StatusForbidden, err.Error()
+	case errors.As(err, &bad):
+		status, msg = http.StatusBadRequest, bad.Error()
+	case errors.As(err, &ce):
+		switch ce.Code() {
+		case connect.CodeNotFound:
+			status, msg = http.StatusNotFound, "Not found: "+ce.Message()
+		case connect.CodePermissionDenied:
+			status, msg = http.StatusForbidden, "Not allowed: "+ce.Message()
+		case connect.CodeUnauthenticated:
+			status, msg = http.StatusUnauthorized, "Sign in first."
+		case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeAlreadyExists, connect.CodeAborted:
+			status, msg = http.StatusBadRequest, ce.Message()
+		case connect.CodeUnavailable:
+			status, msg = http.StatusServiceUnavailable, "The database is unavailable; retry in a moment."
+		default:
+			s.log.ErrorContext(r.Context(), "web ui: API call failed", "path", r.URL.Path, "err", err)
+		}
+	default:
+		s.log.ErrorContext(r.Context(), "web ui: page failed", "path", r.URL.Path, "err", err)
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	s.render(w, r, v, status, "error", map[string]any{"Status": status, "StatusText": http.StatusText(status), "Message": msg})
+}
+
+// staticHandler serves the embedded files, cached for a day.
+func staticHandler(files fs.FS) http.Handler {
+	fsrv := http.FileServerFS(files)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=86400")
+		fsrv.ServeHTTP(w, r)
+	})
+}
+
+// seeOther answers a POST by sending the browser to a page (the
+// post/redirect/get pattern), with a flash message in the query.
+func seeOther(w http.ResponseWriter, r *http.Request, to, flash string) error {
+	u, err := url.Parse(to)
+	if err != nil || u.IsAbs() || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(to, "//") {
+		u = &url.URL{Path: "/"}
+	}
+	if flash != "" {
+		q := u.Query()
+		q.Set("flash", flash)
+		u.RawQuery = q.Encode()
+	}
+	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+	return nil
+}
+
+func errorf(format string, args ...any) error { return badInput(fmt.Sprintf(format, args...)) }
