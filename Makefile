@@ -79,3 +79,4 @@ bench: postgres
 	$(GO) test -run '^$$' -bench CreateJob -benchtime 5000x ./bench/
 	$(GO) test -run '^$$' -bench 'RiverBare|SteadyFires|MidnightStorm' -benchtime 1x -timeout 25m ./bench/
 	$(GO) test -run '^$$' -bench TickCost -benchtime 300x -timeout 20m ./bench/
+	$(GO) test -run '^$$' -bench WebUI -benchtime 20x ./bench/
