@@ -42,6 +42,7 @@ type stackFlags struct {
 	idleInTx     time.Duration
 	maxRequest   int64
 	auth         string
+	secureCookie bool
 	noScheduler  bool
 }
 
@@ -54,6 +55,7 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 		fs.BoolVar(&f.noScheduler, "no-scheduler", false, "serve the API only; fire nothing")
 		fs.StringArrayVar(&f.workers, "worker", nil, "also run a worker pool in this process: QUEUE=CONCURRENCY (repeatable)")
 		fs.Int64Var(&f.maxRequest, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request body, as sent and after decompression (ResourceExhausted beyond)")
+		fs.BoolVar(&f.secureCookie, "secure-cookies", false, "mark the web UI's session cookie Secure even on plain HTTP here (TLS ends at a proxy in front); it is Secure anyway when this server terminates TLS")
 		fs.StringVar(&f.auth, "auth", "keys", "keys: every call needs an API key (Authorization: Bearer ork_...); none: no authentication, every call an admin of the default tenant (experiments only)")
 	} else {
 		fs.StringArrayVar(&f.workers, "queue", nil, "serve this queue: NAME=CONCURRENCY (repeatable)")
@@ -178,7 +180,7 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	}
 	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state,
 		Limits: api.Limits{MaxRequestBytes: f.maxRequest}, Auth: auth}, log)
-	ui, err := webui.New(webui.Config{API: apiHandler, Access: acc, AuthOff: f.auth == "none", Log: log})
+	ui, err := webui.New(webui.Config{API: apiHandler, Access: acc, AuthOff: f.auth == "none", SecureCookies: f.secureCookie, Log: log})
 	if err != nil {
 		return err
 	}
