@@ -98,3 +98,29 @@ func authorize(auth Authenticator, loc locator) connect.UnaryInterceptorFunc {
 		}
 	}
 }
+
+// MetricsHandler guards the Prometheus metrics served on the API's
+// address: they show every tenant's namespaces and queues, so only a
+// system admin key may read them (Prometheus sends it as a bearer token:
+// `authorization: {credentials: ork_...}` in its scrape config), or anyone
+// when authentication is off. `--metrics-addr` serves them without a key
+// on a listener of the operator's choosing.
+func MetricsHandler(auth Authenticator, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, off := auth.(NoAuth); !off {
+			p, err := auth.Authenticate(r.Context(), r.Header)
+			switch {
+			case errors.Is(err, access.ErrUnauthenticated):
+				http.Error(w, err.Error(), http.StatusUnauthorized)
+				return
+			case err != nil:
+				http.Error(w, "the database is unavailable", http.StatusServiceUnavailable)
+				return
+			case !p.SystemAdmin:
+				http.Error(w, "metrics need a system admin key", http.StatusForbidden)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}

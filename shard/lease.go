@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/shard/internal/db"
 )
 
@@ -33,6 +34,8 @@ type Config struct {
 	// Interval between heartbeats (renewal, rebalancing); default TTL/4.
 	Interval time.Duration
 	Logger   *slog.Logger
+	// Metrics records the shards owned and claimed; nil: none.
+	Metrics *metrics.Metrics
 }
 
 func (c *Config) withDefaults() error {
@@ -141,7 +144,9 @@ func (m *Manager) dropLocked(l *Lease, why string) {
 	m.signal()
 }
 
+// signal tells the scheduler the owned set changed (m.mu held).
 func (m *Manager) signal() {
+	m.cfg.Metrics.ShardsOwned(m.cfg.NodeName, len(m.owned))
 	select {
 	case m.change <- struct{}{}:
 	default:
@@ -286,6 +291,7 @@ func (m *Manager) rebalance(ctx context.Context) error {
 		}
 		m.signal()
 		m.mu.Unlock()
+		m.cfg.Metrics.ShardTakeovers(len(rows))
 		m.cfg.Logger.Info("shards claimed", "count", len(rows), "target", target, "live_nodes", len(live))
 	}
 	return nil

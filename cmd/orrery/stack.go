@@ -20,6 +20,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/node"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
@@ -43,10 +44,12 @@ type stackFlags struct {
 	maxRequest   int64
 	auth         string
 	secureCookie bool
+	metricsAddr  string
 	noScheduler  bool
 }
 
 func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "also serve Prometheus metrics on this address, without a key (an operator's network); serve and dev always serve them on the API address at /metrics for a system admin key")
 	if withAPI {
 		fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to serve the API on (env ORRERY_ADDR)")
 		fs.StringVar(&f.name, "node-name", "", "this node's name in the cluster view (default host-pid)")
@@ -184,7 +187,12 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	if err != nil {
 		return err
 	}
-	h := webui.Mount(apiHandler, ui)
+	mets := metrics.New()
+	mets.WatchDatabase(state, queue)
+	top := http.NewServeMux()
+	top.Handle("/metrics", api.MetricsHandler(auth, mets.Handler()))
+	top.Handle("/", webui.Mount(apiHandler, ui))
+	var h http.Handler = top
 	if len(routes) > 0 {
 		mux := http.NewServeMux()
 		mux.Handle("/", h)
@@ -199,7 +207,7 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	}
 	parts := []func(context.Context) error{srv.Serve}
 	if !f.noScheduler {
-		n, err := node.New(ctx, node.Config{Pool: state, Dispatcher: d, Name: f.name, ShardTTL: f.shardTTL, MisfireAfter: f.misfireAfter, Logger: log, Failpoints: fp})
+		n, err := node.New(ctx, node.Config{Pool: state, Dispatcher: d, Name: f.name, ShardTTL: f.shardTTL, MisfireAfter: f.misfireAfter, Logger: log, Failpoints: fp, Metrics: mets})
 		if err != nil {
 			return err
 		}
@@ -207,7 +215,7 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	}
 	if len(queues) > 0 {
 		cfg, err := f.sandbox(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: f.name, LeaseTTL: f.leaseTTL,
-			Handlers: handlers, Logger: log, Failpoints: fp})
+			Handlers: handlers, Logger: log, Failpoints: fp, Metrics: mets})
 		if err != nil {
 			return err
 		}
@@ -216,6 +224,13 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 			return err
 		}
 		parts = append(parts, w.Run)
+	}
+	if f.metricsAddr != "" {
+		serve, err := serveMetrics(f.metricsAddr, mets)
+		if err != nil {
+			return err
+		}
+		parts = append(parts, serve)
 	}
 	log.Info("serving the API", "addr", "http://"+srv.Addr(), "scheduler", !f.noScheduler, "workers", queues)
 	return runAll(ctx, parts...)
@@ -248,4 +263,15 @@ func newDispatcher(state, queue *pgxpool.Pool) (*dispatch.Dispatcher, error) {
 		return dispatch.New()
 	}
 	return dispatch.NewOutbox(queue)
+}
+
+// serveMetrics serves /metrics alone on addr (--metrics-addr).
+func serveMetrics(addr string, mets *metrics.Metrics) (func(context.Context) error, error) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", mets.Handler())
+	srv, err := api.Listen(addr, mux)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	return srv.Serve, nil
 }

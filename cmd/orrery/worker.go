@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/worker"
 )
 
@@ -38,8 +39,9 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			mets := metrics.New()
 			cfg, err := st.sandbox(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: st.name,
-				LeaseTTL: st.leaseTTL, Logger: g.logger(), Failpoints: fp})
+				LeaseTTL: st.leaseTTL, Logger: g.logger(), Failpoints: fp, Metrics: mets})
 			if err != nil {
 				return err
 			}
@@ -47,7 +49,14 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return w.Run(ctx)
+			if st.metricsAddr == "" {
+				return w.Run(ctx)
+			}
+			serve, err := serveMetrics(st.metricsAddr, mets)
+			if err != nil {
+				return err
+			}
+			return runAll(ctx, w.Run, serve)
 		},
 	}
 	dbs.register(cmd.Flags())

@@ -64,3 +64,42 @@ func unmarshalArgs(j *rivertype.JobRow, args *TaskArgs) error {
 	}
 	return nil
 }
+
+// queueDepthSQL reads River's own table (outside Orrery's schema, so not
+// through sqlc): the ready jobs of each queue and the oldest one's wait.
+// Every queue a River client served appears (river_queue), at 0 when it
+// has nothing ready.
+const queueDepthSQL = `SELECT q.name, count(j.id)::bigint, COALESCE(EXTRACT(EPOCH FROM now() - min(j.scheduled_at)), 0)::float8
+FROM river_queue AS q LEFT JOIN river_job AS j ON j.queue = q.name AND j.state = 'available'
+GROUP BY q.name`
+
+// QueueDepth is one queue's ready River jobs and how long the oldest has
+// waited.
+type QueueDepth struct {
+	Ready         int64
+	OldestSeconds float64
+}
+
+// QueueDepths reads every queue's depth from the queue database.
+func QueueDepths(ctx context.Context, queue DBTX) (map[string]QueueDepth, error) {
+	rows, err := queue.Query(ctx, queueDepthSQL)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]QueueDepth{}
+	for rows.Next() {
+		var q string
+		var d QueueDepth
+		if err := rows.Scan(&q, &d.Ready, &d.OldestSeconds); err != nil {
+			return nil, err
+		}
+		out[q] = d
+	}
+	return out, rows.Err()
+}
+
+// DBTX is what QueueDepths reads through (a pool).
+type DBTX interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}

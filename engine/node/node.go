@@ -16,6 +16,7 @@ import (
 
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/scheduler"
 	"github.com/orrery-dev/orrery/shard"
 )
@@ -33,6 +34,8 @@ type Config struct {
 	Logger       *slog.Logger
 	// Failpoints arms the scheduler's test seams; nil in production.
 	Failpoints *failpoint.Set
+	// Metrics records the node's shards, firing and reaping; nil: none.
+	Metrics *metrics.Metrics
 }
 
 func (c *Config) withDefaults() error {
@@ -61,16 +64,16 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	mgr, err := shard.NewManager(ctx, cfg.Pool, shard.Config{NodeName: cfg.Name, TTL: cfg.ShardTTL, Logger: cfg.Logger})
+	mgr, err := shard.NewManager(ctx, cfg.Pool, shard.Config{NodeName: cfg.Name, TTL: cfg.ShardTTL, Logger: cfg.Logger, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}
 	s, err := scheduler.New(scheduler.Config{Pool: cfg.Pool, Shards: mgr, Dispatcher: cfg.Dispatcher, MisfireAfter: cfg.MisfireAfter,
-		Logger: cfg.Logger, Failpoints: cfg.Failpoints})
+		Logger: cfg.Logger, Failpoints: cfg.Failpoints, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}
-	reaper, err := scheduler.NewReaper(scheduler.ReaperConfig{Pool: cfg.Pool, Dispatcher: cfg.Dispatcher, Logger: cfg.Logger})
+	reaper, err := scheduler.NewReaper(scheduler.ReaperConfig{Pool: cfg.Pool, Dispatcher: cfg.Dispatcher, Logger: cfg.Logger, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ type Shape struct {
 	HasChildren  bool // some step needs this one
 	SingleTask   bool // the run has one task
 	QueueOverlap bool // the job's overlap policy is queue
+	Root         bool // the step needs none: it starts when its run does
 }
 
 func shapeOf(spec *parsedSpec, step string, attempt int) (Shape, bool) {
@@ -46,7 +47,7 @@ func shapeOf(spec *parsedSpec, step string, attempt int) (Shape, bool) {
 		set := spec.Effective(i)
 		return Shape{Attempt: attempt, MaxAttempts: set.MaxAttempts, Initial: set.Initial, Max: set.Max,
 			SingleTask: len(spec.Steps) == 1, QueueOverlap: spec.Overlap == dag.OverlapQueue,
-			HasChildren: spec.hasChildren[step]}, true
+			HasChildren: spec.hasChildren[step], Root: len(st.Needs) == 0}, true
 	}
 	return Shape{}, false
 }
@@ -316,6 +317,9 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 			continue
 		}
 		accepted[i] = true
+		if p.RunStatuses[i] != "" {
+			countFinished(ctx, p.RunStatuses[i])
+		}
 		switch {
 		case p.Statuses[i] == TaskRetrying:
 			at := retryAt(t.Now, r.Shape, r.leaseLapsed())
@@ -383,14 +387,18 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispa
 // finishRun finishes the run when none of its tasks is left to run, and
 // then starts the job's run that overlap: queue held back.
 func finishRun(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runID uuid.UUID, queueOverlap bool) error {
-	jobID, err := store.New(tx).FinishRunIfDone(ctx, runID)
+	row, err := store.New(tx).FinishRunIfDone(ctx, runID)
 	if store.IsNotFound(err) {
 		return nil // tasks remain, or the run finished already (cancelled)
 	}
-	if err != nil || !queueOverlap {
+	if err != nil {
 		return err
 	}
-	return promoteQueued(ctx, tx, d, jobID)
+	countFinished(ctx, row.Status)
+	if !queueOverlap {
+		return nil
+	}
+	return promoteQueued(ctx, tx, d, row.JobID)
 }
 
 // promoteQueued starts the job's run that overlap: queue held back. A

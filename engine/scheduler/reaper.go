@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
 )
@@ -44,6 +45,8 @@ type ReaperConfig struct {
 	// Batch is how many lapsed leases one transaction fails; default 100.
 	Batch  int
 	Logger *slog.Logger
+	// Metrics records lease expirations and the runs they finish; nil: none.
+	Metrics *metrics.Metrics
 }
 
 func (c *ReaperConfig) withDefaults() error {
@@ -111,14 +114,19 @@ func (r *Reaper) Run(ctx context.Context) error {
 func (r *Reaper) expireLeases(ctx context.Context) error {
 	for {
 		var n int
+		var tally *run.Tally
 		err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+			tctx, t := run.WithTally(ctx) // afresh for each try of the transaction
+			tally = t
 			var err error
-			n, err = run.ExpireLeases(ctx, tx, r.cfg.Dispatcher, r.cfg.Batch)
+			n, err = run.ExpireLeases(tctx, tx, r.cfg.Dispatcher, r.cfg.Batch)
 			return err
 		})
 		if err != nil {
 			return err
 		}
+		r.cfg.Metrics.LeaseExpirations(n)
+		r.cfg.Metrics.RunsFinished(tally.RunsFinished)
 		if n > 0 {
 			r.cfg.Logger.Warn("task leases expired; attempts failed as lease_expired", "count", n)
 		}

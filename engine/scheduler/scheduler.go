@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +19,7 @@ import (
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/shard"
@@ -41,6 +43,8 @@ type Config struct {
 	Logger   *slog.Logger
 	// Failpoints arms FailpointFireTx; nil in production.
 	Failpoints *failpoint.Set
+	// Metrics records firing transactions and skipped instants; nil: none.
+	Metrics *metrics.Metrics
 }
 
 // FailpointFireTx is hit inside the firing transaction, once the shards'
@@ -209,6 +213,8 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		keys[i] = fmt.Sprintf("%d@%d", l.Shard, l.Epoch)
 		ids[i] = int32(l.Shard)
 	}
+	var cancelled int
+	start := time.Now()
 	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		q := store.New(tx)
 		node := s.cfg.Shards.NodeID()
@@ -276,9 +282,11 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			adv.Nexts = append(adv.Nexts, p.Next)
 			adv.Done = append(adv.Done, p.Done)
 		}
-		if _, err := run.Cancel(ctx, tx, cancel, "overlap: cancel_previous (a newer instant fired)"); err != nil {
+		done, err := run.Cancel(ctx, tx, cancel, "overlap: cancel_previous (a newer instant fired)")
+		if err != nil {
 			return err
 		}
+		cancelled = len(done)
 		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news, &run.Firer{Node: node}); err != nil {
 			return err
 		}
@@ -301,7 +309,19 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 	if err == nil {
 		for k, v := range skips {
 			s.cfg.Logger.Info("instants skipped", "reason", k, "count", v)
+			s.cfg.Metrics.InstantsSkipped(skipReason(k), v)
+		}
+		s.cfg.Metrics.RunsFinished(map[string]int{run.StatusCancelled: cancelled})
+		if taken > 0 {
+			s.cfg.Metrics.FiringBatch(time.Since(start))
 		}
 	}
 	return taken, nil, err
+}
+
+// skipReason is a skip's metric label: the policy that skipped it
+// ("misfire", "overlap"), the part of its reason before the colon.
+func skipReason(reason string) string {
+	policy, _, _ := strings.Cut(reason, ":")
+	return policy
 }

@@ -147,6 +147,40 @@ func (q *Queries) CloseRunningAttempts(ctx context.Context, arg CloseRunningAtte
 	return err
 }
 
+const deadLettersByNamespace = `-- name: DeadLettersByNamespace :many
+SELECT j.namespace, count(*)::bigint AS dead
+FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
+WHERE t.status = 'dead_lettered'
+GROUP BY j.namespace
+`
+
+type DeadLettersByNamespaceRow struct {
+	Namespace string
+	Dead      int64
+}
+
+// DeadLettersByNamespace counts dead-lettered tasks per namespace name,
+// across tenants (the metrics' gauge), through the tasks_dead index.
+func (q *Queries) DeadLettersByNamespace(ctx context.Context) ([]DeadLettersByNamespaceRow, error) {
+	rows, err := q.db.Query(ctx, deadLettersByNamespace)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DeadLettersByNamespaceRow{}
+	for rows.Next() {
+		var i DeadLettersByNamespaceRow
+		if err := rows.Scan(&i.Namespace, &i.Dead); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const dueJobs = `-- name: DueJobs :many
 SELECT id, tenant_id, namespace, name, version, spec, next_fire_at, shard, now()::timestamptz AS now FROM jobs
 WHERE shard = ANY($1::int[]) AND status = 'active' AND next_fire_at <= now()

@@ -326,17 +326,22 @@ FROM (
     FROM tasks WHERE run_id = $1
 ) AS c
 WHERE runs.id = $1 AND runs.status IN ('pending', 'running') AND c.open = 0
-RETURNING runs.job_id
+RETURNING runs.job_id, runs.status
 `
+
+type FinishRunIfDoneRow struct {
+	JobID  uuid.UUID
+	Status string
+}
 
 // FinishRunIfDone derives a run's status from its tasks once none is left
 // to run (succeeded when all succeeded, else dead_lettered, cancelled or
 // failed) and returns the run's job; no row while tasks remain.
-func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
+func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (FinishRunIfDoneRow, error) {
 	row := q.db.QueryRow(ctx, finishRunIfDone, id)
-	var job_id uuid.UUID
-	err := row.Scan(&job_id)
-	return job_id, err
+	var i FinishRunIfDoneRow
+	err := row.Scan(&i.JobID, &i.Status)
+	return i, err
 }
 
 const jobVersionSpecs = `-- name: JobVersionSpecs :many

@@ -41,9 +41,12 @@ func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bo
 		soleReports[k] = reports[i]
 	}
 	accepted := make([]bool, len(reports))
+	var tally *run.Tally
 	err := store.InRawTx(ctx, w.cfg.StatePool, func(tx pgx.Tx) error {
+		tctx, t := run.WithTally(ctx) // afresh for each try of the transaction
+		tally = t
 		if len(sole) > 0 {
-			ok, err := run.FinishSoleAttempts(ctx, tx, w.dispatcher, soleReports)
+			ok, err := run.FinishSoleAttempts(tctx, tx, w.dispatcher, soleReports)
 			if err != nil {
 				return err
 			}
@@ -52,7 +55,7 @@ func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bo
 			}
 		}
 		for _, i := range other {
-			ok, err := run.FinishAttempt(ctx, tx, w.dispatcher, reports[i])
+			ok, err := run.FinishAttempt(tctx, tx, w.dispatcher, reports[i])
 			if err != nil {
 				return err
 			}
@@ -60,5 +63,8 @@ func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bo
 		}
 		return nil
 	})
+	if err == nil {
+		w.cfg.Metrics.RunsFinished(tally.RunsFinished)
+	}
 	return accepted, err
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
 )
@@ -78,6 +79,8 @@ type Config struct {
 	// Failpoints arms this worker's test seams (FailpointFetched,
 	// FailpointStarted, FailpointRenewed); nil in production.
 	Failpoints *failpoint.Set
+	// Metrics records attempts, schedule lag and finished runs; nil: none.
+	Metrics *metrics.Metrics
 }
 
 // The worker's failpoints (see package failpoint).
@@ -378,6 +381,9 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		return nil
 	}
 	c := att.Call
+	if c.Attempt == 1 && att.Shape.Root && (c.Trigger == "schedule" || c.Trigger == "backfill") {
+		w.cfg.Metrics.ScheduleLag(time.Since(c.ScheduledFor))
+	}
 	attemptCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	w.mu.Lock()
 	w.running[c.TaskID] = &leased{token: c.FencingToken, cancel: cancel}
@@ -414,6 +420,15 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	}
 	if !accepted {
 		log.Warn("stale report rejected: the task's fencing token moved on", "token", c.FencingToken)
+		return nil
 	}
+	outcome, exit := "succeeded", res.ExitReason
+	if !res.OK {
+		outcome = "failed"
+	}
+	if exit == "" {
+		exit = "none"
+	}
+	w.cfg.Metrics.Attempt(outcome, exit)
 	return nil
 }

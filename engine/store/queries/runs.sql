@@ -198,3 +198,11 @@ LIMIT @batch;
 SELECT e.parent_id, e.child_id
 FROM tasks AS t JOIN task_edges AS e ON e.parent_id = t.id
 WHERE t.run_id = @run_id;
+
+-- DeadLettersByNamespace counts dead-lettered tasks per namespace name,
+-- across tenants (the metrics' gauge), through the tasks_dead index.
+-- name: DeadLettersByNamespace :many
+SELECT j.namespace, count(*)::bigint AS dead
+FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
+WHERE t.status = 'dead_lettered'
+GROUP BY j.namespace;

@@ -130,7 +130,7 @@ FROM (
     FROM tasks WHERE run_id = @id
 ) AS c
 WHERE runs.id = @id AND runs.status IN ('pending', 'running') AND c.open = 0
-RETURNING runs.job_id;
+RETURNING runs.job_id, runs.status;
 
 -- PromoteQueuedRun starts the run that overlap: queue held back.
 -- name: PromoteQueuedRun :one

@@ -1,0 +1,134 @@
+package main_test
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/engine/pgtest"
+)
+
+// scrape reads /metrics with key and returns the status and the text.
+func scrape(t *testing.T, addr, key string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/metrics", nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// sample is the value of one series of the exposition (-1 when absent).
+func sample(text, series string) float64 {
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(text)
+	if m == nil {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}
+
+// `orrery serve` serves Prometheus metrics at /metrics for a system admin
+// key; a job firing every second moves the counters: runs finished,
+// attempts, schedule lag, firing batches; the shards, queues and dead
+// letters gauges are there.
+func TestMetricsMoveWhenRunsFire(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	sys, _, code := run(t, "keys", "create", "--db", dsn, "--principal", "prometheus", "--role", "none", "--system-admin")
+	reader, _, code2 := run(t, "keys", "create", "--db", dsn, "--principal", "r", "--role", "reader")
+	sys, reader = strings.TrimSpace(sys), strings.TrimSpace(reader)
+	if code != 0 || code2 != 0 {
+		t.Fatal("keys create --db failed")
+	}
+	addr := freeAddr(t)
+	metricsAddr := freeAddr(t)
+	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--metrics-addr", metricsAddr, "--worker", "default=2",
+		"--allow-command", "/bin/true", "--shard-ttl", "2s")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "tick.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: tick, namespace: ops}
+spec:
+  schedule: {cron: "* * * * * *"}
+  run: {command: {argv: ["/bin/true"]}}
+`), 0o644)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, _, code := run(t, "--server", addr, "--api-key", reader, "jobs", "list"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", p.Logs())
+		}
+	}
+	admin, _, _ := run(t, "keys", "create", "--db", dsn, "--principal", "ops", "--role", "admin")
+	if out, errOut, code := run(t, "--server", addr, "--api-key", strings.TrimSpace(admin), "apply", "-f", dir); code != 0 {
+		t.Fatalf("apply: %s %s", out, errOut)
+	}
+
+	if status, _ := scrape(t, addr, ""); status != http.StatusUnauthorized {
+		t.Errorf("/metrics without a key: %d", status)
+	}
+	if status, _ := scrape(t, addr, reader); status != http.StatusForbidden {
+		t.Errorf("/metrics with a reader key: %d", status)
+	}
+	var text string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		var status int
+		status, text = scrape(t, addr, sys)
+		if status != http.StatusOK {
+			t.Fatalf("/metrics as a system admin: %d %s", status, text)
+		}
+		if sample(text, `orrery_runs_finished_total{outcome="succeeded"}`) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 3 succeeded runs counted in 30 s:\n%s\n%s", text, p.Logs())
+		}
+	}
+	for _, name := range []string{"orrery_schedule_lag_seconds", "orrery_runs_finished_total", "orrery_attempts_total",
+		"orrery_lease_expirations_total", "orrery_queue_depth", "orrery_queue_oldest_ready_seconds", "orrery_shards_owned",
+		"orrery_shard_takeovers_total", "orrery_firing_batch_seconds", "go_goroutines", "process_resident_memory_bytes"} {
+		if !strings.Contains(text, "# TYPE "+name+" ") {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	for series, atLeast := range map[string]float64{
+		`orrery_attempts_total{exit_reason="none",outcome="succeeded"}`: 3,
+		`orrery_schedule_lag_seconds_count`:                             3,
+		`orrery_firing_batch_seconds_count`:                             3,
+		`orrery_shard_takeovers_total`:                                  64,
+		`orrery_queue_depth{queue="default"}`:                           0,
+	} {
+		if v := sample(text, series); v < atLeast {
+			t.Errorf("%s = %v, want at least %v", series, v, atLeast)
+		}
+	}
+	if v := sample(text, `orrery_shards_owned{node="`+nodeName(text)+`"}`); v != 64 {
+		t.Errorf("orrery_shards_owned = %v, want 64", v)
+	}
+	// The same on --metrics-addr, without a key.
+	if status, body := scrape(t, metricsAddr, ""); status != http.StatusOK || !strings.Contains(body, "orrery_runs_finished_total") {
+		t.Errorf("--metrics-addr: %d", status)
+	}
+}
+
+// nodeName is the node label of orrery_shards_owned.
+func nodeName(text string) string {
+	m := regexp.MustCompile(`orrery_shards_owned\{node="([^"]+)"\}`).FindStringSubmatch(text)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
