@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/node"
+	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/worker"
 )
 
@@ -74,7 +75,12 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 func Int(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	// The test databases are serializable: a read beside the engine's
+	// writes may fail with a serialization error, and is simply read again.
+	err := store.Retry(context.Background(), func() error {
+		return pool.QueryRow(context.Background(), sql, args...).Scan(&n)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -37,7 +37,7 @@ func New() *Metrics {
 		reg: prometheus.NewRegistry(),
 		scheduleLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "orrery_schedule_lag_seconds",
-			Help:    "From a run's scheduled instant to the start of its first attempt of a root step (scheduled and backfilled runs).",
+			Help:    "From a run's scheduled instant to the start of its first attempt of a root step (scheduled and backfilled runs), on the database's clock.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 		runsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -142,10 +142,16 @@ func (m *Metrics) ShardTakeovers(n int) {
 	}
 }
 
-// FiringBatch records one firing transaction's duration.
-func (m *Metrics) FiringBatch(d time.Duration) {
-	if m != nil {
-		m.firingBatch.Observe(d.Seconds())
+// FiringBatch starts timing one firing transaction, on the monotonic
+// clock (a measurement, never a scheduling decision: the firing path takes
+// its time from the database); the returned func records it when the
+// transaction took any job.
+func (m *Metrics) FiringBatch() func(took bool) {
+	start := time.Now()
+	return func(took bool) {
+		if m != nil && took {
+			m.firingBatch.Observe(time.Since(start).Seconds())
+		}
 	}
 }
 

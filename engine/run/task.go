@@ -23,6 +23,8 @@ type Attempt struct {
 	Call    executor.Call
 	Timeout time.Duration
 	Shape   Shape
+	// StartedAt is the attempt's start on the database's clock.
+	StartedAt time.Time
 }
 
 // Shape is what finishing an attempt needs to know of its step and run,
@@ -101,8 +103,9 @@ func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, worker st
 		step := spec.Steps[idx]
 		shape, _ := shapeOf(spec, t.Step, int(t.Attempt))
 		out[i] = &Attempt{
-			Shape:   shape,
-			Timeout: spec.Effective(idx).Timeout,
+			Shape:     shape,
+			Timeout:   spec.Effective(idx).Timeout,
+			StartedAt: t.StartedAt,
 			Call: executor.Call{
 				RunID: t.RunID, TaskID: t.ID, JobID: t.JobID, Namespace: t.Namespace, Job: t.Name, Step: t.Step,
 				Attempt: int(t.Attempt), FencingToken: t.FencingToken, ScheduledFor: t.ScheduledFor, Trigger: t.Trigger,

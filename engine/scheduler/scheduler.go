@@ -214,7 +214,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		ids[i] = int32(l.Shard)
 	}
 	var cancelled int
-	start := time.Now()
+	firing := s.cfg.Metrics.FiringBatch()
 	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		q := store.New(tx)
 		node := s.cfg.Shards.NodeID()
@@ -312,9 +312,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			s.cfg.Metrics.InstantsSkipped(skipReason(k), v)
 		}
 		s.cfg.Metrics.RunsFinished(map[string]int{run.StatusCancelled: cancelled})
-		if taken > 0 {
-			s.cfg.Metrics.FiringBatch(time.Since(start))
-		}
+		firing(taken > 0)
 	}
 	return taken, nil, err
 }

@@ -569,7 +569,7 @@ WITH req AS (
     WHERE runs.id IN (SELECT t.run_id FROM t) AND runs.status = 'pending'
 )
 SELECT t.id, t.tenant_id, t.run_id, t.step, t.attempt, t.fencing_token,
-       ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name
+       ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
@@ -596,6 +596,7 @@ type StartAttemptsRow struct {
 	Trigger      string
 	Namespace    string
 	Name         string
+	StartedAt    time.Time
 }
 
 // StartAttempts moves queued or retrying tasks to running, each for the
@@ -631,6 +632,7 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 			&i.Trigger,
 			&i.Namespace,
 			&i.Name,
+			&i.StartedAt,
 		); err != nil {
 			return nil, err
 		}

@@ -382,7 +382,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	}
 	c := att.Call
 	if c.Attempt == 1 && att.Shape.Root && (c.Trigger == "schedule" || c.Trigger == "backfill") {
-		w.cfg.Metrics.ScheduleLag(time.Since(c.ScheduledFor))
+		w.cfg.Metrics.ScheduleLag(att.StartedAt.Sub(c.ScheduledFor)) // both on the database's clock
 	}
 	attemptCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	w.mu.Lock()
