@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -35,6 +36,11 @@ func refFromProto(r *orreryv1.JobRef) (job.Ref, error) {
 	}
 	if r.GetName() == "" {
 		return job.Ref{}, &job.InvalidError{Field: "ref", Message: "give the job's id, or its namespace and name"}
+	}
+	for _, f := range []struct{ field, v string }{{"ref.name", r.GetName()}, {"ref.namespace", r.GetNamespace()}} {
+		if err := plainText(f.field, f.v); err != nil {
+			return job.Ref{}, err
+		}
 	}
 	return job.Ref{Namespace: r.GetNamespace(), Name: r.GetName()}, nil
 }
@@ -83,6 +89,14 @@ func (s *jobServer) GetJob(ctx context.Context, req *connect.Request[orreryv1.Ge
 
 func (s *jobServer) ListJobs(ctx context.Context, req *connect.Request[orreryv1.ListJobsRequest]) (*connect.Response[orreryv1.ListJobsResponse], error) {
 	m := req.Msg
+	if err := plainText("namespace", m.GetNamespace()); err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	for k, v := range m.GetLabels() {
+		if strings.ContainsRune(k+v, 0) {
+			return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "labels", Message: "contains a NUL character"})
+		}
+	}
 	jobs, next, err := s.jobs.List(ctx, actor(ctx), job.ListFilter{
 		Namespace: m.GetNamespace(), Status: StatusName(m.GetStatus()), Labels: m.GetLabels(), NameContains: m.GetNameContains(),
 		PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken(),
@@ -175,4 +189,16 @@ func (s *jobServer) PreviewSchedule(ctx context.Context, req *connect.Request[or
 		return nil, toConnect(ctx, s.log, err)
 	}
 	return connect.NewResponse(&orreryv1.PreviewScheduleResponse{FireTimes: timesToProto(sched.Upcoming(from, n))}), nil
+}
+
+// plainText refuses a lookup string the database cannot hold (NUL) or
+// that no name can match (over 253 bytes), before it reaches a query.
+func plainText(field, v string) error {
+	switch {
+	case strings.ContainsRune(v, 0):
+		return &job.InvalidError{Field: field, Message: "contains a NUL character"}
+	case len(v) > 253:
+		return &job.InvalidError{Field: field, Message: "longer than any name (253 characters)"}
+	}
+	return nil
 }

@@ -48,7 +48,7 @@ func (s *Server) auditPage(w http.ResponseWriter, r *http.Request, v *view) erro
 	cli := "orrery audit"
 	for _, f := range []struct{ flag, v string }{{"--actor", req.Actor}, {"--action", req.Action}, {"--kind", req.TargetKind}} {
 		if f.v != "" {
-			cli += " " + f.flag + " " + f.v
+			cli += " " + f.flag + " " + shellQuote(f.v)
 		}
 	}
 	s.render(w, r, v, http.StatusOK, "audit", map[string]any{"Entries": res.Msg.GetEntries(), "Next": next, "Q": q, "CLI": cli})

@@ -92,6 +92,8 @@ func (s *Server) dlqReplay(w http.ResponseWriter, r *http.Request, v *view) erro
 		if len(req.TaskIds) > dlqShown {
 			return errorf("task_ids: at most %d at once", dlqShown)
 		}
+	} else if !v.P.Role.Allows(access.Admin) {
+		return errorf("replaying every dead letter needs an admin of the whole tenant; replay a job's group instead")
 	} else if r.PostFormValue("confirm") != "yes" {
 		n, more, err := s.countDeadLetters(v)
 		if err != nil {

@@ -34,6 +34,12 @@ const (
 	// subBuffer events may wait for a slow viewer; past it, its stream
 	// ends and it reconnects.
 	subBuffer = 32
+	// Streams open at once, per principal and in all, on one server;
+	// past them a new stream is 429.
+	maxStreamsPerPrincipal = 8
+	maxStreams             = 1000
+	// writeWait bounds one write to a viewer that stopped reading.
+	writeWait = 30 * time.Second
 )
 
 type event struct {
@@ -45,8 +51,10 @@ type hub struct {
 	runs orreryv1connect.RunServiceClient
 	log  *slog.Logger
 
-	mu    sync.Mutex
-	feeds map[string]*feed
+	mu      sync.Mutex
+	feeds   map[string]*feed
+	streams map[string]int // open streams per principal
+	total   int
 }
 
 // feed is one run's poller and its viewers.
@@ -58,7 +66,7 @@ type feed struct {
 }
 
 func newHub(runs orreryv1connect.RunServiceClient, log *slog.Logger) *hub {
-	return &hub{runs: runs, log: log, feeds: map[string]*feed{}}
+	return &hub{runs: runs, log: log, feeds: map[string]*feed{}, streams: map[string]int{}}
 }
 
 // fingerprint identifies a state.
@@ -74,6 +82,25 @@ func fingerprint(s snapshot) string {
 		fmt.Fprintf(h, "|%s=%s", id, s.Tasks[id])
 	}
 	return fmt.Sprintf("%016x", h.Sum64())
+}
+
+// open counts a stream of principal who, or says no past the limits.
+func (h *hub) open(who string) (release func(), ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.streams[who] >= maxStreamsPerPrincipal || h.total >= maxStreams {
+		return nil, false
+	}
+	h.streams[who]++
+	h.total++
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.streams[who]--; h.streams[who] <= 0 {
+			delete(h.streams, who)
+		}
+		h.total--
+	}, true
 }
 
 // subscribe adds a viewer of a run whose state (read as the viewer) is
@@ -198,12 +225,18 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, v *view) erro
 		return err
 	}
 	first := snapshotOf(res.Msg)
+	release, ok := s.events.open(v.P.Tenant.String() + "/" + v.P.Name)
+	if !ok {
+		return errTooManyStreams
+	}
+	defer release()
 	events, leave := s.events.subscribe(v.ctx, id, first)
 	defer leave()
 	rc := http.NewResponseController(w)
-	// The server's read and write timeouts bound requests, not streams.
+	// The server's read timeout bounds requests, not streams; each write
+	// has its own deadline (writeWait).
 	_ = rc.SetReadDeadline(time.Time{})
-	_ = rc.SetWriteDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Now().Add(writeWait))
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
@@ -236,6 +269,11 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, v *view) erro
 		case <-timeout.C:
 			return nil
 		case <-keepalive.C:
+			// The session may have ended (signed out, key revoked).
+			if _, err := s.viewOf(r); err != nil {
+				return nil
+			}
+			_ = rc.SetWriteDeadline(time.Now().Add(writeWait))
 			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
 				return nil
 			}
@@ -243,6 +281,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, v *view) erro
 			if !ok {
 				return nil
 			}
+			_ = rc.SetWriteDeadline(time.Now().Add(writeWait))
 			if err := writeEvent(w, e); err != nil {
 				return nil
 			}

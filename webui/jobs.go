@@ -3,6 +3,7 @@ package webui
 import (
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -52,10 +53,10 @@ func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v *view) error
 	}
 	cli := "orrery jobs list"
 	if req.Namespace != "" {
-		cli += " -n " + req.Namespace
+		cli += " -n " + shellQuote(req.Namespace)
 	}
 	if st := q.Get("status"); st != "" {
-		cli += " --status " + st
+		cli += " --status " + shellQuote(st)
 	}
 	s.render(w, r, v, http.StatusOK, "jobs", map[string]any{
 		"Jobs": res.Msg.GetJobs(), "Next": next, "Q": q.Get("q"), "NS": req.Namespace, "Status": q.Get("status"),
@@ -127,4 +128,15 @@ func (s *Server) jobAction(w http.ResponseWriter, r *http.Request, v *view) erro
 		return errNotFound
 	}
 	return seeOther(w, r, back, flash)
+}
+
+var plainArg = regexp.MustCompile(`^[A-Za-z0-9_./:=@,+-]+$`)
+
+// shellQuote makes a value safe to paste into a POSIX shell as one word:
+// "copy as CLI" strings hold what the viewer typed in filters.
+func shellQuote(v string) string {
+	if plainArg.MatchString(v) {
+		return v
+	}
+	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 }

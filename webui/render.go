@@ -54,7 +54,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, v *view, status 
 		data = map[string]any{}
 	}
 	data["V"] = v
-	data["Flash"] = r.URL.Query().Get("flash")
+	data["Flash"] = takeFlash(w, r)
 	data["Page"] = name
 	data["AuthOff"] = s.cfg.AuthOff
 	var buf bytes.Buffer
@@ -64,6 +64,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, v *view, status 
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store") // pages carry CSRF tokens and tenant data
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
 }

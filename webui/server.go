@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
@@ -133,7 +135,48 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
+	if !wellFormed(r) {
+		http.Error(w, "the address holds a NUL byte, a control character or invalid UTF-8", http.StatusBadRequest)
+		return
+	}
+	if r.Method == http.MethodPost && !sameOrigin(r) {
+		s.fail(w, r, nil, errCSRF)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// sameOrigin rejects a POST that the browser says came from another site
+// or origin (another port of the same host is another origin; SameSite
+// cookies do not tell them apart). Clients that send neither header
+// (curl, tests) still need the form's CSRF token.
+func sameOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || u.Host != r.Host {
+			return false
+		}
+	}
+	return true
+}
+
+// wellFormed reports whether the path and query are valid UTF-8 without
+// NUL or control characters (the API and the database refuse them; better
+// a 400 here than a 500 there).
+func wellFormed(r *http.Request) bool {
+	bad := func(s string) bool {
+		return !utf8.ValidString(s) || strings.IndexFunc(s, func(c rune) bool { return c < 0x20 || c == 0x7f }) >= 0
+	}
+	if bad(r.URL.Path) {
+		return false
+	}
+	q, err := url.QueryUnescape(r.URL.RawQuery)
+	return err == nil && !bad(q)
 }
 
 // Mount serves the UI beside the API on one handler: API paths go to
@@ -219,6 +262,9 @@ var (
 	errNotFound = errors.New("no such page")
 	errSignIn   = errors.New("sign in first")
 	errCSRF     = errors.New("this form has expired or did not come from this site; reload the page and try again")
+	// errTooManyStreams: a principal (or the server) has as many live run
+	// pages open as it may.
+	errTooManyStreams = errors.New("too many live pages open; close some and reload")
 )
 
 // badInput is a request the UI refuses before calling the API.
@@ -238,6 +284,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, v *view, err error
 		status, msg = http.StatusUnauthorized, "Sign in first."
 	case errors.Is(err, errCSRF):
 		status, msg = http.StatusForbidden, err.Error()
+	case errors.Is(err, errTooManyStreams):
+		status, msg = http.StatusTooManyRequests, err.Error()
 	case errors.As(err, &bad):
 		status, msg = http.StatusBadRequest, bad.Error()
 	case errors.As(err, &ce):
@@ -266,25 +314,42 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, v *view, err error
 func staticHandler(files fs.FS) http.Handler {
 	fsrv := http.FileServerFS(files)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r) // no directory listings
+			return
+		}
 		w.Header().Set("Cache-Control", "public, max-age=86400")
 		fsrv.ServeHTTP(w, r)
 	})
 }
 
-// seeOther answers a POST by sending the browser to a page (the
-// post/redirect/get pattern), with a flash message in the query.
+const flashCookie = "orrery_flash"
+
+// seeOther answers a POST by sending the browser to a page on this site
+// (the post/redirect/get pattern), with a message for the next page in a
+// short-lived cookie (not in the address, where anyone could write one).
 func seeOther(w http.ResponseWriter, r *http.Request, to, flash string) error {
-	u, err := url.Parse(to)
-	if err != nil || u.IsAbs() || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(to, "//") {
-		u = &url.URL{Path: "/"}
-	}
+	to = safeNext(to)
 	if flash != "" {
-		q := u.Query()
-		q.Set("flash", flash)
-		u.RawQuery = q.Encode()
+		http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(flash)), Path: "/",
+			HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: 60})
 	}
-	http.Redirect(w, r, u.String(), http.StatusSeeOther)
+	http.Redirect(w, r, to, http.StatusSeeOther)
 	return nil
+}
+
+// takeFlash reads and clears the flash message, if any.
+func takeFlash(w http.ResponseWriter, r *http.Request) string {
+	c, err := r.Cookie(flashCookie)
+	if err != nil {
+		return ""
+	}
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1})
+	b, err := base64.RawURLEncoding.DecodeString(c.Value)
+	if err != nil || len(b) > 500 || !utf8.Valid(b) {
+		return ""
+	}
+	return string(b)
 }
 
 func errorf(format string, args ...any) error { return badInput(fmt.Sprintf(format, args...)) }

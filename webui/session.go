@@ -14,6 +14,9 @@ import (
 
 const loginCookie = "orrery_login"
 
+// tokenChars is the length of randomString's tokens (32 bytes, base64url).
+const tokenChars = 43
+
 func randomString() string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b)
@@ -33,7 +36,7 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 	// One token per browser: a page loaded twice (a prefetch, a second
 	// tab) must not invalidate the form already shown.
 	token := randomString()
-	if c, err := r.Cookie(loginCookie); err == nil && len(c.Value) == len(token) {
+	if c, err := r.Cookie(loginCookie); err == nil && len(c.Value) == tokenChars {
 		token = c.Value
 	}
 	http.SetCookie(w, &http.Cookie{Name: loginCookie, Value: token, Path: "/login", HttpOnly: true,
@@ -43,12 +46,19 @@ func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
 		"Error": r.URL.Query().Get("error")})
 }
 
-// safeNext keeps a post-sign-in destination on this site.
+// safeNext keeps a post-sign-in destination on this site: a path, no
+// scheme or host, no control character or backslash (browsers drop tabs
+// and newlines, so "/\t/evil.example" would become "//evil.example").
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") || len(next) > 2000 {
+	if !strings.HasPrefix(next, "/") || len(next) > 2000 || strings.ContainsAny(next, "\\") ||
+		strings.IndexFunc(next, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
 		return "/"
 	}
-	return next
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || strings.HasPrefix(u.Path, "//") {
+		return "/"
+	}
+	return u.RequestURI()
 }
 
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
@@ -58,7 +68,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	c, err := r.Cookie(loginCookie)
-	if err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(r.PostFormValue("token"))) != 1 {
+	if err != nil || len(c.Value) != tokenChars || subtle.ConstantTimeCompare([]byte(c.Value), []byte(r.PostFormValue("token"))) != 1 {
 		s.fail(w, r, nil, errCSRF)
 		return
 	}

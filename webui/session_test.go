@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orrery-dev/orrery/api"
 	"github.com/orrery-dev/orrery/dag"
@@ -30,6 +31,7 @@ type site struct {
 	client *http.Client
 	acc    *access.Service
 	jobs   *job.Service
+	runs   *run.Service
 	admin  string
 	key    access.Key
 }
@@ -57,7 +59,8 @@ func newSite(t *testing.T, secure bool) *site {
 		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "@daily"}, Run: &dag.Executor{Handler: "h"}}}, ""); err != nil {
 		t.Fatal(err)
 	}
-	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, d), State: pool, Auth: api.KeyAuth{Access: acc}}, nil)
+	runs := run.NewService(pool, jobs, d)
+	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: pool, Auth: api.KeyAuth{Access: acc}}, nil)
 	ui, err := webui.New(webui.Config{API: apiHandler, Access: acc, SecureCookies: secure})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +69,7 @@ func newSite(t *testing.T, secure bool) *site {
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &site{t: t, url: srv.URL, client: client, acc: acc, jobs: jobs, admin: secret, key: key}
+	return &site{t: t, url: srv.URL, client: client, acc: acc, jobs: jobs, runs: runs, admin: secret, key: key}
 }
 
 func (s *site) do(method, path string, form url.Values) (*http.Response, string) {
@@ -133,10 +136,18 @@ func TestSessionsAndCSRF(t *testing.T) {
 	if res := s.signIn("ork_"+strings.Repeat("x", 43), "/"); res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(res.Header.Get("Location"), "/login?error=1") {
 		t.Fatalf("a bad key: %d %s", res.StatusCode, res.Header.Get("Location"))
 	}
-	res := s.signIn(s.admin, "//evil.example/")
+	for _, next := range []string{"//evil.example/", "/\\evil.example", "https://evil.example/", "/%2F%2Fevil.example"} {
+		if got := s.signIn(s.admin, next).Header.Get("Location"); got != "/" {
+			t.Errorf("next %q sent the browser to %q", next, got)
+		}
+	}
+	if got := s.signIn(s.admin, "/jobs/team/nightly?x=1").Header.Get("Location"); got != "/jobs/team/nightly?x=1" {
+		t.Errorf("a local next became %q", got)
+	}
+	res := s.signIn(s.admin, "/\t/evil.example")
 	c := cookie(res, "orrery_session")
 	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/" || c == nil {
-		t.Fatalf("sign in: %d %s %v", res.StatusCode, res.Header.Get("Location"), res.Cookies())
+		t.Fatalf("sign in: %d %q %v", res.StatusCode, res.Header.Get("Location"), res.Cookies())
 	}
 	if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Secure || c.Path != "/" || strings.Contains(c.Value, s.admin) {
 		t.Errorf("session cookie: %+v", c)
@@ -159,9 +170,44 @@ func TestSessionsAndCSRF(t *testing.T) {
 			t.Fatalf("pause with csrf %q: %d, paused %t", form.Get("csrf"), res.StatusCode, paused())
 		}
 	}
-	if res, _ := s.do(http.MethodPost, "/jobs/team/nightly/pause", url.Values{"csrf": {csrf}, "back": {"https://evil.example/"}}); res.StatusCode != http.StatusSeeOther ||
-		!paused() || !strings.HasPrefix(res.Header.Get("Location"), "/?flash=") {
+	// A post the browser marks as from another site or origin is refused,
+	// token or not.
+	for h, v := range map[string]string{"Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:1"} {
+		req, _ := http.NewRequest(http.MethodPost, s.url+"/jobs/team/nightly/pause", strings.NewReader(url.Values{"csrf": {csrf}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set(h, v)
+		res, err := s.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusForbidden || paused() {
+			t.Fatalf("pause with %s: %s: %d", h, v, res.StatusCode)
+		}
+	}
+	res, _ = s.do(http.MethodPost, "/jobs/team/nightly/pause", url.Values{"csrf": {csrf}, "back": {"https://evil.example/"}})
+	if res.StatusCode != http.StatusSeeOther || !paused() || res.Header.Get("Location") != "/" || cookie(res, "orrery_flash") == nil {
 		t.Fatalf("pause with the token: %d %s, paused %t", res.StatusCode, res.Header.Get("Location"), paused())
+	}
+	// The message shows once, from the cookie; one in the address does not.
+	res, page = s.do(http.MethodGet, "/?flash=Sign+in+at+evil.example", nil)
+	if !strings.Contains(page, "Paused team/nightly.") || strings.Contains(page, "evil.example") || res.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("after the pause: %s\n%s", res.Header.Get("Cache-Control"), page)
+	}
+	if _, page = s.do(http.MethodGet, "/", nil); strings.Contains(page, "Paused team/nightly.") {
+		t.Error("the flash message showed twice")
+	}
+	// What a viewer types in a filter is quoted in the copy-as-CLI line.
+	if _, page = s.do(http.MethodGet, "/?ns="+url.QueryEscape("ops $(id)"), nil); !strings.Contains(page, `data-copy="orrery jobs list -n &#39;ops $(id)&#39;"`) {
+		t.Errorf("copy as CLI is not quoted:\n%s", page)
+	}
+	for _, bad := range []string{"/jobs/ops/%00", "/?q=%C3%28", "/?ns=a%09b"} {
+		if res, _ := s.do(http.MethodGet, bad, nil); res.StatusCode != http.StatusBadRequest {
+			t.Errorf("GET %s: %d, want 400", bad, res.StatusCode)
+		}
+	}
+	if res, _ := s.do(http.MethodGet, "/static/", nil); res.StatusCode != http.StatusNotFound {
+		t.Errorf("/static/ lists its files: %d", res.StatusCode)
 	}
 	if res, _ := s.do(http.MethodPost, "/logout", url.Values{"csrf": {"wrong"}}); res.StatusCode != http.StatusForbidden {
 		t.Fatalf("sign out without the token: %d", res.StatusCode)
@@ -194,5 +240,56 @@ func TestSecureCookies(t *testing.T) {
 	s := newSite(t, true)
 	if c := cookie(s.signIn(s.admin, "/"), "orrery_session"); c == nil || !c.Secure {
 		t.Fatalf("session cookie: %+v", c)
+	}
+}
+
+// One principal holds at most 8 live run pages (event streams) at once on
+// a server; the 9th is 429, and a closed one frees its place.
+func TestLiveStreamsPerPrincipalAreCapped(t *testing.T) {
+	t.Parallel()
+	s := newSite(t, false)
+	r, err := s.runs.Trigger(context.Background(), job.Anonymous, job.Ref{Namespace: "team", Name: "nightly"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.signIn(s.admin, "/")
+	open := func() (*http.Response, context.CancelFunc) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/runs/"+r.ID.String()+"/events", nil)
+		res, err := s.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, cancel
+	}
+	var cancels []context.CancelFunc
+	defer func() {
+		for _, c := range cancels {
+			c()
+		}
+	}()
+	for i := range 8 {
+		res, cancel := open()
+		cancels = append(cancels, cancel)
+		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("stream %d: %d %s", i+1, res.StatusCode, res.Header.Get("Content-Type"))
+		}
+	}
+	res, cancel := open()
+	cancel()
+	if res.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("stream 9: %d, want 429", res.StatusCode)
+	}
+	cancels[0]()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		res, cancel := open()
+		cancels = append(cancels, cancel)
+		if res.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed stream did not free its place: %d", res.StatusCode)
+		}
 	}
 }

@@ -426,10 +426,10 @@ type ListFilter struct {
 	Namespace string
 	// NameContains keeps jobs whose name contains it (at most 200 bytes).
 	NameContains string
-	Status    string
-	Labels    map[string]string
-	PageSize  int
-	PageToken string
+	Status       string
+	Labels       map[string]string
+	PageSize     int
+	PageToken    string
 }
 
 // Page sizes of every list call.

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
