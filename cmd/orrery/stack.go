@@ -45,12 +45,16 @@ type stackFlags struct {
 	auth         string
 	secureCookie bool
 	metricsAddr  string
+	retention    time.Duration
+	archiveDir   string
 	noScheduler  bool
 }
 
 func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "also serve Prometheus metrics on this address, without a key (an operator's network); serve and dev always serve them on the API address at /metrics for a system admin key")
 	if withAPI {
+		fs.DurationVar(&f.retention, "retention", 0, "keep finished runs (their tasks and attempts) this long; runs holding a dead letter are kept (default 168h; at least 1h; a tenant may override it)")
+		fs.StringVar(&f.archiveDir, "archive-dir", "", "before pruning old runs, append them to gzip JSON Lines files per tenant and day in this folder")
 		fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to serve the API on (env ORRERY_ADDR)")
 		fs.StringVar(&f.name, "node-name", "", "this node's name in the cluster view (default host-pid)")
 		fs.DurationVar(&f.shardTTL, "shard-ttl", 10*time.Second, "shard lease TTL: a dead node's shards move after it")
@@ -207,7 +211,8 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	}
 	parts := []func(context.Context) error{srv.Serve}
 	if !f.noScheduler {
-		n, err := node.New(ctx, node.Config{Pool: state, Dispatcher: d, Name: f.name, ShardTTL: f.shardTTL, MisfireAfter: f.misfireAfter, Logger: log, Failpoints: fp, Metrics: mets})
+		n, err := node.New(ctx, node.Config{Pool: state, Dispatcher: d, Name: f.name, ShardTTL: f.shardTTL, MisfireAfter: f.misfireAfter, Logger: log, Failpoints: fp, Metrics: mets,
+			Retention: f.retention, ArchiveDir: f.archiveDir})
 		if err != nil {
 			return err
 		}

@@ -66,7 +66,7 @@ func (k *Service) ListTenants(ctx context.Context, size int, token string) ([]Te
 	if err != nil {
 		return nil, "", err
 	}
-	rows, next := store.NextPage(rows, size, func(r store.Tenant) any { return r.Name })
+	rows, next := store.NextPage(rows, size, func(r store.ListTenantsRow) any { return r.Name })
 	out := make([]Tenant, len(rows))
 	for i, r := range rows {
 		out[i] = Tenant{ID: r.ID, Name: r.Name, Weight: r.Weight, MaxConcurrency: r.MaxConcurrency, CreatedAt: r.CreatedAt}

@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/metrics"
+	"github.com/orrery-dev/orrery/engine/retention"
 	"github.com/orrery-dev/orrery/engine/scheduler"
 	"github.com/orrery-dev/orrery/shard"
 )
@@ -36,6 +37,11 @@ type Config struct {
 	Failpoints *failpoint.Set
 	// Metrics records the node's shards, firing and reaping; nil: none.
 	Metrics *metrics.Metrics
+	// Retention and ArchiveDir configure the janitor that prunes old runs
+	// of the node's shards (see package retention); zero: 7 days, no
+	// archive.
+	Retention  time.Duration
+	ArchiveDir string
 }
 
 func (c *Config) withDefaults() error {
@@ -56,6 +62,7 @@ type Node struct {
 	Shards    *shard.Manager
 	Scheduler *scheduler.Scheduler
 	reaper    *scheduler.Reaper
+	janitor   *retention.Janitor
 	relay     func(context.Context) error
 }
 
@@ -77,18 +84,22 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	janitor, err := retention.New(retention.Config{Pool: cfg.Pool, Shards: mgr, Retention: cfg.Retention, ArchiveDir: cfg.ArchiveDir, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
 	relay := func(ctx context.Context) error {
 		return cfg.Dispatcher.Relay(ctx, cfg.Pool, 20*time.Millisecond, cfg.Logger)
 	}
-	return &Node{Shards: mgr, Scheduler: s, reaper: reaper, relay: relay}, nil
+	return &Node{Shards: mgr, Scheduler: s, reaper: reaper, janitor: janitor, relay: relay}, nil
 }
 
 // Run runs the node until ctx ends; on the way out its shards are released
 // so that other nodes take them at once.
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for _, run := range []func(context.Context) error{n.Shards.Run, n.Scheduler.Run, n.reaper.Run, n.relay} {
+	errs := make(chan error, 5)
+	for _, run := range []func(context.Context) error{n.Shards.Run, n.Scheduler.Run, n.reaper.Run, n.janitor.Run, n.relay} {
 		wg.Go(func() { errs <- run(ctx) })
 	}
 	wg.Wait()

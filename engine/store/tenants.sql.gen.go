@@ -7,6 +7,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -37,16 +38,24 @@ type ListTenantsParams struct {
 	PageSize int32
 }
 
+type ListTenantsRow struct {
+	ID             uuid.UUID
+	Name           string
+	Weight         int32
+	MaxConcurrency int32
+	CreatedAt      time.Time
+}
+
 // ListTenants pages through every tenant by name: those after @after.
-func (q *Queries) ListTenants(ctx context.Context, arg ListTenantsParams) ([]Tenant, error) {
+func (q *Queries) ListTenants(ctx context.Context, arg ListTenantsParams) ([]ListTenantsRow, error) {
 	rows, err := q.db.Query(ctx, listTenants, arg.After, arg.PageSize)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []Tenant{}
+	items := []ListTenantsRow{}
 	for rows.Next() {
-		var i Tenant
+		var i ListTenantsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Name,

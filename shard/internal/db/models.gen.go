@@ -192,11 +192,12 @@ type TaskEdge struct {
 }
 
 type Tenant struct {
-	ID             uuid.UUID
-	Name           string
-	Weight         int32
-	MaxConcurrency int32
-	CreatedAt      time.Time
+	ID                  uuid.UUID
+	Name                string
+	Weight              int32
+	MaxConcurrency      int32
+	CreatedAt           time.Time
+	RunRetentionSeconds pgtype.Int8
 }
 
 type WebSession struct {

@@ -1,0 +1,42 @@
+-- ExpiredRuns picks, in the given shards, finished runs older than their
+-- tenant's retention (run_retention_seconds, else @default_seconds), that
+-- hold no dead letter, oldest first, and locks them (SKIP LOCKED: a run
+-- being replayed or read for update is left for a later pass).
+-- @min_seconds is the smallest retention of any tenant, so that the
+-- runs_finished index bounds the scan.
+-- name: ExpiredRuns :many
+SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
+       r.created_at, r.started_at, r.finished_at
+FROM runs AS r
+JOIN tenants AS t ON t.id = r.tenant_id
+WHERE r.shard = ANY(@shards::int[])
+  AND r.finished_at IS NOT NULL
+  AND r.finished_at < now() - INTERVAL '1 second' * @min_seconds::float8
+  AND r.finished_at < now() - INTERVAL '1 second' * COALESCE(t.run_retention_seconds, @default_seconds::bigint)::float8
+  AND r.status <> 'dead_lettered'
+  AND NOT EXISTS (SELECT 1 FROM tasks AS d WHERE d.run_id = r.id AND d.status = 'dead_lettered')
+ORDER BY r.shard, r.finished_at
+LIMIT @batch
+FOR UPDATE OF r SKIP LOCKED;
+
+-- name: MinRunRetention :one
+SELECT COALESCE(min(run_retention_seconds), 0)::bigint FROM tenants;
+
+-- name: TasksOfRuns :many
+SELECT * FROM tasks WHERE run_id = ANY(@run_ids::uuid[]) ORDER BY run_id, created_at, id;
+
+-- name: AttemptsOfTasks :many
+SELECT * FROM attempts WHERE task_id = ANY(@task_ids::uuid[]) ORDER BY task_id, number;
+
+-- name: DeleteAttemptsOfTasks :exec
+DELETE FROM attempts WHERE task_id = ANY(@task_ids::uuid[]);
+
+-- name: DeleteEdgesOfTasks :exec
+-- Every edge joins two tasks of one run: by parent is all of them.
+DELETE FROM task_edges WHERE parent_id = ANY(@task_ids::uuid[]);
+
+-- name: DeleteTasksOfRuns :exec
+DELETE FROM tasks WHERE run_id = ANY(@run_ids::uuid[]);
+
+-- name: DeleteRuns :exec
+DELETE FROM runs WHERE id = ANY(@run_ids::uuid[]);
