@@ -24,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/node"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/worker"
@@ -250,11 +251,17 @@ func startEngine(b *testing.B, pool *pgxpool.Pool, workers int) *engine {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n, err := node.New(ctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 10 * time.Second, Logger: log})
+	// ORRERY_BENCH_METRICS=on records the Prometheus metrics, as a serve
+	// process does (they are off otherwise: nil).
+	var mets *metrics.Metrics
+	if os.Getenv("ORRERY_BENCH_METRICS") == "on" {
+		mets = metrics.New()
+	}
+	n, err := node.New(ctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 10 * time.Second, Logger: log, Metrics: mets})
 	if err != nil {
 		b.Fatal(err)
 	}
-	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"default": workers}, Logger: log,
+	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"default": workers}, Logger: log, Metrics: mets,
 		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { return nil }}})
 	if err != nil {
 		b.Fatal(err)
