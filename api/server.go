@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
+	"connectrpc.com/otelconnect"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
@@ -69,8 +70,14 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	if ka, ok := auth.(KeyAuth); ok {
 		acc = ka.Access
 	}
+	// Traces of every call (otelconnect), when the process set up a tracer
+	// provider (package tracing); a no-op otherwise.
+	otelInterceptor, err := otelconnect.NewInterceptor()
+	if err != nil {
+		panic(err) // only a bad option could fail it, and none is given
+	}
 	opts := []connect.HandlerOption{
-		connect.WithInterceptors(authorize(auth, acc), logErrors(log)),
+		connect.WithInterceptors(otelInterceptor, authorize(auth, acc), logErrors(log)),
 		// A panic in a handler is an Internal error for that call, logged,
 		// not a dropped connection.
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {

@@ -24,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/node"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/tracing"
 	"github.com/orrery-dev/orrery/engine/worker"
 	"github.com/orrery-dev/orrery/webui"
 )
@@ -164,6 +165,11 @@ func (f *stackFlags) queues() (map[string]int, error) {
 // routes are served beside the API on its address (the dev sink).
 func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool, f stackFlags, queues map[string]int,
 	handlers map[string]executor.HandlerFunc, routes map[string]http.Handler) error {
+	stopTracing, err := tracing.Setup(ctx)
+	if err != nil {
+		return fmt.Errorf("OTEL_*: %w", err)
+	}
+	defer stopTracing(context.WithoutCancel(ctx))
 	d, err := newDispatcher(state, queue)
 	if err != nil {
 		return err

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-dev/orrery/engine/metrics"
+	"github.com/orrery-dev/orrery/engine/tracing"
 	"github.com/orrery-dev/orrery/engine/worker"
 )
 
@@ -39,6 +42,11 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			stopTracing, err := tracing.Setup(ctx)
+			if err != nil {
+				return fmt.Errorf("OTEL_*: %w", err)
+			}
+			defer stopTracing(context.WithoutCancel(ctx))
 			mets := metrics.New()
 			cfg, err := st.sandbox(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: st.name,
 				LeaseTTL: st.leaseTTL, Logger: g.logger(), Failpoints: fp, Metrics: mets})

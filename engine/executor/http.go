@@ -11,6 +11,9 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // HTTPRunner calls webhooks. The request is a JSON body describing the
@@ -66,6 +69,9 @@ func (h *HTTPRunner) Run(ctx context.Context, c Call) Result {
 	req.Header.Set("Idempotency-Key", c.IdempotencyKey())
 	req.Header.Set("X-Orrery-Attempt", fmt.Sprint(c.Attempt))
 	req.Header.Set("X-Orrery-Fencing-Token", fmt.Sprint(c.FencingToken))
+	// The run's trace goes on at the receiver (W3C traceparent), when
+	// traces are on.
+	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(req.Header))
 	client := h.Client
 	if client == nil {
 		client = defaultClient()

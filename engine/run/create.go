@@ -6,10 +6,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/tracing"
 )
 
 // Statuses of runs and tasks.
@@ -91,6 +93,12 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 		rp.Triggers = append(rp.Triggers, r.Trigger)
 		rp.Statuses = append(rp.Statuses, r.Status)
 		rp.Reasons = append(rp.Reasons, r.Reason)
+		tp := ""
+		if r.Status == StatusPending || r.Status == StatusQueued {
+			tp = tracing.StartRun(ctx, attribute.String("orrery.run_id", ids[i].String()), attribute.String("orrery.job_id", r.Job.ID.String()),
+				attribute.String("orrery.trigger", r.Trigger), attribute.String("orrery.scheduled_for", r.At.UTC().Format(time.RFC3339Nano)))
+		}
+		rp.TraceParents = append(rp.TraceParents, tp)
 	}
 	written, err := q.InsertRuns(ctx, rp)
 	if err != nil {

@@ -25,6 +25,11 @@ type Attempt struct {
 	Shape   Shape
 	// StartedAt is the attempt's start on the database's clock.
 	StartedAt time.Time
+	// ReleasedAt is when the task was first handed to the queue (nil for
+	// a task released before it was recorded).
+	ReleasedAt *time.Time
+	// TraceParent is the run's trace ("" when traces were off).
+	TraceParent string
 }
 
 // Shape is what finishing an attempt needs to know of its step and run,
@@ -102,10 +107,16 @@ func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, worker st
 		}
 		step := spec.Steps[idx]
 		shape, _ := shapeOf(spec, t.Step, int(t.Attempt))
+		var tp string
+		if t.TraceParent != nil {
+			tp = *t.TraceParent
+		}
 		out[i] = &Attempt{
-			Shape:     shape,
-			Timeout:   spec.Effective(idx).Timeout,
-			StartedAt: t.StartedAt,
+			TraceParent: tp,
+			Shape:       shape,
+			Timeout:     spec.Effective(idx).Timeout,
+			StartedAt:   t.StartedAt,
+			ReleasedAt:  t.ReleasedAt,
 			Call: executor.Call{
 				RunID: t.RunID, TaskID: t.ID, JobID: t.JobID, Namespace: t.Namespace, Job: t.Name, Step: t.Step,
 				Attempt: int(t.Attempt), FencingToken: t.FencingToken, ScheduledFor: t.ScheduledFor, Trigger: t.Trigger,

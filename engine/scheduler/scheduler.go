@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
@@ -22,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/tracing"
 	"github.com/orrery-dev/orrery/shard"
 )
 
@@ -215,6 +218,8 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 	}
 	var cancelled int
 	firing := s.cfg.Metrics.FiringBatch()
+	ctx, span := tracing.Tracer().Start(ctx, "orrery.fire", trace.WithAttributes(attribute.Int("orrery.shards", len(leases))))
+	defer span.End()
 	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		q := store.New(tx)
 		node := s.cfg.Shards.NodeID()
@@ -306,6 +311,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 	if len(lost) > 0 {
 		return 0, lost, nil
 	}
+	span.SetAttributes(attribute.Int("orrery.due_jobs", taken))
 	if err == nil {
 		for k, v := range skips {
 			s.cfg.Logger.Info("instants skipped", "reason", k, "count", v)

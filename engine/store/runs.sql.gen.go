@@ -379,16 +379,18 @@ func (q *Queries) InsertRunAudit(ctx context.Context, arg InsertRunAuditParams) 
 }
 
 const insertRuns = `-- name: InsertRuns :many
-INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at)
+INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
+                  trace_parent)
 SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $1::uuid, NULLIF(u.shard_epoch, -1),
        u.scheduled_for, u.trigger, u.status, u.reason, now(),
-       CASE WHEN u.status = 'skipped' THEN now() END
+       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, '')
 FROM (
     SELECT unnest($2::uuid[]) AS id, unnest($3::uuid[]) AS tenant_id, unnest($4::uuid[]) AS job_id,
            unnest($5::bigint[]) AS job_version, unnest($6::int[]) AS shard,
            unnest($7::bigint[]) AS shard_epoch,
            unnest($8::timestamptz[]) AS scheduled_for, unnest($9::text[]) AS trigger,
-           unnest($10::text[]) AS status, unnest($11::text[]) AS reason
+           unnest($10::text[]) AS status, unnest($11::text[]) AS reason,
+           unnest($12::text[]) AS trace_parent
 ) AS u
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id
@@ -406,6 +408,7 @@ type InsertRunsParams struct {
 	Triggers      []string
 	Statuses      []string
 	Reasons       []string
+	TraceParents  []string
 }
 
 // InsertRuns inserts many runs; a (job, instant) that already has a run
@@ -423,6 +426,7 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 		arg.Triggers,
 		arg.Statuses,
 		arg.Reasons,
+		arg.TraceParents,
 	)
 	if err != nil {
 		return nil, err

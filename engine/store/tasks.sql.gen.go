@@ -560,7 +560,7 @@ WITH req AS (
         started_at = COALESCE(tasks.started_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
-    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, req.attempt_id
+    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
     SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, $4::text, now() FROM t
@@ -569,7 +569,8 @@ WITH req AS (
     WHERE runs.id IN (SELECT t.run_id FROM t) AND runs.status = 'pending'
 )
 SELECT t.id, t.tenant_id, t.run_id, t.step, t.attempt, t.fencing_token,
-       ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at
+       ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
+       t.released_at, ru.trace_parent
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
@@ -597,6 +598,8 @@ type StartAttemptsRow struct {
 	Namespace    string
 	Name         string
 	StartedAt    time.Time
+	ReleasedAt   *time.Time
+	TraceParent  *string
 }
 
 // StartAttempts moves queued or retrying tasks to running, each for the
@@ -633,6 +636,8 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 			&i.Namespace,
 			&i.Name,
 			&i.StartedAt,
+			&i.ReleasedAt,
+			&i.TraceParent,
 		); err != nil {
 			return nil, err
 		}

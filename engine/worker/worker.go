@@ -29,6 +29,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
@@ -36,6 +39,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/tracing"
 )
 
 // Config configures a worker process.
@@ -399,7 +403,9 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 
 	w.cfg.Failpoints.Hit(FailpointStarted)
 	runCtx, cancelTimeout := context.WithTimeout(attemptCtx, att.Timeout)
+	runCtx, endSpans := startAttemptSpans(runCtx, att)
 	res := w.runner.Run(runCtx, c)
+	endSpans(res)
 	cancelTimeout()
 	leaseLost := errors.Is(context.Cause(attemptCtx), errLeaseLost)
 	switch {
@@ -431,4 +437,41 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	}
 	w.cfg.Metrics.Attempt(outcome, exit)
 	return nil
+}
+
+// startAttemptSpans continues the run's trace (when it has one): the
+// task's time in the queue, from its release to this start (both on the
+// database's clock), and the attempt with the executor's call inside it.
+// The returned func ends them with the attempt's result.
+func startAttemptSpans(ctx context.Context, att *run.Attempt) (context.Context, func(executor.Result)) {
+	if att.TraceParent == "" {
+		return ctx, func(executor.Result) {}
+	}
+	ctx = tracing.FromTraceParent(ctx, att.TraceParent)
+	c := att.Call
+	attrs := []attribute.KeyValue{attribute.String("orrery.run_id", c.RunID.String()), attribute.String("orrery.task_id", c.TaskID.String()),
+		attribute.String("orrery.namespace", c.Namespace), attribute.String("orrery.job", c.Job), attribute.String("orrery.step", c.Step),
+		attribute.Int("orrery.attempt", c.Attempt)}
+	if att.ReleasedAt != nil && c.Attempt == 1 {
+		_, q := tracing.Tracer().Start(ctx, "orrery.queue", trace.WithTimestamp(*att.ReleasedAt), trace.WithAttributes(attrs...))
+		q.End(trace.WithTimestamp(att.StartedAt))
+	}
+	ctx, attempt := tracing.Tracer().Start(ctx, "orrery.attempt", trace.WithAttributes(attrs...))
+	kind := "handler"
+	switch {
+	case c.Executor.HTTP != nil:
+		kind = "http"
+	case c.Executor.Command != nil:
+		kind = "command"
+	}
+	ctx, exec := tracing.Tracer().Start(ctx, "orrery.executor", trace.WithAttributes(attribute.String("orrery.executor", kind)))
+	return ctx, func(res executor.Result) {
+		for _, sp := range []trace.Span{exec, attempt} {
+			if !res.OK {
+				sp.SetStatus(codes.Error, res.ExitReason+": "+res.Error)
+			}
+			sp.SetAttributes(attribute.String("orrery.exit_reason", res.ExitReason))
+			sp.End()
+		}
+	}
 }

@@ -43,16 +43,18 @@ ORDER BY scheduled_for;
 -- InsertRuns inserts many runs; a (job, instant) that already has a run
 -- is left alone (DESIGN invariant 2) and not returned.
 -- name: InsertRuns :many
-INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at)
+INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
+                  trace_parent)
 SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
        u.scheduled_for, u.trigger, u.status, u.reason, now(),
-       CASE WHEN u.status = 'skipped' THEN now() END
+       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, '')
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@job_ids::uuid[]) AS job_id,
            unnest(@job_versions::bigint[]) AS job_version, unnest(@shards::int[]) AS shard,
            unnest(@shard_epochs::bigint[]) AS shard_epoch,
            unnest(@scheduled_fors::timestamptz[]) AS scheduled_for, unnest(@triggers::text[]) AS trigger,
-           unnest(@statuses::text[]) AS status, unnest(@reasons::text[]) AS reason
+           unnest(@statuses::text[]) AS status, unnest(@reasons::text[]) AS reason,
+           unnest(@trace_parents::text[]) AS trace_parent
 ) AS u
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id;

@@ -155,6 +155,7 @@ type Run struct {
 	CreatedAt    time.Time
 	StartedAt    *time.Time
 	FinishedAt   *time.Time
+	TraceParent  pgtype.Text
 }
 
 type Shard struct {
