@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -18,6 +21,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
@@ -27,6 +32,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/node"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/tracing"
 	"github.com/orrery-dev/orrery/engine/worker"
 	"github.com/orrery-dev/orrery/migrations"
 	"github.com/orrery-dev/orrery/shard"
@@ -256,6 +262,19 @@ func startEngine(b *testing.B, pool *pgxpool.Pool, workers int) *engine {
 	var mets *metrics.Metrics
 	if os.Getenv("ORRERY_BENCH_METRICS") == "on" {
 		mets = metrics.New()
+	}
+	// ORRERY_BENCH_TRACING=on exports traces, sampled at 1%, to an OTLP
+	// receiver in this process that reads and drops them.
+	if os.Getenv("ORRERY_BENCH_TRACING") == "on" {
+		sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+		b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.URL)
+		b.Setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+		b.Setenv("OTEL_TRACES_SAMPLER_ARG", "0.01")
+		stop, err := tracing.Setup(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = stop(context.Background()); sink.Close(); otel.SetTracerProvider(noop.NewTracerProvider()) })
 	}
 	n, err := node.New(ctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 10 * time.Second, Logger: log, Metrics: mets})
 	if err != nil {
