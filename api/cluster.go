@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
+	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,6 +13,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/shard"
 )
@@ -18,8 +21,9 @@ import (
 // clusterServer implements orrery.v1.ClusterService.
 type clusterServer struct {
 	orreryv1connect.UnimplementedClusterServiceHandler
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	pool  *pgxpool.Pool
+	queue *pgxpool.Pool
+	log   *slog.Logger
 }
 
 func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orreryv1.GetClusterRequest]) (*connect.Response[orreryv1.GetClusterResponse], error) {
@@ -48,6 +52,15 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 			HeartbeatTime: timestamppb.New(w.HeartbeatAt)}
 		_ = json.Unmarshal(w.Queues, &pw.Queues) // written by the worker as {"queue": n}
 		out.Workers = append(out.Workers, pw)
+	}
+	if s.queue != nil {
+		depths, err := dispatch.QueueDepths(ctx, s.queue)
+		if err != nil {
+			return nil, toConnect(ctx, s.log, err)
+		}
+		for _, q := range slices.Sorted(maps.Keys(depths)) {
+			out.Queues = append(out.Queues, &orreryv1.QueueDepth{Queue: q, Ready: depths[q].Ready, OldestReadySeconds: depths[q].OldestSeconds})
+		}
 	}
 	return connect.NewResponse(out), nil
 }

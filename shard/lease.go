@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/shard/internal/db"
 )
 
@@ -34,8 +33,15 @@ type Config struct {
 	// Interval between heartbeats (renewal, rebalancing); default TTL/4.
 	Interval time.Duration
 	Logger   *slog.Logger
-	// Metrics records the shards owned and claimed; nil: none.
-	Metrics *metrics.Metrics
+	// Metrics records the shards owned and claimed (a *metrics.Metrics);
+	// nil: none.
+	Metrics Recorder
+}
+
+// Recorder is what the Manager reports to metrics.
+type Recorder interface {
+	ShardsOwned(node string, n int)
+	ShardTakeovers(n int)
 }
 
 func (c *Config) withDefaults() error {
@@ -146,7 +152,7 @@ func (m *Manager) dropLocked(l *Lease, why string) {
 
 // signal tells the scheduler the owned set changed (m.mu held).
 func (m *Manager) signal() {
-	m.cfg.Metrics.ShardsOwned(m.cfg.NodeName, len(m.owned))
+	m.record()
 	select {
 	case m.change <- struct{}{}:
 	default:
@@ -291,7 +297,9 @@ func (m *Manager) rebalance(ctx context.Context) error {
 		}
 		m.signal()
 		m.mu.Unlock()
-		m.cfg.Metrics.ShardTakeovers(len(rows))
+		if m.cfg.Metrics != nil {
+			m.cfg.Metrics.ShardTakeovers(len(rows))
+		}
 		m.cfg.Logger.Info("shards claimed", "count", len(rows), "target", target, "live_nodes", len(live))
 	}
 	return nil
@@ -308,6 +316,7 @@ func (m *Manager) shutdown() {
 		delete(m.owned, l.Shard)
 		close(l.done)
 	}
+	m.record()
 	m.mu.Unlock()
 	node := m.cfg.NodeID
 	if len(ids) > 0 {
@@ -327,4 +336,11 @@ func (m *Manager) shutdown() {
 // touch the same rows at once.
 func retry(ctx context.Context, fn func(context.Context) error) error {
 	return crdb.ExecuteCtx(ctx, func(ctx context.Context, _ ...any) error { return fn(ctx) })
+}
+
+// record reports the shards held (m.mu held).
+func (m *Manager) record() {
+	if m.cfg.Metrics != nil {
+		m.cfg.Metrics.ShardsOwned(m.cfg.NodeName, len(m.owned))
+	}
 }

@@ -54,7 +54,7 @@ type stackFlags struct {
 func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "also serve Prometheus metrics on this address, without a key (an operator's network); serve and dev always serve them on the API address at /metrics for a system admin key")
 	if withAPI {
-		fs.DurationVar(&f.retention, "retention", 0, "keep finished runs (their tasks and attempts) this long; runs holding a dead letter are kept (default 168h; at least 1h; a tenant may override it)")
+		fs.DurationVar(&f.retention, "retention", 0, "keep finished runs (their tasks and attempts) this long; runs holding a dead letter are kept (default 168h; at least 72h; a tenant may override it)")
 		fs.StringVar(&f.archiveDir, "archive-dir", "", "before pruning old runs, append them to gzip JSON Lines files per tenant and day in this folder")
 		fs.StringVar(&f.addr, "addr", "127.0.0.1:8080", "address to serve the API on (env ORRERY_ADDR)")
 		fs.StringVar(&f.name, "node-name", "", "this node's name in the cluster view (default host-pid)")
@@ -191,7 +191,7 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	if err != nil {
 		return err
 	}
-	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state,
+	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state, Queue: queue,
 		Limits: api.Limits{MaxRequestBytes: f.maxRequest}, Auth: auth}, log)
 	ui, err := webui.New(webui.Config{API: apiHandler, Access: acc, AuthOff: f.auth == "none", SecureCookies: f.secureCookie, Log: log})
 	if err != nil {

@@ -67,11 +67,17 @@ func unmarshalArgs(j *rivertype.JobRow, args *TaskArgs) error {
 
 // queueDepthSQL reads River's own table (outside Orrery's schema, so not
 // through sqlc): the ready jobs of each queue and the oldest one's wait.
-// Every queue a River client served appears (river_queue), at 0 when it
-// has nothing ready.
-const queueDepthSQL = `SELECT q.name, count(j.id)::bigint, COALESCE(EXTRACT(EPOCH FROM now() - min(j.scheduled_at)), 0)::float8
-FROM river_queue AS q LEFT JOIN river_job AS j ON j.queue = q.name AND j.state = 'available'
-GROUP BY q.name`
+// Every queue a River client served (river_queue) appears, at 0 when it
+// has nothing ready, and so does every queue with ready jobs that no
+// worker serves (a typo in a step's queue).
+const queueDepthSQL = `WITH q AS (
+    SELECT name AS queue FROM river_queue
+    UNION
+    SELECT DISTINCT queue FROM river_job WHERE state = 'available'
+)
+SELECT q.queue, count(j.id)::bigint, COALESCE(EXTRACT(EPOCH FROM now() - min(j.scheduled_at)), 0)::float8
+FROM q LEFT JOIN river_job AS j ON j.queue = q.queue AND j.state = 'available'
+GROUP BY q.queue`
 
 // QueueDepth is one queue's ready River jobs and how long the oldest has
 // waited.

@@ -187,6 +187,16 @@ func firstFire(s *schedule.Schedule, now time.Time) *time.Time {
 	return &next
 }
 
+// sameInstant reports whether two one-time schedules name one instant in
+// other words ("2030-01-01T00:00:00Z" and "2030-01-01T01:00:00+01:00"):
+// such an edit must not fire the instant again, whose run may be pruned
+// by now.
+func sameInstant(a, b schedule.Spec) bool {
+	sa, errA := schedule.Parse(a)
+	sb, errB := schedule.Parse(b)
+	return errA == nil && errB == nil && sa.OneTime() && sb.OneTime() && sa.At().Equal(sb.At())
+}
+
 func requestHash(res dag.Resource) []byte {
 	b, _ := json.Marshal(res)
 	h := sha256.Sum256(b)
@@ -310,7 +320,7 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 // database's clock when the schedule changed.
 func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, src *Source) (*Job, error) {
 	next := before.NextFireAt
-	if before.Spec.Schedule != res.Spec.Schedule && before.Status == StatusActive {
+	if before.Spec.Schedule != res.Spec.Schedule && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
 		now, err := q.DatabaseNow(ctx)
 		if err != nil {
 			return nil, err

@@ -338,3 +338,32 @@ func TestListPagesAndFilters(t *testing.T) {
 		t.Error("a malformed page token was accepted")
 	}
 }
+
+// Rewriting a one-time job's instant in other words (another offset)
+// does not arm it again once it fired: its run may have been pruned, and
+// the instant would fire twice. Another instant does arm it.
+func TestOneTimeInstantRewrittenDoesNotFireAgain(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	res := dag.Resource{APIVersion: dag.APIVersion, Kind: dag.KindJob, Metadata: dag.Metadata{Name: "once", Namespace: "ops"},
+		Spec: dag.JobSpec{Schedule: schedule.Spec{At: "2030-01-01T00:00:00Z"}, Run: &dag.Executor{Handler: "h"}}}
+	j, err := svc.Create(ctx, job.Anonymous, res, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As after it fired: nothing left to fire.
+	if _, err := pool.Exec(ctx, "UPDATE jobs SET next_fire_at = NULL WHERE id = $1", j.ID); err != nil {
+		t.Fatal(err)
+	}
+	res.Spec.Schedule.At = "2030-01-01T01:00:00+01:00"
+	j, err = svc.Update(ctx, job.Anonymous, job.Ref{ID: j.ID}, res, j.Version)
+	if err != nil || j.NextFireAt != nil {
+		t.Fatalf("the same instant rewritten: next fire %v (%v)", j.NextFireAt, err)
+	}
+	res.Spec.Schedule.At = "2030-06-01T00:00:00Z"
+	j, err = svc.Update(ctx, job.Anonymous, job.Ref{ID: j.ID}, res, j.Version)
+	if err != nil || j.NextFireAt == nil || !j.NextFireAt.Equal(time.Date(2030, 6, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Fatalf("another instant: next fire %v (%v)", j.NextFireAt, err)
+	}
+}

@@ -39,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -67,8 +68,13 @@ type Config struct {
 	Logger   *slog.Logger
 }
 
-// DefaultRetention is Config.Retention when unset.
-const DefaultRetention = 7 * 24 * time.Hour
+// DefaultRetention is Config.Retention when unset; MinRetention is the
+// least it (or a tenant's override) may be: the schedule ledger shows
+// the last 3 days, and a pruned instant would read as missed.
+const (
+	DefaultRetention = 7 * 24 * time.Hour
+	MinRetention     = 72 * time.Hour
+)
 
 func (c *Config) withDefaults() error {
 	switch {
@@ -78,8 +84,8 @@ func (c *Config) withDefaults() error {
 		return errors.New("retention: Config.Shards is required")
 	case c.Retention < 0 || c.Batch < 0 || c.Interval < 0:
 		return errors.New("retention: Retention, Batch and Interval must not be negative")
-	case c.Retention > 0 && c.Retention < time.Hour:
-		return fmt.Errorf("retention: Retention %s: at least an hour", c.Retention)
+	case c.Retention > 0 && c.Retention < MinRetention:
+		return fmt.Errorf("retention: Retention %s: at least %s (the web UI's schedule ledger shows 3 days)", c.Retention, MinRetention)
 	}
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
@@ -188,11 +194,13 @@ func (j *Janitor) pruneBatch(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		def := int64(j.cfg.Retention.Seconds())
+		def, floor := int64(j.cfg.Retention.Seconds()), int64(MinRetention.Seconds())
 		if minRet == 0 || minRet > def {
 			minRet = def
 		}
-		runs, err := q.ExpiredRuns(ctx, store.ExpiredRunsParams{Shards: held, MinSeconds: float64(minRet), DefaultSeconds: def, Batch: int32(j.cfg.Batch)})
+		minRet = max(minRet, floor)
+		runs, err := q.ExpiredRuns(ctx, store.ExpiredRunsParams{Shards: held, MinSeconds: float64(minRet), DefaultSeconds: def,
+			FloorSeconds: floor, Batch: int32(j.cfg.Batch)})
 		if err != nil || len(runs) == 0 {
 			return err
 		}
@@ -261,29 +269,49 @@ func (j *Janitor) archive(runs []store.ExpiredRunsRow, tasks []store.Task, attem
 	return nil
 }
 
-func appendMember(name string, rs []archived) error {
-	if err := os.MkdirAll(filepath.Dir(name), 0o750); err != nil {
+// appendMember appends one gzip member holding rs to the file and syncs
+// it (and its folder when the file is new). On any error the file is cut
+// back to its size before, so a failed batch never leaves a broken member
+// that would hide the ones after it.
+func appendMember(name string, rs []archived) (err error) {
+	dir := filepath.Dir(name)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(name, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o640)
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o640)
 	if err != nil {
 		return err
 	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Truncate(size)
+		}
+	}()
 	zw := gzip.NewWriter(f)
 	enc := json.NewEncoder(zw)
 	for _, r := range rs {
 		if err := enc.Encode(r); err != nil {
-			f.Close()
 			return err
 		}
 	}
 	if err := zw.Close(); err != nil {
-		f.Close()
 		return err
 	}
 	if err := f.Sync(); err != nil {
-		f.Close()
 		return err
 	}
-	return f.Close()
+	if size == 0 { // a new file: make its name durable too
+		d, err := os.Open(dir)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		return d.Sync()
+	}
+	return nil
 }

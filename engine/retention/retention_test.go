@@ -99,6 +99,7 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 	old2 := finishedRun(t, pool, runs, "etl", "succeeded", 9*day)
 	dead := finishedRun(t, pool, runs, "etl", "dead_lettered", 10*day)
 	recent := finishedRun(t, pool, runs, "etl", "succeeded", 2*time.Hour)
+	mid := finishedRun(t, pool, runs, "etl", "succeeded", 4*day)
 	open, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: "ops", Name: "etl"}, "", true)
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +127,7 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("pruned %d (%v), want 2", n, err)
 	}
-	for id, want := range map[uuid.UUID]bool{old1: false, old2: false, dead: true, recent: true, open.ID: true} {
+	for id, want := range map[uuid.UUID]bool{old1: false, old2: false, dead: true, recent: true, mid: true, open.ID: true} {
 		if got := exists(t, pool, id); got != want {
 			t.Errorf("run %s exists: %t, want %t", id, got, want)
 		}
@@ -172,12 +173,13 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 		t.Errorf("archive: %d files, runs %v", len(files), seen)
 	}
 
-	// A tenant that keeps runs for an hour loses the 2-hour-old one.
+	// A tenant that keeps runs 3 days loses the 4-day-old one; one that
+	// asks for an hour still keeps 3 days (the floor).
 	if _, err := pool.Exec(ctx, "UPDATE tenants SET run_retention_seconds = 3600 WHERE id = $1", job.DefaultTenant); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := j.Pass(ctx); err != nil || n != 1 || exists(t, pool, recent) {
-		t.Fatalf("with a 1-hour tenant retention: pruned %d (%v)", n, err)
+	if n, err := j.Pass(ctx); err != nil || n != 1 || exists(t, pool, mid) || !exists(t, pool, recent) {
+		t.Fatalf("with a 1-hour tenant retention (floored at 3 days): pruned %d (%v)", n, err)
 	}
 }
 

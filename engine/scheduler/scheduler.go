@@ -221,6 +221,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 	ctx, span := tracing.Tracer().Start(ctx, "orrery.fire", trace.WithAttributes(attribute.Int("orrery.shards", len(leases))))
 	defer span.End()
 	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		skips, cancelled = nil, 0 // this try's, not an aborted one's
 		q := store.New(tx)
 		node := s.cfg.Shards.NodeID()
 		held, err := q.FenceShards(ctx, store.FenceShardsParams{Node: node, Leases: keys})

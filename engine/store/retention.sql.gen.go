@@ -98,11 +98,14 @@ JOIN tenants AS t ON t.id = r.tenant_id
 WHERE r.shard = ANY($1::int[])
   AND r.finished_at IS NOT NULL
   AND r.finished_at < now() - INTERVAL '1 second' * $2::float8
-  AND r.finished_at < now() - INTERVAL '1 second' * COALESCE(t.run_retention_seconds, $3::bigint)::float8
+  AND r.finished_at < now() - INTERVAL '1 second' * GREATEST(COALESCE(t.run_retention_seconds, $3::bigint), $4::bigint)::float8
   AND r.status <> 'dead_lettered'
-  AND NOT EXISTS (SELECT 1 FROM tasks AS d WHERE d.run_id = r.id AND d.status = 'dead_lettered')
+  -- A dead letter waits for a replay; a replayed task of a cancelled run
+  -- is open though the run stays finished.
+  AND NOT EXISTS (SELECT 1 FROM tasks AS d WHERE d.run_id = r.id
+                  AND d.status IN ('dead_lettered', 'waiting', 'queued', 'running', 'retrying'))
 ORDER BY r.shard, r.finished_at
-LIMIT $4
+LIMIT $5
 FOR UPDATE OF r SKIP LOCKED
 `
 
@@ -110,6 +113,7 @@ type ExpiredRunsParams struct {
 	Shards         []int32
 	MinSeconds     float64
 	DefaultSeconds int64
+	FloorSeconds   int64
 	Batch          int32
 }
 
@@ -129,8 +133,8 @@ type ExpiredRunsRow struct {
 }
 
 // ExpiredRuns picks, in the given shards, finished runs older than their
-// tenant's retention (run_retention_seconds, else @default_seconds), that
-// hold no dead letter, oldest first, and locks them (SKIP LOCKED: a run
+// tenant's retention (run_retention_seconds, else @default_seconds; never
+// under @floor_seconds), that hold no dead letter nor open task, oldest first, and locks them (SKIP LOCKED: a run
 // being replayed or read for update is left for a later pass).
 // @min_seconds is the smallest retention of any tenant, so that the
 // runs_finished index bounds the scan.
@@ -139,6 +143,7 @@ func (q *Queries) ExpiredRuns(ctx context.Context, arg ExpiredRunsParams) ([]Exp
 		arg.Shards,
 		arg.MinSeconds,
 		arg.DefaultSeconds,
+		arg.FloorSeconds,
 		arg.Batch,
 	)
 	if err != nil {

@@ -41,10 +41,12 @@ func Enabled() bool {
 // it. Without OTEL_* settings it changes nothing (the global provider
 // stays a no-op) and returns a no-op.
 func Setup(ctx context.Context) (func(context.Context) error, error) {
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	if !Enabled() || os.Getenv("OTEL_TRACES_EXPORTER") == "none" {
+		// No propagator either: a client's traceparent is neither stored on
+		// runs nor sent on to webhooks while traces are off.
 		return func(context.Context) error { return nil }, nil
 	}
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	exp, err := otlptracehttp.New(ctx)
 	if err != nil {
 		return nil, err
@@ -94,7 +96,9 @@ func StartRun(ctx context.Context, attrs ...attribute.KeyValue) string {
 	}
 	rctx, span := Tracer().Start(ctx, "orrery.run", opts...)
 	defer span.End()
-	if !span.SpanContext().IsSampled() {
+	// A no-op tracer (traces off) hands back the parent's context; only a
+	// recorded span of our own is a run's trace.
+	if !span.IsRecording() || !span.SpanContext().IsSampled() {
 		return ""
 	}
 	return TraceParent(rctx)

@@ -1440,7 +1440,9 @@ type GetClusterResponse struct {
 	Nodes  []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	Shards []*Shard               `protobuf:"bytes,2,rep,name=shards,proto3" json:"shards,omitempty"`
 	// Worker processes, live or lapsed within the last hour.
-	Workers       []*Worker `protobuf:"bytes,3,rep,name=workers,proto3" json:"workers,omitempty"`
+	Workers []*Worker `protobuf:"bytes,3,rep,name=workers,proto3" json:"workers,omitempty"`
+	// Every queue a worker served, with its ready tasks (all tenants).
+	Queues        []*QueueDepth `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1496,6 +1498,76 @@ func (x *GetClusterResponse) GetWorkers() []*Worker {
 	return nil
 }
 
+func (x *GetClusterResponse) GetQueues() []*QueueDepth {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+// QueueDepth is one queue's backlog in River.
+type QueueDepth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Tasks handed to River and ready, not yet fetched by a worker.
+	Ready int64 `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`
+	// How long the oldest ready task has waited, in seconds.
+	OldestReadySeconds float64 `protobuf:"fixed64,3,opt,name=oldest_ready_seconds,json=oldestReadySeconds,proto3" json:"oldest_ready_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *QueueDepth) Reset() {
+	*x = QueueDepth{}
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueDepth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueDepth) ProtoMessage() {}
+
+func (x *QueueDepth) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
+func (*QueueDepth) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *QueueDepth) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *QueueDepth) GetReady() int64 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *QueueDepth) GetOldestReadySeconds() float64 {
+	if x != nil {
+		return x.OldestReadySeconds
+	}
+	return 0
+}
+
 // Worker is a worker process and the queues it serves.
 type Worker struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1512,7 +1584,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1596,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1609,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Worker) GetId() string {
@@ -1717,11 +1789,17 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12F\n" +
 	"\x11lease_expire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x12\x1f\n" +
 	"\vlag_seconds\x18\x06 \x01(\x01R\n" +
-	"lagSeconds\"\x92\x01\n" +
+	"lagSeconds\"\xc1\x01\n" +
 	"\x12GetClusterResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.orrery.v1.NodeR\x05nodes\x12(\n" +
 	"\x06shards\x18\x02 \x03(\v2\x10.orrery.v1.ShardR\x06shards\x12+\n" +
-	"\aworkers\x18\x03 \x03(\v2\x11.orrery.v1.WorkerR\aworkers\"\xb0\x02\n" +
+	"\aworkers\x18\x03 \x03(\v2\x11.orrery.v1.WorkerR\aworkers\x12-\n" +
+	"\x06queues\x18\x04 \x03(\v2\x15.orrery.v1.QueueDepthR\x06queues\"j\n" +
+	"\n" +
+	"QueueDepth\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
+	"\x05ready\x18\x02 \x01(\x03R\x05ready\x120\n" +
+	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\"\xb0\x02\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1758,7 +1836,7 @@ func file_orrery_v1_run_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_run_proto_rawDescData
 }
 
-var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_orrery_v1_run_proto_goTypes = []any{
 	(*Run)(nil),                       // 0: orrery.v1.Run
 	(*Task)(nil),                      // 1: orrery.v1.Task
@@ -1780,64 +1858,66 @@ var file_orrery_v1_run_proto_goTypes = []any{
 	(*Node)(nil),                      // 17: orrery.v1.Node
 	(*Shard)(nil),                     // 18: orrery.v1.Shard
 	(*GetClusterResponse)(nil),        // 19: orrery.v1.GetClusterResponse
-	(*Worker)(nil),                    // 20: orrery.v1.Worker
-	nil,                               // 21: orrery.v1.Worker.QueuesEntry
-	(*timestamppb.Timestamp)(nil),     // 22: google.protobuf.Timestamp
-	(*JobRef)(nil),                    // 23: orrery.v1.JobRef
+	(*QueueDepth)(nil),                // 20: orrery.v1.QueueDepth
+	(*Worker)(nil),                    // 21: orrery.v1.Worker
+	nil,                               // 22: orrery.v1.Worker.QueuesEntry
+	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
+	(*JobRef)(nil),                    // 24: orrery.v1.JobRef
 }
 var file_orrery_v1_run_proto_depIdxs = []int32{
-	22, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	22, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	22, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	22, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	22, // 4: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	22, // 5: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	22, // 6: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	23, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	23, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	23, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	23, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	23, // 4: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	23, // 5: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	23, // 6: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
 	2,  // 7: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	22, // 8: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	22, // 9: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	23, // 10: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	22, // 11: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	22, // 12: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	23, // 8: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	23, // 9: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	24, // 10: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	23, // 11: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	23, // 12: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
 	0,  // 13: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
 	0,  // 14: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
 	1,  // 15: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	23, // 16: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	24, // 16: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
 	0,  // 17: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
 	0,  // 18: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	22, // 19: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	22, // 20: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	23, // 21: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	23, // 19: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	23, // 20: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	24, // 21: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
 	11, // 22: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	23, // 23: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	22, // 24: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	22, // 25: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	22, // 26: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	24, // 23: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	23, // 24: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	23, // 25: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	23, // 26: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
 	17, // 27: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
 	18, // 28: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	20, // 29: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	21, // 30: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	22, // 31: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	22, // 32: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	3,  // 33: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	5,  // 34: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	7,  // 35: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	9,  // 36: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	12, // 37: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	14, // 38: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	16, // 39: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	4,  // 40: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	6,  // 41: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	8,  // 42: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	10, // 43: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	13, // 44: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	15, // 45: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	19, // 46: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	40, // [40:47] is the sub-list for method output_type
-	33, // [33:40] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	21, // 29: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	20, // 30: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	22, // 31: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	23, // 32: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	23, // 33: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	3,  // 34: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	5,  // 35: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	7,  // 36: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	9,  // 37: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	12, // 38: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	14, // 39: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	16, // 40: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	4,  // 41: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	6,  // 42: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	8,  // 43: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	10, // 44: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	13, // 45: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	15, // 46: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	19, // 47: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	41, // [41:48] is the sub-list for method output_type
+	34, // [34:41] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
@@ -1852,7 +1932,7 @@ func file_orrery_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_run_proto_rawDesc), len(file_orrery_v1_run_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
