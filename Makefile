@@ -72,7 +72,7 @@ vendor-web:
 
 ## screenshots: the web UI's main pages, as the browser test sees them, into docs/screenshots/
 screenshots: postgres chromium
-	ORRERY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(GO) test -count=1 -run TestWebUIInABrowser ./webui/
+	ORRERY_SCREENSHOTS=$(CURDIR)/docs/screenshots $(GO) test -count=1 -run TestWebUIInABrowser ./cmd/orrery/
 
 ## bench: the benchmarks behind BENCHMARKS.md (about 8 minutes)
 bench: postgres
