@@ -55,7 +55,7 @@ func TestMetricsMoveWhenRunsFire(t *testing.T) {
 	addr := freeAddr(t)
 	metricsAddr := freeAddr(t)
 	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--metrics-addr", metricsAddr, "--worker", "default=2",
-		"--allow-command", "/bin/true", "--shard-ttl", "2s")
+		"--allow-command", "/bin/true", "--allow-command", "/bin/sleep", "--shard-ttl", "2s")
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "tick.yaml"), []byte(`apiVersion: orrery.dev/v1
 kind: Job
@@ -63,6 +63,13 @@ metadata: {name: tick, namespace: ops}
 spec:
   schedule: {cron: "* * * * * *"}
   run: {command: {argv: ["/bin/true"]}}
+`), 0o644)
+	os.WriteFile(filepath.Join(dir, "slow.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: slow, namespace: ops}
+spec:
+  schedule: {cron: "@yearly"}
+  run: {command: {argv: ["/bin/sleep", "30"]}}
 `), 0o644)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if _, _, code := run(t, "--server", addr, "--api-key", reader, "jobs", "list"); code == 0 {
@@ -75,6 +82,16 @@ spec:
 	admin, _, _ := run(t, "keys", "create", "--db", dsn, "--principal", "ops", "--role", "admin")
 	if out, errOut, code := run(t, "--server", addr, "--api-key", strings.TrimSpace(admin), "apply", "-f", dir); code != 0 {
 		t.Fatalf("apply: %s %s", out, errOut)
+	}
+
+	// A run cancelled over the API counts as finished, cancelled.
+	out, errOut, code := run(t, "--server", addr, "--api-key", strings.TrimSpace(admin), "jobs", "trigger", "slow", "-n", "ops")
+	runID := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`).FindString(out)
+	if code != 0 || runID == "" {
+		t.Fatalf("trigger: %s %s", out, errOut)
+	}
+	if out, errOut, code := run(t, "--server", addr, "--api-key", strings.TrimSpace(admin), "runs", "cancel", runID); code != 0 {
+		t.Fatalf("cancel: %s %s", out, errOut)
 	}
 
 	if status, _ := scrape(t, addr, ""); status != http.StatusUnauthorized {
@@ -110,6 +127,7 @@ spec:
 		`orrery_firing_batch_seconds_count`:                             3,
 		`orrery_shard_takeovers_total`:                                  64,
 		`orrery_queue_depth{queue="default"}`:                           0,
+		`orrery_runs_finished_total{outcome="cancelled"}`:               1,
 	} {
 		if v := sample(text, series); v < atLeast {
 			t.Errorf("%s = %v, want at least %v", series, v, atLeast)

@@ -178,7 +178,10 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	if err != nil {
 		return err
 	}
+	mets := metrics.New()
+	mets.WatchDatabase(state, queue)
 	runs := run.NewService(state, jobs, d)
+	runs.Metrics = mets
 	fp, err := failpoints()
 	if err != nil {
 		return err
@@ -197,8 +200,6 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	if err != nil {
 		return err
 	}
-	mets := metrics.New()
-	mets.WatchDatabase(state, queue)
 	top := http.NewServeMux()
 	top.Handle("/metrics", api.MetricsHandler(auth, mets.Handler()))
 	top.Handle("/", webui.Mount(apiHandler, ui))

@@ -116,6 +116,9 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 			ids[i] = uuid.Nil
 			continue
 		}
+		if r.Status == StatusCancelled { // cancelled by a newer instant of the same pass
+			countFinished(ctx, StatusCancelled)
+		}
 		if r.Status != StatusPending && r.Status != StatusQueued {
 			continue
 		}
@@ -169,6 +172,9 @@ func Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string) ([]u
 	cancelled, err := q.CancelRuns(ctx, store.CancelRunsParams{Ids: ids, Reason: reason})
 	if err != nil || len(cancelled) == 0 {
 		return cancelled, err
+	}
+	for range cancelled {
+		countFinished(ctx, StatusCancelled)
 	}
 	tasks, err := q.CancelTasksOfRuns(ctx, cancelled)
 	if err != nil {

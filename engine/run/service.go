@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/store"
 )
 
@@ -26,6 +27,9 @@ type Service struct {
 	pool       *pgxpool.Pool
 	jobs       *job.Service
 	dispatcher *dispatch.Dispatcher
+	// Metrics counts the runs this service's calls finish (cancel, and a
+	// trigger's cancel_previous); nil: none. Set before use.
+	Metrics *metrics.Metrics
 }
 
 // NewService returns a Service.
@@ -161,7 +165,10 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID) (*Detail, 
 // under the same key is job.ErrIdempotencyConflict.
 func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key string, ignoreOverlap bool) (*Run, error) {
 	var out Run
+	var tally *Tally
 	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		ctx, t := WithTally(ctx) // afresh for each try of the transaction
+		tally = t
 		q := store.New(tx)
 		row, err := job.Lock(ctx, q, a, ref)
 		if err != nil {
@@ -232,6 +239,7 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 	if err != nil {
 		return nil, err
 	}
+	s.Metrics.RunsFinished(tally.RunsFinished)
 	return &out, nil
 }
 
@@ -261,7 +269,10 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 	if reason == "" {
 		reason = "cancelled by " + a.Name
 	}
+	var tally *Tally
 	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		ctx, t := WithTally(ctx) // afresh for each try of the transaction
+		tally = t
 		q := store.New(tx)
 		r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
 		if store.IsNotFound(err) {
@@ -289,6 +300,7 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 	if err != nil {
 		return nil, err
 	}
+	s.Metrics.RunsFinished(tally.RunsFinished)
 	d, err := s.Get(ctx, a, id)
 	if err != nil {
 		return nil, err

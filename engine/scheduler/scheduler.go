@@ -216,12 +216,15 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		keys[i] = fmt.Sprintf("%d@%d", l.Shard, l.Epoch)
 		ids[i] = int32(l.Shard)
 	}
-	var cancelled int
+	var tally *run.Tally
 	firing := s.cfg.Metrics.FiringBatch()
 	ctx, span := tracing.Tracer().Start(ctx, "orrery.fire", trace.WithAttributes(attribute.Int("orrery.shards", len(leases))))
 	defer span.End()
 	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
-		skips, cancelled = nil, 0 // this try's, not an aborted one's
+		// This try's counts, not an aborted one's.
+		skips = nil
+		ctx, t := run.WithTally(ctx)
+		tally = t
 		q := store.New(tx)
 		node := s.cfg.Shards.NodeID()
 		held, err := q.FenceShards(ctx, store.FenceShardsParams{Node: node, Leases: keys})
@@ -288,11 +291,9 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			adv.Nexts = append(adv.Nexts, p.Next)
 			adv.Done = append(adv.Done, p.Done)
 		}
-		done, err := run.Cancel(ctx, tx, cancel, "overlap: cancel_previous (a newer instant fired)")
-		if err != nil {
+		if _, err := run.Cancel(ctx, tx, cancel, "overlap: cancel_previous (a newer instant fired)"); err != nil {
 			return err
 		}
-		cancelled = len(done)
 		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news, &run.Firer{Node: node}); err != nil {
 			return err
 		}
@@ -318,7 +319,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			s.cfg.Logger.Info("instants skipped", "reason", k, "count", v)
 			s.cfg.Metrics.InstantsSkipped(skipReason(k), v)
 		}
-		s.cfg.Metrics.RunsFinished(map[string]int{run.StatusCancelled: cancelled})
+		s.cfg.Metrics.RunsFinished(tally.RunsFinished)
 		firing(taken > 0)
 	}
 	return taken, nil, err
