@@ -143,14 +143,16 @@ func expiresText(t *timestamppb.Timestamp) string {
 }
 
 // devKey returns the admin key (admin of the default tenant and system
-// admin) of the dev stack in dataDir, creating one
-// (and printing it once, on a line of its own) the first time or when the
-// stored one no longer works (a new database).
+// admin) of the dev stack in dataDir, creating one (and printing it once,
+// on a line of its own) the first time or when the stored one no longer
+// works (a new database) or is not a system admin (an older dev stack).
 func devKey(ctx context.Context, pool *pgxpool.Pool, dataDir string, out io.Writer, log *slog.Logger) error {
 	keys := access.New(pool)
 	path := filepath.Join(dataDir, devKeyFile)
 	if b, err := os.ReadFile(path); err == nil {
-		if _, err := keys.Verify(ctx, strings.TrimSpace(string(b))); err == nil {
+		// A key from before system admins existed is replaced, so that the
+		// dev key can read /metrics and manage tenants.
+		if p, err := keys.Verify(ctx, strings.TrimSpace(string(b))); err == nil && p.SystemAdmin {
 			log.Info("admin API key in " + path + " (client commands from this folder use it)")
 			return nil
 		}
