@@ -167,47 +167,55 @@ func (k *Service) Verify(ctx context.Context, secret string) (Principal, error) 
 	if !strings.HasPrefix(secret, keyPrefix) || len(secret) != len(keyPrefix)+base64.RawURLEncoding.EncodedLen(keyBytes) {
 		return Principal{}, ErrUnauthenticated
 	}
-	h := sha256.Sum256([]byte(secret))
+	c, err := k.cachedRead(k.cache, sha256.Sum256([]byte(secret)), func(h [sha256.Size]byte) (cached, error) {
+		q := store.New(k.pool)
+		row, err := q.APIKeyByHash(ctx, h[:])
+		if err != nil {
+			return cached{}, err
+		}
+		grants, err := principalGrants(ctx, q, row.TenantID, row.Principal)
+		return cached{p: Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role),
+			SystemAdmin: row.SystemAdmin, Grants: grants, KeyPrefix: row.Prefix, KeyID: row.ID}, expires: row.ExpiresAt}, err
+	})
+	return c.p, err
+}
+
+// cachedRead returns the entry of h in m (the keys' or the sessions'
+// cache) while it is valid, else reads it and caches it for CacheTTL,
+// unless a forget happened while it was read (what it read may predate
+// that change). A read that finds nothing is ErrUnauthenticated, and
+// drops any stale entry.
+func (k *Service) cachedRead(m map[[sha256.Size]byte]cached, h [sha256.Size]byte, read func([sha256.Size]byte) (cached, error)) (cached, error) {
 	now := time.Now()
 	k.mu.Lock()
-	c, ok := k.cache[h]
+	c, ok := m[h]
 	gen := k.gen
 	k.mu.Unlock()
 	if ok && c.valid(now) {
-		return c.p, nil
+		return c, nil
 	}
-	row, err := store.New(k.pool).APIKeyByHash(ctx, h[:])
+	c, err := read(h)
 	if store.IsNotFound(err) {
-		k.forget(h)
-		return Principal{}, ErrUnauthenticated
+		k.mu.Lock()
+		delete(m, h)
+		k.mu.Unlock()
+		return cached{}, ErrUnauthenticated
 	}
 	if err != nil {
-		return Principal{}, err
+		return cached{}, err
 	}
-	grants, err := principalGrants(ctx, store.New(k.pool), row.TenantID, row.Principal)
-	if err != nil {
-		return Principal{}, err
-	}
-	p := Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role),
-		SystemAdmin: row.SystemAdmin, Grants: grants, KeyPrefix: row.Prefix, KeyID: row.ID}
 	if k.CacheTTL > 0 {
 		k.mu.Lock()
 		defer k.mu.Unlock()
-		if k.gen != gen {
-			return p, nil
+		if k.gen == gen {
+			if len(m) >= maxCached {
+				clear(m)
+			}
+			c.until = now.Add(k.CacheTTL)
+			m[h] = c
 		}
-		if len(k.cache) >= maxCached {
-			clear(k.cache)
-		}
-		k.cache[h] = cached{p: p, until: now.Add(k.CacheTTL), expires: row.ExpiresAt}
 	}
-	return p, nil
-}
-
-func (k *Service) forget(h [sha256.Size]byte) {
-	k.mu.Lock()
-	delete(k.cache, h)
-	k.mu.Unlock()
+	return c, nil
 }
 
 // forgetWhere drops the cached keys whose principal matches (a key
