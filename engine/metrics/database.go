@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/store"
@@ -11,30 +12,16 @@ import (
 
 // WatchDatabase adds the gauges read from the databases at each scrape:
 // orrery_queue_depth and orrery_queue_oldest_ready_seconds (River's ready
-// jobs per queue, in the queue database) and orrery_dead_letters (per
-// namespace, in the state database).
+// jobs per queue, one query of the queue database for both) and
+// orrery_dead_letters (per namespace, in the state database).
 func (m *Metrics) WatchDatabase(state, queue *pgxpool.Pool) {
 	if m == nil {
 		return
 	}
-	m.Register(NewGaugeFunc("orrery_queue_depth", "Tasks handed to River and ready, not yet fetched by a worker, per queue.", "queue",
-		func(ctx context.Context) (map[string]float64, error) {
-			ds, err := dispatch.QueueDepths(ctx, queue)
-			out := make(map[string]float64, len(ds))
-			for q, d := range ds {
-				out[q] = float64(d.Ready)
-			}
-			return out, err
-		}))
-	m.Register(NewGaugeFunc("orrery_queue_oldest_ready_seconds", "How long the oldest ready task of each queue has waited for a worker.", "queue",
-		func(ctx context.Context) (map[string]float64, error) {
-			ds, err := dispatch.QueueDepths(ctx, queue)
-			out := make(map[string]float64, len(ds))
-			for q, d := range ds {
-				out[q] = d.OldestSeconds
-			}
-			return out, err
-		}))
+	m.Register(&queueGauges{queue: queue,
+		depth:  prometheus.NewDesc("orrery_queue_depth", "Tasks handed to River and ready, not yet fetched by a worker, per queue.", []string{"queue"}, nil),
+		oldest: prometheus.NewDesc("orrery_queue_oldest_ready_seconds", "How long the oldest ready task of each queue has waited for a worker.", []string{"queue"}, nil),
+	})
 	m.Register(NewGaugeFunc("orrery_dead_letters", "Dead-lettered tasks waiting for a replay, per namespace.", "namespace",
 		func(ctx context.Context) (map[string]float64, error) {
 			rows, err := store.New(state).DeadLettersByNamespace(ctx)
@@ -44,4 +31,26 @@ func (m *Metrics) WatchDatabase(state, queue *pgxpool.Pool) {
 			}
 			return out, err
 		}))
+}
+
+// queueGauges reads River's queues once per scrape for both queue gauges.
+type queueGauges struct {
+	queue         *pgxpool.Pool
+	depth, oldest *prometheus.Desc
+}
+
+func (g *queueGauges) Describe(ch chan<- *prometheus.Desc) { ch <- g.depth; ch <- g.oldest }
+
+func (g *queueGauges) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	ds, err := dispatch.QueueDepths(ctx, g.queue)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(g.depth, err)
+		return
+	}
+	for q, d := range ds {
+		ch <- prometheus.MustNewConstMetric(g.depth, prometheus.GaugeValue, float64(d.Ready), q)
+		ch <- prometheus.MustNewConstMetric(g.oldest, prometheus.GaugeValue, d.OldestSeconds, q)
+	}
 }

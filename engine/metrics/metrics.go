@@ -171,8 +171,11 @@ func NewGaugeFunc(name, help, label string, read func(ctx context.Context) (map[
 
 func (g *gaugeFunc) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
 
+// scrapeTimeout bounds one database read of a scrape.
+const scrapeTimeout = 5 * time.Second
+
 func (g *gaugeFunc) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	values, err := g.read(ctx)
 	if err != nil {
