@@ -215,16 +215,13 @@ func (h *hub) end(runID string, f *feed) {
 
 // runEvents streams a run's changes as server-sent events.
 func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, v *view) error {
-	id, err := runID(r)
-	if err != nil {
-		return err
-	}
 	// Authorize this viewer and read the state it starts from.
-	res, err := s.clients.runs.GetRun(v.ctx, connect.NewRequest(&orreryv1.GetRunRequest{Id: id}))
+	res, err := s.getRun(r, v)
 	if err != nil {
 		return err
 	}
-	first := snapshotOf(res.Msg)
+	id := res.GetRun().GetId()
+	first := snapshotOf(res)
 	release, ok := s.events.open(v.P.Tenant.String() + "/" + v.P.Name)
 	if !ok {
 		return errTooManyStreams

@@ -40,17 +40,7 @@ func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v *view) error
 	if err != nil {
 		return err
 	}
-	next := ""
-	if t := res.Msg.GetNextPageToken(); t != "" {
-		nq := url.Values{}
-		for k, vs := range q {
-			if k != "page" && k != "flash" {
-				nq[k] = vs
-			}
-		}
-		nq.Set("page", t)
-		next = "/?" + nq.Encode()
-	}
+	next := nextPageURL("/", q, res.Msg.GetNextPageToken())
 	cli := "orrery jobs list"
 	if req.Namespace != "" {
 		cli += " -n " + shellQuote(req.Namespace)
@@ -139,4 +129,20 @@ func shellQuote(v string) string {
 		return v
 	}
 	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
+}
+
+// nextPageURL is the address of a list's next page: the same filters
+// (query q) with the next page's token; "" after the last page.
+func nextPageURL(path string, q url.Values, token string) string {
+	if token == "" {
+		return ""
+	}
+	nq := url.Values{}
+	for k, vs := range q {
+		if k != "page" {
+			nq[k] = vs
+		}
+	}
+	nq.Set("page", token)
+	return path + "?" + nq.Encode()
 }

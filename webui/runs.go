@@ -27,19 +27,28 @@ func runID(r *http.Request) (string, error) {
 	return id.String(), nil
 }
 
+// getRun reads the path's run, with its tasks, as the viewer.
+func (s *Server) getRun(r *http.Request, v *view) (*orreryv1.GetRunResponse, error) {
+	id, err := runID(r)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.clients.runs.GetRun(v.ctx, connect.NewRequest(&orreryv1.GetRunRequest{Id: id}))
+	if err != nil {
+		return nil, err
+	}
+	return res.Msg, nil
+}
+
 // runPage shows a run: its DAG as inline SVG (each task a node with
 // data-task and data-status, updated live), its tasks, and the attempts
 // of the selected task.
 func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error {
-	id, err := runID(r)
+	res, err := s.getRun(r, v)
 	if err != nil {
 		return err
 	}
-	res, err := s.clients.runs.GetRun(v.ctx, connect.NewRequest(&orreryv1.GetRunRequest{Id: id}))
-	if err != nil {
-		return err
-	}
-	run, tasks := res.Msg.GetRun(), res.Msg.GetTasks()
+	run, tasks := res.GetRun(), res.GetTasks()
 	all := r.URL.Query().Get("all") == "1"
 	var selected *orreryv1.Task
 	for _, t := range tasks {
@@ -114,17 +123,13 @@ type snapshot struct {
 // runStatus is the polling fallback of the live page: the run's state as
 // JSON.
 func (s *Server) runStatus(w http.ResponseWriter, r *http.Request, v *view) error {
-	id, err := runID(r)
-	if err != nil {
-		return err
-	}
-	res, err := s.clients.runs.GetRun(v.ctx, connect.NewRequest(&orreryv1.GetRunRequest{Id: id}))
+	res, err := s.getRun(r, v)
 	if err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	return json.NewEncoder(w).Encode(snapshotOf(res.Msg))
+	return json.NewEncoder(w).Encode(snapshotOf(res))
 }
 
 func snapshotOf(m *orreryv1.GetRunResponse) snapshot {
