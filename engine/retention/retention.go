@@ -144,9 +144,20 @@ func (j *Janitor) Run(ctx context.Context) error {
 // Pass prunes, batch by batch, until the node's shards hold no expired
 // run; it returns how many runs it pruned.
 func (j *Janitor) Pass(ctx context.Context) (int, error) {
+	// The smallest retention of any tenant bounds the index scan; read once
+	// a pass (a change applies from the next one).
+	minRet, err := store.New(j.cfg.Pool).MinRunRetention(ctx)
+	if err != nil {
+		return 0, err
+	}
+	def, floor := int64(j.cfg.Retention.Seconds()), int64(MinRetention.Seconds())
+	if minRet == 0 || minRet > def {
+		minRet = def
+	}
+	p := store.ExpiredRunsParams{MinSeconds: float64(max(minRet, floor)), DefaultSeconds: def, FloorSeconds: floor, Batch: int32(j.cfg.Batch)}
 	total := 0
 	for {
-		n, err := j.pruneBatch(ctx)
+		n, err := j.pruneBatch(ctx, p)
 		total += n
 		if err != nil || n < j.cfg.Batch {
 			return total, err
@@ -168,7 +179,7 @@ type archivedTask struct {
 
 // pruneBatch archives and deletes one batch of expired runs, fenced by
 // this node's shard leases.
-func (j *Janitor) pruneBatch(ctx context.Context) (int, error) {
+func (j *Janitor) pruneBatch(ctx context.Context, p store.ExpiredRunsParams) (int, error) {
 	leases := j.cfg.Shards.Leases()
 	if len(leases) == 0 {
 		return 0, nil
@@ -190,17 +201,8 @@ func (j *Janitor) pruneBatch(ctx context.Context) (int, error) {
 		if len(held) == 0 {
 			return nil // the node holds none of them any more
 		}
-		minRet, err := q.MinRunRetention(ctx)
-		if err != nil {
-			return err
-		}
-		def, floor := int64(j.cfg.Retention.Seconds()), int64(MinRetention.Seconds())
-		if minRet == 0 || minRet > def {
-			minRet = def
-		}
-		minRet = max(minRet, floor)
-		runs, err := q.ExpiredRuns(ctx, store.ExpiredRunsParams{Shards: held, MinSeconds: float64(minRet), DefaultSeconds: def,
-			FloorSeconds: floor, Batch: int32(j.cfg.Batch)})
+		p.Shards = held
+		runs, err := q.ExpiredRuns(ctx, p)
 		if err != nil || len(runs) == 0 {
 			return err
 		}
