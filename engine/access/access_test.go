@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/engine/enginetest"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/pgtest"
 )
@@ -107,5 +108,35 @@ func TestGrantChangesReachTheKeyCache(t *testing.T) {
 			t.Fatal("a grant revoked on another server still applies after the cache TTL")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A key keeps at most MaxSessionsPerKey web sessions: signing in again
+// ends the oldest, so no key grows the sessions table without bound.
+func TestSessionsPerKeyAreBounded(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	acc := access.New(pool)
+	acc.CacheTTL = 0
+	secret, _, err := acc.Create(ctx, access.NewKey{Tenant: "default", Principal: "ops", Role: access.Reader, CreatedBy: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first access.Session
+	for i := range access.MaxSessionsPerKey + 5 {
+		s, err := acc.StartSession(ctx, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = s
+		}
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM web_sessions"); n != access.MaxSessionsPerKey {
+		t.Fatalf("%d sessions kept, want %d", n, access.MaxSessionsPerKey)
+	}
+	if _, err := acc.Session(ctx, first.Token); err != access.ErrUnauthenticated {
+		t.Fatalf("the oldest session after %d more sign-ins: %v", access.MaxSessionsPerKey+4, err)
 	}
 }

@@ -10,8 +10,13 @@ import (
 	"github.com/orrery-dev/orrery/engine/store"
 )
 
-// SessionTTL is how long a web UI session lasts from sign-in.
-const SessionTTL = 12 * time.Hour
+// SessionTTL is how long a web UI session lasts from sign-in;
+// MaxSessionsPerKey how many one key keeps (signing in again ends the
+// oldest beyond it).
+const (
+	SessionTTL        = 12 * time.Hour
+	MaxSessionsPerKey = 20
+)
 
 // Session is a signed-in web UI session. Token goes in the session cookie
 // (only its SHA-256 is stored); CSRF must come back with every form.
@@ -40,8 +45,11 @@ func (k *Service) StartSession(ctx context.Context, secret string) (Session, err
 		if err := q.PruneWebSessions(ctx); err != nil {
 			return err
 		}
-		return q.InsertWebSession(ctx, store.InsertWebSessionParams{Hash: h[:], KeyID: p.KeyID, Csrf: s.CSRF,
-			TtlSeconds: SessionTTL.Seconds()})
+		if err := q.InsertWebSession(ctx, store.InsertWebSessionParams{Hash: h[:], KeyID: p.KeyID, Csrf: s.CSRF,
+			TtlSeconds: SessionTTL.Seconds()}); err != nil {
+			return err
+		}
+		return q.TrimKeySessions(ctx, store.TrimKeySessionsParams{KeyID: p.KeyID, Keep: MaxSessionsPerKey})
 	})
 	if err != nil {
 		return Session{}, err
@@ -57,44 +65,24 @@ func (k *Service) Session(ctx context.Context, token string) (Session, error) {
 	if token == "" || len(token) > 64 {
 		return Session{}, ErrUnauthenticated
 	}
-	h := sha256.Sum256([]byte(token))
-	now := time.Now()
-	k.mu.Lock()
-	c, ok := k.sessions[h]
-	gen := k.gen
-	k.mu.Unlock()
-	if ok && c.valid(now) {
-		return Session{Token: token, CSRF: c.csrf, Principal: c.p}, nil
-	}
-	q := store.New(k.pool)
-	row, err := q.WebSessionByHash(ctx, h[:])
-	if store.IsNotFound(err) {
-		return Session{}, ErrUnauthenticated
-	}
-	if err != nil {
-		return Session{}, err
-	}
-	grants, err := principalGrants(ctx, q, row.TenantID, row.Principal)
-	if err != nil {
-		return Session{}, err
-	}
-	p := Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role),
-		SystemAdmin: row.SystemAdmin, Grants: grants, KeyPrefix: row.Prefix, KeyID: row.KeyID}
-	expires := row.ExpiresAt
-	if row.KeyExpiresAt != nil && row.KeyExpiresAt.Before(expires) {
-		expires = *row.KeyExpiresAt
-	}
-	if k.CacheTTL > 0 {
-		k.mu.Lock()
-		if k.gen == gen {
-			if len(k.sessions) >= maxCached {
-				clear(k.sessions)
-			}
-			k.sessions[h] = cached{p: p, csrf: row.Csrf, until: now.Add(k.CacheTTL), expires: &expires}
+	c, err := k.cachedRead(k.sessions, sha256.Sum256([]byte(token)), func(h [sha256.Size]byte) (cached, error) {
+		q := store.New(k.pool)
+		row, err := q.WebSessionByHash(ctx, h[:])
+		if err != nil {
+			return cached{}, err
 		}
-		k.mu.Unlock()
+		grants, err := principalGrants(ctx, q, row.TenantID, row.Principal)
+		expires := row.ExpiresAt
+		if row.KeyExpiresAt != nil && row.KeyExpiresAt.Before(expires) {
+			expires = *row.KeyExpiresAt
+		}
+		return cached{p: Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role),
+			SystemAdmin: row.SystemAdmin, Grants: grants, KeyPrefix: row.Prefix, KeyID: row.KeyID}, csrf: row.Csrf, expires: &expires}, err
+	})
+	if err != nil {
+		return Session{}, err
 	}
-	return Session{Token: token, CSRF: row.Csrf, Principal: p}, nil
+	return Session{Token: token, CSRF: c.csrf, Principal: c.p}, nil
 }
 
 // EndSession signs out: the session stops at once on this server, and on

@@ -54,6 +54,24 @@ func (q *Queries) PruneWebSessions(ctx context.Context) error {
 	return err
 }
 
+const trimKeySessions = `-- name: TrimKeySessions :exec
+DELETE FROM web_sessions AS s
+WHERE s.key_id = $1 AND s.hash NOT IN (
+    SELECT k.hash FROM web_sessions AS k WHERE k.key_id = $1 ORDER BY k.created_at DESC LIMIT $2
+)
+`
+
+type TrimKeySessionsParams struct {
+	KeyID uuid.UUID
+	Keep  int32
+}
+
+// TrimKeySessions ends the key's sessions beyond its newest @keep.
+func (q *Queries) TrimKeySessions(ctx context.Context, arg TrimKeySessionsParams) error {
+	_, err := q.db.Exec(ctx, trimKeySessions, arg.KeyID, arg.Keep)
+	return err
+}
+
 const webSessionByHash = `-- name: WebSessionByHash :one
 SELECT s.csrf, s.expires_at, k.id AS key_id, k.tenant_id, t.name AS tenant_name, k.principal, k.role, k.system_admin,
        k.prefix, k.expires_at AS key_expires_at

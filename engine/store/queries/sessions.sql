@@ -20,3 +20,10 @@ DELETE FROM web_sessions WHERE hash = @hash;
 -- name: PruneWebSessions :exec
 DELETE FROM web_sessions
 WHERE hash IN (SELECT hash FROM web_sessions WHERE expires_at < now() LIMIT 100);
+
+-- TrimKeySessions ends the key's sessions beyond its newest @keep.
+-- name: TrimKeySessions :exec
+DELETE FROM web_sessions AS s
+WHERE s.key_id = @key_id AND s.hash NOT IN (
+    SELECT k.hash FROM web_sessions AS k WHERE k.key_id = @key_id ORDER BY k.created_at DESC LIMIT @keep
+);
