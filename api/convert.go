@@ -38,6 +38,20 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 		e := executorFromProto(spec.GetRun())
 		r.Spec.Run = &e
 	}
+	if a := spec.GetAlerts(); a != nil {
+		r.Spec.Alerts = &dag.Alerts{StartWithin: durationFromProto(a.GetStartWithin()), FinishWithin: durationFromProto(a.GetFinishWithin()), On: a.GetOn()}
+		for _, n := range a.GetNotify() {
+			var w *dag.Webhook
+			if n.GetWebhook() != nil {
+				v := webhookFromProto(n.GetWebhook())
+				w = &v
+			}
+			r.Spec.Alerts.Notify = append(r.Spec.Alerts.Notify, dag.Notify{Webhook: w})
+		}
+	}
+	for _, c := range spec.GetCallbacks() {
+		r.Spec.Callbacks = append(r.Spec.Callbacks, dag.Callback{Webhook: webhookFromProto(c.GetWebhook()), On: c.GetOn()})
+	}
 	for _, st := range spec.GetSteps() {
 		r.Spec.Steps = append(r.Spec.Steps, dag.Step{
 			Name: st.GetName(), Needs: st.GetNeeds(), TriggerRule: st.GetTriggerRule(), Run: executorFromProto(st.GetRun()),
@@ -46,6 +60,14 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 		})
 	}
 	return r
+}
+
+func webhookFromProto(w *orreryv1.Webhook) dag.Webhook {
+	return dag.Webhook{URL: w.GetUrl(), Headers: w.GetHeaders(), Secret: w.GetSecret()}
+}
+
+func webhookToProto(w dag.Webhook) *orreryv1.Webhook {
+	return &orreryv1.Webhook{Url: w.URL, Headers: w.Headers, Secret: w.Secret}
 }
 
 func scheduleFromProto(s *orreryv1.Schedule) schedule.Spec {
@@ -119,6 +141,19 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 	}
 	if s.Run != nil {
 		spec.Run = executorToProto(*s.Run)
+	}
+	if a := s.Alerts; a != nil {
+		spec.Alerts = &orreryv1.Alerts{StartWithin: durationToProto(a.StartWithin), FinishWithin: durationToProto(a.FinishWithin), On: a.On}
+		for _, n := range a.Notify {
+			pn := &orreryv1.Notify{}
+			if n.Webhook != nil {
+				pn.Webhook = webhookToProto(*n.Webhook)
+			}
+			spec.Alerts.Notify = append(spec.Alerts.Notify, pn)
+		}
+	}
+	for _, c := range s.Callbacks {
+		spec.Callbacks = append(spec.Callbacks, &orreryv1.Callback{Webhook: webhookToProto(c.Webhook), On: c.On})
 	}
 	for _, st := range s.Steps {
 		spec.Steps = append(spec.Steps, &orreryv1.Step{

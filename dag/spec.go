@@ -41,6 +41,52 @@ type JobSpec struct {
 	Run         *Executor     `json:"run,omitempty" yaml:"run,omitempty"`
 	Payload     Payload       `json:"payload,omitempty" yaml:"payload,omitempty"`
 	Steps       []Step        `json:"steps,omitempty" yaml:"steps,omitempty"`
+	// Alerts are the job's promises (start and finish deadlines) and whom
+	// to tell when one is broken or a run fails.
+	Alerts *Alerts `json:"alerts,omitempty" yaml:"alerts,omitempty"`
+	// Callbacks are webhooks called when a run finishes.
+	Callbacks []Callback `json:"callbacks,omitempty" yaml:"callbacks,omitempty"`
+}
+
+// Watched reports whether the watchdog follows the job's runs: it has
+// alerts or callbacks.
+func (s *JobSpec) Watched() bool { return s.Alerts != nil || len(s.Callbacks) > 0 }
+
+// Alerts configures the watchdog for one job. An alert is raised once per
+// cause (an instant, a run, an attempt) and resolved when the cause clears.
+type Alerts struct {
+	// StartWithin: an expected instant with no started run this long after
+	// it raises `missed`, also when nothing fired at all.
+	StartWithin *Duration `json:"start_within,omitempty" yaml:"start_within,omitempty"`
+	// FinishWithin: a run not finished this long after its instant raises
+	// `stuck`.
+	FinishWithin *Duration `json:"finish_within,omitempty" yaml:"finish_within,omitempty"`
+	// On lists the kinds raised; default failure, dead_letter, stuck, and
+	// missed when start_within is given.
+	On     []string `json:"on,omitempty" yaml:"on,omitempty" jsonschema:"uniqueItems=true"`
+	Notify []Notify `json:"notify,omitempty" yaml:"notify,omitempty"`
+}
+
+// Notify is one receiver of a job's alerts.
+type Notify struct {
+	Webhook *Webhook `json:"webhook" yaml:"webhook"`
+}
+
+// Webhook is a notification endpoint. Deliveries are POSTed JSON, signed
+// with HMAC-SHA256 when Secret names a secret reference.
+type Webhook struct {
+	URL     string            `json:"url" yaml:"url"`
+	Headers map[string]string `json:"headers,omitempty" yaml:"headers,omitempty"`
+	// Secret is a secret reference (secret://env/NAME, secret://file/PATH)
+	// whose value signs the body: Orrery-Signature: t=UNIX,v1=HEX.
+	Secret string `json:"secret,omitempty" yaml:"secret,omitempty"`
+}
+
+// Callback is a webhook called when a run finishes with one of On
+// (default: succeeded, failed, cancelled; failed includes dead-lettered).
+type Callback struct {
+	Webhook Webhook  `json:"webhook" yaml:"webhook"`
+	On      []string `json:"on,omitempty" yaml:"on,omitempty" jsonschema:"uniqueItems=true"`
 }
 
 // StepDefaults are inherited by every step that does not set its own.
@@ -141,6 +187,15 @@ const (
 	OverlapAllow          = "allow"
 	OverlapCancelPrevious = "cancel_previous"
 
+	AlertMissed     = "missed"
+	AlertStuck      = "stuck"
+	AlertFailure    = "failure"
+	AlertDeadLetter = "dead_letter"
+
+	OnSucceeded = "succeeded"
+	OnFailed    = "failed"
+	OnCancelled = "cancelled"
+
 	TriggerAllSuccess = "all_success"
 	TriggerAllDone    = "all_done"
 
@@ -179,6 +234,17 @@ func (r *Resource) Normalize() {
 	}
 	if s.Overlap == "" {
 		s.Overlap = OverlapSkip
+	}
+	if a := s.Alerts; a != nil && len(a.On) == 0 {
+		a.On = []string{AlertFailure, AlertDeadLetter, AlertStuck}
+		if a.StartWithin != nil {
+			a.On = []string{AlertFailure, AlertDeadLetter, AlertMissed, AlertStuck}
+		}
+	}
+	for i := range s.Callbacks {
+		if len(s.Callbacks[i].On) == 0 {
+			s.Callbacks[i].On = []string{OnSucceeded, OnFailed, OnCancelled}
+		}
 	}
 	for i := range s.Steps {
 		if len(s.Steps[i].Payload) > 0 {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,6 +36,13 @@ const (
 	MaxAttempts       = 100
 	MaxBackfill       = 1000
 	DefaultBackfill   = 10
+	// Alerts and callbacks.
+	MinStartWithin = 5 * time.Second
+	MaxWithin      = 30 * 24 * time.Hour
+	MaxWebhooks    = 10
+	MaxWebhookURL  = 2048
+	MaxHeaders     = 32
+	MaxHeaderValue = 4096
 )
 
 var (
@@ -158,6 +166,83 @@ func validateSpec(es *Errors, s *JobSpec) {
 		validateSettings(es, p, st.Queue, st.Priority, st.Timeout, st.Retry)
 	}
 	validateGraph(es, s.Steps, index)
+	validateAlerts(es, s.Alerts)
+	if len(s.Callbacks) > MaxWebhooks {
+		es.add("spec.callbacks", "has %d callbacks; the limit is %d", len(s.Callbacks), MaxWebhooks)
+		return
+	}
+	for i := range s.Callbacks {
+		p := fmt.Sprintf("spec.callbacks[%d]", i)
+		validateWebhook(es, p+".webhook", &s.Callbacks[i].Webhook)
+		validateKinds(es, p+".on", s.Callbacks[i].On, OnSucceeded, OnFailed, OnCancelled)
+	}
+}
+
+func validateAlerts(es *Errors, a *Alerts) {
+	if a == nil {
+		return
+	}
+	if d := a.StartWithin; d != nil && (d.Duration < MinStartWithin || d.Duration > MaxWithin) {
+		es.add("spec.alerts.start_within", "%s is outside %s..%s", d.Duration, MinStartWithin, MaxWithin)
+	}
+	if d := a.FinishWithin; d != nil && (d.Duration < time.Second || d.Duration > MaxWithin) {
+		es.add("spec.alerts.finish_within", "%s is outside 1s..%s", d.Duration, MaxWithin)
+	}
+	validateKinds(es, "spec.alerts.on", a.On, AlertFailure, AlertDeadLetter, AlertMissed, AlertStuck)
+	if slices.Contains(a.On, AlertMissed) && a.StartWithin == nil {
+		es.add("spec.alerts.on", "missed needs start_within: how late a start may be")
+	}
+	if len(a.Notify) > MaxWebhooks {
+		es.add("spec.alerts.notify", "has %d receivers; the limit is %d", len(a.Notify), MaxWebhooks)
+		return
+	}
+	for i, n := range a.Notify {
+		p := fmt.Sprintf("spec.alerts.notify[%d].webhook", i)
+		if n.Webhook == nil {
+			es.add(p, "is required")
+			continue
+		}
+		validateWebhook(es, p, n.Webhook)
+	}
+}
+
+func validateKinds(es *Errors, p string, kinds []string, allowed ...string) {
+	seen := map[string]bool{}
+	for _, k := range kinds {
+		switch {
+		case !slices.Contains(allowed, k):
+			es.add(p, "%q is not one of %s", k, strings.Join(allowed, ", "))
+		case seen[k]:
+			es.add(p, "%q is listed twice", k)
+		}
+		seen[k] = true
+	}
+}
+
+func validateWebhook(es *Errors, p string, w *Webhook) {
+	u, err := url.Parse(w.URL)
+	switch {
+	case len(w.URL) > MaxWebhookURL:
+		es.add(p+".url", "is %d characters; the limit is %d", len(w.URL), MaxWebhookURL)
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		es.add(p+".url", "%q is not an absolute http or https URL", w.URL)
+	}
+	if len(w.Headers) > MaxHeaders {
+		es.add(p+".headers", "has %d headers; the limit is %d", len(w.Headers), MaxHeaders)
+	}
+	for _, k := range sortedKeys(w.Headers) {
+		if k == "" || len(k) > MaxNameLen*2 || strings.ContainsAny(k, " :\r\n") {
+			es.add(p+".headers", "%q is not a header name", k)
+		} else if v := w.Headers[k]; len(v) > MaxHeaderValue || strings.ContainsAny(v, "\r\n\x00") {
+			es.add(p+".headers."+k, "must be at most %d bytes, without line breaks", MaxHeaderValue)
+		}
+	}
+	if w.Secret != "" {
+		kind, name, _ := strings.Cut(strings.TrimPrefix(w.Secret, "secret://"), "/")
+		if !strings.HasPrefix(w.Secret, "secret://") || (kind != "env" && kind != "file") || name == "" || len(w.Secret) > 1024 {
+			es.add(p+".secret", "%q is not a secret reference: secret://env/NAME or secret://file/PATH", w.Secret)
+		}
+	}
 }
 
 func validateSettings(es *Errors, p, queue, priority string, timeout *Duration, retry *Retry) {

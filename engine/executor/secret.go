@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -209,3 +210,21 @@ func within(dir, file string) bool {
 func toString(v any) string { return fmt.Sprint(v) }
 
 func itoa(n int) string { return fmt.Sprint(n) }
+
+// Resolve returns v with a secret reference replaced by its value, if the
+// policy lets namespace read it (for webhooks outside steps: package
+// notify). A nil policy resolves none.
+func (p *SecretPolicy) Resolve(namespace, v string) (string, error) {
+	val, err := p.resolve(namespace, v)
+	if err != nil {
+		return "", err
+	}
+	return val, nil
+}
+
+// Refused reports whether err is a secret reference the policy refuses
+// (as opposed to one it allows but cannot read now).
+func Refused(err error) bool {
+	var se *secretError
+	return errors.As(err, &se) && se.refused
+}

@@ -31,6 +31,15 @@ func (m *Metrics) WatchDatabase(state, queue *pgxpool.Pool) {
 			}
 			return out, err
 		}))
+	m.Register(NewGaugeFunc("orrery_alerts_open", "Alerts raised and not resolved, per kind.", "kind",
+		func(ctx context.Context) (map[string]float64, error) {
+			rows, err := store.New(state).OpenAlertCounts(ctx)
+			out := map[string]float64{"missed": 0, "stuck": 0, "failure": 0, "dead_letter": 0}
+			for _, r := range rows {
+				out[r.Kind] += float64(r.Open)
+			}
+			return out, err
+		}))
 }
 
 // queueGauges reads River's queues once per scrape for both queue gauges.

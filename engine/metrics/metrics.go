@@ -29,6 +29,8 @@ type Metrics struct {
 	shardsOwned      *prometheus.GaugeVec
 	shardTakeovers   prometheus.Counter
 	firingBatch      prometheus.Histogram
+	alertsRaised     *prometheus.CounterVec
+	notifications    *prometheus.CounterVec
 }
 
 // New makes the metrics, with the Go and process collectors.
@@ -69,8 +71,16 @@ func New() *Metrics {
 			Help:    "One firing transaction: the due jobs of this node's shards made into runs.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}),
+		alertsRaised: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orrery_alerts_raised_total",
+			Help: "Alerts the watchdog raised, by kind (missed, stuck, failure, dead_letter); each cause once.",
+		}, []string{"kind"}),
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "orrery_notification_deliveries_total",
+			Help: "Webhook notification delivery attempts, by outcome (delivered, retry, failed).",
+		}, []string{"outcome"}),
 	}
-	m.reg.MustRegister(m.scheduleLag, m.runsFinished, m.instantsSkipped, m.attempts, m.leaseExpirations,
+	m.reg.MustRegister(m.scheduleLag, m.alertsRaised, m.notifications, m.runsFinished, m.instantsSkipped, m.attempts, m.leaseExpirations,
 		m.shardsOwned, m.shardTakeovers, m.firingBatch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -152,6 +162,23 @@ func (m *Metrics) FiringBatch() func(took bool) {
 		if m != nil && took {
 			m.firingBatch.Observe(time.Since(start).Seconds())
 		}
+	}
+}
+
+// AlertsRaised counts raised alerts by kind.
+func (m *Metrics) AlertsRaised(byKind map[string]int) {
+	if m == nil {
+		return
+	}
+	for kind, n := range byKind {
+		m.alertsRaised.WithLabelValues(kind).Add(float64(n))
+	}
+}
+
+// Delivery counts one notification delivery attempt by outcome.
+func (m *Metrics) Delivery(outcome string) {
+	if m != nil {
+		m.notifications.WithLabelValues(outcome).Inc()
 	}
 }
 

@@ -1,8 +1,8 @@
 // Package node assembles one scheduler node: its shard leases, the
 // scheduler that fires the shards it owns, the reaper of lapsed task and
-// worker leases, and (when River lives in its own database) the outbox
-// relay. The API and worker pools run beside it in the same process or
-// elsewhere.
+// worker leases, the janitor and the watchdog of its shards, and (when
+// River lives in its own database) the outbox relay. The API and worker
+// pools run beside it in the same process or elsewhere.
 package node
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/retention"
 	"github.com/orrery-dev/orrery/engine/scheduler"
+	"github.com/orrery-dev/orrery/engine/watchdog"
 	"github.com/orrery-dev/orrery/shard"
 )
 
@@ -42,6 +43,9 @@ type Config struct {
 	// archive.
 	Retention  time.Duration
 	ArchiveDir string
+	// WatchdogInterval is the time between the watchdog's passes over the
+	// node's shards (see package watchdog); default 2 s.
+	WatchdogInterval time.Duration
 }
 
 func (c *Config) withDefaults() error {
@@ -63,6 +67,7 @@ type Node struct {
 	Scheduler *scheduler.Scheduler
 	reaper    *scheduler.Reaper
 	janitor   *retention.Janitor
+	Watchdog  *watchdog.Watchdog
 	relay     func(context.Context) error
 }
 
@@ -88,18 +93,22 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	dog, err := watchdog.New(watchdog.Config{Pool: cfg.Pool, Shards: mgr, Interval: cfg.WatchdogInterval, Logger: cfg.Logger, Metrics: cfg.Metrics})
+	if err != nil {
+		return nil, err
+	}
 	relay := func(ctx context.Context) error {
 		return cfg.Dispatcher.Relay(ctx, cfg.Pool, 20*time.Millisecond, cfg.Logger)
 	}
-	return &Node{Shards: mgr, Scheduler: s, reaper: reaper, janitor: janitor, relay: relay}, nil
+	return &Node{Shards: mgr, Scheduler: s, reaper: reaper, janitor: janitor, Watchdog: dog, relay: relay}, nil
 }
 
 // Run runs the node until ctx ends; on the way out its shards are released
 // so that other nodes take them at once.
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, 5)
-	for _, run := range []func(context.Context) error{n.Shards.Run, n.Scheduler.Run, n.reaper.Run, n.janitor.Run, n.relay} {
+	errs := make(chan error, 6)
+	for _, run := range []func(context.Context) error{n.Shards.Run, n.Scheduler.Run, n.reaper.Run, n.janitor.Run, n.Watchdog.Run, n.relay} {
 		wg.Go(func() { errs <- run(ctx) })
 	}
 	wg.Wait()

@@ -16,7 +16,9 @@
 // long and firing goes on beside it.
 //
 // Runs holding a dead letter are never pruned (they wait for a replay);
-// the audit trail is not this package's business.
+// the audit trail is not this package's business. Finished notifications
+// and resolved alerts older than the default retention go too, in batches
+// of their own.
 //
 // # Archive
 //
@@ -120,19 +122,23 @@ func New(cfg Config) (*Janitor, error) {
 	return &Janitor{cfg: cfg}, nil
 }
 
-// Run prunes every Interval until ctx ends (every 2 s while the node
-// holds no shard yet, so that a starting node begins soon).
+// Run prunes every Interval until ctx ends (every 2 s while the node's
+// shards change, as when it starts or takes shards over, so that it
+// prunes what it just got soon).
 func (j *Janitor) Run(ctx context.Context) error {
+	held := -1
 	for {
+		before := len(j.cfg.Shards.Leases())
 		if n, err := j.Pass(ctx); err != nil && ctx.Err() == nil {
 			j.cfg.Logger.Error("retention pass failed", "err", err, "pruned", n)
 		} else if n > 0 {
 			j.cfg.Logger.Info("old runs pruned", "count", n, "archived", j.cfg.ArchiveDir != "")
 		}
 		wait := j.cfg.Interval
-		if len(j.cfg.Shards.Leases()) == 0 {
+		if before == 0 || before != held {
 			wait = min(wait, 2*time.Second)
 		}
+		held = before
 		select {
 		case <-ctx.Done():
 			return nil
@@ -159,10 +165,40 @@ func (j *Janitor) Pass(ctx context.Context) (int, error) {
 	for {
 		n, err := j.pruneBatch(ctx, p)
 		total += n
-		if err != nil || n < j.cfg.Batch {
+		if err != nil {
 			return total, err
 		}
+		if n < j.cfg.Batch {
+			break
+		}
 	}
+	return total, j.pruneNotices(ctx, float64(def))
+}
+
+// pruneNotices deletes, in batches, finished notifications and resolved
+// alerts older than the default retention. They have no shard: every node
+// may prune them, and two that meet delete each row once.
+func (j *Janitor) pruneNotices(ctx context.Context, olderThan float64) error {
+	q := store.New(j.cfg.Pool)
+	for _, prune := range []func() (int64, error){
+		func() (int64, error) {
+			return q.PruneNotifications(ctx, store.PruneNotificationsParams{OlderThanSeconds: olderThan, Batch: int32(j.cfg.Batch)})
+		},
+		func() (int64, error) {
+			return q.PruneResolvedAlerts(ctx, store.PruneResolvedAlertsParams{OlderThanSeconds: olderThan, Batch: int32(j.cfg.Batch)})
+		},
+	} {
+		for {
+			n, err := prune()
+			if err != nil {
+				return err
+			}
+			if n < int64(j.cfg.Batch) {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // archived is one run as the archive holds it.

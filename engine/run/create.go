@@ -99,6 +99,7 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 				attribute.String("orrery.trigger", r.Trigger), attribute.String("orrery.scheduled_for", r.At.UTC().Format(time.RFC3339Nano)))
 		}
 		rp.TraceParents = append(rp.TraceParents, tp)
+		rp.Watched = append(rp.Watched, (r.Status == StatusPending || r.Status == StatusQueued) && r.Job.Spec.Watched())
 	}
 	written, err := q.InsertRuns(ctx, rp)
 	if err != nil {

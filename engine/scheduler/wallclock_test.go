@@ -20,7 +20,7 @@ func TestNoWallClockOnTheFiringPath(t *testing.T) {
 		"shard/lease.go": "lastOK: how long heartbeats have failed, on the monotonic clock",
 	}
 	roots := []string{"../../engine/scheduler", "../../engine/run", "../../engine/dispatch", "../../engine/worker",
-		"../../engine/job", "../../engine/executor", "../../engine/node", "../../shard", "../../dag"}
+		"../../engine/job", "../../engine/executor", "../../engine/node", "../../engine/watchdog", "../../shard", "../../dag"}
 	fset := token.NewFileSet()
 	for _, root := range roots {
 		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {

@@ -11,6 +11,22 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+type Alert struct {
+	ID           uuid.UUID
+	TenantID     uuid.UUID
+	JobID        uuid.UUID
+	Shard        int32
+	Kind         string
+	Cause        string
+	RunID        *uuid.UUID
+	AttemptID    *uuid.UUID
+	ScheduledFor *time.Time
+	Message      string
+	RaisedAt     time.Time
+	ResolvedAt   *time.Time
+	Resolution   string
+}
+
 type ApiKey struct {
 	ID          uuid.UUID
 	TenantID    uuid.UUID
@@ -140,6 +156,29 @@ type Node struct {
 	LeaseExpiresAt time.Time
 }
 
+type Notification struct {
+	ID             uuid.UUID
+	TenantID       uuid.UUID
+	JobID          uuid.UUID
+	Namespace      string
+	Queue          string
+	Event          string
+	RunID          *uuid.UUID
+	AlertID        *uuid.UUID
+	Url            string
+	Headers        []byte
+	Secret         string
+	Body           []byte
+	TraceParent    *string
+	Status         string
+	Attempts       int32
+	NextAttemptAt  time.Time
+	LastStatusCode pgtype.Int4
+	LastError      string
+	CreatedAt      time.Time
+	FinishedAt     *time.Time
+}
+
 type Run struct {
 	ID           uuid.UUID
 	TenantID     uuid.UUID
@@ -156,6 +195,14 @@ type Run struct {
 	StartedAt    *time.Time
 	FinishedAt   *time.Time
 	TraceParent  *string
+	Watched      bool
+}
+
+type RunFinish struct {
+	RunID      uuid.UUID
+	Shard      int32
+	Status     string
+	FinishedAt time.Time
 }
 
 type Shard struct {

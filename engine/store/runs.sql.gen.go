@@ -66,9 +66,16 @@ func (q *Queries) AdvanceJobs(ctx context.Context, arg AdvanceJobsParams) error 
 }
 
 const cancelRuns = `-- name: CancelRuns :many
-UPDATE runs SET status = 'cancelled', reason = $1, finished_at = now()
-WHERE id = ANY($2::uuid[]) AND status IN ('queued', 'pending', 'running')
-RETURNING id
+WITH r AS (
+    UPDATE runs SET status = 'cancelled', reason = $1, finished_at = now()
+    WHERE id = ANY($2::uuid[]) AND status IN ('queued', 'pending', 'running')
+    RETURNING id, shard, status, watched, finished_at
+), e AS (
+    INSERT INTO run_finishes (run_id, shard, status, finished_at)
+    SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
+    ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
+)
+SELECT id FROM r
 `
 
 type CancelRunsParams struct {
@@ -380,17 +387,17 @@ func (q *Queries) InsertRunAudit(ctx context.Context, arg InsertRunAuditParams) 
 
 const insertRuns = `-- name: InsertRuns :many
 INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                  trace_parent)
+                  trace_parent, watched)
 SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $1::uuid, NULLIF(u.shard_epoch, -1),
        u.scheduled_for, u.trigger, u.status, u.reason, now(),
-       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, '')
+       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched
 FROM (
     SELECT unnest($2::uuid[]) AS id, unnest($3::uuid[]) AS tenant_id, unnest($4::uuid[]) AS job_id,
            unnest($5::bigint[]) AS job_version, unnest($6::int[]) AS shard,
            unnest($7::bigint[]) AS shard_epoch,
            unnest($8::timestamptz[]) AS scheduled_for, unnest($9::text[]) AS trigger,
            unnest($10::text[]) AS status, unnest($11::text[]) AS reason,
-           unnest($12::text[]) AS trace_parent
+           unnest($12::text[]) AS trace_parent, unnest($13::bool[]) AS watched
 ) AS u
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id
@@ -409,6 +416,7 @@ type InsertRunsParams struct {
 	Statuses      []string
 	Reasons       []string
 	TraceParents  []string
+	Watched       []bool
 }
 
 // InsertRuns inserts many runs; a (job, instant) that already has a run
@@ -427,6 +435,7 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 		arg.Statuses,
 		arg.Reasons,
 		arg.TraceParents,
+		arg.Watched,
 	)
 	if err != nil {
 		return nil, err

@@ -18,9 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,6 +39,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/metrics"
+	"github.com/orrery-dev/orrery/engine/notify"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/tracing"
@@ -158,6 +161,7 @@ type Worker struct {
 	runner     *executor.Runner
 	dispatcher *dispatch.Dispatcher
 	river      *river.Client[pgx.Tx]
+	deliverer  *notify.Deliverer
 
 	mu      sync.Mutex
 	running map[uuid.UUID]*leased // tasks this worker runs, by task id
@@ -198,6 +202,12 @@ func New(cfg Config) (*Worker, error) {
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient, Secrets: secrets}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
 		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets}
+	}
+	queueNames := slices.Sorted(maps.Keys(cfg.Queues))
+	w.deliverer, err = notify.New(notify.Config{Pool: cfg.StatePool, Queues: queueNames, Client: cfg.HTTPClient, Secrets: secrets,
+		Logger: cfg.Logger, Metrics: cfg.Metrics})
+	if err != nil {
+		return nil, err
 	}
 	workers := river.NewWorkers()
 	if err := river.AddWorkerSafely(workers, &taskWorker{w: w}); err != nil {
@@ -241,7 +251,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	var batchers sync.WaitGroup
 	batchers.Go(func() { w.starter.run(stopBatchers) })
 	batchers.Go(func() { w.completer.run(stopBatchers) })
-	defer func() { close(stopBatchers); batchers.Wait() }()
+	// Notifications of this worker's queues: stopped with the batchers.
+	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(ctx))
+	batchers.Go(func() { _ = w.deliverer.Run(notifyCtx) })
+	defer func() { close(stopBatchers); stopNotify(); batchers.Wait() }()
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), w.cfg.LeaseTTL)
 	defer cancel()

@@ -44,17 +44,17 @@ ORDER BY scheduled_for;
 -- is left alone (DESIGN invariant 2) and not returned.
 -- name: InsertRuns :many
 INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                  trace_parent)
+                  trace_parent, watched)
 SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
        u.scheduled_for, u.trigger, u.status, u.reason, now(),
-       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, '')
+       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@job_ids::uuid[]) AS job_id,
            unnest(@job_versions::bigint[]) AS job_version, unnest(@shards::int[]) AS shard,
            unnest(@shard_epochs::bigint[]) AS shard_epoch,
            unnest(@scheduled_fors::timestamptz[]) AS scheduled_for, unnest(@triggers::text[]) AS trigger,
            unnest(@statuses::text[]) AS status, unnest(@reasons::text[]) AS reason,
-           unnest(@trace_parents::text[]) AS trace_parent
+           unnest(@trace_parents::text[]) AS trace_parent, unnest(@watched::bool[]) AS watched
 ) AS u
 ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id;
@@ -84,9 +84,16 @@ FROM (
 WHERE jobs.id = u.id;
 
 -- name: CancelRuns :many
-UPDATE runs SET status = 'cancelled', reason = @reason, finished_at = now()
-WHERE id = ANY(@ids::uuid[]) AND status IN ('queued', 'pending', 'running')
-RETURNING id;
+WITH r AS (
+    UPDATE runs SET status = 'cancelled', reason = @reason, finished_at = now()
+    WHERE id = ANY(@ids::uuid[]) AND status IN ('queued', 'pending', 'running')
+    RETURNING id, shard, status, watched, finished_at
+), e AS (
+    INSERT INTO run_finishes (run_id, shard, status, finished_at)
+    SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
+    ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
+)
+SELECT id FROM r;
 
 -- CancelTasksOfRuns stops every unfinished task of the runs; bumping the
 -- fencing token turns a running attempt's later report into a stale one.

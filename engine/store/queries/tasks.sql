@@ -110,6 +110,7 @@ WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
 -- to run (succeeded when all succeeded, else dead_lettered, cancelled or
 -- failed) and returns the run's job; no row while tasks remain.
 -- name: FinishRunIfDone :one
+WITH r AS (
 UPDATE runs
 SET status = CASE
         WHEN c.total = c.succeeded THEN 'succeeded'
@@ -131,7 +132,13 @@ FROM (
     FROM tasks WHERE run_id = @id
 ) AS c
 WHERE runs.id = @id AND runs.status IN ('pending', 'running') AND c.open = 0
-RETURNING runs.job_id, runs.status;
+RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at
+), e AS (
+    INSERT INTO run_finishes (run_id, shard, status, finished_at)
+    SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
+    ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
+)
+SELECT r.job_id, r.status FROM r;
 
 -- PromoteQueuedRun starts the run that overlap: queue held back.
 -- name: PromoteQueuedRun :one
@@ -209,7 +216,11 @@ WITH req AS (
     UPDATE runs SET status = t.run_status, reason = t.run_reason, finished_at = now()
     FROM t
     WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
-    RETURNING runs.id, runs.job_id
+    RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at
+), e AS (
+    INSERT INTO run_finishes (run_id, shard, status, finished_at)
+    SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
+    ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
 )
 SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
 FROM t LEFT JOIN r ON r.id = t.run_id;

@@ -617,9 +617,13 @@ type JobSpec struct {
 	Overlap  string        `protobuf:"bytes,4,opt,name=overlap,proto3" json:"overlap,omitempty"`
 	Defaults *StepDefaults `protobuf:"bytes,5,opt,name=defaults,proto3" json:"defaults,omitempty"`
 	// A single-step job may give run (and payload) instead of steps.
-	Run           *Executor       `protobuf:"bytes,6,opt,name=run,proto3" json:"run,omitempty"`
-	Payload       *structpb.Value `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
-	Steps         []*Step         `protobuf:"bytes,8,rep,name=steps,proto3" json:"steps,omitempty"`
+	Run     *Executor       `protobuf:"bytes,6,opt,name=run,proto3" json:"run,omitempty"`
+	Payload *structpb.Value `protobuf:"bytes,7,opt,name=payload,proto3" json:"payload,omitempty"`
+	Steps   []*Step         `protobuf:"bytes,8,rep,name=steps,proto3" json:"steps,omitempty"`
+	// The job's deadlines and whom to tell when they are broken.
+	Alerts *Alerts `protobuf:"bytes,9,opt,name=alerts,proto3" json:"alerts,omitempty"`
+	// Webhooks called when a run finishes.
+	Callbacks     []*Callback `protobuf:"bytes,10,rep,name=callbacks,proto3" json:"callbacks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -710,6 +714,257 @@ func (x *JobSpec) GetSteps() []*Step {
 	return nil
 }
 
+func (x *JobSpec) GetAlerts() *Alerts {
+	if x != nil {
+		return x.Alerts
+	}
+	return nil
+}
+
+func (x *JobSpec) GetCallbacks() []*Callback {
+	if x != nil {
+		return x.Callbacks
+	}
+	return nil
+}
+
+// Alerts configures the watchdog for one job (YAML spec.alerts).
+type Alerts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// An expected instant with no started run this long after it raises
+	// "missed" (at least 5s).
+	StartWithin *durationpb.Duration `protobuf:"bytes,1,opt,name=start_within,json=startWithin,proto3" json:"start_within,omitempty"`
+	// A run not finished this long after its instant raises "stuck".
+	FinishWithin *durationpb.Duration `protobuf:"bytes,2,opt,name=finish_within,json=finishWithin,proto3" json:"finish_within,omitempty"`
+	// failure, dead_letter, missed, stuck; default all but missed, and
+	// missed when start_within is given.
+	On            []string  `protobuf:"bytes,3,rep,name=on,proto3" json:"on,omitempty"`
+	Notify        []*Notify `protobuf:"bytes,4,rep,name=notify,proto3" json:"notify,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Alerts) Reset() {
+	*x = Alerts{}
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Alerts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Alerts) ProtoMessage() {}
+
+func (x *Alerts) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
+func (*Alerts) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Alerts) GetStartWithin() *durationpb.Duration {
+	if x != nil {
+		return x.StartWithin
+	}
+	return nil
+}
+
+func (x *Alerts) GetFinishWithin() *durationpb.Duration {
+	if x != nil {
+		return x.FinishWithin
+	}
+	return nil
+}
+
+func (x *Alerts) GetOn() []string {
+	if x != nil {
+		return x.On
+	}
+	return nil
+}
+
+func (x *Alerts) GetNotify() []*Notify {
+	if x != nil {
+		return x.Notify
+	}
+	return nil
+}
+
+// Notify is one receiver of a job's alerts.
+type Notify struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Webhook       *Webhook               `protobuf:"bytes,1,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Notify) Reset() {
+	*x = Notify{}
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Notify) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Notify) ProtoMessage() {}
+
+func (x *Notify) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Notify.ProtoReflect.Descriptor instead.
+func (*Notify) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Notify) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
+// Webhook is a notification endpoint: a signed JSON POST.
+type Webhook struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Url   string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// Values may reference secrets: secret://env/NAME, secret://file/PATH.
+	Headers map[string]string `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// A secret reference whose value signs the body (HMAC-SHA256):
+	// Orrery-Signature: t=UNIX,v1=HEX over "UNIX.BODY".
+	Secret        string `protobuf:"bytes,3,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Webhook) Reset() {
+	*x = Webhook{}
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Webhook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Webhook) ProtoMessage() {}
+
+func (x *Webhook) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
+func (*Webhook) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Webhook) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Webhook) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *Webhook) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+// Callback is a webhook called when a run finishes with one of on:
+// succeeded, failed (including dead-lettered), cancelled; default all.
+type Callback struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Webhook       *Webhook               `protobuf:"bytes,1,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	On            []string               `protobuf:"bytes,2,rep,name=on,proto3" json:"on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Callback) Reset() {
+	*x = Callback{}
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Callback) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Callback) ProtoMessage() {}
+
+func (x *Callback) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Callback.ProtoReflect.Descriptor instead.
+func (*Callback) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Callback) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
+func (x *Callback) GetOn() []string {
+	if x != nil {
+		return x.On
+	}
+	return nil
+}
+
 // JobMetadata names a job; name is unique per tenant and namespace.
 type JobMetadata struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -724,7 +979,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -736,7 +991,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -749,7 +1004,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -806,7 +1061,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +1073,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +1086,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Job) GetId() string {
@@ -944,7 +1199,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -956,7 +1211,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -969,7 +1224,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LastRun) GetId() string {
@@ -1004,7 +1259,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1271,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1284,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Source) GetPath() string {
@@ -1058,7 +1313,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1325,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1338,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JobRef) GetId() string {
@@ -1118,7 +1373,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1385,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1398,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -1176,7 +1431,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1443,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1456,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -1226,7 +1481,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1493,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1506,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -1286,7 +1541,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1553,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1566,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1354,7 +1609,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1366,7 +1621,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1379,7 +1634,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -1434,7 +1689,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1701,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1714,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1488,7 +1743,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1755,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1768,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -1553,7 +1808,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1820,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1833,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -1597,7 +1852,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1864,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1877,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -1641,7 +1896,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +1908,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +1921,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -1685,7 +1940,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1952,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1965,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -1729,7 +1984,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1996,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +2009,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -1773,7 +2028,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +2040,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +2053,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -1817,7 +2072,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +2084,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +2097,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -1865,7 +2120,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2132,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1890,7 +2145,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -1923,7 +2178,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2190,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2203,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -2004,7 +2259,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x05queue\x18\x06 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\tR\bpriority\x123\n" +
 	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12,\n" +
-	"\x05retry\x18\t \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\"\xc6\x02\n" +
+	"\x05retry\x18\t \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\"\xa4\x03\n" +
 	"\aJobSpec\x12/\n" +
 	"\bschedule\x18\x01 \x01(\v2\x13.orrery.v1.ScheduleR\bschedule\x12\x18\n" +
 	"\amisfire\x18\x02 \x01(\tR\amisfire\x12!\n" +
@@ -2013,7 +2268,27 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\bdefaults\x18\x05 \x01(\v2\x17.orrery.v1.StepDefaultsR\bdefaults\x12%\n" +
 	"\x03run\x18\x06 \x01(\v2\x13.orrery.v1.ExecutorR\x03run\x120\n" +
 	"\apayload\x18\a \x01(\v2\x16.google.protobuf.ValueR\apayload\x12%\n" +
-	"\x05steps\x18\b \x03(\v2\x0f.orrery.v1.StepR\x05steps\"\xd8\x01\n" +
+	"\x05steps\x18\b \x03(\v2\x0f.orrery.v1.StepR\x05steps\x12)\n" +
+	"\x06alerts\x18\t \x01(\v2\x11.orrery.v1.AlertsR\x06alerts\x121\n" +
+	"\tcallbacks\x18\n" +
+	" \x03(\v2\x13.orrery.v1.CallbackR\tcallbacks\"\xc1\x01\n" +
+	"\x06Alerts\x12<\n" +
+	"\fstart_within\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\vstartWithin\x12>\n" +
+	"\rfinish_within\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\ffinishWithin\x12\x0e\n" +
+	"\x02on\x18\x03 \x03(\tR\x02on\x12)\n" +
+	"\x06notify\x18\x04 \x03(\v2\x11.orrery.v1.NotifyR\x06notify\"6\n" +
+	"\x06Notify\x12,\n" +
+	"\awebhook\x18\x01 \x01(\v2\x12.orrery.v1.WebhookR\awebhook\"\xaa\x01\n" +
+	"\aWebhook\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x129\n" +
+	"\aheaders\x18\x02 \x03(\v2\x1f.orrery.v1.Webhook.HeadersEntryR\aheaders\x12\x16\n" +
+	"\x06secret\x18\x03 \x01(\tR\x06secret\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"H\n" +
+	"\bCallback\x12,\n" +
+	"\awebhook\x18\x01 \x01(\v2\x12.orrery.v1.WebhookR\awebhook\x12\x0e\n" +
+	"\x02on\x18\x02 \x03(\tR\x02on\"\xd8\x01\n" +
 	"\vJobMetadata\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12 \n" +
@@ -2137,7 +2412,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(*Schedule)(nil),                // 1: orrery.v1.Schedule
@@ -2148,109 +2423,122 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*StepDefaults)(nil),            // 6: orrery.v1.StepDefaults
 	(*Step)(nil),                    // 7: orrery.v1.Step
 	(*JobSpec)(nil),                 // 8: orrery.v1.JobSpec
-	(*JobMetadata)(nil),             // 9: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 10: orrery.v1.Job
-	(*LastRun)(nil),                 // 11: orrery.v1.LastRun
-	(*Source)(nil),                  // 12: orrery.v1.Source
-	(*JobRef)(nil),                  // 13: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 14: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 15: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 16: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 17: orrery.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 18: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 19: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 20: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 21: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 22: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 23: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 24: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 25: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 26: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 27: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 28: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 29: orrery.v1.PreviewScheduleResponse
-	nil,                             // 30: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 31: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 32: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 33: orrery.v1.ListJobsRequest.LabelsEntry
-	(*durationpb.Duration)(nil),     // 34: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 35: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil),   // 36: google.protobuf.Timestamp
-	(*AuditEntry)(nil),              // 37: orrery.v1.AuditEntry
+	(*Alerts)(nil),                  // 9: orrery.v1.Alerts
+	(*Notify)(nil),                  // 10: orrery.v1.Notify
+	(*Webhook)(nil),                 // 11: orrery.v1.Webhook
+	(*Callback)(nil),                // 12: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 13: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 14: orrery.v1.Job
+	(*LastRun)(nil),                 // 15: orrery.v1.LastRun
+	(*Source)(nil),                  // 16: orrery.v1.Source
+	(*JobRef)(nil),                  // 17: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 18: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 19: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 20: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 21: orrery.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 22: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 23: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 24: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 25: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 26: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 27: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 28: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 29: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 30: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 31: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 32: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 33: orrery.v1.PreviewScheduleResponse
+	nil,                             // 34: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 35: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 36: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 37: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 38: orrery.v1.ListJobsRequest.LabelsEntry
+	(*durationpb.Duration)(nil),     // 39: google.protobuf.Duration
+	(*structpb.Value)(nil),          // 40: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil),   // 41: google.protobuf.Timestamp
+	(*AuditEntry)(nil),              // 42: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	30, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	31, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	34, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	35, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
 	2,  // 2: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
 	3,  // 3: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	34, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	34, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	34, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	39, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	39, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	39, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
 	5,  // 7: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
 	4,  // 8: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	35, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	34, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	40, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	39, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
 	5,  // 11: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
 	1,  // 12: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
 	6,  // 13: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
 	4,  // 14: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	35, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	40, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
 	7,  // 16: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	32, // 17: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	9,  // 18: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	8,  // 19: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,  // 20: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	36, // 21: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	36, // 22: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	36, // 23: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	36, // 24: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	12, // 25: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	11, // 26: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	36, // 27: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	9,  // 28: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	8,  // 29: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	10, // 30: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	13, // 31: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 32: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	36, // 33: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	37, // 34: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	0,  // 35: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	33, // 36: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	10, // 37: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	13, // 38: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	9,  // 39: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	8,  // 40: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	10, // 41: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	13, // 42: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 43: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	13, // 44: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 45: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	13, // 46: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	10, // 47: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	1,  // 48: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	36, // 49: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	36, // 50: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	14, // 51: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	16, // 52: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	18, // 53: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	20, // 54: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	22, // 55: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	24, // 56: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	26, // 57: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	28, // 58: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	15, // 59: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	17, // 60: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	19, // 61: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	21, // 62: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	23, // 63: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	25, // 64: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	27, // 65: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	29, // 66: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	59, // [59:67] is the sub-list for method output_type
-	51, // [51:59] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	9,  // 17: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	12, // 18: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	39, // 19: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	39, // 20: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	10, // 21: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	11, // 22: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	36, // 23: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	11, // 24: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	37, // 25: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	13, // 26: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	8,  // 27: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,  // 28: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	41, // 29: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	41, // 30: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	41, // 31: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	41, // 32: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	16, // 33: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	15, // 34: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	41, // 35: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	13, // 36: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	8,  // 37: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	14, // 38: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	17, // 39: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	14, // 40: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	41, // 41: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	42, // 42: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	0,  // 43: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	38, // 44: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	14, // 45: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	17, // 46: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	13, // 47: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	8,  // 48: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	14, // 49: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	17, // 50: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	14, // 51: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	17, // 52: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	14, // 53: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	17, // 54: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	14, // 55: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	1,  // 56: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	41, // 57: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	41, // 58: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	18, // 59: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	20, // 60: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	22, // 61: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	24, // 62: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	26, // 63: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	28, // 64: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	30, // 65: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	32, // 66: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	19, // 67: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	21, // 68: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	23, // 69: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	25, // 70: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	27, // 71: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	29, // 72: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	31, // 73: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	33, // 74: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	67, // [67:75] is the sub-list for method output_type
+	59, // [59:67] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -2270,7 +2558,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,119 @@
+-- Queries of the watchdog (package watchdog) and of the alert lists.
+
+-- OverdueWatchedJobs is the dead man's switch of one pass: active jobs of
+-- the shards with alerts whose next instant is older than min_seconds and
+-- has not fired. It is the scheduler's range scan (jobs_due), shifted back
+-- by min_seconds, so in a healthy cluster it reads nothing.
+-- name: OverdueWatchedJobs :many
+SELECT j.id, j.tenant_id, j.shard, j.version, j.next_fire_at
+FROM unnest(@shards::int[]) AS s (shard)
+CROSS JOIN LATERAL (
+    SELECT j.id, j.tenant_id, j.shard, j.version, j.next_fire_at::timestamptz AS next_fire_at FROM jobs AS j
+    WHERE j.shard = s.shard AND j.status = 'active' AND j.next_fire_at IS NOT NULL
+      AND j.next_fire_at < now() - INTERVAL '1 second' * @min_seconds::float8
+      AND j.spec->'alerts' IS NOT NULL
+    ORDER BY j.next_fire_at
+    LIMIT @batch
+) AS j;
+
+-- OpenWatchedRuns pages through the unfinished runs of watched jobs of the
+-- shards, older than min_seconds (runs_watched).
+-- name: OpenWatchedRuns :many
+SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for, r.started_at, j.version AS job_version
+FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+WHERE r.shard = ANY(@shards::int[]) AND r.watched AND r.finished_at IS NULL
+  AND r.scheduled_for < now() - INTERVAL '1 second' * @min_seconds::float8
+  AND (r.shard, r.scheduled_for, r.id) > (@after_shard::int, @after_at::timestamptz, @after_id::uuid)
+ORDER BY r.shard, r.scheduled_for, r.id
+LIMIT @batch;
+
+-- name: RunningAttemptsOfRuns :many
+SELECT t.run_id, t.step, a.id AS attempt_id, a.number, a.started_at
+FROM tasks AS t JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = t.fencing_token
+WHERE t.run_id = ANY(@run_ids::uuid[]) AND t.status = 'running' AND a.outcome = 'running';
+
+-- name: WatchedJobSpecs :many
+SELECT id, tenant_id, version, namespace, name, spec FROM jobs WHERE id = ANY(@ids::uuid[]);
+
+-- TakeRunFinishes locks a batch of the finish events of the shards; the
+-- caller deletes them in the same transaction.
+-- name: TakeRunFinishes :many
+SELECT f.run_id, f.status, f.finished_at, r.job_id, r.tenant_id, r.shard, r.scheduled_for, r.trigger, r.started_at,
+       r.reason, COALESCE(r.trace_parent, '')::text AS trace_parent, j.version AS job_version
+FROM run_finishes AS f JOIN runs AS r ON r.id = f.run_id JOIN jobs AS j ON j.id = r.job_id
+WHERE f.shard = ANY(@shards::int[])
+ORDER BY f.shard, f.finished_at
+LIMIT @batch
+FOR UPDATE OF f SKIP LOCKED;
+
+-- name: DeleteRunFinishes :exec
+DELETE FROM run_finishes WHERE run_id = ANY(@run_ids::uuid[]);
+
+-- RaiseAlerts inserts alerts; one that exists for its (job, cause) is left
+-- as it is (raised once per cause) and not returned.
+-- name: RaiseAlerts :many
+INSERT INTO alerts (id, tenant_id, job_id, shard, kind, cause, run_id, attempt_id, scheduled_for, message, raised_at)
+SELECT u.id, u.tenant_id, u.job_id, u.shard, u.kind, u.cause, NULLIF(u.run_id, '00000000-0000-0000-0000-000000000000'::uuid),
+       NULLIF(u.attempt_id, '00000000-0000-0000-0000-000000000000'::uuid),
+       CASE WHEN u.scheduled_for > '1970-01-01' THEN u.scheduled_for END, u.message, now()
+FROM (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@job_ids::uuid[]) AS job_id,
+           unnest(@shards::int[]) AS shard, unnest(@kinds::text[]) AS kind, unnest(@causes::text[]) AS cause,
+           unnest(@run_ids::uuid[]) AS run_id, unnest(@attempt_ids::uuid[]) AS attempt_id,
+           unnest(@scheduled_fors::timestamptz[]) AS scheduled_for, unnest(@messages::text[]) AS message
+) AS u
+ON CONFLICT (job_id, cause) DO NOTHING
+RETURNING *;
+
+-- ResolveAlerts closes the open alerts of the shards whose cause has
+-- cleared and returns them.
+-- name: ResolveAlerts :many
+WITH o AS (
+    SELECT a.id, CASE
+        WHEN j.status = 'deleted' THEN 'the job was deleted'
+        WHEN j.spec->'alerts' IS NULL OR NOT ((j.spec->'alerts'->'on') @> to_jsonb(a.kind)) THEN 'the job no longer raises ' || a.kind
+        WHEN a.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.id = a.run_id) THEN 'the run was pruned'
+        WHEN a.kind = 'missed' AND j.status = 'paused' THEN 'the job was paused'
+        WHEN a.kind = 'missed' AND EXISTS (SELECT 1 FROM runs AS r WHERE r.job_id = a.job_id AND r.scheduled_for >= a.scheduled_for
+                                           AND r.started_at IS NOT NULL) THEN 'a run started'
+        WHEN a.kind = 'stuck' AND a.attempt_id IS NOT NULL
+             AND NOT EXISTS (SELECT 1 FROM attempts AS x WHERE x.id = a.attempt_id AND x.outcome = 'running') THEN 'the attempt ended'
+        WHEN a.kind = 'stuck' AND a.attempt_id IS NULL
+             AND EXISTS (SELECT 1 FROM runs AS r WHERE r.id = a.run_id AND r.finished_at IS NOT NULL) THEN 'the run finished'
+        WHEN a.kind = 'failure' AND EXISTS (SELECT 1 FROM runs AS r WHERE r.job_id = a.job_id AND r.scheduled_for >= a.scheduled_for
+                                            AND r.status = 'succeeded') THEN 'a run succeeded'
+        WHEN a.kind = 'dead_letter'
+             AND NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = a.run_id AND t.status = 'dead_lettered') THEN 'its dead letters were replayed'
+        ELSE '' END AS why
+    FROM alerts AS a JOIN jobs AS j ON j.id = a.job_id
+    WHERE a.shard = ANY(@shards::int[]) AND a.resolved_at IS NULL
+    ORDER BY a.id
+    LIMIT @batch
+)
+UPDATE alerts SET resolved_at = now(), resolution = o.why
+FROM o
+WHERE alerts.id = o.id AND o.why <> ''
+RETURNING alerts.*;
+
+-- ListAlerts pages through a tenant's alerts, newest first; a scoped
+-- caller sees those of what it was granted, as in ListJobs.
+-- name: ListAlerts :many
+SELECT a.*, j.namespace, j.name AS job_name
+FROM alerts AS a JOIN jobs AS j ON j.id = a.job_id
+WHERE a.tenant_id = @tenant_id
+  AND (NOT @open_only::bool OR a.resolved_at IS NULL)
+  AND (sqlc.narg(job_id)::uuid IS NULL OR a.job_id = sqlc.narg(job_id)::uuid)
+  AND (@namespace::text = '' OR j.namespace = @namespace::text)
+  AND (NOT @scoped::bool OR j.namespace = ANY(@scope_namespaces::text[])
+       OR j.namespace || '/' || j.name = ANY(@scope_jobs::text[]))
+  AND (a.raised_at, a.id) < (@before_at::timestamptz, @before_id::uuid)
+ORDER BY a.raised_at DESC, a.id DESC
+LIMIT @page_size;
+
+-- name: OpenAlertCounts :many
+SELECT kind, count(*) AS open FROM alerts WHERE resolved_at IS NULL GROUP BY kind;
+
+-- name: PruneResolvedAlerts :execrows
+DELETE FROM alerts WHERE id IN (
+    SELECT id FROM alerts WHERE resolved_at < now() - INTERVAL '1 second' * @older_than_seconds::float8
+    ORDER BY resolved_at LIMIT @batch);
