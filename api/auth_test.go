@@ -334,6 +334,8 @@ func TestAnotherTenantReachesNothing(t *testing.T) {
 		{"/orrery.v1.RunService/CancelRun", `{"id":"` + triggered.Run.ID + `"}`},
 		{"/orrery.v1.RunService/ListRuns", `{"job":` + byID + `}`},
 		{"/orrery.v1.RunService/ListDeadLetters", `{"job":` + byName + `}`},
+		{"/orrery.v1.AlertService/ListAlerts", `{"job":` + byID + `}`},
+		{"/orrery.v1.AlertService/ListNotifications", `{"job":` + byName + `}`},
 	} {
 		if code, body := rpc(other, c.path, c.body); code != "not_found" {
 			t.Errorf("%s %s as another tenant: %q %s; want not_found", c.path, c.body, code, body)
@@ -345,6 +347,8 @@ func TestAnotherTenantReachesNothing(t *testing.T) {
 		{"/orrery.v1.RunService/ListDeadLetters", `{}`},
 		{"/orrery.v1.RunService/ReplayDeadLetters", `{"task_ids":["` + got.Tasks[0].ID + `"]}`},
 		{"/orrery.v1.AuditService/ListAudit", `{}`},
+		{"/orrery.v1.AlertService/ListAlerts", `{}`},
+		{"/orrery.v1.AlertService/ListNotifications", `{}`},
 		{"/orrery.v1.PipelineService/Plan", `{}`},
 	} {
 		code, body := rpc(other, c.path, c.body)

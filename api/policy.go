@@ -201,6 +201,13 @@ var policies = map[string]policy{
 
 	orreryv1connect.AuditServiceListAuditProcedure: tenantAdmin,
 
+	orreryv1connect.AlertServiceListAlertsProcedure: {role: access.Reader, targets: func(m any) []target {
+		return onFilter(m.(*orreryv1.ListAlertsRequest).GetJob())
+	}},
+	orreryv1connect.AlertServiceListNotificationsProcedure: {role: access.Reader, targets: func(m any) []target {
+		return onFilter(m.(*orreryv1.ListNotificationsRequest).GetJob())
+	}},
+
 	orreryv1connect.AccessServiceCreateTenantProcedure: systemAdmin,
 	orreryv1connect.AccessServiceListTenantsProcedure:  systemAdmin,
 	// A key in a tenant named by the request, or a system admin key, needs

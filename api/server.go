@@ -99,9 +99,11 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	mux.Handle(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewAuditServiceHandler(&auditServer{pool: svc.State, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, log: log}, opts...))
+	mux.Handle(orreryv1connect.NewAlertServiceHandler(&alertServer{pool: svc.State, jobs: svc.Jobs, log: log}, opts...))
 
 	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName,
-		orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName, orreryv1connect.AccessServiceName}
+		orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName, orreryv1connect.AccessServiceName,
+		orreryv1connect.AlertServiceName}
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
