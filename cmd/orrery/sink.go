@@ -7,13 +7,15 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/orrery-dev/orrery/engine/executor"
 )
 
 // devSinkPath is where `orrery dev` serves, on the API's own address, the
 // webhook endpoints the example jobs call: it answers 200 and logs what it
-// received. The examples name it as exampleSink; dev rewrites that to the
+// received (under /dev/sink/status/NNN it answers NNN, to try failures). The examples name it as exampleSink; dev rewrites that to the
 // address it serves on, so two dev stacks side by side each call their own.
 const (
 	devSinkPath = "/dev/sink/"
@@ -30,7 +32,11 @@ func devSink(log *slog.Logger) http.Handler {
 		b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		_ = json.Unmarshal(b, &body)
 		log.Info("dev sink: webhook received", "path", r.URL.Path, "job", body.Job, "step", body.Step, "attempt", body.Attempt,
-			"idempotency_key", r.Header.Get("Idempotency-Key"))
+			"idempotency_key", r.Header.Get("Idempotency-Key"), "event", r.Header.Get("Orrery-Event"))
+		if code, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, devSinkPath+"status/")); err == nil && code >= 200 && code <= 599 {
+			w.WriteHeader(code)
+			return
+		}
 		_, _ = w.Write([]byte(`{"ok":true}`))
 	})
 }
