@@ -32,7 +32,7 @@ type listFilter struct {
 	tenant              uuid.UUID
 	jobID               *uuid.UUID
 	scoped              bool
-	namespaces, scopeJb []string
+	namespaces, scopeJobs []string
 	size                int
 	before              auditToken
 }
@@ -58,7 +58,7 @@ func (s *alertServer) filter(ctx context.Context, ref *orreryv1.JobRef, pageSize
 		}
 		f.jobID = &j.ID
 	}
-	f.scoped, f.namespaces, f.scopeJb = a.Scope.Params()
+	f.scoped, f.namespaces, f.scopeJobs = a.Scope.Params()
 	return f, nil
 }
 
@@ -74,7 +74,7 @@ func (s *alertServer) ListAlerts(ctx context.Context, req *connect.Request[orrer
 		return nil, toConnect(ctx, s.log, err)
 	}
 	rows, err := store.New(s.pool).ListAlerts(ctx, store.ListAlertsParams{TenantID: f.tenant, OpenOnly: m.GetOpenOnly(), JobID: f.jobID,
-		Namespace: m.GetNamespace(), Scoped: f.scoped, ScopeNamespaces: f.namespaces, ScopeJobs: f.scopeJb,
+		Namespace: m.GetNamespace(), Scoped: f.scoped, ScopeNamespaces: f.namespaces, ScopeJobs: f.scopeJobs,
 		BeforeAt: f.before.At, BeforeID: f.before.ID, PageSize: int32(f.size + 1)})
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
@@ -103,7 +103,7 @@ func (s *alertServer) ListNotifications(ctx context.Context, req *connect.Reques
 		return nil, toConnect(ctx, s.log, err)
 	}
 	rows, err := store.New(s.pool).ListNotifications(ctx, store.ListNotificationsParams{TenantID: f.tenant, JobID: f.jobID,
-		Status: m.GetStatus(), Scoped: f.scoped, ScopeNamespaces: f.namespaces, ScopeJobs: f.scopeJb,
+		Status: m.GetStatus(), Scoped: f.scoped, ScopeNamespaces: f.namespaces, ScopeJobs: f.scopeJobs,
 		BeforeAt: f.before.At, BeforeID: f.before.ID, PageSize: int32(f.size + 1)})
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)

@@ -13,8 +13,8 @@
 //
 //  1. ClaimNotifications: one statement takes due rows (FOR UPDATE SKIP
 //     LOCKED), bumps their attempts and moves next_attempt_at to now +
-//     Config.ClaimFor. A worker killed or stopped from here on leaves the row due
-//     again when the claim runs out; another worker then delivers it.
+//     Config.ClaimFor. A worker killed or stopped from here on leaves the
+//     row due again when the claim runs out; another worker delivers it.
 //  2. The POST, bounded by Timeout (less than ClaimFor).
 //  3. RecordDelivery: delivered, failed for good, or pending with a
 //     backoff, only if the row still carries this claim's attempts count.
