@@ -29,12 +29,12 @@ type alertServer struct {
 // listFilter is what both lists share: the caller's tenant and scope, a
 // job filter looked up in them, the page size and the keyset position.
 type listFilter struct {
-	tenant              uuid.UUID
-	jobID               *uuid.UUID
-	scoped              bool
+	tenant                uuid.UUID
+	jobID                 *uuid.UUID
+	scoped                bool
 	namespaces, scopeJobs []string
-	size                int
-	before              auditToken
+	size                  int
+	before                auditToken
 }
 
 func (s *alertServer) filter(ctx context.Context, ref *orreryv1.JobRef, pageSize int32, token string) (listFilter, error) {
