@@ -67,6 +67,11 @@ func run(m *testing.M) int {
 		settings["auto_explain.log_buffers"] = "on"
 		settings["auto_explain.log_timing"] = "on"
 		settings["auto_explain.log_nested_statements"] = "on"
+		// What else stalls statements: lock waits, checkpoints, autovacuum.
+		settings["log_lock_waits"] = "on"
+		settings["deadlock_timeout"] = "100ms"
+		settings["log_checkpoints"] = "on"
+		settings["log_autovacuum_min_duration"] = "0"
 	}
 	cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: filepath.Join(dir, "pg"), Settings: settings})
 	if err != nil {
