@@ -224,6 +224,11 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 			return err
 		}
 		parts = append(parts, n.Run)
+	} else {
+		// The API's releases (triggers, replays) are admitted here.
+		parts = append(parts, func(ctx context.Context) error {
+			return d.Admit(ctx, dispatch.AdmitConfig{Pool: state, Waited: mets.AdmissionWait, Logger: log, Failpoints: fp})
+		})
 	}
 	if len(queues) > 0 {
 		cfg, err := f.sandbox(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: f.name, LeaseTTL: f.leaseTTL,

@@ -1,13 +1,28 @@
-// Package dispatch hands released tasks to River: admission decides which
-// ready tasks go now, and Release inserts their River jobs in the caller's
-// transaction, so a task is queued if and only if that transaction commits.
+// Package dispatch hands released tasks to River through admission.
+//
+// # Release and admission
+//
+// Release, called in the transaction that releases tasks (a run's
+// creation, a parent's success, a retry, a replay), inserts nothing into
+// River: the released task rows wait in the tasks table (status queued
+// or retrying, admitted_at NULL, ready_at when the wait began or a
+// retry's backoff ends), and once that transaction commits the process's
+// admitter is woken for their queues. The admitters decide what goes to
+// River; see admit.go for how they choose and what their transaction
+// locks. A redelivery (the replacement of a River job that a dead worker
+// fetched and never started) is of an admitted task and goes to River at
+// once.
 //
 // When River's tables live in another database than Orrery's state (River
-// does not run on CockroachDB), Release writes an outbox row in the state
-// transaction instead, and Relay moves outbox rows to River afterwards: it
-// inserts the River jobs, then deletes the rows. A crash between the two
-// replays the insert, which River's unique key (task, attempt) makes
-// harmless, and the task's fencing token would reject a second attempt.
+// does not run on CockroachDB), the admitter inserts the River jobs into
+// the queue database before its state transaction commits, under River's
+// unique key (task, attempt): a transaction that then fails leaves a job
+// that a later admission's insert of the same key finds already there, and
+// the task's fencing token would reject a second attempt anyway.
+// Redeliveries go through an outbox row in the state transaction, which
+// Relay moves to River afterwards: it inserts the River jobs, then deletes
+// the rows; a crash between the two replays the insert, which the unique
+// key makes harmless.
 package dispatch
 
 import (
@@ -57,6 +72,7 @@ type Ready struct {
 type Dispatcher struct {
 	river  *river.Client[pgx.Tx]
 	outbox bool
+	wake   wake
 }
 
 // notifyEvery bounds how often an insert wakes the workers of a queue:
@@ -71,7 +87,7 @@ func New() (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}
-	return &Dispatcher{river: c}, nil
+	return &Dispatcher{river: c, wake: newWake()}, nil
 }
 
 // NewOutbox returns a Dispatcher for River tables in the queue database, a
@@ -81,22 +97,49 @@ func NewOutbox(queue *pgxpool.Pool) (*Dispatcher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dispatch: %w", err)
 	}
-	return &Dispatcher{river: c, outbox: true}, nil
+	return &Dispatcher{river: c, outbox: true, wake: newWake()}, nil
 }
 
-// admit is where tenant quotas and weighted fairness will decide which
-// ready tasks go now and which wait; today every ready task goes.
-func admit(ready []Ready) []Ready { return ready }
-
-// Release admits ready tasks and inserts their River jobs in tx.
+// Release records ready tasks for admission in tx. The callers have
+// already written the tasks' status and ready_at; Release starts the wait
+// of retries at the end of their backoff, hands redeliveries to River, and
+// wakes the admitter of each queue once tx commits.
 func (d *Dispatcher) Release(ctx context.Context, tx pgx.Tx, ready []Ready) error {
-	ready = admit(ready)
 	if len(ready) == 0 {
+		return nil
+	}
+	var again []Ready
+	var retry store.SetReadyAtParams
+	queues := map[string]bool{}
+	for _, r := range ready {
+		if r.Redelivers != 0 {
+			again = append(again, r)
+			continue
+		}
+		queues[r.Queue] = true
+		if !r.NotBefore.IsZero() {
+			retry.Ids = append(retry.Ids, r.TaskID)
+			retry.Ats = append(retry.Ats, r.NotBefore)
+		}
+	}
+	if len(retry.Ids) > 0 {
+		if err := store.New(tx).SetReadyAt(ctx, retry); err != nil {
+			return fmt.Errorf("dispatch: retry backoff: %w", err)
+		}
+	}
+	if len(queues) > 0 {
+		store.OnCommit(tx, func() {
+			for q := range queues {
+				d.Kick(q)
+			}
+		})
+	}
+	if len(again) == 0 {
 		return nil
 	}
 	if d.outbox {
 		p := store.InsertOutboxParams{}
-		for _, r := range ready {
+		for _, r := range again {
 			p.Ids = append(p.Ids, uuid.Must(uuid.NewV7()))
 			p.TaskIds = append(p.TaskIds, r.TaskID)
 			p.TenantIds = append(p.TenantIds, r.Tenant)
@@ -111,7 +154,7 @@ func (d *Dispatcher) Release(ctx context.Context, tx pgx.Tx, ready []Ready) erro
 		}
 		return nil
 	}
-	if _, err := d.river.InsertManyTx(ctx, tx, riverParams(ready, false)); err != nil {
+	if _, err := d.river.InsertManyTx(ctx, tx, riverParams(again, false)); err != nil {
 		return fmt.Errorf("dispatch: insert River jobs: %w", err)
 	}
 	return nil

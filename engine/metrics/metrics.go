@@ -31,6 +31,7 @@ type Metrics struct {
 	firingBatch      prometheus.Histogram
 	alertsRaised     *prometheus.CounterVec
 	notifications    *prometheus.CounterVec
+	admissionWait    *prometheus.HistogramVec
 }
 
 // New makes the metrics, with the Go and process collectors.
@@ -79,8 +80,13 @@ func New() *Metrics {
 			Name: "orrery_notification_deliveries_total",
 			Help: "Webhook notification delivery attempts, by outcome (delivered, retry, failed).",
 		}, []string{"outcome"}),
+		admissionWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "orrery_admission_wait_seconds",
+			Help:    "From a task becoming ready (released, or its retry backoff over) to its admission into its queue, by queue.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"queue"}),
 	}
-	m.reg.MustRegister(m.scheduleLag, m.alertsRaised, m.notifications, m.runsFinished, m.instantsSkipped, m.attempts, m.leaseExpirations,
+	m.reg.MustRegister(m.scheduleLag, m.admissionWait, m.alertsRaised, m.notifications, m.runsFinished, m.instantsSkipped, m.attempts, m.leaseExpirations,
 		m.shardsOwned, m.shardTakeovers, m.firingBatch,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -95,6 +101,18 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) Register(c prometheus.Collector) {
 	if m != nil {
 		m.reg.MustRegister(c)
+	}
+}
+
+// AdmissionWait records how long admitted tasks of a queue waited for
+// admission, in seconds on the database's clock.
+func (m *Metrics) AdmissionWait(queue string, waited []float64) {
+	if m == nil {
+		return
+	}
+	o := m.admissionWait.WithLabelValues(queue)
+	for _, w := range waited {
+		o.Observe(max(w, 0))
 	}
 }
 

@@ -1,6 +1,7 @@
 // Package node assembles one scheduler node: its shard leases, the
 // scheduler that fires the shards it owns, the reaper of lapsed task and
-// worker leases, the janitor and the watchdog of its shards, and (when
+// worker leases, the janitor and the watchdog of its shards, the admitter
+// of the queues it releases tasks into, and (when
 // River lives in its own database) the outbox relay. The API and worker
 // pools run beside it in the same process or elsewhere.
 package node
@@ -69,6 +70,7 @@ type Node struct {
 	janitor   *retention.Janitor
 	Watchdog  *watchdog.Watchdog
 	relay     func(context.Context) error
+	admit     func(context.Context) error
 }
 
 // New builds a node; Run runs it.
@@ -100,15 +102,23 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	relay := func(ctx context.Context) error {
 		return cfg.Dispatcher.Relay(ctx, cfg.Pool, 20*time.Millisecond, cfg.Logger)
 	}
-	return &Node{Shards: mgr, Scheduler: s, reaper: reaper, janitor: janitor, Watchdog: dog, relay: relay}, nil
+	// The admitter of the queues this node releases tasks into (its runs'
+	// first steps, the reaper's retries): woken by its releases only; the
+	// workers of each queue poll theirs.
+	admit := func(ctx context.Context) error {
+		return cfg.Dispatcher.Admit(ctx, dispatch.AdmitConfig{Pool: cfg.Pool, Waited: cfg.Metrics.AdmissionWait, Logger: cfg.Logger,
+			Failpoints: cfg.Failpoints})
+	}
+	return &Node{Shards: mgr, Scheduler: s, reaper: reaper, janitor: janitor, Watchdog: dog, relay: relay, admit: admit}, nil
 }
 
 // Run runs the node until ctx ends; on the way out its shards are released
 // so that other nodes take them at once.
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, 6)
-	for _, run := range []func(context.Context) error{n.Shards.Run, n.Scheduler.Run, n.reaper.Run, n.janitor.Run, n.Watchdog.Run, n.relay} {
+	parts := []func(context.Context) error{n.Shards.Run, n.Scheduler.Run, n.reaper.Run, n.janitor.Run, n.Watchdog.Run, n.relay, n.admit}
+	errs := make(chan error, len(parts))
+	for _, run := range parts {
 		wg.Go(func() { errs <- run(ctx) })
 	}
 	wg.Wait()

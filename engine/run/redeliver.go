@@ -23,11 +23,20 @@ func Redeliver(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, fetched [
 	if len(fetched) == 0 {
 		return 0, nil
 	}
-	p := store.UnstartedTasksParams{}
-	job := make(map[uuid.UUID]int64, len(fetched))
+	// The worker may hold two jobs for one task: an attempt it reported
+	// (River had not marked its job done yet when the worker died) and the
+	// retry it fetched next. Only the latest can be unstarted.
+	latest := make(map[uuid.UUID]dispatch.Fetched, len(fetched))
 	for _, f := range fetched {
-		if _, dup := job[f.TaskID]; dup {
-			continue // the worker held two jobs for one task: one redelivery
+		if l, dup := latest[f.TaskID]; !dup || f.Attempt > l.Attempt {
+			latest[f.TaskID] = f
+		}
+	}
+	p := store.UnstartedTasksParams{}
+	job := make(map[uuid.UUID]int64, len(latest))
+	for _, f := range fetched {
+		if l := latest[f.TaskID]; l.JobID != f.JobID || job[f.TaskID] != 0 {
+			continue
 		}
 		p.Ids = append(p.Ids, f.TaskID)
 		p.Attempts = append(p.Attempts, int32(f.Attempt))

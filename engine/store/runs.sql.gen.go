@@ -456,9 +456,9 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 }
 
 const insertTasks = `-- name: InsertTasks :exec
-INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at)
+INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
-       CASE WHEN u.status = 'queued' THEN now() END
+       CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END
 FROM (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS tenant_id, unnest($3::uuid[]) AS run_id,
            unnest($4::text[]) AS step, unnest($5::text[]) AS status,
@@ -746,7 +746,7 @@ func (q *Queries) ReopenRuns(ctx context.Context, ids []uuid.UUID) error {
 }
 
 const replayTasks = `-- name: ReplayTasks :many
-UPDATE tasks SET status = 'queued', finished_at = NULL, last_error = ''
+UPDATE tasks SET status = 'queued', finished_at = NULL, last_error = '', ready_at = now(), admitted_at = NULL
 WHERE tenant_id = $1 AND status = 'dead_lettered' AND id = ANY($2::uuid[])
 RETURNING id, tenant_id, run_id, attempt, queue, priority
 `
@@ -879,7 +879,7 @@ func (q *Queries) RunEdges(ctx context.Context, runID uuid.UUID) ([]TaskEdge, er
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at FROM tasks WHERE run_id = $1 ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at FROM tasks WHERE run_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error) {
@@ -910,6 +910,8 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 			&i.ReleasedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.ReadyAt,
+			&i.AdmittedAt,
 		); err != nil {
 			return nil, err
 		}

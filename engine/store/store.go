@@ -123,16 +123,43 @@ func InRawTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) 
 			}
 		}
 		attempt++
-		tx, err := pool.BeginTx(ctx, pgx.TxOptions{})
+		raw, err := pool.BeginTx(ctx, pgx.TxOptions{})
 		if err != nil {
 			return beforeCommit(err, attempt)
 		}
+		tx := &hookedTx{Tx: raw}
 		if err := fn(tx); err != nil {
 			_ = tx.Rollback(ctx)
 			return beforeCommit(err, attempt)
 		}
-		return asRetryable(tx.Commit(ctx))
+		if err := tx.Commit(ctx); err != nil {
+			return asRetryable(err)
+		}
+		for _, f := range tx.onCommit {
+			f()
+		}
+		return nil
 	})
+}
+
+// hookedTx is the transaction InRawTx hands out: it runs the functions
+// given to OnCommit once it has committed.
+type hookedTx struct {
+	pgx.Tx
+	onCommit []func()
+}
+
+// OnCommit runs fn after tx commits, when tx comes from InTx or InRawTx
+// (not at all if it rolls back; a retried transaction keeps only the
+// functions of the try that committed); with any other transaction, at
+// once. Work that must see the transaction's rows (waking an admitter)
+// goes here.
+func OnCommit(tx pgx.Tx, fn func()) {
+	if h, ok := tx.(*hookedTx); ok {
+		h.onCommit = append(h.onCommit, fn)
+		return
+	}
+	fn()
 }
 
 // lostRetries is how many times a transaction whose session was lost before

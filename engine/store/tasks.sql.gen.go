@@ -22,7 +22,8 @@ WITH req AS (
            unnest($11::bool[]) AS expired
 ), t AS (
     UPDATE tasks
-    SET status = req.status, lease_owner = NULL, lease_expires_at = NULL, last_error = req.error,
+    SET status = req.status, lease_owner = NULL, lease_expires_at = NULL, last_error = req.error, admitted_at = NULL,
+        ready_at = CASE WHEN req.status = 'retrying' THEN now() ELSE tasks.ready_at END,
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
@@ -122,7 +123,8 @@ func (q *Queries) CompleteSoleTasks(ctx context.Context, arg CompleteSoleTasksPa
 const completeTask = `-- name: CompleteTask :one
 WITH t AS (
     UPDATE tasks
-    SET status = $1::text, lease_owner = NULL, lease_expires_at = NULL, last_error = $2::text,
+    SET status = $1::text, lease_owner = NULL, lease_expires_at = NULL, last_error = $2::text, admitted_at = NULL,
+        ready_at = CASE WHEN $1::text = 'retrying' THEN now() ELSE tasks.ready_at END,
         finished_at = CASE WHEN $1::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     WHERE tasks.id = $3 AND tasks.fencing_token = $4 AND tasks.status = 'running'
       AND (NOT $5::bool OR tasks.lease_expires_at <= now())
@@ -447,7 +449,7 @@ func (q *Queries) RecordLateReport(ctx context.Context, arg RecordLateReportPara
 }
 
 const releaseTasks = `-- name: ReleaseTasks :exec
-UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now())
+UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now()
 WHERE id = ANY($1::uuid[]) AND status = 'waiting'
 `
 
@@ -568,7 +570,7 @@ WITH req AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
         lease_owner = $4::text, lease_expires_at = now() + INTERVAL '1 second' * $5::float8,
-        started_at = COALESCE(tasks.started_at, now())
+        started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id

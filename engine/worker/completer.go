@@ -64,6 +64,10 @@ func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bo
 		return nil
 	})
 	if err == nil {
+		// The attempts that ended freed their slots: admit more.
+		for q := range w.cfg.Queues {
+			w.dispatcher.Kick(q)
+		}
 		w.cfg.Metrics.RunsFinished(tally.RunsFinished)
 	}
 	return accepted, err

@@ -254,6 +254,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Notifications of this worker's queues: stopped with the batchers.
 	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(ctx))
 	batchers.Go(func() { _ = w.deliverer.Run(notifyCtx) })
+	// Admission of this worker's queues: after the lease, so that its
+	// slots count; stopped with the batchers.
+	batchers.Go(func() {
+		_ = w.dispatcher.Admit(notifyCtx, dispatch.AdmitConfig{Pool: w.cfg.StatePool, Queues: slices.Sorted(maps.Keys(w.cfg.Queues)),
+			Waited: w.cfg.Metrics.AdmissionWait, Logger: w.cfg.Logger, Failpoints: w.cfg.Failpoints})
+	})
 	defer func() { close(stopBatchers); stopNotify(); batchers.Wait() }()
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), w.cfg.LeaseTTL)

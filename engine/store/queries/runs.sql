@@ -60,9 +60,9 @@ ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id;
 
 -- name: InsertTasks :exec
-INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at)
+INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
-       CASE WHEN u.status = 'queued' THEN now() END
+       CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@run_ids::uuid[]) AS run_id,
            unnest(@steps::text[]) AS step, unnest(@statuses::text[]) AS status,
@@ -163,7 +163,7 @@ LIMIT @page_size;
 
 -- ReplayTasks puts dead-lettered tasks back in line for one more attempt.
 -- name: ReplayTasks :many
-UPDATE tasks SET status = 'queued', finished_at = NULL, last_error = ''
+UPDATE tasks SET status = 'queued', finished_at = NULL, last_error = '', ready_at = now(), admitted_at = NULL
 WHERE tenant_id = @tenant_id AND status = 'dead_lettered' AND id = ANY(@ids::uuid[])
 RETURNING id, tenant_id, run_id, attempt, queue, priority;
 

@@ -10,7 +10,7 @@ WITH req AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
         lease_owner = @worker::text, lease_expires_at = now() + INTERVAL '1 second' * @ttl_seconds::float8,
-        started_at = COALESCE(tasks.started_at, now())
+        started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id
@@ -77,7 +77,8 @@ LEFT JOIN tasks AS t ON t.id = req.id AND t.fencing_token = req.token AND t.stat
 -- name: CompleteTask :one
 WITH t AS (
     UPDATE tasks
-    SET status = @status::text, lease_owner = NULL, lease_expires_at = NULL, last_error = @error::text,
+    SET status = @status::text, lease_owner = NULL, lease_expires_at = NULL, last_error = @error::text, admitted_at = NULL,
+        ready_at = CASE WHEN @status::text = 'retrying' THEN now() ELSE tasks.ready_at END,
         finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     WHERE tasks.id = @id AND tasks.fencing_token = @fencing_token AND tasks.status = 'running'
       AND (NOT @expired::bool OR tasks.lease_expires_at <= now())
@@ -103,7 +104,7 @@ WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = @parent_id) AND s
 RETURNING id, tenant_id, parents_remaining, queue, priority, trigger_rule;
 
 -- name: ReleaseTasks :exec
-UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now())
+UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now()
 WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
 
 -- FinishRunIfDone derives a run's status from its tasks once none is left
@@ -199,7 +200,8 @@ WITH req AS (
            unnest(@expired::bool[]) AS expired
 ), t AS (
     UPDATE tasks
-    SET status = req.status, lease_owner = NULL, lease_expires_at = NULL, last_error = req.error,
+    SET status = req.status, lease_owner = NULL, lease_expires_at = NULL, last_error = req.error, admitted_at = NULL,
+        ready_at = CASE WHEN req.status = 'retrying' THEN now() ELSE tasks.ready_at END,
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'

@@ -1,0 +1,457 @@
+package dispatch
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/engine/store"
+)
+
+// Admission decides which waiting tasks of a queue go to River now.
+//
+// # What a queue may hold
+//
+// A task holds a slot of its queue from its admission until its attempt
+// ends (admitted_at set, status queued, running or retrying): counted in
+// the database, so a crashed worker's slots come back when the reaper ends
+// its lapsed attempts, within the lease TTL, and no process's memory is
+// the source of truth. A queue may hold InFlightPerSlot tasks per slot its
+// live workers advertise (workers.queues): River keeps about one job ready
+// behind each running one, so a worker that finishes fetches its next job
+// without waiting for an admission pass, and work released later waits
+// behind at most that one job per slot. A queue no live worker serves
+// admits nothing.
+//
+// A tenant's max_concurrency (0: none) caps its tasks holding slots in all
+// queues, a tenant_queue_quotas row its tasks in one queue; both are read
+// at every pass, so a change applies at the next one.
+//
+// # How it chooses
+//
+// Free slots go one at a time to the waiting tenant with the fewest slots
+// held per unit of weight (weighted max-min fairness, recomputed from the
+// database at every pass: no deficit to lose in a crash); a tenant at one
+// of its quotas gets none. Once every tenant is backlogged, each holds
+// slots in proportion to its weight, and with tasks of similar length gets
+// that share of the starts; a lone tenant gets every slot. Inside a
+// tenant, tasks go by priority (critical, high, normal, low), oldest first
+// within one priority; a task that has waited longer than the aging bound
+// (AdmitConfig.Aging, default 5 minutes) goes before any fresher task of
+// any priority, oldest first.
+//
+// # The admission transaction and its locks
+//
+// One transaction per pass and queue, in this order:
+//  1. the queue's row in queues, FOR UPDATE SKIP LOCKED: one admitter at a
+//     time decides for a queue; another that finds it locked skips the
+//     pass and looks again shortly, so nothing waits on it;
+//  2. read the live workers' slots and the queue's slots held per tenant;
+//  3. the rows of the waiting tenants that have max_concurrency, FOR NO KEY
+//     UPDATE in id order (admitters of other queues deciding for the same
+//     tenant wait here; foreign-key checks do not), then their slots held
+//     in all queues;
+//  4. the chosen task rows, by UPDATE ... SET admitted_at, which skips a
+//     task cancelled meanwhile;
+//  5. the River jobs: in this transaction when River shares the database,
+//     else into the queue database before the commit (see the package doc).
+//
+// No other transaction takes a queue row, and none takes tenant rows after
+// task rows, so there is no lock cycle. A paused admitter holds the queue's
+// row until the pools' idle-in-transaction timeout ends its session; a
+// killed one's row is free at once; either way nothing is admitted twice,
+// since the marks and the River jobs commit together.
+//
+// Hot path cost: one more write of each task (the admission mark) and an
+// admission pass per batch of releases and of finishes.
+const (
+	// InFlightPerSlot is how many tasks a queue may hold per worker slot.
+	InFlightPerSlot = 2
+	// DefaultAging is AdmitConfig.Aging's default.
+	DefaultAging = 5 * time.Minute
+	// admitBatch bounds the tasks one pass admits.
+	admitBatch = 1000
+)
+
+// FailpointAdmitted is hit when an admission pass has marked its tasks and
+// inserted their River jobs, before its transaction commits.
+const FailpointAdmitted = "dispatch/admitted"
+
+// AdmitConfig configures Admit.
+type AdmitConfig struct {
+	// Pool is Orrery's state database.
+	Pool *pgxpool.Pool
+	// Queues are looked at every PollInterval (the queues this process's
+	// workers serve: their finishes free slots, and retries become ready
+	// with time); other queues only when a release wakes them.
+	Queues []string
+	// PollInterval: default 25 ms.
+	PollInterval time.Duration
+	// Aging: see the admission doc; default 5 minutes.
+	Aging time.Duration
+	// Waited receives, after each pass that admitted, how long each task
+	// waited (seconds); nil: not recorded.
+	Waited     func(queue string, seconds []float64)
+	Logger     *slog.Logger
+	Failpoints *failpoint.Set
+}
+
+func (c *AdmitConfig) withDefaults() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("dispatch: AdmitConfig.Pool is required")
+	case c.PollInterval < 0 || c.Aging < 0:
+		return errors.New("dispatch: AdmitConfig.PollInterval and Aging must not be negative")
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 25 * time.Millisecond
+	}
+	if c.Aging == 0 {
+		c.Aging = DefaultAging
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// wake is the set of queues to look at and the signal that it grew.
+type wake struct {
+	mu     *sync.Mutex
+	queues map[string]bool
+	ch     chan struct{}
+}
+
+func newWake() wake {
+	return wake{mu: &sync.Mutex{}, queues: map[string]bool{}, ch: make(chan struct{}, 1)}
+}
+
+// Kick asks this process's admitter to look at a queue now: tasks were
+// released into it, or slots of it freed.
+func (d *Dispatcher) Kick(queue string) {
+	d.wake.mu.Lock()
+	d.wake.queues[queue] = true
+	d.wake.mu.Unlock()
+	select {
+	case d.wake.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Dispatcher) kicked() []string {
+	d.wake.mu.Lock()
+	defer d.wake.mu.Unlock()
+	out := make([]string, 0, len(d.wake.queues))
+	for q := range d.wake.queues {
+		out = append(out, q)
+	}
+	clear(d.wake.queues)
+	return out
+}
+
+// Admit runs admission passes until ctx ends: for a queue when Kick wakes
+// it, and for cfg.Queues every PollInterval.
+func (d *Dispatcher) Admit(ctx context.Context, cfg AdmitConfig) error {
+	if err := cfg.withDefaults(); err != nil {
+		return err
+	}
+	t := time.NewTicker(cfg.PollInterval)
+	defer t.Stop()
+	ensured := map[string]bool{}
+	for {
+		var queues []string
+		polled := false
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.wake.ch:
+			queues = d.kicked()
+		case <-t.C:
+			queues, polled = append(d.kicked(), cfg.Queues...), true
+		}
+		slices.Sort(queues)
+		for _, q := range slices.Compact(queues) {
+			if polled {
+				// A cheap look first: most polls find nothing ready.
+				any, err := store.New(cfg.Pool).AnyWaiting(ctx, q)
+				if err != nil || !any {
+					continue
+				}
+			}
+			if !ensured[q] {
+				if err := store.New(cfg.Pool).EnsureQueue(ctx, q); err != nil {
+					if ctx.Err() == nil {
+						cfg.Logger.Error("admission: register queue", "queue", q, "err", err)
+					}
+					continue
+				}
+				ensured[q] = true
+			}
+			for {
+				res, err := d.AdmitOnce(ctx, cfg, q)
+				if err != nil {
+					if ctx.Err() == nil {
+						cfg.Logger.Error("admission pass failed", "queue", q, "err", err)
+					}
+					break
+				}
+				if res.Busy {
+					// Another admitter decides for q now and may have read
+					// before our release committed: look again shortly.
+					time.AfterFunc(5*time.Millisecond, func() { d.Kick(q) })
+					break
+				}
+				if res.Admitted < admitBatch {
+					break
+				}
+			}
+		}
+	}
+}
+
+// Admission is what one pass did.
+type Admission struct {
+	// Busy: another admitter held the queue; this pass did nothing.
+	Busy     bool
+	Admitted int
+}
+
+// tenantState is one waiting tenant during a pass.
+type tenantState struct {
+	id      uuid.UUID
+	weight  int64
+	held    int64 // slots held in this queue, with those given this pass
+	room    int64 // slots it may still get under its quotas
+	waiting []store.AdmissionCandidatesRow
+}
+
+// AdmitOnce runs one admission pass for a queue (see the admission doc):
+// one transaction.
+func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue string) (Admission, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return Admission{}, err
+	}
+	var res Admission
+	var waited []float64
+	err := store.InRawTx(ctx, cfg.Pool, func(tx pgx.Tx) error {
+		res, waited = Admission{}, nil
+		q := store.New(tx)
+		if _, err := q.LockQueue(ctx, queue); err != nil {
+			if store.IsNotFound(err) {
+				res.Busy = true
+				return nil
+			}
+			return err
+		}
+		slots, err := q.QueueSlots(ctx, queue)
+		if err != nil {
+			return err
+		}
+		held, err := q.InFlightByTenant(ctx, queue)
+		if err != nil {
+			return err
+		}
+		free := slots * InFlightPerSlot
+		heldBy := make(map[uuid.UUID]int64, len(held))
+		for _, h := range held {
+			free -= h.InFlight
+			heldBy[h.TenantID] = h.InFlight
+		}
+		free = min(free, admitBatch)
+		if free <= 0 {
+			return nil
+		}
+		tenants, err := q.WaitingTenants(ctx, queue)
+		if err != nil || len(tenants) == 0 {
+			return err
+		}
+		states, err := tenantStates(ctx, q, queue, tenants, heldBy)
+		if err != nil {
+			return err
+		}
+		ids := make([]uuid.UUID, 0, len(states))
+		for _, s := range states {
+			ids = append(ids, s.id)
+		}
+		cands, err := q.AdmissionCandidates(ctx, store.AdmissionCandidatesParams{
+			Tenants: ids, Queue: queue, Per: int32(free), AgingSeconds: cfg.Aging.Seconds()})
+		if err != nil {
+			return err
+		}
+		byID := make(map[uuid.UUID]*tenantState, len(states))
+		for _, s := range states {
+			byID[s.id] = s
+		}
+		for _, c := range cands {
+			s := byID[c.TenantID]
+			s.waiting = append(s.waiting, c)
+		}
+		chosen := choose(states, free)
+		if len(chosen) == 0 {
+			return nil
+		}
+		rows, err := q.AdmitTasks(ctx, chosen)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		ready := make([]Ready, len(rows))
+		for i, r := range rows {
+			ready[i] = Ready{TaskID: r.ID, Tenant: r.TenantID, Queue: queue, Priority: int(r.Priority), Attempt: int(r.Attempt) + 1}
+			waited = append(waited, r.WaitedSeconds)
+		}
+		if d.outbox {
+			_, err = d.river.InsertMany(ctx, riverParams(ready, true))
+		} else {
+			_, err = d.river.InsertManyTx(ctx, tx, riverParams(ready, false))
+		}
+		if err != nil {
+			return fmt.Errorf("insert River jobs: %w", err)
+		}
+		cfg.Failpoints.Hit(FailpointAdmitted)
+		res.Admitted = len(rows)
+		return nil
+	})
+	if err == nil && len(waited) > 0 && cfg.Waited != nil {
+		cfg.Waited(queue, waited)
+	}
+	return res, err
+}
+
+// tenantStates reads the weights and quotas of the waiting tenants; for
+// those with a quota across queues it locks their rows and counts their
+// slots held in every queue.
+func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID, heldBy map[uuid.UUID]int64) ([]*tenantState, error) {
+	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: tenants})
+	if err != nil {
+		return nil, err
+	}
+	var quota []uuid.UUID
+	for _, l := range limits {
+		if l.MaxConcurrency > 0 {
+			quota = append(quota, l.ID)
+		}
+	}
+	total := map[uuid.UUID]int64{}
+	if len(quota) > 0 {
+		if err := q.LockTenants(ctx, quota); err != nil {
+			return nil, err
+		}
+		rows, err := q.TenantInFlight(ctx, quota)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			total[r.TenantID] = r.InFlight
+		}
+	}
+	states := make([]*tenantState, 0, len(limits))
+	for _, l := range limits {
+		s := &tenantState{id: l.ID, weight: int64(max(l.Weight, 1)), held: heldBy[l.ID], room: admitBatch}
+		if l.MaxConcurrency > 0 {
+			s.room = min(s.room, int64(l.MaxConcurrency)-total[l.ID])
+		}
+		if l.QueueMax > 0 {
+			s.room = min(s.room, int64(l.QueueMax)-s.held)
+		}
+		if s.room > 0 {
+			states = append(states, s)
+		}
+	}
+	return states, nil
+}
+
+// choose gives up to free slots, one at a time, to the tenant holding the
+// fewest per unit of weight that still has a task waiting and room under
+// its quotas, and returns the tasks chosen. Each tenant's tasks go by aged
+// priority: aged first, then by priority, then oldest first.
+func choose(states []*tenantState, free int64) []uuid.UUID {
+	h := &byShare{}
+	for _, s := range states {
+		slices.SortFunc(s.waiting, func(a, b store.AdmissionCandidatesRow) int {
+			return cmp.Or(cmp.Compare(rank(a), rank(b)), a.ReadyAt.Compare(b.ReadyAt), cmp.Compare(a.ID.String(), b.ID.String()))
+		})
+		if len(s.waiting) > 0 {
+			heap.Push(h, s)
+		}
+	}
+	var chosen []uuid.UUID
+	for ; free > 0 && h.Len() > 0; free-- {
+		s := (*h)[0]
+		chosen = append(chosen, s.waiting[0].ID)
+		s.waiting = s.waiting[1:]
+		s.held++
+		s.room--
+		if len(s.waiting) == 0 || s.room <= 0 {
+			heap.Pop(h)
+		} else {
+			heap.Fix(h, 0)
+		}
+	}
+	return chosen
+}
+
+// rank orders a tenant's waiting tasks: aged ones before every priority.
+func rank(c store.AdmissionCandidatesRow) int32 {
+	if c.Aged {
+		return 0
+	}
+	return c.Priority
+}
+
+// byShare is a min-heap of tenants by slots held per unit of weight (ties:
+// the heavier first, then by id, so that passes are reproducible).
+type byShare []*tenantState
+
+func (h byShare) Len() int { return len(h) }
+func (h byShare) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	// a.held/a.weight < b.held/b.weight without division.
+	if l, r := a.held*b.weight, b.held*a.weight; l != r {
+		return l < r
+	}
+	if a.weight != b.weight {
+		return a.weight > b.weight
+	}
+	return a.id.String() < b.id.String()
+}
+func (h byShare) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *byShare) Push(x any)   { *h = append(*h, x.(*tenantState)) }
+func (h *byShare) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return s
+}
+
+// WaitReason says why a task of a tenant waits for admission in a queue,
+// as the API shows it: "no worker serves queue etl", "tenant quota 50/50",
+// "tenant quota in queue etl 10/10", "queue etl full 400/400", or "waiting
+// for its turn" (other tenants' or this tenant's earlier work goes first).
+func WaitReason(ctx context.Context, q *store.Queries, tenant uuid.UUID, queue string) (string, error) {
+	s, err := q.AdmissionState(ctx, store.AdmissionStateParams{Queue: queue, TenantID: tenant})
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case s.Slots == 0:
+		return fmt.Sprintf("no worker serves queue %s", queue), nil
+	case s.MaxConcurrency > 0 && s.TenantInFlight >= int64(s.MaxConcurrency):
+		return fmt.Sprintf("tenant quota %d/%d", s.TenantInFlight, s.MaxConcurrency), nil
+	case s.QueueMax > 0 && s.TenantQueueInFlight >= int64(s.QueueMax):
+		return fmt.Sprintf("tenant quota in queue %s %d/%d", queue, s.TenantQueueInFlight, s.QueueMax), nil
+	case s.QueueInFlight >= s.Slots*InFlightPerSlot:
+		return fmt.Sprintf("queue %s full %d/%d", queue, s.QueueInFlight, s.Slots*InFlightPerSlot), nil
+	}
+	return "waiting for its turn", nil
+}

@@ -1,0 +1,110 @@
+-- Admission: see package dispatch (admit.go) for the transaction and its
+-- lock order.
+
+-- name: EnsureQueue :exec
+INSERT INTO queues (name) VALUES (@name) ON CONFLICT (name) DO NOTHING;
+
+-- LockQueue takes the queue's admission lock, or returns no row when
+-- another admitter holds it.
+-- name: LockQueue :one
+SELECT name FROM queues WHERE name = @name FOR UPDATE SKIP LOCKED;
+
+-- QueueSlots is the concurrency the live workers serving the queue
+-- advertise.
+-- name: QueueSlots :one
+SELECT COALESCE(sum((queues ->> @queue::text)::int), 0)::bigint AS slots
+FROM workers WHERE lease_expires_at > now() AND queues ->> @queue::text IS NOT NULL;
+
+-- InFlightByTenant counts, per tenant, the queue's tasks that hold a slot.
+-- name: InFlightByTenant :many
+SELECT tenant_id, count(*)::bigint AS in_flight FROM tasks
+WHERE queue = @queue AND admitted_at IS NOT NULL AND status IN ('queued', 'running', 'retrying')
+GROUP BY tenant_id;
+
+-- WaitingTenants lists the tenants with tasks waiting for admission in the
+-- queue (a loose index scan: one probe per tenant, whatever the backlog).
+-- name: WaitingTenants :many
+WITH RECURSIVE w (tenant_id) AS (
+    (SELECT t.tenant_id FROM tasks AS t
+     WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
+     ORDER BY t.tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.tenant_id FROM tasks AS t
+            WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.tenant_id > w.tenant_id
+            ORDER BY t.tenant_id LIMIT 1)
+    FROM w WHERE w.tenant_id IS NOT NULL
+)
+SELECT w.tenant_id::uuid AS tenant_id FROM w WHERE w.tenant_id IS NOT NULL LIMIT 10000;
+
+-- TenantLimits reads the weight and quotas of tenants: max_concurrency
+-- across all queues (0: none) and the cap in this queue (0: none).
+-- name: TenantLimits :many
+SELECT t.id, t.weight, t.max_concurrency, COALESCE(q.max_concurrency, 0)::int AS queue_max
+FROM tenants AS t
+LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = @queue
+WHERE t.id = ANY(@ids::uuid[])
+ORDER BY t.id;
+
+-- LockTenants serializes the admitters of different queues deciding for
+-- the same tenants with a quota across queues (in id order: no deadlock).
+-- FOR NO KEY UPDATE leaves the foreign-key checks of inserts alone.
+-- name: LockTenants :exec
+SELECT id FROM tenants WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR NO KEY UPDATE;
+
+-- TenantInFlight counts each tenant's tasks holding a slot in any queue.
+-- name: TenantInFlight :many
+SELECT tenant_id, count(*)::bigint AS in_flight FROM tasks
+WHERE tenant_id = ANY(@ids::uuid[]) AND admitted_at IS NOT NULL AND status IN ('queued', 'running', 'retrying')
+GROUP BY tenant_id;
+
+-- AdmissionCandidates lists, for each tenant and each priority, the
+-- queue's oldest eligible waiting tasks (up to @per each): the admitter
+-- merges them by aged priority.
+-- name: AdmissionCandidates :many
+SELECT c.id, c.tenant_id, c.priority, c.ready_at::timestamptz AS ready_at,
+       (c.ready_at < now() - INTERVAL '1 second' * @aging_seconds::float8)::bool AS aged
+FROM unnest(@tenants::uuid[]) AS t (id)
+CROSS JOIN generate_series(1, 4) AS p (priority)
+CROSS JOIN LATERAL (
+    SELECT k.id, k.tenant_id, k.priority, k.ready_at FROM tasks AS k
+    WHERE k.queue = @queue AND k.tenant_id = t.id AND k.priority = p.priority
+      AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()
+    ORDER BY k.ready_at
+    LIMIT @per
+) AS c;
+
+-- AdmitTasks marks the chosen tasks admitted, skipping any that moved on
+-- meanwhile (cancelled), and returns what their River jobs need.
+-- name: AdmitTasks :many
+UPDATE tasks SET admitted_at = now()
+WHERE id = ANY(@ids::uuid[]) AND admitted_at IS NULL AND status IN ('queued', 'retrying')
+RETURNING id, tenant_id, priority, attempt, EXTRACT(EPOCH FROM now() - ready_at)::float8 AS waited_seconds;
+
+-- SetReadyAt starts the wait of retried tasks at the end of their backoff.
+-- name: SetReadyAt :exec
+UPDATE tasks SET ready_at = u.at
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@ats::timestamptz[]) AS at) AS u
+WHERE tasks.id = u.id AND tasks.admitted_at IS NULL;
+
+-- AnyWaiting says whether the queue has a task eligible for admission now
+-- (the admitter's cheap look before it takes the queue's lock).
+-- name: AnyWaiting :one
+SELECT EXISTS (
+    SELECT 1 FROM tasks
+    WHERE queue = @queue AND admitted_at IS NULL AND status IN ('queued', 'retrying') AND ready_at <= now()
+)::bool;
+
+-- AdmissionState is what a waiting task's reason is made of.
+-- name: AdmissionState :one
+SELECT (SELECT COALESCE(sum((w.queues ->> @queue::text)::int), 0) FROM workers AS w
+        WHERE w.lease_expires_at > now() AND w.queues ->> @queue::text IS NOT NULL)::bigint AS slots,
+       (SELECT count(*) FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NOT NULL
+          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS queue_in_flight,
+       (SELECT count(*) FROM tasks AS k WHERE k.tenant_id = @tenant_id AND k.admitted_at IS NOT NULL
+          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS tenant_in_flight,
+       (SELECT count(*) FROM tasks AS k WHERE k.queue = @queue AND k.tenant_id = @tenant_id AND k.admitted_at IS NOT NULL
+          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS tenant_queue_in_flight,
+       t.max_concurrency, COALESCE(q.max_concurrency, 0)::int AS queue_max
+FROM tenants AS t
+LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = @queue
+WHERE t.id = @tenant_id;
