@@ -179,6 +179,11 @@ type Notification struct {
 	FinishedAt     *time.Time
 }
 
+type Queue struct {
+	Name      string
+	CreatedAt time.Time
+}
+
 type Run struct {
 	ID           uuid.UUID
 	TenantID     uuid.UUID
@@ -232,6 +237,8 @@ type Task struct {
 	ReleasedAt       *time.Time
 	StartedAt        *time.Time
 	FinishedAt       *time.Time
+	ReadyAt          *time.Time
+	AdmittedAt       *time.Time
 }
 
 type TaskEdge struct {
@@ -246,6 +253,12 @@ type Tenant struct {
 	MaxConcurrency      int32
 	CreatedAt           time.Time
 	RunRetentionSeconds pgtype.Int8
+}
+
+type TenantQueueQuota struct {
+	TenantID       uuid.UUID
+	Queue          string
+	MaxConcurrency int32
 }
 
 type WebSession struct {
