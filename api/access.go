@@ -43,6 +43,28 @@ func (s *accessServer) ListTenants(ctx context.Context, req *connect.Request[orr
 	return connect.NewResponse(out), nil
 }
 
+func (s *accessServer) SetTenantQuota(ctx context.Context, req *connect.Request[orreryv1.SetTenantQuotaRequest]) (*connect.Response[orreryv1.SetTenantQuotaResponse], error) {
+	m := req.Msg
+	c := access.QuotaChange{MaxConcurrency: m.MaxConcurrency, Weight: m.Weight, Queues: m.GetQueues()}
+	q, err := s.access.SetQuota(ctx, principalOf(ctx), m.GetTenant(), c)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.SetTenantQuotaResponse{Quota: quotaToProto(q)}), nil
+}
+
+func (s *accessServer) GetTenantQuota(ctx context.Context, req *connect.Request[orreryv1.GetTenantQuotaRequest]) (*connect.Response[orreryv1.GetTenantQuotaResponse], error) {
+	q, err := s.access.GetQuota(ctx, req.Msg.GetTenant())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.GetTenantQuotaResponse{Quota: quotaToProto(q)}), nil
+}
+
+func quotaToProto(q access.Quota) *orreryv1.TenantQuota {
+	return &orreryv1.TenantQuota{Tenant: q.Tenant.Name, MaxConcurrency: q.MaxConcurrency, Weight: q.Weight, Queues: q.Queues}
+}
+
 func (s *accessServer) CreateAPIKey(ctx context.Context, req *connect.Request[orreryv1.CreateAPIKeyRequest]) (*connect.Response[orreryv1.CreateAPIKeyResponse], error) {
 	p, m := principalOf(ctx), req.Msg
 	role, err := access.ParseKeyRole(m.GetRole())

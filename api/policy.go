@@ -208,8 +208,10 @@ var policies = map[string]policy{
 		return onFilter(m.(*orreryv1.ListNotificationsRequest).GetJob())
 	}},
 
-	orreryv1connect.AccessServiceCreateTenantProcedure: systemAdmin,
-	orreryv1connect.AccessServiceListTenantsProcedure:  systemAdmin,
+	orreryv1connect.AccessServiceCreateTenantProcedure:   systemAdmin,
+	orreryv1connect.AccessServiceListTenantsProcedure:    systemAdmin,
+	orreryv1connect.AccessServiceSetTenantQuotaProcedure: systemAdmin,
+	orreryv1connect.AccessServiceGetTenantQuotaProcedure: systemAdmin,
 	// A key in a tenant named by the request, or a system admin key, needs
 	// a system admin; any other key, an admin of the tenant (any role,
 	// none to admin, is within an admin's).

@@ -88,6 +88,7 @@ func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.Ge
 			Id: t.ID.String(), Step: t.Step, Status: t.Status, ParentsRemaining: t.ParentsRemaining, Queue: t.Queue,
 			Priority: t.Priority, Attempt: t.Attempt, FencingToken: t.FencingToken, LastError: t.LastError,
 			ReleaseTime: timeToProto(t.ReleasedAt), StartTime: timeToProto(t.StartedAt), FinishTime: timeToProto(t.FinishedAt),
+			WaitReason: t.WaitReason, ReadyTime: timeToProto(t.ReadyAt), AdmitTime: timeToProto(t.AdmittedAt),
 		}
 		for _, a := range t.Attempts {
 			pt.Attempts = append(pt.Attempts, &orreryv1.Attempt{

@@ -82,7 +82,11 @@ func newRunsCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(w, "\n  started %s  finished %s\n", ts(r.GetStartTime()), ts(r.GetFinishTime()))
 			for _, t := range res.Msg.GetTasks() {
-				fmt.Fprintf(w, "task %s  %s  queue %s  attempts %d\n", t.GetStep(), t.GetStatus(), t.GetQueue(), t.GetAttempt())
+				fmt.Fprintf(w, "task %s  %s  queue %s  attempts %d", t.GetStep(), t.GetStatus(), t.GetQueue(), t.GetAttempt())
+				if t.GetWaitReason() != "" {
+					fmt.Fprintf(w, "  waiting for admission since %s: %s", ts(t.GetReadyTime()), t.GetWaitReason())
+				}
+				fmt.Fprintln(w)
 				for _, a := range t.GetAttempts() {
 					fmt.Fprintf(w, "  attempt %d on %s  %s → %s  %s", a.GetNumber(), a.GetWorker(), ts(a.GetStartTime()), ts(a.GetFinishTime()), a.GetOutcome())
 					if a.GetExitReason() != "" {

@@ -2,6 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
 	"text/tabwriter"
 
 	"connectrpc.com/connect"
@@ -11,7 +15,7 @@ import (
 )
 
 func newTenantsCmd(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "tenants", Short: "Tenants: create, list (a system admin key is needed)"}
+	cmd := &cobra.Command{Use: "tenants", Short: "Tenants: create, list, quotas (a system admin key is needed)"}
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a tenant; then give it a first admin with `orrery keys create --tenant NAME --role admin`",
@@ -47,6 +51,67 @@ func newTenantsCmd(g *globals) *cobra.Command {
 			}
 		},
 	}
-	cmd.AddCommand(create, list)
+	var maxConc, weight int32
+	var queueCaps map[string]string
+	setQuota := &cobra.Command{
+		Use:   "set-quota NAME",
+		Short: "Set a tenant's admission quota and weight (audited; applies at the admitters' next pass)",
+		Long: `Set a tenant's admission settings. Flags left out keep their value.
+
+  --max-concurrency N   tasks of the tenant holding a queue slot at once, in all queues (0: no quota)
+  --weight W            its share of a queue against other tenants waiting there (1 to 1000)
+  --queue Q=N           a cap in one queue (repeatable; Q=0 removes it)`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &orreryv1.SetTenantQuotaRequest{Tenant: args[0], Queues: map[string]int32{}}
+			if cmd.Flags().Changed("max-concurrency") {
+				req.MaxConcurrency = &maxConc
+			}
+			if cmd.Flags().Changed("weight") {
+				req.Weight = &weight
+			}
+			for q, v := range queueCaps {
+				n, err := strconv.ParseInt(v, 10, 32)
+				if err != nil {
+					return fmt.Errorf("--queue %s=%s: not a number", q, v)
+				}
+				req.Queues[q] = int32(n)
+			}
+			res, err := g.accessClient().SetTenantQuota(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			printQuota(cmd.OutOrStdout(), res.Msg.GetQuota())
+			return nil
+		},
+	}
+	setQuota.Flags().Int32Var(&maxConc, "max-concurrency", 0, "tasks holding a slot at once in all queues (0: no quota)")
+	setQuota.Flags().Int32Var(&weight, "weight", 1, "share against other tenants (1 to 1000)")
+	setQuota.Flags().StringToStringVar(&queueCaps, "queue", nil, "per-queue cap QUEUE=N (0 removes)")
+	getQuota := &cobra.Command{
+		Use:   "quota NAME",
+		Short: "Show a tenant's admission quota and weight",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.accessClient().GetTenantQuota(cmd.Context(), connect.NewRequest(&orreryv1.GetTenantQuotaRequest{Tenant: args[0]}))
+			if err != nil {
+				return err
+			}
+			printQuota(cmd.OutOrStdout(), res.Msg.GetQuota())
+			return nil
+		},
+	}
+	cmd.AddCommand(create, list, setQuota, getQuota)
 	return cmd
+}
+
+func printQuota(w io.Writer, q *orreryv1.TenantQuota) {
+	limit := "none"
+	if q.GetMaxConcurrency() > 0 {
+		limit = strconv.Itoa(int(q.GetMaxConcurrency()))
+	}
+	fmt.Fprintf(w, "tenant %s  max concurrency %s  weight %d\n", q.GetTenant(), limit, q.GetWeight())
+	for _, name := range slices.Sorted(maps.Keys(q.GetQueues())) {
+		fmt.Fprintf(w, "  queue %s  max concurrency %d\n", name, q.GetQueues()[name])
+	}
 }

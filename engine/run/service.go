@@ -66,6 +66,9 @@ type Task struct {
 	Attempts []store.Attempt
 	// Parents are the tasks this one waits for.
 	Parents []uuid.UUID
+	// WaitReason says why a queued or retrying task is not yet admitted
+	// (see dispatch.WaitReason); empty otherwise.
+	WaitReason string
 }
 
 func fromListRow(r store.ListRunsRow) Run {
@@ -156,7 +159,43 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID) (*Detail, 
 	for _, t := range tasks {
 		d.Tasks = append(d.Tasks, Task{Task: t, Attempts: byTask[t.ID], Parents: parents[t.ID]})
 	}
+	if err := waitReasons(ctx, q, d.Tasks); err != nil {
+		return nil, err
+	}
 	return d, nil
+}
+
+// waitReasons says why each task waiting for admission waits (one reading
+// per queue).
+func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
+	var now time.Time
+	byQueue := map[string]string{}
+	for i := range tasks {
+		t := &tasks[i].Task
+		if t.AdmittedAt != nil || (t.Status != TaskQueued && t.Status != TaskRetrying) {
+			continue
+		}
+		if now.IsZero() {
+			var err error
+			if now, err = q.DatabaseNow(ctx); err != nil {
+				return err
+			}
+		}
+		if t.ReadyAt != nil && t.ReadyAt.After(now) {
+			tasks[i].WaitReason = "retry backoff until " + t.ReadyAt.UTC().Format(time.RFC3339Nano)
+			continue
+		}
+		why, ok := byQueue[t.Queue]
+		if !ok {
+			var err error
+			if why, err = dispatch.WaitReason(ctx, q, t.TenantID, t.Queue); err != nil {
+				return err
+			}
+			byQueue[t.Queue] = why
+		}
+		tasks[i].WaitReason = why
+	}
+	return nil
 }
 
 // Trigger starts a run of a job now (trigger "manual", instant = the

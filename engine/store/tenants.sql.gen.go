@@ -12,6 +12,20 @@ import (
 	"github.com/google/uuid"
 )
 
+const deleteTenantQueueQuota = `-- name: DeleteTenantQueueQuota :exec
+DELETE FROM tenant_queue_quotas WHERE tenant_id = $1 AND queue = $2
+`
+
+type DeleteTenantQueueQuotaParams struct {
+	TenantID uuid.UUID
+	Queue    string
+}
+
+func (q *Queries) DeleteTenantQueueQuota(ctx context.Context, arg DeleteTenantQueueQuotaParams) error {
+	_, err := q.db.Exec(ctx, deleteTenantQueueQuota, arg.TenantID, arg.Queue)
+	return err
+}
+
 const insertTenant = `-- name: InsertTenant :exec
 INSERT INTO tenants (id, name) VALUES ($1, $2)
 `
@@ -73,6 +87,62 @@ func (q *Queries) ListTenants(ctx context.Context, arg ListTenantsParams) ([]Lis
 	return items, nil
 }
 
+const lockTenantByName = `-- name: LockTenantByName :one
+SELECT id, name, weight, max_concurrency, created_at FROM tenants WHERE name = $1 FOR UPDATE
+`
+
+type LockTenantByNameRow struct {
+	ID             uuid.UUID
+	Name           string
+	Weight         int32
+	MaxConcurrency int32
+	CreatedAt      time.Time
+}
+
+func (q *Queries) LockTenantByName(ctx context.Context, name string) (LockTenantByNameRow, error) {
+	row := q.db.QueryRow(ctx, lockTenantByName, name)
+	var i LockTenantByNameRow
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.Weight,
+		&i.MaxConcurrency,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
+const setTenantLimits = `-- name: SetTenantLimits :exec
+UPDATE tenants SET weight = $1, max_concurrency = $2 WHERE id = $3
+`
+
+type SetTenantLimitsParams struct {
+	Weight         int32
+	MaxConcurrency int32
+	ID             uuid.UUID
+}
+
+func (q *Queries) SetTenantLimits(ctx context.Context, arg SetTenantLimitsParams) error {
+	_, err := q.db.Exec(ctx, setTenantLimits, arg.Weight, arg.MaxConcurrency, arg.ID)
+	return err
+}
+
+const setTenantQueueQuota = `-- name: SetTenantQueueQuota :exec
+INSERT INTO tenant_queue_quotas (tenant_id, queue, max_concurrency) VALUES ($1, $2, $3)
+ON CONFLICT (tenant_id, queue) DO UPDATE SET max_concurrency = EXCLUDED.max_concurrency
+`
+
+type SetTenantQueueQuotaParams struct {
+	TenantID       uuid.UUID
+	Queue          string
+	MaxConcurrency int32
+}
+
+func (q *Queries) SetTenantQueueQuota(ctx context.Context, arg SetTenantQueueQuotaParams) error {
+	_, err := q.db.Exec(ctx, setTenantQueueQuota, arg.TenantID, arg.Queue, arg.MaxConcurrency)
+	return err
+}
+
 const tenantByName = `-- name: TenantByName :one
 SELECT id FROM tenants WHERE name = $1
 `
@@ -82,4 +152,58 @@ func (q *Queries) TenantByName(ctx context.Context, name string) (uuid.UUID, err
 	var id uuid.UUID
 	err := row.Scan(&id)
 	return id, err
+}
+
+const tenantQueueQuotas = `-- name: TenantQueueQuotas :many
+SELECT queue, max_concurrency FROM tenant_queue_quotas WHERE tenant_id = $1 ORDER BY queue
+`
+
+type TenantQueueQuotasRow struct {
+	Queue          string
+	MaxConcurrency int32
+}
+
+func (q *Queries) TenantQueueQuotas(ctx context.Context, tenantID uuid.UUID) ([]TenantQueueQuotasRow, error) {
+	rows, err := q.db.Query(ctx, tenantQueueQuotas, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenantQueueQuotasRow{}
+	for rows.Next() {
+		var i TenantQueueQuotasRow
+		if err := rows.Scan(&i.Queue, &i.MaxConcurrency); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const tenantRowByName = `-- name: TenantRowByName :one
+SELECT id, name, weight, max_concurrency, created_at FROM tenants WHERE name = $1
+`
+
+type TenantRowByNameRow struct {
+	ID             uuid.UUID
+	Name           string
+	Weight         int32
+	MaxConcurrency int32
+	CreatedAt      time.Time
+}
+
+func (q *Queries) TenantRowByName(ctx context.Context, name string) (TenantRowByNameRow, error) {
+	row := q.db.QueryRow(ctx, tenantRowByName, name)
+	var i TenantRowByNameRow
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.Weight,
+		&i.MaxConcurrency,
+		&i.CreatedAt,
+	)
+	return i, err
 }

@@ -10,3 +10,22 @@ SELECT id, name, weight, max_concurrency, created_at FROM tenants
 WHERE name > @after
 ORDER BY name
 LIMIT @page_size;
+
+-- name: LockTenantByName :one
+SELECT id, name, weight, max_concurrency, created_at FROM tenants WHERE name = @name FOR UPDATE;
+
+-- name: SetTenantLimits :exec
+UPDATE tenants SET weight = @weight, max_concurrency = @max_concurrency WHERE id = @id;
+
+-- name: TenantQueueQuotas :many
+SELECT queue, max_concurrency FROM tenant_queue_quotas WHERE tenant_id = @tenant_id ORDER BY queue;
+
+-- name: SetTenantQueueQuota :exec
+INSERT INTO tenant_queue_quotas (tenant_id, queue, max_concurrency) VALUES (@tenant_id, @queue, @max_concurrency)
+ON CONFLICT (tenant_id, queue) DO UPDATE SET max_concurrency = EXCLUDED.max_concurrency;
+
+-- name: DeleteTenantQueueQuota :exec
+DELETE FROM tenant_queue_quotas WHERE tenant_id = @tenant_id AND queue = @queue;
+
+-- name: TenantRowByName :one
+SELECT id, name, weight, max_concurrency, created_at FROM tenants WHERE name = @name;

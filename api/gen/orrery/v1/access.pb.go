@@ -420,6 +420,280 @@ func (x *ListTenantsResponse) GetNextPageToken() string {
 	return ""
 }
 
+// TenantQuota is a tenant's admission settings: how many of its tasks may
+// hold a queue slot at once, in all queues (0: no quota) and per queue,
+// and its weight against other tenants waiting in the same queue.
+type TenantQuota struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Tenant         string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	MaxConcurrency int32                  `protobuf:"varint,2,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
+	Weight         int32                  `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	Queues         map[string]int32       `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TenantQuota) Reset() {
+	*x = TenantQuota{}
+	mi := &file_orrery_v1_access_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantQuota) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantQuota) ProtoMessage() {}
+
+func (x *TenantQuota) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantQuota.ProtoReflect.Descriptor instead.
+func (*TenantQuota) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TenantQuota) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantQuota) GetMaxConcurrency() int32 {
+	if x != nil {
+		return x.MaxConcurrency
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetWeight() int32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetQueues() map[string]int32 {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+type SetTenantQuotaRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// 0 (no quota) to 1,000,000.
+	MaxConcurrency *int32 `protobuf:"varint,2,opt,name=max_concurrency,json=maxConcurrency,proto3,oneof" json:"max_concurrency,omitempty"`
+	// 1 to 1000.
+	Weight *int32 `protobuf:"varint,3,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	// Per-queue caps to set (1 to 1,000,000) or remove (0); at most 100.
+	Queues        map[string]int32 `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantQuotaRequest) Reset() {
+	*x = SetTenantQuotaRequest{}
+	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantQuotaRequest) ProtoMessage() {}
+
+func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantQuotaRequest.ProtoReflect.Descriptor instead.
+func (*SetTenantQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SetTenantQuotaRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *SetTenantQuotaRequest) GetMaxConcurrency() int32 {
+	if x != nil && x.MaxConcurrency != nil {
+		return *x.MaxConcurrency
+	}
+	return 0
+}
+
+func (x *SetTenantQuotaRequest) GetWeight() int32 {
+	if x != nil && x.Weight != nil {
+		return *x.Weight
+	}
+	return 0
+}
+
+func (x *SetTenantQuotaRequest) GetQueues() map[string]int32 {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+type SetTenantQuotaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Quota         *TenantQuota           `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTenantQuotaResponse) Reset() {
+	*x = SetTenantQuotaResponse{}
+	mi := &file_orrery_v1_access_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTenantQuotaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTenantQuotaResponse) ProtoMessage() {}
+
+func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTenantQuotaResponse.ProtoReflect.Descriptor instead.
+func (*SetTenantQuotaResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SetTenantQuotaResponse) GetQuota() *TenantQuota {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
+type GetTenantQuotaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTenantQuotaRequest) Reset() {
+	*x = GetTenantQuotaRequest{}
+	mi := &file_orrery_v1_access_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTenantQuotaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTenantQuotaRequest) ProtoMessage() {}
+
+func (x *GetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTenantQuotaRequest.ProtoReflect.Descriptor instead.
+func (*GetTenantQuotaRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetTenantQuotaRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+type GetTenantQuotaResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Quota         *TenantQuota           `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTenantQuotaResponse) Reset() {
+	*x = GetTenantQuotaResponse{}
+	mi := &file_orrery_v1_access_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTenantQuotaResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTenantQuotaResponse) ProtoMessage() {}
+
+func (x *GetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTenantQuotaResponse.ProtoReflect.Descriptor instead.
+func (*GetTenantQuotaResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetTenantQuotaResponse) GetQuota() *TenantQuota {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
 // Grant gives a principal a role on a namespace, or on one job of it.
 type Grant struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -439,7 +713,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_orrery_v1_access_proto_msgTypes[7]
+	mi := &file_orrery_v1_access_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +725,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[7]
+	mi := &file_orrery_v1_access_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +738,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{7}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Grant) GetId() string {
@@ -531,7 +805,7 @@ type GrantRoleRequest struct {
 
 func (x *GrantRoleRequest) Reset() {
 	*x = GrantRoleRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	mi := &file_orrery_v1_access_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +817,7 @@ func (x *GrantRoleRequest) String() string {
 func (*GrantRoleRequest) ProtoMessage() {}
 
 func (x *GrantRoleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	mi := &file_orrery_v1_access_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +830,7 @@ func (x *GrantRoleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRoleRequest.ProtoReflect.Descriptor instead.
 func (*GrantRoleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GrantRoleRequest) GetPrincipal() string {
@@ -596,7 +870,7 @@ type GrantRoleResponse struct {
 
 func (x *GrantRoleResponse) Reset() {
 	*x = GrantRoleResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[9]
+	mi := &file_orrery_v1_access_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +882,7 @@ func (x *GrantRoleResponse) String() string {
 func (*GrantRoleResponse) ProtoMessage() {}
 
 func (x *GrantRoleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[9]
+	mi := &file_orrery_v1_access_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +895,7 @@ func (x *GrantRoleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRoleResponse.ProtoReflect.Descriptor instead.
 func (*GrantRoleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GrantRoleResponse) GetGrant() *Grant {
@@ -643,7 +917,7 @@ type RevokeGrantRequest struct {
 
 func (x *RevokeGrantRequest) Reset() {
 	*x = RevokeGrantRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[10]
+	mi := &file_orrery_v1_access_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +929,7 @@ func (x *RevokeGrantRequest) String() string {
 func (*RevokeGrantRequest) ProtoMessage() {}
 
 func (x *RevokeGrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[10]
+	mi := &file_orrery_v1_access_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +942,7 @@ func (x *RevokeGrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrantRequest.ProtoReflect.Descriptor instead.
 func (*RevokeGrantRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RevokeGrantRequest) GetPrincipal() string {
@@ -700,7 +974,7 @@ type RevokeGrantResponse struct {
 
 func (x *RevokeGrantResponse) Reset() {
 	*x = RevokeGrantResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[11]
+	mi := &file_orrery_v1_access_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +986,7 @@ func (x *RevokeGrantResponse) String() string {
 func (*RevokeGrantResponse) ProtoMessage() {}
 
 func (x *RevokeGrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[11]
+	mi := &file_orrery_v1_access_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +999,7 @@ func (x *RevokeGrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrantResponse.ProtoReflect.Descriptor instead.
 func (*RevokeGrantResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{16}
 }
 
 type ListGrantsRequest struct {
@@ -743,7 +1017,7 @@ type ListGrantsRequest struct {
 
 func (x *ListGrantsRequest) Reset() {
 	*x = ListGrantsRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[12]
+	mi := &file_orrery_v1_access_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +1029,7 @@ func (x *ListGrantsRequest) String() string {
 func (*ListGrantsRequest) ProtoMessage() {}
 
 func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[12]
+	mi := &file_orrery_v1_access_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +1042,7 @@ func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListGrantsRequest) GetNamespace() string {
@@ -809,7 +1083,7 @@ type ListGrantsResponse struct {
 
 func (x *ListGrantsResponse) Reset() {
 	*x = ListGrantsResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[13]
+	mi := &file_orrery_v1_access_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +1095,7 @@ func (x *ListGrantsResponse) String() string {
 func (*ListGrantsResponse) ProtoMessage() {}
 
 func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[13]
+	mi := &file_orrery_v1_access_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +1108,7 @@ func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListGrantsResponse) GetGrants() []*Grant {
@@ -879,7 +1153,7 @@ type APIKey struct {
 
 func (x *APIKey) Reset() {
 	*x = APIKey{}
-	mi := &file_orrery_v1_access_proto_msgTypes[14]
+	mi := &file_orrery_v1_access_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1165,7 @@ func (x *APIKey) String() string {
 func (*APIKey) ProtoMessage() {}
 
 func (x *APIKey) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[14]
+	mi := &file_orrery_v1_access_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1178,7 @@ func (x *APIKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use APIKey.ProtoReflect.Descriptor instead.
 func (*APIKey) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *APIKey) GetId() string {
@@ -991,7 +1265,7 @@ type CreateAPIKeyRequest struct {
 
 func (x *CreateAPIKeyRequest) Reset() {
 	*x = CreateAPIKeyRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[15]
+	mi := &file_orrery_v1_access_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1277,7 @@ func (x *CreateAPIKeyRequest) String() string {
 func (*CreateAPIKeyRequest) ProtoMessage() {}
 
 func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[15]
+	mi := &file_orrery_v1_access_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1290,7 @@ func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateAPIKeyRequest) GetPrincipal() string {
@@ -1065,7 +1339,7 @@ type CreateAPIKeyResponse struct {
 
 func (x *CreateAPIKeyResponse) Reset() {
 	*x = CreateAPIKeyResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[16]
+	mi := &file_orrery_v1_access_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1351,7 @@ func (x *CreateAPIKeyResponse) String() string {
 func (*CreateAPIKeyResponse) ProtoMessage() {}
 
 func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[16]
+	mi := &file_orrery_v1_access_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1364,7 @@ func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateAPIKeyResponse) GetSecret() string {
@@ -1115,7 +1389,7 @@ type ListAPIKeysRequest struct {
 
 func (x *ListAPIKeysRequest) Reset() {
 	*x = ListAPIKeysRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[17]
+	mi := &file_orrery_v1_access_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1401,7 @@ func (x *ListAPIKeysRequest) String() string {
 func (*ListAPIKeysRequest) ProtoMessage() {}
 
 func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[17]
+	mi := &file_orrery_v1_access_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1414,7 @@ func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAPIKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListAPIKeysRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{22}
 }
 
 type ListAPIKeysResponse struct {
@@ -1152,7 +1426,7 @@ type ListAPIKeysResponse struct {
 
 func (x *ListAPIKeysResponse) Reset() {
 	*x = ListAPIKeysResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[18]
+	mi := &file_orrery_v1_access_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1438,7 @@ func (x *ListAPIKeysResponse) String() string {
 func (*ListAPIKeysResponse) ProtoMessage() {}
 
 func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[18]
+	mi := &file_orrery_v1_access_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1451,7 @@ func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAPIKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListAPIKeysResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListAPIKeysResponse) GetKeys() []*APIKey {
@@ -1197,7 +1471,7 @@ type RevokeAPIKeyRequest struct {
 
 func (x *RevokeAPIKeyRequest) Reset() {
 	*x = RevokeAPIKeyRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[19]
+	mi := &file_orrery_v1_access_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1483,7 @@ func (x *RevokeAPIKeyRequest) String() string {
 func (*RevokeAPIKeyRequest) ProtoMessage() {}
 
 func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[19]
+	mi := &file_orrery_v1_access_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1496,7 @@ func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevokeAPIKeyRequest) GetPrefix() string {
@@ -1240,7 +1514,7 @@ type RevokeAPIKeyResponse struct {
 
 func (x *RevokeAPIKeyResponse) Reset() {
 	*x = RevokeAPIKeyResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[20]
+	mi := &file_orrery_v1_access_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1526,7 @@ func (x *RevokeAPIKeyResponse) String() string {
 func (*RevokeAPIKeyResponse) ProtoMessage() {}
 
 func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[20]
+	mi := &file_orrery_v1_access_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1539,7 @@ func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{25}
 }
 
 var File_orrery_v1_access_proto protoreflect.FileDescriptor
@@ -1299,7 +1573,31 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"j\n" +
 	"\x13ListTenantsResponse\x12+\n" +
 	"\atenants\x18\x01 \x03(\v2\x11.orrery.v1.TenantR\atenants\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd3\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdd\x01\n" +
+	"\vTenantQuota\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
+	"\x0fmax_concurrency\x18\x02 \x01(\x05R\x0emaxConcurrency\x12\x16\n" +
+	"\x06weight\x18\x03 \x01(\x05R\x06weight\x12:\n" +
+	"\x06queues\x18\x04 \x03(\v2\".orrery.v1.TenantQuota.QueuesEntryR\x06queues\x1a9\n" +
+	"\vQueuesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x9a\x02\n" +
+	"\x15SetTenantQuotaRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12,\n" +
+	"\x0fmax_concurrency\x18\x02 \x01(\x05H\x00R\x0emaxConcurrency\x88\x01\x01\x12\x1b\n" +
+	"\x06weight\x18\x03 \x01(\x05H\x01R\x06weight\x88\x01\x01\x12D\n" +
+	"\x06queues\x18\x04 \x03(\v2,.orrery.v1.SetTenantQuotaRequest.QueuesEntryR\x06queues\x1a9\n" +
+	"\vQueuesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01B\x12\n" +
+	"\x10_max_concurrencyB\t\n" +
+	"\a_weight\"F\n" +
+	"\x16SetTenantQuotaResponse\x12,\n" +
+	"\x05quota\x18\x01 \x01(\v2\x16.orrery.v1.TenantQuotaR\x05quota\"/\n" +
+	"\x15GetTenantQuotaRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"F\n" +
+	"\x16GetTenantQuotaResponse\x12,\n" +
+	"\x05quota\x18\x01 \x01(\v2\x16.orrery.v1.TenantQuotaR\x05quota\"\xd3\x01\n" +
 	"\x05Grant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1c\n" +
@@ -1360,10 +1658,12 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\v2\x11.orrery.v1.APIKeyR\x04keys\"-\n" +
 	"\x13RevokeAPIKeyRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"\x16\n" +
-	"\x14RevokeAPIKeyResponse2\xd2\x05\n" +
+	"\x14RevokeAPIKeyResponse2\x85\a\n" +
 	"\rAccessService\x12O\n" +
 	"\fCreateTenant\x12\x1e.orrery.v1.CreateTenantRequest\x1a\x1f.orrery.v1.CreateTenantResponse\x12Q\n" +
-	"\vListTenants\x12\x1d.orrery.v1.ListTenantsRequest\x1a\x1e.orrery.v1.ListTenantsResponse\"\x03\x90\x02\x01\x12O\n" +
+	"\vListTenants\x12\x1d.orrery.v1.ListTenantsRequest\x1a\x1e.orrery.v1.ListTenantsResponse\"\x03\x90\x02\x01\x12U\n" +
+	"\x0eSetTenantQuota\x12 .orrery.v1.SetTenantQuotaRequest\x1a!.orrery.v1.SetTenantQuotaResponse\x12Z\n" +
+	"\x0eGetTenantQuota\x12 .orrery.v1.GetTenantQuotaRequest\x1a!.orrery.v1.GetTenantQuotaResponse\"\x03\x90\x02\x01\x12O\n" +
 	"\fCreateAPIKey\x12\x1e.orrery.v1.CreateAPIKeyRequest\x1a\x1f.orrery.v1.CreateAPIKeyResponse\x12Q\n" +
 	"\vListAPIKeys\x12\x1d.orrery.v1.ListAPIKeysRequest\x1a\x1e.orrery.v1.ListAPIKeysResponse\"\x03\x90\x02\x01\x12O\n" +
 	"\fRevokeAPIKey\x12\x1e.orrery.v1.RevokeAPIKeyRequest\x1a\x1f.orrery.v1.RevokeAPIKeyResponse\x12F\n" +
@@ -1385,69 +1685,84 @@ func file_orrery_v1_access_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_access_proto_rawDescData
 }
 
-var file_orrery_v1_access_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_orrery_v1_access_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_orrery_v1_access_proto_goTypes = []any{
-	(*WhoAmIRequest)(nil),         // 0: orrery.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),        // 1: orrery.v1.WhoAmIResponse
-	(*Tenant)(nil),                // 2: orrery.v1.Tenant
-	(*CreateTenantRequest)(nil),   // 3: orrery.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),  // 4: orrery.v1.CreateTenantResponse
-	(*ListTenantsRequest)(nil),    // 5: orrery.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),   // 6: orrery.v1.ListTenantsResponse
-	(*Grant)(nil),                 // 7: orrery.v1.Grant
-	(*GrantRoleRequest)(nil),      // 8: orrery.v1.GrantRoleRequest
-	(*GrantRoleResponse)(nil),     // 9: orrery.v1.GrantRoleResponse
-	(*RevokeGrantRequest)(nil),    // 10: orrery.v1.RevokeGrantRequest
-	(*RevokeGrantResponse)(nil),   // 11: orrery.v1.RevokeGrantResponse
-	(*ListGrantsRequest)(nil),     // 12: orrery.v1.ListGrantsRequest
-	(*ListGrantsResponse)(nil),    // 13: orrery.v1.ListGrantsResponse
-	(*APIKey)(nil),                // 14: orrery.v1.APIKey
-	(*CreateAPIKeyRequest)(nil),   // 15: orrery.v1.CreateAPIKeyRequest
-	(*CreateAPIKeyResponse)(nil),  // 16: orrery.v1.CreateAPIKeyResponse
-	(*ListAPIKeysRequest)(nil),    // 17: orrery.v1.ListAPIKeysRequest
-	(*ListAPIKeysResponse)(nil),   // 18: orrery.v1.ListAPIKeysResponse
-	(*RevokeAPIKeyRequest)(nil),   // 19: orrery.v1.RevokeAPIKeyRequest
-	(*RevokeAPIKeyResponse)(nil),  // 20: orrery.v1.RevokeAPIKeyResponse
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(*WhoAmIRequest)(nil),          // 0: orrery.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),         // 1: orrery.v1.WhoAmIResponse
+	(*Tenant)(nil),                 // 2: orrery.v1.Tenant
+	(*CreateTenantRequest)(nil),    // 3: orrery.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),   // 4: orrery.v1.CreateTenantResponse
+	(*ListTenantsRequest)(nil),     // 5: orrery.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),    // 6: orrery.v1.ListTenantsResponse
+	(*TenantQuota)(nil),            // 7: orrery.v1.TenantQuota
+	(*SetTenantQuotaRequest)(nil),  // 8: orrery.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil), // 9: orrery.v1.SetTenantQuotaResponse
+	(*GetTenantQuotaRequest)(nil),  // 10: orrery.v1.GetTenantQuotaRequest
+	(*GetTenantQuotaResponse)(nil), // 11: orrery.v1.GetTenantQuotaResponse
+	(*Grant)(nil),                  // 12: orrery.v1.Grant
+	(*GrantRoleRequest)(nil),       // 13: orrery.v1.GrantRoleRequest
+	(*GrantRoleResponse)(nil),      // 14: orrery.v1.GrantRoleResponse
+	(*RevokeGrantRequest)(nil),     // 15: orrery.v1.RevokeGrantRequest
+	(*RevokeGrantResponse)(nil),    // 16: orrery.v1.RevokeGrantResponse
+	(*ListGrantsRequest)(nil),      // 17: orrery.v1.ListGrantsRequest
+	(*ListGrantsResponse)(nil),     // 18: orrery.v1.ListGrantsResponse
+	(*APIKey)(nil),                 // 19: orrery.v1.APIKey
+	(*CreateAPIKeyRequest)(nil),    // 20: orrery.v1.CreateAPIKeyRequest
+	(*CreateAPIKeyResponse)(nil),   // 21: orrery.v1.CreateAPIKeyResponse
+	(*ListAPIKeysRequest)(nil),     // 22: orrery.v1.ListAPIKeysRequest
+	(*ListAPIKeysResponse)(nil),    // 23: orrery.v1.ListAPIKeysResponse
+	(*RevokeAPIKeyRequest)(nil),    // 24: orrery.v1.RevokeAPIKeyRequest
+	(*RevokeAPIKeyResponse)(nil),   // 25: orrery.v1.RevokeAPIKeyResponse
+	nil,                            // 26: orrery.v1.TenantQuota.QueuesEntry
+	nil,                            // 27: orrery.v1.SetTenantQuotaRequest.QueuesEntry
+	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
 }
 var file_orrery_v1_access_proto_depIdxs = []int32{
-	7,  // 0: orrery.v1.WhoAmIResponse.grants:type_name -> orrery.v1.Grant
-	21, // 1: orrery.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	12, // 0: orrery.v1.WhoAmIResponse.grants:type_name -> orrery.v1.Grant
+	28, // 1: orrery.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
 	2,  // 2: orrery.v1.CreateTenantResponse.tenant:type_name -> orrery.v1.Tenant
 	2,  // 3: orrery.v1.ListTenantsResponse.tenants:type_name -> orrery.v1.Tenant
-	21, // 4: orrery.v1.Grant.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 5: orrery.v1.GrantRoleResponse.grant:type_name -> orrery.v1.Grant
-	7,  // 6: orrery.v1.ListGrantsResponse.grants:type_name -> orrery.v1.Grant
-	21, // 7: orrery.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
-	21, // 8: orrery.v1.APIKey.expires_at:type_name -> google.protobuf.Timestamp
-	21, // 9: orrery.v1.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
-	22, // 10: orrery.v1.CreateAPIKeyRequest.expires_in:type_name -> google.protobuf.Duration
-	14, // 11: orrery.v1.CreateAPIKeyResponse.key:type_name -> orrery.v1.APIKey
-	14, // 12: orrery.v1.ListAPIKeysResponse.keys:type_name -> orrery.v1.APIKey
-	3,  // 13: orrery.v1.AccessService.CreateTenant:input_type -> orrery.v1.CreateTenantRequest
-	5,  // 14: orrery.v1.AccessService.ListTenants:input_type -> orrery.v1.ListTenantsRequest
-	15, // 15: orrery.v1.AccessService.CreateAPIKey:input_type -> orrery.v1.CreateAPIKeyRequest
-	17, // 16: orrery.v1.AccessService.ListAPIKeys:input_type -> orrery.v1.ListAPIKeysRequest
-	19, // 17: orrery.v1.AccessService.RevokeAPIKey:input_type -> orrery.v1.RevokeAPIKeyRequest
-	8,  // 18: orrery.v1.AccessService.GrantRole:input_type -> orrery.v1.GrantRoleRequest
-	10, // 19: orrery.v1.AccessService.RevokeGrant:input_type -> orrery.v1.RevokeGrantRequest
-	12, // 20: orrery.v1.AccessService.ListGrants:input_type -> orrery.v1.ListGrantsRequest
-	0,  // 21: orrery.v1.AccessService.WhoAmI:input_type -> orrery.v1.WhoAmIRequest
-	4,  // 22: orrery.v1.AccessService.CreateTenant:output_type -> orrery.v1.CreateTenantResponse
-	6,  // 23: orrery.v1.AccessService.ListTenants:output_type -> orrery.v1.ListTenantsResponse
-	16, // 24: orrery.v1.AccessService.CreateAPIKey:output_type -> orrery.v1.CreateAPIKeyResponse
-	18, // 25: orrery.v1.AccessService.ListAPIKeys:output_type -> orrery.v1.ListAPIKeysResponse
-	20, // 26: orrery.v1.AccessService.RevokeAPIKey:output_type -> orrery.v1.RevokeAPIKeyResponse
-	9,  // 27: orrery.v1.AccessService.GrantRole:output_type -> orrery.v1.GrantRoleResponse
-	11, // 28: orrery.v1.AccessService.RevokeGrant:output_type -> orrery.v1.RevokeGrantResponse
-	13, // 29: orrery.v1.AccessService.ListGrants:output_type -> orrery.v1.ListGrantsResponse
-	1,  // 30: orrery.v1.AccessService.WhoAmI:output_type -> orrery.v1.WhoAmIResponse
-	22, // [22:31] is the sub-list for method output_type
-	13, // [13:22] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	26, // 4: orrery.v1.TenantQuota.queues:type_name -> orrery.v1.TenantQuota.QueuesEntry
+	27, // 5: orrery.v1.SetTenantQuotaRequest.queues:type_name -> orrery.v1.SetTenantQuotaRequest.QueuesEntry
+	7,  // 6: orrery.v1.SetTenantQuotaResponse.quota:type_name -> orrery.v1.TenantQuota
+	7,  // 7: orrery.v1.GetTenantQuotaResponse.quota:type_name -> orrery.v1.TenantQuota
+	28, // 8: orrery.v1.Grant.created_at:type_name -> google.protobuf.Timestamp
+	12, // 9: orrery.v1.GrantRoleResponse.grant:type_name -> orrery.v1.Grant
+	12, // 10: orrery.v1.ListGrantsResponse.grants:type_name -> orrery.v1.Grant
+	28, // 11: orrery.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	28, // 12: orrery.v1.APIKey.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 13: orrery.v1.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
+	29, // 14: orrery.v1.CreateAPIKeyRequest.expires_in:type_name -> google.protobuf.Duration
+	19, // 15: orrery.v1.CreateAPIKeyResponse.key:type_name -> orrery.v1.APIKey
+	19, // 16: orrery.v1.ListAPIKeysResponse.keys:type_name -> orrery.v1.APIKey
+	3,  // 17: orrery.v1.AccessService.CreateTenant:input_type -> orrery.v1.CreateTenantRequest
+	5,  // 18: orrery.v1.AccessService.ListTenants:input_type -> orrery.v1.ListTenantsRequest
+	8,  // 19: orrery.v1.AccessService.SetTenantQuota:input_type -> orrery.v1.SetTenantQuotaRequest
+	10, // 20: orrery.v1.AccessService.GetTenantQuota:input_type -> orrery.v1.GetTenantQuotaRequest
+	20, // 21: orrery.v1.AccessService.CreateAPIKey:input_type -> orrery.v1.CreateAPIKeyRequest
+	22, // 22: orrery.v1.AccessService.ListAPIKeys:input_type -> orrery.v1.ListAPIKeysRequest
+	24, // 23: orrery.v1.AccessService.RevokeAPIKey:input_type -> orrery.v1.RevokeAPIKeyRequest
+	13, // 24: orrery.v1.AccessService.GrantRole:input_type -> orrery.v1.GrantRoleRequest
+	15, // 25: orrery.v1.AccessService.RevokeGrant:input_type -> orrery.v1.RevokeGrantRequest
+	17, // 26: orrery.v1.AccessService.ListGrants:input_type -> orrery.v1.ListGrantsRequest
+	0,  // 27: orrery.v1.AccessService.WhoAmI:input_type -> orrery.v1.WhoAmIRequest
+	4,  // 28: orrery.v1.AccessService.CreateTenant:output_type -> orrery.v1.CreateTenantResponse
+	6,  // 29: orrery.v1.AccessService.ListTenants:output_type -> orrery.v1.ListTenantsResponse
+	9,  // 30: orrery.v1.AccessService.SetTenantQuota:output_type -> orrery.v1.SetTenantQuotaResponse
+	11, // 31: orrery.v1.AccessService.GetTenantQuota:output_type -> orrery.v1.GetTenantQuotaResponse
+	21, // 32: orrery.v1.AccessService.CreateAPIKey:output_type -> orrery.v1.CreateAPIKeyResponse
+	23, // 33: orrery.v1.AccessService.ListAPIKeys:output_type -> orrery.v1.ListAPIKeysResponse
+	25, // 34: orrery.v1.AccessService.RevokeAPIKey:output_type -> orrery.v1.RevokeAPIKeyResponse
+	14, // 35: orrery.v1.AccessService.GrantRole:output_type -> orrery.v1.GrantRoleResponse
+	16, // 36: orrery.v1.AccessService.RevokeGrant:output_type -> orrery.v1.RevokeGrantResponse
+	18, // 37: orrery.v1.AccessService.ListGrants:output_type -> orrery.v1.ListGrantsResponse
+	1,  // 38: orrery.v1.AccessService.WhoAmI:output_type -> orrery.v1.WhoAmIResponse
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_access_proto_init() }
@@ -1455,13 +1770,14 @@ func file_orrery_v1_access_proto_init() {
 	if File_orrery_v1_access_proto != nil {
 		return
 	}
+	file_orrery_v1_access_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_access_proto_rawDesc), len(file_orrery_v1_access_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

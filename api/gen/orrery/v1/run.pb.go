@@ -184,7 +184,17 @@ type Task struct {
 	FinishTime       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
 	Attempts         []*Attempt             `protobuf:"bytes,13,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	// The steps this task waits for.
-	Needs         []string `protobuf:"bytes,14,rep,name=needs,proto3" json:"needs,omitempty"`
+	Needs []string `protobuf:"bytes,14,rep,name=needs,proto3" json:"needs,omitempty"`
+	// Why a queued or retrying task is not yet with a worker: "no worker
+	// serves queue etl", "tenant quota 50/50", "tenant quota in queue etl
+	// 10/10", "queue etl full 400/400", "waiting for its turn", "retry
+	// backoff until ..."; empty once it is admitted (handed to its queue).
+	WaitReason string `protobuf:"bytes,15,opt,name=wait_reason,json=waitReason,proto3" json:"wait_reason,omitempty"`
+	// When its current wait for admission began (release, replay, or the
+	// end of a retry's backoff).
+	ReadyTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=ready_time,json=readyTime,proto3" json:"ready_time,omitempty"`
+	// When it was admitted for its current attempt; unset while it waits.
+	AdmitTime     *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=admit_time,json=admitTime,proto3" json:"admit_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,6 +323,27 @@ func (x *Task) GetAttempts() []*Attempt {
 func (x *Task) GetNeeds() []string {
 	if x != nil {
 		return x.Needs
+	}
+	return nil
+}
+
+func (x *Task) GetWaitReason() string {
+	if x != nil {
+		return x.WaitReason
+	}
+	return ""
+}
+
+func (x *Task) GetReadyTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReadyTime
+	}
+	return nil
+}
+
+func (x *Task) GetAdmitTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AdmitTime
 	}
 	return nil
 }
@@ -1677,7 +1708,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12;\n" +
 	"\vfinish_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishTime\"\xfc\x03\n" +
+	"finishTime\"\x93\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -1696,7 +1727,13 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\vfinish_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishTime\x12.\n" +
 	"\battempts\x18\r \x03(\v2\x12.orrery.v1.AttemptR\battempts\x12\x14\n" +
-	"\x05needs\x18\x0e \x03(\tR\x05needs\"\xa6\x03\n" +
+	"\x05needs\x18\x0e \x03(\tR\x05needs\x12\x1f\n" +
+	"\vwait_reason\x18\x0f \x01(\tR\n" +
+	"waitReason\x129\n" +
+	"\n" +
+	"ready_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\treadyTime\x129\n" +
+	"\n" +
+	"admit_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tadmitTime\"\xa6\x03\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12#\n" +
@@ -1873,51 +1910,53 @@ var file_orrery_v1_run_proto_depIdxs = []int32{
 	23, // 5: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
 	23, // 6: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
 	2,  // 7: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	23, // 8: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	23, // 9: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	24, // 10: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	23, // 11: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	23, // 12: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 13: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	0,  // 14: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
-	1,  // 15: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	24, // 16: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	0,  // 17: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
-	0,  // 18: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	23, // 19: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	23, // 20: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	24, // 21: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	11, // 22: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	24, // 23: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	23, // 24: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	23, // 25: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	23, // 26: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	17, // 27: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	18, // 28: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	21, // 29: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	20, // 30: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	22, // 31: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	23, // 32: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	23, // 33: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	3,  // 34: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	5,  // 35: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	7,  // 36: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	9,  // 37: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	12, // 38: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	14, // 39: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	16, // 40: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	4,  // 41: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	6,  // 42: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	8,  // 43: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	10, // 44: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	13, // 45: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	15, // 46: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	19, // 47: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	41, // [41:48] is the sub-list for method output_type
-	34, // [34:41] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	23, // 8: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	23, // 9: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	23, // 10: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	23, // 11: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	24, // 12: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	23, // 13: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	23, // 14: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 15: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
+	0,  // 16: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
+	1,  // 17: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
+	24, // 18: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	0,  // 19: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
+	0,  // 20: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
+	23, // 21: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	23, // 22: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	24, // 23: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	11, // 24: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	24, // 25: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	23, // 26: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	23, // 27: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	23, // 28: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	17, // 29: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	18, // 30: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	21, // 31: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	20, // 32: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	22, // 33: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	23, // 34: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	23, // 35: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	3,  // 36: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	5,  // 37: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	7,  // 38: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	9,  // 39: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	12, // 40: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	14, // 41: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	16, // 42: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	4,  // 43: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	6,  // 44: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	8,  // 45: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	10, // 46: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	13, // 47: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	15, // 48: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	19, // 49: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	43, // [43:50] is the sub-list for method output_type
+	36, // [36:43] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }

@@ -39,6 +39,12 @@ const (
 	// AccessServiceListTenantsProcedure is the fully-qualified name of the AccessService's ListTenants
 	// RPC.
 	AccessServiceListTenantsProcedure = "/orrery.v1.AccessService/ListTenants"
+	// AccessServiceSetTenantQuotaProcedure is the fully-qualified name of the AccessService's
+	// SetTenantQuota RPC.
+	AccessServiceSetTenantQuotaProcedure = "/orrery.v1.AccessService/SetTenantQuota"
+	// AccessServiceGetTenantQuotaProcedure is the fully-qualified name of the AccessService's
+	// GetTenantQuota RPC.
+	AccessServiceGetTenantQuotaProcedure = "/orrery.v1.AccessService/GetTenantQuota"
 	// AccessServiceCreateAPIKeyProcedure is the fully-qualified name of the AccessService's
 	// CreateAPIKey RPC.
 	AccessServiceCreateAPIKeyProcedure = "/orrery.v1.AccessService/CreateAPIKey"
@@ -66,6 +72,12 @@ type AccessServiceClient interface {
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
 	// ListTenants lists every tenant by name. System admin only.
 	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
+	// SetTenantQuota changes a tenant's admission settings (max_concurrency
+	// across queues, weight, per-queue caps); fields left out keep their
+	// value. Applies at the admitters' next pass; audited. System admin only.
+	SetTenantQuota(context.Context, *connect.Request[v1.SetTenantQuotaRequest]) (*connect.Response[v1.SetTenantQuotaResponse], error)
+	// GetTenantQuota reads a tenant's admission settings. System admin only.
+	GetTenantQuota(context.Context, *connect.Request[v1.GetTenantQuotaRequest]) (*connect.Response[v1.GetTenantQuotaResponse], error)
 	// CreateAPIKey makes a key and returns its secret: shown this once,
 	// never stored (the server keeps its SHA-256). Admin of the tenant; a
 	// key in a named tenant, or a system admin key, needs a system admin.
@@ -115,6 +127,19 @@ func NewAccessServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			httpClient,
 			baseURL+AccessServiceListTenantsProcedure,
 			connect.WithSchema(accessServiceMethods.ByName("ListTenants")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		setTenantQuota: connect.NewClient[v1.SetTenantQuotaRequest, v1.SetTenantQuotaResponse](
+			httpClient,
+			baseURL+AccessServiceSetTenantQuotaProcedure,
+			connect.WithSchema(accessServiceMethods.ByName("SetTenantQuota")),
+			connect.WithClientOptions(opts...),
+		),
+		getTenantQuota: connect.NewClient[v1.GetTenantQuotaRequest, v1.GetTenantQuotaResponse](
+			httpClient,
+			baseURL+AccessServiceGetTenantQuotaProcedure,
+			connect.WithSchema(accessServiceMethods.ByName("GetTenantQuota")),
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
@@ -168,15 +193,17 @@ func NewAccessServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 
 // accessServiceClient implements AccessServiceClient.
 type accessServiceClient struct {
-	createTenant *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
-	listTenants  *connect.Client[v1.ListTenantsRequest, v1.ListTenantsResponse]
-	createAPIKey *connect.Client[v1.CreateAPIKeyRequest, v1.CreateAPIKeyResponse]
-	listAPIKeys  *connect.Client[v1.ListAPIKeysRequest, v1.ListAPIKeysResponse]
-	revokeAPIKey *connect.Client[v1.RevokeAPIKeyRequest, v1.RevokeAPIKeyResponse]
-	grantRole    *connect.Client[v1.GrantRoleRequest, v1.GrantRoleResponse]
-	revokeGrant  *connect.Client[v1.RevokeGrantRequest, v1.RevokeGrantResponse]
-	listGrants   *connect.Client[v1.ListGrantsRequest, v1.ListGrantsResponse]
-	whoAmI       *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
+	createTenant   *connect.Client[v1.CreateTenantRequest, v1.CreateTenantResponse]
+	listTenants    *connect.Client[v1.ListTenantsRequest, v1.ListTenantsResponse]
+	setTenantQuota *connect.Client[v1.SetTenantQuotaRequest, v1.SetTenantQuotaResponse]
+	getTenantQuota *connect.Client[v1.GetTenantQuotaRequest, v1.GetTenantQuotaResponse]
+	createAPIKey   *connect.Client[v1.CreateAPIKeyRequest, v1.CreateAPIKeyResponse]
+	listAPIKeys    *connect.Client[v1.ListAPIKeysRequest, v1.ListAPIKeysResponse]
+	revokeAPIKey   *connect.Client[v1.RevokeAPIKeyRequest, v1.RevokeAPIKeyResponse]
+	grantRole      *connect.Client[v1.GrantRoleRequest, v1.GrantRoleResponse]
+	revokeGrant    *connect.Client[v1.RevokeGrantRequest, v1.RevokeGrantResponse]
+	listGrants     *connect.Client[v1.ListGrantsRequest, v1.ListGrantsResponse]
+	whoAmI         *connect.Client[v1.WhoAmIRequest, v1.WhoAmIResponse]
 }
 
 // CreateTenant calls orrery.v1.AccessService.CreateTenant.
@@ -187,6 +214,16 @@ func (c *accessServiceClient) CreateTenant(ctx context.Context, req *connect.Req
 // ListTenants calls orrery.v1.AccessService.ListTenants.
 func (c *accessServiceClient) ListTenants(ctx context.Context, req *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error) {
 	return c.listTenants.CallUnary(ctx, req)
+}
+
+// SetTenantQuota calls orrery.v1.AccessService.SetTenantQuota.
+func (c *accessServiceClient) SetTenantQuota(ctx context.Context, req *connect.Request[v1.SetTenantQuotaRequest]) (*connect.Response[v1.SetTenantQuotaResponse], error) {
+	return c.setTenantQuota.CallUnary(ctx, req)
+}
+
+// GetTenantQuota calls orrery.v1.AccessService.GetTenantQuota.
+func (c *accessServiceClient) GetTenantQuota(ctx context.Context, req *connect.Request[v1.GetTenantQuotaRequest]) (*connect.Response[v1.GetTenantQuotaResponse], error) {
+	return c.getTenantQuota.CallUnary(ctx, req)
 }
 
 // CreateAPIKey calls orrery.v1.AccessService.CreateAPIKey.
@@ -230,6 +267,12 @@ type AccessServiceHandler interface {
 	CreateTenant(context.Context, *connect.Request[v1.CreateTenantRequest]) (*connect.Response[v1.CreateTenantResponse], error)
 	// ListTenants lists every tenant by name. System admin only.
 	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
+	// SetTenantQuota changes a tenant's admission settings (max_concurrency
+	// across queues, weight, per-queue caps); fields left out keep their
+	// value. Applies at the admitters' next pass; audited. System admin only.
+	SetTenantQuota(context.Context, *connect.Request[v1.SetTenantQuotaRequest]) (*connect.Response[v1.SetTenantQuotaResponse], error)
+	// GetTenantQuota reads a tenant's admission settings. System admin only.
+	GetTenantQuota(context.Context, *connect.Request[v1.GetTenantQuotaRequest]) (*connect.Response[v1.GetTenantQuotaResponse], error)
 	// CreateAPIKey makes a key and returns its secret: shown this once,
 	// never stored (the server keeps its SHA-256). Admin of the tenant; a
 	// key in a named tenant, or a system admin key, needs a system admin.
@@ -275,6 +318,19 @@ func NewAccessServiceHandler(svc AccessServiceHandler, opts ...connect.HandlerOp
 		AccessServiceListTenantsProcedure,
 		svc.ListTenants,
 		connect.WithSchema(accessServiceMethods.ByName("ListTenants")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	accessServiceSetTenantQuotaHandler := connect.NewUnaryHandler(
+		AccessServiceSetTenantQuotaProcedure,
+		svc.SetTenantQuota,
+		connect.WithSchema(accessServiceMethods.ByName("SetTenantQuota")),
+		connect.WithHandlerOptions(opts...),
+	)
+	accessServiceGetTenantQuotaHandler := connect.NewUnaryHandler(
+		AccessServiceGetTenantQuotaProcedure,
+		svc.GetTenantQuota,
+		connect.WithSchema(accessServiceMethods.ByName("GetTenantQuota")),
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
@@ -329,6 +385,10 @@ func NewAccessServiceHandler(svc AccessServiceHandler, opts ...connect.HandlerOp
 			accessServiceCreateTenantHandler.ServeHTTP(w, r)
 		case AccessServiceListTenantsProcedure:
 			accessServiceListTenantsHandler.ServeHTTP(w, r)
+		case AccessServiceSetTenantQuotaProcedure:
+			accessServiceSetTenantQuotaHandler.ServeHTTP(w, r)
+		case AccessServiceGetTenantQuotaProcedure:
+			accessServiceGetTenantQuotaHandler.ServeHTTP(w, r)
 		case AccessServiceCreateAPIKeyProcedure:
 			accessServiceCreateAPIKeyHandler.ServeHTTP(w, r)
 		case AccessServiceListAPIKeysProcedure:
@@ -358,6 +418,14 @@ func (UnimplementedAccessServiceHandler) CreateTenant(context.Context, *connect.
 
 func (UnimplementedAccessServiceHandler) ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.ListTenants is not implemented"))
+}
+
+func (UnimplementedAccessServiceHandler) SetTenantQuota(context.Context, *connect.Request[v1.SetTenantQuotaRequest]) (*connect.Response[v1.SetTenantQuotaResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.SetTenantQuota is not implemented"))
+}
+
+func (UnimplementedAccessServiceHandler) GetTenantQuota(context.Context, *connect.Request[v1.GetTenantQuotaRequest]) (*connect.Response[v1.GetTenantQuotaResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.AccessService.GetTenantQuota is not implemented"))
 }
 
 func (UnimplementedAccessServiceHandler) CreateAPIKey(context.Context, *connect.Request[v1.CreateAPIKeyRequest]) (*connect.Response[v1.CreateAPIKeyResponse], error) {
