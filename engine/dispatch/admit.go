@@ -94,7 +94,8 @@ type AdmitConfig struct {
 	Pool *pgxpool.Pool
 	// Queues are looked at every PollInterval (the queues this process's
 	// workers serve: their finishes free slots, and retries become ready
-	// with time); other queues only when a release wakes them.
+	// with time); other queues when a release wakes them, and then every
+	// PollInterval while they have tasks waiting.
 	Queues []string
 	// PollInterval: default 25 ms.
 	PollInterval time.Duration
@@ -161,7 +162,8 @@ func (d *Dispatcher) kicked() []string {
 }
 
 // Admit runs admission passes until ctx ends: for a queue when Kick wakes
-// it, and for cfg.Queues every PollInterval.
+// it, and every PollInterval for cfg.Queues and for the queues woken here
+// that still have tasks waiting.
 func (d *Dispatcher) Admit(ctx context.Context, cfg AdmitConfig) error {
 	if err := cfg.withDefaults(); err != nil {
 		return err
@@ -169,6 +171,12 @@ func (d *Dispatcher) Admit(ctx context.Context, cfg AdmitConfig) error {
 	t := time.NewTicker(cfg.PollInterval)
 	defer t.Stop()
 	ensured := map[string]bool{}
+	// The queues polled: cfg.Queues, and those woken since while they
+	// still have tasks waiting (slots may free up in another process).
+	watched := map[string]bool{}
+	for _, q := range cfg.Queues {
+		watched[q] = true
+	}
 	for {
 		var queues []string
 		polled := false
@@ -178,14 +186,21 @@ func (d *Dispatcher) Admit(ctx context.Context, cfg AdmitConfig) error {
 		case <-d.wake.ch:
 			queues = d.kicked()
 		case <-t.C:
-			queues, polled = append(d.kicked(), cfg.Queues...), true
+			queues, polled = d.kicked(), true
+			for q := range watched {
+				queues = append(queues, q)
+			}
 		}
 		slices.Sort(queues)
 		for _, q := range slices.Compact(queues) {
+			watched[q] = true
 			if polled {
 				// A cheap look first: most polls find nothing ready.
 				any, err := store.New(cfg.Pool).AnyWaiting(ctx, q)
 				if err != nil || !any {
+					if err == nil && !slices.Contains(cfg.Queues, q) {
+						delete(watched, q)
+					}
 					continue
 				}
 			}

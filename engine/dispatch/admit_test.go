@@ -1,0 +1,341 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/enginetest"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/engine/worker"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fixture is a database with tenants, their jobs and a run service.
+type fixture struct {
+	t      *testing.T
+	pool   *pgxpool.Pool
+	jobs   *job.Service
+	runs   *run.Service
+	access *access.Service
+	live   *liveCount
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	jobs, err := job.New(context.Background(), pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := dispatch.New()
+	return &fixture{t: t, pool: pool, jobs: jobs, runs: run.NewService(pool, jobs, d), access: access.New(pool), live: newLiveCount()}
+}
+
+var admin = access.Principal{Name: "test", TenantName: "default", SystemAdmin: true}
+
+// tenant makes a tenant with a weight and a quota (0: none).
+func (f *fixture) tenant(name string, weight, maxConcurrency int32) job.Actor {
+	f.t.Helper()
+	ctx := context.Background()
+	tn, err := f.access.CreateTenant(ctx, admin, name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.access.SetQuota(ctx, admin, name, access.QuotaChange{Weight: &weight, MaxConcurrency: &maxConcurrency}); err != nil {
+		f.t.Fatal(err)
+	}
+	return job.Actor{Tenant: tn.ID, Name: name}
+}
+
+// fire creates a job of n parallel steps in queue (priority per step from
+// prio, default normal) and triggers one run of it.
+func (f *fixture) fire(a job.Actor, name, queue string, n int, prio func(i int) string) uuid.UUID {
+	f.t.Helper()
+	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: dag.OverlapAllow,
+		Defaults: dag.StepDefaults{Queue: queue, Retry: &dag.Retry{MaxAttempts: 1}}}
+	for i := range n {
+		st := dag.Step{Name: fmt.Sprintf("s%03d", i), Run: dag.Executor{Handler: "work"}}
+		st.Payload, _ = json.Marshal(map[string]string{"tenant": a.Name})
+		if prio != nil {
+			st.Priority = prio(i)
+		}
+		spec.Steps = append(spec.Steps, st)
+	}
+	ctx := context.Background()
+	if _, err := f.jobs.Create(ctx, a, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: spec}, ""); err != nil {
+		f.t.Fatal(err)
+	}
+	r, err := f.runs.Trigger(ctx, a, job.Ref{Name: name}, "", false)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r.ID
+}
+
+func (f *fixture) waitRuns(within time.Duration, ids ...uuid.UUID) {
+	f.t.Helper()
+	for _, id := range ids {
+		enginetest.WaitFor(f.t, within, "run "+id.String()+" succeeds", func() bool {
+			return enginetest.Int(f.t, f.pool, "SELECT count(*) FROM runs WHERE id = $1 AND status = 'succeeded'", id) == 1
+		})
+	}
+}
+
+// maxOverlap is the most attempts of a tenant that ran at once, from the
+// attempts table (an oracle independent of admission's own counts).
+func (f *fixture) maxOverlap(tenant uuid.UUID) int {
+	f.t.Helper()
+	return enginetest.Int(f.t, f.pool, `SELECT COALESCE(max(n), 0)::int FROM (
+		SELECT (SELECT count(*) FROM attempts b WHERE b.tenant_id = a.tenant_id
+		        AND b.started_at <= a.started_at AND (b.finished_at IS NULL OR b.finished_at > a.started_at)) AS n
+		FROM attempts a WHERE a.tenant_id = $1) AS o`, tenant)
+}
+
+// liveCount tracks, per tenant, the attempts running in the handler now
+// and the most at once; gate, when set, holds every attempt until closed.
+type liveCount struct {
+	mu   sync.Mutex
+	now  map[string]int
+	peak map[string]int
+	gate chan struct{}
+	hold time.Duration
+}
+
+func newLiveCount() *liveCount { return &liveCount{now: map[string]int{}, peak: map[string]int{}} }
+
+func (l *liveCount) handler(ctx context.Context, c executor.Call) error {
+	var p struct{ Tenant string }
+	_ = json.Unmarshal(c.Payload, &p)
+	l.mu.Lock()
+	l.now[p.Tenant]++
+	l.peak[p.Tenant] = max(l.peak[p.Tenant], l.now[p.Tenant])
+	gate, hold := l.gate, l.hold
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.now[p.Tenant]--
+		l.mu.Unlock()
+	}()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	select {
+	case <-time.After(hold):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (l *liveCount) get(m map[string]int, tenant string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return m[tenant]
+}
+
+func (f *fixture) worker(queue string, slots int) {
+	f.t.Helper()
+	enginetest.StartWorkers(f.t, worker.Config{StatePool: f.pool, Queues: map[string]int{queue: slots},
+		Handlers: map[string]executor.HandlerFunc{"work": f.live.handler}})
+}
+
+// A tenant's quota holds across two worker processes' admitters: never more
+// of its attempts at once than the quota, by the handler's count and by the
+// attempts table, while another tenant without one fills the rest.
+func TestQuotaHoldsAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.live.hold = 50 * time.Millisecond
+	capped := f.tenant("capped", 1, 3)
+	free := f.tenant("free", 1, 0)
+	f.worker("q", 4)
+	f.worker("q", 4)
+	ids := []uuid.UUID{f.fire(capped, "many", "q", 30, nil), f.fire(free, "many", "q", 30, nil)}
+	f.waitRuns(60*time.Second, ids...)
+	if p := f.live.get(f.live.peak, "capped"); p > 3 {
+		t.Fatalf("capped tenant ran %d attempts at once, quota 3", p)
+	}
+	if o := f.maxOverlap(capped.Tenant); o > 3 || o < 1 {
+		t.Fatalf("attempts table: capped tenant ran %d at once, quota 3", o)
+	}
+	if p := f.live.get(f.live.peak, "free"); p < 5 {
+		t.Fatalf("the tenant without a quota ran at most %d at once of 8 slots: capacity was wasted", p)
+	}
+}
+
+// A lone tenant uses every slot of the queue.
+func TestLoneTenantUsesTheWholeQueue(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.live.gate = make(chan struct{})
+	lone := f.tenant("lone", 1, 0)
+	f.worker("q", 6)
+	id := f.fire(lone, "wide", "q", 20, nil)
+	enginetest.WaitFor(t, 20*time.Second, "6 attempts run at once", func() bool { return f.live.get(f.live.now, "lone") == 6 })
+	// River holds one more job per slot: 12 admitted, 8 waiting.
+	enginetest.WaitFor(t, 10*time.Second, "12 tasks admitted", func() bool {
+		return enginetest.Int(t, f.pool, "SELECT count(*) FROM tasks WHERE run_id = $1 AND admitted_at IS NOT NULL", id) == 12
+	})
+	close(f.live.gate)
+	f.waitRuns(30*time.Second, id)
+}
+
+// Weights: two backlogged tenants with weights 1 and 3 share a queue's
+// starts about 1:3.
+func TestWeightsHonoured(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.live.hold = 20 * time.Millisecond
+	light := f.tenant("light", 1, 0)
+	heavy := f.tenant("heavy", 3, 0)
+	a, b := f.fire(light, "backlog", "q", 200, nil), f.fire(heavy, "backlog", "q", 200, nil)
+	f.worker("q", 4)
+	// The first 160 starts: both tenants backlogged throughout (each has 200).
+	enginetest.WaitFor(t, 60*time.Second, "160 attempts started", func() bool {
+		return enginetest.Int(t, f.pool, "SELECT count(*) FROM attempts") >= 160
+	})
+	lightStarts := enginetest.Int(t, f.pool, `SELECT count(*) FROM (SELECT tenant_id FROM attempts ORDER BY started_at, id LIMIT 160) AS s
+		WHERE tenant_id = $1`, light.Tenant)
+	share := float64(lightStarts) / 160
+	t.Logf("light tenant (weight 1 of 4): %d of the first 160 starts (%.3f; its weight's share 0.25)", lightStarts, share)
+	if share < 0.20 || share > 0.30 {
+		t.Fatalf("light tenant's share of starts %.3f, want 0.25 ± 0.05", share)
+	}
+	f.waitRuns(60*time.Second, a, b)
+}
+
+// Aging: a low-priority task that waited longer than the bound goes before
+// fresh critical ones; under the bound, priority decides.
+func TestAgedLowGoesFirst(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	a := f.tenant("aging", 1, 0)
+	prio := func(i int) string {
+		if i == 0 {
+			return "low"
+		}
+		return "critical"
+	}
+	id := f.fire(a, "mixed", "nowhere", 4, prio)
+	if _, err := f.pool.Exec(ctx, "UPDATE tasks SET ready_at = ready_at - interval '10 minutes' WHERE run_id = $1 AND step = 's000'", id); err != nil {
+		t.Fatal(err)
+	}
+	// A worker's advertisement of one slot (no worker runs): two in flight.
+	if _, err := f.pool.Exec(ctx, `INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at)
+		VALUES ($1, 'ad', '{"nowhere": 1}', now(), now(), now() + interval '1 hour')`, uuid.New()); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := dispatch.New()
+	admitted := func() string {
+		return strings.Join(strings.Fields(fmt.Sprint(stepsAdmitted(t, f.pool, id))), ",")
+	}
+	if _, err := f.pool.Exec(ctx, "INSERT INTO queues (name) VALUES ('nowhere')"); err != nil {
+		t.Fatal(err)
+	}
+	// Bound 1 hour: the 10-minute wait is not aged; critical first.
+	if res, err := d.AdmitOnce(ctx, dispatch.AdmitConfig{Pool: f.pool, Aging: time.Hour}, "nowhere"); err != nil || res.Admitted != 2 {
+		t.Fatalf("admitted %+v, %v; want 2", res, err)
+	}
+	if got := admitted(); got != "[s001,s002]" {
+		t.Fatalf("admitted %s, want the two oldest critical [s001,s002]", got)
+	}
+	// Free the slots; bound 5 minutes: the low task is aged and goes first.
+	if _, err := f.pool.Exec(ctx, "UPDATE tasks SET status = 'succeeded', admitted_at = NULL WHERE run_id = $1 AND admitted_at IS NOT NULL", id); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.AdmitOnce(ctx, dispatch.AdmitConfig{Pool: f.pool, Aging: 5 * time.Minute}, "nowhere"); err != nil || res.Admitted != 2 {
+		t.Fatalf("admitted %+v, %v; want 2", res, err)
+	}
+	if got := admitted(); got != "[s000,s003]" {
+		t.Fatalf("admitted %s, want the aged low task and then the critical one [s000,s003]", got)
+	}
+}
+
+func stepsAdmitted(t *testing.T, pool *pgxpool.Pool, run uuid.UUID) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT step FROM tasks WHERE run_id = $1 AND admitted_at IS NOT NULL ORDER BY step", run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		_ = rows.Scan(&s)
+		out = append(out, s)
+	}
+	return out
+}
+
+// A quota change applies at the admitters' next pass, without a restart;
+// a waiting task says why it waits.
+func TestQuotaChangeAppliesWithoutRestart(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	f.live.gate = make(chan struct{})
+	a := f.tenant("growing", 1, 1)
+	f.worker("q", 8)
+	id := f.fire(a, "gated", "q", 6, nil)
+	enginetest.WaitFor(t, 20*time.Second, "one attempt runs", func() bool { return f.live.get(f.live.now, "growing") == 1 })
+	d, err := f.runs.Get(ctx, a, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]int{}
+	for _, tk := range d.Tasks {
+		reasons[tk.WaitReason]++
+	}
+	if reasons["tenant quota 1/1"] != 5 {
+		t.Fatalf("wait reasons %v, want 5 × \"tenant quota 1/1\"", reasons)
+	}
+	three := int32(3)
+	if _, err := f.access.SetQuota(ctx, admin, "growing", access.QuotaChange{MaxConcurrency: &three}); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 20*time.Second, "three attempts run", func() bool { return f.live.get(f.live.now, "growing") == 3 })
+	close(f.live.gate)
+	f.waitRuns(30*time.Second, id)
+	if p := f.live.get(f.live.peak, "growing"); p != 3 {
+		t.Fatalf("peak %d at once, want 3", p)
+	}
+	if n := enginetest.Int(t, f.pool, "SELECT count(*) FROM audit_log WHERE action = 'set_quota' AND target_name = 'growing'"); n != 2 {
+		t.Fatalf("%d set_quota audit rows, want 2", n)
+	}
+}
+
+// A task of a queue no worker serves waits and says so.
+func TestWaitReasonNoWorker(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	a := f.tenant("lonely", 1, 0)
+	id := f.fire(a, "orphan", "nobody", 1, nil)
+	d, err := f.runs.Get(context.Background(), a, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Tasks[0].WaitReason; got != "no worker serves queue nobody" {
+		t.Fatalf("wait reason %q", got)
+	}
+}
