@@ -154,12 +154,17 @@ func BenchmarkRiverBare(b *testing.B) {
 // benchmarks measure.
 func seedJobs(b *testing.B, pool *pgxpool.Pool, prefix string, n int, spec dag.JobSpec, next time.Time) {
 	b.Helper()
+	seedTenantJobs(b, pool, job.DefaultTenant, prefix, n, spec, next)
+}
+
+// seedTenantJobs is seedJobs for a tenant (with namespace "default").
+func seedTenantJobs(b *testing.B, pool *pgxpool.Pool, tenant uuid.UUID, prefix string, n int, spec dag.JobSpec, next time.Time) {
+	b.Helper()
 	ctx := context.Background()
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
 		b.Fatal(err)
 	}
-	tenant := job.DefaultTenant
 	var jobs, versions [][]any
 	for i := range n {
 		id := uuid.Must(uuid.NewV7())
@@ -189,6 +194,9 @@ type engine struct {
 	mu       sync.Mutex
 	failures []string
 	stopping bool
+	// dispatcher is the node's: a run service built on it wakes the
+	// node's admitter.
+	dispatcher *dispatch.Dispatcher
 }
 
 func (e *engine) fail(msg string) {
@@ -249,6 +257,13 @@ func (h errorLog) WithGroup(string) slog.Handler { return h }
 // waiting and before reporting figures.
 func startEngine(b *testing.B, pool *pgxpool.Pool, workers int) *engine {
 	b.Helper()
+	return startEngineOn(b, pool, "default", workers)
+}
+
+// startEngineOn is startEngine with a worker pool serving queue. Its
+// handlers: noop, and sleep (200 ms).
+func startEngineOn(b *testing.B, pool *pgxpool.Pool, queue string, workers int) *engine {
+	b.Helper()
 	e := &engine{}
 	log := slog.New(errorLog{e: e})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -280,8 +295,17 @@ func startEngine(b *testing.B, pool *pgxpool.Pool, workers int) *engine {
 	if err != nil {
 		b.Fatal(err)
 	}
-	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"default": workers}, Logger: log, Metrics: mets,
-		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { return nil }}})
+	e.dispatcher = d
+	sleep := func(ctx context.Context, _ executor.Call) error {
+		select {
+		case <-time.After(200 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{queue: workers}, Logger: log, Metrics: mets,
+		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { return nil }, "sleep": sleep}})
 	if err != nil {
 		b.Fatal(err)
 	}

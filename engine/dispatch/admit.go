@@ -292,15 +292,19 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 			return err
 		}
 		states, err := tenantStates(ctx, q, queue, tenants, heldBy)
-		if err != nil {
+		if err != nil || len(states) == 0 {
 			return err
 		}
 		ids := make([]uuid.UUID, 0, len(states))
 		for _, s := range states {
 			ids = append(ids, s.id)
 		}
+		// Up to twice an even share of the free slots per tenant and
+		// priority (at least 64): many tenants do not read free rows each;
+		// a tenant that could have taken more gets them at the next pass.
+		per := min(free, max(64, 2*free/int64(len(states))))
 		cands, err := q.AdmissionCandidates(ctx, store.AdmissionCandidatesParams{
-			Tenants: ids, Queue: queue, Per: int32(free), AgingSeconds: cfg.Aging.Seconds()})
+			Tenants: ids, Queue: queue, Per: int32(per), AgingSeconds: cfg.Aging.Seconds()})
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/job"
+	orun "github.com/orrery-dev/orrery/engine/run"
+)
+
+// benchTenant makes a tenant (and its namespace "default") with a weight.
+func benchTenant(b *testing.B, pool *pgxpool.Pool, name string, weight int) uuid.UUID {
+	b.Helper()
+	id := uuid.Must(uuid.NewV7())
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "INSERT INTO tenants (id, name, weight) VALUES ($1, $2, $3)", id, name, weight); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO namespaces (tenant_id, name) VALUES ($1, 'default')", id); err != nil {
+		b.Fatal(err)
+	}
+	return id
+}
+
+// queueSpec is a one-step job of handler in queue q, due at cron.
+func queueSpec(cron, handler string) dag.JobSpec {
+	r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: cron}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: handler},
+		Defaults: dag.StepDefaults{Queue: "q"},
+	}}
+	r.Normalize()
+	return r.Spec
+}
+
+func cronAt(at time.Time) string {
+	return fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
+}
+
+// BenchmarkFairness: tenant A fires 50,000 no-op tasks at T into queue q
+// (200 worker slots); tenant B triggers 5 at T+1 s. Reported: when B's 5
+// started after T+1 s (aim: all within 1 s), and A's throughput through its
+// 50,000 with B and, in the same run, without B (aim: within 10%).
+func BenchmarkFairness(b *testing.B) {
+	const aTasks = 50_000
+	for range b.N {
+		alone, _ := fairnessRound(b, aTasks, false)
+		withB, bLag := fairnessRound(b, aTasks, true)
+		b.ReportMetric(alone, "a-alone-runs/s")
+		b.ReportMetric(withB, "a-with-b-runs/s")
+		b.ReportMetric(withB/alone, "a-ratio")
+		b.ReportMetric(ms(bLag), "b-all-started-ms")
+	}
+}
+
+// fairnessRound runs A's 50,000 (and B's 5 when withB) on a fresh database
+// and returns A's runs per second and B's last start after its trigger.
+func fairnessRound(b *testing.B, aTasks int, withB bool) (float64, time.Duration) {
+	pool := freshDB(b)
+	ctx := context.Background()
+	a := benchTenant(b, pool, "tenant-a", 1)
+	bt := benchTenant(b, pool, "tenant-b", 1)
+	eng := startEngineOn(b, pool, "q", 200)
+	at := dbTime(b, pool).Truncate(time.Second).Add(8 * time.Second)
+	seedTenantJobs(b, pool, a, "a", aTasks, queueSpec(cronAt(at), "noop"), at)
+	seedTenantJobs(b, pool, bt, "b", 5, queueSpec("@yearly", "noop"), at.Add(365*24*time.Hour))
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runs := orun.NewService(pool, jobs, eng.dispatcher)
+	time.Sleep(time.Until(at.Add(time.Second)))
+	if withB {
+		actor := job.Actor{Tenant: bt, Name: "bench"}
+		for i := range 5 {
+			if _, err := runs.Trigger(ctx, actor, job.Ref{Namespace: "default", Name: fmt.Sprintf("b-%07d", i)}, "", true); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	want := aTasks
+	if withB {
+		want += 5
+	}
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		var done int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM runs WHERE status = 'succeeded'").Scan(&done); err != nil {
+			b.Fatal(err)
+		}
+		if done == want {
+			break
+		}
+		eng.check(b)
+		if time.Now().After(deadline) {
+			b.Fatalf("deadline passed: %d of %d runs succeeded", done, want)
+		}
+	}
+	checkNoFailures(b, pool)
+	var aLast time.Time
+	if err := pool.QueryRow(ctx, "SELECT max(finished_at) FROM runs WHERE tenant_id = $1", a).Scan(&aLast); err != nil {
+		b.Fatal(err)
+	}
+	var bLag time.Duration
+	if withB {
+		if err := pool.QueryRow(ctx, `SELECT COALESCE(max(t.started_at - r.scheduled_for), '0') FROM runs r JOIN tasks t ON t.run_id = r.id
+			WHERE r.tenant_id = $1`, bt).Scan(&bLag); err != nil {
+			b.Fatal(err)
+		}
+		var aLeft int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM tasks t WHERE t.tenant_id = $1
+			AND t.started_at > (SELECT max(r.scheduled_for) FROM runs r WHERE r.tenant_id = $2)`, a, bt).Scan(&aLeft); err != nil {
+			b.Fatal(err)
+		}
+		fmt.Fprintf(os.Stderr, "fairness: B's 5 all started %s after their trigger; %d of A's tasks started after it\n", bLag.Round(time.Millisecond), aLeft)
+	}
+	eng.check(b)
+	return float64(aTasks) / aLast.Sub(at).Seconds(), bLag
+}
+
+// BenchmarkWeightedShares: three tenants with weights 1, 2 and 5, each
+// with 20,000 tasks of 200 ms due at T in queue q (200 slots), backlogged
+// throughout; reported: each tenant's share of the attempts started from
+// T+10 s (every run created by then) to T+30 s, against its weight's share
+// (1/8, 2/8, 5/8).
+func BenchmarkWeightedShares(b *testing.B) {
+	const perTenant = 20_000
+	for range b.N {
+		pool := freshDB(b)
+		ctx := context.Background()
+		weights := []int{1, 2, 5}
+		ids := make([]uuid.UUID, len(weights))
+		eng := startEngineOn(b, pool, "q", 200)
+		at := dbTime(b, pool).Truncate(time.Second).Add(10 * time.Second)
+		for i, w := range weights {
+			ids[i] = benchTenant(b, pool, fmt.Sprintf("w%d", w), w)
+			seedTenantJobs(b, pool, ids[i], fmt.Sprintf("w%d", w), perTenant, queueSpec(cronAt(at), "sleep"), at)
+		}
+		time.Sleep(time.Until(at.Add(31 * time.Second)))
+		eng.check(b)
+		from, until := at.Add(10*time.Second), at.Add(30*time.Second)
+		total := 0
+		counts := make([]int, len(weights))
+		for i, id := range ids {
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM attempts WHERE tenant_id = $1 AND started_at >= $2 AND started_at < $3",
+				id, from, until).Scan(&counts[i]); err != nil {
+				b.Fatal(err)
+			}
+			total += counts[i]
+		}
+		var waiting int
+		if err := pool.QueryRow(ctx, `SELECT count(DISTINCT tenant_id) FROM tasks WHERE admitted_at IS NULL AND status = 'queued'`).Scan(&waiting); err != nil {
+			b.Fatal(err)
+		}
+		if waiting != len(weights) {
+			b.Fatalf("only %d of %d tenants still backlogged at T+31 s: the window's shares are not all-backlogged shares", waiting, len(weights))
+		}
+		for i, w := range weights {
+			share := float64(counts[i]) / float64(total)
+			b.ReportMetric(share, fmt.Sprintf("share-w%d", w))
+			b.ReportMetric(share/(float64(w)/8), fmt.Sprintf("share-w%d/weight", w))
+		}
+		b.ReportMetric(float64(total)/until.Sub(from).Seconds(), "starts/s")
+	}
+}
