@@ -73,7 +73,7 @@ func newTenantsCmd(g *globals) *cobra.Command {
 			for q, v := range queueCaps {
 				n, err := strconv.ParseInt(v, 10, 32)
 				if err != nil {
-					return fmt.Errorf("--queue %s=%s: not a number", q, v)
+					return fmt.Errorf("--queue %s=%s: want a whole number from 0 (no cap) to 1000000", q, v)
 				}
 				req.Queues[q] = int32(n)
 			}

@@ -40,6 +40,9 @@ type QuotaChange struct {
 }
 
 func (c QuotaChange) validate() error {
+	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 {
+		return &InvalidError{Field: "max_concurrency", Message: "nothing to change: give max_concurrency, weight or queues"}
+	}
 	if c.MaxConcurrency != nil && (*c.MaxConcurrency < 0 || *c.MaxConcurrency > MaxConcurrencyCap) {
 		return &InvalidError{Field: "max_concurrency", Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *c.MaxConcurrency, MaxConcurrencyCap)}
 	}
@@ -66,6 +69,9 @@ func (c QuotaChange) validate() error {
 // authority (system admin) is the API's to check. ErrNotFound for an
 // unknown tenant.
 func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c QuotaChange) (Quota, error) {
+	if tenant == "" {
+		return Quota{}, &InvalidError{Field: "tenant", Message: "required"}
+	}
 	if err := c.validate(); err != nil {
 		return Quota{}, err
 	}
@@ -125,6 +131,9 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 
 // GetQuota reads a tenant's admission settings.
 func (k *Service) GetQuota(ctx context.Context, tenant string) (Quota, error) {
+	if tenant == "" {
+		return Quota{}, &InvalidError{Field: "tenant", Message: "required"}
+	}
 	q := store.New(k.pool)
 	t, err := q.TenantRowByName(ctx, tenant)
 	if store.IsNotFound(err) {

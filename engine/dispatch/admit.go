@@ -59,19 +59,29 @@ import (
 //     pass and looks again shortly, so nothing waits on it;
 //  2. read the live workers' slots and the queue's slots held per tenant;
 //  3. the rows of the waiting tenants that have max_concurrency, FOR NO KEY
-//     UPDATE in id order (admitters of other queues deciding for the same
-//     tenant wait here; foreign-key checks do not), then their slots held
-//     in all queues;
+//     UPDATE SKIP LOCKED in id order (a tenant whose row an admitter of
+//     another queue holds sits this pass out, and the queue is looked at
+//     again shortly; foreign-key checks do not conflict), then their slots
+//     held in all queues;
 //  4. the chosen task rows, by UPDATE ... SET admitted_at, which skips a
 //     task cancelled meanwhile;
 //  5. the River jobs: in this transaction when River shares the database,
 //     else into the queue database before the commit (see the package doc).
 //
 // No other transaction takes a queue row, and none takes tenant rows after
-// task rows, so there is no lock cycle. A paused admitter holds the queue's
-// row until the pools' idle-in-transaction timeout ends its session; a
-// killed one's row is free at once; either way nothing is admitted twice,
-// since the marks and the River jobs commit together.
+// task rows, so there is no lock cycle, and no admitter waits on another.
+// A paused admitter holds its rows until the pools' idle-in-transaction
+// timeout ends its session (meanwhile its queue, and its quota'd tenants in
+// other queues, wait); a killed one's are free at once; either way nothing
+// is admitted twice, since the marks and the River jobs (or their outbox
+// rows) commit together.
+//
+// What admission does not promise: a quota lowered below what a tenant
+// holds does not stop running work; a slot freed by a cancellation or a
+// lapsed lease is reused while the old attempt may still run on its worker
+// until its next heartbeat; a pass that read a tenant's quota as none just
+// before it was set admits that pass without it. With more than 10,000
+// tenants waiting in one queue, a pass considers the first 10,000 by id.
 //
 // Hot path cost: one more write of each task (the admission mark) and an
 // admission pass per batch of releases and of finishes.
@@ -172,72 +182,99 @@ func (d *Dispatcher) Admit(ctx context.Context, cfg AdmitConfig) error {
 	defer t.Stop()
 	ensured := map[string]bool{}
 	// The queues polled: cfg.Queues, and those woken since while they
-	// still have tasks waiting (slots may free up in another process).
+	// still have tasks waiting (slots may free up in another process). A
+	// queue whose polls admit nothing (full, its tenants at their quotas)
+	// is polled less often, up to maxPollBackoff; a wake-up resets it.
 	watched := map[string]bool{}
 	for _, q := range cfg.Queues {
 		watched[q] = true
 	}
+	backoff := map[string]time.Duration{}
+	nextPoll := map[string]time.Time{}
 	for {
 		var queues []string
-		polled := false
+		polled := map[string]bool{}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-d.wake.ch:
 			queues = d.kicked()
-		case <-t.C:
-			queues, polled = d.kicked(), true
+		case now := <-t.C:
+			queues = d.kicked()
 			for q := range watched {
-				queues = append(queues, q)
+				if !now.Before(nextPoll[q]) {
+					queues = append(queues, q)
+					polled[q] = true
+				}
 			}
 		}
 		slices.Sort(queues)
 		for _, q := range slices.Compact(queues) {
 			watched[q] = true
-			if polled {
-				// A cheap look first: most polls find nothing ready.
-				any, err := store.New(cfg.Pool).AnyWaiting(ctx, q)
-				if err != nil || !any {
-					if err == nil && !slices.Contains(cfg.Queues, q) {
-						delete(watched, q)
-					}
-					continue
-				}
+			admitted, err := d.admitQueue(ctx, cfg, q, polled[q], ensured, watched)
+			if err != nil && ctx.Err() == nil {
+				cfg.Logger.Error("admission pass failed", "queue", q, "err", err)
 			}
-			if !ensured[q] {
-				if err := store.New(cfg.Pool).EnsureQueue(ctx, q); err != nil {
-					if ctx.Err() == nil {
-						cfg.Logger.Error("admission: register queue", "queue", q, "err", err)
-					}
-					continue
-				}
-				ensured[q] = true
+			if admitted > 0 || !polled[q] {
+				backoff[q] = 0
+			} else {
+				backoff[q] = min(max(2*backoff[q], cfg.PollInterval), maxPollBackoff)
 			}
-			for {
-				res, err := d.AdmitOnce(ctx, cfg, q)
-				if err != nil {
-					if ctx.Err() == nil {
-						cfg.Logger.Error("admission pass failed", "queue", q, "err", err)
-					}
-					break
-				}
-				if res.Busy {
-					// Another admitter decides for q now and may have read
-					// before our release committed: look again shortly.
-					time.AfterFunc(5*time.Millisecond, func() { d.Kick(q) })
-					break
-				}
-				if res.Admitted < admitBatch {
-					break
-				}
+			nextPoll[q] = time.Now().Add(backoff[q])
+		}
+	}
+}
+
+// maxPollBackoff bounds how seldom a queue whose polls admit nothing is
+// polled: the wait of a retry whose backoff ended, or of work released
+// by a process that does not admit it.
+const maxPollBackoff = 400 * time.Millisecond
+
+// admitQueue runs passes over one queue until one admits nothing, and
+// returns how many tasks they admitted.
+func (d *Dispatcher) admitQueue(ctx context.Context, cfg AdmitConfig, q string, polled bool, ensured, watched map[string]bool) (int, error) {
+	if polled {
+		// A cheap look first: most polls find nothing ready.
+		any, err := store.New(cfg.Pool).AnyWaiting(ctx, q)
+		if err != nil {
+			return 0, err
+		}
+		if !any {
+			if !slices.Contains(cfg.Queues, q) {
+				delete(watched, q)
 			}
+			return 0, nil
+		}
+	}
+	if !ensured[q] {
+		if err := store.New(cfg.Pool).EnsureQueue(ctx, q); err != nil {
+			return 0, err
+		}
+		ensured[q] = true
+	}
+	total := 0
+	for {
+		res, err := d.AdmitOnce(ctx, cfg, q)
+		total += res.Admitted
+		if err != nil {
+			return total, err
+		}
+		if res.Busy {
+			// Another admitter decides for q now (or for one of its
+			// tenants) and may have read before our release committed:
+			// look again at the next poll.
+			time.AfterFunc(cfg.PollInterval, func() { d.Kick(q) })
+		}
+		if res.Busy || res.Admitted == 0 {
+			return total, nil
 		}
 	}
 }
 
 // Admission is what one pass did.
 type Admission struct {
-	// Busy: another admitter held the queue; this pass did nothing.
+	// Busy: another admitter held the queue (the pass did nothing), or
+	// the row of a waiting tenant with a quota (the pass left it out).
 	Busy     bool
 	Admitted int
 }
@@ -248,6 +285,7 @@ type tenantState struct {
 	weight  int64
 	held    int64 // slots held in this queue, with those given this pass
 	room    int64 // slots it may still get under its quotas
+	target  int64 // what it would get this pass with tasks enough
 	waiting []store.AdmissionCandidatesRow
 }
 
@@ -291,20 +329,20 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		if err != nil || len(tenants) == 0 {
 			return err
 		}
-		states, err := tenantStates(ctx, q, queue, tenants, heldBy)
+		states, skipped, err := tenantStates(ctx, q, queue, tenants, heldBy, free)
+		res.Busy = skipped
 		if err != nil || len(states) == 0 {
 			return err
 		}
-		ids := make([]uuid.UUID, 0, len(states))
-		for _, s := range states {
-			ids = append(ids, s.id)
+		// What each tenant would get if it had tasks enough: read no more
+		// of its candidates than that (per priority).
+		ids := make([]uuid.UUID, len(states))
+		limits := make([]int32, len(states))
+		for i, s := range states {
+			ids[i], limits[i] = s.id, int32(s.target)
 		}
-		// Up to twice an even share of the free slots per tenant and
-		// priority (at least 64): many tenants do not read free rows each;
-		// a tenant that could have taken more gets them at the next pass.
-		per := min(free, max(64, 2*free/int64(len(states))))
 		cands, err := q.AdmissionCandidates(ctx, store.AdmissionCandidatesParams{
-			Tenants: ids, Queue: queue, Per: int32(per), AgingSeconds: cfg.Aging.Seconds()})
+			Tenants: ids, Limits: limits, Queue: queue, AgingSeconds: cfg.Aging.Seconds()})
 		if err != nil {
 			return err
 		}
@@ -330,7 +368,9 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 			waited = append(waited, r.WaitedSeconds)
 		}
 		if d.outbox {
-			_, err = d.river.InsertMany(ctx, riverParams(ready, true))
+			// In the state transaction: the marks and the rows commit
+			// together, and Relay inserts the River jobs afterwards.
+			err = insertOutbox(ctx, tx, ready)
 		} else {
 			_, err = d.river.InsertManyTx(ctx, tx, riverParams(ready, false))
 		}
@@ -349,11 +389,13 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 
 // tenantStates reads the weights and quotas of the waiting tenants; for
 // those with a quota across queues it locks their rows and counts their
-// slots held in every queue.
-func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID, heldBy map[uuid.UUID]int64) ([]*tenantState, error) {
+// slots held in every queue. A tenant whose row another admitter holds is
+// left out of this pass (skipped is then true). It then sets each
+// tenant's target: what it would get of free if it had tasks enough.
+func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID, heldBy map[uuid.UUID]int64, free int64) ([]*tenantState, bool, error) {
 	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: tenants})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var quota []uuid.UUID
 	for _, l := range limits {
@@ -362,22 +404,32 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 		}
 	}
 	total := map[uuid.UUID]int64{}
+	locked := map[uuid.UUID]bool{}
 	if len(quota) > 0 {
-		if err := q.LockTenants(ctx, quota); err != nil {
-			return nil, err
-		}
-		rows, err := q.TenantInFlight(ctx, quota)
+		ids, err := q.LockTenants(ctx, quota)
 		if err != nil {
-			return nil, err
+			return nil, false, err
+		}
+		for _, id := range ids {
+			locked[id] = true
+		}
+		rows, err := q.TenantInFlight(ctx, ids)
+		if err != nil {
+			return nil, false, err
 		}
 		for _, r := range rows {
 			total[r.TenantID] = r.InFlight
 		}
 	}
+	skipped := false
 	states := make([]*tenantState, 0, len(limits))
 	for _, l := range limits {
 		s := &tenantState{id: l.ID, weight: int64(max(l.Weight, 1)), held: heldBy[l.ID], room: admitBatch}
 		if l.MaxConcurrency > 0 {
+			if !locked[l.ID] {
+				skipped = true
+				continue
+			}
 			s.room = min(s.room, int64(l.MaxConcurrency)-total[l.ID])
 		}
 		if l.QueueMax > 0 {
@@ -387,7 +439,38 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 			states = append(states, s)
 		}
 	}
-	return states, nil
+	setTargets(states, free)
+	out := states[:0]
+	for _, s := range states {
+		if s.target > 0 {
+			out = append(out, s)
+		}
+	}
+	return out, skipped, nil
+}
+
+// setTargets water-fills free slots over the tenants as choose would if
+// each had tasks enough: how many of each tenant's candidates to read.
+func setTargets(states []*tenantState, free int64) {
+	h := &byShare{}
+	held := make(map[*tenantState]int64, len(states))
+	for _, s := range states {
+		held[s] = s.held
+		heap.Push(h, s)
+	}
+	for ; free > 0 && h.Len() > 0; free-- {
+		s := (*h)[0]
+		s.target++
+		s.held++
+		if s.target >= s.room {
+			heap.Pop(h)
+		} else {
+			heap.Fix(h, 0)
+		}
+	}
+	for _, s := range states {
+		s.held = held[s]
+	}
 }
 
 // choose gives up to free slots, one at a time, to the tenant holding the

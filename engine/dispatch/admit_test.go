@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -337,5 +338,57 @@ func TestWaitReasonNoWorker(t *testing.T) {
 	}
 	if got := d.Tasks[0].WaitReason; got != "no worker serves queue nobody" {
 		t.Fatalf("wait reason %q", got)
+	}
+}
+
+// A quota across queues holds while the admitters of two queues (in two
+// worker processes) decide for the same tenant at once.
+func TestQuotaHoldsAcrossQueues(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.live.hold = 50 * time.Millisecond
+	a := f.tenant("spread", 1, 2)
+	f.worker("q1", 4)
+	f.worker("q2", 4)
+	ids := []uuid.UUID{f.fire(a, "one", "q1", 12, nil), f.fire(a, "two", "q2", 12, nil)}
+	f.waitRuns(60*time.Second, ids...)
+	if p := f.live.get(f.live.peak, "spread"); p > 2 {
+		t.Fatalf("%d attempts at once across two queues, quota 2", p)
+	}
+	if o := f.maxOverlap(a.Tenant); o > 2 {
+		t.Fatalf("attempts table: %d at once across two queues, quota 2", o)
+	}
+}
+
+// With River's tables in a database of their own, admission writes outbox
+// rows in its transaction and the relay inserts the River jobs: the quota
+// holds, and nothing of River's is in the state database.
+func TestQuotaHoldsThroughTheOutbox(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	queue := pgtest.Pool(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := dispatch.NewOutbox(queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relayed := make(chan error, 1)
+	go func() { relayed <- d.Relay(ctx, f.pool, 20*time.Millisecond, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() { cancel(); <-relayed })
+	f.runs = run.NewService(f.pool, f.jobs, d)
+	f.live.hold = 50 * time.Millisecond
+	a := f.tenant("outboxed", 1, 2)
+	enginetest.StartWorkers(t, worker.Config{StatePool: f.pool, QueuePool: queue, Queues: map[string]int{"q": 4},
+		Handlers: map[string]executor.HandlerFunc{"work": f.live.handler}})
+	id := f.fire(a, "through", "q", 10, nil)
+	f.waitRuns(60*time.Second, id)
+	if p := f.live.get(f.live.peak, "outboxed"); p > 2 {
+		t.Fatalf("%d attempts at once, quota 2", p)
+	}
+	if n := enginetest.Int(t, f.pool, "SELECT count(*) FROM river_job"); n != 0 {
+		t.Fatalf("%d River jobs in the state database", n)
+	}
+	if n := enginetest.Int(t, queue, "SELECT count(*) FROM river_job"); n < 10 {
+		t.Fatalf("%d River jobs in the queue database, want at least 10", n)
 	}
 }

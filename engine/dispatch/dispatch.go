@@ -14,15 +14,13 @@
 // once.
 //
 // When River's tables live in another database than Orrery's state (River
-// does not run on CockroachDB), the admitter inserts the River jobs into
-// the queue database before its state transaction commits, under River's
-// unique key (task, attempt): a transaction that then fails leaves a job
-// that a later admission's insert of the same key finds already there, and
-// the task's fencing token would reject a second attempt anyway.
-// Redeliveries go through an outbox row in the state transaction, which
-// Relay moves to River afterwards: it inserts the River jobs, then deletes
-// the rows; a crash between the two replays the insert, which the unique
-// key makes harmless.
+// does not run on CockroachDB), an admission (and a redelivery) writes an
+// outbox row per River job in its state transaction, so that the marks and
+// the rows commit together, and Relay moves outbox rows to River
+// afterwards: it inserts the River jobs, then deletes the rows. A crash
+// between the two replays the insert, which River's unique key (task,
+// attempt) makes harmless, and the task's fencing token would reject a
+// second attempt anyway.
 package dispatch
 
 import (
@@ -138,24 +136,30 @@ func (d *Dispatcher) Release(ctx context.Context, tx pgx.Tx, ready []Ready) erro
 		return nil
 	}
 	if d.outbox {
-		p := store.InsertOutboxParams{}
-		for _, r := range again {
-			p.Ids = append(p.Ids, uuid.Must(uuid.NewV7()))
-			p.TaskIds = append(p.TaskIds, r.TaskID)
-			p.TenantIds = append(p.TenantIds, r.Tenant)
-			p.Queues = append(p.Queues, r.Queue)
-			p.Priorities = append(p.Priorities, int32(r.Priority))
-			p.Attempts = append(p.Attempts, int32(r.Attempt))
-			p.NotBefores = append(p.NotBefores, r.NotBefore)
-			p.Redelivers = append(p.Redelivers, r.Redelivers)
-		}
-		if err := store.New(tx).InsertOutbox(ctx, p); err != nil {
-			return fmt.Errorf("dispatch: outbox: %w", err)
-		}
-		return nil
+		return insertOutbox(ctx, tx, again)
 	}
 	if _, err := d.river.InsertManyTx(ctx, tx, riverParams(again, false)); err != nil {
 		return fmt.Errorf("dispatch: insert River jobs: %w", err)
+	}
+	return nil
+}
+
+// insertOutbox records River jobs to insert in the queue database once tx
+// commits (see Relay).
+func insertOutbox(ctx context.Context, tx pgx.Tx, ready []Ready) error {
+	p := store.InsertOutboxParams{}
+	for _, r := range ready {
+		p.Ids = append(p.Ids, uuid.Must(uuid.NewV7()))
+		p.TaskIds = append(p.TaskIds, r.TaskID)
+		p.TenantIds = append(p.TenantIds, r.Tenant)
+		p.Queues = append(p.Queues, r.Queue)
+		p.Priorities = append(p.Priorities, int32(r.Priority))
+		p.Attempts = append(p.Attempts, int32(r.Attempt))
+		p.NotBefores = append(p.NotBefores, r.NotBefore)
+		p.Redelivers = append(p.Redelivers, r.Redelivers)
+	}
+	if err := store.New(tx).InsertOutbox(ctx, p); err != nil {
+		return fmt.Errorf("dispatch: outbox: %w", err)
 	}
 	return nil
 }

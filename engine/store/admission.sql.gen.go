@@ -15,22 +15,22 @@ import (
 const admissionCandidates = `-- name: AdmissionCandidates :many
 SELECT c.id, c.tenant_id, c.priority, c.ready_at::timestamptz AS ready_at,
        (c.ready_at < now() - INTERVAL '1 second' * $1::float8)::bool AS aged
-FROM unnest($2::uuid[]) AS t (id)
+FROM (SELECT unnest($2::uuid[]) AS id, unnest($3::int[]) AS lim) AS t
 CROSS JOIN generate_series(1, 4) AS p (priority)
 CROSS JOIN LATERAL (
     SELECT k.id, k.tenant_id, k.priority, k.ready_at FROM tasks AS k
-    WHERE k.queue = $3 AND k.tenant_id = t.id AND k.priority = p.priority
+    WHERE k.queue = $4 AND k.tenant_id = t.id AND k.priority = p.priority
       AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()
     ORDER BY k.ready_at
-    LIMIT $4
+    LIMIT t.lim
 ) AS c
 `
 
 type AdmissionCandidatesParams struct {
 	AgingSeconds float64
 	Tenants      []uuid.UUID
+	Limits       []int32
 	Queue        string
-	Per          int32
 }
 
 type AdmissionCandidatesRow struct {
@@ -42,14 +42,14 @@ type AdmissionCandidatesRow struct {
 }
 
 // AdmissionCandidates lists, for each tenant and each priority, the
-// queue's oldest eligible waiting tasks (up to @per each): the admitter
-// merges them by aged priority.
+// queue's oldest eligible waiting tasks (up to the tenant's limit each):
+// the admitter merges them by aged priority.
 func (q *Queries) AdmissionCandidates(ctx context.Context, arg AdmissionCandidatesParams) ([]AdmissionCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, admissionCandidates,
 		arg.AgingSeconds,
 		arg.Tenants,
+		arg.Limits,
 		arg.Queue,
-		arg.Per,
 	)
 	if err != nil {
 		return nil, err
@@ -234,16 +234,33 @@ func (q *Queries) LockQueue(ctx context.Context, name string) (string, error) {
 	return name_2, err
 }
 
-const lockTenants = `-- name: LockTenants :exec
-SELECT id FROM tenants WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE
+const lockTenants = `-- name: LockTenants :many
+SELECT id FROM tenants WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
 `
 
 // LockTenants serializes the admitters of different queues deciding for
-// the same tenants with a quota across queues (in id order: no deadlock).
+// the same tenants with a quota across queues (in id order: no deadlock),
+// and returns the tenants it locked: one another admitter holds is skipped
+// this pass (SKIP LOCKED), so a stalled admitter never stalls others.
 // FOR NO KEY UPDATE leaves the foreign-key checks of inserts alone.
-func (q *Queries) LockTenants(ctx context.Context, ids []uuid.UUID) error {
-	_, err := q.db.Exec(ctx, lockTenants, ids)
-	return err
+func (q *Queries) LockTenants(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, lockTenants, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const queueSlots = `-- name: QueueSlots :one

@@ -88,7 +88,7 @@ func (q *Queries) ListTenants(ctx context.Context, arg ListTenantsParams) ([]Lis
 }
 
 const lockTenantByName = `-- name: LockTenantByName :one
-SELECT id, name, weight, max_concurrency, created_at FROM tenants WHERE name = $1 FOR UPDATE
+SELECT id, name, weight, max_concurrency, created_at FROM tenants WHERE name = $1 FOR NO KEY UPDATE
 `
 
 type LockTenantByNameRow struct {

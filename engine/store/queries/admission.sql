@@ -46,10 +46,12 @@ WHERE t.id = ANY(@ids::uuid[])
 ORDER BY t.id;
 
 -- LockTenants serializes the admitters of different queues deciding for
--- the same tenants with a quota across queues (in id order: no deadlock).
+-- the same tenants with a quota across queues (in id order: no deadlock),
+-- and returns the tenants it locked: one another admitter holds is skipped
+-- this pass (SKIP LOCKED), so a stalled admitter never stalls others.
 -- FOR NO KEY UPDATE leaves the foreign-key checks of inserts alone.
--- name: LockTenants :exec
-SELECT id FROM tenants WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR NO KEY UPDATE;
+-- name: LockTenants :many
+SELECT id FROM tenants WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED;
 
 -- TenantInFlight counts each tenant's tasks holding a slot in any queue.
 -- name: TenantInFlight :many
@@ -58,19 +60,19 @@ WHERE tenant_id = ANY(@ids::uuid[]) AND admitted_at IS NOT NULL AND status IN ('
 GROUP BY tenant_id;
 
 -- AdmissionCandidates lists, for each tenant and each priority, the
--- queue's oldest eligible waiting tasks (up to @per each): the admitter
--- merges them by aged priority.
+-- queue's oldest eligible waiting tasks (up to the tenant's limit each):
+-- the admitter merges them by aged priority.
 -- name: AdmissionCandidates :many
 SELECT c.id, c.tenant_id, c.priority, c.ready_at::timestamptz AS ready_at,
        (c.ready_at < now() - INTERVAL '1 second' * @aging_seconds::float8)::bool AS aged
-FROM unnest(@tenants::uuid[]) AS t (id)
+FROM (SELECT unnest(@tenants::uuid[]) AS id, unnest(@limits::int[]) AS lim) AS t
 CROSS JOIN generate_series(1, 4) AS p (priority)
 CROSS JOIN LATERAL (
     SELECT k.id, k.tenant_id, k.priority, k.ready_at FROM tasks AS k
     WHERE k.queue = @queue AND k.tenant_id = t.id AND k.priority = p.priority
       AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()
     ORDER BY k.ready_at
-    LIMIT @per
+    LIMIT t.lim
 ) AS c;
 
 -- AdmitTasks marks the chosen tasks admitted, skipping any that moved on

@@ -12,7 +12,7 @@ ORDER BY name
 LIMIT @page_size;
 
 -- name: LockTenantByName :one
-SELECT id, name, weight, max_concurrency, created_at FROM tenants WHERE name = @name FOR UPDATE;
+SELECT id, name, weight, max_concurrency, created_at FROM tenants WHERE name = @name FOR NO KEY UPDATE;
 
 -- name: SetTenantLimits :exec
 UPDATE tenants SET weight = @weight, max_concurrency = @max_concurrency WHERE id = @id;
