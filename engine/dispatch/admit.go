@@ -189,8 +189,10 @@ func (d *Dispatcher) Admit(ctx context.Context, cfg AdmitConfig) error {
 	for _, q := range cfg.Queues {
 		watched[q] = true
 	}
-	backoff := map[string]time.Duration{}
-	nextPoll := map[string]time.Time{}
+	// Counted in polls (pacing only: no decision reads this clock).
+	backoff := map[string]int{}
+	skip := map[string]int{}
+	maxBackoff := max(1, int(maxPollBackoff/cfg.PollInterval))
 	for {
 		var queues []string
 		polled := map[string]bool{}
@@ -199,13 +201,15 @@ func (d *Dispatcher) Admit(ctx context.Context, cfg AdmitConfig) error {
 			return nil
 		case <-d.wake.ch:
 			queues = d.kicked()
-		case now := <-t.C:
+		case <-t.C:
 			queues = d.kicked()
 			for q := range watched {
-				if !now.Before(nextPoll[q]) {
-					queues = append(queues, q)
-					polled[q] = true
+				if skip[q] > 0 {
+					skip[q]--
+					continue
 				}
+				queues = append(queues, q)
+				polled[q] = true
 			}
 		}
 		slices.Sort(queues)
@@ -218,9 +222,9 @@ func (d *Dispatcher) Admit(ctx context.Context, cfg AdmitConfig) error {
 			if admitted > 0 || !polled[q] {
 				backoff[q] = 0
 			} else {
-				backoff[q] = min(max(2*backoff[q], cfg.PollInterval), maxPollBackoff)
+				backoff[q] = min(max(2*backoff[q], 1), maxBackoff)
 			}
-			nextPoll[q] = time.Now().Add(backoff[q])
+			skip[q] = backoff[q]
 		}
 	}
 }
@@ -534,6 +538,55 @@ func (h *byShare) Pop() any {
 	s := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return s
+}
+
+// Direct decides, in the transaction that releases them and before it
+// writes them, which of the ready tasks (first attempts, none a retry or a
+// redelivery) skip the wait for an admission pass, and sets their
+// Admitted: the caller writes them admitted, and Release hands them to
+// River in that transaction, as if an admitter had. A tenant's tasks in a
+// queue skip it only when no task waits in that queue (so nothing is
+// passed over: not another tenant's turn, not an older task of its own),
+// the tenant has no quota that applies there (quotas are the admitters'
+// alone), and the queue has free slots; then up to that many go, most
+// urgent first. Concurrent releases read the same free slots, so a queue
+// may briefly hold more than its bound; it drains by the next passes.
+// This is the uncontended path (a lone tenant, the steady load): one
+// read per tenant and queue, and no second write of each task.
+func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error {
+	type key struct {
+		tenant uuid.UUID
+		queue  string
+	}
+	groups := map[key][]int{}
+	for i, r := range ready {
+		if r.Redelivers == 0 && r.NotBefore.IsZero() {
+			k := key{r.Tenant, r.Queue}
+			groups[k] = append(groups[k], i)
+		}
+	}
+	q := store.New(tx)
+	for k, idx := range groups {
+		s, err := q.DirectAdmission(ctx, store.DirectAdmissionParams{Queue: k.queue, TenantID: k.tenant})
+		if store.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("dispatch: direct admission: %w", err)
+		}
+		if s.Waiting || s.MaxConcurrency > 0 || s.QueueCapped {
+			continue
+		}
+		free := int(s.Slots*InFlightPerSlot - s.InFlight)
+		if free <= 0 {
+			continue
+		}
+		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(ready[a].Priority, ready[b].Priority) })
+		for _, i := range idx[:min(free, len(idx))] {
+			ready[i].Admitted = true
+		}
+	}
+	return nil
 }
 
 // WaitReason says why a task of a tenant waits for admission in a queue,

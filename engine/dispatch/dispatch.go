@@ -64,6 +64,9 @@ type Ready struct {
 	NotBefore time.Time
 	// Redelivers is the River job this one replaces (see TaskArgs).
 	Redelivers int64
+	// Admitted: Direct let it skip the wait (its row was written
+	// admitted); Release hands it to River at once.
+	Admitted bool
 }
 
 // Dispatcher inserts River jobs for released tasks.
@@ -99,9 +102,11 @@ func NewOutbox(queue *pgxpool.Pool) (*Dispatcher, error) {
 }
 
 // Release records ready tasks for admission in tx. The callers have
-// already written the tasks' status and ready_at; Release starts the wait
-// of retries at the end of their backoff, hands redeliveries to River, and
-// wakes the admitter of each queue once tx commits.
+// already written the tasks' status and ready_at (and admitted_at for
+// those Direct admitted); Release starts the wait of retries at the end of
+// their backoff, hands redeliveries and directly admitted tasks to River,
+// and wakes the admitter of each queue the others wait in once tx
+// commits.
 func (d *Dispatcher) Release(ctx context.Context, tx pgx.Tx, ready []Ready) error {
 	if len(ready) == 0 {
 		return nil
@@ -110,7 +115,7 @@ func (d *Dispatcher) Release(ctx context.Context, tx pgx.Tx, ready []Ready) erro
 	var retry store.SetReadyAtParams
 	queues := map[string]bool{}
 	for _, r := range ready {
-		if r.Redelivers != 0 {
+		if r.Redelivers != 0 || r.Admitted {
 			again = append(again, r)
 			continue
 		}

@@ -149,6 +149,18 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 			}
 		}
 	}
+	// Which first steps skip the wait for admission: written admitted.
+	if err := d.Direct(ctx, tx, ready); err != nil {
+		return nil, err
+	}
+	direct := make(map[uuid.UUID]bool, len(ready))
+	for _, r := range ready {
+		direct[r.TaskID] = r.Admitted
+	}
+	tp.Admitted = make([]bool, len(tp.Ids))
+	for i, id := range tp.Ids {
+		tp.Admitted[i] = direct[id]
+	}
 	if len(tp.Ids) > 0 {
 		if err := q.InsertTasks(ctx, tp); err != nil {
 			return nil, err

@@ -243,7 +243,22 @@ func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispat
 	if len(ids) == 0 {
 		return nil
 	}
-	if err := q.ReleaseTasks(ctx, ids); err != nil {
+	return releaseWaiting(ctx, q, tx, d, ids, ready)
+}
+
+// releaseWaiting moves waiting tasks to queued (those Direct admits,
+// admitted) and releases them.
+func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, ids []uuid.UUID, ready []dispatch.Ready) error {
+	if err := d.Direct(ctx, tx, ready); err != nil {
+		return err
+	}
+	p := store.ReleaseTasksParams{Ids: ids, Admitted: []uuid.UUID{}}
+	for _, r := range ready {
+		if r.Admitted {
+			p.Admitted = append(p.Admitted, r.TaskID)
+		}
+	}
+	if err := q.ReleaseTasks(ctx, p); err != nil {
 		return err
 	}
 	return d.Release(ctx, tx, ready)
@@ -392,10 +407,7 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispa
 	if len(releaseIDs) == 0 {
 		return nil
 	}
-	if err := q.ReleaseTasks(ctx, releaseIDs); err != nil {
-		return err
-	}
-	return d.Release(ctx, tx, ready)
+	return releaseWaiting(ctx, q, tx, d, releaseIDs, ready)
 }
 
 // finishRun finishes the run when none of its tasks is left to run, and
@@ -438,10 +450,7 @@ func promoteQueued(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, jobID
 		ids[i] = t.ID
 		ready[i] = dispatch.Ready{TaskID: t.ID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: 1}
 	}
-	if err := q.ReleaseTasks(ctx, ids); err != nil {
-		return err
-	}
-	return d.Release(ctx, tx, ready)
+	return releaseWaiting(ctx, q, tx, d, ids, ready)
 }
 
 // LeaseExpired is the result of an attempt whose lease lapsed.

@@ -177,6 +177,48 @@ func (q *Queries) AnyWaiting(ctx context.Context, queue string) (bool, error) {
 	return column_1, err
 }
 
+const directAdmission = `-- name: DirectAdmission :one
+SELECT (SELECT COALESCE(sum((w.queues ->> $1::text)::int), 0) FROM workers AS w
+        WHERE w.lease_expires_at > now() AND w.queues ->> $1::text IS NOT NULL)::bigint AS slots,
+       (SELECT count(*) FROM tasks AS k WHERE k.queue = $1 AND k.admitted_at IS NOT NULL
+          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS in_flight,
+       EXISTS (SELECT 1 FROM tasks AS k WHERE k.queue = $1 AND k.admitted_at IS NULL
+          AND k.status IN ('queued', 'retrying') AND k.ready_at <= now())::bool AS waiting,
+       t.max_concurrency,
+       EXISTS (SELECT 1 FROM tenant_queue_quotas AS c WHERE c.tenant_id = t.id AND c.queue = $1)::bool AS queue_capped
+FROM tenants AS t
+WHERE t.id = $2
+`
+
+type DirectAdmissionParams struct {
+	Queue    string
+	TenantID uuid.UUID
+}
+
+type DirectAdmissionRow struct {
+	Slots          int64
+	InFlight       int64
+	Waiting        bool
+	MaxConcurrency int32
+	QueueCapped    bool
+}
+
+// DirectAdmission is what a releasing transaction reads to decide whether
+// its tasks may skip the wait (see dispatch.Direct): the queue's slots and
+// tasks in flight, whether any task waits in it, and the tenant's quotas.
+func (q *Queries) DirectAdmission(ctx context.Context, arg DirectAdmissionParams) (DirectAdmissionRow, error) {
+	row := q.db.QueryRow(ctx, directAdmission, arg.Queue, arg.TenantID)
+	var i DirectAdmissionRow
+	err := row.Scan(
+		&i.Slots,
+		&i.InFlight,
+		&i.Waiting,
+		&i.MaxConcurrency,
+		&i.QueueCapped,
+	)
+	return i, err
+}
+
 const ensureQueue = `-- name: EnsureQueue :exec
 
 INSERT INTO queues (name) VALUES ($1) ON CONFLICT (name) DO NOTHING

@@ -456,14 +456,17 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 }
 
 const insertTasks = `-- name: InsertTasks :exec
-INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at)
+INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,
+                   admitted_at)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
-       CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END
+       CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END,
+       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END
 FROM (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS tenant_id, unnest($3::uuid[]) AS run_id,
            unnest($4::text[]) AS step, unnest($5::text[]) AS status,
            unnest($6::int[]) AS parents_remaining, unnest($7::text[]) AS queue,
-           unnest($8::int[]) AS priority, unnest($9::text[]) AS trigger_rule
+           unnest($8::int[]) AS priority, unnest($9::text[]) AS trigger_rule,
+           unnest($10::bool[]) AS admitted
 ) AS u
 `
 
@@ -477,6 +480,7 @@ type InsertTasksParams struct {
 	Queues           []string
 	Priorities       []int32
 	TriggerRules     []string
+	Admitted         []bool
 }
 
 func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error {
@@ -490,6 +494,7 @@ func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error 
 		arg.Queues,
 		arg.Priorities,
 		arg.TriggerRules,
+		arg.Admitted,
 	)
 	return err
 }

@@ -449,12 +449,18 @@ func (q *Queries) RecordLateReport(ctx context.Context, arg RecordLateReportPara
 }
 
 const releaseTasks = `-- name: ReleaseTasks :exec
-UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now()
-WHERE id = ANY($1::uuid[]) AND status = 'waiting'
+UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now(),
+    admitted_at = CASE WHEN id = ANY($1::uuid[]) THEN now() END
+WHERE id = ANY($2::uuid[]) AND status = 'waiting'
 `
 
-func (q *Queries) ReleaseTasks(ctx context.Context, ids []uuid.UUID) error {
-	_, err := q.db.Exec(ctx, releaseTasks, ids)
+type ReleaseTasksParams struct {
+	Admitted []uuid.UUID
+	Ids      []uuid.UUID
+}
+
+func (q *Queries) ReleaseTasks(ctx context.Context, arg ReleaseTasksParams) error {
+	_, err := q.db.Exec(ctx, releaseTasks, arg.Admitted, arg.Ids)
 	return err
 }
 

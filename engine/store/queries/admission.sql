@@ -110,3 +110,18 @@ SELECT (SELECT COALESCE(sum((w.queues ->> @queue::text)::int), 0) FROM workers A
 FROM tenants AS t
 LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = @queue
 WHERE t.id = @tenant_id;
+
+-- DirectAdmission is what a releasing transaction reads to decide whether
+-- its tasks may skip the wait (see dispatch.Direct): the queue's slots and
+-- tasks in flight, whether any task waits in it, and the tenant's quotas.
+-- name: DirectAdmission :one
+SELECT (SELECT COALESCE(sum((w.queues ->> @queue::text)::int), 0) FROM workers AS w
+        WHERE w.lease_expires_at > now() AND w.queues ->> @queue::text IS NOT NULL)::bigint AS slots,
+       (SELECT count(*) FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NOT NULL
+          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS in_flight,
+       EXISTS (SELECT 1 FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NULL
+          AND k.status IN ('queued', 'retrying') AND k.ready_at <= now())::bool AS waiting,
+       t.max_concurrency,
+       EXISTS (SELECT 1 FROM tenant_queue_quotas AS c WHERE c.tenant_id = t.id AND c.queue = @queue)::bool AS queue_capped
+FROM tenants AS t
+WHERE t.id = @tenant_id;

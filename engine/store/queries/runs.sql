@@ -60,14 +60,17 @@ ON CONFLICT (job_id, scheduled_for) DO NOTHING
 RETURNING id;
 
 -- name: InsertTasks :exec
-INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at)
+INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,
+                   admitted_at)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
-       CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END
+       CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END,
+       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@run_ids::uuid[]) AS run_id,
            unnest(@steps::text[]) AS step, unnest(@statuses::text[]) AS status,
            unnest(@parents_remaining::int[]) AS parents_remaining, unnest(@queues::text[]) AS queue,
-           unnest(@priorities::int[]) AS priority, unnest(@trigger_rules::text[]) AS trigger_rule
+           unnest(@priorities::int[]) AS priority, unnest(@trigger_rules::text[]) AS trigger_rule,
+           unnest(@admitted::bool[]) AS admitted
 ) AS u;
 
 -- name: InsertEdges :exec

@@ -104,7 +104,8 @@ WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = @parent_id) AND s
 RETURNING id, tenant_id, parents_remaining, queue, priority, trigger_rule;
 
 -- name: ReleaseTasks :exec
-UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now()
+UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now(),
+    admitted_at = CASE WHEN id = ANY(@admitted::uuid[]) THEN now() END
 WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
 
 -- FinishRunIfDone derives a run's status from its tasks once none is left
