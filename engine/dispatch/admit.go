@@ -83,8 +83,9 @@ import (
 // before it was set admits that pass without it. With more than 10,000
 // tenants waiting in one queue, a pass considers the first 10,000 by id.
 //
-// Hot path cost: one more write of each task (the admission mark) and an
-// admission pass per batch of releases and of finishes.
+// Hot path cost: a task that waits is written once more (the admission
+// mark), and each batch of releases and of finishes wakes a pass. A task
+// released into a queue where nothing waits skips all that (Direct).
 const (
 	// InFlightPerSlot is how many tasks a queue may hold per worker slot.
 	InFlightPerSlot = 2
