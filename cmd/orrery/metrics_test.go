@@ -116,7 +116,8 @@ spec:
 	}
 	for _, name := range []string{"orrery_schedule_lag_seconds", "orrery_runs_finished_total", "orrery_attempts_total",
 		"orrery_lease_expirations_total", "orrery_queue_depth", "orrery_queue_oldest_ready_seconds", "orrery_shards_owned",
-		"orrery_shard_takeovers_total", "orrery_firing_batch_seconds", "go_goroutines", "process_resident_memory_bytes"} {
+		"orrery_shard_takeovers_total", "orrery_firing_batch_seconds", "orrery_admission_wait_seconds", "go_goroutines",
+		"process_resident_memory_bytes"} {
 		if !strings.Contains(text, "# TYPE "+name+" ") {
 			t.Errorf("/metrics lacks %s", name)
 		}
@@ -125,6 +126,7 @@ spec:
 		`orrery_attempts_total{exit_reason="none",outcome="succeeded"}`: 3,
 		`orrery_schedule_lag_seconds_count`:                             3,
 		`orrery_firing_batch_seconds_count`:                             3,
+		`orrery_admission_wait_seconds_count{queue="default"}`:          3,
 		`orrery_shard_takeovers_total`:                                  64,
 		`orrery_queue_depth{queue="default"}`:                           0,
 		`orrery_runs_finished_total{outcome="cancelled"}`:               1,

@@ -180,6 +180,7 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	}
 	mets := metrics.New()
 	mets.WatchDatabase(state, queue)
+	d.ObserveAdmissions(mets.AdmissionWait)
 	runs := run.NewService(state, jobs, d)
 	runs.Metrics = mets
 	fp, err := failpoints()
@@ -227,7 +228,7 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	} else {
 		// The API's releases (triggers, replays) are admitted here.
 		parts = append(parts, func(ctx context.Context) error {
-			return d.Admit(ctx, dispatch.AdmitConfig{Pool: state, Waited: mets.AdmissionWait, Logger: log, Failpoints: fp})
+			return d.Admit(ctx, dispatch.AdmitConfig{Pool: state, Logger: log, Failpoints: fp})
 		})
 	}
 	if len(queues) > 0 {

@@ -113,7 +113,7 @@ type AdmitConfig struct {
 	// Aging: see the admission doc; default 5 minutes.
 	Aging time.Duration
 	// Waited receives, after each pass that admitted, how long each task
-	// waited (seconds); nil: not recorded.
+	// waited (seconds); nil: the dispatcher's (ObserveAdmissions), if any.
 	Waited     func(queue string, seconds []float64)
 	Logger     *slog.Logger
 	Failpoints *failpoint.Set
@@ -386,8 +386,12 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		res.Admitted = len(rows)
 		return nil
 	})
-	if err == nil && len(waited) > 0 && cfg.Waited != nil {
-		cfg.Waited(queue, waited)
+	if err == nil && len(waited) > 0 {
+		if cfg.Waited != nil {
+			cfg.Waited(queue, waited)
+		} else if d.waited != nil {
+			d.waited(queue, waited)
+		}
 	}
 	return res, err
 }

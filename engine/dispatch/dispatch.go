@@ -74,7 +74,15 @@ type Dispatcher struct {
 	river  *river.Client[pgx.Tx]
 	outbox bool
 	wake   wake
+	// waited observes how long admitted tasks waited (ObserveAdmissions).
+	waited func(queue string, seconds []float64)
 }
+
+// ObserveAdmissions has f told, after each commit that admitted tasks
+// (a pass of this process's admitter, or a release that admitted them
+// directly, with 0 s), how long they waited, per queue. Call it before
+// the dispatcher is used.
+func (d *Dispatcher) ObserveAdmissions(f func(queue string, seconds []float64)) { d.waited = f }
 
 // notifyEvery bounds how often an insert wakes the workers of a queue:
 // River sends at most one insert notification per queue per FetchCooldown
@@ -136,6 +144,21 @@ func (d *Dispatcher) Release(ctx context.Context, tx pgx.Tx, ready []Ready) erro
 				d.Kick(q)
 			}
 		})
+	}
+	if d.waited != nil {
+		direct := map[string][]float64{}
+		for _, r := range again {
+			if r.Admitted {
+				direct[r.Queue] = append(direct[r.Queue], 0)
+			}
+		}
+		if len(direct) > 0 {
+			store.OnCommit(tx, func() {
+				for q, w := range direct {
+					d.waited(q, w)
+				}
+			})
+		}
 	}
 	if len(again) == 0 {
 		return nil

@@ -102,11 +102,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	relay := func(ctx context.Context) error {
 		return cfg.Dispatcher.Relay(ctx, cfg.Pool, 20*time.Millisecond, cfg.Logger)
 	}
+	cfg.Dispatcher.ObserveAdmissions(cfg.Metrics.AdmissionWait)
 	// The admitter of the queues this node releases tasks into (its runs'
 	// first steps, the reaper's retries): woken by its releases only; the
 	// workers of each queue poll theirs.
 	admit := func(ctx context.Context) error {
-		return cfg.Dispatcher.Admit(ctx, dispatch.AdmitConfig{Pool: cfg.Pool, Waited: cfg.Metrics.AdmissionWait, Logger: cfg.Logger,
+		return cfg.Dispatcher.Admit(ctx, dispatch.AdmitConfig{Pool: cfg.Pool, Logger: cfg.Logger,
 			Failpoints: cfg.Failpoints})
 	}
 	return &Node{Shards: mgr, Scheduler: s, reaper: reaper, janitor: janitor, Watchdog: dog, relay: relay, admit: admit}, nil

@@ -195,6 +195,7 @@ func New(cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.ObserveAdmissions(cfg.Metrics.AdmissionWait)
 	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, running: map[uuid.UUID]*leased{}}
 	w.starter = newBatcher("start attempts", cfg.Logger, w.startAttempts)
 	w.completer = newBatcher("report attempts", cfg.Logger, w.finishAttempts)
@@ -258,7 +259,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// slots count; stopped with the batchers.
 	batchers.Go(func() {
 		_ = w.dispatcher.Admit(notifyCtx, dispatch.AdmitConfig{Pool: w.cfg.StatePool, Queues: slices.Sorted(maps.Keys(w.cfg.Queues)),
-			Waited: w.cfg.Metrics.AdmissionWait, Logger: w.cfg.Logger, Failpoints: w.cfg.Failpoints})
+			Logger: w.cfg.Logger, Failpoints: w.cfg.Failpoints})
 	})
 	defer func() { close(stopBatchers); stopNotify(); batchers.Wait() }()
 	<-ctx.Done()
