@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"connectrpc.com/connect"
@@ -52,7 +53,7 @@ func newTenantsCmd(g *globals) *cobra.Command {
 		},
 	}
 	var maxConc, weight int32
-	var queueCaps map[string]string
+	var queueCaps []string
 	setQuota := &cobra.Command{
 		Use:   "set-quota NAME",
 		Short: "Set a tenant's admission quota and weight (audited; applies at the admitters' next pass)",
@@ -70,10 +71,14 @@ func newTenantsCmd(g *globals) *cobra.Command {
 			if cmd.Flags().Changed("weight") {
 				req.Weight = &weight
 			}
-			for q, v := range queueCaps {
+			for _, qc := range queueCaps {
+				q, v, found := strings.Cut(qc, "=")
 				n, err := strconv.ParseInt(v, 10, 32)
-				if err != nil {
-					return fmt.Errorf("--queue %s=%s: want a whole number from 0 (no cap) to 1000000", q, v)
+				if !found || err != nil {
+					return fmt.Errorf("--queue %q: want QUEUE=N, N a whole number from 0 (no cap) to 1000000", qc)
+				}
+				if _, dup := req.Queues[q]; dup {
+					return fmt.Errorf("--queue %q: queue %q given twice", qc, q)
 				}
 				req.Queues[q] = int32(n)
 			}
@@ -87,7 +92,7 @@ func newTenantsCmd(g *globals) *cobra.Command {
 	}
 	setQuota.Flags().Int32Var(&maxConc, "max-concurrency", 0, "tasks holding a slot at once in all queues (0: no quota)")
 	setQuota.Flags().Int32Var(&weight, "weight", 1, "share against other tenants (1 to 1000)")
-	setQuota.Flags().StringToStringVar(&queueCaps, "queue", nil, "per-queue cap QUEUE=N (0 removes)")
+	setQuota.Flags().StringArrayVar(&queueCaps, "queue", nil, "per-queue cap QUEUE=N (0 removes); repeatable")
 	getQuota := &cobra.Command{
 		Use:   "quota NAME",
 		Short: "Show a tenant's admission quota and weight",

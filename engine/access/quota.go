@@ -41,7 +41,7 @@ type QuotaChange struct {
 
 func (c QuotaChange) validate() error {
 	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 {
-		return &InvalidError{Field: "max_concurrency", Message: "nothing to change: give max_concurrency, weight or queues"}
+		return &InvalidError{Field: "max_concurrency|weight|queues", Message: "nothing to change: give at least one"}
 	}
 	if c.MaxConcurrency != nil && (*c.MaxConcurrency < 0 || *c.MaxConcurrency > MaxConcurrencyCap) {
 		return &InvalidError{Field: "max_concurrency", Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *c.MaxConcurrency, MaxConcurrencyCap)}
@@ -53,11 +53,13 @@ func (c QuotaChange) validate() error {
 		return &InvalidError{Field: "queues", Message: fmt.Sprintf("%d entries: at most %d", len(c.Queues), maxQueueQuotaInput)}
 	}
 	for _, q := range slices.Sorted(maps.Keys(c.Queues)) {
+		// The name as Go quotes it, cut short: it may be anything.
+		field := fmt.Sprintf("queues[%.80q]", q)
 		if err := dag.ValidateName(q); err != nil {
-			return &InvalidError{Field: "queues[" + q + "]", Message: err.Error()}
+			return &InvalidError{Field: field, Message: "a queue name must start with a lowercase letter or digit and hold only a-z, 0-9, '-', '_' and '.', at most 63 characters"}
 		}
 		if n := c.Queues[q]; n < 0 || n > MaxConcurrencyCap {
-			return &InvalidError{Field: "queues[" + q + "]", Message: fmt.Sprintf("%d: want 0 (no cap) to %d", n, MaxConcurrencyCap)}
+			return &InvalidError{Field: field, Message: fmt.Sprintf("%d: want 0 (no cap) to %d", n, MaxConcurrencyCap)}
 		}
 	}
 	return nil

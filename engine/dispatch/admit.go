@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -230,6 +232,10 @@ func (d *Dispatcher) Admit(ctx context.Context, cfg AdmitConfig) error {
 	}
 }
 
+// tenantRetry is how soon a queue is looked at again after a pass left a
+// tenant out because an admitter of another queue held its row.
+const tenantRetry = 3 * time.Millisecond
+
 // maxPollBackoff bounds how seldom a queue whose polls admit nothing is
 // polled: the wait of a retry whose backoff ended, or of work released
 // by a process that does not admit it.
@@ -264,13 +270,17 @@ func (d *Dispatcher) admitQueue(ctx context.Context, cfg AdmitConfig, q string, 
 		if err != nil {
 			return total, err
 		}
-		if res.Busy {
-			// Another admitter decides for q now (or for one of its
-			// tenants) and may have read before our release committed:
-			// look again at the next poll.
+		switch {
+		case res.Busy:
+			// Another admitter decides for q now and may have read before
+			// our release committed: look again at the next poll.
 			time.AfterFunc(cfg.PollInterval, func() { d.Kick(q) })
+		case res.Skipped:
+			// A tenant sat this pass out, its share kept free: come back
+			// soon, when the admitter of its other queue is done with it.
+			time.AfterFunc(tenantRetry, func() { d.Kick(q) })
 		}
-		if res.Busy || res.Admitted == 0 {
+		if res.Busy || res.Skipped || res.Admitted == 0 {
 			return total, nil
 		}
 	}
@@ -278,9 +288,11 @@ func (d *Dispatcher) admitQueue(ctx context.Context, cfg AdmitConfig, q string, 
 
 // Admission is what one pass did.
 type Admission struct {
-	// Busy: another admitter held the queue (the pass did nothing), or
-	// the row of a waiting tenant with a quota (the pass left it out).
-	Busy     bool
+	// Busy: another admitter held the queue; the pass did nothing.
+	Busy bool
+	// Skipped: another admitter held the row of a waiting tenant with a
+	// quota; the pass left it out and its share free.
+	Skipped  bool
 	Admitted int
 }
 
@@ -334,9 +346,10 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		if err != nil || len(tenants) == 0 {
 			return err
 		}
-		states, skipped, err := tenantStates(ctx, q, queue, tenants, heldBy, free)
-		res.Busy = skipped
-		if err != nil || len(states) == 0 {
+		states, reserved, skipped, err := tenantStates(ctx, q, queue, tenants, heldBy, free)
+		res.Skipped = skipped
+		free -= reserved
+		if err != nil || len(states) == 0 || free <= 0 {
 			return err
 		}
 		// What each tenant would get if it had tasks enough: read no more
@@ -399,12 +412,13 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 // tenantStates reads the weights and quotas of the waiting tenants; for
 // those with a quota across queues it locks their rows and counts their
 // slots held in every queue. A tenant whose row another admitter holds is
-// left out of this pass (skipped is then true). It then sets each
-// tenant's target: what it would get of free if it had tasks enough.
-func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID, heldBy map[uuid.UUID]int64, free int64) ([]*tenantState, bool, error) {
+// left out of this pass (skipped is then true), its share of free
+// reserved. It then sets each tenant's target: what it would get of free
+// if it had tasks enough.
+func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID, heldBy map[uuid.UUID]int64, free int64) (states []*tenantState, reserved int64, skipped bool, err error) {
 	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: tenants})
 	if err != nil {
-		return nil, false, err
+		return nil, 0, false, err
 	}
 	var quota []uuid.UUID
 	for _, l := range limits {
@@ -417,29 +431,32 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 	if len(quota) > 0 {
 		ids, err := q.LockTenants(ctx, quota)
 		if err != nil {
-			return nil, false, err
+			return nil, 0, false, err
 		}
 		for _, id := range ids {
 			locked[id] = true
 		}
 		rows, err := q.TenantInFlight(ctx, ids)
 		if err != nil {
-			return nil, false, err
+			return nil, 0, false, err
 		}
 		for _, r := range rows {
 			total[r.TenantID] = r.InFlight
 		}
 	}
-	skipped := false
-	states := make([]*tenantState, 0, len(limits))
+	// A tenant whose row another admitter holds keeps its share of this
+	// pass's slots (reserved, left free until a later pass): giving it to
+	// the others would cut its weight whenever it is busy in another queue.
+	isSkipped := map[*tenantState]bool{}
+	states = make([]*tenantState, 0, len(limits))
 	for _, l := range limits {
 		s := &tenantState{id: l.ID, weight: int64(max(l.Weight, 1)), held: heldBy[l.ID], room: admitBatch}
 		if l.MaxConcurrency > 0 {
 			if !locked[l.ID] {
-				skipped = true
-				continue
+				isSkipped[s] = true
+			} else {
+				s.room = min(s.room, int64(l.MaxConcurrency)-total[l.ID])
 			}
-			s.room = min(s.room, int64(l.MaxConcurrency)-total[l.ID])
 		}
 		if l.QueueMax > 0 {
 			s.room = min(s.room, int64(l.QueueMax)-s.held)
@@ -451,11 +468,14 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 	setTargets(states, free)
 	out := states[:0]
 	for _, s := range states {
-		if s.target > 0 {
+		switch {
+		case isSkipped[s]:
+			reserved += s.target
+		case s.target > 0:
 			out = append(out, s)
 		}
 	}
-	return out, skipped, nil
+	return out, reserved, len(isSkipped) > 0, nil
 }
 
 // setTargets water-fills free slots over the tenants as choose would if
@@ -553,42 +573,61 @@ func (h *byShare) Pop() any {
 // queue skip it only when no task waits in that queue (so nothing is
 // passed over: not another tenant's turn, not an older task of its own),
 // the tenant has no quota that applies there (quotas are the admitters'
-// alone), and the queue has free slots; then up to that many go, most
-// urgent first. Concurrent releases read the same free slots, so a queue
-// may briefly hold more than its bound; it drains by the next passes.
+// alone), and the queue has free slots for them; then up to that many go,
+// most urgent first (tasks of several tenants go only if all fit: else
+// the admitters share the slots by weight). Concurrent releases read the
+// same free slots, so a queue may briefly hold more than its bound; it
+// drains by the next passes.
 // This is the uncontended path (a lone tenant, the steady load): one
 // read per tenant and queue, and no second write of each task.
 func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error {
-	type key struct {
-		tenant uuid.UUID
-		queue  string
-	}
-	groups := map[key][]int{}
+	// By queue, then tenant (in id order: the same every time).
+	byQueue := map[string]map[uuid.UUID][]int{}
 	for i, r := range ready {
-		if r.Redelivers == 0 && r.NotBefore.IsZero() {
-			k := key{r.Tenant, r.Queue}
-			groups[k] = append(groups[k], i)
+		if r.Redelivers != 0 || !r.NotBefore.IsZero() {
+			continue
 		}
+		if byQueue[r.Queue] == nil {
+			byQueue[r.Queue] = map[uuid.UUID][]int{}
+		}
+		byQueue[r.Queue][r.Tenant] = append(byQueue[r.Queue][r.Tenant], i)
 	}
 	q := store.New(tx)
-	for k, idx := range groups {
-		s, err := q.DirectAdmission(ctx, store.DirectAdmissionParams{Queue: k.queue, TenantID: k.tenant})
-		if store.IsNotFound(err) {
+	for _, queue := range slices.Sorted(maps.Keys(byQueue)) {
+		groups := byQueue[queue]
+		tenants := slices.SortedFunc(maps.Keys(groups), func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
+		free, total := 0, 0
+		ok := true
+		for k, tenant := range tenants {
+			s, err := q.DirectAdmission(ctx, store.DirectAdmissionParams{Queue: queue, TenantID: tenant})
+			if store.IsNotFound(err) {
+				ok = false
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("dispatch: direct admission: %w", err)
+			}
+			if s.Waiting || s.MaxConcurrency > 0 || s.QueueCapped {
+				ok = false
+				break
+			}
+			if k == 0 {
+				free = int(s.Slots*InFlightPerSlot - s.InFlight)
+			}
+			total += len(groups[tenant])
+		}
+		// Several tenants that do not all fit: the admitters share the
+		// slots between them by weight. One that does not fit: its most
+		// urgent go now, the rest wait.
+		if !ok || free <= 0 || (len(tenants) > 1 && total > free) {
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("dispatch: direct admission: %w", err)
-		}
-		if s.Waiting || s.MaxConcurrency > 0 || s.QueueCapped {
-			continue
-		}
-		free := int(s.Slots*InFlightPerSlot - s.InFlight)
-		if free <= 0 {
-			continue
-		}
-		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(ready[a].Priority, ready[b].Priority) })
-		for _, i := range idx[:min(free, len(idx))] {
-			ready[i].Admitted = true
+		for _, tenant := range tenants {
+			idx := groups[tenant]
+			slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(ready[a].Priority, ready[b].Priority) })
+			for _, i := range idx[:min(free, len(idx))] {
+				ready[i].Admitted = true
+			}
 		}
 	}
 	return nil

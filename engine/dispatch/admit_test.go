@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
@@ -22,6 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/pgtest"
 	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/worker"
 )
 
@@ -390,5 +392,49 @@ func TestQuotaHoldsThroughTheOutbox(t *testing.T) {
 	}
 	if n := enginetest.Int(t, queue, "SELECT count(*) FROM river_job"); n < 10 {
 		t.Fatalf("%d River jobs in the queue database, want at least 10", n)
+	}
+}
+
+// One release transaction holding several tenants' runs (a firing pass)
+// does not admit past the queue's bound at release: tenants that do not
+// all fit are left to the admitters, which share the slots by weight.
+func TestOneReleaseOfSeveralTenantsKeepsTheBound(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	var news []run.New
+	for i := range 4 {
+		a := f.tenant(fmt.Sprintf("t%d", i), 1, 0)
+		spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: dag.OverlapAllow, Defaults: dag.StepDefaults{Queue: "q"}}
+		for k := range 10 {
+			spec.Steps = append(spec.Steps, dag.Step{Name: fmt.Sprintf("s%02d", k), Run: dag.Executor{Handler: "work"}})
+		}
+		if _, err := f.jobs.Create(ctx, a, dag.Resource{Metadata: dag.Metadata{Name: "j"}, Spec: spec}, ""); err != nil {
+			t.Fatal(err)
+		}
+		j, err := f.jobs.Get(ctx, a, job.Ref{Name: "j"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		news = append(news, run.New{Job: run.JobRef{ID: j.ID, Tenant: a.Tenant, Version: j.Version, Shard: j.Shard, Spec: &j.Spec},
+			At: time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC), Trigger: "schedule", Status: run.StatusPending})
+	}
+	// One worker slot advertised: the queue holds 2.
+	if _, err := f.pool.Exec(ctx, `INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at)
+		VALUES ($1, 'ad', '{"q": 1}', now(), now(), now() + interval '1 hour')`, uuid.New()); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := dispatch.New()
+	if err := store.InRawTx(ctx, f.pool, func(tx pgx.Tx) error {
+		_, err := run.Insert(ctx, tx, d, news, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := enginetest.Int(t, f.pool, "SELECT count(*) FROM tasks WHERE queue = 'q' AND admitted_at IS NOT NULL"); n != 0 {
+		t.Fatalf("one release of 4 tenants x 10 tasks into a queue holding 2 admitted %d at release", n)
+	}
+	if n := enginetest.Int(t, f.pool, "SELECT count(*) FROM river_job"); n != 0 {
+		t.Fatalf("%d River jobs", n)
 	}
 }

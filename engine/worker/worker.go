@@ -28,6 +28,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -241,7 +242,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.beat(ctx); err != nil {
 		return fmt.Errorf("worker: register: %w", err)
 	}
-	if err := w.river.Start(context.WithoutCancel(ctx)); err != nil {
+	if err := startRiver(ctx, w.river); err != nil {
 		return fmt.Errorf("worker: start river: %w", err)
 	}
 	w.cfg.Logger.Info("worker started", "name", w.cfg.Name, "queues", w.cfg.Queues)
@@ -279,6 +280,24 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// startRiver starts the River client, again after a serialization
+// failure (SERIALIZABLE databases: River's start writes its queue rows,
+// and workers starting together collide), up to five tries.
+func startRiver(ctx context.Context, c *river.Client[pgx.Tx]) error {
+	for try := 1; ; try++ {
+		err := c.Start(context.WithoutCancel(ctx))
+		var pe *pgconn.PgError
+		if err == nil || !errors.As(err, &pe) || pe.Code != "40001" || try == 5 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try) * 20 * time.Millisecond):
+		}
+	}
 }
 
 // beat renews this worker's own lease (registering it the first time).
