@@ -197,6 +197,8 @@ type engine struct {
 	// dispatcher is the node's: a run service built on it wakes the
 	// node's admitter.
 	dispatcher *dispatch.Dispatcher
+	// log fails the benchmark on errors (for more workers of its own).
+	log *slog.Logger
 }
 
 func (e *engine) fail(msg string) {
@@ -266,6 +268,7 @@ func startEngineOn(b *testing.B, pool *pgxpool.Pool, queue string, workers int) 
 	b.Helper()
 	e := &engine{}
 	log := slog.New(errorLog{e: e})
+	e.log = log
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel) // in case startEngine fails below
 	d, err := dispatch.New()

@@ -31,10 +31,13 @@ func benchTenant(b *testing.B, pool *pgxpool.Pool, name string, weight int) uuid
 }
 
 // queueSpec is a one-step job of handler in queue q, due at cron.
-func queueSpec(cron, handler string) dag.JobSpec {
+func queueSpec(cron, handler string) dag.JobSpec { return queueSpecIn(cron, handler, "q") }
+
+// queueSpecIn is queueSpec in another queue.
+func queueSpecIn(cron, handler, queue string) dag.JobSpec {
 	r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{Cron: cron}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: handler},
-		Defaults: dag.StepDefaults{Queue: "q"},
+		Defaults: dag.StepDefaults{Queue: queue},
 	}}
 	r.Normalize()
 	return r.Spec

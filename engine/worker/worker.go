@@ -112,8 +112,8 @@ func (c *Config) withDefaults() error {
 		return errors.New("worker: Config.Queues: serve at least one queue (--queue NAME=CONCURRENCY)")
 	}
 	for q, n := range c.Queues {
-		if n <= 0 {
-			return fmt.Errorf("worker: Config.Queues[%q]: concurrency must be positive", q)
+		if n <= 0 || n > river.QueueNumWorkersMax {
+			return fmt.Errorf("worker: Config.Queues[%q]: concurrency %d: want 1 to %d (River's bound per queue and process: run more workers)", q, n, river.QueueNumWorkersMax)
 		}
 	}
 	if c.QueuePool == nil {

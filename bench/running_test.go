@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/worker"
+)
+
+// BenchmarkManyRunning: 50,000 attempts running at once (a handler that
+// waits), in five worker pools of 10,000 slots (River's bound per queue
+// and client; five River clients in this process), while 100 other jobs
+// fire every second into another queue.
+// Over three lease renewals (lease TTL 15 s: a renewal every 5 s per
+// worker) it reports the database's CPU time as a share of one core (all
+// PostgreSQL processes, from /proc; renewals and everything else), the
+// start lag of the other jobs meanwhile, the Go memory per running task,
+// and how many leases lapsed (aim: none). ORRERY_BENCH_RUNNING changes the
+// 50,000.
+func BenchmarkManyRunning(b *testing.B) {
+	n := 50_000
+	if v := os.Getenv("ORRERY_BENCH_RUNNING"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range b.N {
+		pool := freshDB(b)
+		ctx := context.Background()
+		eng := startEngineOn(b, pool, "default", 200)
+		release := make(chan struct{})
+		hold := func(ctx context.Context, _ executor.Call) error {
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		runtime.GC()
+		before := memInUse()
+		wctx, stop := context.WithCancel(ctx)
+		pools := (n + river.QueueNumWorkersMax - 1) / river.QueueNumWorkersMax
+		done := make(chan error, pools)
+		for k := range pools {
+			w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"hold": n / pools}, Name: fmt.Sprintf("hold-%d", k),
+				Handlers: map[string]executor.HandlerFunc{"hold": hold}, Logger: eng.log})
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() { done <- w.Run(wctx) }()
+		}
+		b.Cleanup(func() {
+			close(release)
+			stop()
+			for range pools {
+				<-done
+			}
+		})
+		at := dbTime(b, pool).Truncate(time.Second).Add(6 * time.Second)
+		seedJobs(b, pool, "hold", n, queueSpecIn(cronAt(at), "hold", "hold"), at)
+		seedJobs(b, pool, "tick", 100, noopSpec("* * * * * *"), at)
+		began := time.Now()
+		for deadline := time.Now().Add(4 * time.Minute); ; time.Sleep(250 * time.Millisecond) {
+			var running int
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM tasks WHERE queue = 'hold' AND status = 'running'").Scan(&running); err != nil {
+				b.Fatal(err)
+			}
+			if running == n {
+				break
+			}
+			eng.check(b)
+			if time.Now().After(deadline) {
+				b.Fatalf("deadline passed: %d of %d attempts running", running, n)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "many running: all %d started %s after the seeding\n", n, time.Since(began).Round(100*time.Millisecond))
+		runtime.GC()
+		perTask := float64(memInUse()-before) / float64(n)
+		var goroutines = runtime.NumGoroutine()
+		// Three renewals of each worker.
+		window := 15 * time.Second
+		from := dbTime(b, pool)
+		cpu0 := postgresCPU(b)
+		time.Sleep(window)
+		cpu := postgresCPU(b) - cpu0
+		until := dbTime(b, pool)
+		eng.check(b)
+		var lapsed, stillRunning int
+		if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM attempts WHERE exit_reason = 'lease_expired'),
+			(SELECT count(*) FROM tasks WHERE queue = 'hold' AND status = 'running')`).Scan(&lapsed, &stillRunning); err != nil {
+			b.Fatal(err)
+		}
+		if stillRunning != n {
+			b.Fatalf("%d of %d attempts still running after the window", stillRunning, n)
+		}
+		ticks, p50, _, p99, _ := lagStats(b, pool, from.Truncate(time.Second).Add(time.Second), until.Truncate(time.Second))
+		b.ReportMetric(100*cpu.Seconds()/window.Seconds(), "db-cpu-%core")
+		b.ReportMetric(float64(lapsed), "leases-lapsed")
+		b.ReportMetric(perTask/1024, "KiB/running-task")
+		b.ReportMetric(float64(goroutines), "goroutines")
+		b.ReportMetric(ms(p50), "other-p50-lag-ms")
+		b.ReportMetric(ms(p99), "other-p99-lag-ms")
+		b.ReportMetric(float64(ticks), "other-runs")
+		printRenewals(b, pool)
+	}
+}
+
+// memInUse is the Go heap and stacks in use.
+func memInUse() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
+}
+
+// postgresCPU is the CPU time (user + system) of every PostgreSQL process
+// of this machine so far, from /proc.
+func postgresCPU(b *testing.B) time.Duration {
+	b.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ticks int64
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || s[open+1:end] != "postgres" {
+			continue
+		}
+		f := strings.Fields(s[end+2:])
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		sy, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + sy
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+// printRenewals shows, with ORRERY_BENCH_STATS set, the lease renewal
+// statement's calls and time.
+func printRenewals(b *testing.B, pool *pgxpool.Pool) {
+	b.Helper()
+	if os.Getenv("ORRERY_BENCH_STATS") == "" {
+		return
+	}
+	var calls, rows int64
+	var total float64
+	err := pool.QueryRow(context.Background(), `SELECT COALESCE(sum(calls), 0)::bigint, COALESCE(sum(rows), 0)::bigint, COALESCE(sum(total_exec_time), 0)
+		FROM pg_stat_statements WHERE query LIKE '-- name: RenewTaskLeases%'`).Scan(&calls, &rows, &total)
+	if err != nil {
+		b.Fatalf("pg_stat_statements: %v", err)
+	}
+	fmt.Fprintf(os.Stderr, "RenewTaskLeases: %d calls, %d rows, %.0f ms in all (%.1f ms a call)\n", calls, rows, total, total/float64(max(calls, 1)))
+}
