@@ -91,6 +91,7 @@ func BenchmarkManyRunning(b *testing.B) {
 		var goroutines = runtime.NumGoroutine()
 		// Three renewals of each worker.
 		window := 15 * time.Second
+		resetStatements(b, pool)
 		from := dbTime(b, pool)
 		cpu0 := postgresCPU(b)
 		time.Sleep(window)
@@ -113,7 +114,7 @@ func BenchmarkManyRunning(b *testing.B) {
 		b.ReportMetric(ms(p50), "other-p50-lag-ms")
 		b.ReportMetric(ms(p99), "other-p99-lag-ms")
 		b.ReportMetric(float64(ticks), "other-runs")
-		printRenewals(b, pool)
+		printRenewals(b, pool, window)
 	}
 }
 
@@ -157,19 +158,44 @@ func postgresCPU(b *testing.B) time.Duration {
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
 
-// printRenewals shows, with ORRERY_BENCH_STATS set, the lease renewal
-// statement's calls and time.
-func printRenewals(b *testing.B, pool *pgxpool.Pool) {
+// resetStatements starts pg_stat_statements afresh (ORRERY_BENCH_STATS).
+func resetStatements(b *testing.B, pool *pgxpool.Pool) {
 	b.Helper()
 	if os.Getenv("ORRERY_BENCH_STATS") == "" {
 		return
 	}
-	var calls, rows int64
-	var total float64
-	err := pool.QueryRow(context.Background(), `SELECT COALESCE(sum(calls), 0)::bigint, COALESCE(sum(rows), 0)::bigint, COALESCE(sum(total_exec_time), 0)
-		FROM pg_stat_statements WHERE query LIKE '-- name: RenewTaskLeases%'`).Scan(&calls, &rows, &total)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
+		b.Fatalf("pg_stat_statements: %v", err)
+	}
+	if _, err := pool.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+		b.Fatalf("pg_stat_statements: %v", err)
+	}
+}
+
+// printRenewals shows, with ORRERY_BENCH_STATS set, the lease renewal
+// statement's calls and time since resetStatements, and the statements
+// that took most of the database's time in the window.
+func printRenewals(b *testing.B, pool *pgxpool.Pool, window time.Duration) {
+	b.Helper()
+	if os.Getenv("ORRERY_BENCH_STATS") == "" {
+		return
+	}
+	rows, err := pool.Query(context.Background(), `SELECT calls, rows, total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 60)
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+		ORDER BY total_exec_time DESC LIMIT 8`)
 	if err != nil {
 		b.Fatalf("pg_stat_statements: %v", err)
 	}
-	fmt.Fprintf(os.Stderr, "RenewTaskLeases: %d calls, %d rows, %.0f ms in all (%.1f ms a call)\n", calls, rows, total, total/float64(max(calls, 1)))
+	defer rows.Close()
+	fmt.Fprintf(os.Stderr, "statements in the %s window (calls, rows, total ms, share of one core):\n", window)
+	for rows.Next() {
+		var calls, n int64
+		var total float64
+		var q string
+		if err := rows.Scan(&calls, &n, &total, &q); err != nil {
+			b.Fatal(err)
+		}
+		fmt.Fprintf(os.Stderr, "  %6d %8d %9.0f %5.1f%%  %s\n", calls, n, total, 100*total/float64(window.Milliseconds()), q)
+	}
 }
