@@ -65,12 +65,21 @@ type Start struct {
 	Attempt int
 }
 
-// StartAttempts starts a batch of attempts for worker, with leases of ttl,
-// in one statement. The answer is in the order of starts; nil for a start
-// whose River job is stale (the task was cancelled, or that attempt already
-// ran or is started by another start of the same batch).
-func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, worker string, ttl time.Duration) ([]*Attempt, error) {
-	p := store.StartAttemptsParams{Worker: worker, TtlSeconds: ttl.Seconds()}
+// Worker names the worker process attempts start on: its name (shown on
+// attempts) and its id (its row in workers, whose lease is its running
+// tasks' lease).
+type Worker struct {
+	Name string
+	ID   uuid.UUID
+}
+
+// StartAttempts starts a batch of attempts on a worker, in one statement;
+// each task's lease is then the worker's. The answer is in the order of
+// starts; nil for a start whose River job is stale (the task was
+// cancelled, or that attempt already ran or is started by another start
+// of the same batch).
+func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, w Worker) ([]*Attempt, error) {
+	p := store.StartAttemptsParams{Worker: w.Name, WorkerID: w.ID}
 	for _, st := range starts {
 		p.Ids = append(p.Ids, st.TaskID)
 		p.PrevAttempts = append(p.PrevAttempts, int32(st.Attempt-1))

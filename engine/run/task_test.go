@@ -2,6 +2,7 @@ package run_test
 
 import (
 	"context"
+	"github.com/google/uuid"
 	"testing"
 	"time"
 
@@ -41,17 +42,24 @@ func TestSoleReportsBatchStaleBesideCurrent(t *testing.T) {
 	}
 	taskID := enginetest.UUID(t, pool, "SELECT id FROM tasks WHERE run_id = $1", r.ID)
 
+	// The worker "w" and its lease, which is its tasks'.
+	wid := uuid.New()
+	if _, err := pool.Exec(ctx, `INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at)
+		VALUES ($1, 'w', '{"default": 1}', now(), now(), now() + interval '1 minute')`, wid); err != nil {
+		t.Fatal(err)
+	}
 	start := func(attempt int) *run.Attempt {
 		t.Helper()
-		got, err := run.StartAttempts(ctx, pool, []run.Start{{TaskID: taskID, Attempt: attempt}}, "w", time.Minute)
+		got, err := run.StartAttempts(ctx, pool, []run.Start{{TaskID: taskID, Attempt: attempt}}, run.Worker{Name: "w", ID: wid})
 		if err != nil || got[0] == nil {
 			t.Fatalf("start attempt %d: %v %v", attempt, got, err)
 		}
 		return got[0]
 	}
 	first := start(1)
-	// The lease of attempt 1 lapses: the reaper's report moves the token on.
-	if _, err := pool.Exec(ctx, "UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1", taskID); err != nil {
+	// The lease of attempt 1 (its worker's) lapses: the reaper's report
+	// moves the token on.
+	if _, err := pool.Exec(ctx, "UPDATE workers SET lease_expires_at = now() - interval '1 second' WHERE id = $1", wid); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {

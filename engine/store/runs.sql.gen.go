@@ -884,7 +884,7 @@ func (q *Queries) RunEdges(ctx context.Context, runID uuid.UUID) ([]TaskEdge, er
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at FROM tasks WHERE run_id = $1 ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id FROM tasks WHERE run_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error) {
@@ -917,6 +917,7 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 			&i.FinishedAt,
 			&i.ReadyAt,
 			&i.AdmittedAt,
+			&i.WorkerID,
 		); err != nil {
 			return nil, err
 		}

@@ -27,7 +27,7 @@ WITH req AS (
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
-      AND (NOT req.expired OR tasks.lease_expires_at <= now())
+      AND (NOT req.expired OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
     RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, req.token, req.outcome,
               req.exit_reason, req.failure_class, req.error, req.output, req.run_status, req.run_reason
 ), a AS (
@@ -127,7 +127,7 @@ WITH t AS (
         ready_at = CASE WHEN $1::text = 'retrying' THEN now() ELSE tasks.ready_at END,
         finished_at = CASE WHEN $1::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     WHERE tasks.id = $3 AND tasks.fencing_token = $4 AND tasks.status = 'running'
-      AND (NOT $5::bool OR tasks.lease_expires_at <= now())
+      AND (NOT $5::bool OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
     RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
 ), a AS (
     UPDATE attempts
@@ -275,9 +275,10 @@ func (q *Queries) DecrementTasks(ctx context.Context, ids []uuid.UUID) ([]Decrem
 }
 
 const expiredLeases = `-- name: ExpiredLeases :many
-SELECT id, fencing_token FROM tasks
-WHERE status = 'running' AND lease_expires_at < now()
-ORDER BY lease_expires_at
+SELECT t.id, t.fencing_token FROM workers AS w
+JOIN tasks AS t ON t.worker_id = w.id AND t.status = 'running'
+WHERE w.lease_expires_at < now()
+ORDER BY w.lease_expires_at
 LIMIT $1
 `
 
@@ -286,10 +287,10 @@ type ExpiredLeasesRow struct {
 	FencingToken int64
 }
 
-// ExpiredLeases lists running tasks whose lease lapsed (their worker died
-// or stalled). Each is then failed under its fencing token and only while
-// its lease is still lapsed, so two reapers that see the same task cannot
-// both fail it, and a renewal that came first keeps it.
+// ExpiredLeases lists running tasks whose lease lapsed: their worker's
+// (it died or stalled). Each is then failed under its fencing token and
+// only while that lease is still lapsed, so two reapers that see the same
+// task cannot both fail it, and a worker that renewed first keeps it.
 func (q *Queries) ExpiredLeases(ctx context.Context, batch int32) ([]ExpiredLeasesRow, error) {
 	rows, err := q.db.Query(ctx, expiredLeases, batch)
 	if err != nil {
@@ -464,74 +465,6 @@ func (q *Queries) ReleaseTasks(ctx context.Context, arg ReleaseTasksParams) erro
 	return err
 }
 
-const renewTaskLeases = `-- name: RenewTaskLeases :many
-WITH req AS (
-    SELECT unnest($2::uuid[]) AS id, unnest($3::bigint[]) AS token
-), free AS (
-    SELECT tasks.id FROM tasks
-    JOIN req ON req.id = tasks.id AND req.token = tasks.fencing_token
-    WHERE tasks.status = 'running' AND tasks.lease_owner = $1::text AND tasks.lease_expires_at > now()
-    FOR UPDATE OF tasks SKIP LOCKED
-), renewed AS (
-    UPDATE tasks SET lease_expires_at = now() + INTERVAL '1 second' * $4::float8
-    FROM free
-    WHERE tasks.id = free.id
-    RETURNING tasks.id
-)
-SELECT req.id::uuid AS id, (renewed.id IS NOT NULL)::bool AS renewed, (t.id IS NOT NULL)::bool AS ours
-FROM req
-LEFT JOIN renewed ON renewed.id = req.id
-LEFT JOIN tasks AS t ON t.id = req.id AND t.fencing_token = req.token AND t.status = 'running'
-    AND t.lease_owner = $1::text AND t.lease_expires_at > now()
-`
-
-type RenewTaskLeasesParams struct {
-	Worker     string
-	Ids        []uuid.UUID
-	Tokens     []int64
-	TtlSeconds float64
-}
-
-type RenewTaskLeasesRow struct {
-	ID      uuid.UUID
-	Renewed bool
-	Ours    bool
-}
-
-// RenewTaskLeases extends, in one statement, the leases of the tasks this
-// worker runs, at the fencing tokens it holds. It never waits for a row
-// lock, so it cannot deadlock with starts, reports, cancellations or the
-// reaper: a task one of them holds at that moment is skipped (that
-// transaction decides it) and renewed at the next beat if still ours. Each
-// row says whether the task was renewed and whether it is still ours
-// (running at this token under this worker, its lease not lapsed); one that
-// is not was cancelled, reaped or taken away. A lapsed lease is never
-// renewed: the reaper may be failing it.
-func (q *Queries) RenewTaskLeases(ctx context.Context, arg RenewTaskLeasesParams) ([]RenewTaskLeasesRow, error) {
-	rows, err := q.db.Query(ctx, renewTaskLeases,
-		arg.Worker,
-		arg.Ids,
-		arg.Tokens,
-		arg.TtlSeconds,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []RenewTaskLeasesRow{}
-	for rows.Next() {
-		var i RenewTaskLeasesRow
-		if err := rows.Scan(&i.ID, &i.Renewed, &i.Ours); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const rootTasks = `-- name: RootTasks :many
 SELECT id, tenant_id, queue, priority FROM tasks
 WHERE run_id = $1 AND status = 'waiting' AND parents_remaining = 0
@@ -569,13 +502,48 @@ func (q *Queries) RootTasks(ctx context.Context, runID uuid.UUID) ([]RootTasksRo
 	return items, nil
 }
 
+const runningOn = `-- name: RunningOn :many
+SELECT id, fencing_token FROM tasks WHERE worker_id = $1 AND status = 'running'
+`
+
+type RunningOnRow struct {
+	ID           uuid.UUID
+	FencingToken int64
+}
+
+// RunningOn lists the attempts running on a worker (task and fencing
+// token): what the worker still holds; one it runs that is missing was
+// cancelled, reaped or moved on. A read of tasks_running_worker alone (an
+// index-only scan once the pages are all-visible): it takes no lock, so it
+// waits for nothing and nothing waits for it. (The leases themselves are
+// the worker's: HeartbeatWorker.)
+func (q *Queries) RunningOn(ctx context.Context, workerID *uuid.UUID) ([]RunningOnRow, error) {
+	rows, err := q.db.Query(ctx, runningOn, workerID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RunningOnRow{}
+	for rows.Next() {
+		var i RunningOnRow
+		if err := rows.Scan(&i.ID, &i.FencingToken); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const startAttempts = `-- name: StartAttempts :many
 WITH req AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS prev, unnest($3::uuid[]) AS attempt_id
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
-        lease_owner = $4::text, lease_expires_at = now() + INTERVAL '1 second' * $5::float8,
+        lease_owner = $4::text, worker_id = $5::uuid, lease_expires_at = NULL,
         started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
@@ -600,7 +568,7 @@ type StartAttemptsParams struct {
 	PrevAttempts []int32
 	AttemptIds   []uuid.UUID
 	Worker       string
-	TtlSeconds   float64
+	WorkerID     uuid.UUID
 }
 
 type StartAttemptsRow struct {
@@ -632,7 +600,7 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 		arg.PrevAttempts,
 		arg.AttemptIds,
 		arg.Worker,
-		arg.TtlSeconds,
+		arg.WorkerID,
 	)
 	if err != nil {
 		return nil, err

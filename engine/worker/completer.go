@@ -15,7 +15,7 @@ func (w *Worker) startAttempts(ctx context.Context, starts []run.Start) ([]*run.
 	var out []*run.Attempt
 	err := store.InRawTx(ctx, w.cfg.StatePool, func(tx pgx.Tx) error {
 		var err error
-		out, err = run.StartAttempts(ctx, tx, starts, w.cfg.Name, w.cfg.LeaseTTL)
+		out, err = run.StartAttempts(ctx, tx, starts, run.Worker{Name: w.cfg.Name, ID: w.id})
 		return err
 	})
 	return out, err

@@ -109,21 +109,19 @@ func TestAttemptStartedDuringRenewalIsNotCancelled(t *testing.T) {
 	}
 }
 
-// Renewing leases never waits for a row lock, so it cannot deadlock with a
-// report or a start holding some of the same tasks: here a transaction
-// holds task B (as a report batch would) while the renewal of A and B
-// runs; the renewal returns at once (A renewed, B skipped but still ours),
-// and the transaction then updates A. A renewal that waited for B while
-// holding A made PostgreSQL abort one of the two (SQLSTATE 40P01).
-func TestRenewalSkipsTasksHeldByOthers(t *testing.T) {
+// The check of a worker's attempts never waits for a row lock, so it
+// cannot deadlock with a report or a start holding some of the same tasks:
+// here a transaction holds task B (as a report batch would) while the check
+// of A and B runs; the check returns at once (both still ours). A task
+// cancelled meanwhile is no longer ours; when the worker's lease lapses,
+// the reaper finds its running tasks.
+func TestCheckDoesNotWaitForTasksHeldByOthers(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	a, b := startTwoAttempts(t, pool)
+	wid, a, b := startTwoAttempts(t, pool)
 
-	// READ COMMITTED, as a PostgreSQL deployment runs (the tests' default
-	// is SERIALIZABLE, where the holder's later write to A would be a
-	// serialization failure to retry rather than a wait).
+	// READ COMMITTED, as a PostgreSQL deployment runs.
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		t.Fatal(err)
@@ -132,23 +130,28 @@ func TestRenewalSkipsTasksHeldByOthers(t *testing.T) {
 	if _, err := tx.Exec(ctx, "UPDATE tasks SET last_error = 'reporting' WHERE id = $1", b.Call.TaskID); err != nil {
 		t.Fatal(err)
 	}
-
-	renewCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	rows, err := store.New(pool).RenewTaskLeases(renewCtx, store.RenewTaskLeasesParams{
-		Worker: "w", TtlSeconds: 60,
-		Ids:    []uuid.UUID{a.Call.TaskID, b.Call.TaskID},
-		Tokens: []int64{a.Call.FencingToken, b.Call.FencingToken},
-	})
-	if err != nil {
-		t.Fatalf("renewal while another transaction holds a task: %v", err)
+	check := func() []uuid.UUID {
+		t.Helper()
+		checkCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		held, err := store.New(pool).RunningOn(checkCtx, &wid)
+		if err != nil {
+			t.Fatalf("check while another transaction holds a task: %v", err)
+		}
+		ours := map[uuid.UUID]int64{}
+		for _, h := range held {
+			ours[h.ID] = h.FencingToken
+		}
+		var lost []uuid.UUID
+		for _, at := range []*run.Attempt{a, b} {
+			if tok, ok := ours[at.Call.TaskID]; !ok || tok != at.Call.FencingToken {
+				lost = append(lost, at.Call.TaskID)
+			}
+		}
+		return lost
 	}
-	got := map[uuid.UUID][2]bool{}
-	for _, r := range rows {
-		got[r.ID] = [2]bool{r.Renewed, r.Ours}
-	}
-	if got[a.Call.TaskID] != [2]bool{true, true} || got[b.Call.TaskID] != [2]bool{false, true} {
-		t.Fatalf("renewal answered %v; want A renewed and ours, B skipped and ours", got)
+	if lost := check(); len(lost) != 0 {
+		t.Fatalf("check answered %v lost; want both still ours", lost)
 	}
 	if _, err := tx.Exec(ctx, "UPDATE tasks SET last_error = 'reporting' WHERE id = $1", a.Call.TaskID); err != nil {
 		t.Fatalf("the holder then updates A: %v", err)
@@ -156,23 +159,46 @@ func TestRenewalSkipsTasksHeldByOthers(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-
-	// A lease that lapsed is not renewed and is no longer ours.
-	if _, err := pool.Exec(ctx, "UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1", a.Call.TaskID); err != nil {
+	if _, err := pool.Exec(ctx, "UPDATE tasks SET status = 'cancelled' WHERE id = $1", a.Call.TaskID); err != nil {
 		t.Fatal(err)
 	}
-	rows, err = store.New(pool).RenewTaskLeases(ctx, store.RenewTaskLeasesParams{
-		Worker: "w", TtlSeconds: 60, Ids: []uuid.UUID{a.Call.TaskID}, Tokens: []int64{a.Call.FencingToken}})
-	if err != nil || len(rows) != 1 || rows[0].Renewed || rows[0].Ours {
-		t.Fatalf("renewal of a lapsed lease: %+v %v; want not renewed, not ours", rows, err)
+	if lost := check(); len(lost) != 1 || lost[0] != a.Call.TaskID {
+		t.Fatalf("check answered %v lost; want the cancelled A", lost)
+	}
+	if n := len(expired(t, pool)); n != 0 {
+		t.Fatalf("%d expired leases while the worker's lease is live", n)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE workers SET lease_expires_at = now() - interval '1 second' WHERE id = $1", wid); err != nil {
+		t.Fatal(err)
+	}
+	if got := expired(t, pool); len(got) != 1 || got[0] != b.Call.TaskID {
+		t.Fatalf("expired leases %v; want B (the worker's lease lapsed; A is no longer running)", got)
 	}
 }
 
-// startTwoAttempts starts one attempt on each of two one-task runs, as
-// worker "w" with a one-minute lease.
-func startTwoAttempts(t *testing.T, pool *pgxpool.Pool) (*run.Attempt, *run.Attempt) {
+func expired(t *testing.T, pool *pgxpool.Pool) []uuid.UUID {
+	t.Helper()
+	rows, err := store.New(pool).ExpiredLeases(context.Background(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uuid.UUID
+	for _, r := range rows {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+// startTwoAttempts starts one attempt on each of two one-task runs, on
+// a worker "w" registered with a one-minute lease, and returns its id.
+func startTwoAttempts(t *testing.T, pool *pgxpool.Pool) (uuid.UUID, *run.Attempt, *run.Attempt) {
 	t.Helper()
 	ctx := context.Background()
+	wid := uuid.New()
+	if _, err := pool.Exec(ctx, `INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at)
+		VALUES ($1, 'w', '{"default": 1}', now(), now(), now() + interval '1 minute')`, wid); err != nil {
+		t.Fatal(err)
+	}
 	jobs, err := job.New(ctx, pool, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -195,9 +221,9 @@ func startTwoAttempts(t *testing.T, pool *pgxpool.Pool) (*run.Attempt, *run.Atte
 		}
 		starts = append(starts, run.Start{TaskID: enginetest.UUID(t, pool, "SELECT id FROM tasks WHERE run_id = $1", r.ID), Attempt: 1})
 	}
-	got, err := run.StartAttempts(ctx, pool, starts, "w", time.Minute)
+	got, err := run.StartAttempts(ctx, pool, starts, run.Worker{Name: "w", ID: wid})
 	if err != nil || got[0] == nil || got[1] == nil {
 		t.Fatal("start attempts:", got, errors.Join(err))
 	}
-	return got[0], got[1]
+	return wid, got[0], got[1]
 }

@@ -1,6 +1,7 @@
 // Package worker runs worker pools: River clients for the queues this
-// process serves, each attempt through an executor, with task leases
-// renewed in one statement per interval for all running tasks, and results
+// process serves, each attempt through an executor, under the worker
+// process's lease (one row, renewed every third of the TTL, which is also
+// the lease of every task it runs), and results
 // reported under the task's fencing token.
 //
 // A worker binary of your own registers Go handlers by name:
@@ -96,8 +97,9 @@ const (
 	// FailpointFetched is hit when River has handed a job to this worker,
 	// before its attempt starts.
 	FailpointFetched = "worker/fetched"
-	// FailpointRenewed is hit after a lease renewal returned, before the
-	// attempts it reported lost are cancelled.
+	// FailpointRenewed is hit after a lease renewal and the check of the
+	// worker's attempts returned, before the attempts found lost are
+	// cancelled.
 	FailpointRenewed = "worker/renewed"
 	// FailpointStarted is hit when an attempt has started (its lease is
 	// taken), before its executor runs.
@@ -151,7 +153,7 @@ func (c *Config) withDefaults() error {
 }
 
 // Worker runs the queues of one process. It holds a lease of its own in
-// the workers table, renewed with its tasks' leases: River jobs fetched
+// the workers table, which is also its running tasks' lease: River jobs fetched
 // under its id (its River client id) while it was alive are redelivered
 // by the reaper once that lease lapses, if their attempt never started.
 type Worker struct {
@@ -173,7 +175,7 @@ type leased struct {
 	cancel context.CancelCauseFunc
 	// unconfirmed counts the beats since the lease was last renewed (or
 	// taken); a lease unconfirmed for a whole TTL has lapsed in the
-	// database, or soon will, so the attempt stops (see renewTasks).
+	// database, or soon will, so the attempt stops (see checkTasks).
 	unconfirmed int
 }
 
@@ -312,9 +314,9 @@ func (w *Worker) beat(ctx context.Context) error {
 	})
 }
 
-// heartbeat renews, every third of the lease TTL, this worker's lease and
-// the leases of all its running tasks (one statement each), and cancels
-// the attempts whose task is no longer ours.
+// heartbeat renews, every third of the lease TTL, this worker's lease,
+// which is the lease of every task it runs (one row, whatever it runs),
+// then asks which of its attempts are no longer its own and cancels them.
 func (w *Worker) heartbeat(ctx context.Context) {
 	t := time.NewTicker(w.cfg.LeaseTTL / beatsPerTTL)
 	defer t.Stop()
@@ -324,65 +326,82 @@ func (w *Worker) heartbeat(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// The attempts running before the renewal: the ones it confirms.
+		asked := w.runningNow()
 		// Each statement is bounded by a beat, so that a hung connection
-		// cannot hold the loop while leases lapse (see renewTasks).
+		// cannot hold the loop while the lease lapses.
 		beatCtx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL/beatsPerTTL)
-		if err := w.beat(beatCtx); err != nil && ctx.Err() == nil {
+		err := w.beat(beatCtx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Error("renew worker lease", "err", err)
 		}
-		cancel()
-		w.renewTasks(ctx)
+		w.checkTasks(ctx, asked, err == nil)
 	}
 }
 
-// renewTasks renews the leases of the attempts running now and cancels
-// those the database says are no longer ours. It decides only about the
-// attempts it asked for: one that started after the snapshot is not in
-// the answer and is left alone, as is an attempt of the same task that
-// replaced the one asked about. A renewal that fails or times out (the
-// database is unreachable or this process was stalled) confirms nothing:
-// an attempt whose lease has gone unconfirmed for a whole TTL is cancelled
-// here too, since the reaper may already be retrying it elsewhere.
-func (w *Worker) renewTasks(ctx context.Context) {
+// runningNow snapshots the attempts running now, each one more beat
+// unconfirmed.
+func (w *Worker) runningNow() map[uuid.UUID]*leased {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	asked := make(map[uuid.UUID]*leased, len(w.running))
-	p := store.RenewTaskLeasesParams{Worker: w.cfg.Name, TtlSeconds: w.cfg.LeaseTTL.Seconds()}
 	for id, l := range w.running {
 		l.unconfirmed++
 		asked[id] = l
-		p.Ids = append(p.Ids, id)
-		p.Tokens = append(p.Tokens, l.token)
 	}
-	w.mu.Unlock()
+	return asked
+}
+
+// checkTasks settles the attempts asked about after a renewal: a renewal
+// that succeeded confirms them; then the database says which are no
+// longer this worker's (cancelled, reaped, taken away), and those are
+// cancelled. It decides only about the attempts it asked for: one that
+// started after the snapshot is left alone, as is an attempt of the same
+// task that replaced the one asked about. A renewal that fails or times
+// out (the database is unreachable or this process was stalled) confirms
+// nothing: an attempt whose lease has gone unconfirmed for a whole TTL is
+// cancelled, since the reaper may already be retrying it elsewhere.
+func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, renewed bool) {
 	if len(asked) == 0 {
 		return
 	}
-	var rows []store.RenewTaskLeasesRow
+	var held []store.RunningOnRow
 	beatCtx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL/beatsPerTTL)
 	err := store.Retry(beatCtx, func() error {
 		var err error
-		rows, err = store.New(w.cfg.StatePool).RenewTaskLeases(beatCtx, p)
+		held, err = store.New(w.cfg.StatePool).RunningOn(beatCtx, &w.id)
 		return err
 	})
 	cancel()
+	var lost []uuid.UUID
+	if err == nil {
+		ours := make(map[uuid.UUID]int64, len(held))
+		for _, h := range held {
+			ours[h.ID] = h.FencingToken
+		}
+		for id, l := range asked {
+			if tok, ok := ours[id]; !ok || tok != l.token {
+				lost = append(lost, id)
+			}
+		}
+	}
 	if err != nil && ctx.Err() == nil {
-		w.cfg.Logger.Error("renew task leases", "err", err)
+		w.cfg.Logger.Error("check running tasks", "err", err)
 	}
 	if err == nil {
 		w.cfg.Failpoints.Hit(FailpointRenewed)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, r := range rows {
-		l := asked[r.ID]
-		if w.running[r.ID] != l {
-			continue
-		}
-		switch {
-		case !r.Ours:
-			l.cancel(errLeaseLost)
-		case r.Renewed:
+	if renewed {
+		for _, l := range asked {
 			l.unconfirmed = 0
+		}
+	}
+	for _, id := range lost {
+		if l := asked[id]; w.running[id] == l {
+			l.cancel(errLeaseLost)
 		}
 	}
 	for id, l := range asked {

@@ -9,7 +9,7 @@ WITH req AS (
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
-        lease_owner = @worker::text, lease_expires_at = now() + INTERVAL '1 second' * @ttl_seconds::float8,
+        lease_owner = @worker::text, worker_id = @worker_id::uuid, lease_expires_at = NULL,
         started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
@@ -40,34 +40,14 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS v;
 
--- RenewTaskLeases extends, in one statement, the leases of the tasks this
--- worker runs, at the fencing tokens it holds. It never waits for a row
--- lock, so it cannot deadlock with starts, reports, cancellations or the
--- reaper: a task one of them holds at that moment is skipped (that
--- transaction decides it) and renewed at the next beat if still ours. Each
--- row says whether the task was renewed and whether it is still ours
--- (running at this token under this worker, its lease not lapsed); one that
--- is not was cancelled, reaped or taken away. A lapsed lease is never
--- renewed: the reaper may be failing it.
--- name: RenewTaskLeases :many
-WITH req AS (
-    SELECT unnest(@ids::uuid[]) AS id, unnest(@tokens::bigint[]) AS token
-), free AS (
-    SELECT tasks.id FROM tasks
-    JOIN req ON req.id = tasks.id AND req.token = tasks.fencing_token
-    WHERE tasks.status = 'running' AND tasks.lease_owner = @worker::text AND tasks.lease_expires_at > now()
-    FOR UPDATE OF tasks SKIP LOCKED
-), renewed AS (
-    UPDATE tasks SET lease_expires_at = now() + INTERVAL '1 second' * @ttl_seconds::float8
-    FROM free
-    WHERE tasks.id = free.id
-    RETURNING tasks.id
-)
-SELECT req.id::uuid AS id, (renewed.id IS NOT NULL)::bool AS renewed, (t.id IS NOT NULL)::bool AS ours
-FROM req
-LEFT JOIN renewed ON renewed.id = req.id
-LEFT JOIN tasks AS t ON t.id = req.id AND t.fencing_token = req.token AND t.status = 'running'
-    AND t.lease_owner = @worker::text AND t.lease_expires_at > now();
+-- RunningOn lists the attempts running on a worker (task and fencing
+-- token): what the worker still holds; one it runs that is missing was
+-- cancelled, reaped or moved on. A read of tasks_running_worker alone (an
+-- index-only scan once the pages are all-visible): it takes no lock, so it
+-- waits for nothing and nothing waits for it. (The leases themselves are
+-- the worker's: HeartbeatWorker.)
+-- name: RunningOn :many
+SELECT id, fencing_token FROM tasks WHERE worker_id = @worker_id AND status = 'running';
 
 -- CompleteTask ends the running attempt holding @fencing_token: the task's
 -- new status and the attempt's outcome, in one statement. No row means the
@@ -81,7 +61,7 @@ WITH t AS (
         ready_at = CASE WHEN @status::text = 'retrying' THEN now() ELSE tasks.ready_at END,
         finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     WHERE tasks.id = @id AND tasks.fencing_token = @fencing_token AND tasks.status = 'running'
-      AND (NOT @expired::bool OR tasks.lease_expires_at <= now())
+      AND (NOT @expired::bool OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
     RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
 ), a AS (
     UPDATE attempts
@@ -153,14 +133,15 @@ RETURNING id;
 SELECT id, tenant_id, queue, priority FROM tasks
 WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0;
 
--- ExpiredLeases lists running tasks whose lease lapsed (their worker died
--- or stalled). Each is then failed under its fencing token and only while
--- its lease is still lapsed, so two reapers that see the same task cannot
--- both fail it, and a renewal that came first keeps it.
+-- ExpiredLeases lists running tasks whose lease lapsed: their worker's
+-- (it died or stalled). Each is then failed under its fencing token and
+-- only while that lease is still lapsed, so two reapers that see the same
+-- task cannot both fail it, and a worker that renewed first keeps it.
 -- name: ExpiredLeases :many
-SELECT id, fencing_token FROM tasks
-WHERE status = 'running' AND lease_expires_at < now()
-ORDER BY lease_expires_at
+SELECT t.id, t.fencing_token FROM workers AS w
+JOIN tasks AS t ON t.worker_id = w.id AND t.status = 'running'
+WHERE w.lease_expires_at < now()
+ORDER BY w.lease_expires_at
 LIMIT @batch;
 
 -- name: TaskRetryPolicy :one
@@ -206,7 +187,7 @@ WITH req AS (
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
-      AND (NOT req.expired OR tasks.lease_expires_at <= now())
+      AND (NOT req.expired OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
     RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, req.token, req.outcome,
               req.exit_reason, req.failure_class, req.error, req.output, req.run_status, req.run_reason
 ), a AS (

@@ -239,6 +239,7 @@ type Task struct {
 	FinishedAt       *time.Time
 	ReadyAt          *time.Time
 	AdmittedAt       *time.Time
+	WorkerID         *uuid.UUID
 }
 
 type TaskEdge struct {
