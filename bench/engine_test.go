@@ -43,6 +43,13 @@ var dbCounter atomic.Int64
 // freshDB makes a new migrated database in the benchmark cluster.
 func freshDB(b *testing.B) *pgxpool.Pool {
 	b.Helper()
+	pool, _ := freshDBDSN(b)
+	return pool
+}
+
+// freshDBDSN is freshDB, with the database's DSN for processes.
+func freshDBDSN(b *testing.B) (*pgxpool.Pool, string) {
+	b.Helper()
 	ctx := context.Background()
 	name := fmt.Sprintf("bench_%d_%d", time.Now().Unix(), dbCounter.Add(1))
 	admin, err := pgx.Connect(ctx, cluster.DSN("postgres"))
@@ -77,7 +84,7 @@ func freshDB(b *testing.B) *pgxpool.Pool {
 	if _, err := migrations.QueueUp(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
-	return pool
+	return pool, cluster.DSN(name)
 }
 
 type noopArgs struct {

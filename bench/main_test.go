@@ -25,6 +25,8 @@ import (
 // PostgreSQL (fsync on, synchronous_commit on) on the same machine;
 // cluster is that PostgreSQL, where engine benchmarks make fresh databases.
 var (
+	// orreryBin is the binary TestMain built (benchmarks of processes).
+	orreryBin string
 	serverURL string
 	// apiKey authenticates the benchmark's calls; empty with
 	// ORRERY_BENCH_AUTH=none, which runs the server without authentication.
@@ -53,6 +55,7 @@ func run(m *testing.M) int {
 	}
 	_ = os.Chmod(dir, 0o755)
 	bin := filepath.Join(dir, "orrery")
+	orreryBin = bin
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/orrery").CombinedOutput(); err != nil {
 		return fail(fmt.Errorf("build: %v\n%s", err, out))
 	}
