@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/orrery-dev/orrery/engine/job"
 )
 
@@ -28,32 +30,7 @@ func BenchmarkSteadyWhilePruning(b *testing.B) {
 	for range b.N {
 		pool := freshDB(b)
 		ctx := context.Background()
-		seedJobs(b, pool, "old", 1, noopSpec("0 0 1 1 *"), time.Now().Add(24*time.Hour))
-		began := time.Now()
-		for _, sql := range []string{
-			`INSERT INTO runs (id, tenant_id, job_id, job_version, shard, scheduled_for, trigger, status, created_at, started_at, finished_at)
-			 SELECT gen_random_uuid(), $1, j.id, 1, i % 64, now() - interval '30 days' - i * interval '1 second', 'schedule', 'succeeded',
-			        now() - interval '30 days', now() - interval '30 days', now() - interval '30 days'
-			 FROM jobs AS j, generate_series(1, $2::int) AS i WHERE j.name LIKE 'old-%'`,
-			`INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, created_at, released_at, started_at, finished_at)
-			 SELECT gen_random_uuid(), tenant_id, id, 'main', 'succeeded', 0, 'default', 3, 1, created_at, created_at, started_at, finished_at FROM runs`,
-			`INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at, finished_at, outcome)
-			 SELECT gen_random_uuid(), id, tenant_id, 1, 1, 'w', started_at, finished_at, 'succeeded' FROM tasks`,
-			// Only the loaded tables: analyzing River's empty river_job here
-			// gave its fetch a sequential scan joined in a nested loop once the
-			// table filled (0.9-2.2 s per fetch), until autovacuum re-analyzed.
-			`VACUUM ANALYZE runs, tasks, attempts`,
-			`CHECKPOINT`,
-		} {
-			args := []any{job.DefaultTenant, old}
-			if sql[:6] != "INSERT" || sql[12:16] != "runs" {
-				args = nil
-			}
-			if _, err := pool.Exec(ctx, sql, args...); err != nil {
-				b.Fatalf("%.40s: %v", sql, err)
-			}
-		}
-		fmt.Fprintf(os.Stderr, "loaded %d old runs with their tasks and attempts in %s\n", old, time.Since(began).Round(time.Second))
+		loadOldRuns(b, pool, old, "30 days")
 		steadyFires(b, pool)
 		if os.Getenv("ORRERY_BENCH_LAG_BY_SECOND") != "" {
 			rows, err := pool.Query(ctx, `SELECT r.scheduled_for, max(a.started_at - r.scheduled_for) FROM runs r JOIN tasks t ON t.run_id = r.id
@@ -75,4 +52,38 @@ func BenchmarkSteadyWhilePruning(b *testing.B) {
 		}
 		b.ReportMetric(float64(old-left), "old-runs-pruned")
 	}
+}
+
+// loadOldRuns writes n finished runs (of one job "old-0000000"), each with
+// a task and an attempt, finished age ago and before (one second apart),
+// then vacuums and analyzes those tables and checkpoints.
+func loadOldRuns(b *testing.B, pool *pgxpool.Pool, n int, age string) {
+	b.Helper()
+	ctx := context.Background()
+	seedJobs(b, pool, "old", 1, noopSpec("0 0 1 1 *"), time.Now().Add(24*time.Hour))
+	began := time.Now()
+	for _, sql := range []string{
+		`INSERT INTO runs (id, tenant_id, job_id, job_version, shard, scheduled_for, trigger, status, created_at, started_at, finished_at)
+			 SELECT gen_random_uuid(), $1, j.id, 1, i % 64, now() - $3::interval - i * interval '1 second', 'schedule', 'succeeded',
+			        now() - $3::interval, now() - $3::interval, now() - $3::interval
+			 FROM jobs AS j, generate_series(1, $2::int) AS i WHERE j.name LIKE 'old-%'`,
+		`INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, created_at, released_at, started_at, finished_at)
+			 SELECT gen_random_uuid(), tenant_id, id, 'main', 'succeeded', 0, 'default', 3, 1, created_at, created_at, started_at, finished_at FROM runs`,
+		`INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at, finished_at, outcome)
+			 SELECT gen_random_uuid(), id, tenant_id, 1, 1, 'w', started_at, finished_at, 'succeeded' FROM tasks`,
+		// Only the loaded tables: analyzing River's empty river_job here
+		// gave its fetch a sequential scan joined in a nested loop once the
+		// table filled (0.9-2.2 s per fetch), until autovacuum re-analyzed.
+		`VACUUM ANALYZE runs, tasks, attempts`,
+		`CHECKPOINT`,
+	} {
+		args := []any{job.DefaultTenant, n, age}
+		if sql[:6] != "INSERT" || sql[12:16] != "runs" {
+			args = nil
+		}
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			b.Fatalf("%.40s: %v", sql, err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "loaded %d old runs with their tasks and attempts in %s\n", n, time.Since(began).Round(time.Second))
 }

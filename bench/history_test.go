@@ -1,0 +1,41 @@
+package bench
+
+import (
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/orrery-dev/orrery/engine/job"
+)
+
+// BenchmarkStormWithHistory is the midnight storm on a database that
+// already holds ORRERY_BENCH_HISTORY_RUNS (default 10,000,000) finished
+// runs, each with a task and an attempt, two days old (within the
+// retention: the janitor leaves them), loaded by SQL. Before the storm it
+// prints the plans of the due-jobs probe and of a page of the run list
+// (EXPLAIN ANALYZE). Compare with BenchmarkMidnightStorm in one command.
+const explainAnalyze = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
+
+func BenchmarkStormWithHistory(b *testing.B) {
+	n := 10_000_000
+	if v := os.Getenv("ORRERY_BENCH_HISTORY_RUNS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range b.N {
+		pool := freshDB(b)
+		loadOldRuns(b, pool, n, "2 days")
+		explain(b, pool, "due jobs of 64 shards", explainAnalyze+`SELECT id FROM jobs
+			WHERE shard = ANY($1::int[]) AND status = 'active' AND next_fire_at <= now()
+			ORDER BY next_fire_at LIMIT 500`, allShards())
+		explain(b, pool, "a page of the run list", explainAnalyze+`SELECT r.id, j.name FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+			WHERE r.tenant_id = $1 AND (r.scheduled_for, r.id) < ('infinity'::timestamptz, 'ffffffff-ffff-ffff-ffff-ffffffffffff'::uuid)
+			ORDER BY r.scheduled_for DESC, r.id DESC LIMIT 50`, job.DefaultTenant)
+		explain(b, pool, "a page of one job's runs", explainAnalyze+`SELECT r.id FROM runs AS r
+			WHERE r.tenant_id = $1 AND r.job_id = (SELECT id FROM jobs WHERE name = 'old-0000000')
+			ORDER BY r.scheduled_for DESC LIMIT 50`, job.DefaultTenant)
+		midnightStorm(b, pool)
+	}
+}
