@@ -68,7 +68,8 @@ import (
 //  4. the chosen task rows, by UPDATE ... SET admitted_at, which skips a
 //     task cancelled meanwhile;
 //  5. the River jobs: in this transaction when River shares the database,
-//     else into the queue database before the commit (see the package doc).
+//     else their outbox rows, which Relay inserts after the commit (see the
+//     package doc).
 //
 // No other transaction takes a queue row, and none takes tenant rows after
 // task rows, so there is no lock cycle, and no admitter waits on another.
@@ -113,10 +114,7 @@ type AdmitConfig struct {
 	// PollInterval: default 25 ms.
 	PollInterval time.Duration
 	// Aging: see the admission doc; default 5 minutes.
-	Aging time.Duration
-	// Waited receives, after each pass that admitted, how long each task
-	// waited (seconds); nil: the dispatcher's (ObserveAdmissions), if any.
-	Waited     func(queue string, seconds []float64)
+	Aging      time.Duration
 	Logger     *slog.Logger
 	Failpoints *failpoint.Set
 }
@@ -399,12 +397,8 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		res.Admitted = len(rows)
 		return nil
 	})
-	if err == nil && len(waited) > 0 {
-		if cfg.Waited != nil {
-			cfg.Waited(queue, waited)
-		} else if d.waited != nil {
-			d.waited(queue, waited)
-		}
+	if err == nil && len(waited) > 0 && d.waited != nil {
+		d.waited(queue, waited)
 	}
 	return res, err
 }
@@ -596,30 +590,18 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 	for _, queue := range slices.Sorted(maps.Keys(byQueue)) {
 		groups := byQueue[queue]
 		tenants := slices.SortedFunc(maps.Keys(groups), func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
-		free, total := 0, 0
-		ok := true
-		for k, tenant := range tenants {
-			s, err := q.DirectAdmission(ctx, store.DirectAdmissionParams{Queue: queue, TenantID: tenant})
-			if store.IsNotFound(err) {
-				ok = false
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("dispatch: direct admission: %w", err)
-			}
-			if s.Waiting || s.MaxConcurrency > 0 || s.QueueCapped {
-				ok = false
-				break
-			}
-			if k == 0 {
-				free = int(s.Slots*InFlightPerSlot - s.InFlight)
-			}
-			total += len(groups[tenant])
+		free, err := directRoom(ctx, q, queue, tenants)
+		if err != nil {
+			return fmt.Errorf("dispatch: direct admission: %w", err)
+		}
+		total := 0
+		for _, g := range groups {
+			total += len(g)
 		}
 		// Several tenants that do not all fit: the admitters share the
 		// slots between them by weight. One that does not fit: its most
 		// urgent go now, the rest wait.
-		if !ok || free <= 0 || (len(tenants) > 1 && total > free) {
+		if free <= 0 || (len(tenants) > 1 && total > free) {
 			continue
 		}
 		for _, tenant := range tenants {
@@ -633,24 +615,76 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 	return nil
 }
 
+// directRoom is how many tasks of these tenants may skip the wait in a
+// queue: its free slots, or none when a task waits there or one of the
+// tenants has a quota that applies there.
+func directRoom(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID) (int, error) {
+	load, err := q.QueueLoad(ctx, queue)
+	if err != nil || load.Waiting {
+		return 0, err
+	}
+	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: tenants})
+	if err != nil || len(limits) != len(tenants) {
+		return 0, err
+	}
+	for _, l := range limits {
+		if l.MaxConcurrency > 0 || l.QueueMax > 0 {
+			return 0, nil
+		}
+	}
+	slots, err := q.QueueSlots(ctx, queue)
+	return int(slots*InFlightPerSlot - load.InFlight), err
+}
+
 // WaitReason says why a task of a tenant waits for admission in a queue,
 // as the API shows it: "no worker serves queue etl", "tenant quota 50/50",
 // "tenant quota in queue etl 10/10", "queue etl full 400/400", or "waiting
 // for its turn" (other tenants' or this tenant's earlier work goes first).
 func WaitReason(ctx context.Context, q *store.Queries, tenant uuid.UUID, queue string) (string, error) {
-	s, err := q.AdmissionState(ctx, store.AdmissionStateParams{Queue: queue, TenantID: tenant})
+	slots, err := q.QueueSlots(ctx, queue)
 	if err != nil {
 		return "", err
 	}
-	switch {
-	case s.Slots == 0:
+	if slots == 0 {
 		return fmt.Sprintf("no worker serves queue %s", queue), nil
-	case s.MaxConcurrency > 0 && s.TenantInFlight >= int64(s.MaxConcurrency):
-		return fmt.Sprintf("tenant quota %d/%d", s.TenantInFlight, s.MaxConcurrency), nil
-	case s.QueueMax > 0 && s.TenantQueueInFlight >= int64(s.QueueMax):
-		return fmt.Sprintf("tenant quota in queue %s %d/%d", queue, s.TenantQueueInFlight, s.QueueMax), nil
-	case s.QueueInFlight >= s.Slots*InFlightPerSlot:
-		return fmt.Sprintf("queue %s full %d/%d", queue, s.QueueInFlight, s.Slots*InFlightPerSlot), nil
+	}
+	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: []uuid.UUID{tenant}})
+	if err != nil || len(limits) == 0 {
+		return "", err
+	}
+	if l := limits[0]; l.MaxConcurrency > 0 {
+		total, err := q.TenantInFlight(ctx, []uuid.UUID{tenant})
+		if err != nil {
+			return "", err
+		}
+		if n := sumInFlight(total); n >= int64(l.MaxConcurrency) {
+			return fmt.Sprintf("tenant quota %d/%d", n, l.MaxConcurrency), nil
+		}
+	}
+	held, err := q.InFlightByTenant(ctx, queue)
+	if err != nil {
+		return "", err
+	}
+	inQueue, mine := int64(0), int64(0)
+	for _, h := range held {
+		inQueue += h.InFlight
+		if h.TenantID == tenant {
+			mine = h.InFlight
+		}
+	}
+	switch {
+	case limits[0].QueueMax > 0 && mine >= int64(limits[0].QueueMax):
+		return fmt.Sprintf("tenant quota in queue %s %d/%d", queue, mine, limits[0].QueueMax), nil
+	case inQueue >= slots*InFlightPerSlot:
+		return fmt.Sprintf("queue %s full %d/%d", queue, inQueue, slots*InFlightPerSlot), nil
 	}
 	return "waiting for its turn", nil
+}
+
+func sumInFlight(rows []store.TenantInFlightRow) int64 {
+	var n int64
+	for _, r := range rows {
+		n += r.InFlight
+	}
+	return n
 }

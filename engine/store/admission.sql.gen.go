@@ -75,50 +75,6 @@ func (q *Queries) AdmissionCandidates(ctx context.Context, arg AdmissionCandidat
 	return items, nil
 }
 
-const admissionState = `-- name: AdmissionState :one
-SELECT (SELECT COALESCE(sum((w.queues ->> $1::text)::int), 0) FROM workers AS w
-        WHERE w.lease_expires_at > now() AND w.queues ->> $1::text IS NOT NULL)::bigint AS slots,
-       (SELECT count(*) FROM tasks AS k WHERE k.queue = $1 AND k.admitted_at IS NOT NULL
-          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS queue_in_flight,
-       (SELECT count(*) FROM tasks AS k WHERE k.tenant_id = $2 AND k.admitted_at IS NOT NULL
-          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS tenant_in_flight,
-       (SELECT count(*) FROM tasks AS k WHERE k.queue = $1 AND k.tenant_id = $2 AND k.admitted_at IS NOT NULL
-          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS tenant_queue_in_flight,
-       t.max_concurrency, COALESCE(q.max_concurrency, 0)::int AS queue_max
-FROM tenants AS t
-LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = $1
-WHERE t.id = $2
-`
-
-type AdmissionStateParams struct {
-	Queue    string
-	TenantID uuid.UUID
-}
-
-type AdmissionStateRow struct {
-	Slots               int64
-	QueueInFlight       int64
-	TenantInFlight      int64
-	TenantQueueInFlight int64
-	MaxConcurrency      int32
-	QueueMax            int32
-}
-
-// AdmissionState is what a waiting task's reason is made of.
-func (q *Queries) AdmissionState(ctx context.Context, arg AdmissionStateParams) (AdmissionStateRow, error) {
-	row := q.db.QueryRow(ctx, admissionState, arg.Queue, arg.TenantID)
-	var i AdmissionStateRow
-	err := row.Scan(
-		&i.Slots,
-		&i.QueueInFlight,
-		&i.TenantInFlight,
-		&i.TenantQueueInFlight,
-		&i.MaxConcurrency,
-		&i.QueueMax,
-	)
-	return i, err
-}
-
 const admitTasks = `-- name: AdmitTasks :many
 UPDATE tasks SET admitted_at = now()
 WHERE id = ANY($1::uuid[]) AND admitted_at IS NULL AND status IN ('queued', 'retrying')
@@ -175,48 +131,6 @@ func (q *Queries) AnyWaiting(ctx context.Context, queue string) (bool, error) {
 	var column_1 bool
 	err := row.Scan(&column_1)
 	return column_1, err
-}
-
-const directAdmission = `-- name: DirectAdmission :one
-SELECT (SELECT COALESCE(sum((w.queues ->> $1::text)::int), 0) FROM workers AS w
-        WHERE w.lease_expires_at > now() AND w.queues ->> $1::text IS NOT NULL)::bigint AS slots,
-       (SELECT count(*) FROM tasks AS k WHERE k.queue = $1 AND k.admitted_at IS NOT NULL
-          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS in_flight,
-       EXISTS (SELECT 1 FROM tasks AS k WHERE k.queue = $1 AND k.admitted_at IS NULL
-          AND k.status IN ('queued', 'retrying') AND k.ready_at <= now())::bool AS waiting,
-       t.max_concurrency,
-       EXISTS (SELECT 1 FROM tenant_queue_quotas AS c WHERE c.tenant_id = t.id AND c.queue = $1)::bool AS queue_capped
-FROM tenants AS t
-WHERE t.id = $2
-`
-
-type DirectAdmissionParams struct {
-	Queue    string
-	TenantID uuid.UUID
-}
-
-type DirectAdmissionRow struct {
-	Slots          int64
-	InFlight       int64
-	Waiting        bool
-	MaxConcurrency int32
-	QueueCapped    bool
-}
-
-// DirectAdmission is what a releasing transaction reads to decide whether
-// its tasks may skip the wait (see dispatch.Direct): the queue's slots and
-// tasks in flight, whether any task waits in it, and the tenant's quotas.
-func (q *Queries) DirectAdmission(ctx context.Context, arg DirectAdmissionParams) (DirectAdmissionRow, error) {
-	row := q.db.QueryRow(ctx, directAdmission, arg.Queue, arg.TenantID)
-	var i DirectAdmissionRow
-	err := row.Scan(
-		&i.Slots,
-		&i.InFlight,
-		&i.Waiting,
-		&i.MaxConcurrency,
-		&i.QueueCapped,
-	)
-	return i, err
 }
 
 const ensureQueue = `-- name: EnsureQueue :exec
@@ -303,6 +217,27 @@ func (q *Queries) LockTenants(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID
 		return nil, err
 	}
 	return items, nil
+}
+
+const queueLoad = `-- name: QueueLoad :one
+SELECT (SELECT count(*) FROM tasks AS k WHERE k.queue = $1 AND k.admitted_at IS NOT NULL
+          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS in_flight,
+       EXISTS (SELECT 1 FROM tasks AS k WHERE k.queue = $1 AND k.admitted_at IS NULL
+          AND k.status IN ('queued', 'retrying') AND k.ready_at <= now())::bool AS waiting
+`
+
+type QueueLoadRow struct {
+	InFlight int64
+	Waiting  bool
+}
+
+// QueueLoad is a queue's tasks holding slots, and whether any task waits
+// in it, eligible now (dispatch.Direct, dispatch.WaitReason).
+func (q *Queries) QueueLoad(ctx context.Context, queue string) (QueueLoadRow, error) {
+	row := q.db.QueryRow(ctx, queueLoad, queue)
+	var i QueueLoadRow
+	err := row.Scan(&i.InFlight, &i.Waiting)
+	return i, err
 }
 
 const queueSlots = `-- name: QueueSlots :one

@@ -96,32 +96,10 @@ SELECT EXISTS (
     WHERE queue = @queue AND admitted_at IS NULL AND status IN ('queued', 'retrying') AND ready_at <= now()
 )::bool;
 
--- AdmissionState is what a waiting task's reason is made of.
--- name: AdmissionState :one
-SELECT (SELECT COALESCE(sum((w.queues ->> @queue::text)::int), 0) FROM workers AS w
-        WHERE w.lease_expires_at > now() AND w.queues ->> @queue::text IS NOT NULL)::bigint AS slots,
-       (SELECT count(*) FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NOT NULL
-          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS queue_in_flight,
-       (SELECT count(*) FROM tasks AS k WHERE k.tenant_id = @tenant_id AND k.admitted_at IS NOT NULL
-          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS tenant_in_flight,
-       (SELECT count(*) FROM tasks AS k WHERE k.queue = @queue AND k.tenant_id = @tenant_id AND k.admitted_at IS NOT NULL
-          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS tenant_queue_in_flight,
-       t.max_concurrency, COALESCE(q.max_concurrency, 0)::int AS queue_max
-FROM tenants AS t
-LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = @queue
-WHERE t.id = @tenant_id;
-
--- DirectAdmission is what a releasing transaction reads to decide whether
--- its tasks may skip the wait (see dispatch.Direct): the queue's slots and
--- tasks in flight, whether any task waits in it, and the tenant's quotas.
--- name: DirectAdmission :one
-SELECT (SELECT COALESCE(sum((w.queues ->> @queue::text)::int), 0) FROM workers AS w
-        WHERE w.lease_expires_at > now() AND w.queues ->> @queue::text IS NOT NULL)::bigint AS slots,
-       (SELECT count(*) FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NOT NULL
+-- QueueLoad is a queue's tasks holding slots, and whether any task waits
+-- in it, eligible now (dispatch.Direct, dispatch.WaitReason).
+-- name: QueueLoad :one
+SELECT (SELECT count(*) FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NOT NULL
           AND k.status IN ('queued', 'running', 'retrying'))::bigint AS in_flight,
        EXISTS (SELECT 1 FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NULL
-          AND k.status IN ('queued', 'retrying') AND k.ready_at <= now())::bool AS waiting,
-       t.max_concurrency,
-       EXISTS (SELECT 1 FROM tenant_queue_quotas AS c WHERE c.tenant_id = t.id AND c.queue = @queue)::bool AS queue_capped
-FROM tenants AS t
-WHERE t.id = @tenant_id;
+          AND k.status IN ('queued', 'retrying') AND k.ready_at <= now())::bool AS waiting;
