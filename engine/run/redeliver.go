@@ -33,14 +33,9 @@ func Redeliver(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, fetched [
 		}
 	}
 	p := store.UnstartedTasksParams{}
-	job := make(map[uuid.UUID]int64, len(latest))
-	for _, f := range fetched {
-		if l := latest[f.TaskID]; l.JobID != f.JobID || job[f.TaskID] != 0 {
-			continue
-		}
-		p.Ids = append(p.Ids, f.TaskID)
+	for id, f := range latest {
+		p.Ids = append(p.Ids, id)
 		p.Attempts = append(p.Attempts, int32(f.Attempt))
-		job[f.TaskID] = f.JobID
 	}
 	rows, err := store.New(tx).UnstartedTasks(ctx, p)
 	if err != nil || len(rows) == 0 {
@@ -49,7 +44,7 @@ func Redeliver(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, fetched [
 	ready := make([]dispatch.Ready, len(rows))
 	for i, t := range rows {
 		ready[i] = dispatch.Ready{TaskID: t.ID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority),
-			Attempt: int(t.Attempt) + 1, Redelivers: job[t.ID]}
+			Attempt: int(t.Attempt) + 1, Redelivers: latest[t.ID].JobID}
 	}
 	return len(ready), d.Release(ctx, tx, ready)
 }

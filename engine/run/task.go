@@ -241,28 +241,27 @@ func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispat
 	if err != nil {
 		return err
 	}
-	var ids []uuid.UUID
 	var ready []dispatch.Ready
 	for _, c := range children {
 		if c.ParentsRemaining == 0 {
-			ids = append(ids, c.ID)
 			ready = append(ready, dispatch.Ready{TaskID: c.ID, Tenant: c.TenantID, Queue: c.Queue, Priority: int(c.Priority), Attempt: 1})
 		}
 	}
-	if len(ids) == 0 {
+	if len(ready) == 0 {
 		return nil
 	}
-	return releaseWaiting(ctx, q, tx, d, ids, ready)
+	return releaseWaiting(ctx, q, tx, d, ready)
 }
 
 // releaseWaiting moves waiting tasks to queued (those Direct admits,
 // admitted) and releases them.
-func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, ids []uuid.UUID, ready []dispatch.Ready) error {
+func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, ready []dispatch.Ready) error {
 	if err := d.Direct(ctx, tx, ready); err != nil {
 		return err
 	}
-	p := store.ReleaseTasksParams{Ids: ids, Admitted: []uuid.UUID{}}
+	p := store.ReleaseTasksParams{Admitted: []uuid.UUID{}}
 	for _, r := range ready {
+		p.Ids = append(p.Ids, r.TaskID)
 		if r.Admitted {
 			p.Admitted = append(p.Admitted, r.TaskID)
 		}
@@ -376,7 +375,6 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 // waiting all_done child counts the failed parent as done, and is released
 // when that was its last, so cleanup and notify steps run anyway.
 func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, failed uuid.UUID) error {
-	var releaseIDs []uuid.UUID
 	var ready []dispatch.Ready
 	for frontier := []uuid.UUID{failed}; len(frontier) > 0; {
 		kids, err := q.WaitingChildren(ctx, frontier)
@@ -406,17 +404,16 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispa
 			}
 			for _, c := range rows {
 				if c.ParentsRemaining == 0 {
-					releaseIDs = append(releaseIDs, c.ID)
 					ready = append(ready, dispatch.Ready{TaskID: c.ID, Tenant: c.TenantID, Queue: c.Queue, Priority: int(c.Priority), Attempt: 1})
 				}
 			}
 		}
 		frontier = fail
 	}
-	if len(releaseIDs) == 0 {
+	if len(ready) == 0 {
 		return nil
 	}
-	return releaseWaiting(ctx, q, tx, d, releaseIDs, ready)
+	return releaseWaiting(ctx, q, tx, d, ready)
 }
 
 // finishRun finishes the run when none of its tasks is left to run, and
@@ -453,13 +450,11 @@ func promoteQueued(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, jobID
 	if err != nil {
 		return err
 	}
-	ids := make([]uuid.UUID, len(roots))
 	ready := make([]dispatch.Ready, len(roots))
 	for i, t := range roots {
-		ids[i] = t.ID
 		ready[i] = dispatch.Ready{TaskID: t.ID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: 1}
 	}
-	return releaseWaiting(ctx, q, tx, d, ids, ready)
+	return releaseWaiting(ctx, q, tx, d, ready)
 }
 
 // LeaseExpired is the result of an attempt whose lease lapsed.

@@ -65,7 +65,7 @@ func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bo
 	})
 	if err == nil {
 		// The attempts that ended freed their slots: admit more.
-		for q := range w.cfg.Queues {
+		for _, q := range w.queueNames {
 			w.dispatcher.Kick(q)
 		}
 		w.cfg.Metrics.RunsFinished(tally.RunsFinished)

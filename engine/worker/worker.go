@@ -165,6 +165,7 @@ type Worker struct {
 	dispatcher *dispatch.Dispatcher
 	river      *river.Client[pgx.Tx]
 	deliverer  *notify.Deliverer
+	queueNames []string // cfg.Queues' names, sorted
 
 	mu      sync.Mutex
 	running map[uuid.UUID]*leased // tasks this worker runs, by task id
@@ -207,8 +208,8 @@ func New(cfg Config) (*Worker, error) {
 	if len(cfg.AllowCommand) > 0 {
 		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets}
 	}
-	queueNames := slices.Sorted(maps.Keys(cfg.Queues))
-	w.deliverer, err = notify.New(notify.Config{Pool: cfg.StatePool, Queues: queueNames, Client: cfg.HTTPClient, Secrets: secrets,
+	w.queueNames = slices.Sorted(maps.Keys(cfg.Queues))
+	w.deliverer, err = notify.New(notify.Config{Pool: cfg.StatePool, Queues: w.queueNames, Client: cfg.HTTPClient, Secrets: secrets,
 		Logger: cfg.Logger, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
@@ -261,7 +262,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// Admission of this worker's queues: after the lease, so that its
 	// slots count; stopped with the batchers.
 	batchers.Go(func() {
-		_ = w.dispatcher.Admit(notifyCtx, dispatch.AdmitConfig{Pool: w.cfg.StatePool, Queues: slices.Sorted(maps.Keys(w.cfg.Queues)),
+		_ = w.dispatcher.Admit(notifyCtx, dispatch.AdmitConfig{Pool: w.cfg.StatePool, Queues: w.queueNames,
 			Logger: w.cfg.Logger, Failpoints: w.cfg.Failpoints})
 	})
 	defer func() { close(stopBatchers); stopNotify(); batchers.Wait() }()
