@@ -62,7 +62,7 @@ func (s *accessServer) GetTenantQuota(ctx context.Context, req *connect.Request[
 }
 
 func quotaToProto(q access.Quota) *orreryv1.TenantQuota {
-	return &orreryv1.TenantQuota{Tenant: q.Tenant.Name, MaxConcurrency: q.MaxConcurrency, Weight: q.Weight, Queues: q.Queues}
+	return &orreryv1.TenantQuota{Tenant: q.Tenant.Name, MaxConcurrency: q.Tenant.MaxConcurrency, Weight: q.Tenant.Weight, Queues: q.Queues}
 }
 
 func (s *accessServer) CreateAPIKey(ctx context.Context, req *connect.Request[orreryv1.CreateAPIKeyRequest]) (*connect.Response[orreryv1.CreateAPIKeyResponse], error) {

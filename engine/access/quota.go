@@ -15,20 +15,18 @@ import (
 
 // Bounds of a tenant's admission settings.
 const (
-	MaxWeight          = 1000
-	MaxConcurrencyCap  = 1_000_000
-	MaxQueueQuotas     = 100
-	maxQueueQuotaInput = 100
+	MaxWeight         = 1000
+	MaxConcurrencyCap = 1_000_000
+	MaxQueueQuotas    = 100
 )
 
-// Quota is a tenant's admission settings (see package dispatch):
-// MaxConcurrency caps its tasks holding slots in all queues (0: none),
-// Weight is its share against other tenants, Queues caps it per queue.
+// Quota is a tenant's admission settings (see package dispatch): the
+// tenant's MaxConcurrency caps its tasks holding slots in all queues (0:
+// none), its Weight is its share against other tenants, Queues caps it per
+// queue.
 type Quota struct {
-	Tenant         Tenant
-	MaxConcurrency int32
-	Weight         int32
-	Queues         map[string]int32
+	Tenant Tenant
+	Queues map[string]int32
 }
 
 // QuotaChange changes some of a tenant's settings: a nil field is left as
@@ -49,8 +47,8 @@ func (c QuotaChange) validate() error {
 	if c.Weight != nil && (*c.Weight < 1 || *c.Weight > MaxWeight) {
 		return &InvalidError{Field: "weight", Message: fmt.Sprintf("%d: want 1 to %d", *c.Weight, MaxWeight)}
 	}
-	if len(c.Queues) > maxQueueQuotaInput {
-		return &InvalidError{Field: "queues", Message: fmt.Sprintf("%d entries: at most %d", len(c.Queues), maxQueueQuotaInput)}
+	if len(c.Queues) > MaxQueueQuotas {
+		return &InvalidError{Field: "queues", Message: fmt.Sprintf("%d entries: at most %d", len(c.Queues), MaxQueueQuotas)}
 	}
 	for _, q := range slices.Sorted(maps.Keys(c.Queues)) {
 		// The name as Go quotes it, cut short: it may be anything.
@@ -86,17 +84,17 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 		if err != nil {
 			return err
 		}
-		before, err := quotaOf(ctx, q, Tenant{ID: t.ID, Name: t.Name, Weight: t.Weight, MaxConcurrency: t.MaxConcurrency, CreatedAt: t.CreatedAt})
+		before, err := quotaOf(ctx, q, Tenant(t))
 		if err != nil {
 			return err
 		}
 		after := before
 		after.Queues = maps.Clone(before.Queues)
 		if c.MaxConcurrency != nil {
-			after.MaxConcurrency = *c.MaxConcurrency
+			after.Tenant.MaxConcurrency = *c.MaxConcurrency
 		}
 		if c.Weight != nil {
-			after.Weight = *c.Weight
+			after.Tenant.Weight = *c.Weight
 		}
 		for queue, n := range c.Queues {
 			if n == 0 {
@@ -108,7 +106,7 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 		if len(after.Queues) > MaxQueueQuotas {
 			return &InvalidError{Field: "queues", Message: fmt.Sprintf("%d queue caps: at most %d per tenant", len(after.Queues), MaxQueueQuotas)}
 		}
-		if err := q.SetTenantLimits(ctx, store.SetTenantLimitsParams{ID: t.ID, Weight: after.Weight, MaxConcurrency: after.MaxConcurrency}); err != nil {
+		if err := q.SetTenantLimits(ctx, store.SetTenantLimitsParams{ID: t.ID, Weight: after.Tenant.Weight, MaxConcurrency: after.Tenant.MaxConcurrency}); err != nil {
 			return err
 		}
 		for queue, n := range c.Queues {
@@ -123,7 +121,6 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 		}
 		b, _ := json.Marshal(quotaJSON(before))
 		a, _ := json.Marshal(quotaJSON(after))
-		after.Tenant.Weight, after.Tenant.MaxConcurrency = after.Weight, after.MaxConcurrency
 		out = after
 		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: t.ID, Actor: by.Actor().Name,
 			Action: "set_quota", TargetKind: "tenant", TargetID: t.ID, TargetName: t.Name, Before: b, After: a})
@@ -144,7 +141,7 @@ func (k *Service) GetQuota(ctx context.Context, tenant string) (Quota, error) {
 	if err != nil {
 		return Quota{}, err
 	}
-	return quotaOf(ctx, q, Tenant{ID: t.ID, Name: t.Name, Weight: t.Weight, MaxConcurrency: t.MaxConcurrency, CreatedAt: t.CreatedAt})
+	return quotaOf(ctx, q, Tenant(t))
 }
 
 func quotaOf(ctx context.Context, q *store.Queries, t Tenant) (Quota, error) {
@@ -152,7 +149,7 @@ func quotaOf(ctx context.Context, q *store.Queries, t Tenant) (Quota, error) {
 	if err != nil {
 		return Quota{}, err
 	}
-	out := Quota{Tenant: t, MaxConcurrency: t.MaxConcurrency, Weight: t.Weight, Queues: map[string]int32{}}
+	out := Quota{Tenant: t, Queues: map[string]int32{}}
 	for _, r := range rows {
 		out.Queues[r.Queue] = r.MaxConcurrency
 	}
@@ -160,5 +157,5 @@ func quotaOf(ctx context.Context, q *store.Queries, t Tenant) (Quota, error) {
 }
 
 func quotaJSON(q Quota) map[string]any {
-	return map[string]any{"max_concurrency": q.MaxConcurrency, "weight": q.Weight, "queues": q.Queues}
+	return map[string]any{"max_concurrency": q.Tenant.MaxConcurrency, "weight": q.Tenant.Weight, "queues": q.Queues}
 }
