@@ -79,6 +79,19 @@ type Lease struct {
 	done  chan struct{}
 }
 
+// Key is the lease as the fence checks it: "shard@epoch" (see the
+// FenceShards and RenewShards queries).
+func (l *Lease) Key() string { return fmt.Sprintf("%d@%d", l.Shard, l.Epoch) }
+
+// Keys are the leases' Keys.
+func Keys(leases []*Lease) []string {
+	keys := make([]string, len(leases))
+	for i, l := range leases {
+		keys[i] = l.Key()
+	}
+	return keys
+}
+
 // Done is closed when the lease is lost or released.
 func (l *Lease) Done() <-chan struct{} { return l.done }
 
@@ -207,10 +220,7 @@ func (m *Manager) tick(ctx context.Context) error {
 	}
 	// Renew what we hold; whatever is not renewed is lost.
 	if held := m.Leases(); len(held) > 0 {
-		keys := make([]string, len(held))
-		for i, l := range held {
-			keys[i] = fmt.Sprintf("%d@%d", l.Shard, l.Epoch)
-		}
+		keys := Keys(held)
 		var rows []db.RenewShardsRow
 		err := retry(ctx, func(ctx context.Context) error {
 			var err error

@@ -220,12 +220,7 @@ func (j *Janitor) pruneBatch(ctx context.Context, p store.ExpiredRunsParams) (in
 	if len(leases) == 0 {
 		return 0, nil
 	}
-	keys := make([]string, len(leases))
-	ids := make([]int32, len(leases))
-	for i, l := range leases {
-		keys[i] = fmt.Sprintf("%d@%d", l.Shard, l.Epoch)
-		ids[i] = int32(l.Shard)
-	}
+	keys := shard.Keys(leases)
 	var n int
 	err := store.InRawTx(ctx, j.cfg.Pool, func(tx pgx.Tx) error {
 		n = 0

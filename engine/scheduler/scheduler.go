@@ -213,7 +213,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 	ids := make([]int32, len(leases))
 	for i, l := range leases {
 		byShard[l.Shard] = l
-		keys[i] = fmt.Sprintf("%d@%d", l.Shard, l.Epoch)
+		keys[i] = l.Key()
 		ids[i] = int32(l.Shard)
 	}
 	var tally *run.Tally

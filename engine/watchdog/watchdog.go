@@ -65,6 +65,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -178,10 +179,7 @@ func (w *Watchdog) Pass(ctx context.Context) (Result, error) {
 	if len(leases) == 0 {
 		return Result{}, nil
 	}
-	keys := make([]string, len(leases))
-	for i, l := range leases {
-		keys[i] = fmt.Sprintf("%d@%d", l.Shard, l.Epoch)
-	}
+	keys := shard.Keys(leases)
 	var res Result
 	err := store.InRawTx(ctx, w.cfg.Pool, func(tx pgx.Tx) error {
 		res = Result{}
@@ -531,7 +529,10 @@ func (w *Watchdog) load(ctx context.Context, q *store.Queries, need map[uuid.UUI
 		return nil
 	}
 	if len(w.specs)+len(ids) > maxCachedSpecs {
+		// Start afresh, and read every spec this pass needs: those that
+		// were current in the old cache are gone with it.
 		w.specs = map[uuid.UUID]*jobInfo{}
+		ids = slices.Collect(maps.Keys(need))
 	}
 	slices.SortFunc(ids, func(a, b uuid.UUID) int { return slices.Compare(a[:], b[:]) })
 	rows, err := q.WatchedJobSpecs(ctx, ids)
