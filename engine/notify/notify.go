@@ -146,6 +146,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 // Pass claims and delivers one batch; it returns how many it claimed.
 func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 	var rows []store.Notification
+	claimed := time.Now()
 	err := store.Retry(ctx, func() error {
 		var err error
 		rows, err = store.New(d.cfg.Pool).ClaimNotifications(ctx, store.ClaimNotificationsParams{
@@ -167,6 +168,13 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 	for _, ns := range byJob {
 		wg.Go(func() {
 			for _, n := range ns {
+				// A job's rows go one after another: one whose claim could
+				// run out during its POST is left to lapse and be taken
+				// again, rather than posted twice (here and by whoever
+				// takes it).
+				if time.Since(claimed)+d.cfg.Timeout > d.cfg.ClaimFor {
+					return
+				}
 				d.deliver(ctx, n)
 			}
 		})
