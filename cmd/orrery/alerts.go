@@ -36,11 +36,11 @@ func newAlertsCmd(g *globals) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "RAISED (UTC)\tKIND\tJOB\tSTATE\tMESSAGE")
-			for shown := 0; ; {
-				req.PageSize = int32(min(limit-shown, 500))
+			err := listPages(limit, func(size int32, token string) (int, string, error) {
+				req.PageSize, req.PageToken = size, token
 				res, err := g.alertClient().ListAlerts(cmd.Context(), connect.NewRequest(req))
 				if err != nil {
-					return err
+					return 0, "", err
 				}
 				for _, a := range res.Msg.GetAlerts() {
 					state := "open"
@@ -48,12 +48,13 @@ func newAlertsCmd(g *globals) *cobra.Command {
 						state = "resolved " + ts(a.GetResolveTime()) + ": " + a.GetResolution()
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\n", ts(a.GetRaiseTime()), a.GetKind(), a.GetNamespace(), a.GetJob(), state, oneLine(a.GetMessage()))
-					shown++
 				}
-				if req.PageToken = res.Msg.GetNextPageToken(); req.PageToken == "" || shown >= limit {
-					return tw.Flush()
-				}
+				return len(res.Msg.GetAlerts()), res.Msg.GetNextPageToken(), nil
+			})
+			if err != nil {
+				return err
 			}
+			return tw.Flush()
 		},
 	}
 	f := cmd.Flags()
@@ -82,11 +83,11 @@ func newNotificationsCmd(g *globals) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "CREATED (UTC)\tEVENT\tJOB\tURL\tSTATUS\tATTEMPTS\tLAST")
-			for shown := 0; ; {
-				req.PageSize = int32(min(limit-shown, 500))
+			err := listPages(limit, func(size int32, token string) (int, string, error) {
+				req.PageSize, req.PageToken = size, token
 				res, err := g.alertClient().ListNotifications(cmd.Context(), connect.NewRequest(req))
 				if err != nil {
-					return err
+					return 0, "", err
 				}
 				for _, n := range res.Msg.GetNotifications() {
 					last := n.GetLastError()
@@ -98,12 +99,13 @@ func newNotificationsCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%d\t%s\n", ts(n.GetCreateTime()), n.GetEvent(), n.GetNamespace(), n.GetJob(), n.GetUrl(),
 						n.GetStatus(), n.GetAttempts(), oneLine(last))
-					shown++
 				}
-				if req.PageToken = res.Msg.GetNextPageToken(); req.PageToken == "" || shown >= limit {
-					return tw.Flush()
-				}
+				return len(res.Msg.GetNotifications()), res.Msg.GetNextPageToken(), nil
+			})
+			if err != nil {
+				return err
 			}
+			return tw.Flush()
 		},
 	}
 	f := cmd.Flags()

@@ -45,20 +45,21 @@ func newAuditCmd(g *globals) *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "AT (UTC)\tACTOR\tACTION\tTARGET\tCHANGES")
-			for shown := 0; ; {
-				req.PageSize = int32(min(limit-shown, 500))
+			err = listPages(limit, func(size int32, token string) (int, string, error) {
+				req.PageSize, req.PageToken = size, token
 				res, err := g.auditClient().ListAudit(cmd.Context(), connect.NewRequest(req))
 				if err != nil {
-					return err
+					return 0, "", err
 				}
 				for _, e := range res.Msg.GetEntries() {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", ts(e.GetTime()), e.GetActor(), e.GetAction(), auditTargetText(e), changesText(e))
-					shown++
 				}
-				if req.PageToken = res.Msg.GetNextPageToken(); req.PageToken == "" || shown >= limit {
-					return tw.Flush()
-				}
+				return len(res.Msg.GetEntries()), res.Msg.GetNextPageToken(), nil
+			})
+			if err != nil {
+				return err
 			}
+			return tw.Flush()
 		},
 	}
 	f := cmd.Flags()
@@ -120,4 +121,21 @@ func changesText(e *orreryv1.AuditEntry) string {
 		paths[i] = c.GetPath()
 	}
 	return strings.Join(paths, ", ")
+}
+
+// listPages calls page with page sizes of at most 500 and each page's
+// token, until the server has no next page or limit rows were shown; page
+// prints its rows and returns how many and the next page's token.
+func listPages(limit int, page func(size int32, token string) (int, string, error)) error {
+	token := ""
+	for shown := 0; ; {
+		n, next, err := page(int32(min(limit-shown, 500)), token)
+		if err != nil {
+			return err
+		}
+		shown += n
+		if token = next; token == "" || shown >= limit {
+			return nil
+		}
+	}
 }
