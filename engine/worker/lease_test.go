@@ -227,3 +227,44 @@ func startTwoAttempts(t *testing.T, pool *pgxpool.Pool) (uuid.UUID, *run.Attempt
 	}
 	return wid, got[0], got[1]
 }
+
+// An attempt whose report is lost (here the work call panics right before
+// it; a report failing past its retries ends the same way) stays running
+// in the database on a worker whose lease never lapses: the reaper cannot
+// see it. The worker's own check finds it held there by no call and
+// reports it, so the task retries instead of hanging while the worker
+// lives.
+func TestLostReportIsRecovered(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.StartNode(t, pool)
+	fp := failpoint.New()
+	fp.At(worker.FailpointReporting, 1, func() { panic("the report is lost") })
+	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 2}, LeaseTTL: 3 * time.Second,
+		Failpoints: fp, Handlers: map[string]executor.HandlerFunc{"ok": func(context.Context, executor.Call) error { return nil }}})
+	now, err := jobs.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "lost"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: "ok"},
+		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 3}},
+	}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the run succeeds", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 1
+	})
+	if n := enginetest.Int(t, pool, `SELECT count(*) FROM attempts WHERE number = 1 AND outcome = 'failed'
+		AND exit_reason = 'lease_expired' AND error LIKE '%lost the attempt''s report%'`); n != 1 {
+		t.Fatalf("attempt 1 not recorded as a lost report (%d rows)", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM attempts WHERE number = 2 AND outcome = 'succeeded'"); n != 1 {
+		t.Fatalf("attempt 2 did not succeed (%d rows)", n)
+	}
+}

@@ -104,6 +104,9 @@ const (
 	// FailpointStarted is hit when an attempt has started (its lease is
 	// taken), before its executor runs.
 	FailpointStarted = "worker/started"
+	// FailpointReporting is hit when an attempt's executor has returned,
+	// before its report.
+	FailpointReporting = "worker/reporting"
 )
 
 func (c *Config) withDefaults() error {
@@ -169,6 +172,16 @@ type Worker struct {
 
 	mu      sync.Mutex
 	running map[uuid.UUID]*leased // tasks this worker runs, by task id
+	// busy counts the work calls under way per task, from before the
+	// attempt's start to after its report: a task the database says runs
+	// here and that no call holds has lost its report (see orphans).
+	busy map[uuid.UUID]int
+	// unreported keeps the reports that failed, for the orphan check to
+	// deliver again.
+	unreported map[uuid.UUID]run.Report
+	// suspects are the tasks the last check found held here and in no
+	// call, with their tokens.
+	suspects map[uuid.UUID]int64
 }
 
 type leased struct {
@@ -200,7 +213,8 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	d.ObserveAdmissions(cfg.Metrics.AdmissionWait)
-	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, running: map[uuid.UUID]*leased{}}
+	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, running: map[uuid.UUID]*leased{},
+		busy: map[uuid.UUID]int{}, unreported: map[uuid.UUID]run.Report{}}
 	w.starter = newBatcher("start attempts", cfg.Logger, w.startAttempts)
 	w.completer = newBatcher("report attempts", cfg.Logger, w.finishAttempts)
 	secrets := &w.cfg.Secrets
@@ -363,18 +377,16 @@ func (w *Worker) runningNow() map[uuid.UUID]*leased {
 // out (the database is unreachable or this process was stalled) confirms
 // nothing: an attempt whose lease has gone unconfirmed for a whole TTL is
 // cancelled, since the reaper may already be retrying it elsewhere.
+// Last, the orphans the database holds here are reported (see orphans).
 func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, renewed bool) {
-	if len(asked) == 0 {
-		return
-	}
 	var held []store.RunningOnRow
 	beatCtx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL/beatsPerTTL)
+	defer cancel()
 	err := store.Retry(beatCtx, func() error {
 		var err error
 		held, err = store.New(w.cfg.StatePool).RunningOn(beatCtx, &w.id)
 		return err
 	})
-	cancel()
 	var lost []uuid.UUID
 	if err == nil {
 		ours := make(map[uuid.UUID]int64, len(held))
@@ -394,7 +406,6 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 		w.cfg.Failpoints.Hit(FailpointRenewed)
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if renewed {
 		for _, l := range asked {
 			l.unconfirmed = 0
@@ -409,6 +420,62 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 		if l.unconfirmed >= beatsPerTTL && w.running[id] == l {
 			l.cancel(errLeaseLost)
 		}
+	}
+	w.mu.Unlock()
+	if err == nil {
+		w.reportOrphans(beatCtx, held)
+	}
+}
+
+// orphans are the attempts the database says this worker runs (held)
+// while no work call of this worker holds their task, at this check and
+// at the one before with the same fencing token: their report was lost
+// (it failed past its retries, or the call panicked). The worker's lease
+// is their lease, and it does not lapse while the worker lives, so the
+// reaper never sees them: the worker reports them itself, with the report
+// that failed if it kept one, else as lease_expired. Two checks apart (a
+// beat), an attempt whose report was committing at the first check is no
+// longer held at the second; an orphan's report races nothing, and a
+// stale one is rejected by the fencing token anyway.
+func (w *Worker) orphans(held []store.RunningOnRow) []run.Report {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	suspects := map[uuid.UUID]int64{}
+	var out []run.Report
+	for _, h := range held {
+		if w.busy[h.ID] > 0 {
+			continue
+		}
+		if tok, ok := w.suspects[h.ID]; !ok || tok != h.FencingToken {
+			suspects[h.ID] = h.FencingToken
+			continue
+		}
+		r, kept := w.unreported[h.ID]
+		if !kept || r.FencingToken != h.FencingToken {
+			r = run.Report{TaskID: h.ID, FencingToken: h.FencingToken, Result: run.LeaseExpired("the worker lost the attempt's report")}
+		}
+		out = append(out, r)
+	}
+	w.suspects = suspects
+	for id, r := range w.unreported {
+		if !slices.ContainsFunc(held, func(h store.RunningOnRow) bool { return h.ID == id && h.FencingToken == r.FencingToken }) {
+			delete(w.unreported, id) // reported, or moved on
+		}
+	}
+	return out
+}
+
+// reportOrphans reports the orphans among held (see orphans).
+func (w *Worker) reportOrphans(ctx context.Context, held []store.RunningOnRow) {
+	for _, r := range w.orphans(held) {
+		accepted, err := w.completer.do(ctx, r)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.cfg.Logger.Error("report an orphaned attempt", "task_id", r.TaskID, "err", err)
+			}
+			continue
+		}
+		w.cfg.Logger.Warn("reported an attempt whose report was lost", "task_id", r.TaskID, "accepted", accepted, "exit_reason", r.Result.ExitReason)
 	}
 }
 
@@ -434,6 +501,8 @@ func (tw *taskWorker) Work(ctx context.Context, job *river.Job[dispatch.TaskArgs
 // already started (StartAttempt returns nothing) and does nothing.
 func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) error {
 	log := w.cfg.Logger.With("task_id", job.Args.TaskID, "attempt", job.Args.Attempt)
+	w.hold(job.Args.TaskID, 1)
+	defer w.hold(job.Args.TaskID, -1)
 	w.cfg.Failpoints.Hit(FailpointFetched)
 	att, err := w.starter.do(ctx, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt})
 	if err != nil {
@@ -476,11 +545,15 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	log.Debug("attempt finished", "ok", res.OK, "exit_reason", res.ExitReason)
 
 	// Report even while shutting down: the attempt is done.
+	w.cfg.Failpoints.Hit(FailpointReporting)
 	reportCtx, cancelReport := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelReport()
-	accepted, err := w.completer.do(reportCtx, run.Report{TaskID: c.TaskID, RunID: c.RunID, FencingToken: c.FencingToken,
-		Result: res, Shape: &att.Shape, LeaseLost: leaseLost})
+	report := run.Report{TaskID: c.TaskID, RunID: c.RunID, FencingToken: c.FencingToken, Result: res, Shape: &att.Shape, LeaseLost: leaseLost}
+	accepted, err := w.completer.do(reportCtx, report)
 	if err != nil {
+		w.mu.Lock()
+		w.unreported[c.TaskID] = report // for the orphan check
+		w.mu.Unlock()
 		return err
 	}
 	if !accepted {
@@ -496,6 +569,15 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	}
 	w.cfg.Metrics.Attempt(outcome, exit)
 	return nil
+}
+
+// hold counts a work call on a task in (+1) or out (-1).
+func (w *Worker) hold(task uuid.UUID, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.busy[task] += n; w.busy[task] <= 0 {
+		delete(w.busy, task)
+	}
 }
 
 // startAttemptSpans continues the run's trace (when it has one): the
