@@ -123,7 +123,8 @@ func BenchmarkRiverBare(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		wal0 := walRecords(b, pool)
+		wal0, walB0 := walRecords(b, pool), walBytes(b, pool)
+		pg0, self0 := postgresCPU(b), selfCPU(b)
 		insertStart := time.Now()
 		for i := 0; i < total; i += 1000 {
 			params := make([]river.InsertManyParams, 1000)
@@ -145,14 +146,20 @@ func BenchmarkRiverBare(b *testing.B) {
 			}
 		}
 		took := time.Since(start)
+		pgCPU, selfCPU := postgresCPU(b)-pg0, selfCPU(b)-self0
 		if err := client.Stop(ctx); err != nil {
 			b.Fatalf("stop River: %v", err)
 		}
 		time.Sleep(600 * time.Millisecond) // statistics reach pg_stat_wal within 500 ms
 		b.ReportMetric(float64(walRecords(b, pool)-wal0)/total, "wal-records/job")
+		b.ReportMetric(float64(walBytes(b, pool)-walB0)/total, "wal-bytes/job")
 		b.ReportMetric(total/insertTook.Seconds(), "inserts/s")
 		b.ReportMetric(total/took.Seconds(), "jobs/s")
 		b.ReportMetric(total/(took+insertTook).Seconds(), "total-jobs/s")
+		// CPU per job, inserts and drain: the database's, and the client's
+		// (this process).
+		b.ReportMetric(ms(pgCPU)/total, "pg-cpu-ms/job")
+		b.ReportMetric(ms(selfCPU)/total, "client-cpu-ms/job")
 	}
 }
 
@@ -172,11 +179,15 @@ func seedTenantJobs(b *testing.B, pool *pgxpool.Pool, tenant uuid.UUID, prefix s
 	if err != nil {
 		b.Fatal(err)
 	}
+	var shards int
+	if err := pool.QueryRow(ctx, "SELECT shard_count FROM cluster_settings").Scan(&shards); err != nil {
+		b.Fatal(err)
+	}
 	var jobs, versions [][]any
 	for i := range n {
 		id := uuid.Must(uuid.NewV7())
 		jobs = append(jobs, []any{id, tenant, "default", fmt.Sprintf("%s-%07d", prefix, i), "", []byte("{}"), "active", int64(1), specJSON,
-			int32(shard.Of(id, shard.DefaultCount)), next, next, "bench", next, "bench"})
+			int32(shard.Of(id, shards)), next, next, "bench", next, "bench"})
 		versions = append(versions, []any{id, int64(1), tenant, "", []byte("{}"), specJSON, next, "bench"})
 	}
 	cols := []string{"id", "tenant_id", "namespace", "name", "description", "labels", "status", "version", "spec", "shard", "next_fire_at", "created_at", "created_by", "updated_at", "updated_by"}
@@ -373,6 +384,15 @@ func checkNoFailures(b *testing.B, pool *pgxpool.Pool) {
 // walRecords is the cluster's count of WAL records written so far: a
 // measure of the database work (rows and index entries written, locks
 // taken, commits) that does not depend on how busy the machine is.
+// walBytes is the WAL the whole cluster wrote so far, in bytes.
+func walBytes(b *testing.B, pool *pgxpool.Pool) int64 {
+	var n int64
+	if err := pool.QueryRow(context.Background(), "SELECT wal_bytes::bigint FROM pg_stat_wal").Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
 func walRecords(b *testing.B, pool *pgxpool.Pool) int64 {
 	var n int64
 	if err := pool.QueryRow(context.Background(), "SELECT wal_records FROM pg_stat_wal").Scan(&n); err != nil {
@@ -539,18 +559,22 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 	}
 }
 
-// BenchmarkTickCost measures one scheduler pass's database work over 64
-// shards (the per-shard earliest-fire probe) and one due-batch query, with
-// 10,000 and with 1,000,000 job definitions in the table.
+// BenchmarkTickCost measures one scheduler pass's database work over every
+// shard (the per-shard earliest-fire probe) and one due-batch query: 64
+// shards with 10,000 and with 1,000,000 job definitions in the table, and
+// 256 shards with 10,000 (the cost per shard, for docs/SCALING.md).
 func BenchmarkTickCost(b *testing.B) {
-	for _, n := range []int{10_000, 1_000_000} {
-		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+	for _, v := range []struct{ jobs, shards int }{{10_000, 64}, {10_000, 256}, {1_000_000, 64}} {
+		b.Run(fmt.Sprintf("jobs=%d,shards=%d", v.jobs, v.shards), func(b *testing.B) {
 			pool := freshDB(b)
-			future := time.Now().Add(24 * time.Hour)
-			for off := 0; off < n; off += 100_000 {
-				seedJobs(b, pool, fmt.Sprintf("tick%d", off), min(100_000, n-off), noopSpec("0 0 1 1 *"), future)
+			if _, err := pool.Exec(context.Background(), "UPDATE cluster_settings SET shard_count = $1", v.shards); err != nil {
+				b.Fatal(err)
 			}
-			shards := make([]int32, shard.DefaultCount)
+			future := time.Now().Add(24 * time.Hour)
+			for off := 0; off < v.jobs; off += 100_000 {
+				seedJobs(b, pool, fmt.Sprintf("tick%d", off), min(100_000, v.jobs-off), noopSpec("0 0 1 1 *"), future)
+			}
+			shards := make([]int32, v.shards)
 			for i := range shards {
 				shards[i] = int32(i)
 			}

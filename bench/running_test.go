@@ -133,29 +133,79 @@ func postgresCPU(b *testing.B) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var ticks int64
+	var sum time.Duration
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		s := string(stat)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open || s[open+1:end] != "postgres" {
-			continue
+		if name, cpu, ok := procCPU(pid); ok && name == "postgres" {
+			sum += cpu
 		}
-		f := strings.Fields(s[end+2:])
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		sy, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + sy
 	}
-	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+	return sum
+}
+
+// postgresCPUByDB is postgresCPU per database, from the backends' process
+// titles ("postgres: USER DATABASE HOST(PORT) STATE"); background
+// processes count under "". A backend that exits takes its time with it:
+// compare the sum with postgresCPU.
+func postgresCPUByDB(b *testing.B) map[string]time.Duration {
+	b.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]time.Duration{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		name, cpu, ok := procCPU(pid)
+		if !ok || name != "postgres" {
+			continue
+		}
+		title, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		f := strings.Fields(strings.TrimPrefix(strings.ReplaceAll(string(title), "\x00", " "), "postgres: "))
+		db := ""
+		if len(f) >= 3 && strings.Contains(f[2], "(") {
+			db = f[1]
+		}
+		out[db] += cpu
+	}
+	return out
+}
+
+// procCPU is one process's command name and CPU time (user + system) so
+// far, from /proc/PID/stat; ok is false once it has gone.
+func procCPU(pid int) (name string, cpu time.Duration, ok bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0, false
+	}
+	s := string(stat)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open {
+		return "", 0, false
+	}
+	f := strings.Fields(s[end+2:])
+	if len(f) < 13 {
+		return "", 0, false
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	sy, _ := strconv.ParseInt(f[12], 10, 64)
+	return s[open+1 : end], time.Duration(u+sy) * time.Second / 100, true // USER_HZ
+}
+
+// selfCPU is this process's CPU time so far (every thread).
+func selfCPU(b *testing.B) time.Duration {
+	b.Helper()
+	_, cpu, ok := procCPU(os.Getpid())
+	if !ok {
+		b.Fatal("no /proc/self/stat")
+	}
+	return cpu
 }
 
 // resetStatements starts pg_stat_statements afresh (ORRERY_BENCH_STATS).
