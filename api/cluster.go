@@ -22,7 +22,7 @@ import (
 type clusterServer struct {
 	orreryv1connect.UnimplementedClusterServiceHandler
 	pool  *pgxpool.Pool
-	queue *pgxpool.Pool
+	queues dispatch.QueueDBs
 	log   *slog.Logger
 }
 
@@ -53,8 +53,8 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 		_ = json.Unmarshal(w.Queues, &pw.Queues) // written by the worker as {"queue": n}
 		out.Workers = append(out.Workers, pw)
 	}
-	if s.queue != nil {
-		depths, err := dispatch.QueueDepths(ctx, s.queue)
+	if s.queues.Default != nil {
+		depths, err := dispatch.QueueDepthsOf(ctx, s.queues)
 		if err != nil {
 			return nil, toConnect(ctx, s.log, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 
 	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/run"
 )
@@ -27,9 +28,9 @@ type Services struct {
 	Runs *run.Service
 	// State is the state database, for the cluster view.
 	State *pgxpool.Pool
-	// Queue is River's database, for the cluster view's queue depths
-	// (nil: none shown).
-	Queue *pgxpool.Pool
+	// Queues are River's databases, for the cluster view's queue depths
+	// (no Default: none shown).
+	Queues dispatch.QueueDBs
 	// Limits bound what one request may cost; zero fields take defaults.
 	Limits Limits
 	// Auth authenticates every call (KeyAuth; NoAuth only for
@@ -95,7 +96,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(orreryv1connect.NewJobServiceHandler(&jobServer{jobs: svc.Jobs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewRunServiceHandler(&runServer{runs: svc.Runs, log: log}, opts...))
-	mux.Handle(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, queue: svc.Queue, log: log}, opts...))
+	mux.Handle(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, queues: svc.Queues, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewAuditServiceHandler(&auditServer{pool: svc.State, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, log: log}, opts...))

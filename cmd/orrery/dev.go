@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/pgcluster"
 	"github.com/orrery-dev/orrery/engine/store"
@@ -100,7 +101,7 @@ Ctrl-C. A second run reuses the data.`,
 				log.Info("HOOK_TOKEN was not set; using a dev value for the examples' secret://env/HOOK_TOKEN")
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "orrery dev: database %s\norrery dev: try `orrery jobs list` and `orrery runs list` (Ctrl-C stops)\n", cluster.DSN(""))
-			return runStack(ctx, log, pool, pool, st, queues, devHandlers(log), map[string]http.Handler{devSinkPath: devSink(log)})
+			return runStack(ctx, log, pool, dispatch.QueueDBs{Default: pool}, st, queues, devHandlers(log), map[string]http.Handler{devSinkPath: devSink(log)})
 		},
 	}
 	cmd.Flags().StringVar(&dataDir, "data-dir", ".orrery", "folder for the private database (env ORRERY_DATA_DIR)")

@@ -19,7 +19,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			state, queue, closeAll, err := dbs.pools(ctx, store.Options{})
+			state, queues, closeAll, err := dbs.pools(ctx, store.Options{})
 			if err != nil {
 				return err
 			}
@@ -28,9 +28,13 @@ func newMigrateCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			river, err := migrations.QueueUp(ctx, queue)
-			if err != nil {
-				return err
+			river := 0
+			for _, queue := range queues.Pools() {
+				n, err := migrations.QueueUp(ctx, queue)
+				if err != nil {
+					return fmt.Errorf("queue database %s: %w", queue.Config().ConnConfig.Database, err)
+				}
+				river += n
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "orrery: applied %d migration(s) %v; river: applied %d\n", len(applied), applied, river)
 			return nil
@@ -42,7 +46,7 @@ func newMigrateCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			state, queue, closeAll, err := dbs.pools(ctx, store.Options{})
+			state, queues, closeAll, err := dbs.pools(ctx, store.Options{})
 			if err != nil {
 				return err
 			}
@@ -59,11 +63,13 @@ func newMigrateCmd(g *globals) *cobra.Command {
 				}
 				fmt.Fprintf(out, "%-8s %05d %s\n", mark, m.Version, m.Name)
 			}
-			v, err := migrations.QueueVersion(ctx, queue)
-			if err != nil {
-				return err
+			for _, queue := range queues.Pools() {
+				v, err := migrations.QueueVersion(ctx, queue)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "river    version %d (%s)\n", v, queue.Config().ConnConfig.Database)
 			}
-			fmt.Fprintf(out, "river    version %d\n", v)
 			return nil
 		},
 	}

@@ -4,53 +4,104 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/migrations"
 )
 
-// dbFlags name the two databases: Orrery's state and River's queue.
+// dbFlags name the databases: Orrery's state, and the queue databases
+// of River's tables (one for every queue, or one per queue named).
 type dbFlags struct {
 	db      string
-	queueDB string
+	queueDB []string
+	// parsed by validate: the queue databases' URLs
+	defaultQueueDB string
+	queueDBs       map[string]string
 }
 
 func (f *dbFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.db, "db", "", "state database URL, PostgreSQL or CockroachDB (env ORRERY_DB)")
-	fs.StringVar(&f.queueDB, "queue-db", "", "PostgreSQL URL for River's queue tables; default --db (env ORRERY_QUEUE_DB)")
+	fs.StringArrayVar(&f.queueDB, "queue-db", nil, "PostgreSQL URL for River's queue tables, default --db; NAME=URL for one queue's (repeatable; env ORRERY_QUEUE_DB)")
 }
 
 func (f *dbFlags) validate() error {
 	if f.db == "" {
 		return errors.New("--db is required (or ORRERY_DB): postgres://user@host:5432/orrery")
 	}
-	if f.queueDB == "" {
-		f.queueDB = f.db
+	f.defaultQueueDB, f.queueDBs = f.db, map[string]string{}
+	seenDefault := false
+	for _, v := range f.queueDB {
+		name, url, named := strings.Cut(v, "=")
+		if !named || strings.Contains(name, "://") || !strings.Contains(url, "://") {
+			// A plain URL (a key=value DSN has no "://" after its first "=").
+			if seenDefault {
+				return fmt.Errorf("--queue-db %q: a second database for every queue; name the queue: --queue-db NAME=URL", v)
+			}
+			seenDefault, f.defaultQueueDB = true, v
+			continue
+		}
+		if err := dag.ValidateName(name); err != nil {
+			return fmt.Errorf("--queue-db %s=...: queue name: %w", name, err)
+		}
+		if _, dup := f.queueDBs[name]; dup {
+			return fmt.Errorf("--queue-db: queue %q given twice", name)
+		}
+		f.queueDBs[name] = url
 	}
 	return nil
 }
 
-// pools checks the flags, then opens the state pool and, when it
-// differs, the queue pool.
-func (f *dbFlags) pools(ctx context.Context, opts store.Options) (state, queue *pgxpool.Pool, closeAll func(), err error) {
+// pools checks the flags, then opens the state pool and each queue
+// database's (one pool per distinct URL; the state's when it is one).
+func (f *dbFlags) pools(ctx context.Context, opts store.Options) (state *pgxpool.Pool, queues dispatch.QueueDBs, closeAll func(), err error) {
 	if err := f.validate(); err != nil {
-		return nil, nil, nil, err
+		return nil, queues, nil, err
 	}
 	if state, err = store.Open(ctx, f.db, opts); err != nil {
-		return nil, nil, nil, fmt.Errorf("--db: %w", err)
+		return nil, queues, nil, fmt.Errorf("--db: %w", err)
 	}
-	if f.queueDB == f.db {
-		return state, state, state.Close, nil
+	open := map[string]*pgxpool.Pool{f.db: state}
+	closeAll = func() {
+		for _, p := range open {
+			p.Close()
+		}
 	}
-	if queue, err = store.Open(ctx, f.queueDB, opts); err != nil {
-		state.Close()
-		return nil, nil, nil, fmt.Errorf("--queue-db: %w", err)
+	pool := func(url string) (*pgxpool.Pool, error) {
+		if p, ok := open[url]; ok {
+			return p, nil
+		}
+		p, err := store.Open(ctx, url, opts)
+		if err != nil {
+			return nil, err
+		}
+		open[url] = p
+		return p, nil
 	}
-	return state, queue, func() { queue.Close(); state.Close() }, nil
+	if queues.Default, err = pool(f.defaultQueueDB); err != nil {
+		closeAll()
+		return nil, queues, nil, fmt.Errorf("--queue-db: %w", err)
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.queueDBs)) {
+		p, err := pool(f.queueDBs[name])
+		if err != nil {
+			closeAll()
+			return nil, queues, nil, fmt.Errorf("--queue-db %s=...: %w", name, err)
+		}
+		if queues.ByQueue == nil {
+			queues.ByQueue = map[string]*pgxpool.Pool{}
+		}
+		queues.ByQueue[name] = p
+	}
+	return state, queues, closeAll, nil
 }
 
 func newServeCmd(g *globals) *cobra.Command {
@@ -74,16 +125,16 @@ serve processes against one database to spread the shards.`,
 			if err != nil {
 				return err
 			}
-			state, queue, closeAll, err := dbs.pools(ctx, popts)
+			state, queueDBs, closeAll, err := dbs.pools(ctx, popts)
 			if err != nil {
 				return err
 			}
 			defer closeAll()
 			g.watchOutage(state)
-			if err := requireMigrated(ctx, state, queue); err != nil {
+			if err := requireMigrated(ctx, state, queueDBs); err != nil {
 				return err
 			}
-			return runStack(ctx, g.logger(), state, queue, st, queues, nil, nil)
+			return runStack(ctx, g.logger(), state, queueDBs, st, queues, nil, nil)
 		},
 	}
 	dbs.register(cmd.Flags())
@@ -92,7 +143,7 @@ serve processes against one database to spread the shards.`,
 }
 
 // requireMigrated refuses to serve an old schema.
-func requireMigrated(ctx context.Context, state, queue *pgxpool.Pool) error {
+func requireMigrated(ctx context.Context, state *pgxpool.Pool, queues dispatch.QueueDBs) error {
 	list, err := migrations.List(ctx, state)
 	if err != nil {
 		return err
@@ -102,8 +153,10 @@ func requireMigrated(ctx context.Context, state, queue *pgxpool.Pool) error {
 			return fmt.Errorf("the state database lacks migration %d (%s): run `orrery migrate up`", m.Version, m.Name)
 		}
 	}
-	if v, err := migrations.QueueVersion(ctx, queue); err != nil || v == 0 {
-		return fmt.Errorf("the queue database has no River tables: run `orrery migrate up` (%v)", err)
+	for _, queue := range queues.Pools() {
+		if v, err := migrations.QueueVersion(ctx, queue); err != nil || v == 0 {
+			return fmt.Errorf("the queue database %s has no River tables: run `orrery migrate up` (%v)", queue.Config().ConnConfig.Database, err)
+		}
 	}
 	return nil
 }

@@ -163,14 +163,14 @@ func (f *stackFlags) queues() (map[string]int, error) {
 // runStack runs the API and a scheduler node (and workers for queues, if
 // any) until ctx ends.
 // routes are served beside the API on its address (the dev sink).
-func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool, f stackFlags, queues map[string]int,
+func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueDBs dispatch.QueueDBs, f stackFlags, queues map[string]int,
 	handlers map[string]executor.HandlerFunc, routes map[string]http.Handler) error {
 	stopTracing, err := tracing.Setup(ctx)
 	if err != nil {
 		return fmt.Errorf("OTEL_*: %w", err)
 	}
 	defer stopTracing(context.WithoutCancel(ctx))
-	d, err := newDispatcher(state, queue)
+	d, err := dispatch.ForQueues(state, queueDBs)
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 		return err
 	}
 	mets := metrics.New()
-	mets.WatchDatabase(state, queue)
+	mets.WatchDatabase(state, queueDBs)
 	d.ObserveAdmissions(mets.AdmissionWait)
 	runs := run.NewService(state, jobs, d)
 	runs.Metrics = mets
@@ -195,7 +195,7 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 	if err != nil {
 		return err
 	}
-	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state, Queue: queue,
+	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state, Queues: queueDBs,
 		Limits: api.Limits{MaxRequestBytes: f.maxRequest}, Auth: auth}, log)
 	ui, err := webui.New(webui.Config{API: apiHandler, Access: acc, AuthOff: f.auth == "none", SecureCookies: f.secureCookie, Log: log})
 	if err != nil {
@@ -232,7 +232,7 @@ func runStack(ctx context.Context, log *slog.Logger, state, queue *pgxpool.Pool,
 		})
 	}
 	if len(queues) > 0 {
-		cfg, err := f.sandbox(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: f.name, LeaseTTL: f.leaseTTL,
+		cfg, err := f.sandbox(worker.Config{StatePool: state, QueueDBs: queueDBs, Queues: queues, Name: f.name, LeaseTTL: f.leaseTTL,
 			Handlers: handlers, Logger: log, Failpoints: fp, Metrics: mets})
 		if err != nil {
 			return err
@@ -272,15 +272,6 @@ func runAll(ctx context.Context, parts ...func(context.Context) error) error {
 	}
 	wg.Wait()
 	return first
-}
-
-// newDispatcher inserts River jobs in the state transaction when River's
-// tables share the state database, and goes through the outbox otherwise.
-func newDispatcher(state, queue *pgxpool.Pool) (*dispatch.Dispatcher, error) {
-	if queue == state {
-		return dispatch.New()
-	}
-	return dispatch.NewOutbox(queue)
 }
 
 // serveMetrics serves /metrics alone on addr (--metrics-addr).

@@ -32,7 +32,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			state, queue, closeAll, err := dbs.pools(ctx, popts)
+			state, queueDBs, closeAll, err := dbs.pools(ctx, popts)
 			if err != nil {
 				return err
 			}
@@ -48,7 +48,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			}
 			defer stopTracing(context.WithoutCancel(ctx))
 			mets := metrics.New()
-			cfg, err := st.sandbox(worker.Config{StatePool: state, QueuePool: queue, Queues: queues, Name: st.name,
+			cfg, err := st.sandbox(worker.Config{StatePool: state, QueueDBs: queueDBs, Queues: queues, Name: st.name,
 				LeaseTTL: st.leaseTTL, Logger: g.logger(), Failpoints: fp, Metrics: mets})
 			if err != nil {
 				return err

@@ -370,7 +370,7 @@ func TestQuotaHoldsThroughTheOutbox(t *testing.T) {
 	f := newFixture(t)
 	queue := pgtest.Pool(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	d, err := dispatch.NewOutbox(queue)
+	d, err := dispatch.NewOutbox(dispatch.QueueDBs{Default: queue})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestQuotaHoldsThroughTheOutbox(t *testing.T) {
 	f.runs = run.NewService(f.pool, f.jobs, d)
 	f.live.hold = 50 * time.Millisecond
 	a := f.tenant("outboxed", 1, 2)
-	enginetest.StartWorkers(t, worker.Config{StatePool: f.pool, QueuePool: queue, Queues: map[string]int{"q": 4},
+	enginetest.StartWorkers(t, worker.Config{StatePool: f.pool, QueueDBs: dispatch.QueueDBs{Default: queue}, Queues: map[string]int{"q": 4},
 		Handlers: map[string]executor.HandlerFunc{"work": f.live.handler}})
 	id := f.fire(a, "through", "q", 10, nil)
 	f.waitRuns(60*time.Second, id)

@@ -14,10 +14,12 @@
 // once.
 //
 // When River's tables live in another database than Orrery's state (River
-// does not run on CockroachDB), an admission (and a redelivery) writes an
-// outbox row per River job in its state transaction, so that the marks and
-// the rows commit together, and Relay moves outbox rows to River
-// afterwards: it inserts the River jobs, then deletes the rows. A crash
+// does not run on CockroachDB), for every queue or for some (QueueDBs
+// places each queue's), an admission (and a redelivery) writes an outbox
+// row per River job in its state transaction, so that the marks and the
+// rows commit together, and Relay moves outbox rows to River afterwards:
+// it inserts the River jobs, each into its queue's database, then deletes
+// the rows. A crash
 // between the two replays the insert, which River's unique key (task,
 // attempt) makes harmless, and the task's fencing token would reject a
 // second attempt anyway.
@@ -27,6 +29,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,11 +73,41 @@ type Ready struct {
 	Admitted bool
 }
 
+// QueueDBs says which PostgreSQL database holds each queue's River
+// tables: ByQueue's for the queues it names, Default's for the others.
+type QueueDBs struct {
+	Default *pgxpool.Pool
+	ByQueue map[string]*pgxpool.Pool
+}
+
+// For is the database of queue's River tables.
+func (q QueueDBs) For(queue string) *pgxpool.Pool {
+	if p, ok := q.ByQueue[queue]; ok {
+		return p
+	}
+	return q.Default
+}
+
+// Pools are the distinct queue databases, Default first.
+func (q QueueDBs) Pools() []*pgxpool.Pool {
+	out := []*pgxpool.Pool{q.Default}
+	for _, name := range slices.Sorted(maps.Keys(q.ByQueue)) {
+		if p := q.ByQueue[name]; !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Dispatcher inserts River jobs for released tasks.
 type Dispatcher struct {
 	river  *river.Client[pgx.Tx]
 	outbox bool
-	wake   wake
+	// dbs and clients (one per queue database) are the relay's, in outbox
+	// mode.
+	dbs     QueueDBs
+	clients map[*pgxpool.Pool]*river.Client[pgx.Tx]
+	wake    wake
 	// waited observes how long admitted tasks waited (ObserveAdmissions).
 	waited func(queue string, seconds []float64)
 }
@@ -99,14 +133,32 @@ func New() (*Dispatcher, error) {
 	return &Dispatcher{river: c, wake: newWake()}, nil
 }
 
-// NewOutbox returns a Dispatcher for River tables in the queue database, a
-// database other than the state's: Release records, Relay inserts.
-func NewOutbox(queue *pgxpool.Pool) (*Dispatcher, error) {
-	c, err := river.NewClient(riverpgxv5.New(queue), &river.Config{FetchCooldown: notifyEvery})
-	if err != nil {
-		return nil, fmt.Errorf("dispatch: %w", err)
+// NewOutbox returns a Dispatcher for River tables in queue databases other
+// than the state's (some queues' at least): Release records, Relay inserts
+// each queue's jobs into its database.
+func NewOutbox(dbs QueueDBs) (*Dispatcher, error) {
+	d := &Dispatcher{outbox: true, dbs: dbs, clients: map[*pgxpool.Pool]*river.Client[pgx.Tx]{}, wake: newWake()}
+	for _, p := range dbs.Pools() {
+		c, err := river.NewClient(riverpgxv5.New(p), &river.Config{FetchCooldown: notifyEvery})
+		if err != nil {
+			return nil, fmt.Errorf("dispatch: %w", err)
+		}
+		d.clients[p] = c
 	}
-	return &Dispatcher{river: c, outbox: true, wake: newWake()}, nil
+	d.river = d.clients[dbs.Default]
+	return d, nil
+}
+
+// ForQueues is New when every queue's River tables are in the state
+// database, else NewOutbox (every queue then goes through the outbox).
+func ForQueues(state *pgxpool.Pool, dbs QueueDBs) (*Dispatcher, error) {
+	if dbs.Default == nil {
+		dbs.Default = state
+	}
+	if slices.Equal(dbs.Pools(), []*pgxpool.Pool{state}) {
+		return New()
+	}
+	return NewOutbox(dbs)
 }
 
 // Release records ready tasks for admission in tx. The callers have
@@ -279,8 +331,18 @@ func (d *Dispatcher) relayOnce(ctx context.Context, state *pgxpool.Pool) (int, e
 				ready[len(ready)-1].NotBefore = *r.NotBefore
 			}
 		}
-		if _, err := d.river.InsertMany(ctx, riverParams(ready, true)); err != nil {
-			return fmt.Errorf("insert River jobs: %w", err)
+		// Each queue's jobs into its database. Should a later insert fail,
+		// the rows stay and the earlier inserts are made again: harmless
+		// (unique key).
+		byDB := map[*pgxpool.Pool][]Ready{}
+		for _, r := range ready {
+			p := d.dbs.For(r.Queue)
+			byDB[p] = append(byDB[p], r)
+		}
+		for p, rs := range byDB {
+			if _, err := d.clients[p].InsertMany(ctx, riverParams(rs, true)); err != nil {
+				return fmt.Errorf("insert River jobs: %w", err)
+			}
 		}
 		n = len(rows)
 		return q.DeleteOutbox(ctx, ids)

@@ -24,9 +24,27 @@ const fetchedPage = 500
 
 // FetchedBy lists the River jobs still running under the River client id
 // of one worker process (the last client that fetched them). In outbox
-// mode it reads the queue database; otherwise tx, the state transaction,
-// which then shares River's tables.
+// mode it reads every queue database (a worker uses one, which is not on
+// record); otherwise tx, the state transaction, which then shares River's
+// tables.
 func (d *Dispatcher) FetchedBy(ctx context.Context, tx pgx.Tx, clientID string) ([]Fetched, error) {
+	if !d.outbox {
+		return fetchedBy(ctx, d.river, tx, clientID)
+	}
+	var out []Fetched
+	for _, p := range d.dbs.Pools() {
+		f, err := fetchedBy(ctx, d.clients[p], nil, clientID)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f...)
+	}
+	return out, nil
+}
+
+// fetchedBy is FetchedBy of one River client: through tx, or its own pool
+// when tx is nil.
+func fetchedBy(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, clientID string) ([]Fetched, error) {
 	params := river.NewJobListParams().
 		States(rivertype.JobStateRunning).
 		Kinds(TaskArgs{}.Kind()).
@@ -36,10 +54,10 @@ func (d *Dispatcher) FetchedBy(ctx context.Context, tx pgx.Tx, clientID string) 
 	for {
 		var res *river.JobListResult
 		var err error
-		if d.outbox {
-			res, err = d.river.JobList(ctx, params)
+		if tx == nil {
+			res, err = client.JobList(ctx, params)
 		} else {
-			res, err = d.river.JobListTx(ctx, tx, params)
+			res, err = client.JobListTx(ctx, tx, params)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("dispatch: list River jobs fetched by %s: %w", clientID, err)
@@ -86,7 +104,25 @@ type QueueDepth struct {
 	OldestSeconds float64
 }
 
-// QueueDepths reads every queue's depth from the queue database.
+// QueueDepthsOf reads every queue's depth from every queue database.
+func QueueDepthsOf(ctx context.Context, dbs QueueDBs) (map[string]QueueDepth, error) {
+	out := map[string]QueueDepth{}
+	for _, p := range dbs.Pools() {
+		ds, err := QueueDepths(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		for q, d := range ds {
+			o := out[q]
+			o.Ready += d.Ready
+			o.OldestSeconds = max(o.OldestSeconds, d.OldestSeconds)
+			out[q] = o
+		}
+	}
+	return out, nil
+}
+
+// QueueDepths reads every queue's depth from one queue database.
 func QueueDepths(ctx context.Context, queue DBTX) (map[string]QueueDepth, error) {
 	rows, err := queue.Query(ctx, queueDepthSQL)
 	if err != nil {

@@ -12,13 +12,13 @@ import (
 
 // WatchDatabase adds the gauges read from the databases at each scrape:
 // orrery_queue_depth and orrery_queue_oldest_ready_seconds (River's ready
-// jobs per queue, one query of the queue database for both) and
+// jobs per queue, one query of each queue database for both) and
 // orrery_dead_letters (per namespace, in the state database).
-func (m *Metrics) WatchDatabase(state, queue *pgxpool.Pool) {
+func (m *Metrics) WatchDatabase(state *pgxpool.Pool, queues dispatch.QueueDBs) {
 	if m == nil {
 		return
 	}
-	m.Register(&queueGauges{queue: queue,
+	m.Register(&queueGauges{queues: queues,
 		depth:  prometheus.NewDesc("orrery_queue_depth", "Tasks handed to River and ready, not yet fetched by a worker, per queue.", []string{"queue"}, nil),
 		oldest: prometheus.NewDesc("orrery_queue_oldest_ready_seconds", "How long the oldest ready task of each queue has waited for a worker.", []string{"queue"}, nil),
 	})
@@ -44,7 +44,7 @@ func (m *Metrics) WatchDatabase(state, queue *pgxpool.Pool) {
 
 // queueGauges reads River's queues once per scrape for both queue gauges.
 type queueGauges struct {
-	queue         *pgxpool.Pool
+	queues        dispatch.QueueDBs
 	depth, oldest *prometheus.Desc
 }
 
@@ -53,7 +53,7 @@ func (g *queueGauges) Describe(ch chan<- *prometheus.Desc) { ch <- g.depth; ch <
 func (g *queueGauges) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	ds, err := dispatch.QueueDepths(ctx, g.queue)
+	ds, err := dispatch.QueueDepthsOf(ctx, g.queues)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(g.depth, err)
 		return

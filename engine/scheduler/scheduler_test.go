@@ -169,14 +169,14 @@ func TestSeparateQueueDatabaseThroughTheOutbox(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var calls atomic.Int64
-	w, err := worker.New(worker.Config{StatePool: state, QueuePool: queue, Queues: map[string]int{"default": 10},
+	w, err := worker.New(worker.Config{StatePool: state, QueueDBs: dispatch.QueueDBs{Default: queue}, Queues: map[string]int{"default": 10},
 		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { calls.Add(1); return nil }}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	wDone := make(chan error, 1)
 	go func() { wDone <- w.Run(ctx) }()
-	d, err := dispatch.NewOutbox(queue)
+	d, err := dispatch.NewOutbox(dispatch.QueueDBs{Default: queue})
 	if err != nil {
 		t.Fatal(err)
 	}

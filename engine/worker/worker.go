@@ -51,8 +51,10 @@ import (
 type Config struct {
 	// StatePool is Orrery's state database.
 	StatePool *pgxpool.Pool
-	// QueuePool holds River's tables; default StatePool.
-	QueuePool *pgxpool.Pool
+	// QueueDBs are the databases of every queue's River tables (the tasks
+	// this worker releases, retries and children, may be of other queues);
+	// default StatePool for all. This worker's own queues must share one.
+	QueueDBs dispatch.QueueDBs
 	// Queues maps each queue this worker serves to its concurrency.
 	Queues map[string]int
 	// Name identifies the worker in attempts; default host-pid.
@@ -90,6 +92,8 @@ type Config struct {
 	Failpoints *failpoint.Set
 	// Metrics records attempts, schedule lag and finished runs; nil: none.
 	Metrics *metrics.Metrics
+
+	queuePool *pgxpool.Pool // the database of this worker's queues
 }
 
 // The worker's failpoints (see package failpoint).
@@ -121,9 +125,18 @@ func (c *Config) withDefaults() error {
 			return fmt.Errorf("worker: Config.Queues[%q]: concurrency %d: want 1 to %d (River's bound per queue and process: run more workers)", q, n, river.QueueNumWorkersMax)
 		}
 	}
-	if c.QueuePool == nil {
-		c.QueuePool = c.StatePool
+	if c.QueueDBs.Default == nil {
+		c.QueueDBs.Default = c.StatePool
 	}
+	var own *pgxpool.Pool
+	for _, q := range slices.Sorted(maps.Keys(c.Queues)) {
+		if p := c.QueueDBs.For(q); own == nil {
+			own = p
+		} else if p != own {
+			return fmt.Errorf("worker: Config.Queues: queue %q is in another queue database than the others: run one worker per queue database", q)
+		}
+	}
+	c.queuePool = own
 	if c.Name == "" {
 		host, _ := os.Hostname()
 		c.Name = fmt.Sprintf("%s-%d", host, os.Getpid())
@@ -204,11 +217,8 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	sameDB := cfg.QueuePool == cfg.StatePool
-	d, err := dispatch.New()
-	if !sameDB {
-		d, err = dispatch.NewOutbox(cfg.QueuePool) // retries and children go through the outbox
-	}
+	d, err := dispatch.ForQueues(cfg.StatePool, cfg.QueueDBs) // retries and children
+
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +246,7 @@ func New(cfg Config) (*Worker, error) {
 	for q, n := range cfg.Queues {
 		queues[q] = river.QueueConfig{MaxWorkers: n}
 	}
-	w.river, err = river.NewClient(riverpgxv5.New(cfg.QueuePool), &river.Config{
+	w.river, err = river.NewClient(riverpgxv5.New(cfg.queuePool), &river.Config{
 		ID:                w.id.String(), // how the reaper finds what a dead worker fetched
 		Queues:            queues,
 		Workers:           workers,

@@ -1,0 +1,85 @@
+package main_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/pgtest"
+)
+
+// Queues placed in queue databases of their own (--queue-db NAME=URL):
+// each queue's River jobs go to its database (through the outbox and the
+// relay), the workers of each queue fetch there, and a run whose steps
+// span the two queues crosses between them. A worker whose queues are in
+// two databases is refused, and so are bad flags, each naming what is
+// wrong.
+func TestQueuesInQueueDatabasesOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	dsn, dbA, dbB := pgtest.DSN(t), pgtest.DSN(t), pgtest.DSN(t)
+	pool, poolA, poolB := openPool(t, dsn), openPool(t, dbA), openPool(t, dbB)
+	queueDBs := []string{"--queue-db", "a=" + dbA, "--queue-db", "b=" + dbB}
+	if out, stderr, code := run(t, append([]string{"migrate", "status", "--db", dsn}, queueDBs...)...); code != 0 || strings.Count(out, "river    version") != 3 {
+		t.Fatalf("migrate status: exit %d, want a River version for each of 3 databases:\n%s%s", code, out, stderr)
+	}
+	startProc(t, "node", append([]string{"serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", "node", "--shard-ttl", "2s", "--log-level", "info"}, queueDBs...)...)
+	for _, q := range []string{"a", "b"} {
+		startProc(t, "worker-"+q, append([]string{"worker", "--db", dsn, "--queue", q + "=2", "--name", "worker-" + q, "--lease-ttl", "2s",
+			"--allow-command", "/bin/*", "--log-level", "info"}, queueDBs...)...)
+	}
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "across"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{At: dbNow(t, pool).Format(time.RFC3339)},
+		Steps: []dag.Step{
+			{Name: "first", Queue: "a", Run: dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/true"}}}},
+			{Name: "second", Queue: "b", Needs: []string{"first"}, Run: dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/true"}}}},
+		},
+	}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "the run crosses from queue a to queue b and succeeds", func() bool { return runStatus(t, pool, "across", "succeeded") })
+	for _, c := range []struct {
+		name string
+		n    int
+	}{
+		{"a in a's database", queryInt(t, poolA, "SELECT count(*) FROM river_job WHERE queue = 'a'")},
+		{"b in a's database", queryInt(t, poolA, "SELECT count(*) FROM river_job WHERE queue <> 'a'")},
+		{"b in b's database", queryInt(t, poolB, "SELECT count(*) FROM river_job WHERE queue = 'b'")},
+		{"a in b's database", queryInt(t, poolB, "SELECT count(*) FROM river_job WHERE queue <> 'b'")},
+		{"any in the state database", queryInt(t, pool, "SELECT count(*) FROM river_job")},
+	} {
+		want := 0
+		if c.name == "a in a's database" || c.name == "b in b's database" {
+			want = 1
+		}
+		if c.n != want {
+			t.Errorf("River jobs of %s: %d, want %d", c.name, c.n, want)
+		}
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM dispatch_outbox"); n != 0 {
+		t.Errorf("%d outbox rows left, want 0 (relayed)", n)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{append([]string{"worker", "--db", dsn, "--queue", "a=1", "--queue", "b=1"}, queueDBs...), "run one worker per queue database"},
+		{[]string{"migrate", "status", "--db", dsn, "--queue-db", "bad name=" + dbA}, "--queue-db bad name=...: queue name"},
+		{[]string{"migrate", "status", "--db", dsn, "--queue-db", "a=" + dbA, "--queue-db", "a=" + dbB}, `queue "a" given twice`},
+		{[]string{"migrate", "status", "--db", dsn, "--queue-db", dbA, "--queue-db", dbB}, "name the queue"},
+	} {
+		_, stderr, code := run(t, c.args...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("orrery %s: exit %d, stderr %q; want an error saying %q", strings.Join(c.args[:2], " "), code, stderr, c.want)
+		}
+	}
+}
