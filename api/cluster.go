@@ -21,9 +21,9 @@ import (
 // clusterServer implements orrery.v1.ClusterService.
 type clusterServer struct {
 	orreryv1connect.UnimplementedClusterServiceHandler
-	pool  *pgxpool.Pool
+	pool   *pgxpool.Pool
 	queues dispatch.QueueDBs
-	log   *slog.Logger
+	log    *slog.Logger
 }
 
 func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orreryv1.GetClusterRequest]) (*connect.Response[orreryv1.GetClusterResponse], error) {
