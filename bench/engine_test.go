@@ -312,7 +312,16 @@ func startEngineOn(b *testing.B, pool *pgxpool.Pool, queue string, workers int) 
 		}
 		b.Cleanup(func() { _ = stop(context.Background()); sink.Close(); otel.SetTracerProvider(noop.NewTracerProvider()) })
 	}
-	n, err := node.New(ctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 10 * time.Second, Logger: log, Metrics: mets})
+	// ORRERY_BENCH_FIRE=BATCH,PARALLEL sets the scheduler's batch and
+	// parallel groups (default 500,2).
+	var fireBatch, fireParallel int
+	if v := os.Getenv("ORRERY_BENCH_FIRE"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d", &fireBatch, &fireParallel); err != nil {
+			b.Fatalf("ORRERY_BENCH_FIRE=%q: want BATCH,PARALLEL", v)
+		}
+	}
+	n, err := node.New(ctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 10 * time.Second, Logger: log, Metrics: mets,
+		FireBatch: fireBatch, FireParallel: fireParallel})
 	if err != nil {
 		b.Fatal(err)
 	}

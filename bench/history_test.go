@@ -8,15 +8,16 @@ import (
 	"github.com/orrery-dev/orrery/engine/job"
 )
 
-// BenchmarkStormWithHistory is the midnight storm on a database that
-// already holds ORRERY_BENCH_HISTORY_RUNS (default 10,000,000) finished
-// runs, each with a task and an attempt, two days old (within the
-// retention: the janitor leaves them), loaded by SQL. Before the storm it
-// prints the plans of the due-jobs probe and of a page of the run list
-// (EXPLAIN ANALYZE). Compare with BenchmarkMidnightStorm in one command.
+// BenchmarkWithHistory is the midnight storm, then the steady load, on a
+// database that already holds ORRERY_BENCH_HISTORY_RUNS (default
+// 10,000,000) finished runs, each with a task and an attempt, two to seven
+// days old (within the retention: the janitor leaves them), loaded by SQL.
+// Before them it prints the plans of the due-jobs probe and of a page of
+// the run list (EXPLAIN ANALYZE). Compare with BenchmarkMidnightStorm and
+// BenchmarkSteadyFires in one command.
 const explainAnalyze = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
 
-func BenchmarkStormWithHistory(b *testing.B) {
+func BenchmarkWithHistory(b *testing.B) {
 	n := 10_000_000
 	if v := os.Getenv("ORRERY_BENCH_HISTORY_RUNS"); v != "" {
 		var err error
@@ -36,6 +37,7 @@ func BenchmarkStormWithHistory(b *testing.B) {
 		explain(b, pool, "a page of one job's runs", explainAnalyze+`SELECT r.id FROM runs AS r
 			WHERE r.tenant_id = $1 AND r.job_id = (SELECT id FROM jobs WHERE name = 'old-0000000')
 			ORDER BY r.scheduled_for DESC LIMIT 50`, job.DefaultTenant)
-		midnightStorm(b, pool)
+		b.Run("storm", func(b *testing.B) { midnightStorm(b, pool) })
+		b.Run("steady", func(b *testing.B) { steadyFires(b, pool) })
 	}
 }

@@ -34,7 +34,9 @@ type Config struct {
 	ShardTTL time.Duration
 	// MisfireAfter: see scheduler.Config.
 	MisfireAfter time.Duration
-	Logger       *slog.Logger
+	// FireBatch and FireParallel: scheduler.Config's Batch and Parallel.
+	FireBatch, FireParallel int
+	Logger                  *slog.Logger
 	// Failpoints arms the scheduler's test seams; nil in production.
 	Failpoints *failpoint.Set
 	// Metrics records the node's shards, firing and reaping; nil: none.
@@ -83,7 +85,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	s, err := scheduler.New(scheduler.Config{Pool: cfg.Pool, Shards: mgr, Dispatcher: cfg.Dispatcher, MisfireAfter: cfg.MisfireAfter,
-		Logger: cfg.Logger, Failpoints: cfg.Failpoints, Metrics: cfg.Metrics})
+		Batch: cfg.FireBatch, Parallel: cfg.FireParallel, Logger: cfg.Logger, Failpoints: cfg.Failpoints, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}
