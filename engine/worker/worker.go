@@ -299,6 +299,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	stopHB()
 	<-hbDone
+	w.flushUnreported()
 	if err == nil { // River stopped cleanly: nothing of ours is left running there
 		leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -412,7 +413,7 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 	if err != nil && ctx.Err() == nil {
 		w.cfg.Logger.Error("check running tasks", "err", err)
 	}
-	if err == nil {
+	if err == nil && len(asked) > 0 {
 		w.cfg.Failpoints.Hit(FailpointRenewed)
 	}
 	w.mu.Lock()
@@ -433,7 +434,7 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 	}
 	w.mu.Unlock()
 	if err == nil {
-		w.reportOrphans(beatCtx, held)
+		w.reportOrphans(ctx, held)
 	}
 }
 
@@ -450,9 +451,11 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 func (w *Worker) orphans(held []store.RunningOnRow) []run.Report {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	tokens := make(map[uuid.UUID]int64, len(held))
 	suspects := map[uuid.UUID]int64{}
 	var out []run.Report
 	for _, h := range held {
+		tokens[h.ID] = h.FencingToken
 		if w.busy[h.ID] > 0 {
 			continue
 		}
@@ -464,28 +467,62 @@ func (w *Worker) orphans(held []store.RunningOnRow) []run.Report {
 		if !kept || r.FencingToken != h.FencingToken {
 			r = run.Report{TaskID: h.ID, FencingToken: h.FencingToken, Result: run.LeaseExpired("the worker lost the attempt's report")}
 		}
+		// The worker vouches that the attempt is over: its token alone
+		// fences the report (a lost-lease report applies only to a lapsed
+		// lease, and this worker's is renewed).
+		r.LeaseLost, r.Expired = false, false
 		out = append(out, r)
 	}
 	w.suspects = suspects
 	for id, r := range w.unreported {
-		if !slices.ContainsFunc(held, func(h store.RunningOnRow) bool { return h.ID == id && h.FencingToken == r.FencingToken }) {
+		if tok, ok := tokens[id]; !ok || tok != r.FencingToken {
 			delete(w.unreported, id) // reported, or moved on
 		}
 	}
 	return out
 }
 
-// reportOrphans reports the orphans among held (see orphans).
+// reportOrphans reports the orphans among held (see orphans), each in a
+// transaction of its own (the report has no run id for a batch's lock
+// order); one that fails is reported again at the next check.
 func (w *Worker) reportOrphans(ctx context.Context, held []store.RunningOnRow) {
 	for _, r := range w.orphans(held) {
-		accepted, err := w.completer.do(ctx, r)
+		if ctx.Err() != nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		accepted, err := w.finishAttempts(rctx, []run.Report{r})
+		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				w.cfg.Logger.Error("report an orphaned attempt", "task_id", r.TaskID, "err", err)
-			}
+			w.cfg.Logger.Error("report an orphaned attempt", "task_id", r.TaskID, "err", err)
+			w.mu.Lock()
+			w.suspects[r.TaskID] = r.FencingToken // at once at the next check
+			w.mu.Unlock()
 			continue
 		}
-		w.cfg.Logger.Warn("reported an attempt whose report was lost", "task_id", r.TaskID, "accepted", accepted, "exit_reason", r.Result.ExitReason)
+		w.mu.Lock()
+		if k, ok := w.unreported[r.TaskID]; ok && k.FencingToken == r.FencingToken {
+			delete(w.unreported, r.TaskID)
+		}
+		w.mu.Unlock()
+		w.cfg.Logger.Warn("reported an attempt whose report was lost", "task_id", r.TaskID, "accepted", accepted[0], "exit_reason", r.Result.ExitReason)
+	}
+}
+
+// flushUnreported reports once more, at shutdown, the reports that failed
+// and are still kept: before the worker's lease ends and the reaper would
+// fail their attempts as lease_expired.
+func (w *Worker) flushUnreported() {
+	w.mu.Lock()
+	reports := slices.Collect(maps.Values(w.unreported))
+	w.mu.Unlock()
+	for _, r := range reports {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r.LeaseLost, r.Expired = false, false
+		if _, err := w.finishAttempts(ctx, []run.Report{r}); err != nil {
+			w.cfg.Logger.Warn("worker: report at shutdown", "task_id", r.TaskID, "err", err)
+		}
+		cancel()
 	}
 }
 
