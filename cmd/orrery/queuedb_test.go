@@ -68,6 +68,31 @@ func TestQueuesInQueueDatabasesOfTheirOwn(t *testing.T) {
 		t.Errorf("%d outbox rows left, want 0 (relayed)", n)
 	}
 
+	// b's database breaks (its River table gone): b's tasks wait in the
+	// outbox, and a's go on.
+	oneStep := func(name, queue string) {
+		t.Helper()
+		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: dag.JobSpec{
+			Schedule: schedule.Spec{At: dbNow(t, pool).Format(time.RFC3339)},
+			Steps:    []dag.Step{{Name: "only", Queue: queue, Run: dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/true"}}}}},
+		}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := poolB.Exec(ctx, "ALTER TABLE river_job RENAME TO river_job_away"); err != nil {
+		t.Fatal(err)
+	}
+	oneStep("to-b", "b")
+	poll(t, 30*time.Second, "b's task waits in the outbox", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM dispatch_outbox WHERE queue = 'b'") == 1
+	})
+	oneStep("to-a", "a")
+	poll(t, 30*time.Second, "a's run succeeds while b's database is broken", func() bool { return runStatus(t, pool, "to-a", "succeeded") })
+	if _, err := poolB.Exec(ctx, "ALTER TABLE river_job_away RENAME TO river_job"); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "b's run succeeds once its database is back", func() bool { return runStatus(t, pool, "to-b", "succeeded") })
+
 	for _, c := range []struct {
 		args []string
 		want string

@@ -30,7 +30,7 @@ type dbFlags struct {
 
 func (f *dbFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.db, "db", "", "state database URL, PostgreSQL or CockroachDB (env ORRERY_DB)")
-	fs.StringArrayVar(&f.queueDB, "queue-db", nil, "PostgreSQL URL for River's queue tables, default --db; NAME=URL for one queue's (repeatable; env ORRERY_QUEUE_DB)")
+	fs.StringArrayVar(&f.queueDB, "queue-db", nil, "PostgreSQL URL for River's queue tables, default --db; NAME=postgres://... for one queue's (repeatable; env ORRERY_QUEUE_DB holds one value)")
 }
 
 func (f *dbFlags) validate() error {
@@ -40,9 +40,12 @@ func (f *dbFlags) validate() error {
 	f.defaultQueueDB, f.queueDBs = f.db, map[string]string{}
 	seenDefault := false
 	for _, v := range f.queueDB {
+		if v == "" {
+			continue // an empty ORRERY_QUEUE_DB: the default
+		}
 		name, url, named := strings.Cut(v, "=")
-		if !named || strings.Contains(name, "://") || !strings.Contains(url, "://") {
-			// A plain URL (a key=value DSN has no "://" after its first "=").
+		if !named || !(strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://")) {
+			// A URL or a key=value DSN for every queue.
 			if seenDefault {
 				return fmt.Errorf("--queue-db %q: a second database for every queue; name the queue: --queue-db NAME=URL", v)
 			}

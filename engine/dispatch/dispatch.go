@@ -27,6 +27,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -137,6 +138,9 @@ func New() (*Dispatcher, error) {
 // than the state's (some queues' at least): Release records, Relay inserts
 // each queue's jobs into its database.
 func NewOutbox(dbs QueueDBs) (*Dispatcher, error) {
+	if dbs.Default == nil {
+		return nil, errors.New("dispatch: QueueDBs.Default is required")
+	}
 	d := &Dispatcher{outbox: true, dbs: dbs, clients: map[*pgxpool.Pool]*river.Client[pgx.Tx]{}, wake: newWake()}
 	for _, p := range dbs.Pools() {
 		c, err := river.NewClient(riverpgxv5.New(p), &river.Config{FetchCooldown: notifyEvery})
@@ -270,7 +274,8 @@ const RelayBatch = 500
 
 // Relay moves outbox rows to River until ctx ends (outbox mode only; it
 // returns at once otherwise). Several nodes may relay at once: each takes
-// rows the others have not locked.
+// rows the others have not locked. Each queue database is relayed on its
+// own, so that one that is down holds back only its own queues.
 func (d *Dispatcher) Relay(ctx context.Context, state *pgxpool.Pool, every time.Duration, log *slog.Logger) error {
 	if !d.outbox {
 		return nil
@@ -278,16 +283,18 @@ func (d *Dispatcher) Relay(ctx context.Context, state *pgxpool.Pool, every time.
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		for {
-			n, err := d.relayOnce(ctx, state)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.Error("relay released tasks to River", "err", err)
+		for _, p := range d.dbs.Pools() {
+			for {
+				n, err := d.relayOnce(ctx, state, p)
+				if err != nil {
+					if ctx.Err() == nil {
+						log.Error("relay released tasks to River", "queue_db", p.Config().ConnConfig.Database, "err", err)
+					}
+					break
 				}
-				break
-			}
-			if n < RelayBatch {
-				break
+				if n < RelayBatch {
+					break
+				}
 			}
 		}
 		select {
@@ -298,13 +305,27 @@ func (d *Dispatcher) Relay(ctx context.Context, state *pgxpool.Pool, every time.
 	}
 }
 
-// relayOnce moves one batch: River insert (queue database), then delete
-// (state database), inside the state transaction that locked the rows.
-func (d *Dispatcher) relayOnce(ctx context.Context, state *pgxpool.Pool) (int, error) {
+// outboxOf is what PendingOutbox selects for the rows of queue database p:
+// the queues placed there, or for the default one every queue not placed
+// elsewhere.
+func (d *Dispatcher) outboxOf(p *pgxpool.Pool) store.PendingOutboxParams {
+	params := store.PendingOutboxParams{Others: p == d.dbs.Default, Batch: RelayBatch, Queues: []string{}}
+	for _, name := range slices.Sorted(maps.Keys(d.dbs.ByQueue)) {
+		if placed := d.dbs.ByQueue[name]; (placed == p) != params.Others {
+			params.Queues = append(params.Queues, name)
+		}
+	}
+	return params
+}
+
+// relayOnce moves one batch of queue database p's rows: River insert
+// (queue database), then delete (state database), inside the state
+// transaction that locked the rows.
+func (d *Dispatcher) relayOnce(ctx context.Context, state, p *pgxpool.Pool) (int, error) {
 	var n int
 	err := store.InRawTx(ctx, state, func(tx pgx.Tx) error {
 		q := store.New(tx)
-		rows, err := q.PendingOutbox(ctx, RelayBatch)
+		rows, err := q.PendingOutbox(ctx, d.outboxOf(p))
 		if err != nil || len(rows) == 0 {
 			n = 0
 			return err
@@ -331,18 +352,8 @@ func (d *Dispatcher) relayOnce(ctx context.Context, state *pgxpool.Pool) (int, e
 				ready[len(ready)-1].NotBefore = *r.NotBefore
 			}
 		}
-		// Each queue's jobs into its database. Should a later insert fail,
-		// the rows stay and the earlier inserts are made again: harmless
-		// (unique key).
-		byDB := map[*pgxpool.Pool][]Ready{}
-		for _, r := range ready {
-			p := d.dbs.For(r.Queue)
-			byDB[p] = append(byDB[p], r)
-		}
-		for p, rs := range byDB {
-			if _, err := d.clients[p].InsertMany(ctx, riverParams(rs, true)); err != nil {
-				return fmt.Errorf("insert River jobs: %w", err)
-			}
+		if _, err := d.clients[p].InsertMany(ctx, riverParams(ready, true)); err != nil {
+			return fmt.Errorf("insert River jobs: %w", err)
 		}
 		n = len(rows)
 		return q.DeleteOutbox(ctx, ids)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -23,16 +24,25 @@ type Fetched struct {
 const fetchedPage = 500
 
 // FetchedBy lists the River jobs still running under the River client id
-// of one worker process (the last client that fetched them). In outbox
-// mode it reads every queue database (a worker uses one, which is not on
-// record); otherwise tx, the state transaction, which then shares River's
-// tables.
-func (d *Dispatcher) FetchedBy(ctx context.Context, tx pgx.Tx, clientID string) ([]Fetched, error) {
+// of one worker process (the last client that fetched them), which served
+// queues. In outbox mode it reads the queue database of those queues (all
+// of them when none is given); otherwise tx, the state transaction, which
+// then shares River's tables.
+func (d *Dispatcher) FetchedBy(ctx context.Context, tx pgx.Tx, clientID string, queues []string) ([]Fetched, error) {
 	if !d.outbox {
 		return fetchedBy(ctx, d.river, tx, clientID)
 	}
+	pools := d.dbs.Pools()
+	if len(queues) > 0 {
+		pools = pools[:0:0]
+		for _, q := range queues {
+			if p := d.dbs.For(q); !slices.Contains(pools, p) {
+				pools = append(pools, p)
+			}
+		}
+	}
 	var out []Fetched
-	for _, p := range d.dbs.Pools() {
+	for _, p := range pools {
 		f, err := fetchedBy(ctx, d.clients[p], nil, clientID)
 		if err != nil {
 			return nil, err

@@ -2,8 +2,11 @@ package scheduler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -169,7 +172,9 @@ func (r *Reaper) sweepLapsedWorkers(ctx context.Context) error {
 				return err
 			}
 			name = w.Name
-			fetched, err := r.cfg.Dispatcher.FetchedBy(ctx, tx, w.ID.String())
+			var served map[string]int // as the worker wrote it: {"queue": slots}
+			_ = json.Unmarshal(w.Queues, &served)
+			fetched, err := r.cfg.Dispatcher.FetchedBy(ctx, tx, w.ID.String(), slices.Collect(maps.Keys(served)))
 			if err != nil {
 				return err
 			}

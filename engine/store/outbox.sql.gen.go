@@ -58,11 +58,21 @@ func (q *Queries) InsertOutbox(ctx context.Context, arg InsertOutboxParams) erro
 }
 
 const pendingOutbox = `-- name: PendingOutbox :many
-SELECT id, task_id, tenant_id, queue, priority, attempt, not_before, created_at, redelivers FROM dispatch_outbox ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED
+SELECT id, task_id, tenant_id, queue, priority, attempt, not_before, created_at, redelivers FROM dispatch_outbox
+WHERE CASE WHEN $1::bool THEN NOT (queue = ANY($2::text[])) ELSE queue = ANY($2::text[]) END
+ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED
 `
 
-func (q *Queries) PendingOutbox(ctx context.Context, batch int32) ([]DispatchOutbox, error) {
-	rows, err := q.db.Query(ctx, pendingOutbox, batch)
+type PendingOutboxParams struct {
+	Others bool
+	Queues []string
+	Batch  int32
+}
+
+// PendingOutbox locks a batch of the rows of one queue database: those of
+// the given queues or, with others, of every queue but those.
+func (q *Queries) PendingOutbox(ctx context.Context, arg PendingOutboxParams) ([]DispatchOutbox, error) {
+	rows, err := q.db.Query(ctx, pendingOutbox, arg.Others, arg.Queues, arg.Batch)
 	if err != nil {
 		return nil, err
 	}

@@ -21,12 +21,13 @@ WHERE id = (
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, name
+RETURNING id, name, queues
 `
 
 type ClaimLapsedWorkerRow struct {
-	ID   uuid.UUID
-	Name string
+	ID     uuid.UUID
+	Name   string
+	Queues []byte
 }
 
 // ClaimLapsedWorker takes one worker whose lease lapsed since it was last
@@ -35,7 +36,7 @@ type ClaimLapsedWorkerRow struct {
 func (q *Queries) ClaimLapsedWorker(ctx context.Context) (ClaimLapsedWorkerRow, error) {
 	row := q.db.QueryRow(ctx, claimLapsedWorker)
 	var i ClaimLapsedWorkerRow
-	err := row.Scan(&i.ID, &i.Name)
+	err := row.Scan(&i.ID, &i.Name, &i.Queues)
 	return i, err
 }
 

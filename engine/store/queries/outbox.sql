@@ -8,8 +8,12 @@ FROM (
            unnest(@not_befores::timestamptz[]) AS not_before, unnest(@redelivers::bigint[]) AS redelivers
 ) AS u;
 
+-- PendingOutbox locks a batch of the rows of one queue database: those of
+-- the given queues or, with others, of every queue but those.
 -- name: PendingOutbox :many
-SELECT * FROM dispatch_outbox ORDER BY created_at, id LIMIT @batch FOR UPDATE SKIP LOCKED;
+SELECT * FROM dispatch_outbox
+WHERE CASE WHEN @others::bool THEN NOT (queue = ANY(@queues::text[])) ELSE queue = ANY(@queues::text[]) END
+ORDER BY created_at, id LIMIT @batch FOR UPDATE SKIP LOCKED;
 
 -- name: DeleteOutbox :exec
 DELETE FROM dispatch_outbox WHERE id = ANY(@ids::uuid[]);

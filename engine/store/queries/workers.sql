@@ -22,7 +22,7 @@ WHERE id = (
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, name;
+RETURNING id, name, queues;
 
 -- ForgetOldWorkers deletes workers gone (and swept) for more than a day.
 -- name: ForgetOldWorkers :exec
