@@ -162,6 +162,8 @@ func stormProcesses(b *testing.B, workers, shards int, queueDB bool) {
 	if queueDB {
 		b.ReportMetric(perRun(byDB[2][stateName]-byDB[1][stateName], byDB[1][stateName]-byDB[0][stateName]), "pg-state-cpu-ms/run")
 		b.ReportMetric(perRun(byDB[2][queueName]-byDB[1][queueName], byDB[1][queueName]-byDB[0][queueName]), "pg-queue-cpu-ms/run")
+		x := exitedBackends
+		b.ReportMetric(perRun(byDB[2][x]-byDB[1][x], byDB[1][x]-byDB[0][x]), "pg-exited-cpu-ms/run")
 	}
 	b.ReportMetric(100*ms(s1-s0)/ms(idle), "serve-idle-%cpu")
 	b.ReportMetric(100*ms(w1-w0)/ms(idle), "workers-idle-%cpu")
