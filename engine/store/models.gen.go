@@ -201,6 +201,7 @@ type Run struct {
 	FinishedAt   *time.Time
 	TraceParent  *string
 	Watched      bool
+	Held         bool
 }
 
 type RunFinish struct {

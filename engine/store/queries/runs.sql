@@ -44,10 +44,10 @@ ORDER BY scheduled_for;
 -- is left alone (DESIGN invariant 2) and not returned.
 -- name: InsertRuns :many
 INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                  trace_parent, watched)
+                  trace_parent, watched, held)
 SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
        u.scheduled_for, u.trigger, u.status, u.reason, now(),
-       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched
+       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched, u.status = 'queued'
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@job_ids::uuid[]) AS job_id,
            unnest(@job_versions::bigint[]) AS job_version, unnest(@shards::int[]) AS shard,
@@ -198,7 +198,7 @@ SELECT r.id FROM runs AS r JOIN tasks AS t ON t.run_id = r.id WHERE t.id = @task
 -- READ COMMITTED could not see it. The reaper starts them.
 -- name: JobsWithStrandedQueuedRuns :many
 SELECT DISTINCT q.job_id FROM runs AS q
-WHERE q.status = 'queued'
+WHERE q.held AND q.finished_at IS NULL AND q.status = 'queued'
   AND NOT EXISTS (
     SELECT 1 FROM runs AS a
     WHERE a.job_id = q.job_id AND a.finished_at IS NULL AND a.status IN ('pending', 'running')

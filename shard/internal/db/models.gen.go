@@ -201,6 +201,7 @@ type Run struct {
 	FinishedAt   *time.Time
 	TraceParent  pgtype.Text
 	Watched      bool
+	Held         bool
 }
 
 type RunFinish struct {
