@@ -1,6 +1,6 @@
 // Package job manages job definitions: create, read, list, update, pause,
 // resume and delete, each one transaction that also writes its audit row
-// (DESIGN invariant 6) and computes the job's next fire time from the
+// (invariant 6, docs/invariants.md) and computes the job's next fire time from the
 // database clock.
 //
 // Transaction boundaries:

@@ -57,7 +57,7 @@ func Start() (stop func(), err error) {
 	}
 	cluster, err = pgcluster.Start(ctx, pgcluster.Config{Dir: dir, Database: template, Ephemeral: true,
 		// As CockroachDB: every transaction serializable, so the tests
-		// exercise the retry paths (DESIGN "Storage").
+		// exercise the retry paths (CockroachDB runs every transaction serializable; README, "Isolation").
 		Settings: map[string]string{"default_transaction_isolation": "serializable"}})
 	if err != nil {
 		os.RemoveAll(dir)

@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// Firing must not depend on any node's wall clock (DESIGN "Storage": time
+// Firing must not depend on any node's wall clock (time
 // comes from the database), so that a node whose clock is minutes off fires
 // nothing early, late or twice. This test keeps it so: no code on the
 // firing, leasing or execution paths reads the wall clock, except to

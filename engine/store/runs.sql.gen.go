@@ -260,7 +260,7 @@ type FenceShardsParams struct {
 
 // FenceShards returns those of the given "shard@epoch" leases that this
 // node still holds, live. Every write made for shards runs it first, in the
-// same transaction (DESIGN invariant 3); a lease missing from the answer is
+// same transaction (invariant 3, docs/invariants.md); a lease missing from the answer is
 // lost. FOR KEY SHARE keeps a claim (which locks FOR UPDATE) off the shard
 // until this transaction ends, under READ COMMITTED too, while the owner's
 // lease renewals (plain updates) go on without waiting: FOR SHARE made every
@@ -420,7 +420,7 @@ type InsertRunsParams struct {
 }
 
 // InsertRuns inserts many runs; a (job, instant) that already has a run
-// is left alone (DESIGN invariant 2) and not returned.
+// is left alone (invariant 2, docs/invariants.md) and not returned.
 func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, insertRuns,
 		arg.NodeID,

@@ -1,6 +1,6 @@
 -- FenceShards returns those of the given "shard@epoch" leases that this
 -- node still holds, live. Every write made for shards runs it first, in the
--- same transaction (DESIGN invariant 3); a lease missing from the answer is
+-- same transaction (invariant 3, docs/invariants.md); a lease missing from the answer is
 -- lost. FOR KEY SHARE keeps a claim (which locks FOR UPDATE) off the shard
 -- until this transaction ends, under READ COMMITTED too, while the owner's
 -- lease renewals (plain updates) go on without waiting: FOR SHARE made every
@@ -41,7 +41,7 @@ WHERE job_id = ANY(@job_ids::uuid[]) AND finished_at IS NULL AND status IN ('que
 ORDER BY scheduled_for;
 
 -- InsertRuns inserts many runs; a (job, instant) that already has a run
--- is left alone (DESIGN invariant 2) and not returned.
+-- is left alone (invariant 2, docs/invariants.md) and not returned.
 -- name: InsertRuns :many
 INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
                   trace_parent, watched, held)
