@@ -55,8 +55,11 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 	}
 	if s.queues.Default != nil {
 		depths, err := dispatch.QueueDepthsOf(ctx, s.queues)
-		if err != nil {
+		if err != nil && len(depths) == 0 {
 			return nil, toConnect(ctx, s.log, err)
+		}
+		if err != nil { // some queue database is down: the others' depths
+			s.log.Warn("cluster view: queue depths", "err", err)
 		}
 		for _, q := range slices.Sorted(maps.Keys(depths)) {
 			out.Queues = append(out.Queues, &orreryv1.QueueDepth{Queue: q, Ready: depths[q].Ready, OldestReadySeconds: depths[q].OldestSeconds})

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -114,13 +115,17 @@ type QueueDepth struct {
 	OldestSeconds float64
 }
 
-// QueueDepthsOf reads every queue's depth from every queue database.
+// QueueDepthsOf reads every queue's depth from every queue database. A
+// database that does not answer leaves its queues out and its error in the
+// returned one, beside the others' depths.
 func QueueDepthsOf(ctx context.Context, dbs QueueDBs) (map[string]QueueDepth, error) {
 	out := map[string]QueueDepth{}
+	var errs []error
 	for _, p := range dbs.Pools() {
 		ds, err := QueueDepths(ctx, p)
 		if err != nil {
-			return nil, err
+			errs = append(errs, fmt.Errorf("queue database %s: %w", p.Config().ConnConfig.Database, err))
+			continue
 		}
 		for q, d := range ds {
 			o := out[q]
@@ -129,7 +134,7 @@ func QueueDepthsOf(ctx context.Context, dbs QueueDBs) (map[string]QueueDepth, er
 			out[q] = o
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // QueueDepths reads every queue's depth from one queue database.

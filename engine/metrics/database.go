@@ -54,10 +54,12 @@ func (g *queueGauges) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	ds, err := dispatch.QueueDepthsOf(ctx, g.queues)
-	if err != nil {
+	if err != nil && len(ds) == 0 {
 		ch <- prometheus.NewInvalidMetric(g.depth, err)
 		return
 	}
+	// Some queue database is down: the others' queues still show (the
+	// relay logs the one that is down).
 	for q, d := range ds {
 		ch <- prometheus.MustNewConstMetric(g.depth, prometheus.GaugeValue, float64(d.Ready), q)
 		ch <- prometheus.MustNewConstMetric(g.oldest, prometheus.GaugeValue, d.OldestSeconds, q)
