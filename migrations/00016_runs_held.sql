@@ -10,7 +10,8 @@
 ALTER TABLE runs ADD COLUMN held BOOLEAN NOT NULL DEFAULT false;
 UPDATE runs SET held = true WHERE status = 'queued';
 CREATE INDEX runs_held ON runs (job_id, scheduled_for) WHERE held AND finished_at IS NULL;
-DROP INDEX runs_queued;
+-- IF EXISTS: 00005 gained runs_queued after some databases had applied it.
+DROP INDEX IF EXISTS runs_queued;
 
 -- +goose Down
 CREATE INDEX runs_queued ON runs (job_id) WHERE status = 'queued';
