@@ -64,6 +64,14 @@ spec:
   schedule: {cron: "* * * * * *"}
   run: {command: {argv: ["/bin/true"]}}
 `), 0o644)
+	os.WriteFile(filepath.Join(dir, "stranded.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: stranded, namespace: ops}
+spec:
+  schedule: {cron: "@yearly"}
+  defaults: {queue: nobody}
+  run: {command: {argv: ["/bin/true"]}}
+`), 0o644)
 	os.WriteFile(filepath.Join(dir, "slow.yaml"), []byte(`apiVersion: orrery.dev/v1
 kind: Job
 metadata: {name: slow, namespace: ops}
@@ -82,6 +90,11 @@ spec:
 	admin, _, _ := run(t, "keys", "create", "--db", dsn, "--principal", "ops", "--role", "admin")
 	if out, errOut, code := run(t, "--server", addr, "--api-key", strings.TrimSpace(admin), "apply", "-f", dir); code != 0 {
 		t.Fatalf("apply: %s %s", out, errOut)
+	}
+
+	// A run in a queue no worker serves waits for admission.
+	if out, errOut, code := run(t, "--server", addr, "--api-key", strings.TrimSpace(admin), "jobs", "trigger", "stranded", "-n", "ops"); code != 0 {
+		t.Fatalf("trigger: %s %s", out, errOut)
 	}
 
 	// A run cancelled over the API counts as finished, cancelled.
@@ -130,6 +143,8 @@ spec:
 		`orrery_shard_takeovers_total`:                                  64,
 		`orrery_queue_depth{queue="default"}`:                           0,
 		`orrery_runs_finished_total{outcome="cancelled"}`:               1,
+		`orrery_admission_waiting{queue="nobody"}`:                      1,
+		`orrery_admission_oldest_waiting_seconds{queue="nobody"}`:       0.001,
 	} {
 		if v := sample(text, series); v < atLeast {
 			t.Errorf("%s = %v, want at least %v", series, v, atLeast)

@@ -13,6 +13,9 @@ import (
 // WatchDatabase adds the gauges read from the databases at each scrape:
 // orrery_queue_depth and orrery_queue_oldest_ready_seconds (River's ready
 // jobs per queue, one query of each queue database for both) and
+// orrery_admission_waiting and orrery_admission_oldest_waiting_seconds
+// (tasks waiting for admission per queue, in the state database: the
+// backlog River does not hold, a queue no worker serves included) and
 // orrery_dead_letters (per namespace, in the state database).
 func (m *Metrics) WatchDatabase(state *pgxpool.Pool, queues dispatch.QueueDBs) {
 	if m == nil {
@@ -21,6 +24,10 @@ func (m *Metrics) WatchDatabase(state *pgxpool.Pool, queues dispatch.QueueDBs) {
 	m.Register(&queueGauges{queues: queues,
 		depth:  prometheus.NewDesc("orrery_queue_depth", "Tasks handed to River and ready, not yet fetched by a worker, per queue.", []string{"queue"}, nil),
 		oldest: prometheus.NewDesc("orrery_queue_oldest_ready_seconds", "How long the oldest ready task of each queue has waited for a worker.", []string{"queue"}, nil),
+	})
+	m.Register(&waitingGauges{state: state,
+		waiting: prometheus.NewDesc("orrery_admission_waiting", "Tasks released and waiting for admission (not yet handed to River), per queue.", []string{"queue"}, nil),
+		oldest:  prometheus.NewDesc("orrery_admission_oldest_waiting_seconds", "How long the oldest task waiting for admission has waited, per queue.", []string{"queue"}, nil),
 	})
 	m.Register(NewGaugeFunc("orrery_dead_letters", "Dead-lettered tasks waiting for a replay, per namespace.", "namespace",
 		func(ctx context.Context) (map[string]float64, error) {
@@ -63,5 +70,28 @@ func (g *queueGauges) Collect(ch chan<- prometheus.Metric) {
 	for q, d := range ds {
 		ch <- prometheus.MustNewConstMetric(g.depth, prometheus.GaugeValue, float64(d.Ready), q)
 		ch <- prometheus.MustNewConstMetric(g.oldest, prometheus.GaugeValue, d.OldestSeconds, q)
+	}
+}
+
+// waitingGauges reads the tasks waiting for admission once per scrape for
+// both admission gauges. A queue with nothing waiting has no series.
+type waitingGauges struct {
+	state           *pgxpool.Pool
+	waiting, oldest *prometheus.Desc
+}
+
+func (g *waitingGauges) Describe(ch chan<- *prometheus.Desc) { ch <- g.waiting; ch <- g.oldest }
+
+func (g *waitingGauges) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	rows, err := store.New(g.state).AdmissionWaiting(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(g.waiting, err)
+		return
+	}
+	for _, r := range rows {
+		ch <- prometheus.MustNewConstMetric(g.waiting, prometheus.GaugeValue, float64(r.Waiting), r.Queue)
+		ch <- prometheus.MustNewConstMetric(g.oldest, prometheus.GaugeValue, r.OldestSeconds, r.Queue)
 	}
 }

@@ -75,6 +75,42 @@ func (q *Queries) AdmissionCandidates(ctx context.Context, arg AdmissionCandidat
 	return items, nil
 }
 
+const admissionWaiting = `-- name: AdmissionWaiting :many
+SELECT queue, count(*)::bigint AS waiting, COALESCE(EXTRACT(EPOCH FROM now() - min(ready_at)), 0)::float8 AS oldest_seconds
+FROM tasks
+WHERE admitted_at IS NULL AND status IN ('queued', 'retrying') AND ready_at <= now()
+GROUP BY queue
+`
+
+type AdmissionWaitingRow struct {
+	Queue         string
+	Waiting       int64
+	OldestSeconds float64
+}
+
+// AdmissionWaiting counts, per queue, the tasks waiting for admission now
+// (a retry still in its backoff is not waiting yet) and how long the
+// oldest has waited: the metrics' view of the backlog River does not hold.
+func (q *Queries) AdmissionWaiting(ctx context.Context) ([]AdmissionWaitingRow, error) {
+	rows, err := q.db.Query(ctx, admissionWaiting)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AdmissionWaitingRow{}
+	for rows.Next() {
+		var i AdmissionWaitingRow
+		if err := rows.Scan(&i.Queue, &i.Waiting, &i.OldestSeconds); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const admitTasks = `-- name: AdmitTasks :many
 UPDATE tasks SET admitted_at = now()
 WHERE id = ANY($1::uuid[]) AND admitted_at IS NULL AND status IN ('queued', 'retrying')

@@ -103,3 +103,12 @@ SELECT (SELECT count(*) FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at
           AND k.status IN ('queued', 'running', 'retrying'))::bigint AS in_flight,
        EXISTS (SELECT 1 FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NULL
           AND k.status IN ('queued', 'retrying') AND k.ready_at <= now())::bool AS waiting;
+
+-- AdmissionWaiting counts, per queue, the tasks waiting for admission now
+-- (a retry still in its backoff is not waiting yet) and how long the
+-- oldest has waited: the metrics' view of the backlog River does not hold.
+-- name: AdmissionWaiting :many
+SELECT queue, count(*)::bigint AS waiting, COALESCE(EXTRACT(EPOCH FROM now() - min(ready_at)), 0)::float8 AS oldest_seconds
+FROM tasks
+WHERE admitted_at IS NULL AND status IN ('queued', 'retrying') AND ready_at <= now()
+GROUP BY queue;
