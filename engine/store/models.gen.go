@@ -201,7 +201,7 @@ type Run struct {
 	FinishedAt   *time.Time
 	TraceParent  *string
 	Watched      bool
-	Held         bool
+	Held         pgtype.Bool
 }
 
 type RunFinish struct {

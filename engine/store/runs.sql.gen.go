@@ -387,10 +387,10 @@ func (q *Queries) InsertRunAudit(ctx context.Context, arg InsertRunAuditParams) 
 
 const insertRuns = `-- name: InsertRuns :many
 INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                  trace_parent, watched, held)
+                  trace_parent, watched)
 SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $1::uuid, NULLIF(u.shard_epoch, -1),
        u.scheduled_for, u.trigger, u.status, u.reason, now(),
-       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched, u.status = 'queued'
+       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched
 FROM (
     SELECT unnest($2::uuid[]) AS id, unnest($3::uuid[]) AS tenant_id, unnest($4::uuid[]) AS job_id,
            unnest($5::bigint[]) AS job_version, unnest($6::int[]) AS shard,

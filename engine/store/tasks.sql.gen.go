@@ -413,7 +413,7 @@ func (q *Queries) MarkUpstreamFailed(ctx context.Context, ids []uuid.UUID) error
 }
 
 const promoteQueuedRun = `-- name: PromoteQueuedRun :one
-UPDATE runs SET status = 'pending', held = false
+UPDATE runs SET status = 'pending'
 WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = $1 AND r.held AND r.finished_at IS NULL AND r.status = 'queued'
             ORDER BY r.scheduled_for LIMIT 1)
   AND status = 'queued' -- re-checked after a wait for the row: two promoters start it once

@@ -44,10 +44,10 @@ ORDER BY scheduled_for;
 -- is left alone (invariant 2, docs/invariants.md) and not returned.
 -- name: InsertRuns :many
 INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                  trace_parent, watched, held)
+                  trace_parent, watched)
 SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
        u.scheduled_for, u.trigger, u.status, u.reason, now(),
-       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched, u.status = 'queued'
+       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@job_ids::uuid[]) AS job_id,
            unnest(@job_versions::bigint[]) AS job_version, unnest(@shards::int[]) AS shard,

@@ -124,7 +124,7 @@ SELECT r.job_id, r.status FROM r;
 
 -- PromoteQueuedRun starts the run that overlap: queue held back.
 -- name: PromoteQueuedRun :one
-UPDATE runs SET status = 'pending', held = false
+UPDATE runs SET status = 'pending'
 WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = @job_id AND r.held AND r.finished_at IS NULL AND r.status = 'queued'
             ORDER BY r.scheduled_for LIMIT 1)
   AND status = 'queued' -- re-checked after a wait for the row: two promoters start it once

@@ -201,7 +201,7 @@ type Run struct {
 	FinishedAt   *time.Time
 	TraceParent  pgtype.Text
 	Watched      bool
-	Held         bool
+	Held         pgtype.Bool
 }
 
 type RunFinish struct {
