@@ -26,6 +26,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -201,6 +202,9 @@ type Worker struct {
 	// suspects are the tasks the last check found held here and in no
 	// call, with their tokens.
 	suspects map[uuid.UUID]int64
+	// reporting is set while a pass reports orphans (reporters runs it).
+	reporting atomic.Bool
+	reporters sync.WaitGroup
 }
 
 type leased struct {
@@ -305,6 +309,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	stopHB()
 	<-hbDone
+	w.reporters.Wait()
 	w.flushUnreported()
 	if err == nil { // River stopped cleanly: nothing of ours is left running there
 		leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -439,8 +444,15 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 		}
 	}
 	w.mu.Unlock()
-	if err == nil {
-		w.reportOrphans(ctx, held)
+	// Orphans are reported off the heartbeat, one pass at a time, so that
+	// a slow report never delays the next renewal; while a pass runs, the
+	// check leaves them for the next beat.
+	if err == nil && w.reporting.CompareAndSwap(false, true) {
+		reports := w.orphans(held)
+		w.reporters.Go(func() {
+			defer w.reporting.Store(false)
+			w.reportOrphans(ctx, reports)
+		})
 	}
 }
 
@@ -488,11 +500,11 @@ func (w *Worker) orphans(held []store.RunningOnRow) []run.Report {
 	return out
 }
 
-// reportOrphans reports the orphans among held (see orphans), each in a
-// transaction of its own (the report has no run id for a batch's lock
-// order); one that fails is reported again at the next check.
-func (w *Worker) reportOrphans(ctx context.Context, held []store.RunningOnRow) {
-	for _, r := range w.orphans(held) {
+// reportOrphans reports orphans (see orphans), each in a transaction of
+// its own (the report has no run id for a batch's lock order); one that
+// fails is reported again at the next check.
+func (w *Worker) reportOrphans(ctx context.Context, reports []run.Report) {
+	for _, r := range reports {
 		if ctx.Err() != nil {
 			return
 		}
@@ -522,13 +534,17 @@ func (w *Worker) flushUnreported() {
 	w.mu.Lock()
 	reports := slices.Collect(maps.Values(w.unreported))
 	w.mu.Unlock()
-	for _, r := range reports {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		r.LeaseLost, r.Expired = false, false
-		if _, err := w.finishAttempts(ctx, []run.Report{r}); err != nil {
-			w.cfg.Logger.Warn("worker: report at shutdown", "task_id", r.TaskID, "err", err)
-		}
-		cancel()
+	if len(reports) == 0 {
+		return
+	}
+	// One deadline for all: a shutdown must not wait on a slow database.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range reports {
+		reports[i].LeaseLost, reports[i].Expired = false, false
+	}
+	if _, err := w.finishAttempts(ctx, reports); err != nil {
+		w.cfg.Logger.Warn("worker: reports at shutdown", "reports", len(reports), "err", err)
 	}
 }
 
