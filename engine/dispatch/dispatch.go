@@ -272,6 +272,9 @@ func riverParams(ready []Ready, unique bool) []river.InsertManyParams {
 // RelayBatch is how many outbox rows one relay transaction moves.
 const RelayBatch = 500
 
+// relayTimeout bounds one relay transaction.
+const relayTimeout = 10 * time.Second
+
 // Relay moves outbox rows to River until ctx ends (outbox mode only; it
 // returns at once otherwise). Several nodes may relay at once: each takes
 // rows the others have not locked. Each queue database is relayed on its
@@ -285,7 +288,11 @@ func (d *Dispatcher) Relay(ctx context.Context, state *pgxpool.Pool, every time.
 	for {
 		for _, p := range d.dbs.Pools() {
 			for {
-				n, err := d.relayOnce(ctx, state, p)
+				// A queue database that hangs holds back the others for one
+				// batch's timeout at most.
+				bctx, cancel := context.WithTimeout(ctx, relayTimeout)
+				n, err := d.relayOnce(bctx, state, p)
+				cancel()
 				if err != nil {
 					if ctx.Err() == nil {
 						log.Error("relay released tasks to River", "queue_db", p.Config().ConnConfig.Database, "err", err)
