@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,10 +28,11 @@ func TestQueuesInQueueDatabasesOfTheirOwn(t *testing.T) {
 		t.Fatalf("migrate status: exit %d, want a River version for each of 3 databases:\n%s%s", code, out, stderr)
 	}
 	startProc(t, "node", append([]string{"serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", "node", "--shard-ttl", "2s", "--log-level", "info"}, queueDBs...)...)
-	for _, q := range []string{"a", "b"} {
-		startProc(t, "worker-"+q, append([]string{"worker", "--db", dsn, "--queue", q + "=2", "--name", "worker-" + q, "--lease-ttl", "2s",
+	worker := func(name, queue string, env ...string) *proc {
+		return startProcEnv(t, name, env, append([]string{"worker", "--db", dsn, "--queue", queue + "=2", "--name", name, "--lease-ttl", "2s",
 			"--allow-command", "/bin/*", "--log-level", "info"}, queueDBs...)...)
 	}
+	workerA, workerB := worker("worker-a", "a"), worker("worker-b", "b")
 	ctx := context.Background()
 	jobs, err := job.New(ctx, pool, nil)
 	if err != nil {
@@ -88,9 +90,23 @@ func TestQueuesInQueueDatabasesOfTheirOwn(t *testing.T) {
 	})
 	oneStep("to-a", "a")
 	poll(t, 30*time.Second, "a's run succeeds while b's database is broken", func() bool { return runStatus(t, pool, "to-a", "succeeded") })
+
+	// b's worker dies first, and its sweep fails while b's database is
+	// broken; a worker of a then dies holding a fetched job: the reaper
+	// sweeps it all the same, and another worker of a runs the job.
+	workerB.signal(t, syscall.SIGKILL)
+	workerA.signal(t, syscall.SIGTERM)
+	poll(t, 20*time.Second, "worker-a stops", workerA.exited)
+	dying := worker("worker-a2", "a", "ORRERY_FAILPOINTS=worker/fetched=kill")
+	oneStep("to-a2", "a")
+	poll(t, 30*time.Second, "worker-a2 fetches the job and dies", dying.exited)
+	worker("worker-a3", "a")
+	poll(t, 30*time.Second, "the job worker-a2 fetched is delivered again and succeeds", func() bool { return runStatus(t, pool, "to-a2", "succeeded") })
+
 	if _, err := poolB.Exec(ctx, "ALTER TABLE river_job_away RENAME TO river_job"); err != nil {
 		t.Fatal(err)
 	}
+	worker("worker-b2", "b")
 	poll(t, 30*time.Second, "b's run succeeds once its database is back", func() bool { return runStatus(t, pool, "to-b", "succeeded") })
 
 	for _, c := range []struct {

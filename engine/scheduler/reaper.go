@@ -1,14 +1,17 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -156,14 +159,19 @@ func (r *Reaper) promoteStranded(ctx context.Context) error {
 
 // sweepLapsedWorkers redelivers what lapsed workers fetched and never
 // started, one worker per transaction: claiming the worker (marking it
-// swept) and redelivering its tasks commit together.
+// swept) and redelivering its tasks commit together. A worker whose sweep
+// fails (its queue database does not answer) stays to sweep at the next
+// pass, and the pass goes on with the others; it returns the first error.
 func (r *Reaper) sweepLapsedWorkers(ctx context.Context) error {
+	skip := []uuid.UUID{}
+	var first error
 	for {
 		var name string
+		var id uuid.UUID
 		var n int
 		err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
 			q := store.New(tx)
-			w, err := q.ClaimLapsedWorker(ctx)
+			w, err := q.ClaimLapsedWorker(ctx, skip)
 			if store.IsNotFound(err) {
 				name = ""
 				return nil
@@ -171,7 +179,7 @@ func (r *Reaper) sweepLapsedWorkers(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			name = w.Name
+			name, id = w.Name, w.ID
 			var served map[string]int // as the worker wrote it: {"queue": slots}
 			_ = json.Unmarshal(w.Queues, &served)
 			fetched, err := r.cfg.Dispatcher.FetchedBy(ctx, tx, w.ID.String(), slices.Collect(maps.Keys(served)))
@@ -181,8 +189,13 @@ func (r *Reaper) sweepLapsedWorkers(ctx context.Context) error {
 			n, err = run.Redeliver(ctx, tx, r.cfg.Dispatcher, fetched)
 			return err
 		})
-		if err != nil || name == "" {
-			return err
+		if name == "" || ctx.Err() != nil {
+			return cmp.Or(first, err)
+		}
+		if err != nil {
+			first = cmp.Or(first, fmt.Errorf("worker %s: %w", name, err))
+			skip = append(skip, id)
+			continue
 		}
 		if n > 0 {
 			r.cfg.Logger.Warn("worker lease lapsed; tasks it fetched but never started were delivered again", "worker", name, "count", n)

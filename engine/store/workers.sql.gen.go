@@ -17,6 +17,7 @@ UPDATE workers SET swept_at = now()
 WHERE id = (
     SELECT w.id FROM workers AS w
     WHERE w.lease_expires_at < now() AND (w.swept_at IS NULL OR w.swept_at < w.lease_expires_at)
+      AND w.id <> ALL($1::uuid[])
     ORDER BY w.lease_expires_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -33,8 +34,10 @@ type ClaimLapsedWorkerRow struct {
 // ClaimLapsedWorker takes one worker whose lease lapsed since it was last
 // swept and marks it swept; the caller redelivers what it had fetched in
 // the same transaction, so a crash of the sweeper leaves it to sweep.
-func (q *Queries) ClaimLapsedWorker(ctx context.Context) (ClaimLapsedWorkerRow, error) {
-	row := q.db.QueryRow(ctx, claimLapsedWorker)
+// skip: workers whose sweep failed in this pass (their queue database
+// does not answer), so that the others are swept meanwhile.
+func (q *Queries) ClaimLapsedWorker(ctx context.Context, skip []uuid.UUID) (ClaimLapsedWorkerRow, error) {
+	row := q.db.QueryRow(ctx, claimLapsedWorker, skip)
 	var i ClaimLapsedWorkerRow
 	err := row.Scan(&i.ID, &i.Name, &i.Queues)
 	return i, err

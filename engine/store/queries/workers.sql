@@ -13,11 +13,14 @@ UPDATE workers SET lease_expires_at = now(), swept_at = now() WHERE id = @id;
 -- ClaimLapsedWorker takes one worker whose lease lapsed since it was last
 -- swept and marks it swept; the caller redelivers what it had fetched in
 -- the same transaction, so a crash of the sweeper leaves it to sweep.
+-- skip: workers whose sweep failed in this pass (their queue database
+-- does not answer), so that the others are swept meanwhile.
 -- name: ClaimLapsedWorker :one
 UPDATE workers SET swept_at = now()
 WHERE id = (
     SELECT w.id FROM workers AS w
     WHERE w.lease_expires_at < now() AND (w.swept_at IS NULL OR w.swept_at < w.lease_expires_at)
+      AND w.id <> ALL(@skip::uuid[])
     ORDER BY w.lease_expires_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
