@@ -19,10 +19,9 @@
 // row per River job in its state transaction, so that the marks and the
 // rows commit together, and Relay moves outbox rows to River afterwards:
 // it inserts the River jobs, each into its queue's database, then deletes
-// the rows. A crash
-// between the two replays the insert, which River's unique key (task,
-// attempt) makes harmless, and the task's fencing token would reject a
-// second attempt anyway.
+// the rows. A crash between the two replays the insert, which River's
+// unique key (task, attempt, redelivery) makes harmless, and the task's
+// fencing token would reject a second attempt anyway.
 package dispatch
 
 import (
