@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"bytes"
 	"cmp"
 	"container/heap"
 	"context"
@@ -9,7 +10,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -164,10 +164,7 @@ func (d *Dispatcher) Kick(queue string) {
 func (d *Dispatcher) kicked() []string {
 	d.wake.mu.Lock()
 	defer d.wake.mu.Unlock()
-	out := make([]string, 0, len(d.wake.queues))
-	for q := range d.wake.queues {
-		out = append(out, q)
-	}
+	out := slices.Collect(maps.Keys(d.wake.queues))
 	clear(d.wake.queues)
 	return out
 }
@@ -476,9 +473,7 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 // each had tasks enough: how many of each tenant's candidates to read.
 func setTargets(states []*tenantState, free int64) {
 	h := &byShare{}
-	held := make(map[*tenantState]int64, len(states))
 	for _, s := range states {
-		held[s] = s.held
 		heap.Push(h, s)
 	}
 	for ; free > 0 && h.Len() > 0; free-- {
@@ -492,7 +487,7 @@ func setTargets(states []*tenantState, free int64) {
 		}
 	}
 	for _, s := range states {
-		s.held = held[s]
+		s.held -= s.target // as it was: the fill counted its target in
 	}
 }
 
@@ -504,7 +499,7 @@ func choose(states []*tenantState, free int64) []uuid.UUID {
 	h := &byShare{}
 	for _, s := range states {
 		slices.SortFunc(s.waiting, func(a, b store.AdmissionCandidatesRow) int {
-			return cmp.Or(cmp.Compare(rank(a), rank(b)), a.ReadyAt.Compare(b.ReadyAt), cmp.Compare(a.ID.String(), b.ID.String()))
+			return cmp.Or(cmp.Compare(rank(a), rank(b)), a.ReadyAt.Compare(b.ReadyAt), compareIDs(a.ID, b.ID))
 		})
 		if len(s.waiting) > 0 {
 			heap.Push(h, s)
@@ -548,10 +543,13 @@ func (h byShare) Less(i, j int) bool {
 	if a.weight != b.weight {
 		return a.weight > b.weight
 	}
-	return a.id.String() < b.id.String()
+	return compareIDs(a.id, b.id) < 0
 }
-func (h byShare) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *byShare) Push(x any)   { *h = append(*h, x.(*tenantState)) }
+
+// compareIDs orders uuids as their text does, without formatting them.
+func compareIDs(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
+func (h byShare) Swap(i, j int)     { h[i], h[j] = h[j], h[i] }
+func (h *byShare) Push(x any)       { *h = append(*h, x.(*tenantState)) }
 func (h *byShare) Pop() any {
 	old := *h
 	s := old[len(old)-1]
@@ -589,7 +587,7 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 	q := store.New(tx)
 	for _, queue := range slices.Sorted(maps.Keys(byQueue)) {
 		groups := byQueue[queue]
-		tenants := slices.SortedFunc(maps.Keys(groups), func(a, b uuid.UUID) int { return strings.Compare(a.String(), b.String()) })
+		tenants := slices.SortedFunc(maps.Keys(groups), compareIDs)
 		free, err := directRoom(ctx, q, queue, tenants)
 		if err != nil {
 			return fmt.Errorf("dispatch: direct admission: %w", err)
