@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -33,14 +34,14 @@ func (d *Dispatcher) FetchedBy(ctx context.Context, tx pgx.Tx, clientID string, 
 	if !d.outbox {
 		return fetchedBy(ctx, d.river, tx, clientID)
 	}
-	pools := d.dbs.Pools()
-	if len(queues) > 0 {
-		pools = pools[:0:0]
-		for _, q := range queues {
-			if p := d.dbs.For(q); !slices.Contains(pools, p) {
-				pools = append(pools, p)
-			}
+	var pools []*pgxpool.Pool
+	for _, q := range queues {
+		if p := d.dbs.For(q); !slices.Contains(pools, p) {
+			pools = append(pools, p)
 		}
+	}
+	if len(pools) == 0 {
+		pools = d.dbs.Pools()
 	}
 	var out []Fetched
 	for _, p := range pools {

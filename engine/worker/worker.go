@@ -228,7 +228,6 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	d, err := dispatch.ForQueues(cfg.StatePool, cfg.QueueDBs) // retries and children
-
 	if err != nil {
 		return nil, err
 	}
@@ -485,10 +484,6 @@ func (w *Worker) orphans(held []store.RunningOnRow) []run.Report {
 		if !kept || r.FencingToken != h.FencingToken {
 			r = run.Report{TaskID: h.ID, FencingToken: h.FencingToken, Result: run.LeaseExpired("the worker lost the attempt's report")}
 		}
-		// The worker vouches that the attempt is over: its token alone
-		// fences the report (a lost-lease report applies only to a lapsed
-		// lease, and this worker's is renewed).
-		r.LeaseLost, r.Expired = false, false
 		out = append(out, r)
 	}
 	w.suspects = suspects
@@ -540,9 +535,6 @@ func (w *Worker) flushUnreported() {
 	// One deadline for all: a shutdown must not wait on a slow database.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for i := range reports {
-		reports[i].LeaseLost, reports[i].Expired = false, false
-	}
 	if _, err := w.finishAttempts(ctx, reports); err != nil {
 		w.cfg.Logger.Warn("worker: reports at shutdown", "reports", len(reports), "err", err)
 	}
@@ -620,8 +612,13 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	report := run.Report{TaskID: c.TaskID, RunID: c.RunID, FencingToken: c.FencingToken, Result: res, Shape: &att.Shape, LeaseLost: leaseLost}
 	accepted, err := w.completer.do(reportCtx, report)
 	if err != nil {
+		// Kept for the orphan check, which sends it again with the worker
+		// vouching that the attempt is over: its token alone fences it (a
+		// lost-lease report applies only to a lapsed lease, and this
+		// worker's is renewed).
+		report.LeaseLost = false
 		w.mu.Lock()
-		w.unreported[c.TaskID] = report // for the orphan check
+		w.unreported[c.TaskID] = report
 		w.mu.Unlock()
 		return err
 	}
