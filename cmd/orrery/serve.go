@@ -23,9 +23,6 @@ import (
 type dbFlags struct {
 	db      string
 	queueDB []string
-	// parsed by validate: the queue databases' URLs
-	defaultQueueDB string
-	queueDBs       map[string]string
 }
 
 func (f *dbFlags) register(fs *pflag.FlagSet) {
@@ -33,11 +30,13 @@ func (f *dbFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.queueDB, "queue-db", nil, "PostgreSQL URL for River's queue tables, default --db; NAME=postgres://... for one queue's (repeatable; env ORRERY_QUEUE_DB holds one value)")
 }
 
-func (f *dbFlags) validate() error {
+// queueURLs checks the flags and says where River's tables are: the
+// default database's URL, and those of the queues placed elsewhere.
+func (f *dbFlags) queueURLs() (def string, byQueue map[string]string, err error) {
 	if f.db == "" {
-		return errors.New("--db is required (or ORRERY_DB): postgres://user@host:5432/orrery")
+		return "", nil, errors.New("--db is required (or ORRERY_DB): postgres://user@host:5432/orrery")
 	}
-	f.defaultQueueDB, f.queueDBs = f.db, map[string]string{}
+	def, byQueue = f.db, map[string]string{}
 	seenDefault := false
 	for _, v := range f.queueDB {
 		if v == "" {
@@ -47,26 +46,27 @@ func (f *dbFlags) validate() error {
 		if !named || !(strings.HasPrefix(url, "postgres://") || strings.HasPrefix(url, "postgresql://")) {
 			// A URL or a key=value DSN for every queue.
 			if seenDefault {
-				return fmt.Errorf("--queue-db %q: a second database for every queue; name the queue: --queue-db NAME=URL", v)
+				return "", nil, fmt.Errorf("--queue-db %q: a second database for every queue; name the queue: --queue-db NAME=URL", v)
 			}
-			seenDefault, f.defaultQueueDB = true, v
+			seenDefault, def = true, v
 			continue
 		}
 		if err := dag.ValidateName(name); err != nil {
-			return fmt.Errorf("--queue-db %s=...: queue name: %w", name, err)
+			return "", nil, fmt.Errorf("--queue-db %s=...: queue name: %w", name, err)
 		}
-		if _, dup := f.queueDBs[name]; dup {
-			return fmt.Errorf("--queue-db: queue %q given twice", name)
+		if _, dup := byQueue[name]; dup {
+			return "", nil, fmt.Errorf("--queue-db: queue %q given twice", name)
 		}
-		f.queueDBs[name] = url
+		byQueue[name] = url
 	}
-	return nil
+	return def, byQueue, nil
 }
 
 // pools checks the flags, then opens the state pool and each queue
 // database's (one pool per distinct URL; the state's when it is one).
 func (f *dbFlags) pools(ctx context.Context, opts store.Options) (state *pgxpool.Pool, queues dispatch.QueueDBs, closeAll func(), err error) {
-	if err := f.validate(); err != nil {
+	def, byQueue, err := f.queueURLs()
+	if err != nil {
 		return nil, queues, nil, err
 	}
 	if state, err = store.Open(ctx, f.db, opts); err != nil {
@@ -89,12 +89,12 @@ func (f *dbFlags) pools(ctx context.Context, opts store.Options) (state *pgxpool
 		open[url] = p
 		return p, nil
 	}
-	if queues.Default, err = pool(f.defaultQueueDB); err != nil {
+	if queues.Default, err = pool(def); err != nil {
 		closeAll()
 		return nil, queues, nil, fmt.Errorf("--queue-db: %w", err)
 	}
-	for _, name := range slices.Sorted(maps.Keys(f.queueDBs)) {
-		p, err := pool(f.queueDBs[name])
+	for _, name := range slices.Sorted(maps.Keys(byQueue)) {
+		p, err := pool(byQueue[name])
 		if err != nil {
 			closeAll()
 			return nil, queues, nil, fmt.Errorf("--queue-db %s=...: %w", name, err)
