@@ -320,6 +320,7 @@ func startEngineOn(b *testing.B, pool *pgxpool.Pool, queue string, workers int) 
 			b.Fatalf("ORRERY_BENCH_FIRE=%q: want BATCH,PARALLEL", v)
 		}
 	}
+	d.ObserveAdmissions(mets.AdmissionWait)
 	n, err := node.New(ctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 10 * time.Second, Logger: log, Metrics: mets,
 		FireBatch: fireBatch, FireParallel: fireParallel})
 	if err != nil {

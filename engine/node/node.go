@@ -104,7 +104,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	relay := func(ctx context.Context) error {
 		return cfg.Dispatcher.Relay(ctx, cfg.Pool, 20*time.Millisecond, cfg.Logger)
 	}
-	cfg.Dispatcher.ObserveAdmissions(cfg.Metrics.AdmissionWait)
 	// The admitter of the queues this node releases tasks into (its runs'
 	// first steps, the reaper's retries): woken by its releases only; the
 	// workers of each queue poll theirs.
