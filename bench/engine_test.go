@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -394,6 +395,20 @@ func checkNoFailures(b *testing.B, pool *pgxpool.Pool) {
 // walRecords is the cluster's count of WAL records written so far: a
 // measure of the database work (rows and index entries written, locks
 // taken, commits) that does not depend on how busy the machine is.
+// envInt is the whole number in the environment variable name, else def.
+func envInt(b *testing.B, name string, def int) int {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		b.Fatalf("%s=%q: want a whole number", name, v)
+	}
+	return n
+}
+
 // walBytes is the WAL the whole cluster wrote so far, in bytes.
 func walBytes(b *testing.B, pool *pgxpool.Pool) int64 {
 	var n int64

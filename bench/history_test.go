@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"os"
-	"strconv"
 	"testing"
 
 	"github.com/orrery-dev/orrery/engine/job"
@@ -18,13 +16,7 @@ import (
 const explainAnalyze = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) "
 
 func BenchmarkWithHistory(b *testing.B) {
-	n := 10_000_000
-	if v := os.Getenv("ORRERY_BENCH_HISTORY_RUNS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := envInt(b, "ORRERY_BENCH_HISTORY_RUNS", 10_000_000)
 	for range b.N {
 		pool := freshDB(b)
 		loadOldRuns(b, pool, n, "2 days")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -20,13 +19,7 @@ import (
 // its p99 lag with BenchmarkSteadyFires in the same session; it also
 // reports how many old runs were pruned during the benchmark.
 func BenchmarkSteadyWhilePruning(b *testing.B) {
-	old := 10_000_000
-	if v := os.Getenv("ORRERY_BENCH_OLD_RUNS"); v != "" {
-		var err error
-		if old, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	old := envInt(b, "ORRERY_BENCH_OLD_RUNS", 10_000_000)
 	for range b.N {
 		pool := freshDB(b)
 		ctx := context.Background()

@@ -28,13 +28,7 @@ import (
 // and how many leases lapsed (aim: none). ORRERY_BENCH_RUNNING changes the
 // 50,000.
 func BenchmarkManyRunning(b *testing.B) {
-	n := 50_000
-	if v := os.Getenv("ORRERY_BENCH_RUNNING"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := envInt(b, "ORRERY_BENCH_RUNNING", 50_000)
 	for range b.N {
 		pool := freshDB(b)
 		ctx := context.Background()
