@@ -104,8 +104,7 @@ func (q *Queries) CancelRuns(ctx context.Context, arg CancelRunsParams) ([]uuid.
 }
 
 const cancelTasksOfRuns = `-- name: CancelTasksOfRuns :many
-UPDATE tasks SET status = 'cancelled', finished_at = now(), fencing_token = fencing_token + 1,
-    lease_owner = NULL, lease_expires_at = NULL
+UPDATE tasks SET status = 'cancelled', finished_at = now(), fencing_token = fencing_token + 1
 WHERE run_id = ANY($1::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying')
 RETURNING id
 `

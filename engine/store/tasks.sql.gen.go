@@ -22,7 +22,7 @@ WITH req AS (
            unnest($11::bool[]) AS expired
 ), t AS (
     UPDATE tasks
-    SET status = req.status, lease_owner = NULL, lease_expires_at = NULL, last_error = req.error, admitted_at = NULL,
+    SET status = req.status, last_error = req.error, admitted_at = NULL,
         ready_at = CASE WHEN req.status = 'retrying' THEN now() ELSE tasks.ready_at END,
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     FROM req
@@ -123,7 +123,7 @@ func (q *Queries) CompleteSoleTasks(ctx context.Context, arg CompleteSoleTasksPa
 const completeTask = `-- name: CompleteTask :one
 WITH t AS (
     UPDATE tasks
-    SET status = $1::text, lease_owner = NULL, lease_expires_at = NULL, last_error = $2::text, admitted_at = NULL,
+    SET status = $1::text, last_error = $2::text, admitted_at = NULL,
         ready_at = CASE WHEN $1::text = 'retrying' THEN now() ELSE tasks.ready_at END,
         finished_at = CASE WHEN $1::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     WHERE tasks.id = $3 AND tasks.fencing_token = $4 AND tasks.status = 'running'
@@ -544,14 +544,13 @@ WITH req AS (
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
-        lease_owner = $4::text, worker_id = $5::uuid, lease_expires_at = NULL,
-        started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
+        worker_id = $4::uuid, started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
-    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, $4::text, now() FROM t
+    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, $5::text, now() FROM t
 ), r AS (
     UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
     WHERE runs.id IN (SELECT t.run_id FROM t) AND runs.status = 'pending'
@@ -568,8 +567,8 @@ type StartAttemptsParams struct {
 	Ids          []uuid.UUID
 	PrevAttempts []int32
 	AttemptIds   []uuid.UUID
-	Worker       string
 	WorkerID     uuid.UUID
+	Worker       string
 }
 
 type StartAttemptsRow struct {
@@ -591,8 +590,8 @@ type StartAttemptsRow struct {
 }
 
 // StartAttempts moves queued or retrying tasks to running, each for the
-// attempt its River job was made for (bumping the fencing token, taking a
-// lease), records the attempts, marks the runs running, and returns what the
+// attempt its River job was made for (bumping the fencing token, under the
+// worker's lease), records the attempts, marks the runs running, and returns what the
 // executors need: one statement for a batch of starts. A task missing from
 // the answer had a stale River job (it moved on, or was cancelled).
 func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([]StartAttemptsRow, error) {
@@ -600,8 +599,8 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 		arg.Ids,
 		arg.PrevAttempts,
 		arg.AttemptIds,
-		arg.Worker,
 		arg.WorkerID,
+		arg.Worker,
 	)
 	if err != nil {
 		return nil, err

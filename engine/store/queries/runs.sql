@@ -101,8 +101,7 @@ SELECT id FROM r;
 -- CancelTasksOfRuns stops every unfinished task of the runs; bumping the
 -- fencing token turns a running attempt's later report into a stale one.
 -- name: CancelTasksOfRuns :many
-UPDATE tasks SET status = 'cancelled', finished_at = now(), fencing_token = fencing_token + 1,
-    lease_owner = NULL, lease_expires_at = NULL
+UPDATE tasks SET status = 'cancelled', finished_at = now(), fencing_token = fencing_token + 1
 WHERE run_id = ANY(@run_ids::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying')
 RETURNING id;
 

@@ -1,6 +1,6 @@
 -- StartAttempts moves queued or retrying tasks to running, each for the
--- attempt its River job was made for (bumping the fencing token, taking a
--- lease), records the attempts, marks the runs running, and returns what the
+-- attempt its River job was made for (bumping the fencing token, under the
+-- worker's lease), records the attempts, marks the runs running, and returns what the
 -- executors need: one statement for a batch of starts. A task missing from
 -- the answer had a stale River job (it moved on, or was cancelled).
 -- name: StartAttempts :many
@@ -9,8 +9,7 @@ WITH req AS (
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
-        lease_owner = @worker::text, worker_id = @worker_id::uuid, lease_expires_at = NULL,
-        started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
+        worker_id = @worker_id::uuid, started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id
@@ -57,7 +56,7 @@ SELECT id, fencing_token FROM tasks WHERE worker_id = @worker_id AND status = 'r
 -- name: CompleteTask :one
 WITH t AS (
     UPDATE tasks
-    SET status = @status::text, lease_owner = NULL, lease_expires_at = NULL, last_error = @error::text, admitted_at = NULL,
+    SET status = @status::text, last_error = @error::text, admitted_at = NULL,
         ready_at = CASE WHEN @status::text = 'retrying' THEN now() ELSE tasks.ready_at END,
         finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     WHERE tasks.id = @id AND tasks.fencing_token = @fencing_token AND tasks.status = 'running'
@@ -183,7 +182,7 @@ WITH req AS (
            unnest(@expired::bool[]) AS expired
 ), t AS (
     UPDATE tasks
-    SET status = req.status, lease_owner = NULL, lease_expires_at = NULL, last_error = req.error, admitted_at = NULL,
+    SET status = req.status, last_error = req.error, admitted_at = NULL,
         ready_at = CASE WHEN req.status = 'retrying' THEN now() ELSE tasks.ready_at END,
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     FROM req
