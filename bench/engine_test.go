@@ -515,6 +515,7 @@ func steadyFires(b *testing.B, pool *pgxpool.Pool) {
 	checkNoFailures(b, pool)
 	eng.check(b)
 	n, p50, p95, p99, mx := lagStats(b, pool, from, until)
+	printPhases(b, pool, from, until)
 	b.ReportMetric(float64(n)/until.Sub(from).Seconds(), "started/s")
 	b.ReportMetric(float64(completed)/until.Sub(from).Seconds(), "completed/s")
 	b.ReportMetric(ms(p50), "p50-lag-ms")
@@ -563,6 +564,7 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		time.Sleep(600 * time.Millisecond)
 		walPerRun := float64(walRecords(b, pool)-wal0) / jobs
 		n, p50, p95, p99, mx := lagStats(b, pool, at, at.Add(time.Second))
+		printPhases(b, pool, at, at.Add(time.Second))
 		if n != jobs {
 			b.Fatalf("%d of %d runs started for the instant %v", n, jobs, at)
 		}
@@ -650,3 +652,33 @@ func printTableStats(b *testing.B, pool *pgxpool.Pool) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// printPhases prints where the start lag of the runs scheduled in
+// [from, until) went, as percentiles of each step's time since the
+// scheduled instant: the firing transaction's start (the run's
+// created_at), the River job's insert (after the admission pass), its
+// fetch by a worker, and the attempt's start.
+func printPhases(b *testing.B, pool *pgxpool.Pool, from, until time.Time) {
+	b.Helper()
+	var out string
+	err := pool.QueryRow(context.Background(), `WITH p AS (
+			SELECT extract(epoch FROM r.created_at - r.scheduled_for) * 1000 AS fired,
+			       extract(epoch FROM j.created_at - r.scheduled_for) * 1000 AS inserted,
+			       extract(epoch FROM j.attempted_at - r.scheduled_for) * 1000 AS fetched,
+			       extract(epoch FROM a.started_at - r.scheduled_for) * 1000 AS started
+			FROM runs r JOIN tasks t ON t.run_id = r.id JOIN attempts a ON a.task_id = t.id AND a.number = 1
+			JOIN river_job j ON (j.args->>'task_id')::uuid = t.id AND (j.args->>'attempt')::int = 1
+			WHERE r.scheduled_for >= $1 AND r.scheduled_for < $2)
+		SELECT string_agg(format('%s p50 %s ms, p99 %s ms', k, round(p50::numeric), round(p99::numeric)), '; ')
+		FROM (
+			SELECT 'fired' AS k, 1 AS o, percentile_cont(0.5) WITHIN GROUP (ORDER BY fired) AS p50, percentile_cont(0.99) WITHIN GROUP (ORDER BY fired) AS p99 FROM p
+			UNION ALL SELECT 'river insert', 2, percentile_cont(0.5) WITHIN GROUP (ORDER BY inserted), percentile_cont(0.99) WITHIN GROUP (ORDER BY inserted) FROM p
+			UNION ALL SELECT 'fetched', 3, percentile_cont(0.5) WITHIN GROUP (ORDER BY fetched), percentile_cont(0.99) WITHIN GROUP (ORDER BY fetched) FROM p
+			UNION ALL SELECT 'started', 4, percentile_cont(0.5) WITHIN GROUP (ORDER BY started), percentile_cont(0.99) WITHIN GROUP (ORDER BY started) FROM p
+			ORDER BY o) AS s`, from, until).Scan(&out)
+	if err != nil {
+		b.Logf("phases: %v", err) // River may keep its jobs elsewhere (a queue database of its own)
+		return
+	}
+	fmt.Printf("bench: since the instant: %s\n", out)
+}

@@ -385,7 +385,7 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 			// together, and Relay inserts the River jobs afterwards.
 			err = insertOutbox(ctx, tx, ready)
 		} else {
-			_, err = d.river.InsertManyTx(ctx, tx, riverParams(ready, false))
+			err = insertJobs(ctx, d.river, tx, ready, false)
 		}
 		if err != nil {
 			return fmt.Errorf("insert River jobs: %w", err)

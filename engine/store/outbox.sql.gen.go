@@ -57,6 +57,19 @@ func (q *Queries) InsertOutbox(ctx context.Context, arg InsertOutboxParams) erro
 	return err
 }
 
+const notifyRiverInsert = `-- name: NotifyRiverInsert :exec
+SELECT pg_notify(current_schema() || '.river_insert', p)::text FROM unnest($1::text[]) AS p
+`
+
+// NotifyRiverInsert sends River's insert notification (its channel and
+// payload, as River's own client sends it) for each payload, in the
+// transaction that inserted the jobs: workers listening on the queue fetch
+// once it commits. See dispatch.notifyInserted.
+func (q *Queries) NotifyRiverInsert(ctx context.Context, payloads []string) error {
+	_, err := q.db.Exec(ctx, notifyRiverInsert, payloads)
+	return err
+}
+
 const pendingOutbox = `-- name: PendingOutbox :many
 SELECT id, task_id, tenant_id, queue, priority, attempt, not_before, created_at, redelivers FROM dispatch_outbox
 WHERE CASE WHEN $1::bool THEN NOT (queue = ANY($2::text[])) ELSE queue = ANY($2::text[]) END

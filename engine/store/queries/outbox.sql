@@ -17,3 +17,10 @@ ORDER BY created_at, id LIMIT @batch FOR UPDATE SKIP LOCKED;
 
 -- name: DeleteOutbox :exec
 DELETE FROM dispatch_outbox WHERE id = ANY(@ids::uuid[]);
+
+-- NotifyRiverInsert sends River's insert notification (its channel and
+-- payload, as River's own client sends it) for each payload, in the
+-- transaction that inserted the jobs: workers listening on the queue fetch
+-- once it commits. See dispatch.notifyInserted.
+-- name: NotifyRiverInsert :exec
+SELECT pg_notify(current_schema() || '.river_insert', p)::text FROM unnest(@payloads::text[]) AS p;
