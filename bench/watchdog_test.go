@@ -54,8 +54,9 @@ func BenchmarkWatchdogPass(b *testing.B) {
 			}
 			if n == 1_000_000 && os.Getenv("ORRERY_BENCH_EXPLAIN") != "" {
 				explain(b, pool, "OverdueWatchedJobs", `EXPLAIN (ANALYZE, BUFFERS) SELECT j.id FROM unnest($1::int[]) AS s (shard)
-					CROSS JOIN LATERAL (SELECT j.id FROM jobs AS j WHERE j.shard = s.shard AND j.status = 'active' AND j.next_fire_at IS NOT NULL
-					AND j.next_fire_at < now() - interval '5 seconds' AND j.spec->'alerts' IS NOT NULL ORDER BY j.next_fire_at LIMIT 1000) AS j`,
+					CROSS JOIN LATERAL (SELECT k.id FROM job_schedules AS js JOIN jobs AS k ON k.id = js.job_id
+					WHERE js.shard = s.shard AND js.next_fire_at IS NOT NULL AND js.next_fire_at < now() - interval '5 seconds'
+					AND k.spec->'alerts' IS NOT NULL ORDER BY js.next_fire_at LIMIT 1000) AS j`,
 					allShards())
 			}
 			b.ResetTimer()

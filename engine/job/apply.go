@@ -180,6 +180,9 @@ func (s *Service) plan(ctx context.Context, q *store.Queries, a Actor, items []I
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := withSchedules(ctx, q, rows); err != nil {
+		return nil, nil, err
+	}
 	for _, r := range rows {
 		if wanted[r.Namespace+"/"+r.Name] {
 			continue

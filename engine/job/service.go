@@ -231,11 +231,16 @@ func audit(ctx context.Context, q *store.Queries, a Actor, action string, before
 
 // Get returns one job of the actor's tenant (deleted ones too, by ID).
 func (s *Service) Get(ctx context.Context, a Actor, ref Ref) (*Job, error) {
-	row, err := lookup(ctx, store.New(s.pool), a, ref, false)
+	q := store.New(s.pool)
+	row, err := lookup(ctx, q, a, ref, false)
 	if err != nil {
 		return nil, err
 	}
-	j, err := fromRow(row)
+	rows := []store.Job{row}
+	if err := withSchedules(ctx, q, rows); err != nil {
+		return nil, err
+	}
+	j, err := fromRow(rows[0])
 	if err != nil {
 		return nil, err
 	}
@@ -243,9 +248,52 @@ func (s *Service) Get(ctx context.Context, a Actor, ref Ref) (*Job, error) {
 }
 
 // Lock reads one job of the actor's tenant (deleted ones too, by ID) in
-// q's transaction and locks its row until the transaction ends.
+// q's transaction and locks its row, then its schedule row (the order
+// firing cannot deadlock with: see GetJobForUpdate), until the
+// transaction ends: a firing of the job commits before, or waits.
 func Lock(ctx context.Context, q *store.Queries, a Actor, ref Ref) (store.Job, error) {
-	return lookup(ctx, q, a, ref, true)
+	row, err := lookup(ctx, q, a, ref, true)
+	if err != nil {
+		return row, err
+	}
+	next, err := q.JobScheduleForUpdate(ctx, row.ID)
+	if err != nil {
+		return row, fmt.Errorf("job %s: schedule: %w", row.ID, err)
+	}
+	if row.Status == StatusActive {
+		row.NextFireAt = next
+	}
+	return row, nil
+}
+
+// withSchedules sets the next fire time of each active job of rows to its
+// schedule's, the live one (firing advances job_schedules only; a jobs
+// row holds the time its last definition change set, which a paused job
+// resumes from).
+func withSchedules(ctx context.Context, q *store.Queries, rows []store.Job) error {
+	var ids []uuid.UUID
+	for _, r := range rows {
+		if r.Status == StatusActive {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	live, err := q.JobSchedules(ctx, ids)
+	if err != nil {
+		return err
+	}
+	next := make(map[uuid.UUID]*time.Time, len(live))
+	for _, l := range live {
+		next[l.JobID] = l.NextFireAt
+	}
+	for i := range rows {
+		if rows[i].Status == StatusActive {
+			rows[i].NextFireAt = next[rows[i].ID]
+		}
+	}
+	return nil
 }
 
 func lookup(ctx context.Context, q *store.Queries, a Actor, ref Ref, forUpdate bool) (store.Job, error) {
@@ -501,11 +549,15 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 	case f.NameContains != "":
 		p.NameContains = &f.NameContains
 	}
-	rows, err := store.New(s.pool).ListJobs(ctx, p)
+	q := store.New(s.pool)
+	rows, err := q.ListJobs(ctx, p)
 	if err != nil {
 		return nil, "", err
 	}
 	rows, next := store.NextPage(rows, size, func(r store.Job) any { return pageToken{Name: r.Name, ID: r.ID} })
+	if err := withSchedules(ctx, q, rows); err != nil {
+		return nil, "", err
+	}
 	out := make([]*Job, 0, len(rows))
 	for _, r := range rows {
 		j, err := fromRow(r)

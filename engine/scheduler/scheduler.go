@@ -44,7 +44,8 @@ type Config struct {
 	// created job that is due at once is seen; default 200 ms.
 	MaxSleep time.Duration
 	Logger   *slog.Logger
-	// Failpoints arms FailpointFireTx; nil in production.
+	// Failpoints arms FailpointFireTx and FailpointFireLocked; nil in
+	// production.
 	Failpoints *failpoint.Set
 	// Metrics records firing transactions and skipped instants; nil: none.
 	Metrics *metrics.Metrics
@@ -53,6 +54,10 @@ type Config struct {
 // FailpointFireTx is hit inside the firing transaction, once the shards'
 // fence holds its locks and before the due jobs are read.
 const FailpointFireTx = "scheduler/fire-tx"
+
+// FailpointFireLocked is hit inside the firing transaction once it holds
+// the schedule rows of a batch of due jobs, before it writes their runs.
+const FailpointFireLocked = "scheduler/fire-locked"
 
 func (c *Config) withDefaults() error {
 	switch {
@@ -246,6 +251,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			taken = 0
 			return err
 		}
+		s.cfg.Failpoints.Hit(FailpointFireLocked)
 		now := rows[0].Now
 		jobs := make([]dueJob, 0, len(rows))
 		jobIDs := make([]uuid.UUID, len(rows))

@@ -215,11 +215,12 @@ const overdueWatchedJobs = `-- name: OverdueWatchedJobs :many
 SELECT j.id, j.tenant_id, j.shard, j.version, j.next_fire_at
 FROM unnest($1::int[]) AS s (shard)
 CROSS JOIN LATERAL (
-    SELECT j.id, j.tenant_id, j.shard, j.version, j.next_fire_at::timestamptz AS next_fire_at FROM jobs AS j
-    WHERE j.shard = s.shard AND j.status = 'active' AND j.next_fire_at IS NOT NULL
-      AND j.next_fire_at < now() - INTERVAL '1 second' * $2::float8
-      AND j.spec->'alerts' IS NOT NULL
-    ORDER BY j.next_fire_at
+    SELECT k.id, k.tenant_id, js.shard, k.version, js.next_fire_at::timestamptz AS next_fire_at
+    FROM job_schedules AS js JOIN jobs AS k ON k.id = js.job_id
+    WHERE js.shard = s.shard AND js.next_fire_at IS NOT NULL
+      AND js.next_fire_at < now() - INTERVAL '1 second' * $2::float8
+      AND k.spec->'alerts' IS NOT NULL
+    ORDER BY js.next_fire_at
     LIMIT $3
 ) AS j
 `
@@ -241,8 +242,8 @@ type OverdueWatchedJobsRow struct {
 // Queries of the watchdog (package watchdog) and of the alert lists.
 // OverdueWatchedJobs is the dead man's switch of one pass: active jobs of
 // the shards with alerts whose next instant is older than min_seconds and
-// has not fired. It is the scheduler's range scan (jobs_due), shifted back
-// by min_seconds, so in a healthy cluster it reads nothing.
+// has not fired. It is the scheduler's range scan (job_schedules_due),
+// shifted back by min_seconds, so in a healthy cluster it reads nothing.
 func (q *Queries) OverdueWatchedJobs(ctx context.Context, arg OverdueWatchedJobsParams) ([]OverdueWatchedJobsRow, error) {
 	rows, err := q.db.Query(ctx, overdueWatchedJobs, arg.Shards, arg.MinSeconds, arg.Batch)
 	if err != nil {

@@ -205,7 +205,7 @@ func (q *Queries) GetJob(ctx context.Context, arg GetJobParams) (Job, error) {
 }
 
 const getJobForUpdate = `-- name: GetJobForUpdate :one
-SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs WHERE tenant_id = $1 AND id = $2 FOR UPDATE
+SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs WHERE tenant_id = $1 AND id = $2 FOR NO KEY UPDATE
 `
 
 type GetJobForUpdateParams struct {
@@ -213,6 +213,12 @@ type GetJobForUpdateParams struct {
 	ID       uuid.UUID
 }
 
+// GetJobForUpdate locks a job for a definition change. FOR NO KEY UPDATE,
+// not FOR UPDATE: a firing transaction holding the job's schedule row
+// (DueJobs) checks its runs' foreign key with FOR KEY SHARE, which FOR
+// UPDATE would block while the change waits for the schedule row: a
+// deadlock. Lock order: the jobs row, then its schedule row
+// (JobScheduleForUpdate, or the trigger's write).
 func (q *Queries) GetJobForUpdate(ctx context.Context, arg GetJobForUpdateParams) (Job, error) {
 	row := q.db.QueryRow(ctx, getJobForUpdate, arg.TenantID, arg.ID)
 	var i Job
@@ -337,6 +343,50 @@ func (q *Queries) JobHistory(ctx context.Context, arg JobHistoryParams) ([]Audit
 			&i.Before,
 			&i.After,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobScheduleForUpdate = `-- name: JobScheduleForUpdate :one
+SELECT next_fire_at FROM job_schedules WHERE job_id = $1 FOR UPDATE
+`
+
+// JobScheduleForUpdate locks a job's schedule row (after its jobs row) and
+// reads its live next fire time: a firing that advances it commits first.
+func (q *Queries) JobScheduleForUpdate(ctx context.Context, jobID uuid.UUID) (*time.Time, error) {
+	row := q.db.QueryRow(ctx, jobScheduleForUpdate, jobID)
+	var next_fire_at *time.Time
+	err := row.Scan(&next_fire_at)
+	return next_fire_at, err
+}
+
+const jobSchedules = `-- name: JobSchedules :many
+SELECT job_id, next_fire_at FROM job_schedules WHERE job_id = ANY($1::uuid[])
+`
+
+type JobSchedulesRow struct {
+	JobID      uuid.UUID
+	NextFireAt *time.Time
+}
+
+// JobSchedules reads the live next fire times of jobs (job_schedules):
+// jobs.next_fire_at is the one a definition change set.
+func (q *Queries) JobSchedules(ctx context.Context, ids []uuid.UUID) ([]JobSchedulesRow, error) {
+	rows, err := q.db.Query(ctx, jobSchedules, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []JobSchedulesRow{}
+	for rows.Next() {
+		var i JobSchedulesRow
+		if err := rows.Scan(&i.JobID, &i.NextFireAt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

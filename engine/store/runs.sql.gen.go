@@ -45,11 +45,11 @@ func (q *Queries) ActiveRuns(ctx context.Context, jobIds []uuid.UUID) ([]ActiveR
 }
 
 const advanceJobs = `-- name: AdvanceJobs :exec
-UPDATE jobs SET next_fire_at = CASE WHEN u.done THEN NULL ELSE u.next END
+UPDATE job_schedules SET next_fire_at = CASE WHEN u.done THEN NULL ELSE u.next END
 FROM (
     SELECT unnest($1::uuid[]) AS id, unnest($2::timestamptz[]) AS next, unnest($3::bool[]) AS done
 ) AS u
-WHERE jobs.id = u.id
+WHERE job_schedules.job_id = u.id
 `
 
 type AdvanceJobsParams struct {
@@ -188,11 +188,12 @@ func (q *Queries) DeadLettersByNamespace(ctx context.Context) ([]DeadLettersByNa
 }
 
 const dueJobs = `-- name: DueJobs :many
-SELECT id, tenant_id, namespace, name, version, spec, next_fire_at, shard, now()::timestamptz AS now FROM jobs
-WHERE shard = ANY($1::int[]) AND status = 'active' AND next_fire_at <= now()
-ORDER BY next_fire_at
+SELECT j.id, j.tenant_id, j.namespace, j.name, j.version, j.spec, s.next_fire_at, s.shard, now()::timestamptz AS now
+FROM job_schedules AS s JOIN jobs AS j ON j.id = s.job_id
+WHERE s.shard = ANY($1::int[]) AND s.next_fire_at <= now()
+ORDER BY s.next_fire_at
 LIMIT $2
-FOR UPDATE
+FOR UPDATE OF s
 `
 
 type DueJobsParams struct {
@@ -213,8 +214,11 @@ type DueJobsRow struct {
 }
 
 // DueJobs locks a batch of the given shards' due jobs, oldest first: an
-// index range scan per shard over due jobs only. now is the database's
-// clock (the same in every row of one transaction).
+// index range scan per shard over due jobs only. The lock is on the
+// narrow schedule row; the jobs row is read as committed (a definition
+// change writes the schedule row too, so it waits for this transaction,
+// and a pause or delete committed before the lock leaves no fire time).
+// now is the database's clock (the same in every row of one transaction).
 func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow, error) {
 	rows, err := q.db.Query(ctx, dueJobs, arg.Shards, arg.Batch)
 	if err != nil {
@@ -949,9 +953,9 @@ const shardHeads = `-- name: ShardHeads :many
 SELECT s.shard::int AS shard, h.next_fire_at::timestamptz AS next_fire_at, now()::timestamptz AS now
 FROM unnest($1::int[]) AS s (shard)
 CROSS JOIN LATERAL (
-    SELECT j.next_fire_at FROM jobs AS j
-    WHERE j.shard = s.shard AND j.status = 'active' AND j.next_fire_at IS NOT NULL
-    ORDER BY j.next_fire_at
+    SELECT js.next_fire_at FROM job_schedules AS js
+    WHERE js.shard = s.shard AND js.next_fire_at IS NOT NULL
+    ORDER BY js.next_fire_at
     LIMIT 1
 ) AS h
 `
@@ -962,8 +966,9 @@ type ShardHeadsRow struct {
 	Now        time.Time
 }
 
-// ShardHeads returns, for each of the given shards that has an active job
-// with a fire time, the earliest such time: one index probe per shard.
+// ShardHeads returns, for each of the given shards that has a job with a
+// fire time, the earliest such time: one index probe per shard
+// (job_schedules_due; a job that is not active has none).
 func (q *Queries) ShardHeads(ctx context.Context, shards []int32) ([]ShardHeadsRow, error) {
 	rows, err := q.db.Query(ctx, shardHeads, shards)
 	if err != nil {

@@ -11,8 +11,24 @@ VALUES (@job_id, @version, @tenant_id, @description, @labels, @spec, now(), @act
 -- name: GetJob :one
 SELECT * FROM jobs WHERE tenant_id = @tenant_id AND id = @id;
 
+-- GetJobForUpdate locks a job for a definition change. FOR NO KEY UPDATE,
+-- not FOR UPDATE: a firing transaction holding the job's schedule row
+-- (DueJobs) checks its runs' foreign key with FOR KEY SHARE, which FOR
+-- UPDATE would block while the change waits for the schedule row: a
+-- deadlock. Lock order: the jobs row, then its schedule row
+-- (JobScheduleForUpdate, or the trigger's write).
 -- name: GetJobForUpdate :one
-SELECT * FROM jobs WHERE tenant_id = @tenant_id AND id = @id FOR UPDATE;
+SELECT * FROM jobs WHERE tenant_id = @tenant_id AND id = @id FOR NO KEY UPDATE;
+
+-- JobSchedules reads the live next fire times of jobs (job_schedules):
+-- jobs.next_fire_at is the one a definition change set.
+-- name: JobSchedules :many
+SELECT job_id, next_fire_at FROM job_schedules WHERE job_id = ANY(@ids::uuid[]);
+
+-- JobScheduleForUpdate locks a job's schedule row (after its jobs row) and
+-- reads its live next fire time: a firing that advances it commits first.
+-- name: JobScheduleForUpdate :one
+SELECT next_fire_at FROM job_schedules WHERE job_id = @job_id FOR UPDATE;
 
 -- name: GetLiveJobByName :one
 SELECT * FROM jobs

@@ -13,27 +13,32 @@ WHERE owner_node = @node::uuid AND lease_expires_at > now()
   AND (id::text || '@' || epoch::text) = ANY(@leases::text[])
 FOR KEY SHARE;
 
--- ShardHeads returns, for each of the given shards that has an active job
--- with a fire time, the earliest such time: one index probe per shard.
+-- ShardHeads returns, for each of the given shards that has a job with a
+-- fire time, the earliest such time: one index probe per shard
+-- (job_schedules_due; a job that is not active has none).
 -- name: ShardHeads :many
 SELECT s.shard::int AS shard, h.next_fire_at::timestamptz AS next_fire_at, now()::timestamptz AS now
 FROM unnest(@shards::int[]) AS s (shard)
 CROSS JOIN LATERAL (
-    SELECT j.next_fire_at FROM jobs AS j
-    WHERE j.shard = s.shard AND j.status = 'active' AND j.next_fire_at IS NOT NULL
-    ORDER BY j.next_fire_at
+    SELECT js.next_fire_at FROM job_schedules AS js
+    WHERE js.shard = s.shard AND js.next_fire_at IS NOT NULL
+    ORDER BY js.next_fire_at
     LIMIT 1
 ) AS h;
 
 -- DueJobs locks a batch of the given shards' due jobs, oldest first: an
--- index range scan per shard over due jobs only. now is the database's
--- clock (the same in every row of one transaction).
+-- index range scan per shard over due jobs only. The lock is on the
+-- narrow schedule row; the jobs row is read as committed (a definition
+-- change writes the schedule row too, so it waits for this transaction,
+-- and a pause or delete committed before the lock leaves no fire time).
+-- now is the database's clock (the same in every row of one transaction).
 -- name: DueJobs :many
-SELECT id, tenant_id, namespace, name, version, spec, next_fire_at, shard, now()::timestamptz AS now FROM jobs
-WHERE shard = ANY(@shards::int[]) AND status = 'active' AND next_fire_at <= now()
-ORDER BY next_fire_at
+SELECT j.id, j.tenant_id, j.namespace, j.name, j.version, j.spec, s.next_fire_at, s.shard, now()::timestamptz AS now
+FROM job_schedules AS s JOIN jobs AS j ON j.id = s.job_id
+WHERE s.shard = ANY(@shards::int[]) AND s.next_fire_at <= now()
+ORDER BY s.next_fire_at
 LIMIT @batch
-FOR UPDATE;
+FOR UPDATE OF s;
 
 -- name: ActiveRuns :many
 SELECT job_id, id, status FROM runs
@@ -80,11 +85,11 @@ SELECT unnest(@parents::uuid[]), unnest(@children::uuid[]);
 -- AdvanceJobs moves each job's next fire time (NULL when done is true:
 -- a one-time job that fired, or a cron that never matches again).
 -- name: AdvanceJobs :exec
-UPDATE jobs SET next_fire_at = CASE WHEN u.done THEN NULL ELSE u.next END
+UPDATE job_schedules SET next_fire_at = CASE WHEN u.done THEN NULL ELSE u.next END
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@nexts::timestamptz[]) AS next, unnest(@done::bool[]) AS done
 ) AS u
-WHERE jobs.id = u.id;
+WHERE job_schedules.job_id = u.id;
 
 -- name: CancelRuns :many
 WITH r AS (

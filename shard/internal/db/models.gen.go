@@ -131,6 +131,12 @@ type Job struct {
 	DeletedAt   *time.Time
 }
 
+type JobSchedule struct {
+	JobID      uuid.UUID
+	Shard      int32
+	NextFireAt *time.Time
+}
+
 type JobVersion struct {
 	JobID       uuid.UUID
 	Version     int64

@@ -1,0 +1,74 @@
+package scheduler_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/enginetest"
+	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/node"
+	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/engine/scheduler"
+)
+
+// A definition change (here a pause) that comes while a firing holds the
+// job's schedule row waits for the firing, and the two do not deadlock:
+// the firing locks the schedule row and then checks its run's foreign key
+// on the jobs row (FOR KEY SHARE), which the change holds FOR NO KEY
+// UPDATE while it waits for the schedule row. The firing's run is
+// written; the pause applies after it: no fire time left, and the job
+// resumes from the instant after the one that fired.
+func TestPauseWhileFiringWaitsWithoutDeadlock(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	fp := failpoint.New()
+	locked, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the node's own cleanup, which waits for the pass
+	fp.At(scheduler.FailpointFireLocked, 1, func() { close(locked); <-release })
+	j := createJob(t, pool, "paused-while-firing", everySecond("noop", dag.OverlapAllow))
+	startPolicyNode(t, pool, node.Config{Failpoints: fp})
+	select {
+	case <-locked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no firing transaction within 30 s")
+	}
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused := make(chan error, 1)
+	go func() {
+		_, err := jobs.Pause(ctx, job.Anonymous, job.Ref{ID: j.ID})
+		paused <- err
+	}()
+	enginetest.WaitFor(t, 10*time.Second, "the pause waits for the firing's lock", func() bool {
+		return enginetest.Int(t, pool, `SELECT count(*)::int FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
+	free()
+	select {
+	case err := <-paused:
+		if err != nil {
+			t.Fatalf("pause: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pause did not return within 30 s")
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*)::int FROM runs WHERE job_id = $1", j.ID); n != 1 {
+		t.Fatalf("%d runs, want the one the held firing wrote", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*)::int FROM job_schedules WHERE job_id = $1 AND next_fire_at IS NULL", j.ID); n != 1 {
+		t.Fatal("the paused job still has a fire time")
+	}
+	if n := enginetest.Int(t, pool, `SELECT count(*)::int FROM jobs AS j JOIN runs AS r ON r.job_id = j.id
+		WHERE j.id = $1 AND j.status = 'paused' AND j.next_fire_at = r.scheduled_for + interval '1 second'`, j.ID); n != 1 {
+		t.Fatal("the paused job does not resume from the instant after the fired one")
+	}
+}

@@ -1,0 +1,45 @@
+-- Each job's next fire time moves out of the wide jobs row into a narrow
+-- table of its own. Firing advanced jobs.next_fire_at for every run: a
+-- rewrite of the whole row (its spec and labels) and an entry in each of
+-- its four indexes, and a row lock on it, all in the firing transaction.
+-- job_schedules holds the live value: firing locks and advances it there
+-- (an entry in two small indexes), and reads the jobs row without a lock.
+--
+-- jobs.next_fire_at stays what a definition change set (create, update,
+-- pause, resume, delete: rare writes), and the trigger carries every such
+-- write to job_schedules (NULL there unless the job is active). Nodes
+-- older than this migration fire by jobs.next_fire_at and write it too,
+-- so the trigger keeps them in step during a rolling upgrade; an instant
+-- both fire is one run (runs' unique key, invariant 2).
+
+-- +goose Up
+CREATE TABLE job_schedules (
+    job_id       UUID PRIMARY KEY REFERENCES jobs (id),
+    shard        INT NOT NULL,
+    next_fire_at TIMESTAMPTZ -- NULL: nothing left to fire, or the job is not active
+);
+INSERT INTO job_schedules (job_id, shard, next_fire_at)
+SELECT id, shard, CASE WHEN status = 'active' THEN next_fire_at END FROM jobs;
+-- The scheduler's range scan: due jobs of one shard.
+CREATE INDEX job_schedules_due ON job_schedules (shard, next_fire_at) WHERE next_fire_at IS NOT NULL;
+
+-- +goose StatementBegin
+CREATE FUNCTION job_schedules_follow() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO job_schedules (job_id, shard, next_fire_at)
+    VALUES (NEW.id, NEW.shard, CASE WHEN NEW.status = 'active' THEN NEW.next_fire_at END)
+    ON CONFLICT (job_id) DO UPDATE SET shard = EXCLUDED.shard, next_fire_at = EXCLUDED.next_fire_at;
+    RETURN NULL;
+END
+$$;
+-- +goose StatementEnd
+
+CREATE TRIGGER jobs_schedule AFTER INSERT OR UPDATE OF next_fire_at, status, shard ON jobs
+    FOR EACH ROW EXECUTE FUNCTION job_schedules_follow();
+
+-- +goose Down
+DROP TRIGGER jobs_schedule ON jobs;
+DROP FUNCTION job_schedules_follow();
+-- The live fire times back where older nodes read them.
+UPDATE jobs SET next_fire_at = s.next_fire_at FROM job_schedules AS s WHERE s.job_id = jobs.id AND jobs.status = 'active';
+DROP TABLE job_schedules;
