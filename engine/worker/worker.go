@@ -39,6 +39,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orrery-dev/orrery/engine/batch"
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
@@ -182,8 +183,8 @@ func (c *Config) withDefaults() error {
 type Worker struct {
 	cfg        Config
 	id         uuid.UUID
-	starter    *batcher[run.Start, *run.Attempt]
-	completer  *batcher[run.Report, bool]
+	starter    *batch.Batcher[run.Start, *run.Attempt]
+	completer  *batch.Batcher[run.Report, bool]
 	runner     *executor.Runner
 	dispatcher *dispatch.Dispatcher
 	river      *river.Client[pgx.Tx]
@@ -234,8 +235,8 @@ func New(cfg Config) (*Worker, error) {
 	d.ObserveAdmissions(cfg.Metrics.AdmissionWait)
 	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, running: map[uuid.UUID]*leased{},
 		busy: map[uuid.UUID]int{}, unreported: map[uuid.UUID]run.Report{}}
-	w.starter = newBatcher("start attempts", cfg.Logger, w.startAttempts)
-	w.completer = newBatcher("report attempts", cfg.Logger, w.finishAttempts)
+	w.starter = batch.New("start attempts", cfg.Logger, w.startAttempts)
+	w.completer = batch.New("report attempts", cfg.Logger, w.finishAttempts)
 	secrets := &w.cfg.Secrets
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient, Secrets: secrets}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
@@ -285,20 +286,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
 	go func() { defer close(hbDone); w.heartbeat(hbCtx) }()
-	stopBatchers := make(chan struct{})
-	var batchers sync.WaitGroup
-	batchers.Go(func() { w.starter.run(stopBatchers) })
-	batchers.Go(func() { w.completer.run(stopBatchers) })
-	// Notifications of this worker's queues: stopped with the batchers.
+	// The start and report batchers need no goroutine of their own (their
+	// lanes come and go with requests). Notifications of this worker's
+	// queues, and their admission (after the lease, so that its slots
+	// count), run until the worker stops.
+	var background sync.WaitGroup
 	notifyCtx, stopNotify := context.WithCancel(context.WithoutCancel(ctx))
-	batchers.Go(func() { _ = w.deliverer.Run(notifyCtx) })
-	// Admission of this worker's queues: after the lease, so that its
-	// slots count; stopped with the batchers.
-	batchers.Go(func() {
+	background.Go(func() { _ = w.deliverer.Run(notifyCtx) })
+	background.Go(func() {
 		_ = w.dispatcher.Admit(notifyCtx, dispatch.AdmitConfig{Pool: w.cfg.StatePool, Queues: w.queueNames,
 			Logger: w.cfg.Logger, Failpoints: w.cfg.Failpoints})
 	})
-	defer func() { close(stopBatchers); stopNotify(); batchers.Wait() }()
+	defer func() { stopNotify(); background.Wait() }()
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), w.cfg.LeaseTTL)
 	defer cancel()
@@ -565,7 +564,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	w.hold(job.Args.TaskID, 1)
 	defer w.hold(job.Args.TaskID, -1)
 	w.cfg.Failpoints.Hit(FailpointFetched)
-	att, err := w.starter.do(ctx, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt})
+	att, err := w.starter.Do(ctx, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt})
 	if err != nil {
 		return fmt.Errorf("start attempt: %w", err) // River retries the job
 	}
@@ -610,7 +609,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	reportCtx, cancelReport := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelReport()
 	report := run.Report{TaskID: c.TaskID, RunID: c.RunID, FencingToken: c.FencingToken, Result: res, Shape: &att.Shape, LeaseLost: leaseLost}
-	accepted, err := w.completer.do(reportCtx, report)
+	accepted, err := w.completer.Do(reportCtx, report)
 	if err != nil {
 		// Kept for the orphan check, which sends it again with the worker
 		// vouching that the attempt is over: its token alone fences it (a
