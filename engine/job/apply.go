@@ -82,7 +82,7 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 			switch c.Action {
 			case ActionCreate:
 				it := items[i]
-				if c.Job, err = s.insertJob(ctx, q, a, it.Resource, now, it.Source, "", nil); err != nil {
+				if c.Job, err = s.insertJob(ctx, q, a, it.Resource, now, it.Source); err != nil {
 					return fmt.Errorf("%s/%s: %w", c.Namespace, c.Name, err)
 				}
 			case ActionUpdate:

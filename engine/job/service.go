@@ -15,6 +15,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/batch"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/shard"
 )
@@ -24,6 +25,8 @@ type Service struct {
 	pool   *pgxpool.Pool
 	shards int
 	log    *slog.Logger
+	// creator commits concurrent creations together (createJobs).
+	creator *batch.Batcher[createReq, createRes]
 }
 
 // New returns a Service on pool; it reads the cluster's shard count once.
@@ -35,7 +38,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Service, e
 	if err != nil {
 		return nil, fmt.Errorf("job: read shard count (is the schema migrated?): %w", err)
 	}
-	return &Service{pool: pool, shards: int(n), log: log}, nil
+	s := &Service{pool: pool, shards: int(n), log: log}
+	s.creator = batch.New("create jobs", log, s.createJobs)
+	return s, nil
 }
 
 // Ref names a job by ID, or by namespace and name among live jobs.
@@ -105,49 +110,150 @@ func (s *Service) Create(ctx context.Context, a Actor, res dag.Resource, idempot
 	}
 }
 
-// createJob commits a new job in one statement (job, namespace, version 1,
-// audit row, idempotency key): two round trips in all, the first to read
-// the database clock and any earlier answer under the key. A concurrent
-// first use of the same key loses on the key's primary key; Create retries.
+// createJob commits a new job: concurrent creations are committed
+// together, in one statement (createJobs).
 func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key string) (*Job, error) {
 	var reqHash []byte
 	if key != "" {
 		reqHash = requestHash(res)
 	}
-	var out *Job
+	r, err := s.creator.Do(ctx, createReq{a: a, res: res, key: key, reqHash: reqHash})
+	if err != nil {
+		return nil, err
+	}
+	if r.err == nil {
+		s.log.Debug("job created", "tenant", a.Tenant, "job_id", r.job.ID, "job", r.job.Namespace+"/"+r.job.Name)
+	}
+	return r.job, r.err
+}
+
+// createReq is one creation waiting in the batcher; createRes its answer:
+// the job, or the error of this creation alone (its name is taken, its
+// key names another request).
+type createReq struct {
+	a       Actor
+	res     dag.Resource
+	key     string
+	reqHash []byte
+}
+
+type createRes struct {
+	job *Job
+	err error
+}
+
+// createJobs commits a batch of creations in two round trips: one reads
+// the database clock and the answers already stored under their keys,
+// one writes the new jobs (CreateJobs: each with its namespace, version
+// 1, audit row and key). A creation whose key an earlier one of the batch
+// uses waits for the batch, then finds that one's answer. A concurrent
+// first use of the same key in another batch fails this statement on the
+// key's primary key; the batcher then serves each creation alone, and
+// Create retries the one whose key was taken.
+func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes, error) {
+	out := make([]createRes, len(reqs))
+	var later []int // a key an earlier creation of the batch uses
 	err := store.Retry(ctx, func() error {
+		later = later[:0]
 		q := store.New(s.pool)
-		look, err := q.CreateLookup(ctx, store.CreateLookupParams{TenantID: a.Tenant, IdempotencyKey: key})
+		lp := store.CreateLookupsParams{TenantIds: make([]uuid.UUID, len(reqs)), IdempotencyKeys: make([]string, len(reqs))}
+		for i, r := range reqs {
+			lp.TenantIds[i], lp.IdempotencyKeys[i] = r.a.Tenant, r.key
+		}
+		looks, err := q.CreateLookups(ctx, lp)
 		if err != nil {
 			return err
 		}
-		if key != "" && look.RequestHash != nil {
-			if string(look.RequestHash) != string(reqHash) {
-				return ErrIdempotencyConflict
-			}
-			out = new(Job)
-			return json.Unmarshal(look.Response, out)
+		if len(looks) != len(reqs) {
+			return fmt.Errorf("job: %d lookups for %d creations", len(looks), len(reqs))
 		}
-		out, err = s.insertJob(ctx, q, a, res, look.Now, nil, key, reqHash)
-		return err
+		now := looks[0].Now.UTC()
+		var p store.CreateJobsParams
+		p.Now = now
+		pending := map[uuid.UUID]int{}
+		keys := map[[2]string]bool{}
+		for i, r := range reqs {
+			out[i] = createRes{}
+			if look := looks[i]; r.key != "" && look.RequestHash != nil {
+				if string(look.RequestHash) != string(r.reqHash) {
+					out[i].err = ErrIdempotencyConflict
+					continue
+				}
+				out[i].job = new(Job)
+				out[i].err = json.Unmarshal(look.Response, out[i].job)
+				continue
+			}
+			if r.key != "" {
+				k := [2]string{r.a.Tenant.String(), r.key}
+				if keys[k] {
+					later = append(later, i)
+					continue
+				}
+				keys[k] = true
+			}
+			j, err := s.newJob(r.a, r.res, now, nil)
+			if err != nil {
+				out[i].err = err
+				continue
+			}
+			pending[j.ID] = i
+			out[i].job = j
+			p.Ids = append(p.Ids, j.ID)
+			p.TenantIds = append(p.TenantIds, j.Tenant)
+			p.Namespaces = append(p.Namespaces, j.Namespace)
+			p.Names = append(p.Names, j.Name)
+			p.Descriptions = append(p.Descriptions, j.Description)
+			p.Labels = append(p.Labels, string(labelsJSON(j.Labels)))
+			spec, _ := json.Marshal(j.Spec)
+			p.Specs = append(p.Specs, string(spec))
+			p.Sources = append(p.Sources, "")
+			p.Shards = append(p.Shards, int32(j.Shard))
+			var next time.Time // the zero time: none
+			if j.NextFireAt != nil {
+				next = *j.NextFireAt
+			}
+			p.NextFireAts = append(p.NextFireAts, next)
+			p.Actors = append(p.Actors, r.a.Name)
+			p.AuditIds = append(p.AuditIds, uuid.Must(uuid.NewV7()))
+			p.Snapshots = append(p.Snapshots, string(snapshot(j)))
+			p.IdempotencyKeys = append(p.IdempotencyKeys, r.key)
+			p.RequestHashes = append(p.RequestHashes, r.reqHash)
+		}
+		if len(pending) == 0 {
+			return nil
+		}
+		written, err := q.CreateJobs(ctx, p)
+		if err != nil {
+			return err
+		}
+		for _, id := range written {
+			delete(pending, id)
+		}
+		for _, i := range pending { // a live job has the name
+			out[i] = createRes{err: ErrAlreadyExists}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.log.Debug("job created", "tenant", a.Tenant, "job_id", out.ID, "job", out.Namespace+"/"+out.Name)
+	for _, i := range later {
+		res, err := s.createJobs(ctx, reqs[i:i+1])
+		if err != nil {
+			out[i] = createRes{err: err}
+		} else {
+			out[i] = res[0]
+		}
+	}
 	return out, nil
 }
 
-// insertJob writes a new job in one statement: the job, its namespace,
-// version 1, the audit row and, with a key, the idempotency record.
-func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res dag.Resource, now time.Time, src *Source, key string, reqHash []byte) (*Job, error) {
+// newJob is a new job as of now, not yet written: version 1, its shard
+// and its first fire time.
+func (s *Service) newJob(a Actor, res dag.Resource, now time.Time, src *Source) (*Job, error) {
 	sched, err := schedule.Parse(res.Spec.Schedule)
 	if err != nil {
 		return nil, err // validated already; kept for safety
-	}
-	specJSON, err := json.Marshal(res.Spec)
-	if err != nil {
-		return nil, err
 	}
 	now = now.UTC()
 	id := uuid.Must(uuid.NewV7())
@@ -160,9 +266,24 @@ func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res 
 	if len(out.Labels) == 0 {
 		out.Labels = nil
 	}
+	return out, nil
+}
+
+// insertJob writes a new job in one statement, in q's transaction: the
+// job, its namespace, version 1 and the audit row (apply's creations; the
+// API's go through createJobs).
+func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res dag.Resource, now time.Time, src *Source) (*Job, error) {
+	out, err := s.newJob(a, res, now, src)
+	if err != nil {
+		return nil, err
+	}
+	specJSON, err := json.Marshal(res.Spec)
+	if err != nil {
+		return nil, err
+	}
 	err = q.CreateJob(ctx, store.CreateJobParams{
-		TenantID: a.Tenant, IdempotencyKey: key, RequestHash: reqHash, Snapshot: snapshot(out), Now: now,
-		Namespace: out.Namespace, ID: id, Name: out.Name, Description: out.Description, Source: sourceJSON(src),
+		TenantID: a.Tenant, Snapshot: snapshot(out), Now: out.CreatedAt,
+		Namespace: out.Namespace, ID: out.ID, Name: out.Name, Description: out.Description, Source: sourceJSON(src),
 		Labels: labelsJSON(out.Labels), Spec: specJSON, Shard: int32(out.Shard), NextFireAt: out.NextFireAt,
 		Actor: a.Name, AuditID: uuid.Must(uuid.NewV7()), TargetName: out.Namespace + "/" + out.Name,
 	})

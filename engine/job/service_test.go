@@ -13,6 +13,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/enginetest"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/pgtest"
 )
@@ -365,5 +366,51 @@ func TestOneTimeInstantRewrittenDoesNotFireAgain(t *testing.T) {
 	j, err = svc.Update(ctx, job.Anonymous, job.Ref{ID: j.ID}, res, j.Version)
 	if err != nil || j.NextFireAt == nil || !j.NextFireAt.Equal(time.Date(2030, 6, 1, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("another instant: next fire %v (%v)", j.NextFireAt, err)
+	}
+}
+
+// Concurrent creations are committed together (one statement for a
+// batch), each with its own answer: of ten creations of one name exactly
+// one is created and the others are told the name is taken, every other
+// creation is created, with its version, audit row and schedule, and
+// nothing is written for the ones refused.
+func TestConcurrentCreatesAnswerEachAlone(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	created, taken := map[string]int{}, 0
+	for i := range 50 {
+		name := fmt.Sprintf("n%02d", i)
+		if i >= 40 {
+			name = "same"
+		}
+		wg.Go(func() {
+			j, err := svc.Create(ctx, job.Anonymous, resource(name, "@daily"), "")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, job.ErrAlreadyExists) && name == "same":
+				taken++
+			case err != nil:
+				t.Errorf("%s: %v", name, err)
+			case j.Name != name || j.NextFireAt == nil:
+				t.Errorf("%s: answered with %s, next fire %v", name, j.Name, j.NextFireAt)
+			default:
+				created[name]++
+			}
+		})
+	}
+	wg.Wait()
+	if len(created) != 41 || created["same"] != 1 || taken != 9 {
+		t.Fatalf("%d names created (same: %d), %d refused; want 41, 1, 9", len(created), created["same"], taken)
+	}
+	if got := counts(t, pool); got != "jobs=41 versions=41 audit=41 keys=0" {
+		t.Fatal(got)
+	}
+	if n := enginetest.Int(t, pool, `SELECT count(*)::int FROM jobs AS j JOIN job_schedules AS s ON s.job_id = j.id
+		WHERE s.next_fire_at = j.next_fire_at AND s.shard = j.shard`); n != 41 {
+		t.Fatalf("%d of 41 jobs with their schedule", n)
 	}
 }

@@ -132,31 +132,159 @@ func (q *Queries) CreateJob(ctx context.Context, arg CreateJobParams) error {
 	return err
 }
 
-const createLookup = `-- name: CreateLookup :one
-SELECT now()::timestamptz AS now, k.request_hash, k.response
-FROM (SELECT 1) AS one
-LEFT JOIN idempotency_keys AS k
-    ON k.tenant_id = $1 AND k.operation = 'CreateJob' AND k.key = $2
+const createJobs = `-- name: CreateJobs :many
+WITH input AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS tenant_id,
+           unnest($3::text[]) AS namespace, unnest($4::text[]) AS name,
+           unnest($5::text[]) AS description, unnest($6::text[])::jsonb AS labels,
+           unnest($7::text[])::jsonb AS spec, NULLIF(unnest($8::text[]), '')::jsonb AS source,
+           unnest($9::int[]) AS shard,
+           -- the zero time (Go's) for none
+           NULLIF(unnest($10::timestamptz[]), '0001-01-01 00:00:00+00') AS next_fire_at,
+           unnest($11::text[]) AS actor, unnest($12::uuid[]) AS audit_id,
+           unnest($13::text[])::jsonb AS snapshot, unnest($14::text[]) AS idempotency_key,
+           unnest($15::bytea[]) AS request_hash
+), ns AS (
+    INSERT INTO namespaces (tenant_id, name, created_at)
+    SELECT DISTINCT tenant_id, namespace, $16::timestamptz FROM input
+    ON CONFLICT (tenant_id, name) DO NOTHING
+), j AS (
+    INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec, source,
+                      shard, next_fire_at, created_at, created_by, updated_at, updated_by)
+    SELECT id, tenant_id, namespace, name, description, labels, 'active', 1, spec, source,
+           shard, next_fire_at, $16::timestamptz, actor, $16::timestamptz, actor
+    FROM input
+    ON CONFLICT (tenant_id, namespace, name) WHERE status <> 'deleted' DO NOTHING
+    RETURNING id
+), v AS (
+    INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
+    SELECT i.id, 1, i.tenant_id, i.description, i.labels, i.spec, $16::timestamptz, i.actor FROM input AS i JOIN j ON j.id = i.id
+), a AS (
+    INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
+    SELECT i.audit_id, i.tenant_id, $16::timestamptz, i.actor, 'create', 'job', i.id, i.namespace || '/' || i.name, NULL, i.snapshot
+    FROM input AS i JOIN j ON j.id = i.id
+), k AS (
+    INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
+    SELECT i.tenant_id, 'CreateJob', i.idempotency_key, i.request_hash, i.snapshot, $16::timestamptz
+    FROM input AS i JOIN j ON j.id = i.id
+    WHERE i.idempotency_key <> ''
+)
+SELECT id FROM j
 `
 
-type CreateLookupParams struct {
-	TenantID       uuid.UUID
-	IdempotencyKey string
+type CreateJobsParams struct {
+	Ids             []uuid.UUID
+	TenantIds       []uuid.UUID
+	Namespaces      []string
+	Names           []string
+	Descriptions    []string
+	Labels          []string
+	Specs           []string
+	Sources         []string
+	Shards          []int32
+	NextFireAts     []time.Time
+	Actors          []string
+	AuditIds        []uuid.UUID
+	Snapshots       []string
+	IdempotencyKeys []string
+	RequestHashes   [][]byte
+	Now             time.Time
 }
 
-type CreateLookupRow struct {
+// CreateJobs is CreateJob for a batch of concurrent creations (the API's
+// group commit: one statement and one commit for all): each new job with
+// its namespace, version 1, audit row and key (when one is given). A job
+// whose name is taken (by a live job, or by an earlier job of the batch)
+// is left out with its version, audit row and key, and is missing from
+// the answer. A key another transaction took meanwhile fails the whole
+// statement (its primary key), as any other error does: the caller then
+// writes each job alone.
+func (q *Queries) CreateJobs(ctx context.Context, arg CreateJobsParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, createJobs,
+		arg.Ids,
+		arg.TenantIds,
+		arg.Namespaces,
+		arg.Names,
+		arg.Descriptions,
+		arg.Labels,
+		arg.Specs,
+		arg.Sources,
+		arg.Shards,
+		arg.NextFireAts,
+		arg.Actors,
+		arg.AuditIds,
+		arg.Snapshots,
+		arg.IdempotencyKeys,
+		arg.RequestHashes,
+		arg.Now,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const createLookups = `-- name: CreateLookups :many
+SELECT now()::timestamptz AS now, i.ord::int AS ord, k.request_hash, k.response
+FROM (
+    SELECT unnest($1::uuid[]) AS tenant_id, unnest($2::text[]) AS key,
+           generate_subscripts($1::uuid[], 1) AS ord
+) AS i
+LEFT JOIN idempotency_keys AS k
+    ON i.key <> '' AND k.tenant_id = i.tenant_id AND k.operation = 'CreateJob' AND k.key = i.key
+ORDER BY i.ord
+`
+
+type CreateLookupsParams struct {
+	TenantIds       []uuid.UUID
+	IdempotencyKeys []string
+}
+
+type CreateLookupsRow struct {
 	Now         time.Time
+	Ord         int32
 	RequestHash []byte
 	Response    []byte
 }
 
-// CreateLookup reads the database clock and, for an idempotent create, the
-// answer stored under the key (NULLs when there is none), in one round trip.
-func (q *Queries) CreateLookup(ctx context.Context, arg CreateLookupParams) (CreateLookupRow, error) {
-	row := q.db.QueryRow(ctx, createLookup, arg.TenantID, arg.IdempotencyKey)
-	var i CreateLookupRow
-	err := row.Scan(&i.Now, &i.RequestHash, &i.Response)
-	return i, err
+// CreateLookups reads, for a batch of creations, the database clock and,
+// for each (tenant, key) in order (ord counts from 1) the
+// answer stored under it, NULLs when there is none or the key is empty.
+func (q *Queries) CreateLookups(ctx context.Context, arg CreateLookupsParams) ([]CreateLookupsRow, error) {
+	rows, err := q.db.Query(ctx, createLookups, arg.TenantIds, arg.IdempotencyKeys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CreateLookupsRow{}
+	for rows.Next() {
+		var i CreateLookupsRow
+		if err := rows.Scan(
+			&i.Now,
+			&i.Ord,
+			&i.RequestHash,
+			&i.Response,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const databaseNow = `-- name: DatabaseNow :one

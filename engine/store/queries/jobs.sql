@@ -68,14 +68,6 @@ ORDER BY name, id
 LIMIT @page_size;
 
 
--- CreateLookup reads the database clock and, for an idempotent create, the
--- answer stored under the key (NULLs when there is none), in one round trip.
--- name: CreateLookup :one
-SELECT now()::timestamptz AS now, k.request_hash, k.response
-FROM (SELECT 1) AS one
-LEFT JOIN idempotency_keys AS k
-    ON k.tenant_id = @tenant_id AND k.operation = 'CreateJob' AND k.key = @idempotency_key;
-
 -- CreateJob writes a new job with its namespace, version 1, audit row and
 -- idempotency key (when one is given) in one statement, hence one implicit
 -- transaction and one round trip. Foreign keys are checked at its end.
@@ -100,6 +92,66 @@ WITH ns AS (
 INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
 SELECT @tenant_id, 'CreateJob', @idempotency_key::text, @request_hash, @snapshot::jsonb, @now FROM j
 WHERE @idempotency_key::text <> '';
+
+-- CreateLookups reads, for a batch of creations, the database clock and,
+-- for each (tenant, key) in order (ord counts from 1) the
+-- answer stored under it, NULLs when there is none or the key is empty.
+-- name: CreateLookups :many
+SELECT now()::timestamptz AS now, i.ord::int AS ord, k.request_hash, k.response
+FROM (
+    SELECT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@idempotency_keys::text[]) AS key,
+           generate_subscripts(@tenant_ids::uuid[], 1) AS ord
+) AS i
+LEFT JOIN idempotency_keys AS k
+    ON i.key <> '' AND k.tenant_id = i.tenant_id AND k.operation = 'CreateJob' AND k.key = i.key
+ORDER BY i.ord;
+
+-- CreateJobs is CreateJob for a batch of concurrent creations (the API's
+-- group commit: one statement and one commit for all): each new job with
+-- its namespace, version 1, audit row and key (when one is given). A job
+-- whose name is taken (by a live job, or by an earlier job of the batch)
+-- is left out with its version, audit row and key, and is missing from
+-- the answer. A key another transaction took meanwhile fails the whole
+-- statement (its primary key), as any other error does: the caller then
+-- writes each job alone.
+-- name: CreateJobs :many
+WITH input AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id,
+           unnest(@namespaces::text[]) AS namespace, unnest(@names::text[]) AS name,
+           unnest(@descriptions::text[]) AS description, unnest(@labels::text[])::jsonb AS labels,
+           unnest(@specs::text[])::jsonb AS spec, NULLIF(unnest(@sources::text[]), '')::jsonb AS source,
+           unnest(@shards::int[]) AS shard,
+           -- the zero time (Go's) for none
+           NULLIF(unnest(@next_fire_ats::timestamptz[]), '0001-01-01 00:00:00+00') AS next_fire_at,
+           unnest(@actors::text[]) AS actor, unnest(@audit_ids::uuid[]) AS audit_id,
+           unnest(@snapshots::text[])::jsonb AS snapshot, unnest(@idempotency_keys::text[]) AS idempotency_key,
+           unnest(@request_hashes::bytea[]) AS request_hash
+), ns AS (
+    INSERT INTO namespaces (tenant_id, name, created_at)
+    SELECT DISTINCT tenant_id, namespace, @now::timestamptz FROM input
+    ON CONFLICT (tenant_id, name) DO NOTHING
+), j AS (
+    INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec, source,
+                      shard, next_fire_at, created_at, created_by, updated_at, updated_by)
+    SELECT id, tenant_id, namespace, name, description, labels, 'active', 1, spec, source,
+           shard, next_fire_at, @now::timestamptz, actor, @now::timestamptz, actor
+    FROM input
+    ON CONFLICT (tenant_id, namespace, name) WHERE status <> 'deleted' DO NOTHING
+    RETURNING id
+), v AS (
+    INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
+    SELECT i.id, 1, i.tenant_id, i.description, i.labels, i.spec, @now::timestamptz, i.actor FROM input AS i JOIN j ON j.id = i.id
+), a AS (
+    INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
+    SELECT i.audit_id, i.tenant_id, @now::timestamptz, i.actor, 'create', 'job', i.id, i.namespace || '/' || i.name, NULL, i.snapshot
+    FROM input AS i JOIN j ON j.id = i.id
+), k AS (
+    INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
+    SELECT i.tenant_id, 'CreateJob', i.idempotency_key, i.request_hash, i.snapshot, @now::timestamptz
+    FROM input AS i JOIN j ON j.id = i.id
+    WHERE i.idempotency_key <> ''
+)
+SELECT id FROM j;
 
 -- AppliedJobsIn lists the live jobs of the given namespaces that were
 -- applied from files: what --prune may delete.
