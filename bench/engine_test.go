@@ -538,7 +538,8 @@ func BenchmarkMidnightStorm(b *testing.B) {
 func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 	const jobs = 10_000
 	{
-		eng := startEngine(b, pool, 500)
+		// ORRERY_BENCH_SLOTS sets the worker's slots (default 500).
+		eng := startEngine(b, pool, envInt(b, "ORRERY_BENCH_SLOTS", 500))
 		at := dbTime(b, pool).Truncate(time.Second).Add(8 * time.Second)
 		cron := fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
 		seedJobs(b, pool, "storm", jobs, noopSpec(cron), at)
