@@ -6,25 +6,29 @@
 -- (an entry in two small indexes), and reads the jobs row without a lock.
 --
 -- jobs.next_fire_at stays what a definition change set (create, update,
--- pause, resume, delete: rare writes), and the trigger carries every such
--- write to job_schedules (NULL there unless the job is active). Nodes
--- older than this migration fire by jobs.next_fire_at and write it too,
--- so the trigger keeps them in step during a rolling upgrade; an instant
--- both fire is one run (runs' unique key, invariant 2).
+-- pause, resume, delete: rare writes; a paused job resumes from it), and
+-- the trigger carries every such write to job_schedules (NULL there unless
+-- the job is active).
+--
+-- Nodes older than this migration read and write jobs.next_fire_at as the
+-- live time: stop the scheduler and API nodes older than it when it is
+-- applied (README, upgrading); workers do not read it.
+--
+-- Outside a transaction, each statement re-runnable, in this order: the
+-- trigger first, so that a write committed while the table is filled has
+-- gone through it, and the fill leaves such rows alone.
+
+-- +goose NO TRANSACTION
 
 -- +goose Up
-CREATE TABLE job_schedules (
+CREATE TABLE IF NOT EXISTS job_schedules (
     job_id       UUID PRIMARY KEY REFERENCES jobs (id),
     shard        INT NOT NULL,
     next_fire_at TIMESTAMPTZ -- NULL: nothing left to fire, or the job is not active
 );
-INSERT INTO job_schedules (job_id, shard, next_fire_at)
-SELECT id, shard, CASE WHEN status = 'active' THEN next_fire_at END FROM jobs;
--- The scheduler's range scan: due jobs of one shard.
-CREATE INDEX job_schedules_due ON job_schedules (shard, next_fire_at) WHERE next_fire_at IS NOT NULL;
 
 -- +goose StatementBegin
-CREATE FUNCTION job_schedules_follow() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION job_schedules_follow() RETURNS TRIGGER LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO job_schedules (job_id, shard, next_fire_at)
     VALUES (NEW.id, NEW.shard, CASE WHEN NEW.status = 'active' THEN NEW.next_fire_at END)
@@ -34,12 +38,20 @@ END
 $$;
 -- +goose StatementEnd
 
+DROP TRIGGER IF EXISTS jobs_schedule ON jobs;
 CREATE TRIGGER jobs_schedule AFTER INSERT OR UPDATE OF next_fire_at, status, shard ON jobs
     FOR EACH ROW EXECUTE FUNCTION job_schedules_follow();
 
+INSERT INTO job_schedules (job_id, shard, next_fire_at)
+SELECT id, shard, CASE WHEN status = 'active' THEN next_fire_at END FROM jobs
+ON CONFLICT (job_id) DO NOTHING;
+
+-- The scheduler's range scan: due jobs of one shard.
+CREATE INDEX IF NOT EXISTS job_schedules_due ON job_schedules (shard, next_fire_at) WHERE next_fire_at IS NOT NULL;
+
 -- +goose Down
-DROP TRIGGER jobs_schedule ON jobs;
-DROP FUNCTION job_schedules_follow();
 -- The live fire times back where older nodes read them.
 UPDATE jobs SET next_fire_at = s.next_fire_at FROM job_schedules AS s WHERE s.job_id = jobs.id AND jobs.status = 'active';
-DROP TABLE job_schedules;
+DROP TRIGGER IF EXISTS jobs_schedule ON jobs;
+DROP FUNCTION IF EXISTS job_schedules_follow();
+DROP TABLE IF EXISTS job_schedules;

@@ -128,7 +128,13 @@ func (d *Dispatcher) ObserveAdmissions(f func(queue string, seconds []float64)) 
 // that inserts River jobs sends the notification itself (notifyInserted),
 // and River's own is all but turned off; when both go out in one
 // transaction PostgreSQL delivers one. The workers' River clients
-// debounce the wake-ups (their FetchCooldown).
+// debounce the wake-ups (their FetchCooldown). The cost: PostgreSQL
+// serializes the commits of notifying transactions (a cluster-wide lock
+// from the notification's queueing to the end of the commit). Those that
+// insert River jobs are batches (a firing, an admission pass, a batch of
+// reports), tens to a few hundred a second in the benchmarks; should that
+// lock show, one notification per queue sent after commit by a
+// per-process coalescer would replace these.
 const riverNotifyCooldown = time.Hour
 
 // riverConfig is the River client configuration of a dispatcher: it

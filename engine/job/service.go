@@ -110,14 +110,34 @@ func (s *Service) Create(ctx context.Context, a Actor, res dag.Resource, idempot
 	}
 }
 
+// batchedDefinitionBytes bounds the definitions that join a batch of
+// creations: a larger one (up to MaxDefinitionBytes) is written alone, so
+// that a batch's statement stays within a few megabytes.
+const batchedDefinitionBytes = 64 << 10
+
 // createJob commits a new job: concurrent creations are committed
-// together, in one statement (createJobs).
+// together, in one statement (createJobs). As with any call, a caller
+// that gives up waiting does not know whether its job was written (the
+// batch may commit it); an idempotency key makes the retry safe.
 func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key string) (*Job, error) {
 	var reqHash []byte
 	if key != "" {
 		reqHash = requestHash(res)
 	}
-	r, err := s.creator.Do(ctx, createReq{a: a, res: res, key: key, reqHash: reqHash})
+	spec, err := json.Marshal(res.Spec)
+	if err != nil {
+		return nil, err
+	}
+	req := createReq{a: a, res: res, spec: spec, key: key, reqHash: reqHash}
+	var r createRes
+	if len(spec) > batchedDefinitionBytes {
+		var rs []createRes
+		if rs, err = s.createJobs(ctx, []createReq{req}); err == nil {
+			r = rs[0]
+		}
+	} else {
+		r, err = s.creator.Do(ctx, req)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +153,7 @@ func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key 
 type createReq struct {
 	a       Actor
 	res     dag.Resource
+	spec    []byte // res.Spec as JSON
 	key     string
 	reqHash []byte
 }
@@ -204,8 +225,7 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 			p.Names = append(p.Names, j.Name)
 			p.Descriptions = append(p.Descriptions, j.Description)
 			p.Labels = append(p.Labels, string(labelsJSON(j.Labels)))
-			spec, _ := json.Marshal(j.Spec)
-			p.Specs = append(p.Specs, string(spec))
+			p.Specs = append(p.Specs, string(r.spec))
 			p.Sources = append(p.Sources, "")
 			p.Shards = append(p.Shards, int32(j.Shard))
 			var next time.Time // the zero time: none

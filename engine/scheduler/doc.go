@@ -11,9 +11,10 @@
 //     and the batch is retried without it;
 //   - the due jobs of those shards, oldest first, their schedule rows
 //     (job_schedules: the narrow table that holds each job's live next
-//     fire time) locked; the jobs rows are read, not locked (a definition
-//     change locks the jobs row, then the schedule row: see
-//     store.GetJobForUpdate for why not FOR UPDATE);
+//     fire time) locked, then their definitions read, not locked (a
+//     definition change locks the jobs row, then the schedule row: see
+//     store.GetJobForUpdate for why not FOR UPDATE; read after the lock,
+//     a definition is the last committed one);
 //   - for each, the plan: misfire policy (instants later than MisfireAfter
 //     count as missed), then overlap policy against the job's active runs;
 //   - the runs (skipped ones too, with the policy that skipped them: the

@@ -2,9 +2,12 @@ package scheduler_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/enginetest"
@@ -13,6 +16,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/node"
 	"github.com/orrery-dev/orrery/engine/pgtest"
 	"github.com/orrery-dev/orrery/engine/scheduler"
+	"github.com/orrery-dev/orrery/engine/store"
 )
 
 // A definition change (here a pause) that comes while a firing holds the
@@ -70,5 +74,63 @@ func TestPauseWhileFiringWaitsWithoutDeadlock(t *testing.T) {
 	if n := enginetest.Int(t, pool, `SELECT count(*)::int FROM jobs AS j JOIN runs AS r ON r.job_id = j.id
 		WHERE j.id = $1 AND j.status = 'paused' AND j.next_fire_at = r.scheduled_for + interval '1 second'`, j.ID); n != 1 {
 		t.Fatal("the paused job does not resume from the instant after the fired one")
+	}
+}
+
+// A firing that waits for a definition change holding the job's schedule
+// row runs the definition that change committed, under READ COMMITTED
+// (PostgreSQL's default, where a lock that waited rechecks only the row it
+// locks) as under SERIALIZABLE.
+func TestFiringAfterADefinitionChangeRunsIt(t *testing.T) {
+	t.Parallel()
+	for _, iso := range []string{"read committed", "serializable"} {
+		t.Run(strings.ReplaceAll(iso, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = iso
+			cfg.AfterConnect = store.RegisterTypes
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			j := createJob(t, pool, "changed-while-due", everySecond("noop", dag.OverlapAllow))
+			// The change, held open: the jobs row, then the schedule row (as
+			// job.Lock takes them), and a new version of the definition.
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			for _, sql := range []string{
+				"SELECT 1 FROM jobs WHERE id = $1 FOR NO KEY UPDATE",
+				"SELECT 1 FROM job_schedules WHERE job_id = $1 FOR UPDATE",
+				`UPDATE jobs SET version = 2, description = 'v2', spec = jsonb_set(spec, '{run,handler}', '"v2"') WHERE id = $1`,
+				`INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
+				 SELECT id, 2, tenant_id, description, labels, spec, now(), 'test' FROM jobs WHERE id = $1`,
+			} {
+				if _, err := tx.Exec(ctx, sql, j.ID); err != nil {
+					t.Fatalf("%s: %v", sql, err)
+				}
+			}
+			startPolicyNode(t, pool, node.Config{})
+			enginetest.WaitFor(t, 10*time.Second, "a firing waits for the change's lock", func() bool {
+				return enginetest.Int(t, pool, `SELECT count(*)::int FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+			})
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			enginetest.WaitFor(t, 10*time.Second, "the job fires", func() bool {
+				return enginetest.Int(t, pool, "SELECT count(*)::int FROM runs WHERE job_id = $1", j.ID) > 0
+			})
+			if v := enginetest.Int(t, pool, "SELECT min(job_version)::int FROM runs WHERE job_id = $1", j.ID); v != 2 {
+				t.Fatalf("the first run is of version %d, want 2 (the definition committed before the firing took its lock)", v)
+			}
+		})
 	}
 }

@@ -198,9 +198,10 @@ func (s *Scheduler) fireShards(ctx context.Context, leases []*shard.Lease) error
 	return nil
 }
 
-// dueJob is a locked due job with its parsed definition.
+// dueJob is a due job, its schedule row locked, with its definition.
 type dueJob struct {
-	row   store.DueJobsRow
+	due   store.DueJobsRow
+	row   store.FiringJobsRow
 	spec  dag.JobSpec
 	sched *schedule.Schedule
 }
@@ -253,16 +254,30 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		}
 		s.cfg.Failpoints.Hit(FailpointFireLocked)
 		now := rows[0].Now
-		jobs := make([]dueJob, 0, len(rows))
 		jobIDs := make([]uuid.UUID, len(rows))
 		for i, r := range rows {
-			jobIDs[i] = r.ID
-			d := dueJob{row: r}
-			if err := json.Unmarshal(r.Spec, &d.spec); err != nil {
-				return fmt.Errorf("job %s: spec: %w", r.ID, err)
+			jobIDs[i] = r.JobID
+		}
+		defs, err := q.FiringJobs(ctx, jobIDs)
+		if err != nil {
+			return err
+		}
+		byID := make(map[uuid.UUID]store.FiringJobsRow, len(defs))
+		for _, d := range defs {
+			byID[d.ID] = d
+		}
+		jobs := make([]dueJob, 0, len(rows))
+		for _, r := range rows {
+			def, ok := byID[r.JobID]
+			if !ok {
+				return fmt.Errorf("job %s: schedule row without its job", r.JobID)
+			}
+			d := dueJob{due: r, row: def}
+			if err := json.Unmarshal(def.Spec, &d.spec); err != nil {
+				return fmt.Errorf("job %s: spec: %w", r.JobID, err)
 			}
 			if d.sched, err = schedule.Parse(d.spec.Schedule); err != nil {
-				return fmt.Errorf("job %s: schedule: %w", r.ID, err)
+				return fmt.Errorf("job %s: schedule: %w", r.JobID, err)
 			}
 			jobs = append(jobs, d)
 		}
@@ -281,11 +296,11 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		skips = map[string]int{}
 		lag := map[int32]float64{}
 		for _, j := range jobs {
-			pending := *j.row.NextFireAt
-			lag[j.row.Shard] = max(lag[j.row.Shard], now.Sub(pending).Seconds())
+			pending := *j.due.NextFireAt
+			lag[j.due.Shard] = max(lag[j.due.Shard], now.Sub(pending).Seconds())
 			p := planJob(j.sched, &j.spec, pending, now, active[j.row.ID], s.cfg.MisfireAfter)
-			ref := run.JobRef{ID: j.row.ID, Tenant: j.row.TenantID, Version: j.row.Version, Shard: int(j.row.Shard), Spec: &j.spec}
-			epoch := byShard[int(j.row.Shard)].Epoch
+			ref := run.JobRef{ID: j.row.ID, Tenant: j.row.TenantID, Version: j.row.Version, Shard: int(j.due.Shard), Spec: &j.spec}
+			epoch := byShard[int(j.due.Shard)].Epoch
 			for _, r := range p.Runs {
 				news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: epoch})
 			}

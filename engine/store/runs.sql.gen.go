@@ -188,12 +188,12 @@ func (q *Queries) DeadLettersByNamespace(ctx context.Context) ([]DeadLettersByNa
 }
 
 const dueJobs = `-- name: DueJobs :many
-SELECT j.id, j.tenant_id, j.namespace, j.name, j.version, j.spec, s.next_fire_at, s.shard, now()::timestamptz AS now
-FROM job_schedules AS s JOIN jobs AS j ON j.id = s.job_id
-WHERE s.shard = ANY($1::int[]) AND s.next_fire_at <= now()
-ORDER BY s.next_fire_at
+SELECT job_id, next_fire_at, shard, now()::timestamptz AS now
+FROM job_schedules
+WHERE shard = ANY($1::int[]) AND next_fire_at <= now()
+ORDER BY next_fire_at
 LIMIT $2
-FOR UPDATE OF s
+FOR UPDATE
 `
 
 type DueJobsParams struct {
@@ -202,23 +202,19 @@ type DueJobsParams struct {
 }
 
 type DueJobsRow struct {
-	ID         uuid.UUID
-	TenantID   uuid.UUID
-	Namespace  string
-	Name       string
-	Version    int64
-	Spec       []byte
+	JobID      uuid.UUID
 	NextFireAt *time.Time
 	Shard      int32
 	Now        time.Time
 }
 
-// DueJobs locks a batch of the given shards' due jobs, oldest first: an
-// index range scan per shard over due jobs only. The lock is on the
-// narrow schedule row; the jobs row is read as committed (a definition
-// change writes the schedule row too, so it waits for this transaction,
-// and a pause or delete committed before the lock leaves no fire time).
-// now is the database's clock (the same in every row of one transaction).
+// DueJobs locks a batch of the given shards' due schedule rows, oldest
+// first: an index range scan per shard over due jobs only. The jobs rows
+// are read by the next statement (FiringJobs), not joined here: under READ
+// COMMITTED, a lock that had to wait for a definition change rechecks the
+// row it locked but keeps the joined rows it read before waiting, and the
+// firing would run the old definition. now is the database's clock (the
+// same in every row of one transaction).
 func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow, error) {
 	rows, err := q.db.Query(ctx, dueJobs, arg.Shards, arg.Batch)
 	if err != nil {
@@ -229,12 +225,7 @@ func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow,
 	for rows.Next() {
 		var i DueJobsRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.TenantID,
-			&i.Namespace,
-			&i.Name,
-			&i.Version,
-			&i.Spec,
+			&i.JobID,
 			&i.NextFireAt,
 			&i.Shard,
 			&i.Now,
@@ -283,6 +274,49 @@ func (q *Queries) FenceShards(ctx context.Context, arg FenceShardsParams) ([]int
 			return nil, err
 		}
 		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const firingJobs = `-- name: FiringJobs :many
+SELECT id, tenant_id, namespace, name, version, spec FROM jobs WHERE id = ANY($1::uuid[])
+`
+
+type FiringJobsRow struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	Namespace string
+	Name      string
+	Version   int64
+	Spec      []byte
+}
+
+// FiringJobs reads the definitions of the jobs whose schedule rows the
+// firing transaction locked (DueJobs): a definition change locks the
+// schedule row too, so each is read as last committed.
+func (q *Queries) FiringJobs(ctx context.Context, ids []uuid.UUID) ([]FiringJobsRow, error) {
+	rows, err := q.db.Query(ctx, firingJobs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FiringJobsRow{}
+	for rows.Next() {
+		var i FiringJobsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.Namespace,
+			&i.Name,
+			&i.Version,
+			&i.Spec,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

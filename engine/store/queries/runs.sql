@@ -26,19 +26,26 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS h;
 
--- DueJobs locks a batch of the given shards' due jobs, oldest first: an
--- index range scan per shard over due jobs only. The lock is on the
--- narrow schedule row; the jobs row is read as committed (a definition
--- change writes the schedule row too, so it waits for this transaction,
--- and a pause or delete committed before the lock leaves no fire time).
--- now is the database's clock (the same in every row of one transaction).
+-- DueJobs locks a batch of the given shards' due schedule rows, oldest
+-- first: an index range scan per shard over due jobs only. The jobs rows
+-- are read by the next statement (FiringJobs), not joined here: under READ
+-- COMMITTED, a lock that had to wait for a definition change rechecks the
+-- row it locked but keeps the joined rows it read before waiting, and the
+-- firing would run the old definition. now is the database's clock (the
+-- same in every row of one transaction).
 -- name: DueJobs :many
-SELECT j.id, j.tenant_id, j.namespace, j.name, j.version, j.spec, s.next_fire_at, s.shard, now()::timestamptz AS now
-FROM job_schedules AS s JOIN jobs AS j ON j.id = s.job_id
-WHERE s.shard = ANY(@shards::int[]) AND s.next_fire_at <= now()
-ORDER BY s.next_fire_at
+SELECT job_id, next_fire_at, shard, now()::timestamptz AS now
+FROM job_schedules
+WHERE shard = ANY(@shards::int[]) AND next_fire_at <= now()
+ORDER BY next_fire_at
 LIMIT @batch
-FOR UPDATE OF s;
+FOR UPDATE;
+
+-- FiringJobs reads the definitions of the jobs whose schedule rows the
+-- firing transaction locked (DueJobs): a definition change locks the
+-- schedule row too, so each is read as last committed.
+-- name: FiringJobs :many
+SELECT id, tenant_id, namespace, name, version, spec FROM jobs WHERE id = ANY(@ids::uuid[]);
 
 -- name: ActiveRuns :many
 SELECT job_id, id, status FROM runs
