@@ -414,3 +414,32 @@ func TestConcurrentCreatesAnswerEachAlone(t *testing.T) {
 		t.Fatalf("%d of 41 jobs with their schedule", n)
 	}
 }
+
+// A definition too large to join a batch of creations (over 64 KiB) is
+// written alone, beside concurrent small ones, and stored whole.
+func TestLargeDefinitionIsCreatedAlone(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	big := resource("big", "@daily")
+	big.Spec.Payload = dag.Payload(`"` + strings.Repeat("x", 100_000) + `"`)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			if _, err := svc.Create(ctx, job.Anonymous, resource(fmt.Sprintf("small%02d", i), "@daily"), ""); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	j, err := svc.Create(ctx, job.Anonymous, big, "")
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := enginetest.Int(t, pool, "SELECT length(spec::text)::int FROM jobs WHERE id = $1", j.ID); n < 100_000 {
+		t.Fatalf("stored definition of %d bytes, want the whole 100,000-byte payload in it", n)
+	}
+	if got := counts(t, pool); got != "jobs=21 versions=21 audit=21 keys=0" {
+		t.Fatal(got)
+	}
+}
