@@ -80,6 +80,12 @@ func (f *fixture) fire(a job.Actor, name, queue string, n int, prio func(i int) 
 		}
 		spec.Steps = append(spec.Steps, st)
 	}
+	return f.trigger(a, name, spec)
+}
+
+// trigger creates a job of spec and triggers one run of it.
+func (f *fixture) trigger(a job.Actor, name string, spec dag.JobSpec) uuid.UUID {
+	f.t.Helper()
 	ctx := context.Background()
 	if _, err := f.jobs.Create(ctx, a, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: spec}, ""); err != nil {
 		f.t.Fatal(err)

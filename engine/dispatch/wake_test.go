@@ -75,13 +75,5 @@ func (f *fixture) chain(a job.Actor, name, queue string, n int) uuid.UUID {
 		}
 		spec.Steps = append(spec.Steps, st)
 	}
-	ctx := context.Background()
-	if _, err := f.jobs.Create(ctx, a, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: spec}, ""); err != nil {
-		f.t.Fatal(err)
-	}
-	r, err := f.runs.Trigger(ctx, a, job.Ref{Name: name}, "", false)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return r.ID
+	return f.trigger(a, name, spec)
 }
