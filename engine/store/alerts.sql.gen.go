@@ -365,7 +365,7 @@ func (q *Queries) RaiseAlerts(ctx context.Context, arg RaiseAlertsParams) ([]Ale
 }
 
 const resolveAlerts = `-- name: ResolveAlerts :many
-WITH o AS (
+WITH c AS (
     SELECT a.id, CASE
         WHEN j.status = 'deleted' THEN 'the job was deleted'
         WHEN j.spec->'alerts' IS NULL OR NOT ((j.spec->'alerts'->'on') @> to_jsonb(a.kind)) THEN 'the job no longer raises ' || a.kind
@@ -384,12 +384,12 @@ WITH o AS (
         ELSE '' END AS why
     FROM alerts AS a JOIN jobs AS j ON j.id = a.job_id
     WHERE a.shard = ANY($1::int[]) AND a.resolved_at IS NULL
-    ORDER BY a.id
-    LIMIT $2
+), o AS (
+    SELECT c.id, c.why FROM c WHERE c.why <> '' ORDER BY c.id LIMIT $2
 )
 UPDATE alerts SET resolved_at = now(), resolution = o.why
 FROM o
-WHERE alerts.id = o.id AND o.why <> ''
+WHERE alerts.id = o.id
 RETURNING alerts.id, alerts.tenant_id, alerts.job_id, alerts.shard, alerts.kind, alerts.cause, alerts.run_id, alerts.attempt_id, alerts.scheduled_for, alerts.message, alerts.raised_at, alerts.resolved_at, alerts.resolution
 `
 
@@ -399,7 +399,9 @@ type ResolveAlertsParams struct {
 }
 
 // ResolveAlerts closes the open alerts of the shards whose cause has
-// cleared and returns them.
+// cleared (up to batch of them, oldest first) and returns them. Every open
+// alert of the shards is looked at, not only the first batch: alerts that
+// stay open would otherwise hide the ones behind them for good.
 func (q *Queries) ResolveAlerts(ctx context.Context, arg ResolveAlertsParams) ([]Alert, error) {
 	rows, err := q.db.Query(ctx, resolveAlerts, arg.Shards, arg.Batch)
 	if err != nil {

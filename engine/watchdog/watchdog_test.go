@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -337,5 +338,44 @@ func TestClaimOfADeadWorkerLapses(t *testing.T) {
 	}
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM notifications WHERE status = 'delivered' AND attempts = 2"); n != 1 {
 		t.Fatal("not recorded as delivered on the second claim")
+	}
+}
+
+// Alerts that stay open do not hide the ones behind them: with a batch of
+// two and two older alerts whose cause has not cleared, a third whose
+// cause has cleared is resolved in the first pass.
+func TestResolveLooksPastAlertsThatStayOpen(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "watched"},
+		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "0 0 1 1 *"}, Run: &dag.Executor{Handler: "h"},
+			Alerts: &dag.Alerts{StartWithin: dag.D(time.Minute), On: []string{dag.AlertMissed}}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two missed instants in the future (no run started since: they stay
+	// open), then a failure alert, which the job no longer raises.
+	for i, a := range []struct{ kind, cause string }{{"missed", "a"}, {"missed", "b"}, {"failure", "c"}} {
+		if _, err := pool.Exec(ctx, `INSERT INTO alerts (id, tenant_id, job_id, shard, kind, cause, scheduled_for, message, raised_at)
+			VALUES ($1, $2, $3, $4, $5, $6, now() + interval '1 day', 'test', now())`,
+			fmt.Sprintf("00000000-0000-7000-8000-00000000000%d", i+1), j.Tenant, j.ID, j.Shard, a.kind, a.cause); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dog, err := watchdog.New(watchdog.Config{Pool: pool, Shards: manager(t, pool), Batch: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := dog.Pass(ctx)
+	if err != nil || len(res.Resolved) != 1 || res.Resolved[0].Cause != "c" || res.Resolved[0].Resolution != "the job no longer raises failure" {
+		t.Fatalf("pass: resolved %+v, %v; want the failure alert behind the two open ones", res.Resolved, err)
+	}
+	if n := alerts(t, pool, "resolved_at IS NULL"); n != 2 {
+		t.Fatalf("%d open alerts, want the two missed ones", n)
 	}
 }

@@ -67,9 +67,11 @@ ON CONFLICT (job_id, cause) DO NOTHING
 RETURNING *;
 
 -- ResolveAlerts closes the open alerts of the shards whose cause has
--- cleared and returns them.
+-- cleared (up to batch of them, oldest first) and returns them. Every open
+-- alert of the shards is looked at, not only the first batch: alerts that
+-- stay open would otherwise hide the ones behind them for good.
 -- name: ResolveAlerts :many
-WITH o AS (
+WITH c AS (
     SELECT a.id, CASE
         WHEN j.status = 'deleted' THEN 'the job was deleted'
         WHEN j.spec->'alerts' IS NULL OR NOT ((j.spec->'alerts'->'on') @> to_jsonb(a.kind)) THEN 'the job no longer raises ' || a.kind
@@ -88,12 +90,12 @@ WITH o AS (
         ELSE '' END AS why
     FROM alerts AS a JOIN jobs AS j ON j.id = a.job_id
     WHERE a.shard = ANY(@shards::int[]) AND a.resolved_at IS NULL
-    ORDER BY a.id
-    LIMIT @batch
+), o AS (
+    SELECT c.id, c.why FROM c WHERE c.why <> '' ORDER BY c.id LIMIT @batch
 )
 UPDATE alerts SET resolved_at = now(), resolution = o.why
 FROM o
-WHERE alerts.id = o.id AND o.why <> ''
+WHERE alerts.id = o.id
 RETURNING alerts.*;
 
 -- ListAlerts pages through a tenant's alerts, newest first; a scoped
