@@ -112,7 +112,8 @@ func (s *Service) Create(ctx context.Context, a Actor, res dag.Resource, idempot
 
 // batchedDefinitionBytes bounds the definitions that join a batch of
 // creations: a larger one (up to MaxDefinitionBytes) is written alone, so
-// that a batch's statement stays within a few megabytes.
+// that a batch's statement stays under 13 MB (100 definitions, each sent
+// twice: the spec and the audit row's snapshot).
 const batchedDefinitionBytes = 64 << 10
 
 // createJob commits a new job: concurrent creations are committed

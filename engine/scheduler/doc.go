@@ -14,7 +14,7 @@
 //     fire time) locked, then their definitions read, not locked (a
 //     definition change locks the jobs row, then the schedule row: see
 //     store.GetJobForUpdate for why not FOR UPDATE; read after the lock,
-//     a definition is the last committed one);
+//     a definition is the last committed one: see store DueJobs);
 //   - for each, the plan: misfire policy (instants later than MisfireAfter
 //     count as missed), then overlap policy against the job's active runs;
 //   - the runs (skipped ones too, with the policy that skipped them: the

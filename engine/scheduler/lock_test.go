@@ -117,10 +117,14 @@ func TestFiringAfterADefinitionChangeRunsIt(t *testing.T) {
 					t.Fatalf("%s: %v", sql, err)
 				}
 			}
+			var changer int
+			if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&changer); err != nil {
+				t.Fatal(err)
+			}
 			startPolicyNode(t, pool, node.Config{})
 			enginetest.WaitFor(t, 10*time.Second, "a firing waits for the change's lock", func() bool {
 				return enginetest.Int(t, pool, `SELECT count(*)::int FROM pg_stat_activity
-					WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+					WHERE datname = current_database() AND $1::int = ANY(pg_blocking_pids(pid))`, changer) > 0
 			})
 			if err := tx.Commit(ctx); err != nil {
 				t.Fatal(err)

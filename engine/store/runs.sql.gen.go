@@ -213,8 +213,11 @@ type DueJobsRow struct {
 // are read by the next statement (FiringJobs), not joined here: under READ
 // COMMITTED, a lock that had to wait for a definition change rechecks the
 // row it locked but keeps the joined rows it read before waiting, and the
-// firing would run the old definition. now is the database's clock (the
-// same in every row of one transaction).
+// firing would run the old definition. (Under SERIALIZABLE the lock fails
+// instead, with a serialization error, when the change committed after
+// the transaction's snapshot: a definition change always writes the
+// schedule row, through the trigger on jobs; the firing is retried.) now is
+// the database's clock (the same in every row of one transaction).
 func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow, error) {
 	rows, err := q.db.Query(ctx, dueJobs, arg.Shards, arg.Batch)
 	if err != nil {
@@ -295,8 +298,10 @@ type FiringJobsRow struct {
 }
 
 // FiringJobs reads the definitions of the jobs whose schedule rows the
-// firing transaction locked (DueJobs): a definition change locks the
-// schedule row too, so each is read as last committed.
+// firing transaction locked (DueJobs). A definition change writes the
+// schedule row too, so under READ COMMITTED (a new snapshot per
+// statement) each is the last committed; under SERIALIZABLE, DueJobs
+// failed if it was not.
 func (q *Queries) FiringJobs(ctx context.Context, ids []uuid.UUID) ([]FiringJobsRow, error) {
 	rows, err := q.db.Query(ctx, firingJobs, ids)
 	if err != nil {

@@ -39,8 +39,8 @@
 //     transaction's fence): a node that lost a shard writes nothing for it,
 //     and a node stopped in the middle of a pass (SIGSTOP) is cut off by
 //     idle_in_transaction_session_timeout and its pass rolls back.
-//  2. Reads: the database clock, overdue watched jobs (jobs_due shifted
-//     back by MinStartWithin, one index range per shard), open watched runs
+//  2. Reads: the database clock, overdue watched jobs (job_schedules_due
+//     shifted back by MinStartWithin, one index range per shard), open watched runs
 //     (runs_watched) and their running attempts, the job specs not cached.
 //  3. TakeRunFinishes: a batch of finish events, FOR UPDATE SKIP LOCKED,
 //     deleted in the same transaction (a crash before commit leaves them

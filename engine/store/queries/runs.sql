@@ -31,8 +31,11 @@ CROSS JOIN LATERAL (
 -- are read by the next statement (FiringJobs), not joined here: under READ
 -- COMMITTED, a lock that had to wait for a definition change rechecks the
 -- row it locked but keeps the joined rows it read before waiting, and the
--- firing would run the old definition. now is the database's clock (the
--- same in every row of one transaction).
+-- firing would run the old definition. (Under SERIALIZABLE the lock fails
+-- instead, with a serialization error, when the change committed after
+-- the transaction's snapshot: a definition change always writes the
+-- schedule row, through the trigger on jobs; the firing is retried.) now is
+-- the database's clock (the same in every row of one transaction).
 -- name: DueJobs :many
 SELECT job_id, next_fire_at, shard, now()::timestamptz AS now
 FROM job_schedules
@@ -42,8 +45,10 @@ LIMIT @batch
 FOR UPDATE;
 
 -- FiringJobs reads the definitions of the jobs whose schedule rows the
--- firing transaction locked (DueJobs): a definition change locks the
--- schedule row too, so each is read as last committed.
+-- firing transaction locked (DueJobs). A definition change writes the
+-- schedule row too, so under READ COMMITTED (a new snapshot per
+-- statement) each is the last committed; under SERIALIZABLE, DueJobs
+-- failed if it was not.
 -- name: FiringJobs :many
 SELECT id, tenant_id, namespace, name, version, spec FROM jobs WHERE id = ANY(@ids::uuid[]);
 
