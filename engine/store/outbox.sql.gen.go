@@ -71,28 +71,63 @@ func (q *Queries) NotifyRiverInsert(ctx context.Context, payloads []string) erro
 }
 
 const pendingOutbox = `-- name: PendingOutbox :many
-SELECT id, task_id, tenant_id, queue, priority, attempt, not_before, created_at, redelivers FROM dispatch_outbox
-WHERE CASE WHEN $1::bool THEN NOT (queue = ANY($2::text[])) ELSE queue = ANY($2::text[]) END
-ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED
+WITH RECURSIVE pending (queue) AS (
+    (SELECT o.queue FROM dispatch_outbox AS o ORDER BY o.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.queue FROM dispatch_outbox AS o WHERE o.queue > pending.queue ORDER BY o.queue LIMIT 1)
+    FROM pending WHERE pending.queue IS NOT NULL
+), ours AS (
+    SELECT pending.queue FROM pending
+    WHERE pending.queue IS NOT NULL
+      AND CASE WHEN $2::bool THEN NOT (pending.queue = ANY($3::text[])) ELSE pending.queue = ANY($3::text[]) END
+)
+SELECT r.id, r.task_id, r.tenant_id, r.queue, r.priority, r.attempt, r.not_before, r.redelivers, r.created_at
+FROM ours
+CROSS JOIN LATERAL (
+    SELECT o.id, o.task_id, o.tenant_id, o.queue, o.priority, o.attempt, o.not_before, o.redelivers, o.created_at
+    FROM dispatch_outbox AS o
+    WHERE o.queue = ours.queue
+    ORDER BY o.created_at, o.id
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+) AS r
+ORDER BY r.created_at, r.id
+LIMIT $1
 `
 
 type PendingOutboxParams struct {
+	Batch  int32
 	Others bool
 	Queues []string
-	Batch  int32
+}
+
+type PendingOutboxRow struct {
+	ID         uuid.UUID
+	TaskID     uuid.UUID
+	TenantID   uuid.UUID
+	Queue      string
+	Priority   int32
+	Attempt    int32
+	NotBefore  *time.Time
+	Redelivers int64
+	CreatedAt  time.Time
 }
 
 // PendingOutbox locks a batch of the rows of one queue database: those of
-// the given queues or, with others, of every queue but those.
-func (q *Queries) PendingOutbox(ctx context.Context, arg PendingOutboxParams) ([]DispatchOutbox, error) {
-	rows, err := q.db.Query(ctx, pendingOutbox, arg.Others, arg.Queues, arg.Batch)
+// the given queues or, with others, of every queue but those, oldest first
+// within each queue. The queues with pending rows are found by a loose
+// scan of dispatch_outbox_queue (one probe per queue), each of ours read
+// by an index range of its own: a backlog of another database's queues is
+// never read.
+func (q *Queries) PendingOutbox(ctx context.Context, arg PendingOutboxParams) ([]PendingOutboxRow, error) {
+	rows, err := q.db.Query(ctx, pendingOutbox, arg.Batch, arg.Others, arg.Queues)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []DispatchOutbox{}
+	items := []PendingOutboxRow{}
 	for rows.Next() {
-		var i DispatchOutbox
+		var i PendingOutboxRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.TaskID,
@@ -101,8 +136,8 @@ func (q *Queries) PendingOutbox(ctx context.Context, arg PendingOutboxParams) ([
 			&i.Priority,
 			&i.Attempt,
 			&i.NotBefore,
-			&i.CreatedAt,
 			&i.Redelivers,
+			&i.CreatedAt,
 		); err != nil {
 			return nil, err
 		}

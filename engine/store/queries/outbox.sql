@@ -9,11 +9,34 @@ FROM (
 ) AS u;
 
 -- PendingOutbox locks a batch of the rows of one queue database: those of
--- the given queues or, with others, of every queue but those.
+-- the given queues or, with others, of every queue but those, oldest first
+-- within each queue. The queues with pending rows are found by a loose
+-- scan of dispatch_outbox_queue (one probe per queue), each of ours read
+-- by an index range of its own: a backlog of another database's queues is
+-- never read.
 -- name: PendingOutbox :many
-SELECT * FROM dispatch_outbox
-WHERE CASE WHEN @others::bool THEN NOT (queue = ANY(@queues::text[])) ELSE queue = ANY(@queues::text[]) END
-ORDER BY created_at, id LIMIT @batch FOR UPDATE SKIP LOCKED;
+WITH RECURSIVE pending (queue) AS (
+    (SELECT o.queue FROM dispatch_outbox AS o ORDER BY o.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.queue FROM dispatch_outbox AS o WHERE o.queue > pending.queue ORDER BY o.queue LIMIT 1)
+    FROM pending WHERE pending.queue IS NOT NULL
+), ours AS (
+    SELECT pending.queue FROM pending
+    WHERE pending.queue IS NOT NULL
+      AND CASE WHEN @others::bool THEN NOT (pending.queue = ANY(@queues::text[])) ELSE pending.queue = ANY(@queues::text[]) END
+)
+SELECT r.id, r.task_id, r.tenant_id, r.queue, r.priority, r.attempt, r.not_before, r.redelivers, r.created_at
+FROM ours
+CROSS JOIN LATERAL (
+    SELECT o.id, o.task_id, o.tenant_id, o.queue, o.priority, o.attempt, o.not_before, o.redelivers, o.created_at
+    FROM dispatch_outbox AS o
+    WHERE o.queue = ours.queue
+    ORDER BY o.created_at, o.id
+    LIMIT @batch
+    FOR UPDATE SKIP LOCKED
+) AS r
+ORDER BY r.created_at, r.id
+LIMIT @batch;
 
 -- name: DeleteOutbox :exec
 DELETE FROM dispatch_outbox WHERE id = ANY(@ids::uuid[]);
