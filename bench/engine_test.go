@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +36,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/node"
+	"github.com/orrery-dev/orrery/engine/pgcluster"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/tracing"
 	"github.com/orrery-dev/orrery/engine/worker"
@@ -544,7 +549,7 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		cron := fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
 		seedJobs(b, pool, "storm", jobs, noopSpec(cron), at)
 		time.Sleep(600 * time.Millisecond) // the seeding's statistics reach pg_stat_wal
-		wal0 := walRecords(b, pool)
+		wal0, lsn0 := walRecords(b, pool), walLSN(b, pool)
 		time.Sleep(time.Until(at))
 		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
 			var created, started, done int
@@ -565,6 +570,7 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		checkNoFailures(b, pool)
 		time.Sleep(600 * time.Millisecond)
 		walPerRun := float64(walRecords(b, pool)-wal0) / jobs
+		printWALRecords(b, pool, lsn0, walLSN(b, pool), jobs)
 		n, p50, p95, p99, mx := lagStats(b, pool, at, at.Add(time.Second))
 		printPhases(b, pool, at, at.Add(time.Second))
 		if n != jobs {
@@ -683,4 +689,82 @@ func printPhases(b *testing.B, pool *pgxpool.Pool, from, until time.Time) {
 		return
 	}
 	fmt.Printf("bench: since the instant: %s\n", out)
+}
+
+// walDir is the benchmark cluster's WAL folder when ORRERY_BENCH_WALDUMP
+// is set (which also keeps the segments from being recycled).
+var walDir string
+
+// walLSN is the cluster's current WAL position.
+func walLSN(b *testing.B, pool *pgxpool.Pool) string {
+	b.Helper()
+	var lsn string
+	if err := pool.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		b.Fatal(err)
+	}
+	return lsn
+}
+
+// printWALRecords prints, with ORRERY_BENCH_WALDUMP set, the WAL written
+// between two positions (pg_waldump) per run of n: by record type, and the
+// most frequent (type, relation) pairs, the relations named from pool's
+// catalog: what a run's database work is made of (index entries, row
+// locks, heap updates, and on which tables). The whole cluster's WAL: run
+// the benchmark alone.
+func printWALRecords(b *testing.B, pool *pgxpool.Pool, from, to string, n int) {
+	b.Helper()
+	if walDir == "" {
+		return
+	}
+	bin, err := pgcluster.BinDir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	names := map[string]string{}
+	rows, err := pool.Query(context.Background(), "SELECT relfilenode::text, relname FROM pg_class WHERE relfilenode <> 0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for rows.Next() {
+		var node, name string
+		if err := rows.Scan(&node, &name); err != nil {
+			b.Fatal(err)
+		}
+		names[node] = name
+	}
+	rows.Close()
+	out, err := exec.Command(filepath.Join(bin, "pg_waldump"), "--path", walDir, "--start", from, "--end", to).Output()
+	if err != nil {
+		b.Fatalf("pg_waldump: %v", err)
+	}
+	record := regexp.MustCompile(`^rmgr: (\S+)\s.*desc: (\S+)(?:.*?blkref #0: rel \d+/\d+/(\d+))?`)
+	byType, byRel := map[string]int{}, map[string]int{}
+	for _, line := range strings.Split(string(out), "\n") {
+		m := record.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		typ := m[1] + "/" + m[2]
+		byType[typ]++
+		if m[3] != "" {
+			rel := names[m[3]]
+			if rel == "" {
+				rel = "(" + m[3] + ")"
+			}
+			byRel[typ+" "+rel]++
+		}
+	}
+	top := func(counts map[string]int, k int) []string {
+		keys := slices.Collect(maps.Keys(counts))
+		slices.SortFunc(keys, func(a, b string) int { return counts[b] - counts[a] })
+		return keys[:min(k, len(keys))]
+	}
+	fmt.Printf("bench: WAL records a run (pg_waldump %s..%s), by type:\n", from, to)
+	for _, k := range top(byType, 10) {
+		fmt.Printf("  %-24s %6.2f\n", k, float64(byType[k])/float64(n))
+	}
+	fmt.Println("bench: and by type and relation:")
+	for _, k := range top(byRel, 25) {
+		fmt.Printf("  %-52s %6.2f\n", k, float64(byRel[k])/float64(n))
+	}
 }

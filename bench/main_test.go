@@ -63,6 +63,10 @@ func run(m *testing.M) int {
 	if os.Getenv("ORRERY_BENCH_STATS") != "" {
 		settings["shared_preload_libraries"] = "pg_stat_statements"
 	}
+	if os.Getenv("ORRERY_BENCH_WALDUMP") != "" { // the storm's WAL by record type (pg_waldump)
+		settings["wal_keep_size"] = "8GB"
+		walDir = filepath.Join(dir, "pg", "data", "pg_wal")
+	}
 	if v := os.Getenv("ORRERY_BENCH_EXPLAIN"); v != "" { // log plans of statements slower than v ms
 		settings["shared_preload_libraries"] = "auto_explain"
 		settings["auto_explain.log_min_duration"] = v
