@@ -8,6 +8,7 @@ package batch
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -38,6 +39,7 @@ type Batcher[Req, Res any] struct {
 }
 
 type call[Req, Res any] struct {
+	ctx  context.Context
 	req  Req
 	done chan outcome[Res]
 }
@@ -54,9 +56,11 @@ func New[Req, Res any](name string, log *slog.Logger, serve func(context.Context
 }
 
 // Do hands one request to the batcher and waits for its result. A request
-// whose ctx ends while it waits may still be served.
+// whose ctx ends before its batch is served is left out of it; one whose
+// ctx ends while its batch is being served may still be served (as a
+// statement may commit after its caller gave up).
 func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
-	c := call[Req, Res]{req: req, done: make(chan outcome[Res], 1)}
+	c := call[Req, Res]{ctx: ctx, req: req, done: make(chan outcome[Res], 1)}
 	var zero Res
 	select {
 	case b.in <- c:
@@ -113,6 +117,17 @@ func (b *Batcher[Req, Res]) lane() {
 }
 
 func (b *Batcher[Req, Res]) serveBatch(batch []call[Req, Res]) {
+	// Requests whose callers gave up while they waited are not served.
+	batch = slices.DeleteFunc(batch, func(c call[Req, Res]) bool {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- outcome[Res]{err: err}
+			return true
+		}
+		return false
+	})
+	if len(batch) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	reqs := make([]Req, len(batch))

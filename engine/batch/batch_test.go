@@ -68,3 +68,52 @@ func TestBatcher(t *testing.T) {
 		}
 	}
 }
+
+// A request whose caller gave up while it waited for a lane is not
+// served; the others are.
+func TestBatcherSkipsAbandonedRequests(t *testing.T) {
+	gate, entered := make(chan struct{}), make(chan struct{})
+	var served sync.Map
+	b := New("test", slog.New(slog.DiscardHandler), func(_ context.Context, reqs []int) ([]int, error) {
+		if reqs[0] < 0 {
+			entered <- struct{}{}
+			<-gate // hold this lane
+		}
+		for _, r := range reqs {
+			served.Store(r, true)
+		}
+		return reqs, nil
+	})
+	// Every lane holds a batch, one after the other.
+	var wg sync.WaitGroup
+	for i := range lanes {
+		wg.Go(func() { _, _ = b.Do(context.Background(), -1-i) })
+		<-entered
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() { _, err := b.Do(ctx, 1); gaveUp <- err }()
+	for len(b.in) < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned request: %v", err)
+	}
+	kept := make(chan error, 1)
+	go func() { _, err := b.Do(context.Background(), 2); kept <- err }()
+	for len(b.in) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	wg.Wait()
+	if err := <-kept; err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := served.Load(1); ok {
+		t.Fatal("the abandoned request was served")
+	}
+	if _, ok := served.Load(2); !ok {
+		t.Fatal("the request behind it was not served")
+	}
+}

@@ -117,9 +117,10 @@ func (s *Service) Create(ctx context.Context, a Actor, res dag.Resource, idempot
 const batchedDefinitionBytes = 64 << 10
 
 // createJob commits a new job: concurrent creations are committed
-// together, in one statement (createJobs). As with any call, a caller
-// that gives up waiting does not know whether its job was written (the
-// batch may commit it); an idempotency key makes the retry safe.
+// together, in one statement (createJobs). A caller that gives up while
+// its creation waits for a batch is left out of it; one that gives up
+// while its batch is written does not know whether its job was (as with
+// any call): an idempotency key makes the retry safe.
 func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key string) (*Job, error) {
 	var reqHash []byte
 	if key != "" {
