@@ -221,25 +221,7 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 			}
 			pending[j.ID] = i
 			out[i].job = j
-			p.Ids = append(p.Ids, j.ID)
-			p.TenantIds = append(p.TenantIds, j.Tenant)
-			p.Namespaces = append(p.Namespaces, j.Namespace)
-			p.Names = append(p.Names, j.Name)
-			p.Descriptions = append(p.Descriptions, j.Description)
-			p.Labels = append(p.Labels, string(labelsJSON(j.Labels)))
-			p.Specs = append(p.Specs, string(r.spec))
-			p.Sources = append(p.Sources, "")
-			p.Shards = append(p.Shards, int32(j.Shard))
-			var next time.Time // the zero time: none
-			if j.NextFireAt != nil {
-				next = *j.NextFireAt
-			}
-			p.NextFireAts = append(p.NextFireAts, next)
-			p.Actors = append(p.Actors, r.a.Name)
-			p.AuditIds = append(p.AuditIds, uuid.Must(uuid.NewV7()))
-			p.Snapshots = append(p.Snapshots, string(snapshot(j)))
-			p.IdempotencyKeys = append(p.IdempotencyKeys, r.key)
-			p.RequestHashes = append(p.RequestHashes, r.reqHash)
+			addCreate(&p, j, r.spec, r.key, r.reqHash)
 		}
 		if len(pending) == 0 {
 			return nil
@@ -291,28 +273,52 @@ func (s *Service) newJob(a Actor, res dag.Resource, now time.Time, src *Source) 
 	return out, nil
 }
 
-// insertJob writes a new job in one statement, in q's transaction: the
-// job, its namespace, version 1 and the audit row (apply's creations; the
-// API's go through createJobs).
+// insertJob writes a new job in q's transaction (CreateJobs, for one):
+// the job, its namespace, version 1 and the audit row (apply's creations;
+// the API's are batched by createJobs).
 func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res dag.Resource, now time.Time, src *Source) (*Job, error) {
 	out, err := s.newJob(a, res, now, src)
 	if err != nil {
 		return nil, err
 	}
-	specJSON, err := json.Marshal(res.Spec)
+	spec, err := json.Marshal(res.Spec)
 	if err != nil {
 		return nil, err
 	}
-	err = q.CreateJob(ctx, store.CreateJobParams{
-		TenantID: a.Tenant, Snapshot: snapshot(out), Now: out.CreatedAt,
-		Namespace: out.Namespace, ID: out.ID, Name: out.Name, Description: out.Description, Source: sourceJSON(src),
-		Labels: labelsJSON(out.Labels), Spec: specJSON, Shard: int32(out.Shard), NextFireAt: out.NextFireAt,
-		Actor: a.Name, AuditID: uuid.Must(uuid.NewV7()), TargetName: out.Namespace + "/" + out.Name,
-	})
-	if store.IsUniqueViolation(err, "jobs_live_name") {
+	p := store.CreateJobsParams{Now: out.CreatedAt}
+	addCreate(&p, out, spec, "", nil)
+	written, err := q.CreateJobs(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if len(written) == 0 { // a live job has the name
 		return nil, ErrAlreadyExists
 	}
-	return out, err
+	return out, nil
+}
+
+// addCreate adds new job j (spec: its definition as JSON; key and its
+// request's hash, or "" and nil) to a CreateJobs statement.
+func addCreate(p *store.CreateJobsParams, j *Job, spec []byte, key string, reqHash []byte) {
+	var next time.Time // the zero time: none
+	if j.NextFireAt != nil {
+		next = *j.NextFireAt
+	}
+	p.Ids = append(p.Ids, j.ID)
+	p.TenantIds = append(p.TenantIds, j.Tenant)
+	p.Namespaces = append(p.Namespaces, j.Namespace)
+	p.Names = append(p.Names, j.Name)
+	p.Descriptions = append(p.Descriptions, j.Description)
+	p.Labels = append(p.Labels, string(labelsJSON(j.Labels)))
+	p.Specs = append(p.Specs, string(spec))
+	p.Sources = append(p.Sources, string(sourceJSON(j.Source)))
+	p.Shards = append(p.Shards, int32(j.Shard))
+	p.NextFireAts = append(p.NextFireAts, next)
+	p.Actors = append(p.Actors, j.CreatedBy)
+	p.AuditIds = append(p.AuditIds, uuid.Must(uuid.NewV7()))
+	p.Snapshots = append(p.Snapshots, string(snapshot(j)))
+	p.IdempotencyKeys = append(p.IdempotencyKeys, key)
+	p.RequestHashes = append(p.RequestHashes, reqHash)
 }
 
 // firstFire is a new job's first instant: the next after now for cron, and

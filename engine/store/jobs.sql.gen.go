@@ -63,75 +63,6 @@ func (q *Queries) AppliedJobsIn(ctx context.Context, arg AppliedJobsInParams) ([
 	return items, nil
 }
 
-const createJob = `-- name: CreateJob :exec
-WITH ns AS (
-    INSERT INTO namespaces (tenant_id, name, created_at)
-    VALUES ($1, $6, $5)
-    ON CONFLICT (tenant_id, name) DO NOTHING
-), j AS (
-    INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec, source,
-                      shard, next_fire_at, created_at, created_by, updated_at, updated_by)
-    VALUES ($7, $1, $6, $8, $9, $10, 'active', 1, $11, $12::jsonb,
-            $13, $14, $5, $15, $5, $15)
-    RETURNING id
-), v AS (
-    INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
-    SELECT j.id, 1, $1, $9, $10, $11, $5, $15 FROM j
-), a AS (
-    INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
-    SELECT $16, $1, $5, $15, 'create', 'job', j.id, $17, NULL, $4::jsonb FROM j
-)
-INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
-SELECT $1, 'CreateJob', $2::text, $3, $4::jsonb, $5 FROM j
-WHERE $2::text <> ''
-`
-
-type CreateJobParams struct {
-	TenantID       uuid.UUID
-	IdempotencyKey string
-	RequestHash    []byte
-	Snapshot       []byte
-	Now            time.Time
-	Namespace      string
-	ID             uuid.UUID
-	Name           string
-	Description    string
-	Labels         []byte
-	Spec           []byte
-	Source         []byte
-	Shard          int32
-	NextFireAt     *time.Time
-	Actor          string
-	AuditID        uuid.UUID
-	TargetName     string
-}
-
-// CreateJob writes a new job with its namespace, version 1, audit row and
-// idempotency key (when one is given) in one statement, hence one implicit
-// transaction and one round trip. Foreign keys are checked at its end.
-func (q *Queries) CreateJob(ctx context.Context, arg CreateJobParams) error {
-	_, err := q.db.Exec(ctx, createJob,
-		arg.TenantID,
-		arg.IdempotencyKey,
-		arg.RequestHash,
-		arg.Snapshot,
-		arg.Now,
-		arg.Namespace,
-		arg.ID,
-		arg.Name,
-		arg.Description,
-		arg.Labels,
-		arg.Spec,
-		arg.Source,
-		arg.Shard,
-		arg.NextFireAt,
-		arg.Actor,
-		arg.AuditID,
-		arg.TargetName,
-	)
-	return err
-}
-
 const createJobs = `-- name: CreateJobs :many
 WITH input AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS tenant_id,
@@ -191,9 +122,11 @@ type CreateJobsParams struct {
 	Now             time.Time
 }
 
-// CreateJobs is CreateJob for a batch of concurrent creations (the API's
-// group commit: one statement and one commit for all): each new job with
-// its namespace, version 1, audit row and key (when one is given). A job
+// CreateJobs writes new jobs in one statement (for the API, a batch of
+// concurrent creations: one statement and one commit for all; for apply,
+// one in its transaction): each with its namespace, version 1, audit row
+// and idempotency key (when one is given). Foreign keys are checked at
+// the statement's end. A job
 // whose name is taken (by a live job, or by an earlier job of the batch)
 // is left out with its version, audit row and key, and is missing from
 // the answer. A key another transaction took meanwhile fails the whole

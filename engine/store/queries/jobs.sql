@@ -68,31 +68,6 @@ ORDER BY name, id
 LIMIT @page_size;
 
 
--- CreateJob writes a new job with its namespace, version 1, audit row and
--- idempotency key (when one is given) in one statement, hence one implicit
--- transaction and one round trip. Foreign keys are checked at its end.
--- name: CreateJob :exec
-WITH ns AS (
-    INSERT INTO namespaces (tenant_id, name, created_at)
-    VALUES (@tenant_id, @namespace, @now)
-    ON CONFLICT (tenant_id, name) DO NOTHING
-), j AS (
-    INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec, source,
-                      shard, next_fire_at, created_at, created_by, updated_at, updated_by)
-    VALUES (@id, @tenant_id, @namespace, @name, @description, @labels, 'active', 1, @spec, sqlc.narg(source)::jsonb,
-            @shard, @next_fire_at, @now, @actor, @now, @actor)
-    RETURNING id
-), v AS (
-    INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
-    SELECT j.id, 1, @tenant_id, @description, @labels, @spec, @now, @actor FROM j
-), a AS (
-    INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
-    SELECT @audit_id, @tenant_id, @now, @actor, 'create', 'job', j.id, @target_name, NULL, @snapshot::jsonb FROM j
-)
-INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
-SELECT @tenant_id, 'CreateJob', @idempotency_key::text, @request_hash, @snapshot::jsonb, @now FROM j
-WHERE @idempotency_key::text <> '';
-
 -- CreateLookups reads, for a batch of creations, the database clock and,
 -- for each (tenant, key) in order (ord counts from 1) the
 -- answer stored under it, NULLs when there is none or the key is empty.
@@ -106,9 +81,11 @@ LEFT JOIN idempotency_keys AS k
     ON i.key <> '' AND k.tenant_id = i.tenant_id AND k.operation = 'CreateJob' AND k.key = i.key
 ORDER BY i.ord;
 
--- CreateJobs is CreateJob for a batch of concurrent creations (the API's
--- group commit: one statement and one commit for all): each new job with
--- its namespace, version 1, audit row and key (when one is given). A job
+-- CreateJobs writes new jobs in one statement (for the API, a batch of
+-- concurrent creations: one statement and one commit for all; for apply,
+-- one in its transaction): each with its namespace, version 1, audit row
+-- and idempotency key (when one is given). Foreign keys are checked at
+-- the statement's end. A job
 -- whose name is taken (by a live job, or by an earlier job of the batch)
 -- is left out with its version, audit row and key, and is missing from
 -- the answer. A key another transaction took meanwhile fails the whole
