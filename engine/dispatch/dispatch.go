@@ -99,14 +99,30 @@ func (q QueueDBs) Pools() []*pgxpool.Pool {
 	return out
 }
 
+// poolsOf are the distinct databases of queues' River tables; all of them
+// when no queue is given.
+func (q QueueDBs) poolsOf(queues []string) []*pgxpool.Pool {
+	if len(queues) == 0 {
+		return q.Pools()
+	}
+	var out []*pgxpool.Pool
+	for _, name := range queues {
+		if p := q.For(name); !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Dispatcher inserts River jobs for released tasks.
 type Dispatcher struct {
 	river  *river.Client[pgx.Tx]
 	outbox bool
-	// dbs and clients (one per queue database) are the relay's, in outbox
-	// mode.
+	// dbs, clients and pending (one each per queue database: what its
+	// relay reads of the outbox) are the relay's, in outbox mode.
 	dbs     QueueDBs
 	clients map[*pgxpool.Pool]*river.Client[pgx.Tx]
+	pending map[*pgxpool.Pool]store.PendingOutboxParams
 	wake    wake
 	// waited observes how long admitted tasks waited (ObserveAdmissions).
 	waited func(queue string, seconds []float64)
@@ -193,13 +209,15 @@ func NewOutbox(dbs QueueDBs) (*Dispatcher, error) {
 	if dbs.Default == nil {
 		return nil, errors.New("dispatch: QueueDBs.Default is required")
 	}
-	d := &Dispatcher{outbox: true, dbs: dbs, clients: map[*pgxpool.Pool]*river.Client[pgx.Tx]{}, wake: newWake()}
+	d := &Dispatcher{outbox: true, dbs: dbs, clients: map[*pgxpool.Pool]*river.Client[pgx.Tx]{},
+		pending: map[*pgxpool.Pool]store.PendingOutboxParams{}, wake: newWake()}
 	for _, p := range dbs.Pools() {
 		c, err := river.NewClient(riverpgxv5.New(p), riverConfig())
 		if err != nil {
 			return nil, fmt.Errorf("dispatch: %w", err)
 		}
 		d.clients[p] = c
+		d.pending[p] = d.outboxOf(p)
 	}
 	d.river = d.clients[dbs.Default]
 	return d, nil
@@ -335,10 +353,11 @@ func (d *Dispatcher) Relay(ctx context.Context, state *pgxpool.Pool, every time.
 	if !d.outbox {
 		return nil
 	}
+	pools := d.dbs.Pools()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		for _, p := range d.dbs.Pools() {
+		for _, p := range pools {
 			for {
 				// A queue database that hangs holds back the others for one
 				// batch's timeout at most.
@@ -384,7 +403,7 @@ func (d *Dispatcher) relayOnce(ctx context.Context, state, p *pgxpool.Pool) (int
 	var n int
 	err := store.InRawTx(ctx, state, func(tx pgx.Tx) error {
 		q := store.New(tx)
-		rows, err := q.PendingOutbox(ctx, d.outboxOf(p))
+		rows, err := q.PendingOutbox(ctx, d.pending[p])
 		if err != nil || len(rows) == 0 {
 			n = 0
 			return err

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 )
@@ -34,17 +32,8 @@ func (d *Dispatcher) FetchedBy(ctx context.Context, tx pgx.Tx, clientID string, 
 	if !d.outbox {
 		return fetchedBy(ctx, d.river, tx, clientID)
 	}
-	var pools []*pgxpool.Pool
-	for _, q := range queues {
-		if p := d.dbs.For(q); !slices.Contains(pools, p) {
-			pools = append(pools, p)
-		}
-	}
-	if len(pools) == 0 {
-		pools = d.dbs.Pools()
-	}
 	var out []Fetched
-	for _, p := range pools {
+	for _, p := range d.dbs.poolsOf(queues) {
 		f, err := fetchedBy(ctx, d.clients[p], nil, clientID)
 		if err != nil {
 			return nil, err
