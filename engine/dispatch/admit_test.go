@@ -97,6 +97,24 @@ func (f *fixture) trigger(a job.Actor, name string, spec dag.JobSpec) uuid.UUID 
 	return r.ID
 }
 
+// outbox moves the fixture's River tables to a queue database of their
+// own, returned: its runs go through the outbox, relayed until the test
+// ends.
+func (f *fixture) outbox() *pgxpool.Pool {
+	f.t.Helper()
+	queue := pgtest.Pool(f.t)
+	ctx, cancel := context.WithCancel(context.Background())
+	d, err := dispatch.NewOutbox(dispatch.QueueDBs{Default: queue})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	relayed := make(chan error, 1)
+	go func() { relayed <- d.Relay(ctx, f.pool, 20*time.Millisecond, slog.New(slog.DiscardHandler)) }()
+	f.t.Cleanup(func() { cancel(); <-relayed })
+	f.runs = run.NewService(f.pool, f.jobs, d)
+	return queue
+}
+
 func (f *fixture) waitRuns(within time.Duration, ids ...uuid.UUID) {
 	f.t.Helper()
 	for _, id := range ids {
@@ -374,16 +392,7 @@ func TestQuotaHoldsAcrossQueues(t *testing.T) {
 func TestQuotaHoldsThroughTheOutbox(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	queue := pgtest.Pool(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	d, err := dispatch.NewOutbox(dispatch.QueueDBs{Default: queue})
-	if err != nil {
-		t.Fatal(err)
-	}
-	relayed := make(chan error, 1)
-	go func() { relayed <- d.Relay(ctx, f.pool, 20*time.Millisecond, slog.New(slog.DiscardHandler)) }()
-	t.Cleanup(func() { cancel(); <-relayed })
-	f.runs = run.NewService(f.pool, f.jobs, d)
+	queue := f.outbox()
 	f.live.hold = 50 * time.Millisecond
 	a := f.tenant("outboxed", 1, 2)
 	enginetest.StartWorkers(t, worker.Config{StatePool: f.pool, QueueDBs: dispatch.QueueDBs{Default: queue}, Queues: map[string]int{"q": 4},

@@ -1,9 +1,7 @@
 package dispatch_test
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -15,8 +13,6 @@ import (
 	"github.com/orrery-dev/orrery/engine/enginetest"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/pgtest"
-	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/worker"
 )
 
@@ -36,17 +32,7 @@ func TestEveryInsertWakesTheWorkers(t *testing.T) {
 			cfg := worker.Config{StatePool: f.pool, Queues: map[string]int{"q": 4}, FetchPollInterval: time.Hour,
 				Handlers: map[string]executor.HandlerFunc{"work": f.live.handler}}
 			if outbox {
-				queue := pgtest.Pool(t)
-				ctx, cancel := context.WithCancel(context.Background())
-				d, err := dispatch.NewOutbox(dispatch.QueueDBs{Default: queue})
-				if err != nil {
-					t.Fatal(err)
-				}
-				relayed := make(chan error, 1)
-				go func() { relayed <- d.Relay(ctx, f.pool, 20*time.Millisecond, slog.New(slog.DiscardHandler)) }()
-				t.Cleanup(func() { cancel(); <-relayed })
-				f.runs = run.NewService(f.pool, f.jobs, d)
-				cfg.QueueDBs = dispatch.QueueDBs{Default: queue}
+				cfg.QueueDBs = dispatch.QueueDBs{Default: f.outbox()}
 			}
 			enginetest.StartWorkers(t, cfg)
 			free := f.tenant("free", 1, 0)
