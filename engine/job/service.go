@@ -73,33 +73,44 @@ const MaxDefinitionBytes = 2 << 20
 
 // prepare normalizes and validates a resource.
 func prepare(res dag.Resource) (dag.Resource, error) {
+	res, _, err := prepareSpec(res)
+	return res, err
+}
+
+// prepareSpec is prepare that also returns the definition as stored (the
+// spec as JSON), which it measures.
+func prepareSpec(res dag.Resource) (dag.Resource, []byte, error) {
 	res.Normalize()
 	if es := dag.Validate(&res); len(es) > 0 {
-		return res, es
+		return res, nil, es
 	}
 	b, err := json.Marshal(res.Spec)
 	if err != nil {
-		return res, &InvalidError{Field: "spec", Message: err.Error()}
+		return res, nil, &InvalidError{Field: "spec", Message: err.Error()}
 	}
 	if len(b) > MaxDefinitionBytes {
-		return res, &InvalidError{Field: "spec", Message: fmt.Sprintf("the definition is %d bytes; at most %d (MaxDefinitionBytes)", len(b), MaxDefinitionBytes)}
+		return res, nil, &InvalidError{Field: "spec", Message: fmt.Sprintf("the definition is %d bytes; at most %d (MaxDefinitionBytes)", len(b), MaxDefinitionBytes)}
 	}
-	return res, nil
+	return res, b, nil
 }
 
 // Create stores a new job. With an idempotency key, a replay of the same
 // request returns the job as first created, and a different request under
 // the same key fails with ErrIdempotencyConflict.
 func (s *Service) Create(ctx context.Context, a Actor, res dag.Resource, idempotencyKey string) (*Job, error) {
-	res, err := prepare(res)
+	res, spec, err := prepareSpec(res)
 	if err != nil {
 		return nil, err
 	}
 	if len(idempotencyKey) > 255 {
 		return nil, &InvalidError{Field: "idempotency_key", Message: "longer than 255 characters"}
 	}
+	req := createReq{a: a, res: res, spec: spec, key: idempotencyKey}
+	if idempotencyKey != "" {
+		req.reqHash = requestHash(res)
+	}
 	for attempt := 0; ; attempt++ {
-		j, err := s.createJob(ctx, a, res, idempotencyKey)
+		j, err := s.createJob(ctx, req)
 		// Two concurrent first uses of one key: the loser trips over the
 		// winner's name or key (raised once the winner committed) and finds
 		// the winner's answer under the key on the second try.
@@ -121,18 +132,10 @@ const batchedDefinitionBytes = 64 << 10
 // its creation waits for a batch is left out of it; one that gives up
 // while its batch is written does not know whether its job was (as with
 // any call): an idempotency key makes the retry safe.
-func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key string) (*Job, error) {
-	var reqHash []byte
-	if key != "" {
-		reqHash = requestHash(res)
-	}
-	spec, err := json.Marshal(res.Spec)
-	if err != nil {
-		return nil, err
-	}
-	req := createReq{a: a, res: res, spec: spec, key: key, reqHash: reqHash}
+func (s *Service) createJob(ctx context.Context, req createReq) (*Job, error) {
 	var r createRes
-	if len(spec) > batchedDefinitionBytes {
+	var err error
+	if len(req.spec) > batchedDefinitionBytes {
 		var rs []createRes
 		if rs, err = s.createJobs(ctx, []createReq{req}); err == nil {
 			r = rs[0]
@@ -144,7 +147,7 @@ func (s *Service) createJob(ctx context.Context, a Actor, res dag.Resource, key 
 		return nil, err
 	}
 	if r.err == nil {
-		s.log.Debug("job created", "tenant", a.Tenant, "job_id", r.job.ID, "job", r.job.Namespace+"/"+r.job.Name)
+		s.log.Debug("job created", "tenant", req.a.Tenant, "job_id", r.job.ID, "job", r.job.Namespace+"/"+r.job.Name)
 	}
 	return r.job, r.err
 }
@@ -194,7 +197,11 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 		var p store.CreateJobsParams
 		p.Now = now
 		pending := map[uuid.UUID]int{}
-		keys := map[[2]string]bool{}
+		type tenantKey struct {
+			tenant uuid.UUID
+			key    string
+		}
+		keys := map[tenantKey]bool{}
 		for i, r := range reqs {
 			out[i] = createRes{}
 			if look := looks[i]; r.key != "" && look.RequestHash != nil {
@@ -207,7 +214,7 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 				continue
 			}
 			if r.key != "" {
-				k := [2]string{r.a.Tenant.String(), r.key}
+				k := tenantKey{r.a.Tenant, r.key}
 				if keys[k] {
 					later = append(later, i)
 					continue
