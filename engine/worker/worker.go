@@ -14,7 +14,6 @@
 package worker
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -56,13 +55,8 @@ type Config struct {
 	StatePool *pgxpool.Pool
 	// QueueDBs are the databases of every queue's River tables (the tasks
 	// this worker releases, retries and children, may be of other queues);
-	// default QueuePool, else StatePool, for all. This worker's own queues
-	// must share one.
+	// default StatePool for all. This worker's own queues must share one.
 	QueueDBs dispatch.QueueDBs
-	// QueuePool is the database of every queue's River tables.
-	//
-	// Deprecated: use QueueDBs.Default.
-	QueuePool *pgxpool.Pool
 	// Queues maps each queue this worker serves to its concurrency.
 	Queues map[string]int
 	// Name identifies the worker in attempts; default host-pid.
@@ -134,7 +128,7 @@ func (c *Config) withDefaults() error {
 		}
 	}
 	if c.QueueDBs.Default == nil {
-		c.QueueDBs.Default = cmp.Or(c.QueuePool, c.StatePool)
+		c.QueueDBs.Default = c.StatePool
 	}
 	var own *pgxpool.Pool
 	for _, q := range slices.Sorted(maps.Keys(c.Queues)) {
