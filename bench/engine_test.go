@@ -189,12 +189,13 @@ func seedTenantJobs(b *testing.B, pool *pgxpool.Pool, tenant uuid.UUID, prefix s
 	if err := pool.QueryRow(ctx, "SELECT shard_count FROM cluster_settings").Scan(&shards); err != nil {
 		b.Fatal(err)
 	}
-	var jobs, versions [][]any
+	var jobs, versions, schedules [][]any
 	for i := range n {
 		id := uuid.Must(uuid.NewV7())
 		jobs = append(jobs, []any{id, tenant, "default", fmt.Sprintf("%s-%07d", prefix, i), "", []byte("{}"), "active", int64(1), specJSON,
 			int32(shard.Of(id, shards)), next, next, "bench", next, "bench"})
 		versions = append(versions, []any{id, int64(1), tenant, "", []byte("{}"), specJSON, next, "bench"})
+		schedules = append(schedules, []any{id, jobs[len(jobs)-1][9], next})
 	}
 	cols := []string{"id", "tenant_id", "namespace", "name", "description", "labels", "status", "version", "spec", "shard", "next_fire_at", "created_at", "created_by", "updated_at", "updated_by"}
 	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"jobs"}, cols, pgx.CopyFromRows(jobs)); err != nil {
@@ -204,7 +205,10 @@ func seedTenantJobs(b *testing.B, pool *pgxpool.Pool, tenant uuid.UUID, prefix s
 	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"job_versions"}, vcols, pgx.CopyFromRows(versions)); err != nil {
 		b.Fatal(err)
 	}
-	// (The jobs' schedule rows were written by the trigger on jobs.)
+	scols := []string{"job_id", "shard", "next_fire_at"}
+	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"job_schedules"}, scols, pgx.CopyFromRows(schedules)); err != nil {
+		b.Fatal(err)
+	}
 	if _, err := pool.Exec(ctx, "ANALYZE jobs, job_schedules"); err != nil {
 		b.Fatal(err)
 	}

@@ -94,6 +94,9 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 				if err != nil {
 					return err
 				}
+				if err := writeSchedule(ctx, q, row); err != nil {
+					return err
+				}
 				after, err := fromRow(row)
 				if err != nil {
 					return err

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/enginetest"
 	"github.com/orrery-dev/orrery/engine/job"
 )
 
@@ -75,6 +76,10 @@ func TestApplyPlansIsIdempotentAndPrunes(t *testing.T) {
 	}
 	if _, err := svc.Get(ctx, job.Anonymous, job.Ref{Namespace: "analytics", Name: "by-hand"}); err != nil {
 		t.Fatalf("a job made through the API was pruned: %v", err)
+	}
+	if n := enginetest.Int(t, pool, `SELECT count(*)::int FROM jobs AS j JOIN job_schedules AS s ON s.job_id = j.id
+		WHERE s.shard = j.shard AND s.next_fire_at IS NOT DISTINCT FROM CASE WHEN j.status = 'active' THEN j.next_fire_at END`); n != 3 {
+		t.Fatalf("%d of 3 jobs (one pruned) with their schedule rows following them", n)
 	}
 }
 

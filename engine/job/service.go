@@ -422,6 +422,21 @@ func Lock(ctx context.Context, q *store.Queries, a Actor, ref Ref) (store.Job, e
 	return row, nil
 }
 
+// writeSchedule makes job row's schedule row follow the row just written
+// in q's transaction (which holds the jobs row's lock, so the lock order
+// is the one Lock takes): its shard, and its next fire time if the job is
+// active.
+func writeSchedule(ctx context.Context, q *store.Queries, row store.Job) error {
+	next := row.NextFireAt
+	if row.Status != StatusActive {
+		next = nil
+	}
+	if err := q.SetJobSchedule(ctx, store.SetJobScheduleParams{JobID: row.ID, Shard: row.Shard, NextFireAt: next}); err != nil {
+		return fmt.Errorf("job %s: schedule: %w", row.ID, err)
+	}
+	return nil
+}
+
 // withSchedules sets the next fire time of each active job of rows to its
 // schedule's, the live one (firing advances job_schedules only; a jobs
 // row holds the time its last definition change set, which a paused job
@@ -544,6 +559,9 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 	if err != nil {
 		return nil, err
 	}
+	if err := writeSchedule(ctx, q, row); err != nil {
+		return nil, err
+	}
 	out, err := fromRow(row)
 	if err != nil {
 		return nil, err
@@ -624,6 +642,9 @@ func (s *Service) setStatus(ctx context.Context, a Actor, ref Ref, action string
 		}
 		row, err = q.SetJobStatus(ctx, store.SetJobStatusParams{TenantID: a.Tenant, ID: before.ID, Status: status, NextFireAt: next, Actor: a.Name})
 		if err != nil {
+			return err
+		}
+		if err := writeSchedule(ctx, q, row); err != nil {
 			return err
 		}
 		if out, err = fromRow(row); err != nil {

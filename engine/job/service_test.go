@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
@@ -198,27 +199,53 @@ func TestUpdateOptimisticConcurrency(t *testing.T) {
 	}
 }
 
+// scheduleFollows fails unless job id's schedule row says what its jobs
+// row does: the shard, and the next fire time if the job is active.
+func scheduleFollows(t *testing.T, pool *pgxpool.Pool, id uuid.UUID, after string) {
+	t.Helper()
+	var ok bool
+	err := pool.QueryRow(context.Background(), `SELECT s.shard = j.shard
+		AND s.next_fire_at IS NOT DISTINCT FROM CASE WHEN j.status = 'active' THEN j.next_fire_at END
+		FROM jobs AS j JOIN job_schedules AS s ON s.job_id = j.id WHERE j.id = $1`, id).Scan(&ok)
+	if err != nil || !ok {
+		t.Fatalf("after %s: the schedule row does not follow the job (%v)", after, err)
+	}
+}
+
 func TestPauseResumeDelete(t *testing.T) {
 	t.Parallel()
-	svc, _ := newService(t)
+	svc, pool := newService(t)
 	ctx := context.Background()
 	j, _ := svc.Create(ctx, job.Anonymous, resource("p", "*/5 * * * *"), "")
+	scheduleFollows(t, pool, j.ID, "create")
 	ref := job.Ref{Namespace: "analytics", Name: "p"}
+	u, err := svc.Update(ctx, job.Anonymous, ref, resource("p", "0 3 * * *"), j.Version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheduleFollows(t, pool, j.ID, "update")
 	p, err := svc.Pause(ctx, job.Anonymous, ref)
 	if err != nil || p.Status != job.StatusPaused || p.Upcoming(10) != nil {
 		t.Fatalf("pause: %+v %v", p, err)
 	}
+	scheduleFollows(t, pool, j.ID, "pause")
 	if again, _ := svc.Pause(ctx, job.Anonymous, ref); again.UpdatedAt != p.UpdatedAt {
 		t.Fatal("pausing a paused job changed it")
 	}
+	if _, err := svc.Update(ctx, job.Anonymous, ref, resource("p", "0 4 * * *"), u.Version); err != nil {
+		t.Fatal(err)
+	}
+	scheduleFollows(t, pool, j.ID, "update while paused")
 	r, err := svc.Resume(ctx, job.Anonymous, ref)
 	if err != nil || r.Status != job.StatusActive || r.NextFireAt == nil {
 		t.Fatalf("resume: %+v %v", r, err)
 	}
+	scheduleFollows(t, pool, j.ID, "resume")
 	d, err := svc.Delete(ctx, job.Anonymous, ref)
 	if err != nil || d.Status != job.StatusDeleted || d.NextFireAt != nil || d.DeletedAt == nil {
 		t.Fatalf("delete: %+v %v", d, err)
 	}
+	scheduleFollows(t, pool, j.ID, "delete")
 	if _, err := svc.Resume(ctx, job.Anonymous, job.Ref{ID: j.ID}); !errors.Is(err, job.ErrDeleted) {
 		t.Fatalf("resume deleted: %v", err)
 	}
@@ -231,7 +258,7 @@ func TestPauseResumeDelete(t *testing.T) {
 	for _, h := range hist {
 		actions = append(actions, h.Action)
 	}
-	if strings.Join(actions, ",") != "create,pause,resume,delete" {
+	if strings.Join(actions, ",") != "create,update,pause,update,resume,delete" {
 		t.Fatalf("audit actions %v", actions)
 	}
 }
@@ -354,7 +381,7 @@ func TestOneTimeInstantRewrittenDoesNotFireAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As after it fired: nothing left to fire.
-	if _, err := pool.Exec(ctx, "UPDATE jobs SET next_fire_at = NULL WHERE id = $1", j.ID); err != nil {
+	if _, err := pool.Exec(ctx, "UPDATE job_schedules SET next_fire_at = NULL WHERE job_id = $1", j.ID); err != nil {
 		t.Fatal(err)
 	}
 	res.Spec.Schedule.At = "2030-01-01T01:00:00+01:00"

@@ -44,3 +44,31 @@ func TestDatabasesAreIsolated(t *testing.T) {
 		t.Fatal("a row written in one test's database is visible in another's")
 	}
 }
+
+// Orrery's own tables keep to what PostgreSQL and CockroachDB both run: no
+// triggers, no functions (River's tables, PostgreSQL only, are River's).
+func TestSchemaHasNoTriggersOrFunctions(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `
+		SELECT 'trigger ' || tgname || ' on ' || tgrelid::regclass::text FROM pg_trigger
+		WHERE NOT tgisinternal AND tgrelid::regclass::text NOT LIKE 'river%'
+		UNION ALL
+		SELECT 'function ' || p.proname FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+		WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND p.proname NOT LIKE 'river%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var what string
+		if err := rows.Scan(&what); err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("%s in the migrated schema", what)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+}

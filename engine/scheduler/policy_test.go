@@ -543,7 +543,7 @@ func TestMisfirePoliciesCatchUpAfterAnOutage(t *testing.T) {
 	// The outage: no node ran while the jobs' next instants went 10 s into
 	// the past (every whole second is an instant of these schedules).
 	var missedFrom time.Time
-	if err := pool.QueryRow(context.Background(), `UPDATE jobs SET next_fire_at = date_trunc('second', now()) - interval '10 seconds'
+	if err := pool.QueryRow(context.Background(), `UPDATE job_schedules SET next_fire_at = date_trunc('second', now()) - interval '10 seconds'
 		RETURNING next_fire_at`).Scan(&missedFrom); err != nil {
 		t.Fatal(err)
 	}

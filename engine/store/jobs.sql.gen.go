@@ -99,6 +99,9 @@ WITH input AS (
     SELECT i.tenant_id, 'CreateJob', i.idempotency_key, i.request_hash, i.snapshot, $16::timestamptz
     FROM input AS i JOIN j ON j.id = i.id
     WHERE i.idempotency_key <> ''
+), s AS (
+    INSERT INTO job_schedules (job_id, shard, next_fire_at)
+    SELECT i.id, i.shard, i.next_fire_at FROM input AS i JOIN j ON j.id = i.id
 )
 SELECT id FROM j
 `
@@ -124,9 +127,9 @@ type CreateJobsParams struct {
 
 // CreateJobs writes new jobs in one statement (for the API, a batch of
 // concurrent creations: one statement and one commit for all; for apply,
-// one in its transaction): each with its namespace, version 1, audit row
-// and idempotency key (when one is given). Foreign keys are checked at
-// the statement's end. A job
+// one in its transaction): each with its namespace, version 1, audit row,
+// idempotency key (when one is given) and schedule row. Foreign keys are
+// checked at the statement's end. A job
 // whose name is taken (by a live job, or by an earlier job of the batch)
 // is left out with its version, audit row and key, and is missing from
 // the answer. A key another transaction took meanwhile fails the whole
@@ -279,7 +282,7 @@ type GetJobForUpdateParams struct {
 // (DueJobs) checks its runs' foreign key with FOR KEY SHARE, which FOR
 // UPDATE would block while the change waits for the schedule row: a
 // deadlock. Lock order: the jobs row, then its schedule row
-// (JobScheduleForUpdate, or the trigger's write).
+// (JobScheduleForUpdate, SetJobSchedule).
 func (q *Queries) GetJobForUpdate(ctx context.Context, arg GetJobForUpdateParams) (Job, error) {
 	row := q.db.QueryRow(ctx, getJobForUpdate, arg.TenantID, arg.ID)
 	var i Job
@@ -588,6 +591,26 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]Job, erro
 		return nil, err
 	}
 	return items, nil
+}
+
+const setJobSchedule = `-- name: SetJobSchedule :exec
+INSERT INTO job_schedules (job_id, shard, next_fire_at)
+VALUES ($1, $2, $3)
+ON CONFLICT (job_id) DO UPDATE SET shard = EXCLUDED.shard, next_fire_at = EXCLUDED.next_fire_at
+`
+
+type SetJobScheduleParams struct {
+	JobID      uuid.UUID
+	Shard      int32
+	NextFireAt *time.Time
+}
+
+// SetJobSchedule writes a job's schedule row after a change of its jobs
+// row (in the same transaction, after locking that row): its shard, and
+// its next fire time when the job is active (NULL otherwise).
+func (q *Queries) SetJobSchedule(ctx context.Context, arg SetJobScheduleParams) error {
+	_, err := q.db.Exec(ctx, setJobSchedule, arg.JobID, arg.Shard, arg.NextFireAt)
+	return err
 }
 
 const setJobStatus = `-- name: SetJobStatus :one

@@ -216,7 +216,8 @@ type DueJobsRow struct {
 // firing would run the old definition. (Under SERIALIZABLE the lock fails
 // instead, with a serialization error, when the change committed after
 // the transaction's snapshot: a definition change always writes the
-// schedule row, through the trigger on jobs; the firing is retried.) now is
+// schedule row, SetJobSchedule in its transaction; the firing is
+// retried.) now is
 // the database's clock (the same in every row of one transaction).
 func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow, error) {
 	rows, err := q.db.Query(ctx, dueJobs, arg.Shards, arg.Batch)

@@ -129,14 +129,14 @@ func TestMissedWhenNothingFires(t *testing.T) {
 	dog := newDog(t, pool, manager(t, pool))
 
 	// Due 3 s ago: not yet late.
-	if _, err := pool.Exec(ctx, "UPDATE jobs SET next_fire_at = date_trunc('second', now()) - interval '3 seconds' WHERE id = $1", j.ID); err != nil {
+	if _, err := pool.Exec(ctx, "UPDATE job_schedules SET next_fire_at = date_trunc('second', now()) - interval '3 seconds' WHERE job_id = $1", j.ID); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := dog.Pass(ctx); err != nil || len(res.Raised) != 0 {
 		t.Fatalf("raised %v (%v) 3 s after the instant, start_within 5s", res.Raised, err)
 	}
 	// Due 8 s ago: missed, once.
-	if _, err := pool.Exec(ctx, "UPDATE jobs SET next_fire_at = next_fire_at - interval '5 seconds' WHERE id = $1", j.ID); err != nil {
+	if _, err := pool.Exec(ctx, "UPDATE job_schedules SET next_fire_at = next_fire_at - interval '5 seconds' WHERE job_id = $1", j.ID); err != nil {
 		t.Fatal(err)
 	}
 	res, err := dog.Pass(ctx)

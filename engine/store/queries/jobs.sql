@@ -16,7 +16,7 @@ SELECT * FROM jobs WHERE tenant_id = @tenant_id AND id = @id;
 -- (DueJobs) checks its runs' foreign key with FOR KEY SHARE, which FOR
 -- UPDATE would block while the change waits for the schedule row: a
 -- deadlock. Lock order: the jobs row, then its schedule row
--- (JobScheduleForUpdate, or the trigger's write).
+-- (JobScheduleForUpdate, SetJobSchedule).
 -- name: GetJobForUpdate :one
 SELECT * FROM jobs WHERE tenant_id = @tenant_id AND id = @id FOR NO KEY UPDATE;
 
@@ -29,6 +29,14 @@ SELECT job_id, next_fire_at FROM job_schedules WHERE job_id = ANY(@ids::uuid[]);
 -- reads its live next fire time: a firing that advances it commits first.
 -- name: JobScheduleForUpdate :one
 SELECT next_fire_at FROM job_schedules WHERE job_id = @job_id FOR UPDATE;
+
+-- SetJobSchedule writes a job's schedule row after a change of its jobs
+-- row (in the same transaction, after locking that row): its shard, and
+-- its next fire time when the job is active (NULL otherwise).
+-- name: SetJobSchedule :exec
+INSERT INTO job_schedules (job_id, shard, next_fire_at)
+VALUES (@job_id, @shard, sqlc.narg(next_fire_at))
+ON CONFLICT (job_id) DO UPDATE SET shard = EXCLUDED.shard, next_fire_at = EXCLUDED.next_fire_at;
 
 -- name: GetLiveJobByName :one
 SELECT * FROM jobs
@@ -83,9 +91,9 @@ ORDER BY i.ord;
 
 -- CreateJobs writes new jobs in one statement (for the API, a batch of
 -- concurrent creations: one statement and one commit for all; for apply,
--- one in its transaction): each with its namespace, version 1, audit row
--- and idempotency key (when one is given). Foreign keys are checked at
--- the statement's end. A job
+-- one in its transaction): each with its namespace, version 1, audit row,
+-- idempotency key (when one is given) and schedule row. Foreign keys are
+-- checked at the statement's end. A job
 -- whose name is taken (by a live job, or by an earlier job of the batch)
 -- is left out with its version, audit row and key, and is missing from
 -- the answer. A key another transaction took meanwhile fails the whole
@@ -127,6 +135,9 @@ WITH input AS (
     SELECT i.tenant_id, 'CreateJob', i.idempotency_key, i.request_hash, i.snapshot, @now::timestamptz
     FROM input AS i JOIN j ON j.id = i.id
     WHERE i.idempotency_key <> ''
+), s AS (
+    INSERT INTO job_schedules (job_id, shard, next_fire_at)
+    SELECT i.id, i.shard, i.next_fire_at FROM input AS i JOIN j ON j.id = i.id
 )
 SELECT id FROM j;
 

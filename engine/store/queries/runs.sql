@@ -34,7 +34,8 @@ CROSS JOIN LATERAL (
 -- firing would run the old definition. (Under SERIALIZABLE the lock fails
 -- instead, with a serialization error, when the change committed after
 -- the transaction's snapshot: a definition change always writes the
--- schedule row, through the trigger on jobs; the firing is retried.) now is
+-- schedule row, SetJobSchedule in its transaction; the firing is
+-- retried.) now is
 -- the database's clock (the same in every row of one transaction).
 -- name: DueJobs :many
 SELECT job_id, next_fire_at, shard, now()::timestamptz AS now
