@@ -228,6 +228,9 @@ type engine struct {
 	dispatcher *dispatch.Dispatcher
 	// log fails the benchmark on errors (for more workers of its own).
 	log *slog.Logger
+	// handled counts the calls of the noop handler: a benchmark waits on
+	// it without querying the database it measures.
+	handled atomic.Int64
 }
 
 func (e *engine) fail(msg string) {
@@ -347,7 +350,7 @@ func startEngineOn(b *testing.B, pool *pgxpool.Pool, queue string, workers int) 
 		}
 	}
 	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{queue: workers}, Logger: log, Metrics: mets,
-		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { return nil }, "sleep": sleep}})
+		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { e.handled.Add(1); return nil }, "sleep": sleep}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -526,6 +529,7 @@ func steadyFires(b *testing.B, pool *pgxpool.Pool) {
 	eng.check(b)
 	n, p50, p95, p99, mx := lagStats(b, pool, from, until)
 	printPhases(b, pool, from, until)
+	printWorstInstants(b, pool, from, until, 3)
 	b.ReportMetric(float64(n)/until.Sub(from).Seconds(), "started/s")
 	b.ReportMetric(float64(completed)/until.Sub(from).Seconds(), "completed/s")
 	b.ReportMetric(ms(p50), "p50-lag-ms")
@@ -555,7 +559,15 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		time.Sleep(600 * time.Millisecond) // the seeding's statistics reach pg_stat_wal
 		wal0, lsn0 := walRecords(b, pool), walLSN(b, pool)
 		time.Sleep(time.Until(at))
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		deadline := time.Now().Add(2 * time.Minute)
+		// Until every run's handler was called, wait in process: a query
+		// of the runs every few milliseconds took 4% of the database's
+		// time during the storm it measures.
+		for eng.handled.Load() < jobs && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+			eng.check(b)
+		}
+		for ; ; time.Sleep(50 * time.Millisecond) {
 			var created, started, done int
 			// The storm's runs only (a database with history holds others).
 			if err := pool.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE started_at IS NOT NULL), count(*) FILTER (WHERE status = 'succeeded')
@@ -693,6 +705,40 @@ func printPhases(b *testing.B, pool *pgxpool.Pool, from, until time.Time) {
 		return
 	}
 	fmt.Printf("bench: since the instant: %s\n", out)
+}
+
+// printWorstInstants prints, for the scheduled instants in [from, until)
+// whose last run started latest, each step's latest time since the
+// instant (as printPhases) and how many runs were fetched more than 100 ms
+// after it: whether a tail is spread over the window or one stall.
+func printWorstInstants(b *testing.B, pool *pgxpool.Pool, from, until time.Time, n int) {
+	b.Helper()
+	rows, err := pool.Query(context.Background(), `WITH p AS (
+			SELECT r.scheduled_for AS at,
+			       extract(epoch FROM r.created_at - r.scheduled_for) * 1000 AS fired,
+			       extract(epoch FROM j.created_at - r.scheduled_for) * 1000 AS inserted,
+			       extract(epoch FROM j.attempted_at - r.scheduled_for) * 1000 AS fetched,
+			       extract(epoch FROM a.started_at - r.scheduled_for) * 1000 AS started
+			FROM runs r JOIN tasks t ON t.run_id = r.id JOIN attempts a ON a.task_id = t.id AND a.number = 1
+			JOIN river_job j ON (j.args->>'task_id')::uuid = t.id AND (j.args->>'attempt')::int = 1
+			WHERE r.scheduled_for >= $1 AND r.scheduled_for < $2)
+		SELECT format('%s: fired %s, inserted %s, fetched %s, started %s ms (max); %s fetched after 100 ms',
+			to_char(at AT TIME ZONE 'UTC', 'HH24:MI:SS'), round(max(fired)::numeric), round(max(inserted)::numeric),
+			round(max(fetched)::numeric), round(max(started)::numeric), count(*) FILTER (WHERE fetched > 100))
+		FROM p GROUP BY at ORDER BY max(started) DESC LIMIT $3`, from, until, n)
+	if err != nil {
+		b.Logf("worst instants: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			b.Logf("worst instants: %v", err)
+			return
+		}
+		fmt.Printf("bench: worst instant %s\n", line)
+	}
 }
 
 // walDir is the benchmark cluster's WAL folder when ORRERY_BENCH_WALDUMP
