@@ -69,6 +69,60 @@ func BenchmarkWatchdogPass(b *testing.B) {
 	}
 }
 
+// BenchmarkWatchdogOpenAlerts measures one watchdog pass while alerts
+// stay open: one watched per-minute job whose queue no worker serves, for
+// a day and for two (1,440 and 2,880 runs never started, each with its
+// open missed alert). A pass looks at a window of Batch (1,000) open
+// alerts, and reads the job's latest started run once, not per alert.
+func BenchmarkWatchdogOpenAlerts(b *testing.B) {
+	for _, n := range []int{1_440, 2_880} {
+		b.Run(fmt.Sprintf("open=%d", n), func(b *testing.B) {
+			pool := freshDB(b)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			seedJobs(b, pool, "stranded", 1, watchedSpec("* * * * *", "nobody", time.Minute), time.Now().Add(time.Hour))
+			for _, sql := range []string{
+				`INSERT INTO runs (id, tenant_id, job_id, job_version, shard, scheduled_for, trigger, status, created_at, watched)
+				 SELECT gen_random_uuid(), j.tenant_id, j.id, 1, j.shard, date_trunc('minute', now()) - i * interval '1 minute', 'schedule', 'pending', now(), true
+				 FROM jobs AS j, generate_series(1, $1::int) AS i`,
+				`INSERT INTO alerts (id, tenant_id, job_id, shard, kind, cause, scheduled_for, message, raised_at)
+				 SELECT gen_random_uuid(), r.tenant_id, r.job_id, r.shard, 'missed',
+				        'missed:' || to_char(r.scheduled_for AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), r.scheduled_for, 'm', now()
+				 FROM runs AS r`,
+			} {
+				var args []any
+				if strings.Contains(sql, "$1") {
+					args = append(args, n)
+				}
+				if _, err := pool.Exec(ctx, sql, args...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if _, err := pool.Exec(ctx, "ANALYZE"); err != nil {
+				b.Fatal(err)
+			}
+			mgr, err := shard.NewManager(ctx, pool, shard.Config{TTL: 10 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			go func() { _ = mgr.Run(ctx) }()
+			for len(mgr.Leases()) < shard.DefaultCount {
+				time.Sleep(10 * time.Millisecond)
+			}
+			dog, err := watchdog.New(watchdog.Config{Pool: pool, Shards: mgr})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if res, err := dog.Pass(ctx); err != nil || len(res.Resolved) != 0 || len(res.Raised) != 0 {
+					b.Fatalf("pass: %v, raised %d, resolved %d", err, len(res.Raised), len(res.Resolved))
+				}
+			}
+		})
+	}
+}
+
 func allShards() []int32 {
 	s := make([]int32, shard.DefaultCount)
 	for i := range s {

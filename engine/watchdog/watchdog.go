@@ -22,7 +22,9 @@
 //
 // Alerts are rows (table alerts) unique per (job, cause): raising is an
 // insert that does nothing if the cause was raised before. Each pass also
-// resolves the open alerts whose cause cleared (a later run started, the
+// resolves, among the next window of open alerts (so that every open alert
+// is looked at within a few passes, at a bounded cost each), those whose
+// cause cleared (a later run started, the
 // run finished, the attempt ended, a later run succeeded, the dead
 // letters were replayed, the job was paused, deleted or its alerts
 // removed). The job's alerts.notify webhooks are told of both, and its
@@ -46,7 +48,8 @@
 //     deleted in the same transaction (a crash before commit leaves them
 //     for the next pass).
 //  4. RaiseAlerts (insert, ON CONFLICT DO NOTHING), ResolveAlerts
-//     (updates open alerts of the shards), InsertNotifications.
+//     (updates open alerts of the shards, a window of Batch of them a
+//     pass: OpenAlertsWindow), InsertNotifications.
 //
 // Locks, in order: shard rows (key share), run_finishes rows, alerts rows,
 // new notifications rows. Jobs, runs, tasks and attempts are only read, so
@@ -102,6 +105,10 @@ type Config struct {
 type Watchdog struct {
 	cfg   Config
 	specs map[uuid.UUID]*jobInfo // by job id; replaced when its version changes
+	// resolveAfter is where the next pass's look at the open alerts
+	// starts (the last alert id the previous pass looked at; zero: from
+	// the first). Passes do not overlap.
+	resolveAfter uuid.UUID
 }
 
 // jobInfo is what a pass needs of a watched job.
@@ -181,6 +188,7 @@ func (w *Watchdog) Pass(ctx context.Context) (Result, error) {
 	}
 	keys := shard.Keys(leases)
 	var res Result
+	next := w.resolveAfter
 	err := store.InRawTx(ctx, w.cfg.Pool, func(tx pgx.Tx) error {
 		res = Result{}
 		p := &pass{q: store.New(tx)}
@@ -205,7 +213,7 @@ func (w *Watchdog) Pass(ctx context.Context) (Result, error) {
 				return err
 			}
 		}
-		if res.Resolved, err = p.q.ResolveAlerts(ctx, store.ResolveAlertsParams{Shards: held, Batch: int32(w.cfg.Batch)}); err != nil {
+		if res.Resolved, next, err = w.resolve(ctx, p, held); err != nil {
 			return err
 		}
 		if err := w.alertNotifications(ctx, p, res.Raised, "alert.raised"); err != nil {
@@ -221,9 +229,30 @@ func (w *Watchdog) Pass(ctx context.Context) (Result, error) {
 		return nil
 	})
 	if err == nil {
+		w.resolveAfter = next
 		w.cfg.Metrics.AlertsRaised(kinds(res.Raised))
 	}
 	return res, err
+}
+
+// resolve closes the alerts whose cause cleared among the next window of
+// up to Batch open alerts of the shards (after w.resolveAfter, wrapping
+// to the first when fewer are left), and returns them with where the next
+// pass's window starts.
+func (w *Watchdog) resolve(ctx context.Context, p *pass, held []int32) ([]store.Alert, uuid.UUID, error) {
+	win, err := p.q.OpenAlertsWindow(ctx, store.OpenAlertsWindowParams{Shards: held, After: w.resolveAfter, Batch: int32(w.cfg.Batch)})
+	if err != nil {
+		return nil, w.resolveAfter, err
+	}
+	next := win.Until
+	if int(win.N) < w.cfg.Batch {
+		next = uuid.Nil // the last window: the next pass starts from the first
+	}
+	if win.N == 0 {
+		return nil, next, nil
+	}
+	resolved, err := p.q.ResolveAlerts(ctx, store.ResolveAlertsParams{Shards: held, After: w.resolveAfter, Until: win.Until})
+	return resolved, next, err
 }
 
 func kinds(alerts []store.Alert) map[string]int {

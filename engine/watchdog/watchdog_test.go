@@ -371,11 +371,26 @@ func TestResolveLooksPastAlertsThatStayOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A pass looks at a window of Batch open alerts: the first, the two
+	// that stay open; the next, the one behind them.
 	res, err := dog.Pass(ctx)
+	if err != nil || len(res.Resolved) != 0 {
+		t.Fatalf("first pass: resolved %+v, %v; want none of the first two", res.Resolved, err)
+	}
+	res, err = dog.Pass(ctx)
 	if err != nil || len(res.Resolved) != 1 || res.Resolved[0].Cause != "c" || res.Resolved[0].Resolution != "the job no longer raises failure" {
-		t.Fatalf("pass: resolved %+v, %v; want the failure alert behind the two open ones", res.Resolved, err)
+		t.Fatalf("second pass: resolved %+v, %v; want the failure alert behind the two open ones", res.Resolved, err)
 	}
 	if n := alerts(t, pool, "resolved_at IS NULL"); n != 2 {
 		t.Fatalf("%d open alerts, want the two missed ones", n)
+	}
+	// The next pass starts from the first again: a run started for the
+	// first missed instant resolves it.
+	if _, err := pool.Exec(ctx, `INSERT INTO runs (id, tenant_id, job_id, job_version, shard, scheduled_for, trigger, status, created_at, started_at)
+		VALUES (gen_random_uuid(), $1, $2, 1, $3, now() + interval '2 days', 'manual', 'running', now(), now())`, j.Tenant, j.ID, j.Shard); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = dog.Pass(ctx); err != nil || len(res.Resolved) != 2 || res.Resolved[0].Resolution != "a run started" {
+		t.Fatalf("third pass: resolved %+v, %v; want both missed alerts (a run started after their instants)", res.Resolved, err)
 	}
 }

@@ -66,36 +66,58 @@ FROM (
 ON CONFLICT (job_id, cause) DO NOTHING
 RETURNING *;
 
--- ResolveAlerts closes the open alerts of the shards whose cause has
--- cleared (up to batch of them, oldest first) and returns them. Every open
--- alert of the shards is looked at, not only the first batch: alerts that
--- stay open would otherwise hide the ones behind them for good.
+-- OpenAlertsWindow finds the next window of a watchdog pass's open
+-- alerts: up to batch of the shards' open alerts after the id after, in
+-- id order; until is the window's last id (the zero UUID when empty).
+-- name: OpenAlertsWindow :one
+SELECT count(*)::int AS n, COALESCE((array_agg(w.id ORDER BY w.id DESC))[1], '00000000-0000-0000-0000-000000000000'::uuid)::uuid AS until
+FROM (
+    SELECT a.id FROM alerts AS a
+    WHERE a.shard = ANY(@shards::int[]) AND a.resolved_at IS NULL AND a.id > @after::uuid
+    ORDER BY a.id
+    LIMIT @batch
+) AS w;
+
+-- ResolveAlerts closes the open alerts of the shards in the window (after,
+-- until] (OpenAlertsWindow) whose cause has cleared and returns them. A
+-- pass looks at one window, the next pass at the next one: alerts that
+-- stay open do not hide those behind them, and a pass's work is bounded
+-- by the window, not by how many alerts are open. A job's latest started
+-- and succeeded instants are read once per job of the window (from its
+-- oldest open alert's instant), not once per alert.
 -- name: ResolveAlerts :many
-WITH c AS (
+WITH w AS (
+    SELECT a.* FROM alerts AS a
+    WHERE a.shard = ANY(@shards::int[]) AND a.resolved_at IS NULL AND a.id > @after::uuid AND a.id <= @until::uuid
+), since AS (
+    SELECT w.job_id, min(w.scheduled_for) AS at FROM w WHERE w.kind IN ('missed', 'failure') GROUP BY w.job_id
+), latest AS (
+    SELECT since.job_id,
+           (SELECT max(r.scheduled_for) FROM runs AS r WHERE r.job_id = since.job_id AND r.scheduled_for >= since.at
+                AND r.started_at IS NOT NULL) AS started,
+           (SELECT max(r.scheduled_for) FROM runs AS r WHERE r.job_id = since.job_id AND r.scheduled_for >= since.at
+                AND r.status = 'succeeded') AS succeeded
+    FROM since
+), c AS (
     SELECT a.id, CASE
         WHEN j.status = 'deleted' THEN 'the job was deleted'
         WHEN j.spec->'alerts' IS NULL OR NOT ((j.spec->'alerts'->'on') @> to_jsonb(a.kind)) THEN 'the job no longer raises ' || a.kind
         WHEN a.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.id = a.run_id) THEN 'the run was pruned'
         WHEN a.kind = 'missed' AND j.status = 'paused' THEN 'the job was paused'
-        WHEN a.kind = 'missed' AND EXISTS (SELECT 1 FROM runs AS r WHERE r.job_id = a.job_id AND r.scheduled_for >= a.scheduled_for
-                                           AND r.started_at IS NOT NULL) THEN 'a run started'
+        WHEN a.kind = 'missed' AND l.started >= a.scheduled_for THEN 'a run started'
         WHEN a.kind = 'stuck' AND a.attempt_id IS NOT NULL
              AND NOT EXISTS (SELECT 1 FROM attempts AS x WHERE x.id = a.attempt_id AND x.outcome = 'running') THEN 'the attempt ended'
         WHEN a.kind = 'stuck' AND a.attempt_id IS NULL
              AND EXISTS (SELECT 1 FROM runs AS r WHERE r.id = a.run_id AND r.finished_at IS NOT NULL) THEN 'the run finished'
-        WHEN a.kind = 'failure' AND EXISTS (SELECT 1 FROM runs AS r WHERE r.job_id = a.job_id AND r.scheduled_for >= a.scheduled_for
-                                            AND r.status = 'succeeded') THEN 'a run succeeded'
+        WHEN a.kind = 'failure' AND l.succeeded >= a.scheduled_for THEN 'a run succeeded'
         WHEN a.kind = 'dead_letter'
              AND NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = a.run_id AND t.status = 'dead_lettered') THEN 'its dead letters were replayed'
         ELSE '' END AS why
-    FROM alerts AS a JOIN jobs AS j ON j.id = a.job_id
-    WHERE a.shard = ANY(@shards::int[]) AND a.resolved_at IS NULL
-), o AS (
-    SELECT c.id, c.why FROM c WHERE c.why <> '' ORDER BY c.id LIMIT @batch
+    FROM w AS a JOIN jobs AS j ON j.id = a.job_id LEFT JOIN latest AS l ON l.job_id = a.job_id
 )
-UPDATE alerts SET resolved_at = now(), resolution = o.why
-FROM o
-WHERE alerts.id = o.id
+UPDATE alerts SET resolved_at = now(), resolution = c.why
+FROM c
+WHERE alerts.id = c.id AND c.why <> ''
 RETURNING alerts.*;
 
 -- ListAlerts pages through a tenant's alerts, newest first; a scoped
