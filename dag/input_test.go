@@ -51,6 +51,9 @@ func TestDecodeRejectsHostileInput(t *testing.T) {
 		{"-2^53", `{cron: "@daily"}`, `[-9007199254740992]`, `number -9007199254740992 is beyond`},
 		{"beyond uint64", `{cron: "@daily"}`, `{id: 123456789012345678901234567890}`, `is beyond ±9007199254740991`},
 		{"float beyond", `{cron: "@daily"}`, `{x: 1.5e300}`, `is beyond ±9007199254740991`},
+		{"NUL in a payload", `{cron: "@daily"}`, `{a: [1, "x\0y"]}`, `probe.yaml:7:20: spec.steps[0].payload.a[1]: contains a NUL character`},
+		{"NUL in a payload key", `{cron: "@daily"}`, `{"k\0": 1}`, `spec.steps[0].payload.k\x00: contains a NUL character`},
+		{"NUL in a time zone", `{cron: "@daily", timezone: "UTC\0"}`, `{}`, `spec.schedule.timezone`},
 		{"2^53-1", `{cron: "@daily"}`, `{id: 9007199254740991, neg: -9007199254740991, f: 0.1, big: "9007199254740993"}`, ""},
 	}
 	for _, tt := range tests {

@@ -78,7 +78,61 @@ func Validate(r *Resource) Errors {
 	}
 	validateMetadata(&es, &r.Metadata)
 	validateSpec(&es, &r.Spec)
+	validateNoNUL(&es, r)
 	return es
+}
+
+// validateNoNUL refuses a NUL character in any string of the resource
+// (names, labels, payloads, URLs, argv...): the database can store none,
+// in text or in JSON, and one would fail the write of every job that
+// shares its statement. The field named is the first that holds one.
+func validateNoNUL(es *Errors, r *Resource) {
+	js, err := json.Marshal(r)
+	if err != nil || !bytes.Contains(js, []byte(`\u0000`)) {
+		return // (a payload that is not JSON is reported by its own check)
+	}
+	var v any
+	if json.Unmarshal(js, &v) != nil {
+		return
+	}
+	path, ok := findNUL(v, "")
+	if !ok || slices.ContainsFunc(*es, func(e *FieldError) bool { return e.Field == path }) {
+		return // (already refused for another reason)
+	}
+	es.add(path, "contains a NUL character")
+}
+
+// findNUL returns the path (as Validate names fields) of the first key or
+// string in v that holds a NUL character.
+func findNUL(v any, path string) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return path, strings.IndexByte(v, 0) >= 0
+	case []any:
+		for i, e := range v {
+			if p, ok := findNUL(e, fmt.Sprintf("%s[%d]", path, i)); ok {
+				return p, true
+			}
+		}
+	case map[string]any:
+		for _, k := range sortedKeys(v) {
+			if strings.IndexByte(k, 0) >= 0 {
+				k = strings.ReplaceAll(k, "\x00", `\x00`) // named, not printed
+				if path != "" {
+					k = path + "." + k
+				}
+				return k, true
+			}
+			p := k
+			if path != "" {
+				p = path + "." + k
+			}
+			if p, ok := findNUL(v[k], p); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
 }
 
 func validateMetadata(es *Errors, m *Metadata) {

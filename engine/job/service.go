@@ -94,6 +94,21 @@ func prepareSpec(res dag.Resource) (dag.Resource, []byte, error) {
 	return res, b, nil
 }
 
+// MaxIdempotencyKey is the longest idempotency key, in bytes.
+const MaxIdempotencyKey = 255
+
+// CheckIdempotencyKey refuses an idempotency key the database cannot keep:
+// too long for its index, or holding a NUL character.
+func CheckIdempotencyKey(key string) error {
+	switch {
+	case len(key) > MaxIdempotencyKey:
+		return &InvalidError{Field: "idempotency_key", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(key), MaxIdempotencyKey)}
+	case strings.IndexByte(key, 0) >= 0:
+		return &InvalidError{Field: "idempotency_key", Message: "contains a NUL character"}
+	}
+	return nil
+}
+
 // Create stores a new job. With an idempotency key, a replay of the same
 // request returns the job as first created, and a different request under
 // the same key fails with ErrIdempotencyConflict.
@@ -102,8 +117,8 @@ func (s *Service) Create(ctx context.Context, a Actor, res dag.Resource, idempot
 	if err != nil {
 		return nil, err
 	}
-	if len(idempotencyKey) > 255 {
-		return nil, &InvalidError{Field: "idempotency_key", Message: "longer than 255 characters"}
+	if err := CheckIdempotencyKey(idempotencyKey); err != nil {
+		return nil, err
 	}
 	req := createReq{a: a, res: res, spec: spec, key: idempotencyKey}
 	if idempotencyKey != "" {
@@ -143,6 +158,12 @@ func (s *Service) createJob(ctx context.Context, req createReq) (*Job, error) {
 	} else {
 		r, err = s.creator.Do(ctx, req)
 	}
+	if err == nil && r.alone {
+		var rs []createRes
+		if rs, err = s.createJobs(ctx, []createReq{req}); err == nil {
+			r = rs[0]
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +187,10 @@ type createReq struct {
 type createRes struct {
 	job *Job
 	err error
+	// alone: the batch waited on a row another transaction is writing;
+	// the caller writes this creation alone (so that only the creations
+	// that need that row wait for it, each in its own call).
+	alone bool
 }
 
 // createJobs commits a batch of creations in two round trips: one reads
@@ -233,7 +258,7 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 		if len(pending) == 0 {
 			return nil
 		}
-		written, err := q.CreateJobs(ctx, p)
+		written, err := s.writeJobs(ctx, p, len(pending) > 1)
 		if err != nil {
 			return err
 		}
@@ -245,8 +270,25 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
+	switch {
+	case err != nil && len(reqs) > 1 && store.IsLockTimeout(err):
+		// Some creation of the batch waits on another transaction (its
+		// namespace or name being created there): each caller writes its
+		// own alone, so that only that one waits.
+		for i := range out {
+			out[i] = createRes{alone: true}
+		}
+		return out, nil
+	case err != nil && len(reqs) > 1 && !store.IsServerError(err):
+		// Whether the batch was written is unknown (a connection lost at
+		// its commit): each is told so; written again alone, a creation
+		// would find its own job and call its name taken.
+		for i := range out {
+			out[i] = createRes{err: err}
+		}
+		return out, nil
+	case err != nil:
+		return nil, err // the batcher serves each alone
 	}
 	for _, i := range later {
 		res, err := s.createJobs(ctx, reqs[i:i+1])
@@ -257,6 +299,31 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 		}
 	}
 	return out, nil
+}
+
+// writeJobs runs CreateJobs: alone, as one statement that waits for the
+// rows it needs as long as it takes; for a batch, in a transaction whose
+// waits end after a second (SetBatchLockTimeout: a namespace or a name
+// another transaction is creating; each creation is then written alone by
+// its caller, so that the wait of one does not hold up the others).
+func (s *Service) writeJobs(ctx context.Context, p store.CreateJobsParams, batch bool) ([]uuid.UUID, error) {
+	if !batch {
+		return store.New(s.pool).CreateJobs(ctx, p)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	q := store.New(tx)
+	if err := q.SetBatchLockTimeout(ctx); err != nil {
+		return nil, err
+	}
+	written, err := q.CreateJobs(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return written, tx.Commit(ctx)
 }
 
 // newJob is a new job as of now, not yet written: version 1, its shard

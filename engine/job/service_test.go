@@ -118,6 +118,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"no executor", func(r *dag.Resource) { r.Spec.Run = &dag.Executor{} }, "spec.steps[0].run"},
 		{"negative timeout", func(r *dag.Resource) { r.Spec.Defaults.Timeout = dag.D(-time.Second) }, "spec.defaults.timeout"},
 		{"negative retries", func(r *dag.Resource) { r.Spec.Defaults.Retry = &dag.Retry{MaxAttempts: -2} }, "spec.defaults.retry.max_attempts"},
+		{"NUL in the description", func(r *dag.Resource) { r.Metadata.Description = "a\x00b" }, "metadata.description"},
+		{"NUL in a label", func(r *dag.Resource) { r.Metadata.Labels["team"] = "d\x00" }, "metadata.labels.team"},
+		{"NUL in a URL", func(r *dag.Resource) { r.Spec.Run.HTTP.URL = "http://127.0.0.1:9/\x00" }, "spec.steps[0].run.http.url"},
+		{"NUL in the payload", func(r *dag.Resource) { r.Spec.Payload = dag.Payload(`{"a": "\u0000"}`) }, "spec.steps[0].payload.a"},
 	}
 	for _, tt := range tests {
 		r := resource("fresh", "@daily")
@@ -130,6 +134,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	if _, err := svc.Create(ctx, job.Anonymous, resource("taken", "@hourly"), ""); !errors.Is(err, job.ErrAlreadyExists) {
 		t.Errorf("duplicate name: %v", err)
+	}
+	for _, key := range []string{"k\x00", strings.Repeat("k", job.MaxIdempotencyKey+1)} {
+		var inv *job.InvalidError
+		if _, err := svc.Create(ctx, job.Anonymous, resource("fresh", "@daily"), key); !errors.As(err, &inv) || inv.Field != "idempotency_key" {
+			t.Errorf("key %.10q...: got %v, want an error on idempotency_key", key, err)
+		}
 	}
 	if after := counts(t, pool); after != before {
 		t.Fatalf("rejected requests changed the database: %s -> %s", before, after)
@@ -467,6 +477,59 @@ func TestLargeDefinitionIsCreatedAlone(t *testing.T) {
 		t.Fatalf("stored definition of %d bytes, want the whole 100,000-byte payload in it", n)
 	}
 	if got := counts(t, pool); got != "jobs=21 versions=21 audit=21 keys=0" {
+		t.Fatal(got)
+	}
+}
+
+// A batch of creations that waits on a row another transaction is writing
+// (here, a namespace created in a transaction still open) gives up after a
+// second and serves each creation alone: only the creations in that
+// namespace wait for it, the others are answered meanwhile.
+func TestCreationsDoNotWaitOnAnotherNamespace(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, "INSERT INTO namespaces (tenant_id, name) VALUES ($1, 'held')", job.DefaultTenant); err != nil {
+		t.Fatal(err)
+	}
+	var others, held sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 40 {
+		r := resource(fmt.Sprintf("j%d", i), "@daily")
+		wg := &others
+		if i%10 == 0 {
+			r.Metadata.Namespace, wg = "held", &held
+		}
+		wg.Go(func() {
+			if _, err := svc.Create(ctx, job.Anonymous, r, ""); err != nil {
+				errs <- err
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { others.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("creations in other namespaces waited for the transaction that creates one")
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*)::int FROM jobs WHERE namespace = 'held'"); n != 0 {
+		t.Fatalf("%d jobs in the held namespace before its transaction ended", n)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := counts(t, pool); got != "jobs=40 versions=40 audit=40 keys=0" {
 		t.Fatal(got)
 	}
 }

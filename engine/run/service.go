@@ -203,6 +203,9 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 // With an idempotency key, a replay returns the first run; another request
 // under the same key is job.ErrIdempotencyConflict.
 func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key string, ignoreOverlap bool) (*Run, error) {
+	if err := job.CheckIdempotencyKey(key); err != nil {
+		return nil, err
+	}
 	var out Run
 	var tally *Tally
 	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {

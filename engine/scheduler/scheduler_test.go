@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,6 +142,12 @@ func TestCancelAndTrigger(t *testing.T) {
 	again, _ := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "manual"}, "k1", false)
 	if again.ID != first.ID {
 		t.Fatal("a replayed trigger made a second run")
+	}
+	for _, key := range []string{"k\x00", strings.Repeat("k", job.MaxIdempotencyKey+1)} {
+		var inv *job.InvalidError
+		if _, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "manual"}, key, false); !errors.As(err, &inv) || inv.Field != "idempotency_key" {
+			t.Fatalf("trigger with key %.10q...: %v, want an error on idempotency_key", key, err)
+		}
 	}
 	waitFor(t, 10*time.Second, "the run is running", func() bool {
 		return count(t, pool, "SELECT count(*) FROM attempts WHERE outcome = 'running'") == 1

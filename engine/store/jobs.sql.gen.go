@@ -593,6 +593,17 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]Job, erro
 	return items, nil
 }
 
+const setBatchLockTimeout = `-- name: SetBatchLockTimeout :exec
+SET LOCAL lock_timeout = '1s'
+`
+
+// SetBatchLockTimeout bounds, in a batch of creations' transaction, how
+// long a statement waits for a row another transaction is writing.
+func (q *Queries) SetBatchLockTimeout(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, setBatchLockTimeout)
+	return err
+}
+
 const setJobSchedule = `-- name: SetJobSchedule :exec
 INSERT INTO job_schedules (job_id, shard, next_fire_at)
 VALUES ($1, $2, $3)

@@ -202,5 +202,20 @@ func IsUniqueViolation(err error, constraint string) bool {
 	return errors.As(err, &pe) && pe.Code == "23505" && (constraint == "" || pe.ConstraintName == constraint)
 }
 
+// IsLockTimeout reports whether err is a statement that gave up waiting
+// for a lock (lock_timeout).
+func IsLockTimeout(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "55P03"
+}
+
+// IsServerError reports whether err is an error the database reported for
+// a statement (which then changed nothing), rather than one whose outcome
+// is unknown (a connection lost, a deadline passed).
+func IsServerError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe)
+}
+
 // IsNotFound reports whether err is a query that returned no row.
 func IsNotFound(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

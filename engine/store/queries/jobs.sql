@@ -89,6 +89,11 @@ LEFT JOIN idempotency_keys AS k
     ON i.key <> '' AND k.tenant_id = i.tenant_id AND k.operation = 'CreateJob' AND k.key = i.key
 ORDER BY i.ord;
 
+-- SetBatchLockTimeout bounds, in a batch of creations' transaction, how
+-- long a statement waits for a row another transaction is writing.
+-- name: SetBatchLockTimeout :exec
+SET LOCAL lock_timeout = '1s';
+
 -- CreateJobs writes new jobs in one statement (for the API, a batch of
 -- concurrent creations: one statement and one commit for all; for apply,
 -- one in its transaction): each with its namespace, version 1, audit row,
