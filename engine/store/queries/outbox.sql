@@ -9,11 +9,13 @@ FROM (
 ) AS u;
 
 -- PendingOutbox locks a batch of the rows of one queue database: those of
--- the given queues or, with others, of every queue but those, oldest first
--- within each queue. The queues with pending rows are found by a loose
--- scan of dispatch_outbox_queue (one probe per queue), each of ours read
--- by an index range of its own: a backlog of another database's queues is
--- never read.
+-- the given queues or, with others, of every queue but those, oldest
+-- first. The queues with pending rows are found by a loose scan of
+-- dispatch_outbox_queue (one probe per queue), each of ours read by an
+-- index range of its own (a backlog of another database's queues is
+-- never read); the oldest of those candidates are then locked, skipping
+-- rows another relay holds, and the lock stops at the batch (LIMIT with
+-- FOR UPDATE: only the rows returned are locked).
 -- name: PendingOutbox :many
 WITH RECURSIVE pending (queue) AS (
     (SELECT o.queue FROM dispatch_outbox AS o ORDER BY o.queue LIMIT 1)
@@ -24,19 +26,22 @@ WITH RECURSIVE pending (queue) AS (
     SELECT pending.queue FROM pending
     WHERE pending.queue IS NOT NULL
       AND CASE WHEN @others::bool THEN NOT (pending.queue = ANY(@queues::text[])) ELSE pending.queue = ANY(@queues::text[]) END
+), candidates AS (
+    SELECT c.id
+    FROM ours
+    CROSS JOIN LATERAL (
+        SELECT o.id FROM dispatch_outbox AS o
+        WHERE o.queue = ours.queue
+        ORDER BY o.created_at, o.id
+        LIMIT @batch
+    ) AS c
 )
-SELECT r.id, r.task_id, r.tenant_id, r.queue, r.priority, r.attempt, r.not_before, r.redelivers, r.created_at
-FROM ours
-CROSS JOIN LATERAL (
-    SELECT o.id, o.task_id, o.tenant_id, o.queue, o.priority, o.attempt, o.not_before, o.redelivers, o.created_at
-    FROM dispatch_outbox AS o
-    WHERE o.queue = ours.queue
-    ORDER BY o.created_at, o.id
-    LIMIT @batch
-    FOR UPDATE SKIP LOCKED
-) AS r
-ORDER BY r.created_at, r.id
-LIMIT @batch;
+SELECT o.id, o.task_id, o.tenant_id, o.queue, o.priority, o.attempt, o.not_before, o.redelivers, o.created_at
+FROM dispatch_outbox AS o
+WHERE o.id IN (SELECT candidates.id FROM candidates)
+ORDER BY o.created_at, o.id
+LIMIT @batch
+FOR UPDATE SKIP LOCKED;
 
 -- name: DeleteOutbox :exec
 DELETE FROM dispatch_outbox WHERE id = ANY(@ids::uuid[]);
