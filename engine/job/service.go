@@ -471,16 +471,28 @@ func (s *Service) Get(ctx context.Context, a Actor, ref Ref) (*Job, error) {
 }
 
 // Lock reads one job of the actor's tenant (deleted ones too, by ID) in
-// q's transaction and locks its row, then its schedule row (the order
-// firing cannot deadlock with: see GetJobForUpdate), until the
-// transaction ends: a firing of the job commits before, or waits.
+// q's transaction and locks its row, then its schedule row, until the
+// transaction ends: a firing of the job commits before, or waits. For one
+// job that order cannot deadlock with a firing (see GetJobForUpdate). A
+// transaction that locks several jobs one after another (apply) can: a
+// firing locks due schedule rows in fire-time order, so it may hold a
+// later job's row while waiting for an earlier one's. The database
+// detects that (deadlock_timeout, 1 s by default) and fails one of the
+// two, which is retried; no lock outlives it.
+//
+// A job without a schedule row (one written by a node older than the
+// table, which the upgrade rules out) reads as its jobs row says, and the
+// change that follows writes the row.
 func Lock(ctx context.Context, q *store.Queries, a Actor, ref Ref) (store.Job, error) {
 	row, err := lookup(ctx, q, a, ref, true)
 	if err != nil {
 		return row, err
 	}
 	next, err := q.JobScheduleForUpdate(ctx, row.ID)
-	if err != nil {
+	switch {
+	case store.IsNotFound(err):
+		return row, nil
+	case err != nil:
 		return row, fmt.Errorf("job %s: schedule: %w", row.ID, err)
 	}
 	if row.Status == StatusActive {

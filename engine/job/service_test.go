@@ -533,3 +533,22 @@ func TestCreationsDoNotWaitOnAnotherNamespace(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// A job whose schedule row is missing (written by a node older than the
+// table) can still be changed, and the change writes the row.
+func TestChangeWritesAMissingScheduleRow(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	j, err := svc.Create(ctx, job.Anonymous, resource("old", "@hourly"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "DELETE FROM job_schedules WHERE job_id = $1", j.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Update(ctx, job.Anonymous, job.Ref{ID: j.ID}, resource("old", "@daily"), j.Version); err != nil {
+		t.Fatal(err)
+	}
+	scheduleFollows(t, pool, j.ID, "update without a schedule row")
+}
