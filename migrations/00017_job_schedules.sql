@@ -15,9 +15,10 @@
 -- live time: every serve process is stopped before this runs, and none
 -- older may start after it (README, upgrading); workers do not read it.
 --
--- Outside a transaction, each statement re-runnable: a fill that stopped
--- half way is completed by running it again, rows already there left
--- alone.
+-- Outside a transaction, the way up re-runnable: a fill that stopped half
+-- way is completed by running it again, rows already there left alone.
+-- The way down is not, once past its DROP TABLE (its UPDATE reads the
+-- table); goose records the version after its last statement.
 
 -- +goose NO TRANSACTION
 

@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -36,6 +37,7 @@ type Batcher[Req, Res any] struct {
 	log     *slog.Logger
 	in      chan call[Req, Res]
 	running atomic.Int32
+	lanes   sync.WaitGroup // Wait
 }
 
 type call[Req, Res any] struct {
@@ -76,6 +78,11 @@ func (b *Batcher[Req, Res]) Do(ctx context.Context, req Req) (Res, error) {
 	}
 }
 
+// Wait returns when no batch is being served: a batch whose callers gave
+// up may still be writing after they returned. Call it once no more
+// requests come (a worker's shutdown, before it ends its lease).
+func (b *Batcher[Req, Res]) Wait() { b.lanes.Wait() }
+
 // wake starts a lane unless all are running.
 func (b *Batcher[Req, Res]) wake() {
 	for {
@@ -84,6 +91,7 @@ func (b *Batcher[Req, Res]) wake() {
 			return
 		}
 		if b.running.CompareAndSwap(n, n+1) {
+			b.lanes.Add(1)
 			go b.lane()
 			return
 		}
@@ -94,6 +102,7 @@ func (b *Batcher[Req, Res]) wake() {
 // its last look and its end finds all lanes running and starts none, so
 // the lane looks once more after it counted itself out.
 func (b *Batcher[Req, Res]) lane() {
+	defer b.lanes.Done()
 	for {
 		var batch []call[Req, Res]
 	gather:

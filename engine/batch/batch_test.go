@@ -117,3 +117,36 @@ func TestBatcherSkipsAbandonedRequests(t *testing.T) {
 		t.Fatal("the request behind it was not served")
 	}
 }
+
+// Wait returns once no batch is being served, even one whose caller gave
+// up while it was written.
+func TestWaitOutlastsAbandonedBatches(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var served atomic.Bool
+	b := New("test", slog.New(slog.DiscardHandler), func(_ context.Context, reqs []int) ([]int, error) {
+		close(entered)
+		<-release
+		served.Store(true)
+		return reqs, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { _, err := b.Do(ctx, 1); done <- err }()
+	<-entered
+	cancel() // the caller gives up while its batch is written
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do: %v, want the caller's cancellation", err)
+	}
+	waited := make(chan struct{})
+	go func() { b.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		t.Fatal("Wait returned while a batch was being served")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-waited
+	if !served.Load() {
+		t.Fatal("Wait returned before the batch was served")
+	}
+}

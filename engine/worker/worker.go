@@ -303,6 +303,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-hbDone
 	w.reporters.Wait()
 	w.flushUnreported()
+	// A start or report its caller gave up on may still be being written.
+	w.starter.Wait()
+	w.completer.Wait()
 	if err == nil { // River stopped cleanly: nothing of ours is left running there
 		leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
