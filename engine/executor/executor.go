@@ -9,7 +9,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -65,6 +67,42 @@ type Result struct {
 // MaxOutput bounds the output excerpt kept per attempt.
 const MaxOutput = 8 << 10
 
+// MaxError bounds the error kept per attempt.
+const MaxError = 4 << 10
+
+// Storable makes r's error and output what the database can keep: valid
+// UTF-8 without NUL (a cut in the middle of a character, a binary byte
+// or a NUL becomes U+FFFD), the error's head at most MaxError bytes and
+// the output's tail at most MaxOutput bytes, cut between characters.
+// Without it, a report whose output PostgreSQL refuses could never be
+// written, and its attempt would stay running.
+func (r Result) Storable() Result {
+	r.Error = storableText(r.Error, MaxError, false)
+	r.Output = storableText(r.Output, MaxOutput, true)
+	return r
+}
+
+func storableText(s string, max int, tail bool) string {
+	if len(s) > max { // cut first: ToValidUTF8 below must not see megabytes
+		if tail {
+			s = s[len(s)-max:]
+		} else {
+			s = s[:max]
+		}
+	}
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+	for len(s) > max { // the replacements may have made it longer
+		_, n := utf8.DecodeRuneInString(s)
+		if !tail {
+			_, n = utf8.DecodeLastRuneInString(s)
+			s = s[:len(s)-n]
+			continue
+		}
+		s = s[n:]
+	}
+	return s
+}
+
 // HandlerFunc is a step implemented in Go, registered in a worker binary
 // by name. Returning an error fails the attempt (retried unless wrapped
 // with Permanent); a panic fails it too.
@@ -101,9 +139,7 @@ func (r *Runner) Run(ctx context.Context, c Call) (res Result) {
 				res.ExitReason = ReasonCancelled
 			}
 		}
-		if len(res.Output) > MaxOutput {
-			res.Output = res.Output[len(res.Output)-MaxOutput:]
-		}
+		res = res.Storable()
 	}()
 	switch e := c.Executor; {
 	case e.HTTP != nil:

@@ -326,3 +326,21 @@ func TestRunnerHandlerContextEnds(t *testing.T) {
 		})
 	}
 }
+
+func TestStorable(t *testing.T) {
+	long := strings.Repeat("€", 5000) // 15,000 bytes
+	tests := []struct{ err, out, wantErr, wantOut string }{
+		{"ok", "fine", "ok", "fine"},
+		{"a\x00b", "c\xffd", "a\uFFFDb", "c\uFFFDd"},
+		{"", long, "", long[len(long)-(MaxOutput/3)*3:]}, // the tail, cut between characters
+		{long, "", long[:(MaxError/3)*3], ""},           // the head
+		{"", strings.Repeat("\xff", MaxOutput), "", "\uFFFD"}, // a run of bad bytes: one replacement
+		{"", strings.Repeat("\xffa", MaxOutput/2), "", strings.Repeat("\uFFFDa", MaxOutput/4)}, // longer once replaced: cut again
+	}
+	for i, tt := range tests {
+		got := Result{Error: tt.err, Output: tt.out}.Storable()
+		if got.Error != tt.wantErr || got.Output != tt.wantOut {
+			t.Errorf("%d: error %d bytes %q..., output %d bytes; want %d and %d", i, len(got.Error), got.Error[:min(len(got.Error), 10)], len(got.Output), len(tt.wantErr), len(tt.wantOut))
+		}
+	}
+}

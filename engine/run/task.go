@@ -166,6 +166,7 @@ func (r Report) leaseLapsed() bool { return r.Expired || r.LeaseLost }
 // held back by overlap: queue starts. A stale report is recorded on its
 // attempt and changes nothing else; FinishAttempt then returns false.
 func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Report) (bool, error) {
+	r.Result = r.Result.Storable()
 	q := store.New(tx)
 	res := r.Result
 	shape := r.Shape
@@ -316,7 +317,7 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 		case TaskDeadLettered:
 			runStatus, runReason = StatusDeadLettered, "1 task(s) dead-lettered"
 		}
-		res := r.Result
+		res := r.Result.Storable()
 		p.Ids = append(p.Ids, r.TaskID)
 		p.FencingTokens = append(p.FencingTokens, r.FencingToken)
 		p.Statuses = append(p.Statuses, status)
