@@ -89,6 +89,30 @@ func TestPayloadNumbersStayExact(t *testing.T) {
 	}
 }
 
+// A command's other arguments may name the call's fields, and nothing
+// else: refused when the job is validated, with the argument's index.
+func TestCommandArgumentsNameOnlyCallFields(t *testing.T) {
+	for _, tc := range []struct{ arg, want string }{
+		{"--date={{ .ScheduledFor }}", ""},
+		{"{{.RunID}}/{{ .Attempt }}", ""},
+		{"{{ range 2000000000000 }}{{ end }}", `probe.yaml:6:39: spec.steps[0].run.command.argv[1]: {{ range 2000000000000 }} is not one of {{ .ScheduledFor }}`},
+		{`{{ printf \"%01000000d\" 0 }}`, `spec.steps[0].run.command.argv[1]: {{ printf "%01000000d" 0 }} is not one of`},
+		{"{{ .Env }}", `argv[1]: {{ .Env }} is not one of`},
+		{"{{ .Step", `argv[1]: "{{ .Step": {{ without a closing }}`},
+	} {
+		doc := "apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: probe}\nspec:\n  schedule: {cron: \"@daily\"}\n" +
+			"  run: {command: {argv: [\"/bin/echo\", \"" + tc.arg + "\"]}}\n"
+		_, es := Decode("probe.yaml", []byte(doc))
+		got := ""
+		if len(es) > 0 {
+			got = es.Error()
+		}
+		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("argument %q: got %q, want %q", tc.arg, got, tc.want)
+		}
+	}
+}
+
 // A command's program is an absolute path, never a template: workers check
 // their allow-list on it, and a template could expand to anything.
 func TestCommandProgramIsAbsoluteAndLiteral(t *testing.T) {

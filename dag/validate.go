@@ -366,6 +366,14 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 		case !strings.HasPrefix(e.Command.Argv[0], "/"):
 			es.add(p+".command.argv", "%q is not an absolute path: workers run programs by absolute path", e.Command.Argv[0])
 		}
+		for i, a := range e.Command.Argv {
+			if i == 0 {
+				continue
+			}
+			if _, err := ExpandArg(a, nil); err != nil {
+				es.add(fmt.Sprintf("%s.command.argv[%d]", p, i), "%v", err)
+			}
+		}
 		for _, k := range sortedKeys(e.Command.Env) {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				es.add(p+".command.env", "%q is not an environment variable name", k)

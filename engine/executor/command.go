@@ -11,11 +11,13 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
-	"text/template"
 	"time"
+
+	"github.com/orrery-dev/orrery/dag"
 )
 
 // CommandRunner runs command steps whose program the worker allows. The
@@ -261,21 +263,16 @@ func resolvePattern(p string) pattern {
 }
 
 // expand fills {{ .ScheduledFor }}, {{ .RunID }}, {{ .Step }}, {{ .Attempt }},
-// {{ .Job }} and {{ .Namespace }} in an argument.
+// {{ .Job }} and {{ .Namespace }} in an argument (dag.ExpandArg: those
+// references only, no template language).
 func expand(arg string, c Call) (string, error) {
 	if !strings.Contains(arg, "{{") {
 		return arg, nil
 	}
-	t, err := template.New("arg").Option("missingkey=error").Parse(arg)
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	err = t.Execute(&b, map[string]any{
+	return dag.ExpandArg(arg, map[string]string{
 		"ScheduledFor": c.ScheduledFor.UTC().Format(time.RFC3339), "RunID": c.RunID.String(), "Step": c.Step,
-		"Attempt": c.Attempt, "Job": c.Job, "Namespace": c.Namespace,
+		"Attempt": strconv.Itoa(c.Attempt), "Job": c.Job, "Namespace": c.Namespace,
 	})
-	return b.String(), err
 }
 
 // tail keeps the last max bytes written to it.

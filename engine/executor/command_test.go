@@ -400,12 +400,16 @@ func TestCommandTemplateExpansion(t *testing.T) {
 		{name: "job", arg: "{{ .Job }}", wantOutput: "nightly-load"},
 		{name: "namespace", arg: "{{ .Namespace }}", wantOutput: "etl"},
 		{name: "several fields", arg: "{{ .Namespace }}/{{ .Job }}/{{ .Step }}", wantOutput: "etl/nightly-load/extract"},
-		{name: "template functions", arg: `{{ printf "%05d" .Attempt }}`, wantOutput: "00003"},
+		{name: "trim-free spacing", arg: "{{.Job}}-{{   .Step   }}", wantOutput: "nightly-load-extract"},
 		{name: "no template", arg: "plain }} text", wantOutput: "plain }} text"},
 		{name: "unknown field", arg: "{{ .TaskID }}", wantErr: "argv[1]:"},
-		{name: "unknown field message", arg: "{{ .Nope }}", wantErr: `map has no entry for key "Nope"`},
-		{name: "parse error", arg: "{{ .Step ", wantErr: "argv[1]:"},
-		{name: "unknown function", arg: "{{ env \"HOME\" }}", wantErr: `function "env" not defined`},
+		{name: "unknown field message", arg: "{{ .Nope }}", wantErr: `{{ .Nope }} is not one of {{ .ScheduledFor }}, {{ .RunID }}`},
+		{name: "parse error", arg: "{{ .Step ", wantErr: "argv[1]: \"{{ .Step \": {{ without a closing }}"},
+		// Only plain references: no template language, whose loops and
+		// functions would let a job spend the worker's CPU and memory.
+		{name: "no functions", arg: `{{ printf "%05d" .Attempt }}`, wantErr: `{{ printf "%05d" .Attempt }} is not one of`},
+		{name: "no loops", arg: `{{ range 2000000000000 }}x{{ end }}`, wantErr: `{{ range 2000000000000 }} is not one of`},
+		{name: "unknown function", arg: "{{ env \"HOME\" }}", wantErr: `is not one of`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
