@@ -332,9 +332,9 @@ func TestStorable(t *testing.T) {
 	tests := []struct{ err, out, wantErr, wantOut string }{
 		{"ok", "fine", "ok", "fine"},
 		{"a\x00b", "c\xffd", "a\uFFFDb", "c\uFFFDd"},
-		{"", long, "", long[len(long)-(MaxOutput/3)*3:]}, // the tail, cut between characters
-		{long, "", long[:(MaxError/3)*3], ""},           // the head
-		{"", strings.Repeat("\xff", MaxOutput), "", "\uFFFD"}, // a run of bad bytes: one replacement
+		{"", long, "", long[len(long)-(MaxOutput/3)*3:]},                                       // the tail, cut between characters
+		{long, "", long[:(MaxError/3)*3], ""},                                                  // the head
+		{"", strings.Repeat("\xff", MaxOutput), "", "\uFFFD"},                                  // a run of bad bytes: one replacement
 		{"", strings.Repeat("\xffa", MaxOutput/2), "", strings.Repeat("\uFFFDa", MaxOutput/4)}, // longer once replaced: cut again
 	}
 	for i, tt := range tests {
