@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,7 @@ type stackFlags struct {
 	misfireAfter time.Duration
 	workers      []string
 	allowCommand []string
+	allowEnv     []string
 	allowEgress  []string
 	secretEnv    []string
 	secretDir    []string
@@ -70,6 +72,7 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 		fs.StringVar(&f.name, "name", "", "worker name recorded on attempts (default host-pid)")
 	}
 	fs.StringArrayVar(&f.allowCommand, "allow-command", nil, "programs command steps may run, as absolute path patterns (/opt/etl/*) matched on the real path, or * for any (repeatable); none by default")
+	fs.StringArrayVar(&f.allowEnv, "allow-env", nil, "environment variable names a command step's env may set, as patterns (ETL_*, PASSWORD) (repeatable); by default any name but those that change which code a program runs (LD_*, PATH, GIT_*, PYTHON*...)")
 	fs.StringArrayVar(&f.allowEgress, "allow-egress", nil, "address ranges webhooks may reach although refused by default (loopback, private, link-local, multicast, unspecified), as CIDRs: 127.0.0.1/32 (repeatable)")
 	fs.StringArrayVar(&f.secretEnv, "secret-env", nil, "environment variables a namespace's secret://env/ references may read: NAMESPACE=NAME[,NAME...], NAMESPACE * for every namespace, NAME may be a pattern (HOOK_*) (repeatable); none by default")
 	fs.StringArrayVar(&f.secretDir, "secret-dir", nil, "folder a namespace's secret://file/ references may read files in: NAMESPACE=/path, NAMESPACE * for every namespace (repeatable); none by default")
@@ -99,12 +102,18 @@ func (f *stackFlags) poolOptions() (store.Options, error) {
 }
 
 // sandbox returns cfg with the worker sandbox flags applied:
-// --allow-command, --allow-egress, --secret-env, --secret-dir.
+// --allow-command, --allow-env, --allow-egress, --secret-env, --secret-dir.
 func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
 	if err := executor.CheckAllow(f.allowCommand); err != nil {
 		return cfg, fmt.Errorf("--allow-command: %w", err)
 	}
 	cfg.AllowCommand = f.allowCommand
+	for _, p := range f.allowEnv {
+		if _, err := path.Match(p, ""); err != nil || p == "" || strings.ContainsAny(p, "=\x00") {
+			return cfg, fmt.Errorf("--allow-env %q: not a variable name pattern", p)
+		}
+	}
+	cfg.AllowEnv = f.allowEnv
 	egress, err := executor.ParseEgress(f.allowEgress)
 	if err != nil {
 		return cfg, fmt.Errorf("--allow-egress %w", err)

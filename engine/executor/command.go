@@ -37,6 +37,48 @@ type CommandRunner struct {
 	// Secrets says which secret references in a step's env resolve; nil
 	// resolves none.
 	Secrets *SecretPolicy
+	// AllowEnv lists the variable names (path.Match patterns: ETL_*,
+	// PASSWORD) a step's env may set. Empty: any name but those that
+	// change which code a program runs (riskyEnv); given, only the names
+	// it matches, risky ones included if named.
+	AllowEnv []string
+}
+
+// riskyEnv are the variables a step's env may not set unless AllowEnv
+// names them: they change which code the allowed program loads or runs
+// (the dynamic loader, the shell, interpreters' module paths and
+// options, tools' command hooks and configuration folders), so setting
+// them would get round --allow-command (GIT_SSH_COMMAND=/bin/sh...).
+// Prefixes end in "_" or "*"; a list cannot know every program's hooks:
+// a strict worker gives AllowEnv.
+var riskyEnv = []string{
+	"LD_*", "DYLD_*", "GCONV_PATH", "PATH", "IFS", "ENV", "BASH_ENV", "BASH_FUNC_*", "SHELLOPTS", "BASHOPTS",
+	"PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE", "HOME", "XDG_*", "TMPDIR",
+	"PYTHON*", "PERL*", "RUBY*", "GEM_*", "NODE_*", "NPM_*", "JAVA_*", "_JAVA_*", "JDK_JAVA_*", "CLASSPATH",
+	"GIT_*", "SSH_*", "EDITOR", "VISUAL", "PAGER", "LESS*", "OPENSSL_*", "SSL_*", "CURL_*", "WGETRC",
+	"HOSTALIASES", "RESOLV_HOST_CONF", "LOCALDOMAIN",
+}
+
+// envAllowed reports whether a step may set the variable name, and why not.
+func (r *CommandRunner) envAllowed(name string) (bool, string) {
+	match := func(patterns []string) bool {
+		for _, p := range patterns {
+			if ok, _ := path.Match(p, name); ok {
+				return true
+			}
+		}
+		return false
+	}
+	if len(r.AllowEnv) > 0 {
+		if match(r.AllowEnv) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("env %s is not allowed on this worker (--allow-env)", name)
+	}
+	if match(riskyEnv) {
+		return false, fmt.Sprintf("env %s is refused on this worker: it changes which code a program runs (allow it by name with --allow-env)", name)
+	}
+	return true, ""
 }
 
 // CommandPath is the PATH a command step runs with.
@@ -82,6 +124,11 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: fmt.Sprintf("argv[%d]: %v", i+1, err)}
 		}
 		argv[i+1] = v
+	}
+	for _, k := range slices.Sorted(maps.Keys(spec.Env)) {
+		if ok, why := r.envAllowed(k); !ok {
+			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: why}
+		}
 	}
 	env, serr := commandEnv(c, spec.Env, r.Secrets)
 	if serr != nil {

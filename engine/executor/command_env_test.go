@@ -12,10 +12,10 @@ import (
 
 // runEnv runs /usr/bin/env as a command step with stepEnv and returns
 // the environment it printed.
-func runEnv(t *testing.T, stepEnv map[string]string, secrets *SecretPolicy) (map[string]string, Result) {
+func runEnv(t *testing.T, stepEnv map[string]string, secrets *SecretPolicy, allowEnv ...string) (map[string]string, Result) {
 	t.Helper()
 	c := testCall(dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/usr/bin/env"}, Env: stepEnv}})
-	got := (&Runner{Command: &CommandRunner{Allow: []string{"/usr/bin/env"}, Secrets: secrets}}).Run(context.Background(), c)
+	got := (&Runner{Command: &CommandRunner{Allow: []string{"/usr/bin/env"}, Secrets: secrets, AllowEnv: allowEnv}}).Run(context.Background(), c)
 	if !got.OK {
 		return nil, got
 	}
@@ -81,13 +81,14 @@ func TestCommandEnvironmentIsMinimal(t *testing.T) {
 }
 
 // LANG and TZ are passed only when the worker has them; a step may set
-// PATH, HOME or anything else itself. No t.Parallel: t.Setenv.
+// PATH, HOME or anything else the worker's --allow-env names. No
+// t.Parallel: t.Setenv.
 func TestCommandEnvironmentStepChoices(t *testing.T) {
 	for _, k := range []string{"LANG", "TZ"} {
 		t.Setenv(k, "") // restored after the test
 		os.Unsetenv(k)
 	}
-	env, res := runEnv(t, map[string]string{"PATH": "/opt/etl/bin:/usr/bin", "HOME": "/srv/etl"}, nil)
+	env, res := runEnv(t, map[string]string{"PATH": "/opt/etl/bin:/usr/bin", "HOME": "/srv/etl"}, nil, "PATH", "HOME")
 	if env == nil {
 		t.Fatalf("Run() = %+v, want OK", res)
 	}
@@ -130,6 +131,38 @@ func TestCommandEnvironmentSecrets(t *testing.T) {
 		res.Error = ""
 		if want := (Result{ExitReason: ReasonError, FailureClass: ClassUser}); res != want {
 			t.Errorf("%s: Run() = %+v\nwant    %+v", name, res, want)
+		}
+	}
+}
+
+// A step's env may not set what changes which code the allowed program
+// runs (the loader, the shell, interpreters, tools' command hooks: with
+// GIT_SSH_COMMAND an allowed git ran /bin/sh), unless the worker names
+// it; with --allow-env, only the names it matches. Refused for good,
+// before anything runs.
+func TestCommandEnvironmentRefusesRiskyNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env   map[string]string
+		allow []string
+		want  string // "" means it runs
+	}{
+		{map[string]string{"GIT_SSH_COMMAND": "/bin/sh -c id"}, nil, "env GIT_SSH_COMMAND is refused on this worker"},
+		{map[string]string{"LD_PRELOAD": "/tmp/x.so"}, nil, "env LD_PRELOAD is refused"},
+		{map[string]string{"PATH": "/tmp"}, nil, "env PATH is refused"},
+		{map[string]string{"PYTHONPATH": "/tmp"}, nil, "env PYTHONPATH is refused"},
+		{map[string]string{"BASH_FUNC_echo%%": "() { id; }"}, nil, "is refused"},
+		{map[string]string{"ETL_DATE": "x", "PASSWORD": "y"}, nil, ""},
+		{map[string]string{"ETL_DATE": "x"}, []string{"ETL_*"}, ""},
+		{map[string]string{"PASSWORD": "y"}, []string{"ETL_*"}, "env PASSWORD is not allowed on this worker (--allow-env)"},
+		{map[string]string{"GIT_SSH_COMMAND": "ssh -i /etc/etl/key"}, []string{"GIT_SSH_COMMAND"}, ""},
+	} {
+		env, res := runEnv(t, tc.env, nil, tc.allow...)
+		switch {
+		case tc.want == "" && env == nil:
+			t.Errorf("env %v, allow %v: %+v, want it to run", tc.env, tc.allow, res)
+		case tc.want != "" && (env != nil || !strings.Contains(res.Error, tc.want) || res.FailureClass != ClassUser || res.Retryable):
+			t.Errorf("env %v, allow %v: %+v, want a refusal for good with %q", tc.env, tc.allow, res, tc.want)
 		}
 	}
 }

@@ -68,6 +68,9 @@ type Config struct {
 	// path.Match patterns, or "*" (see executor.CommandRunner); empty
 	// refuses every command step.
 	AllowCommand []string
+	// AllowEnv lists the variable names a command step's env may set
+	// (executor.CommandRunner.AllowEnv); empty: any but the risky ones.
+	AllowEnv []string
 	// Secrets says which secret references (secret://env/NAME,
 	// secret://file/PATH) the steps of each namespace may resolve on this
 	// worker; the zero value resolves none.
@@ -234,7 +237,7 @@ func New(cfg Config) (*Worker, error) {
 	secrets := &w.cfg.Secrets
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient, Secrets: secrets}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
-		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets}
+		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets, AllowEnv: cfg.AllowEnv}
 	}
 	w.queueNames = slices.Sorted(maps.Keys(cfg.Queues))
 	w.deliverer, err = notify.New(notify.Config{Pool: cfg.StatePool, Queues: w.queueNames, Client: cfg.HTTPClient, Secrets: secrets,
