@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/orrery-dev/orrery/dag/schedule"
 )
 
@@ -281,20 +283,27 @@ func validateWebhook(es *Errors, p string, w *Webhook) {
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 		es.add(p+".url", "%q is not an absolute http or https URL", w.URL)
 	}
-	if len(w.Headers) > MaxHeaders {
-		es.add(p+".headers", "has %d headers; the limit is %d", len(w.Headers), MaxHeaders)
-	}
-	for _, k := range sortedKeys(w.Headers) {
-		if k == "" || len(k) > MaxNameLen*2 || strings.ContainsAny(k, " :\r\n") {
-			es.add(p+".headers", "%q is not a header name", k)
-		} else if v := w.Headers[k]; len(v) > MaxHeaderValue || strings.ContainsAny(v, "\r\n\x00") {
-			es.add(p+".headers."+k, "must be at most %d bytes, without line breaks", MaxHeaderValue)
-		}
-	}
+	validateHeaders(es, p+".headers", w.Headers)
 	if w.Secret != "" {
 		kind, name, _ := strings.Cut(strings.TrimPrefix(w.Secret, "secret://"), "/")
 		if !strings.HasPrefix(w.Secret, "secret://") || (kind != "env" && kind != "file") || name == "" || len(w.Secret) > 1024 {
 			es.add(p+".secret", "%q is not a secret reference: secret://env/NAME or secret://file/PATH", w.Secret)
+		}
+	}
+}
+
+// validateHeaders checks the HTTP headers of a webhook or an http step:
+// how many, and each name a token and each value a field value HTTP can
+// send (no line breaks or other control characters), within bounds.
+func validateHeaders(es *Errors, p string, headers map[string]string) {
+	if len(headers) > MaxHeaders {
+		es.add(p, "has %d headers; the limit is %d", len(headers), MaxHeaders)
+	}
+	for _, k := range sortedKeys(headers) {
+		if k == "" || len(k) > MaxNameLen*2 || !httpguts.ValidHeaderFieldName(k) {
+			es.add(p, "%q is not a header name", k)
+		} else if v := headers[k]; len(v) > MaxHeaderValue || !httpguts.ValidHeaderFieldValue(v) {
+			es.add(p+"."+k, "must be at most %d bytes, without line breaks or other control characters", MaxHeaderValue)
 		}
 	}
 }
@@ -346,17 +355,16 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 	switch {
 	case e.HTTP != nil:
 		u, err := url.Parse(e.HTTP.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		switch {
+		case len(e.HTTP.URL) > MaxWebhookURL:
+			es.add(p+".http.url", "is %d characters; the limit is %d", len(e.HTTP.URL), MaxWebhookURL)
+		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 			es.add(p+".http.url", "%q is not an absolute http or https URL", e.HTTP.URL)
 		}
 		if !methods[e.HTTP.Method] {
 			es.add(p+".http.method", "%q is not one of GET, POST, PUT, PATCH, DELETE", e.HTTP.Method)
 		}
-		for _, k := range sortedKeys(e.HTTP.Headers) {
-			if k == "" || strings.ContainsAny(k, " :\r\n") {
-				es.add(p+".http.headers", "%q is not a header name", k)
-			}
-		}
+		validateHeaders(es, p+".http.headers", e.HTTP.Headers)
 	case e.Command != nil:
 		switch {
 		case len(e.Command.Argv) == 0 || e.Command.Argv[0] == "":

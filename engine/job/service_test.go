@@ -122,6 +122,9 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"NUL in a label", func(r *dag.Resource) { r.Metadata.Labels["team"] = "d\x00" }, "metadata.labels.team"},
 		{"NUL in a URL", func(r *dag.Resource) { r.Spec.Run.HTTP.URL = "http://127.0.0.1:9/\x00" }, "spec.steps[0].run.http.url"},
 		{"NUL in the payload", func(r *dag.Resource) { r.Spec.Payload = dag.Payload(`{"a": "\u0000"}`) }, "spec.steps[0].payload.a"},
+		{"header injection", func(r *dag.Resource) { r.Spec.Run.HTTP.Headers = map[string]string{"X": "a\r\nInjected: 1"} }, "spec.steps[0].run.http.headers.X"},
+		{"bad header name", func(r *dag.Resource) { r.Spec.Run.HTTP.Headers = map[string]string{"X(": "v"} }, "spec.steps[0].run.http.headers"},
+		{"long URL", func(r *dag.Resource) { r.Spec.Run.HTTP.URL = "http://127.0.0.1/" + strings.Repeat("x", 3000) }, "spec.steps[0].run.http.url"},
 	}
 	for _, tt := range tests {
 		r := resource("fresh", "@daily")
