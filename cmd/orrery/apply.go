@@ -108,7 +108,7 @@ func readFolder(path, namespace string) ([]*orreryv1.AppliedJob, error) {
 	var all dag.Errors
 	var out []*orreryv1.AppliedJob
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := readYAMLFile(f)
 		if err != nil {
 			return nil, err
 		}

@@ -1,12 +1,16 @@
 package main_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -177,5 +181,36 @@ func TestValidateRejectsImpossibleInput(t *testing.T) {
 	}
 	if out, errOut, code := run(t, "validate", "-f", filepath.Join(dir, "ok.yaml")); code != 0 || !strings.Contains(out, "1 job(s) in 1 file(s) are valid") {
 		t.Fatalf("29 February: %d %s %s", code, out, errOut)
+	}
+}
+
+// validate and apply read regular files only: a YAML name in the folder
+// that is a device (through a symlink) or a FIFO is refused at once, not
+// read for ever.
+func TestValidateRefusesFilesThatAreNotFiles(t *testing.T) {
+	t.Parallel()
+	for name, create := range map[string]func(p string) error{
+		"device": func(p string) error { return os.Symlink("/dev/zero", p) },
+		"fifo":   func(p string) error { return syscall.Mkfifo(p, 0o644) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			if err := create(filepath.Join(dir, "x.yaml")); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var errb bytes.Buffer
+			cmd := exec.CommandContext(ctx, binary, "validate", "-f", dir)
+			cmd.Stderr = &errb
+			err := cmd.Run()
+			if ctx.Err() != nil {
+				t.Fatal("validate was still reading after 30 s")
+			}
+			if err == nil || !strings.Contains(errb.String(), "not a regular file") {
+				t.Fatalf("validate: %v\n%s", err, errb.String())
+			}
+		})
 	}
 }

@@ -165,10 +165,13 @@ func readResources(file string) ([]*dag.Document, error) {
 	var data []byte
 	var err error
 	if file == "-" {
-		data, err = io.ReadAll(os.Stdin)
+		data, err = io.ReadAll(io.LimitReader(os.Stdin, maxYAMLFile+1))
 		file = "<stdin>"
+		if err == nil && len(data) > maxYAMLFile {
+			err = fmt.Errorf("%s: over %d bytes", file, maxYAMLFile)
+		}
 	} else {
-		data, err = os.ReadFile(file)
+		data, err = readYAMLFile(file)
 	}
 	if err != nil {
 		return nil, err

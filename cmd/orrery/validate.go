@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -26,7 +28,7 @@ func newValidateCmd() *cobra.Command {
 			var all dag.Errors
 			jobs := 0
 			for _, f := range files {
-				data, err := os.ReadFile(f)
+				data, err := readYAMLFile(f)
 				if err != nil {
 					return err
 				}
@@ -68,4 +70,37 @@ func yamlFiles(path string) ([]string, error) {
 		return nil
 	})
 	return files, err
+}
+
+// maxYAMLFile bounds one YAML file the CLI reads (every job in it is
+// bounded again when it is decoded and sent).
+const maxYAMLFile = 16 << 20
+
+// readYAMLFile reads a regular file of at most maxYAMLFile bytes. A
+// folder, a device (/dev/zero) or a FIFO, named or reached through a
+// symlink, is refused, not read: the read would never end.
+func readYAMLFile(name string) ([]byte, error) {
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO opens without a writer
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", name, info.Mode().Type())
+	}
+	if info.Size() > maxYAMLFile {
+		return nil, fmt.Errorf("%s: %d bytes; the limit is %d", name, info.Size(), maxYAMLFile)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxYAMLFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxYAMLFile {
+		return nil, fmt.Errorf("%s: over %d bytes", name, maxYAMLFile)
+	}
+	return data, nil
 }
