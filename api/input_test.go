@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -235,5 +236,75 @@ func TestRequestTimesAreCheckedAndPreviewRejectsNeverFiring(t *testing.T) {
 	}
 	if count() != before {
 		t.Fatal("rejected calls wrote rows")
+	}
+}
+
+// Fields of the other requests are bounded and checked too, each refused
+// by name before anything is read or written: a run status or job status
+// that does not exist (it matched nothing, or everything), a cancellation
+// reason that is not text or too long (it was stored on the run and each
+// task), a replay limit below zero (it replayed everything), a prune
+// namespace no job could live in, an applied job's source of megabytes.
+func TestOtherRequestFieldsAreCheckedByName(t *testing.T) {
+	t.Parallel()
+	base, count := startServer(t)
+	ctx := context.Background()
+	runs := orreryv1connect.NewRunServiceClient(http.DefaultClient, base)
+	jobs := orreryv1connect.NewJobServiceClient(http.DefaultClient, base)
+	pipes := orreryv1connect.NewPipelineServiceClient(http.DefaultClient, base)
+	before := count()
+	id := uuid.Must(uuid.NewV7()).String()
+	applied := func(path string) []*orreryv1.AppliedJob {
+		r := sampleJob("src")
+		return []*orreryv1.AppliedJob{{Metadata: r.Metadata, Spec: r.Spec, Source: &orreryv1.Source{Path: path, Commit: "abc"}}}
+	}
+	for _, tc := range []struct {
+		name, field string
+		call        func() error
+	}{
+		{"run status", "status", func() error {
+			_, err := runs.ListRuns(ctx, connect.NewRequest(&orreryv1.ListRunsRequest{Status: "bogus"}))
+			return err
+		}},
+		{"run status NUL", "status", func() error {
+			_, err := runs.ListRuns(ctx, connect.NewRequest(&orreryv1.ListRunsRequest{Status: "\x00"}))
+			return err
+		}},
+		{"job status", "status", func() error {
+			_, err := jobs.ListJobs(ctx, connect.NewRequest(&orreryv1.ListJobsRequest{Status: 99}))
+			return err
+		}},
+		{"reason NUL", "reason", func() error {
+			_, err := runs.CancelRun(ctx, connect.NewRequest(&orreryv1.CancelRunRequest{Id: id, Reason: "\x00"}))
+			return err
+		}},
+		{"long reason", "reason", func() error {
+			_, err := runs.CancelRun(ctx, connect.NewRequest(&orreryv1.CancelRunRequest{Id: id, Reason: strings.Repeat("r", 3000)}))
+			return err
+		}},
+		{"replay limit", "limit", func() error {
+			_, err := runs.ReplayDeadLetters(ctx, connect.NewRequest(&orreryv1.ReplayDeadLettersRequest{Job: &orreryv1.JobRef{Name: "x"}, Limit: -1}))
+			return err
+		}},
+		{"prune namespace", "namespaces[0]", func() error {
+			_, err := pipes.Plan(ctx, connect.NewRequest(&orreryv1.PlanRequest{Prune: true, Namespaces: []string{"\x00"}}))
+			return err
+		}},
+		{"source path", "jobs[0].source.path", func() error {
+			_, err := pipes.Apply(ctx, connect.NewRequest(&orreryv1.ApplyRequest{Jobs: applied(strings.Repeat("p", 3000))}))
+			return err
+		}},
+		{"source path NUL", "jobs[0].source.path", func() error {
+			_, err := pipes.Apply(ctx, connect.NewRequest(&orreryv1.ApplyRequest{Jobs: applied("a\x00b")}))
+			return err
+		}},
+	} {
+		var ce *connect.Error
+		if err := tc.call(); !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument || !strings.Contains(ce.Message(), tc.field) {
+			t.Errorf("%s: %v, want InvalidArgument naming %s", tc.name, err, tc.field)
+		}
+	}
+	if after := count(); after != before {
+		t.Fatalf("rows: %d before, %d after the refused requests", before, after)
 	}
 }

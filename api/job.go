@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -97,8 +98,12 @@ func (s *jobServer) ListJobs(ctx context.Context, req *connect.Request[orreryv1.
 			return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "labels", Message: "contains a NUL character"})
 		}
 	}
+	status := StatusName(m.GetStatus())
+	if status == "" && m.GetStatus() != orreryv1.JobStatus_JOB_STATUS_UNSPECIFIED {
+		return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "status", Message: fmt.Sprintf("%d is not a job status", m.GetStatus())})
+	}
 	jobs, next, err := s.jobs.List(ctx, actor(ctx), job.ListFilter{
-		Namespace: m.GetNamespace(), Status: StatusName(m.GetStatus()), Labels: m.GetLabels(), NameContains: m.GetNameContains(),
+		Namespace: m.GetNamespace(), Status: status, Labels: m.GetLabels(), NameContains: m.GetNameContains(),
 		PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken(),
 	})
 	if err != nil {

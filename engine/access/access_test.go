@@ -2,6 +2,7 @@ package access_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -138,5 +139,30 @@ func TestSessionsPerKeyAreBounded(t *testing.T) {
 	}
 	if _, err := acc.Session(ctx, first.Token); err != access.ErrUnauthenticated {
 		t.Fatalf("the oldest session after %d more sign-ins: %v", access.MaxSessionsPerKey+4, err)
+	}
+}
+
+// A principal names a person or a service: text that could pass for
+// something else in the audit trail ("dev-admin (ork_Fi78qW5h)"), or that
+// the database cannot hold, is refused by field; the audit row of a key
+// is JSON whatever its principal.
+func TestPrincipalsAreNames(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	acc := access.New(pool)
+	for _, p := range []string{"", "dev-admin (ork_Fi78qW5h)", "a\x01b", "a\x00", "a b", "-x"} {
+		var inv *access.InvalidError
+		if _, _, err := acc.Create(ctx, access.NewKey{Tenant: "default", Principal: p, Role: access.Reader, CreatedBy: "test"}); !errors.As(err, &inv) || inv.Field != "principal" {
+			t.Errorf("principal %q: %v, want an error on principal", p, err)
+		}
+	}
+	for _, p := range []string{"alice", "ci:deploy", "bob@example.com", "team/bot", "svc.a+b_c-d"} {
+		if _, _, err := acc.Create(ctx, access.NewKey{Tenant: "default", Principal: p, Role: access.Reader, CreatedBy: "test"}); err != nil {
+			t.Errorf("principal %q: %v", p, err)
+		}
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*)::int FROM audit_log WHERE target_kind = 'api_key' AND (after->>'principal') IS NOT NULL"); n != 5 {
+		t.Errorf("%d key audit rows read as JSON, want 5", n)
 	}
 }

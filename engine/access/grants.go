@@ -37,8 +37,8 @@ func (g Grant) target() string {
 }
 
 func (g Grant) validate(needRole bool) error {
-	if g.Principal == "" || len(g.Principal) > maxPrincipal {
-		return &InvalidError{Field: "principal", Message: "1 to 200 characters"}
+	if !validPrincipal(g.Principal) {
+		return principalError
 	}
 	if err := dag.ValidateName(g.Namespace); err != nil {
 		return &InvalidError{Field: "namespace", Message: err.Error()}

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -98,8 +100,8 @@ func (n NewKey) validate() error {
 	switch {
 	case n.Tenant == "" || len(n.Tenant) > 63:
 		return &InvalidError{Field: "tenant", Message: "1 to 63 characters"}
-	case n.Principal == "" || len(n.Principal) > maxPrincipal:
-		return &InvalidError{Field: "principal", Message: "1 to 200 characters"}
+	case !validPrincipal(n.Principal):
+		return principalError
 	case n.Role != None && n.Role.rank() == 0:
 		return &InvalidError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor or admin", n.Role)}
 	case n.TTL < 0:
@@ -109,6 +111,15 @@ func (n NewKey) validate() error {
 }
 
 const maxPrincipal = 200
+
+// principalRE: a principal names a person or a service (an email, a
+// "ci:deploy"), never text that could read as something else in the
+// audit trail (spaces, brackets, control characters).
+var principalRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+:/-]*$`)
+
+func validPrincipal(p string) bool { return len(p) <= maxPrincipal && principalRE.MatchString(p) }
+
+var principalError = &InvalidError{Field: "principal", Message: "1 to 200 characters: letters, digits and . _ @ + : / -, starting with a letter or digit"}
 
 // Create makes a key and returns its secret: shown once, never stored.
 // The key's creation is audited in the key's tenant, in the same
@@ -152,7 +163,7 @@ func (k *Service) Create(ctx context.Context, n NewKey) (string, Key, error) {
 		if err := q.InsertAPIKey(ctx, p); err != nil {
 			return err
 		}
-		after := fmt.Sprintf(`{"principal":%q,"role":%q,"system_admin":%t,"prefix":%q}`, n.Principal, n.Role, n.SystemAdmin, key.Prefix)
+		after := auditJSON(map[string]any{"principal": n.Principal, "role": n.Role, "system_admin": n.SystemAdmin, "prefix": key.Prefix})
 		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: tenantID, Actor: n.CreatedBy,
 			Action: "create_api_key", TargetKind: "api_key", TargetID: key.ID, TargetName: key.Prefix, After: []byte(after)})
 	})
@@ -244,7 +255,7 @@ func (k *Service) Revoke(ctx context.Context, by Principal, prefix string) error
 		if err != nil {
 			return err
 		}
-		before := fmt.Sprintf(`{"principal":%q,"role":%q,"prefix":%q}`, row.Principal, row.Role, prefix)
+		before := auditJSON(map[string]any{"principal": row.Principal, "role": row.Role, "prefix": prefix})
 		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: by.Tenant, Actor: by.Actor().Name,
 			Action: "revoke_api_key", TargetKind: "api_key", TargetID: row.ID, TargetName: prefix, Before: []byte(before)})
 	})
@@ -263,4 +274,10 @@ func (k *Service) List(ctx context.Context, tenant uuid.UUID) ([]Key, error) {
 			CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy, RevokedAt: r.RevokedAt}
 	}
 	return out, nil
+}
+
+// auditJSON is an audit row's before or after: JSON (Go's %q is not).
+func auditJSON(v map[string]any) string {
+	b, _ := json.Marshal(v) // strings and booleans: it cannot fail
+	return string(b)
 }

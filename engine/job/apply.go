@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/store"
@@ -47,6 +49,9 @@ type PlanOptions struct {
 
 // Plan says what ApplyAll would do, changing nothing.
 func (s *Service) Plan(ctx context.Context, a Actor, items []Item, opt PlanOptions) ([]Change, error) {
+	if err := checkOptions(opt); err != nil {
+		return nil, err
+	}
 	items, err := prepareItems(items)
 	if err != nil {
 		return nil, err
@@ -62,6 +67,9 @@ func (s *Service) Plan(ctx context.Context, a Actor, items []Item, opt PlanOptio
 // ApplyAll makes the stored jobs match the items in one transaction: all
 // changes commit or none. Applying the same items twice changes nothing.
 func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanOptions) ([]Change, error) {
+	if err := checkOptions(opt); err != nil {
+		return nil, err
+	}
 	items, err := prepareItems(items)
 	if err != nil {
 		return nil, err
@@ -114,6 +122,19 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 
 // prepareItems normalizes and validates every item and rejects a job named
 // twice; field paths are prefixed with the item ("jobs[2].spec.schedule.cron").
+// MaxSourceField bounds an applied job's source path and commit.
+const MaxSourceField = 1024
+
+// checkOptions refuses a --prune namespace no job could live in.
+func checkOptions(opt PlanOptions) error {
+	for i, ns := range opt.Namespaces {
+		if err := dag.ValidateName(ns); err != nil {
+			return &InvalidError{Field: fmt.Sprintf("namespaces[%d]", i), Message: err.Error()}
+		}
+	}
+	return nil
+}
+
 func prepareItems(items []Item) ([]Item, error) {
 	var es dag.Errors
 	seen := map[string]int{}
@@ -127,6 +148,14 @@ func prepareItems(items []Item) ([]Item, error) {
 				es = append(es, &e2)
 			}
 			continue
+		}
+		if src := it.Source; src != nil {
+			for _, f := range []struct{ name, v string }{{"path", src.Path}, {"commit", src.Commit}} {
+				if len(f.v) > MaxSourceField || strings.IndexByte(f.v, 0) >= 0 || !utf8.ValidString(f.v) {
+					es = append(es, &dag.FieldError{Field: fmt.Sprintf("jobs[%d].source.%s", i, f.name),
+						Message: fmt.Sprintf("must be text of at most %d bytes", MaxSourceField)})
+				}
+			}
 		}
 		key := res.Metadata.Namespace + "/" + res.Metadata.Name
 		if j, dup := seen[key]; dup {

@@ -14,6 +14,9 @@ import (
 	"github.com/orrery-dev/orrery/engine/tracing"
 )
 
+// runStatuses are the statuses a run can have (ListFilter.Status).
+var runStatuses = []string{StatusQueued, StatusPending, StatusRunning, StatusSucceeded, StatusFailed, StatusSkipped, StatusCancelled, StatusDeadLettered}
+
 // Statuses of runs and tasks.
 const (
 	StatusQueued       = "queued"

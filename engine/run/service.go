@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -111,6 +114,9 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	p := store.ListRunsParams{TenantID: a.Tenant, JobID: jobID, Since: f.Since, Until: f.Until, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
 	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
 	if f.Status != "" {
+		if !slices.Contains(runStatuses, f.Status) {
+			return nil, "", &job.InvalidError{Field: "status", Message: fmt.Sprintf("%q is not one of %s", f.Status, strings.Join(runStatuses, ", "))}
+		}
 		p.Status = &f.Status
 	}
 	rows, err := store.New(s.pool).ListRuns(ctx, p)
@@ -307,7 +313,16 @@ func manualOverlap(policy string, active []store.ActiveRunsRow) (string, string)
 }
 
 // CancelRun cancels a run's unfinished tasks and the run.
+// MaxReason bounds the reason a cancellation gives.
+const MaxReason = 1024
+
 func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reason string) (*Run, error) {
+	switch {
+	case len(reason) > MaxReason:
+		return nil, &job.InvalidError{Field: "reason", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(reason), MaxReason)}
+	case strings.IndexByte(reason, 0) >= 0 || !utf8.ValidString(reason):
+		return nil, &job.InvalidError{Field: "reason", Message: "is not text (a NUL character or invalid UTF-8)"}
+	}
 	if reason == "" {
 		reason = "cancelled by " + a.Name
 	}
@@ -407,10 +422,16 @@ func (s *Service) deadLetters(ctx context.Context, a job.Actor, jobID *uuid.UUID
 // tasks go back in line, their runs reopen, and descendants that had failed
 // upstream wait again. With no ids, every dead letter of jobRef (or of the
 // tenant) is replayed, up to limit. It returns the tasks replayed.
+// MaxReplay is the most dead letters one replay of a job's takes.
+const MaxReplay = 10_000
+
 func (s *Service) ReplayDeadLetters(ctx context.Context, a job.Actor, ids []uuid.UUID, jobRef job.Ref, limit int) ([]uuid.UUID, error) {
+	if limit < 0 || limit > MaxReplay {
+		return nil, &job.InvalidError{Field: "limit", Message: fmt.Sprintf("%d is outside 0..%d (0: up to %d)", limit, MaxReplay, MaxReplay)}
+	}
 	if len(ids) == 0 {
-		if limit <= 0 || limit > 10_000 {
-			limit = 10_000
+		if limit == 0 {
+			limit = MaxReplay
 		}
 		jobID, err := s.jobID(ctx, a, jobRef)
 		if err != nil {
