@@ -165,10 +165,23 @@ func TestTenantsAndGrantsVerbs(t *testing.T) {
 	oneLineError(t, args, out, errOut, code, `required flag(s) "namespace" not set`)
 
 	// orrery login keeps the server and key; later commands need neither.
-	home := []string{"XDG_CONFIG_HOME=" + t.TempDir()}
+	configHome := t.TempDir()
+	home := []string{"XDG_CONFIG_HOME=" + configHome}
+	// A config file left readable by others is replaced by one only its
+	// owner reads.
+	config := filepath.Join(configHome, "orrery", "config.json")
+	if err := os.MkdirAll(filepath.Dir(config), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(config, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if out, errOut, code := runEnv(t, home, "--server", addr, "--api-key", admin, "login"); code != 0 ||
 		!strings.HasPrefix(out, "logged in to http://"+addr+" as acme-admin in tenant acme, tenant-wide role admin") {
 		t.Fatalf("login: exit %d %q %q", code, out, errOut)
+	}
+	if info, err := os.Stat(config); err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("config after login: %v, %v; want mode 0600", info.Mode(), err)
 	}
 	if out, errOut, code := runEnv(t, home, "whoami"); code != 0 || out != "acme-admin in tenant acme, tenant-wide role admin\n" {
 		t.Fatalf("whoami after login: exit %d %q %q", code, out, errOut)

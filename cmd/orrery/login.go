@@ -112,7 +112,7 @@ func newLoginCmds(g *globals) []*cobra.Command {
 			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 				return err
 			}
-			if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+			if err := writePrivate(path, append(b, '\n')); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "logged in to %s as %s (saved in %s)\n", g.baseURL(), whoText(res.Msg), path)
@@ -163,4 +163,24 @@ func whoText(w *orreryv1.WhoAmIResponse) string {
 		s += fmt.Sprintf(", %d grant(s)", n)
 	}
 	return s
+}
+
+// writePrivate replaces the file at path with data, readable by its owner
+// only: written to a new file (mode 0600) beside it and renamed over it,
+// so that an existing file's wider mode is not kept and a symlink there
+// is replaced, not followed.
+func writePrivate(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".orrery-config-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after a successful rename, there is nothing left to remove
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

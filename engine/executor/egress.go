@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"syscall"
@@ -175,7 +176,7 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 	if via[len(via)-1].URL.Scheme == "https" && req.URL.Scheme != "https" {
 		return &RedirectError{Reason: "from https to " + req.URL.Scheme}
 	}
-	if !strings.EqualFold(req.URL.Hostname(), via[0].URL.Hostname()) {
+	if !sameOrigin(req.URL, via[0].URL) {
 		kept := http.Header{}
 		for _, k := range runnerHeaders {
 			if v := req.Header.Values(k); len(v) > 0 {
@@ -185,6 +186,22 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 		req.Header = kept
 	}
 	return nil
+}
+
+// sameOrigin reports whether two URLs name the same scheme, host and
+// port (a default port written out or not): a step's headers (its
+// resolved secrets) go only there, not to another service on the host.
+func sameOrigin(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(u.Scheme, "https") {
+			return "443"
+		}
+		return "80"
+	}
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
 }
 
 // NewHTTPClient returns the client webhooks are called with: every

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -360,5 +361,27 @@ func TestHTTPRedirectDowngradeRefused(t *testing.T) {
 	case r := <-reqs:
 		t.Errorf("the plain server got %+v", r)
 	default:
+	}
+}
+
+// A step's headers follow a redirect only to the same scheme, host and
+// port: another port of the host is another service.
+func TestSameOrigin(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"http://h:9002/a", "http://h:9002/b", true},
+		{"http://H/a", "http://h:80/b", true},
+		{"https://h/a", "https://h:443/b", true},
+		{"http://h:9002/a", "http://h:9003/a", false},
+		{"http://h/a", "https://h/a", false},
+		{"http://h/a", "http://g/a", false},
+	} {
+		a, _ := url.Parse(tc.a)
+		b, _ := url.Parse(tc.b)
+		if got := sameOrigin(a, b); got != tc.want {
+			t.Errorf("sameOrigin(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
 	}
 }
