@@ -36,8 +36,12 @@ const (
 	MaxPayloadInteger = 1<<53 - 1
 	MaxSteps          = 10_000
 	MaxAttempts       = 100
-	MaxBackfill       = 1000
-	DefaultBackfill   = 10
+	// MaxStepDuration bounds a step's timeout and its retries' backoff: a
+	// longer one is a mistake (or near the 292 years a duration holds,
+	// where arithmetic on it overflows).
+	MaxStepDuration = 30 * 24 * time.Hour
+	MaxBackfill     = 1000
+	DefaultBackfill = 10
 	// Alerts and callbacks.
 	MinStartWithin = 5 * time.Second
 	MaxWithin      = 30 * 24 * time.Hour
@@ -317,21 +321,24 @@ func validateSettings(es *Errors, p, queue, priority string, timeout *Duration, 
 	if _, ok := Priorities[priority]; priority != "" && !ok {
 		es.add(p+".priority", "%q is not one of critical, high, normal, low", priority)
 	}
-	if timeout != nil && timeout.Duration <= 0 {
-		es.add(p+".timeout", "%s must be positive", timeout.Duration)
+	positive := func(field string, d *Duration) {
+		switch {
+		case d == nil:
+		case d.Duration <= 0:
+			es.add(field, "%s must be positive", d.Duration)
+		case d.Duration > MaxStepDuration:
+			es.add(field, "%s is longer than %s, the limit", d.Duration, MaxStepDuration)
+		}
 	}
+	positive(p+".timeout", timeout)
 	if retry == nil {
 		return
 	}
 	if retry.MaxAttempts < 0 || retry.MaxAttempts > MaxAttempts {
 		es.add(p+".retry.max_attempts", "%d is outside 1..%d", retry.MaxAttempts, MaxAttempts)
 	}
-	if retry.Initial != nil && retry.Initial.Duration <= 0 {
-		es.add(p+".retry.initial", "%s must be positive", retry.Initial.Duration)
-	}
-	if retry.Max != nil && retry.Max.Duration <= 0 {
-		es.add(p+".retry.max", "%s must be positive", retry.Max.Duration)
-	}
+	positive(p+".retry.initial", retry.Initial)
+	positive(p+".retry.max", retry.Max)
 	if retry.Initial != nil && retry.Max != nil && retry.Max.Duration > 0 && retry.Max.Duration < retry.Initial.Duration {
 		es.add(p+".retry.max", "%s is shorter than initial (%s)", retry.Max.Duration, retry.Initial.Duration)
 	}

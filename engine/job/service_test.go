@@ -118,6 +118,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"no executor", func(r *dag.Resource) { r.Spec.Run = &dag.Executor{} }, "spec.steps[0].run"},
 		{"negative timeout", func(r *dag.Resource) { r.Spec.Defaults.Timeout = dag.D(-time.Second) }, "spec.defaults.timeout"},
 		{"negative retries", func(r *dag.Resource) { r.Spec.Defaults.Retry = &dag.Retry{MaxAttempts: -2} }, "spec.defaults.retry.max_attempts"},
+		{"a timeout of centuries", func(r *dag.Resource) { r.Spec.Defaults.Timeout = dag.D(time.Duration(1<<63 - 1)) }, "spec.defaults.timeout"},
+		{"a backoff of years", func(r *dag.Resource) { r.Spec.Defaults.Retry = &dag.Retry{Max: dag.D(400 * 24 * time.Hour)} }, "spec.defaults.retry.max"},
 		{"NUL in the description", func(r *dag.Resource) { r.Metadata.Description = "a\x00b" }, "metadata.description"},
 		{"NUL in a label", func(r *dag.Resource) { r.Metadata.Labels["team"] = "d\x00" }, "metadata.labels.team"},
 		{"NUL in a URL", func(r *dag.Resource) { r.Spec.Run.HTTP.URL = "http://127.0.0.1:9/\x00" }, "spec.steps[0].run.http.url"},
