@@ -82,6 +82,10 @@ func (r Result) Storable() Result {
 	return r
 }
 
+// StorableError is an error text as Storable keeps it: valid UTF-8
+// without NUL, its head at most MaxError bytes.
+func StorableError(s string) string { return storableText(s, MaxError, false) }
+
 func storableText(s string, max int, tail bool) string {
 	if len(s) > max { // cut first: ToValidUTF8 below must not see megabytes
 		if tail {

@@ -200,7 +200,9 @@ func (d *Deliverer) deliver(ctx context.Context, n store.Notification) {
 	default:
 		status, retry = "pending", Backoff(int(n.Attempts))
 	}
-	p := store.RecordDeliveryParams{ID: n.ID, Attempts: n.Attempts, Status: status, LastError: o.err, RetryMs: float64(retry.Milliseconds())}
+	// The error may quote the receiver (its status line): stored as text
+	// the database keeps, or the record fails and the delivery repeats.
+	p := store.RecordDeliveryParams{ID: n.ID, Attempts: n.Attempts, Status: status, LastError: executor.StorableError(o.err), RetryMs: float64(retry.Milliseconds())}
 	if o.code != nil {
 		p.StatusCode = pgtype.Int4{Int32: *o.code, Valid: true}
 	}

@@ -317,7 +317,8 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 		case TaskDeadLettered:
 			runStatus, runReason = StatusDeadLettered, "1 task(s) dead-lettered"
 		}
-		res := r.Result.Storable()
+		reports[i].Result = r.Result.Storable() // for lateReport too
+		res := reports[i].Result
 		p.Ids = append(p.Ids, r.TaskID)
 		p.FencingTokens = append(p.FencingTokens, r.FencingToken)
 		p.Statuses = append(p.Statuses, status)

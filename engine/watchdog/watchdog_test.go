@@ -1,11 +1,13 @@
 package watchdog_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -392,5 +394,53 @@ func TestResolveLooksPastAlertsThatStayOpen(t *testing.T) {
 	}
 	if res, err = dog.Pass(ctx); err != nil || len(res.Resolved) != 2 || res.Resolved[0].Resolution != "a run started" {
 		t.Fatalf("third pass: resolved %+v, %v; want both missed alerts (a run started after their instants)", res.Resolved, err)
+	}
+}
+
+// A receiver whose status line is not text (a NUL, a byte that is not
+// UTF-8) gets its failures recorded like any other, and the delivery
+// stops at MaxAttempts: before, the record failed in the database and
+// the delivery was sent again every claim period, for good.
+func TestDeliveryErrorThatIsNotTextIsRecorded(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = bufio.NewReader(c).ReadString('\n')
+				_, _ = c.Write([]byte("HTTP/1.1 500 a\x00\xff\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+			}()
+		}
+	}()
+	if _, err := pool.Exec(ctx, `INSERT INTO notifications (id, tenant_id, job_id, namespace, queue, event, url, body, status, next_attempt_at, created_at)
+		VALUES (gen_random_uuid(), $1, gen_random_uuid(), 'ops', 'default', 'run.succeeded', $2, '{"event":"run.succeeded"}', 'pending', now(), now())`,
+		job.DefaultTenant, "http://"+ln.Addr().String()+"/hook"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := notify.New(notify.Config{Pool: pool, Queues: []string{"default"}, ClaimFor: time.Second, MaxAttempts: 1,
+		Client: executor.NewHTTPClient(&executor.EgressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var status, lastError string
+	if err := pool.QueryRow(ctx, "SELECT status, last_error FROM notifications").Scan(&status, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if status != "failed" || lastError != "HTTP 500 a\uFFFD\uFFFD" {
+		t.Fatalf("status %s, last error %q; want failed, with the status line made text", status, lastError)
 	}
 }
