@@ -49,19 +49,24 @@ type CommandRunner struct {
 // (the dynamic loader, the shell, interpreters' module paths and
 // options, tools' command hooks and configuration folders), so setting
 // them would get round --allow-command (GIT_SSH_COMMAND=/bin/sh...).
-// Prefixes end in "_" or "*"; a list cannot know every program's hooks:
-// a strict worker gives AllowEnv.
+// Names are matched in upper case too (npm reads npm_config_* in any
+// case). A list cannot know every program's hooks, and it guards only
+// programs whose arguments are fixed: an allowed shell, git, tar, make or
+// interpreter runs any program through its arguments alone. A strict
+// worker gives AllowEnv and allows only programs of fixed behaviour.
 var riskyEnv = []string{
 	"LD_*", "DYLD_*", "GCONV_PATH", "PATH", "IFS", "ENV", "BASH_ENV", "BASH_FUNC_*", "SHELLOPTS", "BASHOPTS",
 	"PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE", "HOME", "XDG_*", "TMPDIR",
 	"PYTHON*", "PERL*", "RUBY*", "GEM_*", "NODE_*", "NPM_*", "JAVA_*", "_JAVA_*", "JDK_JAVA_*", "CLASSPATH",
-	"GIT_*", "SSH_*", "EDITOR", "VISUAL", "PAGER", "LESS*", "OPENSSL_*", "SSL_*", "CURL_*", "WGETRC",
-	"HOSTALIASES", "RESOLV_HOST_CONF", "LOCALDOMAIN",
+	"GIT_*", "SSH_*", "EDITOR", "VISUAL", "PAGER", "MANPAGER", "BROWSER", "SHELL", "LESS*", "OPENSSL_*",
+	"SSL_*", "SSLKEYLOGFILE", "CURL_*", "WGET*", "SYSTEM_WGETRC", "TAR_*", "RSYNC_*", "MAKE*", "MFLAGS",
+	"LUA_*", "ZDOTDIR", "PHP*", "GNUPGHOME", "NPM_*", "YARN_*", "PIP_*", "GZIP", "HOSTALIASES",
+	"RESOLV_HOST_CONF", "LOCALDOMAIN",
 }
 
 // envAllowed reports whether a step may set the variable name, and why not.
 func (r *CommandRunner) envAllowed(name string) (bool, string) {
-	match := func(patterns []string) bool {
+	matchName := func(patterns []string, name string) bool {
 		for _, p := range patterns {
 			if ok, _ := path.Match(p, name); ok {
 				return true
@@ -70,12 +75,12 @@ func (r *CommandRunner) envAllowed(name string) (bool, string) {
 		return false
 	}
 	if len(r.AllowEnv) > 0 {
-		if match(r.AllowEnv) {
+		if matchName(r.AllowEnv, name) {
 			return true, ""
 		}
 		return false, fmt.Sprintf("env %s is not allowed on this worker (--allow-env)", name)
 	}
-	if match(riskyEnv) {
+	if matchName(riskyEnv, strings.ToUpper(name)) { // npm reads npm_config_* in any case
 		return false, fmt.Sprintf("env %s is refused on this worker: it changes which code a program runs (allow it by name with --allow-env)", name)
 	}
 	return true, ""
