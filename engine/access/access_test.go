@@ -165,4 +165,18 @@ func TestPrincipalsAreNames(t *testing.T) {
 	if n := enginetest.Int(t, pool, "SELECT count(*)::int FROM audit_log WHERE target_kind = 'api_key' AND (after->>'principal') IS NOT NULL"); n != 5 {
 		t.Errorf("%d key audit rows read as JSON, want 5", n)
 	}
+	// A grant made before the rule can still be revoked; a lookup by a
+	// principal no row can hold is refused by field.
+	admin := access.Principal{Tenant: job.DefaultTenant, TenantName: "default", Name: "admin", Role: access.Admin}
+	if _, err := pool.Exec(ctx, `INSERT INTO grants (id, tenant_id, principal, namespace, role, created_at, created_by)
+		VALUES (gen_random_uuid(), $1, 'Jane Doe', 'team', 'reader', now(), 'test')`, job.DefaultTenant); err != nil {
+		t.Fatal(err)
+	}
+	if err := acc.RevokeGrant(ctx, admin, access.Grant{Principal: "Jane Doe", Namespace: "team"}); err != nil {
+		t.Errorf("revoking an older grant: %v", err)
+	}
+	var inv *access.InvalidError
+	if _, _, err := acc.ListGrants(ctx, job.DefaultTenant, access.GrantFilter{Principal: "a\x00"}); !errors.As(err, &inv) || inv.Field != "principal" {
+		t.Errorf("listing by a principal with a NUL: %v, want an error on principal", err)
+	}
 }

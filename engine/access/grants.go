@@ -36,9 +36,15 @@ func (g Grant) target() string {
 	return g.Principal + " on " + g.Namespace + "/" + g.Job
 }
 
-func (g Grant) validate(needRole bool) error {
-	if !validPrincipal(g.Principal) {
+// validate checks a grant to make (creating: the principal must be a
+// name, validPrincipal) or to find (a revoke: any principal a grant may
+// hold, those from before the rule included).
+func (g Grant) validate(creating bool) error {
+	if creating && !validPrincipal(g.Principal) {
 		return principalError
+	}
+	if err := lookupPrincipal(g.Principal); err != nil {
+		return err
 	}
 	if err := dag.ValidateName(g.Namespace); err != nil {
 		return &InvalidError{Field: "namespace", Message: err.Error()}
@@ -48,7 +54,7 @@ func (g Grant) validate(needRole bool) error {
 			return &InvalidError{Field: "job", Message: err.Error()}
 		}
 	}
-	if needRole {
+	if creating {
 		if _, err := ParseRole(string(g.Role)); err != nil {
 			return err
 		}
@@ -170,6 +176,9 @@ func (k *Service) ListGrants(ctx context.Context, tenant uuid.UUID, f GrantFilte
 		p.Namespace = &f.Namespace
 	}
 	if f.Principal != "" {
+		if err := lookupPrincipal(f.Principal); err != nil {
+			return nil, "", err
+		}
 		p.Principal = &f.Principal
 	}
 	rows, err := store.New(k.pool).ListGrants(ctx, p)

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"unicode/utf8"
 	"time"
 
 	"github.com/google/uuid"
@@ -118,6 +119,15 @@ const maxPrincipal = 200
 var principalRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@+:/-]*$`)
 
 func validPrincipal(p string) bool { return len(p) <= maxPrincipal && principalRE.MatchString(p) }
+
+// lookupPrincipal refuses a principal to look up (a revoke, a filter)
+// that no row can hold: empty, too long, a NUL or invalid UTF-8.
+func lookupPrincipal(p string) error {
+	if p == "" || len(p) > maxPrincipal || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
+		return &InvalidError{Field: "principal", Message: "1 to 200 characters of text"}
+	}
+	return nil
+}
 
 var principalError = &InvalidError{Field: "principal", Message: "1 to 200 characters: letters, digits and . _ @ + : / -, starting with a letter or digit"}
 
