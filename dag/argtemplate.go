@@ -11,7 +11,7 @@ var ArgFields = []string{"ScheduledFor", "RunID", "Step", "Attempt", "Job", "Nam
 
 // ExpandArg fills the {{ .Field }} references of a command argument with
 // values (by field name). Only the ArgFields, one plain reference each,
-// are allowed: not Go's template language, whose loops and functions
+// are allowed, and {{ "{{" }} for a literal {{: not Go's template language, whose loops and functions
 // would let a job author spend a worker's CPU and memory (a range over a
 // huge number, a printf of a huge width) where no timeout reaches. With
 // nil values it only checks arg (what validation does).
@@ -30,6 +30,11 @@ func ExpandArg(arg string, values map[string]string) (string, error) {
 			return "", fmt.Errorf("%q: {{ without a closing }}", arg)
 		}
 		ref := strings.TrimSpace(rest[:j])
+		if ref == `"{{"` { // a literal {{ (docker --format '{{ "{{" }}.State}}')
+			b.WriteString("{{")
+			arg = rest[j+2:]
+			continue
+		}
 		name, ok := strings.CutPrefix(ref, ".")
 		if !ok || !isArgField(name) {
 			return "", fmt.Errorf("{{ %s }} is not one of %s", ref, argFieldList())

@@ -95,6 +95,7 @@ func TestCommandArgumentsNameOnlyCallFields(t *testing.T) {
 	for _, tc := range []struct{ arg, want string }{
 		{"--date={{ .ScheduledFor }}", ""},
 		{"{{.RunID}}/{{ .Attempt }}", ""},
+		{`{{ \"{{\" }}.State}}`, ""},
 		{"{{ range 2000000000000 }}{{ end }}", `probe.yaml:6:39: spec.steps[0].run.command.argv[1]: {{ range 2000000000000 }} is not one of {{ .ScheduledFor }}`},
 		{`{{ printf \"%01000000d\" 0 }}`, `spec.steps[0].run.command.argv[1]: {{ printf "%01000000d" 0 }} is not one of`},
 		{"{{ .Env }}", `argv[1]: {{ .Env }} is not one of`},

@@ -80,7 +80,14 @@ const maxYAMLFile = 16 << 20
 // folder, a device (/dev/zero) or a FIFO, named or reached through a
 // symlink, is refused, not read: the read would never end.
 func readYAMLFile(name string) ([]byte, error) {
-	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO opens without a writer
+	// Not even opened unless regular (opening a terminal or a tape has
+	// effects), then checked again on what was opened.
+	if info, err := os.Stat(name); err != nil {
+		return nil, err
+	} else if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", name, info.Mode().Type())
+	}
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a FIFO swapped in opens without a writer
 	if err != nil {
 		return nil, err
 	}

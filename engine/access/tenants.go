@@ -42,7 +42,7 @@ func (k *Service) CreateTenant(ctx context.Context, by Principal, name string) (
 		if err := q.InsertTenant(ctx, store.InsertTenantParams{ID: t.ID, Name: name}); err != nil {
 			return err
 		}
-		after := fmt.Sprintf(`{"name":%q,"created_by_tenant":%q}`, name, by.TenantName)
+		after := auditJSON(map[string]any{"name": name, "created_by_tenant": by.TenantName})
 		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: t.ID, Actor: by.Actor().Name,
 			Action: "create_tenant", TargetKind: "tenant", TargetID: t.ID, TargetName: name, After: []byte(after)})
 	})

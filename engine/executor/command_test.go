@@ -402,6 +402,7 @@ func TestCommandTemplateExpansion(t *testing.T) {
 		{name: "several fields", arg: "{{ .Namespace }}/{{ .Job }}/{{ .Step }}", wantOutput: "etl/nightly-load/extract"},
 		{name: "trim-free spacing", arg: "{{.Job}}-{{   .Step   }}", wantOutput: "nightly-load-extract"},
 		{name: "no template", arg: "plain }} text", wantOutput: "plain }} text"},
+		{name: "a literal {{", arg: `{{ "{{" }}.State}} of {{ .Job }}`, wantOutput: "{{.State}} of nightly-load"},
 		{name: "unknown field", arg: "{{ .TaskID }}", wantErr: "argv[1]:"},
 		{name: "unknown field message", arg: "{{ .Nope }}", wantErr: `{{ .Nope }} is not one of {{ .ScheduledFor }}, {{ .RunID }}`},
 		{name: "parse error", arg: "{{ .Step ", wantErr: "argv[1]: \"{{ .Step \": {{ without a closing }}"},

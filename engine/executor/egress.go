@@ -188,9 +188,11 @@ func checkRedirect(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-// sameOrigin reports whether two URLs name the same scheme, host and
-// port (a default port written out or not): a step's headers (its
-// resolved secrets) go only there, not to another service on the host.
+// sameOrigin reports whether redirect target a is where the step sent its
+// first request, b: the same scheme, host and port (a default port
+// written out or not), or that host's upgrade from http on port 80 to
+// https on 443. A step's headers (its resolved secrets) go only there,
+// not to another service on the host.
 func sameOrigin(a, b *url.URL) bool {
 	port := func(u *url.URL) string {
 		if p := u.Port(); p != "" {
@@ -201,7 +203,13 @@ func sameOrigin(a, b *url.URL) bool {
 		}
 		return "80"
 	}
-	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
+	if !strings.EqualFold(a.Hostname(), b.Hostname()) {
+		return false
+	}
+	if strings.EqualFold(a.Scheme, b.Scheme) && port(a) == port(b) {
+		return true
+	}
+	return strings.EqualFold(b.Scheme, "http") && port(b) == "80" && strings.EqualFold(a.Scheme, "https") && port(a) == "443"
 }
 
 // NewHTTPClient returns the client webhooks are called with: every

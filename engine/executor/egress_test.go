@@ -375,7 +375,9 @@ func TestSameOrigin(t *testing.T) {
 		{"http://H/a", "http://h:80/b", true},
 		{"https://h/a", "https://h:443/b", true},
 		{"http://h:9002/a", "http://h:9003/a", false},
-		{"http://h/a", "https://h/a", false},
+		{"https://h/a", "http://h/a", true},       // http:80 upgraded to https:443
+		{"http://h/a", "https://h/a", false},      // never downgraded (refused anyway)
+		{"https://h:8443/a", "http://h/a", false}, // another port
 		{"http://h/a", "http://g/a", false},
 	} {
 		a, _ := url.Parse(tc.a)
