@@ -677,6 +677,20 @@ func printTableStats(b *testing.B, pool *pgxpool.Pool) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// runSteps reads, for each run scheduled in [$1, $2), its instant (at)
+// and the milliseconds from it to each step of its first attempt: the
+// firing transaction's start (fired), the River job's insert (inserted),
+// its fetch (fetched), the attempt's start (started).
+const runSteps = `
+	SELECT r.scheduled_for AS at,
+	       extract(epoch FROM r.created_at - r.scheduled_for) * 1000 AS fired,
+	       extract(epoch FROM j.created_at - r.scheduled_for) * 1000 AS inserted,
+	       extract(epoch FROM j.attempted_at - r.scheduled_for) * 1000 AS fetched,
+	       extract(epoch FROM a.started_at - r.scheduled_for) * 1000 AS started
+	FROM runs r JOIN tasks t ON t.run_id = r.id JOIN attempts a ON a.task_id = t.id AND a.number = 1
+	JOIN river_job j ON (j.args->>'task_id')::uuid = t.id AND (j.args->>'attempt')::int = 1
+	WHERE r.scheduled_for >= $1 AND r.scheduled_for < $2`
+
 // printPhases prints where the start lag of the runs scheduled in
 // [from, until) went, as percentiles of each step's time since the
 // scheduled instant: the firing transaction's start (the run's
@@ -685,14 +699,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 func printPhases(b *testing.B, pool *pgxpool.Pool, from, until time.Time) {
 	b.Helper()
 	var out string
-	err := pool.QueryRow(context.Background(), `WITH p AS (
-			SELECT extract(epoch FROM r.created_at - r.scheduled_for) * 1000 AS fired,
-			       extract(epoch FROM j.created_at - r.scheduled_for) * 1000 AS inserted,
-			       extract(epoch FROM j.attempted_at - r.scheduled_for) * 1000 AS fetched,
-			       extract(epoch FROM a.started_at - r.scheduled_for) * 1000 AS started
-			FROM runs r JOIN tasks t ON t.run_id = r.id JOIN attempts a ON a.task_id = t.id AND a.number = 1
-			JOIN river_job j ON (j.args->>'task_id')::uuid = t.id AND (j.args->>'attempt')::int = 1
-			WHERE r.scheduled_for >= $1 AND r.scheduled_for < $2)
+	err := pool.QueryRow(context.Background(), `WITH p AS (`+runSteps+`)
 		SELECT string_agg(format('%s p50 %s ms, p99 %s ms', k, round(p50::numeric), round(p99::numeric)), '; ')
 		FROM (
 			SELECT 'fired' AS k, 1 AS o, percentile_cont(0.5) WITHIN GROUP (ORDER BY fired) AS p50, percentile_cont(0.99) WITHIN GROUP (ORDER BY fired) AS p99 FROM p
@@ -713,15 +720,7 @@ func printPhases(b *testing.B, pool *pgxpool.Pool, from, until time.Time) {
 // after it: whether a tail is spread over the window or one stall.
 func printWorstInstants(b *testing.B, pool *pgxpool.Pool, from, until time.Time, n int) {
 	b.Helper()
-	rows, err := pool.Query(context.Background(), `WITH p AS (
-			SELECT r.scheduled_for AS at,
-			       extract(epoch FROM r.created_at - r.scheduled_for) * 1000 AS fired,
-			       extract(epoch FROM j.created_at - r.scheduled_for) * 1000 AS inserted,
-			       extract(epoch FROM j.attempted_at - r.scheduled_for) * 1000 AS fetched,
-			       extract(epoch FROM a.started_at - r.scheduled_for) * 1000 AS started
-			FROM runs r JOIN tasks t ON t.run_id = r.id JOIN attempts a ON a.task_id = t.id AND a.number = 1
-			JOIN river_job j ON (j.args->>'task_id')::uuid = t.id AND (j.args->>'attempt')::int = 1
-			WHERE r.scheduled_for >= $1 AND r.scheduled_for < $2)
+	rows, err := pool.Query(context.Background(), `WITH p AS (`+runSteps+`)
 		SELECT format('%s: fired %s, inserted %s, fetched %s, started %s ms (max); %s fetched after 100 ms',
 			to_char(at AT TIME ZONE 'UTC', 'HH24:MI:SS'), round(max(fired)::numeric), round(max(inserted)::numeric),
 			round(max(fetched)::numeric), round(max(started)::numeric), count(*) FILTER (WHERE fetched > 100))

@@ -40,18 +40,7 @@ func BenchmarkWatchdogPass(b *testing.B) {
 			for off := 0; off < n; off += 100_000 {
 				seedJobs(b, pool, fmt.Sprintf("w%d", off), min(100_000, n-off), watchedSpec("0 0 1 1 *", "default", time.Minute), future)
 			}
-			mgr, err := shard.NewManager(ctx, pool, shard.Config{TTL: 10 * time.Second})
-			if err != nil {
-				b.Fatal(err)
-			}
-			go func() { _ = mgr.Run(ctx) }()
-			for len(mgr.Leases()) < shard.DefaultCount {
-				time.Sleep(10 * time.Millisecond)
-			}
-			dog, err := watchdog.New(watchdog.Config{Pool: pool, Shards: mgr})
-			if err != nil {
-				b.Fatal(err)
-			}
+			dog := ownedWatchdog(ctx, b, pool)
 			if n == 1_000_000 && os.Getenv("ORRERY_BENCH_EXPLAIN") != "" {
 				explain(b, pool, "OverdueWatchedJobs", `EXPLAIN (ANALYZE, BUFFERS) SELECT j.id FROM unnest($1::int[]) AS s (shard)
 					CROSS JOIN LATERAL (SELECT k.id FROM job_schedules AS js JOIN jobs AS k ON k.id = js.job_id
@@ -101,18 +90,7 @@ func BenchmarkWatchdogOpenAlerts(b *testing.B) {
 			if _, err := pool.Exec(ctx, "ANALYZE"); err != nil {
 				b.Fatal(err)
 			}
-			mgr, err := shard.NewManager(ctx, pool, shard.Config{TTL: 10 * time.Second})
-			if err != nil {
-				b.Fatal(err)
-			}
-			go func() { _ = mgr.Run(ctx) }()
-			for len(mgr.Leases()) < shard.DefaultCount {
-				time.Sleep(10 * time.Millisecond)
-			}
-			dog, err := watchdog.New(watchdog.Config{Pool: pool, Shards: mgr})
-			if err != nil {
-				b.Fatal(err)
-			}
+			dog := ownedWatchdog(ctx, b, pool)
 			b.ResetTimer()
 			for range b.N {
 				if res, err := dog.Pass(ctx); err != nil || len(res.Resolved) != 0 || len(res.Raised) != 0 {
@@ -121,6 +99,25 @@ func BenchmarkWatchdogOpenAlerts(b *testing.B) {
 			}
 		})
 	}
+}
+
+// ownedWatchdog is a watchdog over all the shards, claimed by a shard
+// manager of its own until ctx ends.
+func ownedWatchdog(ctx context.Context, b *testing.B, pool *pgxpool.Pool) *watchdog.Watchdog {
+	b.Helper()
+	mgr, err := shard.NewManager(ctx, pool, shard.Config{TTL: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = mgr.Run(ctx) }()
+	for len(mgr.Leases()) < shard.DefaultCount {
+		time.Sleep(10 * time.Millisecond)
+	}
+	dog, err := watchdog.New(watchdog.Config{Pool: pool, Shards: mgr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return dog
 }
 
 func allShards() []int32 {
