@@ -268,3 +268,46 @@ func TestLostReportIsRecovered(t *testing.T) {
 		t.Fatalf("attempt 2 did not succeed (%d rows)", n)
 	}
 }
+
+// A report the database refuses for good (here a constraint on the
+// attempt's error, standing for any content it will not store) does not
+// leave its attempt running: the worker reports it failed instead, saying
+// why, and the task retries.
+func TestRefusedReportEndsTheAttempt(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "ALTER TABLE attempts ADD CONSTRAINT test_refuse CHECK (error NOT LIKE '%refuse me%')"); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.StartNode(t, pool)
+	var calls atomic.Int32
+	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 2}, LeaseTTL: 3 * time.Second,
+		Handlers: map[string]executor.HandlerFunc{"once": func(context.Context, executor.Call) error {
+			if calls.Add(1) == 1 {
+				return errors.New("refuse me")
+			}
+			return nil
+		}}})
+	now, err := jobs.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "refused"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: "once"},
+		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 3, Initial: dag.D(time.Second)}},
+	}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the run succeeds", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 1
+	})
+	if n := enginetest.Int(t, pool, `SELECT count(*) FROM attempts WHERE number = 1 AND outcome = 'failed'
+		AND error LIKE 'the attempt''s report was refused by the database: %'`); n != 1 {
+		t.Fatalf("attempt 1 not recorded as a refused report (%d rows)", n)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -504,6 +505,13 @@ func (w *Worker) reportOrphans(ctx context.Context, reports []run.Report) {
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		accepted, err := w.finishAttempts(rctx, []run.Report{r})
+		if fallback, ok := refusedReport(r, err); ok {
+			// The database refuses what the report says, and would again:
+			// the attempt ends as failed (retried), saying why.
+			w.cfg.Logger.Error("an attempt's report was refused; reporting it failed instead", "task_id", r.TaskID, "err", err)
+			r = fallback
+			accepted, err = w.finishAttempts(rctx, []run.Report{r})
+		}
 		cancel()
 		if err != nil {
 			w.cfg.Logger.Error("report an orphaned attempt", "task_id", r.TaskID, "err", err)
@@ -519,6 +527,22 @@ func (w *Worker) reportOrphans(ctx context.Context, reports []run.Report) {
 		w.mu.Unlock()
 		w.cfg.Logger.Warn("reported an attempt whose report was lost", "task_id", r.TaskID, "accepted", accepted[0], "exit_reason", r.Result.ExitReason)
 	}
+}
+
+// refusedReport is the report to send instead of r when the database
+// refused r's content for good (a data exception or a constraint, SQLSTATE
+// classes 22 and 23: sending it again changes nothing, and its attempt
+// would stay running): the attempt failed, retryably, with the refusal as
+// its error and no output. Other errors (a lost connection, a
+// serialization failure) are retried as they are.
+func refusedReport(r run.Report, err error) (run.Report, bool) {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || (!strings.HasPrefix(pe.Code, "22") && !strings.HasPrefix(pe.Code, "23")) {
+		return r, false
+	}
+	r.Result = executor.Result{ExitReason: executor.ReasonError, FailureClass: executor.ClassSystem, Retryable: true,
+		Error: executor.StorableError("the attempt's report was refused by the database: " + pe.Message)}
+	return r, true
 }
 
 // flushUnreported reports once more, at shutdown, the reports that failed
