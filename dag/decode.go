@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -27,6 +28,9 @@ type Document struct {
 func Decode(file string, data []byte) ([]*Document, Errors) {
 	var docs []*Document
 	var es Errors
+	if !utf8.Valid(data) {
+		return nil, Errors{notText(file, data)}
+	}
 	nodes := yaml.NewDecoder(bytes.NewReader(data))
 	for {
 		var root yaml.Node
@@ -92,6 +96,25 @@ func (d *Document) typeErrors(err error) Errors {
 		es = append(es, fe)
 	}
 	return es
+}
+
+// notText names where data stops being UTF-8 text (YAML must be): the
+// line and column (in characters) of its first byte that is not.
+func notText(file string, data []byte) *FieldError {
+	line, col := 1, 1
+	for len(data) > 0 {
+		r, n := utf8.DecodeRune(data)
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		if r == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+		data = data[n:]
+	}
+	return &FieldError{File: file, Line: line, Col: col, Message: "not UTF-8 text (YAML must be)"}
 }
 
 func syntaxError(file string, err error) *FieldError {

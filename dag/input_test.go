@@ -134,3 +134,12 @@ func TestCommandProgramIsAbsoluteAndLiteral(t *testing.T) {
 		}
 	}
 }
+
+// A file that is not UTF-8 text is refused with where it stops being
+// text (YAML's own error names no line).
+func TestDecodeNamesWhereTextEnds(t *testing.T) {
+	_, es := Decode("probe.yaml", []byte(jobWith(`{cron: "@daily"}`, "{a: \"x\xffy\"}")))
+	if len(es) != 1 || es.Error() != "probe.yaml:7:18: not UTF-8 text (YAML must be)" {
+		t.Fatalf("errors: %v", es)
+	}
+}
