@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/net/http/httpguts"
 
@@ -56,6 +57,10 @@ var (
 	labelKeyRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9\-_./]*$`)
 	methods    = map[string]bool{"GET": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true}
 )
+
+// IsText reports whether s is text the database can store: valid UTF-8
+// without a NUL character.
+func IsText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
 // ValidateName checks a job, namespace, step, queue or handler name.
 func ValidateName(name string) error {

@@ -11,11 +11,11 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/store"
 )
 
@@ -123,7 +123,7 @@ func validPrincipal(p string) bool { return len(p) <= maxPrincipal && principalR
 // lookupPrincipal refuses a principal to look up (a revoke, a filter)
 // that no row can hold: empty, too long, a NUL or invalid UTF-8.
 func lookupPrincipal(p string) error {
-	if p == "" || len(p) > maxPrincipal || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
+	if p == "" || len(p) > maxPrincipal || !dag.IsText(p) {
 		return &InvalidError{Field: "principal", Message: "1 to 200 characters of text"}
 	}
 	return nil

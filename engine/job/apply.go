@@ -8,8 +8,6 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/store"
@@ -120,8 +118,6 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 	return changes, err
 }
 
-// prepareItems normalizes and validates every item and rejects a job named
-// twice; field paths are prefixed with the item ("jobs[2].spec.schedule.cron").
 // MaxSourceField bounds an applied job's source path and commit.
 const MaxSourceField = 1024
 
@@ -135,6 +131,8 @@ func checkOptions(opt PlanOptions) error {
 	return nil
 }
 
+// prepareItems normalizes and validates every item and rejects a job named
+// twice; field paths are prefixed with the item ("jobs[2].spec.schedule.cron").
 func prepareItems(items []Item) ([]Item, error) {
 	var es dag.Errors
 	seen := map[string]int{}
@@ -151,7 +149,7 @@ func prepareItems(items []Item) ([]Item, error) {
 		}
 		if src := it.Source; src != nil {
 			for _, f := range []struct{ name, v string }{{"path", src.Path}, {"commit", src.Commit}} {
-				if len(f.v) > MaxSourceField || strings.IndexByte(f.v, 0) >= 0 || !utf8.ValidString(f.v) {
+				if len(f.v) > MaxSourceField || !dag.IsText(f.v) {
 					es = append(es, &dag.FieldError{Field: fmt.Sprintf("jobs[%d].source.%s", i, f.name),
 						Message: fmt.Sprintf("must be text of at most %d bytes", MaxSourceField)})
 				}

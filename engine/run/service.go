@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -312,15 +311,15 @@ func manualOverlap(policy string, active []store.ActiveRunsRow) (string, string)
 	return StatusPending, ""
 }
 
-// CancelRun cancels a run's unfinished tasks and the run.
 // MaxReason bounds the reason a cancellation gives.
 const MaxReason = 1024
 
+// CancelRun cancels a run's unfinished tasks and the run.
 func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reason string) (*Run, error) {
 	switch {
 	case len(reason) > MaxReason:
 		return nil, &job.InvalidError{Field: "reason", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(reason), MaxReason)}
-	case strings.IndexByte(reason, 0) >= 0 || !utf8.ValidString(reason):
+	case !dag.IsText(reason):
 		return nil, &job.InvalidError{Field: "reason", Message: "is not text (a NUL character or invalid UTF-8)"}
 	}
 	if reason == "" {
@@ -418,13 +417,13 @@ func (s *Service) deadLetters(ctx context.Context, a job.Actor, jobID *uuid.UUID
 	return rows, next, nil
 }
 
+// MaxReplay is the most dead letters one replay of a job's takes.
+const MaxReplay = 10_000
+
 // ReplayDeadLetters gives dead-lettered tasks one more attempt each: the
 // tasks go back in line, their runs reopen, and descendants that had failed
 // upstream wait again. With no ids, every dead letter of jobRef (or of the
 // tenant) is replayed, up to limit. It returns the tasks replayed.
-// MaxReplay is the most dead letters one replay of a job's takes.
-const MaxReplay = 10_000
-
 func (s *Service) ReplayDeadLetters(ctx context.Context, a job.Actor, ids []uuid.UUID, jobRef job.Ref, limit int) ([]uuid.UUID, error) {
 	if limit < 0 || limit > MaxReplay {
 		return nil, &job.InvalidError{Field: "limit", Message: fmt.Sprintf("%d is outside 0..%d (0: up to %d)", limit, MaxReplay, MaxReplay)}
