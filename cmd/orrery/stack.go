@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -108,10 +107,8 @@ func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
 		return cfg, fmt.Errorf("--allow-command: %w", err)
 	}
 	cfg.AllowCommand = f.allowCommand
-	for _, p := range f.allowEnv {
-		if _, err := path.Match(p, ""); err != nil || p == "" || strings.ContainsAny(p, "=\x00") {
-			return cfg, fmt.Errorf("--allow-env %q: not a variable name pattern", p)
-		}
+	if err := executor.CheckAllowEnv(f.allowEnv); err != nil {
+		return cfg, fmt.Errorf("--allow-env %w", err)
 	}
 	cfg.AllowEnv = f.allowEnv
 	egress, err := executor.ParseEgress(f.allowEgress)

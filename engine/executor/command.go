@@ -60,27 +60,19 @@ var riskyEnv = []string{
 	"PYTHON*", "PERL*", "RUBY*", "GEM_*", "NODE_*", "NPM_*", "JAVA_*", "_JAVA_*", "JDK_JAVA_*", "CLASSPATH",
 	"GIT_*", "SSH_*", "EDITOR", "VISUAL", "PAGER", "MANPAGER", "BROWSER", "SHELL", "LESS*", "OPENSSL_*",
 	"SSL_*", "SSLKEYLOGFILE", "CURL_*", "WGET*", "SYSTEM_WGETRC", "TAR_*", "RSYNC_*", "MAKE*", "MFLAGS",
-	"LUA_*", "ZDOTDIR", "PHP*", "GNUPGHOME", "NPM_*", "YARN_*", "PIP_*", "GZIP", "HOSTALIASES",
+	"LUA_*", "ZDOTDIR", "PHP*", "GNUPGHOME", "YARN_*", "PIP_*", "GZIP", "HOSTALIASES",
 	"RESOLV_HOST_CONF", "LOCALDOMAIN",
 }
 
 // envAllowed reports whether a step may set the variable name, and why not.
 func (r *CommandRunner) envAllowed(name string) (bool, string) {
-	matchName := func(patterns []string, name string) bool {
-		for _, p := range patterns {
-			if ok, _ := path.Match(p, name); ok {
-				return true
-			}
-		}
-		return false
-	}
 	if len(r.AllowEnv) > 0 {
-		if matchName(r.AllowEnv, name) {
+		if matchesAny(r.AllowEnv, name) {
 			return true, ""
 		}
 		return false, fmt.Sprintf("env %s is not allowed on this worker (--allow-env)", name)
 	}
-	if matchName(riskyEnv, strings.ToUpper(name)) { // npm reads npm_config_* in any case
+	if matchesAny(riskyEnv, strings.ToUpper(name)) { // npm reads npm_config_* in any case
 		return false, fmt.Sprintf("env %s is refused on this worker: it changes which code a program runs (allow it by name with --allow-env)", name)
 	}
 	return true, ""
@@ -94,6 +86,35 @@ const CommandPath = "/usr/local/bin:/usr/bin:/bin"
 // make output match the machine's. HOME is not among them: tools find the
 // worker's credentials through it (~/.aws, ~/.netrc, ~/.pgpass).
 var inheritedEnv = []string{"LANG", "TZ"}
+
+// matchesAny reports whether name matches one of the path.Match patterns.
+func matchesAny(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// checkEnvPattern checks a variable name pattern (ETL_*, PASSWORD) of
+// --allow-env or --secret-env.
+func checkEnvPattern(p string) error {
+	if _, err := path.Match(p, ""); err != nil || p == "" || strings.ContainsAny(p, "=/\x00") {
+		return fmt.Errorf("%q is not an environment variable name or pattern", p)
+	}
+	return nil
+}
+
+// CheckAllowEnv checks AllowEnv's patterns.
+func CheckAllowEnv(patterns []string) error {
+	for _, p := range patterns {
+		if err := checkEnvPattern(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // CheckAllow checks allow-list patterns: "*", or absolute and well formed.
 func CheckAllow(patterns []string) error {

@@ -96,13 +96,13 @@ func storableText(s string, max int, tail bool) string {
 	}
 	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 	for len(s) > max { // the replacements may have made it longer
-		_, n := utf8.DecodeRuneInString(s)
-		if !tail {
-			_, n = utf8.DecodeLastRuneInString(s)
+		if tail {
+			_, n := utf8.DecodeRuneInString(s)
+			s = s[n:]
+		} else {
+			_, n := utf8.DecodeLastRuneInString(s)
 			s = s[:len(s)-n]
-			continue
 		}
-		s = s[n:]
 	}
 	return s
 }

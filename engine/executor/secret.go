@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 )
@@ -37,8 +36,8 @@ func (p *SecretPolicy) AddEnv(spec string) error {
 	}
 	for _, n := range strings.Split(names, ",") {
 		n = strings.TrimSpace(n)
-		if _, err := path.Match(n, ""); n == "" || err != nil || strings.ContainsAny(n, "=/") {
-			return fmt.Errorf("%q: %q is not an environment variable name or pattern", spec, n)
+		if err := checkEnvPattern(n); err != nil {
+			return fmt.Errorf("%q: %w", spec, err)
 		}
 		if p.Env == nil {
 			p.Env = map[string][]string{}
@@ -72,8 +71,8 @@ func (p *SecretPolicy) Validate() error {
 	}
 	for ns, names := range p.Env {
 		for _, n := range names {
-			if _, err := path.Match(n, ""); err != nil || n == "" {
-				return fmt.Errorf("secret policy: namespace %q: bad environment variable pattern %q", ns, n)
+			if err := checkEnvPattern(n); err != nil {
+				return fmt.Errorf("secret policy: namespace %q: %w", ns, err)
 			}
 		}
 	}
@@ -144,12 +143,7 @@ func (p *SecretPolicy) envAllowed(namespace, name string) bool {
 	if p == nil || name == "" {
 		return false
 	}
-	for _, pattern := range rules(p.Env, namespace) {
-		if ok, _ := path.Match(pattern, name); ok {
-			return true
-		}
-	}
-	return false
+	return matchesAny(rules(p.Env, namespace), name)
 }
 
 // readFile reads the file at the absolute path file if it lies inside one

@@ -156,6 +156,9 @@ func (c *Config) withDefaults() error {
 	if err := executor.CheckAllow(c.AllowCommand); err != nil {
 		return fmt.Errorf("worker: Config.AllowCommand: %w", err)
 	}
+	if err := executor.CheckAllowEnv(c.AllowEnv); err != nil {
+		return fmt.Errorf("worker: Config.AllowEnv: %w", err)
+	}
 	if err := c.Secrets.Validate(); err != nil {
 		return fmt.Errorf("worker: Config.Secrets: %w", err)
 	}
