@@ -25,6 +25,7 @@ const (
 type Item struct {
 	Resource dag.Resource
 	Source   *Source
+	spec     []byte // Resource.Spec as JSON, set by prepareItems
 }
 
 // Change is one line of a plan: what applying does to one job, and for an
@@ -88,19 +89,16 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 			switch c.Action {
 			case ActionCreate:
 				it := items[i]
-				if c.Job, err = s.insertJob(ctx, q, a, it.Resource, now, it.Source); err != nil {
+				if c.Job, err = s.insertJob(ctx, q, a, it.Resource, it.spec, now, it.Source); err != nil {
 					return fmt.Errorf("%s/%s: %w", c.Namespace, c.Name, err)
 				}
 			case ActionUpdate:
-				if c.Job, err = updateDefinition(ctx, q, a, current[i], items[i].Resource, items[i].Source); err != nil {
+				if c.Job, err = updateDefinition(ctx, q, a, current[i], items[i].Resource, items[i].spec, items[i].Source); err != nil {
 					return fmt.Errorf("%s/%s: %w", c.Namespace, c.Name, err)
 				}
 			case ActionDelete:
-				row, err := q.SetJobStatus(ctx, store.SetJobStatusParams{TenantID: a.Tenant, ID: c.Job.ID, Status: StatusDeleted, Actor: a.Name})
+				row, err := setJobStatus(ctx, q, store.SetJobStatusParams{TenantID: a.Tenant, ID: c.Job.ID, Status: StatusDeleted, Actor: a.Name})
 				if err != nil {
-					return err
-				}
-				if err := writeSchedule(ctx, q, row); err != nil {
 					return err
 				}
 				after, err := fromRow(row)
@@ -138,7 +136,7 @@ func prepareItems(items []Item) ([]Item, error) {
 	seen := map[string]int{}
 	out := make([]Item, len(items))
 	for i, it := range items {
-		res, err := prepare(it.Resource)
+		res, spec, err := prepareSpec(it.Resource)
 		if verrs, ok := err.(dag.Errors); ok {
 			for _, e := range verrs {
 				e2 := *e
@@ -160,7 +158,7 @@ func prepareItems(items []Item) ([]Item, error) {
 			es = append(es, &dag.FieldError{Field: fmt.Sprintf("jobs[%d].metadata.name", i), Message: fmt.Sprintf("%s is also jobs[%d]", key, j)})
 		}
 		seen[key] = i
-		out[i] = Item{Resource: res, Source: it.Source}
+		out[i] = Item{Resource: res, Source: it.Source, spec: spec}
 	}
 	if len(es) > 0 {
 		return nil, es

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
@@ -71,14 +72,8 @@ func (s *Service) Now(ctx context.Context) (time.Time, error) {
 // jobs is slowed by one of them.
 const MaxDefinitionBytes = 2 << 20
 
-// prepare normalizes and validates a resource.
-func prepare(res dag.Resource) (dag.Resource, error) {
-	res, _, err := prepareSpec(res)
-	return res, err
-}
-
-// prepareSpec is prepare that also returns the definition as stored (the
-// spec as JSON), which it measures.
+// prepareSpec normalizes and validates a resource and returns it with its
+// definition as stored (the spec as JSON), which it measures.
 func prepareSpec(res dag.Resource) (dag.Resource, []byte, error) {
 	res.Normalize()
 	if es := dag.Validate(&res); len(es) > 0 {
@@ -151,18 +146,9 @@ func (s *Service) createJob(ctx context.Context, req createReq) (*Job, error) {
 	var r createRes
 	var err error
 	if len(req.spec) > batchedDefinitionBytes {
-		var rs []createRes
-		if rs, err = s.createJobs(ctx, []createReq{req}); err == nil {
-			r = rs[0]
-		}
-	} else {
-		r, err = s.creator.Do(ctx, req)
-	}
-	if err == nil && r.alone {
-		var rs []createRes
-		if rs, err = s.createJobs(ctx, []createReq{req}); err == nil {
-			r = rs[0]
-		}
+		r, err = s.createAlone(ctx, req)
+	} else if r, err = s.creator.Do(ctx, req); err == nil && r.alone {
+		r, err = s.createAlone(ctx, req)
 	}
 	if err != nil {
 		return nil, err
@@ -171,6 +157,15 @@ func (s *Service) createJob(ctx context.Context, req createReq) (*Job, error) {
 		s.log.Debug("job created", "tenant", req.a.Tenant, "job_id", r.job.ID, "job", r.job.Namespace+"/"+r.job.Name)
 	}
 	return r.job, r.err
+}
+
+// createAlone commits one creation in a batch of its own.
+func (s *Service) createAlone(ctx context.Context, req createReq) (createRes, error) {
+	rs, err := s.createJobs(ctx, []createReq{req})
+	if err != nil {
+		return createRes{}, err
+	}
+	return rs[0], nil
 }
 
 // createReq is one creation waiting in the batcher; createRes its answer:
@@ -291,11 +286,8 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 		return nil, err // the batcher serves each alone
 	}
 	for _, i := range later {
-		res, err := s.createJobs(ctx, reqs[i:i+1])
-		if err != nil {
+		if out[i], err = s.createAlone(ctx, reqs[i]); err != nil {
 			out[i] = createRes{err: err}
-		} else {
-			out[i] = res[0]
 		}
 	}
 	return out, nil
@@ -310,20 +302,17 @@ func (s *Service) writeJobs(ctx context.Context, p store.CreateJobsParams, batch
 	if !batch {
 		return store.New(s.pool).CreateJobs(ctx, p)
 	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	q := store.New(tx)
-	if err := q.SetBatchLockTimeout(ctx); err != nil {
-		return nil, err
-	}
-	written, err := q.CreateJobs(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	return written, tx.Commit(ctx)
+	var written []uuid.UUID
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		if err := q.SetBatchLockTimeout(ctx); err != nil {
+			return err
+		}
+		var err error
+		written, err = q.CreateJobs(ctx, p)
+		return err
+	})
+	return written, err
 }
 
 // newJob is a new job as of now, not yet written: version 1, its shard
@@ -347,15 +336,12 @@ func (s *Service) newJob(a Actor, res dag.Resource, now time.Time, src *Source) 
 	return out, nil
 }
 
-// insertJob writes a new job in q's transaction (CreateJobs, for one):
+// insertJob writes a new job (spec: its definition as JSON, from
+// prepareSpec) in q's transaction (CreateJobs, for one):
 // the job, its namespace, version 1 and the audit row (apply's creations;
 // the API's are batched by createJobs).
-func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res dag.Resource, now time.Time, src *Source) (*Job, error) {
+func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res dag.Resource, spec []byte, now time.Time, src *Source) (*Job, error) {
 	out, err := s.newJob(a, res, now, src)
-	if err != nil {
-		return nil, err
-	}
-	spec, err := json.Marshal(res.Spec)
 	if err != nil {
 		return nil, err
 	}
@@ -516,6 +502,16 @@ func writeSchedule(ctx context.Context, q *store.Queries, row store.Job) error {
 	return nil
 }
 
+// setJobStatus changes a job's status (pause, resume, delete) and its
+// schedule row with it, in q's transaction.
+func setJobStatus(ctx context.Context, q *store.Queries, p store.SetJobStatusParams) (store.Job, error) {
+	row, err := q.SetJobStatus(ctx, p)
+	if err != nil {
+		return row, err
+	}
+	return row, writeSchedule(ctx, q, row)
+}
+
 // withSchedules sets the next fire time of each active job of rows to its
 // schedule's, the live one (firing advances job_schedules only; a jobs
 // row holds the time its last definition change set, which a paused job
@@ -579,7 +575,7 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 	if expectedVersion <= 0 {
 		return nil, &InvalidError{Field: "expected_version", Message: "required: the version you read (optimistic concurrency)"}
 	}
-	res, err := prepare(res)
+	res, spec, err := prepareSpec(res)
 	if err != nil {
 		return nil, err
 	}
@@ -607,7 +603,7 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 			out = before
 			return nil
 		}
-		out, err = updateDefinition(ctx, q, a, before, res, nil)
+		out, err = updateDefinition(ctx, q, a, before, res, spec, nil)
 		return err
 	})
 	return out, err
@@ -616,7 +612,7 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 // updateDefinition writes a new version of a job's definition, with its
 // version row and audit row. The next fire time is recomputed from the
 // database's clock when the schedule changed.
-func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, src *Source) (*Job, error) {
+func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, spec []byte, src *Source) (*Job, error) {
 	next := before.NextFireAt
 	if before.Spec.Schedule != res.Spec.Schedule && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
 		now, err := q.DatabaseNow(ctx)
@@ -629,7 +625,6 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 		}
 		next = firstFire(sched, now)
 	}
-	spec, _ := json.Marshal(res.Spec)
 	row, err := q.UpdateJobDefinition(ctx, store.UpdateJobDefinitionParams{
 		TenantID: a.Tenant, ID: before.ID, ExpectedVersion: before.Version,
 		Description: res.Metadata.Description, Labels: labelsJSON(res.Metadata.Labels), Spec: spec,
@@ -719,11 +714,8 @@ func (s *Service) setStatus(ctx context.Context, a Actor, ref Ref, action string
 			out = before
 			return nil
 		}
-		row, err = q.SetJobStatus(ctx, store.SetJobStatusParams{TenantID: a.Tenant, ID: before.ID, Status: status, NextFireAt: next, Actor: a.Name})
+		row, err = setJobStatus(ctx, q, store.SetJobStatusParams{TenantID: a.Tenant, ID: before.ID, Status: status, NextFireAt: next, Actor: a.Name})
 		if err != nil {
-			return err
-		}
-		if err := writeSchedule(ctx, q, row); err != nil {
 			return err
 		}
 		if out, err = fromRow(row); err != nil {
