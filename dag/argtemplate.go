@@ -2,6 +2,7 @@ package dag
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -11,10 +12,11 @@ var ArgFields = []string{"ScheduledFor", "RunID", "Step", "Attempt", "Job", "Nam
 
 // ExpandArg fills the {{ .Field }} references of a command argument with
 // values (by field name). Only the ArgFields, one plain reference each,
-// are allowed, and {{ "{{" }} for a literal {{: not Go's template language, whose loops and functions
-// would let a job author spend a worker's CPU and memory (a range over a
-// huge number, a printf of a huge width) where no timeout reaches. With
-// nil values it only checks arg (what validation does).
+// are allowed, and {{ "{{" }} for a literal {{: not Go's template
+// language, whose loops and functions would let a job author spend a
+// worker's CPU and memory (a range over a huge number, a printf of a huge
+// width) where no timeout reaches. With nil values it only checks arg
+// (what validation does).
 func ExpandArg(arg string, values map[string]string) (string, error) {
 	var b strings.Builder
 	for {
@@ -36,7 +38,7 @@ func ExpandArg(arg string, values map[string]string) (string, error) {
 			continue
 		}
 		name, ok := strings.CutPrefix(ref, ".")
-		if !ok || !isArgField(name) {
+		if !ok || !slices.Contains(ArgFields, name) {
 			return "", fmt.Errorf("{{ %s }} is not one of %s", ref, argFieldList())
 		}
 		if values != nil {
@@ -44,15 +46,6 @@ func ExpandArg(arg string, values map[string]string) (string, error) {
 		}
 		arg = rest[j+2:]
 	}
-}
-
-func isArgField(name string) bool {
-	for _, f := range ArgFields {
-		if f == name {
-			return true
-		}
-	}
-	return false
 }
 
 func argFieldList() string {

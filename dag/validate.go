@@ -127,16 +127,12 @@ func findNUL(v any, path string) (string, bool) {
 		}
 	case map[string]any:
 		for _, k := range sortedKeys(v) {
-			if strings.IndexByte(k, 0) >= 0 {
-				k = strings.ReplaceAll(k, "\x00", `\x00`) // named, not printed
-				if path != "" {
-					k = path + "." + k
-				}
-				return k, true
-			}
-			p := k
+			p := strings.ReplaceAll(k, "\x00", `\x00`) // named, not printed
 			if path != "" {
-				p = path + "." + k
+				p = path + "." + p
+			}
+			if strings.IndexByte(k, 0) >= 0 {
+				return p, true
 			}
 			if p, ok := findNUL(v[k], p); ok {
 				return p, true
