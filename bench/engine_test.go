@@ -192,10 +192,11 @@ func seedTenantJobs(b *testing.B, pool *pgxpool.Pool, tenant uuid.UUID, prefix s
 	var jobs, versions, schedules [][]any
 	for i := range n {
 		id := uuid.Must(uuid.NewV7())
+		sh := int32(shard.Of(id, shards))
 		jobs = append(jobs, []any{id, tenant, "default", fmt.Sprintf("%s-%07d", prefix, i), "", []byte("{}"), "active", int64(1), specJSON,
-			int32(shard.Of(id, shards)), next, next, "bench", next, "bench"})
+			sh, next, next, "bench", next, "bench"})
 		versions = append(versions, []any{id, int64(1), tenant, "", []byte("{}"), specJSON, next, "bench"})
-		schedules = append(schedules, []any{id, jobs[len(jobs)-1][9], next})
+		schedules = append(schedules, []any{id, sh, next})
 	}
 	cols := []string{"id", "tenant_id", "namespace", "name", "description", "labels", "status", "version", "spec", "shard", "next_fire_at", "created_at", "created_by", "updated_at", "updated_by"}
 	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"jobs"}, cols, pgx.CopyFromRows(jobs)); err != nil {
