@@ -560,6 +560,7 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		time.Sleep(600 * time.Millisecond) // the seeding's statistics reach pg_stat_wal
 		wal0, lsn0 := walRecords(b, pool), walLSN(b, pool)
 		time.Sleep(time.Until(at))
+		pg0, self0 := postgresCPU(b), selfCPU(b)
 		deadline := time.Now().Add(2 * time.Minute)
 		// Until every run's handler was called, wait in process: a query
 		// of the runs every few milliseconds took 4% of the database's
@@ -568,6 +569,9 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 			time.Sleep(20 * time.Millisecond)
 			eng.check(b)
 		}
+		// CPU from the instant to the last handler's call: the database's
+		// and this process's (scheduler, worker, River), per run.
+		pgCPU, selfCPU := postgresCPU(b)-pg0, selfCPU(b)-self0
 		for ; ; time.Sleep(50 * time.Millisecond) {
 			var created, started, done int
 			// The storm's runs only (a database with history holds others).
@@ -608,6 +612,8 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		b.ReportMetric(ms(p99), "p99-lag-ms")
 		b.ReportMetric(float64(jobs)/lastDone.Sub(at).Seconds(), "completed/s")
 		b.ReportMetric(walPerRun, "wal-records/run")
+		b.ReportMetric(ms(pgCPU)/jobs, "pg-cpu-ms/run")
+		b.ReportMetric(ms(selfCPU)/jobs, "engine-cpu-ms/run")
 	}
 }
 

@@ -211,22 +211,24 @@ func printTopStatements(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"); err != nil {
 		return err
 	}
+	// WAL records and shared buffers touched are the statement's own work,
+	// whatever else the two cores were doing meanwhile.
 	rows, err := conn.Query(ctx, `SELECT calls, rows, round(total_exec_time::numeric, 0), round(mean_exec_time::numeric, 3),
-		left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+		wal_records, shared_blks_hit + shared_blks_read, left(regexp_replace(query, '\s+', ' ', 'g'), 90)
 		FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25`)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	fmt.Fprintf(os.Stderr, "%9s %9s %9s %8s  %s\n", "calls", "rows", "total ms", "mean ms", "query")
+	fmt.Fprintf(os.Stderr, "%9s %9s %9s %8s %9s %10s  %s\n", "calls", "rows", "total ms", "mean ms", "WAL recs", "buffers", "query")
 	for rows.Next() {
-		var calls, n int64
+		var calls, n, wal, blks int64
 		var total, mean float64
 		var q string
-		if err := rows.Scan(&calls, &n, &total, &mean, &q); err != nil {
+		if err := rows.Scan(&calls, &n, &total, &mean, &wal, &blks, &q); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "%9d %9d %9.0f %8.3f  %s\n", calls, n, total, mean, q)
+		fmt.Fprintf(os.Stderr, "%9d %9d %9.0f %8.3f %9d %10d  %s\n", calls, n, total, mean, wal, blks, q)
 	}
 	return rows.Err()
 }
