@@ -223,7 +223,10 @@ func (d *Document) fieldAtLine(line int) (string, int) {
 		case yaml.MappingNode:
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
-				p := join(path, k.Value)
+				p := path // a key that is a list or a map names no field: its map's
+				if uk := unalias(k); uk.Kind == yaml.ScalarNode {
+					p = join(path, uk.Value)
+				}
 				if k.Line == line || v.Line == line && v.Kind == yaml.ScalarNode {
 					return p, k.Column, true
 				}
@@ -259,6 +262,14 @@ func join(path, key string) string {
 
 // UnmarshalYAML decodes any YAML value with a JSON form into JSON text.
 func (p *Payload) UnmarshalYAML(n *yaml.Node) error {
+	// yaml.v3 fails on a key that is a list or a map with no position.
+	if k := nonScalarKey(n, map[*yaml.Node]bool{}); k != nil {
+		kind := "list"
+		if unalias(k).Kind == yaml.MappingNode {
+			kind = "map"
+		}
+		return fmt.Errorf("line %d: payload keys must be text; this key is a %s", k.Line, kind)
+	}
 	var v any
 	if err := n.Decode(&v); err != nil {
 		return err
@@ -269,6 +280,35 @@ func (p *Payload) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*p = b
 	return nil
+}
+
+// nonScalarKey returns the first mapping key under n (through aliases)
+// that is a list or a map, or nil.
+func nonScalarKey(n *yaml.Node, seen map[*yaml.Node]bool) *yaml.Node {
+	if n == nil || seen[n] {
+		return nil
+	}
+	seen[n] = true
+	if n.Kind == yaml.AliasNode {
+		return nonScalarKey(n.Alias, seen)
+	}
+	for i, c := range n.Content {
+		if n.Kind == yaml.MappingNode && i%2 == 0 && unalias(c).Kind != yaml.ScalarNode {
+			return c
+		}
+		if k := nonScalarKey(c, seen); k != nil {
+			return k
+		}
+	}
+	return nil
+}
+
+// unalias is the node an alias stands for, or n itself.
+func unalias(n *yaml.Node) *yaml.Node {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
 }
 
 // MarshalYAML writes the payload as the YAML form of its JSON.

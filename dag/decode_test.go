@@ -124,6 +124,20 @@ func TestDecodeErrorsNameFileLineAndField(t *testing.T) {
 			`etl.yaml:8:14: spec.schedule.at: "next tuesday" is not an RFC 3339 instant`},
 		{"wrong type", func(s string) string { return strings.Replace(s, "max_attempts: 3", "max_attempts: three", 1) },
 			`etl.yaml:15:5: spec.defaults.retry: cannot unmarshal`},
+		{"payload key a list", func(s string) string { return strings.Replace(s, "payload: {source: pos}", "payload: {[a]: pos}", 1) },
+			`etl.yaml:19:7: spec.steps[0].payload: payload keys must be text; this key is a list`},
+		{"payload key a map, deeper", func(s string) string {
+			return strings.Replace(s, "payload: {source: pos}", "payload: {source: [{? {a: 1} : x}]}", 1)
+		},
+			`etl.yaml:19:7: spec.steps[0].payload: payload keys must be text; this key is a map`},
+		{"payload key an alias of a list", func(s string) string {
+			return strings.Replace(s, "payload: {source: pos}", "payload: {source: &l [a], *l : x}", 1)
+		},
+			`etl.yaml:19:7: spec.steps[0].payload: payload keys must be text; this key is a list`},
+		{"label key a map", func(s string) string {
+			return strings.Replace(s, "labels: {team: data}", "labels:\n    ? {team: 1}\n    : data", 1)
+		},
+			`etl.yaml:7:7: metadata.labels: cannot unmarshal !!map into string`},
 		{"syntax", func(s string) string { return strings.Replace(s, "kind: Job", "kind: [Job", 1) },
 			`etl.yaml:`},
 	}
