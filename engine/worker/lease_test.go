@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -309,5 +310,81 @@ func TestRefusedReportEndsTheAttempt(t *testing.T) {
 	if n := enginetest.Int(t, pool, `SELECT count(*) FROM attempts WHERE number = 1 AND outcome = 'failed'
 		AND error LIKE 'the attempt''s report was refused by the database: %'`); n != 1 {
 		t.Fatalf("attempt 1 not recorded as a refused report (%d rows)", n)
+	}
+}
+
+// The reports a worker still keeps at shutdown (they failed, and the
+// orphan check has not sent them again yet) are sent one per transaction:
+// one the database refuses for good does not roll back the others, whose
+// attempts would then end as lease_expired and run again. Here a
+// successful attempt's report fails while a constraint blocks it, and a
+// second attempt's is refused for its error text; the worker stops before
+// its orphan check. The success is recorded as one; the refused report
+// ends its attempt with the same outcome, its text replaced by the
+// refusal.
+func TestShutdownSendsEachKeptReportAlone(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	for _, s := range []string{
+		"ALTER TABLE attempts ADD CONSTRAINT test_refuse CHECK (error NOT LIKE '%refuse me%')",
+		"ALTER TABLE attempts ADD CONSTRAINT test_block CHECK (outcome <> 'succeeded')", // until dropped below
+	} {
+		if _, err := pool.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.StartNode(t, pool)
+	var ran atomic.Int32
+	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{"default": 2}, LeaseTTL: 30 * time.Second,
+		Handlers: map[string]executor.HandlerFunc{
+			"good": func(context.Context, executor.Call) error { ran.Add(1); return nil },
+			"bad":  func(context.Context, executor.Call) error { ran.Add(1); return errors.New("refuse me") },
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	now, err := jobs.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"good", "bad"} {
+		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: n}, Spec: dag.JobSpec{
+			Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: n},
+			Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}},
+		}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enginetest.WaitFor(t, 20*time.Second, "both handlers ran", func() bool { return ran.Load() == 2 })
+	time.Sleep(time.Second) // their reports fail (test_block, test_refuse) and are kept
+	if _, err := pool.Exec(ctx, "ALTER TABLE attempts DROP CONSTRAINT test_block"); err != nil {
+		t.Fatal(err)
+	}
+	stop() // long before the orphan check (two beats of a 30 s lease)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	outcome := func(name string) (outcome, errText string) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT a.outcome, a.error FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
+			JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id WHERE j.name = $1`, name).Scan(&outcome, &errText); err != nil {
+			t.Fatal(err)
+		}
+		return outcome, errText
+	}
+	if o, _ := outcome("good"); o != "succeeded" {
+		t.Errorf("the good attempt ended %q; its report was lost at shutdown", o)
+	}
+	if o, e := outcome("bad"); o != "failed" || !strings.HasPrefix(e, "the attempt's report was refused by the database: ") {
+		t.Errorf("the refused attempt ended %q with error %q; want failed, saying its report was refused", o, e)
 	}
 }

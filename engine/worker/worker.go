@@ -507,14 +507,7 @@ func (w *Worker) reportOrphans(ctx context.Context, reports []run.Report) {
 			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		accepted, err := w.finishAttempts(rctx, []run.Report{r})
-		if fallback, ok := refusedReport(r, err); ok {
-			// The database refuses what the report says, and would again:
-			// the attempt ends as failed (retried), saying why.
-			w.cfg.Logger.Error("an attempt's report was refused; reporting it failed instead", "task_id", r.TaskID, "err", err)
-			r = fallback
-			accepted, err = w.finishAttempts(rctx, []run.Report{r})
-		}
+		r, accepted, err := w.reportAlone(rctx, r)
 		cancel()
 		if err != nil {
 			w.cfg.Logger.Error("report an orphaned attempt", "task_id", r.TaskID, "err", err)
@@ -528,29 +521,51 @@ func (w *Worker) reportOrphans(ctx context.Context, reports []run.Report) {
 			delete(w.unreported, r.TaskID)
 		}
 		w.mu.Unlock()
-		w.cfg.Logger.Warn("reported an attempt whose report was lost", "task_id", r.TaskID, "accepted", accepted[0], "exit_reason", r.Result.ExitReason)
+		w.cfg.Logger.Warn("reported an attempt whose report was lost", "task_id", r.TaskID, "accepted", accepted, "exit_reason", r.Result.ExitReason)
 	}
 }
 
+// reportAlone sends one report in a transaction of its own (a report
+// that fails fails alone), or refusedReport's in its place when the
+// database refuses its content for good. It returns the report sent and
+// whether its attempt took it (false: a stale token).
+func (w *Worker) reportAlone(ctx context.Context, r run.Report) (run.Report, bool, error) {
+	accepted, err := w.finishAttempts(ctx, []run.Report{r})
+	if fallback, ok := refusedReport(r, err); ok {
+		w.cfg.Logger.Error("an attempt's report was refused; reporting its outcome without its output", "task_id", r.TaskID, "err", err)
+		r = fallback
+		accepted, err = w.finishAttempts(ctx, []run.Report{r})
+	}
+	if err != nil {
+		return r, false, err
+	}
+	return r, accepted[0], nil
+}
+
 // refusedReport is the report to send instead of r when the database
-// refused r's content for good (a data exception or a constraint, SQLSTATE
-// classes 22 and 23: sending it again changes nothing, and its attempt
-// would stay running): the attempt failed, retryably, with the refusal as
-// its error and no output. Other errors (a lost connection, a
+// refused r for good (a data exception or a constraint, SQLSTATE classes
+// 22 and 23: sending it again changes nothing, and its attempt would stay
+// running): the same outcome (success, or the same failure, retryable or
+// not) without the output and error the step produced, the refusal in
+// their place. A refusal that is not about that text (a guard of the
+// engine's own state) refuses this report too, and stays loud: the step
+// is not run again for it. Other errors (a lost connection, a
 // serialization failure) are retried as they are.
 func refusedReport(r run.Report, err error) (run.Report, bool) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || (!strings.HasPrefix(pe.Code, "22") && !strings.HasPrefix(pe.Code, "23")) {
 		return r, false
 	}
-	r.Result = executor.Result{ExitReason: executor.ReasonError, FailureClass: executor.ClassSystem, Retryable: true,
-		Error: executor.StorableError("the attempt's report was refused by the database: " + pe.Message)}
+	r.Result.Output = ""
+	r.Result.Error = executor.StorableError("the attempt's report was refused by the database: " + pe.Message)
 	return r, true
 }
 
 // flushUnreported reports once more, at shutdown, the reports that failed
-// and are still kept: before the worker's lease ends and the reaper would
-// fail their attempts as lease_expired.
+// and are still kept, each in a transaction of its own as the orphan
+// check does: before the worker's lease ends and the reaper would fail
+// their attempts as lease_expired. One refused report must not take the
+// others with it.
 func (w *Worker) flushUnreported() {
 	w.mu.Lock()
 	reports := slices.Collect(maps.Values(w.unreported))
@@ -561,8 +576,10 @@ func (w *Worker) flushUnreported() {
 	// One deadline for all: a shutdown must not wait on a slow database.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := w.finishAttempts(ctx, reports); err != nil {
-		w.cfg.Logger.Warn("worker: reports at shutdown", "reports", len(reports), "err", err)
+	for _, r := range reports {
+		if _, _, err := w.reportAlone(ctx, r); err != nil {
+			w.cfg.Logger.Warn("worker: a report at shutdown", "task_id", r.TaskID, "err", err)
+		}
 	}
 }
 
