@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -34,6 +35,32 @@ func TestIsUnavailable(t *testing.T) {
 	} {
 		if got := IsUnavailable(tc.err); got != tc.want {
 			t.Errorf("%s: IsUnavailable(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
+
+// Only an error the server reported for a statement it did not carry out
+// says the statement changed nothing; a lost connection, or an error that
+// leaves the outcome open (CockroachDB's ambiguous commit, a shutdown), does
+// not.
+func TestIsServerError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"unique violation", fmt.Errorf("create: %w", &pgconn.PgError{Code: "23505"}), true},
+		{"serialization failure", &pgconn.PgError{Code: "40001"}, true},
+		{"lock timeout", &pgconn.PgError{Code: "55P03"}, true},
+		{"ambiguous result", fmt.Errorf("commit: %w", &pgconn.PgError{Code: "40003"}), false},
+		{"connection exception", &pgconn.PgError{Code: "08006"}, false},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, false},
+		{"crash shutdown", &pgconn.PgError{Code: "57P02"}, false},
+		{"connection lost", fmt.Errorf("commit: %w", io.ErrUnexpectedEOF), false},
+		{"deadline", context.DeadlineExceeded, false},
+	} {
+		if got := IsServerError(tc.err); got != tc.want {
+			t.Errorf("%s: IsServerError(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}
 }

@@ -211,10 +211,20 @@ func IsLockTimeout(err error) bool {
 
 // IsServerError reports whether err is an error the database reported for
 // a statement (which then changed nothing), rather than one whose outcome
-// is unknown (a connection lost, a deadline passed).
+// is unknown: a connection lost, a deadline passed, or an error the server
+// sends when it cannot tell either: CockroachDB's "result is ambiguous"
+// (40003, at a commit), a connection exception (class 08), the server
+// shutting down or crashing (57P01, 57P02, 57P03).
 func IsServerError(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe)
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch {
+	case pe.Code == "40003", strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "57P0"):
+		return false
+	}
+	return true
 }
 
 // IsNotFound reports whether err is a query that returned no row.
