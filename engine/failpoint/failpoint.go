@@ -33,6 +33,7 @@ type point struct {
 	hits   int
 	at     int // fire at this hit (1-based); 0: at every hit
 	action func()
+	err    error // what Err returns when the point fires
 }
 
 // New returns an empty Set.
@@ -57,24 +58,42 @@ func (s *Set) arm(name string, n int, action func()) {
 	s.points[name] = &point{at: n, action: action}
 }
 
+// ErrAt arms name to make Err return err at hit number n only: for a
+// point where the code meets an error it cannot cause on its own, such as
+// the answer to a COMMIT that took effect being lost.
+func (s *Set) ErrAt(name string, n int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.points == nil {
+		s.points = map[string]*point{}
+	}
+	s.points[name] = &point{at: n, err: err}
+}
+
 // Hit runs the action armed at name, if any.
-func (s *Set) Hit(name string) {
+func (s *Set) Hit(name string) { _ = s.Err(name) }
+
+// Err runs the action armed at name, if any, and returns the error armed
+// with ErrAt when the point fires (nil otherwise).
+func (s *Set) Err(name string) error {
 	if s == nil {
-		return
+		return nil
 	}
 	s.mu.Lock()
 	p := s.points[name]
 	var action func()
+	var err error
 	if p != nil {
 		p.hits++
 		if p.at == 0 || p.at == p.hits {
-			action = p.action
+			action, err = p.action, p.err
 		}
 	}
 	s.mu.Unlock()
 	if action != nil {
 		action()
 	}
+	return err
 }
 
 // Parse reads failpoints from their text form (see the package doc); an

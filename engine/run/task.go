@@ -89,6 +89,33 @@ func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, w Worker)
 	if err != nil {
 		return nil, err
 	}
+	return startedAttempts(ctx, db, starts, rows)
+}
+
+// OwnAttempt is the attempt st asks for when worker w has started it
+// already: w's own start, committed while its answer was lost (a
+// connection cut at COMMIT), found when the start is tried again (a batch
+// served once more, River retrying the job). Nil when the task does not
+// run that attempt on w. Whether the attempt still runs in w's process is
+// for w to know.
+func OwnAttempt(ctx context.Context, db store.DBTX, st Start, w Worker) (*Attempt, error) {
+	row, err := store.New(db).OwnRunningAttempt(ctx, store.OwnRunningAttemptParams{ID: st.TaskID, Attempt: int32(st.Attempt), WorkerID: w.ID})
+	if store.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out, err := startedAttempts(ctx, db, []Start{st}, []store.StartAttemptsRow{store.StartAttemptsRow(row)})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// startedAttempts builds the attempts of started tasks (rows) in the order
+// of starts, nil for a start without its row.
+func startedAttempts(ctx context.Context, db store.DBTX, starts []Start, rows []store.StartAttemptsRow) ([]*Attempt, error) {
 	byTask := make(map[uuid.UUID]store.StartAttemptsRow, len(rows))
 	keys := make([]specKey, len(rows))
 	for i, r := range rows {

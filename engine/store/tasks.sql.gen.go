@@ -412,6 +412,68 @@ func (q *Queries) MarkUpstreamFailed(ctx context.Context, ids []uuid.UUID) error
 	return err
 }
 
+const ownRunningAttempt = `-- name: OwnRunningAttempt :one
+SELECT k.id, k.tenant_id, k.run_id, k.step, k.attempt, k.fencing_token,
+       ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
+       k.released_at, ru.trace_parent
+FROM tasks AS k
+JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
+JOIN runs AS ru ON ru.id = k.run_id
+JOIN jobs AS j ON j.id = ru.job_id
+WHERE k.id = $1 AND k.status = 'running' AND k.attempt = $2 AND k.worker_id = $3::uuid
+`
+
+type OwnRunningAttemptParams struct {
+	ID       uuid.UUID
+	Attempt  int32
+	WorkerID uuid.UUID
+}
+
+type OwnRunningAttemptRow struct {
+	ID           uuid.UUID
+	TenantID     uuid.UUID
+	RunID        uuid.UUID
+	Step         string
+	Attempt      int32
+	FencingToken int64
+	JobID        uuid.UUID
+	JobVersion   int64
+	ScheduledFor time.Time
+	Trigger      string
+	Namespace    string
+	Name         string
+	StartedAt    time.Time
+	ReleasedAt   *time.Time
+	TraceParent  *string
+}
+
+// OwnRunningAttempt reads the attempt @attempt of a task when it runs on
+// worker @worker_id: a start of that worker's that committed while its
+// answer was lost (a connection cut at COMMIT), found again when the
+// start is tried once more. The columns are StartAttempts'.
+func (q *Queries) OwnRunningAttempt(ctx context.Context, arg OwnRunningAttemptParams) (OwnRunningAttemptRow, error) {
+	row := q.db.QueryRow(ctx, ownRunningAttempt, arg.ID, arg.Attempt, arg.WorkerID)
+	var i OwnRunningAttemptRow
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.RunID,
+		&i.Step,
+		&i.Attempt,
+		&i.FencingToken,
+		&i.JobID,
+		&i.JobVersion,
+		&i.ScheduledFor,
+		&i.Trigger,
+		&i.Namespace,
+		&i.Name,
+		&i.StartedAt,
+		&i.ReleasedAt,
+		&i.TraceParent,
+	)
+	return i, err
+}
+
 const promoteQueuedRun = `-- name: PromoteQueuedRun :one
 UPDATE runs SET status = 'pending'
 WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = $1 AND r.held AND r.finished_at IS NULL AND r.status = 'queued'

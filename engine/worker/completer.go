@@ -18,6 +18,9 @@ func (w *Worker) startAttempts(ctx context.Context, starts []run.Start) ([]*run.
 		out, err = run.StartAttempts(ctx, tx, starts, run.Worker{Name: w.cfg.Name, ID: w.id})
 		return err
 	})
+	if err == nil {
+		err = w.cfg.Failpoints.Err(FailpointStartCommitted)
+	}
 	return out, err
 }
 

@@ -388,3 +388,53 @@ func TestShutdownSendsEachKeptReportAlone(t *testing.T) {
 		t.Errorf("the refused attempt ended %q with error %q; want failed, saying its report was refused", o, e)
 	}
 }
+
+// A start that committed while its answer was lost (the connection cut at
+// COMMIT) does not leave its attempt running with nothing executing it
+// until the orphan check fails it, using up an attempt: tried again (the
+// batch served once more, or River retrying the job), the worker finds
+// the task running its attempt on this worker and runs it there, once.
+func TestLostStartAnswerRunsTheAttemptOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.StartNode(t, pool)
+	fp := failpoint.New()
+	fp.ErrAt(worker.FailpointStartCommitted, 1, errors.New("connection cut at COMMIT"))
+	calls := map[string]*atomic.Int32{}
+	for _, n := range []string{"a", "b", "c"} {
+		calls[n] = &atomic.Int32{}
+	}
+	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 3}, LeaseTTL: 30 * time.Second,
+		Failpoints: fp, Handlers: map[string]executor.HandlerFunc{"count": func(_ context.Context, c executor.Call) error {
+			calls[c.Job].Add(1)
+			return nil
+		}}})
+	now, err := jobs.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range calls {
+		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: n}, Spec: dag.JobSpec{
+			Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: "count"},
+			Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}},
+		}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the three runs succeed", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 3
+	})
+	for n, c := range calls {
+		if got := c.Load(); got != 1 {
+			t.Errorf("job %s's step ran %d times; want once", n, got)
+		}
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM attempts WHERE number = 1 AND outcome = 'succeeded'"); n != 3 {
+		t.Fatalf("%d first attempts succeeded; want 3", n)
+	}
+}

@@ -117,6 +117,10 @@ const (
 	// FailpointReporting is hit when an attempt's executor has returned,
 	// before its report.
 	FailpointReporting = "worker/reporting"
+	// FailpointStartCommitted is hit when a batch of starts has committed,
+	// before its answer is used; armed with ErrAt, the answer is lost, as
+	// when the connection is cut at COMMIT.
+	FailpointStartCommitted = "worker/start-committed"
 )
 
 func (c *Config) withDefaults() error {
@@ -201,6 +205,12 @@ type Worker struct {
 	// unreported keeps the reports that failed, for the orphan check to
 	// deliver again.
 	unreported map[uuid.UUID]run.Report
+	// begun holds the attempts (task and token) whose step this process
+	// began and whose report the database has not answered yet: such an
+	// attempt is never taken up again here (run.OwnAttempt), even when
+	// the call that ran it ended without a report (a panic). The orphan
+	// check forgets those it no longer finds held here.
+	begun map[uuid.UUID]int64
 	// suspects are the tasks the last check found held here and in no
 	// call, with their tokens.
 	suspects map[uuid.UUID]int64
@@ -235,7 +245,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	d.ObserveAdmissions(cfg.Metrics.AdmissionWait)
 	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, running: map[uuid.UUID]*leased{},
-		busy: map[uuid.UUID]int{}, unreported: map[uuid.UUID]run.Report{}}
+		busy: map[uuid.UUID]int{}, unreported: map[uuid.UUID]run.Report{}, begun: map[uuid.UUID]int64{}}
 	w.starter = batch.New("start attempts", cfg.Logger, w.startAttempts)
 	w.completer = batch.New("report attempts", cfg.Logger, w.finishAttempts)
 	secrets := &w.cfg.Secrets
@@ -495,6 +505,11 @@ func (w *Worker) orphans(held []store.RunningOnRow) []run.Report {
 			delete(w.unreported, id) // reported, or moved on
 		}
 	}
+	for id, token := range w.begun {
+		if tok, ok := tokens[id]; (!ok || tok != token) && w.busy[id] == 0 {
+			delete(w.begun, id) // reported, or moved on
+		}
+	}
 	return out
 }
 
@@ -613,17 +628,35 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		return fmt.Errorf("start attempt: %w", err) // River retries the job
 	}
 	if att == nil {
+		// This worker's own start may have committed while its answer was
+		// lost (a connection cut at COMMIT): its batch was served again,
+		// or River retried the job, and the task runs here already.
+		att, err = run.OwnAttempt(ctx, w.cfg.StatePool, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt}, run.Worker{Name: w.cfg.Name, ID: w.id})
+		if err != nil {
+			return fmt.Errorf("start attempt: %w", err) // River retries the job
+		}
+	}
+	if att == nil {
 		log.Info("stale River job: its attempt started elsewhere or the task moved on")
 		return nil
 	}
 	c := att.Call
+	attemptCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	w.mu.Lock()
+	if tok, ok := w.begun[c.TaskID]; ok && tok == c.FencingToken {
+		// The attempt runs, or ran, in this process (a River job for it
+		// came again, and found it started here): it runs once.
+		w.mu.Unlock()
+		cancel(nil)
+		log.Info("stale River job: its attempt runs or ran on this worker")
+		return nil
+	}
+	w.begun[c.TaskID] = c.FencingToken
+	w.running[c.TaskID] = &leased{token: c.FencingToken, cancel: cancel}
+	w.mu.Unlock()
 	if c.Attempt == 1 && att.Shape.Root && (c.Trigger == "schedule" || c.Trigger == "backfill") {
 		w.cfg.Metrics.ScheduleLag(att.StartedAt.Sub(c.ScheduledFor)) // both on the database's clock
 	}
-	attemptCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	w.mu.Lock()
-	w.running[c.TaskID] = &leased{token: c.FencingToken, cancel: cancel}
-	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
 		delete(w.running, c.TaskID)
@@ -654,6 +687,13 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	defer cancelReport()
 	report := run.Report{TaskID: c.TaskID, RunID: c.RunID, FencingToken: c.FencingToken, Result: res, Shape: &att.Shape, LeaseLost: leaseLost}
 	accepted, err := w.completer.Do(reportCtx, report)
+	if err == nil { // the database answered: the attempt is over
+		w.mu.Lock()
+		if w.begun[c.TaskID] == c.FencingToken {
+			delete(w.begun, c.TaskID)
+		}
+		w.mu.Unlock()
+	}
 	if err != nil {
 		// Kept for the orphan check, which sends it again with the worker
 		// vouching that the attempt is over: its token alone fences it (a

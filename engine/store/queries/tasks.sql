@@ -27,6 +27,20 @@ FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id;
 
+-- OwnRunningAttempt reads the attempt @attempt of a task when it runs on
+-- worker @worker_id: a start of that worker's that committed while its
+-- answer was lost (a connection cut at COMMIT), found again when the
+-- start is tried once more. The columns are StartAttempts'.
+-- name: OwnRunningAttempt :one
+SELECT k.id, k.tenant_id, k.run_id, k.step, k.attempt, k.fencing_token,
+       ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
+       k.released_at, ru.trace_parent
+FROM tasks AS k
+JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
+JOIN runs AS ru ON ru.id = k.run_id
+JOIN jobs AS j ON j.id = ru.job_id
+WHERE k.id = @id AND k.status = 'running' AND k.attempt = @attempt AND k.worker_id = @worker_id::uuid;
+
 -- JobVersionSpecs reads the specs of several job versions: one primary
 -- key probe each (the LIMIT keeps the planner from turning the probes into
 -- a scan of the whole table when its statistics are young).
