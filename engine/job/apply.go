@@ -97,15 +97,29 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 					return fmt.Errorf("%s/%s: %w", c.Namespace, c.Name, err)
 				}
 			case ActionDelete:
-				row, err := setJobStatus(ctx, q, store.SetJobStatusParams{TenantID: a.Tenant, ID: c.Job.ID, Status: StatusDeleted, Actor: a.Name})
+				// The plan read the job without a lock: lock it, in Lock's
+				// order, and delete it as it is now, unless another
+				// transaction deleted it meanwhile.
+				row, err := Lock(ctx, q, a, Ref{ID: c.Job.ID})
 				if err != nil {
+					return fmt.Errorf("%s/%s: %w", c.Namespace, c.Name, err)
+				}
+				before, err := fromRow(row)
+				if err != nil {
+					return err
+				}
+				if row.Status == StatusDeleted {
+					c.Job = before
+					continue
+				}
+				if row, err = setJobStatus(ctx, q, store.SetJobStatusParams{TenantID: a.Tenant, ID: c.Job.ID, Status: StatusDeleted, Actor: a.Name}); err != nil {
 					return err
 				}
 				after, err := fromRow(row)
 				if err != nil {
 					return err
 				}
-				if err := audit(ctx, q, a, "delete", c.Job, after); err != nil {
+				if err := audit(ctx, q, a, "delete", before, after); err != nil {
 					return err
 				}
 				c.Job = after

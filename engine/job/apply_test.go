@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/enginetest"
@@ -107,5 +110,133 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 	cs, err := svc.ApplyAll(ctx, job.Anonymous, many, job.PlanOptions{})
 	if err != nil || len(cs) != 50 {
 		t.Fatalf("%d changes, %v", len(cs), err)
+	}
+}
+
+// readCommitted is a pool on pool's database whose transactions run at
+// READ COMMITTED, PostgreSQL's default and the isolation deployments run
+// (the test databases default to SERIALIZABLE, where the races below end
+// as serialization failures and retries).
+func readCommitted(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
+	t.Helper()
+	cfg := pool.Config()
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	rc, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+// deleteHeld deletes job id in a transaction of its own, as another
+// client's delete would, and holds it open until the caller calls the
+// returned func, which commits it.
+func deleteHeld(t *testing.T, pool *pgxpool.Pool, id any) func() {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		"UPDATE jobs SET status = 'deleted', deleted_at = now(), next_fire_at = NULL WHERE id = $1",
+		"UPDATE job_schedules SET next_fire_at = NULL WHERE job_id = $1",
+	} {
+		if _, err := tx.Exec(ctx, q, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func() {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitForLockWait waits until some session of pool's database waits on a
+// lock.
+func waitForLockWait(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	enginetest.WaitFor(t, 10*time.Second, "the apply waits on the held delete", func() bool {
+		return enginetest.Int(t, pool, `SELECT count(*)::int FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`) > 0
+	})
+}
+
+// An apply that finds a job by its name while another transaction deletes
+// it does not update the deleted job (and report it applied while no live
+// job has the name): once its lock shows the job deleted, it looks the
+// name up again, and creates the job.
+func TestApplyByNameWhileTheJobIsDeleted(t *testing.T) {
+	t.Parallel()
+	_, pool := newService(t)
+	rc := readCommitted(t, pool)
+	svc, err := job.New(context.Background(), rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := svc.ApplyAll(ctx, job.Anonymous, []job.Item{item("a", "@daily")}, job.PlanOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := svc.Get(ctx, job.Anonymous, job.Ref{Namespace: "analytics", Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := deleteHeld(t, rc, a.ID)
+	type result struct {
+		changes []job.Change
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		cs, err := svc.ApplyAll(ctx, job.Anonymous, []job.Item{item("a", "@hourly")}, job.PlanOptions{})
+		done <- result{cs, err}
+	}()
+	waitForLockWait(t, rc)
+	commit()
+	r := <-done
+	if r.err != nil || summary(r.changes) != "create analytics/a" {
+		t.Fatalf("apply: %q %v; want a create (the job of that name was deleted meanwhile)", summary(r.changes), r.err)
+	}
+	live, err := svc.Get(ctx, job.Anonymous, job.Ref{Namespace: "analytics", Name: "a"})
+	if err != nil || live.ID == a.ID || live.Spec.Schedule.Cron != "@hourly" {
+		t.Fatalf("the live job a: %+v %v; want a new one, @hourly", live, err)
+	}
+}
+
+// Pruning a job another transaction deletes meanwhile does not delete it
+// a second time (a second delete in the audit, with a "before" that was
+// not): the prune locks the job, sees it deleted, and leaves it.
+func TestPruneWhileTheJobIsDeleted(t *testing.T) {
+	t.Parallel()
+	_, pool := newService(t)
+	rc := readCommitted(t, pool)
+	svc, err := job.New(context.Background(), rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := svc.ApplyAll(ctx, job.Anonymous, []job.Item{item("a", "@daily"), item("b", "@daily")}, job.PlanOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := svc.Get(ctx, job.Anonymous, job.Ref{Namespace: "analytics", Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := deleteHeld(t, rc, b.ID)
+	done := make(chan error, 1)
+	go func() {
+		_, err := svc.ApplyAll(ctx, job.Anonymous, []job.Item{item("a", "@daily")}, job.PlanOptions{Prune: true})
+		done <- err
+	}()
+	waitForLockWait(t, rc)
+	commit()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := enginetest.Int(t, rc, "SELECT count(*)::int FROM audit_log WHERE action = 'delete' AND target_id = $1", b.ID); n != 0 {
+		t.Fatalf("%d delete audit rows for a job the prune did not delete", n)
 	}
 }

@@ -555,9 +555,19 @@ func lookup(ctx context.Context, q *store.Queries, a Actor, ref Ref, forUpdate b
 		if ns == "" {
 			ns = dag.DefaultNamespace
 		}
-		row, err = q.GetLiveJobByName(ctx, store.GetLiveJobByNameParams{TenantID: a.Tenant, Namespace: ns, Name: ref.Name})
-		if err == nil && forUpdate {
-			row, err = q.GetJobForUpdate(ctx, store.GetJobForUpdateParams{TenantID: a.Tenant, ID: row.ID})
+		// Locked, the job found by its name may turn out deleted (under
+		// READ COMMITTED the lock reads the row as another transaction
+		// committed it meanwhile, and that one may have given the name to
+		// a new job): look the name up again.
+		for range 3 {
+			row, err = q.GetLiveJobByName(ctx, store.GetLiveJobByNameParams{TenantID: a.Tenant, Namespace: ns, Name: ref.Name})
+			if err != nil || !forUpdate {
+				break
+			}
+			if row, err = q.GetJobForUpdate(ctx, store.GetJobForUpdateParams{TenantID: a.Tenant, ID: row.ID}); err != nil || row.Status != StatusDeleted {
+				break
+			}
+			err = pgx.ErrNoRows
 		}
 	default:
 		return row, &InvalidError{Field: "id", Message: "give the job's id, or its namespace and name"}
