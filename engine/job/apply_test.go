@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/enginetest"
 	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/pgtest"
 )
 
 func summary(cs []job.Change) string {
@@ -113,20 +114,25 @@ func TestApplyIsAllOrNothing(t *testing.T) {
 	}
 }
 
-// readCommitted is a pool on pool's database whose transactions run at
-// READ COMMITTED, PostgreSQL's default and the isolation deployments run
-// (the test databases default to SERIALIZABLE, where the races below end
-// as serialization failures and retries).
-func readCommitted(t *testing.T, pool *pgxpool.Pool) *pgxpool.Pool {
+// readCommittedService is a job service on a test database whose
+// transactions run at READ COMMITTED, PostgreSQL's default and the
+// isolation deployments run (the test databases default to SERIALIZABLE,
+// where the races below end as serialization failures and retries), and
+// its pool.
+func readCommittedService(t *testing.T) (*job.Service, *pgxpool.Pool) {
 	t.Helper()
-	cfg := pool.Config()
+	cfg := pgtest.Pool(t).Config()
 	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
 	rc, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(rc.Close)
-	return rc
+	svc, err := job.New(context.Background(), rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, rc
 }
 
 // deleteHeld deletes job id in a transaction of its own, as another
@@ -170,12 +176,7 @@ func waitForLockWait(t *testing.T, pool *pgxpool.Pool) {
 // name up again, and creates the job.
 func TestApplyByNameWhileTheJobIsDeleted(t *testing.T) {
 	t.Parallel()
-	_, pool := newService(t)
-	rc := readCommitted(t, pool)
-	svc, err := job.New(context.Background(), rc, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, rc := readCommittedService(t)
 	ctx := context.Background()
 	if _, err := svc.ApplyAll(ctx, job.Anonymous, []job.Item{item("a", "@daily")}, job.PlanOptions{}); err != nil {
 		t.Fatal(err)
@@ -211,12 +212,7 @@ func TestApplyByNameWhileTheJobIsDeleted(t *testing.T) {
 // not): the prune locks the job, sees it deleted, and leaves it.
 func TestPruneWhileTheJobIsDeleted(t *testing.T) {
 	t.Parallel()
-	_, pool := newService(t)
-	rc := readCommitted(t, pool)
-	svc, err := job.New(context.Background(), rc, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc, rc := readCommittedService(t)
 	ctx := context.Background()
 	if _, err := svc.ApplyAll(ctx, job.Anonymous, []job.Item{item("a", "@daily"), item("b", "@daily")}, job.PlanOptions{}); err != nil {
 		t.Fatal(err)
