@@ -48,6 +48,8 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	case store.IsAmbiguous(err):
+		return connect.NewError(connect.CodeUnavailable, errors.New("the database could not tell whether the change was made; read before retrying, or retry with the same idempotency key"))
 	case store.IsUnavailable(err):
 		if log != nil {
 			log.ErrorContext(ctx, "database unavailable", "err", err) // once per outage: see store.Outage

@@ -227,5 +227,13 @@ func IsServerError(err error) bool {
 	return true
 }
 
+// IsAmbiguous reports whether err is the database saying it cannot tell
+// whether a commit took effect (CockroachDB's "result is ambiguous",
+// 40003): the change may or may not be there.
+func IsAmbiguous(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "40003"
+}
+
 // IsNotFound reports whether err is a query that returned no row.
 func IsNotFound(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
