@@ -438,3 +438,41 @@ func TestLostStartAnswerRunsTheAttemptOnce(t *testing.T) {
 		t.Fatalf("%d first attempts succeeded; want 3", n)
 	}
 }
+
+// A success the database refuses for something other than its text (here
+// a constraint on the outcome itself, standing for a guard of the
+// engine's own state) does not keep its attempt running for as long as
+// the worker lives: sent again without its text, it is refused again, and
+// then the attempt ends as a retryable failure saying why.
+func TestRefusedSuccessEndsTheAttempt(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "ALTER TABLE attempts ADD CONSTRAINT test_block CHECK (outcome <> 'succeeded')"); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.StartNode(t, pool)
+	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 1}, LeaseTTL: 1500 * time.Millisecond,
+		Handlers: map[string]executor.HandlerFunc{"ok": func(context.Context, executor.Call) error { return nil }}})
+	now, err := jobs.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "s"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: "ok"},
+		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}},
+	}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 20*time.Second, "the attempt ends", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM attempts WHERE outcome <> 'running'") == 1
+	})
+	if n := enginetest.Int(t, pool, `SELECT count(*) FROM attempts WHERE outcome = 'failed'
+		AND error LIKE 'the attempt''s report was refused by the database: %test_block%'`); n != 1 {
+		t.Fatal("the attempt did not end as a failure naming the refusal")
+	}
+}

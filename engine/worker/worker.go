@@ -117,6 +117,10 @@ const (
 	// FailpointReporting is hit when an attempt's executor has returned,
 	// before its report.
 	FailpointReporting = "worker/reporting"
+	// FailpointOwnAttempt is hit when a work call found its attempt
+	// started on this worker already (run.OwnAttempt), before it decides
+	// whether to run it.
+	FailpointOwnAttempt = "worker/own-attempt"
 	// FailpointStartCommitted is hit when a batch of starts has committed,
 	// before its answer is used; armed with ErrAt, the answer is lost, as
 	// when the connection is cut at COMMIT.
@@ -204,13 +208,18 @@ type Worker struct {
 	busy map[uuid.UUID]int
 	// unreported keeps the reports that failed, for the orphan check to
 	// deliver again.
-	unreported map[uuid.UUID]run.Report
+	unreported map[uuid.UUID]kept[run.Report]
 	// begun holds the attempts (task and token) whose step this process
-	// began and whose report the database has not answered yet: such an
-	// attempt is never taken up again here (run.OwnAttempt), even when
-	// the call that ran it ended without a report (a panic). The orphan
-	// check forgets those it no longer finds held here.
-	begun map[uuid.UUID]int64
+	// began, or whose report the orphan check sends: such an attempt is
+	// never taken up again here (run.OwnAttempt), even when the call that
+	// ran it ended without a report (a panic). The orphan check forgets
+	// those it no longer finds held here.
+	begun map[uuid.UUID]kept[int64]
+	// checks counts the checks of running tasks begun: an entry of
+	// unreported or begun notes it when it is made, and a check forgets
+	// only entries made before its own read of the database began (a read
+	// older than an entry may not show its task yet).
+	checks uint64
 	// suspects are the tasks the last check found held here and in no
 	// call, with their tokens.
 	suspects map[uuid.UUID]int64
@@ -245,7 +254,7 @@ func New(cfg Config) (*Worker, error) {
 	}
 	d.ObserveAdmissions(cfg.Metrics.AdmissionWait)
 	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, running: map[uuid.UUID]*leased{},
-		busy: map[uuid.UUID]int{}, unreported: map[uuid.UUID]run.Report{}, begun: map[uuid.UUID]int64{}}
+		busy: map[uuid.UUID]int{}, unreported: map[uuid.UUID]kept[run.Report]{}, begun: map[uuid.UUID]kept[int64]{}}
 	w.starter = batch.New("start attempts", cfg.Logger, w.startAttempts)
 	w.completer = batch.New("report attempts", cfg.Logger, w.finishAttempts)
 	secrets := &w.cfg.Secrets
@@ -414,6 +423,7 @@ func (w *Worker) runningNow() map[uuid.UUID]*leased {
 // Last, the orphans the database holds here are reported (see orphans).
 func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, renewed bool) {
 	var held []store.RunningOnRow
+	check := w.beginCheck()
 	beatCtx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL/beatsPerTTL)
 	defer cancel()
 	err := store.Retry(beatCtx, func() error {
@@ -460,12 +470,28 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 	// a slow report never delays the next renewal; while a pass runs, the
 	// check leaves them for the next beat.
 	if err == nil && w.reporting.CompareAndSwap(false, true) {
-		reports := w.orphans(held)
+		reports := w.orphans(held, check)
 		w.reporters.Go(func() {
 			defer w.reporting.Store(false)
 			w.reportOrphans(ctx, reports)
 		})
 	}
+}
+
+// beginCheck counts a check of running tasks begun, before its read of
+// the database, and returns its number.
+func (w *Worker) beginCheck() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.checks++
+	return w.checks
+}
+
+// kept is a value the worker keeps about a task (a report, a fencing
+// token) and the check count when it was kept (see Worker.checks).
+type kept[T any] struct {
+	v  T
+	at uint64
 }
 
 // orphans are the attempts the database says this worker runs (held)
@@ -478,7 +504,9 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 // beat), an attempt whose report was committing at the first check is no
 // longer held at the second; an orphan's report races nothing, and a
 // stale one is rejected by the fencing token anyway.
-func (w *Worker) orphans(held []store.RunningOnRow) []run.Report {
+//
+// held was read by check number check (see Worker.checks).
+func (w *Worker) orphans(held []store.RunningOnRow, check uint64) []run.Report {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	tokens := make(map[uuid.UUID]int64, len(held))
@@ -493,20 +521,25 @@ func (w *Worker) orphans(held []store.RunningOnRow) []run.Report {
 			suspects[h.ID] = h.FencingToken
 			continue
 		}
-		r, kept := w.unreported[h.ID]
-		if !kept || r.FencingToken != h.FencingToken {
+		k, isKept := w.unreported[h.ID]
+		r := k.v
+		if !isKept || r.FencingToken != h.FencingToken {
 			r = run.Report{TaskID: h.ID, FencingToken: h.FencingToken, Result: run.LeaseExpired("the worker lost the attempt's report")}
 		}
 		out = append(out, r)
+		// Reported here: a River job coming again for it must not run it.
+		w.begun[h.ID] = kept[int64]{v: h.FencingToken, at: w.checks}
 	}
 	w.suspects = suspects
-	for id, r := range w.unreported {
-		if tok, ok := tokens[id]; !ok || tok != r.FencingToken {
+	// Forget what the database no longer holds here, as of this check's
+	// read: entries made since it began may be of tasks it did not see.
+	for id, k := range w.unreported {
+		if tok, ok := tokens[id]; k.at < check && (!ok || tok != k.v.FencingToken) {
 			delete(w.unreported, id) // reported, or moved on
 		}
 	}
-	for id, token := range w.begun {
-		if tok, ok := tokens[id]; (!ok || tok != token) && w.busy[id] == 0 {
+	for id, k := range w.begun {
+		if tok, ok := tokens[id]; k.at < check && (!ok || tok != k.v) && w.busy[id] == 0 {
 			delete(w.begun, id) // reported, or moved on
 		}
 	}
@@ -532,7 +565,7 @@ func (w *Worker) reportOrphans(ctx context.Context, reports []run.Report) {
 			continue
 		}
 		w.mu.Lock()
-		if k, ok := w.unreported[r.TaskID]; ok && k.FencingToken == r.FencingToken {
+		if k, ok := w.unreported[r.TaskID]; ok && k.v.FencingToken == r.FencingToken {
 			delete(w.unreported, r.TaskID)
 		}
 		w.mu.Unlock()
@@ -541,14 +574,22 @@ func (w *Worker) reportOrphans(ctx context.Context, reports []run.Report) {
 }
 
 // reportAlone sends one report in a transaction of its own (a report
-// that fails fails alone), or refusedReport's in its place when the
-// database refuses its content for good. It returns the report sent and
+// that fails fails alone). When the database refuses it for good, it sends
+// refusedReport's in its place, and when that is refused too (the refusal
+// was not about the step's text but a guard of the engine's own state),
+// refusedAgain's: the attempt must end, or it would hold its task and its
+// run for as long as this worker lives. It returns the report sent and
 // whether its attempt took it (false: a stale token).
 func (w *Worker) reportAlone(ctx context.Context, r run.Report) (run.Report, bool, error) {
 	accepted, err := w.finishAttempts(ctx, []run.Report{r})
-	if fallback, ok := refusedReport(r, err); ok {
-		w.cfg.Logger.Error("an attempt's report was refused; reporting its outcome without its output", "task_id", r.TaskID, "err", err)
-		r = fallback
+	for _, fallback := range []func(run.Report, error) (run.Report, bool){refusedReport, refusedAgain} {
+		next, ok := fallback(r, err)
+		if !ok {
+			break
+		}
+		w.cfg.Logger.Error("an attempt's report was refused; reporting it otherwise", "task_id", r.TaskID, "err", err,
+			"ok", next.Result.OK, "retryable", next.Result.Retryable)
+		r = next
 		accepted, err = w.finishAttempts(ctx, []run.Report{r})
 	}
 	if err != nil {
@@ -557,22 +598,43 @@ func (w *Worker) reportAlone(ctx context.Context, r run.Report) (run.Report, boo
 	return r, accepted[0], nil
 }
 
-// refusedReport is the report to send instead of r when the database
-// refused r for good (a data exception or a constraint, SQLSTATE classes
-// 22 and 23: sending it again changes nothing, and its attempt would stay
-// running): the same outcome (success, or the same failure, retryable or
-// not) without the output and error the step produced, the refusal in
-// their place. A refusal that is not about that text (a guard of the
-// engine's own state) refuses this report too, and stays loud: the step
-// is not run again for it. Other errors (a lost connection, a
-// serialization failure) are retried as they are.
-func refusedReport(r run.Report, err error) (run.Report, bool) {
+// refusal is the database's refusal of a report for good: a data
+// exception or a constraint (SQLSTATE classes 22 and 23), which sending it
+// again would meet again. Other errors (a lost connection, a serialization
+// failure) are retried as they are.
+func refusal(err error) (*pgconn.PgError, bool) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || (!strings.HasPrefix(pe.Code, "22") && !strings.HasPrefix(pe.Code, "23")) {
+		return nil, false
+	}
+	return pe, true
+}
+
+// refusedReport is the report to send instead of r when the database
+// refused r for good: the same outcome (success, or the same failure,
+// retryable or not) without the output and error the step produced, the
+// refusal in their place.
+func refusedReport(r run.Report, err error) (run.Report, bool) {
+	pe, ok := refusal(err)
+	if !ok {
 		return r, false
 	}
 	r.Result.Output = ""
 	r.Result.Error = executor.StorableError("the attempt's report was refused by the database: " + pe.Message)
+	return r, true
+}
+
+// refusedAgain is the report to send when refusedReport's was refused too:
+// the attempt failed, retryably, saying why. Its step may run again; an
+// attempt left running would keep its run from ending and be failed as
+// lease_expired when this worker stops anyway.
+func refusedAgain(r run.Report, err error) (run.Report, bool) {
+	pe, ok := refusal(err)
+	if !ok || !r.Result.OK && r.Result.Retryable && r.Result.FailureClass == executor.ClassSystem {
+		return r, false // nothing else to try: the refusal stays loud
+	}
+	r.Result = executor.Result{ExitReason: executor.ReasonError, FailureClass: executor.ClassSystem, Retryable: true,
+		Error: executor.StorableError("the attempt's report was refused by the database: " + pe.Message)}
 	return r, true
 }
 
@@ -583,7 +645,10 @@ func refusedReport(r run.Report, err error) (run.Report, bool) {
 // others with it.
 func (w *Worker) flushUnreported() {
 	w.mu.Lock()
-	reports := slices.Collect(maps.Values(w.unreported))
+	var reports []run.Report
+	for _, k := range w.unreported {
+		reports = append(reports, k.v)
+	}
 	w.mu.Unlock()
 	if len(reports) == 0 {
 		return
@@ -635,6 +700,9 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		if err != nil {
 			return fmt.Errorf("start attempt: %w", err) // River retries the job
 		}
+		if att != nil {
+			w.cfg.Failpoints.Hit(FailpointOwnAttempt)
+		}
 	}
 	if att == nil {
 		log.Info("stale River job: its attempt started elsewhere or the task moved on")
@@ -643,7 +711,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	c := att.Call
 	attemptCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	w.mu.Lock()
-	if tok, ok := w.begun[c.TaskID]; ok && tok == c.FencingToken {
+	if k, ok := w.begun[c.TaskID]; ok && k.v == c.FencingToken {
 		// The attempt runs, or ran, in this process (a River job for it
 		// came again, and found it started here): it runs once.
 		w.mu.Unlock()
@@ -651,7 +719,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		log.Info("stale River job: its attempt runs or ran on this worker")
 		return nil
 	}
-	w.begun[c.TaskID] = c.FencingToken
+	w.begun[c.TaskID] = kept[int64]{v: c.FencingToken, at: w.checks}
 	w.running[c.TaskID] = &leased{token: c.FencingToken, cancel: cancel}
 	w.mu.Unlock()
 	if c.Attempt == 1 && att.Shape.Root && (c.Trigger == "schedule" || c.Trigger == "backfill") {
@@ -687,13 +755,6 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	defer cancelReport()
 	report := run.Report{TaskID: c.TaskID, RunID: c.RunID, FencingToken: c.FencingToken, Result: res, Shape: &att.Shape, LeaseLost: leaseLost}
 	accepted, err := w.completer.Do(reportCtx, report)
-	if err == nil { // the database answered: the attempt is over
-		w.mu.Lock()
-		if w.begun[c.TaskID] == c.FencingToken {
-			delete(w.begun, c.TaskID)
-		}
-		w.mu.Unlock()
-	}
 	if err != nil {
 		// Kept for the orphan check, which sends it again with the worker
 		// vouching that the attempt is over: its token alone fences it (a
@@ -701,7 +762,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		// worker's is renewed).
 		report.LeaseLost = false
 		w.mu.Lock()
-		w.unreported[c.TaskID] = report
+		w.unreported[c.TaskID] = kept[run.Report]{v: report, at: w.checks}
 		w.mu.Unlock()
 		return err
 	}

@@ -1,0 +1,208 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/engine/node"
+	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/engine/store"
+)
+
+// These tests call work, orphans and reportOrphans themselves, in the
+// orders River and the heartbeat could: a worker registered (its lease
+// taken) whose River client never runs, a node firing one due job, and
+// its queued task. (enginetest starts workers: it cannot serve a test
+// inside this package.)
+func adoptSetup(t *testing.T, maxAttempts int, fp *failpoint.Set, h executor.HandlerFunc) (*pgxpool.Pool, *Worker, uuid.UUID) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nctx, stop := context.WithCancel(ctx)
+	n, err := node.New(nctx, node.Config{Pool: pool, Dispatcher: d, ShardTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { _ = n.Run(nctx); close(stopped) }()
+	t.Cleanup(func() { stop(); <-stopped })
+	w, err := New(Config{StatePool: pool, Queues: map[string]int{"default": 2}, LeaseTTL: 30 * time.Second,
+		Failpoints: fp, Handlers: map[string]executor.HandlerFunc{"h": h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := jobs.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "j"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: "h"},
+		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: maxAttempts}},
+	}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	var task uuid.UUID
+	waitFor(t, "a queued task", func() bool {
+		return store.Retry(ctx, func() error {
+			return pool.QueryRow(ctx, "SELECT id FROM tasks WHERE status = 'queued'").Scan(&task)
+		}) == nil
+	})
+	return pool, w, task
+}
+
+// waitFor waits up to 20 s for ok.
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 20 s: %s", what)
+		}
+	}
+}
+
+func taskJob(task uuid.UUID, attempt int) *river.Job[dispatch.TaskArgs] {
+	return &river.Job[dispatch.TaskArgs]{JobRow: &rivertype.JobRow{ID: 1}, Args: dispatch.TaskArgs{TaskID: task, Attempt: attempt}}
+}
+
+// check is one check of running tasks as the heartbeat makes it: its
+// number, then the database's read.
+func check(t *testing.T, pool *pgxpool.Pool, w *Worker) ([]store.RunningOnRow, uint64) {
+	t.Helper()
+	n := w.beginCheck()
+	held, err := store.New(pool).RunningOn(context.Background(), &w.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held, n
+}
+
+// An attempt the orphan check has decided to report (its start's answer
+// was lost, and no call held it at two checks) is not taken up by a River
+// retry of its job arriving while that report is on its way: the step
+// runs once, not once adopted and once more as the next attempt.
+func TestOrphanReportedIsNotAdopted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fp := failpoint.New()
+	var calls atomic.Int32
+	gate := make(chan struct{})
+	pool, w, task := adoptSetup(t, 2, fp, func(context.Context, executor.Call) error {
+		calls.Add(1)
+		<-gate
+		return nil
+	})
+	defer close(gate)
+	fp.ErrAt(FailpointStartCommitted, 1, errors.New("connection cut at COMMIT"))
+	if err := w.work(ctx, taskJob(task, 1)); err == nil {
+		t.Fatal("want the lost start answer")
+	}
+	if r := w.orphans(check(t, pool, w)); len(r) != 0 {
+		t.Fatalf("the first check reported %d", len(r))
+	}
+	reports := w.orphans(check(t, pool, w))
+	if len(reports) != 1 {
+		t.Fatalf("the second check reported %d orphans, want 1", len(reports))
+	}
+	retried := make(chan error, 1)
+	go func() { retried <- w.work(ctx, taskJob(task, 1)) }() // River's retry, now
+	select {
+	case err := <-retried:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("River's retry ran the step (%d calls) of an attempt the orphan check reports", calls.Load())
+	}
+	w.reportOrphans(ctx, reports)
+	second := make(chan error, 1)
+	go func() { second <- w.work(ctx, taskJob(task, 2)) }()
+	waitFor(t, "attempt 2's step", func() bool { return calls.Load() >= 1 })
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the step ran %d times; want once (attempt 2)", n)
+	}
+	gate <- struct{}{}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A check whose read of the database began before an attempt started
+// does not make the worker forget that the attempt's step began here:
+// its report failed, River retries the job, and the step is not run again
+// in this process.
+func TestStaleCheckKeepsBegunAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var calls atomic.Int32
+	pool, w, task := adoptSetup(t, 1, nil, func(context.Context, executor.Call) error {
+		calls.Add(1)
+		return nil
+	})
+	if _, err := pool.Exec(ctx, "ALTER TABLE attempts ADD CONSTRAINT test_block CHECK (outcome <> 'succeeded')"); err != nil {
+		t.Fatal(err)
+	}
+	held, n := check(t, pool, w) // read before the start
+	if err := w.work(ctx, taskJob(task, 1)); err == nil {
+		t.Fatal("want the report to fail")
+	}
+	w.orphans(held, n) // the same check, after the call ended
+	if _, err := pool.Exec(ctx, "ALTER TABLE attempts DROP CONSTRAINT test_block"); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.work(ctx, taskJob(task, 1)) // River retries the job that returned an error
+	if got := calls.Load(); got != 1 {
+		t.Errorf("attempt 1's step ran %d times in this process; want once", got)
+	}
+	if _, ok := w.unreported[task]; !ok {
+		t.Error("the failed report was forgotten by a check that could not see its task")
+	}
+}
+
+// Two River jobs for one attempt in this process (a redelivery beside the
+// one it replaces), in different start batches: the second finds the
+// attempt started here, and the first reports it meanwhile; the second
+// does not run the step again.
+func TestSecondJobForAnAttemptDoesNotRunIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fp := failpoint.New()
+	var calls atomic.Int32
+	_, w, task := adoptSetup(t, 1, fp, func(context.Context, executor.Call) error {
+		calls.Add(1)
+		return nil
+	})
+	report, reported := make(chan struct{}), make(chan struct{})
+	fp.At(FailpointReporting, 1, func() { <-report })
+	fp.At(FailpointOwnAttempt, 1, func() { close(report); <-reported })
+	go func() { _ = w.work(ctx, taskJob(task, 1)); close(reported) }()
+	waitFor(t, "the first job's step", func() bool { return calls.Load() >= 1 })
+	_ = w.work(ctx, taskJob(task, 1)) // the second job
+	if n := calls.Load(); n != 1 {
+		t.Errorf("attempt 1's step ran %d times in this process; want once", n)
+	}
+}
