@@ -108,8 +108,8 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 				if err != nil {
 					return err
 				}
-				if row.Status == StatusDeleted {
-					c.Job = before
+				if row.Status == StatusDeleted { // by another meanwhile: nothing done here
+					c.Action, c.Job = ActionUnchanged, before
 					continue
 				}
 				if row, err = setJobStatus(ctx, q, store.SetJobStatusParams{TenantID: a.Tenant, ID: c.Job.ID, Status: StatusDeleted, Actor: a.Name}); err != nil {

@@ -160,6 +160,12 @@ func deleteHeld(t *testing.T, pool *pgxpool.Pool, id any) func() {
 	}
 }
 
+// applyResult is what an ApplyAll in a goroutine answered.
+type applyResult struct {
+	changes []job.Change
+	err     error
+}
+
 // waitForLockWait waits until some session of pool's database waits on a
 // lock.
 func waitForLockWait(t *testing.T, pool *pgxpool.Pool) {
@@ -186,14 +192,10 @@ func TestApplyByNameWhileTheJobIsDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	commit := deleteHeld(t, rc, a.ID)
-	type result struct {
-		changes []job.Change
-		err     error
-	}
-	done := make(chan result, 1)
+	done := make(chan applyResult, 1)
 	go func() {
 		cs, err := svc.ApplyAll(ctx, job.Anonymous, []job.Item{item("a", "@hourly")}, job.PlanOptions{})
-		done <- result{cs, err}
+		done <- applyResult{cs, err}
 	}()
 	waitForLockWait(t, rc)
 	commit()
@@ -222,15 +224,15 @@ func TestPruneWhileTheJobIsDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	commit := deleteHeld(t, rc, b.ID)
-	done := make(chan error, 1)
+	done := make(chan applyResult, 1)
 	go func() {
-		_, err := svc.ApplyAll(ctx, job.Anonymous, []job.Item{item("a", "@daily")}, job.PlanOptions{Prune: true})
-		done <- err
+		cs, err := svc.ApplyAll(ctx, job.Anonymous, []job.Item{item("a", "@daily")}, job.PlanOptions{Prune: true})
+		done <- applyResult{cs, err}
 	}()
 	waitForLockWait(t, rc)
 	commit()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	if r := <-done; r.err != nil || summary(r.changes) != "unchanged analytics/a; unchanged analytics/b" {
+		t.Fatalf("apply: %q %v; want nothing done (b was deleted by another meanwhile)", summary(r.changes), r.err)
 	}
 	if n := enginetest.Int(t, rc, "SELECT count(*)::int FROM audit_log WHERE action = 'delete' AND target_id = $1", b.ID); n != 0 {
 		t.Fatalf("%d delete audit rows for a job the prune did not delete", n)
