@@ -206,3 +206,48 @@ func TestSecondJobForAnAttemptDoesNotRunIt(t *testing.T) {
 		t.Errorf("attempt 1's step ran %d times in this process; want once", n)
 	}
 }
+
+// A check whose read is older than an attempt begun since (the task's next
+// attempt) does not report the attempt it read, nor mark it begun in the
+// place of the newer one: the newer attempt's River retry would then run
+// its step again. Attempt 1's start answer is lost; between a check's read
+// and its orphan pass, River retries attempt 1's job (adopted, failed,
+// reported), and attempt 2 starts here, runs, and its report fails.
+func TestStaleCheckDoesNotReplaceANewerAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fp := failpoint.New()
+	var calls [3]atomic.Int32
+	pool, w, task := adoptSetup(t, 2, fp, func(_ context.Context, c executor.Call) error {
+		calls[c.Attempt].Add(1)
+		if c.Attempt == 1 {
+			return errors.New("attempt 1 fails, retryably")
+		}
+		return nil
+	})
+	fp.ErrAt(FailpointStartCommitted, 1, errors.New("connection cut at COMMIT"))
+	if err := w.work(ctx, taskJob(task, 1)); err == nil {
+		t.Fatal("want the lost start answer")
+	}
+	w.orphans(check(t, pool, w)) // attempt 1 a suspect
+	held, n := check(t, pool, w) // the read: attempt 1 held here
+	if err := w.work(ctx, taskJob(task, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ALTER TABLE attempts ADD CONSTRAINT test_block CHECK (outcome <> 'succeeded')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.work(ctx, taskJob(task, 2)); err == nil {
+		t.Fatal("want attempt 2's report to fail")
+	}
+	if _, err := pool.Exec(ctx, "ALTER TABLE attempts DROP CONSTRAINT test_block"); err != nil {
+		t.Fatal(err)
+	}
+	if r := w.orphans(held, n); len(r) != 0 { // the stale pass
+		t.Errorf("the stale pass reported %d attempts", len(r))
+	}
+	_ = w.work(ctx, taskJob(task, 2)) // River retries attempt 2's job
+	if got := calls[2].Load(); got != 1 {
+		t.Errorf("attempt 2's step ran %d times in this process; want once", got)
+	}
+}

@@ -517,6 +517,9 @@ func (w *Worker) orphans(held []store.RunningOnRow, check uint64) []run.Report {
 		if w.busy[h.ID] > 0 {
 			continue
 		}
+		if k, ok := w.begun[h.ID]; ok && k.v != h.FencingToken && k.at >= check {
+			continue // a later attempt began here since this check's read: the read is stale
+		}
 		if tok, ok := w.suspects[h.ID]; !ok || tok != h.FencingToken {
 			suspects[h.ID] = h.FencingToken
 			continue
@@ -631,7 +634,10 @@ func refusedReport(r run.Report, err error) (run.Report, bool) {
 func refusedAgain(r run.Report, err error) (run.Report, bool) {
 	pe, ok := refusal(err)
 	if !ok || !r.Result.OK && r.Result.Retryable && r.Result.FailureClass == executor.ClassSystem {
-		return r, false // nothing else to try: the refusal stays loud
+		// Nothing else to try: a report refused whatever it says (a guard
+		// of the engine's state) stays loud, sent again every beat, and
+		// its attempt held here until this worker stops.
+		return r, false
 	}
 	r.Result = executor.Result{ExitReason: executor.ReasonError, FailureClass: executor.ClassSystem, Retryable: true,
 		Error: executor.StorableError("the attempt's report was refused by the database: " + pe.Message)}
