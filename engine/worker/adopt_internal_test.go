@@ -251,3 +251,36 @@ func TestStaleCheckDoesNotReplaceANewerAttempt(t *testing.T) {
 		t.Errorf("attempt 2's step ran %d times in this process; want once", got)
 	}
 }
+
+// A second River job for attempt 1 that found the attempt started here
+// (run.OwnAttempt) but comes to run it only after attempt 1 was reported
+// and attempt 2 ran here does not run attempt 1's step again.
+func TestLateSecondJobAfterTheNextAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fp := failpoint.New()
+	var calls [3]atomic.Int32
+	_, w, task := adoptSetup(t, 2, fp, func(_ context.Context, c executor.Call) error {
+		calls[c.Attempt].Add(1)
+		if c.Attempt == 1 {
+			return errors.New("attempt 1 fails, retryably")
+		}
+		return nil
+	})
+	report, proceed := make(chan struct{}), make(chan struct{})
+	fp.At(FailpointReporting, 1, func() { <-report })
+	fp.At(FailpointOwnAttempt, 1, func() { close(report); <-proceed })
+	first, second := make(chan struct{}), make(chan struct{})
+	go func() { _ = w.work(ctx, taskJob(task, 1)); close(first) }()
+	waitFor(t, "the first job's step", func() bool { return calls[1].Load() >= 1 })
+	go func() { _ = w.work(ctx, taskJob(task, 1)); close(second) }()
+	<-first
+	if err := w.work(ctx, taskJob(task, 2)); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	<-second
+	if n := calls[1].Load(); n != 1 {
+		t.Errorf("attempt 1's step ran %d times in this process; want once", n)
+	}
+}

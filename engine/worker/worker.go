@@ -517,7 +517,7 @@ func (w *Worker) orphans(held []store.RunningOnRow, check uint64) []run.Report {
 		if w.busy[h.ID] > 0 {
 			continue
 		}
-		if k, ok := w.begun[h.ID]; ok && k.v != h.FencingToken && k.at >= check {
+		if k, ok := w.begun[h.ID]; ok && k.v > h.FencingToken && k.at >= check {
 			continue // a later attempt began here since this check's read: the read is stale
 		}
 		if tok, ok := w.suspects[h.ID]; !ok || tok != h.FencingToken {
@@ -717,9 +717,10 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	c := att.Call
 	attemptCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	w.mu.Lock()
-	if k, ok := w.begun[c.TaskID]; ok && k.v == c.FencingToken {
+	if k, ok := w.begun[c.TaskID]; ok && k.v >= c.FencingToken {
 		// The attempt runs, or ran, in this process (a River job for it
-		// came again, and found it started here): it runs once.
+		// came again, and found it started here), or a later attempt of
+		// the task began here since (tokens only grow): it runs once.
 		w.mu.Unlock()
 		cancel(nil)
 		log.Info("stale River job: its attempt runs or ran on this worker")
