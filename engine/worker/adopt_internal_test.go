@@ -284,3 +284,33 @@ func TestLateSecondJobAfterTheNextAttempt(t *testing.T) {
 		t.Errorf("attempt 1's step ran %d times in this process; want once", n)
 	}
 }
+
+// A check whose read predates an adoption (River's retry of the job whose
+// start answer was lost) does not report the adopted attempt as lost once
+// it has run and succeeded: its stale report would be rejected, but
+// recorded on the attempt as a late lease_expired.
+func TestStaleCheckAfterAnAdoption(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fp := failpoint.New()
+	pool, w, task := adoptSetup(t, 2, fp, func(context.Context, executor.Call) error { return nil })
+	fp.ErrAt(FailpointStartCommitted, 1, errors.New("connection cut at COMMIT"))
+	if err := w.work(ctx, taskJob(task, 1)); err == nil {
+		t.Fatal("want the lost start answer")
+	}
+	w.orphans(check(t, pool, w))                          // a suspect
+	held, n := check(t, pool, w)                          // the read: attempt 1 held here, in no call
+	if err := w.work(ctx, taskJob(task, 1)); err != nil { // adopted, run, reported
+		t.Fatal(err)
+	}
+	if r := w.orphans(held, n); len(r) != 0 {
+		t.Errorf("the stale check reported %d attempts", len(r))
+	}
+	var outcome, late string
+	if err := pool.QueryRow(ctx, "SELECT outcome, COALESCE(late_outcome, '') FROM attempts WHERE task_id = $1", task).Scan(&outcome, &late); err != nil {
+		t.Fatal(err)
+	}
+	if outcome != "succeeded" || late != "" {
+		t.Errorf("attempt 1: outcome %q, late outcome %q; want succeeded, none", outcome, late)
+	}
+}

@@ -517,8 +517,8 @@ func (w *Worker) orphans(held []store.RunningOnRow, check uint64) []run.Report {
 		if w.busy[h.ID] > 0 {
 			continue
 		}
-		if k, ok := w.begun[h.ID]; ok && k.v > h.FencingToken && k.at >= check {
-			continue // a later attempt began here since this check's read: the read is stale
+		if k, ok := w.begun[h.ID]; ok && k.v >= h.FencingToken && k.at >= check {
+			continue // this attempt or a later one began here since this check's read: the read is stale
 		}
 		if tok, ok := w.suspects[h.ID]; !ok || tok != h.FencingToken {
 			suspects[h.ID] = h.FencingToken
