@@ -702,7 +702,9 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		// This worker's own start may have committed while its answer was
 		// lost (a connection cut at COMMIT): its batch was served again,
 		// or River retried the job, and the task runs here already.
-		att, err = run.OwnAttempt(ctx, w.cfg.StatePool, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt}, run.Worker{Name: w.cfg.Name, ID: w.id})
+		ownCtx, cancelOwn := context.WithTimeout(ctx, 30*time.Second) // as a batch of starts is bounded
+		att, err = run.OwnAttempt(ownCtx, w.cfg.StatePool, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt}, run.Worker{Name: w.cfg.Name, ID: w.id})
+		cancelOwn()
 		if err != nil {
 			return fmt.Errorf("start attempt: %w", err) // River retries the job
 		}
