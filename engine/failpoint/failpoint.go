@@ -41,33 +41,28 @@ func New() *Set { return &Set{points: map[string]*point{}} }
 
 // On arms name with action, run at every hit, on the goroutine that hits it.
 func (s *Set) On(name string, action func()) {
-	s.arm(name, 0, action)
+	s.arm(name, &point{action: action})
 }
 
 // At arms name with action, run at hit number n only (1 is the first).
 func (s *Set) At(name string, n int, action func()) {
-	s.arm(name, n, action)
+	s.arm(name, &point{at: n, action: action})
 }
 
-func (s *Set) arm(name string, n int, action func()) {
+func (s *Set) arm(name string, p *point) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.points == nil {
 		s.points = map[string]*point{}
 	}
-	s.points[name] = &point{at: n, action: action}
+	s.points[name] = p
 }
 
 // ErrAt arms name to make Err return err at hit number n only: for a
 // point where the code meets an error it cannot cause on its own, such as
 // the answer to a COMMIT that took effect being lost.
 func (s *Set) ErrAt(name string, n int, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.points == nil {
-		s.points = map[string]*point{}
-	}
-	s.points[name] = &point{at: n, err: err}
+	s.arm(name, &point{at: n, err: err})
 }
 
 // Hit runs the action armed at name, if any.
