@@ -29,13 +29,7 @@ func IsUnavailable(err error) bool {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
-		switch {
-		case strings.HasPrefix(pe.Code, "08"), // connection exception
-			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", // shutting down, cannot connect now
-			pe.Code == "53300": // too many connections
-			return true
-		}
-		return false
+		return sessionEnded(pe.Code) || pe.Code == "53300" // or too many connections
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false // the caller's own deadline, not the database's state
@@ -49,6 +43,14 @@ func IsUnavailable(err error) bool {
 		return true
 	}
 	return looksUnavailable(err.Error())
+}
+
+// sessionEnded reports whether SQLSTATE code says the server ended or
+// lost the session: a connection exception (class 08), the server
+// shutting down, crashing or not accepting connections yet (57P01,
+// 57P02, 57P03).
+func sessionEnded(code string) bool {
+	return strings.HasPrefix(code, "08") || code == "57P01" || code == "57P02" || code == "57P03"
 }
 
 // looksUnavailable classifies an error by its text, for errors that reach

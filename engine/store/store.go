@@ -217,14 +217,7 @@ func IsLockTimeout(err error) bool {
 // shutting down or crashing (57P01, 57P02, 57P03).
 func IsServerError(err error) bool {
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return false
-	}
-	switch {
-	case pe.Code == "40003", strings.HasPrefix(pe.Code, "08"), strings.HasPrefix(pe.Code, "57P0"):
-		return false
-	}
-	return true
+	return errors.As(err, &pe) && !IsAmbiguous(err) && !sessionEnded(pe.Code)
 }
 
 // IsAmbiguous reports whether err is the database saying it cannot tell
