@@ -165,11 +165,8 @@ func readResources(file string) ([]*dag.Document, error) {
 	var data []byte
 	var err error
 	if file == "-" {
-		data, err = io.ReadAll(io.LimitReader(os.Stdin, maxYAMLFile+1))
 		file = "<stdin>"
-		if err == nil && len(data) > maxYAMLFile {
-			err = fmt.Errorf("%s: over %d bytes", file, maxYAMLFile)
-		}
+		data, err = readYAML(file, os.Stdin)
 	} else {
 		data, err = readYAMLFile(file)
 	}

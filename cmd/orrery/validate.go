@@ -102,7 +102,12 @@ func readYAMLFile(name string) ([]byte, error) {
 	if info.Size() > maxYAMLFile {
 		return nil, fmt.Errorf("%s: %d bytes; the limit is %d", name, info.Size(), maxYAMLFile)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxYAMLFile+1))
+	return readYAML(name, f)
+}
+
+// readYAML reads YAML named name from r, at most maxYAMLFile bytes.
+func readYAML(name string, r io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxYAMLFile+1))
 	if err != nil {
 		return nil, err
 	}
