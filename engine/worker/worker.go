@@ -623,8 +623,13 @@ func refusedReport(r run.Report, err error) (run.Report, bool) {
 		return r, false
 	}
 	r.Result.Output = ""
-	r.Result.Error = executor.StorableError("the attempt's report was refused by the database: " + pe.Message)
+	r.Result.Error = refusalNote(pe)
 	return r, true
+}
+
+// refusalNote is the error a refused report is sent again with.
+func refusalNote(pe *pgconn.PgError) string {
+	return executor.StorableError("the attempt's report was refused by the database: " + pe.Message)
 }
 
 // refusedAgain is the report to send when refusedReport's was refused too:
@@ -639,8 +644,7 @@ func refusedAgain(r run.Report, err error) (run.Report, bool) {
 		// its attempt held here until this worker stops.
 		return r, false
 	}
-	r.Result = executor.Result{ExitReason: executor.ReasonError, FailureClass: executor.ClassSystem, Retryable: true,
-		Error: executor.StorableError("the attempt's report was refused by the database: " + pe.Message)}
+	r.Result = executor.Result{ExitReason: executor.ReasonError, FailureClass: executor.ClassSystem, Retryable: true, Error: refusalNote(pe)}
 	return r, true
 }
 
