@@ -30,6 +30,13 @@ import (
 // t.Error, so it may run off the test's goroutine.
 func createDueJob(t *testing.T, jobs *job.Service, name, handler string) {
 	t.Helper()
+	createRetriedJob(t, jobs, name, handler, nil)
+}
+
+// createRetriedJob is createDueJob with the step's retry policy (nil: the
+// default).
+func createRetriedJob(t *testing.T, jobs *job.Service, name, handler string, retry *dag.Retry) {
+	t.Helper()
 	ctx := context.Background()
 	now, err := jobs.Now(ctx)
 	if err != nil {
@@ -38,6 +45,7 @@ func createDueJob(t *testing.T, jobs *job.Service, name, handler string) {
 	}
 	_, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: handler},
+		Defaults: dag.StepDefaults{Retry: retry},
 	}}, "")
 	if err != nil {
 		t.Error(err)
@@ -248,16 +256,7 @@ func TestLostReportIsRecovered(t *testing.T) {
 	fp.At(worker.FailpointReporting, 1, func() { panic("the report is lost") })
 	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 2}, LeaseTTL: 3 * time.Second,
 		Failpoints: fp, Handlers: map[string]executor.HandlerFunc{"ok": func(context.Context, executor.Call) error { return nil }}})
-	now, err := jobs.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "lost"}, Spec: dag.JobSpec{
-		Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: "ok"},
-		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 3}},
-	}}, ""); err != nil {
-		t.Fatal(err)
-	}
+	createRetriedJob(t, jobs, "lost", "ok", &dag.Retry{MaxAttempts: 3})
 	enginetest.WaitFor(t, 30*time.Second, "the run succeeds", func() bool {
 		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 1
 	})
@@ -294,16 +293,7 @@ func TestRefusedReportEndsTheAttempt(t *testing.T) {
 			}
 			return nil
 		}}})
-	now, err := jobs.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "refused"}, Spec: dag.JobSpec{
-		Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: "once"},
-		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 3, Initial: dag.D(time.Second)}},
-	}}, ""); err != nil {
-		t.Fatal(err)
-	}
+	createRetriedJob(t, jobs, "refused", "once", &dag.Retry{MaxAttempts: 3, Initial: dag.D(time.Second)})
 	enginetest.WaitFor(t, 30*time.Second, "the run succeeds", func() bool {
 		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 1
 	})
@@ -352,17 +342,8 @@ func TestShutdownSendsEachKeptReportAlone(t *testing.T) {
 	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
-	now, err := jobs.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, n := range []string{"good", "bad"} {
-		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: n}, Spec: dag.JobSpec{
-			Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: n},
-			Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}},
-		}}, ""); err != nil {
-			t.Fatal(err)
-		}
+		createRetriedJob(t, jobs, n, n, &dag.Retry{MaxAttempts: 1})
 	}
 	enginetest.WaitFor(t, 20*time.Second, "both handlers ran", func() bool { return ran.Load() == 2 })
 	time.Sleep(time.Second) // their reports fail (test_block, test_refuse) and are kept
@@ -414,17 +395,8 @@ func TestLostStartAnswerRunsTheAttemptOnce(t *testing.T) {
 			calls[c.Job].Add(1)
 			return nil
 		}}})
-	now, err := jobs.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for n := range calls {
-		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: n}, Spec: dag.JobSpec{
-			Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: "count"},
-			Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}},
-		}}, ""); err != nil {
-			t.Fatal(err)
-		}
+		createRetriedJob(t, jobs, n, "count", &dag.Retry{MaxAttempts: 1})
 	}
 	enginetest.WaitFor(t, 30*time.Second, "the three runs succeed", func() bool {
 		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 3
@@ -458,16 +430,7 @@ func TestRefusedSuccessEndsTheAttempt(t *testing.T) {
 	enginetest.StartNode(t, pool)
 	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 1}, LeaseTTL: 1500 * time.Millisecond,
 		Handlers: map[string]executor.HandlerFunc{"ok": func(context.Context, executor.Call) error { return nil }}})
-	now, err := jobs.Now(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "s"}, Spec: dag.JobSpec{
-		Schedule: schedule.Spec{At: now.Format(time.RFC3339)}, Run: &dag.Executor{Handler: "ok"},
-		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}},
-	}}, ""); err != nil {
-		t.Fatal(err)
-	}
+	createRetriedJob(t, jobs, "s", "ok", &dag.Retry{MaxAttempts: 1})
 	enginetest.WaitFor(t, 20*time.Second, "the attempt ends", func() bool {
 		return enginetest.Int(t, pool, "SELECT count(*) FROM attempts WHERE outcome <> 'running'") == 1
 	})
