@@ -89,6 +89,18 @@ func taskJob(task uuid.UUID, attempt int) *river.Job[dispatch.TaskArgs] {
 	return &river.Job[dispatch.TaskArgs]{JobRow: &rivertype.JobRow{ID: 1}, Args: dispatch.TaskArgs{TaskID: task, Attempt: attempt}}
 }
 
+// failFirstAttempt is a handler that counts its calls by attempt and
+// fails attempt 1 (retryably).
+func failFirstAttempt(calls *[3]atomic.Int32) executor.HandlerFunc {
+	return func(_ context.Context, c executor.Call) error {
+		calls[c.Attempt].Add(1)
+		if c.Attempt == 1 {
+			return errors.New("attempt 1 fails, retryably")
+		}
+		return nil
+	}
+}
+
 // check is one check of running tasks as the heartbeat makes it: its
 // number, then the database's read.
 func check(t *testing.T, pool *pgxpool.Pool, w *Worker) ([]store.RunningOnRow, uint64) {
@@ -218,13 +230,7 @@ func TestStaleCheckDoesNotReplaceANewerAttempt(t *testing.T) {
 	ctx := context.Background()
 	fp := failpoint.New()
 	var calls [3]atomic.Int32
-	pool, w, task := adoptSetup(t, 2, fp, func(_ context.Context, c executor.Call) error {
-		calls[c.Attempt].Add(1)
-		if c.Attempt == 1 {
-			return errors.New("attempt 1 fails, retryably")
-		}
-		return nil
-	})
+	pool, w, task := adoptSetup(t, 2, fp, failFirstAttempt(&calls))
 	fp.ErrAt(FailpointStartCommitted, 1, errors.New("connection cut at COMMIT"))
 	if err := w.work(ctx, taskJob(task, 1)); err == nil {
 		t.Fatal("want the lost start answer")
@@ -260,13 +266,7 @@ func TestLateSecondJobAfterTheNextAttempt(t *testing.T) {
 	ctx := context.Background()
 	fp := failpoint.New()
 	var calls [3]atomic.Int32
-	_, w, task := adoptSetup(t, 2, fp, func(_ context.Context, c executor.Call) error {
-		calls[c.Attempt].Add(1)
-		if c.Attempt == 1 {
-			return errors.New("attempt 1 fails, retryably")
-		}
-		return nil
-	})
+	_, w, task := adoptSetup(t, 2, fp, failFirstAttempt(&calls))
 	report, proceed := make(chan struct{}), make(chan struct{})
 	fp.At(FailpointReporting, 1, func() { <-report })
 	fp.At(FailpointOwnAttempt, 1, func() { close(report); <-proceed })
