@@ -45,7 +45,7 @@ func TestAlertsAndCallbacksVerbs(t *testing.T) {
 	addr := freeAddr(t)
 	startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--auth", "none")
 	startProcEnv(t, "worker", []string{"HOOK_SECRET=whsec"}, "worker", "--db", dsn, "--queue", "default=2",
-		"--allow-egress", "127.0.0.1/32", "--secret-env", "ops=HOOK_SECRET")
+		"--allow-egress", "127.0.0.1/32", "--secret-env", "default/ops=HOOK_SECRET")
 	cli := func(args ...string) (string, string, int) {
 		t.Helper()
 		return run(t, append([]string{"--server", addr}, args...)...)

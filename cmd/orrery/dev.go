@@ -108,7 +108,7 @@ Ctrl-C. A second run reuses the data.`,
 	st.register(cmd.Flags(), true)
 	st.workers = []string{"default=10", "etl=10", "warehouse=4"}
 	// The sandbox flags' dev defaults (devSandbox), for --help.
-	for name, def := range map[string]string{"allow-command": "[*]", "secret-env": "[analytics=HOOK_TOKEN]",
+	for name, def := range map[string]string{"allow-command": "[*]", "secret-env": "[default/analytics=HOOK_TOKEN]",
 		"allow-egress": "loopback, and the dev sink's address"} {
 		f := cmd.Flags().Lookup(name)
 		f.DefValue, f.Usage = def, strings.TrimSuffix(f.Usage, "; none by default")
@@ -117,7 +117,7 @@ Ctrl-C. A second run reuses the data.`,
 }
 
 // devSandbox gives the worker sandbox flags the user did not set what
-// the examples need: any command, HOOK_TOKEN for namespace analytics, and
+// the examples need: any command, HOOK_TOKEN for the default tenant's namespace analytics, and
 // loopback (and the dev sink's own address) for webhooks. A flag the user
 // set (or its ORRERY_ variable) replaces its default, as on a production
 // worker. Call it once st.addr is final.
@@ -127,7 +127,7 @@ func devSandbox(fs *pflag.FlagSet, st *stackFlags) {
 	}
 	if !fs.Changed("secret-env") {
 		// The nightly example's report step sends secret://env/HOOK_TOKEN.
-		st.secretEnv = []string{"analytics=HOOK_TOKEN"}
+		st.secretEnv = []string{"default/analytics=HOOK_TOKEN"}
 	}
 	if !fs.Changed("allow-egress") {
 		st.allowEgress = []string{"127.0.0.0/8", "::1/128"}

@@ -43,20 +43,20 @@ func TestDevSandboxDefaults(t *testing.T) {
 	}{
 		{
 			name: "defaults", args: []string{"--addr", "127.0.0.1:8080"},
-			allowCommand: []string{"*"}, egress: []string{"127.0.0.0/8", "::1/128"}, secrets: []string{"analytics=HOOK_TOKEN"},
+			allowCommand: []string{"*"}, egress: []string{"127.0.0.0/8", "::1/128"}, secrets: []string{"default/analytics=HOOK_TOKEN"},
 		},
 		{
 			name: "wildcard address: the sink is on 127.0.0.1", args: []string{"--addr", "0.0.0.0:8080"},
-			allowCommand: []string{"*"}, egress: []string{"127.0.0.0/8", "::1/128"}, secrets: []string{"analytics=HOOK_TOKEN"},
+			allowCommand: []string{"*"}, egress: []string{"127.0.0.0/8", "::1/128"}, secrets: []string{"default/analytics=HOOK_TOKEN"},
 		},
 		{
 			name: "the sink on another address is allowed too", args: []string{"--addr", "192.0.2.10:8080"},
-			allowCommand: []string{"*"}, egress: []string{"127.0.0.0/8", "::1/128", "192.0.2.10/32"}, secrets: []string{"analytics=HOOK_TOKEN"},
+			allowCommand: []string{"*"}, egress: []string{"127.0.0.0/8", "::1/128", "192.0.2.10/32"}, secrets: []string{"default/analytics=HOOK_TOKEN"},
 		},
 		{
 			name:         "flags given replace the defaults",
-			args:         []string{"--allow-command", "/opt/etl/*", "--allow-egress", "10.0.0.0/8", "--secret-env", "etl=DB_PASSWORD"},
-			allowCommand: []string{"/opt/etl/*"}, egress: []string{"10.0.0.0/8"}, secrets: []string{"etl=DB_PASSWORD"},
+			args:         []string{"--allow-command", "/opt/etl/*", "--allow-egress", "10.0.0.0/8", "--secret-env", "acme/etl=DB_PASSWORD"},
+			allowCommand: []string{"/opt/etl/*"}, egress: []string{"10.0.0.0/8"}, secrets: []string{"acme/etl=DB_PASSWORD"},
 		},
 	}
 	for _, tt := range tests {
@@ -91,7 +91,7 @@ func TestSandboxFlags(t *testing.T) {
 	st.register(fs, false)
 	err := fs.Parse([]string{
 		"--allow-command", "/opt/etl/*", "--allow-egress", "127.0.0.1/32", "--allow-egress", "10.1.0.0/16,::1",
-		"--secret-env", "analytics=HOOK_TOKEN,DB_*", "--secret-env", "*=SHARED", "--secret-dir", "analytics=/run/secrets/analytics",
+		"--secret-env", "acme/analytics=HOOK_TOKEN,DB_*", "--secret-env", "acme/*=SHARED", "--secret-dir", "acme/analytics=/run/secrets/analytics",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestSandboxFlags(t *testing.T) {
 		netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("::1/128")}) {
 		t.Errorf("AllowEgress = %s", got)
 	}
-	if got := fmt.Sprint(cfg.Secrets.Env, cfg.Secrets.Dirs); got != "map[*:[SHARED] analytics:[HOOK_TOKEN DB_*]] map[analytics:[/run/secrets/analytics]]" {
+	if got := fmt.Sprint(cfg.Secrets.Env, cfg.Secrets.Dirs); got != "map[acme/*:[SHARED] acme/analytics:[HOOK_TOKEN DB_*]] map[acme/analytics:[/run/secrets/analytics]]" {
 		t.Errorf("Secrets = %s", got)
 	}
 
@@ -115,7 +115,8 @@ func TestSandboxFlags(t *testing.T) {
 		{"--allow-command=bin/*", "--allow-command: "},
 		{"--allow-egress=localhost", "--allow-egress \"localhost\""},
 		{"--secret-env=HOOK_TOKEN", "--secret-env \"HOOK_TOKEN\""},
-		{"--secret-dir=analytics=relative", "--secret-dir \"analytics=relative\""},
+		{"--secret-env=analytics=HOOK_TOKEN", "--secret-env \"analytics=HOOK_TOKEN\": a grant names its tenant: write TENANT/analytics=HOOK_TOKEN"},
+		{"--secret-dir=acme/analytics=relative", "--secret-dir \"acme/analytics=relative\""},
 	} {
 		var st stackFlags
 		fs := pflag.NewFlagSet("worker", pflag.ContinueOnError)

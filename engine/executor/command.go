@@ -204,7 +204,7 @@ func commandEnv(c Call, stepEnv map[string]string, secrets *SecretPolicy) ([]str
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(stepEnv)) {
-		val, err := secrets.resolve(c.Namespace, stepEnv[k])
+		val, err := secrets.resolve(c.Tenant, c.Namespace, stepEnv[k])
 		if err != nil {
 			return nil, err
 		}

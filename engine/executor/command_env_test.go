@@ -110,7 +110,7 @@ func TestCommandEnvironmentStepChoices(t *testing.T) {
 // refuses stops the step before it runs, for good. No t.Parallel: t.Setenv.
 func TestCommandEnvironmentSecrets(t *testing.T) {
 	t.Setenv("HOOK_TOKEN", "Bearer s3cr3t")
-	allowEtl := &SecretPolicy{Env: map[string][]string{"etl": {"HOOK_TOKEN"}}}
+	allowEtl := &SecretPolicy{Env: map[string][]string{"acme/etl": {"HOOK_TOKEN"}}}
 	env, res := runEnv(t, map[string]string{"TOKEN": "secret://env/HOOK_TOKEN"}, allowEtl)
 	if env == nil || env["TOKEN"] != "Bearer s3cr3t" {
 		t.Fatalf("Run() = %+v, want TOKEN set from the allowed secret", res)
@@ -119,8 +119,10 @@ func TestCommandEnvironmentSecrets(t *testing.T) {
 		t.Error("the command got HOOK_TOKEN itself; only TOKEN was asked for")
 	}
 
-	allowOther := &SecretPolicy{Env: map[string][]string{"analytics": {"HOOK_TOKEN"}}}
-	for name, policy := range map[string]*SecretPolicy{"no policy": nil, "another namespace's": allowOther} {
+	allowOther := &SecretPolicy{Env: map[string][]string{"acme/analytics": {"HOOK_TOKEN"}}}
+	allowOtherTenant := &SecretPolicy{Env: map[string][]string{"globex/etl": {"HOOK_TOKEN"}, "globex/*": {"HOOK_TOKEN"}}}
+	for name, policy := range map[string]*SecretPolicy{"no policy": nil, "another namespace's": allowOther,
+		"another tenant's namespace of the same name": allowOtherTenant} {
 		env, res := runEnv(t, map[string]string{"TOKEN": "secret://env/HOOK_TOKEN"}, policy)
 		if env != nil {
 			t.Fatalf("%s: the command ran with %v", name, env)

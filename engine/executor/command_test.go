@@ -155,7 +155,7 @@ func TestCommandSecretEnv(t *testing.T) {
 		Argv: []string{"/bin/sh", "-c", `printf '%s|%s' "$PASSWORD" "$KEY"`},
 		Env:  map[string]string{"PASSWORD": "secret://env/ORRERY_TEST_CMD_SECRET", "KEY": "secret://file" + keyFile},
 	}})
-	secrets := &SecretPolicy{Env: map[string][]string{"etl": {"ORRERY_TEST_CMD_SECRET"}}, Dirs: map[string][]string{"etl": {filepath.Dir(keyFile)}}}
+	secrets := &SecretPolicy{Env: map[string][]string{"acme/etl": {"ORRERY_TEST_CMD_SECRET"}}, Dirs: map[string][]string{"acme/etl": {filepath.Dir(keyFile)}}}
 	got := (&Runner{Command: &CommandRunner{Allow: []string{"/bin/*"}, Secrets: secrets}}).Run(context.Background(), c)
 	if !got.OK || got.Output != "hunter2|from-file" {
 		t.Fatalf("Run() = %+v, want OK with output %q", got, "hunter2|from-file")
@@ -172,7 +172,7 @@ func TestCommandMissingSecretDoesNotRun(t *testing.T) {
 	}})
 	// The folder is allowed, the file is missing: retried, another worker
 	// may have it.
-	secrets := &SecretPolicy{Dirs: map[string][]string{"etl": {dir}}}
+	secrets := &SecretPolicy{Dirs: map[string][]string{"acme/etl": {dir}}}
 	got := (&Runner{Command: &CommandRunner{Allow: []string{"/bin/*"}, Secrets: secrets}}).Run(context.Background(), c)
 	if got.OK || got.ExitReason != ReasonError || got.FailureClass != ClassSystem || !got.Retryable {
 		t.Errorf("Run() = %+v, want a retryable system error", got)

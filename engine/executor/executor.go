@@ -20,9 +20,13 @@ import (
 
 // Call is one attempt of one step.
 type Call struct {
-	RunID        uuid.UUID
-	TaskID       uuid.UUID
-	JobID        uuid.UUID
+	RunID  uuid.UUID
+	TaskID uuid.UUID
+	JobID  uuid.UUID
+	// Tenant is the name of the run's tenant, read from the database with
+	// the task (never from the job's text): with Namespace, the scope of
+	// the secrets the call may read.
+	Tenant       string
 	Namespace    string
 	Job          string
 	Step         string

@@ -20,6 +20,7 @@ func testCall(e dag.Executor) Call {
 		RunID:        uuid.MustParse("11111111-2222-3333-4444-555555555555"),
 		TaskID:       uuid.MustParse("66666666-7777-8888-9999-aaaaaaaaaaaa"),
 		JobID:        uuid.MustParse("bbbbbbbb-cccc-dddd-eeee-ffffffffffff"),
+		Tenant:       "acme",
 		Namespace:    "etl",
 		Job:          "nightly-load",
 		Step:         "extract",

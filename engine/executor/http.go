@@ -35,6 +35,7 @@ type HTTPRunner struct {
 type webhookBody struct {
 	RunID        string          `json:"run_id"`
 	TaskID       string          `json:"task_id"`
+	Tenant       string          `json:"tenant"`
 	Job          string          `json:"job"`
 	Namespace    string          `json:"namespace"`
 	Step         string          `json:"step"`
@@ -49,7 +50,7 @@ type webhookBody struct {
 func (h *HTTPRunner) Run(ctx context.Context, c Call) Result {
 	spec := c.Executor.HTTP
 	body, _ := json.Marshal(webhookBody{
-		RunID: c.RunID.String(), TaskID: c.TaskID.String(), Job: c.Job, Namespace: c.Namespace, Step: c.Step,
+		RunID: c.RunID.String(), TaskID: c.TaskID.String(), Tenant: c.Tenant, Job: c.Job, Namespace: c.Namespace, Step: c.Step,
 		Attempt: c.Attempt, FencingToken: c.FencingToken, ScheduledFor: c.ScheduledFor.UTC(), Trigger: c.Trigger,
 		Payload: c.Payload,
 	})
@@ -58,7 +59,7 @@ func (h *HTTPRunner) Run(ctx context.Context, c Call) Result {
 		return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: err.Error()}
 	}
 	for _, k := range slices.Sorted(maps.Keys(spec.Headers)) { // the first bad reference, always the same
-		val, err := h.Secrets.resolve(c.Namespace, spec.Headers[k])
+		val, err := h.Secrets.resolve(c.Tenant, c.Namespace, spec.Headers[k])
 		if err != nil {
 			return err.result()
 		}

@@ -180,6 +180,7 @@ func TestHTTPRequest(t *testing.T) {
 			want := map[string]string{
 				"run_id":        `"11111111-2222-3333-4444-555555555555"`,
 				"task_id":       `"66666666-7777-8888-9999-aaaaaaaaaaaa"`,
+				"tenant":        `"acme"`,
 				"job":           `"nightly-load"`,
 				"namespace":     `"etl"`,
 				"step":          `"extract"`,
@@ -214,7 +215,7 @@ func TestHTTPSecretHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv, reqs := newServer(t, 200, "")
-	secrets := &SecretPolicy{Env: map[string][]string{"etl": {"ORRERY_TEST_HTTP_TOKEN"}}, Dirs: map[string][]string{"etl": {dir}}}
+	secrets := &SecretPolicy{Env: map[string][]string{"acme/etl": {"ORRERY_TEST_HTTP_TOKEN"}}, Dirs: map[string][]string{"acme/etl": {dir}}}
 	res := (&HTTPRunner{Client: srv.Client(), Secrets: secrets}).Run(context.Background(), httpCall(srv.URL, "POST", map[string]string{
 		"Authorization": "secret://env/ORRERY_TEST_HTTP_TOKEN",
 		"X-Api-Key":     "secret://file" + keyFile,
@@ -241,7 +242,7 @@ func TestHTTPMissingSecret(t *testing.T) {
 	dir := t.TempDir()
 	missing := dir + "/missing"
 	// The folder is allowed, the file is missing: retried.
-	secrets := &SecretPolicy{Dirs: map[string][]string{"*": {dir}}}
+	secrets := &SecretPolicy{Dirs: map[string][]string{"acme/*": {dir}}}
 	res := (&Runner{HTTP: &HTTPRunner{Client: srv.Client(), Secrets: secrets}}).Run(context.Background(), httpCall(srv.URL, "POST", map[string]string{
 		"Authorization": "secret://file" + missing,
 	}))

@@ -73,13 +73,15 @@ func TestSecretPolicy(t *testing.T) {
 
 	policy := &SecretPolicy{
 		Env: map[string][]string{
-			"analytics": {"ORRERY_TEST_POLICY_TOKEN", "ORRERY_TEST_POLICY_GLOB_*", "ORRERY_TEST_POLICY_UNSET"},
-			"*":         {"ORRERY_TEST_POLICY_SHARED"},
+			"acme/analytics": {"ORRERY_TEST_POLICY_TOKEN", "ORRERY_TEST_POLICY_GLOB_*", "ORRERY_TEST_POLICY_UNSET"},
+			"acme/*":         {"ORRERY_TEST_POLICY_SHARED"},
+			"globex/billing": {"ORRERY_TEST_POLICY_OTHER"},
 		},
 		Dirs: map[string][]string{
-			"analytics": {filepath.Join(base, "secrets/analytics")},
-			"etl":       {filepath.Join(base, "alias")},
-			"*":         {filepath.Join(base, "secrets/shared")},
+			"acme/analytics": {filepath.Join(base, "secrets/analytics")},
+			"acme/etl":       {filepath.Join(base, "alias")},
+			"acme/*":         {filepath.Join(base, "secrets/shared")},
+			"globex/billing": {filepath.Join(base, "elsewhere")},
 		},
 	}
 	file := func(rel string) string { return "secret://file" + base + "/" + rel }
@@ -91,6 +93,7 @@ func TestSecretPolicy(t *testing.T) {
 	)
 	tests := []struct {
 		name      string
+		tenant    string // default acme
 		namespace string
 		ref       string
 		want      string
@@ -126,18 +129,33 @@ func TestSecretPolicy(t *testing.T) {
 		{name: "missing file in an allowed folder", namespace: "analytics", ref: file("secrets/analytics/missing"), wantErr: unreadable, retryable: true},
 
 		{name: "unknown kind", namespace: "analytics", ref: "secret://vault/x", wantErr: "use secret://env/NAME or secret://file/PATH"},
+
+		{name: "env of another tenant's namespace of the same name", tenant: "globex", namespace: "analytics", ref: "secret://env/ORRERY_TEST_POLICY_TOKEN", wantErr: envRefused},
+		{name: "env of another tenant's every namespace", tenant: "globex", namespace: "etl", ref: "secret://env/ORRERY_TEST_POLICY_SHARED", wantErr: envRefused},
+		{name: "env of the other tenant's own grant", tenant: "globex", namespace: "billing", ref: "secret://env/ORRERY_TEST_POLICY_OTHER", want: "env-other"},
+		{name: "env the other tenant's grant names, in the first tenant", namespace: "billing", ref: "secret://env/ORRERY_TEST_POLICY_OTHER", wantErr: envRefused},
+		{name: "file of another tenant's namespace of the same name", tenant: "globex", namespace: "analytics", ref: file("secrets/analytics/token"), wantErr: fileRefused},
+		{name: "file of another tenant's every namespace", tenant: "globex", namespace: "billing", ref: file("secrets/shared/common"), wantErr: fileRefused},
+		{name: "a call without a tenant", tenant: "-", namespace: "analytics", ref: "secret://env/ORRERY_TEST_POLICY_TOKEN", wantErr: envRefused},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := policy.resolve(tt.namespace, tt.ref)
+			tenant := tt.tenant
+			switch tenant {
+			case "":
+				tenant = "acme"
+			case "-":
+				tenant = ""
+			}
+			got, err := policy.resolve(tenant, tt.namespace, tt.ref)
 			if tt.wantErr == "" {
 				if err != nil || got != tt.want {
-					t.Fatalf("resolve(%q, %q) = %q, %v; want %q", tt.namespace, tt.ref, got, err, tt.want)
+					t.Fatalf("resolve(%q, %q, %q) = %q, %v; want %q", tenant, tt.namespace, tt.ref, got, err, tt.want)
 				}
 				return
 			}
 			if err == nil {
-				t.Fatalf("resolve(%q, %q) = %q, want an error containing %q", tt.namespace, tt.ref, got, tt.wantErr)
+				t.Fatalf("resolve(%q, %q, %q) = %q, want an error containing %q", tenant, tt.namespace, tt.ref, got, tt.wantErr)
 			}
 			msg := err.Error()
 			if !strings.Contains(msg, tt.wantErr) || !strings.HasPrefix(msg, "secret "+tt.ref+": ") {
@@ -164,11 +182,11 @@ func TestSecretPolicyDefaultsToNothing(t *testing.T) {
 	base := secretLayout(t)
 	for name, p := range map[string]*SecretPolicy{"nil": nil, "zero": {}} {
 		for _, ref := range []string{"secret://env/PATH", "secret://env/HOME", "secret://file" + base + "/secrets/shared/common", "secret://file/etc/hostname"} {
-			if got, err := p.resolve("default", ref); err == nil || !err.refused {
+			if got, err := p.resolve("default", "default", ref); err == nil || !err.refused {
 				t.Errorf("%s policy: resolve(%q) = %q, %v; want a refusal", name, ref, got, err)
 			}
 		}
-		if got, err := p.resolve("default", "Bearer plain"); err != nil || got != "Bearer plain" {
+		if got, err := p.resolve("default", "default", "Bearer plain"); err != nil || got != "Bearer plain" {
 			t.Errorf("%s policy: a plain value = %q, %v", name, got, err)
 		}
 	}
@@ -179,10 +197,10 @@ func TestSecretPolicyDefaultsToNothing(t *testing.T) {
 func TestHTTPRefusedSecretSendsNothing(t *testing.T) {
 	t.Setenv("ORRERY_TEST_REFUSED_TOKEN", "Bearer must-not-leak")
 	srv, reqs := newServer(t, 200, "")
-	secrets := &SecretPolicy{Env: map[string][]string{"analytics": {"ORRERY_TEST_REFUSED_TOKEN"}}} // the call is in etl
+	secrets := &SecretPolicy{Env: map[string][]string{"acme/analytics": {"ORRERY_TEST_REFUSED_TOKEN"}}} // the call is in acme/etl
 	res := (&Runner{HTTP: &HTTPRunner{Client: srv.Client(), Secrets: secrets}}).Run(context.Background(),
 		httpCall(srv.URL, "POST", map[string]string{"Authorization": "secret://env/ORRERY_TEST_REFUSED_TOKEN"}))
-	if !strings.Contains(res.Error, "secret://env/ORRERY_TEST_REFUSED_TOKEN") || !strings.Contains(res.Error, `namespace "etl"`) ||
+	if !strings.Contains(res.Error, "secret://env/ORRERY_TEST_REFUSED_TOKEN") || !strings.Contains(res.Error, `namespace "acme/etl"`) ||
 		strings.Contains(res.Error, "must-not-leak") {
 		t.Errorf("Error = %q, want it to name the reference and the namespace, not the value", res.Error)
 	}
@@ -203,7 +221,7 @@ func TestCommandRefusedFileSecretDoesNotRun(t *testing.T) {
 	t.Parallel()
 	base := secretLayout(t)
 	marker := filepath.Join(t.TempDir(), "ran")
-	secrets := &SecretPolicy{Dirs: map[string][]string{"etl": {filepath.Join(base, "secrets/analytics")}}}
+	secrets := &SecretPolicy{Dirs: map[string][]string{"acme/etl": {filepath.Join(base, "secrets/analytics")}}}
 	for _, ref := range []string{"secrets/analytics/../../outside", "secrets/analytics/link-out"} {
 		c := testCall(dag.Executor{Command: &dag.CommandExecutor{
 			Argv: []string{"/bin/sh", "-c", `touch "$0"`, marker},
@@ -222,39 +240,66 @@ func TestCommandRefusedFileSecretDoesNotRun(t *testing.T) {
 func TestSecretPolicyFlags(t *testing.T) {
 	t.Parallel()
 	var p SecretPolicy
-	for _, spec := range []string{"analytics=HOOK_TOKEN", "analytics=DB_PASSWORD, ETL_*", "*=SHARED"} {
+	for _, spec := range []string{"acme/analytics=HOOK_TOKEN", "acme/analytics=DB_PASSWORD, ETL_*", "acme/*=SHARED"} {
 		if err := p.AddEnv(spec); err != nil {
 			t.Fatalf("AddEnv(%q) = %v", spec, err)
 		}
 	}
-	for _, spec := range []string{"analytics=/run/secrets/analytics/", "*=/run/secrets/shared"} {
+	for _, spec := range []string{"acme/analytics=/run/secrets/analytics/", "acme/*=/run/secrets/shared"} {
 		if err := p.AddDir(spec); err != nil {
 			t.Fatalf("AddDir(%q) = %v", spec, err)
 		}
 	}
-	if got := strings.Join(p.Env["analytics"], " "); got != "HOOK_TOKEN DB_PASSWORD ETL_*" {
-		t.Errorf("Env[analytics] = %q", got)
+	if got := strings.Join(p.Env["acme/analytics"], " "); got != "HOOK_TOKEN DB_PASSWORD ETL_*" {
+		t.Errorf("Env[acme/analytics] = %q", got)
 	}
-	if got := strings.Join(p.Env["*"], " "); got != "SHARED" {
-		t.Errorf("Env[*] = %q", got)
+	if got := strings.Join(p.Env["acme/*"], " "); got != "SHARED" {
+		t.Errorf("Env[acme/*] = %q", got)
 	}
-	if got := p.Dirs["analytics"]; len(got) != 1 || got[0] != "/run/secrets/analytics" {
-		t.Errorf("Dirs[analytics] = %q, want the folder cleaned", got)
+	if got := p.Dirs["acme/analytics"]; len(got) != 1 || got[0] != "/run/secrets/analytics" {
+		t.Errorf("Dirs[acme/analytics] = %q, want the folder cleaned", got)
 	}
 	if err := p.Validate(); err != nil {
 		t.Errorf("Validate() = %v", err)
 	}
-	for _, bad := range []string{"HOOK_TOKEN", "=HOOK_TOKEN", "analytics=", "analytics=A,,B", "analytics=[", "analytics=A/B"} {
+	for _, bad := range []string{"HOOK_TOKEN", "=HOOK_TOKEN", "acme/analytics=", "acme/analytics=A,,B", "acme/analytics=[", "acme/analytics=A/B",
+		"*/analytics=A", "acme/=A", "/analytics=A", "Acme/analytics=A", "acme/ana lytics=A", "acme/analytics/x=A"} {
 		if err := p.AddEnv(bad); err == nil {
 			t.Errorf("AddEnv(%q) = nil, want an error", bad)
 		}
 	}
-	for _, bad := range []string{"/run/secrets", "=/run/secrets", "analytics=", "analytics=run/secrets", "analytics=../x"} {
+	for _, bad := range []string{"/run/secrets", "=/run/secrets", "acme/analytics=", "acme/analytics=run/secrets", "acme/analytics=../x", "*/*=/run/secrets"} {
 		if err := p.AddDir(bad); err == nil {
 			t.Errorf("AddDir(%q) = nil, want an error", bad)
 		}
 	}
-	if err := (&SecretPolicy{Dirs: map[string][]string{"x": {"relative"}}}).Validate(); err == nil {
-		t.Error("Validate() of a relative folder = nil, want an error")
+	for _, bad := range []*SecretPolicy{
+		{Dirs: map[string][]string{"acme/x": {"relative"}}},
+		{Dirs: map[string][]string{"x": {"/abs"}}},
+		{Env: map[string][]string{"*": {"A"}}},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", bad)
+		}
+	}
+}
+
+// The grants of old named a namespace alone, which every tenant's
+// namespace of that name matched: refused, with the grant to write now.
+func TestSecretPolicyRefusesGrantsWithoutATenant(t *testing.T) {
+	t.Parallel()
+	for spec, want := range map[string]string{
+		"analytics=HOOK_TOKEN": "a grant names its tenant: write TENANT/analytics=HOOK_TOKEN (default/analytics=HOOK_TOKEN for the default tenant)",
+		"*=SHARED":             "never to every tenant's: write TENANT/*=SHARED for every namespace of TENANT",
+		"*/etl=SHARED":         "never to every tenant's: name the tenant instead of *",
+	} {
+		var p SecretPolicy
+		if err := p.AddEnv(spec); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("AddEnv(%q) = %v, want an error containing %q", spec, err, want)
+		}
+	}
+	var p SecretPolicy
+	if err := p.AddDir("analytics=/run/secrets"); err == nil || !strings.Contains(err.Error(), "write TENANT/analytics=/run/secrets") {
+		t.Errorf("AddDir(old form) = %v, want the new form in the error", err)
 	}
 }

@@ -28,7 +28,7 @@ func TestResolve(t *testing.T) {
 	os.Unsetenv("ORRERY_TEST_SECRET_MISSING")
 
 	// Namespace etl may read these variables and the files in dir.
-	policy := &SecretPolicy{Env: map[string][]string{"etl": {"ORRERY_TEST_SECRET_*"}}, Dirs: map[string][]string{"etl": {dir}}}
+	policy := &SecretPolicy{Env: map[string][]string{"acme/etl": {"ORRERY_TEST_SECRET_*"}}, Dirs: map[string][]string{"acme/etl": {dir}}}
 
 	tests := []struct {
 		name    string
@@ -58,7 +58,7 @@ func TestResolve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := policy.resolve("etl", tt.in)
+			got, err := policy.resolve("acme", "etl", tt.in)
 			if tt.wantErr != "" {
 				if err == nil {
 					t.Fatalf("resolve(%q) = %q, nil; want an error containing %q", tt.in, got, tt.wantErr)
@@ -89,7 +89,7 @@ func TestResolve(t *testing.T) {
 func TestResolveFileErrorHidesDetails(t *testing.T) {
 	t.Parallel()
 	p := filepath.Join(t.TempDir(), "nope")
-	_, err := (&SecretPolicy{Dirs: map[string][]string{"*": {filepath.Dir(p)}}}).resolve("etl", "secret://file"+p)
+	_, err := (&SecretPolicy{Dirs: map[string][]string{"acme/*": {filepath.Dir(p)}}}).resolve("acme", "etl", "secret://file"+p)
 	if err == nil {
 		t.Fatal("resolve of a missing file succeeded")
 	}

@@ -76,7 +76,8 @@ type Config struct {
 	Queues []string
 	// Client posts; its transport applies the worker's egress policy.
 	Client *http.Client
-	// Secrets resolves header values and signing secrets per namespace.
+	// Secrets resolves header values and signing secrets per tenant and
+	// namespace (the notification row's, read from the database).
 	Secrets *executor.SecretPolicy
 	// MaxAttempts per notification; default 8 (about 8 minutes of tries).
 	MaxAttempts int
@@ -145,7 +146,7 @@ func (d *Deliverer) Run(ctx context.Context) error {
 
 // Pass claims and delivers one batch; it returns how many it claimed.
 func (d *Deliverer) Pass(ctx context.Context) (int, error) {
-	var rows []store.Notification
+	var rows []store.ClaimNotificationsRow
 	claimed := time.Now()
 	err := store.Retry(ctx, func() error {
 		var err error
@@ -159,8 +160,8 @@ func (d *Deliverer) Pass(ctx context.Context) (int, error) {
 	// One job's notifications in the order they were written (ids are
 	// time-ordered), different jobs' side by side. A retry can still
 	// overtake: receivers order by the body's "at".
-	slices.SortFunc(rows, func(a, b store.Notification) int { return bytes.Compare(a.ID[:], b.ID[:]) })
-	byJob := map[uuid.UUID][]store.Notification{}
+	slices.SortFunc(rows, func(a, b store.ClaimNotificationsRow) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	byJob := map[uuid.UUID][]store.ClaimNotificationsRow{}
 	for _, n := range rows {
 		byJob[n.JobID] = append(byJob[n.JobID], n)
 	}
@@ -190,7 +191,7 @@ type outcome struct {
 	permanent bool
 }
 
-func (d *Deliverer) deliver(ctx context.Context, n store.Notification) {
+func (d *Deliverer) deliver(ctx context.Context, n store.ClaimNotificationsRow) {
 	o := d.post(ctx, n)
 	status, retry := "delivered", time.Duration(0)
 	switch {
@@ -220,7 +221,7 @@ func (d *Deliverer) deliver(ctx context.Context, n store.Notification) {
 	}
 }
 
-func (d *Deliverer) post(ctx context.Context, n store.Notification) outcome {
+func (d *Deliverer) post(ctx context.Context, n store.ClaimNotificationsRow) outcome {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.Url, bytes.NewReader(n.Body))
@@ -232,7 +233,7 @@ func (d *Deliverer) post(ctx context.Context, n store.Notification) outcome {
 		return outcome{err: "stored headers: " + err.Error(), permanent: true}
 	}
 	for k, v := range headers {
-		val, err := d.cfg.Secrets.Resolve(n.Namespace, v)
+		val, err := d.cfg.Secrets.Resolve(n.Tenant, n.Namespace, v)
 		if err != nil {
 			return outcome{err: err.Error(), permanent: executor.Refused(err)}
 		}
@@ -247,7 +248,7 @@ func (d *Deliverer) post(ctx context.Context, n store.Notification) outcome {
 		req.Header.Set("traceparent", *n.TraceParent)
 	}
 	if n.Secret != "" {
-		secret, err := d.cfg.Secrets.Resolve(n.Namespace, n.Secret)
+		secret, err := d.cfg.Secrets.Resolve(n.Tenant, n.Namespace, n.Secret)
 		if err != nil {
 			return outcome{err: err.Error(), permanent: executor.Refused(err)}
 		}

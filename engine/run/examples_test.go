@@ -40,7 +40,7 @@ func TestExamplesRun(t *testing.T) {
 	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 4, "etl": 4, "warehouse": 2},
 		AllowCommand: []string{"/bin/*"},
 		AllowEgress:  []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, // the hook server
-		Secrets:      executor.SecretPolicy{Env: map[string][]string{"analytics": {"HOOK_TOKEN"}}},
+		Secrets:      executor.SecretPolicy{Env: map[string][]string{"default/analytics": {"HOOK_TOKEN"}}},
 		Handlers:     map[string]executor.HandlerFunc{"load-warehouse": func(context.Context, executor.Call) error { return nil }}})
 	enginetest.StartNode(t, pool)
 	jobs, _ := job.New(ctx, pool, nil)

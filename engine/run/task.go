@@ -154,7 +154,7 @@ func startedAttempts(ctx context.Context, db store.DBTX, starts []Start, rows []
 			StartedAt:   t.StartedAt,
 			ReleasedAt:  t.ReleasedAt,
 			Call: executor.Call{
-				RunID: t.RunID, TaskID: t.ID, JobID: t.JobID, Namespace: t.Namespace, Job: t.Name, Step: t.Step,
+				RunID: t.RunID, TaskID: t.ID, JobID: t.JobID, Tenant: t.Tenant, Namespace: t.Namespace, Job: t.Name, Step: t.Step,
 				Attempt: int(t.Attempt), FencingToken: t.FencingToken, ScheduledFor: t.ScheduledFor, Trigger: t.Trigger,
 				Payload: json.RawMessage(step.Payload), Executor: step.Run,
 			},

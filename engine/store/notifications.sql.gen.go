@@ -14,14 +14,18 @@ import (
 )
 
 const claimNotifications = `-- name: ClaimNotifications :many
-UPDATE notifications SET attempts = attempts + 1, next_attempt_at = now() + INTERVAL '1 second' * $1::float8
-WHERE id IN (
-    SELECT n.id FROM notifications AS n
-    WHERE n.status = 'pending' AND n.queue = ANY($2::text[]) AND n.next_attempt_at <= now()
-    ORDER BY n.next_attempt_at, n.id
-    LIMIT $3
-    FOR UPDATE SKIP LOCKED)
-RETURNING id, tenant_id, job_id, namespace, queue, event, run_id, alert_id, url, headers, secret, body, trace_parent, status, attempts, next_attempt_at, last_status_code, last_error, created_at, finished_at
+WITH c AS (
+    UPDATE notifications SET attempts = attempts + 1, next_attempt_at = now() + INTERVAL '1 second' * $1::float8
+    WHERE id IN (
+        SELECT n.id FROM notifications AS n
+        WHERE n.status = 'pending' AND n.queue = ANY($2::text[]) AND n.next_attempt_at <= now()
+        ORDER BY n.next_attempt_at, n.id
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id, tenant_id, job_id, namespace, event, url, headers, secret, body, trace_parent, attempts
+)
+SELECT c.id, c.tenant_id, te.name AS tenant, c.job_id, c.namespace, c.event, c.url, c.headers, c.secret, c.body, c.trace_parent, c.attempts
+FROM c JOIN tenants AS te ON te.id = c.tenant_id
 `
 
 type ClaimNotificationsParams struct {
@@ -30,38 +34,47 @@ type ClaimNotificationsParams struct {
 	Batch        int32
 }
 
+type ClaimNotificationsRow struct {
+	ID          uuid.UUID
+	TenantID    uuid.UUID
+	Tenant      string
+	JobID       uuid.UUID
+	Namespace   string
+	Event       string
+	Url         string
+	Headers     []byte
+	Secret      string
+	Body        []byte
+	TraceParent *string
+	Attempts    int32
+}
+
 // ClaimNotifications takes due deliveries of the queues for claim_seconds:
 // a worker that dies while delivering leaves them due again after that.
-func (q *Queries) ClaimNotifications(ctx context.Context, arg ClaimNotificationsParams) ([]Notification, error) {
+// Each comes with its tenant's name, the scope (with its namespace) of the
+// secrets its headers may name.
+func (q *Queries) ClaimNotifications(ctx context.Context, arg ClaimNotificationsParams) ([]ClaimNotificationsRow, error) {
 	rows, err := q.db.Query(ctx, claimNotifications, arg.ClaimSeconds, arg.Queues, arg.Batch)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []Notification{}
+	items := []ClaimNotificationsRow{}
 	for rows.Next() {
-		var i Notification
+		var i ClaimNotificationsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.TenantID,
+			&i.Tenant,
 			&i.JobID,
 			&i.Namespace,
-			&i.Queue,
 			&i.Event,
-			&i.RunID,
-			&i.AlertID,
 			&i.Url,
 			&i.Headers,
 			&i.Secret,
 			&i.Body,
 			&i.TraceParent,
-			&i.Status,
 			&i.Attempts,
-			&i.NextAttemptAt,
-			&i.LastStatusCode,
-			&i.LastError,
-			&i.CreatedAt,
-			&i.FinishedAt,
 		); err != nil {
 			return nil, err
 		}

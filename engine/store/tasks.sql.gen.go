@@ -413,13 +413,14 @@ func (q *Queries) MarkUpstreamFailed(ctx context.Context, ids []uuid.UUID) error
 }
 
 const ownRunningAttempt = `-- name: OwnRunningAttempt :one
-SELECT k.id, k.tenant_id, k.run_id, k.step, k.attempt, k.fencing_token,
+SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
        k.released_at, ru.trace_parent
 FROM tasks AS k
 JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
 JOIN jobs AS j ON j.id = ru.job_id
+JOIN tenants AS te ON te.id = k.tenant_id
 WHERE k.id = $1 AND k.status = 'running' AND k.attempt = $2 AND k.worker_id = $3::uuid
 `
 
@@ -432,6 +433,7 @@ type OwnRunningAttemptParams struct {
 type OwnRunningAttemptRow struct {
 	ID           uuid.UUID
 	TenantID     uuid.UUID
+	Tenant       string
 	RunID        uuid.UUID
 	Step         string
 	Attempt      int32
@@ -457,6 +459,7 @@ func (q *Queries) OwnRunningAttempt(ctx context.Context, arg OwnRunningAttemptPa
 	err := row.Scan(
 		&i.ID,
 		&i.TenantID,
+		&i.Tenant,
 		&i.RunID,
 		&i.Step,
 		&i.Attempt,
@@ -617,12 +620,13 @@ WITH req AS (
     UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
     WHERE runs.id IN (SELECT t.run_id FROM t) AND runs.status = 'pending'
 )
-SELECT t.id, t.tenant_id, t.run_id, t.step, t.attempt, t.fencing_token,
+SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
        t.released_at, ru.trace_parent
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
+JOIN tenants AS te ON te.id = t.tenant_id
 `
 
 type StartAttemptsParams struct {
@@ -636,6 +640,7 @@ type StartAttemptsParams struct {
 type StartAttemptsRow struct {
 	ID           uuid.UUID
 	TenantID     uuid.UUID
+	Tenant       string
 	RunID        uuid.UUID
 	Step         string
 	Attempt      int32
@@ -674,6 +679,7 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 		if err := rows.Scan(
 			&i.ID,
 			&i.TenantID,
+			&i.Tenant,
 			&i.RunID,
 			&i.Step,
 			&i.Attempt,

@@ -207,7 +207,7 @@ func TestFailureStuckAndCallbacks(t *testing.T) {
 		},
 	}
 	secrets := executor.SecretPolicy{}
-	if err := secrets.AddEnv("ops=ORRERY_TEST_HOOK_SECRET"); err != nil {
+	if err := secrets.AddEnv("default/ops=ORRERY_TEST_HOOK_SECRET"); err != nil {
 		t.Fatal(err)
 	}
 	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 4}, Handlers: handlers, Secrets: secrets,

@@ -25,7 +25,7 @@ import (
 func TestWorkerSandbox(t *testing.T) {
 	t.Setenv("ORRERY_TEST_WORKER_TOKEN", "Bearer worker-token")
 	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
-	token := executor.SecretPolicy{Env: map[string][]string{"analytics": {"ORRERY_TEST_WORKER_TOKEN"}}}
+	token := executor.SecretPolicy{Env: map[string][]string{"default/analytics": {"ORRERY_TEST_WORKER_TOKEN"}}}
 	tests := []struct {
 		name      string
 		cfg       worker.Config
@@ -36,7 +36,7 @@ func TestWorkerSandbox(t *testing.T) {
 		{name: "defaults refuse loopback", cfg: worker.Config{Secrets: token}, status: "dead_lettered",
 			wantError: "egress to 127.0.0.1 refused: loopback address (this worker's egress policy; allow it with --allow-egress 127.0.0.1/32)"},
 		{name: "defaults refuse the secret", cfg: worker.Config{AllowEgress: loopback}, status: "dead_lettered",
-			wantError: `secret secret://env/ORRERY_TEST_WORKER_TOKEN: namespace "analytics" may not read this environment variable on this worker (--secret-env)`},
+			wantError: `secret secret://env/ORRERY_TEST_WORKER_TOKEN: namespace "default/analytics" may not read this environment variable on this worker (--secret-env)`},
 		{name: "allowed", cfg: worker.Config{AllowEgress: loopback, Secrets: token}, status: "succeeded", wantAuth: "Bearer worker-token"},
 	}
 	for _, tt := range tests {

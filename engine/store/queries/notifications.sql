@@ -18,15 +18,21 @@ FROM (
 
 -- ClaimNotifications takes due deliveries of the queues for claim_seconds:
 -- a worker that dies while delivering leaves them due again after that.
+-- Each comes with its tenant's name, the scope (with its namespace) of the
+-- secrets its headers may name.
 -- name: ClaimNotifications :many
-UPDATE notifications SET attempts = attempts + 1, next_attempt_at = now() + INTERVAL '1 second' * @claim_seconds::float8
-WHERE id IN (
-    SELECT n.id FROM notifications AS n
-    WHERE n.status = 'pending' AND n.queue = ANY(@queues::text[]) AND n.next_attempt_at <= now()
-    ORDER BY n.next_attempt_at, n.id
-    LIMIT @batch
-    FOR UPDATE SKIP LOCKED)
-RETURNING *;
+WITH c AS (
+    UPDATE notifications SET attempts = attempts + 1, next_attempt_at = now() + INTERVAL '1 second' * @claim_seconds::float8
+    WHERE id IN (
+        SELECT n.id FROM notifications AS n
+        WHERE n.status = 'pending' AND n.queue = ANY(@queues::text[]) AND n.next_attempt_at <= now()
+        ORDER BY n.next_attempt_at, n.id
+        LIMIT @batch
+        FOR UPDATE SKIP LOCKED)
+    RETURNING id, tenant_id, job_id, namespace, event, url, headers, secret, body, trace_parent, attempts
+)
+SELECT c.id, c.tenant_id, te.name AS tenant, c.job_id, c.namespace, c.event, c.url, c.headers, c.secret, c.body, c.trace_parent, c.attempts
+FROM c JOIN tenants AS te ON te.id = c.tenant_id;
 
 -- RecordDelivery writes one delivery's result if the claim is still the
 -- caller's (same attempts count, still pending): a delivery whose claim

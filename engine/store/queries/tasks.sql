@@ -20,25 +20,27 @@ WITH req AS (
     UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
     WHERE runs.id IN (SELECT t.run_id FROM t) AND runs.status = 'pending'
 )
-SELECT t.id, t.tenant_id, t.run_id, t.step, t.attempt, t.fencing_token,
+SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
        t.released_at, ru.trace_parent
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
-JOIN jobs AS j ON j.id = ru.job_id;
+JOIN jobs AS j ON j.id = ru.job_id
+JOIN tenants AS te ON te.id = t.tenant_id;
 
 -- OwnRunningAttempt reads the attempt @attempt of a task when it runs on
 -- worker @worker_id: a start of that worker's that committed while its
 -- answer was lost (a connection cut at COMMIT), found again when the
 -- start is tried once more. The columns are StartAttempts'.
 -- name: OwnRunningAttempt :one
-SELECT k.id, k.tenant_id, k.run_id, k.step, k.attempt, k.fencing_token,
+SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
        k.released_at, ru.trace_parent
 FROM tasks AS k
 JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
 JOIN jobs AS j ON j.id = ru.job_id
+JOIN tenants AS te ON te.id = k.tenant_id
 WHERE k.id = @id AND k.status = 'running' AND k.attempt = @attempt AND k.worker_id = @worker_id::uuid;
 
 -- JobVersionSpecs reads the specs of several job versions: one primary

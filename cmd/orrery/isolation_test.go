@@ -1,0 +1,156 @@
+package main_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/engine/pgtest"
+)
+
+// twoTenants starts `orrery serve --auth keys` (scheduler and watchdog
+// included) on a fresh database with a second tenant, acme, beside the
+// default one, and returns a client for each tenant's admin and the
+// database. The caller starts the workers it needs.
+func twoTenants(t *testing.T) (dsn string, asDefault, asAcme func(args ...string) (string, string, int)) {
+	t.Helper()
+	dsn = pgtest.DSN(t)
+	sys, _, code := run(t, "keys", "create", "--db", dsn, "--principal", "ops", "--role", "none", "--system-admin")
+	if code != 0 {
+		t.Fatal("keys create --system-admin failed")
+	}
+	admin, _, code := run(t, "keys", "create", "--db", dsn, "--principal", "default-admin", "--role", "admin")
+	if code != 0 {
+		t.Fatal("keys create for the default tenant failed")
+	}
+	addr := freeAddr(t)
+	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--auth", "keys")
+	as := func(key string) func(args ...string) (string, string, int) {
+		return func(args ...string) (string, string, int) {
+			t.Helper()
+			return run(t, append([]string{"--server", addr, "--api-key", strings.TrimSpace(key)}, args...)...)
+		}
+	}
+	asDefault = as(admin)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, _, code := asDefault("jobs", "list"); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not start:\n%s", p.Logs())
+		}
+	}
+	if out, errOut, code := as(sys)("tenants", "create", "acme"); code != 0 {
+		t.Fatalf("tenants create: exit %d %q %q", code, out, errOut)
+	}
+	acme, errOut, code := as(sys)("keys", "create", "--tenant", "acme", "--principal", "acme-admin", "--role", "admin")
+	if code != 0 {
+		t.Fatalf("keys create --tenant acme: exit %d %q", code, errOut)
+	}
+	return dsn, asDefault, as(acme)
+}
+
+// A secret granted to the default tenant's namespace analytics
+// (--secret-env default/analytics=HOOK_TOKEN) reaches that namespace's
+// command env, webhook header and alert notification, and none of them in
+// another tenant's namespace of the same name, whose editor wrote the
+// same job: there each reference is refused, naming acme/analytics, and
+// nothing carrying the value is sent.
+func TestSecretsBelongToTenants(t *testing.T) {
+	const token = "Bearer default-tenant-secret"
+	var mu sync.Mutex
+	got := map[string][]string{} // path -> Authorization headers
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		got[r.URL.Path] = append(got[r.URL.Path], r.Header.Get("Authorization"))
+	}))
+	defer sink.Close()
+
+	dsn, asDefault, asAcme := twoTenants(t)
+	startProcEnv(t, "worker", []string{"HOOK_TOKEN=" + token}, "worker", "--db", dsn, "--queue", "default=2",
+		"--allow-command", "/bin/*", "--allow-egress", "127.0.0.1/32", "--secret-env", "default/analytics=HOOK_TOKEN")
+
+	for tenant, as := range map[string]func(...string) (string, string, int){"default": asDefault, "acme": asAcme} {
+		dir := t.TempDir()
+		url := sink.URL + "/" + tenant
+		os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: reader, namespace: analytics}
+spec:
+  schedule: {cron: "@yearly"}
+  defaults: {retry: {max_attempts: 1}}
+  steps:
+    - name: env
+      run: {command: {argv: [/bin/sh, -c, 'echo token=$TOKEN'], env: {TOKEN: "secret://env/HOOK_TOKEN"}}}
+    - name: hook
+      run: {http: {url: "`+url+`/step", headers: {Authorization: "secret://env/HOOK_TOKEN"}}}
+    - name: fail
+      run: {command: {argv: [/bin/false]}}
+  alerts:
+    on: [failure]
+    notify: [{webhook: {url: "`+url+`/alert", headers: {Authorization: "secret://env/HOOK_TOKEN"}}}]
+`), 0o644)
+		if out, errOut, code := as("apply", "-f", dir); code != 0 {
+			t.Fatalf("%s: apply: %s %s", tenant, out, errOut)
+		}
+		if out, errOut, code := as("jobs", "trigger", "reader", "-n", "analytics"); code != 0 {
+			t.Fatalf("%s: trigger: %s %s", tenant, out, errOut)
+		}
+	}
+
+	pool := openPool(t, dsn)
+	notification := func(tenant string) (status, lastError string) {
+		_ = pool.QueryRow(context.Background(), `SELECT n.status, n.last_error FROM notifications n JOIN tenants te ON te.id = n.tenant_id
+			WHERE te.name = $1 AND n.event = 'alert.raised'`, tenant).Scan(&status, &lastError)
+		return status, lastError
+	}
+	poll(t, 60*time.Second, "both tenants' alert notifications end", func() bool {
+		d, _ := notification("default")
+		a, _ := notification("acme")
+		return d == "delivered" && a == "failed"
+	})
+
+	attempt := func(tenant, step string) (outcome, output, errText string) {
+		t.Helper()
+		err := pool.QueryRow(context.Background(), `SELECT a.outcome, a.output, a.error FROM attempts a JOIN tasks k ON k.id = a.task_id
+			JOIN tenants te ON te.id = k.tenant_id WHERE te.name = $1 AND k.step = $2`, tenant, step).Scan(&outcome, &output, &errText)
+		if err != nil {
+			t.Fatalf("%s's attempt of %s: %v", tenant, step, err)
+		}
+		return outcome, output, errText
+	}
+	if outcome, output, _ := attempt("default", "env"); outcome != "succeeded" || !strings.Contains(output, "token="+token) {
+		t.Errorf("default/analytics env step: %s %q, want the secret in its env", outcome, output)
+	}
+	const refused = `namespace "acme/analytics" may not read this environment variable on this worker (--secret-env)`
+	for _, step := range []string{"env", "hook"} {
+		outcome, output, errText := attempt("acme", step)
+		if outcome != "failed" || !strings.Contains(errText, refused) || strings.Contains(output+errText, "default-tenant-secret") {
+			t.Errorf("acme/analytics %s step: %s %q %q, want it refused without the value", step, outcome, output, errText)
+		}
+	}
+	if _, lastError := notification("acme"); !strings.Contains(lastError, refused) {
+		t.Errorf("acme's alert notification: %q, want the refusal", lastError)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, path := range []string{"/default/step", "/default/alert"} {
+		if h := got[path]; len(h) != 1 || h[0] != token {
+			t.Errorf("%s got %q, want the secret once", path, h)
+		}
+	}
+	for path, h := range got {
+		if strings.HasPrefix(path, "/acme/") {
+			t.Errorf("%s was called (%q): the other tenant's references must send nothing", path, h)
+		}
+	}
+}
