@@ -41,6 +41,7 @@ type stackFlags struct {
 	allowEgress  []string
 	secretEnv    []string
 	secretDir    []string
+	allowedHosts []string
 	leaseTTL     time.Duration
 	idleInTx     time.Duration
 	maxRequest   int64
@@ -54,6 +55,7 @@ type stackFlags struct {
 
 func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "also serve Prometheus metrics on this address, without a key (an operator's network); serve and dev always serve them on the API address at /metrics for a system admin key")
+	fs.StringArrayVar(&f.allowedHosts, "allowed-host", nil, "a host name the API, web UI and metrics answer to (Host header, and a browser's Origin): a name, .example.com for every name under it, or * for any (repeatable); IP addresses, localhost and the listen address's name always (no DNS rebinding)")
 	if withAPI {
 		fs.DurationVar(&f.retention, "retention", 0, "keep finished runs (their tasks and attempts) this long; runs holding a dead letter are kept (default 168h; at least 72h; a tenant may override it)")
 		fs.StringVar(&f.archiveDir, "archive-dir", "", "before pruning old runs, append them to gzip JSON Lines files per tenant and day in this folder")
@@ -65,7 +67,7 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 		fs.StringArrayVar(&f.workers, "worker", nil, "also run a worker pool in this process: QUEUE=CONCURRENCY (repeatable)")
 		fs.Int64Var(&f.maxRequest, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request body, as sent and after decompression (ResourceExhausted beyond)")
 		fs.BoolVar(&f.secureCookie, "secure-cookies", false, "mark the web UI's session cookie Secure even on plain HTTP here (TLS ends at a proxy in front); it is Secure anyway when this server terminates TLS")
-		fs.StringVar(&f.auth, "auth", "keys", "keys: every call needs an API key (Authorization: Bearer ork_...); none: no authentication, every call an admin of the default tenant (experiments only)")
+		fs.StringVar(&f.auth, "auth", "keys", "keys: every call needs an API key (Authorization: Bearer ork_...); none: no authentication, every call an admin of the default tenant (experiments only, on a loopback --addr only)")
 	} else {
 		fs.StringArrayVar(&f.workers, "queue", nil, "serve this queue: NAME=CONCURRENCY (repeatable)")
 		fs.StringVar(&f.name, "name", "", "worker name recorded on attempts (default host-pid)")
@@ -73,8 +75,8 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 	fs.StringArrayVar(&f.allowCommand, "allow-command", nil, "programs command steps may run, as absolute path patterns (/opt/etl/*) matched on the real path, or * for any (repeatable); none by default")
 	fs.StringArrayVar(&f.allowEnv, "allow-env", nil, "environment variable names a command step's env may set, as patterns (ETL_*, PASSWORD) (repeatable); by default any name but those that change which code a program runs (LD_*, PATH, GIT_*, PYTHON*...)")
 	fs.StringArrayVar(&f.allowEgress, "allow-egress", nil, "address ranges webhooks may reach although refused by default (loopback, private, link-local, multicast, unspecified), as CIDRs: 127.0.0.1/32 (repeatable)")
-	fs.StringArrayVar(&f.secretEnv, "secret-env", nil, "environment variables a namespace's secret://env/ references may read: NAMESPACE=NAME[,NAME...], NAMESPACE * for every namespace, NAME may be a pattern (HOOK_*) (repeatable); none by default")
-	fs.StringArrayVar(&f.secretDir, "secret-dir", nil, "folder a namespace's secret://file/ references may read files in: NAMESPACE=/path, NAMESPACE * for every namespace (repeatable); none by default")
+	fs.StringArrayVar(&f.secretEnv, "secret-env", nil, "environment variables a tenant's namespace's secret://env/ references may read: TENANT/NAMESPACE=NAME[,NAME...], TENANT/* for every namespace of TENANT, NAME may be a pattern (HOOK_*) (repeatable); none by default")
+	fs.StringArrayVar(&f.secretDir, "secret-dir", nil, "folder a tenant's namespace's secret://file/ references may read files in: TENANT/NAMESPACE=/path, TENANT/* for every namespace of TENANT (repeatable); none by default")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 15*time.Second, "task lease TTL: a dead worker's tasks retry after it")
 	fs.DurationVar(&f.idleInTx, "idle-tx-timeout", 0, "end a database session idle inside a transaction this long, so a stopped process cannot hold locks past its leases (default half the shortest lease TTL; negative: off)")
 }
@@ -135,6 +137,9 @@ func (f *stackFlags) authenticator(acc *access.Service, log *slog.Logger) (api.A
 	case "keys":
 		return api.KeyAuth{Access: acc}, nil
 	case "none":
+		if !api.IsLoopback(f.addr) {
+			return nil, fmt.Errorf("--auth none serves a loopback --addr only (127.0.0.1, ::1, localhost), not %q: anyone who reached the port would act as an admin", f.addr)
+		}
 		log.Warn("AUTHENTICATION IS OFF (--auth none): anyone who reaches this port acts as an admin of the default tenant; for experiments only")
 		return api.NoAuth{}, nil
 	}
@@ -207,6 +212,10 @@ func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueD
 	if err != nil {
 		return err
 	}
+	hosts, err := api.NewHostPolicy(f.addr, f.allowedHosts)
+	if err != nil {
+		return fmt.Errorf("--allowed-host %w", err)
+	}
 	top := http.NewServeMux()
 	top.Handle("/metrics", api.MetricsHandler(auth, mets.Handler()))
 	top.Handle("/", webui.Mount(apiHandler, ui))
@@ -219,7 +228,7 @@ func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueD
 		}
 		h = mux
 	}
-	srv, err := api.Listen(f.addr, h)
+	srv, err := api.Listen(f.addr, hosts.Guard(h))
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
@@ -250,7 +259,7 @@ func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueD
 		parts = append(parts, w.Run)
 	}
 	if f.metricsAddr != "" {
-		serve, err := serveMetrics(f.metricsAddr, mets)
+		serve, err := serveMetrics(f.metricsAddr, f.allowedHosts, mets)
 		if err != nil {
 			return err
 		}
@@ -280,11 +289,16 @@ func runAll(ctx context.Context, parts ...func(context.Context) error) error {
 	return first
 }
 
-// serveMetrics serves /metrics alone on addr (--metrics-addr).
-func serveMetrics(addr string, mets *metrics.Metrics) (func(context.Context) error, error) {
+// serveMetrics serves /metrics alone on addr (--metrics-addr), to the
+// hosts allowed.
+func serveMetrics(addr string, allowedHosts []string, mets *metrics.Metrics) (func(context.Context) error, error) {
+	hosts, err := api.NewHostPolicy(addr, allowedHosts)
+	if err != nil {
+		return nil, fmt.Errorf("--allowed-host %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", mets.Handler())
-	srv, err := api.Listen(addr, mux)
+	srv, err := api.Listen(addr, hosts.Guard(mux))
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}

@@ -14,8 +14,9 @@ import (
 )
 
 // browser starts headless Chromium (Debian's package; `make test`
-// installs it) and returns a context that drives one tab.
-func browser(t *testing.T) context.Context {
+// installs it), with extra options, and returns a context that drives one
+// tab.
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := os.Getenv("ORRERY_CHROMIUM")
 	if path == "" {
@@ -31,6 +32,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
 	}
+	opts = append(opts, extra...)
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelB := chromedp.NewContext(actx)
 	ctx, cancelC := context.WithTimeout(ctx, 3*time.Minute)

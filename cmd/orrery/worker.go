@@ -60,7 +60,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			if st.metricsAddr == "" {
 				return w.Run(ctx)
 			}
-			serve, err := serveMetrics(st.metricsAddr, mets)
+			serve, err := serveMetrics(st.metricsAddr, st.allowedHosts, mets)
 			if err != nil {
 				return err
 			}
