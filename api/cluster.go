@@ -26,7 +26,13 @@ type clusterServer struct {
 	log    *slog.Logger
 }
 
+// GetCluster shows the nodes and shards to every caller (they hold no
+// tenant's data), and the workers and queue depths as the caller may see
+// them: a system admin all; another caller the shared workers (which serve
+// it too) and those bound to its tenant, and the depths of its tenant's
+// bound queues only (a shared queue's depth counts every tenant's tasks).
 func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orreryv1.GetClusterRequest]) (*connect.Response[orreryv1.GetClusterResponse], error) {
+	p := principalOf(ctx)
 	nodes, shards, err := shard.Cluster(ctx, s.pool)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
@@ -50,8 +56,15 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 	for _, w := range workers {
 		pw := &orreryv1.Worker{Id: w.ID.String(), Name: w.Name, Live: w.Live, StartTime: timestamppb.New(w.StartedAt),
 			HeartbeatTime: timestamppb.New(w.HeartbeatAt)}
-		_ = json.Unmarshal(w.Queues, &pw.Queues) // written by the worker as {"queue": n}
-		out.Workers = append(out.Workers, pw)
+		_ = json.Unmarshal(w.Queues, &pw.Queues)   // written by the worker as {"queue": n}
+		_ = json.Unmarshal(w.Tenants, &pw.Tenants) // and ["tenant", ...]
+		pw.Shared = len(pw.Tenants) == 0
+		if p.SystemAdmin || pw.Shared || slices.Contains(pw.Tenants, p.TenantName) {
+			if !p.SystemAdmin {
+				pw.Tenants = slices.DeleteFunc(pw.Tenants, func(t string) bool { return t != p.TenantName })
+			}
+			out.Workers = append(out.Workers, pw)
+		}
 	}
 	if s.queues.Default != nil {
 		depths, err := dispatch.QueueDepthsOf(ctx, s.queues)
@@ -62,6 +75,9 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 			s.log.Warn("cluster view: queue depths", "err", err)
 		}
 		for _, q := range slices.Sorted(maps.Keys(depths)) {
+			if !p.SystemAdmin && !dispatch.BoundTo(q, p.TenantName) {
+				continue
+			}
 			out.Queues = append(out.Queues, &orreryv1.QueueDepth{Queue: q, Ready: depths[q].Ready, OldestReadySeconds: depths[q].OldestSeconds})
 		}
 	}

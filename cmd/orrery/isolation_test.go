@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -152,5 +153,121 @@ spec:
 		if strings.HasPrefix(path, "/acme/") {
 			t.Errorf("%s was called (%q): the other tenant's references must send nothing", path, h)
 		}
+	}
+}
+
+// A worker bound to a tenant (--tenant acme) runs that tenant's steps
+// only, and the shared worker of the same queue none of them: acme's tasks
+// go to acme's own queue, default|acme, from the moment the bound worker
+// starts. The cluster view shows each tenant its own and the shared
+// workers. Unbinding sends acme's new tasks to the shared pool again.
+func TestWorkersBoundToTenants(t *testing.T) {
+	dsn, asDefault, asAcme := twoTenants(t)
+	pool := openPool(t, dsn)
+	out, errOut, code := run(t, "worker", "--db", dsn, "--queue", "default=1", "--tenant", "nope")
+	oneLineError(t, []string{"worker", "--tenant", "nope"}, out, errOut, code, `tenant "nope": no such tenant`)
+
+	startProc(t, "shared", "worker", "--db", dsn, "--queue", "default=2", "--name", "shared", "--allow-command", "/bin/*")
+	startProc(t, "acme-pool", "worker", "--db", dsn, "--queue", "default=2", "--name", "acme-pool", "--tenant", "acme", "--allow-command", "/bin/*")
+	poll(t, 20*time.Second, "acme's queue default bound", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM queue_bindings WHERE bound_queue = 'default|acme'`) == 1
+	})
+
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: work, namespace: team}
+spec:
+  schedule: {cron: "@yearly"}
+  overlap: allow
+  steps:
+    - {name: a, run: {command: {argv: [/bin/true]}}}
+    - {name: b, needs: [a], run: {command: {argv: [/bin/true]}}}
+`), 0o644)
+	trigger := func(as func(...string) (string, string, int), times int) {
+		t.Helper()
+		for range times {
+			if out, errOut, code := as("jobs", "trigger", "work", "-n", "team"); code != 0 {
+				t.Fatalf("trigger: %s %s", out, errOut)
+			}
+		}
+	}
+	for _, as := range []func(...string) (string, string, int){asDefault, asAcme} {
+		if out, errOut, code := as("apply", "-f", dir); code != 0 {
+			t.Fatalf("apply: %s %s", out, errOut)
+		}
+		trigger(as, 3)
+	}
+	succeeded := func(tenant string) int {
+		return queryInt(t, pool, `SELECT count(*) FROM runs r JOIN tenants te ON te.id = r.tenant_id WHERE te.name = $1 AND r.status = 'succeeded'`, tenant)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			rows, _ := pool.Query(context.Background(), `SELECT te.name || ' ' || k.step || ' ' || k.status || ' ' || k.queue || ' ' || coalesce(k.admitted_at::text, '-') FROM tasks k JOIN tenants te ON te.id = k.tenant_id`)
+			for rows.Next() {
+				var s string
+				rows.Scan(&s)
+				t.Log(s)
+			}
+			rows.Close()
+		}
+	})
+	poll(t, 60*time.Second, "every run succeeds", func() bool { return succeeded("default") == 3 && succeeded("acme") == 3 })
+	// where lists "queue worker" of a tenant's attempts.
+	where := func(tenant string) map[string]int {
+		rows, err := pool.Query(context.Background(), `SELECT k.queue || ' ' || a.worker FROM attempts a JOIN tasks k ON k.id = a.task_id
+			JOIN tenants te ON te.id = k.tenant_id WHERE te.name = $1`, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]int{}
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			out[s]++
+		}
+		return out
+	}
+	if got := where("acme"); len(got) != 1 || got["default|acme acme-pool"] != 6 {
+		t.Errorf("acme's attempts by queue and worker: %v, want all 6 in default|acme on acme-pool", got)
+	}
+	if got := where("default"); len(got) != 1 || got["default shared"] != 6 {
+		t.Errorf("the default tenant's attempts by queue and worker: %v, want all 6 in default on shared", got)
+	}
+
+	// The cluster view: acme sees the shared worker and its own; the
+	// default tenant's admin (no system admin) the shared one only.
+	for tenant, as := range map[string]func(...string) (string, string, int){"acme": asAcme, "default": asDefault} {
+		out, errOut, code := as("cluster")
+		if code != 0 {
+			t.Fatalf("%s: cluster: %s %s", tenant, out, errOut)
+		}
+		if !regexp.MustCompile(`(?m)^shared\s+true\s+shared\s+default=2$`).MatchString(out) {
+			t.Errorf("%s's cluster view lacks the shared worker:\n%s", tenant, out)
+		}
+		if got, want := regexp.MustCompile(`(?m)^acme-pool\s+true\s+acme\s+default\|acme=2$`).MatchString(out), tenant == "acme"; got != want {
+			t.Errorf("%s's cluster view shows acme-pool: %v, want %v:\n%s", tenant, got, want, out)
+		}
+	}
+
+	out, errOut, code = run(t, "queues", "bindings", "--db", dsn)
+	if code != 0 || !regexp.MustCompile(`(?m)^acme\s+default\s+default\|acme\s+acme-pool\s`).MatchString(out) {
+		t.Fatalf("queues bindings: exit %d %s %s", code, out, errOut)
+	}
+	if out, errOut, code := run(t, "queues", "unbind", "acme", "default", "--db", dsn); code != 0 || out != "unbound queue default of tenant acme\n" {
+		t.Fatalf("queues unbind: exit %d %q %q", code, out, errOut)
+	}
+	out, errOut, code = run(t, "queues", "unbind", "acme", "default", "--db", dsn)
+	oneLineError(t, []string{"queues", "unbind"}, out, errOut, code, `queue "default" of tenant "acme": the queue is not bound to the tenant`)
+	trigger(asAcme, 1)
+	poll(t, 60*time.Second, "acme's run after the unbinding succeeds", func() bool { return succeeded("acme") == 4 })
+	if got := where("acme"); got["default shared"] != 2 {
+		t.Errorf("acme's attempts after the unbinding: %v, want its 2 new ones in default on shared", got)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM audit_log a JOIN tenants te ON te.id = a.tenant_id WHERE te.name = 'acme' AND a.action IN ('bind_queue', 'unbind_queue')`); n != 2 {
+		t.Errorf("acme's audit trail holds %d bind and unbind rows, want 2", n)
 	}
 }

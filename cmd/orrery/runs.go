@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -240,6 +242,21 @@ func newClusterCmd(g *globals) *cobra.Command {
 					owner = "-"
 				}
 				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%.3fs\n", s.GetId(), owner, s.GetEpoch(), ts(s.GetLeaseExpireTime()), s.GetLagSeconds())
+			}
+			_ = tw.Flush()
+			fmt.Fprintln(w)
+			tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "WORKER\tLIVE\tTENANTS\tQUEUES")
+			for _, wk := range res.Msg.GetWorkers() {
+				tenants := strings.Join(wk.GetTenants(), ",")
+				if wk.GetShared() {
+					tenants = "shared"
+				}
+				var queues []string
+				for _, q := range slices.Sorted(maps.Keys(wk.GetQueues())) {
+					queues = append(queues, fmt.Sprintf("%s=%d", q, wk.GetQueues()[q]))
+				}
+				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\n", wk.GetName(), wk.GetLive(), tenants, strings.Join(queues, " "))
 			}
 			return tw.Flush()
 		},

@@ -42,6 +42,7 @@ type stackFlags struct {
 	secretEnv    []string
 	secretDir    []string
 	allowedHosts []string
+	tenants      []string
 	leaseTTL     time.Duration
 	idleInTx     time.Duration
 	maxRequest   int64
@@ -72,6 +73,7 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 		fs.StringArrayVar(&f.workers, "queue", nil, "serve this queue: NAME=CONCURRENCY (repeatable)")
 		fs.StringVar(&f.name, "name", "", "worker name recorded on attempts (default host-pid)")
 	}
+	fs.StringArrayVar(&f.tenants, "tenant", nil, "bind the worker pools to this tenant (repeatable): they run its steps only, each queue through the tenant's own queue QUEUE|TENANT, bound when they start so that no shared pool runs its tasks of that queue again; none: pools shared by every tenant whose queue is not bound")
 	fs.StringArrayVar(&f.allowCommand, "allow-command", nil, "programs command steps may run, as absolute path patterns (/opt/etl/*) matched on the real path, or * for any (repeatable); none by default")
 	fs.StringArrayVar(&f.allowEnv, "allow-env", nil, "environment variable names a command step's env may set, as patterns (ETL_*, PASSWORD) (repeatable); by default any name but those that change which code a program runs (LD_*, PATH, GIT_*, PYTHON*...)")
 	fs.StringArrayVar(&f.allowEgress, "allow-egress", nil, "address ranges webhooks may reach although refused by default (loopback, private, link-local, multicast, unspecified), as CIDRs: 127.0.0.1/32 (repeatable)")
@@ -247,7 +249,7 @@ func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueD
 		})
 	}
 	if len(queues) > 0 {
-		cfg, err := f.sandbox(worker.Config{StatePool: state, QueueDBs: queueDBs, Queues: queues, Name: f.name, LeaseTTL: f.leaseTTL,
+		cfg, err := f.sandbox(worker.Config{StatePool: state, QueueDBs: queueDBs, Queues: queues, Tenants: f.tenants, Name: f.name, LeaseTTL: f.leaseTTL,
 			Handlers: handlers, Logger: log, Failpoints: fp, Metrics: mets})
 		if err != nil {
 			return err

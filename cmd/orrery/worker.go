@@ -48,7 +48,7 @@ func newWorkerCmd(g *globals) *cobra.Command {
 			}
 			defer stopTracing(context.WithoutCancel(ctx))
 			mets := metrics.New()
-			cfg, err := st.sandbox(worker.Config{StatePool: state, QueueDBs: queueDBs, Queues: queues, Name: st.name,
+			cfg, err := st.sandbox(worker.Config{StatePool: state, QueueDBs: queueDBs, Queues: queues, Tenants: st.tenants, Name: st.name,
 				LeaseTTL: st.leaseTTL, Logger: g.logger(), Failpoints: fp, Metrics: mets})
 			if err != nil {
 				return err

@@ -80,9 +80,10 @@ type QueueDBs struct {
 	ByQueue map[string]*pgxpool.Pool
 }
 
-// For is the database of queue's River tables.
+// For is the database of queue's River tables (a bound queue's is its
+// queue's).
 func (q QueueDBs) For(queue string) *pgxpool.Pool {
-	if p, ok := q.ByQueue[queue]; ok {
+	if p, ok := q.ByQueue[BaseQueue(queue)]; ok {
 		return p
 	}
 	return q.Default

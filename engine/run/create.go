@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -112,6 +113,10 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 	for _, id := range written {
 		ok[id] = true
 	}
+	bindings, err := bindingsOf(ctx, q, runs, ok, ids)
+	if err != nil {
+		return nil, err
+	}
 	tp := store.InsertTasksParams{}
 	ep := store.InsertEdgesParams{}
 	var ready []dispatch.Ready
@@ -132,10 +137,11 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 		}
 		for k, st := range r.Job.Spec.Steps {
 			set := r.Job.Spec.Effective(k)
+			queue := bindings.Queue(r.Job.Tenant, set.Queue)
 			status := TaskWaiting
 			if len(st.Needs) == 0 && r.Status == StatusPending {
 				status = TaskQueued
-				ready = append(ready, dispatch.Ready{TaskID: stepIDs[st.Name], Tenant: r.Job.Tenant, Queue: set.Queue, Priority: set.Priority, Attempt: 1})
+				ready = append(ready, dispatch.Ready{TaskID: stepIDs[st.Name], Tenant: r.Job.Tenant, Queue: queue, Priority: set.Priority, Attempt: 1})
 			}
 			tp.Ids = append(tp.Ids, stepIDs[st.Name])
 			tp.TenantIds = append(tp.TenantIds, r.Job.Tenant)
@@ -143,7 +149,7 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 			tp.Steps = append(tp.Steps, st.Name)
 			tp.Statuses = append(tp.Statuses, status)
 			tp.ParentsRemaining = append(tp.ParentsRemaining, int32(len(st.Needs)))
-			tp.Queues = append(tp.Queues, set.Queue)
+			tp.Queues = append(tp.Queues, queue)
 			tp.Priorities = append(tp.Priorities, int32(set.Priority))
 			tp.TriggerRules = append(tp.TriggerRules, st.TriggerRule)
 			for _, need := range st.Needs {
@@ -175,6 +181,21 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 		}
 	}
 	return ids, d.Release(ctx, tx, ready)
+}
+
+// bindingsOf reads the queue bindings of the tenants whose runs were
+// written with tasks (pending or queued), in tx; none when there are none.
+func bindingsOf(ctx context.Context, q *store.Queries, runs []New, written map[uuid.UUID]bool, ids []uuid.UUID) (dispatch.Bindings, error) {
+	var tenants []uuid.UUID
+	for i, r := range runs {
+		if written[ids[i]] && (r.Status == StatusPending || r.Status == StatusQueued) && !slices.Contains(tenants, r.Job.Tenant) {
+			tenants = append(tenants, r.Job.Tenant)
+		}
+	}
+	if len(tenants) == 0 {
+		return nil, nil
+	}
+	return dispatch.LoadBindings(ctx, q, tenants)
 }
 
 // Cancel cancels runs that have not finished, with their unfinished tasks;

@@ -342,7 +342,7 @@ func (q *Queries) TenantInFlight(ctx context.Context, ids []uuid.UUID) ([]Tenant
 const tenantLimits = `-- name: TenantLimits :many
 SELECT t.id, t.weight, t.max_concurrency, COALESCE(q.max_concurrency, 0)::int AS queue_max
 FROM tenants AS t
-LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = $1
+LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = split_part($1::text, '|', 1)
 WHERE t.id = ANY($2::uuid[])
 ORDER BY t.id
 `
@@ -360,7 +360,8 @@ type TenantLimitsRow struct {
 }
 
 // TenantLimits reads the weight and quotas of tenants: max_concurrency
-// across all queues (0: none) and the cap in this queue (0: none).
+// across all queues (0: none) and the cap in this queue (0: none; a bound
+// queue, QUEUE|TENANT, has its queue's).
 func (q *Queries) TenantLimits(ctx context.Context, arg TenantLimitsParams) ([]TenantLimitsRow, error) {
 	rows, err := q.db.Query(ctx, tenantLimits, arg.Queue, arg.Ids)
 	if err != nil {

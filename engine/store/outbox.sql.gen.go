@@ -79,7 +79,8 @@ WITH RECURSIVE pending (queue) AS (
 ), ours AS (
     SELECT pending.queue FROM pending
     WHERE pending.queue IS NOT NULL
-      AND CASE WHEN $2::bool THEN NOT (pending.queue = ANY($3::text[])) ELSE pending.queue = ANY($3::text[]) END
+      -- A bound queue (QUEUE|TENANT) lives where its queue does.
+      AND CASE WHEN $2::bool THEN NOT (split_part(pending.queue, '|', 1) = ANY($3::text[])) ELSE split_part(pending.queue, '|', 1) = ANY($3::text[]) END
 ), candidates AS (
     SELECT c.id
     FROM ours

@@ -55,8 +55,8 @@ func (q *Queries) ForgetOldWorkers(ctx context.Context) error {
 }
 
 const heartbeatWorker = `-- name: HeartbeatWorker :exec
-INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at)
-VALUES ($1, $2, $3, now(), now(), now() + INTERVAL '1 second' * $4::float8)
+INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at)
+VALUES ($1, $2, $3, $4, now(), now(), now() + INTERVAL '1 second' * $5::float8)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at
 `
 
@@ -64,6 +64,7 @@ type HeartbeatWorkerParams struct {
 	ID         uuid.UUID
 	Name       string
 	Queues     []byte
+	Tenants    []byte
 	TtlSeconds float64
 }
 
@@ -74,6 +75,7 @@ func (q *Queries) HeartbeatWorker(ctx context.Context, arg HeartbeatWorkerParams
 		arg.ID,
 		arg.Name,
 		arg.Queues,
+		arg.Tenants,
 		arg.TtlSeconds,
 	)
 	return err
@@ -91,7 +93,7 @@ func (q *Queries) LeaveWorker(ctx context.Context, id uuid.UUID) error {
 }
 
 const listWorkers = `-- name: ListWorkers :many
-SELECT id, name, queues, started_at, heartbeat_at, lease_expires_at, lease_expires_at > now() AS live
+SELECT id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at, lease_expires_at > now() AS live
 FROM workers
 WHERE lease_expires_at > now() - INTERVAL '1 hour'
 ORDER BY name, id
@@ -102,6 +104,7 @@ type ListWorkersRow struct {
 	ID             uuid.UUID
 	Name           string
 	Queues         []byte
+	Tenants        []byte
 	StartedAt      time.Time
 	HeartbeatAt    time.Time
 	LeaseExpiresAt time.Time
@@ -123,6 +126,7 @@ func (q *Queries) ListWorkers(ctx context.Context) ([]ListWorkersRow, error) {
 			&i.ID,
 			&i.Name,
 			&i.Queues,
+			&i.Tenants,
 			&i.StartedAt,
 			&i.HeartbeatAt,
 			&i.LeaseExpiresAt,

@@ -77,6 +77,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/shard"
@@ -224,7 +225,7 @@ func (w *Watchdog) Pass(ctx context.Context) (Result, error) {
 		}
 		res.Notifications = len(p.notes.Ids)
 		if len(p.notes.Ids) > 0 {
-			return p.q.InsertNotifications(ctx, p.notes)
+			return p.insertNotifications(ctx)
 		}
 		return nil
 	})
@@ -482,6 +483,25 @@ func (p *pass) raise(a store.Alert) {
 	}
 	ap.ScheduledFors = append(ap.ScheduledFors, at)
 	ap.Messages = append(ap.Messages, a.Message)
+}
+
+// insertNotifications writes the pass's notifications, each in its
+// tenant's bound queue when the tenant bound the job's queue.
+func (p *pass) insertNotifications(ctx context.Context) error {
+	var tenants []uuid.UUID
+	for _, t := range p.notes.TenantIds {
+		if !slices.Contains(tenants, t) {
+			tenants = append(tenants, t)
+		}
+	}
+	b, err := dispatch.LoadBindings(ctx, p.q, tenants)
+	if err != nil {
+		return err
+	}
+	for i, queue := range p.notes.Queues {
+		p.notes.Queues[i] = b.Queue(p.notes.TenantIds[i], queue)
+	}
+	return p.q.InsertNotifications(ctx, p.notes)
 }
 
 func (p *pass) notify(j *jobInfo, job uuid.UUID, event string, run, alert uuid.UUID, hook dag.Webhook, body map[string]any, traceParent string) error {

@@ -60,6 +60,13 @@ type Config struct {
 	QueueDBs dispatch.QueueDBs
 	// Queues maps each queue this worker serves to its concurrency.
 	Queues map[string]int
+	// Tenants binds the worker to tenants (names): it serves each of its
+	// queues for them only, through each tenant's own queue QUEUE|TENANT
+	// (with the queue's concurrency for each tenant), and binds those
+	// queues when it starts, so that their tasks go nowhere else (see
+	// package dispatch). None: a shared worker, serving every tenant whose
+	// queue is not bound.
+	Tenants []string
 	// Name identifies the worker in attempts; default host-pid.
 	Name string
 	// LeaseTTL is how long a task's lease lasts without renewal; a worker
@@ -100,6 +107,9 @@ type Config struct {
 	Metrics *metrics.Metrics
 
 	queuePool *pgxpool.Pool // the database of this worker's queues
+	// baseQueues are the queues a bound worker binds (Queues' names, before
+	// withDefaults made them its tenants' bound queues).
+	baseQueues []string
 }
 
 // The worker's failpoints (see package failpoint).
@@ -138,6 +148,20 @@ func (c *Config) withDefaults() error {
 		if n <= 0 || n > river.QueueNumWorkersMax {
 			return fmt.Errorf("worker: Config.Queues[%q]: concurrency %d: want 1 to %d (River's bound per queue and process: run more workers)", q, n, river.QueueNumWorkersMax)
 		}
+	}
+	if len(c.Tenants) > 0 {
+		c.baseQueues = slices.Sorted(maps.Keys(c.Queues))
+		bound := make(map[string]int, len(c.Queues)*len(c.Tenants))
+		for _, t := range c.Tenants {
+			for q, n := range c.Queues {
+				b, err := dispatch.BoundQueue(q, t)
+				if err != nil {
+					return fmt.Errorf("worker: Config.Tenants: %w", err)
+				}
+				bound[b] = n
+			}
+		}
+		c.Queues = bound
 	}
 	if c.QueueDBs.Default == nil {
 		c.QueueDBs.Default = c.StatePool
@@ -294,6 +318,11 @@ func New(cfg Config) (*Worker, error) {
 // Run works until ctx ends, then stops fetching, lets running attempts
 // finish for up to the lease TTL, and cancels the rest.
 func (w *Worker) Run(ctx context.Context) error {
+	// The bindings before anything is fetched: from their commit on, the
+	// shared pool of these queues gets none of these tenants' new tasks.
+	if _, _, err := dispatch.Bind(ctx, w.cfg.StatePool, w.cfg.Tenants, w.cfg.baseQueues, w.cfg.Name); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
 	// The lease first: nothing may be fetched under an id the reaper
 	// does not know.
 	if err := w.beat(ctx); err != nil {
@@ -302,7 +331,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := startRiver(ctx, w.river); err != nil {
 		return fmt.Errorf("worker: start river: %w", err)
 	}
-	w.cfg.Logger.Info("worker started", "name", w.cfg.Name, "queues", w.cfg.Queues)
+	if len(w.cfg.Tenants) == 0 {
+		w.cfg.Logger.Info("worker started, shared by every tenant whose queue is not bound (--tenant binds it)", "name", w.cfg.Name, "queues", w.cfg.Queues)
+	} else {
+		w.cfg.Logger.Info("worker started, bound to its tenants", "name", w.cfg.Name, "queues", w.cfg.Queues, "tenants", w.cfg.Tenants)
+	}
 	hbDone := make(chan struct{})
 	hbCtx, stopHB := context.WithCancel(context.WithoutCancel(ctx))
 	go func() { defer close(hbDone); w.heartbeat(hbCtx) }()
@@ -366,9 +399,13 @@ func (w *Worker) beat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	tenants, err := json.Marshal(append([]string{}, w.cfg.Tenants...))
+	if err != nil {
+		return err
+	}
 	return store.Retry(ctx, func() error {
 		return store.New(w.cfg.StatePool).HeartbeatWorker(ctx, store.HeartbeatWorkerParams{
-			ID: w.id, Name: w.cfg.Name, Queues: queues, TtlSeconds: w.cfg.LeaseTTL.Seconds()})
+			ID: w.id, Name: w.cfg.Name, Queues: queues, Tenants: tenants, TtlSeconds: w.cfg.LeaseTTL.Seconds()})
 	})
 }
 

@@ -37,11 +37,12 @@ WITH RECURSIVE w (tenant_id) AS (
 SELECT w.tenant_id::uuid AS tenant_id FROM w WHERE w.tenant_id IS NOT NULL LIMIT 10000;
 
 -- TenantLimits reads the weight and quotas of tenants: max_concurrency
--- across all queues (0: none) and the cap in this queue (0: none).
+-- across all queues (0: none) and the cap in this queue (0: none; a bound
+-- queue, QUEUE|TENANT, has its queue's).
 -- name: TenantLimits :many
 SELECT t.id, t.weight, t.max_concurrency, COALESCE(q.max_concurrency, 0)::int AS queue_max
 FROM tenants AS t
-LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = @queue
+LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = split_part(@queue::text, '|', 1)
 WHERE t.id = ANY(@ids::uuid[])
 ORDER BY t.id;
 

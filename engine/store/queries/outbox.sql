@@ -25,7 +25,8 @@ WITH RECURSIVE pending (queue) AS (
 ), ours AS (
     SELECT pending.queue FROM pending
     WHERE pending.queue IS NOT NULL
-      AND CASE WHEN @others::bool THEN NOT (pending.queue = ANY(@queues::text[])) ELSE pending.queue = ANY(@queues::text[]) END
+      -- A bound queue (QUEUE|TENANT) lives where its queue does.
+      AND CASE WHEN @others::bool THEN NOT (split_part(pending.queue, '|', 1) = ANY(@queues::text[])) ELSE split_part(pending.queue, '|', 1) = ANY(@queues::text[]) END
 ), candidates AS (
     SELECT c.id
     FROM ours

@@ -1,8 +1,8 @@
 -- HeartbeatWorker registers a worker process or renews its lease (see
 -- migration 00005 and engine/scheduler's Reaper for what a lapsed one means).
 -- name: HeartbeatWorker :exec
-INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at)
-VALUES (@id, @name, @queues, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8)
+INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at)
+VALUES (@id, @name, @queues, @tenants, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at;
 
 -- LeaveWorker ends the lease of a worker that stopped cleanly (nothing it
@@ -46,7 +46,7 @@ FOR UPDATE OF t;
 -- ListWorkers lists worker processes whose lease lapsed less than an hour
 -- ago (or not at all), by name.
 -- name: ListWorkers :many
-SELECT id, name, queues, started_at, heartbeat_at, lease_expires_at, lease_expires_at > now() AS live
+SELECT id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at, lease_expires_at > now() AS live
 FROM workers
 WHERE lease_expires_at > now() - INTERVAL '1 hour'
 ORDER BY name, id

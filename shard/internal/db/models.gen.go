@@ -190,6 +190,14 @@ type Queue struct {
 	CreatedAt time.Time
 }
 
+type QueueBinding struct {
+	TenantID   uuid.UUID
+	Queue      string
+	BoundQueue string
+	BoundBy    string
+	CreatedAt  time.Time
+}
+
 type Run struct {
 	ID           uuid.UUID
 	TenantID     uuid.UUID
@@ -285,4 +293,5 @@ type Worker struct {
 	HeartbeatAt    time.Time
 	LeaseExpiresAt time.Time
 	SweptAt        *time.Time
+	Tenants        []byte
 }

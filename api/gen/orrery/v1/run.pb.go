@@ -1609,6 +1609,11 @@ type Worker struct {
 	Queues        map[string]int32       `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	StartTime     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	HeartbeatTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=heartbeat_time,json=heartbeatTime,proto3" json:"heartbeat_time,omitempty"`
+	// The tenants the worker is bound to (it runs their steps only, each
+	// queue through the tenant's own QUEUE|TENANT); empty: shared by every
+	// tenant whose queue is not bound.
+	Tenants       []string `protobuf:"bytes,7,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	Shared        bool     `protobuf:"varint,8,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1683,6 +1688,20 @@ func (x *Worker) GetHeartbeatTime() *timestamppb.Timestamp {
 		return x.HeartbeatTime
 	}
 	return nil
+}
+
+func (x *Worker) GetTenants() []string {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+func (x *Worker) GetShared() bool {
+	if x != nil {
+		return x.Shared
+	}
+	return false
 }
 
 var File_orrery_v1_run_proto protoreflect.FileDescriptor
@@ -1836,7 +1855,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"QueueDepth\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05ready\x18\x02 \x01(\x03R\x05ready\x120\n" +
-	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\"\xb0\x02\n" +
+	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\"\xe2\x02\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1844,7 +1863,9 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x06queues\x18\x04 \x03(\v2\x1d.orrery.v1.Worker.QueuesEntryR\x06queues\x129\n" +
 	"\n" +
 	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12A\n" +
-	"\x0eheartbeat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\x1a9\n" +
+	"\x0eheartbeat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\x12\x18\n" +
+	"\atenants\x18\a \x03(\tR\atenants\x12\x16\n" +
+	"\x06shared\x18\b \x01(\bR\x06shared\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xec\x03\n" +
