@@ -102,9 +102,17 @@ func (s *jobServer) ListJobs(ctx context.Context, req *connect.Request[orreryv1.
 	if status == "" && m.GetStatus() != orreryv1.JobStatus_JOB_STATUS_UNSPECIFIED {
 		return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "status", Message: fmt.Sprintf("%d is not a job status", m.GetStatus())})
 	}
+	var full bool
+	switch m.GetView() {
+	case orreryv1.JobView_JOB_VIEW_UNSPECIFIED, orreryv1.JobView_JOB_VIEW_BASIC:
+	case orreryv1.JobView_JOB_VIEW_FULL:
+		full = true
+	default:
+		return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "view", Message: fmt.Sprintf("%d is not a job view", m.GetView())})
+	}
 	jobs, next, err := s.jobs.List(ctx, actor(ctx), job.ListFilter{
 		Namespace: m.GetNamespace(), Status: status, Labels: m.GetLabels(), NameContains: m.GetNameContains(),
-		PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken(),
+		PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken(), WithSteps: full,
 	})
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)

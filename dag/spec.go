@@ -143,6 +143,35 @@ type Retry struct {
 // YAML value that has a JSON form (usually a mapping).
 type Payload json.RawMessage
 
+// Nodes estimates the values a payload holds, for what turning it into a
+// tree of objects costs (an API answer's protobuf Value): one per array or
+// object and one per element or member (an empty array counts as two),
+// strings skipped whole. It allocates nothing.
+func (p Payload) Nodes() int {
+	n, inString, escaped := 0, false, false
+	for _, c := range p {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{' || c == ',':
+			n++
+		}
+	}
+	if len(p) > 0 {
+		n++
+	}
+	return n
+}
+
 func (p Payload) MarshalJSON() ([]byte, error) {
 	if len(p) == 0 {
 		return []byte("null"), nil

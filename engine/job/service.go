@@ -746,6 +746,10 @@ type ListFilter struct {
 	Labels       map[string]string
 	PageSize     int
 	PageToken    string
+	// WithSteps lists whole definitions; without it each job comes
+	// without its steps (Spec.Steps and Spec.Run empty), the summary a
+	// list shows.
+	WithSteps bool
 }
 
 // Page sizes of every list call.
@@ -753,6 +757,18 @@ const (
 	DefaultPageSize = 50
 	MaxPageSize     = 500
 )
+
+// ListBudgetBytes bounds the definitions one page of List carries (their
+// specs as JSON): a page stops at the job that passes it (the first one
+// whatever its size), and its page token says where the next begins. A
+// definition is at most MaxDefinitionBytes.
+const ListBudgetBytes = 4 << 20
+
+// ListBudgetNodes bounds the payload values (dag.Payload.Nodes) one page
+// of List carries in the same way: an API answer turns each into an object
+// of its own (a protobuf Value, about 80 times the value's bytes for
+// [[],[],...]), which the byte budget alone would not see.
+const ListBudgetNodes = 100_000
 
 // PageSize checks a requested page size: 0 means the default.
 func PageSize(n int) (int, error) {
@@ -790,7 +806,7 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 	}
 	p := store.ListJobsParams{
 		TenantID: a.Tenant, Labels: labelsJSON(f.Labels), AfterName: after.Name, AfterID: after.ID,
-		PageSize: int32(size + 1),
+		PageSize: int32(size + 1), WithSteps: f.WithSteps, Budget: ListBudgetBytes,
 	}
 	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
 	if f.Namespace != "" {
@@ -808,19 +824,38 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 		p.NameContains = &f.NameContains
 	}
 	q := store.New(s.pool)
-	rows, err := q.ListJobs(ctx, p)
+	listed, err := q.ListJobs(ctx, p)
 	if err != nil {
 		return nil, "", err
 	}
-	rows, next := store.NextPage(rows, size, func(r store.Job) any { return pageToken{Name: r.Name, ID: r.ID} })
+	rows := make([]store.Job, len(listed))
+	for i, r := range listed {
+		rows[i] = store.Job{ID: r.ID, TenantID: r.TenantID, Namespace: r.Namespace, Name: r.Name, Description: r.Description,
+			Labels: r.Labels, Status: r.Status, Version: r.Version, Spec: r.Spec, Source: r.Source, Shard: r.Shard,
+			NextFireAt: r.NextFireAt, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy, UpdatedAt: r.UpdatedAt,
+			UpdatedBy: r.UpdatedBy, DeletedAt: r.DeletedAt}
+	}
+	token := func(r store.Job) any { return pageToken{Name: r.Name, ID: r.ID} }
+	rows, next := store.NextPage(rows, size, token)
+	if next == "" && len(listed) > 0 && listed[0].PageRows > int64(len(listed)) { // cut by the byte budget
+		next = store.EncodePageToken(token(rows[len(rows)-1]))
+	}
 	if err := withSchedules(ctx, q, rows); err != nil {
 		return nil, "", err
 	}
 	out := make([]*Job, 0, len(rows))
-	for _, r := range rows {
+	nodes := 0
+	for i, r := range rows {
 		j, err := fromRow(r)
 		if err != nil {
 			return nil, "", err
+		}
+		for _, st := range j.Spec.Steps {
+			nodes += st.Payload.Nodes()
+		}
+		if i > 0 && nodes > ListBudgetNodes { // the page ends before this job
+			next = store.EncodePageToken(token(rows[i-1]))
+			break
 		}
 		out = append(out, j)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -556,4 +557,72 @@ func TestChangeWritesAMissingScheduleRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	scheduleFollows(t, pool, j.ID, "update without a schedule row")
+}
+
+// A list without steps carries each job's summary; a page of whole
+// definitions stops where its definitions pass the byte budget, or their
+// payloads the node budget, and its token continues after the last job
+// returned; every job is listed once.
+func TestListBudgets(t *testing.T) {
+	t.Parallel()
+	svc, _ := newService(t)
+	ctx := context.Background()
+	// A payload of about 200 KB of strings (few nodes), and one of about
+	// 100 KB of empty lists (many).
+	wide := dag.Payload(`["` + strings.Repeat("x", 200<<10) + `"]`)
+	deep := dag.Payload("[" + strings.Repeat("[],", 30_000) + "[]]")
+	create := func(ns, name string, payload dag.Payload, steps int) {
+		t.Helper()
+		r := resource(name, "@daily")
+		r.Metadata.Namespace = ns
+		r.Spec.Run, r.Spec.Payload = nil, nil
+		for s := range steps {
+			r.Spec.Steps = append(r.Spec.Steps, dag.Step{Name: fmt.Sprintf("s%d", s), Payload: payload,
+				Run: dag.Executor{Handler: "h"}})
+		}
+		if _, err := svc.Create(ctx, job.Anonymous, r, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		create("wide", fmt.Sprintf("w%d", i), wide, 8) // 1.6 MB each: the third passes 4 MiB
+		create("deep", fmt.Sprintf("d%d", i), deep, 1) // 60,000 nodes each: one fits in 100,000
+	}
+	pages := func(ns string, withSteps bool) (sizes []int, names []string) {
+		token := ""
+		for {
+			page, next, err := svc.List(ctx, job.Anonymous, job.ListFilter{Namespace: ns, PageSize: 500, PageToken: token, WithSteps: withSteps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sizes = append(sizes, len(page))
+			for _, j := range page {
+				names = append(names, j.Name)
+				if withSteps != (len(j.Spec.Steps) > 0) {
+					t.Errorf("%s with steps %v: %d steps", j.Name, withSteps, len(j.Spec.Steps))
+				}
+				if j.Spec.Schedule.Cron != "@daily" {
+					t.Errorf("%s: schedule %+v, want it in the summary too", j.Name, j.Spec.Schedule)
+				}
+			}
+			if token = next; token == "" {
+				return sizes, names
+			}
+		}
+	}
+	for _, tt := range []struct {
+		ns        string
+		withSteps bool
+		want      string
+	}{
+		{"wide", false, "[5]"},
+		{"wide", true, "[3 2]"},
+		{"deep", false, "[5]"},
+		{"deep", true, "[1 1 1 1 1]"},
+	} {
+		sizes, names := pages(tt.ns, tt.withSteps)
+		if got := fmt.Sprint(sizes); got != tt.want || len(names) != 5 || len(slices.Compact(slices.Sorted(slices.Values(names)))) != 5 {
+			t.Errorf("%s with steps %v: pages %s of %v, want %s of every job once", tt.ns, tt.withSteps, got, names, tt.want)
+		}
+	}
 }

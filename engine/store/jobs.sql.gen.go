@@ -511,20 +511,38 @@ func (q *Queries) LastRuns(ctx context.Context, arg LastRunsParams) ([]LastRunsR
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM jobs
-WHERE tenant_id = $1
-  AND ($2::text IS NULL OR namespace = $2::text)
-  AND (($3::text IS NULL AND status <> 'deleted') OR status = $3::text)
-  AND labels @> $4::jsonb
-  AND ($5::text IS NULL OR strpos(name, $5::text) > 0)
-  AND (NOT $6::bool OR namespace = ANY($7::text[])
-       OR namespace || '/' || name = ANY($8::text[]))
-  AND (name, id) > ($9::text, $10::uuid)
-ORDER BY name, id
-LIMIT $11
+WITH page AS (
+    SELECT j.id, j.tenant_id, j.namespace, j.name, j.description, j.labels, j.status, j.version,
+           (CASE WHEN $2::bool THEN j.spec ELSE j.spec - 'steps' - 'run' END)::jsonb AS spec,
+           j.source, j.shard, j.next_fire_at, j.created_at, j.created_by, j.updated_at, j.updated_by, j.deleted_at
+    FROM jobs AS j
+    WHERE j.tenant_id = $3
+      AND ($4::text IS NULL OR j.namespace = $4::text)
+      AND (($5::text IS NULL AND j.status <> 'deleted') OR j.status = $5::text)
+      AND j.labels @> $6::jsonb
+      AND ($7::text IS NULL OR strpos(j.name, $7::text) > 0)
+      AND (NOT $8::bool OR j.namespace = ANY($9::text[])
+           OR j.namespace || '/' || j.name = ANY($10::text[]))
+      AND (j.name, j.id) > ($11::text, $12::uuid)
+    ORDER BY j.name, j.id
+    LIMIT $13
+), sized AS (
+    SELECT page.id, page.tenant_id, page.namespace, page.name, page.description, page.labels, page.status, page.version, page.spec, page.source, page.shard, page.next_fire_at, page.created_at, page.created_by, page.updated_at, page.updated_by, page.deleted_at, octet_length(page.spec::text)::bigint AS bytes,
+           sum(octet_length(page.spec::text)) OVER (ORDER BY page.name, page.id)::bigint AS upto,
+           count(*) OVER ()::bigint AS page_rows
+    FROM page
+)
+SELECT sized.id, sized.tenant_id, sized.namespace, sized.name, sized.description, sized.labels, sized.status, sized.version,
+       sized.spec, sized.source, sized.shard, sized.next_fire_at, sized.created_at, sized.created_by, sized.updated_at,
+       sized.updated_by, sized.deleted_at, sized.page_rows
+FROM sized
+WHERE sized.upto - sized.bytes < $1::bigint
+ORDER BY sized.name, sized.id
 `
 
 type ListJobsParams struct {
+	Budget          int64
+	WithSteps       bool
 	TenantID        uuid.UUID
 	Namespace       *string
 	Status          *string
@@ -538,13 +556,38 @@ type ListJobsParams struct {
 	PageSize        int32
 }
 
-// ListJobs pages through a tenant's jobs by (name, id) with an index range
-// scan; without a status filter it leaves out deleted jobs.
+type ListJobsRow struct {
+	ID          uuid.UUID
+	TenantID    uuid.UUID
+	Namespace   string
+	Name        string
+	Description string
+	Labels      []byte
+	Status      string
+	Version     int64
+	Spec        []byte
+	Source      []byte
+	Shard       int32
+	NextFireAt  *time.Time
+	CreatedAt   time.Time
+	CreatedBy   string
+	UpdatedAt   time.Time
+	UpdatedBy   string
+	DeletedAt   *time.Time
+	PageRows    int64
+}
+
 // ListJobs pages through a tenant's jobs by (name, id). A scoped caller
 // (one without a tenant-wide role) sees only the namespaces and the jobs
-// ("namespace/name") it was granted.
-func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]Job, error) {
+// ("namespace/name") it was granted. Without @with_steps, each job's spec comes
+// without its steps (spec.steps and spec.run: the summary a list shows).
+// The page is cut where its specs pass @budget bytes (as JSON text, the
+// first job whatever its size): page_rows is how many jobs the page held
+// before the cut, so that the caller knows more follow.
+func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]ListJobsRow, error) {
 	rows, err := q.db.Query(ctx, listJobs,
+		arg.Budget,
+		arg.WithSteps,
 		arg.TenantID,
 		arg.Namespace,
 		arg.Status,
@@ -561,9 +604,9 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]Job, erro
 		return nil, err
 	}
 	defer rows.Close()
-	items := []Job{}
+	items := []ListJobsRow{}
 	for rows.Next() {
-		var i Job
+		var i ListJobsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.TenantID,
@@ -582,6 +625,7 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]Job, erro
 			&i.UpdatedAt,
 			&i.UpdatedBy,
 			&i.DeletedAt,
+			&i.PageRows,
 		); err != nil {
 			return nil, err
 		}

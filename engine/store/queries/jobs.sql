@@ -57,23 +57,41 @@ SET status = @status, next_fire_at = @next_fire_at, updated_at = now(), updated_
 WHERE tenant_id = @tenant_id AND id = @id
 RETURNING *;
 
--- ListJobs pages through a tenant's jobs by (name, id) with an index range
--- scan; without a status filter it leaves out deleted jobs.
 -- ListJobs pages through a tenant's jobs by (name, id). A scoped caller
 -- (one without a tenant-wide role) sees only the namespaces and the jobs
--- ("namespace/name") it was granted.
+-- ("namespace/name") it was granted. Without @with_steps, each job's spec comes
+-- without its steps (spec.steps and spec.run: the summary a list shows).
+-- The page is cut where its specs pass @budget bytes (as JSON text, the
+-- first job whatever its size): page_rows is how many jobs the page held
+-- before the cut, so that the caller knows more follow.
 -- name: ListJobs :many
-SELECT * FROM jobs
-WHERE tenant_id = @tenant_id
-  AND (sqlc.narg(namespace)::text IS NULL OR namespace = sqlc.narg(namespace)::text)
-  AND ((sqlc.narg(status)::text IS NULL AND status <> 'deleted') OR status = sqlc.narg(status)::text)
-  AND labels @> @labels::jsonb
-  AND (sqlc.narg(name_contains)::text IS NULL OR strpos(name, sqlc.narg(name_contains)::text) > 0)
-  AND (NOT @scoped::bool OR namespace = ANY(@scope_namespaces::text[])
-       OR namespace || '/' || name = ANY(@scope_jobs::text[]))
-  AND (name, id) > (@after_name::text, @after_id::uuid)
-ORDER BY name, id
-LIMIT @page_size;
+WITH page AS (
+    SELECT j.id, j.tenant_id, j.namespace, j.name, j.description, j.labels, j.status, j.version,
+           (CASE WHEN @with_steps::bool THEN j.spec ELSE j.spec - 'steps' - 'run' END)::jsonb AS spec,
+           j.source, j.shard, j.next_fire_at, j.created_at, j.created_by, j.updated_at, j.updated_by, j.deleted_at
+    FROM jobs AS j
+    WHERE j.tenant_id = @tenant_id
+      AND (sqlc.narg(namespace)::text IS NULL OR j.namespace = sqlc.narg(namespace)::text)
+      AND ((sqlc.narg(status)::text IS NULL AND j.status <> 'deleted') OR j.status = sqlc.narg(status)::text)
+      AND j.labels @> @labels::jsonb
+      AND (sqlc.narg(name_contains)::text IS NULL OR strpos(j.name, sqlc.narg(name_contains)::text) > 0)
+      AND (NOT @scoped::bool OR j.namespace = ANY(@scope_namespaces::text[])
+           OR j.namespace || '/' || j.name = ANY(@scope_jobs::text[]))
+      AND (j.name, j.id) > (@after_name::text, @after_id::uuid)
+    ORDER BY j.name, j.id
+    LIMIT @page_size
+), sized AS (
+    SELECT page.*, octet_length(page.spec::text)::bigint AS bytes,
+           sum(octet_length(page.spec::text)) OVER (ORDER BY page.name, page.id)::bigint AS upto,
+           count(*) OVER ()::bigint AS page_rows
+    FROM page
+)
+SELECT sized.id, sized.tenant_id, sized.namespace, sized.name, sized.description, sized.labels, sized.status, sized.version,
+       sized.spec, sized.source, sized.shard, sized.next_fire_at, sized.created_at, sized.created_by, sized.updated_at,
+       sized.updated_by, sized.deleted_at, sized.page_rows
+FROM sized
+WHERE sized.upto - sized.bytes < @budget::bigint
+ORDER BY sized.name, sized.id;
 
 
 -- CreateLookups reads, for a batch of creations, the database clock and,

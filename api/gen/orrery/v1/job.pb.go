@@ -77,6 +77,60 @@ func (JobStatus) EnumDescriptor() ([]byte, []int) {
 	return file_orrery_v1_job_proto_rawDescGZIP(), []int{0}
 }
 
+// JobView says how much of a job a list returns (AIP-157).
+type JobView int32
+
+const (
+	// BASIC for lists.
+	JobView_JOB_VIEW_UNSPECIFIED JobView = 0
+	// The job without its steps: metadata, status, version, schedule,
+	// policies, next fire time and last run.
+	JobView_JOB_VIEW_BASIC JobView = 1
+	// The whole definition.
+	JobView_JOB_VIEW_FULL JobView = 2
+)
+
+// Enum value maps for JobView.
+var (
+	JobView_name = map[int32]string{
+		0: "JOB_VIEW_UNSPECIFIED",
+		1: "JOB_VIEW_BASIC",
+		2: "JOB_VIEW_FULL",
+	}
+	JobView_value = map[string]int32{
+		"JOB_VIEW_UNSPECIFIED": 0,
+		"JOB_VIEW_BASIC":       1,
+		"JOB_VIEW_FULL":        2,
+	}
+)
+
+func (x JobView) Enum() *JobView {
+	p := new(JobView)
+	*p = x
+	return p
+}
+
+func (x JobView) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JobView) Descriptor() protoreflect.EnumDescriptor {
+	return file_orrery_v1_job_proto_enumTypes[1].Descriptor()
+}
+
+func (JobView) Type() protoreflect.EnumType {
+	return &file_orrery_v1_job_proto_enumTypes[1]
+}
+
+func (x JobView) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JobView.Descriptor instead.
+func (JobView) EnumDescriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
 // Schedule is cron (with an IANA time zone, default UTC) or a one-time instant.
 type Schedule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1602,7 +1656,10 @@ type ListJobsRequest struct {
 	PageToken string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Jobs whose name contains this text (case-sensitive); at most 200
 	// characters.
-	NameContains  string `protobuf:"bytes,6,opt,name=name_contains,json=nameContains,proto3" json:"name_contains,omitempty"`
+	NameContains string `protobuf:"bytes,6,opt,name=name_contains,json=nameContains,proto3" json:"name_contains,omitempty"`
+	// How much of each job to return: BASIC (the default) leaves out the
+	// steps (spec.steps and spec.run), FULL returns whole definitions.
+	View          JobView `protobuf:"varint,7,opt,name=view,proto3,enum=orrery.v1.JobView" json:"view,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1679,10 +1736,21 @@ func (x *ListJobsRequest) GetNameContains() string {
 	return ""
 }
 
+func (x *ListJobsRequest) GetView() JobView {
+	if x != nil {
+		return x.View
+	}
+	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
 type ListJobsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Jobs          []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Jobs  []*Job                 `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Empty on the last page. A page holds page_size jobs, or fewer when
+	// their definitions pass the server's byte budget (4 MiB as JSON; a
+	// page holds one job at least): the token then continues after the
+	// last job returned.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2342,7 +2410,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x0eGetJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.orrery.v1.JobR\x03job\x12B\n" +
 	"\x0fnext_fire_times\x18\x02 \x03(\v2\x1a.google.protobuf.TimestampR\rnextFireTimes\x12/\n" +
-	"\ahistory\x18\x03 \x03(\v2\x15.orrery.v1.AuditEntryR\ahistory\"\xb9\x02\n" +
+	"\ahistory\x18\x03 \x03(\v2\x15.orrery.v1.AuditEntryR\ahistory\"\xe1\x02\n" +
 	"\x0fListJobsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12,\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x14.orrery.v1.JobStatusR\x06status\x12>\n" +
@@ -2350,7 +2418,8 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\x12#\n" +
-	"\rname_contains\x18\x06 \x01(\tR\fnameContains\x1a9\n" +
+	"\rname_contains\x18\x06 \x01(\tR\fnameContains\x12&\n" +
+	"\x04view\x18\a \x01(\x0e2\x12.orrery.v1.JobViewR\x04view\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
@@ -2387,7 +2456,11 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATUS_ACTIVE\x10\x01\x12\x15\n" +
 	"\x11JOB_STATUS_PAUSED\x10\x02\x12\x16\n" +
-	"\x12JOB_STATUS_DELETED\x10\x032\xde\x04\n" +
+	"\x12JOB_STATUS_DELETED\x10\x03*J\n" +
+	"\aJobView\x12\x18\n" +
+	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eJOB_VIEW_BASIC\x10\x01\x12\x11\n" +
+	"\rJOB_VIEW_FULL\x10\x022\xde\x04\n" +
 	"\n" +
 	"JobService\x12F\n" +
 	"\tCreateJob\x12\x1b.orrery.v1.CreateJobRequest\x1a\x1c.orrery.v1.CreateJobResponse\x12B\n" +
@@ -2411,134 +2484,136 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_job_proto_rawDescData
 }
 
-var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
-	(*Schedule)(nil),                // 1: orrery.v1.Schedule
-	(*HttpExecutor)(nil),            // 2: orrery.v1.HttpExecutor
-	(*CommandExecutor)(nil),         // 3: orrery.v1.CommandExecutor
-	(*Executor)(nil),                // 4: orrery.v1.Executor
-	(*RetryPolicy)(nil),             // 5: orrery.v1.RetryPolicy
-	(*StepDefaults)(nil),            // 6: orrery.v1.StepDefaults
-	(*Step)(nil),                    // 7: orrery.v1.Step
-	(*JobSpec)(nil),                 // 8: orrery.v1.JobSpec
-	(*Alerts)(nil),                  // 9: orrery.v1.Alerts
-	(*Notify)(nil),                  // 10: orrery.v1.Notify
-	(*Webhook)(nil),                 // 11: orrery.v1.Webhook
-	(*Callback)(nil),                // 12: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 13: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 14: orrery.v1.Job
-	(*LastRun)(nil),                 // 15: orrery.v1.LastRun
-	(*Source)(nil),                  // 16: orrery.v1.Source
-	(*JobRef)(nil),                  // 17: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 18: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 19: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 20: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 21: orrery.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 22: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 23: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 24: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 25: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 26: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 27: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 28: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 29: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 30: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 31: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 32: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 33: orrery.v1.PreviewScheduleResponse
-	nil,                             // 34: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 35: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 36: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 37: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 38: orrery.v1.ListJobsRequest.LabelsEntry
-	(*durationpb.Duration)(nil),     // 39: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 40: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil),   // 41: google.protobuf.Timestamp
-	(*AuditEntry)(nil),              // 42: orrery.v1.AuditEntry
+	(JobView)(0),                    // 1: orrery.v1.JobView
+	(*Schedule)(nil),                // 2: orrery.v1.Schedule
+	(*HttpExecutor)(nil),            // 3: orrery.v1.HttpExecutor
+	(*CommandExecutor)(nil),         // 4: orrery.v1.CommandExecutor
+	(*Executor)(nil),                // 5: orrery.v1.Executor
+	(*RetryPolicy)(nil),             // 6: orrery.v1.RetryPolicy
+	(*StepDefaults)(nil),            // 7: orrery.v1.StepDefaults
+	(*Step)(nil),                    // 8: orrery.v1.Step
+	(*JobSpec)(nil),                 // 9: orrery.v1.JobSpec
+	(*Alerts)(nil),                  // 10: orrery.v1.Alerts
+	(*Notify)(nil),                  // 11: orrery.v1.Notify
+	(*Webhook)(nil),                 // 12: orrery.v1.Webhook
+	(*Callback)(nil),                // 13: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 14: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 15: orrery.v1.Job
+	(*LastRun)(nil),                 // 16: orrery.v1.LastRun
+	(*Source)(nil),                  // 17: orrery.v1.Source
+	(*JobRef)(nil),                  // 18: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 19: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 20: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 21: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 22: orrery.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 23: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 24: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 25: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 26: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 27: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 28: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 29: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 30: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 31: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 32: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 33: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 34: orrery.v1.PreviewScheduleResponse
+	nil,                             // 35: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 36: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 37: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 38: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 39: orrery.v1.ListJobsRequest.LabelsEntry
+	(*durationpb.Duration)(nil),     // 40: google.protobuf.Duration
+	(*structpb.Value)(nil),          // 41: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
+	(*AuditEntry)(nil),              // 43: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	34, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	35, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
-	2,  // 2: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
-	3,  // 3: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	39, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	39, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	39, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
-	5,  // 7: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
-	4,  // 8: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	40, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	39, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
-	5,  // 11: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
-	1,  // 12: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	6,  // 13: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	4,  // 14: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	40, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	7,  // 16: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	9,  // 17: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	12, // 18: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	39, // 19: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	39, // 20: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	10, // 21: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	11, // 22: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	36, // 23: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	11, // 24: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	37, // 25: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	13, // 26: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	8,  // 27: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	35, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	36, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	3,  // 2: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
+	4,  // 3: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
+	40, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	40, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	40, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	6,  // 7: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
+	5,  // 8: orrery.v1.Step.run:type_name -> orrery.v1.Executor
+	41, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	40, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	6,  // 11: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
+	2,  // 12: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	7,  // 13: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	5,  // 14: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	41, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	8,  // 16: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	10, // 17: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	13, // 18: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	40, // 19: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	40, // 20: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	11, // 21: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	12, // 22: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	37, // 23: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	12, // 24: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	38, // 25: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	14, // 26: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	9,  // 27: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
 	0,  // 28: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	41, // 29: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	41, // 30: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	41, // 31: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	41, // 32: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	16, // 33: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	15, // 34: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	41, // 35: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	13, // 36: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	8,  // 37: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	14, // 38: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	17, // 39: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	14, // 40: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	41, // 41: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	42, // 42: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	42, // 29: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	42, // 30: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	42, // 31: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	42, // 32: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	17, // 33: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	16, // 34: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	42, // 35: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	14, // 36: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	9,  // 37: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	15, // 38: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	18, // 39: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	15, // 40: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	42, // 41: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	43, // 42: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
 	0,  // 43: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	38, // 44: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	14, // 45: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	17, // 46: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	13, // 47: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	8,  // 48: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	14, // 49: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	17, // 50: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	14, // 51: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	17, // 52: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	14, // 53: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	17, // 54: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	14, // 55: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	1,  // 56: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	41, // 57: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	41, // 58: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	18, // 59: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	20, // 60: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	22, // 61: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	24, // 62: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	26, // 63: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	28, // 64: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	30, // 65: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	32, // 66: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	19, // 67: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	21, // 68: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	23, // 69: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	25, // 70: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	27, // 71: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	29, // 72: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	31, // 73: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	33, // 74: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	67, // [67:75] is the sub-list for method output_type
-	59, // [59:67] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	39, // 44: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,  // 45: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	15, // 46: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	18, // 47: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	14, // 48: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	9,  // 49: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	15, // 50: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	18, // 51: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	15, // 52: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	18, // 53: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	15, // 54: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	18, // 55: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	15, // 56: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	2,  // 57: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	42, // 58: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	42, // 59: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	19, // 60: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	21, // 61: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	23, // 62: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	25, // 63: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	27, // 64: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	29, // 65: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	31, // 66: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	33, // 67: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	20, // 68: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	22, // 69: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	24, // 70: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	26, // 71: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	28, // 72: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	30, // 73: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	32, // 74: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	34, // 75: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	68, // [68:76] is the sub-list for method output_type
+	60, // [60:68] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -2557,7 +2632,7 @@ func file_orrery_v1_job_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,

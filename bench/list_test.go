@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+)
+
+// BenchmarkListJobsMemory is a reader's attempt to make the server
+// allocate: five jobs of seven steps whose payloads are about 250 KB of
+// [[],[],...] each (within the definition limits), then four concurrent
+// ListJobs of their namespace, b.N times, against an `orrery serve` of its
+// own. It reports the server's peak RSS above its idle RSS (VmHWM and
+// VmRSS from /proc), for each view. ORRERY_BENCH_BIN runs another binary
+// (an older build: the before of a change; it ignores the view and
+// answers whole definitions).
+func BenchmarkListJobsMemory(b *testing.B) {
+	for _, view := range []orreryv1.JobView{orreryv1.JobView_JOB_VIEW_BASIC, orreryv1.JobView_JOB_VIEW_FULL} {
+		b.Run("view="+strings.ToLower(strings.TrimPrefix(view.String(), "JOB_VIEW_")), func(b *testing.B) {
+			listMemory(b, view)
+		})
+	}
+}
+
+func listMemory(b *testing.B, view orreryv1.JobView) {
+	bin := orreryBin
+	if v := os.Getenv("ORRERY_BENCH_BIN"); v != "" {
+		bin = v
+	}
+	_, dsn := freshDBDSN(b)
+	addr := freeAddr()
+	cmd := exec.Command(bin, "serve", "--db", dsn, "--addr", addr, "--auth", "none", "--no-scheduler", "--log-level", "warn")
+	var logs lockedBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	client := orreryv1connect.NewJobServiceClient(http.DefaultClient, "http://"+addr)
+	ctx := context.Background()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := client.ListJobs(ctx, connect.NewRequest(&orreryv1.ListJobsRequest{})); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("serve did not start:\n%s", logs.String())
+		}
+	}
+	// About 250 KB of [[],[],...]: 83,000 empty lists.
+	lists := make([]any, 83_000)
+	for i := range lists {
+		lists[i] = []any{}
+	}
+	payload, err := structpb.NewValue(lists)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 5 {
+		spec := &orreryv1.JobSpec{Schedule: &orreryv1.Schedule{Cron: "@yearly"}}
+		for s := range 7 {
+			spec.Steps = append(spec.Steps, &orreryv1.Step{Name: fmt.Sprintf("s%d", s), Payload: payload,
+				Run: &orreryv1.Executor{Kind: &orreryv1.Executor_Handler{Handler: "h"}}})
+		}
+		if _, err := client.CreateJob(ctx, connect.NewRequest(&orreryv1.CreateJobRequest{
+			Metadata: &orreryv1.JobMetadata{Name: fmt.Sprintf("heavy-%d", i), Namespace: "heavy"}, Spec: spec})); err != nil {
+			b.Fatal(err)
+		}
+	}
+	payload, lists = nil, nil
+	time.Sleep(2 * time.Second) // the creations' garbage collected
+	idle := procStatusKB(b, cmd.Process.Pid, "VmRSS")
+	var steps int64
+	var mu sync.Mutex
+	b.ResetTimer()
+	for range b.N {
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				req := &orreryv1.ListJobsRequest{Namespace: "heavy", View: view}
+				for {
+					res, err := client.ListJobs(ctx, connect.NewRequest(req))
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					mu.Lock()
+					for _, j := range res.Msg.GetJobs() {
+						steps += int64(len(j.GetSpec().GetSteps()))
+					}
+					mu.Unlock()
+					if req.PageToken = res.Msg.GetNextPageToken(); req.PageToken == "" {
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	b.StopTimer()
+	peak := procStatusKB(b, cmd.Process.Pid, "VmHWM")
+	b.ReportMetric(float64(idle)/1024, "idle-MB")
+	b.ReportMetric(float64(peak-idle)/1024, "peak-above-idle-MB")
+	b.ReportMetric(float64(steps)/float64(b.N*4), "steps/list")
+}
+
+// procStatusKB reads a kB field of /proc/PID/status.
+func procStatusKB(b *testing.B, pid int, field string) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	b.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
