@@ -2,15 +2,19 @@ package main_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/engine/pgtest"
 )
@@ -289,5 +293,77 @@ func TestApplyFolder(t *testing.T) {
 	os.WriteFile(filepath.Join(repo, "jobs", "bad.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: c, namespace: other}\nspec:\n  schedule: {cron: \"@daily\"}\n  run: {handler: noop}\n"), 0o644)
 	if _, errOut, code := run(t, "--server", addr, "apply", "-f", repo, "-n", "team"); code == 0 || !strings.Contains(errOut, "bad.yaml:3:") {
 		t.Fatalf("namespace mismatch: %d %s", code, errOut)
+	}
+}
+
+// `orrery dev`, which new users run first, is no way to become its system
+// admin or its database's superuser: a command step (any editor's code)
+// runs as nobody and reads neither the admin key nor the database's
+// password, and the database refuses TCP logins without that password.
+func TestDevStackIsLocked(t *testing.T) {
+	dataDir := filepath.Join(reachableDir(t), "data")
+	addr := freeAddr(t)
+	stop := startDev(t, dataDir, addr)
+	defer stop()
+	cli := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runEnv(t, []string{"ORRERY_DATA_DIR=" + dataDir}, append([]string{"--server", addr}, args...)...)
+		if code != 0 {
+			t.Fatalf("orrery %v: %s %s", args, out, errOut)
+		}
+		return out
+	}
+	pid, err := os.ReadFile(filepath.Join(dataDir, "pg", "data", "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strings.Split(string(pid), "\n")[3]
+	password, err := os.ReadFile(filepath.Join(dataDir, "pg", "password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := os.Stat(filepath.Join(dataDir, "pg", "password")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("the password file: %v %v, want mode 0600", info.Mode(), err)
+	}
+	if info, err := os.Stat(filepath.Join(dataDir, "api-key")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("the key file: %v %v, want mode 0600", info.Mode(), err)
+	}
+	ctx := context.Background()
+	if conn, err := pgx.Connect(ctx, "postgres://postgres@127.0.0.1:"+port+"/orrery?sslmode=disable"); err == nil {
+		conn.Close(ctx)
+		t.Fatal("dev's PostgreSQL let in a TCP login without its password")
+	}
+	pool := openPool(t, "postgres://postgres:"+strings.TrimSpace(string(password))+"@127.0.0.1:"+port+"/orrery?sslmode=disable")
+
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "probe.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: probe, namespace: probe}
+spec:
+  schedule: {cron: "@yearly"}
+  defaults: {retry: {max_attempts: 1}}
+  run: {command: {argv: [/bin/sh, -c, 'echo uid=$(id -u); cat `+dataDir+`/api-key || echo key-refused; cat `+dataDir+`/pg/password || echo password-refused']}}
+`), 0o644)
+	cli("apply", "-f", dir)
+	cli("jobs", "trigger", "probe", "-n", "probe")
+	poll(t, 60*time.Second, "the probe's run succeeds", func() bool { return runStatus(t, pool, "probe", "succeeded") })
+	var output string
+	if err := pool.QueryRow(ctx, `SELECT a.output FROM attempts a JOIN tasks k ON k.id = a.task_id JOIN runs r ON r.id = k.run_id
+		JOIN jobs j ON j.id = r.job_id WHERE j.name = 'probe'`).Scan(&output); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := os.ReadFile(filepath.Join(dataDir, "api-key"))
+	if strings.Contains(output, strings.TrimSpace(string(key))) || strings.Contains(output, strings.TrimSpace(string(password))) ||
+		!strings.Contains(output, "key-refused") || !strings.Contains(output, "password-refused") {
+		t.Errorf("the step's output %q: want neither the key nor the password", output)
+	}
+	if os.Geteuid() == 0 {
+		nobody, err := user.Lookup("nobody")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(output, "uid="+nobody.Uid+"\n") {
+			t.Errorf("the step's output %q: want it run as nobody (uid %s)", output, nobody.Uid)
+		}
 	}
 }

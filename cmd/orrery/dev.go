@@ -100,7 +100,7 @@ Ctrl-C. A second run reuses the data.`,
 				_ = os.Setenv("HOOK_TOKEN", "Bearer dev-token")
 				log.Info("HOOK_TOKEN was not set; using a dev value for the examples' secret://env/HOOK_TOKEN")
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "orrery dev: database %s\norrery dev: try `orrery jobs list` and `orrery runs list` (Ctrl-C stops)\n", cluster.DSN(""))
+			fmt.Fprintf(cmd.OutOrStdout(), "orrery dev: database %s\norrery dev: try `orrery jobs list` and `orrery runs list` (Ctrl-C stops)\n", cluster.RedactedDSN(""))
 			return runStack(ctx, log, pool, dispatch.QueueDBs{Default: pool}, st, queues, devHandlers(log), map[string]http.Handler{devSinkPath: devSink(log)})
 		},
 	}
@@ -108,7 +108,7 @@ Ctrl-C. A second run reuses the data.`,
 	st.register(cmd.Flags(), true)
 	st.workers = []string{"default=10", "etl=10", "warehouse=4"}
 	// The sandbox flags' dev defaults (devSandbox), for --help.
-	for name, def := range map[string]string{"allow-command": "[*]", "secret-env": "[default/analytics=HOOK_TOKEN]",
+	for name, def := range map[string]string{"allow-command": "[*]", "secret-env": "[default/analytics=HOOK_TOKEN]", "command-user": "nobody, when run as root",
 		"allow-egress": "loopback, and the dev sink's address"} {
 		f := cmd.Flags().Lookup(name)
 		f.DefValue, f.Usage = def, strings.TrimSuffix(f.Usage, "; none by default")
@@ -124,6 +124,11 @@ Ctrl-C. A second run reuses the data.`,
 func devSandbox(fs *pflag.FlagSet, st *stackFlags) {
 	if !fs.Changed("allow-command") {
 		st.allowCommand = []string{"*"}
+	}
+	if !fs.Changed("command-user") && os.Geteuid() == 0 {
+		// Steps are anyone's code: not root, so that they cannot read the
+		// admin key, the database's password or this process.
+		st.commandUser = "nobody"
 	}
 	if !fs.Changed("secret-env") {
 		// The nightly example's report step sends secret://env/HOOK_TOKEN.

@@ -43,6 +43,7 @@ type stackFlags struct {
 	secretDir    []string
 	allowedHosts []string
 	tenants      []string
+	commandUser  string
 	leaseTTL     time.Duration
 	idleInTx     time.Duration
 	maxRequest   int64
@@ -75,6 +76,7 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 	}
 	fs.StringArrayVar(&f.tenants, "tenant", nil, "bind the worker pools to this tenant (repeatable): they run its steps only, each queue through the tenant's own queue QUEUE|TENANT, bound when they start so that no shared pool runs its tasks of that queue again; none: pools shared by every tenant whose queue is not bound")
 	fs.StringArrayVar(&f.allowCommand, "allow-command", nil, "programs command steps may run, as absolute path patterns (/opt/etl/*) matched on the real path, or * for any (repeatable); none by default")
+	fs.StringVar(&f.commandUser, "command-user", "", "run command steps as this user (a name or id; the worker must run as root), so that they cannot read the worker's files, keys and process; default: the worker's own user")
 	fs.StringArrayVar(&f.allowEnv, "allow-env", nil, "environment variable names a command step's env may set, as patterns (ETL_*, PASSWORD) (repeatable); by default any name but those that change which code a program runs (LD_*, PATH, GIT_*, PYTHON*...)")
 	fs.StringArrayVar(&f.allowEgress, "allow-egress", nil, "address ranges webhooks may reach although refused by default (loopback, private, link-local, multicast, unspecified), as CIDRs: 127.0.0.1/32 (repeatable)")
 	fs.StringArrayVar(&f.secretEnv, "secret-env", nil, "environment variables a tenant's namespace's secret://env/ references may read: TENANT/NAMESPACE=NAME[,NAME...], TENANT/* for every namespace of TENANT, NAME may be a pattern (HOOK_*) (repeatable); none by default")
@@ -115,6 +117,7 @@ func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
 		return cfg, fmt.Errorf("--allow-env %w", err)
 	}
 	cfg.AllowEnv = f.allowEnv
+	cfg.CommandUser = f.commandUser
 	egress, err := executor.ParseEgress(f.allowEgress)
 	if err != nil {
 		return cfg, fmt.Errorf("--allow-egress %w", err)

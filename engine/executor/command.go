@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"os/user"
 	"path"
 	"path/filepath"
 	"slices"
@@ -42,6 +43,35 @@ type CommandRunner struct {
 	// change which code a program runs (riskyEnv); given, only the names
 	// it matches, risky ones included if named.
 	AllowEnv []string
+	// User runs the programs as another account (the worker runs as root):
+	// its user and group, no supplementary groups. Nil: as the worker's
+	// own user, which can then read what the worker can (its files, its
+	// /proc/PID/environ).
+	User *syscall.Credential
+}
+
+// LookupUser is the credential of the account name (a user name or a
+// numeric id), for CommandRunner.User; switching to it needs root, which
+// the error says when the worker lacks it.
+func LookupUser(name string) (*syscall.Credential, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.LookupId(name); err != nil {
+			return nil, fmt.Errorf("no user %q on this machine", name)
+		}
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("user %q: ids %s:%s are not numbers", name, u.Uid, u.Gid)
+	}
+	if os.Geteuid() != 0 {
+		if uint32(uid) != uint32(os.Geteuid()) {
+			return nil, fmt.Errorf("user %q: running commands as another user needs a worker running as root", name)
+		}
+		return nil, nil // the worker's own
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
 // riskyEnv are the variables a step's env may not set unless AllowEnv
@@ -171,7 +201,7 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	}
 	out := &tail{max: MaxOutput}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: r.User}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()

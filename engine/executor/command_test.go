@@ -614,3 +614,31 @@ func TestCommandRunnerAloneOnTimeout(t *testing.T) {
 		t.Errorf("Run() = %+v, want a killed command", got)
 	}
 }
+
+// With User, the program runs as that account: here nobody, which cannot
+// read the worker's own files.
+func TestCommandRunsAsAnotherUser(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		if _, err := LookupUser("nobody"); err == nil || !strings.Contains(err.Error(), "needs a worker running as root") {
+			t.Errorf("LookupUser(nobody) as a user = %v, want it refused", err)
+		}
+		return
+	}
+	nobody, err := LookupUser("nobody")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LookupUser("no-such-user-here"); err == nil {
+		t.Error("LookupUser of a missing user = nil error")
+	}
+	secret := filepath.Join(t.TempDir(), "key")
+	os.WriteFile(secret, []byte("worker-secret"), 0o600)
+	c := testCall(dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/sh", "-c",
+		`id -u; cat "$0" || echo file-refused`, secret}}})
+	res := (&Runner{Command: &CommandRunner{Allow: []string{"/bin/*"}, User: nobody}}).Run(context.Background(), c)
+	if !res.OK || !strings.HasPrefix(res.Output, fmt.Sprintf("%d\n", nobody.Uid)) || !strings.Contains(res.Output, "file-refused") ||
+		strings.Contains(res.Output, "worker-secret") {
+		t.Errorf("Run() = %+v, want it run as uid %d without the worker's file", res, nobody.Uid)
+	}
+}

@@ -7,6 +7,8 @@ package pgcluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,10 +64,48 @@ func (c *Config) withDefaults() error {
 
 // Cluster is a running PostgreSQL server.
 type Cluster struct {
-	cfg  Config
-	port int
-	cmd  *exec.Cmd
-	done chan error
+	cfg      Config
+	port     int
+	password string // the postgres role's, kept in Dir/password (0600)
+	cmd      *exec.Cmd
+	done     chan error
+}
+
+// hbaConf is the cluster's pg_hba.conf, written at every start: the
+// socket, in a folder only the server's user (and root) can enter,
+// trusts its local logins; TCP logins need the password kept in
+// Dir/password. Before, every local TCP login was trusted as superuser,
+// so any local process (a dev worker's command step) could run programs
+// as the server's user (COPY ... FROM PROGRAM).
+const hbaConf = `# Written by orrery (package pgcluster) at every start.
+local all all trust
+host  all all 127.0.0.1/32 scram-sha-256
+host  all all ::1/128      scram-sha-256
+`
+
+// passwordFile is where the postgres role's password is kept, in Dir.
+const passwordFile = "password"
+
+// readPassword reads Dir/password, making it (32 random bytes, in hex;
+// mode 0600) on first use.
+func readPassword(dir string) (string, error) {
+	path := filepath.Join(dir, passwordFile)
+	b, err := os.ReadFile(path)
+	if err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), os.Chmod(path, 0o600)
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("pgcluster: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", fmt.Errorf("pgcluster: %w", err)
+	}
+	pw := hex.EncodeToString(raw)
+	if err := os.WriteFile(path, []byte(pw+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("pgcluster: %w", err)
+	}
+	return pw, os.Chmod(path, 0o600) // WriteFile keeps an existing file's mode
 }
 
 // BinDir finds the folder with the server binaries: $ORRERY_PG_BIN, else the
@@ -130,6 +170,17 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("pgcluster: initdb: %w\n%s", err, out)
 		}
 	}
+	if c.password, err = readPassword(cfg.Dir); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dataDir, "pg_hba.conf"), []byte(hbaConf), 0o600); err != nil {
+		return nil, fmt.Errorf("pgcluster: %w", err)
+	}
+	if owner.cred != nil {
+		if err := os.Chown(filepath.Join(dataDir, "pg_hba.conf"), int(owner.cred.Uid), int(owner.cred.Gid)); err != nil {
+			return nil, fmt.Errorf("pgcluster: %w", err)
+		}
+	}
 	if pid := runningPostmaster(dataDir); pid > 0 {
 		return nil, fmt.Errorf("pgcluster: PostgreSQL (pid %d) is already running on %s; is another `orrery dev` using this folder?", pid, dataDir)
 	}
@@ -183,6 +234,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		_ = c.Stop()
 		return nil, err
 	}
+	if err := c.setPassword(ctx); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
 	cfg.Logger.Info("PostgreSQL ready", "port", c.port, "dir", cfg.Dir)
 	return c, nil
 }
@@ -190,12 +245,39 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 // Port is the TCP port the server listens on at 127.0.0.1.
 func (c *Cluster) Port() int { return c.port }
 
-// DSN is a connection string for database db (the configured one when empty).
+// DSN is a connection string for database db (the configured one when
+// empty), over TCP with the password.
 func (c *Cluster) DSN(db string) string {
 	if db == "" {
 		db = c.cfg.Database
 	}
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
+	return fmt.Sprintf("postgres://postgres:%s@127.0.0.1:%d/%s?sslmode=disable", c.password, c.port, db)
+}
+
+// RedactedDSN is DSN with the password left out (its file named instead),
+// to print.
+func (c *Cluster) RedactedDSN(db string) string {
+	return strings.Replace(c.DSN(db), ":"+c.password+"@", ":PASSWORD@", 1) + " (PASSWORD in " + filepath.Join(c.cfg.Dir, passwordFile) + ")"
+}
+
+// socketDSN connects through the socket in Dir/run, which the server's
+// user (and root) alone can reach: how the cluster sets its password.
+func (c *Cluster) socketDSN(db string) string {
+	return fmt.Sprintf("host=%s port=%d user=postgres dbname=%s sslmode=disable", filepath.Join(c.cfg.Dir, "run"), c.port, db)
+}
+
+// setPassword gives the postgres role the password of Dir/password.
+func (c *Cluster) setPassword(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.socketDSN("postgres"))
+	if err != nil {
+		return fmt.Errorf("pgcluster: %w", err)
+	}
+	defer conn.Close(ctx)
+	// ALTER ROLE takes no parameters; the password is hex.
+	if _, err := conn.Exec(ctx, "ALTER ROLE postgres PASSWORD '"+c.password+"'"); err != nil {
+		return fmt.Errorf("pgcluster: set the password: %w", err)
+	}
+	return nil
 }
 
 // Stop shuts the server down (fast mode) and waits for it to exit.
@@ -217,7 +299,7 @@ func (c *Cluster) Stop() error {
 func (c *Cluster) waitReady(ctx context.Context) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+		conn, err := pgx.Connect(ctx, c.socketDSN("postgres"))
 		if err == nil {
 			return conn.Close(ctx)
 		}
@@ -236,7 +318,7 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 }
 
 func (c *Cluster) ensureDatabase(ctx context.Context) error {
-	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+	conn, err := pgx.Connect(ctx, c.socketDSN("postgres"))
 	if err != nil {
 		return fmt.Errorf("pgcluster: %w", err)
 	}

@@ -27,6 +27,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -79,6 +80,10 @@ type Config struct {
 	// AllowEnv lists the variable names a command step's env may set
 	// (executor.CommandRunner.AllowEnv); empty: any but the risky ones.
 	AllowEnv []string
+	// CommandUser runs command steps as this account (a name or id; the
+	// worker must run as root), so that they cannot read the worker's files
+	// and process; empty: as the worker's own user.
+	CommandUser string
 	// Secrets says which secret references (secret://env/NAME,
 	// secret://file/PATH) the steps of each namespace may resolve on this
 	// worker; the zero value resolves none.
@@ -106,7 +111,8 @@ type Config struct {
 	// Metrics records attempts, schedule lag and finished runs; nil: none.
 	Metrics *metrics.Metrics
 
-	queuePool *pgxpool.Pool // the database of this worker's queues
+	queuePool   *pgxpool.Pool       // the database of this worker's queues
+	commandUser *syscall.Credential // CommandUser's
 	// baseQueues are the queues a bound worker binds (Queues' names, before
 	// withDefaults made them its tenants' bound queues).
 	baseQueues []string
@@ -190,6 +196,13 @@ func (c *Config) withDefaults() error {
 	}
 	if err := executor.CheckAllowEnv(c.AllowEnv); err != nil {
 		return fmt.Errorf("worker: Config.AllowEnv: %w", err)
+	}
+	if c.CommandUser != "" {
+		u, err := executor.LookupUser(c.CommandUser)
+		if err != nil {
+			return fmt.Errorf("worker: Config.CommandUser: %w", err)
+		}
+		c.commandUser = u
 	}
 	if err := c.Secrets.Validate(); err != nil {
 		return fmt.Errorf("worker: Config.Secrets: %w", err)
@@ -284,7 +297,7 @@ func New(cfg Config) (*Worker, error) {
 	secrets := &w.cfg.Secrets
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient, Secrets: secrets}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
-		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets, AllowEnv: cfg.AllowEnv}
+		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets, AllowEnv: cfg.AllowEnv, User: cfg.commandUser}
 	}
 	w.queueNames = slices.Sorted(maps.Keys(cfg.Queues))
 	w.deliverer, err = notify.New(notify.Config{Pool: cfg.StatePool, Queues: w.queueNames, Client: cfg.HTTPClient, Secrets: secrets,
