@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 
@@ -53,6 +54,48 @@ func (NoAuth) Authenticate(context.Context, http.Header) (access.Principal, erro
 }
 
 type principalKey struct{}
+
+// authenticatedKey carries the principal preauthenticate found for a
+// request from the network, before its body was read.
+type authenticatedKey struct{}
+
+// preauthenticate authenticates every call of Orrery's services from its
+// headers before its body is read or decoded: a request without a good
+// credential costs no decoding (health and reflection stay open). The
+// interceptor then authorizes the principal found.
+func preauthenticate(auth Authenticator, next http.Handler) http.Handler {
+	errs := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, inProcess := r.Context().Value(inProcessKey{}).(access.Principal)
+		if inProcess || !strings.HasPrefix(r.URL.Path, "/orrery.v1.") {
+			next.ServeHTTP(w, r)
+			return
+		}
+		p, err := auth.Authenticate(r.Context(), r.Header)
+		if errors.Is(err, access.ErrUnauthenticated) {
+			_ = errs.Write(w, r, connect.NewError(connect.CodeUnauthenticated, err))
+			return
+		}
+		if err != nil {
+			_ = errs.Write(w, r, toConnect(r.Context(), nil, err))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authenticatedKey{}, p)))
+	})
+}
+
+// WithClientSource records each request's client address (the peer's IP;
+// a proxy in front is one client) in its context, where failed
+// authentications are charged to it (access.WithSource).
+func WithClientSource(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		next.ServeHTTP(w, r.WithContext(access.WithSource(r.Context(), host)))
+	})
+}
 
 type inProcessKey struct{}
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -363,5 +364,58 @@ func TestAnotherTenantReachesNothing(t *testing.T) {
 	}
 	if code, body := rpc(mine, "/orrery.v1.RunService/GetRun", `{"id":"`+triggered.Run.ID+`"}`); code != "" || strings.Contains(body, "cancelled") {
 		t.Errorf("this tenant's run after the other tenant's calls: %s %s", code, body)
+	}
+}
+
+// A call is authenticated before its body is read: without a key, a body
+// that is not even JSON is Unauthenticated, not a decoding error. A source
+// that keeps sending unknown keys is refused, 429 with Retry-After, before
+// any lookup.
+func TestRefusalsAreCheap(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := dispatch.New()
+	srv, err := api.Listen("127.0.0.1:0", api.WithClientSource(api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, d),
+		State: pool, Auth: api.KeyAuth{Access: access.New(pool)}}, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ctx) }()
+	url := "http://" + srv.Addr() + "/orrery.v1.JobService/CreateJob"
+	if status, code := call(t, url, "", "{not json"); status != http.StatusUnauthorized || code != "unauthenticated" {
+		t.Errorf("a body that is not JSON, without a key: %d %q, want 401 unauthenticated", status, code)
+	}
+	var status int
+	var code string
+	for i := range access.FailuresPerSource + 1 {
+		key := fmt.Sprintf("ork_%043d", i)
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("{}"))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		status = res.StatusCode
+		var e struct{ Code string }
+		_ = json.Unmarshal(b, &e)
+		code = e.Code
+		if i < access.FailuresPerSource && code != "unauthenticated" {
+			t.Fatalf("unknown key %d: %d %s", i, status, b)
+		}
+		if i == access.FailuresPerSource && res.Header.Get("Retry-After") == "" {
+			t.Errorf("the refusal has no Retry-After: %v", res.Header)
+		}
+	}
+	if status != http.StatusTooManyRequests || code != "resource_exhausted" {
+		t.Errorf("past the allowance: %d %q, want 429 resource_exhausted", status, code)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 
 	"connectrpc.com/connect"
 
@@ -19,11 +20,12 @@ import (
 // field at fault. Unknown errors are logged and hidden behind Internal.
 func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 	var (
-		es       dag.Errors
-		invalid  *job.InvalidError
-		badKey   *access.InvalidError
-		conflict *job.VersionConflictError
-		sched    *schedule.Error
+		es        dag.Errors
+		invalid   *job.InvalidError
+		badKey    *access.InvalidError
+		conflict  *job.VersionConflictError
+		sched     *schedule.Error
+		throttled *access.ThrottledError
 	)
 	switch {
 	case err == nil:
@@ -42,6 +44,10 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.As(err, &conflict):
 		return connect.NewError(connect.CodeAborted, err)
+	case errors.As(err, &throttled):
+		ce := connect.NewError(connect.CodeResourceExhausted, err)
+		ce.Meta().Set("Retry-After", strconv.Itoa(int(throttled.RetryAfter.Seconds())+1))
+		return ce
 	case errors.Is(err, job.ErrDeleted):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, context.Canceled):

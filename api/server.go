@@ -109,8 +109,9 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...)))
-	// The body as sent: reading stops past the cap, before decompression.
-	return http.MaxBytesHandler(mux, limits.MaxRequestBytes)
+	// The body as sent: reading stops past the cap, before decompression;
+	// and no body is read before its caller is known.
+	return preauthenticate(auth, http.MaxBytesHandler(mux, limits.MaxRequestBytes))
 }
 
 // logErrors logs failed calls at debug level (Internal ones are logged

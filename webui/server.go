@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -277,7 +278,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, v *view, err error
 	status, msg := http.StatusInternalServerError, "Something went wrong; the server log says what."
 	var ce *connect.Error
 	var bad badInput
+	var throttled *access.ThrottledError
 	switch {
+	case errors.As(err, &throttled):
+		status, msg = http.StatusTooManyRequests, "Too many failed sign-ins from your address; "+strings.TrimPrefix(throttled.Error(), "too many failed authentications from this address; ")+"."
+		w.Header().Set("Retry-After", strconv.Itoa(int(throttled.RetryAfter.Seconds())+1))
 	case errors.Is(err, errNotFound), errors.Is(err, job.ErrNotFound):
 		status, msg = http.StatusNotFound, "Not found."
 	case errors.Is(err, errSignIn), errors.Is(err, access.ErrUnauthenticated):

@@ -2,6 +2,7 @@ package webui_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -65,7 +66,7 @@ func newSite(t *testing.T, secure bool) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(webui.Mount(apiHandler, ui))
+	srv := httptest.NewServer(api.WithClientSource(webui.Mount(apiHandler, ui)))
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
 	client := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -291,5 +292,24 @@ func TestLiveStreamsPerPrincipalAreCapped(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("a closed stream did not free its place: %d", res.StatusCode)
 		}
+	}
+}
+
+// The sign-in form is throttled as the API is: past FailuresPerSource bad
+// keys from one address, a sign-in is refused (429, Retry-After) before
+// its key is looked up.
+func TestSignInIsThrottled(t *testing.T) {
+	t.Parallel()
+	s := newSite(t, false)
+	for i := range access.FailuresPerSource {
+		if res := s.signIn(fmt.Sprintf("ork_%043d", i), "/"); res.StatusCode != http.StatusSeeOther || !strings.HasPrefix(res.Header.Get("Location"), "/login?error=1") {
+			t.Fatalf("bad sign-in %d: %d %s", i, res.StatusCode, res.Header.Get("Location"))
+		}
+	}
+	_, page := s.do(http.MethodGet, "/login", nil)
+	m := tokenRE.FindStringSubmatch(page)
+	res, body := s.do(http.MethodPost, "/login", url.Values{"token": {m[1]}, "key": {s.admin}, "next": {"/"}})
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") == "" || !strings.Contains(body, "Too many failed sign-ins from your address") {
+		t.Fatalf("a sign-in past the allowance: %d %v\n%s", res.StatusCode, res.Header, body)
 	}
 }

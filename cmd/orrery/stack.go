@@ -233,7 +233,7 @@ func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueD
 		}
 		h = mux
 	}
-	srv, err := api.Listen(f.addr, hosts.Guard(h))
+	srv, err := api.Listen(f.addr, hosts.Guard(api.WithClientSource(h)))
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
