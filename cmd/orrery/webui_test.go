@@ -244,7 +244,10 @@ spec:
 		}
 	}
 	screenshot(t, ctx, "audit")
-	do("cluster", chromedp.Navigate(base+"/cluster"), chromedp.WaitVisible(css(`h1`)))
+	do("cluster", chromedp.Navigate(base+"/cluster"), chromedp.WaitVisible(css(`tr[data-worker]`)))
+	if row := text(`tr[data-worker]`); !strings.Contains(row, "shared") {
+		t.Errorf("dev's worker (bound to no tenant) is not shown as shared: %q", row)
+	}
 	screenshot(t, ctx, "cluster")
 	do("job page", chromedp.Navigate(base+"/jobs/analytics/nightly-sales"), chromedp.WaitVisible(css(`pre.yaml`)))
 	screenshot(t, ctx, "job")
