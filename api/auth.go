@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -84,16 +86,30 @@ func preauthenticate(auth Authenticator, next http.Handler) http.Handler {
 	})
 }
 
+// clientSource is the source a client's failures are charged to: its IPv4
+// address, or the /64 of its IPv6 address (what one host is given).
+func clientSource(remote string) string {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	if ip = ip.Unmap(); ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.String()
+	}
+	return ip.String()
+}
+
 // WithClientSource records each request's client address (the peer's IP;
 // a proxy in front is one client) in its context, where failed
 // authentications are charged to it (access.WithSource).
 func WithClientSource(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if err != nil {
-			host = r.RemoteAddr
-		}
-		next.ServeHTTP(w, r.WithContext(access.WithSource(r.Context(), host)))
+		next.ServeHTTP(w, r.WithContext(access.WithSource(r.Context(), clientSource(r.RemoteAddr))))
 	})
 }
 
@@ -125,6 +141,9 @@ func authorize(auth Authenticator, loc locator) connect.UnaryInterceptorFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 			p, ok := ctx.Value(inProcessKey{}).(access.Principal)
 			if !ok {
+				p, ok = ctx.Value(authenticatedKey{}).(access.Principal)
+			}
+			if !ok {
 				var err error
 				p, err = auth.Authenticate(ctx, req.Header())
 				if errors.Is(err, access.ErrUnauthenticated) {
@@ -152,9 +171,14 @@ func MetricsHandler(auth Authenticator, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, off := auth.(NoAuth); !off {
 			p, err := auth.Authenticate(r.Context(), r.Header)
+			var throttled *access.ThrottledError
 			switch {
 			case errors.Is(err, access.ErrUnauthenticated):
 				http.Error(w, err.Error(), http.StatusUnauthorized)
+				return
+			case errors.As(err, &throttled):
+				w.Header().Set("Retry-After", strconv.Itoa(int(throttled.RetryAfter.Seconds())+1))
+				http.Error(w, err.Error(), http.StatusTooManyRequests)
 				return
 			case err != nil:
 				http.Error(w, "the database is unavailable", http.StatusServiceUnavailable)

@@ -60,8 +60,9 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 		_ = json.Unmarshal(w.Tenants, &pw.Tenants) // and ["tenant", ...]
 		pw.Shared = len(pw.Tenants) == 0
 		if p.SystemAdmin || pw.Shared || slices.Contains(pw.Tenants, p.TenantName) {
-			if !p.SystemAdmin {
+			if !p.SystemAdmin { // nothing of the worker's other tenants
 				pw.Tenants = slices.DeleteFunc(pw.Tenants, func(t string) bool { return t != p.TenantName })
+				maps.DeleteFunc(pw.Queues, func(q string, _ int32) bool { return dispatch.BaseQueue(q) != q && !dispatch.BoundTo(q, p.TenantName) })
 			}
 			out.Workers = append(out.Workers, pw)
 		}

@@ -5,7 +5,7 @@
 -- queue, whether or not a bound worker is alive, so that the shared pool
 -- of the queue never runs them; tenants without a binding keep the
 -- shared queue. Bound pools write their bindings when they start;
--- `orrery tenants unbind` removes one.
+-- `orrery queues unbind` removes one.
 
 -- +goose Up
 CREATE TABLE queue_bindings (

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -190,27 +189,12 @@ func (k *Service) Create(ctx context.Context, n NewKey) (string, Key, error) {
 
 // Verify returns the principal of a live key.
 func (k *Service) Verify(ctx context.Context, secret string) (Principal, error) {
-	now, source := time.Now(), sourceOf(ctx)
+	source := sourceOf(ctx)
 	if !strings.HasPrefix(secret, keyPrefix) || len(secret) != len(keyPrefix)+base64.RawURLEncoding.EncodedLen(keyBytes) {
-		k.throttle.fail(source, nil, now)
+		k.throttle.fail(source, time.Now())
 		return Principal{}, ErrUnauthenticated
 	}
-	hash := sha256.Sum256([]byte(secret))
-	k.mu.Lock()
-	c, ok := k.cache[hash]
-	k.mu.Unlock()
-	if ok && c.valid(now) { // a key verified lately passes whoever sends it
-		return c.p, nil
-	}
-	// A lookup: not for a source that failed too often.
-	if err := k.throttle.check(source, now); err != nil {
-		return Principal{}, err
-	}
-	if k.throttle.knownBad(hash, now) {
-		k.throttle.fail(source, nil, now)
-		return Principal{}, ErrUnauthenticated
-	}
-	c, err := k.cachedRead(k.cache, hash, func(h [sha256.Size]byte) (cached, error) {
+	c, err := k.guardedRead(source, k.cache, sha256.Sum256([]byte(secret)), func(h [sha256.Size]byte) (cached, error) {
 		q := store.New(k.pool)
 		row, err := q.APIKeyByHash(ctx, h[:])
 		if err != nil {
@@ -220,9 +204,6 @@ func (k *Service) Verify(ctx context.Context, secret string) (Principal, error) 
 		return cached{p: Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role),
 			SystemAdmin: row.SystemAdmin, Grants: grants, KeyPrefix: row.Prefix, KeyID: row.ID}, expires: row.ExpiresAt}, err
 	})
-	if errors.Is(err, ErrUnauthenticated) {
-		k.throttle.fail(source, &hash, now)
-	}
 	return c.p, err
 }
 

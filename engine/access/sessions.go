@@ -65,7 +65,7 @@ func (k *Service) Session(ctx context.Context, token string) (Session, error) {
 	if token == "" || len(token) > 64 {
 		return Session{}, ErrUnauthenticated
 	}
-	c, err := k.cachedRead(k.sessions, sha256.Sum256([]byte(token)), func(h [sha256.Size]byte) (cached, error) {
+	c, err := k.guardedRead(sourceOf(ctx), k.sessions, sha256.Sum256([]byte(token)), func(h [sha256.Size]byte) (cached, error) {
 		q := store.New(k.pool)
 		row, err := q.WebSessionByHash(ctx, h[:])
 		if err != nil {

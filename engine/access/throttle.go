@@ -3,6 +3,7 @@ package access
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -49,9 +50,10 @@ func sourceOf(ctx context.Context) string {
 
 // throttle holds the allowances of sources and the keys that failed.
 type throttle struct {
-	mu      sync.Mutex
-	sources map[string]*allowance
-	bad     map[[sha256.Size]byte]time.Time // when the key may be looked up again
+	mu       sync.Mutex
+	sources  map[string]*allowance
+	overflow allowance                       // every source once sources is full: a flood of addresses shares one
+	bad      map[[sha256.Size]byte]time.Time // when the key may be looked up again
 }
 
 type allowance struct {
@@ -60,47 +62,67 @@ type allowance struct {
 }
 
 func newThrottle() *throttle {
-	return &throttle{sources: map[string]*allowance{}, bad: map[[sha256.Size]byte]time.Time{}}
+	return &throttle{sources: map[string]*allowance{}, bad: map[[sha256.Size]byte]time.Time{},
+		overflow: allowance{left: FailuresPerSource}}
 }
 
-// check refuses a source with no failure left. A verification whose
-// source is unknown ("": a handler served without api.WithClientSource)
-// is not throttled.
-func (t *throttle) check(source string, now time.Time) error {
+// take reserves one failure of source's allowance for a lookup about to be
+// made (refund gives it back when the lookup succeeds), or refuses the
+// source when it has none left: concurrent lookups of one source cannot
+// all pass one check. A source that is unknown ("": a handler served
+// without api.WithClientSource) is not throttled.
+func (t *throttle) take(source string, now time.Time) error {
 	if source == "" {
 		return nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	a := t.refill(source, now)
-	if a == nil || a.left >= 1 {
-		return nil
+	a := t.allowanceOf(source, now)
+	if a.left < 1 {
+		return &ThrottledError{RetryAfter: time.Duration((1 - a.left) * float64(FailureRefill))}
 	}
-	return &ThrottledError{RetryAfter: time.Duration((1 - a.left) * float64(FailureRefill))}
+	a.left--
+	return nil
 }
 
-// fail charges a failed verification to source and, when h is given,
-// remembers the key that failed.
-func (t *throttle) fail(source string, h *[sha256.Size]byte, now time.Time) {
+// refund gives back what take reserved for a lookup that succeeded.
+func (t *throttle) refund(source string, now time.Time) {
+	if source == "" {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	a := t.refill(source, now)
-	if a == nil && source != "" {
-		if len(t.sources) >= maxThrottled {
-			clear(t.sources)
+	a := t.allowanceOf(source, now)
+	a.left = min(a.left+1, FailuresPerSource)
+}
+
+// fail charges a failure made without a lookup (a malformed key, one that
+// failed lately) to source.
+func (t *throttle) fail(source string, now time.Time) {
+	if source == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.allowanceOf(source, now)
+	a.left = max(a.left-1, 0)
+}
+
+// remember records the key of hash h as failed.
+func (t *throttle) remember(h [sha256.Size]byte, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.bad) >= maxThrottled {
+		for k, until := range t.bad { // drop the lapsed; if none lapsed, start again
+			if now.After(until) {
+				delete(t.bad, k)
+			}
 		}
-		a = &allowance{left: FailuresPerSource, at: now}
-		t.sources[source] = a
-	}
-	if a != nil {
-		a.left = max(a.left-1, 0)
-	}
-	if h != nil {
 		if len(t.bad) >= maxThrottled {
 			clear(t.bad)
 		}
-		t.bad[*h] = now.Add(badKeyTTL)
 	}
+	t.bad[h] = now.Add(badKeyTTL)
 }
 
 // knownBad reports whether the key of hash h failed within badKeyTTL.
@@ -115,18 +137,60 @@ func (t *throttle) knownBad(h [sha256.Size]byte, now time.Time) bool {
 	return ok
 }
 
-// refill brings source's allowance up to now; nil when it has none on
-// record (a full one). Called with mu held.
-func (t *throttle) refill(source string, now time.Time) *allowance {
+// allowanceOf is source's allowance brought up to now: its own, or, once
+// the table is full, the overflow shared by the sources not in it (sources
+// back at a full allowance leave the table). Called with mu held.
+func (t *throttle) allowanceOf(source string, now time.Time) *allowance {
 	a := t.sources[source]
 	if a == nil {
-		return nil
+		if len(t.sources) >= maxThrottled {
+			for k, b := range t.sources {
+				if b.refilled(now) >= FailuresPerSource {
+					delete(t.sources, k)
+				}
+			}
+		}
+		if len(t.sources) >= maxThrottled {
+			a = &t.overflow
+		} else {
+			a = &allowance{left: FailuresPerSource, at: now}
+			t.sources[source] = a
+		}
 	}
-	a.left = min(FailuresPerSource, a.left+float64(now.Sub(a.at))/float64(FailureRefill))
-	a.at = now
-	if a.left >= FailuresPerSource {
-		delete(t.sources, source)
-		return nil
-	}
+	a.left, a.at = a.refilled(now), now
 	return a
+}
+
+// refilled is the allowance's failures left at now.
+func (a *allowance) refilled(now time.Time) float64 {
+	return min(FailuresPerSource, a.left+float64(now.Sub(a.at))/float64(FailureRefill))
+}
+
+// guardedRead looks up the key or session of hash h (read, through the
+// cache m) for source: a hash in the cache answers whoever asks; else the
+// source must have a failure left, a hash that failed lately is refused
+// from memory, and a lookup that finds nothing is remembered.
+func (k *Service) guardedRead(source string, m map[[sha256.Size]byte]cached, h [sha256.Size]byte, read func([sha256.Size]byte) (cached, error)) (cached, error) {
+	now := time.Now()
+	k.mu.Lock()
+	c, ok := m[h]
+	k.mu.Unlock()
+	if ok && c.valid(now) {
+		return c, nil
+	}
+	if k.throttle.knownBad(h, now) {
+		k.throttle.fail(source, now)
+		return cached{}, ErrUnauthenticated
+	}
+	if err := k.throttle.take(source, now); err != nil {
+		return cached{}, err
+	}
+	c, err := k.cachedRead(m, h, read)
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		k.throttle.remember(h, now)
+	case err == nil:
+		k.throttle.refund(source, now)
+	}
+	return c, err
 }

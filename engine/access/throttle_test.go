@@ -37,7 +37,9 @@ func TestFailedVerificationsAreThrottled(t *testing.T) {
 	if _, err := acc.Verify(attacker, cachedKey); err != nil {
 		t.Fatal(err)
 	}
-	unknown := func(i int) string { return "ork_" + strings.Repeat(string(rune('a'+i%26)), 42) + string(rune('A'+i/26)) }
+	unknown := func(i int) string {
+		return "ork_" + strings.Repeat(string(rune('a'+i%26)), 42) + string(rune('A'+i/26))
+	}
 	for i := range access.FailuresPerSource {
 		if _, err := acc.Verify(attacker, unknown(i)); !errors.Is(err, access.ErrUnauthenticated) {
 			t.Fatalf("failure %d: %v, want unauthenticated", i, err)

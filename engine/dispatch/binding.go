@@ -43,7 +43,7 @@ const maxRiverQueueName = 64
 func BoundQueue(queue, tenant string) (string, error) {
 	name := queue + boundSeparator + tenant
 	switch {
-	case !riverQueueName.MatchString(queue) || !riverQueueName.MatchString(tenant):
+	case strings.Contains(queue+tenant, boundSeparator) || !riverQueueName.MatchString(queue) || !riverQueueName.MatchString(tenant):
 		return "", fmt.Errorf("queue %q of tenant %q cannot be bound: a bound queue's name, QUEUE|TENANT, takes letters and digits separated by single - or _", queue, tenant)
 	case len(name) > maxRiverQueueName:
 		return "", fmt.Errorf("queue %q of tenant %q cannot be bound: %q is longer than %d bytes", queue, tenant, name, maxRiverQueueName)

@@ -14,6 +14,8 @@ func TestBoundQueue(t *testing.T) {
 		{queue: "a.b", tenant: "acme", wantErr: "takes letters and digits"},
 		{queue: "etl", tenant: "acme-", wantErr: "takes letters and digits"},
 		{queue: "etl", tenant: "a--b", wantErr: "takes letters and digits"},
+		{queue: "etl|acme", tenant: "x", wantErr: "takes letters and digits"},
+		{queue: "etl", tenant: "a|b", wantErr: "takes letters and digits"},
 		{queue: strings.Repeat("q", 40), tenant: strings.Repeat("t", 24), wantErr: "longer than 64 bytes"},
 	} {
 		got, err := BoundQueue(tt.queue, tt.tenant)

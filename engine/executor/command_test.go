@@ -537,9 +537,14 @@ func startTree(t *testing.T, ctx context.Context) (grandchild int, result <-chan
 		}
 		return true
 	})
-	if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", grandchild)); err != nil || strings.TrimSpace(string(comm)) != "sleep" || processGone(grandchild) {
-		t.Fatalf("pid %d is not a running sleep (comm %q, err %v)", grandchild, comm, err)
-	}
+	// $! is the shell's child as soon as it forks, before it execs sleep.
+	eventually(t, fmt.Sprintf("pid %d to be a running sleep", grandchild), func() bool {
+		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", grandchild))
+		if err != nil || processGone(grandchild) {
+			t.Fatalf("pid %d is gone (%v)", grandchild, err)
+		}
+		return strings.TrimSpace(string(comm)) == "sleep"
+	})
 	pgid, err := syscall.Getpgid(grandchild)
 	if err != nil {
 		t.Fatal(err)

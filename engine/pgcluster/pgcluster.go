@@ -91,8 +91,11 @@ const passwordFile = "password"
 func readPassword(dir string) (string, error) {
 	path := filepath.Join(dir, passwordFile)
 	b, err := os.ReadFile(path)
-	if err == nil && len(strings.TrimSpace(string(b))) >= 32 {
-		return strings.TrimSpace(string(b)), os.Chmod(path, 0o600)
+	if pw := strings.TrimSpace(string(b)); err == nil && len(pw) >= 32 {
+		if _, herr := hex.DecodeString(pw); herr != nil {
+			return "", fmt.Errorf("pgcluster: %s holds no password of hex digits: remove it to have a new one made", path)
+		}
+		return pw, os.Chmod(path, 0o600)
 	}
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("pgcluster: %w", err)
@@ -273,7 +276,13 @@ func (c *Cluster) setPassword(ctx context.Context) error {
 		return fmt.Errorf("pgcluster: %w", err)
 	}
 	defer conn.Close(ctx)
-	// ALTER ROLE takes no parameters; the password is hex.
+	// ALTER ROLE takes no parameters; the password is hex (readPassword).
+	// Not in the server's log, even when the statement fails.
+	for _, set := range []string{"SET log_statement = 'none'", "SET log_min_error_statement = 'panic'", "SET log_min_duration_statement = -1"} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			return fmt.Errorf("pgcluster: %w", err)
+		}
+	}
 	if _, err := conn.Exec(ctx, "ALTER ROLE postgres PASSWORD '"+c.password+"'"); err != nil {
 		return fmt.Errorf("pgcluster: set the password: %w", err)
 	}

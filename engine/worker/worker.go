@@ -155,7 +155,13 @@ func (c *Config) withDefaults() error {
 			return fmt.Errorf("worker: Config.Queues[%q]: concurrency %d: want 1 to %d (River's bound per queue and process: run more workers)", q, n, river.QueueNumWorkersMax)
 		}
 	}
-	if len(c.Tenants) > 0 {
+	if len(c.Tenants) == 0 {
+		for q := range c.Queues {
+			if dispatch.BaseQueue(q) != q {
+				return fmt.Errorf("worker: Config.Queues: %q is a tenant's bound queue: serve it with Config.Tenants (--tenant) and its queue", q)
+			}
+		}
+	} else {
 		c.baseQueues = slices.Sorted(maps.Keys(c.Queues))
 		bound := make(map[string]int, len(c.Queues)*len(c.Tenants))
 		for _, t := range c.Tenants {
