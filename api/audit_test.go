@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
@@ -355,5 +357,31 @@ func TestListAuditActorMatchesPrincipal(t *testing.T) {
 		if !slices.Equal(actors, want) {
 			t.Errorf("actor %q: %q, want %q", filter, actors, want)
 		}
+	}
+}
+
+// A page of the audit trail stops where its entries' before and after pass
+// 4 MiB, and its token continues after the last entry returned: every
+// entry listed once, in order.
+func TestListAuditPagesFitTheirBudget(t *testing.T) {
+	t.Parallel()
+	base, _ := servePool(t)
+	ctx := context.Background()
+	jobs := orreryv1connect.NewJobServiceClient(http.DefaultClient, base)
+	audit := orreryv1connect.NewAuditServiceClient(http.DefaultClient, base)
+	for i := range 4 { // each creation's after is about 1.6 MB
+		req := sampleJob(fmt.Sprintf("big-%d", i))
+		req.Spec.Run, req.Spec.Payload = nil, nil
+		for s := range 8 {
+			req.Spec.Steps = append(req.Spec.Steps, &orreryv1.Step{Name: fmt.Sprintf("s%d", s), Payload: structpb.NewStringValue(strings.Repeat("x", 200<<10)),
+				Run: &orreryv1.Executor{Kind: &orreryv1.Executor_Handler{Handler: "h"}}})
+		}
+		if _, err := jobs.CreateJob(ctx, connect.NewRequest(req)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, pages := listAll(t, audit, &orreryv1.ListAuditRequest{PageSize: 500})
+	if len(got) != 4 || !slices.Equal(pages, []int{3, 1}) || got[0].GetTargetName() != "analytics/big-3" || got[3].GetTargetName() != "analytics/big-0" {
+		t.Fatalf("entries %d in pages %v (the third passes 4 MiB), want 4 newest first in pages [3 1]", len(got), pages)
 	}
 }

@@ -89,25 +89,40 @@ func (q *Queries) InsertTriggerKey(ctx context.Context, arg InsertTriggerKeyPara
 }
 
 const listAudit = `-- name: ListAudit :many
-SELECT id, at, actor, action, target_kind, target_id, target_name, before, after
-FROM audit_log
-WHERE tenant_id = $1
-  AND ($2::text IS NULL OR actor = $2::text
-       OR (left(actor, length($2::text) + 2) = $2::text || ' ('
-           AND right(actor, 1) = ')' AND strpos(substr(actor, length($2::text) + 3), ' ') = 0))
-  AND ($3::text IS NULL OR action = $3::text)
-  AND ($4::text IS NULL OR target_kind = $4::text)
-  AND ($5::uuid IS NULL OR target_id = $5::uuid)
-  AND ($6::text IS NULL OR target_name = $6::text)
-  AND ($7::timestamptz IS NULL OR at >= $7::timestamptz)
-  AND ($8::timestamptz IS NULL OR at < $8::timestamptz)
-  AND at <= $9::timestamptz
-  AND (at < $9::timestamptz OR id < $10::uuid)
-ORDER BY at DESC, id DESC
-LIMIT $11
+WITH page AS (
+    SELECT id, at, actor, action, target_kind, target_id, target_name, before, after
+    FROM audit_log
+    WHERE tenant_id = $2
+      AND ($3::text IS NULL OR actor = $3::text
+           OR (left(actor, length($3::text) + 2) = $3::text || ' ('
+               AND right(actor, 1) = ')' AND strpos(substr(actor, length($3::text) + 3), ' ') = 0))
+      AND ($4::text IS NULL OR action = $4::text)
+      AND ($5::text IS NULL OR target_kind = $5::text)
+      AND ($6::uuid IS NULL OR target_id = $6::uuid)
+      AND ($7::text IS NULL OR target_name = $7::text)
+      AND ($8::timestamptz IS NULL OR at >= $8::timestamptz)
+      AND ($9::timestamptz IS NULL OR at < $9::timestamptz)
+      AND at <= $10::timestamptz
+      AND (at < $10::timestamptz OR id < $11::uuid)
+    ORDER BY at DESC, id DESC
+    LIMIT $12
+), sized AS (
+    SELECT page.id, page.at, page.actor, page.action, page.target_kind, page.target_id, page.target_name, page.before, page.after,
+           (COALESCE(octet_length(page.before::text), 0) + COALESCE(octet_length(page.after::text), 0))::bigint AS bytes,
+           count(*) OVER ()::bigint AS page_rows
+    FROM page
+), summed AS (
+    SELECT sized.id, sized.at, sized.actor, sized.action, sized.target_kind, sized.target_id, sized.target_name, sized.before, sized.after, sized.bytes, sized.page_rows, sum(sized.bytes) OVER (ORDER BY sized.at DESC, sized.id DESC)::bigint AS upto FROM sized
+)
+SELECT summed.id, summed.at, summed.actor, summed.action, summed.target_kind, summed.target_id, summed.target_name,
+       summed.before, summed.after, summed.page_rows
+FROM summed
+WHERE summed.upto - summed.bytes < $1::bigint
+ORDER BY summed.at DESC, summed.id DESC
 `
 
 type ListAuditParams struct {
+	Budget     int64
 	TenantID   uuid.UUID
 	Actor      *string
 	Action     *string
@@ -131,6 +146,7 @@ type ListAuditRow struct {
 	TargetName string
 	Before     []byte
 	After      []byte
+	PageRows   int64
 }
 
 // ListAudit pages through a tenant's audit trail, newest first, by
@@ -140,8 +156,13 @@ type ListAuditRow struct {
 // not "ci (x) (ork_ab12cd34)"). `at <= before_at` lets the scan of
 // audit_log_tenant_at start at the page; rows of one transaction share
 // their `at` and are ordered by id (UUIDv7, in the order written).
+// The page is cut where its entries' before and after pass @budget bytes
+// (as JSON text; the first entry whatever its size): page_rows is how many
+// entries the page held before the cut, so that the caller knows more
+// follow.
 func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]ListAuditRow, error) {
 	rows, err := q.db.Query(ctx, listAudit,
+		arg.Budget,
 		arg.TenantID,
 		arg.Actor,
 		arg.Action,
@@ -171,6 +192,7 @@ func (q *Queries) ListAudit(ctx context.Context, arg ListAuditParams) ([]ListAud
 			&i.TargetName,
 			&i.Before,
 			&i.After,
+			&i.PageRows,
 		); err != nil {
 			return nil, err
 		}

@@ -337,7 +337,10 @@ func (x *ListAuditRequest) GetPageToken() string {
 type ListAuditResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Entries []*AuditEntry          `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	// Empty after the last page.
+	// Empty after the last page. A page holds page_size entries, or fewer
+	// when their before and after pass the server's byte budget (4 MiB as
+	// JSON; one entry at least): the token then continues after the last
+	// entry returned.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
