@@ -205,8 +205,12 @@ func TestQuotaHoldsAcrossWorkers(t *testing.T) {
 	if o := f.maxOverlap(capped.Tenant); o > 3 || o < 1 {
 		t.Fatalf("attempts table: capped tenant ran %d at once, quota 3", o)
 	}
-	if p := f.live.get(f.live.peak, "free"); p < 5 {
-		t.Fatalf("the tenant without a quota ran at most %d at once of 8 slots: capacity was wasted", p)
+	// Slots are held from an attempt's start to its report, which on a
+	// loaded machine take longer than the 50 ms its handler runs: the
+	// attempts table, not the handler's count, says how many slots the
+	// tenant held at once.
+	if o := f.maxOverlap(free.Tenant); o < 5 {
+		t.Fatalf("attempts table: the tenant without a quota ran at most %d at once of 8 slots: capacity was wasted", o)
 	}
 }
 
