@@ -50,11 +50,11 @@ func (s *auditServer) ListAudit(ctx context.Context, req *connect.Request[orrery
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	token := func(r store.ListAuditRow) any { return auditToken{At: r.At, ID: r.ID} }
-	rows, next := store.NextPage(listed, size, token)
-	if next == "" && len(rows) > 0 && rows[0].PageRows > int64(len(rows)) { // cut by the byte budget
-		next = store.EncodePageToken(token(rows[len(rows)-1]))
+	var pageRows int64
+	if len(listed) > 0 {
+		pageRows = listed[0].PageRows
 	}
+	rows, next := store.NextBudgetedPage(listed, size, pageRows, func(r store.ListAuditRow) any { return auditToken{At: r.At, ID: r.ID} })
 	out := &orreryv1.ListAuditResponse{Entries: make([]*orreryv1.AuditEntry, 0, len(rows)), NextPageToken: next}
 	for _, r := range rows {
 		out.Entries = append(out.Entries, auditEntryToProto(ctx, s.log, r.ID, r.At, r.Actor, r.Action, r.TargetKind, r.TargetID, r.TargetName, r.Before, r.After))

@@ -87,9 +87,8 @@ func (p HostPolicy) allowsOrigin(origin string) bool {
 	return p.Allows(u.Host)
 }
 
-// Guard refuses, with 403, a request whose Host the
-// policy does not allow, and with 403 one whose Origin it does not,
-// before next sees it.
+// Guard refuses (403) a request whose Host, or whose Origin, the policy
+// does not allow, before next sees it.
 func (p HostPolicy) Guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !p.Allows(r.Host) {

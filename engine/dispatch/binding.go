@@ -68,7 +68,8 @@ func BoundTo(queue, tenant string) bool {
 // bound queue.
 type Bindings map[uuid.UUID]map[string]string
 
-// LoadBindings reads the bindings of tenants.
+// LoadBindings reads the bindings of tenants (a tenant may be named more
+// than once).
 func LoadBindings(ctx context.Context, q *store.Queries, tenants []uuid.UUID) (Bindings, error) {
 	rows, err := q.QueueBindingsOf(ctx, tenants)
 	if err != nil {
@@ -93,39 +94,28 @@ func (b Bindings) Queue(tenant uuid.UUID, queue string) string {
 	return queue
 }
 
-// Tenant is a tenant a worker pool is bound to.
-type Tenant struct {
-	ID   uuid.UUID
-	Name string
-}
-
 // ErrNoTenant is a tenant to bind that does not exist.
 var ErrNoTenant = errors.New("no such tenant")
 
 // Bind binds queues of the named tenants to their bound queues in one
 // transaction, auditing each binding it makes in its tenant's trail as by
-// (the worker). A binding that exists already is kept. It returns the
-// tenants, and for each bound queue the queue it serves.
-func Bind(ctx context.Context, pool *pgxpool.Pool, tenants, queues []string, by string) ([]Tenant, map[string]string, error) {
+// (the worker). A binding that exists already is kept.
+func Bind(ctx context.Context, pool *pgxpool.Pool, tenants, queues []string, by string) error {
 	if len(tenants) == 0 {
-		return nil, nil, nil
+		return nil
 	}
-	bound := map[string]string{}
-	var p store.BindQueuesParams
-	p.BoundBy = by
+	bound := make(map[string][]string, len(tenants)) // each tenant's bound queues, in the order of queues
 	for _, t := range tenants {
 		for _, q := range queues {
 			name, err := BoundQueue(q, t)
 			if err != nil {
-				return nil, nil, err
+				return err
 			}
-			bound[name] = q
+			bound[t] = append(bound[t], name)
 		}
 	}
-	var out []Tenant
 	err := store.InTx(ctx, pool, func(q *store.Queries) error {
-		out = out[:0]
-		p.TenantIds, p.Queues, p.BoundQueues = nil, nil, nil
+		p := store.BindQueuesParams{BoundBy: by}
 		for _, name := range tenants {
 			id, err := q.TenantByName(ctx, name)
 			if store.IsNotFound(err) {
@@ -134,10 +124,8 @@ func Bind(ctx context.Context, pool *pgxpool.Pool, tenants, queues []string, by 
 			if err != nil {
 				return err
 			}
-			out = append(out, Tenant{ID: id, Name: name})
-			for _, queue := range queues {
-				b, _ := BoundQueue(queue, name)
-				p.TenantIds, p.Queues, p.BoundQueues = append(p.TenantIds, id), append(p.Queues, queue), append(p.BoundQueues, b)
+			for i, queue := range queues {
+				p.TenantIds, p.Queues, p.BoundQueues = append(p.TenantIds, id), append(p.Queues, queue), append(p.BoundQueues, bound[name][i])
 			}
 		}
 		made, err := q.BindQueues(ctx, p)
@@ -154,9 +142,9 @@ func Bind(ctx context.Context, pool *pgxpool.Pool, tenants, queues []string, by 
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("dispatch: bind queues: %w", err)
+		return fmt.Errorf("dispatch: bind queues: %w", err)
 	}
-	return out, bound, nil
+	return nil
 }
 
 // ErrNotBound is an unbinding of a queue that is not bound.

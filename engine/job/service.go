@@ -835,11 +835,12 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 			NextFireAt: r.NextFireAt, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy, UpdatedAt: r.UpdatedAt,
 			UpdatedBy: r.UpdatedBy, DeletedAt: r.DeletedAt}
 	}
-	token := func(r store.Job) any { return pageToken{Name: r.Name, ID: r.ID} }
-	rows, next := store.NextPage(rows, size, token)
-	if next == "" && len(listed) > 0 && listed[0].PageRows > int64(len(listed)) { // cut by the byte budget
-		next = store.EncodePageToken(token(rows[len(rows)-1]))
+	var pageRows int64
+	if len(listed) > 0 {
+		pageRows = listed[0].PageRows
 	}
+	token := func(r store.Job) any { return pageToken{Name: r.Name, ID: r.ID} }
+	rows, next := store.NextBudgetedPage(rows, size, pageRows, token)
 	if err := withSchedules(ctx, q, rows); err != nil {
 		return nil, "", err
 	}

@@ -2,7 +2,6 @@ package run
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -188,7 +187,7 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 func bindingsOf(ctx context.Context, q *store.Queries, runs []New, written map[uuid.UUID]bool, ids []uuid.UUID) (dispatch.Bindings, error) {
 	var tenants []uuid.UUID
 	for i, r := range runs {
-		if written[ids[i]] && (r.Status == StatusPending || r.Status == StatusQueued) && !slices.Contains(tenants, r.Job.Tenant) {
+		if written[ids[i]] && (r.Status == StatusPending || r.Status == StatusQueued) {
 			tenants = append(tenants, r.Job.Tenant)
 		}
 	}

@@ -35,3 +35,15 @@ func NextPage[T any](rows []T, size int, key func(T) any) ([]T, string) {
 	rows = rows[:size]
 	return rows, EncodePageToken(key(rows[size-1]))
 }
+
+// NextBudgetedPage is NextPage for a query that also cut its page at a
+// byte budget: pageRows is how many rows the page held before the cut
+// (the query's count over the page), so a page cut short still has a next
+// one, after its last row.
+func NextBudgetedPage[T any](rows []T, size int, pageRows int64, key func(T) any) ([]T, string) {
+	rows, next := NextPage(rows, size, key)
+	if next == "" && len(rows) > 0 && pageRows > int64(len(rows)) {
+		next = EncodePageToken(key(rows[len(rows)-1]))
+	}
+	return rows, next
+}

@@ -488,13 +488,7 @@ func (p *pass) raise(a store.Alert) {
 // insertNotifications writes the pass's notifications, each in its
 // tenant's bound queue when the tenant bound the job's queue.
 func (p *pass) insertNotifications(ctx context.Context) error {
-	var tenants []uuid.UUID
-	for _, t := range p.notes.TenantIds {
-		if !slices.Contains(tenants, t) {
-			tenants = append(tenants, t)
-		}
-	}
-	b, err := dispatch.LoadBindings(ctx, p.q, tenants)
+	b, err := dispatch.LoadBindings(ctx, p.q, p.notes.TenantIds)
 	if err != nil {
 		return err
 	}

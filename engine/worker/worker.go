@@ -339,7 +339,7 @@ func New(cfg Config) (*Worker, error) {
 func (w *Worker) Run(ctx context.Context) error {
 	// The bindings before anything is fetched: from their commit on, the
 	// shared pool of these queues gets none of these tenants' new tasks.
-	if _, _, err := dispatch.Bind(ctx, w.cfg.StatePool, w.cfg.Tenants, w.cfg.baseQueues, w.cfg.Name); err != nil {
+	if err := dispatch.Bind(ctx, w.cfg.StatePool, w.cfg.Tenants, w.cfg.baseQueues, w.cfg.Name); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	// The lease first: nothing may be fetched under an id the reaper
