@@ -191,7 +191,6 @@ func TestFailureStuckAndCallbacks(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	unwedge := func() { once.Do(func() { close(release) }) }
-	t.Cleanup(unwedge) // before the worker's cleanup, which waits for it
 	var mode sync.Map
 	mode.Store("fail", true)
 	handlers := map[string]executor.HandlerFunc{
@@ -212,6 +211,11 @@ func TestFailureStuckAndCallbacks(t *testing.T) {
 	}
 	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 4}, Handlers: handlers, Secrets: secrets,
 		AllowEgress: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})
+	// Cleanups run last first: registered after the worker's, this one
+	// runs before it, so a test that fails while the step is wedged does
+	// not leave the worker's stop waiting on it until the test binary's
+	// timeout (seen under load: 10 minutes).
+	t.Cleanup(unwedge)
 	cb := []dag.Callback{{Webhook: dag.Webhook{URL: hook.URL, Secret: "secret://env/ORRERY_TEST_HOOK_SECRET"}}}
 	for _, r := range []dag.Resource{
 		{Metadata: dag.Metadata{Name: "flaky", Namespace: "ops"}, Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: "allow",
