@@ -45,7 +45,8 @@ func (s *accessServer) ListTenants(ctx context.Context, req *connect.Request[orr
 
 func (s *accessServer) SetTenantQuota(ctx context.Context, req *connect.Request[orreryv1.SetTenantQuotaRequest]) (*connect.Response[orreryv1.SetTenantQuotaResponse], error) {
 	m := req.Msg
-	c := access.QuotaChange{MaxConcurrency: m.MaxConcurrency, Weight: m.Weight, Queues: m.GetQueues()}
+	c := access.QuotaChange{MaxConcurrency: m.MaxConcurrency, Weight: m.Weight, Queues: m.GetQueues(),
+		MaxJobs: m.MaxJobs, MaxDefinitionBytes: m.MaxDefinitionBytes, MaxRuns: m.MaxRuns, MaxTasks: m.MaxTasks}
 	q, err := s.access.SetQuota(ctx, principalOf(ctx), m.GetTenant(), c)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
@@ -54,7 +55,11 @@ func (s *accessServer) SetTenantQuota(ctx context.Context, req *connect.Request[
 }
 
 func (s *accessServer) GetTenantQuota(ctx context.Context, req *connect.Request[orreryv1.GetTenantQuotaRequest]) (*connect.Response[orreryv1.GetTenantQuotaResponse], error) {
-	q, err := s.access.GetQuota(ctx, req.Msg.GetTenant())
+	tenant := req.Msg.GetTenant()
+	if tenant == "" { // the caller's own (the policy asked for an admin of it)
+		tenant = principalOf(ctx).TenantName
+	}
+	q, err := s.access.GetQuota(ctx, tenant)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -62,7 +67,9 @@ func (s *accessServer) GetTenantQuota(ctx context.Context, req *connect.Request[
 }
 
 func quotaToProto(q access.Quota) *orreryv1.TenantQuota {
-	return &orreryv1.TenantQuota{Tenant: q.Tenant.Name, MaxConcurrency: q.Tenant.MaxConcurrency, Weight: q.Tenant.Weight, Queues: q.Queues}
+	return &orreryv1.TenantQuota{Tenant: q.Tenant.Name, MaxConcurrency: q.Tenant.MaxConcurrency, Weight: q.Tenant.Weight, Queues: q.Queues,
+		MaxJobs: q.Storage.Jobs, MaxDefinitionBytes: q.Storage.DefinitionBytes, MaxRuns: q.Storage.Runs, MaxTasks: q.Storage.Tasks,
+		Usage: &orreryv1.TenantUsage{Jobs: q.Usage.Jobs, DefinitionBytes: q.Usage.DefinitionBytes, Runs: q.Usage.Runs, Tasks: q.Usage.Tasks}}
 }
 
 func (s *accessServer) CreateAPIKey(ctx context.Context, req *connect.Request[orreryv1.CreateAPIKeyRequest]) (*connect.Response[orreryv1.CreateAPIKeyResponse], error) {

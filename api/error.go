@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/usage"
 )
 
 // toConnect maps an engine error to a Connect error whose message names the
@@ -26,6 +27,7 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		conflict  *job.VersionConflictError
 		sched     *schedule.Error
 		throttled *access.ThrottledError
+		exceeded  *usage.ExceededError
 	)
 	switch {
 	case err == nil:
@@ -48,6 +50,8 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		ce := connect.NewError(connect.CodeResourceExhausted, err)
 		ce.Meta().Set("Retry-After", strconv.Itoa(int(throttled.RetryAfter.Seconds())+1))
 		return ce
+	case errors.As(err, &exceeded):
+		return connect.NewError(connect.CodeResourceExhausted, exceeded)
 	case errors.Is(err, job.ErrDeleted):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, context.Canceled):

@@ -211,7 +211,14 @@ var policies = map[string]policy{
 	orreryv1connect.AccessServiceCreateTenantProcedure:   systemAdmin,
 	orreryv1connect.AccessServiceListTenantsProcedure:    systemAdmin,
 	orreryv1connect.AccessServiceSetTenantQuotaProcedure: systemAdmin,
-	orreryv1connect.AccessServiceGetTenantQuotaProcedure: systemAdmin,
+	// A named tenant's quota needs a system admin; the caller's own, an
+	// admin of its tenant.
+	orreryv1connect.AccessServiceGetTenantQuotaProcedure: {role: access.Admin, targets: func(m any) []target {
+		if m.(*orreryv1.GetTenantQuotaRequest).GetTenant() != "" {
+			return []target{on(access.System)}
+		}
+		return []target{on(access.TenantWide)}
+	}},
 	// A key in a tenant named by the request, or a system admin key, needs
 	// a system admin; any other key, an admin of the tenant (any role,
 	// none to admin, is within an admin's).

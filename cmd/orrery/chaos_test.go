@@ -254,6 +254,14 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	if n := twice.Load(); n != 0 {
 		t.Fatalf("%d attempts were delivered to the sink twice (same run/step/attempt)", n)
 	}
+	// What the storage quotas count is what was written, through every
+	// kill and pause: a firing transaction counts its runs or nothing.
+	// One statement, one snapshot: the nodes are still firing.
+	var runsOff, tasksOff int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT sum(runs) FROM tenant_run_usage) - (SELECT count(*) FROM runs),
+		(SELECT sum(tasks) FROM tenant_run_usage) - (SELECT count(*) FROM tasks)`).Scan(&runsOff, &tasksOff); err != nil || runsOff != 0 || tasksOff != 0 {
+		t.Fatalf("tenant_run_usage counts %d runs and %d tasks more than the database holds (%v)", runsOff, tasksOff, err)
+	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM (SELECT task_id FROM attempts WHERE outcome = 'succeeded'
 		GROUP BY task_id HAVING count(*) > 1) d`); n != 0 {
 		t.Fatalf("%d tasks succeeded twice", n)

@@ -18,9 +18,9 @@ import (
 
 // twoTenants starts `orrery serve --auth keys` (scheduler and watchdog
 // included) on a fresh database with a second tenant, acme, beside the
-// default one, and returns a client for each tenant's admin and the
-// database. The caller starts the workers it needs.
-func twoTenants(t *testing.T) (dsn string, asDefault, asAcme func(args ...string) (string, string, int)) {
+// default one, and returns the database and a client for each tenant's
+// admin and for a system admin. The caller starts the workers it needs.
+func twoTenants(t *testing.T) (dsn string, asDefault, asAcme, asSys func(args ...string) (string, string, int)) {
 	t.Helper()
 	dsn = pgtest.DSN(t)
 	sys, _, code := run(t, "keys", "create", "--db", dsn, "--principal", "ops", "--role", "none", "--system-admin")
@@ -55,7 +55,7 @@ func twoTenants(t *testing.T) (dsn string, asDefault, asAcme func(args ...string
 	if code != 0 {
 		t.Fatalf("keys create --tenant acme: exit %d %q", code, errOut)
 	}
-	return dsn, asDefault, as(acme)
+	return dsn, asDefault, as(acme), as(sys)
 }
 
 // A secret granted to the default tenant's namespace analytics
@@ -76,7 +76,7 @@ func TestSecretsBelongToTenants(t *testing.T) {
 	}))
 	defer sink.Close()
 
-	dsn, asDefault, asAcme := twoTenants(t)
+	dsn, asDefault, asAcme, _ := twoTenants(t)
 	startProcEnv(t, "worker", []string{"HOOK_TOKEN=" + token}, "worker", "--db", dsn, "--queue", "default=2",
 		"--allow-command", "/bin/*", "--allow-egress", "127.0.0.1/32", "--secret-env", "default/analytics=HOOK_TOKEN")
 
@@ -162,7 +162,7 @@ spec:
 // starts. The cluster view shows each tenant its own and the shared
 // workers. Unbinding sends acme's new tasks to the shared pool again.
 func TestWorkersBoundToTenants(t *testing.T) {
-	dsn, asDefault, asAcme := twoTenants(t)
+	dsn, asDefault, asAcme, _ := twoTenants(t)
 	pool := openPool(t, dsn)
 	out, errOut, code := run(t, "worker", "--db", dsn, "--queue", "default=1", "--tenant", "nope")
 	oneLineError(t, []string{"worker", "--tenant", "nope"}, out, errOut, code, `tenant "nope": no such tenant`)

@@ -54,14 +54,24 @@ func newTenantsCmd(g *globals) *cobra.Command {
 	}
 	var maxConc, weight int32
 	var queueCaps []string
+	var maxJobs, maxDefBytes, maxRuns, maxTasks int64
 	setQuota := &cobra.Command{
 		Use:   "set-quota NAME",
-		Short: "Set a tenant's admission quota and weight (audited; applies at the admitters' next pass)",
-		Long: `Set a tenant's admission settings. Flags left out keep their value.
+		Short: "Set a tenant's admission quota and weight, and its storage quotas (audited)",
+		Long: `Set a tenant's admission settings and storage quotas. Flags left out
+keep their value. Admission settings apply at the admitters' next pass,
+storage quotas at the tenant's next write.
 
-  --max-concurrency N   tasks of the tenant holding a queue slot at once, in all queues (0: no quota)
-  --weight W            its share of a queue against other tenants waiting there (1 to 1000)
-  --queue Q=N           a cap in one queue (repeatable; Q=0 removes it)`,
+  --max-concurrency N       tasks of the tenant holding a queue slot at once, in all queues (0: no quota)
+  --weight W                its share of a queue against other tenants waiting there (1 to 1000)
+  --queue Q=N               a cap in one queue (repeatable; Q=0 removes it)
+  --max-jobs N              live jobs (0: no quota)
+  --max-definition-bytes N  bytes of the live jobs' definitions, as JSON (0: no quota)
+  --max-runs N              runs kept until retention prunes them (0: no quota)
+  --max-tasks N             tasks of those runs (0: no quota)
+
+A write over a storage quota is refused naming the quota; an instant a
+schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &orreryv1.SetTenantQuotaRequest{Tenant: args[0], Queues: map[string]int32{}}
@@ -70,6 +80,18 @@ func newTenantsCmd(g *globals) *cobra.Command {
 			}
 			if cmd.Flags().Changed("weight") {
 				req.Weight = &weight
+			}
+			for _, f := range []struct {
+				flag string
+				v    *int64
+				dst  **int64
+			}{
+				{"max-jobs", &maxJobs, &req.MaxJobs}, {"max-definition-bytes", &maxDefBytes, &req.MaxDefinitionBytes},
+				{"max-runs", &maxRuns, &req.MaxRuns}, {"max-tasks", &maxTasks, &req.MaxTasks},
+			} {
+				if cmd.Flags().Changed(f.flag) {
+					*f.dst = f.v
+				}
 			}
 			for _, qc := range queueCaps {
 				q, v, found := strings.Cut(qc, "=")
@@ -93,12 +115,20 @@ func newTenantsCmd(g *globals) *cobra.Command {
 	setQuota.Flags().Int32Var(&maxConc, "max-concurrency", 0, "tasks holding a slot at once in all queues (0: no quota)")
 	setQuota.Flags().Int32Var(&weight, "weight", 1, "share against other tenants (1 to 1000)")
 	setQuota.Flags().StringArrayVar(&queueCaps, "queue", nil, "per-queue cap QUEUE=N (0 removes); repeatable")
+	setQuota.Flags().Int64Var(&maxJobs, "max-jobs", 0, "live jobs (0: no quota)")
+	setQuota.Flags().Int64Var(&maxDefBytes, "max-definition-bytes", 0, "bytes of the live jobs' definitions (0: no quota)")
+	setQuota.Flags().Int64Var(&maxRuns, "max-runs", 0, "runs kept until retention prunes them (0: no quota)")
+	setQuota.Flags().Int64Var(&maxTasks, "max-tasks", 0, "tasks of the runs kept (0: no quota)")
 	getQuota := &cobra.Command{
-		Use:   "quota NAME",
-		Short: "Show a tenant's admission quota and weight",
-		Args:  cobra.ExactArgs(1),
+		Use:   "quota [NAME]",
+		Short: "Show a tenant's quotas and what it stores (without NAME: your own tenant's)",
+		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := g.accessClient().GetTenantQuota(cmd.Context(), connect.NewRequest(&orreryv1.GetTenantQuotaRequest{Tenant: args[0]}))
+			var name string
+			if len(args) == 1 {
+				name = args[0]
+			}
+			res, err := g.accessClient().GetTenantQuota(cmd.Context(), connect.NewRequest(&orreryv1.GetTenantQuotaRequest{Tenant: name}))
 			if err != nil {
 				return err
 			}
@@ -119,4 +149,21 @@ func printQuota(w io.Writer, q *orreryv1.TenantQuota) {
 	for _, name := range slices.Sorted(maps.Keys(q.GetQueues())) {
 		fmt.Fprintf(w, "  queue %s  max concurrency %d\n", name, q.GetQueues()[name])
 	}
+	u := q.GetUsage()
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  storage\tholds\tquota")
+	for _, r := range []struct {
+		name        string
+		used, limit int64
+	}{
+		{"jobs", u.GetJobs(), q.GetMaxJobs()}, {"definition bytes", u.GetDefinitionBytes(), q.GetMaxDefinitionBytes()},
+		{"runs", u.GetRuns(), q.GetMaxRuns()}, {"tasks", u.GetTasks(), q.GetMaxTasks()},
+	} {
+		limit := "none"
+		if r.limit > 0 {
+			limit = strconv.FormatInt(r.limit, 10)
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\n", r.name, r.used, limit)
+	}
+	_ = tw.Flush()
 }

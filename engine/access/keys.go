@@ -154,7 +154,7 @@ func (k *Service) Create(ctx context.Context, n NewKey) (string, Key, error) {
 		tenantID, err := q.TenantByName(ctx, n.Tenant)
 		if store.IsNotFound(err) && n.CreateTenant {
 			tenantID = uuid.Must(uuid.NewV7())
-			err = q.InsertTenant(ctx, store.InsertTenantParams{ID: tenantID, Name: n.Tenant})
+			err = q.InsertTenant(ctx, newTenant(tenantID, n.Tenant))
 		}
 		if store.IsNotFound(err) {
 			return fmt.Errorf("%w: no tenant %q", ErrNotFound, n.Tenant)

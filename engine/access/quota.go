@@ -11,6 +11,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/usage"
 )
 
 // Bounds of a tenant's admission settings.
@@ -23,23 +24,58 @@ const (
 // Quota is a tenant's admission settings (see package dispatch): the
 // tenant's MaxConcurrency caps its tasks holding slots in all queues (0:
 // none), its Weight is its share against other tenants, Queues caps it per
-// queue.
+// queue; and its storage quotas (package usage), with what it holds.
 type Quota struct {
-	Tenant Tenant
-	Queues map[string]int32
+	Tenant  Tenant
+	Queues  map[string]int32
+	Storage usage.Limits
+	Usage   usage.Usage
 }
 
 // QuotaChange changes some of a tenant's settings: a nil field is left as
-// it is; a queue mapped to 0 loses its cap.
+// it is; a queue mapped to 0 loses its cap, a storage quota set to 0 is
+// lifted.
 type QuotaChange struct {
 	MaxConcurrency *int32
 	Weight         *int32
 	Queues         map[string]int32
+
+	MaxJobs            *int64
+	MaxDefinitionBytes *int64
+	MaxRuns            *int64
+	MaxTasks           *int64
+}
+
+func (c QuotaChange) storage() []struct {
+	field string
+	v     *int64
+	dst   func(*usage.Limits) *int64
+} {
+	return []struct {
+		field string
+		v     *int64
+		dst   func(*usage.Limits) *int64
+	}{
+		{"max_jobs", c.MaxJobs, func(l *usage.Limits) *int64 { return &l.Jobs }},
+		{"max_definition_bytes", c.MaxDefinitionBytes, func(l *usage.Limits) *int64 { return &l.DefinitionBytes }},
+		{"max_runs", c.MaxRuns, func(l *usage.Limits) *int64 { return &l.Runs }},
+		{"max_tasks", c.MaxTasks, func(l *usage.Limits) *int64 { return &l.Tasks }},
+	}
 }
 
 func (c QuotaChange) validate() error {
-	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 {
-		return &InvalidError{Field: "max_concurrency|weight|queues", Message: "nothing to change: give at least one"}
+	storage := false
+	for _, f := range c.storage() {
+		if f.v == nil {
+			continue
+		}
+		storage = true
+		if *f.v < 0 || *f.v > usage.MaxLimit {
+			return &InvalidError{Field: f.field, Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *f.v, int64(usage.MaxLimit))}
+		}
+	}
+	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 && !storage {
+		return &InvalidError{Field: "max_concurrency|weight|queues|max_jobs|max_definition_bytes|max_runs|max_tasks", Message: "nothing to change: give at least one"}
 	}
 	if c.MaxConcurrency != nil && (*c.MaxConcurrency < 0 || *c.MaxConcurrency > MaxConcurrencyCap) {
 		return &InvalidError{Field: "max_concurrency", Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *c.MaxConcurrency, MaxConcurrencyCap)}
@@ -106,7 +142,15 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 		if len(after.Queues) > MaxQueueQuotas {
 			return &InvalidError{Field: "queues", Message: fmt.Sprintf("%d queue caps: at most %d per tenant", len(after.Queues), MaxQueueQuotas)}
 		}
+		for _, f := range c.storage() {
+			if f.v != nil {
+				*f.dst(&after.Storage) = *f.v
+			}
+		}
 		if err := q.SetTenantLimits(ctx, store.SetTenantLimitsParams{ID: t.ID, Weight: after.Tenant.Weight, MaxConcurrency: after.Tenant.MaxConcurrency}); err != nil {
+			return err
+		}
+		if err := usage.Set(ctx, q, t.ID, after.Storage); err != nil {
 			return err
 		}
 		for queue, n := range c.Queues {
@@ -153,9 +197,11 @@ func quotaOf(ctx context.Context, q *store.Queries, t Tenant) (Quota, error) {
 	for _, r := range rows {
 		out.Queues[r.Queue] = r.MaxConcurrency
 	}
-	return out, nil
+	out.Storage, out.Usage, err = usage.Get(ctx, q, t.ID)
+	return out, err
 }
 
 func quotaJSON(q Quota) map[string]any {
-	return map[string]any{"max_concurrency": q.Tenant.MaxConcurrency, "weight": q.Tenant.Weight, "queues": q.Queues}
+	return map[string]any{"max_concurrency": q.Tenant.MaxConcurrency, "weight": q.Tenant.Weight, "queues": q.Queues,
+		"max_jobs": q.Storage.Jobs, "max_definition_bytes": q.Storage.DefinitionBytes, "max_runs": q.Storage.Runs, "max_tasks": q.Storage.Tasks}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/usage"
 )
 
 // Tenant is an isolated customer or team.
@@ -39,10 +40,11 @@ func (k *Service) CreateTenant(ctx context.Context, by Principal, name string) (
 			return err
 		}
 		t.CreatedAt = now
-		if err := q.InsertTenant(ctx, store.InsertTenantParams{ID: t.ID, Name: name}); err != nil {
+		if err := q.InsertTenant(ctx, newTenant(t.ID, name)); err != nil {
 			return err
 		}
-		after := auditJSON(map[string]any{"name": name, "created_by_tenant": by.TenantName})
+		after := auditJSON(map[string]any{"name": name, "created_by_tenant": by.TenantName, "max_jobs": usage.Defaults.Jobs,
+			"max_definition_bytes": usage.Defaults.DefinitionBytes, "max_runs": usage.Defaults.Runs, "max_tasks": usage.Defaults.Tasks})
 		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: t.ID, Actor: by.Actor().Name,
 			Action: "create_tenant", TargetKind: "tenant", TargetID: t.ID, TargetName: name, After: []byte(after)})
 	})
@@ -50,6 +52,12 @@ func (k *Service) CreateTenant(ctx context.Context, by Principal, name string) (
 		return Tenant{}, err
 	}
 	return t, nil
+}
+
+// newTenant is a new tenant's row: its storage quotas are usage.Defaults.
+func newTenant(id uuid.UUID, name string) store.InsertTenantParams {
+	d := usage.Defaults
+	return store.InsertTenantParams{ID: id, Name: name, MaxJobs: d.Jobs, MaxDefinitionBytes: d.DefinitionBytes, MaxRuns: d.Runs, MaxTasks: d.Tasks}
 }
 
 // ListTenants pages through every tenant by name.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/usage"
 )
 
 // Actions of a plan.
@@ -84,6 +85,10 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 		if err != nil {
 			return err
 		}
+		held, err := usage.JobsBefore(ctx, q, a.Tenant)
+		if err != nil {
+			return err
+		}
 		for i := range changes {
 			c := &changes[i]
 			switch c.Action {
@@ -125,7 +130,7 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 				c.Job = after
 			}
 		}
-		return nil
+		return held.Check(ctx, q)
 	})
 	return changes, err
 }

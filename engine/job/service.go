@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/batch"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/usage"
 	"github.com/orrery-dev/orrery/shard"
 )
 
@@ -214,6 +215,10 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 			return fmt.Errorf("job: %d lookups for %d creations", len(looks), len(reqs))
 		}
 		now := looks[0].Now.UTC()
+		rooms, err := usage.JobRooms(ctx, q, lp.TenantIds)
+		if err != nil {
+			return err
+		}
 		var p store.CreateJobsParams
 		p.Now = now
 		pending := map[uuid.UUID]int{}
@@ -240,6 +245,10 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 					continue
 				}
 				keys[k] = true
+			}
+			if err := rooms.Add(r.a.Tenant, usage.Usage{Jobs: 1, DefinitionBytes: int64(len(r.spec))}); err != nil {
+				out[i].err = err
+				continue
 			}
 			j, err := s.newJob(r.a, r.res, now, nil)
 			if err != nil {
@@ -505,7 +514,8 @@ func writeSchedule(ctx context.Context, q *store.Queries, row store.Job) error {
 // setJobStatus changes a job's status (pause, resume, delete) and its
 // schedule row with it, in q's transaction.
 func setJobStatus(ctx context.Context, q *store.Queries, p store.SetJobStatusParams) (store.Job, error) {
-	row, err := q.SetJobStatus(ctx, p)
+	r, err := q.SetJobStatus(ctx, p)
+	row := store.Job(r)
 	if err != nil {
 		return row, err
 	}
@@ -613,8 +623,14 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 			out = before
 			return nil
 		}
-		out, err = updateDefinition(ctx, q, a, before, res, spec, nil)
-		return err
+		held, err := usage.JobsBefore(ctx, q, a.Tenant)
+		if err != nil {
+			return err
+		}
+		if out, err = updateDefinition(ctx, q, a, before, res, spec, nil); err != nil {
+			return err
+		}
+		return held.Check(ctx, q)
 	})
 	return out, err
 }
@@ -635,7 +651,7 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 		}
 		next = firstFire(sched, now)
 	}
-	row, err := q.UpdateJobDefinition(ctx, store.UpdateJobDefinitionParams{
+	r, err := q.UpdateJobDefinition(ctx, store.UpdateJobDefinitionParams{
 		TenantID: a.Tenant, ID: before.ID, ExpectedVersion: before.Version,
 		Description: res.Metadata.Description, Labels: labelsJSON(res.Metadata.Labels), Spec: spec,
 		NextFireAt: next, Actor: a.Name, Source: sourceJSON(src),
@@ -643,6 +659,7 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 	if err != nil {
 		return nil, err
 	}
+	row := store.Job(r)
 	if err := writeSchedule(ctx, q, row); err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/enginetest"
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/engine/usage"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -625,4 +626,65 @@ func TestListBudgets(t *testing.T) {
 			t.Errorf("%s with steps %v: pages %s of %v, want %s of every job once", tt.ns, tt.withSteps, got, names, tt.want)
 		}
 	}
+}
+
+// What a tenant holds of jobs and definition bytes follows every
+// creation, update and deletion (the sums tenant_job_usage keeps are what
+// the jobs table holds), and an update that would pass the tenant's
+// definition bytes quota is refused with nothing written.
+func TestDefinitionsCountTowardTheQuota(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	held := func() string {
+		t.Helper()
+		var counted, stored string
+		if err := pool.QueryRow(ctx, `SELECT concat(sum(jobs), '/', sum(definition_bytes)) FROM tenant_job_usage`).Scan(&counted); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT concat(count(*), '/', sum(octet_length(spec::text))) FROM jobs WHERE status <> 'deleted'`).Scan(&stored); err != nil {
+			t.Fatal(err)
+		}
+		if counted != stored {
+			t.Errorf("tenant_job_usage holds %s jobs/bytes, the jobs table %s", counted, stored)
+		}
+		return counted
+	}
+	var ids []uuid.UUID
+	for _, name := range []string{"a", "b", "c"} {
+		j, err := svc.Create(ctx, job.Anonymous, resource(name, "0 2 * * *"), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	held()
+	bigger := resource("a", "0 2 * * *")
+	bigger.Spec.Payload = dag.Payload(`{"pad": "` + strings.Repeat("x", 500) + `"}`)
+	if _, err := svc.Update(ctx, job.Anonymous, job.Ref{ID: ids[0]}, bigger, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Delete(ctx, job.Anonymous, job.Ref{ID: ids[1]}); err != nil {
+		t.Fatal(err)
+	}
+	now := held()
+
+	if _, err := pool.Exec(ctx, `UPDATE tenants SET max_definition_bytes = (SELECT sum(definition_bytes) FROM tenant_job_usage) + 100`); err != nil {
+		t.Fatal(err)
+	}
+	before := counts(t, pool)
+	biggest := resource("c", "0 2 * * *")
+	biggest.Spec.Payload = dag.Payload(`{"pad": "` + strings.Repeat("x", 500) + `"}`)
+	var over *usage.ExceededError
+	if _, err := svc.Update(ctx, job.Anonymous, job.Ref{ID: ids[2]}, biggest, 1); !errors.As(err, &over) || over.Quota != "max_definition_bytes" {
+		t.Fatalf("an update past the quota: %v, want max_definition_bytes exceeded", err)
+	}
+	if after := counts(t, pool); after != before || held() != now {
+		t.Errorf("a refused update wrote: %s -> %s", before, after)
+	}
+	smaller := resource("a", "0 2 * * *")
+	if _, err := svc.Update(ctx, job.Anonymous, job.Ref{ID: ids[0]}, smaller, 2); err != nil {
+		t.Errorf("an update that shrinks a definition over the quota: %v, want it allowed", err)
+	}
+	held()
 }

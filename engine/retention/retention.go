@@ -36,6 +36,8 @@
 package retention
 
 import (
+	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -43,8 +45,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -267,6 +271,7 @@ func (j *Janitor) pruneBatch(ctx context.Context, p store.ExpiredRunsParams) (in
 			func() error { return q.DeleteEdgesOfTasks(ctx, taskIDs) },
 			func() error { return q.DeleteTasksOfRuns(ctx, runIDs) },
 			func() error { return q.DeleteRuns(ctx, runIDs) },
+			func() error { return q.AddRunUsage(ctx, released(runs, tasks)) },
 		} {
 			if err := del(); err != nil {
 				return err
@@ -276,6 +281,44 @@ func (j *Janitor) pruneBatch(ctx context.Context, p store.ExpiredRunsParams) (in
 		return nil
 	})
 	return n, err
+}
+
+// released is what the batch takes from its tenants' storage (package
+// usage): its runs and tasks per (tenant, shard), negative, in key order.
+func released(runs []store.ExpiredRunsRow, tasks []store.Task) store.AddRunUsageParams {
+	type key struct {
+		tenant uuid.UUID
+		shard  int32
+	}
+	of := make(map[uuid.UUID]key, len(runs))
+	n := map[key][2]int64{}
+	for _, r := range runs {
+		k := key{r.TenantID, r.Shard}
+		of[r.ID] = k
+		c := n[k]
+		c[0]--
+		n[k] = c
+	}
+	for _, t := range tasks {
+		k := of[t.RunID]
+		c := n[k]
+		c[1]--
+		n[k] = c
+	}
+	keys := slices.SortedFunc(maps.Keys(n), func(a, b key) int {
+		if c := bytes.Compare(a.tenant[:], b.tenant[:]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.shard, b.shard)
+	})
+	var p store.AddRunUsageParams
+	for _, k := range keys {
+		p.TenantIds = append(p.TenantIds, k.tenant)
+		p.Shards = append(p.Shards, k.shard)
+		p.Runs = append(p.Runs, n[k][0])
+		p.Tasks = append(p.Tasks, n[k][1])
+	}
+	return p
 }
 
 // archive appends the runs, one gzip member per file, to their tenant's

@@ -138,6 +138,15 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE t.run_id = $1", recent); n != 2 {
 		t.Errorf("the recent run lost attempts: %d", n)
 	}
+	// What the tenant holds (its storage quotas) lost what was pruned.
+	for what, query := range map[string][2]string{
+		"runs":  {"SELECT sum(runs)::int FROM tenant_run_usage", "SELECT count(*) FROM runs"},
+		"tasks": {"SELECT sum(tasks)::int FROM tenant_run_usage", "SELECT count(*) FROM tasks"},
+	} {
+		if counted, held := enginetest.Int(t, pool, query[0]), enginetest.Int(t, pool, query[1]); counted != held {
+			t.Errorf("tenant_run_usage counts %d %s, the database holds %d", counted, what, held)
+		}
+	}
 
 	// The archive holds both, with their tasks and attempts.
 	files, _ := filepath.Glob(filepath.Join(archive, job.DefaultTenant.String(), "runs-*.jsonl.gz"))

@@ -2,6 +2,8 @@ package run
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,6 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/tracing"
+	"github.com/orrery-dev/orrery/engine/usage"
 )
 
 // runStatuses are the statuses a run can have (ListFilter.Status).
@@ -75,6 +78,9 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 		return nil, nil
 	}
 	q := store.New(tx)
+	if err := holdToQuotas(ctx, q, runs, by); err != nil {
+		return nil, err
+	}
 	rp := store.InsertRunsParams{}
 	if by != nil {
 		rp.NodeID = &by.Node
@@ -102,7 +108,12 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 				attribute.String("orrery.trigger", r.Trigger), attribute.String("orrery.scheduled_for", r.At.UTC().Format(time.RFC3339Nano)))
 		}
 		rp.TraceParents = append(rp.TraceParents, tp)
-		rp.Watched = append(rp.Watched, (r.Status == StatusPending || r.Status == StatusQueued) && r.Job.Spec.Watched())
+		rp.Watched = append(rp.Watched, withTasks(r) && r.Job.Spec.Watched())
+		tasks := 0
+		if withTasks(r) {
+			tasks = len(r.Job.Spec.Steps)
+		}
+		rp.TaskCounts = append(rp.TaskCounts, int64(tasks))
 	}
 	written, err := q.InsertRuns(ctx, rp)
 	if err != nil {
@@ -127,7 +138,7 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 		if r.Status == StatusCancelled { // cancelled by a newer instant of the same pass
 			countFinished(ctx, StatusCancelled)
 		}
-		if r.Status != StatusPending && r.Status != StatusQueued {
+		if !withTasks(r) {
 			continue
 		}
 		stepIDs := make(map[string]uuid.UUID, len(r.Job.Spec.Steps))
@@ -182,12 +193,59 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 	return ids, d.Release(ctx, tx, ready)
 }
 
+// withTasks says whether a run is written with its tasks: pending and
+// queued ones are; skipped and cancelled ones are a record only.
+func withTasks(r New) bool {
+	return r.Status == StatusPending || r.Status == StatusQueued
+}
+
+// holdToQuotas holds runs to their tenants' storage quotas (package
+// usage), in order: a scheduled run (by a Firer) that would pass one is
+// written skipped, without tasks, its reason naming the quota; a run
+// started through the API is refused with the *usage.ExceededError.
+func holdToQuotas(ctx context.Context, q *store.Queries, runs []New, by *Firer) error {
+	var tenants []uuid.UUID
+	for _, r := range runs {
+		if withTasks(r) {
+			tenants = append(tenants, r.Job.Tenant)
+		}
+	}
+	if len(tenants) == 0 {
+		return nil
+	}
+	rooms, err := usage.RunRooms(ctx, q, tenants)
+	if err != nil || len(rooms) == 0 {
+		return err
+	}
+	for i := range runs {
+		r := &runs[i]
+		if !withTasks(*r) {
+			continue
+		}
+		err := rooms.Add(r.Job.Tenant, usage.Usage{Runs: 1, Tasks: int64(len(r.Job.Spec.Steps))})
+		var over *usage.ExceededError
+		switch {
+		case err == nil:
+		case by == nil:
+			return err
+		case errors.As(err, &over):
+			r.Status = StatusSkipped
+			r.Reason = fmt.Sprintf("storage quota: tenant %s holds %d of its %s %d", over.Tenant, over.Used, over.Quota, over.Limit)
+			_ = rooms.Add(r.Job.Tenant, usage.Usage{Runs: 1}) // the record counts as a run
+			countFinished(ctx, StatusSkipped)
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
 // bindingsOf reads the queue bindings of the tenants whose runs were
 // written with tasks (pending or queued), in tx; none when there are none.
 func bindingsOf(ctx context.Context, q *store.Queries, runs []New, written map[uuid.UUID]bool, ids []uuid.UUID) (dispatch.Bindings, error) {
 	var tenants []uuid.UUID
 	for i, r := range runs {
-		if written[ids[i]] && (r.Status == StatusPending || r.Status == StatusQueued) {
+		if written[ids[i]] && withTasks(r) {
 			tenants = append(tenants, r.Job.Tenant)
 		}
 	}

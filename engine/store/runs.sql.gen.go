@@ -429,25 +429,34 @@ func (q *Queries) InsertRunAudit(ctx context.Context, arg InsertRunAuditParams) 
 }
 
 const insertRuns = `-- name: InsertRuns :many
-INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                  trace_parent, watched)
-SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $1::uuid, NULLIF(u.shard_epoch, -1),
-       u.scheduled_for, u.trigger, u.status, u.reason, now(),
-       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched
-FROM (
-    SELECT unnest($2::uuid[]) AS id, unnest($3::uuid[]) AS tenant_id, unnest($4::uuid[]) AS job_id,
-           unnest($5::bigint[]) AS job_version, unnest($6::int[]) AS shard,
-           unnest($7::bigint[]) AS shard_epoch,
-           unnest($8::timestamptz[]) AS scheduled_for, unnest($9::text[]) AS trigger,
-           unnest($10::text[]) AS status, unnest($11::text[]) AS reason,
-           unnest($12::text[]) AS trace_parent, unnest($13::bool[]) AS watched
-) AS u
-ON CONFLICT (job_id, scheduled_for) DO NOTHING
-RETURNING id
+WITH u AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS tenant_id, unnest($3::uuid[]) AS job_id,
+           unnest($4::bigint[]) AS job_version, unnest($5::int[]) AS shard,
+           unnest($6::bigint[]) AS shard_epoch,
+           unnest($7::timestamptz[]) AS scheduled_for, unnest($8::text[]) AS trigger,
+           unnest($9::text[]) AS status, unnest($10::text[]) AS reason,
+           unnest($11::text[]) AS trace_parent, unnest($12::bool[]) AS watched,
+           unnest($13::bigint[]) AS task_count
+), w AS (
+    INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
+                      trace_parent, watched)
+    SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $14::uuid, NULLIF(u.shard_epoch, -1),
+           u.scheduled_for, u.trigger, u.status, u.reason, now(),
+           CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched
+    FROM u
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    RETURNING id
+), c AS (
+    INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
+    SELECT u.tenant_id, u.shard, count(*), sum(u.task_count) FROM u JOIN w ON w.id = u.id
+    GROUP BY u.tenant_id, u.shard ORDER BY u.tenant_id, u.shard
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+    SET runs = tenant_run_usage.runs + EXCLUDED.runs, tasks = tenant_run_usage.tasks + EXCLUDED.tasks
+)
+SELECT id FROM w
 `
 
 type InsertRunsParams struct {
-	NodeID        *uuid.UUID
 	Ids           []uuid.UUID
 	TenantIds     []uuid.UUID
 	JobIds        []uuid.UUID
@@ -460,13 +469,16 @@ type InsertRunsParams struct {
 	Reasons       []string
 	TraceParents  []string
 	Watched       []bool
+	TaskCounts    []int64
+	NodeID        *uuid.UUID
 }
 
 // InsertRuns inserts many runs; a (job, instant) that already has a run
-// is left alone (invariant 2, docs/invariants.md) and not returned.
+// is left alone (invariant 2, docs/invariants.md) and not returned. The
+// runs written, and the tasks the caller writes with them (@task_counts),
+// are added to what their tenants hold (tenant_run_usage), in key order.
 func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, insertRuns,
-		arg.NodeID,
 		arg.Ids,
 		arg.TenantIds,
 		arg.JobIds,
@@ -479,6 +491,8 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 		arg.Reasons,
 		arg.TraceParents,
 		arg.Watched,
+		arg.TaskCounts,
+		arg.NodeID,
 	)
 	if err != nil {
 		return nil, err

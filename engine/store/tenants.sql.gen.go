@@ -27,16 +27,28 @@ func (q *Queries) DeleteTenantQueueQuota(ctx context.Context, arg DeleteTenantQu
 }
 
 const insertTenant = `-- name: InsertTenant :exec
-INSERT INTO tenants (id, name) VALUES ($1, $2)
+INSERT INTO tenants (id, name, max_jobs, max_definition_bytes, max_runs, max_tasks)
+VALUES ($1, $2, $3, $4, $5, $6)
 `
 
 type InsertTenantParams struct {
-	ID   uuid.UUID
-	Name string
+	ID                 uuid.UUID
+	Name               string
+	MaxJobs            int64
+	MaxDefinitionBytes int64
+	MaxRuns            int64
+	MaxTasks           int64
 }
 
 func (q *Queries) InsertTenant(ctx context.Context, arg InsertTenantParams) error {
-	_, err := q.db.Exec(ctx, insertTenant, arg.ID, arg.Name)
+	_, err := q.db.Exec(ctx, insertTenant,
+		arg.ID,
+		arg.Name,
+		arg.MaxJobs,
+		arg.MaxDefinitionBytes,
+		arg.MaxRuns,
+		arg.MaxTasks,
+	)
 	return err
 }
 

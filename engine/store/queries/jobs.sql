@@ -42,20 +42,42 @@ ON CONFLICT (job_id) DO UPDATE SET shard = EXCLUDED.shard, next_fire_at = EXCLUD
 SELECT * FROM jobs
 WHERE tenant_id = @tenant_id AND namespace = @namespace AND name = @name AND status <> 'deleted';
 
+-- UpdateJobDefinition writes a live job's new definition, and adds the
+-- change in its size to what the tenant holds (tenant_job_usage).
 -- name: UpdateJobDefinition :one
-UPDATE jobs
-SET description = @description, labels = @labels, spec = @spec, version = version + 1,
-    source = COALESCE(sqlc.narg(source)::jsonb, source),
-    next_fire_at = @next_fire_at, updated_at = now(), updated_by = @actor
-WHERE tenant_id = @tenant_id AND id = @id AND version = @expected_version
-RETURNING *;
+WITH old AS (
+    SELECT octet_length(o.spec::text) AS bytes FROM jobs AS o
+    WHERE o.tenant_id = @tenant_id AND o.id = @id AND o.version = @expected_version
+), j AS (
+    UPDATE jobs
+    SET description = @description, labels = @labels, spec = @spec, version = version + 1,
+        source = COALESCE(sqlc.narg(source)::jsonb, source),
+        next_fire_at = @next_fire_at, updated_at = now(), updated_by = @actor
+    WHERE jobs.tenant_id = @tenant_id AND jobs.id = @id AND jobs.version = @expected_version
+    RETURNING *
+), u AS (
+    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
+    SELECT j.tenant_id, j.shard, 0, octet_length(j.spec::text) - old.bytes FROM j, old
+    ON CONFLICT (tenant_id, shard) DO UPDATE SET definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
+)
+SELECT * FROM j;
 
+-- SetJobStatus changes a live job's status; deleting it takes the job
+-- and its definition's bytes from what the tenant holds.
 -- name: SetJobStatus :one
-UPDATE jobs
-SET status = @status, next_fire_at = @next_fire_at, updated_at = now(), updated_by = @actor,
-    deleted_at = CASE WHEN @status::text = 'deleted' THEN now() END
-WHERE tenant_id = @tenant_id AND id = @id
-RETURNING *;
+WITH j AS (
+    UPDATE jobs
+    SET status = @status, next_fire_at = @next_fire_at, updated_at = now(), updated_by = @actor,
+        deleted_at = CASE WHEN @status::text = 'deleted' THEN now() END
+    WHERE jobs.tenant_id = @tenant_id AND jobs.id = @id AND jobs.status <> 'deleted'
+    RETURNING *
+), u AS (
+    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
+    SELECT j.tenant_id, j.shard, -1, -octet_length(j.spec::text) FROM j WHERE j.status = 'deleted'
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+    SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
+)
+SELECT * FROM j;
 
 -- ListJobs pages through a tenant's jobs by (name, id). A scoped caller
 -- (one without a tenant-wide role) sees only the namespaces and the jobs
@@ -138,6 +160,7 @@ WITH input AS (
     INSERT INTO namespaces (tenant_id, name, created_at)
     SELECT DISTINCT tenant_id, namespace, @now::timestamptz FROM input
     ON CONFLICT (tenant_id, name) DO NOTHING
+    RETURNING name
 ), j AS (
     INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec, source,
                       shard, next_fire_at, created_at, created_by, updated_at, updated_by)
@@ -145,7 +168,7 @@ WITH input AS (
            shard, next_fire_at, @now::timestamptz, actor, @now::timestamptz, actor
     FROM input
     ON CONFLICT (tenant_id, namespace, name) WHERE status <> 'deleted' DO NOTHING
-    RETURNING id
+    RETURNING id, tenant_id, shard, octet_length(spec::text) AS bytes
 ), v AS (
     INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
     SELECT i.id, 1, i.tenant_id, i.description, i.labels, i.spec, @now::timestamptz, i.actor FROM input AS i JOIN j ON j.id = i.id
@@ -161,6 +184,17 @@ WITH input AS (
 ), s AS (
     INSERT INTO job_schedules (job_id, shard, next_fire_at)
     SELECT i.id, i.shard, i.next_fire_at FROM input AS i JOIN j ON j.id = i.id
+), u AS (
+    -- What the tenants hold (tenant_job_usage), in key order: two
+    -- batches lock the rows they share in one order. After ns (it reads
+    -- it): a statement that waits there for another transaction creating
+    -- the namespace holds no usage row meanwhile, which every creation of
+    -- the tenant in the shard would wait on.
+    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
+    SELECT j.tenant_id, j.shard, count(*), sum(j.bytes) FROM j, (SELECT count(*) FROM ns) AS after_ns
+    GROUP BY j.tenant_id, j.shard ORDER BY j.tenant_id, j.shard
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+    SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
 )
 SELECT id FROM j;
 

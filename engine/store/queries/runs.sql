@@ -59,23 +59,35 @@ WHERE job_id = ANY(@job_ids::uuid[]) AND finished_at IS NULL AND status IN ('que
 ORDER BY scheduled_for;
 
 -- InsertRuns inserts many runs; a (job, instant) that already has a run
--- is left alone (invariant 2, docs/invariants.md) and not returned.
+-- is left alone (invariant 2, docs/invariants.md) and not returned. The
+-- runs written, and the tasks the caller writes with them (@task_counts),
+-- are added to what their tenants hold (tenant_run_usage), in key order.
 -- name: InsertRuns :many
-INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                  trace_parent, watched)
-SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
-       u.scheduled_for, u.trigger, u.status, u.reason, now(),
-       CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched
-FROM (
+WITH u AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@job_ids::uuid[]) AS job_id,
            unnest(@job_versions::bigint[]) AS job_version, unnest(@shards::int[]) AS shard,
            unnest(@shard_epochs::bigint[]) AS shard_epoch,
            unnest(@scheduled_fors::timestamptz[]) AS scheduled_for, unnest(@triggers::text[]) AS trigger,
            unnest(@statuses::text[]) AS status, unnest(@reasons::text[]) AS reason,
-           unnest(@trace_parents::text[]) AS trace_parent, unnest(@watched::bool[]) AS watched
-) AS u
-ON CONFLICT (job_id, scheduled_for) DO NOTHING
-RETURNING id;
+           unnest(@trace_parents::text[]) AS trace_parent, unnest(@watched::bool[]) AS watched,
+           unnest(@task_counts::bigint[]) AS task_count
+), w AS (
+    INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
+                      trace_parent, watched)
+    SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
+           u.scheduled_for, u.trigger, u.status, u.reason, now(),
+           CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched
+    FROM u
+    ON CONFLICT (job_id, scheduled_for) DO NOTHING
+    RETURNING id
+), c AS (
+    INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
+    SELECT u.tenant_id, u.shard, count(*), sum(u.task_count) FROM u JOIN w ON w.id = u.id
+    GROUP BY u.tenant_id, u.shard ORDER BY u.tenant_id, u.shard
+    ON CONFLICT (tenant_id, shard) DO UPDATE
+    SET runs = tenant_run_usage.runs + EXCLUDED.runs, tasks = tenant_run_usage.tasks + EXCLUDED.tasks
+)
+SELECT id FROM w;
 
 -- name: InsertTasks :exec
 INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,

@@ -2,7 +2,8 @@
 SELECT id FROM tenants WHERE name = @name;
 
 -- name: InsertTenant :exec
-INSERT INTO tenants (id, name) VALUES (@id, @name);
+INSERT INTO tenants (id, name, max_jobs, max_definition_bytes, max_runs, max_tasks)
+VALUES (@id, @name, @max_jobs, @max_definition_bytes, @max_runs, @max_tasks);
 
 -- ListTenants pages through every tenant by name: those after @after.
 -- name: ListTenants :many

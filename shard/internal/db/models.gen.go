@@ -269,12 +269,30 @@ type Tenant struct {
 	MaxConcurrency      int32
 	CreatedAt           time.Time
 	RunRetentionSeconds pgtype.Int8
+	MaxJobs             int64
+	MaxDefinitionBytes  int64
+	MaxRuns             int64
+	MaxTasks            int64
+}
+
+type TenantJobUsage struct {
+	TenantID        uuid.UUID
+	Shard           int32
+	Jobs            int64
+	DefinitionBytes int64
 }
 
 type TenantQueueQuota struct {
 	TenantID       uuid.UUID
 	Queue          string
 	MaxConcurrency int32
+}
+
+type TenantRunUsage struct {
+	TenantID uuid.UUID
+	Shard    int32
+	Runs     int64
+	Tasks    int64
 }
 
 type WebSession struct {

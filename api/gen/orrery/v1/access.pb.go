@@ -422,15 +422,29 @@ func (x *ListTenantsResponse) GetNextPageToken() string {
 
 // TenantQuota is a tenant's admission settings: how many of its tasks may
 // hold a queue slot at once, in all queues (0: no quota) and per queue,
-// and its weight against other tenants waiting in the same queue.
+// and its weight against other tenants waiting in the same queue; and its
+// storage quotas (0: none): a write that would pass one is refused with
+// ResourceExhausted naming it (a scheduled instant is recorded as a
+// skipped run instead). New tenants get 10,000 jobs, 256 MiB of
+// definitions, 1,000,000 runs and 10,000,000 tasks.
 type TenantQuota struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Tenant         string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	MaxConcurrency int32                  `protobuf:"varint,2,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	Weight         int32                  `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
 	Queues         map[string]int32       `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Live jobs.
+	MaxJobs int64 `protobuf:"varint,5,opt,name=max_jobs,json=maxJobs,proto3" json:"max_jobs,omitempty"`
+	// Bytes of the live jobs' definitions (each spec as JSON text).
+	MaxDefinitionBytes int64 `protobuf:"varint,6,opt,name=max_definition_bytes,json=maxDefinitionBytes,proto3" json:"max_definition_bytes,omitempty"`
+	// Runs kept, until retention prunes them.
+	MaxRuns int64 `protobuf:"varint,7,opt,name=max_runs,json=maxRuns,proto3" json:"max_runs,omitempty"`
+	// Tasks of the runs kept.
+	MaxTasks int64 `protobuf:"varint,8,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"`
+	// What the tenant holds now.
+	Usage         *TenantUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantQuota) Reset() {
@@ -491,6 +505,110 @@ func (x *TenantQuota) GetQueues() map[string]int32 {
 	return nil
 }
 
+func (x *TenantQuota) GetMaxJobs() int64 {
+	if x != nil {
+		return x.MaxJobs
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetMaxDefinitionBytes() int64 {
+	if x != nil {
+		return x.MaxDefinitionBytes
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetMaxRuns() int64 {
+	if x != nil {
+		return x.MaxRuns
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetMaxTasks() int64 {
+	if x != nil {
+		return x.MaxTasks
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetUsage() *TenantUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// TenantUsage is what a tenant stores, as its storage quotas count it.
+type TenantUsage struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Jobs            int64                  `protobuf:"varint,1,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	DefinitionBytes int64                  `protobuf:"varint,2,opt,name=definition_bytes,json=definitionBytes,proto3" json:"definition_bytes,omitempty"`
+	Runs            int64                  `protobuf:"varint,3,opt,name=runs,proto3" json:"runs,omitempty"`
+	Tasks           int64                  `protobuf:"varint,4,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TenantUsage) Reset() {
+	*x = TenantUsage{}
+	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantUsage) ProtoMessage() {}
+
+func (x *TenantUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantUsage.ProtoReflect.Descriptor instead.
+func (*TenantUsage) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TenantUsage) GetJobs() int64 {
+	if x != nil {
+		return x.Jobs
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetDefinitionBytes() int64 {
+	if x != nil {
+		return x.DefinitionBytes
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetRuns() int64 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *TenantUsage) GetTasks() int64 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
 type SetTenantQuotaRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -499,14 +617,19 @@ type SetTenantQuotaRequest struct {
 	// 1 to 1000.
 	Weight *int32 `protobuf:"varint,3,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
 	// Per-queue caps to set (1 to 1,000,000) or remove (0); at most 100.
-	Queues        map[string]int32 `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Queues map[string]int32 `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Storage quotas: 0 (none) to 2^50.
+	MaxJobs            *int64 `protobuf:"varint,5,opt,name=max_jobs,json=maxJobs,proto3,oneof" json:"max_jobs,omitempty"`
+	MaxDefinitionBytes *int64 `protobuf:"varint,6,opt,name=max_definition_bytes,json=maxDefinitionBytes,proto3,oneof" json:"max_definition_bytes,omitempty"`
+	MaxRuns            *int64 `protobuf:"varint,7,opt,name=max_runs,json=maxRuns,proto3,oneof" json:"max_runs,omitempty"`
+	MaxTasks           *int64 `protobuf:"varint,8,opt,name=max_tasks,json=maxTasks,proto3,oneof" json:"max_tasks,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SetTenantQuotaRequest) Reset() {
 	*x = SetTenantQuotaRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	mi := &file_orrery_v1_access_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +641,7 @@ func (x *SetTenantQuotaRequest) String() string {
 func (*SetTenantQuotaRequest) ProtoMessage() {}
 
 func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[8]
+	mi := &file_orrery_v1_access_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +654,7 @@ func (x *SetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaRequest.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetTenantQuotaRequest) GetTenant() string {
@@ -562,6 +685,34 @@ func (x *SetTenantQuotaRequest) GetQueues() map[string]int32 {
 	return nil
 }
 
+func (x *SetTenantQuotaRequest) GetMaxJobs() int64 {
+	if x != nil && x.MaxJobs != nil {
+		return *x.MaxJobs
+	}
+	return 0
+}
+
+func (x *SetTenantQuotaRequest) GetMaxDefinitionBytes() int64 {
+	if x != nil && x.MaxDefinitionBytes != nil {
+		return *x.MaxDefinitionBytes
+	}
+	return 0
+}
+
+func (x *SetTenantQuotaRequest) GetMaxRuns() int64 {
+	if x != nil && x.MaxRuns != nil {
+		return *x.MaxRuns
+	}
+	return 0
+}
+
+func (x *SetTenantQuotaRequest) GetMaxTasks() int64 {
+	if x != nil && x.MaxTasks != nil {
+		return *x.MaxTasks
+	}
+	return 0
+}
+
 type SetTenantQuotaResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Quota         *TenantQuota           `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`
@@ -571,7 +722,7 @@ type SetTenantQuotaResponse struct {
 
 func (x *SetTenantQuotaResponse) Reset() {
 	*x = SetTenantQuotaResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[9]
+	mi := &file_orrery_v1_access_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -583,7 +734,7 @@ func (x *SetTenantQuotaResponse) String() string {
 func (*SetTenantQuotaResponse) ProtoMessage() {}
 
 func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[9]
+	mi := &file_orrery_v1_access_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -596,7 +747,7 @@ func (x *SetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTenantQuotaResponse.ProtoReflect.Descriptor instead.
 func (*SetTenantQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetTenantQuotaResponse) GetQuota() *TenantQuota {
@@ -607,15 +758,16 @@ func (x *SetTenantQuotaResponse) GetQuota() *TenantQuota {
 }
 
 type GetTenantQuotaRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Empty: the caller's own tenant.
+	Tenant        string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetTenantQuotaRequest) Reset() {
 	*x = GetTenantQuotaRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[10]
+	mi := &file_orrery_v1_access_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +779,7 @@ func (x *GetTenantQuotaRequest) String() string {
 func (*GetTenantQuotaRequest) ProtoMessage() {}
 
 func (x *GetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[10]
+	mi := &file_orrery_v1_access_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +792,7 @@ func (x *GetTenantQuotaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTenantQuotaRequest.ProtoReflect.Descriptor instead.
 func (*GetTenantQuotaRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetTenantQuotaRequest) GetTenant() string {
@@ -659,7 +811,7 @@ type GetTenantQuotaResponse struct {
 
 func (x *GetTenantQuotaResponse) Reset() {
 	*x = GetTenantQuotaResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[11]
+	mi := &file_orrery_v1_access_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +823,7 @@ func (x *GetTenantQuotaResponse) String() string {
 func (*GetTenantQuotaResponse) ProtoMessage() {}
 
 func (x *GetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[11]
+	mi := &file_orrery_v1_access_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +836,7 @@ func (x *GetTenantQuotaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTenantQuotaResponse.ProtoReflect.Descriptor instead.
 func (*GetTenantQuotaResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetTenantQuotaResponse) GetQuota() *TenantQuota {
@@ -713,7 +865,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_orrery_v1_access_proto_msgTypes[12]
+	mi := &file_orrery_v1_access_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +877,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[12]
+	mi := &file_orrery_v1_access_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +890,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Grant) GetId() string {
@@ -805,7 +957,7 @@ type GrantRoleRequest struct {
 
 func (x *GrantRoleRequest) Reset() {
 	*x = GrantRoleRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[13]
+	mi := &file_orrery_v1_access_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +969,7 @@ func (x *GrantRoleRequest) String() string {
 func (*GrantRoleRequest) ProtoMessage() {}
 
 func (x *GrantRoleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[13]
+	mi := &file_orrery_v1_access_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +982,7 @@ func (x *GrantRoleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRoleRequest.ProtoReflect.Descriptor instead.
 func (*GrantRoleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GrantRoleRequest) GetPrincipal() string {
@@ -870,7 +1022,7 @@ type GrantRoleResponse struct {
 
 func (x *GrantRoleResponse) Reset() {
 	*x = GrantRoleResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[14]
+	mi := &file_orrery_v1_access_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +1034,7 @@ func (x *GrantRoleResponse) String() string {
 func (*GrantRoleResponse) ProtoMessage() {}
 
 func (x *GrantRoleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[14]
+	mi := &file_orrery_v1_access_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1047,7 @@ func (x *GrantRoleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRoleResponse.ProtoReflect.Descriptor instead.
 func (*GrantRoleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GrantRoleResponse) GetGrant() *Grant {
@@ -917,7 +1069,7 @@ type RevokeGrantRequest struct {
 
 func (x *RevokeGrantRequest) Reset() {
 	*x = RevokeGrantRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[15]
+	mi := &file_orrery_v1_access_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1081,7 @@ func (x *RevokeGrantRequest) String() string {
 func (*RevokeGrantRequest) ProtoMessage() {}
 
 func (x *RevokeGrantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[15]
+	mi := &file_orrery_v1_access_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1094,7 @@ func (x *RevokeGrantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrantRequest.ProtoReflect.Descriptor instead.
 func (*RevokeGrantRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RevokeGrantRequest) GetPrincipal() string {
@@ -974,7 +1126,7 @@ type RevokeGrantResponse struct {
 
 func (x *RevokeGrantResponse) Reset() {
 	*x = RevokeGrantResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[16]
+	mi := &file_orrery_v1_access_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1138,7 @@ func (x *RevokeGrantResponse) String() string {
 func (*RevokeGrantResponse) ProtoMessage() {}
 
 func (x *RevokeGrantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[16]
+	mi := &file_orrery_v1_access_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1151,7 @@ func (x *RevokeGrantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrantResponse.ProtoReflect.Descriptor instead.
 func (*RevokeGrantResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{17}
 }
 
 type ListGrantsRequest struct {
@@ -1017,7 +1169,7 @@ type ListGrantsRequest struct {
 
 func (x *ListGrantsRequest) Reset() {
 	*x = ListGrantsRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[17]
+	mi := &file_orrery_v1_access_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1181,7 @@ func (x *ListGrantsRequest) String() string {
 func (*ListGrantsRequest) ProtoMessage() {}
 
 func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[17]
+	mi := &file_orrery_v1_access_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1194,7 @@ func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListGrantsRequest) GetNamespace() string {
@@ -1083,7 +1235,7 @@ type ListGrantsResponse struct {
 
 func (x *ListGrantsResponse) Reset() {
 	*x = ListGrantsResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[18]
+	mi := &file_orrery_v1_access_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1247,7 @@ func (x *ListGrantsResponse) String() string {
 func (*ListGrantsResponse) ProtoMessage() {}
 
 func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[18]
+	mi := &file_orrery_v1_access_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1260,7 @@ func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListGrantsResponse) GetGrants() []*Grant {
@@ -1153,7 +1305,7 @@ type APIKey struct {
 
 func (x *APIKey) Reset() {
 	*x = APIKey{}
-	mi := &file_orrery_v1_access_proto_msgTypes[19]
+	mi := &file_orrery_v1_access_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1317,7 @@ func (x *APIKey) String() string {
 func (*APIKey) ProtoMessage() {}
 
 func (x *APIKey) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[19]
+	mi := &file_orrery_v1_access_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1330,7 @@ func (x *APIKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use APIKey.ProtoReflect.Descriptor instead.
 func (*APIKey) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *APIKey) GetId() string {
@@ -1265,7 +1417,7 @@ type CreateAPIKeyRequest struct {
 
 func (x *CreateAPIKeyRequest) Reset() {
 	*x = CreateAPIKeyRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[20]
+	mi := &file_orrery_v1_access_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1429,7 @@ func (x *CreateAPIKeyRequest) String() string {
 func (*CreateAPIKeyRequest) ProtoMessage() {}
 
 func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[20]
+	mi := &file_orrery_v1_access_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1442,7 @@ func (x *CreateAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*CreateAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateAPIKeyRequest) GetPrincipal() string {
@@ -1339,7 +1491,7 @@ type CreateAPIKeyResponse struct {
 
 func (x *CreateAPIKeyResponse) Reset() {
 	*x = CreateAPIKeyResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[21]
+	mi := &file_orrery_v1_access_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1503,7 @@ func (x *CreateAPIKeyResponse) String() string {
 func (*CreateAPIKeyResponse) ProtoMessage() {}
 
 func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[21]
+	mi := &file_orrery_v1_access_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1516,7 @@ func (x *CreateAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*CreateAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateAPIKeyResponse) GetSecret() string {
@@ -1389,7 +1541,7 @@ type ListAPIKeysRequest struct {
 
 func (x *ListAPIKeysRequest) Reset() {
 	*x = ListAPIKeysRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[22]
+	mi := &file_orrery_v1_access_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1553,7 @@ func (x *ListAPIKeysRequest) String() string {
 func (*ListAPIKeysRequest) ProtoMessage() {}
 
 func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[22]
+	mi := &file_orrery_v1_access_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1566,7 @@ func (x *ListAPIKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAPIKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListAPIKeysRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{23}
 }
 
 type ListAPIKeysResponse struct {
@@ -1426,7 +1578,7 @@ type ListAPIKeysResponse struct {
 
 func (x *ListAPIKeysResponse) Reset() {
 	*x = ListAPIKeysResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[23]
+	mi := &file_orrery_v1_access_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1590,7 @@ func (x *ListAPIKeysResponse) String() string {
 func (*ListAPIKeysResponse) ProtoMessage() {}
 
 func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[23]
+	mi := &file_orrery_v1_access_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1603,7 @@ func (x *ListAPIKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAPIKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListAPIKeysResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListAPIKeysResponse) GetKeys() []*APIKey {
@@ -1471,7 +1623,7 @@ type RevokeAPIKeyRequest struct {
 
 func (x *RevokeAPIKeyRequest) Reset() {
 	*x = RevokeAPIKeyRequest{}
-	mi := &file_orrery_v1_access_proto_msgTypes[24]
+	mi := &file_orrery_v1_access_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1635,7 @@ func (x *RevokeAPIKeyRequest) String() string {
 func (*RevokeAPIKeyRequest) ProtoMessage() {}
 
 func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[24]
+	mi := &file_orrery_v1_access_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1648,7 @@ func (x *RevokeAPIKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAPIKeyRequest.ProtoReflect.Descriptor instead.
 func (*RevokeAPIKeyRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RevokeAPIKeyRequest) GetPrefix() string {
@@ -1514,7 +1666,7 @@ type RevokeAPIKeyResponse struct {
 
 func (x *RevokeAPIKeyResponse) Reset() {
 	*x = RevokeAPIKeyResponse{}
-	mi := &file_orrery_v1_access_proto_msgTypes[25]
+	mi := &file_orrery_v1_access_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1678,7 @@ func (x *RevokeAPIKeyResponse) String() string {
 func (*RevokeAPIKeyResponse) ProtoMessage() {}
 
 func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_access_proto_msgTypes[25]
+	mi := &file_orrery_v1_access_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1691,7 @@ func (x *RevokeAPIKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeAPIKeyResponse.ProtoReflect.Descriptor instead.
 func (*RevokeAPIKeyResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_access_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_access_proto_rawDescGZIP(), []int{26}
 }
 
 var File_orrery_v1_access_proto protoreflect.FileDescriptor
@@ -1573,25 +1725,44 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"j\n" +
 	"\x13ListTenantsResponse\x12+\n" +
 	"\atenants\x18\x01 \x03(\v2\x11.orrery.v1.TenantR\atenants\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xdd\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x90\x03\n" +
 	"\vTenantQuota\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\x05R\x0emaxConcurrency\x12\x16\n" +
 	"\x06weight\x18\x03 \x01(\x05R\x06weight\x12:\n" +
-	"\x06queues\x18\x04 \x03(\v2\".orrery.v1.TenantQuota.QueuesEntryR\x06queues\x1a9\n" +
+	"\x06queues\x18\x04 \x03(\v2\".orrery.v1.TenantQuota.QueuesEntryR\x06queues\x12\x19\n" +
+	"\bmax_jobs\x18\x05 \x01(\x03R\amaxJobs\x120\n" +
+	"\x14max_definition_bytes\x18\x06 \x01(\x03R\x12maxDefinitionBytes\x12\x19\n" +
+	"\bmax_runs\x18\a \x01(\x03R\amaxRuns\x12\x1b\n" +
+	"\tmax_tasks\x18\b \x01(\x03R\bmaxTasks\x12,\n" +
+	"\x05usage\x18\t \x01(\v2\x16.orrery.v1.TenantUsageR\x05usage\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x9a\x02\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"v\n" +
+	"\vTenantUsage\x12\x12\n" +
+	"\x04jobs\x18\x01 \x01(\x03R\x04jobs\x12)\n" +
+	"\x10definition_bytes\x18\x02 \x01(\x03R\x0fdefinitionBytes\x12\x12\n" +
+	"\x04runs\x18\x03 \x01(\x03R\x04runs\x12\x14\n" +
+	"\x05tasks\x18\x04 \x01(\x03R\x05tasks\"\xf4\x03\n" +
 	"\x15SetTenantQuotaRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12,\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\x05H\x00R\x0emaxConcurrency\x88\x01\x01\x12\x1b\n" +
 	"\x06weight\x18\x03 \x01(\x05H\x01R\x06weight\x88\x01\x01\x12D\n" +
-	"\x06queues\x18\x04 \x03(\v2,.orrery.v1.SetTenantQuotaRequest.QueuesEntryR\x06queues\x1a9\n" +
+	"\x06queues\x18\x04 \x03(\v2,.orrery.v1.SetTenantQuotaRequest.QueuesEntryR\x06queues\x12\x1e\n" +
+	"\bmax_jobs\x18\x05 \x01(\x03H\x02R\amaxJobs\x88\x01\x01\x125\n" +
+	"\x14max_definition_bytes\x18\x06 \x01(\x03H\x03R\x12maxDefinitionBytes\x88\x01\x01\x12\x1e\n" +
+	"\bmax_runs\x18\a \x01(\x03H\x04R\amaxRuns\x88\x01\x01\x12 \n" +
+	"\tmax_tasks\x18\b \x01(\x03H\x05R\bmaxTasks\x88\x01\x01\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01B\x12\n" +
 	"\x10_max_concurrencyB\t\n" +
-	"\a_weight\"F\n" +
+	"\a_weightB\v\n" +
+	"\t_max_jobsB\x17\n" +
+	"\x15_max_definition_bytesB\v\n" +
+	"\t_max_runsB\f\n" +
+	"\n" +
+	"_max_tasks\"F\n" +
 	"\x16SetTenantQuotaResponse\x12,\n" +
 	"\x05quota\x18\x01 \x01(\v2\x16.orrery.v1.TenantQuotaR\x05quota\"/\n" +
 	"\x15GetTenantQuotaRequest\x12\x16\n" +
@@ -1685,7 +1856,7 @@ func file_orrery_v1_access_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_access_proto_rawDescData
 }
 
-var file_orrery_v1_access_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_orrery_v1_access_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_orrery_v1_access_proto_goTypes = []any{
 	(*WhoAmIRequest)(nil),          // 0: orrery.v1.WhoAmIRequest
 	(*WhoAmIResponse)(nil),         // 1: orrery.v1.WhoAmIResponse
@@ -1695,74 +1866,76 @@ var file_orrery_v1_access_proto_goTypes = []any{
 	(*ListTenantsRequest)(nil),     // 5: orrery.v1.ListTenantsRequest
 	(*ListTenantsResponse)(nil),    // 6: orrery.v1.ListTenantsResponse
 	(*TenantQuota)(nil),            // 7: orrery.v1.TenantQuota
-	(*SetTenantQuotaRequest)(nil),  // 8: orrery.v1.SetTenantQuotaRequest
-	(*SetTenantQuotaResponse)(nil), // 9: orrery.v1.SetTenantQuotaResponse
-	(*GetTenantQuotaRequest)(nil),  // 10: orrery.v1.GetTenantQuotaRequest
-	(*GetTenantQuotaResponse)(nil), // 11: orrery.v1.GetTenantQuotaResponse
-	(*Grant)(nil),                  // 12: orrery.v1.Grant
-	(*GrantRoleRequest)(nil),       // 13: orrery.v1.GrantRoleRequest
-	(*GrantRoleResponse)(nil),      // 14: orrery.v1.GrantRoleResponse
-	(*RevokeGrantRequest)(nil),     // 15: orrery.v1.RevokeGrantRequest
-	(*RevokeGrantResponse)(nil),    // 16: orrery.v1.RevokeGrantResponse
-	(*ListGrantsRequest)(nil),      // 17: orrery.v1.ListGrantsRequest
-	(*ListGrantsResponse)(nil),     // 18: orrery.v1.ListGrantsResponse
-	(*APIKey)(nil),                 // 19: orrery.v1.APIKey
-	(*CreateAPIKeyRequest)(nil),    // 20: orrery.v1.CreateAPIKeyRequest
-	(*CreateAPIKeyResponse)(nil),   // 21: orrery.v1.CreateAPIKeyResponse
-	(*ListAPIKeysRequest)(nil),     // 22: orrery.v1.ListAPIKeysRequest
-	(*ListAPIKeysResponse)(nil),    // 23: orrery.v1.ListAPIKeysResponse
-	(*RevokeAPIKeyRequest)(nil),    // 24: orrery.v1.RevokeAPIKeyRequest
-	(*RevokeAPIKeyResponse)(nil),   // 25: orrery.v1.RevokeAPIKeyResponse
-	nil,                            // 26: orrery.v1.TenantQuota.QueuesEntry
-	nil,                            // 27: orrery.v1.SetTenantQuotaRequest.QueuesEntry
-	(*timestamppb.Timestamp)(nil),  // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 29: google.protobuf.Duration
+	(*TenantUsage)(nil),            // 8: orrery.v1.TenantUsage
+	(*SetTenantQuotaRequest)(nil),  // 9: orrery.v1.SetTenantQuotaRequest
+	(*SetTenantQuotaResponse)(nil), // 10: orrery.v1.SetTenantQuotaResponse
+	(*GetTenantQuotaRequest)(nil),  // 11: orrery.v1.GetTenantQuotaRequest
+	(*GetTenantQuotaResponse)(nil), // 12: orrery.v1.GetTenantQuotaResponse
+	(*Grant)(nil),                  // 13: orrery.v1.Grant
+	(*GrantRoleRequest)(nil),       // 14: orrery.v1.GrantRoleRequest
+	(*GrantRoleResponse)(nil),      // 15: orrery.v1.GrantRoleResponse
+	(*RevokeGrantRequest)(nil),     // 16: orrery.v1.RevokeGrantRequest
+	(*RevokeGrantResponse)(nil),    // 17: orrery.v1.RevokeGrantResponse
+	(*ListGrantsRequest)(nil),      // 18: orrery.v1.ListGrantsRequest
+	(*ListGrantsResponse)(nil),     // 19: orrery.v1.ListGrantsResponse
+	(*APIKey)(nil),                 // 20: orrery.v1.APIKey
+	(*CreateAPIKeyRequest)(nil),    // 21: orrery.v1.CreateAPIKeyRequest
+	(*CreateAPIKeyResponse)(nil),   // 22: orrery.v1.CreateAPIKeyResponse
+	(*ListAPIKeysRequest)(nil),     // 23: orrery.v1.ListAPIKeysRequest
+	(*ListAPIKeysResponse)(nil),    // 24: orrery.v1.ListAPIKeysResponse
+	(*RevokeAPIKeyRequest)(nil),    // 25: orrery.v1.RevokeAPIKeyRequest
+	(*RevokeAPIKeyResponse)(nil),   // 26: orrery.v1.RevokeAPIKeyResponse
+	nil,                            // 27: orrery.v1.TenantQuota.QueuesEntry
+	nil,                            // 28: orrery.v1.SetTenantQuotaRequest.QueuesEntry
+	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
 }
 var file_orrery_v1_access_proto_depIdxs = []int32{
-	12, // 0: orrery.v1.WhoAmIResponse.grants:type_name -> orrery.v1.Grant
-	28, // 1: orrery.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
+	13, // 0: orrery.v1.WhoAmIResponse.grants:type_name -> orrery.v1.Grant
+	29, // 1: orrery.v1.Tenant.created_at:type_name -> google.protobuf.Timestamp
 	2,  // 2: orrery.v1.CreateTenantResponse.tenant:type_name -> orrery.v1.Tenant
 	2,  // 3: orrery.v1.ListTenantsResponse.tenants:type_name -> orrery.v1.Tenant
-	26, // 4: orrery.v1.TenantQuota.queues:type_name -> orrery.v1.TenantQuota.QueuesEntry
-	27, // 5: orrery.v1.SetTenantQuotaRequest.queues:type_name -> orrery.v1.SetTenantQuotaRequest.QueuesEntry
-	7,  // 6: orrery.v1.SetTenantQuotaResponse.quota:type_name -> orrery.v1.TenantQuota
-	7,  // 7: orrery.v1.GetTenantQuotaResponse.quota:type_name -> orrery.v1.TenantQuota
-	28, // 8: orrery.v1.Grant.created_at:type_name -> google.protobuf.Timestamp
-	12, // 9: orrery.v1.GrantRoleResponse.grant:type_name -> orrery.v1.Grant
-	12, // 10: orrery.v1.ListGrantsResponse.grants:type_name -> orrery.v1.Grant
-	28, // 11: orrery.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
-	28, // 12: orrery.v1.APIKey.expires_at:type_name -> google.protobuf.Timestamp
-	28, // 13: orrery.v1.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
-	29, // 14: orrery.v1.CreateAPIKeyRequest.expires_in:type_name -> google.protobuf.Duration
-	19, // 15: orrery.v1.CreateAPIKeyResponse.key:type_name -> orrery.v1.APIKey
-	19, // 16: orrery.v1.ListAPIKeysResponse.keys:type_name -> orrery.v1.APIKey
-	3,  // 17: orrery.v1.AccessService.CreateTenant:input_type -> orrery.v1.CreateTenantRequest
-	5,  // 18: orrery.v1.AccessService.ListTenants:input_type -> orrery.v1.ListTenantsRequest
-	8,  // 19: orrery.v1.AccessService.SetTenantQuota:input_type -> orrery.v1.SetTenantQuotaRequest
-	10, // 20: orrery.v1.AccessService.GetTenantQuota:input_type -> orrery.v1.GetTenantQuotaRequest
-	20, // 21: orrery.v1.AccessService.CreateAPIKey:input_type -> orrery.v1.CreateAPIKeyRequest
-	22, // 22: orrery.v1.AccessService.ListAPIKeys:input_type -> orrery.v1.ListAPIKeysRequest
-	24, // 23: orrery.v1.AccessService.RevokeAPIKey:input_type -> orrery.v1.RevokeAPIKeyRequest
-	13, // 24: orrery.v1.AccessService.GrantRole:input_type -> orrery.v1.GrantRoleRequest
-	15, // 25: orrery.v1.AccessService.RevokeGrant:input_type -> orrery.v1.RevokeGrantRequest
-	17, // 26: orrery.v1.AccessService.ListGrants:input_type -> orrery.v1.ListGrantsRequest
-	0,  // 27: orrery.v1.AccessService.WhoAmI:input_type -> orrery.v1.WhoAmIRequest
-	4,  // 28: orrery.v1.AccessService.CreateTenant:output_type -> orrery.v1.CreateTenantResponse
-	6,  // 29: orrery.v1.AccessService.ListTenants:output_type -> orrery.v1.ListTenantsResponse
-	9,  // 30: orrery.v1.AccessService.SetTenantQuota:output_type -> orrery.v1.SetTenantQuotaResponse
-	11, // 31: orrery.v1.AccessService.GetTenantQuota:output_type -> orrery.v1.GetTenantQuotaResponse
-	21, // 32: orrery.v1.AccessService.CreateAPIKey:output_type -> orrery.v1.CreateAPIKeyResponse
-	23, // 33: orrery.v1.AccessService.ListAPIKeys:output_type -> orrery.v1.ListAPIKeysResponse
-	25, // 34: orrery.v1.AccessService.RevokeAPIKey:output_type -> orrery.v1.RevokeAPIKeyResponse
-	14, // 35: orrery.v1.AccessService.GrantRole:output_type -> orrery.v1.GrantRoleResponse
-	16, // 36: orrery.v1.AccessService.RevokeGrant:output_type -> orrery.v1.RevokeGrantResponse
-	18, // 37: orrery.v1.AccessService.ListGrants:output_type -> orrery.v1.ListGrantsResponse
-	1,  // 38: orrery.v1.AccessService.WhoAmI:output_type -> orrery.v1.WhoAmIResponse
-	28, // [28:39] is the sub-list for method output_type
-	17, // [17:28] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	27, // 4: orrery.v1.TenantQuota.queues:type_name -> orrery.v1.TenantQuota.QueuesEntry
+	8,  // 5: orrery.v1.TenantQuota.usage:type_name -> orrery.v1.TenantUsage
+	28, // 6: orrery.v1.SetTenantQuotaRequest.queues:type_name -> orrery.v1.SetTenantQuotaRequest.QueuesEntry
+	7,  // 7: orrery.v1.SetTenantQuotaResponse.quota:type_name -> orrery.v1.TenantQuota
+	7,  // 8: orrery.v1.GetTenantQuotaResponse.quota:type_name -> orrery.v1.TenantQuota
+	29, // 9: orrery.v1.Grant.created_at:type_name -> google.protobuf.Timestamp
+	13, // 10: orrery.v1.GrantRoleResponse.grant:type_name -> orrery.v1.Grant
+	13, // 11: orrery.v1.ListGrantsResponse.grants:type_name -> orrery.v1.Grant
+	29, // 12: orrery.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	29, // 13: orrery.v1.APIKey.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 14: orrery.v1.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
+	30, // 15: orrery.v1.CreateAPIKeyRequest.expires_in:type_name -> google.protobuf.Duration
+	20, // 16: orrery.v1.CreateAPIKeyResponse.key:type_name -> orrery.v1.APIKey
+	20, // 17: orrery.v1.ListAPIKeysResponse.keys:type_name -> orrery.v1.APIKey
+	3,  // 18: orrery.v1.AccessService.CreateTenant:input_type -> orrery.v1.CreateTenantRequest
+	5,  // 19: orrery.v1.AccessService.ListTenants:input_type -> orrery.v1.ListTenantsRequest
+	9,  // 20: orrery.v1.AccessService.SetTenantQuota:input_type -> orrery.v1.SetTenantQuotaRequest
+	11, // 21: orrery.v1.AccessService.GetTenantQuota:input_type -> orrery.v1.GetTenantQuotaRequest
+	21, // 22: orrery.v1.AccessService.CreateAPIKey:input_type -> orrery.v1.CreateAPIKeyRequest
+	23, // 23: orrery.v1.AccessService.ListAPIKeys:input_type -> orrery.v1.ListAPIKeysRequest
+	25, // 24: orrery.v1.AccessService.RevokeAPIKey:input_type -> orrery.v1.RevokeAPIKeyRequest
+	14, // 25: orrery.v1.AccessService.GrantRole:input_type -> orrery.v1.GrantRoleRequest
+	16, // 26: orrery.v1.AccessService.RevokeGrant:input_type -> orrery.v1.RevokeGrantRequest
+	18, // 27: orrery.v1.AccessService.ListGrants:input_type -> orrery.v1.ListGrantsRequest
+	0,  // 28: orrery.v1.AccessService.WhoAmI:input_type -> orrery.v1.WhoAmIRequest
+	4,  // 29: orrery.v1.AccessService.CreateTenant:output_type -> orrery.v1.CreateTenantResponse
+	6,  // 30: orrery.v1.AccessService.ListTenants:output_type -> orrery.v1.ListTenantsResponse
+	10, // 31: orrery.v1.AccessService.SetTenantQuota:output_type -> orrery.v1.SetTenantQuotaResponse
+	12, // 32: orrery.v1.AccessService.GetTenantQuota:output_type -> orrery.v1.GetTenantQuotaResponse
+	22, // 33: orrery.v1.AccessService.CreateAPIKey:output_type -> orrery.v1.CreateAPIKeyResponse
+	24, // 34: orrery.v1.AccessService.ListAPIKeys:output_type -> orrery.v1.ListAPIKeysResponse
+	26, // 35: orrery.v1.AccessService.RevokeAPIKey:output_type -> orrery.v1.RevokeAPIKeyResponse
+	15, // 36: orrery.v1.AccessService.GrantRole:output_type -> orrery.v1.GrantRoleResponse
+	17, // 37: orrery.v1.AccessService.RevokeGrant:output_type -> orrery.v1.RevokeGrantResponse
+	19, // 38: orrery.v1.AccessService.ListGrants:output_type -> orrery.v1.ListGrantsResponse
+	1,  // 39: orrery.v1.AccessService.WhoAmI:output_type -> orrery.v1.WhoAmIResponse
+	29, // [29:40] is the sub-list for method output_type
+	18, // [18:29] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_access_proto_init() }
@@ -1770,14 +1943,14 @@ func file_orrery_v1_access_proto_init() {
 	if File_orrery_v1_access_proto != nil {
 		return
 	}
-	file_orrery_v1_access_proto_msgTypes[8].OneofWrappers = []any{}
+	file_orrery_v1_access_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_access_proto_rawDesc), len(file_orrery_v1_access_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

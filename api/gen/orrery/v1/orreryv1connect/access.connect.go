@@ -73,10 +73,14 @@ type AccessServiceClient interface {
 	// ListTenants lists every tenant by name. System admin only.
 	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
 	// SetTenantQuota changes a tenant's admission settings (max_concurrency
-	// across queues, weight, per-queue caps); fields left out keep their
-	// value. Applies at the admitters' next pass; audited. System admin only.
+	// across queues, weight, per-queue caps) and storage quotas (max_jobs,
+	// max_definition_bytes, max_runs, max_tasks); fields left out keep their
+	// value. Admission settings apply at the admitters' next pass, storage
+	// quotas at the next write; audited. System admin only.
 	SetTenantQuota(context.Context, *connect.Request[v1.SetTenantQuotaRequest]) (*connect.Response[v1.SetTenantQuotaResponse], error)
-	// GetTenantQuota reads a tenant's admission settings. System admin only.
+	// GetTenantQuota reads a tenant's admission settings and storage quotas,
+	// with what it holds. A named tenant: system admin only; none: the
+	// caller's own tenant, for an admin of it.
 	GetTenantQuota(context.Context, *connect.Request[v1.GetTenantQuotaRequest]) (*connect.Response[v1.GetTenantQuotaResponse], error)
 	// CreateAPIKey makes a key and returns its secret: shown this once,
 	// never stored (the server keeps its SHA-256). Admin of the tenant; a
@@ -268,10 +272,14 @@ type AccessServiceHandler interface {
 	// ListTenants lists every tenant by name. System admin only.
 	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
 	// SetTenantQuota changes a tenant's admission settings (max_concurrency
-	// across queues, weight, per-queue caps); fields left out keep their
-	// value. Applies at the admitters' next pass; audited. System admin only.
+	// across queues, weight, per-queue caps) and storage quotas (max_jobs,
+	// max_definition_bytes, max_runs, max_tasks); fields left out keep their
+	// value. Admission settings apply at the admitters' next pass, storage
+	// quotas at the next write; audited. System admin only.
 	SetTenantQuota(context.Context, *connect.Request[v1.SetTenantQuotaRequest]) (*connect.Response[v1.SetTenantQuotaResponse], error)
-	// GetTenantQuota reads a tenant's admission settings. System admin only.
+	// GetTenantQuota reads a tenant's admission settings and storage quotas,
+	// with what it holds. A named tenant: system admin only; none: the
+	// caller's own tenant, for an admin of it.
 	GetTenantQuota(context.Context, *connect.Request[v1.GetTenantQuotaRequest]) (*connect.Response[v1.GetTenantQuotaResponse], error)
 	// CreateAPIKey makes a key and returns its secret: shown this once,
 	// never stored (the server keeps its SHA-256). Admin of the tenant; a

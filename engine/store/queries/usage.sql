@@ -1,0 +1,41 @@
+-- JobRooms reads, for the tenants given that have a job or definition
+-- bytes quota, those quotas and what they hold (package usage).
+-- name: JobRooms :many
+SELECT t.id, t.name, t.max_jobs, t.max_definition_bytes,
+       COALESCE(sum(u.jobs), 0)::bigint AS jobs, COALESCE(sum(u.definition_bytes), 0)::bigint AS definition_bytes
+FROM tenants AS t
+LEFT JOIN tenant_job_usage AS u ON u.tenant_id = t.id
+WHERE t.id = ANY(@tenant_ids::uuid[]) AND (t.max_jobs > 0 OR t.max_definition_bytes > 0)
+GROUP BY t.id, t.name, t.max_jobs, t.max_definition_bytes;
+
+-- RunRooms reads, for the tenants given that have a run or task quota,
+-- those quotas and what they hold.
+-- name: RunRooms :many
+SELECT t.id, t.name, t.max_runs, t.max_tasks,
+       COALESCE(sum(u.runs), 0)::bigint AS runs, COALESCE(sum(u.tasks), 0)::bigint AS tasks
+FROM tenants AS t
+LEFT JOIN tenant_run_usage AS u ON u.tenant_id = t.id
+WHERE t.id = ANY(@tenant_ids::uuid[]) AND (t.max_runs > 0 OR t.max_tasks > 0)
+GROUP BY t.id, t.name, t.max_runs, t.max_tasks;
+
+-- AddRunUsage adds to (or takes from) what tenants' shards hold of runs
+-- and tasks; the caller orders the rows by (tenant, shard), so that two
+-- writers lock them in one order.
+-- name: AddRunUsage :exec
+INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
+SELECT unnest(@tenant_ids::uuid[]), unnest(@shards::int[]), unnest(@runs::bigint[]), unnest(@tasks::bigint[])
+ON CONFLICT (tenant_id, shard) DO UPDATE
+SET runs = tenant_run_usage.runs + EXCLUDED.runs, tasks = tenant_run_usage.tasks + EXCLUDED.tasks;
+
+-- TenantStorage reads a tenant's storage quotas and what it holds.
+-- name: TenantStorage :one
+SELECT t.max_jobs, t.max_definition_bytes, t.max_runs, t.max_tasks,
+       COALESCE((SELECT sum(u.jobs) FROM tenant_job_usage AS u WHERE u.tenant_id = t.id), 0)::bigint AS jobs,
+       COALESCE((SELECT sum(u.definition_bytes) FROM tenant_job_usage AS u WHERE u.tenant_id = t.id), 0)::bigint AS definition_bytes,
+       COALESCE((SELECT sum(u.runs) FROM tenant_run_usage AS u WHERE u.tenant_id = t.id), 0)::bigint AS runs,
+       COALESCE((SELECT sum(u.tasks) FROM tenant_run_usage AS u WHERE u.tenant_id = t.id), 0)::bigint AS tasks
+FROM tenants AS t WHERE t.id = @id;
+
+-- name: SetTenantStorageLimits :exec
+UPDATE tenants SET max_jobs = @max_jobs, max_definition_bytes = @max_definition_bytes, max_runs = @max_runs, max_tasks = @max_tasks
+WHERE id = @id;
