@@ -20,16 +20,20 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/dag"
 )
 
 // BenchmarkListJobsMemory is a reader's attempt to make the server
-// allocate: five jobs of seven steps whose payloads are about 250 KB of
-// [[],[],...] each (within the definition limits), then four concurrent
-// ListJobs of their namespace, b.N times, against an `orrery serve` of its
-// own. It reports the server's peak RSS above its idle RSS (VmHWM and
-// VmRSS from /proc), for each view. ORRERY_BENCH_BIN runs another binary
-// (an older build: the before of a change; it ignores the view and
-// answers whole definitions).
+// allocate: five jobs of seven steps whose payloads are as many values as
+// a definition may hold (dag.MaxPayloadNodes: 14,285 values of
+// [[],[],...] a step), then four concurrent ListJobs of their namespace,
+// b.N times, against an `orrery serve` of its own. It reports the
+// server's peak RSS above its idle RSS (VmHWM and VmRSS from /proc), for
+// each view. ORRERY_BENCH_BIN runs another binary (an older build: the
+// before of a change; one older than the view ignores it and answers
+// whole definitions); ORRERY_BENCH_LIST_LISTS=N gives each step N empty
+// lists instead (83,000 is about 250 KB, which definitions could hold
+// before dag.MaxPayloadNodes).
 func BenchmarkListJobsMemory(b *testing.B) {
 	for _, view := range []orreryv1.JobView{orreryv1.JobView_JOB_VIEW_BASIC, orreryv1.JobView_JOB_VIEW_FULL} {
 		b.Run("view="+strings.ToLower(strings.TrimPrefix(view.String(), "JOB_VIEW_")), func(b *testing.B) {
@@ -62,8 +66,8 @@ func listMemory(b *testing.B, view orreryv1.JobView) {
 			b.Fatalf("serve did not start:\n%s", logs.String())
 		}
 	}
-	// About 250 KB of [[],[],...]: 83,000 empty lists.
-	lists := make([]any, 83_000)
+	// 7,142 empty lists, 14,285 values a step: 99,995 a definition.
+	lists := make([]any, envInt(b, "ORRERY_BENCH_LIST_LISTS", (dag.MaxPayloadNodes/7-1)/2))
 	for i := range lists {
 		lists[i] = []any{}
 	}

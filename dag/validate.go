@@ -35,7 +35,14 @@ const (
 	// 2^53-1, below which every integer is exact as a double. See
 	// checkPayload.
 	MaxPayloadInteger = 1<<53 - 1
-	MaxSteps          = 10_000
+	// MaxPayloadNodes bounds the values (Payload.Nodes: arrays, objects
+	// and their elements) of all a definition's payloads together: each
+	// becomes an object of its own wherever the definition is read whole
+	// through the API (a protobuf Value, some 150 bytes for a 3-byte [] in
+	// [[],[],...]), so 256 KiB payloads of empty arrays in each of 7 steps
+	// made one GetJob allocate about 100 MB.
+	MaxPayloadNodes = 100_000
+	MaxSteps        = 10_000
 	MaxAttempts       = 100
 	// MaxStepDuration bounds a step's timeout and its retries' backoff: a
 	// longer one is a mistake (or near the 292 years a duration holds,
@@ -207,6 +214,7 @@ func validateSpec(es *Errors, s *JobSpec) {
 		es.add("spec.payload", "a top-level payload goes with run; with steps, give each step its payload")
 	}
 	index := make(map[string]int, len(s.Steps))
+	nodes := 0
 	for i := range s.Steps {
 		st := &s.Steps[i]
 		p := fmt.Sprintf("spec.steps[%d]", i)
@@ -224,6 +232,11 @@ func validateSpec(es *Errors, s *JobSpec) {
 		}
 		validateExecutor(es, p+".run", &st.Run)
 		validatePayload(es, p+".payload", st.Payload)
+		n := st.Payload.Nodes()
+		if nodes <= MaxPayloadNodes && nodes+n > MaxPayloadNodes { // said once, at the step that passes it
+			es.add(p+".payload", "brings the definition's payloads to %d values (arrays, objects and their elements); the limit is %d in all", nodes+n, MaxPayloadNodes)
+		}
+		nodes += n
 		validateSettings(es, p, st.Queue, st.Priority, st.Timeout, st.Retry)
 	}
 	validateGraph(es, s.Steps, index)
