@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -242,6 +243,16 @@ func (e *engine) fail(msg string) {
 	}
 }
 
+// takeFailures returns the engine's failures so far and forgets them:
+// for a benchmark that reports them rather than failing on them.
+func (e *engine) takeFailures() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f := e.failures
+	e.failures = nil
+	return f
+}
+
 // err says how the engine failed so far, if it did.
 func (e *engine) err() error {
 	e.mu.Lock()
@@ -351,7 +362,10 @@ func startEngineOn(b *testing.B, pool *pgxpool.Pool, queue string, workers int) 
 		}
 	}
 	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{queue: workers}, Logger: log, Metrics: mets,
-		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { e.handled.Add(1); return nil }, "sleep": sleep}})
+		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { e.handled.Add(1); return nil }, "sleep": sleep,
+			"fail": func(context.Context, executor.Call) error {
+				return executor.Permanent(errors.New("bench: fails for good"))
+			}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -181,6 +181,20 @@ type Report struct {
 	LeaseLost bool
 }
 
+// Cascades says whether finishing the report may settle many tasks
+// besides its own: a failure for good of a step that others need (its
+// descendants then fail upstream, up to thousands in one statement).
+// Workers finish such reports apart from the others, so that one large
+// pipeline's failure never holds up the reports of other runs. A report
+// without its Shape is taken not to.
+func (r Report) Cascades() bool {
+	if r.Shape == nil || !r.Shape.HasChildren {
+		return false
+	}
+	status, _ := outcomeOf(r.Result, r.Shape)
+	return status == TaskDeadLettered
+}
+
 // leaseLapsed is whether a report applies only to a lapsed lease.
 func (r Report) leaseLapsed() bool { return r.Expired || r.LeaseLost }
 
@@ -254,7 +268,7 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 		return true, d.Release(ctx, tx, []dispatch.Ready{{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: shape.Attempt + 1, NotBefore: at}})
 	case TaskDeadLettered:
 		if shape.HasChildren {
-			if err := propagateFailure(ctx, q, tx, d, r.TaskID); err != nil {
+			if err := propagateFailure(ctx, q, tx, d, t.RunID, r.TaskID); err != nil {
 				return false, err
 			}
 		}
@@ -399,45 +413,56 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 	return accepted, d.Release(ctx, tx, retries)
 }
 
-// propagateFailure settles the descendants of a task that failed for
-// good: a waiting all_success child fails upstream (and so on below it); a
-// waiting all_done child counts the failed parent as done, and is released
-// when that was its last, so cleanup and notify steps run anyway.
-func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, failed uuid.UUID) error {
-	var ready []dispatch.Ready
+// propagateFailure settles the descendants of a task of run that failed
+// for good: a waiting all_success child fails upstream (and so on below
+// it); a waiting all_done child counts the failed parent as done, and is
+// released when that was its last, so cleanup and notify steps run
+// anyway. Three statements whatever the pipeline's depth: the run's
+// waiting edges are read once and walked here.
+func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, run, failed uuid.UUID) error {
+	edges, err := q.WaitingEdgesOfRun(ctx, run)
+	if err != nil {
+		return err
+	}
+	children := make(map[uuid.UUID][]store.WaitingEdgesOfRunRow, len(edges))
+	for _, e := range edges {
+		children[e.ParentID] = append(children[e.ParentID], e)
+	}
+	var fail, done []uuid.UUID
+	seen := map[uuid.UUID]bool{}
 	for frontier := []uuid.UUID{failed}; len(frontier) > 0; {
-		kids, err := q.WaitingChildren(ctx, frontier)
-		if err != nil {
-			return err
-		}
-		var fail, done []uuid.UUID
-		seen := map[uuid.UUID]bool{}
-		for _, k := range kids {
-			switch {
-			case k.TriggerRule == dag.TriggerAllDone:
-				done = append(done, k.ID) // once per failed parent
-			case !seen[k.ID]:
-				seen[k.ID] = true
-				fail = append(fail, k.ID)
-			}
-		}
-		if len(fail) > 0 {
-			if err := q.MarkUpstreamFailed(ctx, fail); err != nil {
-				return err
-			}
-		}
-		if len(done) > 0 {
-			rows, err := q.DecrementTasks(ctx, done)
-			if err != nil {
-				return err
-			}
-			for _, c := range rows {
-				if c.ParentsRemaining == 0 {
-					ready = append(ready, dispatch.Ready{TaskID: c.ID, Tenant: c.TenantID, Queue: c.Queue, Priority: int(c.Priority), Attempt: 1})
+		var next []uuid.UUID
+		for _, p := range frontier {
+			for _, e := range children[p] {
+				switch {
+				case e.TriggerRule == dag.TriggerAllDone:
+					done = append(done, e.ChildID) // once per failed parent
+				case !seen[e.ChildID]:
+					seen[e.ChildID] = true
+					next = append(next, e.ChildID)
 				}
 			}
 		}
-		frontier = fail
+		fail = append(fail, next...)
+		frontier = next
+	}
+	if len(fail) > 0 {
+		if err := q.MarkUpstreamFailed(ctx, fail); err != nil {
+			return err
+		}
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	rows, err := q.DecrementTasks(ctx, done)
+	if err != nil {
+		return err
+	}
+	var ready []dispatch.Ready
+	for _, c := range rows {
+		if c.ParentsRemaining == 0 {
+			ready = append(ready, dispatch.Ready{TaskID: c.ID, Tenant: c.TenantID, Queue: c.Queue, Priority: int(c.Priority), Attempt: 1})
+		}
 	}
 	if len(ready) == 0 {
 		return nil

@@ -233,10 +233,14 @@ func (c *Config) withDefaults() error {
 // under its id (its River client id) while it was alive are redelivered
 // by the reaper once that lease lapses, if their attempt never started.
 type Worker struct {
-	cfg        Config
-	id         uuid.UUID
-	starter    *batch.Batcher[run.Start, *run.Attempt]
-	completer  *batch.Batcher[run.Report, bool]
+	cfg       Config
+	id        uuid.UUID
+	starter   *batch.Batcher[run.Start, *run.Attempt]
+	completer *batch.Batcher[run.Report, bool]
+	// cascades finishes the reports that settle a step's descendants
+	// (run.Report.Cascades) in batches of their own: one large pipeline's
+	// failure never holds up a batch of other runs' reports.
+	cascades   *batch.Batcher[run.Report, bool]
 	runner     *executor.Runner
 	dispatcher *dispatch.Dispatcher
 	river      *river.Client[pgx.Tx]
@@ -300,6 +304,7 @@ func New(cfg Config) (*Worker, error) {
 		busy: map[uuid.UUID]int{}, unreported: map[uuid.UUID]kept[run.Report]{}, begun: map[uuid.UUID]kept[int64]{}}
 	w.starter = batch.New("start attempts", cfg.Logger, w.startAttempts)
 	w.completer = batch.New("report attempts", cfg.Logger, w.finishAttempts)
+	w.cascades = batch.New("report failures with descendants", cfg.Logger, w.finishAttempts)
 	secrets := &w.cfg.Secrets
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient, Secrets: secrets}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
@@ -384,6 +389,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	// A start or report its caller gave up on may still be being written.
 	w.starter.Wait()
 	w.completer.Wait()
+	w.cascades.Wait()
 	if err == nil { // River stopped cleanly: nothing of ours is left running there
 		leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -823,7 +829,11 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	reportCtx, cancelReport := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancelReport()
 	report := run.Report{TaskID: c.TaskID, RunID: c.RunID, FencingToken: c.FencingToken, Result: res, Shape: &att.Shape, LeaseLost: leaseLost}
-	accepted, err := w.completer.Do(reportCtx, report)
+	reports := w.completer
+	if report.Cascades() {
+		reports = w.cascades
+	}
+	accepted, err := reports.Do(reportCtx, report)
 	if err != nil {
 		// Kept for the orphan check, which sends it again with the worker
 		// vouching that the attempt is over: its token alone fences it (a
