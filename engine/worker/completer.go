@@ -28,6 +28,12 @@ func (w *Worker) startAttempts(ctx context.Context, starts []run.Start) ([]*run.
 // runs of one task in one statement, then the others one by one, taking
 // their runs' locks in one order for every batch (by run id).
 func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bool, error) {
+	return w.finish(ctx, reports, "")
+}
+
+// finish is finishAttempts, hitting the failpoint named (if any) when the
+// batch is written, before it commits.
+func (w *Worker) finish(ctx context.Context, reports []run.Report, written string) ([]bool, error) {
 	var sole, other []int
 	for i, r := range reports {
 		if r.Shape != nil && r.Shape.SingleTask {
@@ -63,6 +69,9 @@ func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bo
 				return err
 			}
 			accepted[i] = ok
+		}
+		if written != "" {
+			w.cfg.Failpoints.Hit(written)
 		}
 		return nil
 	})

@@ -141,6 +141,10 @@ const (
 	// before its answer is used; armed with ErrAt, the answer is lost, as
 	// when the connection is cut at COMMIT.
 	FailpointStartCommitted = "worker/start-committed"
+	// FailpointSettled is hit when a batch of reports whose steps failed
+	// for good with dependents (run.Report.Cascades) has written them and
+	// their descendants, before it commits.
+	FailpointSettled = "worker/settled"
 )
 
 func (c *Config) withDefaults() error {
@@ -304,7 +308,9 @@ func New(cfg Config) (*Worker, error) {
 		busy: map[uuid.UUID]int{}, unreported: map[uuid.UUID]kept[run.Report]{}, begun: map[uuid.UUID]kept[int64]{}}
 	w.starter = batch.New("start attempts", cfg.Logger, w.startAttempts)
 	w.completer = batch.New("report attempts", cfg.Logger, w.finishAttempts)
-	w.cascades = batch.New("report failures with descendants", cfg.Logger, w.finishAttempts)
+	w.cascades = batch.New("report failures with descendants", cfg.Logger, func(ctx context.Context, reports []run.Report) ([]bool, error) {
+		return w.finish(ctx, reports, FailpointSettled)
+	})
 	secrets := &w.cfg.Secrets
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient, Secrets: secrets}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
