@@ -72,6 +72,7 @@ type clients struct {
 	runs    orreryv1connect.RunServiceClient
 	cluster orreryv1connect.ClusterServiceClient
 	audit   orreryv1connect.AuditServiceClient
+	access  orreryv1connect.AccessServiceClient
 }
 
 // inProcess hands a request to the API handler without a network hop.
@@ -105,6 +106,7 @@ func New(cfg Config) (*Server, error) {
 			runs:    orreryv1connect.NewRunServiceClient(hc, base),
 			cluster: orreryv1connect.NewClusterServiceClient(hc, base),
 			audit:   orreryv1connect.NewAuditServiceClient(hc, base),
+			access:  orreryv1connect.NewAccessServiceClient(hc, base),
 		}}
 	s.events = newHub(s.clients.runs, log)
 	static, _ := fs.Sub(staticFS, "static")

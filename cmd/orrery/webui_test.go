@@ -248,6 +248,9 @@ spec:
 	if row := text(`tr[data-worker]`); !strings.Contains(row, "shared") {
 		t.Errorf("dev's worker (bound to no tenant) is not shown as shared: %q", row)
 	}
+	if row := text(`tr[data-storage="jobs"]`); !regexpLine(row, `live jobs\s*[1-9][0-9]*\s*none`) {
+		t.Errorf("the cluster page's storage row for jobs: %q, want the default tenant's jobs and no quota", row)
+	}
 	screenshot(t, ctx, "cluster")
 	do("job page", chromedp.Navigate(base+"/jobs/analytics/nightly-sales"), chromedp.WaitVisible(css(`pre.yaml`)))
 	screenshot(t, ctx, "job")
