@@ -191,15 +191,16 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	chaosWorker := func(name string, env ...string) *proc {
-		return startProcEnv(t, name, env, "worker", "--db", dsn, "--queue", "default=50", "--name", name,
-			"--lease-ttl", "2s", "--allow-egress", "127.0.0.1/32", "--log-level", "info")
+	chaosWorker := func(name string, env []string, extra ...string) *proc {
+		args := append([]string{"worker", "--db", dsn, "--queue", "default=50", "--name", name,
+			"--lease-ttl", "2s", "--allow-egress", "127.0.0.1/32", "--log-level", "info"}, extra...)
+		return startProcEnv(t, name, env, args...)
 	}
 	n1 := startNodeProc(t, dsn, "node-1")
 	n2 := startNodeProc(t, dsn, "node-2")
-	chaosWorker("w1")
+	chaosWorker("w1", nil)
 	// w2 dies right after River hands it its 500th job.
-	w2 := chaosWorker("w2", "ORRERY_FAILPOINTS=worker/fetched=kill@500")
+	w2 := chaosWorker("w2", []string{"ORRERY_FAILPOINTS=worker/fetched=kill@500"})
 	poll(t, 20*time.Second, "two nodes own all shards", func() bool { return allShardsLive(t, pool, "none") })
 	time.Sleep(2 * time.Second)
 	from := dbNow(t, pool)
@@ -208,10 +209,13 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	killedAt := dbNow(t, pool)
 	// w3 dies right after starting its 500th attempt: that one and the
 	// others it runs wait for their leases.
-	w3 := chaosWorker("w3", "ORRERY_FAILPOINTS=worker/started=kill@500")
+	w3 := chaosWorker("w3", []string{"ORRERY_FAILPOINTS=worker/started=kill@500"})
 	poll(t, 30*time.Second, "w3 is killed right after an attempt started", w3.exited)
 	killed3At := dbNow(t, pool)
-	chaosWorker("w4")
+	// w4 is bound to the default tenant: from its binding on, the
+	// tenant's new tasks go to queue default|default, which only w4
+	// serves, through the node kills and the pause below.
+	chaosWorker("w4", nil, "--tenant", "default")
 	time.Sleep(15 * time.Second) // two nodes
 	startNodeProc(t, dsn, "node-3")
 	time.Sleep(20 * time.Second) // three nodes
@@ -253,6 +257,17 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	})
 	if n := twice.Load(); n != 0 {
 		t.Fatalf("%d attempts were delivered to the sink twice (same run/step/attempt)", n)
+	}
+	// The bound queue was served by its bound worker only, and took the
+	// tenant's new tasks: none made in the last 10 s is in the shared queue.
+	if n := queryInt(t, pool, "SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE k.queue = 'default|default' AND a.worker <> 'w4'"); n != 0 {
+		t.Fatalf("%d attempts of the bound queue ran on a worker not bound to the tenant", n)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE k.queue = 'default|default'"); n == 0 {
+		t.Fatal("no attempt ran in the bound queue default|default")
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE queue = 'default' AND created_at > now() - interval '10 seconds'"); n != 0 {
+		t.Fatalf("%d tasks made in the last 10 s are in the shared queue, long after the binding", n)
 	}
 	// What the storage quotas count is what was written, through every
 	// kill and pause: a firing transaction counts its runs or nothing.
