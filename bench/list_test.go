@@ -24,16 +24,17 @@ import (
 )
 
 // BenchmarkListJobsMemory is a reader's attempt to make the server
-// allocate: five jobs of seven steps whose payloads are as many values as
-// a definition may hold (dag.MaxPayloadNodes: 14,285 values of
-// [[],[],...] a step), then four concurrent ListJobs of their namespace,
-// b.N times, against an `orrery serve` of its own. It reports the
-// server's peak RSS above its idle RSS (VmHWM and VmRSS from /proc), for
-// each view. ORRERY_BENCH_BIN runs another binary (an older build: the
-// before of a change; one older than the view ignores it and answers
-// whole definitions); ORRERY_BENCH_LIST_LISTS=N gives each step N empty
-// lists instead (83,000 is about 250 KB, which definitions could hold
-// before dag.MaxPayloadNodes).
+// allocate: five jobs of seven steps whose payloads hold as many JSON
+// values as a definition may (dag.MaxPayloadValues), then four concurrent
+// ListJobs of their namespace, b.N times, against an `orrery serve` of its
+// own. It reports the server's peak RSS above its idle RSS (VmHWM and
+// VmRSS from /proc), for each view. ORRERY_BENCH_LIST_SHAPE says what
+// each step's payload is a list of: objects ({"a":0}, the default),
+// lists ([0]) or empties ([]). ORRERY_BENCH_BIN runs another binary (an
+// older build: the before of a change; one older than the view ignores
+// it and answers whole definitions); ORRERY_BENCH_LIST_ITEMS=N gives each
+// step N items instead (83,000 empties is about 250 KB, which definitions
+// could hold before dag.MaxPayloadValues).
 func BenchmarkListJobsMemory(b *testing.B) {
 	for _, view := range []orreryv1.JobView{orreryv1.JobView_JOB_VIEW_BASIC, orreryv1.JobView_JOB_VIEW_FULL} {
 		b.Run("view="+strings.ToLower(strings.TrimPrefix(view.String(), "JOB_VIEW_")), func(b *testing.B) {
@@ -66,10 +67,22 @@ func listMemory(b *testing.B, view orreryv1.JobView) {
 			b.Fatalf("serve did not start:\n%s", logs.String())
 		}
 	}
-	// 7,142 empty lists, 14,285 values a step: 99,995 a definition.
-	lists := make([]any, envInt(b, "ORRERY_BENCH_LIST_LISTS", (dag.MaxPayloadNodes/7-1)/2))
+	// 14,285 values a step, 99,995 a definition: the list and its items.
+	perStep := dag.MaxPayloadValues / 7
+	var item func() any
+	switch shape := os.Getenv("ORRERY_BENCH_LIST_SHAPE"); shape {
+	case "", "objects":
+		item, perStep = func() any { return map[string]any{"a": 0} }, (perStep-1)/2
+	case "lists":
+		item, perStep = func() any { return []any{0} }, (perStep-1)/2
+	case "empties":
+		item, perStep = func() any { return []any{} }, perStep-1
+	default:
+		b.Fatalf("ORRERY_BENCH_LIST_SHAPE=%q: want objects, lists or empties", shape)
+	}
+	lists := make([]any, envInt(b, "ORRERY_BENCH_LIST_ITEMS", perStep))
 	for i := range lists {
-		lists[i] = []any{}
+		lists[i] = item()
 	}
 	payload, err := structpb.NewValue(lists)
 	if err != nil {

@@ -173,15 +173,15 @@ func TestPayloadLimit(t *testing.T) {
 // The values of all a definition's payloads together are bounded (each
 // becomes an object wherever the definition is read whole): the step that
 // passes the bound is named, once.
-func TestPayloadNodesLimit(t *testing.T) {
-	empties := Payload("[" + strings.TrimSuffix(strings.Repeat("[],", 20_000), ",") + "]") // 40,001 values
+func TestPayloadValuesLimit(t *testing.T) {
+	empties := Payload("[" + strings.TrimSuffix(strings.Repeat("[],", 40_000), ",") + "]") // 40,001 values
 	r := Resource{Metadata: Metadata{Name: "many"}, Spec: JobSpec{Schedule: scheduleSpec("@daily")}}
 	for i := range 4 {
 		r.Spec.Steps = append(r.Spec.Steps, Step{Name: fmt.Sprintf("s%d", i), Run: Executor{Handler: "h"}, Payload: empties})
 	}
 	r.Normalize()
 	es := Validate(&r)
-	if len(es) != 1 || !strings.Contains(es.Error(), "spec.steps[2].payload: brings the definition's payloads to 120003 values (arrays, objects and their elements); the limit is 100000 in all") {
+	if len(es) != 1 || !strings.Contains(es.Error(), "spec.steps[2].payload: brings the definition's payloads to 120003 JSON values (arrays, objects, strings, numbers, booleans, nulls); the limit is 100000 in all") {
 		t.Fatalf("got %v", es)
 	}
 	r.Spec.Steps = r.Spec.Steps[:2]

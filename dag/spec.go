@@ -143,31 +143,49 @@ type Retry struct {
 // YAML value that has a JSON form (usually a mapping).
 type Payload json.RawMessage
 
-// Nodes estimates the values a payload holds, for what turning it into a
-// tree of objects costs (an API answer's protobuf Value): one per array or
-// object and one per element or member (an empty array counts as two),
-// strings skipped whole. It allocates nothing.
-func (p Payload) Nodes() int {
-	n, inString, escaped := 0, false, false
+// Values counts the JSON values a payload holds: each array, object,
+// string, number, true, false and null, at any depth (an object's keys
+// are not values). Each becomes an object of its own where the payload
+// is turned into a tree (an API answer's protobuf Value). It reads valid
+// JSON and allocates nothing.
+func (p Payload) Values() int {
+	n := 0
+	inString, escaped, inScalar, afterString := false, false, false, false
 	for _, c := range p {
-		switch {
-		case inString:
+		if inString {
 			switch {
 			case escaped:
 				escaped = false
 			case c == '\\':
 				escaped = true
 			case c == '"':
-				inString = false
+				inString, afterString = false, true
 			}
-		case c == '"':
-			inString = true
-		case c == '[' || c == '{' || c == ',':
-			n++
+			continue
 		}
-	}
-	if len(p) > 0 {
-		n++
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			inScalar = false
+			continue // a key's string may be followed by space, then ':'
+		case ':':
+			if afterString {
+				n-- // that string was a key
+			}
+		case '"':
+			n++
+			inString = true
+		case '[', '{':
+			n++
+		case ']', '}', ',':
+		default: // a number, true, false or null, one byte at a time
+			if !inScalar {
+				n++
+				inScalar = true
+			}
+			afterString = false
+			continue
+		}
+		inScalar, afterString = false, false
 	}
 	return n
 }

@@ -35,13 +35,13 @@ const (
 	// 2^53-1, below which every integer is exact as a double. See
 	// checkPayload.
 	MaxPayloadInteger = 1<<53 - 1
-	// MaxPayloadNodes bounds the values (Payload.Nodes: arrays, objects
-	// and their elements) of all a definition's payloads together: each
-	// becomes an object of its own wherever the definition is read whole
-	// through the API (a protobuf Value, some 150 bytes for a 3-byte [] in
-	// [[],[],...]), so 256 KiB payloads of empty arrays in each of 7 steps
-	// made one GetJob allocate about 100 MB.
-	MaxPayloadNodes = 100_000
+	// MaxPayloadValues bounds the JSON values (Payload.Values) of all a
+	// definition's payloads together: each becomes an object of its own
+	// wherever the definition is read whole through the API (a protobuf
+	// Value, some 150 bytes for a 3-byte [] in [[],[],...]), so 256 KiB
+	// payloads of empty arrays in each of 7 steps made one GetJob
+	// allocate about 100 MB.
+	MaxPayloadValues = 100_000
 	MaxSteps        = 10_000
 	MaxAttempts       = 100
 	// MaxStepDuration bounds a step's timeout and its retries' backoff: a
@@ -214,7 +214,7 @@ func validateSpec(es *Errors, s *JobSpec) {
 		es.add("spec.payload", "a top-level payload goes with run; with steps, give each step its payload")
 	}
 	index := make(map[string]int, len(s.Steps))
-	nodes := 0
+	values := 0
 	for i := range s.Steps {
 		st := &s.Steps[i]
 		p := fmt.Sprintf("spec.steps[%d]", i)
@@ -232,11 +232,11 @@ func validateSpec(es *Errors, s *JobSpec) {
 		}
 		validateExecutor(es, p+".run", &st.Run)
 		validatePayload(es, p+".payload", st.Payload)
-		n := st.Payload.Nodes()
-		if nodes <= MaxPayloadNodes && nodes+n > MaxPayloadNodes { // said once, at the step that passes it
-			es.add(p+".payload", "brings the definition's payloads to %d values (arrays, objects and their elements); the limit is %d in all", nodes+n, MaxPayloadNodes)
+		n := st.Payload.Values()
+		if values <= MaxPayloadValues && values+n > MaxPayloadValues { // said once, at the step that passes it
+			es.add(p+".payload", "brings the definition's payloads to %d JSON values (arrays, objects, strings, numbers, booleans, nulls); the limit is %d in all", values+n, MaxPayloadValues)
 		}
-		nodes += n
+		values += n
 		validateSettings(es, p, st.Queue, st.Priority, st.Timeout, st.Retry)
 	}
 	validateGraph(es, s.Steps, index)

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/usage"
 	"github.com/orrery-dev/orrery/migrations"
 )
 
@@ -73,6 +74,30 @@ func newMigrateCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.AddCommand(up, status)
+	recount := &cobra.Command{
+		Use:   "recount-usage",
+		Short: "Count again what every tenant stores, for its storage quotas (run it while no serve writes)",
+		Long: `Count again, from the tables, what every tenant stores (live jobs, the
+bytes of their definitions, runs and tasks), as its storage quotas count
+it. Counts are kept as each write commits; nodes older than migration
+00021 that kept writing after it (a rolling upgrade) left theirs out.
+Run it while no serve process writes: a tenant's first job or run in a
+shard written meanwhile may be counted twice or not at all.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			state, _, closeAll, err := dbs.pools(ctx, store.Options{})
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			if err := usage.Recount(ctx, state); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "orrery: counted again what every tenant stores")
+			return nil
+		},
+	}
+	cmd.AddCommand(up, status, recount)
 	return cmd
 }

@@ -132,6 +132,18 @@ spec:
 	if !regexpLine(out, `jobs\s+2\s+2`) || !regexpLine(out, `tasks\s+4\s+5`) {
 		t.Errorf("acme's usage after all this: %q, want 2 jobs and 4 tasks", out)
 	}
+
+	// Counts written wrong (as by an older node) are counted again.
+	if _, err := pool.Exec(ctx, "UPDATE tenant_run_usage SET tasks = tasks + 100; UPDATE tenant_job_usage SET jobs = jobs - 7"); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := run(t, "migrate", "recount-usage", "--db", dsn); code != 0 {
+		t.Fatalf("recount-usage: exit %d %q %q", code, out, errOut)
+	}
+	out, _, _ = asAcme("tenants", "quota")
+	if !regexpLine(out, `jobs\s+2\s+2`) || !regexpLine(out, `tasks\s+4\s+5`) {
+		t.Errorf("acme's usage after a recount: %q, want 2 jobs and 4 tasks", out)
+	}
 }
 
 // regexpLine says whether some line of out matches the expression.

@@ -445,7 +445,7 @@ func TestOneReleaseOfSeveralTenantsKeepsTheBound(t *testing.T) {
 	}
 	d, _ := dispatch.New()
 	if err := store.InRawTx(ctx, f.pool, func(tx pgx.Tx) error {
-		_, err := run.Insert(ctx, tx, d, news, nil)
+		_, err := run.Insert(ctx, tx, d, news, nil, nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)

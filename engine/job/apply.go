@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/google/uuid"
+
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/usage"
@@ -74,6 +76,10 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 	if err != nil {
 		return nil, err
 	}
+	rooms, err := usage.JobRooms(ctx, store.New(s.pool), []uuid.UUID{a.Tenant})
+	if err != nil {
+		return nil, err
+	}
 	var changes []Change
 	err = store.InTx(ctx, s.pool, func(q *store.Queries) error {
 		var current []*Job
@@ -85,20 +91,17 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 		if err != nil {
 			return err
 		}
-		held, err := usage.JobsBefore(ctx, q, a.Tenant)
-		if err != nil {
-			return err
-		}
+		d := usage.Delta{}
 		for i := range changes {
 			c := &changes[i]
 			switch c.Action {
 			case ActionCreate:
 				it := items[i]
-				if c.Job, err = s.insertJob(ctx, q, a, it.Resource, it.spec, now, it.Source); err != nil {
+				if c.Job, err = s.insertJob(ctx, q, a, it.Resource, it.spec, now, it.Source, d); err != nil {
 					return fmt.Errorf("%s/%s: %w", c.Namespace, c.Name, err)
 				}
 			case ActionUpdate:
-				if c.Job, err = updateDefinition(ctx, q, a, current[i], items[i].Resource, items[i].spec, items[i].Source); err != nil {
+				if c.Job, err = updateDefinition(ctx, q, a, current[i], items[i].Resource, items[i].spec, items[i].Source, d); err != nil {
 					return fmt.Errorf("%s/%s: %w", c.Namespace, c.Name, err)
 				}
 			case ActionDelete:
@@ -117,7 +120,7 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 					c.Action, c.Job = ActionUnchanged, before
 					continue
 				}
-				if row, err = setJobStatus(ctx, q, store.SetJobStatusParams{TenantID: a.Tenant, ID: c.Job.ID, Status: StatusDeleted, Actor: a.Name}); err != nil {
+				if row, err = setJobStatus(ctx, q, store.SetJobStatusParams{TenantID: a.Tenant, ID: c.Job.ID, Status: StatusDeleted, Actor: a.Name}, d); err != nil {
 					return err
 				}
 				after, err := fromRow(row)
@@ -130,7 +133,10 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 				c.Job = after
 			}
 		}
-		return held.Check(ctx, q)
+		if err := d.Check(rooms); err != nil {
+			return err
+		}
+		return d.Write(ctx, q)
 	})
 	return changes, err
 }

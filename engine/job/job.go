@@ -75,6 +75,9 @@ type Job struct {
 	// LastRun is the latest run by scheduled instant, as List and Get
 	// read it (not part of the definition: never audited).
 	LastRun *LastRun `json:"-"`
+	// specBytes is the stored spec's size, as the tenant's definition
+	// bytes count it (package usage).
+	specBytes int64
 }
 
 // LastRun is a job's latest run, in short.
@@ -112,7 +115,7 @@ func fromRow(r store.Job) (*Job, error) {
 		ID: r.ID, Tenant: r.TenantID, Namespace: r.Namespace, Name: r.Name, Description: r.Description,
 		Status: r.Status, Version: r.Version, Shard: int(r.Shard), NextFireAt: utc(r.NextFireAt),
 		CreatedAt: r.CreatedAt.UTC(), CreatedBy: r.CreatedBy, UpdatedAt: r.UpdatedAt.UTC(), UpdatedBy: r.UpdatedBy,
-		DeletedAt: utc(r.DeletedAt),
+		DeletedAt: utc(r.DeletedAt), specBytes: int64(len(r.Spec)),
 	}
 	if err := json.Unmarshal(r.Labels, &j.Labels); err != nil {
 		return nil, fmt.Errorf("job %s: labels: %w", r.ID, err)

@@ -246,7 +246,7 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 				}
 				keys[k] = true
 			}
-			if err := rooms.Add(r.a.Tenant, usage.Usage{Jobs: 1, DefinitionBytes: int64(len(r.spec))}); err != nil {
+			if err := rooms.Add(r.a.Tenant, usage.Usage{Jobs: 1, DefinitionBytes: usage.TextBytes(r.spec)}); err != nil {
 				out[i].err = err
 				continue
 			}
@@ -262,12 +262,13 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 		if len(pending) == 0 {
 			return nil
 		}
+		p.CountUsage = true // in the statement, which commits alone
 		written, err := s.writeJobs(ctx, p, len(pending) > 1)
 		if err != nil {
 			return err
 		}
-		for _, id := range written {
-			delete(pending, id)
+		for _, w := range written {
+			delete(pending, w.ID)
 		}
 		for _, i := range pending { // a live job has the name
 			out[i] = createRes{err: ErrAlreadyExists}
@@ -307,11 +308,11 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 // waits end after a second (SetBatchLockTimeout: a namespace or a name
 // another transaction is creating; each creation is then written alone by
 // its caller, so that the wait of one does not hold up the others).
-func (s *Service) writeJobs(ctx context.Context, p store.CreateJobsParams, batch bool) ([]uuid.UUID, error) {
+func (s *Service) writeJobs(ctx context.Context, p store.CreateJobsParams, batch bool) ([]store.CreateJobsRow, error) {
 	if !batch {
 		return store.New(s.pool).CreateJobs(ctx, p)
 	}
-	var written []uuid.UUID
+	var written []store.CreateJobsRow
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := store.New(tx)
 		if err := q.SetBatchLockTimeout(ctx); err != nil {
@@ -348,8 +349,8 @@ func (s *Service) newJob(a Actor, res dag.Resource, now time.Time, src *Source) 
 // insertJob writes a new job (spec: its definition as JSON, from
 // prepareSpec) in q's transaction (CreateJobs, for one):
 // the job, its namespace, version 1 and the audit row (apply's creations;
-// the API's are batched by createJobs).
-func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res dag.Resource, spec []byte, now time.Time, src *Source) (*Job, error) {
+// the API's are batched by createJobs), counting it in d.
+func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res dag.Resource, spec []byte, now time.Time, src *Source, d usage.Delta) (*Job, error) {
 	out, err := s.newJob(a, res, now, src)
 	if err != nil {
 		return nil, err
@@ -363,6 +364,7 @@ func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res 
 	if len(written) == 0 { // a live job has the name
 		return nil, ErrAlreadyExists
 	}
+	d.Add(out.Tenant, int32(out.Shard), usage.Usage{Jobs: 1, DefinitionBytes: written[0].Bytes})
 	return out, nil
 }
 
@@ -511,13 +513,15 @@ func writeSchedule(ctx context.Context, q *store.Queries, row store.Job) error {
 	return nil
 }
 
-// setJobStatus changes a job's status (pause, resume, delete) and its
-// schedule row with it, in q's transaction.
-func setJobStatus(ctx context.Context, q *store.Queries, p store.SetJobStatusParams) (store.Job, error) {
-	r, err := q.SetJobStatus(ctx, p)
-	row := store.Job(r)
+// setJobStatus changes a live job's status (pause, resume, delete) and
+// its schedule row with it, in q's transaction; a deletion is counted in d.
+func setJobStatus(ctx context.Context, q *store.Queries, p store.SetJobStatusParams, d usage.Delta) (store.Job, error) {
+	row, err := q.SetJobStatus(ctx, p)
 	if err != nil {
 		return row, err
+	}
+	if row.Status == StatusDeleted {
+		d.Add(row.TenantID, row.Shard, usage.Usage{Jobs: -1, DefinitionBytes: -int64(len(row.Spec))})
 	}
 	return row, writeSchedule(ctx, q, row)
 }
@@ -599,6 +603,10 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 	if err != nil {
 		return nil, err
 	}
+	rooms, err := usage.JobRooms(ctx, store.New(s.pool), []uuid.UUID{a.Tenant})
+	if err != nil {
+		return nil, err
+	}
 	var out *Job
 	err = store.InTx(ctx, s.pool, func(q *store.Queries) error {
 		row, err := Lock(ctx, q, a, ref)
@@ -623,22 +631,23 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 			out = before
 			return nil
 		}
-		held, err := usage.JobsBefore(ctx, q, a.Tenant)
-		if err != nil {
+		d := usage.Delta{}
+		if out, err = updateDefinition(ctx, q, a, before, res, spec, nil, d); err != nil {
 			return err
 		}
-		if out, err = updateDefinition(ctx, q, a, before, res, spec, nil); err != nil {
+		if err := d.Check(rooms); err != nil {
 			return err
 		}
-		return held.Check(ctx, q)
+		return d.Write(ctx, q)
 	})
 	return out, err
 }
 
 // updateDefinition writes a new version of a job's definition, with its
-// version row and audit row. The next fire time is recomputed from the
-// database's clock when the schedule changed.
-func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, spec []byte, src *Source) (*Job, error) {
+// version row and audit row, counting the change in its size in d. The
+// next fire time is recomputed from the database's clock when the
+// schedule changed.
+func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, spec []byte, src *Source, d usage.Delta) (*Job, error) {
 	next := before.NextFireAt
 	if before.Spec.Schedule != res.Spec.Schedule && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
 		now, err := q.DatabaseNow(ctx)
@@ -651,7 +660,7 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 		}
 		next = firstFire(sched, now)
 	}
-	r, err := q.UpdateJobDefinition(ctx, store.UpdateJobDefinitionParams{
+	row, err := q.UpdateJobDefinition(ctx, store.UpdateJobDefinitionParams{
 		TenantID: a.Tenant, ID: before.ID, ExpectedVersion: before.Version,
 		Description: res.Metadata.Description, Labels: labelsJSON(res.Metadata.Labels), Spec: spec,
 		NextFireAt: next, Actor: a.Name, Source: sourceJSON(src),
@@ -659,7 +668,7 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 	if err != nil {
 		return nil, err
 	}
-	row := store.Job(r)
+	d.Add(row.TenantID, row.Shard, usage.Usage{DefinitionBytes: int64(len(row.Spec)) - before.specBytes})
 	if err := writeSchedule(ctx, q, row); err != nil {
 		return nil, err
 	}
@@ -741,14 +750,18 @@ func (s *Service) setStatus(ctx context.Context, a Actor, ref Ref, action string
 			out = before
 			return nil
 		}
-		row, err = setJobStatus(ctx, q, store.SetJobStatusParams{TenantID: a.Tenant, ID: before.ID, Status: status, NextFireAt: next, Actor: a.Name})
+		d := usage.Delta{}
+		row, err = setJobStatus(ctx, q, store.SetJobStatusParams{TenantID: a.Tenant, ID: before.ID, Status: status, NextFireAt: next, Actor: a.Name}, d)
 		if err != nil {
 			return err
 		}
 		if out, err = fromRow(row); err != nil {
 			return err
 		}
-		return audit(ctx, q, a, action, before, out)
+		if err := audit(ctx, q, a, action, before, out); err != nil {
+			return err
+		}
+		return d.Write(ctx, q)
 	})
 	return out, err
 }
@@ -781,11 +794,11 @@ const (
 // definition is at most MaxDefinitionBytes.
 const ListBudgetBytes = 4 << 20
 
-// ListBudgetNodes bounds the payload values (dag.Payload.Nodes) one page
-// of List carries in the same way: an API answer turns each into an object
-// of its own (a protobuf Value, about 80 times the value's bytes for
-// [[],[],...]), which the byte budget alone would not see.
-const ListBudgetNodes = 100_000
+// ListBudgetValues bounds the payload values (dag.Payload.Values) one
+// page of List carries in the same way: an API answer turns each into an
+// object of its own (a protobuf Value, about 80 times the value's bytes
+// for [[],[],...]), which the byte budget alone would not see.
+const ListBudgetValues = 100_000
 
 // PageSize checks a requested page size: 0 means the default.
 func PageSize(n int) (int, error) {
@@ -862,16 +875,16 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 		return nil, "", err
 	}
 	out := make([]*Job, 0, len(rows))
-	nodes := 0
+	values := 0
 	for i, r := range rows {
 		j, err := fromRow(r)
 		if err != nil {
 			return nil, "", err
 		}
 		for _, st := range j.Spec.Steps {
-			nodes += st.Payload.Nodes()
+			values += st.Payload.Values()
 		}
-		if i > 0 && nodes > ListBudgetNodes { // the page ends before this job
+		if i > 0 && values > ListBudgetValues { // the page ends before this job
 			next = store.EncodePageToken(token(rows[i-1]))
 			break
 		}

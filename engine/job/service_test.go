@@ -568,10 +568,10 @@ func TestListBudgets(t *testing.T) {
 	t.Parallel()
 	svc, _ := newService(t)
 	ctx := context.Background()
-	// A payload of about 200 KB of strings (few nodes), and one of about
-	// 100 KB of empty lists (many).
+	// A payload of about 200 KB of strings (few values), and one of about
+	// 180 KB of empty lists (many).
 	wide := dag.Payload(`["` + strings.Repeat("x", 200<<10) + `"]`)
-	deep := dag.Payload("[" + strings.Repeat("[],", 30_000) + "[]]")
+	deep := dag.Payload("[" + strings.Repeat("[],", 59_999) + "[]]")
 	create := func(ns, name string, payload dag.Payload, steps int) {
 		t.Helper()
 		r := resource(name, "@daily")
@@ -587,7 +587,7 @@ func TestListBudgets(t *testing.T) {
 	}
 	for i := range 5 {
 		create("wide", fmt.Sprintf("w%d", i), wide, 8) // 1.6 MB each: the third passes 4 MiB
-		create("deep", fmt.Sprintf("d%d", i), deep, 1) // 60,000 nodes each: one fits in 100,000
+		create("deep", fmt.Sprintf("d%d", i), deep, 1) // 60,001 values each: one fits in 100,000
 	}
 	pages := func(ns string, withSteps bool) (sizes []int, names []string) {
 		token := ""

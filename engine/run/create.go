@@ -73,12 +73,15 @@ type Firer struct {
 // and the root tasks of pending runs released to their worker pools. A run
 // whose (job, instant) exists already is not written (invariant 2). It
 // returns the ids of the runs written, in order, uuid.Nil for the others.
-func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, by *Firer) ([]uuid.UUID, error) {
+// Runs are held to their tenants' storage quotas as rooms (read with
+// usage.RunRooms before tx, or outside it) says: see holdToQuotas.
+func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, by *Firer, rooms usage.Rooms) ([]uuid.UUID, error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
 	q := store.New(tx)
-	if err := holdToQuotas(ctx, q, runs, by); err != nil {
+	overQuota, err := holdToQuotas(runs, by, rooms.Clone())
+	if err != nil {
 		return nil, err
 	}
 	rp := store.InsertRunsParams{}
@@ -137,6 +140,9 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 		}
 		if r.Status == StatusCancelled { // cancelled by a newer instant of the same pass
 			countFinished(ctx, StatusCancelled)
+		}
+		if overQuota != nil && overQuota[i] {
+			countFinished(ctx, StatusSkipped)
 		}
 		if !withTasks(r) {
 			continue
@@ -200,44 +206,46 @@ func withTasks(r New) bool {
 }
 
 // holdToQuotas holds runs to their tenants' storage quotas (package
-// usage), in order: a scheduled run (by a Firer) that would pass one is
-// written skipped, without tasks, its reason naming the quota; a run
-// started through the API is refused with the *usage.ExceededError.
-func holdToQuotas(ctx context.Context, q *store.Queries, runs []New, by *Firer) error {
-	var tenants []uuid.UUID
-	for _, r := range runs {
-		if withTasks(r) {
-			tenants = append(tenants, r.Job.Tenant)
-		}
+// usage), as rooms says, in order: a scheduled run (by a Firer) that would
+// pass one is written skipped, without tasks, its reason naming the quota,
+// and marked in the answer; a run started through the API is refused with
+// the *usage.ExceededError.
+func holdToQuotas(runs []New, by *Firer, rooms usage.Rooms) ([]bool, error) {
+	if len(rooms) == 0 {
+		return nil, nil
 	}
-	if len(tenants) == 0 {
-		return nil
-	}
-	rooms, err := usage.RunRooms(ctx, q, tenants)
-	if err != nil || len(rooms) == 0 {
-		return err
-	}
+	over := make([]bool, len(runs))
 	for i := range runs {
 		r := &runs[i]
 		if !withTasks(*r) {
+			_ = rooms.Add(r.Job.Tenant, usage.Usage{Runs: 1}) // a record counts as a run
 			continue
 		}
 		err := rooms.Add(r.Job.Tenant, usage.Usage{Runs: 1, Tasks: int64(len(r.Job.Spec.Steps))})
-		var over *usage.ExceededError
+		var exceeded *usage.ExceededError
 		switch {
 		case err == nil:
-		case by == nil:
-			return err
-		case errors.As(err, &over):
-			r.Status = StatusSkipped
-			r.Reason = fmt.Sprintf("storage quota: tenant %s holds %d of its %s %d", over.Tenant, over.Used, over.Quota, over.Limit)
-			_ = rooms.Add(r.Job.Tenant, usage.Usage{Runs: 1}) // the record counts as a run
-			countFinished(ctx, StatusSkipped)
+		case by == nil || !errors.As(err, &exceeded):
+			return nil, err
 		default:
-			return err
+			r.Status, over[i] = StatusSkipped, true
+			r.Reason = fmt.Sprintf("storage quota: tenant %s holds %d of its %s %d", exceeded.Tenant, exceeded.Used, exceeded.Quota, exceeded.Limit)
+			_ = rooms.Add(r.Job.Tenant, usage.Usage{Runs: 1})
 		}
 	}
-	return nil
+	return over, nil
+}
+
+// TenantsOf lists the tenants of runs that would be written with tasks:
+// those whose rooms Insert needs (usage.RunRooms).
+func TenantsOf(runs []New) []uuid.UUID {
+	var out []uuid.UUID
+	for _, r := range runs {
+		if withTasks(r) {
+			out = append(out, r.Job.Tenant)
+		}
+	}
+	return out
 }
 
 // bindingsOf reads the queue bindings of the tenants whose runs were

@@ -19,6 +19,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/job"
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/engine/usage"
 )
 
 // ErrNotFound: no run (or dead letter) with that id in the caller's tenant.
@@ -211,9 +212,15 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 	if err := job.CheckIdempotencyKey(key); err != nil {
 		return nil, err
 	}
+	// The tenant's storage quotas, read before the transaction (see
+	// usage.RunRooms).
+	rooms, err := usage.RunRooms(ctx, store.New(s.pool), []uuid.UUID{a.Tenant})
+	if err != nil {
+		return nil, err
+	}
 	var out Run
 	var tally *Tally
-	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err = store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
 		ctx, t := WithTally(ctx) // afresh for each try of the transaction
 		tally = t
 		q := store.New(tx)
@@ -262,7 +269,7 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 			}
 		}
 		ref := JobRef{ID: row.ID, Tenant: row.TenantID, Version: row.Version, Shard: int(row.Shard), Spec: &spec}
-		ids, err := Insert(ctx, tx, s.dispatcher, []New{{Job: ref, At: now, Trigger: TriggerManual, Status: status, Reason: reason}}, nil)
+		ids, err := Insert(ctx, tx, s.dispatcher, []New{{Job: ref, At: now, Trigger: TriggerManual, Status: status, Reason: reason}}, nil, rooms)
 		if err != nil {
 			return err
 		}

@@ -417,34 +417,56 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 // for good: a waiting all_success child fails upstream (and so on below
 // it); a waiting all_done child counts the failed parent as done, and is
 // released when that was its last, so cleanup and notify steps run
-// anyway. Three statements whatever the pipeline's depth: the run's
-// waiting edges are read once and walked here.
+// anyway. The first levels are read level by level (most failures end
+// there, having read only their own children); a failure deeper than
+// shallowLevels reads the run's waiting edges once and walks them in
+// memory, so that no cascade costs a round trip per level.
 func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, run, failed uuid.UUID) error {
-	edges, err := q.WaitingEdgesOfRun(ctx, run)
-	if err != nil {
-		return err
-	}
-	children := make(map[uuid.UUID][]store.WaitingEdgesOfRunRow, len(edges))
-	for _, e := range edges {
-		children[e.ParentID] = append(children[e.ParentID], e)
-	}
 	var fail, done []uuid.UUID
 	seen := map[uuid.UUID]bool{}
-	for frontier := []uuid.UUID{failed}; len(frontier) > 0; {
+	// settle counts one level's edges and returns the next level.
+	settle := func(edges []edge) []uuid.UUID {
 		var next []uuid.UUID
-		for _, p := range frontier {
-			for _, e := range children[p] {
-				switch {
-				case e.TriggerRule == dag.TriggerAllDone:
-					done = append(done, e.ChildID) // once per failed parent
-				case !seen[e.ChildID]:
-					seen[e.ChildID] = true
-					next = append(next, e.ChildID)
-				}
+		for _, e := range edges {
+			switch {
+			case e.rule == dag.TriggerAllDone:
+				done = append(done, e.child) // once per failed parent
+			case !seen[e.child]:
+				seen[e.child] = true
+				next = append(next, e.child)
 			}
 		}
 		fail = append(fail, next...)
-		frontier = next
+		return next
+	}
+	frontier := []uuid.UUID{failed}
+	for level := 0; len(frontier) > 0 && level < shallowLevels; level++ {
+		rows, err := q.WaitingChildren(ctx, frontier)
+		if err != nil {
+			return err
+		}
+		edges := make([]edge, len(rows))
+		for i, r := range rows {
+			edges[i] = edge{r.ChildID, r.TriggerRule}
+		}
+		frontier = settle(edges)
+	}
+	if len(frontier) > 0 {
+		rows, err := q.WaitingEdgesOfRun(ctx, run)
+		if err != nil {
+			return err
+		}
+		children := make(map[uuid.UUID][]edge, len(rows))
+		for _, r := range rows {
+			children[r.ParentID] = append(children[r.ParentID], edge{r.ChildID, r.TriggerRule})
+		}
+		for len(frontier) > 0 {
+			var edges []edge
+			for _, p := range frontier {
+				edges = append(edges, children[p]...)
+			}
+			frontier = settle(edges)
+		}
 	}
 	if len(fail) > 0 {
 		if err := q.MarkUpstreamFailed(ctx, fail); err != nil {
@@ -468,6 +490,16 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispa
 		return nil
 	}
 	return releaseWaiting(ctx, q, tx, d, ready)
+}
+
+// shallowLevels is how many levels of a failure's descendants
+// propagateFailure reads one by one before it reads the whole run's.
+const shallowLevels = 2
+
+// edge is a waiting child of a task, with the child's trigger rule.
+type edge struct {
+	child uuid.UUID
+	rule  string
 }
 
 // finishRun finishes the run when none of its tasks is left to run, and

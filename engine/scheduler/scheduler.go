@@ -25,6 +25,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/tracing"
+	"github.com/orrery-dev/orrery/engine/usage"
 	"github.com/orrery-dev/orrery/shard"
 )
 
@@ -315,7 +316,14 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		if _, err := run.Cancel(ctx, tx, cancel, "overlap: cancel_previous (a newer instant fired)"); err != nil {
 			return err
 		}
-		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news, &run.Firer{Node: node}); err != nil {
+		// The tenants' storage quotas, read on a connection of their own:
+		// in this transaction, the read of every shard's usage row would
+		// conflict with every other writer of the tenant (serializable).
+		rooms, err := usage.RunRooms(ctx, store.New(s.cfg.Pool), run.TenantsOf(news))
+		if err != nil {
+			return err
+		}
+		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news, &run.Firer{Node: node}, rooms); err != nil {
 			return err
 		}
 		if err := q.AdvanceJobs(ctx, adv); err != nil {

@@ -104,18 +104,20 @@ WITH input AS (
     INSERT INTO job_schedules (job_id, shard, next_fire_at)
     SELECT i.id, i.shard, i.next_fire_at FROM input AS i JOIN j ON j.id = i.id
 ), u AS (
-    -- What the tenants hold (tenant_job_usage), in key order: two
-    -- batches lock the rows they share in one order. After ns (it reads
-    -- it): a statement that waits there for another transaction creating
-    -- the namespace holds no usage row meanwhile, which every creation of
-    -- the tenant in the shard would wait on.
+    -- With @count_usage, what the tenants hold (tenant_job_usage), in
+    -- key order: two batches lock the rows they share in one order. After
+    -- ns (it reads it): a statement that waits there for another
+    -- transaction creating the namespace holds no usage row meanwhile,
+    -- which every creation of the tenant in the shard would wait on.
+    -- Without it (apply), the caller counts the bytes returned.
     INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
     SELECT j.tenant_id, j.shard, count(*), sum(j.bytes) FROM j, (SELECT count(*) FROM ns) AS after_ns
+    WHERE $17::bool
     GROUP BY j.tenant_id, j.shard ORDER BY j.tenant_id, j.shard
     ON CONFLICT (tenant_id, shard) DO UPDATE
     SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
 )
-SELECT id FROM j
+SELECT id, bytes::bigint AS bytes FROM j
 `
 
 type CreateJobsParams struct {
@@ -135,6 +137,12 @@ type CreateJobsParams struct {
 	IdempotencyKeys []string
 	RequestHashes   [][]byte
 	Now             time.Time
+	CountUsage      bool
+}
+
+type CreateJobsRow struct {
+	ID    uuid.UUID
+	Bytes int64
 }
 
 // CreateJobs writes new jobs in one statement (for the API, a batch of
@@ -147,7 +155,7 @@ type CreateJobsParams struct {
 // the answer. A key another transaction took meanwhile fails the whole
 // statement (its primary key), as any other error does: the caller then
 // writes each job alone.
-func (q *Queries) CreateJobs(ctx context.Context, arg CreateJobsParams) ([]uuid.UUID, error) {
+func (q *Queries) CreateJobs(ctx context.Context, arg CreateJobsParams) ([]CreateJobsRow, error) {
 	rows, err := q.db.Query(ctx, createJobs,
 		arg.Ids,
 		arg.TenantIds,
@@ -165,18 +173,19 @@ func (q *Queries) CreateJobs(ctx context.Context, arg CreateJobsParams) ([]uuid.
 		arg.IdempotencyKeys,
 		arg.RequestHashes,
 		arg.Now,
+		arg.CountUsage,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []uuid.UUID{}
+	items := []CreateJobsRow{}
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var i CreateJobsRow
+		if err := rows.Scan(&i.ID, &i.Bytes); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -681,19 +690,11 @@ func (q *Queries) SetJobSchedule(ctx context.Context, arg SetJobScheduleParams) 
 }
 
 const setJobStatus = `-- name: SetJobStatus :one
-WITH j AS (
-    UPDATE jobs
-    SET status = $1, next_fire_at = $2, updated_at = now(), updated_by = $3,
-        deleted_at = CASE WHEN $1::text = 'deleted' THEN now() END
-    WHERE jobs.tenant_id = $4 AND jobs.id = $5 AND jobs.status <> 'deleted'
-    RETURNING id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at
-), u AS (
-    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
-    SELECT j.tenant_id, j.shard, -1, -octet_length(j.spec::text) FROM j WHERE j.status = 'deleted'
-    ON CONFLICT (tenant_id, shard) DO UPDATE
-    SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
-)
-SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM j
+UPDATE jobs
+SET status = $1, next_fire_at = $2, updated_at = now(), updated_by = $3,
+    deleted_at = CASE WHEN $1::text = 'deleted' THEN now() END
+WHERE tenant_id = $4 AND id = $5
+RETURNING id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at
 `
 
 type SetJobStatusParams struct {
@@ -704,29 +705,7 @@ type SetJobStatusParams struct {
 	ID         uuid.UUID
 }
 
-type SetJobStatusRow struct {
-	ID          uuid.UUID
-	TenantID    uuid.UUID
-	Namespace   string
-	Name        string
-	Description string
-	Labels      []byte
-	Status      string
-	Version     int64
-	Spec        []byte
-	Source      []byte
-	Shard       int32
-	NextFireAt  *time.Time
-	CreatedAt   time.Time
-	CreatedBy   string
-	UpdatedAt   time.Time
-	UpdatedBy   string
-	DeletedAt   *time.Time
-}
-
-// SetJobStatus changes a live job's status; deleting it takes the job
-// and its definition's bytes from what the tenant holds.
-func (q *Queries) SetJobStatus(ctx context.Context, arg SetJobStatusParams) (SetJobStatusRow, error) {
+func (q *Queries) SetJobStatus(ctx context.Context, arg SetJobStatusParams) (Job, error) {
 	row := q.db.QueryRow(ctx, setJobStatus,
 		arg.Status,
 		arg.NextFireAt,
@@ -734,7 +713,7 @@ func (q *Queries) SetJobStatus(ctx context.Context, arg SetJobStatusParams) (Set
 		arg.TenantID,
 		arg.ID,
 	)
-	var i SetJobStatusRow
+	var i Job
 	err := row.Scan(
 		&i.ID,
 		&i.TenantID,
@@ -769,71 +748,39 @@ func (q *Queries) ShardCount(ctx context.Context) (int32, error) {
 }
 
 const updateJobDefinition = `-- name: UpdateJobDefinition :one
-WITH old AS (
-    SELECT octet_length(o.spec::text) AS bytes FROM jobs AS o
-    WHERE o.tenant_id = $1 AND o.id = $2 AND o.version = $3
-), j AS (
-    UPDATE jobs
-    SET description = $4, labels = $5, spec = $6, version = version + 1,
-        source = COALESCE($7::jsonb, source),
-        next_fire_at = $8, updated_at = now(), updated_by = $9
-    WHERE jobs.tenant_id = $1 AND jobs.id = $2 AND jobs.version = $3
-    RETURNING id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at
-), u AS (
-    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
-    SELECT j.tenant_id, j.shard, 0, octet_length(j.spec::text) - old.bytes FROM j, old
-    ON CONFLICT (tenant_id, shard) DO UPDATE SET definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
-)
-SELECT id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at FROM j
+UPDATE jobs
+SET description = $1, labels = $2, spec = $3, version = version + 1,
+    source = COALESCE($4::jsonb, source),
+    next_fire_at = $5, updated_at = now(), updated_by = $6
+WHERE tenant_id = $7 AND id = $8 AND version = $9
+RETURNING id, tenant_id, namespace, name, description, labels, status, version, spec, source, shard, next_fire_at, created_at, created_by, updated_at, updated_by, deleted_at
 `
 
 type UpdateJobDefinitionParams struct {
-	TenantID        uuid.UUID
-	ID              uuid.UUID
-	ExpectedVersion int64
 	Description     string
 	Labels          []byte
 	Spec            []byte
 	Source          []byte
 	NextFireAt      *time.Time
 	Actor           string
+	TenantID        uuid.UUID
+	ID              uuid.UUID
+	ExpectedVersion int64
 }
 
-type UpdateJobDefinitionRow struct {
-	ID          uuid.UUID
-	TenantID    uuid.UUID
-	Namespace   string
-	Name        string
-	Description string
-	Labels      []byte
-	Status      string
-	Version     int64
-	Spec        []byte
-	Source      []byte
-	Shard       int32
-	NextFireAt  *time.Time
-	CreatedAt   time.Time
-	CreatedBy   string
-	UpdatedAt   time.Time
-	UpdatedBy   string
-	DeletedAt   *time.Time
-}
-
-// UpdateJobDefinition writes a live job's new definition, and adds the
-// change in its size to what the tenant holds (tenant_job_usage).
-func (q *Queries) UpdateJobDefinition(ctx context.Context, arg UpdateJobDefinitionParams) (UpdateJobDefinitionRow, error) {
+func (q *Queries) UpdateJobDefinition(ctx context.Context, arg UpdateJobDefinitionParams) (Job, error) {
 	row := q.db.QueryRow(ctx, updateJobDefinition,
-		arg.TenantID,
-		arg.ID,
-		arg.ExpectedVersion,
 		arg.Description,
 		arg.Labels,
 		arg.Spec,
 		arg.Source,
 		arg.NextFireAt,
 		arg.Actor,
+		arg.TenantID,
+		arg.ID,
+		arg.ExpectedVersion,
 	)
-	var i UpdateJobDefinitionRow
+	var i Job
 	err := row.Scan(
 		&i.ID,
 		&i.TenantID,

@@ -730,6 +730,39 @@ func (q *Queries) TaskRetryPolicy(ctx context.Context, id uuid.UUID) (TaskRetryP
 	return i, err
 }
 
+const waitingChildren = `-- name: WaitingChildren :many
+SELECT e.parent_id, e.child_id, t.trigger_rule FROM tasks AS t
+JOIN task_edges AS e ON e.child_id = t.id
+WHERE e.parent_id = ANY($1::uuid[]) AND t.status = 'waiting'
+`
+
+type WaitingChildrenRow struct {
+	ParentID    uuid.UUID
+	ChildID     uuid.UUID
+	TriggerRule string
+}
+
+// WaitingChildren lists the waiting children of tasks, with their trigger rule.
+func (q *Queries) WaitingChildren(ctx context.Context, parents []uuid.UUID) ([]WaitingChildrenRow, error) {
+	rows, err := q.db.Query(ctx, waitingChildren, parents)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WaitingChildrenRow{}
+	for rows.Next() {
+		var i WaitingChildrenRow
+		if err := rows.Scan(&i.ParentID, &i.ChildID, &i.TriggerRule); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const waitingEdgesOfRun = `-- name: WaitingEdgesOfRun :many
 SELECT e.parent_id, e.child_id, t.trigger_rule FROM tasks AS t
 JOIN task_edges AS e ON e.child_id = t.id
@@ -743,9 +776,10 @@ type WaitingEdgesOfRunRow struct {
 }
 
 // WaitingEdgesOfRun lists the edges of a run whose child waits, with the
-// child's trigger rule: the graph a failure settles (run.propagateFailure
-// walks it in memory; a recursive query the planner joins by scanning
-// every edge at each step took 11 s for a chain of 10,000).
+// child's trigger rule: the graph a deep failure settles
+// (run.propagateFailure walks it in memory; a recursive query the planner
+// joined by scanning every edge at each step took 11 s for a chain of
+// 10,000).
 func (q *Queries) WaitingEdgesOfRun(ctx context.Context, runID uuid.UUID) ([]WaitingEdgesOfRunRow, error) {
 	rows, err := q.db.Query(ctx, waitingEdgesOfRun, runID)
 	if err != nil {

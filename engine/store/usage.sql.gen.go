@@ -11,6 +11,33 @@ import (
 	"github.com/google/uuid"
 )
 
+const addJobUsage = `-- name: AddJobUsage :exec
+INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
+SELECT unnest($1::uuid[]), unnest($2::int[]), unnest($3::bigint[]), unnest($4::bigint[])
+ON CONFLICT (tenant_id, shard) DO UPDATE
+SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
+`
+
+type AddJobUsageParams struct {
+	TenantIds       []uuid.UUID
+	Shards          []int32
+	Jobs            []int64
+	DefinitionBytes []int64
+}
+
+// AddJobUsage adds to (or, negative, takes from) what tenants' shards
+// hold of jobs and definition bytes; the caller orders the rows by
+// (tenant, shard).
+func (q *Queries) AddJobUsage(ctx context.Context, arg AddJobUsageParams) error {
+	_, err := q.db.Exec(ctx, addJobUsage,
+		arg.TenantIds,
+		arg.Shards,
+		arg.Jobs,
+		arg.DefinitionBytes,
+	)
+	return err
+}
+
 const addRunUsage = `-- name: AddRunUsage :exec
 INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
 SELECT unnest($1::uuid[]), unnest($2::int[]), unnest($3::bigint[]), unnest($4::bigint[])
@@ -35,6 +62,52 @@ func (q *Queries) AddRunUsage(ctx context.Context, arg AddRunUsageParams) error 
 		arg.Runs,
 		arg.Tasks,
 	)
+	return err
+}
+
+const clearJobUsage = `-- name: ClearJobUsage :exec
+DELETE FROM tenant_job_usage
+`
+
+// ClearJobUsage and CountJobUsage, then ClearRunUsage and CountRunUsage,
+// in one transaction, count again what every tenant holds (usage.Recount;
+// the backfill of migration 00021).
+func (q *Queries) ClearJobUsage(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, clearJobUsage)
+	return err
+}
+
+const clearRunUsage = `-- name: ClearRunUsage :exec
+DELETE FROM tenant_run_usage
+`
+
+func (q *Queries) ClearRunUsage(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, clearRunUsage)
+	return err
+}
+
+const countJobUsage = `-- name: CountJobUsage :exec
+INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
+SELECT tenant_id, shard, count(*), COALESCE(sum(octet_length(spec::text)), 0)
+FROM jobs WHERE status <> 'deleted'
+GROUP BY tenant_id, shard
+`
+
+func (q *Queries) CountJobUsage(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, countJobUsage)
+	return err
+}
+
+const countRunUsage = `-- name: CountRunUsage :exec
+INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
+SELECT r.tenant_id, r.shard, count(*), COALESCE(sum(t.n), 0)
+FROM runs AS r
+LEFT JOIN (SELECT run_id, count(*) AS n FROM tasks GROUP BY run_id) AS t ON t.run_id = r.id
+GROUP BY r.tenant_id, r.shard
+`
+
+func (q *Queries) CountRunUsage(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, countRunUsage)
 	return err
 }
 

@@ -4,23 +4,29 @@
 //
 // # Counting
 //
-// What a tenant holds is counted as it is written, in the statements that
-// write it: job creation, update and deletion keep tenant_job_usage; run
-// creation and retention keep tenant_run_usage. Both have one row per
-// (tenant, shard), so that the writers of one tenant in different shards
-// (the shards' schedulers, API calls) never wait on one row; what a tenant
-// holds is the sum of its rows. A definition's bytes are its spec as JSON
-// text, as the database stores it.
+// What a tenant holds is counted in the transactions that write it: run
+// creation (in the statement that inserts the runs) and retention keep
+// tenant_run_usage; job creation through the API (in its statement), and
+// apply, update and deletion (a Delta, written just before they commit)
+// keep tenant_job_usage. Both have one row per (tenant, shard), so that
+// the writers of one tenant in different shards (the shards' schedulers,
+// API calls) never wait on one row, and every writer locks the rows it
+// changes in key order; what a tenant holds is the sum of its rows. A
+// definition's bytes are its spec as JSON text, as the database stores it.
+// Recount counts everything again from the tables.
 //
 // # Checking
 //
 // A write that would take a tenant over one of its quotas is refused with
 // an *ExceededError naming the quota (the API's ResourceExhausted), and
-// nothing of it is written. A check reads the sums and the write adds to
-// them later in its transaction, so concurrent writers of one tenant may
-// each pass the same last room: a quota can be passed by what those
-// writers add at once (one batch of creations, one firing batch per shard)
-// and is then held from the next write on.
+// nothing of it is written. What a tenant holds is read before the
+// writing transaction, or beside it on a connection of its own (JobRooms,
+// RunRooms): read in a serializable transaction that then writes one of
+// the rows, the sum would conflict with every other writer of the tenant.
+// So concurrent writers of one tenant may each take the same last room: a
+// quota can be passed by what those writers add at once (a batch of
+// creations, a firing batch per shard) and is then held from the next
+// write on.
 //
 // Runs: a trigger over the quota is refused; an instant a schedule fires
 // over it is written as a skipped run, without tasks, whose reason names
@@ -30,10 +36,15 @@
 package usage
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/engine/store"
 )
@@ -115,6 +126,16 @@ func (r *Room) Add(add Usage) error {
 // none.
 type Rooms map[uuid.UUID]*Room
 
+// Clone copies rooms, so that a transaction tried again counts afresh.
+func (rs Rooms) Clone() Rooms {
+	out := make(Rooms, len(rs))
+	for t, r := range rs {
+		c := *r
+		out[t] = &c
+	}
+	return out
+}
+
 // Add is Room.Add for a tenant; it always fits when the tenant has no
 // quota.
 func (rs Rooms) Add(tenant uuid.UUID, add Usage) error {
@@ -125,8 +146,14 @@ func (rs Rooms) Add(tenant uuid.UUID, add Usage) error {
 }
 
 // JobRooms reads the job quotas of the given tenants (repeats allowed)
-// and what they hold, in q's transaction.
+// and what they hold. Read them outside the transaction that writes: it
+// sums every shard's row of the tenant, which, in a serializable
+// transaction that then writes one of them, conflicts with every other
+// writer of the tenant.
 func JobRooms(ctx context.Context, q *store.Queries, tenants []uuid.UUID) (Rooms, error) {
+	if len(tenants) == 0 {
+		return nil, nil
+	}
 	rows, err := q.JobRooms(ctx, tenants)
 	if err != nil {
 		return nil, err
@@ -140,8 +167,12 @@ func JobRooms(ctx context.Context, q *store.Queries, tenants []uuid.UUID) (Rooms
 }
 
 // RunRooms reads the run and task quotas of the given tenants (repeats
-// allowed) and what they hold, in q's transaction.
+// allowed) and what they hold; as JobRooms, outside the writing
+// transaction.
 func RunRooms(ctx context.Context, q *store.Queries, tenants []uuid.UUID) (Rooms, error) {
+	if len(tenants) == 0 {
+		return nil, nil
+	}
 	rows, err := q.RunRooms(ctx, tenants)
 	if err != nil {
 		return nil, err
@@ -153,44 +184,122 @@ func RunRooms(ctx context.Context, q *store.Queries, tenants []uuid.UUID) (Rooms
 	return out, nil
 }
 
-// Before is what a tenant with a job quota held before a transaction's
-// writes (nil: it has no such quota).
-type Before struct {
-	tenant uuid.UUID
-	room   Room
+// Delta is what a transaction adds to (or takes from) what tenants hold
+// of jobs and definition bytes, per (tenant, shard): counted as it writes,
+// checked against the rooms read before it, and written once, just before
+// it commits, in key order (Write), so that no transaction holds a usage
+// row while it does anything else, and two lock the rows they share in
+// one order.
+type Delta map[Key]Usage
+
+// Key is a tenant's shard.
+type Key struct {
+	Tenant uuid.UUID
+	Shard  int32
 }
 
-// JobsBefore reads, in q's transaction and before its writes, what the
-// tenant holds of jobs and definition bytes, for Check after them.
-func JobsBefore(ctx context.Context, q *store.Queries, tenant uuid.UUID) (*Before, error) {
-	rooms, err := JobRooms(ctx, q, []uuid.UUID{tenant})
-	if err != nil {
-		return nil, err
-	}
-	if r, ok := rooms[tenant]; ok {
-		return &Before{tenant: tenant, room: *r}, nil
-	}
-	return nil, nil
+// Add counts u for the tenant's shard.
+func (d Delta) Add(tenant uuid.UUID, shard int32, u Usage) {
+	k := Key{tenant, shard}
+	c := d[k]
+	c.Jobs += u.Jobs
+	c.DefinitionBytes += u.DefinitionBytes
+	d[k] = c
 }
 
-// Check refuses, after the transaction's writes, what they added over a
-// quota (the caller's transaction then rolls them back); what they took
-// away is always allowed.
-func (b *Before) Check(ctx context.Context, q *store.Queries) error {
-	if b == nil {
+// Check refuses what d adds to a tenant of rooms over one of its job
+// quotas (what it takes away is always allowed).
+func (d Delta) Check(rooms Rooms) error {
+	sum := map[uuid.UUID]Usage{}
+	for k, u := range d {
+		c := sum[k.Tenant]
+		c.Jobs += u.Jobs
+		c.DefinitionBytes += u.DefinitionBytes
+		sum[k.Tenant] = c
+	}
+	for _, t := range slices.SortedFunc(maps.Keys(sum), compareUUID) {
+		if r, ok := rooms[t]; ok {
+			room := *r // rooms stay as read: a retried transaction checks again
+			if err := room.Add(sum[t]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Write adds d to tenant_job_usage, in q's transaction.
+func (d Delta) Write(ctx context.Context, q *store.Queries) error {
+	var p store.AddJobUsageParams
+	for _, k := range slices.SortedFunc(maps.Keys(d), compareKeys) {
+		if u := d[k]; u.Jobs != 0 || u.DefinitionBytes != 0 {
+			p.TenantIds = append(p.TenantIds, k.Tenant)
+			p.Shards = append(p.Shards, k.Shard)
+			p.Jobs = append(p.Jobs, u.Jobs)
+			p.DefinitionBytes = append(p.DefinitionBytes, u.DefinitionBytes)
+		}
+	}
+	if len(p.TenantIds) == 0 {
 		return nil
 	}
-	rooms, err := JobRooms(ctx, q, []uuid.UUID{b.tenant})
-	if err != nil {
-		return err
+	return q.AddJobUsage(ctx, p)
+}
+
+// compareKeys orders keys as the database orders (tenant_id, shard).
+func compareKeys(a, b Key) int {
+	if c := compareUUID(a.Tenant, b.Tenant); c != 0 {
+		return c
 	}
-	after, ok := rooms[b.tenant]
-	if !ok { // its quota was lifted meanwhile
+	return cmp.Compare(a.Shard, b.Shard)
+}
+
+// compareUUID orders UUIDs as the database does (by their bytes).
+func compareUUID(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
+
+// SortKeys orders keys as the database orders (tenant_id, shard).
+func SortKeys(keys []Key) { slices.SortFunc(keys, compareKeys) }
+
+// TextBytes estimates, from a definition as compact JSON (Go's
+// encoding), its size as the database stores it and counts it (JSONB as
+// text: a space after each ':' and ','). Go's escapes of '<', '>' and '&'
+// make it over-estimate, never under.
+func TextBytes(compact []byte) int64 {
+	n, inString, escaped := int64(len(compact)), false, false
+	for _, c := range compact {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == ':' || c == ',':
+			n++
+		}
+	}
+	return n
+}
+
+// Recount counts again, from the tables, what every tenant holds, in one
+// transaction: for counts written wrong, as by nodes older than the
+// counts (a rolling upgrade across migration 00021), which later
+// deletions and retention would take below the truth. Run it while no
+// node writes: a tenant's first job or run in a shard written meanwhile
+// may be counted twice or not at all.
+func Recount(ctx context.Context, pool *pgxpool.Pool) error {
+	return store.InTx(ctx, pool, func(q *store.Queries) error {
+		for _, step := range []func(context.Context) error{q.ClearJobUsage, q.CountJobUsage, q.ClearRunUsage, q.CountRunUsage} {
+			if err := step(ctx); err != nil {
+				return err
+			}
+		}
 		return nil
-	}
-	r := b.room
-	r.Limits = after.Limits
-	return r.Add(Usage{Jobs: after.Usage.Jobs - r.Usage.Jobs, DefinitionBytes: after.Usage.DefinitionBytes - r.Usage.DefinitionBytes})
+	})
 }
 
 // Get reads a tenant's quotas and what it holds.

@@ -42,42 +42,20 @@ ON CONFLICT (job_id) DO UPDATE SET shard = EXCLUDED.shard, next_fire_at = EXCLUD
 SELECT * FROM jobs
 WHERE tenant_id = @tenant_id AND namespace = @namespace AND name = @name AND status <> 'deleted';
 
--- UpdateJobDefinition writes a live job's new definition, and adds the
--- change in its size to what the tenant holds (tenant_job_usage).
 -- name: UpdateJobDefinition :one
-WITH old AS (
-    SELECT octet_length(o.spec::text) AS bytes FROM jobs AS o
-    WHERE o.tenant_id = @tenant_id AND o.id = @id AND o.version = @expected_version
-), j AS (
-    UPDATE jobs
-    SET description = @description, labels = @labels, spec = @spec, version = version + 1,
-        source = COALESCE(sqlc.narg(source)::jsonb, source),
-        next_fire_at = @next_fire_at, updated_at = now(), updated_by = @actor
-    WHERE jobs.tenant_id = @tenant_id AND jobs.id = @id AND jobs.version = @expected_version
-    RETURNING *
-), u AS (
-    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
-    SELECT j.tenant_id, j.shard, 0, octet_length(j.spec::text) - old.bytes FROM j, old
-    ON CONFLICT (tenant_id, shard) DO UPDATE SET definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
-)
-SELECT * FROM j;
+UPDATE jobs
+SET description = @description, labels = @labels, spec = @spec, version = version + 1,
+    source = COALESCE(sqlc.narg(source)::jsonb, source),
+    next_fire_at = @next_fire_at, updated_at = now(), updated_by = @actor
+WHERE tenant_id = @tenant_id AND id = @id AND version = @expected_version
+RETURNING *;
 
--- SetJobStatus changes a live job's status; deleting it takes the job
--- and its definition's bytes from what the tenant holds.
 -- name: SetJobStatus :one
-WITH j AS (
-    UPDATE jobs
-    SET status = @status, next_fire_at = @next_fire_at, updated_at = now(), updated_by = @actor,
-        deleted_at = CASE WHEN @status::text = 'deleted' THEN now() END
-    WHERE jobs.tenant_id = @tenant_id AND jobs.id = @id AND jobs.status <> 'deleted'
-    RETURNING *
-), u AS (
-    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
-    SELECT j.tenant_id, j.shard, -1, -octet_length(j.spec::text) FROM j WHERE j.status = 'deleted'
-    ON CONFLICT (tenant_id, shard) DO UPDATE
-    SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
-)
-SELECT * FROM j;
+UPDATE jobs
+SET status = @status, next_fire_at = @next_fire_at, updated_at = now(), updated_by = @actor,
+    deleted_at = CASE WHEN @status::text = 'deleted' THEN now() END
+WHERE tenant_id = @tenant_id AND id = @id
+RETURNING *;
 
 -- ListJobs pages through a tenant's jobs by (name, id). A scoped caller
 -- (one without a tenant-wide role) sees only the namespaces and the jobs
@@ -185,18 +163,20 @@ WITH input AS (
     INSERT INTO job_schedules (job_id, shard, next_fire_at)
     SELECT i.id, i.shard, i.next_fire_at FROM input AS i JOIN j ON j.id = i.id
 ), u AS (
-    -- What the tenants hold (tenant_job_usage), in key order: two
-    -- batches lock the rows they share in one order. After ns (it reads
-    -- it): a statement that waits there for another transaction creating
-    -- the namespace holds no usage row meanwhile, which every creation of
-    -- the tenant in the shard would wait on.
+    -- With @count_usage, what the tenants hold (tenant_job_usage), in
+    -- key order: two batches lock the rows they share in one order. After
+    -- ns (it reads it): a statement that waits there for another
+    -- transaction creating the namespace holds no usage row meanwhile,
+    -- which every creation of the tenant in the shard would wait on.
+    -- Without it (apply), the caller counts the bytes returned.
     INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
     SELECT j.tenant_id, j.shard, count(*), sum(j.bytes) FROM j, (SELECT count(*) FROM ns) AS after_ns
+    WHERE @count_usage::bool
     GROUP BY j.tenant_id, j.shard ORDER BY j.tenant_id, j.shard
     ON CONFLICT (tenant_id, shard) DO UPDATE
     SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
 )
-SELECT id FROM j;
+SELECT id, bytes::bigint AS bytes FROM j;
 
 -- AppliedJobsIn lists the live jobs of the given namespaces that were
 -- applied from files: what --prune may delete.

@@ -166,10 +166,17 @@ FROM tasks AS t
 JOIN runs AS r ON r.id = t.run_id
 WHERE t.id = @id;
 
+-- WaitingChildren lists the waiting children of tasks, with their trigger rule.
+-- name: WaitingChildren :many
+SELECT e.parent_id, e.child_id, t.trigger_rule FROM tasks AS t
+JOIN task_edges AS e ON e.child_id = t.id
+WHERE e.parent_id = ANY(@parents::uuid[]) AND t.status = 'waiting';
+
 -- WaitingEdgesOfRun lists the edges of a run whose child waits, with the
--- child's trigger rule: the graph a failure settles (run.propagateFailure
--- walks it in memory; a recursive query the planner joins by scanning
--- every edge at each step took 11 s for a chain of 10,000).
+-- child's trigger rule: the graph a deep failure settles
+-- (run.propagateFailure walks it in memory; a recursive query the planner
+-- joined by scanning every edge at each step took 11 s for a chain of
+-- 10,000).
 -- name: WaitingEdgesOfRun :many
 SELECT e.parent_id, e.child_id, t.trigger_rule FROM tasks AS t
 JOIN task_edges AS e ON e.child_id = t.id

@@ -18,6 +18,15 @@ LEFT JOIN tenant_run_usage AS u ON u.tenant_id = t.id
 WHERE t.id = ANY(@tenant_ids::uuid[]) AND (t.max_runs > 0 OR t.max_tasks > 0)
 GROUP BY t.id, t.name, t.max_runs, t.max_tasks;
 
+-- AddJobUsage adds to (or, negative, takes from) what tenants' shards
+-- hold of jobs and definition bytes; the caller orders the rows by
+-- (tenant, shard).
+-- name: AddJobUsage :exec
+INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
+SELECT unnest(@tenant_ids::uuid[]), unnest(@shards::int[]), unnest(@jobs::bigint[]), unnest(@definition_bytes::bigint[])
+ON CONFLICT (tenant_id, shard) DO UPDATE
+SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes;
+
 -- AddRunUsage adds to (or takes from) what tenants' shards hold of runs
 -- and tasks; the caller orders the rows by (tenant, shard), so that two
 -- writers lock them in one order.
@@ -39,3 +48,25 @@ FROM tenants AS t WHERE t.id = @id;
 -- name: SetTenantStorageLimits :exec
 UPDATE tenants SET max_jobs = @max_jobs, max_definition_bytes = @max_definition_bytes, max_runs = @max_runs, max_tasks = @max_tasks
 WHERE id = @id;
+
+-- ClearJobUsage and CountJobUsage, then ClearRunUsage and CountRunUsage,
+-- in one transaction, count again what every tenant holds (usage.Recount;
+-- the backfill of migration 00021).
+-- name: ClearJobUsage :exec
+DELETE FROM tenant_job_usage;
+
+-- name: CountJobUsage :exec
+INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
+SELECT tenant_id, shard, count(*), COALESCE(sum(octet_length(spec::text)), 0)
+FROM jobs WHERE status <> 'deleted'
+GROUP BY tenant_id, shard;
+
+-- name: ClearRunUsage :exec
+DELETE FROM tenant_run_usage;
+
+-- name: CountRunUsage :exec
+INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
+SELECT r.tenant_id, r.shard, count(*), COALESCE(sum(t.n), 0)
+FROM runs AS r
+LEFT JOIN (SELECT run_id, count(*) AS n FROM tasks GROUP BY run_id) AS t ON t.run_id = r.id
+GROUP BY r.tenant_id, r.shard;
