@@ -42,8 +42,8 @@ const (
 	// payloads of empty arrays in each of 7 steps made one GetJob
 	// allocate about 100 MB.
 	MaxPayloadValues = 100_000
-	MaxSteps        = 10_000
-	MaxAttempts       = 100
+	MaxSteps         = 10_000
+	MaxAttempts      = 100
 	// MaxStepDuration bounds a step's timeout and its retries' backoff: a
 	// longer one is a mistake (or near the 292 years a duration holds,
 	// where arithmetic on it overflows).
