@@ -37,6 +37,8 @@ type fixture struct {
 	runs   *run.Service
 	access *access.Service
 	live   *liveCount
+	// queueDB holds the River tables when outbox moved them there.
+	queueDB *pgxpool.Pool
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -112,16 +114,69 @@ func (f *fixture) outbox() *pgxpool.Pool {
 	go func() { relayed <- d.Relay(ctx, f.pool, 20*time.Millisecond, slog.New(slog.DiscardHandler)) }()
 	f.t.Cleanup(func() { cancel(); <-relayed })
 	f.runs = run.NewService(f.pool, f.jobs, d)
+	f.queueDB = queue
 	return queue
 }
 
 func (f *fixture) waitRuns(within time.Duration, ids ...uuid.UUID) {
 	f.t.Helper()
 	for _, id := range ids {
-		enginetest.WaitFor(f.t, within, "run "+id.String()+" succeeds", func() bool {
-			return enginetest.Int(f.t, f.pool, "SELECT count(*) FROM runs WHERE id = $1 AND status = 'succeeded'", id) == 1
-		})
+		deadline := time.Now().Add(within)
+		for enginetest.Int(f.t, f.pool, "SELECT count(*) FROM runs WHERE id = $1 AND status = 'succeeded'", id) != 1 {
+			if time.Now().After(deadline) {
+				f.t.Fatalf("not within %s: run %s succeeds; where its tasks are:\n%s", within, id, f.whereTasksAre(id))
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
 	}
+}
+
+// whereTasksAre describes a run's tasks and their River jobs, for a
+// failure message: where a task that never ran is stuck.
+func (f *fixture) whereTasksAre(run uuid.UUID) string {
+	ctx := context.Background()
+	var b strings.Builder
+	rows, err := f.pool.Query(ctx, `SELECT t.step, t.status, t.queue, t.released_at IS NOT NULL, t.admitted_at IS NOT NULL,
+		(SELECT count(*) FROM attempts a WHERE a.task_id = t.id), t.id::text FROM tasks t WHERE t.run_id = $1 ORDER BY t.created_at, t.step`, run)
+	if err != nil {
+		return err.Error()
+	}
+	var ids []string
+	for rows.Next() {
+		var step, status, queue, id string
+		var released, admitted bool
+		var attempts int
+		if err := rows.Scan(&step, &status, &queue, &released, &admitted, &attempts, &id); err != nil {
+			return err.Error()
+		}
+		ids = append(ids, id)
+		fmt.Fprintf(&b, "  task %s %s: %s in %s, released %t, admitted %t, %d attempts\n", id, step, status, queue, released, admitted, attempts)
+	}
+	rows.Close()
+	for _, pool := range []*pgxpool.Pool{f.pool, f.queueDB} {
+		if pool == nil {
+			continue
+		}
+		jobs, err := pool.Query(ctx, `SELECT args->>'task_id', state::text, queue, attempt, COALESCE(attempted_by::text, ''),
+			to_char(scheduled_at, 'HH24:MI:SS.MS'), to_char(now(), 'HH24:MI:SS.MS') FROM river_job WHERE args->>'task_id' = ANY($1) ORDER BY id`, ids)
+		if err != nil {
+			fmt.Fprintf(&b, "  river: %v\n", err)
+			continue
+		}
+		for jobs.Next() {
+			var task, state, queue, by, at, now string
+			var attempt int
+			if err := jobs.Scan(&task, &state, &queue, &attempt, &by, &at, &now); err != nil {
+				return err.Error()
+			}
+			fmt.Fprintf(&b, "  river job of %s: %s in %s, attempt %d by %q, scheduled %s (now %s)\n", task, state, queue, attempt, by, at, now)
+		}
+		jobs.Close()
+	}
+	if f.queueDB != nil {
+		fmt.Fprintf(&b, "  outbox rows: %d\n", enginetest.Int(f.t, f.pool, "SELECT count(*) FROM dispatch_outbox"))
+	}
+	return b.String()
 }
 
 // maxOverlap is the most attempts of a tenant that ran at once, from the
