@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/job"
@@ -76,34 +79,12 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 		}
 		big.Wait()
 		created := dbTime(b, pool).Sub(start)
-		for deadline := time.Now().Add(10 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-			var open int
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM runs WHERE tenant_id = $1 AND finished_at IS NULL", a).Scan(&open); err != nil {
-				b.Fatal(err)
-			}
-			if open == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("A's runs still open after 10 minutes: %d", open)
-			}
-		}
+		waitFinished(b, pool, a, "A", 10*time.Minute)
 		settled := dbTime(b, pool).Sub(start)
 		time.Sleep(2 * time.Second)
 		close(stop)
 		small.Wait()
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-			var open int
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM runs WHERE tenant_id = $1 AND finished_at IS NULL", bt).Scan(&open); err != nil {
-				b.Fatal(err)
-			}
-			if open == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("B's runs still open after 2 minutes: %d", open)
-			}
-		}
+		waitFinished(b, pool, bt, "B", 2*time.Minute)
 		var n, failedA int
 		var p50, p99, worst float64
 		if err := pool.QueryRow(ctx, `SELECT count(*),
@@ -130,5 +111,22 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 		b.ReportMetric(worst*1000, "b-max-ms")
 		b.ReportMetric(settled.Seconds(), "a-settled-s")
 		b.ReportMetric(float64(len(errs)), "engine-errors")
+	}
+}
+
+// waitFinished waits until every run of the tenant has finished.
+func waitFinished(b *testing.B, pool *pgxpool.Pool, tenant uuid.UUID, who string, within time.Duration) {
+	b.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		var open int
+		if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM runs WHERE tenant_id = $1 AND finished_at IS NULL", tenant).Scan(&open); err != nil {
+			b.Fatal(err)
+		}
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s's runs still open after %s: %d", who, within, open)
+		}
 	}
 }
