@@ -442,7 +442,7 @@ WITH u AS (
                       trace_parent, watched)
     SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $14::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
-           CASE WHEN u.status = 'skipped' THEN now() END, NULLIF(u.trace_parent, ''), u.watched
+           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -474,7 +474,9 @@ type InsertRunsParams struct {
 }
 
 // InsertRuns inserts many runs; a (job, instant) that already has a run
-// is left alone (invariant 2, docs/invariants.md) and not returned. The
+// is left alone (invariant 2, docs/invariants.md) and not returned. A run
+// written skipped or cancelled (a record: an older instant of one pass
+// under cancel_previous) is finished as it is written. The
 // runs written, and the tasks the caller writes with them (@task_counts),
 // are added to what their tenants hold (tenant_run_usage), in key order.
 func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.UUID, error) {
