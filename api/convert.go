@@ -26,9 +26,9 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 	}
 	r.Spec = dag.JobSpec{
 		Schedule:    scheduleFromProto(spec.GetSchedule()),
-		Misfire:     spec.GetMisfire(),
+		Misfire:     dag.MisfirePolicy(spec.GetMisfire()),
 		MaxBackfill: int(spec.GetMaxBackfill()),
-		Overlap:     spec.GetOverlap(),
+		Overlap:     dag.OverlapPolicy(spec.GetOverlap()),
 		Payload:     payloadFromProto(spec.GetPayload()),
 	}
 	if d := spec.GetDefaults(); d != nil {
@@ -54,7 +54,7 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 	}
 	for _, st := range spec.GetSteps() {
 		r.Spec.Steps = append(r.Spec.Steps, dag.Step{
-			Name: st.GetName(), Needs: st.GetNeeds(), TriggerRule: st.GetTriggerRule(), Run: executorFromProto(st.GetRun()),
+			Name: st.GetName(), Needs: st.GetNeeds(), TriggerRule: dag.TriggerRule(st.GetTriggerRule()), Run: executorFromProto(st.GetRun()),
 			Payload: payloadFromProto(st.GetPayload()), Queue: st.GetQueue(), Priority: st.GetPriority(),
 			Timeout: durationFromProto(st.GetTimeout()), Retry: retryFromProto(st.GetRetry()),
 		})
@@ -130,9 +130,9 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 	s := r.Spec
 	spec := &orreryv1.JobSpec{
 		Schedule:    &orreryv1.Schedule{Cron: s.Schedule.Cron, Timezone: s.Schedule.Timezone, At: s.Schedule.At},
-		Misfire:     s.Misfire,
+		Misfire:     string(s.Misfire),
 		MaxBackfill: int32(s.MaxBackfill),
-		Overlap:     s.Overlap,
+		Overlap:     string(s.Overlap),
 		Payload:     payloadToProto(s.Payload),
 	}
 	d := s.Defaults
@@ -157,7 +157,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 	}
 	for _, st := range s.Steps {
 		spec.Steps = append(spec.Steps, &orreryv1.Step{
-			Name: st.Name, Needs: st.Needs, TriggerRule: st.TriggerRule, Run: executorToProto(st.Run),
+			Name: st.Name, Needs: st.Needs, TriggerRule: string(st.TriggerRule), Run: executorToProto(st.Run),
 			Payload: payloadToProto(st.Payload), Queue: st.Queue, Priority: st.Priority,
 			Timeout: durationToProto(st.Timeout), Retry: retryToProto(st.Retry),
 		})
@@ -233,7 +233,7 @@ func lastRunToProto(r *job.LastRun) *orreryv1.LastRun {
 	if r == nil {
 		return nil
 	}
-	return &orreryv1.LastRun{Id: r.ID.String(), Status: r.Status, ScheduledTime: timestamppb.New(r.ScheduledFor)}
+	return &orreryv1.LastRun{Id: r.ID.String(), Status: string(r.Status), ScheduledTime: timestamppb.New(r.ScheduledFor)}
 }
 
 func sourceToProto(s *job.Source) *orreryv1.Source {

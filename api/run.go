@@ -85,7 +85,7 @@ func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.Ge
 	}
 	for _, t := range d.Tasks {
 		pt := &orreryv1.Task{
-			Id: t.ID.String(), Step: t.Step, Status: t.Status, ParentsRemaining: t.ParentsRemaining, Queue: t.Queue,
+			Id: t.ID.String(), Step: t.Step, Status: string(t.Status), ParentsRemaining: t.ParentsRemaining, Queue: t.Queue,
 			Priority: t.Priority, Attempt: t.Attempt, FencingToken: t.FencingToken, LastError: t.LastError,
 			ReleaseTime: timeToProto(t.ReleasedAt), StartTime: timeToProto(t.StartedAt), FinishTime: timeToProto(t.FinishedAt),
 			WaitReason: t.WaitReason, ReadyTime: timeToProto(t.ReadyAt), AdmitTime: timeToProto(t.AdmittedAt),
@@ -93,7 +93,7 @@ func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.Ge
 		for _, a := range t.Attempts {
 			pt.Attempts = append(pt.Attempts, &orreryv1.Attempt{
 				Number: a.Number, Worker: a.Worker, FencingToken: a.FencingToken, StartTime: timestamppb.New(a.StartedAt),
-				FinishTime: timeToProto(a.FinishedAt), Outcome: a.Outcome, ExitReason: a.ExitReason, FailureClass: a.FailureClass,
+				FinishTime: timeToProto(a.FinishedAt), Outcome: string(a.Outcome), ExitReason: a.ExitReason, FailureClass: a.FailureClass,
 				Error: a.Error, Output: a.Output, LateOutcome: a.LateOutcome, LateError: a.LateError,
 			})
 		}
@@ -179,7 +179,7 @@ func (s *runServer) ReplayDeadLetters(ctx context.Context, req *connect.Request[
 func runToProto(r run.Run) *orreryv1.Run {
 	return &orreryv1.Run{
 		Id: r.ID.String(), JobId: r.JobID.String(), Namespace: r.Namespace, Job: r.Job, JobVersion: r.JobVersion,
-		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: r.Trigger, Status: r.Status,
+		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: string(r.Trigger), Status: string(r.Status),
 		Reason: r.Reason, CreateTime: timestamppb.New(r.CreatedAt), StartTime: timeToProto(r.StartedAt), FinishTime: timeToProto(r.FinishedAt),
 	}
 }

@@ -34,9 +34,9 @@ type Metadata struct {
 // Normalize turns that into one step named "main".
 type JobSpec struct {
 	Schedule    schedule.Spec `json:"schedule" yaml:"schedule"`
-	Misfire     string        `json:"misfire,omitempty" yaml:"misfire,omitempty" jsonschema:"enum=skip,enum=fire_once,enum=backfill,default=fire_once"`
+	Misfire     MisfirePolicy `json:"misfire,omitempty" yaml:"misfire,omitempty" jsonschema:"enum=skip,enum=fire_once,enum=backfill,default=fire_once"`
 	MaxBackfill int           `json:"max_backfill,omitempty" yaml:"max_backfill,omitempty"`
-	Overlap     string        `json:"overlap,omitempty" yaml:"overlap,omitempty" jsonschema:"enum=skip,enum=queue,enum=allow,enum=cancel_previous,default=skip"`
+	Overlap     OverlapPolicy `json:"overlap,omitempty" yaml:"overlap,omitempty" jsonschema:"enum=skip,enum=queue,enum=allow,enum=cancel_previous,default=skip"`
 	Defaults    StepDefaults  `json:"defaults,omitzero" yaml:"defaults,omitempty"`
 	Run         *Executor     `json:"run,omitempty" yaml:"run,omitempty"`
 	Payload     Payload       `json:"payload,omitempty" yaml:"payload,omitempty"`
@@ -99,15 +99,15 @@ type StepDefaults struct {
 
 // Step is one node of the job's DAG.
 type Step struct {
-	Name        string    `json:"name" yaml:"name"`
-	Needs       []string  `json:"needs,omitempty" yaml:"needs,omitempty"`
-	TriggerRule string    `json:"trigger_rule,omitempty" yaml:"trigger_rule,omitempty" jsonschema:"enum=all_success,enum=all_done,default=all_success"`
-	Run         Executor  `json:"run" yaml:"run"`
-	Payload     Payload   `json:"payload,omitempty" yaml:"payload,omitempty"`
-	Queue       string    `json:"queue,omitempty" yaml:"queue,omitempty"`
-	Priority    string    `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
-	Timeout     *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
-	Retry       *Retry    `json:"retry,omitempty" yaml:"retry,omitempty"`
+	Name        string      `json:"name" yaml:"name"`
+	Needs       []string    `json:"needs,omitempty" yaml:"needs,omitempty"`
+	TriggerRule TriggerRule `json:"trigger_rule,omitempty" yaml:"trigger_rule,omitempty" jsonschema:"enum=all_success,enum=all_done,default=all_success"`
+	Run         Executor    `json:"run" yaml:"run"`
+	Payload     Payload     `json:"payload,omitempty" yaml:"payload,omitempty"`
+	Queue       string      `json:"queue,omitempty" yaml:"queue,omitempty"`
+	Priority    string      `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
+	Timeout     *Duration   `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	Retry       *Retry      `json:"retry,omitempty" yaml:"retry,omitempty"`
 }
 
 // Executor says how a step runs: exactly one of HTTP, Command or Handler.
@@ -223,17 +223,40 @@ func canonicalJSON(b []byte) []byte {
 	return out
 }
 
-// Policy and option values.
+// MisfirePolicy says what to do with instants that passed while nothing
+// could fire them (internal/lifecycle decides it).
+type MisfirePolicy string
+
+// Misfire policies.
 const (
-	MisfireSkip     = schedule.MisfireSkip
-	MisfireFireOnce = schedule.MisfireFireOnce
-	MisfireBackfill = schedule.MisfireBackfill
+	MisfireSkip     MisfirePolicy = "skip"      // advance past them
+	MisfireFireOnce MisfirePolicy = "fire_once" // one run, for the latest missed instant
+	MisfireBackfill MisfirePolicy = "backfill"  // one run per missed instant, capped by max_backfill
+)
 
-	OverlapSkip           = "skip"
-	OverlapQueue          = "queue"
-	OverlapAllow          = "allow"
-	OverlapCancelPrevious = "cancel_previous"
+// OverlapPolicy says what a new run does while another run of its job is
+// active (internal/lifecycle decides it).
+type OverlapPolicy string
 
+// Overlap policies.
+const (
+	OverlapSkip           OverlapPolicy = "skip"            // the new run is skipped
+	OverlapQueue          OverlapPolicy = "queue"           // it waits for the active one (one at most)
+	OverlapAllow          OverlapPolicy = "allow"           // both run
+	OverlapCancelPrevious OverlapPolicy = "cancel_previous" // the active ones are cancelled
+)
+
+// TriggerRule says which ends of its parents let a step run.
+type TriggerRule string
+
+// Trigger rules.
+const (
+	TriggerAllSuccess TriggerRule = "all_success" // every parent succeeded
+	TriggerAllDone    TriggerRule = "all_done"    // every parent ended, however
+)
+
+// Option values.
+const (
 	AlertMissed     = "missed"
 	AlertStuck      = "stuck"
 	AlertFailure    = "failure"
@@ -242,9 +265,6 @@ const (
 	OnSucceeded = "succeeded"
 	OnFailed    = "failed"
 	OnCancelled = "cancelled"
-
-	TriggerAllSuccess = "all_success"
-	TriggerAllDone    = "all_done"
 
 	DefaultNamespace = "default"
 	DefaultQueue     = "default"

@@ -9,6 +9,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // The schedule ledger puts every instant the job's schedule expected in
@@ -102,7 +103,7 @@ func buildLedger(j *orreryv1.Job, history []*orreryv1.AuditEntry, runs []*orrery
 	now := time.Now()
 	byInstant := map[int64]*orreryv1.Run{}
 	for _, r := range runs {
-		if r.GetTrigger() == "manual" || r.GetTrigger() == "replay" {
+		if t := lifecycle.Trigger(r.GetTrigger()); t == lifecycle.TriggerManual || t == lifecycle.TriggerReplay {
 			continue
 		}
 		byInstant[r.GetScheduledTime().AsTime().UnixNano()] = r
@@ -112,7 +113,7 @@ func buildLedger(j *orreryv1.Job, history []*orreryv1.AuditEntry, runs []*orrery
 		row := ledgerRow{At: timestamppb.New(t)}
 		r := byInstant[t.UnixNano()]
 		switch {
-		case r != nil && r.GetStatus() == "skipped":
+		case r != nil && lifecycle.RunStatus(r.GetStatus()) == lifecycle.RunSkipped:
 			row.Outcome, row.Detail, row.RunID = "skipped", "skipped: "+r.GetReason(), r.GetId()
 		case r != nil && r.GetStartTime() == nil:
 			row.Outcome, row.Detail, row.RunID = "pending", "run "+r.GetStatus()+", not started", r.GetId()

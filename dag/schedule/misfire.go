@@ -2,35 +2,24 @@ package schedule
 
 import "time"
 
-// Misfire policies: what to do with instants that passed while nothing
-// could fire them.
-const (
-	MisfireSkip     = "skip"      // advance past them
-	MisfireFireOnce = "fire_once" // one run, for the latest missed instant
-	MisfireBackfill = "backfill"  // one run per missed instant, capped
-)
-
 // CatchUp returns the next instant to fire when instants from pending up to
-// now may have been missed, following policy: for skip, the first instant
-// after now; for fire_once, the latest missed instant; for backfill, the
-// earliest of the last maxBackfill missed instants. When nothing was missed
-// (pending after now) it returns pending. False means nothing is left to fire.
-func (s *Schedule) CatchUp(policy string, maxBackfill int, pending, now time.Time) (time.Time, bool) {
+// now may have been missed and the misfire policy fires the latest keep of
+// them (internal/lifecycle.MisfireKeep): with keep 0, the first instant
+// after now; otherwise the earliest of the latest keep missed instants.
+// When nothing was missed (pending after now) it returns pending. False
+// means nothing is left to fire.
+func (s *Schedule) CatchUp(keep int, pending, now time.Time) (time.Time, bool) {
 	if pending.After(now) {
 		return pending, true
 	}
 	if s.OneTime() {
-		if policy == MisfireSkip {
+		if keep == 0 {
 			return time.Time{}, false
 		}
 		return s.at, true
 	}
-	keep := 1
-	switch policy {
-	case MisfireSkip:
+	if keep == 0 {
 		return s.Next(now)
-	case MisfireBackfill:
-		keep = max(maxBackfill, 1)
 	}
 	missed := s.lastMissed(pending, now, keep)
 	if len(missed) == 0 {

@@ -105,7 +105,7 @@ func TestZeroTimeIsStillOneTime(t *testing.T) {
 	if _, ok := s.Next(time.Time{}); ok {
 		t.Fatal("the zero instant is not after itself")
 	}
-	if got, ok := s.CatchUp(MisfireFireOnce, 0, s.At(), time.Now()); !ok || !got.IsZero() {
+	if got, ok := s.CatchUp(1, s.At(), time.Now()); !ok || !got.IsZero() {
 		t.Fatalf("CatchUp = %s %v", got, ok)
 	}
 	if got := s.Upcoming(time.Date(1, 1, 1, 0, 0, -1, 0, time.UTC), 3); len(got) != 1 {
@@ -132,7 +132,7 @@ func TestNextStopsAtLatest(t *testing.T) {
 // CatchUp terminates when the pending instant is centuries old.
 func TestCatchUpCenturiesLate(t *testing.T) {
 	s, _ := Parse(Spec{Cron: "0 0 1 1 *"})
-	got, ok := s.CatchUp(MisfireBackfill, 1000, time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC))
+	got, ok := s.CatchUp(1000, time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC))
 	if !ok || got.Year() < 1000 {
 		t.Fatalf("CatchUp = %s %v", got, ok)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/worker"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -514,7 +515,7 @@ func TestOneReleaseOfSeveralTenantsKeepsTheBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		news = append(news, run.New{Job: run.JobRef{ID: j.ID, Tenant: a.Tenant, Version: j.Version, Shard: j.Shard, Spec: &j.Spec},
-			At: time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC), Trigger: "schedule", Status: run.StatusPending})
+			At: time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC), Trigger: "schedule", Status: lifecycle.RunPending})
 	}
 	// One worker slot advertised: the queue holds 2.
 	if _, err := f.pool.Exec(ctx, `INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at)

@@ -10,6 +10,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // Statuses.
@@ -83,7 +84,7 @@ type Job struct {
 // LastRun is a job's latest run, in short.
 type LastRun struct {
 	ID           uuid.UUID
-	Status       string
+	Status       lifecycle.RunStatus
 	ScheduledFor time.Time
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/batch"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/usage"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/shard"
 )
 
@@ -706,7 +707,7 @@ func (s *Service) Resume(ctx context.Context, a Actor, ref Ref) (*Job, error) {
 		if j.NextFireAt == nil {
 			return StatusActive, nil, nil
 		}
-		next, ok := sched.CatchUp(j.Spec.Misfire, j.Spec.MaxBackfill, *j.NextFireAt, now)
+		next, ok := sched.CatchUp(lifecycle.MisfireKeep(j.Spec.Misfire, j.Spec.MaxBackfill), *j.NextFireAt, now)
 		if !ok {
 			return StatusActive, nil, nil
 		}

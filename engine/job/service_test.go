@@ -284,8 +284,8 @@ func TestResumeFollowsMisfirePolicy(t *testing.T) {
 	t.Parallel()
 	svc, pool := newService(t)
 	ctx := context.Background()
-	for _, policy := range []string{dag.MisfireSkip, dag.MisfireFireOnce, dag.MisfireBackfill} {
-		r := resource("m-"+strings.ReplaceAll(policy, "_", "-"), "*/10 * * * *")
+	for _, policy := range []dag.MisfirePolicy{dag.MisfireSkip, dag.MisfireFireOnce, dag.MisfireBackfill} {
+		r := resource("m-"+strings.ReplaceAll(string(policy), "_", "-"), "*/10 * * * *")
 		r.Spec.Misfire = policy
 		if policy == dag.MisfireBackfill {
 			r.Spec.MaxBackfill = 3

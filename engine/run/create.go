@@ -12,34 +12,11 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/dispatch"
+	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/tracing"
 	"github.com/orrery-dev/orrery/engine/usage"
-)
-
-// runStatuses are the statuses a run can have (ListFilter.Status).
-var runStatuses = []string{StatusQueued, StatusPending, StatusRunning, StatusSucceeded, StatusFailed, StatusSkipped, StatusCancelled, StatusDeadLettered}
-
-// Statuses of runs and tasks.
-const (
-	StatusQueued       = "queued"
-	StatusPending      = "pending"
-	StatusRunning      = "running"
-	StatusSucceeded    = "succeeded"
-	StatusFailed       = "failed"
-	StatusSkipped      = "skipped"
-	StatusCancelled    = "cancelled"
-	StatusDeadLettered = "dead_lettered"
-
-	TaskWaiting        = "waiting"
-	TaskQueued         = "queued"
-	TaskRunning        = "running"
-	TaskRetrying       = "retrying"
-	TaskSucceeded      = "succeeded"
-	TaskFailed         = "failed"
-	TaskUpstreamFailed = "upstream_failed"
-	TaskCancelled      = "cancelled"
-	TaskDeadLettered   = "dead_lettered"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // JobRef is what a run needs to know of its job.
@@ -55,8 +32,8 @@ type JobRef struct {
 type New struct {
 	Job     JobRef
 	At      time.Time // the scheduled instant (or the trigger time)
-	Trigger string
-	Status  string // pending, queued, skipped or cancelled
+	Trigger lifecycle.Trigger
+	Status  lifecycle.RunStatus // pending, queued, skipped or cancelled
 	Reason  string
 	// Epoch is the shard epoch a scheduler fired it under (0: an API trigger).
 	Epoch int64
@@ -102,13 +79,13 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 		}
 		rp.ShardEpochs = append(rp.ShardEpochs, epoch)
 		rp.ScheduledFors = append(rp.ScheduledFors, r.At)
-		rp.Triggers = append(rp.Triggers, r.Trigger)
-		rp.Statuses = append(rp.Statuses, r.Status)
+		rp.Triggers = append(rp.Triggers, string(r.Trigger))
+		rp.Statuses = append(rp.Statuses, string(r.Status))
 		rp.Reasons = append(rp.Reasons, r.Reason)
 		tp := ""
-		if r.Status == StatusPending || r.Status == StatusQueued {
+		if r.Status == lifecycle.RunPending || r.Status == lifecycle.RunQueued {
 			tp = tracing.StartRun(ctx, attribute.String("orrery.run_id", ids[i].String()), attribute.String("orrery.job_id", r.Job.ID.String()),
-				attribute.String("orrery.trigger", r.Trigger), attribute.String("orrery.scheduled_for", r.At.UTC().Format(time.RFC3339Nano)))
+				attribute.String("orrery.trigger", string(r.Trigger)), attribute.String("orrery.scheduled_for", r.At.UTC().Format(time.RFC3339Nano)))
 		}
 		rp.TraceParents = append(rp.TraceParents, tp)
 		rp.Watched = append(rp.Watched, withTasks(r) && r.Job.Spec.Watched())
@@ -138,11 +115,11 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 			ids[i] = uuid.Nil
 			continue
 		}
-		if r.Status == StatusCancelled { // cancelled by a newer instant of the same pass
-			countFinished(ctx, StatusCancelled)
+		if r.Status == lifecycle.RunCancelled { // cancelled by a newer instant of the same pass
+			countFinished(ctx, lifecycle.RunCancelled)
 		}
 		if overQuota != nil && overQuota[i] {
-			countFinished(ctx, StatusSkipped)
+			countFinished(ctx, lifecycle.RunSkipped)
 		}
 		if !withTasks(r) {
 			continue
@@ -154,20 +131,20 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 		for k, st := range r.Job.Spec.Steps {
 			set := r.Job.Spec.Effective(k)
 			queue := bindings.Queue(r.Job.Tenant, set.Queue)
-			status := TaskWaiting
-			if len(st.Needs) == 0 && r.Status == StatusPending {
-				status = TaskQueued
+			status := lifecycle.TaskWaiting
+			if len(st.Needs) == 0 && r.Status == lifecycle.RunPending {
+				status = lifecycle.TaskQueued
 				ready = append(ready, dispatch.Ready{TaskID: stepIDs[st.Name], Tenant: r.Job.Tenant, Queue: queue, Priority: set.Priority, Attempt: 1})
 			}
 			tp.Ids = append(tp.Ids, stepIDs[st.Name])
 			tp.TenantIds = append(tp.TenantIds, r.Job.Tenant)
 			tp.RunIds = append(tp.RunIds, ids[i])
 			tp.Steps = append(tp.Steps, st.Name)
-			tp.Statuses = append(tp.Statuses, status)
+			tp.Statuses = append(tp.Statuses, string(status))
 			tp.ParentsRemaining = append(tp.ParentsRemaining, int32(len(st.Needs)))
 			tp.Queues = append(tp.Queues, queue)
 			tp.Priorities = append(tp.Priorities, int32(set.Priority))
-			tp.TriggerRules = append(tp.TriggerRules, st.TriggerRule)
+			tp.TriggerRules = append(tp.TriggerRules, string(st.TriggerRule))
 			for _, need := range st.Needs {
 				ep.Parents = append(ep.Parents, stepIDs[need])
 				ep.Children = append(ep.Children, stepIDs[st.Name])
@@ -202,7 +179,7 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 // withTasks says whether a run is written with its tasks: pending and
 // queued ones are; skipped and cancelled ones are a record only.
 func withTasks(r New) bool {
-	return r.Status == StatusPending || r.Status == StatusQueued
+	return r.Status == lifecycle.RunPending || r.Status == lifecycle.RunQueued
 }
 
 // holdToQuotas holds runs to their tenants' storage quotas (package
@@ -228,7 +205,7 @@ func holdToQuotas(runs []New, by *Firer, rooms usage.Rooms) ([]bool, error) {
 		case by == nil || !errors.As(err, &exceeded):
 			return nil, err
 		default:
-			r.Status, over[i] = StatusSkipped, true
+			r.Status, over[i] = lifecycle.RunSkipped, true
 			r.Reason = fmt.Sprintf("storage quota: tenant %s holds %d of its %s %d", exceeded.Tenant, exceeded.Used, exceeded.Quota, exceeded.Limit)
 			_ = rooms.Add(r.Job.Tenant, usage.Usage{Runs: 1})
 		}
@@ -276,14 +253,14 @@ func Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string) ([]u
 		return cancelled, err
 	}
 	for range cancelled {
-		countFinished(ctx, StatusCancelled)
+		countFinished(ctx, lifecycle.RunCancelled)
 	}
 	tasks, err := q.CancelTasksOfRuns(ctx, cancelled)
 	if err != nil {
 		return nil, err
 	}
 	if len(tasks) > 0 {
-		err = q.CloseRunningAttempts(ctx, store.CloseRunningAttemptsParams{TaskIds: tasks, ExitReason: "cancelled", FailureClass: "user", Error: reason})
+		err = q.CloseRunningAttempts(ctx, store.CloseRunningAttemptsParams{TaskIds: tasks, ExitReason: executor.ReasonCancelled, FailureClass: executor.ClassUser, Error: reason})
 	}
 	return cancelled, err
 }

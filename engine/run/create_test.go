@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/pgtest"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // Runs written as records (skipped, or cancelled by a newer instant of the
@@ -35,8 +36,8 @@ func TestRecordsAreWrittenFinished(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	err = store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
 		_, err := run.Insert(ctx, tx, d, []run.New{
-			{Job: ref, At: at, Trigger: "schedule", Status: run.StatusCancelled, Reason: "overlap: cancel_previous (a newer instant fired)"},
-			{Job: ref, At: at.Add(time.Hour), Trigger: "schedule", Status: run.StatusSkipped, Reason: "misfire: skip"},
+			{Job: ref, At: at, Trigger: "schedule", Status: lifecycle.RunCancelled, Reason: "overlap: cancel_previous (a newer instant fired)"},
+			{Job: ref, At: at.Add(time.Hour), Trigger: "schedule", Status: lifecycle.RunSkipped, Reason: "misfire: skip"},
 		}, nil, nil)
 		return err
 	})

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,6 +18,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/usage"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // ErrNotFound: no run (or dead letter) with that id in the caller's tenant.
@@ -42,19 +41,19 @@ func NewService(pool *pgxpool.Pool, jobs *job.Service, d *dispatch.Dispatcher) *
 
 // Run is one run as the API shows it.
 type Run struct {
-	ID           uuid.UUID  `json:"id"`
-	JobID        uuid.UUID  `json:"job_id"`
-	Namespace    string     `json:"namespace"`
-	Job          string     `json:"job"`
-	JobVersion   int64      `json:"job_version"`
-	Shard        int        `json:"shard"`
-	ScheduledFor time.Time  `json:"scheduled_for"`
-	Trigger      string     `json:"trigger"`
-	Status       string     `json:"status"`
-	Reason       string     `json:"reason,omitempty"`
-	CreatedAt    time.Time  `json:"created_at"`
-	StartedAt    *time.Time `json:"started_at,omitempty"`
-	FinishedAt   *time.Time `json:"finished_at,omitempty"`
+	ID           uuid.UUID           `json:"id"`
+	JobID        uuid.UUID           `json:"job_id"`
+	Namespace    string              `json:"namespace"`
+	Job          string              `json:"job"`
+	JobVersion   int64               `json:"job_version"`
+	Shard        int                 `json:"shard"`
+	ScheduledFor time.Time           `json:"scheduled_for"`
+	Trigger      lifecycle.Trigger   `json:"trigger"`
+	Status       lifecycle.RunStatus `json:"status"`
+	Reason       string              `json:"reason,omitempty"`
+	CreatedAt    time.Time           `json:"created_at"`
+	StartedAt    *time.Time          `json:"started_at,omitempty"`
+	FinishedAt   *time.Time          `json:"finished_at,omitempty"`
 }
 
 // Detail is a run with its tasks and their attempts.
@@ -114,8 +113,8 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	p := store.ListRunsParams{TenantID: a.Tenant, JobID: jobID, Since: f.Since, Until: f.Until, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
 	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
 	if f.Status != "" {
-		if !slices.Contains(runStatuses, f.Status) {
-			return nil, "", &job.InvalidError{Field: "status", Message: fmt.Sprintf("%q is not one of %s", f.Status, strings.Join(runStatuses, ", "))}
+		if _, err := lifecycle.ParseRunStatus(f.Status); err != nil {
+			return nil, "", &job.InvalidError{Field: "status", Message: err.Error()}
 		}
 		p.Status = &f.Status
 	}
@@ -178,7 +177,7 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 	byQueue := map[string]string{}
 	for i := range tasks {
 		t := &tasks[i].Task
-		if t.AdmittedAt != nil || (t.Status != TaskQueued && t.Status != TaskRetrying) {
+		if t.AdmittedAt != nil || (t.Status != lifecycle.TaskQueued && t.Status != lifecycle.TaskRetrying) {
 			continue
 		}
 		if now.IsZero() {
@@ -251,25 +250,30 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 		if err != nil {
 			return err
 		}
-		status, reason := StatusPending, ""
+		status, reason := lifecycle.RunPending, ""
 		if !ignoreOverlap {
 			active, err := q.ActiveRuns(ctx, []uuid.UUID{row.ID})
 			if err != nil {
 				return err
 			}
-			status, reason = manualOverlap(spec.Overlap, active)
-			if spec.Overlap == dag.OverlapCancelPrevious && len(active) > 0 {
+			statuses := make([]lifecycle.RunStatus, len(active))
+			for i, r := range active {
+				statuses[i] = r.Status
+			}
+			d := lifecycle.NewOverlap(spec.Overlap, statuses).Next()
+			status, reason = d.Status, d.Reason
+			if d.CancelPrevious && len(active) > 0 {
 				ids := make([]uuid.UUID, len(active))
 				for i, r := range active {
 					ids[i] = r.ID
 				}
-				if _, err := Cancel(ctx, tx, ids, "overlap: cancel_previous (a manual trigger)"); err != nil {
+				if _, err := Cancel(ctx, tx, ids, lifecycle.ReasonCancelledByTrigger); err != nil {
 					return err
 				}
 			}
 		}
 		ref := JobRef{ID: row.ID, Tenant: row.TenantID, Version: row.Version, Shard: int(row.Shard), Spec: &spec}
-		ids, err := Insert(ctx, tx, s.dispatcher, []New{{Job: ref, At: now, Trigger: TriggerManual, Status: status, Reason: reason}}, nil, rooms)
+		ids, err := Insert(ctx, tx, s.dispatcher, []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason}}, nil, rooms)
 		if err != nil {
 			return err
 		}
@@ -277,7 +281,7 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 			return errors.New("a run for this instant exists already; trigger again")
 		}
 		out = Run{ID: ids[0], JobID: row.ID, Namespace: row.Namespace, Job: row.Name, JobVersion: row.Version, Shard: int(row.Shard),
-			ScheduledFor: now.UTC(), Trigger: TriggerManual, Status: status, Reason: reason, CreatedAt: now.UTC()}
+			ScheduledFor: now.UTC(), Trigger: lifecycle.TriggerManual, Status: status, Reason: reason, CreatedAt: now.UTC()}
 		snap, _ := json.Marshal(out)
 		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
 			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "trigger", TargetKind: "job",
@@ -295,27 +299,6 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 	}
 	s.Metrics.RunsFinished(tally.RunsFinished)
 	return &out, nil
-}
-
-// TriggerManual is the trigger of runs started through the API.
-const TriggerManual = "manual"
-
-func manualOverlap(policy string, active []store.ActiveRunsRow) (string, string) {
-	if len(active) == 0 {
-		return StatusPending, ""
-	}
-	switch policy {
-	case dag.OverlapSkip:
-		return StatusSkipped, "overlap: skip (the previous run is still active)"
-	case dag.OverlapQueue:
-		for _, r := range active {
-			if r.Status == StatusQueued {
-				return StatusSkipped, "overlap: queue already holds a run"
-			}
-		}
-		return StatusQueued, "overlap: queue (waits for the previous run)"
-	}
-	return StatusPending, ""
 }
 
 // MaxReason bounds the reason a cancellation gives.

@@ -1,6 +1,10 @@
 package run
 
-import "context"
+import (
+	"context"
+
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+)
 
 // Tally counts what one transaction attempt did that metrics report: the
 // runs it finished, by status. The caller makes a fresh one for each
@@ -19,8 +23,8 @@ func WithTally(ctx context.Context) (context.Context, *Tally) {
 }
 
 // countFinished records a run finished in ctx's transaction, if tallied.
-func countFinished(ctx context.Context, status string) {
+func countFinished(ctx context.Context, status lifecycle.RunStatus) {
 	if t, ok := ctx.Value(tallyKey{}).(*Tally); ok {
-		t.RunsFinished[status]++
+		t.RunsFinished[string(status)]++
 	}
 }

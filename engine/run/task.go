@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // Attempt is a started attempt: what the executor needs, and what its
@@ -36,15 +36,7 @@ type Attempt struct {
 // read from the job version the run pinned: it spares queries on the hot
 // path (a single-step run needs no run lock, a step without dependents no
 // child release).
-type Shape struct {
-	Attempt      int
-	MaxAttempts  int
-	Initial, Max time.Duration
-	HasChildren  bool // some step needs this one
-	SingleTask   bool // the run has one task
-	QueueOverlap bool // the job's overlap policy is queue
-	Root         bool // the step needs none: it starts when its run does
-}
+type Shape = lifecycle.Shape
 
 func shapeOf(spec *parsedSpec, step string, attempt int) (Shape, bool) {
 	for i, st := range spec.Steps {
@@ -155,7 +147,7 @@ func startedAttempts(ctx context.Context, db store.DBTX, starts []Start, rows []
 			ReleasedAt:  t.ReleasedAt,
 			Call: executor.Call{
 				RunID: t.RunID, TaskID: t.ID, JobID: t.JobID, Tenant: t.Tenant, Namespace: t.Namespace, Job: t.Name, Step: t.Step,
-				Attempt: int(t.Attempt), FencingToken: t.FencingToken, ScheduledFor: t.ScheduledFor, Trigger: t.Trigger,
+				Attempt: int(t.Attempt), FencingToken: t.FencingToken, ScheduledFor: t.ScheduledFor, Trigger: string(t.Trigger),
 				Payload: json.RawMessage(step.Payload), Executor: step.Run,
 			},
 		}
@@ -188,11 +180,17 @@ type Report struct {
 // pipeline's failure never holds up the reports of other runs. A report
 // without its Shape is taken not to.
 func (r Report) Cascades() bool {
-	if r.Shape == nil || !r.Shape.HasChildren {
-		return false
-	}
-	status, _ := outcomeOf(r.Result, r.Shape)
-	return status == TaskDeadLettered
+	return r.Shape != nil && lifecycle.Cascades(*r.Shape, r.ending())
+}
+
+// ending is the report's result as the task's life sees it.
+func (r Report) ending() lifecycle.Ending {
+	return lifecycle.Ending{OK: r.Result.OK, Retryable: r.Result.Retryable, LeaseLapsed: r.leaseLapsed()}
+}
+
+// finish decides what the report does (lifecycle.FinishAttempt).
+func (r Report) finish(shape *Shape) lifecycle.Finish {
+	return lifecycle.FinishAttempt(*shape, r.ending(), nil)
 }
 
 // leaseLapsed is whether a report applies only to a lapsed lease.
@@ -245,35 +243,40 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 		}
 		return false, err
 	}
-	status, outcome := outcomeOf(res, shape)
+	f := r.finish(shape)
 	t, err := q.CompleteTask(ctx, store.CompleteTaskParams{
-		ID: r.TaskID, FencingToken: r.FencingToken, Expired: r.leaseLapsed(), Status: status, Outcome: outcome, ExitReason: res.ExitReason,
+		ID: r.TaskID, FencingToken: r.FencingToken, Expired: r.leaseLapsed(), Status: string(f.Task), Outcome: string(f.Outcome), ExitReason: res.ExitReason,
 		FailureClass: res.FailureClass, Error: res.Error, Output: res.Output,
 	})
 	if store.IsNotFound(err) {
-		return false, lateReport(ctx, q, r, outcome)
+		return false, lateReport(ctx, q, r, f.Outcome)
 	}
 	if err != nil {
 		return false, err
 	}
-	switch status {
-	case TaskSucceeded:
-		if shape.HasChildren {
-			if err := releaseChildren(ctx, q, tx, d, r.TaskID); err != nil {
-				return false, err
-			}
+	switch {
+	case f.ReleaseChildren:
+		if err := releaseChildren(ctx, q, tx, d, r.TaskID); err != nil {
+			return false, err
 		}
-	case TaskRetrying:
-		at := retryAt(t.Now, shape, r.leaseLapsed())
-		return true, d.Release(ctx, tx, []dispatch.Ready{{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: shape.Attempt + 1, NotBefore: at}})
-	case TaskDeadLettered:
-		if shape.HasChildren {
-			if err := propagateFailure(ctx, q, tx, d, t.RunID, r.TaskID); err != nil {
-				return false, err
-			}
+	case f.Task == lifecycle.TaskRetrying:
+		return true, d.Release(ctx, tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
+	case f.FailDescendants:
+		if err := propagateFailure(ctx, q, tx, d, t.RunID, r.TaskID); err != nil {
+			return false, err
 		}
 	}
-	return true, finishRun(ctx, tx, d, t.RunID, shape.QueueOverlap)
+	return true, finishRun(ctx, tx, d, t.RunID, f.PromoteHeld)
+}
+
+// retryOf is the release of a task f retries, its backoff counted from
+// now (the database's clock at the failure).
+func retryOf(task, tenant uuid.UUID, queue string, priority int32, now time.Time, f lifecycle.Finish) dispatch.Ready {
+	var at time.Time
+	if f.RetryIn > 0 {
+		at = now.Add(f.RetryIn)
+	}
+	return dispatch.Ready{TaskID: task, Tenant: tenant, Queue: queue, Priority: int(priority), Attempt: f.NextAttempt, NotBefore: at}
 }
 
 // releaseChildren counts a succeeded parent for each waiting child and
@@ -316,22 +319,11 @@ func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatc
 
 // lateReport records a report whose fencing token is no longer the task's
 // on its attempt (unless the reaper made it: then there is nothing to say).
-func lateReport(ctx context.Context, q *store.Queries, r Report, outcome string) error {
+func lateReport(ctx context.Context, q *store.Queries, r Report, outcome lifecycle.AttemptOutcome) error {
 	if r.Expired {
 		return nil
 	}
-	return q.RecordLateReport(ctx, store.RecordLateReportParams{TaskID: r.TaskID, FencingToken: r.FencingToken, Outcome: outcome, Error: r.Result.Error})
-}
-
-// outcomeOf is the task status and attempt outcome a result leads to.
-func outcomeOf(res executor.Result, shape *Shape) (status, outcome string) {
-	if res.OK {
-		return TaskSucceeded, "succeeded"
-	}
-	if res.Retryable && shape.Attempt < shape.MaxAttempts {
-		return TaskRetrying, "failed"
-	}
-	return TaskDeadLettered, "failed"
+	return q.RecordLateReport(ctx, store.RecordLateReportParams{TaskID: r.TaskID, FencingToken: r.FencingToken, Outcome: string(outcome), Error: r.Result.Error})
 }
 
 // FinishSoleAttempts is FinishAttempt for a batch of reports on runs of
@@ -344,32 +336,25 @@ func outcomeOf(res executor.Result, shape *Shape) (status, outcome string) {
 func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, reports []Report) ([]bool, error) {
 	q := store.New(tx)
 	p := store.CompleteSoleTasksParams{}
-	outcomes := make([]string, len(reports))
+	finishes := make([]lifecycle.Finish, len(reports))
 	for i, r := range reports {
 		if r.Shape == nil || !r.Shape.SingleTask {
 			return nil, fmt.Errorf("task %s: not the only task of its run", r.TaskID)
 		}
-		status, outcome := outcomeOf(r.Result, r.Shape)
-		outcomes[i] = outcome
-		runStatus, runReason := "", ""
-		switch status {
-		case TaskSucceeded:
-			runStatus = StatusSucceeded
-		case TaskDeadLettered:
-			runStatus, runReason = StatusDeadLettered, "1 task(s) dead-lettered"
-		}
+		f := r.finish(r.Shape)
+		finishes[i] = f
 		reports[i].Result = r.Result.Storable() // for lateReport too
 		res := reports[i].Result
 		p.Ids = append(p.Ids, r.TaskID)
 		p.FencingTokens = append(p.FencingTokens, r.FencingToken)
-		p.Statuses = append(p.Statuses, status)
-		p.Outcomes = append(p.Outcomes, outcome)
+		p.Statuses = append(p.Statuses, string(f.Task))
+		p.Outcomes = append(p.Outcomes, string(f.Outcome))
 		p.ExitReasons = append(p.ExitReasons, res.ExitReason)
 		p.FailureClasses = append(p.FailureClasses, res.FailureClass)
 		p.Errors = append(p.Errors, res.Error)
 		p.Outputs = append(p.Outputs, res.Output)
-		p.RunStatuses = append(p.RunStatuses, runStatus)
-		p.RunReasons = append(p.RunReasons, runReason)
+		p.RunStatuses = append(p.RunStatuses, string(f.Run))
+		p.RunReasons = append(p.RunReasons, f.RunReason)
 		p.Expired = append(p.Expired, r.leaseLapsed())
 	}
 	rows, err := q.CompleteSoleTasks(ctx, p)
@@ -389,22 +374,22 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 	accepted := make([]bool, len(reports))
 	var retries []dispatch.Ready
 	for i, r := range reports {
+		f := finishes[i]
 		t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
 		if !ok {
-			if err := lateReport(ctx, q, r, outcomes[i]); err != nil {
+			if err := lateReport(ctx, q, r, f.Outcome); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		accepted[i] = true
-		if p.RunStatuses[i] != "" {
-			countFinished(ctx, p.RunStatuses[i])
+		if f.Run != "" {
+			countFinished(ctx, f.Run)
 		}
 		switch {
-		case p.Statuses[i] == TaskRetrying:
-			at := retryAt(t.Now, r.Shape, r.leaseLapsed())
-			retries = append(retries, dispatch.Ready{TaskID: r.TaskID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: r.Shape.Attempt + 1, NotBefore: at})
-		case r.Shape.QueueOverlap && t.JobID != nil:
+		case f.Task == lifecycle.TaskRetrying:
+			retries = append(retries, retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
+		case f.PromoteHeld && t.JobID != nil:
 			if err := promoteQueued(ctx, tx, d, *t.JobID); err != nil {
 				return nil, err
 			}
@@ -429,7 +414,7 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispa
 		var next []uuid.UUID
 		for _, e := range edges {
 			switch {
-			case e.rule == dag.TriggerAllDone:
+			case dag.TriggerRule(e.rule) == dag.TriggerAllDone:
 				done = append(done, e.child) // once per failed parent
 			case !seen[e.child]:
 				seen[e.child] = true
@@ -512,7 +497,7 @@ func finishRun(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runID uui
 	if err != nil {
 		return err
 	}
-	countFinished(ctx, row.Status)
+	countFinished(ctx, lifecycle.RunStatus(row.Status))
 	if !queueOverlap {
 		return nil
 	}
@@ -589,24 +574,3 @@ func ExpireLeases(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, batch 
 // waited then, and a River job scheduled in the future waits for River's
 // leader to promote it (every 5 s, and a new leader first when the dead
 // worker was the leader: 18 s measured), not for its instant.
-func retryAt(now time.Time, shape *Shape, expired bool) time.Time {
-	if expired {
-		return time.Time{}
-	}
-	return now.Add(Backoff(shape.Initial, shape.Max, shape.Attempt))
-}
-
-// Backoff is the wait before retry number n (1 for the first retry):
-// exponential from initial, capped at max, with full jitter, never below
-// initial.
-func Backoff(initial, maxWait time.Duration, n int) time.Duration {
-	ceil := initial
-	for i := 1; i < n && ceil < maxWait; i++ {
-		ceil *= 2
-	}
-	ceil = min(ceil, maxWait)
-	if ceil <= initial {
-		return initial
-	}
-	return initial + time.Duration(rand.Int64N(int64(ceil-initial)))
-}

@@ -8,21 +8,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/run"
-)
-
-// Triggers of the runs the scheduler writes.
-const (
-	TriggerSchedule = "schedule"
-	TriggerBackfill = "backfill"
-)
-
-// Run statuses the scheduler writes (engine/run owns them).
-const (
-	RunQueued    = run.StatusQueued
-	RunPending   = run.StatusPending
-	RunSkipped   = run.StatusSkipped
-	RunCancelled = run.StatusCancelled
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // Limits on what one pass over a job enumerates and records.
@@ -33,14 +19,14 @@ const (
 
 type activeRun struct {
 	ID     uuid.UUID
-	Status string
+	Status lifecycle.RunStatus
 }
 
 // planned is one run to write.
 type planned struct {
 	At      time.Time
-	Trigger string
-	Status  string
+	Trigger lifecycle.Trigger
+	Status  lifecycle.RunStatus
 	Reason  string
 }
 
@@ -76,65 +62,31 @@ func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, ac
 		}
 	}
 
-	fire, skip, skipWhy := due, []time.Time(nil), ""
-	trigger := TriggerSchedule
-	if now.Sub(due[0]) > misfireAfter || truncated {
-		switch spec.Misfire {
-		case dag.MisfireSkip:
-			fire, skip, skipWhy = nil, due, "misfire: skip"
-		case dag.MisfireBackfill:
-			keep := min(max(spec.MaxBackfill, 1), len(due))
-			fire, skip = due[len(due)-keep:], due[:len(due)-keep]
-			skipWhy = fmt.Sprintf("misfire: backfill keeps the latest %d", keep)
-			trigger = TriggerBackfill
-		default: // fire_once
-			fire, skip, skipWhy = due[len(due)-1:], due[:len(due)-1], "misfire: fire_once fired the latest missed instant"
-		}
-	}
-	p.recordSkips(skip, skipWhy, truncated)
+	m := lifecycle.DecideMisfire(spec.Misfire, spec.MaxBackfill, due, now.Sub(due[0]) > misfireAfter || truncated)
+	p.recordSkips(m.Skip, m.Reason, truncated)
 
-	activeCount, queued := 0, false
-	for _, r := range active {
-		if r.Status == RunQueued {
-			queued = true
-		} else {
-			activeCount++
-		}
+	statuses := make([]lifecycle.RunStatus, len(active))
+	for i, r := range active {
+		statuses[i] = r.Status
 	}
-	for _, at := range fire {
-		run := planned{At: at, Trigger: trigger, Status: RunPending}
-		switch spec.Overlap {
-		case dag.OverlapAllow:
-		case dag.OverlapSkip:
-			if activeCount > 0 || queued {
-				run.Status, run.Reason = RunSkipped, "overlap: skip (the previous run is still active)"
-			}
-		case dag.OverlapQueue:
-			switch {
-			case activeCount == 0 && !queued:
-			case !queued:
-				run.Status, run.Reason, queued = RunQueued, "overlap: queue (waits for the previous run)", true
-			default:
-				run.Status, run.Reason = RunSkipped, "overlap: queue already holds a run"
-			}
-		case dag.OverlapCancelPrevious:
+	overlap := lifecycle.NewOverlap(spec.Overlap, statuses)
+	for _, at := range m.Fire {
+		d := overlap.Next()
+		if d.CancelPrevious {
 			for _, r := range active {
 				p.Cancel = append(p.Cancel, r.ID)
 			}
 			active = nil
 			for i := range p.Runs { // runs planned earlier in this pass
-				if p.Runs[i].Status == RunPending || p.Runs[i].Status == RunQueued {
-					p.Runs[i].Status, p.Runs[i].Reason = RunCancelled, "overlap: cancel_previous (a newer instant fired)"
+				if st := p.Runs[i].Status; st == lifecycle.RunPending || st == lifecycle.RunQueued {
+					p.Runs[i].Status, p.Runs[i].Reason = lifecycle.RunCancelled, lifecycle.ReasonCancelledByNewer
 				}
 			}
-			activeCount, queued = 0, false
 		}
-		if run.Status == RunSkipped {
-			p.Skips[run.Reason]++
-		} else if run.Status == RunPending {
-			activeCount++
+		if d.Status == lifecycle.RunSkipped {
+			p.Skips[d.Reason]++
 		}
-		p.Runs = append(p.Runs, run)
+		p.Runs = append(p.Runs, planned{At: at, Trigger: m.Trigger, Status: d.Status, Reason: d.Reason})
 	}
 
 	last := due[len(due)-1]
@@ -165,11 +117,11 @@ func (p *plan) recordSkips(skip []time.Time, why string, truncated bool) {
 		if truncated {
 			count = "at least " + count
 		}
-		p.Runs = append(p.Runs, planned{At: rest[0], Trigger: TriggerSchedule, Status: RunSkipped,
+		p.Runs = append(p.Runs, planned{At: rest[0], Trigger: lifecycle.TriggerSchedule, Status: lifecycle.RunSkipped,
 			Reason: fmt.Sprintf("%s (%s instants from %s to %s)", why, count, rest[0].Format(time.RFC3339), rest[len(rest)-1].Format(time.RFC3339))})
 		skip = skip[len(skip)-maxSkipRecord+1:]
 	}
 	for _, at := range skip {
-		p.Runs = append(p.Runs, planned{At: at, Trigger: TriggerSchedule, Status: RunSkipped, Reason: why})
+		p.Runs = append(p.Runs, planned{At: at, Trigger: lifecycle.TriggerSchedule, Status: lifecycle.RunSkipped, Reason: why})
 	}
 }

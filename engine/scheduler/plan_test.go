@@ -9,6 +9,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 func at(s string) time.Time {
@@ -22,19 +23,19 @@ func at(s string) time.Time {
 func summarize(p plan) string {
 	var parts []string
 	for _, r := range p.Runs {
-		parts = append(parts, r.At.Format("15:04")+"="+r.Status)
+		parts = append(parts, r.At.Format("15:04")+"="+string(r.Status))
 	}
 	return strings.Join(parts, " ")
 }
 
 func TestPlanMisfireAndOverlap(t *testing.T) {
 	every10, _ := schedule.Parse(schedule.Spec{Cron: "*/10 * * * *"})
-	prev := activeRun{ID: uuid.New(), Status: RunRunningForTest}
+	prev := activeRun{ID: uuid.New(), Status: lifecycle.RunRunning}
 	tests := []struct {
 		name    string
-		misfire string
+		misfire dag.MisfirePolicy
 		backN   int
-		overlap string
+		overlap dag.OverlapPolicy
 		pending string
 		now     string
 		active  []activeRun
@@ -87,7 +88,7 @@ func TestPlanLongOutageIsSummarized(t *testing.T) {
 func TestPlanSlightlyLateFiresEveryDueInstant(t *testing.T) {
 	everySecond, _ := schedule.Parse(schedule.Spec{Cron: "* * * * * *"})
 	p := planJob(everySecond, &dag.JobSpec{Misfire: dag.MisfireSkip, Overlap: dag.OverlapAllow}, at("2026-06-01T10:00:00Z"), at("2026-06-01T10:00:03Z"), nil, time.Minute)
-	if len(p.Runs) != 4 || p.Runs[3].Status != RunPending || len(p.Skips) != 0 {
+	if len(p.Runs) != 4 || p.Runs[3].Status != lifecycle.RunPending || len(p.Skips) != 0 {
 		t.Fatalf("%+v", p.Runs)
 	}
 }
@@ -99,5 +100,3 @@ func TestPlanOneTime(t *testing.T) {
 		t.Fatalf("%s done=%v", summarize(p), p.Done)
 	}
 }
-
-const RunRunningForTest = "running"

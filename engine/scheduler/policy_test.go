@@ -239,7 +239,7 @@ func blockFirst(rec *recorder, rel *releaser) executor.HandlerFunc {
 	}
 }
 
-func everySecond(handler, overlap string) dag.JobSpec {
+func everySecond(handler string, overlap dag.OverlapPolicy) dag.JobSpec {
 	return dag.JobSpec{
 		Schedule: schedule.Spec{Cron: "* * * * * *"},
 		Overlap:  overlap,
@@ -522,9 +522,11 @@ func TestMisfirePoliciesCatchUpAfterAnOutage(t *testing.T) {
 	const misfireAfter = 3 * time.Second
 	const maxBackfill = 3
 	type policy struct {
-		name, misfire, reason string
-		fired                 int // non-skipped runs among the missed instants
-		trigger               string
+		name    string
+		misfire dag.MisfirePolicy
+		reason  string
+		fired   int // non-skipped runs among the missed instants
+		trigger string
 	}
 	policies := []policy{
 		{"skipper", dag.MisfireSkip, "misfire: skip", 0, ""},

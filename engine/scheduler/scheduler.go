@@ -26,6 +26,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/tracing"
 	"github.com/orrery-dev/orrery/engine/usage"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/shard"
 )
 
@@ -313,7 +314,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			adv.Nexts = append(adv.Nexts, p.Next)
 			adv.Done = append(adv.Done, p.Done)
 		}
-		if _, err := run.Cancel(ctx, tx, cancel, "overlap: cancel_previous (a newer instant fired)"); err != nil {
+		if _, err := run.Cancel(ctx, tx, cancel, lifecycle.ReasonCancelledByNewer); err != nil {
 			return err
 		}
 		// The tenants' storage quotas, read on a connection of their own:

@@ -20,6 +20,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/pgtest"
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/worker"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -136,7 +137,7 @@ func TestCancelAndTrigger(t *testing.T) {
 	d, _ := dispatch.New()
 	runs := run.NewService(pool, jobs, d)
 	first, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "manual"}, "k1", false)
-	if err != nil || first.Status != run.StatusPending {
+	if err != nil || first.Status != lifecycle.RunPending {
 		t.Fatalf("trigger %+v %v", first, err)
 	}
 	again, _ := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "manual"}, "k1", false)
@@ -153,11 +154,11 @@ func TestCancelAndTrigger(t *testing.T) {
 		return count(t, pool, "SELECT count(*) FROM attempts WHERE outcome = 'running'") == 1
 	})
 	skipped, _ := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "manual"}, "", false)
-	if skipped.Status != run.StatusSkipped {
+	if skipped.Status != lifecycle.RunSkipped {
 		t.Fatalf("overlap: skip let a second run start: %+v", skipped)
 	}
 	cancelled, err := runs.CancelRun(ctx, job.Anonymous, first.ID, "test")
-	if err != nil || cancelled.Status != run.StatusCancelled {
+	if err != nil || cancelled.Status != lifecycle.RunCancelled {
 		t.Fatalf("cancel %+v %v", cancelled, err)
 	}
 	waitFor(t, 10*time.Second, "the running attempt ends cancelled", func() bool {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 const deleteRunFinishes = `-- name: DeleteRunFinishes :exec
@@ -541,7 +542,7 @@ type TakeRunFinishesRow struct {
 	TenantID     uuid.UUID
 	Shard        int32
 	ScheduledFor time.Time
-	Trigger      string
+	Trigger      lifecycle.Trigger
 	StartedAt    *time.Time
 	Reason       string
 	TraceParent  string

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 const appliedJobsIn = `-- name: AppliedJobsIn :many
@@ -501,7 +502,7 @@ type LastRunsParams struct {
 type LastRunsRow struct {
 	JobID        uuid.UUID
 	ID           uuid.UUID
-	Status       string
+	Status       lifecycle.RunStatus
 	ScheduledFor time.Time
 }
 

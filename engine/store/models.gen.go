@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 type Alert struct {
@@ -50,7 +51,7 @@ type Attempt struct {
 	Worker       string
 	StartedAt    time.Time
 	FinishedAt   *time.Time
-	Outcome      string
+	Outcome      lifecycle.AttemptOutcome
 	ExitReason   string
 	FailureClass string
 	Error        string
@@ -207,8 +208,8 @@ type Run struct {
 	NodeID       *uuid.UUID
 	ShardEpoch   pgtype.Int8
 	ScheduledFor time.Time
-	Trigger      string
-	Status       string
+	Trigger      lifecycle.Trigger
+	Status       lifecycle.RunStatus
 	Reason       string
 	CreatedAt    time.Time
 	StartedAt    *time.Time
@@ -238,7 +239,7 @@ type Task struct {
 	TenantID         uuid.UUID
 	RunID            uuid.UUID
 	Step             string
-	Status           string
+	Status           lifecycle.TaskStatus
 	ParentsRemaining int32
 	Queue            string
 	Priority         int32

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 const attemptsOfTasks = `-- name: AttemptsOfTasks :many
@@ -130,8 +131,8 @@ type ExpiredRunsRow struct {
 	JobVersion   int64
 	Shard        int32
 	ScheduledFor time.Time
-	Trigger      string
-	Status       string
+	Trigger      lifecycle.Trigger
+	Status       lifecycle.RunStatus
 	Reason       string
 	CreatedAt    time.Time
 	StartedAt    *time.Time

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 const activeRuns = `-- name: ActiveRuns :many
@@ -21,7 +22,7 @@ ORDER BY scheduled_for
 type ActiveRunsRow struct {
 	JobID  uuid.UUID
 	ID     uuid.UUID
-	Status string
+	Status lifecycle.RunStatus
 }
 
 func (q *Queries) ActiveRuns(ctx context.Context, jobIds []uuid.UUID) ([]ActiveRunsRow, error) {
@@ -349,8 +350,8 @@ type GetRunRow struct {
 	JobVersion   int64
 	Shard        int32
 	ScheduledFor time.Time
-	Trigger      string
-	Status       string
+	Trigger      lifecycle.Trigger
+	Status       lifecycle.RunStatus
 	Reason       string
 	CreatedAt    time.Time
 	StartedAt    *time.Time
@@ -710,8 +711,8 @@ type ListRunsRow struct {
 	JobVersion   int64
 	Shard        int32
 	ScheduledFor time.Time
-	Trigger      string
-	Status       string
+	Trigger      lifecycle.Trigger
+	Status       lifecycle.RunStatus
 	Reason       string
 	CreatedAt    time.Time
 	StartedAt    *time.Time

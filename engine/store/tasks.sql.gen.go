@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 const completeSoleTasks = `-- name: CompleteSoleTasks :many
@@ -441,7 +442,7 @@ type OwnRunningAttemptRow struct {
 	JobID        uuid.UUID
 	JobVersion   int64
 	ScheduledFor time.Time
-	Trigger      string
+	Trigger      lifecycle.Trigger
 	Namespace    string
 	Name         string
 	StartedAt    time.Time
@@ -648,7 +649,7 @@ type StartAttemptsRow struct {
 	JobID        uuid.UUID
 	JobVersion   int64
 	ScheduledFor time.Time
-	Trigger      string
+	Trigger      lifecycle.Trigger
 	Namespace    string
 	Name         string
 	StartedAt    time.Time

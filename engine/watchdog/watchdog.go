@@ -80,6 +80,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/shard"
 )
 
@@ -375,6 +376,11 @@ func (w *Watchdog) checkRuns(ctx context.Context, p *pass, runs []store.OpenWatc
 
 // finishes turns a batch of run finish events into failure and
 // dead_letter alerts and callbacks, and deletes them.
+// callbackEvent is the callback event (spec callbacks' on) of each run end.
+var callbackEvent = map[lifecycle.RunStatus]string{
+	lifecycle.RunSucceeded: dag.OnSucceeded, lifecycle.RunFailed: dag.OnFailed, lifecycle.RunDeadLettered: dag.OnFailed, lifecycle.RunCancelled: dag.OnCancelled,
+}
+
 func (w *Watchdog) finishes(ctx context.Context, p *pass, held []int32) (int, error) {
 	rows, err := p.q.TakeRunFinishes(ctx, store.TakeRunFinishesParams{Shards: held, Batch: int32(w.cfg.Batch)})
 	if err != nil || len(rows) == 0 {
@@ -398,10 +404,10 @@ func (w *Watchdog) finishes(ctx context.Context, p *pass, held []int32) (int, er
 			// A dead-lettered run failed too: failure resolves when a later
 			// run succeeds, dead_letter when its dead letters are replayed.
 			var raise []string
-			switch r.Status {
-			case "failed":
+			switch lifecycle.RunStatus(r.Status) {
+			case lifecycle.RunFailed:
 				raise = []string{dag.AlertFailure}
-			case "dead_lettered":
+			case lifecycle.RunDeadLettered:
 				raise = []string{dag.AlertFailure, dag.AlertDeadLetter}
 			}
 			for _, kind := range raise {
@@ -416,7 +422,7 @@ func (w *Watchdog) finishes(ctx context.Context, p *pass, held []int32) (int, er
 					RunID: &r.RunID, ScheduledFor: &r.ScheduledFor, Message: msg})
 			}
 		}
-		on := map[string]string{"succeeded": dag.OnSucceeded, "failed": dag.OnFailed, "dead_lettered": dag.OnFailed, "cancelled": dag.OnCancelled}[r.Status]
+		on := callbackEvent[lifecycle.RunStatus(r.Status)]
 		for _, c := range j.spec.Callbacks {
 			if !slices.Contains(c.On, on) {
 				continue

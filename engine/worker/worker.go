@@ -49,6 +49,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/run"
 	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/engine/tracing"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // Config configures a worker process.
@@ -803,7 +804,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	w.begun[c.TaskID] = kept[int64]{v: c.FencingToken, at: w.checks}
 	w.running[c.TaskID] = &leased{token: c.FencingToken, cancel: cancel}
 	w.mu.Unlock()
-	if c.Attempt == 1 && att.Shape.Root && (c.Trigger == "schedule" || c.Trigger == "backfill") {
+	if c.Attempt == 1 && att.Shape.Root && lifecycle.Trigger(c.Trigger).Scheduled() {
 		w.cfg.Metrics.ScheduleLag(att.StartedAt.Sub(c.ScheduledFor)) // both on the database's clock
 	}
 	defer func() {
@@ -855,14 +856,14 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		log.Warn("stale report rejected: the task's fencing token moved on", "token", c.FencingToken)
 		return nil
 	}
-	outcome, exit := "succeeded", res.ExitReason
+	outcome, exit := lifecycle.AttemptSucceeded, res.ExitReason
 	if !res.OK {
-		outcome = "failed"
+		outcome = lifecycle.AttemptFailed
 	}
 	if exit == "" {
 		exit = "none"
 	}
-	w.cfg.Metrics.Attempt(outcome, exit)
+	w.cfg.Metrics.Attempt(string(outcome), exit)
 	return nil
 }
 
