@@ -294,6 +294,22 @@ func TestRandomDAGsSettleAsPredicted(t *testing.T) {
 			t.Errorf("run %s: %d tasks still waiting after the run finished", p.id, n)
 		}
 	}
+	if t.Failed() {
+		return
+	}
+
+	// The cause fixed, a replay of every dead letter finishes every run:
+	// whatever failed upstream runs now, once its parents succeeded.
+	h.healed.Store(true)
+	if _, err := h.runs.ReplayDeadLetters(context.Background(), job.Anonymous, nil, job.Ref{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range all {
+		if st := h.waitRun(p.id, 90*time.Second); st != "succeeded" {
+			t.Errorf("run %s after replay: %s, tasks %v", p.id, st, h.statuses(p.id))
+		}
+		h.checkOrderAfterReplay(p.id)
+	}
 }
 
 // predict evaluates a DAG's final task statuses: a step runs when all its
@@ -319,4 +335,96 @@ func predict(steps []stepDef) map[string]string {
 		}
 	}
 	return out
+}
+
+// A replay counts the parents of the tasks below it afresh: an all_done
+// child that counted the failed parent as done waits for its new attempt,
+// and an all_success child revived from upstream_failed does not wait for
+// a parent that succeeded while it was failed.
+func TestReplayCountsParentsAfresh(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 8)
+	enginetest.StartNode(t, h.pool)
+	ctx := context.Background()
+
+	// b succeeds while c is upstream_failed: c must not wait for it.
+	quick := h.start("quick", []stepDef{{name: "a", fail: true}, {name: "b"}, {name: "c", needs: []string{"a", "b"}}})
+	if st := h.waitRun(quick, 30*time.Second); st != "dead_lettered" {
+		t.Fatalf("run %s: %v", st, h.statuses(quick))
+	}
+
+	// b still runs when a is replayed: d (all_done) counted a as done and
+	// must wait for a's new attempt and for b.
+	slow := h.start("slow", []stepDef{{name: "a", fail: true}, {name: "b", block: true},
+		{name: "c", needs: []string{"a", "b"}}, {name: "d", needs: []string{"a", "b"}, allDone: true}})
+	enginetest.WaitFor(t, 30*time.Second, "a dead-lettered, c failed upstream", func() bool {
+		s := h.statuses(slow)
+		return s["a"] == "dead_lettered" && s["c"] == "upstream_failed" && s["b"] == "running"
+	})
+
+	h.healed.Store(true)
+	replayed, err := h.runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{}, 0)
+	if err != nil || len(replayed) != 2 {
+		t.Fatalf("replay %v %v", replayed, err)
+	}
+	if st := h.waitRun(quick, 30*time.Second); st != "succeeded" {
+		t.Fatalf("quick after replay: run %s, tasks %v", st, h.statuses(quick))
+	}
+	enginetest.WaitFor(t, 30*time.Second, "a succeeds on replay", func() bool { return h.statuses(slow)["a"] == "succeeded" })
+	if s := h.statuses(slow); s["d"] != "waiting" || s["c"] != "waiting" {
+		t.Fatalf("with b still running, c and d must wait: %v", s)
+	}
+	close(h.unblock)
+	if st := h.waitRun(slow, 30*time.Second); st != "succeeded" {
+		t.Fatalf("slow after replay: run %s, tasks %v", st, h.statuses(slow))
+	}
+	h.checkOrderAfterReplay(slow)
+}
+
+// The dead letters of a cancelled run are history: not listed, not
+// replayed, and the run stays cancelled with no task open.
+func TestReplayLeavesCancelledRuns(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 8)
+	enginetest.StartNode(t, h.pool)
+	ctx := context.Background()
+	id := h.start("gone", []stepDef{{name: "a", fail: true}, {name: "b", block: true}})
+	enginetest.WaitFor(t, 30*time.Second, "a dead-lettered, b running", func() bool {
+		s := h.statuses(id)
+		return s["a"] == "dead_lettered" && s["b"] == "running"
+	})
+	if _, err := h.runs.CancelRun(ctx, job.Anonymous, id, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.waitRun(id, 10*time.Second); st != "cancelled" {
+		t.Fatalf("run %s", st)
+	}
+	listed, _, err := h.runs.ListDeadLetters(ctx, job.Anonymous, job.Ref{}, 0, "")
+	if err != nil || len(listed) != 0 {
+		t.Fatalf("dead letters of a cancelled run listed: %d %v", len(listed), err)
+	}
+	var task uuid.UUID
+	_ = h.pool.QueryRow(ctx, "SELECT id FROM tasks WHERE run_id = $1 AND step = 'a'", id).Scan(&task)
+	h.healed.Store(true)
+	replayed, err := h.runs.ReplayDeadLetters(ctx, job.Anonymous, []uuid.UUID{task}, job.Ref{}, 0)
+	if err != nil || len(replayed) != 0 {
+		t.Fatalf("replay of a cancelled run's task: %v %v", replayed, err)
+	}
+	if s := h.statuses(id); s["a"] != "dead_lettered" || s["b"] != "cancelled" {
+		t.Fatalf("tasks %v", s)
+	}
+}
+
+// checkOrderAfterReplay verifies invariant 4 on a run that was replayed:
+// an all_success task started after each parent's last end (an all_done
+// task may have run before a replayed parent ran again).
+func (h *harness) checkOrderAfterReplay(id uuid.UUID) {
+	h.t.Helper()
+	bad := enginetest.Int(h.t, h.pool, `SELECT count(*) FROM tasks c
+		JOIN task_edges e ON e.child_id = c.id JOIN tasks p ON p.id = e.parent_id
+		WHERE c.run_id = $1 AND c.trigger_rule = 'all_success' AND c.started_at IS NOT NULL
+		  AND (p.status <> 'succeeded' OR c.started_at < p.finished_at)`, id)
+	if bad != 0 {
+		h.t.Fatalf("%d tasks started before their parents succeeded", bad)
+	}
 }

@@ -414,7 +414,7 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispa
 		var next []uuid.UUID
 		for _, e := range edges {
 			switch {
-			case dag.TriggerRule(e.rule) == dag.TriggerAllDone:
+			case e.rule == dag.TriggerAllDone:
 				done = append(done, e.child) // once per failed parent
 			case !seen[e.child]:
 				seen[e.child] = true
@@ -484,7 +484,7 @@ const shallowLevels = 2
 // edge is a waiting child of a task, with the child's trigger rule.
 type edge struct {
 	child uuid.UUID
-	rule  string
+	rule  dag.TriggerRule
 }
 
 // finishRun finishes the run when none of its tasks is left to run, and

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
@@ -247,7 +248,7 @@ type Task struct {
 	FencingToken     int64
 	LeaseOwner       *string
 	LeaseExpiresAt   *time.Time
-	TriggerRule      string
+	TriggerRule      dag.TriggerRule
 	LastError        string
 	CreatedAt        time.Time
 	ReleasedAt       *time.Time

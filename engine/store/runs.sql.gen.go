@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
@@ -154,10 +155,53 @@ func (q *Queries) CloseRunningAttempts(ctx context.Context, arg CloseRunningAtte
 	return err
 }
 
+const deadLetterRuns = `-- name: DeadLetterRuns :many
+SELECT t.run_id, array_agg(t.id ORDER BY t.id)::uuid[] AS task_ids,
+       (SELECT count(*) FROM tasks AS a WHERE a.run_id = t.run_id)::bigint AS tasks
+FROM tasks AS t
+JOIN runs AS r ON r.id = t.run_id
+WHERE t.tenant_id = $1 AND t.status = 'dead_lettered' AND t.id = ANY($2::uuid[]) AND r.status <> 'cancelled'
+GROUP BY t.run_id
+ORDER BY t.run_id
+`
+
+type DeadLetterRunsParams struct {
+	TenantID uuid.UUID
+	Ids      []uuid.UUID
+}
+
+type DeadLetterRunsRow struct {
+	RunID   uuid.UUID
+	TaskIds []uuid.UUID
+	Tasks   int64
+}
+
+// DeadLetterRuns groups the dead letters asked for by run, with the
+// number of tasks of each run (what reading its graph costs).
+func (q *Queries) DeadLetterRuns(ctx context.Context, arg DeadLetterRunsParams) ([]DeadLetterRunsRow, error) {
+	rows, err := q.db.Query(ctx, deadLetterRuns, arg.TenantID, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DeadLetterRunsRow{}
+	for rows.Next() {
+		var i DeadLetterRunsRow
+		if err := rows.Scan(&i.RunID, &i.TaskIds, &i.Tasks); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const deadLettersByNamespace = `-- name: DeadLettersByNamespace :many
 SELECT j.namespace, count(*)::bigint AS dead
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
-WHERE t.status = 'dead_lettered'
+WHERE t.status = 'dead_lettered' AND r.status <> 'cancelled'
 GROUP BY j.namespace
 `
 
@@ -166,8 +210,9 @@ type DeadLettersByNamespaceRow struct {
 	Dead      int64
 }
 
-// DeadLettersByNamespace counts dead-lettered tasks per namespace name,
-// across tenants (the metrics' gauge), through the tasks_dead index.
+// DeadLettersByNamespace counts dead letters (as ListDeadLetters sees
+// them) per namespace name, across tenants (the metrics' gauge), through
+// the tasks_dead index.
 func (q *Queries) DeadLettersByNamespace(ctx context.Context) ([]DeadLettersByNamespaceRow, error) {
 	rows, err := q.db.Query(ctx, deadLettersByNamespace)
 	if err != nil {
@@ -597,7 +642,7 @@ const listDeadLetters = `-- name: ListDeadLetters :many
 SELECT t.id, t.run_id, t.step, t.attempt, t.queue, t.last_error, t.finished_at, r.job_id, r.scheduled_for,
        j.namespace, j.name AS job_name
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
-WHERE t.tenant_id = $1 AND t.status = 'dead_lettered'
+WHERE t.tenant_id = $1 AND t.status = 'dead_lettered' AND r.status <> 'cancelled'
   AND ($2::uuid IS NULL OR r.job_id = $2::uuid)
   AND (NOT $3::bool OR j.namespace = ANY($4::text[])
        OR j.namespace || '/' || j.name = ANY($5::text[]))
@@ -632,7 +677,9 @@ type ListDeadLettersRow struct {
 }
 
 // ListDeadLetters pages through dead-lettered tasks, newest first; a
-// scoped caller sees those of what it was granted, as in ListJobs.
+// scoped caller sees those of what it was granted, as in ListJobs. The
+// dead-lettered tasks of a cancelled run are not dead letters: the run
+// ended, nothing replays them.
 func (q *Queries) ListDeadLetters(ctx context.Context, arg ListDeadLettersParams) ([]ListDeadLettersRow, error) {
 	rows, err := q.db.Query(ctx, listDeadLetters,
 		arg.TenantID,
@@ -800,6 +847,37 @@ func (q *Queries) LockRunOfTask(ctx context.Context, taskID uuid.UUID) (uuid.UUI
 	return id, err
 }
 
+const lockRunsForReplay = `-- name: LockRunsForReplay :many
+SELECT id, status FROM runs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+`
+
+type LockRunsForReplayRow struct {
+	ID     uuid.UUID
+	Status lifecycle.RunStatus
+}
+
+// LockRunsForReplay locks runs in key order (before their tasks, as
+// finishing a task does) and returns their statuses.
+func (q *Queries) LockRunsForReplay(ctx context.Context, ids []uuid.UUID) ([]LockRunsForReplayRow, error) {
+	rows, err := q.db.Query(ctx, lockRunsForReplay, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockRunsForReplayRow{}
+	for rows.Next() {
+		var i LockRunsForReplayRow
+		if err := rows.Scan(&i.ID, &i.Status); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const reopenRuns = `-- name: ReopenRuns :exec
 UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
 WHERE id = ANY($1::uuid[]) AND status IN ('failed', 'dead_lettered')
@@ -856,22 +934,6 @@ func (q *Queries) ReplayTasks(ctx context.Context, arg ReplayTasksParams) ([]Rep
 		return nil, err
 	}
 	return items, nil
-}
-
-const reviveDescendants = `-- name: ReviveDescendants :exec
-WITH RECURSIVE d (id) AS (
-    SELECT te.child_id FROM task_edges AS te WHERE te.parent_id = ANY($1::uuid[])
-    UNION
-    SELECT e.child_id FROM task_edges AS e JOIN d ON e.parent_id = d.id
-)
-UPDATE tasks SET status = 'waiting', finished_at = NULL
-WHERE id IN (SELECT id FROM d) AND status = 'upstream_failed'
-`
-
-// ReviveDescendants undoes upstream_failed below a replayed task.
-func (q *Queries) ReviveDescendants(ctx context.Context, replayed []uuid.UUID) error {
-	_, err := q.db.Exec(ctx, reviveDescendants, replayed)
-	return err
 }
 
 const runAttempts = `-- name: RunAttempts :many
@@ -933,6 +995,59 @@ func (q *Queries) RunEdges(ctx context.Context, runID uuid.UUID) ([]TaskEdge, er
 	for rows.Next() {
 		var i TaskEdge
 		if err := rows.Scan(&i.ParentID, &i.ChildID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const runGraphs = `-- name: RunGraphs :many
+SELECT t.id, t.run_id, t.tenant_id, t.status, t.trigger_rule, t.parents_remaining, t.queue, t.priority, t.attempt,
+       COALESCE((SELECT array_agg(e.parent_id ORDER BY e.parent_id) FROM task_edges AS e WHERE e.child_id = t.id), '{}')::uuid[] AS parents
+FROM tasks AS t
+WHERE t.run_id = ANY($1::uuid[])
+ORDER BY t.run_id, t.created_at, t.id
+`
+
+type RunGraphsRow struct {
+	ID               uuid.UUID
+	RunID            uuid.UUID
+	TenantID         uuid.UUID
+	Status           lifecycle.TaskStatus
+	TriggerRule      dag.TriggerRule
+	ParentsRemaining int32
+	Queue            string
+	Priority         int32
+	Attempt          int32
+	Parents          []uuid.UUID
+}
+
+// RunGraphs reads the tasks of runs with their parents.
+func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraphsRow, error) {
+	rows, err := q.db.Query(ctx, runGraphs, runIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RunGraphsRow{}
+	for rows.Next() {
+		var i RunGraphsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunID,
+			&i.TenantID,
+			&i.Status,
+			&i.TriggerRule,
+			&i.ParentsRemaining,
+			&i.Queue,
+			&i.Priority,
+			&i.Attempt,
+			&i.Parents,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1044,4 +1159,22 @@ func (q *Queries) ShardHeads(ctx context.Context, shards []int32) ([]ShardHeadsR
 		return nil, err
 	}
 	return items, nil
+}
+
+const waitAgain = `-- name: WaitAgain :exec
+UPDATE tasks SET status = 'waiting', finished_at = NULL, parents_remaining = u.remaining
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS remaining) AS u
+WHERE tasks.id = u.id AND tasks.status IN ('waiting', 'upstream_failed')
+`
+
+type WaitAgainParams struct {
+	Ids       []uuid.UUID
+	Remaining []int32
+}
+
+// WaitAgain makes tasks below a replayed one wait for their parents again,
+// with the count lifecycle.Replay derived.
+func (q *Queries) WaitAgain(ctx context.Context, arg WaitAgainParams) error {
+	_, err := q.db.Exec(ctx, waitAgain, arg.Ids, arg.Remaining)
+	return err
 }

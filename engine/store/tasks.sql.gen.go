@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
@@ -200,7 +201,7 @@ type DecrementChildrenRow struct {
 	ParentsRemaining int32
 	Queue            string
 	Priority         int32
-	TriggerRule      string
+	TriggerRule      dag.TriggerRule
 }
 
 // DecrementChildren counts one more parent done for each child of a task
@@ -740,7 +741,7 @@ WHERE e.parent_id = ANY($1::uuid[]) AND t.status = 'waiting'
 type WaitingChildrenRow struct {
 	ParentID    uuid.UUID
 	ChildID     uuid.UUID
-	TriggerRule string
+	TriggerRule dag.TriggerRule
 }
 
 // WaitingChildren lists the waiting children of tasks, with their trigger rule.
@@ -773,7 +774,7 @@ WHERE t.run_id = $1 AND t.status = 'waiting'
 type WaitingEdgesOfRunRow struct {
 	ParentID    uuid.UUID
 	ChildID     uuid.UUID
-	TriggerRule string
+	TriggerRule dag.TriggerRule
 }
 
 // WaitingEdgesOfRun lists the edges of a run whose child waits, with the

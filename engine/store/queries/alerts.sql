@@ -111,6 +111,8 @@ WITH w AS (
              AND EXISTS (SELECT 1 FROM runs AS r WHERE r.id = a.run_id AND r.finished_at IS NOT NULL) THEN 'the run finished'
         WHEN a.kind = 'failure' AND l.succeeded >= a.scheduled_for THEN 'a run succeeded'
         WHEN a.kind = 'dead_letter'
+             AND EXISTS (SELECT 1 FROM runs AS r WHERE r.id = a.run_id AND r.status = 'cancelled') THEN 'the run was cancelled'
+        WHEN a.kind = 'dead_letter'
              AND NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = a.run_id AND t.status = 'dead_lettered') THEN 'its dead letters were replayed'
         ELSE '' END AS why
     FROM w AS a JOIN jobs AS j ON j.id = a.job_id LEFT JOIN latest AS l ON l.job_id = a.job_id

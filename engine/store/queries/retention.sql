@@ -22,10 +22,12 @@ CROSS JOIN LATERAL (
       AND r.finished_at < now() - INTERVAL '1 second' * @min_seconds::float8
       AND r.finished_at < now() - INTERVAL '1 second' * GREATEST(COALESCE(t.run_retention_seconds, @default_seconds::bigint), @floor_seconds::bigint)::float8
       AND r.status <> 'dead_lettered'
-      -- A dead letter waits for a replay; a replayed task of a cancelled run
-      -- is open though the run stays finished.
+      -- A dead letter waits for a replay, unless its run was cancelled
+      -- (then nothing replays it). A task of a cancelled run replayed
+      -- before replays refused them is open though the run is finished.
       AND NOT EXISTS (SELECT 1 FROM tasks AS d WHERE d.run_id = r.id
-                      AND d.status IN ('dead_lettered', 'waiting', 'queued', 'running', 'retrying'))
+                      AND (d.status IN ('waiting', 'queued', 'running', 'retrying')
+                           OR (d.status = 'dead_lettered' AND r.status <> 'cancelled')))
     ORDER BY r.finished_at
     LIMIT @batch
     FOR UPDATE OF r SKIP LOCKED

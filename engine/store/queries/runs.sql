@@ -182,12 +182,14 @@ INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id,
 VALUES (@id, @tenant_id, now(), @actor, @action, @target_kind, @target_id, @target_name, @before, @after);
 
 -- ListDeadLetters pages through dead-lettered tasks, newest first; a
--- scoped caller sees those of what it was granted, as in ListJobs.
+-- scoped caller sees those of what it was granted, as in ListJobs. The
+-- dead-lettered tasks of a cancelled run are not dead letters: the run
+-- ended, nothing replays them.
 -- name: ListDeadLetters :many
 SELECT t.id, t.run_id, t.step, t.attempt, t.queue, t.last_error, t.finished_at, r.job_id, r.scheduled_for,
        j.namespace, j.name AS job_name
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
-WHERE t.tenant_id = @tenant_id AND t.status = 'dead_lettered'
+WHERE t.tenant_id = @tenant_id AND t.status = 'dead_lettered' AND r.status <> 'cancelled'
   AND (sqlc.narg(job_id)::uuid IS NULL OR r.job_id = sqlc.narg(job_id)::uuid)
   AND (NOT @scoped::bool OR j.namespace = ANY(@scope_namespaces::text[])
        OR j.namespace || '/' || j.name = ANY(@scope_jobs::text[]))
@@ -195,21 +197,42 @@ WHERE t.tenant_id = @tenant_id AND t.status = 'dead_lettered'
 ORDER BY t.finished_at DESC, t.id DESC
 LIMIT @page_size;
 
+-- DeadLetterRuns groups the dead letters asked for by run, with the
+-- number of tasks of each run (what reading its graph costs).
+-- name: DeadLetterRuns :many
+SELECT t.run_id, array_agg(t.id ORDER BY t.id)::uuid[] AS task_ids,
+       (SELECT count(*) FROM tasks AS a WHERE a.run_id = t.run_id)::bigint AS tasks
+FROM tasks AS t
+JOIN runs AS r ON r.id = t.run_id
+WHERE t.tenant_id = @tenant_id AND t.status = 'dead_lettered' AND t.id = ANY(@ids::uuid[]) AND r.status <> 'cancelled'
+GROUP BY t.run_id
+ORDER BY t.run_id;
+
+-- LockRunsForReplay locks runs in key order (before their tasks, as
+-- finishing a task does) and returns their statuses.
+-- name: LockRunsForReplay :many
+SELECT id, status FROM runs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
+
+-- RunGraphs reads the tasks of runs with their parents.
+-- name: RunGraphs :many
+SELECT t.id, t.run_id, t.tenant_id, t.status, t.trigger_rule, t.parents_remaining, t.queue, t.priority, t.attempt,
+       COALESCE((SELECT array_agg(e.parent_id ORDER BY e.parent_id) FROM task_edges AS e WHERE e.child_id = t.id), '{}')::uuid[] AS parents
+FROM tasks AS t
+WHERE t.run_id = ANY(@run_ids::uuid[])
+ORDER BY t.run_id, t.created_at, t.id;
+
 -- ReplayTasks puts dead-lettered tasks back in line for one more attempt.
 -- name: ReplayTasks :many
 UPDATE tasks SET status = 'queued', finished_at = NULL, last_error = '', ready_at = now(), admitted_at = NULL
 WHERE tenant_id = @tenant_id AND status = 'dead_lettered' AND id = ANY(@ids::uuid[])
 RETURNING id, tenant_id, run_id, attempt, queue, priority;
 
--- ReviveDescendants undoes upstream_failed below a replayed task.
--- name: ReviveDescendants :exec
-WITH RECURSIVE d (id) AS (
-    SELECT te.child_id FROM task_edges AS te WHERE te.parent_id = ANY(@replayed::uuid[])
-    UNION
-    SELECT e.child_id FROM task_edges AS e JOIN d ON e.parent_id = d.id
-)
-UPDATE tasks SET status = 'waiting', finished_at = NULL
-WHERE id IN (SELECT id FROM d) AND status = 'upstream_failed';
+-- WaitAgain makes tasks below a replayed one wait for their parents again,
+-- with the count lifecycle.Replay derived.
+-- name: WaitAgain :exec
+UPDATE tasks SET status = 'waiting', finished_at = NULL, parents_remaining = u.remaining
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@remaining::int[]) AS remaining) AS u
+WHERE tasks.id = u.id AND tasks.status IN ('waiting', 'upstream_failed');
 
 -- name: ReopenRuns :exec
 UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
@@ -242,10 +265,11 @@ SELECT e.parent_id, e.child_id
 FROM tasks AS t JOIN task_edges AS e ON e.parent_id = t.id
 WHERE t.run_id = @run_id;
 
--- DeadLettersByNamespace counts dead-lettered tasks per namespace name,
--- across tenants (the metrics' gauge), through the tasks_dead index.
+-- DeadLettersByNamespace counts dead letters (as ListDeadLetters sees
+-- them) per namespace name, across tenants (the metrics' gauge), through
+-- the tasks_dead index.
 -- name: DeadLettersByNamespace :many
 SELECT j.namespace, count(*)::bigint AS dead
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
-WHERE t.status = 'dead_lettered'
+WHERE t.status = 'dead_lettered' AND r.status <> 'cancelled'
 GROUP BY j.namespace;

@@ -1,0 +1,145 @@
+package lifecycle
+
+import (
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag"
+)
+
+// AcceptsReplay is whether a dead letter of a run in s may be replayed: not
+// once the run is cancelled (its dead letters are history then), and not
+// before it could hold one.
+func (s RunStatus) AcceptsReplay() bool {
+	return s == RunRunning || s == RunFailed || s == RunDeadLettered
+}
+
+// GraphTask is one task of a run as a replay sees it.
+type GraphTask struct {
+	ID               uuid.UUID
+	Status           TaskStatus
+	Rule             dag.TriggerRule
+	ParentsRemaining int
+	Parents          []uuid.UUID
+}
+
+// ReplayPlan is what replaying dead letters of one run does to its tasks.
+type ReplayPlan struct {
+	// Queue are the dead letters that go back in line (dead_lettered to
+	// queued), in the order asked.
+	Queue []uuid.UUID
+	// Wait are the tasks that wait (again) for their parents, with the
+	// number of parents they wait for: descendants revived from
+	// upstream_failed, and waiting descendants whose count the replay
+	// changed (an all_done child counted the failed parent as done; it
+	// must wait for its new attempt).
+	Wait map[uuid.UUID]int
+	// Release are revived tasks with nothing left to wait for.
+	Release []uuid.UUID
+	// ReopenRun: the run was finished and opens again.
+	ReopenRun bool
+}
+
+// Replay decides what replaying the dead letters replay (ids of tasks of
+// one run; those that are not dead-lettered are left out) does to the run.
+// The statuses of the replayed tasks' descendants are derived afresh, in
+// the order of the graph, as if the replayed tasks had never failed: an
+// all_success task waits when none of its parents ended other than
+// succeeded, for the parents that did not succeed yet; an all_done task
+// waits for its parents that are not ended. Nothing else changes: tasks
+// that ran keep their end, and a task that still has another failed
+// ancestor stays upstream_failed.
+func Replay(run RunStatus, tasks []GraphTask, replay []uuid.UUID) ReplayPlan {
+	var p ReplayPlan
+	if !run.AcceptsReplay() {
+		return p
+	}
+	byID := make(map[uuid.UUID]*GraphTask, len(tasks))
+	children := make(map[uuid.UUID][]uuid.UUID, len(tasks))
+	for i := range tasks {
+		t := &tasks[i]
+		byID[t.ID] = t
+		for _, parent := range t.Parents {
+			children[parent] = append(children[parent], t.ID)
+		}
+	}
+	status := make(map[uuid.UUID]TaskStatus, len(tasks))
+	for _, t := range tasks {
+		status[t.ID] = t.Status
+	}
+	for _, id := range replay {
+		if t := byID[id]; t != nil && status[id] == TaskDeadLettered {
+			status[id] = TaskQueued
+			p.Queue = append(p.Queue, id)
+		}
+	}
+	if len(p.Queue) == 0 {
+		return p
+	}
+	p.ReopenRun = run != RunRunning
+
+	// The replayed tasks' descendants, in an order where every task comes
+	// after its parents (Kahn's algorithm over the descendants only).
+	below := map[uuid.UUID]bool{}
+	stack := append([]uuid.UUID(nil), p.Queue...)
+	for len(stack) > 0 {
+		id := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, c := range children[id] {
+			if !below[c] {
+				below[c] = true
+				stack = append(stack, c)
+			}
+		}
+	}
+	indegree := make(map[uuid.UUID]int, len(below))
+	for id := range below {
+		for _, parent := range byID[id].Parents {
+			if below[parent] {
+				indegree[id]++
+			}
+		}
+	}
+	var ready []uuid.UUID
+	for _, t := range tasks { // in the run's order, for a stable plan
+		if below[t.ID] && indegree[t.ID] == 0 {
+			ready = append(ready, t.ID)
+		}
+	}
+	p.Wait = map[uuid.UUID]int{}
+	for len(ready) > 0 {
+		id := ready[0]
+		ready = ready[1:]
+		for _, c := range children[id] {
+			if indegree[c]--; indegree[c] == 0 {
+				ready = append(ready, c)
+			}
+		}
+		t := byID[id]
+		if st := status[id]; st != TaskWaiting && st != TaskUpstreamFailed {
+			continue // it ran, or runs: its end stands
+		}
+		failed, remaining := false, 0
+		for _, parent := range t.Parents {
+			switch st := status[parent]; {
+			case st.Open():
+				remaining++
+			case st == TaskSucceeded:
+			case t.Rule != dag.TriggerAllDone:
+				failed = true
+			}
+		}
+		if failed {
+			status[id] = TaskUpstreamFailed
+			continue
+		}
+		status[id] = TaskWaiting
+		switch {
+		case remaining == 0:
+			status[id] = TaskQueued
+			p.Release = append(p.Release, id)
+		case t.Status != TaskWaiting || t.ParentsRemaining != remaining:
+			p.Wait[id] = remaining
+		}
+	}
+	return p
+}

@@ -1,0 +1,116 @@
+package lifecycle
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag"
+)
+
+// graph builds a run from lines "name status [rule] [remaining] <- parents".
+func graph(lines ...string) ([]GraphTask, map[string]uuid.UUID) {
+	ids := map[string]uuid.UUID{}
+	var tasks []GraphTask
+	for i, l := range lines {
+		head, parents, _ := strings.Cut(l, "<-")
+		f := strings.Fields(head)
+		id := uuid.UUID{byte(i + 1)}
+		ids[f[0]] = id
+		t := GraphTask{ID: id, Status: TaskStatus(f[1]), Rule: dag.TriggerAllSuccess}
+		for _, x := range f[2:] {
+			if x == "all_done" {
+				t.Rule = dag.TriggerAllDone
+			} else {
+				fmt.Sscan(x, &t.ParentsRemaining)
+			}
+		}
+		for _, p := range strings.Fields(parents) {
+			t.Parents = append(t.Parents, ids[p])
+		}
+		tasks = append(tasks, t)
+	}
+	return tasks, ids
+}
+
+func TestReplay(t *testing.T) {
+	tests := []struct {
+		name   string
+		run    RunStatus
+		tasks  []string
+		replay []string
+		want   string // queue, wait (name=remaining), release, reopen
+	}{
+		{"a chain revives below the dead letter", RunDeadLettered,
+			[]string{"a succeeded", "b dead_lettered <- a", "c upstream_failed 1 <- b", "d upstream_failed 1 <- c"},
+			[]string{"b"}, "queue b; wait c=1 d=1; release -; reopen"},
+		{"a parent that succeeded while the child was upstream_failed is not waited for", RunDeadLettered,
+			// c needs a and b; a failed first, b succeeded afterwards (never counted)
+			[]string{"a dead_lettered", "b succeeded", "c upstream_failed 2 <- a b"},
+			[]string{"a"}, "queue a; wait c=1; release -; reopen"},
+		{"an all_done child counted the failed parent; it waits for the new attempt", RunRunning,
+			[]string{"a dead_lettered", "b running", "c waiting all_done 1 <- a b"},
+			[]string{"a"}, "queue a; wait c=2; release -; running"},
+		{"an all_done child that ran keeps its end", RunDeadLettered,
+			[]string{"a dead_lettered", "c succeeded all_done <- a", "d upstream_failed 1 <- a"},
+			[]string{"a"}, "queue a; wait d=1; release -; reopen"},
+		{"another failed parent keeps the child upstream_failed", RunDeadLettered,
+			[]string{"a dead_lettered", "b dead_lettered", "c upstream_failed 2 <- a b", "d upstream_failed 1 <- c"},
+			[]string{"a"}, "queue a; wait -; release -; reopen"},
+		{"both failed parents replayed", RunDeadLettered,
+			[]string{"a dead_lettered", "b dead_lettered", "c upstream_failed 2 <- a b", "d upstream_failed 1 <- c"},
+			[]string{"a", "b"}, "queue a b; wait c=2 d=1; release -; reopen"},
+		{"a diamond below the replayed task", RunDeadLettered,
+			[]string{"a dead_lettered", "b upstream_failed <- a", "c upstream_failed <- a", "d upstream_failed <- b c"},
+			[]string{"a"}, "queue a; wait b=1 c=1 d=2; release -; reopen"},
+		{"a cancelled run replays nothing", RunCancelled,
+			[]string{"a dead_lettered", "b cancelled <- a"},
+			[]string{"a"}, "queue -; wait -; release -; running"},
+		{"only dead letters are replayed", RunDeadLettered,
+			[]string{"a succeeded", "b dead_lettered <- a"},
+			[]string{"a", "b"}, "queue b; wait -; release -; reopen"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tasks, ids := graph(tt.tasks...)
+			names := map[uuid.UUID]string{}
+			for n, id := range ids {
+				names[id] = n
+			}
+			var replay []uuid.UUID
+			for _, n := range tt.replay {
+				replay = append(replay, ids[n])
+			}
+			p := Replay(tt.run, tasks, replay)
+			list := func(xs []uuid.UUID) string {
+				var out []string
+				for _, x := range xs {
+					out = append(out, names[x])
+				}
+				if len(out) == 0 {
+					return "-"
+				}
+				return strings.Join(out, " ")
+			}
+			var wait []string
+			for id, n := range p.Wait {
+				wait = append(wait, fmt.Sprintf("%s=%d", names[id], n))
+			}
+			slices.Sort(wait)
+			if len(wait) == 0 {
+				wait = []string{"-"}
+			}
+			reopen := "running"
+			if p.ReopenRun {
+				reopen = "reopen"
+			}
+			got := fmt.Sprintf("queue %s; wait %s; release %s; %s", list(p.Queue), strings.Join(wait, " "), list(p.Release), reopen)
+			if got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
