@@ -377,7 +377,7 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		}
 		ready := make([]Ready, len(rows))
 		for i, r := range rows {
-			ready[i] = Ready{TaskID: r.ID, Tenant: r.TenantID, Queue: queue, Priority: int(r.Priority), Attempt: int(r.Attempt) + 1}
+			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt)
 			waited = append(waited, r.WaitedSeconds)
 		}
 		if d.outbox {

@@ -73,6 +73,12 @@ type Ready struct {
 	Admitted bool
 }
 
+// NextAttempt is the release of a task that has made `made` attempts: it
+// starts attempt made+1. Every release of a task is built here.
+func NextAttempt(task, tenant uuid.UUID, queue string, priority, made int32) Ready {
+	return Ready{TaskID: task, Tenant: tenant, Queue: queue, Priority: int(priority), Attempt: int(made) + 1}
+}
+
 // QueueDBs says which PostgreSQL database holds each queue's River
 // tables: ByQueue's for the queues it names, Default's for the others.
 type QueueDBs struct {
@@ -426,10 +432,12 @@ func (d *Dispatcher) relayOnce(ctx context.Context, state, p *pgxpool.Pool) (int
 				continue
 			}
 			seen[k] = true
-			ready = append(ready, Ready{TaskID: r.TaskID, Tenant: r.TenantID, Queue: r.Queue, Priority: int(r.Priority), Attempt: int(r.Attempt), Redelivers: r.Redelivers})
+			rd := NextAttempt(r.TaskID, r.TenantID, r.Queue, r.Priority, r.Attempt-1) // the row holds the attempt it starts
+			rd.Redelivers = r.Redelivers
 			if r.NotBefore != nil {
-				ready[len(ready)-1].NotBefore = *r.NotBefore
+				rd.NotBefore = *r.NotBefore
 			}
+			ready = append(ready, rd)
 		}
 		// The queue database's transaction commits inside the state's: a
 		// crash between the two leaves rows River already has, inserted

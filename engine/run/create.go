@@ -134,7 +134,7 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 			status := lifecycle.TaskWaiting
 			if len(st.Needs) == 0 && r.Status == lifecycle.RunPending {
 				status = lifecycle.TaskQueued
-				ready = append(ready, dispatch.Ready{TaskID: stepIDs[st.Name], Tenant: r.Job.Tenant, Queue: queue, Priority: set.Priority, Attempt: 1})
+				ready = append(ready, dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0))
 			}
 			tp.Ids = append(tp.Ids, stepIDs[st.Name])
 			tp.TenantIds = append(tp.TenantIds, r.Job.Tenant)

@@ -43,8 +43,8 @@ func Redeliver(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, fetched [
 	}
 	ready := make([]dispatch.Ready, len(rows))
 	for i, t := range rows {
-		ready[i] = dispatch.Ready{TaskID: t.ID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority),
-			Attempt: int(t.Attempt) + 1, Redelivers: latest[t.ID].JobID}
+		ready[i] = dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, t.Attempt)
+		ready[i].Redelivers = latest[t.ID].JobID
 	}
 	return len(ready), d.Release(ctx, tx, ready)
 }

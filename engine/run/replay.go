@@ -125,7 +125,7 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 				t := byID[id]
 				wait.Ids = append(wait.Ids, id)
 				wait.Remaining = append(wait.Remaining, 0)
-				release = append(release, dispatch.Ready{TaskID: id, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: int(t.Attempt) + 1})
+				release = append(release, dispatch.NextAttempt(id, t.TenantID, t.Queue, t.Priority, t.Attempt))
 			}
 		}
 		if len(queue) == 0 {
@@ -138,7 +138,7 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 		ready := make([]dispatch.Ready, len(back))
 		for i, r := range back {
 			replayed = append(replayed, r.ID)
-			ready[i] = dispatch.Ready{TaskID: r.ID, Tenant: r.TenantID, Queue: r.Queue, Priority: int(r.Priority), Attempt: int(r.Attempt) + 1}
+			ready[i] = dispatch.NextAttempt(r.ID, r.TenantID, r.Queue, r.Priority, r.Attempt)
 		}
 		if len(replayed) == 0 {
 			return nil

@@ -276,7 +276,9 @@ func retryOf(task, tenant uuid.UUID, queue string, priority int32, now time.Time
 	if f.RetryIn > 0 {
 		at = now.Add(f.RetryIn)
 	}
-	return dispatch.Ready{TaskID: task, Tenant: tenant, Queue: queue, Priority: int(priority), Attempt: f.NextAttempt, NotBefore: at}
+	rd := dispatch.NextAttempt(task, tenant, queue, priority, int32(f.NextAttempt-1))
+	rd.NotBefore = at
+	return rd
 }
 
 // releaseChildren counts a succeeded parent for each waiting child and
@@ -286,10 +288,20 @@ func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispat
 	if err != nil {
 		return err
 	}
+	counted := make([]store.DecrementTasksRow, len(children))
+	for i, c := range children {
+		counted[i] = store.DecrementTasksRow(c)
+	}
+	return releaseCounted(ctx, q, tx, d, counted)
+}
+
+// releaseCounted releases the tasks whose count of parents to wait for
+// reached zero (after DecrementChildren or DecrementTasks).
+func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, tasks []store.DecrementTasksRow) error {
 	var ready []dispatch.Ready
-	for _, c := range children {
+	for _, c := range tasks {
 		if c.ParentsRemaining == 0 {
-			ready = append(ready, dispatch.Ready{TaskID: c.ID, Tenant: c.TenantID, Queue: c.Queue, Priority: int(c.Priority), Attempt: 1})
+			ready = append(ready, dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, 0))
 		}
 	}
 	if len(ready) == 0 {
@@ -465,16 +477,7 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispa
 	if err != nil {
 		return err
 	}
-	var ready []dispatch.Ready
-	for _, c := range rows {
-		if c.ParentsRemaining == 0 {
-			ready = append(ready, dispatch.Ready{TaskID: c.ID, Tenant: c.TenantID, Queue: c.Queue, Priority: int(c.Priority), Attempt: 1})
-		}
-	}
-	if len(ready) == 0 {
-		return nil
-	}
-	return releaseWaiting(ctx, q, tx, d, ready)
+	return releaseCounted(ctx, q, tx, d, rows)
 }
 
 // shallowLevels is how many levels of a failure's descendants
@@ -523,7 +526,7 @@ func promoteQueued(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, jobID
 	}
 	ready := make([]dispatch.Ready, len(roots))
 	for i, t := range roots {
-		ready[i] = dispatch.Ready{TaskID: t.ID, Tenant: t.TenantID, Queue: t.Queue, Priority: int(t.Priority), Attempt: 1}
+		ready[i] = dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0)
 	}
 	return releaseWaiting(ctx, q, tx, d, ready)
 }

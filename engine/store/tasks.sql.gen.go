@@ -192,7 +192,7 @@ func (q *Queries) CompleteTask(ctx context.Context, arg CompleteTaskParams) (Com
 const decrementChildren = `-- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = $1) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, trigger_rule
+RETURNING id, tenant_id, parents_remaining, queue, priority
 `
 
 type DecrementChildrenRow struct {
@@ -201,7 +201,6 @@ type DecrementChildrenRow struct {
 	ParentsRemaining int32
 	Queue            string
 	Priority         int32
-	TriggerRule      dag.TriggerRule
 }
 
 // DecrementChildren counts one more parent done for each child of a task
@@ -221,7 +220,6 @@ func (q *Queries) DecrementChildren(ctx context.Context, parentID uuid.UUID) ([]
 			&i.ParentsRemaining,
 			&i.Queue,
 			&i.Priority,
-			&i.TriggerRule,
 		); err != nil {
 			return nil, err
 		}

@@ -96,7 +96,7 @@ WHERE task_id = @task_id AND fencing_token = @fencing_token;
 -- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = @parent_id) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, trigger_rule;
+RETURNING id, tenant_id, parents_remaining, queue, priority;
 
 -- name: ReleaseTasks :exec
 UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now(),
