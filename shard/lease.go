@@ -18,7 +18,8 @@ import (
 )
 
 // ErrLost is returned by work done for a shard this node no longer owns at
-// the epoch it claimed (another node took it over, or it was released).
+// the epoch it claimed (another node took it over, or it was released);
+// Fence's *LostError matches it (errors.Is).
 var ErrLost = errors.New("shard: ownership lost")
 
 // Config configures a node's shard ownership.
@@ -79,17 +80,14 @@ type Lease struct {
 	done  chan struct{}
 }
 
-// Key is the lease as the fence checks it: "shard@epoch" (see the
-// FenceShards and RenewShards queries).
-func (l *Lease) Key() string { return fmt.Sprintf("%d@%d", l.Shard, l.Epoch) }
-
-// Keys are the leases' Keys.
-func Keys(leases []*Lease) []string {
-	keys := make([]string, len(leases))
+// pairs are the leases' shards and epochs, as the Fence and RenewShards
+// queries match them.
+func pairs(leases []*Lease) (ids []int32, epochs []int64) {
+	ids, epochs = make([]int32, len(leases)), make([]int64, len(leases))
 	for i, l := range leases {
-		keys[i] = l.Key()
+		ids[i], epochs[i] = int32(l.Shard), l.Epoch
 	}
-	return keys
+	return ids, epochs
 }
 
 // Done is closed when the lease is lost or released.
@@ -220,11 +218,11 @@ func (m *Manager) tick(ctx context.Context) error {
 	}
 	// Renew what we hold; whatever is not renewed is lost.
 	if held := m.Leases(); len(held) > 0 {
-		keys := Keys(held)
+		ids, epochs := pairs(held)
 		var rows []db.RenewShardsRow
 		err := retry(ctx, func(ctx context.Context) error {
 			var err error
-			rows, err = m.q.RenewShards(ctx, db.RenewShardsParams{Node: &node, TtlSeconds: ttl, Leases: keys})
+			rows, err = m.q.RenewShards(ctx, db.RenewShardsParams{Node: &node, TtlSeconds: ttl, Ids: ids, Epochs: epochs})
 			return err
 		})
 		if err != nil {

@@ -224,19 +224,18 @@ func (j *Janitor) pruneBatch(ctx context.Context, p store.ExpiredRunsParams) (in
 	if len(leases) == 0 {
 		return 0, nil
 	}
-	keys := shard.Keys(leases)
 	var n int
 	err := store.InRawTx(ctx, j.cfg.Pool, func(tx pgx.Tx) error {
 		n = 0
 		q := store.New(tx)
-		held, err := q.FenceShards(ctx, store.FenceShardsParams{Node: j.cfg.Shards.NodeID(), Leases: keys})
+		held, err := j.cfg.Shards.Fence(ctx, tx, leases)
+		if errors.Is(err, shard.ErrLost) {
+			return nil // the node holds none of them any more
+		}
 		if err != nil {
 			return err
 		}
-		if len(held) == 0 {
-			return nil // the node holds none of them any more
-		}
-		p.Shards = held
+		p.Shards = shard.Shards(held)
 		runs, err := q.ExpiredRuns(ctx, p)
 		if err != nil || len(runs) == 0 {
 			return err

@@ -174,13 +174,9 @@ func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
 // dropping the shards whose fence fails.
 func (s *Scheduler) fireShards(ctx context.Context, leases []*shard.Lease) error {
 	for len(leases) > 0 {
-		n, lost, err := s.createRunsForDueJobs(ctx, leases)
-		if len(lost) > 0 {
-			for _, l := range lost {
-				s.cfg.Shards.Lost(l)
-			}
-			leases = slices.DeleteFunc(leases, func(l *shard.Lease) bool { return slices.Contains(lost, l) })
-			continue
+		n, err := s.createRunsForDueJobs(ctx, leases)
+		if errors.Is(err, shard.ErrLost) {
+			return nil // all of them lost: Fence dropped them
 		}
 		if err != nil {
 			return err
@@ -188,6 +184,7 @@ func (s *Scheduler) fireShards(ctx context.Context, leases []*shard.Lease) error
 		if n < s.cfg.Batch {
 			return nil
 		}
+		// Those Fence found lost, or lost since: their Done is closed.
 		leases = slices.DeleteFunc(leases, func(l *shard.Lease) bool {
 			select {
 			case <-l.Done():
@@ -210,20 +207,11 @@ type dueJob struct {
 
 // createRunsForDueJobs commits one batch of the shards' due jobs: runs,
 // tasks, River jobs, cancellations and next fire times, fenced by each
-// shard's epoch. It returns how many jobs it took, or the leases whose
-// fence failed (nothing is written then).
-func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Lease) (int, []*shard.Lease, error) {
+// shard's epoch (shard.Fence: the shards found lost are left out). It
+// returns how many jobs it took.
+func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Lease) (int, error) {
 	var taken int
 	var skips map[string]int
-	var lost []*shard.Lease
-	byShard := make(map[int]*shard.Lease, len(leases))
-	keys := make([]string, len(leases))
-	ids := make([]int32, len(leases))
-	for i, l := range leases {
-		byShard[l.Shard] = l
-		keys[i] = l.Key()
-		ids[i] = int32(l.Shard)
-	}
 	var tally *run.Tally
 	firing := s.cfg.Metrics.FiringBatch()
 	ctx, span := tracing.Tracer().Start(ctx, "orrery.fire", trace.WithAttributes(attribute.Int("orrery.shards", len(leases))))
@@ -234,20 +222,15 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		ctx, t := run.WithTally(ctx)
 		tally = t
 		q := store.New(tx)
-		node := s.cfg.Shards.NodeID()
-		held, err := q.FenceShards(ctx, store.FenceShardsParams{Node: node, Leases: keys})
+		held, err := s.cfg.Shards.Fence(ctx, tx, leases)
 		if err != nil {
 			return err
 		}
-		if len(held) < len(leases) {
-			lost = lost[:0]
-			for _, l := range leases {
-				if !slices.Contains(held, int32(l.Shard)) {
-					lost = append(lost, l)
-				}
-			}
-			return shard.ErrLost
+		byShard := make(map[int]*shard.Lease, len(held))
+		for _, l := range held {
+			byShard[l.Shard] = l
 		}
+		ids := shard.Shards(held)
 		s.cfg.Failpoints.Hit(FailpointFireTx)
 		rows, err := q.DueJobs(ctx, store.DueJobsParams{Shards: ids, Batch: int32(s.cfg.Batch)})
 		if err != nil || len(rows) == 0 {
@@ -324,13 +307,13 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		if err != nil {
 			return err
 		}
-		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news, &run.Firer{Node: node}, rooms); err != nil {
+		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news, &run.Firer{Node: s.cfg.Shards.NodeID()}, rooms); err != nil {
 			return err
 		}
 		if err := q.AdvanceJobs(ctx, adv); err != nil {
 			return err
 		}
-		lp := store.SetShardLagsParams{Node: node}
+		lp := store.SetShardLagsParams{Node: s.cfg.Shards.NodeID()}
 		for id, v := range lag {
 			lp.Ids, lp.Lags = append(lp.Ids, id), append(lp.Lags, v)
 		}
@@ -340,9 +323,6 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		taken = len(rows)
 		return nil
 	})
-	if len(lost) > 0 {
-		return 0, lost, nil
-	}
 	span.SetAttributes(attribute.Int("orrery.due_jobs", taken))
 	if err == nil {
 		for k, v := range skips {
@@ -352,7 +332,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		s.cfg.Metrics.RunsFinished(tally.RunsFinished)
 		firing(taken > 0)
 	}
-	return taken, nil, err
+	return taken, err
 }
 
 // skipReason is a skip's metric label: the policy that skipped it

@@ -290,47 +290,6 @@ func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow,
 	return items, nil
 }
 
-const fenceShards = `-- name: FenceShards :many
-SELECT id FROM shards
-WHERE owner_node = $1::uuid AND lease_expires_at > now()
-  AND (id::text || '@' || epoch::text) = ANY($2::text[])
-FOR KEY SHARE
-`
-
-type FenceShardsParams struct {
-	Node   uuid.UUID
-	Leases []string
-}
-
-// FenceShards returns those of the given "shard@epoch" leases that this
-// node still holds, live. Every write made for shards runs it first, in the
-// same transaction (invariant 3, docs/invariants.md); a lease missing from the answer is
-// lost. FOR KEY SHARE keeps a claim (which locks FOR UPDATE) off the shard
-// until this transaction ends, under READ COMMITTED too, while the owner's
-// lease renewals (plain updates) go on without waiting: FOR SHARE made every
-// renewal queue behind the firing transactions, and every firing transaction
-// behind that renewal. Under SERIALIZABLE the claim and this read conflict
-// anyway.
-func (q *Queries) FenceShards(ctx context.Context, arg FenceShardsParams) ([]int32, error) {
-	rows, err := q.db.Query(ctx, fenceShards, arg.Node, arg.Leases)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []int32{}
-	for rows.Next() {
-		var id int32
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const firingJobs = `-- name: FiringJobs :many
 SELECT id, tenant_id, namespace, name, version, spec FROM jobs WHERE id = ANY($1::uuid[])
 `

@@ -37,7 +37,7 @@
 // scheduler fires them (no other lease, no cluster-wide lock). One pass is
 // one transaction:
 //
-//  1. FenceShards: the node's shard leases, FOR KEY SHARE (the firing
+//  1. shard.Fence: the node's shard leases, FOR KEY SHARE (the firing
 //     transaction's fence): a node that lost a shard writes nothing for it,
 //     and a node stopped in the middle of a pass (SIGSTOP) is cut off by
 //     idle_in_transaction_session_timeout and its pass rolls back.
@@ -188,16 +188,19 @@ func (w *Watchdog) Pass(ctx context.Context) (Result, error) {
 	if len(leases) == 0 {
 		return Result{}, nil
 	}
-	keys := shard.Keys(leases)
 	var res Result
 	next := w.resolveAfter
 	err := store.InRawTx(ctx, w.cfg.Pool, func(tx pgx.Tx) error {
 		res = Result{}
 		p := &pass{q: store.New(tx)}
-		held, err := p.q.FenceShards(ctx, store.FenceShardsParams{Node: w.cfg.Shards.NodeID(), Leases: keys})
-		if err != nil || len(held) == 0 {
+		fenced, err := w.cfg.Shards.Fence(ctx, tx, leases)
+		if errors.Is(err, shard.ErrLost) {
+			return nil // the node holds none of them any more
+		}
+		if err != nil {
 			return err
 		}
+		held := shard.Shards(fenced)
 		if p.now, err = p.q.DatabaseNow(ctx); err != nil {
 			return err
 		}

@@ -25,7 +25,7 @@ SELECT id FROM nodes WHERE lease_expires_at > now() ORDER BY id;
 UPDATE shards
 SET lease_expires_at = now() + INTERVAL '1 second' * @ttl_seconds::float8
 WHERE owner_node = @node AND lease_expires_at > now()
-  AND (id::text || '@' || epoch::text) = ANY(@leases::text[])  -- "shard@epoch" pairs
+  AND (id, epoch) IN (SELECT unnest(@ids::int[]), unnest(@epochs::bigint[]))
 RETURNING id, epoch;
 
 -- ClaimShards takes up to @max shards that nobody holds (never owned,
@@ -59,3 +59,17 @@ FROM nodes ORDER BY name, id;
 
 -- name: ForgetNode :exec
 UPDATE nodes SET lease_expires_at = now() WHERE id = @id;
+
+-- Fence returns those of the given leases (shard and epoch) that this node
+-- still holds, unexpired, and locks their rows until the transaction ends,
+-- so that no claim takes the shards before then. FOR KEY SHARE keeps a
+-- claim (which locks FOR UPDATE) off the shard under READ COMMITTED too,
+-- while the owner's lease renewals (plain updates) go on without waiting:
+-- FOR SHARE made every renewal queue behind the fenced transactions, and
+-- every fenced transaction behind that renewal. Under SERIALIZABLE the
+-- claim and this read conflict anyway.
+-- name: Fence :many
+SELECT id, epoch FROM shards
+WHERE owner_node = @node::uuid AND lease_expires_at > now()
+  AND (id, epoch) IN (SELECT unnest(@ids::int[]), unnest(@epochs::bigint[]))
+FOR KEY SHARE;

@@ -31,7 +31,7 @@ type Exception struct {
 //     CockroachDB accepts the fillfactor storage parameter for PostgreSQL
 //     compatibility and ignores it; there are no heap pages or HOT updates
 //     on its storage.
-//   - FOR KEY SHARE (engine/store/queries/runs.sql, FenceShards): parsed by
+//   - FOR KEY SHARE (shard/queries/lease.sql, Fence): parsed by
 //     CockroachDB, which has no key-share lock strength of its own and
 //     locks as for FOR SHARE.
 //   - now() + INTERVAL '1 second' * @ttl_seconds::float8 (the lease

@@ -71,6 +71,52 @@ func (q *Queries) EnsureShards(ctx context.Context, lastID int32) error {
 	return err
 }
 
+const fence = `-- name: Fence :many
+SELECT id, epoch FROM shards
+WHERE owner_node = $1::uuid AND lease_expires_at > now()
+  AND (id, epoch) IN (SELECT unnest($2::int[]), unnest($3::bigint[]))
+FOR KEY SHARE
+`
+
+type FenceParams struct {
+	Node   uuid.UUID
+	Ids    []int32
+	Epochs []int64
+}
+
+type FenceRow struct {
+	ID    int32
+	Epoch int64
+}
+
+// Fence returns those of the given leases (shard and epoch) that this node
+// still holds, unexpired, and locks their rows until the transaction ends,
+// so that no claim takes the shards before then. FOR KEY SHARE keeps a
+// claim (which locks FOR UPDATE) off the shard under READ COMMITTED too,
+// while the owner's lease renewals (plain updates) go on without waiting:
+// FOR SHARE made every renewal queue behind the fenced transactions, and
+// every fenced transaction behind that renewal. Under SERIALIZABLE the
+// claim and this read conflict anyway.
+func (q *Queries) Fence(ctx context.Context, arg FenceParams) ([]FenceRow, error) {
+	rows, err := q.db.Query(ctx, fence, arg.Node, arg.Ids, arg.Epochs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FenceRow{}
+	for rows.Next() {
+		var i FenceRow
+		if err := rows.Scan(&i.ID, &i.Epoch); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const forgetNode = `-- name: ForgetNode :exec
 UPDATE nodes SET lease_expires_at = now() WHERE id = $1
 `
@@ -230,14 +276,15 @@ const renewShards = `-- name: RenewShards :many
 UPDATE shards
 SET lease_expires_at = now() + INTERVAL '1 second' * $1::float8
 WHERE owner_node = $2 AND lease_expires_at > now()
-  AND (id::text || '@' || epoch::text) = ANY($3::text[])  -- "shard@epoch" pairs
+  AND (id, epoch) IN (SELECT unnest($3::int[]), unnest($4::bigint[]))
 RETURNING id, epoch
 `
 
 type RenewShardsParams struct {
 	TtlSeconds float64
 	Node       *uuid.UUID
-	Leases     []string
+	Ids        []int32
+	Epochs     []int64
 }
 
 type RenewShardsRow struct {
@@ -249,7 +296,12 @@ type RenewShardsRow struct {
 // epochs it claimed them with, and returns them: a shard missing from the
 // answer is lost.
 func (q *Queries) RenewShards(ctx context.Context, arg RenewShardsParams) ([]RenewShardsRow, error) {
-	rows, err := q.db.Query(ctx, renewShards, arg.TtlSeconds, arg.Node, arg.Leases)
+	rows, err := q.db.Query(ctx, renewShards,
+		arg.TtlSeconds,
+		arg.Node,
+		arg.Ids,
+		arg.Epochs,
+	)
 	if err != nil {
 		return nil, err
 	}
