@@ -190,7 +190,7 @@ func TestStaleCheckKeepsBegunAttempts(t *testing.T) {
 	if got := calls.Load(); got != 1 {
 		t.Errorf("attempt 1's step ran %d times in this process; want once", got)
 	}
-	if _, ok := w.unreported[task]; !ok {
+	if _, ok := w.ledger.unreported[task]; !ok {
 		t.Error("the failed report was forgotten by a check that could not see its task")
 	}
 }
@@ -312,5 +312,43 @@ func TestStaleCheckAfterAnAdoption(t *testing.T) {
 	}
 	if outcome != "succeeded" || late != "" {
 		t.Errorf("attempt 1: outcome %q, late outcome %q; want succeeded, none", outcome, late)
+	}
+}
+
+// A worker that takes its lease for lost while the database still holds
+// it (a renewal it saw fail had committed) stops the attempt; a step that
+// succeeded all the same is recorded as succeeded, not failed as
+// lease_expired by the orphan check after its lost-lease report was
+// refused.
+func TestMistakenLeaseLossKeepsTheOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	stopped := make(chan struct{})
+	pool, w, task := adoptSetup(t, 2, nil, func(ctx context.Context, _ executor.Call) error {
+		close(stopped)
+		<-ctx.Done()
+		return nil // the step's work was done: it succeeds anyway
+	})
+	done := make(chan error, 1)
+	go func() { done <- w.work(ctx, taskJob(task, 1)) }()
+	<-stopped
+	w.ledger.mu.Lock()
+	e := w.ledger.running[task]
+	w.ledger.mu.Unlock()
+	e.cancel(errLeaseLost) // what checkTasks does after a whole TTL of failed renewals
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var status, outcome string
+	if err := pool.QueryRow(ctx, "SELECT t.status, a.outcome FROM tasks t JOIN attempts a ON a.task_id = t.id WHERE t.id = $1", task).Scan(&status, &outcome); err != nil {
+		t.Fatal(err)
+	}
+	if status != "succeeded" || outcome != "succeeded" {
+		t.Fatalf("task %s, attempt %s; want succeeded, succeeded", status, outcome)
+	}
+	for range 3 { // the orphan check has nothing to say about it
+		if r := w.orphans(check(t, pool, w)); len(r) != 0 {
+			t.Fatalf("orphans %+v", r)
+		}
 	}
 }

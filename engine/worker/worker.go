@@ -252,41 +252,10 @@ type Worker struct {
 	deliverer  *notify.Deliverer
 	queueNames []string // cfg.Queues' names, sorted
 
-	mu      sync.Mutex
-	running map[uuid.UUID]*leased // tasks this worker runs, by task id
-	// busy counts the work calls under way per task, from before the
-	// attempt's start to after its report: a task the database says runs
-	// here and that no call holds has lost its report (see orphans).
-	busy map[uuid.UUID]int
-	// unreported keeps the reports that failed, for the orphan check to
-	// deliver again.
-	unreported map[uuid.UUID]kept[run.Report]
-	// begun holds the attempts (task and token) whose step this process
-	// began, or whose report the orphan check sends: such an attempt is
-	// never taken up again here (run.OwnAttempt), even when the call that
-	// ran it ended without a report (a panic). The orphan check forgets
-	// those it no longer finds held here.
-	begun map[uuid.UUID]kept[int64]
-	// checks counts the checks of running tasks begun: an entry of
-	// unreported or begun notes it when it is made, and a check forgets
-	// only entries made before its own read of the database began (a read
-	// older than an entry may not show its task yet).
-	checks uint64
-	// suspects are the tasks the last check found held here and in no
-	// call, with their tokens.
-	suspects map[uuid.UUID]int64
+	ledger *ledger // the attempts it runs, their leases and reports
 	// reporting is set while a pass reports orphans (reporters runs it).
 	reporting atomic.Bool
 	reporters sync.WaitGroup
-}
-
-type leased struct {
-	token  int64
-	cancel context.CancelCauseFunc
-	// unconfirmed counts the beats since the lease was last renewed (or
-	// taken); a lease unconfirmed for a whole TTL has lapsed in the
-	// database, or soon will, so the attempt stops (see checkTasks).
-	unconfirmed int
 }
 
 // beatsPerTTL is how many heartbeats one lease TTL holds.
@@ -305,8 +274,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	d.ObserveAdmissions(cfg.Metrics.AdmissionWait)
-	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, running: map[uuid.UUID]*leased{},
-		busy: map[uuid.UUID]int{}, unreported: map[uuid.UUID]kept[run.Report]{}, begun: map[uuid.UUID]kept[int64]{}}
+	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, ledger: newLedger()}
 	w.starter = batch.New("start attempts", cfg.Logger, w.startAttempts)
 	w.completer = batch.New("report attempts", cfg.Logger, w.finishAttempts)
 	w.cascades = batch.New("report failures with descendants", cfg.Logger, func(ctx context.Context, reports []run.Report) ([]bool, error) {
@@ -454,7 +422,7 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		case <-t.C:
 		}
 		// The attempts running before the renewal: the ones it confirms.
-		asked := w.runningNow()
+		asked := w.ledger.snapshot()
 		// Each statement is bounded by a beat, so that a hung connection
 		// cannot hold the loop while the lease lapses.
 		beatCtx, cancel := context.WithTimeout(ctx, w.cfg.LeaseTTL/beatsPerTTL)
@@ -465,19 +433,6 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		}
 		w.checkTasks(ctx, asked, err == nil)
 	}
-}
-
-// runningNow snapshots the attempts running now, each one more beat
-// unconfirmed.
-func (w *Worker) runningNow() map[uuid.UUID]*leased {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	asked := make(map[uuid.UUID]*leased, len(w.running))
-	for id, l := range w.running {
-		l.unconfirmed++
-		asked[id] = l
-	}
-	return asked
 }
 
 // checkTasks settles the attempts asked about after a renewal: a renewal
@@ -500,16 +455,11 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 		held, err = store.New(w.cfg.StatePool).RunningOn(beatCtx, &w.id)
 		return err
 	})
-	var lost []uuid.UUID
+	var ours map[uuid.UUID]int64
 	if err == nil {
-		ours := make(map[uuid.UUID]int64, len(held))
+		ours = make(map[uuid.UUID]int64, len(held))
 		for _, h := range held {
 			ours[h.ID] = h.FencingToken
-		}
-		for id, l := range asked {
-			if tok, ok := ours[id]; !ok || tok != l.token {
-				lost = append(lost, id)
-			}
 		}
 	}
 	if err != nil && ctx.Err() == nil {
@@ -518,23 +468,9 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 	if err == nil && len(asked) > 0 {
 		w.cfg.Failpoints.Hit(FailpointRenewed)
 	}
-	w.mu.Lock()
-	if renewed {
-		for _, l := range asked {
-			l.unconfirmed = 0
-		}
+	for _, e := range w.ledger.settle(asked, ours, renewed, beatsPerTTL) {
+		e.cancel(errLeaseLost)
 	}
-	for _, id := range lost {
-		if l := asked[id]; w.running[id] == l {
-			l.cancel(errLeaseLost)
-		}
-	}
-	for id, l := range asked {
-		if l.unconfirmed >= beatsPerTTL && w.running[id] == l {
-			l.cancel(errLeaseLost)
-		}
-	}
-	w.mu.Unlock()
 	// Orphans are reported off the heartbeat, one pass at a time, so that
 	// a slow report never delays the next renewal; while a pass runs, the
 	// check leaves them for the next beat.
@@ -547,75 +483,20 @@ func (w *Worker) checkTasks(ctx context.Context, asked map[uuid.UUID]*leased, re
 	}
 }
 
-// beginCheck counts a check of running tasks begun, before its read of
-// the database, and returns its number.
-func (w *Worker) beginCheck() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.checks++
-	return w.checks
-}
+// beginCheck counts a check of running tasks begun (ledger.beginCheck).
+func (w *Worker) beginCheck() uint64 { return w.ledger.beginCheck() }
 
-// kept is a value the worker keeps about a task (a report, a fencing
-// token) and the check count when it was kept (see Worker.checks).
-type kept[T any] struct {
-	v  T
-	at uint64
-}
-
-// orphans are the attempts the database says this worker runs (held)
-// while no work call of this worker holds their task, at this check and
-// at the one before with the same fencing token: their report was lost
-// (it failed past its retries, or the call panicked). The worker's lease
-// is their lease, and it does not lapse while the worker lives, so the
-// reaper never sees them: the worker reports them itself, with the report
-// that failed if it kept one, else as lease_expired. Two checks apart (a
-// beat), an attempt whose report was committing at the first check is no
-// longer held at the second; an orphan's report races nothing, and a
-// stale one is rejected by the fencing token anyway.
-//
-// held was read by check number check (see Worker.checks).
+// orphans are the attempts held here (read by check number check) whose
+// report was lost (ledger.orphans); those without a kept report are
+// reported as lease_expired.
 func (w *Worker) orphans(held []store.RunningOnRow, check uint64) []run.Report {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	tokens := make(map[uuid.UUID]int64, len(held))
-	suspects := map[uuid.UUID]int64{}
-	var out []run.Report
 	for _, h := range held {
 		tokens[h.ID] = h.FencingToken
-		if w.busy[h.ID] > 0 {
-			continue
-		}
-		if k, ok := w.begun[h.ID]; ok && k.v >= h.FencingToken && k.at >= check {
-			continue // this attempt or a later one began here since this check's read: the read is stale
-		}
-		if tok, ok := w.suspects[h.ID]; !ok || tok != h.FencingToken {
-			suspects[h.ID] = h.FencingToken
-			continue
-		}
-		k, isKept := w.unreported[h.ID]
-		r := k.v
-		if !isKept || r.FencingToken != h.FencingToken {
-			r = run.Report{TaskID: h.ID, FencingToken: h.FencingToken, Result: run.LeaseExpired("the worker lost the attempt's report")}
-		}
-		out = append(out, r)
-		// Reported here: a River job coming again for it must not run it.
-		w.begun[h.ID] = kept[int64]{v: h.FencingToken, at: w.checks}
 	}
-	w.suspects = suspects
-	// Forget what the database no longer holds here, as of this check's
-	// read: entries made since it began may be of tasks it did not see.
-	for id, k := range w.unreported {
-		if tok, ok := tokens[id]; k.at < check && (!ok || tok != k.v.FencingToken) {
-			delete(w.unreported, id) // reported, or moved on
-		}
-	}
-	for id, k := range w.begun {
-		if tok, ok := tokens[id]; k.at < check && (!ok || tok != k.v) && w.busy[id] == 0 {
-			delete(w.begun, id) // reported, or moved on
-		}
-	}
-	return out
+	return w.ledger.orphans(tokens, check, func(task uuid.UUID, token int64) run.Report {
+		return run.Report{TaskID: task, FencingToken: token, Result: run.LeaseExpired("the worker lost the attempt's report")}
+	})
 }
 
 // reportOrphans reports orphans (see orphans), each in a transaction of
@@ -631,16 +512,10 @@ func (w *Worker) reportOrphans(ctx context.Context, reports []run.Report) {
 		cancel()
 		if err != nil {
 			w.cfg.Logger.Error("report an orphaned attempt", "task_id", r.TaskID, "err", err)
-			w.mu.Lock()
-			w.suspects[r.TaskID] = r.FencingToken // at once at the next check
-			w.mu.Unlock()
+			w.ledger.suspect(r.TaskID, r.FencingToken) // at once at the next check
 			continue
 		}
-		w.mu.Lock()
-		if k, ok := w.unreported[r.TaskID]; ok && k.v.FencingToken == r.FencingToken {
-			delete(w.unreported, r.TaskID)
-		}
-		w.mu.Unlock()
+		w.ledger.reported(r)
 		w.cfg.Logger.Warn("reported an attempt whose report was lost", "task_id", r.TaskID, "accepted", accepted, "exit_reason", r.Result.ExitReason)
 	}
 }
@@ -723,12 +598,7 @@ func refusedAgain(r run.Report, err error) (run.Report, bool) {
 // their attempts as lease_expired. One refused report must not take the
 // others with it.
 func (w *Worker) flushUnreported() {
-	w.mu.Lock()
-	var reports []run.Report
-	for _, k := range w.unreported {
-		reports = append(reports, k.v)
-	}
-	w.mu.Unlock()
+	reports := w.ledger.allUnreported()
 	if len(reports) == 0 {
 		return
 	}
@@ -764,8 +634,8 @@ func (tw *taskWorker) Work(ctx context.Context, job *river.Job[dispatch.TaskArgs
 // already started (StartAttempt returns nothing) and does nothing.
 func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) error {
 	log := w.cfg.Logger.With("task_id", job.Args.TaskID, "attempt", job.Args.Attempt)
-	w.hold(job.Args.TaskID, 1)
-	defer w.hold(job.Args.TaskID, -1)
+	w.ledger.hold(job.Args.TaskID, 1)
+	defer w.ledger.hold(job.Args.TaskID, -1)
 	w.cfg.Failpoints.Hit(FailpointFetched)
 	att, err := w.starter.Do(ctx, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt})
 	if err != nil {
@@ -791,26 +661,17 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	}
 	c := att.Call
 	attemptCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	w.mu.Lock()
-	if k, ok := w.begun[c.TaskID]; ok && k.v >= c.FencingToken {
-		// The attempt runs, or ran, in this process (a River job for it
-		// came again, and found it started here), or a later attempt of
-		// the task began here since (tokens only grow): it runs once.
-		w.mu.Unlock()
+	entry := w.ledger.begin(c.TaskID, c.FencingToken, cancel)
+	if entry == nil {
 		cancel(nil)
 		log.Info("stale River job: its attempt runs or ran on this worker")
 		return nil
 	}
-	w.begun[c.TaskID] = kept[int64]{v: c.FencingToken, at: w.checks}
-	w.running[c.TaskID] = &leased{token: c.FencingToken, cancel: cancel}
-	w.mu.Unlock()
 	if c.Attempt == 1 && att.Shape.Root && lifecycle.Trigger(c.Trigger).Scheduled() {
 		w.cfg.Metrics.ScheduleLag(att.StartedAt.Sub(c.ScheduledFor)) // both on the database's clock
 	}
 	defer func() {
-		w.mu.Lock()
-		delete(w.running, c.TaskID)
-		w.mu.Unlock()
+		w.ledger.end(c.TaskID, entry)
 		cancel(nil)
 	}()
 	stop := context.AfterFunc(ctx, func() { cancel(errors.New("worker shutting down")) })
@@ -847,10 +708,20 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		// lost-lease report applies only to a lapsed lease, and this
 		// worker's is renewed).
 		report.LeaseLost = false
-		w.mu.Lock()
-		w.unreported[c.TaskID] = kept[run.Report]{v: report, at: w.checks}
-		w.mu.Unlock()
+		w.ledger.keepUnreported(report)
 		return err
+	}
+	if !accepted && report.LeaseLost {
+		// The lease was not lapsed after all (a renewal this worker took
+		// for failed had committed): the attempt is still this worker's,
+		// and its token alone fences the report. Sent as the lost-lease
+		// report was, it would leave the task running here, and the orphan
+		// check would fail it as lease_expired, success or not.
+		report.LeaseLost = false
+		if accepted, err = reports.Do(reportCtx, report); err != nil {
+			w.ledger.keepUnreported(report)
+			return err
+		}
 	}
 	if !accepted {
 		log.Warn("stale report rejected: the task's fencing token moved on", "token", c.FencingToken)
@@ -865,15 +736,6 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	}
 	w.cfg.Metrics.Attempt(string(outcome), exit)
 	return nil
-}
-
-// hold counts a work call on a task in (+1) or out (-1).
-func (w *Worker) hold(task uuid.UUID, n int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.busy[task] += n; w.busy[task] <= 0 {
-		delete(w.busy, task)
-	}
 }
 
 // startAttemptSpans continues the run's trace (when it has one): the
