@@ -524,7 +524,7 @@ func TestOneReleaseOfSeveralTenantsKeepsTheBound(t *testing.T) {
 	}
 	d, _ := dispatch.New()
 	if err := store.InRawTx(ctx, f.pool, func(tx pgx.Tx) error {
-		_, err := run.Insert(ctx, tx, d, news, nil, nil)
+		_, err := (&run.Applier{Dispatcher: d}).Insert(ctx, tx, news, nil, nil)
 		return err
 	}); err != nil {
 		t.Fatal(err)

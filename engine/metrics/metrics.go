@@ -124,14 +124,11 @@ func (m *Metrics) ScheduleLag(d time.Duration) {
 	}
 }
 
-// RunsFinished counts runs reaching a terminal status, by status (a
-// run.Tally's).
-func (m *Metrics) RunsFinished(byStatus map[string]int) {
-	if m == nil {
-		return
-	}
-	for status, n := range byStatus {
-		m.runsFinished.WithLabelValues(status).Add(float64(n))
+// RunFinished counts a run reaching a terminal status (run.Applier calls
+// it once the transaction that ended the run commits).
+func (m *Metrics) RunFinished(status string) {
+	if m != nil {
+		m.runsFinished.WithLabelValues(status).Inc()
 	}
 }
 

@@ -52,7 +52,7 @@ type Firer struct {
 // returns the ids of the runs written, in order, uuid.Nil for the others.
 // Runs are held to their tenants' storage quotas as rooms (read with
 // usage.RunRooms before tx, or outside it) says: see holdToQuotas.
-func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, by *Firer, rooms usage.Rooms) ([]uuid.UUID, error) {
+func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, rooms usage.Rooms) ([]uuid.UUID, error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
@@ -116,10 +116,10 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 			continue
 		}
 		if r.Status == lifecycle.RunCancelled { // cancelled by a newer instant of the same pass
-			countFinished(ctx, lifecycle.RunCancelled)
+			a.finished(tx, lifecycle.RunCancelled)
 		}
 		if overQuota != nil && overQuota[i] {
-			countFinished(ctx, lifecycle.RunSkipped)
+			a.finished(tx, lifecycle.RunSkipped)
 		}
 		if !withTasks(r) {
 			continue
@@ -152,7 +152,7 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 		}
 	}
 	// Which first steps skip the wait for admission: written admitted.
-	if err := d.Direct(ctx, tx, ready); err != nil {
+	if err := a.Dispatcher.Direct(ctx, tx, ready); err != nil {
 		return nil, err
 	}
 	direct := make(map[uuid.UUID]bool, len(ready))
@@ -173,7 +173,7 @@ func Insert(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runs []New, 
 			return nil, err
 		}
 	}
-	return ids, d.Release(ctx, tx, ready)
+	return ids, a.Dispatcher.Release(ctx, tx, ready)
 }
 
 // withTasks says whether a run is written with its tasks: pending and
@@ -243,7 +243,7 @@ func bindingsOf(ctx context.Context, q *store.Queries, runs []New, written map[u
 // Cancel cancels runs that have not finished, with their unfinished tasks;
 // running attempts are closed as cancelled and their later reports will be
 // stale. It returns the runs it cancelled.
-func Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string) ([]uuid.UUID, error) {
+func (a *Applier) Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string) ([]uuid.UUID, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -253,7 +253,7 @@ func Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string) ([]u
 		return cancelled, err
 	}
 	for range cancelled {
-		countFinished(ctx, lifecycle.RunCancelled)
+		a.finished(tx, lifecycle.RunCancelled)
 	}
 	tasks, err := q.CancelTasksOfRuns(ctx, cancelled)
 	if err != nil {

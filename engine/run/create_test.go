@@ -35,7 +35,7 @@ func TestRecordsAreWrittenFinished(t *testing.T) {
 	ref := run.JobRef{ID: j.ID, Tenant: j.Tenant, Version: j.Version, Shard: j.Shard, Spec: &j.Spec}
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	err = store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
-		_, err := run.Insert(ctx, tx, d, []run.New{
+		_, err := (&run.Applier{Dispatcher: d}).Insert(ctx, tx, []run.New{
 			{Job: ref, At: at, Trigger: "schedule", Status: lifecycle.RunCancelled, Reason: "overlap: cancel_previous (a newer instant fired)"},
 			{Job: ref, At: at.Add(time.Hour), Trigger: "schedule", Status: lifecycle.RunSkipped, Reason: "misfire: skip"},
 		}, nil, nil)

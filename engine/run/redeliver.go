@@ -19,7 +19,7 @@ import (
 // worker comes back, StartAttempts lets only one of the two start it.
 // Tasks that did start are left to their lease. It returns how many it
 // redelivered.
-func Redeliver(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, fetched []dispatch.Fetched) (int, error) {
+func (a *Applier) Redeliver(ctx context.Context, tx pgx.Tx, fetched []dispatch.Fetched) (int, error) {
 	if len(fetched) == 0 {
 		return 0, nil
 	}
@@ -46,5 +46,5 @@ func Redeliver(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, fetched [
 		ready[i] = dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, t.Attempt)
 		ready[i].Redelivers = latest[t.ID].JobID
 	}
-	return len(ready), d.Release(ctx, tx, ready)
+	return len(ready), a.Dispatcher.Release(ctx, tx, ready)
 }

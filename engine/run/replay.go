@@ -149,7 +149,7 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 			}
 		}
 		if len(release) > 0 {
-			if err := releaseWaiting(ctx, q, tx, s.dispatcher, release); err != nil {
+			if err := releaseWaiting(ctx, q, tx, s.applier(), release); err != nil {
 				return err
 			}
 		}

@@ -39,6 +39,9 @@ func NewService(pool *pgxpool.Pool, jobs *job.Service, d *dispatch.Dispatcher) *
 	return &Service{pool: pool, jobs: jobs, dispatcher: d}
 }
 
+// applier writes the service's transitions.
+func (s *Service) applier() *Applier { return &Applier{Dispatcher: s.dispatcher, Metrics: s.Metrics} }
+
 // Run is one run as the API shows it.
 type Run struct {
 	ID           uuid.UUID           `json:"id"`
@@ -218,10 +221,7 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 		return nil, err
 	}
 	var out Run
-	var tally *Tally
 	err = store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
-		ctx, t := WithTally(ctx) // afresh for each try of the transaction
-		tally = t
 		q := store.New(tx)
 		row, err := job.Lock(ctx, q, a, ref)
 		if err != nil {
@@ -267,13 +267,13 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 				for i, r := range active {
 					ids[i] = r.ID
 				}
-				if _, err := Cancel(ctx, tx, ids, lifecycle.ReasonCancelledByTrigger); err != nil {
+				if _, err := s.applier().Cancel(ctx, tx, ids, lifecycle.ReasonCancelledByTrigger); err != nil {
 					return err
 				}
 			}
 		}
 		ref := JobRef{ID: row.ID, Tenant: row.TenantID, Version: row.Version, Shard: int(row.Shard), Spec: &spec}
-		ids, err := Insert(ctx, tx, s.dispatcher, []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason}}, nil, rooms)
+		ids, err := s.applier().Insert(ctx, tx, []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason}}, nil, rooms)
 		if err != nil {
 			return err
 		}
@@ -297,7 +297,6 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 	if err != nil {
 		return nil, err
 	}
-	s.Metrics.RunsFinished(tally.RunsFinished)
 	return &out, nil
 }
 
@@ -315,10 +314,7 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 	if reason == "" {
 		reason = "cancelled by " + a.Name
 	}
-	var tally *Tally
 	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
-		ctx, t := WithTally(ctx) // afresh for each try of the transaction
-		tally = t
 		q := store.New(tx)
 		r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
 		if store.IsNotFound(err) {
@@ -330,7 +326,7 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 		if _, err := q.LockRun(ctx, id); err != nil {
 			return err
 		}
-		cancelled, err := Cancel(ctx, tx, []uuid.UUID{id}, reason)
+		cancelled, err := s.applier().Cancel(ctx, tx, []uuid.UUID{id}, reason)
 		if err != nil || len(cancelled) == 0 {
 			return err // finished already: nothing to do
 		}
@@ -341,12 +337,11 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 		}); err != nil {
 			return err
 		}
-		return promoteQueued(ctx, tx, s.dispatcher, r.JobID)
+		return promoteQueued(ctx, tx, s.applier(), r.JobID)
 	})
 	if err != nil {
 		return nil, err
 	}
-	s.Metrics.RunsFinished(tally.RunsFinished)
 	d, err := s.Get(ctx, a, id)
 	if err != nil {
 		return nil, err

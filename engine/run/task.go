@@ -204,7 +204,7 @@ func (r Report) leaseLapsed() bool { return r.Expired || r.LeaseLost }
 // fail upstream; when the run has nothing left to do it finishes, and a run
 // held back by overlap: queue starts. A stale report is recorded on its
 // attempt and changes nothing else; FinishAttempt then returns false.
-func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Report) (bool, error) {
+func (a *Applier) FinishAttempt(ctx context.Context, tx pgx.Tx, r Report) (bool, error) {
 	r.Result = r.Result.Storable()
 	q := store.New(tx)
 	res := r.Result
@@ -229,7 +229,7 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 	}
 	if shape.SingleTask {
 		r.Shape = shape
-		ok, err := FinishSoleAttempts(ctx, tx, d, []Report{r})
+		ok, err := a.FinishSoleAttempts(ctx, tx, []Report{r})
 		if err != nil {
 			return false, err
 		}
@@ -256,17 +256,17 @@ func FinishAttempt(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, r Rep
 	}
 	switch {
 	case f.ReleaseChildren:
-		if err := releaseChildren(ctx, q, tx, d, r.TaskID); err != nil {
+		if err := releaseChildren(ctx, q, tx, a, r.TaskID); err != nil {
 			return false, err
 		}
 	case f.Task == lifecycle.TaskRetrying:
-		return true, d.Release(ctx, tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
+		return true, a.Dispatcher.Release(ctx, tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
 	case f.FailDescendants:
-		if err := propagateFailure(ctx, q, tx, d, t.RunID, r.TaskID); err != nil {
+		if err := propagateFailure(ctx, q, tx, a, t.RunID, r.TaskID); err != nil {
 			return false, err
 		}
 	}
-	return true, finishRun(ctx, tx, d, t.RunID, f.PromoteHeld)
+	return true, finishRun(ctx, tx, a, t.RunID, f.PromoteHeld)
 }
 
 // retryOf is the release of a task f retries, its backoff counted from
@@ -283,7 +283,7 @@ func retryOf(task, tenant uuid.UUID, queue string, priority int32, now time.Time
 
 // releaseChildren counts a succeeded parent for each waiting child and
 // releases the children whose count reaches zero (invariant 4).
-func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, parent uuid.UUID) error {
+func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, parent uuid.UUID) error {
 	children, err := q.DecrementChildren(ctx, parent)
 	if err != nil {
 		return err
@@ -292,12 +292,12 @@ func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispat
 	for i, c := range children {
 		counted[i] = store.DecrementTasksRow(c)
 	}
-	return releaseCounted(ctx, q, tx, d, counted)
+	return releaseCounted(ctx, q, tx, a, counted)
 }
 
 // releaseCounted releases the tasks whose count of parents to wait for
 // reached zero (after DecrementChildren or DecrementTasks).
-func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, tasks []store.DecrementTasksRow) error {
+func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, tasks []store.DecrementTasksRow) error {
 	var ready []dispatch.Ready
 	for _, c := range tasks {
 		if c.ParentsRemaining == 0 {
@@ -307,13 +307,13 @@ func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatc
 	if len(ready) == 0 {
 		return nil
 	}
-	return releaseWaiting(ctx, q, tx, d, ready)
+	return releaseWaiting(ctx, q, tx, a, ready)
 }
 
 // releaseWaiting moves waiting tasks to queued (those Direct admits,
 // admitted) and releases them.
-func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, ready []dispatch.Ready) error {
-	if err := d.Direct(ctx, tx, ready); err != nil {
+func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ready []dispatch.Ready) error {
+	if err := a.Dispatcher.Direct(ctx, tx, ready); err != nil {
 		return err
 	}
 	p := store.ReleaseTasksParams{Admitted: []uuid.UUID{}}
@@ -326,7 +326,7 @@ func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatc
 	if err := q.ReleaseTasks(ctx, p); err != nil {
 		return err
 	}
-	return d.Release(ctx, tx, ready)
+	return a.Dispatcher.Release(ctx, tx, ready)
 }
 
 // lateReport records a report whose fencing token is no longer the task's
@@ -345,7 +345,7 @@ func lateReport(ctx context.Context, q *store.Queries, r Report, outcome lifecyc
 // start, and stale reports are recorded on their attempts. Such a run
 // needs no run lock: its one task's row, locked by the update, is what
 // orders the writes of the run.
-func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, reports []Report) ([]bool, error) {
+func (a *Applier) FinishSoleAttempts(ctx context.Context, tx pgx.Tx, reports []Report) ([]bool, error) {
 	q := store.New(tx)
 	p := store.CompleteSoleTasksParams{}
 	finishes := make([]lifecycle.Finish, len(reports))
@@ -396,18 +396,18 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 		}
 		accepted[i] = true
 		if f.Run != "" {
-			countFinished(ctx, f.Run)
+			a.finished(tx, f.Run)
 		}
 		switch {
 		case f.Task == lifecycle.TaskRetrying:
 			retries = append(retries, retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
 		case f.PromoteHeld && t.JobID != nil:
-			if err := promoteQueued(ctx, tx, d, *t.JobID); err != nil {
+			if err := promoteQueued(ctx, tx, a, *t.JobID); err != nil {
 				return nil, err
 			}
 		}
 	}
-	return accepted, d.Release(ctx, tx, retries)
+	return accepted, a.Dispatcher.Release(ctx, tx, retries)
 }
 
 // propagateFailure settles the descendants of a task of run that failed
@@ -418,7 +418,7 @@ func FinishSoleAttempts(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, 
 // there, having read only their own children); a failure deeper than
 // shallowLevels reads the run's waiting edges once and walks them in
 // memory, so that no cascade costs a round trip per level.
-func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispatch.Dispatcher, run, failed uuid.UUID) error {
+func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, run, failed uuid.UUID) error {
 	var fail, done []uuid.UUID
 	seen := map[uuid.UUID]bool{}
 	// settle counts one level's edges and returns the next level.
@@ -477,7 +477,7 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, d *dispa
 	if err != nil {
 		return err
 	}
-	return releaseCounted(ctx, q, tx, d, rows)
+	return releaseCounted(ctx, q, tx, a, rows)
 }
 
 // shallowLevels is how many levels of a failure's descendants
@@ -492,7 +492,7 @@ type edge struct {
 
 // finishRun finishes the run when none of its tasks is left to run, and
 // then starts the job's run that overlap: queue held back.
-func finishRun(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runID uuid.UUID, queueOverlap bool) error {
+func finishRun(ctx context.Context, tx pgx.Tx, a *Applier, runID uuid.UUID, queueOverlap bool) error {
 	row, err := store.New(tx).FinishRunIfDone(ctx, runID)
 	if store.IsNotFound(err) {
 		return nil // tasks remain, or the run finished already (cancelled)
@@ -500,18 +500,18 @@ func finishRun(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, runID uui
 	if err != nil {
 		return err
 	}
-	countFinished(ctx, lifecycle.RunStatus(row.Status))
+	a.finished(tx, lifecycle.RunStatus(row.Status))
 	if !queueOverlap {
 		return nil
 	}
-	return promoteQueued(ctx, tx, d, row.JobID)
+	return promoteQueued(ctx, tx, a, row.JobID)
 }
 
 // promoteQueued starts the job's run that overlap: queue held back. A
 // firing transaction that saw the finishing run as active may be holding
 // one back at this very moment, not yet visible here (READ COMMITTED);
 // PromoteStranded, run by the reaper, starts such a run.
-func promoteQueued(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, jobID uuid.UUID) error {
+func promoteQueued(ctx context.Context, tx pgx.Tx, a *Applier, jobID uuid.UUID) error {
 	q := store.New(tx)
 	next, err := q.PromoteQueuedRun(ctx, jobID)
 	if store.IsNotFound(err) {
@@ -528,7 +528,7 @@ func promoteQueued(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, jobID
 	for i, t := range roots {
 		ready[i] = dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0)
 	}
-	return releaseWaiting(ctx, q, tx, d, ready)
+	return releaseWaiting(ctx, q, tx, a, ready)
 }
 
 // LeaseExpired is the result of an attempt whose lease lapsed.
@@ -539,13 +539,13 @@ func LeaseExpired(why string) executor.Result {
 // PromoteStranded starts, for up to batch jobs, the run that overlap: queue
 // holds back while no run of the job is active any more (see
 // promoteQueued). It returns how many it started.
-func PromoteStranded(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, batch int) (int, error) {
+func (a *Applier) PromoteStranded(ctx context.Context, tx pgx.Tx, batch int) (int, error) {
 	jobs, err := store.New(tx).JobsWithStrandedQueuedRuns(ctx, int32(batch))
 	if err != nil {
 		return 0, err
 	}
 	for _, j := range jobs {
-		if err := promoteQueued(ctx, tx, d, j); err != nil {
+		if err := promoteQueued(ctx, tx, a, j); err != nil {
 			return 0, err
 		}
 	}
@@ -556,14 +556,14 @@ func PromoteStranded(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, bat
 // died or stalled) as lease_expired: each task's fencing token moves on, so
 // the old worker's late report is rejected, and the task retries or is
 // dead-lettered as any failure would. It returns how many it expired.
-func ExpireLeases(ctx context.Context, tx pgx.Tx, d *dispatch.Dispatcher, batch int) (int, error) {
+func (a *Applier) ExpireLeases(ctx context.Context, tx pgx.Tx, batch int) (int, error) {
 	q := store.New(tx)
 	rows, err := q.ExpiredLeases(ctx, int32(batch))
 	if err != nil {
 		return 0, err
 	}
 	for _, t := range rows {
-		_, err := FinishAttempt(ctx, tx, d, Report{TaskID: t.ID, FencingToken: t.FencingToken, Expired: true,
+		_, err := a.FinishAttempt(ctx, tx, Report{TaskID: t.ID, FencingToken: t.FencingToken, Expired: true,
 			Result: LeaseExpired("the worker stopped renewing the task's lease")})
 		if err != nil {
 			return 0, err

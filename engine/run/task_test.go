@@ -63,7 +63,7 @@ func TestSoleReportsBatchStaleBesideCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
-		_, err := run.FinishAttempt(ctx, tx, d, run.Report{TaskID: taskID, FencingToken: first.Call.FencingToken, Expired: true,
+		_, err := (&run.Applier{Dispatcher: d}).FinishAttempt(ctx, tx, run.Report{TaskID: taskID, FencingToken: first.Call.FencingToken, Expired: true,
 			Result: executor.Result{ExitReason: executor.ReasonLeaseExpired, FailureClass: executor.ClassSystem, Retryable: true}})
 		return err
 	}); err != nil {
@@ -74,7 +74,7 @@ func TestSoleReportsBatchStaleBesideCurrent(t *testing.T) {
 	var accepted []bool
 	if err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		accepted, err = run.FinishSoleAttempts(ctx, tx, d, []run.Report{
+		accepted, err = (&run.Applier{Dispatcher: d}).FinishSoleAttempts(ctx, tx, []run.Report{
 			{TaskID: taskID, FencingToken: first.Call.FencingToken, Result: executor.Result{OK: true}, Shape: &first.Shape},
 			{TaskID: taskID, FencingToken: second.Call.FencingToken, Result: executor.Result{OK: true}, Shape: &second.Shape},
 		})

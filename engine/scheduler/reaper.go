@@ -120,19 +120,15 @@ func (r *Reaper) Run(ctx context.Context) error {
 func (r *Reaper) expireLeases(ctx context.Context) error {
 	for {
 		var n int
-		var tally *run.Tally
 		err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
-			tctx, t := run.WithTally(ctx) // afresh for each try of the transaction
-			tally = t
 			var err error
-			n, err = run.ExpireLeases(tctx, tx, r.cfg.Dispatcher, r.cfg.Batch)
+			n, err = r.applier().ExpireLeases(ctx, tx, r.cfg.Batch)
 			return err
 		})
 		if err != nil {
 			return err
 		}
 		r.cfg.Metrics.LeaseExpirations(n)
-		r.cfg.Metrics.RunsFinished(tally.RunsFinished)
 		if n > 0 {
 			r.cfg.Logger.Warn("task leases expired; attempts failed as lease_expired", "count", n)
 		}
@@ -148,7 +144,7 @@ func (r *Reaper) promoteStranded(ctx context.Context) error {
 	var n int
 	err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
 		var err error
-		n, err = run.PromoteStranded(ctx, tx, r.cfg.Dispatcher, r.cfg.Batch)
+		n, err = r.applier().PromoteStranded(ctx, tx, r.cfg.Batch)
 		return err
 	})
 	if n > 0 {
@@ -186,7 +182,7 @@ func (r *Reaper) sweepLapsedWorkers(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			n, err = run.Redeliver(ctx, tx, r.cfg.Dispatcher, fetched)
+			n, err = r.applier().Redeliver(ctx, tx, fetched)
 			return err
 		})
 		if name == "" || ctx.Err() != nil {
@@ -201,4 +197,9 @@ func (r *Reaper) sweepLapsedWorkers(ctx context.Context) error {
 			r.cfg.Logger.Warn("worker lease lapsed; tasks it fetched but never started were delivered again", "worker", name, "count", n)
 		}
 	}
+}
+
+// applier writes the reaper's transitions.
+func (r *Reaper) applier() *run.Applier {
+	return &run.Applier{Dispatcher: r.cfg.Dispatcher, Metrics: r.cfg.Metrics}
 }

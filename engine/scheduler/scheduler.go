@@ -212,15 +212,12 @@ type dueJob struct {
 func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Lease) (int, error) {
 	var taken int
 	var skips map[string]int
-	var tally *run.Tally
 	firing := s.cfg.Metrics.FiringBatch()
 	ctx, span := tracing.Tracer().Start(ctx, "orrery.fire", trace.WithAttributes(attribute.Int("orrery.shards", len(leases))))
 	defer span.End()
 	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		// This try's counts, not an aborted one's.
 		skips = nil
-		ctx, t := run.WithTally(ctx)
-		tally = t
 		q := store.New(tx)
 		held, err := s.cfg.Shards.Fence(ctx, tx, leases)
 		if err != nil {
@@ -297,7 +294,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			adv.Nexts = append(adv.Nexts, p.Next)
 			adv.Done = append(adv.Done, p.Done)
 		}
-		if _, err := run.Cancel(ctx, tx, cancel, lifecycle.ReasonCancelledByNewer); err != nil {
+		if _, err := s.applier().Cancel(ctx, tx, cancel, lifecycle.ReasonCancelledByNewer); err != nil {
 			return err
 		}
 		// The tenants' storage quotas, read on a connection of their own:
@@ -307,7 +304,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		if err != nil {
 			return err
 		}
-		if _, err := run.Insert(ctx, tx, s.cfg.Dispatcher, news, &run.Firer{Node: s.cfg.Shards.NodeID()}, rooms); err != nil {
+		if _, err := s.applier().Insert(ctx, tx, news, &run.Firer{Node: s.cfg.Shards.NodeID()}, rooms); err != nil {
 			return err
 		}
 		if err := q.AdvanceJobs(ctx, adv); err != nil {
@@ -329,7 +326,6 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			s.cfg.Logger.Info("instants skipped", "reason", k, "count", v)
 			s.cfg.Metrics.InstantsSkipped(skipReason(k), v)
 		}
-		s.cfg.Metrics.RunsFinished(tally.RunsFinished)
 		firing(taken > 0)
 	}
 	return taken, err
@@ -340,4 +336,9 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 func skipReason(reason string) string {
 	policy, _, _ := strings.Cut(reason, ":")
 	return policy
+}
+
+// applier writes the runs a firing creates or cancels.
+func (s *Scheduler) applier() *run.Applier {
+	return &run.Applier{Dispatcher: s.cfg.Dispatcher, Metrics: s.cfg.Metrics}
 }

@@ -50,12 +50,9 @@ func (w *Worker) finish(ctx context.Context, reports []run.Report, written strin
 		soleReports[k] = reports[i]
 	}
 	accepted := make([]bool, len(reports))
-	var tally *run.Tally
 	err := store.InRawTx(ctx, w.cfg.StatePool, func(tx pgx.Tx) error {
-		tctx, t := run.WithTally(ctx) // afresh for each try of the transaction
-		tally = t
 		if len(sole) > 0 {
-			ok, err := run.FinishSoleAttempts(tctx, tx, w.dispatcher, soleReports)
+			ok, err := w.applier().FinishSoleAttempts(ctx, tx, soleReports)
 			if err != nil {
 				return err
 			}
@@ -64,7 +61,7 @@ func (w *Worker) finish(ctx context.Context, reports []run.Report, written strin
 			}
 		}
 		for _, i := range other {
-			ok, err := run.FinishAttempt(tctx, tx, w.dispatcher, reports[i])
+			ok, err := w.applier().FinishAttempt(ctx, tx, reports[i])
 			if err != nil {
 				return err
 			}
@@ -80,7 +77,11 @@ func (w *Worker) finish(ctx context.Context, reports []run.Report, written strin
 		for _, q := range w.queueNames {
 			w.dispatcher.Kick(q)
 		}
-		w.cfg.Metrics.RunsFinished(tally.RunsFinished)
 	}
 	return accepted, err
+}
+
+// applier writes the ends of this worker's attempts.
+func (w *Worker) applier() *run.Applier {
+	return &run.Applier{Dispatcher: w.dispatcher, Metrics: w.cfg.Metrics}
 }
