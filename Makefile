@@ -10,7 +10,7 @@ STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # Directories `make generate` writes (see buf.gen.yaml and sqlc.yaml).
-GENERATED := api/gen engine/store shard/internal/db
+GENERATED := api/gen internal/store shard/internal/db
 
 .PHONY: dev test generate check-generate postgres chromium build bench lint crdb-parse vendor-web screenshots
 

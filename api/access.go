@@ -10,7 +10,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
-	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/internal/access"
 )
 
 // accessServer implements orrery.v1.AccessService: tenants, the API keys

@@ -20,7 +20,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
-	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/internal/job"
 )
 
 // listAll pages through ListAudit with req (its page token is overwritten)

@@ -17,11 +17,11 @@ import (
 
 	"github.com/orrery-dev/orrery/api"
 	_ "github.com/orrery-dev/orrery/api/gen/orrery/v1" // registers the services' descriptors
-	"github.com/orrery-dev/orrery/engine/access"
-	"github.com/orrery-dev/orrery/engine/dispatch"
-	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/pgtest"
-	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/run"
 )
 
 // authServer serves the API with API-key authentication and returns its

@@ -13,8 +13,8 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
-	"github.com/orrery-dev/orrery/engine/dispatch"
-	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/store"
 	"github.com/orrery-dev/orrery/shard"
 )
 

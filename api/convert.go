@@ -11,7 +11,7 @@ import (
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/internal/job"
 )
 
 // ResourceFromProto turns API messages into the YAML resource the engine

@@ -10,11 +10,11 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/access"
-	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/run"
-	"github.com/orrery-dev/orrery/engine/store"
-	"github.com/orrery-dev/orrery/engine/usage"
+	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/usage"
 )
 
 // toConnect maps an engine error to a Connect error whose message names the

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/orrery-dev/orrery/api"
-	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
 // gzipBomb is a gzip stream of n zero bytes (about n/1000 bytes long).

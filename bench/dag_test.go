@@ -12,9 +12,9 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/dispatch"
-	"github.com/orrery-dev/orrery/engine/job"
-	runsvc "github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
+	runsvc "github.com/orrery-dev/orrery/internal/run"
 )
 
 // BenchmarkDAG runs a 1,000-step fan-out/fan-in and a 200-step chain of

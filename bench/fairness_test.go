@@ -12,8 +12,8 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/job"
-	orun "github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/internal/job"
+	orun "github.com/orrery-dev/orrery/internal/run"
 )
 
 // benchTenant makes a tenant (and its namespace "default") with a weight.

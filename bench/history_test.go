@@ -3,7 +3,7 @@ package bench
 import (
 	"testing"
 
-	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/internal/job"
 )
 
 // BenchmarkWithHistory is the midnight storm, then the steady load, on a

@@ -18,7 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/orrery-dev/orrery/engine/pgcluster"
+	"github.com/orrery-dev/orrery/internal/pgcluster"
 )
 
 // serverURL is an `orrery serve` started by TestMain against a durable

@@ -13,8 +13,8 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/job"
-	orun "github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/internal/job"
+	orun "github.com/orrery-dev/orrery/internal/run"
 )
 
 // BenchmarkNoisyNeighbour: tenant A triggers 20 runs of a pipeline of

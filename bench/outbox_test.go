@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // BenchmarkRelayPastBacklog measures one relay read (PendingOutbox, in a

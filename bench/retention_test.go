@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/internal/job"
 )
 
 // BenchmarkSteadyWhilePruning is BenchmarkSteadyFires on a database that

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
-	"github.com/orrery-dev/orrery/engine/watchdog"
+	"github.com/orrery-dev/orrery/internal/watchdog"
 	"github.com/orrery-dev/orrery/shard"
 )
 

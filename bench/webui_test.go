@@ -17,10 +17,10 @@ import (
 	"github.com/orrery-dev/orrery/api"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/dispatch"
-	"github.com/orrery-dev/orrery/engine/job"
-	runsvc "github.com/orrery-dev/orrery/engine/run"
-	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
+	runsvc "github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
 	"github.com/orrery-dev/orrery/webui"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/internal/pgtest"
 	"github.com/orrery-dev/orrery/shard"
 )
 

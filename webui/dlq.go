@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
-	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/internal/access"
 )
 
 // dlqShown bounds the dead letters one page reads (the newest).

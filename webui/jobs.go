@@ -11,7 +11,7 @@ import (
 
 	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
-	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/internal/access"
 )
 
 // jobsPage lists jobs: filters by namespace, status, label and name (as

@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
-	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/webui/internal/layout"
 )
 

@@ -20,8 +20,8 @@ import (
 
 	"github.com/orrery-dev/orrery/api"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
-	"github.com/orrery-dev/orrery/engine/access"
-	"github.com/orrery-dev/orrery/engine/job"
+	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/job"
 )
 
 //go:embed static

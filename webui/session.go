@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/orrery-dev/orrery/engine/access"
+	"github.com/orrery-dev/orrery/internal/access"
 )
 
 const loginCookie = "orrery_login"

@@ -16,11 +16,11 @@ import (
 	"github.com/orrery-dev/orrery/api"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/access"
-	"github.com/orrery-dev/orrery/engine/dispatch"
-	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/pgtest"
-	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/webui"
 )
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-dev/orrery/engine/notify"
-	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/internal/notify"
+	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
 // A job with spec.alerts and spec.callbacks, served by `orrery serve` and

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
 // `orrery audit` prints the trail newest first as a table with the changed

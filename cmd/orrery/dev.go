@@ -18,11 +18,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/orrery-dev/orrery/dag"
-	"github.com/orrery-dev/orrery/engine/dispatch"
-	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/pgcluster"
-	"github.com/orrery-dev/orrery/engine/store"
 	"github.com/orrery-dev/orrery/examples"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/pgcluster"
+	"github.com/orrery-dev/orrery/internal/store"
 	"github.com/orrery-dev/orrery/migrations"
 )
 

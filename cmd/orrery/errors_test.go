@@ -14,7 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
 // oneLineError checks that a client verb failed as a user should see it:

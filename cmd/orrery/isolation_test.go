@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
 // twoTenants starts `orrery serve --auth keys` (scheduler and watchdog

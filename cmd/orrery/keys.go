@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
-	"github.com/orrery-dev/orrery/engine/access"
-	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // devKeyFile is where `orrery dev` keeps its admin key, in its data dir;

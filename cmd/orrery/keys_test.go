@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
 // `orrery keys create --db` bootstraps an admin key; with it, `keys

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orrery-dev/orrery/engine/pgtest"
+	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
 // scrape reads /metrics with key and returns the status and the text.

@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/orrery-dev/orrery/engine/store"
-	"github.com/orrery-dev/orrery/engine/usage"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/usage"
 	"github.com/orrery-dev/orrery/migrations"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // globals are the flags every command shares, and the process's logger.

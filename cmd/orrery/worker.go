@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/orrery-dev/orrery/engine/metrics"
-	"github.com/orrery-dev/orrery/engine/tracing"
 	"github.com/orrery-dev/orrery/engine/worker"
+	"github.com/orrery-dev/orrery/internal/tracing"
 )
 
 func newWorkerCmd(g *globals) *cobra.Command {

@@ -14,13 +14,13 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
-	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/node"
-	"github.com/orrery-dev/orrery/engine/pgtest"
-	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/node"
+	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // These tests call work, orphans and reportOrphans themselves, in the

@@ -6,8 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/orrery-dev/orrery/engine/run"
-	"github.com/orrery-dev/orrery/engine/store"
+	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // startAttempts starts a batch of attempts in one statement.

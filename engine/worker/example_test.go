@@ -10,12 +10,12 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
-	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/node"
-	"github.com/orrery-dev/orrery/engine/pgtest"
 	"github.com/orrery-dev/orrery/engine/worker"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/node"
+	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/internal/run"
 )
 
 // ledger is the worker's bookkeeping of the attempts it runs, by task and

@@ -5,7 +5,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/orrery-dev/orrery/engine/run"
+	"github.com/orrery-dev/orrery/internal/run"
 )
 
 func lostReport(task uuid.UUID, token int64) run.Report {

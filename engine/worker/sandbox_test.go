@@ -11,11 +11,11 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/enginetest"
 	"github.com/orrery-dev/orrery/engine/executor"
-	"github.com/orrery-dev/orrery/engine/job"
-	"github.com/orrery-dev/orrery/engine/pgtest"
 	"github.com/orrery-dev/orrery/engine/worker"
+	"github.com/orrery-dev/orrery/internal/enginetest"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
 // The worker's Config carries its sandbox to the executors: a webhook to

@@ -40,17 +40,21 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/orrery-dev/orrery/engine/batch"
-	"github.com/orrery-dev/orrery/engine/dispatch"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/metrics"
-	"github.com/orrery-dev/orrery/engine/notify"
-	"github.com/orrery-dev/orrery/engine/run"
-	"github.com/orrery-dev/orrery/engine/store"
-	"github.com/orrery-dev/orrery/engine/tracing"
+	"github.com/orrery-dev/orrery/internal/batch"
+	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/notify"
+	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/tracing"
 )
+
+// QueueDBs says which PostgreSQL database holds each queue's River
+// tables: ByQueue's for the queues it names, Default's for the others.
+type QueueDBs = dispatch.QueueDBs
 
 // Config configures a worker process.
 type Config struct {
@@ -59,7 +63,7 @@ type Config struct {
 	// QueueDBs are the databases of every queue's River tables (the tasks
 	// this worker releases, retries and children, may be of other queues);
 	// default StatePool for all. This worker's own queues must share one.
-	QueueDBs dispatch.QueueDBs
+	QueueDBs QueueDBs
 	// Queues maps each queue this worker serves to its concurrency.
 	Queues map[string]int
 	// Tenants binds the worker to tenants (names): it serves each of its

@@ -3,7 +3,7 @@
 // decisions that move them (what a finished attempt means, the overlap
 // policy, the misfire policy, what a replay revives). A decision reads
 // only its arguments and returns a plan; the packages that own the
-// transactions (engine/run, engine/scheduler, engine/job) apply the plan
+// transactions (internal/run, internal/scheduler, internal/job) apply the plan
 // in SQL. docs/lifecycle.md draws the machines and names, for every
 // transition, the decision here that makes it and the transaction that
 // writes it; TestDiagram walks that list.

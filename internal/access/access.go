@@ -1,0 +1,170 @@
+package access
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/internal/job"
+)
+
+// Role is what a principal may do.
+type Role string
+
+// The roles, weakest first. None is a key's tenant-wide role when the key
+// acts only where it was granted.
+const (
+	None   Role = "none"
+	Reader Role = "reader"
+	Editor Role = "editor"
+	Admin  Role = "admin"
+)
+
+// rank orders roles: a role allows what every weaker one allows.
+func (r Role) rank() int {
+	switch r {
+	case Reader:
+		return 1
+	case Editor:
+		return 2
+	case Admin:
+		return 3
+	}
+	return 0
+}
+
+// Allows reports whether r includes need.
+func (r Role) Allows(need Role) bool { return r.rank() >= need.rank() && need.rank() > 0 }
+
+// max returns the more permissive of r and o.
+func (r Role) max(o Role) Role {
+	if o.rank() > r.rank() {
+		return o
+	}
+	return r
+}
+
+// ParseRole reads a role that can be granted: reader, editor or admin.
+func ParseRole(s string) (Role, error) {
+	if r := Role(s); r.rank() > 0 {
+		return r, nil
+	}
+	return "", &InvalidError{Field: "role", Message: fmt.Sprintf("%q: want reader, editor or admin", s)}
+}
+
+// ParseKeyRole reads a key's tenant-wide role: none, reader, editor or
+// admin.
+func ParseKeyRole(s string) (Role, error) {
+	if s == string(None) {
+		return None, nil
+	}
+	if r := Role(s); r.rank() > 0 {
+		return r, nil
+	}
+	return "", &InvalidError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor or admin", s)}
+}
+
+// Resource is what a call acts on: the whole tenant (the zero value), a
+// namespace (Job empty), one job, or the system (tenant management).
+type Resource struct {
+	System    bool
+	Namespace string
+	Job       string
+}
+
+// The resources beyond namespaces and jobs.
+var (
+	TenantWide = Resource{}
+	System     = Resource{System: true}
+)
+
+// Principal is who a request acts as.
+type Principal struct {
+	Tenant     uuid.UUID
+	TenantName string
+	Name       string
+	// Role is the key's tenant-wide role (None: only what Grants give).
+	Role Role
+	// SystemAdmin may create and list tenants and make keys in any tenant.
+	SystemAdmin bool
+	// Grants are the principal's grants in its tenant. Shared with the
+	// key cache: never modified.
+	Grants []Grant
+	// KeyPrefix names the key used ("" when authentication is off).
+	KeyPrefix string
+	// KeyID is the key's id (uuid.Nil when authentication is off).
+	KeyID uuid.UUID
+}
+
+// RoleOn is the most permissive role p holds on r: its tenant-wide role,
+// or a grant on r's namespace, or a grant on r's job.
+func (p Principal) RoleOn(r Resource) Role {
+	if r.System {
+		if p.SystemAdmin {
+			return Admin
+		}
+		return None
+	}
+	best := p.Role
+	if r.Namespace == "" {
+		return best
+	}
+	for _, g := range p.Grants {
+		if g.Namespace == r.Namespace && (g.Job == "" || g.Job == r.Job) {
+			best = best.max(g.Role)
+		}
+	}
+	return best
+}
+
+// HasAnyRole reports whether p may read something: a tenant-wide role, a
+// grant, or system admin.
+func (p Principal) HasAnyRole() bool {
+	return p.Role.Allows(Reader) || len(p.Grants) > 0 || p.SystemAdmin
+}
+
+// Scope is what p's lists show: nil (the whole tenant) with a tenant-wide
+// role, else the namespaces and jobs it was granted.
+func (p Principal) Scope() *job.Scope {
+	if p.Role.Allows(Reader) {
+		return nil
+	}
+	s := &job.Scope{Namespaces: []string{}, Jobs: []string{}}
+	for _, g := range p.Grants {
+		if g.Job == "" {
+			s.Namespaces = append(s.Namespaces, g.Namespace)
+		} else {
+			s.Jobs = append(s.Jobs, g.Namespace+"/"+g.Job)
+		}
+	}
+	return s
+}
+
+// Actor is the principal as the engine sees it: audit rows name the key's
+// prefix beside the principal, and lists are narrowed to its Scope.
+func (p Principal) Actor() job.Actor {
+	name := p.Name
+	if p.KeyPrefix != "" {
+		name += " (" + p.KeyPrefix + ")"
+	}
+	return job.Actor{Tenant: p.Tenant, Name: name, Scope: p.Scope()}
+}
+
+// ErrUnauthenticated is returned for a missing, malformed, unknown,
+// revoked or expired key: one error, so a caller learns nothing of which.
+var ErrUnauthenticated = errors.New("access: a valid API key is required (Authorization: Bearer ork_...)")
+
+// ErrNotFound is returned for a key prefix, a grant or a tenant that does
+// not exist where the caller looked (another tenant's included).
+var ErrNotFound = errors.New("access: not found")
+
+// ErrExists is returned when creating a tenant whose name is taken.
+var ErrExists = errors.New("access: already exists")
+
+// InvalidError is a bad argument: Field names it.
+type InvalidError struct {
+	Field, Message string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }

@@ -1,0 +1,688 @@
+package dispatch
+
+import (
+	"bytes"
+	"cmp"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// Admission decides which waiting tasks of a queue go to River now.
+//
+// # What a queue may hold
+//
+// A task holds a slot of its queue from its admission until its attempt
+// ends (admitted_at set, status queued, running or retrying): counted in
+// the database, so a crashed worker's slots come back when the reaper ends
+// its lapsed attempts, within the lease TTL, and no process's memory is
+// the source of truth. A queue may hold InFlightPerSlot tasks per slot its
+// live workers advertise (workers.queues): River keeps about one job ready
+// behind each running one, so a worker that finishes fetches its next job
+// without waiting for an admission pass, and work released later waits
+// behind at most that one job per slot. A queue no live worker serves
+// admits nothing.
+//
+// A tenant's max_concurrency (0: none) caps its tasks holding slots in all
+// queues, a tenant_queue_quotas row its tasks in one queue; both are read
+// at every pass, so a change applies at the next one.
+//
+// # How it chooses
+//
+// Free slots go one at a time to the waiting tenant with the fewest slots
+// held per unit of weight (weighted max-min fairness, recomputed from the
+// database at every pass: no deficit to lose in a crash); a tenant at one
+// of its quotas gets none. Once every tenant is backlogged, each holds
+// slots in proportion to its weight, and with tasks of similar length gets
+// that share of the starts; a lone tenant gets every slot. Inside a
+// tenant, tasks go by priority (critical, high, normal, low), oldest first
+// within one priority; a task that has waited longer than the aging bound
+// (AdmitConfig.Aging, default 5 minutes) goes before any fresher task of
+// any priority, oldest first.
+//
+// # The admission transaction and its locks
+//
+// One transaction per pass and queue, in this order:
+//  1. the queue's row in queues, FOR UPDATE SKIP LOCKED: one admitter at a
+//     time decides for a queue; another that finds it locked skips the
+//     pass and looks again shortly, so nothing waits on it;
+//  2. read the live workers' slots and the queue's slots held per tenant;
+//  3. the rows of the waiting tenants that have max_concurrency, FOR NO KEY
+//     UPDATE SKIP LOCKED in id order (a tenant whose row an admitter of
+//     another queue holds sits this pass out, and the queue is looked at
+//     again shortly; foreign-key checks do not conflict), then their slots
+//     held in all queues;
+//  4. the chosen task rows, by UPDATE ... SET admitted_at, which skips a
+//     task cancelled meanwhile;
+//  5. the River jobs: in this transaction when River shares the database,
+//     else their outbox rows, which Relay inserts after the commit (see the
+//     package doc).
+//
+// No other transaction takes a queue row, and none takes tenant rows after
+// task rows, so there is no lock cycle, and no admitter waits on another.
+// A paused admitter holds its rows until the pools' idle-in-transaction
+// timeout ends its session (meanwhile its queue, and its quota'd tenants in
+// other queues, wait); a killed one's are free at once; either way nothing
+// is admitted twice, since the marks and the River jobs (or their outbox
+// rows) commit together.
+//
+// What admission does not promise: a quota lowered below what a tenant
+// holds does not stop running work; a slot freed by a cancellation or a
+// lapsed lease is reused while the old attempt may still run on its worker
+// until its next heartbeat; a pass that read a tenant's quota as none just
+// before it was set admits that pass without it. With more than 10,000
+// tenants waiting in one queue, a pass considers the first 10,000 by id.
+//
+// Hot path cost: a task that waits is written once more (the admission
+// mark), and each batch of releases and of finishes wakes a pass. A task
+// released into a queue where nothing waits skips all that (Direct).
+const (
+	// InFlightPerSlot is how many tasks a queue may hold per worker slot.
+	InFlightPerSlot = 2
+	// DefaultAging is AdmitConfig.Aging's default.
+	DefaultAging = 5 * time.Minute
+	// admitBatch bounds the tasks one pass admits.
+	admitBatch = 1000
+)
+
+// FailpointAdmitted is hit when an admission pass has marked its tasks and
+// inserted their River jobs, before its transaction commits.
+const FailpointAdmitted = "dispatch/admitted"
+
+// AdmitConfig configures Admit.
+type AdmitConfig struct {
+	// Pool is Orrery's state database.
+	Pool *pgxpool.Pool
+	// Queues are looked at every PollInterval (the queues this process's
+	// workers serve: their finishes free slots, and retries become ready
+	// with time); other queues when a release wakes them, and then every
+	// PollInterval while they have tasks waiting.
+	Queues []string
+	// PollInterval: default 25 ms.
+	PollInterval time.Duration
+	// Aging: see the admission doc; default 5 minutes.
+	Aging      time.Duration
+	Logger     *slog.Logger
+	Failpoints *failpoint.Set
+}
+
+func (c *AdmitConfig) withDefaults() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("dispatch: AdmitConfig.Pool is required")
+	case c.PollInterval < 0 || c.Aging < 0:
+		return errors.New("dispatch: AdmitConfig.PollInterval and Aging must not be negative")
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 25 * time.Millisecond
+	}
+	if c.Aging == 0 {
+		c.Aging = DefaultAging
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// wake is the set of queues to look at and the signal that it grew.
+type wake struct {
+	mu     *sync.Mutex
+	queues map[string]bool
+	ch     chan struct{}
+}
+
+func newWake() wake {
+	return wake{mu: &sync.Mutex{}, queues: map[string]bool{}, ch: make(chan struct{}, 1)}
+}
+
+// Kick asks this process's admitter to look at a queue now: tasks were
+// released into it, or slots of it freed.
+func (d *Dispatcher) Kick(queue string) {
+	d.wake.mu.Lock()
+	d.wake.queues[queue] = true
+	d.wake.mu.Unlock()
+	select {
+	case d.wake.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (d *Dispatcher) kicked() []string {
+	d.wake.mu.Lock()
+	defer d.wake.mu.Unlock()
+	out := slices.Collect(maps.Keys(d.wake.queues))
+	clear(d.wake.queues)
+	return out
+}
+
+// Admit runs admission passes until ctx ends: for a queue when Kick wakes
+// it, and every PollInterval for cfg.Queues and for the queues woken here
+// that still have tasks waiting.
+func (d *Dispatcher) Admit(ctx context.Context, cfg AdmitConfig) error {
+	if err := cfg.withDefaults(); err != nil {
+		return err
+	}
+	t := time.NewTicker(cfg.PollInterval)
+	defer t.Stop()
+	ensured := map[string]bool{}
+	// The queues polled: cfg.Queues, and those woken since while they
+	// still have tasks waiting (slots may free up in another process). A
+	// queue whose polls admit nothing (full, its tenants at their quotas)
+	// is polled less often, up to maxPollBackoff; a wake-up resets it.
+	watched := map[string]bool{}
+	for _, q := range cfg.Queues {
+		watched[q] = true
+	}
+	// Counted in polls (pacing only: no decision reads this clock).
+	backoff := map[string]int{}
+	skip := map[string]int{}
+	maxBackoff := max(1, int(maxPollBackoff/cfg.PollInterval))
+	for {
+		var queues []string
+		polled := map[string]bool{}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.wake.ch:
+			queues = d.kicked()
+		case <-t.C:
+			queues = d.kicked()
+			for q := range watched {
+				if skip[q] > 0 {
+					skip[q]--
+					continue
+				}
+				queues = append(queues, q)
+				polled[q] = true
+			}
+		}
+		slices.Sort(queues)
+		for _, q := range slices.Compact(queues) {
+			watched[q] = true
+			admitted, err := d.admitQueue(ctx, cfg, q, polled[q], ensured, watched)
+			if err != nil && ctx.Err() == nil {
+				cfg.Logger.Error("admission pass failed", "queue", q, "err", err)
+			}
+			if admitted > 0 || !polled[q] {
+				backoff[q] = 0
+			} else {
+				backoff[q] = min(max(2*backoff[q], 1), maxBackoff)
+			}
+			skip[q] = backoff[q]
+		}
+	}
+}
+
+// tenantRetry is how soon a queue is looked at again after a pass left a
+// tenant out because an admitter of another queue held its row.
+const tenantRetry = 3 * time.Millisecond
+
+// maxPollBackoff bounds how seldom a queue whose polls admit nothing is
+// polled: the wait of a retry whose backoff ended, or of work released
+// by a process that does not admit it.
+const maxPollBackoff = 400 * time.Millisecond
+
+// admitQueue runs passes over one queue until one admits nothing, and
+// returns how many tasks they admitted.
+func (d *Dispatcher) admitQueue(ctx context.Context, cfg AdmitConfig, q string, polled bool, ensured, watched map[string]bool) (int, error) {
+	if polled {
+		// A cheap look first: most polls find nothing ready.
+		any, err := store.New(cfg.Pool).AnyWaiting(ctx, q)
+		if err != nil {
+			return 0, err
+		}
+		if !any {
+			if !slices.Contains(cfg.Queues, q) {
+				delete(watched, q)
+			}
+			return 0, nil
+		}
+	}
+	if !ensured[q] {
+		if err := store.New(cfg.Pool).EnsureQueue(ctx, q); err != nil {
+			return 0, err
+		}
+		ensured[q] = true
+	}
+	total := 0
+	for {
+		res, err := d.AdmitOnce(ctx, cfg, q)
+		total += res.Admitted
+		if err != nil {
+			return total, err
+		}
+		switch {
+		case res.Busy:
+			// Another admitter decides for q now and may have read before
+			// our release committed: look again at the next poll.
+			time.AfterFunc(cfg.PollInterval, func() { d.Kick(q) })
+		case res.Skipped:
+			// A tenant sat this pass out, its share kept free: come back
+			// soon, when the admitter of its other queue is done with it.
+			time.AfterFunc(tenantRetry, func() { d.Kick(q) })
+		}
+		if res.Busy || res.Skipped || res.Admitted == 0 {
+			return total, nil
+		}
+	}
+}
+
+// Admission is what one pass did.
+type Admission struct {
+	// Busy: another admitter held the queue; the pass did nothing.
+	Busy bool
+	// Skipped: another admitter held the row of a waiting tenant with a
+	// quota; the pass left it out and its share free.
+	Skipped  bool
+	Admitted int
+}
+
+// tenantState is one waiting tenant during a pass.
+type tenantState struct {
+	id      uuid.UUID
+	weight  int64
+	held    int64 // slots held in this queue, with those given this pass
+	room    int64 // slots it may still get under its quotas
+	target  int64 // what it would get this pass with tasks enough
+	waiting []store.AdmissionCandidatesRow
+}
+
+// AdmitOnce runs one admission pass for a queue (see the admission doc):
+// one transaction.
+func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue string) (Admission, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return Admission{}, err
+	}
+	var res Admission
+	var waited []float64
+	err := store.InRawTx(ctx, cfg.Pool, func(tx pgx.Tx) error {
+		res, waited = Admission{}, nil
+		q := store.New(tx)
+		if _, err := q.LockQueue(ctx, queue); err != nil {
+			if store.IsNotFound(err) {
+				res.Busy = true
+				return nil
+			}
+			return err
+		}
+		slots, err := q.QueueSlots(ctx, queue)
+		if err != nil {
+			return err
+		}
+		held, err := q.InFlightByTenant(ctx, queue)
+		if err != nil {
+			return err
+		}
+		free := slots * InFlightPerSlot
+		heldBy := make(map[uuid.UUID]int64, len(held))
+		for _, h := range held {
+			free -= h.InFlight
+			heldBy[h.TenantID] = h.InFlight
+		}
+		free = min(free, admitBatch)
+		if free <= 0 {
+			return nil
+		}
+		tenants, err := q.WaitingTenants(ctx, queue)
+		if err != nil || len(tenants) == 0 {
+			return err
+		}
+		states, reserved, skipped, err := tenantStates(ctx, q, queue, tenants, heldBy, free)
+		res.Skipped = skipped
+		free -= reserved
+		if err != nil || len(states) == 0 || free <= 0 {
+			return err
+		}
+		// What each tenant would get if it had tasks enough: read no more
+		// of its candidates than that (per priority).
+		ids := make([]uuid.UUID, len(states))
+		limits := make([]int32, len(states))
+		for i, s := range states {
+			ids[i], limits[i] = s.id, int32(s.target)
+		}
+		cands, err := q.AdmissionCandidates(ctx, store.AdmissionCandidatesParams{
+			Tenants: ids, Limits: limits, Queue: queue, AgingSeconds: cfg.Aging.Seconds()})
+		if err != nil {
+			return err
+		}
+		byID := make(map[uuid.UUID]*tenantState, len(states))
+		for _, s := range states {
+			byID[s.id] = s
+		}
+		for _, c := range cands {
+			s := byID[c.TenantID]
+			s.waiting = append(s.waiting, c)
+		}
+		chosen := choose(states, free)
+		if len(chosen) == 0 {
+			return nil
+		}
+		rows, err := q.AdmitTasks(ctx, chosen)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		ready := make([]Ready, len(rows))
+		for i, r := range rows {
+			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt)
+			waited = append(waited, r.WaitedSeconds)
+		}
+		if d.outbox {
+			// In the state transaction: the marks and the rows commit
+			// together, and Relay inserts the River jobs afterwards.
+			err = insertOutbox(ctx, tx, ready)
+		} else {
+			err = insertJobs(ctx, d.river, tx, ready, false)
+		}
+		if err != nil {
+			return fmt.Errorf("insert River jobs: %w", err)
+		}
+		cfg.Failpoints.Hit(FailpointAdmitted)
+		res.Admitted = len(rows)
+		return nil
+	})
+	if err == nil && len(waited) > 0 && d.waited != nil {
+		d.waited(queue, waited)
+	}
+	return res, err
+}
+
+// tenantStates reads the weights and quotas of the waiting tenants; for
+// those with a quota across queues it locks their rows and counts their
+// slots held in every queue. A tenant whose row another admitter holds is
+// left out of this pass (skipped is then true), its share of free
+// reserved. It then sets each tenant's target: what it would get of free
+// if it had tasks enough.
+func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID, heldBy map[uuid.UUID]int64, free int64) (states []*tenantState, reserved int64, skipped bool, err error) {
+	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: tenants})
+	if err != nil {
+		return nil, 0, false, err
+	}
+	var quota []uuid.UUID
+	for _, l := range limits {
+		if l.MaxConcurrency > 0 {
+			quota = append(quota, l.ID)
+		}
+	}
+	total := map[uuid.UUID]int64{}
+	locked := map[uuid.UUID]bool{}
+	if len(quota) > 0 {
+		ids, err := q.LockTenants(ctx, quota)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		for _, id := range ids {
+			locked[id] = true
+		}
+		rows, err := q.TenantInFlight(ctx, ids)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		for _, r := range rows {
+			total[r.TenantID] = r.InFlight
+		}
+	}
+	// A tenant whose row another admitter holds keeps its share of this
+	// pass's slots (reserved, left free until a later pass): giving it to
+	// the others would cut its weight whenever it is busy in another queue.
+	isSkipped := map[*tenantState]bool{}
+	states = make([]*tenantState, 0, len(limits))
+	for _, l := range limits {
+		s := &tenantState{id: l.ID, weight: int64(max(l.Weight, 1)), held: heldBy[l.ID], room: admitBatch}
+		if l.MaxConcurrency > 0 {
+			if !locked[l.ID] {
+				isSkipped[s] = true
+			} else {
+				s.room = min(s.room, int64(l.MaxConcurrency)-total[l.ID])
+			}
+		}
+		if l.QueueMax > 0 {
+			s.room = min(s.room, int64(l.QueueMax)-s.held)
+		}
+		if s.room > 0 {
+			states = append(states, s)
+		}
+	}
+	setTargets(states, free)
+	out := states[:0]
+	for _, s := range states {
+		switch {
+		case isSkipped[s]:
+			reserved += s.target
+		case s.target > 0:
+			out = append(out, s)
+		}
+	}
+	return out, reserved, len(isSkipped) > 0, nil
+}
+
+// setTargets water-fills free slots over the tenants as choose would if
+// each had tasks enough: how many of each tenant's candidates to read.
+func setTargets(states []*tenantState, free int64) {
+	h := &byShare{}
+	for _, s := range states {
+		heap.Push(h, s)
+	}
+	for ; free > 0 && h.Len() > 0; free-- {
+		s := (*h)[0]
+		s.target++
+		s.held++
+		if s.target >= s.room {
+			heap.Pop(h)
+		} else {
+			heap.Fix(h, 0)
+		}
+	}
+	for _, s := range states {
+		s.held -= s.target // as it was: the fill counted its target in
+	}
+}
+
+// choose gives up to free slots, one at a time, to the tenant holding the
+// fewest per unit of weight that still has a task waiting and room under
+// its quotas, and returns the tasks chosen. Each tenant's tasks go by aged
+// priority: aged first, then by priority, then oldest first.
+func choose(states []*tenantState, free int64) []uuid.UUID {
+	h := &byShare{}
+	for _, s := range states {
+		slices.SortFunc(s.waiting, func(a, b store.AdmissionCandidatesRow) int {
+			return cmp.Or(cmp.Compare(rank(a), rank(b)), a.ReadyAt.Compare(b.ReadyAt), compareIDs(a.ID, b.ID))
+		})
+		if len(s.waiting) > 0 {
+			heap.Push(h, s)
+		}
+	}
+	var chosen []uuid.UUID
+	for ; free > 0 && h.Len() > 0; free-- {
+		s := (*h)[0]
+		chosen = append(chosen, s.waiting[0].ID)
+		s.waiting = s.waiting[1:]
+		s.held++
+		s.room--
+		if len(s.waiting) == 0 || s.room <= 0 {
+			heap.Pop(h)
+		} else {
+			heap.Fix(h, 0)
+		}
+	}
+	return chosen
+}
+
+// rank orders a tenant's waiting tasks: aged ones before every priority.
+func rank(c store.AdmissionCandidatesRow) int32 {
+	if c.Aged {
+		return 0
+	}
+	return c.Priority
+}
+
+// byShare is a min-heap of tenants by slots held per unit of weight (ties:
+// the heavier first, then by id, so that passes are reproducible).
+type byShare []*tenantState
+
+func (h byShare) Len() int { return len(h) }
+func (h byShare) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	// a.held/a.weight < b.held/b.weight without division.
+	if l, r := a.held*b.weight, b.held*a.weight; l != r {
+		return l < r
+	}
+	if a.weight != b.weight {
+		return a.weight > b.weight
+	}
+	return compareIDs(a.id, b.id) < 0
+}
+
+// compareIDs orders uuids as their text does, without formatting them.
+func compareIDs(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
+func (h byShare) Swap(i, j int)     { h[i], h[j] = h[j], h[i] }
+func (h *byShare) Push(x any)       { *h = append(*h, x.(*tenantState)) }
+func (h *byShare) Pop() any {
+	old := *h
+	s := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return s
+}
+
+// Direct decides, in the transaction that releases them and before it
+// writes them, which of the ready tasks (first attempts, none a retry or a
+// redelivery) skip the wait for an admission pass, and sets their
+// Admitted: the caller writes them admitted, and Release hands them to
+// River in that transaction, as if an admitter had. A tenant's tasks in a
+// queue skip it only when no task waits in that queue (so nothing is
+// passed over: not another tenant's turn, not an older task of its own),
+// the tenant has no quota that applies there (quotas are the admitters'
+// alone), and the queue has free slots for them; then up to that many go,
+// most urgent first (tasks of several tenants go only if all fit: else
+// the admitters share the slots by weight). Concurrent releases read the
+// same free slots, so a queue may briefly hold more than its bound; it
+// drains by the next passes.
+// This is the uncontended path (a lone tenant, the steady load): one
+// read per tenant and queue, and no second write of each task.
+func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error {
+	// By queue, then tenant (in id order: the same every time).
+	byQueue := map[string]map[uuid.UUID][]int{}
+	for i, r := range ready {
+		if r.Redelivers != 0 || !r.NotBefore.IsZero() {
+			continue
+		}
+		if byQueue[r.Queue] == nil {
+			byQueue[r.Queue] = map[uuid.UUID][]int{}
+		}
+		byQueue[r.Queue][r.Tenant] = append(byQueue[r.Queue][r.Tenant], i)
+	}
+	q := store.New(tx)
+	for _, queue := range slices.Sorted(maps.Keys(byQueue)) {
+		groups := byQueue[queue]
+		tenants := slices.SortedFunc(maps.Keys(groups), compareIDs)
+		free, err := directRoom(ctx, q, queue, tenants)
+		if err != nil {
+			return fmt.Errorf("dispatch: direct admission: %w", err)
+		}
+		total := 0
+		for _, g := range groups {
+			total += len(g)
+		}
+		// Several tenants that do not all fit: the admitters share the
+		// slots between them by weight. One that does not fit: its most
+		// urgent go now, the rest wait.
+		if free <= 0 || (len(tenants) > 1 && total > free) {
+			continue
+		}
+		for _, tenant := range tenants {
+			idx := groups[tenant]
+			slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(ready[a].Priority, ready[b].Priority) })
+			for _, i := range idx[:min(free, len(idx))] {
+				ready[i].Admitted = true
+			}
+		}
+	}
+	return nil
+}
+
+// directRoom is how many tasks of these tenants may skip the wait in a
+// queue: its free slots, or none when a task waits there or one of the
+// tenants has a quota that applies there.
+func directRoom(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID) (int, error) {
+	load, err := q.QueueLoad(ctx, queue)
+	if err != nil || load.Waiting {
+		return 0, err
+	}
+	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: tenants})
+	if err != nil || len(limits) != len(tenants) {
+		return 0, err
+	}
+	for _, l := range limits {
+		if l.MaxConcurrency > 0 || l.QueueMax > 0 {
+			return 0, nil
+		}
+	}
+	slots, err := q.QueueSlots(ctx, queue)
+	return int(slots*InFlightPerSlot - load.InFlight), err
+}
+
+// WaitReason says why a task of a tenant waits for admission in a queue,
+// as the API shows it: "no worker serves queue etl", "tenant quota 50/50",
+// "tenant quota in queue etl 10/10", "queue etl full 400/400", or "waiting
+// for its turn" (other tenants' or this tenant's earlier work goes first).
+func WaitReason(ctx context.Context, q *store.Queries, tenant uuid.UUID, queue string) (string, error) {
+	slots, err := q.QueueSlots(ctx, queue)
+	if err != nil {
+		return "", err
+	}
+	if slots == 0 {
+		return fmt.Sprintf("no worker serves queue %s", queue), nil
+	}
+	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: []uuid.UUID{tenant}})
+	if err != nil || len(limits) == 0 {
+		return "", err
+	}
+	if l := limits[0]; l.MaxConcurrency > 0 {
+		total, err := q.TenantInFlight(ctx, []uuid.UUID{tenant})
+		if err != nil {
+			return "", err
+		}
+		if n := sumInFlight(total); n >= int64(l.MaxConcurrency) {
+			return fmt.Sprintf("tenant quota %d/%d", n, l.MaxConcurrency), nil
+		}
+	}
+	held, err := q.InFlightByTenant(ctx, queue)
+	if err != nil {
+		return "", err
+	}
+	inQueue, mine := int64(0), int64(0)
+	for _, h := range held {
+		inQueue += h.InFlight
+		if h.TenantID == tenant {
+			mine = h.InFlight
+		}
+	}
+	switch {
+	case limits[0].QueueMax > 0 && mine >= int64(limits[0].QueueMax):
+		return fmt.Sprintf("tenant quota in queue %s %d/%d", queue, mine, limits[0].QueueMax), nil
+	case inQueue >= slots*InFlightPerSlot:
+		return fmt.Sprintf("queue %s full %d/%d", queue, inQueue, slots*InFlightPerSlot), nil
+	}
+	return "waiting for its turn", nil
+}
+
+func sumInFlight(rows []store.TenantInFlightRow) int64 {
+	var n int64
+	for _, r := range rows {
+		n += r.InFlight
+	}
+	return n
+}

@@ -1,0 +1,29 @@
+package run
+
+import (
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/engine/metrics"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// Applier writes what the lifecycle's decisions (internal/lifecycle) make
+// of runs and tasks, in the caller's transaction: the rows, the releases
+// of tasks to their worker pools through its Dispatcher (each built by
+// dispatch.NextAttempt), and, once the transaction commits
+// (store.OnCommit), the runs it finished in its Metrics. The scheduler,
+// the reaper, the worker and the Service call it.
+type Applier struct {
+	Dispatcher *dispatch.Dispatcher
+	Metrics    *metrics.Metrics // nil: none
+}
+
+// finished counts a run that tx ends with status, once tx commits.
+func (a *Applier) finished(tx pgx.Tx, status lifecycle.RunStatus) {
+	if a.Metrics == nil {
+		return
+	}
+	store.OnCommit(tx, func() { a.Metrics.RunFinished(string(status)) })
+}

@@ -1,0 +1,266 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/tracing"
+	"github.com/orrery-dev/orrery/internal/usage"
+)
+
+// JobRef is what a run needs to know of its job.
+type JobRef struct {
+	ID      uuid.UUID
+	Tenant  uuid.UUID
+	Version int64
+	Shard   int
+	Spec    *dag.JobSpec
+}
+
+// New is a run to create.
+type New struct {
+	Job     JobRef
+	At      time.Time // the scheduled instant (or the trigger time)
+	Trigger lifecycle.Trigger
+	Status  lifecycle.RunStatus // pending, queued, skipped or cancelled
+	Reason  string
+	// Epoch is the shard epoch a scheduler fired it under (0: an API trigger).
+	Epoch int64
+}
+
+// Firer is the node that fires scheduled runs, recorded on each run with
+// the shard epoch of the run (New.Epoch); nil for runs started through the
+// API.
+type Firer struct {
+	Node uuid.UUID
+}
+
+// Insert writes runs in tx: pending and queued ones with all their tasks,
+// and the root tasks of pending runs released to their worker pools. A run
+// whose (job, instant) exists already is not written (invariant 2). It
+// returns the ids of the runs written, in order, uuid.Nil for the others.
+// Runs are held to their tenants' storage quotas as rooms (read with
+// usage.RunRooms before tx, or outside it) says: see holdToQuotas.
+func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, rooms usage.Rooms) ([]uuid.UUID, error) {
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	q := store.New(tx)
+	overQuota, err := holdToQuotas(runs, by, rooms.Clone())
+	if err != nil {
+		return nil, err
+	}
+	rp := store.InsertRunsParams{}
+	if by != nil {
+		rp.NodeID = &by.Node
+	}
+	ids := make([]uuid.UUID, len(runs))
+	for i, r := range runs {
+		ids[i] = uuid.Must(uuid.NewV7())
+		rp.Ids = append(rp.Ids, ids[i])
+		rp.TenantIds = append(rp.TenantIds, r.Job.Tenant)
+		rp.JobIds = append(rp.JobIds, r.Job.ID)
+		rp.JobVersions = append(rp.JobVersions, r.Job.Version)
+		rp.Shards = append(rp.Shards, int32(r.Job.Shard))
+		epoch := r.Epoch
+		if by == nil {
+			epoch = -1 // stored as NULL
+		}
+		rp.ShardEpochs = append(rp.ShardEpochs, epoch)
+		rp.ScheduledFors = append(rp.ScheduledFors, r.At)
+		rp.Triggers = append(rp.Triggers, string(r.Trigger))
+		rp.Statuses = append(rp.Statuses, string(r.Status))
+		rp.Reasons = append(rp.Reasons, r.Reason)
+		tp := ""
+		if r.Status == lifecycle.RunPending || r.Status == lifecycle.RunQueued {
+			tp = tracing.StartRun(ctx, attribute.String("orrery.run_id", ids[i].String()), attribute.String("orrery.job_id", r.Job.ID.String()),
+				attribute.String("orrery.trigger", string(r.Trigger)), attribute.String("orrery.scheduled_for", r.At.UTC().Format(time.RFC3339Nano)))
+		}
+		rp.TraceParents = append(rp.TraceParents, tp)
+		rp.Watched = append(rp.Watched, withTasks(r) && r.Job.Spec.Watched())
+		tasks := 0
+		if withTasks(r) {
+			tasks = len(r.Job.Spec.Steps)
+		}
+		rp.TaskCounts = append(rp.TaskCounts, int64(tasks))
+	}
+	written, err := q.InsertRuns(ctx, rp)
+	if err != nil {
+		return nil, err
+	}
+	ok := make(map[uuid.UUID]bool, len(written))
+	for _, id := range written {
+		ok[id] = true
+	}
+	bindings, err := bindingsOf(ctx, q, runs, ok, ids)
+	if err != nil {
+		return nil, err
+	}
+	tp := store.InsertTasksParams{}
+	ep := store.InsertEdgesParams{}
+	var ready []dispatch.Ready
+	for i, r := range runs {
+		if !ok[ids[i]] {
+			ids[i] = uuid.Nil
+			continue
+		}
+		if r.Status == lifecycle.RunCancelled { // cancelled by a newer instant of the same pass
+			a.finished(tx, lifecycle.RunCancelled)
+		}
+		if overQuota != nil && overQuota[i] {
+			a.finished(tx, lifecycle.RunSkipped)
+		}
+		if !withTasks(r) {
+			continue
+		}
+		stepIDs := make(map[string]uuid.UUID, len(r.Job.Spec.Steps))
+		for _, st := range r.Job.Spec.Steps {
+			stepIDs[st.Name] = uuid.Must(uuid.NewV7())
+		}
+		for k, st := range r.Job.Spec.Steps {
+			set := r.Job.Spec.Effective(k)
+			queue := bindings.Queue(r.Job.Tenant, set.Queue)
+			status := lifecycle.TaskWaiting
+			if len(st.Needs) == 0 && r.Status == lifecycle.RunPending {
+				status = lifecycle.TaskQueued
+				ready = append(ready, dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0))
+			}
+			tp.Ids = append(tp.Ids, stepIDs[st.Name])
+			tp.TenantIds = append(tp.TenantIds, r.Job.Tenant)
+			tp.RunIds = append(tp.RunIds, ids[i])
+			tp.Steps = append(tp.Steps, st.Name)
+			tp.Statuses = append(tp.Statuses, string(status))
+			tp.ParentsRemaining = append(tp.ParentsRemaining, int32(len(st.Needs)))
+			tp.Queues = append(tp.Queues, queue)
+			tp.Priorities = append(tp.Priorities, int32(set.Priority))
+			tp.TriggerRules = append(tp.TriggerRules, string(st.TriggerRule))
+			for _, need := range st.Needs {
+				ep.Parents = append(ep.Parents, stepIDs[need])
+				ep.Children = append(ep.Children, stepIDs[st.Name])
+			}
+		}
+	}
+	// Which first steps skip the wait for admission: written admitted.
+	if err := a.Dispatcher.Direct(ctx, tx, ready); err != nil {
+		return nil, err
+	}
+	direct := make(map[uuid.UUID]bool, len(ready))
+	for _, r := range ready {
+		direct[r.TaskID] = r.Admitted
+	}
+	tp.Admitted = make([]bool, len(tp.Ids))
+	for i, id := range tp.Ids {
+		tp.Admitted[i] = direct[id]
+	}
+	if len(tp.Ids) > 0 {
+		if err := q.InsertTasks(ctx, tp); err != nil {
+			return nil, err
+		}
+	}
+	if len(ep.Parents) > 0 {
+		if err := q.InsertEdges(ctx, ep); err != nil {
+			return nil, err
+		}
+	}
+	return ids, a.Dispatcher.Release(ctx, tx, ready)
+}
+
+// withTasks says whether a run is written with its tasks: pending and
+// queued ones are; skipped and cancelled ones are a record only.
+func withTasks(r New) bool {
+	return r.Status == lifecycle.RunPending || r.Status == lifecycle.RunQueued
+}
+
+// holdToQuotas holds runs to their tenants' storage quotas (package
+// usage), as rooms says, in order: a scheduled run (by a Firer) that would
+// pass one is written skipped, without tasks, its reason naming the quota,
+// and marked in the answer; a run started through the API is refused with
+// the *usage.ExceededError.
+func holdToQuotas(runs []New, by *Firer, rooms usage.Rooms) ([]bool, error) {
+	if len(rooms) == 0 {
+		return nil, nil
+	}
+	over := make([]bool, len(runs))
+	for i := range runs {
+		r := &runs[i]
+		if !withTasks(*r) {
+			_ = rooms.Add(r.Job.Tenant, usage.Usage{Runs: 1}) // a record counts as a run
+			continue
+		}
+		err := rooms.Add(r.Job.Tenant, usage.Usage{Runs: 1, Tasks: int64(len(r.Job.Spec.Steps))})
+		var exceeded *usage.ExceededError
+		switch {
+		case err == nil:
+		case by == nil || !errors.As(err, &exceeded):
+			return nil, err
+		default:
+			r.Status, over[i] = lifecycle.RunSkipped, true
+			r.Reason = fmt.Sprintf("storage quota: tenant %s holds %d of its %s %d", exceeded.Tenant, exceeded.Used, exceeded.Quota, exceeded.Limit)
+			_ = rooms.Add(r.Job.Tenant, usage.Usage{Runs: 1})
+		}
+	}
+	return over, nil
+}
+
+// TenantsOf lists the tenants of runs that would be written with tasks:
+// those whose rooms Insert needs (usage.RunRooms).
+func TenantsOf(runs []New) []uuid.UUID {
+	var out []uuid.UUID
+	for _, r := range runs {
+		if withTasks(r) {
+			out = append(out, r.Job.Tenant)
+		}
+	}
+	return out
+}
+
+// bindingsOf reads the queue bindings of the tenants whose runs were
+// written with tasks (pending or queued), in tx; none when there are none.
+func bindingsOf(ctx context.Context, q *store.Queries, runs []New, written map[uuid.UUID]bool, ids []uuid.UUID) (dispatch.Bindings, error) {
+	var tenants []uuid.UUID
+	for i, r := range runs {
+		if written[ids[i]] && withTasks(r) {
+			tenants = append(tenants, r.Job.Tenant)
+		}
+	}
+	if len(tenants) == 0 {
+		return nil, nil
+	}
+	return dispatch.LoadBindings(ctx, q, tenants)
+}
+
+// Cancel cancels runs that have not finished, with their unfinished tasks;
+// running attempts are closed as cancelled and their later reports will be
+// stale. It returns the runs it cancelled.
+func (a *Applier) Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string) ([]uuid.UUID, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	q := store.New(tx)
+	cancelled, err := q.CancelRuns(ctx, store.CancelRunsParams{Ids: ids, Reason: reason})
+	if err != nil || len(cancelled) == 0 {
+		return cancelled, err
+	}
+	for range cancelled {
+		a.finished(tx, lifecycle.RunCancelled)
+	}
+	tasks, err := q.CancelTasksOfRuns(ctx, cancelled)
+	if err != nil {
+		return nil, err
+	}
+	if len(tasks) > 0 {
+		err = q.CloseRunningAttempts(ctx, store.CloseRunningAttemptsParams{TaskIds: tasks, ExitReason: executor.ReasonCancelled, FailureClass: executor.ClassUser, Error: reason})
+	}
+	return cancelled, err
+}

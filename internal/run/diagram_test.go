@@ -1,0 +1,287 @@
+package run_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/enginetest"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/run"
+)
+
+// drawn reads the arrows of the state diagrams in docs/lifecycle.md: the
+// mermaid blocks marked "%% tasks" and "%% runs", as "from -> to" (from
+// "[*]" for a creation; arrows into "[*]" only mark terminal states).
+func drawn(t *testing.T) map[string][]string {
+	t.Helper()
+	text, err := os.ReadFile("../../docs/lifecycle.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile("(?s)```mermaid\n(.*?)```")
+	arrow := regexp.MustCompile(`(?m)^\s*(\[\*\]|\w+)\s*-->\s*(\[\*\]|\w+)`)
+	out := map[string][]string{}
+	for _, b := range block.FindAllStringSubmatch(string(text), -1) {
+		var kind string
+		switch {
+		case strings.Contains(b[1], "%% tasks"):
+			kind = "tasks"
+		case strings.Contains(b[1], "%% runs"):
+			kind = "runs"
+		default:
+			continue
+		}
+		for _, a := range arrow.FindAllStringSubmatch(b[1], -1) {
+			if a[2] == "[*]" {
+				continue
+			}
+			if e := a[1] + " -> " + a[2]; !slices.Contains(out[kind], e) {
+				out[kind] = append(out[kind], e)
+			}
+		}
+	}
+	if len(out["tasks"]) == 0 || len(out["runs"]) == 0 {
+		t.Fatalf("no diagrams found in docs/lifecycle.md: %v", out)
+	}
+	return out
+}
+
+// TestDiagram walks runs through every transition docs/lifecycle.md draws
+// and records every status change the engine makes (a trigger on tasks and
+// runs): each drawn arrow must be taken, and no change may be undrawn.
+func TestDiagram(t *testing.T) {
+	t.Parallel()
+	want := drawn(t)
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `
+		CREATE TABLE transitions (kind text NOT NULL, from_status text NOT NULL, to_status text NOT NULL);
+		CREATE FUNCTION log_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF TG_OP = 'INSERT' THEN
+				INSERT INTO transitions VALUES (TG_TABLE_NAME, '[*]', NEW.status);
+			ELSIF NEW.status IS DISTINCT FROM OLD.status THEN
+				INSERT INTO transitions VALUES (TG_TABLE_NAME, OLD.status, NEW.status);
+			END IF;
+			RETURN NULL;
+		END $$;
+		CREATE TRIGGER tasks_transitions AFTER INSERT OR UPDATE OF status ON tasks FOR EACH ROW EXECUTE FUNCTION log_transition();
+		CREATE TRIGGER runs_transitions AFTER INSERT OR UPDATE OF status ON runs FOR EACH ROW EXECUTE FUNCTION log_transition();
+	`); err != nil {
+		t.Fatal(err)
+	}
+
+	// The steps: {"do": "ok" | "fail" (for good, until healed) | "flaky"
+	// (fails its first attempt, or every one with "always") | "block"
+	// (until its key is released)}.
+	var healed atomic.Bool
+	var mu sync.Mutex
+	gates := map[string]chan struct{}{}
+	gate := func(key string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if gates[key] == nil {
+			gates[key] = make(chan struct{})
+		}
+		return gates[key]
+	}
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, g := range gates {
+			select {
+			case <-g:
+			default:
+				close(g)
+			}
+		}
+	})
+	handler := func(ctx context.Context, c executor.Call) error {
+		var p struct {
+			Do, Key string
+			Always  bool
+		}
+		_ = json.Unmarshal(c.Payload, &p)
+		switch p.Do {
+		case "fail":
+			if !healed.Load() {
+				return executor.Permanent(errors.New("failed for good"))
+			}
+		case "flaky":
+			if c.Attempt == 1 || p.Always {
+				return errors.New("failed, may retry")
+			}
+		case "block":
+			select {
+			case <-gate(p.Key):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}
+	jobs, _ := job.New(ctx, pool, nil)
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+	enginetest.StartWorker(t, pool, 8, map[string]executor.HandlerFunc{"diagram": handler})
+	enginetest.StartNode(t, pool)
+
+	type step struct {
+		name, do, key, queue string
+		needs                []string
+		always               bool
+		retry                *dag.Retry
+	}
+	create := func(name string, overlap dag.OverlapPolicy, steps ...step) {
+		t.Helper()
+		spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: overlap,
+			Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}}}
+		for _, s := range steps {
+			payload, _ := json.Marshal(map[string]any{"do": s.do, "key": s.key, "always": s.always})
+			spec.Steps = append(spec.Steps, dag.Step{Name: s.name, Needs: s.needs, Queue: s.queue, Retry: s.retry,
+				Run: dag.Executor{Handler: "diagram"}, Payload: payload})
+		}
+		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: spec}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trigger := func(name string) *run.Run {
+		t.Helper()
+		r, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: name}, "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	status := func(sql string, args ...any) string {
+		var s string
+		_ = pool.QueryRow(ctx, sql, args...).Scan(&s)
+		return s
+	}
+	runIs := func(id uuid.UUID, want string) {
+		t.Helper()
+		enginetest.WaitFor(t, 30*time.Second, "run "+want, func() bool { return status("SELECT status FROM runs WHERE id = $1", id) == want })
+	}
+	taskIs := func(id uuid.UUID, step, want string) {
+		t.Helper()
+		enginetest.WaitFor(t, 30*time.Second, step+" "+want, func() bool {
+			return status("SELECT status FROM tasks WHERE run_id = $1 AND step = $2", id, step) == want
+		})
+	}
+	cancel := func(id uuid.UUID) {
+		t.Helper()
+		if _, err := runs.CancelRun(ctx, job.Anonymous, id, "diagram"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fast := &dag.Retry{MaxAttempts: 2, Initial: dag.D(10 * time.Millisecond), Max: dag.D(10 * time.Millisecond)}
+	slow := &dag.Retry{MaxAttempts: 3, Initial: dag.D(time.Hour), Max: dag.D(time.Hour)}
+
+	// A chain that succeeds, a step that retries once, a failure for good
+	// with a step below it.
+	create("chain", dag.OverlapAllow, step{name: "a", do: "ok"}, step{name: "b", do: "ok", needs: []string{"a"}})
+	create("retry", dag.OverlapAllow, step{name: "a", do: "flaky", retry: fast})
+	create("broken", dag.OverlapAllow, step{name: "a", do: "fail"}, step{name: "b", do: "ok", needs: []string{"a"}})
+	chain, retry, broken := trigger("chain"), trigger("retry"), trigger("broken")
+	runIs(chain.ID, "succeeded")
+	runIs(retry.ID, "succeeded")
+	runIs(broken.ID, "dead_lettered")
+
+	// Cancelled: before any attempt (a queue no worker serves), while a
+	// step runs with another waiting below it, and during a backoff.
+	create("parked", dag.OverlapAllow, step{name: "a", do: "ok", queue: "nowhere"})
+	create("blocked", dag.OverlapAllow, step{name: "a", do: "block", key: "blocked"}, step{name: "b", do: "ok", needs: []string{"a"}})
+	create("backoff", dag.OverlapAllow, step{name: "a", do: "flaky", always: true, retry: slow})
+	parked, blocked, backoff := trigger("parked"), trigger("blocked"), trigger("backoff")
+	taskIs(blocked.ID, "a", "running")
+	taskIs(backoff.ID, "a", "retrying")
+	for _, r := range []*run.Run{parked, blocked, backoff} {
+		cancel(r.ID)
+		runIs(r.ID, "cancelled")
+	}
+
+	// overlap: queue holds a run back, refuses a second, and starts the
+	// held run when the active one ends; a held run can be cancelled.
+	create("held", dag.OverlapQueue, step{name: "a", do: "block", key: "held"})
+	first := trigger("held")
+	taskIs(first.ID, "a", "running")
+	if r := trigger("held"); r.Status != "queued" {
+		t.Fatalf("second run of held: %s", r.Status)
+	} else {
+		cancel(r.ID)
+	}
+	second := trigger("held")
+	if r := trigger("held"); r.Status != "skipped" {
+		t.Fatalf("third run of held: %s", r.Status)
+	}
+	close(gate("held"))
+	runIs(first.ID, "succeeded")
+	runIs(second.ID, "succeeded")
+
+	// A firing pass over missed instants under cancel_previous writes the
+	// older instants it fires cancelled.
+	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "* * * * *"}, Misfire: dag.MisfireBackfill, MaxBackfill: 3,
+		Overlap: dag.OverlapCancelPrevious, Run: &dag.Executor{Handler: "diagram"}}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "missed"}, Spec: spec}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE job_schedules SET next_fire_at = date_trunc('minute', now()) - interval '30 minutes'
+		WHERE job_id = (SELECT id FROM jobs WHERE name = 'missed')`); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the missed instants fired", func() bool {
+		return enginetest.Int(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id
+			WHERE j.name = 'missed' AND r.status = 'succeeded'`) > 0
+	})
+	if _, err := jobs.Pause(ctx, job.Anonymous, job.Ref{Name: "missed"}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The cause fixed, the dead letter replayed: the step below it runs.
+	healed.Store(true)
+	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "broken"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	runIs(broken.ID, "succeeded")
+
+	rows, err := pool.Query(ctx, "SELECT DISTINCT kind, from_status || ' -> ' || to_status FROM transitions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for rows.Next() {
+		var kind, tr string
+		if err := rows.Scan(&kind, &tr); err != nil {
+			t.Fatal(err)
+		}
+		got[kind] = append(got[kind], tr)
+	}
+	for _, kind := range []string{"tasks", "runs"} {
+		for _, e := range want[kind] {
+			if !slices.Contains(got[kind], e) {
+				t.Errorf("%s: %s is drawn, and no run took it", kind, e)
+			}
+		}
+		for _, e := range got[kind] {
+			if !slices.Contains(want[kind], e) {
+				t.Errorf("%s: %s happened, and docs/lifecycle.md does not draw it", kind, e)
+			}
+		}
+	}
+}

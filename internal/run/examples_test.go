@@ -1,0 +1,90 @@
+package run_test
+
+import (
+	"context"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/worker"
+	"github.com/orrery-dev/orrery/examples"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/enginetest"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/run"
+)
+
+// The example pipelines that `orrery dev` loads run to success: their
+// webhooks answered by a test server, their commands run, their Go handler
+// registered.
+func TestExamplesRun(t *testing.T) {
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	var hooks []string
+	hookSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hooks = append(hooks, r.URL.Path+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+	}))
+	defer hookSrv.Close()
+	t.Setenv("HOOK_TOKEN", "Bearer test-token")
+	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 4, "etl": 4, "warehouse": 2},
+		AllowCommand: []string{"/bin/*"},
+		AllowEgress:  []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, // the hook server
+		Secrets:      executor.SecretPolicy{Env: map[string][]string{"default/analytics": {"HOOK_TOKEN"}}},
+		Handlers:     map[string]executor.HandlerFunc{"load-warehouse": func(context.Context, executor.Call) error { return nil }}})
+	enginetest.StartNode(t, pool)
+	jobs, _ := job.New(ctx, pool, nil)
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+
+	names, _ := fs.Glob(examples.FS(), "*.yaml")
+	for _, name := range names {
+		data, _ := examples.FS().ReadFile(name)
+		docs, es := dag.Decode(name, data)
+		if len(es) > 0 {
+			t.Fatal(es)
+		}
+		for _, doc := range docs {
+			r := doc.Resource
+			for i := range r.Spec.Steps {
+				if h := r.Spec.Steps[i].Run.HTTP; h != nil {
+					h.URL = strings.Replace(h.URL, "http://127.0.0.1:8080/dev/sink", hookSrv.URL, 1)
+				}
+			}
+			if _, err := jobs.Create(ctx, job.Anonymous, r, ""); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			started, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: r.Metadata.Namespace, Name: r.Metadata.Name}, "", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var status string
+			enginetest.WaitFor(t, 60*time.Second, name+" finishes", func() bool {
+				_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", started.ID).Scan(&status)
+				return status != "pending" && status != "running"
+			})
+			if status != "succeeded" {
+				d, _ := runs.Get(ctx, job.Anonymous, started.ID)
+				for _, tk := range d.Tasks {
+					t.Logf("%s: %s %s", tk.Step, tk.Status, tk.LastError)
+				}
+				t.Fatalf("%s/%s: run %s", r.Metadata.Namespace, r.Metadata.Name, status)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(strings.Join(hooks, "\n"), "/etl-done Bearer test-token") {
+		t.Fatalf("the report webhook did not get its resolved secret header: %v", hooks)
+	}
+}

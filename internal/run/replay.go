@@ -1,0 +1,169 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// MaxReplay is the most dead letters one replay of a job's takes.
+const MaxReplay = 10_000
+
+// maxReplayTasks bounds the tasks one replay transaction reads (the graphs
+// of the runs it replays in); a run larger than that goes alone.
+const maxReplayTasks = 50_000
+
+// ReplayDeadLetters gives dead-lettered tasks one more attempt each: the
+// tasks go back in line, their runs reopen, and their descendants wait
+// again as lifecycle.Replay derives. Dead letters of a cancelled run are
+// not replayed. With no ids, every dead letter of jobRef (or of the
+// tenant) is replayed, up to limit. It returns the tasks replayed.
+func (s *Service) ReplayDeadLetters(ctx context.Context, a job.Actor, ids []uuid.UUID, jobRef job.Ref, limit int) ([]uuid.UUID, error) {
+	if limit < 0 || limit > MaxReplay {
+		return nil, &job.InvalidError{Field: "limit", Message: fmt.Sprintf("%d is outside 0..%d (0: up to %d)", limit, MaxReplay, MaxReplay)}
+	}
+	if len(ids) == 0 {
+		if limit == 0 {
+			limit = MaxReplay
+		}
+		jobID, err := s.jobID(ctx, a, jobRef)
+		if err != nil {
+			return nil, err
+		}
+		for before, _ := decodeRunToken(""); len(ids) < limit; {
+			page, next, err := s.deadLetters(ctx, a, jobID, job.MaxPageSize, before)
+			if err != nil {
+				return nil, err
+			}
+			for _, d := range page {
+				ids = append(ids, d.ID)
+			}
+			if next == "" {
+				break
+			}
+			if before, err = decodeRunToken(next); err != nil {
+				return nil, err
+			}
+		}
+		if len(ids) > limit {
+			ids = ids[:limit]
+		}
+	}
+	// The runs of the dead letters, read before: each transaction below
+	// replays in runs whose graphs together stay within maxReplayTasks.
+	runs, err := store.New(s.pool).DeadLetterRuns(ctx, store.DeadLetterRunsParams{TenantID: a.Tenant, Ids: ids})
+	if err != nil {
+		return nil, err
+	}
+	var replayed []uuid.UUID
+	for len(runs) > 0 {
+		n, size := 0, int64(0)
+		for n < len(runs) && (n == 0 || size+runs[n].Tasks <= maxReplayTasks) {
+			size += runs[n].Tasks
+			n++
+		}
+		done, err := s.replayRuns(ctx, a, runs[:n])
+		replayed = append(replayed, done...)
+		if err != nil {
+			return replayed, err
+		}
+		runs = runs[n:]
+	}
+	return replayed, nil
+}
+
+// replayRuns replays dead letters of some runs in one transaction: lock
+// the runs, read their graphs, decide (lifecycle.Replay), write.
+func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.DeadLetterRunsRow) ([]uuid.UUID, error) {
+	runIDs := make([]uuid.UUID, len(runs))
+	asked := make(map[uuid.UUID][]uuid.UUID, len(runs))
+	for i, r := range runs {
+		runIDs[i] = r.RunID
+		asked[r.RunID] = r.TaskIds
+	}
+	var replayed []uuid.UUID
+	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		replayed = replayed[:0]
+		q := store.New(tx)
+		locked, err := q.LockRunsForReplay(ctx, runIDs)
+		if err != nil {
+			return err
+		}
+		rows, err := q.RunGraphs(ctx, runIDs)
+		if err != nil {
+			return err
+		}
+		graphs := make(map[uuid.UUID][]lifecycle.GraphTask, len(runIDs))
+		byID := make(map[uuid.UUID]store.RunGraphsRow, len(rows))
+		for _, t := range rows {
+			byID[t.ID] = t
+			graphs[t.RunID] = append(graphs[t.RunID], lifecycle.GraphTask{
+				ID: t.ID, Status: t.Status, Rule: t.TriggerRule, ParentsRemaining: int(t.ParentsRemaining), Parents: t.Parents})
+		}
+		var queue, reopen []uuid.UUID
+		wait := store.WaitAgainParams{}
+		var release []dispatch.Ready
+		for _, r := range locked {
+			p := lifecycle.Replay(r.Status, graphs[r.ID], asked[r.ID])
+			queue = append(queue, p.Queue...)
+			if p.ReopenRun {
+				reopen = append(reopen, r.ID)
+			}
+			for id, n := range p.Wait {
+				wait.Ids = append(wait.Ids, id)
+				wait.Remaining = append(wait.Remaining, int32(n))
+			}
+			for _, id := range p.Release { // waiting first, then released
+				t := byID[id]
+				wait.Ids = append(wait.Ids, id)
+				wait.Remaining = append(wait.Remaining, 0)
+				release = append(release, dispatch.NextAttempt(id, t.TenantID, t.Queue, t.Priority, t.Attempt))
+			}
+		}
+		if len(queue) == 0 {
+			return nil
+		}
+		back, err := q.ReplayTasks(ctx, store.ReplayTasksParams{TenantID: a.Tenant, Ids: queue})
+		if err != nil {
+			return err
+		}
+		ready := make([]dispatch.Ready, len(back))
+		for i, r := range back {
+			replayed = append(replayed, r.ID)
+			ready[i] = dispatch.NextAttempt(r.ID, r.TenantID, r.Queue, r.Priority, r.Attempt)
+		}
+		if len(replayed) == 0 {
+			return nil
+		}
+		if len(wait.Ids) > 0 {
+			if err := q.WaitAgain(ctx, wait); err != nil {
+				return err
+			}
+		}
+		if len(release) > 0 {
+			if err := releaseWaiting(ctx, q, tx, s.applier(), release); err != nil {
+				return err
+			}
+		}
+		if err := q.ReopenRuns(ctx, reopen); err != nil {
+			return err
+		}
+		after, _ := json.Marshal(map[string]any{"tasks": replayed})
+		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "replay", TargetKind: "dead_letters",
+			TargetID: replayed[0], TargetName: fmt.Sprintf("%d task(s)", len(replayed)), After: after,
+		}); err != nil {
+			return err
+		}
+		return s.dispatcher.Release(ctx, tx, ready)
+	})
+	return replayed, err
+}

@@ -1,0 +1,403 @@
+package run
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/metrics"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/usage"
+)
+
+// ErrNotFound: no run (or dead letter) with that id in the caller's tenant.
+var ErrNotFound = errors.New("run not found")
+
+// Service serves run history and the run-level control plane.
+type Service struct {
+	pool       *pgxpool.Pool
+	jobs       *job.Service
+	dispatcher *dispatch.Dispatcher
+	// Metrics counts the runs this service's calls finish (cancel, and a
+	// trigger's cancel_previous); nil: none. Set before use.
+	Metrics *metrics.Metrics
+}
+
+// NewService returns a Service.
+func NewService(pool *pgxpool.Pool, jobs *job.Service, d *dispatch.Dispatcher) *Service {
+	return &Service{pool: pool, jobs: jobs, dispatcher: d}
+}
+
+// applier writes the service's transitions.
+func (s *Service) applier() *Applier { return &Applier{Dispatcher: s.dispatcher, Metrics: s.Metrics} }
+
+// Run is one run as the API shows it.
+type Run struct {
+	ID           uuid.UUID           `json:"id"`
+	JobID        uuid.UUID           `json:"job_id"`
+	Namespace    string              `json:"namespace"`
+	Job          string              `json:"job"`
+	JobVersion   int64               `json:"job_version"`
+	Shard        int                 `json:"shard"`
+	ScheduledFor time.Time           `json:"scheduled_for"`
+	Trigger      lifecycle.Trigger   `json:"trigger"`
+	Status       lifecycle.RunStatus `json:"status"`
+	Reason       string              `json:"reason,omitempty"`
+	CreatedAt    time.Time           `json:"created_at"`
+	StartedAt    *time.Time          `json:"started_at,omitempty"`
+	FinishedAt   *time.Time          `json:"finished_at,omitempty"`
+}
+
+// Detail is a run with its tasks and their attempts.
+type Detail struct {
+	Run
+	Tasks []Task
+}
+
+// Task is one step of a run.
+type Task struct {
+	store.Task
+	Attempts []store.Attempt
+	// Parents are the tasks this one waits for.
+	Parents []uuid.UUID
+	// WaitReason says why a queued or retrying task is not yet admitted
+	// (see dispatch.WaitReason); empty otherwise.
+	WaitReason string
+}
+
+func fromListRow(r store.ListRunsRow) Run {
+	return Run{ID: r.ID, JobID: r.JobID, Namespace: r.Namespace, Job: r.JobName, JobVersion: r.JobVersion, Shard: int(r.Shard),
+		ScheduledFor: r.ScheduledFor.UTC(), Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, CreatedAt: r.CreatedAt.UTC(),
+		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
+}
+
+// ListFilter selects runs; zero fields do not filter.
+type ListFilter struct {
+	Job       job.Ref
+	Status    string
+	Since     *time.Time
+	Until     *time.Time
+	PageSize  int
+	PageToken string
+}
+
+type runToken struct {
+	At time.Time `json:"a"`
+	ID uuid.UUID `json:"i"`
+}
+
+var maxUUID = uuid.Max
+
+// List returns one page of runs, newest instant first.
+func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, string, error) {
+	size, err := job.PageSize(f.PageSize)
+	if err != nil {
+		return nil, "", err
+	}
+	before, err := decodeRunToken(f.PageToken)
+	if err != nil {
+		return nil, "", err
+	}
+	jobID, err := s.jobID(ctx, a, f.Job)
+	if err != nil {
+		return nil, "", err
+	}
+	p := store.ListRunsParams{TenantID: a.Tenant, JobID: jobID, Since: f.Since, Until: f.Until, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
+	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
+	if f.Status != "" {
+		if _, err := lifecycle.ParseRunStatus(f.Status); err != nil {
+			return nil, "", &job.InvalidError{Field: "status", Message: err.Error()}
+		}
+		p.Status = &f.Status
+	}
+	rows, err := store.New(s.pool).ListRuns(ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, next := store.NextPage(rows, size, func(r store.ListRunsRow) any { return runToken{At: r.ScheduledFor, ID: r.ID} })
+	out := make([]Run, len(rows))
+	for i, r := range rows {
+		out[i] = fromListRow(r)
+	}
+	return out, next, nil
+}
+
+// Get returns a run with its tasks and attempts.
+func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID) (*Detail, error) {
+	q := store.New(s.pool)
+	r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
+	if store.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := q.RunTasks(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	attempts, err := q.RunAttempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	edges, err := q.RunEdges(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	byTask := map[uuid.UUID][]store.Attempt{}
+	for _, at := range attempts {
+		byTask[at.TaskID] = append(byTask[at.TaskID], at)
+	}
+	parents := map[uuid.UUID][]uuid.UUID{}
+	for _, e := range edges {
+		parents[e.ChildID] = append(parents[e.ChildID], e.ParentID)
+	}
+	d := &Detail{Run: fromListRow(store.ListRunsRow(r))}
+	for _, t := range tasks {
+		d.Tasks = append(d.Tasks, Task{Task: t, Attempts: byTask[t.ID], Parents: parents[t.ID]})
+	}
+	if err := waitReasons(ctx, q, d.Tasks); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// waitReasons says why each task waiting for admission waits (one reading
+// per queue).
+func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
+	var now time.Time
+	byQueue := map[string]string{}
+	for i := range tasks {
+		t := &tasks[i].Task
+		if t.AdmittedAt != nil || (t.Status != lifecycle.TaskQueued && t.Status != lifecycle.TaskRetrying) {
+			continue
+		}
+		if now.IsZero() {
+			var err error
+			if now, err = q.DatabaseNow(ctx); err != nil {
+				return err
+			}
+		}
+		if t.ReadyAt != nil && t.ReadyAt.After(now) {
+			tasks[i].WaitReason = "retry backoff until " + t.ReadyAt.UTC().Format(time.RFC3339Nano)
+			continue
+		}
+		why, ok := byQueue[t.Queue]
+		if !ok {
+			var err error
+			if why, err = dispatch.WaitReason(ctx, q, t.TenantID, t.Queue); err != nil {
+				return err
+			}
+			byQueue[t.Queue] = why
+		}
+		tasks[i].WaitReason = why
+	}
+	return nil
+}
+
+// Trigger starts a run of a job now (trigger "manual", instant = the
+// database's now). The job's overlap policy applies unless ignoreOverlap.
+// With an idempotency key, a replay returns the first run; another request
+// under the same key is job.ErrIdempotencyConflict.
+func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key string, ignoreOverlap bool) (*Run, error) {
+	if err := job.CheckIdempotencyKey(key); err != nil {
+		return nil, err
+	}
+	// The tenant's storage quotas, read before the transaction (see
+	// usage.RunRooms).
+	rooms, err := usage.RunRooms(ctx, store.New(s.pool), []uuid.UUID{a.Tenant})
+	if err != nil {
+		return nil, err
+	}
+	var out Run
+	err = store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		row, err := job.Lock(ctx, q, a, ref)
+		if err != nil {
+			return err
+		}
+		if row.Status == job.StatusDeleted {
+			return fmt.Errorf("%w: %s", job.ErrDeleted, ref)
+		}
+		reqHash := sha256.Sum256([]byte(fmt.Sprintf("%s|%v", row.ID, ignoreOverlap)))
+		if key != "" {
+			prev, err := q.GetTriggerKey(ctx, store.GetTriggerKeyParams{TenantID: a.Tenant, Key: key})
+			switch {
+			case err == nil && string(prev.RequestHash) != string(reqHash[:]):
+				return job.ErrIdempotencyConflict
+			case err == nil:
+				return json.Unmarshal(prev.Response, &out)
+			case !store.IsNotFound(err):
+				return err
+			}
+		}
+		var spec dag.JobSpec
+		if err := json.Unmarshal(row.Spec, &spec); err != nil {
+			return err
+		}
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return err
+		}
+		status, reason := lifecycle.RunPending, ""
+		if !ignoreOverlap {
+			active, err := q.ActiveRuns(ctx, []uuid.UUID{row.ID})
+			if err != nil {
+				return err
+			}
+			statuses := make([]lifecycle.RunStatus, len(active))
+			for i, r := range active {
+				statuses[i] = r.Status
+			}
+			d := lifecycle.NewOverlap(spec.Overlap, statuses).Next()
+			status, reason = d.Status, d.Reason
+			if d.CancelPrevious && len(active) > 0 {
+				ids := make([]uuid.UUID, len(active))
+				for i, r := range active {
+					ids[i] = r.ID
+				}
+				if _, err := s.applier().Cancel(ctx, tx, ids, lifecycle.ReasonCancelledByTrigger); err != nil {
+					return err
+				}
+			}
+		}
+		ref := JobRef{ID: row.ID, Tenant: row.TenantID, Version: row.Version, Shard: int(row.Shard), Spec: &spec}
+		ids, err := s.applier().Insert(ctx, tx, []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason}}, nil, rooms)
+		if err != nil {
+			return err
+		}
+		if ids[0] == uuid.Nil {
+			return errors.New("a run for this instant exists already; trigger again")
+		}
+		out = Run{ID: ids[0], JobID: row.ID, Namespace: row.Namespace, Job: row.Name, JobVersion: row.Version, Shard: int(row.Shard),
+			ScheduledFor: now.UTC(), Trigger: lifecycle.TriggerManual, Status: status, Reason: reason, CreatedAt: now.UTC()}
+		snap, _ := json.Marshal(out)
+		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "trigger", TargetKind: "job",
+			TargetID: row.ID, TargetName: row.Namespace + "/" + row.Name, After: snap,
+		}); err != nil {
+			return err
+		}
+		if key != "" {
+			return q.InsertTriggerKey(ctx, store.InsertTriggerKeyParams{TenantID: a.Tenant, Key: key, RequestHash: reqHash[:], Response: snap})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// MaxReason bounds the reason a cancellation gives.
+const MaxReason = 1024
+
+// CancelRun cancels a run's unfinished tasks and the run.
+func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reason string) (*Run, error) {
+	switch {
+	case len(reason) > MaxReason:
+		return nil, &job.InvalidError{Field: "reason", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(reason), MaxReason)}
+	case !dag.IsText(reason):
+		return nil, &job.InvalidError{Field: "reason", Message: "is not text (a NUL character or invalid UTF-8)"}
+	}
+	if reason == "" {
+		reason = "cancelled by " + a.Name
+	}
+	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
+		if store.IsNotFound(err) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := q.LockRun(ctx, id); err != nil {
+			return err
+		}
+		cancelled, err := s.applier().Cancel(ctx, tx, []uuid.UUID{id}, reason)
+		if err != nil || len(cancelled) == 0 {
+			return err // finished already: nothing to do
+		}
+		before, _ := json.Marshal(fromListRow(store.ListRunsRow(r)))
+		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "cancel", TargetKind: "run",
+			TargetID: id, TargetName: r.Namespace + "/" + r.JobName, Before: before,
+		}); err != nil {
+			return err
+		}
+		return promoteQueued(ctx, tx, s.applier(), r.JobID)
+	})
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.Get(ctx, a, id)
+	if err != nil {
+		return nil, err
+	}
+	return &d.Run, nil
+}
+
+// DeadLetter is a task that failed for good.
+type DeadLetter = store.ListDeadLettersRow
+
+// ListDeadLetters returns one page of dead-lettered tasks, newest first.
+func (s *Service) ListDeadLetters(ctx context.Context, a job.Actor, jobRef job.Ref, pageSizeReq int, token string) ([]DeadLetter, string, error) {
+	size, err := job.PageSize(pageSizeReq)
+	if err != nil {
+		return nil, "", err
+	}
+	before, err := decodeRunToken(token)
+	if err != nil {
+		return nil, "", err
+	}
+	jobID, err := s.jobID(ctx, a, jobRef)
+	if err != nil {
+		return nil, "", err
+	}
+	return s.deadLetters(ctx, a, jobID, size, before)
+}
+
+// decodeRunToken reads a page token of runs or dead letters ("" = first page).
+func decodeRunToken(token string) (runToken, error) {
+	before := runToken{At: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), ID: maxUUID}
+	if token != "" && store.DecodePageToken(token, &before) != nil {
+		return before, &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
+	}
+	return before, nil
+}
+
+// jobID resolves an optional job reference (nil: no job given).
+func (s *Service) jobID(ctx context.Context, a job.Actor, ref job.Ref) (*uuid.UUID, error) {
+	if ref == (job.Ref{}) {
+		return nil, nil
+	}
+	j, err := s.jobs.Get(ctx, a, ref)
+	if err != nil {
+		return nil, err
+	}
+	return &j.ID, nil
+}
+
+// deadLetters reads one page of dead letters, of one job if jobID is set.
+func (s *Service) deadLetters(ctx context.Context, a job.Actor, jobID *uuid.UUID, size int, before runToken) ([]DeadLetter, string, error) {
+	p := store.ListDeadLettersParams{TenantID: a.Tenant, JobID: jobID, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
+	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
+	rows, err := store.New(s.pool).ListDeadLetters(ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	rows, next := store.NextPage(rows, size, func(r store.ListDeadLettersRow) any { return runToken{At: *r.FinishedAt, ID: r.ID} })
+	return rows, next, nil
+}

@@ -1,0 +1,96 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// specs caches job versions' parsed specs: a version never changes, and a
+// DAG's spec is read once per attempt of each of its steps.
+var specs = specCache{m: map[specKey]*parsedSpec{}}
+
+// parsedSpec is a job version's spec with what finishing attempts asks of it.
+type parsedSpec struct {
+	*dag.JobSpec
+	hasChildren map[string]bool // steps that some step needs
+}
+
+type specKey struct {
+	job     uuid.UUID
+	version int64
+}
+
+type specCache struct {
+	mu sync.Mutex
+	m  map[specKey]*parsedSpec
+}
+
+const maxCachedSpecs = 4096
+
+func (c *specCache) get(ctx context.Context, db store.DBTX, job uuid.UUID, version int64) (*parsedSpec, error) {
+	got, err := c.getMany(ctx, db, []specKey{{job, version}})
+	if err != nil {
+		return nil, err
+	}
+	return got[specKey{job, version}], nil
+}
+
+// getMany returns the specs of the given versions, reading the ones not
+// cached yet in one query.
+func (c *specCache) getMany(ctx context.Context, db store.DBTX, keys []specKey) (map[specKey]*parsedSpec, error) {
+	out := make(map[specKey]*parsedSpec, len(keys))
+	var missing store.JobVersionSpecsParams
+	c.mu.Lock()
+	for _, k := range keys {
+		if s, ok := c.m[k]; ok {
+			out[k] = s
+		} else if _, asked := out[k]; !asked {
+			out[k] = nil
+			missing.JobIds = append(missing.JobIds, k.job)
+			missing.Versions = append(missing.Versions, k.version)
+		}
+	}
+	c.mu.Unlock()
+	if len(missing.JobIds) == 0 {
+		return out, nil
+	}
+	rows, err := store.New(db).JobVersionSpecs(ctx, missing)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		k := specKey{r.JobID, r.Version}
+		s := &parsedSpec{JobSpec: new(dag.JobSpec), hasChildren: map[string]bool{}}
+		if err := json.Unmarshal(r.Spec, s.JobSpec); err != nil {
+			return nil, fmt.Errorf("job %s version %d: spec: %w", r.JobID, r.Version, err)
+		}
+		for _, st := range s.Steps {
+			for _, need := range st.Needs {
+				s.hasChildren[need] = true
+			}
+		}
+		out[k] = s
+	}
+	c.mu.Lock()
+	if len(c.m)+len(rows) > maxCachedSpecs {
+		clear(c.m) // simple and rare: a node sees few versions at once
+	}
+	for _, r := range rows {
+		k := specKey{r.JobID, r.Version}
+		c.m[k] = out[k]
+	}
+	c.mu.Unlock()
+	for k, s := range out {
+		if s == nil {
+			return nil, fmt.Errorf("job %s version %d: no such version", k.job, k.version)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,205 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/engine/metrics"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// Reaper gives every task whose worker died or stopped a way out, every
+// Interval:
+//
+//   - a running task whose lease lapsed has its attempt failed as
+//     lease_expired, so it retries with a new fencing token (or is
+//     dead-lettered);
+//   - a task whose River job a worker fetched but never started (the worker
+//     died between River's fetch and the attempt's start: the task is still
+//     queued or retrying, and has no lease) is delivered again once that
+//     worker's own lease lapses;
+//   - a run that overlap: queue holds back while its job has no active run
+//     any more (a firing transaction held it back while the active run's
+//     report was committing) is started.
+//
+// The first two are bounded by the worker's lease TTL plus one Interval after the
+// failure. Every scheduler node runs a reaper; SKIP LOCKED and fencing
+// tokens keep them apart.
+type Reaper struct {
+	cfg ReaperConfig
+}
+
+// ReaperConfig configures a Reaper.
+type ReaperConfig struct {
+	Pool       *pgxpool.Pool
+	Dispatcher *dispatch.Dispatcher
+	// Interval between passes; default 1 s.
+	Interval time.Duration
+	// Batch is how many lapsed leases one transaction fails; default 100.
+	Batch  int
+	Logger *slog.Logger
+	// Metrics records lease expirations and the runs they finish; nil: none.
+	Metrics *metrics.Metrics
+}
+
+func (c *ReaperConfig) withDefaults() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("scheduler: ReaperConfig.Pool is required")
+	case c.Dispatcher == nil:
+		return errors.New("scheduler: ReaperConfig.Dispatcher is required")
+	case c.Interval < 0 || c.Batch < 0:
+		return errors.New("scheduler: ReaperConfig.Interval and Batch must not be negative")
+	}
+	if c.Interval == 0 {
+		c.Interval = time.Second
+	}
+	if c.Batch == 0 {
+		c.Batch = 100
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// forgetEvery is how many passes go between two deletions of workers gone
+// for more than a day: nothing needs them sooner.
+const forgetEvery = 300
+
+// NewReaper returns a Reaper; Run starts it.
+func NewReaper(cfg ReaperConfig) (*Reaper, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	return &Reaper{cfg: cfg}, nil
+}
+
+// Run reaps until ctx ends.
+func (r *Reaper) Run(ctx context.Context) error {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for pass := 1; ; pass++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if pass%forgetEvery == 0 {
+			if err := store.New(r.cfg.Pool).ForgetOldWorkers(ctx); err != nil && ctx.Err() == nil {
+				r.cfg.Logger.Error("forget old workers", "err", err)
+			}
+		}
+		if err := r.expireLeases(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("expire task leases", "err", err)
+		}
+		if err := r.sweepLapsedWorkers(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("redeliver what lapsed workers fetched", "err", err)
+		}
+		if err := r.promoteStranded(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("start held-back runs", "err", err)
+		}
+	}
+}
+
+// expireLeases fails lapsed task leases, a batch per transaction, until
+// none is left.
+func (r *Reaper) expireLeases(ctx context.Context) error {
+	for {
+		var n int
+		err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+			var err error
+			n, err = r.applier().ExpireLeases(ctx, tx, r.cfg.Batch)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		r.cfg.Metrics.LeaseExpirations(n)
+		if n > 0 {
+			r.cfg.Logger.Warn("task leases expired; attempts failed as lease_expired", "count", n)
+		}
+		if n < r.cfg.Batch {
+			return nil
+		}
+	}
+}
+
+// promoteStranded starts held-back runs (overlap: queue) whose job has no
+// active run any more.
+func (r *Reaper) promoteStranded(ctx context.Context) error {
+	var n int
+	err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		var err error
+		n, err = r.applier().PromoteStranded(ctx, tx, r.cfg.Batch)
+		return err
+	})
+	if n > 0 {
+		r.cfg.Logger.Info("held-back runs started (their previous run ended while they were being queued)", "count", n)
+	}
+	return err
+}
+
+// sweepLapsedWorkers redelivers what lapsed workers fetched and never
+// started, one worker per transaction: claiming the worker (marking it
+// swept) and redelivering its tasks commit together. A worker whose sweep
+// fails (its queue database does not answer) stays to sweep at the next
+// pass, and the pass goes on with the others; it returns the first error.
+func (r *Reaper) sweepLapsedWorkers(ctx context.Context) error {
+	skip := []uuid.UUID{}
+	var first error
+	for {
+		var name string
+		var id uuid.UUID
+		var n int
+		err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+			q := store.New(tx)
+			w, err := q.ClaimLapsedWorker(ctx, skip)
+			if store.IsNotFound(err) {
+				name = ""
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			name, id = w.Name, w.ID
+			var served map[string]int // as the worker wrote it: {"queue": slots}
+			_ = json.Unmarshal(w.Queues, &served)
+			fetched, err := r.cfg.Dispatcher.FetchedBy(ctx, tx, w.ID.String(), slices.Collect(maps.Keys(served)))
+			if err != nil {
+				return err
+			}
+			n, err = r.applier().Redeliver(ctx, tx, fetched)
+			return err
+		})
+		if name == "" || ctx.Err() != nil {
+			return cmp.Or(first, err)
+		}
+		if err != nil {
+			first = cmp.Or(first, fmt.Errorf("worker %s: %w", name, err))
+			skip = append(skip, id)
+			continue
+		}
+		if n > 0 {
+			r.cfg.Logger.Warn("worker lease lapsed; tasks it fetched but never started were delivered again", "worker", name, "count", n)
+		}
+	}
+}
+
+// applier writes the reaper's transitions.
+func (r *Reaper) applier() *run.Applier {
+	return &run.Applier{Dispatcher: r.cfg.Dispatcher, Metrics: r.cfg.Metrics}
+}

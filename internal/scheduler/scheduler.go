@@ -1,0 +1,344 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/engine/metrics"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/tracing"
+	"github.com/orrery-dev/orrery/internal/usage"
+	"github.com/orrery-dev/orrery/shard"
+)
+
+// Config configures a Scheduler.
+type Config struct {
+	Pool       *pgxpool.Pool
+	Shards     *shard.Manager
+	Dispatcher *dispatch.Dispatcher
+	// Batch is how many due jobs one transaction takes; default 500.
+	Batch int
+	// Parallel is how many groups of shards are fired at once; default 2.
+	Parallel int
+	// MisfireAfter is how late an instant may be and still fire as on time;
+	// later ones go to the job's misfire policy. Default 1 minute.
+	MisfireAfter time.Duration
+	// MaxSleep bounds the wait between passes, hence how soon a newly
+	// created job that is due at once is seen; default 200 ms.
+	MaxSleep time.Duration
+	Logger   *slog.Logger
+	// Failpoints arms FailpointFireTx and FailpointFireLocked; nil in
+	// production.
+	Failpoints *failpoint.Set
+	// Metrics records firing transactions and skipped instants; nil: none.
+	Metrics *metrics.Metrics
+}
+
+// FailpointFireTx is hit inside the firing transaction, once the shards'
+// fence holds its locks and before the due jobs are read.
+const FailpointFireTx = "scheduler/fire-tx"
+
+// FailpointFireLocked is hit inside the firing transaction once it holds
+// the schedule rows of a batch of due jobs, before it writes their runs.
+const FailpointFireLocked = "scheduler/fire-locked"
+
+func (c *Config) withDefaults() error {
+	switch {
+	case c.Pool == nil:
+		return errors.New("scheduler: Config.Pool is required")
+	case c.Shards == nil:
+		return errors.New("scheduler: Config.Shards is required")
+	case c.Dispatcher == nil:
+		return errors.New("scheduler: Config.Dispatcher is required")
+	}
+	if c.Batch == 0 {
+		c.Batch = 500
+	}
+	if c.Parallel == 0 {
+		c.Parallel = 2
+	}
+	if c.MisfireAfter == 0 {
+		c.MisfireAfter = time.Minute
+	}
+	if c.MaxSleep == 0 {
+		c.MaxSleep = 200 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Scheduler fires the due jobs of the shards its node owns.
+type Scheduler struct {
+	cfg Config
+}
+
+// New returns a Scheduler; Run starts it.
+func New(cfg Config) (*Scheduler, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	return &Scheduler{cfg: cfg}, nil
+}
+
+// Run fires due jobs until ctx ends.
+func (s *Scheduler) Run(ctx context.Context) error {
+	for {
+		sleep, err := s.pass(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Error("scheduler pass failed", "err", err)
+			sleep = time.Second
+		}
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-s.cfg.Shards.Changed():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// pass fires every owned shard that has a job due and returns how long to
+// wait before the next pass.
+func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
+	leases := s.cfg.Shards.Leases()
+	if len(leases) == 0 {
+		return s.cfg.MaxSleep, nil
+	}
+	byShard := make(map[int]*shard.Lease, len(leases))
+	ids := make([]int32, len(leases))
+	for i, l := range leases {
+		byShard[l.Shard] = l
+		ids[i] = int32(l.Shard)
+	}
+	heads, err := store.New(s.cfg.Pool).ShardHeads(ctx, ids)
+	if err != nil {
+		return 0, err
+	}
+	sleep := s.cfg.MaxSleep
+	var due []*shard.Lease
+	for _, h := range heads {
+		if wait := h.NextFireAt.Sub(h.Now); wait > 0 {
+			sleep = min(sleep, wait)
+		} else {
+			due = append(due, byShard[int(h.Shard)])
+		}
+	}
+	if len(due) == 0 {
+		return max(sleep, time.Millisecond), nil
+	}
+	// Fire the due shards in Parallel groups; each group fires its shards
+	// together, a batch of due jobs per transaction.
+	groups := make([][]*shard.Lease, min(s.cfg.Parallel, len(due)))
+	for i, l := range due {
+		groups[i%len(groups)] = append(groups[i%len(groups)], l)
+	}
+	var wg sync.WaitGroup
+	var failed sync.Once
+	var failure error
+	for _, g := range groups {
+		wg.Go(func() {
+			if err := s.fireShards(ctx, g); err != nil {
+				failed.Do(func() { failure = err })
+			}
+		})
+	}
+	wg.Wait()
+	return 0, failure // look again at once: more may be due
+}
+
+// fireShards fires the due jobs of a group of shards, batch by batch,
+// dropping the shards whose fence fails.
+func (s *Scheduler) fireShards(ctx context.Context, leases []*shard.Lease) error {
+	for len(leases) > 0 {
+		n, err := s.createRunsForDueJobs(ctx, leases)
+		if errors.Is(err, shard.ErrLost) {
+			return nil // all of them lost: Fence dropped them
+		}
+		if err != nil {
+			return err
+		}
+		if n < s.cfg.Batch {
+			return nil
+		}
+		// Those Fence found lost, or lost since: their Done is closed.
+		leases = slices.DeleteFunc(leases, func(l *shard.Lease) bool {
+			select {
+			case <-l.Done():
+				return true
+			default:
+				return false
+			}
+		})
+	}
+	return nil
+}
+
+// dueJob is a due job, its schedule row locked, with its definition.
+type dueJob struct {
+	due   store.DueJobsRow
+	row   store.FiringJobsRow
+	spec  dag.JobSpec
+	sched *schedule.Schedule
+}
+
+// createRunsForDueJobs commits one batch of the shards' due jobs: runs,
+// tasks, River jobs, cancellations and next fire times, fenced by each
+// shard's epoch (shard.Fence: the shards found lost are left out). It
+// returns how many jobs it took.
+func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Lease) (int, error) {
+	var taken int
+	var skips map[string]int
+	firing := s.cfg.Metrics.FiringBatch()
+	ctx, span := tracing.Tracer().Start(ctx, "orrery.fire", trace.WithAttributes(attribute.Int("orrery.shards", len(leases))))
+	defer span.End()
+	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		// This try's counts, not an aborted one's.
+		skips = nil
+		q := store.New(tx)
+		held, err := s.cfg.Shards.Fence(ctx, tx, leases)
+		if err != nil {
+			return err
+		}
+		byShard := make(map[int]*shard.Lease, len(held))
+		for _, l := range held {
+			byShard[l.Shard] = l
+		}
+		ids := shard.Shards(held)
+		s.cfg.Failpoints.Hit(FailpointFireTx)
+		rows, err := q.DueJobs(ctx, store.DueJobsParams{Shards: ids, Batch: int32(s.cfg.Batch)})
+		if err != nil || len(rows) == 0 {
+			taken = 0
+			return err
+		}
+		s.cfg.Failpoints.Hit(FailpointFireLocked)
+		now := rows[0].Now
+		jobIDs := make([]uuid.UUID, len(rows))
+		for i, r := range rows {
+			jobIDs[i] = r.JobID
+		}
+		defs, err := q.FiringJobs(ctx, jobIDs)
+		if err != nil {
+			return err
+		}
+		byID := make(map[uuid.UUID]store.FiringJobsRow, len(defs))
+		for _, d := range defs {
+			byID[d.ID] = d
+		}
+		jobs := make([]dueJob, 0, len(rows))
+		for _, r := range rows {
+			def, ok := byID[r.JobID]
+			if !ok {
+				return fmt.Errorf("job %s: schedule row without its job", r.JobID)
+			}
+			d := dueJob{due: r, row: def}
+			if err := json.Unmarshal(def.Spec, &d.spec); err != nil {
+				return fmt.Errorf("job %s: spec: %w", r.JobID, err)
+			}
+			if d.sched, err = schedule.Parse(d.spec.Schedule); err != nil {
+				return fmt.Errorf("job %s: schedule: %w", r.JobID, err)
+			}
+			jobs = append(jobs, d)
+		}
+		activeRows, err := q.ActiveRuns(ctx, jobIDs)
+		if err != nil {
+			return err
+		}
+		active := map[uuid.UUID][]activeRun{}
+		for _, a := range activeRows {
+			active[a.JobID] = append(active[a.JobID], activeRun{ID: a.ID, Status: a.Status})
+		}
+
+		var news []run.New
+		var cancel []uuid.UUID
+		adv := store.AdvanceJobsParams{}
+		skips = map[string]int{}
+		lag := map[int32]float64{}
+		for _, j := range jobs {
+			pending := *j.due.NextFireAt
+			lag[j.due.Shard] = max(lag[j.due.Shard], now.Sub(pending).Seconds())
+			p := planJob(j.sched, &j.spec, pending, now, active[j.row.ID], s.cfg.MisfireAfter)
+			ref := run.JobRef{ID: j.row.ID, Tenant: j.row.TenantID, Version: j.row.Version, Shard: int(j.due.Shard), Spec: &j.spec}
+			epoch := byShard[int(j.due.Shard)].Epoch
+			for _, r := range p.Runs {
+				news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: epoch})
+			}
+			for k, v := range p.Skips {
+				skips[k] += v
+			}
+			cancel = append(cancel, p.Cancel...)
+			adv.Ids = append(adv.Ids, j.row.ID)
+			adv.Nexts = append(adv.Nexts, p.Next)
+			adv.Done = append(adv.Done, p.Done)
+		}
+		if _, err := s.applier().Cancel(ctx, tx, cancel, lifecycle.ReasonCancelledByNewer); err != nil {
+			return err
+		}
+		// The tenants' storage quotas, read on a connection of their own:
+		// in this transaction, the read of every shard's usage row would
+		// conflict with every other writer of the tenant (serializable).
+		rooms, err := usage.RunRooms(ctx, store.New(s.cfg.Pool), run.TenantsOf(news))
+		if err != nil {
+			return err
+		}
+		if _, err := s.applier().Insert(ctx, tx, news, &run.Firer{Node: s.cfg.Shards.NodeID()}, rooms); err != nil {
+			return err
+		}
+		if err := q.AdvanceJobs(ctx, adv); err != nil {
+			return err
+		}
+		lp := store.SetShardLagsParams{Node: s.cfg.Shards.NodeID()}
+		for id, v := range lag {
+			lp.Ids, lp.Lags = append(lp.Ids, id), append(lp.Lags, v)
+		}
+		if err := q.SetShardLags(ctx, lp); err != nil {
+			return err
+		}
+		taken = len(rows)
+		return nil
+	})
+	span.SetAttributes(attribute.Int("orrery.due_jobs", taken))
+	if err == nil {
+		for k, v := range skips {
+			s.cfg.Logger.Info("instants skipped", "reason", k, "count", v)
+			s.cfg.Metrics.InstantsSkipped(skipReason(k), v)
+		}
+		firing(taken > 0)
+	}
+	return taken, err
+}
+
+// skipReason is a skip's metric label: the policy that skipped it
+// ("misfire", "overlap"), the part of its reason before the colon.
+func skipReason(reason string) string {
+	policy, _, _ := strings.Cut(reason, ":")
+	return policy
+}
+
+// applier writes the runs a firing creates or cancels.
+func (s *Scheduler) applier() *run.Applier {
+	return &run.Applier{Dispatcher: s.cfg.Dispatcher, Metrics: s.cfg.Metrics}
+}
