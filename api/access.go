@@ -10,6 +10,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/access"
 )
 
@@ -81,7 +82,7 @@ func (s *accessServer) CreateAPIKey(ctx context.Context, req *connect.Request[or
 	var ttl time.Duration
 	if d := m.GetExpiresIn(); d != nil {
 		if err := d.CheckValid(); err != nil {
-			return nil, toConnect(ctx, s.log, &access.InvalidError{Field: "expires_in", Message: "not a valid duration: " + err.Error()})
+			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "expires_in", Message: "not a valid duration: " + err.Error()})
 		}
 		ttl = d.AsDuration()
 	}
@@ -112,7 +113,7 @@ func (s *accessServer) ListAPIKeys(ctx context.Context, _ *connect.Request[orrer
 func (s *accessServer) RevokeAPIKey(ctx context.Context, req *connect.Request[orreryv1.RevokeAPIKeyRequest]) (*connect.Response[orreryv1.RevokeAPIKeyResponse], error) {
 	prefix := req.Msg.GetPrefix()
 	if prefix == "" {
-		return nil, toConnect(ctx, s.log, &access.InvalidError{Field: "prefix", Message: "required: the key's prefix (ork_...), as ListAPIKeys shows it"})
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "prefix", Message: "required: the key's prefix (ork_...), as ListAPIKeys shows it"})
 	}
 	if err := s.access.Revoke(ctx, principalOf(ctx), prefix); err != nil {
 		return nil, toConnect(ctx, s.log, err)

@@ -45,7 +45,7 @@ func (s *alertServer) filter(ctx context.Context, ref *orreryv1.JobRef, pageSize
 		return f, err
 	}
 	if token != "" && store.DecodePageToken(token, &f.before) != nil {
-		return f, &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
+		return f, &dag.FieldError{Field: "page_token", Message: "malformed; pass back next_page_token"}
 	}
 	r, err := optionalRef(ref)
 	if err != nil {
@@ -67,7 +67,7 @@ func (s *alertServer) ListAlerts(ctx context.Context, req *connect.Request[orrer
 	f, err := s.filter(ctx, m.GetJob(), m.GetPageSize(), m.GetPageToken())
 	if err == nil && m.GetNamespace() != "" {
 		if nerr := dag.ValidateName(m.GetNamespace()); nerr != nil {
-			err = &job.InvalidError{Field: "namespace", Message: nerr.Error()}
+			err = &dag.FieldError{Field: "namespace", Message: nerr.Error()}
 		}
 	}
 	if err != nil {
@@ -97,7 +97,7 @@ func (s *alertServer) ListNotifications(ctx context.Context, req *connect.Reques
 	m := req.Msg
 	f, err := s.filter(ctx, m.GetJob(), m.GetPageSize(), m.GetPageToken())
 	if err == nil && !notificationStatuses[m.GetStatus()] {
-		err = &job.InvalidError{Field: "status", Message: "is not one of pending, delivered, failed"}
+		err = &dag.FieldError{Field: "status", Message: "is not one of pending, delivered, failed"}
 	}
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)

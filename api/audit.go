@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/orrery-dev/orrery/dag"
 	"log/slog"
 	"regexp"
 	"slices"
@@ -88,7 +89,7 @@ func auditParams(a job.Actor, m *orreryv1.ListAuditRequest) (store.ListAuditPara
 	before := firstAuditPage
 	if m.GetPageToken() != "" {
 		if store.DecodePageToken(m.GetPageToken(), &before) != nil {
-			return store.ListAuditParams{}, 0, &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
+			return store.ListAuditParams{}, 0, &dag.FieldError{Field: "page_token", Message: "malformed; pass back next_page_token"}
 		}
 	}
 	p := store.ListAuditParams{TenantID: a.Tenant, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
@@ -107,7 +108,7 @@ func auditParams(a job.Actor, m *orreryv1.ListAuditRequest) (store.ListAuditPara
 		if strings.ContainsRune(f.value, 0) {
 			// PostgreSQL text cannot hold NUL: no row matches, and the
 			// database would refuse the parameter.
-			return store.ListAuditParams{}, 0, &job.InvalidError{Field: f.field, Message: "contains a NUL character"}
+			return store.ListAuditParams{}, 0, &dag.FieldError{Field: f.field, Message: "contains a NUL character"}
 		}
 		*f.param = &f.value
 	}
@@ -133,7 +134,7 @@ func auditParams(a job.Actor, m *orreryv1.ListAuditRequest) (store.ListAuditPara
 		p.Until = &t
 	}
 	if p.Since != nil && p.Until != nil && !p.Until.After(*p.Since) {
-		return store.ListAuditParams{}, 0, &job.InvalidError{Field: "until", Message: "must be after since"}
+		return store.ListAuditParams{}, 0, &dag.FieldError{Field: "until", Message: "must be after since"}
 	}
 	return p, size, nil
 }

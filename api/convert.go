@@ -248,11 +248,11 @@ func sourceToProto(s *job.Source) *orreryv1.Source {
 // naming field.
 func timeFromProto(field string, ts *timestamppb.Timestamp) (time.Time, error) {
 	if err := ts.CheckValid(); err != nil {
-		return time.Time{}, &job.InvalidError{Field: field, Message: "not a valid timestamp: " + err.Error()}
+		return time.Time{}, &dag.FieldError{Field: field, Message: "not a valid timestamp: " + err.Error()}
 	}
 	t := ts.AsTime()
 	if err := schedule.CheckInstant(t); err != nil {
-		return time.Time{}, &job.InvalidError{Field: field, Message: err.Error()}
+		return time.Time{}, &dag.FieldError{Field: field, Message: err.Error()}
 	}
 	return t, nil
 }

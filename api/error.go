@@ -22,8 +22,7 @@ import (
 func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 	var (
 		es        dag.Errors
-		invalid   *job.InvalidError
-		badKey    *access.InvalidError
+		invalid   *dag.FieldError
 		conflict  *job.VersionConflictError
 		sched     *schedule.Error
 		throttled *access.ThrottledError
@@ -36,8 +35,6 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, es)
 	case errors.As(err, &invalid):
 		return connect.NewError(connect.CodeInvalidArgument, invalid)
-	case errors.As(err, &badKey):
-		return connect.NewError(connect.CodeInvalidArgument, badKey)
 	case errors.As(err, &sched):
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("schedule."+sched.Error()))
 	case errors.Is(err, job.ErrNotFound), errors.Is(err, run.ErrNotFound), errors.Is(err, access.ErrNotFound):

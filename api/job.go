@@ -12,6 +12,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
 )
@@ -31,12 +32,12 @@ func refFromProto(r *orreryv1.JobRef) (job.Ref, error) {
 	if r.GetId() != "" {
 		id, err := uuid.Parse(r.GetId())
 		if err != nil || id == uuid.Nil {
-			return job.Ref{}, &job.InvalidError{Field: "ref.id", Message: "not a UUID"}
+			return job.Ref{}, &dag.FieldError{Field: "ref.id", Message: "not a UUID"}
 		}
 		return job.Ref{ID: id}, nil
 	}
 	if r.GetName() == "" {
-		return job.Ref{}, &job.InvalidError{Field: "ref", Message: "give the job's id, or its namespace and name"}
+		return job.Ref{}, &dag.FieldError{Field: "ref", Message: "give the job's id, or its namespace and name"}
 	}
 	for _, f := range []struct{ field, v string }{{"ref.name", r.GetName()}, {"ref.namespace", r.GetNamespace()}} {
 		if err := plainText(f.field, f.v); err != nil {
@@ -69,7 +70,7 @@ func (s *jobServer) GetJob(ctx context.Context, req *connect.Request[orreryv1.Ge
 	n := int(req.Msg.GetUpcoming())
 	switch {
 	case n < 0 || n > maxUpcoming:
-		return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "upcoming", Message: "outside 0..100"})
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "upcoming", Message: "outside 0..100"})
 	case n == 0:
 		n = defaultUpcoming
 	}
@@ -95,12 +96,12 @@ func (s *jobServer) ListJobs(ctx context.Context, req *connect.Request[orreryv1.
 	}
 	for k, v := range m.GetLabels() {
 		if strings.ContainsRune(k+v, 0) {
-			return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "labels", Message: "contains a NUL character"})
+			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "labels", Message: "contains a NUL character"})
 		}
 	}
 	status := StatusName(m.GetStatus())
 	if status == "" && m.GetStatus() != orreryv1.JobStatus_JOB_STATUS_UNSPECIFIED {
-		return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "status", Message: fmt.Sprintf("%d is not a job status", m.GetStatus())})
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "status", Message: fmt.Sprintf("%d is not a job status", m.GetStatus())})
 	}
 	var full bool
 	switch m.GetView() {
@@ -108,7 +109,7 @@ func (s *jobServer) ListJobs(ctx context.Context, req *connect.Request[orreryv1.
 	case orreryv1.JobView_JOB_VIEW_FULL:
 		full = true
 	default:
-		return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "view", Message: fmt.Sprintf("%d is not a job view", m.GetView())})
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "view", Message: fmt.Sprintf("%d is not a job view", m.GetView())})
 	}
 	jobs, next, err := s.jobs.List(ctx, actor(ctx), job.ListFilter{
 		Namespace: m.GetNamespace(), Status: status, Labels: m.GetLabels(), NameContains: m.GetNameContains(),
@@ -185,7 +186,7 @@ func (s *jobServer) PreviewSchedule(ctx context.Context, req *connect.Request[or
 	n := int(m.GetCount())
 	switch {
 	case n < 0 || n > maxPreview:
-		return nil, toConnect(ctx, s.log, &job.InvalidError{Field: "count", Message: "outside 0..1000"})
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "count", Message: "outside 0..1000"})
 	case n == 0:
 		n = defaultPreview
 	}
@@ -209,9 +210,9 @@ func (s *jobServer) PreviewSchedule(ctx context.Context, req *connect.Request[or
 func plainText(field, v string) error {
 	switch {
 	case strings.ContainsRune(v, 0):
-		return &job.InvalidError{Field: field, Message: "contains a NUL character"}
+		return &dag.FieldError{Field: field, Message: "contains a NUL character"}
 	case len(v) > 253:
-		return &job.InvalidError{Field: field, Message: "longer than any name (253 characters)"}
+		return &dag.FieldError{Field: field, Message: "longer than any name (253 characters)"}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/run"
 )
@@ -24,7 +25,7 @@ type runServer struct {
 func parseID(field, s string) (uuid.UUID, error) {
 	id, err := uuid.Parse(s)
 	if err != nil {
-		return uuid.Nil, &job.InvalidError{Field: field, Message: "not a UUID"}
+		return uuid.Nil, &dag.FieldError{Field: field, Message: "not a UUID"}
 	}
 	return id, nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/job"
 )
 
@@ -50,7 +51,7 @@ func ParseRole(s string) (Role, error) {
 	if r := Role(s); r.rank() > 0 {
 		return r, nil
 	}
-	return "", &InvalidError{Field: "role", Message: fmt.Sprintf("%q: want reader, editor or admin", s)}
+	return "", &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want reader, editor or admin", s)}
 }
 
 // ParseKeyRole reads a key's tenant-wide role: none, reader, editor or
@@ -62,7 +63,7 @@ func ParseKeyRole(s string) (Role, error) {
 	if r := Role(s); r.rank() > 0 {
 		return r, nil
 	}
-	return "", &InvalidError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor or admin", s)}
+	return "", &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor or admin", s)}
 }
 
 // Resource is what a call acts on: the whole tenant (the zero value), a
@@ -161,10 +162,3 @@ var ErrNotFound = errors.New("access: not found")
 
 // ErrExists is returned when creating a tenant whose name is taken.
 var ErrExists = errors.New("access: already exists")
-
-// InvalidError is a bad argument: Field names it.
-type InvalidError struct {
-	Field, Message string
-}
-
-func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }

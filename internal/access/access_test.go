@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/job"
@@ -152,7 +153,7 @@ func TestPrincipalsAreNames(t *testing.T) {
 	ctx := context.Background()
 	acc := access.New(pool)
 	for _, p := range []string{"", "dev-admin (ork_Fi78qW5h)", "a\x01b", "a\x00", "a b", "-x"} {
-		var inv *access.InvalidError
+		var inv *dag.FieldError
 		if _, _, err := acc.Create(ctx, access.NewKey{Tenant: "default", Principal: p, Role: access.Reader, CreatedBy: "test"}); !errors.As(err, &inv) || inv.Field != "principal" {
 			t.Errorf("principal %q: %v, want an error on principal", p, err)
 		}
@@ -175,7 +176,7 @@ func TestPrincipalsAreNames(t *testing.T) {
 	if err := acc.RevokeGrant(ctx, admin, access.Grant{Principal: "Jane Doe", Namespace: "team"}); err != nil {
 		t.Errorf("revoking an older grant: %v", err)
 	}
-	var inv *access.InvalidError
+	var inv *dag.FieldError
 	if _, _, err := acc.ListGrants(ctx, job.DefaultTenant, access.GrantFilter{Principal: "a\x00"}); !errors.As(err, &inv) || inv.Field != "principal" {
 		t.Errorf("listing by a principal with a NUL: %v, want an error on principal", err)
 	}

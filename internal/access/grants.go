@@ -47,11 +47,11 @@ func (g Grant) validate(creating bool) error {
 		return err
 	}
 	if err := dag.ValidateName(g.Namespace); err != nil {
-		return &InvalidError{Field: "namespace", Message: err.Error()}
+		return &dag.FieldError{Field: "namespace", Message: err.Error()}
 	}
 	if g.Job != "" {
 		if err := dag.ValidateName(g.Job); err != nil {
-			return &InvalidError{Field: "job", Message: err.Error()}
+			return &dag.FieldError{Field: "job", Message: err.Error()}
 		}
 	}
 	if creating {
@@ -205,7 +205,7 @@ func (k *Service) forgetPrincipal(tenant uuid.UUID, name string) {
 func pageSize(n int) (int, error) {
 	switch {
 	case n < 0 || n > MaxPageSize:
-		return 0, &InvalidError{Field: "page_size", Message: fmt.Sprintf("%d: want 0 to %d", n, MaxPageSize)}
+		return 0, &dag.FieldError{Field: "page_size", Message: fmt.Sprintf("%d: want 0 to %d", n, MaxPageSize)}
 	case n == 0:
 		return DefaultPageSize, nil
 	}
@@ -217,7 +217,7 @@ func decodeToken(token string, v any) error {
 		return nil
 	}
 	if store.DecodePageToken(token, v) != nil {
-		return &InvalidError{Field: "page_token", Message: "not a token this list returned"}
+		return &dag.FieldError{Field: "page_token", Message: "not a token this list returned"}
 	}
 	return nil
 }

@@ -104,13 +104,13 @@ type NewKey struct {
 func (n NewKey) validate() error {
 	switch {
 	case n.Tenant == "" || len(n.Tenant) > 63:
-		return &InvalidError{Field: "tenant", Message: "1 to 63 characters"}
+		return &dag.FieldError{Field: "tenant", Message: "1 to 63 characters"}
 	case !validPrincipal(n.Principal):
 		return principalError
 	case n.Role != None && n.Role.rank() == 0:
-		return &InvalidError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor or admin", n.Role)}
+		return &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor or admin", n.Role)}
 	case n.TTL < 0:
-		return &InvalidError{Field: "expires_in", Message: "must not be negative"}
+		return &dag.FieldError{Field: "expires_in", Message: "must not be negative"}
 	}
 	return nil
 }
@@ -128,12 +128,12 @@ func validPrincipal(p string) bool { return len(p) <= maxPrincipal && principalR
 // that no row can hold: empty, too long, a NUL or invalid UTF-8.
 func lookupPrincipal(p string) error {
 	if p == "" || len(p) > maxPrincipal || !dag.IsText(p) {
-		return &InvalidError{Field: "principal", Message: "1 to 200 characters of text"}
+		return &dag.FieldError{Field: "principal", Message: "1 to 200 characters of text"}
 	}
 	return nil
 }
 
-var principalError = &InvalidError{Field: "principal", Message: "1 to 200 characters: letters, digits and . _ @ + : / -, starting with a letter or digit"}
+var principalError = &dag.FieldError{Field: "principal", Message: "1 to 200 characters: letters, digits and . _ @ + : / -, starting with a letter or digit"}
 
 // Create makes a key and returns its secret: shown once, never stored.
 // The key's creation is audited in the key's tenant, in the same

@@ -71,29 +71,29 @@ func (c QuotaChange) validate() error {
 		}
 		storage = true
 		if *f.v < 0 || *f.v > usage.MaxLimit {
-			return &InvalidError{Field: f.field, Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *f.v, int64(usage.MaxLimit))}
+			return &dag.FieldError{Field: f.field, Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *f.v, int64(usage.MaxLimit))}
 		}
 	}
 	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 && !storage {
-		return &InvalidError{Field: "max_concurrency|weight|queues|max_jobs|max_definition_bytes|max_runs|max_tasks", Message: "nothing to change: give at least one"}
+		return &dag.FieldError{Field: "max_concurrency|weight|queues|max_jobs|max_definition_bytes|max_runs|max_tasks", Message: "nothing to change: give at least one"}
 	}
 	if c.MaxConcurrency != nil && (*c.MaxConcurrency < 0 || *c.MaxConcurrency > MaxConcurrencyCap) {
-		return &InvalidError{Field: "max_concurrency", Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *c.MaxConcurrency, MaxConcurrencyCap)}
+		return &dag.FieldError{Field: "max_concurrency", Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *c.MaxConcurrency, MaxConcurrencyCap)}
 	}
 	if c.Weight != nil && (*c.Weight < 1 || *c.Weight > MaxWeight) {
-		return &InvalidError{Field: "weight", Message: fmt.Sprintf("%d: want 1 to %d", *c.Weight, MaxWeight)}
+		return &dag.FieldError{Field: "weight", Message: fmt.Sprintf("%d: want 1 to %d", *c.Weight, MaxWeight)}
 	}
 	if len(c.Queues) > MaxQueueQuotas {
-		return &InvalidError{Field: "queues", Message: fmt.Sprintf("%d entries: at most %d", len(c.Queues), MaxQueueQuotas)}
+		return &dag.FieldError{Field: "queues", Message: fmt.Sprintf("%d entries: at most %d", len(c.Queues), MaxQueueQuotas)}
 	}
 	for _, q := range slices.Sorted(maps.Keys(c.Queues)) {
 		// The name as Go quotes it, cut short: it may be anything.
 		field := fmt.Sprintf("queues[%.80q]", q)
 		if err := dag.ValidateName(q); err != nil {
-			return &InvalidError{Field: field, Message: "a queue name must start with a lowercase letter or digit and hold only a-z, 0-9, '-', '_' and '.', at most 63 characters"}
+			return &dag.FieldError{Field: field, Message: "a queue name must start with a lowercase letter or digit and hold only a-z, 0-9, '-', '_' and '.', at most 63 characters"}
 		}
 		if n := c.Queues[q]; n < 0 || n > MaxConcurrencyCap {
-			return &InvalidError{Field: field, Message: fmt.Sprintf("%d: want 0 (no cap) to %d", n, MaxConcurrencyCap)}
+			return &dag.FieldError{Field: field, Message: fmt.Sprintf("%d: want 0 (no cap) to %d", n, MaxConcurrencyCap)}
 		}
 	}
 	return nil
@@ -106,7 +106,7 @@ func (c QuotaChange) validate() error {
 // unknown tenant.
 func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c QuotaChange) (Quota, error) {
 	if tenant == "" {
-		return Quota{}, &InvalidError{Field: "tenant", Message: "required"}
+		return Quota{}, &dag.FieldError{Field: "tenant", Message: "required"}
 	}
 	if err := c.validate(); err != nil {
 		return Quota{}, err
@@ -140,7 +140,7 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 			}
 		}
 		if len(after.Queues) > MaxQueueQuotas {
-			return &InvalidError{Field: "queues", Message: fmt.Sprintf("%d queue caps: at most %d per tenant", len(after.Queues), MaxQueueQuotas)}
+			return &dag.FieldError{Field: "queues", Message: fmt.Sprintf("%d queue caps: at most %d per tenant", len(after.Queues), MaxQueueQuotas)}
 		}
 		for _, f := range c.storage() {
 			if f.v != nil {
@@ -175,7 +175,7 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 // GetQuota reads a tenant's admission settings.
 func (k *Service) GetQuota(ctx context.Context, tenant string) (Quota, error) {
 	if tenant == "" {
-		return Quota{}, &InvalidError{Field: "tenant", Message: "required"}
+		return Quota{}, &dag.FieldError{Field: "tenant", Message: "required"}
 	}
 	q := store.New(k.pool)
 	t, err := q.TenantRowByName(ctx, tenant)

@@ -26,7 +26,7 @@ type Tenant struct {
 // check. ErrExists when the name is taken.
 func (k *Service) CreateTenant(ctx context.Context, by Principal, name string) (Tenant, error) {
 	if err := dag.ValidateName(name); err != nil {
-		return Tenant{}, &InvalidError{Field: "name", Message: err.Error()}
+		return Tenant{}, &dag.FieldError{Field: "name", Message: err.Error()}
 	}
 	t := Tenant{ID: uuid.Must(uuid.NewV7()), Name: name, Weight: 1}
 	err := store.InTx(ctx, k.pool, func(q *store.Queries) error {

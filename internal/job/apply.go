@@ -148,7 +148,7 @@ const MaxSourceField = 1024
 func checkOptions(opt PlanOptions) error {
 	for i, ns := range opt.Namespaces {
 		if err := dag.ValidateName(ns); err != nil {
-			return &InvalidError{Field: fmt.Sprintf("namespaces[%d]", i), Message: err.Error()}
+			return &dag.FieldError{Field: fmt.Sprintf("namespaces[%d]", i), Message: err.Error()}
 		}
 	}
 	return nil

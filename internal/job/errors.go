@@ -24,11 +24,3 @@ type VersionConflictError struct {
 func (e *VersionConflictError) Error() string {
 	return fmt.Sprintf("job is at version %d, not %d: read it again and retry", e.Current, e.Expected)
 }
-
-// InvalidError is a bad request field that is not part of the job resource
-// (page token, expected version, identity).
-type InvalidError struct {
-	Field, Message string
-}
-
-func (e *InvalidError) Error() string { return e.Field + ": " + e.Message }

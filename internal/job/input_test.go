@@ -105,7 +105,7 @@ func TestDefinitionSizeIsCapped(t *testing.T) {
 		res.Spec.Steps = append(res.Spec.Steps, dag.Step{Name: "s" + string(rune('a'+i)), Run: dag.Executor{Handler: "h"}, Payload: big})
 	}
 	_, err := svc.Create(ctx, job.Anonymous, res, "")
-	var inv *job.InvalidError
+	var inv *dag.FieldError
 	if !errors.As(err, &inv) || inv.Field != "spec" || !strings.Contains(inv.Message, "MaxDefinitionBytes") {
 		t.Fatalf("create of a %d-step 2.4 MB definition: %v", len(res.Spec.Steps), err)
 	}

@@ -83,10 +83,10 @@ func prepareSpec(res dag.Resource) (dag.Resource, []byte, error) {
 	}
 	b, err := json.Marshal(res.Spec)
 	if err != nil {
-		return res, nil, &InvalidError{Field: "spec", Message: err.Error()}
+		return res, nil, &dag.FieldError{Field: "spec", Message: err.Error()}
 	}
 	if len(b) > MaxDefinitionBytes {
-		return res, nil, &InvalidError{Field: "spec", Message: fmt.Sprintf("the definition is %d bytes; at most %d (MaxDefinitionBytes)", len(b), MaxDefinitionBytes)}
+		return res, nil, &dag.FieldError{Field: "spec", Message: fmt.Sprintf("the definition is %d bytes; at most %d (MaxDefinitionBytes)", len(b), MaxDefinitionBytes)}
 	}
 	return res, b, nil
 }
@@ -99,9 +99,9 @@ const MaxIdempotencyKey = 255
 func CheckIdempotencyKey(key string) error {
 	switch {
 	case len(key) > MaxIdempotencyKey:
-		return &InvalidError{Field: "idempotency_key", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(key), MaxIdempotencyKey)}
+		return &dag.FieldError{Field: "idempotency_key", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(key), MaxIdempotencyKey)}
 	case strings.IndexByte(key, 0) >= 0:
-		return &InvalidError{Field: "idempotency_key", Message: "contains a NUL character"}
+		return &dag.FieldError{Field: "idempotency_key", Message: "contains a NUL character"}
 	}
 	return nil
 }
@@ -585,7 +585,7 @@ func lookup(ctx context.Context, q *store.Queries, a Actor, ref Ref, forUpdate b
 			err = pgx.ErrNoRows
 		}
 	default:
-		return row, &InvalidError{Field: "id", Message: "give the job's id, or its namespace and name"}
+		return row, &dag.FieldError{Field: "id", Message: "give the job's id, or its namespace and name"}
 	}
 	if store.IsNotFound(err) {
 		return row, fmt.Errorf("%w: %s", ErrNotFound, ref)
@@ -598,7 +598,7 @@ func lookup(ctx context.Context, q *store.Queries, a Actor, ref Ref, forUpdate b
 // changes nothing returns the job as it is, with no new version.
 func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource, expectedVersion int64) (*Job, error) {
 	if expectedVersion <= 0 {
-		return nil, &InvalidError{Field: "expected_version", Message: "required: the version you read (optimistic concurrency)"}
+		return nil, &dag.FieldError{Field: "expected_version", Message: "required: the version you read (optimistic concurrency)"}
 	}
 	res, spec, err := prepareSpec(res)
 	if err != nil {
@@ -805,7 +805,7 @@ const ListBudgetValues = 100_000
 func PageSize(n int) (int, error) {
 	switch {
 	case n < 0 || n > MaxPageSize:
-		return 0, &InvalidError{Field: "page_size", Message: fmt.Sprintf("%d is outside 0..%d", n, MaxPageSize)}
+		return 0, &dag.FieldError{Field: "page_size", Message: fmt.Sprintf("%d is outside 0..%d", n, MaxPageSize)}
 	case n == 0:
 		return DefaultPageSize, nil
 	}
@@ -827,13 +827,13 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 	var after pageToken
 	if f.PageToken != "" {
 		if err := store.DecodePageToken(f.PageToken, &after); err != nil {
-			return nil, "", &InvalidError{Field: "page_token", Message: "malformed; pass back the next_page_token of the previous page"}
+			return nil, "", &dag.FieldError{Field: "page_token", Message: "malformed; pass back the next_page_token of the previous page"}
 		}
 	}
 	switch f.Status {
 	case "", StatusActive, StatusPaused, StatusDeleted:
 	default:
-		return nil, "", &InvalidError{Field: "status", Message: fmt.Sprintf("%q is not one of active, paused, deleted", f.Status)}
+		return nil, "", &dag.FieldError{Field: "status", Message: fmt.Sprintf("%q is not one of active, paused, deleted", f.Status)}
 	}
 	p := store.ListJobsParams{
 		TenantID: a.Tenant, Labels: labelsJSON(f.Labels), AfterName: after.Name, AfterID: after.ID,
@@ -848,9 +848,9 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 	}
 	switch {
 	case len(f.NameContains) > 200:
-		return nil, "", &InvalidError{Field: "name_contains", Message: "at most 200 characters"}
+		return nil, "", &dag.FieldError{Field: "name_contains", Message: "at most 200 characters"}
 	case strings.ContainsRune(f.NameContains, 0):
-		return nil, "", &InvalidError{Field: "name_contains", Message: "contains a NUL character"}
+		return nil, "", &dag.FieldError{Field: "name_contains", Message: "contains a NUL character"}
 	case f.NameContains != "":
 		p.NameContains = &f.NameContains
 	}
@@ -923,7 +923,7 @@ const MaxHistory = 200
 // RecentHistory returns the latest n audit rows of one job, newest first.
 func (s *Service) RecentHistory(ctx context.Context, a Actor, id uuid.UUID, n int) ([]store.AuditLog, error) {
 	if n < 0 || n > MaxHistory {
-		return nil, &InvalidError{Field: "history", Message: fmt.Sprintf("%d is outside 0..%d", n, MaxHistory)}
+		return nil, &dag.FieldError{Field: "history", Message: fmt.Sprintf("%d is outside 0..%d", n, MaxHistory)}
 	}
 	if n == 0 {
 		return nil, nil

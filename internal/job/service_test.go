@@ -143,7 +143,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		t.Errorf("duplicate name: %v", err)
 	}
 	for _, key := range []string{"k\x00", strings.Repeat("k", job.MaxIdempotencyKey+1)} {
-		var inv *job.InvalidError
+		var inv *dag.FieldError
 		if _, err := svc.Create(ctx, job.Anonymous, resource("fresh", "@daily"), key); !errors.As(err, &inv) || inv.Field != "idempotency_key" {
 			t.Errorf("key %.10q...: got %v, want an error on idempotency_key", key, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/orrery-dev/orrery/dag"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -28,7 +29,7 @@ const maxReplayTasks = 50_000
 // tenant) is replayed, up to limit. It returns the tasks replayed.
 func (s *Service) ReplayDeadLetters(ctx context.Context, a job.Actor, ids []uuid.UUID, jobRef job.Ref, limit int) ([]uuid.UUID, error) {
 	if limit < 0 || limit > MaxReplay {
-		return nil, &job.InvalidError{Field: "limit", Message: fmt.Sprintf("%d is outside 0..%d (0: up to %d)", limit, MaxReplay, MaxReplay)}
+		return nil, &dag.FieldError{Field: "limit", Message: fmt.Sprintf("%d is outside 0..%d (0: up to %d)", limit, MaxReplay, MaxReplay)}
 	}
 	if len(ids) == 0 {
 		if limit == 0 {

@@ -117,7 +117,7 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
 	if f.Status != "" {
 		if _, err := lifecycle.ParseRunStatus(f.Status); err != nil {
-			return nil, "", &job.InvalidError{Field: "status", Message: err.Error()}
+			return nil, "", &dag.FieldError{Field: "status", Message: err.Error()}
 		}
 		p.Status = &f.Status
 	}
@@ -307,9 +307,9 @@ const MaxReason = 1024
 func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reason string) (*Run, error) {
 	switch {
 	case len(reason) > MaxReason:
-		return nil, &job.InvalidError{Field: "reason", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(reason), MaxReason)}
+		return nil, &dag.FieldError{Field: "reason", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(reason), MaxReason)}
 	case !dag.IsText(reason):
-		return nil, &job.InvalidError{Field: "reason", Message: "is not text (a NUL character or invalid UTF-8)"}
+		return nil, &dag.FieldError{Field: "reason", Message: "is not text (a NUL character or invalid UTF-8)"}
 	}
 	if reason == "" {
 		reason = "cancelled by " + a.Name
@@ -373,7 +373,7 @@ func (s *Service) ListDeadLetters(ctx context.Context, a job.Actor, jobRef job.R
 func decodeRunToken(token string) (runToken, error) {
 	before := runToken{At: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC), ID: maxUUID}
 	if token != "" && store.DecodePageToken(token, &before) != nil {
-		return before, &job.InvalidError{Field: "page_token", Message: "malformed; pass back next_page_token"}
+		return before, &dag.FieldError{Field: "page_token", Message: "malformed; pass back next_page_token"}
 	}
 	return before, nil
 }

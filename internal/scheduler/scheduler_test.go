@@ -145,7 +145,7 @@ func TestCancelAndTrigger(t *testing.T) {
 		t.Fatal("a replayed trigger made a second run")
 	}
 	for _, key := range []string{"k\x00", strings.Repeat("k", job.MaxIdempotencyKey+1)} {
-		var inv *job.InvalidError
+		var inv *dag.FieldError
 		if _, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "manual"}, key, false); !errors.As(err, &inv) || inv.Field != "idempotency_key" {
 			t.Fatalf("trigger with key %.10q...: %v, want an error on idempotency_key", key, err)
 		}
