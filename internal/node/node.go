@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/reaper"
 	"github.com/orrery-dev/orrery/internal/retention"
 	"github.com/orrery-dev/orrery/internal/scheduler"
 	"github.com/orrery-dev/orrery/internal/watchdog"
@@ -68,7 +69,7 @@ func (c *Config) withDefaults() error {
 type Node struct {
 	Shards    *shard.Manager
 	Scheduler *scheduler.Scheduler
-	reaper    *scheduler.Reaper
+	reaper    *reaper.Reaper
 	janitor   *retention.Janitor
 	Watchdog  *watchdog.Watchdog
 	relay     func(context.Context) error
@@ -89,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	reaper, err := scheduler.NewReaper(scheduler.ReaperConfig{Pool: cfg.Pool, Dispatcher: cfg.Dispatcher, Logger: cfg.Logger, Metrics: cfg.Metrics})
+	rp, err := reaper.New(reaper.Config{Pool: cfg.Pool, Dispatcher: cfg.Dispatcher, Logger: cfg.Logger, Metrics: cfg.Metrics})
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return cfg.Dispatcher.Admit(ctx, dispatch.AdmitConfig{Pool: cfg.Pool, Logger: cfg.Logger,
 			Failpoints: cfg.Failpoints})
 	}
-	return &Node{Shards: mgr, Scheduler: s, reaper: reaper, janitor: janitor, Watchdog: dog, relay: relay, admit: admit}, nil
+	return &Node{Shards: mgr, Scheduler: s, reaper: rp, janitor: janitor, Watchdog: dog, relay: relay, admit: admit}, nil
 }
 
 // Run runs the node until ctx ends; on the way out its shards are released

@@ -69,7 +69,7 @@ type HeartbeatWorkerParams struct {
 }
 
 // HeartbeatWorker registers a worker process or renews its lease (see
-// migration 00005 and internal/scheduler's Reaper for what a lapsed one means).
+// migration 00005 and internal/reaper for what a lapsed one means).
 func (q *Queries) HeartbeatWorker(ctx context.Context, arg HeartbeatWorkerParams) error {
 	_, err := q.db.Exec(ctx, heartbeatWorker,
 		arg.ID,

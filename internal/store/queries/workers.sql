@@ -1,5 +1,5 @@
 -- HeartbeatWorker registers a worker process or renews its lease (see
--- migration 00005 and internal/scheduler's Reaper for what a lapsed one means).
+-- migration 00005 and internal/reaper for what a lapsed one means).
 -- name: HeartbeatWorker :exec
 INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at)
 VALUES (@id, @name, @queues, @tenants, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8)

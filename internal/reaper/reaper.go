@@ -1,4 +1,9 @@
-package scheduler
+// Package reaper gives every task whose worker died or stopped a way out:
+// lapsed task leases end as lease_expired, fetched-but-never-started River
+// jobs of a lapsed worker go out again, and runs that overlap: queue held
+// back while nothing of their job runs start. Every scheduler node runs
+// one (internal/node).
+package reaper
 
 import (
 	"cmp"
@@ -39,11 +44,11 @@ import (
 // failure. Every scheduler node runs a reaper; SKIP LOCKED and fencing
 // tokens keep them apart.
 type Reaper struct {
-	cfg ReaperConfig
+	cfg Config
 }
 
-// ReaperConfig configures a Reaper.
-type ReaperConfig struct {
+// Config configures a Reaper.
+type Config struct {
 	Pool       *pgxpool.Pool
 	Dispatcher *dispatch.Dispatcher
 	// Interval between passes; default 1 s.
@@ -55,14 +60,14 @@ type ReaperConfig struct {
 	Metrics *metrics.Metrics
 }
 
-func (c *ReaperConfig) withDefaults() error {
+func (c *Config) withDefaults() error {
 	switch {
 	case c.Pool == nil:
-		return errors.New("scheduler: ReaperConfig.Pool is required")
+		return errors.New("reaper: Config.Pool is required")
 	case c.Dispatcher == nil:
-		return errors.New("scheduler: ReaperConfig.Dispatcher is required")
+		return errors.New("reaper: Config.Dispatcher is required")
 	case c.Interval < 0 || c.Batch < 0:
-		return errors.New("scheduler: ReaperConfig.Interval and Batch must not be negative")
+		return errors.New("reaper: Config.Interval and Batch must not be negative")
 	}
 	if c.Interval == 0 {
 		c.Interval = time.Second
@@ -81,7 +86,7 @@ func (c *ReaperConfig) withDefaults() error {
 const forgetEvery = 300
 
 // NewReaper returns a Reaper; Run starts it.
-func NewReaper(cfg ReaperConfig) (*Reaper, error) {
+func New(cfg Config) (*Reaper, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}

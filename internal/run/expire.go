@@ -1,0 +1,43 @@
+package run
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// Attempts whose worker's lease lapsed end as lease_expired (the reaper).
+
+// LeaseExpired is the result of an attempt whose lease lapsed.
+func LeaseExpired(why string) executor.Result {
+	return executor.Result{ExitReason: executor.ReasonLeaseExpired, FailureClass: executor.ClassSystem, Retryable: true, Error: why}
+}
+
+// ExpireLeases fails the running attempts whose lease lapsed (their worker
+// died or stalled) as lease_expired: each task's fencing token moves on, so
+// the old worker's late report is rejected, and the task retries or is
+// dead-lettered as any failure would. It returns how many it expired.
+func (a *Applier) ExpireLeases(ctx context.Context, tx pgx.Tx, batch int) (int, error) {
+	q := store.New(tx)
+	rows, err := q.ExpiredLeases(ctx, int32(batch))
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range rows {
+		_, err := a.FinishAttempt(ctx, tx, Report{TaskID: t.ID, FencingToken: t.FencingToken, Expired: true,
+			Result: LeaseExpired("the worker stopped renewing the task's lease")})
+		if err != nil {
+			return 0, err
+		}
+	}
+	return len(rows), nil
+}
+
+// retryAt is when the next attempt of a task may start: after the step's
+// backoff, or at once after a lapsed lease. The lease TTL has already been
+// waited then, and a River job scheduled in the future waits for River's
+// leader to promote it (every 5 s, and a new leader first when the dead
+// worker was the leader: 18 s measured), not for its instant.

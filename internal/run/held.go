@@ -1,0 +1,53 @@
+package run
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// Runs held back by overlap: queue start when their job's active run ends.
+
+// promoteQueued starts the job's run that overlap: queue held back. A
+// firing transaction that saw the finishing run as active may be holding
+// one back at this very moment, not yet visible here (READ COMMITTED);
+// PromoteStranded, run by the reaper, starts such a run.
+func promoteQueued(ctx context.Context, tx pgx.Tx, a *Applier, jobID uuid.UUID) error {
+	q := store.New(tx)
+	next, err := q.PromoteQueuedRun(ctx, jobID)
+	if store.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	roots, err := q.RootTasks(ctx, next)
+	if err != nil {
+		return err
+	}
+	ready := make([]dispatch.Ready, len(roots))
+	for i, t := range roots {
+		ready[i] = dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0)
+	}
+	return releaseWaiting(ctx, q, tx, a, ready)
+}
+
+// PromoteStranded starts, for up to batch jobs, the run that overlap: queue
+// holds back while no run of the job is active any more (see
+// promoteQueued). It returns how many it started.
+func (a *Applier) PromoteStranded(ctx context.Context, tx pgx.Tx, batch int) (int, error) {
+	jobs, err := store.New(tx).JobsWithStrandedQueuedRuns(ctx, int32(batch))
+	if err != nil {
+		return 0, err
+	}
+	for _, j := range jobs {
+		if err := promoteQueued(ctx, tx, a, j); err != nil {
+			return 0, err
+		}
+	}
+	return len(jobs), nil
+}

@@ -1,0 +1,157 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// The start of an attempt: the task moves to running on a worker, with a
+// new fencing token, and its attempt is on record before the step runs.
+
+// Attempt is a started attempt: what the executor needs, and what its
+// report needs to know of the step.
+type Attempt struct {
+	Call    executor.Call
+	Timeout time.Duration
+	Shape   Shape
+	// StartedAt is the attempt's start on the database's clock.
+	StartedAt time.Time
+	// ReleasedAt is when the task was first handed to the queue (nil for
+	// a task released before it was recorded).
+	ReleasedAt *time.Time
+	// TraceParent is the run's trace ("" when traces were off).
+	TraceParent string
+}
+
+// Shape is what finishing an attempt needs to know of its step and run,
+// read from the job version the run pinned: it spares queries on the hot
+// path (a single-step run needs no run lock, a step without dependents no
+// child release).
+type Shape = lifecycle.Shape
+
+func shapeOf(spec *parsedSpec, step string, attempt int) (Shape, bool) {
+	for i, st := range spec.Steps {
+		if st.Name != step {
+			continue
+		}
+		set := spec.Effective(i)
+		return Shape{Attempt: attempt, MaxAttempts: set.MaxAttempts, Initial: set.Initial, Max: set.Max,
+			SingleTask: len(spec.Steps) == 1, QueueOverlap: spec.Overlap == dag.OverlapQueue,
+			HasChildren: spec.hasChildren[step], Root: len(st.Needs) == 0}, true
+	}
+	return Shape{}, false
+}
+
+// Start asks to start attempt number Attempt of a task.
+type Start struct {
+	TaskID  uuid.UUID
+	Attempt int
+}
+
+// Worker names the worker process attempts start on: its name (shown on
+// attempts) and its id (its row in workers, whose lease is its running
+// tasks' lease).
+type Worker struct {
+	Name string
+	ID   uuid.UUID
+}
+
+// StartAttempts starts a batch of attempts on a worker, in one statement;
+// each task's lease is then the worker's. The answer is in the order of
+// starts; nil for a start whose River job is stale (the task was
+// cancelled, or that attempt already ran or is started by another start
+// of the same batch).
+func StartAttempts(ctx context.Context, db store.DBTX, starts []Start, w Worker) ([]*Attempt, error) {
+	p := store.StartAttemptsParams{Worker: w.Name, WorkerID: w.ID}
+	for _, st := range starts {
+		p.Ids = append(p.Ids, st.TaskID)
+		p.PrevAttempts = append(p.PrevAttempts, int32(st.Attempt-1))
+		p.AttemptIds = append(p.AttemptIds, uuid.Must(uuid.NewV7()))
+	}
+	rows, err := store.New(db).StartAttempts(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return startedAttempts(ctx, db, starts, rows)
+}
+
+// OwnAttempt is the attempt st asks for when worker w has started it
+// already: w's own start, committed while its answer was lost (a
+// connection cut at COMMIT), found when the start is tried again (a batch
+// served once more, River retrying the job). Nil when the task does not
+// run that attempt on w. Whether the attempt still runs in w's process is
+// for w to know.
+func OwnAttempt(ctx context.Context, db store.DBTX, st Start, w Worker) (*Attempt, error) {
+	row, err := store.New(db).OwnRunningAttempt(ctx, store.OwnRunningAttemptParams{ID: st.TaskID, Attempt: int32(st.Attempt), WorkerID: w.ID})
+	if store.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out, err := startedAttempts(ctx, db, []Start{st}, []store.StartAttemptsRow{store.StartAttemptsRow(row)})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// startedAttempts builds the attempts of started tasks (rows) in the order
+// of starts, nil for a start without its row.
+func startedAttempts(ctx context.Context, db store.DBTX, starts []Start, rows []store.StartAttemptsRow) ([]*Attempt, error) {
+	byTask := make(map[uuid.UUID]store.StartAttemptsRow, len(rows))
+	keys := make([]specKey, len(rows))
+	for i, r := range rows {
+		byTask[r.ID] = r
+		keys[i] = specKey{r.JobID, r.JobVersion}
+	}
+	batchSpecs, err := specs.getMany(ctx, db, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Attempt, len(starts))
+	for i, st := range starts {
+		t, ok := byTask[st.TaskID]
+		if !ok {
+			continue
+		}
+		// Two River jobs for one attempt (a redelivery beside the job it
+		// replaces) may share a batch: the task moved once, so only the
+		// first of them starts it.
+		delete(byTask, st.TaskID)
+		spec := batchSpecs[specKey{t.JobID, t.JobVersion}]
+		idx := slices.IndexFunc(spec.Steps, func(s dag.Step) bool { return s.Name == t.Step })
+		if idx < 0 {
+			return nil, fmt.Errorf("run %s: step %q is not in its job version", t.RunID, t.Step)
+		}
+		step := spec.Steps[idx]
+		shape, _ := shapeOf(spec, t.Step, int(t.Attempt))
+		var tp string
+		if t.TraceParent != nil {
+			tp = *t.TraceParent
+		}
+		out[i] = &Attempt{
+			TraceParent: tp,
+			Shape:       shape,
+			Timeout:     spec.Effective(idx).Timeout,
+			StartedAt:   t.StartedAt,
+			ReleasedAt:  t.ReleasedAt,
+			Call: executor.Call{
+				RunID: t.RunID, TaskID: t.ID, JobID: t.JobID, Tenant: t.Tenant, Namespace: t.Namespace, Job: t.Name, Step: t.Step,
+				Attempt: int(t.Attempt), FencingToken: t.FencingToken, ScheduledFor: t.ScheduledFor, Trigger: string(t.Trigger),
+				Payload: json.RawMessage(step.Payload), Executor: step.Run,
+			},
+		}
+	}
+	return out, nil
+}
