@@ -574,6 +574,7 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		time.Sleep(600 * time.Millisecond) // the seeding's statistics reach pg_stat_wal
 		wal0, lsn0 := walRecords(b, pool), walLSN(b, pool)
 		time.Sleep(time.Until(at))
+		rows0 := rowWrites(b, pool)
 		pg0, self0 := postgresCPU(b), selfCPU(b)
 		deadline := time.Now().Add(2 * time.Minute)
 		// Until every run's handler was called, wait in process: a query
@@ -605,6 +606,10 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		checkNoFailures(b, pool)
 		time.Sleep(600 * time.Millisecond)
 		walPerRun := float64(walRecords(b, pool)-wal0) / jobs
+		// A backend whose statistics could not be flushed at once retries
+		// within PostgreSQL's idle interval (10 s): the rows are read after.
+		time.Sleep(10500 * time.Millisecond)
+		rowsPerRun := printRowWrites(rows0, rowWrites(b, pool), jobs)
 		printWALRecords(b, pool, lsn0, walLSN(b, pool), jobs)
 		n, p50, p95, p99, mx := lagStats(b, pool, at, at.Add(time.Second))
 		printPhases(b, pool, at, at.Add(time.Second))
@@ -626,6 +631,7 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		b.ReportMetric(ms(p99), "p99-lag-ms")
 		b.ReportMetric(float64(jobs)/lastDone.Sub(at).Seconds(), "completed/s")
 		b.ReportMetric(walPerRun, "wal-records/run")
+		b.ReportMetric(rowsPerRun, "rows-written/run")
 		b.ReportMetric(ms(pgCPU)/jobs, "pg-cpu-ms/run")
 		b.ReportMetric(ms(selfCPU)/jobs, "engine-cpu-ms/run")
 	}
@@ -697,6 +703,47 @@ func printTableStats(b *testing.B, pool *pgxpool.Pool) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// rowWrites reads, per table of pool's database, the rows inserted,
+// updated and deleted so far (pg_stat_user_tables; each backend flushes
+// its counts within a second of its transactions, or when it could not,
+// within ten). The jobs table is left out: a run's life never writes it,
+// and the seeding's counts may still be arriving.
+func rowWrites(b *testing.B, pool *pgxpool.Pool) map[string]int64 {
+	b.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT relname, n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables WHERE relname <> 'jobs'")
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			b.Fatal(err)
+		}
+		out[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return out
+}
+
+// printRowWrites prints the rows written between two rowWrites per run of
+// n, by table, and returns their sum per run.
+func printRowWrites(before, after map[string]int64, n int) float64 {
+	var total int64
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(after)) {
+		if d := after[name] - before[name]; d > 0 {
+			total += d
+			parts = append(parts, fmt.Sprintf("%s %.2f", name, float64(d)/float64(n)))
+		}
+	}
+	fmt.Printf("bench: rows written per run: %s\n", strings.Join(parts, ", "))
+	return float64(total) / float64(n)
+}
 
 // runSteps reads, for each run scheduled in [$1, $2), its instant (at)
 // and the milliseconds from it to each step of its first attempt: the
