@@ -912,7 +912,7 @@ func (s *Service) fillLastRuns(ctx context.Context, a Actor, jobs []*Job) error 
 		return err
 	}
 	for _, r := range rows {
-		byID[r.JobID].LastRun = &LastRun{ID: r.ID, Status: r.Status, ScheduledFor: r.ScheduledFor}
+		byID[r.JobID].LastRun = &LastRun{ID: r.ID, Status: lifecycle.RunStatus(r.Status), ScheduledFor: r.ScheduledFor}
 	}
 	return nil
 }

@@ -6,11 +6,12 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 )
 
-// AcceptsReplay is whether a dead letter of a run in s may be replayed: not
-// once the run is cancelled (its dead letters are history then), and not
-// before it could hold one.
+// AcceptsReplay is whether a dead letter of a run in s may be replayed: a
+// run that goes on (pending, its other tasks still running; or running,
+// reopened by an earlier replay) or that ended with dead letters; not once
+// the run is cancelled (its dead letters are history then).
 func (s RunStatus) AcceptsReplay() bool {
-	return s == RunRunning || s == RunFailed || s == RunDeadLettered
+	return s == RunPending || s == RunRunning || s == RunFailed || s == RunDeadLettered
 }
 
 // GraphTask is one task of a run as a replay sees it.
@@ -35,7 +36,7 @@ type ReplayPlan struct {
 	Wait map[uuid.UUID]int
 	// Release are revived tasks with nothing left to wait for.
 	Release []uuid.UUID
-	// ReopenRun: the run was finished and opens again.
+	// ReopenRun: the run was finished and opens again (stored running).
 	ReopenRun bool
 }
 
@@ -75,7 +76,7 @@ func Replay(run RunStatus, tasks []GraphTask, replay []uuid.UUID) ReplayPlan {
 	if len(p.Queue) == 0 {
 		return p
 	}
-	p.ReopenRun = run != RunRunning
+	p.ReopenRun = run == RunDeadLettered || run == RunFailed
 
 	// The replayed tasks' descendants, in an order where every task comes
 	// after its parents (Kahn's algorithm over the descendants only).

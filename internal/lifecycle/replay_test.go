@@ -51,7 +51,7 @@ func TestReplay(t *testing.T) {
 			// c needs a and b; a failed first, b succeeded afterwards (never counted)
 			[]string{"a dead_lettered", "b succeeded", "c upstream_failed 2 <- a b"},
 			[]string{"a"}, "queue a; wait c=1; release -; reopen"},
-		{"an all_done child counted the failed parent; it waits for the new attempt", RunRunning,
+		{"an all_done child counted the failed parent; it waits for the new attempt", RunPending,
 			[]string{"a dead_lettered", "b running", "c waiting all_done 1 <- a b"},
 			[]string{"a"}, "queue a; wait c=2; release -; running"},
 		{"an all_done child that ran keeps its end", RunDeadLettered,

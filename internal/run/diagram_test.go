@@ -89,7 +89,8 @@ func TestDiagram(t *testing.T) {
 
 	// The steps: {"do": "ok" | "fail" (for good, until healed) | "flaky"
 	// (fails its first attempt, or every one with "always") | "block"
-	// (until its key is released)}.
+	// (until its key is released) | "fail-then-block" (fails until healed,
+	// then blocks)}.
 	var healed atomic.Bool
 	var mu sync.Mutex
 	gates := map[string]chan struct{}{}
@@ -127,6 +128,11 @@ func TestDiagram(t *testing.T) {
 			if c.Attempt == 1 || p.Always {
 				return errors.New("failed, may retry")
 			}
+		case "fail-then-block":
+			if !healed.Load() {
+				return executor.Permanent(errors.New("failed for good"))
+			}
+			fallthrough
 		case "block":
 			select {
 			case <-gate(p.Key):
@@ -253,8 +259,29 @@ func TestDiagram(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The cause fixed, the dead letter replayed: the step below it runs.
+	// Replayed before the cause is fixed: the reopened run fails again.
+	create("again", dag.OverlapAllow, step{name: "a", do: "fail"})
+	create("reopened", dag.OverlapAllow, step{name: "a", do: "fail-then-block", key: "reopened"})
+	again, reopened := trigger("again"), trigger("reopened")
+	runIs(again.ID, "dead_lettered")
+	runIs(reopened.ID, "dead_lettered")
+	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "again"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the replayed attempt fails", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE t.run_id = $1 AND a.outcome = 'failed'", again.ID) == 2
+	})
+	runIs(again.ID, "dead_lettered")
+
+	// The cause fixed, the dead letters replayed: the step below it runs,
+	// and a reopened run is cancelled while it runs.
 	healed.Store(true)
+	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "reopened"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	taskIs(reopened.ID, "a", "running")
+	cancel(reopened.ID)
+	runIs(reopened.ID, "cancelled")
 	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "broken"}, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -76,10 +76,17 @@ type Task struct {
 	WaitReason string
 }
 
+// fromListRow is a run as the API shows it: its status is its view (a
+// pending run with a started task is running), and it started with its
+// first task when the run's own started_at is not written yet.
 func fromListRow(r store.ListRunsRow) Run {
+	started := r.StartedAt
+	if started == nil {
+		started = r.FirstStart
+	}
 	return Run{ID: r.ID, JobID: r.JobID, Namespace: r.Namespace, Job: r.JobName, JobVersion: r.JobVersion, Shard: int(r.Shard),
-		ScheduledFor: r.ScheduledFor.UTC(), Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, CreatedAt: r.CreatedAt.UTC(),
-		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt}
+		ScheduledFor: r.ScheduledFor.UTC(), Trigger: r.Trigger, Status: lifecycle.RunStatus(r.Status), Reason: r.Reason, CreatedAt: r.CreatedAt.UTC(),
+		StartedAt: started, FinishedAt: r.FinishedAt}
 }
 
 // ListFilter selects runs; zero fields do not filter.

@@ -177,7 +177,7 @@ func (r runRow) String() string {
 // instant first; cond, if any, is ANDed to the filter ($1 is the job).
 func jobRuns(t *testing.T, pool *pgxpool.Pool, jobID uuid.UUID, cond string, args ...any) []runRow {
 	t.Helper()
-	sql := "SELECT id, scheduled_for, trigger, status, reason, created_at, started_at, finished_at FROM runs WHERE job_id = $1"
+	sql := "SELECT * FROM (" + runView + " WHERE job_id = $1) AS runs WHERE true"
 	if cond != "" {
 		sql += " AND (" + cond + ")"
 	}
@@ -200,10 +200,18 @@ func jobRuns(t *testing.T, pool *pgxpool.Pool, jobID uuid.UUID, cond string, arg
 	return out
 }
 
+// runView reads runs as the API shows them: a pending run with a started
+// task is running, since its first task's start.
+const runView = `SELECT id, scheduled_for, trigger,
+	CASE WHEN status = 'pending' AND EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = runs.id AND t.started_at IS NOT NULL)
+		THEN 'running' ELSE status END AS status, reason, created_at,
+	COALESCE(started_at, (SELECT min(t.started_at) FROM tasks AS t WHERE t.run_id = runs.id)) AS started_at, finished_at
+	FROM runs`
+
 func getRun(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) runRow {
 	t.Helper()
 	var r runRow
-	err := pool.QueryRow(context.Background(), "SELECT id, scheduled_for, trigger, status, reason, created_at, started_at, finished_at FROM runs WHERE id = $1", id).
+	err := pool.QueryRow(context.Background(), runView+" WHERE id = $1", id).
 		Scan(&r.ID, &r.ScheduledFor, &r.Trigger, &r.Status, &r.Reason, &r.CreatedAt, &r.StartedAt, &r.FinishedAt)
 	if err != nil {
 		t.Fatalf("run %s: %v", id, err)

@@ -177,8 +177,14 @@ func (q *Queries) OpenAlertsWindow(ctx context.Context, arg OpenAlertsWindowPara
 }
 
 const openWatchedRuns = `-- name: OpenWatchedRuns :many
-SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for, r.started_at, j.version AS job_version
+SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for,
+       r.started_at, s.first_start, j.version AS job_version
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+LEFT JOIN LATERAL (
+    SELECT t.started_at AS first_start FROM tasks AS t
+    WHERE t.run_id = r.id AND t.started_at IS NOT NULL
+    ORDER BY t.started_at LIMIT 1
+) AS s ON true
 WHERE r.shard = ANY($1::int[]) AND r.watched AND r.finished_at IS NULL
   AND r.scheduled_for < now() - INTERVAL '1 second' * $2::float8
   AND (r.shard, r.scheduled_for, r.id) > ($3::int, $4::timestamptz, $5::uuid)
@@ -202,6 +208,7 @@ type OpenWatchedRunsRow struct {
 	Shard        int32
 	ScheduledFor time.Time
 	StartedAt    *time.Time
+	FirstStart   *time.Time
 	JobVersion   int64
 }
 
@@ -230,6 +237,7 @@ func (q *Queries) OpenWatchedRuns(ctx context.Context, arg OpenWatchedRunsParams
 			&i.Shard,
 			&i.ScheduledFor,
 			&i.StartedAt,
+			&i.FirstStart,
 			&i.JobVersion,
 		); err != nil {
 			return nil, err
@@ -405,7 +413,8 @@ WITH w AS (
 ), latest AS (
     SELECT since.job_id,
            (SELECT max(r.scheduled_for) FROM runs AS r WHERE r.job_id = since.job_id AND r.scheduled_for >= since.at
-                AND r.started_at IS NOT NULL) AS started,
+                AND (r.started_at IS NOT NULL
+                     OR EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = r.id AND t.started_at IS NOT NULL))) AS started,
            (SELECT max(r.scheduled_for) FROM runs AS r WHERE r.job_id = since.job_id AND r.scheduled_for >= since.at
                 AND r.status = 'succeeded') AS succeeded
     FROM since

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 const appliedJobsIn = `-- name: AppliedJobsIn :many
@@ -484,12 +483,15 @@ func (q *Queries) JobSchedules(ctx context.Context, ids []uuid.UUID) ([]JobSched
 }
 
 const lastRuns = `-- name: LastRuns :many
-SELECT j.id::uuid AS job_id, r.id, r.status, r.scheduled_for
+SELECT j.id::uuid AS job_id, r.id,
+       (CASE WHEN r.status = 'pending' AND EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = r.id AND t.started_at IS NOT NULL)
+             THEN 'running' ELSE r.status END)::text AS status,
+       r.scheduled_for
 FROM unnest($1::uuid[]) AS j (id)
 CROSS JOIN LATERAL (
-    SELECT id, status, scheduled_for FROM runs
-    WHERE tenant_id = $2 AND job_id = j.id
-    ORDER BY scheduled_for DESC
+    SELECT x.id, x.status, x.scheduled_for FROM runs AS x
+    WHERE x.tenant_id = $2 AND x.job_id = j.id
+    ORDER BY x.scheduled_for DESC
     LIMIT 1
 ) AS r
 `
@@ -502,11 +504,12 @@ type LastRunsParams struct {
 type LastRunsRow struct {
 	JobID        uuid.UUID
 	ID           uuid.UUID
-	Status       lifecycle.RunStatus
+	Status       string
 	ScheduledFor time.Time
 }
 
-// LastRuns returns the latest run (by scheduled instant) of each job.
+// LastRuns returns the latest run (by scheduled instant) of each job, its
+// status as ListRuns shows it.
 func (q *Queries) LastRuns(ctx context.Context, arg LastRunsParams) ([]LastRunsRow, error) {
 	rows, err := q.db.Query(ctx, lastRuns, arg.JobIds, arg.TenantID)
 	if err != nil {

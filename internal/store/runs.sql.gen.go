@@ -69,7 +69,8 @@ func (q *Queries) AdvanceJobs(ctx context.Context, arg AdvanceJobsParams) error 
 
 const cancelRuns = `-- name: CancelRuns :many
 WITH r AS (
-    UPDATE runs SET status = 'cancelled', reason = $1, finished_at = now()
+    UPDATE runs SET status = 'cancelled', reason = $1, finished_at = now(),
+        started_at = COALESCE(started_at, (SELECT min(t.started_at) FROM tasks AS t WHERE t.run_id = runs.id))
     WHERE id = ANY($2::uuid[]) AND status IN ('queued', 'pending', 'running')
     RETURNING id, shard, status, watched, finished_at
 ), e AS (
@@ -336,9 +337,15 @@ func (q *Queries) FiringJobs(ctx context.Context, ids []uuid.UUID) ([]FiringJobs
 }
 
 const getRun = `-- name: GetRun :one
-SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
-       r.created_at, r.started_at, r.finished_at, j.namespace, j.name AS job_name
+SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
+       (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+LEFT JOIN LATERAL (
+    SELECT t.started_at AS first_start FROM tasks AS t
+    WHERE t.run_id = r.id AND r.status = 'pending' AND t.started_at IS NOT NULL
+    ORDER BY t.started_at LIMIT 1
+) AS s ON true
 WHERE r.tenant_id = $1 AND r.id = $2
 `
 
@@ -355,15 +362,17 @@ type GetRunRow struct {
 	Shard        int32
 	ScheduledFor time.Time
 	Trigger      lifecycle.Trigger
-	Status       lifecycle.RunStatus
+	Status       string
 	Reason       string
 	CreatedAt    time.Time
 	StartedAt    *time.Time
+	FirstStart   *time.Time
 	FinishedAt   *time.Time
 	Namespace    string
 	JobName      string
 }
 
+// GetRun reads a run's view, as ListRuns.
 func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, error) {
 	row := q.db.QueryRow(ctx, getRun, arg.TenantID, arg.ID)
 	var i GetRunRow
@@ -379,6 +388,7 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 		&i.Reason,
 		&i.CreatedAt,
 		&i.StartedAt,
+		&i.FirstStart,
 		&i.FinishedAt,
 		&i.Namespace,
 		&i.JobName,
@@ -681,12 +691,19 @@ func (q *Queries) ListDeadLetters(ctx context.Context, arg ListDeadLettersParams
 }
 
 const listRuns = `-- name: ListRuns :many
-SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
-       r.created_at, r.started_at, r.finished_at, j.namespace, j.name AS job_name
+SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
+       (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+LEFT JOIN LATERAL (
+    SELECT t.started_at AS first_start FROM tasks AS t
+    WHERE t.run_id = r.id AND r.status = 'pending' AND t.started_at IS NOT NULL
+    ORDER BY t.started_at LIMIT 1
+) AS s ON true
 WHERE r.tenant_id = $1
   AND ($2::uuid IS NULL OR r.job_id = $2::uuid)
-  AND ($3::text IS NULL OR r.status = $3::text)
+  AND ($3::text IS NULL
+       OR (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END) = $3::text)
   AND ($4::timestamptz IS NULL OR r.scheduled_for >= $4::timestamptz)
   AND ($5::timestamptz IS NULL OR r.scheduled_for < $5::timestamptz)
   AND (NOT $6::bool OR j.namespace = ANY($7::text[])
@@ -718,10 +735,11 @@ type ListRunsRow struct {
 	Shard        int32
 	ScheduledFor time.Time
 	Trigger      lifecycle.Trigger
-	Status       lifecycle.RunStatus
+	Status       string
 	Reason       string
 	CreatedAt    time.Time
 	StartedAt    *time.Time
+	FirstStart   *time.Time
 	FinishedAt   *time.Time
 	Namespace    string
 	JobName      string
@@ -729,7 +747,10 @@ type ListRunsRow struct {
 
 // ListRuns pages through a tenant's runs, newest instant first, by
 // (scheduled_for, id) keyset; a scoped caller sees the runs of what it
-// was granted, as in ListJobs.
+// was granted, as in ListJobs. A run's status is its view: a pending run
+// with a started task is running, since first_start (its first task's
+// start: the start writes the task only; the run's end writes the run's
+// started_at).
 func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsRow, error) {
 	rows, err := q.db.Query(ctx, listRuns,
 		arg.TenantID,
@@ -763,6 +784,7 @@ func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsR
 			&i.Reason,
 			&i.CreatedAt,
 			&i.StartedAt,
+			&i.FirstStart,
 			&i.FinishedAt,
 			&i.Namespace,
 			&i.JobName,

@@ -323,9 +323,12 @@ func (w *Watchdog) openRuns(ctx context.Context, p *pass, held []int32) error {
 func (w *Watchdog) checkRuns(ctx context.Context, p *pass, runs []store.OpenWatchedRunsRow) error {
 	need := map[uuid.UUID]int64{}
 	var started []uuid.UUID
-	for _, r := range runs {
+	for i, r := range runs {
 		need[r.JobID] = r.JobVersion
-		if r.StartedAt != nil {
+		if r.StartedAt == nil { // not written before the run's end: its first task's start
+			runs[i].StartedAt = r.FirstStart
+		}
+		if runs[i].StartedAt != nil {
 			started = append(started, r.ID)
 		}
 	}

@@ -20,8 +20,14 @@ CROSS JOIN LATERAL (
 -- OpenWatchedRuns pages through the unfinished runs of watched jobs of the
 -- shards, older than min_seconds (runs_watched).
 -- name: OpenWatchedRuns :many
-SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for, r.started_at, j.version AS job_version
+SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for,
+       r.started_at, s.first_start, j.version AS job_version
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+LEFT JOIN LATERAL (
+    SELECT t.started_at AS first_start FROM tasks AS t
+    WHERE t.run_id = r.id AND t.started_at IS NOT NULL
+    ORDER BY t.started_at LIMIT 1
+) AS s ON true
 WHERE r.shard = ANY(@shards::int[]) AND r.watched AND r.finished_at IS NULL
   AND r.scheduled_for < now() - INTERVAL '1 second' * @min_seconds::float8
   AND (r.shard, r.scheduled_for, r.id) > (@after_shard::int, @after_at::timestamptz, @after_id::uuid)
@@ -94,7 +100,8 @@ WITH w AS (
 ), latest AS (
     SELECT since.job_id,
            (SELECT max(r.scheduled_for) FROM runs AS r WHERE r.job_id = since.job_id AND r.scheduled_for >= since.at
-                AND r.started_at IS NOT NULL) AS started,
+                AND (r.started_at IS NOT NULL
+                     OR EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = r.id AND t.started_at IS NOT NULL))) AS started,
            (SELECT max(r.scheduled_for) FROM runs AS r WHERE r.job_id = since.job_id AND r.scheduled_for >= since.at
                 AND r.status = 'succeeded') AS succeeded
     FROM since

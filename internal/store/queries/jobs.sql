@@ -185,14 +185,18 @@ SELECT * FROM jobs
 WHERE tenant_id = @tenant_id AND namespace = ANY(@namespaces::text[]) AND status <> 'deleted' AND source IS NOT NULL
 ORDER BY namespace, name;
 
--- LastRuns returns the latest run (by scheduled instant) of each job.
+-- LastRuns returns the latest run (by scheduled instant) of each job, its
+-- status as ListRuns shows it.
 -- name: LastRuns :many
-SELECT j.id::uuid AS job_id, r.id, r.status, r.scheduled_for
+SELECT j.id::uuid AS job_id, r.id,
+       (CASE WHEN r.status = 'pending' AND EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = r.id AND t.started_at IS NOT NULL)
+             THEN 'running' ELSE r.status END)::text AS status,
+       r.scheduled_for
 FROM unnest(@job_ids::uuid[]) AS j (id)
 CROSS JOIN LATERAL (
-    SELECT id, status, scheduled_for FROM runs
-    WHERE tenant_id = @tenant_id AND job_id = j.id
-    ORDER BY scheduled_for DESC
+    SELECT x.id, x.status, x.scheduled_for FROM runs AS x
+    WHERE x.tenant_id = @tenant_id AND x.job_id = j.id
+    ORDER BY x.scheduled_for DESC
     LIMIT 1
 ) AS r;
 

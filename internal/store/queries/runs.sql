@@ -105,7 +105,8 @@ WHERE job_schedules.job_id = u.id;
 
 -- name: CancelRuns :many
 WITH r AS (
-    UPDATE runs SET status = 'cancelled', reason = @reason, finished_at = now()
+    UPDATE runs SET status = 'cancelled', reason = @reason, finished_at = now(),
+        started_at = COALESCE(started_at, (SELECT min(t.started_at) FROM tasks AS t WHERE t.run_id = runs.id))
     WHERE id = ANY(@ids::uuid[]) AND status IN ('queued', 'pending', 'running')
     RETURNING id, shard, status, watched, finished_at
 ), e AS (
@@ -133,14 +134,24 @@ WHERE shards.id = u.id AND shards.owner_node = @node::uuid;
 
 -- ListRuns pages through a tenant's runs, newest instant first, by
 -- (scheduled_for, id) keyset; a scoped caller sees the runs of what it
--- was granted, as in ListJobs.
+-- was granted, as in ListJobs. A run's status is its view: a pending run
+-- with a started task is running, since first_start (its first task's
+-- start: the start writes the task only; the run's end writes the run's
+-- started_at).
 -- name: ListRuns :many
-SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
-       r.created_at, r.started_at, r.finished_at, j.namespace, j.name AS job_name
+SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
+       (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+LEFT JOIN LATERAL (
+    SELECT t.started_at AS first_start FROM tasks AS t
+    WHERE t.run_id = r.id AND r.status = 'pending' AND t.started_at IS NOT NULL
+    ORDER BY t.started_at LIMIT 1
+) AS s ON true
 WHERE r.tenant_id = @tenant_id
   AND (sqlc.narg(job_id)::uuid IS NULL OR r.job_id = sqlc.narg(job_id)::uuid)
-  AND (sqlc.narg(status)::text IS NULL OR r.status = sqlc.narg(status)::text)
+  AND (sqlc.narg(status)::text IS NULL
+       OR (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END) = sqlc.narg(status)::text)
   AND (sqlc.narg(since)::timestamptz IS NULL OR r.scheduled_for >= sqlc.narg(since)::timestamptz)
   AND (sqlc.narg(until)::timestamptz IS NULL OR r.scheduled_for < sqlc.narg(until)::timestamptz)
   AND (NOT @scoped::bool OR j.namespace = ANY(@scope_namespaces::text[])
@@ -149,10 +160,17 @@ WHERE r.tenant_id = @tenant_id
 ORDER BY r.scheduled_for DESC, r.id DESC
 LIMIT @page_size;
 
+-- GetRun reads a run's view, as ListRuns.
 -- name: GetRun :one
-SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
-       r.created_at, r.started_at, r.finished_at, j.namespace, j.name AS job_name
+SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
+       (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+LEFT JOIN LATERAL (
+    SELECT t.started_at AS first_start FROM tasks AS t
+    WHERE t.run_id = r.id AND r.status = 'pending' AND t.started_at IS NOT NULL
+    ORDER BY t.started_at LIMIT 1
+) AS s ON true
 WHERE r.tenant_id = @tenant_id AND r.id = @id;
 
 -- name: RunTasks :many

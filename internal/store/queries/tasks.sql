@@ -1,8 +1,11 @@
 -- StartAttempts moves queued or retrying tasks to running, each for the
 -- attempt its River job was made for (bumping the fencing token, under the
--- worker's lease), records the attempts, marks the runs running, and returns what the
--- executors need: one statement for a batch of starts. A task missing from
--- the answer had a stale River job (it moved on, or was cancelled).
+-- worker's lease), records the attempts, and returns what the executors
+-- need: one statement for a batch of starts. A task missing from the
+-- answer had a stale River job (it moved on, or was cancelled). The run is
+-- not written: a pending run with a started task is running, and its
+-- started_at is its first task's (see the run views in runs.sql), both
+-- written with the run's end.
 -- name: StartAttempts :many
 WITH req AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@prev_attempts::int[]) AS prev, unnest(@attempt_ids::uuid[]) AS attempt_id
@@ -16,9 +19,6 @@ WITH req AS (
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
     SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, @worker::text, now() FROM t
-), r AS (
-    UPDATE runs SET status = 'running', started_at = COALESCE(started_at, now())
-    WHERE runs.id IN (SELECT t.run_id FROM t) AND runs.status = 'pending'
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
@@ -118,14 +118,15 @@ SET status = CASE
         WHEN c.total = c.succeeded OR (c.dead = 0 AND c.cancelled > 0) THEN ''
         WHEN c.dead > 0 THEN c.dead::text || ' task(s) dead-lettered'
         ELSE c.upstream::text || ' task(s) failed upstream' END,
-    finished_at = now()
+    finished_at = now(), started_at = COALESCE(runs.started_at, c.started)
 FROM (
     SELECT count(*) AS total,
            count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
            count(*) FILTER (WHERE status = 'dead_lettered') AS dead,
            count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
            count(*) FILTER (WHERE status = 'upstream_failed') AS upstream,
-           count(*) FILTER (WHERE status IN ('waiting', 'queued', 'running', 'retrying')) AS open
+           count(*) FILTER (WHERE status IN ('waiting', 'queued', 'running', 'retrying')) AS open,
+           min(started_at) AS started
     FROM tasks WHERE run_id = @id
 ) AS c
 WHERE runs.id = @id AND runs.status IN ('pending', 'running') AND c.open = 0
@@ -214,7 +215,7 @@ WITH req AS (
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
       AND (NOT req.expired OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
-    RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, req.token, req.outcome,
+    RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
               req.exit_reason, req.failure_class, req.error, req.output, req.run_status, req.run_reason
 ), a AS (
     UPDATE attempts
@@ -223,7 +224,8 @@ WITH req AS (
     FROM t
     WHERE attempts.task_id = t.id AND attempts.fencing_token = t.token AND attempts.outcome = 'running'
 ), r AS (
-    UPDATE runs SET status = t.run_status, reason = t.run_reason, finished_at = now()
+    UPDATE runs SET status = t.run_status, reason = t.run_reason, finished_at = now(),
+        started_at = COALESCE(runs.started_at, t.started_at)
     FROM t
     WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
     RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at
