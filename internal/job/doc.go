@@ -14,4 +14,9 @@
 //
 // Pause, resume and delete do not bump the version: the version numbers
 // definitions, which runs pin; status is not part of the definition.
+//
+// Files: service.go (the Service, refs, the checks and audit every write
+// shares), create.go, change.go (update, pause, resume, delete), read.go
+// (get, lock, list, history), apply.go (a set of YAML files applied as
+// one change), job.go (the Job as the API shows it), errors.go.
 package job

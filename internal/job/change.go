@@ -1,0 +1,220 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/usage"
+)
+
+// Changing a job: its definition (Update), and its status (pause,
+// resume, delete), each audited in its own transaction.
+
+// Update replaces a job's definition if expectedVersion is still current,
+// bumping the version. Name and namespace cannot change. An update that
+// changes nothing returns the job as it is, with no new version.
+func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource, expectedVersion int64) (*Job, error) {
+	if expectedVersion <= 0 {
+		return nil, &dag.FieldError{Field: "expected_version", Message: "required: the version you read (optimistic concurrency)"}
+	}
+	res, spec, err := prepareSpec(res)
+	if err != nil {
+		return nil, err
+	}
+	rooms, err := usage.JobRooms(ctx, store.New(s.pool), []uuid.UUID{a.Tenant})
+	if err != nil {
+		return nil, err
+	}
+	var out *Job
+	err = store.InTx(ctx, s.pool, func(q *store.Queries) error {
+		row, err := Lock(ctx, q, a, ref)
+		if err != nil {
+			return err
+		}
+		before, err := fromRow(row)
+		if err != nil {
+			return err
+		}
+		switch {
+		case before.Status == StatusDeleted:
+			return fmt.Errorf("%w: %s", ErrDeleted, ref)
+		case before.Version != expectedVersion:
+			return &VersionConflictError{Expected: expectedVersion, Current: before.Version}
+		case res.Metadata.Name != before.Name:
+			return dag.Errors{{Field: "metadata.name", Message: fmt.Sprintf("cannot change (%q to %q); create a new job instead", before.Name, res.Metadata.Name)}}
+		case res.Metadata.Namespace != before.Namespace:
+			return dag.Errors{{Field: "metadata.namespace", Message: fmt.Sprintf("cannot change (%q to %q); create a new job instead", before.Namespace, res.Metadata.Namespace)}}
+		}
+		if sameDefinition(before, res) {
+			out = before
+			return nil
+		}
+		d := usage.Delta{}
+		if out, err = updateDefinition(ctx, q, a, before, res, spec, nil, d); err != nil {
+			return err
+		}
+		if err := d.Check(rooms); err != nil {
+			return err
+		}
+		return d.Write(ctx, q)
+	})
+	return out, err
+}
+
+// updateDefinition writes a new version of a job's definition, with its
+// version row and audit row, counting the change in its size in d. The
+// next fire time is recomputed from the database's clock when the
+// schedule changed.
+func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, spec []byte, src *Source, d usage.Delta) (*Job, error) {
+	next := before.NextFireAt
+	if before.Spec.Schedule != res.Spec.Schedule && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return nil, err
+		}
+		sched, err := schedule.Parse(res.Spec.Schedule)
+		if err != nil {
+			return nil, err
+		}
+		next = firstFire(sched, now)
+	}
+	row, err := q.UpdateJobDefinition(ctx, store.UpdateJobDefinitionParams{
+		TenantID: a.Tenant, ID: before.ID, ExpectedVersion: before.Version,
+		Description: res.Metadata.Description, Labels: labelsJSON(res.Metadata.Labels), Spec: spec,
+		NextFireAt: next, Actor: a.Name, Source: sourceJSON(src),
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.Add(row.TenantID, row.Shard, usage.Usage{DefinitionBytes: int64(len(row.Spec)) - before.specBytes})
+	if err := writeSchedule(ctx, q, row); err != nil {
+		return nil, err
+	}
+	out, err := fromRow(row)
+	if err != nil {
+		return nil, err
+	}
+	if err := q.InsertJobVersion(ctx, versionParams(out, a)); err != nil {
+		return nil, err
+	}
+	return out, audit(ctx, q, a, "update", before, out)
+}
+
+func sameDefinition(j *Job, res dag.Resource) bool {
+	return len(changedFields(j.Resource(), res)) == 0
+}
+
+// Pause stops a job from firing. Pausing a paused job changes nothing.
+func (s *Service) Pause(ctx context.Context, a Actor, ref Ref) (*Job, error) {
+	return s.setStatus(ctx, a, ref, "pause", func(j *Job, _ time.Time) (string, *time.Time, error) {
+		return StatusPaused, j.NextFireAt, nil
+	})
+}
+
+// Resume lets a paused job fire again. Its next fire time is recomputed
+// from now by its misfire policy: skip goes to the first instant after now;
+// fire_once fires the latest instant missed while paused; backfill fires up
+// to max_backfill of them.
+func (s *Service) Resume(ctx context.Context, a Actor, ref Ref) (*Job, error) {
+	return s.setStatus(ctx, a, ref, "resume", func(j *Job, now time.Time) (string, *time.Time, error) {
+		sched, err := schedule.Parse(j.Spec.Schedule)
+		if err != nil {
+			return "", nil, err
+		}
+		if j.NextFireAt == nil {
+			return StatusActive, nil, nil
+		}
+		next, ok := sched.CatchUp(lifecycle.MisfireKeep(j.Spec.Misfire, j.Spec.MaxBackfill), *j.NextFireAt, now)
+		if !ok {
+			return StatusActive, nil, nil
+		}
+		return StatusActive, &next, nil
+	})
+}
+
+// Delete marks a job deleted: it never fires again, its name is free for a
+// new job, and its history stays.
+func (s *Service) Delete(ctx context.Context, a Actor, ref Ref) (*Job, error) {
+	return s.setStatus(ctx, a, ref, "delete", func(*Job, time.Time) (string, *time.Time, error) {
+		return StatusDeleted, nil, nil
+	})
+}
+
+type transition func(j *Job, now time.Time) (status string, next *time.Time, err error)
+
+func (s *Service) setStatus(ctx context.Context, a Actor, ref Ref, action string, to transition) (*Job, error) {
+	var out *Job
+	err := store.InTx(ctx, s.pool, func(q *store.Queries) error {
+		row, err := Lock(ctx, q, a, ref)
+		if err != nil {
+			return err
+		}
+		before, err := fromRow(row)
+		if err != nil {
+			return err
+		}
+		if before.Status == StatusDeleted {
+			return fmt.Errorf("%w: %s", ErrDeleted, ref)
+		}
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return err
+		}
+		status, next, err := to(before, now)
+		if err != nil {
+			return err
+		}
+		if status == before.Status {
+			out = before
+			return nil
+		}
+		d := usage.Delta{}
+		row, err = setJobStatus(ctx, q, store.SetJobStatusParams{TenantID: a.Tenant, ID: before.ID, Status: status, NextFireAt: next, Actor: a.Name}, d)
+		if err != nil {
+			return err
+		}
+		if out, err = fromRow(row); err != nil {
+			return err
+		}
+		if err := audit(ctx, q, a, action, before, out); err != nil {
+			return err
+		}
+		return d.Write(ctx, q)
+	})
+	return out, err
+}
+
+// setJobStatus changes a live job's status (pause, resume, delete) and
+// its schedule row with it, in q's transaction; a deletion is counted in d.
+func setJobStatus(ctx context.Context, q *store.Queries, p store.SetJobStatusParams, d usage.Delta) (store.Job, error) {
+	row, err := q.SetJobStatus(ctx, p)
+	if err != nil {
+		return row, err
+	}
+	if row.Status == StatusDeleted {
+		d.Add(row.TenantID, row.Shard, usage.Usage{Jobs: -1, DefinitionBytes: -int64(len(row.Spec))})
+	}
+	return row, writeSchedule(ctx, q, row)
+}
+
+// writeSchedule makes job row's schedule row follow the row just written
+// in q's transaction (which holds the jobs row's lock, so the lock order
+// is the one Lock takes): its shard, and its next fire time if the job is
+// active.
+func writeSchedule(ctx context.Context, q *store.Queries, row store.Job) error {
+	next := row.NextFireAt
+	if row.Status != StatusActive {
+		next = nil
+	}
+	if err := q.SetJobSchedule(ctx, store.SetJobScheduleParams{JobID: row.ID, Shard: row.Shard, NextFireAt: next}); err != nil {
+		return fmt.Errorf("job %s: schedule: %w", row.ID, err)
+	}
+	return nil
+}

@@ -1,0 +1,302 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// Reading jobs: one (Get, or Lock for a change), a page of them, their
+// last runs and their history.
+
+// Get returns one job of the actor's tenant (deleted ones too, by ID).
+func (s *Service) Get(ctx context.Context, a Actor, ref Ref) (*Job, error) {
+	q := store.New(s.pool)
+	row, err := lookup(ctx, q, a, ref, false)
+	if err != nil {
+		return nil, err
+	}
+	rows := []store.Job{row}
+	if err := withSchedules(ctx, q, rows); err != nil {
+		return nil, err
+	}
+	j, err := fromRow(rows[0])
+	if err != nil {
+		return nil, err
+	}
+	return j, s.fillLastRuns(ctx, a, []*Job{j})
+}
+
+// Lock reads one job of the actor's tenant (deleted ones too, by ID) in
+// q's transaction and locks its row, then its schedule row, until the
+// transaction ends: a firing of the job commits before, or waits. For one
+// job that order cannot deadlock with a firing (see GetJobForUpdate). A
+// transaction that locks several jobs one after another (apply) can: a
+// firing locks due schedule rows in fire-time order, so it may hold a
+// later job's row while waiting for an earlier one's. The database
+// detects that (deadlock_timeout, 1 s by default) and fails one of the
+// two, which is retried; no lock outlives it.
+//
+// A job without a schedule row (one written by a node older than the
+// table, which the upgrade rules out) reads as its jobs row says, and the
+// change that follows writes the row.
+func Lock(ctx context.Context, q *store.Queries, a Actor, ref Ref) (store.Job, error) {
+	row, err := lookup(ctx, q, a, ref, true)
+	if err != nil {
+		return row, err
+	}
+	next, err := q.JobScheduleForUpdate(ctx, row.ID)
+	switch {
+	case store.IsNotFound(err):
+		return row, nil
+	case err != nil:
+		return row, fmt.Errorf("job %s: schedule: %w", row.ID, err)
+	}
+	if row.Status == StatusActive {
+		row.NextFireAt = next
+	}
+	return row, nil
+}
+
+// withSchedules sets the next fire time of each active job of rows to its
+// schedule's, the live one (firing advances job_schedules only; a jobs
+// row holds the time its last definition change set, which a paused job
+// resumes from).
+func withSchedules(ctx context.Context, q *store.Queries, rows []store.Job) error {
+	var ids []uuid.UUID
+	for _, r := range rows {
+		if r.Status == StatusActive {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	live, err := q.JobSchedules(ctx, ids)
+	if err != nil {
+		return err
+	}
+	next := make(map[uuid.UUID]*time.Time, len(live))
+	for _, l := range live {
+		next[l.JobID] = l.NextFireAt
+	}
+	for i := range rows {
+		if rows[i].Status == StatusActive {
+			rows[i].NextFireAt = next[rows[i].ID]
+		}
+	}
+	return nil
+}
+
+func lookup(ctx context.Context, q *store.Queries, a Actor, ref Ref, forUpdate bool) (store.Job, error) {
+	var row store.Job
+	var err error
+	switch {
+	case ref.ID != uuid.Nil && forUpdate:
+		row, err = q.GetJobForUpdate(ctx, store.GetJobForUpdateParams{TenantID: a.Tenant, ID: ref.ID})
+	case ref.ID != uuid.Nil:
+		row, err = q.GetJob(ctx, store.GetJobParams{TenantID: a.Tenant, ID: ref.ID})
+	case ref.Name != "":
+		ns := ref.Namespace
+		if ns == "" {
+			ns = dag.DefaultNamespace
+		}
+		// Locked, the job found by its name may turn out deleted (under
+		// READ COMMITTED the lock reads the row as another transaction
+		// committed it meanwhile, and that one may have given the name to
+		// a new job): look the name up again.
+		for range 3 {
+			row, err = q.GetLiveJobByName(ctx, store.GetLiveJobByNameParams{TenantID: a.Tenant, Namespace: ns, Name: ref.Name})
+			if err != nil || !forUpdate {
+				break
+			}
+			if row, err = q.GetJobForUpdate(ctx, store.GetJobForUpdateParams{TenantID: a.Tenant, ID: row.ID}); err != nil || row.Status != StatusDeleted {
+				break
+			}
+			err = pgx.ErrNoRows
+		}
+	default:
+		return row, &dag.FieldError{Field: "id", Message: "give the job's id, or its namespace and name"}
+	}
+	if store.IsNotFound(err) {
+		return row, fmt.Errorf("%w: %s", ErrNotFound, ref)
+	}
+	return row, err
+}
+
+// ListFilter selects jobs. Empty fields do not filter; without Status,
+// deleted jobs are left out.
+type ListFilter struct {
+	Namespace string
+	// NameContains keeps jobs whose name contains it (at most 200 bytes).
+	NameContains string
+	Status       string
+	Labels       map[string]string
+	PageSize     int
+	PageToken    string
+	// WithSteps lists whole definitions; without it each job comes
+	// without its steps (Spec.Steps and Spec.Run empty), the summary a
+	// list shows.
+	WithSteps bool
+}
+
+// Page sizes of every list call.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+// ListBudgetBytes bounds the definitions one page of List carries (their
+// specs as JSON): a page stops at the job that passes it (the first one
+// whatever its size), and its page token says where the next begins. A
+// definition is at most MaxDefinitionBytes.
+const ListBudgetBytes = 4 << 20
+
+// ListBudgetValues bounds the payload values (dag.Payload.Values) one
+// page of List carries in the same way: an API answer turns each into an
+// object of its own (a protobuf Value, about 80 times the value's bytes
+// for [[],[],...]), which the byte budget alone would not see.
+const ListBudgetValues = 100_000
+
+// PageSize checks a requested page size: 0 means the default.
+func PageSize(n int) (int, error) {
+	switch {
+	case n < 0 || n > MaxPageSize:
+		return 0, &dag.FieldError{Field: "page_size", Message: fmt.Sprintf("%d is outside 0..%d", n, MaxPageSize)}
+	case n == 0:
+		return DefaultPageSize, nil
+	}
+	return n, nil
+}
+
+type pageToken struct {
+	Name string    `json:"n"`
+	ID   uuid.UUID `json:"i"`
+}
+
+// List returns one page of jobs sorted by name, and the token of the next
+// page ("" after the last).
+func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, string, error) {
+	size, err := PageSize(f.PageSize)
+	if err != nil {
+		return nil, "", err
+	}
+	var after pageToken
+	if f.PageToken != "" {
+		if err := store.DecodePageToken(f.PageToken, &after); err != nil {
+			return nil, "", &dag.FieldError{Field: "page_token", Message: "malformed; pass back the next_page_token of the previous page"}
+		}
+	}
+	switch f.Status {
+	case "", StatusActive, StatusPaused, StatusDeleted:
+	default:
+		return nil, "", &dag.FieldError{Field: "status", Message: fmt.Sprintf("%q is not one of active, paused, deleted", f.Status)}
+	}
+	p := store.ListJobsParams{
+		TenantID: a.Tenant, Labels: labelsJSON(f.Labels), AfterName: after.Name, AfterID: after.ID,
+		PageSize: int32(size + 1), WithSteps: f.WithSteps, Budget: ListBudgetBytes,
+	}
+	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
+	if f.Namespace != "" {
+		p.Namespace = &f.Namespace
+	}
+	if f.Status != "" {
+		p.Status = &f.Status
+	}
+	switch {
+	case len(f.NameContains) > 200:
+		return nil, "", &dag.FieldError{Field: "name_contains", Message: "at most 200 characters"}
+	case strings.ContainsRune(f.NameContains, 0):
+		return nil, "", &dag.FieldError{Field: "name_contains", Message: "contains a NUL character"}
+	case f.NameContains != "":
+		p.NameContains = &f.NameContains
+	}
+	q := store.New(s.pool)
+	listed, err := q.ListJobs(ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	rows := make([]store.Job, len(listed))
+	for i, r := range listed {
+		rows[i] = store.Job{ID: r.ID, TenantID: r.TenantID, Namespace: r.Namespace, Name: r.Name, Description: r.Description,
+			Labels: r.Labels, Status: r.Status, Version: r.Version, Spec: r.Spec, Source: r.Source, Shard: r.Shard,
+			NextFireAt: r.NextFireAt, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy, UpdatedAt: r.UpdatedAt,
+			UpdatedBy: r.UpdatedBy, DeletedAt: r.DeletedAt}
+	}
+	var pageRows int64
+	if len(listed) > 0 {
+		pageRows = listed[0].PageRows
+	}
+	token := func(r store.Job) any { return pageToken{Name: r.Name, ID: r.ID} }
+	rows, next := store.NextBudgetedPage(rows, size, pageRows, token)
+	if err := withSchedules(ctx, q, rows); err != nil {
+		return nil, "", err
+	}
+	out := make([]*Job, 0, len(rows))
+	values := 0
+	for i, r := range rows {
+		j, err := fromRow(r)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, st := range j.Spec.Steps {
+			values += st.Payload.Values()
+		}
+		if i > 0 && values > ListBudgetValues { // the page ends before this job
+			next = store.EncodePageToken(token(rows[i-1]))
+			break
+		}
+		out = append(out, j)
+	}
+	if err := s.fillLastRuns(ctx, a, out); err != nil {
+		return nil, "", err
+	}
+	return out, next, nil
+}
+
+// fillLastRuns sets each job's LastRun, in one query.
+func (s *Service) fillLastRuns(ctx context.Context, a Actor, jobs []*Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(jobs))
+	byID := make(map[uuid.UUID]*Job, len(jobs))
+	for i, j := range jobs {
+		ids[i], byID[j.ID] = j.ID, j
+	}
+	rows, err := store.New(s.pool).LastRuns(ctx, store.LastRunsParams{TenantID: a.Tenant, JobIds: ids})
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		byID[r.JobID].LastRun = &LastRun{ID: r.ID, Status: lifecycle.RunStatus(r.Status), ScheduledFor: r.ScheduledFor}
+	}
+	return nil
+}
+
+// MaxHistory bounds RecentHistory.
+const MaxHistory = 200
+
+// RecentHistory returns the latest n audit rows of one job, newest first.
+func (s *Service) RecentHistory(ctx context.Context, a Actor, id uuid.UUID, n int) ([]store.AuditLog, error) {
+	if n < 0 || n > MaxHistory {
+		return nil, &dag.FieldError{Field: "history", Message: fmt.Sprintf("%d is outside 0..%d", n, MaxHistory)}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return store.New(s.pool).JobHistory(ctx, store.JobHistoryParams{TenantID: a.Tenant, TargetID: id, MaxRows: int32(n)})
+}
+
+// History returns the audit rows of one job, oldest first.
+func (s *Service) History(ctx context.Context, a Actor, id uuid.UUID) ([]store.AuditLog, error) {
+	return store.New(s.pool).ListAuditForTarget(ctx, store.ListAuditForTargetParams{TenantID: a.Tenant, TargetID: id})
+}
