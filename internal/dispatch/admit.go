@@ -375,6 +375,16 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		if err != nil || len(rows) == 0 {
 			return err
 		}
+		// River works a queue's jobs in the order they were inserted: insert
+		// them in the order choose gave the slots, not the order the update
+		// returned them (its scan's, by task id: the oldest tenant's tasks
+		// first, so that they always waited least in River and came back
+		// for their next slot sooner than their weight's share).
+		rank := make(map[uuid.UUID]int, len(chosen))
+		for i, id := range chosen {
+			rank[id] = i
+		}
+		slices.SortFunc(rows, func(a, b store.AdmitTasksRow) int { return cmp.Compare(rank[a.ID], rank[b.ID]) })
 		ready := make([]Ready, len(rows))
 		for i, r := range rows {
 			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt)
@@ -493,8 +503,9 @@ func setTargets(states []*tenantState, free int64) {
 
 // choose gives up to free slots, one at a time, to the tenant holding the
 // fewest per unit of weight that still has a task waiting and room under
-// its quotas, and returns the tasks chosen. Each tenant's tasks go by aged
-// priority: aged first, then by priority, then oldest first.
+// its quotas, and returns the tasks chosen, in the order River is to work
+// them (see below). Each tenant's tasks go by aged priority: aged first,
+// then by priority, then oldest first.
 func choose(states []*tenantState, free int64) []uuid.UUID {
 	h := &byShare{}
 	for _, s := range states {
@@ -505,18 +516,32 @@ func choose(states []*tenantState, free int64) []uuid.UUID {
 			heap.Push(h, s)
 		}
 	}
-	var chosen []uuid.UUID
+	type pick struct {
+		id           uuid.UUID
+		held, weight int64 // the tenant's slots with this one, its weight
+	}
+	var picks []pick
 	for ; free > 0 && h.Len() > 0; free-- {
 		s := (*h)[0]
-		chosen = append(chosen, s.waiting[0].ID)
-		s.waiting = s.waiting[1:]
 		s.held++
+		picks = append(picks, pick{s.waiting[0].ID, s.held, s.weight})
+		s.waiting = s.waiting[1:]
 		s.room--
 		if len(s.waiting) == 0 || s.room <= 0 {
 			heap.Pop(h)
 		} else {
 			heap.Fix(h, 0)
 		}
+	}
+	// The order River works them in (their insert order): by the share
+	// each slot brings its tenant to, held/weight, smallest first (a
+	// weighted fair queue's order), so that no tenant's tasks always wait
+	// least in River and come back for their next slot sooner than their
+	// weight's share. Within a tenant, the order above.
+	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Compare(a.held*b.weight, b.held*a.weight) })
+	chosen := make([]uuid.UUID, len(picks))
+	for i, p := range picks {
+		chosen[i] = p.id
 	}
 	return chosen
 }

@@ -86,3 +86,27 @@ func TestChooseOrderInsideATenant(t *testing.T) {
 		t.Fatalf("order %v,\nwant  %v (aged first, then critical, normal, low; oldest first within each)", got, want)
 	}
 }
+
+// The slots of one pass go to River in a weighted fair queue's order (by
+// the share each brings its tenant to), not tenant by tenant: the light
+// tenant's task is not always at the head of River's queue, where it would
+// wait least and come back for its next slot sooner than its weight says.
+func TestChooseOrderAcrossTenants(t *testing.T) {
+	base := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+	light, heavy := uuid.New(), uuid.New()
+	owner := map[uuid.UUID]string{}
+	lt, ht := waitingTasks(light, 10, 3, base, false), waitingTasks(heavy, 10, 3, base, false)
+	for _, c := range lt {
+		owner[c.ID] = "L"
+	}
+	for _, c := range ht {
+		owner[c.ID] = "H"
+	}
+	got := ""
+	for _, id := range choose([]*tenantState{{id: light, weight: 1, room: 1000, waiting: lt}, {id: heavy, weight: 3, room: 1000, waiting: ht}}, 8) {
+		got += owner[id]
+	}
+	if got != "HHLHHHLH" {
+		t.Fatalf("order %s, want HHLHHHLH (by held/weight after each slot)", got)
+	}
+}
