@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/notify"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
@@ -91,12 +92,10 @@ func (s *alertServer) ListAlerts(ctx context.Context, req *connect.Request[orrer
 	return connect.NewResponse(out), nil
 }
 
-var notificationStatuses = map[string]bool{"": true, "pending": true, "delivered": true, "failed": true}
-
 func (s *alertServer) ListNotifications(ctx context.Context, req *connect.Request[orreryv1.ListNotificationsRequest]) (*connect.Response[orreryv1.ListNotificationsResponse], error) {
 	m := req.Msg
 	f, err := s.filter(ctx, m.GetJob(), m.GetPageSize(), m.GetPageToken())
-	if err == nil && !notificationStatuses[m.GetStatus()] {
+	if _, ok := notify.ParseStatus(m.GetStatus()); err == nil && !ok {
 		err = &dag.FieldError{Field: "status", Message: "is not one of pending, delivered, failed"}
 	}
 	if err != nil {
@@ -117,7 +116,7 @@ func (s *alertServer) ListNotifications(ctx context.Context, req *connect.Reques
 			LastStatusCode: r.LastStatusCode.Int32, LastError: r.LastError,
 			CreateTime: timestamppb.New(r.CreatedAt), FinishTime: timeToProto(r.FinishedAt),
 		}
-		if r.Status == "pending" {
+		if notify.Status(r.Status) == notify.Pending {
 			n.NextAttemptTime = timestamppb.New(r.NextAttemptAt)
 		}
 		out.Notifications = append(out.Notifications, n)

@@ -10,6 +10,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/internal/notify"
 )
 
 func (g *globals) alertClient() orreryv1connect.AlertServiceClient {
@@ -94,7 +95,7 @@ func newNotificationsCmd(g *globals) *cobra.Command {
 					if n.GetLastStatusCode() != 0 && last == "" {
 						last = fmt.Sprintf("HTTP %d", n.GetLastStatusCode())
 					}
-					if n.GetStatus() == "pending" && n.GetNextAttemptTime() != nil {
+					if notify.Status(n.GetStatus()) == notify.Pending && n.GetNextAttemptTime() != nil {
 						last = strings.TrimSpace(last + " (next " + ts(n.GetNextAttemptTime()) + ")")
 					}
 					fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s\t%s\t%d\t%s\n", ts(n.GetCreateTime()), n.GetEvent(), n.GetNamespace(), n.GetJob(), n.GetUrl(),

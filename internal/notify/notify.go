@@ -191,19 +191,38 @@ type outcome struct {
 	permanent bool
 }
 
+// Status is where a notification's delivery stands (notifications.status).
+type Status string
+
+// Delivery statuses.
+const (
+	Pending   Status = "pending"   // not delivered yet; tried again at next_attempt_at
+	Delivered Status = "delivered" // the receiver answered 2xx
+	Failed    Status = "failed"    // given up: a permanent refusal, or out of attempts
+)
+
+// ParseStatus checks a delivery status given by a user ("" is any).
+func ParseStatus(s string) (Status, bool) {
+	switch st := Status(s); st {
+	case "", Pending, Delivered, Failed:
+		return st, true
+	}
+	return "", false
+}
+
 func (d *Deliverer) deliver(ctx context.Context, n store.ClaimNotificationsRow) {
 	o := d.post(ctx, n)
-	status, retry := "delivered", time.Duration(0)
+	status, retry := Delivered, time.Duration(0)
 	switch {
 	case o.err == "":
 	case o.permanent || int(n.Attempts) >= d.cfg.MaxAttempts:
-		status = "failed"
+		status = Failed
 	default:
-		status, retry = "pending", Backoff(int(n.Attempts))
+		status, retry = Pending, Backoff(int(n.Attempts))
 	}
 	// The error may quote the receiver (its status line): stored as text
 	// the database keeps, or the record fails and the delivery repeats.
-	p := store.RecordDeliveryParams{ID: n.ID, Attempts: n.Attempts, Status: status, LastError: executor.StorableError(o.err), RetryMs: float64(retry.Milliseconds())}
+	p := store.RecordDeliveryParams{ID: n.ID, Attempts: n.Attempts, Status: string(status), LastError: executor.StorableError(o.err), RetryMs: float64(retry.Milliseconds())}
 	if o.code != nil {
 		p.StatusCode = pgtype.Int4{Int32: *o.code, Valid: true}
 	}
@@ -215,8 +234,8 @@ func (d *Deliverer) deliver(ctx context.Context, n store.ClaimNotificationsRow) 
 		d.cfg.Logger.Warn("record notification delivery", "id", n.ID, "err", err)
 		return
 	}
-	d.cfg.Metrics.Delivery(map[string]string{"delivered": "delivered", "failed": "failed", "pending": "retry"}[status])
-	if status == "failed" {
+	d.cfg.Metrics.Delivery(map[Status]string{Delivered: "delivered", Failed: "failed", Pending: "retry"}[status])
+	if status == Failed {
 		d.cfg.Logger.Warn("notification failed for good", "id", n.ID, "event", n.Event, "url", n.Url, "attempts", n.Attempts, "err", o.err)
 	}
 }
