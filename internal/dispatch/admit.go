@@ -327,12 +327,13 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		if err != nil {
 			return err
 		}
-		free := slots * InFlightPerSlot
 		heldBy := make(map[uuid.UUID]int64, len(held))
+		var inFlight int64
 		for _, h := range held {
-			free -= h.InFlight
+			inFlight += h.InFlight
 			heldBy[h.TenantID] = h.InFlight
 		}
+		free := room(slots, inFlight)
 		free = min(free, admitBatch)
 		if free <= 0 {
 			return nil
@@ -656,8 +657,13 @@ func directRoom(ctx context.Context, q *store.Queries, queue string, tenants []u
 		}
 	}
 	slots, err := q.QueueSlots(ctx, queue)
-	return int(slots*InFlightPerSlot - load.InFlight), err
+	return int(room(slots, load.InFlight)), err
 }
+
+// room is how many more tasks a queue of slots worker slots takes while it
+// holds inFlight (InFlightPerSlot a slot); negative when it holds more
+// (its workers went away).
+func room(slots, inFlight int64) int64 { return slots*InFlightPerSlot - inFlight }
 
 // WaitReason says why a task of a tenant waits for admission in a queue,
 // as the API shows it: "no worker serves queue etl", "tenant quota 50/50",
@@ -698,8 +704,8 @@ func WaitReason(ctx context.Context, q *store.Queries, tenant uuid.UUID, queue s
 	switch {
 	case limits[0].QueueMax > 0 && mine >= int64(limits[0].QueueMax):
 		return fmt.Sprintf("tenant quota in queue %s %d/%d", queue, mine, limits[0].QueueMax), nil
-	case inQueue >= slots*InFlightPerSlot:
-		return fmt.Sprintf("queue %s full %d/%d", queue, inQueue, slots*InFlightPerSlot), nil
+	case room(slots, inQueue) <= 0:
+		return fmt.Sprintf("queue %s full %d/%d", queue, inQueue, room(slots, 0)), nil
 	}
 	return "waiting for its turn", nil
 }
