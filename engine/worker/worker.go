@@ -253,6 +253,7 @@ type Worker struct {
 	runner     *executor.Runner
 	dispatcher *dispatch.Dispatcher
 	river      *river.Client[pgx.Tx]
+	riverPool  *pgxpool.Pool // the River client's (readCommitted), closed when Run ends
 	deliverer  *notify.Deliverer
 	queueNames []string // cfg.Queues' names, sorted
 
@@ -303,7 +304,10 @@ func New(cfg Config) (*Worker, error) {
 	for q, n := range cfg.Queues {
 		queues[q] = river.QueueConfig{MaxWorkers: n}
 	}
-	w.river, err = river.NewClient(riverpgxv5.New(cfg.queuePool), &river.Config{
+	if w.riverPool, err = readCommitted(cfg.queuePool); err != nil {
+		return nil, fmt.Errorf("worker: river: %w", err)
+	}
+	w.river, err = river.NewClient(riverpgxv5.New(w.riverPool), &river.Config{
 		ID:                w.id.String(), // how the reaper finds what a dead worker fetched
 		Queues:            queues,
 		Workers:           workers,
@@ -321,6 +325,7 @@ func New(cfg Config) (*Worker, error) {
 // Run works until ctx ends, then stops fetching, lets running attempts
 // finish for up to the lease TTL, and cancels the rest.
 func (w *Worker) Run(ctx context.Context) error {
+	defer w.riverPool.Close() // last: River is stopped by then
 	// The bindings before anything is fetched: from their commit on, the
 	// shared pool of these queues gets none of these tenants' new tasks.
 	if err := dispatch.Bind(ctx, w.cfg.StatePool, w.cfg.Tenants, w.cfg.baseQueues, w.cfg.Name); err != nil {
@@ -377,6 +382,26 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// readCommitted is a pool on p's database whose sessions run at READ
+// COMMITTED whatever the database's default, for the worker's River client
+// (fetch, completion, maintenance, its notifier), which is written for it.
+// Under SERIALIZABLE, River's fetch fails now and then (40001) and is tried
+// again only at the next poll or insert notification: the wake-up of the
+// job it was fetching for is lost until then. Orrery's own transactions
+// stay on p, at the database's isolation. It holds at most 8 connections
+// (River uses a handful: its notifier one for good); they are opened as
+// River needs them.
+func readCommitted(p *pgxpool.Pool) (*pgxpool.Pool, error) {
+	cfg := p.Config().Copy()
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
+	cfg.MaxConns = min(cfg.MaxConns, 8)
+	cfg.MinConns = 0
+	return pgxpool.NewWithConfig(context.Background(), cfg)
 }
 
 // startRiver starts the River client, again after a serialization
