@@ -69,7 +69,6 @@ func (r Report) leaseLapsed() bool { return r.Expired || r.LeaseLost }
 func (a *Applier) FinishAttempt(ctx context.Context, tx pgx.Tx, r Report) (bool, error) {
 	r.Result = r.Result.Storable()
 	q := store.New(tx)
-	res := r.Result
 	shape := r.Shape
 	if shape == nil {
 		pol, err := q.TaskRetryPolicy(ctx, r.TaskID)
@@ -106,15 +105,13 @@ func (a *Applier) FinishAttempt(ctx context.Context, tx pgx.Tx, r Report) (bool,
 		return false, err
 	}
 	f := r.finish(shape)
-	t, err := q.CompleteTask(ctx, store.CompleteTaskParams{
-		ID: r.TaskID, FencingToken: r.FencingToken, Expired: r.leaseLapsed(), Status: string(f.Task), Outcome: string(f.Outcome), ExitReason: res.ExitReason,
-		FailureClass: res.FailureClass, Error: res.Error, Output: res.Output,
-	})
-	if store.IsNotFound(err) {
-		return false, lateReport(ctx, q, r, f.Outcome)
-	}
+	done, err := completeAttempts(ctx, q, []Report{r}, []lifecycle.Finish{f})
 	if err != nil {
 		return false, err
+	}
+	t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
+	if !ok {
+		return false, lateReport(ctx, q, r, f.Outcome)
 	}
 	switch {
 	case f.ReleaseChildren:
@@ -161,41 +158,17 @@ func lateReport(ctx context.Context, q *store.Queries, r Report, outcome lifecyc
 // orders the writes of the run.
 func (a *Applier) FinishSoleAttempts(ctx context.Context, tx pgx.Tx, reports []Report) ([]bool, error) {
 	q := store.New(tx)
-	p := store.CompleteSoleTasksParams{}
 	finishes := make([]lifecycle.Finish, len(reports))
 	for i, r := range reports {
 		if r.Shape == nil || !r.Shape.SingleTask {
 			return nil, fmt.Errorf("task %s: not the only task of its run", r.TaskID)
 		}
-		f := r.finish(r.Shape)
-		finishes[i] = f
+		finishes[i] = r.finish(r.Shape)
 		reports[i].Result = r.Result.Storable() // for lateReport too
-		res := reports[i].Result
-		p.Ids = append(p.Ids, r.TaskID)
-		p.FencingTokens = append(p.FencingTokens, r.FencingToken)
-		p.Statuses = append(p.Statuses, string(f.Task))
-		p.Outcomes = append(p.Outcomes, string(f.Outcome))
-		p.ExitReasons = append(p.ExitReasons, res.ExitReason)
-		p.FailureClasses = append(p.FailureClasses, res.FailureClass)
-		p.Errors = append(p.Errors, res.Error)
-		p.Outputs = append(p.Outputs, res.Output)
-		p.RunStatuses = append(p.RunStatuses, string(f.Run))
-		p.RunReasons = append(p.RunReasons, f.RunReason)
-		p.Expired = append(p.Expired, r.leaseLapsed())
 	}
-	rows, err := q.CompleteSoleTasks(ctx, p)
+	done, err := completeAttempts(ctx, q, reports, finishes)
 	if err != nil {
 		return nil, err
-	}
-	// By task and token: a stale report may share its batch with the
-	// current attempt's report on the same task.
-	type attemptKey struct {
-		task  uuid.UUID
-		token int64
-	}
-	done := make(map[attemptKey]store.CompleteSoleTasksRow, len(rows))
-	for _, t := range rows {
-		done[attemptKey{t.ID, t.FencingToken}] = t
 	}
 	accepted := make([]bool, len(reports))
 	var retries []dispatch.Ready
@@ -222,6 +195,44 @@ func (a *Applier) FinishSoleAttempts(ctx context.Context, tx pgx.Tx, reports []R
 		}
 	}
 	return accepted, a.Dispatcher.Release(ctx, tx, retries)
+}
+
+// attemptKey names an attempt by task and fencing token: a stale report may
+// share its batch with the current attempt's report on the same task.
+type attemptKey struct {
+	task  uuid.UUID
+	token int64
+}
+
+// completeAttempts ends the attempts of reports (their results storable)
+// as finishes say, in one statement (CompleteAttempts): each task, its
+// attempt and, where the finish ends the run (a one-task run), the run. It
+// returns the rows of the reports it took; a stale report has none.
+func completeAttempts(ctx context.Context, q *store.Queries, reports []Report, finishes []lifecycle.Finish) (map[attemptKey]store.CompleteAttemptsRow, error) {
+	p := store.CompleteAttemptsParams{}
+	for i, r := range reports {
+		f, res := finishes[i], r.Result
+		p.Ids = append(p.Ids, r.TaskID)
+		p.FencingTokens = append(p.FencingTokens, r.FencingToken)
+		p.Statuses = append(p.Statuses, string(f.Task))
+		p.Outcomes = append(p.Outcomes, string(f.Outcome))
+		p.ExitReasons = append(p.ExitReasons, res.ExitReason)
+		p.FailureClasses = append(p.FailureClasses, res.FailureClass)
+		p.Errors = append(p.Errors, res.Error)
+		p.Outputs = append(p.Outputs, res.Output)
+		p.RunStatuses = append(p.RunStatuses, string(f.Run))
+		p.RunReasons = append(p.RunReasons, f.RunReason)
+		p.Expired = append(p.Expired, r.leaseLapsed())
+	}
+	rows, err := q.CompleteAttempts(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[attemptKey]store.CompleteAttemptsRow, len(rows))
+	for _, t := range rows {
+		done[attemptKey{t.ID, t.FencingToken}] = t
+	}
+	return done, nil
 }
 
 // finishRun finishes the run when none of its tasks is left to run, and

@@ -14,7 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
-const completeSoleTasks = `-- name: CompleteSoleTasks :many
+const completeAttempts = `-- name: CompleteAttempts :many
 WITH req AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::bigint[]) AS token,
            unnest($3::text[]) AS status, unnest($4::text[]) AS outcome,
@@ -53,7 +53,7 @@ SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.queue, t.priority, t.
 FROM t LEFT JOIN r ON r.id = t.run_id
 `
 
-type CompleteSoleTasksParams struct {
+type CompleteAttemptsParams struct {
 	Ids            []uuid.UUID
 	FencingTokens  []int64
 	Statuses       []string
@@ -67,7 +67,7 @@ type CompleteSoleTasksParams struct {
 	Expired        []bool
 }
 
-type CompleteSoleTasksRow struct {
+type CompleteAttemptsRow struct {
 	ID           uuid.UUID
 	FencingToken int64
 	RunID        uuid.UUID
@@ -78,12 +78,16 @@ type CompleteSoleTasksRow struct {
 	JobID        *uuid.UUID
 }
 
-// CompleteSoleTasks is CompleteTask for a batch of reports on runs of one
-// task each, in one statement: each task, its attempt and, when the task ends (run_status
-// not empty), its run. A task missing from the answer had a stale report.
-// job_id is set for the runs that finished.
-func (q *Queries) CompleteSoleTasks(ctx context.Context, arg CompleteSoleTasksParams) ([]CompleteSoleTasksRow, error) {
-	rows, err := q.db.Query(ctx, completeSoleTasks,
+// CompleteAttempts ends a batch of running attempts, each holding its
+// @fencing_tokens entry, in one statement: each task's new status, its
+// attempt's outcome and, when @run_statuses says so (a one-task run's end),
+// its run. A task missing from the answer had a stale report (invariant
+// 5). A report of the reaper or of a worker that lost its lease (@expired)
+// applies only while the worker's lease is still lapsed: a renewal that won
+// the row lock first keeps the attempt alive. job_id is set for the runs
+// that finished.
+func (q *Queries) CompleteAttempts(ctx context.Context, arg CompleteAttemptsParams) ([]CompleteAttemptsRow, error) {
+	rows, err := q.db.Query(ctx, completeAttempts,
 		arg.Ids,
 		arg.FencingTokens,
 		arg.Statuses,
@@ -100,9 +104,9 @@ func (q *Queries) CompleteSoleTasks(ctx context.Context, arg CompleteSoleTasksPa
 		return nil, err
 	}
 	defer rows.Close()
-	items := []CompleteSoleTasksRow{}
+	items := []CompleteAttemptsRow{}
 	for rows.Next() {
-		var i CompleteSoleTasksRow
+		var i CompleteAttemptsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.FencingToken,
@@ -121,73 +125,6 @@ func (q *Queries) CompleteSoleTasks(ctx context.Context, arg CompleteSoleTasksPa
 		return nil, err
 	}
 	return items, nil
-}
-
-const completeTask = `-- name: CompleteTask :one
-WITH t AS (
-    UPDATE tasks
-    SET status = $1::text, last_error = $2::text, admitted_at = NULL,
-        ready_at = CASE WHEN $1::text = 'retrying' THEN now() ELSE tasks.ready_at END,
-        finished_at = CASE WHEN $1::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
-    WHERE tasks.id = $3 AND tasks.fencing_token = $4 AND tasks.status = 'running'
-      AND (NOT $5::bool OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
-    RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
-), a AS (
-    UPDATE attempts
-    SET finished_at = now(), outcome = $6::text, exit_reason = $7::text,
-        failure_class = $8::text, error = $2::text, output = $9::text
-    WHERE attempts.task_id = $3 AND attempts.fencing_token = $4 AND attempts.outcome = 'running'
-      AND EXISTS (SELECT 1 FROM t)
-)
-SELECT t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now FROM t
-`
-
-type CompleteTaskParams struct {
-	Status       string
-	Error        string
-	ID           uuid.UUID
-	FencingToken int64
-	Expired      bool
-	Outcome      string
-	ExitReason   string
-	FailureClass string
-	Output       string
-}
-
-type CompleteTaskRow struct {
-	RunID    uuid.UUID
-	Queue    string
-	Priority int32
-	TenantID uuid.UUID
-	Now      time.Time
-}
-
-// CompleteTask ends the running attempt holding @fencing_token: the task's
-// new status and the attempt's outcome, in one statement. No row means the
-// report is stale (invariant 5). The reaper's report (@expired) applies only
-// while the lease is still lapsed: a renewal that won the row lock first
-// keeps the attempt alive.
-func (q *Queries) CompleteTask(ctx context.Context, arg CompleteTaskParams) (CompleteTaskRow, error) {
-	row := q.db.QueryRow(ctx, completeTask,
-		arg.Status,
-		arg.Error,
-		arg.ID,
-		arg.FencingToken,
-		arg.Expired,
-		arg.Outcome,
-		arg.ExitReason,
-		arg.FailureClass,
-		arg.Output,
-	)
-	var i CompleteTaskRow
-	err := row.Scan(
-		&i.RunID,
-		&i.Queue,
-		&i.Priority,
-		&i.TenantID,
-		&i.Now,
-	)
-	return i, err
 }
 
 const decrementChildren = `-- name: DecrementChildren :many

@@ -64,29 +64,6 @@ CROSS JOIN LATERAL (
 -- name: RunningOn :many
 SELECT id, fencing_token FROM tasks WHERE worker_id = @worker_id AND status = 'running';
 
--- CompleteTask ends the running attempt holding @fencing_token: the task's
--- new status and the attempt's outcome, in one statement. No row means the
--- report is stale (invariant 5). The reaper's report (@expired) applies only
--- while the lease is still lapsed: a renewal that won the row lock first
--- keeps the attempt alive.
--- name: CompleteTask :one
-WITH t AS (
-    UPDATE tasks
-    SET status = @status::text, last_error = @error::text, admitted_at = NULL,
-        ready_at = CASE WHEN @status::text = 'retrying' THEN now() ELSE tasks.ready_at END,
-        finished_at = CASE WHEN @status::text IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
-    WHERE tasks.id = @id AND tasks.fencing_token = @fencing_token AND tasks.status = 'running'
-      AND (NOT @expired::bool OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
-    RETURNING tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id
-), a AS (
-    UPDATE attempts
-    SET finished_at = now(), outcome = @outcome::text, exit_reason = @exit_reason::text,
-        failure_class = @failure_class::text, error = @error::text, output = @output::text
-    WHERE attempts.task_id = @id AND attempts.fencing_token = @fencing_token AND attempts.outcome = 'running'
-      AND EXISTS (SELECT 1 FROM t)
-)
-SELECT t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now FROM t;
-
 -- name: RecordLateReport :exec
 UPDATE attempts SET late_outcome = @outcome, late_error = @error, late_at = now()
 WHERE task_id = @task_id AND fencing_token = @fencing_token;
@@ -195,11 +172,15 @@ FROM (SELECT u.id, count(*)::int AS n FROM unnest(@ids::uuid[]) AS u (id) GROUP 
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
 RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority;
 
--- CompleteSoleTasks is CompleteTask for a batch of reports on runs of one
--- task each, in one statement: each task, its attempt and, when the task ends (run_status
--- not empty), its run. A task missing from the answer had a stale report.
--- job_id is set for the runs that finished.
--- name: CompleteSoleTasks :many
+-- CompleteAttempts ends a batch of running attempts, each holding its
+-- @fencing_tokens entry, in one statement: each task's new status, its
+-- attempt's outcome and, when @run_statuses says so (a one-task run's end),
+-- its run. A task missing from the answer had a stale report (invariant
+-- 5). A report of the reaper or of a worker that lost its lease (@expired)
+-- applies only while the worker's lease is still lapsed: a renewal that won
+-- the row lock first keeps the attempt alive. job_id is set for the runs
+-- that finished.
+-- name: CompleteAttempts :many
 WITH req AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@fencing_tokens::bigint[]) AS token,
            unnest(@statuses::text[]) AS status, unnest(@outcomes::text[]) AS outcome,
