@@ -26,7 +26,10 @@ const maxReplayTasks = 50_000
 // tasks go back in line, their runs reopen, and their descendants wait
 // again as lifecycle.Replay derives. Dead letters of a cancelled run are
 // not replayed. With no ids, every dead letter of jobRef (or of the
-// tenant) is replayed, up to limit. It returns the tasks replayed.
+// tenant) is replayed, up to limit. It returns the tasks replayed. Runs are
+// replayed in transactions of at most maxReplayTasks tasks of graph: an
+// error (or a crash) partway leaves those committed replayed, and asking
+// again replays the rest (a replayed task is no dead letter any more).
 func (s *Service) ReplayDeadLetters(ctx context.Context, a job.Actor, ids []uuid.UUID, jobRef job.Ref, limit int) ([]uuid.UUID, error) {
 	if limit < 0 || limit > MaxReplay {
 		return nil, &dag.FieldError{Field: "limit", Message: fmt.Sprintf("%d is outside 0..%d (0: up to %d)", limit, MaxReplay, MaxReplay)}
