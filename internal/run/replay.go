@@ -94,6 +94,7 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 		asked[r.RunID] = r.TaskIds
 	}
 	var replayed []uuid.UUID
+	apply := s.applier()
 	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
 		replayed = replayed[:0]
 		q := store.New(tx)
@@ -153,12 +154,14 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 			}
 		}
 		if len(release) > 0 {
-			if err := releaseWaiting(ctx, q, tx, s.applier(), release); err != nil {
+			if err := releaseWaiting(ctx, q, tx, apply, release); err != nil {
 				return err
 			}
 		}
-		if err := q.ReopenRuns(ctx, reopen); err != nil {
-			return err
+		if len(reopen) > 0 {
+			if err := q.ReopenRuns(ctx, reopen); err != nil {
+				return err
+			}
 		}
 		after, _ := json.Marshal(map[string]any{"tasks": replayed})
 		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
@@ -167,7 +170,7 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 		}); err != nil {
 			return err
 		}
-		return s.dispatcher.Release(ctx, tx, ready)
+		return apply.Dispatcher.Release(ctx, tx, ready)
 	})
 	return replayed, err
 }
