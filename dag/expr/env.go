@@ -1,0 +1,334 @@
+package expr
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"cel.dev/cel-go/cel"
+	"cel.dev/cel-go/common"
+	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/ext"
+)
+
+// Type is a param's declared type.
+type Type string
+
+// Param types.
+const (
+	String  Type = "string"
+	Number  Type = "number"
+	Integer Type = "integer"
+	Boolean Type = "boolean"
+	Object  Type = "object"
+	Array   Type = "array"
+)
+
+// Types lists the param types in the order documentation gives them.
+var Types = []Type{String, Number, Integer, Boolean, Object, Array}
+
+func (t Type) cel() *cel.Type {
+	switch t {
+	case String:
+		return cel.StringType
+	case Number:
+		return cel.DoubleType
+	case Integer:
+		return cel.IntType
+	case Boolean:
+		return cel.BoolType
+	case Object:
+		return cel.MapType(cel.StringType, cel.DynType)
+	case Array:
+		return cel.ListType(cel.DynType)
+	}
+	return cel.DynType
+}
+
+// Bounds.
+const (
+	// MaxSource bounds one expression's source, in bytes.
+	MaxSource = 4096
+	// CostLimit bounds one evaluation, in CEL's cost units (about one a
+	// value visited or compared, and a tenth of a byte for strings).
+	CostLimit = 1_000_000
+	// MaxResult bounds one result, rendered as JSON, in bytes.
+	MaxResult = 64 << 10
+)
+
+// Variables besides params and steps.
+var runVars = []struct {
+	name string
+	t    *cel.Type
+}{
+	{"run.id", cel.StringType},
+	{"run.scheduled_for", cel.TimestampType},
+	{"run.trigger", cel.StringType},
+	{"job.name", cel.StringType},
+	{"job.namespace", cel.StringType},
+	{"attempt", cel.IntType},
+}
+
+// An Env is what the expressions of one job may read: its params, with
+// their types, and its steps. Build it once per job version; Check and
+// Compile are safe for concurrent use.
+type Env struct {
+	cel    *cel.Env
+	params map[string]Type
+	steps  map[string]bool
+}
+
+// NewEnv makes the Env of a job with these params and steps.
+func NewEnv(params map[string]Type, steps []string) (*Env, error) {
+	opts := []cel.EnvOption{
+		cel.Variable("steps", cel.MapType(cel.StringType, cel.MapType(cel.StringType, cel.DynType))),
+		cel.CrossTypeNumericComparisons(true),
+		cel.ParserExpressionSizeLimit(MaxSource),
+		ext.Strings(),
+	}
+	for _, v := range runVars {
+		opts = append(opts, cel.Variable(v.name, v.t))
+	}
+	for name, t := range params {
+		opts = append(opts, cel.Variable("params."+name, t.cel()))
+	}
+	env, err := cel.NewEnv(opts...)
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{cel: env, params: params, steps: map[string]bool{}}
+	for _, s := range steps {
+		e.steps[s] = true
+	}
+	return e, nil
+}
+
+// A Program is one checked expression, ready to evaluate.
+type Program struct {
+	Source string
+	prg    cel.Program
+	// Reads says what the expression reads, so a caller loads only that.
+	Reads Reads
+}
+
+// Reads is what an expression (or a step's expressions) read.
+type Reads struct {
+	Params bool
+	Steps  []string // step names, sorted, without duplicates
+}
+
+// Add merges o into r.
+func (r *Reads) Add(o Reads) {
+	r.Params = r.Params || o.Params
+	for _, s := range o.Steps {
+		if i, found := slices.BinarySearch(r.Steps, s); !found {
+			r.Steps = slices.Insert(r.Steps, i, s)
+		}
+	}
+}
+
+// Compile checks one expression that a step may evaluate, reading only
+// the steps in ancestors: its syntax, the params and steps it names, and
+// its types. The error is an *Error whose Offset is within src.
+func (e *Env) Compile(src string, ancestors map[string]bool) (*Program, error) {
+	if len(src) > MaxSource {
+		return nil, &Error{Source: src, Message: fmt.Sprintf("is %d bytes; the limit is %d", len(src), MaxSource)}
+	}
+	parsed, iss := e.cel.Parse(src)
+	if iss.Err() != nil {
+		return nil, issueError(src, iss)
+	}
+	reads, err := e.reads(src, parsed.NativeRep(), ancestors)
+	if err != nil {
+		return nil, err
+	}
+	checked, iss := e.cel.Check(parsed)
+	if iss.Err() != nil {
+		return nil, issueError(src, iss)
+	}
+	prg, err := e.cel.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		return nil, &Error{Source: src, Message: err.Error()}
+	}
+	return &Program{Source: src, prg: prg, Reads: reads}, nil
+}
+
+// reads walks an expression for the params and steps it names, and
+// refuses the ones the step may not read, with a message that says what
+// it may.
+func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads, error) {
+	var r Reads
+	var first *Error
+	info := a.SourceInfo()
+	fail := func(id int64, format string, args ...any) {
+		if first == nil {
+			first = &Error{Source: src, Offset: offsetOf(src, info.GetStartLocation(id)), Message: fmt.Sprintf(format, args...)}
+		}
+	}
+	for _, x := range celast.MatchDescendants(celast.NavigateAST(a), celast.AllMatcher()) {
+		switch x.Kind() {
+		case celast.IdentKind:
+			switch x.AsIdent() {
+			case "params":
+				if !selected(x) {
+					fail(x.ID(), "params is read one at a time: params.NAME")
+				}
+			case "steps":
+				if !selected(x) {
+					fail(x.ID(), "steps is read one at a time: steps.NAME.output (or steps['NAME'])")
+				}
+			}
+		case celast.SelectKind:
+			sel := x.AsSelect()
+			op := sel.Operand()
+			if op.Kind() != celast.IdentKind {
+				continue
+			}
+			switch op.AsIdent() {
+			case "params":
+				name := sel.FieldName()
+				if _, ok := e.params[name]; !ok {
+					fail(op.ID(), "no param %q (%s)", name, e.declared())
+				}
+				r.Params = true
+			case "steps":
+				e.step(&r, sel.FieldName(), ancestors, func(format string, args ...any) { fail(op.ID(), format, args...) })
+			}
+		case celast.CallKind:
+			call := x.AsCall()
+			if call.FunctionName() != "_[_]" || len(call.Args()) != 2 {
+				continue
+			}
+			op, key := call.Args()[0], call.Args()[1]
+			if op.Kind() != celast.IdentKind || op.AsIdent() != "steps" {
+				continue
+			}
+			name, ok := constString(key)
+			if !ok {
+				fail(op.ID(), "steps is indexed by a step's name written out: steps['NAME']")
+				continue
+			}
+			e.step(&r, name, ancestors, func(format string, args ...any) { fail(op.ID(), format, args...) })
+		}
+	}
+	if first != nil {
+		return Reads{}, first
+	}
+	return r, nil
+}
+
+// selected reports whether the identifier x is the operand of a selection
+// or index (params.x, steps.x, steps['x']).
+func selected(x celast.NavigableExpr) bool {
+	parent, ok := x.Parent()
+	if !ok {
+		return false
+	}
+	switch parent.Kind() {
+	case celast.SelectKind:
+		return true
+	case celast.CallKind:
+		c := parent.AsCall()
+		return c.FunctionName() == "_[_]" && len(c.Args()) == 2 && c.Args()[0].ID() == x.ID()
+	}
+	return false
+}
+
+func (e *Env) step(r *Reads, name string, ancestors map[string]bool, fail func(string, ...any)) {
+	switch {
+	case !e.steps[name]:
+		fail("no step %q in this job", name)
+	case !ancestors[name]:
+		fail("step %q is not an ancestor of this step: it may not have run (add it to needs, here or above)", name)
+	default:
+		r.Add(Reads{Steps: []string{name}})
+	}
+}
+
+func (e *Env) declared() string {
+	if len(e.params) == 0 {
+		return "the job declares no params"
+	}
+	names := make([]string, 0, len(e.params))
+	for n := range e.params {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return "declared: " + strings.Join(names, ", ")
+}
+
+func constString(x celast.Expr) (string, bool) {
+	if x.Kind() != celast.LiteralKind {
+		return "", false
+	}
+	s, ok := x.AsLiteral().(types.String)
+	return string(s), ok
+}
+
+// issueError turns CEL's first issue into an *Error at its place in src.
+func issueError(src string, iss *cel.Issues) *Error {
+	errs := iss.Errors()
+	if len(errs) == 0 {
+		return &Error{Source: src, Message: iss.String()}
+	}
+	return &Error{Source: src, Offset: offsetOf(src, errs[0].Location), Message: errs[0].Message}
+}
+
+// offsetOf turns a CEL location (line from 1, column from 0, in code
+// points) into a byte offset in src.
+func offsetOf(src string, loc common.Location) int {
+	line, col := loc.Line(), loc.Column()
+	off := 0
+	for l := 1; l < line; l++ {
+		i := strings.IndexByte(src[off:], '\n')
+		if i < 0 {
+			return off
+		}
+		off += i + 1
+	}
+	for ; col > 0 && off < len(src); col-- {
+		_, n := decodeRune(src[off:])
+		off += n
+	}
+	return off
+}
+
+func abbreviate(s string) string {
+	if len(s) <= 60 {
+		return s
+	}
+	for i := 57; i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			return s[:i] + "..."
+		}
+	}
+	return s[:57] + "..."
+}
+
+// CompileTemplate checks every expression of t (Compile), returning their
+// programs in order and what they read together. An error's Offset is
+// within the field's string.
+func (e *Env) CompileTemplate(t Template, ancestors map[string]bool) ([]*Program, Reads, error) {
+	var progs []*Program
+	var reads Reads
+	for _, p := range t {
+		if !p.Expr {
+			continue
+		}
+		prg, err := e.Compile(p.Source, ancestors)
+		if err != nil {
+			var xe *Error
+			if errors.As(err, &xe) {
+				xe.Offset += p.Offset
+			}
+			return nil, Reads{}, err
+		}
+		progs = append(progs, prg)
+		reads.Add(prg.Reads)
+	}
+	return progs, reads, nil
+}
