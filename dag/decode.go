@@ -54,6 +54,9 @@ func Decode(file string, data []byte) ([]*Document, Errors) {
 		for _, e := range Validate(&doc.Resource) {
 			e.File = file
 			e.Line, e.Col = doc.Position(e.Field)
+			if line, col, ok := doc.valuePosition(e.Field, e.Offset); ok && e.Offset > 0 {
+				e.Line, e.Col = line, col
+			}
 			es = append(es, e)
 		}
 		docs = append(docs, doc)
@@ -151,6 +154,54 @@ func (d *Document) Position(path string) (line, col int) {
 		line, col = cur.Line, cur.Column
 	}
 	return line, col
+}
+
+// valuePosition is where the byte at offset of a field's text shows, when
+// the field is a scalar written on one line, plain or quoted without
+// escapes; ok is false when the text cannot be mapped so simply.
+func (d *Document) valuePosition(path string, offset int) (line, col int, ok bool) {
+	segs := splitPath(path)
+	if d.root == nil || len(segs) == 0 {
+		return 0, 0, false
+	}
+	n := d.root
+	for _, seg := range segs[:len(segs)-1] {
+		if n = child(n, seg); n == nil {
+			return 0, 0, false
+		}
+	}
+	n = scalarValue(n, segs[len(segs)-1])
+	if n == nil || strings.ContainsAny(n.Value, "\n") || offset > len(n.Value) {
+		return 0, 0, false
+	}
+	cols := utf8.RuneCountInString(n.Value[:offset])
+	switch {
+	case n.Style == 0:
+	case n.Style == yaml.SingleQuotedStyle && !strings.Contains(n.Value, "'"),
+		n.Style == yaml.DoubleQuotedStyle && !strings.ContainsAny(n.Value, `"\\`):
+		cols++
+	default:
+		return 0, 0, false
+	}
+	return n.Line, n.Column + cols, true
+}
+
+// scalarValue is the scalar value of a mapping key or a sequence item.
+func scalarValue(n *yaml.Node, seg string) *yaml.Node {
+	var v *yaml.Node
+	if strings.HasPrefix(seg, "[") {
+		v = child(n, seg)
+	} else if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == seg {
+				v = n.Content[i+1]
+			}
+		}
+	}
+	if v == nil || v.Kind != yaml.ScalarNode {
+		return nil
+	}
+	return v
 }
 
 func lookup(n *yaml.Node, path string) *yaml.Node {

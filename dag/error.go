@@ -14,6 +14,9 @@ type FieldError struct {
 	Col     int
 	Field   string
 	Message string
+	// Offset is where in the field's text the problem is (bytes), for an
+	// expression's: Decode turns it into the column.
+	Offset int
 }
 
 func (e *FieldError) Error() string {

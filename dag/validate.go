@@ -17,6 +17,8 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/orrery-dev/orrery/dag/expr"
+
 	"github.com/orrery-dev/orrery/dag/schedule"
 )
 
@@ -173,6 +175,7 @@ func validateMetadata(es *Errors, m *Metadata) {
 }
 
 func validateSpec(es *Errors, s *JobSpec) {
+	before := len(*es)
 	if _, err := schedule.Validate(s.Schedule); err != nil {
 		var se *schedule.Error
 		if errors.As(err, &se) {
@@ -240,6 +243,11 @@ func validateSpec(es *Errors, s *JobSpec) {
 		validateSettings(es, p, st.Queue, st.Priority, st.Timeout, st.Retry)
 	}
 	validateGraph(es, s.Steps, index)
+	validateParams(es, s.Params)
+	if len(*es) == before { // expressions are checked against a sound spec
+		_, xes := CompileExprs(s)
+		*es = append(*es, xes...)
+	}
 	validateAlerts(es, s.Alerts)
 	if len(s.Callbacks) > MaxWebhooks {
 		es.add("spec.callbacks", "has %d callbacks; the limit is %d", len(s.Callbacks), MaxWebhooks)
@@ -379,6 +387,7 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 		switch {
 		case len(e.HTTP.URL) > MaxWebhookURL:
 			es.add(p+".http.url", "is %d characters; the limit is %d", len(e.HTTP.URL), MaxWebhookURL)
+		case expr.HasExpr(e.HTTP.URL): // checked with its expressions (CompileExprs)
 		case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 			es.add(p+".http.url", "%q is not an absolute http or https URL", e.HTTP.URL)
 		}
@@ -398,6 +407,9 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 		for i, a := range e.Command.Argv {
 			if i == 0 {
 				continue
+			}
+			if expr.HasExpr(a) {
+				continue // checked with its expressions (CompileExprs)
 			}
 			if _, err := ExpandArg(a, nil); err != nil {
 				es.add(fmt.Sprintf("%s.command.argv[%d]", p, i), "%v", err)

@@ -1,0 +1,431 @@
+package dag
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/orrery-dev/orrery/dag/expr"
+)
+
+// The `${{ }}` expressions of a job's steps (package expr): where they may
+// appear, checked when a job is validated, evaluated when an attempt
+// starts (docs/workflows.md).
+
+// MaxExprs bounds the expressions of one job.
+const MaxExprs = 1000
+
+// Exprs are the compiled expressions of a job version's steps.
+type Exprs struct {
+	steps map[string]*StepExprs
+}
+
+// Step is the compiled expressions of one step; nil when it has none.
+func (x *Exprs) Step(name string) *StepExprs {
+	if x == nil {
+		return nil
+	}
+	return x.steps[name]
+}
+
+// StepExprs are one step's compiled expressions, by the text of the field
+// that holds them.
+type StepExprs struct {
+	env       *expr.Env
+	templates map[string]compiled
+	// Reads is what the step's expressions read, for the caller to load.
+	Reads expr.Reads
+}
+
+type compiled struct {
+	tmpl  expr.Template
+	progs []*expr.Program
+}
+
+// HasExprs reports whether any step of s holds an expression.
+func (s *JobSpec) HasExprs() bool {
+	for i := range s.Steps {
+		found := false
+		eachTemplate(&s.Steps[i], func(_ string, v string, _ bool) { found = found || expr.HasExpr(v) })
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// CompileExprs compiles the expressions of every step of s (nil when it
+// has none): each checked against the params and the step's ancestors.
+// The errors name the field and, in FieldError.Offset, where in it.
+func CompileExprs(s *JobSpec) (*Exprs, Errors) {
+	if !s.HasExprs() {
+		return nil, nil
+	}
+	var es Errors
+	env, err := expr.NewEnv(s.ParamTypes(), stepNames(s.Steps))
+	if err != nil {
+		es.add("spec.params", "%v", err)
+		return nil, es
+	}
+	x := &Exprs{steps: map[string]*StepExprs{}}
+	count := 0
+	for i := range s.Steps {
+		st := &s.Steps[i]
+		var ancestors map[string]bool
+		se := &StepExprs{env: env, templates: map[string]compiled{}}
+		eachTemplate(st, func(path, v string, secretOK bool) {
+			if !expr.HasExpr(v) {
+				return
+			}
+			field := fmt.Sprintf("spec.steps[%d].%s", i, path)
+			if _, done := se.templates[v]; done {
+				return
+			}
+			t, err := expr.Parse(v)
+			if err == nil && t.Exprs() > 0 {
+				count += t.Exprs()
+				if count > MaxExprs && count-t.Exprs() <= MaxExprs {
+					es = append(es, &FieldError{Field: field, Message: fmt.Sprintf("brings the job's expressions to %d; the limit is %d", count, MaxExprs)})
+				}
+				if ancestors == nil {
+					ancestors = ancestorsOf(s.Steps, i)
+				}
+				var progs []*expr.Program
+				var reads expr.Reads
+				progs, reads, err = env.CompileTemplate(t, ancestors)
+				if err == nil {
+					err = checkPlace(path, t, secretOK)
+				}
+				if err == nil {
+					se.templates[v] = compiled{t, progs}
+					se.Reads.Add(reads)
+					return
+				}
+			}
+			fe := &FieldError{Field: field, Message: err.Error()}
+			var xe *expr.Error
+			if errors.As(err, &xe) {
+				fe.Offset = xe.Offset
+			}
+			es = append(es, fe)
+		})
+		if len(se.templates) > 0 {
+			x.steps[st.Name] = se
+		}
+	}
+	if len(es) > 0 {
+		return nil, es
+	}
+	return x, nil
+}
+
+// checkPlace checks what a field allows of a template: an HTTP URL starts
+// with its scheme written out, and a secret reference is written out, not
+// computed.
+func checkPlace(path string, t expr.Template, secretOK bool) error {
+	if path == "run.http.url" && (t[0].Expr || !strings.HasPrefix(t[0].Text, "http://") && !strings.HasPrefix(t[0].Text, "https://")) {
+		return errors.New("a URL with expressions starts with http:// or https:// written out")
+	}
+	if secretOK && !t[0].Expr && strings.HasPrefix(t[0].Text, "secret://") {
+		return errors.New("a secret reference is written out in full, not computed by an expression")
+	}
+	if strings.HasPrefix(path, "run.command.argv") {
+		for _, p := range t {
+			if _, err := ExpandArg(p.Text, nil); !p.Expr && err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// eachTemplate calls f with every field of st where an expression may
+// appear: its path below the step, its text, and whether the field may
+// hold a secret reference.
+func eachTemplate(st *Step, f func(path, v string, secretOK bool)) {
+	if h := st.Run.HTTP; h != nil {
+		f("run.http.url", h.URL, false)
+		for _, k := range sortedKeys(h.Headers) {
+			f("run.http.headers."+k, h.Headers[k], true)
+		}
+	}
+	if c := st.Run.Command; c != nil {
+		for i, a := range c.Argv {
+			if i > 0 {
+				f(fmt.Sprintf("run.command.argv[%d]", i), a, false)
+			}
+		}
+		for _, k := range sortedKeys(c.Env) {
+			f("run.command.env."+k, c.Env[k], true)
+		}
+	}
+	if len(st.Payload) > 0 && bytes.Contains(st.Payload, []byte(expr.Open)) {
+		var v any
+		if json.Unmarshal(st.Payload, &v) == nil {
+			walkStrings(v, "payload", func(path, s string) { f(path, s, false) })
+		}
+	}
+}
+
+// walkStrings calls f with every string value under v (not keys), in a
+// stable order.
+func walkStrings(v any, path string, f func(path, s string)) {
+	switch x := v.(type) {
+	case string:
+		f(path, x)
+	case []any:
+		for i, item := range x {
+			walkStrings(item, fmt.Sprintf("%s[%d]", path, i), f)
+		}
+	case map[string]any:
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			walkStrings(x[k], path+"."+k, f)
+		}
+	}
+}
+
+func stepNames(steps []Step) []string {
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// ancestorsOf lists the steps that step i needs, directly or not.
+func ancestorsOf(steps []Step, i int) map[string]bool {
+	index := make(map[string]int, len(steps))
+	for k, s := range steps {
+		index[s.Name] = k
+	}
+	out := map[string]bool{}
+	stack := append([]string(nil), steps[i].Needs...)
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if out[n] {
+			continue
+		}
+		out[n] = true
+		if k, ok := index[n]; ok {
+			stack = append(stack, steps[k].Needs...)
+		}
+	}
+	return out
+}
+
+// An ApplyError is an expression of a step that could not be evaluated,
+// or whose value its field cannot take.
+type ApplyError struct {
+	Field string // below the step: run.http.url, payload.files, ...
+	Err   error
+}
+
+func (e *ApplyError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *ApplyError) Unwrap() error { return e.Err }
+
+// Apply evaluates the step's expressions with vars: the executor and the
+// payload the attempt runs with. In a command's arguments, the older
+// {{ .Field }} references of the literal text are filled in too (the
+// caller must not expand them again: an expression's value is never read
+// as a template).
+func (x *StepExprs) Apply(st Step, vars expr.Vars) (Executor, Payload, error) {
+	a := x.env.Activation(vars)
+	text := func(path, v string) (string, error) {
+		c, ok := x.templates[v]
+		if !ok {
+			return v, nil
+		}
+		out, err := expr.Render(c.tmpl, c.progs, a)
+		if err != nil {
+			return "", &ApplyError{Field: path, Err: err}
+		}
+		s, ok := out.(string)
+		if !ok {
+			var b strings.Builder
+			if err := expr.Text(&b, out); err != nil {
+				return "", &ApplyError{Field: path, Err: err}
+			}
+			s = b.String()
+		}
+		if !IsText(s) {
+			return "", &ApplyError{Field: path, Err: errors.New("the value holds a NUL character")}
+		}
+		return s, nil
+	}
+	run := st.Run
+	if h := st.Run.HTTP; h != nil {
+		hc := *h
+		u, err := text("run.http.url", h.URL)
+		if err != nil {
+			return Executor{}, nil, err
+		}
+		if pu, perr := url.Parse(u); perr != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return Executor{}, nil, &ApplyError{Field: "run.http.url", Err: fmt.Errorf("%.200q is not an absolute http or https URL", u)}
+		}
+		hc.URL = u
+		if len(h.Headers) > 0 {
+			hc.Headers = make(map[string]string, len(h.Headers))
+			for k, v := range h.Headers {
+				s, err := text("run.http.headers."+k, v)
+				if err != nil {
+					return Executor{}, nil, err
+				}
+				if err := computedSecret(v, s); err != nil {
+					return Executor{}, nil, &ApplyError{Field: "run.http.headers." + k, Err: err}
+				}
+				if !httpguts.ValidHeaderFieldValue(s) {
+					return Executor{}, nil, &ApplyError{Field: "run.http.headers." + k, Err: fmt.Errorf("%.200q is not a valid header value", s)}
+				}
+				hc.Headers[k] = s
+			}
+		}
+		run.HTTP = &hc
+	}
+	if c := st.Run.Command; c != nil {
+		cc := *c
+		cc.Argv = make([]string, len(c.Argv))
+		cc.Argv[0] = c.Argv[0]
+		fields := map[string]string{
+			"ScheduledFor": vars.ScheduledFor.UTC().Format(time.RFC3339), "RunID": vars.RunID, "Step": st.Name,
+			"Attempt": strconv.Itoa(vars.Attempt), "Job": vars.Job, "Namespace": vars.Namespace,
+		}
+		for i, arg := range c.Argv[1:] {
+			path := fmt.Sprintf("run.command.argv[%d]", i+1)
+			s, err := x.argument(arg, a, fields)
+			if err != nil {
+				return Executor{}, nil, &ApplyError{Field: path, Err: err}
+			}
+			cc.Argv[i+1] = s
+		}
+		if len(c.Env) > 0 {
+			cc.Env = make(map[string]string, len(c.Env))
+			for k, v := range c.Env {
+				s, err := text("run.command.env."+k, v)
+				if err != nil {
+					return Executor{}, nil, err
+				}
+				if err := computedSecret(v, s); err != nil {
+					return Executor{}, nil, &ApplyError{Field: "run.command.env." + k, Err: err}
+				}
+				cc.Env[k] = s
+			}
+		}
+		run.Command = &cc
+	}
+	payload := st.Payload
+	if len(st.Payload) > 0 && bytes.Contains(st.Payload, []byte(expr.Open)) {
+		d := json.NewDecoder(bytes.NewReader(st.Payload))
+		d.UseNumber()
+		var v any
+		if err := d.Decode(&v); err != nil {
+			return Executor{}, nil, &ApplyError{Field: "payload", Err: err}
+		}
+		v, err := x.payload(v, "payload", a)
+		if err != nil {
+			return Executor{}, nil, err
+		}
+		out, err := json.Marshal(v)
+		if err != nil {
+			return Executor{}, nil, &ApplyError{Field: "payload", Err: err}
+		}
+		if len(out) > MaxPayloadBytes {
+			return Executor{}, nil, &ApplyError{Field: "payload", Err: fmt.Errorf("is %d bytes once evaluated; the limit is %d", len(out), MaxPayloadBytes)}
+		}
+		payload = out
+	}
+	return run, payload, nil
+}
+
+// argument renders one command argument: its expressions, and the older
+// {{ .Field }} references of its literal text.
+func (x *StepExprs) argument(arg string, a expr.Activation, fields map[string]string) (string, error) {
+	c, ok := x.templates[arg]
+	if !ok {
+		return ExpandArg(arg, fields)
+	}
+	var b strings.Builder
+	k := 0
+	for _, p := range c.tmpl {
+		if !p.Expr {
+			s, err := ExpandArg(p.Text, fields)
+			if err != nil {
+				return "", err
+			}
+			b.WriteString(s)
+			continue
+		}
+		v, err := c.progs[k].Eval(a)
+		k++
+		if err != nil {
+			return "", err
+		}
+		if err := expr.Text(&b, v); err != nil {
+			return "", err
+		}
+		if b.Len() > expr.MaxResult {
+			return "", fmt.Errorf("is more than %d bytes once evaluated", expr.MaxResult)
+		}
+	}
+	if !IsText(b.String()) {
+		return "", errors.New("the value holds a NUL character")
+	}
+	return b.String(), nil
+}
+
+// payload evaluates the strings of a decoded payload that hold
+// expressions; a string that is one whole expression takes its value.
+func (x *StepExprs) payload(v any, path string, a expr.Activation) (any, error) {
+	switch t := v.(type) {
+	case string:
+		c, ok := x.templates[t]
+		if !ok {
+			return t, nil
+		}
+		out, err := expr.Render(c.tmpl, c.progs, a)
+		if err != nil {
+			return nil, &ApplyError{Field: path, Err: err}
+		}
+		return out, nil
+	case []any:
+		for i := range t {
+			item, err := x.payload(t[i], fmt.Sprintf("%s[%d]", path, i), a)
+			if err != nil {
+				return nil, err
+			}
+			t[i] = item
+		}
+	case map[string]any:
+		for k := range t {
+			item, err := x.payload(t[k], path+"."+k, a)
+			if err != nil {
+				return nil, err
+			}
+			t[k] = item
+		}
+	}
+	return v, nil
+}
+
+// computedSecret refuses a value that an expression made a secret
+// reference: secrets are named by the job's author, never by a param or
+// a step's output.
+func computedSecret(template, value string) error {
+	if template != value && strings.HasPrefix(value, "secret://") {
+		return errors.New("an expression's value may not be a secret reference (secret://...)")
+	}
+	return nil
+}
