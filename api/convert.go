@@ -10,6 +10,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/expr"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
 )
@@ -51,6 +52,16 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 	}
 	for _, c := range spec.GetCallbacks() {
 		r.Spec.Callbacks = append(r.Spec.Callbacks, dag.Callback{Webhook: webhookFromProto(c.GetWebhook()), On: c.GetOn()})
+	}
+	for name, p := range spec.GetParams() {
+		if r.Spec.Params == nil {
+			r.Spec.Params = map[string]dag.Param{}
+		}
+		dp := dag.Param{Type: expr.Type(p.GetType()), Default: payloadFromProto(p.GetDefault()), Description: p.GetDescription()}
+		for _, e := range p.GetEnum() {
+			dp.Enum = append(dp.Enum, payloadFromProto(e))
+		}
+		r.Spec.Params[name] = dp
 	}
 	for _, st := range spec.GetSteps() {
 		r.Spec.Steps = append(r.Spec.Steps, dag.Step{
@@ -154,6 +165,16 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 	}
 	for _, c := range s.Callbacks {
 		spec.Callbacks = append(spec.Callbacks, &orreryv1.Callback{Webhook: webhookToProto(c.Webhook), On: c.On})
+	}
+	for name, p := range s.Params {
+		if spec.Params == nil {
+			spec.Params = map[string]*orreryv1.Param{}
+		}
+		pp := &orreryv1.Param{Type: string(p.Type), Default: payloadToProto(p.Default), Description: p.Description}
+		for _, e := range p.Enum {
+			pp.Enum = append(pp.Enum, payloadToProto(e))
+		}
+		spec.Params[name] = pp
 	}
 	for _, st := range s.Steps {
 		spec.Steps = append(spec.Steps, &orreryv1.Step{

@@ -6,6 +6,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
@@ -112,7 +114,14 @@ func (s *runServer) TriggerJob(ctx context.Context, req *connect.Request[orreryv
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	r, err := s.runs.Trigger(ctx, actor(ctx), ref, m.GetIdempotencyKey(), m.GetIgnoreOverlap())
+	o := run.TriggerOptions{IdempotencyKey: m.GetIdempotencyKey(), IgnoreOverlap: m.GetIgnoreOverlap(), ParamTexts: m.GetParamTexts()}
+	if len(m.GetParams()) > 0 {
+		o.Params = make(map[string]dag.Payload, len(m.GetParams()))
+		for k, v := range m.GetParams() {
+			o.Params[k] = payloadFromProto(v)
+		}
+	}
+	r, err := s.runs.TriggerWith(ctx, actor(ctx), ref, o)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -178,7 +187,15 @@ func (s *runServer) ReplayDeadLetters(ctx context.Context, req *connect.Request[
 }
 
 func runToProto(r run.Run) *orreryv1.Run {
+	var params *structpb.Struct
+	if len(r.Params) > 0 {
+		params = new(structpb.Struct)
+		if err := protojson.Unmarshal(r.Params, params); err != nil {
+			params = nil // written by RunParams: a JSON object
+		}
+	}
 	return &orreryv1.Run{
+		Params: params,
 		Id: r.ID.String(), JobId: r.JobID.String(), Namespace: r.Namespace, Job: r.Job, JobVersion: r.JobVersion,
 		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: string(r.Trigger), Status: string(r.Status),
 		Reason: r.Reason, CreateTime: timestamppb.New(r.CreatedAt), StartTime: timeToProto(r.StartedAt), FinishTime: timeToProto(r.FinishedAt),

@@ -147,25 +147,11 @@ func (p Param) ParamText(text string) (Payload, error) {
 	return canonicalJSON([]byte(text)), nil
 }
 
-// ParamsError is a trigger's params that do not fit the job's
-// declaration: Param names the first one at fault.
-type ParamsError struct {
-	Param   string
-	Message string
-}
-
-func (e *ParamsError) Error() string {
-	if e.Param == "" {
-		return "params: " + e.Message
-	}
-	return "params." + e.Param + ": " + e.Message
-}
-
 // RunParams types a trigger's given values against the declaration and
 // fills in the defaults: the run's params, as a JSON object (nil when the
 // job declares none). An unknown param, a value not of its param, or a
-// param without a default that was not given is a *ParamsError, the
-// first in name order.
+// param without a default that was not given is a *FieldError naming
+// it (params.NAME), the first in name order.
 func (s *JobSpec) RunParams(given map[string]Payload) (Payload, error) {
 	for _, name := range sortedKeys(given) {
 		p, ok := s.Params[name]
@@ -174,10 +160,10 @@ func (s *JobSpec) RunParams(given map[string]Payload) (Payload, error) {
 			if len(s.Params) > 0 {
 				msg = "declared: " + strings.Join(sortedKeys(s.Params), ", ")
 			}
-			return nil, &ParamsError{Param: name, Message: "no such param (" + msg + ")"}
+			return nil, &FieldError{Field: "params." + name, Message: "no such param (" + msg + ")"}
 		}
 		if err := p.Check(given[name]); err != nil {
-			return nil, &ParamsError{Param: name, Message: err.Error()}
+			return nil, &FieldError{Field: "params." + name, Message: err.Error()}
 		}
 	}
 	if len(s.Params) == 0 {
@@ -191,7 +177,7 @@ func (s *JobSpec) RunParams(given map[string]Payload) (Payload, error) {
 		case len(s.Params[name].Default) > 0:
 			values[name] = json.RawMessage(s.Params[name].Default)
 		default:
-			return nil, &ParamsError{Param: name, Message: "is required: it has no default"}
+			return nil, &FieldError{Field: "params." + name, Message: "is required: it has no default"}
 		}
 	}
 	out, err := json.Marshal(values)
@@ -199,7 +185,7 @@ func (s *JobSpec) RunParams(given map[string]Payload) (Payload, error) {
 		return nil, err
 	}
 	if len(out) > MaxParamsBytes {
-		return nil, &ParamsError{Message: fmt.Sprintf("the values are %d bytes as JSON; the limit is %d", len(out), MaxParamsBytes)}
+		return nil, &FieldError{Field: "params", Message: fmt.Sprintf("the values are %d bytes as JSON; the limit is %d", len(out), MaxParamsBytes)}
 	}
 	return canonicalJSON(out), nil
 }
@@ -208,6 +194,9 @@ func (s *JobSpec) RunParams(given map[string]Payload) (Payload, error) {
 // ("" when every param has one): a scheduled run of the job, which gives
 // no values, is skipped and says so.
 func (s *JobSpec) RequiredParam() string {
+	if len(s.Params) == 0 {
+		return ""
+	}
 	for _, name := range sortedKeys(s.Params) {
 		if len(s.Params[name].Default) == 0 {
 			return name

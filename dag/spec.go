@@ -316,6 +316,15 @@ func (r *Resource) Normalize() {
 			s.Callbacks[i].On = []string{OnSucceeded, OnFailed, OnCancelled}
 		}
 	}
+	for name, p := range s.Params {
+		if len(p.Default) > 0 {
+			p.Default = canonicalJSON(p.Default)
+		}
+		for i := range p.Enum {
+			p.Enum[i] = canonicalJSON(p.Enum[i])
+		}
+		s.Params[name] = p
+	}
 	for i := range s.Steps {
 		if len(s.Steps[i].Payload) > 0 {
 			s.Steps[i].Payload = canonicalJSON(s.Steps[i].Payload)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
@@ -83,6 +86,12 @@ func newRunsCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, " (%s)", r.GetReason())
 			}
 			fmt.Fprintf(w, "\n  started %s  finished %s\n", ts(r.GetStartTime()), ts(r.GetFinishTime()))
+			if p := r.GetParams(); p != nil {
+				b, _ := protojson.Marshal(p)
+				var compact bytes.Buffer
+				_ = json.Compact(&compact, b)
+				fmt.Fprintf(w, "  params %s\n", compact.String())
+			}
 			for _, t := range res.Msg.GetTasks() {
 				fmt.Fprintf(w, "task %s  %s  queue %s  attempts %d", t.GetStep(), t.GetStatus(), t.GetQueue(), t.GetAttempt())
 				if t.GetWaitReason() != "" {
@@ -131,12 +140,28 @@ func newRunsCmd(g *globals) *cobra.Command {
 func newTriggerCmd(g *globals, namespace *string) *cobra.Command {
 	var key string
 	var force bool
+	var params []string
 	cmd := &cobra.Command{
 		Use:   "trigger NAME|ID",
 		Short: "Run a job now (its overlap policy applies unless --ignore-overlap)",
-		Args:  cobra.ExactArgs(1),
+		Long: "Run a job now (its overlap policy applies unless --ignore-overlap).\n\n" +
+			"--param NAME=VALUE gives a param (repeat it for more): a string param takes VALUE as it is,\n" +
+			"the others read it as JSON (--param limit=3, --param dry_run=true, --param days='[\"mon\"]').\n" +
+			"The job's defaults fill in the rest.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := g.runClient().TriggerJob(cmd.Context(), connect.NewRequest(&orreryv1.TriggerJobRequest{Job: jobRef(args[0], *namespace), IdempotencyKey: key, IgnoreOverlap: force}))
+			texts := map[string]string{}
+			for _, p := range params {
+				k, v, ok := strings.Cut(p, "=")
+				if !ok || k == "" {
+					return fmt.Errorf("--param %q: write NAME=VALUE", p)
+				}
+				if _, twice := texts[k]; twice {
+					return fmt.Errorf("--param %s: given twice", k)
+				}
+				texts[k] = v
+			}
+			res, err := g.runClient().TriggerJob(cmd.Context(), connect.NewRequest(&orreryv1.TriggerJobRequest{Job: jobRef(args[0], *namespace), IdempotencyKey: key, IgnoreOverlap: force, ParamTexts: texts}))
 			if err != nil {
 				return err
 			}
@@ -151,6 +176,7 @@ func newTriggerCmd(g *globals, namespace *string) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&key, "idempotency-key", "", "a replay with this key returns the first run")
 	cmd.Flags().BoolVar(&force, "ignore-overlap", false, "run even if the overlap policy would skip or queue it")
+	cmd.Flags().StringArrayVar(&params, "param", nil, "a param, NAME=VALUE (repeatable)")
 	return cmd
 }
 

@@ -175,6 +175,10 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	argv := make([]string, len(spec.Argv))
 	argv[0] = spec.Argv[0]
 	for i, a := range spec.Argv[1:] {
+		if c.Evaluated {
+			argv[i+1] = a
+			continue
+		}
 		v, err := expand(a, c)
 		if err != nil {
 			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: fmt.Sprintf("argv[%d]: %v", i+1, err)}

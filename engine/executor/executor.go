@@ -36,6 +36,10 @@ type Call struct {
 	Trigger      string
 	Payload      json.RawMessage
 	Executor     dag.Executor
+	// Evaluated says the step's expressions, and the {{ .Field }}
+	// references of its command's arguments, are filled in already
+	// (dag.StepExprs.Apply): the executor runs Executor as it is.
+	Evaluated bool
 }
 
 // IdempotencyKey is stable across deliveries of one attempt, so handlers
@@ -53,6 +57,9 @@ const (
 	ReasonHTTP4xx      = "http_4xx"
 	ReasonHTTP5xx      = "http_5xx"
 	ReasonExitCode     = "exit_code"
+	// ReasonExpression: an expression of the step could not be evaluated
+	// (docs/workflows.md); the step did not run.
+	ReasonExpression = "expression"
 
 	ClassUser   = "user"
 	ClassSystem = "system"
@@ -116,6 +123,29 @@ func storableText(s string, max int, tail bool) string {
 // with Permanent); a panic fails it too.
 type HandlerFunc func(ctx context.Context, call Call) error
 
+// SetOutput sets the output of the handler's attempt: v as JSON (a
+// string as it is), what later steps' expressions read as
+// steps.STEP.output. The last call wins; without one the output is empty.
+// It does nothing outside a handler's call.
+func SetOutput(ctx context.Context, v any) error {
+	slot, ok := ctx.Value(outputKey{}).(*string)
+	if !ok {
+		return nil
+	}
+	if s, isText := v.(string); isText {
+		*slot = s
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	*slot = string(b)
+	return nil
+}
+
+type outputKey struct{}
+
 // Permanent marks a handler error as not worth retrying.
 func Permanent(err error) error { return permanentError{err} }
 
@@ -162,11 +192,12 @@ func (r *Runner) Run(ctx context.Context, c Call) (res Result) {
 		if !ok {
 			return Result{ExitReason: ReasonError, FailureClass: ClassSystem, Retryable: true, Error: "no handler " + e.Handler + " registered in this worker"}
 		}
-		if err := h(ctx, c); err != nil {
+		var output string
+		if err := h(context.WithValue(ctx, outputKey{}, &output), c); err != nil {
 			var perm permanentError
-			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Retryable: !errors.As(err, &perm), Error: err.Error()}
+			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Retryable: !errors.As(err, &perm), Error: err.Error(), Output: output}
 		}
-		return Result{OK: true}
+		return Result{OK: true, Output: output}
 	}
 	return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: "step has no executor"}
 }

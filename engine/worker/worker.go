@@ -709,7 +709,12 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	w.cfg.Failpoints.Hit(FailpointStarted)
 	runCtx, cancelTimeout := context.WithTimeout(attemptCtx, att.Timeout)
 	runCtx, endSpans := startAttemptSpans(runCtx, att)
-	res := w.runner.Run(runCtx, c)
+	var res executor.Result
+	if att.Refused != nil { // an expression of the step failed: it does not run
+		res = *att.Refused
+	} else {
+		res = w.runner.Run(runCtx, c)
+	}
 	endSpans(res)
 	cancelTimeout()
 	leaseLost := errors.Is(context.Cause(attemptCtx), errLeaseLost)

@@ -37,6 +37,9 @@ type New struct {
 	Reason  string
 	// Epoch is the shard epoch a scheduler fired it under (0: an API trigger).
 	Epoch int64
+	// Params are the run's params (dag.JobSpec.RunParams); nil takes the
+	// job version's defaults.
+	Params dag.Payload
 }
 
 // Firer is the node that fires scheduled runs, recorded on each run with
@@ -57,6 +60,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		return nil, nil
 	}
 	q := store.New(tx)
+	noParams := fillParams(runs)
 	overQuota, err := holdToQuotas(runs, by, rooms.Clone())
 	if err != nil {
 		return nil, err
@@ -94,6 +98,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 			tasks = len(r.Job.Spec.Steps)
 		}
 		rp.TaskCounts = append(rp.TaskCounts, int64(tasks))
+		rp.Params = append(rp.Params, string(r.Params))
 	}
 	written, err := q.InsertRuns(ctx, rp)
 	if err != nil {
@@ -118,7 +123,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		if r.Status == lifecycle.RunCancelled { // cancelled by a newer instant of the same pass
 			a.finished(tx, lifecycle.RunCancelled)
 		}
-		if overQuota != nil && overQuota[i] {
+		if overQuota != nil && overQuota[i] || noParams != nil && noParams[i] {
 			a.finished(tx, lifecycle.RunSkipped)
 		}
 		if !withTasks(r) {
@@ -180,6 +185,31 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 // queued ones are; skipped and cancelled ones are a record only.
 func withTasks(r New) bool {
 	return r.Status == lifecycle.RunPending || r.Status == lifecycle.RunQueued
+}
+
+// fillParams gives the runs given no params (scheduled ones) of a job
+// that declares params the defaults, and skips them when a param has no
+// default: the instant is on record, its reason naming the param
+// (invariant 7). It marks the runs it skipped.
+func fillParams(runs []New) []bool {
+	var skipped []bool
+	for i := range runs {
+		r := &runs[i]
+		if r.Params != nil || !withTasks(*r) || len(r.Job.Spec.Params) == 0 {
+			continue
+		}
+		if name := r.Job.Spec.RequiredParam(); name != "" {
+			r.Status = lifecycle.RunSkipped
+			r.Reason = fmt.Sprintf("param %s has no default, and a %s run gives no params", name, r.Trigger)
+			if skipped == nil {
+				skipped = make([]bool, len(runs))
+			}
+			skipped[i] = true
+			continue
+		}
+		r.Params, _ = r.Job.Spec.RunParams(nil) // the defaults, checked when the job was
+	}
+	return skipped
 }
 
 // holdToQuotas holds runs to their tenants' storage quotas (package

@@ -57,6 +57,8 @@ type Run struct {
 	CreatedAt    time.Time           `json:"created_at"`
 	StartedAt    *time.Time          `json:"started_at,omitempty"`
 	FinishedAt   *time.Time          `json:"finished_at,omitempty"`
+	// Params are the run's params: nil when the job declares none.
+	Params json.RawMessage `json:"params,omitempty"`
 }
 
 // Detail is a run with its tasks and their attempts.
@@ -79,6 +81,17 @@ type Task struct {
 // fromListRow is a run as the API shows it: its status is its view (a
 // pending run with a started task is running), and it started with its
 // first task when the run's own started_at is not written yet.
+// fromGetRow is a run as GetRun reads it: ListRuns' view and its params.
+func fromGetRow(r store.GetRunRow) Run {
+	out := fromListRow(store.ListRunsRow{ID: r.ID, TenantID: r.TenantID, JobID: r.JobID, JobVersion: r.JobVersion, Shard: r.Shard,
+		ScheduledFor: r.ScheduledFor, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, CreatedAt: r.CreatedAt,
+		StartedAt: r.StartedAt, FirstStart: r.FirstStart, FinishedAt: r.FinishedAt, Namespace: r.Namespace, JobName: r.JobName})
+	if len(r.Params) > 0 {
+		out.Params = json.RawMessage(r.Params)
+	}
+	return out
+}
+
 func fromListRow(r store.ListRunsRow) Run {
 	started := r.StartedAt
 	if started == nil {
@@ -170,7 +183,7 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID) (*Detail, 
 	for _, e := range edges {
 		parents[e.ChildID] = append(parents[e.ChildID], e.ParentID)
 	}
-	d := &Detail{Run: fromListRow(store.ListRunsRow(r))}
+	d := &Detail{Run: fromGetRow(r)}
 	for _, t := range tasks {
 		d.Tasks = append(d.Tasks, Task{Task: t, Attempts: byTask[t.ID], Parents: parents[t.ID]})
 	}
@@ -218,6 +231,54 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 // With an idempotency key, a replay returns the first run; another request
 // under the same key is job.ErrIdempotencyConflict.
 func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key string, ignoreOverlap bool) (*Run, error) {
+	return s.TriggerWith(ctx, a, ref, TriggerOptions{IdempotencyKey: key, IgnoreOverlap: ignoreOverlap})
+}
+
+// TriggerOptions are a manual trigger's choices.
+type TriggerOptions struct {
+	// IdempotencyKey makes a trigger sent twice start one run.
+	IdempotencyKey string
+	// IgnoreOverlap starts the run whatever the job's overlap policy says.
+	IgnoreOverlap bool
+	// Params are values of the job's params (the defaults fill in the
+	// rest): typed against its declaration; when they do not fit (a *dag.FieldError), and nothing is written.
+	Params map[string]dag.Payload
+	// ParamTexts are values written as text (dag.Param.ParamText).
+	ParamTexts map[string]string
+}
+
+// paramValues are the params a trigger gave, its texts read as their
+// params' types.
+func paramValues(spec *dag.JobSpec, o TriggerOptions) (map[string]dag.Payload, error) {
+	if len(o.ParamTexts) == 0 {
+		return o.Params, nil
+	}
+	out := make(map[string]dag.Payload, len(o.Params)+len(o.ParamTexts))
+	for k, v := range o.Params {
+		out[k] = v
+	}
+	for k, text := range o.ParamTexts {
+		p, declared := spec.Params[k]
+		_, twice := out[k]
+		switch {
+		case twice:
+			return nil, &dag.FieldError{Field: "params." + k, Message: "given twice, as a value and as text"}
+		case !declared:
+			out[k] = dag.Payload(`null`) // RunParams names it
+			continue
+		}
+		v, err := p.ParamText(text)
+		if err != nil {
+			return nil, &dag.FieldError{Field: "params." + k, Message: err.Error()}
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// TriggerWith starts a run of a job now, as Trigger, with params.
+func (s *Service) TriggerWith(ctx context.Context, a job.Actor, ref job.Ref, o TriggerOptions) (*Run, error) {
+	key, ignoreOverlap := o.IdempotencyKey, o.IgnoreOverlap
 	if err := job.CheckIdempotencyKey(key); err != nil {
 		return nil, err
 	}
@@ -237,7 +298,8 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 		if row.Status == job.StatusDeleted {
 			return fmt.Errorf("%w: %s", job.ErrDeleted, ref)
 		}
-		reqHash := sha256.Sum256([]byte(fmt.Sprintf("%s|%v", row.ID, ignoreOverlap)))
+		given, _ := json.Marshal([]any{o.Params, o.ParamTexts}) // sorted keys: equal values hash alike
+		reqHash := sha256.Sum256([]byte(fmt.Sprintf("%s|%v|%s", row.ID, ignoreOverlap, given)))
 		if key != "" {
 			prev, err := q.GetTriggerKey(ctx, store.GetTriggerKeyParams{TenantID: a.Tenant, Key: key})
 			switch {
@@ -252,6 +314,17 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 		var spec dag.JobSpec
 		if err := json.Unmarshal(row.Spec, &spec); err != nil {
 			return err
+		}
+		values, err := paramValues(&spec, o)
+		if err != nil {
+			return err
+		}
+		params, err := spec.RunParams(values)
+		if err != nil {
+			return err
+		}
+		if params == nil {
+			params = dag.Payload{} // given (none): not a scheduled run's
 		}
 		now, err := q.DatabaseNow(ctx)
 		if err != nil {
@@ -280,7 +353,7 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 			}
 		}
 		ref := JobRef{ID: row.ID, Tenant: row.TenantID, Version: row.Version, Shard: int(row.Shard), Spec: &spec}
-		ids, err := s.applier().Insert(ctx, tx, []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason}}, nil, rooms)
+		ids, err := s.applier().Insert(ctx, tx, []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason, Params: params}}, nil, rooms)
 		if err != nil {
 			return err
 		}
@@ -289,6 +362,9 @@ func (s *Service) Trigger(ctx context.Context, a job.Actor, ref job.Ref, key str
 		}
 		out = Run{ID: ids[0], JobID: row.ID, Namespace: row.Namespace, Job: row.Name, JobVersion: row.Version, Shard: int(row.Shard),
 			ScheduledFor: now.UTC(), Trigger: lifecycle.TriggerManual, Status: status, Reason: reason, CreatedAt: now.UTC()}
+		if len(params) > 0 {
+			out.Params = json.RawMessage(params)
+		}
 		snap, _ := json.Marshal(out)
 		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
 			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "trigger", TargetKind: "job",
@@ -337,7 +413,7 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 		if err != nil || len(cancelled) == 0 {
 			return err // finished already: nothing to do
 		}
-		before, _ := json.Marshal(fromListRow(store.ListRunsRow(r)))
+		before, _ := json.Marshal(fromGetRow(r))
 		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
 			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "cancel", TargetKind: "run",
 			TargetID: id, TargetName: r.Namespace + "/" + r.JobName, Before: before,

@@ -20,6 +20,8 @@ var specs = specCache{m: map[specKey]*parsedSpec{}}
 type parsedSpec struct {
 	*dag.JobSpec
 	hasChildren map[string]bool // steps that some step needs
+	exprs       *dag.Exprs      // the steps' expressions, compiled
+	exprsErr    error           // why they do not compile (a spec older than a change of the language)
 }
 
 type specKey struct {
@@ -75,6 +77,11 @@ func (c *specCache) getMany(ctx context.Context, db store.DBTX, keys []specKey) 
 			for _, need := range st.Needs {
 				s.hasChildren[need] = true
 			}
+		}
+		if x, es := dag.CompileExprs(s.JobSpec); len(es) > 0 {
+			s.exprsErr = es
+		} else {
+			s.exprs = x
 		}
 		out[k] = s
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/expr"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -31,6 +32,9 @@ type Attempt struct {
 	ReleasedAt *time.Time
 	// TraceParent is the run's trace ("" when traces were off).
 	TraceParent string
+	// Refused, when set, is how the attempt ends without running its
+	// step: an expression of the step could not be evaluated.
+	Refused *executor.Result
 }
 
 // Shape is what finishing an attempt needs to know of its step and run,
@@ -153,5 +157,93 @@ func startedAttempts(ctx context.Context, db store.DBTX, starts []Start, rows []
 			},
 		}
 	}
-	return out, nil
+	return out, evaluate(ctx, db, out, batchSpecs, rows)
+}
+
+// evaluate fills in the expressions of the started attempts' steps
+// (docs/workflows.md), reading the runs' params and the outputs their
+// expressions read: one query for the batch, none when no step has
+// expressions. An expression that cannot be evaluated refuses its
+// attempt (Attempt.Refused): it fails for good without running.
+func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpecs map[specKey]*parsedSpec, rows []store.StartAttemptsRow) error {
+	type job struct {
+		att    *Attempt
+		spec   *parsedSpec
+		exprs  *dag.StepExprs
+		params []byte
+	}
+	var jobs []job
+	var outputs store.StepOutputsParams
+	rowOf := make(map[uuid.UUID]*store.StartAttemptsRow, len(rows))
+	for i := range rows {
+		rowOf[rows[i].ID] = &rows[i]
+	}
+	for _, att := range attempts {
+		if att == nil {
+			continue
+		}
+		r := rowOf[att.Call.TaskID]
+		spec := batchSpecs[specKey{r.JobID, r.JobVersion}]
+		if spec.exprsErr != nil {
+			att.Refused = refused(fmt.Errorf("the job version's expressions do not compile: %w", spec.exprsErr))
+			continue
+		}
+		x := spec.exprs.Step(att.Call.Step)
+		if x == nil {
+			continue
+		}
+		jobs = append(jobs, job{att, spec, x, r.Params})
+		for _, step := range x.Reads.Steps {
+			outputs.RunIds = append(outputs.RunIds, att.Call.RunID)
+			outputs.Steps = append(outputs.Steps, step)
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	type stepKey struct {
+		run  uuid.UUID
+		step string
+	}
+	read := map[stepKey]expr.StepVars{}
+	if len(outputs.RunIds) > 0 {
+		got, err := store.New(db).StepOutputs(ctx, outputs)
+		if err != nil {
+			return err
+		}
+		for _, o := range got {
+			read[stepKey{o.RunID, o.Step}] = expr.StepVars{Output: expr.Output(o.Output), Status: string(o.Status)}
+		}
+	}
+	for _, j := range jobs {
+		c := &j.att.Call
+		vars := expr.Vars{RunID: c.RunID.String(), ScheduledFor: c.ScheduledFor, Trigger: c.Trigger, Job: c.Job, Namespace: c.Namespace,
+			Attempt: c.Attempt, Steps: map[string]expr.StepVars{}}
+		if len(j.params) > 0 {
+			p, err := expr.FromJSON(j.params)
+			if m, ok := p.(map[string]any); ok && err == nil {
+				vars.Params = m
+			}
+		}
+		for _, step := range j.exprs.Reads.Steps {
+			if v, ok := read[stepKey{c.RunID, step}]; ok {
+				vars.Steps[step] = v
+			}
+		}
+		idx := slices.IndexFunc(j.spec.Steps, func(s dag.Step) bool { return s.Name == c.Step })
+		run, payload, err := j.exprs.Apply(j.spec.Steps[idx], vars)
+		if err != nil {
+			j.att.Refused = refused(err)
+			continue
+		}
+		c.Executor, c.Payload, c.Evaluated = run, json.RawMessage(payload), true
+	}
+	return nil
+}
+
+// refused is the end of an attempt whose expressions failed: for good,
+// the step's author's to fix.
+func refused(err error) *executor.Result {
+	r := executor.Result{ExitReason: executor.ReasonExpression, FailureClass: executor.ClassUser, Error: err.Error()}.Storable()
+	return &r
 }

@@ -218,6 +218,7 @@ type Run struct {
 	TraceParent  *string
 	Watched      bool
 	Held         pgtype.Bool
+	Params       []byte
 }
 
 type RunFinish struct {

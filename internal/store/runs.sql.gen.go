@@ -339,7 +339,7 @@ func (q *Queries) FiringJobs(ctx context.Context, ids []uuid.UUID) ([]FiringJobs
 const getRun = `-- name: GetRun :one
 SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
        (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
-       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t
@@ -370,6 +370,7 @@ type GetRunRow struct {
 	FinishedAt   *time.Time
 	Namespace    string
 	JobName      string
+	Params       []byte
 }
 
 // GetRun reads a run's view, as ListRuns.
@@ -392,6 +393,7 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 		&i.FinishedAt,
 		&i.Namespace,
 		&i.JobName,
+		&i.Params,
 	)
 	return i, err
 }
@@ -451,13 +453,13 @@ WITH u AS (
            unnest($7::timestamptz[]) AS scheduled_for, unnest($8::text[]) AS trigger,
            unnest($9::text[]) AS status, unnest($10::text[]) AS reason,
            unnest($11::text[]) AS trace_parent, unnest($12::bool[]) AS watched,
-           unnest($13::bigint[]) AS task_count
+           unnest($13::bigint[]) AS task_count, unnest($14::text[]) AS params
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched)
-    SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $14::uuid, NULLIF(u.shard_epoch, -1),
+                      trace_parent, watched, params)
+    SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $15::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
-           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched
+           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -485,6 +487,7 @@ type InsertRunsParams struct {
 	TraceParents  []string
 	Watched       []bool
 	TaskCounts    []int64
+	Params        []string
 	NodeID        *uuid.UUID
 }
 
@@ -509,6 +512,7 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 		arg.TraceParents,
 		arg.Watched,
 		arg.TaskCounts,
+		arg.Params,
 		arg.NodeID,
 	)
 	if err != nil {

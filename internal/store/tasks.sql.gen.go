@@ -354,7 +354,7 @@ func (q *Queries) MarkUpstreamFailed(ctx context.Context, ids []uuid.UUID) error
 const ownRunningAttempt = `-- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
-       k.released_at, ru.trace_parent
+       k.released_at, ru.trace_parent, ru.params
 FROM tasks AS k
 JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
@@ -386,6 +386,7 @@ type OwnRunningAttemptRow struct {
 	StartedAt    time.Time
 	ReleasedAt   *time.Time
 	TraceParent  *string
+	Params       []byte
 }
 
 // OwnRunningAttempt reads the attempt @attempt of a task when it runs on
@@ -412,6 +413,7 @@ func (q *Queries) OwnRunningAttempt(ctx context.Context, arg OwnRunningAttemptPa
 		&i.StartedAt,
 		&i.ReleasedAt,
 		&i.TraceParent,
+		&i.Params,
 	)
 	return i, err
 }
@@ -558,7 +560,7 @@ WITH req AS (
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
-       t.released_at, ru.trace_parent
+       t.released_at, ru.trace_parent, ru.params
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
@@ -590,6 +592,7 @@ type StartAttemptsRow struct {
 	StartedAt    time.Time
 	ReleasedAt   *time.Time
 	TraceParent  *string
+	Params       []byte
 }
 
 // StartAttempts moves queued or retrying tasks to running, each for the
@@ -632,6 +635,59 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 			&i.StartedAt,
 			&i.ReleasedAt,
 			&i.TraceParent,
+			&i.Params,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const stepOutputs = `-- name: StepOutputs :many
+SELECT k.run_id::uuid AS run_id, k.step::text AS step, t.status, COALESCE(a.output, '')::text AS output
+FROM (SELECT unnest($1::uuid[]) AS run_id, unnest($2::text[]) AS step) AS k
+JOIN tasks AS t ON t.run_id = k.run_id AND t.step = k.step
+LEFT JOIN LATERAL (
+    SELECT x.output FROM attempts AS x
+    WHERE x.task_id = t.id AND x.outcome = 'succeeded'
+    ORDER BY x.number DESC LIMIT 1
+) AS a ON true
+`
+
+type StepOutputsParams struct {
+	RunIds []uuid.UUID
+	Steps  []string
+}
+
+type StepOutputsRow struct {
+	RunID  uuid.UUID
+	Step   string
+	Status lifecycle.TaskStatus
+	Output string
+}
+
+// StepOutputs reads what expressions read of steps of runs: each task's
+// status and the output of its succeeded attempt (one primary key probe
+// of tasks by (run_id, step), one index probe of attempts). The pairs are
+// @run_ids[i], @steps[i].
+func (q *Queries) StepOutputs(ctx context.Context, arg StepOutputsParams) ([]StepOutputsRow, error) {
+	rows, err := q.db.Query(ctx, stepOutputs, arg.RunIds, arg.Steps)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []StepOutputsRow{}
+	for rows.Next() {
+		var i StepOutputsRow
+		if err := rows.Scan(
+			&i.RunID,
+			&i.Step,
+			&i.Status,
+			&i.Output,
 		); err != nil {
 			return nil, err
 		}

@@ -57,13 +57,13 @@ WITH u AS (
            unnest(@scheduled_fors::timestamptz[]) AS scheduled_for, unnest(@triggers::text[]) AS trigger,
            unnest(@statuses::text[]) AS status, unnest(@reasons::text[]) AS reason,
            unnest(@trace_parents::text[]) AS trace_parent, unnest(@watched::bool[]) AS watched,
-           unnest(@task_counts::bigint[]) AS task_count
+           unnest(@task_counts::bigint[]) AS task_count, unnest(@params::text[]) AS params
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched)
+                      trace_parent, watched, params)
     SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
-           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched
+           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -164,7 +164,7 @@ LIMIT @page_size;
 -- name: GetRun :one
 SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
        (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
-       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t

@@ -22,7 +22,7 @@ WITH req AS (
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
-       t.released_at, ru.trace_parent
+       t.released_at, ru.trace_parent, ru.params
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
@@ -35,13 +35,27 @@ JOIN tenants AS te ON te.id = t.tenant_id;
 -- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
-       k.released_at, ru.trace_parent
+       k.released_at, ru.trace_parent, ru.params
 FROM tasks AS k
 JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
 JOIN jobs AS j ON j.id = ru.job_id
 JOIN tenants AS te ON te.id = k.tenant_id
 WHERE k.id = @id AND k.status = 'running' AND k.attempt = @attempt AND k.worker_id = @worker_id::uuid;
+
+-- StepOutputs reads what expressions read of steps of runs: each task's
+-- status and the output of its succeeded attempt (one primary key probe
+-- of tasks by (run_id, step), one index probe of attempts). The pairs are
+-- @run_ids[i], @steps[i].
+-- name: StepOutputs :many
+SELECT k.run_id::uuid AS run_id, k.step::text AS step, t.status, COALESCE(a.output, '')::text AS output
+FROM (SELECT unnest(@run_ids::uuid[]) AS run_id, unnest(@steps::text[]) AS step) AS k
+JOIN tasks AS t ON t.run_id = k.run_id AND t.step = k.step
+LEFT JOIN LATERAL (
+    SELECT x.output FROM attempts AS x
+    WHERE x.task_id = t.id AND x.outcome = 'succeeded'
+    ORDER BY x.number DESC LIMIT 1
+) AS a ON true;
 
 -- JobVersionSpecs reads the specs of several job versions: one primary
 -- key probe each (the LIMIT keeps the planner from turning the probes into

@@ -216,6 +216,7 @@ type Run struct {
 	TraceParent  pgtype.Text
 	Watched      bool
 	Held         pgtype.Bool
+	Params       []byte
 }
 
 type RunFinish struct {

@@ -677,7 +677,9 @@ type JobSpec struct {
 	// The job's deadlines and whom to tell when they are broken.
 	Alerts *Alerts `protobuf:"bytes,9,opt,name=alerts,proto3" json:"alerts,omitempty"`
 	// Webhooks called when a run finishes.
-	Callbacks     []*Callback `protobuf:"bytes,10,rep,name=callbacks,proto3" json:"callbacks,omitempty"`
+	Callbacks []*Callback `protobuf:"bytes,10,rep,name=callbacks,proto3" json:"callbacks,omitempty"`
+	// The inputs of a run, read by expressions as params.NAME.
+	Params        map[string]*Param `protobuf:"bytes,11,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -782,6 +784,85 @@ func (x *JobSpec) GetCallbacks() []*Callback {
 	return nil
 }
 
+func (x *JobSpec) GetParams() map[string]*Param {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+// Param declares one of a job's params (YAML spec.params.NAME).
+type Param struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// string, number, integer, boolean, object or array.
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// Of the param's type; without one, every manual trigger gives the param.
+	Default *structpb.Value `protobuf:"bytes,2,opt,name=default,proto3" json:"default,omitempty"`
+	// When given, the only values allowed.
+	Enum          []*structpb.Value `protobuf:"bytes,3,rep,name=enum,proto3" json:"enum,omitempty"`
+	Description   string            `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Param) Reset() {
+	*x = Param{}
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Param) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Param) ProtoMessage() {}
+
+func (x *Param) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Param.ProtoReflect.Descriptor instead.
+func (*Param) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Param) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Param) GetDefault() *structpb.Value {
+	if x != nil {
+		return x.Default
+	}
+	return nil
+}
+
+func (x *Param) GetEnum() []*structpb.Value {
+	if x != nil {
+		return x.Enum
+	}
+	return nil
+}
+
+func (x *Param) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
 // Alerts configures the watchdog for one job (YAML spec.alerts).
 type Alerts struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -800,7 +881,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -812,7 +893,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -825,7 +906,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -866,7 +947,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +959,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +972,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -916,7 +997,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1009,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1022,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -977,7 +1058,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1070,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1083,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -1033,7 +1114,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1126,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1139,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -1115,7 +1196,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1208,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1221,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Job) GetId() string {
@@ -1253,7 +1334,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1346,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1359,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LastRun) GetId() string {
@@ -1313,7 +1394,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1406,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1419,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Source) GetPath() string {
@@ -1367,7 +1448,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1460,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1473,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobRef) GetId() string {
@@ -1427,7 +1508,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1520,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1533,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -1485,7 +1566,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1578,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1591,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -1535,7 +1616,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1547,7 +1628,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1560,7 +1641,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -1595,7 +1676,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1688,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1701,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1666,7 +1747,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1678,7 +1759,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1691,7 +1772,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -1757,7 +1838,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1850,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1863,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1811,7 +1892,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +1904,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +1917,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -1876,7 +1957,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +1969,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +1982,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -1920,7 +2001,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2013,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2026,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -1964,7 +2045,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2057,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2070,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -2008,7 +2089,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2101,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2114,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -2052,7 +2133,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2145,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2158,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -2096,7 +2177,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2189,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2202,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -2140,7 +2221,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2233,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2246,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -2188,7 +2269,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2200,7 +2281,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2213,7 +2294,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -2246,7 +2327,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2339,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2352,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -2327,7 +2408,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x05queue\x18\x06 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\tR\bpriority\x123\n" +
 	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12,\n" +
-	"\x05retry\x18\t \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\"\xa4\x03\n" +
+	"\x05retry\x18\t \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\"\xa9\x04\n" +
 	"\aJobSpec\x12/\n" +
 	"\bschedule\x18\x01 \x01(\v2\x13.orrery.v1.ScheduleR\bschedule\x12\x18\n" +
 	"\amisfire\x18\x02 \x01(\tR\amisfire\x12!\n" +
@@ -2339,7 +2420,16 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x05steps\x18\b \x03(\v2\x0f.orrery.v1.StepR\x05steps\x12)\n" +
 	"\x06alerts\x18\t \x01(\v2\x11.orrery.v1.AlertsR\x06alerts\x121\n" +
 	"\tcallbacks\x18\n" +
-	" \x03(\v2\x13.orrery.v1.CallbackR\tcallbacks\"\xc1\x01\n" +
+	" \x03(\v2\x13.orrery.v1.CallbackR\tcallbacks\x126\n" +
+	"\x06params\x18\v \x03(\v2\x1e.orrery.v1.JobSpec.ParamsEntryR\x06params\x1aK\n" +
+	"\vParamsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
+	"\x05value\x18\x02 \x01(\v2\x10.orrery.v1.ParamR\x05value:\x028\x01\"\x9b\x01\n" +
+	"\x05Param\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x120\n" +
+	"\adefault\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\adefault\x12*\n" +
+	"\x04enum\x18\x03 \x03(\v2\x16.google.protobuf.ValueR\x04enum\x12 \n" +
+	"\vdescription\x18\x04 \x01(\tR\vdescription\"\xc1\x01\n" +
 	"\x06Alerts\x12<\n" +
 	"\fstart_within\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\vstartWithin\x12>\n" +
 	"\rfinish_within\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\ffinishWithin\x12\x0e\n" +
@@ -2485,7 +2575,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
@@ -2497,123 +2587,129 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*StepDefaults)(nil),            // 7: orrery.v1.StepDefaults
 	(*Step)(nil),                    // 8: orrery.v1.Step
 	(*JobSpec)(nil),                 // 9: orrery.v1.JobSpec
-	(*Alerts)(nil),                  // 10: orrery.v1.Alerts
-	(*Notify)(nil),                  // 11: orrery.v1.Notify
-	(*Webhook)(nil),                 // 12: orrery.v1.Webhook
-	(*Callback)(nil),                // 13: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 14: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 15: orrery.v1.Job
-	(*LastRun)(nil),                 // 16: orrery.v1.LastRun
-	(*Source)(nil),                  // 17: orrery.v1.Source
-	(*JobRef)(nil),                  // 18: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 19: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 20: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 21: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 22: orrery.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 23: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 24: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 25: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 26: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 27: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 28: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 29: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 30: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 31: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 32: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 33: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 34: orrery.v1.PreviewScheduleResponse
-	nil,                             // 35: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 36: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 37: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 38: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 39: orrery.v1.ListJobsRequest.LabelsEntry
-	(*durationpb.Duration)(nil),     // 40: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 41: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
-	(*AuditEntry)(nil),              // 43: orrery.v1.AuditEntry
+	(*Param)(nil),                   // 10: orrery.v1.Param
+	(*Alerts)(nil),                  // 11: orrery.v1.Alerts
+	(*Notify)(nil),                  // 12: orrery.v1.Notify
+	(*Webhook)(nil),                 // 13: orrery.v1.Webhook
+	(*Callback)(nil),                // 14: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 15: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 16: orrery.v1.Job
+	(*LastRun)(nil),                 // 17: orrery.v1.LastRun
+	(*Source)(nil),                  // 18: orrery.v1.Source
+	(*JobRef)(nil),                  // 19: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 20: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 21: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 22: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 23: orrery.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 24: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 25: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 26: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 27: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 28: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 29: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 30: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 31: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 32: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 33: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 34: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 35: orrery.v1.PreviewScheduleResponse
+	nil,                             // 36: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 37: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 38: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 39: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 40: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 41: orrery.v1.ListJobsRequest.LabelsEntry
+	(*durationpb.Duration)(nil),     // 42: google.protobuf.Duration
+	(*structpb.Value)(nil),          // 43: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil),   // 44: google.protobuf.Timestamp
+	(*AuditEntry)(nil),              // 45: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	35, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	36, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	36, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	37, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
 	3,  // 2: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
 	4,  // 3: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	40, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	40, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	40, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	42, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	42, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	42, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
 	6,  // 7: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
 	5,  // 8: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	41, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	40, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	43, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	42, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
 	6,  // 11: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
 	2,  // 12: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
 	7,  // 13: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
 	5,  // 14: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	41, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	43, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
 	8,  // 16: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	10, // 17: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	13, // 18: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	40, // 19: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	40, // 20: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	11, // 21: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	12, // 22: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	37, // 23: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	12, // 24: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	38, // 25: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	14, // 26: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	9,  // 27: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,  // 28: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	42, // 29: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	42, // 30: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	42, // 31: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	42, // 32: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	17, // 33: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	16, // 34: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	42, // 35: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	14, // 36: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	9,  // 37: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	15, // 38: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	18, // 39: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	15, // 40: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	42, // 41: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	43, // 42: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	0,  // 43: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	39, // 44: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,  // 45: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	15, // 46: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	18, // 47: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	14, // 48: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	9,  // 49: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	15, // 50: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	18, // 51: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	15, // 52: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	18, // 53: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	15, // 54: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	18, // 55: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	15, // 56: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	2,  // 57: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	42, // 58: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	42, // 59: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	19, // 60: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	21, // 61: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	23, // 62: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	25, // 63: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	27, // 64: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	29, // 65: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	31, // 66: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	33, // 67: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	20, // 68: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	22, // 69: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	24, // 70: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	26, // 71: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	28, // 72: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	30, // 73: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	32, // 74: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	34, // 75: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	68, // [68:76] is the sub-list for method output_type
-	60, // [60:68] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	11, // 17: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	14, // 18: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	38, // 19: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	43, // 20: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	43, // 21: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	42, // 22: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	42, // 23: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	12, // 24: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	13, // 25: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	39, // 26: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	13, // 27: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	40, // 28: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	15, // 29: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	9,  // 30: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,  // 31: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	44, // 32: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	44, // 33: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	44, // 34: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	44, // 35: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	18, // 36: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	17, // 37: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	44, // 38: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	15, // 39: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	9,  // 40: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	16, // 41: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	19, // 42: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	16, // 43: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	44, // 44: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	45, // 45: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	0,  // 46: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	41, // 47: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,  // 48: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	16, // 49: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	19, // 50: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	15, // 51: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	9,  // 52: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	16, // 53: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	19, // 54: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	16, // 55: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	19, // 56: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	16, // 57: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	19, // 58: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	16, // 59: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	2,  // 60: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	44, // 61: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	44, // 62: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	10, // 63: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	20, // 64: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	22, // 65: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	24, // 66: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	26, // 67: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	28, // 68: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	30, // 69: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	32, // 70: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	34, // 71: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	21, // 72: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	23, // 73: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	25, // 74: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	27, // 75: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	29, // 76: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	31, // 77: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	33, // 78: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	35, // 79: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	72, // [72:80] is the sub-list for method output_type
+	64, // [64:72] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -2633,7 +2729,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   38,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

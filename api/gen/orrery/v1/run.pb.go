@@ -9,6 +9,7 @@ package orreryv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -37,10 +38,13 @@ type Run struct {
 	// queued, pending, running, succeeded, failed, skipped, cancelled, dead_lettered.
 	Status string `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
 	// Why a run was skipped, cancelled or failed (the policy, for skips).
-	Reason        string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
-	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	FinishTime    *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	Reason     string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	StartTime  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	FinishTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	// The run's params (every declared one, defaults filled in); unset for
+	// a job without params.
+	Params        *structpb.Struct `protobuf:"bytes,14,opt,name=params,proto3" json:"params,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -162,6 +166,13 @@ func (x *Run) GetStartTime() *timestamppb.Timestamp {
 func (x *Run) GetFinishTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.FinishTime
+	}
+	return nil
+}
+
+func (x *Run) GetParams() *structpb.Struct {
+	if x != nil {
+		return x.Params
 	}
 	return nil
 }
@@ -722,8 +733,15 @@ type TriggerJobRequest struct {
 	Job            *JobRef                `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	IdempotencyKey string                 `protobuf:"bytes,2,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
 	IgnoreOverlap  bool                   `protobuf:"varint,3,opt,name=ignore_overlap,json=ignoreOverlap,proto3" json:"ignore_overlap,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The run's params, typed against the job's declaration; the defaults
+	// fill in the rest.
+	Params map[string]*structpb.Value `protobuf:"bytes,4,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Values of params written as text (a command line's key=value, a
+	// form's field): a string param takes the text as it is, the others
+	// read it as JSON (3, true, [1, 2]). A param given in both is refused.
+	ParamTexts    map[string]string `protobuf:"bytes,5,rep,name=param_texts,json=paramTexts,proto3" json:"param_texts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TriggerJobRequest) Reset() {
@@ -775,6 +793,20 @@ func (x *TriggerJobRequest) GetIgnoreOverlap() bool {
 		return x.IgnoreOverlap
 	}
 	return false
+}
+
+func (x *TriggerJobRequest) GetParams() map[string]*structpb.Value {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *TriggerJobRequest) GetParamTexts() map[string]string {
+	if x != nil {
+		return x.ParamTexts
+	}
+	return nil
 }
 
 type TriggerJobResponse struct {
@@ -1708,7 +1740,7 @@ var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xd5\x03\n" +
+	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x86\x04\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -1727,7 +1759,8 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12;\n" +
 	"\vfinish_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishTime\"\x93\x05\n" +
+	"finishTime\x12/\n" +
+	"\x06params\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x06params\"\x93\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -1786,11 +1819,20 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"Y\n" +
 	"\x0eGetRunResponse\x12 \n" +
 	"\x03run\x18\x01 \x01(\v2\x0e.orrery.v1.RunR\x03run\x12%\n" +
-	"\x05tasks\x18\x02 \x03(\v2\x0f.orrery.v1.TaskR\x05tasks\"\x88\x01\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x0f.orrery.v1.TaskR\x05tasks\"\xab\x03\n" +
 	"\x11TriggerJobRequest\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03job\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12%\n" +
-	"\x0eignore_overlap\x18\x03 \x01(\bR\rignoreOverlap\"6\n" +
+	"\x0eignore_overlap\x18\x03 \x01(\bR\rignoreOverlap\x12@\n" +
+	"\x06params\x18\x04 \x03(\v2(.orrery.v1.TriggerJobRequest.ParamsEntryR\x06params\x12M\n" +
+	"\vparam_texts\x18\x05 \x03(\v2,.orrery.v1.TriggerJobRequest.ParamTextsEntryR\n" +
+	"paramTexts\x1aQ\n" +
+	"\vParamsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05value:\x028\x01\x1a=\n" +
+	"\x0fParamTextsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"6\n" +
 	"\x12TriggerJobResponse\x12 \n" +
 	"\x03run\x18\x01 \x01(\v2\x0e.orrery.v1.RunR\x03run\":\n" +
 	"\x10CancelRunRequest\x12\x0e\n" +
@@ -1894,7 +1936,7 @@ func file_orrery_v1_run_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_run_proto_rawDescData
 }
 
-var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_orrery_v1_run_proto_goTypes = []any{
 	(*Run)(nil),                       // 0: orrery.v1.Run
 	(*Task)(nil),                      // 1: orrery.v1.Task
@@ -1918,66 +1960,74 @@ var file_orrery_v1_run_proto_goTypes = []any{
 	(*GetClusterResponse)(nil),        // 19: orrery.v1.GetClusterResponse
 	(*QueueDepth)(nil),                // 20: orrery.v1.QueueDepth
 	(*Worker)(nil),                    // 21: orrery.v1.Worker
-	nil,                               // 22: orrery.v1.Worker.QueuesEntry
-	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
-	(*JobRef)(nil),                    // 24: orrery.v1.JobRef
+	nil,                               // 22: orrery.v1.TriggerJobRequest.ParamsEntry
+	nil,                               // 23: orrery.v1.TriggerJobRequest.ParamTextsEntry
+	nil,                               // 24: orrery.v1.Worker.QueuesEntry
+	(*timestamppb.Timestamp)(nil),     // 25: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),           // 26: google.protobuf.Struct
+	(*JobRef)(nil),                    // 27: orrery.v1.JobRef
+	(*structpb.Value)(nil),            // 28: google.protobuf.Value
 }
 var file_orrery_v1_run_proto_depIdxs = []int32{
-	23, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	23, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	23, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	23, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	23, // 4: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	23, // 5: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	23, // 6: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
-	2,  // 7: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	23, // 8: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
-	23, // 9: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
-	23, // 10: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	23, // 11: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	24, // 12: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	23, // 13: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	23, // 14: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 15: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	0,  // 16: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
-	1,  // 17: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	24, // 18: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	0,  // 19: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
-	0,  // 20: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	23, // 21: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	23, // 22: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	24, // 23: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	11, // 24: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	24, // 25: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	23, // 26: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	23, // 27: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	23, // 28: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	17, // 29: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	18, // 30: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	21, // 31: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	20, // 32: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	22, // 33: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	23, // 34: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	23, // 35: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	3,  // 36: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	5,  // 37: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	7,  // 38: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	9,  // 39: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	12, // 40: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	14, // 41: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	16, // 42: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	4,  // 43: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	6,  // 44: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	8,  // 45: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	10, // 46: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	13, // 47: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	15, // 48: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	19, // 49: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	43, // [43:50] is the sub-list for method output_type
-	36, // [36:43] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	25, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	25, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	25, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	25, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	26, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
+	25, // 5: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	25, // 6: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	25, // 7: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	2,  // 8: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
+	25, // 9: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	25, // 10: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	25, // 11: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	25, // 12: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	27, // 13: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	25, // 14: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	25, // 15: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 16: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
+	0,  // 17: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
+	1,  // 18: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
+	27, // 19: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	22, // 20: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	23, // 21: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	0,  // 22: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
+	0,  // 23: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
+	25, // 24: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	25, // 25: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	27, // 26: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	11, // 27: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	27, // 28: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	25, // 29: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	25, // 30: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	25, // 31: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	17, // 32: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	18, // 33: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	21, // 34: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	20, // 35: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	24, // 36: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	25, // 37: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	25, // 38: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	28, // 39: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	3,  // 40: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	5,  // 41: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	7,  // 42: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	9,  // 43: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	12, // 44: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	14, // 45: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	16, // 46: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	4,  // 47: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	6,  // 48: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	8,  // 49: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	10, // 50: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	13, // 51: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	15, // 52: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	19, // 53: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	47, // [47:54] is the sub-list for method output_type
+	40, // [40:47] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
@@ -1992,7 +2042,7 @@ func file_orrery_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_run_proto_rawDesc), len(file_orrery_v1_run_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -1,0 +1,218 @@
+package run_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/enginetest"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/run"
+)
+
+const dataPipeline = `apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: pipeline, namespace: data}
+spec:
+  schedule: {cron: "@yearly"}
+  overlap: allow
+  defaults: {retry: {max_attempts: 1}}
+  params:
+    region: {type: string, default: eu, enum: [eu, us]}
+    n:      {type: integer, default: 2}
+  steps:
+    - name: list
+      run: {handler: emit}
+      payload: {region: "${{ params.region }}", n: "${{ params.n }}"}
+    - name: use
+      needs: [list]
+      run: {handler: record}
+      payload:
+        files: "${{ steps.list.output.files }}"
+        first: "${{ steps.list.output.files[0] }}"
+        status: "${{ steps.list.status }}"
+        text: "${{ params.region }}-${{ params.n * 10 }}"
+        day: "${{ run.scheduled_for }}"
+        id: "${{ run.id }}"
+        trigger: "${{ run.trigger }}"
+        who: "${{ job.namespace + '/' + job.name }}"
+        attempt: "${{ attempt }}"
+    - name: bad
+      needs: [list]
+      run: {handler: record}
+      payload: {x: "${{ steps.list.output.nope }}"}
+`
+
+// TestParamsAndOutputsFlowToChildren: a manual trigger's params reach a
+// root step's payload, a root's output reaches its children's, every
+// variable has its value, and a step whose expression cannot be evaluated
+// fails for good without running, naming the field.
+func TestParamsAndOutputsFlowToChildren(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, _ := job.New(ctx, pool, nil)
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+	var mu sync.Mutex
+	got := map[string]json.RawMessage{}
+	enginetest.StartWorker(t, pool, 4, map[string]executor.HandlerFunc{
+		"emit": func(ctx context.Context, c executor.Call) error {
+			var in struct {
+				Region string
+				N      int
+			}
+			if err := json.Unmarshal(c.Payload, &in); err != nil {
+				return err
+			}
+			files := []string{}
+			for i := range in.N {
+				files = append(files, in.Region+"-"+string(rune('a'+i))+".csv")
+			}
+			return executor.SetOutput(ctx, map[string]any{"files": files})
+		},
+		"record": func(_ context.Context, c executor.Call) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got[c.Step] = c.Payload
+			return nil
+		},
+	})
+	docs, es := dag.Decode("pipeline.yaml", []byte(dataPipeline))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, docs[0].Resource, ""); err != nil {
+		t.Fatal(err)
+	}
+	ref := job.Ref{Namespace: "data", Name: "pipeline"}
+
+	// Params that do not fit are refused, naming the param; nothing is written.
+	for _, tt := range []struct {
+		o    run.TriggerOptions
+		want string
+	}{
+		{run.TriggerOptions{ParamTexts: map[string]string{"region": "fr"}}, `params.region: "fr" is not one of "eu", "us"`},
+		{run.TriggerOptions{ParamTexts: map[string]string{"n": "two"}}, `params.n: "two" is not an integer`},
+		{run.TriggerOptions{ParamTexts: map[string]string{"nope": "1"}}, `params.nope: no such param (declared: n, region)`},
+		{run.TriggerOptions{Params: map[string]dag.Payload{"n": dag.Payload(`2.5`)}}, `params.n: 2.5 is not an integer`},
+		{run.TriggerOptions{Params: map[string]dag.Payload{"n": dag.Payload(`1`)}, ParamTexts: map[string]string{"n": "1"}}, `params.n: given twice`},
+	} {
+		_, err := runs.TriggerWith(ctx, job.Anonymous, ref, tt.o)
+		var fe *dag.FieldError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("TriggerWith(%+v) = %v, want a field error %q", tt.o, err, tt.want)
+		}
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs"); n != 0 {
+		t.Fatalf("%d runs written by refused triggers", n)
+	}
+
+	r, err := runs.TriggerWith(ctx, job.Anonymous, ref, run.TriggerOptions{ParamTexts: map[string]string{"region": "us", "n": "3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(r.Params) != `{"n":3,"region":"us"}` {
+		t.Errorf("the run's params = %s", r.Params)
+	}
+	var status string
+	enginetest.WaitFor(t, 60*time.Second, "run finishes", func() bool {
+		_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", r.ID).Scan(&status)
+		return status != "pending" && status != "running"
+	})
+	if status != string(lifecycle.RunFailed) && status != string(lifecycle.RunDeadLettered) {
+		t.Errorf("run %s, want it failed by the step bad", status)
+	}
+	mu.Lock()
+	use, ranBad := got["use"], got["bad"] != nil
+	mu.Unlock()
+	var payload map[string]any
+	if err := json.Unmarshal(use, &payload); err != nil {
+		t.Fatalf("use's payload %s: %v", use, err)
+	}
+	want := map[string]any{
+		"files": []any{"us-a.csv", "us-b.csv", "us-c.csv"}, "first": "us-a.csv", "status": "succeeded", "text": "us-30",
+		"day": r.ScheduledFor.UTC().Format(time.RFC3339Nano), "id": r.ID.String(), "trigger": "manual", "who": "data/pipeline", "attempt": float64(1),
+	}
+	for k, v := range want {
+		if g, _ := json.Marshal(payload[k]); string(g) != mustJSON(v) {
+			t.Errorf("use's payload %s = %s, want %s", k, g, mustJSON(v))
+		}
+	}
+	if ranBad {
+		t.Error("the step whose expression failed ran")
+	}
+	var taskStatus, reason, errText string
+	if err := pool.QueryRow(ctx, `SELECT t.status, a.exit_reason, a.error FROM tasks t JOIN attempts a ON a.task_id = t.id
+		WHERE t.run_id = $1 AND t.step = 'bad'`, r.ID).Scan(&taskStatus, &reason, &errText); err != nil {
+		t.Fatal(err)
+	}
+	if taskStatus != string(lifecycle.TaskDeadLettered) || reason != executor.ReasonExpression || !strings.Contains(errText, "payload.x: ${{ steps.list.output.nope }}: no such key: nope") {
+		t.Errorf("bad: %s, %s, %q", taskStatus, reason, errText)
+	}
+}
+
+// TestScheduledRunWithoutAParamsDefault: a scheduled instant of a job
+// with a param that has no default is on record, skipped, naming it; one
+// whose params all have defaults runs with them.
+func TestScheduledRunWithoutAParamsDefault(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, _ := job.New(ctx, pool, nil)
+	docs, es := dag.Decode("p.yaml", []byte(strings.Replace(dataPipeline, "n:      {type: integer, default: 2}", "n:      {type: integer}", 1)))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	created, err := jobs.Create(ctx, job.Anonymous, docs[0].Resource, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := docs[0].Resource.Spec
+	defaults.Params = map[string]dag.Param{"region": defaults.Params["region"]}
+	d, _ := dispatch.New()
+	a := &run.Applier{Dispatcher: d}
+	var ids []uuid.UUID
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		ids, err = a.Insert(ctx, tx, []run.New{
+			{Job: run.JobRef{ID: created.ID, Tenant: created.Tenant, Version: created.Version, Shard: created.Shard, Spec: &docs[0].Resource.Spec},
+				At: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), Trigger: lifecycle.TriggerSchedule, Status: lifecycle.RunPending},
+			{Job: run.JobRef{ID: created.ID, Tenant: created.Tenant, Version: created.Version, Shard: created.Shard, Spec: &defaults},
+				At: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC), Trigger: lifecycle.TriggerSchedule, Status: lifecycle.RunPending},
+		}, nil, nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status, reason string
+	var params []byte
+	_ = pool.QueryRow(ctx, "SELECT status, reason, params FROM runs WHERE id = $1", ids[0]).Scan(&status, &reason, &params)
+	if status != "skipped" || reason != "param n has no default, and a schedule run gives no params" || params != nil {
+		t.Errorf("run without a default: %s %q %s", status, reason, params)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM tasks WHERE run_id = $1", ids[0]); n != 0 {
+		t.Errorf("the skipped run has %d tasks", n)
+	}
+	_ = pool.QueryRow(ctx, "SELECT status, params::text FROM runs WHERE id = $1", ids[1]).Scan(&status, &params)
+	if status != "pending" || string(params) != `{"region": "eu"}` {
+		t.Errorf("run with defaults: %s %s", status, params)
+	}
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
