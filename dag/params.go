@@ -23,9 +23,9 @@ type Param struct {
 
 // Bounds of params.
 const (
-	MaxParams         = 100
-	MaxParamEnum      = 100
-	MaxParamsBytes    = 64 << 10 // a run's values, as JSON
+	MaxParams      = 100
+	MaxParamEnum   = 100
+	MaxParamsBytes = 64 << 10 // a run's values, as JSON
 )
 
 var paramNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)

@@ -38,12 +38,12 @@ type JobSpec struct {
 	MaxBackfill int           `json:"max_backfill,omitempty" yaml:"max_backfill,omitempty"`
 	Overlap     OverlapPolicy `json:"overlap,omitempty" yaml:"overlap,omitempty" jsonschema:"enum=skip,enum=queue,enum=allow,enum=cancel_previous,default=skip"`
 	Defaults    StepDefaults  `json:"defaults,omitzero" yaml:"defaults,omitempty"`
-	// Params are the inputs of a run, read by expressions as params.NAME
-	// (docs/workflows.md).
-	Params map[string]Param `json:"params,omitempty" yaml:"params,omitempty"`
 	Run         *Executor     `json:"run,omitempty" yaml:"run,omitempty"`
 	Payload     Payload       `json:"payload,omitempty" yaml:"payload,omitempty"`
 	Steps       []Step        `json:"steps,omitempty" yaml:"steps,omitempty"`
+	// Params are the inputs of a run, read by expressions as params.NAME
+	// (docs/workflows.md).
+	Params map[string]Param `json:"params,omitempty" yaml:"params,omitempty"`
 	// Alerts are the job's promises (start and finish deadlines) and whom
 	// to tell when one is broken or a run fails.
 	Alerts *Alerts `json:"alerts,omitempty" yaml:"alerts,omitempty"`
