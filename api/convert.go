@@ -65,7 +65,7 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 	}
 	for _, st := range spec.GetSteps() {
 		r.Spec.Steps = append(r.Spec.Steps, dag.Step{
-			Name: st.GetName(), Needs: st.GetNeeds(), TriggerRule: dag.TriggerRule(st.GetTriggerRule()), Run: executorFromProto(st.GetRun()),
+			Name: st.GetName(), Needs: st.GetNeeds(), TriggerRule: dag.TriggerRule(st.GetTriggerRule()), When: st.GetWhen(), Run: executorFromProto(st.GetRun()),
 			Payload: payloadFromProto(st.GetPayload()), Queue: st.GetQueue(), Priority: st.GetPriority(),
 			Timeout: durationFromProto(st.GetTimeout()), Retry: retryFromProto(st.GetRetry()),
 		})
@@ -178,7 +178,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 	}
 	for _, st := range s.Steps {
 		spec.Steps = append(spec.Steps, &orreryv1.Step{
-			Name: st.Name, Needs: st.Needs, TriggerRule: string(st.TriggerRule), Run: executorToProto(st.Run),
+			Name: st.Name, Needs: st.Needs, TriggerRule: string(st.TriggerRule), When: st.When, Run: executorToProto(st.Run),
 			Payload: payloadToProto(st.Payload), Queue: st.Queue, Priority: st.Priority,
 			Timeout: durationToProto(st.Timeout), Retry: retryToProto(st.Retry),
 		})

@@ -41,8 +41,12 @@ func (x *Exprs) Step(name string) *StepExprs {
 type StepExprs struct {
 	env       *expr.Env
 	templates map[string]compiled
-	// Reads is what the step's expressions read, for the caller to load.
+	// Reads is what the step's expressions in its executor and payload
+	// read (Apply), for the caller to load.
 	Reads expr.Reads
+	when  *expr.Program
+	// WhenReads is what its condition reads (Condition).
+	WhenReads expr.Reads
 }
 
 type compiled struct {
@@ -53,7 +57,7 @@ type compiled struct {
 // HasExprs reports whether any step of s holds an expression.
 func (s *JobSpec) HasExprs() bool {
 	for i := range s.Steps {
-		found := false
+		found := s.Steps[i].When != ""
 		eachTemplate(&s.Steps[i], func(_ string, v string, _ bool) { found = found || expr.HasExpr(v) })
 		if found {
 			return true
@@ -117,7 +121,25 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 			}
 			es = append(es, fe)
 		})
-		if len(se.templates) > 0 {
+		if st.When != "" {
+			field := fmt.Sprintf("spec.steps[%d].when", i)
+			if ancestors == nil {
+				ancestors = ancestorsOf(s.Steps, i)
+			}
+			count++
+			prg, err := compileWhen(env, st.When, ancestors)
+			if err != nil {
+				fe := &FieldError{Field: field, Message: err.Error()}
+				var xe *expr.Error
+				if errors.As(err, &xe) {
+					fe.Offset = xe.Offset
+				}
+				es = append(es, fe)
+			} else {
+				se.when, se.WhenReads = prg, prg.Reads
+			}
+		}
+		if len(se.templates) > 0 || se.when != nil {
 			x.steps[st.Name] = se
 		}
 	}
@@ -125,6 +147,39 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 		return nil, es
 	}
 	return x, nil
+}
+
+// compileWhen compiles a step's condition: one whole ${{ }} of a bool.
+func compileWhen(env *expr.Env, when string, ancestors map[string]bool) (*expr.Program, error) {
+	t, err := expr.Parse(when)
+	if err != nil {
+		return nil, err
+	}
+	if !t.Whole() {
+		return nil, errors.New("a condition is one ${{ EXPR }} and nothing else")
+	}
+	prg, err := env.CompileCondition(t[0].Source, ancestors)
+	var xe *expr.Error
+	if errors.As(err, &xe) {
+		xe.Offset += t[0].Offset
+	}
+	return prg, err
+}
+
+// HasCondition reports whether the step has a condition.
+func (x *StepExprs) HasCondition() bool { return x != nil && x.when != nil }
+
+// Condition evaluates the step's condition with vars (true when it has
+// none).
+func (x *StepExprs) Condition(vars expr.Vars) (bool, error) {
+	if x == nil || x.when == nil {
+		return true, nil
+	}
+	ok, err := x.when.Condition(x.env.Activation(vars))
+	if err != nil {
+		return false, &ApplyError{Field: "when", Err: err}
+	}
+	return ok, nil
 }
 
 // checkPlace checks what a field allows of a template: an HTTP URL starts

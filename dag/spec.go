@@ -104,13 +104,16 @@ type StepDefaults struct {
 type Step struct {
 	Name        string      `json:"name" yaml:"name"`
 	Needs       []string    `json:"needs,omitempty" yaml:"needs,omitempty"`
-	TriggerRule TriggerRule `json:"trigger_rule,omitempty" yaml:"trigger_rule,omitempty" jsonschema:"enum=all_success,enum=all_done,default=all_success"`
-	Run         Executor    `json:"run" yaml:"run"`
-	Payload     Payload     `json:"payload,omitempty" yaml:"payload,omitempty"`
-	Queue       string      `json:"queue,omitempty" yaml:"queue,omitempty"`
-	Priority    string      `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
-	Timeout     *Duration   `json:"timeout,omitempty" yaml:"timeout,omitempty"`
-	Retry       *Retry      `json:"retry,omitempty" yaml:"retry,omitempty"`
+	TriggerRule TriggerRule `json:"trigger_rule,omitempty" yaml:"trigger_rule,omitempty" jsonschema:"enum=all_success,enum=none_failed,enum=all_done,default=all_success"`
+	// When is a condition, `${{ EXPR }}` of a boolean: false skips the
+	// step when it would be released (docs/workflows.md).
+	When     string    `json:"when,omitempty" yaml:"when,omitempty"`
+	Run      Executor  `json:"run" yaml:"run"`
+	Payload  Payload   `json:"payload,omitempty" yaml:"payload,omitempty"`
+	Queue    string    `json:"queue,omitempty" yaml:"queue,omitempty"`
+	Priority string    `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
+	Timeout  *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	Retry    *Retry    `json:"retry,omitempty" yaml:"retry,omitempty"`
 }
 
 // Executor says how a step runs: exactly one of HTTP, Command or Handler.
@@ -254,7 +257,8 @@ type TriggerRule string
 
 // Trigger rules.
 const (
-	TriggerAllSuccess TriggerRule = "all_success" // every parent succeeded
+	TriggerAllSuccess TriggerRule = "all_success" // every parent succeeded (a skipped one skips the step)
+	TriggerNoneFailed TriggerRule = "none_failed" // no parent failed (skipped ones count as done)
 	TriggerAllDone    TriggerRule = "all_done"    // every parent ended, however
 )
 

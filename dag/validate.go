@@ -229,9 +229,9 @@ func validateSpec(es *Errors, s *JobSpec) {
 			index[st.Name] = i
 		}
 		switch st.TriggerRule {
-		case TriggerAllSuccess, TriggerAllDone:
+		case TriggerAllSuccess, TriggerNoneFailed, TriggerAllDone:
 		default:
-			es.add(p+".trigger_rule", "%q is not one of all_success, all_done", st.TriggerRule)
+			es.add(p+".trigger_rule", "%q is not one of all_success, none_failed, all_done", st.TriggerRule)
 		}
 		validateExecutor(es, p+".run", &st.Run)
 		validatePayload(es, p+".payload", st.Payload)

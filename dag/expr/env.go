@@ -135,6 +135,16 @@ func (r *Reads) Add(o Reads) {
 // the steps in ancestors: its syntax, the params and steps it names, and
 // its types. The error is an *Error whose Offset is within src.
 func (e *Env) Compile(src string, ancestors map[string]bool) (*Program, error) {
+	return e.compile(src, ancestors, false)
+}
+
+// CompileCondition is Compile for a condition: its type is bool (or dyn,
+// whose value must then be a bool).
+func (e *Env) CompileCondition(src string, ancestors map[string]bool) (*Program, error) {
+	return e.compile(src, ancestors, true)
+}
+
+func (e *Env) compile(src string, ancestors map[string]bool, condition bool) (*Program, error) {
 	if len(src) > MaxSource {
 		return nil, &Error{Source: src, Message: fmt.Sprintf("is %d bytes; the limit is %d", len(src), MaxSource)}
 	}
@@ -149,6 +159,9 @@ func (e *Env) Compile(src string, ancestors map[string]bool) (*Program, error) {
 	checked, iss := e.cel.Check(parsed)
 	if iss.Err() != nil {
 		return nil, issueError(src, iss)
+	}
+	if t := checked.OutputType(); condition && !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
+		return nil, &Error{Source: src, Message: fmt.Sprintf("a condition is a bool; this is a %s", t)}
 	}
 	prg, err := e.cel.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {

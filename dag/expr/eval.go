@@ -192,6 +192,30 @@ func toJSON(v ref.Val, budget *int, depth int) (any, error) {
 	return nil, fmt.Errorf("a result of type %s has no JSON form", v.Type().(ref.Type).TypeName())
 }
 
+// Condition evaluates a condition (CompileCondition's).
+func (p *Program) Condition(a Activation) (bool, error) {
+	v, err := p.Eval(a)
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(bool)
+	if !ok {
+		return false, &Error{Source: p.Source, Message: fmt.Sprintf("a condition is a bool; this was %s", mustText(v))}
+	}
+	return b, nil
+}
+
+func mustText(v any) string {
+	var b strings.Builder
+	if err := Text(&b, v); err != nil || v == nil {
+		return "null"
+	}
+	if _, isText := v.(string); isText {
+		return strconv.Quote(b.String())
+	}
+	return b.String()
+}
+
 // Render evaluates t with the programs of its expressions (in order, as
 // Env.CompileTemplate returned them). A whole template keeps its
 // expression's value; otherwise each value is rendered as text (Text) in

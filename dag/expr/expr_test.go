@@ -3,6 +3,7 @@ package expr
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -278,5 +279,36 @@ func TestCostIsSharedByAStep(t *testing.T) {
 	}
 	if _, err := p.Eval(e.Activation(testVars())); err != nil {
 		t.Errorf("a fresh activation: %v", err)
+	}
+}
+
+func TestConditions(t *testing.T) {
+	e := testEnv(t)
+	a := e.Activation(testVars())
+	for src, want := range map[string]string{
+		"!params.dry_run && steps.list.output.changed": "true",
+		"params.n > 5":                "false",
+		"steps.list.output.files":     "a condition is a bool; this was [\"a.csv\",\"b.csv\"]",
+		"steps.list.output.files[0]":  "a condition is a bool; this was \"a.csv\"",
+		"params.region":               "compile: a condition is a bool; this is a string",
+		"steps.list.output.nope == 1": "no such key: nope",
+	} {
+		p, err := e.CompileCondition(src, ancestors)
+		if err != nil {
+			var xe *Error
+			if errors.As(err, &xe) && "compile: "+xe.Message == want {
+				continue
+			}
+			t.Errorf("CompileCondition(%q): %v", src, err)
+			continue
+		}
+		got, err := p.Condition(a)
+		g := strconv.FormatBool(got)
+		if err != nil {
+			g = err.(*Error).Message
+		}
+		if g != want {
+			t.Errorf("Condition(%q) = %s, want %s", src, g, want)
+		}
 	}
 }

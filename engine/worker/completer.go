@@ -83,5 +83,5 @@ func (w *Worker) finish(ctx context.Context, reports []run.Report, written strin
 
 // applier writes the ends of this worker's attempts.
 func (w *Worker) applier() *run.Applier {
-	return &run.Applier{Dispatcher: w.dispatcher, Metrics: w.cfg.Metrics}
+	return &run.Applier{Dispatcher: w.dispatcher, Metrics: w.cfg.Metrics, Failpoints: w.cfg.Failpoints}
 }

@@ -36,6 +36,8 @@ type ReplayPlan struct {
 	Wait map[uuid.UUID]int
 	// Release are revived tasks with nothing left to wait for.
 	Release []uuid.UUID
+	// Skip are revived tasks that a skipped parent skips (all_success).
+	Skip []uuid.UUID
 	// ReopenRun: the run was finished and opens again (stored running).
 	ReopenRun bool
 }
@@ -43,12 +45,11 @@ type ReplayPlan struct {
 // Replay decides what replaying the dead letters replay (ids of tasks of
 // one run; those that are not dead-lettered are left out) does to the run.
 // The statuses of the replayed tasks' descendants are derived afresh, in
-// the order of the graph, as if the replayed tasks had never failed: an
-// all_success task waits when none of its parents ended other than
-// succeeded, for the parents that did not succeed yet; an all_done task
-// waits for its parents that are not ended. Nothing else changes: tasks
-// that ran keep their end, and a task that still has another failed
-// ancestor stays upstream_failed.
+// the order of the graph, as if the replayed tasks had never failed: each
+// waits for its parents that did not end yet, unless an ended parent
+// fails it upstream or skips it by its trigger rule (ParentEnded).
+// Nothing else changes: tasks that ran keep their end, and a task that
+// still has another failed ancestor stays upstream_failed.
 func Replay(run RunStatus, tasks []GraphTask, replay []uuid.UUID) ReplayPlan {
 	var p ReplayPlan
 	if !run.AcceptsReplay() {
@@ -119,18 +120,27 @@ func Replay(run RunStatus, tasks []GraphTask, replay []uuid.UUID) ReplayPlan {
 		if st := status[id]; st != TaskWaiting && st != TaskUpstreamFailed {
 			continue // it ran, or runs: its end stands
 		}
-		failed, remaining := false, 0
+		failed, skipped, remaining := false, false, 0
 		for _, parent := range t.Parents {
-			switch st := status[parent]; {
-			case st.Open():
+			st := status[parent]
+			if st.Open() {
 				remaining++
-			case st == TaskSucceeded:
-			case t.Rule != dag.TriggerAllDone:
+				continue
+			}
+			switch ParentEnded(st, t.Rule) {
+			case FailChild:
 				failed = true
+			case SkipChild:
+				skipped = true
 			}
 		}
-		if failed {
+		switch {
+		case failed:
 			status[id] = TaskUpstreamFailed
+			continue
+		case skipped:
+			status[id] = TaskSkipped
+			p.Skip = append(p.Skip, id)
 			continue
 		}
 		status[id] = TaskWaiting

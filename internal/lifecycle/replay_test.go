@@ -22,8 +22,8 @@ func graph(lines ...string) ([]GraphTask, map[string]uuid.UUID) {
 		ids[f[0]] = id
 		t := GraphTask{ID: id, Status: TaskStatus(f[1]), Rule: dag.TriggerAllSuccess}
 		for _, x := range f[2:] {
-			if x == "all_done" {
-				t.Rule = dag.TriggerAllDone
+			if x == "all_done" || x == "none_failed" {
+				t.Rule = dag.TriggerRule(x)
 			} else {
 				fmt.Sscan(x, &t.ParentsRemaining)
 			}
@@ -72,6 +72,12 @@ func TestReplay(t *testing.T) {
 		{"only dead letters are replayed", RunDeadLettered,
 			[]string{"a succeeded", "b dead_lettered <- a"},
 			[]string{"a", "b"}, "queue b; wait -; release -; reopen"},
+		{"a skipped parent skips a revived all_success child, and its child", RunDeadLettered,
+			[]string{"a dead_lettered", "b skipped", "c upstream_failed 2 <- a b", "d upstream_failed 1 <- c", "e upstream_failed all_done 1 <- c"},
+			[]string{"a"}, "queue a; wait -; release e; skip c d; reopen"},
+		{"a skipped parent counts as done for none_failed", RunDeadLettered,
+			[]string{"a dead_lettered", "b skipped", "c upstream_failed none_failed 2 <- a b"},
+			[]string{"a"}, "queue a; wait c=1; release -; skip -; reopen"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,9 +114,29 @@ func TestReplay(t *testing.T) {
 				reopen = "reopen"
 			}
 			got := fmt.Sprintf("queue %s; wait %s; release %s; %s", list(p.Queue), strings.Join(wait, " "), list(p.Release), reopen)
+			if len(p.Skip) > 0 || strings.Contains(tt.want, "skip") {
+				got = fmt.Sprintf("queue %s; wait %s; release %s; skip %s; %s", list(p.Queue), strings.Join(wait, " "), list(p.Release), list(p.Skip), reopen)
+			}
 			if got != tt.want {
 				t.Errorf("got  %s\nwant %s", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestParentEnded(t *testing.T) {
+	rules := []dag.TriggerRule{dag.TriggerAllSuccess, dag.TriggerNoneFailed, dag.TriggerAllDone}
+	want := map[TaskStatus][3]ParentEffect{ // by rule, in the order above
+		TaskSucceeded:      {CountParent, CountParent, CountParent},
+		TaskSkipped:        {SkipChild, CountParent, CountParent},
+		TaskDeadLettered:   {FailChild, FailChild, CountParent},
+		TaskUpstreamFailed: {FailChild, FailChild, CountParent},
+	}
+	for status, effects := range want {
+		for i, rule := range rules {
+			if got := ParentEnded(status, rule); got != effects[i] {
+				t.Errorf("ParentEnded(%s, %s) = %d, want %d", status, rule, got, effects[i])
+			}
+		}
 	}
 }

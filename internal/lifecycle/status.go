@@ -3,6 +3,8 @@ package lifecycle
 import (
 	"fmt"
 	"strings"
+
+	"github.com/orrery-dev/orrery/dag"
 )
 
 // TaskStatus is where a task is in its life (the CHECK on tasks.status).
@@ -32,12 +34,16 @@ const (
 	// TaskCancelled: the task's run was cancelled.
 	TaskCancelled TaskStatus = "cancelled"
 	// TaskDeadLettered: the step failed for good (not retryable, or out of
-	// attempts); a replay may queue it again.
+	// attempts, or its condition could not be evaluated); a replay may
+	// queue it again.
 	TaskDeadLettered TaskStatus = "dead_lettered"
+	// TaskSkipped: its condition (when) was false, or an all_success
+	// parent was skipped; it counts as ended without failing.
+	TaskSkipped TaskStatus = "skipped"
 )
 
 // TaskStatuses are all task statuses, in the order of a task's life.
-var TaskStatuses = []TaskStatus{TaskWaiting, TaskQueued, TaskRunning, TaskRetrying, TaskSucceeded, TaskFailed, TaskUpstreamFailed, TaskCancelled, TaskDeadLettered}
+var TaskStatuses = []TaskStatus{TaskWaiting, TaskQueued, TaskRunning, TaskRetrying, TaskSucceeded, TaskSkipped, TaskFailed, TaskUpstreamFailed, TaskCancelled, TaskDeadLettered}
 
 // Open is whether a task in s may still change without a replay: its run
 // is not done while it holds one.
@@ -65,7 +71,7 @@ const (
 	RunPending RunStatus = "pending"
 	// RunRunning: an attempt has started, or a replay reopened the run.
 	RunRunning RunStatus = "running"
-	// RunSucceeded: every task succeeded.
+	// RunSucceeded: every task succeeded or was skipped.
 	RunSucceeded RunStatus = "succeeded"
 	// RunFailed: tasks failed upstream with none dead-lettered or cancelled.
 	RunFailed RunStatus = "failed"
@@ -125,3 +131,35 @@ const (
 // Scheduled is whether runs of trigger t fire at an instant of the
 // schedule (their lateness is the firing's, not a user's).
 func (t Trigger) Scheduled() bool { return t == TriggerSchedule || t == TriggerBackfill }
+
+// ParentEffect is what a parent's end does to a waiting child.
+type ParentEffect int
+
+// Effects of a parent's end.
+const (
+	// CountParent: the parent counts as done; the child runs once every
+	// parent is counted.
+	CountParent ParentEffect = iota
+	// FailChild: the child fails upstream (upstream_failed), and so on
+	// below it.
+	FailChild
+	// SkipChild: the child is skipped, and so on below it.
+	SkipChild
+)
+
+// ParentEnded is what a parent that ended in status does to a waiting
+// child with the trigger rule: all_success runs on parents that all
+// succeeded (a skipped one skips it, a failed one fails it upstream);
+// none_failed runs when none failed (skipped ones count as done); all_done
+// runs once all ended, however.
+func ParentEnded(status TaskStatus, rule dag.TriggerRule) ParentEffect {
+	switch {
+	case status == TaskSucceeded || rule == dag.TriggerAllDone:
+		return CountParent
+	case status == TaskSkipped && rule == dag.TriggerNoneFailed:
+		return CountParent
+	case status == TaskSkipped:
+		return SkipChild
+	}
+	return FailChild
+}

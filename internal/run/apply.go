@@ -3,6 +3,7 @@ package run
 import (
 	"github.com/jackc/pgx/v5"
 
+	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
@@ -18,7 +19,12 @@ import (
 type Applier struct {
 	Dispatcher *dispatch.Dispatcher
 	Metrics    *metrics.Metrics // nil: none
+	Failpoints *failpoint.Set   // nil: none
 }
+
+// FailpointConditionsDecided is hit in the transaction that releases
+// tasks, after their conditions are decided and before any is written.
+const FailpointConditionsDecided = "run/conditions-decided"
 
 // finished counts a run that tx ends with status, once tx commits.
 func (a *Applier) finished(tx pgx.Tx, status lifecycle.RunStatus) {

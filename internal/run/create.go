@@ -115,6 +115,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 	tp := store.InsertTasksParams{}
 	ep := store.InsertEdgesParams{}
 	var ready []dispatch.Ready
+	var decide []candidate // roots with a condition
 	for i, r := range runs {
 		if !ok[ids[i]] {
 			ids[i] = uuid.Nil
@@ -137,10 +138,16 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 			set := r.Job.Spec.Effective(k)
 			queue := bindings.Queue(r.Job.Tenant, set.Queue)
 			status := lifecycle.TaskWaiting
-			if len(st.Needs) == 0 && r.Status == lifecycle.RunPending {
+			conditional := st.When != ""
+			switch {
+			case len(st.Needs) > 0 || r.Status != lifecycle.RunPending:
+			case conditional: // decided below, once written
+				decide = append(decide, candidate{dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0), ids[i], st.Name, true})
+			default:
 				status = lifecycle.TaskQueued
 				ready = append(ready, dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0))
 			}
+			tp.Conditionals = append(tp.Conditionals, conditional)
 			tp.Ids = append(tp.Ids, stepIDs[st.Name])
 			tp.TenantIds = append(tp.TenantIds, r.Job.Tenant)
 			tp.RunIds = append(tp.RunIds, ids[i])
@@ -178,7 +185,15 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 			return nil, err
 		}
 	}
-	return ids, a.Dispatcher.Release(ctx, tx, ready)
+	if err := a.Dispatcher.Release(ctx, tx, ready); err != nil {
+		return nil, err
+	}
+	if len(decide) > 0 {
+		if err := release(ctx, q, tx, a, decide); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
 }
 
 // withTasks says whether a run is written with its tasks: pending and

@@ -149,10 +149,10 @@ func TestDiagram(t *testing.T) {
 	enginetest.StartNode(t, pool)
 
 	type step struct {
-		name, do, key, queue string
-		needs                []string
-		always               bool
-		retry                *dag.Retry
+		name, do, key, queue, when string
+		needs                      []string
+		always                     bool
+		retry                      *dag.Retry
 	}
 	create := func(name string, overlap dag.OverlapPolicy, steps ...step) {
 		t.Helper()
@@ -160,7 +160,7 @@ func TestDiagram(t *testing.T) {
 			Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}}}
 		for _, s := range steps {
 			payload, _ := json.Marshal(map[string]any{"do": s.do, "key": s.key, "always": s.always})
-			spec.Steps = append(spec.Steps, dag.Step{Name: s.name, Needs: s.needs, Queue: s.queue, Retry: s.retry,
+			spec.Steps = append(spec.Steps, dag.Step{Name: s.name, Needs: s.needs, Queue: s.queue, Retry: s.retry, When: s.when,
 				Run: dag.Executor{Handler: "diagram"}, Payload: payload})
 		}
 		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: spec}, ""); err != nil {
@@ -273,9 +273,38 @@ func TestDiagram(t *testing.T) {
 	})
 	runIs(again.ID, "dead_lettered")
 
+	// Conditions: a false one skips its step, and the step below it
+	// (all_success); one that cannot be evaluated dead-letters its step,
+	// and is decided again (and fails again) when replayed.
+	create("skip", dag.OverlapAllow, step{name: "a", do: "ok", when: "${{ false }}"}, step{name: "b", do: "ok", needs: []string{"a"}})
+	create("unevaluable", dag.OverlapAllow, step{name: "a", do: "ok"}, step{name: "b", do: "ok", needs: []string{"a"}, when: "${{ steps.a.output.nope }}"})
+	skip, unevaluable := trigger("skip"), trigger("unevaluable")
+	runIs(skip.ID, "succeeded")
+	runIs(unevaluable.ID, "dead_lettered")
+	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "unevaluable"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the replayed condition fails again", func() bool {
+		return enginetest.Int(t, pool, `SELECT count(*) FROM transitions WHERE kind = 'tasks' AND from_status = 'dead_lettered' AND to_status = 'waiting'`) > 0 &&
+			status("SELECT status FROM runs WHERE id = $1", unevaluable.ID) == "dead_lettered"
+	})
+	// A step failed upstream by one parent, and skipped by the other
+	// (later): once the failed parent is replayed, it is skipped.
+	create("late-skip", dag.OverlapAllow, step{name: "x", do: "block", key: "late-skip"}, step{name: "s", do: "ok", needs: []string{"x"}, when: "${{ false }}"},
+		step{name: "a", do: "fail"}, step{name: "c", do: "ok", needs: []string{"a", "s"}})
+	lateSkip := trigger("late-skip")
+	taskIs(lateSkip.ID, "c", "upstream_failed")
+	close(gate("late-skip"))
+	runIs(lateSkip.ID, "dead_lettered")
+
 	// The cause fixed, the dead letters replayed: the step below it runs,
 	// and a reopened run is cancelled while it runs.
 	healed.Store(true)
+	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "late-skip"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	runIs(lateSkip.ID, "succeeded")
+	taskIs(lateSkip.ID, "c", "skipped")
 	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "reopened"}, 0); err != nil {
 		t.Fatal(err)
 	}

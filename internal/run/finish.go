@@ -121,7 +121,7 @@ func (a *Applier) FinishAttempt(ctx context.Context, tx pgx.Tx, r Report) (bool,
 	case f.Task == lifecycle.TaskRetrying:
 		return true, a.Dispatcher.Release(ctx, tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
 	case f.FailDescendants:
-		if err := propagateFailure(ctx, q, tx, a, t.RunID, r.TaskID); err != nil {
+		if err := propagate(ctx, q, tx, a, t.RunID, r.TaskID, lifecycle.TaskDeadLettered); err != nil {
 			return false, err
 		}
 	}

@@ -29,11 +29,11 @@ func promoteQueued(ctx context.Context, tx pgx.Tx, a *Applier, jobID uuid.UUID) 
 	if err != nil {
 		return err
 	}
-	ready := make([]dispatch.Ready, len(roots))
+	cands := make([]candidate, len(roots))
 	for i, t := range roots {
-		ready[i] = dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0)
+		cands[i] = candidate{dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0), t.RunID, t.Step, t.Conditional}
 	}
-	return releaseWaiting(ctx, q, tx, a, ready)
+	return release(ctx, q, tx, a, cands)
 }
 
 // PromoteStranded starts, for up to batch jobs, the run that overlap: queue

@@ -8,11 +8,22 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // Releasing the tasks below a finished one: children whose parents all
-// allow it go to their worker pools; descendants of a failure fail upstream.
+// allow it go to their worker pools, or are skipped by their condition;
+// descendants of a failure fail upstream, of a skip are skipped, each by
+// its trigger rule (lifecycle.ParentEnded).
+
+// candidate is a waiting task with nothing left to wait for.
+type candidate struct {
+	ready       dispatch.Ready
+	run         uuid.UUID
+	step        string
+	conditional bool // its step has a condition (when), decided first
+}
 
 // releaseChildren counts a succeeded parent for each waiting child and
 // releases the children whose count reaches zero (invariant 4).
@@ -31,16 +42,89 @@ func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applie
 // releaseCounted releases the tasks whose count of parents to wait for
 // reached zero (after DecrementChildren or DecrementTasks).
 func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, tasks []store.DecrementTasksRow) error {
-	var ready []dispatch.Ready
+	var cands []candidate
 	for _, c := range tasks {
 		if c.ParentsRemaining == 0 {
-			ready = append(ready, dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, 0))
+			cands = append(cands, candidate{dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, 0), c.RunID, c.Step, c.Conditional})
 		}
 	}
-	if len(ready) == 0 {
+	return release(ctx, q, tx, a, cands)
+}
+
+// release releases waiting tasks with nothing left to wait for: each
+// whose step has a condition is decided first (decideConditions), in this
+// transaction; one whose condition is false is skipped, one whose
+// condition cannot be evaluated is dead-lettered, and what they end
+// settles below them. A run that this ends is finished.
+func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands []candidate) error {
+	var ready, conditional []candidate
+	for _, c := range cands {
+		if c.conditional {
+			conditional = append(conditional, c)
+		} else {
+			ready = append(ready, c)
+		}
+	}
+	var v verdicts
+	if len(conditional) > 0 {
+		var err error
+		if v, err = decideConditions(ctx, q, tx, conditional); err != nil {
+			return err
+		}
+		a.Failpoints.Hit(FailpointConditionsDecided)
+		ready = append(ready, v.release...)
+	}
+	if len(ready) > 0 {
+		rs := make([]dispatch.Ready, len(ready))
+		for i, c := range ready {
+			rs[i] = c.ready
+		}
+		if err := releaseWaiting(ctx, q, tx, a, rs); err != nil {
+			return err
+		}
+	}
+	if len(v.skip) == 0 && len(v.fail) == 0 {
 		return nil
 	}
-	return releaseWaiting(ctx, q, tx, a, ready)
+	ended := map[uuid.UUID]bool{}
+	if len(v.skip) > 0 {
+		p := store.SkipTasksParams{}
+		for _, c := range v.skip {
+			p.Ids = append(p.Ids, c.cand.ready.TaskID)
+			p.Reasons = append(p.Reasons, c.why)
+		}
+		if _, err := q.SkipTasks(ctx, p); err != nil {
+			return err
+		}
+		for _, c := range v.skip {
+			ended[c.cand.run] = true
+			if err := propagate(ctx, q, tx, a, c.cand.run, c.cand.ready.TaskID, lifecycle.TaskSkipped); err != nil {
+				return err
+			}
+		}
+	}
+	if len(v.fail) > 0 {
+		p := store.FailConditionsParams{}
+		for _, c := range v.fail {
+			p.Ids = append(p.Ids, c.cand.ready.TaskID)
+			p.Errors = append(p.Errors, c.why)
+		}
+		if _, err := q.FailConditions(ctx, p); err != nil {
+			return err
+		}
+		for _, c := range v.fail {
+			ended[c.cand.run] = true
+			if err := propagate(ctx, q, tx, a, c.cand.run, c.cand.ready.TaskID, lifecycle.TaskDeadLettered); err != nil {
+				return err
+			}
+		}
+	}
+	for runID := range ended {
+		if err := finishRun(ctx, tx, a, runID, v.queueOverlap[runID]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // releaseWaiting moves waiting tasks to queued (those Direct admits,
@@ -62,33 +146,42 @@ func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier
 	return a.Dispatcher.Release(ctx, tx, ready)
 }
 
-// propagateFailure settles the descendants of a task of run that failed
-// for good: a waiting all_success child fails upstream (and so on below
-// it); a waiting all_done child counts the failed parent as done, and is
+// propagate settles the descendants of a task of run that ended for good
+// in status (dead_lettered, skipped): by each waiting child's trigger
+// rule (lifecycle.ParentEnded), the child fails upstream or is skipped
+// (and so on below it, as it ended), or counts the parent as done and is
 // released when that was its last, so cleanup and notify steps run
-// anyway. The first levels are read level by level (most failures end
-// there, having read only their own children); a failure deeper than
+// anyway. The first levels are read level by level (most ends stop there,
+// having read only their own children); a cascade deeper than
 // shallowLevels reads the run's waiting edges once and walks them in
 // memory, so that no cascade costs a round trip per level.
-func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, run, failed uuid.UUID) error {
-	var fail, done []uuid.UUID
+func propagate(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, run, ended uuid.UUID, status lifecycle.TaskStatus) error {
+	var marked, done []uuid.UUID
 	seen := map[uuid.UUID]bool{}
-	// settle counts one level's edges and returns the next level.
-	settle := func(edges []edge) []uuid.UUID {
+	cascade := lifecycle.TaskUpstreamFailed
+	if status == lifecycle.TaskSkipped {
+		cascade = lifecycle.TaskSkipped
+	}
+	// settle counts or marks one level's edges and returns the next level:
+	// a marked child ends as cascade, which it passes on alike.
+	settle := func(edges []edge, parentStatus lifecycle.TaskStatus) []uuid.UUID {
 		var next []uuid.UUID
 		for _, e := range edges {
-			switch {
-			case e.rule == dag.TriggerAllDone:
-				done = append(done, e.child) // once per failed parent
-			case !seen[e.child]:
-				seen[e.child] = true
-				next = append(next, e.child)
+			switch lifecycle.ParentEnded(parentStatus, e.rule) {
+			case lifecycle.CountParent:
+				done = append(done, e.child) // once per ended parent
+			default:
+				if !seen[e.child] {
+					seen[e.child] = true
+					next = append(next, e.child)
+				}
 			}
 		}
-		fail = append(fail, next...)
+		marked = append(marked, next...)
 		return next
 	}
-	frontier := []uuid.UUID{failed}
+	parentStatus := status
+	frontier := []uuid.UUID{ended}
 	for level := 0; len(frontier) > 0 && level < shallowLevels; level++ {
 		rows, err := q.WaitingChildren(ctx, frontier)
 		if err != nil {
@@ -98,7 +191,8 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Appli
 		for i, r := range rows {
 			edges[i] = edge{r.ChildID, r.TriggerRule}
 		}
-		frontier = settle(edges)
+		frontier = settle(edges, parentStatus)
+		parentStatus = cascade
 	}
 	if len(frontier) > 0 {
 		rows, err := q.WaitingEdgesOfRun(ctx, run)
@@ -114,11 +208,21 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Appli
 			for _, p := range frontier {
 				edges = append(edges, children[p]...)
 			}
-			frontier = settle(edges)
+			frontier = settle(edges, cascade)
 		}
 	}
-	if len(fail) > 0 {
-		if err := q.MarkUpstreamFailed(ctx, fail); err != nil {
+	if len(marked) > 0 {
+		var err error
+		if cascade == lifecycle.TaskSkipped {
+			p := store.SkipTasksParams{Ids: marked, Reasons: make([]string, len(marked))}
+			for i := range p.Reasons {
+				p.Reasons[i] = ReasonParentSkipped
+			}
+			_, err = q.SkipTasks(ctx, p)
+		} else {
+			err = q.MarkUpstreamFailed(ctx, marked)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -132,8 +236,11 @@ func propagateFailure(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Appli
 	return releaseCounted(ctx, q, tx, a, rows)
 }
 
-// shallowLevels is how many levels of a failure's descendants
-// propagateFailure reads one by one before it reads the whole run's.
+// ReasonParentSkipped is why a task skipped by a parent's skip was.
+const ReasonParentSkipped = "skipped: a parent was skipped (trigger rule all_success)"
+
+// shallowLevels is how many levels of an end's descendants propagate
+// reads one by one before it reads the whole run's.
 const shallowLevels = 2
 
 // edge is a waiting child of a task, with the child's trigger rule.

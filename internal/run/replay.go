@@ -115,7 +115,8 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 		}
 		var queue, reopen []uuid.UUID
 		wait := store.WaitAgainParams{}
-		var release []dispatch.Ready
+		skip := store.SkipTasksParams{}
+		var revived []candidate
 		for _, r := range locked {
 			p := lifecycle.Replay(r.Status, graphs[r.ID], asked[r.ID])
 			queue = append(queue, p.Queue...)
@@ -130,7 +131,11 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 				t := byID[id]
 				wait.Ids = append(wait.Ids, id)
 				wait.Remaining = append(wait.Remaining, 0)
-				release = append(release, dispatch.NextAttempt(id, t.TenantID, t.Queue, t.Priority, t.Attempt))
+				revived = append(revived, candidate{dispatch.NextAttempt(id, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional})
+			}
+			for _, id := range p.Skip {
+				skip.Ids = append(skip.Ids, id)
+				skip.Reasons = append(skip.Reasons, ReasonParentSkipped)
 			}
 		}
 		if len(queue) == 0 {
@@ -140,10 +145,15 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 		if err != nil {
 			return err
 		}
-		ready := make([]dispatch.Ready, len(back))
-		for i, r := range back {
+		var ready []dispatch.Ready
+		for _, r := range back {
 			replayed = append(replayed, r.ID)
-			ready[i] = dispatch.NextAttempt(r.ID, r.TenantID, r.Queue, r.Priority, r.Attempt)
+			next := dispatch.NextAttempt(r.ID, r.TenantID, r.Queue, r.Priority, r.Attempt)
+			if r.Conditional { // written waiting: decided again, as any release
+				revived = append(revived, candidate{next, r.RunID, r.Step, true})
+			} else {
+				ready = append(ready, next)
+			}
 		}
 		if len(replayed) == 0 {
 			return nil
@@ -153,13 +163,18 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 				return err
 			}
 		}
-		if len(release) > 0 {
-			if err := releaseWaiting(ctx, q, tx, apply, release); err != nil {
+		if len(skip.Ids) > 0 {
+			if _, err := q.SkipTasks(ctx, skip); err != nil {
 				return err
 			}
 		}
-		if len(reopen) > 0 {
+		if len(reopen) > 0 { // before the releases, whose conditions may end a run again
 			if err := q.ReopenRuns(ctx, reopen); err != nil {
+				return err
+			}
+		}
+		if len(revived) > 0 {
+			if err := release(ctx, q, tx, apply, revived); err != nil {
 				return err
 			}
 		}

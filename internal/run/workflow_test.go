@@ -216,3 +216,116 @@ func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+const conditions = `apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: conditions}
+spec:
+  schedule: {cron: "@yearly"}
+  overlap: allow
+  defaults: {retry: {max_attempts: 1}}
+  params:
+    dry_run: {type: boolean, default: false}
+    gate:    {type: string, default: open}
+  steps:
+    - name: gate
+      when: "${{ params.gate != 'closed' }}"
+      run: {handler: emit}
+    - name: list
+      run: {handler: emit}
+    - name: publish
+      needs: [list]
+      when: "${{ !params.dry_run && steps.list.output.changed }}"
+      run: {handler: record}
+    - name: after_all_success
+      needs: [publish]
+      run: {handler: record}
+    - name: after_none_failed
+      needs: [publish]
+      trigger_rule: none_failed
+      run: {handler: record}
+    - name: after_all_done
+      needs: [publish]
+      trigger_rule: all_done
+      run: {handler: record}
+    - name: deeper
+      needs: [after_all_success]
+      run: {handler: record}
+`
+
+// TestConditionsSkipByTriggerRule: a condition false skips its step,
+// and the skip flows to its children by trigger rule; with the condition
+// true everything runs; a run whose tasks all succeeded or were skipped
+// succeeded; a root's condition is decided at the run's insert.
+func TestConditionsSkipByTriggerRule(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, _ := job.New(ctx, pool, nil)
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+	var mu sync.Mutex
+	ran := map[uuid.UUID][]string{}
+	enginetest.StartWorker(t, pool, 4, map[string]executor.HandlerFunc{
+		"emit": func(ctx context.Context, c executor.Call) error {
+			return executor.SetOutput(ctx, map[string]any{"changed": true})
+		},
+		"record": func(_ context.Context, c executor.Call) error {
+			mu.Lock()
+			defer mu.Unlock()
+			ran[c.RunID] = append(ran[c.RunID], c.Step)
+			return nil
+		},
+	})
+	docs, es := dag.Decode("conditions.yaml", []byte(conditions))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, docs[0].Resource, ""); err != nil {
+		t.Fatal(err)
+	}
+	finish := func(texts map[string]string) (uuid.UUID, string, map[string]string) {
+		t.Helper()
+		r, err := runs.TriggerWith(ctx, job.Anonymous, job.Ref{Name: "conditions"}, run.TriggerOptions{ParamTexts: texts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var status string
+		enginetest.WaitFor(t, 60*time.Second, "run finishes", func() bool {
+			_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", r.ID).Scan(&status)
+			return status != "pending" && status != "running"
+		})
+		rows, _ := pool.Query(ctx, "SELECT step, status FROM tasks WHERE run_id = $1", r.ID)
+		tasks := map[string]string{}
+		for rows.Next() {
+			var step, st string
+			_ = rows.Scan(&step, &st)
+			tasks[step] = st
+		}
+		return r.ID, status, tasks
+	}
+
+	id, status, tasks := finish(map[string]string{"dry_run": "true", "gate": "closed"})
+	want := map[string]string{"gate": "skipped", "list": "succeeded", "publish": "skipped", "after_all_success": "skipped",
+		"after_none_failed": "succeeded", "after_all_done": "succeeded", "deeper": "skipped"}
+	if status != "succeeded" || mustJSON(tasks) != mustJSON(want) {
+		t.Errorf("dry run: run %s, tasks %v\nwant succeeded, %v", status, tasks, want)
+	}
+	var reason string
+	_ = pool.QueryRow(ctx, "SELECT last_error FROM tasks WHERE run_id = $1 AND step = 'publish'", id).Scan(&reason)
+	if reason != "skipped: its condition (when) is false" {
+		t.Errorf("publish's reason %q", reason)
+	}
+	mu.Lock()
+	if got := strings.Join(ran[id], " "); strings.Contains(got, "publish") || strings.Contains(got, "deeper") {
+		t.Errorf("skipped steps ran: %s", got)
+	}
+	mu.Unlock()
+
+	_, status, tasks = finish(nil)
+	for step, st := range tasks {
+		if st != "succeeded" {
+			t.Errorf("with defaults, %s is %s (run %s)", step, st, status)
+		}
+	}
+}

@@ -258,6 +258,7 @@ type Task struct {
 	ReadyAt          *time.Time
 	AdmittedAt       *time.Time
 	WorkerID         *uuid.UUID
+	Conditional      bool
 }
 
 type TaskEdge struct {

@@ -202,7 +202,7 @@ func (q *Queries) MinRunRetention(ctx context.Context) (int64, error) {
 }
 
 const tasksOfRuns = `-- name: TasksOfRuns :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id FROM tasks WHERE run_id = ANY($1::uuid[]) ORDER BY run_id, created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional FROM tasks WHERE run_id = ANY($1::uuid[]) ORDER BY run_id, created_at, id
 `
 
 func (q *Queries) TasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Task, error) {
@@ -236,6 +236,7 @@ func (q *Queries) TasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Task, 
 			&i.ReadyAt,
 			&i.AdmittedAt,
 			&i.WorkerID,
+			&i.Conditional,
 		); err != nil {
 			return nil, err
 		}

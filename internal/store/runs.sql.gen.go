@@ -535,16 +535,16 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 
 const insertTasks = `-- name: InsertTasks :exec
 INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,
-                   admitted_at)
+                   admitted_at, conditional)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
        CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END,
-       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END
+       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional
 FROM (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS tenant_id, unnest($3::uuid[]) AS run_id,
            unnest($4::text[]) AS step, unnest($5::text[]) AS status,
            unnest($6::int[]) AS parents_remaining, unnest($7::text[]) AS queue,
            unnest($8::int[]) AS priority, unnest($9::text[]) AS trigger_rule,
-           unnest($10::bool[]) AS admitted
+           unnest($10::bool[]) AS admitted, unnest($11::bool[]) AS conditional
 ) AS u
 `
 
@@ -559,6 +559,7 @@ type InsertTasksParams struct {
 	Priorities       []int32
 	TriggerRules     []string
 	Admitted         []bool
+	Conditionals     []bool
 }
 
 func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error {
@@ -573,6 +574,7 @@ func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error 
 		arg.Priorities,
 		arg.TriggerRules,
 		arg.Admitted,
+		arg.Conditionals,
 	)
 	return err
 }
@@ -874,9 +876,10 @@ func (q *Queries) ReopenRuns(ctx context.Context, ids []uuid.UUID) error {
 }
 
 const replayTasks = `-- name: ReplayTasks :many
-UPDATE tasks SET status = 'queued', finished_at = NULL, last_error = '', ready_at = now(), admitted_at = NULL
+UPDATE tasks SET status = CASE WHEN conditional THEN 'waiting' ELSE 'queued' END, finished_at = NULL, last_error = '',
+    ready_at = now(), admitted_at = NULL
 WHERE tenant_id = $1 AND status = 'dead_lettered' AND id = ANY($2::uuid[])
-RETURNING id, tenant_id, run_id, attempt, queue, priority
+RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional
 `
 
 type ReplayTasksParams struct {
@@ -885,15 +888,19 @@ type ReplayTasksParams struct {
 }
 
 type ReplayTasksRow struct {
-	ID       uuid.UUID
-	TenantID uuid.UUID
-	RunID    uuid.UUID
-	Attempt  int32
-	Queue    string
-	Priority int32
+	ID          uuid.UUID
+	TenantID    uuid.UUID
+	RunID       uuid.UUID
+	Attempt     int32
+	Queue       string
+	Priority    int32
+	Step        string
+	Conditional bool
 }
 
-// ReplayTasks puts dead-lettered tasks back in line for one more attempt.
+// ReplayTasks puts dead letters back in line: queued, or waiting (with
+// nothing to wait for) when their step has a condition, which the caller
+// then decides again as for any release.
 func (q *Queries) ReplayTasks(ctx context.Context, arg ReplayTasksParams) ([]ReplayTasksRow, error) {
 	rows, err := q.db.Query(ctx, replayTasks, arg.TenantID, arg.Ids)
 	if err != nil {
@@ -910,6 +917,8 @@ func (q *Queries) ReplayTasks(ctx context.Context, arg ReplayTasksParams) ([]Rep
 			&i.Attempt,
 			&i.Queue,
 			&i.Priority,
+			&i.Step,
+			&i.Conditional,
 		); err != nil {
 			return nil, err
 		}
@@ -992,6 +1001,7 @@ func (q *Queries) RunEdges(ctx context.Context, runID uuid.UUID) ([]TaskEdge, er
 
 const runGraphs = `-- name: RunGraphs :many
 SELECT t.id, t.run_id, t.tenant_id, t.status, t.trigger_rule, t.parents_remaining, t.queue, t.priority, t.attempt,
+       t.step, t.conditional,
        COALESCE((SELECT array_agg(e.parent_id ORDER BY e.parent_id) FROM task_edges AS e WHERE e.child_id = t.id), '{}')::uuid[] AS parents
 FROM tasks AS t
 WHERE t.run_id = ANY($1::uuid[])
@@ -1008,6 +1018,8 @@ type RunGraphsRow struct {
 	Queue            string
 	Priority         int32
 	Attempt          int32
+	Step             string
+	Conditional      bool
 	Parents          []uuid.UUID
 }
 
@@ -1031,6 +1043,8 @@ func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraph
 			&i.Queue,
 			&i.Priority,
 			&i.Attempt,
+			&i.Step,
+			&i.Conditional,
 			&i.Parents,
 		); err != nil {
 			return nil, err
@@ -1044,7 +1058,7 @@ func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraph
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id FROM tasks WHERE run_id = $1 ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional FROM tasks WHERE run_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error) {
@@ -1078,6 +1092,7 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 			&i.ReadyAt,
 			&i.AdmittedAt,
 			&i.WorkerID,
+			&i.Conditional,
 		); err != nil {
 			return nil, err
 		}

@@ -127,10 +127,57 @@ func (q *Queries) CompleteAttempts(ctx context.Context, arg CompleteAttemptsPara
 	return items, nil
 }
 
+const conditionRuns = `-- name: ConditionRuns :many
+SELECT r.id, r.job_id, r.job_version, r.params, r.scheduled_for, r.trigger, j.namespace, j.name
+FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+WHERE r.id = ANY($1::uuid[])
+`
+
+type ConditionRunsRow struct {
+	ID           uuid.UUID
+	JobID        uuid.UUID
+	JobVersion   int64
+	Params       []byte
+	ScheduledFor time.Time
+	Trigger      lifecycle.Trigger
+	Namespace    string
+	Name         string
+}
+
+// ConditionRuns reads what conditions of tasks of runs read of the run.
+func (q *Queries) ConditionRuns(ctx context.Context, ids []uuid.UUID) ([]ConditionRunsRow, error) {
+	rows, err := q.db.Query(ctx, conditionRuns, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ConditionRunsRow{}
+	for rows.Next() {
+		var i ConditionRunsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobID,
+			&i.JobVersion,
+			&i.Params,
+			&i.ScheduledFor,
+			&i.Trigger,
+			&i.Namespace,
+			&i.Name,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const decrementChildren = `-- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = $1) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority
+RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional
 `
 
 type DecrementChildrenRow struct {
@@ -139,6 +186,9 @@ type DecrementChildrenRow struct {
 	ParentsRemaining int32
 	Queue            string
 	Priority         int32
+	RunID            uuid.UUID
+	Step             string
+	Conditional      bool
 }
 
 // DecrementChildren counts one more parent done for each child of a task
@@ -158,6 +208,9 @@ func (q *Queries) DecrementChildren(ctx context.Context, parentID uuid.UUID) ([]
 			&i.ParentsRemaining,
 			&i.Queue,
 			&i.Priority,
+			&i.RunID,
+			&i.Step,
+			&i.Conditional,
 		); err != nil {
 			return nil, err
 		}
@@ -173,7 +226,7 @@ const decrementTasks = `-- name: DecrementTasks :many
 UPDATE tasks SET parents_remaining = parents_remaining - d.n
 FROM (SELECT u.id, count(*)::int AS n FROM unnest($1::uuid[]) AS u (id) GROUP BY u.id) AS d
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
-RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional
 `
 
 type DecrementTasksRow struct {
@@ -182,6 +235,9 @@ type DecrementTasksRow struct {
 	ParentsRemaining int32
 	Queue            string
 	Priority         int32
+	RunID            uuid.UUID
+	Step             string
+	Conditional      bool
 }
 
 // DecrementTasks counts one finished parent for each listed child (a child
@@ -201,6 +257,9 @@ func (q *Queries) DecrementTasks(ctx context.Context, ids []uuid.UUID) ([]Decrem
 			&i.ParentsRemaining,
 			&i.Queue,
 			&i.Priority,
+			&i.RunID,
+			&i.Step,
+			&i.Conditional,
 		); err != nil {
 			return nil, err
 		}
@@ -249,22 +308,57 @@ func (q *Queries) ExpiredLeases(ctx context.Context, batch int32) ([]ExpiredLeas
 	return items, nil
 }
 
+const failConditions = `-- name: FailConditions :many
+UPDATE tasks SET status = 'dead_lettered', finished_at = now(), last_error = u.error
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS error) AS u
+WHERE tasks.id = u.id AND tasks.status = 'waiting'
+RETURNING tasks.id
+`
+
+type FailConditionsParams struct {
+	Ids    []uuid.UUID
+	Errors []string
+}
+
+// FailConditions dead-letters waiting tasks whose condition could not be
+// evaluated, each with its error.
+func (q *Queries) FailConditions(ctx context.Context, arg FailConditionsParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, failConditions, arg.Ids, arg.Errors)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const finishRunIfDone = `-- name: FinishRunIfDone :one
 WITH r AS (
 UPDATE runs
 SET status = CASE
-        WHEN c.total = c.succeeded THEN 'succeeded'
+        WHEN c.total = c.succeeded + c.skipped THEN 'succeeded'
         WHEN c.dead > 0 THEN 'dead_lettered'
         WHEN c.cancelled > 0 THEN 'cancelled'
         ELSE 'failed' END,
     reason = CASE
-        WHEN c.total = c.succeeded OR (c.dead = 0 AND c.cancelled > 0) THEN ''
+        WHEN c.total = c.succeeded + c.skipped OR (c.dead = 0 AND c.cancelled > 0) THEN ''
         WHEN c.dead > 0 THEN c.dead::text || ' task(s) dead-lettered'
         ELSE c.upstream::text || ' task(s) failed upstream' END,
     finished_at = now(), started_at = COALESCE(runs.started_at, c.started)
 FROM (
     SELECT count(*) AS total,
            count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE status = 'skipped') AS skipped,
            count(*) FILTER (WHERE status = 'dead_lettered') AS dead,
            count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
            count(*) FILTER (WHERE status = 'upstream_failed') AS upstream,
@@ -288,7 +382,7 @@ type FinishRunIfDoneRow struct {
 }
 
 // FinishRunIfDone derives a run's status from its tasks once none is left
-// to run (succeeded when all succeeded, else dead_lettered, cancelled or
+// to run (succeeded when all succeeded or were skipped, else dead_lettered, cancelled or
 // failed) and returns the run's job; no row while tasks remain.
 func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (FinishRunIfDoneRow, error) {
 	row := q.db.QueryRow(ctx, finishRunIfDone, id)
@@ -473,15 +567,18 @@ func (q *Queries) ReleaseTasks(ctx context.Context, arg ReleaseTasksParams) erro
 }
 
 const rootTasks = `-- name: RootTasks :many
-SELECT id, tenant_id, queue, priority FROM tasks
+SELECT id, tenant_id, queue, priority, run_id, step, conditional FROM tasks
 WHERE run_id = $1 AND status = 'waiting' AND parents_remaining = 0
 `
 
 type RootTasksRow struct {
-	ID       uuid.UUID
-	TenantID uuid.UUID
-	Queue    string
-	Priority int32
+	ID          uuid.UUID
+	TenantID    uuid.UUID
+	Queue       string
+	Priority    int32
+	RunID       uuid.UUID
+	Step        string
+	Conditional bool
 }
 
 func (q *Queries) RootTasks(ctx context.Context, runID uuid.UUID) ([]RootTasksRow, error) {
@@ -498,6 +595,9 @@ func (q *Queries) RootTasks(ctx context.Context, runID uuid.UUID) ([]RootTasksRo
 			&i.TenantID,
 			&i.Queue,
 			&i.Priority,
+			&i.RunID,
+			&i.Step,
+			&i.Conditional,
 		); err != nil {
 			return nil, err
 		}
@@ -537,6 +637,41 @@ func (q *Queries) RunningOn(ctx context.Context, workerID *uuid.UUID) ([]Running
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const skipTasks = `-- name: SkipTasks :many
+UPDATE tasks SET status = 'skipped', finished_at = now(), last_error = u.reason
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS reason) AS u
+WHERE tasks.id = u.id AND tasks.status IN ('waiting', 'upstream_failed')
+RETURNING tasks.id
+`
+
+type SkipTasksParams struct {
+	Ids     []uuid.UUID
+	Reasons []string
+}
+
+// SkipTasks skips tasks, each with its reason: waiting ones (a condition
+// was false, a parent was skipped) and, in a replay, upstream_failed ones
+// whose failed parent may now run but another was skipped.
+func (q *Queries) SkipTasks(ctx context.Context, arg SkipTasksParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, skipTasks, arg.Ids, arg.Reasons)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -78,16 +78,16 @@ SELECT id FROM w;
 
 -- name: InsertTasks :exec
 INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,
-                   admitted_at)
+                   admitted_at, conditional)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
        CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END,
-       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END
+       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@run_ids::uuid[]) AS run_id,
            unnest(@steps::text[]) AS step, unnest(@statuses::text[]) AS status,
            unnest(@parents_remaining::int[]) AS parents_remaining, unnest(@queues::text[]) AS queue,
            unnest(@priorities::int[]) AS priority, unnest(@trigger_rules::text[]) AS trigger_rule,
-           unnest(@admitted::bool[]) AS admitted
+           unnest(@admitted::bool[]) AS admitted, unnest(@conditionals::bool[]) AS conditional
 ) AS u;
 
 -- name: InsertEdges :exec
@@ -219,16 +219,20 @@ SELECT id, status FROM runs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
 -- RunGraphs reads the tasks of runs with their parents.
 -- name: RunGraphs :many
 SELECT t.id, t.run_id, t.tenant_id, t.status, t.trigger_rule, t.parents_remaining, t.queue, t.priority, t.attempt,
+       t.step, t.conditional,
        COALESCE((SELECT array_agg(e.parent_id ORDER BY e.parent_id) FROM task_edges AS e WHERE e.child_id = t.id), '{}')::uuid[] AS parents
 FROM tasks AS t
 WHERE t.run_id = ANY(@run_ids::uuid[])
 ORDER BY t.run_id, t.created_at, t.id;
 
--- ReplayTasks puts dead-lettered tasks back in line for one more attempt.
+-- ReplayTasks puts dead letters back in line: queued, or waiting (with
+-- nothing to wait for) when their step has a condition, which the caller
+-- then decides again as for any release.
 -- name: ReplayTasks :many
-UPDATE tasks SET status = 'queued', finished_at = NULL, last_error = '', ready_at = now(), admitted_at = NULL
+UPDATE tasks SET status = CASE WHEN conditional THEN 'waiting' ELSE 'queued' END, finished_at = NULL, last_error = '',
+    ready_at = now(), admitted_at = NULL
 WHERE tenant_id = @tenant_id AND status = 'dead_lettered' AND id = ANY(@ids::uuid[])
-RETURNING id, tenant_id, run_id, attempt, queue, priority;
+RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional;
 
 -- WaitAgain makes tasks below a replayed one wait for their parents again,
 -- with the count lifecycle.Replay derived.

@@ -87,7 +87,7 @@ WHERE task_id = @task_id AND fencing_token = @fencing_token;
 -- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = @parent_id) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority;
+RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional;
 
 -- name: ReleaseTasks :exec
 UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now(),
@@ -95,24 +95,25 @@ UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), 
 WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
 
 -- FinishRunIfDone derives a run's status from its tasks once none is left
--- to run (succeeded when all succeeded, else dead_lettered, cancelled or
+-- to run (succeeded when all succeeded or were skipped, else dead_lettered, cancelled or
 -- failed) and returns the run's job; no row while tasks remain.
 -- name: FinishRunIfDone :one
 WITH r AS (
 UPDATE runs
 SET status = CASE
-        WHEN c.total = c.succeeded THEN 'succeeded'
+        WHEN c.total = c.succeeded + c.skipped THEN 'succeeded'
         WHEN c.dead > 0 THEN 'dead_lettered'
         WHEN c.cancelled > 0 THEN 'cancelled'
         ELSE 'failed' END,
     reason = CASE
-        WHEN c.total = c.succeeded OR (c.dead = 0 AND c.cancelled > 0) THEN ''
+        WHEN c.total = c.succeeded + c.skipped OR (c.dead = 0 AND c.cancelled > 0) THEN ''
         WHEN c.dead > 0 THEN c.dead::text || ' task(s) dead-lettered'
         ELSE c.upstream::text || ' task(s) failed upstream' END,
     finished_at = now(), started_at = COALESCE(runs.started_at, c.started)
 FROM (
     SELECT count(*) AS total,
            count(*) FILTER (WHERE status = 'succeeded') AS succeeded,
+           count(*) FILTER (WHERE status = 'skipped') AS skipped,
            count(*) FILTER (WHERE status = 'dead_lettered') AS dead,
            count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
            count(*) FILTER (WHERE status = 'upstream_failed') AS upstream,
@@ -138,7 +139,7 @@ WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = @job_id AND r.held AND r
 RETURNING id;
 
 -- name: RootTasks :many
-SELECT id, tenant_id, queue, priority FROM tasks
+SELECT id, tenant_id, queue, priority, run_id, step, conditional FROM tasks
 WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0;
 
 -- ExpiredLeases lists running tasks whose lease lapsed: their worker's
@@ -184,7 +185,30 @@ WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
 UPDATE tasks SET parents_remaining = parents_remaining - d.n
 FROM (SELECT u.id, count(*)::int AS n FROM unnest(@ids::uuid[]) AS u (id) GROUP BY u.id) AS d
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
-RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority;
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional;
+
+-- SkipTasks skips tasks, each with its reason: waiting ones (a condition
+-- was false, a parent was skipped) and, in a replay, upstream_failed ones
+-- whose failed parent may now run but another was skipped.
+-- name: SkipTasks :many
+UPDATE tasks SET status = 'skipped', finished_at = now(), last_error = u.reason
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@reasons::text[]) AS reason) AS u
+WHERE tasks.id = u.id AND tasks.status IN ('waiting', 'upstream_failed')
+RETURNING tasks.id;
+
+-- FailConditions dead-letters waiting tasks whose condition could not be
+-- evaluated, each with its error.
+-- name: FailConditions :many
+UPDATE tasks SET status = 'dead_lettered', finished_at = now(), last_error = u.error
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@errors::text[]) AS error) AS u
+WHERE tasks.id = u.id AND tasks.status = 'waiting'
+RETURNING tasks.id;
+
+-- ConditionRuns reads what conditions of tasks of runs read of the run.
+-- name: ConditionRuns :many
+SELECT r.id, r.job_id, r.job_version, r.params, r.scheduled_for, r.trigger, j.namespace, j.name
+FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+WHERE r.id = ANY(@ids::uuid[]);
 
 -- CompleteAttempts ends a batch of running attempts, each holding its
 -- @fencing_tokens entry, in one statement: each task's new status, its

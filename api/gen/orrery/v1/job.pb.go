@@ -555,14 +555,16 @@ type Step struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Needs []string               `protobuf:"bytes,2,rep,name=needs,proto3" json:"needs,omitempty"`
-	// all_success (default) or all_done.
-	TriggerRule   string               `protobuf:"bytes,3,opt,name=trigger_rule,json=triggerRule,proto3" json:"trigger_rule,omitempty"`
-	Run           *Executor            `protobuf:"bytes,4,opt,name=run,proto3" json:"run,omitempty"`
-	Payload       *structpb.Value      `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
-	Queue         string               `protobuf:"bytes,6,opt,name=queue,proto3" json:"queue,omitempty"`
-	Priority      string               `protobuf:"bytes,7,opt,name=priority,proto3" json:"priority,omitempty"`
-	Timeout       *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	Retry         *RetryPolicy         `protobuf:"bytes,9,opt,name=retry,proto3" json:"retry,omitempty"`
+	// all_success (default), none_failed or all_done.
+	TriggerRule string               `protobuf:"bytes,3,opt,name=trigger_rule,json=triggerRule,proto3" json:"trigger_rule,omitempty"`
+	Run         *Executor            `protobuf:"bytes,4,opt,name=run,proto3" json:"run,omitempty"`
+	Payload     *structpb.Value      `protobuf:"bytes,5,opt,name=payload,proto3" json:"payload,omitempty"`
+	Queue       string               `protobuf:"bytes,6,opt,name=queue,proto3" json:"queue,omitempty"`
+	Priority    string               `protobuf:"bytes,7,opt,name=priority,proto3" json:"priority,omitempty"`
+	Timeout     *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Retry       *RetryPolicy         `protobuf:"bytes,9,opt,name=retry,proto3" json:"retry,omitempty"`
+	// A condition, ${{ EXPR }} of a boolean: false skips the step.
+	When          string `protobuf:"bytes,10,opt,name=when,proto3" json:"when,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -658,6 +660,13 @@ func (x *Step) GetRetry() *RetryPolicy {
 		return x.Retry
 	}
 	return nil
+}
+
+func (x *Step) GetWhen() string {
+	if x != nil {
+		return x.When
+	}
+	return ""
 }
 
 // JobSpec is what a job does and when.
@@ -2398,7 +2407,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bpriority\x18\x02 \x01(\tR\bpriority\x123\n" +
 	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12,\n" +
-	"\x05retry\x18\x04 \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\"\xc1\x02\n" +
+	"\x05retry\x18\x04 \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\"\xd5\x02\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05needs\x18\x02 \x03(\tR\x05needs\x12!\n" +
@@ -2408,7 +2417,9 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x05queue\x18\x06 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bpriority\x18\a \x01(\tR\bpriority\x123\n" +
 	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12,\n" +
-	"\x05retry\x18\t \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\"\xa9\x04\n" +
+	"\x05retry\x18\t \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\x12\x12\n" +
+	"\x04when\x18\n" +
+	" \x01(\tR\x04when\"\xa9\x04\n" +
 	"\aJobSpec\x12/\n" +
 	"\bschedule\x18\x01 \x01(\v2\x13.orrery.v1.ScheduleR\bschedule\x12\x18\n" +
 	"\amisfire\x18\x02 \x01(\tR\amisfire\x12!\n" +

@@ -1,0 +1,127 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/expr"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// Conditions: a step's `when` is decided when its task would be released,
+// in the transaction that releases it (the parent's report, the run's
+// insert for a root, a replay), so that no crash can leave a task half
+// decided (docs/workflows.md).
+
+// verdicts are conditions decided: the tasks to release, to skip and to
+// fail (with why), and the runs whose job queues overlapping runs (for
+// finishRun).
+type verdicts struct {
+	release      []candidate
+	skip, fail   []verdict
+	queueOverlap map[uuid.UUID]bool
+}
+
+type verdict struct {
+	cand candidate
+	why  string
+}
+
+// decideConditions evaluates the conditions of candidates (all
+// conditional), reading their runs and the outputs the conditions read:
+// two queries for the batch.
+func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []candidate) (verdicts, error) {
+	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
+	runIDs := make([]uuid.UUID, 0, len(cands))
+	for _, c := range cands {
+		if !slices.Contains(runIDs, c.run) {
+			runIDs = append(runIDs, c.run)
+		}
+	}
+	runs, err := q.ConditionRuns(ctx, runIDs)
+	if err != nil {
+		return v, err
+	}
+	byRun := make(map[uuid.UUID]store.ConditionRunsRow, len(runs))
+	keys := make([]specKey, len(runs))
+	for i, r := range runs {
+		byRun[r.ID] = r
+		keys[i] = specKey{r.JobID, r.JobVersion}
+	}
+	got, err := specs.getMany(ctx, tx, keys)
+	if err != nil {
+		return v, err
+	}
+	type pending struct {
+		cand  candidate
+		run   store.ConditionRunsRow
+		exprs *dag.StepExprs
+	}
+	var todo []pending
+	var outputs store.StepOutputsParams
+	for _, c := range cands {
+		r, ok := byRun[c.run]
+		if !ok {
+			return v, fmt.Errorf("task %s: run %s not found", c.ready.TaskID, c.run)
+		}
+		spec := got[specKey{r.JobID, r.JobVersion}]
+		v.queueOverlap[c.run] = spec.Overlap == dag.OverlapQueue
+		if spec.exprsErr != nil {
+			v.fail = append(v.fail, verdict{c, "when: the job version's expressions do not compile: " + spec.exprsErr.Error()})
+			continue
+		}
+		x := spec.exprs.Step(c.step)
+		if !x.HasCondition() { // a task written conditional by a newer version of this code
+			v.release = append(v.release, c)
+			continue
+		}
+		todo = append(todo, pending{c, r, x})
+		for _, step := range x.WhenReads.Steps {
+			outputs.RunIds = append(outputs.RunIds, c.run)
+			outputs.Steps = append(outputs.Steps, step)
+		}
+	}
+	type stepKey struct {
+		run  uuid.UUID
+		step string
+	}
+	read := map[stepKey]expr.StepVars{}
+	if len(outputs.RunIds) > 0 {
+		rows, err := q.StepOutputs(ctx, outputs)
+		if err != nil {
+			return v, err
+		}
+		for _, o := range rows {
+			read[stepKey{o.RunID, o.Step}] = expr.StepVars{Output: expr.Output(o.Output), Status: string(o.Status)}
+		}
+	}
+	for _, p := range todo {
+		vars := expr.Vars{RunID: p.run.ID.String(), ScheduledFor: p.run.ScheduledFor, Trigger: string(p.run.Trigger),
+			Job: p.run.Name, Namespace: p.run.Namespace, Attempt: p.cand.ready.Attempt, Steps: map[string]expr.StepVars{}}
+		if len(p.run.Params) > 0 {
+			if m, err := expr.FromJSON(p.run.Params); err == nil {
+				vars.Params, _ = m.(map[string]any)
+			}
+		}
+		for _, step := range p.exprs.WhenReads.Steps {
+			if sv, ok := read[stepKey{p.cand.run, step}]; ok {
+				vars.Steps[step] = sv
+			}
+		}
+		ok, err := p.exprs.Condition(vars)
+		switch {
+		case err != nil:
+			v.fail = append(v.fail, verdict{p.cand, err.Error()})
+		case ok:
+			v.release = append(v.release, p.cand)
+		default:
+			v.skip = append(v.skip, verdict{p.cand, "skipped: its condition (when) is false"})
+		}
+	}
+	return v, nil
+}
