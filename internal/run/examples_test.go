@@ -2,6 +2,7 @@ package run_test
 
 import (
 	"context"
+	"io"
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
@@ -31,8 +32,9 @@ func TestExamplesRun(t *testing.T) {
 	var mu sync.Mutex
 	var hooks []string
 	hookSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
-		hooks = append(hooks, r.URL.Path+" "+r.Header.Get("Authorization"))
+		hooks = append(hooks, r.URL.Path+" "+r.Header.Get("Authorization")+" "+string(body))
 		mu.Unlock()
 	}))
 	defer hookSrv.Close()
@@ -83,8 +85,32 @@ func TestExamplesRun(t *testing.T) {
 		}
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if !strings.Contains(strings.Join(hooks, "\n"), "/etl-done Bearer test-token") {
 		t.Fatalf("the report webhook did not get its resolved secret header: %v", hooks)
+	}
+	if !strings.Contains(strings.Join(hooks, "\n"), `"job":"daily-extract"`) ||
+		!strings.Contains(strings.Join(hooks, "\n"), `"files":["eu-orders.csv","eu-refunds.csv"],"region":"eu"}`) {
+		t.Fatalf("daily-extract's publish did not get its evaluated payload: %v", hooks)
+	}
+	published := len(hooks)
+	mu.Unlock()
+
+	// The pipeline with --param dry_run=true: its last step is skipped.
+	dry, err := runs.TriggerWith(ctx, job.Anonymous, job.Ref{Namespace: "analytics", Name: "daily-extract"},
+		run.TriggerOptions{IgnoreOverlap: true, ParamTexts: map[string]string{"dry_run": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status string
+	enginetest.WaitFor(t, 60*time.Second, "the dry run finishes", func() bool {
+		_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", dry.ID).Scan(&status)
+		return status != "pending" && status != "running"
+	})
+	var publish string
+	_ = pool.QueryRow(ctx, "SELECT status FROM tasks WHERE run_id = $1 AND step = 'publish'", dry.ID).Scan(&publish)
+	mu.Lock()
+	defer mu.Unlock()
+	if status != "succeeded" || publish != "skipped" || len(hooks) != published {
+		t.Fatalf("dry run: run %s, publish %s, %d webhook calls (before it %d)", status, publish, len(hooks), published)
 	}
 }
