@@ -3,6 +3,7 @@ package dag
 import (
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 )
 
@@ -54,4 +55,46 @@ func argFieldList() string {
 		refs[i] = "{{ ." + f + " }}"
 	}
 	return strings.Join(refs, ", ")
+}
+
+// newerForms are the expressions that say what the older {{ .Field }}
+// references say ({{ .Step }} has none: a step knows its own name).
+var newerForms = map[string]string{
+	"ScheduledFor": "${{ run.scheduled_for }}", "RunID": "${{ run.id }}", "Attempt": "${{ attempt }}",
+	"Job": "${{ job.name }}", "Namespace": "${{ job.namespace }}",
+}
+
+// Hints lists what in a document still works but has a newer form: the
+// {{ .Field }} references of command arguments, which ${{ }} expressions
+// replace (docs/workflows.md). Positions as Decode's.
+func (d *Document) Hints() Errors {
+	var hs Errors
+	for i, st := range d.Resource.Spec.Steps {
+		c := st.Run.Command
+		if c == nil {
+			continue
+		}
+		for k, arg := range c.Argv {
+			if k == 0 || !strings.Contains(arg, "{{") {
+				continue
+			}
+			for name, newer := range newerForms {
+				for _, ref := range []string{"{{ ." + name + " }}", "{{." + name + "}}"} {
+					off := strings.Index(arg, ref)
+					if off < 0 || off > 0 && arg[off-1] == '$' {
+						continue
+					}
+					field := fmt.Sprintf("spec.steps[%d].run.command.argv[%d]", i, k)
+					h := &FieldError{File: d.File, Field: field, Offset: off, Message: fmt.Sprintf("hint: %s is the older form of %s", ref, newer)}
+					h.Line, h.Col = d.Position(field)
+					if line, col, ok := d.valuePosition(field, off); ok && off > 0 {
+						h.Line, h.Col = line, col
+					}
+					hs = append(hs, h)
+				}
+			}
+		}
+	}
+	sort.SliceStable(hs, func(a, b int) bool { return hs[a].Line < hs[b].Line || hs[a].Line == hs[b].Line && hs[a].Col < hs[b].Col })
+	return hs
 }

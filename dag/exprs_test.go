@@ -201,3 +201,15 @@ func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+func TestHintsNameTheNewerForm(t *testing.T) {
+	docs, es := Decode("old.yaml", []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: old}\nspec:\n  schedule: {cron: \"@daily\"}\n"+
+		"  run: {command: {argv: [/bin/echo, \"--date={{ .ScheduledFor }}\", \"${{ attempt }}\", \"{{ .Step }}\"]}}\n"))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	hs := docs[0].Hints()
+	if len(hs) != 1 || hs[0].Error() != "old.yaml:6:37: spec.steps[0].run.command.argv[1]: hint: {{ .ScheduledFor }} is the older form of ${{ run.scheduled_for }}" {
+		t.Fatalf("hints: %v", hs)
+	}
+}

@@ -97,6 +97,9 @@ func newRunsCmd(g *globals) *cobra.Command {
 				if t.GetWaitReason() != "" {
 					fmt.Fprintf(w, "  waiting for admission since %s: %s", ts(t.GetReadyTime()), t.GetWaitReason())
 				}
+				if len(t.GetAttempts()) == 0 && t.GetLastError() != "" { // skipped, or its condition failed
+					fmt.Fprintf(w, "  (%s)", t.GetLastError())
+				}
 				fmt.Fprintln(w)
 				for _, a := range t.GetAttempts() {
 					fmt.Fprintf(w, "  attempt %d on %s  %s → %s  %s", a.GetNumber(), a.GetWorker(), ts(a.GetStartTime()), ts(a.GetFinishTime()), a.GetOutcome())

@@ -35,6 +35,11 @@ func newValidateCmd() *cobra.Command {
 				docs, es := dag.Decode(f, data)
 				jobs += len(docs)
 				all = append(all, es...)
+				for _, d := range docs {
+					for _, h := range d.Hints() {
+						fmt.Fprintln(cmd.ErrOrStderr(), h.Error())
+					}
+				}
 			}
 			if len(all) > 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), all.Error())
