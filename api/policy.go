@@ -173,6 +173,9 @@ var policies = map[string]policy{
 	orreryv1connect.RunServiceCancelRunProcedure: {role: access.Editor, targets: func(m any) []target {
 		return onRun(m.(*orreryv1.CancelRunRequest).GetId())
 	}},
+	orreryv1connect.RunServiceRetryRunProcedure: {role: access.Editor, targets: func(m any) []target {
+		return onRun(m.(*orreryv1.RetryRunRequest).GetId())
+	}},
 	// Replay by task ids needs admin on each task's job; by job, on the
 	// job; with neither, it replays the whole tenant's dead letters.
 	orreryv1connect.RunServiceReplayDeadLettersProcedure: {role: access.Admin, targets: func(m any) []target {

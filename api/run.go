@@ -128,6 +128,18 @@ func (s *runServer) TriggerJob(ctx context.Context, req *connect.Request[orreryv
 	return connect.NewResponse(&orreryv1.TriggerJobResponse{Run: runToProto(*r)}), nil
 }
 
+func (s *runServer) RetryRun(ctx context.Context, req *connect.Request[orreryv1.RetryRunRequest]) (*connect.Response[orreryv1.RetryRunResponse], error) {
+	id, err := parseID("id", req.Msg.GetId())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	r, err := s.runs.RetryRun(ctx, actor(ctx), id, req.Msg.GetIgnoreOverlap())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.RetryRunResponse{Run: runToProto(*r)}), nil
+}
+
 func (s *runServer) CancelRun(ctx context.Context, req *connect.Request[orreryv1.CancelRunRequest]) (*connect.Response[orreryv1.CancelRunResponse], error) {
 	id, err := parseID("id", req.Msg.GetId())
 	if err != nil {

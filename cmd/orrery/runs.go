@@ -136,7 +136,22 @@ func newRunsCmd(g *globals) *cobra.Command {
 		},
 	}
 	cancel.Flags().StringVar(&reason, "reason", "", "why (kept on the run and in the audit trail)")
-	cmd.AddCommand(list, get, cancel)
+	var ignoreOverlap bool
+	retry := &cobra.Command{
+		Use:   "retry RUN_ID",
+		Short: "Run a failed or cancelled run again from where it failed (succeeded steps keep their outputs)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.runClient().RetryRun(cmd.Context(), connect.NewRequest(&orreryv1.RetryRunRequest{Id: args[0], IgnoreOverlap: ignoreOverlap}))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "run %s %s\n", res.Msg.GetRun().GetId(), res.Msg.GetRun().GetStatus())
+			return nil
+		},
+	}
+	retry.Flags().BoolVar(&ignoreOverlap, "ignore-overlap", false, "retry even if the job's overlap policy would hold it back")
+	cmd.AddCommand(list, get, cancel, retry)
 	return cmd
 }
 

@@ -154,3 +154,67 @@ func Replay(run RunStatus, tasks []GraphTask, replay []uuid.UUID) ReplayPlan {
 	}
 	return p
 }
+
+// AcceptsRetry is whether a run in s may be retried from where it failed:
+// it ended, and not as it should (failed, dead-lettered or cancelled).
+func (s RunStatus) AcceptsRetry() bool {
+	return s == RunFailed || s == RunDeadLettered || s == RunCancelled
+}
+
+// RetryPlan is what retrying a finished run from where it failed does to
+// its tasks.
+type RetryPlan struct {
+	// Wait are the tasks that run again once their parents end, with the
+	// number of parents they wait for.
+	Wait map[uuid.UUID]int
+	// Release are the tasks that run again at once (their conditions, if
+	// any, decided again).
+	Release []uuid.UUID
+	// Skip are the tasks to run again that a kept skipped parent skips.
+	Skip []uuid.UUID
+}
+
+// Retry decides what retrying a run in status run (AcceptsRetry) does:
+// every task that succeeded or was skipped keeps its end (and its output);
+// every other one (failed for good, failed upstream, cancelled, never
+// started) runs again, after the ones of its parents that run again,
+// deriving its count afresh in the order of the graph. Tasks must be in
+// an order where parents come first (the run's creation order is).
+func Retry(run RunStatus, tasks []GraphTask) RetryPlan {
+	p := RetryPlan{Wait: map[uuid.UUID]int{}}
+	if !run.AcceptsRetry() {
+		return p
+	}
+	status := make(map[uuid.UUID]TaskStatus, len(tasks))
+	for _, t := range tasks {
+		status[t.ID] = t.Status
+	}
+	for _, t := range tasks {
+		if st := status[t.ID]; st == TaskSucceeded || st == TaskSkipped {
+			continue
+		}
+		skipped, remaining := false, 0
+		for _, parent := range t.Parents {
+			st := status[parent]
+			if st.Open() {
+				remaining++ // runs again
+				continue
+			}
+			if ParentEnded(st, t.Rule) == SkipChild {
+				skipped = true
+			}
+		}
+		switch {
+		case skipped:
+			status[t.ID] = TaskSkipped
+			p.Skip = append(p.Skip, t.ID)
+		case remaining == 0:
+			status[t.ID] = TaskQueued
+			p.Release = append(p.Release, t.ID)
+		default:
+			status[t.ID] = TaskWaiting
+			p.Wait[t.ID] = remaining
+		}
+	}
+	return p
+}

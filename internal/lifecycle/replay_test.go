@@ -140,3 +140,55 @@ func TestParentEnded(t *testing.T) {
 		}
 	}
 }
+
+func TestRetry(t *testing.T) {
+	tests := []struct {
+		name  string
+		run   RunStatus
+		tasks []string
+		want  string // wait (name=remaining), release, skip
+	}{
+		{"from the dead letter, below it waiting", RunDeadLettered,
+			[]string{"a succeeded", "b dead_lettered <- a", "c upstream_failed 1 <- b", "d succeeded all_done <- b"},
+			"wait c=1; release b; skip -"},
+		{"a cancelled run: what never started runs, what succeeded stays", RunCancelled,
+			[]string{"a succeeded", "b cancelled <- a", "c cancelled 1 <- b", "e cancelled"},
+			"wait c=1; release b e; skip -"},
+		{"a kept skipped parent skips an all_success task, not a none_failed one", RunCancelled,
+			[]string{"a skipped", "b cancelled 1 <- a", "c cancelled none_failed 1 <- a"},
+			"wait -; release c; skip b"},
+		{"a run that succeeded is not retried", RunSucceeded,
+			[]string{"a succeeded"}, "wait -; release -; skip -"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tasks, ids := graph(tt.tasks...)
+			names := map[uuid.UUID]string{}
+			for n, id := range ids {
+				names[id] = n
+			}
+			p := Retry(tt.run, tasks)
+			list := func(xs []uuid.UUID) string {
+				var out []string
+				for _, x := range xs {
+					out = append(out, names[x])
+				}
+				if len(out) == 0 {
+					return "-"
+				}
+				return strings.Join(out, " ")
+			}
+			var wait []string
+			for id, n := range p.Wait {
+				wait = append(wait, fmt.Sprintf("%s=%d", names[id], n))
+			}
+			slices.Sort(wait)
+			if len(wait) == 0 {
+				wait = []string{"-"}
+			}
+			if got := fmt.Sprintf("wait %s; release %s; skip %s", strings.Join(wait, " "), list(p.Release), list(p.Skip)); got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}

@@ -305,6 +305,16 @@ func TestDiagram(t *testing.T) {
 	}
 	runIs(lateSkip.ID, "succeeded")
 	taskIs(lateSkip.ID, "c", "skipped")
+
+	// Retried from where it failed: the run cancelled while a step ran,
+	// and the one whose step failed for good.
+	close(gate("blocked"))
+	for _, r := range []*run.Run{blocked, again} {
+		if _, err := runs.RetryRun(ctx, job.Anonymous, r.ID, false); err != nil {
+			t.Fatal(err)
+		}
+		runIs(r.ID, "succeeded")
+	}
 	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "reopened"}, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -329,3 +329,167 @@ func TestConditionsSkipByTriggerRule(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryFromTheFailedStep: a dead-lettered run retried runs its failed
+// step and the steps below it again, keeps the succeeded ones (not run
+// again) and their outputs, numbers attempts on; a cancelled run retried
+// runs what never started; a succeeded run is not retried; the job's
+// overlap policy refuses a retry beside an active run; each retry is
+// audited.
+func TestRetryFromTheFailedStep(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, _ := job.New(ctx, pool, nil)
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	var healed bool
+	block := make(chan struct{})
+	enginetest.StartWorker(t, pool, 4, map[string]executor.HandlerFunc{
+		"step": func(ctx context.Context, c executor.Call) error {
+			mu.Lock()
+			calls[c.Step]++
+			ok := healed
+			mu.Unlock()
+			switch c.Step {
+			case "extract":
+				return executor.SetOutput(ctx, map[string]any{"rows": 42})
+			case "load":
+				if !ok {
+					return executor.Permanent(errors.New("the warehouse is down"))
+				}
+				var p struct{ Rows int }
+				if err := json.Unmarshal(c.Payload, &p); err != nil || p.Rows != 42 {
+					return executor.Permanent(errors.New("load did not get extract's output: " + string(c.Payload)))
+				}
+			case "wait":
+				select {
+				case <-block:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		},
+	})
+	docs, es := dag.Decode("etl.yaml", []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: etl}
+spec:
+  schedule: {cron: "@yearly"}
+  overlap: skip
+  defaults: {retry: {max_attempts: 1}}
+  steps:
+    - {name: extract, run: {handler: step}}
+    - {name: load, needs: [extract], run: {handler: step}, payload: {rows: "${{ steps.extract.output.rows }}"}}
+    - {name: report, needs: [load], run: {handler: step}}
+---
+apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: slow}
+spec:
+  schedule: {cron: "@yearly"}
+  steps:
+    - {name: wait, run: {handler: step}}
+    - {name: after, needs: [wait], run: {handler: step}}
+`))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	for _, doc := range docs {
+		if _, err := jobs.Create(ctx, job.Anonymous, doc.Resource, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finished := func(id uuid.UUID) string {
+		t.Helper()
+		var status string
+		enginetest.WaitFor(t, 60*time.Second, "run finishes", func() bool {
+			_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", id).Scan(&status)
+			return status != "pending" && status != "running"
+		})
+		return status
+	}
+	r, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "etl"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := finished(r.ID); s != "dead_lettered" {
+		t.Fatalf("first pass: %s", s)
+	}
+	var cannot error
+	if _, cannot = runs.RetryRun(ctx, job.Anonymous, uuid.Must(uuid.NewV7()), false); !errors.Is(cannot, run.ErrNotFound) {
+		t.Errorf("retry of no run: %v", cannot)
+	}
+
+	mu.Lock()
+	healed = true
+	before := calls["extract"]
+	mu.Unlock()
+	retried, err := runs.RetryRun(ctx, job.Anonymous, r.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if retried.Status != "running" {
+		t.Errorf("the retried run is %s, want running", retried.Status)
+	}
+	if s := finished(r.ID); s != "succeeded" {
+		t.Fatalf("retried: %s", s)
+	}
+	mu.Lock()
+	if calls["extract"] != before {
+		t.Errorf("extract ran again on the retry (%d calls, %d before)", calls["extract"], before)
+	}
+	mu.Unlock()
+	var attempts []string
+	rows, _ := pool.Query(ctx, `SELECT t.step || ':' || a.number || ':' || a.outcome FROM attempts a JOIN tasks t ON t.id = a.task_id
+		WHERE t.run_id = $1 ORDER BY t.step, a.number`, r.ID)
+	for rows.Next() {
+		var s string
+		_ = rows.Scan(&s)
+		attempts = append(attempts, s)
+	}
+	if got := strings.Join(attempts, " "); got != "extract:1:succeeded load:1:failed load:2:succeeded report:1:succeeded" {
+		t.Errorf("attempts %s", got)
+	}
+	if _, err := runs.RetryRun(ctx, job.Anonymous, r.ID, false); !errors.Is(err, run.ErrCannotRetry) {
+		t.Errorf("retry of a succeeded run: %v", err)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM audit_log WHERE action = 'retry' AND target_id = $1", r.ID); n != 1 {
+		t.Errorf("%d retry audit entries", n)
+	}
+
+	// A cancelled run: the step that ran when it was cancelled runs again,
+	// and the one that never started runs.
+	slow, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "slow"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "wait runs", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM tasks WHERE run_id = $1 AND status = 'running'", slow.ID) == 1
+	})
+	if _, err := runs.CancelRun(ctx, job.Anonymous, slow.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	// The job's overlap policy (skip) refuses the retry beside an active run.
+	active, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "slow"}, "", false)
+	if err != nil || active.Status != "pending" {
+		t.Fatalf("second run of slow: %v, %v", active, err)
+	}
+	if _, err := runs.RetryRun(ctx, job.Anonymous, slow.ID, false); !errors.Is(err, run.ErrCannotRetry) || !strings.Contains(err.Error(), "overlap policy skip") {
+		t.Errorf("retry beside an active run: %v", err)
+	}
+	close(block)
+	finished(active.ID)
+	if _, err := runs.RetryRun(ctx, job.Anonymous, slow.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if s := finished(slow.ID); s != "succeeded" {
+		t.Fatalf("retried cancelled run: %s", s)
+	}
+	if n := enginetest.Int(t, pool, "SELECT max(attempt) FROM tasks WHERE run_id = $1 AND step = 'wait'", slow.ID); n != 2 {
+		t.Errorf("wait's attempt %d, want 2", n)
+	}
+}

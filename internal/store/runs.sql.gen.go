@@ -930,6 +930,41 @@ func (q *Queries) ReplayTasks(ctx context.Context, arg ReplayTasksParams) ([]Rep
 	return items, nil
 }
 
+const retryRun = `-- name: RetryRun :one
+UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
+WHERE id = $1 AND status IN ('failed', 'dead_lettered', 'cancelled')
+RETURNING id
+`
+
+// RetryRun reopens a finished run that failed or was cancelled, for a
+// retry from where it failed; no row when it is not one.
+func (q *Queries) RetryRun(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, retryRun, id)
+	var id_2 uuid.UUID
+	err := row.Scan(&id_2)
+	return id_2, err
+}
+
+const retryTasks = `-- name: RetryTasks :exec
+UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', parents_remaining = u.remaining,
+    admitted_at = NULL, ready_at = NULL
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS remaining) AS u
+WHERE tasks.id = u.id AND tasks.status NOT IN ('succeeded', 'skipped')
+`
+
+type RetryTasksParams struct {
+	Ids       []uuid.UUID
+	Remaining []int32
+}
+
+// RetryTasks makes tasks of a retried run wait again for the parents
+// that run again (lifecycle.Retry), whatever their end: their attempt
+// numbers and fencing tokens go on.
+func (q *Queries) RetryTasks(ctx context.Context, arg RetryTasksParams) error {
+	_, err := q.db.Exec(ctx, retryTasks, arg.Ids, arg.Remaining)
+	return err
+}
+
 const runAttempts = `-- name: RunAttempts :many
 SELECT a.id, a.task_id, a.tenant_id, a.number, a.fencing_token, a.worker, a.started_at, a.finished_at, a.outcome, a.exit_reason, a.failure_class, a.error, a.output, a.late_outcome, a.late_error, a.late_at FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
 WHERE t.run_id = $1 ORDER BY a.task_id, a.number

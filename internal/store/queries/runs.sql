@@ -241,6 +241,22 @@ UPDATE tasks SET status = 'waiting', finished_at = NULL, parents_remaining = u.r
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@remaining::int[]) AS remaining) AS u
 WHERE tasks.id = u.id AND tasks.status IN ('waiting', 'upstream_failed');
 
+-- RetryTasks makes tasks of a retried run wait again for the parents
+-- that run again (lifecycle.Retry), whatever their end: their attempt
+-- numbers and fencing tokens go on.
+-- name: RetryTasks :exec
+UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', parents_remaining = u.remaining,
+    admitted_at = NULL, ready_at = NULL
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@remaining::int[]) AS remaining) AS u
+WHERE tasks.id = u.id AND tasks.status NOT IN ('succeeded', 'skipped');
+
+-- RetryRun reopens a finished run that failed or was cancelled, for a
+-- retry from where it failed; no row when it is not one.
+-- name: RetryRun :one
+UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
+WHERE id = @id AND status IN ('failed', 'dead_lettered', 'cancelled')
+RETURNING id;
+
 -- name: ReopenRuns :exec
 UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
 WHERE id = ANY(@ids::uuid[]) AND status IN ('failed', 'dead_lettered');

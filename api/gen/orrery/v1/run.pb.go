@@ -949,6 +949,103 @@ func (x *CancelRunResponse) GetRun() *Run {
 	return nil
 }
 
+type RetryRunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Retry whatever the job's overlap policy says of the runs active now.
+	IgnoreOverlap bool `protobuf:"varint,2,opt,name=ignore_overlap,json=ignoreOverlap,proto3" json:"ignore_overlap,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryRunRequest) Reset() {
+	*x = RetryRunRequest{}
+	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryRunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryRunRequest) ProtoMessage() {}
+
+func (x *RetryRunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryRunRequest.ProtoReflect.Descriptor instead.
+func (*RetryRunRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RetryRunRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RetryRunRequest) GetIgnoreOverlap() bool {
+	if x != nil {
+		return x.IgnoreOverlap
+	}
+	return false
+}
+
+type RetryRunResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryRunResponse) Reset() {
+	*x = RetryRunResponse{}
+	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryRunResponse) ProtoMessage() {}
+
+func (x *RetryRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryRunResponse.ProtoReflect.Descriptor instead.
+func (*RetryRunResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RetryRunResponse) GetRun() *Run {
+	if x != nil {
+		return x.Run
+	}
+	return nil
+}
+
 // DeadLetter is a task that failed for good.
 type DeadLetter struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -969,7 +1066,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	mi := &file_orrery_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1078,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	mi := &file_orrery_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1091,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeadLetter) GetTaskId() string {
@@ -1085,7 +1182,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	mi := &file_orrery_v1_run_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1194,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	mi := &file_orrery_v1_run_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1207,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListDeadLettersRequest) GetJob() *JobRef {
@@ -1144,7 +1241,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[13]
+	mi := &file_orrery_v1_run_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1253,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[13]
+	mi := &file_orrery_v1_run_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1266,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1198,7 +1295,7 @@ type ReplayDeadLettersRequest struct {
 
 func (x *ReplayDeadLettersRequest) Reset() {
 	*x = ReplayDeadLettersRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[14]
+	mi := &file_orrery_v1_run_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1307,7 @@ func (x *ReplayDeadLettersRequest) String() string {
 func (*ReplayDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[14]
+	mi := &file_orrery_v1_run_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1320,7 @@ func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReplayDeadLettersRequest) GetTaskIds() []string {
@@ -1256,7 +1353,7 @@ type ReplayDeadLettersResponse struct {
 
 func (x *ReplayDeadLettersResponse) Reset() {
 	*x = ReplayDeadLettersResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[15]
+	mi := &file_orrery_v1_run_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1365,7 @@ func (x *ReplayDeadLettersResponse) String() string {
 func (*ReplayDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[15]
+	mi := &file_orrery_v1_run_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1378,7 @@ func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReplayDeadLettersResponse) GetTaskIds() []string {
@@ -1299,7 +1396,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[16]
+	mi := &file_orrery_v1_run_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1408,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[16]
+	mi := &file_orrery_v1_run_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1421,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{18}
 }
 
 // Node is a scheduler node.
@@ -1342,7 +1439,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_orrery_v1_run_proto_msgTypes[17]
+	mi := &file_orrery_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1451,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[17]
+	mi := &file_orrery_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1464,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Node) GetId() string {
@@ -1428,7 +1525,7 @@ type Shard struct {
 
 func (x *Shard) Reset() {
 	*x = Shard{}
-	mi := &file_orrery_v1_run_proto_msgTypes[18]
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1537,7 @@ func (x *Shard) String() string {
 func (*Shard) ProtoMessage() {}
 
 func (x *Shard) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[18]
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1550,7 @@ func (x *Shard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shard.ProtoReflect.Descriptor instead.
 func (*Shard) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Shard) GetId() int32 {
@@ -1512,7 +1609,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[19]
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1621,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[19]
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1634,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetClusterResponse) GetNodes() []*Node {
@@ -1582,7 +1679,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1691,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1704,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueueDepth) GetQueue() string {
@@ -1652,7 +1749,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	mi := &file_orrery_v1_run_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1761,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	mi := &file_orrery_v1_run_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1774,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Worker) GetId() string {
@@ -1839,6 +1936,11 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"5\n" +
 	"\x11CancelRunResponse\x12 \n" +
+	"\x03run\x18\x01 \x01(\v2\x0e.orrery.v1.RunR\x03run\"H\n" +
+	"\x0fRetryRunRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
+	"\x0eignore_overlap\x18\x02 \x01(\bR\rignoreOverlap\"4\n" +
+	"\x10RetryRunResponse\x12 \n" +
 	"\x03run\x18\x01 \x01(\v2\x0e.orrery.v1.RunR\x03run\"\xf1\x02\n" +
 	"\n" +
 	"DeadLetter\x12\x17\n" +
@@ -1910,14 +2012,15 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x06shared\x18\b \x01(\bR\x06shared\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xec\x03\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xb1\x04\n" +
 	"\n" +
 	"RunService\x12H\n" +
 	"\bListRuns\x12\x1a.orrery.v1.ListRunsRequest\x1a\x1b.orrery.v1.ListRunsResponse\"\x03\x90\x02\x01\x12B\n" +
 	"\x06GetRun\x12\x18.orrery.v1.GetRunRequest\x1a\x19.orrery.v1.GetRunResponse\"\x03\x90\x02\x01\x12I\n" +
 	"\n" +
 	"TriggerJob\x12\x1c.orrery.v1.TriggerJobRequest\x1a\x1d.orrery.v1.TriggerJobResponse\x12F\n" +
-	"\tCancelRun\x12\x1b.orrery.v1.CancelRunRequest\x1a\x1c.orrery.v1.CancelRunResponse\x12]\n" +
+	"\tCancelRun\x12\x1b.orrery.v1.CancelRunRequest\x1a\x1c.orrery.v1.CancelRunResponse\x12C\n" +
+	"\bRetryRun\x12\x1a.orrery.v1.RetryRunRequest\x1a\x1b.orrery.v1.RetryRunResponse\x12]\n" +
 	"\x0fListDeadLetters\x12!.orrery.v1.ListDeadLettersRequest\x1a\".orrery.v1.ListDeadLettersResponse\"\x03\x90\x02\x01\x12^\n" +
 	"\x11ReplayDeadLetters\x12#.orrery.v1.ReplayDeadLettersRequest\x1a$.orrery.v1.ReplayDeadLettersResponse2`\n" +
 	"\x0eClusterService\x12N\n" +
@@ -1936,7 +2039,7 @@ func file_orrery_v1_run_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_run_proto_rawDescData
 }
 
-var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_orrery_v1_run_proto_goTypes = []any{
 	(*Run)(nil),                       // 0: orrery.v1.Run
 	(*Task)(nil),                      // 1: orrery.v1.Task
@@ -1949,85 +2052,90 @@ var file_orrery_v1_run_proto_goTypes = []any{
 	(*TriggerJobResponse)(nil),        // 8: orrery.v1.TriggerJobResponse
 	(*CancelRunRequest)(nil),          // 9: orrery.v1.CancelRunRequest
 	(*CancelRunResponse)(nil),         // 10: orrery.v1.CancelRunResponse
-	(*DeadLetter)(nil),                // 11: orrery.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),    // 12: orrery.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 13: orrery.v1.ListDeadLettersResponse
-	(*ReplayDeadLettersRequest)(nil),  // 14: orrery.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 15: orrery.v1.ReplayDeadLettersResponse
-	(*GetClusterRequest)(nil),         // 16: orrery.v1.GetClusterRequest
-	(*Node)(nil),                      // 17: orrery.v1.Node
-	(*Shard)(nil),                     // 18: orrery.v1.Shard
-	(*GetClusterResponse)(nil),        // 19: orrery.v1.GetClusterResponse
-	(*QueueDepth)(nil),                // 20: orrery.v1.QueueDepth
-	(*Worker)(nil),                    // 21: orrery.v1.Worker
-	nil,                               // 22: orrery.v1.TriggerJobRequest.ParamsEntry
-	nil,                               // 23: orrery.v1.TriggerJobRequest.ParamTextsEntry
-	nil,                               // 24: orrery.v1.Worker.QueuesEntry
-	(*timestamppb.Timestamp)(nil),     // 25: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),           // 26: google.protobuf.Struct
-	(*JobRef)(nil),                    // 27: orrery.v1.JobRef
-	(*structpb.Value)(nil),            // 28: google.protobuf.Value
+	(*RetryRunRequest)(nil),           // 11: orrery.v1.RetryRunRequest
+	(*RetryRunResponse)(nil),          // 12: orrery.v1.RetryRunResponse
+	(*DeadLetter)(nil),                // 13: orrery.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),    // 14: orrery.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 15: orrery.v1.ListDeadLettersResponse
+	(*ReplayDeadLettersRequest)(nil),  // 16: orrery.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 17: orrery.v1.ReplayDeadLettersResponse
+	(*GetClusterRequest)(nil),         // 18: orrery.v1.GetClusterRequest
+	(*Node)(nil),                      // 19: orrery.v1.Node
+	(*Shard)(nil),                     // 20: orrery.v1.Shard
+	(*GetClusterResponse)(nil),        // 21: orrery.v1.GetClusterResponse
+	(*QueueDepth)(nil),                // 22: orrery.v1.QueueDepth
+	(*Worker)(nil),                    // 23: orrery.v1.Worker
+	nil,                               // 24: orrery.v1.TriggerJobRequest.ParamsEntry
+	nil,                               // 25: orrery.v1.TriggerJobRequest.ParamTextsEntry
+	nil,                               // 26: orrery.v1.Worker.QueuesEntry
+	(*timestamppb.Timestamp)(nil),     // 27: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),           // 28: google.protobuf.Struct
+	(*JobRef)(nil),                    // 29: orrery.v1.JobRef
+	(*structpb.Value)(nil),            // 30: google.protobuf.Value
 }
 var file_orrery_v1_run_proto_depIdxs = []int32{
-	25, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	25, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	25, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	25, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	26, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
-	25, // 5: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	25, // 6: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	25, // 7: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	27, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	27, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	27, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	27, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	28, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
+	27, // 5: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	27, // 6: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	27, // 7: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
 	2,  // 8: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	25, // 9: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
-	25, // 10: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
-	25, // 11: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	25, // 12: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	27, // 13: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	25, // 14: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	25, // 15: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	27, // 9: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	27, // 10: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	27, // 11: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	27, // 12: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	29, // 13: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	27, // 14: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	27, // 15: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
 	0,  // 16: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
 	0,  // 17: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
 	1,  // 18: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	27, // 19: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	22, // 20: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
-	23, // 21: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	29, // 19: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	24, // 20: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	25, // 21: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
 	0,  // 22: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
 	0,  // 23: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	25, // 24: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	25, // 25: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	27, // 26: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	11, // 27: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	27, // 28: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	25, // 29: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	25, // 30: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	25, // 31: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	17, // 32: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	18, // 33: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	21, // 34: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	20, // 35: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	24, // 36: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	25, // 37: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	25, // 38: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	28, // 39: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	3,  // 40: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	5,  // 41: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	7,  // 42: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	9,  // 43: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	12, // 44: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	14, // 45: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	16, // 46: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	4,  // 47: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	6,  // 48: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	8,  // 49: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	10, // 50: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	13, // 51: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	15, // 52: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	19, // 53: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	47, // [47:54] is the sub-list for method output_type
-	40, // [40:47] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	0,  // 24: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
+	27, // 25: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	27, // 26: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	29, // 27: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	13, // 28: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	29, // 29: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	27, // 30: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	27, // 31: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	27, // 32: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	19, // 33: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	20, // 34: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	23, // 35: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	22, // 36: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	26, // 37: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	27, // 38: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	27, // 39: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	30, // 40: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	3,  // 41: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	5,  // 42: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	7,  // 43: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	9,  // 44: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	11, // 45: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	14, // 46: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	16, // 47: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	18, // 48: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	4,  // 49: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	6,  // 50: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	8,  // 51: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	10, // 52: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	12, // 53: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	15, // 54: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	17, // 55: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	21, // 56: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	49, // [49:57] is the sub-list for method output_type
+	41, // [41:49] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
@@ -2042,7 +2150,7 @@ func file_orrery_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_run_proto_rawDesc), len(file_orrery_v1_run_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -43,6 +43,8 @@ const (
 	RunServiceTriggerJobProcedure = "/orrery.v1.RunService/TriggerJob"
 	// RunServiceCancelRunProcedure is the fully-qualified name of the RunService's CancelRun RPC.
 	RunServiceCancelRunProcedure = "/orrery.v1.RunService/CancelRun"
+	// RunServiceRetryRunProcedure is the fully-qualified name of the RunService's RetryRun RPC.
+	RunServiceRetryRunProcedure = "/orrery.v1.RunService/RetryRun"
 	// RunServiceListDeadLettersProcedure is the fully-qualified name of the RunService's
 	// ListDeadLetters RPC.
 	RunServiceListDeadLettersProcedure = "/orrery.v1.RunService/ListDeadLetters"
@@ -65,6 +67,11 @@ type RunServiceClient interface {
 	TriggerJob(context.Context, *connect.Request[v1.TriggerJobRequest]) (*connect.Response[v1.TriggerJobResponse], error)
 	// CancelRun cancels a run's queued and running tasks.
 	CancelRun(context.Context, *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error)
+	// RetryRun runs a run that failed or was cancelled again from where it
+	// failed: its succeeded and skipped tasks keep their ends and outputs,
+	// the others run again (attempt numbers go on). The job's overlap
+	// policy applies as to a manual trigger.
+	RetryRun(context.Context, *connect.Request[v1.RetryRunRequest]) (*connect.Response[v1.RetryRunResponse], error)
 	// ListDeadLetters pages through tasks that failed for good.
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
 	// ReplayDeadLetters gives dead-lettered tasks one more attempt: the ones
@@ -109,6 +116,12 @@ func NewRunServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(runServiceMethods.ByName("CancelRun")),
 			connect.WithClientOptions(opts...),
 		),
+		retryRun: connect.NewClient[v1.RetryRunRequest, v1.RetryRunResponse](
+			httpClient,
+			baseURL+RunServiceRetryRunProcedure,
+			connect.WithSchema(runServiceMethods.ByName("RetryRun")),
+			connect.WithClientOptions(opts...),
+		),
 		listDeadLetters: connect.NewClient[v1.ListDeadLettersRequest, v1.ListDeadLettersResponse](
 			httpClient,
 			baseURL+RunServiceListDeadLettersProcedure,
@@ -131,6 +144,7 @@ type runServiceClient struct {
 	getRun            *connect.Client[v1.GetRunRequest, v1.GetRunResponse]
 	triggerJob        *connect.Client[v1.TriggerJobRequest, v1.TriggerJobResponse]
 	cancelRun         *connect.Client[v1.CancelRunRequest, v1.CancelRunResponse]
+	retryRun          *connect.Client[v1.RetryRunRequest, v1.RetryRunResponse]
 	listDeadLetters   *connect.Client[v1.ListDeadLettersRequest, v1.ListDeadLettersResponse]
 	replayDeadLetters *connect.Client[v1.ReplayDeadLettersRequest, v1.ReplayDeadLettersResponse]
 }
@@ -155,6 +169,11 @@ func (c *runServiceClient) CancelRun(ctx context.Context, req *connect.Request[v
 	return c.cancelRun.CallUnary(ctx, req)
 }
 
+// RetryRun calls orrery.v1.RunService.RetryRun.
+func (c *runServiceClient) RetryRun(ctx context.Context, req *connect.Request[v1.RetryRunRequest]) (*connect.Response[v1.RetryRunResponse], error) {
+	return c.retryRun.CallUnary(ctx, req)
+}
+
 // ListDeadLetters calls orrery.v1.RunService.ListDeadLetters.
 func (c *runServiceClient) ListDeadLetters(ctx context.Context, req *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error) {
 	return c.listDeadLetters.CallUnary(ctx, req)
@@ -176,6 +195,11 @@ type RunServiceHandler interface {
 	TriggerJob(context.Context, *connect.Request[v1.TriggerJobRequest]) (*connect.Response[v1.TriggerJobResponse], error)
 	// CancelRun cancels a run's queued and running tasks.
 	CancelRun(context.Context, *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error)
+	// RetryRun runs a run that failed or was cancelled again from where it
+	// failed: its succeeded and skipped tasks keep their ends and outputs,
+	// the others run again (attempt numbers go on). The job's overlap
+	// policy applies as to a manual trigger.
+	RetryRun(context.Context, *connect.Request[v1.RetryRunRequest]) (*connect.Response[v1.RetryRunResponse], error)
 	// ListDeadLetters pages through tasks that failed for good.
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
 	// ReplayDeadLetters gives dead-lettered tasks one more attempt: the ones
@@ -216,6 +240,12 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(runServiceMethods.ByName("CancelRun")),
 		connect.WithHandlerOptions(opts...),
 	)
+	runServiceRetryRunHandler := connect.NewUnaryHandler(
+		RunServiceRetryRunProcedure,
+		svc.RetryRun,
+		connect.WithSchema(runServiceMethods.ByName("RetryRun")),
+		connect.WithHandlerOptions(opts...),
+	)
 	runServiceListDeadLettersHandler := connect.NewUnaryHandler(
 		RunServiceListDeadLettersProcedure,
 		svc.ListDeadLetters,
@@ -239,6 +269,8 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 			runServiceTriggerJobHandler.ServeHTTP(w, r)
 		case RunServiceCancelRunProcedure:
 			runServiceCancelRunHandler.ServeHTTP(w, r)
+		case RunServiceRetryRunProcedure:
+			runServiceRetryRunHandler.ServeHTTP(w, r)
 		case RunServiceListDeadLettersProcedure:
 			runServiceListDeadLettersHandler.ServeHTTP(w, r)
 		case RunServiceReplayDeadLettersProcedure:
@@ -266,6 +298,10 @@ func (UnimplementedRunServiceHandler) TriggerJob(context.Context, *connect.Reque
 
 func (UnimplementedRunServiceHandler) CancelRun(context.Context, *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.RunService.CancelRun is not implemented"))
+}
+
+func (UnimplementedRunServiceHandler) RetryRun(context.Context, *connect.Request[v1.RetryRunRequest]) (*connect.Response[v1.RetryRunResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.RunService.RetryRun is not implemented"))
 }
 
 func (UnimplementedRunServiceHandler) ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error) {

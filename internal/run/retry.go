@@ -1,0 +1,149 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// ErrCannotRetry: the run did not end as failed, dead-lettered or
+// cancelled, or the job's overlap policy holds the retry back.
+var ErrCannotRetry = errors.New("run cannot be retried")
+
+// RetryRun runs a finished run that failed or was cancelled again from
+// where it failed (lifecycle.Retry): its succeeded and skipped tasks keep
+// their ends and outputs, every other task runs again after its parents
+// that do, with its attempt numbers going on. The job's overlap policy
+// applies as to a manual trigger, unless ignoreOverlap: skip and queue
+// refuse the retry while another run is active (ErrCannotRetry naming
+// the policy), cancel_previous cancels the active runs. Audited.
+func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignoreOverlap bool) (*Run, error) {
+	apply := s.applier()
+	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
+		if store.IsNotFound(err) {
+			return fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := q.LockRun(ctx, id); err != nil {
+			return err
+		}
+		before := fromGetRow(r)
+		if !before.Status.AcceptsRetry() {
+			return fmt.Errorf("%w: it is %s; only a failed, dead-lettered or cancelled run is retried", ErrCannotRetry, before.Status)
+		}
+		if !ignoreOverlap {
+			if err := s.retryOverlap(ctx, tx, apply, r.JobID, r.JobVersion); err != nil {
+				return err
+			}
+		}
+		rows, err := q.RunGraphs(ctx, []uuid.UUID{id})
+		if err != nil {
+			return err
+		}
+		graph := make([]lifecycle.GraphTask, len(rows))
+		byID := make(map[uuid.UUID]store.RunGraphsRow, len(rows))
+		for i, t := range rows {
+			byID[t.ID] = t
+			graph[i] = lifecycle.GraphTask{ID: t.ID, Status: t.Status, Rule: t.TriggerRule, ParentsRemaining: int(t.ParentsRemaining), Parents: t.Parents}
+		}
+		p := lifecycle.Retry(before.Status, graph)
+		if _, err := q.RetryRun(ctx, id); err != nil {
+			return err
+		}
+		reset := store.RetryTasksParams{}
+		for tid, n := range p.Wait {
+			reset.Ids = append(reset.Ids, tid)
+			reset.Remaining = append(reset.Remaining, int32(n))
+		}
+		var cands []candidate
+		for _, tid := range append(p.Release, p.Skip...) {
+			reset.Ids = append(reset.Ids, tid)
+			reset.Remaining = append(reset.Remaining, 0)
+		}
+		for _, tid := range p.Release {
+			t := byID[tid]
+			cands = append(cands, candidate{dispatch.NextAttempt(tid, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional})
+		}
+		if err := q.RetryTasks(ctx, reset); err != nil {
+			return err
+		}
+		if len(p.Skip) > 0 {
+			skip := store.SkipTasksParams{Ids: p.Skip, Reasons: make([]string, len(p.Skip))}
+			for i := range skip.Reasons {
+				skip.Reasons[i] = ReasonParentSkipped
+			}
+			if _, err := q.SkipTasks(ctx, skip); err != nil {
+				return err
+			}
+		}
+		after, _ := json.Marshal(map[string]any{"run": before.ID, "tasks": len(reset.Ids)})
+		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "retry", TargetKind: "run",
+			TargetID: id, TargetName: r.Namespace + "/" + r.JobName, Before: mustMarshal(before), After: after,
+		}); err != nil {
+			return err
+		}
+		if err := release(ctx, q, tx, apply, cands); err != nil {
+			return err
+		}
+		// Every task to run again may have been skipped, or failed its
+		// condition: the run may be over already.
+		return finishRun(ctx, tx, apply, id, false)
+	})
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.Get(ctx, a, id)
+	if err != nil {
+		return nil, err
+	}
+	return &d.Run, nil
+}
+
+// retryOverlap applies the job's overlap policy to a retry, as to a
+// manual trigger: a run that would be skipped or held back is refused,
+// and cancel_previous cancels the active runs.
+func (s *Service) retryOverlap(ctx context.Context, tx pgx.Tx, apply *Applier, jobID uuid.UUID, version int64) error {
+	q := store.New(tx)
+	spec, err := specs.get(ctx, tx, jobID, version)
+	if err != nil {
+		return err
+	}
+	active, err := q.ActiveRuns(ctx, []uuid.UUID{jobID})
+	if err != nil || len(active) == 0 {
+		return err
+	}
+	statuses := make([]lifecycle.RunStatus, len(active))
+	ids := make([]uuid.UUID, len(active))
+	for i, r := range active {
+		statuses[i], ids[i] = r.Status, r.ID
+	}
+	d := lifecycle.NewOverlap(spec.Overlap, statuses).Next()
+	switch {
+	case d.CancelPrevious:
+		_, err := apply.Cancel(ctx, tx, ids, lifecycle.ReasonCancelledByTrigger)
+		return err
+	case d.Status != lifecycle.RunPending:
+		return fmt.Errorf("%w: the job's overlap policy %s holds it back while run %s is %s (retry with ignore_overlap to run both)",
+			ErrCannotRetry, spec.Overlap, active[0].ID, active[0].Status)
+	}
+	return nil
+}
+
+func mustMarshal(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
