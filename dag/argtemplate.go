@@ -95,6 +95,8 @@ func (d *Document) Hints() Errors {
 			}
 		}
 	}
-	sort.SliceStable(hs, func(a, b int) bool { return hs[a].Line < hs[b].Line || hs[a].Line == hs[b].Line && hs[a].Col < hs[b].Col })
+	sort.SliceStable(hs, func(a, b int) bool {
+		return hs[a].Line < hs[b].Line || hs[a].Line == hs[b].Line && hs[a].Col < hs[b].Col
+	})
 	return hs
 }
