@@ -97,7 +97,7 @@ func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.Ge
 			pt.Attempts = append(pt.Attempts, &orreryv1.Attempt{
 				Number: a.Number, Worker: a.Worker, FencingToken: a.FencingToken, StartTime: timestamppb.New(a.StartedAt),
 				FinishTime: timeToProto(a.FinishedAt), Outcome: string(a.Outcome), ExitReason: a.ExitReason, FailureClass: a.FailureClass,
-				Error: a.Error, Output: a.Output, LateOutcome: a.LateOutcome, LateError: a.LateError,
+				Error: a.Error, Output: a.Output, OutputTruncated: a.OutputTruncated, Log: a.Log, LateOutcome: a.LateOutcome, LateError: a.LateError,
 			})
 		}
 		for _, p := range t.Parents {

@@ -1,9 +1,11 @@
 package webui
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"regexp"
+	"sort"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/expr"
 	"github.com/orrery-dev/orrery/internal/access"
 )
 
@@ -83,7 +87,8 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v *view) error 
 		recent = recent[:20]
 	}
 	s.render(w, r, v, http.StatusOK, "job", map[string]any{
-		"Job": j, "Zone": spec.GetSchedule().GetTimezone(), "YAML": def.String(), "Upcoming": res.Msg.GetNextFireTimes(),
+		"Params": paramFields(resource.Spec.Params),
+		"Job":    j, "Zone": spec.GetSchedule().GetTimezone(), "YAML": def.String(), "Upcoming": res.Msg.GetNextFireTimes(),
 		"Ledger": buildLedger(j, res.Msg.GetHistory(), runs.Msg.GetRuns()), "Runs": recent, "History": res.Msg.GetHistory(),
 		"CanEdit": v.can(access.Editor, md.GetNamespace(), md.GetName()),
 		"CLI":     "orrery jobs get " + md.GetName() + " -n " + md.GetNamespace(),
@@ -109,7 +114,13 @@ func (s *Server) jobAction(w http.ResponseWriter, r *http.Request, v *view) erro
 		}
 		flash = "Resumed " + ref.Namespace + "/" + ref.Name + "."
 	case "trigger":
-		res, err := s.clients.runs.TriggerJob(v.ctx, connect.NewRequest(&orreryv1.TriggerJobRequest{Job: ref}))
+		texts := map[string]string{}
+		for k, vs := range r.PostForm {
+			if name, ok := strings.CutPrefix(k, "param."); ok && len(vs) == 1 {
+				texts[name] = vs[0]
+			}
+		}
+		res, err := s.clients.runs.TriggerJob(v.ctx, connect.NewRequest(&orreryv1.TriggerJobRequest{Job: ref, ParamTexts: texts}))
 		if err != nil {
 			return err
 		}
@@ -145,4 +156,43 @@ func nextPageURL(path string, q url.Values, token string) string {
 	}
 	nq.Set("page", token)
 	return path + "?" + nq.Encode()
+}
+
+// paramField is one param of a job as the trigger form asks for it.
+type paramField struct {
+	Name, Type, Description string
+	Value                   string   // the default, as text ("" without one)
+	Enum                    []string // as text, when the param has one
+	Required                bool
+}
+
+// paramFields lists a job's params in name order, each with its default
+// written as the form's text: a string as it is, the rest as JSON (what
+// dag.Param.ParamText reads back).
+func paramFields(params map[string]dag.Param) []paramField {
+	names := make([]string, 0, len(params))
+	for n := range params {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	text := func(p dag.Param, v dag.Payload) string {
+		var s string
+		if p.Type == expr.String && json.Unmarshal(v, &s) == nil {
+			return s
+		}
+		return string(v)
+	}
+	out := make([]paramField, len(names))
+	for i, n := range names {
+		p := params[n]
+		f := paramField{Name: n, Type: string(p.Type), Description: p.Description, Required: len(p.Default) == 0}
+		if len(p.Default) > 0 {
+			f.Value = text(p, p.Default)
+		}
+		for _, e := range p.Enum {
+			f.Enum = append(f.Enum, text(p, e))
+		}
+		out[i] = f
+	}
+	return out
 }

@@ -2,12 +2,15 @@ package webui
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/internal/access"
@@ -57,7 +60,14 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error 
 		}
 	}
 	canEdit := v.can(access.Editor, run.GetNamespace(), run.GetJob())
+	var params []struct{ Name, Value string }
+	for _, k := range slices.Sorted(maps.Keys(run.GetParams().GetFields())) {
+		b, _ := protojson.Marshal(run.GetParams().GetFields()[k])
+		params = append(params, struct{ Name, Value string }{k, string(b)})
+	}
+	st := run.GetStatus()
 	s.render(w, r, v, http.StatusOK, "run", map[string]any{
+		"Params": params, "Retryable": st == "failed" || st == "dead_lettered" || st == "cancelled",
 		"Run": run, "Tasks": tasks, "Graph": drawRun(run.GetId(), tasks, all), "All": all, "Selected": selected,
 		"CanEdit": canEdit, "CanRetry": v.can(access.Admin, run.GetNamespace(), run.GetJob()),
 		"Finished": run.GetFinishTime() != nil,
@@ -149,6 +159,18 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, v *view) erro
 		return err
 	}
 	return seeOther(w, r, "/runs/"+id, "Cancelled the run.")
+}
+
+// retryRun runs a failed or cancelled run again from where it failed.
+func (s *Server) retryRun(w http.ResponseWriter, r *http.Request, v *view) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.clients.runs.RetryRun(v.ctx, connect.NewRequest(&orreryv1.RetryRunRequest{Id: id})); err != nil {
+		return err
+	}
+	return seeOther(w, r, "/runs/"+id, "Retrying the run from its failed steps.")
 }
 
 // retryTask replays a dead-lettered task of the run.

@@ -114,7 +114,14 @@ func newRunsCmd(g *globals) *cobra.Command {
 					}
 					fmt.Fprintln(w)
 					if out := strings.TrimSpace(a.GetOutput()); out != "" {
-						fmt.Fprintf(w, "    output: %s\n", strings.ReplaceAll(out, "\n", "\n            "))
+						cut := ""
+						if a.GetOutputTruncated() {
+							cut = " (cut at 64 KiB)"
+						}
+						fmt.Fprintf(w, "    output%s: %s\n", cut, strings.ReplaceAll(out, "\n", "\n            "))
+					}
+					if log := strings.TrimSpace(a.GetLog()); log != "" {
+						fmt.Fprintf(w, "    log: %s\n", strings.ReplaceAll(log, "\n", "\n         "))
 					}
 				}
 			}

@@ -235,10 +235,60 @@ spec:
 		t.Error("replay all shows no count")
 	}
 
+	// A pipeline with params, triggered through its form: dry_run=true
+	// skips its last step; the run page shows the params.
+	do("the trigger form", chromedp.Navigate(base+"/jobs/analytics/daily-extract"), chromedp.WaitVisible(css(`#trigger-form`)))
+	screenshot(t, ctx, "trigger-form")
+	do("trigger with params",
+		chromedp.SetValue(css(`#trigger-form select[data-param=dry_run]`), "true"),
+		chromedp.SetValue(css(`#trigger-form select[data-param=region]`), "us"),
+		chromedp.Click(css(`#trigger-form button[data-action=trigger]`)),
+		chromedp.WaitVisible(css(`#run-params`)),
+	)
+	if got := text(`#run-params`); !strings.Contains(got, `dry_run=true`) || !strings.Contains(got, `region="us"`) {
+		t.Errorf("the run's params: %q", got)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		statuses := fmt.Sprint(eval(`Array.from(document.querySelectorAll('#graph .node')).map(n => n.dataset.task + '=' + n.dataset.status).join(' ')`))
+		if statuses == "list=succeeded count=succeeded publish=skipped" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dry run's nodes: %v, want list and count succeeded, publish skipped", statuses)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	screenshot(t, ctx, "run-params")
+
+	// A failed run retried from its page: its failed step runs again (and
+	// fails again: /bin/false).
+	do("failed run", chromedp.Navigate(base+"/jobs/qa/broken"), chromedp.WaitVisible(css(`pre.yaml`)))
+	brokenRun := fmt.Sprint(eval(`document.querySelector('main a[href^="/runs/"]').getAttribute('href')`))
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		do("failed run page", chromedp.Navigate(base+brokenRun), chromedp.WaitVisible(css(`#run-status`)))
+		if eval(`document.querySelector('button[data-action=retry-run]') !== null`) == true {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no retry button on %s (status %s)", brokenRun, text(`#run-status`))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	attemptsBefore := cli("runs", "get", strings.TrimPrefix(brokenRun, "/runs/"))
+	do("retry run", chromedp.Click(css(`button[data-action=retry-run]`)), chromedp.WaitVisible(css(`.flash`)))
+	if flash := text(`.flash`); flash != "Retrying the run from its failed steps." {
+		t.Errorf("after retry: %q", flash)
+	}
+	poll(t, 60*time.Second, "the retried step runs again", func() bool {
+		return strings.Count(cli("runs", "get", strings.TrimPrefix(brokenRun, "/runs/")), "  attempt ") > strings.Count(attemptsBefore, "  attempt ")
+	})
+
 	// The audit trail has each action.
 	do("audit", chromedp.Navigate(base+"/audit"), chromedp.WaitVisible(css(`.entry`)))
 	audit := html(`main`)
-	for _, a := range []string{`data-action="trigger" data-target="analytics/nightly-sales"`, `data-action="replay"`, `data-action="create_api_key"`} {
+	for _, a := range []string{`data-action="trigger" data-target="analytics/nightly-sales"`, `data-action="replay"`, `data-action="create_api_key"`, `data-action="retry"`} {
 		if !strings.Contains(audit, a) {
 			t.Errorf("the audit page lacks %s", a)
 		}

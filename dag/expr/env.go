@@ -119,16 +119,25 @@ type Program struct {
 type Reads struct {
 	Params bool
 	Steps  []string // step names, sorted, without duplicates
+	// Outputs are the steps (of Steps) whose output is read, not only
+	// their status.
+	Outputs []string
 }
 
 // Add merges o into r.
 func (r *Reads) Add(o Reads) {
 	r.Params = r.Params || o.Params
-	for _, s := range o.Steps {
-		if i, found := slices.BinarySearch(r.Steps, s); !found {
-			r.Steps = slices.Insert(r.Steps, i, s)
+	r.Steps = union(r.Steps, o.Steps)
+	r.Outputs = union(r.Outputs, o.Outputs)
+}
+
+func union(a, b []string) []string {
+	for _, s := range b {
+		if i, found := slices.BinarySearch(a, s); !found {
+			a = slices.Insert(a, i, s)
 		}
 	}
+	return a
 }
 
 // Compile checks one expression that a step may evaluate, reading only
@@ -209,7 +218,7 @@ func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads
 				}
 				r.Params = true
 			case "steps":
-				e.step(&r, sel.FieldName(), ancestors, func(format string, args ...any) { fail(op.ID(), format, args...) })
+				e.step(&r, sel.FieldName(), readsOutput(x), ancestors, func(format string, args ...any) { fail(op.ID(), format, args...) })
 			}
 		case celast.CallKind:
 			call := x.AsCall()
@@ -225,7 +234,7 @@ func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads
 				fail(op.ID(), "steps is indexed by a step's name written out: steps['NAME']")
 				continue
 			}
-			e.step(&r, name, ancestors, func(format string, args ...any) { fail(op.ID(), format, args...) })
+			e.step(&r, name, readsOutput(x), ancestors, func(format string, args ...any) { fail(op.ID(), format, args...) })
 		}
 	}
 	if first != nil {
@@ -251,15 +260,37 @@ func selected(x celast.NavigableExpr) bool {
 	return false
 }
 
-func (e *Env) step(r *Reads, name string, ancestors map[string]bool, fail func(string, ...any)) {
+func (e *Env) step(r *Reads, name string, output bool, ancestors map[string]bool, fail func(string, ...any)) {
 	switch {
 	case !e.steps[name]:
 		fail("no step %q in this job", name)
 	case !ancestors[name]:
 		fail("step %q is not an ancestor of this step: it may not have run (add it to needs, here or above)", name)
+	case output:
+		r.Add(Reads{Steps: []string{name}, Outputs: []string{name}})
 	default:
 		r.Add(Reads{Steps: []string{name}})
 	}
+}
+
+// readsOutput reports whether a step read (steps.NAME, steps['NAME'])
+// may read the step's output: anything but .status alone.
+func readsOutput(x celast.NavigableExpr) bool {
+	parent, ok := x.Parent()
+	if !ok {
+		return true
+	}
+	switch parent.Kind() {
+	case celast.SelectKind:
+		return parent.AsSelect().FieldName() != "status"
+	case celast.CallKind:
+		c := parent.AsCall()
+		if c.FunctionName() == "_[_]" && len(c.Args()) == 2 && c.Args()[0].ID() == x.ID() {
+			name, isConst := constString(c.Args()[1])
+			return !isConst || name != "status"
+		}
+	}
+	return true
 }
 
 func (e *Env) declared() string {

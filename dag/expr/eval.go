@@ -35,13 +35,17 @@ type Vars struct {
 type StepVars struct {
 	Output any // a JSON value (Output's), or the text
 	Status string
+	// Truncated: the output was cut (at MaxOutput bytes); an expression
+	// that reads it fails rather than read part of it.
+	Truncated bool
 }
 
 // An Activation is Vars made ready for evaluation, for one Env: build it
 // once for all the expressions of one attempt.
 type Activation struct {
-	vars  map[string]any
-	spent *uint64 // the cost of the evaluations so far
+	vars      map[string]any
+	spent     *uint64         // the cost of the evaluations so far
+	truncated map[string]bool // steps whose output was cut
 }
 
 // Activation makes v ready for e's programs. A param is converted to its
@@ -68,11 +72,18 @@ func (e *Env) Activation(v Vars) Activation {
 		m["params."+name] = val
 	}
 	steps := make(map[string]any, len(v.Steps))
+	var truncated map[string]bool
 	for name, s := range v.Steps {
 		steps[name] = map[string]any{"output": s.Output, "status": s.Status}
+		if s.Truncated {
+			if truncated == nil {
+				truncated = map[string]bool{}
+			}
+			truncated[name] = true
+		}
 	}
 	m["steps"] = steps
-	return Activation{vars: m, spent: new(uint64)}
+	return Activation{vars: m, spent: new(uint64), truncated: truncated}
 }
 
 // Eval evaluates p. The result is a JSON value: nil, bool, int64, float64,
@@ -82,6 +93,11 @@ func (e *Env) Activation(v Vars) Activation {
 // expressions of one attempt together stop at the limit, or one of them
 // just past it.
 func (p *Program) Eval(a Activation) (any, error) {
+	for _, step := range p.Reads.Outputs {
+		if a.truncated[step] {
+			return nil, &Error{Source: p.Source, Message: fmt.Sprintf("the output of step %s was cut (it passed %d bytes): an expression does not read part of an output", step, MaxOutputRead)}
+		}
+	}
 	if *a.spent >= CostLimit {
 		return nil, &Error{Source: p.Source, Message: fmt.Sprintf("not evaluated: the step's expressions together reached the cost limit (%d)", CostLimit)}
 	}
@@ -103,6 +119,10 @@ func (p *Program) Eval(a Activation) (any, error) {
 	}
 	return v, nil
 }
+
+// MaxOutputRead is the size past which a step's output is cut, as the
+// executor keeps it (engine/executor.MaxOutput).
+const MaxOutputRead = 64 << 10
 
 var errTooLarge = fmt.Errorf("the result is larger than %d bytes as JSON", MaxResult)
 

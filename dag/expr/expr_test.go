@@ -165,7 +165,7 @@ func TestReads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Reads{Params: true, Steps: []string{"count", "list"}}); !reflect.DeepEqual(reads, want) {
+	if want := (Reads{Params: true, Steps: []string{"count", "list"}, Outputs: []string{"list"}}); !reflect.DeepEqual(reads, want) {
 		t.Errorf("reads = %+v, want %+v", reads, want)
 	}
 	tmpl, _ = Parse("${{ attempt }}")
@@ -309,6 +309,28 @@ func TestConditions(t *testing.T) {
 		}
 		if g != want {
 			t.Errorf("Condition(%q) = %s, want %s", src, g, want)
+		}
+	}
+}
+
+func TestTruncatedOutputIsNotRead(t *testing.T) {
+	e := testEnv(t)
+	v := testVars()
+	v.Steps["list"] = StepVars{Output: "partial...", Status: "succeeded", Truncated: true}
+	a := e.Activation(v)
+	for src, wantErr := range map[string]string{
+		"steps.list.output":              "the output of step list was cut (it passed 65536 bytes): an expression does not read part of an output",
+		"size(steps['list'].output) > 0": "the output of step list was cut",
+		"steps.list.status":              "",
+		"steps['list']['status']":        "",
+	} {
+		p, err := e.Compile(src, ancestors)
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		_, err = p.Eval(a)
+		if wantErr == "" && err != nil || wantErr != "" && (err == nil || !strings.Contains(err.Error(), wantErr)) {
+			t.Errorf("Eval(%s) = %v, want %q", src, err, wantErr)
 		}
 	}
 }

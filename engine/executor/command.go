@@ -203,13 +203,13 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	if len(c.Payload) > 0 {
 		cmd.Stdin = bytes.NewReader(c.Payload)
 	}
-	out := &tail{max: MaxOutput}
-	cmd.Stdout, cmd.Stderr = out, out
+	out, log := &tail{max: MaxOutput}, &tail{max: MaxLog}
+	cmd.Stdout, cmd.Stderr = out, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: r.User}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
-	res := Result{Output: out.String()}
+	res := Result{Output: out.String(), OutputTruncated: out.cut, Log: log.String()}
 	var exitErr *exec.ExitError
 	switch {
 	case err == nil:
@@ -382,11 +382,13 @@ func expand(arg string, c Call) (string, error) {
 	})
 }
 
-// tail keeps the last max bytes written to it.
+// tail keeps the last max bytes written to it; cut says bytes were
+// dropped.
 type tail struct {
 	mu  sync.Mutex
 	max int
 	buf []byte
+	cut bool
 }
 
 func (t *tail) Write(p []byte) (int, error) {
@@ -395,6 +397,7 @@ func (t *tail) Write(p []byte) (int, error) {
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > t.max {
 		t.buf = t.buf[len(t.buf)-t.max:]
+		t.cut = true
 	}
 	return len(p), nil
 }

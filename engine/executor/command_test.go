@@ -54,11 +54,11 @@ func TestCommandOutcome(t *testing.T) {
 			wantOutput: "partial\n",
 		},
 		{
-			name:       "stdout and stderr are both kept, in order",
+			name:       "stdout is the output, stderr the log",
 			argv:       []string{"/bin/sh", "-c", "echo out; echo err >&2; echo out2; exit 1"},
-			want:       Result{ExitReason: ReasonExitCode, FailureClass: ClassUser, Retryable: true},
+			want:       Result{ExitReason: ReasonExitCode, FailureClass: ClassUser, Retryable: true, Log: "err\n"},
 			wantErr:    "exit code 1",
-			wantOutput: "out\nerr\nout2\n",
+			wantOutput: "out\nout2\n",
 		},
 		{
 			name:    "exit 255",
@@ -435,8 +435,8 @@ func TestCommandTemplateExpansion(t *testing.T) {
 
 func TestCommandOutputKeepsTheTail(t *testing.T) {
 	t.Parallel()
-	// 4000 numbered lines, about 40 KiB, on stdout and stderr.
-	script := `i=0; while [ $i -lt 4000 ]; do echo "line $i"; echo "err $i" >&2; i=$((i+1)); done`
+	// 12,000 numbered lines, about 130 KB, on stdout and on stderr.
+	script := `i=0; while [ $i -lt 12000 ]; do echo "line $i"; echo "err $i" >&2; i=$((i+1)); done`
 	for _, fail := range []bool{false, true} {
 		t.Run(fmt.Sprintf("failing=%v", fail), func(t *testing.T) {
 			t.Parallel()
@@ -448,16 +448,16 @@ func TestCommandOutputKeepsTheTail(t *testing.T) {
 			if got.OK == fail {
 				t.Fatalf("Run() = %+v", got)
 			}
-			var full strings.Builder
-			for i := 0; i < 4000; i++ {
-				fmt.Fprintf(&full, "line %d\nerr %d\n", i, i)
+			var out, log strings.Builder
+			for i := 0; i < 12000; i++ {
+				fmt.Fprintf(&out, "line %d\n", i)
+				fmt.Fprintf(&log, "err %d\n", i)
 			}
-			want := full.String()[full.Len()-MaxOutput:]
-			if len(got.Output) != MaxOutput {
-				t.Fatalf("Output has %d bytes, want %d", len(got.Output), MaxOutput)
+			if want := out.String()[out.Len()-MaxOutput:]; got.Output != want || !got.OutputTruncated {
+				t.Errorf("Output (%d bytes, truncated %v) is not the last %d bytes of stdout", len(got.Output), got.OutputTruncated, MaxOutput)
 			}
-			if got.Output != want {
-				t.Errorf("Output is not the last %d bytes of the output:\n got ...%q\nwant ...%q", MaxOutput, got.Output[len(got.Output)-40:], want[len(want)-40:])
+			if want := log.String()[log.Len()-MaxLog:]; got.Log != want {
+				t.Errorf("Log (%d bytes) is not the last %d bytes of stderr", len(got.Log), MaxLog)
 			}
 		})
 	}

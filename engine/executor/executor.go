@@ -72,24 +72,38 @@ type Result struct {
 	FailureClass string
 	Retryable    bool
 	Error        string
-	Output       string // an excerpt, at most MaxOutput bytes
+	// Output is what the step returned (an HTTP response's body, a
+	// command's standard output, a handler's SetOutput): what later steps'
+	// expressions read. At most MaxOutput bytes: an HTTP body's head, a
+	// command's tail; OutputTruncated says bytes were cut.
+	Output          string
+	OutputTruncated bool
+	// Log is the tail of a command's standard error, at most MaxLog bytes.
+	Log string
 }
 
-// MaxOutput bounds the output excerpt kept per attempt.
-const MaxOutput = 8 << 10
+// MaxOutput bounds the output kept per attempt.
+const MaxOutput = 64 << 10
+
+// MaxLog bounds the log kept per attempt.
+const MaxLog = 8 << 10
 
 // MaxError bounds the error kept per attempt.
 const MaxError = 4 << 10
 
-// Storable makes r's error and output what the database can keep: valid
-// UTF-8 without NUL (a cut in the middle of a character, a binary byte
-// or a NUL becomes U+FFFD), the error's head at most MaxError bytes and
-// the output's tail at most MaxOutput bytes, cut between characters.
+// Storable makes r's error, output and log what the database can keep:
+// valid UTF-8 without NUL (a cut in the middle of a character, a binary
+// byte or a NUL becomes U+FFFD), the error's head at most MaxError bytes,
+// the output's tail at most MaxOutput bytes (marked OutputTruncated when
+// cut) and the log's tail at most MaxLog bytes, cut between characters.
 // Without it, a report whose output PostgreSQL refuses could never be
 // written, and its attempt would stay running.
 func (r Result) Storable() Result {
 	r.Error = storableText(r.Error, MaxError, false)
-	r.Output = storableText(r.Output, MaxOutput, true)
+	out := storableText(r.Output, MaxOutput, true)
+	r.OutputTruncated = r.OutputTruncated || len(out) < len(r.Output) && len(r.Output) > MaxOutput
+	r.Output = out
+	r.Log = storableText(r.Log, MaxLog, true)
 	return r
 }
 

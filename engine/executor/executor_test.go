@@ -329,7 +329,7 @@ func TestRunnerHandlerContextEnds(t *testing.T) {
 }
 
 func TestStorable(t *testing.T) {
-	long := strings.Repeat("€", 5000) // 15,000 bytes
+	long := strings.Repeat("€", 30000) // 90,000 bytes
 	tests := []struct{ err, out, wantErr, wantOut string }{
 		{"ok", "fine", "ok", "fine"},
 		{"a\x00b", "c\xffd", "a\uFFFDb", "c\uFFFDd"},

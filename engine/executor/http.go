@@ -93,8 +93,11 @@ func (h *HTTPRunner) Run(ctx context.Context, c Call) Result {
 		return Result{ExitReason: reason, FailureClass: ClassSystem, Retryable: true, Error: err.Error()}
 	}
 	defer resp.Body.Close()
-	excerpt, _ := io.ReadAll(io.LimitReader(resp.Body, MaxOutput))
-	out := Result{Output: string(excerpt)}
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, MaxOutput+1))
+	out := Result{Output: string(answer)}
+	if len(answer) > MaxOutput { // the head is kept
+		out.Output, out.OutputTruncated = string(answer[:MaxOutput]), true
+	}
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
 		out.OK = true

@@ -387,8 +387,8 @@ func TestHTTPOutputExcerpt(t *testing.T) {
 			if got.OK != (status == 200) {
 				t.Errorf("OK = %v for status %d", got.OK, status)
 			}
-			if len(got.Output) != MaxOutput || got.Output != body[:MaxOutput] {
-				t.Errorf("Output has %d bytes, want the first %d bytes of the body", len(got.Output), MaxOutput)
+			if len(got.Output) != MaxOutput || got.Output != body[:MaxOutput] || !got.OutputTruncated {
+				t.Errorf("Output has %d bytes (truncated %v), want the first %d bytes of the body, marked", len(got.Output), got.OutputTruncated, MaxOutput)
 			}
 		})
 	}

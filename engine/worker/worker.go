@@ -595,7 +595,7 @@ func refusedReport(r run.Report, err error) (run.Report, bool) {
 	if !ok {
 		return r, false
 	}
-	r.Result.Output = ""
+	r.Result.Output, r.Result.OutputTruncated, r.Result.Log = "", false, ""
 	r.Result.Error = refusalNote(pe)
 	return r, true
 }

@@ -97,7 +97,7 @@ func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []
 			return v, err
 		}
 		for _, o := range rows {
-			read[stepKey{o.RunID, o.Step}] = expr.StepVars{Output: expr.Output(o.Output), Status: string(o.Status)}
+			read[stepKey{o.RunID, o.Step}] = expr.StepVars{Output: expr.Output(o.Output), Status: string(o.Status), Truncated: o.OutputTruncated}
 		}
 	}
 	for _, p := range todo {

@@ -220,6 +220,8 @@ func completeAttempts(ctx context.Context, q *store.Queries, reports []Report, f
 		p.FailureClasses = append(p.FailureClasses, res.FailureClass)
 		p.Errors = append(p.Errors, res.Error)
 		p.Outputs = append(p.Outputs, res.Output)
+		p.Truncateds = append(p.Truncateds, res.OutputTruncated)
+		p.Logs = append(p.Logs, res.Log)
 		p.RunStatuses = append(p.RunStatuses, string(f.Run))
 		p.RunReasons = append(p.RunReasons, f.RunReason)
 		p.Expired = append(p.Expired, r.leaseLapsed())

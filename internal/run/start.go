@@ -212,7 +212,7 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 			return err
 		}
 		for _, o := range got {
-			read[stepKey{o.RunID, o.Step}] = expr.StepVars{Output: expr.Output(o.Output), Status: string(o.Status)}
+			read[stepKey{o.RunID, o.Step}] = expr.StepVars{Output: expr.Output(o.Output), Status: string(o.Status), Truncated: o.OutputTruncated}
 		}
 	}
 	for _, j := range jobs {

@@ -44,22 +44,24 @@ type ApiKey struct {
 }
 
 type Attempt struct {
-	ID           uuid.UUID
-	TaskID       uuid.UUID
-	TenantID     uuid.UUID
-	Number       int32
-	FencingToken int64
-	Worker       string
-	StartedAt    time.Time
-	FinishedAt   *time.Time
-	Outcome      lifecycle.AttemptOutcome
-	ExitReason   string
-	FailureClass string
-	Error        string
-	Output       string
-	LateOutcome  string
-	LateError    string
-	LateAt       *time.Time
+	ID              uuid.UUID
+	TaskID          uuid.UUID
+	TenantID        uuid.UUID
+	Number          int32
+	FencingToken    int64
+	Worker          string
+	StartedAt       time.Time
+	FinishedAt      *time.Time
+	Outcome         lifecycle.AttemptOutcome
+	ExitReason      string
+	FailureClass    string
+	Error           string
+	Output          string
+	LateOutcome     string
+	LateError       string
+	LateAt          *time.Time
+	OutputTruncated bool
+	Log             string
 }
 
 type AuditLog struct {

@@ -14,7 +14,7 @@ import (
 )
 
 const attemptsOfTasks = `-- name: AttemptsOfTasks :many
-SELECT id, task_id, tenant_id, number, fencing_token, worker, started_at, finished_at, outcome, exit_reason, failure_class, error, output, late_outcome, late_error, late_at FROM attempts WHERE task_id = ANY($1::uuid[]) ORDER BY task_id, number
+SELECT id, task_id, tenant_id, number, fencing_token, worker, started_at, finished_at, outcome, exit_reason, failure_class, error, output, late_outcome, late_error, late_at, output_truncated, log FROM attempts WHERE task_id = ANY($1::uuid[]) ORDER BY task_id, number
 `
 
 func (q *Queries) AttemptsOfTasks(ctx context.Context, taskIds []uuid.UUID) ([]Attempt, error) {
@@ -43,6 +43,8 @@ func (q *Queries) AttemptsOfTasks(ctx context.Context, taskIds []uuid.UUID) ([]A
 			&i.LateOutcome,
 			&i.LateError,
 			&i.LateAt,
+			&i.OutputTruncated,
+			&i.Log,
 		); err != nil {
 			return nil, err
 		}

@@ -966,7 +966,7 @@ func (q *Queries) RetryTasks(ctx context.Context, arg RetryTasksParams) error {
 }
 
 const runAttempts = `-- name: RunAttempts :many
-SELECT a.id, a.task_id, a.tenant_id, a.number, a.fencing_token, a.worker, a.started_at, a.finished_at, a.outcome, a.exit_reason, a.failure_class, a.error, a.output, a.late_outcome, a.late_error, a.late_at FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
+SELECT a.id, a.task_id, a.tenant_id, a.number, a.fencing_token, a.worker, a.started_at, a.finished_at, a.outcome, a.exit_reason, a.failure_class, a.error, a.output, a.late_outcome, a.late_error, a.late_at, a.output_truncated, a.log FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
 WHERE t.run_id = $1 ORDER BY a.task_id, a.number
 `
 
@@ -996,6 +996,8 @@ func (q *Queries) RunAttempts(ctx context.Context, runID uuid.UUID) ([]Attempt, 
 			&i.LateOutcome,
 			&i.LateError,
 			&i.LateAt,
+			&i.OutputTruncated,
+			&i.Log,
 		); err != nil {
 			return nil, err
 		}

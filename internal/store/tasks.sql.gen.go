@@ -20,8 +20,9 @@ WITH req AS (
            unnest($3::text[]) AS status, unnest($4::text[]) AS outcome,
            unnest($5::text[]) AS exit_reason, unnest($6::text[]) AS failure_class,
            unnest($7::text[]) AS error, unnest($8::text[]) AS output,
-           unnest($9::text[]) AS run_status, unnest($10::text[]) AS run_reason,
-           unnest($11::bool[]) AS expired
+           unnest($9::bool[]) AS truncated, unnest($10::text[]) AS log,
+           unnest($11::text[]) AS run_status, unnest($12::text[]) AS run_reason,
+           unnest($13::bool[]) AS expired
 ), t AS (
     UPDATE tasks
     SET status = req.status, last_error = req.error, admitted_at = NULL,
@@ -31,11 +32,11 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
       AND (NOT req.expired OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
     RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
-              req.exit_reason, req.failure_class, req.error, req.output, req.run_status, req.run_reason
+              req.exit_reason, req.failure_class, req.error, req.output, req.truncated, req.log, req.run_status, req.run_reason
 ), a AS (
     UPDATE attempts
     SET finished_at = now(), outcome = t.outcome, exit_reason = t.exit_reason,
-        failure_class = t.failure_class, error = t.error, output = t.output
+        failure_class = t.failure_class, error = t.error, output = t.output, output_truncated = t.truncated, log = t.log
     FROM t
     WHERE attempts.task_id = t.id AND attempts.fencing_token = t.token AND attempts.outcome = 'running'
 ), r AS (
@@ -62,6 +63,8 @@ type CompleteAttemptsParams struct {
 	FailureClasses []string
 	Errors         []string
 	Outputs        []string
+	Truncateds     []bool
+	Logs           []string
 	RunStatuses    []string
 	RunReasons     []string
 	Expired        []bool
@@ -96,6 +99,8 @@ func (q *Queries) CompleteAttempts(ctx context.Context, arg CompleteAttemptsPara
 		arg.FailureClasses,
 		arg.Errors,
 		arg.Outputs,
+		arg.Truncateds,
+		arg.Logs,
 		arg.RunStatuses,
 		arg.RunReasons,
 		arg.Expired,
@@ -783,11 +788,12 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 }
 
 const stepOutputs = `-- name: StepOutputs :many
-SELECT k.run_id::uuid AS run_id, k.step::text AS step, t.status, COALESCE(a.output, '')::text AS output
+SELECT k.run_id::uuid AS run_id, k.step::text AS step, t.status, COALESCE(a.output, '')::text AS output,
+       COALESCE(a.output_truncated, false)::bool AS output_truncated
 FROM (SELECT unnest($1::uuid[]) AS run_id, unnest($2::text[]) AS step) AS k
 JOIN tasks AS t ON t.run_id = k.run_id AND t.step = k.step
 LEFT JOIN LATERAL (
-    SELECT x.output FROM attempts AS x
+    SELECT x.output, x.output_truncated FROM attempts AS x
     WHERE x.task_id = t.id AND x.outcome = 'succeeded'
     ORDER BY x.number DESC LIMIT 1
 ) AS a ON true
@@ -799,10 +805,11 @@ type StepOutputsParams struct {
 }
 
 type StepOutputsRow struct {
-	RunID  uuid.UUID
-	Step   string
-	Status lifecycle.TaskStatus
-	Output string
+	RunID           uuid.UUID
+	Step            string
+	Status          lifecycle.TaskStatus
+	Output          string
+	OutputTruncated bool
 }
 
 // StepOutputs reads what expressions read of steps of runs: each task's
@@ -823,6 +830,7 @@ func (q *Queries) StepOutputs(ctx context.Context, arg StepOutputsParams) ([]Ste
 			&i.Step,
 			&i.Status,
 			&i.Output,
+			&i.OutputTruncated,
 		); err != nil {
 			return nil, err
 		}

@@ -48,11 +48,12 @@ WHERE k.id = @id AND k.status = 'running' AND k.attempt = @attempt AND k.worker_
 -- of tasks by (run_id, step), one index probe of attempts). The pairs are
 -- @run_ids[i], @steps[i].
 -- name: StepOutputs :many
-SELECT k.run_id::uuid AS run_id, k.step::text AS step, t.status, COALESCE(a.output, '')::text AS output
+SELECT k.run_id::uuid AS run_id, k.step::text AS step, t.status, COALESCE(a.output, '')::text AS output,
+       COALESCE(a.output_truncated, false)::bool AS output_truncated
 FROM (SELECT unnest(@run_ids::uuid[]) AS run_id, unnest(@steps::text[]) AS step) AS k
 JOIN tasks AS t ON t.run_id = k.run_id AND t.step = k.step
 LEFT JOIN LATERAL (
-    SELECT x.output FROM attempts AS x
+    SELECT x.output, x.output_truncated FROM attempts AS x
     WHERE x.task_id = t.id AND x.outcome = 'succeeded'
     ORDER BY x.number DESC LIMIT 1
 ) AS a ON true;
@@ -224,6 +225,7 @@ WITH req AS (
            unnest(@statuses::text[]) AS status, unnest(@outcomes::text[]) AS outcome,
            unnest(@exit_reasons::text[]) AS exit_reason, unnest(@failure_classes::text[]) AS failure_class,
            unnest(@errors::text[]) AS error, unnest(@outputs::text[]) AS output,
+           unnest(@truncateds::bool[]) AS truncated, unnest(@logs::text[]) AS log,
            unnest(@run_statuses::text[]) AS run_status, unnest(@run_reasons::text[]) AS run_reason,
            unnest(@expired::bool[]) AS expired
 ), t AS (
@@ -235,11 +237,11 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
       AND (NOT req.expired OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
     RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
-              req.exit_reason, req.failure_class, req.error, req.output, req.run_status, req.run_reason
+              req.exit_reason, req.failure_class, req.error, req.output, req.truncated, req.log, req.run_status, req.run_reason
 ), a AS (
     UPDATE attempts
     SET finished_at = now(), outcome = t.outcome, exit_reason = t.exit_reason,
-        failure_class = t.failure_class, error = t.error, output = t.output
+        failure_class = t.failure_class, error = t.error, output = t.output, output_truncated = t.truncated, log = t.log
     FROM t
     WHERE attempts.task_id = t.id AND attempts.fencing_token = t.token AND attempts.outcome = 'running'
 ), r AS (

@@ -369,15 +369,21 @@ type Attempt struct {
 	FinishTime   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
 	// running, succeeded or failed.
 	Outcome string `protobuf:"bytes,6,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	// error, timeout, lease_expired, cancelled, http_4xx, http_5xx, exit_code.
+	// error, timeout, lease_expired, cancelled, http_4xx, http_5xx, exit_code, expression.
 	ExitReason string `protobuf:"bytes,7,opt,name=exit_reason,json=exitReason,proto3" json:"exit_reason,omitempty"`
 	// user or system.
 	FailureClass string `protobuf:"bytes,8,opt,name=failure_class,json=failureClass,proto3" json:"failure_class,omitempty"`
 	Error        string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
-	Output       string `protobuf:"bytes,10,opt,name=output,proto3" json:"output,omitempty"`
+	// What the step returned (an HTTP body, a command's standard output, a
+	// handler's SetOutput), at most 64 KiB; what later steps read.
+	Output string `protobuf:"bytes,10,opt,name=output,proto3" json:"output,omitempty"`
 	// A report that arrived after the attempt lost its lease: rejected, kept for the record.
-	LateOutcome   string `protobuf:"bytes,11,opt,name=late_outcome,json=lateOutcome,proto3" json:"late_outcome,omitempty"`
-	LateError     string `protobuf:"bytes,12,opt,name=late_error,json=lateError,proto3" json:"late_error,omitempty"`
+	LateOutcome string `protobuf:"bytes,11,opt,name=late_outcome,json=lateOutcome,proto3" json:"late_outcome,omitempty"`
+	LateError   string `protobuf:"bytes,12,opt,name=late_error,json=lateError,proto3" json:"late_error,omitempty"`
+	// The output was cut at 64 KiB (an HTTP body's head, a command's tail is kept).
+	OutputTruncated bool `protobuf:"varint,13,opt,name=output_truncated,json=outputTruncated,proto3" json:"output_truncated,omitempty"`
+	// The tail of a command's standard error.
+	Log           string `protobuf:"bytes,14,opt,name=log,proto3" json:"log,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -492,6 +498,20 @@ func (x *Attempt) GetLateOutcome() string {
 func (x *Attempt) GetLateError() string {
 	if x != nil {
 		return x.LateError
+	}
+	return ""
+}
+
+func (x *Attempt) GetOutputTruncated() bool {
+	if x != nil {
+		return x.OutputTruncated
+	}
+	return false
+}
+
+func (x *Attempt) GetLog() string {
+	if x != nil {
+		return x.Log
 	}
 	return ""
 }
@@ -1882,7 +1902,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"ready_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\treadyTime\x129\n" +
 	"\n" +
-	"admit_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tadmitTime\"\xa6\x03\n" +
+	"admit_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tadmitTime\"\xe3\x03\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12#\n" +
@@ -1900,7 +1920,9 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	" \x01(\tR\x06output\x12!\n" +
 	"\flate_outcome\x18\v \x01(\tR\vlateOutcome\x12\x1d\n" +
 	"\n" +
-	"late_error\x18\f \x01(\tR\tlateError\"\xee\x01\n" +
+	"late_error\x18\f \x01(\tR\tlateError\x12)\n" +
+	"\x10output_truncated\x18\r \x01(\bR\x0foutputTruncated\x12\x10\n" +
+	"\x03log\x18\x0e \x01(\tR\x03log\"\xee\x01\n" +
 	"\x0fListRunsRequest\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03job\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x120\n" +
