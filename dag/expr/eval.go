@@ -209,7 +209,7 @@ func toJSON(v ref.Val, budget *int, depth int) (any, error) {
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("a result of type %s has no JSON form", v.Type().(ref.Type).TypeName())
+	return nil, fmt.Errorf("a result of type %s has no JSON form", v.Type().TypeName())
 }
 
 // Condition evaluates a condition (CompileCondition's).
