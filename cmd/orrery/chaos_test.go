@@ -3,6 +3,7 @@ package main_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -161,17 +162,33 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	var twice atomic.Int64
 	// Each call takes 50 ms, as a real webhook would, so a killed worker
 	// has attempts running as well as fetched.
+	var wrongPayloads atomic.Int64
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		deliveries.Add(1)
 		n, _ := keys.LoadOrStore(r.Header.Get("Idempotency-Key"), new(atomic.Int64))
 		if n.(*atomic.Int64).Add(1) == 2 {
 			twice.Add(1) // one attempt executed twice
 		}
+		var call struct {
+			ScheduledFor time.Time       `json:"scheduled_for"`
+			Payload      json.RawMessage `json:"payload"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&call)
 		select {
 		case <-time.After(50 * time.Millisecond):
 		case <-r.Context().Done():
 		}
-		_, _ = w.Write([]byte("ok"))
+		switch r.URL.Path {
+		case "/pipe/list": // what the pipelines' conditions read: from the run's instant
+			_, _ = fmt.Fprintf(w, `{"n": %d, "changed": %v}`, pipeN(call.ScheduledFor), pipeChanged(call.ScheduledFor))
+		case "/pipe/count": // its payload was evaluated from the run's params and list's output
+			if want := fmt.Sprintf(`{"n":%d,"region":"eu"}`, pipeN(call.ScheduledFor)); string(call.Payload) != want {
+				wrongPayloads.Add(1)
+			}
+			_, _ = w.Write([]byte("ok"))
+		default:
+			_, _ = w.Write([]byte("ok"))
+		}
 	}))
 	defer sink.Close()
 	jobs, err := job.New(ctx, pool, nil)
@@ -188,6 +205,19 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			},
 		}, "")
 		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A share of the load is pipelines that carry data (docs/workflows.md):
+	// params, an output read by the steps below, conditions and trigger
+	// rules; each run's end is checked below against a reference
+	// evaluation of the same graph (pipelineWant).
+	for i := range pipelines {
+		docs, es := dag.Decode("pipe.yaml", []byte(fmt.Sprintf(pipelineYAML, i, i%2 == 1, sink.URL, sink.URL, sink.URL, sink.URL)))
+		if len(es) > 0 {
+			t.Fatal(es)
+		}
+		if _, err := jobs.Create(ctx, job.Anonymous, docs[0].Resource, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -237,9 +267,20 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 
 	short := queryInt(t, pool, `SELECT count(*) FROM (
 		SELECT j.id FROM jobs j LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for > $1 AND r.scheduled_for <= $2
-		GROUP BY j.id HAVING count(r.id) <> $3) d`, from, until, want)
+		WHERE j.name LIKE 'tick-%' GROUP BY j.id HAVING count(r.id) <> $3) d`, from, until, want)
 	if short != 0 {
 		t.Fatalf("%d of 200 jobs do not have exactly %d runs between %s and %s", short, want, from, until)
+	}
+	wantPipe := 0
+	for at := from.Add(time.Second); !at.After(until); at = at.Add(time.Second) {
+		if at.Second()%2 == 0 {
+			wantPipe++
+		}
+	}
+	if short := queryInt(t, pool, `SELECT count(*) FROM (
+		SELECT j.id FROM jobs j LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for > $1 AND r.scheduled_for <= $2
+		WHERE j.name LIKE 'pipe-%' GROUP BY j.id HAVING count(r.id) <> $3) d`, from, until, wantPipe); short != 0 {
+		t.Fatalf("%d of %d pipelines do not have exactly %d runs between %s and %s", short, pipelines, wantPipe, from, until)
 	}
 	if n := queryInt(t, pool, "SELECT count(*) FROM runs WHERE status NOT IN ('pending', 'running', 'succeeded')"); n != 0 {
 		t.Fatalf("%d runs were skipped, cancelled or failed; every one should have run", n)
@@ -257,6 +298,10 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	})
 	if n := twice.Load(); n != 0 {
 		t.Fatalf("%d attempts were delivered to the sink twice (same run/step/attempt)", n)
+	}
+	checkPipelines(t, pool, until)
+	if n := wrongPayloads.Load(); n != 0 {
+		t.Fatalf("%d pipeline steps got a payload other than their expressions' values", n)
 	}
 	// The bound queue was served by its bound worker only, and took the
 	// tenant's new tasks: none made in the last 10 s is in the shared queue.
@@ -393,4 +438,91 @@ func TestStalledWorkersLeaseLapsesAndLateReportIsRejected(t *testing.T) {
 	if !strings.Contains(w2.Logs(), "stale report rejected") {
 		t.Fatal("w2 did not log its rejected report")
 	}
+}
+
+// pipelines is how many of the chaos test's jobs are pipelines that carry
+// data; pipelineYAML is one (its index, dry_run's default, the sink's URL
+// four times), firing every even second.
+const (
+	pipelines    = 20
+	pipelineYAML = `apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: pipe-%03d}
+spec:
+  schedule: {cron: "*/2 * * * * *"}
+  overlap: allow
+  params:
+    region:  {type: string, default: eu}
+    dry_run: {type: boolean, default: %v}
+  steps:
+    - name: list
+      run: {http: {url: "%s/pipe/list"}}
+    - name: count
+      needs: [list]
+      when: "${{ steps.list.output.n > 0 }}"
+      payload: {n: "${{ steps.list.output.n }}", region: "${{ params.region }}"}
+      run: {http: {url: "%s/pipe/count"}}
+    - name: publish
+      needs: [count]
+      trigger_rule: none_failed
+      when: "${{ !params.dry_run && steps.list.output.changed }}"
+      run: {http: {url: "%s/pipe/publish"}}
+    - name: final
+      needs: [publish]
+      run: {http: {url: "%s/pipe/final"}}
+`
+)
+
+// pipeN and pipeChanged are what the sink's list step answers for a run
+// of a pipeline at instant at.
+func pipeN(at time.Time) int        { return at.Second() / 2 % 3 }
+func pipeChanged(at time.Time) bool { return at.Second()/2%2 == 0 }
+
+// pipelineWant is the reference evaluation of a pipeline's run: each
+// step's end, from the run's instant and the job's dry_run.
+func pipelineWant(at time.Time, dryRun bool) map[string]string {
+	want := map[string]string{"list": "succeeded", "count": "skipped", "publish": "skipped", "final": "skipped"}
+	if pipeN(at) > 0 {
+		want["count"] = "succeeded"
+	}
+	// none_failed: a skipped count counts as done.
+	if !dryRun && pipeChanged(at) {
+		want["publish"], want["final"] = "succeeded", "succeeded"
+	}
+	return want
+}
+
+// checkPipelines compares every pipeline run up to until, and each of its
+// tasks, with the reference evaluation.
+func checkPipelines(t *testing.T, pool *pgxpool.Pool, until time.Time) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT j.name, r.scheduled_for, r.status, (r.params->>'dry_run')::bool, t.step, t.status
+		FROM runs r JOIN jobs j ON j.id = r.job_id JOIN tasks t ON t.run_id = r.id
+		WHERE j.name LIKE 'pipe-%' AND r.scheduled_for <= $1`, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	checked, wrong := 0, 0
+	for rows.Next() {
+		var name, runStatus, step, status string
+		var at time.Time
+		var dryRun bool
+		if err := rows.Scan(&name, &at, &runStatus, &dryRun, &step, &status); err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		if want := pipelineWant(at, dryRun)[step]; want != status || runStatus != "succeeded" {
+			if wrong++; wrong <= 5 {
+				t.Errorf("%s at %s (dry_run %v): %s is %s, want %s (run %s)", name, at.Format(time.RFC3339), dryRun, step, status, want, runStatus)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if wrong > 0 || checked == 0 {
+		t.Fatalf("%d of %d pipeline tasks ended other than the reference evaluation says", wrong, checked)
+	}
+	t.Logf("%d tasks of %d pipelines with params, outputs and conditions ended as the reference evaluation says", checked, pipelines)
 }
