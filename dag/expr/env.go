@@ -78,12 +78,26 @@ var runVars = []struct {
 // Compile are safe for concurrent use.
 type Env struct {
 	cel    *cel.Env
+	key    string // paramsKey(params)
 	params map[string]Type
 	steps  map[string]bool
 }
 
 // NewEnv makes the Env of a job with these params and steps.
 func NewEnv(params map[string]Type, steps []string) (*Env, error) {
+	key := paramsKey(params)
+	env, err := cachedEnv(key, func() (*cel.Env, error) { return newCELEnv(params) })
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{cel: env, key: key, params: params, steps: map[string]bool{}}
+	for _, s := range steps {
+		e.steps[s] = true
+	}
+	return e, nil
+}
+
+func newCELEnv(params map[string]Type) (*cel.Env, error) {
 	opts := []cel.EnvOption{
 		cel.Variable("steps", cel.MapType(cel.StringType, cel.MapType(cel.StringType, cel.DynType))),
 		cel.CrossTypeNumericComparisons(true),
@@ -96,15 +110,7 @@ func NewEnv(params map[string]Type, steps []string) (*Env, error) {
 	for name, t := range params {
 		opts = append(opts, cel.Variable("params."+name, t.cel()))
 	}
-	env, err := cel.NewEnv(opts...)
-	if err != nil {
-		return nil, err
-	}
-	e := &Env{cel: env, params: params, steps: map[string]bool{}}
-	for _, s := range steps {
-		e.steps[s] = true
-	}
-	return e, nil
+	return cel.NewEnv(opts...)
 }
 
 // A Program is one checked expression, ready to evaluate.
@@ -157,6 +163,14 @@ func (e *Env) compile(src string, ancestors map[string]bool, condition bool) (*P
 	if len(src) > MaxSource {
 		return nil, &Error{Source: src, Message: fmt.Sprintf("is %d bytes; the limit is %d", len(src), MaxSource)}
 	}
+	key := compiledKey{e.key, src, condition}
+	if c, ok := cachedProgram(key); ok {
+		reads, err := e.reads(src, c.parsed.NativeRep(), ancestors)
+		if err != nil {
+			return nil, err
+		}
+		return &Program{Source: src, prg: c.prg, Reads: reads}, nil
+	}
 	parsed, iss := e.cel.Parse(src)
 	if iss.Err() != nil {
 		return nil, issueError(src, iss)
@@ -175,6 +189,11 @@ func (e *Env) compile(src string, ancestors map[string]bool, condition bool) (*P
 	prg, err := e.cel.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
 		return nil, &Error{Source: src, Message: err.Error()}
+	}
+	// Check rewrites the parsed tree it is given (params.x becomes one
+	// identifier): what reads walks is a tree parsed afresh.
+	if fresh, iss := e.cel.Parse(src); iss.Err() == nil {
+		storeProgram(key, compiledExpr{fresh, prg})
 	}
 	return &Program{Source: src, prg: prg, Reads: reads}, nil
 }

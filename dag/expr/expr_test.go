@@ -334,3 +334,22 @@ func TestTruncatedOutputIsNotRead(t *testing.T) {
 		}
 	}
 }
+
+// TestCompiledOnceCheckedEachTime: an expression compiled for one step is
+// taken from the cache for another, and what that step may read is still
+// checked (and what it reads still reported).
+func TestCompiledOnceCheckedEachTime(t *testing.T) {
+	e := testEnv(t)
+	src := "steps.later.output.x + params.region"
+	p, err := e.Compile(src, map[string]bool{"later": true})
+	if err != nil || !p.Reads.Params || len(p.Reads.Outputs) != 1 {
+		t.Fatalf("first compile: %v, %+v", err, p)
+	}
+	if _, err := e.Compile(src, ancestors); err == nil || !strings.Contains(err.Error(), `step "later" is not an ancestor`) {
+		t.Fatalf("second compile, for a step below which later is not: %v", err)
+	}
+	p, err = e.Compile(src, map[string]bool{"later": true})
+	if err != nil || !p.Reads.Params || len(p.Reads.Outputs) != 1 {
+		t.Fatalf("third compile: %v, %+v", err, p)
+	}
+}
