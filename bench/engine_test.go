@@ -501,15 +501,20 @@ func noopSpec(cron string) dag.JobSpec {
 	return r.Spec
 }
 
-// exprSpec is noopSpec with a param and a payload of expressions over
-// every kind of variable (ORRERY_BENCH_EXPRS=on in the storm): what a
-// step with expressions costs beside one without.
-func exprSpec(cron string) dag.JobSpec {
+// exprSpec is noopSpec with a param and a payload of five expressions
+// over every kind of variable (ORRERY_BENCH_EXPRS=on in the storm), or
+// the same payload with literal values (=literal): what a step's
+// expressions cost beside the same step without them.
+func exprSpec(cron string, exprs bool) dag.JobSpec {
+	payload := `{"day": "${{ run.scheduled_for }}", "who": "${{ job.namespace + '/' + job.name }}", ` +
+		`"region": "${{ params.region }}", "try": "${{ attempt }}", "id": "run ${{ run.id }}"}`
+	if !exprs {
+		payload = `{"day": "2026-11-28T00:00:00Z", "who": "default/storm-00001", "region": "eu", "try": "1", "id": "run 01a21f9f-ffca-72e4-a9a0-91d847f0d432"}`
+	}
 	r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{Cron: cron}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "noop"},
-		Params: map[string]dag.Param{"region": {Type: "string", Default: dag.Payload(`"eu"`)}},
-		Payload: dag.Payload(`{"day": "${{ run.scheduled_for }}", "who": "${{ job.namespace + '/' + job.name }}", ` +
-			`"region": "${{ params.region }}", "try": "${{ attempt }}", "id": "run ${{ run.id }}"}`),
+		Params:   map[string]dag.Param{"region": {Type: "string", Default: dag.Payload(`"eu"`)}},
+		Payload:  dag.Payload(payload),
 	}}
 	r.Normalize()
 	if es := dag.Validate(&r); len(es) > 0 {
@@ -588,8 +593,11 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		at := dbTime(b, pool).Truncate(time.Second).Add(8 * time.Second)
 		cron := fmt.Sprintf("%d %d %d * * *", at.Second(), at.Minute(), at.Hour())
 		spec := noopSpec(cron)
-		if os.Getenv("ORRERY_BENCH_EXPRS") == "on" {
-			spec = exprSpec(cron)
+		switch os.Getenv("ORRERY_BENCH_EXPRS") {
+		case "on":
+			spec = exprSpec(cron, true)
+		case "literal":
+			spec = exprSpec(cron, false)
 		}
 		seedJobs(b, pool, "storm", jobs, spec, at)
 		time.Sleep(600 * time.Millisecond) // the seeding's statistics reach pg_stat_wal

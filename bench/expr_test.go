@@ -24,7 +24,7 @@ func BenchmarkExpressions(b *testing.B) {
 		spec    dag.JobSpec
 		wantErr bool
 	}{
-		{"storm payload", exprSpec("@daily"), false},
+		{"storm payload", exprSpec("@daily", true), false},
 		{"at the cost limit", func() dag.JobSpec {
 			s := noopSpec("@daily")
 			s.Steps[0].Payload = dag.Payload(`{"x": "` + heavy + `"}`)

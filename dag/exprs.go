@@ -57,8 +57,12 @@ type compiled struct {
 // HasExprs reports whether any step of s holds an expression.
 func (s *JobSpec) HasExprs() bool {
 	for i := range s.Steps {
-		found := s.Steps[i].When != ""
-		eachTemplate(&s.Steps[i], func(_ string, v string, _ bool) { found = found || expr.HasExpr(v) })
+		st := &s.Steps[i]
+		if st.When != "" || bytes.Contains(st.Payload, []byte(expr.Open)) {
+			return true
+		}
+		found := false
+		eachField(st, func(_ string, v string, _ bool) { found = found || expr.HasExpr(v) })
 		if found {
 			return true
 		}
@@ -206,6 +210,17 @@ func checkPlace(path string, t expr.Template, secretOK bool) error {
 // appear: its path below the step, its text, and whether the field may
 // hold a secret reference.
 func eachTemplate(st *Step, f func(path, v string, secretOK bool)) {
+	eachField(st, f)
+	if len(st.Payload) > 0 && bytes.Contains(st.Payload, []byte(expr.Open)) {
+		var v any
+		if json.Unmarshal(st.Payload, &v) == nil {
+			walkStrings(v, "payload", func(path, s string) { f(path, s, false) })
+		}
+	}
+}
+
+// eachField is eachTemplate without the payload.
+func eachField(st *Step, f func(path, v string, secretOK bool)) {
 	if h := st.Run.HTTP; h != nil {
 		f("run.http.url", h.URL, false)
 		for _, k := range sortedKeys(h.Headers) {
@@ -220,12 +235,6 @@ func eachTemplate(st *Step, f func(path, v string, secretOK bool)) {
 		}
 		for _, k := range sortedKeys(c.Env) {
 			f("run.command.env."+k, c.Env[k], true)
-		}
-	}
-	if len(st.Payload) > 0 && bytes.Contains(st.Payload, []byte(expr.Open)) {
-		var v any
-		if json.Unmarshal(st.Payload, &v) == nil {
-			walkStrings(v, "payload", func(path, s string) { f(path, s, false) })
 		}
 	}
 }
