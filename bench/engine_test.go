@@ -513,8 +513,8 @@ func exprSpec(cron string, exprs bool) dag.JobSpec {
 	}
 	r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{Cron: cron}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "noop"},
-		Params:   map[string]dag.Param{"region": {Type: "string", Default: dag.Payload(`"eu"`)}},
-		Payload:  dag.Payload(payload),
+		Params:  map[string]dag.Param{"region": {Type: "string", Default: dag.Payload(`"eu"`)}},
+		Payload: dag.Payload(payload),
 	}}
 	r.Normalize()
 	if es := dag.Validate(&r); len(es) > 0 {
