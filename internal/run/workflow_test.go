@@ -493,3 +493,69 @@ spec:
 		t.Errorf("wait's attempt %d, want 2", n)
 	}
 }
+
+// TestCutOutputIsNotRead: an output past 64 KiB is kept cut and marked;
+// a step whose expression reads it fails for good without running, saying
+// so; a step that reads only its status runs.
+func TestCutOutputIsNotRead(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, _ := job.New(ctx, pool, nil)
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+	var ran sync.Map
+	enginetest.StartWorker(t, pool, 4, map[string]executor.HandlerFunc{
+		"big": func(ctx context.Context, c executor.Call) error {
+			return executor.SetOutput(ctx, map[string]any{"blob": strings.Repeat("x", 70<<10)})
+		},
+		"use": func(_ context.Context, c executor.Call) error {
+			ran.Store(c.Step, true)
+			return nil
+		},
+	})
+	docs, es := dag.Decode("cut.yaml", []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: cut}
+spec:
+  schedule: {cron: "@yearly"}
+  defaults: {retry: {max_attempts: 1}}
+  steps:
+    - {name: big, run: {handler: big}}
+    - {name: reads_output, needs: [big], run: {handler: use}, payload: {n: "${{ size(steps.big.output.blob) }}"}}
+    - {name: reads_status, needs: [big], run: {handler: use}, when: "${{ steps.big.status == 'succeeded' }}"}
+`))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, docs[0].Resource, ""); err != nil {
+		t.Fatal(err)
+	}
+	r, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "cut"}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 60*time.Second, "run finishes", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE id = $1 AND finished_at IS NOT NULL", r.ID) == 1
+	})
+	var size int
+	var cut bool
+	if err := pool.QueryRow(ctx, `SELECT length(a.output), a.output_truncated FROM attempts a JOIN tasks t ON t.id = a.task_id
+		WHERE t.run_id = $1 AND t.step = 'big'`, r.ID).Scan(&size, &cut); err != nil || size != executor.MaxOutput || !cut {
+		t.Fatalf("big's output: %d bytes, cut %v (%v)", size, cut, err)
+	}
+	var status, errText string
+	if err := pool.QueryRow(ctx, `SELECT t.status, a.error FROM tasks t JOIN attempts a ON a.task_id = t.id
+		WHERE t.run_id = $1 AND t.step = 'reads_output'`, r.ID).Scan(&status, &errText); err != nil {
+		t.Fatal(err)
+	}
+	if status != "dead_lettered" || !strings.Contains(errText, "the output of step big was cut") {
+		t.Errorf("reads_output: %s, %q", status, errText)
+	}
+	if _, ok := ran.Load("reads_output"); ok {
+		t.Error("reads_output ran")
+	}
+	if _, ok := ran.Load("reads_status"); !ok {
+		t.Error("reads_status, which reads only big's status, did not run")
+	}
+}
