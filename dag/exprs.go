@@ -94,23 +94,25 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 				return
 			}
 			field := fmt.Sprintf("spec.steps[%d].%s", i, path)
-			if _, done := se.templates[v]; done {
-				return
-			}
 			t, err := expr.Parse(v)
-			if err == nil && t.Exprs() > 0 {
-				count += t.Exprs()
-				if count > MaxExprs && count-t.Exprs() <= MaxExprs {
-					es = append(es, &FieldError{Field: field, Message: fmt.Sprintf("brings the job's expressions to %d; the limit is %d", count, MaxExprs)})
-				}
-				if ancestors == nil {
-					ancestors = ancestorsOf(s.Steps, i)
+			if err == nil {
+				err = checkPlace(path, t, secretOK) // in every field, also one whose text was compiled for another
+			}
+			if err == nil {
+				if _, done := se.templates[v]; done {
+					return
 				}
 				var progs []*expr.Program
 				var reads expr.Reads
-				progs, reads, err = env.CompileTemplate(t, ancestors)
-				if err == nil {
-					err = checkPlace(path, t, secretOK)
+				if t.Exprs() > 0 { // none: only escaped $${{, text
+					count += t.Exprs()
+					if count > MaxExprs && count-t.Exprs() <= MaxExprs {
+						es = append(es, &FieldError{Field: field, Message: fmt.Sprintf("brings the job's expressions to %d; the limit is %d", count, MaxExprs)})
+					}
+					if ancestors == nil {
+						ancestors = ancestorsOf(s.Steps, i)
+					}
+					progs, reads, err = env.CompileTemplate(t, ancestors)
 				}
 				if err == nil {
 					se.templates[v] = compiled{t, progs}

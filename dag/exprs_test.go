@@ -213,3 +213,30 @@ func TestHintsNameTheNewerForm(t *testing.T) {
 		t.Fatalf("hints: %v", hs)
 	}
 }
+
+// TestReviewedEdges: inputs that a review found mishandled.
+func TestReviewedEdges(t *testing.T) {
+	// A field that holds only an escaped $${{ is text, not a panic.
+	r := decodeOne(t, strings.Replace(pipeline, `note: "try ${{ attempt }} of $${{ x }}"`, `note: "$${{ x }}"`, 1))
+	x, es := CompileExprs(&r.Spec)
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	_, payload, err := x.Step("publish").Apply(r.Spec.Steps[2], expr.Vars{Params: map[string]any{"region": "eu"}, Steps: map[string]expr.StepVars{"list": {Output: map[string]any{"files": []any{}}}}})
+	if err != nil || !strings.Contains(string(payload), `"note":"${{ x }}"`) {
+		t.Errorf("escaped only: %s, %v", payload, err)
+	}
+	// A param named as a word of the language is refused.
+	if _, es := Decode("p.yaml", []byte(strings.Replace(pipeline, "limit:   {type: integer", "in:   {type: integer", 1))); len(es) == 0 || !strings.Contains(es.Error(), `param name "in" is a word of the expression language`) {
+		t.Errorf("param in: %v", es)
+	}
+	// An integer given as 3.0 is kept as 3.
+	if got, err := r.Spec.RunParams(map[string]Payload{"limit": Payload("3.0")}); err != nil || !strings.Contains(string(got), `"limit":3,`) {
+		t.Errorf("limit=3.0: %s, %v", got, err)
+	}
+	// Defaults past a run's params bound are refused at validation.
+	big := strings.Repeat("x", MaxParamsBytes)
+	if _, es := Decode("p.yaml", []byte(strings.Replace(pipeline, "default: eu,", "default: "+big+",", 1))); len(es) == 0 || !strings.Contains(es.Error(), "spec.params: the defaults are") {
+		t.Errorf("big default: %.200v", es)
+	}
+}

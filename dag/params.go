@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/orrery-dev/orrery/dag/expr"
@@ -30,16 +31,33 @@ const (
 
 var paramNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
+// celReserved are the words CEL keeps for itself: params.in would not
+// parse.
+var celReserved = map[string]bool{"as": true, "break": true, "const": true, "continue": true, "else": true, "false": true,
+	"for": true, "function": true, "if": true, "import": true, "in": true, "let": true, "loop": true, "package": true,
+	"namespace": true, "null": true, "return": true, "true": true, "var": true, "void": true, "while": true}
+
 func validateParams(es *Errors, params map[string]Param) {
 	if len(params) > MaxParams {
 		es.add("spec.params", "has %d params; the limit is %d", len(params), MaxParams)
 		return
+	}
+	size := 2
+	for name, p := range params {
+		size += len(name) + len(p.Default) + 4
+	}
+	if size > MaxParamsBytes {
+		es.add("spec.params", "the defaults are %d bytes as JSON; a run's params are at most %d", size, MaxParamsBytes)
 	}
 	for _, name := range sortedKeys(params) {
 		p := params[name]
 		path := "spec.params." + name
 		if len(name) > MaxNameLen || !paramNameRE.MatchString(name) {
 			es.add(path, "param name %q must be 1-%d characters of a-z, 0-9 and '_', starting with a letter (expressions read it as params.NAME)", name, MaxNameLen)
+			continue
+		}
+		if celReserved[name] {
+			es.add(path, "param name %q is a word of the expression language; choose another", name)
 			continue
 		}
 		known := false
@@ -90,6 +108,20 @@ func (p Param) Check(v Payload) error {
 		enum[i] = string(e)
 	}
 	return fmt.Errorf("%s is not one of %s", v, strings.Join(enum, ", "))
+}
+
+// normal is a value of p (Check's) as a run keeps it: an integer param's
+// 3.0 or 3e0 is 3, so that expressions read an int.
+func (p Param) normal(v Payload) Payload {
+	if p.Type != expr.Integer {
+		return v
+	}
+	if val, err := expr.FromJSON(v); err == nil {
+		if f, isFloat := val.(float64); isFloat {
+			return Payload(strconv.FormatInt(int64(f), 10))
+		}
+	}
+	return v
 }
 
 func (p Param) checkType(v Payload) error {
@@ -173,7 +205,7 @@ func (s *JobSpec) RunParams(given map[string]Payload) (Payload, error) {
 	for _, name := range sortedKeys(s.Params) {
 		switch v, ok := given[name]; {
 		case ok:
-			values[name] = json.RawMessage(v)
+			values[name] = json.RawMessage(s.Params[name].normal(v))
 		case len(s.Params[name].Default) > 0:
 			values[name] = json.RawMessage(s.Params[name].Default)
 		default:

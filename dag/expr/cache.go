@@ -16,7 +16,16 @@ import (
 // jobs of one shape compiles one). Both caches are bounded, and cleared
 // when full: simple, and rare.
 
-const maxCached = 10_000
+// A compiled program takes tens of kilobytes for a short expression and
+// about 225 KB for one of MaxSource: the caches hold at most maxEnvs
+// environments (34 KB each) and maxPrograms programs of sources up to
+// maxCachedSource bytes, tens of megabytes at most, whatever is sent to
+// validate.
+const (
+	maxEnvs         = 256
+	maxPrograms     = 2_000
+	maxCachedSource = 512
+)
 
 type compiledKey struct {
 	params    string // the params' signature (paramsKey)
@@ -58,7 +67,7 @@ func cachedEnv(key string, build func() (*cel.Env, error)) (*cel.Env, error) {
 		return nil, err
 	}
 	cache.mu.Lock()
-	if len(cache.envs) >= maxCached {
+	if len(cache.envs) >= maxEnvs {
 		clear(cache.envs)
 	}
 	cache.envs[key] = env
@@ -74,9 +83,12 @@ func cachedProgram(k compiledKey) (compiledExpr, bool) {
 }
 
 func storeProgram(k compiledKey, c compiledExpr) {
+	if len(k.src) > maxCachedSource {
+		return
+	}
 	cache.mu.Lock()
 	defer cache.mu.Unlock()
-	if len(cache.programs) >= maxCached {
+	if len(cache.programs) >= maxPrograms {
 		clear(cache.programs)
 	}
 	cache.programs[k] = c

@@ -213,7 +213,7 @@ func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads
 	for _, x := range celast.MatchDescendants(celast.NavigateAST(a), celast.AllMatcher()) {
 		switch x.Kind() {
 		case celast.IdentKind:
-			switch x.AsIdent() {
+			switch root(x.AsIdent()) {
 			case "params":
 				if !selected(x) {
 					fail(x.ID(), "params is read one at a time: params.NAME")
@@ -229,7 +229,7 @@ func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads
 			if op.Kind() != celast.IdentKind {
 				continue
 			}
-			switch op.AsIdent() {
+			switch root(op.AsIdent()) {
 			case "params":
 				name := sel.FieldName()
 				if _, ok := e.params[name]; !ok {
@@ -241,11 +241,15 @@ func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads
 			}
 		case celast.CallKind:
 			call := x.AsCall()
+			if refused[call.FunctionName()] != "" {
+				fail(x.ID(), "%s", refused[call.FunctionName()])
+				continue
+			}
 			if call.FunctionName() != "_[_]" || len(call.Args()) != 2 {
 				continue
 			}
 			op, key := call.Args()[0], call.Args()[1]
-			if op.Kind() != celast.IdentKind || op.AsIdent() != "steps" {
+			if op.Kind() != celast.IdentKind || root(op.AsIdent()) != "steps" {
 				continue
 			}
 			name, ok := constString(key)
@@ -260,6 +264,16 @@ func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads
 		return Reads{}, first
 	}
 	return r, nil
+}
+
+// root is an identifier as the checker resolves it: a leading dot names
+// the same variable (.steps is steps).
+func root(ident string) string { return strings.TrimPrefix(ident, ".") }
+
+// refused are functions an expression may not call, and why: what CEL's
+// cost model does not bound.
+var refused = map[string]string{
+	"format": "format is not available: its cost is not bounded; join strings with + or join()",
 }
 
 // selected reports whether the identifier x is the operand of a selection

@@ -29,6 +29,9 @@ type Vars struct {
 	Job          string
 	Namespace    string
 	Attempt      int
+	// Spent, when set, is a cost budget shared with other activations (a
+	// transaction's conditions): they all stop at one CostLimit.
+	Spent *uint64
 }
 
 // StepVars are what an expression reads of a step.
@@ -83,7 +86,11 @@ func (e *Env) Activation(v Vars) Activation {
 		}
 	}
 	m["steps"] = steps
-	return Activation{vars: m, spent: new(uint64), truncated: truncated}
+	spent := v.Spent
+	if spent == nil {
+		spent = new(uint64)
+	}
+	return Activation{vars: m, spent: spent, truncated: truncated}
 }
 
 // Eval evaluates p. The result is a JSON value: nil, bool, int64, float64,
@@ -99,7 +106,7 @@ func (p *Program) Eval(a Activation) (any, error) {
 		}
 	}
 	if *a.spent >= CostLimit {
-		return nil, &Error{Source: p.Source, Message: fmt.Sprintf("not evaluated: the step's expressions together reached the cost limit (%d)", CostLimit)}
+		return nil, &Error{Source: p.Source, Message: fmt.Sprintf("not evaluated: the expressions evaluated with it together reached the cost limit (%d)", CostLimit)}
 	}
 	out, det, err := p.prg.Eval(a.vars)
 	if det != nil && det.ActualCost() != nil {

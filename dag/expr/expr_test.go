@@ -353,3 +353,20 @@ func TestCompiledOnceCheckedEachTime(t *testing.T) {
 		t.Fatalf("third compile: %v, %+v", err, p)
 	}
 }
+
+// TestRefusedForms: what the cost model does not bound, and a leading dot
+// that names the same variables, are checked like the rest.
+func TestRefusedForms(t *testing.T) {
+	e := testEnv(t)
+	for src, want := range map[string]string{
+		`"%s".format([params.region])`: "format is not available",
+		`.steps.later.output`:          `step "later" is not an ancestor`,
+		`.steps['later'].status`:       `step "later" is not an ancestor`,
+		`.params.nope`:                 `no param "nope"`,
+		`.params`:                      "params is read one at a time",
+	} {
+		if _, err := e.Compile(src, ancestors); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Compile(%s) = %v, want %q", src, err, want)
+		}
+	}
+}

@@ -99,20 +99,26 @@ const MaxError = 4 << 10
 // Without it, a report whose output PostgreSQL refuses could never be
 // written, and its attempt would stay running.
 func (r Result) Storable() Result {
-	r.Error = storableText(r.Error, MaxError, false)
-	out := storableText(r.Output, MaxOutput, true)
-	r.OutputTruncated = r.OutputTruncated || len(out) < len(r.Output) && len(r.Output) > MaxOutput
+	r.Error, _ = storableText(r.Error, MaxError, false)
+	out, cut := storableText(r.Output, MaxOutput, true)
+	r.OutputTruncated = r.OutputTruncated || cut
 	r.Output = out
-	r.Log = storableText(r.Log, MaxLog, true)
+	r.Log, _ = storableText(r.Log, MaxLog, true)
 	return r
 }
 
 // StorableError is an error text as Storable keeps it: valid UTF-8
 // without NUL, its head at most MaxError bytes.
-func StorableError(s string) string { return storableText(s, MaxError, false) }
+func StorableError(s string) string {
+	out, _ := storableText(s, MaxError, false)
+	return out
+}
 
-func storableText(s string, max int, tail bool) string {
+// storableText is s as the database keeps it; cut says characters were
+// dropped to fit max.
+func storableText(s string, max int, tail bool) (out string, cut bool) {
 	if len(s) > max { // cut first: ToValidUTF8 below must not see megabytes
+		cut = true
 		if tail {
 			s = s[len(s)-max:]
 		} else {
@@ -121,6 +127,7 @@ func storableText(s string, max int, tail bool) string {
 	}
 	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 	for len(s) > max { // the replacements may have made it longer
+		cut = true
 		if tail {
 			_, n := utf8.DecodeRuneInString(s)
 			s = s[n:]
@@ -129,7 +136,7 @@ func storableText(s string, max int, tail bool) string {
 			s = s[:len(s)-n]
 		}
 	}
-	return s
+	return s, cut
 }
 
 // HandlerFunc is a step implemented in Go, registered in a worker binary

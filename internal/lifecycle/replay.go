@@ -178,8 +178,8 @@ type RetryPlan struct {
 // every task that succeeded or was skipped keeps its end (and its output);
 // every other one (failed for good, failed upstream, cancelled, never
 // started) runs again, after the ones of its parents that run again,
-// deriving its count afresh in the order of the graph. Tasks must be in
-// an order where parents come first (the run's creation order is).
+// deriving its count afresh in the order of the graph (parents first,
+// whatever the order of tasks).
 func Retry(run RunStatus, tasks []GraphTask) RetryPlan {
 	p := RetryPlan{Wait: map[uuid.UUID]int{}}
 	if !run.AcceptsRetry() {
@@ -189,7 +189,7 @@ func Retry(run RunStatus, tasks []GraphTask) RetryPlan {
 	for _, t := range tasks {
 		status[t.ID] = t.Status
 	}
-	for _, t := range tasks {
+	for _, t := range graphOrder(tasks) {
 		if st := status[t.ID]; st == TaskSucceeded || st == TaskSkipped {
 			continue
 		}
@@ -217,4 +217,41 @@ func Retry(run RunStatus, tasks []GraphTask) RetryPlan {
 		}
 	}
 	return p
+}
+
+// graphOrder is tasks in an order where every task comes after its
+// parents (Kahn's algorithm; ties in the given order).
+func graphOrder(tasks []GraphTask) []GraphTask {
+	byID := make(map[uuid.UUID]int, len(tasks))
+	for i, t := range tasks {
+		byID[t.ID] = i
+	}
+	indegree := make([]int, len(tasks))
+	children := make([][]int, len(tasks))
+	for i, t := range tasks {
+		for _, parent := range t.Parents {
+			if k, ok := byID[parent]; ok {
+				indegree[i]++
+				children[k] = append(children[k], i)
+			}
+		}
+	}
+	var ready []int
+	for i := range tasks {
+		if indegree[i] == 0 {
+			ready = append(ready, i)
+		}
+	}
+	out := make([]GraphTask, 0, len(tasks))
+	for len(ready) > 0 {
+		i := ready[0]
+		ready = ready[1:]
+		out = append(out, tasks[i])
+		for _, c := range children[i] {
+			if indegree[c]--; indegree[c] == 0 {
+				ready = append(ready, c)
+			}
+		}
+	}
+	return out
 }

@@ -153,7 +153,7 @@ func TestRetry(t *testing.T) {
 			"wait c=1; release b; skip -"},
 		{"a cancelled run: what never started runs, what succeeded stays", RunCancelled,
 			[]string{"a succeeded", "b cancelled <- a", "c cancelled 1 <- b", "e cancelled"},
-			"wait c=1; release b e; skip -"},
+			"wait c=1; release e b; skip -"},
 		{"a kept skipped parent skips an all_success task, not a none_failed one", RunCancelled,
 			[]string{"a skipped", "b cancelled 1 <- a", "c cancelled none_failed 1 <- a"},
 			"wait -; release c; skip b"},
@@ -190,5 +190,18 @@ func TestRetry(t *testing.T) {
 				t.Errorf("got  %s\nwant %s", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestRetryInGraphOrder: a step listed before the step it needs (the
+// spec's order, which a run's tasks keep) still waits for it.
+func TestRetryInGraphOrder(t *testing.T) {
+	a, b := uuid.UUID{1}, uuid.UUID{2}
+	p := Retry(RunDeadLettered, []GraphTask{
+		{ID: b, Status: TaskUpstreamFailed, Rule: dag.TriggerAllSuccess, ParentsRemaining: 1, Parents: []uuid.UUID{a}},
+		{ID: a, Status: TaskDeadLettered, Rule: dag.TriggerAllSuccess},
+	})
+	if len(p.Release) != 1 || p.Release[0] != a || p.Wait[b] != 1 {
+		t.Fatalf("plan %+v: want a released, b waiting for it", p)
 	}
 }

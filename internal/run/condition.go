@@ -64,6 +64,7 @@ func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []
 	}
 	var todo []pending
 	var outputs store.StepOutputsParams
+	var spent uint64 // the batch's conditions share one cost limit
 	for _, c := range cands {
 		r, ok := byRun[c.run]
 		if !ok {
@@ -102,7 +103,7 @@ func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []
 	}
 	for _, p := range todo {
 		vars := expr.Vars{RunID: p.run.ID.String(), ScheduledFor: p.run.ScheduledFor, Trigger: string(p.run.Trigger),
-			Job: p.run.Name, Namespace: p.run.Namespace, Attempt: p.cand.ready.Attempt, Steps: map[string]expr.StepVars{}}
+			Job: p.run.Name, Namespace: p.run.Namespace, Attempt: p.cand.ready.Attempt, Steps: map[string]expr.StepVars{}, Spent: &spent}
 		if len(p.run.Params) > 0 {
 			if m, err := expr.FromJSON(p.run.Params); err == nil {
 				vars.Params, _ = m.(map[string]any)

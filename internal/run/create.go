@@ -213,16 +213,20 @@ func fillParams(runs []New) []bool {
 		if r.Params != nil || !withTasks(*r) || len(r.Job.Spec.Params) == 0 {
 			continue
 		}
+		reason := ""
 		if name := r.Job.Spec.RequiredParam(); name != "" {
-			r.Status = lifecycle.RunSkipped
-			r.Reason = fmt.Sprintf("param %s has no default, and a %s run gives no params", name, r.Trigger)
-			if skipped == nil {
-				skipped = make([]bool, len(runs))
-			}
-			skipped[i] = true
+			reason = fmt.Sprintf("param %s has no default, and a %s run gives no params", name, r.Trigger)
+		} else if p, err := r.Job.Spec.RunParams(nil); err != nil { // the defaults, checked when the job was
+			reason = "the job's param defaults: " + err.Error()
+		} else {
+			r.Params = p
 			continue
 		}
-		r.Params, _ = r.Job.Spec.RunParams(nil) // the defaults, checked when the job was
+		r.Status, r.Reason = lifecycle.RunSkipped, reason
+		if skipped == nil {
+			skipped = make([]bool, len(runs))
+		}
+		skipped[i] = true
 	}
 	return skipped
 }

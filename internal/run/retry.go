@@ -30,6 +30,11 @@ func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignor
 	apply := s.applier()
 	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
 		q := store.New(tx)
+		// Lock first, then read: a retry of the same run that committed
+		// meanwhile is seen (the run is running again).
+		if _, err := q.LockRun(ctx, id); err != nil && !store.IsNotFound(err) {
+			return err
+		}
 		r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
 		if store.IsNotFound(err) {
 			return fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -37,10 +42,12 @@ func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignor
 		if err != nil {
 			return err
 		}
-		if _, err := q.LockRun(ctx, id); err != nil {
-			return err
-		}
 		before := fromGetRow(r)
+		if j, err := q.GetJob(ctx, store.GetJobParams{TenantID: a.Tenant, ID: r.JobID}); err != nil {
+			return err
+		} else if j.Status == job.StatusDeleted {
+			return fmt.Errorf("%w: %s/%s", job.ErrDeleted, r.Namespace, r.JobName)
+		}
 		if !before.Status.AcceptsRetry() {
 			return fmt.Errorf("%w: it is %s; only a failed, dead-lettered or cancelled run is retried", ErrCannotRetry, before.Status)
 		}
@@ -60,7 +67,9 @@ func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignor
 			graph[i] = lifecycle.GraphTask{ID: t.ID, Status: t.Status, Rule: t.TriggerRule, ParentsRemaining: int(t.ParentsRemaining), Parents: t.Parents}
 		}
 		p := lifecycle.Retry(before.Status, graph)
-		if _, err := q.RetryRun(ctx, id); err != nil {
+		if _, err := q.RetryRun(ctx, id); store.IsNotFound(err) {
+			return fmt.Errorf("%w: it is no longer finished", ErrCannotRetry)
+		} else if err != nil {
 			return err
 		}
 		reset := store.RetryTasksParams{}

@@ -78,11 +78,7 @@ func (c *specCache) getMany(ctx context.Context, db store.DBTX, keys []specKey) 
 				s.hasChildren[need] = true
 			}
 		}
-		if x, es := dag.CompileExprs(s.JobSpec); len(es) > 0 {
-			s.exprsErr = es
-		} else {
-			s.exprs = x
-		}
+		s.exprs, s.exprsErr = compileExprs(s.JobSpec)
 		out[k] = s
 	}
 	c.mu.Lock()
@@ -100,4 +96,20 @@ func (c *specCache) getMany(ctx context.Context, db store.DBTX, keys []specKey) 
 		}
 	}
 	return out, nil
+}
+
+// compileExprs compiles a stored version's expressions; an error (a
+// version written before a change of the language) refuses its steps'
+// attempts, saying why, and a panic is such an error, not a dead worker.
+func compileExprs(spec *dag.JobSpec) (x *dag.Exprs, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			x, err = nil, fmt.Errorf("compiling the expressions panicked: %v", p)
+		}
+	}()
+	x, es := dag.CompileExprs(spec)
+	if len(es) > 0 {
+		return nil, es
+	}
+	return x, nil
 }
