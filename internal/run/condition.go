@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/dag"
-	"github.com/orrery-dev/orrery/dag/expr"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
@@ -63,7 +62,7 @@ func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []
 		exprs *dag.StepExprs
 	}
 	var todo []pending
-	var outputs store.StepOutputsParams
+	var outputs outputsToRead
 	var spent uint64 // the batch's conditions share one cost limit
 	for _, c := range cands {
 		r, ok := byRun[c.run]
@@ -82,38 +81,14 @@ func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []
 			continue
 		}
 		todo = append(todo, pending{c, r, x})
-		for _, step := range x.WhenReads.Steps {
-			outputs.RunIds = append(outputs.RunIds, c.run)
-			outputs.Steps = append(outputs.Steps, step)
-		}
+		outputs.add(c.run, x.WhenReads.Steps)
 	}
-	type stepKey struct {
-		run  uuid.UUID
-		step string
-	}
-	read := map[stepKey]expr.StepVars{}
-	if len(outputs.RunIds) > 0 {
-		rows, err := q.StepOutputs(ctx, outputs)
-		if err != nil {
-			return v, err
-		}
-		for _, o := range rows {
-			read[stepKey{o.RunID, o.Step}] = expr.StepVars{Output: expr.Output(o.Output), Status: string(o.Status), Truncated: o.OutputTruncated}
-		}
+	if err := outputs.load(ctx, q); err != nil {
+		return v, err
 	}
 	for _, p := range todo {
-		vars := expr.Vars{RunID: p.run.ID.String(), ScheduledFor: p.run.ScheduledFor, Trigger: string(p.run.Trigger),
-			Job: p.run.Name, Namespace: p.run.Namespace, Attempt: p.cand.ready.Attempt, Steps: map[string]expr.StepVars{}, Spent: &spent}
-		if len(p.run.Params) > 0 {
-			if m, err := expr.FromJSON(p.run.Params); err == nil {
-				vars.Params, _ = m.(map[string]any)
-			}
-		}
-		for _, step := range p.exprs.WhenReads.Steps {
-			if sv, ok := read[stepKey{p.cand.run, step}]; ok {
-				vars.Steps[step] = sv
-			}
-		}
+		vars := outputs.vars(runOf{id: p.run.ID, scheduledFor: p.run.ScheduledFor, trigger: string(p.run.Trigger), job: p.run.Name,
+			ns: p.run.Namespace, params: p.run.Params, attempt: p.cand.ready.Attempt}, p.exprs.WhenReads.Steps, &spent)
 		ok, err := p.exprs.Condition(vars)
 		switch {
 		case err != nil:

@@ -28,6 +28,7 @@ var ErrCannotRetry = errors.New("run cannot be retried")
 // the policy), cancel_previous cancels the active runs. Audited.
 func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignoreOverlap bool) (*Run, error) {
 	apply := s.applier()
+	var out Run
 	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
 		q := store.New(tx)
 		// Lock first, then read: a retry of the same run that committed
@@ -110,16 +111,19 @@ func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignor
 		}
 		// Every task to run again may have been skipped, or failed its
 		// condition: the run may be over already.
-		return finishRun(ctx, tx, apply, id, false)
+		if err := finishRun(ctx, tx, apply, id, false); err != nil {
+			return err
+		}
+		// The answer is the run as the retry left it (read after the
+		// commit, it might have run to its end already).
+		now, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
+		out = fromGetRow(now)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.Get(ctx, a, id)
-	if err != nil {
-		return nil, err
-	}
-	return &d.Run, nil
+	return &out, nil
 }
 
 // retryOverlap applies the job's overlap policy to a retry, as to a

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orrery-dev/orrery/dag"
-	"github.com/orrery-dev/orrery/dag/expr"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -173,7 +172,7 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 		params []byte
 	}
 	var jobs []job
-	var outputs store.StepOutputsParams
+	var outputs outputsToRead
 	rowOf := make(map[uuid.UUID]*store.StartAttemptsRow, len(rows))
 	for i := range rows {
 		rowOf[rows[i].ID] = &rows[i]
@@ -193,43 +192,18 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 			continue
 		}
 		jobs = append(jobs, job{att, spec, x, r.Params})
-		for _, step := range x.Reads.Steps {
-			outputs.RunIds = append(outputs.RunIds, att.Call.RunID)
-			outputs.Steps = append(outputs.Steps, step)
-		}
+		outputs.add(att.Call.RunID, x.Reads.Steps)
 	}
 	if len(jobs) == 0 {
 		return nil
 	}
-	type stepKey struct {
-		run  uuid.UUID
-		step string
-	}
-	read := map[stepKey]expr.StepVars{}
-	if len(outputs.RunIds) > 0 {
-		got, err := store.New(db).StepOutputs(ctx, outputs)
-		if err != nil {
-			return err
-		}
-		for _, o := range got {
-			read[stepKey{o.RunID, o.Step}] = expr.StepVars{Output: expr.Output(o.Output), Status: string(o.Status), Truncated: o.OutputTruncated}
-		}
+	if err := outputs.load(ctx, store.New(db)); err != nil {
+		return err
 	}
 	for _, j := range jobs {
 		c := &j.att.Call
-		vars := expr.Vars{RunID: c.RunID.String(), ScheduledFor: c.ScheduledFor, Trigger: c.Trigger, Job: c.Job, Namespace: c.Namespace,
-			Attempt: c.Attempt, Steps: map[string]expr.StepVars{}}
-		if len(j.params) > 0 {
-			p, err := expr.FromJSON(j.params)
-			if m, ok := p.(map[string]any); ok && err == nil {
-				vars.Params = m
-			}
-		}
-		for _, step := range j.exprs.Reads.Steps {
-			if v, ok := read[stepKey{c.RunID, step}]; ok {
-				vars.Steps[step] = v
-			}
-		}
+		vars := outputs.vars(runOf{id: c.RunID, scheduledFor: c.ScheduledFor, trigger: c.Trigger, job: c.Job, ns: c.Namespace,
+			params: j.params, attempt: c.Attempt}, j.exprs.Reads.Steps, nil)
 		idx := slices.IndexFunc(j.spec.Steps, func(s dag.Step) bool { return s.Name == c.Step })
 		run, payload, err := j.exprs.Apply(j.spec.Steps[idx], vars)
 		if err != nil {

@@ -1,0 +1,76 @@
+package run
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag/expr"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// What an expression of a run reads (expr.Vars), built in one place for
+// a step's fields at an attempt's start (start.go) and for its condition
+// at its release (condition.go).
+
+// outputsToRead collects the (run, step) pairs whose outputs expressions
+// read, for one StepOutputs query.
+type outputsToRead struct {
+	p    store.StepOutputsParams
+	read map[stepKey]expr.StepVars
+}
+
+type stepKey struct {
+	run  uuid.UUID
+	step string
+}
+
+func (o *outputsToRead) add(run uuid.UUID, steps []string) {
+	for _, s := range steps {
+		o.p.RunIds = append(o.p.RunIds, run)
+		o.p.Steps = append(o.p.Steps, s)
+	}
+}
+
+// load reads them (none asked: no query).
+func (o *outputsToRead) load(ctx context.Context, q *store.Queries) error {
+	o.read = map[stepKey]expr.StepVars{}
+	if len(o.p.RunIds) == 0 {
+		return nil
+	}
+	rows, err := q.StepOutputs(ctx, o.p)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		o.read[stepKey{r.RunID, r.Step}] = expr.StepVars{Output: expr.Output(r.Output), Status: string(r.Status), Truncated: r.OutputTruncated}
+	}
+	return nil
+}
+
+// runOf is what an expression reads of its run.
+type runOf struct {
+	id               uuid.UUID
+	scheduledFor     time.Time
+	trigger, job, ns string
+	params           []byte // runs.params, JSON
+	attempt          int
+}
+
+// vars are the variables of an expression of r that reads steps (loaded).
+func (o *outputsToRead) vars(r runOf, steps []string, spent *uint64) expr.Vars {
+	v := expr.Vars{RunID: r.id.String(), ScheduledFor: r.scheduledFor, Trigger: r.trigger, Job: r.job, Namespace: r.ns,
+		Attempt: r.attempt, Steps: make(map[string]expr.StepVars, len(steps)), Spent: spent}
+	if len(r.params) > 0 {
+		if m, err := expr.FromJSON(r.params); err == nil {
+			v.Params, _ = m.(map[string]any)
+		}
+	}
+	for _, s := range steps {
+		if sv, ok := o.read[stepKey{r.id, s}]; ok {
+			v.Steps[s] = sv
+		}
+	}
+	return v
+}
