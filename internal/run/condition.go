@@ -3,7 +3,6 @@ package run
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -37,8 +36,10 @@ type verdict struct {
 func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []candidate) (verdicts, error) {
 	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
 	runIDs := make([]uuid.UUID, 0, len(cands))
+	seen := make(map[uuid.UUID]bool, len(cands))
 	for _, c := range cands {
-		if !slices.Contains(runIDs, c.run) {
+		if !seen[c.run] {
+			seen[c.run] = true
 			runIDs = append(runIDs, c.run)
 		}
 	}

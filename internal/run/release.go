@@ -87,34 +87,33 @@ func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands
 		return nil
 	}
 	ended := map[uuid.UUID]bool{}
-	if len(v.skip) > 0 {
-		p := store.SkipTasksParams{}
-		for _, c := range v.skip {
-			p.Ids = append(p.Ids, c.cand.ready.TaskID)
-			p.Reasons = append(p.Reasons, c.why)
+	for _, e := range []struct {
+		list   []verdict
+		status lifecycle.TaskStatus // skipped, or dead-lettered with the error
+		write  func(ids []uuid.UUID, why []string) error
+	}{
+		{v.skip, lifecycle.TaskSkipped, func(ids []uuid.UUID, why []string) error {
+			_, err := q.SkipTasks(ctx, store.SkipTasksParams{Ids: ids, Reasons: why})
+			return err
+		}},
+		{v.fail, lifecycle.TaskDeadLettered, func(ids []uuid.UUID, why []string) error {
+			_, err := q.FailConditions(ctx, store.FailConditionsParams{Ids: ids, Errors: why})
+			return err
+		}},
+	} {
+		if len(e.list) == 0 {
+			continue
 		}
-		if _, err := q.SkipTasks(ctx, p); err != nil {
+		ids, why := make([]uuid.UUID, len(e.list)), make([]string, len(e.list))
+		for i, c := range e.list {
+			ids[i], why[i] = c.cand.ready.TaskID, c.why
+		}
+		if err := e.write(ids, why); err != nil {
 			return err
 		}
-		for _, c := range v.skip {
+		for _, c := range e.list {
 			ended[c.cand.run] = true
-			if err := propagate(ctx, q, tx, a, c.cand.run, c.cand.ready.TaskID, lifecycle.TaskSkipped); err != nil {
-				return err
-			}
-		}
-	}
-	if len(v.fail) > 0 {
-		p := store.FailConditionsParams{}
-		for _, c := range v.fail {
-			p.Ids = append(p.Ids, c.cand.ready.TaskID)
-			p.Errors = append(p.Errors, c.why)
-		}
-		if _, err := q.FailConditions(ctx, p); err != nil {
-			return err
-		}
-		for _, c := range v.fail {
-			ended[c.cand.run] = true
-			if err := propagate(ctx, q, tx, a, c.cand.run, c.cand.ready.TaskID, lifecycle.TaskDeadLettered); err != nil {
+			if err := propagate(ctx, q, tx, a, c.cand.run, c.cand.ready.TaskID, e.status); err != nil {
 				return err
 			}
 		}

@@ -171,6 +171,13 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 		exprs  *dag.StepExprs
 		params []byte
 	}
+	some := false
+	for _, spec := range batchSpecs {
+		some = some || spec.exprs != nil || spec.exprsErr != nil
+	}
+	if !some { // the usual batch: nothing to evaluate, nothing to build
+		return nil
+	}
 	var jobs []job
 	var outputs outputsToRead
 	rowOf := make(map[uuid.UUID]*store.StartAttemptsRow, len(rows))
