@@ -14,6 +14,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/webui/internal/layout"
 )
 
@@ -65,9 +66,8 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error 
 		b, _ := protojson.Marshal(run.GetParams().GetFields()[k])
 		params = append(params, struct{ Name, Value string }{k, string(b)})
 	}
-	st := run.GetStatus()
 	s.render(w, r, v, http.StatusOK, "run", map[string]any{
-		"Params": params, "Retryable": st == "failed" || st == "dead_lettered" || st == "cancelled",
+		"Params": params, "Retryable": lifecycle.RunStatus(run.GetStatus()).AcceptsRetry(),
 		"Run": run, "Tasks": tasks, "Graph": drawRun(run.GetId(), tasks, all), "All": all, "Selected": selected,
 		"CanEdit": canEdit, "CanRetry": v.can(access.Admin, run.GetNamespace(), run.GetJob()),
 		"Finished": run.GetFinishTime() != nil,
