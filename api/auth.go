@@ -44,15 +44,16 @@ func (refuseAll) Authenticate(context.Context, http.Header) (access.Principal, e
 	return access.Principal{}, access.ErrUnauthenticated
 }
 
-// NoAuth lets every call act as an anonymous admin of the default tenant:
-// `--auth none`, for experiments only. It is not a system admin: keys made
-// while authentication is off outlive it, and should not reach other
-// tenants.
+// NoAuth lets every call act as an anonymous admin of the default tenant,
+// and as a worker of any type there: `--auth none`, for experiments only.
+// It is not a system admin: keys made while authentication is off outlive
+// it, and should not reach other tenants.
 type NoAuth struct{}
 
 // Authenticate implements Authenticator.
 func (NoAuth) Authenticate(context.Context, http.Header) (access.Principal, error) {
-	return access.Principal{Tenant: job.DefaultTenant, TenantName: "default", Name: "anonymous", Role: access.Admin}, nil
+	return access.Principal{Tenant: job.DefaultTenant, TenantName: "default", Name: "anonymous", Role: access.Admin,
+		Worker: &access.WorkerScope{Types: []string{"*"}}}, nil
 }
 
 type principalKey struct{}

@@ -94,6 +94,8 @@ func executorFromProto(e *orreryv1.Executor) dag.Executor {
 		out.Command = &dag.CommandExecutor{Argv: k.Command.GetArgv(), Env: k.Command.GetEnv(), Dir: k.Command.GetDir()}
 	case *orreryv1.Executor_Handler:
 		out.Handler = k.Handler
+	case *orreryv1.Executor_Worker:
+		out.Worker = k.Worker
 	}
 	return out
 }
@@ -194,6 +196,8 @@ func executorToProto(e dag.Executor) *orreryv1.Executor {
 		return &orreryv1.Executor{Kind: &orreryv1.Executor_Command{Command: &orreryv1.CommandExecutor{Argv: e.Command.Argv, Env: e.Command.Env, Dir: e.Command.Dir}}}
 	case e.Handler != "":
 		return &orreryv1.Executor{Kind: &orreryv1.Executor_Handler{Handler: e.Handler}}
+	case e.Worker != "":
+		return &orreryv1.Executor{Kind: &orreryv1.Executor_Worker{Worker: e.Worker}}
 	}
 	return nil
 }

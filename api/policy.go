@@ -30,6 +30,9 @@ type policy struct {
 	system bool
 	// anyKey: every authenticated principal (role is None).
 	anyKey bool
+	// worker: a worker key only (WorkerService); the handler checks its
+	// scope.
+	worker bool
 }
 
 // A target is one thing a request names: a resource as it is, or an id
@@ -131,6 +134,7 @@ var (
 	tenantAdmin = policy{role: access.Admin}
 	systemAdmin = policy{role: access.Admin, system: true}
 	anyReader   = policy{role: access.Reader, anywhere: true}
+	workerKey   = policy{role: access.Worker, worker: true}
 )
 
 var policies = map[string]policy{
@@ -246,6 +250,10 @@ var policies = map[string]policy{
 		return grantTarget(m.(*orreryv1.ListGrantsRequest).GetNamespace(), "")
 	}},
 	orreryv1connect.AccessServiceWhoAmIProcedure: {role: access.None, anyKey: true},
+
+	orreryv1connect.WorkerServiceClaimProcedure:     workerKey,
+	orreryv1connect.WorkerServiceHeartbeatProcedure: workerKey,
+	orreryv1connect.WorkerServiceReportProcedure:    workerKey,
 }
 
 // policyOf is a procedure's policy; a procedure missing from the table
@@ -280,6 +288,10 @@ type locator interface {
 func (pol policy) check(ctx context.Context, loc locator, p access.Principal, msg any) error {
 	switch {
 	case pol.anyKey:
+		return nil
+	case pol.worker && p.Worker == nil:
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is not a worker key; WorkerService needs one (orrery keys create --role worker --type TYPE)", p.Name))
+	case pol.worker:
 		return nil
 	case pol.system && !p.SystemAdmin:
 		return denied(p, pol.role, access.System)

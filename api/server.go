@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/engine/worker"
 
 	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/dispatch"
@@ -36,6 +37,8 @@ type Services struct {
 	// Auth authenticates every call (KeyAuth; NoAuth only for
 	// experiments). Nil refuses every call.
 	Auth Authenticator
+	// Gateway serves WorkerService (remote workers); nil: not served here.
+	Gateway *worker.Gateway
 }
 
 // Limits bound every request before any work is done for it.
@@ -105,6 +108,10 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName,
 		orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName, orreryv1connect.AccessServiceName,
 		orreryv1connect.AlertServiceName}
+	if svc.Gateway != nil {
+		mux.Handle(orreryv1connect.NewWorkerServiceHandler(&workerServer{gw: svc.Gateway, log: log, claims: newKeyRate()}, opts...))
+		names = append(names, orreryv1connect.WorkerServiceName)
+	}
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))

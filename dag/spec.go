@@ -116,11 +116,16 @@ type Step struct {
 	Retry    *Retry    `json:"retry,omitempty" yaml:"retry,omitempty"`
 }
 
-// Executor says how a step runs: exactly one of HTTP, Command or Handler.
+// Executor says how a step runs: exactly one of HTTP, Command, Handler or
+// Worker.
 type Executor struct {
 	HTTP    *HTTPExecutor    `json:"http,omitempty" yaml:"http,omitempty" jsonschema:"oneof_required=http"`
 	Command *CommandExecutor `json:"command,omitempty" yaml:"command,omitempty" jsonschema:"oneof_required=command"`
 	Handler string           `json:"handler,omitempty" yaml:"handler,omitempty" jsonschema:"oneof_required=handler"`
+	// Worker sends the step to remote workers serving this type: processes
+	// of any language that claim it over WorkerService
+	// (docs/remote-workers.md).
+	Worker string `json:"worker,omitempty" yaml:"worker,omitempty" jsonschema:"oneof_required=worker"`
 }
 
 // HTTPExecutor calls a webhook.

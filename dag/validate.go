@@ -338,6 +338,8 @@ func validateSettings(es *Errors, p, queue, priority string, timeout *Duration, 
 	if queue != "" {
 		if err := ValidateName(queue); err != nil {
 			es.add(p+".queue", "%v", err)
+		} else if strings.HasPrefix(queue, "orrery_") {
+			es.add(p+".queue", "%q: queue names starting with orrery_ are Orrery's own", queue)
 		}
 	}
 	if _, ok := Priorities[priority]; priority != "" && !ok {
@@ -377,8 +379,11 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 	if e.Handler != "" {
 		n++
 	}
+	if e.Worker != "" {
+		n++
+	}
 	if n != 1 {
-		es.add(p, "give exactly one executor: http, command or handler")
+		es.add(p, "give exactly one executor: http, command, handler or worker")
 		return
 	}
 	switch {
@@ -419,6 +424,10 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				es.add(p+".command.env", "%q is not an environment variable name", k)
 			}
+		}
+	case e.Worker != "":
+		if err := ValidateName(e.Worker); err != nil {
+			es.add(p+".worker", "%v", err)
 		}
 	default:
 		if err := ValidateName(e.Handler); err != nil {

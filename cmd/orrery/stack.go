@@ -211,8 +211,14 @@ func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueD
 	if err != nil {
 		return err
 	}
+	// Every API node hands remote steps to the remote workers that call it.
+	gw, err := worker.NewGateway(worker.GatewayConfig{StatePool: state, QueueDBs: queueDBs, LeaseTTL: f.leaseTTL,
+		Logger: log, Failpoints: fp, Metrics: mets})
+	if err != nil {
+		return err
+	}
 	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state, Queues: queueDBs,
-		Limits: api.Limits{MaxRequestBytes: f.maxRequest}, Auth: auth}, log)
+		Limits: api.Limits{MaxRequestBytes: f.maxRequest}, Auth: auth, Gateway: gw}, log)
 	ui, err := webui.New(webui.Config{API: apiHandler, Access: acc, AuthOff: f.auth == "none", SecureCookies: f.secureCookie, Log: log})
 	if err != nil {
 		return err
@@ -237,7 +243,7 @@ func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueD
 	if err != nil {
 		return fmt.Errorf("--addr: %w", err)
 	}
-	parts := []func(context.Context) error{srv.Serve}
+	parts := []func(context.Context) error{srv.Serve, gw.Run}
 	if !f.noScheduler {
 		n, err := node.New(ctx, node.Config{Pool: state, Dispatcher: d, Name: f.name, ShardTTL: f.shardTTL, MisfireAfter: f.misfireAfter, Logger: log, Failpoints: fp, Metrics: mets,
 			Retention: f.retention, ArchiveDir: f.archiveDir})

@@ -219,6 +219,10 @@ func (r *Runner) Run(ctx context.Context, c Call) (res Result) {
 			return Result{ExitReason: ReasonError, FailureClass: ClassUser, Retryable: !errors.As(err, &perm), Error: err.Error(), Output: output}
 		}
 		return Result{OK: true, Output: output}
+	case e.Worker != "":
+		// Its task is in a remote queue, which no worker process serves:
+		// only a queue renamed under a stored version could bring it here.
+		return Result{ExitReason: ReasonError, FailureClass: ClassSystem, Error: "step runs on remote workers of type " + e.Worker + ", not in a worker process"}
 	}
 	return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: "step has no executor"}
 }

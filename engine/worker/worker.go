@@ -160,6 +160,9 @@ func (c *Config) withDefaults() error {
 		return errors.New("worker: Config.Queues: serve at least one queue (--queue NAME=CONCURRENCY)")
 	}
 	for q, n := range c.Queues {
+		if q == dispatch.HandoffQueue || dispatch.IsRemote(q) {
+			return fmt.Errorf("worker: Config.Queues: %q is a queue of remote steps, which remote workers claim through an API node (docs/remote-workers.md)", q)
+		}
 		if n <= 0 || n > river.QueueNumWorkersMax {
 			return fmt.Errorf("worker: Config.Queues[%q]: concurrency %d: want 1 to %d (River's bound per queue and process: run more workers)", q, n, river.QueueNumWorkersMax)
 		}

@@ -3,6 +3,7 @@ package access
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 
@@ -14,9 +15,12 @@ import (
 type Role string
 
 // The roles, weakest first. None is a key's tenant-wide role when the key
-// acts only where it was granted.
+// acts only where it was granted. Worker is a remote worker's key: it may
+// claim, renew and report attempts of the types and namespaces it holds
+// (Principal.Worker) and nothing else; it allows none of the others.
 const (
 	None   Role = "none"
+	Worker Role = "worker"
 	Reader Role = "reader"
 	Editor Role = "editor"
 	Admin  Role = "admin"
@@ -54,16 +58,16 @@ func ParseRole(s string) (Role, error) {
 	return "", &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want reader, editor or admin", s)}
 }
 
-// ParseKeyRole reads a key's tenant-wide role: none, reader, editor or
-// admin.
+// ParseKeyRole reads a key's tenant-wide role: none, reader, editor,
+// admin or worker.
 func ParseKeyRole(s string) (Role, error) {
-	if s == string(None) {
-		return None, nil
+	if s == string(None) || s == string(Worker) {
+		return Role(s), nil
 	}
 	if r := Role(s); r.rank() > 0 {
 		return r, nil
 	}
-	return "", &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor or admin", s)}
+	return "", &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor, admin or worker", s)}
 }
 
 // Resource is what a call acts on: the whole tenant (the zero value), a
@@ -96,6 +100,25 @@ type Principal struct {
 	KeyPrefix string
 	// KeyID is the key's id (uuid.Nil when authentication is off).
 	KeyID uuid.UUID
+	// Worker is what a worker key (Role Worker) may serve; nil for others.
+	Worker *WorkerScope
+}
+
+// WorkerScope is what a worker key may claim: steps of these types ("*":
+// any) in these namespaces (none: any of its tenant).
+type WorkerScope struct {
+	Types      []string
+	Namespaces []string
+}
+
+// AllowsType reports whether the scope serves steps of type t.
+func (w *WorkerScope) AllowsType(t string) bool {
+	return w != nil && (slices.Contains(w.Types, "*") || slices.Contains(w.Types, t))
+}
+
+// AllowsNamespace reports whether the scope serves namespace ns.
+func (w *WorkerScope) AllowsNamespace(ns string) bool {
+	return w != nil && (len(w.Namespaces) == 0 || slices.Contains(w.Namespaces, ns))
 }
 
 // RoleOn is the most permissive role p holds on r: its tenant-wide role,

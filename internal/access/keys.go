@@ -84,6 +84,9 @@ type Key struct {
 	CreatedBy   string
 	// RevokedAt is set by List for a revoked key.
 	RevokedAt *time.Time
+	// WorkerTypes and WorkerNamespaces are a worker key's scope.
+	WorkerTypes      []string
+	WorkerNamespaces []string
 }
 
 // NewKey is what Create makes.
@@ -99,7 +102,15 @@ type NewKey struct {
 	// CreateTenant creates the tenant when it does not exist (for keys
 	// made on the database, `orrery keys create --db`).
 	CreateTenant bool
+	// WorkerTypes are the step types a worker key (Role Worker) may claim:
+	// at least one, "*" for any. WorkerNamespaces narrows it to these
+	// namespaces; none: every namespace of its tenant.
+	WorkerTypes      []string
+	WorkerNamespaces []string
 }
+
+// maxWorkerScope bounds a worker key's types and namespaces.
+const maxWorkerScope = 64
 
 func (n NewKey) validate() error {
 	switch {
@@ -107,10 +118,28 @@ func (n NewKey) validate() error {
 		return &dag.FieldError{Field: "tenant", Message: "1 to 63 characters"}
 	case !validPrincipal(n.Principal):
 		return principalError
-	case n.Role != None && n.Role.rank() == 0:
-		return &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor or admin", n.Role)}
+	case n.Role != None && n.Role != Worker && n.Role.rank() == 0:
+		return &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor, admin or worker", n.Role)}
 	case n.TTL < 0:
 		return &dag.FieldError{Field: "expires_in", Message: "must not be negative"}
+	case n.Role != Worker && len(n.WorkerTypes)+len(n.WorkerNamespaces) > 0:
+		return &dag.FieldError{Field: "worker_types", Message: "only a worker key (role worker) serves types and namespaces"}
+	case n.Role == Worker && n.SystemAdmin:
+		return &dag.FieldError{Field: "system_admin", Message: "a worker key cannot be a system admin"}
+	case n.Role == Worker && len(n.WorkerTypes) == 0:
+		return &dag.FieldError{Field: "worker_types", Message: "a worker key needs at least one type (\"*\" for any)"}
+	case len(n.WorkerTypes) > maxWorkerScope || len(n.WorkerNamespaces) > maxWorkerScope:
+		return &dag.FieldError{Field: "worker_types", Message: fmt.Sprintf("at most %d types and %d namespaces", maxWorkerScope, maxWorkerScope)}
+	}
+	for i, t := range n.WorkerTypes {
+		if err := dag.ValidateName(t); t != "*" && err != nil {
+			return &dag.FieldError{Field: fmt.Sprintf("worker_types[%d]", i), Message: err.Error()}
+		}
+	}
+	for i, ns := range n.WorkerNamespaces {
+		if err := dag.ValidateName(ns); err != nil {
+			return &dag.FieldError{Field: fmt.Sprintf("worker_namespaces[%d]", i), Message: err.Error()}
+		}
 	}
 	return nil
 }
@@ -149,7 +178,7 @@ func (k *Service) Create(ctx context.Context, n NewKey) (string, Key, error) {
 	secret := keyPrefix + base64.RawURLEncoding.EncodeToString(raw)
 	h := sha256.Sum256([]byte(secret))
 	key := Key{ID: uuid.Must(uuid.NewV7()), Tenant: n.Tenant, Principal: n.Principal, Role: n.Role, SystemAdmin: n.SystemAdmin,
-		Prefix: secret[:shownChars], CreatedBy: n.CreatedBy}
+		Prefix: secret[:shownChars], CreatedBy: n.CreatedBy, WorkerTypes: n.WorkerTypes, WorkerNamespaces: n.WorkerNamespaces}
 	err := store.InTx(ctx, k.pool, func(q *store.Queries) error {
 		tenantID, err := q.TenantByName(ctx, n.Tenant)
 		if store.IsNotFound(err) && n.CreateTenant {
@@ -163,7 +192,8 @@ func (k *Service) Create(ctx context.Context, n NewKey) (string, Key, error) {
 			return err
 		}
 		p := store.InsertAPIKeyParams{ID: key.ID, TenantID: tenantID, Principal: n.Principal, Role: string(n.Role),
-			SystemAdmin: n.SystemAdmin, Prefix: key.Prefix, Hash: h[:], CreatedBy: n.CreatedBy}
+			SystemAdmin: n.SystemAdmin, Prefix: key.Prefix, Hash: h[:], CreatedBy: n.CreatedBy,
+			WorkerTypes: jsonList(n.WorkerTypes), WorkerNamespaces: jsonList(n.WorkerNamespaces)}
 		// now() is the transaction's start: the key's created_at too.
 		now, err := q.DatabaseNow(ctx)
 		if err != nil {
@@ -177,7 +207,11 @@ func (k *Service) Create(ctx context.Context, n NewKey) (string, Key, error) {
 		if err := q.InsertAPIKey(ctx, p); err != nil {
 			return err
 		}
-		after := auditJSON(map[string]any{"principal": n.Principal, "role": n.Role, "system_admin": n.SystemAdmin, "prefix": key.Prefix})
+		audited := map[string]any{"principal": n.Principal, "role": n.Role, "system_admin": n.SystemAdmin, "prefix": key.Prefix}
+		if n.Role == Worker {
+			audited["worker_types"], audited["worker_namespaces"] = n.WorkerTypes, n.WorkerNamespaces
+		}
+		after := auditJSON(audited)
 		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: tenantID, Actor: n.CreatedBy,
 			Action: "create_api_key", TargetKind: "api_key", TargetID: key.ID, TargetName: key.Prefix, After: []byte(after)})
 	})
@@ -200,9 +234,16 @@ func (k *Service) Verify(ctx context.Context, secret string) (Principal, error) 
 		if err != nil {
 			return cached{}, err
 		}
-		grants, err := principalGrants(ctx, q, row.TenantID, row.Principal)
-		return cached{p: Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role),
-			SystemAdmin: row.SystemAdmin, Grants: grants, KeyPrefix: row.Prefix, KeyID: row.ID}, expires: row.ExpiresAt}, err
+		p := Principal{Tenant: row.TenantID, TenantName: row.TenantName, Name: row.Principal, Role: Role(row.Role),
+			SystemAdmin: row.SystemAdmin, KeyPrefix: row.Prefix, KeyID: row.ID}
+		if p.Role == Worker {
+			// A worker key serves its scope and nothing else: grants made
+			// to its principal's name do not reach it.
+			p.Worker = &WorkerScope{Types: listJSON(row.WorkerTypes), Namespaces: listJSON(row.WorkerNamespaces)}
+			return cached{p: p, expires: row.ExpiresAt}, nil
+		}
+		p.Grants, err = principalGrants(ctx, q, row.TenantID, row.Principal)
+		return cached{p: p, expires: row.ExpiresAt}, err
 	})
 	return c.p, err
 }
@@ -287,9 +328,23 @@ func (k *Service) List(ctx context.Context, tenant uuid.UUID) ([]Key, error) {
 	out := make([]Key, len(rows))
 	for i, r := range rows {
 		out[i] = Key{ID: r.ID, Principal: r.Principal, Role: Role(r.Role), SystemAdmin: r.SystemAdmin, Prefix: r.Prefix, ExpiresAt: r.ExpiresAt,
-			CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy, RevokedAt: r.RevokedAt}
+			CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy, RevokedAt: r.RevokedAt,
+			WorkerTypes: listJSON(r.WorkerTypes), WorkerNamespaces: listJSON(r.WorkerNamespaces)}
 	}
 	return out, nil
+}
+
+// jsonList is a list of names as a JSONB column holds it ([] for none).
+func jsonList(names []string) []byte {
+	b, _ := json.Marshal(append([]string{}, names...)) // strings: it cannot fail
+	return b
+}
+
+// listJSON reads a JSONB list of names (nil when it is empty or not one).
+func listJSON(b []byte) []string {
+	var out []string
+	_ = json.Unmarshal(b, &out)
+	return out
 }
 
 // auditJSON is an audit row's before or after: JSON (Go's %q is not).

@@ -87,8 +87,11 @@ type QueueDBs struct {
 }
 
 // For is the database of queue's River tables (a bound queue's is its
-// queue's).
+// queue's; a remote step's, HandoffQueue's, is always Default's).
 func (q QueueDBs) For(queue string) *pgxpool.Pool {
+	if IsRemote(queue) || queue == HandoffQueue {
+		return q.Default
+	}
 	if p, ok := q.ByQueue[BaseQueue(queue)]; ok {
 		return p
 	}
@@ -186,7 +189,7 @@ func notifyInserted(ctx context.Context, tx pgx.Tx, ready []Ready) error {
 		if !r.NotBefore.IsZero() {
 			continue
 		}
-		p := fmt.Sprintf("{\"queue\": %q}", r.Queue)
+		p := fmt.Sprintf("{\"queue\": %q}", RiverQueue(r.Queue))
 		if !slices.Contains(payloads, p) {
 			payloads = append(payloads, p)
 		}
@@ -334,7 +337,7 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, ready []Ready) error {
 func riverParams(ready []Ready, unique bool) []river.InsertManyParams {
 	params := make([]river.InsertManyParams, len(ready))
 	for i, r := range ready {
-		opts := &river.InsertOpts{Queue: r.Queue, Priority: r.Priority, MaxAttempts: 25}
+		opts := &river.InsertOpts{Queue: RiverQueue(r.Queue), Priority: r.Priority, MaxAttempts: 25}
 		if unique {
 			opts.UniqueOpts = river.UniqueOpts{ByArgs: true}
 		}

@@ -59,6 +59,26 @@ func StartWorkers(t testing.TB, cfg worker.Config) {
 	})
 }
 
+// StartGateway runs a gateway for remote workers (lease TTL 3 s) until t
+// ends.
+func StartGateway(t testing.TB, pool *pgxpool.Pool) *worker.Gateway {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	g, err := worker.NewGateway(worker.GatewayConfig{StatePool: pool, LeaseTTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return g
+}
+
 // WaitFor polls cond until it holds, failing t after within.
 func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()

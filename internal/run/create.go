@@ -137,6 +137,9 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		for k, st := range r.Job.Spec.Steps {
 			set := r.Job.Spec.Effective(k)
 			queue := bindings.Queue(r.Job.Tenant, set.Queue)
+			if st.Run.Worker != "" {
+				queue = dispatch.RemoteQueue(set.Queue, r.Job.Tenant)
+			}
 			status := lifecycle.TaskWaiting
 			conditional := st.When != ""
 			switch {

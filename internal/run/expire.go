@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/engine/executor"
@@ -26,14 +27,22 @@ func (a *Applier) ExpireLeases(ctx context.Context, tx pgx.Tx, batch int) (int, 
 	if err != nil {
 		return 0, err
 	}
+	seen := make(map[uuid.UUID]bool, len(rows))
 	for _, t := range rows {
-		_, err := a.FinishAttempt(ctx, tx, Report{TaskID: t.ID, FencingToken: t.FencingToken, Expired: true,
-			Result: LeaseExpired("the worker stopped renewing the task's lease")})
-		if err != nil {
+		if seen[t.ID] { // both its worker's lease and its own lapsed
+			continue
+		}
+		seen[t.ID] = true
+		res := LeaseExpired("the worker stopped renewing the task's lease")
+		if t.PastDeadline {
+			res = executor.Result{ExitReason: executor.ReasonTimeout, FailureClass: executor.ClassUser, Retryable: true,
+				Error: "the attempt ran past its step's timeout on a remote worker"}
+		}
+		if _, err := a.FinishAttempt(ctx, tx, Report{TaskID: t.ID, FencingToken: t.FencingToken, Expired: true, Result: res}); err != nil {
 			return 0, err
 		}
 	}
-	return len(rows), nil
+	return len(seen), nil
 }
 
 // retryAt is when the next attempt of a task may start: after the step's

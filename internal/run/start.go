@@ -21,6 +21,8 @@ import (
 // Attempt is a started attempt: what the executor needs, and what its
 // report needs to know of the step.
 type Attempt struct {
+	// ID is the attempt's row in attempts.
+	ID      uuid.UUID
 	Call    executor.Call
 	Timeout time.Duration
 	Shape   Shape
@@ -34,6 +36,8 @@ type Attempt struct {
 	// Refused, when set, is how the attempt ends without running its
 	// step: an expression of the step could not be evaluated.
 	Refused *executor.Result
+	// Params are the run's params (JSON), for remote workers.
+	Params []byte
 }
 
 // Shape is what finishing an attempt needs to know of its step and run,
@@ -144,6 +148,8 @@ func startedAttempts(ctx context.Context, db store.DBTX, starts []Start, rows []
 			tp = *t.TraceParent
 		}
 		out[i] = &Attempt{
+			ID:          t.AttemptID,
+			Params:      t.Params,
 			TraceParent: tp,
 			Shape:       shape,
 			Timeout:     spec.Effective(idx).Timeout,

@@ -13,20 +13,23 @@ import (
 )
 
 const aPIKeyByHash = `-- name: APIKeyByHash :one
-SELECT k.id, k.tenant_id, t.name AS tenant_name, k.principal, k.role, k.system_admin, k.prefix, k.expires_at
+SELECT k.id, k.tenant_id, t.name AS tenant_name, k.principal, k.role, k.system_admin, k.prefix, k.expires_at,
+       k.worker_types, k.worker_namespaces
 FROM api_keys AS k JOIN tenants AS t ON t.id = k.tenant_id
 WHERE k.hash = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())
 `
 
 type APIKeyByHashRow struct {
-	ID          uuid.UUID
-	TenantID    uuid.UUID
-	TenantName  string
-	Principal   string
-	Role        string
-	SystemAdmin bool
-	Prefix      string
-	ExpiresAt   *time.Time
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	TenantName       string
+	Principal        string
+	Role             string
+	SystemAdmin      bool
+	Prefix           string
+	ExpiresAt        *time.Time
+	WorkerTypes      []byte
+	WorkerNamespaces []byte
 }
 
 // APIKeyByHash finds the live key with this hash (not revoked, not
@@ -43,25 +46,31 @@ func (q *Queries) APIKeyByHash(ctx context.Context, hash []byte) (APIKeyByHashRo
 		&i.SystemAdmin,
 		&i.Prefix,
 		&i.ExpiresAt,
+		&i.WorkerTypes,
+		&i.WorkerNamespaces,
 	)
 	return i, err
 }
 
 const insertAPIKey = `-- name: InsertAPIKey :exec
-INSERT INTO api_keys (id, tenant_id, principal, role, system_admin, prefix, hash, created_at, created_by, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8, $9)
+INSERT INTO api_keys (id, tenant_id, principal, role, system_admin, prefix, hash, created_at, created_by, expires_at,
+    worker_types, worker_namespaces)
+VALUES ($1, $2, $3, $4, $5, $6, $7, now(), $8, $9,
+    $10, $11)
 `
 
 type InsertAPIKeyParams struct {
-	ID          uuid.UUID
-	TenantID    uuid.UUID
-	Principal   string
-	Role        string
-	SystemAdmin bool
-	Prefix      string
-	Hash        []byte
-	CreatedBy   string
-	ExpiresAt   *time.Time
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	Principal        string
+	Role             string
+	SystemAdmin      bool
+	Prefix           string
+	Hash             []byte
+	CreatedBy        string
+	ExpiresAt        *time.Time
+	WorkerTypes      []byte
+	WorkerNamespaces []byte
 }
 
 func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) error {
@@ -75,26 +84,31 @@ func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) erro
 		arg.Hash,
 		arg.CreatedBy,
 		arg.ExpiresAt,
+		arg.WorkerTypes,
+		arg.WorkerNamespaces,
 	)
 	return err
 }
 
 const listAPIKeys = `-- name: ListAPIKeys :many
-SELECT id, principal, role, system_admin, prefix, created_at, created_by, expires_at, revoked_at
+SELECT id, principal, role, system_admin, prefix, created_at, created_by, expires_at, revoked_at,
+       worker_types, worker_namespaces
 FROM api_keys WHERE tenant_id = $1
 ORDER BY created_at, id
 `
 
 type ListAPIKeysRow struct {
-	ID          uuid.UUID
-	Principal   string
-	Role        string
-	SystemAdmin bool
-	Prefix      string
-	CreatedAt   time.Time
-	CreatedBy   string
-	ExpiresAt   *time.Time
-	RevokedAt   *time.Time
+	ID               uuid.UUID
+	Principal        string
+	Role             string
+	SystemAdmin      bool
+	Prefix           string
+	CreatedAt        time.Time
+	CreatedBy        string
+	ExpiresAt        *time.Time
+	RevokedAt        *time.Time
+	WorkerTypes      []byte
+	WorkerNamespaces []byte
 }
 
 func (q *Queries) ListAPIKeys(ctx context.Context, tenantID uuid.UUID) ([]ListAPIKeysRow, error) {
@@ -116,6 +130,8 @@ func (q *Queries) ListAPIKeys(ctx context.Context, tenantID uuid.UUID) ([]ListAP
 			&i.CreatedBy,
 			&i.ExpiresAt,
 			&i.RevokedAt,
+			&i.WorkerTypes,
+			&i.WorkerNamespaces,
 		); err != nil {
 			return nil, err
 		}

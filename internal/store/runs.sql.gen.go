@@ -1095,7 +1095,7 @@ func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraph
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional FROM tasks WHERE run_id = $1 ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at FROM tasks WHERE run_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error) {
@@ -1130,6 +1130,7 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 			&i.AdmittedAt,
 			&i.WorkerID,
 			&i.Conditional,
+			&i.DeadlineAt,
 		); err != nil {
 			return nil, err
 		}

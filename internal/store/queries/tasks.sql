@@ -22,7 +22,7 @@ WITH req AS (
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
-       t.released_at, ru.trace_parent, ru.params
+       t.released_at, ru.trace_parent, ru.params, t.attempt_id::uuid AS attempt_id
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
@@ -35,7 +35,7 @@ JOIN tenants AS te ON te.id = t.tenant_id;
 -- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
-       k.released_at, ru.trace_parent, ru.params
+       k.released_at, ru.trace_parent, ru.params, a.id AS attempt_id
 FROM tasks AS k
 JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
@@ -144,15 +144,27 @@ SELECT id, tenant_id, queue, priority, run_id, step, conditional FROM tasks
 WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0;
 
 -- ExpiredLeases lists running tasks whose lease lapsed: their worker's
--- (it died or stalled). Each is then failed under its fencing token and
--- only while that lease is still lapsed, so two reapers that see the same
--- task cannot both fail it, and a worker that renewed first keeps it.
+-- (it died or stalled), or their own (a remote attempt no heartbeat
+-- renewed, or past its deadline). Each is then failed under its fencing
+-- token and only while that lease is still lapsed, so two reapers that see
+-- the same task cannot both fail it, and a worker that renewed first keeps
+-- it. A task may be listed twice (both leases lapsed).
 -- name: ExpiredLeases :many
-SELECT t.id, t.fencing_token FROM workers AS w
-JOIN tasks AS t ON t.worker_id = w.id AND t.status = 'running'
-WHERE w.lease_expires_at < now()
-ORDER BY w.lease_expires_at
-LIMIT @batch;
+WITH by_worker AS (
+    SELECT t.id, t.fencing_token, false AS past_deadline FROM workers AS w
+    JOIN tasks AS t ON t.worker_id = w.id AND t.status = 'running'
+    WHERE w.lease_expires_at < now()
+    ORDER BY w.lease_expires_at
+    LIMIT @batch
+), own AS (
+    SELECT t.id, t.fencing_token, COALESCE(t.deadline_at <= now(), false) AS past_deadline FROM tasks AS t
+    WHERE t.status = 'running' AND t.lease_expires_at IS NOT NULL AND t.lease_expires_at < now()
+    ORDER BY t.lease_expires_at
+    LIMIT @batch
+)
+SELECT b.id, b.fencing_token, b.past_deadline::bool AS past_deadline FROM by_worker AS b
+UNION ALL
+SELECT o.id, o.fencing_token, o.past_deadline::bool AS past_deadline FROM own AS o;
 
 -- name: TaskRetryPolicy :one
 SELECT t.step, t.attempt, r.job_id, r.job_version
@@ -216,9 +228,9 @@ WHERE r.id = ANY(@ids::uuid[]);
 -- attempt's outcome and, when @run_statuses says so (a one-task run's end),
 -- its run. A task missing from the answer had a stale report (invariant
 -- 5). A report of the reaper or of a worker that lost its lease (@expired)
--- applies only while the worker's lease is still lapsed: a renewal that won
--- the row lock first keeps the attempt alive. job_id is set for the runs
--- that finished.
+-- applies only while the worker's lease (or the attempt's own) is still
+-- lapsed: a renewal that won the row lock first keeps the attempt alive.
+-- job_id is set for the runs that finished.
 -- name: CompleteAttempts :many
 WITH req AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@fencing_tokens::bigint[]) AS token,
@@ -235,7 +247,8 @@ WITH req AS (
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
-      AND (NOT req.expired OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
+      AND (NOT req.expired OR tasks.lease_expires_at <= now()
+           OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
     RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
               req.exit_reason, req.failure_class, req.error, req.output, req.truncated, req.log, req.run_status, req.run_reason
 ), a AS (

@@ -28,17 +28,19 @@ type Alert struct {
 }
 
 type ApiKey struct {
-	ID          uuid.UUID
-	TenantID    uuid.UUID
-	Principal   string
-	Role        string
-	Prefix      string
-	Hash        []byte
-	CreatedAt   time.Time
-	CreatedBy   string
-	ExpiresAt   *time.Time
-	RevokedAt   *time.Time
-	SystemAdmin bool
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	Principal        string
+	Role             string
+	Prefix           string
+	Hash             []byte
+	CreatedAt        time.Time
+	CreatedBy        string
+	ExpiresAt        *time.Time
+	RevokedAt        *time.Time
+	SystemAdmin      bool
+	WorkerTypes      []byte
+	WorkerNamespaces []byte
 }
 
 type Attempt struct {
@@ -200,6 +202,17 @@ type QueueBinding struct {
 	CreatedAt  time.Time
 }
 
+type RemoteOffer struct {
+	TaskID     uuid.UUID
+	Attempt    int32
+	TenantID   uuid.UUID
+	Queue      string
+	WorkerType string
+	Namespace  string
+	Priority   int32
+	OfferedAt  time.Time
+}
+
 type Run struct {
 	ID           uuid.UUID
 	TenantID     uuid.UUID
@@ -259,6 +272,7 @@ type Task struct {
 	AdmittedAt       *time.Time
 	WorkerID         *uuid.UUID
 	Conditional      bool
+	DeadlineAt       *time.Time
 }
 
 type TaskEdge struct {
@@ -316,4 +330,6 @@ type Worker struct {
 	LeaseExpiresAt time.Time
 	SweptAt        *time.Time
 	Tenants        []byte
+	TenantID       *uuid.UUID
+	Types          []byte
 }

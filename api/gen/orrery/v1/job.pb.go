@@ -326,6 +326,7 @@ type Executor struct {
 	//	*Executor_Http
 	//	*Executor_Command
 	//	*Executor_Handler
+	//	*Executor_Worker
 	Kind          isExecutor_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -395,6 +396,15 @@ func (x *Executor) GetHandler() string {
 	return ""
 }
 
+func (x *Executor) GetWorker() string {
+	if x != nil {
+		if x, ok := x.Kind.(*Executor_Worker); ok {
+			return x.Worker
+		}
+	}
+	return ""
+}
+
 type isExecutor_Kind interface {
 	isExecutor_Kind()
 }
@@ -412,11 +422,18 @@ type Executor_Handler struct {
 	Handler string `protobuf:"bytes,3,opt,name=handler,proto3,oneof"`
 }
 
+type Executor_Worker struct {
+	// A type served by remote workers (WorkerService).
+	Worker string `protobuf:"bytes,4,opt,name=worker,proto3,oneof"`
+}
+
 func (*Executor_Http) isExecutor_Kind() {}
 
 func (*Executor_Command) isExecutor_Kind() {}
 
 func (*Executor_Handler) isExecutor_Kind() {}
+
+func (*Executor_Worker) isExecutor_Kind() {}
 
 // RetryPolicy: up to max_attempts tries, exponential backoff with full
 // jitter between initial and max.
@@ -2393,11 +2410,12 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x03dir\x18\x03 \x01(\tR\x03dir\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x01\n" +
 	"\bExecutor\x12-\n" +
 	"\x04http\x18\x01 \x01(\v2\x17.orrery.v1.HttpExecutorH\x00R\x04http\x126\n" +
 	"\acommand\x18\x02 \x01(\v2\x1a.orrery.v1.CommandExecutorH\x00R\acommand\x12\x1a\n" +
-	"\ahandler\x18\x03 \x01(\tH\x00R\ahandlerB\x06\n" +
+	"\ahandler\x18\x03 \x01(\tH\x00R\ahandler\x12\x18\n" +
+	"\x06worker\x18\x04 \x01(\tH\x00R\x06workerB\x06\n" +
 	"\x04kind\"\x92\x01\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x123\n" +
@@ -2733,6 +2751,7 @@ func file_orrery_v1_job_proto_init() {
 		(*Executor_Http)(nil),
 		(*Executor_Command)(nil),
 		(*Executor_Handler)(nil),
+		(*Executor_Worker)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -1761,8 +1761,13 @@ type Worker struct {
 	// The tenants the worker is bound to (it runs their steps only, each
 	// queue through the tenant's own QUEUE|TENANT); empty: shared by every
 	// tenant whose queue is not bound.
-	Tenants       []string `protobuf:"bytes,7,rep,name=tenants,proto3" json:"tenants,omitempty"`
-	Shared        bool     `protobuf:"varint,8,opt,name=shared,proto3" json:"shared,omitempty"`
+	Tenants []string `protobuf:"bytes,7,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	Shared  bool     `protobuf:"varint,8,opt,name=shared,proto3" json:"shared,omitempty"`
+	// A remote worker (WorkerService) of the caller's tenant: the types it
+	// serves and the attempts it holds now. Its queues are step queues.
+	Remote        bool     `protobuf:"varint,9,opt,name=remote,proto3" json:"remote,omitempty"`
+	Types         []string `protobuf:"bytes,10,rep,name=types,proto3" json:"types,omitempty"`
+	TasksHeld     int32    `protobuf:"varint,11,opt,name=tasks_held,json=tasksHeld,proto3" json:"tasks_held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1851,6 +1856,27 @@ func (x *Worker) GetShared() bool {
 		return x.Shared
 	}
 	return false
+}
+
+func (x *Worker) GetRemote() bool {
+	if x != nil {
+		return x.Remote
+	}
+	return false
+}
+
+func (x *Worker) GetTypes() []string {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+func (x *Worker) GetTasksHeld() int32 {
+	if x != nil {
+		return x.TasksHeld
+	}
+	return 0
 }
 
 var File_orrery_v1_run_proto protoreflect.FileDescriptor
@@ -2021,7 +2047,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"QueueDepth\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05ready\x18\x02 \x01(\x03R\x05ready\x120\n" +
-	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\"\xe2\x02\n" +
+	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\"\xaf\x03\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -2031,7 +2057,12 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12A\n" +
 	"\x0eheartbeat_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\rheartbeatTime\x12\x18\n" +
 	"\atenants\x18\a \x03(\tR\atenants\x12\x16\n" +
-	"\x06shared\x18\b \x01(\bR\x06shared\x1a9\n" +
+	"\x06shared\x18\b \x01(\bR\x06shared\x12\x16\n" +
+	"\x06remote\x18\t \x01(\bR\x06remote\x12\x14\n" +
+	"\x05types\x18\n" +
+	" \x03(\tR\x05types\x12\x1d\n" +
+	"\n" +
+	"tasks_held\x18\v \x01(\x05R\ttasksHeld\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xb1\x04\n" +

@@ -1,0 +1,309 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/worker"
+	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/run"
+)
+
+// The bounds of what a remote worker sends (docs/remote-workers.md).
+const (
+	maxClaimTasks     = 100
+	maxClaimWait      = 30 * time.Second
+	defaultClaimWait  = 20 * time.Second
+	minLease          = 5 * time.Second
+	maxLease          = 300 * time.Second
+	defaultLease      = 30 * time.Second
+	maxWorkerSlots    = 10_000
+	maxWorkerScope    = 64
+	maxHeldAttempts   = 1000
+	maxReportError    = 8 << 10
+	claimsPerSecond   = 50 // per key; a burst of as many
+	maxWorkerNameLen  = 200
+	remoteWorkerSpace = "orrery-remote-worker"
+)
+
+// workerServer implements orrery.v1.WorkerService over a Gateway.
+type workerServer struct {
+	orreryv1connect.UnimplementedWorkerServiceHandler
+	gw     *worker.Gateway
+	log    *slog.Logger
+	claims *keyRate
+}
+
+// remoteWorker is the worker a call names, as its key may serve it. Its
+// row is one per key and name; its name on attempts carries the key's
+// prefix, so that no other key's worker can report for it.
+func remoteWorker(p access.Principal, name string) (run.RemoteWorker, error) {
+	if name == "" || len(name) > maxWorkerNameLen || !dag.IsText(name) || strings.ContainsAny(name, "()\n\r\t") {
+		return run.RemoteWorker{}, &dag.FieldError{Field: "worker", Message: "1 to 200 characters of text, without parentheses or control characters"}
+	}
+	shown, scope := name, p.KeyID.String()
+	if p.KeyPrefix != "" {
+		shown = name + " (" + p.KeyPrefix + ")"
+	}
+	id := uuid.NewSHA1(uuid.NameSpaceOID, []byte(remoteWorkerSpace+"/"+p.Tenant.String()+"/"+scope+"/"+name))
+	return run.RemoteWorker{ID: id, Name: shown, Tenant: p.Tenant}, nil
+}
+
+// seconds reads an optional duration field in whole seconds.
+func seconds(field string, v int32, def, lo, hi time.Duration) (time.Duration, error) {
+	if v == 0 && def > 0 {
+		return def, nil
+	}
+	d := time.Duration(v) * time.Second
+	if d < lo || d > hi {
+		return 0, &dag.FieldError{Field: field, Message: fmt.Sprintf("%d: want %d to %d", v, int(lo.Seconds()), int(hi.Seconds()))}
+	}
+	return d, nil
+}
+
+// names checks a list of names (types, queues, namespaces).
+func names(field string, list []string, allowed func(string) bool) error {
+	if len(list) > maxWorkerScope {
+		return &dag.FieldError{Field: field, Message: fmt.Sprintf("%d names; at most %d", len(list), maxWorkerScope)}
+	}
+	for i, n := range list {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if err := dag.ValidateName(n); err != nil {
+			return &dag.FieldError{Field: f, Message: err.Error()}
+		}
+		if allowed != nil && !allowed(n) {
+			return &dag.FieldError{Field: f, Message: fmt.Sprintf("%q is not within this worker key's scope", n)}
+		}
+	}
+	return nil
+}
+
+// Claim implements WorkerService.Claim.
+func (s *workerServer) Claim(ctx context.Context, req *connect.Request[orreryv1.ClaimRequest]) (*connect.Response[orreryv1.ClaimResponse], error) {
+	p, m := principalOf(ctx), req.Msg
+	w, err := remoteWorker(p, m.GetWorker())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	max, wait, lease, err := claimBounds(m)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	w.Types, w.Namespaces = slices.Clone(m.GetTypes()), slices.Clone(m.GetNamespaces())
+	queues := m.GetQueues()
+	if len(queues) == 0 {
+		queues = []string{dag.DefaultQueue}
+	}
+	switch {
+	case len(w.Types) == 0:
+		err = &dag.FieldError{Field: "types", Message: "name at least one type (the steps' run: {worker: TYPE})"}
+	default:
+		err = errors.Join(names("types", w.Types, p.Worker.AllowsType), names("queues", queues, nil),
+			names("namespaces", w.Namespaces, p.Worker.AllowsNamespace))
+	}
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	if len(w.Namespaces) == 0 {
+		w.Namespaces = p.Worker.Namespaces
+	}
+	slots := int(m.GetSlots())
+	if slots == 0 {
+		slots = max
+	}
+	if slots < 1 || slots > maxWorkerSlots {
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "slots", Message: fmt.Sprintf("%d: want 1 to %d", slots, maxWorkerSlots)})
+	}
+	w.Queues = make(map[string]int, len(queues))
+	for _, q := range queues {
+		w.Queues[q] = slots
+	}
+	if err := s.claims.take(p.KeyID, time.Now()); err != nil {
+		return nil, err
+	}
+	atts, err := s.gw.Claim(ctx, w, max, wait, lease)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.ClaimResponse{}
+	for _, a := range atts {
+		out.Tasks = append(out.Tasks, remoteTaskToProto(a, lease))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// claimBounds reads a claim's max_tasks, wait_seconds and lease_seconds.
+func claimBounds(m *orreryv1.ClaimRequest) (int, time.Duration, time.Duration, error) {
+	max := int(m.GetMaxTasks())
+	if max == 0 {
+		max = 1
+	}
+	if max < 1 || max > maxClaimTasks {
+		return 0, 0, 0, &dag.FieldError{Field: "max_tasks", Message: fmt.Sprintf("%d: want 1 to %d", max, maxClaimTasks)}
+	}
+	wait := defaultClaimWait
+	if m.WaitSeconds != nil {
+		var err error
+		if wait, err = seconds("wait_seconds", m.GetWaitSeconds(), 0, 0, maxClaimWait); err != nil {
+			return 0, 0, 0, err
+		}
+	}
+	lease, err := seconds("lease_seconds", m.GetLeaseSeconds(), defaultLease, minLease, maxLease)
+	return max, wait, lease, err
+}
+
+func remoteTaskToProto(a *run.Attempt, lease time.Duration) *orreryv1.RemoteTask {
+	c := a.Call
+	params := "{}"
+	if len(a.Params) > 0 {
+		params = string(a.Params)
+	}
+	payload := "null"
+	if len(c.Payload) > 0 {
+		payload = string(c.Payload)
+	}
+	return &orreryv1.RemoteTask{
+		AttemptId: a.ID.String(), TaskId: c.TaskID.String(), FencingToken: c.FencingToken,
+		LeaseExpiresAt: timestamppb.New(a.StartedAt.Add(min(lease, a.Timeout))), Deadline: timestamppb.New(a.StartedAt.Add(a.Timeout)),
+		RunId: c.RunID.String(), Namespace: c.Namespace, Job: c.Job, Step: c.Step, Attempt: int32(c.Attempt),
+		ScheduledFor: timestamppb.New(c.ScheduledFor), Trigger: c.Trigger, Type: c.Executor.Worker,
+		ParamsJson: params, PayloadJson: payload, IdempotencyKey: c.IdempotencyKey(),
+	}
+}
+
+// Heartbeat implements WorkerService.Heartbeat.
+func (s *workerServer) Heartbeat(ctx context.Context, req *connect.Request[orreryv1.HeartbeatRequest]) (*connect.Response[orreryv1.HeartbeatResponse], error) {
+	p, m := principalOf(ctx), req.Msg
+	w, err := remoteWorker(p, m.GetWorker())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	lease, err := seconds("lease_seconds", m.GetLeaseSeconds(), defaultLease, minLease, maxLease)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	if len(m.GetAttempts()) > maxHeldAttempts {
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "attempts", Message: fmt.Sprintf("%d attempts; at most %d a heartbeat", len(m.GetAttempts()), maxHeldAttempts)})
+	}
+	held := make([]run.Held, 0, len(m.GetAttempts()))
+	seen := make(map[uuid.UUID]bool, len(m.GetAttempts()))
+	for i, h := range m.GetAttempts() {
+		id, err := uuid.Parse(h.GetTaskId())
+		if err != nil {
+			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: fmt.Sprintf("attempts[%d].task_id", i), Message: "not a task id"})
+		}
+		if !seen[id] {
+			seen[id] = true
+			held = append(held, run.Held{TaskID: id, FencingToken: h.GetFencingToken()})
+		}
+	}
+	stop, err := s.gw.Heartbeat(ctx, w, held, lease)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.HeartbeatResponse{}
+	for _, h := range held {
+		if why, ok := stop[h.TaskID]; ok {
+			out.Stop = append(out.Stop, &orreryv1.StopAttempt{TaskId: h.TaskID.String(), Reason: why})
+		}
+	}
+	return connect.NewResponse(out), nil
+}
+
+// reportReasons are the exit reasons a remote worker may give a failure.
+var reportReasons = []string{executor.ReasonError, executor.ReasonTimeout, executor.ReasonCancelled}
+
+// Report implements WorkerService.Report.
+func (s *workerServer) Report(ctx context.Context, req *connect.Request[orreryv1.ReportRequest]) (*connect.Response[orreryv1.ReportResponse], error) {
+	p, m := principalOf(ctx), req.Msg
+	w, err := remoteWorker(p, m.GetWorker())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	id, err := uuid.Parse(m.GetTaskId())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "task_id", Message: "not a task id"})
+	}
+	res := executor.Result{OK: m.GetSuccess(), Output: m.GetOutput()}
+	switch {
+	case !dag.IsText(m.GetOutput()):
+		err = &dag.FieldError{Field: "output", Message: "must be UTF-8 text without NUL characters"}
+	case len(m.GetError()) > maxReportError || !dag.IsText(m.GetError()):
+		err = &dag.FieldError{Field: "error", Message: fmt.Sprintf("at most %d bytes of UTF-8 text", maxReportError)}
+	case m.GetSuccess() && (m.GetError() != "" || m.GetExitReason() != "" || m.GetRetryable()):
+		err = &dag.FieldError{Field: "success", Message: "a success has no error, exit_reason or retryable"}
+	case !m.GetSuccess() && m.GetExitReason() != "" && !slices.Contains(reportReasons, m.GetExitReason()):
+		err = &dag.FieldError{Field: "exit_reason", Message: fmt.Sprintf("%q: want %s", m.GetExitReason(), strings.Join(reportReasons, ", "))}
+	}
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	if !res.OK {
+		res.ExitReason, res.Error, res.Retryable, res.FailureClass = m.GetExitReason(), m.GetError(), m.GetRetryable(), executor.ClassUser
+		if res.ExitReason == "" {
+			res.ExitReason = executor.ReasonError
+		}
+		if res.Error == "" {
+			res.Error = "the remote worker reported a failure without an error"
+		}
+	}
+	res = res.Storable() // an output past 64 KiB is cut and marked, as a local one
+	accepted, err := s.gw.Report(ctx, w, run.Report{TaskID: id, FencingToken: m.GetFencingToken(), Result: res})
+	if errors.Is(err, run.ErrNotHeld) {
+		return nil, connect.NewError(connect.CodeNotFound, err)
+	}
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.ReportResponse{Accepted: accepted}), nil
+}
+
+// keyRate is a token bucket per key: claimsPerSecond, bursts of as many.
+// Bounded: past 10,000 keys it starts over.
+type keyRate struct {
+	mu      sync.Mutex
+	buckets map[uuid.UUID]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func newKeyRate() *keyRate { return &keyRate{buckets: map[uuid.UUID]*bucket{}} }
+
+func (k *keyRate) take(key uuid.UUID, now time.Time) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	b, ok := k.buckets[key]
+	if !ok {
+		if len(k.buckets) >= 10_000 {
+			clear(k.buckets)
+		}
+		b = &bucket{tokens: claimsPerSecond, at: now}
+		k.buckets[key] = b
+	}
+	b.tokens = min(claimsPerSecond, b.tokens+now.Sub(b.at).Seconds()*claimsPerSecond)
+	b.at = now
+	if b.tokens < 1 {
+		ce := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("more than %d claims a second with this key", claimsPerSecond))
+		ce.Meta().Set("Retry-After", "1")
+		return ce
+	}
+	b.tokens--
+	return nil
+}

@@ -1,0 +1,145 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/orrery-dev/orrery/api"
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/enginetest"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/run"
+)
+
+// serveRemote serves the API with a gateway and a scheduler node (its
+// reaper expires remote leases), authentication off.
+func serveRemote(t *testing.T) (string, *pgxpool.Pool) {
+	t.Helper()
+	pool := pgtest.Pool(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := enginetest.StartGateway(t, pool)
+	enginetest.StartNode(t, pool)
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, d), State: pool,
+		Auth: api.NoAuth{}, Gateway: gw}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return "http://" + srv.Addr(), pool
+}
+
+// remoteJob is a job of one remote step of type echo.
+func remoteJob(name string, payload map[string]any) *orreryv1.CreateJobRequest {
+	p, _ := structpb.NewValue(payload)
+	return &orreryv1.CreateJobRequest{
+		Metadata: &orreryv1.JobMetadata{Name: name, Namespace: "billing"},
+		Spec: &orreryv1.JobSpec{
+			Schedule: &orreryv1.Schedule{At: "2099-01-01T00:00:00Z"},
+			Run:      &orreryv1.Executor{Kind: &orreryv1.Executor_Worker{Worker: "echo"}},
+			Payload:  p,
+		},
+	}
+}
+
+// A remote worker claims the attempt of a triggered run, renews its lease,
+// reports it; the run succeeds with its output. A second report of the
+// same attempt is refused, and a claim with nothing to do waits and
+// answers none.
+func TestRemoteWorkerRunsAStep(t *testing.T) {
+	t.Parallel()
+	base, pool := serveRemote(t)
+	ctx := context.Background()
+	jobs := orreryv1connect.NewJobServiceClient(http.DefaultClient, base)
+	runs := orreryv1connect.NewRunServiceClient(http.DefaultClient, base)
+	workers := orreryv1connect.NewWorkerServiceClient(http.DefaultClient, base)
+	if _, err := jobs.CreateJob(ctx, connect.NewRequest(remoteJob("invoice", map[string]any{"customer": 42}))); err != nil {
+		t.Fatal(err)
+	}
+	trig, err := runs.TriggerJob(ctx, connect.NewRequest(&orreryv1.TriggerJobRequest{Job: &orreryv1.JobRef{Namespace: "billing", Name: "invoice"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runID := trig.Msg.GetRun().GetId()
+	claim, err := workers.Claim(ctx, connect.NewRequest(&orreryv1.ClaimRequest{Worker: "w1", Types: []string{"echo"}, MaxTasks: 5}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claim.Msg.GetTasks()) != 1 {
+		var st, q string
+		var adm *time.Time
+		_ = pool.QueryRow(ctx, "SELECT status, queue, admitted_at FROM tasks").Scan(&st, &q, &adm)
+		t.Logf("task %s %s %v offers %d river %d workers %d", st, q, adm, enginetest.Int(t, pool, "SELECT count(*) FROM remote_offers"),
+			enginetest.Int(t, pool, "SELECT count(*) FROM river_job"), enginetest.Int(t, pool, "SELECT count(*) FROM workers"))
+		t.Fatalf("claimed %d tasks, want 1", len(claim.Msg.GetTasks()))
+	}
+	task := claim.Msg.GetTasks()[0]
+	var payload map[string]any
+	if err := json.Unmarshal([]byte(task.GetPayloadJson()), &payload); err != nil || payload["customer"] != float64(42) {
+		t.Fatalf("payload %q: %v", task.GetPayloadJson(), err)
+	}
+	if task.GetRunId() != runID || task.GetType() != "echo" || task.GetNamespace() != "billing" || task.GetJob() != "invoice" ||
+		task.GetAttempt() != 1 || task.GetIdempotencyKey() != runID+"/main/1" || !task.GetDeadline().AsTime().After(task.GetLeaseExpiresAt().AsTime().Add(-time.Second)) {
+		t.Fatalf("task %v", task)
+	}
+	hb, err := workers.Heartbeat(ctx, connect.NewRequest(&orreryv1.HeartbeatRequest{Worker: "w1",
+		Attempts: []*orreryv1.HeldAttempt{{TaskId: task.GetTaskId(), FencingToken: task.GetFencingToken()}}}))
+	if err != nil || len(hb.Msg.GetStop()) != 0 {
+		t.Fatalf("heartbeat: %v %v", hb, err)
+	}
+	rep, err := workers.Report(ctx, connect.NewRequest(&orreryv1.ReportRequest{Worker: "w1", TaskId: task.GetTaskId(),
+		FencingToken: task.GetFencingToken(), Success: true, Output: `{"invoice":"INV-1"}`}))
+	if err != nil || !rep.Msg.GetAccepted() {
+		t.Fatalf("report: %v %v", rep, err)
+	}
+	got, err := runs.GetRun(ctx, connect.NewRequest(&orreryv1.GetRunRequest{Id: runID}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Msg.GetRun().GetStatus() != "succeeded" {
+		t.Fatalf("run %s", got.Msg.GetRun().GetStatus())
+	}
+	again, err := workers.Report(ctx, connect.NewRequest(&orreryv1.ReportRequest{Worker: "w1", TaskId: task.GetTaskId(),
+		FencingToken: task.GetFencingToken(), Success: true}))
+	if err != nil || again.Msg.GetAccepted() {
+		t.Fatalf("a second report: %v %v", again, err)
+	}
+	// Another worker's name cannot report for w1's attempt.
+	_, err = workers.Report(ctx, connect.NewRequest(&orreryv1.ReportRequest{Worker: "w2", TaskId: task.GetTaskId(),
+		FencingToken: task.GetFencingToken(), Success: true}))
+	if code(err) != connect.CodeNotFound {
+		t.Fatalf("w2's report: %v", err)
+	}
+	wait := int32(1)
+	none, err := workers.Claim(ctx, connect.NewRequest(&orreryv1.ClaimRequest{Worker: "w1", Types: []string{"echo"}, WaitSeconds: &wait}))
+	if err != nil || len(none.Msg.GetTasks()) != 0 {
+		t.Fatalf("idle claim: %v %v", none, err)
+	}
+	if n := enginetest.Int(t, pool, `SELECT count(*) FROM remote_offers`); n != 0 {
+		t.Fatalf("%d offers left", n)
+	}
+}

@@ -1,0 +1,361 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/engine/metrics"
+	"github.com/orrery-dev/orrery/internal/batch"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// GatewayConfig configures a Gateway.
+type GatewayConfig struct {
+	StatePool *pgxpool.Pool
+	// QueueDBs: as Config's. The hand-off queue is in Default's.
+	QueueDBs QueueDBs
+	// Name identifies the gateway's River client in workers; default
+	// gateway-host-pid.
+	Name string
+	// LeaseTTL is the gateway's own lease: what it fetched and had not
+	// offered is delivered again once it lapses. Default 15 s.
+	LeaseTTL time.Duration
+	// Concurrency bounds the hand-off jobs it offers at once; default 100.
+	Concurrency int
+	// PollInterval is how often a waiting claim looks for offers another
+	// node made (this node's own wake it at once); default 100 ms.
+	PollInterval      time.Duration
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+	Logger            *slog.Logger
+	// Failpoints arms FailpointHandedOff and FailpointClaimed.
+	Failpoints *failpoint.Set
+	Metrics    *metrics.Metrics
+}
+
+// The gateway's failpoints.
+const (
+	// FailpointHandedOff is hit when the gateway's River client has
+	// fetched a remote task's job, before its offer.
+	FailpointHandedOff = "gateway/handed-off"
+	// FailpointClaimed is hit when a claim has committed, before its
+	// answer is sent.
+	FailpointClaimed = "gateway/claimed"
+)
+
+func (c *GatewayConfig) withDefaults() error {
+	if c.StatePool == nil {
+		return errors.New("worker: GatewayConfig.StatePool is required")
+	}
+	if c.QueueDBs.Default == nil {
+		c.QueueDBs.Default = c.StatePool
+	}
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = fmt.Sprintf("gateway-%s-%d", host, os.Getpid())
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
+	if c.LeaseTTL < time.Second {
+		return errors.New("worker: GatewayConfig.LeaseTTL must be at least 1s")
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 100
+	}
+	if c.Concurrency < 0 || c.Concurrency > river.QueueNumWorkersMax {
+		return fmt.Errorf("worker: GatewayConfig.Concurrency %d: want 1 to %d", c.Concurrency, river.QueueNumWorkersMax)
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 100 * time.Millisecond
+	}
+	if c.FetchCooldown == 0 {
+		c.FetchCooldown = 10 * time.Millisecond
+	}
+	if c.FetchPollInterval == 0 {
+		c.FetchPollInterval = 100 * time.Millisecond
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// A Gateway hands remote steps to remote workers (docs/remote-workers.md):
+// its River client serves the hand-off queue, turning each job into an
+// offer, and it serves WorkerService's claims, heartbeats and reports.
+// Every API node runs one; a remote worker may call any of them. It
+// holds a lease in workers, as a worker process does, so that what it
+// fetched and had not offered is redelivered if it dies.
+type Gateway struct {
+	cfg        GatewayConfig
+	id         uuid.UUID
+	river      *river.Client[pgx.Tx]
+	riverPool  *pgxpool.Pool
+	dispatcher *dispatch.Dispatcher
+	offers     *batch.Batcher[run.Start, bool]
+	reports    *batch.Batcher[run.Report, bool]
+
+	mu      sync.Mutex
+	offered chan struct{} // closed, and replaced, when offers commit
+}
+
+// NewGateway prepares a gateway; Run starts it.
+func NewGateway(cfg GatewayConfig) (*Gateway, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	d, err := dispatch.ForQueues(cfg.StatePool, cfg.QueueDBs)
+	if err != nil {
+		return nil, err
+	}
+	d.ObserveAdmissions(cfg.Metrics.AdmissionWait)
+	g := &Gateway{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, offered: make(chan struct{})}
+	g.offers = batch.New("offer remote attempts", cfg.Logger, g.offer)
+	g.reports = batch.New("report remote attempts", cfg.Logger, g.finish)
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &handoffWorker{g: g}); err != nil {
+		return nil, err
+	}
+	if g.riverPool, err = readCommitted(cfg.QueueDBs.Default); err != nil {
+		return nil, fmt.Errorf("worker: gateway river: %w", err)
+	}
+	g.river, err = river.NewClient(riverpgxv5.New(g.riverPool), &river.Config{
+		ID:                g.id.String(), // how the reaper finds what a dead gateway fetched
+		Queues:            map[string]river.QueueConfig{dispatch.HandoffQueue: {MaxWorkers: cfg.Concurrency}},
+		Workers:           workers,
+		FetchCooldown:     cfg.FetchCooldown,
+		FetchPollInterval: cfg.FetchPollInterval,
+		JobTimeout:        -1,
+		Logger:            slog.New(atLeast{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
+	})
+	if err != nil {
+		g.riverPool.Close()
+		return nil, fmt.Errorf("worker: gateway river: %w", err)
+	}
+	return g, nil
+}
+
+// Run serves the hand-off queue until ctx ends.
+func (g *Gateway) Run(ctx context.Context) error {
+	defer g.riverPool.Close()
+	if err := g.beat(ctx); err != nil {
+		return fmt.Errorf("gateway: register: %w", err)
+	}
+	if err := startRiver(ctx, g.river); err != nil {
+		return fmt.Errorf("gateway: start river: %w", err)
+	}
+	var background sync.WaitGroup
+	bgCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	background.Go(func() {
+		t := time.NewTicker(g.cfg.LeaseTTL / beatsPerTTL)
+		defer t.Stop()
+		for {
+			select {
+			case <-bgCtx.Done():
+				return
+			case <-t.C:
+			}
+			beatCtx, cancel := context.WithTimeout(bgCtx, g.cfg.LeaseTTL/beatsPerTTL)
+			if err := g.beat(beatCtx); err != nil && bgCtx.Err() == nil {
+				g.cfg.Logger.Error("renew gateway lease", "err", err)
+			}
+			cancel()
+		}
+	})
+	// Remote queues are admitted here once a claim names them (Kick), as
+	// any process admits the queues its releases wake.
+	background.Go(func() {
+		_ = g.dispatcher.Admit(bgCtx, dispatch.AdmitConfig{Pool: g.cfg.StatePool, Logger: g.cfg.Logger, Failpoints: g.cfg.Failpoints})
+	})
+	g.cfg.Logger.Info("gateway for remote workers started", "name", g.cfg.Name)
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), g.cfg.LeaseTTL)
+	defer cancel()
+	err := g.river.Stop(stopCtx)
+	if err != nil {
+		err = g.river.StopAndCancel(context.Background())
+	}
+	stop()
+	background.Wait()
+	g.offers.Wait()
+	g.reports.Wait()
+	if err == nil {
+		leaveCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if lerr := store.New(g.cfg.StatePool).LeaveWorker(leaveCtx, g.id); lerr != nil {
+			g.cfg.Logger.Warn("gateway: end lease", "err", lerr)
+		}
+	}
+	return err
+}
+
+// beat renews the gateway's lease (registering it the first time).
+func (g *Gateway) beat(ctx context.Context) error {
+	queues, err := json.Marshal(map[string]int{dispatch.HandoffQueue: g.cfg.Concurrency})
+	if err != nil {
+		return err
+	}
+	return store.Retry(ctx, func() error {
+		return store.New(g.cfg.StatePool).HeartbeatWorker(ctx, store.HeartbeatWorkerParams{
+			ID: g.id, Name: g.cfg.Name, Queues: queues, Tenants: []byte("[]"), TtlSeconds: g.cfg.LeaseTTL.Seconds()})
+	})
+}
+
+// handoffWorker is the River worker of the hand-off queue.
+type handoffWorker struct {
+	river.WorkerDefaults[dispatch.TaskArgs]
+	g *Gateway
+}
+
+func (h *handoffWorker) Work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) error {
+	h.g.cfg.Failpoints.Hit(FailpointHandedOff)
+	_, err := h.g.offers.Do(ctx, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt})
+	return err // River tries again; an offer made twice is one offer
+}
+
+// offer writes a batch of offers and wakes the claims waiting here.
+func (g *Gateway) offer(ctx context.Context, starts []run.Start) ([]bool, error) {
+	err := store.InRawTx(ctx, g.cfg.StatePool, func(tx pgx.Tx) error {
+		return run.OfferRemote(ctx, tx, starts)
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	close(g.offered)
+	g.offered = make(chan struct{})
+	g.mu.Unlock()
+	return make([]bool, len(starts)), nil
+}
+
+// offers returns a channel closed at the next commit of offers here.
+func (g *Gateway) nextOffers() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.offered
+}
+
+// Claim waits up to wait for attempts w may run, and starts up to max of
+// them on w, each under a lease of lease (never past its step's timeout).
+// It registers w first, so that its slots count for admission, and again
+// while it waits. An attempt whose expressions failed is reported at once
+// and not handed out. None when the wait ends, or ctx does, first.
+func (g *Gateway) Claim(ctx context.Context, w run.RemoteWorker, max int, wait, lease time.Duration) ([]*run.Attempt, error) {
+	deadline := time.Now().Add(wait) // pacing only: no decision reads this clock
+	var registered time.Time
+	for {
+		if time.Since(registered) >= lease/beatsPerTTL {
+			if err := store.Retry(ctx, func() error { return w.Register(ctx, g.cfg.StatePool, lease) }); err != nil {
+				return nil, err
+			}
+			registered = time.Now()
+			for _, q := range w.RemoteQueues() {
+				g.dispatcher.Kick(q)
+			}
+		}
+		next := g.nextOffers()
+		var claimed []*run.Attempt
+		err := store.InRawTx(ctx, g.cfg.StatePool, func(tx pgx.Tx) error {
+			var err error
+			claimed, err = run.ClaimRemote(ctx, tx, w, max, lease)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		g.cfg.Failpoints.Hit(FailpointClaimed)
+		out := slices.DeleteFunc(claimed, func(a *run.Attempt) bool {
+			if a.Refused == nil {
+				return false
+			}
+			r := run.Report{TaskID: a.Call.TaskID, RunID: a.Call.RunID, FencingToken: a.Call.FencingToken, Result: *a.Refused, Shape: &a.Shape}
+			if _, err := g.reports.Do(context.WithoutCancel(ctx), r); err != nil {
+				// Its lease lapses: the reaper retries it, and it is refused again.
+				g.cfg.Logger.Error("report a remote attempt refused by its expressions", "task_id", r.TaskID, "err", err)
+			}
+			return true
+		})
+		if len(out) > 0 {
+			return out, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil
+		}
+		t := time.NewTimer(min(left, g.cfg.PollInterval))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-next:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// Heartbeat renews w's lease and those of the attempts it holds, and
+// returns the attempts to stop, with why (run.RenewRemote).
+func (g *Gateway) Heartbeat(ctx context.Context, w run.RemoteWorker, held []run.Held, lease time.Duration) (map[uuid.UUID]string, error) {
+	var stop map[uuid.UUID]string
+	err := store.InRawTx(ctx, g.cfg.StatePool, func(tx pgx.Tx) error {
+		var err error
+		stop, err = run.RenewRemote(ctx, tx, w, held, lease)
+		return err
+	})
+	return stop, err
+}
+
+// Report ends an attempt w runs: false when its token is stale (the
+// report is recorded on the attempt as late). run.ErrNotHeld when the
+// attempt did not start on w.
+func (g *Gateway) Report(ctx context.Context, w run.RemoteWorker, r run.Report) (bool, error) {
+	r, queue, err := run.RemoteReport(ctx, g.cfg.StatePool, w, r)
+	if err != nil {
+		return false, err
+	}
+	ok, err := g.reports.Do(ctx, r)
+	if err == nil {
+		g.dispatcher.Kick(queue) // its slot is free
+	}
+	return ok, err
+}
+
+// finish records a batch of reports in one transaction, in run order.
+func (g *Gateway) finish(ctx context.Context, reports []run.Report) ([]bool, error) {
+	order := make([]int, len(reports))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return slices.Compare(reports[a].RunID[:], reports[b].RunID[:]) })
+	accepted := make([]bool, len(reports))
+	a := &run.Applier{Dispatcher: g.dispatcher, Metrics: g.cfg.Metrics, Failpoints: g.cfg.Failpoints}
+	err := store.InRawTx(ctx, g.cfg.StatePool, func(tx pgx.Tx) error {
+		for _, i := range order {
+			ok, err := a.FinishAttempt(ctx, tx, reports[i])
+			if err != nil {
+				return err
+			}
+			accepted[i] = ok
+		}
+		return nil
+	})
+	return accepted, err
+}

@@ -1,0 +1,240 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// Remote attempts (docs/remote-workers.md): a gateway offers the attempt
+// its River job carries; a remote worker's claim takes offers and starts
+// their attempts under leases of their own; its heartbeats renew them;
+// its reports end them as a local worker's do.
+
+// RemoteWorker is a remote worker as a claim, a heartbeat or a report
+// names it: its row in workers, its tenant, and what it serves.
+type RemoteWorker struct {
+	ID     uuid.UUID
+	Name   string
+	Tenant uuid.UUID
+	// Queues maps each step queue it serves to its slots there.
+	Queues map[string]int
+	Types  []string
+	// Namespaces narrows its claims to these namespaces; none: any.
+	Namespaces []string
+}
+
+// remoteQueues are w's queues as its tenant's remote tasks name them,
+// sorted.
+func (w RemoteWorker) remoteQueues() []string {
+	out := make([]string, 0, len(w.Queues))
+	for q := range w.Queues {
+		out = append(out, dispatch.RemoteQueue(q, w.Tenant))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// RemoteQueues are the queues of w's tenant's remote tasks it serves.
+func (w RemoteWorker) RemoteQueues() []string { return w.remoteQueues() }
+
+// Register writes w's row in workers, or renews it for ttl: its slots
+// in its tenant's remote queues count for admission while it lives.
+func (w RemoteWorker) Register(ctx context.Context, db store.DBTX, ttl time.Duration) error {
+	slots := make(map[string]int, len(w.Queues))
+	for q, n := range w.Queues {
+		slots[dispatch.RemoteQueue(q, w.Tenant)] = n
+	}
+	queues, err := json.Marshal(slots)
+	if err != nil {
+		return err
+	}
+	types, err := json.Marshal(w.Types)
+	if err != nil {
+		return err
+	}
+	tenant := w.Tenant
+	return store.New(db).HeartbeatRemoteWorker(ctx, store.HeartbeatRemoteWorkerParams{ID: w.ID, Name: w.Name, Queues: queues,
+		TenantID: &tenant, Types: types, TtlSeconds: ttl.Seconds()})
+}
+
+// OfferRemote turns a batch of a gateway's River jobs into offers: each
+// task still at the attempt before its job's (a stale job offers
+// nothing), with its step's worker type. It takes no lock; an offer made
+// again changes nothing.
+func OfferRemote(ctx context.Context, db store.DBTX, starts []Start) error {
+	p := store.OfferableTasksParams{}
+	for _, st := range starts {
+		p.Ids = append(p.Ids, st.TaskID)
+		p.Attempts = append(p.Attempts, int32(st.Attempt))
+	}
+	q := store.New(db)
+	rows, err := q.OfferableTasks(ctx, p)
+	if err != nil || len(rows) == 0 {
+		return err
+	}
+	keys := make([]specKey, len(rows))
+	for i, r := range rows {
+		keys[i] = specKey{r.JobID, r.JobVersion}
+	}
+	batchSpecs, err := specs.getMany(ctx, db, keys)
+	if err != nil {
+		return err
+	}
+	var in store.InsertOffersParams
+	for _, r := range rows {
+		spec := batchSpecs[specKey{r.JobID, r.JobVersion}]
+		idx := slices.IndexFunc(spec.Steps, func(s dag.Step) bool { return s.Name == r.Step })
+		if idx < 0 || spec.Steps[idx].Run.Worker == "" {
+			return fmt.Errorf("task %s: step %q of its job version is not a remote step", r.ID, r.Step)
+		}
+		in.TaskIds = append(in.TaskIds, r.ID)
+		in.Attempts = append(in.Attempts, r.Attempt)
+		in.TenantIds = append(in.TenantIds, r.TenantID)
+		in.Queues = append(in.Queues, r.Queue)
+		in.WorkerTypes = append(in.WorkerTypes, spec.Steps[idx].Run.Worker)
+		in.Namespaces = append(in.Namespaces, r.Namespace)
+		in.Priorities = append(in.Priorities, r.Priority)
+	}
+	return q.InsertOffers(ctx, in)
+}
+
+// ClaimRemote takes up to max offers w may run (its tenant's, queues,
+// types and namespaces) and starts their attempts on w, each under a
+// lease of its own (lease, never past its step's timeout), in tx. An
+// offer whose task moved on (cancelled, or started by another claim of
+// a redelivered offer) is dropped. The attempts whose expressions failed
+// (Attempt.Refused) are started too: the caller reports them at once.
+func ClaimRemote(ctx context.Context, tx pgx.Tx, w RemoteWorker, max int, lease time.Duration) ([]*Attempt, error) {
+	q := store.New(tx)
+	taken, err := q.TakeOffers(ctx, store.TakeOffersParams{Queues: w.remoteQueues(), WorkerTypes: w.Types,
+		Namespaces: w.Namespaces, Max: int32(max)})
+	if err != nil || len(taken) == 0 {
+		return nil, err
+	}
+	// Lock order: tasks by id, as every batch of starts.
+	slices.SortFunc(taken, func(a, b store.TakeOffersRow) int { return slices.Compare(a.TaskID[:], b.TaskID[:]) })
+	starts := make([]Start, len(taken))
+	for i, t := range taken {
+		starts[i] = Start{TaskID: t.TaskID, Attempt: int(t.Attempt)}
+	}
+	started, err := StartAttempts(ctx, tx, starts, Worker{Name: w.Name, ID: w.ID})
+	if err != nil {
+		return nil, err
+	}
+	var out []*Attempt
+	lp := store.LeaseRemoteAttemptsParams{LeaseSeconds: lease.Seconds()}
+	for _, a := range started {
+		if a == nil {
+			continue
+		}
+		out = append(out, a)
+		lp.Ids = append(lp.Ids, a.Call.TaskID)
+		lp.Tokens = append(lp.Tokens, a.Call.FencingToken)
+		lp.TimeoutSeconds = append(lp.TimeoutSeconds, a.Timeout.Seconds())
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, q.LeaseRemoteAttempts(ctx, lp)
+}
+
+// Held is an attempt a remote worker says it runs.
+type Held struct {
+	TaskID       uuid.UUID
+	FencingToken int64
+}
+
+// Why a heartbeat answers that an attempt must stop.
+const (
+	StopLeaseLost = "lease_lost" // lapsed, or the task moved on (retried elsewhere)
+	StopCancelled = "cancelled"  // its run was cancelled
+	StopTimeout   = "timeout"    // past its step's timeout
+)
+
+// RenewRemote renews w's row (its claims register it) and the leases of the attempts it holds, in
+// one transaction, and returns those it must stop, with why: an attempt
+// not renewed is no longer w's to run (its lease lapsed, it was cancelled,
+// it ran past its deadline).
+func RenewRemote(ctx context.Context, tx pgx.Tx, w RemoteWorker, held []Held, lease time.Duration) (map[uuid.UUID]string, error) {
+	q := store.New(tx)
+	if err := q.RenewRemoteWorker(ctx, store.RenewRemoteWorkerParams{ID: w.ID, TtlSeconds: lease.Seconds()}); err != nil {
+		return nil, err
+	}
+	if len(held) == 0 {
+		return nil, nil
+	}
+	p := store.RenewRemoteLeasesParams{LeaseSeconds: lease.Seconds(), WorkerID: &w.ID}
+	for _, h := range held {
+		p.Ids = append(p.Ids, h.TaskID)
+		p.Tokens = append(p.Tokens, h.FencingToken)
+	}
+	renewed, err := q.RenewRemoteLeases(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	kept := make(map[uuid.UUID]bool, len(renewed))
+	for _, id := range renewed {
+		kept[id] = true
+	}
+	stop := map[uuid.UUID]string{}
+	tokens := map[uuid.UUID]int64{}
+	for _, h := range held {
+		if !kept[h.TaskID] {
+			stop[h.TaskID] = StopLeaseLost
+			tokens[h.TaskID] = h.FencingToken
+		}
+	}
+	if len(stop) == 0 {
+		return nil, nil
+	}
+	states, err := q.RemoteAttemptStates(ctx, slices.Collect(maps.Keys(stop)))
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range states {
+		switch {
+		case s.FencingToken != tokens[s.ID] || s.WorkerID == nil || *s.WorkerID != w.ID:
+		case s.Status == lifecycle.TaskCancelled:
+			stop[s.ID] = StopCancelled
+		case s.Status == lifecycle.TaskRunning && s.PastDeadline:
+			stop[s.ID] = StopTimeout
+		}
+	}
+	return stop, nil
+}
+
+// ErrNotHeld is a report of an attempt that did not start on the worker
+// that reports it (or does not exist in its tenant).
+var ErrNotHeld = errors.New("no attempt of this task with this fencing token started on this worker")
+
+// RemoteReport checks that r is about an attempt that started on w, and
+// fills in its run; it returns the task's queue too. A worker reports
+// only what it claimed. The report is
+// then finished as a local worker's is (Applier.FinishAttempt), fenced by
+// its token: an attempt no longer w's (its lease lapsed, it was retried
+// elsewhere) records the report as late and changes nothing.
+func RemoteReport(ctx context.Context, db store.DBTX, w RemoteWorker, r Report) (Report, string, error) {
+	row, err := store.New(db).RemoteAttempt(ctx, store.RemoteAttemptParams{FencingToken: r.FencingToken,
+		ID: r.TaskID, TenantID: w.Tenant, Worker: w.Name})
+	if store.IsNotFound(err) {
+		return r, "", ErrNotHeld
+	}
+	if err != nil {
+		return r, "", err
+	}
+	r.RunID = row.RunID
+	return r, row.Queue, nil
+}

@@ -1,0 +1,87 @@
+-- Remote workers (docs/remote-workers.md).
+
+-- OfferableTasks reads, of the tasks a gateway's River jobs name, those
+-- still at the attempt before the job's (a stale job offers nothing), with
+-- what an offer holds.
+-- name: OfferableTasks :many
+SELECT t.id, req.attempt::int AS attempt, t.tenant_id, t.queue, t.priority, t.step, r.job_id, r.job_version, j.namespace
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@attempts::int[]) AS attempt) AS req
+JOIN tasks AS t ON t.id = req.id AND t.status IN ('queued', 'retrying') AND t.attempt = req.attempt - 1
+JOIN runs AS r ON r.id = t.run_id
+JOIN jobs AS j ON j.id = r.job_id;
+
+-- InsertOffers offers attempts to remote workers; an offer of the same
+-- attempt again (a redelivered River job) changes nothing.
+-- name: InsertOffers :exec
+INSERT INTO remote_offers (task_id, attempt, tenant_id, queue, worker_type, namespace, priority, offered_at)
+SELECT unnest(@task_ids::uuid[]), unnest(@attempts::int[]), unnest(@tenant_ids::uuid[]), unnest(@queues::text[]),
+       unnest(@worker_types::text[]), unnest(@namespaces::text[]), unnest(@priorities::int[]), now()
+ON CONFLICT (task_id) DO UPDATE SET attempt = excluded.attempt, offered_at = excluded.offered_at
+WHERE remote_offers.attempt < excluded.attempt;
+
+-- TakeOffers takes up to @max offers of the given queues and types (and
+-- namespaces, unless none are given), most urgent first, skipping those
+-- another claim holds.
+-- name: TakeOffers :many
+DELETE FROM remote_offers AS o
+WHERE o.task_id IN (
+    SELECT x.task_id FROM remote_offers AS x
+    WHERE x.queue = ANY(@queues::text[]) AND x.worker_type = ANY(@worker_types::text[])
+      AND (COALESCE(cardinality(@namespaces::text[]), 0) = 0 OR x.namespace = ANY(@namespaces::text[]))
+    ORDER BY x.priority, x.offered_at
+    LIMIT @max
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING o.task_id, o.attempt;
+
+-- LeaseRemoteAttempts gives attempts just started on a remote worker
+-- their own lease and deadline (their start plus the step's timeout); the
+-- lease never runs past the deadline.
+-- name: LeaseRemoteAttempts :exec
+UPDATE tasks AS t
+SET deadline_at = now() + INTERVAL '1 second' * req.timeout, 
+    lease_expires_at = now() + INTERVAL '1 second' * LEAST(@lease_seconds::float8, req.timeout)
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@tokens::bigint[]) AS token, unnest(@timeout_seconds::float8[]) AS timeout) AS req
+WHERE t.id = req.id AND t.fencing_token = req.token AND t.status = 'running';
+
+-- RenewRemoteLeases renews, in one statement, the leases of the attempts
+-- a remote worker asks for, and returns those it renewed: still running on
+-- that worker under that token, their lease not lapsed (the reaper may be
+-- failing it) and their deadline not passed.
+-- name: RenewRemoteLeases :many
+UPDATE tasks AS t
+SET lease_expires_at = LEAST(now() + INTERVAL '1 second' * @lease_seconds::float8, t.deadline_at)
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@tokens::bigint[]) AS token) AS req
+WHERE t.id = req.id AND t.fencing_token = req.token AND t.status = 'running' AND t.worker_id = @worker_id
+  AND t.lease_expires_at > now() AND t.deadline_at > now()
+RETURNING t.id;
+
+-- RemoteAttemptStates says, of attempts a heartbeat could not renew, why:
+-- the task's status, token, worker and deadline as they are.
+-- name: RemoteAttemptStates :many
+SELECT t.id, t.status, t.fencing_token, t.worker_id, t.deadline_at, t.deadline_at <= now() AS past_deadline
+FROM tasks AS t WHERE t.id = ANY(@ids::uuid[]);
+
+-- RemoteAttempt reads the task a remote worker reports on, if the attempt
+-- of that fencing token started on that worker (by name) in its tenant:
+-- its run and queue.
+-- name: RemoteAttempt :one
+SELECT t.run_id, t.queue
+FROM tasks AS t
+JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = @fencing_token
+WHERE t.id = @id AND t.tenant_id = @tenant_id AND a.worker = @worker;
+
+-- HeartbeatRemoteWorker registers a remote worker or renews its lease,
+-- with what it serves now (its queues and slots, its types).
+-- name: HeartbeatRemoteWorker :exec
+INSERT INTO workers (id, name, queues, tenants, tenant_id, types, started_at, heartbeat_at, lease_expires_at)
+VALUES (@id, @name, @queues, '[]', @tenant_id, @types, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at,
+    queues = excluded.queues, types = excluded.types,
+    started_at = CASE WHEN workers.lease_expires_at < now() THEN now() ELSE workers.started_at END;
+
+-- RenewRemoteWorker renews a remote worker's row (registered by its
+-- claims).
+-- name: RenewRemoteWorker :exec
+UPDATE workers SET heartbeat_at = now(), lease_expires_at = now() + INTERVAL '1 second' * @ttl_seconds::float8
+WHERE id = @id;
