@@ -91,7 +91,8 @@ func (s *accessServer) CreateAPIKey(ctx context.Context, req *connect.Request[or
 		tenant = p.TenantName
 	}
 	secret, key, err := s.access.Create(ctx, access.NewKey{Tenant: tenant, Principal: m.GetPrincipal(), Role: role,
-		SystemAdmin: m.GetSystemAdmin(), TTL: ttl, CreatedBy: p.Actor().Name})
+		SystemAdmin: m.GetSystemAdmin(), TTL: ttl, CreatedBy: p.Actor().Name,
+		WorkerTypes: m.GetWorkerTypes(), WorkerNamespaces: m.GetWorkerNamespaces()})
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -165,7 +166,7 @@ func (s *accessServer) WhoAmI(ctx context.Context, _ *connect.Request[orreryv1.W
 
 func keyToProto(k access.Key) *orreryv1.APIKey {
 	out := &orreryv1.APIKey{Id: k.ID.String(), Prefix: k.Prefix, Principal: k.Principal, Role: string(k.Role),
-		SystemAdmin: k.SystemAdmin, CreatedBy: k.CreatedBy}
+		SystemAdmin: k.SystemAdmin, CreatedBy: k.CreatedBy, WorkerTypes: k.WorkerTypes, WorkerNamespaces: k.WorkerNamespaces}
 	if !k.CreatedAt.IsZero() {
 		out.CreatedAt = timestamppb.New(k.CreatedAt)
 	}

@@ -49,15 +49,26 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 		}
 		out.Shards = append(out.Shards, ps)
 	}
-	workers, err := store.New(s.pool).ListWorkers(ctx)
+	workers, err := store.New(s.pool).ListWorkers(ctx, store.ListWorkersParams{Tenant: &p.Tenant, AllTenants: p.SystemAdmin})
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
 	for _, w := range workers {
 		pw := &orreryv1.Worker{Id: w.ID.String(), Name: w.Name, Live: w.Live, StartTime: timestamppb.New(w.StartedAt),
-			HeartbeatTime: timestamppb.New(w.HeartbeatAt)}
+			HeartbeatTime: timestamppb.New(w.HeartbeatAt), TasksHeld: int32(w.Held)}
 		_ = json.Unmarshal(w.Queues, &pw.Queues)   // written by the worker as {"queue": n}
 		_ = json.Unmarshal(w.Tenants, &pw.Tenants) // and ["tenant", ...]
+		if w.TenantID != nil { // a remote worker of the caller's tenant (all, for a system admin)
+			pw.Remote = true
+			_ = json.Unmarshal(w.Types, &pw.Types)
+			queues := make(map[string]int32, len(pw.Queues))
+			for q, n := range pw.Queues {
+				queues[dispatch.RemoteBase(q)] = n // QUEUE@TENANT_ID, as its steps name it
+			}
+			pw.Queues = queues
+			out.Workers = append(out.Workers, pw)
+			continue
+		}
 		pw.Shared = len(pw.Tenants) == 0
 		if p.SystemAdmin || pw.Shared || slices.Contains(pw.Tenants, p.TenantName) {
 			if !p.SystemAdmin { // nothing of the worker's other tenants

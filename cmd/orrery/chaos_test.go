@@ -61,11 +61,18 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 // as ORRERY_FAILPOINTS).
 func startProcEnv(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(binary, args...), done: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p, p
+	cmd := exec.Command(binary, args...)
 	if len(env) > 0 {
-		p.cmd.Env = append(os.Environ(), env...)
+		cmd.Env = append(os.Environ(), env...)
 	}
+	return startCmd(t, name, cmd)
+}
+
+// startCmd starts cmd (any program), stopping it when t ends.
+func startCmd(t *testing.T, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p, p
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -86,10 +86,16 @@ Ctrl-C. A second run reuses the data.`,
 			if err := loadExamples(cmd, jobs, sinkBase(st.addr), log); err != nil {
 				return err
 			}
+			workerKey := "ORRERY_KEY="
 			if st.auth == "keys" {
 				if err := devKey(ctx, pool, dataDir, cmd.OutOrStdout(), log); err != nil {
 					return err
 				}
+				path, err := devWorkerKey(ctx, pool, dataDir)
+				if err != nil {
+					return err
+				}
+				workerKey = "ORRERY_KEY=$(cat " + path + ")"
 			}
 			queues, err := st.queues()
 			if err != nil {
@@ -101,6 +107,8 @@ Ctrl-C. A second run reuses the data.`,
 				log.Info("HOOK_TOKEN was not set; using a dev value for the examples' secret://env/HOOK_TOKEN")
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "orrery dev: database %s\norrery dev: try `orrery jobs list` and `orrery runs list` (Ctrl-C stops)\n", cluster.RedactedDSN(""))
+			fmt.Fprintf(cmd.OutOrStdout(), "orrery dev: the remote step of examples/remote-invoice.yaml waits for a worker; start the Python one with\n"+
+				"  ORRERY_URL=http://%s %s python3 examples/workers/python/example.py\n", st.addr, workerKey)
 			return runStack(ctx, log, pool, dispatch.QueueDBs{Default: pool}, st, queues, devHandlers(log), map[string]http.Handler{devSinkPath: devSink(log)})
 		},
 	}

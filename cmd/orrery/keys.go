@@ -27,25 +27,32 @@ import (
 // client commands started from the project folder find it there.
 const devKeyFile = "api-key"
 
+// devWorkerKeyFile is where `orrery dev` keeps the worker key of the
+// Python example worker (examples/workers/python), in its data dir.
+const devWorkerKeyFile = "worker-key"
+
 func newKeysCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "API keys of your tenant: create, list, revoke (create --db works on the database, to bootstrap a deployment)"}
 	var dbs dbFlags
 	var tenant, principal, role string
 	var expires time.Duration
 	var createTenant, systemAdmin bool
+	var types, namespaces []string
 	create := &cobra.Command{
-		Use:   "create --principal NAME --role none|reader|editor|admin [--expires D] [--tenant NAME] [--system-admin] [--db URL [--create-tenant]]",
+		Use:   "create --principal NAME --role none|reader|editor|admin|worker [--type T]... [--namespace NS]... [--expires D] [--tenant NAME] [--system-admin] [--db URL [--create-tenant]]",
 		Short: "Create an API key and print it once (the server keeps only its hash); over the API unless --db is given",
 		Long: "Create an API key and print it once on stdout (its prefix, principal and role go to stderr).\n\n" +
 			"--role is the key's tenant-wide role; with none, the key acts only where its principal is granted a role\n" +
-			"(orrery grants create). Without --db it is created over the API: an admin key of the tenant is needed, and a\n" +
+			"(orrery grants create). With worker, the key is a remote worker's: it may claim, renew and report attempts of\n" +
+			"the steps of its --type (run: {worker: TYPE}; \"*\" for any) in its --namespace (default all), and nothing else.\n" +
+			"Without --db it is created over the API: an admin key of the tenant is needed, and a\n" +
 			"system admin key for --tenant (another tenant) or --system-admin.\n" +
 			"With --db (or ORRERY_DB) it is created on the database directly: how a deployment gets its first key.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r, err := access.ParseKeyRole(role)
 			if err != nil {
-				return fmt.Errorf("--role %q: want none, reader, editor or admin", role)
+				return fmt.Errorf("--role %q: want none, reader, editor, admin or worker", role)
 			}
 			if expires < 0 {
 				return fmt.Errorf("--expires %s: must not be negative", expires)
@@ -54,7 +61,8 @@ func newKeysCmd(g *globals) *cobra.Command {
 				if cmd.Flags().Changed("create-tenant") {
 					return errors.New("--create-tenant needs --db; over the API, create the tenant with `orrery tenants create`")
 				}
-				req := &orreryv1.CreateAPIKeyRequest{Principal: principal, Role: string(r), SystemAdmin: systemAdmin}
+				req := &orreryv1.CreateAPIKeyRequest{Principal: principal, Role: string(r), SystemAdmin: systemAdmin,
+					WorkerTypes: types, WorkerNamespaces: namespaces}
 				if cmd.Flags().Changed("tenant") {
 					req.Tenant = tenant
 				}
@@ -66,8 +74,8 @@ func newKeysCmd(g *globals) *cobra.Command {
 					return err
 				}
 				k := res.Msg.GetKey()
-				fmt.Fprintf(cmd.ErrOrStderr(), "key %s for %s (%s%s)%s; shown once:\n", k.GetPrefix(), k.GetPrincipal(), k.GetRole(),
-					systemText(k.GetSystemAdmin()), expiresText(k.GetExpiresAt()))
+				fmt.Fprintf(cmd.ErrOrStderr(), "key %s for %s (%s%s%s)%s; shown once:\n", k.GetPrefix(), k.GetPrincipal(), k.GetRole(),
+					systemText(k.GetSystemAdmin()), workerText(k.GetWorkerTypes(), k.GetWorkerNamespaces()), expiresText(k.GetExpiresAt()))
 				fmt.Fprintln(cmd.OutOrStdout(), res.Msg.GetSecret())
 				return nil
 			}
@@ -77,11 +85,13 @@ func newKeysCmd(g *globals) *cobra.Command {
 			}
 			defer closeAll()
 			secret, key, err := access.New(state).Create(cmd.Context(), access.NewKey{Tenant: tenant, Principal: principal, Role: r,
-				SystemAdmin: systemAdmin, TTL: expires, CreatedBy: "orrery keys create", CreateTenant: createTenant})
+				SystemAdmin: systemAdmin, TTL: expires, CreatedBy: "orrery keys create", CreateTenant: createTenant,
+				WorkerTypes: types, WorkerNamespaces: namespaces})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "key %s for %s (%s%s) in tenant %s; shown once:\n", key.Prefix, principal, r, systemText(systemAdmin), tenant)
+			fmt.Fprintf(cmd.ErrOrStderr(), "key %s for %s (%s%s%s) in tenant %s; shown once:\n", key.Prefix, principal, r, systemText(systemAdmin),
+				workerText(types, namespaces), tenant)
 			fmt.Fprintln(cmd.OutOrStdout(), secret)
 			return nil
 		},
@@ -91,7 +101,9 @@ func newKeysCmd(g *globals) *cobra.Command {
 	create.Flags().BoolVar(&createTenant, "create-tenant", false, "create the tenant if it does not exist (with --db)")
 	create.Flags().BoolVar(&systemAdmin, "system-admin", false, "the key may also create and list tenants and make keys in any tenant")
 	create.Flags().StringVar(&principal, "principal", "", "who the key stands for (recorded on every change it makes)")
-	create.Flags().StringVar(&role, "role", "", "the key's tenant-wide role: none, reader, editor or admin")
+	create.Flags().StringVar(&role, "role", "", "the key's tenant-wide role: none, reader, editor or admin; or worker (a remote worker's key)")
+	create.Flags().StringArrayVar(&types, "type", nil, "a worker key's step type (run: {worker: TYPE}; \"*\" for any); repeat for more")
+	create.Flags().StringArrayVar(&namespaces, "namespace", nil, "a worker key's namespace (default: all); repeat for more")
 	create.Flags().DurationVar(&expires, "expires", 0, "lifetime (0: never expires)")
 
 	list := &cobra.Command{
@@ -106,7 +118,8 @@ func newKeysCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "PREFIX\tPRINCIPAL\tROLE\tCREATED (UTC)\tCREATED BY\tEXPIRES\tREVOKED")
 			for _, k := range res.Msg.GetKeys() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.GetPrefix(), k.GetPrincipal(), k.GetRole()+systemText(k.GetSystemAdmin()), ts(k.GetCreatedAt()),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.GetPrefix(), k.GetPrincipal(),
+					k.GetRole()+systemText(k.GetSystemAdmin())+workerText(k.GetWorkerTypes(), k.GetWorkerNamespaces()), ts(k.GetCreatedAt()),
 					k.GetCreatedBy(), ts(k.GetExpiresAt()), ts(k.GetRevokedAt()))
 			}
 			return tw.Flush()
@@ -126,6 +139,18 @@ func newKeysCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(create, list, revoke)
 	return cmd
+}
+
+// workerText is a worker key's scope, as key lines show it.
+func workerText(types, namespaces []string) string {
+	if len(types) == 0 {
+		return ""
+	}
+	out := ", types " + strings.Join(types, ",")
+	if len(namespaces) > 0 {
+		out += " in " + strings.Join(namespaces, ",")
+	}
+	return out
 }
 
 func systemText(system bool) string {
@@ -167,4 +192,26 @@ func devKey(ctx context.Context, pool *pgxpool.Pool, dataDir string, out io.Writ
 	fmt.Fprintln(out, "admin API key: "+secret)
 	log.Info("admin API key stored in " + path + " (client commands from this folder use it; or export ORRERY_API_KEY)")
 	return nil
+}
+
+// devWorkerKey returns the path of the worker key the example Python
+// worker uses (types invoice), creating the key the first time or when the
+// stored one no longer works (a new database).
+func devWorkerKey(ctx context.Context, pool *pgxpool.Pool, dataDir string) (string, error) {
+	keys := access.New(pool)
+	path := filepath.Join(dataDir, devWorkerKeyFile)
+	if b, err := os.ReadFile(path); err == nil {
+		if p, err := keys.Verify(ctx, strings.TrimSpace(string(b))); err == nil && p.Worker != nil {
+			return path, nil
+		}
+	}
+	secret, _, err := keys.Create(ctx, access.NewKey{Tenant: "default", Principal: "dev-python-worker", Role: access.Worker,
+		WorkerTypes: []string{"invoice"}, CreatedBy: "orrery-dev"})
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(secret+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("--data-dir: write the worker key: %w", err)
+	}
+	return path, nil
 }

@@ -297,17 +297,25 @@ func newClusterCmd(g *globals) *cobra.Command {
 			_ = tw.Flush()
 			fmt.Fprintln(w)
 			tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "WORKER\tLIVE\tTENANTS\tQUEUES")
+			fmt.Fprintln(tw, "WORKER\tLIVE\tTENANTS\tQUEUES\tREMOTE TYPES\tHELD\tHEARTBEAT (UTC)")
 			for _, wk := range res.Msg.GetWorkers() {
 				tenants := strings.Join(wk.GetTenants(), ",")
-				if wk.GetShared() {
+				switch {
+				case wk.GetRemote():
+					tenants = "-"
+				case wk.GetShared():
 					tenants = "shared"
 				}
 				var queues []string
 				for _, q := range slices.Sorted(maps.Keys(wk.GetQueues())) {
 					queues = append(queues, fmt.Sprintf("%s=%d", q, wk.GetQueues()[q]))
 				}
-				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\n", wk.GetName(), wk.GetLive(), tenants, strings.Join(queues, " "))
+				types := "-"
+				if wk.GetRemote() {
+					types = strings.Join(wk.GetTypes(), ",")
+				}
+				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%d\t%s\n", wk.GetName(), wk.GetLive(), tenants, strings.Join(queues, " "), types,
+					wk.GetTasksHeld(), ts(wk.GetHeartbeatTime()))
 			}
 			return tw.Flush()
 		},

@@ -93,12 +93,20 @@ func (q *Queries) LeaveWorker(ctx context.Context, id uuid.UUID) error {
 }
 
 const listWorkers = `-- name: ListWorkers :many
-SELECT id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at, lease_expires_at > now() AS live
-FROM workers
-WHERE lease_expires_at > now() - INTERVAL '1 hour'
-ORDER BY name, id
+SELECT w.id, w.name, w.queues, w.tenants, w.started_at, w.heartbeat_at, w.lease_expires_at, w.lease_expires_at > now() AS live,
+       w.tenant_id, w.types,
+       (SELECT count(*) FROM tasks AS t WHERE t.worker_id = w.id AND t.status = 'running')::bigint AS held
+FROM workers AS w
+WHERE w.lease_expires_at > now() - INTERVAL '1 hour'
+  AND (w.tenant_id IS NULL OR w.tenant_id = $1 OR $2::bool)
+ORDER BY w.name, w.id
 LIMIT 1000
 `
+
+type ListWorkersParams struct {
+	Tenant     *uuid.UUID
+	AllTenants bool
+}
 
 type ListWorkersRow struct {
 	ID             uuid.UUID
@@ -109,12 +117,17 @@ type ListWorkersRow struct {
 	HeartbeatAt    time.Time
 	LeaseExpiresAt time.Time
 	Live           bool
+	TenantID       *uuid.UUID
+	Types          []byte
+	Held           int64
 }
 
 // ListWorkers lists worker processes whose lease lapsed less than an hour
-// ago (or not at all), by name.
-func (q *Queries) ListWorkers(ctx context.Context) ([]ListWorkersRow, error) {
-	rows, err := q.db.Query(ctx, listWorkers)
+// ago (or not at all), by name: the cluster's own, and the remote workers
+// of @tenant (of every tenant with @all_tenants), with the attempts each
+// holds.
+func (q *Queries) ListWorkers(ctx context.Context, arg ListWorkersParams) ([]ListWorkersRow, error) {
+	rows, err := q.db.Query(ctx, listWorkers, arg.Tenant, arg.AllTenants)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +144,9 @@ func (q *Queries) ListWorkers(ctx context.Context) ([]ListWorkersRow, error) {
 			&i.HeartbeatAt,
 			&i.LeaseExpiresAt,
 			&i.Live,
+			&i.TenantID,
+			&i.Types,
+			&i.Held,
 		); err != nil {
 			return nil, err
 		}

@@ -44,10 +44,15 @@ ORDER BY t.id
 FOR UPDATE OF t;
 
 -- ListWorkers lists worker processes whose lease lapsed less than an hour
--- ago (or not at all), by name.
+-- ago (or not at all), by name: the cluster's own, and the remote workers
+-- of @tenant (of every tenant with @all_tenants), with the attempts each
+-- holds.
 -- name: ListWorkers :many
-SELECT id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at, lease_expires_at > now() AS live
-FROM workers
-WHERE lease_expires_at > now() - INTERVAL '1 hour'
-ORDER BY name, id
+SELECT w.id, w.name, w.queues, w.tenants, w.started_at, w.heartbeat_at, w.lease_expires_at, w.lease_expires_at > now() AS live,
+       w.tenant_id, w.types,
+       (SELECT count(*) FROM tasks AS t WHERE t.worker_id = w.id AND t.status = 'running')::bigint AS held
+FROM workers AS w
+WHERE w.lease_expires_at > now() - INTERVAL '1 hour'
+  AND (w.tenant_id IS NULL OR w.tenant_id = @tenant OR @all_tenants::bool)
+ORDER BY w.name, w.id
 LIMIT 1000;

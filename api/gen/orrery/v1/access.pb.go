@@ -1298,9 +1298,13 @@ type APIKey struct {
 	// Unset while the key is not revoked.
 	RevokedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
 	// The key may also create and list tenants and make keys in any tenant.
-	SystemAdmin   bool `protobuf:"varint,9,opt,name=system_admin,json=systemAdmin,proto3" json:"system_admin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SystemAdmin bool `protobuf:"varint,9,opt,name=system_admin,json=systemAdmin,proto3" json:"system_admin,omitempty"`
+	// A worker key's scope: the step types it may claim ("*": any) and the
+	// namespaces (none: all of its tenant's).
+	WorkerTypes      []string `protobuf:"bytes,10,rep,name=worker_types,json=workerTypes,proto3" json:"worker_types,omitempty"`
+	WorkerNamespaces []string `protobuf:"bytes,11,rep,name=worker_namespaces,json=workerNamespaces,proto3" json:"worker_namespaces,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *APIKey) Reset() {
@@ -1396,12 +1400,28 @@ func (x *APIKey) GetSystemAdmin() bool {
 	return false
 }
 
+func (x *APIKey) GetWorkerTypes() []string {
+	if x != nil {
+		return x.WorkerTypes
+	}
+	return nil
+}
+
+func (x *APIKey) GetWorkerNamespaces() []string {
+	if x != nil {
+		return x.WorkerNamespaces
+	}
+	return nil
+}
+
 type CreateAPIKeyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Who the key stands for: 1 to 200 characters.
 	Principal string `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
 	// The key's tenant-wide role: none (it acts only where its principal
-	// is granted a role), reader, editor or admin.
+	// is granted a role), reader, editor or admin; or worker: a remote
+	// worker's key, which may only claim, renew and report attempts of
+	// worker_types in worker_namespaces (WorkerService).
 	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
 	// The key's lifetime from now; unset or zero: it never expires. Not
 	// negative.
@@ -1410,9 +1430,13 @@ type CreateAPIKeyRequest struct {
 	// admin.
 	Tenant string `protobuf:"bytes,4,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Make a system admin key; needs a system admin.
-	SystemAdmin   bool `protobuf:"varint,5,opt,name=system_admin,json=systemAdmin,proto3" json:"system_admin,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SystemAdmin bool `protobuf:"varint,5,opt,name=system_admin,json=systemAdmin,proto3" json:"system_admin,omitempty"`
+	// A worker key's types (at least one; "*" for any) and namespaces
+	// (none: all). Only with role worker; at most 64 each.
+	WorkerTypes      []string `protobuf:"bytes,6,rep,name=worker_types,json=workerTypes,proto3" json:"worker_types,omitempty"`
+	WorkerNamespaces []string `protobuf:"bytes,7,rep,name=worker_namespaces,json=workerNamespaces,proto3" json:"worker_namespaces,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CreateAPIKeyRequest) Reset() {
@@ -1478,6 +1502,20 @@ func (x *CreateAPIKeyRequest) GetSystemAdmin() bool {
 		return x.SystemAdmin
 	}
 	return false
+}
+
+func (x *CreateAPIKeyRequest) GetWorkerTypes() []string {
+	if x != nil {
+		return x.WorkerTypes
+	}
+	return nil
+}
+
+func (x *CreateAPIKeyRequest) GetWorkerNamespaces() []string {
+	if x != nil {
+		return x.WorkerNamespaces
+	}
+	return nil
 }
 
 type CreateAPIKeyResponse struct {
@@ -1799,7 +1837,7 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"f\n" +
 	"\x12ListGrantsResponse\x12(\n" +
 	"\x06grants\x18\x01 \x03(\v2\x10.orrery.v1.GrantR\x06grants\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd5\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa5\x03\n" +
 	"\x06APIKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\x12\x1c\n" +
@@ -1813,14 +1851,19 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
 	"\n" +
 	"revoked_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\x12!\n" +
-	"\fsystem_admin\x18\t \x01(\bR\vsystemAdmin\"\xbc\x01\n" +
+	"\fsystem_admin\x18\t \x01(\bR\vsystemAdmin\x12!\n" +
+	"\fworker_types\x18\n" +
+	" \x03(\tR\vworkerTypes\x12+\n" +
+	"\x11worker_namespaces\x18\v \x03(\tR\x10workerNamespaces\"\x8c\x02\n" +
 	"\x13CreateAPIKeyRequest\x12\x1c\n" +
 	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x128\n" +
 	"\n" +
 	"expires_in\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\texpiresIn\x12\x16\n" +
 	"\x06tenant\x18\x04 \x01(\tR\x06tenant\x12!\n" +
-	"\fsystem_admin\x18\x05 \x01(\bR\vsystemAdmin\"S\n" +
+	"\fsystem_admin\x18\x05 \x01(\bR\vsystemAdmin\x12!\n" +
+	"\fworker_types\x18\x06 \x03(\tR\vworkerTypes\x12+\n" +
+	"\x11worker_namespaces\x18\a \x03(\tR\x10workerNamespaces\"S\n" +
 	"\x14CreateAPIKeyResponse\x12\x16\n" +
 	"\x06secret\x18\x01 \x01(\tR\x06secret\x12#\n" +
 	"\x03key\x18\x02 \x01(\v2\x11.orrery.v1.APIKeyR\x03key\"\x14\n" +
