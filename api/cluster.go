@@ -58,7 +58,8 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 			HeartbeatTime: timestamppb.New(w.HeartbeatAt), TasksHeld: int32(w.Held)}
 		_ = json.Unmarshal(w.Queues, &pw.Queues)   // written by the worker as {"queue": n}
 		_ = json.Unmarshal(w.Tenants, &pw.Tenants) // and ["tenant", ...]
-		if w.TenantID != nil {                     // a remote worker of the caller's tenant (all, for a system admin)
+		// A remote worker of the caller's tenant (all, for a system admin).
+		if w.TenantID != nil {
 			pw.Remote = true
 			_ = json.Unmarshal(w.Types, &pw.Types)
 			queues := make(map[string]int32, len(pw.Queues))
