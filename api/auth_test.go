@@ -19,15 +19,18 @@ import (
 	_ "github.com/orrery-dev/orrery/api/gen/orrery/v1" // registers the services' descriptors
 	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	"github.com/orrery-dev/orrery/internal/run"
 )
 
-// authServer serves the API with API-key authentication and returns its
-// base URL and keys: reader, editor and admin of tenant "default", a
-// system admin of it with no role in it ("system"), and an admin of
-// tenant "other".
+// authServer serves the API with API-key authentication (and a gateway
+// for remote workers) and returns its base URL and keys: reader, editor
+// and admin of tenant "default", a system admin of it with no role in it
+// ("system"), an admin of tenant "other", and worker keys: "worker"
+// (default, type echo in namespace team-a) and "other-worker" (other, any
+// type).
 func authServer(t *testing.T) (string, map[string]string) {
 	t.Helper()
 	pool := pgtest.Pool(t)
@@ -49,6 +52,8 @@ func authServer(t *testing.T) (string, map[string]string) {
 		{Tenant: "default", Principal: "admin", Role: access.Admin},
 		{Tenant: "default", Principal: "system", Role: access.None, SystemAdmin: true},
 		{Tenant: "other", Principal: "other", Role: access.Admin, CreateTenant: true},
+		{Tenant: "default", Principal: "worker", Role: access.Worker, WorkerTypes: []string{"echo"}, WorkerNamespaces: []string{"team-a"}},
+		{Tenant: "other", Principal: "other-worker", Role: access.Worker, WorkerTypes: []string{"*"}},
 	} {
 		k.CreatedBy = "test"
 		secret, _, err := acc.Create(ctx, k)
@@ -57,8 +62,9 @@ func authServer(t *testing.T) (string, map[string]string) {
 		}
 		out[k.Principal] = secret
 	}
+	gw := enginetest.StartGateway(t, pool)
 	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, d), State: pool,
-		Auth: api.KeyAuth{Access: acc}}, nil))
+		Auth: api.KeyAuth{Access: acc}, Gateway: gw}, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,9 +142,15 @@ func TestEveryRPCNeedsAKeyAndItsRole(t *testing.T) {
 				t.Errorf("%s as %s: %q; it needs %s (system admin: %t)", p, name, code, need, system)
 			}
 		}
+		// A worker key may use WorkerService (and ask who it is), nothing else.
+		_, code := call(t, base+p, keys["worker"], "{}")
+		workerCall := strings.HasPrefix(p, "/orrery.v1.WorkerService/") || need == access.None
+		if denied := code == "permission_denied"; denied == workerCall {
+			t.Errorf("%s as a worker key: %q", p, code)
+		}
 		// A system admin without a role in the tenant manages tenants and
 		// nothing else that needs a tenant-wide role.
-		_, code := call(t, base+p, keys["system"], "{}")
+		_, code = call(t, base+p, keys["system"], "{}")
 		switch allowed := code != "permission_denied"; {
 		case system && !allowed:
 			t.Errorf("%s as a system admin: %q", p, code)

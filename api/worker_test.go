@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,5 +142,57 @@ func TestRemoteWorkerRunsAStep(t *testing.T) {
 	}
 	if n := enginetest.Int(t, pool, `SELECT count(*) FROM remote_offers`); n != 0 {
 		t.Fatalf("%d offers left", n)
+	}
+}
+
+// A worker key claims only within its scope and its tenant: a claim naming
+// a type or namespace beyond its key is refused naming the field; a
+// namespace or a tenant it does not serve is never handed to it, however
+// long it waits; the other tenant's worker claims its own.
+func TestWorkerKeysServeTheirScope(t *testing.T) {
+	t.Parallel()
+	base, keys := authServer(t)
+	create := func(key, ns, name string) {
+		t.Helper()
+		body := `{"metadata":{"name":"` + name + `","namespace":"` + ns + `"},"spec":{"schedule":{"at":"2099-01-01T00:00:00Z"},"run":{"worker":"echo"}}}`
+		if _, code, out := post(t, base+"/orrery.v1.JobService/CreateJob", key, body); code != "" {
+			t.Fatalf("create %s/%s: %s %s", ns, name, code, out)
+		}
+		if _, code, out := post(t, base+"/orrery.v1.RunService/TriggerJob", key, `{"job":{"namespace":"`+ns+`","name":"`+name+`"}}`); code != "" {
+			t.Fatalf("trigger %s/%s: %s %s", ns, name, code, out)
+		}
+	}
+	create(keys["admin"], "team-b", "outside") // default tenant, another namespace
+	create(keys["other"], "team-a", "theirs")  // another tenant
+	claim := func(key, body string) (string, string) {
+		t.Helper()
+		_, code, out := post(t, base+"/orrery.v1.WorkerService/Claim", key, body)
+		return code, out
+	}
+	for body, want := range map[string]string{
+		`{"worker":"w","types":["other"]}`:                        "types[0]",
+		`{"worker":"w","types":["echo"],"namespaces":["team-b"]}`: "namespaces[0]",
+		`{"worker":"w"}`:                                   "types",
+		`{"worker":"","types":["echo"]}`:                   "worker",
+		`{"worker":"w","types":["echo"],"maxTasks":101}`:   "max_tasks",
+		`{"worker":"w","types":["echo"],"leaseSeconds":1}`: "lease_seconds",
+		`{"worker":"w","types":["echo"],"waitSeconds":31}`: "wait_seconds",
+	} {
+		if code, out := claim(keys["worker"], body); code != "invalid_argument" || !strings.Contains(out, want) {
+			t.Errorf("claim %s: %s %s; want invalid_argument naming %s", body, code, out, want)
+		}
+	}
+	if code, out := claim(keys["worker"], `{"worker":"w","types":["echo"],"waitSeconds":2}`); code != "" || strings.Contains(out, "taskId") {
+		t.Fatalf("the scoped worker claimed: %s %s", code, out)
+	}
+	code, out := claim(keys["other-worker"], `{"worker":"w","types":["echo"],"waitSeconds":10}`)
+	if code != "" || strings.Count(out, "taskId") != 1 || !strings.Contains(out, `"job":"theirs"`) {
+		t.Fatalf("the other tenant's worker: %s %s", code, out)
+	}
+	// Nor can it read anything else of its tenant, though its principal
+	// were granted a role.
+	post(t, base+"/orrery.v1.AccessService/GrantRole", keys["admin"], `{"principal":"worker","role":"admin","namespace":"team-a"}`)
+	if _, code, _ := post(t, base+"/orrery.v1.JobService/ListJobs", keys["worker"], `{}`); code != "permission_denied" {
+		t.Fatalf("a worker key listing jobs: %q", code)
 	}
 }

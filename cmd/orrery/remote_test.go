@@ -35,6 +35,21 @@ spec:
 // server's address, the admin's CLI and a worker key for type invoice.
 func remoteStack(t *testing.T, dsn string) (string, func(args ...string) (string, string, int), string) {
 	t.Helper()
+	admin, workerKey := remoteKeys(t, dsn)
+	addr, as, _ := serveRemote(t, dsn, "serve", admin)
+	file := filepath.Join(t.TempDir(), "py.yaml")
+	if err := os.WriteFile(file, []byte(pyInvoiceJob), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := as("apply", "-f", file); code != 0 {
+		t.Fatalf("apply: exit %d %q %q", code, out, errOut)
+	}
+	return addr, as, workerKey
+}
+
+// remoteKeys makes an admin key and a worker key (type invoice) on dsn.
+func remoteKeys(t *testing.T, dsn string) (admin, workerKey string) {
+	t.Helper()
 	admin, _, code := run(t, "keys", "create", "--db", dsn, "--principal", "ops", "--role", "admin")
 	if code != 0 {
 		t.Fatal("keys create --role admin failed")
@@ -43,28 +58,29 @@ func remoteStack(t *testing.T, dsn string) (string, func(args ...string) (string
 	if code != 0 || !strings.Contains(errOut, "worker, types invoice") {
 		t.Fatalf("keys create --role worker: exit %d %q", code, errOut)
 	}
+	return strings.TrimSpace(admin), strings.TrimSpace(workerKey)
+}
+
+// serveRemote runs `orrery serve` (API, gateway, scheduler node) on dsn
+// with env, and returns its address and the admin's CLI against it once
+// it answers.
+func serveRemote(t *testing.T, dsn, name, admin string, env ...string) (string, func(args ...string) (string, string, int), *proc) {
+	t.Helper()
 	addr := freeAddr(t)
-	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--auth", "keys", "--shard-ttl", "2s", "--lease-ttl", "3s", "--log-level", "info")
+	p := startProcEnv(t, name, env, "serve", "--db", dsn, "--addr", addr, "--auth", "keys", "--node-name", name, "--shard-ttl", "2s",
+		"--lease-ttl", "3s", "--log-level", "info")
 	as := func(args ...string) (string, string, int) {
 		t.Helper()
-		return run(t, append([]string{"--server", addr, "--api-key", strings.TrimSpace(admin)}, args...)...)
+		return run(t, append([]string{"--server", addr, "--api-key", admin}, args...)...)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if _, _, code := as("jobs", "list"); code == 0 {
-			break
+			return addr, as, p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("serve did not start:\n%s", p.Logs())
+			t.Fatalf("%s did not start:\n%s", name, p.Logs())
 		}
 	}
-	file := filepath.Join(t.TempDir(), "py.yaml")
-	if err := os.WriteFile(file, []byte(pyInvoiceJob), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, errOut, code := as("apply", "-f", file); code != 0 {
-		t.Fatalf("apply: exit %d %q %q", code, out, errOut)
-	}
-	return addr, as, strings.TrimSpace(workerKey)
 }
 
 // startPython runs the example Python worker (a real python3) as name.
@@ -151,5 +167,59 @@ func TestPythonWorker(t *testing.T) {
 	})
 	if !strings.Contains(py2.Logs(), "refused") {
 		t.Fatalf("py2 did not say its report was refused:\n%s", py2.Logs())
+	}
+}
+
+// An API node SIGKILLed while it holds a remote task: right after its
+// gateway fetched the task's River job (before the offer), the job is
+// delivered again once the node's lease lapses and another node offers
+// it; right after a claim committed (before its answer reached the
+// worker), the attempt no worker knows lapses with its own lease and runs
+// again. Either way the step runs once to success, on the worker of the
+// node left.
+func TestAPINodeKilledHoldingARemoteTask(t *testing.T) {
+	for _, fp := range []string{"gateway/handed-off", "gateway/claimed"} {
+		t.Run(strings.ReplaceAll(fp, "/", "-"), func(t *testing.T) {
+			t.Parallel()
+			dsn := pgtest.DSN(t)
+			pool := openPool(t, dsn)
+			admin, key := remoteKeys(t, dsn)
+			addr1, as1, api1 := serveRemote(t, dsn, "api1", admin, "ORRERY_FAILPOINTS="+fp+"=kill")
+			file := filepath.Join(t.TempDir(), "py.yaml")
+			if err := os.WriteFile(file, []byte(pyInvoiceJob), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, errOut, code := as1("apply", "-f", file); code != 0 {
+				t.Fatalf("apply: exit %d %q %q", code, out, errOut)
+			}
+			startPython(t, "py1", addr1, key)
+			poll(t, 20*time.Second, "py1 registers its slots", func() bool {
+				return queryInt(t, pool, `SELECT count(*) FROM workers WHERE name LIKE 'py1 (%' AND lease_expires_at > now()`) == 1
+			})
+			if _, errOut, code := as1("jobs", "trigger", "py-invoice", "-n", "billing"); code != 0 {
+				t.Fatalf("trigger: exit %d %q", code, errOut)
+			}
+			poll(t, 20*time.Second, "api1 dies at "+fp, api1.exited)
+			addr2, _, _ := serveRemote(t, dsn, "api2", admin)
+			startPython(t, "py2", addr2, key)
+			poll(t, 40*time.Second, "the run succeeds on py2", func() bool {
+				return queryInt(t, pool, `SELECT count(*) FROM runs WHERE status = 'succeeded'`) == 1
+			})
+			got := attemptsOf(t, pool, "py-invoice")
+			want := "py2"
+			if fp == "gateway/claimed" { // the claim committed: its attempt lapsed first
+				want = "py1 lease_expired, py2"
+			}
+			t.Logf("attempts %v", got)
+			if n := queryInt(t, pool, `SELECT count(*) FROM attempts WHERE outcome = 'succeeded' AND worker LIKE 'py2 (%'`); n != 1 {
+				t.Fatalf("attempts %v: want %s", got, want)
+			}
+			if n := queryInt(t, pool, `SELECT count(*) FROM attempts`); fp == "gateway/handed-off" && n != 1 || fp == "gateway/claimed" && n != 2 {
+				t.Fatalf("attempts %v: want %s", got, want)
+			}
+			if n := queryInt(t, pool, `SELECT count(*) FROM attempts WHERE exit_reason = 'lease_expired' AND worker LIKE 'py1 (%'`); fp == "gateway/claimed" && n != 1 {
+				t.Fatalf("attempts %v: want %s", got, want)
+			}
+		})
 	}
 }

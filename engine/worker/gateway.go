@@ -54,8 +54,8 @@ const (
 	// FailpointHandedOff is hit when the gateway's River client has
 	// fetched a remote task's job, before its offer.
 	FailpointHandedOff = "gateway/handed-off"
-	// FailpointClaimed is hit when a claim has committed, before its
-	// answer is sent.
+	// FailpointClaimed is hit when a claim that took attempts has
+	// committed, before its answer is sent.
 	FailpointClaimed = "gateway/claimed"
 )
 
@@ -280,7 +280,9 @@ func (g *Gateway) Claim(ctx context.Context, w run.RemoteWorker, max int, wait, 
 		if err != nil {
 			return nil, err
 		}
-		g.cfg.Failpoints.Hit(FailpointClaimed)
+		if len(claimed) > 0 {
+			g.cfg.Failpoints.Hit(FailpointClaimed)
+		}
 		out := slices.DeleteFunc(claimed, func(a *run.Attempt) bool {
 			if a.Refused == nil {
 				return false
