@@ -12,14 +12,14 @@ SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Directories `make generate` writes (see buf.gen.yaml and sqlc.yaml).
 GENERATED := api/gen internal/store shard/internal/db
 
-.PHONY: dev test generate check-generate postgres chromium build bench lint crdb-parse vendor-web screenshots
+.PHONY: dev test generate check-generate postgres chromium bubblewrap build bench lint crdb-parse vendor-web screenshots
 
 ## dev: private PostgreSQL under .orrery/, migrations, example jobs, API on 127.0.0.1:8080
-dev: postgres build
+dev: postgres bubblewrap build
 	@bin/orrery dev
 
 ## test: generated code up to date, lint, CockroachDB parse, vet, and every test against real PostgreSQL
-test: postgres chromium check-generate lint crdb-parse
+test: postgres chromium bubblewrap check-generate lint crdb-parse
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -run '^$$' -bench CreateJob -benchtime 100x ./bench/
@@ -56,6 +56,12 @@ postgres:
 	@if [ -n "$$ORRERY_PG_BIN" ] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || command -v postgres >/dev/null; then :; \
 	else echo "installing PostgreSQL server (apt-get)"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql >/dev/null; fi
+
+## bubblewrap: install Debian's bubblewrap (workers run command steps in its sandbox) if missing
+bubblewrap:
+	@if command -v bwrap >/dev/null; then :; \
+	else echo "installing bubblewrap (apt-get)"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq bubblewrap >/dev/null; fi
 
 ## chromium: install Debian's chromium (the web UI's browser tests drive it headless) if missing
 chromium:

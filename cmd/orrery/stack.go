@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -44,6 +45,10 @@ type stackFlags struct {
 	allowedHosts []string
 	tenants      []string
 	commandUser  string
+	sandboxMode  string
+	sandboxRO    []string
+	sandboxRW    []string
+	sandboxNet   bool
 	leaseTTL     time.Duration
 	idleInTx     time.Duration
 	maxRequest   int64
@@ -76,6 +81,10 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 	}
 	fs.StringArrayVar(&f.tenants, "tenant", nil, "bind the worker pools to this tenant (repeatable): they run its steps only, each queue through the tenant's own queue QUEUE|TENANT, bound when they start so that no shared pool runs its tasks of that queue again; none: pools shared by every tenant whose queue is not bound")
 	fs.StringArrayVar(&f.allowCommand, "allow-command", nil, "programs command steps may run, as absolute path patterns (/opt/etl/*) matched on the real path, or * for any (repeatable); none by default")
+	fs.StringVar(&f.sandboxMode, "sandbox", "on", "on: command steps run in bubblewrap (their own /proc and /tmp, the system's programs read-only, no network, nothing else of this machine but --sandbox-ro and --sandbox-rw); without bwrap, command steps are refused; off: plain child processes")
+	fs.StringArrayVar(&f.sandboxRO, "sandbox-ro", nil, "a path command steps may read in the sandbox (repeatable), such as the folder of an allowed program")
+	fs.StringArrayVar(&f.sandboxRW, "sandbox-rw", nil, "a path command steps may read and write in the sandbox (repeatable)")
+	fs.BoolVar(&f.sandboxNet, "sandbox-network", false, "give command steps in the sandbox this machine's network (default none)")
 	fs.StringVar(&f.commandUser, "command-user", "", "run command steps as this user (a name or id; the worker must run as root), so that they cannot read the worker's files, keys and process; default: the worker's own user")
 	fs.StringArrayVar(&f.allowEnv, "allow-env", nil, "environment variable names a command step's env may set, as patterns (ETL_*, PASSWORD) (repeatable); by default any name but those that change which code a program runs (LD_*, PATH, GIT_*, PYTHON*...)")
 	fs.StringArrayVar(&f.allowEgress, "allow-egress", nil, "address ranges webhooks may reach although refused by default (loopback, private, link-local, multicast, unspecified), as CIDRs: 127.0.0.1/32 (repeatable)")
@@ -118,6 +127,16 @@ func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
 	}
 	cfg.AllowEnv = f.allowEnv
 	cfg.CommandUser = f.commandUser
+	switch f.sandboxMode {
+	case "on":
+		cfg.Sandbox = &worker.SandboxConfig{ReadOnly: f.sandboxRO, ReadWrite: f.sandboxRW, Network: f.sandboxNet}
+	case "off":
+		if len(f.sandboxRO)+len(f.sandboxRW) > 0 || f.sandboxNet {
+			return cfg, errors.New("--sandbox-ro, --sandbox-rw and --sandbox-network need --sandbox=on")
+		}
+	default:
+		return cfg, fmt.Errorf("--sandbox %q: want on or off", f.sandboxMode)
+	}
 	egress, err := executor.ParseEgress(f.allowEgress)
 	if err != nil {
 		return cfg, fmt.Errorf("--allow-egress %w", err)

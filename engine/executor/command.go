@@ -48,6 +48,13 @@ type CommandRunner struct {
 	// own user, which can then read what the worker can (its files, its
 	// /proc/PID/environ).
 	User *syscall.Credential
+	// Sandbox runs the programs inside bubblewrap (see Sandbox); nil: as
+	// plain child processes, which see what the worker's user sees.
+	Sandbox *Sandbox
+	// Refused, when set, refuses every command step with this reason (a
+	// sandbox was asked for and is not available on this worker): the
+	// attempt fails, retryably, for another worker to run it.
+	Refused string
 }
 
 // LookupUser is the credential of the account name (a user name or a
@@ -168,8 +175,14 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	if len(spec.Argv) == 0 {
 		return Result{ExitReason: ReasonError, FailureClass: ClassUser, Error: "command has no argv"}
 	}
+	if r.Refused != "" {
+		return Result{ExitReason: ReasonError, FailureClass: ClassSystem, Retryable: true, Error: r.Refused}
+	}
 	program, refused := r.program(spec.Argv[0])
 	if refused != nil {
+		return *refused
+	}
+	if refused := r.sandboxRefuses(program, spec.Dir); refused != nil {
 		return *refused
 	}
 	argv := make([]string, len(spec.Argv))
@@ -199,6 +212,11 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	cmd := exec.CommandContext(ctx, program)
 	cmd.Args = argv
 	cmd.Dir = spec.Dir
+	if r.Sandbox != nil {
+		// bwrap gets the step's environment only: inside, it is PID 1,
+		// whose environ every process of the sandbox may read.
+		cmd = exec.CommandContext(ctx, r.Sandbox.Bwrap, r.Sandbox.args(program, argv, spec.Dir)...)
+	}
 	cmd.Env = env
 	if len(c.Payload) > 0 {
 		cmd.Stdin = bytes.NewReader(c.Payload)
@@ -224,6 +242,27 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 		res.Error = err.Error()
 	}
 	return res
+}
+
+// sandboxRefuses refuses, for good, a program or working folder the
+// sandbox does not show (the step's author's to fix, or the worker's
+// --sandbox-ro); nil without a sandbox.
+func (r *CommandRunner) sandboxRefuses(program, dir string) *Result {
+	if r.Sandbox == nil {
+		return nil
+	}
+	if !r.Sandbox.Visible(program) {
+		return &Result{ExitReason: ReasonError, FailureClass: ClassUser,
+			Error: fmt.Sprintf("program %s is outside this worker's sandbox (allow its folder with --sandbox-ro)", program)}
+	}
+	if dir != "" {
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil || !r.Sandbox.Visible(real) {
+			return &Result{ExitReason: ReasonError, FailureClass: ClassUser,
+				Error: fmt.Sprintf("dir %s is outside this worker's sandbox (allow it with --sandbox-ro or --sandbox-rw)", dir)}
+		}
+	}
+	return nil
 }
 
 // commandEnv is a command step's whole environment: PATH=CommandPath, the

@@ -85,6 +85,12 @@ type Config struct {
 	// AllowEnv lists the variable names a command step's env may set
 	// (executor.CommandRunner.AllowEnv); empty: any but the risky ones.
 	AllowEnv []string
+	// Sandbox runs command steps in bubblewrap (executor.Sandbox): their own
+	// /proc and /tmp, the system's programs read-only, nothing else of the
+	// machine but the paths it allows. Nil: plain child processes. When it
+	// is asked for and cannot run here, the worker says so at start and
+	// refuses command steps.
+	Sandbox *SandboxConfig
 	// CommandUser runs command steps as this account (a name or id; the
 	// worker must run as root), so that they cannot read the worker's files
 	// and process; empty: as the worker's own user.
@@ -116,11 +122,24 @@ type Config struct {
 	// Metrics records attempts, schedule lag and finished runs; nil: none.
 	Metrics *metrics.Metrics
 
+	sandbox     *executor.Sandbox   // Sandbox's, when it runs here
+	noSandbox   error               // why Sandbox does not run here
 	queuePool   *pgxpool.Pool       // the database of this worker's queues
 	commandUser *syscall.Credential // CommandUser's
 	// baseQueues are the queues a bound worker binds (Queues' names, before
 	// withDefaults made them its tenants' bound queues).
 	baseQueues []string
+}
+
+// SandboxConfig is what a worker's sandbox allows besides the system's
+// programs (executor.Sandbox).
+type SandboxConfig struct {
+	// ReadOnly and ReadWrite are the absolute paths steps may read, and
+	// read and write.
+	ReadOnly  []string
+	ReadWrite []string
+	// Network shares the worker's network with steps; default none.
+	Network bool
 }
 
 // The worker's failpoints (see package failpoint).
@@ -222,6 +241,16 @@ func (c *Config) withDefaults() error {
 		}
 		c.commandUser = u
 	}
+	if c.Sandbox != nil && len(c.AllowCommand) > 0 {
+		sb, err := executor.NewSandbox(c.Sandbox.ReadOnly, c.Sandbox.ReadWrite, c.Sandbox.Network, c.commandUser)
+		switch {
+		case errors.Is(err, executor.ErrNoSandbox):
+			c.noSandbox = err
+		case err != nil:
+			return fmt.Errorf("worker: Config.Sandbox: %w", err)
+		}
+		c.sandbox = sb
+	}
 	if err := c.Secrets.Validate(); err != nil {
 		return fmt.Errorf("worker: Config.Secrets: %w", err)
 	}
@@ -291,7 +320,12 @@ func New(cfg Config) (*Worker, error) {
 	secrets := &w.cfg.Secrets
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient, Secrets: secrets}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
-		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets, AllowEnv: cfg.AllowEnv, User: cfg.commandUser}
+		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets, AllowEnv: cfg.AllowEnv, User: cfg.commandUser,
+			Sandbox: cfg.sandbox}
+		if cfg.noSandbox != nil {
+			w.runner.Command.Refused = "this worker refuses command steps: " + cfg.noSandbox.Error() + "; install bubblewrap, or start the worker with --sandbox=off"
+			cfg.Logger.Error("COMMAND STEPS WILL BE REFUSED: " + cfg.noSandbox.Error() + "; install bubblewrap, or start the worker with --sandbox=off to run them unsandboxed")
+		}
 	}
 	w.queueNames = slices.Sorted(maps.Keys(cfg.Queues))
 	w.deliverer, err = notify.New(notify.Config{Pool: cfg.StatePool, Queues: w.queueNames, Client: cfg.HTTPClient, Secrets: secrets,
