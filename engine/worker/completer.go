@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -34,6 +35,26 @@ func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bo
 // finish is finishAttempts, hitting the failpoint named (if any) when the
 // batch is written, before it commits.
 func (w *Worker) finish(ctx context.Context, reports []run.Report, written string) ([]bool, error) {
+	accepted, err := finishReports(ctx, w.cfg.StatePool, w.applier(), reports, func() {
+		if written != "" {
+			w.cfg.Failpoints.Hit(written)
+		}
+	})
+	if err == nil {
+		// The attempts that ended freed their slots: admit more.
+		for _, q := range w.queueNames {
+			w.dispatcher.Kick(q)
+		}
+	}
+	return accepted, err
+}
+
+// finishReports records a batch of reports in one transaction: those on
+// runs of one task in one statement, then the others one by one, taking
+// their runs' locks in one order for every batch (by run id); written is
+// called when the batch is written, before it commits. A worker's reports
+// and a gateway's (remote workers') go through it.
+func finishReports(ctx context.Context, pool *pgxpool.Pool, a *run.Applier, reports []run.Report, written func()) ([]bool, error) {
 	var sole, other []int
 	for i, r := range reports {
 		if r.Shape != nil && r.Shape.SingleTask {
@@ -50,9 +71,9 @@ func (w *Worker) finish(ctx context.Context, reports []run.Report, written strin
 		soleReports[k] = reports[i]
 	}
 	accepted := make([]bool, len(reports))
-	err := store.InRawTx(ctx, w.cfg.StatePool, func(tx pgx.Tx) error {
+	err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
 		if len(sole) > 0 {
-			ok, err := w.applier().FinishSoleAttempts(ctx, tx, soleReports)
+			ok, err := a.FinishSoleAttempts(ctx, tx, soleReports)
 			if err != nil {
 				return err
 			}
@@ -61,23 +82,15 @@ func (w *Worker) finish(ctx context.Context, reports []run.Report, written strin
 			}
 		}
 		for _, i := range other {
-			ok, err := w.applier().FinishAttempt(ctx, tx, reports[i])
+			ok, err := a.FinishAttempt(ctx, tx, reports[i])
 			if err != nil {
 				return err
 			}
 			accepted[i] = ok
 		}
-		if written != "" {
-			w.cfg.Failpoints.Hit(written)
-		}
+		written()
 		return nil
 	})
-	if err == nil {
-		// The attempts that ended freed their slots: admit more.
-		for _, q := range w.queueNames {
-			w.dispatcher.Kick(q)
-		}
-	}
 	return accepted, err
 }
 

@@ -340,24 +340,8 @@ func (g *Gateway) Report(ctx context.Context, w run.RemoteWorker, r run.Report) 
 	return ok, err
 }
 
-// finish records a batch of reports in one transaction, in run order.
+// finish records a batch of remote workers' reports (finishReports).
 func (g *Gateway) finish(ctx context.Context, reports []run.Report) ([]bool, error) {
-	order := make([]int, len(reports))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return slices.Compare(reports[a].RunID[:], reports[b].RunID[:]) })
-	accepted := make([]bool, len(reports))
 	a := &run.Applier{Dispatcher: g.dispatcher, Metrics: g.cfg.Metrics, Failpoints: g.cfg.Failpoints}
-	err := store.InRawTx(ctx, g.cfg.StatePool, func(tx pgx.Tx) error {
-		for _, i := range order {
-			ok, err := a.FinishAttempt(ctx, tx, reports[i])
-			if err != nil {
-				return err
-			}
-			accepted[i] = ok
-		}
-		return nil
-	})
-	return accepted, err
+	return finishReports(ctx, g.cfg.StatePool, a, reports, func() {})
 }

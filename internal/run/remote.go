@@ -221,7 +221,7 @@ func RenewRemote(ctx context.Context, tx pgx.Tx, w RemoteWorker, held []Held, le
 var ErrNotHeld = errors.New("no attempt of this task with this fencing token started on this worker")
 
 // RemoteReport checks that r is about an attempt that started on w, and
-// fills in its run; it returns the task's queue too. A worker reports
+// fills in its run and its step's shape; it returns the task's queue too. A worker reports
 // only what it claimed. The report is
 // then finished as a local worker's is (Applier.FinishAttempt), fenced by
 // its token: an attempt no longer w's (its lease lapsed, it was retried
@@ -236,5 +236,12 @@ func RemoteReport(ctx context.Context, db store.DBTX, w RemoteWorker, r Report) 
 		return r, "", err
 	}
 	r.RunID = row.RunID
+	spec, err := specs.get(ctx, db, row.JobID, row.JobVersion)
+	if err != nil {
+		return r, "", err
+	}
+	if sh, ok := shapeOf(spec, row.Step, int(row.Attempt)); ok {
+		r.Shape = &sh
+	}
 	return r, row.Queue, nil
 }

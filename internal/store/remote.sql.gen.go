@@ -166,8 +166,9 @@ func (q *Queries) OfferableTasks(ctx context.Context, arg OfferableTasksParams) 
 }
 
 const remoteAttempt = `-- name: RemoteAttempt :one
-SELECT t.run_id, t.queue
+SELECT t.run_id, t.queue, t.step, t.attempt, r.job_id, r.job_version
 FROM tasks AS t
+JOIN runs AS r ON r.id = t.run_id
 JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = $1
 WHERE t.id = $2 AND t.tenant_id = $3 AND a.worker = $4
 `
@@ -180,13 +181,17 @@ type RemoteAttemptParams struct {
 }
 
 type RemoteAttemptRow struct {
-	RunID uuid.UUID
-	Queue string
+	RunID      uuid.UUID
+	Queue      string
+	Step       string
+	Attempt    int32
+	JobID      uuid.UUID
+	JobVersion int64
 }
 
 // RemoteAttempt reads the task a remote worker reports on, if the attempt
 // of that fencing token started on that worker (by name) in its tenant:
-// its run and queue.
+// its run, queue, and what its step's shape is read from.
 func (q *Queries) RemoteAttempt(ctx context.Context, arg RemoteAttemptParams) (RemoteAttemptRow, error) {
 	row := q.db.QueryRow(ctx, remoteAttempt,
 		arg.FencingToken,
@@ -195,7 +200,14 @@ func (q *Queries) RemoteAttempt(ctx context.Context, arg RemoteAttemptParams) (R
 		arg.Worker,
 	)
 	var i RemoteAttemptRow
-	err := row.Scan(&i.RunID, &i.Queue)
+	err := row.Scan(
+		&i.RunID,
+		&i.Queue,
+		&i.Step,
+		&i.Attempt,
+		&i.JobID,
+		&i.JobVersion,
+	)
 	return i, err
 }
 

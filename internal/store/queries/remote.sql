@@ -64,10 +64,11 @@ FROM tasks AS t WHERE t.id = ANY(@ids::uuid[]);
 
 -- RemoteAttempt reads the task a remote worker reports on, if the attempt
 -- of that fencing token started on that worker (by name) in its tenant:
--- its run and queue.
+-- its run, queue, and what its step's shape is read from.
 -- name: RemoteAttempt :one
-SELECT t.run_id, t.queue
+SELECT t.run_id, t.queue, t.step, t.attempt, r.job_id, r.job_version
 FROM tasks AS t
+JOIN runs AS r ON r.id = t.run_id
 JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = @fencing_token
 WHERE t.id = @id AND t.tenant_id = @tenant_id AND a.worker = @worker;
 
