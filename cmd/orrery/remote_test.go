@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -222,4 +223,65 @@ func TestAPINodeKilledHoldingARemoteTask(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Remote workers in the chaos: two API nodes, three Python workers, runs
+// triggered on both nodes while a worker is SIGKILLed and replaced, another
+// SIGSTOPped past its lease and resumed, and an API node SIGKILLed. Every
+// run ends succeeded (the reference: the step cannot fail), each task with
+// exactly one succeeded attempt, and the stalled worker's late reports, if
+// any, were refused.
+func TestRemoteWorkersUnderKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test")
+	}
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	admin, key := remoteKeys(t, dsn)
+	addr1, as1, api1 := serveRemote(t, dsn, "api1", admin)
+	addr2, as2, _ := serveRemote(t, dsn, "api2", admin)
+	file := filepath.Join(t.TempDir(), "py.yaml")
+	if err := os.WriteFile(file, []byte(pyInvoiceJob), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := as1("apply", "-f", file); code != 0 {
+		t.Fatalf("apply: exit %d %q %q", code, out, errOut)
+	}
+	pyA := startPython(t, "pyA", addr1, key)
+	pyB := startPython(t, "pyB", addr2, key)
+	startPython(t, "pyC", addr2, key)
+	const runs = 40
+	for i := range runs {
+		as := as2
+		if i < 10 { // api1 dies after these
+			as = as1
+		}
+		if _, errOut, code := as("jobs", "trigger", "py-invoice", "-n", "billing", "--param", "seconds="+strconv.Itoa(i%3)); code != 0 {
+			t.Fatalf("trigger %d: exit %d %q", i, code, errOut)
+		}
+		switch i {
+		case 8:
+			pyA.signal(t, syscall.SIGKILL)
+			startPython(t, "pyD", addr2, key)
+		case 10:
+			api1.signal(t, syscall.SIGKILL)
+		case 15:
+			pyB.signal(t, syscall.SIGSTOP)
+		case 35:
+			pyB.signal(t, syscall.SIGCONT)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	poll(t, 120*time.Second, "every run succeeds", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM runs WHERE status = 'succeeded'`) == runs
+	})
+	if n := queryInt(t, pool, `SELECT count(*) FROM tasks t WHERE (SELECT count(*) FROM attempts a WHERE a.task_id = t.id AND a.outcome = 'succeeded') <> 1`); n != 0 {
+		t.Fatalf("%d tasks without exactly one succeeded attempt", n)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM attempts WHERE late_at IS NOT NULL AND outcome = 'succeeded'`); n != 0 {
+		t.Fatalf("%d late reports over a succeeded attempt", n)
+	}
+	t.Logf("attempts by outcome and exit reason: %d lease_expired, %d late reports refused",
+		queryInt(t, pool, `SELECT count(*) FROM attempts WHERE exit_reason = 'lease_expired'`),
+		queryInt(t, pool, `SELECT count(*) FROM attempts WHERE late_at IS NOT NULL`))
 }

@@ -86,6 +86,14 @@ func TestWebUIInABrowser(t *testing.T) {
 	}
 	admin := strings.TrimSpace(string(b))
 	reader := cli("keys", "create", "--principal", "viewer", "--role", "reader")
+	// The example remote step, run by the example Python worker with the
+	// worker key dev wrote: the cluster page lists that worker.
+	wk, err := os.ReadFile(filepath.Join(dataDir, "worker-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startPython(t, "py-web", addr, strings.TrimSpace(string(wk)))
+	cli("jobs", "trigger", "remote-invoice", "-n", "billing")
 
 	// A job that always fails (one attempt): a dead letter to replay; its
 	// description and a label carry markup that must render as text.
@@ -301,6 +309,13 @@ spec:
 	if row := text(`tr[data-storage="jobs"]`); !regexpLine(row, `live jobs\s*[1-9][0-9]*\s*none`) {
 		t.Errorf("the cluster page's storage row for jobs: %q, want the default tenant's jobs and no quota", row)
 	}
+	do("remote worker", chromedp.WaitVisible(css(`tr[data-worker^="py-web"]`)))
+	if row := text(`tr[data-worker^="py-web"]`); !strings.Contains(row, "remote") || !strings.Contains(row, "invoice") || !strings.Contains(row, "default=4") {
+		t.Errorf("the remote Python worker's row: %q, want remote, type invoice, queue default=4", row)
+	}
+	poll(t, 60*time.Second, "the example remote run succeeds", func() bool {
+		return regexpLine(cli("runs", "list", "--job", "remote-invoice", "-n", "billing", "--status", "succeeded"), `remote-invoice`)
+	})
 	screenshot(t, ctx, "cluster")
 	do("job page", chromedp.Navigate(base+"/jobs/analytics/nightly-sales"), chromedp.WaitVisible(css(`pre.yaml`)))
 	screenshot(t, ctx, "job")
