@@ -71,7 +71,7 @@ func TestAdminManagesKeysOverTheAPI(t *testing.T) {
 	for _, l := range listed.Keys {
 		got[l.Principal] = l
 	}
-	if len(listed.Keys) != 5 || got["dashboard"].Prefix != k.Prefix || got["reader"].Role != "reader" || got["admin"].Role != "admin" || got["other"].Prefix != "" {
+	if len(listed.Keys) != 6 || got["worker"].Role != "worker" || got["dashboard"].Prefix != k.Prefix || got["reader"].Role != "reader" || got["admin"].Role != "admin" || got["other"].Prefix != "" {
 		t.Fatalf("list: %s", body)
 	}
 	for _, secret := range []string{created.Secret, keys["reader"], keys["editor"], keys["admin"]} {
@@ -147,13 +147,13 @@ func TestKeyManagementIsAdminsOfTheTenant(t *testing.T) {
 		}
 	}
 
-	// Another tenant's admin: lists only its own key, revokes none of ours.
+	// Another tenant's admin: lists only its own keys, revokes none of ours.
 	code, body := rpc(keys["other"], "ListAPIKeys", `{}`)
 	var listed struct {
 		Keys []apiKeyJSON `json:"keys"`
 	}
 	_ = json.Unmarshal([]byte(body), &listed)
-	if code != "" || len(listed.Keys) != 1 || listed.Keys[0].Principal != "other" {
+	if code != "" || len(listed.Keys) != 2 || listed.Keys[0].Principal != "other" || listed.Keys[1].Principal != "other-worker" {
 		t.Fatalf("list as another tenant: %s %s", code, body)
 	}
 	for _, name := range []string{"reader", "admin"} {

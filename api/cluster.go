@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,6 +55,9 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 		return nil, toConnect(ctx, s.log, err)
 	}
 	for _, w := range workers {
+		if w.TenantID == nil && strings.Contains(string(w.Queues), `"`+dispatch.HandoffQueue+`"`) {
+			continue // a gateway (an API node's, listed as a node)
+		}
 		pw := &orreryv1.Worker{Id: w.ID.String(), Name: w.Name, Live: w.Live, StartTime: timestamppb.New(w.StartedAt),
 			HeartbeatTime: timestamppb.New(w.HeartbeatAt), TasksHeld: int32(w.Held)}
 		_ = json.Unmarshal(w.Queues, &pw.Queues)   // written by the worker as {"queue": n}

@@ -302,15 +302,15 @@ spec:
 		}
 	}
 	screenshot(t, ctx, "audit")
-	do("cluster", chromedp.Navigate(base+"/cluster"), chromedp.WaitVisible(css(`tr[data-worker]`)))
-	if row := text(`tr[data-worker]`); !strings.Contains(row, "shared") {
+	do("cluster", chromedp.Navigate(base+"/cluster"), chromedp.WaitVisible(css(`tr[data-kind="process"]`)))
+	if row := text(`tr[data-kind="process"]`); !strings.Contains(row, "shared") {
 		t.Errorf("dev's worker (bound to no tenant) is not shown as shared: %q", row)
 	}
 	if row := text(`tr[data-storage="jobs"]`); !regexpLine(row, `live jobs\s*[1-9][0-9]*\s*none`) {
 		t.Errorf("the cluster page's storage row for jobs: %q, want the default tenant's jobs and no quota", row)
 	}
-	do("remote worker", chromedp.WaitVisible(css(`tr[data-worker^="py-web"]`)))
-	if row := text(`tr[data-worker^="py-web"]`); !strings.Contains(row, "remote") || !strings.Contains(row, "invoice") || !strings.Contains(row, "default=4") {
+	do("remote worker", chromedp.WaitVisible(css(`tr[data-kind="remote"][data-worker^="py-web"]`)))
+	if row := text(`tr[data-kind="remote"][data-worker^="py-web"]`); !strings.Contains(row, "remote") || !strings.Contains(row, "invoice") || !strings.Contains(row, "default=4") {
 		t.Errorf("the remote Python worker's row: %q, want remote, type invoice, queue default=4", row)
 	}
 	poll(t, 60*time.Second, "the example remote run succeeds", func() bool {

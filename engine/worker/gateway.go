@@ -114,6 +114,8 @@ type Gateway struct {
 
 	mu      sync.Mutex
 	offered chan struct{} // closed, and replaced, when offers commit
+	// stopping is closed when Run's context ends: waiting claims return.
+	stopping chan struct{}
 }
 
 // NewGateway prepares a gateway; Run starts it.
@@ -126,7 +128,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		return nil, err
 	}
 	d.ObserveAdmissions(cfg.Metrics.AdmissionWait)
-	g := &Gateway{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, offered: make(chan struct{})}
+	g := &Gateway{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, offered: make(chan struct{}), stopping: make(chan struct{})}
 	g.offers = batch.New("offer remote attempts", cfg.Logger, g.offer)
 	g.reports = batch.New("report remote attempts", cfg.Logger, g.finish)
 	workers := river.NewWorkers()
@@ -186,6 +188,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	})
 	g.cfg.Logger.Info("gateway for remote workers started", "name", g.cfg.Name)
 	<-ctx.Done()
+	close(g.stopping)
 	stopCtx, cancel := context.WithTimeout(context.Background(), g.cfg.LeaseTTL)
 	defer cancel()
 	err := g.river.Stop(stopCtx)
@@ -256,61 +259,82 @@ func (g *Gateway) nextOffers() <-chan struct{} {
 // them on w, each under a lease of lease (never past its step's timeout).
 // It registers w first, so that its slots count for admission, and again
 // while it waits. An attempt whose expressions failed is reported at once
-// and not handed out. None when the wait ends, or ctx does, first.
+// and not handed out. None when the wait ends, or ctx does, or the
+// gateway stops (so that a long poll never holds up a shutdown).
 func (g *Gateway) Claim(ctx context.Context, w run.RemoteWorker, max int, wait, lease time.Duration) ([]*run.Attempt, error) {
-	deadline := time.Now().Add(wait) // pacing only: no decision reads this clock
-	var registered time.Time
-	for {
-		if time.Since(registered) >= lease/beatsPerTTL {
-			if err := store.Retry(ctx, func() error { return w.Register(ctx, g.cfg.StatePool, lease) }); err != nil {
-				return nil, err
-			}
-			registered = time.Now()
-			for _, q := range w.RemoteQueues() {
-				g.dispatcher.Kick(q)
-			}
-		}
-		next := g.nextOffers()
-		var claimed []*run.Attempt
-		err := store.InRawTx(ctx, g.cfg.StatePool, func(tx pgx.Tx) error {
-			var err error
-			claimed, err = run.ClaimRemote(ctx, tx, w, max, lease)
+	register := func() error {
+		if err := store.Retry(ctx, func() error { return w.Register(ctx, g.cfg.StatePool, lease) }); err != nil {
 			return err
-		})
-		if err != nil {
-			return nil, err
 		}
-		if len(claimed) > 0 {
-			g.cfg.Failpoints.Hit(FailpointClaimed)
+		for _, q := range w.RemoteQueues() {
+			g.dispatcher.Kick(q)
 		}
-		out := slices.DeleteFunc(claimed, func(a *run.Attempt) bool {
-			if a.Refused == nil {
-				return false
-			}
-			r := run.Report{TaskID: a.Call.TaskID, RunID: a.Call.RunID, FencingToken: a.Call.FencingToken, Result: *a.Refused, Shape: &a.Shape}
-			if _, err := g.reports.Do(context.WithoutCancel(ctx), r); err != nil {
-				// Its lease lapses: the reaper retries it, and it is refused again.
-				g.cfg.Logger.Error("report a remote attempt refused by its expressions", "task_id", r.TaskID, "err", err)
-			}
-			return true
-		})
-		if len(out) > 0 {
-			return out, nil
+		return nil
+	}
+	if err := register(); err != nil {
+		return nil, err
+	}
+	// Timers pace the wait; no decision reads this node's clock.
+	done := time.NewTimer(wait)
+	defer done.Stop()
+	renew := time.NewTicker(lease / beatsPerTTL)
+	defer renew.Stop()
+	for {
+		next := g.nextOffers()
+		out, err := g.claimOnce(ctx, w, max, lease)
+		if err != nil || len(out) > 0 {
+			return out, err
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
-			return nil, nil
-		}
-		t := time.NewTimer(min(left, g.cfg.PollInterval))
+		poll := time.NewTimer(g.cfg.PollInterval)
 		select {
 		case <-ctx.Done():
-			t.Stop()
+			poll.Stop()
 			return nil, nil
+		case <-g.stopping:
+			poll.Stop()
+			return nil, nil
+		case <-done.C:
+			poll.Stop()
+			return nil, nil
+		case <-renew.C:
+			if err := register(); err != nil {
+				poll.Stop()
+				return nil, err
+			}
 		case <-next:
-		case <-t.C:
+		case <-poll.C:
 		}
-		t.Stop()
+		poll.Stop()
 	}
+}
+
+// claimOnce takes what offers w may have now (run.ClaimRemote), in a
+// transaction of its own, and reports at once those whose expressions
+// failed: they are not handed out.
+func (g *Gateway) claimOnce(ctx context.Context, w run.RemoteWorker, max int, lease time.Duration) ([]*run.Attempt, error) {
+	var claimed []*run.Attempt
+	err := store.InRawTx(ctx, g.cfg.StatePool, func(tx pgx.Tx) error {
+		var err error
+		claimed, err = run.ClaimRemote(ctx, tx, w, max, lease)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(claimed) > 0 {
+		g.cfg.Failpoints.Hit(FailpointClaimed)
+	}
+	return slices.DeleteFunc(claimed, func(a *run.Attempt) bool {
+		if a.Refused == nil {
+			return false
+		}
+		r := run.Report{TaskID: a.Call.TaskID, RunID: a.Call.RunID, FencingToken: a.Call.FencingToken, Result: *a.Refused, Shape: &a.Shape}
+		if _, err := g.reports.Do(context.WithoutCancel(ctx), r); err != nil {
+			// Its lease lapses: the reaper retries it, and it is refused again.
+			g.cfg.Logger.Error("report a remote attempt refused by its expressions", "task_id", r.TaskID, "err", err)
+		}
+		return true
+	}), nil
 }
 
 // Heartbeat renews w's lease and those of the attempts it holds, and

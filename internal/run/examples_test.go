@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/worker"
@@ -45,6 +47,26 @@ func TestExamplesRun(t *testing.T) {
 		Secrets:      executor.SecretPolicy{Env: map[string][]string{"default/analytics": {"HOOK_TOKEN"}}},
 		Handlers:     map[string]executor.HandlerFunc{"load-warehouse": func(context.Context, executor.Call) error { return nil }}})
 	enginetest.StartNode(t, pool)
+	// The remote steps (run: {worker: invoice}): a remote worker that
+	// succeeds, through a gateway as WorkerService's would.
+	gw := enginetest.StartGateway(t, pool)
+	remoteCtx, stopRemote := context.WithCancel(ctx)
+	remoteDone := make(chan struct{})
+	defer func() { stopRemote(); <-remoteDone }()
+	go func() {
+		defer close(remoteDone)
+		w := run.RemoteWorker{ID: uuid.New(), Name: "examples", Tenant: job.DefaultTenant, Queues: map[string]int{"default": 4}, Types: []string{"invoice"}}
+		for remoteCtx.Err() == nil {
+			atts, err := gw.Claim(remoteCtx, w, 4, time.Second, 30*time.Second)
+			if err != nil {
+				continue
+			}
+			for _, a := range atts {
+				_, _ = gw.Report(remoteCtx, w, run.Report{TaskID: a.Call.TaskID, FencingToken: a.Call.FencingToken,
+					Result: executor.Result{OK: true, Output: `{"invoice":"INV-1"}`}})
+			}
+		}
+	}()
 	jobs, _ := job.New(ctx, pool, nil)
 	d, _ := dispatch.New()
 	runs := run.NewService(pool, jobs, d)
