@@ -196,3 +196,35 @@ func TestWorkerKeysServeTheirScope(t *testing.T) {
 		t.Fatalf("a worker key listing jobs: %q", code)
 	}
 }
+
+// An offer whose task moved on without a claim (its run cancelled) is
+// swept by the gateways, even when no worker of its type claims again.
+func TestStaleOffersAreSwept(t *testing.T) {
+	t.Parallel()
+	base, pool := serveRemote(t)
+	ctx := context.Background()
+	jobs := orreryv1connect.NewJobServiceClient(http.DefaultClient, base)
+	runs := orreryv1connect.NewRunServiceClient(http.DefaultClient, base)
+	workers := orreryv1connect.NewWorkerServiceClient(http.DefaultClient, base)
+	if _, err := jobs.CreateJob(ctx, connect.NewRequest(remoteJob("stale", map[string]any{}))); err != nil {
+		t.Fatal(err)
+	}
+	// A claim registers the worker's slots, so that the run is admitted.
+	none := int32(0)
+	if _, err := workers.Claim(ctx, connect.NewRequest(&orreryv1.ClaimRequest{Worker: "w1", Types: []string{"other"}, WaitSeconds: &none})); err != nil {
+		t.Fatal(err)
+	}
+	trig, err := runs.TriggerJob(ctx, connect.NewRequest(&orreryv1.TriggerJobRequest{Job: &orreryv1.JobRef{Namespace: "billing", Name: "stale"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 20*time.Second, "the attempt is offered", func() bool {
+		return enginetest.Int(t, pool, `SELECT count(*) FROM remote_offers`) == 1
+	})
+	if _, err := runs.CancelRun(ctx, connect.NewRequest(&orreryv1.CancelRunRequest{Id: trig.Msg.GetRun().GetId()})); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 20*time.Second, "the cancelled task's offer is swept", func() bool {
+		return enginetest.Int(t, pool, `SELECT count(*) FROM remote_offers`) == 0
+	})
+}

@@ -23,8 +23,10 @@ CREATE INDEX remote_offers_claim ON remote_offers (queue, worker_type, priority,
 -- reaper once it lapses; deadline_at is such an attempt's start plus its
 -- step's timeout, past which its lease is not renewed.
 ALTER TABLE tasks ADD COLUMN deadline_at TIMESTAMPTZ;
+-- A task with a deadline_at runs remotely; lease_expires_at values written
+-- before 00015 (never cleared) mean nothing without one.
 CREATE INDEX tasks_own_lease ON tasks (lease_expires_at) INCLUDE (id, fencing_token)
-    WHERE status = 'running' AND lease_expires_at IS NOT NULL;
+    WHERE status = 'running' AND deadline_at IS NOT NULL;
 
 -- A remote worker's row: its tenant (NULL: a worker process of the
 -- cluster's own) and the types it serves.

@@ -215,7 +215,11 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	if r.Sandbox != nil {
 		// bwrap gets the step's environment only: inside, it is PID 1,
 		// whose environ every process of the sandbox may read.
-		cmd = exec.CommandContext(ctx, r.Sandbox.Bwrap, r.Sandbox.args(program, argv, spec.Dir)...)
+		dir := spec.Dir
+		if dir != "" {
+			dir, _ = filepath.EvalSymlinks(dir) // checked by sandboxRefuses
+		}
+		cmd = exec.CommandContext(ctx, r.Sandbox.Bwrap, r.Sandbox.args(program, argv, dir)...)
 	}
 	cmd.Env = env
 	if len(c.Payload) > 0 {

@@ -39,7 +39,7 @@ var systemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
 // etcFiles are the files of /etc a program expects (the loader's cache,
 // time zone, users and groups without their passwords, certificates).
 var etcFiles = []string{"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
-	"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/mime.types"}
+	"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/ssl/certs", "/etc/ca-certificates", "/etc/mime.types"}
 
 // netFiles are bound as well when the network is shared.
 var netFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf", "/etc/host.conf"}

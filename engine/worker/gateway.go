@@ -178,6 +178,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 			if err := g.beat(beatCtx); err != nil && bgCtx.Err() == nil {
 				g.cfg.Logger.Error("renew gateway lease", "err", err)
 			}
+			if _, err := store.New(g.cfg.StatePool).DeleteStaleOffers(beatCtx, 1000); err != nil && bgCtx.Err() == nil {
+				g.cfg.Logger.Warn("delete stale offers", "err", err)
+			}
 			cancel()
 		}
 	})

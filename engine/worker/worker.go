@@ -322,6 +322,9 @@ func New(cfg Config) (*Worker, error) {
 	if len(cfg.AllowCommand) > 0 {
 		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets, AllowEnv: cfg.AllowEnv, User: cfg.commandUser,
 			Sandbox: cfg.sandbox}
+		if cfg.sandbox != nil && os.Geteuid() == 0 && cfg.commandUser == nil {
+			cfg.Logger.Warn("command steps run as root in the sandbox: they can read every root-owned file bound in (--sandbox-ro, --sandbox-rw); give --command-user")
+		}
 		if cfg.noSandbox != nil {
 			w.runner.Command.Refused = "this worker refuses command steps: " + cfg.noSandbox.Error() + "; install bubblewrap, or start the worker with --sandbox=off"
 			cfg.Logger.Error("COMMAND STEPS WILL BE REFUSED: " + cfg.noSandbox.Error() + "; install bubblewrap, or start the worker with --sandbox=off to run them unsandboxed")

@@ -181,3 +181,49 @@ func TestPrincipalsAreNames(t *testing.T) {
 		t.Errorf("listing by a principal with a NUL: %v, want an error on principal", err)
 	}
 }
+
+// A worker key serves WorkerService and nothing else: it verifies with its
+// scope and without the grants its principal's name holds, it cannot sign
+// in to the web UI, and a key of another role cannot carry a scope.
+func TestWorkerKeysHoldTheirScopeOnly(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	acc := access.New(pool)
+	admin, _, err := acc.Create(ctx, access.NewKey{Tenant: "default", Principal: "alice", Role: access.Admin, CreatedBy: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := acc.Verify(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acc.GrantRole(ctx, p, access.Grant{Principal: "alice", Namespace: "prod", Role: access.Editor}); err != nil {
+		t.Fatal(err)
+	}
+	secret, _, err := acc.Create(ctx, access.NewKey{Tenant: "default", Principal: "alice", Role: access.Worker, WorkerTypes: []string{"invoice"},
+		WorkerNamespaces: []string{"billing"}, CreatedBy: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := acc.Verify(ctx, secret)
+	if err != nil || w.Role != access.Worker || len(w.Grants) != 0 || !w.Worker.AllowsType("invoice") || w.Worker.AllowsType("other") ||
+		!w.Worker.AllowsNamespace("billing") || w.Worker.AllowsNamespace("prod") || w.HasAnyRole() {
+		t.Fatalf("worker key: %+v %v", w, err)
+	}
+	if _, err := acc.StartSession(ctx, secret); !errors.Is(err, access.ErrUnauthenticated) {
+		t.Fatalf("a worker key signing in: %v", err)
+	}
+	for _, bad := range []access.NewKey{
+		{Tenant: "default", Principal: "x", Role: access.Worker},
+		{Tenant: "default", Principal: "x", Role: access.Reader, WorkerTypes: []string{"invoice"}},
+		{Tenant: "default", Principal: "x", Role: access.Worker, WorkerTypes: []string{"Bad Type"}},
+		{Tenant: "default", Principal: "x", Role: access.Worker, WorkerTypes: []string{"*"}, SystemAdmin: true},
+	} {
+		bad.CreatedBy = "test"
+		var fe *dag.FieldError
+		if _, _, err := acc.Create(ctx, bad); !errors.As(err, &fe) {
+			t.Errorf("%+v: %v, want a field error", bad, err)
+		}
+	}
+}

@@ -39,6 +39,11 @@ func (k *Service) StartSession(ctx context.Context, secret string) (Session, err
 	if err != nil {
 		return Session{}, err
 	}
+	if p.Role == Worker {
+		// A worker key claims, renews and reports attempts, nothing else:
+		// no web session (whose principal would read its name's grants).
+		return Session{}, ErrUnauthenticated
+	}
 	s := Session{Token: randomToken(), CSRF: randomToken(), Principal: p}
 	h := sha256.Sum256([]byte(s.Token))
 	err = store.InTx(ctx, k.pool, func(q *store.Queries) error {

@@ -177,6 +177,8 @@ func RenewRemote(ctx context.Context, tx pgx.Tx, w RemoteWorker, held []Held, le
 		return nil, nil
 	}
 	p := store.RenewRemoteLeasesParams{LeaseSeconds: lease.Seconds(), WorkerID: &w.ID}
+	held = slices.Clone(held)
+	slices.SortFunc(held, func(a, b Held) int { return slices.Compare(a.TaskID[:], b.TaskID[:]) }) // lock order: tasks by id
 	for _, h := range held {
 		p.Ids = append(p.Ids, h.TaskID)
 		p.Tokens = append(p.Tokens, h.FencingToken)

@@ -13,6 +13,27 @@ import (
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
+const deleteStaleOffers = `-- name: DeleteStaleOffers :execrows
+DELETE FROM remote_offers AS o
+WHERE o.task_id IN (
+    SELECT x.task_id FROM remote_offers AS x
+    WHERE NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.id = x.task_id AND t.status IN ('queued', 'retrying') AND t.attempt = x.attempt - 1)
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+// DeleteStaleOffers deletes up to @batch offers whose task moved on
+// (cancelled, pruned, started): a claim drops those it takes, but one of a
+// type or namespace no worker serves any more would stay.
+func (q *Queries) DeleteStaleOffers(ctx context.Context, batch int32) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteStaleOffers, batch)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const heartbeatRemoteWorker = `-- name: HeartbeatRemoteWorker :exec
 INSERT INTO workers (id, name, queues, tenants, tenant_id, types, started_at, heartbeat_at, lease_expires_at)
 VALUES ($1, $2, $3, '[]', $4, $5, now(), now(), now() + INTERVAL '1 second' * $6::float8)

@@ -78,7 +78,7 @@ SELECT s.csrf, s.expires_at, k.id AS key_id, k.tenant_id, t.name AS tenant_name,
 FROM web_sessions AS s
 JOIN api_keys AS k ON k.id = s.key_id
 JOIN tenants AS t ON t.id = k.tenant_id
-WHERE s.hash = $1 AND s.expires_at > now()
+WHERE s.hash = $1 AND s.expires_at > now() AND k.role <> 'worker'
   AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())
 `
 

@@ -81,6 +81,18 @@ ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded
     queues = excluded.queues, types = excluded.types,
     started_at = CASE WHEN workers.lease_expires_at < now() THEN now() ELSE workers.started_at END;
 
+-- DeleteStaleOffers deletes up to @batch offers whose task moved on
+-- (cancelled, pruned, started): a claim drops those it takes, but one of a
+-- type or namespace no worker serves any more would stay.
+-- name: DeleteStaleOffers :execrows
+DELETE FROM remote_offers AS o
+WHERE o.task_id IN (
+    SELECT x.task_id FROM remote_offers AS x
+    WHERE NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.id = x.task_id AND t.status IN ('queued', 'retrying') AND t.attempt = x.attempt - 1)
+    LIMIT @batch
+    FOR UPDATE SKIP LOCKED
+);
+
 -- RenewRemoteWorker renews a remote worker's row (registered by its
 -- claims).
 -- name: RenewRemoteWorker :exec

@@ -12,7 +12,7 @@ WITH req AS (
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
-        worker_id = @worker_id::uuid, started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
+        worker_id = @worker_id::uuid, lease_expires_at = NULL, deadline_at = NULL, started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id
@@ -144,21 +144,21 @@ SELECT id, tenant_id, queue, priority, run_id, step, conditional FROM tasks
 WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0;
 
 -- ExpiredLeases lists running tasks whose lease lapsed: their worker's
--- (it died or stalled), or their own (a remote attempt no heartbeat
--- renewed, or past its deadline). Each is then failed under its fencing
--- token and only while that lease is still lapsed, so two reapers that see
--- the same task cannot both fail it, and a worker that renewed first keeps
--- it. A task may be listed twice (both leases lapsed).
+-- (it died or stalled), or, for a remote attempt (one with a deadline),
+-- its own (no heartbeat renewed it, or it is past its deadline). Each is
+-- then failed under its fencing token and only while that lease is still
+-- lapsed, so two reapers that see the same task cannot both fail it, and a
+-- worker that renewed first keeps it.
 -- name: ExpiredLeases :many
 WITH by_worker AS (
     SELECT t.id, t.fencing_token, false AS past_deadline FROM workers AS w
-    JOIN tasks AS t ON t.worker_id = w.id AND t.status = 'running'
+    JOIN tasks AS t ON t.worker_id = w.id AND t.status = 'running' AND t.deadline_at IS NULL
     WHERE w.lease_expires_at < now()
     ORDER BY w.lease_expires_at
     LIMIT @batch
 ), own AS (
     SELECT t.id, t.fencing_token, COALESCE(t.deadline_at <= now(), false) AS past_deadline FROM tasks AS t
-    WHERE t.status = 'running' AND t.lease_expires_at IS NOT NULL AND t.lease_expires_at < now()
+    WHERE t.status = 'running' AND t.deadline_at IS NOT NULL AND t.lease_expires_at < now()
     ORDER BY t.lease_expires_at
     LIMIT @batch
 )
@@ -247,8 +247,8 @@ WITH req AS (
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
-      AND (NOT req.expired OR tasks.lease_expires_at <= now()
-           OR EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
+      AND (NOT req.expired OR tasks.deadline_at IS NOT NULL AND tasks.lease_expires_at <= now()
+           OR tasks.deadline_at IS NULL AND EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
     RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
               req.exit_reason, req.failure_class, req.error, req.output, req.truncated, req.log, req.run_status, req.run_reason
 ), a AS (
