@@ -13,6 +13,7 @@ import (
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/run"
 )
@@ -88,7 +89,7 @@ func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.Ge
 	}
 	for _, t := range d.Tasks {
 		pt := &orreryv1.Task{
-			Id: t.ID.String(), Step: t.Step, Status: string(t.Status), ParentsRemaining: t.ParentsRemaining, Queue: t.Queue,
+			Id: t.ID.String(), Step: t.Step, Status: string(t.Status), ParentsRemaining: t.ParentsRemaining, Queue: dispatch.RemoteBase(t.Queue),
 			Priority: t.Priority, Attempt: t.Attempt, FencingToken: t.FencingToken, LastError: t.LastError,
 			ReleaseTime: timeToProto(t.ReleasedAt), StartTime: timeToProto(t.StartedAt), FinishTime: timeToProto(t.FinishedAt),
 			WaitReason: t.WaitReason, ReadyTime: timeToProto(t.ReadyAt), AdmitTime: timeToProto(t.AdmittedAt),
@@ -166,7 +167,7 @@ func (s *runServer) ListDeadLetters(ctx context.Context, req *connect.Request[or
 	for _, d := range rows {
 		out.DeadLetters = append(out.DeadLetters, &orreryv1.DeadLetter{
 			TaskId: d.ID.String(), RunId: d.RunID.String(), JobId: d.JobID.String(), Namespace: d.Namespace, Job: d.JobName,
-			Step: d.Step, Attempts: d.Attempt, Queue: d.Queue, LastError: d.LastError,
+			Step: d.Step, Attempts: d.Attempt, Queue: dispatch.RemoteBase(d.Queue), LastError: d.LastError,
 			ScheduledTime: timestamppb.New(d.ScheduledFor), DeadLetterTime: timeToProto(d.FinishedAt),
 		})
 	}

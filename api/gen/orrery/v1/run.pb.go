@@ -183,17 +183,19 @@ type Task struct {
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Step  string                 `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
 	// waiting, queued, running, retrying, succeeded, failed, upstream_failed, cancelled, dead_lettered.
-	Status           string                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
-	ParentsRemaining int32                  `protobuf:"varint,4,opt,name=parents_remaining,json=parentsRemaining,proto3" json:"parents_remaining,omitempty"`
-	Queue            string                 `protobuf:"bytes,5,opt,name=queue,proto3" json:"queue,omitempty"`
-	Priority         int32                  `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
-	Attempt          int32                  `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	FencingToken     int64                  `protobuf:"varint,8,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	LastError        string                 `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	ReleaseTime      *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=release_time,json=releaseTime,proto3" json:"release_time,omitempty"`
-	StartTime        *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	FinishTime       *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
-	Attempts         []*Attempt             `protobuf:"bytes,13,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	Status           string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	ParentsRemaining int32  `protobuf:"varint,4,opt,name=parents_remaining,json=parentsRemaining,proto3" json:"parents_remaining,omitempty"`
+	// The step's queue (a remote step's tasks wait in a queue of their
+	// tenant's own, named here as the step names it).
+	Queue        string                 `protobuf:"bytes,5,opt,name=queue,proto3" json:"queue,omitempty"`
+	Priority     int32                  `protobuf:"varint,6,opt,name=priority,proto3" json:"priority,omitempty"`
+	Attempt      int32                  `protobuf:"varint,7,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	FencingToken int64                  `protobuf:"varint,8,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	LastError    string                 `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	ReleaseTime  *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=release_time,json=releaseTime,proto3" json:"release_time,omitempty"`
+	StartTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	FinishTime   *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	Attempts     []*Attempt             `protobuf:"bytes,13,rep,name=attempts,proto3" json:"attempts,omitempty"`
 	// The steps this task waits for.
 	Needs []string `protobuf:"bytes,14,rep,name=needs,proto3" json:"needs,omitempty"`
 	// Why a queued or retrying task is not yet with a worker: "no worker
