@@ -32,7 +32,6 @@ const (
 	maxLease          = 300 * time.Second
 	defaultLease      = 30 * time.Second
 	maxWorkerSlots    = 10_000
-	maxWorkerScope    = 64
 	maxHeldAttempts   = 1000
 	maxReportError    = 8 << 10
 	claimsPerSecond   = 50 // per key; a burst of as many
@@ -77,8 +76,8 @@ func seconds(field string, v int32, def, lo, hi time.Duration) (time.Duration, e
 
 // names checks a list of names (types, queues, namespaces).
 func names(field string, list []string, allowed func(string) bool) error {
-	if len(list) > maxWorkerScope {
-		return &dag.FieldError{Field: field, Message: fmt.Sprintf("%d names; at most %d", len(list), maxWorkerScope)}
+	if len(list) > access.MaxWorkerScope {
+		return &dag.FieldError{Field: field, Message: fmt.Sprintf("%d names; at most %d", len(list), access.MaxWorkerScope)}
 	}
 	for i, n := range list {
 		f := fmt.Sprintf("%s[%d]", field, i)

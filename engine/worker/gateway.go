@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -214,14 +213,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 // beat renews the gateway's lease (registering it the first time).
 func (g *Gateway) beat(ctx context.Context) error {
-	queues, err := json.Marshal(map[string]int{dispatch.HandoffQueue: g.cfg.Concurrency})
-	if err != nil {
-		return err
-	}
-	return store.Retry(ctx, func() error {
-		return store.New(g.cfg.StatePool).HeartbeatWorker(ctx, store.HeartbeatWorkerParams{
-			ID: g.id, Name: g.cfg.Name, Queues: queues, Tenants: []byte("[]"), TtlSeconds: g.cfg.LeaseTTL.Seconds()})
-	})
+	return renewLease(ctx, g.cfg.StatePool, g.id, g.cfg.Name, map[string]int{dispatch.HandoffQueue: g.cfg.Concurrency}, nil, g.cfg.LeaseTTL)
 }
 
 // handoffWorker is the River worker of the hand-off queue.

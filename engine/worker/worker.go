@@ -464,17 +464,23 @@ func startRiver(ctx context.Context, c *river.Client[pgx.Tx]) error {
 
 // beat renews this worker's own lease (registering it the first time).
 func (w *Worker) beat(ctx context.Context) error {
-	queues, err := json.Marshal(w.cfg.Queues)
+	return renewLease(ctx, w.cfg.StatePool, w.id, w.cfg.Name, w.cfg.Queues, w.cfg.Tenants, w.cfg.LeaseTTL)
+}
+
+// renewLease registers a River client of this process in workers (its
+// queues, and the tenants it is bound to), or renews its lease for ttl: a
+// worker's, or a gateway's.
+func renewLease(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, name string, queues map[string]int, tenants []string, ttl time.Duration) error {
+	q, err := json.Marshal(queues)
 	if err != nil {
 		return err
 	}
-	tenants, err := json.Marshal(append([]string{}, w.cfg.Tenants...))
+	t, err := json.Marshal(append([]string{}, tenants...))
 	if err != nil {
 		return err
 	}
 	return store.Retry(ctx, func() error {
-		return store.New(w.cfg.StatePool).HeartbeatWorker(ctx, store.HeartbeatWorkerParams{
-			ID: w.id, Name: w.cfg.Name, Queues: queues, Tenants: tenants, TtlSeconds: w.cfg.LeaseTTL.Seconds()})
+		return store.New(pool).HeartbeatWorker(ctx, store.HeartbeatWorkerParams{ID: id, Name: name, Queues: q, Tenants: t, TtlSeconds: ttl.Seconds()})
 	})
 }
 

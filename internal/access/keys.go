@@ -109,8 +109,9 @@ type NewKey struct {
 	WorkerNamespaces []string
 }
 
-// maxWorkerScope bounds a worker key's types and namespaces.
-const maxWorkerScope = 64
+// MaxWorkerScope bounds a worker key's types and namespaces, and what a
+// remote worker's calls name of them.
+const MaxWorkerScope = 64
 
 func (n NewKey) validate() error {
 	switch {
@@ -128,8 +129,8 @@ func (n NewKey) validate() error {
 		return &dag.FieldError{Field: "system_admin", Message: "a worker key cannot be a system admin"}
 	case n.Role == Worker && len(n.WorkerTypes) == 0:
 		return &dag.FieldError{Field: "worker_types", Message: "a worker key needs at least one type (\"*\" for any)"}
-	case len(n.WorkerTypes) > maxWorkerScope || len(n.WorkerNamespaces) > maxWorkerScope:
-		return &dag.FieldError{Field: "worker_types", Message: fmt.Sprintf("at most %d types and %d namespaces", maxWorkerScope, maxWorkerScope)}
+	case len(n.WorkerTypes) > MaxWorkerScope || len(n.WorkerNamespaces) > MaxWorkerScope:
+		return &dag.FieldError{Field: "worker_types", Message: fmt.Sprintf("at most %d types and %d namespaces", MaxWorkerScope, MaxWorkerScope)}
 	}
 	for i, t := range n.WorkerTypes {
 		if err := dag.ValidateName(t); t != "*" && err != nil {

@@ -36,9 +36,9 @@ type RemoteWorker struct {
 	Namespaces []string
 }
 
-// remoteQueues are w's queues as its tenant's remote tasks name them,
+// RemoteQueues are w's queues as its tenant's remote tasks name them,
 // sorted.
-func (w RemoteWorker) remoteQueues() []string {
+func (w RemoteWorker) RemoteQueues() []string {
 	out := make([]string, 0, len(w.Queues))
 	for q := range w.Queues {
 		out = append(out, dispatch.RemoteQueue(q, w.Tenant))
@@ -46,9 +46,6 @@ func (w RemoteWorker) remoteQueues() []string {
 	slices.Sort(out)
 	return out
 }
-
-// RemoteQueues are the queues of w's tenant's remote tasks it serves.
-func (w RemoteWorker) RemoteQueues() []string { return w.remoteQueues() }
 
 // Register writes w's row in workers, or renews it for ttl: its slots
 // in its tenant's remote queues count for admission while it lives.
@@ -119,7 +116,7 @@ func OfferRemote(ctx context.Context, db store.DBTX, starts []Start) error {
 // (Attempt.Refused) are started too: the caller reports them at once.
 func ClaimRemote(ctx context.Context, tx pgx.Tx, w RemoteWorker, max int, lease time.Duration) ([]*Attempt, error) {
 	q := store.New(tx)
-	taken, err := q.TakeOffers(ctx, store.TakeOffersParams{Queues: w.remoteQueues(), WorkerTypes: w.Types,
+	taken, err := q.TakeOffers(ctx, store.TakeOffersParams{Queues: w.RemoteQueues(), WorkerTypes: w.Types,
 		Namespaces: w.Namespaces, Max: int32(max)})
 	if err != nil || len(taken) == 0 {
 		return nil, err

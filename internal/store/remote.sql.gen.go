@@ -7,7 +7,6 @@ package store
 
 import (
 	"context"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
@@ -233,7 +232,7 @@ func (q *Queries) RemoteAttempt(ctx context.Context, arg RemoteAttemptParams) (R
 }
 
 const remoteAttemptStates = `-- name: RemoteAttemptStates :many
-SELECT t.id, t.status, t.fencing_token, t.worker_id, t.deadline_at, t.deadline_at <= now() AS past_deadline
+SELECT t.id, t.status, t.fencing_token, t.worker_id, COALESCE(t.deadline_at <= now(), false)::bool AS past_deadline
 FROM tasks AS t WHERE t.id = ANY($1::uuid[])
 `
 
@@ -242,12 +241,11 @@ type RemoteAttemptStatesRow struct {
 	Status       lifecycle.TaskStatus
 	FencingToken int64
 	WorkerID     *uuid.UUID
-	DeadlineAt   *time.Time
 	PastDeadline bool
 }
 
 // RemoteAttemptStates says, of attempts a heartbeat could not renew, why:
-// the task's status, token, worker and deadline as they are.
+// the task's status, token and worker, and whether its deadline passed.
 func (q *Queries) RemoteAttemptStates(ctx context.Context, ids []uuid.UUID) ([]RemoteAttemptStatesRow, error) {
 	rows, err := q.db.Query(ctx, remoteAttemptStates, ids)
 	if err != nil {
@@ -262,7 +260,6 @@ func (q *Queries) RemoteAttemptStates(ctx context.Context, ids []uuid.UUID) ([]R
 			&i.Status,
 			&i.FencingToken,
 			&i.WorkerID,
-			&i.DeadlineAt,
 			&i.PastDeadline,
 		); err != nil {
 			return nil, err

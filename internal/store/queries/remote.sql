@@ -57,9 +57,9 @@ WHERE t.id = req.id AND t.fencing_token = req.token AND t.status = 'running' AND
 RETURNING t.id;
 
 -- RemoteAttemptStates says, of attempts a heartbeat could not renew, why:
--- the task's status, token, worker and deadline as they are.
+-- the task's status, token and worker, and whether its deadline passed.
 -- name: RemoteAttemptStates :many
-SELECT t.id, t.status, t.fencing_token, t.worker_id, t.deadline_at, t.deadline_at <= now() AS past_deadline
+SELECT t.id, t.status, t.fencing_token, t.worker_id, COALESCE(t.deadline_at <= now(), false)::bool AS past_deadline
 FROM tasks AS t WHERE t.id = ANY(@ids::uuid[]);
 
 -- RemoteAttempt reads the task a remote worker reports on, if the attempt
