@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -362,6 +363,7 @@ func startEngineOn(b *testing.B, pool *pgxpool.Pool, queue string, workers int) 
 		}
 	}
 	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{queue: workers}, Logger: log, Metrics: mets,
+		AllowEgress: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, // the HTTP sinks of BenchmarkFairFiring
 		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { e.handled.Add(1); return nil }, "sleep": sleep,
 			"fail": func(context.Context, executor.Call) error {
 				return executor.Permanent(errors.New("bench: fails for good"))
