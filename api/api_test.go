@@ -265,7 +265,7 @@ func TestReflectionHealthAndPlainJSON(t *testing.T) {
 	}
 	for path, want := range map[string]string{
 		"/grpc.health.v1.Health/Check":          `{"status":"SERVING_STATUS_SERVING"}`,
-		"/orrery.v1.JobService/PreviewSchedule": `{"fireTimes":["2026-01-01T00:01:00Z"]}`,
+		"/orrery.v1.JobService/PreviewSchedule": `{"fireTimes":["2026-01-01T00:01:00Z"],"instants":[{"instant":"2026-01-01T00:01:00Z","fireTime":"2026-01-01T00:01:00Z"}]}`,
 	} {
 		body := `{}`
 		if strings.Contains(path, "Preview") {

@@ -82,8 +82,35 @@ func webhookToProto(w dag.Webhook) *orreryv1.Webhook {
 }
 
 func scheduleFromProto(s *orreryv1.Schedule) schedule.Spec {
-	return schedule.Spec{Cron: s.GetCron(), Timezone: s.GetTimezone(), At: s.GetAt()}
+	out := schedule.Spec{Timezone: s.GetTimezone(), At: s.GetAt(), Start: s.GetStart(), End: s.GetEnd(),
+		Jitter: durationFromProto(s.GetJitter()), CatchupWindow: durationFromProto(s.GetCatchupWindow())}
+	if s.GetCron() != "" {
+		out.Cron = schedule.Crons(s.GetCron())
+	}
+	out.Cron = append(out.Cron, s.GetCrons()...)
+	if e := s.GetExclude(); e != nil {
+		out.Exclude = &schedule.Exclude{Dates: e.GetDates(), Cron: e.GetCron()}
+	}
+	return out
 }
+
+// ScheduleToProto is the inverse of scheduleFromProto.
+func ScheduleToProto(s schedule.Spec) *orreryv1.Schedule {
+	out := &orreryv1.Schedule{Timezone: s.Timezone, At: s.At, Start: s.Start, End: s.End,
+		Jitter: durationToProto(s.Jitter), CatchupWindow: durationToProto(s.CatchupWindow)}
+	if len(s.Cron) == 1 {
+		out.Cron = s.Cron[0]
+	} else {
+		out.Crons = s.Cron
+	}
+	if e := s.Exclude; e != nil {
+		out.Exclude = &orreryv1.ScheduleExclude{Dates: e.Dates, Cron: e.Cron}
+	}
+	return out
+}
+
+// ScheduleFromProto is the schedule a message describes (unvalidated).
+func ScheduleFromProto(s *orreryv1.Schedule) schedule.Spec { return scheduleFromProto(s) }
 
 func executorFromProto(e *orreryv1.Executor) dag.Executor {
 	var out dag.Executor
@@ -142,7 +169,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 	md := &orreryv1.JobMetadata{Name: r.Metadata.Name, Namespace: r.Metadata.Namespace, Description: r.Metadata.Description, Labels: r.Metadata.Labels}
 	s := r.Spec
 	spec := &orreryv1.JobSpec{
-		Schedule:    &orreryv1.Schedule{Cron: s.Schedule.Cron, Timezone: s.Schedule.Timezone, At: s.Schedule.At},
+		Schedule:    ScheduleToProto(s.Schedule),
 		Misfire:     string(s.Misfire),
 		MaxBackfill: int32(s.MaxBackfill),
 		Overlap:     string(s.Overlap),

@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
@@ -202,7 +203,20 @@ func (s *jobServer) PreviewSchedule(ctx context.Context, req *connect.Request[or
 	} else if from, err = s.jobs.Now(ctx); err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	return connect.NewResponse(&orreryv1.PreviewScheduleResponse{FireTimes: timesToProto(sched.Upcoming(from, n))}), nil
+	ns := m.GetNamespace()
+	if ns == "" {
+		ns = dag.DefaultNamespace
+	}
+	out := &orreryv1.PreviewScheduleResponse{}
+	for _, p := range sched.For(ns, m.GetName()).Plan(from, n) {
+		pi := &orreryv1.PlannedInstant{Instant: timestamppb.New(p.Instant), Excluded: p.Excluded}
+		if p.Excluded == "" {
+			pi.FireTime = timestamppb.New(p.Fire)
+			out.FireTimes = append(out.FireTimes, pi.Instant)
+		}
+		out.Instants = append(out.Instants, pi)
+	}
+	return connect.NewResponse(out), nil
 }
 
 // plainText refuses a lookup string the database cannot hold (NUL) or

@@ -52,7 +52,7 @@ func BenchmarkDAG(b *testing.B) {
 					b.Fatal(err)
 				}
 				_, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name},
-					Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Steps: shapes[name]()}}, "")
+					Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Steps: shapes[name]()}}, "")
 				if err != nil {
 					b.Fatal(err)
 				}

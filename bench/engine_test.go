@@ -198,7 +198,7 @@ func seedTenantJobs(b *testing.B, pool *pgxpool.Pool, tenant uuid.UUID, prefix s
 		jobs = append(jobs, []any{id, tenant, "default", fmt.Sprintf("%s-%07d", prefix, i), "", []byte("{}"), "active", int64(1), specJSON,
 			sh, next, next, "bench", next, "bench"})
 		versions = append(versions, []any{id, int64(1), tenant, "", []byte("{}"), specJSON, next, "bench"})
-		schedules = append(schedules, []any{id, sh, next})
+		schedules = append(schedules, []any{id, tenant, sh, next})
 	}
 	cols := []string{"id", "tenant_id", "namespace", "name", "description", "labels", "status", "version", "spec", "shard", "next_fire_at", "created_at", "created_by", "updated_at", "updated_by"}
 	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"jobs"}, cols, pgx.CopyFromRows(jobs)); err != nil {
@@ -208,7 +208,7 @@ func seedTenantJobs(b *testing.B, pool *pgxpool.Pool, tenant uuid.UUID, prefix s
 	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"job_versions"}, vcols, pgx.CopyFromRows(versions)); err != nil {
 		b.Fatal(err)
 	}
-	scols := []string{"job_id", "shard", "next_fire_at"}
+	scols := []string{"job_id", "tenant_id", "shard", "next_fire_at"}
 	if _, err := pool.CopyFrom(ctx, pgx.Identifier{"job_schedules"}, scols, pgx.CopyFromRows(schedules)); err != nil {
 		b.Fatal(err)
 	}
@@ -497,7 +497,7 @@ func lagStats(b *testing.B, pool *pgxpool.Pool, from, until time.Time) (n int, p
 
 func noopSpec(cron string) dag.JobSpec {
 	r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
-		Schedule: schedule.Spec{Cron: cron}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "noop"},
+		Schedule: schedule.Spec{Cron: schedule.Crons(cron)}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "noop"},
 	}}
 	r.Normalize()
 	return r.Spec
@@ -514,7 +514,7 @@ func exprSpec(cron string, exprs bool) dag.JobSpec {
 		payload = `{"day": "2026-11-28T00:00:00Z", "who": "default/storm-00001", "region": "eu", "try": "1", "id": "run 01a21f9f-ffca-72e4-a9a0-91d847f0d432"}`
 	}
 	r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
-		Schedule: schedule.Spec{Cron: cron}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "noop"},
+		Schedule: schedule.Spec{Cron: schedule.Crons(cron)}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "noop"},
 		Params:  map[string]dag.Param{"region": {Type: "string", Default: dag.Payload(`"eu"`)}},
 		Payload: dag.Payload(payload),
 	}}

@@ -40,7 +40,7 @@ func queueSpec(cron, handler string) dag.JobSpec { return queueSpecIn(cron, hand
 // queueSpecIn is queueSpec in another queue.
 func queueSpecIn(cron, handler, queue string) dag.JobSpec {
 	r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
-		Schedule: schedule.Spec{Cron: cron}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: handler},
+		Schedule: schedule.Spec{Cron: schedule.Crons(cron)}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: handler},
 		Defaults: dag.StepDefaults{Queue: queue},
 	}}
 	r.Normalize()

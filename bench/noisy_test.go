@@ -41,7 +41,7 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 		for i := 1; i < steps; i++ {
 			chain = append(chain, dag.Step{Name: fmt.Sprintf("s%05d", i), Needs: []string{fmt.Sprintf("s%05d", i-1)}, Run: dag.Executor{Handler: "noop"}})
 		}
-		pipeline := dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: dag.OverlapAllow, Steps: chain,
+		pipeline := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: dag.OverlapAllow, Steps: chain,
 			Defaults: dag.StepDefaults{Queue: "q", Retry: &dag.Retry{MaxAttempts: 1}}}
 		actorA, actorB := job.Actor{Tenant: a, Name: "bench"}, job.Actor{Tenant: bt, Name: "bench"}
 		if _, err := jobs.Create(ctx, actorA, dag.Resource{Metadata: dag.Metadata{Name: "pipeline"}, Spec: pipeline}, ""); err != nil {

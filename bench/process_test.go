@@ -101,7 +101,7 @@ func stormProcesses(b *testing.B, workers, shards int, queueDB bool) {
 	}
 	at := dbTime(b, pool).Truncate(time.Second).Add(12 * time.Second)
 	r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
-		Schedule: schedule.Spec{Cron: cronAt(at)}, Overlap: dag.OverlapAllow,
+		Schedule: schedule.Spec{Cron: schedule.Crons(cronAt(at))}, Overlap: dag.OverlapAllow,
 		Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL + "/hook"}},
 	}}
 	r.Normalize()

@@ -60,7 +60,7 @@ func remoteStorm(b *testing.B, remote int) {
 		spec = noopSpec(cron)
 	} else {
 		eng = startEngine(b, pool, 1) // its node: scheduler, reaper; its worker serves nothing of these
-		r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: cron}, Overlap: dag.OverlapAllow,
+		r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons(cron)}, Overlap: dag.OverlapAllow,
 			Run: &dag.Executor{Worker: "noop"}}}
 		r.Normalize()
 		spec = r.Spec

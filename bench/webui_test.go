@@ -55,7 +55,7 @@ func BenchmarkWebUI(b *testing.B) {
 	}
 	steps = append(steps, dag.Step{Name: "merge", Needs: parts, Run: dag.Executor{Handler: "noop"}})
 	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "fanout", Namespace: "wide"},
-		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Steps: steps}}, ""); err != nil {
+		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Steps: steps}}, ""); err != nil {
 		b.Fatal(err)
 	}
 	r, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: "wide", Name: "fanout"}, "", false)

@@ -122,6 +122,22 @@ func TestDecodeErrorsNameFileLineAndField(t *testing.T) {
 			return strings.Replace(s, `{cron: "0 2 * * *", timezone: America/New_York}`, `{at: "next tuesday"}`, 1)
 		},
 			`etl.yaml:8:14: spec.schedule.at: "next tuesday" is not an RFC 3339 instant`},
+		{"second cron of a list", func(s string) string {
+			return strings.Replace(s, `cron: "0 2 * * *"`, `cron: ["0 2 * * *", "0 61 * * *"]`, 1)
+		},
+			`etl.yaml:8:34: spec.schedule.cron[1]: hour field "61"`},
+		{"end before start", func(s string) string {
+			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, start: "2027-01-01T00:00:00Z", end: "2026-01-01T00:00:00Z"}`, 1)
+		},
+			`etl.yaml:8:92: spec.schedule.end: 2026-01-01T00:00:00Z is not after start`},
+		{"excluded date", func(s string) string {
+			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, exclude: {dates: [2026-12-24, 2026-13-01]}}`, 1)
+		},
+			`etl.yaml:8:91: spec.schedule.exclude.dates[1]: "2026-13-01" is not a date`},
+		{"jitter too long", func(s string) string {
+			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, jitter: 25h}`, 1)
+		},
+			`etl.yaml:8:61: spec.schedule.jitter: 25h0m0s is not shorter than the shortest wait between two instants (23h0m0s, before 2026-03-09T06:00:00Z)`},
 		{"wrong type", func(s string) string { return strings.Replace(s, "max_attempts: 3", "max_attempts: three", 1) },
 			`etl.yaml:15:5: spec.defaults.retry: cannot unmarshal`},
 		{"payload key a list", func(s string) string { return strings.Replace(s, "payload: {source: pos}", "payload: {[a]: pos}", 1) },

@@ -6,7 +6,7 @@ import (
 	"github.com/orrery-dev/orrery/dag/schedule"
 )
 
-func scheduleSpec(cron string) schedule.Spec { return schedule.Spec{Cron: cron} }
+func scheduleSpec(cron string) schedule.Spec { return schedule.Spec{Cron: schedule.Crons(cron)} }
 
 func TestPayloadValues(t *testing.T) {
 	t.Parallel()

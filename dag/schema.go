@@ -2,8 +2,11 @@ package dag
 
 import (
 	"encoding/json"
+	"reflect"
 
 	"github.com/invopop/jsonschema"
+
+	"github.com/orrery-dev/orrery/dag/schedule"
 )
 
 // JSONSchema returns a JSON Schema (draft 2020-12) of the Job resource, for
@@ -12,7 +15,7 @@ import (
 // the Go types, so it cannot drift from what Decode accepts; Validate checks
 // more (names, cron fields, cycles) than a schema can say.
 func JSONSchema() ([]byte, error) {
-	r := &jsonschema.Reflector{ExpandedStruct: true, DoNotReference: false}
+	r := &jsonschema.Reflector{ExpandedStruct: true, DoNotReference: false, Mapper: scheduleTypes}
 	s := r.Reflect(&Resource{})
 	s.ID = "https://orrery.dev/schemas/job.v1.json"
 	s.Title = "Orrery Job"
@@ -20,11 +23,23 @@ func JSONSchema() ([]byte, error) {
 	return json.MarshalIndent(s, "", "  ")
 }
 
-// JSONSchema describes a Duration.
-func (Duration) JSONSchema() *jsonschema.Schema {
-	return &jsonschema.Schema{Type: "string", Pattern: `^-?([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`,
-		Description: "a Go duration: 30s, 10m, 1h30m", Examples: []any{"30s", "10m", "1h30m"}}
+// scheduleTypes describes the types of package schedule that YAML writes
+// as something other than their Go shape: a Duration is a string, a
+// CronList a string or a list of strings.
+func scheduleTypes(t reflect.Type) *jsonschema.Schema {
+	switch t {
+	case reflect.TypeFor[Duration]():
+		return &jsonschema.Schema{Type: "string", Pattern: `^-?([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`,
+			Description: "a Go duration: 30s, 10m, 1h30m", Examples: []any{"30s", "10m", "1h30m"}}
+	case reflect.TypeFor[schedule.CronList]():
+		expr := &jsonschema.Schema{Type: "string", Description: "5 fields, or 6 with leading seconds; @daily-style descriptors; @every 90s"}
+		return &jsonschema.Schema{OneOf: []*jsonschema.Schema{expr, {Type: "array", Items: expr, MaxItems: ptr(uint64(schedule.MaxCrons))}},
+			Description: "a cron expression, or a list of them (their union, each instant once)"}
+	}
+	return nil
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // JSONSchema describes a Payload: any JSON value.
 func (Payload) JSONSchema() *jsonschema.Schema {

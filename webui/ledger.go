@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
@@ -29,7 +30,7 @@ const (
 
 type ledgerRow struct {
 	At      *timestamppb.Timestamp
-	Outcome string // on_time, late, skipped, pending, missed_paused, missed, due
+	Outcome string // on_time, late, skipped, pending, missed_paused, missed, due, excluded, backfilled
 	Detail  string
 	RunID   string
 }
@@ -44,35 +45,28 @@ func ledgerSince(j *orreryv1.Job) *timestamppb.Timestamp {
 	return timestamppb.New(from)
 }
 
-// expected returns the schedule's instants in (from, now], at most the
-// last ledgerRows; a schedule too dense for the window is read over a
-// shorter one.
-func expected(s *schedule.Schedule, from, now time.Time) []time.Time {
+// expected returns the schedule's instants in (from, now], the excluded
+// ones too, at most the last ledgerRows; a schedule too dense for the
+// window is read over a shorter one.
+func expected(s *schedule.Schedule, from, now time.Time) []schedule.Planned {
+	const most = 20_000
 	for _, w := range []time.Duration{0, 6 * time.Hour, time.Hour, 10 * time.Minute} {
 		start := from
 		if w > 0 && now.Add(-w).After(from) {
 			start = now.Add(-w)
 		}
-		var out []time.Time
-		ok := true
-		for t, i := start, 0; ; i++ {
-			next, more := s.Next(t)
-			if !more || next.After(now) {
-				break
-			}
-			if i > 20_000 {
-				ok = false
-				break
-			}
-			out = append(out, next)
-			t = next
+		plan := s.Plan(start, most)
+		end := slices.IndexFunc(plan, func(p schedule.Planned) bool { return p.Instant.After(now) })
+		if end < 0 && len(plan) >= most {
+			continue // the window holds more: a shorter one
 		}
-		if ok {
-			if len(out) > ledgerRows {
-				out = out[len(out)-ledgerRows:]
-			}
-			return out
+		if end >= 0 {
+			plan = plan[:end]
 		}
+		if len(plan) > ledgerRows {
+			plan = plan[len(plan)-ledgerRows:]
+		}
+		return plan
 	}
 	return nil
 }
@@ -95,11 +89,11 @@ func pausedAt(t time.Time, history []*orreryv1.AuditEntry) bool {
 }
 
 func buildLedger(j *orreryv1.Job, history []*orreryv1.AuditEntry, runs []*orreryv1.Run) []ledgerRow {
-	sp := j.GetSpec().GetSchedule()
-	s, err := schedule.Parse(schedule.Spec{Cron: sp.GetCron(), Timezone: sp.GetTimezone(), At: sp.GetAt()})
+	s, err := schedule.Parse(api.ScheduleFromProto(j.GetSpec().GetSchedule()))
 	if err != nil {
 		return nil
 	}
+	s = s.For(j.GetMetadata().GetNamespace(), j.GetMetadata().GetName())
 	now := time.Now()
 	byInstant := map[int64]*orreryv1.Run{}
 	for _, r := range runs {
@@ -109,16 +103,26 @@ func buildLedger(j *orreryv1.Job, history []*orreryv1.AuditEntry, runs []*orrery
 		byInstant[r.GetScheduledTime().AsTime().UnixNano()] = r
 	}
 	var out []ledgerRow
-	for _, t := range expected(s, ledgerSince(j).AsTime().Add(-time.Nanosecond), now) {
+	for _, p := range expected(s, ledgerSince(j).AsTime().Add(-time.Nanosecond), now) {
+		t := p.Instant
 		row := ledgerRow{At: timestamppb.New(t)}
 		r := byInstant[t.UnixNano()]
+		if p.Excluded != "" && r == nil {
+			row.Outcome, row.Detail = "excluded", p.Excluded
+			out = append(out, row)
+			continue
+		}
+		jitter := p.Fire.Sub(t)
+		if r != nil && lifecycle.Trigger(r.GetTrigger()) == lifecycle.TriggerBackfill {
+			jitter = 0
+		}
 		switch {
 		case r != nil && lifecycle.RunStatus(r.GetStatus()) == lifecycle.RunSkipped:
 			row.Outcome, row.Detail, row.RunID = "skipped", "skipped: "+r.GetReason(), r.GetId()
 		case r != nil && r.GetStartTime() == nil:
 			row.Outcome, row.Detail, row.RunID = "pending", "run "+r.GetStatus()+", not started", r.GetId()
 		case r != nil:
-			late := r.GetStartTime().AsTime().Sub(t)
+			late := r.GetStartTime().AsTime().Sub(t.Add(jitter))
 			row.RunID = r.GetId()
 			if late < onTime {
 				row.Outcome, row.Detail = "on_time", "on time ("+late.Round(time.Millisecond).String()+")"
@@ -131,6 +135,11 @@ func buildLedger(j *orreryv1.Job, history []*orreryv1.AuditEntry, runs []*orrery
 			row.Outcome, row.Detail = "due", "due"
 		default:
 			row.Outcome, row.Detail = "missed", "missed: no run"
+		}
+		if r != nil && lifecycle.Trigger(r.GetTrigger()) == lifecycle.TriggerBackfill {
+			row.Outcome, row.Detail = "backfilled", "backfilled: "+row.Detail
+		} else if jitter > 0 {
+			row.Detail += fmt.Sprintf(" (jitter +%s)", jitter)
 		}
 		out = append(out, row)
 	}

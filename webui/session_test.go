@@ -57,7 +57,7 @@ func newSite(t *testing.T, secure bool) *site {
 		t.Fatal(err)
 	}
 	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "nightly", Namespace: "team"},
-		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "@daily"}, Run: &dag.Executor{Handler: "h"}}}, ""); err != nil {
+		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@daily")}, Run: &dag.Executor{Handler: "h"}}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	runs := run.NewService(pool, jobs, d)

@@ -206,7 +206,7 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		_, err := jobs.Create(ctx, job.Anonymous, dag.Resource{
 			Metadata: dag.Metadata{Name: fmt.Sprintf("tick-%03d", i)},
 			Spec: dag.JobSpec{
-				Schedule: schedule.Spec{Cron: "* * * * * *"},
+				Schedule: schedule.Spec{Cron: schedule.Crons("* * * * * *")},
 				Overlap:  dag.OverlapAllow,
 				Run:      &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}},
 			},

@@ -189,7 +189,7 @@ func TestNodeStoppedInsideFiringTransactionLosesShards(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "tick"}, Spec: dag.JobSpec{
-		Schedule: schedule.Spec{Cron: "* * * * * *"}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "noop"}}}, "")
+		Schedule: schedule.Spec{Cron: schedule.Crons("* * * * * *")}, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "noop"}}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,13 +198,18 @@ func fireTime(t time.Time, ok bool) string {
 }
 
 func describeSchedule(s *orreryv1.Schedule) string {
-	switch {
-	case s.GetAt() != "":
+	if s.GetAt() != "" {
 		return "at " + s.GetAt()
-	case s.GetTimezone() != "" && s.GetTimezone() != "UTC":
-		return s.GetCron() + " (" + s.GetTimezone() + ")"
 	}
-	return s.GetCron()
+	crons := s.GetCrons()
+	if s.GetCron() != "" {
+		crons = append([]string{s.GetCron()}, crons...)
+	}
+	out := strings.Join(crons, " | ")
+	if s.GetTimezone() != "" && s.GetTimezone() != "UTC" {
+		out += " (" + s.GetTimezone() + ")"
+	}
+	return out
 }
 
 // printJob writes a job as the YAML resource plus a status section, or as

@@ -2,12 +2,12 @@ package schedule
 
 import "time"
 
-// CatchUp returns the next instant to fire when instants from pending up to
-// now may have been missed and the misfire policy fires the latest keep of
-// them (internal/lifecycle.MisfireKeep): with keep 0, the first instant
-// after now; otherwise the earliest of the latest keep missed instants.
-// When nothing was missed (pending after now) it returns pending. False
-// means nothing is left to fire.
+// CatchUp returns the next fire time when instants from the fire time
+// pending up to now may have been missed and the misfire policy fires the
+// latest keep of them (internal/lifecycle.MisfireKeep): with keep 0, that
+// of the first instant after now; otherwise that of the earliest of the
+// latest keep missed instants. When nothing was missed (pending after
+// now) it returns pending. False means nothing is left to fire.
 func (s *Schedule) CatchUp(keep int, pending, now time.Time) (time.Time, bool) {
 	if pending.After(now) {
 		return pending, true
@@ -18,14 +18,21 @@ func (s *Schedule) CatchUp(keep int, pending, now time.Time) (time.Time, bool) {
 		}
 		return s.at, true
 	}
+	next := func() (time.Time, bool) {
+		at, ok := s.Next(now)
+		if !ok {
+			return time.Time{}, false
+		}
+		return s.Fire(at), true
+	}
 	if keep == 0 {
-		return s.Next(now)
+		return next()
 	}
-	missed := s.lastMissed(pending, now, keep)
+	missed := s.lastMissed(s.InstantOf(pending), now, keep)
 	if len(missed) == 0 {
-		return s.Next(now)
+		return next()
 	}
-	return missed[0], true
+	return s.Fire(missed[0]), true
 }
 
 // lastMissed returns up to keep of the latest instants in [pending, now],

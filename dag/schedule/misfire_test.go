@@ -6,7 +6,7 @@ import (
 )
 
 func TestCatchUp(t *testing.T) {
-	hourly, _ := Parse(Spec{Cron: "0 * * * *"})
+	hourly, _ := Parse(Spec{Cron: Crons("0 * * * *")})
 	pending := mustTime(t, "2026-05-01T10:00:00Z")
 	now := mustTime(t, "2026-05-01T15:30:00Z")
 	tests := []struct {
@@ -27,7 +27,7 @@ func TestCatchUp(t *testing.T) {
 	if got, _ := hourly.CatchUp(1, mustTime(t, "2026-05-01T16:00:00Z"), now); !got.Equal(mustTime(t, "2026-05-01T16:00:00Z")) {
 		t.Errorf("nothing missed, yet CatchUp moved the pending instant to %s", got)
 	}
-	everySecond, _ := Parse(Spec{Cron: "* * * * * *"})
+	everySecond, _ := Parse(Spec{Cron: Crons("* * * * * *")})
 	got, _ := everySecond.CatchUp(1, mustTime(t, "2026-01-01T00:00:00Z"), now)
 	if !got.Equal(now) {
 		t.Errorf("every second, months missed: got %s, want %s", got, now)

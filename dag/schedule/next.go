@@ -1,6 +1,11 @@
 package schedule
 
-import "time"
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"time"
+)
 
 // horizon bounds the search for the next instant of a cron expression that
 // matches rarely (or never, such as 30 February): the longest wait between
@@ -9,31 +14,218 @@ import "time"
 // offset.
 const horizon = MaxGap + 2*24*time.Hour
 
-// Next returns the first fire instant strictly after after, in UTC, and false
-// when there is none: a one-time schedule already past, a cron expression
-// that matches no date within the horizon (MaxGap, 8 years, and two days),
-// or an instant past Latest (9999-12-31T23:59:59.999999999Z).
+// Next returns the first instant of the schedule strictly after after, in
+// UTC, and false when there is none: a one-time schedule already past, a
+// cron schedule past its end, whose expressions match no date within the
+// horizon (MaxGap, 8 years, and two days), or whose exclusions removed
+// more than maxExcludedRun instants in a row, or an instant past Latest
+// (9999-12-31T23:59:59.999999999Z). The instants of a cron schedule are the
+// union of its expressions' (each once), at or after start and at or
+// before end, less the excluded ones. An instant fires at Fire(instant),
+// later by its jitter.
 func (s *Schedule) Next(after time.Time) (time.Time, bool) {
-	next, ok := s.next(after)
-	if !ok || next.After(Latest) {
-		return time.Time{}, false
-	}
-	return next, true
-}
-
-func (s *Schedule) next(after time.Time) (time.Time, bool) {
-	switch {
-	case s.OneTime():
-		if s.at.After(after) {
+	if s.OneTime() {
+		if s.at.After(after) && !s.at.After(Latest) {
 			return s.at, true
 		}
 		return time.Time{}, false
-	case s.every > 0:
+	}
+	for skipped := 0; ; skipped++ {
+		next, ok := s.nextCandidate(after)
+		if !ok {
+			return time.Time{}, false
+		}
+		why, until := s.excluded(next)
+		if why == "" {
+			return next, true
+		}
+		if skipped == maxExcludedRun {
+			return time.Time{}, false
+		}
+		after = next
+		if until.After(after) && s.civilOnly() {
+			after = until
+		}
+	}
+}
+
+// maxExcludedRun bounds how many excluded instants in a row Next passes
+// over (an exclusion that names whole days is passed a day at a time).
+// Validate refuses a schedule whose exclusions leave none of the first
+// ones it samples.
+const maxExcludedRun = 100_000
+
+// nextCandidate is the first instant of the union of the expressions
+// after after, within start and end, excluded or not.
+func (s *Schedule) nextCandidate(after time.Time) (time.Time, bool) {
+	if !s.start.IsZero() && after.Before(s.start) {
+		after = s.start.Add(-time.Nanosecond) // the parts truncate to whole seconds: start itself may fire
+	}
+	var best time.Time
+	found := false
+	for i := range s.parts {
+		if next, ok := s.parts[i].next(s.loc, after); ok && (!found || next.Before(best)) {
+			best, found = next, true
+		}
+	}
+	if !found || best.After(Latest) || (!s.end.IsZero() && best.After(s.end)) {
+		return time.Time{}, false
+	}
+	return best, true
+}
+
+func (s *Schedule) civilOnly() bool {
+	for _, p := range s.parts {
+		if p.every > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Excluded says why the instant t is excluded ("" when it is not).
+func (s *Schedule) Excluded(t time.Time) string {
+	why, _ := s.excluded(t)
+	return why
+}
+
+// excluded says why t is excluded, and the last instant of the excluded
+// stretch it knows t is in (t itself when it knows no more).
+func (s *Schedule) excluded(t time.Time) (string, time.Time) {
+	if len(s.exDates) == 0 && len(s.exCrons) == 0 {
+		return "", t
+	}
+	local := t.In(s.loc)
+	y, m, d := local.Date()
+	endOfDay := time.Date(y, m, d+1, 0, 0, 0, 0, s.loc).Add(-time.Second)
+	if s.exDates[civilDate{y, m, d}] {
+		return "excluded by exclude.dates (" + local.Format(time.DateOnly) + ")", endOfDay
+	}
+	_, off := local.Zone()
+	w := wall(t, off)
+	for _, e := range s.exCrons {
+		probe := w
+		if e.minute {
+			probe = w.Truncate(time.Minute)
+		}
+		if e.civil.Next(probe.Add(-time.Second)).Equal(probe) {
+			why := fmt.Sprintf("excluded by exclude.cron[%d] %q", e.index, e.text)
+			switch {
+			case e.day:
+				return why, endOfDay
+			case e.minute:
+				return why, t.Truncate(time.Minute).Add(time.Minute - time.Second)
+			}
+			return why, t
+		}
+	}
+	return "", t
+}
+
+// For returns the schedule with its jitter drawn for the job namespace/name
+// (not its id, so that a preview of a file before apply shows the offsets
+// the job will fire at): two jobs of one schedule fire at different
+// offsets, and one job at the same offset wherever it is computed.
+func (s *Schedule) For(namespace, name string) *Schedule {
+	c := *s
+	c.seed = namespace + "/" + name
+	return &c
+}
+
+// Offset is the delay of instant's firing: 0 without jitter; otherwise
+// whole seconds in [0, jitter), a hash of the job (For) and the instant,
+// and always short of the next instant, so that fire times keep the
+// instants' order.
+func (s *Schedule) Offset(instant time.Time) time.Duration {
+	if s.jitter <= 0 || s.OneTime() {
+		return 0
+	}
+	limit := s.jitter
+	if next, ok := s.Next(instant); ok && next.Sub(instant) < limit {
+		limit = next.Sub(instant)
+	}
+	n := int64((limit + time.Second - 1) / time.Second) // the whole seconds below limit: 0 .. n-1
+	if n <= 1 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(s.seed))
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(instant.Unix()))
+	h.Write(b[:])
+	return time.Duration(h.Sum64()%uint64(n)) * time.Second
+}
+
+// Fire is when instant fires: instant plus its Offset.
+func (s *Schedule) Fire(instant time.Time) time.Time { return instant.Add(s.Offset(instant)) }
+
+// InstantOf is the instant whose fire time is fire (the inverse of Fire,
+// for the fire times the database keeps); fire itself when no instant of
+// the schedule fires then (a time written under an older definition).
+func (s *Schedule) InstantOf(fire time.Time) time.Time {
+	if s.jitter <= 0 || s.OneTime() {
+		return fire
+	}
+	for at := fire.Add(-s.jitter - time.Second); ; {
+		next, ok := s.Next(at)
+		if !ok || next.After(fire) {
+			return fire
+		}
+		if s.Fire(next).Equal(fire) {
+			return next
+		}
+		at = next
+	}
+}
+
+// Planned is one instant of a schedule as Plan shows it.
+type Planned struct {
+	Instant  time.Time
+	Fire     time.Time // Instant plus its jitter; zero when excluded
+	Excluded string    // why it does not fire; "" when it does
+}
+
+// Plan returns the instants after after up to the nth that fires, and the
+// excluded ones among them with their reason (at most MaxPlanExcluded):
+// preview and the schedule ledger show both.
+func (s *Schedule) Plan(after time.Time, n int) []Planned {
+	var out []Planned
+	if s.OneTime() {
+		if at, ok := s.Next(after); ok && n > 0 {
+			out = append(out, Planned{Instant: at, Fire: at})
+		}
+		return out
+	}
+	for fires, excluded := 0, 0; fires < n; {
+		next, ok := s.nextCandidate(after)
+		if !ok {
+			break
+		}
+		p := Planned{Instant: next, Excluded: s.Excluded(next)}
+		if p.Excluded == "" {
+			p.Fire = s.Fire(next)
+			fires++
+		} else if excluded++; excluded > MaxPlanExcluded {
+			break
+		}
+		out = append(out, p)
+		after = next
+	}
+	return out
+}
+
+// MaxPlanExcluded bounds the excluded instants Plan lists.
+const MaxPlanExcluded = 1000
+
+// next is the first instant of one expression strictly after after.
+func (p *part) next(loc *time.Location, after time.Time) (time.Time, bool) {
+	switch {
+	case p.every > 0:
 		if after.After(Latest) {
 			return time.Time{}, false
 		}
-		return after.Truncate(time.Second).Add(s.every).UTC(), true
-	case s.civil == nil:
+		return after.Truncate(time.Second).Add(p.every).UTC(), true
+	case p.civil == nil:
 		return time.Time{}, false // not made by Parse
 	}
 	if after.After(Latest) {
@@ -47,17 +239,17 @@ func (s *Schedule) next(after time.Time) (time.Time, bool) {
 	// together, so the first matching wall-clock time in the period's range
 	// is the answer; the DST rules only act at the period's start.
 	for cur := from; cur.Before(limit); {
-		_, off := cur.In(s.loc).Zone()
-		start, end := zoneBounds(cur, s.loc)
+		_, off := cur.In(loc).Zone()
+		start, end := zoneBounds(cur, loc)
 		lo := wall(cur, off)
 
-		if !start.IsZero() && !s.wallish {
-			_, prevOff := start.Add(-time.Second).In(s.loc).Zone()
+		if !start.IsZero() && !p.wallish {
+			_, prevOff := start.Add(-time.Second).In(loc).Zone()
 			switch {
 			case prevOff < off && !start.Before(from):
 				// Spring forward: wall-clock times in [start+prevOff, start+off)
 				// never happen; a fixed-time job due in them fires at start.
-				if m, ok := s.firstWall(wall(start, prevOff), wall(start, off)); ok && m.Before(wall(start, off)) {
+				if m, ok := p.firstWall(wall(start, prevOff), wall(start, off)); ok && m.Before(wall(start, off)) {
 					return start.UTC(), true
 				}
 			case prevOff > off:
@@ -69,7 +261,7 @@ func (s *Schedule) next(after time.Time) (time.Time, bool) {
 			}
 		}
 
-		m, ok := s.firstWall(lo, wall(limit, off))
+		m, ok := p.firstWall(lo, wall(limit, off))
 		if !ok {
 			return time.Time{}, false
 		}
@@ -85,9 +277,9 @@ func (s *Schedule) next(after time.Time) (time.Time, bool) {
 // limit (all expressed in UTC) that the cron expression matches.
 // robfig/cron gives up after five years; a search longer than that goes on
 // where the previous one stopped.
-func (s *Schedule) firstWall(lo, limit time.Time) (time.Time, bool) {
+func (p *part) firstWall(lo, limit time.Time) (time.Time, bool) {
 	for at := lo.Add(-time.Second); at.Before(limit); at = at.AddDate(5, 0, 0) {
-		if m := s.civil.Next(at); !m.IsZero() {
+		if m := p.civil.Next(at); !m.IsZero() {
 			return m, m.Before(limit)
 		}
 	}

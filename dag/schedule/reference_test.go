@@ -18,7 +18,7 @@ type reference struct {
 }
 
 func (r reference) matches(w time.Time) bool {
-	c := r.s.civil
+	c := r.s.parts[0].civil
 	bit := func(mask uint64, v int) bool { return mask&(1<<uint(v)) != 0 }
 	if !bit(c.Minute, w.Minute()) || !bit(c.Hour, w.Hour()) || !bit(c.Month, int(w.Month())) || w.Second() != 0 {
 		return false
@@ -92,7 +92,7 @@ func TestNextAgainstMinuteByMinuteReference(t *testing.T) {
 	for n := range cases {
 		cron := strings.Join([]string{pick(minutes), pick(hours), pick(doms), pick(months), pick(dows)}, " ")
 		zone := pick(zones)
-		s, err := Parse(Spec{Cron: cron, Timezone: zone})
+		s, err := Parse(Spec{Cron: Crons(cron), Timezone: zone})
 		if err != nil {
 			t.Fatal(err)
 		}

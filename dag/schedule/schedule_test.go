@@ -89,7 +89,7 @@ func TestUpcomingVectors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := Parse(Spec{Cron: tt.cron, Timezone: tt.zone})
+			s, err := Parse(Spec{Cron: Crons(tt.cron), Timezone: tt.zone})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +119,7 @@ func TestOneTime(t *testing.T) {
 }
 
 func TestNeverMatches(t *testing.T) {
-	s, err := Parse(Spec{Cron: "0 0 30 2 *"})
+	s, err := Parse(Spec{Cron: Crons("0 0 30 2 *")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,22 +135,22 @@ func TestParseErrors(t *testing.T) {
 		wantField string
 		wantIn    string
 	}{
-		{"minute out of range", Spec{Cron: "61 * * * *"}, "cron", "minute field"},
-		{"hour out of range", Spec{Cron: "0 24 * * *"}, "cron", "hour field"},
-		{"seconds out of range", Spec{Cron: "60 0 * * * *"}, "cron", "seconds field"},
-		{"bad day of week", Spec{Cron: "0 0 * * funday"}, "cron", "day-of-week field"},
-		{"bad month", Spec{Cron: "0 0 1 13 *"}, "cron", "month field"},
-		{"too few fields", Spec{Cron: "0 0 *"}, "cron", "3 fields"},
-		{"too many fields", Spec{Cron: "0 0 0 * * * *"}, "cron", "7 fields"},
-		{"unknown descriptor", Spec{Cron: "@fortnightly"}, "cron", "unknown descriptor"},
-		{"every without duration", Spec{Cron: "@every"}, "cron", "@every needs a duration"},
-		{"every below a second", Spec{Cron: "@every 10ms"}, "cron", "at least 1s"},
-		{"tz prefix", Spec{Cron: "TZ=UTC 0 0 * * *"}, "cron", "timezone"},
-		{"unknown zone", Spec{Cron: "0 0 * * *", Timezone: "Mars/Olympus"}, "timezone", "Mars/Olympus"},
-		{"local zone", Spec{Cron: "0 0 * * *", Timezone: "Local"}, "timezone", "IANA"},
+		{"minute out of range", Spec{Cron: Crons("61 * * * *")}, "cron", "minute field"},
+		{"hour out of range", Spec{Cron: Crons("0 24 * * *")}, "cron", "hour field"},
+		{"seconds out of range", Spec{Cron: Crons("60 0 * * * *")}, "cron", "seconds field"},
+		{"bad day of week", Spec{Cron: Crons("0 0 * * funday")}, "cron", "day-of-week field"},
+		{"bad month", Spec{Cron: Crons("0 0 1 13 *")}, "cron", "month field"},
+		{"too few fields", Spec{Cron: Crons("0 0 *")}, "cron", "3 fields"},
+		{"too many fields", Spec{Cron: Crons("0 0 0 * * * *")}, "cron", "7 fields"},
+		{"unknown descriptor", Spec{Cron: Crons("@fortnightly")}, "cron", "unknown descriptor"},
+		{"every without duration", Spec{Cron: Crons("@every")}, "cron", "@every needs a duration"},
+		{"every below a second", Spec{Cron: Crons("@every 10ms")}, "cron", "at least 1s"},
+		{"tz prefix", Spec{Cron: Crons("TZ=UTC 0 0 * * *")}, "cron", "timezone"},
+		{"unknown zone", Spec{Cron: Crons("0 0 * * *"), Timezone: "Mars/Olympus"}, "timezone", "Mars/Olympus"},
+		{"local zone", Spec{Cron: Crons("0 0 * * *"), Timezone: "Local"}, "timezone", "IANA"},
 		{"at not rfc3339", Spec{At: "tomorrow"}, "at", "RFC 3339"},
 		{"at without offset", Spec{At: "2026-12-31T23:59:59"}, "at", "RFC 3339"},
-		{"both", Spec{Cron: "0 0 * * *", At: "2026-12-31T23:59:59Z"}, "at", "not both"},
+		{"both", Spec{Cron: Crons("0 0 * * *"), At: "2026-12-31T23:59:59Z"}, "at", "not both"},
 		{"neither", Spec{}, "cron", "needs cron or at"},
 		{"at with zone", Spec{At: "2026-12-31T23:59:59Z", Timezone: "UTC"}, "timezone", "cron only"},
 	}

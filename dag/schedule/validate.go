@@ -39,29 +39,94 @@ const MaxGap = 8 * 366 * 24 * time.Hour
 
 // Validate parses spec as Parse does and also rejects what Parse accepts
 // only so that stored jobs keep working: a one-time instant outside
-// Earliest..Latest, and a cron expression that never fires (30 February)
-// or waits more than MaxGap between two fires. Every schedule that
-// passes has a next instant from any point in time (until Latest). Errors
-// are *Error, as Parse's.
+// Earliest..Latest, a cron expression that never fires (30 February) or
+// waits more than MaxGap between two fires, a start or end outside
+// Earliest..Latest, jitter as long as the shortest wait between two
+// instants, and exclusions that leave no instant among the first
+// maxExcludedRun after start (or after sampleFrom). Every schedule that
+// passes has a next instant from any point in time (until Latest or its
+// end, and but for a stretch of exclusions longer than the sample).
+// Errors are *Error, as Parse's.
 func Validate(spec Spec) (*Schedule, error) {
 	s, err := Parse(spec)
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case s.OneTime():
+	if s.OneTime() {
 		if outside(s.at) {
 			if utc := s.at.Format(time.RFC3339Nano); utc != spec.At {
 				return nil, errorf("at", "%q (%s) is outside %s", spec.At, utc, bounds)
 			}
 			return nil, errorf("at", "%q is outside %s", spec.At, bounds)
 		}
-	case s.civil != nil:
-		if msg := s.checkFires(); msg != "" {
-			return nil, errorf("cron", "%q %s", strings.TrimSpace(spec.Cron), msg)
+		return s, nil
+	}
+	for i := range s.parts {
+		if s.parts[i].civil == nil {
+			continue
+		}
+		if msg := s.parts[i].checkFires(); msg != "" {
+			return nil, errorf(spec.Cron.field(i), "%q %s", strings.TrimSpace(spec.Cron[i]), msg)
+		}
+	}
+	for field, t := range map[string]time.Time{"start": s.start, "end": s.end} {
+		if !t.IsZero() && outside(t) {
+			return nil, errorf(field, "%s is outside %s", t.Format(time.RFC3339), bounds)
+		}
+	}
+	from := sampleFrom
+	if !s.start.IsZero() {
+		from = s.start.Add(-time.Second)
+	}
+	if _, some := s.nextCandidate(from); some {
+		if _, fires := s.Next(from); !fires {
+			return nil, errorf("exclude", "excludes every instant: none of the first %d after %s fires", maxExcludedRun, from.Add(time.Second).Format(time.RFC3339))
+		}
+	}
+	if s.jitter > 0 {
+		if gap, before, ok := s.shortestGap(from); ok && s.jitter >= gap {
+			where := ""
+			if !before.IsZero() {
+				where = ", before " + before.Format(time.RFC3339)
+			}
+			return nil, errorf("jitter", "%s is not shorter than the shortest wait between two instants (%s%s)", s.jitter, gap, where)
 		}
 	}
 	return s, nil
+}
+
+// Validate samples a schedule's instants from its start or from
+// sampleFrom: the first sampleInstants of them for jitter, the first
+// maxExcludedRun (days at a time when a whole day is excluded) for
+// exclusions.
+var sampleFrom = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const sampleInstants = 10_000
+
+// shortestGap is the shortest wait between two instants among the first
+// sampleInstants after from (an @every expression: its interval at most),
+// and the instant that ends it (zero for an @every interval).
+func (s *Schedule) shortestGap(from time.Time) (time.Duration, time.Time, bool) {
+	var gap time.Duration
+	var before time.Time
+	found := false
+	for _, p := range s.parts {
+		if p.every > 0 && (!found || p.every < gap) {
+			gap, found = p.every, true
+		}
+	}
+	prev, ok := s.Next(from)
+	for i := 0; ok && i < sampleInstants; i++ {
+		next, more := s.Next(prev)
+		if !more {
+			break
+		}
+		if d := next.Sub(prev); !found || d < gap {
+			gap, before, found = d, next, true
+		}
+		prev = next
+	}
+	return gap, before, found
 }
 
 // The Gregorian calendar repeats every 400 years: 146,097 days, a whole
@@ -76,8 +141,8 @@ const (
 // 400-year cycle, and returns why it never fires or fires too rarely ("" when
 // it fires often enough). The time-of-day fields always hold a value
 // (robfig/cron rejects an empty field), so a matching day always fires.
-func (s *Schedule) checkFires() string {
-	c := s.civil
+func (p *part) checkFires() string {
+	c := p.civil
 	for i, mask := range []uint64{c.Second, c.Minute, c.Hour} {
 		if mask&^starBit == 0 {
 			return fmt.Sprintf("never fires: its %s field matches nothing", fieldNames[i])
@@ -87,7 +152,7 @@ func (s *Schedule) checkFires() string {
 	// year has none is it worth measuring every wait.
 	yearsWith := 0
 	forEachYear(func(year, start, firstWeekday int) {
-		if s.firstDayOfYear(year, firstWeekday) >= 0 {
+		if p.firstDayOfYear(year, firstWeekday) >= 0 {
 			yearsWith++
 		}
 	})
@@ -95,11 +160,11 @@ func (s *Schedule) checkFires() string {
 	case yearsWith == cycleYears:
 		return ""
 	case yearsWith == 0:
-		return fmt.Sprintf("never fires: no date in the calendar has %s", s.describeDays())
+		return fmt.Sprintf("never fires: no date in the calendar has %s", p.describeDays())
 	}
 	first, last, longest := -1, -1, 0
 	forEachYear(func(year, start, firstWeekday int) {
-		s.eachDayOfYear(year, firstWeekday, func(day int) {
+		p.eachDayOfYear(year, firstWeekday, func(day int) {
 			d := start + day
 			if first < 0 {
 				first = d
@@ -112,14 +177,14 @@ func (s *Schedule) checkFires() string {
 	longest = max(longest, first+cycleDays-last) // from the last fire of a cycle to the first of the next
 	if longest > maxGapDays {
 		return fmt.Sprintf("fires too rarely: up to %.0f years pass between two fires (it needs %s); the limit is %d years",
-			float64(longest)/365.2425, s.describeDays(), maxGapDays/366)
+			float64(longest)/365.2425, p.describeDays(), maxGapDays/366)
 	}
 	return ""
 }
 
 // describeDays names the day fields as robfig/cron parsed them.
-func (s *Schedule) describeDays() string {
-	c := s.civil
+func (p *part) describeDays() string {
+	c := p.civil
 	rule := "both day fields must match"
 	if c.Dom&starBit == 0 && c.Dow&starBit == 0 {
 		rule = "either day field may match"
@@ -146,21 +211,21 @@ func forEachYear(f func(year, start, firstWeekday int)) {
 
 // firstDayOfYear is the day of the year (0-based) of the first fire day in
 // year, or -1.
-func (s *Schedule) firstDayOfYear(year, firstWeekday int) int {
+func (p *part) firstDayOfYear(year, firstWeekday int) int {
 	found := -1
-	s.days(year, firstWeekday, func(day int) bool { found = day; return false })
+	p.days(year, firstWeekday, func(day int) bool { found = day; return false })
 	return found
 }
 
-func (s *Schedule) eachDayOfYear(year, firstWeekday int, f func(day int)) {
-	s.days(year, firstWeekday, func(day int) bool { f(day); return true })
+func (p *part) eachDayOfYear(year, firstWeekday int, f func(day int)) {
+	p.days(year, firstWeekday, func(day int) bool { f(day); return true })
 }
 
 // days calls f with every fire day of year (0-based day of the year) until
 // f returns false, matching days as Next does (Vixie cron: either day field
 // when both are restricted, both otherwise).
-func (s *Schedule) days(year, firstWeekday int, f func(day int) bool) {
-	c := s.civil
+func (p *part) days(year, firstWeekday int, f func(day int) bool) {
+	c := p.civil
 	either := c.Dom&starBit == 0 && c.Dow&starBit == 0
 	day := 0
 	for month := 1; month <= 12; month++ {

@@ -27,25 +27,25 @@ func TestValidate(t *testing.T) {
 		{"the last second", Spec{At: "9999-12-31T23:59:59Z"}, "", ""},
 		{"past is fine", Spec{At: "2001-09-09T01:46:40Z"}, "", ""},
 
-		{"30 February", Spec{Cron: "0 0 30 2 *"}, "cron", "never fires"},
-		{"31 February", Spec{Cron: "0 0 31 2 *"}, "cron", "never fires: no date in the calendar has day-of-month 31 in month 2"},
-		{"31 April, June, September, November", Spec{Cron: "0 0 31 4,6,9,11 *"}, "cron", "never fires"},
-		{"31 February with seconds and a zone", Spec{Cron: "0 0 0 31 2 *", Timezone: "Europe/Paris"}, "cron", "never fires"},
-		{"stepped day-of-month 30-31 in February", Spec{Cron: "0 0 30/1 2 *"}, "cron", "never fires"},
-		{"29 February on a Sunday: every 28 years", Spec{Cron: "0 0 29 2 */7"}, "cron", "fires too rarely"},
-		{"1 February on a Monday with a stepped day: up to 11 years", Spec{Cron: "0 0 */29 2 1"}, "cron", "fires too rarely"},
+		{"30 February", Spec{Cron: Crons("0 0 30 2 *")}, "cron", "never fires"},
+		{"31 February", Spec{Cron: Crons("0 0 31 2 *")}, "cron", "never fires: no date in the calendar has day-of-month 31 in month 2"},
+		{"31 April, June, September, November", Spec{Cron: Crons("0 0 31 4,6,9,11 *")}, "cron", "never fires"},
+		{"31 February with seconds and a zone", Spec{Cron: Crons("0 0 0 31 2 *"), Timezone: "Europe/Paris"}, "cron", "never fires"},
+		{"stepped day-of-month 30-31 in February", Spec{Cron: Crons("0 0 30/1 2 *")}, "cron", "never fires"},
+		{"29 February on a Sunday: every 28 years", Spec{Cron: Crons("0 0 29 2 */7")}, "cron", "fires too rarely"},
+		{"1 February on a Monday with a stepped day: up to 11 years", Spec{Cron: Crons("0 0 */29 2 1")}, "cron", "fires too rarely"},
 
-		{"29 February", Spec{Cron: "0 0 29 2 *"}, "", ""},
-		{"29 February in a zone", Spec{Cron: "30 2 29 2 *", Timezone: "America/New_York"}, "", ""},
-		{"29 February or any Monday in February (Vixie OR)", Spec{Cron: "0 0 29 2 1"}, "", ""},
-		{"31 February or any Friday (Vixie OR)", Spec{Cron: "0 0 31 2 5"}, "", ""},
-		{"Friday the 13th in February via OR", Spec{Cron: "0 0 13 2 5"}, "", ""},
-		{"stepped day and weekday", Spec{Cron: "0 0 */2 * 1"}, "", ""},
-		{"31st of long months", Spec{Cron: "0 0 31 * *"}, "", ""},
-		{"30 February or 31 January", Spec{Cron: "0 0 30,31 1,2 *"}, "", ""},
-		{"yearly", Spec{Cron: "@yearly"}, "", ""},
-		{"every", Spec{Cron: "@every 1h"}, "", ""},
-		{"last day of the week in December", Spec{Cron: "59 23 25-31 12 6"}, "", ""},
+		{"29 February", Spec{Cron: Crons("0 0 29 2 *")}, "", ""},
+		{"29 February in a zone", Spec{Cron: Crons("30 2 29 2 *"), Timezone: "America/New_York"}, "", ""},
+		{"29 February or any Monday in February (Vixie OR)", Spec{Cron: Crons("0 0 29 2 1")}, "", ""},
+		{"31 February or any Friday (Vixie OR)", Spec{Cron: Crons("0 0 31 2 5")}, "", ""},
+		{"Friday the 13th in February via OR", Spec{Cron: Crons("0 0 13 2 5")}, "", ""},
+		{"stepped day and weekday", Spec{Cron: Crons("0 0 */2 * 1")}, "", ""},
+		{"31st of long months", Spec{Cron: Crons("0 0 31 * *")}, "", ""},
+		{"30 February or 31 January", Spec{Cron: Crons("0 0 30,31 1,2 *")}, "", ""},
+		{"yearly", Spec{Cron: Crons("@yearly")}, "", ""},
+		{"every", Spec{Cron: Crons("@every 1h")}, "", ""},
+		{"last day of the week in December", Spec{Cron: Crons("59 23 25-31 12 6")}, "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,7 +74,7 @@ func TestValidate(t *testing.T) {
 func TestValidatedCronAlwaysHasANextInstant(t *testing.T) {
 	for _, expr := range []string{"0 0 29 2 *", "0 0 29 2 1", "0 0 13 2 5", "0 12 31 12 *", "59 23 25-31 12 6"} {
 		for _, zone := range []string{"UTC", "America/New_York", "Australia/Lord_Howe"} {
-			s, err := Validate(Spec{Cron: expr, Timezone: zone})
+			s, err := Validate(Spec{Cron: Crons(expr), Timezone: zone})
 			if err != nil {
 				t.Fatalf("%q: %v", expr, err)
 			}
@@ -86,7 +86,7 @@ func TestValidatedCronAlwaysHasANextInstant(t *testing.T) {
 			}
 		}
 	}
-	s, _ := Validate(Spec{Cron: "0 0 29 2 *"})
+	s, _ := Validate(Spec{Cron: Crons("0 0 29 2 *")})
 	if got, ok := s.Next(time.Date(2096, 3, 1, 0, 0, 0, 0, time.UTC)); !ok || !got.Equal(time.Date(2104, 2, 29, 0, 0, 0, 0, time.UTC)) {
 		t.Fatalf("29 February after 2096: %s %v, want 2104-02-29", got, ok)
 	}
@@ -117,7 +117,7 @@ func TestZeroTimeIsStillOneTime(t *testing.T) {
 // fits a protobuf Timestamp.
 func TestNextStopsAtLatest(t *testing.T) {
 	for _, expr := range []string{"* * * * *", "@every 1s", "@every 2562047h", "0 0 29 2 *"} {
-		s, err := Validate(Spec{Cron: expr})
+		s, err := Validate(Spec{Cron: Crons(expr)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func TestNextStopsAtLatest(t *testing.T) {
 
 // CatchUp terminates when the pending instant is centuries old.
 func TestCatchUpCenturiesLate(t *testing.T) {
-	s, _ := Parse(Spec{Cron: "0 0 1 1 *"})
+	s, _ := Parse(Spec{Cron: Crons("0 0 1 1 *")})
 	got, ok := s.CatchUp(1000, time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC))
 	if !ok || got.Year() < 1000 {
 		t.Fatalf("CatchUp = %s %v", got, ok)
@@ -160,7 +160,7 @@ func BenchmarkValidate(b *testing.B) {
 	for _, expr := range []string{"0 2 * * *", "0 0 29 2 *", "0 0 31 2 *", "0 0 29 2 */7"} {
 		b.Run(expr, func(b *testing.B) {
 			for b.Loop() {
-				_, _ = Validate(Spec{Cron: expr})
+				_, _ = Validate(Spec{Cron: Crons(expr)})
 			}
 		})
 	}

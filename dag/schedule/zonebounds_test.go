@@ -14,7 +14,7 @@ import (
 func TestNextAcrossLeapYearEndPastTheZoneTable(t *testing.T) {
 	for _, zone := range []string{"America/New_York", "Europe/London", "Australia/Lord_Howe", "America/Santiago", "Asia/Tehran"} {
 		for _, cron := range []string{"0 0 * * *", "30 1 * * *", "*/30 * * * *", "0 0 1 1 *", "0 12 31 12 *"} {
-			s, err := Validate(Spec{Cron: cron, Timezone: zone})
+			s, err := Validate(Spec{Cron: Crons(cron), Timezone: zone})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,7 +46,7 @@ func TestNextAcrossLeapYearEndPastTheZoneTable(t *testing.T) {
 			}
 		}
 	}
-	s, _ := Validate(Spec{Cron: "0 0 1 1 *", Timezone: "America/New_York"})
+	s, _ := Validate(Spec{Cron: Crons("0 0 1 1 *"), Timezone: "America/New_York"})
 	if got, ok := s.Next(time.Date(2048, 12, 30, 0, 0, 0, 0, time.UTC)); !ok || got.Format(time.RFC3339) != "2049-01-01T05:00:00Z" {
 		t.Fatalf("new year 2049 in New York: %s %v", got, ok)
 	}

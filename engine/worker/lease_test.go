@@ -220,7 +220,7 @@ func startTwoAttempts(t *testing.T, pool *pgxpool.Pool) (uuid.UUID, *run.Attempt
 	var starts []run.Start
 	for _, name := range []string{"a", "b"} {
 		_, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: dag.JobSpec{
-			Schedule: schedule.Spec{Cron: "0 0 1 1 *"}, Run: &dag.Executor{Handler: "noop"}}}, "")
+			Schedule: schedule.Spec{Cron: schedule.Crons("0 0 1 1 *")}, Run: &dag.Executor{Handler: "noop"}}}, "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -73,7 +73,7 @@ func (f *fixture) tenant(name string, weight, maxConcurrency int32) job.Actor {
 // prio, default normal) and triggers one run of it.
 func (f *fixture) fire(a job.Actor, name, queue string, n int, prio func(i int) string) uuid.UUID {
 	f.t.Helper()
-	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: dag.OverlapAllow,
+	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: dag.OverlapAllow,
 		Defaults: dag.StepDefaults{Queue: queue, Retry: &dag.Retry{MaxAttempts: 1}}}
 	for i := range n {
 		st := dag.Step{Name: fmt.Sprintf("s%03d", i), Run: dag.Executor{Handler: "work"}}
@@ -90,7 +90,7 @@ func (f *fixture) fire(a job.Actor, name, queue string, n int, prio func(i int) 
 // runs of it.
 func (f *fixture) fireRuns(a job.Actor, name, queue string, n int) []uuid.UUID {
 	f.t.Helper()
-	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: dag.OverlapAllow,
+	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: dag.OverlapAllow,
 		Defaults: dag.StepDefaults{Queue: queue, Retry: &dag.Retry{MaxAttempts: 1}}}
 	payload, _ := json.Marshal(map[string]string{"tenant": a.Name})
 	spec.Steps = []dag.Step{{Name: "s000", Run: dag.Executor{Handler: "work"}, Payload: payload}}
@@ -503,7 +503,7 @@ func TestOneReleaseOfSeveralTenantsKeepsTheBound(t *testing.T) {
 	var news []run.New
 	for i := range 4 {
 		a := f.tenant(fmt.Sprintf("t%d", i), 1, 0)
-		spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: dag.OverlapAllow, Defaults: dag.StepDefaults{Queue: "q"}}
+		spec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: dag.OverlapAllow, Defaults: dag.StepDefaults{Queue: "q"}}
 		for k := range 10 {
 			spec.Steps = append(spec.Steps, dag.Step{Name: fmt.Sprintf("s%02d", k), Run: dag.Executor{Handler: "work"}})
 		}

@@ -52,7 +52,7 @@ func TestEveryInsertWakesTheWorkers(t *testing.T) {
 // and triggers one run of it.
 func (f *fixture) chain(a job.Actor, name, queue string, n int) uuid.UUID {
 	f.t.Helper()
-	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: dag.OverlapAllow,
+	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: dag.OverlapAllow,
 		Defaults: dag.StepDefaults{Queue: queue, Retry: &dag.Retry{MaxAttempts: 1}}}
 	for i := range n {
 		st := dag.Step{Name: fmt.Sprintf("s%d", i), Run: dag.Executor{Handler: "work"}}

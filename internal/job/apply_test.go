@@ -204,7 +204,7 @@ func TestApplyByNameWhileTheJobIsDeleted(t *testing.T) {
 		t.Fatalf("apply: %q %v; want a create (the job of that name was deleted meanwhile)", summary(r.changes), r.err)
 	}
 	live, err := svc.Get(ctx, job.Anonymous, job.Ref{Namespace: "analytics", Name: "a"})
-	if err != nil || live.ID == a.ID || live.Spec.Schedule.Cron != "@hourly" {
+	if err != nil || live.ID == a.ID || live.Spec.Schedule.Cron[0] != "@hourly" {
 		t.Fatalf("the live job a: %+v %v; want a new one, @hourly", live, err)
 	}
 }

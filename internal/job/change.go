@@ -74,7 +74,7 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 // schedule changed.
 func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, spec []byte, src *Source, d usage.Delta) (*Job, error) {
 	next := before.NextFireAt
-	if before.Spec.Schedule != res.Spec.Schedule && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
+	if !before.Spec.Schedule.Equal(res.Spec.Schedule) && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
 		now, err := q.DatabaseNow(ctx)
 		if err != nil {
 			return nil, err
@@ -83,7 +83,7 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 		if err != nil {
 			return nil, err
 		}
-		next = firstFire(sched, now)
+		next = firstFire(sched.For(res.Metadata.Namespace, res.Metadata.Name), now)
 	}
 	row, err := q.UpdateJobDefinition(ctx, store.UpdateJobDefinitionParams{
 		TenantID: a.Tenant, ID: before.ID, ExpectedVersion: before.Version,
@@ -131,7 +131,7 @@ func (s *Service) Resume(ctx context.Context, a Actor, ref Ref) (*Job, error) {
 		if j.NextFireAt == nil {
 			return StatusActive, nil, nil
 		}
-		next, ok := sched.CatchUp(lifecycle.MisfireKeep(j.Spec.Misfire, j.Spec.MaxBackfill), *j.NextFireAt, now)
+		next, ok := sched.For(j.Namespace, j.Name).CatchUp(lifecycle.MisfireKeep(j.Spec.Misfire, j.Spec.MaxBackfill), *j.NextFireAt, now)
 		if !ok {
 			return StatusActive, nil, nil
 		}
@@ -213,7 +213,7 @@ func writeSchedule(ctx context.Context, q *store.Queries, row store.Job) error {
 	if row.Status != StatusActive {
 		next = nil
 	}
-	if err := q.SetJobSchedule(ctx, store.SetJobScheduleParams{JobID: row.ID, Shard: row.Shard, NextFireAt: next}); err != nil {
+	if err := q.SetJobSchedule(ctx, store.SetJobScheduleParams{JobID: row.ID, TenantID: row.TenantID, Shard: row.Shard, NextFireAt: next}); err != nil {
 		return fmt.Errorf("job %s: schedule: %w", row.ID, err)
 	}
 	return nil

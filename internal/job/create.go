@@ -252,7 +252,7 @@ func (s *Service) newJob(a Actor, res dag.Resource, now time.Time, src *Source) 
 	out := &Job{
 		ID: id, Tenant: a.Tenant, Namespace: res.Metadata.Namespace, Name: res.Metadata.Name,
 		Description: res.Metadata.Description, Labels: res.Metadata.Labels, Spec: res.Spec, Source: src,
-		Status: StatusActive, Version: 1, Shard: shard.Of(id, s.shards), NextFireAt: firstFire(sched, now),
+		Status: StatusActive, Version: 1, Shard: shard.Of(id, s.shards), NextFireAt: firstFire(sched.For(res.Metadata.Namespace, res.Metadata.Name), now),
 		CreatedAt: now, CreatedBy: a.Name, UpdatedAt: now, UpdatedBy: a.Name,
 	}
 	if len(out.Labels) == 0 {
@@ -307,9 +307,10 @@ func addCreate(p *store.CreateJobsParams, j *Job, spec []byte, key string, reqHa
 	p.RequestHashes = append(p.RequestHashes, reqHash)
 }
 
-// firstFire is a new job's first instant: the next after now for cron, and
-// the instant itself for one-time schedules, even when already past (the
-// misfire policy then decides; nothing is dropped silently).
+// firstFire is a new job's first fire time: that of the next instant after
+// now for cron (later by its jitter), and the instant itself for one-time
+// schedules, even when already past (the misfire policy then decides;
+// nothing is dropped silently).
 func firstFire(s *schedule.Schedule, now time.Time) *time.Time {
 	if s.OneTime() {
 		at := s.At()
@@ -319,7 +320,8 @@ func firstFire(s *schedule.Schedule, now time.Time) *time.Time {
 	if !ok {
 		return nil
 	}
-	return &next
+	fire := s.Fire(next)
+	return &fire
 }
 
 // sameInstant reports whether two one-time schedules name one instant in

@@ -33,8 +33,8 @@ func TestHostileInputIsRejectedEverywhere(t *testing.T) {
 		{"zero at", func(r *dag.Resource) { r.Spec.Schedule = schedule.Spec{At: "0001-01-01T00:00:00Z"} }, "spec.schedule.at", "is outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59Z"},
 		{"before 1970", func(r *dag.Resource) { r.Spec.Schedule = schedule.Spec{At: "1900-01-01T00:00:00Z"} }, "spec.schedule.at", "is outside"},
 		{"past 9999", func(r *dag.Resource) { r.Spec.Schedule = schedule.Spec{At: "9999-12-31T23:59:59-00:01"} }, "spec.schedule.at", "is outside"},
-		{"31 February", func(r *dag.Resource) { r.Spec.Schedule.Cron = "0 0 31 2 *" }, "spec.schedule.cron", "never fires"},
-		{"too rare", func(r *dag.Resource) { r.Spec.Schedule.Cron = "0 0 29 2 */7" }, "spec.schedule.cron", "fires too rarely"},
+		{"31 February", func(r *dag.Resource) { r.Spec.Schedule.Cron = schedule.Crons("0 0 31 2 *") }, "spec.schedule.cron", "never fires"},
+		{"too rare", func(r *dag.Resource) { r.Spec.Schedule.Cron = schedule.Crons("0 0 29 2 */7") }, "spec.schedule.cron", "fires too rarely"},
 		{"deep payload", func(r *dag.Resource) {
 			r.Spec.Payload = dag.Payload(strings.Repeat("[", 5000) + strings.Repeat("]", 5000))
 		}, "spec.steps[0].payload", "the limit is 64"},
@@ -78,8 +78,8 @@ func TestRareButRealSchedulesAreAccepted(t *testing.T) {
 	for name, spec := range map[string]schedule.Spec{
 		"epoch":     {At: "1970-01-01T00:00:00Z"},
 		"last":      {At: "9999-12-31T23:59:59Z"},
-		"leap":      {Cron: "0 0 29 2 *", Timezone: "America/New_York"},
-		"leap-or-m": {Cron: "0 0 29 2 1"},
+		"leap":      {Cron: schedule.Crons("0 0 29 2 *"), Timezone: "America/New_York"},
+		"leap-or-m": {Cron: schedule.Crons("0 0 29 2 1")},
 	} {
 		r := resource(name, "@daily")
 		r.Spec.Schedule = spec

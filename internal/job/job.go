@@ -98,8 +98,9 @@ func (j *Job) Resource() dag.Resource {
 	}
 }
 
-// Upcoming returns the job's next n fire instants, starting with its
-// pending one; none for paused and deleted jobs.
+// Upcoming returns the job's next n fire times (each instant later by its
+// jitter), starting with its pending one; none for paused and deleted
+// jobs.
 func (j *Job) Upcoming(n int) []time.Time {
 	if j.Status != StatusActive || j.NextFireAt == nil || n <= 0 {
 		return nil
@@ -108,7 +109,12 @@ func (j *Job) Upcoming(n int) []time.Time {
 	if err != nil {
 		return nil
 	}
-	return append([]time.Time{j.NextFireAt.UTC()}, s.Upcoming(*j.NextFireAt, n-1)...)
+	s = s.For(j.Namespace, j.Name)
+	out := []time.Time{j.NextFireAt.UTC()}
+	for _, at := range s.Upcoming(s.InstantOf(*j.NextFireAt), n-1) {
+		out = append(out, s.Fire(at))
+	}
+	return out
 }
 
 func fromRow(r store.Job) (*Job, error) {

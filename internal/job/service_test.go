@@ -37,7 +37,7 @@ func resource(name, cron string) dag.Resource {
 	return dag.Resource{
 		Metadata: dag.Metadata{Name: name, Namespace: "analytics", Labels: map[string]string{"team": "data"}},
 		Spec: dag.JobSpec{
-			Schedule: schedule.Spec{Cron: cron, Timezone: "America/New_York"},
+			Schedule: schedule.Spec{Cron: schedule.Crons(cron), Timezone: "America/New_York"},
 			Run:      &dag.Executor{HTTP: &dag.HTTPExecutor{URL: "http://127.0.0.1:9/hook"}},
 			Payload:  dag.Payload(`{"b": 1, "a": [1, 2]}`),
 		},
@@ -109,7 +109,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		edit  func(*dag.Resource)
 		field string
 	}{
-		{"bad cron", func(r *dag.Resource) { r.Spec.Schedule.Cron = "61 * * * *" }, "spec.schedule.cron"},
+		{"bad cron", func(r *dag.Resource) { r.Spec.Schedule.Cron = schedule.Crons("61 * * * *") }, "spec.schedule.cron"},
 		{"bad zone", func(r *dag.Resource) { r.Spec.Schedule.Timezone = "Nowhere/Land" }, "spec.schedule.timezone"},
 		{"bad at", func(r *dag.Resource) { r.Spec.Schedule = schedule.Spec{At: "noon"} }, "spec.schedule.at"},
 		{"empty name", func(r *dag.Resource) { r.Metadata.Name = "" }, "metadata.name"},
@@ -602,7 +602,7 @@ func TestListBudgets(t *testing.T) {
 				if withSteps != (len(j.Spec.Steps) > 0) {
 					t.Errorf("%s with steps %v: %d steps", j.Name, withSteps, len(j.Spec.Steps))
 				}
-				if j.Spec.Schedule.Cron != "@daily" {
+				if j.Spec.Schedule.Cron[0] != "@daily" {
 					t.Errorf("%s: schedule %+v, want it in the summary too", j.Name, j.Spec.Schedule)
 				}
 			}

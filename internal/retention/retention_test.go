@@ -91,7 +91,7 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 	runs := run.NewService(pool, jobs, d)
 	steps := []dag.Step{{Name: "a", Run: dag.Executor{Handler: "h"}}, {Name: "b", Needs: []string{"a"}, Run: dag.Executor{Handler: "h"}}}
 	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "etl", Namespace: "ops"},
-		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "@daily"}, Overlap: "allow", Steps: steps}}, ""); err != nil {
+		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@daily")}, Overlap: "allow", Steps: steps}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	day := 24 * time.Hour
@@ -211,7 +211,7 @@ func TestFiringContinuesWhilePruning(t *testing.T) {
 		// overlap: allow, so that every instant gets a run though no worker
 		// runs them.
 		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name, Namespace: "ops"},
-			Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: cron}, Overlap: "allow", Run: &dag.Executor{Handler: "h"}}}, ""); err != nil {
+			Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons(cron)}, Overlap: "allow", Run: &dag.Executor{Handler: "h"}}}, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -27,7 +27,7 @@ func TestRecordsAreWrittenFinished(t *testing.T) {
 	ctx := context.Background()
 	jobs, _ := job.New(ctx, pool, nil)
 	j, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "records"}, Spec: dag.JobSpec{
-		Schedule: schedule.Spec{Cron: "@yearly"}, Run: &dag.Executor{Handler: "noop"}, Overlap: dag.OverlapCancelPrevious}}, "")
+		Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Run: &dag.Executor{Handler: "noop"}, Overlap: dag.OverlapCancelPrevious}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ type stepDef struct {
 // start creates a job of the given steps and triggers a run of it.
 func (h *harness) start(name string, steps []stepDef) uuid.UUID {
 	h.t.Helper()
-	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: dag.OverlapAllow,
+	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: dag.OverlapAllow,
 		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}}}
 	for _, s := range steps {
 		st := dag.Step{Name: s.name, Needs: s.needs, Run: dag.Executor{Handler: "step"}}

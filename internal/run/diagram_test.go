@@ -156,7 +156,7 @@ func TestDiagram(t *testing.T) {
 	}
 	create := func(name string, overlap dag.OverlapPolicy, steps ...step) {
 		t.Helper()
-		spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: overlap,
+		spec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: overlap,
 			Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}}}
 		for _, s := range steps {
 			payload, _ := json.Marshal(map[string]any{"do": s.do, "key": s.key, "always": s.always})
@@ -242,7 +242,7 @@ func TestDiagram(t *testing.T) {
 
 	// A firing pass over missed instants under cancel_previous writes the
 	// older instants it fires cancelled.
-	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: "* * * * *"}, Misfire: dag.MisfireBackfill, MaxBackfill: 3,
+	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("* * * * *")}, Misfire: dag.MisfireBackfill, MaxBackfill: 3,
 		Overlap: dag.OverlapCancelPrevious, Run: &dag.Executor{Handler: "diagram"}}
 	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "missed"}, Spec: spec}, ""); err != nil {
 		t.Fatal(err)

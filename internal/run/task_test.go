@@ -30,7 +30,7 @@ func TestSoleReportsBatchStaleBesideCurrent(t *testing.T) {
 	d, _ := dispatch.New()
 	runs := run.NewService(pool, jobs, d)
 	res := dag.Resource{Metadata: dag.Metadata{Name: "sole"}, Spec: dag.JobSpec{
-		Schedule: schedule.Spec{Cron: "0 0 1 1 *"}, Run: &dag.Executor{Handler: "noop"},
+		Schedule: schedule.Spec{Cron: schedule.Crons("0 0 1 1 *")}, Run: &dag.Executor{Handler: "noop"},
 		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 3, Initial: dag.D(time.Millisecond), Max: dag.D(time.Millisecond)}},
 	}}
 	if _, err := jobs.Create(ctx, job.Anonymous, res, ""); err != nil {

@@ -39,18 +39,26 @@ type plan struct {
 	Skips  map[string]int
 }
 
-// planJob decides, for a job whose pending instant has come, which instants
-// run, which are skipped and why (misfire, then overlap policy), which
-// active runs are cancelled, and the job's next fire time. misfireAfter is
-// how late an instant may be and still count as on time.
+// planJob decides, for a job whose pending fire time has come, which
+// instants run, which are skipped and why (misfire, then overlap policy),
+// which active runs are cancelled, and the job's next fire time. A fire
+// time is its instant plus the instant's jitter (schedule.Fire); the runs
+// are written for the instants. misfireAfter is how late an instant may
+// fire and still count as on time, unless the job's schedule has a
+// catchup_window of its own.
 func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, active []activeRun, misfireAfter time.Duration) plan {
 	p := plan{Skips: map[string]int{}}
+	if w := s.CatchupWindow(); w > 0 {
+		misfireAfter = w
+	}
+	late := now.Sub(pending) > misfireAfter
+	pending = s.InstantOf(pending)
 	due := []time.Time{pending}
 	truncated := false
 	if !s.OneTime() {
 		for at := pending; ; {
 			next, ok := s.Next(at)
-			if !ok || next.After(now) {
+			if !ok || s.Fire(next).After(now) {
 				break
 			}
 			if len(due) == maxEnumerate {
@@ -62,7 +70,7 @@ func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, ac
 		}
 	}
 
-	m := lifecycle.DecideMisfire(spec.Misfire, spec.MaxBackfill, due, now.Sub(due[0]) > misfireAfter || truncated)
+	m := lifecycle.DecideMisfire(spec.Misfire, spec.MaxBackfill, due, late || truncated)
 	p.recordSkips(m.Skip, m.Reason, truncated)
 
 	statuses := make([]lifecycle.RunStatus, len(active))
@@ -96,7 +104,7 @@ func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, ac
 	if s.OneTime() {
 		p.Done = true
 	} else if next, ok := s.Next(last); ok {
-		p.Next = next
+		p.Next = s.Fire(next)
 	} else {
 		p.Done = true
 	}

@@ -29,7 +29,7 @@ func summarize(p plan) string {
 }
 
 func TestPlanMisfireAndOverlap(t *testing.T) {
-	every10, _ := schedule.Parse(schedule.Spec{Cron: "*/10 * * * *"})
+	every10, _ := schedule.Parse(schedule.Spec{Cron: schedule.Crons("*/10 * * * *")})
 	prev := activeRun{ID: uuid.New(), Status: lifecycle.RunRunning}
 	tests := []struct {
 		name    string
@@ -71,7 +71,7 @@ func TestPlanMisfireAndOverlap(t *testing.T) {
 }
 
 func TestPlanLongOutageIsSummarized(t *testing.T) {
-	everySecond, _ := schedule.Parse(schedule.Spec{Cron: "* * * * * *"})
+	everySecond, _ := schedule.Parse(schedule.Spec{Cron: schedule.Crons("* * * * * *")})
 	spec := &dag.JobSpec{Misfire: dag.MisfireSkip, Overlap: dag.OverlapSkip}
 	p := planJob(everySecond, spec, at("2026-06-01T00:00:00Z"), at("2026-06-01T01:00:00Z"), nil, time.Minute)
 	if len(p.Runs) != maxSkipRecord {
@@ -86,7 +86,7 @@ func TestPlanLongOutageIsSummarized(t *testing.T) {
 }
 
 func TestPlanSlightlyLateFiresEveryDueInstant(t *testing.T) {
-	everySecond, _ := schedule.Parse(schedule.Spec{Cron: "* * * * * *"})
+	everySecond, _ := schedule.Parse(schedule.Spec{Cron: schedule.Crons("* * * * * *")})
 	p := planJob(everySecond, &dag.JobSpec{Misfire: dag.MisfireSkip, Overlap: dag.OverlapAllow}, at("2026-06-01T10:00:00Z"), at("2026-06-01T10:00:03Z"), nil, time.Minute)
 	if len(p.Runs) != 4 || p.Runs[3].Status != lifecycle.RunPending || len(p.Skips) != 0 {
 		t.Fatalf("%+v", p.Runs)

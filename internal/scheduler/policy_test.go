@@ -249,7 +249,7 @@ func blockFirst(rec *recorder, rel *releaser) executor.HandlerFunc {
 
 func everySecond(handler string, overlap dag.OverlapPolicy) dag.JobSpec {
 	return dag.JobSpec{
-		Schedule: schedule.Spec{Cron: "* * * * * *"},
+		Schedule: schedule.Spec{Cron: schedule.Crons("* * * * * *")},
 		Overlap:  overlap,
 		Run:      &dag.Executor{Handler: handler},
 		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}},
@@ -343,7 +343,7 @@ func TestOverlapCancelPreviousCancelsTheRunningAttempt(t *testing.T) {
 	}})
 	t.Cleanup(rel.release)
 	spec := everySecond("work", dag.OverlapCancelPrevious)
-	spec.Schedule.Cron = "*/2 * * * * *" // leaves the worker time to start each run
+	spec.Schedule.Cron = schedule.Crons("*/2 * * * * *") // leaves the worker time to start each run
 	j := createJob(t, pool, "cancelling", spec)
 	startPolicyNode(t, pool, node.Config{})
 
@@ -663,7 +663,7 @@ func testQueueHandOff(t *testing.T, iso string) {
 	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{"work": blockFirst(rec, rel)})
 	t.Cleanup(rel.release)
 	spec := everySecond("work", dag.OverlapQueue)
-	spec.Schedule.Cron = "*/4 * * * * *" // room to take the lock between two instants
+	spec.Schedule.Cron = schedule.Crons("*/4 * * * * *") // room to take the lock between two instants
 	j := createJob(t, pool, "handoff", spec)
 	startPolicyNode(t, pool, node.Config{ShardTTL: 10 * time.Second}) // the held shard row also holds back lease renewals
 

@@ -171,10 +171,14 @@ func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
 }
 
 // fireShards fires the due jobs of a group of shards, batch by batch,
-// dropping the shards whose fence fails.
+// dropping the shards whose fence fails. The first batch takes the oldest
+// due jobs (store DueJobs); once a batch comes back full, a backlog is
+// draining and the next ones take due jobs tenant by tenant, by weight
+// (DueJobsFair), so that a tenant's few due instants wait at most one
+// batch behind another's backlog.
 func (s *Scheduler) fireShards(ctx context.Context, leases []*shard.Lease) error {
-	for len(leases) > 0 {
-		n, err := s.createRunsForDueJobs(ctx, leases)
+	for fair := false; len(leases) > 0; fair = true {
+		n, err := s.createRunsForDueJobs(ctx, leases, fair)
 		if errors.Is(err, shard.ErrLost) {
 			return nil // all of them lost: Fence dropped them
 		}
@@ -205,11 +209,12 @@ type dueJob struct {
 	sched *schedule.Schedule
 }
 
-// createRunsForDueJobs commits one batch of the shards' due jobs: runs,
-// tasks, River jobs, cancellations and next fire times, fenced by each
-// shard's epoch (shard.Fence: the shards found lost are left out). It
-// returns how many jobs it took.
-func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Lease) (int, error) {
+// createRunsForDueJobs commits one batch of the shards' due jobs (oldest
+// first, or tenant by tenant when fair): runs, tasks, River jobs,
+// cancellations and next fire times, fenced by each shard's epoch
+// (shard.Fence: the shards found lost are left out). It returns how many
+// jobs it took.
+func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Lease, fair bool) (int, error) {
 	var taken int
 	var skips map[string]int
 	firing := s.cfg.Metrics.FiringBatch()
@@ -229,7 +234,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		}
 		ids := shard.Shards(held)
 		s.cfg.Failpoints.Hit(FailpointFireTx)
-		rows, err := q.DueJobs(ctx, store.DueJobsParams{Shards: ids, Batch: int32(s.cfg.Batch)})
+		rows, err := s.dueJobs(ctx, q, ids, fair)
 		if err != nil || len(rows) == 0 {
 			taken = 0
 			return err
@@ -261,6 +266,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			if d.sched, err = schedule.Parse(d.spec.Schedule); err != nil {
 				return fmt.Errorf("job %s: schedule: %w", r.JobID, err)
 			}
+			d.sched = d.sched.For(def.Namespace, def.Name)
 			jobs = append(jobs, d)
 		}
 		activeRows, err := q.ActiveRuns(ctx, jobIDs)
@@ -329,6 +335,19 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		firing(taken > 0)
 	}
 	return taken, err
+}
+
+// dueJobs locks a batch of the shards' due schedule rows.
+func (s *Scheduler) dueJobs(ctx context.Context, q *store.Queries, shards []int32, fair bool) ([]store.DueJobsRow, error) {
+	if !fair {
+		return q.DueJobs(ctx, store.DueJobsParams{Shards: shards, Batch: int32(s.cfg.Batch)})
+	}
+	rows, err := q.DueJobsFair(ctx, store.DueJobsFairParams{Shards: shards, Batch: int32(s.cfg.Batch)})
+	out := make([]store.DueJobsRow, len(rows))
+	for i, r := range rows {
+		out[i] = store.DueJobsRow(r)
+	}
+	return out, err
 }
 
 // skipReason is a skip's metric label: the policy that skipped it

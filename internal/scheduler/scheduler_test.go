@@ -41,7 +41,7 @@ func handlerJob(name, cron, handler string) dag.Resource {
 	return dag.Resource{
 		Metadata: dag.Metadata{Name: name},
 		Spec: dag.JobSpec{
-			Schedule: schedule.Spec{Cron: cron},
+			Schedule: schedule.Spec{Cron: schedule.Crons(cron)},
 			Run:      &dag.Executor{Handler: handler},
 			Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 2, Initial: dag.D(100 * time.Millisecond), Max: dag.D(200 * time.Millisecond)}},
 		},

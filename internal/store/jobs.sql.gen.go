@@ -101,8 +101,8 @@ WITH input AS (
     FROM input AS i JOIN j ON j.id = i.id
     WHERE i.idempotency_key <> ''
 ), s AS (
-    INSERT INTO job_schedules (job_id, shard, next_fire_at)
-    SELECT i.id, i.shard, i.next_fire_at FROM input AS i JOIN j ON j.id = i.id
+    INSERT INTO job_schedules (job_id, tenant_id, shard, next_fire_at)
+    SELECT i.id, i.tenant_id, i.shard, i.next_fire_at FROM input AS i JOIN j ON j.id = i.id
 ), u AS (
     -- With @count_usage, what the tenants hold (tenant_job_usage), in
     -- key order: two batches lock the rows they share in one order. After
@@ -674,13 +674,14 @@ func (q *Queries) SetBatchLockTimeout(ctx context.Context) error {
 }
 
 const setJobSchedule = `-- name: SetJobSchedule :exec
-INSERT INTO job_schedules (job_id, shard, next_fire_at)
-VALUES ($1, $2, $3)
+INSERT INTO job_schedules (job_id, tenant_id, shard, next_fire_at)
+VALUES ($1, $2, $3, $4)
 ON CONFLICT (job_id) DO UPDATE SET shard = EXCLUDED.shard, next_fire_at = EXCLUDED.next_fire_at
 `
 
 type SetJobScheduleParams struct {
 	JobID      uuid.UUID
+	TenantID   uuid.UUID
 	Shard      int32
 	NextFireAt *time.Time
 }
@@ -689,7 +690,12 @@ type SetJobScheduleParams struct {
 // row (in the same transaction, after locking that row): its shard, and
 // its next fire time when the job is active (NULL otherwise).
 func (q *Queries) SetJobSchedule(ctx context.Context, arg SetJobScheduleParams) error {
-	_, err := q.db.Exec(ctx, setJobSchedule, arg.JobID, arg.Shard, arg.NextFireAt)
+	_, err := q.db.Exec(ctx, setJobSchedule,
+		arg.JobID,
+		arg.TenantID,
+		arg.Shard,
+		arg.NextFireAt,
+	)
 	return err
 }
 

@@ -291,6 +291,76 @@ func (q *Queries) DueJobs(ctx context.Context, arg DueJobsParams) ([]DueJobsRow,
 	return items, nil
 }
 
+const dueJobsFair = `-- name: DueJobsFair :many
+WITH ranked AS (
+    SELECT d.job_id, d.next_fire_at, (d.rank - 1)::float8 / t.weight AS turn
+    FROM tenants AS t
+    CROSS JOIN LATERAL (
+        SELECT x.job_id, x.next_fire_at, row_number() OVER (ORDER BY x.next_fire_at) AS rank
+        FROM (
+            SELECT js.job_id, js.next_fire_at FROM job_schedules AS js
+            WHERE js.tenant_id = t.id AND js.next_fire_at <= now() AND js.shard = ANY($1::int[])
+            ORDER BY js.next_fire_at
+            LIMIT $2
+        ) AS x
+    ) AS d
+    ORDER BY turn, d.next_fire_at
+    LIMIT $2
+)
+SELECT js.job_id, js.next_fire_at, js.shard, now()::timestamptz AS now
+FROM job_schedules AS js
+WHERE js.job_id IN (SELECT job_id FROM ranked) AND js.next_fire_at <= now()
+ORDER BY js.next_fire_at
+FOR UPDATE OF js
+`
+
+type DueJobsFairParams struct {
+	Shards []int32
+	Batch  int32
+}
+
+type DueJobsFairRow struct {
+	JobID      uuid.UUID
+	NextFireAt *time.Time
+	Shard      int32
+	Now        time.Time
+}
+
+// DueJobsFair is DueJobs taken tenant by tenant: each tenant's due jobs
+// (oldest first, at most a batch of them: an index range scan per tenant,
+// job_schedules_tenant_due, over due jobs only) are ranked, and the batch
+// takes them in order of rank over weight, so that with every tenant
+// backlogged each gets a share of the batch proportional to its weight,
+// and a tenant with a few due jobs has them in the next batch, whatever
+// another's backlog. The window runs on at most a batch per tenant; the
+// chosen schedule rows are then locked, and one that a definition change
+// moved since is left out (READ COMMITTED rechecks the WHERE on the row it
+// locked).
+func (q *Queries) DueJobsFair(ctx context.Context, arg DueJobsFairParams) ([]DueJobsFairRow, error) {
+	rows, err := q.db.Query(ctx, dueJobsFair, arg.Shards, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DueJobsFairRow{}
+	for rows.Next() {
+		var i DueJobsFairRow
+		if err := rows.Scan(
+			&i.JobID,
+			&i.NextFireAt,
+			&i.Shard,
+			&i.Now,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const firingJobs = `-- name: FiringJobs :many
 SELECT id, tenant_id, namespace, name, version, spec FROM jobs WHERE id = ANY($1::uuid[])
 `

@@ -123,7 +123,7 @@ func TestMissedWhenNothingFires(t *testing.T) {
 	}
 	hook := newSink(t)
 	j, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "nightly", Namespace: "ops"},
-		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "* * * * * *"}, Run: &dag.Executor{Handler: "h"},
+		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("* * * * * *")}, Run: &dag.Executor{Handler: "h"},
 			Alerts: &dag.Alerts{StartWithin: dag.D(5 * time.Second), Notify: []dag.Notify{{Webhook: &dag.Webhook{URL: hook.URL}}}}}}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -218,9 +218,9 @@ func TestFailureStuckAndCallbacks(t *testing.T) {
 	t.Cleanup(unwedge)
 	cb := []dag.Callback{{Webhook: dag.Webhook{URL: hook.URL, Secret: "secret://env/ORRERY_TEST_HOOK_SECRET"}}}
 	for _, r := range []dag.Resource{
-		{Metadata: dag.Metadata{Name: "flaky", Namespace: "ops"}, Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"}, Overlap: "allow",
+		{Metadata: dag.Metadata{Name: "flaky", Namespace: "ops"}, Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: "allow",
 			Run: &dag.Executor{Handler: "flaky"}, Alerts: &dag.Alerts{}, Callbacks: cb}},
-		{Metadata: dag.Metadata{Name: "wedged", Namespace: "ops"}, Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "@yearly"},
+		{Metadata: dag.Metadata{Name: "wedged", Namespace: "ops"}, Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")},
 			Defaults: dag.StepDefaults{Timeout: dag.D(time.Second)},
 			Run:      &dag.Executor{Handler: "wedged"}, Alerts: &dag.Alerts{FinishWithin: dag.D(2 * time.Second)}}},
 	} {
@@ -361,7 +361,7 @@ func TestResolveLooksPastAlertsThatStayOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	j, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "watched"},
-		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: "0 0 1 1 *"}, Run: &dag.Executor{Handler: "h"},
+		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("0 0 1 1 *")}, Run: &dag.Executor{Handler: "h"},
 			Alerts: &dag.Alerts{StartWithin: dag.D(time.Minute), On: []string{dag.AlertMissed}}}}, "")
 	if err != nil {
 		t.Fatal(err)

@@ -34,8 +34,8 @@ SELECT next_fire_at FROM job_schedules WHERE job_id = @job_id FOR UPDATE;
 -- row (in the same transaction, after locking that row): its shard, and
 -- its next fire time when the job is active (NULL otherwise).
 -- name: SetJobSchedule :exec
-INSERT INTO job_schedules (job_id, shard, next_fire_at)
-VALUES (@job_id, @shard, sqlc.narg(next_fire_at))
+INSERT INTO job_schedules (job_id, tenant_id, shard, next_fire_at)
+VALUES (@job_id, @tenant_id, @shard, sqlc.narg(next_fire_at))
 ON CONFLICT (job_id) DO UPDATE SET shard = EXCLUDED.shard, next_fire_at = EXCLUDED.next_fire_at;
 
 -- name: GetLiveJobByName :one
@@ -160,8 +160,8 @@ WITH input AS (
     FROM input AS i JOIN j ON j.id = i.id
     WHERE i.idempotency_key <> ''
 ), s AS (
-    INSERT INTO job_schedules (job_id, shard, next_fire_at)
-    SELECT i.id, i.shard, i.next_fire_at FROM input AS i JOIN j ON j.id = i.id
+    INSERT INTO job_schedules (job_id, tenant_id, shard, next_fire_at)
+    SELECT i.id, i.tenant_id, i.shard, i.next_fire_at FROM input AS i JOIN j ON j.id = i.id
 ), u AS (
     -- With @count_usage, what the tenants hold (tenant_job_usage), in
     -- key order: two batches lock the rows they share in one order. After

@@ -30,6 +30,38 @@ ORDER BY next_fire_at
 LIMIT @batch
 FOR UPDATE;
 
+-- DueJobsFair is DueJobs taken tenant by tenant: each tenant's due jobs
+-- (oldest first, at most a batch of them: an index range scan per tenant,
+-- job_schedules_tenant_due, over due jobs only) are ranked, and the batch
+-- takes them in order of rank over weight, so that with every tenant
+-- backlogged each gets a share of the batch proportional to its weight,
+-- and a tenant with a few due jobs has them in the next batch, whatever
+-- another's backlog. The window runs on at most a batch per tenant; the
+-- chosen schedule rows are then locked, and one that a definition change
+-- moved since is left out (READ COMMITTED rechecks the WHERE on the row it
+-- locked).
+-- name: DueJobsFair :many
+WITH ranked AS (
+    SELECT d.job_id, d.next_fire_at, (d.rank - 1)::float8 / t.weight AS turn
+    FROM tenants AS t
+    CROSS JOIN LATERAL (
+        SELECT x.job_id, x.next_fire_at, row_number() OVER (ORDER BY x.next_fire_at) AS rank
+        FROM (
+            SELECT js.job_id, js.next_fire_at FROM job_schedules AS js
+            WHERE js.tenant_id = t.id AND js.next_fire_at <= now() AND js.shard = ANY(@shards::int[])
+            ORDER BY js.next_fire_at
+            LIMIT @batch
+        ) AS x
+    ) AS d
+    ORDER BY turn, d.next_fire_at
+    LIMIT @batch
+)
+SELECT js.job_id, js.next_fire_at, js.shard, now()::timestamptz AS now
+FROM job_schedules AS js
+WHERE js.job_id IN (SELECT job_id FROM ranked) AND js.next_fire_at <= now()
+ORDER BY js.next_fire_at
+FOR UPDATE OF js;
+
 -- FiringJobs reads the definitions of the jobs whose schedule rows the
 -- firing transaction locked (DueJobs). A definition change writes the
 -- schedule row too, so under READ COMMITTED (a new snapshot per

@@ -139,6 +139,7 @@ type JobSchedule struct {
 	JobID      uuid.UUID
 	Shard      int32
 	NextFireAt *time.Time
+	TenantID   uuid.UUID
 }
 
 type JobVersion struct {

@@ -138,7 +138,21 @@ type Schedule struct {
 	Cron     string `protobuf:"bytes,1,opt,name=cron,proto3" json:"cron,omitempty"`
 	Timezone string `protobuf:"bytes,2,opt,name=timezone,proto3" json:"timezone,omitempty"`
 	// RFC 3339, for one-time jobs.
-	At            string `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	At string `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	// Several cron expressions: the union of their instants, each once
+	// (YAML: cron as a list). Give cron or crons, not both.
+	Crons []string `protobuf:"bytes,4,rep,name=crons,proto3" json:"crons,omitempty"`
+	// RFC 3339: no instant before start or after end (cron only).
+	Start string `protobuf:"bytes,5,opt,name=start,proto3" json:"start,omitempty"`
+	End   string `protobuf:"bytes,6,opt,name=end,proto3" json:"end,omitempty"`
+	// Each instant fires later by an offset in [0, jitter), whole seconds, a
+	// function of the job and the instant, always before the next instant.
+	Jitter *durationpb.Duration `protobuf:"bytes,7,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	// How late an instant may fire and still count as on time; later ones
+	// go to the misfire policy. Default: the server's --misfire-after.
+	CatchupWindow *durationpb.Duration `protobuf:"bytes,8,opt,name=catchup_window,json=catchupWindow,proto3" json:"catchup_window,omitempty"`
+	// Instants on which nothing fires.
+	Exclude       *ScheduleExclude `protobuf:"bytes,9,opt,name=exclude,proto3" json:"exclude,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +208,103 @@ func (x *Schedule) GetAt() string {
 	return ""
 }
 
+func (x *Schedule) GetCrons() []string {
+	if x != nil {
+		return x.Crons
+	}
+	return nil
+}
+
+func (x *Schedule) GetStart() string {
+	if x != nil {
+		return x.Start
+	}
+	return ""
+}
+
+func (x *Schedule) GetEnd() string {
+	if x != nil {
+		return x.End
+	}
+	return ""
+}
+
+func (x *Schedule) GetJitter() *durationpb.Duration {
+	if x != nil {
+		return x.Jitter
+	}
+	return nil
+}
+
+func (x *Schedule) GetCatchupWindow() *durationpb.Duration {
+	if x != nil {
+		return x.CatchupWindow
+	}
+	return nil
+}
+
+func (x *Schedule) GetExclude() *ScheduleExclude {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+// ScheduleExclude removes instants from a schedule, in its time zone.
+type ScheduleExclude struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whole days, YYYY-MM-DD.
+	Dates []string `protobuf:"bytes,1,rep,name=dates,proto3" json:"dates,omitempty"`
+	// Every instant these match (five fields: every second of the minute).
+	Cron          []string `protobuf:"bytes,2,rep,name=cron,proto3" json:"cron,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleExclude) Reset() {
+	*x = ScheduleExclude{}
+	mi := &file_orrery_v1_job_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleExclude) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleExclude) ProtoMessage() {}
+
+func (x *ScheduleExclude) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleExclude.ProtoReflect.Descriptor instead.
+func (*ScheduleExclude) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ScheduleExclude) GetDates() []string {
+	if x != nil {
+		return x.Dates
+	}
+	return nil
+}
+
+func (x *ScheduleExclude) GetCron() []string {
+	if x != nil {
+		return x.Cron
+	}
+	return nil
+}
+
 // HttpExecutor calls a webhook.
 type HttpExecutor struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -208,7 +319,7 @@ type HttpExecutor struct {
 
 func (x *HttpExecutor) Reset() {
 	*x = HttpExecutor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[1]
+	mi := &file_orrery_v1_job_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +331,7 @@ func (x *HttpExecutor) String() string {
 func (*HttpExecutor) ProtoMessage() {}
 
 func (x *HttpExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[1]
+	mi := &file_orrery_v1_job_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +344,7 @@ func (x *HttpExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpExecutor.ProtoReflect.Descriptor instead.
 func (*HttpExecutor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{1}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *HttpExecutor) GetUrl() string {
@@ -269,7 +380,7 @@ type CommandExecutor struct {
 
 func (x *CommandExecutor) Reset() {
 	*x = CommandExecutor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[2]
+	mi := &file_orrery_v1_job_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +392,7 @@ func (x *CommandExecutor) String() string {
 func (*CommandExecutor) ProtoMessage() {}
 
 func (x *CommandExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[2]
+	mi := &file_orrery_v1_job_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +405,7 @@ func (x *CommandExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandExecutor.ProtoReflect.Descriptor instead.
 func (*CommandExecutor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{2}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CommandExecutor) GetArgv() []string {
@@ -334,7 +445,7 @@ type Executor struct {
 
 func (x *Executor) Reset() {
 	*x = Executor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[3]
+	mi := &file_orrery_v1_job_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +457,7 @@ func (x *Executor) String() string {
 func (*Executor) ProtoMessage() {}
 
 func (x *Executor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[3]
+	mi := &file_orrery_v1_job_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +470,7 @@ func (x *Executor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Executor.ProtoReflect.Descriptor instead.
 func (*Executor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{3}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Executor) GetKind() isExecutor_Kind {
@@ -448,7 +559,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_orrery_v1_job_proto_msgTypes[4]
+	mi := &file_orrery_v1_job_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +571,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[4]
+	mi := &file_orrery_v1_job_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +584,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{4}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -511,7 +622,7 @@ type StepDefaults struct {
 
 func (x *StepDefaults) Reset() {
 	*x = StepDefaults{}
-	mi := &file_orrery_v1_job_proto_msgTypes[5]
+	mi := &file_orrery_v1_job_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +634,7 @@ func (x *StepDefaults) String() string {
 func (*StepDefaults) ProtoMessage() {}
 
 func (x *StepDefaults) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[5]
+	mi := &file_orrery_v1_job_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +647,7 @@ func (x *StepDefaults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDefaults.ProtoReflect.Descriptor instead.
 func (*StepDefaults) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{5}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StepDefaults) GetQueue() string {
@@ -588,7 +699,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_orrery_v1_job_proto_msgTypes[6]
+	mi := &file_orrery_v1_job_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +711,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[6]
+	mi := &file_orrery_v1_job_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +724,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{6}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Step) GetName() string {
@@ -712,7 +823,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_orrery_v1_job_proto_msgTypes[7]
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +835,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[7]
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +848,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{7}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JobSpec) GetSchedule() *Schedule {
@@ -833,7 +944,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +956,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +969,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Param) GetType() string {
@@ -907,7 +1018,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1030,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1043,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -973,7 +1084,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1096,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1109,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -1023,7 +1134,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1146,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1159,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -1084,7 +1195,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1207,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1220,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -1140,7 +1251,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1263,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1276,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -1222,7 +1333,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1345,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1358,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Job) GetId() string {
@@ -1360,7 +1471,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1483,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1496,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LastRun) GetId() string {
@@ -1420,7 +1531,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1543,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1556,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Source) GetPath() string {
@@ -1474,7 +1585,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +1597,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +1610,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobRef) GetId() string {
@@ -1534,7 +1645,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1657,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1670,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -1592,7 +1703,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1715,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1728,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -1642,7 +1753,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1654,7 +1765,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1667,7 +1778,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -1702,7 +1813,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1825,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1838,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1773,7 +1884,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1896,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1909,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -1864,7 +1975,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1987,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +2000,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -1918,7 +2029,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2041,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2054,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -1983,7 +2094,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2106,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2119,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -2027,7 +2138,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2150,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2163,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -2071,7 +2182,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2083,7 +2194,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2096,7 +2207,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -2115,7 +2226,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2238,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2251,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -2159,7 +2270,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2282,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2295,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -2203,7 +2314,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2326,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2339,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -2247,7 +2358,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2370,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2383,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -2288,14 +2399,18 @@ type PreviewScheduleRequest struct {
 	// Default: the database's now.
 	From *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	// Default 10, at most 1000.
-	Count         int32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	Count int32 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	// The job the jitter is drawn for (its offsets depend on the job); with
+	// neither, jitter is drawn for the namespace "default" and an empty name.
+	Namespace     string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name          string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2422,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2435,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -2344,16 +2459,34 @@ func (x *PreviewScheduleRequest) GetCount() int32 {
 	return 0
 }
 
+func (x *PreviewScheduleRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *PreviewScheduleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 type PreviewScheduleResponse struct {
-	state         protoimpl.MessageState   `protogen:"open.v1"`
-	FireTimes     []*timestamppb.Timestamp `protobuf:"bytes,1,rep,name=fire_times,json=fireTimes,proto3" json:"fire_times,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The instants that fire (not the excluded ones).
+	FireTimes []*timestamppb.Timestamp `protobuf:"bytes,1,rep,name=fire_times,json=fireTimes,proto3" json:"fire_times,omitempty"`
+	// Every instant in order, the excluded ones with their reason, each
+	// with the time it fires (later by its jitter).
+	Instants      []*PlannedInstant `protobuf:"bytes,2,rep,name=instants,proto3" json:"instants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2498,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2511,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -2388,15 +2521,94 @@ func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
 	return nil
 }
 
+func (x *PreviewScheduleResponse) GetInstants() []*PlannedInstant {
+	if x != nil {
+		return x.Instants
+	}
+	return nil
+}
+
+// PlannedInstant is one instant of a schedule.
+type PlannedInstant struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Instant *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=instant,proto3" json:"instant,omitempty"`
+	// instant plus its jitter; unset when excluded.
+	FireTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=fire_time,json=fireTime,proto3" json:"fire_time,omitempty"`
+	// Why it does not fire: "excluded by exclude.dates (2026-12-24)".
+	Excluded      string `protobuf:"bytes,3,opt,name=excluded,proto3" json:"excluded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlannedInstant) Reset() {
+	*x = PlannedInstant{}
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlannedInstant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlannedInstant) ProtoMessage() {}
+
+func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
+func (*PlannedInstant) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Instant
+	}
+	return nil
+}
+
+func (x *PlannedInstant) GetFireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FireTime
+	}
+	return nil
+}
+
+func (x *PlannedInstant) GetExcluded() string {
+	if x != nil {
+		return x.Excluded
+	}
+	return ""
+}
+
 var File_orrery_v1_job_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/job.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15orrery/v1/audit.proto\"J\n" +
+	"\x13orrery/v1/job.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15orrery/v1/audit.proto\"\xb3\x02\n" +
 	"\bSchedule\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x1a\n" +
 	"\btimezone\x18\x02 \x01(\tR\btimezone\x12\x0e\n" +
-	"\x02at\x18\x03 \x01(\tR\x02at\"\xb4\x01\n" +
+	"\x02at\x18\x03 \x01(\tR\x02at\x12\x14\n" +
+	"\x05crons\x18\x04 \x03(\tR\x05crons\x12\x14\n" +
+	"\x05start\x18\x05 \x01(\tR\x05start\x12\x10\n" +
+	"\x03end\x18\x06 \x01(\tR\x03end\x121\n" +
+	"\x06jitter\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06jitter\x12@\n" +
+	"\x0ecatchup_window\x18\b \x01(\v2\x19.google.protobuf.DurationR\rcatchupWindow\x124\n" +
+	"\aexclude\x18\t \x01(\v2\x1a.orrery.v1.ScheduleExcludeR\aexclude\";\n" +
+	"\x0fScheduleExclude\x12\x14\n" +
+	"\x05dates\x18\x01 \x03(\tR\x05dates\x12\x12\n" +
+	"\x04cron\x18\x02 \x03(\tR\x04cron\"\xb4\x01\n" +
 	"\fHttpExecutor\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12>\n" +
@@ -2563,14 +2775,21 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x10ResumeJobRequest\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\"5\n" +
 	"\x11ResumeJobResponse\x12 \n" +
-	"\x03job\x18\x01 \x01(\v2\x0e.orrery.v1.JobR\x03job\"\x8f\x01\n" +
+	"\x03job\x18\x01 \x01(\v2\x0e.orrery.v1.JobR\x03job\"\xc1\x01\n" +
 	"\x16PreviewScheduleRequest\x12/\n" +
 	"\bschedule\x18\x01 \x01(\v2\x13.orrery.v1.ScheduleR\bschedule\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x05R\x05count\"T\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\"\x8b\x01\n" +
 	"\x17PreviewScheduleResponse\x129\n" +
 	"\n" +
-	"fire_times\x18\x01 \x03(\v2\x1a.google.protobuf.TimestampR\tfireTimes*m\n" +
+	"fire_times\x18\x01 \x03(\v2\x1a.google.protobuf.TimestampR\tfireTimes\x125\n" +
+	"\binstants\x18\x02 \x03(\v2\x19.orrery.v1.PlannedInstantR\binstants\"\x9b\x01\n" +
+	"\x0ePlannedInstant\x124\n" +
+	"\ainstant\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ainstant\x127\n" +
+	"\tfire_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bfireTime\x12\x1a\n" +
+	"\bexcluded\x18\x03 \x01(\tR\bexcluded*m\n" +
 	"\tJobStatus\x12\x1a\n" +
 	"\x16JOB_STATUS_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11JOB_STATUS_ACTIVE\x10\x01\x12\x15\n" +
@@ -2604,141 +2823,149 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
 	(*Schedule)(nil),                // 2: orrery.v1.Schedule
-	(*HttpExecutor)(nil),            // 3: orrery.v1.HttpExecutor
-	(*CommandExecutor)(nil),         // 4: orrery.v1.CommandExecutor
-	(*Executor)(nil),                // 5: orrery.v1.Executor
-	(*RetryPolicy)(nil),             // 6: orrery.v1.RetryPolicy
-	(*StepDefaults)(nil),            // 7: orrery.v1.StepDefaults
-	(*Step)(nil),                    // 8: orrery.v1.Step
-	(*JobSpec)(nil),                 // 9: orrery.v1.JobSpec
-	(*Param)(nil),                   // 10: orrery.v1.Param
-	(*Alerts)(nil),                  // 11: orrery.v1.Alerts
-	(*Notify)(nil),                  // 12: orrery.v1.Notify
-	(*Webhook)(nil),                 // 13: orrery.v1.Webhook
-	(*Callback)(nil),                // 14: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 15: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 16: orrery.v1.Job
-	(*LastRun)(nil),                 // 17: orrery.v1.LastRun
-	(*Source)(nil),                  // 18: orrery.v1.Source
-	(*JobRef)(nil),                  // 19: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 20: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 21: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 22: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 23: orrery.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 24: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 25: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 26: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 27: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 28: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 29: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 30: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 31: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 32: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 33: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 34: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 35: orrery.v1.PreviewScheduleResponse
-	nil,                             // 36: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 37: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 38: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 39: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 40: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 41: orrery.v1.ListJobsRequest.LabelsEntry
-	(*durationpb.Duration)(nil),     // 42: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 43: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil),   // 44: google.protobuf.Timestamp
-	(*AuditEntry)(nil),              // 45: orrery.v1.AuditEntry
+	(*ScheduleExclude)(nil),         // 3: orrery.v1.ScheduleExclude
+	(*HttpExecutor)(nil),            // 4: orrery.v1.HttpExecutor
+	(*CommandExecutor)(nil),         // 5: orrery.v1.CommandExecutor
+	(*Executor)(nil),                // 6: orrery.v1.Executor
+	(*RetryPolicy)(nil),             // 7: orrery.v1.RetryPolicy
+	(*StepDefaults)(nil),            // 8: orrery.v1.StepDefaults
+	(*Step)(nil),                    // 9: orrery.v1.Step
+	(*JobSpec)(nil),                 // 10: orrery.v1.JobSpec
+	(*Param)(nil),                   // 11: orrery.v1.Param
+	(*Alerts)(nil),                  // 12: orrery.v1.Alerts
+	(*Notify)(nil),                  // 13: orrery.v1.Notify
+	(*Webhook)(nil),                 // 14: orrery.v1.Webhook
+	(*Callback)(nil),                // 15: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 16: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 17: orrery.v1.Job
+	(*LastRun)(nil),                 // 18: orrery.v1.LastRun
+	(*Source)(nil),                  // 19: orrery.v1.Source
+	(*JobRef)(nil),                  // 20: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 21: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 22: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 23: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 24: orrery.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 25: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 26: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 27: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 28: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 29: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 30: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 31: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 32: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 33: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 34: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 35: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 36: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 37: orrery.v1.PlannedInstant
+	nil,                             // 38: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 39: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 40: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 41: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 42: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 43: orrery.v1.ListJobsRequest.LabelsEntry
+	(*durationpb.Duration)(nil),     // 44: google.protobuf.Duration
+	(*structpb.Value)(nil),          // 45: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil),   // 46: google.protobuf.Timestamp
+	(*AuditEntry)(nil),              // 47: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	36, // 0: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	37, // 1: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
-	3,  // 2: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
-	4,  // 3: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	42, // 4: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	42, // 5: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	42, // 6: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
-	6,  // 7: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
-	5,  // 8: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	43, // 9: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	42, // 10: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
-	6,  // 11: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
-	2,  // 12: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	7,  // 13: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	5,  // 14: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	43, // 15: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	8,  // 16: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	11, // 17: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	14, // 18: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	38, // 19: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	43, // 20: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	43, // 21: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	42, // 22: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	42, // 23: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	12, // 24: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	13, // 25: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	39, // 26: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	13, // 27: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	40, // 28: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	15, // 29: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	9,  // 30: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,  // 31: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	44, // 32: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	44, // 33: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	44, // 34: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	44, // 35: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	18, // 36: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	17, // 37: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	44, // 38: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	15, // 39: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	9,  // 40: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	16, // 41: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	19, // 42: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	16, // 43: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	44, // 44: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	45, // 45: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	0,  // 46: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	41, // 47: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,  // 48: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	16, // 49: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	19, // 50: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	15, // 51: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	9,  // 52: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	16, // 53: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	19, // 54: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	16, // 55: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	19, // 56: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	16, // 57: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	19, // 58: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	16, // 59: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	2,  // 60: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	44, // 61: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	44, // 62: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	10, // 63: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	20, // 64: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	22, // 65: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	24, // 66: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	26, // 67: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	28, // 68: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	30, // 69: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	32, // 70: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	34, // 71: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	21, // 72: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	23, // 73: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	25, // 74: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	27, // 75: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	29, // 76: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	31, // 77: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	33, // 78: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	35, // 79: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	72, // [72:80] is the sub-list for method output_type
-	64, // [64:72] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	44, // 0: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	44, // 1: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	3,  // 2: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
+	38, // 3: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	39, // 4: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	4,  // 5: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
+	5,  // 6: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
+	44, // 7: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	44, // 8: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	44, // 9: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	7,  // 10: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
+	6,  // 11: orrery.v1.Step.run:type_name -> orrery.v1.Executor
+	45, // 12: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	44, // 13: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	7,  // 14: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
+	2,  // 15: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	8,  // 16: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	6,  // 17: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	45, // 18: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	9,  // 19: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	12, // 20: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	15, // 21: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	40, // 22: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	45, // 23: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	45, // 24: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	44, // 25: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	44, // 26: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	13, // 27: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	14, // 28: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	41, // 29: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	14, // 30: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	42, // 31: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	16, // 32: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	10, // 33: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,  // 34: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	46, // 35: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	46, // 36: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	46, // 37: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	46, // 38: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	19, // 39: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	18, // 40: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	46, // 41: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	16, // 42: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	10, // 43: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	17, // 44: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	20, // 45: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	17, // 46: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	46, // 47: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	47, // 48: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	0,  // 49: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	43, // 50: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,  // 51: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	17, // 52: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	20, // 53: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	16, // 54: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	10, // 55: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	17, // 56: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	20, // 57: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	17, // 58: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	20, // 59: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	17, // 60: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	20, // 61: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	17, // 62: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	2,  // 63: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	46, // 64: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	46, // 65: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	37, // 66: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	46, // 67: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	46, // 68: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	11, // 69: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	21, // 70: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	23, // 71: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	25, // 72: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	27, // 73: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	29, // 74: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	31, // 75: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	33, // 76: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	35, // 77: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	22, // 78: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	24, // 79: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	26, // 80: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	28, // 81: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	30, // 82: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	32, // 83: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	34, // 84: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	36, // 85: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	78, // [78:86] is the sub-list for method output_type
+	70, // [70:78] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -2747,7 +2974,7 @@ func file_orrery_v1_job_proto_init() {
 		return
 	}
 	file_orrery_v1_audit_proto_init()
-	file_orrery_v1_job_proto_msgTypes[3].OneofWrappers = []any{
+	file_orrery_v1_job_proto_msgTypes[4].OneofWrappers = []any{
 		(*Executor_Http)(nil),
 		(*Executor_Command)(nil),
 		(*Executor_Handler)(nil),
@@ -2759,7 +2986,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
