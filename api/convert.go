@@ -31,6 +31,8 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 		MaxBackfill: int(spec.GetMaxBackfill()),
 		Overlap:     dag.OverlapPolicy(spec.GetOverlap()),
 		Payload:     payloadFromProto(spec.GetPayload()),
+
+		PauseAfterFailures: int(spec.GetPauseAfterFailures()),
 	}
 	if d := spec.GetDefaults(); d != nil {
 		r.Spec.Defaults = dag.StepDefaults{Queue: d.GetQueue(), Priority: d.GetPriority(), Timeout: durationFromProto(d.GetTimeout()), Retry: retryFromProto(d.GetRetry())}
@@ -174,6 +176,8 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 		MaxBackfill: int32(s.MaxBackfill),
 		Overlap:     string(s.Overlap),
 		Payload:     payloadToProto(s.Payload),
+
+		PauseAfterFailures: int32(s.PauseAfterFailures),
 	}
 	d := s.Defaults
 	if d.Queue != "" || d.Priority != "" || d.Timeout != nil || d.Retry != nil {

@@ -49,11 +49,16 @@ type JobSpec struct {
 	Alerts *Alerts `json:"alerts,omitempty" yaml:"alerts,omitempty"`
 	// Callbacks are webhooks called when a run finishes.
 	Callbacks []Callback `json:"callbacks,omitempty" yaml:"callbacks,omitempty"`
+	// PauseAfterFailures pauses the job when its latest this many ended
+	// runs since it was last resumed all failed (0: never).
+	PauseAfterFailures int `json:"pause_after_failures,omitempty" yaml:"pause_after_failures,omitempty"`
 }
 
 // Watched reports whether the watchdog follows the job's runs: it has
-// alerts or callbacks.
-func (s *JobSpec) Watched() bool { return s.Alerts != nil || len(s.Callbacks) > 0 }
+// alerts, callbacks or pause_after_failures.
+func (s *JobSpec) Watched() bool {
+	return s.Alerts != nil || len(s.Callbacks) > 0 || s.PauseAfterFailures > 0
+}
 
 // Alerts configures the watchdog for one job. An alert is raised once per
 // cause (an instant, a run, an attempt) and resolved when the cause clears.
@@ -273,6 +278,9 @@ const (
 	AlertStuck      = "stuck"
 	AlertFailure    = "failure"
 	AlertDeadLetter = "dead_letter"
+	// AlertPaused is raised when pause_after_failures paused the job,
+	// whatever alerts.on says, and resolved when the job is resumed.
+	AlertPaused = "paused"
 
 	OnSucceeded = "succeeded"
 	OnFailed    = "failed"

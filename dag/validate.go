@@ -52,6 +52,8 @@ const (
 	MaxStepDuration = 30 * 24 * time.Hour
 	MaxBackfill     = 1000
 	DefaultBackfill = 10
+	// MaxPauseAfterFailures bounds pause_after_failures.
+	MaxPauseAfterFailures = 1000
 	// Alerts and callbacks.
 	MinStartWithin = 5 * time.Second
 	MaxWithin      = 30 * 24 * time.Hour
@@ -188,6 +190,9 @@ func validateSpec(es *Errors, s *JobSpec) {
 	case MisfireSkip, MisfireFireOnce, MisfireBackfill:
 	default:
 		es.add("spec.misfire", "%q is not one of skip, fire_once, backfill", s.Misfire)
+	}
+	if s.PauseAfterFailures < 0 || s.PauseAfterFailures > MaxPauseAfterFailures {
+		es.add("spec.pause_after_failures", "%d is outside 0..%d", s.PauseAfterFailures, MaxPauseAfterFailures)
 	}
 	switch {
 	case s.MaxBackfill < 0 || s.MaxBackfill > MaxBackfill:

@@ -41,7 +41,7 @@ func (m *Metrics) WatchDatabase(state *pgxpool.Pool, queues dispatch.QueueDBs) {
 	m.Register(NewGaugeFunc("orrery_alerts_open", "Alerts raised and not resolved, per kind.", "kind",
 		func(ctx context.Context) (map[string]float64, error) {
 			rows, err := store.New(state).OpenAlertCounts(ctx)
-			out := map[string]float64{"missed": 0, "stuck": 0, "failure": 0, "dead_letter": 0}
+			out := map[string]float64{"missed": 0, "stuck": 0, "failure": 0, "dead_letter": 0, "paused": 0}
 			for _, r := range rows {
 				out[r.Kind] += float64(r.Open)
 			}

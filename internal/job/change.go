@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -152,6 +153,35 @@ type transition func(j *Job, now time.Time) (status string, next *time.Time, err
 func (s *Service) setStatus(ctx context.Context, a Actor, ref Ref, action string, to transition) (*Job, error) {
 	var out *Job
 	err := store.InTx(ctx, s.pool, func(q *store.Queries) error {
+		var err error
+		out, err = setStatusIn(ctx, q, a, ref, action, to)
+		return err
+	})
+	return out, err
+}
+
+// PauseForFailures pauses an active job in q's transaction, audited as
+// action pause by actor (the system, for pause_after_failures), and
+// reports whether it did (false: the job was paused or deleted already).
+func PauseForFailures(ctx context.Context, q *store.Queries, a Actor, id uuid.UUID) (bool, error) {
+	paused := false
+	_, err := setStatusIn(ctx, q, a, Ref{ID: id}, "pause", func(j *Job, _ time.Time) (string, *time.Time, error) {
+		paused = j.Status == StatusActive
+		if j.Status != StatusActive {
+			return j.Status, j.NextFireAt, nil
+		}
+		return StatusPaused, j.NextFireAt, nil
+	})
+	if errors.Is(err, ErrDeleted) {
+		return false, nil
+	}
+	return paused, err
+}
+
+// setStatusIn is setStatus in q's transaction.
+func setStatusIn(ctx context.Context, q *store.Queries, a Actor, ref Ref, action string, to transition) (*Job, error) {
+	var out *Job
+	err := func() error {
 		row, err := Lock(ctx, q, a, ref)
 		if err != nil {
 			return err
@@ -187,7 +217,7 @@ func (s *Service) setStatus(ctx context.Context, a Actor, ref Ref, action string
 			return err
 		}
 		return d.Write(ctx, q)
-	})
+	}()
 	return out, err
 }
 

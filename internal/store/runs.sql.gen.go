@@ -309,7 +309,7 @@ WITH ranked AS (
 )
 SELECT js.job_id, js.next_fire_at, js.shard, now()::timestamptz AS now
 FROM job_schedules AS js
-WHERE js.job_id IN (SELECT job_id FROM ranked) AND js.next_fire_at <= now()
+WHERE js.job_id = ANY(ARRAY(SELECT job_id FROM ranked)) AND js.next_fire_at <= now()
 ORDER BY js.next_fire_at
 FOR UPDATE OF js
 `
@@ -333,9 +333,10 @@ type DueJobsFairRow struct {
 // backlogged each gets a share of the batch proportional to its weight,
 // and a tenant with a few due jobs has them in the next batch, whatever
 // another's backlog. The window runs on at most a batch per tenant; the
-// chosen schedule rows are then locked, and one that a definition change
-// moved since is left out (READ COMMITTED rechecks the WHERE on the row it
-// locked).
+// chosen schedule rows are then locked, by their primary key (an IN
+// over the ranking was planned as a hash join over the whole table), and
+// one that a definition change moved since is left out (READ COMMITTED
+// rechecks the WHERE on the row it locked).
 func (q *Queries) DueJobsFair(ctx context.Context, arg DueJobsFairParams) ([]DueJobsFairRow, error) {
 	rows, err := q.db.Query(ctx, dueJobsFair, arg.Shards, arg.Batch)
 	if err != nil {

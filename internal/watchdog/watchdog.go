@@ -19,6 +19,11 @@
 //     run that finished dead-lettered (its tasks wait for a replay). Both
 //     come from the finish events (run_finishes) that the transaction
 //     finishing a watched run writes.
+//   - paused: pause_after_failures paused the job (its latest N ended runs
+//     since it was last resumed all failed); raised whatever alerts.on
+//     says, resolved when the job is resumed. The pause is written in the
+//     pass's transaction (the job's row, then its schedule row: the lock
+//     order of every definition change).
 //
 // Alerts are rows (table alerts) unique per (job, cause): raising is an
 // insert that does nothing if the cause was raised before. Each pass also
@@ -79,6 +84,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
 	"github.com/orrery-dev/orrery/shard"
@@ -172,12 +178,15 @@ type Result struct {
 	Raised, Resolved []store.Alert
 	Notifications    int
 	Finishes         int
+	// Paused counts the jobs pause_after_failures paused.
+	Paused int
 }
 
 // pass holds one pass's work.
 type pass struct {
 	q      *store.Queries
 	now    time.Time
+	paused int // jobs pause_after_failures paused
 	alerts store.RaiseAlertsParams
 	notes  store.InsertNotificationsParams
 }
@@ -210,7 +219,9 @@ func (w *Watchdog) Pass(ctx context.Context) (Result, error) {
 		if err := w.openRuns(ctx, p, held); err != nil {
 			return err
 		}
-		if res.Finishes, err = w.finishes(ctx, p, held); err != nil {
+		res.Finishes, err = w.finishes(ctx, p, held)
+		res.Paused = p.paused
+		if err != nil {
 			return err
 		}
 		if len(p.alerts.Ids) > 0 {
@@ -428,6 +439,9 @@ func (w *Watchdog) finishes(ctx context.Context, p *pass, held []int32) (int, er
 					RunID: &r.RunID, ScheduledFor: &r.ScheduledFor, Message: msg})
 			}
 		}
+		if err := w.pauseAfterFailures(ctx, p, j, r); err != nil {
+			return 0, err
+		}
 		on := callbackEvent[lifecycle.RunStatus(r.Status)]
 		for _, c := range j.spec.Callbacks {
 			if !slices.Contains(c.On, on) {
@@ -444,6 +458,36 @@ func (w *Watchdog) finishes(ctx context.Context, p *pass, held []int32) (int, er
 	}
 	return len(rows), p.q.DeleteRunFinishes(ctx, ids)
 }
+
+// pauseAfterFailures pauses the job of a failed run when its latest
+// pause_after_failures ended runs (since it was last resumed) all failed,
+// in the pass's transaction: the pause (audited with the system as its
+// actor) and its alert of kind paused commit with the deletion of the
+// finish event, or neither does. A finish seen again after a rollback
+// reads the same runs; a job paused already is left as it is.
+func (w *Watchdog) pauseAfterFailures(ctx context.Context, p *pass, j *jobInfo, r store.TakeRunFinishesRow) error {
+	n := j.spec.PauseAfterFailures
+	if st := lifecycle.RunStatus(r.Status); n <= 0 || (st != lifecycle.RunFailed && st != lifecycle.RunDeadLettered) {
+		return nil
+	}
+	c, err := p.q.ConsecutiveFailures(ctx, store.ConsecutiveFailuresParams{JobID: r.JobID, TenantID: r.TenantID, N: int32(n)})
+	if err != nil || int(c.Failed) < n {
+		return err
+	}
+	paused, err := job.PauseForFailures(ctx, p.q, job.Actor{Tenant: r.TenantID, Name: PauseActor}, r.JobID)
+	if err != nil || !paused {
+		return err
+	}
+	p.paused++
+	p.raise(store.Alert{TenantID: r.TenantID, JobID: r.JobID, Shard: r.Shard, Kind: dag.AlertPaused, Cause: dag.AlertPaused + ":run:" + r.RunID.String(),
+		RunID: &r.RunID, ScheduledFor: &r.ScheduledFor,
+		Message: fmt.Sprintf("paused after %d failed runs in a row (pause_after_failures), the last run %s for %s", n, r.RunID, r.ScheduledFor.UTC().Format(time.RFC3339))})
+	return nil
+}
+
+// PauseActor is the actor of the audit rows of pauses by
+// pause_after_failures.
+const PauseActor = "system (pause_after_failures)"
 
 // alertNotifications tells a job's alerts.notify webhooks of alerts.
 func (w *Watchdog) alertNotifications(ctx context.Context, p *pass, alerts []store.Alert, event string) error {

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -448,5 +449,110 @@ func TestDeliveryErrorThatIsNotTextIsRecorded(t *testing.T) {
 	}
 	if status != "failed" || lastError != "HTTP 500 a\uFFFD\uFFFD" {
 		t.Fatalf("status %s, last error %q; want failed, with the status line made text", status, lastError)
+	}
+}
+
+// pause_after_failures: the job pauses when its latest N ended runs all
+// failed (a success between them restarts the count), once however often
+// its finishes are seen, audited with the system as the actor, with an
+// alert of kind paused told to alerts.notify; a resume resolves the alert
+// and restarts the count.
+func TestPauseAfterFailures(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := run.NewService(pool, jobs, d)
+	hook := newSink(t)
+	var fail atomic.Bool
+	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 2},
+		AllowEgress: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		Handlers: map[string]executor.HandlerFunc{"brittle": func(context.Context, executor.Call) error {
+			if fail.Load() {
+				return executor.Permanent(errors.New("boom"))
+			}
+			return nil
+		}}})
+	ref := job.Ref{Namespace: "ops", Name: "brittle"}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: ref.Name, Namespace: ref.Namespace}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: "allow", Run: &dag.Executor{Handler: "brittle"},
+		PauseAfterFailures: 3, Alerts: &dag.Alerts{On: []string{dag.AlertMissed}, StartWithin: dag.D(time.Hour), Notify: []dag.Notify{{Webhook: &dag.Webhook{URL: hook.URL}}}},
+	}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	dog := newDog(t, pool, manager(t, pool))
+	paused := 0
+	// runOnce triggers a run, waits for it to end, and lets the watchdog
+	// see its finish (twice: the second pass sees nothing new).
+	runOnce := func(failing bool) {
+		t.Helper()
+		fail.Store(failing)
+		r, err := runs.Trigger(ctx, job.Anonymous, ref, "", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enginetest.WaitFor(t, 15*time.Second, "the run ended", func() bool {
+			return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE id = $1 AND status IN ('succeeded', 'failed', 'dead_lettered')", r.ID) == 1
+		})
+		for range 2 {
+			res, err := dog.Pass(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			paused += res.Paused
+		}
+	}
+	status := func() string {
+		j, err := jobs.Get(ctx, job.Anonymous, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j.Status
+	}
+	for _, failing := range []bool{true, true, false, true, true} {
+		runOnce(failing)
+	}
+	if status() != job.StatusActive || paused != 0 {
+		t.Fatalf("after F F S F F: status %s, %d pauses; want active: a success restarts the count", status(), paused)
+	}
+	runOnce(true)
+	if status() != job.StatusPaused || paused != 1 {
+		t.Fatalf("after three failures in a row: status %s, %d pauses; want paused once", status(), paused)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM audit_log WHERE action = 'pause' AND actor = $1", watchdog.PauseActor); n != 1 {
+		t.Fatalf("%d pause audit rows by %q, want 1", n, watchdog.PauseActor)
+	}
+	if n := alerts(t, pool, "kind = 'paused' AND resolved_at IS NULL"); n != 1 {
+		t.Fatalf("%d open paused alerts, want 1", n)
+	}
+	enginetest.WaitFor(t, 15*time.Second, "the paused alert told to alerts.notify", func() bool {
+		hook.mu.Lock()
+		defer hook.mu.Unlock()
+		for _, r := range hook.got {
+			if a, ok := r.body["alert"].(map[string]any); ok && a["kind"] == dag.AlertPaused && r.header.Get("Orrery-Event") == "alert.raised" {
+				return true
+			}
+		}
+		return false
+	})
+
+	// Resumed: the alert resolves, and one more failure does not pause
+	// (the count starts again at the resume).
+	if _, err := jobs.Resume(ctx, job.Anonymous, ref); err != nil {
+		t.Fatal(err)
+	}
+	runOnce(true)
+	if status() != job.StatusActive || paused != 1 {
+		t.Fatalf("one failure after the resume: status %s, %d pauses; want active", status(), paused)
+	}
+	if n := alerts(t, pool, "kind = 'paused' AND resolution = 'the job was resumed'"); n != 1 {
+		t.Fatalf("%d paused alerts resolved by the resume, want 1", n)
 	}
 }

@@ -53,6 +53,24 @@ ORDER BY f.shard, f.finished_at
 LIMIT @batch
 FOR UPDATE OF f SKIP LOCKED;
 
+-- ConsecutiveFailures reads, for pause_after_failures, a job's latest
+-- @n runs that ended succeeded, failed or dead-lettered (skipped and
+-- cancelled runs count neither way), among those created since the job
+-- was last resumed: how many there are, and how many of them failed. It
+-- reads the runs as they are, so a finish event seen twice counts once.
+-- name: ConsecutiveFailures :one
+WITH since AS (
+    SELECT COALESCE(max(a.at), '1970-01-01T00:00:00Z'::timestamptz) AS at
+    FROM audit_log AS a WHERE a.target_id = @job_id AND a.action = 'resume'
+), last AS (
+    SELECT r.status FROM runs AS r, since
+    WHERE r.tenant_id = @tenant_id AND r.job_id = @job_id AND r.status IN ('succeeded', 'failed', 'dead_lettered')
+      AND r.created_at > since.at
+    ORDER BY r.scheduled_for DESC
+    LIMIT @n
+)
+SELECT count(*)::int AS ended, (count(*) FILTER (WHERE last.status <> 'succeeded'))::int AS failed FROM last;
+
 -- name: DeleteRunFinishes :exec
 DELETE FROM run_finishes WHERE run_id = ANY(@run_ids::uuid[]);
 
@@ -108,6 +126,8 @@ WITH w AS (
 ), c AS (
     SELECT a.id, CASE
         WHEN j.status = 'deleted' THEN 'the job was deleted'
+        WHEN a.kind = 'paused' AND j.status = 'active' THEN 'the job was resumed'
+        WHEN a.kind = 'paused' THEN ''
         WHEN j.spec->'alerts' IS NULL OR NOT ((j.spec->'alerts'->'on') @> to_jsonb(a.kind)) THEN 'the job no longer raises ' || a.kind
         WHEN a.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.id = a.run_id) THEN 'the run was pruned'
         WHEN a.kind = 'missed' AND j.status = 'paused' THEN 'the job was paused'

@@ -139,8 +139,9 @@ type Schedule struct {
 	Timezone string `protobuf:"bytes,2,opt,name=timezone,proto3" json:"timezone,omitempty"`
 	// RFC 3339, for one-time jobs.
 	At string `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
-	// Several cron expressions: the union of their instants, each once
-	// (YAML: cron as a list). Give cron or crons, not both.
+	// More cron expressions: the schedule's instants are the union of
+	// cron's and these, each once (YAML: cron as a list; written back as
+	// cron alone when there is one, else as crons).
 	Crons []string `protobuf:"bytes,4,rep,name=crons,proto3" json:"crons,omitempty"`
 	// RFC 3339: no instant before start or after end (cron only).
 	Start string `protobuf:"bytes,5,opt,name=start,proto3" json:"start,omitempty"`
@@ -816,9 +817,12 @@ type JobSpec struct {
 	// Webhooks called when a run finishes.
 	Callbacks []*Callback `protobuf:"bytes,10,rep,name=callbacks,proto3" json:"callbacks,omitempty"`
 	// The inputs of a run, read by expressions as params.NAME.
-	Params        map[string]*Param `protobuf:"bytes,11,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Params map[string]*Param `protobuf:"bytes,11,rep,name=params,proto3" json:"params,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Pause the job when its latest this many ended runs since it was last
+	// resumed all failed (0: never); raises an alert of kind paused.
+	PauseAfterFailures int32 `protobuf:"varint,12,opt,name=pause_after_failures,json=pauseAfterFailures,proto3" json:"pause_after_failures,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
@@ -926,6 +930,13 @@ func (x *JobSpec) GetParams() map[string]*Param {
 		return x.Params
 	}
 	return nil
+}
+
+func (x *JobSpec) GetPauseAfterFailures() int32 {
+	if x != nil {
+		return x.PauseAfterFailures
+	}
+	return 0
 }
 
 // Param declares one of a job's params (YAML spec.params.NAME).
@@ -2649,7 +2660,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12,\n" +
 	"\x05retry\x18\t \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\x12\x12\n" +
 	"\x04when\x18\n" +
-	" \x01(\tR\x04when\"\xa9\x04\n" +
+	" \x01(\tR\x04when\"\xdb\x04\n" +
 	"\aJobSpec\x12/\n" +
 	"\bschedule\x18\x01 \x01(\v2\x13.orrery.v1.ScheduleR\bschedule\x12\x18\n" +
 	"\amisfire\x18\x02 \x01(\tR\amisfire\x12!\n" +
@@ -2662,7 +2673,8 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x06alerts\x18\t \x01(\v2\x11.orrery.v1.AlertsR\x06alerts\x121\n" +
 	"\tcallbacks\x18\n" +
 	" \x03(\v2\x13.orrery.v1.CallbackR\tcallbacks\x126\n" +
-	"\x06params\x18\v \x03(\v2\x1e.orrery.v1.JobSpec.ParamsEntryR\x06params\x1aK\n" +
+	"\x06params\x18\v \x03(\v2\x1e.orrery.v1.JobSpec.ParamsEntryR\x06params\x120\n" +
+	"\x14pause_after_failures\x18\f \x01(\x05R\x12pauseAfterFailures\x1aK\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x05value\x18\x02 \x01(\v2\x10.orrery.v1.ParamR\x05value:\x028\x01\"\x9b\x01\n" +
