@@ -174,6 +174,8 @@ func TestGrantsOnNamespacesAndJobs(t *testing.T) {
 		{"AccessService/GrantRole", `{"principal":"alice","role":"admin","namespace":"team-a"}`, "permission_denied"},
 		{"ClusterService/GetCluster", `{}`, ""},
 		{"JobService/PreviewSchedule", `{"schedule":{"cron":"@daily"},"count":1}`, ""},
+		{"JobService/Backfill", `{"ref":{"id":"` + f.jobs["team-b/b1"] + `"},"from":"2026-01-01T00:00:00Z","to":"2026-01-02T00:00:00Z","dry_run":true}`, "permission_denied"},
+		{"JobService/ListBackfills", ref(f.jobs["team-a/a1"]), ""},
 		// Another tenant's ids and names are NotFound, as missing ones.
 		{"JobService/GetJob", ref("0190aaaa-0000-7000-8000-000000000000"), "not_found"},
 	} {

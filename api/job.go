@@ -16,12 +16,15 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // jobServer implements orrery.v1.JobService over job.Service.
 type jobServer struct {
 	orreryv1connect.UnimplementedJobServiceHandler
 	jobs *job.Service
+	runs *run.Service // backfills
 	log  *slog.Logger
 }
 
@@ -229,4 +232,58 @@ func plainText(field, v string) error {
 		return &dag.FieldError{Field: field, Message: "longer than any name (253 characters)"}
 	}
 	return nil
+}
+
+func (s *jobServer) Backfill(ctx context.Context, req *connect.Request[orreryv1.BackfillRequest]) (*connect.Response[orreryv1.BackfillResponse], error) {
+	m := req.Msg
+	ref, err := refFromProto(m.GetRef())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	o := run.BackfillOptions{Redo: m.GetRedo(), MaxConcurrent: int(m.GetMaxConcurrent()), NewestFirst: m.GetNewestFirst(),
+		DryRun: m.GetDryRun(), AllowLarge: m.GetAllowLarge()}
+	for _, f := range []struct {
+		name string
+		ts   *timestamppb.Timestamp
+		to   *time.Time
+	}{{"from", m.GetFrom(), &o.From}, {"to", m.GetTo(), &o.To}} {
+		if f.ts == nil {
+			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: f.name, Message: "must be given"})
+		}
+		if *f.to, err = timeFromProto(f.name, f.ts); err != nil {
+			return nil, toConnect(ctx, s.log, err)
+		}
+	}
+	b, err := s.runs.Backfill(ctx, actor(ctx), ref, o)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.BackfillResponse{Total: b.Total, HaveRuns: int32(b.HaveRuns), Instants: timesToProto(b.Instants)}
+	if !b.DryRunOnly {
+		out.Backfill = backfillToProto(b.Backfill)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *jobServer) ListBackfills(ctx context.Context, req *connect.Request[orreryv1.ListBackfillsRequest]) (*connect.Response[orreryv1.ListBackfillsResponse], error) {
+	ref, err := refFromProto(req.Msg.GetRef())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	bs, err := s.runs.ListBackfills(ctx, actor(ctx), ref)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.ListBackfillsResponse{}
+	for _, b := range bs {
+		out.Backfills = append(out.Backfills, backfillToProto(b.Backfill))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func backfillToProto(b store.Backfill) *orreryv1.JobBackfill {
+	return &orreryv1.JobBackfill{Id: b.ID.String(), JobId: b.JobID.String(), From: timestamppb.New(b.FromAt), To: timestamppb.New(b.ToAt),
+		Redo: b.Redo, MaxConcurrent: b.MaxConcurrent, NewestFirst: b.NewestFirst, Status: b.Status, Reason: b.Reason,
+		Total: b.Total, Created: b.Created, Existing: b.Existing, Retried: b.Retried, Cursor: timeToProto(b.CursorAt),
+		CreateTime: timestamppb.New(b.CreatedAt), CreatedBy: b.CreatedBy, FinishTime: timeToProto(b.FinishedAt)}
 }

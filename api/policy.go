@@ -157,6 +157,12 @@ var policies = map[string]policy{
 	orreryv1connect.JobServiceResumeJobProcedure: {role: access.Editor, targets: func(m any) []target {
 		return onRef(m.(*orreryv1.ResumeJobRequest).GetRef())
 	}},
+	orreryv1connect.JobServiceBackfillProcedure: {role: access.Editor, targets: func(m any) []target {
+		return onRef(m.(*orreryv1.BackfillRequest).GetRef())
+	}},
+	orreryv1connect.JobServiceListBackfillsProcedure: {role: access.Reader, targets: func(m any) []target {
+		return onRef(m.(*orreryv1.ListBackfillsRequest).GetRef())
+	}},
 	orreryv1connect.JobServiceListJobsProcedure:        anyReader,
 	orreryv1connect.JobServicePreviewScheduleProcedure: anyReader,
 

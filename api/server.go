@@ -97,7 +97,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 		connect.WithCompressMinBytes(4 << 10),
 	}
 	mux := http.NewServeMux()
-	mux.Handle(orreryv1connect.NewJobServiceHandler(&jobServer{jobs: svc.Jobs, log: log}, opts...))
+	mux.Handle(orreryv1connect.NewJobServiceHandler(&jobServer{jobs: svc.Jobs, runs: svc.Runs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewRunServiceHandler(&runServer{runs: svc.Runs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, queues: svc.Queues, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))

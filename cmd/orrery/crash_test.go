@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
+	orun "github.com/orrery-dev/orrery/internal/run"
 )
 
 // Crash tests: each stops a real orrery process at an exact point of its
@@ -202,4 +203,48 @@ func TestNodeStoppedInsideFiringTransactionLosesShards(t *testing.T) {
 	})
 	n1.signal(t, syscall.SIGCONT)
 	poll(t, 20*time.Second, "node-1 notices it lost its shards", func() bool { return strings.Contains(n1.Logs(), "shard lost") })
+}
+
+// A node SIGKILLed inside a backfill's transaction (its runs and cursor
+// written, not committed) loses that step; the node that takes its shards
+// goes on from the last committed cursor: every instant of the range gets
+// exactly one run, none doubled, none lost.
+func TestNodeKilledInsideABackfill(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	n1 := startProcEnv(t, "node-1", []string{"ORRERY_FAILPOINTS=scheduler/backfill-tx=kill@3"},
+		"serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", "node-1", "--shard-ttl", "2s", "--log-level", "info")
+	workerProc(t, dsn, "w1")
+	poll(t, 20*time.Second, "node-1 owns every shard", func() bool { return allShardsLive(t, pool, "none") })
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "hourly"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("0 * * * *")}, Run: &dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/true"}}}}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	b, err := orun.NewService(pool, jobs, nil).Backfill(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "hourly"},
+		orun.BackfillOptions{From: from, To: from.Add(47 * time.Hour), MaxConcurrent: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "node-1 killed in its third backfill step", n1.exited)
+	if n := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN nodes n ON n.id = r.node_id WHERE n.name = 'node-1' AND r.trigger = 'backfill'"); n == 0 {
+		t.Fatalf("node-1 exited before it committed a backfill step:\n%s", n1.Logs())
+	}
+	startNodeProc(t, dsn, "node-2")
+	poll(t, 90*time.Second, "node-2 finishes the backfill and its runs", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM backfills WHERE id = $1 AND status = 'done'", b.ID) == 1 &&
+			queryInt(t, pool, "SELECT count(*) FROM runs WHERE finished_at IS NULL") == 0
+	})
+	if n := queryInt(t, pool, "SELECT count(DISTINCT scheduled_for) FROM runs WHERE trigger = 'backfill' AND status = 'succeeded'"); n != 48 {
+		t.Errorf("%d instants with a succeeded backfill run, want 48", n)
+	}
+	if n := queryInt(t, pool, "SELECT created FROM backfills WHERE id = $1", b.ID); n != 48 {
+		t.Errorf("the backfill counts %d runs written, want 48", n)
+	}
 }

@@ -1,6 +1,9 @@
 package schedule
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // CatchUp returns the next fire time when instants from the fire time
 // pending up to now may have been missed and the misfire policy fires the
@@ -62,4 +65,39 @@ func (s *Schedule) lastMissed(pending, now time.Time, keep int) []time.Time {
 			return found
 		}
 	}
+}
+
+// Between returns up to n instants in [from, until], oldest first, and
+// whether there are more after them.
+func (s *Schedule) Between(from, until time.Time, n int) ([]time.Time, bool) {
+	var out []time.Time
+	for at := from.Add(-time.Nanosecond); ; {
+		next, ok := s.Next(at)
+		if !ok || next.After(until) {
+			return out, false
+		}
+		if len(out) == n {
+			return out, true
+		}
+		out = append(out, next)
+		at = next
+	}
+}
+
+// Latest returns up to n of the latest instants in [from, until], newest
+// first (a backfill newest first).
+func (s *Schedule) Latest(from, until time.Time, n int) []time.Time {
+	if n <= 0 || until.Before(from) {
+		return nil
+	}
+	if s.OneTime() {
+		if s.at.Before(from) || s.at.After(until) {
+			return nil
+		}
+		return []time.Time{s.at}
+	}
+	from = from.Add(time.Second - time.Nanosecond).Truncate(time.Second) // instants are whole seconds: the first at or after from
+	got := s.lastMissed(from, until, n)
+	slices.Reverse(got)
+	return got
 }

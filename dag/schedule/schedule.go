@@ -387,3 +387,8 @@ func (s *Schedule) Upcoming(after time.Time, n int) []time.Time {
 	}
 	return out
 }
+
+// Anchored reports whether the schedule's instants are fixed on the
+// calendar: false when one of its expressions is @every, whose instants
+// count from wherever the computation starts.
+func (s *Schedule) Anchored() bool { return s.OneTime() || s.civilOnly() }

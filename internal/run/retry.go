@@ -57,61 +57,7 @@ func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignor
 				return err
 			}
 		}
-		rows, err := q.RunGraphs(ctx, []uuid.UUID{id})
-		if err != nil {
-			return err
-		}
-		graph := make([]lifecycle.GraphTask, len(rows))
-		byID := make(map[uuid.UUID]store.RunGraphsRow, len(rows))
-		for i, t := range rows {
-			byID[t.ID] = t
-			graph[i] = lifecycle.GraphTask{ID: t.ID, Status: t.Status, Rule: t.TriggerRule, ParentsRemaining: int(t.ParentsRemaining), Parents: t.Parents}
-		}
-		p := lifecycle.Retry(before.Status, graph)
-		if _, err := q.RetryRun(ctx, id); store.IsNotFound(err) {
-			return fmt.Errorf("%w: it is no longer finished", ErrCannotRetry)
-		} else if err != nil {
-			return err
-		}
-		reset := store.RetryTasksParams{}
-		for tid, n := range p.Wait {
-			reset.Ids = append(reset.Ids, tid)
-			reset.Remaining = append(reset.Remaining, int32(n))
-		}
-		var cands []candidate
-		for _, tid := range append(p.Release, p.Skip...) {
-			reset.Ids = append(reset.Ids, tid)
-			reset.Remaining = append(reset.Remaining, 0)
-		}
-		for _, tid := range p.Release {
-			t := byID[tid]
-			cands = append(cands, candidate{dispatch.NextAttempt(tid, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional})
-		}
-		if err := q.RetryTasks(ctx, reset); err != nil {
-			return err
-		}
-		if len(p.Skip) > 0 {
-			skip := store.SkipTasksParams{Ids: p.Skip, Reasons: make([]string, len(p.Skip))}
-			for i := range skip.Reasons {
-				skip.Reasons[i] = ReasonParentSkipped
-			}
-			if _, err := q.SkipTasks(ctx, skip); err != nil {
-				return err
-			}
-		}
-		after, _ := json.Marshal(map[string]any{"run": before.ID, "tasks": len(reset.Ids)})
-		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
-			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "retry", TargetKind: "run",
-			TargetID: id, TargetName: r.Namespace + "/" + r.JobName, Before: mustMarshal(before), After: after,
-		}); err != nil {
-			return err
-		}
-		if err := release(ctx, q, tx, apply, cands); err != nil {
-			return err
-		}
-		// Every task to run again may have been skipped, or failed its
-		// condition: the run may be over already.
-		if err := finishRun(ctx, tx, apply, id, false); err != nil {
+		if err := retryGraph(ctx, tx, apply, a, before, r.Namespace+"/"+r.JobName); err != nil {
 			return err
 		}
 		// The answer is the run as the retry left it (read after the
@@ -124,6 +70,69 @@ func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignor
 		return nil, err
 	}
 	return &out, nil
+}
+
+// retryGraph runs the finished run before again from where it failed, in
+// tx (the run's row locked, its retry allowed): its tasks reset and
+// released as lifecycle.Retry says, audited as action retry by a.
+func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, before Run, jobName string) error {
+	q := store.New(tx)
+	id := before.ID
+	rows, err := q.RunGraphs(ctx, []uuid.UUID{id})
+	if err != nil {
+		return err
+	}
+	graph := make([]lifecycle.GraphTask, len(rows))
+	byID := make(map[uuid.UUID]store.RunGraphsRow, len(rows))
+	for i, t := range rows {
+		byID[t.ID] = t
+		graph[i] = lifecycle.GraphTask{ID: t.ID, Status: t.Status, Rule: t.TriggerRule, ParentsRemaining: int(t.ParentsRemaining), Parents: t.Parents}
+	}
+	p := lifecycle.Retry(before.Status, graph)
+	if _, err := q.RetryRun(ctx, id); store.IsNotFound(err) {
+		return fmt.Errorf("%w: it is no longer finished", ErrCannotRetry)
+	} else if err != nil {
+		return err
+	}
+	reset := store.RetryTasksParams{}
+	for tid, n := range p.Wait {
+		reset.Ids = append(reset.Ids, tid)
+		reset.Remaining = append(reset.Remaining, int32(n))
+	}
+	var cands []candidate
+	for _, tid := range append(p.Release, p.Skip...) {
+		reset.Ids = append(reset.Ids, tid)
+		reset.Remaining = append(reset.Remaining, 0)
+	}
+	for _, tid := range p.Release {
+		t := byID[tid]
+		cands = append(cands, candidate{dispatch.NextAttempt(tid, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional})
+	}
+	if err := q.RetryTasks(ctx, reset); err != nil {
+		return err
+	}
+	if len(p.Skip) > 0 {
+		skip := store.SkipTasksParams{Ids: p.Skip, Reasons: make([]string, len(p.Skip))}
+		for i := range skip.Reasons {
+			skip.Reasons[i] = ReasonParentSkipped
+		}
+		if _, err := q.SkipTasks(ctx, skip); err != nil {
+			return err
+		}
+	}
+	after, _ := json.Marshal(map[string]any{"run": before.ID, "tasks": len(reset.Ids)})
+	if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+		ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "retry", TargetKind: "run",
+		TargetID: id, TargetName: jobName, Before: mustMarshal(before), After: after,
+	}); err != nil {
+		return err
+	}
+	if err := release(ctx, q, tx, apply, cands); err != nil {
+		return err
+	}
+	// Every task to run again may have been skipped, or failed its
+	// condition: the run may be over already.
+	return finishRun(ctx, tx, apply, id, false)
 }
 
 // retryOverlap applies the job's overlap policy to a retry, as to a

@@ -57,6 +57,10 @@ type Config struct {
 // fence holds its locks and before the due jobs are read.
 const FailpointFireTx = "scheduler/fire-tx"
 
+// FailpointBackfillTx is hit inside a backfill transaction once it has
+// written a step of its backfills (runs and cursors), before it commits.
+const FailpointBackfillTx = "scheduler/backfill-tx"
+
 // FailpointFireLocked is hit inside the firing transaction once it holds
 // the schedule rows of a batch of due jobs, before it writes their runs.
 const FailpointFireLocked = "scheduler/fire-locked"
@@ -133,6 +137,9 @@ func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
 	for i, l := range leases {
 		byShard[l.Shard] = l
 		ids[i] = int32(l.Shard)
+	}
+	if err := s.advanceBackfills(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) {
+		return 0, err
 	}
 	heads, err := store.New(s.cfg.Pool).ShardHeads(ctx, ids)
 	if err != nil {
@@ -335,6 +342,34 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		firing(taken > 0)
 	}
 	return taken, err
+}
+
+// advanceBackfills moves the running backfills of the shards on
+// (run.Applier.AdvanceBackfills), in a transaction fenced as a firing is.
+func (s *Scheduler) advanceBackfills(ctx context.Context, leases []*shard.Lease, ids []int32) error {
+	tenants, err := store.New(s.cfg.Pool).RunningBackfillTenants(ctx, ids)
+	if err != nil || len(tenants) == 0 {
+		return err
+	}
+	rooms, err := usage.RunRooms(ctx, store.New(s.cfg.Pool), tenants)
+	if err != nil {
+		return err
+	}
+	return store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		held, err := s.cfg.Shards.Fence(ctx, tx, leases)
+		if err != nil {
+			return err
+		}
+		epochs := make(map[int]int64, len(held))
+		for _, l := range held {
+			epochs[l.Shard] = l.Epoch
+		}
+		if _, err := s.applier().AdvanceBackfills(ctx, tx, shard.Shards(held), epochs, &run.Firer{Node: s.cfg.Shards.NodeID()}, rooms); err != nil {
+			return err
+		}
+		s.cfg.Failpoints.Hit(FailpointBackfillTx)
+		return nil
+	})
 }
 
 // dueJobs locks a batch of the shards' due schedule rows.

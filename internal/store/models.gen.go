@@ -79,6 +79,28 @@ type AuditLog struct {
 	After      []byte
 }
 
+type Backfill struct {
+	ID            uuid.UUID
+	TenantID      uuid.UUID
+	JobID         uuid.UUID
+	Shard         int32
+	FromAt        time.Time
+	ToAt          time.Time
+	Redo          string
+	MaxConcurrent int32
+	NewestFirst   bool
+	CursorAt      *time.Time
+	Total         int32
+	Created       int32
+	Existing      int32
+	Retried       int32
+	Status        string
+	Reason        string
+	CreatedAt     time.Time
+	CreatedBy     string
+	FinishedAt    *time.Time
+}
+
 type ClusterSetting struct {
 	ID         int32
 	ShardCount int32

@@ -131,6 +131,448 @@ func (JobView) EnumDescriptor() ([]byte, []int) {
 	return file_orrery_v1_job_proto_rawDescGZIP(), []int{1}
 }
 
+type BackfillRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ref   *JobRef                `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	// The range, both ends included; to not in the future.
+	From *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// none (default): instants that have a run are left alone; failed: such
+	// a run that ended failed, dead-lettered or cancelled is retried from
+	// where it failed.
+	Redo string `protobuf:"bytes,4,opt,name=redo,proto3" json:"redo,omitempty"`
+	// Unfinished backfill runs of the job at once; default 10, at most 1000.
+	MaxConcurrent int32 `protobuf:"varint,5,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
+	NewestFirst   bool  `protobuf:"varint,6,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
+	DryRun        bool  `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// A range of more than 10,000 instants (up to 100,000).
+	AllowLarge    bool `protobuf:"varint,8,opt,name=allow_large,json=allowLarge,proto3" json:"allow_large,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackfillRequest) Reset() {
+	*x = BackfillRequest{}
+	mi := &file_orrery_v1_job_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackfillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackfillRequest) ProtoMessage() {}
+
+func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
+func (*BackfillRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BackfillRequest) GetRef() *JobRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *BackfillRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *BackfillRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *BackfillRequest) GetRedo() string {
+	if x != nil {
+		return x.Redo
+	}
+	return ""
+}
+
+func (x *BackfillRequest) GetMaxConcurrent() int32 {
+	if x != nil {
+		return x.MaxConcurrent
+	}
+	return 0
+}
+
+func (x *BackfillRequest) GetNewestFirst() bool {
+	if x != nil {
+		return x.NewestFirst
+	}
+	return false
+}
+
+func (x *BackfillRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *BackfillRequest) GetAllowLarge() bool {
+	if x != nil {
+		return x.AllowLarge
+	}
+	return false
+}
+
+type BackfillResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Unset for a dry run.
+	Backfill *JobBackfill `protobuf:"bytes,1,opt,name=backfill,proto3" json:"backfill,omitempty"`
+	// A dry run's instants in the order they would fire (at most 1000 of
+	// them), its total, and how many of the range's instants have a run.
+	Instants      []*timestamppb.Timestamp `protobuf:"bytes,2,rep,name=instants,proto3" json:"instants,omitempty"`
+	Total         int32                    `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	HaveRuns      int32                    `protobuf:"varint,4,opt,name=have_runs,json=haveRuns,proto3" json:"have_runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackfillResponse) Reset() {
+	*x = BackfillResponse{}
+	mi := &file_orrery_v1_job_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackfillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackfillResponse) ProtoMessage() {}
+
+func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
+func (*BackfillResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BackfillResponse) GetBackfill() *JobBackfill {
+	if x != nil {
+		return x.Backfill
+	}
+	return nil
+}
+
+func (x *BackfillResponse) GetInstants() []*timestamppb.Timestamp {
+	if x != nil {
+		return x.Instants
+	}
+	return nil
+}
+
+func (x *BackfillResponse) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *BackfillResponse) GetHaveRuns() int32 {
+	if x != nil {
+		return x.HaveRuns
+	}
+	return 0
+}
+
+// JobBackfill is a backfill and its progress.
+type JobBackfill struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	From          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	To            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	Redo          string                 `protobuf:"bytes,5,opt,name=redo,proto3" json:"redo,omitempty"`
+	MaxConcurrent int32                  `protobuf:"varint,6,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
+	NewestFirst   bool                   `protobuf:"varint,7,opt,name=newest_first,json=newestFirst,proto3" json:"newest_first,omitempty"`
+	// running, done or cancelled (with reason).
+	Status string `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
+	Reason string `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The range's instants, the runs written, the instants that had a run
+	// and were left alone, the runs retried.
+	Total    int32 `protobuf:"varint,10,opt,name=total,proto3" json:"total,omitempty"`
+	Created  int32 `protobuf:"varint,11,opt,name=created,proto3" json:"created,omitempty"`
+	Existing int32 `protobuf:"varint,12,opt,name=existing,proto3" json:"existing,omitempty"`
+	Retried  int32 `protobuf:"varint,13,opt,name=retried,proto3" json:"retried,omitempty"`
+	// Where it stands: the last instant it fired (or passed).
+	Cursor        *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	CreatedBy     string                 `protobuf:"bytes,16,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
+	FinishTime    *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobBackfill) Reset() {
+	*x = JobBackfill{}
+	mi := &file_orrery_v1_job_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobBackfill) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobBackfill) ProtoMessage() {}
+
+func (x *JobBackfill) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobBackfill.ProtoReflect.Descriptor instead.
+func (*JobBackfill) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *JobBackfill) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *JobBackfill) GetJobId() string {
+	if x != nil {
+		return x.JobId
+	}
+	return ""
+}
+
+func (x *JobBackfill) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *JobBackfill) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *JobBackfill) GetRedo() string {
+	if x != nil {
+		return x.Redo
+	}
+	return ""
+}
+
+func (x *JobBackfill) GetMaxConcurrent() int32 {
+	if x != nil {
+		return x.MaxConcurrent
+	}
+	return 0
+}
+
+func (x *JobBackfill) GetNewestFirst() bool {
+	if x != nil {
+		return x.NewestFirst
+	}
+	return false
+}
+
+func (x *JobBackfill) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *JobBackfill) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *JobBackfill) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *JobBackfill) GetCreated() int32 {
+	if x != nil {
+		return x.Created
+	}
+	return 0
+}
+
+func (x *JobBackfill) GetExisting() int32 {
+	if x != nil {
+		return x.Existing
+	}
+	return 0
+}
+
+func (x *JobBackfill) GetRetried() int32 {
+	if x != nil {
+		return x.Retried
+	}
+	return 0
+}
+
+func (x *JobBackfill) GetCursor() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Cursor
+	}
+	return nil
+}
+
+func (x *JobBackfill) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *JobBackfill) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+func (x *JobBackfill) GetFinishTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishTime
+	}
+	return nil
+}
+
+type ListBackfillsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *JobRef                `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBackfillsRequest) Reset() {
+	*x = ListBackfillsRequest{}
+	mi := &file_orrery_v1_job_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBackfillsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBackfillsRequest) ProtoMessage() {}
+
+func (x *ListBackfillsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBackfillsRequest.ProtoReflect.Descriptor instead.
+func (*ListBackfillsRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListBackfillsRequest) GetRef() *JobRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+type ListBackfillsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Backfills     []*JobBackfill         `protobuf:"bytes,1,rep,name=backfills,proto3" json:"backfills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBackfillsResponse) Reset() {
+	*x = ListBackfillsResponse{}
+	mi := &file_orrery_v1_job_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBackfillsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBackfillsResponse) ProtoMessage() {}
+
+func (x *ListBackfillsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBackfillsResponse.ProtoReflect.Descriptor instead.
+func (*ListBackfillsResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListBackfillsResponse) GetBackfills() []*JobBackfill {
+	if x != nil {
+		return x.Backfills
+	}
+	return nil
+}
+
 // Schedule is cron (with an IANA time zone, default UTC) or a one-time instant.
 type Schedule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -160,7 +602,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_orrery_v1_job_proto_msgTypes[0]
+	mi := &file_orrery_v1_job_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +614,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[0]
+	mi := &file_orrery_v1_job_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +627,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{0}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Schedule) GetCron() string {
@@ -264,7 +706,7 @@ type ScheduleExclude struct {
 
 func (x *ScheduleExclude) Reset() {
 	*x = ScheduleExclude{}
-	mi := &file_orrery_v1_job_proto_msgTypes[1]
+	mi := &file_orrery_v1_job_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -276,7 +718,7 @@ func (x *ScheduleExclude) String() string {
 func (*ScheduleExclude) ProtoMessage() {}
 
 func (x *ScheduleExclude) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[1]
+	mi := &file_orrery_v1_job_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -289,7 +731,7 @@ func (x *ScheduleExclude) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleExclude.ProtoReflect.Descriptor instead.
 func (*ScheduleExclude) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{1}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ScheduleExclude) GetDates() []string {
@@ -320,7 +762,7 @@ type HttpExecutor struct {
 
 func (x *HttpExecutor) Reset() {
 	*x = HttpExecutor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[2]
+	mi := &file_orrery_v1_job_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +774,7 @@ func (x *HttpExecutor) String() string {
 func (*HttpExecutor) ProtoMessage() {}
 
 func (x *HttpExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[2]
+	mi := &file_orrery_v1_job_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +787,7 @@ func (x *HttpExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpExecutor.ProtoReflect.Descriptor instead.
 func (*HttpExecutor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{2}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HttpExecutor) GetUrl() string {
@@ -381,7 +823,7 @@ type CommandExecutor struct {
 
 func (x *CommandExecutor) Reset() {
 	*x = CommandExecutor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[3]
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +835,7 @@ func (x *CommandExecutor) String() string {
 func (*CommandExecutor) ProtoMessage() {}
 
 func (x *CommandExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[3]
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +848,7 @@ func (x *CommandExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandExecutor.ProtoReflect.Descriptor instead.
 func (*CommandExecutor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{3}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CommandExecutor) GetArgv() []string {
@@ -446,7 +888,7 @@ type Executor struct {
 
 func (x *Executor) Reset() {
 	*x = Executor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[4]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +900,7 @@ func (x *Executor) String() string {
 func (*Executor) ProtoMessage() {}
 
 func (x *Executor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[4]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +913,7 @@ func (x *Executor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Executor.ProtoReflect.Descriptor instead.
 func (*Executor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{4}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Executor) GetKind() isExecutor_Kind {
@@ -560,7 +1002,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_orrery_v1_job_proto_msgTypes[5]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +1014,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[5]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +1027,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{5}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -623,7 +1065,7 @@ type StepDefaults struct {
 
 func (x *StepDefaults) Reset() {
 	*x = StepDefaults{}
-	mi := &file_orrery_v1_job_proto_msgTypes[6]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +1077,7 @@ func (x *StepDefaults) String() string {
 func (*StepDefaults) ProtoMessage() {}
 
 func (x *StepDefaults) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[6]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +1090,7 @@ func (x *StepDefaults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDefaults.ProtoReflect.Descriptor instead.
 func (*StepDefaults) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{6}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StepDefaults) GetQueue() string {
@@ -700,7 +1142,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_orrery_v1_job_proto_msgTypes[7]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +1154,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[7]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +1167,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{7}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Step) GetName() string {
@@ -827,7 +1269,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -839,7 +1281,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -852,7 +1294,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobSpec) GetSchedule() *Schedule {
@@ -955,7 +1397,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1409,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1422,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Param) GetType() string {
@@ -1029,7 +1471,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1483,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1496,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -1095,7 +1537,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1549,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1562,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -1145,7 +1587,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1599,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1612,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -1206,7 +1648,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1660,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1673,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -1262,7 +1704,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1716,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1729,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -1344,7 +1786,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1798,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1811,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Job) GetId() string {
@@ -1482,7 +1924,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1936,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1949,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LastRun) GetId() string {
@@ -1542,7 +1984,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1996,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +2009,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Source) GetPath() string {
@@ -1596,7 +2038,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +2050,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +2063,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JobRef) GetId() string {
@@ -1656,7 +2098,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +2110,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +2123,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -1714,7 +2156,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +2168,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +2181,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -1764,7 +2206,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +2218,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +2231,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -1824,7 +2266,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2278,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2291,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -1895,7 +2337,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2349,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2362,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -1986,7 +2428,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2440,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2453,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2040,7 +2482,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2494,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2507,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -2105,7 +2547,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2559,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2572,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -2149,7 +2591,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2603,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2616,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -2193,7 +2635,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2205,7 +2647,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2218,7 +2660,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -2237,7 +2679,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2249,7 +2691,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2262,7 +2704,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -2281,7 +2723,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2735,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2748,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -2325,7 +2767,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2337,7 +2779,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2350,7 +2792,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -2369,7 +2811,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2823,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2836,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -2421,7 +2863,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2875,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2888,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -2497,7 +2939,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2951,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2964,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -2553,7 +2995,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +3007,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +3020,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -2606,7 +3048,48 @@ var File_orrery_v1_job_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/job.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15orrery/v1/audit.proto\"\xb3\x02\n" +
+	"\x13orrery/v1/job.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15orrery/v1/audit.proto\"\xaa\x02\n" +
+	"\x0fBackfillRequest\x12#\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x12\n" +
+	"\x04redo\x18\x04 \x01(\tR\x04redo\x12%\n" +
+	"\x0emax_concurrent\x18\x05 \x01(\x05R\rmaxConcurrent\x12!\n" +
+	"\fnewest_first\x18\x06 \x01(\bR\vnewestFirst\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\x12\x1f\n" +
+	"\vallow_large\x18\b \x01(\bR\n" +
+	"allowLarge\"\xb1\x01\n" +
+	"\x10BackfillResponse\x122\n" +
+	"\bbackfill\x18\x01 \x01(\v2\x16.orrery.v1.JobBackfillR\bbackfill\x126\n" +
+	"\binstants\x18\x02 \x03(\v2\x1a.google.protobuf.TimestampR\binstants\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x05R\x05total\x12\x1b\n" +
+	"\thave_runs\x18\x04 \x01(\x05R\bhaveRuns\"\xd1\x04\n" +
+	"\vJobBackfill\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
+	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12.\n" +
+	"\x04from\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x12\n" +
+	"\x04redo\x18\x05 \x01(\tR\x04redo\x12%\n" +
+	"\x0emax_concurrent\x18\x06 \x01(\x05R\rmaxConcurrent\x12!\n" +
+	"\fnewest_first\x18\a \x01(\bR\vnewestFirst\x12\x16\n" +
+	"\x06status\x18\b \x01(\tR\x06status\x12\x16\n" +
+	"\x06reason\x18\t \x01(\tR\x06reason\x12\x14\n" +
+	"\x05total\x18\n" +
+	" \x01(\x05R\x05total\x12\x18\n" +
+	"\acreated\x18\v \x01(\x05R\acreated\x12\x1a\n" +
+	"\bexisting\x18\f \x01(\x05R\bexisting\x12\x18\n" +
+	"\aretried\x18\r \x01(\x05R\aretried\x122\n" +
+	"\x06cursor\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\x06cursor\x12;\n" +
+	"\vcreate_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x1d\n" +
+	"\n" +
+	"created_by\x18\x10 \x01(\tR\tcreatedBy\x12;\n" +
+	"\vfinish_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishTime\";\n" +
+	"\x14ListBackfillsRequest\x12#\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\"M\n" +
+	"\x15ListBackfillsResponse\x124\n" +
+	"\tbackfills\x18\x01 \x03(\v2\x16.orrery.v1.JobBackfillR\tbackfills\"\xb3\x02\n" +
 	"\bSchedule\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x1a\n" +
 	"\btimezone\x18\x02 \x01(\tR\btimezone\x12\x0e\n" +
@@ -2810,7 +3293,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\aJobView\x12\x18\n" +
 	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eJOB_VIEW_BASIC\x10\x01\x12\x11\n" +
-	"\rJOB_VIEW_FULL\x10\x022\xde\x04\n" +
+	"\rJOB_VIEW_FULL\x10\x022\xfc\x05\n" +
 	"\n" +
 	"JobService\x12F\n" +
 	"\tCreateJob\x12\x1b.orrery.v1.CreateJobRequest\x1a\x1c.orrery.v1.CreateJobResponse\x12B\n" +
@@ -2820,7 +3303,9 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\tDeleteJob\x12\x1b.orrery.v1.DeleteJobRequest\x1a\x1c.orrery.v1.DeleteJobResponse\x12C\n" +
 	"\bPauseJob\x12\x1a.orrery.v1.PauseJobRequest\x1a\x1b.orrery.v1.PauseJobResponse\x12F\n" +
 	"\tResumeJob\x12\x1b.orrery.v1.ResumeJobRequest\x1a\x1c.orrery.v1.ResumeJobResponse\x12]\n" +
-	"\x0fPreviewSchedule\x12!.orrery.v1.PreviewScheduleRequest\x1a\".orrery.v1.PreviewScheduleResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"\x0fPreviewSchedule\x12!.orrery.v1.PreviewScheduleRequest\x1a\".orrery.v1.PreviewScheduleResponse\"\x03\x90\x02\x01\x12C\n" +
+	"\bBackfill\x12\x1a.orrery.v1.BackfillRequest\x1a\x1b.orrery.v1.BackfillResponse\x12W\n" +
+	"\rListBackfills\x12\x1f.orrery.v1.ListBackfillsRequest\x1a .orrery.v1.ListBackfillsResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_job_proto_rawDescOnce sync.Once
@@ -2835,149 +3320,170 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
-	(*Schedule)(nil),                // 2: orrery.v1.Schedule
-	(*ScheduleExclude)(nil),         // 3: orrery.v1.ScheduleExclude
-	(*HttpExecutor)(nil),            // 4: orrery.v1.HttpExecutor
-	(*CommandExecutor)(nil),         // 5: orrery.v1.CommandExecutor
-	(*Executor)(nil),                // 6: orrery.v1.Executor
-	(*RetryPolicy)(nil),             // 7: orrery.v1.RetryPolicy
-	(*StepDefaults)(nil),            // 8: orrery.v1.StepDefaults
-	(*Step)(nil),                    // 9: orrery.v1.Step
-	(*JobSpec)(nil),                 // 10: orrery.v1.JobSpec
-	(*Param)(nil),                   // 11: orrery.v1.Param
-	(*Alerts)(nil),                  // 12: orrery.v1.Alerts
-	(*Notify)(nil),                  // 13: orrery.v1.Notify
-	(*Webhook)(nil),                 // 14: orrery.v1.Webhook
-	(*Callback)(nil),                // 15: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 16: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 17: orrery.v1.Job
-	(*LastRun)(nil),                 // 18: orrery.v1.LastRun
-	(*Source)(nil),                  // 19: orrery.v1.Source
-	(*JobRef)(nil),                  // 20: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 21: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 22: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 23: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 24: orrery.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 25: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 26: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 27: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 28: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 29: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 30: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 31: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 32: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 33: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 34: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 35: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 36: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 37: orrery.v1.PlannedInstant
-	nil,                             // 38: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 39: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 40: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 41: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 42: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 43: orrery.v1.ListJobsRequest.LabelsEntry
-	(*durationpb.Duration)(nil),     // 44: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 45: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil),   // 46: google.protobuf.Timestamp
-	(*AuditEntry)(nil),              // 47: orrery.v1.AuditEntry
+	(*BackfillRequest)(nil),         // 2: orrery.v1.BackfillRequest
+	(*BackfillResponse)(nil),        // 3: orrery.v1.BackfillResponse
+	(*JobBackfill)(nil),             // 4: orrery.v1.JobBackfill
+	(*ListBackfillsRequest)(nil),    // 5: orrery.v1.ListBackfillsRequest
+	(*ListBackfillsResponse)(nil),   // 6: orrery.v1.ListBackfillsResponse
+	(*Schedule)(nil),                // 7: orrery.v1.Schedule
+	(*ScheduleExclude)(nil),         // 8: orrery.v1.ScheduleExclude
+	(*HttpExecutor)(nil),            // 9: orrery.v1.HttpExecutor
+	(*CommandExecutor)(nil),         // 10: orrery.v1.CommandExecutor
+	(*Executor)(nil),                // 11: orrery.v1.Executor
+	(*RetryPolicy)(nil),             // 12: orrery.v1.RetryPolicy
+	(*StepDefaults)(nil),            // 13: orrery.v1.StepDefaults
+	(*Step)(nil),                    // 14: orrery.v1.Step
+	(*JobSpec)(nil),                 // 15: orrery.v1.JobSpec
+	(*Param)(nil),                   // 16: orrery.v1.Param
+	(*Alerts)(nil),                  // 17: orrery.v1.Alerts
+	(*Notify)(nil),                  // 18: orrery.v1.Notify
+	(*Webhook)(nil),                 // 19: orrery.v1.Webhook
+	(*Callback)(nil),                // 20: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 21: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 22: orrery.v1.Job
+	(*LastRun)(nil),                 // 23: orrery.v1.LastRun
+	(*Source)(nil),                  // 24: orrery.v1.Source
+	(*JobRef)(nil),                  // 25: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 26: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 27: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 28: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 29: orrery.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 30: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 31: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 32: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 33: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 34: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 35: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 36: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 37: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 38: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 39: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 40: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 41: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 42: orrery.v1.PlannedInstant
+	nil,                             // 43: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 44: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 45: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 46: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 47: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 48: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 49: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 50: google.protobuf.Duration
+	(*structpb.Value)(nil),          // 51: google.protobuf.Value
+	(*AuditEntry)(nil),              // 52: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	44, // 0: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	44, // 1: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
-	3,  // 2: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
-	38, // 3: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	39, // 4: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
-	4,  // 5: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
-	5,  // 6: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	44, // 7: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	44, // 8: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	44, // 9: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
-	7,  // 10: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
-	6,  // 11: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	45, // 12: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	44, // 13: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
-	7,  // 14: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
-	2,  // 15: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	8,  // 16: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	6,  // 17: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	45, // 18: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	9,  // 19: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	12, // 20: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	15, // 21: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	40, // 22: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	45, // 23: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	45, // 24: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	44, // 25: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	44, // 26: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	13, // 27: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	14, // 28: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	41, // 29: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	14, // 30: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	42, // 31: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	16, // 32: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	10, // 33: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,  // 34: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	46, // 35: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	46, // 36: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	46, // 37: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	46, // 38: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	19, // 39: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	18, // 40: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	46, // 41: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	16, // 42: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	10, // 43: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	17, // 44: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	20, // 45: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	17, // 46: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	46, // 47: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	47, // 48: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	0,  // 49: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	43, // 50: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,  // 51: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	17, // 52: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	20, // 53: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	16, // 54: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	10, // 55: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	17, // 56: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	20, // 57: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	17, // 58: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	20, // 59: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	17, // 60: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	20, // 61: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	17, // 62: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	2,  // 63: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	46, // 64: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	46, // 65: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	37, // 66: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	46, // 67: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	46, // 68: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	11, // 69: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	21, // 70: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	23, // 71: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	25, // 72: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	27, // 73: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	29, // 74: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	31, // 75: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	33, // 76: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	35, // 77: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	22, // 78: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	24, // 79: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	26, // 80: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	28, // 81: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	30, // 82: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	32, // 83: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	34, // 84: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	36, // 85: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	78, // [78:86] is the sub-list for method output_type
-	70, // [70:78] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	25, // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
+	49, // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	49, // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	4,  // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
+	49, // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	49, // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	49, // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	49, // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	49, // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	49, // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	25, // 10: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
+	4,  // 11: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
+	50, // 12: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	50, // 13: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	8,  // 14: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
+	43, // 15: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	44, // 16: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	9,  // 17: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
+	10, // 18: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
+	50, // 19: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	50, // 20: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	50, // 21: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	12, // 22: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
+	11, // 23: orrery.v1.Step.run:type_name -> orrery.v1.Executor
+	51, // 24: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	50, // 25: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	12, // 26: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
+	7,  // 27: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	13, // 28: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	11, // 29: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	51, // 30: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	14, // 31: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	17, // 32: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	20, // 33: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	45, // 34: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	51, // 35: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	51, // 36: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	50, // 37: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	50, // 38: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	18, // 39: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	19, // 40: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	46, // 41: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	19, // 42: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	47, // 43: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	21, // 44: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	15, // 45: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,  // 46: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	49, // 47: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	49, // 48: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	49, // 49: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	49, // 50: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	24, // 51: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	23, // 52: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	49, // 53: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	21, // 54: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	15, // 55: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	22, // 56: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	25, // 57: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	22, // 58: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	49, // 59: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	52, // 60: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	0,  // 61: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	48, // 62: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,  // 63: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	22, // 64: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	25, // 65: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	21, // 66: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	15, // 67: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	22, // 68: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	25, // 69: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	22, // 70: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	25, // 71: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	22, // 72: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	25, // 73: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	22, // 74: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	7,  // 75: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	49, // 76: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	49, // 77: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	42, // 78: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	49, // 79: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	49, // 80: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	16, // 81: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	26, // 82: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	28, // 83: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	30, // 84: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	32, // 85: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	34, // 86: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	36, // 87: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	38, // 88: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	40, // 89: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,  // 90: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,  // 91: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	27, // 92: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	29, // 93: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	31, // 94: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	33, // 95: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	35, // 96: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	37, // 97: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	39, // 98: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	41, // 99: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,  // 100: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,  // 101: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	92, // [92:102] is the sub-list for method output_type
+	82, // [82:92] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -2986,7 +3492,7 @@ func file_orrery_v1_job_proto_init() {
 		return
 	}
 	file_orrery_v1_audit_proto_init()
-	file_orrery_v1_job_proto_msgTypes[4].OneofWrappers = []any{
+	file_orrery_v1_job_proto_msgTypes[9].OneofWrappers = []any{
 		(*Executor_Http)(nil),
 		(*Executor_Command)(nil),
 		(*Executor_Handler)(nil),
@@ -2998,7 +3504,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   42,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

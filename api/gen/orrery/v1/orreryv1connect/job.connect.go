@@ -50,6 +50,11 @@ const (
 	// JobServicePreviewScheduleProcedure is the fully-qualified name of the JobService's
 	// PreviewSchedule RPC.
 	JobServicePreviewScheduleProcedure = "/orrery.v1.JobService/PreviewSchedule"
+	// JobServiceBackfillProcedure is the fully-qualified name of the JobService's Backfill RPC.
+	JobServiceBackfillProcedure = "/orrery.v1.JobService/Backfill"
+	// JobServiceListBackfillsProcedure is the fully-qualified name of the JobService's ListBackfills
+	// RPC.
+	JobServiceListBackfillsProcedure = "/orrery.v1.JobService/ListBackfills"
 )
 
 // JobServiceClient is a client for the orrery.v1.JobService service.
@@ -72,6 +77,12 @@ type JobServiceClient interface {
 	ResumeJob(context.Context, *connect.Request[v1.ResumeJobRequest]) (*connect.Response[v1.ResumeJobResponse], error)
 	// PreviewSchedule computes fire instants of a schedule without storing anything.
 	PreviewSchedule(context.Context, *connect.Request[v1.PreviewScheduleRequest]) (*connect.Response[v1.PreviewScheduleResponse], error)
+	// Backfill fires the instants of a job's schedule in a past range, each
+	// once, as runs with trigger backfill, a few at a time (or, with
+	// dry_run, says what it would fire and writes nothing). Audited.
+	Backfill(context.Context, *connect.Request[v1.BackfillRequest]) (*connect.Response[v1.BackfillResponse], error)
+	// ListBackfills lists a job's backfills with their progress, newest first.
+	ListBackfills(context.Context, *connect.Request[v1.ListBackfillsRequest]) (*connect.Response[v1.ListBackfillsResponse], error)
 }
 
 // NewJobServiceClient constructs a client for the orrery.v1.JobService service. By default, it uses
@@ -136,6 +147,19 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		backfill: connect.NewClient[v1.BackfillRequest, v1.BackfillResponse](
+			httpClient,
+			baseURL+JobServiceBackfillProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("Backfill")),
+			connect.WithClientOptions(opts...),
+		),
+		listBackfills: connect.NewClient[v1.ListBackfillsRequest, v1.ListBackfillsResponse](
+			httpClient,
+			baseURL+JobServiceListBackfillsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("ListBackfills")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -149,6 +173,8 @@ type jobServiceClient struct {
 	pauseJob        *connect.Client[v1.PauseJobRequest, v1.PauseJobResponse]
 	resumeJob       *connect.Client[v1.ResumeJobRequest, v1.ResumeJobResponse]
 	previewSchedule *connect.Client[v1.PreviewScheduleRequest, v1.PreviewScheduleResponse]
+	backfill        *connect.Client[v1.BackfillRequest, v1.BackfillResponse]
+	listBackfills   *connect.Client[v1.ListBackfillsRequest, v1.ListBackfillsResponse]
 }
 
 // CreateJob calls orrery.v1.JobService.CreateJob.
@@ -191,6 +217,16 @@ func (c *jobServiceClient) PreviewSchedule(ctx context.Context, req *connect.Req
 	return c.previewSchedule.CallUnary(ctx, req)
 }
 
+// Backfill calls orrery.v1.JobService.Backfill.
+func (c *jobServiceClient) Backfill(ctx context.Context, req *connect.Request[v1.BackfillRequest]) (*connect.Response[v1.BackfillResponse], error) {
+	return c.backfill.CallUnary(ctx, req)
+}
+
+// ListBackfills calls orrery.v1.JobService.ListBackfills.
+func (c *jobServiceClient) ListBackfills(ctx context.Context, req *connect.Request[v1.ListBackfillsRequest]) (*connect.Response[v1.ListBackfillsResponse], error) {
+	return c.listBackfills.CallUnary(ctx, req)
+}
+
 // JobServiceHandler is an implementation of the orrery.v1.JobService service.
 type JobServiceHandler interface {
 	// CreateJob stores a new job. With an idempotency key, a replay returns
@@ -211,6 +247,12 @@ type JobServiceHandler interface {
 	ResumeJob(context.Context, *connect.Request[v1.ResumeJobRequest]) (*connect.Response[v1.ResumeJobResponse], error)
 	// PreviewSchedule computes fire instants of a schedule without storing anything.
 	PreviewSchedule(context.Context, *connect.Request[v1.PreviewScheduleRequest]) (*connect.Response[v1.PreviewScheduleResponse], error)
+	// Backfill fires the instants of a job's schedule in a past range, each
+	// once, as runs with trigger backfill, a few at a time (or, with
+	// dry_run, says what it would fire and writes nothing). Audited.
+	Backfill(context.Context, *connect.Request[v1.BackfillRequest]) (*connect.Response[v1.BackfillResponse], error)
+	// ListBackfills lists a job's backfills with their progress, newest first.
+	ListBackfills(context.Context, *connect.Request[v1.ListBackfillsRequest]) (*connect.Response[v1.ListBackfillsResponse], error)
 }
 
 // NewJobServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -271,6 +313,19 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceBackfillHandler := connect.NewUnaryHandler(
+		JobServiceBackfillProcedure,
+		svc.Backfill,
+		connect.WithSchema(jobServiceMethods.ByName("Backfill")),
+		connect.WithHandlerOptions(opts...),
+	)
+	jobServiceListBackfillsHandler := connect.NewUnaryHandler(
+		JobServiceListBackfillsProcedure,
+		svc.ListBackfills,
+		connect.WithSchema(jobServiceMethods.ByName("ListBackfills")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/orrery.v1.JobService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case JobServiceCreateJobProcedure:
@@ -289,6 +344,10 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceResumeJobHandler.ServeHTTP(w, r)
 		case JobServicePreviewScheduleProcedure:
 			jobServicePreviewScheduleHandler.ServeHTTP(w, r)
+		case JobServiceBackfillProcedure:
+			jobServiceBackfillHandler.ServeHTTP(w, r)
+		case JobServiceListBackfillsProcedure:
+			jobServiceListBackfillsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -328,4 +387,12 @@ func (UnimplementedJobServiceHandler) ResumeJob(context.Context, *connect.Reques
 
 func (UnimplementedJobServiceHandler) PreviewSchedule(context.Context, *connect.Request[v1.PreviewScheduleRequest]) (*connect.Response[v1.PreviewScheduleResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.JobService.PreviewSchedule is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) Backfill(context.Context, *connect.Request[v1.BackfillRequest]) (*connect.Response[v1.BackfillResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.JobService.Backfill is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) ListBackfills(context.Context, *connect.Request[v1.ListBackfillsRequest]) (*connect.Response[v1.ListBackfillsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.JobService.ListBackfills is not implemented"))
 }

@@ -1,0 +1,355 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/usage"
+)
+
+// A backfill fires a range of a job's instants (docs/schedules.md): the
+// instants of its schedule (time zone, start and end, exclusions) in
+// [from, to], each as a run with trigger backfill at its instant, at most
+// MaxConcurrent unfinished at once, oldest or newest first. An instant
+// that has a run already is left alone (invariant 2: one run per job and
+// instant), or, with redo failed, that run is retried from where it
+// failed when it ended failed, dead-lettered or cancelled.
+//
+// Asking for one writes a row (backfills) and an audit row; the scheduler
+// of the job's shard then moves it on (AdvanceBackfills), in its fenced
+// transaction: the runs and the backfill's cursor commit together, so a
+// crash at any point neither doubles nor loses an instant.
+
+// Backfill bounds.
+const (
+	// MaxBackfillInstants is how many instants a range may hold unless the
+	// request allows a large one (AllowLarge), MaxLargeBackfillInstants
+	// then.
+	MaxBackfillInstants      = 10_000
+	MaxLargeBackfillInstants = 100_000
+	DefaultBackfillParallel  = 10
+	MaxBackfillParallel      = 1000
+	// maxDryRunInstants bounds the instants a dry run lists.
+	maxDryRunInstants = 1000
+	// backfillChunk bounds the instants one step of one backfill looks at.
+	backfillChunk = 500
+)
+
+// Redo values: which instants that have a run already a backfill fires
+// again.
+const (
+	RedoNone   = "none"
+	RedoFailed = "failed"
+	RedoAll    = "all"
+)
+
+// BackfillOptions is what a backfill asks for.
+type BackfillOptions struct {
+	From, To      time.Time
+	Redo          string // none (default) or failed
+	MaxConcurrent int    // default DefaultBackfillParallel
+	NewestFirst   bool
+	DryRun        bool
+	AllowLarge    bool
+}
+
+// Backfill is a backfill as the API shows it.
+type Backfill struct {
+	store.Backfill
+	// A dry run's: the instants in the order they would fire (at most
+	// maxDryRunInstants), and how many of the range's have a run already.
+	Instants   []time.Time
+	HaveRuns   int
+	Namespace  string
+	JobName    string
+	DryRunOnly bool
+}
+
+func backfillError(field, format string, args ...any) error {
+	return &dag.FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Backfill asks for a backfill of the job ref (or, with DryRun, says what
+// it would do and writes nothing). Audited as action backfill on the job.
+func (s *Service) Backfill(ctx context.Context, a job.Actor, ref job.Ref, o BackfillOptions) (*Backfill, error) {
+	switch o.Redo {
+	case "":
+		o.Redo = RedoNone
+	case RedoNone, RedoFailed:
+	case RedoAll:
+		return nil, backfillError("redo", "all is not available: an instant keeps one run, and a run that succeeded is not run again; use none or failed")
+	default:
+		return nil, backfillError("redo", "%q is not one of none, failed", o.Redo)
+	}
+	switch {
+	case o.MaxConcurrent == 0:
+		o.MaxConcurrent = DefaultBackfillParallel
+	case o.MaxConcurrent < 0 || o.MaxConcurrent > MaxBackfillParallel:
+		return nil, backfillError("max_concurrent", "%d is outside 1..%d", o.MaxConcurrent, MaxBackfillParallel)
+	}
+	for field, t := range map[string]time.Time{"from": o.From, "to": o.To} {
+		if err := schedule.CheckInstant(t); err != nil {
+			return nil, backfillError(field, "%v", err)
+		}
+	}
+	if !o.To.After(o.From) {
+		return nil, backfillError("to", "%s is not after from %s", o.To.UTC().Format(time.RFC3339), o.From.UTC().Format(time.RFC3339))
+	}
+	var out *Backfill
+	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		out = nil
+		q := store.New(tx)
+		row, err := job.Lock(ctx, q, a, ref)
+		if err != nil {
+			return err
+		}
+		if row.Status == job.StatusDeleted {
+			return fmt.Errorf("%w: %s", job.ErrDeleted, ref)
+		}
+		now, err := q.DatabaseNow(ctx)
+		if err != nil {
+			return err
+		}
+		if o.To.After(now) {
+			return backfillError("to", "%s is in the future (now %s): a backfill fires instants that have passed", o.To.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		}
+		var spec dag.JobSpec
+		if err := json.Unmarshal(row.Spec, &spec); err != nil {
+			return fmt.Errorf("job %s: spec: %w", row.ID, err)
+		}
+		sched, err := schedule.Parse(spec.Schedule)
+		if err != nil {
+			return fmt.Errorf("job %s: schedule: %w", row.ID, err)
+		}
+		if !sched.Anchored() {
+			return backfillError("job", "%s/%s fires @every an interval from when it last fired: its instants in a past range are not fixed", row.Namespace, row.Name)
+		}
+		limit := MaxBackfillInstants
+		if o.AllowLarge {
+			limit = MaxLargeBackfillInstants
+		}
+		all, more := sched.Between(o.From, o.To, limit)
+		switch {
+		case more && o.AllowLarge:
+			return backfillError("from", "the range holds more than %d instants: split it", limit)
+		case more:
+			return backfillError("from", "the range holds more than %d instants: give allow_large (the CLI's --allow-large) for up to %d", limit, MaxLargeBackfillInstants)
+		case len(all) == 0:
+			return backfillError("from", "no instant of %s/%s's schedule is in the range", row.Namespace, row.Name)
+		}
+		b := &Backfill{Namespace: row.Namespace, JobName: row.Name, DryRunOnly: o.DryRun}
+		b.Backfill = store.Backfill{TenantID: row.TenantID, JobID: row.ID, Shard: row.Shard, FromAt: o.From, ToAt: o.To, Redo: o.Redo,
+			MaxConcurrent: int32(o.MaxConcurrent), NewestFirst: o.NewestFirst, Total: int32(len(all)), Status: "running", CreatedBy: a.Name}
+		if o.DryRun {
+			if o.NewestFirst {
+				for i := len(all) - 1; i >= 0 && len(b.Instants) < maxDryRunInstants; i-- {
+					b.Instants = append(b.Instants, all[i])
+				}
+			} else {
+				b.Instants = all[:min(len(all), maxDryRunInstants)]
+			}
+			n, err := q.CountRunsBetween(ctx, store.CountRunsBetweenParams{JobID: row.ID, FromAt: o.From, ToAt: o.To})
+			b.HaveRuns = int(n)
+			out = b
+			return err
+		}
+		written, err := q.InsertBackfill(ctx, store.InsertBackfillParams{ID: uuid.Must(uuid.NewV7()), TenantID: row.TenantID, JobID: row.ID,
+			Shard: row.Shard, FromAt: o.From, ToAt: o.To, Redo: o.Redo, MaxConcurrent: int32(o.MaxConcurrent), NewestFirst: o.NewestFirst,
+			Total: int32(len(all)), CreatedBy: a.Name})
+		if err != nil {
+			return err
+		}
+		b.Backfill = written
+		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+			ID: uuid.Must(uuid.NewV7()), TenantID: row.TenantID, Actor: a.Name, Action: "backfill", TargetKind: "job",
+			TargetID: row.ID, TargetName: row.Namespace + "/" + row.Name, After: mustMarshal(written),
+		}); err != nil {
+			return err
+		}
+		out = b
+		return nil
+	})
+	return out, err
+}
+
+// ListBackfills returns a job's backfills, newest first (at most 100).
+func (s *Service) ListBackfills(ctx context.Context, a job.Actor, ref job.Ref) ([]Backfill, error) {
+	j, err := s.jobs.Get(ctx, a, ref)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := store.New(s.pool).ListBackfills(ctx, store.ListBackfillsParams{TenantID: a.Tenant, JobID: j.ID,
+		BeforeAt: schedule.Latest, BeforeID: uuid.Max, PageSize: 100})
+	out := make([]Backfill, len(rows))
+	for i, r := range rows {
+		out[i] = Backfill{Backfill: r, Namespace: j.Namespace, JobName: j.Name}
+	}
+	return out, err
+}
+
+// BackfillActor is the actor of the audit rows of the retries a backfill
+// with redo failed makes.
+const BackfillActor = "system (backfill)"
+
+// AdvanceBackfills moves the running backfills of the shards on, in tx
+// (the scheduler's, whose fence holds the shards: epochs by shard): for
+// each, the next instants of its range up to its free concurrency, as new
+// runs (or, with redo failed, retries of their failed runs), and its
+// cursor and counts after them; a backfill whose range is done ends done,
+// one whose job was deleted cancelled. A paused job's backfills wait. It
+// returns how many backfills it looked at.
+func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int32, epochs map[int]int64, by *Firer, rooms usage.Rooms) (int, error) {
+	q := store.New(tx)
+	rows, err := q.RunningBackfills(ctx, store.RunningBackfillsParams{Shards: shards, Batch: 20})
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	jobIDs := make([]uuid.UUID, 0, len(rows))
+	for _, r := range rows {
+		jobIDs = append(jobIDs, r.JobID)
+	}
+	counts, err := q.ActiveBackfillRuns(ctx, jobIDs)
+	if err != nil {
+		return 0, err
+	}
+	active := map[uuid.UUID]int{}
+	for _, c := range counts {
+		active[c.JobID] = int(c.Active)
+	}
+	for _, r := range rows {
+		adv := store.AdvanceBackfillParams{ID: r.ID, CursorAt: r.CursorAt, Status: "running"}
+		switch r.JobStatus {
+		case job.StatusDeleted:
+			adv.Status, adv.Reason = "cancelled", "the job was deleted"
+			if err := q.AdvanceBackfill(ctx, adv); err != nil {
+				return 0, err
+			}
+			continue
+		case job.StatusPaused:
+			continue
+		}
+		room := int(r.MaxConcurrent) - active[r.JobID]
+		if room <= 0 {
+			continue
+		}
+		var spec dag.JobSpec
+		if err := json.Unmarshal(r.Spec, &spec); err != nil {
+			return 0, fmt.Errorf("backfill %s: job spec: %w", r.ID, err)
+		}
+		sched, err := schedule.Parse(spec.Schedule)
+		if err != nil {
+			return 0, fmt.Errorf("backfill %s: job schedule: %w", r.ID, err)
+		}
+		next := nextBackfillInstants(sched, r)
+		if len(next) == 0 {
+			adv.Status = "done"
+			if err := q.AdvanceBackfill(ctx, adv); err != nil {
+				return 0, err
+			}
+			continue
+		}
+		have, err := q.RunsAt(ctx, store.RunsAtParams{JobID: r.JobID, Ats: next})
+		if err != nil {
+			return 0, err
+		}
+		existing := make(map[int64]store.RunsAtRow, len(have))
+		for _, h := range have {
+			existing[h.ScheduledFor.UnixNano()] = h
+		}
+		ref := JobRef{ID: r.JobID, Tenant: r.TenantID, Version: r.JobVersion, Shard: int(r.Shard), Spec: &spec}
+		var news []New
+		var retry []uuid.UUID
+		for _, at := range next {
+			if room == 0 {
+				break
+			}
+			adv.CursorAt = &at
+			h, ran := existing[at.UnixNano()]
+			switch {
+			case !ran:
+				news = append(news, New{Job: ref, At: at, Trigger: lifecycle.TriggerBackfill, Status: lifecycle.RunPending, Epoch: epochs[int(r.Shard)]})
+				room--
+			case r.Redo == RedoFailed && lifecycle.RunStatus(h.Status).AcceptsRetry():
+				retry = append(retry, h.ID)
+				room--
+			default:
+				adv.Existing++
+			}
+		}
+		ids, err := a.Insert(ctx, tx, news, by, rooms)
+		if err != nil {
+			return 0, err
+		}
+		for _, id := range ids {
+			if id != uuid.Nil {
+				adv.Created++
+			}
+		}
+		for _, id := range retry {
+			ok, err := a.retryFinished(ctx, tx, job.Actor{Tenant: r.TenantID, Name: BackfillActor}, id, r.Namespace+"/"+r.Name)
+			if err != nil {
+				return 0, err
+			}
+			if ok {
+				adv.Retried++
+			} else {
+				adv.Existing++
+			}
+		}
+		active[r.JobID] += int(adv.Created + adv.Retried)
+		if err := q.AdvanceBackfill(ctx, adv); err != nil {
+			return 0, err
+		}
+	}
+	return len(rows), nil
+}
+
+// nextBackfillInstants is the next chunk of a backfill's instants after
+// its cursor, in the order it fires them.
+func nextBackfillInstants(s *schedule.Schedule, b store.RunningBackfillsRow) []time.Time {
+	if b.NewestFirst {
+		until := b.ToAt
+		if b.CursorAt != nil {
+			until = b.CursorAt.Add(-time.Nanosecond)
+		}
+		return s.Latest(b.FromAt, until, backfillChunk)
+	}
+	from := b.FromAt
+	if b.CursorAt != nil {
+		from = b.CursorAt.Add(time.Nanosecond)
+	}
+	next, _ := s.Between(from, b.ToAt, backfillChunk)
+	return next
+}
+
+// retryFinished retries run id in tx (RetryRun's graph step, without the
+// overlap policy: a backfill's concurrency bounds it) when it ended
+// failed, dead-lettered or cancelled, and reports whether it did.
+func (a *Applier) retryFinished(ctx context.Context, tx pgx.Tx, actor job.Actor, id uuid.UUID, jobName string) (bool, error) {
+	q := store.New(tx)
+	if _, err := q.LockRun(ctx, id); err != nil {
+		if store.IsNotFound(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	r, err := q.GetRun(ctx, store.GetRunParams{TenantID: actor.Tenant, ID: id})
+	if err != nil {
+		return false, err
+	}
+	before := fromGetRow(r)
+	if !before.Status.AcceptsRetry() {
+		return false, nil
+	}
+	return true, retryGraph(ctx, tx, a, actor, before, jobName)
+}

@@ -1,0 +1,186 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/enginetest"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/node"
+	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/run"
+)
+
+// A backfill fires each instant of the range once (by the job's zone and
+// exclusions), newest first, never more than max_concurrent at once; a
+// second identical one creates nothing; a dry run writes nothing; redo
+// failed retries the failed runs in place.
+func TestBackfillFiresEachInstantOnce(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	var inflight, most atomic.Int64
+	var failing atomic.Bool
+	failing.Store(true)
+	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{"work": func(ctx context.Context, c executor.Call) error {
+		n := inflight.Add(1)
+		defer inflight.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(50 * time.Millisecond)
+		// The instant of 4 October fails while failing is set.
+		if failing.Load() && c.ScheduledFor.Day() == 4 {
+			return executor.Permanent(errors.New("boom"))
+		}
+		return nil
+	}})
+	startPolicyNode(t, pool, node.Config{})
+	spec := dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("0 9 * * *"), Timezone: "Europe/Berlin", Exclude: &schedule.Exclude{Dates: []string{"2026-10-10"}}},
+		Overlap:  dag.OverlapSkip, Run: &dag.Executor{Handler: "work"}, Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}},
+	}
+	j := createJob(t, pool, "daily", spec)
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := run.NewService(pool, jobs, d)
+	ref := job.Ref{Namespace: "default", Name: "daily"}
+	from, to := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 10, 20, 7, 0, 0, 0, time.UTC)
+	sched, err := schedule.Parse(spec.Schedule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := sched.Between(from, to, 100) // 9:00 Berlin (7:00Z in summer time) from 1 to 20 October but the 10th
+	if len(want) != 19 {
+		t.Fatalf("the range holds %d instants, want 19", len(want))
+	}
+
+	dry, err := runs.Backfill(ctx, job.Anonymous, ref, run.BackfillOptions{From: from, To: to, NewestFirst: true, DryRun: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dry.Total != 19 || len(dry.Instants) != 19 || !dry.Instants[0].Equal(want[18]) || enginetest.Int(t, pool, "SELECT count(*) FROM backfills") != 0 {
+		t.Fatalf("dry run: total %d, instants %v; want 19, newest first, nothing written", dry.Total, dry.Instants)
+	}
+
+	b, err := runs.Backfill(ctx, job.Anonymous, ref, run.BackfillOptions{From: from, To: to, MaxConcurrent: 3, NewestFirst: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := func(id any) bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM backfills WHERE id = $1 AND status = 'done'", id) == 1 &&
+			enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND finished_at IS NULL", j.ID) == 0
+	}
+	enginetest.WaitFor(t, 60*time.Second, "the backfill done and its runs ended", func() bool { return done(b.ID) })
+	got := instantsOf(t, pool, "SELECT scheduled_for FROM runs WHERE job_id = $1 AND trigger = 'backfill' ORDER BY scheduled_for", j.ID)
+	if !slices.EqualFunc(got, want, func(a, b time.Time) bool { return a.Equal(b) }) {
+		t.Fatalf("backfilled instants %v, want %v", got, want)
+	}
+	if m := most.Load(); m > 3 {
+		t.Errorf("%d runs of the backfill at once, max_concurrent 3", m)
+	}
+	if first := instantsOf(t, pool, "SELECT scheduled_for FROM runs WHERE job_id = $1 ORDER BY created_at, scheduled_for DESC LIMIT 1", j.ID); !first[0].Equal(want[18]) {
+		t.Errorf("first run written for %s, want the newest instant %s", first[0], want[18])
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM audit_log WHERE action = 'backfill' AND target_id = $1", j.ID); n != 1 {
+		t.Errorf("%d backfill audit rows, want 1", n)
+	}
+
+	// Again: nothing new; with redo failed, the failed instant's run is
+	// retried in place, and succeeds.
+	again, err := runs.Backfill(ctx, job.Anonymous, ref, run.BackfillOptions{From: from, To: to})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the second backfill done", func() bool { return done(again.ID) })
+	failing.Store(false)
+	redo, err := runs.Backfill(ctx, job.Anonymous, ref, run.BackfillOptions{From: from, To: to, Redo: run.RedoFailed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the redo backfill done", func() bool { return done(redo.ID) })
+	list, err := runs.ListBackfills(ctx, job.Anonymous, ref)
+	if err != nil || len(list) != 3 {
+		t.Fatalf("list: %d, %v", len(list), err)
+	}
+	r, a, f := list[2], list[1], list[0] // newest first
+	if r.Created != 19 || a.Created != 0 || a.Existing != 19 || f.Retried != 1 || f.Existing != 18 {
+		t.Errorf("created %d; again created %d, left %d; redo retried %d, left %d", r.Created, a.Created, a.Existing, f.Retried, f.Existing)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1", j.ID); n != 19 {
+		t.Errorf("%d runs, want 19: one per instant", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND status = 'succeeded'", j.ID); n != 19 {
+		t.Errorf("%d runs succeeded, want 19 after the redo", n)
+	}
+}
+
+// What a backfill refuses, naming the field.
+func TestBackfillErrors(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	createJob(t, pool, "often", dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("* * * * * *")}, Run: &dag.Executor{Handler: "h"}})
+	createJob(t, pool, "every", dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@every 1h")}, Run: &dag.Executor{Handler: "h"}})
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := run.NewService(pool, jobs, nil)
+	day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	often, every := job.Ref{Namespace: "default", Name: "often"}, job.Ref{Namespace: "default", Name: "every"}
+	for _, c := range []struct {
+		name string
+		ref  job.Ref
+		o    run.BackfillOptions
+		want string
+	}{
+		{"future", often, run.BackfillOptions{From: day, To: time.Now().Add(time.Hour)}, "to: "},
+		{"reversed", often, run.BackfillOptions{From: day, To: day.Add(-time.Hour)}, "to: "},
+		{"too many", often, run.BackfillOptions{From: day, To: day.Add(24 * time.Hour)}, "more than 10000 instants: give allow_large"},
+		{"redo all", often, run.BackfillOptions{From: day, To: day.Add(time.Minute), Redo: "all"}, "redo: all is not available"},
+		{"parallel", often, run.BackfillOptions{From: day, To: day.Add(time.Minute), MaxConcurrent: 5000}, "max_concurrent: 5000 is outside"},
+		{"every", every, run.BackfillOptions{From: day, To: day.Add(24 * time.Hour)}, "@every"},
+	} {
+		_, err := runs.Backfill(ctx, job.Anonymous, c.ref, c.o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want ...%s...", c.name, err, c.want)
+		}
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM backfills"); n != 0 {
+		t.Errorf("%d backfills written by refused requests", n)
+	}
+}
+
+func instantsOf(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []time.Time {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range out {
+		out[i] = out[i].UTC()
+	}
+	return out
+}

@@ -1,0 +1,52 @@
+-- Backfills (docs/schedules.md): a range of a job's instants fired as runs
+-- with trigger backfill by the scheduler of the job's shard.
+
+-- name: InsertBackfill :one
+INSERT INTO backfills (id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, total, status, created_at, created_by)
+VALUES (@id, @tenant_id, @job_id, @shard, @from_at, @to_at, @redo, @max_concurrent, @newest_first, @total, 'running', now(), @created_by)
+RETURNING *;
+
+-- RunningBackfillTenants is the scheduler's cheap look before it opens a
+-- transaction for backfills: the tenants with a running one in the
+-- shards (whose storage quotas it reads first).
+-- name: RunningBackfillTenants :many
+SELECT DISTINCT tenant_id FROM backfills WHERE shard = ANY(@shards::int[]) AND status = 'running';
+
+-- RunningBackfills locks the running backfills of the shards, oldest
+-- first, with their jobs' definitions (read, not locked).
+-- name: RunningBackfills :many
+SELECT b.*, j.status AS job_status, j.version AS job_version, j.namespace, j.name, j.spec
+FROM backfills AS b JOIN jobs AS j ON j.id = b.job_id
+WHERE b.shard = ANY(@shards::int[]) AND b.status = 'running'
+ORDER BY b.created_at
+LIMIT @batch
+FOR UPDATE OF b SKIP LOCKED;
+
+-- ActiveBackfillRuns counts the unfinished backfill runs of jobs (those
+-- that hold a backfill's concurrency).
+-- name: ActiveBackfillRuns :many
+SELECT job_id, count(*)::int AS active FROM runs
+WHERE job_id = ANY(@job_ids::uuid[]) AND finished_at IS NULL AND trigger = 'backfill'
+GROUP BY job_id;
+
+-- RunsAt reads a job's runs at the given instants.
+-- name: RunsAt :many
+SELECT id, scheduled_for, status FROM runs WHERE job_id = @job_id AND scheduled_for = ANY(@ats::timestamptz[]);
+
+-- name: AdvanceBackfill :exec
+UPDATE backfills SET cursor_at = sqlc.narg(cursor_at), created = created + @created, existing = existing + @existing,
+    retried = retried + @retried, status = @status, reason = @reason,
+    finished_at = CASE WHEN @status::text = 'running' THEN NULL ELSE now() END
+WHERE id = @id;
+
+-- ListBackfills pages through a job's backfills, newest first.
+-- name: ListBackfills :many
+SELECT * FROM backfills WHERE tenant_id = @tenant_id AND job_id = @job_id
+  AND (created_at, id) < (@before_at::timestamptz, @before_id::uuid)
+ORDER BY created_at DESC, id DESC
+LIMIT @page_size;
+
+-- CountRunsBetween counts a job's runs at instants in [from, to]
+-- (a dry run's "already ran").
+-- name: CountRunsBetween :one
+SELECT count(*)::int FROM runs WHERE job_id = @job_id AND scheduled_for >= @from_at AND scheduled_for <= @to_at;
