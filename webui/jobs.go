@@ -2,14 +2,18 @@ package webui
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
@@ -86,8 +90,13 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v *view) error 
 	if len(recent) > 20 {
 		recent = recent[:20]
 	}
+	backfills, err := s.clients.jobs.ListBackfills(v.ctx, connect.NewRequest(&orreryv1.ListBackfillsRequest{Ref: &orreryv1.JobRef{Id: j.GetId()}}))
+	if err != nil {
+		return err
+	}
 	s.render(w, r, v, http.StatusOK, "job", map[string]any{
-		"Params": paramFields(resource.Spec.Params),
+		"Params": paramFields(resource.Spec.Params), "Backfills": backfills.Msg.GetBackfills(),
+		"DST": dag.ScheduleWarnings(resource.Spec.Schedule, time.Now()), "Cron": len(resource.Spec.Schedule.Cron) > 0,
 		"Job":    j, "Zone": spec.GetSchedule().GetTimezone(), "YAML": def.String(), "Upcoming": res.Msg.GetNextFireTimes(),
 		"Ledger": buildLedger(j, res.Msg.GetHistory(), runs.Msg.GetRuns()), "Runs": recent, "History": res.Msg.GetHistory(),
 		"CanEdit": v.can(access.Editor, md.GetNamespace(), md.GetName()),
@@ -113,6 +122,8 @@ func (s *Server) jobAction(w http.ResponseWriter, r *http.Request, v *view) erro
 			return err
 		}
 		flash = "Resumed " + ref.Namespace + "/" + ref.Name + "."
+	case "backfill":
+		return s.backfill(w, r, v, ref)
 	case "trigger":
 		texts := map[string]string{}
 		for k, vs := range r.PostForm {
@@ -129,6 +140,47 @@ func (s *Server) jobAction(w http.ResponseWriter, r *http.Request, v *view) erro
 		return errNotFound
 	}
 	return seeOther(w, r, back, flash)
+}
+
+// backfill asks for a backfill (or a dry run) from the job page's form:
+// from and to as RFC 3339 (or the browser's datetime-local, read as UTC).
+func (s *Server) backfill(w http.ResponseWriter, r *http.Request, v *view, ref *orreryv1.JobRef) error {
+	req := &orreryv1.BackfillRequest{Ref: ref, Redo: r.PostFormValue("redo"), NewestFirst: r.PostFormValue("newest_first") != "",
+		DryRun: r.PostFormValue("dry_run") != "", AllowLarge: r.PostFormValue("allow_large") != ""}
+	if n := r.PostFormValue("max_concurrent"); n != "" {
+		v, err := strconv.ParseInt(n, 10, 32)
+		if err != nil {
+			return badInput(fmt.Sprintf("max_concurrent: %q is not a whole number", n))
+		}
+		req.MaxConcurrent = int32(v)
+	}
+	for _, f := range []struct {
+		name string
+		to   **timestamppb.Timestamp
+	}{{"from", &req.From}, {"to", &req.To}} {
+		text := r.PostFormValue(f.name)
+		t, err := time.Parse(time.RFC3339, text)
+		if err != nil {
+			if t, err = time.Parse("2006-01-02T15:04", text); err != nil {
+				return badInput(fmt.Sprintf("%s: %q is not an instant such as 2026-11-01T00:00:00Z", f.name, text))
+			}
+		}
+		*f.to = timestamppb.New(t)
+	}
+	res, err := s.clients.jobs.Backfill(v.ctx, connect.NewRequest(req))
+	if err != nil {
+		return err
+	}
+	back := "/jobs/" + ref.Namespace + "/" + ref.Name
+	m := res.Msg
+	if req.DryRun {
+		msg := fmt.Sprintf("Dry run: %d instants, %d of them have a run already", m.GetTotal(), m.GetHaveRuns())
+		if is := m.GetInstants(); len(is) > 0 {
+			msg += fmt.Sprintf("; first %s, last %s", is[0].AsTime().UTC().Format(time.RFC3339), is[len(is)-1].AsTime().UTC().Format(time.RFC3339))
+		}
+		return seeOther(w, r, back, msg+". Nothing was written.")
+	}
+	return seeOther(w, r, back, fmt.Sprintf("Backfill %s asked for: %d instants.", m.GetBackfill().GetId(), m.GetBackfill().GetTotal()))
 }
 
 var plainArg = regexp.MustCompile(`^[A-Za-z0-9_./:=@,+-]+$`)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -38,7 +39,7 @@ Jobs carry their source: the file, and the commit when the folder is a git
 checkout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			jobs, err := readFolder(path, namespace)
+			jobs, err := readFolder(path, namespace, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -98,8 +99,9 @@ func printPlan(w io.Writer, changes []*orreryv1.Change) map[string]int {
 }
 
 // readFolder decodes and checks every YAML file, and records where each
-// job comes from.
-func readFolder(path, namespace string) ([]*orreryv1.AppliedJob, error) {
+// job comes from; warnings (daylight-saving changes its schedules meet)
+// go to warn.
+func readFolder(path, namespace string, warn io.Writer) ([]*orreryv1.AppliedJob, error) {
 	files, err := yamlFiles(path)
 	if err != nil {
 		return nil, err
@@ -115,6 +117,9 @@ func readFolder(path, namespace string) ([]*orreryv1.AppliedJob, error) {
 		docs, es := dag.Decode(f, data)
 		all = append(all, es...)
 		for _, d := range docs {
+			for _, w := range d.ScheduleWarnings(time.Now()) {
+				fmt.Fprintln(warn, w.Error())
+			}
 			if namespace != "" {
 				switch {
 				case !d.Has("metadata.namespace"):

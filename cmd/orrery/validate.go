@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -36,7 +37,7 @@ func newValidateCmd() *cobra.Command {
 				jobs += len(docs)
 				all = append(all, es...)
 				for _, d := range docs {
-					for _, h := range d.Hints() {
+					for _, h := range append(d.Hints(), d.ScheduleWarnings(time.Now())...) {
 						fmt.Fprintln(cmd.ErrOrStderr(), h.Error())
 					}
 				}

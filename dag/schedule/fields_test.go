@@ -178,3 +178,36 @@ func TestCronListReadsAStringOrAList(t *testing.T) {
 		t.Errorf("%v %v", back, err)
 	}
 }
+
+func TestDSTWarnings(t *testing.T) {
+	from := mustTime(t, "2027-01-01T00:00:00Z")
+	for _, c := range []struct {
+		spec Spec
+		want []string
+	}{
+		{Spec{Cron: Crons("30 2 * * *"), Timezone: "America/New_York"},
+			[]string{"cron: on 2027-03-14 the clocks in America/New_York skip 02:00-03:00: 02:30:00 does not exist that day, and Orrery fires it once at 03:00 EDT"}},
+		{Spec{Cron: Crons("0 9 * * *", "30 1 * * *"), Timezone: "America/New_York"},
+			[]string{"cron[1]: on 2027-11-07 the clocks in America/New_York go back and 01:00-02:00 happens twice: Orrery fires 01:30:00 once, at its first occurrence (EDT"}},
+		{Spec{Cron: Crons("*/30 * * * *"), Timezone: "Europe/Berlin"},
+			[]string{"cron: on 2027-03-28 the clocks in Europe/Berlin skip 02:00-03:00: the times it names in that hour (from 02:00:00) do not exist",
+				"cron: on 2027-10-31 the clocks in Europe/Berlin go back and 02:00-03:00 happens twice: the times it names in that hour (from 02:00:00) fire twice, CEST then CET"}},
+		{Spec{Cron: Crons("0 9 * * *"), Timezone: "America/New_York"}, nil},
+		{Spec{Cron: Crons("30 2 * * *")}, nil},
+	} {
+		s := mustParse(t, c.spec)
+		var got []string
+		for _, w := range s.DSTWarnings(c.spec, from, 365*24*time.Hour) {
+			got = append(got, w.Field+": "+w.Message)
+		}
+		if len(got) != len(c.want) {
+			t.Errorf("%v: got %q, want %d", c.spec.Cron, got, len(c.want))
+			continue
+		}
+		for i := range got {
+			if !strings.HasPrefix(got[i], c.want[i]) {
+				t.Errorf("%v:\ngot  %s\nwant %s...", c.spec.Cron, got[i], c.want[i])
+			}
+		}
+	}
+}
