@@ -97,7 +97,7 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v *view) error 
 	s.render(w, r, v, http.StatusOK, "job", map[string]any{
 		"Params": paramFields(resource.Spec.Params), "Backfills": backfills.Msg.GetBackfills(),
 		"DST": dag.ScheduleWarnings(resource.Spec.Schedule, time.Now()), "Cron": len(resource.Spec.Schedule.Cron) > 0,
-		"Job":    j, "Zone": spec.GetSchedule().GetTimezone(), "YAML": def.String(), "Upcoming": res.Msg.GetNextFireTimes(),
+		"Job": j, "Zone": spec.GetSchedule().GetTimezone(), "YAML": def.String(), "Upcoming": res.Msg.GetNextFireTimes(),
 		"Ledger": buildLedger(j, res.Msg.GetHistory(), runs.Msg.GetRuns()), "Runs": recent, "History": res.Msg.GetHistory(),
 		"CanEdit": v.can(access.Editor, md.GetNamespace(), md.GetName()),
 		"CLI":     "orrery jobs get " + md.GetName() + " -n " + md.GetNamespace(),
