@@ -163,6 +163,9 @@ var policies = map[string]policy{
 	orreryv1connect.JobServiceListBackfillsProcedure: {role: access.Reader, targets: func(m any) []target {
 		return onRef(m.(*orreryv1.ListBackfillsRequest).GetRef())
 	}},
+	// A forecast counts only the stored jobs the caller may read (and the
+	// jobs it sends).
+	orreryv1connect.PipelineServiceForecastProcedure:   anyReader,
 	orreryv1connect.JobServiceListJobsProcedure:        anyReader,
 	orreryv1connect.JobServicePreviewScheduleProcedure: anyReader,
 

@@ -68,11 +68,12 @@ type Server struct {
 
 // clients call the API in-process.
 type clients struct {
-	jobs    orreryv1connect.JobServiceClient
-	runs    orreryv1connect.RunServiceClient
-	cluster orreryv1connect.ClusterServiceClient
-	audit   orreryv1connect.AuditServiceClient
-	access  orreryv1connect.AccessServiceClient
+	jobs     orreryv1connect.JobServiceClient
+	runs     orreryv1connect.RunServiceClient
+	cluster  orreryv1connect.ClusterServiceClient
+	audit    orreryv1connect.AuditServiceClient
+	access   orreryv1connect.AccessServiceClient
+	pipeline orreryv1connect.PipelineServiceClient
 }
 
 // inProcess hands a request to the API handler without a network hop.
@@ -107,6 +108,8 @@ func New(cfg Config) (*Server, error) {
 			cluster: orreryv1connect.NewClusterServiceClient(hc, base),
 			audit:   orreryv1connect.NewAuditServiceClient(hc, base),
 			access:  orreryv1connect.NewAccessServiceClient(hc, base),
+
+			pipeline: orreryv1connect.NewPipelineServiceClient(hc, base),
 		}}
 	s.events = newHub(s.clients.runs, log)
 	static, _ := fs.Sub(staticFS, "static")
@@ -127,6 +130,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("POST /dlq/replay", s.dlqReplay)
 	s.handle("GET /cluster", s.clusterPage)
 	s.handle("GET /audit", s.auditPage)
+	s.handle("GET /forecast", s.forecastPage)
 	s.handle("/", func(w http.ResponseWriter, r *http.Request, v *view) error {
 		return errNotFound
 	})

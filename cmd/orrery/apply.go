@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
@@ -61,7 +62,7 @@ checkout.`,
 			summary := fmt.Sprintf("%d to create, %d to update, %d to delete, %d unchanged", counts["create"], counts["update"], counts["delete"], counts["unchanged"])
 			if dryRun {
 				fmt.Fprintf(out, "Plan: %s (dry run: nothing applied).\n", summary)
-				return nil
+				return printPeakMove(cmd, client, jobs, prune, namespace)
 			}
 			res, err := client.Apply(cmd.Context(), connect.NewRequest(&orreryv1.ApplyRequest{Jobs: jobs, Prune: prune, Namespaces: namespaces}))
 			if err != nil {
@@ -168,4 +169,37 @@ func gitInfo(path string) (top, commit string) {
 		return strings.TrimSpace(string(t)), ""
 	}
 	return strings.TrimSpace(string(t)), strings.TrimSpace(string(c))
+}
+
+// printPeakMove says how applying jobs would move the busiest minute of
+// the next 24 hours, over the namespace (every one the caller reads when
+// empty): a platform team sees its midnight storm before midnight.
+func printPeakMove(cmd *cobra.Command, client orreryv1connect.PipelineServiceClient, jobs []*orreryv1.AppliedJob, prune bool, namespace string) error {
+	from := time.Now().Truncate(time.Minute)
+	ask := func(with []*orreryv1.AppliedJob) (*orreryv1.ForecastResponse, error) {
+		res, err := client.Forecast(cmd.Context(), connect.NewRequest(&orreryv1.ForecastRequest{Namespace: namespace,
+			From: timestamppb.New(from), To: timestamppb.New(from.Add(24 * time.Hour)), Top: 1, Jobs: with, Prune: prune}))
+		if err != nil {
+			return nil, err
+		}
+		return res.Msg, nil
+	}
+	before, err := ask(nil)
+	if err != nil {
+		return err
+	}
+	after, err := ask(jobs)
+	if err != nil {
+		return err
+	}
+	peak := func(f *orreryv1.ForecastResponse) string {
+		if len(f.GetHottest()) == 0 {
+			return "no runs"
+		}
+		h := f.GetHottest()[0]
+		return fmt.Sprintf("%d runs at %s", h.GetRuns(), h.GetMinute().AsTime().UTC().Format("2006-01-02T15:04Z"))
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "Busiest minute of the next 24 hours: %s now, %s after applying (%d runs in all now, %d after).\n",
+		peak(before), peak(after), before.GetRuns(), after.GetRuns())
+	return nil
 }

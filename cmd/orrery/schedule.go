@@ -3,6 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -11,7 +15,9 @@ import (
 
 	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/forecast"
 )
 
 func newScheduleCmd(g *globals) *cobra.Command {
@@ -98,6 +104,133 @@ scheduler will fire it.`,
 	f.StringVarP(&file, "file", "f", "", "preview the schedule of the job in this YAML file")
 	f.StringVar(&from, "from", "", "compute instants after this RFC 3339 instant (default: now)")
 	f.Int32VarP(&n, "count", "n", 10, "how many instants (at most 1000)")
-	cmd.AddCommand(preview)
+	cmd.AddCommand(preview, newForecastCmd(g))
 	return cmd
+}
+
+func newForecastCmd(g *globals) *cobra.Command {
+	var path, namespace, from, to string
+	var top int32
+	cmd := &cobra.Command{
+		Use:   "forecast [-f DIR | --namespace NS] [--from T] [--to T] [--top N]",
+		Short: "Count the runs jobs will fire per minute over a window: the hottest minutes and the jobs that make them",
+		Long: `forecast counts, minute by minute, the runs the active jobs will fire from
+--from (default now) to --to (default 24 hours later, at most 7 days), with
+their jitter, exclusions and bounds, as the scheduler fires them: the
+total, the tasks by queue, the busiest hours, and the hottest minutes with
+the jobs that make them. With -f, the jobs of a YAML file or folder,
+computed here without a server; else the server's jobs (of --namespace, or
+every one you may read).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			start := time.Now().Truncate(time.Minute)
+			if from != "" {
+				t, err := time.Parse(time.RFC3339, from)
+				if err != nil {
+					return fmt.Errorf("--from: %q is not an RFC 3339 instant", from)
+				}
+				start = t
+			}
+			end := start.Add(24 * time.Hour)
+			if to != "" {
+				t, err := time.Parse(time.RFC3339, to)
+				if err != nil {
+					return fmt.Errorf("--to: %q is not an RFC 3339 instant", to)
+				}
+				end = t
+			}
+			var res *orreryv1.ForecastResponse
+			if path != "" {
+				if namespace != "" {
+					return errors.New("give -f DIR or --namespace NS, not both")
+				}
+				files, err := yamlFiles(path)
+				if err != nil {
+					return err
+				}
+				var jobs []forecast.Job
+				for _, f := range files {
+					docs, err := readResources(f)
+					if err != nil {
+						return err
+					}
+					for _, d := range docs {
+						r := d.Resource
+						jobs = append(jobs, forecast.Job{Namespace: r.Metadata.Namespace, Name: r.Metadata.Name, Spec: r.Spec})
+					}
+				}
+				n := int(top)
+				if n == 0 {
+					n = 5
+				}
+				f, err := forecast.Compute(jobs, start, end, n)
+				if err != nil {
+					return fmt.Errorf("forecast: %w", err)
+				}
+				res = api.ForecastToProto(f, len(jobs))
+			} else {
+				r, err := orreryv1connect.NewPipelineServiceClient(g.httpClient(), g.baseURL()).Forecast(cmd.Context(), connect.NewRequest(&orreryv1.ForecastRequest{
+					Namespace: namespace, From: timestamppb.New(start), To: timestamppb.New(end), Top: top}))
+				if err != nil {
+					return err
+				}
+				res = r.Msg
+			}
+			printForecast(cmd.OutOrStdout(), res, start, end)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&path, "file", "f", "", "the jobs of a YAML file, or a folder searched for *.yaml and *.yml (no server)")
+	f.StringVarP(&namespace, "namespace", "n", "", "the server's jobs of one namespace")
+	f.StringVar(&from, "from", "", "the window's start, RFC 3339 (default: now)")
+	f.StringVar(&to, "to", "", "the window's end, RFC 3339 (default: 24 hours after --from; at most 7 days)")
+	f.Int32Var(&top, "top", 5, "how many of the hottest minutes to name (at most 50)")
+	return cmd
+}
+
+func printForecast(w io.Writer, f *orreryv1.ForecastResponse, from, to time.Time) {
+	fmt.Fprintf(w, "%d runs from %d jobs between %s and %s\n", f.GetRuns(), f.GetJobs(), from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339))
+	if q := f.GetTasksByQueue(); len(q) > 0 {
+		fmt.Fprintf(w, "tasks by queue: %s\n", queueCounts(q))
+	}
+	hours := map[time.Time]int32{}
+	var order []time.Time
+	for _, m := range f.GetMinutes() {
+		h := m.GetMinute().AsTime().UTC().Truncate(time.Hour)
+		if _, ok := hours[h]; !ok {
+			order = append(order, h)
+		}
+		hours[h] += m.GetRuns()
+	}
+	if len(order) > 0 {
+		fmt.Fprintln(w, "\nruns by hour (UTC):")
+		var most int32
+		for _, h := range order {
+			most = max(most, hours[h])
+		}
+		for _, h := range order {
+			bar := strings.Repeat("#", int(1+39*int64(hours[h])/int64(max(most, 1))))
+			fmt.Fprintf(w, "  %s  %7d  %s\n", h.Format("2006-01-02T15Z"), hours[h], bar)
+		}
+	}
+	if len(f.GetHottest()) > 0 {
+		fmt.Fprintln(w, "\nhottest minutes:")
+		for _, m := range f.GetHottest() {
+			var jobs []string
+			for _, j := range m.GetJobs() {
+				jobs = append(jobs, fmt.Sprintf("%s (%d)", j.GetJob(), j.GetRuns()))
+			}
+			fmt.Fprintf(w, "  %s  %d runs  [%s]  %s\n", m.GetMinute().AsTime().UTC().Format("2006-01-02T15:04Z"), m.GetRuns(),
+				queueCounts(m.GetTasksByQueue()), strings.Join(jobs, ", "))
+		}
+	}
+}
+
+func queueCounts(q map[string]int32) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, q[k]))
+	}
+	return strings.Join(parts, " ")
 }

@@ -9,6 +9,7 @@ package orreryv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -372,11 +373,299 @@ func (x *ApplyResponse) GetChanges() []*Change {
 	return nil
 }
 
+type ForecastRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	From      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To        *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// The hottest minutes to name; default 5, at most 50.
+	Top           int32         `protobuf:"varint,4,opt,name=top,proto3" json:"top,omitempty"`
+	Jobs          []*AppliedJob `protobuf:"bytes,5,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Prune         bool          `protobuf:"varint,6,opt,name=prune,proto3" json:"prune,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForecastRequest) Reset() {
+	*x = ForecastRequest{}
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForecastRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForecastRequest) ProtoMessage() {}
+
+func (x *ForecastRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForecastRequest.ProtoReflect.Descriptor instead.
+func (*ForecastRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_pipeline_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ForecastRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ForecastRequest) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *ForecastRequest) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *ForecastRequest) GetTop() int32 {
+	if x != nil {
+		return x.Top
+	}
+	return 0
+}
+
+func (x *ForecastRequest) GetJobs() []*AppliedJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ForecastRequest) GetPrune() bool {
+	if x != nil {
+		return x.Prune
+	}
+	return false
+}
+
+type ForecastResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Runs that fire in the window, and the tasks they hold by queue.
+	Runs         int32            `protobuf:"varint,1,opt,name=runs,proto3" json:"runs,omitempty"`
+	TasksByQueue map[string]int32 `protobuf:"bytes,2,rep,name=tasks_by_queue,json=tasksByQueue,proto3" json:"tasks_by_queue,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Every minute that fires anything, in order.
+	Minutes []*ForecastMinute `protobuf:"bytes,3,rep,name=minutes,proto3" json:"minutes,omitempty"`
+	// The hottest minutes, hottest first, with their jobs.
+	Hottest []*ForecastMinute `protobuf:"bytes,4,rep,name=hottest,proto3" json:"hottest,omitempty"`
+	// The jobs counted.
+	Jobs          int32 `protobuf:"varint,5,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForecastResponse) Reset() {
+	*x = ForecastResponse{}
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForecastResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForecastResponse) ProtoMessage() {}
+
+func (x *ForecastResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForecastResponse.ProtoReflect.Descriptor instead.
+func (*ForecastResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_pipeline_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ForecastResponse) GetRuns() int32 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *ForecastResponse) GetTasksByQueue() map[string]int32 {
+	if x != nil {
+		return x.TasksByQueue
+	}
+	return nil
+}
+
+func (x *ForecastResponse) GetMinutes() []*ForecastMinute {
+	if x != nil {
+		return x.Minutes
+	}
+	return nil
+}
+
+func (x *ForecastResponse) GetHottest() []*ForecastMinute {
+	if x != nil {
+		return x.Hottest
+	}
+	return nil
+}
+
+func (x *ForecastResponse) GetJobs() int32 {
+	if x != nil {
+		return x.Jobs
+	}
+	return 0
+}
+
+// ForecastMinute is one minute of a forecast.
+type ForecastMinute struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Minute        *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=minute,proto3" json:"minute,omitempty"`
+	Runs          int32                  `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
+	TasksByQueue  map[string]int32       `protobuf:"bytes,3,rep,name=tasks_by_queue,json=tasksByQueue,proto3" json:"tasks_by_queue,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Jobs          []*ForecastJob         `protobuf:"bytes,4,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForecastMinute) Reset() {
+	*x = ForecastMinute{}
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForecastMinute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForecastMinute) ProtoMessage() {}
+
+func (x *ForecastMinute) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForecastMinute.ProtoReflect.Descriptor instead.
+func (*ForecastMinute) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_pipeline_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ForecastMinute) GetMinute() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Minute
+	}
+	return nil
+}
+
+func (x *ForecastMinute) GetRuns() int32 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
+func (x *ForecastMinute) GetTasksByQueue() map[string]int32 {
+	if x != nil {
+		return x.TasksByQueue
+	}
+	return nil
+}
+
+func (x *ForecastMinute) GetJobs() []*ForecastJob {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+// ForecastJob is one job's runs in a minute.
+type ForecastJob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace/name
+	Job           string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Runs          int32  `protobuf:"varint,2,opt,name=runs,proto3" json:"runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForecastJob) Reset() {
+	*x = ForecastJob{}
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForecastJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForecastJob) ProtoMessage() {}
+
+func (x *ForecastJob) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForecastJob.ProtoReflect.Descriptor instead.
+func (*ForecastJob) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_pipeline_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ForecastJob) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ForecastJob) GetRuns() int32 {
+	if x != nil {
+		return x.Runs
+	}
+	return 0
+}
+
 var File_orrery_v1_pipeline_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_pipeline_proto_rawDesc = "" +
 	"\n" +
-	"\x18orrery/v1/pipeline.proto\x12\torrery.v1\x1a\x13orrery/v1/job.proto\"\x93\x01\n" +
+	"\x18orrery/v1/pipeline.proto\x12\torrery.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x93\x01\n" +
 	"\n" +
 	"AppliedJob\x122\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x16.orrery.v1.JobMetadataR\bmetadata\x12&\n" +
@@ -403,10 +692,38 @@ const file_orrery_v1_pipeline_proto_rawDesc = "" +
 	"namespaces\x18\x03 \x03(\tR\n" +
 	"namespaces\"<\n" +
 	"\rApplyResponse\x12+\n" +
-	"\achanges\x18\x01 \x03(\v2\x11.orrery.v1.ChangeR\achanges2\x8b\x01\n" +
+	"\achanges\x18\x01 \x03(\v2\x11.orrery.v1.ChangeR\achanges\"\xde\x01\n" +
+	"\x0fForecastRequest\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x10\n" +
+	"\x03top\x18\x04 \x01(\x05R\x03top\x12)\n" +
+	"\x04jobs\x18\x05 \x03(\v2\x15.orrery.v1.AppliedJobR\x04jobs\x12\x14\n" +
+	"\x05prune\x18\x06 \x01(\bR\x05prune\"\xba\x02\n" +
+	"\x10ForecastResponse\x12\x12\n" +
+	"\x04runs\x18\x01 \x01(\x05R\x04runs\x12S\n" +
+	"\x0etasks_by_queue\x18\x02 \x03(\v2-.orrery.v1.ForecastResponse.TasksByQueueEntryR\ftasksByQueue\x123\n" +
+	"\aminutes\x18\x03 \x03(\v2\x19.orrery.v1.ForecastMinuteR\aminutes\x123\n" +
+	"\ahottest\x18\x04 \x03(\v2\x19.orrery.v1.ForecastMinuteR\ahottest\x12\x12\n" +
+	"\x04jobs\x18\x05 \x01(\x05R\x04jobs\x1a?\n" +
+	"\x11TasksByQueueEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x98\x02\n" +
+	"\x0eForecastMinute\x122\n" +
+	"\x06minute\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x06minute\x12\x12\n" +
+	"\x04runs\x18\x02 \x01(\x05R\x04runs\x12Q\n" +
+	"\x0etasks_by_queue\x18\x03 \x03(\v2+.orrery.v1.ForecastMinute.TasksByQueueEntryR\ftasksByQueue\x12*\n" +
+	"\x04jobs\x18\x04 \x03(\v2\x16.orrery.v1.ForecastJobR\x04jobs\x1a?\n" +
+	"\x11TasksByQueueEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"3\n" +
+	"\vForecastJob\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
+	"\x04runs\x18\x02 \x01(\x05R\x04runs2\xd5\x01\n" +
 	"\x0fPipelineService\x12<\n" +
 	"\x04Plan\x12\x16.orrery.v1.PlanRequest\x1a\x17.orrery.v1.PlanResponse\"\x03\x90\x02\x01\x12:\n" +
-	"\x05Apply\x12\x17.orrery.v1.ApplyRequest\x1a\x18.orrery.v1.ApplyResponseB9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"\x05Apply\x12\x17.orrery.v1.ApplyRequest\x1a\x18.orrery.v1.ApplyResponse\x12H\n" +
+	"\bForecast\x12\x1a.orrery.v1.ForecastRequest\x1a\x1b.orrery.v1.ForecastResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_pipeline_proto_rawDescOnce sync.Once
@@ -420,37 +737,55 @@ func file_orrery_v1_pipeline_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_pipeline_proto_rawDescData
 }
 
-var file_orrery_v1_pipeline_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_orrery_v1_pipeline_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_orrery_v1_pipeline_proto_goTypes = []any{
-	(*AppliedJob)(nil),    // 0: orrery.v1.AppliedJob
-	(*Change)(nil),        // 1: orrery.v1.Change
-	(*PlanRequest)(nil),   // 2: orrery.v1.PlanRequest
-	(*PlanResponse)(nil),  // 3: orrery.v1.PlanResponse
-	(*ApplyRequest)(nil),  // 4: orrery.v1.ApplyRequest
-	(*ApplyResponse)(nil), // 5: orrery.v1.ApplyResponse
-	(*JobMetadata)(nil),   // 6: orrery.v1.JobMetadata
-	(*JobSpec)(nil),       // 7: orrery.v1.JobSpec
-	(*Source)(nil),        // 8: orrery.v1.Source
-	(*Job)(nil),           // 9: orrery.v1.Job
+	(*AppliedJob)(nil),            // 0: orrery.v1.AppliedJob
+	(*Change)(nil),                // 1: orrery.v1.Change
+	(*PlanRequest)(nil),           // 2: orrery.v1.PlanRequest
+	(*PlanResponse)(nil),          // 3: orrery.v1.PlanResponse
+	(*ApplyRequest)(nil),          // 4: orrery.v1.ApplyRequest
+	(*ApplyResponse)(nil),         // 5: orrery.v1.ApplyResponse
+	(*ForecastRequest)(nil),       // 6: orrery.v1.ForecastRequest
+	(*ForecastResponse)(nil),      // 7: orrery.v1.ForecastResponse
+	(*ForecastMinute)(nil),        // 8: orrery.v1.ForecastMinute
+	(*ForecastJob)(nil),           // 9: orrery.v1.ForecastJob
+	nil,                           // 10: orrery.v1.ForecastResponse.TasksByQueueEntry
+	nil,                           // 11: orrery.v1.ForecastMinute.TasksByQueueEntry
+	(*JobMetadata)(nil),           // 12: orrery.v1.JobMetadata
+	(*JobSpec)(nil),               // 13: orrery.v1.JobSpec
+	(*Source)(nil),                // 14: orrery.v1.Source
+	(*Job)(nil),                   // 15: orrery.v1.Job
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_orrery_v1_pipeline_proto_depIdxs = []int32{
-	6,  // 0: orrery.v1.AppliedJob.metadata:type_name -> orrery.v1.JobMetadata
-	7,  // 1: orrery.v1.AppliedJob.spec:type_name -> orrery.v1.JobSpec
-	8,  // 2: orrery.v1.AppliedJob.source:type_name -> orrery.v1.Source
-	9,  // 3: orrery.v1.Change.job:type_name -> orrery.v1.Job
+	12, // 0: orrery.v1.AppliedJob.metadata:type_name -> orrery.v1.JobMetadata
+	13, // 1: orrery.v1.AppliedJob.spec:type_name -> orrery.v1.JobSpec
+	14, // 2: orrery.v1.AppliedJob.source:type_name -> orrery.v1.Source
+	15, // 3: orrery.v1.Change.job:type_name -> orrery.v1.Job
 	0,  // 4: orrery.v1.PlanRequest.jobs:type_name -> orrery.v1.AppliedJob
 	1,  // 5: orrery.v1.PlanResponse.changes:type_name -> orrery.v1.Change
 	0,  // 6: orrery.v1.ApplyRequest.jobs:type_name -> orrery.v1.AppliedJob
 	1,  // 7: orrery.v1.ApplyResponse.changes:type_name -> orrery.v1.Change
-	2,  // 8: orrery.v1.PipelineService.Plan:input_type -> orrery.v1.PlanRequest
-	4,  // 9: orrery.v1.PipelineService.Apply:input_type -> orrery.v1.ApplyRequest
-	3,  // 10: orrery.v1.PipelineService.Plan:output_type -> orrery.v1.PlanResponse
-	5,  // 11: orrery.v1.PipelineService.Apply:output_type -> orrery.v1.ApplyResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	16, // 8: orrery.v1.ForecastRequest.from:type_name -> google.protobuf.Timestamp
+	16, // 9: orrery.v1.ForecastRequest.to:type_name -> google.protobuf.Timestamp
+	0,  // 10: orrery.v1.ForecastRequest.jobs:type_name -> orrery.v1.AppliedJob
+	10, // 11: orrery.v1.ForecastResponse.tasks_by_queue:type_name -> orrery.v1.ForecastResponse.TasksByQueueEntry
+	8,  // 12: orrery.v1.ForecastResponse.minutes:type_name -> orrery.v1.ForecastMinute
+	8,  // 13: orrery.v1.ForecastResponse.hottest:type_name -> orrery.v1.ForecastMinute
+	16, // 14: orrery.v1.ForecastMinute.minute:type_name -> google.protobuf.Timestamp
+	11, // 15: orrery.v1.ForecastMinute.tasks_by_queue:type_name -> orrery.v1.ForecastMinute.TasksByQueueEntry
+	9,  // 16: orrery.v1.ForecastMinute.jobs:type_name -> orrery.v1.ForecastJob
+	2,  // 17: orrery.v1.PipelineService.Plan:input_type -> orrery.v1.PlanRequest
+	4,  // 18: orrery.v1.PipelineService.Apply:input_type -> orrery.v1.ApplyRequest
+	6,  // 19: orrery.v1.PipelineService.Forecast:input_type -> orrery.v1.ForecastRequest
+	3,  // 20: orrery.v1.PipelineService.Plan:output_type -> orrery.v1.PlanResponse
+	5,  // 21: orrery.v1.PipelineService.Apply:output_type -> orrery.v1.ApplyResponse
+	7,  // 22: orrery.v1.PipelineService.Forecast:output_type -> orrery.v1.ForecastResponse
+	20, // [20:23] is the sub-list for method output_type
+	17, // [17:20] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_pipeline_proto_init() }
@@ -465,7 +800,7 @@ func file_orrery_v1_pipeline_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_pipeline_proto_rawDesc), len(file_orrery_v1_pipeline_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,12 +37,22 @@ const (
 	PipelineServicePlanProcedure = "/orrery.v1.PipelineService/Plan"
 	// PipelineServiceApplyProcedure is the fully-qualified name of the PipelineService's Apply RPC.
 	PipelineServiceApplyProcedure = "/orrery.v1.PipelineService/Apply"
+	// PipelineServiceForecastProcedure is the fully-qualified name of the PipelineService's Forecast
+	// RPC.
+	PipelineServiceForecastProcedure = "/orrery.v1.PipelineService/Forecast"
 )
 
 // PipelineServiceClient is a client for the orrery.v1.PipelineService service.
 type PipelineServiceClient interface {
 	Plan(context.Context, *connect.Request[v1.PlanRequest]) (*connect.Response[v1.PlanResponse], error)
 	Apply(context.Context, *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error)
+	// Forecast counts the runs the active jobs in scope (a namespace, or all
+	// the caller may read) will fire, minute by minute, over a window of at
+	// most 7 days, with the hottest minutes and the jobs that make them. With
+	// jobs, those replace the stored jobs of the same name (and, with prune,
+	// every other stored job of their namespaces): what applying them would
+	// fire.
+	Forecast(context.Context, *connect.Request[v1.ForecastRequest]) (*connect.Response[v1.ForecastResponse], error)
 }
 
 // NewPipelineServiceClient constructs a client for the orrery.v1.PipelineService service. By
@@ -69,13 +79,21 @@ func NewPipelineServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(pipelineServiceMethods.ByName("Apply")),
 			connect.WithClientOptions(opts...),
 		),
+		forecast: connect.NewClient[v1.ForecastRequest, v1.ForecastResponse](
+			httpClient,
+			baseURL+PipelineServiceForecastProcedure,
+			connect.WithSchema(pipelineServiceMethods.ByName("Forecast")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // pipelineServiceClient implements PipelineServiceClient.
 type pipelineServiceClient struct {
-	plan  *connect.Client[v1.PlanRequest, v1.PlanResponse]
-	apply *connect.Client[v1.ApplyRequest, v1.ApplyResponse]
+	plan     *connect.Client[v1.PlanRequest, v1.PlanResponse]
+	apply    *connect.Client[v1.ApplyRequest, v1.ApplyResponse]
+	forecast *connect.Client[v1.ForecastRequest, v1.ForecastResponse]
 }
 
 // Plan calls orrery.v1.PipelineService.Plan.
@@ -88,10 +106,22 @@ func (c *pipelineServiceClient) Apply(ctx context.Context, req *connect.Request[
 	return c.apply.CallUnary(ctx, req)
 }
 
+// Forecast calls orrery.v1.PipelineService.Forecast.
+func (c *pipelineServiceClient) Forecast(ctx context.Context, req *connect.Request[v1.ForecastRequest]) (*connect.Response[v1.ForecastResponse], error) {
+	return c.forecast.CallUnary(ctx, req)
+}
+
 // PipelineServiceHandler is an implementation of the orrery.v1.PipelineService service.
 type PipelineServiceHandler interface {
 	Plan(context.Context, *connect.Request[v1.PlanRequest]) (*connect.Response[v1.PlanResponse], error)
 	Apply(context.Context, *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error)
+	// Forecast counts the runs the active jobs in scope (a namespace, or all
+	// the caller may read) will fire, minute by minute, over a window of at
+	// most 7 days, with the hottest minutes and the jobs that make them. With
+	// jobs, those replace the stored jobs of the same name (and, with prune,
+	// every other stored job of their namespaces): what applying them would
+	// fire.
+	Forecast(context.Context, *connect.Request[v1.ForecastRequest]) (*connect.Response[v1.ForecastResponse], error)
 }
 
 // NewPipelineServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -114,12 +144,21 @@ func NewPipelineServiceHandler(svc PipelineServiceHandler, opts ...connect.Handl
 		connect.WithSchema(pipelineServiceMethods.ByName("Apply")),
 		connect.WithHandlerOptions(opts...),
 	)
+	pipelineServiceForecastHandler := connect.NewUnaryHandler(
+		PipelineServiceForecastProcedure,
+		svc.Forecast,
+		connect.WithSchema(pipelineServiceMethods.ByName("Forecast")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/orrery.v1.PipelineService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case PipelineServicePlanProcedure:
 			pipelineServicePlanHandler.ServeHTTP(w, r)
 		case PipelineServiceApplyProcedure:
 			pipelineServiceApplyHandler.ServeHTTP(w, r)
+		case PipelineServiceForecastProcedure:
+			pipelineServiceForecastHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -135,4 +174,8 @@ func (UnimplementedPipelineServiceHandler) Plan(context.Context, *connect.Reques
 
 func (UnimplementedPipelineServiceHandler) Apply(context.Context, *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.PipelineService.Apply is not implemented"))
+}
+
+func (UnimplementedPipelineServiceHandler) Forecast(context.Context, *connect.Request[v1.ForecastRequest]) (*connect.Response[v1.ForecastResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.PipelineService.Forecast is not implemented"))
 }
