@@ -16,9 +16,10 @@ type Warning struct {
 // DSTWarnings lists the changes of the schedule's zone in (from, from +
 // within] whose skipped or repeated wall-clock hour holds a time one of
 // its expressions names, saying what Orrery does on that date (the rules
-// in the package doc) and how to write the schedule to avoid it. Excluded
-// days and start and end bounds are not looked at: the warning is about
-// the expression. One-time and @every schedules have none.
+// in the package doc) and how to write the schedule to avoid it; changes
+// outside the schedule's start and end are left out, excluded days are
+// not (the warning is about the expression). One-time and @every
+// schedules have none.
 func (s *Schedule) DSTWarnings(spec Spec, from time.Time, within time.Duration) []Warning {
 	if s.OneTime() || s.loc == time.UTC {
 		return nil
@@ -29,6 +30,10 @@ func (s *Schedule) DSTWarnings(spec Spec, from time.Time, within time.Duration) 
 		_, end := zoneBounds(cur, s.loc)
 		if end.IsZero() || end.After(until) {
 			break
+		}
+		if (!s.start.IsZero() && end.Before(s.start.Add(-24*time.Hour))) || (!s.end.IsZero() && end.After(s.end.Add(24*time.Hour))) {
+			cur = end
+			continue
 		}
 		_, before := end.Add(-time.Second).In(s.loc).Zone()
 		abbr, after := end.In(s.loc).Zone()
