@@ -22,6 +22,7 @@ import (
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
+	orun "github.com/orrery-dev/orrery/internal/run"
 )
 
 // proc is an orrery process started by a test.
@@ -186,6 +187,8 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		case <-r.Context().Done():
 		}
 		switch r.URL.Path {
+		case "/fail": // the brittle job's step: fails for good
+			w.WriteHeader(http.StatusBadRequest)
 		case "/pipe/list": // what the pipelines' conditions read: from the run's instant
 			_, _ = fmt.Fprintf(w, `{"n": %d, "changed": %v}`, pipeN(call.ScheduledFor), pipeChanged(call.ScheduledFor))
 		case "/pipe/count": // its payload was evaluated from the run's params and list's output
@@ -228,6 +231,24 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Schedules of two expressions less an excluded window, a backfill of
+	// 201 past instants, and a job that pauses itself after 3 failures,
+	// all through the same faults (docs/schedules.md).
+	for i := range multis {
+		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: fmt.Sprintf("multi-%02d", i)},
+			Spec: dag.JobSpec{Schedule: multiSchedule, Overlap: dag.OverlapAllow, Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "bf-hourly"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("0 * * * *")}, Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "brittle"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("*/2 * * * * *")}, Overlap: dag.OverlapAllow, PauseAfterFailures: 3,
+		Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL + "/fail"}}, Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}}}}, ""); err != nil {
+		t.Fatal(err)
+	}
 	chaosWorker := func(name string, env []string, extra ...string) *proc {
 		args := append([]string{"worker", "--db", dsn, "--queue", "default=50", "--name", name,
 			"--lease-ttl", "2s", "--allow-egress", "127.0.0.1/32", "--log-level", "info"}, extra...)
@@ -241,6 +262,12 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	poll(t, 20*time.Second, "two nodes own all shards", func() bool { return allShardsLive(t, pool, "none") })
 	time.Sleep(2 * time.Second)
 	from := dbNow(t, pool)
+	bfFrom := from.Truncate(time.Hour).Add(-300 * time.Hour)
+	bf, err := orun.NewService(pool, jobs, nil).Backfill(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "bf-hourly"},
+		orun.BackfillOptions{From: bfFrom, To: bfFrom.Add(200 * time.Hour), MaxConcurrent: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	poll(t, 30*time.Second, "w2 is killed right after a fetch", w2.exited)
 	killedAt := dbNow(t, pool)
@@ -289,7 +316,21 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		WHERE j.name LIKE 'pipe-%' GROUP BY j.id HAVING count(r.id) <> $3) d`, from, until, wantPipe); short != 0 {
 		t.Fatalf("%d of %d pipelines do not have exactly %d runs between %s and %s", short, pipelines, wantPipe, from, until)
 	}
-	if n := queryInt(t, pool, "SELECT count(*) FROM runs WHERE status NOT IN ('pending', 'running', 'succeeded')"); n != 0 {
+	multi, err := schedule.Parse(multiSchedule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMulti, _ := multi.Between(from.Add(time.Second), until, 10_000)
+	if short := queryInt(t, pool, `SELECT count(*) FROM (
+		SELECT j.id FROM jobs j LEFT JOIN runs r ON r.job_id = j.id AND r.scheduled_for > $1 AND r.scheduled_for <= $2
+		WHERE j.name LIKE 'multi-%' GROUP BY j.id HAVING count(r.id) <> $3) d`, from, until, len(wantMulti)); short != 0 {
+		t.Fatalf("%d of %d jobs of two expressions do not have exactly the %d instants preview shows between %s and %s", short, multis, len(wantMulti), from, until)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id
+		WHERE j.name LIKE 'multi-%' AND extract(second FROM r.scheduled_for)::int % 5 = 0`); n != 0 {
+		t.Fatalf("%d runs at instants the exclusion removes", n)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM runs WHERE status NOT IN ('pending', 'running', 'succeeded') AND job_id <> (SELECT id FROM jobs WHERE name = 'brittle')"); n != 0 {
 		t.Fatalf("%d runs were skipped, cancelled or failed; every one should have run", n)
 	}
 	stale := queryInt(t, pool, `SELECT count(*) FROM runs a JOIN runs b
@@ -301,8 +342,20 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	// No stuck run: everything fired up to until finishes within a lease
 	// TTL and a reaper interval of the last fault, with margin.
 	poll(t, 30*time.Second, "every run up to the end of the faults succeeds", func() bool {
-		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE scheduled_for <= $1 AND status <> 'succeeded'", until) == 0
+		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE scheduled_for <= $1 AND status <> 'succeeded' AND job_id <> (SELECT id FROM jobs WHERE name = 'brittle') AND trigger <> 'backfill'", until) == 0
 	})
+	poll(t, 60*time.Second, "the backfill done and its runs succeeded", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM backfills WHERE id = $1 AND status = 'done' AND created = 201", bf.ID) == 1 &&
+			queryInt(t, pool, "SELECT count(*) FROM runs WHERE trigger = 'backfill' AND status = 'succeeded'") == 201
+	})
+	if n := queryInt(t, pool, "SELECT count(DISTINCT scheduled_for) FROM runs WHERE trigger = 'backfill'"); n != 201 {
+		t.Fatalf("the backfill's runs hold %d instants, want 201, each once", n)
+	}
+	if queryInt(t, pool, "SELECT count(*) FROM jobs WHERE name = 'brittle' AND status = 'paused'") != 1 ||
+		queryInt(t, pool, "SELECT count(*) FROM audit_log WHERE action = 'pause' AND actor = 'system (pause_after_failures)'") != 1 ||
+		queryInt(t, pool, "SELECT count(*) FROM alerts WHERE kind = 'paused'") != 1 {
+		t.Fatal("the brittle job is not paused exactly once by pause_after_failures, with one paused alert")
+	}
 	if n := twice.Load(); n != 0 {
 		t.Fatalf("%d attempts were delivered to the sink twice (same run/step/attempt)", n)
 	}
@@ -333,7 +386,8 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		GROUP BY task_id HAVING count(*) > 1) d`); n != 0 {
 		t.Fatalf("%d tasks succeeded twice", n)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM attempts WHERE outcome = 'failed' AND exit_reason <> 'lease_expired'`); n != 0 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id JOIN runs r ON r.id = k.run_id
+		WHERE a.outcome = 'failed' AND a.exit_reason <> 'lease_expired' AND r.job_id <> (SELECT id FROM jobs WHERE name = 'brittle')`); n != 0 {
 		t.Fatalf("%d attempts failed other than by a lapsed lease (an attempt cancelled while its lease was valid reports its cancellation and is accepted)", n)
 	}
 	tasks := queryInt(t, pool, "SELECT count(*) FROM tasks")
@@ -446,6 +500,12 @@ func TestStalledWorkersLeaseLapsesAndLateReportIsRejected(t *testing.T) {
 		t.Fatal("w2 did not log its rejected report")
 	}
 }
+
+// multis is how many of the chaos test's jobs fire multiSchedule: every
+// second divisible by 2 or 3, less those divisible by 5.
+const multis = 20
+
+var multiSchedule = schedule.Spec{Cron: schedule.Crons("*/2 * * * * *", "*/3 * * * * *"), Exclude: &schedule.Exclude{Cron: []string{"*/5 * * * * *"}}}
 
 // pipelines is how many of the chaos test's jobs are pipelines that carry
 // data; pipelineYAML is one (its index, dry_run's default, the sink's URL

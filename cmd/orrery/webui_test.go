@@ -320,6 +320,38 @@ spec:
 	do("job page", chromedp.Navigate(base+"/jobs/analytics/nightly-sales"), chromedp.WaitVisible(css(`pre.yaml`)))
 	screenshot(t, ctx, "job")
 
+	// Schedules (docs/schedules.md): the example with every schedule field
+	// warns of its 02:30 on the day Berlin skips 02:00-03:00 and shows its
+	// jitter in the next fire times; a backfill from the job page, a dry
+	// run first (nothing written), then for real, done with its progress
+	// on the page; the forecast page draws the runs to come.
+	do("schedule fields", chromedp.Navigate(base+"/jobs/ops/office-report"), chromedp.WaitVisible(css(`#dst-warnings`)))
+	if w := text(`#dst-warnings`); !strings.Contains(w, "skip 02:00-03:00") || !strings.Contains(w, "fires it once at 03:00") {
+		t.Errorf("the DST warning: %q", w)
+	}
+	screenshot(t, ctx, "job-schedule")
+	bfFrom := time.Now().UTC().Truncate(time.Hour).Add(-5 * time.Hour).Format(time.RFC3339)
+	bfTo := time.Now().UTC().Truncate(time.Hour).Add(-time.Hour).Format(time.RFC3339)
+	do("backfill dry run", chromedp.Navigate(base+"/jobs/integrations/hourly-sync"), chromedp.WaitVisible(css(`#backfill-form`)),
+		chromedp.SendKeys(css(`#backfill-form input[name=from]`), bfFrom), chromedp.SendKeys(css(`#backfill-form input[name=to]`), bfTo),
+		chromedp.Click(css(`#backfill-form button`)), chromedp.WaitVisible(css(`p.flash`)))
+	if f := text(`p.flash`); !strings.Contains(f, "Dry run: 5 instants") || !strings.Contains(f, "Nothing was written") {
+		t.Errorf("the dry run's answer: %q", f)
+	}
+	do("backfill", chromedp.SendKeys(css(`#backfill-form input[name=from]`), bfFrom), chromedp.SendKeys(css(`#backfill-form input[name=to]`), bfTo),
+		chromedp.Click(css(`#backfill-form input[name=dry_run]`)), chromedp.Click(css(`#backfill-form button`)),
+		chromedp.WaitVisible(css(`#backfills tr[data-backfill]`)))
+	poll(t, 60*time.Second, "the backfill from the job page done", func() bool {
+		return regexpLine(cli("jobs", "backfills", "hourly-sync", "-n", "integrations"), `done\s+\d+/5`)
+	})
+	do("the backfill done on the job page", chromedp.Navigate(base+"/jobs/integrations/hourly-sync"), chromedp.WaitVisible(css(`#backfills tr[data-status="done"]`)))
+	screenshot(t, ctx, "backfill")
+	do("forecast", chromedp.Navigate(base+"/forecast"), chromedp.WaitVisible(css(`#forecast-chart svg rect.bar`)), chromedp.WaitVisible(css(`#hottest`)))
+	if s := text(`#forecast-summary`); !regexpLine(s, `[1-9][0-9]* runs from [1-9][0-9]* jobs`) {
+		t.Errorf("the forecast's summary: %q", s)
+	}
+	screenshot(t, ctx, "forecast")
+
 	// Unknown ids and other tenants' jobs are 404 pages.
 	for _, path := range []string{"/jobs/acme-ns/secret-plan", "/runs/0190aaaa-0000-7000-8000-000000000000", "/runs/not-an-id", "/nope"} {
 		if status := eval(fmt.Sprintf(`fetch(%q).then(r => r.status)`, path)); status != float64(404) {

@@ -180,9 +180,9 @@ func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
 // fireShards fires the due jobs of a group of shards, batch by batch,
 // dropping the shards whose fence fails. The first batch takes the oldest
 // due jobs (store DueJobs); once a batch comes back full, a backlog is
-// draining and the next ones take due jobs tenant by tenant, by weight
-// (DueJobsFair), so that a tenant's few due instants wait at most one
-// batch behind another's backlog.
+// draining and the next ones, while more than one tenant has due jobs,
+// take them tenant by tenant, by weight (DueJobsFair), so that a tenant's
+// few due instants wait at most one batch behind another's backlog.
 func (s *Scheduler) fireShards(ctx context.Context, leases []*shard.Lease) error {
 	for fair := false; len(leases) > 0; fair = true {
 		n, err := s.createRunsForDueJobs(ctx, leases, fair)
@@ -372,8 +372,17 @@ func (s *Scheduler) advanceBackfills(ctx context.Context, leases []*shard.Lease,
 	})
 }
 
-// dueJobs locks a batch of the shards' due schedule rows.
+// dueJobs locks a batch of the shards' due schedule rows: tenant by
+// tenant when fair and more than one tenant has a due job, else oldest
+// first.
 func (s *Scheduler) dueJobs(ctx context.Context, q *store.Queries, shards []int32, fair bool) ([]store.DueJobsRow, error) {
+	if fair {
+		several, err := q.SeveralTenantsDue(ctx, shards)
+		if err != nil {
+			return nil, err
+		}
+		fair = several
+	}
 	if !fair {
 		return q.DueJobs(ctx, store.DueJobsParams{Shards: shards, Batch: int32(s.cfg.Batch)})
 	}

@@ -326,17 +326,6 @@ type DueJobsFairRow struct {
 	Now        time.Time
 }
 
-// DueJobsFair is DueJobs taken tenant by tenant: each tenant's due jobs
-// (oldest first, at most a batch of them: an index range scan per tenant,
-// job_schedules_tenant_due, over due jobs only) are ranked, and the batch
-// takes them in order of rank over weight, so that with every tenant
-// backlogged each gets a share of the batch proportional to its weight,
-// and a tenant with a few due jobs has them in the next batch, whatever
-// another's backlog. The window runs on at most a batch per tenant; the
-// chosen schedule rows are then locked, by their primary key (an IN
-// over the ranking was planned as a hash join over the whole table), and
-// one that a definition change moved since is left out (READ COMMITTED
-// rechecks the WHERE on the row it locked).
 func (q *Queries) DueJobsFair(ctx context.Context, arg DueJobsFairParams) ([]DueJobsFairRow, error) {
 	rows, err := q.db.Query(ctx, dueJobsFair, arg.Shards, arg.Batch)
 	if err != nil {
@@ -1228,6 +1217,36 @@ type SetShardLagsParams struct {
 func (q *Queries) SetShardLags(ctx context.Context, arg SetShardLagsParams) error {
 	_, err := q.db.Exec(ctx, setShardLags, arg.Node, arg.Ids, arg.Lags)
 	return err
+}
+
+const severalTenantsDue = `-- name: SeveralTenantsDue :one
+SELECT (count(*) > 1)::bool FROM (
+    SELECT 1 FROM tenants AS t
+    WHERE EXISTS (SELECT 1 FROM job_schedules AS js
+                  WHERE js.tenant_id = t.id AND js.next_fire_at <= now() AND js.shard = ANY($1::int[]))
+    LIMIT 2
+) AS d
+`
+
+// DueJobsFair is DueJobs taken tenant by tenant: each tenant's due jobs
+// (oldest first, at most a batch of them: an index range scan per tenant,
+// job_schedules_tenant_due, over due jobs only) are ranked, and the batch
+// takes them in order of rank over weight, so that with every tenant
+// backlogged each gets a share of the batch proportional to its weight,
+// and a tenant with a few due jobs has them in the next batch, whatever
+// another's backlog. The window runs on at most a batch per tenant; the
+// chosen schedule rows are then locked, by their primary key (an IN
+// over the ranking was planned as a hash join over the whole table), and
+// one that a definition change moved since is left out (READ COMMITTED
+// rechecks the WHERE on the row it locked).
+// SeveralTenantsDue reports whether more than one tenant has a due job in
+// the shards (one index probe per tenant, job_schedules_tenant_due): with
+// one, oldest first is fair already, and DueJobs is the cheaper query.
+func (q *Queries) SeveralTenantsDue(ctx context.Context, shards []int32) (bool, error) {
+	row := q.db.QueryRow(ctx, severalTenantsDue, shards)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
 }
 
 const shardHeads = `-- name: ShardHeads :many

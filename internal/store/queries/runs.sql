@@ -41,6 +41,17 @@ FOR UPDATE;
 -- over the ranking was planned as a hash join over the whole table), and
 -- one that a definition change moved since is left out (READ COMMITTED
 -- rechecks the WHERE on the row it locked).
+-- SeveralTenantsDue reports whether more than one tenant has a due job in
+-- the shards (one index probe per tenant, job_schedules_tenant_due): with
+-- one, oldest first is fair already, and DueJobs is the cheaper query.
+-- name: SeveralTenantsDue :one
+SELECT (count(*) > 1)::bool FROM (
+    SELECT 1 FROM tenants AS t
+    WHERE EXISTS (SELECT 1 FROM job_schedules AS js
+                  WHERE js.tenant_id = t.id AND js.next_fire_at <= now() AND js.shard = ANY(@shards::int[]))
+    LIMIT 2
+) AS d;
+
 -- name: DueJobsFair :many
 WITH ranked AS (
     SELECT d.job_id, d.next_fire_at, (d.rank - 1)::float8 / t.weight AS turn
