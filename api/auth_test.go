@@ -344,6 +344,7 @@ func TestAnotherTenantReachesNothing(t *testing.T) {
 		{"/orrery.v1.JobService/DeleteJob", `{"ref":` + byID + `}`},
 		{"/orrery.v1.JobService/Backfill", `{"ref":` + byID + `,"from":"2026-01-01T00:00:00Z","to":"2026-01-05T00:00:00Z"}`},
 		{"/orrery.v1.JobService/ListBackfills", `{"ref":` + byName + `}`},
+		{"/orrery.v1.JobService/CancelBackfill", `{"ref":` + byName + `,"id":"0190aaaa-0000-7000-8000-000000000000"}`},
 		{"/orrery.v1.RunService/TriggerJob", `{"job":` + byID + `}`},
 		{"/orrery.v1.RunService/GetRun", `{"id":"` + triggered.Run.ID + `"}`},
 		{"/orrery.v1.RunService/CancelRun", `{"id":"` + triggered.Run.ID + `"}`},

@@ -49,7 +49,7 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return ce
 	case errors.As(err, &exceeded):
 		return connect.NewError(connect.CodeResourceExhausted, exceeded)
-	case errors.Is(err, job.ErrDeleted), errors.Is(err, run.ErrCannotRetry):
+	case errors.Is(err, job.ErrDeleted), errors.Is(err, run.ErrCannotRetry), errors.Is(err, run.ErrBackfillNotRunning):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)

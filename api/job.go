@@ -265,6 +265,22 @@ func (s *jobServer) Backfill(ctx context.Context, req *connect.Request[orreryv1.
 	return connect.NewResponse(out), nil
 }
 
+func (s *jobServer) CancelBackfill(ctx context.Context, req *connect.Request[orreryv1.CancelBackfillRequest]) (*connect.Response[orreryv1.CancelBackfillResponse], error) {
+	ref, err := refFromProto(req.Msg.GetRef())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	id, err := uuid.Parse(req.Msg.GetId())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "id", Message: "not a backfill id (a UUID)"})
+	}
+	b, err := s.runs.CancelBackfill(ctx, actor(ctx), ref, id)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return connect.NewResponse(&orreryv1.CancelBackfillResponse{Backfill: backfillToProto(b.Backfill)}), nil
+}
+
 func (s *jobServer) ListBackfills(ctx context.Context, req *connect.Request[orreryv1.ListBackfillsRequest]) (*connect.Response[orreryv1.ListBackfillsResponse], error) {
 	ref, err := refFromProto(req.Msg.GetRef())
 	if err != nil {

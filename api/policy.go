@@ -160,6 +160,9 @@ var policies = map[string]policy{
 	orreryv1connect.JobServiceBackfillProcedure: {role: access.Editor, targets: func(m any) []target {
 		return onRef(m.(*orreryv1.BackfillRequest).GetRef())
 	}},
+	orreryv1connect.JobServiceCancelBackfillProcedure: {role: access.Editor, targets: func(m any) []target {
+		return onRef(m.(*orreryv1.CancelBackfillRequest).GetRef())
+	}},
 	orreryv1connect.JobServiceListBackfillsProcedure: {role: access.Reader, targets: func(m any) []target {
 		return onRef(m.(*orreryv1.ListBackfillsRequest).GetRef())
 	}},

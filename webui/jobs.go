@@ -124,6 +124,11 @@ func (s *Server) jobAction(w http.ResponseWriter, r *http.Request, v *view) erro
 		flash = "Resumed " + ref.Namespace + "/" + ref.Name + "."
 	case "backfill":
 		return s.backfill(w, r, v, ref)
+	case "cancel-backfill":
+		if _, err := s.clients.jobs.CancelBackfill(v.ctx, connect.NewRequest(&orreryv1.CancelBackfillRequest{Ref: ref, Id: r.PostFormValue("id")})); err != nil {
+			return err
+		}
+		return seeOther(w, r, "/jobs/"+ref.Namespace+"/"+ref.Name, "Cancelled the backfill.")
 	case "trigger":
 		texts := map[string]string{}
 		for k, vs := range r.PostForm {

@@ -101,6 +101,23 @@ func newBackfillsCmd(g *globals, namespace *string) *cobra.Command {
 	}
 }
 
+func newCancelBackfillCmd(g *globals, namespace *string) *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel-backfill NAME|ID BACKFILL_ID",
+		Short: "End a running backfill: it fires no more instants (the runs it wrote go on)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := g.jobClient().CancelBackfill(cmd.Context(), connect.NewRequest(&orreryv1.CancelBackfillRequest{Ref: jobRef(args[0], *namespace), Id: args[1]}))
+			if err != nil {
+				return err
+			}
+			b := res.Msg.GetBackfill()
+			fmt.Fprintf(cmd.OutOrStdout(), "backfill %s cancelled after %d of %d runs\n", b.GetId(), b.GetCreated(), b.GetTotal())
+			return nil
+		},
+	}
+}
+
 func printBackfills(out io.Writer, bs []*orreryv1.JobBackfill) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tFROM\tTO\tSTATUS\tRUNS\tLEFT ALONE\tRETRIED\tAT\tBY")

@@ -155,7 +155,7 @@ func newJobsCmd(g *globals) *cobra.Command {
 		}
 		return res.Msg.GetJob(), nil
 	}, "deleted")
-	cmd.AddCommand(create, get, list, pause, resume, del, newTriggerCmd(g, &namespace), newBackfillCmd(g, &namespace), newBackfillsCmd(g, &namespace))
+	cmd.AddCommand(create, get, list, pause, resume, del, newTriggerCmd(g, &namespace), newBackfillCmd(g, &namespace), newBackfillsCmd(g, &namespace), newCancelBackfillCmd(g, &namespace))
 	return cmd
 }
 

@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -178,6 +179,35 @@ func (s *Service) Backfill(ctx context.Context, a job.Actor, ref job.Ref, o Back
 		}
 		out = b
 		return nil
+	})
+	return out, err
+}
+
+// ErrBackfillNotRunning: no running backfill of the job with that id.
+var ErrBackfillNotRunning = errors.New("backfill not running")
+
+// CancelBackfill ends a running backfill of the job ref: it fires no more
+// instants; the runs it wrote go on. Audited as cancel_backfill.
+func (s *Service) CancelBackfill(ctx context.Context, a job.Actor, ref job.Ref, id uuid.UUID) (*Backfill, error) {
+	var out *Backfill
+	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		row, err := job.Lock(ctx, q, a, ref)
+		if err != nil {
+			return err
+		}
+		b, err := q.CancelBackfill(ctx, store.CancelBackfillParams{TenantID: row.TenantID, JobID: row.ID, ID: id, Reason: "cancelled by " + a.Name})
+		if store.IsNotFound(err) {
+			return fmt.Errorf("%w: %s of %s/%s", ErrBackfillNotRunning, id, row.Namespace, row.Name)
+		}
+		if err != nil {
+			return err
+		}
+		out = &Backfill{Backfill: b, Namespace: row.Namespace, JobName: row.Name}
+		return q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+			ID: uuid.Must(uuid.NewV7()), TenantID: row.TenantID, Actor: a.Name, Action: "cancel_backfill", TargetKind: "job",
+			TargetID: row.ID, TargetName: row.Namespace + "/" + row.Name, After: mustMarshal(b),
+		})
 	})
 	return out, err
 }

@@ -167,6 +167,26 @@ func TestBackfillErrors(t *testing.T) {
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM backfills"); n != 0 {
 		t.Errorf("%d backfills written by refused requests", n)
 	}
+
+	// Cancelled (no scheduler runs here: it would have stayed running):
+	// once; a second cancel, or one naming the wrong job, is refused.
+	b, err := runs.Backfill(ctx, job.Anonymous, often, run.BackfillOptions{From: day, To: day.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runs.CancelBackfill(ctx, job.Anonymous, every, b.ID); !errors.Is(err, run.ErrBackfillNotRunning) {
+		t.Errorf("cancel through another job: %v", err)
+	}
+	c, err := runs.CancelBackfill(ctx, job.Anonymous, often, b.ID)
+	if err != nil || c.Status != "cancelled" || c.FinishedAt == nil {
+		t.Fatalf("cancel: %+v, %v", c, err)
+	}
+	if _, err := runs.CancelBackfill(ctx, job.Anonymous, often, b.ID); !errors.Is(err, run.ErrBackfillNotRunning) {
+		t.Errorf("second cancel: %v", err)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM audit_log WHERE action = 'cancel_backfill'"); n != 1 {
+		t.Errorf("%d cancel_backfill audit rows, want 1", n)
+	}
 }
 
 func instantsOf(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []time.Time {

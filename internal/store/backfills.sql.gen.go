@@ -76,6 +76,54 @@ func (q *Queries) AdvanceBackfill(ctx context.Context, arg AdvanceBackfillParams
 	return err
 }
 
+const cancelBackfill = `-- name: CancelBackfill :one
+UPDATE backfills SET status = 'cancelled', reason = $1, finished_at = now()
+WHERE tenant_id = $2 AND job_id = $3 AND id = $4 AND status = 'running'
+RETURNING id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, cursor_at, total, created, existing, retried, status, reason, created_at, created_by, finished_at
+`
+
+type CancelBackfillParams struct {
+	Reason   string
+	TenantID uuid.UUID
+	JobID    uuid.UUID
+	ID       uuid.UUID
+}
+
+// CancelBackfill ends a running backfill of a job; the runs it wrote go
+// on. It waits for a scheduler step holding the row (short), then that
+// step's cursor stands.
+func (q *Queries) CancelBackfill(ctx context.Context, arg CancelBackfillParams) (Backfill, error) {
+	row := q.db.QueryRow(ctx, cancelBackfill,
+		arg.Reason,
+		arg.TenantID,
+		arg.JobID,
+		arg.ID,
+	)
+	var i Backfill
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.JobID,
+		&i.Shard,
+		&i.FromAt,
+		&i.ToAt,
+		&i.Redo,
+		&i.MaxConcurrent,
+		&i.NewestFirst,
+		&i.CursorAt,
+		&i.Total,
+		&i.Created,
+		&i.Existing,
+		&i.Retried,
+		&i.Status,
+		&i.Reason,
+		&i.CreatedAt,
+		&i.CreatedBy,
+		&i.FinishedAt,
+	)
+	return i, err
+}
+
 const countRunsBetween = `-- name: CountRunsBetween :one
 SELECT count(*)::int FROM runs WHERE job_id = $1 AND scheduled_for >= $2 AND scheduled_for <= $3
 `

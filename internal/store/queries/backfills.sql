@@ -50,3 +50,11 @@ LIMIT @page_size;
 -- (a dry run's "already ran").
 -- name: CountRunsBetween :one
 SELECT count(*)::int FROM runs WHERE job_id = @job_id AND scheduled_for >= @from_at AND scheduled_for <= @to_at;
+
+-- CancelBackfill ends a running backfill of a job; the runs it wrote go
+-- on. It waits for a scheduler step holding the row (short), then that
+-- step's cursor stands.
+-- name: CancelBackfill :one
+UPDATE backfills SET status = 'cancelled', reason = @reason, finished_at = now()
+WHERE tenant_id = @tenant_id AND job_id = @job_id AND id = @id AND status = 'running'
+RETURNING *;

@@ -485,6 +485,102 @@ func (x *JobBackfill) GetFinishTime() *timestamppb.Timestamp {
 	return nil
 }
 
+type CancelBackfillRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *JobRef                `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelBackfillRequest) Reset() {
+	*x = CancelBackfillRequest{}
+	mi := &file_orrery_v1_job_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelBackfillRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelBackfillRequest) ProtoMessage() {}
+
+func (x *CancelBackfillRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelBackfillRequest.ProtoReflect.Descriptor instead.
+func (*CancelBackfillRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CancelBackfillRequest) GetRef() *JobRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *CancelBackfillRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type CancelBackfillResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Backfill      *JobBackfill           `protobuf:"bytes,1,opt,name=backfill,proto3" json:"backfill,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelBackfillResponse) Reset() {
+	*x = CancelBackfillResponse{}
+	mi := &file_orrery_v1_job_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelBackfillResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelBackfillResponse) ProtoMessage() {}
+
+func (x *CancelBackfillResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelBackfillResponse.ProtoReflect.Descriptor instead.
+func (*CancelBackfillResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CancelBackfillResponse) GetBackfill() *JobBackfill {
+	if x != nil {
+		return x.Backfill
+	}
+	return nil
+}
+
 type ListBackfillsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ref           *JobRef                `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
@@ -494,7 +590,7 @@ type ListBackfillsRequest struct {
 
 func (x *ListBackfillsRequest) Reset() {
 	*x = ListBackfillsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[3]
+	mi := &file_orrery_v1_job_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +602,7 @@ func (x *ListBackfillsRequest) String() string {
 func (*ListBackfillsRequest) ProtoMessage() {}
 
 func (x *ListBackfillsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[3]
+	mi := &file_orrery_v1_job_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +615,7 @@ func (x *ListBackfillsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackfillsRequest.ProtoReflect.Descriptor instead.
 func (*ListBackfillsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{3}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListBackfillsRequest) GetRef() *JobRef {
@@ -538,7 +634,7 @@ type ListBackfillsResponse struct {
 
 func (x *ListBackfillsResponse) Reset() {
 	*x = ListBackfillsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[4]
+	mi := &file_orrery_v1_job_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +646,7 @@ func (x *ListBackfillsResponse) String() string {
 func (*ListBackfillsResponse) ProtoMessage() {}
 
 func (x *ListBackfillsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[4]
+	mi := &file_orrery_v1_job_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +659,7 @@ func (x *ListBackfillsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBackfillsResponse.ProtoReflect.Descriptor instead.
 func (*ListBackfillsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{4}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListBackfillsResponse) GetBackfills() []*JobBackfill {
@@ -602,7 +698,7 @@ type Schedule struct {
 
 func (x *Schedule) Reset() {
 	*x = Schedule{}
-	mi := &file_orrery_v1_job_proto_msgTypes[5]
+	mi := &file_orrery_v1_job_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -614,7 +710,7 @@ func (x *Schedule) String() string {
 func (*Schedule) ProtoMessage() {}
 
 func (x *Schedule) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[5]
+	mi := &file_orrery_v1_job_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -627,7 +723,7 @@ func (x *Schedule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Schedule.ProtoReflect.Descriptor instead.
 func (*Schedule) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{5}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Schedule) GetCron() string {
@@ -706,7 +802,7 @@ type ScheduleExclude struct {
 
 func (x *ScheduleExclude) Reset() {
 	*x = ScheduleExclude{}
-	mi := &file_orrery_v1_job_proto_msgTypes[6]
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +814,7 @@ func (x *ScheduleExclude) String() string {
 func (*ScheduleExclude) ProtoMessage() {}
 
 func (x *ScheduleExclude) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[6]
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +827,7 @@ func (x *ScheduleExclude) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleExclude.ProtoReflect.Descriptor instead.
 func (*ScheduleExclude) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{6}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ScheduleExclude) GetDates() []string {
@@ -762,7 +858,7 @@ type HttpExecutor struct {
 
 func (x *HttpExecutor) Reset() {
 	*x = HttpExecutor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[7]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +870,7 @@ func (x *HttpExecutor) String() string {
 func (*HttpExecutor) ProtoMessage() {}
 
 func (x *HttpExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[7]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +883,7 @@ func (x *HttpExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpExecutor.ProtoReflect.Descriptor instead.
 func (*HttpExecutor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{7}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HttpExecutor) GetUrl() string {
@@ -823,7 +919,7 @@ type CommandExecutor struct {
 
 func (x *CommandExecutor) Reset() {
 	*x = CommandExecutor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +931,7 @@ func (x *CommandExecutor) String() string {
 func (*CommandExecutor) ProtoMessage() {}
 
 func (x *CommandExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +944,7 @@ func (x *CommandExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandExecutor.ProtoReflect.Descriptor instead.
 func (*CommandExecutor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CommandExecutor) GetArgv() []string {
@@ -888,7 +984,7 @@ type Executor struct {
 
 func (x *Executor) Reset() {
 	*x = Executor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +996,7 @@ func (x *Executor) String() string {
 func (*Executor) ProtoMessage() {}
 
 func (x *Executor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1009,7 @@ func (x *Executor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Executor.ProtoReflect.Descriptor instead.
 func (*Executor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Executor) GetKind() isExecutor_Kind {
@@ -1002,7 +1098,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1110,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1123,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -1065,7 +1161,7 @@ type StepDefaults struct {
 
 func (x *StepDefaults) Reset() {
 	*x = StepDefaults{}
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1077,7 +1173,7 @@ func (x *StepDefaults) String() string {
 func (*StepDefaults) ProtoMessage() {}
 
 func (x *StepDefaults) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1090,7 +1186,7 @@ func (x *StepDefaults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDefaults.ProtoReflect.Descriptor instead.
 func (*StepDefaults) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StepDefaults) GetQueue() string {
@@ -1142,7 +1238,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1250,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1263,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Step) GetName() string {
@@ -1269,7 +1365,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1377,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1390,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JobSpec) GetSchedule() *Schedule {
@@ -1397,7 +1493,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1505,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1518,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Param) GetType() string {
@@ -1471,7 +1567,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1579,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1592,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -1537,7 +1633,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1645,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1658,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -1587,7 +1683,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1695,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1708,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -1648,7 +1744,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1660,7 +1756,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1673,7 +1769,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -1704,7 +1800,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1812,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1825,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -1786,7 +1882,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +1894,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +1907,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Job) GetId() string {
@@ -1924,7 +2020,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2032,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2045,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LastRun) GetId() string {
@@ -1984,7 +2080,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2092,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2105,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Source) GetPath() string {
@@ -2038,7 +2134,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2146,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2159,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *JobRef) GetId() string {
@@ -2098,7 +2194,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2206,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2219,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -2156,7 +2252,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2264,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2277,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -2206,7 +2302,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2314,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2327,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -2266,7 +2362,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2278,7 +2374,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2291,7 +2387,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2337,7 +2433,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2445,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2458,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -2428,7 +2524,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2440,7 +2536,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2453,7 +2549,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2482,7 +2578,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2590,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2603,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -2547,7 +2643,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2655,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2668,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -2591,7 +2687,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2699,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2712,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -2635,7 +2731,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2743,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2756,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -2679,7 +2775,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2691,7 +2787,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2704,7 +2800,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -2723,7 +2819,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2831,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2844,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -2767,7 +2863,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2875,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +2888,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -2811,7 +2907,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +2919,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2836,7 +2932,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -2863,7 +2959,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +2971,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +2984,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -2939,7 +3035,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2951,7 +3047,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2964,7 +3060,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -2995,7 +3091,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3103,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3116,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -3085,7 +3181,12 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"created_by\x18\x10 \x01(\tR\tcreatedBy\x12;\n" +
 	"\vfinish_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"finishTime\";\n" +
+	"finishTime\"L\n" +
+	"\x15CancelBackfillRequest\x12#\n" +
+	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"L\n" +
+	"\x16CancelBackfillResponse\x122\n" +
+	"\bbackfill\x18\x01 \x01(\v2\x16.orrery.v1.JobBackfillR\bbackfill\";\n" +
 	"\x14ListBackfillsRequest\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\"M\n" +
 	"\x15ListBackfillsResponse\x124\n" +
@@ -3293,7 +3394,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\aJobView\x12\x18\n" +
 	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eJOB_VIEW_BASIC\x10\x01\x12\x11\n" +
-	"\rJOB_VIEW_FULL\x10\x022\xfc\x05\n" +
+	"\rJOB_VIEW_FULL\x10\x022\xd3\x06\n" +
 	"\n" +
 	"JobService\x12F\n" +
 	"\tCreateJob\x12\x1b.orrery.v1.CreateJobRequest\x1a\x1c.orrery.v1.CreateJobResponse\x12B\n" +
@@ -3304,7 +3405,8 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\bPauseJob\x12\x1a.orrery.v1.PauseJobRequest\x1a\x1b.orrery.v1.PauseJobResponse\x12F\n" +
 	"\tResumeJob\x12\x1b.orrery.v1.ResumeJobRequest\x1a\x1c.orrery.v1.ResumeJobResponse\x12]\n" +
 	"\x0fPreviewSchedule\x12!.orrery.v1.PreviewScheduleRequest\x1a\".orrery.v1.PreviewScheduleResponse\"\x03\x90\x02\x01\x12C\n" +
-	"\bBackfill\x12\x1a.orrery.v1.BackfillRequest\x1a\x1b.orrery.v1.BackfillResponse\x12W\n" +
+	"\bBackfill\x12\x1a.orrery.v1.BackfillRequest\x1a\x1b.orrery.v1.BackfillResponse\x12U\n" +
+	"\x0eCancelBackfill\x12 .orrery.v1.CancelBackfillRequest\x1a!.orrery.v1.CancelBackfillResponse\x12W\n" +
 	"\rListBackfills\x12\x1f.orrery.v1.ListBackfillsRequest\x1a .orrery.v1.ListBackfillsResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
@@ -3320,170 +3422,176 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
 	(*BackfillRequest)(nil),         // 2: orrery.v1.BackfillRequest
 	(*BackfillResponse)(nil),        // 3: orrery.v1.BackfillResponse
 	(*JobBackfill)(nil),             // 4: orrery.v1.JobBackfill
-	(*ListBackfillsRequest)(nil),    // 5: orrery.v1.ListBackfillsRequest
-	(*ListBackfillsResponse)(nil),   // 6: orrery.v1.ListBackfillsResponse
-	(*Schedule)(nil),                // 7: orrery.v1.Schedule
-	(*ScheduleExclude)(nil),         // 8: orrery.v1.ScheduleExclude
-	(*HttpExecutor)(nil),            // 9: orrery.v1.HttpExecutor
-	(*CommandExecutor)(nil),         // 10: orrery.v1.CommandExecutor
-	(*Executor)(nil),                // 11: orrery.v1.Executor
-	(*RetryPolicy)(nil),             // 12: orrery.v1.RetryPolicy
-	(*StepDefaults)(nil),            // 13: orrery.v1.StepDefaults
-	(*Step)(nil),                    // 14: orrery.v1.Step
-	(*JobSpec)(nil),                 // 15: orrery.v1.JobSpec
-	(*Param)(nil),                   // 16: orrery.v1.Param
-	(*Alerts)(nil),                  // 17: orrery.v1.Alerts
-	(*Notify)(nil),                  // 18: orrery.v1.Notify
-	(*Webhook)(nil),                 // 19: orrery.v1.Webhook
-	(*Callback)(nil),                // 20: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 21: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 22: orrery.v1.Job
-	(*LastRun)(nil),                 // 23: orrery.v1.LastRun
-	(*Source)(nil),                  // 24: orrery.v1.Source
-	(*JobRef)(nil),                  // 25: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 26: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 27: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 28: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 29: orrery.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 30: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 31: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 32: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 33: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 34: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 35: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 36: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 37: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 38: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 39: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 40: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 41: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 42: orrery.v1.PlannedInstant
-	nil,                             // 43: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 44: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 45: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 46: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 47: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 48: orrery.v1.ListJobsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 49: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 50: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 51: google.protobuf.Value
-	(*AuditEntry)(nil),              // 52: orrery.v1.AuditEntry
+	(*CancelBackfillRequest)(nil),   // 5: orrery.v1.CancelBackfillRequest
+	(*CancelBackfillResponse)(nil),  // 6: orrery.v1.CancelBackfillResponse
+	(*ListBackfillsRequest)(nil),    // 7: orrery.v1.ListBackfillsRequest
+	(*ListBackfillsResponse)(nil),   // 8: orrery.v1.ListBackfillsResponse
+	(*Schedule)(nil),                // 9: orrery.v1.Schedule
+	(*ScheduleExclude)(nil),         // 10: orrery.v1.ScheduleExclude
+	(*HttpExecutor)(nil),            // 11: orrery.v1.HttpExecutor
+	(*CommandExecutor)(nil),         // 12: orrery.v1.CommandExecutor
+	(*Executor)(nil),                // 13: orrery.v1.Executor
+	(*RetryPolicy)(nil),             // 14: orrery.v1.RetryPolicy
+	(*StepDefaults)(nil),            // 15: orrery.v1.StepDefaults
+	(*Step)(nil),                    // 16: orrery.v1.Step
+	(*JobSpec)(nil),                 // 17: orrery.v1.JobSpec
+	(*Param)(nil),                   // 18: orrery.v1.Param
+	(*Alerts)(nil),                  // 19: orrery.v1.Alerts
+	(*Notify)(nil),                  // 20: orrery.v1.Notify
+	(*Webhook)(nil),                 // 21: orrery.v1.Webhook
+	(*Callback)(nil),                // 22: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 23: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 24: orrery.v1.Job
+	(*LastRun)(nil),                 // 25: orrery.v1.LastRun
+	(*Source)(nil),                  // 26: orrery.v1.Source
+	(*JobRef)(nil),                  // 27: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 28: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 29: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 30: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 31: orrery.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 32: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 33: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 34: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 35: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 36: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 37: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 38: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 39: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 40: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 41: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 42: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 43: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 44: orrery.v1.PlannedInstant
+	nil,                             // 45: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 46: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 47: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 48: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 49: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 50: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 51: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 52: google.protobuf.Duration
+	(*structpb.Value)(nil),          // 53: google.protobuf.Value
+	(*AuditEntry)(nil),              // 54: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	25, // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
-	49, // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
-	49, // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	27, // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
+	51, // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	51, // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
 	4,  // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	49, // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
-	49, // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
-	49, // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
-	49, // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
-	49, // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
-	49, // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
-	25, // 10: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
-	4,  // 11: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
-	50, // 12: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	50, // 13: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
-	8,  // 14: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
-	43, // 15: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	44, // 16: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
-	9,  // 17: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
-	10, // 18: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	50, // 19: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	50, // 20: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	50, // 21: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
-	12, // 22: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
-	11, // 23: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	51, // 24: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	50, // 25: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
-	12, // 26: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
-	7,  // 27: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	13, // 28: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	11, // 29: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	51, // 30: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	14, // 31: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	17, // 32: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	20, // 33: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	45, // 34: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	51, // 35: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	51, // 36: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	50, // 37: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	50, // 38: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	18, // 39: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	19, // 40: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	46, // 41: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	19, // 42: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	47, // 43: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	21, // 44: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	15, // 45: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,  // 46: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	49, // 47: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	49, // 48: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	49, // 49: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	49, // 50: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	24, // 51: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	23, // 52: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	49, // 53: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	21, // 54: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	15, // 55: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	22, // 56: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	25, // 57: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	22, // 58: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	49, // 59: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	52, // 60: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	0,  // 61: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	48, // 62: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,  // 63: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	22, // 64: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	25, // 65: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	21, // 66: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	15, // 67: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	22, // 68: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	25, // 69: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	22, // 70: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	25, // 71: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	22, // 72: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	25, // 73: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	22, // 74: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	7,  // 75: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	49, // 76: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	49, // 77: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	42, // 78: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	49, // 79: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	49, // 80: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	16, // 81: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	26, // 82: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	28, // 83: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	30, // 84: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	32, // 85: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	34, // 86: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	36, // 87: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	38, // 88: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	40, // 89: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,  // 90: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,  // 91: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	27, // 92: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	29, // 93: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	31, // 94: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	33, // 95: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	35, // 96: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	37, // 97: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	39, // 98: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	41, // 99: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,  // 100: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,  // 101: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	92, // [92:102] is the sub-list for method output_type
-	82, // [82:92] is the sub-list for method input_type
-	82, // [82:82] is the sub-list for extension type_name
-	82, // [82:82] is the sub-list for extension extendee
-	0,  // [0:82] is the sub-list for field type_name
+	51, // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	51, // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	51, // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	51, // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	51, // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	51, // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	27, // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
+	4,  // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
+	27, // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
+	4,  // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
+	52, // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	52, // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	10, // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
+	45, // 17: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	46, // 18: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	11, // 19: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
+	12, // 20: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
+	52, // 21: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	52, // 22: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	52, // 23: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	14, // 24: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
+	13, // 25: orrery.v1.Step.run:type_name -> orrery.v1.Executor
+	53, // 26: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	52, // 27: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	14, // 28: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
+	9,  // 29: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	15, // 30: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	13, // 31: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	53, // 32: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	16, // 33: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	19, // 34: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	22, // 35: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	47, // 36: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	53, // 37: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	53, // 38: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	52, // 39: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	52, // 40: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	20, // 41: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	21, // 42: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	48, // 43: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	21, // 44: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	49, // 45: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	23, // 46: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	17, // 47: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,  // 48: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	51, // 49: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	51, // 50: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	51, // 51: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	51, // 52: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	26, // 53: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	25, // 54: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	51, // 55: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	23, // 56: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	17, // 57: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	24, // 58: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	27, // 59: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	24, // 60: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	51, // 61: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	54, // 62: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	0,  // 63: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	50, // 64: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,  // 65: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	24, // 66: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	27, // 67: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	23, // 68: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	17, // 69: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	24, // 70: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	27, // 71: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	24, // 72: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	27, // 73: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	24, // 74: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	27, // 75: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	24, // 76: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,  // 77: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	51, // 78: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	51, // 79: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	44, // 80: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	51, // 81: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	51, // 82: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	18, // 83: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	28, // 84: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	30, // 85: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	32, // 86: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	34, // 87: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	36, // 88: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	38, // 89: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	40, // 90: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	42, // 91: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,  // 92: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,  // 93: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,  // 94: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	29, // 95: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	31, // 96: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	33, // 97: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	35, // 98: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	37, // 99: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	39, // 100: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	41, // 101: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	43, // 102: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,  // 103: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,  // 104: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,  // 105: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	95, // [95:106] is the sub-list for method output_type
+	84, // [84:95] is the sub-list for method input_type
+	84, // [84:84] is the sub-list for extension type_name
+	84, // [84:84] is the sub-list for extension extendee
+	0,  // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -3492,7 +3600,7 @@ func file_orrery_v1_job_proto_init() {
 		return
 	}
 	file_orrery_v1_audit_proto_init()
-	file_orrery_v1_job_proto_msgTypes[9].OneofWrappers = []any{
+	file_orrery_v1_job_proto_msgTypes[11].OneofWrappers = []any{
 		(*Executor_Http)(nil),
 		(*Executor_Command)(nil),
 		(*Executor_Handler)(nil),
@@ -3504,7 +3612,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,9 @@ const (
 	JobServicePreviewScheduleProcedure = "/orrery.v1.JobService/PreviewSchedule"
 	// JobServiceBackfillProcedure is the fully-qualified name of the JobService's Backfill RPC.
 	JobServiceBackfillProcedure = "/orrery.v1.JobService/Backfill"
+	// JobServiceCancelBackfillProcedure is the fully-qualified name of the JobService's CancelBackfill
+	// RPC.
+	JobServiceCancelBackfillProcedure = "/orrery.v1.JobService/CancelBackfill"
 	// JobServiceListBackfillsProcedure is the fully-qualified name of the JobService's ListBackfills
 	// RPC.
 	JobServiceListBackfillsProcedure = "/orrery.v1.JobService/ListBackfills"
@@ -81,6 +84,9 @@ type JobServiceClient interface {
 	// once, as runs with trigger backfill, a few at a time (or, with
 	// dry_run, says what it would fire and writes nothing). Audited.
 	Backfill(context.Context, *connect.Request[v1.BackfillRequest]) (*connect.Response[v1.BackfillResponse], error)
+	// CancelBackfill ends a running backfill: it fires no more instants; the
+	// runs it wrote go on. Audited.
+	CancelBackfill(context.Context, *connect.Request[v1.CancelBackfillRequest]) (*connect.Response[v1.CancelBackfillResponse], error)
 	// ListBackfills lists a job's backfills with their progress, newest first.
 	ListBackfills(context.Context, *connect.Request[v1.ListBackfillsRequest]) (*connect.Response[v1.ListBackfillsResponse], error)
 }
@@ -153,6 +159,12 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("Backfill")),
 			connect.WithClientOptions(opts...),
 		),
+		cancelBackfill: connect.NewClient[v1.CancelBackfillRequest, v1.CancelBackfillResponse](
+			httpClient,
+			baseURL+JobServiceCancelBackfillProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("CancelBackfill")),
+			connect.WithClientOptions(opts...),
+		),
 		listBackfills: connect.NewClient[v1.ListBackfillsRequest, v1.ListBackfillsResponse](
 			httpClient,
 			baseURL+JobServiceListBackfillsProcedure,
@@ -174,6 +186,7 @@ type jobServiceClient struct {
 	resumeJob       *connect.Client[v1.ResumeJobRequest, v1.ResumeJobResponse]
 	previewSchedule *connect.Client[v1.PreviewScheduleRequest, v1.PreviewScheduleResponse]
 	backfill        *connect.Client[v1.BackfillRequest, v1.BackfillResponse]
+	cancelBackfill  *connect.Client[v1.CancelBackfillRequest, v1.CancelBackfillResponse]
 	listBackfills   *connect.Client[v1.ListBackfillsRequest, v1.ListBackfillsResponse]
 }
 
@@ -222,6 +235,11 @@ func (c *jobServiceClient) Backfill(ctx context.Context, req *connect.Request[v1
 	return c.backfill.CallUnary(ctx, req)
 }
 
+// CancelBackfill calls orrery.v1.JobService.CancelBackfill.
+func (c *jobServiceClient) CancelBackfill(ctx context.Context, req *connect.Request[v1.CancelBackfillRequest]) (*connect.Response[v1.CancelBackfillResponse], error) {
+	return c.cancelBackfill.CallUnary(ctx, req)
+}
+
 // ListBackfills calls orrery.v1.JobService.ListBackfills.
 func (c *jobServiceClient) ListBackfills(ctx context.Context, req *connect.Request[v1.ListBackfillsRequest]) (*connect.Response[v1.ListBackfillsResponse], error) {
 	return c.listBackfills.CallUnary(ctx, req)
@@ -251,6 +269,9 @@ type JobServiceHandler interface {
 	// once, as runs with trigger backfill, a few at a time (or, with
 	// dry_run, says what it would fire and writes nothing). Audited.
 	Backfill(context.Context, *connect.Request[v1.BackfillRequest]) (*connect.Response[v1.BackfillResponse], error)
+	// CancelBackfill ends a running backfill: it fires no more instants; the
+	// runs it wrote go on. Audited.
+	CancelBackfill(context.Context, *connect.Request[v1.CancelBackfillRequest]) (*connect.Response[v1.CancelBackfillResponse], error)
 	// ListBackfills lists a job's backfills with their progress, newest first.
 	ListBackfills(context.Context, *connect.Request[v1.ListBackfillsRequest]) (*connect.Response[v1.ListBackfillsResponse], error)
 }
@@ -319,6 +340,12 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("Backfill")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceCancelBackfillHandler := connect.NewUnaryHandler(
+		JobServiceCancelBackfillProcedure,
+		svc.CancelBackfill,
+		connect.WithSchema(jobServiceMethods.ByName("CancelBackfill")),
+		connect.WithHandlerOptions(opts...),
+	)
 	jobServiceListBackfillsHandler := connect.NewUnaryHandler(
 		JobServiceListBackfillsProcedure,
 		svc.ListBackfills,
@@ -346,6 +373,8 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServicePreviewScheduleHandler.ServeHTTP(w, r)
 		case JobServiceBackfillProcedure:
 			jobServiceBackfillHandler.ServeHTTP(w, r)
+		case JobServiceCancelBackfillProcedure:
+			jobServiceCancelBackfillHandler.ServeHTTP(w, r)
 		case JobServiceListBackfillsProcedure:
 			jobServiceListBackfillsHandler.ServeHTTP(w, r)
 		default:
@@ -391,6 +420,10 @@ func (UnimplementedJobServiceHandler) PreviewSchedule(context.Context, *connect.
 
 func (UnimplementedJobServiceHandler) Backfill(context.Context, *connect.Request[v1.BackfillRequest]) (*connect.Response[v1.BackfillResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.JobService.Backfill is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) CancelBackfill(context.Context, *connect.Request[v1.CancelBackfillRequest]) (*connect.Response[v1.CancelBackfillResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.JobService.CancelBackfill is not implemented"))
 }
 
 func (UnimplementedJobServiceHandler) ListBackfills(context.Context, *connect.Request[v1.ListBackfillsRequest]) (*connect.Response[v1.ListBackfillsResponse], error) {
