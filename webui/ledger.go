@@ -55,13 +55,9 @@ func expected(s *schedule.Schedule, from, now time.Time) []schedule.Planned {
 		if w > 0 && now.Add(-w).After(from) {
 			start = now.Add(-w)
 		}
-		plan := s.Plan(start, most)
-		end := slices.IndexFunc(plan, func(p schedule.Planned) bool { return p.Instant.After(now) })
-		if end < 0 && len(plan) >= most {
+		plan := s.PlanUntil(start, now, most)
+		if len(plan) >= most {
 			continue // the window holds more: a shorter one
-		}
-		if end >= 0 {
-			plan = plan[:end]
 		}
 		if len(plan) > ledgerRows {
 			plan = plan[len(plan)-ledgerRows:]
@@ -113,7 +109,7 @@ func buildLedger(j *orreryv1.Job, history []*orreryv1.AuditEntry, runs []*orrery
 			continue
 		}
 		jitter := p.Fire.Sub(t)
-		if r != nil && lifecycle.Trigger(r.GetTrigger()) == lifecycle.TriggerBackfill {
+		if p.Fire.IsZero() || (r != nil && lifecycle.Trigger(r.GetTrigger()) == lifecycle.TriggerBackfill) {
 			jitter = 0
 		}
 		switch {

@@ -62,7 +62,12 @@ checkout.`,
 			summary := fmt.Sprintf("%d to create, %d to update, %d to delete, %d unchanged", counts["create"], counts["update"], counts["delete"], counts["unchanged"])
 			if dryRun {
 				fmt.Fprintf(out, "Plan: %s (dry run: nothing applied).\n", summary)
-				return printPeakMove(cmd, client, jobs, prune, namespace)
+				// The forecast is a help, not the plan: a failure to get it
+				// (an older server, a scope too large) is said, not an error.
+				if err := printPeakMove(cmd, client, jobs, prune, namespace); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "the forecast of the busiest minute is unavailable: %v\n", err)
+				}
+				return nil
 			}
 			res, err := client.Apply(cmd.Context(), connect.NewRequest(&orreryv1.ApplyRequest{Jobs: jobs, Prune: prune, Namespaces: namespaces}))
 			if err != nil {

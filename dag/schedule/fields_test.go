@@ -211,3 +211,11 @@ func TestDSTWarnings(t *testing.T) {
 		}
 	}
 }
+
+// @every counts from start: start itself first, then every interval.
+func TestEveryCountsFromStart(t *testing.T) {
+	s := mustParse(t, Spec{Cron: Crons("@every 1h"), Start: "2026-12-01T00:00:00Z"})
+	if got := instants(t, s, "2026-11-01T00:00:00Z", 2); strings.Join(got, " ") != "2026-12-01T00:00:00Z 2026-12-01T01:00:00Z" {
+		t.Errorf("got %v", got)
+	}
+}

@@ -64,7 +64,12 @@ func (s *Schedule) nextCandidate(after time.Time) (time.Time, bool) {
 	var best time.Time
 	found := false
 	for i := range s.parts {
-		if next, ok := s.parts[i].next(s.loc, after); ok && (!found || next.Before(best)) {
+		next, ok := s.parts[i].next(s.loc, after)
+		if p := &s.parts[i]; p.every > 0 && !s.start.IsZero() && after.Before(s.start) {
+			// @every counts from start, whole seconds: start itself first.
+			next, ok = s.start.Add(time.Second-time.Nanosecond).Truncate(time.Second), true
+		}
+		if ok && (!found || next.Before(best)) {
 			best, found = next, true
 		}
 	}
@@ -188,17 +193,20 @@ type Planned struct {
 // Plan returns the instants after after up to the nth that fires, and the
 // excluded ones among them with their reason (at most MaxPlanExcluded):
 // preview and the schedule ledger show both.
-func (s *Schedule) Plan(after time.Time, n int) []Planned {
+func (s *Schedule) Plan(after time.Time, n int) []Planned { return s.PlanUntil(after, Latest, n) }
+
+// PlanUntil is Plan up to until: the instants in (after, until].
+func (s *Schedule) PlanUntil(after, until time.Time, n int) []Planned {
 	var out []Planned
 	if s.OneTime() {
-		if at, ok := s.Next(after); ok && n > 0 {
+		if at, ok := s.Next(after); ok && n > 0 && !at.After(until) {
 			out = append(out, Planned{Instant: at, Fire: at})
 		}
 		return out
 	}
 	for fires, excluded := 0, 0; fires < n; {
 		next, ok := s.nextCandidate(after)
-		if !ok {
+		if !ok || next.After(until) {
 			break
 		}
 		p := Planned{Instant: next, Excluded: s.Excluded(next)}

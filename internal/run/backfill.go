@@ -244,18 +244,9 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
-	jobIDs := make([]uuid.UUID, 0, len(rows))
-	for _, r := range rows {
-		jobIDs = append(jobIDs, r.JobID)
-	}
-	counts, err := q.ActiveBackfillRuns(ctx, jobIDs)
-	if err != nil {
-		return 0, err
-	}
-	active := map[uuid.UUID]int{}
-	for _, c := range counts {
-		active[c.JobID] = int(c.Active)
-	}
+	// What this step started, by job: two backfills of one job share its
+	// runs' count.
+	started := map[uuid.UUID]int{}
 	for _, r := range rows {
 		adv := store.AdvanceBackfillParams{ID: r.ID, CursorAt: r.CursorAt, Status: "running"}
 		switch r.JobStatus {
@@ -265,10 +256,8 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 				return 0, err
 			}
 			continue
-		case job.StatusPaused:
-			continue
 		}
-		room := int(r.MaxConcurrent) - active[r.JobID]
+		room := int(r.MaxConcurrent) - int(r.Active) - started[r.JobID]
 		if room <= 0 {
 			continue
 		}
@@ -336,7 +325,7 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 				adv.Existing++
 			}
 		}
-		active[r.JobID] += int(adv.Created + adv.Retried)
+		started[r.JobID] += int(adv.Created + adv.Retried)
 		if err := q.AdvanceBackfill(ctx, adv); err != nil {
 			return 0, err
 		}

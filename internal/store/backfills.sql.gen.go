@@ -13,39 +13,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
-const activeBackfillRuns = `-- name: ActiveBackfillRuns :many
-SELECT job_id, count(*)::int AS active FROM runs
-WHERE job_id = ANY($1::uuid[]) AND finished_at IS NULL AND trigger = 'backfill'
-GROUP BY job_id
-`
-
-type ActiveBackfillRunsRow struct {
-	JobID  uuid.UUID
-	Active int32
-}
-
-// ActiveBackfillRuns counts the unfinished backfill runs of jobs (those
-// that hold a backfill's concurrency).
-func (q *Queries) ActiveBackfillRuns(ctx context.Context, jobIds []uuid.UUID) ([]ActiveBackfillRunsRow, error) {
-	rows, err := q.db.Query(ctx, activeBackfillRuns, jobIds)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []ActiveBackfillRunsRow{}
-	for rows.Next() {
-		var i ActiveBackfillRunsRow
-		if err := rows.Scan(&i.JobID, &i.Active); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const advanceBackfill = `-- name: AdvanceBackfill :exec
 UPDATE backfills SET cursor_at = $1, created = created + $2, existing = existing + $3,
     retried = retried + $4, status = $5, reason = $6,
@@ -295,9 +262,11 @@ func (q *Queries) RunningBackfillTenants(ctx context.Context, shards []int32) ([
 }
 
 const runningBackfills = `-- name: RunningBackfills :many
-SELECT b.id, b.tenant_id, b.job_id, b.shard, b.from_at, b.to_at, b.redo, b.max_concurrent, b.newest_first, b.cursor_at, b.total, b.created, b.existing, b.retried, b.status, b.reason, b.created_at, b.created_by, b.finished_at, j.status AS job_status, j.version AS job_version, j.namespace, j.name, j.spec
+SELECT b.id, b.tenant_id, b.job_id, b.shard, b.from_at, b.to_at, b.redo, b.max_concurrent, b.newest_first, b.cursor_at, b.total, b.created, b.existing, b.retried, b.status, b.reason, b.created_at, b.created_by, b.finished_at, j.status AS job_status, j.version AS job_version, j.namespace, j.name, j.spec,
+       (SELECT count(*) FROM runs AS r WHERE r.job_id = b.job_id AND r.finished_at IS NULL
+            AND r.scheduled_for >= b.from_at AND r.scheduled_for <= b.to_at)::int AS active
 FROM backfills AS b JOIN jobs AS j ON j.id = b.job_id
-WHERE b.shard = ANY($1::int[]) AND b.status = 'running'
+WHERE b.shard = ANY($1::int[]) AND b.status = 'running' AND j.status <> 'paused'
 ORDER BY b.created_at
 LIMIT $2
 FOR UPDATE OF b SKIP LOCKED
@@ -333,10 +302,14 @@ type RunningBackfillsRow struct {
 	Namespace     string
 	Name          string
 	Spec          []byte
+	Active        int32
 }
 
 // RunningBackfills locks the running backfills of the shards, oldest
-// first, with their jobs' definitions (read, not locked).
+// first, with their jobs' definitions (read, not locked), and how many
+// unfinished runs each has in its range (runs_active; whatever their
+// trigger: a run a redo retried keeps its own). A paused job's wait and
+// are left out, so that they hold none of the batch.
 func (q *Queries) RunningBackfills(ctx context.Context, arg RunningBackfillsParams) ([]RunningBackfillsRow, error) {
 	rows, err := q.db.Query(ctx, runningBackfills, arg.Shards, arg.Batch)
 	if err != nil {
@@ -371,6 +344,7 @@ func (q *Queries) RunningBackfills(ctx context.Context, arg RunningBackfillsPara
 			&i.Namespace,
 			&i.Name,
 			&i.Spec,
+			&i.Active,
 		); err != nil {
 			return nil, err
 		}

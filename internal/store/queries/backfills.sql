@@ -13,21 +13,19 @@ RETURNING *;
 SELECT DISTINCT tenant_id FROM backfills WHERE shard = ANY(@shards::int[]) AND status = 'running';
 
 -- RunningBackfills locks the running backfills of the shards, oldest
--- first, with their jobs' definitions (read, not locked).
+-- first, with their jobs' definitions (read, not locked), and how many
+-- unfinished runs each has in its range (runs_active; whatever their
+-- trigger: a run a redo retried keeps its own). A paused job's wait and
+-- are left out, so that they hold none of the batch.
 -- name: RunningBackfills :many
-SELECT b.*, j.status AS job_status, j.version AS job_version, j.namespace, j.name, j.spec
+SELECT b.*, j.status AS job_status, j.version AS job_version, j.namespace, j.name, j.spec,
+       (SELECT count(*) FROM runs AS r WHERE r.job_id = b.job_id AND r.finished_at IS NULL
+            AND r.scheduled_for >= b.from_at AND r.scheduled_for <= b.to_at)::int AS active
 FROM backfills AS b JOIN jobs AS j ON j.id = b.job_id
-WHERE b.shard = ANY(@shards::int[]) AND b.status = 'running'
+WHERE b.shard = ANY(@shards::int[]) AND b.status = 'running' AND j.status <> 'paused'
 ORDER BY b.created_at
 LIMIT @batch
 FOR UPDATE OF b SKIP LOCKED;
-
--- ActiveBackfillRuns counts the unfinished backfill runs of jobs (those
--- that hold a backfill's concurrency).
--- name: ActiveBackfillRuns :many
-SELECT job_id, count(*)::int AS active FROM runs
-WHERE job_id = ANY(@job_ids::uuid[]) AND finished_at IS NULL AND trigger = 'backfill'
-GROUP BY job_id;
 
 -- RunsAt reads a job's runs at the given instants.
 -- name: RunsAt :many
