@@ -313,6 +313,25 @@ func timeFromProto(field string, ts *timestamppb.Timestamp) (time.Time, error) {
 	return t, nil
 }
 
+// rangeFromProto reads a request's from and to, both required.
+func rangeFromProto(from, to *timestamppb.Timestamp) (time.Time, time.Time, error) {
+	var out [2]time.Time
+	for i, f := range []struct {
+		name string
+		ts   *timestamppb.Timestamp
+	}{{"from", from}, {"to", to}} {
+		if f.ts == nil {
+			return time.Time{}, time.Time{}, &dag.FieldError{Field: f.name, Message: "must be given"}
+		}
+		t, err := timeFromProto(f.name, f.ts)
+		if err != nil {
+			return time.Time{}, time.Time{}, err
+		}
+		out[i] = t
+	}
+	return out[0], out[1], nil
+}
+
 func timeToProto(t *time.Time) *timestamppb.Timestamp {
 	if t == nil {
 		return nil

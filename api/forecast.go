@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -19,20 +18,9 @@ const maxForecastJobs = 20_000
 
 func (s *pipelineServer) Forecast(ctx context.Context, req *connect.Request[orreryv1.ForecastRequest]) (*connect.Response[orreryv1.ForecastResponse], error) {
 	m := req.Msg
-	var from, to time.Time
-	for _, f := range []struct {
-		name string
-		ts   *timestamppb.Timestamp
-		to   *time.Time
-	}{{"from", m.GetFrom(), &from}, {"to", m.GetTo(), &to}} {
-		if f.ts == nil {
-			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: f.name, Message: "must be given"})
-		}
-		t, err := timeFromProto(f.name, f.ts)
-		if err != nil {
-			return nil, toConnect(ctx, s.log, err)
-		}
-		*f.to = t
+	from, to, err := rangeFromProto(m.GetFrom(), m.GetTo())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
 	}
 	top := int(m.GetTop())
 	if top == 0 {

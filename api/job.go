@@ -242,17 +242,8 @@ func (s *jobServer) Backfill(ctx context.Context, req *connect.Request[orreryv1.
 	}
 	o := run.BackfillOptions{Redo: m.GetRedo(), MaxConcurrent: int(m.GetMaxConcurrent()), NewestFirst: m.GetNewestFirst(),
 		DryRun: m.GetDryRun(), AllowLarge: m.GetAllowLarge()}
-	for _, f := range []struct {
-		name string
-		ts   *timestamppb.Timestamp
-		to   *time.Time
-	}{{"from", m.GetFrom(), &o.From}, {"to", m.GetTo(), &o.To}} {
-		if f.ts == nil {
-			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: f.name, Message: "must be given"})
-		}
-		if *f.to, err = timeFromProto(f.name, f.ts); err != nil {
-			return nil, toConnect(ctx, s.log, err)
-		}
+	if o.From, o.To, err = rangeFromProto(m.GetFrom(), m.GetTo()); err != nil {
+		return nil, toConnect(ctx, s.log, err)
 	}
 	b, err := s.runs.Backfill(ctx, actor(ctx), ref, o)
 	if err != nil {
