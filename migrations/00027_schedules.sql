@@ -59,10 +59,15 @@ CREATE TABLE IF NOT EXISTS backfills (
     finished_at    TIMESTAMPTZ
 );
 
+-- The backfill that wrote a run (NULL for every other run): its runs do
+-- not count for the job's overlap policy (max_concurrent bounds them).
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS backfill_id UUID;
+
 CREATE INDEX IF NOT EXISTS backfills_running ON backfills (shard, created_at) WHERE status = 'running';
 CREATE INDEX IF NOT EXISTS backfills_job ON backfills (job_id, created_at DESC);
 
 -- +goose Down
+ALTER TABLE runs DROP COLUMN IF EXISTS backfill_id;
 DROP TABLE IF EXISTS backfills;
 DELETE FROM alerts WHERE kind = 'paused';
 ALTER TABLE alerts DROP CONSTRAINT IF EXISTS alerts_kind_check;

@@ -232,7 +232,7 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		}
 	}
 	// Schedules of two expressions less an excluded window, a backfill of
-	// 201 past instants, and a job that pauses itself after 3 failures,
+	// 60 past instants, and a job that pauses itself after 3 failures,
 	// all through the same faults (docs/schedules.md).
 	for i := range multis {
 		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: fmt.Sprintf("multi-%02d", i)},
@@ -264,7 +264,7 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	from := dbNow(t, pool)
 	bfFrom := from.Truncate(time.Hour).Add(-300 * time.Hour)
 	bf, err := orun.NewService(pool, jobs, nil).Backfill(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "bf-hourly"},
-		orun.BackfillOptions{From: bfFrom, To: bfFrom.Add(200 * time.Hour), MaxConcurrent: 20})
+		orun.BackfillOptions{From: bfFrom, To: bfFrom.Add(59 * time.Hour), MaxConcurrent: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,11 +345,11 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE scheduled_for <= $1 AND status <> 'succeeded' AND job_id <> (SELECT id FROM jobs WHERE name = 'brittle') AND trigger <> 'backfill'", until) == 0
 	})
 	poll(t, 60*time.Second, "the backfill done and its runs succeeded", func() bool {
-		return queryInt(t, pool, "SELECT count(*) FROM backfills WHERE id = $1 AND status = 'done' AND created = 201", bf.ID) == 1 &&
-			queryInt(t, pool, "SELECT count(*) FROM runs WHERE trigger = 'backfill' AND status = 'succeeded'") == 201
+		return queryInt(t, pool, "SELECT count(*) FROM backfills WHERE id = $1 AND status = 'done' AND created = 60", bf.ID) == 1 &&
+			queryInt(t, pool, "SELECT count(*) FROM runs WHERE trigger = 'backfill' AND status = 'succeeded'") == 60
 	})
-	if n := queryInt(t, pool, "SELECT count(DISTINCT scheduled_for) FROM runs WHERE trigger = 'backfill'"); n != 201 {
-		t.Fatalf("the backfill's runs hold %d instants, want 201, each once", n)
+	if n := queryInt(t, pool, "SELECT count(DISTINCT scheduled_for) FROM runs WHERE trigger = 'backfill'"); n != 60 {
+		t.Fatalf("the backfill's runs hold %d instants, want 60, each once", n)
 	}
 	if queryInt(t, pool, "SELECT count(*) FROM jobs WHERE name = 'brittle' AND status = 'paused'") != 1 ||
 		queryInt(t, pool, "SELECT count(*) FROM audit_log WHERE action = 'pause' AND actor = 'system (pause_after_failures)'") != 1 ||
@@ -503,7 +503,7 @@ func TestStalledWorkersLeaseLapsesAndLateReportIsRejected(t *testing.T) {
 
 // multis is how many of the chaos test's jobs fire multiSchedule: every
 // second divisible by 2 or 3, less those divisible by 5.
-const multis = 20
+const multis = 10
 
 var multiSchedule = schedule.Spec{Cron: schedule.Crons("*/2 * * * * *", "*/3 * * * * *"), Exclude: &schedule.Exclude{Cron: []string{"*/5 * * * * *"}}}
 

@@ -296,7 +296,7 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 			h, ran := existing[at.UnixNano()]
 			switch {
 			case !ran:
-				news = append(news, New{Job: ref, At: at, Trigger: lifecycle.TriggerBackfill, Status: lifecycle.RunPending, Epoch: epochs[int(r.Shard)]})
+				news = append(news, New{Job: ref, At: at, Trigger: lifecycle.TriggerBackfill, Status: lifecycle.RunPending, Epoch: epochs[int(r.Shard)], Backfill: r.ID})
 				room--
 			case r.Redo == RedoFailed && lifecycle.RunStatus(h.Status).AcceptsRetry():
 				retry = append(retry, h.ID)

@@ -40,6 +40,8 @@ type New struct {
 	// Params are the run's params (dag.JobSpec.RunParams); nil takes the
 	// job version's defaults.
 	Params dag.Payload
+	// Backfill is the backfill that writes it (uuid.Nil for none).
+	Backfill uuid.UUID
 }
 
 // Firer is the node that fires scheduled runs, recorded on each run with
@@ -99,6 +101,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		}
 		rp.TaskCounts = append(rp.TaskCounts, int64(tasks))
 		rp.Params = append(rp.Params, string(r.Params))
+		rp.BackfillIds = append(rp.BackfillIds, r.Backfill)
 	}
 	written, err := q.InsertRuns(ctx, rp)
 	if err != nil {

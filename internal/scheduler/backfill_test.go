@@ -93,6 +93,12 @@ func TestBackfillFiresEachInstantOnce(t *testing.T) {
 	if !slices.EqualFunc(got, want, func(a, b time.Time) bool { return a.Equal(b) }) {
 		t.Fatalf("backfilled instants %v, want %v", got, want)
 	}
+	// Each run names its backfill, which keeps it out of the overlap
+	// policy's active runs (the job's overlap is skip: its live instants
+	// fire beside a backfill).
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND backfill_id = $2", j.ID, b.ID); n != 19 {
+		t.Errorf("%d runs name the backfill, want 19", n)
+	}
 	if m := most.Load(); m > 3 {
 		t.Errorf("%d runs of the backfill at once, max_concurrent 3", m)
 	}

@@ -16,7 +16,7 @@ import (
 
 const activeRuns = `-- name: ActiveRuns :many
 SELECT job_id, id, status FROM runs
-WHERE job_id = ANY($1::uuid[]) AND finished_at IS NULL AND status IN ('queued', 'pending', 'running')
+WHERE job_id = ANY($1::uuid[]) AND finished_at IS NULL AND status IN ('queued', 'pending', 'running') AND backfill_id IS NULL
 ORDER BY scheduled_for
 `
 
@@ -26,6 +26,8 @@ type ActiveRunsRow struct {
 	Status lifecycle.RunStatus
 }
 
+// ActiveRuns are the runs the overlap policy weighs: a backfill's are
+// not among them (its max_concurrent bounds them).
 func (q *Queries) ActiveRuns(ctx context.Context, jobIds []uuid.UUID) ([]ActiveRunsRow, error) {
 	rows, err := q.db.Query(ctx, activeRuns, jobIds)
 	if err != nil {
@@ -513,13 +515,15 @@ WITH u AS (
            unnest($7::timestamptz[]) AS scheduled_for, unnest($8::text[]) AS trigger,
            unnest($9::text[]) AS status, unnest($10::text[]) AS reason,
            unnest($11::text[]) AS trace_parent, unnest($12::bool[]) AS watched,
-           unnest($13::bigint[]) AS task_count, unnest($14::text[]) AS params
+           unnest($13::bigint[]) AS task_count, unnest($14::text[]) AS params,
+           unnest($15::uuid[]) AS backfill_id
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched, params)
-    SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $15::uuid, NULLIF(u.shard_epoch, -1),
+                      trace_parent, watched, params, backfill_id)
+    SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $16::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
-           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb
+           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
+           NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid)
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -548,6 +552,7 @@ type InsertRunsParams struct {
 	Watched       []bool
 	TaskCounts    []int64
 	Params        []string
+	BackfillIds   []uuid.UUID
 	NodeID        *uuid.UUID
 }
 
@@ -573,6 +578,7 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 		arg.Watched,
 		arg.TaskCounts,
 		arg.Params,
+		arg.BackfillIds,
 		arg.NodeID,
 	)
 	if err != nil {

@@ -82,9 +82,11 @@ FOR UPDATE OF js;
 -- name: FiringJobs :many
 SELECT id, tenant_id, namespace, name, version, spec FROM jobs WHERE id = ANY(@ids::uuid[]);
 
+-- ActiveRuns are the runs the overlap policy weighs: a backfill's are
+-- not among them (its max_concurrent bounds them).
 -- name: ActiveRuns :many
 SELECT job_id, id, status FROM runs
-WHERE job_id = ANY(@job_ids::uuid[]) AND finished_at IS NULL AND status IN ('queued', 'pending', 'running')
+WHERE job_id = ANY(@job_ids::uuid[]) AND finished_at IS NULL AND status IN ('queued', 'pending', 'running') AND backfill_id IS NULL
 ORDER BY scheduled_for;
 
 -- InsertRuns inserts many runs; a (job, instant) that already has a run
@@ -101,13 +103,15 @@ WITH u AS (
            unnest(@scheduled_fors::timestamptz[]) AS scheduled_for, unnest(@triggers::text[]) AS trigger,
            unnest(@statuses::text[]) AS status, unnest(@reasons::text[]) AS reason,
            unnest(@trace_parents::text[]) AS trace_parent, unnest(@watched::bool[]) AS watched,
-           unnest(@task_counts::bigint[]) AS task_count, unnest(@params::text[]) AS params
+           unnest(@task_counts::bigint[]) AS task_count, unnest(@params::text[]) AS params,
+           unnest(@backfill_ids::uuid[]) AS backfill_id
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched, params)
+                      trace_parent, watched, params, backfill_id)
     SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
-           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb
+           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
+           NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid)
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id

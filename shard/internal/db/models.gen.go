@@ -255,6 +255,7 @@ type Run struct {
 	Watched      bool
 	Held         pgtype.Bool
 	Params       []byte
+	BackfillID   *uuid.UUID
 }
 
 type RunFinish struct {
