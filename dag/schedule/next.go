@@ -23,6 +23,11 @@ const horizon = MaxGap + 2*24*time.Hour
 // union of its expressions' (each once), at or after start and at or
 // before end, less the excluded ones. An instant fires at Fire(instant),
 // later by its jitter.
+//
+// When it gives up on a run of exclusions, Next returns the excluded
+// instant it stopped at with false (a zero time otherwise): not an
+// instant to fire, but where a later search goes on (the scheduler keeps
+// it as the job's next wake-up rather than ending the job).
 func (s *Schedule) Next(after time.Time) (time.Time, bool) {
 	if s.OneTime() {
 		if s.at.After(after) && !s.at.After(Latest) {
@@ -40,17 +45,24 @@ func (s *Schedule) Next(after time.Time) (time.Time, bool) {
 			return next, true
 		}
 		if skipped == maxExcludedRun {
-			return time.Time{}, false
+			return next, false
 		}
 		after = next
-		if until.After(after) && s.civilOnly() {
-			after = until
+		if until.After(after) {
+			if d := s.shortestEvery(); d > 0 {
+				// An @every expression counts from the instant before: leave
+				// the excluded stretch by whole intervals.
+				after = next.Add(until.Sub(next) / d * d)
+			} else {
+				after = until
+			}
 		}
 	}
 }
 
-// maxExcludedRun bounds how many excluded instants in a row Next passes
-// over (an exclusion that names whole days is passed a day at a time).
+// maxExcludedRun bounds how many excluded stretches in a row Next passes
+// over: an exclusion is passed a stretch at a time (a whole day, or the
+// run of seconds, minutes or hours its expression matches; excluded.
 // Validate refuses a schedule whose exclusions leave none of the first
 // ones it samples.
 const maxExcludedRun = 100_000
@@ -79,13 +91,19 @@ func (s *Schedule) nextCandidate(after time.Time) (time.Time, bool) {
 	return best, true
 }
 
-func (s *Schedule) civilOnly() bool {
+func (s *Schedule) civilOnly() bool { return s.shortestEvery() == 0 }
+
+// shortestEvery is the shortest interval of the schedule's @every
+// expressions (0 for none): the union's next instant after any instant t
+// is at most t plus it.
+func (s *Schedule) shortestEvery() time.Duration {
+	var d time.Duration
 	for _, p := range s.parts {
-		if p.every > 0 {
-			return false
+		if p.every > 0 && (d == 0 || p.every < d) {
+			d = p.every
 		}
 	}
-	return true
+	return d
 }
 
 // Excluded says why the instant t is excluded ("" when it is not).
@@ -95,7 +113,10 @@ func (s *Schedule) Excluded(t time.Time) string {
 }
 
 // excluded says why t is excluded, and the last instant of the excluded
-// stretch it knows t is in (t itself when it knows no more).
+// stretch it knows t is in (t itself when it knows no more): the whole day
+// for exclude.dates and for an expression matching every time of day,
+// else the run of seconds, minutes or hours its expression matches
+// (exclusion.stretchEnd), within the zone's current UTC offset.
 func (s *Schedule) excluded(t time.Time) (string, time.Time) {
 	if len(s.exDates) == 0 && len(s.exCrons) == 0 {
 		return "", t
@@ -109,22 +130,75 @@ func (s *Schedule) excluded(t time.Time) (string, time.Time) {
 	_, off := local.Zone()
 	w := wall(t, off)
 	for _, e := range s.exCrons {
-		probe := w
-		if e.minute {
-			probe = w.Truncate(time.Minute)
+		if !e.matches(w) {
+			continue
 		}
-		if e.civil.Next(probe.Add(-time.Second)).Equal(probe) {
-			why := fmt.Sprintf("excluded by exclude.cron[%d] %q", e.index, e.text)
-			switch {
-			case e.day:
-				return why, endOfDay
-			case e.minute:
-				return why, t.Truncate(time.Minute).Add(time.Minute - time.Second)
-			}
-			return why, t
+		why := fmt.Sprintf("excluded by exclude.cron[%d] %q", e.index, e.text)
+		if e.day {
+			return why, endOfDay
 		}
+		until := instant(e.stretchEnd(w), off)
+		if _, zoneEnd := zoneBounds(t, s.loc); !zoneEnd.IsZero() && !until.Before(zoneEnd) {
+			until = zoneEnd.Add(-time.Second) // a wall-clock time is this instant only at this offset
+		}
+		if until.Before(t) {
+			until = t
+		}
+		return why, until
 	}
 	return "", t
+}
+
+// matches reports whether the exclusion matches the wall-clock time w
+// (expressed in UTC); a five-field expression matches a whole minute.
+// Days follow cron's rule: when day of month and day of week are both
+// restricted, either matches.
+func (e exclusion) matches(w time.Time) bool {
+	c := e.civil
+	if !e.minute && !has(c.Second, w.Second()) {
+		return false
+	}
+	if !has(c.Minute, w.Minute()) || !has(c.Hour, w.Hour()) || !has(c.Month, int(w.Month())) {
+		return false
+	}
+	dom, dow := has(c.Dom, w.Day()), has(c.Dow, int(w.Weekday()))
+	if c.Dom&starBit != 0 || c.Dow&starBit != 0 {
+		return dom && dow
+	}
+	return dom || dow
+}
+
+// stretchEnd is the last wall-clock time of the run of times, starting at
+// w (which matches), that the exclusion matches as its finest restricted
+// field shows: the following seconds it names; or, every second named,
+// the following minutes; or, every minute too, the following hours.
+func (e exclusion) stretchEnd(w time.Time) time.Time {
+	c := e.civil
+	y, mo, d := w.Date()
+	h, mi, sec := w.Clock()
+	switch {
+	case !e.minute && !every(c.Second, 59):
+		return time.Date(y, mo, d, h, mi, runEnd(c.Second, sec, 59), 0, time.UTC)
+	case !every(c.Minute, 59):
+		return time.Date(y, mo, d, h, runEnd(c.Minute, mi, 59), 59, 0, time.UTC)
+	}
+	return time.Date(y, mo, d, runEnd(c.Hour, h, 23), 59, 59, 0, time.UTC)
+}
+
+func has(mask uint64, v int) bool { return mask&(1<<uint(v)) != 0 }
+
+// every reports whether mask names every value 0..top.
+func every(mask uint64, top int) bool {
+	all := uint64(1)<<uint(top+1) - 1
+	return mask&all == all
+}
+
+// runEnd is the last value of the run of values mask names from v on.
+func runEnd(mask uint64, v, top int) int {
+	for v < top && has(mask, v+1) {
+		v++
+	}
+	return v
 }
 
 // For returns the schedule with its jitter drawn for the job namespace/name

@@ -80,7 +80,7 @@ func Validate(spec Spec) (*Schedule, error) {
 	}
 	if _, some := s.nextCandidate(from); some {
 		if _, fires := s.Next(from); !fires {
-			return nil, errorf("exclude", "excludes every instant: none of the first %d after %s fires", maxExcludedRun, from.Add(time.Second).Format(time.RFC3339))
+			return nil, errorf("exclude", "excludes every instant: none fires in the first %d excluded stretches after %s", maxExcludedRun, from.Add(time.Second).Format(time.RFC3339))
 		}
 	}
 	if s.jitter > 0 {

@@ -317,11 +317,13 @@ func firstFire(s *schedule.Schedule, now time.Time) *time.Time {
 		return &at
 	}
 	next, ok := s.Next(now)
-	if !ok {
+	switch {
+	case ok:
+		next = s.Fire(next)
+	case next.IsZero():
 		return nil
-	}
-	fire := s.Fire(next)
-	return &fire
+	} // else where Next gave up on a run of exclusions: the scheduler searches on from there
+	return &next
 }
 
 // sameInstant reports whether two one-time schedules name one instant in

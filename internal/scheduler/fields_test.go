@@ -120,3 +120,32 @@ func TestCatchupWindowDecidesLateness(t *testing.T) {
 		}
 	}
 }
+
+// TestGiveUpOnExclusionsIsAWakeUpNotAnEnd: when the search for the next
+// instant gives up on a long run of exclusions, the job keeps the point
+// it stopped at as its wake-up; at it, nothing fires, and the search goes
+// on, until the first instant past the exclusions fires.
+func TestGiveUpOnExclusionsIsAWakeUpNotAnEnd(t *testing.T) {
+	spec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("* * * * * *"),
+		Exclude: &schedule.Exclude{Cron: []string{"0-29 * * * 1-6 *", "30-59 * * * 1-6 *"}}}, Misfire: dag.MisfireFireOnce}
+	s, err := schedule.Parse(spec.Schedule) // Validate refuses it; a spec stored before a change might not be
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := at("2025-12-31T23:59:59Z")
+	for wakeUps := 0; ; wakeUps++ {
+		p := planJob(s, &spec, pending, pending, nil, time.Minute)
+		if p.Done || wakeUps > 10 {
+			t.Fatalf("wake-up %d at %s: %s", wakeUps, pending, fmt.Sprint(summarize(p)))
+		}
+		for _, r := range p.Runs {
+			if r.At.Before(at("2026-07-01T00:00:00Z")) && r.At.After(at("2025-12-31T23:59:59Z")) {
+				t.Fatalf("an excluded instant ran: %s", r.At)
+			}
+		}
+		if p.Next.Equal(at("2026-07-01T00:00:00Z")) {
+			break
+		}
+		pending = p.Next
+	}
+}

@@ -53,7 +53,10 @@ func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, ac
 	}
 	late := now.Sub(pending) > misfireAfter
 	pending = s.InstantOf(pending)
-	due := []time.Time{pending}
+	var due []time.Time
+	if s.OneTime() || s.Excluded(pending) == "" {
+		due = append(due, pending) // excluded: where Next gave up on a long run of exclusions
+	}
 	truncated := false
 	if !s.OneTime() {
 		for at := pending; ; {
@@ -97,7 +100,10 @@ func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, ac
 		p.Runs = append(p.Runs, planned{At: at, Trigger: m.Trigger, Status: d.Status, Reason: d.Reason})
 	}
 
-	last := due[len(due)-1]
+	last := pending
+	if len(due) > 0 {
+		last = due[len(due)-1]
+	}
 	if truncated {
 		last = now
 	}
@@ -105,6 +111,8 @@ func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, ac
 		p.Done = true
 	} else if next, ok := s.Next(last); ok {
 		p.Next = s.Fire(next)
+	} else if !next.IsZero() {
+		p.Next = next // Next gave up on a run of exclusions: search on from there then
 	} else {
 		p.Done = true
 	}
