@@ -40,7 +40,7 @@ func New() *Metrics {
 		reg: prometheus.NewRegistry(),
 		scheduleLag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "orrery_schedule_lag_seconds",
-			Help:    "From a run's scheduled instant to the start of its first attempt of a root step (scheduled and backfilled runs), on the database's clock.",
+			Help:    "From the fire time of a run the schedule fired (its instant plus jitter; trigger schedule, not catch-ups or backfills) to the start of its first attempt of a root step, on the database's clock.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
 		runsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -117,7 +117,7 @@ func (m *Metrics) AdmissionWait(queue string, waited []float64) {
 }
 
 // ScheduleLag records a root step's first attempt starting lag after its
-// run's instant.
+// run's fire time (instant plus jitter), for runs of trigger schedule.
 func (m *Metrics) ScheduleLag(d time.Duration) {
 	if m != nil {
 		m.scheduleLag.Observe(d.Seconds())

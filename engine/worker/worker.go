@@ -742,8 +742,8 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		log.Info("stale River job: its attempt runs or ran on this worker")
 		return nil
 	}
-	if c.Attempt == 1 && att.Shape.Root && lifecycle.Trigger(c.Trigger).Scheduled() {
-		w.cfg.Metrics.ScheduleLag(att.StartedAt.Sub(c.ScheduledFor)) // both on the database's clock
+	if !att.FiredAt.IsZero() {
+		w.cfg.Metrics.ScheduleLag(att.StartedAt.Sub(att.FiredAt)) // both on the database's clock
 	}
 	defer func() {
 		w.ledger.end(c.TaskID, entry)

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
@@ -22,6 +24,16 @@ type parsedSpec struct {
 	hasChildren map[string]bool // steps that some step needs
 	exprs       *dag.Exprs      // the steps' expressions, compiled
 	exprsErr    error           // why they do not compile (a spec older than a change of the language)
+	jittered    *schedule.Schedule // the schedule, when it has a jitter (nil: runs fire at their instants)
+}
+
+// fireOf is when a run of the job (namespace/name) fired for instant at:
+// at plus its jitter.
+func (s *parsedSpec) fireOf(namespace, name string, at time.Time) time.Time {
+	if s.jittered == nil {
+		return at
+	}
+	return s.jittered.For(namespace, name).Fire(at)
 }
 
 type specKey struct {
@@ -79,6 +91,9 @@ func (c *specCache) getMany(ctx context.Context, db store.DBTX, keys []specKey) 
 			}
 		}
 		s.exprs, s.exprsErr = compileExprs(s.JobSpec)
+		if sched, err := schedule.Parse(s.Schedule); err == nil && sched.Jitter() > 0 {
+			s.jittered = sched
+		}
 		out[k] = s
 	}
 	c.mu.Lock()

@@ -31,6 +31,11 @@ type Attempt struct {
 	// ReleasedAt is when the task was first handed to the queue (nil for
 	// a task released before it was recorded).
 	ReleasedAt *time.Time
+	// FiredAt is when the schedule fired the run (its instant plus its
+	// jitter) for a run of trigger schedule; zero for others (started by
+	// hand, catch-ups of missed instants, backfills): the schedule lag
+	// is measured from it.
+	FiredAt time.Time
 	// TraceParent is the run's trace ("" when traces were off).
 	TraceParent string
 	// Refused, when set, is how the attempt ends without running its
@@ -147,7 +152,12 @@ func startedAttempts(ctx context.Context, db store.DBTX, starts []Start, rows []
 		if t.TraceParent != nil {
 			tp = *t.TraceParent
 		}
+		var fired time.Time
+		if t.Trigger == lifecycle.TriggerSchedule && shape.Root && t.Attempt == 1 {
+			fired = spec.fireOf(t.Namespace, t.Name, t.ScheduledFor)
+		}
 		out[i] = &Attempt{
+			FiredAt:     fired,
 			ID:          t.AttemptID,
 			Params:      t.Params,
 			TraceParent: tp,

@@ -214,7 +214,8 @@ func (q *Queries) OpenAlertsWindow(ctx context.Context, arg OpenAlertsWindowPara
 }
 
 const openWatchedRuns = `-- name: OpenWatchedRuns :many
-SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for,
+SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for, r.trigger, r.created_at,
+       (r.backfill_id IS NOT NULL)::bool AS backfilled,
        r.started_at, s.first_start, j.version AS job_version
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN LATERAL (
@@ -244,6 +245,9 @@ type OpenWatchedRunsRow struct {
 	JobID        uuid.UUID
 	Shard        int32
 	ScheduledFor time.Time
+	Trigger      lifecycle.Trigger
+	CreatedAt    time.Time
+	Backfilled   bool
 	StartedAt    *time.Time
 	FirstStart   *time.Time
 	JobVersion   int64
@@ -273,6 +277,9 @@ func (q *Queries) OpenWatchedRuns(ctx context.Context, arg OpenWatchedRunsParams
 			&i.JobID,
 			&i.Shard,
 			&i.ScheduledFor,
+			&i.Trigger,
+			&i.CreatedAt,
+			&i.Backfilled,
 			&i.StartedAt,
 			&i.FirstStart,
 			&i.JobVersion,

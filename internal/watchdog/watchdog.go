@@ -82,6 +82,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/job"
@@ -126,6 +127,7 @@ type jobInfo struct {
 	namespace string
 	name      string
 	spec      dag.JobSpec
+	sched     *schedule.Schedule       // spec.Schedule, For the job; nil if it no longer parses
 	timeouts  map[string]time.Duration // by step
 }
 
@@ -302,8 +304,9 @@ func (w *Watchdog) overdueJobs(ctx context.Context, p *pass, held []int32) error
 		if !ok || p.now.Sub(r.NextFireAt) < within {
 			continue
 		}
-		p.raise(store.Alert{TenantID: r.TenantID, JobID: r.ID, Shard: r.Shard, Kind: dag.AlertMissed, Cause: missedCause(r.NextFireAt),
-			ScheduledFor: &r.NextFireAt,
+		instant := j.instantOf(r.NextFireAt)
+		p.raise(store.Alert{TenantID: r.TenantID, JobID: r.ID, Shard: r.Shard, Kind: dag.AlertMissed, Cause: missedCause(instant),
+			ScheduledFor: &instant,
 			Message: fmt.Sprintf("no run started within %s of %s: the instant has not fired (is a scheduler holding shard %d?)",
 				within, r.NextFireAt.UTC().Format(time.RFC3339), r.Shard)})
 	}
@@ -354,7 +357,7 @@ func (w *Watchdog) checkRuns(ctx context.Context, p *pass, runs []store.OpenWatc
 			continue // callbacks only
 		}
 		a := j.spec.Alerts
-		late := p.now.Sub(r.ScheduledFor)
+		late := p.now.Sub(j.due(r))
 		if within, ok := j.startWithin(); ok && r.StartedAt == nil && late >= within {
 			p.raise(store.Alert{TenantID: r.TenantID, JobID: r.JobID, Shard: r.Shard, Kind: dag.AlertMissed, Cause: missedCause(r.ScheduledFor),
 				RunID: &r.ID, ScheduledFor: &r.ScheduledFor,
@@ -470,11 +473,14 @@ func (w *Watchdog) pauseAfterFailures(ctx context.Context, p *pass, j *jobInfo, 
 	if st := lifecycle.RunStatus(r.Status); n <= 0 || (st != lifecycle.RunFailed && st != lifecycle.RunDeadLettered) {
 		return nil
 	}
-	c, err := p.q.ConsecutiveFailures(ctx, store.ConsecutiveFailuresParams{JobID: r.JobID, TenantID: r.TenantID, N: int32(n)})
-	if err != nil || int(c.Failed) < n {
+	failing := func() (bool, error) {
+		c, err := p.q.ConsecutiveFailures(ctx, store.ConsecutiveFailuresParams{JobID: r.JobID, TenantID: r.TenantID, N: int32(n)})
+		return err == nil && int(c.Failed) >= n, err
+	}
+	if f, err := failing(); err != nil || !f { // most failures: no lock taken
 		return err
 	}
-	paused, err := job.PauseForFailures(ctx, p.q, job.Actor{Tenant: r.TenantID, Name: PauseActor}, r.JobID)
+	paused, err := job.PauseForFailures(ctx, p.q, job.Actor{Tenant: r.TenantID, Name: PauseActor}, r.JobID, failing)
 	if err != nil || !paused {
 		return err
 	}
@@ -593,6 +599,29 @@ func deref(id *uuid.UUID) uuid.UUID {
 	return *id
 }
 
+// due is when a run was due to start, from which missed and stuck are
+// measured: its fire time (instant plus jitter) for a run the schedule
+// fired; its creation for a run of a range backfill (its instant may be
+// long past) or one started by hand.
+func (j *jobInfo) due(r store.OpenWatchedRunsRow) time.Time {
+	switch {
+	case r.Backfilled || !r.Trigger.Scheduled():
+		return r.CreatedAt
+	case j.sched != nil:
+		return j.sched.Fire(r.ScheduledFor)
+	}
+	return r.ScheduledFor
+}
+
+// instantOf is the instant a job's fire time is for (the cause of a
+// missed alert names instants, whether a run exists or not).
+func (j *jobInfo) instantOf(fire time.Time) time.Time {
+	if j.sched == nil {
+		return fire
+	}
+	return j.sched.InstantOf(fire)
+}
+
 func missedCause(instant time.Time) string {
 	return "missed:" + instant.UTC().Format(time.RFC3339Nano)
 }
@@ -645,6 +674,9 @@ func (w *Watchdog) load(ctx context.Context, q *store.Queries, need map[uuid.UUI
 		}
 		for i, st := range j.spec.Steps {
 			j.timeouts[st.Name] = j.spec.Effective(i).Timeout
+		}
+		if s, err := schedule.Parse(j.spec.Schedule); err == nil {
+			j.sched = s.For(j.namespace, j.name)
 		}
 		w.specs[r.ID] = j
 	}

@@ -20,7 +20,8 @@ CROSS JOIN LATERAL (
 -- OpenWatchedRuns pages through the unfinished runs of watched jobs of the
 -- shards, older than min_seconds (runs_watched).
 -- name: OpenWatchedRuns :many
-SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for,
+SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for, r.trigger, r.created_at,
+       (r.backfill_id IS NOT NULL)::bool AS backfilled,
        r.started_at, s.first_start, j.version AS job_version
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN LATERAL (
