@@ -244,6 +244,7 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
+	rooms = rooms.Clone() // counted by every Insert of this step, afresh if tx is tried again
 	// What this step started, by job: two backfills of one job share its
 	// runs' count.
 	started := map[uuid.UUID]int{}
@@ -288,12 +289,19 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 		ref := JobRef{ID: r.JobID, Tenant: r.TenantID, Version: r.JobVersion, Shard: int(r.Shard), Spec: &spec}
 		var news []New
 		var retry []uuid.UUID
+		probe := rooms.Clone() // what Insert will count: a run past the tenant's quota waits, unwritten
 		for _, at := range next {
 			if room == 0 {
 				break
 			}
-			adv.CursorAt = &at
 			h, ran := existing[at.UnixNano()]
+			if !ran {
+				if err := probe.Add(r.TenantID, usage.Usage{Runs: 1, Tasks: int64(len(spec.Steps))}); err != nil {
+					adv.Reason = "waiting for storage room: " + err.Error()
+					break
+				}
+			}
+			adv.CursorAt = &at
 			switch {
 			case !ran:
 				news = append(news, New{Job: ref, At: at, Trigger: lifecycle.TriggerBackfill, Status: lifecycle.RunPending, Epoch: epochs[int(r.Shard)], Backfill: r.ID})

@@ -56,14 +56,15 @@ type Firer struct {
 // whose (job, instant) exists already is not written (invariant 2). It
 // returns the ids of the runs written, in order, uuid.Nil for the others.
 // Runs are held to their tenants' storage quotas as rooms (read with
-// usage.RunRooms before tx, or outside it) says: see holdToQuotas.
+// usage.RunRooms before tx, or outside it) says, and counted in it (pass
+// a Clone when tx may be tried again): see holdToQuotas.
 func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, rooms usage.Rooms) ([]uuid.UUID, error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
 	q := store.New(tx)
 	noParams := fillParams(runs)
-	overQuota, err := holdToQuotas(runs, by, rooms.Clone())
+	overQuota, err := holdToQuotas(runs, by, rooms)
 	if err != nil {
 		return nil, err
 	}

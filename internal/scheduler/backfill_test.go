@@ -210,3 +210,47 @@ func instantsOf(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) []tim
 	}
 	return out
 }
+
+// A backfill past its tenant's storage quota waits, writing nothing for
+// the instants that do not fit (not skipped runs: they would be lost to
+// it), says why, and goes on once there is room.
+func TestBackfillWaitsForStorageRoom(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{"work": func(ctx context.Context, c executor.Call) error { return nil }})
+	startPolicyNode(t, pool, node.Config{})
+	createJob(t, pool, "daily", dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("0 9 * * *")}, Run: &dag.Executor{Handler: "work"}})
+	if _, err := pool.Exec(ctx, "UPDATE tenants SET max_runs = 3"); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := run.NewService(pool, jobs, d)
+	ref := job.Ref{Namespace: "default", Name: "daily"}
+	b, err := runs.Backfill(ctx, job.Anonymous, ref, run.BackfillOptions{From: time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2026, 10, 10, 12, 0, 0, 0, time.UTC)})
+	if err != nil || b.Total != 10 {
+		t.Fatalf("backfill: %+v, %v", b, err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "three runs and the backfill waiting for room", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM backfills WHERE status = 'running' AND created = 3 AND reason LIKE 'waiting for storage room:%max_runs%'") == 1
+	})
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs"); n != 3 {
+		t.Fatalf("%d runs written, want the 3 that fit (none skipped)", n)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE tenants SET max_runs = 0"); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the backfill done", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM backfills WHERE status = 'done' AND created = 10 AND reason = ''") == 1
+	})
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE status = 'skipped'"); n != 0 {
+		t.Errorf("%d runs skipped", n)
+	}
+}
