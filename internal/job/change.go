@@ -160,16 +160,22 @@ func (s *Service) setStatus(ctx context.Context, a Actor, ref Ref, action string
 	return out, err
 }
 
-// PauseForFailures pauses an active job in q's transaction, audited as
-// action pause by actor (the system, for pause_after_failures), and
-// reports whether it did (false: the job was paused or deleted already).
-func PauseForFailures(ctx context.Context, q *store.Queries, a Actor, id uuid.UUID) (bool, error) {
+// PauseForFailures pauses an active job in q's transaction if failing,
+// asked once the job is locked (so that it sees a resume committed
+// meanwhile), still says so; audited as action pause by actor (the
+// system, for pause_after_failures). It reports whether it paused (false:
+// the job was paused or deleted already, or no longer failing).
+func PauseForFailures(ctx context.Context, q *store.Queries, a Actor, id uuid.UUID, failing func() (bool, error)) (bool, error) {
 	paused := false
 	_, err := setStatusIn(ctx, q, a, Ref{ID: id}, "pause", func(j *Job, _ time.Time) (string, *time.Time, error) {
-		paused = j.Status == StatusActive
 		if j.Status != StatusActive {
 			return j.Status, j.NextFireAt, nil
 		}
+		f, err := failing()
+		if err != nil || !f {
+			return j.Status, j.NextFireAt, err
+		}
+		paused = true
 		return StatusPaused, j.NextFireAt, nil
 	})
 	if errors.Is(err, ErrDeleted) {

@@ -269,7 +269,7 @@ FROM backfills AS b JOIN jobs AS j ON j.id = b.job_id
 WHERE b.shard = ANY($1::int[]) AND b.status = 'running' AND j.status <> 'paused'
 ORDER BY b.created_at
 LIMIT $2
-FOR UPDATE OF b SKIP LOCKED
+FOR UPDATE OF b SKIP LOCKED FOR SHARE OF j SKIP LOCKED
 `
 
 type RunningBackfillsParams struct {

@@ -25,7 +25,7 @@ FROM backfills AS b JOIN jobs AS j ON j.id = b.job_id
 WHERE b.shard = ANY(@shards::int[]) AND b.status = 'running' AND j.status <> 'paused'
 ORDER BY b.created_at
 LIMIT @batch
-FOR UPDATE OF b SKIP LOCKED;
+FOR UPDATE OF b SKIP LOCKED FOR SHARE OF j SKIP LOCKED;
 
 -- RunsAt reads a job's runs at the given instants.
 -- name: RunsAt :many
