@@ -93,6 +93,9 @@ func scheduleFromProto(s *orreryv1.Schedule) schedule.Spec {
 	if e := s.GetExclude(); e != nil {
 		out.Exclude = &schedule.Exclude{Dates: e.GetDates(), Cron: e.GetCron()}
 	}
+	if a := s.GetAfter(); a != nil {
+		out.After = &schedule.After{Job: a.GetJob(), Namespace: a.GetNamespace(), On: a.GetOn()}
+	}
 	return out
 }
 
@@ -107,6 +110,9 @@ func ScheduleToProto(s schedule.Spec) *orreryv1.Schedule {
 	}
 	if e := s.Exclude; e != nil {
 		out.Exclude = &orreryv1.ScheduleExclude{Dates: e.Dates, Cron: e.Cron}
+	}
+	if a := s.After; a != nil {
+		out.After = &orreryv1.ScheduleAfter{Job: a.Job, Namespace: a.Namespace, On: a.On}
 	}
 	return out
 }

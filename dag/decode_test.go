@@ -138,6 +138,14 @@ func TestDecodeErrorsNameFileLineAndField(t *testing.T) {
 			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, jitter: 25h}`, 1)
 		},
 			`etl.yaml:8:61: spec.schedule.jitter: 25h0m0s is not shorter than the shortest wait between two instants (23h0m0s, before 2026-03-09T06:00:00Z)`},
+		{"after itself", func(s string) string {
+			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, after: {job: nightly-sales}}`, 1)
+		},
+			`etl.yaml:8:69: spec.schedule.after.job: names this job`},
+		{"after an unknown outcome", func(s string) string {
+			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, after: {job: load, on: [succeeded, ended]}}`, 1)
+		},
+			`spec.schedule.after.on[1]: "ended" is not one of`},
 		{"wrong type", func(s string) string { return strings.Replace(s, "max_attempts: 3", "max_attempts: three", 1) },
 			`etl.yaml:15:5: spec.defaults.retry: cannot unmarshal`},
 		{"payload key a list", func(s string) string { return strings.Replace(s, "payload: {source: pos}", "payload: {[a]: pos}", 1) },

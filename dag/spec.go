@@ -316,6 +316,14 @@ func (r *Resource) Normalize() {
 	if s.Misfire == "" {
 		s.Misfire = MisfireFireOnce
 	}
+	if a := s.Schedule.After; a != nil {
+		if a.Namespace == "" {
+			a.Namespace = r.Metadata.Namespace
+		}
+		if len(a.On) == 0 {
+			a.On = a.Outcomes()
+		}
+	}
 	if s.Misfire == MisfireBackfill && s.MaxBackfill == 0 {
 		s.MaxBackfill = DefaultBackfill
 	}

@@ -100,6 +100,7 @@ func Validate(r *Resource) Errors {
 	}
 	validateMetadata(&es, &r.Metadata)
 	validateSpec(&es, &r.Spec)
+	validateAfter(&es, r)
 	validateNoNUL(&es, r)
 	return es
 }
@@ -151,6 +152,25 @@ func findNUL(v any, path string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// validateAfter checks schedule.after's reference: a job's name and
+// namespace, not the job itself (a cycle through other jobs is the job
+// package's to find: it needs the stored jobs).
+func validateAfter(es *Errors, r *Resource) {
+	a := r.Spec.Schedule.After
+	if a == nil || a.Job == "" { // (an empty name: schedule.Validate says so)
+		return
+	}
+	if err := ValidateName(a.Job); err != nil {
+		es.add("spec.schedule.after.job", "%v", err)
+	}
+	if err := ValidateName(a.Namespace); err != nil {
+		es.add("spec.schedule.after.namespace", "%v", err)
+	}
+	if a.Job == r.Metadata.Name && a.Namespace == r.Metadata.Namespace {
+		es.add("spec.schedule.after.job", "names this job: a job does not start on its own runs' ends")
+	}
 }
 
 func validateMetadata(es *Errors, m *Metadata) {

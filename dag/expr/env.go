@@ -68,6 +68,7 @@ var runVars = []struct {
 	{"run.id", cel.StringType},
 	{"run.scheduled_for", cel.TimestampType},
 	{"run.trigger", cel.StringType},
+	{"run.upstream", cel.DynType},
 	{"job.name", cel.StringType},
 	{"job.namespace", cel.StringType},
 	{"attempt", cel.IntType},

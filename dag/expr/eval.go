@@ -29,6 +29,10 @@ type Vars struct {
 	Job          string
 	Namespace    string
 	Attempt      int
+	// Upstream is run.upstream: for a run another job's run started
+	// (schedule.after), that run's id, job, namespace, outcome and
+	// outputs; empty otherwise.
+	Upstream map[string]any
 	// Spent, when set, is a cost budget shared with other activations (a
 	// transaction's conditions): they all stop at one CostLimit.
 	Spent *uint64
@@ -59,6 +63,11 @@ func (e *Env) Activation(v Vars) Activation {
 	m["run.id"] = v.RunID
 	m["run.scheduled_for"] = v.ScheduledFor
 	m["run.trigger"] = v.Trigger
+	upstream := v.Upstream
+	if upstream == nil {
+		upstream = map[string]any{}
+	}
+	m["run.upstream"] = upstream
 	m["job.name"] = v.Job
 	m["job.namespace"] = v.Namespace
 	m["attempt"] = int64(v.Attempt)

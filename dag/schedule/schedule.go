@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +34,30 @@ type Spec struct {
 	CatchupWindow *Duration `json:"catchup_window,omitempty" yaml:"catchup_window,omitempty"`
 	// Exclude removes instants: nothing fires on them.
 	Exclude *Exclude `json:"exclude,omitempty" yaml:"exclude,omitempty"`
+	// After starts a run each time a run of another job of the tenant
+	// ends with one of the listed outcomes; alone, or beside cron or at.
+	After *After `json:"after,omitempty" yaml:"after,omitempty"`
+}
+
+// After names the upstream job whose runs' ends start the job's runs.
+type After struct {
+	// Job is the upstream job's name; Namespace its namespace (empty: the
+	// job's own).
+	Job       string `json:"job" yaml:"job"`
+	Namespace string `json:"namespace,omitempty" yaml:"namespace,omitempty"`
+	// On are the upstream outcomes that start a run (empty: succeeded).
+	On []string `json:"on,omitempty" yaml:"on,omitempty"`
+}
+
+// AfterOutcomes are the outcomes an After may name: how a run ends.
+var AfterOutcomes = []string{"succeeded", "failed", "dead_lettered", "cancelled"}
+
+// Outcomes is a.On, or succeeded when empty.
+func (a *After) Outcomes() []string {
+	if len(a.On) == 0 {
+		return []string{"succeeded"}
+	}
+	return a.On
 }
 
 // Exclude lists the instants on which a schedule does not fire, in its
@@ -136,15 +161,31 @@ func Parse(spec Spec) (*Schedule, error) {
 		if err != nil {
 			return nil, errorf("at", "%q is not an RFC 3339 instant such as 2026-12-31T23:59:59Z", spec.At)
 		}
+		if err := checkAfter(spec.After); err != nil {
+			return nil, err
+		}
 		return &Schedule{loc: time.UTC, at: at.UTC(), oneTime: true, catchup: catchup}, nil
+	case !hasCron && spec.After != nil:
+		for field, set := range map[string]bool{"timezone": spec.Timezone != "", "start": spec.Start != "", "end": spec.End != "", "jitter": spec.Jitter != nil, "exclude": spec.Exclude != nil} {
+			if set {
+				return nil, errorf(field, "applies to cron schedules only; a schedule of after alone has no instants of its own")
+			}
+		}
+		if err := checkAfter(spec.After); err != nil {
+			return nil, err
+		}
+		return &Schedule{loc: time.UTC, catchup: catchup}, nil
 	case !hasCron:
-		return nil, errorf("cron", "a schedule needs cron or at")
+		return nil, errorf("cron", "a schedule needs cron, at or after")
 	case len(spec.Cron) > MaxCrons:
 		return nil, errorf("cron", "%d expressions; the limit is %d", len(spec.Cron), MaxCrons)
 	}
 
 	loc, err := loadLocation(spec.Timezone)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkAfter(spec.After); err != nil {
 		return nil, err
 	}
 	s := &Schedule{loc: loc, catchup: catchup}
@@ -206,6 +247,29 @@ func Parse(spec Spec) (*Schedule, error) {
 		}
 	}
 	return s, nil
+}
+
+// checkAfter checks after's outcomes (its job's name is the job
+// package's to check: dag.JobSpec.Validate).
+func checkAfter(a *After) *Error {
+	if a == nil {
+		return nil
+	}
+	if strings.TrimSpace(a.Job) == "" {
+		return errorf("after.job", "name the upstream job")
+	}
+	if len(a.On) > len(AfterOutcomes) {
+		return errorf("after.on", "%d outcomes; there are %d", len(a.On), len(AfterOutcomes))
+	}
+	for i, o := range a.On {
+		if !slices.Contains(AfterOutcomes, o) {
+			return errorf(fmt.Sprintf("after.on[%d]", i), "%q is not one of %s", o, strings.Join(AfterOutcomes, ", "))
+		}
+		if slices.Contains(a.On[:i], o) {
+			return errorf(fmt.Sprintf("after.on[%d]", i), "%q is listed twice", o)
+		}
+	}
+	return nil
 }
 
 // parsePart parses one cron expression. Its errors name the field "cron";
@@ -354,6 +418,8 @@ func (s *Schedule) String() string {
 	switch {
 	case s.OneTime():
 		return "at " + s.at.Format(time.RFC3339)
+	case len(s.parts) == 0:
+		return "after another job"
 	case len(s.parts) == 1 && s.parts[0].every > 0:
 		return fmt.Sprintf("every %s", s.parts[0].every)
 	default:

@@ -2,8 +2,10 @@ package job
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -74,6 +76,9 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 // next fire time is recomputed from the database's clock when the
 // schedule changed.
 func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, spec []byte, src *Source, d usage.Delta) (*Job, error) {
+	if err := checkAfterCycle(ctx, q, a.Tenant, res); err != nil {
+		return nil, err
+	}
 	next := before.NextFireAt
 	if !before.Spec.Schedule.Equal(res.Spec.Schedule) && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
 		now, err := q.DatabaseNow(ctx)
@@ -251,6 +256,45 @@ func writeSchedule(ctx context.Context, q *store.Queries, row store.Job) error {
 	}
 	if err := q.SetJobSchedule(ctx, store.SetJobScheduleParams{JobID: row.ID, TenantID: row.TenantID, Shard: row.Shard, NextFireAt: next}); err != nil {
 		return fmt.Errorf("job %s: schedule: %w", row.ID, err)
+	}
+	return writeTrigger(ctx, q, row)
+}
+
+// writeTrigger makes job row's job_triggers row (its schedule.after)
+// follow the row just written: none for a deleted job.
+func writeTrigger(ctx context.Context, q *store.Queries, row store.Job) error {
+	var spec struct {
+		Schedule schedule.Spec `json:"schedule"`
+	}
+	if err := json.Unmarshal(row.Spec, &spec); err != nil {
+		return fmt.Errorf("job %s: stored spec: %w", row.ID, err)
+	}
+	a := spec.Schedule.After
+	if a == nil || row.Status == StatusDeleted {
+		return q.DeleteJobTrigger(ctx, row.ID)
+	}
+	return q.SetJobTrigger(ctx, store.SetJobTriggerParams{JobID: row.ID, TenantID: row.TenantID,
+		UpstreamNamespace: a.Namespace, UpstreamName: a.Job, Outcomes: a.Outcomes()})
+}
+
+// checkAfterCycle refuses a definition whose schedule.after leads, through
+// the tenant's live jobs' schedule.after, back to the job itself: each
+// run would start the next for ever.
+func checkAfterCycle(ctx context.Context, q *store.Queries, tenant uuid.UUID, res dag.Resource) error {
+	a := res.Spec.Schedule.After
+	if a == nil {
+		return nil
+	}
+	chain, err := q.AfterChain(ctx, store.AfterChainParams{TenantID: tenant, Namespace: a.Namespace, Name: a.Job})
+	if err != nil {
+		return err
+	}
+	path := []string{res.Metadata.Namespace + "/" + res.Metadata.Name}
+	for _, c := range chain {
+		path = append(path, c.Namespace+"/"+c.Name)
+		if c.Namespace == res.Metadata.Namespace && c.Name == res.Metadata.Name {
+			return dag.Errors{{Field: "spec.schedule.after.job", Message: "makes a cycle of jobs started by each other's ends: " + strings.Join(path, " after ")}}
+		}
 	}
 	return nil
 }

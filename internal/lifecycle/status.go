@@ -125,6 +125,7 @@ const (
 	TriggerSchedule Trigger = "schedule" // a due instant of the job's schedule
 	TriggerBackfill Trigger = "backfill" // a missed instant fired by misfire: backfill
 	TriggerManual   Trigger = "manual"   // started through the API
+	TriggerUpstream Trigger = "upstream" // started by the end of a run of another job (schedule.after)
 	TriggerReplay   Trigger = "replay"   // allowed by the schema, not written today
 )
 

@@ -42,6 +42,9 @@ type New struct {
 	Params dag.Payload
 	// Backfill is the backfill that writes it (uuid.Nil for none).
 	Backfill uuid.UUID
+	// Upstream is run.upstream (JSON) for a run an upstream run started;
+	// nil for others.
+	Upstream []byte
 }
 
 // Firer is the node that fires scheduled runs, recorded on each run with
@@ -82,7 +85,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		rp.Shards = append(rp.Shards, int32(r.Job.Shard))
 		epoch := r.Epoch
 		if by == nil {
-			epoch = -1 // stored as NULL
+			epoch = -1 // stored as NULL (as a firer's run of a shard it does not fence)
 		}
 		rp.ShardEpochs = append(rp.ShardEpochs, epoch)
 		rp.ScheduledFors = append(rp.ScheduledFors, r.At)
@@ -103,6 +106,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		rp.TaskCounts = append(rp.TaskCounts, int64(tasks))
 		rp.Params = append(rp.Params, string(r.Params))
 		rp.BackfillIds = append(rp.BackfillIds, r.Backfill)
+		rp.Upstreams = append(rp.Upstreams, string(r.Upstream))
 	}
 	written, err := q.InsertRuns(ctx, rp)
 	if err != nil {

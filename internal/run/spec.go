@@ -21,9 +21,9 @@ var specs = specCache{m: map[specKey]*parsedSpec{}}
 // parsedSpec is a job version's spec with what finishing attempts asks of it.
 type parsedSpec struct {
 	*dag.JobSpec
-	hasChildren map[string]bool // steps that some step needs
-	exprs       *dag.Exprs      // the steps' expressions, compiled
-	exprsErr    error           // why they do not compile (a spec older than a change of the language)
+	hasChildren map[string]bool    // steps that some step needs
+	exprs       *dag.Exprs         // the steps' expressions, compiled
+	exprsErr    error              // why they do not compile (a spec older than a change of the language)
 	jittered    *schedule.Schedule // the schedule, when it has a jitter (nil: runs fire at their instants)
 }
 

@@ -182,10 +182,11 @@ func startedAttempts(ctx context.Context, db store.DBTX, starts []Start, rows []
 // attempt (Attempt.Refused): it fails for good without running.
 func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpecs map[specKey]*parsedSpec, rows []store.StartAttemptsRow) error {
 	type job struct {
-		att    *Attempt
-		spec   *parsedSpec
-		exprs  *dag.StepExprs
-		params []byte
+		att      *Attempt
+		spec     *parsedSpec
+		exprs    *dag.StepExprs
+		params   []byte
+		upstream []byte
 	}
 	some := false
 	for _, spec := range batchSpecs {
@@ -214,7 +215,7 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 		if x == nil {
 			continue
 		}
-		jobs = append(jobs, job{att, spec, x, r.Params})
+		jobs = append(jobs, job{att, spec, x, r.Params, r.Upstream})
 		outputs.add(att.Call.RunID, x.Reads.Steps)
 	}
 	if len(jobs) == 0 {
@@ -226,7 +227,7 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 	for _, j := range jobs {
 		c := &j.att.Call
 		vars := outputs.vars(runOf{id: c.RunID, scheduledFor: c.ScheduledFor, trigger: c.Trigger, job: c.Job, ns: c.Namespace,
-			params: j.params, attempt: c.Attempt}, j.exprs.Reads.Steps, nil)
+			params: j.params, upstream: j.upstream, attempt: c.Attempt}, j.exprs.Reads.Steps, nil)
 		idx := slices.IndexFunc(j.spec.Steps, func(s dag.Step) bool { return s.Name == c.Step })
 		run, payload, err := j.exprs.Apply(j.spec.Steps[idx], vars)
 		if err != nil {

@@ -55,6 +55,7 @@ type runOf struct {
 	scheduledFor     time.Time
 	trigger, job, ns string
 	params           []byte // runs.params, JSON
+	upstream         []byte // runs.upstream, JSON (nil: none)
 	attempt          int
 }
 
@@ -65,6 +66,11 @@ func (o *outputsToRead) vars(r runOf, steps []string, spent *uint64) expr.Vars {
 	if len(r.params) > 0 {
 		if m, err := expr.FromJSON(r.params); err == nil {
 			v.Params, _ = m.(map[string]any)
+		}
+	}
+	if len(r.upstream) > 0 {
+		if m, err := expr.FromJSON(r.upstream); err == nil {
+			v.Upstream, _ = m.(map[string]any)
 		}
 	}
 	for _, s := range steps {

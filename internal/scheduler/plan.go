@@ -74,31 +74,8 @@ func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, ac
 	}
 
 	m := lifecycle.DecideMisfire(spec.Misfire, spec.MaxBackfill, due, late || truncated)
-	p.recordSkips(m.Skip, m.Reason, truncated)
-
-	statuses := make([]lifecycle.RunStatus, len(active))
-	for i, r := range active {
-		statuses[i] = r.Status
-	}
-	overlap := lifecycle.NewOverlap(spec.Overlap, statuses)
-	for _, at := range m.Fire {
-		d := overlap.Next()
-		if d.CancelPrevious {
-			for _, r := range active {
-				p.Cancel = append(p.Cancel, r.ID)
-			}
-			active = nil
-			for i := range p.Runs { // runs planned earlier in this pass
-				if st := p.Runs[i].Status; st == lifecycle.RunPending || st == lifecycle.RunQueued {
-					p.Runs[i].Status, p.Runs[i].Reason = lifecycle.RunCancelled, lifecycle.ReasonCancelledByNewer
-				}
-			}
-		}
-		if d.Status == lifecycle.RunSkipped {
-			p.Skips[d.Reason]++
-		}
-		p.Runs = append(p.Runs, planned{At: at, Trigger: m.Trigger, Status: d.Status, Reason: d.Reason})
-	}
+	p.recordSkips(m.Skip, m.Reason, lifecycle.TriggerSchedule, truncated)
+	p.overlap(spec, m.Fire, m.Trigger, active)
 
 	last := pending
 	if len(due) > 0 {
@@ -122,7 +99,7 @@ func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, ac
 // recordSkips records skipped instants: the latest ones one by one, and the
 // rest as one summary run at the earliest, so that a long outage of a
 // dense schedule neither vanishes from history nor floods it.
-func (p *plan) recordSkips(skip []time.Time, why string, truncated bool) {
+func (p *plan) recordSkips(skip []time.Time, why string, trigger lifecycle.Trigger, truncated bool) {
 	if len(skip) == 0 {
 		return
 	}
@@ -133,11 +110,40 @@ func (p *plan) recordSkips(skip []time.Time, why string, truncated bool) {
 		if truncated {
 			count = "at least " + count
 		}
-		p.Runs = append(p.Runs, planned{At: rest[0], Trigger: lifecycle.TriggerSchedule, Status: lifecycle.RunSkipped,
+		p.Runs = append(p.Runs, planned{At: rest[0], Trigger: trigger, Status: lifecycle.RunSkipped,
 			Reason: fmt.Sprintf("%s (%s instants from %s to %s)", why, count, rest[0].Format(time.RFC3339), rest[len(rest)-1].Format(time.RFC3339))})
 		skip = skip[len(skip)-maxSkipRecord+1:]
 	}
 	for _, at := range skip {
-		p.Runs = append(p.Runs, planned{At: at, Trigger: lifecycle.TriggerSchedule, Status: lifecycle.RunSkipped, Reason: why})
+		p.Runs = append(p.Runs, planned{At: at, Trigger: trigger, Status: lifecycle.RunSkipped, Reason: why})
+	}
+}
+
+// overlap plans runs at fire by the job's overlap policy, weighing its
+// active runs and the runs planned before them: each runs, waits
+// (queued), is skipped, or cancels the ones before (cancel_previous).
+func (p *plan) overlap(spec *dag.JobSpec, fire []time.Time, trigger lifecycle.Trigger, active []activeRun) {
+	statuses := make([]lifecycle.RunStatus, len(active))
+	for i, r := range active {
+		statuses[i] = r.Status
+	}
+	overlap := lifecycle.NewOverlap(spec.Overlap, statuses)
+	for _, at := range fire {
+		d := overlap.Next()
+		if d.CancelPrevious {
+			for _, r := range active {
+				p.Cancel = append(p.Cancel, r.ID)
+			}
+			active = nil
+			for i := range p.Runs { // runs planned earlier in this pass
+				if st := p.Runs[i].Status; st == lifecycle.RunPending || st == lifecycle.RunQueued {
+					p.Runs[i].Status, p.Runs[i].Reason = lifecycle.RunCancelled, lifecycle.ReasonCancelledByNewer
+				}
+			}
+		}
+		if d.Status == lifecycle.RunSkipped {
+			p.Skips[d.Reason]++
+		}
+		p.Runs = append(p.Runs, planned{At: at, Trigger: trigger, Status: d.Status, Reason: d.Reason})
 	}
 }

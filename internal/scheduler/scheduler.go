@@ -138,11 +138,15 @@ func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
 		byShard[l.Shard] = l
 		ids[i] = int32(l.Shard)
 	}
-	// Backfills move on after the due instants fire, and a backfill that
-	// fails is logged, not a reason to stop firing.
+	// Backfills move on, and upstream runs' ends start their downstream
+	// runs, after the due instants fire; a step that fails is logged, not
+	// a reason to stop firing.
 	defer func() {
 		if err := s.advanceBackfills(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
 			s.cfg.Logger.Error("backfill step failed", "err", err)
+		}
+		if err := s.fireDownstream(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
+			s.cfg.Logger.Error("downstream step failed", "err", err)
 		}
 	}()
 	heads, err := store.New(s.cfg.Pool).ShardHeads(ctx, ids)

@@ -103,6 +103,14 @@ WITH input AS (
 ), s AS (
     INSERT INTO job_schedules (job_id, tenant_id, shard, next_fire_at)
     SELECT i.id, i.tenant_id, i.shard, i.next_fire_at FROM input AS i JOIN j ON j.id = i.id
+), g AS (
+    -- schedule.after, read from the normalized definition (namespace and
+    -- on filled in): job_triggers (SetJobTrigger on a change)
+    INSERT INTO job_triggers (job_id, tenant_id, upstream_namespace, upstream_name, outcomes)
+    SELECT i.id, i.tenant_id, i.spec #>> '{schedule,after,namespace}', i.spec #>> '{schedule,after,job}',
+           ARRAY(SELECT jsonb_array_elements_text(i.spec #> '{schedule,after,on}'))
+    FROM input AS i JOIN j ON j.id = i.id
+    WHERE i.spec #> '{schedule,after}' IS NOT NULL
 ), u AS (
     -- With @count_usage, what the tenants hold (tenant_job_usage), in
     -- key order: two batches lock the rows they share in one order. After

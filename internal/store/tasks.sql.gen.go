@@ -50,6 +50,13 @@ WITH req AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
+), uf AS (
+    -- a run of a job some schedule.after names: its downstream runs' event
+    INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
+    SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
+    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+                  WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
+    ON CONFLICT DO NOTHING
 )
 SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
 FROM t LEFT JOIN r ON r.id = t.run_id
@@ -134,7 +141,7 @@ func (q *Queries) CompleteAttempts(ctx context.Context, arg CompleteAttemptsPara
 }
 
 const conditionRuns = `-- name: ConditionRuns :many
-SELECT r.id, r.job_id, r.job_version, r.params, r.scheduled_for, r.trigger, j.namespace, j.name
+SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 WHERE r.id = ANY($1::uuid[])
 `
@@ -144,6 +151,7 @@ type ConditionRunsRow struct {
 	JobID        uuid.UUID
 	JobVersion   int64
 	Params       []byte
+	Upstream     []byte
 	ScheduledFor time.Time
 	Trigger      lifecycle.Trigger
 	Namespace    string
@@ -165,6 +173,7 @@ func (q *Queries) ConditionRuns(ctx context.Context, ids []uuid.UUID) ([]Conditi
 			&i.JobID,
 			&i.JobVersion,
 			&i.Params,
+			&i.Upstream,
 			&i.ScheduledFor,
 			&i.Trigger,
 			&i.Namespace,
@@ -391,6 +400,13 @@ RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.fini
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
+), uf AS (
+    -- a run of a job some schedule.after names: its downstream runs' event
+    INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
+    SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
+    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+                  WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
+    ON CONFLICT DO NOTHING
 )
 SELECT r.job_id, r.status FROM r
 `
@@ -467,7 +483,7 @@ func (q *Queries) MarkUpstreamFailed(ctx context.Context, ids []uuid.UUID) error
 const ownRunningAttempt = `-- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
-       k.released_at, ru.trace_parent, ru.params, a.id AS attempt_id
+       k.released_at, ru.trace_parent, ru.params, ru.upstream, a.id AS attempt_id
 FROM tasks AS k
 JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
@@ -500,6 +516,7 @@ type OwnRunningAttemptRow struct {
 	ReleasedAt   *time.Time
 	TraceParent  *string
 	Params       []byte
+	Upstream     []byte
 	AttemptID    uuid.UUID
 }
 
@@ -528,6 +545,7 @@ func (q *Queries) OwnRunningAttempt(ctx context.Context, arg OwnRunningAttemptPa
 		&i.ReleasedAt,
 		&i.TraceParent,
 		&i.Params,
+		&i.Upstream,
 		&i.AttemptID,
 	)
 	return i, err
@@ -716,7 +734,7 @@ WITH req AS (
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
-       t.released_at, ru.trace_parent, ru.params, t.attempt_id::uuid AS attempt_id
+       t.released_at, ru.trace_parent, ru.params, ru.upstream, t.attempt_id::uuid AS attempt_id
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
@@ -749,6 +767,7 @@ type StartAttemptsRow struct {
 	ReleasedAt   *time.Time
 	TraceParent  *string
 	Params       []byte
+	Upstream     []byte
 	AttemptID    uuid.UUID
 }
 
@@ -793,6 +812,7 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 			&i.ReleasedAt,
 			&i.TraceParent,
 			&i.Params,
+			&i.Upstream,
 			&i.AttemptID,
 		); err != nil {
 			return nil, err

@@ -104,14 +104,14 @@ WITH u AS (
            unnest(@statuses::text[]) AS status, unnest(@reasons::text[]) AS reason,
            unnest(@trace_parents::text[]) AS trace_parent, unnest(@watched::bool[]) AS watched,
            unnest(@task_counts::bigint[]) AS task_count, unnest(@params::text[]) AS params,
-           unnest(@backfill_ids::uuid[]) AS backfill_id
+           unnest(@backfill_ids::uuid[]) AS backfill_id, unnest(@upstreams::text[]) AS upstream
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched, params, backfill_id)
+                      trace_parent, watched, params, backfill_id, upstream)
     SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
            CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
-           NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid)
+           NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid), NULLIF(u.upstream, '')::jsonb
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -156,11 +156,18 @@ WITH r AS (
     UPDATE runs SET status = 'cancelled', reason = @reason, finished_at = now(),
         started_at = COALESCE(started_at, (SELECT min(t.started_at) FROM tasks AS t WHERE t.run_id = runs.id))
     WHERE id = ANY(@ids::uuid[]) AND status IN ('queued', 'pending', 'running')
-    RETURNING id, shard, status, watched, finished_at
+    RETURNING id, job_id, shard, status, watched, finished_at
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
+), uf AS (
+    -- a run of a job some schedule.after names: its downstream runs' event
+    INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
+    SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
+    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+                  WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
+    ON CONFLICT DO NOTHING
 )
 SELECT id FROM r;
 

@@ -22,7 +22,7 @@ WITH req AS (
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
-       t.released_at, ru.trace_parent, ru.params, t.attempt_id::uuid AS attempt_id
+       t.released_at, ru.trace_parent, ru.params, ru.upstream, t.attempt_id::uuid AS attempt_id
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
@@ -35,7 +35,7 @@ JOIN tenants AS te ON te.id = t.tenant_id;
 -- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
-       k.released_at, ru.trace_parent, ru.params, a.id AS attempt_id
+       k.released_at, ru.trace_parent, ru.params, ru.upstream, a.id AS attempt_id
 FROM tasks AS k
 JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
@@ -128,6 +128,13 @@ RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.fini
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
+), uf AS (
+    -- a run of a job some schedule.after names: its downstream runs' event
+    INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
+    SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
+    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+                  WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
+    ON CONFLICT DO NOTHING
 )
 SELECT r.job_id, r.status FROM r;
 
@@ -219,7 +226,7 @@ RETURNING tasks.id;
 
 -- ConditionRuns reads what conditions of tasks of runs read of the run.
 -- name: ConditionRuns :many
-SELECT r.id, r.job_id, r.job_version, r.params, r.scheduled_for, r.trigger, j.namespace, j.name
+SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 WHERE r.id = ANY(@ids::uuid[]);
 
@@ -267,6 +274,13 @@ WITH req AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
+), uf AS (
+    -- a run of a job some schedule.after names: its downstream runs' event
+    INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
+    SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
+    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+                  WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
+    ON CONFLICT DO NOTHING
 )
 SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
 FROM t LEFT JOIN r ON r.id = t.run_id;

@@ -164,6 +164,14 @@ type JobSchedule struct {
 	TenantID   uuid.UUID
 }
 
+type JobTrigger struct {
+	JobID             uuid.UUID
+	TenantID          uuid.UUID
+	UpstreamNamespace string
+	UpstreamName      string
+	Outcomes          []string
+}
+
 type JobVersion struct {
 	JobID       uuid.UUID
 	Version     int64
@@ -256,6 +264,7 @@ type Run struct {
 	Held         pgtype.Bool
 	Params       []byte
 	BackfillID   *uuid.UUID
+	Upstream     []byte
 }
 
 type RunFinish struct {
@@ -335,6 +344,13 @@ type TenantRunUsage struct {
 	Shard    int32
 	Runs     int64
 	Tasks    int64
+}
+
+type UpstreamFinish struct {
+	RunID      uuid.UUID
+	FinishedAt time.Time
+	Shard      int32
+	Status     string
 }
 
 type WebSession struct {

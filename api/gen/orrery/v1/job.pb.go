@@ -691,7 +691,10 @@ type Schedule struct {
 	// go to the misfire policy. Default: the server's --misfire-after.
 	CatchupWindow *durationpb.Duration `protobuf:"bytes,8,opt,name=catchup_window,json=catchupWindow,proto3" json:"catchup_window,omitempty"`
 	// Instants on which nothing fires.
-	Exclude       *ScheduleExclude `protobuf:"bytes,9,opt,name=exclude,proto3" json:"exclude,omitempty"`
+	Exclude *ScheduleExclude `protobuf:"bytes,9,opt,name=exclude,proto3" json:"exclude,omitempty"`
+	// Start a run each time a run of another job of the tenant ends with
+	// one of the listed outcomes (alone, or beside cron or at).
+	After         *ScheduleAfter `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -789,6 +792,77 @@ func (x *Schedule) GetExclude() *ScheduleExclude {
 	return nil
 }
 
+func (x *Schedule) GetAfter() *ScheduleAfter {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+// ScheduleAfter names the upstream job whose runs' ends start runs.
+type ScheduleAfter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The upstream job's name.
+	Job string `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// Its namespace; default the job's own.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// succeeded, failed, dead_lettered, cancelled; default succeeded.
+	On            []string `protobuf:"bytes,3,rep,name=on,proto3" json:"on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleAfter) Reset() {
+	*x = ScheduleAfter{}
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleAfter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleAfter) ProtoMessage() {}
+
+func (x *ScheduleAfter) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleAfter.ProtoReflect.Descriptor instead.
+func (*ScheduleAfter) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ScheduleAfter) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ScheduleAfter) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ScheduleAfter) GetOn() []string {
+	if x != nil {
+		return x.On
+	}
+	return nil
+}
+
 // ScheduleExclude removes instants from a schedule, in its time zone.
 type ScheduleExclude struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -802,7 +876,7 @@ type ScheduleExclude struct {
 
 func (x *ScheduleExclude) Reset() {
 	*x = ScheduleExclude{}
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +888,7 @@ func (x *ScheduleExclude) String() string {
 func (*ScheduleExclude) ProtoMessage() {}
 
 func (x *ScheduleExclude) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +901,7 @@ func (x *ScheduleExclude) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleExclude.ProtoReflect.Descriptor instead.
 func (*ScheduleExclude) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ScheduleExclude) GetDates() []string {
@@ -858,7 +932,7 @@ type HttpExecutor struct {
 
 func (x *HttpExecutor) Reset() {
 	*x = HttpExecutor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +944,7 @@ func (x *HttpExecutor) String() string {
 func (*HttpExecutor) ProtoMessage() {}
 
 func (x *HttpExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +957,7 @@ func (x *HttpExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpExecutor.ProtoReflect.Descriptor instead.
 func (*HttpExecutor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HttpExecutor) GetUrl() string {
@@ -919,7 +993,7 @@ type CommandExecutor struct {
 
 func (x *CommandExecutor) Reset() {
 	*x = CommandExecutor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1005,7 @@ func (x *CommandExecutor) String() string {
 func (*CommandExecutor) ProtoMessage() {}
 
 func (x *CommandExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1018,7 @@ func (x *CommandExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandExecutor.ProtoReflect.Descriptor instead.
 func (*CommandExecutor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CommandExecutor) GetArgv() []string {
@@ -984,7 +1058,7 @@ type Executor struct {
 
 func (x *Executor) Reset() {
 	*x = Executor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1070,7 @@ func (x *Executor) String() string {
 func (*Executor) ProtoMessage() {}
 
 func (x *Executor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1083,7 @@ func (x *Executor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Executor.ProtoReflect.Descriptor instead.
 func (*Executor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Executor) GetKind() isExecutor_Kind {
@@ -1098,7 +1172,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1184,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1197,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -1161,7 +1235,7 @@ type StepDefaults struct {
 
 func (x *StepDefaults) Reset() {
 	*x = StepDefaults{}
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1247,7 @@ func (x *StepDefaults) String() string {
 func (*StepDefaults) ProtoMessage() {}
 
 func (x *StepDefaults) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1260,7 @@ func (x *StepDefaults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDefaults.ProtoReflect.Descriptor instead.
 func (*StepDefaults) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StepDefaults) GetQueue() string {
@@ -1238,7 +1312,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1324,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1337,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Step) GetName() string {
@@ -1365,7 +1439,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1451,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1464,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JobSpec) GetSchedule() *Schedule {
@@ -1493,7 +1567,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1579,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1592,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Param) GetType() string {
@@ -1567,7 +1641,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1653,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1666,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -1633,7 +1707,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1719,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1732,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -1683,7 +1757,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1769,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1782,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -1744,7 +1818,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1830,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1843,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -1800,7 +1874,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +1886,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +1899,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -1882,7 +1956,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +1968,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +1981,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Job) GetId() string {
@@ -2020,7 +2094,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2106,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2119,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LastRun) GetId() string {
@@ -2080,7 +2154,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2166,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2179,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Source) GetPath() string {
@@ -2134,7 +2208,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2220,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2233,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *JobRef) GetId() string {
@@ -2194,7 +2268,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2280,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2293,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -2252,7 +2326,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2338,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2351,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -2302,7 +2376,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2388,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2401,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -2362,7 +2436,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2448,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2461,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2433,7 +2507,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2445,7 +2519,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2458,7 +2532,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -2524,7 +2598,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2610,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2623,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2578,7 +2652,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2590,7 +2664,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2603,7 +2677,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -2643,7 +2717,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2729,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2742,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -2687,7 +2761,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2773,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2786,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -2731,7 +2805,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +2817,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +2830,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -2775,7 +2849,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2861,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2874,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -2819,7 +2893,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2831,7 +2905,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2844,7 +2918,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -2863,7 +2937,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +2949,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +2962,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -2907,7 +2981,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2919,7 +2993,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2932,7 +3006,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -2959,7 +3033,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3045,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3058,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -3035,7 +3109,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3121,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3134,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -3091,7 +3165,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3103,7 +3177,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3116,7 +3190,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -3190,7 +3264,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x14ListBackfillsRequest\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\"M\n" +
 	"\x15ListBackfillsResponse\x124\n" +
-	"\tbackfills\x18\x01 \x03(\v2\x16.orrery.v1.JobBackfillR\tbackfills\"\xb3\x02\n" +
+	"\tbackfills\x18\x01 \x03(\v2\x16.orrery.v1.JobBackfillR\tbackfills\"\xe3\x02\n" +
 	"\bSchedule\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x1a\n" +
 	"\btimezone\x18\x02 \x01(\tR\btimezone\x12\x0e\n" +
@@ -3200,7 +3274,13 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x03end\x18\x06 \x01(\tR\x03end\x121\n" +
 	"\x06jitter\x18\a \x01(\v2\x19.google.protobuf.DurationR\x06jitter\x12@\n" +
 	"\x0ecatchup_window\x18\b \x01(\v2\x19.google.protobuf.DurationR\rcatchupWindow\x124\n" +
-	"\aexclude\x18\t \x01(\v2\x1a.orrery.v1.ScheduleExcludeR\aexclude\";\n" +
+	"\aexclude\x18\t \x01(\v2\x1a.orrery.v1.ScheduleExcludeR\aexclude\x12.\n" +
+	"\x05after\x18\n" +
+	" \x01(\v2\x18.orrery.v1.ScheduleAfterR\x05after\"O\n" +
+	"\rScheduleAfter\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x0e\n" +
+	"\x02on\x18\x03 \x03(\tR\x02on\";\n" +
 	"\x0fScheduleExclude\x12\x14\n" +
 	"\x05dates\x18\x01 \x03(\tR\x05dates\x12\x12\n" +
 	"\x04cron\x18\x02 \x03(\tR\x04cron\"\xb4\x01\n" +
@@ -3422,7 +3502,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
@@ -3434,164 +3514,166 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*ListBackfillsRequest)(nil),    // 7: orrery.v1.ListBackfillsRequest
 	(*ListBackfillsResponse)(nil),   // 8: orrery.v1.ListBackfillsResponse
 	(*Schedule)(nil),                // 9: orrery.v1.Schedule
-	(*ScheduleExclude)(nil),         // 10: orrery.v1.ScheduleExclude
-	(*HttpExecutor)(nil),            // 11: orrery.v1.HttpExecutor
-	(*CommandExecutor)(nil),         // 12: orrery.v1.CommandExecutor
-	(*Executor)(nil),                // 13: orrery.v1.Executor
-	(*RetryPolicy)(nil),             // 14: orrery.v1.RetryPolicy
-	(*StepDefaults)(nil),            // 15: orrery.v1.StepDefaults
-	(*Step)(nil),                    // 16: orrery.v1.Step
-	(*JobSpec)(nil),                 // 17: orrery.v1.JobSpec
-	(*Param)(nil),                   // 18: orrery.v1.Param
-	(*Alerts)(nil),                  // 19: orrery.v1.Alerts
-	(*Notify)(nil),                  // 20: orrery.v1.Notify
-	(*Webhook)(nil),                 // 21: orrery.v1.Webhook
-	(*Callback)(nil),                // 22: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 23: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 24: orrery.v1.Job
-	(*LastRun)(nil),                 // 25: orrery.v1.LastRun
-	(*Source)(nil),                  // 26: orrery.v1.Source
-	(*JobRef)(nil),                  // 27: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 28: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 29: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 30: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 31: orrery.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 32: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 33: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 34: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 35: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 36: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 37: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 38: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 39: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 40: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 41: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 42: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 43: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 44: orrery.v1.PlannedInstant
-	nil,                             // 45: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 46: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 47: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 48: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 49: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 50: orrery.v1.ListJobsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 51: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 52: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 53: google.protobuf.Value
-	(*AuditEntry)(nil),              // 54: orrery.v1.AuditEntry
+	(*ScheduleAfter)(nil),           // 10: orrery.v1.ScheduleAfter
+	(*ScheduleExclude)(nil),         // 11: orrery.v1.ScheduleExclude
+	(*HttpExecutor)(nil),            // 12: orrery.v1.HttpExecutor
+	(*CommandExecutor)(nil),         // 13: orrery.v1.CommandExecutor
+	(*Executor)(nil),                // 14: orrery.v1.Executor
+	(*RetryPolicy)(nil),             // 15: orrery.v1.RetryPolicy
+	(*StepDefaults)(nil),            // 16: orrery.v1.StepDefaults
+	(*Step)(nil),                    // 17: orrery.v1.Step
+	(*JobSpec)(nil),                 // 18: orrery.v1.JobSpec
+	(*Param)(nil),                   // 19: orrery.v1.Param
+	(*Alerts)(nil),                  // 20: orrery.v1.Alerts
+	(*Notify)(nil),                  // 21: orrery.v1.Notify
+	(*Webhook)(nil),                 // 22: orrery.v1.Webhook
+	(*Callback)(nil),                // 23: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 24: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 25: orrery.v1.Job
+	(*LastRun)(nil),                 // 26: orrery.v1.LastRun
+	(*Source)(nil),                  // 27: orrery.v1.Source
+	(*JobRef)(nil),                  // 28: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 29: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 30: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 31: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 32: orrery.v1.GetJobResponse
+	(*ListJobsRequest)(nil),         // 33: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 34: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 35: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 36: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 37: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 38: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 39: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 40: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 41: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 42: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 43: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 44: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 45: orrery.v1.PlannedInstant
+	nil,                             // 46: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 47: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 48: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 49: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 50: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 51: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 52: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 53: google.protobuf.Duration
+	(*structpb.Value)(nil),          // 54: google.protobuf.Value
+	(*AuditEntry)(nil),              // 55: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	27, // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
-	51, // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
-	51, // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	28, // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
+	52, // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	52, // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
 	4,  // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	51, // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
-	51, // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
-	51, // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
-	51, // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
-	51, // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
-	51, // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
-	27, // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
+	52, // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	52, // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	52, // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	52, // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	52, // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	52, // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	28, // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
 	4,  // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	27, // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
+	28, // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
 	4,  // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
-	52, // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	52, // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
-	10, // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
-	45, // 17: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	46, // 18: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
-	11, // 19: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
-	12, // 20: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	52, // 21: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	52, // 22: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	52, // 23: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
-	14, // 24: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
-	13, // 25: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	53, // 26: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	52, // 27: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
-	14, // 28: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
-	9,  // 29: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	15, // 30: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	13, // 31: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	53, // 32: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	16, // 33: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	19, // 34: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	22, // 35: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	47, // 36: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	53, // 37: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	53, // 38: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	52, // 39: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	52, // 40: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	20, // 41: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	21, // 42: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	48, // 43: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	21, // 44: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	49, // 45: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	23, // 46: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	17, // 47: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,  // 48: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	51, // 49: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	51, // 50: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	51, // 51: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	51, // 52: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	26, // 53: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	25, // 54: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	51, // 55: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	23, // 56: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	17, // 57: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	24, // 58: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	27, // 59: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	24, // 60: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	51, // 61: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	54, // 62: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	0,  // 63: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	50, // 64: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,  // 65: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	24, // 66: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	27, // 67: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	23, // 68: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	17, // 69: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	24, // 70: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	27, // 71: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	24, // 72: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	27, // 73: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	24, // 74: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	27, // 75: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	24, // 76: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,  // 77: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	51, // 78: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	51, // 79: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	44, // 80: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	51, // 81: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	51, // 82: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	18, // 83: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	28, // 84: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	30, // 85: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	32, // 86: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	34, // 87: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	36, // 88: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	38, // 89: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	40, // 90: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	42, // 91: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,  // 92: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,  // 93: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,  // 94: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	29, // 95: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	31, // 96: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	33, // 97: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	35, // 98: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	37, // 99: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	39, // 100: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	41, // 101: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	43, // 102: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,  // 103: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,  // 104: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,  // 105: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	95, // [95:106] is the sub-list for method output_type
-	84, // [84:95] is the sub-list for method input_type
-	84, // [84:84] is the sub-list for extension type_name
-	84, // [84:84] is the sub-list for extension extendee
-	0,  // [0:84] is the sub-list for field type_name
+	53, // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	53, // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	11, // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
+	10, // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
+	46, // 18: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	47, // 19: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	12, // 20: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
+	13, // 21: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
+	53, // 22: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	53, // 23: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	53, // 24: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	15, // 25: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
+	14, // 26: orrery.v1.Step.run:type_name -> orrery.v1.Executor
+	54, // 27: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	53, // 28: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	15, // 29: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
+	9,  // 30: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	16, // 31: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	14, // 32: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	54, // 33: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	17, // 34: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	20, // 35: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	23, // 36: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	48, // 37: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	54, // 38: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	54, // 39: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	53, // 40: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	53, // 41: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	21, // 42: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	22, // 43: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	49, // 44: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	22, // 45: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	50, // 46: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	24, // 47: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	18, // 48: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,  // 49: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	52, // 50: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	52, // 51: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	52, // 52: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	52, // 53: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	27, // 54: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	26, // 55: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	52, // 56: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	24, // 57: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	18, // 58: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	25, // 59: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	28, // 60: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	25, // 61: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	52, // 62: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	55, // 63: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	0,  // 64: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	51, // 65: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,  // 66: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	25, // 67: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	28, // 68: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	24, // 69: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	18, // 70: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	25, // 71: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	28, // 72: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	25, // 73: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	28, // 74: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	25, // 75: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	28, // 76: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	25, // 77: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,  // 78: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	52, // 79: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	52, // 80: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	45, // 81: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	52, // 82: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	52, // 83: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	19, // 84: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	29, // 85: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	31, // 86: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	33, // 87: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	35, // 88: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	37, // 89: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	39, // 90: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	41, // 91: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	43, // 92: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,  // 93: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,  // 94: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,  // 95: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	30, // 96: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	32, // 97: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	34, // 98: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	36, // 99: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	38, // 100: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	40, // 101: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	42, // 102: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	44, // 103: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,  // 104: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,  // 105: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,  // 106: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	96, // [96:107] is the sub-list for method output_type
+	85, // [85:96] is the sub-list for method input_type
+	85, // [85:85] is the sub-list for extension type_name
+	85, // [85:85] is the sub-list for extension extendee
+	0,  // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -3600,7 +3682,7 @@ func file_orrery_v1_job_proto_init() {
 		return
 	}
 	file_orrery_v1_audit_proto_init()
-	file_orrery_v1_job_proto_msgTypes[11].OneofWrappers = []any{
+	file_orrery_v1_job_proto_msgTypes[12].OneofWrappers = []any{
 		(*Executor_Http)(nil),
 		(*Executor_Command)(nil),
 		(*Executor_Handler)(nil),
@@ -3612,7 +3694,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

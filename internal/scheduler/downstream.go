@@ -1,0 +1,291 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/expr"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/usage"
+	"github.com/orrery-dev/orrery/shard"
+)
+
+// FailpointDownstreamTx is hit inside the transaction that turns upstream
+// runs' ends into downstream runs, once it has written them, before it
+// commits.
+const FailpointDownstreamTx = "scheduler/downstream-tx"
+
+// Bounds of the downstream step.
+const (
+	downstreamBatch = 100 // upstream finish events one transaction takes
+	// MaxUpstreamDepth bounds a chain of runs started by each other's
+	// ends (a cycle that apply could not see: two jobs changed at once).
+	MaxUpstreamDepth = 100
+	// maxUpstreamOutputs bounds run.upstream.outputs, as JSON.
+	maxUpstreamOutputs = 64 << 10
+)
+
+// upstreamEnd is one end of a run of an upstream job.
+type upstreamEnd struct {
+	At      time.Time // the run's end: the downstream run's instant (made unique per job)
+	Outcome string
+	JSON    []byte // run.upstream
+	Depth   int
+}
+
+// planDownstream decides the runs of a job (schedule.after) for the ends
+// of its upstream's runs (oldest first) whose outcome it names: each is an
+// instant of the job, held to its misfire policy (late when the oldest
+// end is older than its catchup window, or misfireAfter) and its overlap
+// policy, as a schedule's instants are; an end past the depth limit is
+// recorded skipped.
+func planDownstream(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd, now time.Time, active []activeRun, misfireAfter time.Duration) plan {
+	p := plan{Skips: map[string]int{}}
+	if w := s.CatchupWindow(); w > 0 {
+		misfireAfter = w
+	}
+	var due []time.Time
+	for _, e := range ends {
+		if e.Depth > MaxUpstreamDepth {
+			why := fmt.Sprintf("upstream: a chain of %d runs started by each other's ends (the limit is %d)", e.Depth, MaxUpstreamDepth)
+			p.recordSkips([]time.Time{e.At}, why, lifecycle.TriggerUpstream, false)
+			continue
+		}
+		due = append(due, e.At)
+	}
+	if len(due) == 0 {
+		return p
+	}
+	m := lifecycle.DecideMisfire(spec.Misfire, spec.MaxBackfill, due, now.Sub(due[0]) > misfireAfter)
+	p.recordSkips(m.Skip, m.Reason, lifecycle.TriggerUpstream, false)
+	p.overlap(spec, m.Fire, lifecycle.TriggerUpstream, active)
+	return p
+}
+
+// fireDownstream turns the ends of the shards' upstream runs into the
+// runs of the jobs that start after them (schedule.after), in a
+// transaction fenced as a firing is: the finish events (FOR UPDATE SKIP
+// LOCKED), then the downstream jobs (FOR SHARE, id order), their active
+// runs, the new runs, and the events' deletion, committed together, so a
+// crash anywhere leaves the events for the next owner of the shard and
+// no run written (docs/workflows.md, "Jobs started by another job's
+// outcome").
+func (s *Scheduler) fireDownstream(ctx context.Context, leases []*shard.Lease, ids []int32) error {
+	some, err := store.New(s.cfg.Pool).HasUpstreamFinishes(ctx, ids)
+	if err != nil || !some {
+		return err
+	}
+	return store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		held, err := s.cfg.Shards.Fence(ctx, tx, leases)
+		if err != nil {
+			return err
+		}
+		q := store.New(tx)
+		events, err := q.TakeUpstreamFinishes(ctx, store.TakeUpstreamFinishesParams{Shards: shard.Shards(held), Batch: downstreamBatch})
+		if err != nil || len(events) == 0 {
+			return err
+		}
+		news, cancel, err := s.downstreamRuns(ctx, q, events)
+		if err != nil {
+			return err
+		}
+		if _, err := s.applier().Cancel(ctx, tx, cancel, lifecycle.ReasonCancelledByNewer); err != nil {
+			return err
+		}
+		rooms, err := usage.RunRooms(ctx, store.New(s.cfg.Pool), run.TenantsOf(news))
+		if err != nil {
+			return err
+		}
+		written, err := s.applier().Insert(ctx, tx, news, &run.Firer{Node: s.cfg.Shards.NodeID()}, rooms)
+		if err != nil {
+			return err
+		}
+		for i, id := range written {
+			if id == uuid.Nil { // another step took the instant meanwhile: this one starts again
+				return fmt.Errorf("downstream run of job %s at %s: the instant was taken meanwhile", news[i].Job.ID, news[i].At.Format(time.RFC3339Nano))
+			}
+		}
+		del := store.DeleteUpstreamFinishesParams{}
+		for _, e := range events {
+			del.RunIds = append(del.RunIds, e.RunID)
+			del.FinishedAts = append(del.FinishedAts, e.FinishedAt)
+		}
+		if err := q.DeleteUpstreamFinishes(ctx, del); err != nil {
+			return err
+		}
+		s.cfg.Failpoints.Hit(FailpointDownstreamTx)
+		return nil
+	})
+}
+
+// downstreamRuns plans the runs the upstream finish events start, and the
+// active runs they cancel.
+func (s *Scheduler) downstreamRuns(ctx context.Context, q *store.Queries, events []store.TakeUpstreamFinishesRow) ([]run.New, []uuid.UUID, error) {
+	type upKey struct {
+		tenant          uuid.UUID
+		namespace, name string
+	}
+	var dp store.DownstreamJobsParams
+	seen := map[upKey]bool{}
+	for _, e := range events {
+		k := upKey{e.TenantID, e.Namespace, e.Name}
+		if !seen[k] {
+			seen[k] = true
+			dp.TenantIds, dp.Namespaces, dp.Names = append(dp.TenantIds, k.tenant), append(dp.Namespaces, k.namespace), append(dp.Names, k.name)
+		}
+	}
+	downs, err := q.DownstreamJobs(ctx, dp)
+	if err != nil || len(downs) == 0 {
+		return nil, nil, err
+	}
+	upstreams := map[uuid.UUID][]byte{} // run.upstream by upstream run and end
+	var news []run.New
+	var cancel []uuid.UUID
+	now, err := q.DatabaseNow(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, d := range downs {
+		if d.Status != "active" {
+			continue // paused: nothing starts, as nothing fires
+		}
+		var ends []upstreamEnd
+		for _, e := range events {
+			if e.TenantID != d.TenantID || e.Namespace != d.UpstreamNamespace || e.Name != d.UpstreamName || !slices.Contains(d.Outcomes, e.Status) {
+				continue
+			}
+			js, ok := upstreams[e.RunID]
+			if !ok {
+				if js, err = upstreamJSON(ctx, q, e); err != nil {
+					return nil, nil, err
+				}
+				upstreams[e.RunID] = js
+			}
+			ends = append(ends, upstreamEnd{At: e.FinishedAt, Outcome: e.Status, JSON: js, Depth: upstreamDepth(e.RunUpstream) + 1})
+		}
+		if len(ends) == 0 {
+			continue
+		}
+		var spec dag.JobSpec
+		if err := json.Unmarshal(d.Spec, &spec); err != nil {
+			return nil, nil, fmt.Errorf("job %s: spec: %w", d.ID, err)
+		}
+		sched, err := schedule.Parse(spec.Schedule)
+		if err != nil {
+			return nil, nil, fmt.Errorf("job %s: schedule: %w", d.ID, err)
+		}
+		if err := uniqueInstants(ctx, q, d.ID, ends); err != nil {
+			return nil, nil, err
+		}
+		activeRows, err := q.ActiveRuns(ctx, []uuid.UUID{d.ID})
+		if err != nil {
+			return nil, nil, err
+		}
+		active := make([]activeRun, len(activeRows))
+		for i, r := range activeRows {
+			active[i] = activeRun{ID: r.ID, Status: r.Status}
+		}
+		p := planDownstream(sched, &spec, ends, now, active, s.cfg.MisfireAfter)
+		byAt := make(map[time.Time][]byte, len(ends))
+		for _, e := range ends {
+			byAt[e.At] = e.JSON
+		}
+		ref := run.JobRef{ID: d.ID, Tenant: d.TenantID, Version: d.Version, Shard: int(d.Shard), Spec: &spec}
+		for _, r := range p.Runs {
+			news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: -1, Upstream: byAt[r.At]})
+		}
+		cancel = append(cancel, p.Cancel...)
+	}
+	return news, cancel, nil
+}
+
+// uniqueInstants moves each end's instant on by a microsecond until the
+// job has no run at it (runs are unique per job and instant, and two
+// upstream runs may end at one time: cancelled together) and no other
+// end of the batch takes it.
+func uniqueInstants(ctx context.Context, q *store.Queries, job uuid.UUID, ends []upstreamEnd) error {
+	taken := map[time.Time]bool{}
+	for i := range ends {
+		ends[i].At = ends[i].At.Truncate(time.Microsecond).UTC()
+	}
+	for range 1000 {
+		ats := make([]time.Time, len(ends))
+		for i, e := range ends {
+			ats[i] = e.At
+		}
+		have, err := q.RunsAt(ctx, store.RunsAtParams{JobID: job, Ats: ats})
+		if err != nil {
+			return err
+		}
+		for _, h := range have {
+			taken[h.ScheduledFor.UTC()] = true
+		}
+		moved := false
+		inBatch := map[time.Time]bool{}
+		for i := range ends {
+			for taken[ends[i].At] || inBatch[ends[i].At] {
+				ends[i].At = ends[i].At.Add(time.Microsecond)
+				moved = true
+			}
+			inBatch[ends[i].At] = true
+		}
+		if !moved {
+			return nil
+		}
+	}
+	return fmt.Errorf("job %s: no free instant near its upstream runs' ends", job)
+}
+
+// upstreamJSON is run.upstream for a run that e's end starts: the
+// upstream run's id, job, namespace, outcome, end and chain depth, and
+// the outputs of its last steps (those no step needs) that succeeded,
+// parsed as steps.STEP.output is, while they fit maxUpstreamOutputs
+// (outputs_cut lists the ones left out).
+func upstreamJSON(ctx context.Context, q *store.Queries, e store.TakeUpstreamFinishesRow) ([]byte, error) {
+	rows, err := q.LeafOutputs(ctx, e.RunID)
+	if err != nil {
+		return nil, err
+	}
+	outputs := map[string]any{}
+	var cut []string
+	size := 0
+	for _, r := range rows {
+		if _, dup := outputs[r.Step]; dup || slices.Contains(cut, r.Step) {
+			continue // an older succeeded attempt (the newest comes first)
+		}
+		if r.OutputTruncated || size+len(r.Output) > maxUpstreamOutputs {
+			cut = append(cut, r.Step)
+			continue
+		}
+		size += len(r.Output)
+		outputs[r.Step] = expr.Output(r.Output)
+	}
+	u := map[string]any{"id": e.RunID.String(), "job": e.Name, "namespace": e.Namespace, "outcome": e.Status,
+		"finished_at": e.FinishedAt.UTC().Format(time.RFC3339Nano), "outputs": outputs, "depth": upstreamDepth(e.RunUpstream) + 1}
+	if len(cut) > 0 {
+		u["outputs_cut"] = cut
+	}
+	return json.Marshal(u)
+}
+
+// upstreamDepth is the depth recorded in a run's run.upstream (0: a run
+// no upstream started).
+func upstreamDepth(upstream []byte) int {
+	var u struct {
+		Depth int `json:"depth"`
+	}
+	if len(upstream) == 0 || json.Unmarshal(upstream, &u) != nil {
+		return 0
+	}
+	return u.Depth
+}
