@@ -86,7 +86,17 @@ func (s *jobServer) GetJob(ctx context.Context, req *connect.Request[orreryv1.Ge
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
+	up, down, err := s.jobs.Links(ctx, actor(ctx), j)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
 	out := &orreryv1.GetJobResponse{Job: jobToProto(j), NextFireTimes: timesToProto(j.Upcoming(n))}
+	for _, l := range up {
+		out.Upstream = append(out.Upstream, &orreryv1.JobLink{Namespace: l.Namespace, Name: l.Name, On: l.On, Status: l.Status})
+	}
+	for _, l := range down {
+		out.Downstream = append(out.Downstream, &orreryv1.JobLink{Namespace: l.Namespace, Name: l.Name, On: l.On, Status: l.Status})
+	}
 	for _, r := range rows {
 		out.History = append(out.History, auditEntryToProto(ctx, s.log, r.ID, r.At, r.Actor, r.Action, r.TargetKind, r.TargetID, r.TargetName, r.Before, r.After))
 	}

@@ -207,10 +207,17 @@ func runToProto(r run.Run) *orreryv1.Run {
 			params = nil // written by RunParams: a JSON object
 		}
 	}
+	var upstream *structpb.Struct
+	if len(r.Upstream) > 0 {
+		upstream = new(structpb.Struct)
+		if err := protojson.Unmarshal(r.Upstream, upstream); err != nil {
+			upstream = nil // written by the scheduler: a JSON object
+		}
+	}
 	return &orreryv1.Run{
 		Id: r.ID.String(), JobId: r.JobID.String(), Namespace: r.Namespace, Job: r.Job, JobVersion: r.JobVersion,
 		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: string(r.Trigger), Status: string(r.Status),
 		Reason: r.Reason, CreateTime: timestamppb.New(r.CreatedAt), StartTime: timeToProto(r.StartedAt), FinishTime: timeToProto(r.FinishedAt),
-		Params: params,
+		Params: params, Upstream: upstream,
 	}
 }

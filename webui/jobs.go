@@ -99,8 +99,9 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v *view) error 
 		"DST": dag.ScheduleWarnings(resource.Spec.Schedule, time.Now()), "Cron": len(resource.Spec.Schedule.Cron) > 0,
 		"Job": j, "Zone": spec.GetSchedule().GetTimezone(), "YAML": def.String(), "Upcoming": res.Msg.GetNextFireTimes(),
 		"Ledger": buildLedger(j, res.Msg.GetHistory(), runs.Msg.GetRuns()), "Runs": recent, "History": res.Msg.GetHistory(),
-		"CanEdit": v.can(access.Editor, md.GetNamespace(), md.GetName()),
-		"CLI":     "orrery jobs get " + md.GetName() + " -n " + md.GetNamespace(),
+		"CanEdit":  v.can(access.Editor, md.GetNamespace(), md.GetName()),
+		"Upstream": res.Msg.GetUpstream(), "Downstream": res.Msg.GetDownstream(),
+		"CLI": "orrery jobs get " + md.GetName() + " -n " + md.GetNamespace(),
 	})
 	return nil
 }

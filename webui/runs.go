@@ -67,7 +67,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error 
 		params = append(params, struct{ Name, Value string }{k, string(b)})
 	}
 	s.render(w, r, v, http.StatusOK, "run", map[string]any{
-		"Params": params, "Retryable": lifecycle.RunStatus(run.GetStatus()).AcceptsRetry(),
+		"Params": params, "Retryable": lifecycle.RunStatus(run.GetStatus()).AcceptsRetry(), "Upstream": run.GetUpstream().AsMap(),
 		"Run": run, "Tasks": tasks, "Graph": drawRun(run.GetId(), tasks, all), "All": all, "Selected": selected,
 		"CanEdit": canEdit, "CanRetry": v.can(access.Admin, run.GetNamespace(), run.GetJob()),
 		"Finished": run.GetFinishTime() != nil,

@@ -248,3 +248,55 @@ func TestNodeKilledInsideABackfill(t *testing.T) {
 		t.Errorf("the backfill counts %d runs written, want 48", n)
 	}
 }
+
+// A node SIGKILLed inside the transaction that turns upstream runs' ends
+// into downstream runs (failpoint scheduler/downstream-tx) writes none of
+// them; the next owner of the shard does, once each: every ended run of
+// the upstream job has exactly one run of the job after it.
+func TestNodeKilledStartingDownstreamRuns(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	n1 := startProcEnv(t, "node-1", []string{"ORRERY_FAILPOINTS=scheduler/downstream-tx=kill@3"},
+		"serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", "node-1", "--shard-ttl", "2s", "--log-level", "info")
+	workerProc(t, dsn, "w1")
+	poll(t, 20*time.Second, "node-1 owns every shard", func() bool { return allShardsLive(t, pool, "none") })
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	true_ := &dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/true"}}}
+	up, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "up"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("* * * * * *")}, Overlap: dag.OverlapAllow, Run: true_}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "down"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{After: &schedule.After{Job: "up"}}, Overlap: dag.OverlapAllow, Misfire: dag.MisfireBackfill, MaxBackfill: 1000, Run: true_}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "node-1 killed in its third downstream step", n1.exited)
+	if n := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN nodes n ON n.id = r.node_id WHERE n.name = 'node-1' AND r.trigger = 'upstream'"); n == 0 {
+		t.Fatalf("node-1 exited before it committed a downstream step:\n%s", n1.Logs())
+	}
+	startNodeProc(t, dsn, "node-2")
+	poll(t, 30*time.Second, "node-2 starts downstream runs", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs r JOIN nodes n ON n.id = r.node_id WHERE n.name = 'node-2' AND r.trigger = 'upstream'") >= 3
+	})
+	if _, err := jobs.Pause(ctx, job.Anonymous, job.Ref{ID: up.ID}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 60*time.Second, "every run ended and every event turned into runs", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE finished_at IS NULL") == 0 &&
+			queryInt(t, pool, "SELECT count(*) FROM upstream_finishes") == 0
+	})
+	ended := queryInt(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND status = 'succeeded'", up.ID)
+	if n := queryInt(t, pool, `SELECT count(*) FROM runs AS u WHERE u.job_id = $1 AND u.status = 'succeeded'
+		AND (SELECT count(*) FROM runs AS d WHERE d.trigger = 'upstream' AND d.upstream->>'id' = u.id::text) <> 1`, up.ID); n != 0 || ended < 5 {
+		t.Errorf("%d of %d ended upstream runs have no downstream run or more than one", n, ended)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM runs WHERE trigger = 'upstream' AND status <> 'succeeded'"); n != 0 {
+		t.Errorf("%d downstream runs did not succeed", n)
+	}
+}

@@ -245,6 +245,19 @@ func printJob(w io.Writer, format string, res *orreryv1.GetJobResponse) error {
 	if src := j.GetSource(); src != nil {
 		doc.Status["source"] = strings.TrimSpace(src.GetPath() + " " + src.GetCommit())
 	}
+	links := func(ls []*orreryv1.JobLink) []string {
+		var out []string
+		for _, l := range ls {
+			out = append(out, fmt.Sprintf("%s/%s on %s (%s)", l.GetNamespace(), l.GetName(), strings.Join(l.GetOn(), ","), l.GetStatus()))
+		}
+		return out
+	}
+	if up := links(res.GetUpstream()); up != nil {
+		doc.Status["upstream"] = up
+	}
+	if down := links(res.GetDownstream()); down != nil {
+		doc.Status["downstream"] = down
+	}
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
 	if err := enc.Encode(doc); err != nil {

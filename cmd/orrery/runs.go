@@ -86,6 +86,9 @@ func newRunsCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, " (%s)", r.GetReason())
 			}
 			fmt.Fprintf(w, "\n  started %s  finished %s\n", ts(r.GetStartTime()), ts(r.GetFinishTime()))
+			if u := r.GetUpstream().AsMap(); len(u) > 0 {
+				fmt.Fprintf(w, "  started by the end of run %v of %v/%v (%v)\n", u["id"], u["namespace"], u["job"], u["outcome"])
+			}
 			if p := r.GetParams(); p != nil {
 				b, _ := protojson.Marshal(p)
 				var compact bytes.Buffer

@@ -76,7 +76,7 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 // next fire time is recomputed from the database's clock when the
 // schedule changed.
 func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, spec []byte, src *Source, d usage.Delta) (*Job, error) {
-	if err := checkAfterCycle(ctx, q, a.Tenant, res); err != nil {
+	if err := checkAfter(ctx, q, a, res); err != nil {
 		return nil, err
 	}
 	next := before.NextFireAt
@@ -277,15 +277,19 @@ func writeTrigger(ctx context.Context, q *store.Queries, row store.Job) error {
 		UpstreamNamespace: a.Namespace, UpstreamName: a.Job, Outcomes: a.Outcomes()})
 }
 
-// checkAfterCycle refuses a definition whose schedule.after leads, through
-// the tenant's live jobs' schedule.after, back to the job itself: each
-// run would start the next for ever.
-func checkAfterCycle(ctx context.Context, q *store.Queries, tenant uuid.UUID, res dag.Resource) error {
+// checkAfter refuses a definition whose schedule.after names a job the
+// actor may not see (its runs' outputs would reach the job's), or leads,
+// through the tenant's live jobs' schedule.after, back to the job itself
+// (each run would start the next for ever).
+func checkAfter(ctx context.Context, q *store.Queries, actor Actor, res dag.Resource) error {
 	a := res.Spec.Schedule.After
 	if a == nil {
 		return nil
 	}
-	chain, err := q.AfterChain(ctx, store.AfterChainParams{TenantID: tenant, Namespace: a.Namespace, Name: a.Job})
+	if !actor.Scope.Sees(a.Namespace, a.Job) {
+		return dag.Errors{{Field: "spec.schedule.after.job", Message: fmt.Sprintf("%s/%s is outside what you were granted: a job starts after the jobs its author may read", a.Namespace, a.Job)}}
+	}
+	chain, err := q.AfterChain(ctx, store.AfterChainParams{TenantID: actor.Tenant, Namespace: a.Namespace, Name: a.Job})
 	if err != nil {
 		return err
 	}

@@ -165,7 +165,7 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 				out[i].err = err
 				continue
 			}
-			if err := checkAfterCycle(ctx, q, r.a.Tenant, r.res); err != nil {
+			if err := checkAfter(ctx, q, r.a, r.res); err != nil {
 				out[i].err = err
 				continue
 			}
@@ -270,7 +270,7 @@ func (s *Service) newJob(a Actor, res dag.Resource, now time.Time, src *Source) 
 // the job, its namespace, version 1 and the audit row (apply's creations;
 // the API's are batched by createJobs), counting it in d.
 func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res dag.Resource, spec []byte, now time.Time, src *Source, d usage.Delta) (*Job, error) {
-	if err := checkAfterCycle(ctx, q, a.Tenant, res); err != nil {
+	if err := checkAfter(ctx, q, a, res); err != nil {
 		return nil, err
 	}
 	out, err := s.newJob(a, res, now, src)

@@ -3,6 +3,7 @@ package job
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -49,6 +50,12 @@ func (s *Scope) Params() (scoped bool, namespaces, jobs []string) {
 		return false, []string{}, []string{}
 	}
 	return true, append([]string{}, s.Namespaces...), append([]string{}, s.Jobs...)
+}
+
+// Sees reports whether the scope shows job namespace/name (a nil scope
+// shows the whole tenant).
+func (s *Scope) Sees(namespace, name string) bool {
+	return s == nil || slices.Contains(s.Namespaces, namespace) || slices.Contains(s.Jobs, namespace+"/"+name)
 }
 
 // Anonymous is the actor of unauthenticated calls.

@@ -35,6 +35,41 @@ func (s *Service) Get(ctx context.Context, a Actor, ref Ref) (*Job, error) {
 	return j, s.fillLastRuns(ctx, a, []*Job{j})
 }
 
+// Link is a job one starts after (upstream: schedule.after) or one that
+// starts after it (downstream).
+type Link struct {
+	Namespace, Name string
+	On              []string // the outcomes that start the downstream job
+	Status          string   // active, paused; missing for an upstream no live job has the name of
+}
+
+// Links lists j's upstream job and its downstream jobs, those a's scope
+// shows.
+func (s *Service) Links(ctx context.Context, a Actor, j *Job) (up, down []Link, err error) {
+	q := store.New(s.pool)
+	if after := j.Spec.Schedule.After; after != nil && a.Scope.Sees(after.Namespace, after.Job) {
+		l := Link{Namespace: after.Namespace, Name: after.Job, On: after.Outcomes(), Status: "missing"}
+		row, err := q.GetLiveJobByName(ctx, store.GetLiveJobByNameParams{TenantID: a.Tenant, Namespace: after.Namespace, Name: after.Job})
+		switch {
+		case err == nil:
+			l.Status = row.Status
+		case !store.IsNotFound(err):
+			return nil, nil, err
+		}
+		up = append(up, l)
+	}
+	rows, err := q.Downstreams(ctx, store.DownstreamsParams{TenantID: a.Tenant, Namespace: j.Namespace, Name: j.Name})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range rows {
+		if a.Scope.Sees(r.Namespace, r.Name) {
+			down = append(down, Link{Namespace: r.Namespace, Name: r.Name, On: r.Outcomes, Status: r.Status})
+		}
+	}
+	return up, down, nil
+}
+
 // Lock reads one job of the actor's tenant (deleted ones too, by ID) in
 // q's transaction and locks its row, then its schedule row, until the
 // transaction ends: a firing of the job commits before, or waits. For one

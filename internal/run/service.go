@@ -59,6 +59,8 @@ type Run struct {
 	FinishedAt   *time.Time          `json:"finished_at,omitempty"`
 	// Params are the run's params: nil when the job declares none.
 	Params json.RawMessage `json:"params,omitempty"`
+	// Upstream is run.upstream for a run of trigger upstream (GetRun).
+	Upstream json.RawMessage `json:"upstream,omitempty"`
 }
 
 // Detail is a run with its tasks and their attempts.
@@ -88,6 +90,9 @@ func fromGetRow(r store.GetRunRow) Run {
 		StartedAt: r.StartedAt, FirstStart: r.FirstStart, FinishedAt: r.FinishedAt, Namespace: r.Namespace, JobName: r.JobName})
 	if len(r.Params) > 0 {
 		out.Params = json.RawMessage(r.Params)
+	}
+	if len(r.Upstream) > 0 {
+		out.Upstream = json.RawMessage(r.Upstream)
 	}
 	return out
 }

@@ -408,7 +408,7 @@ func (q *Queries) FiringJobs(ctx context.Context, ids []uuid.UUID) ([]FiringJobs
 const getRun = `-- name: GetRun :one
 SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
        (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
-       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params, r.upstream
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t
@@ -440,6 +440,7 @@ type GetRunRow struct {
 	Namespace    string
 	JobName      string
 	Params       []byte
+	Upstream     []byte
 }
 
 // GetRun reads a run's view, as ListRuns.
@@ -463,6 +464,7 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 		&i.Namespace,
 		&i.JobName,
 		&i.Params,
+		&i.Upstream,
 	)
 	return i, err
 }

@@ -219,7 +219,7 @@ LIMIT @page_size;
 -- name: GetRun :one
 SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
        (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
-       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params, r.upstream
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t

@@ -2430,6 +2430,10 @@ type GetJobResponse struct {
 	Job           *Job                     `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
 	NextFireTimes []*timestamppb.Timestamp `protobuf:"bytes,2,rep,name=next_fire_times,json=nextFireTimes,proto3" json:"next_fire_times,omitempty"`
 	History       []*AuditEntry            `protobuf:"bytes,3,rep,name=history,proto3" json:"history,omitempty"`
+	// The job it starts after (schedule.after), and the jobs that start
+	// after it, as far as the caller may see them.
+	Upstream      []*JobLink `protobuf:"bytes,4,rep,name=upstream,proto3" json:"upstream,omitempty"`
+	Downstream    []*JobLink `protobuf:"bytes,5,rep,name=downstream,proto3" json:"downstream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2485,6 +2489,91 @@ func (x *GetJobResponse) GetHistory() []*AuditEntry {
 	return nil
 }
 
+func (x *GetJobResponse) GetUpstream() []*JobLink {
+	if x != nil {
+		return x.Upstream
+	}
+	return nil
+}
+
+func (x *GetJobResponse) GetDownstream() []*JobLink {
+	if x != nil {
+		return x.Downstream
+	}
+	return nil
+}
+
+// JobLink is a job one starts after, or one that starts after it.
+type JobLink struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The outcomes that start the downstream job.
+	On []string `protobuf:"bytes,3,rep,name=on,proto3" json:"on,omitempty"`
+	// active, paused; missing: no live job has the upstream's name.
+	Status        string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobLink) Reset() {
+	*x = JobLink{}
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobLink) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobLink) ProtoMessage() {}
+
+func (x *JobLink) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobLink.ProtoReflect.Descriptor instead.
+func (*JobLink) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *JobLink) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *JobLink) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JobLink) GetOn() []string {
+	if x != nil {
+		return x.On
+	}
+	return nil
+}
+
+func (x *JobLink) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
 type ListJobsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
@@ -2507,7 +2596,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2608,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2621,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -2598,7 +2687,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2610,7 +2699,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2623,7 +2712,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2652,7 +2741,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2753,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2766,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -2717,7 +2806,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +2818,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +2831,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -2761,7 +2850,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2862,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +2875,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -2805,7 +2894,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2906,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2919,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -2849,7 +2938,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2950,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2963,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -2893,7 +2982,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +2994,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +3007,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -2937,7 +3026,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3038,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3051,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -2981,7 +3070,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +3082,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +3095,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -3033,7 +3122,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3134,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3147,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -3109,7 +3198,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3210,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3223,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -3165,7 +3254,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3177,7 +3266,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3190,7 +3279,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -3413,11 +3502,20 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\rGetJobRequest\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\x12\x1a\n" +
 	"\bupcoming\x18\x02 \x01(\x05R\bupcoming\x12\x18\n" +
-	"\ahistory\x18\x03 \x01(\x05R\ahistory\"\xa7\x01\n" +
+	"\ahistory\x18\x03 \x01(\x05R\ahistory\"\x8b\x02\n" +
 	"\x0eGetJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.orrery.v1.JobR\x03job\x12B\n" +
 	"\x0fnext_fire_times\x18\x02 \x03(\v2\x1a.google.protobuf.TimestampR\rnextFireTimes\x12/\n" +
-	"\ahistory\x18\x03 \x03(\v2\x15.orrery.v1.AuditEntryR\ahistory\"\xe1\x02\n" +
+	"\ahistory\x18\x03 \x03(\v2\x15.orrery.v1.AuditEntryR\ahistory\x12.\n" +
+	"\bupstream\x18\x04 \x03(\v2\x12.orrery.v1.JobLinkR\bupstream\x122\n" +
+	"\n" +
+	"downstream\x18\x05 \x03(\v2\x12.orrery.v1.JobLinkR\n" +
+	"downstream\"c\n" +
+	"\aJobLink\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02on\x18\x03 \x03(\tR\x02on\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\"\xe1\x02\n" +
 	"\x0fListJobsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12,\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x14.orrery.v1.JobStatusR\x06status\x12>\n" +
@@ -3502,7 +3600,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
@@ -3537,143 +3635,146 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*CreateJobResponse)(nil),       // 30: orrery.v1.CreateJobResponse
 	(*GetJobRequest)(nil),           // 31: orrery.v1.GetJobRequest
 	(*GetJobResponse)(nil),          // 32: orrery.v1.GetJobResponse
-	(*ListJobsRequest)(nil),         // 33: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 34: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 35: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 36: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 37: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 38: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 39: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 40: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 41: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 42: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 43: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 44: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 45: orrery.v1.PlannedInstant
-	nil,                             // 46: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 47: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 48: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 49: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 50: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 51: orrery.v1.ListJobsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 52: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 53: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 54: google.protobuf.Value
-	(*AuditEntry)(nil),              // 55: orrery.v1.AuditEntry
+	(*JobLink)(nil),                 // 33: orrery.v1.JobLink
+	(*ListJobsRequest)(nil),         // 34: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 35: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 36: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 37: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 38: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 39: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 40: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 41: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 42: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 43: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 44: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 45: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 46: orrery.v1.PlannedInstant
+	nil,                             // 47: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 48: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 49: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 50: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 51: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 52: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 53: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 54: google.protobuf.Duration
+	(*structpb.Value)(nil),          // 55: google.protobuf.Value
+	(*AuditEntry)(nil),              // 56: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
 	28, // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
-	52, // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
-	52, // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	53, // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	53, // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
 	4,  // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	52, // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
-	52, // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
-	52, // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
-	52, // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
-	52, // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
-	52, // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	53, // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	53, // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	53, // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	53, // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	53, // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	53, // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
 	28, // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
 	4,  // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
 	28, // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
 	4,  // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
-	53, // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	53, // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	54, // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	54, // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
 	11, // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
 	10, // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
-	46, // 18: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	47, // 19: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	47, // 18: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	48, // 19: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
 	12, // 20: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
 	13, // 21: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	53, // 22: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	53, // 23: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	53, // 24: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	54, // 22: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	54, // 23: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	54, // 24: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
 	15, // 25: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
 	14, // 26: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	54, // 27: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	53, // 28: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	55, // 27: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	54, // 28: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
 	15, // 29: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
 	9,  // 30: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
 	16, // 31: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
 	14, // 32: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	54, // 33: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	55, // 33: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
 	17, // 34: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
 	20, // 35: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
 	23, // 36: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	48, // 37: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	54, // 38: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	54, // 39: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	53, // 40: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	53, // 41: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	49, // 37: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	55, // 38: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	55, // 39: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	54, // 40: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	54, // 41: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
 	21, // 42: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
 	22, // 43: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	49, // 44: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	50, // 44: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
 	22, // 45: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	50, // 46: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	51, // 46: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
 	24, // 47: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
 	18, // 48: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
 	0,  // 49: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	52, // 50: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	52, // 51: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	52, // 52: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	52, // 53: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	53, // 50: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	53, // 51: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	53, // 52: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	53, // 53: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
 	27, // 54: orrery.v1.Job.source:type_name -> orrery.v1.Source
 	26, // 55: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	52, // 56: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	53, // 56: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
 	24, // 57: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
 	18, // 58: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
 	25, // 59: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
 	28, // 60: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
 	25, // 61: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	52, // 62: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	55, // 63: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	0,  // 64: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	51, // 65: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,  // 66: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	25, // 67: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	28, // 68: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	24, // 69: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	18, // 70: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	25, // 71: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	28, // 72: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	25, // 73: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	28, // 74: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	25, // 75: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	28, // 76: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	25, // 77: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,  // 78: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	52, // 79: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	52, // 80: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	45, // 81: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	52, // 82: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	52, // 83: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	19, // 84: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	29, // 85: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	31, // 86: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	33, // 87: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	35, // 88: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	37, // 89: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	39, // 90: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	41, // 91: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	43, // 92: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,  // 93: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,  // 94: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,  // 95: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	30, // 96: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	32, // 97: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	34, // 98: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	36, // 99: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	38, // 100: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	40, // 101: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	42, // 102: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	44, // 103: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,  // 104: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,  // 105: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,  // 106: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	96, // [96:107] is the sub-list for method output_type
-	85, // [85:96] is the sub-list for method input_type
-	85, // [85:85] is the sub-list for extension type_name
-	85, // [85:85] is the sub-list for extension extendee
-	0,  // [0:85] is the sub-list for field type_name
+	53, // 62: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	56, // 63: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	33, // 64: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
+	33, // 65: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
+	0,  // 66: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	52, // 67: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,  // 68: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	25, // 69: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	28, // 70: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	24, // 71: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	18, // 72: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	25, // 73: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	28, // 74: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	25, // 75: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	28, // 76: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	25, // 77: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	28, // 78: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	25, // 79: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,  // 80: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	53, // 81: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	53, // 82: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	46, // 83: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	53, // 84: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	53, // 85: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	19, // 86: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	29, // 87: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	31, // 88: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	34, // 89: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	36, // 90: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	38, // 91: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	40, // 92: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	42, // 93: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	44, // 94: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,  // 95: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,  // 96: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,  // 97: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	30, // 98: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	32, // 99: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	35, // 100: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	37, // 101: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	39, // 102: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	41, // 103: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	43, // 104: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	45, // 105: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,  // 106: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,  // 107: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,  // 108: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	98, // [98:109] is the sub-list for method output_type
+	87, // [87:98] is the sub-list for method input_type
+	87, // [87:87] is the sub-list for extension type_name
+	87, // [87:87] is the sub-list for extension extendee
+	0,  // [0:87] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -3694,7 +3795,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   50,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

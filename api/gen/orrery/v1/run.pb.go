@@ -33,7 +33,7 @@ type Run struct {
 	JobVersion    int64                  `protobuf:"varint,5,opt,name=job_version,json=jobVersion,proto3" json:"job_version,omitempty"`
 	Shard         int32                  `protobuf:"varint,6,opt,name=shard,proto3" json:"shard,omitempty"`
 	ScheduledTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=scheduled_time,json=scheduledTime,proto3" json:"scheduled_time,omitempty"`
-	// schedule, backfill, manual or replay.
+	// schedule, backfill, manual, upstream or replay.
 	Trigger string `protobuf:"bytes,8,opt,name=trigger,proto3" json:"trigger,omitempty"`
 	// queued, pending, running, succeeded, failed, skipped, cancelled, dead_lettered.
 	Status string `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
@@ -44,7 +44,11 @@ type Run struct {
 	FinishTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=finish_time,json=finishTime,proto3" json:"finish_time,omitempty"`
 	// The run's params (every declared one, defaults filled in); unset for
 	// a job without params.
-	Params        *structpb.Struct `protobuf:"bytes,14,opt,name=params,proto3" json:"params,omitempty"`
+	Params *structpb.Struct `protobuf:"bytes,14,opt,name=params,proto3" json:"params,omitempty"`
+	// For a run of trigger upstream (schedule.after): the run whose end
+	// started it, as its expressions read run.upstream (id, job, namespace,
+	// outcome, finished_at, outputs, depth).
+	Upstream      *structpb.Struct `protobuf:"bytes,15,opt,name=upstream,proto3" json:"upstream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -173,6 +177,13 @@ func (x *Run) GetFinishTime() *timestamppb.Timestamp {
 func (x *Run) GetParams() *structpb.Struct {
 	if x != nil {
 		return x.Params
+	}
+	return nil
+}
+
+func (x *Run) GetUpstream() *structpb.Struct {
+	if x != nil {
+		return x.Upstream
 	}
 	return nil
 }
@@ -1885,7 +1896,7 @@ var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x86\x04\n" +
+	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xbb\x04\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -1905,7 +1916,8 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12;\n" +
 	"\vfinish_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishTime\x12/\n" +
-	"\x06params\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x06params\"\x93\x05\n" +
+	"\x06params\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x06params\x123\n" +
+	"\bupstream\x18\x0f \x01(\v2\x17.google.protobuf.StructR\bupstream\"\x93\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -2134,63 +2146,64 @@ var file_orrery_v1_run_proto_depIdxs = []int32{
 	27, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
 	27, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
 	28, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
-	27, // 5: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	27, // 6: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	27, // 7: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
-	2,  // 8: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	27, // 9: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
-	27, // 10: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
-	27, // 11: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	27, // 12: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	29, // 13: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	27, // 14: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	27, // 15: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 16: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	0,  // 17: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
-	1,  // 18: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	29, // 19: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	24, // 20: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
-	25, // 21: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
-	0,  // 22: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
-	0,  // 23: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	0,  // 24: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
-	27, // 25: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	27, // 26: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	29, // 27: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	13, // 28: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	29, // 29: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	27, // 30: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	27, // 31: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	27, // 32: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	19, // 33: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	20, // 34: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	23, // 35: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	22, // 36: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	26, // 37: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	27, // 38: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	27, // 39: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	30, // 40: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	3,  // 41: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	5,  // 42: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	7,  // 43: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	9,  // 44: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	11, // 45: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	14, // 46: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	16, // 47: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	18, // 48: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	4,  // 49: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	6,  // 50: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	8,  // 51: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	10, // 52: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	12, // 53: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	15, // 54: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	17, // 55: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	21, // 56: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	49, // [49:57] is the sub-list for method output_type
-	41, // [41:49] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	28, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
+	27, // 6: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	27, // 7: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	27, // 8: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	2,  // 9: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
+	27, // 10: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	27, // 11: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	27, // 12: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	27, // 13: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	29, // 14: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	27, // 15: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	27, // 16: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 17: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
+	0,  // 18: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
+	1,  // 19: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
+	29, // 20: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	24, // 21: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	25, // 22: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	0,  // 23: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
+	0,  // 24: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
+	0,  // 25: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
+	27, // 26: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	27, // 27: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	29, // 28: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	13, // 29: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	29, // 30: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	27, // 31: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	27, // 32: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	27, // 33: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	19, // 34: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	20, // 35: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	23, // 36: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	22, // 37: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	26, // 38: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	27, // 39: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	27, // 40: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	30, // 41: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	3,  // 42: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	5,  // 43: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	7,  // 44: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	9,  // 45: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	11, // 46: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	14, // 47: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	16, // 48: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	18, // 49: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	4,  // 50: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	6,  // 51: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	8,  // 52: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	10, // 53: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	12, // 54: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	15, // 55: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	17, // 56: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	21, // 57: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	50, // [50:58] is the sub-list for method output_type
+	42, // [42:50] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
