@@ -240,6 +240,16 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Jobs started by another's end (schedule.after): each of multi-00's
+	// runs that succeeds starts one run of each (docs/workflows.md).
+	for i := range afters {
+		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: fmt.Sprintf("after-%d", i)},
+			Spec: dag.JobSpec{Schedule: schedule.Spec{After: &schedule.After{Job: "multi-00"}}, Overlap: dag.OverlapAllow,
+				Misfire: dag.MisfireBackfill, MaxBackfill: 1000, Payload: dag.Payload(`{"upstream": "${{ run.upstream.id }}"}`),
+				Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "bf-hourly"}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{Cron: schedule.Crons("0 * * * *")}, Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
 		t.Fatal(err)
@@ -358,6 +368,23 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	if n := twice.Load(); n != 0 {
 		t.Fatalf("%d attempts were delivered to the sink twice (same run/step/attempt)", n)
+	}
+	// Every run of multi-00 that succeeded a while ago started exactly one
+	// run of each job after it, whatever the kills and the pause did
+	// between its end and theirs.
+	ended := dbNow(t, pool).Add(-2 * time.Second)
+	poll(t, 30*time.Second, "each succeeded run of multi-00 has started its downstream runs", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM runs AS u JOIN jobs AS j ON j.id = u.job_id
+			WHERE j.name = 'multi-00' AND u.status = 'succeeded' AND u.finished_at < $1
+			  AND (SELECT count(*) FROM runs AS d WHERE d.trigger = 'upstream' AND d.upstream->>'id' = u.id::text) <> $2`, ended, afters) == 0
+	})
+	if n := queryInt(t, pool, `SELECT count(*) FROM (SELECT d.job_id, d.upstream->>'id' FROM runs AS d WHERE d.trigger = 'upstream'
+		GROUP BY 1, 2 HAVING count(*) > 1) AS twice`); n != 0 {
+		t.Fatalf("%d upstream runs started a downstream job more than once", n)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM runs AS d WHERE d.trigger = 'upstream' AND NOT EXISTS (
+		SELECT 1 FROM runs AS u JOIN jobs AS j ON j.id = u.job_id WHERE u.id::text = d.upstream->>'id' AND j.name = 'multi-00' AND u.status = 'succeeded')`); n != 0 {
+		t.Fatalf("%d downstream runs name no succeeded run of multi-00", n)
 	}
 	checkPipelines(t, pool, until)
 	if n := wrongPayloads.Load(); n != 0 {
@@ -500,6 +527,9 @@ func TestStalledWorkersLeaseLapsesAndLateReportIsRejected(t *testing.T) {
 		t.Fatal("w2 did not log its rejected report")
 	}
 }
+
+// afters is how many of the chaos test's jobs start after multi-00.
+const afters = 3
 
 // multis is how many of the chaos test's jobs fire multiSchedule: every
 // second divisible by 2 or 3, less those divisible by 5.

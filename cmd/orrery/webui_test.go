@@ -352,6 +352,29 @@ spec:
 	}
 	screenshot(t, ctx, "forecast")
 
+	// A job started by another's end (examples/daily-report.yaml after
+	// daily-extract): the job page links its downstream job, the run page
+	// of the run it started links the upstream run.
+	cli("jobs", "trigger", "daily-extract", "-n", "analytics")
+	var reportRun string
+	poll(t, 60*time.Second, "daily-report started by daily-extract's end", func() bool {
+		for _, line := range strings.Split(cli("runs", "list", "-n", "analytics", "--job", "daily-report"), "\n") {
+			if f := strings.Fields(line); len(f) >= 5 && f[3] == "upstream" && f[4] == "succeeded" {
+				reportRun = f[0]
+				return true
+			}
+		}
+		return false
+	})
+	do("downstream on the job page", chromedp.Navigate(base+"/jobs/analytics/daily-extract"), chromedp.WaitVisible(css(`#job-links p[data-link=downstream] a`)))
+	if s := text(`#job-links`); !strings.Contains(s, "starts daily-report") || !strings.Contains(s, "when it ends succeeded") {
+		t.Errorf("daily-extract's links: %q", s)
+	}
+	do("upstream on the run page", chromedp.Navigate(base+"/runs/"+reportRun), chromedp.WaitVisible(css(`#run-upstream a`)))
+	if s := text(`#run-upstream`); !strings.Contains(s, "of daily-extract") || !strings.Contains(s, "(succeeded)") {
+		t.Errorf("the downstream run's upstream: %q", s)
+	}
+
 	// Unknown ids and other tenants' jobs are 404 pages.
 	for _, path := range []string{"/jobs/acme-ns/secret-plan", "/runs/0190aaaa-0000-7000-8000-000000000000", "/runs/not-an-id", "/nope"} {
 		if status := eval(fmt.Sprintf(`fetch(%q).then(r => r.status)`, path)); status != float64(404) {
