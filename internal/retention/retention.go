@@ -179,9 +179,10 @@ func (j *Janitor) Pass(ctx context.Context) (int, error) {
 	return total, j.pruneNotices(ctx, float64(def))
 }
 
-// pruneNotices deletes, in batches, finished notifications and resolved
-// alerts older than the default retention. They have no shard: every node
-// may prune them, and two that meet delete each row once.
+// pruneNotices deletes, in batches, finished notifications, resolved
+// alerts and finished backfills older than the default retention. They
+// have no shard (a backfill has its job's, but no run hangs on it): every
+// node may prune them, and two that meet delete each row once.
 func (j *Janitor) pruneNotices(ctx context.Context, olderThan float64) error {
 	q := store.New(j.cfg.Pool)
 	for _, prune := range []func() (int64, error){
@@ -190,6 +191,9 @@ func (j *Janitor) pruneNotices(ctx context.Context, olderThan float64) error {
 		},
 		func() (int64, error) {
 			return q.PruneResolvedAlerts(ctx, store.PruneResolvedAlertsParams{OlderThanSeconds: olderThan, Batch: int32(j.cfg.Batch)})
+		},
+		func() (int64, error) {
+			return q.PruneFinishedBackfills(ctx, store.PruneFinishedBackfillsParams{OlderThanSeconds: olderThan, Batch: int32(j.cfg.Batch)})
 		},
 	} {
 		for {

@@ -118,6 +118,24 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 		t.Fatalf("a janitor without shards pruned %d (%v)", n, err)
 	}
 
+	// Backfills: one that ended 8 days ago goes, one running and one that
+	// ended an hour ago stay.
+	for _, b := range []struct {
+		status string
+		ago    time.Duration // since its end (0: running)
+	}{{"done", 8 * day}, {"running", 0}, {"cancelled", time.Hour}} {
+		var finished *time.Time
+		if b.ago > 0 {
+			at := time.Now().Add(-b.ago)
+			finished = &at
+		}
+		if _, err := pool.Exec(ctx, `INSERT INTO backfills (id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, total, status, created_at, created_by, finished_at)
+			SELECT $1, tenant_id, id, shard, now() - interval '2 days', now() - interval '1 day', 'none', 1, false, 1, $2, now() - interval '9 days', 'test', $3
+			FROM jobs WHERE name = 'etl'`, uuid.New(), b.status, finished); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	archive := t.TempDir()
 	j, err = retention.New(retention.Config{Pool: pool, Shards: manager(t, pool), ArchiveDir: archive, Batch: 1})
 	if err != nil {
@@ -126,6 +144,12 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 	n, err := j.Pass(ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("pruned %d (%v), want 2", n, err)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM backfills WHERE status = 'done'"); n != 0 {
+		t.Errorf("%d backfills that ended 8 days ago left", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM backfills"); n != 2 {
+		t.Errorf("%d backfills left, want the running one and the recent one", n)
 	}
 	for id, want := range map[uuid.UUID]bool{old1: false, old2: false, dead: true, recent: true, mid: true, open.ID: true} {
 		if got := exists(t, pool, id); got != want {

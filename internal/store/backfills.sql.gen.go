@@ -234,6 +234,27 @@ func (q *Queries) ListBackfills(ctx context.Context, arg ListBackfillsParams) ([
 	return items, nil
 }
 
+const pruneFinishedBackfills = `-- name: PruneFinishedBackfills :execrows
+DELETE FROM backfills WHERE id IN (
+    SELECT id FROM backfills WHERE finished_at < now() - INTERVAL '1 second' * $1::float8
+    ORDER BY finished_at LIMIT $2)
+`
+
+type PruneFinishedBackfillsParams struct {
+	OlderThanSeconds float64
+	Batch            int32
+}
+
+// PruneFinishedBackfills deletes a batch of backfills that ended longer
+// ago than older_than_seconds (their runs keep backfill_id: no key).
+func (q *Queries) PruneFinishedBackfills(ctx context.Context, arg PruneFinishedBackfillsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, pruneFinishedBackfills, arg.OlderThanSeconds, arg.Batch)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const runningBackfillTenants = `-- name: RunningBackfillTenants :many
 SELECT DISTINCT tenant_id FROM backfills WHERE shard = ANY($1::int[]) AND status = 'running'
 `

@@ -56,3 +56,10 @@ SELECT count(*)::int FROM runs WHERE job_id = @job_id AND scheduled_for >= @from
 UPDATE backfills SET status = 'cancelled', reason = @reason, finished_at = now()
 WHERE tenant_id = @tenant_id AND job_id = @job_id AND id = @id AND status = 'running'
 RETURNING *;
+
+-- PruneFinishedBackfills deletes a batch of backfills that ended longer
+-- ago than older_than_seconds (their runs keep backfill_id: no key).
+-- name: PruneFinishedBackfills :execrows
+DELETE FROM backfills WHERE id IN (
+    SELECT id FROM backfills WHERE finished_at < now() - INTERVAL '1 second' * @older_than_seconds::float8
+    ORDER BY finished_at LIMIT @batch);
