@@ -15,28 +15,32 @@
 -- as run.upstream; runs.trigger learns upstream (the check constraint as
 -- PostgreSQL named it in 00003; CockroachDB named it check_trigger),
 -- added NOT VALID and validated apart, so that runs is not locked while
--- it is read.
+-- it is read: outside a transaction (each statement its own, as 00024),
+-- re-runnable, so that a migration that stopped half way is completed by
+-- running it again.
+
+-- +goose NO TRANSACTION
 
 -- +goose Up
-CREATE TABLE job_triggers (
+CREATE TABLE IF NOT EXISTS job_triggers (
     job_id             UUID PRIMARY KEY REFERENCES jobs (id),
     tenant_id          UUID NOT NULL,
     upstream_namespace TEXT NOT NULL,
     upstream_name      TEXT NOT NULL,
     outcomes           TEXT[] NOT NULL
 );
-CREATE INDEX job_triggers_upstream ON job_triggers (tenant_id, upstream_namespace, upstream_name);
+CREATE INDEX IF NOT EXISTS job_triggers_upstream ON job_triggers (tenant_id, upstream_namespace, upstream_name);
 
-CREATE TABLE upstream_finishes (
+CREATE TABLE IF NOT EXISTS upstream_finishes (
     run_id      UUID NOT NULL,
     finished_at TIMESTAMPTZ NOT NULL,
     shard       INT NOT NULL,
     status      TEXT NOT NULL,
     PRIMARY KEY (run_id, finished_at)
 );
-CREATE INDEX upstream_finishes_shard ON upstream_finishes (shard, finished_at);
+CREATE INDEX IF NOT EXISTS upstream_finishes_shard ON upstream_finishes (shard, finished_at);
 
-ALTER TABLE runs ADD COLUMN upstream JSONB;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS upstream JSONB;
 ALTER TABLE runs DROP CONSTRAINT IF EXISTS runs_trigger_check;
 ALTER TABLE runs DROP CONSTRAINT IF EXISTS check_trigger;
 ALTER TABLE runs ADD CONSTRAINT runs_trigger_check CHECK (trigger IN ('schedule', 'manual', 'backfill', 'replay', 'upstream')) NOT VALID;

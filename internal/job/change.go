@@ -76,11 +76,13 @@ func (s *Service) Update(ctx context.Context, a Actor, ref Ref, res dag.Resource
 // next fire time is recomputed from the database's clock when the
 // schedule changed.
 func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Job, res dag.Resource, spec []byte, src *Source, d usage.Delta) (*Job, error) {
-	if err := checkAfter(ctx, q, a, res); err != nil {
-		return nil, err
+	if !sameAfter(before.Spec.Schedule.After, res.Spec.Schedule.After) { // (an editor of other fields need not see the upstream)
+		if err := checkAfter(ctx, q, a, res); err != nil {
+			return nil, err
+		}
 	}
 	next := before.NextFireAt
-	if !before.Spec.Schedule.Equal(res.Spec.Schedule) && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
+	if !sameInstants(before.Spec.Schedule, res.Spec.Schedule) && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
 		now, err := q.DatabaseNow(ctx)
 		if err != nil {
 			return nil, err
@@ -275,6 +277,19 @@ func writeTrigger(ctx context.Context, q *store.Queries, row store.Job) error {
 	}
 	return q.SetJobTrigger(ctx, store.SetJobTriggerParams{JobID: row.ID, TenantID: row.TenantID,
 		UpstreamNamespace: a.Namespace, UpstreamName: a.Job, Outcomes: a.Outcomes()})
+}
+
+// sameInstants reports whether two schedules name the same instants as
+// written (after, which names none, aside): a change of after alone keeps
+// the next fire time.
+func sameInstants(a, b schedule.Spec) bool {
+	a.After, b.After = nil, nil
+	return a.Equal(b)
+}
+
+// sameAfter reports whether two schedule.after are the same as written.
+func sameAfter(a, b *schedule.After) bool {
+	return (a == nil) == (b == nil) && (a == nil || schedule.Spec{After: a}.Equal(schedule.Spec{After: b}))
 }
 
 // checkAfter refuses a definition whose schedule.after names a job the

@@ -88,9 +88,28 @@ func TestExamplesRun(t *testing.T) {
 			if _, err := jobs.Create(ctx, job.Anonymous, r, ""); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			started, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: r.Metadata.Namespace, Name: r.Metadata.Name}, "", true)
-			if err != nil {
-				t.Fatal(err)
+			ref := job.Ref{Namespace: r.Metadata.Namespace, Name: r.Metadata.Name}
+			var started *run.Run
+			if a := r.Spec.Schedule.After; a != nil && len(r.Spec.Schedule.Cron) == 0 && r.Spec.Schedule.At == "" {
+				// A job after another (defined by an earlier file) runs as it
+				// would: when a run of that one ends.
+				if _, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: a.Namespace, Name: a.Job}, "", true); err != nil {
+					t.Fatal(err)
+				}
+				enginetest.WaitFor(t, 60*time.Second, name+" started by "+a.Job+"'s end", func() bool {
+					var id uuid.UUID
+					if pool.QueryRow(ctx, "SELECT r.id FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE j.namespace = $1 AND j.name = $2 AND r.trigger = 'upstream'",
+						ref.Namespace, ref.Name).Scan(&id) != nil {
+						return false
+					}
+					started = &run.Run{ID: id}
+					return true
+				})
+			} else {
+				var err error
+				if started, err = runs.Trigger(ctx, job.Anonymous, ref, "", true); err != nil {
+					t.Fatal(err)
+				}
 			}
 			var status string
 			enginetest.WaitFor(t, 60*time.Second, name+" finishes", func() bool {

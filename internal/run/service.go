@@ -80,6 +80,31 @@ type Task struct {
 	WaitReason string
 }
 
+// upstreamFor is run.upstream as actor a may read it: without the
+// upstream run's outputs when a's scope does not show its job (the
+// downstream job's author could read them; its readers may not).
+func upstreamFor(a job.Actor, upstream json.RawMessage) json.RawMessage {
+	if len(upstream) == 0 || a.Scope == nil {
+		return upstream
+	}
+	var u map[string]any
+	if json.Unmarshal(upstream, &u) != nil {
+		return nil
+	}
+	ns, _ := u["namespace"].(string)
+	name, _ := u["job"].(string)
+	if a.Scope.Sees(ns, name) {
+		return upstream
+	}
+	delete(u, "outputs")
+	delete(u, "outputs_cut")
+	out, err := json.Marshal(u)
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
 // fromListRow is a run as the API shows it: its status is its view (a
 // pending run with a started task is running), and it started with its
 // first task when the run's own started_at is not written yet.
@@ -189,6 +214,7 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID) (*Detail, 
 		parents[e.ChildID] = append(parents[e.ChildID], e.ParentID)
 	}
 	d := &Detail{Run: fromGetRow(r)}
+	d.Upstream = upstreamFor(a, d.Upstream)
 	for _, t := range tasks {
 		d.Tasks = append(d.Tasks, Task{Task: t, Attempts: byTask[t.ID], Parents: parents[t.ID]})
 	}

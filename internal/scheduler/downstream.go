@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -45,30 +46,35 @@ type upstreamEnd struct {
 
 // planDownstream decides the runs of a job (schedule.after) for the ends
 // of its upstream's runs (oldest first) whose outcome it names: each is an
-// instant of the job, held to its misfire policy (late when the oldest
-// end is older than its catchup window, or misfireAfter) and its overlap
-// policy, as a schedule's instants are; an end past the depth limit is
-// recorded skipped.
+// instant of the job, on time or late (older than its catchup window, or
+// misfireAfter): the late ones go to its misfire policy, as a schedule's
+// missed instants do, and the ones it keeps and the ones on time to its
+// overlap policy; an end past the depth limit is recorded skipped. Each
+// end gets one run record: a run, or a skipped run saying why.
 func planDownstream(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd, now time.Time, active []activeRun, misfireAfter time.Duration) plan {
 	p := plan{Skips: map[string]int{}}
 	if w := s.CatchupWindow(); w > 0 {
 		misfireAfter = w
 	}
-	var due []time.Time
+	var late, onTime []time.Time
 	for _, e := range ends {
-		if e.Depth > MaxUpstreamDepth {
+		switch {
+		case e.Depth > MaxUpstreamDepth:
 			why := fmt.Sprintf("upstream: a chain of %d runs started by each other's ends (the limit is %d)", e.Depth, MaxUpstreamDepth)
 			p.recordSkips([]time.Time{e.At}, why, lifecycle.TriggerUpstream, false)
-			continue
+		case now.Sub(e.At) > misfireAfter:
+			late = append(late, e.At)
+		default:
+			onTime = append(onTime, e.At)
 		}
-		due = append(due, e.At)
 	}
-	if len(due) == 0 {
-		return p
+	var fire []time.Time
+	if len(late) > 0 {
+		m := lifecycle.DecideMisfire(spec.Misfire, spec.MaxBackfill, late, true)
+		p.recordSkips(m.Skip, m.Reason, lifecycle.TriggerUpstream, false)
+		fire = m.Fire
 	}
-	m := lifecycle.DecideMisfire(spec.Misfire, spec.MaxBackfill, due, now.Sub(due[0]) > misfireAfter)
-	p.recordSkips(m.Skip, m.Reason, lifecycle.TriggerUpstream, false)
-	p.overlap(spec, m.Fire, lifecycle.TriggerUpstream, active)
+	p.overlap(spec, append(fire, onTime...), lifecycle.TriggerUpstream, active)
 	return p
 }
 
@@ -85,7 +91,19 @@ func (s *Scheduler) fireDownstream(ctx context.Context, leases []*shard.Lease, i
 	if err != nil || !some {
 		return err
 	}
-	return store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+	for { // batch after batch while they come back full: a backlog is not left to age into lateness
+		taken, err := s.downstreamBatch(ctx, leases)
+		if err != nil || taken < downstreamBatch || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// downstreamBatch is one transaction of fireDownstream; it returns how
+// many events it took.
+func (s *Scheduler) downstreamBatch(ctx context.Context, leases []*shard.Lease) (int, error) {
+	taken := 0
+	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		held, err := s.cfg.Shards.Fence(ctx, tx, leases)
 		if err != nil {
 			return err
@@ -95,6 +113,7 @@ func (s *Scheduler) fireDownstream(ctx context.Context, leases []*shard.Lease, i
 		if err != nil || len(events) == 0 {
 			return err
 		}
+		taken = len(events)
 		news, cancel, err := s.downstreamRuns(ctx, q, events)
 		if err != nil {
 			return err
@@ -126,6 +145,7 @@ func (s *Scheduler) fireDownstream(ctx context.Context, leases []*shard.Lease, i
 		s.cfg.Failpoints.Hit(FailpointDownstreamTx)
 		return nil
 	})
+	return taken, err
 }
 
 // downstreamRuns plans the runs the upstream finish events start, and the
@@ -148,7 +168,23 @@ func (s *Scheduler) downstreamRuns(ctx context.Context, q *store.Queries, events
 	if err != nil || len(downs) == 0 {
 		return nil, nil, err
 	}
-	upstreams := map[uuid.UUID][]byte{} // run.upstream by upstream run and end
+	// Their schedule rows, as a firing and a manual trigger lock them (after
+	// the jobs row): the overlap policy below weighs the active runs with
+	// those of a firing of the same job serialised.
+	lock := make([]uuid.UUID, 0, len(downs))
+	for _, d := range downs {
+		if d.Status == "active" {
+			lock = append(lock, d.ID)
+		}
+	}
+	if err := q.LockSchedules(ctx, lock); err != nil {
+		return nil, nil, err
+	}
+	type endKey struct {
+		run uuid.UUID
+		at  time.Time
+	}
+	upstreams := map[endKey][]byte{} // run.upstream by upstream run and end (a retried run ends again)
 	var news []run.New
 	var cancel []uuid.UUID
 	now, err := q.DatabaseNow(ctx)
@@ -164,12 +200,13 @@ func (s *Scheduler) downstreamRuns(ctx context.Context, q *store.Queries, events
 			if e.TenantID != d.TenantID || e.Namespace != d.UpstreamNamespace || e.Name != d.UpstreamName || !slices.Contains(d.Outcomes, e.Status) {
 				continue
 			}
-			js, ok := upstreams[e.RunID]
+			k := endKey{e.RunID, e.FinishedAt}
+			js, ok := upstreams[k]
 			if !ok {
 				if js, err = upstreamJSON(ctx, q, e); err != nil {
 					return nil, nil, err
 				}
-				upstreams[e.RunID] = js
+				upstreams[k] = js
 			}
 			ends = append(ends, upstreamEnd{At: e.FinishedAt, Outcome: e.Status, JSON: js, Depth: upstreamDepth(e.RunUpstream) + 1})
 		}
@@ -267,8 +304,13 @@ func upstreamJSON(ctx context.Context, q *store.Queries, e store.TakeUpstreamFin
 			cut = append(cut, r.Step)
 			continue
 		}
+		v := expr.Output(r.Output)
+		if b, err := json.Marshal(v); err != nil || bytes.Contains(b, []byte(`\u0000`)) {
+			cut = append(cut, r.Step) // 1e999, or a NUL: JSON that jsonb does not store
+			continue
+		}
 		size += len(r.Output)
-		outputs[r.Step] = expr.Output(r.Output)
+		outputs[r.Step] = v
 	}
 	u := map[string]any{"id": e.RunID.String(), "job": e.Name, "namespace": e.Namespace, "outcome": e.Status,
 		"finished_at": e.FinishedAt.UTC().Format(time.RFC3339Nano), "outputs": outputs, "depth": upstreamDepth(e.RunUpstream) + 1}

@@ -42,7 +42,8 @@ func TestPlanDownstream(t *testing.T) {
 		want   string
 	}{
 		{"on time, allow", dag.JobSpec{Misfire: dag.MisfireFireOnce, Overlap: dag.OverlapAllow}, ends(3*time.Second, time.Second), nil, "pending pending"},
-		{"late, fire_once", dag.JobSpec{Misfire: dag.MisfireFireOnce, Overlap: dag.OverlapAllow}, ends(time.Hour, time.Second), nil, "skipped pending"},
+		{"one late, one on time, fire_once", dag.JobSpec{Misfire: dag.MisfireFireOnce, Overlap: dag.OverlapAllow}, ends(time.Hour, time.Second), nil, "pending pending"},
+		{"two late, fire_once", dag.JobSpec{Misfire: dag.MisfireFireOnce, Overlap: dag.OverlapAllow}, ends(2*time.Hour, time.Hour, time.Second), nil, "skipped pending pending"},
 		{"late, skip", dag.JobSpec{Misfire: dag.MisfireSkip, Overlap: dag.OverlapAllow}, ends(time.Hour), nil, "skipped"},
 		{"overlap skip", dag.JobSpec{Misfire: dag.MisfireFireOnce, Overlap: dag.OverlapSkip}, ends(time.Second), []activeRun{{uuid.New(), lifecycle.RunRunning}}, "skipped"},
 		{"too deep", dag.JobSpec{Misfire: dag.MisfireFireOnce, Overlap: dag.OverlapAllow}, []upstreamEnd{{At: now, Depth: MaxUpstreamDepth + 1}}, nil, "skipped"},

@@ -38,6 +38,9 @@ func TestAfterStartsOneRunPerUpstreamEnd(t *testing.T) {
 			if _, ok := fail.Load("on"); ok {
 				return executor.Permanent(errors.New("boom"))
 			}
+			if _, ok := fail.Load("weird"); ok { // JSON that jsonb refuses: a number past float64, a NUL
+				return executor.SetOutput(ctx, `{"n": 1e999, "s": "a\u0000b"}`)
+			}
 			return executor.SetOutput(ctx, map[string]any{"rows": 3, "file": "s3://b/" + c.RunID.String()})
 		},
 		"load": func(ctx context.Context, c executor.Call) error {
@@ -134,6 +137,18 @@ func TestAfterStartsOneRunPerUpstreamEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	enginetest.WaitFor(t, 30*time.Second, "a fourth load run", func() bool { return countOf("load", "r.status = 'succeeded'") == 4 })
+
+	// An output jsonb cannot store is left out of run.upstream (named in
+	// outputs_cut), not a reason to stop: the run is started all the same.
+	fail.Store("weird", true)
+	weird, err := runs.Trigger(ctx, job.Anonymous, extract, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "a load run for the odd output", func() bool {
+		return countOf("load", "r.upstream->>'id' = '"+weird.ID.String()+"' AND r.upstream->'outputs_cut' ? 'main'") == 1
+	})
+	fail.Delete("weird")
 
 	// extract after load would make a cycle: refused, nothing written.
 	before := enginetest.Int(t, pool, "SELECT version FROM jobs WHERE name = 'extract'")

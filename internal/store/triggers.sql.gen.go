@@ -84,6 +84,15 @@ func (q *Queries) DeleteUpstreamFinishes(ctx context.Context, arg DeleteUpstream
 	return err
 }
 
+const deleteUpstreamFinishesOfRuns = `-- name: DeleteUpstreamFinishesOfRuns :exec
+DELETE FROM upstream_finishes WHERE run_id = ANY($1::uuid[])
+`
+
+func (q *Queries) DeleteUpstreamFinishesOfRuns(ctx context.Context, runIds []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, deleteUpstreamFinishesOfRuns, runIds)
+	return err
+}
+
 const downstreamJobs = `-- name: DownstreamJobs :many
 SELECT j.id, j.tenant_id, j.namespace, j.name, j.status, j.version, j.shard, j.spec,
        g.upstream_namespace, g.upstream_name, g.outcomes
@@ -246,6 +255,17 @@ func (q *Queries) LeafOutputs(ctx context.Context, runID uuid.UUID) ([]LeafOutpu
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockSchedules = `-- name: LockSchedules :exec
+SELECT job_id FROM job_schedules WHERE job_id = ANY($1::uuid[]) ORDER BY job_id FOR UPDATE
+`
+
+// LockSchedules locks the schedule rows of jobs (in id order), after
+// their jobs rows, as job.Lock does.
+func (q *Queries) LockSchedules(ctx context.Context, jobIds []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, lockSchedules, jobIds)
+	return err
 }
 
 const setJobTrigger = `-- name: SetJobTrigger :exec

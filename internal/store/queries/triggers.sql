@@ -76,3 +76,11 @@ ORDER BY t.step, a.number DESC;
 -- probe before a transaction of the downstream step).
 -- name: HasUpstreamFinishes :one
 SELECT EXISTS (SELECT 1 FROM upstream_finishes WHERE shard = ANY(@shards::int[]))::bool;
+
+-- LockSchedules locks the schedule rows of jobs (in id order), after
+-- their jobs rows, as job.Lock does.
+-- name: LockSchedules :exec
+SELECT job_id FROM job_schedules WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id FOR UPDATE;
+
+-- name: DeleteUpstreamFinishesOfRuns :exec
+DELETE FROM upstream_finishes WHERE run_id = ANY(@run_ids::uuid[]);
