@@ -282,3 +282,30 @@ func TestReflectionHealthAndPlainJSON(t *testing.T) {
 		}
 	}
 }
+
+// A JSON request naming a field its message does not have is refused,
+// naming the field's path, top-level or nested; a known field written in
+// its proto name is read as protojson reads it.
+func TestUnknownJSONFieldsAreRefused(t *testing.T) {
+	base, _ := startServer(t)
+	for _, c := range []struct {
+		body string
+		code int
+		want string
+	}{
+		{`{"schedule":{"cron":"* * * * *"},"from":"2026-01-01T00:00:00Z","count":1,"cuont":2}`, 400, "cuont: unknown field"},
+		{`{"schedule":{"cron":"* * * * *","timezon":"UTC"},"from":"2026-01-01T00:00:00Z","count":1}`, 400, "schedule.timezon: unknown field"},
+		{`{"schedule":{"cron":"* * * * *","exclude":{"dates":["2026-12-24"],"crons":[]}},"from":"2026-01-01T00:00:00Z","count":1}`, 400, "schedule.exclude.crons: unknown field"},
+		{`{"schedule":{"cron":"* * * * *","catchup_window":"60s"},"from":"2026-01-01T00:00:00Z","count":1}`, 200, ""},
+	} {
+		resp, err := http.Post(base+"/orrery.v1.JobService/PreviewSchedule", "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.code || !strings.Contains(string(b), c.want) {
+			t.Errorf("%s: %d %s; want %d ...%s...", c.body, resp.StatusCode, b, c.code, c.want)
+		}
+	}
+}

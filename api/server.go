@@ -96,6 +96,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 		// the networks this runs on; larger ones (list pages) still compress.
 		connect.WithCompressMinBytes(4 << 10),
 	}
+	opts = append(opts, strictJSONCodecs()...)
 	mux := http.NewServeMux()
 	mux.Handle(orreryv1connect.NewJobServiceHandler(&jobServer{jobs: svc.Jobs, runs: svc.Runs, log: log}, opts...))
 	mux.Handle(orreryv1connect.NewRunServiceHandler(&runServer{runs: svc.Runs, log: log}, opts...))
