@@ -19,7 +19,7 @@ var templateFS embed.FS
 // pages are the parsed templates, one set per page (each with base.html).
 type pages map[string]*template.Template
 
-var pageNames = []string{"login", "error", "jobs", "job", "run", "dlq", "cluster", "audit", "forecast"}
+var pageNames = []string{"login", "error", "jobs", "job", "run", "dlq", "cluster", "audit", "forecast", "alerts"}
 
 var funcs = template.FuncMap{
 	"ts":      timeHTML,
@@ -58,7 +58,13 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, v *view, status 
 	data["Page"] = name
 	data["AuthOff"] = s.cfg.AuthOff
 	var buf bytes.Buffer
-	if err := s.pages[name].Execute(&buf, data); err != nil {
+	page, ok := s.pages[name]
+	if !ok {
+		s.log.ErrorContext(r.Context(), "web ui: render: no such page", "page", name)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	if err := page.Execute(&buf, data); err != nil {
 		s.log.ErrorContext(r.Context(), "web ui: render", "page", name, "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return

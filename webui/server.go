@@ -74,6 +74,7 @@ type clients struct {
 	audit    orreryv1connect.AuditServiceClient
 	access   orreryv1connect.AccessServiceClient
 	pipeline orreryv1connect.PipelineServiceClient
+	alerts   orreryv1connect.AlertServiceClient
 }
 
 // inProcess hands a request to the API handler without a network hop.
@@ -108,6 +109,7 @@ func New(cfg Config) (*Server, error) {
 			cluster: orreryv1connect.NewClusterServiceClient(hc, base),
 			audit:   orreryv1connect.NewAuditServiceClient(hc, base),
 			access:  orreryv1connect.NewAccessServiceClient(hc, base),
+			alerts:  orreryv1connect.NewAlertServiceClient(hc, base),
 
 			pipeline: orreryv1connect.NewPipelineServiceClient(hc, base),
 		}}
@@ -131,14 +133,25 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /cluster", s.clusterPage)
 	s.handle("GET /audit", s.auditPage)
 	s.handle("GET /forecast", s.forecastPage)
+	s.handle("GET /alerts", s.alertsPage)
 	s.handle("/", func(w http.ResponseWriter, r *http.Request, v *view) error {
 		return errNotFound
 	})
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
+// ServeHTTP implements http.Handler. A panic in a page is an internal
+// error for that request, logged, not a dropped connection.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.ErrorContext(r.Context(), "web ui: page panicked", "path", r.URL.Path, "panic", p)
+			http.Error(w, "internal error; see the server log", http.StatusInternalServerError)
+		}
+	}()
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
 	h.Set("X-Content-Type-Options", "nosniff")

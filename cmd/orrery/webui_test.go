@@ -108,6 +108,7 @@ metadata:
 spec:
   schedule: {cron: "0 3 * * *"}
   defaults: {retry: {max_attempts: 1}}
+  alerts: {on: [dead_letter]}
   steps:
     - name: fail
       run: {command: {argv: ["/bin/false"]}}
@@ -351,6 +352,13 @@ spec:
 		t.Errorf("the forecast's summary: %q", s)
 	}
 	screenshot(t, ctx, "forecast")
+
+	// The alerts page: the broken job's dead letter, with its job and run.
+	do("alerts", chromedp.Navigate(base+"/alerts?state=all&namespace=qa"), chromedp.WaitVisible(css(`#alerts tr[data-kind="dead_letter"] a[href^="/runs/"]`)))
+	if s := text(`#alerts`); !strings.Contains(s, "broken") || !strings.Contains(s, "dead-lettered") {
+		t.Errorf("the alerts page: %q", s)
+	}
+	screenshot(t, ctx, "alerts")
 
 	// A job started by another's end (examples/daily-report.yaml after
 	// daily-extract): the job page links its downstream job, the run page
