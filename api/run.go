@@ -47,7 +47,10 @@ func (s *runServer) ListRuns(ctx context.Context, req *connect.Request[orreryv1.
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	f := run.ListFilter{Job: ref, Status: m.GetStatus(), PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken()}
+	if err := plainText("namespace", m.GetNamespace()); err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	f := run.ListFilter{Job: ref, Namespace: m.GetNamespace(), Trigger: m.GetTrigger(), Status: m.GetStatus(), PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken()}
 	if m.GetSince() != nil {
 		t, err := timeFromProto("since", m.GetSince())
 		if err != nil {
@@ -218,6 +221,6 @@ func runToProto(r run.Run) *orreryv1.Run {
 		Id: r.ID.String(), JobId: r.JobID.String(), Namespace: r.Namespace, Job: r.Job, JobVersion: r.JobVersion,
 		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: string(r.Trigger), Status: string(r.Status),
 		Reason: r.Reason, CreateTime: timestamppb.New(r.CreatedAt), StartTime: timeToProto(r.StartedAt), FinishTime: timeToProto(r.FinishedAt),
-		Params: params, Upstream: upstream,
+		Params: params, Upstream: upstream, FirstError: r.FirstError,
 	}
 }

@@ -122,6 +122,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /{$}", s.jobsPage)
 	s.handle("GET /jobs/{ns}/{name}", s.jobPage)
 	s.handle("POST /jobs/{ns}/{name}/{action}", s.jobAction)
+	s.handle("GET /runs", s.runsPage)
 	s.handle("GET /runs/{id}", s.runPage)
 	s.handle("GET /runs/{id}/status", s.runStatus)
 	s.handle("GET /runs/{id}/events", s.runEvents)

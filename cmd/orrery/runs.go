@@ -36,16 +36,31 @@ func ts(t *timestamppb.Timestamp) string {
 
 func newRunsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "runs", Short: "List, inspect and cancel runs"}
-	var jobName, namespace, status string
+	var jobName, namespace, status, trigger, since, until string
 	var limit int
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List runs, newest scheduled instant first",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := &orreryv1.ListRunsRequest{Status: status, PageSize: int32(min(limit, 500))}
+			req := &orreryv1.ListRunsRequest{Status: status, Trigger: trigger, PageSize: int32(min(limit, 500))}
 			if jobName != "" {
 				req.Job = jobRef(jobName, namespace)
+			} else {
+				req.Namespace = namespace
+			}
+			for _, b := range []struct {
+				flag, text string
+				to         **timestamppb.Timestamp
+			}{{"--since", since, &req.Since}, {"--until", until, &req.Until}} {
+				if b.text == "" {
+					continue
+				}
+				t, err := time.Parse(time.RFC3339, b.text)
+				if err != nil {
+					return fmt.Errorf("%s: %q is not an RFC 3339 time such as 2026-12-01T00:00:00Z", b.flag, b.text)
+				}
+				*b.to = timestamppb.New(t)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "RUN\tJOB\tSCHEDULED (UTC)\tTRIGGER\tSTATUS\tREASON")
@@ -66,8 +81,11 @@ func newRunsCmd(g *globals) *cobra.Command {
 		},
 	}
 	list.Flags().StringVar(&jobName, "job", "", "only runs of this job (name or id)")
-	list.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of --job")
+	list.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of --job; without --job, only runs of jobs in it")
 	list.Flags().StringVar(&status, "status", "", "only runs in this status")
+	list.Flags().StringVar(&trigger, "trigger", "", "only runs of this trigger: schedule, backfill, manual, upstream")
+	list.Flags().StringVar(&since, "since", "", "only runs whose instant is at or after this RFC 3339 time")
+	list.Flags().StringVar(&until, "until", "", "only runs whose instant is before this RFC 3339 time")
 	list.Flags().IntVar(&limit, "limit", 50, "show at most this many runs")
 
 	get := &cobra.Command{

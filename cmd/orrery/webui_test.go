@@ -360,6 +360,20 @@ spec:
 	}
 	screenshot(t, ctx, "alerts")
 
+	// The runs page across jobs: the broken job's failed run with its
+	// first error; a trigger filter; a bad time is a 400 naming the field.
+	do("runs", chromedp.Navigate(base+"/runs?namespace=qa&status=dead_lettered"), chromedp.WaitVisible(css(`#runs tr[data-status="dead_lettered"]`)))
+	if s := text(`#runs`); !strings.Contains(s, "broken") || !strings.Contains(s, "exit code 1") {
+		t.Errorf("the runs page: %q", s)
+	}
+	do("runs by trigger", chromedp.Navigate(base+"/runs?trigger=upstream"), chromedp.WaitVisible(css(`#runs`)))
+	if n := eval(`[...document.querySelectorAll('#runs tr[data-run] td:nth-child(3)')].filter(td => td.textContent.trim() !== 'upstream').length`); n != float64(0) {
+		t.Errorf("%v rows of another trigger on the page of trigger upstream", n)
+	}
+	if status := eval(`fetch('/runs?since=yesterday').then(r => r.status)`); status != float64(400) {
+		t.Errorf("GET /runs?since=yesterday: %v, want 400", status)
+	}
+
 	// A job started by another's end (examples/daily-report.yaml after
 	// daily-extract): the job page links its downstream job, the run page
 	// of the run it started links the upstream run.

@@ -61,6 +61,9 @@ type Run struct {
 	Params json.RawMessage `json:"params,omitempty"`
 	// Upstream is run.upstream for a run of trigger upstream (GetRun).
 	Upstream json.RawMessage `json:"upstream,omitempty"`
+	// FirstError is, in List, the error of a failed run's first task to
+	// fail for good.
+	FirstError string `json:"first_error,omitempty"`
 }
 
 // Detail is a run with its tasks and their attempts.
@@ -135,6 +138,8 @@ func fromListRow(r store.ListRunsRow) Run {
 // ListFilter selects runs; zero fields do not filter.
 type ListFilter struct {
 	Job       job.Ref
+	Namespace string // with Job unset
+	Trigger   string
 	Status    string
 	Since     *time.Time
 	Until     *time.Time
@@ -165,6 +170,17 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	}
 	p := store.ListRunsParams{TenantID: a.Tenant, JobID: jobID, Since: f.Since, Until: f.Until, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
 	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
+	if f.Namespace != "" {
+		p.Namespace = &f.Namespace
+	}
+	if f.Trigger != "" {
+		switch lifecycle.Trigger(f.Trigger) {
+		case lifecycle.TriggerSchedule, lifecycle.TriggerBackfill, lifecycle.TriggerManual, lifecycle.TriggerUpstream:
+		default:
+			return nil, "", &dag.FieldError{Field: "trigger", Message: fmt.Sprintf("%q is not one of schedule, backfill, manual, upstream", f.Trigger)}
+		}
+		p.Trigger = &f.Trigger
+	}
 	if f.Status != "" {
 		if _, err := lifecycle.ParseRunStatus(f.Status); err != nil {
 			return nil, "", &dag.FieldError{Field: "status", Message: err.Error()}
@@ -179,6 +195,7 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	out := make([]Run, len(rows))
 	for i, r := range rows {
 		out[i] = fromListRow(r)
+		out[i].FirstError = r.FirstError
 	}
 	return out, next, nil
 }

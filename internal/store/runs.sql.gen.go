@@ -776,29 +776,39 @@ func (q *Queries) ListDeadLetters(ctx context.Context, arg ListDeadLettersParams
 const listRuns = `-- name: ListRuns :many
 SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
        (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
-       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name,
+       COALESCE(e.first_error, '')::text AS first_error
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t
     WHERE t.run_id = r.id AND r.status = 'pending' AND t.started_at IS NOT NULL
     ORDER BY t.started_at LIMIT 1
 ) AS s ON true
+LEFT JOIN LATERAL (
+    SELECT t.last_error AS first_error FROM tasks AS t
+    WHERE t.run_id = r.id AND r.status IN ('failed', 'dead_lettered') AND t.status = 'dead_lettered'
+    ORDER BY t.finished_at LIMIT 1
+) AS e ON true
 WHERE r.tenant_id = $1
   AND ($2::uuid IS NULL OR r.job_id = $2::uuid)
-  AND ($3::text IS NULL
-       OR (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END) = $3::text)
-  AND ($4::timestamptz IS NULL OR r.scheduled_for >= $4::timestamptz)
-  AND ($5::timestamptz IS NULL OR r.scheduled_for < $5::timestamptz)
-  AND (NOT $6::bool OR j.namespace = ANY($7::text[])
-       OR j.namespace || '/' || j.name = ANY($8::text[]))
-  AND (r.scheduled_for, r.id) < ($9::timestamptz, $10::uuid)
+  AND ($3::text IS NULL OR j.namespace = $3::text)
+  AND ($4::text IS NULL OR r.trigger = $4::text)
+  AND ($5::text IS NULL
+       OR (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END) = $5::text)
+  AND ($6::timestamptz IS NULL OR r.scheduled_for >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL OR r.scheduled_for < $7::timestamptz)
+  AND (NOT $8::bool OR j.namespace = ANY($9::text[])
+       OR j.namespace || '/' || j.name = ANY($10::text[]))
+  AND (r.scheduled_for, r.id) < ($11::timestamptz, $12::uuid)
 ORDER BY r.scheduled_for DESC, r.id DESC
-LIMIT $11
+LIMIT $13
 `
 
 type ListRunsParams struct {
 	TenantID        uuid.UUID
 	JobID           *uuid.UUID
+	Namespace       *string
+	Trigger         *string
 	Status          *string
 	Since           *time.Time
 	Until           *time.Time
@@ -826,6 +836,7 @@ type ListRunsRow struct {
 	FinishedAt   *time.Time
 	Namespace    string
 	JobName      string
+	FirstError   string
 }
 
 // ListRuns pages through a tenant's runs, newest instant first, by
@@ -838,6 +849,8 @@ func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsR
 	rows, err := q.db.Query(ctx, listRuns,
 		arg.TenantID,
 		arg.JobID,
+		arg.Namespace,
+		arg.Trigger,
 		arg.Status,
 		arg.Since,
 		arg.Until,
@@ -871,6 +884,7 @@ func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsR
 			&i.FinishedAt,
 			&i.Namespace,
 			&i.JobName,
+			&i.FirstError,
 		); err != nil {
 			return nil, err
 		}

@@ -196,15 +196,23 @@ WHERE shards.id = u.id AND shards.owner_node = @node::uuid;
 -- name: ListRuns :many
 SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
        (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
-       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name,
+       COALESCE(e.first_error, '')::text AS first_error
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t
     WHERE t.run_id = r.id AND r.status = 'pending' AND t.started_at IS NOT NULL
     ORDER BY t.started_at LIMIT 1
 ) AS s ON true
+LEFT JOIN LATERAL (
+    SELECT t.last_error AS first_error FROM tasks AS t
+    WHERE t.run_id = r.id AND r.status IN ('failed', 'dead_lettered') AND t.status = 'dead_lettered'
+    ORDER BY t.finished_at LIMIT 1
+) AS e ON true
 WHERE r.tenant_id = @tenant_id
   AND (sqlc.narg(job_id)::uuid IS NULL OR r.job_id = sqlc.narg(job_id)::uuid)
+  AND (sqlc.narg(namespace)::text IS NULL OR j.namespace = sqlc.narg(namespace)::text)
+  AND (sqlc.narg(trigger)::text IS NULL OR r.trigger = sqlc.narg(trigger)::text)
   AND (sqlc.narg(status)::text IS NULL
        OR (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END) = sqlc.narg(status)::text)
   AND (sqlc.narg(since)::timestamptz IS NULL OR r.scheduled_for >= sqlc.narg(since)::timestamptz)

@@ -48,7 +48,10 @@ type Run struct {
 	// For a run of trigger upstream (schedule.after): the run whose end
 	// started it, as its expressions read run.upstream (id, job, namespace,
 	// outcome, finished_at, outputs, depth).
-	Upstream      *structpb.Struct `protobuf:"bytes,15,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	Upstream *structpb.Struct `protobuf:"bytes,15,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// ListRuns: for a failed or dead-lettered run, the error of its first
+	// task to fail for good.
+	FirstError    string `protobuf:"bytes,16,opt,name=first_error,json=firstError,proto3" json:"first_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -186,6 +189,13 @@ func (x *Run) GetUpstream() *structpb.Struct {
 		return x.Upstream
 	}
 	return nil
+}
+
+func (x *Run) GetFirstError() string {
+	if x != nil {
+		return x.FirstError
+	}
+	return ""
 }
 
 // Task is one step of a run.
@@ -530,13 +540,17 @@ func (x *Attempt) GetLog() string {
 }
 
 type ListRunsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Job           *JobRef                `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
-	Since         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
-	Until         *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
-	PageSize      int32                  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Job       *JobRef                `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Status    string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Since     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	Until     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
+	PageSize  int32                  `protobuf:"varint,5,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string                 `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only runs of jobs in this namespace (with job unset).
+	Namespace string `protobuf:"bytes,7,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// Only runs of this trigger: schedule, backfill, manual or upstream.
+	Trigger       string `protobuf:"bytes,8,opt,name=trigger,proto3" json:"trigger,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -609,6 +623,20 @@ func (x *ListRunsRequest) GetPageSize() int32 {
 func (x *ListRunsRequest) GetPageToken() string {
 	if x != nil {
 		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
 	}
 	return ""
 }
@@ -1896,7 +1924,7 @@ var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xbb\x04\n" +
+	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xdc\x04\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -1917,7 +1945,9 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\vfinish_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"finishTime\x12/\n" +
 	"\x06params\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x06params\x123\n" +
-	"\bupstream\x18\x0f \x01(\v2\x17.google.protobuf.StructR\bupstream\"\x93\x05\n" +
+	"\bupstream\x18\x0f \x01(\v2\x17.google.protobuf.StructR\bupstream\x12\x1f\n" +
+	"\vfirst_error\x18\x10 \x01(\tR\n" +
+	"firstError\"\x93\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -1962,7 +1992,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"late_error\x18\f \x01(\tR\tlateError\x12)\n" +
 	"\x10output_truncated\x18\r \x01(\bR\x0foutputTruncated\x12\x10\n" +
-	"\x03log\x18\x0e \x01(\tR\x03log\"\xee\x01\n" +
+	"\x03log\x18\x0e \x01(\tR\x03log\"\xa6\x02\n" +
 	"\x0fListRunsRequest\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03job\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x120\n" +
@@ -1970,7 +2000,9 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x05until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1b\n" +
 	"\tpage_size\x18\x05 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x06 \x01(\tR\tpageToken\"^\n" +
+	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1c\n" +
+	"\tnamespace\x18\a \x01(\tR\tnamespace\x12\x18\n" +
+	"\atrigger\x18\b \x01(\tR\atrigger\"^\n" +
 	"\x10ListRunsResponse\x12\"\n" +
 	"\x04runs\x18\x01 \x03(\v2\x0e.orrery.v1.RunR\x04runs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x1f\n" +
