@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"log/slog"
+	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -50,7 +51,8 @@ func (s *runServer) ListRuns(ctx context.Context, req *connect.Request[orreryv1.
 	if err := plainText("namespace", m.GetNamespace()); err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	f := run.ListFilter{Job: ref, Namespace: m.GetNamespace(), Trigger: m.GetTrigger(), Status: m.GetStatus(), PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken()}
+	f := run.ListFilter{Job: ref, Namespace: m.GetNamespace(), Trigger: m.GetTrigger(), Status: m.GetStatus(), PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken(),
+		WithSteps: m.GetWithSteps()}
 	if m.GetSince() != nil {
 		t, err := timeFromProto("since", m.GetSince())
 		if err != nil {
@@ -221,6 +223,20 @@ func runToProto(r run.Run) *orreryv1.Run {
 		Id: r.ID.String(), JobId: r.JobID.String(), Namespace: r.Namespace, Job: r.Job, JobVersion: r.JobVersion,
 		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: string(r.Trigger), Status: string(r.Status),
 		Reason: r.Reason, CreateTime: timestamppb.New(r.CreatedAt), StartTime: timeToProto(r.StartedAt), FinishTime: timeToProto(r.FinishedAt),
-		Params: params, Upstream: upstream, FirstError: r.FirstError,
+		Params: params, Upstream: upstream, FirstError: r.FirstError, Steps: stepsToProto(r.Steps),
 	}
+}
+
+// stepsToProto lists a run's steps' statuses by step name.
+func stepsToProto(steps map[string]string) []*orreryv1.RunStep {
+	names := make([]string, 0, len(steps))
+	for n := range steps {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	out := make([]*orreryv1.RunStep, len(names))
+	for i, n := range names {
+		out[i] = &orreryv1.RunStep{Step: n, Status: steps[n]}
+	}
+	return out
 }

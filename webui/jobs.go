@@ -90,6 +90,11 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v *view) error 
 	if len(recent) > 20 {
 		recent = recent[:20]
 	}
+	last, err := s.clients.runs.ListRuns(v.ctx, connect.NewRequest(&orreryv1.ListRunsRequest{
+		Job: &orreryv1.JobRef{Id: j.GetId()}, PageSize: 50, WithSteps: true}))
+	if err != nil {
+		return err
+	}
 	backfills, err := s.clients.jobs.ListBackfills(v.ctx, connect.NewRequest(&orreryv1.ListBackfillsRequest{Ref: &orreryv1.JobRef{Id: j.GetId()}}))
 	if err != nil {
 		return err
@@ -99,6 +104,7 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v *view) error 
 		"DST": dag.ScheduleWarnings(resource.Spec.Schedule, time.Now()), "Cron": len(resource.Spec.Schedule.Cron) > 0,
 		"Job": j, "Zone": spec.GetSchedule().GetTimezone(), "YAML": def.String(), "Upcoming": res.Msg.GetNextFireTimes(),
 		"Ledger": buildLedger(j, res.Msg.GetHistory(), runs.Msg.GetRuns()), "Runs": recent, "History": res.Msg.GetHistory(),
+		"Grid":     buildGrid(resource.Spec, last.Msg.GetRuns()),
 		"CanEdit":  v.can(access.Editor, md.GetNamespace(), md.GetName()),
 		"Upstream": res.Msg.GetUpstream(), "Downstream": res.Msg.GetDownstream(),
 		"CLI": "orrery jobs get " + md.GetName() + " -n " + md.GetNamespace(),

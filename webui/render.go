@@ -22,6 +22,12 @@ type pages map[string]*template.Template
 var pageNames = []string{"login", "error", "jobs", "job", "run", "dlq", "cluster", "audit", "forecast", "alerts", "runs"}
 
 var funcs = template.FuncMap{
+	"gridMark": func(status string) string {
+		if m, ok := gridMarks[status]; ok {
+			return m
+		}
+		return "·" // a run pending or queued
+	},
 	"ts":      timeHTML,
 	"tsIn":    timeIn,
 	"dur":     duration,

@@ -56,7 +56,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error 
 	all := r.URL.Query().Get("all") == "1"
 	var selected *orreryv1.Task
 	for _, t := range tasks {
-		if t.GetId() == r.URL.Query().Get("task") {
+		if q := r.URL.Query(); t.GetId() == q.Get("task") || (q.Get("step") != "" && t.GetStep() == q.Get("step")) {
 			selected = t
 		}
 	}

@@ -392,6 +392,16 @@ spec:
 	if s := text(`#job-links`); !strings.Contains(s, "starts daily-report") || !strings.Contains(s, "when it ends succeeded") {
 		t.Errorf("daily-extract's links: %q", s)
 	}
+	// The job's history by step: a row per step, a cell per run, each a
+	// link to that step of that run.
+	if n := eval(`document.querySelectorAll('#history-grid tbody tr').length`); n != float64(3) {
+		t.Errorf("the history grid has %v rows, want daily-extract's 3 steps", n)
+	}
+	cell := eval(`document.querySelector('#history-grid tbody tr:first-child td[data-status="succeeded"] a').getAttribute('href')`)
+	do("a cell of the grid", chromedp.Navigate(base+fmt.Sprint(cell)), chromedp.WaitVisible(css(`#attempts h2`)))
+	if s := text(`#attempts h2`); !strings.Contains(s, "Attempts of list") {
+		t.Errorf("the grid's cell opened %q, want the attempts of list", s)
+	}
 	do("upstream on the run page", chromedp.Navigate(base+"/runs/"+reportRun), chromedp.WaitVisible(css(`#run-upstream a`)))
 	if s := text(`#run-upstream`); !strings.Contains(s, "of daily-extract") || !strings.Contains(s, "(succeeded)") {
 		t.Errorf("the downstream run's upstream: %q", s)

@@ -64,6 +64,8 @@ type Run struct {
 	// FirstError is, in List, the error of a failed run's first task to
 	// fail for good.
 	FirstError string `json:"first_error,omitempty"`
+	// Steps are, in List with WithSteps, its tasks' statuses by step.
+	Steps map[string]string `json:"steps,omitempty"`
 }
 
 // Detail is a run with its tasks and their attempts.
@@ -140,6 +142,8 @@ type ListFilter struct {
 	Job       job.Ref
 	Namespace string // with Job unset
 	Trigger   string
+	// WithSteps fills Run.Steps: with Job set and at most 100 a page.
+	WithSteps bool
 	Status    string
 	Since     *time.Time
 	Until     *time.Time
@@ -168,6 +172,9 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	if err != nil {
 		return nil, "", err
 	}
+	if f.WithSteps && (jobID == nil || size > 100) {
+		return nil, "", &dag.FieldError{Field: "with_steps", Message: "give a job and a page_size of at most 100"}
+	}
 	p := store.ListRunsParams{TenantID: a.Tenant, JobID: jobID, Since: f.Since, Until: f.Until, BeforeAt: before.At, BeforeID: before.ID, PageSize: int32(size + 1)}
 	p.Scoped, p.ScopeNamespaces, p.ScopeJobs = a.Scope.Params()
 	if f.Namespace != "" {
@@ -193,9 +200,28 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	}
 	rows, next := store.NextPage(rows, size, func(r store.ListRunsRow) any { return runToken{At: r.ScheduledFor, ID: r.ID} })
 	out := make([]Run, len(rows))
+	byID := make(map[uuid.UUID]*Run, len(rows))
 	for i, r := range rows {
 		out[i] = fromListRow(r)
 		out[i].FirstError = r.FirstError
+		byID[r.ID] = &out[i]
+	}
+	if f.WithSteps && len(rows) > 0 {
+		ids := make([]uuid.UUID, len(rows))
+		for i, r := range rows {
+			ids[i] = r.ID
+		}
+		steps, err := store.New(s.pool).RunStepStatuses(ctx, ids)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, st := range steps {
+			r := byID[st.RunID]
+			if r.Steps == nil {
+				r.Steps = map[string]string{}
+			}
+			r.Steps[st.Step] = string(st.Status)
+		}
 	}
 	return out, next, nil
 }

@@ -1185,6 +1185,38 @@ func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraph
 	return items, nil
 }
 
+const runStepStatuses = `-- name: RunStepStatuses :many
+SELECT run_id, step, status FROM tasks WHERE run_id = ANY($1::uuid[])
+`
+
+type RunStepStatusesRow struct {
+	RunID  uuid.UUID
+	Step   string
+	Status lifecycle.TaskStatus
+}
+
+// RunStepStatuses reads the steps of runs and their statuses (a job's
+// history grid).
+func (q *Queries) RunStepStatuses(ctx context.Context, runIds []uuid.UUID) ([]RunStepStatusesRow, error) {
+	rows, err := q.db.Query(ctx, runStepStatuses, runIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RunStepStatusesRow{}
+	for rows.Next() {
+		var i RunStepStatusesRow
+		if err := rows.Scan(&i.RunID, &i.Step, &i.Status); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const runTasks = `-- name: RunTasks :many
 SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at FROM tasks WHERE run_id = $1 ORDER BY created_at, id
 `

@@ -359,3 +359,8 @@ SELECT j.namespace, count(*)::bigint AS dead
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
 WHERE t.status = 'dead_lettered' AND r.status <> 'cancelled'
 GROUP BY j.namespace;
+
+-- RunStepStatuses reads the steps of runs and their statuses (a job's
+-- history grid).
+-- name: RunStepStatuses :many
+SELECT run_id, step, status FROM tasks WHERE run_id = ANY(@run_ids::uuid[]);

@@ -51,7 +51,9 @@ type Run struct {
 	Upstream *structpb.Struct `protobuf:"bytes,15,opt,name=upstream,proto3" json:"upstream,omitempty"`
 	// ListRuns: for a failed or dead-lettered run, the error of its first
 	// task to fail for good.
-	FirstError    string `protobuf:"bytes,16,opt,name=first_error,json=firstError,proto3" json:"first_error,omitempty"`
+	FirstError string `protobuf:"bytes,16,opt,name=first_error,json=firstError,proto3" json:"first_error,omitempty"`
+	// ListRuns with with_steps: each step's task status.
+	Steps         []*RunStep `protobuf:"bytes,17,rep,name=steps,proto3" json:"steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -198,6 +200,66 @@ func (x *Run) GetFirstError() string {
 	return ""
 }
 
+func (x *Run) GetSteps() []*RunStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// RunStep is a step of a run and its task's status.
+type RunStep struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          string                 `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	Status        string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStep) Reset() {
+	*x = RunStep{}
+	mi := &file_orrery_v1_run_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStep) ProtoMessage() {}
+
+func (x *RunStep) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStep.ProtoReflect.Descriptor instead.
+func (*RunStep) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RunStep) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *RunStep) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
 // Task is one step of a run.
 type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -235,7 +297,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_orrery_v1_run_proto_msgTypes[1]
+	mi := &file_orrery_v1_run_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -247,7 +309,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[1]
+	mi := &file_orrery_v1_run_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -260,7 +322,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{1}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Task) GetId() string {
@@ -413,7 +475,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_orrery_v1_run_proto_msgTypes[2]
+	mi := &file_orrery_v1_run_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +487,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[2]
+	mi := &file_orrery_v1_run_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +500,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{2}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Attempt) GetNumber() int32 {
@@ -550,14 +612,17 @@ type ListRunsRequest struct {
 	// Only runs of jobs in this namespace (with job unset).
 	Namespace string `protobuf:"bytes,7,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Only runs of this trigger: schedule, backfill, manual or upstream.
-	Trigger       string `protobuf:"bytes,8,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	Trigger string `protobuf:"bytes,8,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	// Each run with its steps' statuses (Run.steps): with job set, and
+	// page_size at most 100.
+	WithSteps     bool `protobuf:"varint,9,opt,name=with_steps,json=withSteps,proto3" json:"with_steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[3]
+	mi := &file_orrery_v1_run_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +634,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[3]
+	mi := &file_orrery_v1_run_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +647,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{3}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListRunsRequest) GetJob() *JobRef {
@@ -641,6 +706,13 @@ func (x *ListRunsRequest) GetTrigger() string {
 	return ""
 }
 
+func (x *ListRunsRequest) GetWithSteps() bool {
+	if x != nil {
+		return x.WithSteps
+	}
+	return false
+}
+
 type ListRunsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Runs          []*Run                 `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
@@ -651,7 +723,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[4]
+	mi := &file_orrery_v1_run_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +735,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[4]
+	mi := &file_orrery_v1_run_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +748,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{4}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -702,7 +774,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[5]
+	mi := &file_orrery_v1_run_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +786,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[5]
+	mi := &file_orrery_v1_run_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +799,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{5}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetRunRequest) GetId() string {
@@ -747,7 +819,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[6]
+	mi := &file_orrery_v1_run_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +831,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[6]
+	mi := &file_orrery_v1_run_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +844,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{6}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -807,7 +879,7 @@ type TriggerJobRequest struct {
 
 func (x *TriggerJobRequest) Reset() {
 	*x = TriggerJobRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[7]
+	mi := &file_orrery_v1_run_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -819,7 +891,7 @@ func (x *TriggerJobRequest) String() string {
 func (*TriggerJobRequest) ProtoMessage() {}
 
 func (x *TriggerJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[7]
+	mi := &file_orrery_v1_run_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -832,7 +904,7 @@ func (x *TriggerJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobRequest.ProtoReflect.Descriptor instead.
 func (*TriggerJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{7}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TriggerJobRequest) GetJob() *JobRef {
@@ -879,7 +951,7 @@ type TriggerJobResponse struct {
 
 func (x *TriggerJobResponse) Reset() {
 	*x = TriggerJobResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[8]
+	mi := &file_orrery_v1_run_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +963,7 @@ func (x *TriggerJobResponse) String() string {
 func (*TriggerJobResponse) ProtoMessage() {}
 
 func (x *TriggerJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[8]
+	mi := &file_orrery_v1_run_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +976,7 @@ func (x *TriggerJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobResponse.ProtoReflect.Descriptor instead.
 func (*TriggerJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TriggerJobResponse) GetRun() *Run {
@@ -924,7 +996,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[9]
+	mi := &file_orrery_v1_run_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1008,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[9]
+	mi := &file_orrery_v1_run_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1021,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelRunRequest) GetId() string {
@@ -975,7 +1047,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[10]
+	mi := &file_orrery_v1_run_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1059,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[10]
+	mi := &file_orrery_v1_run_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1072,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -1021,7 +1093,7 @@ type RetryRunRequest struct {
 
 func (x *RetryRunRequest) Reset() {
 	*x = RetryRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	mi := &file_orrery_v1_run_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1105,7 @@ func (x *RetryRunRequest) String() string {
 func (*RetryRunRequest) ProtoMessage() {}
 
 func (x *RetryRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	mi := &file_orrery_v1_run_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1118,7 @@ func (x *RetryRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRunRequest.ProtoReflect.Descriptor instead.
 func (*RetryRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RetryRunRequest) GetId() string {
@@ -1072,7 +1144,7 @@ type RetryRunResponse struct {
 
 func (x *RetryRunResponse) Reset() {
 	*x = RetryRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	mi := &file_orrery_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1156,7 @@ func (x *RetryRunResponse) String() string {
 func (*RetryRunResponse) ProtoMessage() {}
 
 func (x *RetryRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	mi := &file_orrery_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1169,7 @@ func (x *RetryRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRunResponse.ProtoReflect.Descriptor instead.
 func (*RetryRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RetryRunResponse) GetRun() *Run {
@@ -1127,7 +1199,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_orrery_v1_run_proto_msgTypes[13]
+	mi := &file_orrery_v1_run_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1211,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[13]
+	mi := &file_orrery_v1_run_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1224,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeadLetter) GetTaskId() string {
@@ -1243,7 +1315,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[14]
+	mi := &file_orrery_v1_run_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1327,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[14]
+	mi := &file_orrery_v1_run_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1340,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListDeadLettersRequest) GetJob() *JobRef {
@@ -1302,7 +1374,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[15]
+	mi := &file_orrery_v1_run_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1386,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[15]
+	mi := &file_orrery_v1_run_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1399,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1356,7 +1428,7 @@ type ReplayDeadLettersRequest struct {
 
 func (x *ReplayDeadLettersRequest) Reset() {
 	*x = ReplayDeadLettersRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[16]
+	mi := &file_orrery_v1_run_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1440,7 @@ func (x *ReplayDeadLettersRequest) String() string {
 func (*ReplayDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[16]
+	mi := &file_orrery_v1_run_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1453,7 @@ func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReplayDeadLettersRequest) GetTaskIds() []string {
@@ -1414,7 +1486,7 @@ type ReplayDeadLettersResponse struct {
 
 func (x *ReplayDeadLettersResponse) Reset() {
 	*x = ReplayDeadLettersResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[17]
+	mi := &file_orrery_v1_run_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1498,7 @@ func (x *ReplayDeadLettersResponse) String() string {
 func (*ReplayDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[17]
+	mi := &file_orrery_v1_run_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1511,7 @@ func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplayDeadLettersResponse) GetTaskIds() []string {
@@ -1457,7 +1529,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[18]
+	mi := &file_orrery_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1541,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[18]
+	mi := &file_orrery_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1554,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 // Node is a scheduler node.
@@ -1500,7 +1572,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_orrery_v1_run_proto_msgTypes[19]
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1584,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[19]
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1597,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Node) GetId() string {
@@ -1586,7 +1658,7 @@ type Shard struct {
 
 func (x *Shard) Reset() {
 	*x = Shard{}
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1670,7 @@ func (x *Shard) String() string {
 func (*Shard) ProtoMessage() {}
 
 func (x *Shard) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1683,7 @@ func (x *Shard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shard.ProtoReflect.Descriptor instead.
 func (*Shard) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Shard) GetId() int32 {
@@ -1670,7 +1742,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	mi := &file_orrery_v1_run_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1754,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	mi := &file_orrery_v1_run_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1767,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetClusterResponse) GetNodes() []*Node {
@@ -1740,7 +1812,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_orrery_v1_run_proto_msgTypes[22]
+	mi := &file_orrery_v1_run_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1824,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[22]
+	mi := &file_orrery_v1_run_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1837,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueDepth) GetQueue() string {
@@ -1815,7 +1887,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_orrery_v1_run_proto_msgTypes[23]
+	mi := &file_orrery_v1_run_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +1899,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[23]
+	mi := &file_orrery_v1_run_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +1912,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Worker) GetId() string {
@@ -1924,7 +1996,7 @@ var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xdc\x04\n" +
+	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x86\x05\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -1947,7 +2019,11 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x06params\x18\x0e \x01(\v2\x17.google.protobuf.StructR\x06params\x123\n" +
 	"\bupstream\x18\x0f \x01(\v2\x17.google.protobuf.StructR\bupstream\x12\x1f\n" +
 	"\vfirst_error\x18\x10 \x01(\tR\n" +
-	"firstError\"\x93\x05\n" +
+	"firstError\x12(\n" +
+	"\x05steps\x18\x11 \x03(\v2\x12.orrery.v1.RunStepR\x05steps\"5\n" +
+	"\aRunStep\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\x93\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -1992,7 +2068,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"late_error\x18\f \x01(\tR\tlateError\x12)\n" +
 	"\x10output_truncated\x18\r \x01(\bR\x0foutputTruncated\x12\x10\n" +
-	"\x03log\x18\x0e \x01(\tR\x03log\"\xa6\x02\n" +
+	"\x03log\x18\x0e \x01(\tR\x03log\"\xc5\x02\n" +
 	"\x0fListRunsRequest\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03job\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x120\n" +
@@ -2002,7 +2078,9 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\x06 \x01(\tR\tpageToken\x12\x1c\n" +
 	"\tnamespace\x18\a \x01(\tR\tnamespace\x12\x18\n" +
-	"\atrigger\x18\b \x01(\tR\atrigger\"^\n" +
+	"\atrigger\x18\b \x01(\tR\atrigger\x12\x1d\n" +
+	"\n" +
+	"with_steps\x18\t \x01(\bR\twithSteps\"^\n" +
 	"\x10ListRunsResponse\x12\"\n" +
 	"\x04runs\x18\x01 \x03(\v2\x0e.orrery.v1.RunR\x04runs\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x1f\n" +
@@ -2138,104 +2216,106 @@ func file_orrery_v1_run_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_run_proto_rawDescData
 }
 
-var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_orrery_v1_run_proto_goTypes = []any{
 	(*Run)(nil),                       // 0: orrery.v1.Run
-	(*Task)(nil),                      // 1: orrery.v1.Task
-	(*Attempt)(nil),                   // 2: orrery.v1.Attempt
-	(*ListRunsRequest)(nil),           // 3: orrery.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 4: orrery.v1.ListRunsResponse
-	(*GetRunRequest)(nil),             // 5: orrery.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 6: orrery.v1.GetRunResponse
-	(*TriggerJobRequest)(nil),         // 7: orrery.v1.TriggerJobRequest
-	(*TriggerJobResponse)(nil),        // 8: orrery.v1.TriggerJobResponse
-	(*CancelRunRequest)(nil),          // 9: orrery.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 10: orrery.v1.CancelRunResponse
-	(*RetryRunRequest)(nil),           // 11: orrery.v1.RetryRunRequest
-	(*RetryRunResponse)(nil),          // 12: orrery.v1.RetryRunResponse
-	(*DeadLetter)(nil),                // 13: orrery.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),    // 14: orrery.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 15: orrery.v1.ListDeadLettersResponse
-	(*ReplayDeadLettersRequest)(nil),  // 16: orrery.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 17: orrery.v1.ReplayDeadLettersResponse
-	(*GetClusterRequest)(nil),         // 18: orrery.v1.GetClusterRequest
-	(*Node)(nil),                      // 19: orrery.v1.Node
-	(*Shard)(nil),                     // 20: orrery.v1.Shard
-	(*GetClusterResponse)(nil),        // 21: orrery.v1.GetClusterResponse
-	(*QueueDepth)(nil),                // 22: orrery.v1.QueueDepth
-	(*Worker)(nil),                    // 23: orrery.v1.Worker
-	nil,                               // 24: orrery.v1.TriggerJobRequest.ParamsEntry
-	nil,                               // 25: orrery.v1.TriggerJobRequest.ParamTextsEntry
-	nil,                               // 26: orrery.v1.Worker.QueuesEntry
-	(*timestamppb.Timestamp)(nil),     // 27: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),           // 28: google.protobuf.Struct
-	(*JobRef)(nil),                    // 29: orrery.v1.JobRef
-	(*structpb.Value)(nil),            // 30: google.protobuf.Value
+	(*RunStep)(nil),                   // 1: orrery.v1.RunStep
+	(*Task)(nil),                      // 2: orrery.v1.Task
+	(*Attempt)(nil),                   // 3: orrery.v1.Attempt
+	(*ListRunsRequest)(nil),           // 4: orrery.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 5: orrery.v1.ListRunsResponse
+	(*GetRunRequest)(nil),             // 6: orrery.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 7: orrery.v1.GetRunResponse
+	(*TriggerJobRequest)(nil),         // 8: orrery.v1.TriggerJobRequest
+	(*TriggerJobResponse)(nil),        // 9: orrery.v1.TriggerJobResponse
+	(*CancelRunRequest)(nil),          // 10: orrery.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 11: orrery.v1.CancelRunResponse
+	(*RetryRunRequest)(nil),           // 12: orrery.v1.RetryRunRequest
+	(*RetryRunResponse)(nil),          // 13: orrery.v1.RetryRunResponse
+	(*DeadLetter)(nil),                // 14: orrery.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),    // 15: orrery.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 16: orrery.v1.ListDeadLettersResponse
+	(*ReplayDeadLettersRequest)(nil),  // 17: orrery.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 18: orrery.v1.ReplayDeadLettersResponse
+	(*GetClusterRequest)(nil),         // 19: orrery.v1.GetClusterRequest
+	(*Node)(nil),                      // 20: orrery.v1.Node
+	(*Shard)(nil),                     // 21: orrery.v1.Shard
+	(*GetClusterResponse)(nil),        // 22: orrery.v1.GetClusterResponse
+	(*QueueDepth)(nil),                // 23: orrery.v1.QueueDepth
+	(*Worker)(nil),                    // 24: orrery.v1.Worker
+	nil,                               // 25: orrery.v1.TriggerJobRequest.ParamsEntry
+	nil,                               // 26: orrery.v1.TriggerJobRequest.ParamTextsEntry
+	nil,                               // 27: orrery.v1.Worker.QueuesEntry
+	(*timestamppb.Timestamp)(nil),     // 28: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),           // 29: google.protobuf.Struct
+	(*JobRef)(nil),                    // 30: orrery.v1.JobRef
+	(*structpb.Value)(nil),            // 31: google.protobuf.Value
 }
 var file_orrery_v1_run_proto_depIdxs = []int32{
-	27, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	27, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	27, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	27, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	28, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
-	28, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
-	27, // 6: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	27, // 7: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	27, // 8: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
-	2,  // 9: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	27, // 10: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
-	27, // 11: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
-	27, // 12: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	27, // 13: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	29, // 14: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	27, // 15: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	27, // 16: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 17: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	0,  // 18: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
-	1,  // 19: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	29, // 20: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	24, // 21: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
-	25, // 22: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
-	0,  // 23: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
-	0,  // 24: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	0,  // 25: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
-	27, // 26: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	27, // 27: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	29, // 28: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	13, // 29: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	29, // 30: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	27, // 31: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	27, // 32: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	27, // 33: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	19, // 34: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	20, // 35: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	23, // 36: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	22, // 37: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	26, // 38: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	27, // 39: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	27, // 40: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	30, // 41: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	3,  // 42: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	5,  // 43: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	7,  // 44: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	9,  // 45: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	11, // 46: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	14, // 47: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	16, // 48: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	18, // 49: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	4,  // 50: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	6,  // 51: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	8,  // 52: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	10, // 53: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	12, // 54: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	15, // 55: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	17, // 56: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	21, // 57: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	50, // [50:58] is the sub-list for method output_type
-	42, // [42:50] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	28, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	28, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	28, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	28, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	29, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
+	29, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
+	1,  // 6: orrery.v1.Run.steps:type_name -> orrery.v1.RunStep
+	28, // 7: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	28, // 8: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	28, // 9: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	3,  // 10: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
+	28, // 11: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	28, // 12: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	28, // 13: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	28, // 14: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	30, // 15: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	28, // 16: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	28, // 17: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 18: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
+	0,  // 19: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
+	2,  // 20: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
+	30, // 21: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	25, // 22: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	26, // 23: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	0,  // 24: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
+	0,  // 25: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
+	0,  // 26: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
+	28, // 27: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	28, // 28: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	30, // 29: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	14, // 30: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	30, // 31: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	28, // 32: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	28, // 33: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	28, // 34: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	20, // 35: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	21, // 36: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	24, // 37: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	23, // 38: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	27, // 39: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	28, // 40: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	28, // 41: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	31, // 42: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	4,  // 43: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	6,  // 44: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	8,  // 45: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	10, // 46: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	12, // 47: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	15, // 48: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	17, // 49: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	19, // 50: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	5,  // 51: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	7,  // 52: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	9,  // 53: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	11, // 54: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	13, // 55: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	16, // 56: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	18, // 57: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	22, // 58: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	51, // [51:59] is the sub-list for method output_type
+	43, // [43:51] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
@@ -2250,7 +2330,7 @@ func file_orrery_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_run_proto_rawDesc), len(file_orrery_v1_run_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
