@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -69,7 +70,8 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error 
 	s.render(w, r, v, http.StatusOK, "run", map[string]any{
 		"Params": params, "Retryable": lifecycle.RunStatus(run.GetStatus()).AcceptsRetry(), "Upstream": run.GetUpstream().AsMap(),
 		"Run": run, "Tasks": tasks, "Graph": drawRun(run.GetId(), tasks, all), "All": all, "Selected": selected,
-		"CanEdit": canEdit, "CanRetry": v.can(access.Admin, run.GetNamespace(), run.GetJob()),
+		"Timeline": buildTimeline(tasks, time.Now()),
+		"CanEdit":  canEdit, "CanRetry": v.can(access.Admin, run.GetNamespace(), run.GetJob()),
 		"Finished": run.GetFinishTime() != nil,
 		"CLI":      "orrery runs get " + run.GetId(),
 	})

@@ -366,6 +366,11 @@ spec:
 	if s := text(`#runs`); !strings.Contains(s, "broken") || !strings.Contains(s, "exit code 1") {
 		t.Errorf("the runs page: %q", s)
 	}
+	// Its run's timeline: the failed attempt, labelled with its outcome.
+	do("a failed run's timeline", chromedp.Click(css(`#runs tr[data-status="dead_lettered"] td:first-child a`)), chromedp.WaitVisible(css(`#timeline g.try[data-outcome="failed"]`)))
+	if s := text(`#timeline`); !strings.Contains(s, "#1 failed") {
+		t.Errorf("the timeline: %q", s)
+	}
 	do("runs by trigger", chromedp.Navigate(base+"/runs?trigger=upstream"), chromedp.WaitVisible(css(`#runs`)))
 	if n := eval(`[...document.querySelectorAll('#runs tr[data-run] td:nth-child(3)')].filter(td => td.textContent.trim() !== 'upstream').length`); n != float64(0) {
 		t.Errorf("%v rows of another trigger on the page of trigger upstream", n)
