@@ -39,8 +39,9 @@ check-generate: generate
 		echo "generated code is stale: run 'make generate' and commit the result"; \
 		git status --short -- $(GENERATED); exit 1; fi
 
-## lint: buf lint on api/proto, staticcheck (pinned) on every Go package and on tools/crdbparse
+## lint: gofmt, buf lint on api/proto, staticcheck (pinned) on every Go package and on tools/crdbparse
 lint:
+	@unformatted=$$($$($(GO) env GOROOT)/bin/gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt'd (run gofmt -w):"; echo "$$unformatted"; exit 1; fi
 	$(BUF) lint
 	$(STATICCHECK) ./...
 	cd tools/crdbparse && $(STATICCHECK) ./...
