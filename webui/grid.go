@@ -8,11 +8,16 @@ import (
 )
 
 // grid is a job's history by step: its last runs as columns, oldest on
-// the left, its steps as rows, a cell per run and step.
+// the left, its steps as rows (at most gridMaxRows), a cell per run and
+// step.
 type grid struct {
-	Runs []*orreryv1.Run
-	Rows []gridRow
+	Runs   []*orreryv1.Run
+	Rows   []gridRow
+	Hidden int // steps not drawn past gridMaxRows
 }
+
+// gridMaxRows bounds the steps the grid draws (a job may have 10,000).
+const gridMaxRows = 200
 
 type gridRow struct {
 	Step  string
@@ -34,31 +39,37 @@ var gridMarks = map[string]string{
 
 // buildGrid lays out runs (newest first, as ListRuns answers, with their
 // steps) by the steps of spec, then any step a run has that spec does not
-// (a run of an older version).
+// (a run of an older version), up to gridMaxRows rows.
 func buildGrid(spec dag.JobSpec, runs []*orreryv1.Run) grid {
 	g := grid{Runs: slices.Clone(runs)}
 	slices.Reverse(g.Runs)
+	statuses := make([]map[string]string, len(g.Runs))
+	seen := map[string]bool{}
 	var steps []string
-	for _, s := range spec.Steps {
-		steps = append(steps, s.Name)
-	}
-	for _, r := range g.Runs {
-		for _, st := range r.GetSteps() {
-			if !slices.Contains(steps, st.GetStep()) {
-				steps = append(steps, st.GetStep())
-			}
+	add := func(step string) {
+		if !seen[step] {
+			seen[step] = true
+			steps = append(steps, step)
 		}
 	}
+	for _, s := range spec.Steps {
+		add(s.Name)
+	}
+	for i, r := range g.Runs {
+		statuses[i] = make(map[string]string, len(r.GetSteps()))
+		for _, st := range r.GetSteps() {
+			statuses[i][st.GetStep()] = st.GetStatus()
+			add(st.GetStep())
+		}
+	}
+	if len(steps) > gridMaxRows {
+		g.Hidden, steps = len(steps)-gridMaxRows, steps[:gridMaxRows]
+	}
 	for _, step := range steps {
-		row := gridRow{Step: step}
-		for _, r := range g.Runs {
-			c := gridCell{RunID: r.GetId()}
-			for _, st := range r.GetSteps() {
-				if st.GetStep() == step {
-					c.Status, c.Mark = st.GetStatus(), gridMarks[st.GetStatus()]
-				}
-			}
-			row.Cells = append(row.Cells, c)
+		row := gridRow{Step: step, Cells: make([]gridCell, len(g.Runs))}
+		for i, r := range g.Runs {
+			status := statuses[i][step]
+			row.Cells[i] = gridCell{RunID: r.GetId(), Status: status, Mark: gridMarks[status]}
 		}
 		g.Rows = append(g.Rows, row)
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -149,7 +150,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if p == http.ErrAbortHandler {
 				panic(p)
 			}
-			s.log.ErrorContext(r.Context(), "web ui: page panicked", "path", r.URL.Path, "panic", p)
+			s.log.ErrorContext(r.Context(), "web ui: page panicked", "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
 			http.Error(w, "internal error; see the server log", http.StatusInternalServerError)
 		}
 	}()

@@ -66,6 +66,13 @@ func buildTimeline(tasks []*orreryv1.Task, now time.Time) timeline {
 	for _, t := range tasks {
 		if t.GetReleaseTime() != nil {
 			see(t.GetReleaseTime().AsTime())
+			if len(t.GetAttempts()) == 0 { // its wait ends at its end, or goes on
+				if t.GetFinishTime() != nil {
+					see(t.GetFinishTime().AsTime())
+				} else {
+					see(now)
+				}
+			}
 		}
 		for _, a := range t.GetAttempts() {
 			see(a.GetStartTime().AsTime())

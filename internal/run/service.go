@@ -62,7 +62,7 @@ type Run struct {
 	// Upstream is run.upstream for a run of trigger upstream (GetRun).
 	Upstream json.RawMessage `json:"upstream,omitempty"`
 	// FirstError is, in List, the error of a failed run's first task to
-	// fail for good.
+	// fail for good (its first 300 characters).
 	FirstError string `json:"first_error,omitempty"`
 	// Steps are, in List with WithSteps, its tasks' statuses by step.
 	Steps map[string]string `json:"steps,omitempty"`
@@ -142,7 +142,9 @@ type ListFilter struct {
 	Job       job.Ref
 	Namespace string // with Job unset
 	Trigger   string
-	// WithSteps fills Run.Steps: with Job set and at most 100 a page.
+	// WithSteps fills Run.Steps: with Job set and at most 100 a page;
+	// at most maxStepStatuses steps in all (the runs' first, by run and
+	// step name).
 	WithSteps bool
 	Status    string
 	Since     *time.Time
@@ -150,6 +152,9 @@ type ListFilter struct {
 	PageSize  int
 	PageToken string
 }
+
+// maxStepStatuses bounds the steps ListRuns with WithSteps answers.
+const maxStepStatuses = 20_000
 
 type runToken struct {
 	At time.Time `json:"a"`
@@ -211,7 +216,7 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 		for i, r := range rows {
 			ids[i] = r.ID
 		}
-		steps, err := store.New(s.pool).RunStepStatuses(ctx, ids)
+		steps, err := store.New(s.pool).RunStepStatuses(ctx, store.RunStepStatusesParams{RunIds: ids, MaxRows: maxStepStatuses})
 		if err != nil {
 			return nil, "", err
 		}

@@ -785,7 +785,7 @@ LEFT JOIN LATERAL (
     ORDER BY t.started_at LIMIT 1
 ) AS s ON true
 LEFT JOIN LATERAL (
-    SELECT t.last_error AS first_error FROM tasks AS t
+    SELECT left(t.last_error, 300) AS first_error FROM tasks AS t
     WHERE t.run_id = r.id AND r.status IN ('failed', 'dead_lettered') AND t.status = 'dead_lettered'
     ORDER BY t.finished_at LIMIT 1
 ) AS e ON true
@@ -1187,7 +1187,14 @@ func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraph
 
 const runStepStatuses = `-- name: RunStepStatuses :many
 SELECT run_id, step, status FROM tasks WHERE run_id = ANY($1::uuid[])
+ORDER BY run_id, step
+LIMIT $2
 `
+
+type RunStepStatusesParams struct {
+	RunIds  []uuid.UUID
+	MaxRows int32
+}
 
 type RunStepStatusesRow struct {
 	RunID  uuid.UUID
@@ -1196,9 +1203,9 @@ type RunStepStatusesRow struct {
 }
 
 // RunStepStatuses reads the steps of runs and their statuses (a job's
-// history grid).
-func (q *Queries) RunStepStatuses(ctx context.Context, runIds []uuid.UUID) ([]RunStepStatusesRow, error) {
-	rows, err := q.db.Query(ctx, runStepStatuses, runIds)
+// history grid), at most max_rows of them.
+func (q *Queries) RunStepStatuses(ctx context.Context, arg RunStepStatusesParams) ([]RunStepStatusesRow, error) {
+	rows, err := q.db.Query(ctx, runStepStatuses, arg.RunIds, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -205,7 +205,7 @@ LEFT JOIN LATERAL (
     ORDER BY t.started_at LIMIT 1
 ) AS s ON true
 LEFT JOIN LATERAL (
-    SELECT t.last_error AS first_error FROM tasks AS t
+    SELECT left(t.last_error, 300) AS first_error FROM tasks AS t
     WHERE t.run_id = r.id AND r.status IN ('failed', 'dead_lettered') AND t.status = 'dead_lettered'
     ORDER BY t.finished_at LIMIT 1
 ) AS e ON true
@@ -361,6 +361,8 @@ WHERE t.status = 'dead_lettered' AND r.status <> 'cancelled'
 GROUP BY j.namespace;
 
 -- RunStepStatuses reads the steps of runs and their statuses (a job's
--- history grid).
+-- history grid), at most max_rows of them.
 -- name: RunStepStatuses :many
-SELECT run_id, step, status FROM tasks WHERE run_id = ANY(@run_ids::uuid[]);
+SELECT run_id, step, status FROM tasks WHERE run_id = ANY(@run_ids::uuid[])
+ORDER BY run_id, step
+LIMIT @max_rows;

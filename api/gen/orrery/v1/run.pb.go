@@ -50,7 +50,7 @@ type Run struct {
 	// outcome, finished_at, outputs, depth).
 	Upstream *structpb.Struct `protobuf:"bytes,15,opt,name=upstream,proto3" json:"upstream,omitempty"`
 	// ListRuns: for a failed or dead-lettered run, the error of its first
-	// task to fail for good.
+	// task to fail for good (its first 300 characters).
 	FirstError string `protobuf:"bytes,16,opt,name=first_error,json=firstError,proto3" json:"first_error,omitempty"`
 	// ListRuns with with_steps: each step's task status.
 	Steps         []*RunStep `protobuf:"bytes,17,rep,name=steps,proto3" json:"steps,omitempty"`
@@ -614,7 +614,7 @@ type ListRunsRequest struct {
 	// Only runs of this trigger: schedule, backfill, manual or upstream.
 	Trigger string `protobuf:"bytes,8,opt,name=trigger,proto3" json:"trigger,omitempty"`
 	// Each run with its steps' statuses (Run.steps): with job set, and
-	// page_size at most 100.
+	// page_size at most 100; at most 20,000 steps in all.
 	WithSteps     bool `protobuf:"varint,9,opt,name=with_steps,json=withSteps,proto3" json:"with_steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
