@@ -81,8 +81,9 @@ func planDownstream(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd,
 // fireDownstream turns the ends of the shards' upstream runs into the
 // runs of the jobs that start after them (schedule.after), in a
 // transaction fenced as a firing is: the finish events (FOR UPDATE SKIP
-// LOCKED), then the downstream jobs (FOR SHARE, id order), their active
-// runs, the new runs, and the events' deletion, committed together, so a
+// LOCKED), then the downstream jobs (FOR SHARE, id order) and their
+// schedule rows (FOR UPDATE, id order), their active runs, the new runs,
+// and the events' deletion, committed together, batch after batch, so a
 // crash anywhere leaves the events for the next owner of the shard and
 // no run written (docs/workflows.md, "Jobs started by another job's
 // outcome").
