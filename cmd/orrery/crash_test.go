@@ -213,16 +213,9 @@ func TestNodeKilledInsideABackfill(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
 	pool := openPool(t, dsn)
-	n1 := startProcEnv(t, "node-1", []string{"ORRERY_FAILPOINTS=scheduler/backfill-tx=kill@3"},
-		"serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", "node-1", "--shard-ttl", "2s", "--log-level", "info")
-	workerProc(t, dsn, "w1")
-	poll(t, 20*time.Second, "node-1 owns every shard", func() bool { return allShardsLive(t, pool, "none") })
+	n1, jobs := nodeToKill(t, dsn, pool, "scheduler/backfill-tx=kill@3")
 	ctx := context.Background()
-	jobs, err := job.New(ctx, pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "hourly"}, Spec: dag.JobSpec{
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "hourly"}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{Cron: schedule.Crons("0 * * * *")}, Run: &dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/true"}}}}}, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -257,15 +250,8 @@ func TestNodeKilledStartingDownstreamRuns(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
 	pool := openPool(t, dsn)
-	n1 := startProcEnv(t, "node-1", []string{"ORRERY_FAILPOINTS=scheduler/downstream-tx=kill@3"},
-		"serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", "node-1", "--shard-ttl", "2s", "--log-level", "info")
-	workerProc(t, dsn, "w1")
-	poll(t, 20*time.Second, "node-1 owns every shard", func() bool { return allShardsLive(t, pool, "none") })
+	n1, jobs := nodeToKill(t, dsn, pool, "scheduler/downstream-tx=kill@3")
 	ctx := context.Background()
-	jobs, err := job.New(ctx, pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	true_ := &dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/true"}}}
 	up, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "up"}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{Cron: schedule.Crons("* * * * * *")}, Overlap: dag.OverlapAllow, Run: true_}}, "")
@@ -299,4 +285,20 @@ func TestNodeKilledStartingDownstreamRuns(t *testing.T) {
 	if n := queryInt(t, pool, "SELECT count(*) FROM runs WHERE trigger = 'upstream' AND status <> 'succeeded'"); n != 0 {
 		t.Errorf("%d downstream runs did not succeed", n)
 	}
+}
+
+// nodeToKill starts node-1 with a failpoint (ORRERY_FAILPOINTS's form,
+// such as scheduler/backfill-tx=kill@3) and a worker, waits until node-1
+// owns every shard, and returns it with a job service on the database.
+func nodeToKill(t *testing.T, dsn string, pool *pgxpool.Pool, failpoint string) (*proc, *job.Service) {
+	t.Helper()
+	n1 := startProcEnv(t, "node-1", []string{"ORRERY_FAILPOINTS=" + failpoint},
+		"serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", "node-1", "--shard-ttl", "2s", "--log-level", "info")
+	workerProc(t, dsn, "w1")
+	poll(t, 20*time.Second, "node-1 owns every shard", func() bool { return allShardsLive(t, pool, "none") })
+	jobs, err := job.New(context.Background(), pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n1, jobs
 }

@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -103,6 +102,9 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 	}
 	d.Add(row.TenantID, row.Shard, usage.Usage{DefinitionBytes: int64(len(row.Spec)) - before.specBytes})
 	if err := writeSchedule(ctx, q, row); err != nil {
+		return nil, err
+	}
+	if err := writeTrigger(ctx, q, row, res.Spec.Schedule.After); err != nil {
 		return nil, err
 	}
 	out, err := fromRow(row)
@@ -244,7 +246,13 @@ func setJobStatus(ctx context.Context, q *store.Queries, p store.SetJobStatusPar
 	if row.Status == StatusDeleted {
 		d.Add(row.TenantID, row.Shard, usage.Usage{Jobs: -1, DefinitionBytes: -int64(len(row.Spec))})
 	}
-	return row, writeSchedule(ctx, q, row)
+	if err := writeSchedule(ctx, q, row); err != nil {
+		return row, err
+	}
+	if row.Status == StatusDeleted { // a pause or resume leaves schedule.after as it is
+		return row, q.DeleteJobTrigger(ctx, row.ID)
+	}
+	return row, nil
 }
 
 // writeSchedule makes job row's schedule row follow the row just written
@@ -259,19 +267,12 @@ func writeSchedule(ctx context.Context, q *store.Queries, row store.Job) error {
 	if err := q.SetJobSchedule(ctx, store.SetJobScheduleParams{JobID: row.ID, TenantID: row.TenantID, Shard: row.Shard, NextFireAt: next}); err != nil {
 		return fmt.Errorf("job %s: schedule: %w", row.ID, err)
 	}
-	return writeTrigger(ctx, q, row)
+	return nil
 }
 
-// writeTrigger makes job row's job_triggers row (its schedule.after)
-// follow the row just written: none for a deleted job.
-func writeTrigger(ctx context.Context, q *store.Queries, row store.Job) error {
-	var spec struct {
-		Schedule schedule.Spec `json:"schedule"`
-	}
-	if err := json.Unmarshal(row.Spec, &spec); err != nil {
-		return fmt.Errorf("job %s: stored spec: %w", row.ID, err)
-	}
-	a := spec.Schedule.After
+// writeTrigger makes job row's job_triggers row follow a, the
+// (normalized) schedule.after of the definition just written.
+func writeTrigger(ctx context.Context, q *store.Queries, row store.Job, a *schedule.After) error {
 	if a == nil || row.Status == StatusDeleted {
 		return q.DeleteJobTrigger(ctx, row.ID)
 	}

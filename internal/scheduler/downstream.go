@@ -298,9 +298,6 @@ func upstreamJSON(ctx context.Context, q *store.Queries, e store.TakeUpstreamFin
 	var cut []string
 	size := 0
 	for _, r := range rows {
-		if _, dup := outputs[r.Step]; dup || slices.Contains(cut, r.Step) {
-			continue // an older succeeded attempt (the newest comes first)
-		}
 		if r.OutputTruncated || size+len(r.Output) > maxUpstreamOutputs {
 			cut = append(cut, r.Step)
 			continue

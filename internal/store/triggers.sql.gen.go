@@ -222,7 +222,7 @@ func (q *Queries) HasUpstreamFinishes(ctx context.Context, shards []int32) (bool
 }
 
 const leafOutputs = `-- name: LeafOutputs :many
-SELECT t.step, a.output, a.output_truncated
+SELECT DISTINCT ON (t.step) t.step, a.output, a.output_truncated
 FROM tasks AS t JOIN attempts AS a ON a.task_id = t.id AND a.outcome = 'succeeded'
 WHERE t.run_id = $1 AND t.status = 'succeeded'
   AND NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = t.id)
@@ -236,7 +236,8 @@ type LeafOutputsRow struct {
 }
 
 // LeafOutputs reads the outputs of a run's succeeded steps that no step
-// needs (its last steps), for run.upstream.
+// needs (its last steps), each its latest succeeded attempt's, for
+// run.upstream.
 func (q *Queries) LeafOutputs(ctx context.Context, runID uuid.UUID) ([]LeafOutputsRow, error) {
 	rows, err := q.db.Query(ctx, leafOutputs, runID)
 	if err != nil {

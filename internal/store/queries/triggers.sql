@@ -64,9 +64,10 @@ DELETE FROM upstream_finishes AS e
 WHERE (e.run_id, e.finished_at) IN (SELECT unnest(@run_ids::uuid[]), unnest(@finished_ats::timestamptz[]));
 
 -- LeafOutputs reads the outputs of a run's succeeded steps that no step
--- needs (its last steps), for run.upstream.
+-- needs (its last steps), each its latest succeeded attempt's, for
+-- run.upstream.
 -- name: LeafOutputs :many
-SELECT t.step, a.output, a.output_truncated
+SELECT DISTINCT ON (t.step) t.step, a.output, a.output_truncated
 FROM tasks AS t JOIN attempts AS a ON a.task_id = t.id AND a.outcome = 'succeeded'
 WHERE t.run_id = @run_id AND t.status = 'succeeded'
   AND NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = t.id)
