@@ -47,6 +47,9 @@ type StepExprs struct {
 	when  *expr.Program
 	// WhenReads is what its condition reads (Condition).
 	WhenReads expr.Reads
+	forEach   *expr.Program
+	// ForEachReads is what its fan-out's list reads (Items).
+	ForEachReads expr.Reads
 }
 
 type compiled struct {
@@ -58,7 +61,7 @@ type compiled struct {
 func (s *JobSpec) HasExprs() bool {
 	for i := range s.Steps {
 		st := &s.Steps[i]
-		if st.When != "" || bytes.Contains(st.Payload, []byte(expr.Open)) {
+		if st.When != "" || st.ForEach != "" || bytes.Contains(st.Payload, []byte(expr.Open)) {
 			return true
 		}
 		found := false
@@ -78,7 +81,13 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 		return nil, nil
 	}
 	var es Errors
-	env, err := expr.NewEnv(s.ParamTypes(), stepNames(s.Steps))
+	var groups []string
+	for _, st := range s.Steps {
+		if st.ForEach != "" {
+			groups = append(groups, st.Name)
+		}
+	}
+	env, err := expr.NewEnv(s.ParamTypes(), stepNames(s.Steps), groups)
 	if err != nil {
 		es.add("spec.params", "%v", err)
 		return nil, es
@@ -113,6 +122,9 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 						ancestors = ancestorsOf(s.Steps, i)
 					}
 					progs, reads, err = env.CompileTemplate(t, ancestors)
+					if err == nil && reads.Item && st.ForEach == "" {
+						err = errors.New("item and item_index are read only by a step with for_each")
+					}
 				}
 				if err == nil {
 					se.templates[v] = compiled{t, progs}
@@ -134,6 +146,9 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 			}
 			count++
 			prg, err := compileWhen(env, st.When, ancestors)
+			if err == nil && prg.Reads.Item {
+				err = errors.New("a condition is decided once for the step, before its items exist: it cannot read item or item_index")
+			}
 			if err != nil {
 				fe := &FieldError{Field: field, Message: err.Error()}
 				var xe *expr.Error
@@ -145,7 +160,25 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 				se.when, se.WhenReads = prg, prg.Reads
 			}
 		}
-		if len(se.templates) > 0 || se.when != nil {
+		if st.ForEach != "" {
+			field := fmt.Sprintf("spec.steps[%d].for_each", i)
+			if ancestors == nil {
+				ancestors = ancestorsOf(s.Steps, i)
+			}
+			count++
+			prg, err := compileForEach(env, st.ForEach, ancestors)
+			if err != nil {
+				fe := &FieldError{Field: field, Message: err.Error()}
+				var xe *expr.Error
+				if errors.As(err, &xe) {
+					fe.Offset = xe.Offset
+				}
+				es = append(es, fe)
+			} else {
+				se.forEach, se.ForEachReads = prg, prg.Reads
+			}
+		}
+		if len(se.templates) > 0 || se.when != nil || se.forEach != nil {
 			x.steps[st.Name] = se
 		}
 	}
@@ -171,6 +204,55 @@ func compileWhen(env *expr.Env, when string, ancestors map[string]bool) (*expr.P
 	}
 	return prg, err
 }
+
+// compileForEach compiles a fan-out's list: one whole ${{ }} of a list,
+// which cannot read the items it makes.
+func compileForEach(env *expr.Env, src string, ancestors map[string]bool) (*expr.Program, error) {
+	t, err := expr.Parse(src)
+	if err != nil {
+		return nil, err
+	}
+	if !t.Whole() {
+		return nil, errors.New("for_each is one ${{ EXPR }} of a list and nothing else")
+	}
+	prg, err := env.CompileList(t[0].Source, ancestors)
+	var xe *expr.Error
+	if errors.As(err, &xe) {
+		xe.Offset += t[0].Offset
+	}
+	if err == nil && prg.Reads.Item {
+		return nil, errors.New("for_each makes the items: it cannot read item or item_index")
+	}
+	return prg, err
+}
+
+// Items evaluates the step's fan-out list (for_each) with vars: at most
+// MaxItems elements, each at most MaxItemBytes as JSON (their JSON forms
+// are returned too).
+func (x *StepExprs) Items(vars expr.Vars, maxItems int) ([]json.RawMessage, error) {
+	if x == nil || x.forEach == nil {
+		return nil, &ApplyError{Field: "for_each", Err: errors.New("the step does not fan out")}
+	}
+	list, err := x.forEach.Items(x.env.Activation(vars))
+	if err != nil {
+		return nil, &ApplyError{Field: "for_each", Err: err}
+	}
+	if len(list) > maxItems {
+		return nil, &ApplyError{Field: "for_each", Err: fmt.Errorf("the list has %d items; the limit is %d", len(list), maxItems)}
+	}
+	out := make([]json.RawMessage, len(list))
+	for i, v := range list {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, &ApplyError{Field: "for_each", Err: fmt.Errorf("item %d: %v", i, err)}
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+// FansOut reports whether the step has a fan-out list (for_each).
+func (x *StepExprs) FansOut() bool { return x != nil && x.forEach != nil }
 
 // HasCondition reports whether the step has a condition.
 func (x *StepExprs) HasCondition() bool { return x != nil && x.when != nil }

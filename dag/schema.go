@@ -3,6 +3,7 @@ package dag
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
 
 	"github.com/invopop/jsonschema"
 
@@ -40,6 +41,14 @@ func scheduleTypes(t reflect.Type) *jsonschema.Schema {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// JSONSchema describes a MinSuccess: a count or a percentage.
+func (MinSuccess) JSONSchema() *jsonschema.Schema {
+	return &jsonschema.Schema{OneOf: []*jsonschema.Schema{
+		{Type: "integer", Minimum: json.Number("1"), Maximum: json.Number(strconv.Itoa(MaxItems))},
+		{Type: "string", Pattern: `^([0-9]+|[0-9]{1,3}%)$`},
+	}, Description: "how many items of the fan-out must succeed: a count, or a percentage of the items (\"95%\"); all of them when absent"}
+}
 
 // JSONSchema describes a Payload: any JSON value.
 func (Payload) JSONSchema() *jsonschema.Schema {

@@ -112,13 +112,23 @@ type Step struct {
 	TriggerRule TriggerRule `json:"trigger_rule,omitempty" yaml:"trigger_rule,omitempty" jsonschema:"enum=all_success,enum=none_failed,enum=all_done,default=all_success"`
 	// When is a condition, `${{ EXPR }}` of a boolean: false skips the
 	// step when it would be released (docs/workflows.md).
-	When     string    `json:"when,omitempty" yaml:"when,omitempty"`
-	Run      Executor  `json:"run" yaml:"run"`
-	Payload  Payload   `json:"payload,omitempty" yaml:"payload,omitempty"`
-	Queue    string    `json:"queue,omitempty" yaml:"queue,omitempty"`
-	Priority string    `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
-	Timeout  *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
-	Retry    *Retry    `json:"retry,omitempty" yaml:"retry,omitempty"`
+	When string `json:"when,omitempty" yaml:"when,omitempty"`
+	// ForEach fans the step out: `${{ EXPR }}` of a list, evaluated when
+	// the step would be released, makes one task per element, named
+	// STEP[0], STEP[1], ... (docs/dynamic-workflows.md).
+	ForEach string `json:"for_each,omitempty" yaml:"for_each,omitempty"`
+	// MaxParallel bounds how many items of a fan-out are released at
+	// once (0: all of them, admission still applies).
+	MaxParallel int `json:"max_parallel,omitempty" yaml:"max_parallel,omitempty"`
+	// MinSuccess is how many items of a fan-out must succeed for the step
+	// to succeed: all of them when empty.
+	MinSuccess MinSuccess `json:"min_success,omitempty" yaml:"min_success,omitempty"`
+	Run        Executor   `json:"run" yaml:"run"`
+	Payload    Payload    `json:"payload,omitempty" yaml:"payload,omitempty"`
+	Queue      string     `json:"queue,omitempty" yaml:"queue,omitempty"`
+	Priority   string     `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
+	Timeout    *Duration  `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	Retry      *Retry     `json:"retry,omitempty" yaml:"retry,omitempty"`
 }
 
 // Executor says how a step runs: exactly one of HTTP, Command, Handler or

@@ -266,6 +266,7 @@ func validateSpec(es *Errors, s *JobSpec) {
 		}
 		values += n
 		validateSettings(es, p, st.Queue, st.Priority, st.Timeout, st.Retry)
+		validateFanOut(es, p, st)
 	}
 	validateGraph(es, s.Steps, index)
 	validateParams(es, s.Params)
@@ -282,6 +283,28 @@ func validateSpec(es *Errors, s *JobSpec) {
 		p := fmt.Sprintf("spec.callbacks[%d]", i)
 		validateWebhook(es, p+".webhook", &s.Callbacks[i].Webhook)
 		validateKinds(es, p+".on", s.Callbacks[i].On, OnSucceeded, OnFailed, OnCancelled)
+	}
+}
+
+// validateFanOut checks a step's fan-out settings; its list (for_each) is
+// checked with its expressions (CompileExprs).
+func validateFanOut(es *Errors, p string, st *Step) {
+	if st.ForEach == "" {
+		if st.MaxParallel != 0 {
+			es.add(p+".max_parallel", "applies only with for_each")
+		}
+		if st.MinSuccess != "" {
+			es.add(p+".min_success", "applies only with for_each")
+		}
+		return
+	}
+	if st.MaxParallel < 0 || st.MaxParallel > MaxItems {
+		es.add(p+".max_parallel", "%d is outside 1..%d (or 0: no bound)", st.MaxParallel, MaxItems)
+	}
+	if st.MinSuccess != "" {
+		if _, _, err := st.MinSuccess.parse(); err != nil {
+			es.add(p+".min_success", "%v", err)
+		}
 	}
 }
 

@@ -28,9 +28,9 @@ const (
 )
 
 type compiledKey struct {
-	params    string // the params' signature (paramsKey)
-	src       string
-	condition bool
+	params string // the params' signature (paramsKey)
+	src    string
+	want   int // wantAny, wantBool, wantList
 }
 
 type compiledExpr struct {

@@ -72,6 +72,8 @@ var runVars = []struct {
 	{"job.name", cel.StringType},
 	{"job.namespace", cel.StringType},
 	{"attempt", cel.IntType},
+	{"item", cel.DynType},       // an item of a fan-out (for_each): its element of the list
+	{"item_index", cel.IntType}, // and its index, from 0
 }
 
 // An Env is what the expressions of one job may read: its params, with
@@ -82,18 +84,23 @@ type Env struct {
 	key    string // paramsKey(params)
 	params map[string]Type
 	steps  map[string]bool
+	groups map[string]bool // the steps that fan out (for_each)
 }
 
-// NewEnv makes the Env of a job with these params and steps.
-func NewEnv(params map[string]Type, steps []string) (*Env, error) {
+// NewEnv makes the Env of a job with these params and steps, of which
+// groups fan out (read as steps.NAME.outputs, not .output).
+func NewEnv(params map[string]Type, steps, groups []string) (*Env, error) {
 	key := paramsKey(params)
 	env, err := cachedEnv(key, func() (*cel.Env, error) { return newCELEnv(params) })
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{cel: env, key: key, params: params, steps: map[string]bool{}}
+	e := &Env{cel: env, key: key, params: params, steps: map[string]bool{}, groups: map[string]bool{}}
 	for _, s := range steps {
 		e.steps[s] = true
+	}
+	for _, s := range groups {
+		e.groups[s] = true
 	}
 	return e, nil
 }
@@ -118,6 +125,7 @@ func newCELEnv(params map[string]Type) (*cel.Env, error) {
 type Program struct {
 	Source string
 	prg    cel.Program
+	want   int
 	// Reads says what the expression reads, so a caller loads only that.
 	Reads Reads
 }
@@ -125,7 +133,9 @@ type Program struct {
 // Reads is what an expression (or a step's expressions) read.
 type Reads struct {
 	Params bool
-	Steps  []string // step names, sorted, without duplicates
+	// Item: item or item_index, which only the items of a fan-out have.
+	Item  bool
+	Steps []string // step names, sorted, without duplicates
 	// Outputs are the steps (of Steps) whose output is read, not only
 	// their status.
 	Outputs []string
@@ -134,6 +144,7 @@ type Reads struct {
 // Add merges o into r.
 func (r *Reads) Add(o Reads) {
 	r.Params = r.Params || o.Params
+	r.Item = r.Item || o.Item
 	r.Steps = union(r.Steps, o.Steps)
 	r.Outputs = union(r.Outputs, o.Outputs)
 }
@@ -151,26 +162,39 @@ func union(a, b []string) []string {
 // the steps in ancestors: its syntax, the params and steps it names, and
 // its types. The error is an *Error whose Offset is within src.
 func (e *Env) Compile(src string, ancestors map[string]bool) (*Program, error) {
-	return e.compile(src, ancestors, false)
+	return e.compile(src, ancestors, wantAny)
 }
 
 // CompileCondition is Compile for a condition: its type is bool (or dyn,
 // whose value must then be a bool).
 func (e *Env) CompileCondition(src string, ancestors map[string]bool) (*Program, error) {
-	return e.compile(src, ancestors, true)
+	return e.compile(src, ancestors, wantBool)
 }
 
-func (e *Env) compile(src string, ancestors map[string]bool, condition bool) (*Program, error) {
+// CompileList is Compile for a fan-out's list (for_each): its type is a
+// list (or dyn, whose value must then be a list).
+func (e *Env) CompileList(src string, ancestors map[string]bool) (*Program, error) {
+	return e.compile(src, ancestors, wantList)
+}
+
+// The type a compiled expression must have.
+const (
+	wantAny = iota
+	wantBool
+	wantList
+)
+
+func (e *Env) compile(src string, ancestors map[string]bool, want int) (*Program, error) {
 	if len(src) > MaxSource {
 		return nil, &Error{Source: src, Message: fmt.Sprintf("is %d bytes; the limit is %d", len(src), MaxSource)}
 	}
-	key := compiledKey{e.key, src, condition}
+	key := compiledKey{e.key, src, want}
 	if c, ok := cachedProgram(key); ok {
 		reads, err := e.reads(src, c.parsed.NativeRep(), ancestors)
 		if err != nil {
 			return nil, err
 		}
-		return &Program{Source: src, prg: c.prg, Reads: reads}, nil
+		return &Program{Source: src, prg: c.prg, want: want, Reads: reads}, nil
 	}
 	parsed, iss := e.cel.Parse(src)
 	if iss.Err() != nil {
@@ -184,8 +208,12 @@ func (e *Env) compile(src string, ancestors map[string]bool, condition bool) (*P
 	if iss.Err() != nil {
 		return nil, issueError(src, iss)
 	}
-	if t := checked.OutputType(); condition && !t.IsExactType(cel.BoolType) && !t.IsExactType(cel.DynType) {
+	switch t := checked.OutputType(); {
+	case t.IsExactType(cel.DynType):
+	case want == wantBool && !t.IsExactType(cel.BoolType):
 		return nil, &Error{Source: src, Message: fmt.Sprintf("a condition is a bool; this is a %s", t)}
+	case want == wantList && t.Kind() != types.ListKind:
+		return nil, &Error{Source: src, Message: fmt.Sprintf("for_each is a list; this is a %s", t)}
 	}
 	prg, err := e.cel.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
@@ -196,7 +224,7 @@ func (e *Env) compile(src string, ancestors map[string]bool, condition bool) (*P
 	if fresh, iss := e.cel.Parse(src); iss.Err() == nil {
 		storeProgram(key, compiledExpr{fresh, prg})
 	}
-	return &Program{Source: src, prg: prg, Reads: reads}, nil
+	return &Program{Source: src, prg: prg, want: want, Reads: reads}, nil
 }
 
 // reads walks an expression for the params and steps it names, and
@@ -215,6 +243,8 @@ func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads
 		switch x.Kind() {
 		case celast.IdentKind:
 			switch root(x.AsIdent()) {
+			case "item", "item_index":
+				r.Item = true
 			case "params":
 				if !selected(x) {
 					fail(x.ID(), "params is read one at a time: params.NAME")
@@ -238,7 +268,7 @@ func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads
 				}
 				r.Params = true
 			case "steps":
-				e.step(&r, sel.FieldName(), readsOutput(x), ancestors, func(format string, args ...any) { fail(op.ID(), format, args...) })
+				e.step(&r, sel.FieldName(), fieldOf(x), ancestors, func(format string, args ...any) { fail(op.ID(), format, args...) })
 			}
 		case celast.CallKind:
 			call := x.AsCall()
@@ -258,7 +288,7 @@ func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads
 				fail(op.ID(), "steps is indexed by a step's name written out: steps['NAME']")
 				continue
 			}
-			e.step(&r, name, readsOutput(x), ancestors, func(format string, args ...any) { fail(op.ID(), format, args...) })
+			e.step(&r, name, fieldOf(x), ancestors, func(format string, args ...any) { fail(op.ID(), format, args...) })
 		}
 	}
 	if first != nil {
@@ -294,37 +324,44 @@ func selected(x celast.NavigableExpr) bool {
 	return false
 }
 
-func (e *Env) step(r *Reads, name string, output bool, ancestors map[string]bool, fail func(string, ...any)) {
+// step records a read of step name's field (fieldOf; "" when it is not
+// written out).
+func (e *Env) step(r *Reads, name, field string, ancestors map[string]bool, fail func(string, ...any)) {
 	switch {
 	case !e.steps[name]:
 		fail("no step %q in this job", name)
 	case !ancestors[name]:
 		fail("step %q is not an ancestor of this step: it may not have run (add it to needs, here or above)", name)
-	case output:
+	case e.groups[name] && field == "output":
+		fail("step %q fans out (for_each): read steps.%s.outputs, the list of its items' outputs", name, name)
+	case !e.groups[name] && field == "outputs":
+		fail("step %q does not fan out: read steps.%s.output", name, name)
+	case field != "status":
 		r.Add(Reads{Steps: []string{name}, Outputs: []string{name}})
 	default:
 		r.Add(Reads{Steps: []string{name}})
 	}
 }
 
-// readsOutput reports whether a step read (steps.NAME, steps['NAME'])
-// may read the step's output: anything but .status alone.
-func readsOutput(x celast.NavigableExpr) bool {
+// fieldOf is the field a step read (steps.NAME, steps['NAME']) selects,
+// written out (.status, ['output']); "" when it is computed or absent:
+// such a read may read the step's output.
+func fieldOf(x celast.NavigableExpr) string {
 	parent, ok := x.Parent()
 	if !ok {
-		return true
+		return ""
 	}
 	switch parent.Kind() {
 	case celast.SelectKind:
-		return parent.AsSelect().FieldName() != "status"
+		return parent.AsSelect().FieldName()
 	case celast.CallKind:
 		c := parent.AsCall()
 		if c.FunctionName() == "_[_]" && len(c.Args()) == 2 && c.Args()[0].ID() == x.ID() {
-			name, isConst := constString(c.Args()[1])
-			return !isConst || name != "status"
+			name, _ := constString(c.Args()[1])
+			return name
 		}
 	}
-	return true
+	return ""
 }
 
 func (e *Env) declared() string {

@@ -36,12 +36,20 @@ type Vars struct {
 	// Spent, when set, is a cost budget shared with other activations (a
 	// transaction's conditions): they all stop at one CostLimit.
 	Spent *uint64
+	// Item and ItemIndex are an item's of a fan-out (for_each): its
+	// element of the list (a JSON value) and its index.
+	Item      any
+	ItemIndex int
 }
 
 // StepVars are what an expression reads of a step.
 type StepVars struct {
 	Output any // a JSON value (Output's), or the text
-	Status string
+	// Outputs, for a step that fans out (Group), are its items' outputs
+	// in item order (null for an item that did not succeed).
+	Outputs []any
+	Group   bool
+	Status  string
 	// Truncated: the output was cut (at MaxOutput bytes); an expression
 	// that reads it fails rather than read part of it.
 	Truncated bool
@@ -52,7 +60,7 @@ type StepVars struct {
 type Activation struct {
 	vars      map[string]any
 	spent     *uint64         // the cost of the evaluations so far
-	truncated map[string]bool // steps whose output was cut
+	truncated map[string]string // steps whose output was cut, and how
 }
 
 // Activation makes v ready for e's programs. A param is converted to its
@@ -71,6 +79,8 @@ func (e *Env) Activation(v Vars) Activation {
 	m["job.name"] = v.Job
 	m["job.namespace"] = v.Namespace
 	m["attempt"] = int64(v.Attempt)
+	m["item"] = v.Item
+	m["item_index"] = int64(v.ItemIndex)
 	for name, t := range e.params {
 		val, ok := v.Params[name]
 		if !ok {
@@ -84,14 +94,25 @@ func (e *Env) Activation(v Vars) Activation {
 		m["params."+name] = val
 	}
 	steps := make(map[string]any, len(v.Steps))
-	var truncated map[string]bool
+	var truncated map[string]string
 	for name, s := range v.Steps {
-		steps[name] = map[string]any{"output": s.Output, "status": s.Status}
+		if s.Group {
+			outputs := s.Outputs
+			if outputs == nil {
+				outputs = []any{}
+			}
+			steps[name] = map[string]any{"outputs": outputs, "status": s.Status}
+		} else {
+			steps[name] = map[string]any{"output": s.Output, "status": s.Status}
+		}
 		if s.Truncated {
 			if truncated == nil {
-				truncated = map[string]bool{}
+				truncated = map[string]string{}
 			}
-			truncated[name] = true
+			truncated[name] = fmt.Sprintf("the output of step %s was cut (it passed %d bytes)", name, MaxOutputRead)
+			if s.Group {
+				truncated[name] = fmt.Sprintf("the outputs of step %s were cut (an item's passed %d bytes, or all together %d)", name, MaxOutputRead, MaxOutputsRead)
+			}
 		}
 	}
 	m["steps"] = steps
@@ -110,8 +131,8 @@ func (e *Env) Activation(v Vars) Activation {
 // just past it.
 func (p *Program) Eval(a Activation) (any, error) {
 	for _, step := range p.Reads.Outputs {
-		if a.truncated[step] {
-			return nil, &Error{Source: p.Source, Message: fmt.Sprintf("the output of step %s was cut (it passed %d bytes): an expression does not read part of an output", step, MaxOutputRead)}
+		if why, cut := a.truncated[step]; cut {
+			return nil, &Error{Source: p.Source, Message: why + ": an expression does not read part of an output"}
 		}
 	}
 	if *a.spent >= CostLimit {
@@ -129,11 +150,35 @@ func (p *Program) Eval(a Activation) (any, error) {
 		return nil, &Error{Source: p.Source, Message: msg}
 	}
 	budget := MaxResult
+	if p.want == wantList {
+		budget = MaxItemsJSON
+	}
 	v, err := toJSON(out, &budget, 0)
 	if err != nil {
 		return nil, &Error{Source: p.Source, Message: err.Error()}
 	}
 	return v, nil
+}
+
+// MaxItemsJSON bounds a fan-out's list (CompileList's), as JSON.
+const MaxItemsJSON = 1 << 20
+
+// MaxOutputsRead bounds the outputs of a fan-out's items read together
+// (steps.NAME.outputs).
+const MaxOutputsRead = 1 << 20
+
+// Items evaluates a fan-out's list (CompileList's): a list of JSON
+// values, at most MaxItemsJSON bytes as JSON.
+func (p *Program) Items(a Activation) ([]any, error) {
+	v, err := p.Eval(a)
+	if err != nil {
+		return nil, err
+	}
+	list, ok := v.([]any)
+	if !ok {
+		return nil, &Error{Source: p.Source, Message: fmt.Sprintf("for_each is a list; this was %.200s", mustText(v))}
+	}
+	return list, nil
 }
 
 // MaxOutputRead is the size past which a step's output is cut, as the

@@ -43,7 +43,7 @@ func testEnv(t *testing.T) *Env {
 	t.Helper()
 	e, err := NewEnv(map[string]Type{
 		"region": String, "dry_run": Boolean, "n": Integer, "ratio": Number, "cfg": Object, "days": Array,
-	}, []string{"list", "load-files", "count", "later"})
+	}, []string{"list", "load-files", "count", "later"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -86,6 +87,17 @@ func FinishAttempt(s Shape, e Ending, jitter func(int64) int64) Finish {
 		}
 	}
 	return f
+}
+
+// GroupEnded is how a fan-out's group ends once all its total items
+// ended: succeeded when at least need of them succeeded (need is its
+// step's min_success, dag.MinSuccess.Need), else dead-lettered, its
+// reason naming the counts.
+func GroupEnded(total, succeeded, need int) (TaskStatus, string) {
+	if succeeded >= need {
+		return TaskSucceeded, ""
+	}
+	return TaskDeadLettered, fmt.Sprintf("%d of %d items succeeded; min_success needs %d", succeeded, total, need)
 }
 
 // Cascades is whether an ended attempt may settle many tasks besides its

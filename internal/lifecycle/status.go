@@ -40,16 +40,19 @@ const (
 	// TaskSkipped: its condition (when) was false, or an all_success
 	// parent was skipped; it counts as ended without failing.
 	TaskSkipped TaskStatus = "skipped"
+	// TaskExpanded: a fan-out's group whose items exist and have not all
+	// ended; it holds no slot, worker or lease (its items do).
+	TaskExpanded TaskStatus = "expanded"
 )
 
 // TaskStatuses are all task statuses, in the order of a task's life.
-var TaskStatuses = []TaskStatus{TaskWaiting, TaskQueued, TaskRunning, TaskRetrying, TaskSucceeded, TaskSkipped, TaskFailed, TaskUpstreamFailed, TaskCancelled, TaskDeadLettered}
+var TaskStatuses = []TaskStatus{TaskWaiting, TaskQueued, TaskRunning, TaskRetrying, TaskExpanded, TaskSucceeded, TaskSkipped, TaskFailed, TaskUpstreamFailed, TaskCancelled, TaskDeadLettered}
 
 // Open is whether a task in s may still change without a replay: its run
 // is not done while it holds one.
 func (s TaskStatus) Open() bool {
 	switch s {
-	case TaskWaiting, TaskQueued, TaskRunning, TaskRetrying:
+	case TaskWaiting, TaskQueued, TaskRunning, TaskRetrying, TaskExpanded:
 		return true
 	}
 	return false

@@ -123,7 +123,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 	tp := store.InsertTasksParams{}
 	ep := store.InsertEdgesParams{}
 	var ready []dispatch.Ready
-	var decide []candidate // roots with a condition
+	var decide []candidate // roots with a condition or a fan-out
 	for i, r := range runs {
 		if !ok[ids[i]] {
 			ids[i] = uuid.Nil
@@ -149,16 +149,17 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 				queue = dispatch.RemoteQueue(set.Queue, r.Job.Tenant)
 			}
 			status := lifecycle.TaskWaiting
-			conditional := st.When != ""
+			conditional, fanOut := st.When != "", st.ForEach != ""
 			switch {
 			case len(st.Needs) > 0 || r.Status != lifecycle.RunPending:
-			case conditional: // decided below, once written
-				decide = append(decide, candidate{dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0), ids[i], st.Name, true})
+			case conditional || fanOut: // decided or expanded below, once written
+				decide = append(decide, candidate{dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0), ids[i], st.Name, conditional, fanOut})
 			default:
 				status = lifecycle.TaskQueued
 				ready = append(ready, dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0))
 			}
 			tp.Conditionals = append(tp.Conditionals, conditional)
+			tp.FanOuts = append(tp.FanOuts, fanOut)
 			tp.Ids = append(tp.Ids, stepIDs[st.Name])
 			tp.TenantIds = append(tp.TenantIds, r.Job.Tenant)
 			tp.RunIds = append(tp.RunIds, ids[i])

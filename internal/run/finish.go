@@ -114,12 +114,14 @@ func (a *Applier) FinishAttempt(ctx context.Context, tx pgx.Tx, r Report) (bool,
 		return false, lateReport(ctx, q, r, f.Outcome)
 	}
 	switch {
+	case f.Task == lifecycle.TaskRetrying:
+		return true, a.Dispatcher.Release(ctx, tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
+	case t.GroupID != nil: // an item of a fan-out: its group counts its end
+		return true, itemEnded(ctx, q, tx, a, *t.GroupID, f.Task == lifecycle.TaskSucceeded)
 	case f.ReleaseChildren:
 		if err := releaseChildren(ctx, q, tx, a, r.TaskID); err != nil {
 			return false, err
 		}
-	case f.Task == lifecycle.TaskRetrying:
-		return true, a.Dispatcher.Release(ctx, tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
 	case f.FailDescendants:
 		if err := propagate(ctx, q, tx, a, t.RunID, r.TaskID, lifecycle.TaskDeadLettered); err != nil {
 			return false, err

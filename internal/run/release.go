@@ -23,6 +23,7 @@ type candidate struct {
 	run         uuid.UUID
 	step        string
 	conditional bool // its step has a condition (when), decided first
+	fanOut      bool // its step fans out (for_each): it is expanded, not queued
 }
 
 // releaseChildren counts a succeeded parent for each waiting child and
@@ -45,7 +46,7 @@ func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier
 	var cands []candidate
 	for _, c := range tasks {
 		if c.ParentsRemaining == 0 {
-			cands = append(cands, candidate{dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, 0), c.RunID, c.Step, c.Conditional})
+			cands = append(cands, candidate{dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, 0), c.RunID, c.Step, c.Conditional, c.FanOut})
 		}
 	}
 	return release(ctx, q, tx, a, cands)
@@ -55,7 +56,8 @@ func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier
 // whose step has a condition is decided first (decideConditions), in this
 // transaction; one whose condition is false is skipped, one whose
 // condition cannot be evaluated is dead-lettered, and what they end
-// settles below them. A run that this ends is finished.
+// settles below them. A task whose step fans out is expanded (expand)
+// instead of queued. A run that this ends is finished.
 func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands []candidate) error {
 	var ready, conditional []candidate
 	for _, c := range cands {
@@ -74,15 +76,31 @@ func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands
 		a.Failpoints.Hit(FailpointConditionsDecided)
 		ready = append(ready, v.release...)
 	}
-	if len(ready) > 0 {
-		rs := make([]dispatch.Ready, len(ready))
-		for i, c := range ready {
-			rs[i] = c.ready
+	var rs []dispatch.Ready
+	var groups []candidate
+	for _, c := range ready {
+		if c.fanOut {
+			groups = append(groups, c)
+		} else {
+			rs = append(rs, c.ready)
 		}
+	}
+	if len(rs) > 0 {
 		if err := releaseWaiting(ctx, q, tx, a, rs); err != nil {
 			return err
 		}
 	}
+	if len(groups) > 0 {
+		if err := expand(ctx, q, tx, a, groups); err != nil {
+			return err
+		}
+	}
+	return settle(ctx, q, tx, a, v)
+}
+
+// settle writes the verdicts' skips and failures, settles what they end
+// below them (propagate) and finishes the runs that this ends.
+func settle(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, v verdicts) error {
 	if len(v.skip) == 0 && len(v.fail) == 0 {
 		return nil
 	}
@@ -129,6 +147,9 @@ func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands
 // releaseWaiting moves waiting tasks to queued (those Direct admits,
 // admitted) and releases them.
 func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ready []dispatch.Ready) error {
+	if len(ready) == 0 {
+		return nil
+	}
 	if err := a.Dispatcher.Direct(ctx, tx, ready); err != nil {
 		return err
 	}

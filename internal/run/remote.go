@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -93,7 +92,7 @@ func OfferRemote(ctx context.Context, db store.DBTX, starts []Start) error {
 	var in store.InsertOffersParams
 	for _, r := range rows {
 		spec := batchSpecs[specKey{r.JobID, r.JobVersion}]
-		idx := slices.IndexFunc(spec.Steps, func(s dag.Step) bool { return s.Name == r.Step })
+		idx := spec.stepIndex(r.Step)
 		if idx < 0 || spec.Steps[idx].Run.Worker == "" {
 			return fmt.Errorf("task %s: step %q of its job version is not a remote step", r.ID, r.Step)
 		}

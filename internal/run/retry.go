@@ -85,6 +85,9 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 	graph := make([]lifecycle.GraphTask, len(rows))
 	byID := make(map[uuid.UUID]store.RunGraphsRow, len(rows))
 	for i, t := range rows {
+		if t.FanOut || t.GroupID != nil {
+			return fmt.Errorf("%w: its step %s fans out (for_each), and a retry does not run a fan-out again yet: trigger a new run", ErrCannotRetry, t.Step)
+		}
 		byID[t.ID] = t
 		graph[i] = lifecycle.GraphTask{ID: t.ID, Status: t.Status, Rule: t.TriggerRule, ParentsRemaining: int(t.ParentsRemaining), Parents: t.Parents}
 	}
@@ -106,7 +109,7 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 	}
 	for _, tid := range p.Release {
 		t := byID[tid]
-		cands = append(cands, candidate{dispatch.NextAttempt(tid, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional})
+		cands = append(cands, candidate{dispatch.NextAttempt(tid, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional, t.FanOut})
 	}
 	if err := q.RetryTasks(ctx, reset); err != nil {
 		return err

@@ -27,6 +27,18 @@ type parsedSpec struct {
 	jittered    *schedule.Schedule // the schedule, when it has a jitter (nil: runs fire at their instants)
 }
 
+// stepIndex is the index in Steps of a task's step (an item's, STEP[i],
+// is its fan-out's), -1 when the version has none.
+func (s *parsedSpec) stepIndex(task string) int {
+	name, _, _ := dag.StepOfItem(task)
+	for i := range s.Steps {
+		if s.Steps[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
 // fireOf is when a run of the job (namespace/name) fired for instant at:
 // at plus its jitter.
 func (s *parsedSpec) fireOf(namespace, name string, at time.Time) time.Time {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -51,17 +50,18 @@ type Attempt struct {
 // child release).
 type Shape = lifecycle.Shape
 
-func shapeOf(spec *parsedSpec, step string, attempt int) (Shape, bool) {
-	for i, st := range spec.Steps {
-		if st.Name != step {
-			continue
-		}
-		set := spec.Effective(i)
-		return Shape{Attempt: attempt, MaxAttempts: set.MaxAttempts, Initial: set.Initial, Max: set.Max,
-			SingleTask: len(spec.Steps) == 1, QueueOverlap: spec.Overlap == dag.OverlapQueue,
-			HasChildren: spec.hasChildren[step], Root: len(st.Needs) == 0}, true
+// An item of a fan-out (STEP[i]) has its step's settings; it has no
+// children (its group has) and is never its run's only task.
+func shapeOf(spec *parsedSpec, task string, attempt int) (Shape, bool) {
+	i := spec.stepIndex(task)
+	if i < 0 {
+		return Shape{}, false
 	}
-	return Shape{}, false
+	st, set := spec.Steps[i], spec.Effective(i)
+	_, _, item := dag.StepOfItem(task)
+	return Shape{Attempt: attempt, MaxAttempts: set.MaxAttempts, Initial: set.Initial, Max: set.Max,
+		SingleTask: len(spec.Steps) == 1 && st.ForEach == "", QueueOverlap: spec.Overlap == dag.OverlapQueue,
+		HasChildren: spec.hasChildren[st.Name] && !item, Root: len(st.Needs) == 0 && !item}, true
 }
 
 // Start asks to start attempt number Attempt of a task.
@@ -142,7 +142,7 @@ func startedAttempts(ctx context.Context, db store.DBTX, starts []Start, rows []
 		// first of them starts it.
 		delete(byTask, st.TaskID)
 		spec := batchSpecs[specKey{t.JobID, t.JobVersion}]
-		idx := slices.IndexFunc(spec.Steps, func(s dag.Step) bool { return s.Name == t.Step })
+		idx := spec.stepIndex(t.Step)
 		if idx < 0 {
 			return nil, fmt.Errorf("run %s: step %q is not in its job version", t.RunID, t.Step)
 		}
@@ -187,6 +187,9 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 		exprs    *dag.StepExprs
 		params   []byte
 		upstream []byte
+		item     []byte // an item's of a fan-out (JSON), nil for another task
+		index    int32
+		step     int // its index in spec.Steps
 	}
 	some := false
 	for _, spec := range batchSpecs {
@@ -211,11 +214,15 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 			att.Refused = refused(fmt.Errorf("the job version's expressions do not compile: %w", spec.exprsErr))
 			continue
 		}
-		x := spec.exprs.Step(att.Call.Step)
+		idx := spec.stepIndex(att.Call.Step)
+		if idx < 0 {
+			continue
+		}
+		x := spec.exprs.Step(spec.Steps[idx].Name)
 		if x == nil {
 			continue
 		}
-		jobs = append(jobs, job{att, spec, x, r.Params, r.Upstream})
+		jobs = append(jobs, job{att, spec, x, r.Params, r.Upstream, r.Item, r.ItemIndex.Int32, idx})
 		outputs.add(att.Call.RunID, x.Reads.Steps)
 	}
 	if len(jobs) == 0 {
@@ -227,9 +234,8 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 	for _, j := range jobs {
 		c := &j.att.Call
 		vars := outputs.vars(runOf{id: c.RunID, scheduledFor: c.ScheduledFor, trigger: c.Trigger, job: c.Job, ns: c.Namespace,
-			params: j.params, upstream: j.upstream, attempt: c.Attempt}, j.exprs.Reads.Steps, nil)
-		idx := slices.IndexFunc(j.spec.Steps, func(s dag.Step) bool { return s.Name == c.Step })
-		run, payload, err := j.exprs.Apply(j.spec.Steps[idx], vars)
+			params: j.params, upstream: j.upstream, attempt: c.Attempt, item: j.item, itemIndex: j.index}, j.exprs.Reads.Steps, nil)
+		run, payload, err := j.exprs.Apply(j.spec.Steps[j.step], vars)
 		if err != nil {
 			j.att.Refused = refused(err)
 			continue

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orrery-dev/orrery/dag/expr"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
@@ -43,8 +44,41 @@ func (o *outputsToRead) load(ctx context.Context, q *store.Queries) error {
 	if err != nil {
 		return err
 	}
+	groups := map[uuid.UUID]stepKey{}
+	var ids []uuid.UUID
 	for _, r := range rows {
-		o.read[stepKey{r.RunID, r.Step}] = expr.StepVars{Output: expr.Output(r.Output), Status: string(r.Status), Truncated: r.OutputTruncated}
+		k := stepKey{r.RunID, r.Step}
+		if r.FanOut {
+			o.read[k] = expr.StepVars{Group: true, Status: string(r.Status)}
+			if _, dup := groups[r.ID]; !dup {
+				groups[r.ID] = k
+				ids = append(ids, r.ID)
+			}
+			continue
+		}
+		o.read[k] = expr.StepVars{Output: expr.Output(r.Output), Status: string(r.Status), Truncated: r.OutputTruncated}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	items, err := q.ItemOutputs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	size := map[uuid.UUID]int{}
+	for _, it := range items {
+		k := groups[it.GroupID]
+		sv := o.read[k]
+		var out any
+		if it.Status == lifecycle.TaskSucceeded {
+			out = expr.Output(it.Output)
+		}
+		size[it.GroupID] += len(it.Output)
+		sv.Truncated = sv.Truncated || it.OutputTruncated || size[it.GroupID] > expr.MaxOutputsRead
+		if !sv.Truncated {
+			sv.Outputs = append(sv.Outputs, out)
+		}
+		o.read[k] = sv
 	}
 	return nil
 }
@@ -57,6 +91,8 @@ type runOf struct {
 	params           []byte // runs.params, JSON
 	upstream         []byte // runs.upstream, JSON (nil: none)
 	attempt          int
+	item             []byte // an item's element of its fan-out's list, JSON (nil: not an item)
+	itemIndex        int32
 }
 
 // vars are the variables of an expression of r that reads steps (loaded).
@@ -73,6 +109,10 @@ func (o *outputsToRead) vars(r runOf, steps []string, spent *uint64) expr.Vars {
 			v.Upstream, _ = m.(map[string]any)
 		}
 	}
+	if len(r.item) > 0 {
+		v.Item, _ = expr.FromJSON(r.item)
+	}
+	v.ItemIndex = int(r.itemIndex)
 	for _, s := range steps {
 		if sv, ok := o.read[stepKey{r.id, s}]; ok {
 			v.Steps[s] = sv

@@ -308,6 +308,14 @@ type Task struct {
 	WorkerID         *uuid.UUID
 	Conditional      bool
 	DeadlineAt       *time.Time
+	FanOut           bool
+	GroupID          *uuid.UUID
+	Item             []byte
+	ItemIndex        pgtype.Int4
+	ItemsTotal       pgtype.Int4
+	ItemsOpen        pgtype.Int4
+	ItemsSucceeded   pgtype.Int4
+	ItemsFailed      pgtype.Int4
 }
 
 type TaskEdge struct {

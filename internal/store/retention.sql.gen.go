@@ -111,8 +111,9 @@ CROSS JOIN LATERAL (
       -- (then nothing replays it). A task of a cancelled run replayed
       -- before replays refused them is open though the run is finished.
       AND NOT EXISTS (SELECT 1 FROM tasks AS d WHERE d.run_id = r.id
-                      AND (d.status IN ('waiting', 'queued', 'running', 'retrying')
-                           OR (d.status = 'dead_lettered' AND r.status <> 'cancelled')))
+                      AND (d.status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
+                           OR (d.status = 'dead_lettered' AND r.status <> 'cancelled'
+                               AND NOT d.fan_out AND d.group_id IS NULL)))
     ORDER BY r.finished_at
     LIMIT $5
     FOR UPDATE OF r SKIP LOCKED
@@ -204,7 +205,7 @@ func (q *Queries) MinRunRetention(ctx context.Context) (int64, error) {
 }
 
 const tasksOfRuns = `-- name: TasksOfRuns :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at FROM tasks WHERE run_id = ANY($1::uuid[]) ORDER BY run_id, created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed FROM tasks WHERE run_id = ANY($1::uuid[]) ORDER BY run_id, created_at, id
 `
 
 func (q *Queries) TasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Task, error) {
@@ -240,6 +241,14 @@ func (q *Queries) TasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Task, 
 			&i.WorkerID,
 			&i.Conditional,
 			&i.DeadlineAt,
+			&i.FanOut,
+			&i.GroupID,
+			&i.Item,
+			&i.ItemIndex,
+			&i.ItemsTotal,
+			&i.ItemsOpen,
+			&i.ItemsSucceeded,
+			&i.ItemsFailed,
 		); err != nil {
 			return nil, err
 		}

@@ -117,7 +117,7 @@ func (q *Queries) CancelRuns(ctx context.Context, arg CancelRunsParams) ([]uuid.
 
 const cancelTasksOfRuns = `-- name: CancelTasksOfRuns :many
 UPDATE tasks SET status = 'cancelled', finished_at = now(), fencing_token = fencing_token + 1
-WHERE run_id = ANY($1::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying')
+WHERE run_id = ANY($1::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
 RETURNING id
 `
 
@@ -171,6 +171,7 @@ SELECT t.run_id, array_agg(t.id ORDER BY t.id)::uuid[] AS task_ids,
 FROM tasks AS t
 JOIN runs AS r ON r.id = t.run_id
 WHERE t.tenant_id = $1 AND t.status = 'dead_lettered' AND t.id = ANY($2::uuid[]) AND r.status <> 'cancelled'
+  AND NOT t.fan_out AND t.group_id IS NULL
 GROUP BY t.run_id
 ORDER BY t.run_id
 `
@@ -211,7 +212,7 @@ func (q *Queries) DeadLetterRuns(ctx context.Context, arg DeadLetterRunsParams) 
 const deadLettersByNamespace = `-- name: DeadLettersByNamespace :many
 SELECT j.namespace, count(*)::bigint AS dead
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
-WHERE t.status = 'dead_lettered' AND r.status <> 'cancelled'
+WHERE t.status = 'dead_lettered' AND r.status <> 'cancelled' AND NOT t.fan_out AND t.group_id IS NULL
 GROUP BY j.namespace
 `
 
@@ -612,16 +613,17 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 
 const insertTasks = `-- name: InsertTasks :exec
 INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,
-                   admitted_at, conditional)
+                   admitted_at, conditional, fan_out)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
        CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END,
-       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional
+       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional, u.fan_out
 FROM (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS tenant_id, unnest($3::uuid[]) AS run_id,
            unnest($4::text[]) AS step, unnest($5::text[]) AS status,
            unnest($6::int[]) AS parents_remaining, unnest($7::text[]) AS queue,
            unnest($8::int[]) AS priority, unnest($9::text[]) AS trigger_rule,
-           unnest($10::bool[]) AS admitted, unnest($11::bool[]) AS conditional
+           unnest($10::bool[]) AS admitted, unnest($11::bool[]) AS conditional,
+           unnest($12::bool[]) AS fan_out
 ) AS u
 `
 
@@ -637,6 +639,7 @@ type InsertTasksParams struct {
 	TriggerRules     []string
 	Admitted         []bool
 	Conditionals     []bool
+	FanOuts          []bool
 }
 
 func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error {
@@ -652,6 +655,7 @@ func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error 
 		arg.TriggerRules,
 		arg.Admitted,
 		arg.Conditionals,
+		arg.FanOuts,
 	)
 	return err
 }
@@ -695,6 +699,7 @@ SELECT t.id, t.run_id, t.step, t.attempt, t.queue, t.last_error, t.finished_at, 
        j.namespace, j.name AS job_name
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
 WHERE t.tenant_id = $1 AND t.status = 'dead_lettered' AND r.status <> 'cancelled'
+  AND NOT t.fan_out AND t.group_id IS NULL
   AND ($2::uuid IS NULL OR r.job_id = $2::uuid)
   AND (NOT $3::bool OR j.namespace = ANY($4::text[])
        OR j.namespace || '/' || j.name = ANY($5::text[]))
@@ -969,8 +974,8 @@ func (q *Queries) ReopenRuns(ctx context.Context, ids []uuid.UUID) error {
 const replayTasks = `-- name: ReplayTasks :many
 UPDATE tasks SET status = CASE WHEN conditional THEN 'waiting' ELSE 'queued' END, finished_at = NULL, last_error = '',
     ready_at = now(), admitted_at = NULL
-WHERE tenant_id = $1 AND status = 'dead_lettered' AND id = ANY($2::uuid[])
-RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional
+WHERE tenant_id = $1 AND status = 'dead_lettered' AND id = ANY($2::uuid[]) AND NOT fan_out AND group_id IS NULL
+RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional, fan_out
 `
 
 type ReplayTasksParams struct {
@@ -987,6 +992,7 @@ type ReplayTasksRow struct {
 	Priority    int32
 	Step        string
 	Conditional bool
+	FanOut      bool
 }
 
 // ReplayTasks puts dead letters back in line: queued, or waiting (with
@@ -1010,6 +1016,7 @@ func (q *Queries) ReplayTasks(ctx context.Context, arg ReplayTasksParams) ([]Rep
 			&i.Priority,
 			&i.Step,
 			&i.Conditional,
+			&i.FanOut,
 		); err != nil {
 			return nil, err
 		}
@@ -1129,7 +1136,7 @@ func (q *Queries) RunEdges(ctx context.Context, runID uuid.UUID) ([]TaskEdge, er
 
 const runGraphs = `-- name: RunGraphs :many
 SELECT t.id, t.run_id, t.tenant_id, t.status, t.trigger_rule, t.parents_remaining, t.queue, t.priority, t.attempt,
-       t.step, t.conditional,
+       t.step, t.conditional, t.fan_out, t.group_id,
        COALESCE((SELECT array_agg(e.parent_id ORDER BY e.parent_id) FROM task_edges AS e WHERE e.child_id = t.id), '{}')::uuid[] AS parents
 FROM tasks AS t
 WHERE t.run_id = ANY($1::uuid[])
@@ -1148,6 +1155,8 @@ type RunGraphsRow struct {
 	Attempt          int32
 	Step             string
 	Conditional      bool
+	FanOut           bool
+	GroupID          *uuid.UUID
 	Parents          []uuid.UUID
 }
 
@@ -1173,6 +1182,8 @@ func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraph
 			&i.Attempt,
 			&i.Step,
 			&i.Conditional,
+			&i.FanOut,
+			&i.GroupID,
 			&i.Parents,
 		); err != nil {
 			return nil, err
@@ -1225,7 +1236,7 @@ func (q *Queries) RunStepStatuses(ctx context.Context, arg RunStepStatusesParams
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at FROM tasks WHERE run_id = $1 ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed FROM tasks WHERE run_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error) {
@@ -1261,6 +1272,14 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 			&i.WorkerID,
 			&i.Conditional,
 			&i.DeadlineAt,
+			&i.FanOut,
+			&i.GroupID,
+			&i.Item,
+			&i.ItemIndex,
+			&i.ItemsTotal,
+			&i.ItemsOpen,
+			&i.ItemsSucceeded,
+			&i.ItemsFailed,
 		); err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
@@ -32,7 +33,7 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
       AND (NOT req.expired OR tasks.deadline_at IS NOT NULL AND tasks.lease_expires_at <= now()
            OR tasks.deadline_at IS NULL AND EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
-    RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
+    RETURNING tasks.id, tasks.run_id, tasks.group_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
               req.exit_reason, req.failure_class, req.error, req.output, req.truncated, req.log, req.run_status, req.run_reason
 ), a AS (
     UPDATE attempts
@@ -58,7 +59,7 @@ WITH req AS (
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )
-SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
+SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.group_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
 FROM t LEFT JOIN r ON r.id = t.run_id
 `
 
@@ -82,6 +83,7 @@ type CompleteAttemptsRow struct {
 	ID           uuid.UUID
 	FencingToken int64
 	RunID        uuid.UUID
+	GroupID      *uuid.UUID
 	Queue        string
 	Priority     int32
 	TenantID     uuid.UUID
@@ -124,6 +126,7 @@ func (q *Queries) CompleteAttempts(ctx context.Context, arg CompleteAttemptsPara
 			&i.ID,
 			&i.FencingToken,
 			&i.RunID,
+			&i.GroupID,
 			&i.Queue,
 			&i.Priority,
 			&i.TenantID,
@@ -189,10 +192,50 @@ func (q *Queries) ConditionRuns(ctx context.Context, ids []uuid.UUID) ([]Conditi
 	return items, nil
 }
 
+const countItemEnd = `-- name: CountItemEnd :one
+UPDATE tasks SET items_open = items_open - 1,
+    items_succeeded = items_succeeded + CASE WHEN $1::bool THEN 1 ELSE 0 END,
+    items_failed = items_failed + CASE WHEN $1::bool THEN 0 ELSE 1 END
+WHERE id = $2 AND status = 'expanded' AND items_open > 0
+RETURNING run_id, step, items_total::int AS items_total, items_open::int AS items_open,
+          items_succeeded::int AS items_succeeded, items_failed::int AS items_failed
+`
+
+type CountItemEndParams struct {
+	Succeeded bool
+	ID        uuid.UUID
+}
+
+type CountItemEndRow struct {
+	RunID          uuid.UUID
+	Step           string
+	ItemsTotal     int32
+	ItemsOpen      int32
+	ItemsSucceeded int32
+	ItemsFailed    int32
+}
+
+// CountItemEnd counts the end of one item in its group (in the
+// transaction that ends the item, under its run's lock) and returns the
+// group's counts; no row when the group is not expanded (cancelled).
+func (q *Queries) CountItemEnd(ctx context.Context, arg CountItemEndParams) (CountItemEndRow, error) {
+	row := q.db.QueryRow(ctx, countItemEnd, arg.Succeeded, arg.ID)
+	var i CountItemEndRow
+	err := row.Scan(
+		&i.RunID,
+		&i.Step,
+		&i.ItemsTotal,
+		&i.ItemsOpen,
+		&i.ItemsSucceeded,
+		&i.ItemsFailed,
+	)
+	return i, err
+}
+
 const decrementChildren = `-- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = $1) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional
+RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out
 `
 
 type DecrementChildrenRow struct {
@@ -204,6 +247,7 @@ type DecrementChildrenRow struct {
 	RunID            uuid.UUID
 	Step             string
 	Conditional      bool
+	FanOut           bool
 }
 
 // DecrementChildren counts one more parent done for each child of a task
@@ -226,6 +270,7 @@ func (q *Queries) DecrementChildren(ctx context.Context, parentID uuid.UUID) ([]
 			&i.RunID,
 			&i.Step,
 			&i.Conditional,
+			&i.FanOut,
 		); err != nil {
 			return nil, err
 		}
@@ -241,7 +286,7 @@ const decrementTasks = `-- name: DecrementTasks :many
 UPDATE tasks SET parents_remaining = parents_remaining - d.n
 FROM (SELECT u.id, count(*)::int AS n FROM unnest($1::uuid[]) AS u (id) GROUP BY u.id) AS d
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
-RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out
 `
 
 type DecrementTasksRow struct {
@@ -253,6 +298,7 @@ type DecrementTasksRow struct {
 	RunID            uuid.UUID
 	Step             string
 	Conditional      bool
+	FanOut           bool
 }
 
 // DecrementTasks counts one finished parent for each listed child (a child
@@ -275,10 +321,67 @@ func (q *Queries) DecrementTasks(ctx context.Context, ids []uuid.UUID) ([]Decrem
 			&i.RunID,
 			&i.Step,
 			&i.Conditional,
+			&i.FanOut,
 		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const endGroup = `-- name: EndGroup :execrows
+UPDATE tasks SET status = $1, finished_at = now(), last_error = $2
+WHERE id = $3 AND status = 'expanded'
+`
+
+type EndGroupParams struct {
+	Status lifecycle.TaskStatus
+	Reason string
+	ID     uuid.UUID
+}
+
+// EndGroup ends an expanded group (its items all ended) as succeeded or
+// dead_lettered, with its reason.
+func (q *Queries) EndGroup(ctx context.Context, arg EndGroupParams) (int64, error) {
+	result, err := q.db.Exec(ctx, endGroup, arg.Status, arg.Reason, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const expandGroups = `-- name: ExpandGroups :many
+UPDATE tasks SET status = 'expanded', released_at = COALESCE(released_at, now()),
+    items_total = u.n, items_open = u.n, items_succeeded = 0, items_failed = 0
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS n) AS u
+WHERE tasks.id = u.id AND tasks.status = 'waiting'
+RETURNING tasks.id
+`
+
+type ExpandGroupsParams struct {
+	Ids    []uuid.UUID
+	Counts []int32
+}
+
+// ExpandGroups moves waiting groups to expanded with their counts of
+// items (@counts[i] for @ids[i]); it returns those it moved.
+func (q *Queries) ExpandGroups(ctx context.Context, arg ExpandGroupsParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, expandGroups, arg.Ids, arg.Counts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -390,9 +493,9 @@ FROM (
            count(*) FILTER (WHERE status = 'dead_lettered') AS dead,
            count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
            count(*) FILTER (WHERE status = 'upstream_failed') AS upstream,
-           count(*) FILTER (WHERE status IN ('waiting', 'queued', 'running', 'retrying')) AS open,
+           count(*) FILTER (WHERE status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')) AS open,
            min(started_at) AS started
-    FROM tasks WHERE run_id = $1
+    FROM tasks WHERE run_id = $1 AND group_id IS NULL
 ) AS c
 WHERE runs.id = $1 AND runs.status IN ('pending', 'running') AND c.open = 0
 RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at
@@ -418,12 +521,145 @@ type FinishRunIfDoneRow struct {
 
 // FinishRunIfDone derives a run's status from its tasks once none is left
 // to run (succeeded when all succeeded or were skipped, else dead_lettered, cancelled or
-// failed) and returns the run's job; no row while tasks remain.
+// failed) and returns the run's job; no row while tasks remain. The items
+// of a fan-out are not counted: their group (open while they are) stands
+// for them, its end decided by min_success.
 func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (FinishRunIfDoneRow, error) {
 	row := q.db.QueryRow(ctx, finishRunIfDone, id)
 	var i FinishRunIfDoneRow
 	err := row.Scan(&i.JobID, &i.Status)
 	return i, err
+}
+
+const heldItems = `-- name: HeldItems :many
+SELECT id, tenant_id, queue, priority, run_id, step FROM tasks
+WHERE group_id = $1::uuid AND status = 'waiting'
+ORDER BY item_index
+LIMIT $2
+`
+
+type HeldItemsParams struct {
+	GroupID  uuid.UUID
+	MaxItems int32
+}
+
+type HeldItemsRow struct {
+	ID       uuid.UUID
+	TenantID uuid.UUID
+	Queue    string
+	Priority int32
+	RunID    uuid.UUID
+	Step     string
+}
+
+// HeldItems lists a group's held items (waiting), lowest index first: the
+// next that max_parallel lets run.
+func (q *Queries) HeldItems(ctx context.Context, arg HeldItemsParams) ([]HeldItemsRow, error) {
+	rows, err := q.db.Query(ctx, heldItems, arg.GroupID, arg.MaxItems)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []HeldItemsRow{}
+	for rows.Next() {
+		var i HeldItemsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.Queue,
+			&i.Priority,
+			&i.RunID,
+			&i.Step,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const insertItems = `-- name: InsertItems :exec
+INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at,
+                   group_id, item, item_index)
+SELECT u.id, g.tenant_id, g.run_id, u.step, 'waiting', 0, g.queue, g.priority, 'all_success', now(),
+       g.id, u.item::jsonb, u.item_index
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS group_id, unnest($3::text[]) AS step,
+             unnest($4::text[]) AS item, unnest($5::int[]) AS item_index) AS u
+JOIN tasks AS g ON g.id = u.group_id
+`
+
+type InsertItemsParams struct {
+	Ids         []uuid.UUID
+	GroupIds    []uuid.UUID
+	Steps       []string
+	Items       []string
+	ItemIndexes []int32
+}
+
+// InsertItems writes the items of expanded fan-outs, waiting (held until
+// their group releases them), each with its group's run, queue and
+// priority: @group_ids[i] is the group of item @steps[i].
+func (q *Queries) InsertItems(ctx context.Context, arg InsertItemsParams) error {
+	_, err := q.db.Exec(ctx, insertItems,
+		arg.Ids,
+		arg.GroupIds,
+		arg.Steps,
+		arg.Items,
+		arg.ItemIndexes,
+	)
+	return err
+}
+
+const itemOutputs = `-- name: ItemOutputs :many
+SELECT t.group_id::uuid AS group_id, t.item_index::int AS item_index, t.status, COALESCE(a.output, '')::text AS output,
+       COALESCE(a.output_truncated, false)::bool AS output_truncated
+FROM tasks AS t
+LEFT JOIN LATERAL (
+    SELECT x.output, x.output_truncated FROM attempts AS x
+    WHERE x.task_id = t.id AND x.outcome = 'succeeded'
+    ORDER BY x.number DESC LIMIT 1
+) AS a ON true
+WHERE t.group_id = ANY($1::uuid[])
+ORDER BY t.group_id, t.item_index
+`
+
+type ItemOutputsRow struct {
+	GroupID         uuid.UUID
+	ItemIndex       int32
+	Status          lifecycle.TaskStatus
+	Output          string
+	OutputTruncated bool
+}
+
+// ItemOutputs reads the items of groups in item order, each with its
+// status and its latest succeeded attempt's output (steps.NAME.outputs).
+func (q *Queries) ItemOutputs(ctx context.Context, groupIds []uuid.UUID) ([]ItemOutputsRow, error) {
+	rows, err := q.db.Query(ctx, itemOutputs, groupIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ItemOutputsRow{}
+	for rows.Next() {
+		var i ItemOutputsRow
+		if err := rows.Scan(
+			&i.GroupID,
+			&i.ItemIndex,
+			&i.Status,
+			&i.Output,
+			&i.OutputTruncated,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobVersionSpecs = `-- name: JobVersionSpecs :many
@@ -483,7 +719,7 @@ func (q *Queries) MarkUpstreamFailed(ctx context.Context, ids []uuid.UUID) error
 const ownRunningAttempt = `-- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
-       k.released_at, ru.trace_parent, ru.params, ru.upstream, a.id AS attempt_id
+       k.released_at, ru.trace_parent, ru.params, ru.upstream, a.id AS attempt_id, k.item, k.item_index
 FROM tasks AS k
 JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
@@ -518,6 +754,8 @@ type OwnRunningAttemptRow struct {
 	Params       []byte
 	Upstream     []byte
 	AttemptID    uuid.UUID
+	Item         []byte
+	ItemIndex    pgtype.Int4
 }
 
 // OwnRunningAttempt reads the attempt @attempt of a task when it runs on
@@ -547,6 +785,8 @@ func (q *Queries) OwnRunningAttempt(ctx context.Context, arg OwnRunningAttemptPa
 		&i.Params,
 		&i.Upstream,
 		&i.AttemptID,
+		&i.Item,
+		&i.ItemIndex,
 	)
 	return i, err
 }
@@ -606,8 +846,8 @@ func (q *Queries) ReleaseTasks(ctx context.Context, arg ReleaseTasksParams) erro
 }
 
 const rootTasks = `-- name: RootTasks :many
-SELECT id, tenant_id, queue, priority, run_id, step, conditional FROM tasks
-WHERE run_id = $1 AND status = 'waiting' AND parents_remaining = 0
+SELECT id, tenant_id, queue, priority, run_id, step, conditional, fan_out FROM tasks
+WHERE run_id = $1 AND status = 'waiting' AND parents_remaining = 0 AND group_id IS NULL
 `
 
 type RootTasksRow struct {
@@ -618,8 +858,11 @@ type RootTasksRow struct {
 	RunID       uuid.UUID
 	Step        string
 	Conditional bool
+	FanOut      bool
 }
 
+// RootTasks lists the tasks of a held run that start with it (not the
+// held items of a fan-out, which their group releases).
 func (q *Queries) RootTasks(ctx context.Context, runID uuid.UUID) ([]RootTasksRow, error) {
 	rows, err := q.db.Query(ctx, rootTasks, runID)
 	if err != nil {
@@ -637,6 +880,7 @@ func (q *Queries) RootTasks(ctx context.Context, runID uuid.UUID) ([]RootTasksRo
 			&i.RunID,
 			&i.Step,
 			&i.Conditional,
+			&i.FanOut,
 		); err != nil {
 			return nil, err
 		}
@@ -727,14 +971,15 @@ WITH req AS (
         worker_id = $4::uuid, lease_expires_at = NULL, deadline_at = NULL, started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
-    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id
+    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id,
+              tasks.item, tasks.item_index
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
     SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, $5::text, now() FROM t
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
-       t.released_at, ru.trace_parent, ru.params, ru.upstream, t.attempt_id::uuid AS attempt_id
+       t.released_at, ru.trace_parent, ru.params, ru.upstream, t.attempt_id::uuid AS attempt_id, t.item, t.item_index
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
@@ -769,6 +1014,8 @@ type StartAttemptsRow struct {
 	Params       []byte
 	Upstream     []byte
 	AttemptID    uuid.UUID
+	Item         []byte
+	ItemIndex    pgtype.Int4
 }
 
 // StartAttempts moves queued or retrying tasks to running, each for the
@@ -814,6 +1061,8 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 			&i.Params,
 			&i.Upstream,
 			&i.AttemptID,
+			&i.Item,
+			&i.ItemIndex,
 		); err != nil {
 			return nil, err
 		}
@@ -826,7 +1075,7 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 }
 
 const stepOutputs = `-- name: StepOutputs :many
-SELECT k.run_id::uuid AS run_id, k.step::text AS step, t.status, COALESCE(a.output, '')::text AS output,
+SELECT k.run_id::uuid AS run_id, k.step::text AS step, t.id, t.fan_out, t.status, COALESCE(a.output, '')::text AS output,
        COALESCE(a.output_truncated, false)::bool AS output_truncated
 FROM (SELECT unnest($1::uuid[]) AS run_id, unnest($2::text[]) AS step) AS k
 JOIN tasks AS t ON t.run_id = k.run_id AND t.step = k.step
@@ -845,13 +1094,16 @@ type StepOutputsParams struct {
 type StepOutputsRow struct {
 	RunID           uuid.UUID
 	Step            string
+	ID              uuid.UUID
+	FanOut          bool
 	Status          lifecycle.TaskStatus
 	Output          string
 	OutputTruncated bool
 }
 
 // StepOutputs reads what expressions read of steps of runs: each task's
-// status and the output of its succeeded attempt (one primary key probe
+// status and the output of its succeeded attempt (a fan-out's group has
+// none: its items' are read by ItemOutputs) (one primary key probe
 // of tasks by (run_id, step), one index probe of attempts). The pairs are
 // @run_ids[i], @steps[i].
 func (q *Queries) StepOutputs(ctx context.Context, arg StepOutputsParams) ([]StepOutputsRow, error) {
@@ -866,6 +1118,8 @@ func (q *Queries) StepOutputs(ctx context.Context, arg StepOutputsParams) ([]Ste
 		if err := rows.Scan(
 			&i.RunID,
 			&i.Step,
+			&i.ID,
+			&i.FanOut,
 			&i.Status,
 			&i.Output,
 			&i.OutputTruncated,
@@ -881,7 +1135,7 @@ func (q *Queries) StepOutputs(ctx context.Context, arg StepOutputsParams) ([]Ste
 }
 
 const taskRetryPolicy = `-- name: TaskRetryPolicy :one
-SELECT t.step, t.attempt, r.job_id, r.job_version
+SELECT t.step, t.attempt, r.job_id, r.job_version, t.group_id
 FROM tasks AS t
 JOIN runs AS r ON r.id = t.run_id
 WHERE t.id = $1
@@ -892,6 +1146,7 @@ type TaskRetryPolicyRow struct {
 	Attempt    int32
 	JobID      uuid.UUID
 	JobVersion int64
+	GroupID    *uuid.UUID
 }
 
 func (q *Queries) TaskRetryPolicy(ctx context.Context, id uuid.UUID) (TaskRetryPolicyRow, error) {
@@ -902,6 +1157,7 @@ func (q *Queries) TaskRetryPolicy(ctx context.Context, id uuid.UUID) (TaskRetryP
 		&i.Attempt,
 		&i.JobID,
 		&i.JobVersion,
+		&i.GroupID,
 	)
 	return i, err
 }

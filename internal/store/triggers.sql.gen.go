@@ -224,7 +224,7 @@ func (q *Queries) HasUpstreamFinishes(ctx context.Context, shards []int32) (bool
 const leafOutputs = `-- name: LeafOutputs :many
 SELECT DISTINCT ON (t.step) t.step, a.output, a.output_truncated
 FROM tasks AS t JOIN attempts AS a ON a.task_id = t.id AND a.outcome = 'succeeded'
-WHERE t.run_id = $1 AND t.status = 'succeeded'
+WHERE t.run_id = $1 AND t.status = 'succeeded' AND t.group_id IS NULL
   AND NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = t.id)
 ORDER BY t.step, a.number DESC
 `

@@ -382,7 +382,8 @@ func (w *Watchdog) checkRuns(ctx context.Context, p *pass, runs []store.OpenWatc
 		if j == nil || j.spec.Alerts == nil || !slices.Contains(j.spec.Alerts.On, dag.AlertStuck) {
 			continue
 		}
-		timeout, ok := j.timeouts[at.Step]
+		step, _, _ := dag.StepOfItem(at.Step) // an item of a fan-out has its step's timeout
+		timeout, ok := j.timeouts[step]
 		if !ok || p.now.Sub(at.StartedAt) < timeout+w.cfg.StuckGrace {
 			continue
 		}

@@ -26,8 +26,9 @@ CROSS JOIN LATERAL (
       -- (then nothing replays it). A task of a cancelled run replayed
       -- before replays refused them is open though the run is finished.
       AND NOT EXISTS (SELECT 1 FROM tasks AS d WHERE d.run_id = r.id
-                      AND (d.status IN ('waiting', 'queued', 'running', 'retrying')
-                           OR (d.status = 'dead_lettered' AND r.status <> 'cancelled')))
+                      AND (d.status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
+                           OR (d.status = 'dead_lettered' AND r.status <> 'cancelled'
+                               AND NOT d.fan_out AND d.group_id IS NULL)))
     ORDER BY r.finished_at
     LIMIT @batch
     FOR UPDATE OF r SKIP LOCKED

@@ -126,16 +126,17 @@ SELECT id FROM w;
 
 -- name: InsertTasks :exec
 INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,
-                   admitted_at, conditional)
+                   admitted_at, conditional, fan_out)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
        CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END,
-       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional
+       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional, u.fan_out
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@run_ids::uuid[]) AS run_id,
            unnest(@steps::text[]) AS step, unnest(@statuses::text[]) AS status,
            unnest(@parents_remaining::int[]) AS parents_remaining, unnest(@queues::text[]) AS queue,
            unnest(@priorities::int[]) AS priority, unnest(@trigger_rules::text[]) AS trigger_rule,
-           unnest(@admitted::bool[]) AS admitted, unnest(@conditionals::bool[]) AS conditional
+           unnest(@admitted::bool[]) AS admitted, unnest(@conditionals::bool[]) AS conditional,
+           unnest(@fan_outs::bool[]) AS fan_out
 ) AS u;
 
 -- name: InsertEdges :exec
@@ -175,7 +176,7 @@ SELECT id FROM r;
 -- fencing token turns a running attempt's later report into a stale one.
 -- name: CancelTasksOfRuns :many
 UPDATE tasks SET status = 'cancelled', finished_at = now(), fencing_token = fencing_token + 1
-WHERE run_id = ANY(@run_ids::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying')
+WHERE run_id = ANY(@run_ids::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
 RETURNING id;
 
 -- name: CloseRunningAttempts :exec
@@ -256,6 +257,7 @@ SELECT t.id, t.run_id, t.step, t.attempt, t.queue, t.last_error, t.finished_at, 
        j.namespace, j.name AS job_name
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
 WHERE t.tenant_id = @tenant_id AND t.status = 'dead_lettered' AND r.status <> 'cancelled'
+  AND NOT t.fan_out AND t.group_id IS NULL
   AND (sqlc.narg(job_id)::uuid IS NULL OR r.job_id = sqlc.narg(job_id)::uuid)
   AND (NOT @scoped::bool OR j.namespace = ANY(@scope_namespaces::text[])
        OR j.namespace || '/' || j.name = ANY(@scope_jobs::text[]))
@@ -271,6 +273,7 @@ SELECT t.run_id, array_agg(t.id ORDER BY t.id)::uuid[] AS task_ids,
 FROM tasks AS t
 JOIN runs AS r ON r.id = t.run_id
 WHERE t.tenant_id = @tenant_id AND t.status = 'dead_lettered' AND t.id = ANY(@ids::uuid[]) AND r.status <> 'cancelled'
+  AND NOT t.fan_out AND t.group_id IS NULL
 GROUP BY t.run_id
 ORDER BY t.run_id;
 
@@ -282,7 +285,7 @@ SELECT id, status FROM runs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
 -- RunGraphs reads the tasks of runs with their parents.
 -- name: RunGraphs :many
 SELECT t.id, t.run_id, t.tenant_id, t.status, t.trigger_rule, t.parents_remaining, t.queue, t.priority, t.attempt,
-       t.step, t.conditional,
+       t.step, t.conditional, t.fan_out, t.group_id,
        COALESCE((SELECT array_agg(e.parent_id ORDER BY e.parent_id) FROM task_edges AS e WHERE e.child_id = t.id), '{}')::uuid[] AS parents
 FROM tasks AS t
 WHERE t.run_id = ANY(@run_ids::uuid[])
@@ -294,8 +297,8 @@ ORDER BY t.run_id, t.created_at, t.id;
 -- name: ReplayTasks :many
 UPDATE tasks SET status = CASE WHEN conditional THEN 'waiting' ELSE 'queued' END, finished_at = NULL, last_error = '',
     ready_at = now(), admitted_at = NULL
-WHERE tenant_id = @tenant_id AND status = 'dead_lettered' AND id = ANY(@ids::uuid[])
-RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional;
+WHERE tenant_id = @tenant_id AND status = 'dead_lettered' AND id = ANY(@ids::uuid[]) AND NOT fan_out AND group_id IS NULL
+RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional, fan_out;
 
 -- WaitAgain makes tasks below a replayed one wait for their parents again,
 -- with the count lifecycle.Replay derived.
@@ -357,7 +360,7 @@ WHERE t.run_id = @run_id;
 -- name: DeadLettersByNamespace :many
 SELECT j.namespace, count(*)::bigint AS dead
 FROM tasks AS t JOIN runs AS r ON r.id = t.run_id JOIN jobs AS j ON j.id = r.job_id
-WHERE t.status = 'dead_lettered' AND r.status <> 'cancelled'
+WHERE t.status = 'dead_lettered' AND r.status <> 'cancelled' AND NOT t.fan_out AND t.group_id IS NULL
 GROUP BY j.namespace;
 
 -- RunStepStatuses reads the steps of runs and their statuses (a job's

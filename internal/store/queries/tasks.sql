@@ -15,14 +15,15 @@ WITH req AS (
         worker_id = @worker_id::uuid, lease_expires_at = NULL, deadline_at = NULL, started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
-    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id
+    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id,
+              tasks.item, tasks.item_index
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
     SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, @worker::text, now() FROM t
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
-       t.released_at, ru.trace_parent, ru.params, ru.upstream, t.attempt_id::uuid AS attempt_id
+       t.released_at, ru.trace_parent, ru.params, ru.upstream, t.attempt_id::uuid AS attempt_id, t.item, t.item_index
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
@@ -35,7 +36,7 @@ JOIN tenants AS te ON te.id = t.tenant_id;
 -- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
-       k.released_at, ru.trace_parent, ru.params, ru.upstream, a.id AS attempt_id
+       k.released_at, ru.trace_parent, ru.params, ru.upstream, a.id AS attempt_id, k.item, k.item_index
 FROM tasks AS k
 JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
@@ -44,11 +45,12 @@ JOIN tenants AS te ON te.id = k.tenant_id
 WHERE k.id = @id AND k.status = 'running' AND k.attempt = @attempt AND k.worker_id = @worker_id::uuid;
 
 -- StepOutputs reads what expressions read of steps of runs: each task's
--- status and the output of its succeeded attempt (one primary key probe
+-- status and the output of its succeeded attempt (a fan-out's group has
+-- none: its items' are read by ItemOutputs) (one primary key probe
 -- of tasks by (run_id, step), one index probe of attempts). The pairs are
 -- @run_ids[i], @steps[i].
 -- name: StepOutputs :many
-SELECT k.run_id::uuid AS run_id, k.step::text AS step, t.status, COALESCE(a.output, '')::text AS output,
+SELECT k.run_id::uuid AS run_id, k.step::text AS step, t.id, t.fan_out, t.status, COALESCE(a.output, '')::text AS output,
        COALESCE(a.output_truncated, false)::bool AS output_truncated
 FROM (SELECT unnest(@run_ids::uuid[]) AS run_id, unnest(@steps::text[]) AS step) AS k
 JOIN tasks AS t ON t.run_id = k.run_id AND t.step = k.step
@@ -88,7 +90,7 @@ WHERE task_id = @task_id AND fencing_token = @fencing_token;
 -- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = @parent_id) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional;
+RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out;
 
 -- name: ReleaseTasks :exec
 UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now(),
@@ -97,7 +99,9 @@ WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
 
 -- FinishRunIfDone derives a run's status from its tasks once none is left
 -- to run (succeeded when all succeeded or were skipped, else dead_lettered, cancelled or
--- failed) and returns the run's job; no row while tasks remain.
+-- failed) and returns the run's job; no row while tasks remain. The items
+-- of a fan-out are not counted: their group (open while they are) stands
+-- for them, its end decided by min_success.
 -- name: FinishRunIfDone :one
 WITH r AS (
 UPDATE runs
@@ -118,9 +122,9 @@ FROM (
            count(*) FILTER (WHERE status = 'dead_lettered') AS dead,
            count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
            count(*) FILTER (WHERE status = 'upstream_failed') AS upstream,
-           count(*) FILTER (WHERE status IN ('waiting', 'queued', 'running', 'retrying')) AS open,
+           count(*) FILTER (WHERE status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')) AS open,
            min(started_at) AS started
-    FROM tasks WHERE run_id = @id
+    FROM tasks WHERE run_id = @id AND group_id IS NULL
 ) AS c
 WHERE runs.id = @id AND runs.status IN ('pending', 'running') AND c.open = 0
 RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at
@@ -146,9 +150,11 @@ WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = @job_id AND r.held AND r
   AND status = 'queued' -- re-checked after a wait for the row: two promoters start it once
 RETURNING id;
 
+-- RootTasks lists the tasks of a held run that start with it (not the
+-- held items of a fan-out, which their group releases).
 -- name: RootTasks :many
-SELECT id, tenant_id, queue, priority, run_id, step, conditional FROM tasks
-WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0;
+SELECT id, tenant_id, queue, priority, run_id, step, conditional, fan_out FROM tasks
+WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0 AND group_id IS NULL;
 
 -- ExpiredLeases lists running tasks whose lease lapsed: their worker's
 -- (it died or stalled), or, for a remote attempt (one with a deadline),
@@ -174,7 +180,7 @@ UNION ALL
 SELECT o.id, o.fencing_token, o.past_deadline::bool AS past_deadline FROM own AS o;
 
 -- name: TaskRetryPolicy :one
-SELECT t.step, t.attempt, r.job_id, r.job_version
+SELECT t.step, t.attempt, r.job_id, r.job_version, t.group_id
 FROM tasks AS t
 JOIN runs AS r ON r.id = t.run_id
 WHERE t.id = @id;
@@ -205,7 +211,7 @@ WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
 UPDATE tasks SET parents_remaining = parents_remaining - d.n
 FROM (SELECT u.id, count(*)::int AS n FROM unnest(@ids::uuid[]) AS u (id) GROUP BY u.id) AS d
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
-RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional;
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out;
 
 -- SkipTasks skips tasks, each with its reason: waiting ones (a condition
 -- was false, a parent was skipped) and, in a replay, upstream_failed ones
@@ -256,7 +262,7 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
       AND (NOT req.expired OR tasks.deadline_at IS NOT NULL AND tasks.lease_expires_at <= now()
            OR tasks.deadline_at IS NULL AND EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
-    RETURNING tasks.id, tasks.run_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
+    RETURNING tasks.id, tasks.run_id, tasks.group_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
               req.exit_reason, req.failure_class, req.error, req.output, req.truncated, req.log, req.run_status, req.run_reason
 ), a AS (
     UPDATE attempts
@@ -282,5 +288,65 @@ WITH req AS (
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )
-SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
+SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.group_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
 FROM t LEFT JOIN r ON r.id = t.run_id;
+
+-- InsertItems writes the items of expanded fan-outs, waiting (held until
+-- their group releases them), each with its group's run, queue and
+-- priority: @group_ids[i] is the group of item @steps[i].
+-- name: InsertItems :exec
+INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at,
+                   group_id, item, item_index)
+SELECT u.id, g.tenant_id, g.run_id, u.step, 'waiting', 0, g.queue, g.priority, 'all_success', now(),
+       g.id, u.item::jsonb, u.item_index
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@group_ids::uuid[]) AS group_id, unnest(@steps::text[]) AS step,
+             unnest(@items::text[]) AS item, unnest(@item_indexes::int[]) AS item_index) AS u
+JOIN tasks AS g ON g.id = u.group_id;
+
+-- ExpandGroups moves waiting groups to expanded with their counts of
+-- items (@counts[i] for @ids[i]); it returns those it moved.
+-- name: ExpandGroups :many
+UPDATE tasks SET status = 'expanded', released_at = COALESCE(released_at, now()),
+    items_total = u.n, items_open = u.n, items_succeeded = 0, items_failed = 0
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@counts::int[]) AS n) AS u
+WHERE tasks.id = u.id AND tasks.status = 'waiting'
+RETURNING tasks.id;
+
+-- CountItemEnd counts the end of one item in its group (in the
+-- transaction that ends the item, under its run's lock) and returns the
+-- group's counts; no row when the group is not expanded (cancelled).
+-- name: CountItemEnd :one
+UPDATE tasks SET items_open = items_open - 1,
+    items_succeeded = items_succeeded + CASE WHEN @succeeded::bool THEN 1 ELSE 0 END,
+    items_failed = items_failed + CASE WHEN @succeeded::bool THEN 0 ELSE 1 END
+WHERE id = @id AND status = 'expanded' AND items_open > 0
+RETURNING run_id, step, items_total::int AS items_total, items_open::int AS items_open,
+          items_succeeded::int AS items_succeeded, items_failed::int AS items_failed;
+
+-- HeldItems lists a group's held items (waiting), lowest index first: the
+-- next that max_parallel lets run.
+-- name: HeldItems :many
+SELECT id, tenant_id, queue, priority, run_id, step FROM tasks
+WHERE group_id = @group_id::uuid AND status = 'waiting'
+ORDER BY item_index
+LIMIT @max_items;
+
+-- EndGroup ends an expanded group (its items all ended) as succeeded or
+-- dead_lettered, with its reason.
+-- name: EndGroup :execrows
+UPDATE tasks SET status = @status, finished_at = now(), last_error = @reason
+WHERE id = @id AND status = 'expanded';
+
+-- ItemOutputs reads the items of groups in item order, each with its
+-- status and its latest succeeded attempt's output (steps.NAME.outputs).
+-- name: ItemOutputs :many
+SELECT t.group_id::uuid AS group_id, t.item_index::int AS item_index, t.status, COALESCE(a.output, '')::text AS output,
+       COALESCE(a.output_truncated, false)::bool AS output_truncated
+FROM tasks AS t
+LEFT JOIN LATERAL (
+    SELECT x.output, x.output_truncated FROM attempts AS x
+    WHERE x.task_id = t.id AND x.outcome = 'succeeded'
+    ORDER BY x.number DESC LIMIT 1
+) AS a ON true
+WHERE t.group_id = ANY(@group_ids::uuid[])
+ORDER BY t.group_id, t.item_index;

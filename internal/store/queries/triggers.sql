@@ -69,7 +69,7 @@ WHERE (e.run_id, e.finished_at) IN (SELECT unnest(@run_ids::uuid[]), unnest(@fin
 -- name: LeafOutputs :many
 SELECT DISTINCT ON (t.step) t.step, a.output, a.output_truncated
 FROM tasks AS t JOIN attempts AS a ON a.task_id = t.id AND a.outcome = 'succeeded'
-WHERE t.run_id = @run_id AND t.status = 'succeeded'
+WHERE t.run_id = @run_id AND t.status = 'succeeded' AND t.group_id IS NULL
   AND NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = t.id)
 ORDER BY t.step, a.number DESC;
 

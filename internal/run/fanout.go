@@ -1,0 +1,199 @@
+package run
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// Fan-out (for_each, docs/dynamic-workflows.md): a step's task is its
+// group. Where the group would be released, in that transaction, its
+// list is evaluated and one item task written per element (STEP[i]); the
+// first max_parallel of them are released and the group is expanded.
+// Each item's end is counted in its group in the transaction that ends
+// the item, which releases the next held item and, at the last, ends the
+// group by its min_success and settles what is below it as any task's
+// end does. One transaction each way: a crash leaves a group waiting
+// with no item, or expanded with all of them.
+
+// FailpointExpanded is hit when a transaction has written the items of
+// the groups it expands, expanded them and released their first items,
+// before it commits.
+const FailpointExpanded = "run/expanded"
+
+// ReasonEmptyList is why a group whose list is empty was skipped.
+const ReasonEmptyList = "skipped: for_each: the list is empty"
+
+// expand expands groups (candidates whose step fans out, released: no
+// condition, or a true one), reading their runs and what their lists
+// read: two queries for the batch, then the writes. A list that cannot
+// be evaluated (or passes MaxItems) dead-letters its group and an empty
+// one skips it; what that ends settles as release's verdicts do.
+func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups []candidate) error {
+	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
+	runIDs := make([]uuid.UUID, 0, len(groups))
+	seen := make(map[uuid.UUID]bool, len(groups))
+	for _, c := range groups {
+		if !seen[c.run] {
+			seen[c.run] = true
+			runIDs = append(runIDs, c.run)
+		}
+	}
+	runs, err := q.ConditionRuns(ctx, runIDs)
+	if err != nil {
+		return err
+	}
+	byRun := make(map[uuid.UUID]store.ConditionRunsRow, len(runs))
+	keys := make([]specKey, len(runs))
+	for i, r := range runs {
+		byRun[r.ID] = r
+		keys[i] = specKey{r.JobID, r.JobVersion}
+	}
+	got, err := specs.getMany(ctx, tx, keys)
+	if err != nil {
+		return err
+	}
+	type pending struct {
+		cand  candidate
+		run   store.ConditionRunsRow
+		step  *dag.Step
+		exprs *dag.StepExprs
+	}
+	var todo []pending
+	var outputs outputsToRead
+	for _, c := range groups {
+		r, ok := byRun[c.run]
+		if !ok {
+			return fmt.Errorf("task %s: run %s not found", c.ready.TaskID, c.run)
+		}
+		spec := got[specKey{r.JobID, r.JobVersion}]
+		v.queueOverlap[c.run] = spec.Overlap == dag.OverlapQueue
+		idx := spec.stepIndex(c.step)
+		x := spec.exprs.Step(c.step)
+		switch {
+		case spec.exprsErr != nil:
+			v.fail = append(v.fail, verdict{c, "for_each: the job version's expressions do not compile: " + spec.exprsErr.Error()})
+			continue
+		case idx < 0 || !x.FansOut():
+			v.fail = append(v.fail, verdict{c, fmt.Sprintf("for_each: step %q of the run's job version does not fan out", c.step)})
+			continue
+		}
+		todo = append(todo, pending{c, r, &spec.Steps[idx], x})
+		outputs.add(c.run, x.ForEachReads.Steps)
+	}
+	if err := outputs.load(ctx, q); err != nil {
+		return err
+	}
+	var spent uint64 // the batch's lists share one cost limit, as conditions do
+	var items store.InsertItemsParams
+	var expanded store.ExpandGroupsParams
+	var first []dispatch.Ready
+	for _, p := range todo {
+		r := p.run
+		vars := outputs.vars(runOf{id: r.ID, scheduledFor: r.ScheduledFor, trigger: string(r.Trigger), job: r.Name,
+			ns: r.Namespace, params: r.Params, upstream: r.Upstream, attempt: p.cand.ready.Attempt}, p.exprs.ForEachReads.Steps, &spent)
+		list, err := p.exprs.Items(vars, dag.MaxItems)
+		switch {
+		case err != nil:
+			v.fail = append(v.fail, verdict{p.cand, err.Error()})
+			continue
+		case len(list) == 0:
+			v.skip = append(v.skip, verdict{p.cand, ReasonEmptyList})
+			continue
+		}
+		g := p.cand.ready
+		release := len(list)
+		if p.step.MaxParallel > 0 {
+			release = min(release, p.step.MaxParallel)
+		}
+		for i, item := range list {
+			id := uuid.Must(uuid.NewV7())
+			items.Ids = append(items.Ids, id)
+			items.GroupIds = append(items.GroupIds, g.TaskID)
+			items.Steps = append(items.Steps, dag.ItemStep(p.cand.step, i))
+			items.Items = append(items.Items, string(item))
+			items.ItemIndexes = append(items.ItemIndexes, int32(i))
+			if i < release {
+				first = append(first, dispatch.NextAttempt(id, g.Tenant, g.Queue, int32(g.Priority), 0))
+			}
+		}
+		expanded.Ids = append(expanded.Ids, g.TaskID)
+		expanded.Counts = append(expanded.Counts, int32(len(list)))
+	}
+	if len(expanded.Ids) > 0 {
+		if err := q.InsertItems(ctx, items); err != nil {
+			return err
+		}
+		moved, err := q.ExpandGroups(ctx, expanded)
+		if err != nil {
+			return err
+		}
+		if len(moved) != len(expanded.Ids) { // a caller's bug: a group released twice
+			return fmt.Errorf("expanding %d fan-out groups: %d were waiting", len(expanded.Ids), len(moved))
+		}
+		if err := releaseWaiting(ctx, q, tx, a, first); err != nil {
+			return err
+		}
+		a.Failpoints.Hit(FailpointExpanded)
+	}
+	return settle(ctx, q, tx, a, v)
+}
+
+// itemEnded counts the end of an item of group (succeeded, or
+// dead-lettered) in the transaction that ended it, its run locked:
+// while others are open, the next held item (max_parallel) is released;
+// at the last, the group ends by its step's min_success
+// (lifecycle.GroupEnded), what is below it settles, and the run finishes
+// when nothing else is left.
+func itemEnded(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, group uuid.UUID, succeeded bool) error {
+	g, err := q.CountItemEnd(ctx, store.CountItemEndParams{ID: group, Succeeded: succeeded})
+	if store.IsNotFound(err) {
+		return nil // the group ended otherwise (its run was cancelled)
+	}
+	if err != nil {
+		return err
+	}
+	if g.ItemsOpen > 0 {
+		held, err := q.HeldItems(ctx, store.HeldItemsParams{GroupID: group, MaxItems: 1})
+		if err != nil || len(held) == 0 {
+			return err
+		}
+		h := held[0]
+		return releaseWaiting(ctx, q, tx, a, []dispatch.Ready{dispatch.NextAttempt(h.ID, h.TenantID, h.Queue, h.Priority, 0)})
+	}
+	runs, err := q.ConditionRuns(ctx, []uuid.UUID{g.RunID})
+	if err != nil {
+		return err
+	}
+	if len(runs) == 0 {
+		return fmt.Errorf("fan-out %s: run %s not found", group, g.RunID)
+	}
+	spec, err := specs.get(ctx, tx, runs[0].JobID, runs[0].JobVersion)
+	if err != nil {
+		return err
+	}
+	need := int(g.ItemsTotal)
+	if idx := spec.stepIndex(g.Step); idx >= 0 {
+		need = spec.Steps[idx].MinSuccess.Need(need)
+	}
+	status, reason := lifecycle.GroupEnded(int(g.ItemsTotal), int(g.ItemsSucceeded), need)
+	if _, err := q.EndGroup(ctx, store.EndGroupParams{ID: group, Status: status, Reason: reason}); err != nil {
+		return err
+	}
+	if status == lifecycle.TaskSucceeded {
+		err = releaseChildren(ctx, q, tx, a, group)
+	} else {
+		err = propagate(ctx, q, tx, a, g.RunID, group, status)
+	}
+	if err != nil {
+		return err
+	}
+	return finishRun(ctx, tx, a, g.RunID, spec.Overlap == dag.OverlapQueue)
+}
