@@ -83,7 +83,10 @@ func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.Ge
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	d, err := s.runs.Get(ctx, actor(ctx), id)
+	if err := plainText("items_of", req.Msg.GetItemsOf()); err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	d, err := s.runs.Get(ctx, actor(ctx), id, run.ItemsPage{Of: req.Msg.GetItemsOf(), From: int(req.Msg.GetItemsFrom())})
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -93,6 +96,21 @@ func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.Ge
 		stepOf[t.ID] = t.Step
 	}
 	for _, t := range d.Tasks {
+		pt := taskToProto(t)
+		for _, p := range t.Parents {
+			pt.Needs = append(pt.Needs, stepOf[p])
+		}
+		out.Tasks = append(out.Tasks, pt)
+	}
+	for _, t := range d.Items {
+		out.Items = append(out.Items, taskToProto(t))
+	}
+	return connect.NewResponse(out), nil
+}
+
+// taskToProto is a task of a run, with its attempts (not its needs).
+func taskToProto(t run.Task) *orreryv1.Task {
+	{
 		pt := &orreryv1.Task{
 			Id: t.ID.String(), Step: t.Step, Status: string(t.Status), ParentsRemaining: t.ParentsRemaining, Queue: dispatch.RemoteBase(t.Queue),
 			Priority: t.Priority, Attempt: t.Attempt, FencingToken: t.FencingToken, LastError: t.LastError,
@@ -106,12 +124,17 @@ func (s *runServer) GetRun(ctx context.Context, req *connect.Request[orreryv1.Ge
 				Error: a.Error, Output: a.Output, OutputTruncated: a.OutputTruncated, Log: a.Log, LateOutcome: a.LateOutcome, LateError: a.LateError,
 			})
 		}
-		for _, p := range t.Parents {
-			pt.Needs = append(pt.Needs, stepOf[p])
+		if t.ItemIndex.Valid {
+			pt.ItemIndex = &t.ItemIndex.Int32
 		}
-		out.Tasks = append(out.Tasks, pt)
+		if c := t.Items; c != nil {
+			pt.Items = &orreryv1.ItemCounts{Total: int32(c.Total), Needed: int32(c.Needed), ByStatus: map[string]int32{}}
+			for st, n := range c.ByStatus {
+				pt.Items.ByStatus[string(st)] = int32(n)
+			}
+		}
+		return pt
 	}
-	return connect.NewResponse(out), nil
 }
 
 func (s *runServer) TriggerJob(ctx context.Context, req *connect.Request[orreryv1.TriggerJobRequest]) (*connect.Response[orreryv1.TriggerJobResponse], error) {

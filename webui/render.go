@@ -39,6 +39,7 @@ var funcs = template.FuncMap{
 	"n":       coord,
 	"add":     func(a, b float64) float64 { return a + b },
 	"half":    func(a float64) float64 { return a / 2 },
+	"counts":  itemCounts,
 }
 
 func parsePages() (pages, error) {

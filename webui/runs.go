@@ -2,8 +2,10 @@ package webui
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +40,11 @@ func (s *Server) getRun(r *http.Request, v *view) (*orreryv1.GetRunResponse, err
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.clients.runs.GetRun(v.ctx, connect.NewRequest(&orreryv1.GetRunRequest{Id: id}))
+	req := &orreryv1.GetRunRequest{Id: id, ItemsOf: r.URL.Query().Get("items")}
+	if from, err := strconv.ParseInt(r.URL.Query().Get("from"), 10, 32); err == nil && req.ItemsOf != "" {
+		req.ItemsFrom = int32(from)
+	}
+	res, err := s.clients.runs.GetRun(v.ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +62,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error 
 	run, tasks := res.GetRun(), res.GetTasks()
 	all := r.URL.Query().Get("all") == "1"
 	var selected *orreryv1.Task
-	for _, t := range tasks {
+	for _, t := range append(tasks, res.GetItems()...) {
 		if q := r.URL.Query(); t.GetId() == q.Get("task") || (q.Get("step") != "" && t.GetStep() == q.Get("step")) {
 			selected = t
 		}
@@ -71,11 +77,52 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error 
 		"Params": params, "Retryable": lifecycle.RunStatus(run.GetStatus()).AcceptsRetry(), "Upstream": run.GetUpstream().AsMap(),
 		"Run": run, "Tasks": tasks, "Graph": drawRun(run.GetId(), tasks, all), "All": all, "Selected": selected,
 		"Timeline": buildTimeline(tasks, time.Now()),
+		"Items":    itemsOf(r, res),
 		"CanEdit":  canEdit, "CanRetry": v.can(access.Admin, run.GetNamespace(), run.GetJob()),
 		"Finished": run.GetFinishTime() != nil,
 		"CLI":      "orrery runs get " + run.GetId(),
 	})
 	return nil
+}
+
+// items is the page of a fan-out's items the run page lists (?items=STEP
+// &from=N), with the link to the next page.
+type items struct {
+	Step  string
+	Tasks []*orreryv1.Task
+	From  int // the index this page starts from
+	Next  int // the index the next page starts from (0: none)
+}
+
+func itemsOf(r *http.Request, res *orreryv1.GetRunResponse) *items {
+	step := r.URL.Query().Get("items")
+	if step == "" {
+		return nil
+	}
+	out := &items{Step: step, Tasks: res.GetItems()}
+	if len(out.Tasks) > 0 {
+		out.From = int(out.Tasks[0].GetItemIndex())
+	}
+	for _, t := range res.GetTasks() {
+		if t.GetStep() == step && len(out.Tasks) > 0 {
+			if last := out.Tasks[len(out.Tasks)-1].GetItemIndex(); int(last)+1 < int(t.GetItems().GetTotal()) {
+				out.Next = int(last) + 1
+			}
+		}
+	}
+	return out
+}
+
+// itemCounts says a fan-out's items by status ("7 succeeded, 2
+// running"), in the order of a task's life.
+func itemCounts(c *orreryv1.ItemCounts) string {
+	var parts []string
+	for _, st := range lifecycle.TaskStatuses {
+		if n := c.GetByStatus()[string(st)]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // graph is a run's DAG, laid out and ready to draw.
@@ -90,7 +137,7 @@ type graphNode struct {
 	ID, Step, Status string
 	X, Y, W, H       float64
 	Href             string
-	Label            string
+	Label, Title     string
 }
 
 func drawRun(runID string, tasks []*orreryv1.Task, all bool) graph {
@@ -119,8 +166,14 @@ func drawRun(runID string, tasks []*orreryv1.Task, all bool) graph {
 		if len(label) > 22 {
 			label = label[:21] + "…"
 		}
-		g.Nodes = append(g.Nodes, graphNode{ID: t.GetId(), Step: t.GetStep(), Status: t.GetStatus(), X: p.X, Y: p.Y, W: p.W, H: p.H,
-			Href: "/runs/" + runID + "?task=" + t.GetId() + "#attempts", Label: label})
+		n := graphNode{ID: t.GetId(), Step: t.GetStep(), Status: t.GetStatus(), X: p.X, Y: p.Y, W: p.W, H: p.H,
+			Href: "/runs/" + runID + "?task=" + t.GetId() + "#attempts", Label: label, Title: t.GetStep() + ": " + t.GetStatus()}
+		if c := t.GetItems(); c != nil { // a fan-out: one node for its items
+			n.Label = fmt.Sprintf("%s ×%d", label, c.GetTotal())
+			n.Title += fmt.Sprintf("; %d items: %s", c.GetTotal(), itemCounts(c))
+			n.Href = "/runs/" + runID + "?items=" + url.QueryEscape(t.GetStep()) + "#items"
+		}
+		g.Nodes = append(g.Nodes, n)
 	}
 	return g
 }

@@ -17,6 +17,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 func (g *globals) runClient() orreryv1connect.RunServiceClient {
@@ -88,12 +89,14 @@ func newRunsCmd(g *globals) *cobra.Command {
 	list.Flags().StringVar(&until, "until", "", "only runs whose instant is before this RFC 3339 time")
 	list.Flags().IntVar(&limit, "limit", 50, "show at most this many runs")
 
+	var itemsOf string
+	var itemsFrom int32
 	get := &cobra.Command{
 		Use:   "get RUN_ID",
-		Short: "Show a run with its tasks and attempts",
+		Short: "Show a run with its tasks and attempts (a fan-out's items counted; --items lists them)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := g.runClient().GetRun(cmd.Context(), connect.NewRequest(&orreryv1.GetRunRequest{Id: args[0]}))
+			res, err := g.runClient().GetRun(cmd.Context(), connect.NewRequest(&orreryv1.GetRunRequest{Id: args[0], ItemsOf: itemsOf, ItemsFrom: itemsFrom}))
 			if err != nil {
 				return err
 			}
@@ -113,8 +116,11 @@ func newRunsCmd(g *globals) *cobra.Command {
 				_ = json.Compact(&compact, b)
 				fmt.Fprintf(w, "  params %s\n", compact.String())
 			}
-			for _, t := range res.Msg.GetTasks() {
+			for _, t := range append(res.Msg.GetTasks(), res.Msg.GetItems()...) {
 				fmt.Fprintf(w, "task %s  %s  queue %s  attempts %d", t.GetStep(), t.GetStatus(), t.GetQueue(), t.GetAttempt())
+				if c := t.GetItems(); c != nil {
+					fmt.Fprintf(w, "  items %d (%s; %d must succeed)", c.GetTotal(), itemCounts(c), c.GetNeeded())
+				}
 				if t.GetWaitReason() != "" {
 					fmt.Fprintf(w, "  waiting for admission since %s: %s", ts(t.GetReadyTime()), t.GetWaitReason())
 				}
@@ -149,6 +155,8 @@ func newRunsCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
+	get.Flags().StringVar(&itemsOf, "items", "", "list the items of this fan-out step (for_each), at most 500")
+	get.Flags().Int32Var(&itemsFrom, "items-from", 0, "with --items: from this item index")
 	var reason string
 	cancel := &cobra.Command{
 		Use:   "cancel RUN_ID",
@@ -341,4 +349,16 @@ func newClusterCmd(g *globals) *cobra.Command {
 			return tw.Flush()
 		},
 	}
+}
+
+// itemCounts says a fan-out's items by status, in the order of a task's
+// life: "2 running, 7 succeeded".
+func itemCounts(c *orreryv1.ItemCounts) string {
+	var parts []string
+	for _, st := range lifecycle.TaskStatuses {
+		if n := c.GetByStatus()[string(st)]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	return strings.Join(parts, ", ")
 }

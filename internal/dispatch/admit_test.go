@@ -409,7 +409,7 @@ func TestQuotaChangeAppliesWithoutRestart(t *testing.T) {
 	f.worker("q", 8)
 	id := f.fire(a, "gated", "q", 6, nil)
 	enginetest.WaitFor(t, 20*time.Second, "one attempt runs", func() bool { return f.live.get(f.live.now, "growing") == 1 })
-	d, err := f.runs.Get(ctx, a, id)
+	d, err := f.runs.Get(ctx, a, id, run.ItemsPage{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +441,7 @@ func TestWaitReasonNoWorker(t *testing.T) {
 	f := newFixture(t)
 	a := f.tenant("lonely", 1, 0)
 	id := f.fire(a, "orphan", "nobody", 1, nil)
-	d, err := f.runs.Get(context.Background(), a, id)
+	d, err := f.runs.Get(context.Background(), a, id, run.ItemsPage{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -149,10 +149,11 @@ func TestDiagram(t *testing.T) {
 	enginetest.StartNode(t, pool)
 
 	type step struct {
-		name, do, key, queue, when string
-		needs                      []string
-		always                     bool
-		retry                      *dag.Retry
+		name, do, key, queue, when, forEach string
+		needs                               []string
+		always                              bool
+		retry                               *dag.Retry
+		maxParallel                         int
 	}
 	create := func(name string, overlap dag.OverlapPolicy, steps ...step) {
 		t.Helper()
@@ -161,7 +162,7 @@ func TestDiagram(t *testing.T) {
 		for _, s := range steps {
 			payload, _ := json.Marshal(map[string]any{"do": s.do, "key": s.key, "always": s.always})
 			spec.Steps = append(spec.Steps, dag.Step{Name: s.name, Needs: s.needs, Queue: s.queue, Retry: s.retry, When: s.when,
-				Run: dag.Executor{Handler: "diagram"}, Payload: payload})
+				ForEach: s.forEach, MaxParallel: s.maxParallel, Run: dag.Executor{Handler: "diagram"}, Payload: payload})
 		}
 		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: spec}, ""); err != nil {
 			t.Fatal(err)
@@ -288,6 +289,19 @@ func TestDiagram(t *testing.T) {
 		return enginetest.Int(t, pool, `SELECT count(*) FROM transitions WHERE kind = 'tasks' AND from_status = 'dead_lettered' AND to_status = 'waiting'`) > 0 &&
 			status("SELECT status FROM runs WHERE id = $1", unevaluable.ID) == "dead_lettered"
 	})
+	// Fan-out: a group expanded into items that all succeed (two at a
+	// time), one whose item fails for good, one cancelled while its items
+	// run.
+	create("fan", dag.OverlapAllow, step{name: "each", do: "ok", forEach: "${{ [1, 2, 3] }}", maxParallel: 2}, step{name: "after", do: "ok", needs: []string{"each"}})
+	create("fan-fails", dag.OverlapAllow, step{name: "each", do: "fail", forEach: "${{ [1, 2] }}"})
+	create("fan-cancelled", dag.OverlapAllow, step{name: "each", do: "block", key: "fan-cancelled", forEach: "${{ [1, 2, 3] }}", maxParallel: 1})
+	fan, fanFails, fanCancelled := trigger("fan"), trigger("fan-fails"), trigger("fan-cancelled")
+	runIs(fan.ID, "succeeded")
+	runIs(fanFails.ID, "dead_lettered")
+	taskIs(fanCancelled.ID, "each[0]", "running")
+	cancel(fanCancelled.ID)
+	runIs(fanCancelled.ID, "cancelled")
+
 	// A step failed upstream by one parent, and skipped by the other
 	// (later): once the failed parent is replayed, it is skipped.
 	create("late-skip", dag.OverlapAllow, step{name: "x", do: "block", key: "late-skip"}, step{name: "s", do: "ok", needs: []string{"x"}, when: "${{ false }}"},

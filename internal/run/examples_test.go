@@ -117,7 +117,7 @@ func TestExamplesRun(t *testing.T) {
 				return status != "pending" && status != "running"
 			})
 			if status != "succeeded" {
-				d, _ := runs.Get(ctx, job.Anonymous, started.ID)
+				d, _ := runs.Get(ctx, job.Anonymous, started.ID, run.ItemsPage{})
 				for _, tk := range d.Tasks {
 					t.Logf("%s: %s %s", tk.Step, tk.Status, tk.LastError)
 				}

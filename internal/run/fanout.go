@@ -28,6 +28,10 @@ import (
 // before it commits.
 const FailpointExpanded = "run/expanded"
 
+// FailpointItemCounted is hit when a report's transaction has counted an
+// item's end in its group, before it commits.
+const FailpointItemCounted = "run/item-counted"
+
 // ReasonEmptyList is why a group whose list is empty was skipped.
 const ReasonEmptyList = "skipped: for_each: the list is empty"
 
@@ -160,6 +164,7 @@ func itemEnded(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, gro
 	if err != nil {
 		return err
 	}
+	a.Failpoints.Hit(FailpointItemCounted)
 	if g.ItemsOpen > 0 {
 		held, err := q.HeldItems(ctx, store.HeldItemsParams{GroupID: group, MaxItems: 1})
 		if err != nil || len(held) == 0 {

@@ -71,7 +71,26 @@ type Run struct {
 // Detail is a run with its tasks and their attempts.
 type Detail struct {
 	Run
-	Tasks []Task
+	Tasks []Task // a task per step: a fan-out's is its group
+	// Items are the items asked for (ItemsPage), in item order.
+	Items []Task
+}
+
+// ItemsPage asks Get for a page of a fan-out's items: of the step Of,
+// from index From, at most MaxItemsPage.
+type ItemsPage struct {
+	Of   string
+	From int
+}
+
+// MaxItemsPage bounds the items Get answers at once.
+const MaxItemsPage = 500
+
+// ItemCounts are a fan-out's items by status, and how many must succeed.
+type ItemCounts struct {
+	Total    int
+	ByStatus map[lifecycle.TaskStatus]int
+	Needed   int
 }
 
 // Task is one step of a run.
@@ -83,6 +102,9 @@ type Task struct {
 	// WaitReason says why a queued or retrying task is not yet admitted
 	// (see dispatch.WaitReason); empty otherwise.
 	WaitReason string
+	// Items, for a fan-out's group, are its items' counts (nil before it
+	// expanded).
+	Items *ItemCounts
 }
 
 // upstreamFor is run.upstream as actor a may read it: without the
@@ -231,8 +253,13 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	return out, next, nil
 }
 
-// Get returns a run with its tasks and attempts.
-func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID) (*Detail, error) {
+// Get returns a run with its tasks and attempts, a fan-out's items
+// counted in its group, and the page of items asked for (none when
+// page.Of is empty).
+func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID, page ItemsPage) (*Detail, error) {
+	if page.From < 0 {
+		return nil, &dag.FieldError{Field: "items_from", Message: fmt.Sprintf("%d is negative", page.From)}
+	}
 	q := store.New(s.pool)
 	r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
 	if store.IsNotFound(err) {
@@ -263,13 +290,82 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID) (*Detail, 
 	}
 	d := &Detail{Run: fromGetRow(r)}
 	d.Upstream = upstreamFor(a, d.Upstream)
+	var group *store.Task
 	for _, t := range tasks {
 		d.Tasks = append(d.Tasks, Task{Task: t, Attempts: byTask[t.ID], Parents: parents[t.ID]})
+		if page.Of != "" && t.Step == page.Of && t.FanOut {
+			group = &t
+		}
+	}
+	if page.Of != "" && group == nil {
+		return nil, &dag.FieldError{Field: "items_of", Message: fmt.Sprintf("the run has no step %.100q with for_each", page.Of)}
+	}
+	if err := s.countItems(ctx, q, r.JobID, r.JobVersion, d); err != nil {
+		return nil, err
+	}
+	if group != nil {
+		items, err := q.GroupItems(ctx, store.GroupItemsParams{GroupID: group.ID, FromIndex: int32(page.From), MaxItems: MaxItemsPage})
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]uuid.UUID, len(items))
+		for i, t := range items {
+			ids[i] = t.ID
+		}
+		attempts, err := q.TasksAttempts(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		of := map[uuid.UUID][]store.Attempt{}
+		for _, at := range attempts {
+			of[at.TaskID] = append(of[at.TaskID], at)
+		}
+		for _, t := range items {
+			d.Items = append(d.Items, Task{Task: t, Attempts: of[t.ID]})
+		}
 	}
 	if err := waitReasons(ctx, q, d.Tasks); err != nil {
 		return nil, err
 	}
+	if err := waitReasons(ctx, q, d.Items); err != nil {
+		return nil, err
+	}
 	return d, nil
+}
+
+// countItems fills in the items' counts of d's fan-out groups (one query,
+// none for a run without any).
+func (s *Service) countItems(ctx context.Context, q *store.Queries, jobID uuid.UUID, version int64, d *Detail) error {
+	groups := map[uuid.UUID]*Task{}
+	for i := range d.Tasks {
+		if t := &d.Tasks[i]; t.FanOut && t.ItemsTotal.Valid {
+			n := int(t.ItemsTotal.Int32)
+			t.Items = &ItemCounts{Total: n, ByStatus: map[lifecycle.TaskStatus]int{}, Needed: n}
+			groups[t.ID] = t
+		}
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	spec, err := specs.get(ctx, s.pool, jobID, version)
+	if err != nil {
+		return err
+	}
+	for _, t := range groups {
+		if i := spec.stepIndex(t.Step); i >= 0 {
+			t.Items.Needed = spec.Steps[i].MinSuccess.Need(t.Items.Total)
+		}
+	}
+	rows, err := q.ItemCounts(ctx, d.ID)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if t := groups[r.GroupID]; t != nil {
+			t.Items.ByStatus[r.Status] = int(r.N)
+		}
+	}
+	return nil
 }
 
 // waitReasons says why each task waiting for admission waits (one reading
@@ -504,7 +600,7 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 	if err != nil {
 		return nil, err
 	}
-	d, err := s.Get(ctx, a, id)
+	d, err := s.Get(ctx, a, id, ItemsPage{})
 	if err != nil {
 		return nil, err
 	}

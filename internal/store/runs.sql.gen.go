@@ -470,6 +470,70 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 	return i, err
 }
 
+const groupItems = `-- name: GroupItems :many
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
+ORDER BY item_index LIMIT $3
+`
+
+type GroupItemsParams struct {
+	GroupID   uuid.UUID
+	FromIndex int32
+	MaxItems  int32
+}
+
+// GroupItems reads a page of a group's items, from index @from_index.
+func (q *Queries) GroupItems(ctx context.Context, arg GroupItemsParams) ([]Task, error) {
+	rows, err := q.db.Query(ctx, groupItems, arg.GroupID, arg.FromIndex, arg.MaxItems)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Task{}
+	for rows.Next() {
+		var i Task
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.RunID,
+			&i.Step,
+			&i.Status,
+			&i.ParentsRemaining,
+			&i.Queue,
+			&i.Priority,
+			&i.Attempt,
+			&i.FencingToken,
+			&i.LeaseOwner,
+			&i.LeaseExpiresAt,
+			&i.TriggerRule,
+			&i.LastError,
+			&i.CreatedAt,
+			&i.ReleasedAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.ReadyAt,
+			&i.AdmittedAt,
+			&i.WorkerID,
+			&i.Conditional,
+			&i.DeadlineAt,
+			&i.FanOut,
+			&i.GroupID,
+			&i.Item,
+			&i.ItemIndex,
+			&i.ItemsTotal,
+			&i.ItemsOpen,
+			&i.ItemsSucceeded,
+			&i.ItemsFailed,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const insertEdges = `-- name: InsertEdges :exec
 INSERT INTO task_edges (parent_id, child_id)
 SELECT unnest($1::uuid[]), unnest($2::uuid[])
@@ -658,6 +722,39 @@ func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error 
 		arg.FanOuts,
 	)
 	return err
+}
+
+const itemCounts = `-- name: ItemCounts :many
+SELECT group_id::uuid AS group_id, status, count(*)::int AS n FROM tasks
+WHERE run_id = $1 AND group_id IS NOT NULL
+GROUP BY group_id, status
+`
+
+type ItemCountsRow struct {
+	GroupID uuid.UUID
+	Status  lifecycle.TaskStatus
+	N       int32
+}
+
+// ItemCounts counts the items of a run's fan-outs by group and status.
+func (q *Queries) ItemCounts(ctx context.Context, runID uuid.UUID) ([]ItemCountsRow, error) {
+	rows, err := q.db.Query(ctx, itemCounts, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ItemCountsRow{}
+	for rows.Next() {
+		var i ItemCountsRow
+		if err := rows.Scan(&i.GroupID, &i.Status, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const jobsWithStrandedQueuedRuns = `-- name: JobsWithStrandedQueuedRuns :many
@@ -1065,7 +1162,7 @@ func (q *Queries) RetryTasks(ctx context.Context, arg RetryTasksParams) error {
 
 const runAttempts = `-- name: RunAttempts :many
 SELECT a.id, a.task_id, a.tenant_id, a.number, a.fencing_token, a.worker, a.started_at, a.finished_at, a.outcome, a.exit_reason, a.failure_class, a.error, a.output, a.late_outcome, a.late_error, a.late_at, a.output_truncated, a.log FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
-WHERE t.run_id = $1 ORDER BY a.task_id, a.number
+WHERE t.run_id = $1 AND t.group_id IS NULL ORDER BY a.task_id, a.number
 `
 
 func (q *Queries) RunAttempts(ctx context.Context, runID uuid.UUID) ([]Attempt, error) {
@@ -1236,9 +1333,11 @@ func (q *Queries) RunStepStatuses(ctx context.Context, arg RunStepStatusesParams
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed FROM tasks WHERE run_id = $1 ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
 `
 
+// RunTasks reads a run's tasks but the items of its fan-outs (their
+// groups stand for them: ItemCounts, GroupItems).
 func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error) {
 	rows, err := q.db.Query(ctx, runTasks, runID)
 	if err != nil {
@@ -1368,6 +1467,49 @@ func (q *Queries) ShardHeads(ctx context.Context, shards []int32) ([]ShardHeadsR
 	for rows.Next() {
 		var i ShardHeadsRow
 		if err := rows.Scan(&i.Shard, &i.NextFireAt, &i.Now); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const tasksAttempts = `-- name: TasksAttempts :many
+SELECT id, task_id, tenant_id, number, fencing_token, worker, started_at, finished_at, outcome, exit_reason, failure_class, error, output, late_outcome, late_error, late_at, output_truncated, log FROM attempts WHERE task_id = ANY($1::uuid[]) ORDER BY task_id, number
+`
+
+func (q *Queries) TasksAttempts(ctx context.Context, taskIds []uuid.UUID) ([]Attempt, error) {
+	rows, err := q.db.Query(ctx, tasksAttempts, taskIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []Attempt{}
+	for rows.Next() {
+		var i Attempt
+		if err := rows.Scan(
+			&i.ID,
+			&i.TaskID,
+			&i.TenantID,
+			&i.Number,
+			&i.FencingToken,
+			&i.Worker,
+			&i.StartedAt,
+			&i.FinishedAt,
+			&i.Outcome,
+			&i.ExitReason,
+			&i.FailureClass,
+			&i.Error,
+			&i.Output,
+			&i.LateOutcome,
+			&i.LateError,
+			&i.LateAt,
+			&i.OutputTruncated,
+			&i.Log,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

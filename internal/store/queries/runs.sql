@@ -237,12 +237,28 @@ LEFT JOIN LATERAL (
 ) AS s ON true
 WHERE r.tenant_id = @tenant_id AND r.id = @id;
 
+-- RunTasks reads a run's tasks but the items of its fan-outs (their
+-- groups stand for them: ItemCounts, GroupItems).
 -- name: RunTasks :many
-SELECT * FROM tasks WHERE run_id = @run_id ORDER BY created_at, id;
+SELECT * FROM tasks WHERE run_id = @run_id AND group_id IS NULL ORDER BY created_at, id;
 
 -- name: RunAttempts :many
 SELECT a.* FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
-WHERE t.run_id = @run_id ORDER BY a.task_id, a.number;
+WHERE t.run_id = @run_id AND t.group_id IS NULL ORDER BY a.task_id, a.number;
+
+-- ItemCounts counts the items of a run's fan-outs by group and status.
+-- name: ItemCounts :many
+SELECT group_id::uuid AS group_id, status, count(*)::int AS n FROM tasks
+WHERE run_id = @run_id AND group_id IS NOT NULL
+GROUP BY group_id, status;
+
+-- GroupItems reads a page of a group's items, from index @from_index.
+-- name: GroupItems :many
+SELECT * FROM tasks WHERE group_id = @group_id::uuid AND item_index >= @from_index::int
+ORDER BY item_index LIMIT @max_items;
+
+-- name: TasksAttempts :many
+SELECT * FROM attempts WHERE task_id = ANY(@task_ids::uuid[]) ORDER BY task_id, number;
 
 -- name: InsertRunAudit :exec
 INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)

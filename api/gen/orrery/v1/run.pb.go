@@ -265,7 +265,9 @@ type Task struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Step  string                 `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
-	// waiting, queued, running, retrying, succeeded, failed, upstream_failed, cancelled, dead_lettered.
+	// waiting, queued, running, retrying, expanded (a fan-out's group whose
+	// items run), succeeded, skipped, upstream_failed, cancelled,
+	// dead_lettered.
 	Status           string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
 	ParentsRemaining int32  `protobuf:"varint,4,opt,name=parents_remaining,json=parentsRemaining,proto3" json:"parents_remaining,omitempty"`
 	// The step's queue (a remote step's tasks wait in a queue of their
@@ -290,7 +292,13 @@ type Task struct {
 	// end of a retry's backoff).
 	ReadyTime *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=ready_time,json=readyTime,proto3" json:"ready_time,omitempty"`
 	// When it was admitted for its current attempt; unset while it waits.
-	AdmitTime     *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=admit_time,json=admitTime,proto3" json:"admit_time,omitempty"`
+	AdmitTime *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=admit_time,json=admitTime,proto3" json:"admit_time,omitempty"`
+	// For a fan-out's group (a step with for_each, status expanded while
+	// its items run): its items' counts.
+	Items *ItemCounts `protobuf:"bytes,18,opt,name=items,proto3" json:"items,omitempty"`
+	// For an item of a fan-out (its step is STEP[i]): i, its index in the
+	// list.
+	ItemIndex     *int32 `protobuf:"varint,19,opt,name=item_index,json=itemIndex,proto3,oneof" json:"item_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,6 +452,84 @@ func (x *Task) GetAdmitTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Task) GetItems() *ItemCounts {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *Task) GetItemIndex() int32 {
+	if x != nil && x.ItemIndex != nil {
+		return *x.ItemIndex
+	}
+	return 0
+}
+
+// ItemCounts are a fan-out's items by status.
+type ItemCounts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Total int32                  `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	// waiting (held back by max_parallel), queued, running, retrying,
+	// succeeded, dead_lettered, cancelled: how many items are in each.
+	ByStatus map[string]int32 `protobuf:"bytes,2,rep,name=by_status,json=byStatus,proto3" json:"by_status,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// How many must succeed for the step to (its min_success).
+	Needed        int32 `protobuf:"varint,3,opt,name=needed,proto3" json:"needed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemCounts) Reset() {
+	*x = ItemCounts{}
+	mi := &file_orrery_v1_run_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemCounts) ProtoMessage() {}
+
+func (x *ItemCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemCounts.ProtoReflect.Descriptor instead.
+func (*ItemCounts) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ItemCounts) GetTotal() int32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ItemCounts) GetByStatus() map[string]int32 {
+	if x != nil {
+		return x.ByStatus
+	}
+	return nil
+}
+
+func (x *ItemCounts) GetNeeded() int32 {
+	if x != nil {
+		return x.Needed
+	}
+	return 0
+}
+
 // Attempt is one try of a task.
 type Attempt struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -475,7 +561,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_orrery_v1_run_proto_msgTypes[3]
+	mi := &file_orrery_v1_run_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -487,7 +573,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[3]
+	mi := &file_orrery_v1_run_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -500,7 +586,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{3}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Attempt) GetNumber() int32 {
@@ -622,7 +708,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[4]
+	mi := &file_orrery_v1_run_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +720,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[4]
+	mi := &file_orrery_v1_run_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +733,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{4}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListRunsRequest) GetJob() *JobRef {
@@ -723,7 +809,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[5]
+	mi := &file_orrery_v1_run_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +821,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[5]
+	mi := &file_orrery_v1_run_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +834,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{5}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -766,15 +852,20 @@ func (x *ListRunsResponse) GetNextPageToken() string {
 }
 
 type GetRunRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// A fan-out step (for_each) whose items to answer (items), at most 500
+	// of them from index items_from. Without it, no item is answered: the
+	// step's task (its group) carries their counts (Task.items).
+	ItemsOf       string `protobuf:"bytes,2,opt,name=items_of,json=itemsOf,proto3" json:"items_of,omitempty"`
+	ItemsFrom     int32  `protobuf:"varint,3,opt,name=items_from,json=itemsFrom,proto3" json:"items_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[6]
+	mi := &file_orrery_v1_run_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +877,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[6]
+	mi := &file_orrery_v1_run_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +890,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{6}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRunRequest) GetId() string {
@@ -809,17 +900,34 @@ func (x *GetRunRequest) GetId() string {
 	return ""
 }
 
+func (x *GetRunRequest) GetItemsOf() string {
+	if x != nil {
+		return x.ItemsOf
+	}
+	return ""
+}
+
+func (x *GetRunRequest) GetItemsFrom() int32 {
+	if x != nil {
+		return x.ItemsFrom
+	}
+	return 0
+}
+
 type GetRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Tasks         []*Task                `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Run   *Run                   `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	// The run's tasks: a task per step (a fan-out's is its group).
+	Tasks []*Task `protobuf:"bytes,2,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// The items asked for (items_of), in item order.
+	Items         []*Task `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[7]
+	mi := &file_orrery_v1_run_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +939,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[7]
+	mi := &file_orrery_v1_run_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +952,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{7}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -857,6 +965,13 @@ func (x *GetRunResponse) GetRun() *Run {
 func (x *GetRunResponse) GetTasks() []*Task {
 	if x != nil {
 		return x.Tasks
+	}
+	return nil
+}
+
+func (x *GetRunResponse) GetItems() []*Task {
+	if x != nil {
+		return x.Items
 	}
 	return nil
 }
@@ -879,7 +994,7 @@ type TriggerJobRequest struct {
 
 func (x *TriggerJobRequest) Reset() {
 	*x = TriggerJobRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[8]
+	mi := &file_orrery_v1_run_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1006,7 @@ func (x *TriggerJobRequest) String() string {
 func (*TriggerJobRequest) ProtoMessage() {}
 
 func (x *TriggerJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[8]
+	mi := &file_orrery_v1_run_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1019,7 @@ func (x *TriggerJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobRequest.ProtoReflect.Descriptor instead.
 func (*TriggerJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TriggerJobRequest) GetJob() *JobRef {
@@ -951,7 +1066,7 @@ type TriggerJobResponse struct {
 
 func (x *TriggerJobResponse) Reset() {
 	*x = TriggerJobResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[9]
+	mi := &file_orrery_v1_run_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1078,7 @@ func (x *TriggerJobResponse) String() string {
 func (*TriggerJobResponse) ProtoMessage() {}
 
 func (x *TriggerJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[9]
+	mi := &file_orrery_v1_run_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1091,7 @@ func (x *TriggerJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobResponse.ProtoReflect.Descriptor instead.
 func (*TriggerJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TriggerJobResponse) GetRun() *Run {
@@ -996,7 +1111,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[10]
+	mi := &file_orrery_v1_run_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1123,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[10]
+	mi := &file_orrery_v1_run_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1136,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelRunRequest) GetId() string {
@@ -1047,7 +1162,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	mi := &file_orrery_v1_run_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1174,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	mi := &file_orrery_v1_run_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1187,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -1093,7 +1208,7 @@ type RetryRunRequest struct {
 
 func (x *RetryRunRequest) Reset() {
 	*x = RetryRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	mi := &file_orrery_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1220,7 @@ func (x *RetryRunRequest) String() string {
 func (*RetryRunRequest) ProtoMessage() {}
 
 func (x *RetryRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	mi := &file_orrery_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1233,7 @@ func (x *RetryRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRunRequest.ProtoReflect.Descriptor instead.
 func (*RetryRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RetryRunRequest) GetId() string {
@@ -1144,7 +1259,7 @@ type RetryRunResponse struct {
 
 func (x *RetryRunResponse) Reset() {
 	*x = RetryRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[13]
+	mi := &file_orrery_v1_run_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1271,7 @@ func (x *RetryRunResponse) String() string {
 func (*RetryRunResponse) ProtoMessage() {}
 
 func (x *RetryRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[13]
+	mi := &file_orrery_v1_run_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1284,7 @@ func (x *RetryRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRunResponse.ProtoReflect.Descriptor instead.
 func (*RetryRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RetryRunResponse) GetRun() *Run {
@@ -1199,7 +1314,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_orrery_v1_run_proto_msgTypes[14]
+	mi := &file_orrery_v1_run_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1326,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[14]
+	mi := &file_orrery_v1_run_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1339,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeadLetter) GetTaskId() string {
@@ -1315,7 +1430,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[15]
+	mi := &file_orrery_v1_run_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1442,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[15]
+	mi := &file_orrery_v1_run_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1455,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListDeadLettersRequest) GetJob() *JobRef {
@@ -1374,7 +1489,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[16]
+	mi := &file_orrery_v1_run_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1501,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[16]
+	mi := &file_orrery_v1_run_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1514,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1428,7 +1543,7 @@ type ReplayDeadLettersRequest struct {
 
 func (x *ReplayDeadLettersRequest) Reset() {
 	*x = ReplayDeadLettersRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[17]
+	mi := &file_orrery_v1_run_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1555,7 @@ func (x *ReplayDeadLettersRequest) String() string {
 func (*ReplayDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[17]
+	mi := &file_orrery_v1_run_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1568,7 @@ func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReplayDeadLettersRequest) GetTaskIds() []string {
@@ -1486,7 +1601,7 @@ type ReplayDeadLettersResponse struct {
 
 func (x *ReplayDeadLettersResponse) Reset() {
 	*x = ReplayDeadLettersResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[18]
+	mi := &file_orrery_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1613,7 @@ func (x *ReplayDeadLettersResponse) String() string {
 func (*ReplayDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[18]
+	mi := &file_orrery_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1626,7 @@ func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplayDeadLettersResponse) GetTaskIds() []string {
@@ -1529,7 +1644,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[19]
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1541,7 +1656,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[19]
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1554,7 +1669,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 // Node is a scheduler node.
@@ -1572,7 +1687,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1699,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1712,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Node) GetId() string {
@@ -1658,7 +1773,7 @@ type Shard struct {
 
 func (x *Shard) Reset() {
 	*x = Shard{}
-	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	mi := &file_orrery_v1_run_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1670,7 +1785,7 @@ func (x *Shard) String() string {
 func (*Shard) ProtoMessage() {}
 
 func (x *Shard) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	mi := &file_orrery_v1_run_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1683,7 +1798,7 @@ func (x *Shard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shard.ProtoReflect.Descriptor instead.
 func (*Shard) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Shard) GetId() int32 {
@@ -1742,7 +1857,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[22]
+	mi := &file_orrery_v1_run_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1869,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[22]
+	mi := &file_orrery_v1_run_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1882,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetClusterResponse) GetNodes() []*Node {
@@ -1812,7 +1927,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_orrery_v1_run_proto_msgTypes[23]
+	mi := &file_orrery_v1_run_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +1939,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[23]
+	mi := &file_orrery_v1_run_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +1952,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueDepth) GetQueue() string {
@@ -1887,7 +2002,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_orrery_v1_run_proto_msgTypes[24]
+	mi := &file_orrery_v1_run_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2014,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[24]
+	mi := &file_orrery_v1_run_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2027,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Worker) GetId() string {
@@ -2023,7 +2138,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x05steps\x18\x11 \x03(\v2\x12.orrery.v1.RunStepR\x05steps\"5\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\x93\x05\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\xf3\x05\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -2048,7 +2163,19 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"ready_time\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\treadyTime\x129\n" +
 	"\n" +
-	"admit_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tadmitTime\"\xe3\x03\n" +
+	"admit_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tadmitTime\x12+\n" +
+	"\x05items\x18\x12 \x01(\v2\x15.orrery.v1.ItemCountsR\x05items\x12\"\n" +
+	"\n" +
+	"item_index\x18\x13 \x01(\x05H\x00R\titemIndex\x88\x01\x01B\r\n" +
+	"\v_item_index\"\xb9\x01\n" +
+	"\n" +
+	"ItemCounts\x12\x14\n" +
+	"\x05total\x18\x01 \x01(\x05R\x05total\x12@\n" +
+	"\tby_status\x18\x02 \x03(\v2#.orrery.v1.ItemCounts.ByStatusEntryR\bbyStatus\x12\x16\n" +
+	"\x06needed\x18\x03 \x01(\x05R\x06needed\x1a;\n" +
+	"\rByStatusEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xe3\x03\n" +
 	"\aAttempt\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x16\n" +
 	"\x06worker\x18\x02 \x01(\tR\x06worker\x12#\n" +
@@ -2083,12 +2210,16 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"with_steps\x18\t \x01(\bR\twithSteps\"^\n" +
 	"\x10ListRunsResponse\x12\"\n" +
 	"\x04runs\x18\x01 \x03(\v2\x0e.orrery.v1.RunR\x04runs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x1f\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Y\n" +
 	"\rGetRunRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"Y\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
+	"\bitems_of\x18\x02 \x01(\tR\aitemsOf\x12\x1d\n" +
+	"\n" +
+	"items_from\x18\x03 \x01(\x05R\titemsFrom\"\x80\x01\n" +
 	"\x0eGetRunResponse\x12 \n" +
 	"\x03run\x18\x01 \x01(\v2\x0e.orrery.v1.RunR\x03run\x12%\n" +
-	"\x05tasks\x18\x02 \x03(\v2\x0f.orrery.v1.TaskR\x05tasks\"\xab\x03\n" +
+	"\x05tasks\x18\x02 \x03(\v2\x0f.orrery.v1.TaskR\x05tasks\x12%\n" +
+	"\x05items\x18\x03 \x03(\v2\x0f.orrery.v1.TaskR\x05items\"\xab\x03\n" +
 	"\x11TriggerJobRequest\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03job\x12'\n" +
 	"\x0fidempotency_key\x18\x02 \x01(\tR\x0eidempotencyKey\x12%\n" +
@@ -2216,106 +2347,111 @@ func file_orrery_v1_run_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_run_proto_rawDescData
 }
 
-var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_orrery_v1_run_proto_goTypes = []any{
 	(*Run)(nil),                       // 0: orrery.v1.Run
 	(*RunStep)(nil),                   // 1: orrery.v1.RunStep
 	(*Task)(nil),                      // 2: orrery.v1.Task
-	(*Attempt)(nil),                   // 3: orrery.v1.Attempt
-	(*ListRunsRequest)(nil),           // 4: orrery.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 5: orrery.v1.ListRunsResponse
-	(*GetRunRequest)(nil),             // 6: orrery.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 7: orrery.v1.GetRunResponse
-	(*TriggerJobRequest)(nil),         // 8: orrery.v1.TriggerJobRequest
-	(*TriggerJobResponse)(nil),        // 9: orrery.v1.TriggerJobResponse
-	(*CancelRunRequest)(nil),          // 10: orrery.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 11: orrery.v1.CancelRunResponse
-	(*RetryRunRequest)(nil),           // 12: orrery.v1.RetryRunRequest
-	(*RetryRunResponse)(nil),          // 13: orrery.v1.RetryRunResponse
-	(*DeadLetter)(nil),                // 14: orrery.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),    // 15: orrery.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 16: orrery.v1.ListDeadLettersResponse
-	(*ReplayDeadLettersRequest)(nil),  // 17: orrery.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 18: orrery.v1.ReplayDeadLettersResponse
-	(*GetClusterRequest)(nil),         // 19: orrery.v1.GetClusterRequest
-	(*Node)(nil),                      // 20: orrery.v1.Node
-	(*Shard)(nil),                     // 21: orrery.v1.Shard
-	(*GetClusterResponse)(nil),        // 22: orrery.v1.GetClusterResponse
-	(*QueueDepth)(nil),                // 23: orrery.v1.QueueDepth
-	(*Worker)(nil),                    // 24: orrery.v1.Worker
-	nil,                               // 25: orrery.v1.TriggerJobRequest.ParamsEntry
-	nil,                               // 26: orrery.v1.TriggerJobRequest.ParamTextsEntry
-	nil,                               // 27: orrery.v1.Worker.QueuesEntry
-	(*timestamppb.Timestamp)(nil),     // 28: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),           // 29: google.protobuf.Struct
-	(*JobRef)(nil),                    // 30: orrery.v1.JobRef
-	(*structpb.Value)(nil),            // 31: google.protobuf.Value
+	(*ItemCounts)(nil),                // 3: orrery.v1.ItemCounts
+	(*Attempt)(nil),                   // 4: orrery.v1.Attempt
+	(*ListRunsRequest)(nil),           // 5: orrery.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 6: orrery.v1.ListRunsResponse
+	(*GetRunRequest)(nil),             // 7: orrery.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 8: orrery.v1.GetRunResponse
+	(*TriggerJobRequest)(nil),         // 9: orrery.v1.TriggerJobRequest
+	(*TriggerJobResponse)(nil),        // 10: orrery.v1.TriggerJobResponse
+	(*CancelRunRequest)(nil),          // 11: orrery.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 12: orrery.v1.CancelRunResponse
+	(*RetryRunRequest)(nil),           // 13: orrery.v1.RetryRunRequest
+	(*RetryRunResponse)(nil),          // 14: orrery.v1.RetryRunResponse
+	(*DeadLetter)(nil),                // 15: orrery.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),    // 16: orrery.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 17: orrery.v1.ListDeadLettersResponse
+	(*ReplayDeadLettersRequest)(nil),  // 18: orrery.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 19: orrery.v1.ReplayDeadLettersResponse
+	(*GetClusterRequest)(nil),         // 20: orrery.v1.GetClusterRequest
+	(*Node)(nil),                      // 21: orrery.v1.Node
+	(*Shard)(nil),                     // 22: orrery.v1.Shard
+	(*GetClusterResponse)(nil),        // 23: orrery.v1.GetClusterResponse
+	(*QueueDepth)(nil),                // 24: orrery.v1.QueueDepth
+	(*Worker)(nil),                    // 25: orrery.v1.Worker
+	nil,                               // 26: orrery.v1.ItemCounts.ByStatusEntry
+	nil,                               // 27: orrery.v1.TriggerJobRequest.ParamsEntry
+	nil,                               // 28: orrery.v1.TriggerJobRequest.ParamTextsEntry
+	nil,                               // 29: orrery.v1.Worker.QueuesEntry
+	(*timestamppb.Timestamp)(nil),     // 30: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),           // 31: google.protobuf.Struct
+	(*JobRef)(nil),                    // 32: orrery.v1.JobRef
+	(*structpb.Value)(nil),            // 33: google.protobuf.Value
 }
 var file_orrery_v1_run_proto_depIdxs = []int32{
-	28, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	28, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	28, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	28, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	29, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
-	29, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
+	30, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	30, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	30, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	30, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	31, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
+	31, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
 	1,  // 6: orrery.v1.Run.steps:type_name -> orrery.v1.RunStep
-	28, // 7: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	28, // 8: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	28, // 9: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
-	3,  // 10: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	28, // 11: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
-	28, // 12: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
-	28, // 13: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	28, // 14: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	30, // 15: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	28, // 16: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	28, // 17: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 18: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	0,  // 19: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
-	2,  // 20: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	30, // 21: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	25, // 22: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
-	26, // 23: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
-	0,  // 24: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
-	0,  // 25: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	0,  // 26: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
-	28, // 27: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	28, // 28: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	30, // 29: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	14, // 30: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	30, // 31: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	28, // 32: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	28, // 33: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	28, // 34: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	20, // 35: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	21, // 36: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	24, // 37: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	23, // 38: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	27, // 39: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	28, // 40: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	28, // 41: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	31, // 42: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	4,  // 43: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	6,  // 44: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	8,  // 45: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	10, // 46: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	12, // 47: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	15, // 48: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	17, // 49: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	19, // 50: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	5,  // 51: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	7,  // 52: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	9,  // 53: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	11, // 54: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	13, // 55: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	16, // 56: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	18, // 57: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	22, // 58: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	51, // [51:59] is the sub-list for method output_type
-	43, // [43:51] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	30, // 7: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	30, // 8: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	30, // 9: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	4,  // 10: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
+	30, // 11: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	30, // 12: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	3,  // 13: orrery.v1.Task.items:type_name -> orrery.v1.ItemCounts
+	26, // 14: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
+	30, // 15: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	30, // 16: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	32, // 17: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	30, // 18: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	30, // 19: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 20: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
+	0,  // 21: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
+	2,  // 22: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
+	2,  // 23: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
+	32, // 24: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	27, // 25: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	28, // 26: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	0,  // 27: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
+	0,  // 28: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
+	0,  // 29: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
+	30, // 30: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	30, // 31: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	32, // 32: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	15, // 33: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	32, // 34: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	30, // 35: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	30, // 36: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	30, // 37: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	21, // 38: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	22, // 39: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	25, // 40: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	24, // 41: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	29, // 42: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	30, // 43: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	30, // 44: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	33, // 45: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	5,  // 46: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	7,  // 47: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	9,  // 48: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	11, // 49: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	13, // 50: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	16, // 51: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	18, // 52: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	20, // 53: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	6,  // 54: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	8,  // 55: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	10, // 56: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	12, // 57: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	14, // 58: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	17, // 59: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	19, // 60: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	23, // 61: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	54, // [54:62] is the sub-list for method output_type
+	46, // [46:54] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
@@ -2324,13 +2460,14 @@ func file_orrery_v1_run_proto_init() {
 		return
 	}
 	file_orrery_v1_job_proto_init()
+	file_orrery_v1_run_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_run_proto_rawDesc), len(file_orrery_v1_run_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
