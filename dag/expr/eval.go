@@ -59,7 +59,7 @@ type StepVars struct {
 // once for all the expressions of one attempt.
 type Activation struct {
 	vars      map[string]any
-	spent     *uint64         // the cost of the evaluations so far
+	spent     *uint64           // the cost of the evaluations so far
 	truncated map[string]string // steps whose output was cut, and how
 }
 
