@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +35,11 @@ func BenchmarkDAG(b *testing.B) {
 			}
 			return append(steps, dag.Step{Name: "merge", Needs: parts, Run: dag.Executor{Handler: "noop"}})
 		},
+		"foreach-10000": func() []dag.Step {
+			return []dag.Step{{Name: "split", Run: dag.Executor{Handler: "noop"}},
+				{Name: "each", Needs: []string{"split"}, ForEach: "${{ params.items.split(',') }}", Run: dag.Executor{Handler: "noop"}},
+				{Name: "merge", Needs: []string{"each"}, Run: dag.Executor{Handler: "noop"}, Payload: dag.Payload(`{"n": "${{ size(steps.each.outputs) }}"}`)}}
+		},
 		"chain-200": func() []dag.Step {
 			steps := []dag.Step{{Name: "s000", Run: dag.Executor{Handler: "noop"}}}
 			for i := 1; i < 200; i++ {
@@ -41,7 +48,7 @@ func BenchmarkDAG(b *testing.B) {
 			return steps
 		},
 	}
-	for _, name := range []string{"fanout-1000", "chain-200"} {
+	for _, name := range []string{"fanout-1000", "foreach-10000", "chain-200"} {
 		b.Run(name, func(b *testing.B) {
 			for range b.N {
 				pool := freshDB(b)
@@ -51,8 +58,16 @@ func BenchmarkDAG(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				_, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name},
-					Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Steps: shapes[name]()}}, "")
+				spec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Steps: shapes[name]()}
+				if name == "foreach-10000" { // 10,000 items: "0,1,...,9999"
+					items := make([]string, 10_000)
+					for i := range items {
+						items[i] = fmt.Sprint(i)
+					}
+					def, _ := json.Marshal(strings.Join(items, ","))
+					spec.Params = map[string]dag.Param{"items": {Type: "string", Default: dag.Payload(def)}}
+				}
+				_, err = jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name}, Spec: spec}, "")
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -84,6 +99,18 @@ func BenchmarkDAG(b *testing.B) {
 				var took float64
 				if err := pool.QueryRow(ctx, "SELECT extract(epoch FROM finished_at - created_at) FROM runs WHERE id = $1", r.ID).Scan(&took); err != nil {
 					b.Fatal(err)
+				}
+				if name == "foreach-10000" { // the expansion: the parent's report to the items' first start, and to all of them started
+					var first, all float64
+					if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM min(i.started_at) - s.finished_at), extract(epoch FROM max(i.started_at) - s.finished_at)
+						FROM tasks s JOIN tasks i ON i.run_id = s.run_id AND i.group_id IS NOT NULL
+						WHERE s.run_id = $1 AND s.step = 'split' GROUP BY s.finished_at`, r.ID).Scan(&first, &all); err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(took, "run-s")
+					b.ReportMetric(first*1000, "report-to-first-item-ms")
+					b.ReportMetric(all, "report-to-all-started-s")
+					continue
 				}
 				rows, err := pool.Query(ctx, `SELECT extract(epoch FROM a.started_at - max(p.finished_at))
 					FROM tasks c JOIN attempts a ON a.task_id = c.id AND a.number = 1

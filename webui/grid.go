@@ -34,7 +34,7 @@ type gridCell struct {
 // had tasks has none).
 var gridMarks = map[string]string{
 	"succeeded": "✓", "dead_lettered": "✗", "failed": "✗", "upstream_failed": "↑", "skipped": "–",
-	"cancelled": "⊘", "running": "▶", "retrying": "↻", "queued": "·", "waiting": "·",
+	"cancelled": "⊘", "running": "▶", "expanded": "▶", "retrying": "↻", "queued": "·", "waiting": "·",
 }
 
 // buildGrid lays out runs (newest first, as ListRuns answers, with their

@@ -105,6 +105,17 @@ func buildTimeline(tasks []*orreryv1.Task, now time.Time) timeline {
 			break
 		}
 		row := timelineRow{Step: t.GetStep(), Y: tlTop + float64(len(tl.Rows))*tlRow}
+		if c := t.GetItems(); c != nil && t.GetReleaseTime() != nil { // a fan-out: one bar from its expansion to its end
+			rel, end := t.GetReleaseTime().AsTime(), now
+			if t.GetFinishTime() != nil {
+				end = t.GetFinishTime().AsTime()
+			}
+			row.Tries = append(row.Tries, timelineBar{X: x(rel), W: width(rel, end), Outcome: t.GetStatus(),
+				Label: fmt.Sprintf("%d items %s", c.GetTotal(), t.GetStatus()),
+				Title: fmt.Sprintf("%s: %d items (%s), %s", t.GetStep(), c.GetTotal(), itemCounts(c), end.Sub(rel).Round(time.Millisecond))})
+			tl.Rows = append(tl.Rows, row)
+			continue
+		}
 		if rel := t.GetReleaseTime(); rel != nil {
 			end := now
 			if len(t.GetAttempts()) > 0 {

@@ -208,6 +208,24 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			w.WriteHeader(http.StatusBadRequest)
 		case "/pipe/list": // what the pipelines' conditions read: from the run's instant
 			_, _ = fmt.Fprintf(w, `{"n": %d, "changed": %v}`, pipeN(call.ScheduledFor), pipeChanged(call.ScheduledFor))
+		case "/fan/list": // a fan-out's list: fanN(instant) items
+			items := make([]int, fanN(call.ScheduledFor))
+			for i := range items {
+				items[i] = i
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"items": items})
+		case "/fan/item": // an item got its element and index
+			var p struct{ I, Idx int }
+			if json.Unmarshal(call.Payload, &p) != nil || p.I != p.Idx {
+				wrongPayloads.Add(1)
+			}
+			_, _ = fmt.Fprintf(w, `{"sq": %d}`, p.I*p.I)
+		case "/fan/sum": // the fan-in read every item's output, in order
+			var p struct{ N, Last int }
+			if n := fanN(call.ScheduledFor); json.Unmarshal(call.Payload, &p) != nil || p.N != n || p.Last != (n-1)*(n-1) {
+				wrongPayloads.Add(1)
+			}
+			_, _ = w.Write([]byte("ok"))
 		case "/pipe/count": // its payload was evaluated from the run's params and list's output
 			if want := fmt.Sprintf(`{"n":%d,"region":"eu"}`, pipeN(call.ScheduledFor)); string(call.Payload) != want {
 				wrongPayloads.Add(1)
@@ -254,6 +272,18 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	for i := range multis {
 		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: fmt.Sprintf("multi-%02d", i)},
 			Spec: dag.JobSpec{Schedule: multiSchedule, Overlap: dag.OverlapAllow, Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Fan-outs of 1 to 200 items (fanN of the instant), 20 at a time, and
+	// a fan-in that reads all their outputs (docs/workflows.md); checked
+	// below: each group has its items once each, all succeeded.
+	for i := range fans {
+		docs, es := dag.Decode("fan.yaml", []byte(fmt.Sprintf(fanYAML, i, sink.URL, sink.URL, sink.URL)))
+		if len(es) > 0 {
+			t.Fatal(es)
+		}
+		if _, err := jobs.Create(ctx, job.Anonymous, docs[0].Resource, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -374,11 +404,16 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	// up slower than 30 s (seen beside other test binaries, hundreds of
 	// pipeline runs still draining, each moving); a run that is stuck
 	// stops the count from falling for 30 s.
-	left, lastFall := -1, time.Now()
+	// Progress is a run ending, or a task of one (a fan-out's items end
+	// one by one, each waiting for the bound queue's admission behind the
+	// tenant's ticks).
+	left, open, lastFall := -1, -1, time.Now()
 	if _, ok := pollFor(5*time.Minute, func() bool {
 		n := queryInt(t, pool, "SELECT count(*) "+unfinished, until)
-		if left < 0 || n < left {
-			left, lastFall = n, time.Now()
+		m := queryInt(t, pool, `SELECT count(*) FROM tasks WHERE status IN ('waiting', 'queued', 'running', 'retrying')
+			AND run_id IN (SELECT r.id `+unfinished+`)`, until)
+		if left < 0 || n < left || m < open {
+			left, open, lastFall = n, m, time.Now()
 		}
 		return n == 0 || time.Since(lastFall) > 30*time.Second
 	}); !ok || left > 0 {
@@ -394,6 +429,37 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 				var tasks *string
 				if rows.Scan(&fam, &trig, &st, &n, &lo, &hi, &tasks) == nil {
 					what = append(what, fmt.Sprintf("%s %s %s: %d (%s..%s) tasks %v", fam, trig, st, n, lo, hi, deref(tasks)))
+				}
+			}
+			rows.Close()
+		}
+		// And the tasks that wait for a worker: their queue, admission, and River job.
+		rows, err2 := pool.Query(context.Background(), `SELECT t.step, t.queue, t.attempt, t.admitted_at IS NOT NULL, COALESCE(t.ready_at::text, ''), now()::text,
+			COALESCE((SELECT string_agg(k.state::text || ' q=' || k.queue || ' att=' || k.attempt || ' by=' || COALESCE(array_to_string(k.attempted_by, ','), ''), '; ')
+			          FROM river_job AS k WHERE k.args->>'task_id' = t.id::text), 'no river job')
+			FROM tasks AS t WHERE t.status IN ('queued', 'retrying') AND t.run_id IN (SELECT r.id `+unfinished+`) LIMIT 10`, until)
+		if err2 == nil {
+			for rows.Next() {
+				var step, queue, ready, now, river string
+				var attempt int
+				var admitted bool
+				if rows.Scan(&step, &queue, &attempt, &admitted, &ready, &now, &river) == nil {
+					what = append(what, fmt.Sprintf("task %s queue %s attempt %d admitted %v ready_at %s (now %s): %s", step, queue, attempt, admitted, ready, now, river))
+				}
+			}
+			rows.Close()
+		}
+		// The queues: what holds their slots, and the workers serving them.
+		rows, err2 = pool.Query(context.Background(), `SELECT t.queue || ' ' || t.status || ' admitted=' || (t.admitted_at IS NOT NULL)::text || ': ' || count(*)::text
+			|| ' (no live river job: ' || count(*) FILTER (WHERE NOT EXISTS (SELECT 1 FROM river_job AS k WHERE k.args->>'task_id' = t.id::text
+			    AND k.state IN ('available', 'running', 'retryable', 'scheduled')))::text || ')'
+			FROM tasks AS t WHERE t.status IN ('queued', 'running', 'retrying') GROUP BY t.queue, t.status, t.admitted_at IS NOT NULL
+			UNION ALL SELECT 'worker ' || name || ' ' || queues::text || ' live=' || (lease_expires_at > now())::text FROM workers`)
+		if err2 == nil {
+			for rows.Next() {
+				var s string
+				if rows.Scan(&s) == nil {
+					what = append(what, s)
 				}
 			}
 			rows.Close()
@@ -433,6 +499,7 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		t.Fatalf("%d downstream runs name no succeeded run of multi-00", n)
 	}
 	checkPipelines(t, pool, until)
+	checkFans(t, pool, until)
 	if n := wrongPayloads.Load(); n != 0 {
 		t.Fatalf("%d pipeline steps got a payload other than their expressions' values", n)
 	}
@@ -572,6 +639,76 @@ func TestStalledWorkersLeaseLapsesAndLateReportIsRejected(t *testing.T) {
 	if !strings.Contains(w2.Logs(), "stale report rejected") {
 		t.Fatal("w2 did not log its rejected report")
 	}
+}
+
+// fans is how many of the chaos test's jobs fan out; fanYAML is one (its
+// index, the sink's URL three times), firing every tenth second.
+const (
+	fans    = 2
+	fanYAML = `apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: fan-%d}
+spec:
+  schedule: {cron: "*/10 * * * * *"}
+  overlap: allow
+  steps:
+    - name: list
+      run: {http: {url: "%s/fan/list"}}
+    - name: each
+      needs: [list]
+      for_each: ${{ steps.list.output.items }}
+      max_parallel: 50
+      payload: {i: "${{ item }}", idx: "${{ item_index }}"}
+      run: {http: {url: "%s/fan/item"}}
+    - name: sum
+      needs: [each]
+      payload: {n: "${{ size(steps.each.outputs) }}", last: "${{ steps.each.outputs[size(steps.each.outputs) - 1].sq }}"}
+      run: {http: {url: "%s/fan/sum"}}
+`
+)
+
+// fanN is how many items the fan-outs' list answers for instant at: 1 to
+// 200.
+func fanN(at time.Time) int { return 1 + int(at.Unix()/10*37%200) }
+
+// checkFans checks every fan-out run up to until against the reference:
+// succeeded, its group with fanN items, each index once, all succeeded,
+// and the counters agreeing (no item lost or doubled).
+func checkFans(t *testing.T, pool *pgxpool.Pool, until time.Time) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT r.scheduled_for, r.status, g.status, COALESCE(g.items_total, -1), COALESCE(g.items_succeeded, -1),
+			(SELECT count(*) FROM tasks AS i WHERE i.group_id = g.id),
+			(SELECT count(DISTINCT i.item_index) FROM tasks AS i WHERE i.group_id = g.id AND i.status = 'succeeded'),
+			(SELECT COALESCE(max(i.item_index), -1) FROM tasks AS i WHERE i.group_id = g.id)
+		FROM runs r JOIN jobs j ON j.id = r.job_id JOIN tasks g ON g.run_id = r.id AND g.step = 'each'
+		WHERE j.name LIKE 'fan-%' AND r.scheduled_for <= $1`, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	checked, items := 0, 0
+	for rows.Next() {
+		var at time.Time
+		var run, group string
+		var total, succeeded, n, distinct, last int
+		if err := rows.Scan(&at, &run, &group, &total, &succeeded, &n, &distinct, &last); err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		items += n
+		want := fanN(at)
+		if run != "succeeded" || group != "succeeded" || total != want || succeeded != want || n != want || distinct != want || last != want-1 {
+			t.Errorf("fan-out at %s: run %s, group %s, items_total %d, items_succeeded %d, %d items (%d distinct succeeded, last index %d); want %d",
+				at.Format(time.RFC3339), run, group, total, succeeded, n, distinct, last, want)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no fan-out run to check")
+	}
+	t.Logf("%d fan-out runs (%d items) expanded and ended as the reference says", checked, items)
 }
 
 // afters is how many of the chaos test's jobs start after multi-00.

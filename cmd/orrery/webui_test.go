@@ -412,6 +412,27 @@ spec:
 		t.Errorf("the downstream run's upstream: %q", s)
 	}
 
+	// A fan-out (examples/file-fan-out.yaml): the run page draws the group
+	// as one node with its count, counts its items by status in the table
+	// and on the timeline, and lists them.
+	fanRun := strings.Fields(cli("jobs", "trigger", "file-fan-out", "-n", "analytics", "--param", "count=7"))[1]
+	poll(t, 60*time.Second, "the fan-out's run succeeds", func() bool { return strings.Contains(cli("runs", "get", fanRun), "status succeeded") })
+	do("a fan-out's run page", chromedp.Navigate(base+"/runs/"+fanRun), chromedp.WaitVisible(css(`#graph a[data-task="load"]`)))
+	if s := fmt.Sprint(eval(`document.querySelector('#graph a[data-task="load"]').textContent`)); !strings.Contains(s, "load ×7") {
+		t.Errorf("the fan-out's node: %q", s)
+	}
+	if s := text(`tr.items`); !strings.Contains(s, "fan-out of 7 items: 7 succeeded") {
+		t.Errorf("the fan-out's row: %q", s)
+	}
+	if s := fmt.Sprint(eval(`document.querySelector('#timeline').textContent`)); !strings.Contains(s, "7 items succeeded") {
+		t.Errorf("the fan-out on the timeline: %q", s)
+	}
+	do("a fan-out's items", chromedp.Click(css(`tr.items a[data-items-link]`)), chromedp.WaitVisible(css(`#items tbody tr[data-item]`)))
+	if n := eval(`document.querySelectorAll('#items tbody tr[data-item]').length`); n != float64(7) {
+		t.Errorf("%v items listed, want 7", n)
+	}
+	screenshot(t, ctx, "fan-out")
+
 	// Unknown ids and other tenants' jobs are 404 pages.
 	for _, path := range []string{"/jobs/acme-ns/secret-plan", "/runs/0190aaaa-0000-7000-8000-000000000000", "/runs/not-an-id", "/nope"} {
 		if status := eval(fmt.Sprintf(`fetch(%q).then(r => r.status)`, path)); status != float64(404) {

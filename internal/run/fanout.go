@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/usage"
 )
 
 // Fan-out (for_each, docs/dynamic-workflows.md): a step's task is its
@@ -95,6 +96,16 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 	if err := outputs.load(ctx, q); err != nil {
 		return err
 	}
+	// Items are tasks the tenant keeps: held to its max_tasks quota, read
+	// in this transaction (read committed: it conflicts with no writer).
+	tenants := make([]uuid.UUID, len(todo))
+	for i, p := range todo {
+		tenants[i] = p.cand.ready.Tenant
+	}
+	rooms, err := usage.RunRooms(ctx, q, tenants)
+	if err != nil {
+		return err
+	}
 	var spent uint64 // the batch's lists share one cost limit, as conditions do
 	var items store.InsertItemsParams
 	var expanded store.ExpandGroupsParams
@@ -110,6 +121,10 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 			continue
 		case len(list) == 0:
 			v.skip = append(v.skip, verdict{p.cand, ReasonEmptyList})
+			continue
+		}
+		if err := rooms.Add(p.cand.ready.Tenant, usage.Usage{Tasks: int64(len(list))}); err != nil {
+			v.fail = append(v.fail, verdict{p.cand, "for_each: " + err.Error()})
 			continue
 		}
 		g := p.cand.ready

@@ -20,6 +20,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/usage"
 )
 
 const fanOutJob = `apiVersion: orrery.dev/v1
@@ -283,4 +285,63 @@ func queryString(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) stri
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return s
+}
+
+// TestFanOutHeldToTheTaskQuota: a fan-out whose items would take its
+// tenant past max_tasks is dead-lettered, naming the quota, with no item
+// written.
+func TestFanOutHeldToTheTaskQuota(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, _ := job.New(ctx, pool, nil)
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+	enginetest.StartWorker(t, pool, 2, map[string]executor.HandlerFunc{"ok": func(context.Context, executor.Call) error { return nil }})
+	if err := usage.Set(ctx, store.New(pool), job.DefaultTenant, usage.Limits{Tasks: 20}); err != nil {
+		t.Fatal(err)
+	}
+	docs, es := dag.Decode("wide.yaml", []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: wide}
+spec:
+  schedule: {cron: "@yearly"}
+  overlap: allow
+  steps:
+    - name: each
+      for_each: ${{ params.n.split(',') }}
+      run: {handler: ok}
+  params:
+    n: {type: string, default: "a,b,c"}
+`))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, docs[0].Resource, ""); err != nil {
+		t.Fatal(err)
+	}
+	ref := job.Ref{Namespace: "default", Name: "wide"}
+	small, err := runs.TriggerWith(ctx, job.Anonymous, ref, run.TriggerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide, err := runs.TriggerWith(ctx, job.Anonymous, ref, run.TriggerOptions{ParamTexts: map[string]string{"n": strings.Repeat("x,", 29) + "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRunEnds(t, pool, small.ID)
+	waitRunEnds(t, pool, wide.ID)
+	if s := queryString(t, pool, "SELECT status FROM runs WHERE id = $1", small.ID); s != "succeeded" {
+		t.Errorf("3 items within the quota: run %s", s)
+	}
+	why := queryString(t, pool, "SELECT last_error FROM tasks WHERE run_id = $1 AND step = 'each'", wide.ID)
+	if !strings.Contains(why, "storage quota max_tasks is 20") || !strings.Contains(why, "this would add 30") {
+		t.Errorf("30 items past the quota: the group's reason %q", why)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM tasks WHERE run_id = $1 AND group_id IS NOT NULL", wide.ID); n != 0 {
+		t.Errorf("%d items written past the quota", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT sum(tasks)::int FROM tenant_run_usage"); n != enginetest.Int(t, pool, "SELECT count(*) FROM tasks") {
+		t.Errorf("tenant_run_usage counts %d tasks, the database holds %d", n, enginetest.Int(t, pool, "SELECT count(*) FROM tasks"))
+	}
 }

@@ -1294,7 +1294,7 @@ func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraph
 }
 
 const runStepStatuses = `-- name: RunStepStatuses :many
-SELECT run_id, step, status FROM tasks WHERE run_id = ANY($1::uuid[])
+SELECT run_id, step, status FROM tasks WHERE run_id = ANY($1::uuid[]) AND group_id IS NULL
 ORDER BY run_id, step
 LIMIT $2
 `
@@ -1311,7 +1311,8 @@ type RunStepStatusesRow struct {
 }
 
 // RunStepStatuses reads the steps of runs and their statuses (a job's
-// history grid), at most max_rows of them.
+// history grid; a fan-out by its group, not its items), at most max_rows
+// of them.
 func (q *Queries) RunStepStatuses(ctx context.Context, arg RunStepStatusesParams) ([]RunStepStatusesRow, error) {
 	rows, err := q.db.Query(ctx, runStepStatuses, arg.RunIds, arg.MaxRows)
 	if err != nil {

@@ -380,8 +380,9 @@ WHERE t.status = 'dead_lettered' AND r.status <> 'cancelled' AND NOT t.fan_out A
 GROUP BY j.namespace;
 
 -- RunStepStatuses reads the steps of runs and their statuses (a job's
--- history grid), at most max_rows of them.
+-- history grid; a fan-out by its group, not its items), at most max_rows
+-- of them.
 -- name: RunStepStatuses :many
-SELECT run_id, step, status FROM tasks WHERE run_id = ANY(@run_ids::uuid[])
+SELECT run_id, step, status FROM tasks WHERE run_id = ANY(@run_ids::uuid[]) AND group_id IS NULL
 ORDER BY run_id, step
 LIMIT @max_rows;

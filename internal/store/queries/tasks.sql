@@ -293,15 +293,25 @@ FROM t LEFT JOIN r ON r.id = t.run_id;
 
 -- InsertItems writes the items of expanded fan-outs, waiting (held until
 -- their group releases them), each with its group's run, queue and
--- priority: @group_ids[i] is the group of item @steps[i].
+-- priority: @group_ids[i] is the group of item @steps[i]. They are added
+-- to what their tenants hold (tenant_run_usage), in key order, as
+-- InsertRuns adds a run's tasks.
 -- name: InsertItems :exec
-INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at,
-                   group_id, item, item_index)
-SELECT u.id, g.tenant_id, g.run_id, u.step, 'waiting', 0, g.queue, g.priority, 'all_success', now(),
-       g.id, u.item::jsonb, u.item_index
-FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@group_ids::uuid[]) AS group_id, unnest(@steps::text[]) AS step,
-             unnest(@items::text[]) AS item, unnest(@item_indexes::int[]) AS item_index) AS u
-JOIN tasks AS g ON g.id = u.group_id;
+WITH ins AS (
+    INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at,
+                       group_id, item, item_index)
+    SELECT u.id, g.tenant_id, g.run_id, u.step, 'waiting', 0, g.queue, g.priority, 'all_success', now(),
+           g.id, u.item::jsonb, u.item_index
+    FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@group_ids::uuid[]) AS group_id, unnest(@steps::text[]) AS step,
+                 unnest(@items::text[]) AS item, unnest(@item_indexes::int[]) AS item_index) AS u
+    JOIN tasks AS g ON g.id = u.group_id
+    RETURNING tasks.tenant_id, tasks.run_id
+)
+INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
+SELECT ins.tenant_id, r.shard, 0, count(*) FROM ins JOIN runs AS r ON r.id = ins.run_id
+GROUP BY ins.tenant_id, r.shard
+ORDER BY ins.tenant_id, r.shard
+ON CONFLICT (tenant_id, shard) DO UPDATE SET tasks = tenant_run_usage.tasks + EXCLUDED.tasks;
 
 -- ExpandGroups moves waiting groups to expanded with their counts of
 -- items (@counts[i] for @ids[i]); it returns those it moved.
