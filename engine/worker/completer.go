@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -50,26 +51,39 @@ func (w *Worker) finish(ctx context.Context, reports []run.Report, written strin
 }
 
 // finishReports records a batch of reports in one transaction: those on
-// runs of one task in one statement, then the others one by one, taking
-// their runs' locks in one order for every batch (by run id); written is
+// runs of one task in one statement; then, their runs locked in key
+// order, the items of fan-outs together (run.FinishItemAttempts), and
+// the others one by one; written is
 // called when the batch is written, before it commits. A worker's reports
 // and a gateway's (remote workers') go through it.
 func finishReports(ctx context.Context, pool *pgxpool.Pool, a *run.Applier, reports []run.Report, written func()) ([]bool, error) {
-	var sole, other []int
+	var sole, items, other []int
+	var runs []uuid.UUID // of the items and the others: locked first, in key order
 	for i, r := range reports {
-		if r.Shape != nil && r.Shape.SingleTask {
+		switch {
+		case r.Shape != nil && r.Shape.SingleTask:
 			sole = append(sole, i)
-		} else {
+		case r.Shape != nil && r.Shape.Item && r.RunID != uuid.Nil:
+			items = append(items, i)
+			runs = append(runs, r.RunID)
+		default:
 			other = append(other, i)
+			if r.RunID != uuid.Nil {
+				runs = append(runs, r.RunID)
+			}
 		}
 	}
 	slices.SortFunc(other, func(a, b int) int {
 		return slices.Compare(reports[a].RunID[:], reports[b].RunID[:])
 	})
-	soleReports := make([]run.Report, len(sole))
-	for k, i := range sole {
-		soleReports[k] = reports[i]
+	pick := func(idx []int) []run.Report {
+		out := make([]run.Report, len(idx))
+		for k, i := range idx {
+			out[k] = reports[i]
+		}
+		return out
 	}
+	soleReports, itemReports := pick(sole), pick(items)
 	accepted := make([]bool, len(reports))
 	err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
 		if len(sole) > 0 {
@@ -78,6 +92,18 @@ func finishReports(ctx context.Context, pool *pgxpool.Pool, a *run.Applier, repo
 				return err
 			}
 			for k, i := range sole {
+				accepted[i] = ok[k]
+			}
+		}
+		if err := run.LockRuns(ctx, tx, runs); err != nil {
+			return err
+		}
+		if len(items) > 0 {
+			ok, err := a.FinishItemAttempts(ctx, tx, itemReports)
+			if err != nil {
+				return err
+			}
+			for k, i := range items {
 				accepted[i] = ok[k]
 			}
 		}

@@ -17,6 +17,7 @@ type Shape struct {
 	SingleTask   bool          // the run has one task
 	QueueOverlap bool          // the job's overlap policy is queue
 	Root         bool          // the step needs none: it starts when its run does
+	Item         bool          // an item of a fan-out: its end is counted in its group
 }
 
 // Ending is how an attempt ended, as far as its task's life cares.

@@ -1,8 +1,11 @@
 package run
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -145,6 +148,7 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 		}
 		expanded.Ids = append(expanded.Ids, g.TaskID)
 		expanded.Counts = append(expanded.Counts, int32(len(list)))
+		expanded.Held = append(expanded.Held, int32(len(list)-release))
 	}
 	if len(expanded.Ids) > 0 {
 		if err := q.InsertItems(ctx, items); err != nil {
@@ -165,35 +169,64 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 	return settle(ctx, q, tx, a, v)
 }
 
-// itemEnded counts the end of an item of group (succeeded, or
-// dead-lettered) in the transaction that ended it, its run locked:
-// while others are open, the next held item (max_parallel) is released;
-// at the last, the group ends by its step's min_success
-// (lifecycle.GroupEnded), what is below it settles, and the run finishes
-// when nothing else is left.
-func itemEnded(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, group uuid.UUID, succeeded bool) error {
-	g, err := q.CountItemEnd(ctx, store.CountItemEndParams{ID: group, Succeeded: succeeded})
-	if store.IsNotFound(err) {
-		return nil // the group ended otherwise (its run was cancelled)
+// itemEnds are the ends of items of one group, in one transaction.
+type itemEnds struct{ succeeded, failed int32 }
+
+// countItemEnds counts ended items in their groups (succeeded, or
+// dead-lettered) in the transaction that ended them, their runs locked:
+// one statement for the batch. While a group has others open, held items
+// (max_parallel) are released in the ended ones' place; a group whose
+// last item ended ends by its step's min_success (groupEnded).
+func countItemEnds(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ends map[uuid.UUID]*itemEnds) error {
+	if len(ends) == 0 {
+		return nil
 	}
+	var p store.CountItemEndsParams
+	for _, g := range slices.SortedFunc(maps.Keys(ends), func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }) {
+		p.Ids = append(p.Ids, g)
+		p.Succeeded = append(p.Succeeded, ends[g].succeeded)
+		p.Failed = append(p.Failed, ends[g].failed)
+	}
+	groups, err := q.CountItemEnds(ctx, p)
 	if err != nil {
 		return err
 	}
 	a.Failpoints.Hit(FailpointItemCounted)
-	if g.ItemsOpen > 0 {
-		held, err := q.HeldItems(ctx, store.HeldItemsParams{GroupID: group, MaxItems: 1})
-		if err != nil || len(held) == 0 {
-			return err
+	var next []dispatch.Ready
+	for _, g := range groups {
+		if g.ItemsOpen > 0 && g.Release > 0 {
+			held, err := q.HeldItems(ctx, store.HeldItemsParams{GroupID: g.ID, MaxItems: g.Release})
+			if err != nil {
+				return err
+			}
+			for _, h := range held {
+				next = append(next, dispatch.NextAttempt(h.ID, h.TenantID, h.Queue, h.Priority, 0))
+			}
 		}
-		h := held[0]
-		return releaseWaiting(ctx, q, tx, a, []dispatch.Ready{dispatch.NextAttempt(h.ID, h.TenantID, h.Queue, h.Priority, 0)})
 	}
+	if err := releaseWaiting(ctx, q, tx, a, next); err != nil {
+		return err
+	}
+	for _, g := range groups {
+		if g.ItemsOpen == 0 {
+			if err := groupEnded(ctx, q, tx, a, g); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// groupEnded ends a group whose items all ended, by its step's
+// min_success (lifecycle.GroupEnded); what is below it settles, and the
+// run finishes when nothing else is left.
+func groupEnded(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, g store.CountItemEndsRow) error {
 	runs, err := q.ConditionRuns(ctx, []uuid.UUID{g.RunID})
 	if err != nil {
 		return err
 	}
 	if len(runs) == 0 {
-		return fmt.Errorf("fan-out %s: run %s not found", group, g.RunID)
+		return fmt.Errorf("fan-out %s: run %s not found", g.ID, g.RunID)
 	}
 	spec, err := specs.get(ctx, tx, runs[0].JobID, runs[0].JobVersion)
 	if err != nil {
@@ -204,16 +237,80 @@ func itemEnded(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, gro
 		need = spec.Steps[idx].MinSuccess.Need(need)
 	}
 	status, reason := lifecycle.GroupEnded(int(g.ItemsTotal), int(g.ItemsSucceeded), need)
-	if _, err := q.EndGroup(ctx, store.EndGroupParams{ID: group, Status: status, Reason: reason}); err != nil {
+	if _, err := q.EndGroup(ctx, store.EndGroupParams{ID: g.ID, Status: status, Reason: reason}); err != nil {
 		return err
 	}
 	if status == lifecycle.TaskSucceeded {
-		err = releaseChildren(ctx, q, tx, a, group)
+		err = releaseChildren(ctx, q, tx, a, g.ID)
 	} else {
-		err = propagate(ctx, q, tx, a, g.RunID, group, status)
+		err = propagate(ctx, q, tx, a, g.RunID, g.ID, status)
 	}
 	if err != nil {
 		return err
 	}
 	return finishRun(ctx, tx, a, g.RunID, spec.Overlap == dag.OverlapQueue)
+}
+
+// FinishItemAttempts is FinishAttempt for a batch of reports on items of
+// fan-outs (Shape known, Item), their runs locked by the caller (in key
+// order, before anything else of theirs): every attempt in one statement,
+// their ends counted in their groups in one more (countItemEnds), the
+// retries released, and stale reports recorded on their attempts.
+func (a *Applier) FinishItemAttempts(ctx context.Context, tx pgx.Tx, reports []Report) ([]bool, error) {
+	q := store.New(tx)
+	finishes := make([]lifecycle.Finish, len(reports))
+	for i, r := range reports {
+		if r.Shape == nil || !r.Shape.Item {
+			return nil, fmt.Errorf("task %s: not an item of a fan-out", r.TaskID)
+		}
+		finishes[i] = r.finish(r.Shape)
+		reports[i].Result = r.Result.Storable()
+	}
+	done, err := completeAttempts(ctx, q, reports, finishes)
+	if err != nil {
+		return nil, err
+	}
+	accepted := make([]bool, len(reports))
+	var retries []dispatch.Ready
+	ends := map[uuid.UUID]*itemEnds{}
+	for i, r := range reports {
+		f := finishes[i]
+		t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
+		if !ok {
+			if err := lateReport(ctx, q, r, f.Outcome); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		accepted[i] = true
+		switch {
+		case f.Task == lifecycle.TaskRetrying:
+			retries = append(retries, retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
+		case t.GroupID != nil:
+			e := ends[*t.GroupID]
+			if e == nil {
+				e = &itemEnds{}
+				ends[*t.GroupID] = e
+			}
+			if f.Task == lifecycle.TaskSucceeded {
+				e.succeeded++
+			} else {
+				e.failed++
+			}
+		}
+	}
+	if err := a.Dispatcher.Release(ctx, tx, retries); err != nil {
+		return nil, err
+	}
+	return accepted, countItemEnds(ctx, q, tx, a, ends)
+}
+
+// LockRuns locks runs in key order: a batch of reports does, before it
+// writes anything of theirs, so that two batches wait for each other in
+// one order.
+func LockRuns(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return store.New(tx).LockRuns(ctx, ids)
 }

@@ -117,7 +117,11 @@ func (a *Applier) FinishAttempt(ctx context.Context, tx pgx.Tx, r Report) (bool,
 	case f.Task == lifecycle.TaskRetrying:
 		return true, a.Dispatcher.Release(ctx, tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
 	case t.GroupID != nil: // an item of a fan-out: its group counts its end
-		return true, itemEnded(ctx, q, tx, a, *t.GroupID, f.Task == lifecycle.TaskSucceeded)
+		e := &itemEnds{succeeded: 1}
+		if f.Task != lifecycle.TaskSucceeded {
+			e = &itemEnds{failed: 1}
+		}
+		return true, countItemEnds(ctx, q, tx, a, map[uuid.UUID]*itemEnds{*t.GroupID: e})
 	case f.ReleaseChildren:
 		if err := releaseChildren(ctx, q, tx, a, r.TaskID); err != nil {
 			return false, err

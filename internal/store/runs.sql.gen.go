@@ -471,7 +471,7 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 }
 
 const groupItems = `-- name: GroupItems :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
 ORDER BY item_index LIMIT $3
 `
 
@@ -523,6 +523,7 @@ func (q *Queries) GroupItems(ctx context.Context, arg GroupItemsParams) ([]Task,
 			&i.ItemsOpen,
 			&i.ItemsSucceeded,
 			&i.ItemsFailed,
+			&i.ItemsHeld,
 		); err != nil {
 			return nil, err
 		}
@@ -1007,8 +1008,6 @@ type LockRunRow struct {
 	JobID uuid.UUID
 }
 
-// LockRun serializes the transactions that finish tasks of one run, so
-// the last of them sees every task terminal and finishes the run.
 func (q *Queries) LockRun(ctx context.Context, id uuid.UUID) (LockRunRow, error) {
 	row := q.db.QueryRow(ctx, lockRun, id)
 	var i LockRunRow
@@ -1025,6 +1024,19 @@ func (q *Queries) LockRunOfTask(ctx context.Context, taskID uuid.UUID) (uuid.UUI
 	var id uuid.UUID
 	err := row.Scan(&id)
 	return id, err
+}
+
+const lockRuns = `-- name: LockRuns :exec
+SELECT id FROM runs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+`
+
+// LockRun serializes the transactions that finish tasks of one run, so
+// the last of them sees every task terminal and finishes the run.
+// LockRuns locks runs in key order (a batch of reports: before their
+// tasks).
+func (q *Queries) LockRuns(ctx context.Context, ids []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, lockRuns, ids)
+	return err
 }
 
 const lockRunsForReplay = `-- name: LockRunsForReplay :many
@@ -1334,7 +1346,7 @@ func (q *Queries) RunStepStatuses(ctx context.Context, arg RunStepStatusesParams
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
 `
 
 // RunTasks reads a run's tasks but the items of its fan-outs (their
@@ -1380,6 +1392,7 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 			&i.ItemsOpen,
 			&i.ItemsSucceeded,
 			&i.ItemsFailed,
+			&i.ItemsHeld,
 		); err != nil {
 			return nil, err
 		}

@@ -192,44 +192,69 @@ func (q *Queries) ConditionRuns(ctx context.Context, ids []uuid.UUID) ([]Conditi
 	return items, nil
 }
 
-const countItemEnd = `-- name: CountItemEnd :one
-UPDATE tasks SET items_open = items_open - 1,
-    items_succeeded = items_succeeded + CASE WHEN $1::bool THEN 1 ELSE 0 END,
-    items_failed = items_failed + CASE WHEN $1::bool THEN 0 ELSE 1 END
-WHERE id = $2 AND status = 'expanded' AND items_open > 0
-RETURNING run_id, step, items_total::int AS items_total, items_open::int AS items_open,
-          items_succeeded::int AS items_succeeded, items_failed::int AS items_failed
+const countItemEnds = `-- name: CountItemEnds :many
+UPDATE tasks SET items_open = g.items_open - u.ok - u.failed,
+    items_succeeded = g.items_succeeded + u.ok,
+    items_failed = g.items_failed + u.failed,
+    items_held = GREATEST(g.items_held - u.ok - u.failed, 0)
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS ok, unnest($3::int[]) AS failed) AS u
+JOIN tasks AS g ON g.id = u.id
+WHERE tasks.id = u.id AND tasks.status = 'expanded' AND g.items_open >= u.ok + u.failed
+RETURNING tasks.id, tasks.run_id, tasks.step, tasks.items_total::int AS items_total, tasks.items_open::int AS items_open,
+          tasks.items_succeeded::int AS items_succeeded, tasks.items_failed::int AS items_failed,
+          LEAST(g.items_held, u.ok + u.failed)::int AS release
 `
 
-type CountItemEndParams struct {
-	Succeeded bool
-	ID        uuid.UUID
+type CountItemEndsParams struct {
+	Ids       []uuid.UUID
+	Succeeded []int32
+	Failed    []int32
 }
 
-type CountItemEndRow struct {
+type CountItemEndsRow struct {
+	ID             uuid.UUID
 	RunID          uuid.UUID
 	Step           string
 	ItemsTotal     int32
 	ItemsOpen      int32
 	ItemsSucceeded int32
 	ItemsFailed    int32
+	Release        int32
 }
 
-// CountItemEnd counts the end of one item in its group (in the
-// transaction that ends the item, under its run's lock) and returns the
-// group's counts; no row when the group is not expanded (cancelled).
-func (q *Queries) CountItemEnd(ctx context.Context, arg CountItemEndParams) (CountItemEndRow, error) {
-	row := q.db.QueryRow(ctx, countItemEnd, arg.Succeeded, arg.ID)
-	var i CountItemEndRow
-	err := row.Scan(
-		&i.RunID,
-		&i.Step,
-		&i.ItemsTotal,
-		&i.ItemsOpen,
-		&i.ItemsSucceeded,
-		&i.ItemsFailed,
-	)
-	return i, err
+// CountItemEnds counts ended items in their groups (@succeeded[i] and
+// @failed[i] items of group @ids[i], in id order), in the transaction
+// that ends them, under their runs' locks, and returns each group's
+// counts and how many held items to release in their place (release:
+// the caller releases them, HeldItems). A group not expanded (its run
+// cancelled) is not in the answer.
+func (q *Queries) CountItemEnds(ctx context.Context, arg CountItemEndsParams) ([]CountItemEndsRow, error) {
+	rows, err := q.db.Query(ctx, countItemEnds, arg.Ids, arg.Succeeded, arg.Failed)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CountItemEndsRow{}
+	for rows.Next() {
+		var i CountItemEndsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunID,
+			&i.Step,
+			&i.ItemsTotal,
+			&i.ItemsOpen,
+			&i.ItemsSucceeded,
+			&i.ItemsFailed,
+			&i.Release,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const decrementChildren = `-- name: DecrementChildren :many
@@ -356,8 +381,8 @@ func (q *Queries) EndGroup(ctx context.Context, arg EndGroupParams) (int64, erro
 
 const expandGroups = `-- name: ExpandGroups :many
 UPDATE tasks SET status = 'expanded', released_at = COALESCE(released_at, now()),
-    items_total = u.n, items_open = u.n, items_succeeded = 0, items_failed = 0
-FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS n) AS u
+    items_total = u.n, items_open = u.n, items_succeeded = 0, items_failed = 0, items_held = u.held
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS n, unnest($3::int[]) AS held) AS u
 WHERE tasks.id = u.id AND tasks.status = 'waiting'
 RETURNING tasks.id
 `
@@ -365,12 +390,14 @@ RETURNING tasks.id
 type ExpandGroupsParams struct {
 	Ids    []uuid.UUID
 	Counts []int32
+	Held   []int32
 }
 
 // ExpandGroups moves waiting groups to expanded with their counts of
-// items (@counts[i] for @ids[i]); it returns those it moved.
+// items (@counts[i] for @ids[i]), of which @held[i] are held back
+// (max_parallel); it returns those it moved.
 func (q *Queries) ExpandGroups(ctx context.Context, arg ExpandGroupsParams) ([]uuid.UUID, error) {
-	rows, err := q.db.Query(ctx, expandGroups, arg.Ids, arg.Counts)
+	rows, err := q.db.Query(ctx, expandGroups, arg.Ids, arg.Counts, arg.Held)
 	if err != nil {
 		return nil, err
 	}

@@ -345,6 +345,11 @@ WHERE id = ANY(@ids::uuid[]) AND status IN ('failed', 'dead_lettered');
 
 -- LockRun serializes the transactions that finish tasks of one run, so
 -- the last of them sees every task terminal and finishes the run.
+-- LockRuns locks runs in key order (a batch of reports: before their
+-- tasks).
+-- name: LockRuns :exec
+SELECT id FROM runs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
+
 -- name: LockRun :one
 SELECT id, job_id FROM runs WHERE id = @id FOR UPDATE;
 

@@ -314,24 +314,32 @@ ORDER BY ins.tenant_id, r.shard
 ON CONFLICT (tenant_id, shard) DO UPDATE SET tasks = tenant_run_usage.tasks + EXCLUDED.tasks;
 
 -- ExpandGroups moves waiting groups to expanded with their counts of
--- items (@counts[i] for @ids[i]); it returns those it moved.
+-- items (@counts[i] for @ids[i]), of which @held[i] are held back
+-- (max_parallel); it returns those it moved.
 -- name: ExpandGroups :many
 UPDATE tasks SET status = 'expanded', released_at = COALESCE(released_at, now()),
-    items_total = u.n, items_open = u.n, items_succeeded = 0, items_failed = 0
-FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@counts::int[]) AS n) AS u
+    items_total = u.n, items_open = u.n, items_succeeded = 0, items_failed = 0, items_held = u.held
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@counts::int[]) AS n, unnest(@held::int[]) AS held) AS u
 WHERE tasks.id = u.id AND tasks.status = 'waiting'
 RETURNING tasks.id;
 
--- CountItemEnd counts the end of one item in its group (in the
--- transaction that ends the item, under its run's lock) and returns the
--- group's counts; no row when the group is not expanded (cancelled).
--- name: CountItemEnd :one
-UPDATE tasks SET items_open = items_open - 1,
-    items_succeeded = items_succeeded + CASE WHEN @succeeded::bool THEN 1 ELSE 0 END,
-    items_failed = items_failed + CASE WHEN @succeeded::bool THEN 0 ELSE 1 END
-WHERE id = @id AND status = 'expanded' AND items_open > 0
-RETURNING run_id, step, items_total::int AS items_total, items_open::int AS items_open,
-          items_succeeded::int AS items_succeeded, items_failed::int AS items_failed;
+-- CountItemEnds counts ended items in their groups (@succeeded[i] and
+-- @failed[i] items of group @ids[i], in id order), in the transaction
+-- that ends them, under their runs' locks, and returns each group's
+-- counts and how many held items to release in their place (release:
+-- the caller releases them, HeldItems). A group not expanded (its run
+-- cancelled) is not in the answer.
+-- name: CountItemEnds :many
+UPDATE tasks SET items_open = g.items_open - u.ok - u.failed,
+    items_succeeded = g.items_succeeded + u.ok,
+    items_failed = g.items_failed + u.failed,
+    items_held = GREATEST(g.items_held - u.ok - u.failed, 0)
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@succeeded::int[]) AS ok, unnest(@failed::int[]) AS failed) AS u
+JOIN tasks AS g ON g.id = u.id
+WHERE tasks.id = u.id AND tasks.status = 'expanded' AND g.items_open >= u.ok + u.failed
+RETURNING tasks.id, tasks.run_id, tasks.step, tasks.items_total::int AS items_total, tasks.items_open::int AS items_open,
+          tasks.items_succeeded::int AS items_succeeded, tasks.items_failed::int AS items_failed,
+          LEAST(g.items_held, u.ok + u.failed)::int AS release;
 
 -- HeldItems lists a group's held items (waiting), lowest index first: the
 -- next that max_parallel lets run.

@@ -314,6 +314,7 @@ type Task struct {
 	ItemsOpen        pgtype.Int4
 	ItemsSucceeded   pgtype.Int4
 	ItemsFailed      pgtype.Int4
+	ItemsHeld        pgtype.Int4
 }
 
 type TaskEdge struct {
