@@ -68,12 +68,6 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 	if err != nil {
 		return err
 	}
-	type pending struct {
-		cand  candidate
-		run   store.ConditionRunsRow
-		step  *dag.Step
-		exprs *dag.StepExprs
-	}
 	var todo []pending
 	var outputs outputsToRead
 	for _, c := range groups {
@@ -95,6 +89,33 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 		}
 		todo = append(todo, pending{c, r, &spec.Steps[idx], x})
 		outputs.add(c.run, x.ForEachReads.Steps)
+	}
+	// A group expanded before (its run retried) keeps its items: those
+	// that did not succeed run again, its list is not evaluated again.
+	ids := make([]uuid.UUID, len(todo))
+	for i, p := range todo {
+		ids[i] = p.cand.ready.TaskID
+	}
+	before, err := q.ExpandedBefore(ctx, ids)
+	if err != nil {
+		return err
+	}
+	if len(before) > 0 {
+		again := make(map[uuid.UUID]store.ExpandedBeforeRow, len(before))
+		for _, b := range before {
+			again[b.ID] = b
+		}
+		var reopen []pending
+		todo = slices.DeleteFunc(todo, func(p pending) bool {
+			if _, ok := again[p.cand.ready.TaskID]; ok {
+				reopen = append(reopen, p)
+				return true
+			}
+			return false
+		})
+		if err := reopenGroups(ctx, q, tx, a, reopen, again); err != nil {
+			return err
+		}
 	}
 	if err := outputs.load(ctx, q); err != nil {
 		return err
@@ -169,6 +190,68 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 	return settle(ctx, q, tx, a, v)
 }
 
+// pending is a group to expand: its candidate, run, step and expressions.
+type pending struct {
+	cand  candidate
+	run   store.ConditionRunsRow
+	step  *dag.Step
+	exprs *dag.StepExprs
+}
+
+// reopenGroups expands again groups of a retried run that were expanded
+// before: their items that did not succeed wait again and the first
+// max_parallel of them are released; a group with none left ends at once
+// (countItemEnds).
+func reopenGroups(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups []pending, before map[uuid.UUID]store.ExpandedBeforeRow) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	var p store.ReopenGroupsParams
+	release := map[uuid.UUID]int32{}
+	for _, g := range groups {
+		id := g.cand.ready.TaskID
+		b := before[id]
+		open := b.ItemsTotal - b.ItemsSucceeded
+		n := open
+		if g.step.MaxParallel > 0 {
+			n = min(n, int32(g.step.MaxParallel))
+		}
+		p.Ids = append(p.Ids, id)
+		p.Opens = append(p.Opens, open)
+		p.Held = append(p.Held, open-n)
+		release[id] = n
+	}
+	if err := q.ReopenItems(ctx, p.Ids); err != nil {
+		return err
+	}
+	moved, err := q.ReopenGroups(ctx, p)
+	if err != nil {
+		return err
+	}
+	if len(moved) != len(p.Ids) {
+		return fmt.Errorf("expanding %d fan-out groups again: %d were waiting", len(p.Ids), len(moved))
+	}
+	var next []dispatch.Ready
+	none := map[uuid.UUID]*itemEnds{}
+	for i, id := range p.Ids {
+		if p.Opens[i] == 0 {
+			none[id] = &itemEnds{}
+			continue
+		}
+		held, err := q.HeldItems(ctx, store.HeldItemsParams{GroupID: id, MaxItems: release[id]})
+		if err != nil {
+			return err
+		}
+		for _, h := range held {
+			next = append(next, dispatch.NextAttempt(h.ID, h.TenantID, h.Queue, h.Priority, h.Attempt))
+		}
+	}
+	if err := releaseWaiting(ctx, q, tx, a, next); err != nil {
+		return err
+	}
+	return countItemEnds(ctx, q, tx, a, none)
+}
+
 // itemEnds are the ends of items of one group, in one transaction.
 type itemEnds struct{ succeeded, failed int32 }
 
@@ -200,7 +283,7 @@ func countItemEnds(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier,
 				return err
 			}
 			for _, h := range held {
-				next = append(next, dispatch.NextAttempt(h.ID, h.TenantID, h.Queue, h.Priority, 0))
+				next = append(next, dispatch.NextAttempt(h.ID, h.TenantID, h.Queue, h.Priority, h.Attempt))
 			}
 		}
 	}

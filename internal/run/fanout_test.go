@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,5 +344,116 @@ spec:
 	}
 	if n := enginetest.Int(t, pool, "SELECT sum(tasks)::int FROM tenant_run_usage"); n != enginetest.Int(t, pool, "SELECT count(*) FROM tasks") {
 		t.Errorf("tenant_run_usage counts %d tasks, the database holds %d", n, enginetest.Int(t, pool, "SELECT count(*) FROM tasks"))
+	}
+}
+
+// TestRetryAFanOut: a run whose fan-out failed (one item failed for good)
+// or was cancelled while its items ran is retried from where it failed:
+// the items that succeeded keep their ends (one attempt each), the others
+// run again (their attempt numbers going on), max_parallel still holds,
+// and the run succeeds.
+func TestRetryAFanOut(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, _ := job.New(ctx, pool, nil)
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+	var healed atomic.Bool
+	block := make(chan struct{})
+	enginetest.StartWorker(t, pool, 4, map[string]executor.HandlerFunc{
+		"item": func(ctx context.Context, c executor.Call) error {
+			var in struct{ I int }
+			if err := json.Unmarshal(c.Payload, &in); err != nil {
+				return err
+			}
+			if in.I == 2 && !healed.Load() {
+				return executor.Permanent(errors.New("item 2 fails until healed"))
+			}
+			if in.I == 100 && !healed.Load() {
+				select { // the cancelled run's first item runs until cancelled
+				case <-block:
+				case <-ctx.Done():
+				}
+			}
+			return nil
+		},
+		"after": func(context.Context, executor.Call) error { return nil },
+	})
+	for _, tt := range []struct{ name, list string }{{"fails", "[0, 1, 2, 3]"}, {"cancelled", "[100, 101, 102]"}} {
+		docs, es := dag.Decode(tt.name+".yaml", []byte(fmt.Sprintf(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: %s}
+spec:
+  schedule: {cron: "@yearly"}
+  defaults: {retry: {max_attempts: 1}}
+  steps:
+    - name: each
+      for_each: ${{ %s }}
+      max_parallel: 1
+      run: {handler: item}
+      payload: {i: "${{ item }}"}
+    - name: after
+      needs: [each]
+      run: {handler: after}
+`, tt.name, tt.list)))
+		if len(es) > 0 {
+			t.Fatal(es)
+		}
+		if _, err := jobs.Create(ctx, job.Anonymous, docs[0].Resource, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fails, err := runs.TriggerWith(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "fails"}, run.TriggerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, err := runs.TriggerWith(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "cancelled"}, run.TriggerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRunEnds(t, pool, fails.ID)
+	enginetest.WaitFor(t, 30*time.Second, "the cancelled run's first item runs", func() bool {
+		return queryString(t, pool, "SELECT status FROM tasks WHERE run_id = $1 AND step = 'each[0]'", cancelled.ID) == "running"
+	})
+	if _, err := runs.CancelRun(ctx, job.Anonymous, cancelled.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if s := queryString(t, pool, "SELECT status FROM runs WHERE id = $1", fails.ID); s != "dead_lettered" {
+		t.Fatalf("the failing run: %s", s)
+	}
+	healed.Store(true)
+	for _, id := range []uuid.UUID{fails.ID, cancelled.ID} {
+		if _, err := runs.RetryRun(ctx, job.Anonymous, id, false); err != nil {
+			t.Fatal(err)
+		}
+		waitRunEnds(t, pool, id)
+		if s := queryString(t, pool, "SELECT status FROM runs WHERE id = $1", id); s != "succeeded" {
+			t.Errorf("run %s retried: %s", id, s)
+		}
+		if n := enginetest.Int(t, pool, `SELECT count(*) FROM tasks WHERE run_id = $1 AND group_id IS NOT NULL AND status <> 'succeeded'`, id); n != 0 {
+			t.Errorf("run %s: %d items did not succeed", id, n)
+		}
+	}
+	// The items that had succeeded ran once; item 2 ran twice (attempt 2).
+	got := map[string]int{}
+	rows, err := pool.Query(ctx, "SELECT step, attempt FROM tasks WHERE run_id = $1 AND group_id IS NOT NULL", fails.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var step string
+		var n int
+		if err := rows.Scan(&step, &n); err != nil {
+			t.Fatal(err)
+		}
+		got[step] = n
+	}
+	rows.Close()
+	if want := map[string]int{"each[0]": 1, "each[1]": 1, "each[2]": 2, "each[3]": 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("attempts by item %v, want %v", got, want)
+	}
+	if n := enginetest.Int(t, pool, `SELECT count(*) FROM tasks WHERE group_id IS NOT NULL AND run_id = $1 AND attempt = 0`, cancelled.ID); n != 0 {
+		t.Errorf("the cancelled run retried: %d items never ran", n)
 	}
 }

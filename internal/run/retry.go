@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -82,12 +83,12 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 	if err != nil {
 		return err
 	}
+	// The graph of steps: a fan-out's items are its group's to run again
+	// (expand, when the group is released).
+	rows = slices.DeleteFunc(rows, func(t store.RunGraphsRow) bool { return t.GroupID != nil })
 	graph := make([]lifecycle.GraphTask, len(rows))
 	byID := make(map[uuid.UUID]store.RunGraphsRow, len(rows))
 	for i, t := range rows {
-		if t.FanOut || t.GroupID != nil {
-			return fmt.Errorf("%w: its step %s fans out (for_each), and a retry does not run a fan-out again yet: trigger a new run", ErrCannotRetry, t.Step)
-		}
 		byID[t.ID] = t
 		graph[i] = lifecycle.GraphTask{ID: t.ID, Status: t.Status, Rule: t.TriggerRule, ParentsRemaining: int(t.ParentsRemaining), Parents: t.Parents}
 	}

@@ -416,6 +416,39 @@ func (q *Queries) ExpandGroups(ctx context.Context, arg ExpandGroupsParams) ([]u
 	return items, nil
 }
 
+const expandedBefore = `-- name: ExpandedBefore :many
+SELECT id, items_total::int AS items_total, items_succeeded::int AS items_succeeded FROM tasks
+WHERE id = ANY($1::uuid[]) AND items_total IS NOT NULL
+`
+
+type ExpandedBeforeRow struct {
+	ID             uuid.UUID
+	ItemsTotal     int32
+	ItemsSucceeded int32
+}
+
+// ExpandedBefore lists the groups, of those given, that were expanded
+// before (a retried run's), with their counts.
+func (q *Queries) ExpandedBefore(ctx context.Context, ids []uuid.UUID) ([]ExpandedBeforeRow, error) {
+	rows, err := q.db.Query(ctx, expandedBefore, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ExpandedBeforeRow{}
+	for rows.Next() {
+		var i ExpandedBeforeRow
+		if err := rows.Scan(&i.ID, &i.ItemsTotal, &i.ItemsSucceeded); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const expiredLeases = `-- name: ExpiredLeases :many
 WITH by_worker AS (
     SELECT t.id, t.fencing_token, false AS past_deadline FROM workers AS w
@@ -559,7 +592,7 @@ func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (FinishRunI
 }
 
 const heldItems = `-- name: HeldItems :many
-SELECT id, tenant_id, queue, priority, run_id, step FROM tasks
+SELECT id, tenant_id, queue, priority, run_id, step, attempt FROM tasks
 WHERE group_id = $1::uuid AND status = 'waiting'
 ORDER BY item_index
 LIMIT $2
@@ -577,6 +610,7 @@ type HeldItemsRow struct {
 	Priority int32
 	RunID    uuid.UUID
 	Step     string
+	Attempt  int32
 }
 
 // HeldItems lists a group's held items (waiting), lowest index first: the
@@ -597,6 +631,7 @@ func (q *Queries) HeldItems(ctx context.Context, arg HeldItemsParams) ([]HeldIte
 			&i.Priority,
 			&i.RunID,
 			&i.Step,
+			&i.Attempt,
 		); err != nil {
 			return nil, err
 		}
@@ -879,6 +914,55 @@ type ReleaseTasksParams struct {
 
 func (q *Queries) ReleaseTasks(ctx context.Context, arg ReleaseTasksParams) error {
 	_, err := q.db.Exec(ctx, releaseTasks, arg.Admitted, arg.Ids)
+	return err
+}
+
+const reopenGroups = `-- name: ReopenGroups :many
+UPDATE tasks SET status = 'expanded', finished_at = NULL, last_error = '', items_open = u.open, items_failed = 0, items_held = u.held
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS open, unnest($3::int[]) AS held) AS u
+WHERE tasks.id = u.id AND tasks.status = 'waiting'
+RETURNING tasks.id
+`
+
+type ReopenGroupsParams struct {
+	Ids   []uuid.UUID
+	Opens []int32
+	Held  []int32
+}
+
+// ReopenGroups moves waiting groups expanded before (a retried run) back
+// to expanded: their succeeded items keep their ends, @opens[i] items are
+// open again, of which @held[i] held back.
+func (q *Queries) ReopenGroups(ctx context.Context, arg ReopenGroupsParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, reopenGroups, arg.Ids, arg.Opens, arg.Held)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reopenItems = `-- name: ReopenItems :exec
+UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', admitted_at = NULL, ready_at = NULL
+WHERE group_id = ANY($1::uuid[]) AND status NOT IN ('succeeded', 'waiting')
+`
+
+// ReopenItems makes the items of groups that did not succeed wait again
+// (a retried run): held until their group releases them, their attempt
+// numbers going on.
+func (q *Queries) ReopenItems(ctx context.Context, groupIds []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, reopenItems, groupIds)
 	return err
 }
 

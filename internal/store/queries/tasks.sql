@@ -344,10 +344,32 @@ RETURNING tasks.id, tasks.run_id, tasks.step, tasks.items_total::int AS items_to
 -- HeldItems lists a group's held items (waiting), lowest index first: the
 -- next that max_parallel lets run.
 -- name: HeldItems :many
-SELECT id, tenant_id, queue, priority, run_id, step FROM tasks
+SELECT id, tenant_id, queue, priority, run_id, step, attempt FROM tasks
 WHERE group_id = @group_id::uuid AND status = 'waiting'
 ORDER BY item_index
 LIMIT @max_items;
+
+-- ExpandedBefore lists the groups, of those given, that were expanded
+-- before (a retried run's), with their counts.
+-- name: ExpandedBefore :many
+SELECT id, items_total::int AS items_total, items_succeeded::int AS items_succeeded FROM tasks
+WHERE id = ANY(@ids::uuid[]) AND items_total IS NOT NULL;
+
+-- ReopenItems makes the items of groups that did not succeed wait again
+-- (a retried run): held until their group releases them, their attempt
+-- numbers going on.
+-- name: ReopenItems :exec
+UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', admitted_at = NULL, ready_at = NULL
+WHERE group_id = ANY(@group_ids::uuid[]) AND status NOT IN ('succeeded', 'waiting');
+
+-- ReopenGroups moves waiting groups expanded before (a retried run) back
+-- to expanded: their succeeded items keep their ends, @opens[i] items are
+-- open again, of which @held[i] held back.
+-- name: ReopenGroups :many
+UPDATE tasks SET status = 'expanded', finished_at = NULL, last_error = '', items_open = u.open, items_failed = 0, items_held = u.held
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@opens::int[]) AS open, unnest(@held::int[]) AS held) AS u
+WHERE tasks.id = u.id AND tasks.status = 'waiting'
+RETURNING tasks.id;
 
 -- EndGroup ends an expanded group (its items all ended) as succeeded or
 -- dead_lettered, with its reason.
