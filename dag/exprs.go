@@ -227,8 +227,9 @@ func compileForEach(env *expr.Env, src string, ancestors map[string]bool) (*expr
 }
 
 // Items evaluates the step's fan-out list (for_each) with vars: at most
-// MaxItems elements, each at most MaxItemBytes as JSON (their JSON forms
-// are returned too).
+// maxItems elements (the list at most expr.MaxItemsJSON as JSON), each
+// returned in its JSON form; an element holding a NUL character (which
+// PostgreSQL's jsonb does not store) is refused.
 func (x *StepExprs) Items(vars expr.Vars, maxItems int) ([]json.RawMessage, error) {
 	if x == nil || x.forEach == nil {
 		return nil, &ApplyError{Field: "for_each", Err: errors.New("the step does not fan out")}
@@ -245,6 +246,9 @@ func (x *StepExprs) Items(vars expr.Vars, maxItems int) ([]json.RawMessage, erro
 		b, err := json.Marshal(v)
 		if err != nil {
 			return nil, &ApplyError{Field: "for_each", Err: fmt.Errorf("item %d: %v", i, err)}
+		}
+		if bytes.Contains(b, []byte(`\u0000`)) {
+			return nil, &ApplyError{Field: "for_each", Err: fmt.Errorf("item %d holds a NUL character", i)}
 		}
 		out[i] = b
 	}

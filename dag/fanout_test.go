@@ -3,6 +3,8 @@ package dag
 import (
 	"strings"
 	"testing"
+
+	"github.com/orrery-dev/orrery/dag/expr"
 )
 
 const fanOut = `apiVersion: orrery.dev/v1
@@ -98,5 +100,24 @@ func TestFanOutErrorsNameTheField(t *testing.T) {
 				t.Errorf("got %v\nwant %s", es, tt.want)
 			}
 		})
+	}
+}
+
+// TestItemsRefuseNUL: an element holding a NUL character (which jsonb
+// does not store) fails the list, naming the item, rather than the
+// transaction that would write it.
+func TestItemsRefuseNUL(t *testing.T) {
+	r := decodeOne(t, strings.Replace(fanOut, `for_each: ${{ steps.list.output.files }}`, `for_each: ${{ ['ok', 'a\u0000b'] }}`, 1))
+	x, es := CompileExprs(&r.Spec)
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	_, err := x.Step("load").Items(expr.Vars{}, MaxItems)
+	if err == nil || !strings.Contains(err.Error(), "for_each: item 1 holds a NUL character") {
+		t.Fatalf("Items = %v", err)
+	}
+	items, err := x.Step("load").Items(expr.Vars{}, 1)
+	if err == nil || !strings.Contains(err.Error(), "the list has 2 items; the limit is 1") {
+		t.Fatalf("Items over the bound = %v, %v", items, err)
 	}
 }

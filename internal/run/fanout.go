@@ -134,6 +134,7 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 	var items store.InsertItemsParams
 	var expanded store.ExpandGroupsParams
 	var first []dispatch.Ready
+	added := usage.Delta{}
 	for _, p := range todo {
 		r := p.run
 		vars := outputs.vars(runOf{id: r.ID, scheduledFor: r.ScheduledFor, trigger: string(r.Trigger), job: r.Name,
@@ -169,9 +170,13 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 		}
 		expanded.Ids = append(expanded.Ids, g.TaskID)
 		expanded.Counts = append(expanded.Counts, int32(len(list)))
+		added.Add(g.Tenant, r.Shard, usage.Usage{Tasks: int64(len(list))})
 		expanded.Held = append(expanded.Held, int32(len(list)-release))
 	}
 	if len(expanded.Ids) > 0 {
+		if err := addItemsUsage(ctx, tx, added); err != nil {
+			return err
+		}
 		if err := q.InsertItems(ctx, items); err != nil {
 			return err
 		}
@@ -188,6 +193,23 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 		a.Failpoints.Hit(FailpointExpanded)
 	}
 	return settle(ctx, q, tx, a, v)
+}
+
+// addItemsUsage counts what tx's items add to their tenants' tasks:
+// summed over the transaction and written once, just before it commits,
+// in key order, so that the usage rows many transactions share are held
+// the shortest time and locked in one order (with a tx not from
+// store.InRawTx, written now).
+func addItemsUsage(ctx context.Context, tx pgx.Tx, add usage.Delta) error {
+	d, fresh := store.TxValue(tx, "run.items-usage", func() any { return usage.Delta{} })
+	delta := d.(usage.Delta)
+	for k, u := range add {
+		delta.Add(k.Tenant, k.Shard, u)
+	}
+	if !fresh {
+		return nil
+	}
+	return store.BeforeCommit(ctx, tx, func(ctx context.Context) error { return delta.WriteRuns(ctx, store.New(tx)) })
 }
 
 // pending is a group to expand: its candidate, run, step and expressions.

@@ -61,11 +61,10 @@ func (o *outputsToRead) load(ctx context.Context, q *store.Queries) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	items, err := q.ItemOutputs(ctx, ids)
+	items, err := q.ItemOutputs(ctx, store.ItemOutputsParams{GroupIds: ids, MaxBytes: expr.MaxOutputsRead})
 	if err != nil {
 		return err
 	}
-	size := map[uuid.UUID]int{}
 	for _, it := range items {
 		k := groups[it.GroupID]
 		sv := o.read[k]
@@ -73,8 +72,7 @@ func (o *outputsToRead) load(ctx context.Context, q *store.Queries) error {
 		if it.Status == lifecycle.TaskSucceeded {
 			out = expr.Output(it.Output)
 		}
-		size[it.GroupID] += len(it.Output)
-		sv.Truncated = sv.Truncated || it.OutputTruncated || size[it.GroupID] > expr.MaxOutputsRead
+		sv.Truncated = sv.Truncated || it.OutputTruncated || it.Cut
 		if !sv.Truncated {
 			sv.Outputs = append(sv.Outputs, out)
 		}

@@ -128,7 +128,11 @@ func InRawTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) 
 			return beforeCommit(err, attempt)
 		}
 		tx := &hookedTx{Tx: raw}
-		if err := fn(tx); err != nil {
+		err = fn(tx)
+		for i := 0; err == nil && i < len(tx.beforeCommit); i++ {
+			err = tx.beforeCommit[i](ctx)
+		}
+		if err != nil {
 			_ = tx.Rollback(ctx)
 			return beforeCommit(err, attempt)
 		}
@@ -146,7 +150,39 @@ func InRawTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) 
 // given to OnCommit once it has committed.
 type hookedTx struct {
 	pgx.Tx
-	onCommit []func()
+	onCommit     []func()
+	beforeCommit []func(context.Context) error
+	values       map[string]any
+}
+
+// BeforeCommit runs fn just before tx commits, when tx comes from InRawTx
+// (an error rolls it back); with another tx, at once. What a transaction
+// writes to rows many transactions share (counters), it writes there:
+// once, last, holding their locks the shortest time.
+func BeforeCommit(ctx context.Context, tx pgx.Tx, fn func(context.Context) error) error {
+	if h, ok := tx.(*hookedTx); ok {
+		h.beforeCommit = append(h.beforeCommit, fn)
+		return nil
+	}
+	return fn(ctx)
+}
+
+// TxValue is the value kept on tx under key, made by init the first time
+// (fresh says it was); with a tx not from InRawTx, always fresh.
+func TxValue(tx pgx.Tx, key string, init func() any) (v any, fresh bool) {
+	h, ok := tx.(*hookedTx)
+	if !ok {
+		return init(), true
+	}
+	if v, ok := h.values[key]; ok {
+		return v, false
+	}
+	if h.values == nil {
+		h.values = map[string]any{}
+	}
+	v = init()
+	h.values[key] = v
+	return v, true
 }
 
 // OnCommit runs fn after tx commits, when tx comes from InTx or InRawTx

@@ -144,7 +144,7 @@ func (q *Queries) CompleteAttempts(ctx context.Context, arg CompleteAttemptsPara
 }
 
 const conditionRuns = `-- name: ConditionRuns :many
-SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name
+SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 WHERE r.id = ANY($1::uuid[])
 `
@@ -159,6 +159,7 @@ type ConditionRunsRow struct {
 	Trigger      lifecycle.Trigger
 	Namespace    string
 	Name         string
+	Shard        int32
 }
 
 // ConditionRuns reads what conditions of tasks of runs read of the run.
@@ -181,6 +182,7 @@ func (q *Queries) ConditionRuns(ctx context.Context, ids []uuid.UUID) ([]Conditi
 			&i.Trigger,
 			&i.Namespace,
 			&i.Name,
+			&i.Shard,
 		); err != nil {
 			return nil, err
 		}
@@ -193,13 +195,13 @@ func (q *Queries) ConditionRuns(ctx context.Context, ids []uuid.UUID) ([]Conditi
 }
 
 const countItemEnds = `-- name: CountItemEnds :many
-UPDATE tasks SET items_open = g.items_open - u.ok - u.failed,
-    items_succeeded = g.items_succeeded + u.ok,
-    items_failed = g.items_failed + u.failed,
-    items_held = GREATEST(g.items_held - u.ok - u.failed, 0)
+UPDATE tasks SET items_open = tasks.items_open - u.ok - u.failed,
+    items_succeeded = tasks.items_succeeded + u.ok,
+    items_failed = tasks.items_failed + u.failed,
+    items_held = GREATEST(tasks.items_held - u.ok - u.failed, 0)
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS ok, unnest($3::int[]) AS failed) AS u
-JOIN tasks AS g ON g.id = u.id
-WHERE tasks.id = u.id AND tasks.status = 'expanded' AND g.items_open >= u.ok + u.failed
+JOIN tasks AS g ON g.id = u.id -- g: the row before (its items_held); the writers hold the run's lock
+WHERE tasks.id = u.id AND tasks.status = 'expanded'
 RETURNING tasks.id, tasks.run_id, tasks.step, tasks.items_total::int AS items_total, tasks.items_open::int AS items_open,
           tasks.items_succeeded::int AS items_succeeded, tasks.items_failed::int AS items_failed,
           LEAST(g.items_held, u.ok + u.failed)::int AS release
@@ -644,21 +646,13 @@ func (q *Queries) HeldItems(ctx context.Context, arg HeldItemsParams) ([]HeldIte
 }
 
 const insertItems = `-- name: InsertItems :exec
-WITH ins AS (
-    INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at,
-                       group_id, item, item_index)
-    SELECT u.id, g.tenant_id, g.run_id, u.step, 'waiting', 0, g.queue, g.priority, 'all_success', now(),
-           g.id, u.item::jsonb, u.item_index
-    FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS group_id, unnest($3::text[]) AS step,
-                 unnest($4::text[]) AS item, unnest($5::int[]) AS item_index) AS u
-    JOIN tasks AS g ON g.id = u.group_id
-    RETURNING tasks.tenant_id, tasks.run_id
-)
-INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
-SELECT ins.tenant_id, r.shard, 0, count(*) FROM ins JOIN runs AS r ON r.id = ins.run_id
-GROUP BY ins.tenant_id, r.shard
-ORDER BY ins.tenant_id, r.shard
-ON CONFLICT (tenant_id, shard) DO UPDATE SET tasks = tenant_run_usage.tasks + EXCLUDED.tasks
+INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at,
+                   group_id, item, item_index)
+SELECT u.id, g.tenant_id, g.run_id, u.step, 'waiting', 0, g.queue, g.priority, 'all_success', now(),
+       g.id, u.item::jsonb, u.item_index
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS group_id, unnest($3::text[]) AS step,
+             unnest($4::text[]) AS item, unnest($5::int[]) AS item_index) AS u
+JOIN tasks AS g ON g.id = u.group_id
 `
 
 type InsertItemsParams struct {
@@ -671,9 +665,8 @@ type InsertItemsParams struct {
 
 // InsertItems writes the items of expanded fan-outs, waiting (held until
 // their group releases them), each with its group's run, queue and
-// priority: @group_ids[i] is the group of item @steps[i]. They are added
-// to what their tenants hold (tenant_run_usage), in key order, as
-// InsertRuns adds a run's tasks.
+// priority: @group_ids[i] is the group of item @steps[i]. (The caller
+// adds them to what their tenants hold, just before it commits.)
 func (q *Queries) InsertItems(ctx context.Context, arg InsertItemsParams) error {
 	_, err := q.db.Exec(ctx, insertItems,
 		arg.Ids,
@@ -686,17 +679,27 @@ func (q *Queries) InsertItems(ctx context.Context, arg InsertItemsParams) error 
 }
 
 const itemOutputs = `-- name: ItemOutputs :many
-SELECT t.group_id::uuid AS group_id, t.item_index::int AS item_index, t.status, COALESCE(a.output, '')::text AS output,
-       COALESCE(a.output_truncated, false)::bool AS output_truncated
-FROM tasks AS t
-LEFT JOIN LATERAL (
-    SELECT x.output, x.output_truncated FROM attempts AS x
-    WHERE x.task_id = t.id AND x.outcome = 'succeeded'
-    ORDER BY x.number DESC LIMIT 1
-) AS a ON true
-WHERE t.group_id = ANY($1::uuid[])
-ORDER BY t.group_id, t.item_index
+SELECT o.group_id::uuid AS group_id, o.item_index::int AS item_index, o.status,
+       (CASE WHEN o.upto <= $1::bigint THEN o.output ELSE '' END)::text AS output,
+       o.output_truncated::bool AS output_truncated, (o.upto > $1::bigint)::bool AS cut
+FROM (
+    SELECT t.group_id, t.item_index, t.status, COALESCE(a.output, '') AS output, COALESCE(a.output_truncated, false) AS output_truncated,
+           sum(octet_length(COALESCE(a.output, ''))) OVER (PARTITION BY t.group_id ORDER BY t.item_index) AS upto
+    FROM tasks AS t
+    LEFT JOIN LATERAL (
+        SELECT x.output, x.output_truncated FROM attempts AS x
+        WHERE x.task_id = t.id AND x.outcome = 'succeeded'
+        ORDER BY x.number DESC LIMIT 1
+    ) AS a ON true
+    WHERE t.group_id = ANY($2::uuid[])
+) AS o
+ORDER BY o.group_id, o.item_index
 `
+
+type ItemOutputsParams struct {
+	MaxBytes int64
+	GroupIds []uuid.UUID
+}
 
 type ItemOutputsRow struct {
 	GroupID         uuid.UUID
@@ -704,12 +707,15 @@ type ItemOutputsRow struct {
 	Status          lifecycle.TaskStatus
 	Output          string
 	OutputTruncated bool
+	Cut             bool
 }
 
 // ItemOutputs reads the items of groups in item order, each with its
-// status and its latest succeeded attempt's output (steps.NAME.outputs).
-func (q *Queries) ItemOutputs(ctx context.Context, groupIds []uuid.UUID) ([]ItemOutputsRow, error) {
-	rows, err := q.db.Query(ctx, itemOutputs, groupIds)
+// status and its latest succeeded attempt's output (steps.NAME.outputs),
+// up to @max_bytes of outputs a group: past them, a row says cut and
+// carries no output.
+func (q *Queries) ItemOutputs(ctx context.Context, arg ItemOutputsParams) ([]ItemOutputsRow, error) {
+	rows, err := q.db.Query(ctx, itemOutputs, arg.MaxBytes, arg.GroupIds)
 	if err != nil {
 		return nil, err
 	}
@@ -723,6 +729,7 @@ func (q *Queries) ItemOutputs(ctx context.Context, groupIds []uuid.UUID) ([]Item
 			&i.Status,
 			&i.Output,
 			&i.OutputTruncated,
+			&i.Cut,
 		); err != nil {
 			return nil, err
 		}

@@ -204,6 +204,8 @@ func (d Delta) Add(tenant uuid.UUID, shard int32, u Usage) {
 	c := d[k]
 	c.Jobs += u.Jobs
 	c.DefinitionBytes += u.DefinitionBytes
+	c.Runs += u.Runs
+	c.Tasks += u.Tasks
 	d[k] = c
 }
 
@@ -243,6 +245,24 @@ func (d Delta) Write(ctx context.Context, q *store.Queries) error {
 		return nil
 	}
 	return q.AddJobUsage(ctx, p)
+}
+
+// WriteRuns writes what d adds of runs and tasks, in key order, in one
+// statement (the jobs' part is Write's).
+func (d Delta) WriteRuns(ctx context.Context, q *store.Queries) error {
+	var p store.AddRunUsageParams
+	for _, k := range slices.SortedFunc(maps.Keys(d), compareKeys) {
+		if u := d[k]; u.Runs != 0 || u.Tasks != 0 {
+			p.TenantIds = append(p.TenantIds, k.Tenant)
+			p.Shards = append(p.Shards, k.Shard)
+			p.Runs = append(p.Runs, u.Runs)
+			p.Tasks = append(p.Tasks, u.Tasks)
+		}
+	}
+	if len(p.TenantIds) == 0 {
+		return nil
+	}
+	return q.AddRunUsage(ctx, p)
 }
 
 // compareKeys orders keys as the database orders (tenant_id, shard).

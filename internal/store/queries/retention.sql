@@ -1,6 +1,6 @@
 -- ExpiredRuns picks, in the given shards, finished runs older than their
 -- tenant's retention (run_retention_seconds, else @default_seconds; never
--- under @floor_seconds), that hold no dead letter nor open task, oldest
+-- under @floor_seconds), that hold no dead letter to replay nor open task, oldest
 -- first within a shard, and locks them (SKIP LOCKED: a run being replayed
 -- or read for update is left for a later pass). One ordered range scan of
 -- runs_finished per shard, stopped once the batch is full: a sort of every
@@ -21,10 +21,11 @@ CROSS JOIN LATERAL (
       AND r.finished_at IS NOT NULL
       AND r.finished_at < now() - INTERVAL '1 second' * @min_seconds::float8
       AND r.finished_at < now() - INTERVAL '1 second' * GREATEST(COALESCE(t.run_retention_seconds, @default_seconds::bigint), @floor_seconds::bigint)::float8
-      AND r.status <> 'dead_lettered'
       -- A dead letter waits for a replay, unless its run was cancelled
-      -- (then nothing replays it). A task of a cancelled run replayed
-      -- before replays refused them is open though the run is finished.
+      -- (then nothing replays it), or it is a fan-out's (a group or an
+      -- item: retried with its run, not replayed; such a run is pruned as
+      -- a cancelled one is). A task of a cancelled run replayed before
+      -- replays refused them is open though the run is finished.
       AND NOT EXISTS (SELECT 1 FROM tasks AS d WHERE d.run_id = r.id
                       AND (d.status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
                            OR (d.status = 'dead_lettered' AND r.status <> 'cancelled'

@@ -232,7 +232,7 @@ RETURNING tasks.id;
 
 -- ConditionRuns reads what conditions of tasks of runs read of the run.
 -- name: ConditionRuns :many
-SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name
+SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 WHERE r.id = ANY(@ids::uuid[]);
 
@@ -293,25 +293,16 @@ FROM t LEFT JOIN r ON r.id = t.run_id;
 
 -- InsertItems writes the items of expanded fan-outs, waiting (held until
 -- their group releases them), each with its group's run, queue and
--- priority: @group_ids[i] is the group of item @steps[i]. They are added
--- to what their tenants hold (tenant_run_usage), in key order, as
--- InsertRuns adds a run's tasks.
+-- priority: @group_ids[i] is the group of item @steps[i]. (The caller
+-- adds them to what their tenants hold, just before it commits.)
 -- name: InsertItems :exec
-WITH ins AS (
-    INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at,
-                       group_id, item, item_index)
-    SELECT u.id, g.tenant_id, g.run_id, u.step, 'waiting', 0, g.queue, g.priority, 'all_success', now(),
-           g.id, u.item::jsonb, u.item_index
-    FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@group_ids::uuid[]) AS group_id, unnest(@steps::text[]) AS step,
-                 unnest(@items::text[]) AS item, unnest(@item_indexes::int[]) AS item_index) AS u
-    JOIN tasks AS g ON g.id = u.group_id
-    RETURNING tasks.tenant_id, tasks.run_id
-)
-INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
-SELECT ins.tenant_id, r.shard, 0, count(*) FROM ins JOIN runs AS r ON r.id = ins.run_id
-GROUP BY ins.tenant_id, r.shard
-ORDER BY ins.tenant_id, r.shard
-ON CONFLICT (tenant_id, shard) DO UPDATE SET tasks = tenant_run_usage.tasks + EXCLUDED.tasks;
+INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at,
+                   group_id, item, item_index)
+SELECT u.id, g.tenant_id, g.run_id, u.step, 'waiting', 0, g.queue, g.priority, 'all_success', now(),
+       g.id, u.item::jsonb, u.item_index
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@group_ids::uuid[]) AS group_id, unnest(@steps::text[]) AS step,
+             unnest(@items::text[]) AS item, unnest(@item_indexes::int[]) AS item_index) AS u
+JOIN tasks AS g ON g.id = u.group_id;
 
 -- ExpandGroups moves waiting groups to expanded with their counts of
 -- items (@counts[i] for @ids[i]), of which @held[i] are held back
@@ -330,13 +321,13 @@ RETURNING tasks.id;
 -- the caller releases them, HeldItems). A group not expanded (its run
 -- cancelled) is not in the answer.
 -- name: CountItemEnds :many
-UPDATE tasks SET items_open = g.items_open - u.ok - u.failed,
-    items_succeeded = g.items_succeeded + u.ok,
-    items_failed = g.items_failed + u.failed,
-    items_held = GREATEST(g.items_held - u.ok - u.failed, 0)
+UPDATE tasks SET items_open = tasks.items_open - u.ok - u.failed,
+    items_succeeded = tasks.items_succeeded + u.ok,
+    items_failed = tasks.items_failed + u.failed,
+    items_held = GREATEST(tasks.items_held - u.ok - u.failed, 0)
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@succeeded::int[]) AS ok, unnest(@failed::int[]) AS failed) AS u
-JOIN tasks AS g ON g.id = u.id
-WHERE tasks.id = u.id AND tasks.status = 'expanded' AND g.items_open >= u.ok + u.failed
+JOIN tasks AS g ON g.id = u.id -- g: the row before (its items_held); the writers hold the run's lock
+WHERE tasks.id = u.id AND tasks.status = 'expanded'
 RETURNING tasks.id, tasks.run_id, tasks.step, tasks.items_total::int AS items_total, tasks.items_open::int AS items_open,
           tasks.items_succeeded::int AS items_succeeded, tasks.items_failed::int AS items_failed,
           LEAST(g.items_held, u.ok + u.failed)::int AS release;
@@ -378,15 +369,22 @@ UPDATE tasks SET status = @status, finished_at = now(), last_error = @reason
 WHERE id = @id AND status = 'expanded';
 
 -- ItemOutputs reads the items of groups in item order, each with its
--- status and its latest succeeded attempt's output (steps.NAME.outputs).
+-- status and its latest succeeded attempt's output (steps.NAME.outputs),
+-- up to @max_bytes of outputs a group: past them, a row says cut and
+-- carries no output.
 -- name: ItemOutputs :many
-SELECT t.group_id::uuid AS group_id, t.item_index::int AS item_index, t.status, COALESCE(a.output, '')::text AS output,
-       COALESCE(a.output_truncated, false)::bool AS output_truncated
-FROM tasks AS t
-LEFT JOIN LATERAL (
-    SELECT x.output, x.output_truncated FROM attempts AS x
-    WHERE x.task_id = t.id AND x.outcome = 'succeeded'
-    ORDER BY x.number DESC LIMIT 1
-) AS a ON true
-WHERE t.group_id = ANY(@group_ids::uuid[])
-ORDER BY t.group_id, t.item_index;
+SELECT o.group_id::uuid AS group_id, o.item_index::int AS item_index, o.status,
+       (CASE WHEN o.upto <= @max_bytes::bigint THEN o.output ELSE '' END)::text AS output,
+       o.output_truncated::bool AS output_truncated, (o.upto > @max_bytes::bigint)::bool AS cut
+FROM (
+    SELECT t.group_id, t.item_index, t.status, COALESCE(a.output, '') AS output, COALESCE(a.output_truncated, false) AS output_truncated,
+           sum(octet_length(COALESCE(a.output, ''))) OVER (PARTITION BY t.group_id ORDER BY t.item_index) AS upto
+    FROM tasks AS t
+    LEFT JOIN LATERAL (
+        SELECT x.output, x.output_truncated FROM attempts AS x
+        WHERE x.task_id = t.id AND x.outcome = 'succeeded'
+        ORDER BY x.number DESC LIMIT 1
+    ) AS a ON true
+    WHERE t.group_id = ANY(@group_ids::uuid[])
+) AS o
+ORDER BY o.group_id, o.item_index;
