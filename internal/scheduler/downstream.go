@@ -310,6 +310,37 @@ func upstreamJSON(ctx context.Context, q *store.Queries, e store.TakeUpstreamFin
 		size += len(r.Output)
 		outputs[r.Step] = v
 	}
+	// A last step that fans out: its items' outputs in item order (null
+	// for an item that did not succeed), as steps.STEP.outputs.
+	groups, err := q.LeafGroups(ctx, e.RunID)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range groups {
+		items, err := q.ItemOutputs(ctx, store.ItemOutputsParams{GroupIds: []uuid.UUID{g.ID}, MaxBytes: int64(maxUpstreamOutputs - size)})
+		if err != nil {
+			return nil, err
+		}
+		list, n, whole := make([]any, 0, len(items)), 0, true
+		for _, it := range items {
+			if it.Cut || it.OutputTruncated {
+				whole = false
+				break
+			}
+			var v any
+			if it.Status == lifecycle.TaskSucceeded {
+				v = expr.Output(it.Output)
+			}
+			list = append(list, v)
+			n += len(it.Output)
+		}
+		if b, err := json.Marshal(list); !whole || err != nil || bytes.Contains(b, []byte(`\u0000`)) {
+			cut = append(cut, g.Step)
+			continue
+		}
+		size += n
+		outputs[g.Step] = list
+	}
 	u := map[string]any{"id": e.RunID.String(), "job": e.Name, "namespace": e.Namespace, "outcome": e.Status,
 		"finished_at": e.FinishedAt.UTC().Format(time.RFC3339Nano), "outputs": outputs, "depth": upstreamDepth(e.RunUpstream) + 1}
 	if len(cut) > 0 {

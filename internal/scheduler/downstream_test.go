@@ -161,3 +161,45 @@ func TestAfterStartsOneRunPerUpstreamEnd(t *testing.T) {
 		t.Errorf("version %d -> %d", before, after)
 	}
 }
+
+// A run whose last step fans out gives the runs it starts its items'
+// outputs in run.upstream.outputs, in item order.
+func TestUpstreamOutputsOfAFanOut(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{
+		"sq": func(ctx context.Context, c executor.Call) error {
+			var in struct{ I int }
+			if err := json.Unmarshal(c.Payload, &in); err != nil {
+				return err
+			}
+			return executor.SetOutput(ctx, map[string]any{"sq": in.I * in.I})
+		},
+		"noop": func(context.Context, executor.Call) error { return nil },
+	})
+	startPolicyNode(t, pool, node.Config{})
+	createJob(t, pool, "fanned", dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{{Name: "each", ForEach: "${{ [1, 2, 3] }}", Run: dag.Executor{Handler: "sq"}, Payload: dag.Payload(`{"i": "${{ item }}"}`)}}})
+	createJob(t, pool, "after-fan", dag.JobSpec{Schedule: schedule.Spec{After: &schedule.After{Job: "fanned"}}, Overlap: dag.OverlapAllow,
+		Run: &dag.Executor{Handler: "noop"}})
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run.NewService(pool, jobs, d).Trigger(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "fanned"}, "", true); err != nil {
+		t.Fatal(err)
+	}
+	var outputs string
+	enginetest.WaitFor(t, 30*time.Second, "after-fan started with the items' outputs", func() bool {
+		return pool.QueryRow(ctx, `SELECT r.upstream->'outputs'->>'each' FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+			WHERE j.name = 'after-fan'`).Scan(&outputs) == nil
+	})
+	if outputs != `[{"sq": 1}, {"sq": 4}, {"sq": 9}]` {
+		t.Errorf("run.upstream.outputs.each = %s", outputs)
+	}
+}

@@ -212,13 +212,47 @@ const hasUpstreamFinishes = `-- name: HasUpstreamFinishes :one
 SELECT EXISTS (SELECT 1 FROM upstream_finishes WHERE shard = ANY($1::int[]))::bool
 `
 
-// HasUpstreamFinishes: whether the shards have upstream finish events (a
-// probe before a transaction of the downstream step).
 func (q *Queries) HasUpstreamFinishes(ctx context.Context, shards []int32) (bool, error) {
 	row := q.db.QueryRow(ctx, hasUpstreamFinishes, shards)
 	var column_1 bool
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const leafGroups = `-- name: LeafGroups :many
+SELECT t.id, t.step FROM tasks AS t
+WHERE t.run_id = $1 AND t.fan_out AND t.status = 'succeeded'
+  AND NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = t.id)
+ORDER BY t.step
+`
+
+type LeafGroupsRow struct {
+	ID   uuid.UUID
+	Step string
+}
+
+// HasUpstreamFinishes: whether the shards have upstream finish events (a
+// probe before a transaction of the downstream step).
+// LeafGroups lists a run's succeeded fan-outs that no step needs (its
+// last steps that fan out): their items' outputs are run.upstream's too.
+func (q *Queries) LeafGroups(ctx context.Context, runID uuid.UUID) ([]LeafGroupsRow, error) {
+	rows, err := q.db.Query(ctx, leafGroups, runID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LeafGroupsRow{}
+	for rows.Next() {
+		var i LeafGroupsRow
+		if err := rows.Scan(&i.ID, &i.Step); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const leafOutputs = `-- name: LeafOutputs :many

@@ -75,6 +75,14 @@ ORDER BY t.step, a.number DESC;
 
 -- HasUpstreamFinishes: whether the shards have upstream finish events (a
 -- probe before a transaction of the downstream step).
+-- LeafGroups lists a run's succeeded fan-outs that no step needs (its
+-- last steps that fan out): their items' outputs are run.upstream's too.
+-- name: LeafGroups :many
+SELECT t.id, t.step FROM tasks AS t
+WHERE t.run_id = @run_id AND t.fan_out AND t.status = 'succeeded'
+  AND NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = t.id)
+ORDER BY t.step;
+
 -- name: HasUpstreamFinishes :one
 SELECT EXISTS (SELECT 1 FROM upstream_finishes WHERE shard = ANY(@shards::int[]))::bool;
 
