@@ -30,11 +30,9 @@ type verdict struct {
 	why  string
 }
 
-// decideConditions evaluates the conditions of candidates (all
-// conditional), reading their runs and the outputs the conditions read:
-// two queries for the batch.
-func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []candidate) (verdicts, error) {
-	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
+// runsOf reads what deciding candidates needs of their runs, and their
+// job versions' specs: one query for the runs, the specs cached.
+func runsOf(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []candidate) (map[uuid.UUID]store.ConditionRunsRow, map[specKey]*parsedSpec, error) {
 	runIDs := make([]uuid.UUID, 0, len(cands))
 	seen := make(map[uuid.UUID]bool, len(cands))
 	for _, c := range cands {
@@ -45,7 +43,7 @@ func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []
 	}
 	runs, err := q.ConditionRuns(ctx, runIDs)
 	if err != nil {
-		return v, err
+		return nil, nil, err
 	}
 	byRun := make(map[uuid.UUID]store.ConditionRunsRow, len(runs))
 	keys := make([]specKey, len(runs))
@@ -54,6 +52,18 @@ func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []
 		keys[i] = specKey{r.JobID, r.JobVersion}
 	}
 	got, err := specs.getMany(ctx, tx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	return byRun, got, nil
+}
+
+// decideConditions evaluates the conditions of candidates (all
+// conditional), reading their runs and the outputs the conditions read:
+// two queries for the batch.
+func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []candidate) (verdicts, error) {
+	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
+	byRun, got, err := runsOf(ctx, q, tx, cands)
 	if err != nil {
 		return v, err
 	}

@@ -46,25 +46,7 @@ const ReasonEmptyList = "skipped: for_each: the list is empty"
 // one skips it; what that ends settles as release's verdicts do.
 func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups []candidate) error {
 	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
-	runIDs := make([]uuid.UUID, 0, len(groups))
-	seen := make(map[uuid.UUID]bool, len(groups))
-	for _, c := range groups {
-		if !seen[c.run] {
-			seen[c.run] = true
-			runIDs = append(runIDs, c.run)
-		}
-	}
-	runs, err := q.ConditionRuns(ctx, runIDs)
-	if err != nil {
-		return err
-	}
-	byRun := make(map[uuid.UUID]store.ConditionRunsRow, len(runs))
-	keys := make([]specKey, len(runs))
-	for i, r := range runs {
-		byRun[r.ID] = r
-		keys[i] = specKey{r.JobID, r.JobVersion}
-	}
-	got, err := specs.getMany(ctx, tx, keys)
+	byRun, got, err := runsOf(ctx, q, tx, groups)
 	if err != nil {
 		return err
 	}
