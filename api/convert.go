@@ -70,6 +70,7 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 			Name: st.GetName(), Needs: st.GetNeeds(), TriggerRule: dag.TriggerRule(st.GetTriggerRule()), When: st.GetWhen(), Run: executorFromProto(st.GetRun()),
 			Payload: payloadFromProto(st.GetPayload()), Queue: st.GetQueue(), Priority: st.GetPriority(),
 			Timeout: durationFromProto(st.GetTimeout()), Retry: retryFromProto(st.GetRetry()),
+			ForEach: st.GetForEach(), MaxParallel: int(st.GetMaxParallel()), MinSuccess: dag.MinSuccess(st.GetMinSuccess()),
 		})
 	}
 	return r
@@ -220,6 +221,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 			Name: st.Name, Needs: st.Needs, TriggerRule: string(st.TriggerRule), When: st.When, Run: executorToProto(st.Run),
 			Payload: payloadToProto(st.Payload), Queue: st.Queue, Priority: st.Priority,
 			Timeout: durationToProto(st.Timeout), Retry: retryToProto(st.Retry),
+			ForEach: st.ForEach, MaxParallel: int32(st.MaxParallel), MinSuccess: string(st.MinSuccess),
 		})
 	}
 	return md, spec

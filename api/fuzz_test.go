@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"io/fs"
 	"math"
 	"reflect"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/examples"
 )
 
 // createSeeds are CreateJob requests, valid and hostile, as wire bytes.
@@ -135,4 +137,29 @@ func sameResource(a, b dag.Resource) bool {
 	a.Spec.Steps = append([]dag.Step(nil), a.Spec.Steps...)
 	b.Spec.Steps = append([]dag.Step(nil), b.Spec.Steps...)
 	return reflect.DeepEqual(norm(a), norm(b))
+}
+
+// TestExamplesRoundTrip: every example job (they use most of the spec:
+// params, conditions, fan-out, schedule.after, remote steps) survives the
+// round trip through the API's protobuf form, so that a field the spec
+// has and the API forgets is caught (a step's for_each once was).
+func TestExamplesRoundTrip(t *testing.T) {
+	names, _ := fs.Glob(examples.FS(), "*.yaml")
+	for _, name := range names {
+		data, _ := examples.FS().ReadFile(name)
+		docs, es := dag.Decode(name, data)
+		if len(es) > 0 {
+			t.Fatal(es)
+		}
+		for _, d := range docs {
+			md, spec := api.ResourceToProto(d.Resource)
+			back := api.ResourceFromProto(md, spec)
+			back.Normalize()
+			if !sameResource(d.Resource, back) {
+				a, _ := json.Marshal(d.Resource)
+				b, _ := json.Marshal(back)
+				t.Errorf("%s: the round trip through protobuf changed the job:\n%s\n%s", name, a, b)
+			}
+		}
+	}
 }

@@ -1305,7 +1305,16 @@ type Step struct {
 	Timeout     *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	Retry       *RetryPolicy         `protobuf:"bytes,9,opt,name=retry,proto3" json:"retry,omitempty"`
 	// A condition, ${{ EXPR }} of a boolean: false skips the step.
-	When          string `protobuf:"bytes,10,opt,name=when,proto3" json:"when,omitempty"`
+	When string `protobuf:"bytes,10,opt,name=when,proto3" json:"when,omitempty"`
+	// Fan-out: ${{ EXPR }} of a list; the step runs once per element, as
+	// tasks STEP[0], STEP[1], ... reading item and item_index.
+	ForEach string `protobuf:"bytes,11,opt,name=for_each,json=forEach,proto3" json:"for_each,omitempty"`
+	// With for_each: how many items run at once (0: all, admission
+	// permitting), 1..10000.
+	MaxParallel int32 `protobuf:"varint,12,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
+	// With for_each: how many items must succeed for the step to, a count
+	// ("19") or a percentage ("95%"); all of them when empty.
+	MinSuccess    string `protobuf:"bytes,13,opt,name=min_success,json=minSuccess,proto3" json:"min_success,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1406,6 +1415,27 @@ func (x *Step) GetRetry() *RetryPolicy {
 func (x *Step) GetWhen() string {
 	if x != nil {
 		return x.When
+	}
+	return ""
+}
+
+func (x *Step) GetForEach() string {
+	if x != nil {
+		return x.ForEach
+	}
+	return ""
+}
+
+func (x *Step) GetMaxParallel() int32 {
+	if x != nil {
+		return x.MaxParallel
+	}
+	return 0
+}
+
+func (x *Step) GetMinSuccess() string {
+	if x != nil {
+		return x.MinSuccess
 	}
 	return ""
 }
@@ -3401,7 +3431,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bpriority\x18\x02 \x01(\tR\bpriority\x123\n" +
 	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12,\n" +
-	"\x05retry\x18\x04 \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\"\xd5\x02\n" +
+	"\x05retry\x18\x04 \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\"\xb4\x03\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05needs\x18\x02 \x03(\tR\x05needs\x12!\n" +
@@ -3413,7 +3443,11 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\atimeout\x18\b \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12,\n" +
 	"\x05retry\x18\t \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\x12\x12\n" +
 	"\x04when\x18\n" +
-	" \x01(\tR\x04when\"\xdb\x04\n" +
+	" \x01(\tR\x04when\x12\x19\n" +
+	"\bfor_each\x18\v \x01(\tR\aforEach\x12!\n" +
+	"\fmax_parallel\x18\f \x01(\x05R\vmaxParallel\x12\x1f\n" +
+	"\vmin_success\x18\r \x01(\tR\n" +
+	"minSuccess\"\xdb\x04\n" +
 	"\aJobSpec\x12/\n" +
 	"\bschedule\x18\x01 \x01(\v2\x13.orrery.v1.ScheduleR\bschedule\x12\x18\n" +
 	"\amisfire\x18\x02 \x01(\tR\amisfire\x12!\n" +
