@@ -78,9 +78,11 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 	for i, p := range todo {
 		ids[i] = p.cand.ready.TaskID
 	}
-	before, err := q.ExpandedBefore(ctx, ids)
-	if err != nil {
-		return err
+	var before []store.ExpandedBeforeRow
+	if len(ids) > 0 {
+		if before, err = q.ExpandedBefore(ctx, ids); err != nil {
+			return err
+		}
 	}
 	if len(before) > 0 {
 		again := make(map[uuid.UUID]store.ExpandedBeforeRow, len(before))
@@ -242,18 +244,27 @@ func reopenGroups(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, 
 			none[id] = &itemEnds{}
 			continue
 		}
-		held, err := q.HeldItems(ctx, store.HeldItemsParams{GroupID: id, MaxItems: release[id]})
-		if err != nil {
+		if next, err = appendHeld(ctx, q, next, id, release[id]); err != nil {
 			return err
-		}
-		for _, h := range held {
-			next = append(next, dispatch.NextAttempt(h.ID, h.TenantID, h.Queue, h.Priority, h.Attempt))
 		}
 	}
 	if err := releaseWaiting(ctx, q, tx, a, next); err != nil {
 		return err
 	}
 	return countItemEnds(ctx, q, tx, a, none)
+}
+
+// appendHeld appends to ready the next n held items of group (lowest
+// index first), each for its next attempt.
+func appendHeld(ctx context.Context, q *store.Queries, ready []dispatch.Ready, group uuid.UUID, n int32) ([]dispatch.Ready, error) {
+	held, err := q.HeldItems(ctx, store.HeldItemsParams{GroupID: group, MaxItems: n})
+	if err != nil {
+		return ready, err
+	}
+	for _, h := range held {
+		ready = append(ready, dispatch.NextAttempt(h.ID, h.TenantID, h.Queue, h.Priority, h.Attempt))
+	}
+	return ready, nil
 }
 
 // itemEnds are the ends of items of one group, in one transaction.
@@ -282,12 +293,8 @@ func countItemEnds(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier,
 	var next []dispatch.Ready
 	for _, g := range groups {
 		if g.ItemsOpen > 0 && g.Release > 0 {
-			held, err := q.HeldItems(ctx, store.HeldItemsParams{GroupID: g.ID, MaxItems: g.Release})
-			if err != nil {
+			if next, err = appendHeld(ctx, q, next, g.ID, g.Release); err != nil {
 				return err
-			}
-			for _, h := range held {
-				next = append(next, dispatch.NextAttempt(h.ID, h.TenantID, h.Queue, h.Priority, h.Attempt))
 			}
 		}
 	}
