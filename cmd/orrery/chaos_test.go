@@ -477,8 +477,8 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		}
 		return (n == 60 && queryInt(t, pool, "SELECT count(*) FROM backfills WHERE id = $1 AND status = 'done' AND created = 60", bf.ID) == 1) ||
 			time.Since(lastDone) > 30*time.Second
-	}); !ok || doneRuns != 60 {
-		t.Fatalf("the backfill: %d of its 60 runs succeeded, none more for 30 s (backfill: %d created)", doneRuns,
+	}); !ok || doneRuns != 60 || queryInt(t, pool, "SELECT count(*) FROM backfills WHERE id = $1 AND status = 'done' AND created = 60", bf.ID) != 1 {
+		t.Fatalf("the backfill: %d of its 60 runs succeeded, none more for 30 s, or it is not done (backfill: %d created)", doneRuns,
 			queryInt(t, pool, "SELECT created FROM backfills WHERE id = $1", bf.ID))
 	}
 	if n := queryInt(t, pool, "SELECT count(DISTINCT scheduled_for) FROM runs WHERE trigger = 'backfill'"); n != 60 {
