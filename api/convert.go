@@ -132,6 +132,8 @@ func executorFromProto(e *orreryv1.Executor) dag.Executor {
 		out.Handler = k.Handler
 	case *orreryv1.Executor_Worker:
 		out.Worker = k.Worker
+	case *orreryv1.Executor_Job:
+		out.Job = &dag.JobCall{Name: k.Job.GetName(), Namespace: k.Job.GetNamespace(), Params: structToPayload(k.Job.GetParams())}
 	}
 	return out
 }
@@ -171,6 +173,27 @@ func payloadFromProto(v *structpb.Value) dag.Payload {
 		return dag.Payload("invalid") // reported by validation as not JSON
 	}
 	return dag.Payload(b)
+}
+
+// structToPayload is a Struct's JSON (nil for none).
+func structToPayload(s *structpb.Struct) dag.Payload {
+	if s == nil {
+		return nil
+	}
+	return payloadFromProto(structpb.NewStructValue(s))
+}
+
+// payloadToStruct is a JSON object's Struct (nil for none, or for JSON
+// that is not an object: validation refuses it).
+func payloadToStruct(p dag.Payload) *structpb.Struct {
+	if len(p) == 0 {
+		return nil
+	}
+	s := new(structpb.Struct)
+	if err := protojson.Unmarshal(p, s); err != nil {
+		return nil
+	}
+	return s
 }
 
 // ResourceToProto is the inverse of ResourceFromProto.
@@ -237,6 +260,8 @@ func executorToProto(e dag.Executor) *orreryv1.Executor {
 		return &orreryv1.Executor{Kind: &orreryv1.Executor_Handler{Handler: e.Handler}}
 	case e.Worker != "":
 		return &orreryv1.Executor{Kind: &orreryv1.Executor_Worker{Worker: e.Worker}}
+	case e.Job != nil:
+		return &orreryv1.Executor{Kind: &orreryv1.Executor_Job{Job: &orreryv1.JobCall{Name: e.Job.Name, Namespace: e.Job.Namespace, Params: payloadToStruct(e.Job.Params)}}}
 	}
 	return nil
 }

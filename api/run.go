@@ -127,6 +127,9 @@ func taskToProto(t run.Task) *orreryv1.Task {
 		if t.ItemIndex.Valid {
 			pt.ItemIndex = &t.ItemIndex.Int32
 		}
+		if t.ChildRunID != nil {
+			pt.ChildRunId = t.ChildRunID.String()
+		}
 		if c := t.Items; c != nil {
 			pt.Items = &orreryv1.ItemCounts{Total: int32(c.Total), Needed: int32(c.Needed), ByStatus: map[string]int32{}}
 			for st, n := range c.ByStatus {
@@ -242,12 +245,17 @@ func runToProto(r run.Run) *orreryv1.Run {
 			upstream = nil // written by the scheduler: a JSON object
 		}
 	}
-	return &orreryv1.Run{
+	out := &orreryv1.Run{
 		Id: r.ID.String(), JobId: r.JobID.String(), Namespace: r.Namespace, Job: r.Job, JobVersion: r.JobVersion,
 		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: string(r.Trigger), Status: string(r.Status),
 		Reason: r.Reason, CreateTime: timestamppb.New(r.CreatedAt), StartTime: timeToProto(r.StartedAt), FinishTime: timeToProto(r.FinishedAt),
 		Params: params, Upstream: upstream, FirstError: r.FirstError, Steps: stepsToProto(r.Steps),
+		ParentStep: r.ParentStep,
 	}
+	if r.ParentRun != nil {
+		out.ParentRunId = r.ParentRun.String()
+	}
+	return out
 }
 
 // stepsToProto lists a run's steps' statuses by step name.

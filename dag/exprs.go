@@ -325,6 +325,12 @@ func eachField(st *Step, f func(path, v string, secretOK bool)) {
 			f("run.command.env."+k, c.Env[k], true)
 		}
 	}
+	if j := st.Run.Job; j != nil && bytes.Contains(j.Params, []byte(expr.Open)) {
+		var v any
+		if json.Unmarshal(j.Params, &v) == nil {
+			walkStrings(v, "run.job.params", func(path, s string) { f(path, s, false) })
+		}
+	}
 }
 
 // walkStrings calls f with every string value under v (not keys), in a
@@ -478,28 +484,47 @@ func (x *StepExprs) Apply(st Step, vars expr.Vars) (Executor, Payload, error) {
 		}
 		run.Command = &cc
 	}
-	payload := st.Payload
-	if len(st.Payload) > 0 && bytes.Contains(st.Payload, []byte(expr.Open)) {
-		d := json.NewDecoder(bytes.NewReader(st.Payload))
-		d.UseNumber()
-		var v any
-		if err := d.Decode(&v); err != nil {
-			return Executor{}, nil, &ApplyError{Field: "payload", Err: err}
-		}
-		v, err := x.payload(v, "payload", a)
+	if j := st.Run.Job; j != nil {
+		jc := *j
+		params, err := x.render(j.Params, "run.job.params", a)
 		if err != nil {
 			return Executor{}, nil, err
 		}
-		out, err := json.Marshal(v)
-		if err != nil {
-			return Executor{}, nil, &ApplyError{Field: "payload", Err: err}
-		}
-		if len(out) > MaxPayloadBytes {
-			return Executor{}, nil, &ApplyError{Field: "payload", Err: fmt.Errorf("is %d bytes once evaluated; the limit is %d", len(out), MaxPayloadBytes)}
-		}
-		payload = out
+		jc.Params = params
+		run.Job = &jc
+	}
+	payload, err := x.render(st.Payload, "payload", a)
+	if err != nil {
+		return Executor{}, nil, err
 	}
 	return run, payload, nil
+}
+
+// render evaluates the expressions in the strings of a JSON value (a
+// payload, a job step's params) at path; one without any is returned as
+// it is.
+func (x *StepExprs) render(p Payload, path string, a expr.Activation) (Payload, error) {
+	if len(p) == 0 || !bytes.Contains(p, []byte(expr.Open)) {
+		return p, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(p))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		return nil, &ApplyError{Field: path, Err: err}
+	}
+	v, err := x.payload(v, path, a)
+	if err != nil {
+		return nil, err
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return nil, &ApplyError{Field: path, Err: err}
+	}
+	if len(out) > MaxPayloadBytes {
+		return nil, &ApplyError{Field: path, Err: fmt.Errorf("is %d bytes once evaluated; the limit is %d", len(out), MaxPayloadBytes)}
+	}
+	return out, nil
 }
 
 // argument renders one command argument: its expressions, and the older

@@ -131,8 +131,8 @@ type Step struct {
 	Retry      *Retry     `json:"retry,omitempty" yaml:"retry,omitempty"`
 }
 
-// Executor says how a step runs: exactly one of HTTP, Command, Handler or
-// Worker.
+// Executor says how a step runs: exactly one of HTTP, Command, Handler,
+// Worker or Job.
 type Executor struct {
 	HTTP    *HTTPExecutor    `json:"http,omitempty" yaml:"http,omitempty" jsonschema:"oneof_required=http"`
 	Command *CommandExecutor `json:"command,omitempty" yaml:"command,omitempty" jsonschema:"oneof_required=command"`
@@ -141,6 +141,21 @@ type Executor struct {
 	// of any language that claim it over WorkerService
 	// (docs/remote-workers.md).
 	Worker string `json:"worker,omitempty" yaml:"worker,omitempty" jsonschema:"oneof_required=worker"`
+	// Job runs another job as the step: a run of it (the child run) is
+	// started when the step is released, and its end is the step's
+	// (docs/workflows.md, "A step that runs another job").
+	Job *JobCall `json:"job,omitempty" yaml:"job,omitempty" jsonschema:"oneof_required=job"`
+}
+
+// JobCall names the job a step runs, and the params of its run.
+type JobCall struct {
+	Name string `json:"name" yaml:"name"`
+	// Namespace is the job's; the calling job's own when empty.
+	Namespace string `json:"namespace,omitempty" yaml:"namespace,omitempty"`
+	// Params are the child run's params (a JSON object, typed against the
+	// child job's declaration when the step starts); their strings may
+	// hold expressions, as a payload's do.
+	Params Payload `json:"params,omitempty" yaml:"params,omitempty"`
 }
 
 // HTTPExecutor calls a webhook.
@@ -325,6 +340,11 @@ func (r *Resource) Normalize() {
 	}
 	if s.Misfire == "" {
 		s.Misfire = MisfireFireOnce
+	}
+	for i := range s.Steps {
+		if j := s.Steps[i].Run.Job; j != nil && j.Namespace == "" {
+			j.Namespace = r.Metadata.Namespace
+		}
 	}
 	if a := s.Schedule.After; a != nil {
 		if a.Namespace == "" {

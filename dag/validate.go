@@ -267,6 +267,7 @@ func validateSpec(es *Errors, s *JobSpec) {
 		values += n
 		validateSettings(es, p, st.Queue, st.Priority, st.Timeout, st.Retry)
 		validateFanOut(es, p, st)
+		validateJobStep(es, p, st)
 	}
 	validateGraph(es, s.Steps, index)
 	validateParams(es, s.Params)
@@ -305,6 +306,27 @@ func validateFanOut(es *Errors, p string, st *Step) {
 		if _, _, err := st.MinSuccess.parse(); err != nil {
 			es.add(p+".min_success", "%v", err)
 		}
+	}
+}
+
+// validateJobStep refuses what a step that runs another job cannot take:
+// its end is its child run's, which retries and times out by its own
+// steps' settings.
+func validateJobStep(es *Errors, p string, st *Step) {
+	if st.Run.Job == nil {
+		return
+	}
+	if len(st.Payload) > 0 {
+		es.add(p+".payload", "a step that runs a job gives it params (run.job.params), not a payload")
+	}
+	if st.Retry != nil {
+		es.add(p+".retry", "a step that runs a job is retried by retrying its run (runs retry), which retries the child run from where it failed; the child's steps retry by their own policies")
+	}
+	if st.Timeout != nil {
+		es.add(p+".timeout", "a step that runs a job ends with its child run, which its own steps' timeouts bound")
+	}
+	if st.ForEach != "" {
+		es.add(p+".for_each", "a step that runs a job cannot fan out (a fan-out's items run on workers)")
 	}
 }
 
@@ -430,8 +452,11 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 	if e.Worker != "" {
 		n++
 	}
+	if e.Job != nil {
+		n++
+	}
 	if n != 1 {
-		es.add(p, "give exactly one executor: http, command, handler or worker")
+		es.add(p, "give exactly one executor: http, command, handler, worker or job")
 		return
 	}
 	switch {
@@ -476,6 +501,21 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 	case e.Worker != "":
 		if err := ValidateName(e.Worker); err != nil {
 			es.add(p+".worker", "%v", err)
+		}
+	case e.Job != nil:
+		if err := ValidateName(e.Job.Name); err != nil {
+			es.add(p+".job.name", "%v", err)
+		}
+		if e.Job.Namespace != "" {
+			if err := ValidateName(e.Job.Namespace); err != nil {
+				es.add(p+".job.namespace", "%v", err)
+			}
+		}
+		if len(e.Job.Params) > 0 {
+			validatePayload(es, p+".job.params", e.Job.Params)
+			if b := bytes.TrimSpace(e.Job.Params); len(b) > 0 && b[0] != '{' {
+				es.add(p+".job.params", "is not a mapping of param names to values")
+			}
 		}
 	default:
 		if err := ValidateName(e.Handler); err != nil {

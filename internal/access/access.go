@@ -172,7 +172,13 @@ func (p Principal) Actor() job.Actor {
 	if p.KeyPrefix != "" {
 		name += " (" + p.KeyPrefix + ")"
 	}
-	return job.Actor{Tenant: p.Tenant, Name: name, Scope: p.Scope()}
+	a := job.Actor{Tenant: p.Tenant, Name: name, Scope: p.Scope()}
+	if !p.Role.Allows(Editor) {
+		a.MayRun = func(namespace, name string) bool {
+			return p.RoleOn(Resource{Namespace: namespace, Job: name}).Allows(Editor)
+		}
+	}
+	return a
 }
 
 // ErrUnauthenticated is returned for a missing, malformed, unknown,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,6 +81,11 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 			return nil, err
 		}
 	}
+	if !slices.Equal(callees(before.Spec), callees(res.Spec)) { // (nor run the jobs called)
+		if err := checkCalls(ctx, q, a, res); err != nil {
+			return nil, err
+		}
+	}
 	next := before.NextFireAt
 	if !sameInstants(before.Spec.Schedule, res.Spec.Schedule) && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
 		now, err := q.DatabaseNow(ctx)
@@ -105,6 +111,9 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 		return nil, err
 	}
 	if err := writeTrigger(ctx, q, row, res.Spec.Schedule.After); err != nil {
+		return nil, err
+	}
+	if err := writeCalls(ctx, q, row, res.Spec); err != nil {
 		return nil, err
 	}
 	out, err := fromRow(row)
@@ -250,6 +259,9 @@ func setJobStatus(ctx context.Context, q *store.Queries, p store.SetJobStatusPar
 		return row, err
 	}
 	if row.Status == StatusDeleted { // a pause or resume leaves schedule.after as it is
+		if err := q.DeleteJobCalls(ctx, row.ID); err != nil {
+			return row, err
+		}
 		return row, q.DeleteJobTrigger(ctx, row.ID)
 	}
 	return row, nil
@@ -315,6 +327,90 @@ func checkAfter(ctx context.Context, q *store.Queries, actor Actor, res dag.Reso
 		if c.Namespace == res.Metadata.Namespace && c.Name == res.Metadata.Name {
 			return dag.Errors{{Field: "spec.schedule.after.job", Message: "makes a cycle of jobs started by each other's ends: " + strings.Join(path, " after ")}}
 		}
+	}
+	return nil
+}
+
+// callees lists the jobs a spec's steps run (run.job, namespaces filled
+// in by Normalize), each once, as "namespace/name", sorted.
+func callees(s dag.JobSpec) []string {
+	var out []string
+	for _, st := range s.Steps {
+		if j := st.Run.Job; j != nil {
+			out = append(out, j.Namespace+"/"+j.Name)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// writeCalls makes job row's job_calls rows the jobs spec's steps run.
+func writeCalls(ctx context.Context, q *store.Queries, row store.Job, spec dag.JobSpec) error {
+	if err := q.DeleteJobCalls(ctx, row.ID); err != nil {
+		return err
+	}
+	p := store.InsertJobCallsParams{JobID: row.ID, TenantID: row.TenantID}
+	for _, c := range callees(spec) {
+		ns, name, _ := strings.Cut(c, "/")
+		p.Namespaces, p.Names = append(p.Namespaces, ns), append(p.Names, name)
+	}
+	if len(p.Names) == 0 || row.Status == StatusDeleted {
+		return nil
+	}
+	return q.InsertJobCalls(ctx, p)
+}
+
+// checkCalls refuses a definition with a step that runs a job the actor
+// may not run (the role a trigger needs: Actor.MayRun), or that leads,
+// through the tenant's live jobs' steps that run jobs, back to the job
+// itself (each run would start the next for ever; a cycle made by two
+// jobs changed at once is bounded at run time, run.MaxCallDepth). A job
+// called need not exist yet: a step that runs a missing job fails when
+// it starts, naming it.
+func checkCalls(ctx context.Context, q *store.Queries, actor Actor, res dag.Resource) error {
+	self := res.Metadata.Namespace + "/" + res.Metadata.Name
+	var es dag.Errors
+	var p store.CallChainParams
+	for i, st := range res.Spec.Steps {
+		j := st.Run.Job
+		if j == nil {
+			continue
+		}
+		field := fmt.Sprintf("spec.steps[%d].run.job", i)
+		switch {
+		case j.Namespace+"/"+j.Name == self:
+			es = append(es, &dag.FieldError{Field: field + ".name", Message: "runs the job itself: each run would start the next for ever"})
+		case actor.MayRun != nil && !actor.MayRun(j.Namespace, j.Name):
+			es = append(es, &dag.FieldError{Field: field + ".name", Message: fmt.Sprintf("%s/%s is outside what you were granted: a step runs only jobs its author may run (editor on it)", j.Namespace, j.Name)})
+		}
+		p.Namespaces, p.Names = append(p.Namespaces, j.Namespace), append(p.Names, j.Name)
+	}
+	if len(es) > 0 {
+		return es
+	}
+	if len(p.Names) == 0 {
+		return nil
+	}
+	p.TenantID = actor.Tenant
+	chain, err := q.CallChain(ctx, p)
+	if err != nil {
+		return err
+	}
+	callers := map[string]string{} // a job reached, and the job whose step runs it
+	for _, c := range chain {
+		at := c.Namespace + "/" + c.Name
+		if _, seen := callers[at]; !seen {
+			callers[at] = c.CallerNamespace + "/" + c.CallerName
+		}
+		if at != self {
+			continue
+		}
+		path := []string{self}
+		for k := callers[at]; k != "/" && len(path) < 101; k = callers[k] {
+			path = append([]string{k}, path...)
+		}
+		path = append([]string{self}, path...)
+		return dag.Errors{{Field: "spec.steps", Message: "makes a cycle of jobs running each other: " + strings.Join(path, " runs ")}}
 	}
 	return nil
 }

@@ -169,6 +169,10 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 				out[i].err = err
 				continue
 			}
+			if err := checkCalls(ctx, q, r.a, r.res); err != nil {
+				out[i].err = err
+				continue
+			}
 			j, err := s.newJob(r.a, r.res, now, nil)
 			if err != nil {
 				out[i].err = err
@@ -271,6 +275,9 @@ func (s *Service) newJob(a Actor, res dag.Resource, now time.Time, src *Source) 
 // the API's are batched by createJobs), counting it in d.
 func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res dag.Resource, spec []byte, now time.Time, src *Source, d usage.Delta) (*Job, error) {
 	if err := checkAfter(ctx, q, a, res); err != nil {
+		return nil, err
+	}
+	if err := checkCalls(ctx, q, a, res); err != nil {
 		return nil, err
 	}
 	out, err := s.newJob(a, res, now, src)

@@ -33,6 +33,11 @@ type Actor struct {
 	// granted; nil sees the whole tenant. The API's interceptor decides
 	// whether a call may be made at all; Scope only filters lists.
 	Scope *Scope
+	// MayRun, when set, says whether the actor may start runs of a job
+	// (the role a trigger needs): a step that runs a job (run.job) is
+	// applied only by an actor that may run it. nil: every job of its
+	// tenant.
+	MayRun func(namespace, name string) bool
 }
 
 // Scope is what an actor without a tenant-wide role may see: whole

@@ -129,6 +129,7 @@ const (
 	TriggerBackfill Trigger = "backfill" // a missed instant fired by misfire: backfill
 	TriggerManual   Trigger = "manual"   // started through the API
 	TriggerUpstream Trigger = "upstream" // started by the end of a run of another job (schedule.after)
+	TriggerParent   Trigger = "parent"   // started by a step of another run that runs its job (run.job)
 	TriggerReplay   Trigger = "replay"   // allowed by the schema, not written today
 )
 

@@ -45,6 +45,10 @@ type New struct {
 	// Upstream is run.upstream (JSON) for a run an upstream run started;
 	// nil for others.
 	Upstream []byte
+	// ParentTask is the job step that starts a child run (trigger
+	// parent); uuid.Nil for others. Depth counts the runs above it.
+	ParentTask uuid.UUID
+	Depth      int
 }
 
 // Firer is the node that fires scheduled runs, recorded on each run with
@@ -107,6 +111,8 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		rp.Params = append(rp.Params, string(r.Params))
 		rp.BackfillIds = append(rp.BackfillIds, r.Backfill)
 		rp.Upstreams = append(rp.Upstreams, string(r.Upstream))
+		rp.ParentTaskIds = append(rp.ParentTaskIds, r.ParentTask)
+		rp.Depths = append(rp.Depths, int32(r.Depth))
 	}
 	written, err := q.InsertRuns(ctx, rp)
 	if err != nil {
@@ -149,17 +155,18 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 				queue = dispatch.RemoteQueue(set.Queue, r.Job.Tenant)
 			}
 			status := lifecycle.TaskWaiting
-			conditional, fanOut := st.When != "", st.ForEach != ""
+			conditional, fanOut, jobStep := st.When != "", st.ForEach != "", st.Run.Job != nil
 			switch {
 			case len(st.Needs) > 0 || r.Status != lifecycle.RunPending:
-			case conditional || fanOut: // decided or expanded below, once written
-				decide = append(decide, candidate{dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0), ids[i], st.Name, conditional, fanOut})
+			case conditional || fanOut || jobStep: // decided, expanded or started below, once written
+				decide = append(decide, candidate{dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0), ids[i], st.Name, conditional, fanOut, jobStep})
 			default:
 				status = lifecycle.TaskQueued
 				ready = append(ready, dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0))
 			}
 			tp.Conditionals = append(tp.Conditionals, conditional)
 			tp.FanOuts = append(tp.FanOuts, fanOut)
+			tp.JobSteps = append(tp.JobSteps, jobStep)
 			tp.Ids = append(tp.Ids, stepIDs[st.Name])
 			tp.TenantIds = append(tp.TenantIds, r.Job.Tenant)
 			tp.RunIds = append(tp.RunIds, ids[i])
@@ -321,7 +328,14 @@ func (a *Applier) Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason
 		return nil, err
 	}
 	if len(tasks) > 0 {
-		err = q.CloseRunningAttempts(ctx, store.CloseRunningAttemptsParams{TaskIds: tasks, ExitReason: executor.ReasonCancelled, FailureClass: executor.ClassUser, Error: reason})
+		if err := q.CloseRunningAttempts(ctx, store.CloseRunningAttemptsParams{TaskIds: tasks, ExitReason: executor.ReasonCancelled, FailureClass: executor.ClassUser, Error: reason}); err != nil {
+			return nil, err
+		}
 	}
-	return cancelled, err
+	// The child runs of its job steps, and theirs (at most MaxCallDepth
+	// levels), with it.
+	return cancelled, a.cancelChildren(ctx, tx, q, tasks, ReasonParentCancelled)
 }
+
+// ReasonParentCancelled is why a child run cancelled with its parent was.
+const ReasonParentCancelled = "cancelled: the run of the step that started it was cancelled"

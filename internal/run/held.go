@@ -31,7 +31,7 @@ func promoteQueued(ctx context.Context, tx pgx.Tx, a *Applier, jobID uuid.UUID) 
 	}
 	cands := make([]candidate, len(roots))
 	for i, t := range roots {
-		cands[i] = candidate{dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0), t.RunID, t.Step, t.Conditional, t.FanOut}
+		cands[i] = candidate{dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0), t.RunID, t.Step, t.Conditional, t.FanOut, t.JobStep}
 	}
 	return release(ctx, q, tx, a, cands)
 }

@@ -24,6 +24,7 @@ type candidate struct {
 	step        string
 	conditional bool // its step has a condition (when), decided first
 	fanOut      bool // its step fans out (for_each): it is expanded, not queued
+	jobStep     bool // its step runs a job (run.job): it starts a child run, not queued
 }
 
 // releaseChildren counts a succeeded parent for each waiting child and
@@ -46,7 +47,7 @@ func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier
 	var cands []candidate
 	for _, c := range tasks {
 		if c.ParentsRemaining == 0 {
-			cands = append(cands, candidate{dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, 0), c.RunID, c.Step, c.Conditional, c.FanOut})
+			cands = append(cands, candidate{dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, 0), c.RunID, c.Step, c.Conditional, c.FanOut, c.JobStep})
 		}
 	}
 	return release(ctx, q, tx, a, cands)
@@ -57,7 +58,8 @@ func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier
 // transaction; one whose condition is false is skipped, one whose
 // condition cannot be evaluated is dead-lettered, and what they end
 // settles below them. A task whose step fans out is expanded (expand)
-// instead of queued. A run that this ends is finished.
+// instead of queued, and one whose step runs a job starts its child run
+// (startCalls). A run that this ends is finished.
 func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands []candidate) error {
 	var ready, conditional []candidate
 	for _, c := range cands {
@@ -77,11 +79,14 @@ func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands
 		ready = append(ready, v.release...)
 	}
 	var rs []dispatch.Ready
-	var groups []candidate
+	var groups, calls []candidate
 	for _, c := range ready {
-		if c.fanOut {
+		switch {
+		case c.fanOut:
 			groups = append(groups, c)
-		} else {
+		case c.jobStep:
+			calls = append(calls, c)
+		default:
 			rs = append(rs, c.ready)
 		}
 	}
@@ -92,6 +97,11 @@ func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands
 	}
 	if len(groups) > 0 {
 		if err := expand(ctx, q, tx, a, groups); err != nil {
+			return err
+		}
+	}
+	if len(calls) > 0 {
+		if err := startCalls(ctx, q, tx, a, calls); err != nil {
 			return err
 		}
 	}

@@ -131,7 +131,7 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 				t := byID[id]
 				wait.Ids = append(wait.Ids, id)
 				wait.Remaining = append(wait.Remaining, 0)
-				revived = append(revived, candidate{dispatch.NextAttempt(id, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional, t.FanOut})
+				revived = append(revived, candidate{dispatch.NextAttempt(id, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional, t.FanOut, t.JobStep})
 			}
 			for _, id := range p.Skip {
 				skip.Ids = append(skip.Ids, id)
@@ -149,8 +149,8 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 		for _, r := range back {
 			replayed = append(replayed, r.ID)
 			next := dispatch.NextAttempt(r.ID, r.TenantID, r.Queue, r.Priority, r.Attempt)
-			if r.Conditional { // written waiting: decided again, as any release
-				revived = append(revived, candidate{next, r.RunID, r.Step, true, r.FanOut})
+			if r.Conditional || r.JobStep { // written waiting: decided again, or its child run attached, as any release
+				revived = append(revived, candidate{next, r.RunID, r.Step, r.Conditional, r.FanOut, r.JobStep})
 			} else {
 				ready = append(ready, next)
 			}

@@ -110,7 +110,7 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 	}
 	for _, tid := range p.Release {
 		t := byID[tid]
-		cands = append(cands, candidate{dispatch.NextAttempt(tid, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional, t.FanOut})
+		cands = append(cands, candidate{dispatch.NextAttempt(tid, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional, t.FanOut, t.JobStep})
 	}
 	if err := q.RetryTasks(ctx, reset); err != nil {
 		return err

@@ -66,6 +66,10 @@ type Run struct {
 	FirstError string `json:"first_error,omitempty"`
 	// Steps are, in List with WithSteps, its tasks' statuses by step.
 	Steps map[string]string `json:"steps,omitempty"`
+	// ParentRun and ParentStep are, for a run of trigger parent (Get), the
+	// run and step that started it.
+	ParentRun  *uuid.UUID `json:"parent_run_id,omitempty"`
+	ParentStep string     `json:"parent_step,omitempty"`
 }
 
 // Detail is a run with its tasks and their attempts.
@@ -146,6 +150,7 @@ func fromGetRow(r store.GetRunRow) Run {
 	if len(r.Upstream) > 0 {
 		out.Upstream = json.RawMessage(r.Upstream)
 	}
+	out.ParentRun, out.ParentStep = r.ParentRunID, r.ParentStep
 	return out
 }
 
@@ -209,9 +214,9 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	}
 	if f.Trigger != "" {
 		switch lifecycle.Trigger(f.Trigger) {
-		case lifecycle.TriggerSchedule, lifecycle.TriggerBackfill, lifecycle.TriggerManual, lifecycle.TriggerUpstream:
+		case lifecycle.TriggerSchedule, lifecycle.TriggerBackfill, lifecycle.TriggerManual, lifecycle.TriggerUpstream, lifecycle.TriggerParent:
 		default:
-			return nil, "", &dag.FieldError{Field: "trigger", Message: fmt.Sprintf("%q is not one of schedule, backfill, manual, upstream", f.Trigger)}
+			return nil, "", &dag.FieldError{Field: "trigger", Message: fmt.Sprintf("%q is not one of schedule, backfill, manual, upstream, parent", f.Trigger)}
 		}
 		p.Trigger = &f.Trigger
 	}

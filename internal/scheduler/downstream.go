@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/dag"
-	"github.com/orrery-dev/orrery/dag/expr"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/run"
@@ -135,6 +133,17 @@ func (s *Scheduler) downstreamBatch(ctx context.Context, leases []*shard.Lease) 
 				return fmt.Errorf("downstream run of job %s at %s: the instant was taken meanwhile", news[i].Job.ID, news[i].At.Format(time.RFC3339Nano))
 			}
 		}
+		// Child runs' ends end the steps that started them (after the
+		// downstream jobs' locks: jobs before runs, as a trigger takes them).
+		var calls []run.ChildEnd
+		for _, e := range events {
+			if e.ParentTaskID != nil {
+				calls = append(calls, run.ChildEnd{Run: e.RunID, FinishedAt: e.FinishedAt})
+			}
+		}
+		if err := s.applier().FinishCalls(ctx, tx, calls); err != nil {
+			return err
+		}
 		del := store.DeleteUpstreamFinishesParams{}
 		for _, e := range events {
 			del.RunIds = append(del.RunIds, e.RunID)
@@ -250,103 +259,28 @@ func (s *Scheduler) downstreamRuns(ctx context.Context, q *store.Queries, events
 // uniqueInstants moves each end's instant on by a microsecond until the
 // job has no run at it (runs are unique per job and instant, and two
 // upstream runs may end at one time: cancelled together) and no other
-// end of the batch takes it.
+// end of the batch takes it (run.FreeInstants).
 func uniqueInstants(ctx context.Context, q *store.Queries, job uuid.UUID, ends []upstreamEnd) error {
-	taken := map[time.Time]bool{}
+	ats := make([]time.Time, len(ends))
+	for i, e := range ends {
+		ats[i] = e.At
+	}
+	moved, err := run.FreeInstants(ctx, q, job, ats)
+	if err != nil {
+		return err
+	}
 	for i := range ends {
-		ends[i].At = ends[i].At.Truncate(time.Microsecond).UTC()
+		ends[i].At = moved[i]
 	}
-	for range 1000 {
-		ats := make([]time.Time, len(ends))
-		for i, e := range ends {
-			ats[i] = e.At
-		}
-		have, err := q.RunsAt(ctx, store.RunsAtParams{JobID: job, Ats: ats})
-		if err != nil {
-			return err
-		}
-		for _, h := range have {
-			taken[h.ScheduledFor.UTC()] = true
-		}
-		moved := false
-		inBatch := map[time.Time]bool{}
-		for i := range ends {
-			for taken[ends[i].At] || inBatch[ends[i].At] {
-				ends[i].At = ends[i].At.Add(time.Microsecond)
-				moved = true
-			}
-			inBatch[ends[i].At] = true
-		}
-		if !moved {
-			return nil
-		}
-	}
-	return fmt.Errorf("job %s: no free instant near its upstream runs' ends", job)
+	return nil
 }
 
 // upstreamJSON is run.upstream for a run that e's end starts: the
-// upstream run's id, job, namespace, outcome, end and chain depth, and
-// the outputs of its last steps (those no step needs) that succeeded,
-// parsed as steps.STEP.output is, while they fit maxUpstreamOutputs
-// (outputs_cut lists the ones left out).
+// upstream run's end as run.RunEnd describes it (its last steps' outputs
+// within maxUpstreamOutputs), and the chain's depth.
 func upstreamJSON(ctx context.Context, q *store.Queries, e store.TakeUpstreamFinishesRow) ([]byte, error) {
-	rows, err := q.LeafOutputs(ctx, e.RunID)
-	if err != nil {
-		return nil, err
-	}
-	outputs := map[string]any{}
-	var cut []string
-	size := 0
-	for _, r := range rows {
-		if r.OutputTruncated || size+len(r.Output) > maxUpstreamOutputs {
-			cut = append(cut, r.Step)
-			continue
-		}
-		v := expr.Output(r.Output)
-		if b, err := json.Marshal(v); err != nil || bytes.Contains(b, []byte(`\u0000`)) {
-			cut = append(cut, r.Step) // 1e999, or a NUL: JSON that jsonb does not store
-			continue
-		}
-		size += len(r.Output)
-		outputs[r.Step] = v
-	}
-	// A last step that fans out: its items' outputs in item order (null
-	// for an item that did not succeed), as steps.STEP.outputs.
-	groups, err := q.LeafGroups(ctx, e.RunID)
-	if err != nil {
-		return nil, err
-	}
-	for _, g := range groups {
-		items, err := q.ItemOutputs(ctx, store.ItemOutputsParams{GroupIds: []uuid.UUID{g.ID}, MaxBytes: int64(maxUpstreamOutputs - size)})
-		if err != nil {
-			return nil, err
-		}
-		list, n, whole := make([]any, 0, len(items)), 0, true
-		for _, it := range items {
-			if it.Cut || it.OutputTruncated {
-				whole = false
-				break
-			}
-			var v any
-			if it.Status == lifecycle.TaskSucceeded {
-				v = expr.Output(it.Output)
-			}
-			list = append(list, v)
-			n += len(it.Output)
-		}
-		if b, err := json.Marshal(list); !whole || err != nil || bytes.Contains(b, []byte(`\u0000`)) {
-			cut = append(cut, g.Step)
-			continue
-		}
-		size += n
-		outputs[g.Step] = list
-	}
-	u := map[string]any{"id": e.RunID.String(), "job": e.Name, "namespace": e.Namespace, "outcome": e.Status,
-		"finished_at": e.FinishedAt.UTC().Format(time.RFC3339Nano), "outputs": outputs, "depth": upstreamDepth(e.RunUpstream) + 1}
-	if len(cut) > 0 {
-		u["outputs_cut"] = cut
-	}
-	return json.Marshal(u)
+	end := run.End{Run: e.RunID, Namespace: e.Namespace, Job: e.Name, Outcome: e.Status, FinishedAt: e.FinishedAt}
+	return run.RunEnd(ctx, q, end, maxUpstreamOutputs, map[string]any{"depth": upstreamDepth(e.RunUpstream) + 1})
 }
 
 // upstreamDepth is the depth recorded in a run's run.upstream (0: a run

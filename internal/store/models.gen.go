@@ -159,6 +159,13 @@ type Job struct {
 	DeletedAt   *time.Time
 }
 
+type JobCall struct {
+	JobID           uuid.UUID
+	TenantID        uuid.UUID
+	CalleeNamespace string
+	CalleeName      string
+}
+
 type JobSchedule struct {
 	JobID      uuid.UUID
 	Shard      int32
@@ -267,6 +274,8 @@ type Run struct {
 	Params       []byte
 	BackfillID   *uuid.UUID
 	Upstream     []byte
+	ParentTaskID *uuid.UUID
+	Depth        int32
 }
 
 type RunFinish struct {
@@ -317,6 +326,8 @@ type Task struct {
 	ItemsSucceeded   pgtype.Int4
 	ItemsFailed      pgtype.Int4
 	ItemsHeld        pgtype.Int4
+	JobStep          bool
+	ChildRunID       *uuid.UUID
 }
 
 type TaskEdge struct {

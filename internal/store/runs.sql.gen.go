@@ -74,16 +74,18 @@ WITH r AS (
     UPDATE runs SET status = 'cancelled', reason = $1, finished_at = now(),
         started_at = COALESCE(started_at, (SELECT min(t.started_at) FROM tasks AS t WHERE t.run_id = runs.id))
     WHERE id = ANY($2::uuid[]) AND status IN ('queued', 'pending', 'running')
-    RETURNING id, job_id, shard, status, watched, finished_at
+    RETURNING id, job_id, shard, status, watched, finished_at, parent_task_id
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
 ), uf AS (
-    -- a run of a job some schedule.after names: its downstream runs' event
+    -- a run of a job some schedule.after names, or a child run (its
+    -- parent step ends with it): the event of its end
     INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
     SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
-    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+    WHERE r.parent_task_id IS NOT NULL
+       OR EXISTS (SELECT 1 FROM job_triggers AS g
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )
@@ -409,8 +411,10 @@ func (q *Queries) FiringJobs(ctx context.Context, ids []uuid.UUID) ([]FiringJobs
 const getRun = `-- name: GetRun :one
 SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
        (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
-       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params, r.upstream
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params, r.upstream,
+       pt.run_id AS parent_run_id, COALESCE(pt.step, '')::text AS parent_step
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+LEFT JOIN tasks AS pt ON pt.id = r.parent_task_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t
     WHERE t.run_id = r.id AND r.status = 'pending' AND t.started_at IS NOT NULL
@@ -442,6 +446,8 @@ type GetRunRow struct {
 	JobName      string
 	Params       []byte
 	Upstream     []byte
+	ParentRunID  *uuid.UUID
+	ParentStep   string
 }
 
 // GetRun reads a run's view, as ListRuns.
@@ -466,12 +472,14 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 		&i.JobName,
 		&i.Params,
 		&i.Upstream,
+		&i.ParentRunID,
+		&i.ParentStep,
 	)
 	return i, err
 }
 
 const groupItems = `-- name: GroupItems :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
 ORDER BY item_index LIMIT $3
 `
 
@@ -524,6 +532,8 @@ func (q *Queries) GroupItems(ctx context.Context, arg GroupItemsParams) ([]Task,
 			&i.ItemsSucceeded,
 			&i.ItemsFailed,
 			&i.ItemsHeld,
+			&i.JobStep,
+			&i.ChildRunID,
 		); err != nil {
 			return nil, err
 		}
@@ -591,14 +601,16 @@ WITH u AS (
            unnest($9::text[]) AS status, unnest($10::text[]) AS reason,
            unnest($11::text[]) AS trace_parent, unnest($12::bool[]) AS watched,
            unnest($13::bigint[]) AS task_count, unnest($14::text[]) AS params,
-           unnest($15::uuid[]) AS backfill_id, unnest($16::text[]) AS upstream
+           unnest($15::uuid[]) AS backfill_id, unnest($16::text[]) AS upstream,
+           unnest($17::uuid[]) AS parent_task_id, unnest($18::int[]) AS depth
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched, params, backfill_id, upstream)
-    SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $17::uuid, NULLIF(u.shard_epoch, -1),
+                      trace_parent, watched, params, backfill_id, upstream, parent_task_id, depth)
+    SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $19::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
            CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
-           NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid), NULLIF(u.upstream, '')::jsonb
+           NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid), NULLIF(u.upstream, '')::jsonb,
+           NULLIF(u.parent_task_id, '00000000-0000-0000-0000-000000000000'::uuid), u.depth
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -629,6 +641,8 @@ type InsertRunsParams struct {
 	Params        []string
 	BackfillIds   []uuid.UUID
 	Upstreams     []string
+	ParentTaskIds []uuid.UUID
+	Depths        []int32
 	NodeID        *uuid.UUID
 }
 
@@ -656,6 +670,8 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 		arg.Params,
 		arg.BackfillIds,
 		arg.Upstreams,
+		arg.ParentTaskIds,
+		arg.Depths,
 		arg.NodeID,
 	)
 	if err != nil {
@@ -678,17 +694,17 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 
 const insertTasks = `-- name: InsertTasks :exec
 INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,
-                   admitted_at, conditional, fan_out)
+                   admitted_at, conditional, fan_out, job_step)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
        CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END,
-       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional, u.fan_out
+       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional, u.fan_out, u.job_step
 FROM (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS tenant_id, unnest($3::uuid[]) AS run_id,
            unnest($4::text[]) AS step, unnest($5::text[]) AS status,
            unnest($6::int[]) AS parents_remaining, unnest($7::text[]) AS queue,
            unnest($8::int[]) AS priority, unnest($9::text[]) AS trigger_rule,
            unnest($10::bool[]) AS admitted, unnest($11::bool[]) AS conditional,
-           unnest($12::bool[]) AS fan_out
+           unnest($12::bool[]) AS fan_out, unnest($13::bool[]) AS job_step
 ) AS u
 `
 
@@ -705,6 +721,7 @@ type InsertTasksParams struct {
 	Admitted         []bool
 	Conditionals     []bool
 	FanOuts          []bool
+	JobSteps         []bool
 }
 
 func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error {
@@ -721,6 +738,7 @@ func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error 
 		arg.Admitted,
 		arg.Conditionals,
 		arg.FanOuts,
+		arg.JobSteps,
 	)
 	return err
 }
@@ -1081,10 +1099,10 @@ func (q *Queries) ReopenRuns(ctx context.Context, ids []uuid.UUID) error {
 }
 
 const replayTasks = `-- name: ReplayTasks :many
-UPDATE tasks SET status = CASE WHEN conditional THEN 'waiting' ELSE 'queued' END, finished_at = NULL, last_error = '',
+UPDATE tasks SET status = CASE WHEN conditional OR job_step THEN 'waiting' ELSE 'queued' END, finished_at = NULL, last_error = '',
     ready_at = now(), admitted_at = NULL
 WHERE tenant_id = $1 AND status = 'dead_lettered' AND id = ANY($2::uuid[]) AND NOT fan_out AND group_id IS NULL
-RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional, fan_out
+RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional, fan_out, job_step
 `
 
 type ReplayTasksParams struct {
@@ -1102,6 +1120,7 @@ type ReplayTasksRow struct {
 	Step        string
 	Conditional bool
 	FanOut      bool
+	JobStep     bool
 }
 
 // ReplayTasks puts dead letters back in line: queued, or waiting (with
@@ -1126,6 +1145,7 @@ func (q *Queries) ReplayTasks(ctx context.Context, arg ReplayTasksParams) ([]Rep
 			&i.Step,
 			&i.Conditional,
 			&i.FanOut,
+			&i.JobStep,
 		); err != nil {
 			return nil, err
 		}
@@ -1245,7 +1265,7 @@ func (q *Queries) RunEdges(ctx context.Context, runID uuid.UUID) ([]TaskEdge, er
 
 const runGraphs = `-- name: RunGraphs :many
 SELECT t.id, t.run_id, t.tenant_id, t.status, t.trigger_rule, t.parents_remaining, t.queue, t.priority, t.attempt,
-       t.step, t.conditional, t.fan_out, t.group_id,
+       t.step, t.conditional, t.fan_out, t.job_step, t.group_id,
        COALESCE((SELECT array_agg(e.parent_id ORDER BY e.parent_id) FROM task_edges AS e WHERE e.child_id = t.id), '{}')::uuid[] AS parents
 FROM tasks AS t
 WHERE t.run_id = ANY($1::uuid[])
@@ -1265,6 +1285,7 @@ type RunGraphsRow struct {
 	Step             string
 	Conditional      bool
 	FanOut           bool
+	JobStep          bool
 	GroupID          *uuid.UUID
 	Parents          []uuid.UUID
 }
@@ -1292,6 +1313,7 @@ func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraph
 			&i.Step,
 			&i.Conditional,
 			&i.FanOut,
+			&i.JobStep,
 			&i.GroupID,
 			&i.Parents,
 		); err != nil {
@@ -1346,7 +1368,7 @@ func (q *Queries) RunStepStatuses(ctx context.Context, arg RunStepStatusesParams
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
 `
 
 // RunTasks reads a run's tasks but the items of its fan-outs (their
@@ -1393,6 +1415,8 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 			&i.ItemsSucceeded,
 			&i.ItemsFailed,
 			&i.ItemsHeld,
+			&i.JobStep,
+			&i.ChildRunID,
 		); err != nil {
 			return nil, err
 		}

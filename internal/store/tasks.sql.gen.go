@@ -46,16 +46,18 @@ WITH req AS (
         started_at = COALESCE(runs.started_at, t.started_at)
     FROM t
     WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
-    RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at
+    RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
 ), uf AS (
-    -- a run of a job some schedule.after names: its downstream runs' event
+    -- a run of a job some schedule.after names, or a child run (its
+    -- parent step ends with it): the event of its end
     INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
     SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
-    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+    WHERE r.parent_task_id IS NOT NULL
+       OR EXISTS (SELECT 1 FROM job_triggers AS g
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )
@@ -144,7 +146,8 @@ func (q *Queries) CompleteAttempts(ctx context.Context, arg CompleteAttemptsPara
 }
 
 const conditionRuns = `-- name: ConditionRuns :many
-SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard
+SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard,
+       r.tenant_id, r.depth
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 WHERE r.id = ANY($1::uuid[])
 `
@@ -160,6 +163,8 @@ type ConditionRunsRow struct {
 	Namespace    string
 	Name         string
 	Shard        int32
+	TenantID     uuid.UUID
+	Depth        int32
 }
 
 // ConditionRuns reads what conditions of tasks of runs read of the run.
@@ -183,6 +188,8 @@ func (q *Queries) ConditionRuns(ctx context.Context, ids []uuid.UUID) ([]Conditi
 			&i.Namespace,
 			&i.Name,
 			&i.Shard,
+			&i.TenantID,
+			&i.Depth,
 		); err != nil {
 			return nil, err
 		}
@@ -262,7 +269,7 @@ func (q *Queries) CountItemEnds(ctx context.Context, arg CountItemEndsParams) ([
 const decrementChildren = `-- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = $1) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out
+RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out, job_step
 `
 
 type DecrementChildrenRow struct {
@@ -275,6 +282,7 @@ type DecrementChildrenRow struct {
 	Step             string
 	Conditional      bool
 	FanOut           bool
+	JobStep          bool
 }
 
 // DecrementChildren counts one more parent done for each child of a task
@@ -298,6 +306,7 @@ func (q *Queries) DecrementChildren(ctx context.Context, parentID uuid.UUID) ([]
 			&i.Step,
 			&i.Conditional,
 			&i.FanOut,
+			&i.JobStep,
 		); err != nil {
 			return nil, err
 		}
@@ -313,7 +322,7 @@ const decrementTasks = `-- name: DecrementTasks :many
 UPDATE tasks SET parents_remaining = parents_remaining - d.n
 FROM (SELECT u.id, count(*)::int AS n FROM unnest($1::uuid[]) AS u (id) GROUP BY u.id) AS d
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
-RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out, tasks.job_step
 `
 
 type DecrementTasksRow struct {
@@ -326,6 +335,7 @@ type DecrementTasksRow struct {
 	Step             string
 	Conditional      bool
 	FanOut           bool
+	JobStep          bool
 }
 
 // DecrementTasks counts one finished parent for each listed child (a child
@@ -349,6 +359,7 @@ func (q *Queries) DecrementTasks(ctx context.Context, ids []uuid.UUID) ([]Decrem
 			&i.Step,
 			&i.Conditional,
 			&i.FanOut,
+			&i.JobStep,
 		); err != nil {
 			return nil, err
 		}
@@ -560,16 +571,18 @@ FROM (
     FROM tasks WHERE run_id = $1 AND group_id IS NULL
 ) AS c
 WHERE runs.id = $1 AND runs.status IN ('pending', 'running') AND c.open = 0
-RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at
+RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
 ), uf AS (
-    -- a run of a job some schedule.after names: its downstream runs' event
+    -- a run of a job some schedule.after names, or a child run (its
+    -- parent step ends with it): the event of its end
     INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
     SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
-    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+    WHERE r.parent_task_id IS NOT NULL
+       OR EXISTS (SELECT 1 FROM job_triggers AS g
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )
@@ -974,7 +987,7 @@ func (q *Queries) ReopenItems(ctx context.Context, groupIds []uuid.UUID) error {
 }
 
 const rootTasks = `-- name: RootTasks :many
-SELECT id, tenant_id, queue, priority, run_id, step, conditional, fan_out FROM tasks
+SELECT id, tenant_id, queue, priority, run_id, step, conditional, fan_out, job_step FROM tasks
 WHERE run_id = $1 AND status = 'waiting' AND parents_remaining = 0 AND group_id IS NULL
 `
 
@@ -987,6 +1000,7 @@ type RootTasksRow struct {
 	Step        string
 	Conditional bool
 	FanOut      bool
+	JobStep     bool
 }
 
 // RootTasks lists the tasks of a held run that start with it (not the
@@ -1009,6 +1023,7 @@ func (q *Queries) RootTasks(ctx context.Context, runID uuid.UUID) ([]RootTasksRo
 			&i.Step,
 			&i.Conditional,
 			&i.FanOut,
+			&i.JobStep,
 		); err != nil {
 			return nil, err
 		}

@@ -212,6 +212,8 @@ const hasUpstreamFinishes = `-- name: HasUpstreamFinishes :one
 SELECT EXISTS (SELECT 1 FROM upstream_finishes WHERE shard = ANY($1::int[]))::bool
 `
 
+// HasUpstreamFinishes: whether the shards have upstream finish events (a
+// probe before a transaction of the downstream step).
 func (q *Queries) HasUpstreamFinishes(ctx context.Context, shards []int32) (bool, error) {
 	row := q.db.QueryRow(ctx, hasUpstreamFinishes, shards)
 	var column_1 bool
@@ -231,8 +233,6 @@ type LeafGroupsRow struct {
 	Step string
 }
 
-// HasUpstreamFinishes: whether the shards have upstream finish events (a
-// probe before a transaction of the downstream step).
 // LeafGroups lists a run's succeeded fan-outs that no step needs (its
 // last steps that fan out): their items' outputs are run.upstream's too.
 func (q *Queries) LeafGroups(ctx context.Context, runID uuid.UUID) ([]LeafGroupsRow, error) {
@@ -336,7 +336,7 @@ func (q *Queries) SetJobTrigger(ctx context.Context, arg SetJobTriggerParams) er
 
 const takeUpstreamFinishes = `-- name: TakeUpstreamFinishes :many
 SELECT e.run_id, e.finished_at, e.status, r.tenant_id, r.job_id, r.job_version, r.upstream AS run_upstream,
-       uj.namespace, uj.name
+       uj.namespace, uj.name, r.parent_task_id, r.reason
 FROM upstream_finishes AS e JOIN runs AS r ON r.id = e.run_id JOIN jobs AS uj ON uj.id = r.job_id
 WHERE e.shard = ANY($1::int[])
 ORDER BY e.finished_at, e.run_id
@@ -350,15 +350,17 @@ type TakeUpstreamFinishesParams struct {
 }
 
 type TakeUpstreamFinishesRow struct {
-	RunID       uuid.UUID
-	FinishedAt  time.Time
-	Status      string
-	TenantID    uuid.UUID
-	JobID       uuid.UUID
-	JobVersion  int64
-	RunUpstream []byte
-	Namespace   string
-	Name        string
+	RunID        uuid.UUID
+	FinishedAt   time.Time
+	Status       string
+	TenantID     uuid.UUID
+	JobID        uuid.UUID
+	JobVersion   int64
+	RunUpstream  []byte
+	Namespace    string
+	Name         string
+	ParentTaskID *uuid.UUID
+	Reason       string
 }
 
 // TakeUpstreamFinishes locks a batch of the shards' upstream finish
@@ -382,6 +384,8 @@ func (q *Queries) TakeUpstreamFinishes(ctx context.Context, arg TakeUpstreamFini
 			&i.RunUpstream,
 			&i.Namespace,
 			&i.Name,
+			&i.ParentTaskID,
+			&i.Reason,
 		); err != nil {
 			return nil, err
 		}

@@ -170,6 +170,13 @@ WITH input AS (
            ARRAY(SELECT jsonb_array_elements_text(i.spec #> '{schedule,after,on}'))
     FROM input AS i JOIN j ON j.id = i.id
     WHERE i.spec #> '{schedule,after}' IS NOT NULL
+), c AS (
+    -- the jobs its steps run (run.job, namespace filled in): job_calls
+    -- (DeleteJobCalls and InsertJobCalls on a change)
+    INSERT INTO job_calls (job_id, tenant_id, callee_namespace, callee_name)
+    SELECT DISTINCT i.id, i.tenant_id, st #>> '{run,job,namespace}', st #>> '{run,job,name}'
+    FROM input AS i JOIN j ON j.id = i.id, jsonb_array_elements(i.spec -> 'steps') AS st
+    WHERE st #> '{run,job}' IS NOT NULL
 ), u AS (
     -- With @count_usage, what the tenants hold (tenant_job_usage), in
     -- key order: two batches lock the rows they share in one order. After

@@ -104,14 +104,16 @@ WITH u AS (
            unnest(@statuses::text[]) AS status, unnest(@reasons::text[]) AS reason,
            unnest(@trace_parents::text[]) AS trace_parent, unnest(@watched::bool[]) AS watched,
            unnest(@task_counts::bigint[]) AS task_count, unnest(@params::text[]) AS params,
-           unnest(@backfill_ids::uuid[]) AS backfill_id, unnest(@upstreams::text[]) AS upstream
+           unnest(@backfill_ids::uuid[]) AS backfill_id, unnest(@upstreams::text[]) AS upstream,
+           unnest(@parent_task_ids::uuid[]) AS parent_task_id, unnest(@depths::int[]) AS depth
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched, params, backfill_id, upstream)
+                      trace_parent, watched, params, backfill_id, upstream, parent_task_id, depth)
     SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
            CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
-           NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid), NULLIF(u.upstream, '')::jsonb
+           NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid), NULLIF(u.upstream, '')::jsonb,
+           NULLIF(u.parent_task_id, '00000000-0000-0000-0000-000000000000'::uuid), u.depth
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -126,17 +128,17 @@ SELECT id FROM w;
 
 -- name: InsertTasks :exec
 INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,
-                   admitted_at, conditional, fan_out)
+                   admitted_at, conditional, fan_out, job_step)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
        CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END,
-       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional, u.fan_out
+       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional, u.fan_out, u.job_step
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@run_ids::uuid[]) AS run_id,
            unnest(@steps::text[]) AS step, unnest(@statuses::text[]) AS status,
            unnest(@parents_remaining::int[]) AS parents_remaining, unnest(@queues::text[]) AS queue,
            unnest(@priorities::int[]) AS priority, unnest(@trigger_rules::text[]) AS trigger_rule,
            unnest(@admitted::bool[]) AS admitted, unnest(@conditionals::bool[]) AS conditional,
-           unnest(@fan_outs::bool[]) AS fan_out
+           unnest(@fan_outs::bool[]) AS fan_out, unnest(@job_steps::bool[]) AS job_step
 ) AS u;
 
 -- name: InsertEdges :exec
@@ -157,16 +159,18 @@ WITH r AS (
     UPDATE runs SET status = 'cancelled', reason = @reason, finished_at = now(),
         started_at = COALESCE(started_at, (SELECT min(t.started_at) FROM tasks AS t WHERE t.run_id = runs.id))
     WHERE id = ANY(@ids::uuid[]) AND status IN ('queued', 'pending', 'running')
-    RETURNING id, job_id, shard, status, watched, finished_at
+    RETURNING id, job_id, shard, status, watched, finished_at, parent_task_id
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
 ), uf AS (
-    -- a run of a job some schedule.after names: its downstream runs' event
+    -- a run of a job some schedule.after names, or a child run (its
+    -- parent step ends with it): the event of its end
     INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
     SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
-    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+    WHERE r.parent_task_id IS NOT NULL
+       OR EXISTS (SELECT 1 FROM job_triggers AS g
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )
@@ -228,8 +232,10 @@ LIMIT @page_size;
 -- name: GetRun :one
 SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
        (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
-       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params, r.upstream
+       r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params, r.upstream,
+       pt.run_id AS parent_run_id, COALESCE(pt.step, '')::text AS parent_step
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+LEFT JOIN tasks AS pt ON pt.id = r.parent_task_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t
     WHERE t.run_id = r.id AND r.status = 'pending' AND t.started_at IS NOT NULL
@@ -301,7 +307,7 @@ SELECT id, status FROM runs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
 -- RunGraphs reads the tasks of runs with their parents.
 -- name: RunGraphs :many
 SELECT t.id, t.run_id, t.tenant_id, t.status, t.trigger_rule, t.parents_remaining, t.queue, t.priority, t.attempt,
-       t.step, t.conditional, t.fan_out, t.group_id,
+       t.step, t.conditional, t.fan_out, t.job_step, t.group_id,
        COALESCE((SELECT array_agg(e.parent_id ORDER BY e.parent_id) FROM task_edges AS e WHERE e.child_id = t.id), '{}')::uuid[] AS parents
 FROM tasks AS t
 WHERE t.run_id = ANY(@run_ids::uuid[])
@@ -311,10 +317,10 @@ ORDER BY t.run_id, t.created_at, t.id;
 -- nothing to wait for) when their step has a condition, which the caller
 -- then decides again as for any release.
 -- name: ReplayTasks :many
-UPDATE tasks SET status = CASE WHEN conditional THEN 'waiting' ELSE 'queued' END, finished_at = NULL, last_error = '',
+UPDATE tasks SET status = CASE WHEN conditional OR job_step THEN 'waiting' ELSE 'queued' END, finished_at = NULL, last_error = '',
     ready_at = now(), admitted_at = NULL
 WHERE tenant_id = @tenant_id AND status = 'dead_lettered' AND id = ANY(@ids::uuid[]) AND NOT fan_out AND group_id IS NULL
-RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional, fan_out;
+RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional, fan_out, job_step;
 
 -- WaitAgain makes tasks below a replayed one wait for their parents again,
 -- with the count lifecycle.Replay derived.

@@ -90,7 +90,7 @@ WHERE task_id = @task_id AND fencing_token = @fencing_token;
 -- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = @parent_id) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out;
+RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out, job_step;
 
 -- name: ReleaseTasks :exec
 UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now(),
@@ -127,16 +127,18 @@ FROM (
     FROM tasks WHERE run_id = @id AND group_id IS NULL
 ) AS c
 WHERE runs.id = @id AND runs.status IN ('pending', 'running') AND c.open = 0
-RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at
+RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
 ), uf AS (
-    -- a run of a job some schedule.after names: its downstream runs' event
+    -- a run of a job some schedule.after names, or a child run (its
+    -- parent step ends with it): the event of its end
     INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
     SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
-    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+    WHERE r.parent_task_id IS NOT NULL
+       OR EXISTS (SELECT 1 FROM job_triggers AS g
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )
@@ -153,7 +155,7 @@ RETURNING id;
 -- RootTasks lists the tasks of a held run that start with it (not the
 -- held items of a fan-out, which their group releases).
 -- name: RootTasks :many
-SELECT id, tenant_id, queue, priority, run_id, step, conditional, fan_out FROM tasks
+SELECT id, tenant_id, queue, priority, run_id, step, conditional, fan_out, job_step FROM tasks
 WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0 AND group_id IS NULL;
 
 -- ExpiredLeases lists running tasks whose lease lapsed: their worker's
@@ -211,7 +213,7 @@ WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
 UPDATE tasks SET parents_remaining = parents_remaining - d.n
 FROM (SELECT u.id, count(*)::int AS n FROM unnest(@ids::uuid[]) AS u (id) GROUP BY u.id) AS d
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
-RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out;
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out, tasks.job_step;
 
 -- SkipTasks skips tasks, each with its reason: waiting ones (a condition
 -- was false, a parent was skipped) and, in a replay, upstream_failed ones
@@ -232,7 +234,8 @@ RETURNING tasks.id;
 
 -- ConditionRuns reads what conditions of tasks of runs read of the run.
 -- name: ConditionRuns :many
-SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard
+SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard,
+       r.tenant_id, r.depth
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 WHERE r.id = ANY(@ids::uuid[]);
 
@@ -275,16 +278,18 @@ WITH req AS (
         started_at = COALESCE(runs.started_at, t.started_at)
     FROM t
     WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
-    RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at
+    RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
 ), uf AS (
-    -- a run of a job some schedule.after names: its downstream runs' event
+    -- a run of a job some schedule.after names, or a child run (its
+    -- parent step ends with it): the event of its end
     INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
     SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
-    WHERE EXISTS (SELECT 1 FROM job_triggers AS g
+    WHERE r.parent_task_id IS NOT NULL
+       OR EXISTS (SELECT 1 FROM job_triggers AS g
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )

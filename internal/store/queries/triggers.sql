@@ -38,7 +38,7 @@ ORDER BY j.namespace, j.name;
 -- events (oldest first) with their runs and jobs.
 -- name: TakeUpstreamFinishes :many
 SELECT e.run_id, e.finished_at, e.status, r.tenant_id, r.job_id, r.job_version, r.upstream AS run_upstream,
-       uj.namespace, uj.name
+       uj.namespace, uj.name, r.parent_task_id, r.reason
 FROM upstream_finishes AS e JOIN runs AS r ON r.id = e.run_id JOIN jobs AS uj ON uj.id = r.job_id
 WHERE e.shard = ANY(@shards::int[])
 ORDER BY e.finished_at, e.run_id
@@ -73,8 +73,6 @@ WHERE t.run_id = @run_id AND t.status = 'succeeded' AND t.group_id IS NULL
   AND NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = t.id)
 ORDER BY t.step, a.number DESC;
 
--- HasUpstreamFinishes: whether the shards have upstream finish events (a
--- probe before a transaction of the downstream step).
 -- LeafGroups lists a run's succeeded fan-outs that no step needs (its
 -- last steps that fan out): their items' outputs are run.upstream's too.
 -- name: LeafGroups :many
@@ -83,6 +81,8 @@ WHERE t.run_id = @run_id AND t.fan_out AND t.status = 'succeeded'
   AND NOT EXISTS (SELECT 1 FROM task_edges AS e WHERE e.parent_id = t.id)
 ORDER BY t.step;
 
+-- HasUpstreamFinishes: whether the shards have upstream finish events (a
+-- probe before a transaction of the downstream step).
 -- name: HasUpstreamFinishes :one
 SELECT EXISTS (SELECT 1 FROM upstream_finishes WHERE shard = ANY(@shards::int[]))::bool;
 

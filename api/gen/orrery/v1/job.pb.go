@@ -1051,6 +1051,7 @@ type Executor struct {
 	//	*Executor_Command
 	//	*Executor_Handler
 	//	*Executor_Worker
+	//	*Executor_Job
 	Kind          isExecutor_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1129,6 +1130,15 @@ func (x *Executor) GetWorker() string {
 	return ""
 }
 
+func (x *Executor) GetJob() *JobCall {
+	if x != nil {
+		if x, ok := x.Kind.(*Executor_Job); ok {
+			return x.Job
+		}
+	}
+	return nil
+}
+
 type isExecutor_Kind interface {
 	isExecutor_Kind()
 }
@@ -1151,6 +1161,11 @@ type Executor_Worker struct {
 	Worker string `protobuf:"bytes,4,opt,name=worker,proto3,oneof"`
 }
 
+type Executor_Job struct {
+	// Another job: the step starts a run of it and ends with it.
+	Job *JobCall `protobuf:"bytes,5,opt,name=job,proto3,oneof"`
+}
+
 func (*Executor_Http) isExecutor_Kind() {}
 
 func (*Executor_Command) isExecutor_Kind() {}
@@ -1158,6 +1173,71 @@ func (*Executor_Command) isExecutor_Kind() {}
 func (*Executor_Handler) isExecutor_Kind() {}
 
 func (*Executor_Worker) isExecutor_Kind() {}
+
+func (*Executor_Job) isExecutor_Kind() {}
+
+// JobCall names the job a step runs and the params of its run.
+type JobCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The calling job's namespace when empty.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The child run's params; their strings may hold ${{ }} expressions.
+	Params        *structpb.Struct `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobCall) Reset() {
+	*x = JobCall{}
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobCall) ProtoMessage() {}
+
+func (x *JobCall) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobCall.ProtoReflect.Descriptor instead.
+func (*JobCall) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *JobCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *JobCall) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *JobCall) GetParams() *structpb.Struct {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
 
 // RetryPolicy: up to max_attempts tries, exponential backoff with full
 // jitter between initial and max.
@@ -1172,7 +1252,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1184,7 +1264,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1197,7 +1277,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -1235,7 +1315,7 @@ type StepDefaults struct {
 
 func (x *StepDefaults) Reset() {
 	*x = StepDefaults{}
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1327,7 @@ func (x *StepDefaults) String() string {
 func (*StepDefaults) ProtoMessage() {}
 
 func (x *StepDefaults) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1340,7 @@ func (x *StepDefaults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDefaults.ProtoReflect.Descriptor instead.
 func (*StepDefaults) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StepDefaults) GetQueue() string {
@@ -1321,7 +1401,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1413,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1426,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Step) GetName() string {
@@ -1469,7 +1549,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1561,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1574,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JobSpec) GetSchedule() *Schedule {
@@ -1597,7 +1677,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1689,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1702,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Param) GetType() string {
@@ -1671,7 +1751,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1763,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1776,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -1737,7 +1817,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1829,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1842,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -1787,7 +1867,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1799,7 +1879,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1812,7 +1892,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -1848,7 +1928,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +1940,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +1953,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -1904,7 +1984,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +1996,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2009,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -1986,7 +2066,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2078,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2091,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Job) GetId() string {
@@ -2124,7 +2204,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2216,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2229,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LastRun) GetId() string {
@@ -2184,7 +2264,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2276,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2289,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Source) GetPath() string {
@@ -2238,7 +2318,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2330,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2343,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *JobRef) GetId() string {
@@ -2298,7 +2378,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2390,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2403,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -2356,7 +2436,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2448,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2461,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -2406,7 +2486,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2418,7 +2498,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2431,7 +2511,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -2470,7 +2550,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2562,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2575,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2548,7 +2628,7 @@ type JobLink struct {
 
 func (x *JobLink) Reset() {
 	*x = JobLink{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2640,7 @@ func (x *JobLink) String() string {
 func (*JobLink) ProtoMessage() {}
 
 func (x *JobLink) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2653,7 @@ func (x *JobLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLink.ProtoReflect.Descriptor instead.
 func (*JobLink) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *JobLink) GetNamespace() string {
@@ -2626,7 +2706,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2718,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2731,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -2717,7 +2797,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2729,7 +2809,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2742,7 +2822,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2771,7 +2851,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2783,7 +2863,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2796,7 +2876,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -2836,7 +2916,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +2928,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +2941,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -2880,7 +2960,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +2972,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +2985,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -2924,7 +3004,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2936,7 +3016,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2949,7 +3029,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -2968,7 +3048,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3060,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3073,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -3012,7 +3092,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3104,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3117,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -3056,7 +3136,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3068,7 +3148,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3081,7 +3161,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -3100,7 +3180,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3192,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3205,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -3152,7 +3232,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3244,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3257,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -3228,7 +3308,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3320,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3333,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -3284,7 +3364,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3376,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3389,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -3416,13 +3496,18 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x03dir\x18\x03 \x01(\tR\x03dir\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x01\n" +
 	"\bExecutor\x12-\n" +
 	"\x04http\x18\x01 \x01(\v2\x17.orrery.v1.HttpExecutorH\x00R\x04http\x126\n" +
 	"\acommand\x18\x02 \x01(\v2\x1a.orrery.v1.CommandExecutorH\x00R\acommand\x12\x1a\n" +
 	"\ahandler\x18\x03 \x01(\tH\x00R\ahandler\x12\x18\n" +
-	"\x06worker\x18\x04 \x01(\tH\x00R\x06workerB\x06\n" +
-	"\x04kind\"\x92\x01\n" +
+	"\x06worker\x18\x04 \x01(\tH\x00R\x06worker\x12&\n" +
+	"\x03job\x18\x05 \x01(\v2\x12.orrery.v1.JobCallH\x00R\x03jobB\x06\n" +
+	"\x04kind\"l\n" +
+	"\aJobCall\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12/\n" +
+	"\x06params\x18\x03 \x01(\v2\x17.google.protobuf.StructR\x06params\"\x92\x01\n" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x123\n" +
 	"\ainitial\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\ainitial\x12+\n" +
@@ -3634,7 +3719,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
@@ -3651,164 +3736,168 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*HttpExecutor)(nil),            // 12: orrery.v1.HttpExecutor
 	(*CommandExecutor)(nil),         // 13: orrery.v1.CommandExecutor
 	(*Executor)(nil),                // 14: orrery.v1.Executor
-	(*RetryPolicy)(nil),             // 15: orrery.v1.RetryPolicy
-	(*StepDefaults)(nil),            // 16: orrery.v1.StepDefaults
-	(*Step)(nil),                    // 17: orrery.v1.Step
-	(*JobSpec)(nil),                 // 18: orrery.v1.JobSpec
-	(*Param)(nil),                   // 19: orrery.v1.Param
-	(*Alerts)(nil),                  // 20: orrery.v1.Alerts
-	(*Notify)(nil),                  // 21: orrery.v1.Notify
-	(*Webhook)(nil),                 // 22: orrery.v1.Webhook
-	(*Callback)(nil),                // 23: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 24: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 25: orrery.v1.Job
-	(*LastRun)(nil),                 // 26: orrery.v1.LastRun
-	(*Source)(nil),                  // 27: orrery.v1.Source
-	(*JobRef)(nil),                  // 28: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 29: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 30: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 31: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 32: orrery.v1.GetJobResponse
-	(*JobLink)(nil),                 // 33: orrery.v1.JobLink
-	(*ListJobsRequest)(nil),         // 34: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 35: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 36: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 37: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 38: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 39: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 40: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 41: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 42: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 43: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 44: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 45: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 46: orrery.v1.PlannedInstant
-	nil,                             // 47: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 48: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 49: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 50: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 51: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 52: orrery.v1.ListJobsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 53: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 54: google.protobuf.Duration
-	(*structpb.Value)(nil),          // 55: google.protobuf.Value
-	(*AuditEntry)(nil),              // 56: orrery.v1.AuditEntry
+	(*JobCall)(nil),                 // 15: orrery.v1.JobCall
+	(*RetryPolicy)(nil),             // 16: orrery.v1.RetryPolicy
+	(*StepDefaults)(nil),            // 17: orrery.v1.StepDefaults
+	(*Step)(nil),                    // 18: orrery.v1.Step
+	(*JobSpec)(nil),                 // 19: orrery.v1.JobSpec
+	(*Param)(nil),                   // 20: orrery.v1.Param
+	(*Alerts)(nil),                  // 21: orrery.v1.Alerts
+	(*Notify)(nil),                  // 22: orrery.v1.Notify
+	(*Webhook)(nil),                 // 23: orrery.v1.Webhook
+	(*Callback)(nil),                // 24: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 25: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 26: orrery.v1.Job
+	(*LastRun)(nil),                 // 27: orrery.v1.LastRun
+	(*Source)(nil),                  // 28: orrery.v1.Source
+	(*JobRef)(nil),                  // 29: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 30: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 31: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 32: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 33: orrery.v1.GetJobResponse
+	(*JobLink)(nil),                 // 34: orrery.v1.JobLink
+	(*ListJobsRequest)(nil),         // 35: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 36: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 37: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 38: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 39: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 40: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 41: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 42: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 43: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 44: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 45: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 46: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 47: orrery.v1.PlannedInstant
+	nil,                             // 48: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 49: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 50: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 51: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 52: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 53: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 54: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 55: google.protobuf.Duration
+	(*structpb.Struct)(nil),         // 56: google.protobuf.Struct
+	(*structpb.Value)(nil),          // 57: google.protobuf.Value
+	(*AuditEntry)(nil),              // 58: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	28, // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
-	53, // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
-	53, // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
-	4,  // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	53, // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
-	53, // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
-	53, // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
-	53, // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
-	53, // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
-	53, // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
-	28, // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
-	4,  // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	28, // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
-	4,  // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
-	54, // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	54, // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
-	11, // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
-	10, // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
-	47, // 18: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	48, // 19: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
-	12, // 20: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
-	13, // 21: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	54, // 22: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	54, // 23: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	54, // 24: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
-	15, // 25: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
-	14, // 26: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	55, // 27: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	54, // 28: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
-	15, // 29: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
-	9,  // 30: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	16, // 31: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	14, // 32: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	55, // 33: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	17, // 34: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	20, // 35: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	23, // 36: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	49, // 37: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	55, // 38: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	55, // 39: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	54, // 40: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	54, // 41: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	21, // 42: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	22, // 43: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	50, // 44: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	22, // 45: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	51, // 46: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	24, // 47: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	18, // 48: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,  // 49: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	53, // 50: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	53, // 51: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	53, // 52: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	53, // 53: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	27, // 54: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	26, // 55: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	53, // 56: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	24, // 57: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	18, // 58: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	25, // 59: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	28, // 60: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	25, // 61: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	53, // 62: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	56, // 63: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	33, // 64: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
-	33, // 65: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
-	0,  // 66: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	52, // 67: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,  // 68: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	25, // 69: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	28, // 70: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	24, // 71: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	18, // 72: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	25, // 73: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	28, // 74: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	25, // 75: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	28, // 76: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	25, // 77: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	28, // 78: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	25, // 79: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,  // 80: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	53, // 81: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	53, // 82: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	46, // 83: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	53, // 84: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	53, // 85: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	19, // 86: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	29, // 87: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	31, // 88: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	34, // 89: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	36, // 90: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	38, // 91: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	40, // 92: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	42, // 93: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	44, // 94: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,  // 95: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,  // 96: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,  // 97: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	30, // 98: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	32, // 99: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	35, // 100: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	37, // 101: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	39, // 102: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	41, // 103: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	43, // 104: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	45, // 105: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,  // 106: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,  // 107: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,  // 108: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	98, // [98:109] is the sub-list for method output_type
-	87, // [87:98] is the sub-list for method input_type
-	87, // [87:87] is the sub-list for extension type_name
-	87, // [87:87] is the sub-list for extension extendee
-	0,  // [0:87] is the sub-list for field type_name
+	29,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
+	54,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	54,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	4,   // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
+	54,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	54,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	54,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	54,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	54,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	54,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	29,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
+	4,   // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
+	29,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
+	4,   // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
+	55,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	55,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	11,  // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
+	10,  // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
+	48,  // 18: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	49,  // 19: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	12,  // 20: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
+	13,  // 21: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
+	15,  // 22: orrery.v1.Executor.job:type_name -> orrery.v1.JobCall
+	56,  // 23: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
+	55,  // 24: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	55,  // 25: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	55,  // 26: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	16,  // 27: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
+	14,  // 28: orrery.v1.Step.run:type_name -> orrery.v1.Executor
+	57,  // 29: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	55,  // 30: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	16,  // 31: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
+	9,   // 32: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	17,  // 33: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	14,  // 34: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	57,  // 35: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	18,  // 36: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	21,  // 37: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	24,  // 38: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	50,  // 39: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	57,  // 40: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	57,  // 41: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	55,  // 42: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	55,  // 43: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	22,  // 44: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	23,  // 45: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	51,  // 46: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	23,  // 47: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	52,  // 48: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	25,  // 49: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	19,  // 50: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,   // 51: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	54,  // 52: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	54,  // 53: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	54,  // 54: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	54,  // 55: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	28,  // 56: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	27,  // 57: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	54,  // 58: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	25,  // 59: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	19,  // 60: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	26,  // 61: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	29,  // 62: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	26,  // 63: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	54,  // 64: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	58,  // 65: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	34,  // 66: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
+	34,  // 67: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
+	0,   // 68: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	53,  // 69: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,   // 70: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	26,  // 71: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	29,  // 72: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	25,  // 73: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	19,  // 74: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	26,  // 75: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	29,  // 76: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	26,  // 77: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	29,  // 78: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	26,  // 79: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	29,  // 80: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	26,  // 81: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,   // 82: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	54,  // 83: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	54,  // 84: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	47,  // 85: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	54,  // 86: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	54,  // 87: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	20,  // 88: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	30,  // 89: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	32,  // 90: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	35,  // 91: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	37,  // 92: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	39,  // 93: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	41,  // 94: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	43,  // 95: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	45,  // 96: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,   // 97: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,   // 98: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,   // 99: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	31,  // 100: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	33,  // 101: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	36,  // 102: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	38,  // 103: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	40,  // 104: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	42,  // 105: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	44,  // 106: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	46,  // 107: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,   // 108: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,   // 109: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,   // 110: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	100, // [100:111] is the sub-list for method output_type
+	89,  // [89:100] is the sub-list for method input_type
+	89,  // [89:89] is the sub-list for extension type_name
+	89,  // [89:89] is the sub-list for extension extendee
+	0,   // [0:89] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -3822,6 +3911,7 @@ func file_orrery_v1_job_proto_init() {
 		(*Executor_Command)(nil),
 		(*Executor_Handler)(nil),
 		(*Executor_Worker)(nil),
+		(*Executor_Job)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -3829,7 +3919,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,7 +33,7 @@ type Run struct {
 	JobVersion    int64                  `protobuf:"varint,5,opt,name=job_version,json=jobVersion,proto3" json:"job_version,omitempty"`
 	Shard         int32                  `protobuf:"varint,6,opt,name=shard,proto3" json:"shard,omitempty"`
 	ScheduledTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=scheduled_time,json=scheduledTime,proto3" json:"scheduled_time,omitempty"`
-	// schedule, backfill, manual, upstream or replay.
+	// schedule, backfill, manual, upstream, parent or replay.
 	Trigger string `protobuf:"bytes,8,opt,name=trigger,proto3" json:"trigger,omitempty"`
 	// queued, pending, running, succeeded, failed, skipped, cancelled, dead_lettered.
 	Status string `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
@@ -53,7 +53,11 @@ type Run struct {
 	// task to fail for good (its first 300 characters).
 	FirstError string `protobuf:"bytes,16,opt,name=first_error,json=firstError,proto3" json:"first_error,omitempty"`
 	// ListRuns with with_steps: each step's task status.
-	Steps         []*RunStep `protobuf:"bytes,17,rep,name=steps,proto3" json:"steps,omitempty"`
+	Steps []*RunStep `protobuf:"bytes,17,rep,name=steps,proto3" json:"steps,omitempty"`
+	// For a run of trigger parent (started by a step that runs a job): the
+	// run and the step that started it.
+	ParentRunId   string `protobuf:"bytes,18,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
+	ParentStep    string `protobuf:"bytes,19,opt,name=parent_step,json=parentStep,proto3" json:"parent_step,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -207,6 +211,20 @@ func (x *Run) GetSteps() []*RunStep {
 	return nil
 }
 
+func (x *Run) GetParentRunId() string {
+	if x != nil {
+		return x.ParentRunId
+	}
+	return ""
+}
+
+func (x *Run) GetParentStep() string {
+	if x != nil {
+		return x.ParentStep
+	}
+	return ""
+}
+
 // RunStep is a step of a run and its task's status.
 type RunStep struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -298,7 +316,9 @@ type Task struct {
 	Items *ItemCounts `protobuf:"bytes,18,opt,name=items,proto3" json:"items,omitempty"`
 	// For an item of a fan-out (its step is STEP[i]): i, its index in the
 	// list.
-	ItemIndex     *int32 `protobuf:"varint,19,opt,name=item_index,json=itemIndex,proto3,oneof" json:"item_index,omitempty"`
+	ItemIndex *int32 `protobuf:"varint,19,opt,name=item_index,json=itemIndex,proto3,oneof" json:"item_index,omitempty"`
+	// For a step that runs another job: the run it started.
+	ChildRunId    string `protobuf:"bytes,20,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -464,6 +484,13 @@ func (x *Task) GetItemIndex() int32 {
 		return *x.ItemIndex
 	}
 	return 0
+}
+
+func (x *Task) GetChildRunId() string {
+	if x != nil {
+		return x.ChildRunId
+	}
+	return ""
 }
 
 // ItemCounts are a fan-out's items by status.
@@ -697,7 +724,7 @@ type ListRunsRequest struct {
 	PageToken string                 `protobuf:"bytes,6,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Only runs of jobs in this namespace (with job unset).
 	Namespace string `protobuf:"bytes,7,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	// Only runs of this trigger: schedule, backfill, manual or upstream.
+	// Only runs of this trigger: schedule, backfill, manual, upstream or parent.
 	Trigger string `protobuf:"bytes,8,opt,name=trigger,proto3" json:"trigger,omitempty"`
 	// Each run with its steps' statuses (Run.steps): with job set, and
 	// page_size at most 100; at most 20,000 steps in all.
@@ -2111,7 +2138,7 @@ var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x86\x05\n" +
+	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xcb\x05\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -2135,10 +2162,13 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\bupstream\x18\x0f \x01(\v2\x17.google.protobuf.StructR\bupstream\x12\x1f\n" +
 	"\vfirst_error\x18\x10 \x01(\tR\n" +
 	"firstError\x12(\n" +
-	"\x05steps\x18\x11 \x03(\v2\x12.orrery.v1.RunStepR\x05steps\"5\n" +
+	"\x05steps\x18\x11 \x03(\v2\x12.orrery.v1.RunStepR\x05steps\x12\"\n" +
+	"\rparent_run_id\x18\x12 \x01(\tR\vparentRunId\x12\x1f\n" +
+	"\vparent_step\x18\x13 \x01(\tR\n" +
+	"parentStep\"5\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\xf3\x05\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\x95\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -2166,7 +2196,9 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"admit_time\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\tadmitTime\x12+\n" +
 	"\x05items\x18\x12 \x01(\v2\x15.orrery.v1.ItemCountsR\x05items\x12\"\n" +
 	"\n" +
-	"item_index\x18\x13 \x01(\x05H\x00R\titemIndex\x88\x01\x01B\r\n" +
+	"item_index\x18\x13 \x01(\x05H\x00R\titemIndex\x88\x01\x01\x12 \n" +
+	"\fchild_run_id\x18\x14 \x01(\tR\n" +
+	"childRunIdB\r\n" +
 	"\v_item_index\"\xb9\x01\n" +
 	"\n" +
 	"ItemCounts\x12\x14\n" +
