@@ -97,6 +97,16 @@ func (s *jobServer) GetJob(ctx context.Context, req *connect.Request[orreryv1.Ge
 	for _, l := range down {
 		out.Downstream = append(out.Downstream, &orreryv1.JobLink{Namespace: l.Namespace, Name: l.Name, On: l.On, Status: l.Status})
 	}
+	calls, callers, err := s.jobs.Calls(ctx, actor(ctx), j)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	for _, l := range calls {
+		out.Calls = append(out.Calls, &orreryv1.JobLink{Namespace: l.Namespace, Name: l.Name, Status: l.Status})
+	}
+	for _, l := range callers {
+		out.Callers = append(out.Callers, &orreryv1.JobLink{Namespace: l.Namespace, Name: l.Name})
+	}
 	for _, r := range rows {
 		out.History = append(out.History, auditEntryToProto(ctx, s.log, r.ID, r.At, r.Actor, r.Action, r.TargetKind, r.TargetID, r.TargetName, r.Before, r.After))
 	}

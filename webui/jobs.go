@@ -107,6 +107,7 @@ func (s *Server) jobPage(w http.ResponseWriter, r *http.Request, v *view) error 
 		"Grid":     buildGrid(resource.Spec, last.Msg.GetRuns()),
 		"CanEdit":  v.can(access.Editor, md.GetNamespace(), md.GetName()),
 		"Upstream": res.Msg.GetUpstream(), "Downstream": res.Msg.GetDownstream(),
+		"Calls": res.Msg.GetCalls(), "Callers": res.Msg.GetCallers(),
 		"CLI": "orrery jobs get " + md.GetName() + " -n " + md.GetNamespace(),
 	})
 	return nil

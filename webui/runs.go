@@ -173,6 +173,11 @@ func drawRun(runID string, tasks []*orreryv1.Task, all bool) graph {
 			n.Title += fmt.Sprintf("; %d items: %s", c.GetTotal(), itemCounts(c))
 			n.Href = "/runs/" + runID + "?items=" + url.QueryEscape(t.GetStep()) + "#items"
 		}
+		if c := t.GetChildRunId(); c != "" { // a step that runs a job: its node opens the child run
+			n.Label += " ↗"
+			n.Title += "; runs a job: child run " + c
+			n.Href = "/runs/" + c
+		}
 		g.Nodes = append(g.Nodes, n)
 	}
 	return g

@@ -226,6 +226,24 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 				wrongPayloads.Add(1)
 			}
 			_, _ = w.Write([]byte("ok"))
+		case "/call/prep": // what a caller passes to its child run: from the caller's instant
+			_, _ = fmt.Fprintf(w, `{"n": %d}`, callN(call.ScheduledFor))
+		case "/call/double": // the child run's step: fails for good when n is a multiple of 7
+			var p struct{ N int }
+			if json.Unmarshal(call.Payload, &p) != nil || p.N < 1 {
+				wrongPayloads.Add(1)
+			}
+			if p.N%7 == 0 {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			_, _ = fmt.Fprintf(w, `{"d": %d}`, 2*p.N)
+		case "/call/check": // the step after read the child's output
+			var p struct{ N, D int }
+			if json.Unmarshal(call.Payload, &p) != nil || p.N != callN(call.ScheduledFor) || p.D != 2*p.N {
+				wrongPayloads.Add(1)
+			}
+			_, _ = w.Write([]byte("ok"))
 		case "/pipe/count": // its payload was evaluated from the run's params and list's output
 			if want := fmt.Sprintf(`{"n":%d,"region":"eu"}`, pipeN(call.ScheduledFor)); string(call.Payload) != want {
 				wrongPayloads.Add(1)
@@ -280,6 +298,18 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	// below: each group has its items once each, all succeeded.
 	for i := range fans {
 		docs, es := dag.Decode("fan.yaml", []byte(fmt.Sprintf(fanYAML, i, sink.URL, sink.URL, sink.URL)))
+		if len(es) > 0 {
+			t.Fatal(es)
+		}
+		if _, err := jobs.Create(ctx, job.Anonymous, docs[0].Resource, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Steps that run another job: each caller's run starts one run of
+	// callee, whose output (or failure, for n a multiple of 7) is the
+	// step's (docs/workflows.md); checked below against the reference.
+	for i, y := range append([]string{fmt.Sprintf(calleeYAML, sink.URL)}, callerYAMLs(sink.URL)...) {
+		docs, es := dag.Decode(fmt.Sprintf("call-%d.yaml", i), []byte(y))
 		if len(es) > 0 {
 			t.Fatal(es)
 		}
@@ -387,8 +417,9 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		WHERE j.name LIKE 'multi-%' AND extract(second FROM r.scheduled_for)::int % 5 = 0`); n != 0 {
 		t.Fatalf("%d runs at instants the exclusion removes", n)
 	}
-	if n := queryInt(t, pool, "SELECT count(*) FROM runs WHERE status NOT IN ('pending', 'running', 'succeeded') AND job_id <> (SELECT id FROM jobs WHERE name = 'brittle')"); n != 0 {
-		t.Fatalf("%d runs were skipped, cancelled or failed; every one should have run", n)
+	if n := queryInt(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id
+		WHERE r.status NOT IN ('pending', 'running', 'succeeded') AND j.name <> 'brittle' AND j.name NOT LIKE 'call%'`); n != 0 {
+		t.Fatalf("%d runs were skipped, cancelled or failed; every one should have run (the callers' and their children's ends are checked apart)", n)
 	}
 	stale := queryInt(t, pool, `SELECT count(*) FROM runs a JOIN runs b
 		ON a.shard = b.shard AND a.shard_epoch < b.shard_epoch AND a.created_at > b.created_at
@@ -398,8 +429,10 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	// No stuck run: everything fired up to until finishes within a lease
 	// TTL and a reaper interval of the last fault, with margin.
+	// (The callers and their child runs end as checkCalls says: some fail.)
 	const unfinished = `FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
-		WHERE r.scheduled_for <= $1 AND r.status <> 'succeeded' AND j.name <> 'brittle' AND r.trigger <> 'backfill'`
+		WHERE r.scheduled_for <= $1 AND j.name <> 'brittle' AND r.trigger <> 'backfill'
+		  AND (r.status <> 'succeeded' AND j.name NOT LIKE 'call%' OR r.finished_at IS NULL)`
 	// Drained, or stalled: on a loaded machine the nodes and workers catch
 	// up slower than 30 s (seen beside other test binaries, hundreds of
 	// pipeline runs still draining, each moving); a run that is stuck
@@ -511,12 +544,13 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	checkPipelines(t, pool, until)
 	checkFans(t, pool, until)
+	checkCalls(t, pool, until)
 	if n := wrongPayloads.Load(); n != 0 {
 		t.Fatalf("%d pipeline steps got a payload other than their expressions' values", n)
 	}
 	// The bound queue was served by its bound worker only, and took the
 	// tenant's new tasks: none made in the last 10 s is in the shared queue.
-	if n := queryInt(t, pool, "SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE k.queue = 'default|default' AND a.worker <> 'w4'"); n != 0 {
+	if n := queryInt(t, pool, "SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE k.queue = 'default|default' AND a.worker <> 'w4' AND NOT k.job_step"); n != 0 {
 		t.Fatalf("%d attempts of the bound queue ran on a worker not bound to the tenant", n)
 	}
 	if n := queryInt(t, pool, "SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE k.queue = 'default|default'"); n == 0 {
@@ -537,8 +571,8 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		GROUP BY task_id HAVING count(*) > 1) d`); n != 0 {
 		t.Fatalf("%d tasks succeeded twice", n)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id JOIN runs r ON r.id = k.run_id
-		WHERE a.outcome = 'failed' AND a.exit_reason <> 'lease_expired' AND r.job_id <> (SELECT id FROM jobs WHERE name = 'brittle')`); n != 0 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id JOIN runs r ON r.id = k.run_id JOIN jobs j ON j.id = r.job_id
+		WHERE a.outcome = 'failed' AND a.exit_reason <> 'lease_expired' AND j.name <> 'brittle' AND j.name NOT LIKE 'call%'`); n != 0 {
 		t.Fatalf("%d attempts failed other than by a lapsed lease (an attempt cancelled while its lease was valid reports its cancellation and is accepted)", n)
 	}
 	tasks := queryInt(t, pool, "SELECT count(*) FROM tasks")
@@ -720,6 +754,99 @@ func checkFans(t *testing.T, pool *pgxpool.Pool, until time.Time) {
 		t.Fatal("no fan-out run to check")
 	}
 	t.Logf("%d fan-out runs (%d items) expanded and ended as the reference says", checked, items)
+}
+
+// calleeYAML is the job the chaos test's callers run as a step (the
+// sink's URL); callerYAMLs are the callers, firing every fifth second.
+const calleeYAML = `apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: callee}
+spec:
+  schedule: {cron: "0 0 1 1 *"}
+  params:
+    n: {type: integer}
+  steps:
+    - name: double
+      payload: {n: "${{ params.n }}"}
+      run: {http: {url: "%s/call/double"}}
+`
+
+func callerYAMLs(sink string) []string {
+	var out []string
+	for i := range callers {
+		out = append(out, fmt.Sprintf(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: caller-%d}
+spec:
+  schedule: {cron: "*/5 * * * * *"}
+  overlap: allow
+  steps:
+    - name: prep
+      run: {http: {url: "%s/call/prep"}}
+    - name: invoke
+      needs: [prep]
+      run: {job: {name: callee, params: {n: "${{ steps.prep.output.n }}"}}}
+    - name: check
+      needs: [invoke]
+      payload: {n: "${{ steps.prep.output.n }}", d: "${{ steps.invoke.output.outputs.double.d }}"}
+      run: {http: {url: "%s/call/check"}}
+`, i, sink, sink))
+	}
+	return out
+}
+
+// callers is how many of the chaos test's jobs run callee as a step.
+const callers = 2
+
+// callN is what a caller at instant at passes to its child run: 1 to 50;
+// a multiple of 7 fails the child, and so the caller.
+func callN(at time.Time) int { return 1 + int(at.Unix()/5*13%50) }
+
+// checkCalls checks every caller's run up to until against the reference:
+// exactly one child run, of trigger parent, given callN of the instant,
+// both succeeded, or both dead-lettered when it is a multiple of 7; and no
+// child run that no caller's step started.
+func checkCalls(t *testing.T, pool *pgxpool.Pool, until time.Time) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT r.scheduled_for, r.status,
+			(SELECT count(*) FROM runs AS c JOIN tasks AS i ON i.id = c.parent_task_id WHERE i.run_id = r.id),
+			COALESCE((SELECT c.status || ' ' || c.trigger || ' ' || (c.params->>'n') FROM runs AS c JOIN tasks AS i ON i.id = c.parent_task_id
+			          WHERE i.run_id = r.id AND i.step = 'invoke' AND i.child_run_id = c.id), '')
+		FROM runs r JOIN jobs j ON j.id = r.job_id
+		WHERE j.name LIKE 'caller-%' AND r.scheduled_for <= $1`, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	checked, failed := 0, 0
+	for rows.Next() {
+		var at time.Time
+		var status, child string
+		var children int
+		if err := rows.Scan(&at, &status, &children, &child); err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		n, want := callN(at), "succeeded"
+		if n%7 == 0 {
+			want = "dead_lettered"
+			failed++
+		}
+		if status != want || children != 1 || child != fmt.Sprintf("%s parent %d", want, n) {
+			t.Errorf("caller at %s: run %s, %d child runs (%q); want %s and one child run %s given n=%d", at.Format(time.RFC3339), status, children, child, want, want, n)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no caller's run to check")
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM runs AS c JOIN jobs AS j ON j.id = c.job_id WHERE j.name = 'callee'
+		AND (c.trigger <> 'parent' OR NOT EXISTS (SELECT 1 FROM tasks AS i WHERE i.id = c.parent_task_id AND i.child_run_id = c.id))`); n != 0 {
+		t.Errorf("%d runs of callee were started by no caller's step", n)
+	}
+	t.Logf("%d callers' runs (%d failing with their child) each started one child run and ended as the reference says", checked, failed)
 }
 
 // afters is how many of the chaos test's jobs start after multi-00.

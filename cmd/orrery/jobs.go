@@ -258,6 +258,23 @@ func printJob(w io.Writer, format string, res *orreryv1.GetJobResponse) error {
 	if down := links(res.GetDownstream()); down != nil {
 		doc.Status["downstream"] = down
 	}
+	jobsOf := func(ls []*orreryv1.JobLink) []string {
+		var out []string
+		for _, l := range ls {
+			s := l.GetNamespace() + "/" + l.GetName()
+			if l.GetStatus() != "" {
+				s += " (" + l.GetStatus() + ")"
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	if calls := jobsOf(res.GetCalls()); calls != nil {
+		doc.Status["runs_jobs"] = calls
+	}
+	if callers := jobsOf(res.GetCallers()); callers != nil {
+		doc.Status["run_by"] = callers
+	}
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)
 	if err := enc.Encode(doc); err != nil {

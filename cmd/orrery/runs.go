@@ -110,6 +110,9 @@ func newRunsCmd(g *globals) *cobra.Command {
 			if u := r.GetUpstream().AsMap(); len(u) > 0 {
 				fmt.Fprintf(w, "  started by the end of run %v of %v/%v (%v)\n", u["id"], u["namespace"], u["job"], u["outcome"])
 			}
+			if r.GetParentRunId() != "" {
+				fmt.Fprintf(w, "  started by step %s of run %s\n", r.GetParentStep(), r.GetParentRunId())
+			}
 			if p := r.GetParams(); p != nil {
 				b, _ := protojson.Marshal(p)
 				var compact bytes.Buffer
@@ -120,6 +123,9 @@ func newRunsCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(w, "task %s  %s  queue %s  attempts %d", t.GetStep(), t.GetStatus(), t.GetQueue(), t.GetAttempt())
 				if c := t.GetItems(); c != nil {
 					fmt.Fprintf(w, "  items %d (%s; %d must succeed)", c.GetTotal(), itemCounts(c), c.GetNeeded())
+				}
+				if c := t.GetChildRunId(); c != "" {
+					fmt.Fprintf(w, "  child run %s", c)
 				}
 				if t.GetWaitReason() != "" {
 					fmt.Fprintf(w, "  waiting for admission since %s: %s", ts(t.GetReadyTime()), t.GetWaitReason())

@@ -433,6 +433,31 @@ spec:
 	}
 	screenshot(t, ctx, "fan-out")
 
+	// A step that runs another job (examples/month-end-close.yaml): the
+	// parent's graph and table link the child run, whose page links back;
+	// the job pages list the calls both ways.
+	closeRun := strings.Fields(cli("jobs", "trigger", "month-end-close", "-n", "billing", "--param", "month=2026-10"))[1]
+	poll(t, 60*time.Second, "the close run succeeds", func() bool { return strings.Contains(cli("runs", "get", closeRun), "status succeeded") })
+	do("a job step's run page", chromedp.Navigate(base+"/runs/"+closeRun+"?step=invoice#attempts"), chromedp.WaitVisible(css(`#graph a[data-task="invoice"]`)))
+	if s := fmt.Sprint(eval(`document.querySelector('#graph a[data-task="invoice"]').textContent`)); !strings.Contains(s, "invoice ↗") {
+		t.Errorf("the job step's node: %q", s)
+	}
+	if s := text(`#attempts`); !strings.Contains(s, "orrery (child run)") || !strings.Contains(s, `"total_eur": 5000`) {
+		t.Errorf("the job step's attempt: %q", s)
+	}
+	screenshot(t, ctx, "job-step")
+	do("the child run", chromedp.Click(css(`a[data-child-run]`)), chromedp.WaitVisible(css(`#run-parent a`)))
+	if s := text(`#run-parent`); !strings.Contains(s, "started by step invoice of run "+closeRun) {
+		t.Errorf("the child run's parent: %q", s)
+	}
+	if s := text(`#run-params`); !strings.Contains(s, `month="2026-10"`) {
+		t.Errorf("the child run's params: %q", s)
+	}
+	do("calls on the job page", chromedp.Navigate(base+"/jobs/billing/invoice-run"), chromedp.WaitVisible(css(`#job-calls p[data-link=callers] a`)))
+	if s := text(`#job-calls`); !strings.Contains(s, "run by a step of month-end-close") {
+		t.Errorf("invoice-run's callers: %q", s)
+	}
+
 	// Unknown ids and other tenants' jobs are 404 pages.
 	for _, path := range []string{"/jobs/acme-ns/secret-plan", "/runs/0190aaaa-0000-7000-8000-000000000000", "/runs/not-an-id", "/nope"} {
 		if status := eval(fmt.Sprintf(`fetch(%q).then(r => r.status)`, path)); status != float64(404) {

@@ -70,6 +70,38 @@ func (s *Service) Links(ctx context.Context, a Actor, j *Job) (up, down []Link, 
 	return up, down, nil
 }
 
+// Calls lists the jobs j's steps run (run.job; status missing for one no
+// live job has the name of) and the live jobs whose steps run j, those
+// a's scope shows.
+func (s *Service) Calls(ctx context.Context, a Actor, j *Job) (calls, callers []Link, err error) {
+	q := store.New(s.pool)
+	for _, c := range callees(j.Spec) {
+		ns, name, _ := strings.Cut(c, "/")
+		if !a.Scope.Sees(ns, name) {
+			continue
+		}
+		l := Link{Namespace: ns, Name: name, Status: "missing"}
+		row, err := q.GetLiveJobByName(ctx, store.GetLiveJobByNameParams{TenantID: a.Tenant, Namespace: ns, Name: name})
+		switch {
+		case err == nil:
+			l.Status = row.Status
+		case !store.IsNotFound(err):
+			return nil, nil, err
+		}
+		calls = append(calls, l)
+	}
+	rows, err := q.Callers(ctx, store.CallersParams{TenantID: a.Tenant, Namespace: j.Namespace, Name: j.Name})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range rows {
+		if a.Scope.Sees(r.Namespace, r.Name) {
+			callers = append(callers, Link{Namespace: r.Namespace, Name: r.Name})
+		}
+	}
+	return calls, callers, nil
+}
+
 // Lock reads one job of the actor's tenant (deleted ones too, by ID) in
 // q's transaction and locks its row, then its schedule row, until the
 // transaction ends: a firing of the job commits before, or waits. For one

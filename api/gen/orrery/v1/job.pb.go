@@ -2542,8 +2542,12 @@ type GetJobResponse struct {
 	History       []*AuditEntry            `protobuf:"bytes,3,rep,name=history,proto3" json:"history,omitempty"`
 	// The job it starts after (schedule.after), and the jobs that start
 	// after it, as far as the caller may see them.
-	Upstream      []*JobLink `protobuf:"bytes,4,rep,name=upstream,proto3" json:"upstream,omitempty"`
-	Downstream    []*JobLink `protobuf:"bytes,5,rep,name=downstream,proto3" json:"downstream,omitempty"`
+	Upstream   []*JobLink `protobuf:"bytes,4,rep,name=upstream,proto3" json:"upstream,omitempty"`
+	Downstream []*JobLink `protobuf:"bytes,5,rep,name=downstream,proto3" json:"downstream,omitempty"`
+	// The jobs its steps run (run.job), and the jobs whose steps run it,
+	// as far as the caller may see them.
+	Calls         []*JobLink `protobuf:"bytes,6,rep,name=calls,proto3" json:"calls,omitempty"`
+	Callers       []*JobLink `protobuf:"bytes,7,rep,name=callers,proto3" json:"callers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2609,6 +2613,20 @@ func (x *GetJobResponse) GetUpstream() []*JobLink {
 func (x *GetJobResponse) GetDownstream() []*JobLink {
 	if x != nil {
 		return x.Downstream
+	}
+	return nil
+}
+
+func (x *GetJobResponse) GetCalls() []*JobLink {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+func (x *GetJobResponse) GetCallers() []*JobLink {
+	if x != nil {
+		return x.Callers
 	}
 	return nil
 }
@@ -3621,7 +3639,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\rGetJobRequest\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\x12\x1a\n" +
 	"\bupcoming\x18\x02 \x01(\x05R\bupcoming\x12\x18\n" +
-	"\ahistory\x18\x03 \x01(\x05R\ahistory\"\x8b\x02\n" +
+	"\ahistory\x18\x03 \x01(\x05R\ahistory\"\xe3\x02\n" +
 	"\x0eGetJobResponse\x12 \n" +
 	"\x03job\x18\x01 \x01(\v2\x0e.orrery.v1.JobR\x03job\x12B\n" +
 	"\x0fnext_fire_times\x18\x02 \x03(\v2\x1a.google.protobuf.TimestampR\rnextFireTimes\x12/\n" +
@@ -3629,7 +3647,9 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\bupstream\x18\x04 \x03(\v2\x12.orrery.v1.JobLinkR\bupstream\x122\n" +
 	"\n" +
 	"downstream\x18\x05 \x03(\v2\x12.orrery.v1.JobLinkR\n" +
-	"downstream\"c\n" +
+	"downstream\x12(\n" +
+	"\x05calls\x18\x06 \x03(\v2\x12.orrery.v1.JobLinkR\x05calls\x12,\n" +
+	"\acallers\x18\a \x03(\v2\x12.orrery.v1.JobLinkR\acallers\"c\n" +
 	"\aJobLink\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
@@ -3850,54 +3870,56 @@ var file_orrery_v1_job_proto_depIdxs = []int32{
 	58,  // 65: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
 	34,  // 66: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
 	34,  // 67: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
-	0,   // 68: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	53,  // 69: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,   // 70: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	26,  // 71: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	29,  // 72: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	25,  // 73: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	19,  // 74: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	26,  // 75: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	29,  // 76: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	26,  // 77: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	29,  // 78: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	26,  // 79: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	29,  // 80: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	26,  // 81: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,   // 82: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	54,  // 83: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	54,  // 84: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	47,  // 85: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	54,  // 86: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	54,  // 87: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	20,  // 88: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	30,  // 89: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	32,  // 90: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	35,  // 91: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	37,  // 92: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	39,  // 93: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	41,  // 94: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	43,  // 95: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	45,  // 96: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,   // 97: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,   // 98: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,   // 99: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	31,  // 100: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	33,  // 101: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	36,  // 102: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	38,  // 103: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	40,  // 104: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	42,  // 105: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	44,  // 106: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	46,  // 107: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,   // 108: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,   // 109: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,   // 110: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	100, // [100:111] is the sub-list for method output_type
-	89,  // [89:100] is the sub-list for method input_type
-	89,  // [89:89] is the sub-list for extension type_name
-	89,  // [89:89] is the sub-list for extension extendee
-	0,   // [0:89] is the sub-list for field type_name
+	34,  // 68: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
+	34,  // 69: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
+	0,   // 70: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	53,  // 71: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,   // 72: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	26,  // 73: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	29,  // 74: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	25,  // 75: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	19,  // 76: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	26,  // 77: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	29,  // 78: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	26,  // 79: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	29,  // 80: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	26,  // 81: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	29,  // 82: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	26,  // 83: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,   // 84: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	54,  // 85: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	54,  // 86: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	47,  // 87: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	54,  // 88: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	54,  // 89: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	20,  // 90: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	30,  // 91: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	32,  // 92: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	35,  // 93: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	37,  // 94: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	39,  // 95: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	41,  // 96: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	43,  // 97: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	45,  // 98: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,   // 99: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,   // 100: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,   // 101: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	31,  // 102: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	33,  // 103: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	36,  // 104: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	38,  // 105: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	40,  // 106: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	42,  // 107: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	44,  // 108: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	46,  // 109: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,   // 110: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,   // 111: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,   // 112: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	102, // [102:113] is the sub-list for method output_type
+	91,  // [91:102] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
