@@ -442,7 +442,7 @@ spec:
 	if s := fmt.Sprint(eval(`document.querySelector('#graph a[data-task="invoice"]').textContent`)); !strings.Contains(s, "invoice ↗") {
 		t.Errorf("the job step's node: %q", s)
 	}
-	if s := text(`#attempts`); !strings.Contains(s, "orrery (child run)") || !strings.Contains(s, `"total_eur": 5000`) {
+	if s := text(`#attempts`); !strings.Contains(s, "orrery (child run)") || !strings.Contains(s, `"total_eur":5000`) {
 		t.Errorf("the job step's attempt: %q", s)
 	}
 	screenshot(t, ctx, "job-step")
