@@ -79,7 +79,7 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 	for _, h := range had {
 		children[h.ParentTaskID] = h
 	}
-	start := store.StartCallsParams{}
+	start := store.StartCallsParams{Worker: callWorker}
 	add := func(task, child uuid.UUID) {
 		start.Ids = append(start.Ids, task)
 		start.ChildRunIds = append(start.ChildRunIds, child)

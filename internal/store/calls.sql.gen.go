@@ -364,7 +364,7 @@ WITH req AS (
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.attempt, tasks.fencing_token, req.attempt_id
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
-    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, 'orrery (child run)', now() FROM t
+    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, $4::text, now() FROM t
 )
 SELECT t.id, t.run_id, t.fencing_token::bigint AS fencing_token FROM t
 `
@@ -373,6 +373,7 @@ type StartCallsParams struct {
 	Ids         []uuid.UUID
 	ChildRunIds []uuid.UUID
 	AttemptIds  []uuid.UUID
+	Worker      string
 }
 
 type StartCallsRow struct {
@@ -385,7 +386,12 @@ type StartCallsRow struct {
 // no lease, no slot: the child run's tasks hold those), each with a new
 // attempt and fencing token, its attempt on record.
 func (q *Queries) StartCalls(ctx context.Context, arg StartCallsParams) ([]StartCallsRow, error) {
-	rows, err := q.db.Query(ctx, startCalls, arg.Ids, arg.ChildRunIds, arg.AttemptIds)
+	rows, err := q.db.Query(ctx, startCalls,
+		arg.Ids,
+		arg.ChildRunIds,
+		arg.AttemptIds,
+		arg.Worker,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -42,7 +42,7 @@ WITH req AS (
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.attempt, tasks.fencing_token, req.attempt_id
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
-    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, 'orrery (child run)', now() FROM t
+    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, @worker::text, now() FROM t
 )
 SELECT t.id, t.run_id, t.fencing_token::bigint AS fencing_token FROM t;
 
