@@ -154,6 +154,9 @@ func TestGrantsOnNamespacesAndJobs(t *testing.T) {
 		{"JobService/PauseJob", ref(f.jobs["team-b/b1"]), "permission_denied"},
 		{"JobService/CreateJob", `{"metadata":{"name":"new","namespace":"team-a"},"spec":{"schedule":{"cron":"@daily"},"run":{"handler":"h"}}}`, ""},
 		{"JobService/CreateJob", `{"metadata":{"name":"new","namespace":"team-c"},"spec":{"schedule":{"cron":"@daily"},"run":{"handler":"h"}}}`, "permission_denied"},
+		// A step runs only a job its author may trigger (editor): b1 it only reads.
+		{"JobService/CreateJob", `{"metadata":{"name":"calls-b1","namespace":"team-a"},"spec":{"schedule":{"cron":"@daily"},"run":{"job":{"name":"b1","namespace":"team-b"}}}}`, "invalid_argument"},
+		{"JobService/CreateJob", `{"metadata":{"name":"calls-a2","namespace":"team-a"},"spec":{"schedule":{"cron":"@daily"},"run":{"job":{"name":"a2"}}}}`, ""},
 		{"RunService/TriggerJob", `{"job":{"id":"` + f.jobs["team-a/a2"] + `"}}`, ""},
 		{"RunService/TriggerJob", `{"job":{"id":"` + f.jobs["team-b/b1"] + `"}}`, "permission_denied"},
 		{"RunService/GetRun", `{"id":"` + f.runs["team-b/b1"] + `"}`, ""},
@@ -204,7 +207,7 @@ func TestGrantsOnNamespacesAndJobs(t *testing.T) {
 	if code := f.code(bob, "JobService/PauseJob", ref(f.jobs["team-b/b1"])); code != "permission_denied" {
 		t.Errorf("bob pauses a job he only reads: %q", code)
 	}
-	if got := f.listed(bob, "JobService/ListJobs"); len(got) != 6 {
+	if got := f.listed(bob, "JobService/ListJobs"); len(got) != 7 {
 		t.Errorf("a tenant reader lists %v", got)
 	}
 
