@@ -22,7 +22,10 @@ import (
 // BenchmarkDAG runs a 1,000-step fan-out/fan-in and a 200-step chain of
 // no-op steps end to end, reporting the time to complete each and the
 // resolver overhead per task: from the moment its last parent finished to
-// the start of its first attempt.
+// the start of its first attempt; a 10,000-item fan-out (the expansion's
+// cost); and a chain of 50 steps that each run a one-step job (run.job):
+// per call, its release to the child run's first start, and the child's
+// end to the step's.
 func BenchmarkDAG(b *testing.B) {
 	shapes := map[string]func() []dag.Step{
 		"fanout-1000": func() []dag.Step {
@@ -40,6 +43,13 @@ func BenchmarkDAG(b *testing.B) {
 				{Name: "each", Needs: []string{"split"}, ForEach: "${{ params.items.split(',') }}", Run: dag.Executor{Handler: "noop"}},
 				{Name: "merge", Needs: []string{"each"}, Run: dag.Executor{Handler: "noop"}, Payload: dag.Payload(`{"n": "${{ size(steps.each.outputs) }}"}`)}}
 		},
+		"calls-50": func() []dag.Step {
+			steps := []dag.Step{{Name: "c00", Run: dag.Executor{Job: &dag.JobCall{Name: "leaf"}}}}
+			for i := 1; i < 50; i++ {
+				steps = append(steps, dag.Step{Name: fmt.Sprintf("c%02d", i), Needs: []string{fmt.Sprintf("c%02d", i-1)}, Run: dag.Executor{Job: &dag.JobCall{Name: "leaf"}}})
+			}
+			return steps
+		},
 		"chain-200": func() []dag.Step {
 			steps := []dag.Step{{Name: "s000", Run: dag.Executor{Handler: "noop"}}}
 			for i := 1; i < 200; i++ {
@@ -48,7 +58,7 @@ func BenchmarkDAG(b *testing.B) {
 			return steps
 		},
 	}
-	for _, name := range []string{"fanout-1000", "foreach-10000", "chain-200"} {
+	for _, name := range []string{"fanout-1000", "foreach-10000", "chain-200", "calls-50"} {
 		b.Run(name, func(b *testing.B) {
 			for range b.N {
 				pool := freshDB(b)
@@ -59,6 +69,12 @@ func BenchmarkDAG(b *testing.B) {
 					b.Fatal(err)
 				}
 				spec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Steps: shapes[name]()}
+				if name == "calls-50" { // the job each step runs
+					if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "leaf"},
+						Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Run: &dag.Executor{Handler: "noop"}}}, ""); err != nil {
+						b.Fatal(err)
+					}
+				}
 				if name == "foreach-10000" { // 10,000 items: "0,1,...,9999"
 					items := make([]string, 10_000)
 					for i := range items {
@@ -110,6 +126,22 @@ func BenchmarkDAG(b *testing.B) {
 					b.ReportMetric(took, "run-s")
 					b.ReportMetric(first*1000, "report-to-first-item-ms")
 					b.ReportMetric(all, "report-to-all-started-s")
+					continue
+				}
+				if name == "calls-50" { // per call: the step's release to its child's first start, the child's end to the step's
+					var start50, start99, end50, end99 float64
+					if err := pool.QueryRow(ctx, `SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY s), percentile_disc(0.99) WITHIN GROUP (ORDER BY s),
+							percentile_disc(0.5) WITHIN GROUP (ORDER BY e), percentile_disc(0.99) WITHIN GROUP (ORDER BY e)
+						FROM (SELECT extract(epoch FROM (SELECT min(k.started_at) FROM tasks k WHERE k.run_id = c.id) - t.started_at) * 1000 AS s,
+						             extract(epoch FROM t.finished_at - c.finished_at) * 1000 AS e
+						      FROM tasks t JOIN runs c ON c.id = t.child_run_id WHERE t.run_id = $1) AS d`, r.ID).Scan(&start50, &start99, &end50, &end99); err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(took, "run-s")
+					b.ReportMetric(start50, "p50-call-start-ms")
+					b.ReportMetric(start99, "p99-call-start-ms")
+					b.ReportMetric(end50, "p50-child-end-to-step-end-ms")
+					b.ReportMetric(end99, "p99-child-end-to-step-end-ms")
 					continue
 				}
 				rows, err := pool.Query(ctx, `SELECT extract(epoch FROM a.started_at - max(p.finished_at))
