@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -62,17 +63,34 @@ func BenchmarkWebUI(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// A 10,000-item fan-out: a root step with for_each expands when its
+	// run is written (no worker needed), its items waiting to run.
+	items := make([]string, 10_000)
+	for i := range items {
+		items[i] = fmt.Sprint(i)
+	}
+	def, _ := json.Marshal(strings.Join(items, ","))
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "foreach", Namespace: "wide"},
+		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Params: map[string]dag.Param{"items": {Type: "string", Default: dag.Payload(def)}},
+			Steps: []dag.Step{{Name: "each", ForEach: "${{ params.items.split(',') }}", MaxParallel: 10, Run: dag.Executor{Handler: "noop"}}}}}, ""); err != nil {
+		b.Fatal(err)
+	}
+	fan, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: "wide", Name: "foreach"}, "", false)
+	if err != nil {
+		b.Fatal(err)
+	}
 	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: pool, Auth: api.NoAuth{}}, nil)
 	ui, err := webui.New(webui.Config{API: apiHandler, AuthOff: true})
 	if err != nil {
 		b.Fatal(err)
 	}
-	get := func(b *testing.B, path string) {
+	get := func(b *testing.B, path string) int {
 		rec := httptest.NewRecorder()
 		ui.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		if rec.Code != http.StatusOK {
 			b.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body.String()[:min(rec.Body.Len(), 300)])
 		}
+		return rec.Body.Len()
 	}
 	deep := "/?page=" + store.EncodePageToken(map[string]any{"n": "job-0090000", "i": uuid.Nil})
 	for _, c := range []struct{ name, path string }{
@@ -80,13 +98,16 @@ func BenchmarkWebUI(b *testing.B) {
 		{"jobs-deep-page", deep},
 		{"jobs-search", "/?q=0099"},
 		{"run-1000-tasks", "/runs/" + r.ID.String()},
+		{"run-10000-items", "/runs/" + fan.ID.String()},
+		{"run-10000-items-listed", "/runs/" + fan.ID.String() + "?items=each&from=9000"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			get(b, c.path) // warm: prepared statements, templates
+			size := get(b, c.path) // warm: prepared statements, templates
 			b.ResetTimer()
 			for range b.N {
 				get(b, c.path)
 			}
+			b.ReportMetric(float64(size)/1024, "page-KiB")
 		})
 	}
 

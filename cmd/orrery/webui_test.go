@@ -433,6 +433,40 @@ spec:
 	}
 	screenshot(t, ctx, "fan-out")
 
+	// A 10,000-item fan-out whose items wait (steps of a remote worker type
+	// nobody serves): the run page draws one node and lists a page of
+	// items; its size and the browser's time to load it are logged
+	// (BENCHMARKS.md, "Web UI"), not asserted.
+	wideDir := t.TempDir()
+	os.WriteFile(filepath.Join(wideDir, "wide.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: wide-fan, namespace: qa}
+spec:
+  schedule: {cron: "0 3 * * *"}
+  params:
+    items: {type: string, default: "`+strings.Repeat("x,", 9999)+`x"}
+  steps:
+    - name: each
+      for_each: ${{ params.items.split(',') }}
+      max_parallel: 10
+      run: {worker: nobody-serves-this}
+`), 0o644)
+	cli("apply", "-f", wideDir)
+	wide := strings.Fields(cli("jobs", "trigger", "wide-fan", "-n", "qa"))[1]
+	for _, page := range []struct{ path, wait string }{
+		{"/runs/" + wide, `#graph a[data-task="each"]`},
+		{"/runs/" + wide + "?items=each&from=9500#items", `#items tbody tr[data-item="9999"]`},
+	} {
+		do("a 10,000-item fan-out's page", chromedp.Navigate(base+page.path), chromedp.WaitVisible(css(page.wait)))
+		t.Logf("%s: %.0f KiB, loaded in %v ms (navigation start to load end)", page.path,
+			eval(`document.documentElement.outerHTML.length`).(float64)/1024,
+			eval(`Math.round(performance.getEntriesByType('navigation')[0].loadEventEnd)`))
+	}
+	if s := fmt.Sprint(eval(`document.querySelector('#graph a[data-task="each"]').textContent`)); !strings.Contains(s, "each ×10000") {
+		t.Errorf("the 10,000-item fan-out's node: %q", s)
+	}
+	cli("runs", "cancel", wide)
+
 	// A step that runs another job (examples/month-end-close.yaml): the
 	// parent's graph and table link the child run, whose page links back;
 	// the job pages list the calls both ways.
