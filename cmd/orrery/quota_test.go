@@ -38,6 +38,12 @@ func TestStorageQuotas(t *testing.T) {
 		"--max-runs", "3", "--max-tasks", "5"); code != 0 || !regexpLine(out, `runs\s+0\s+3`) {
 		t.Fatalf("set-quota: exit %d %q %q", code, out, errOut)
 	}
+	if out, errOut, code := asSys("tenants", "set-quota", "acme", "--max-items-per-step", "50000"); code != 0 || !strings.Contains(out, "items per fan-out 50000") {
+		t.Errorf("set-quota --max-items-per-step: exit %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code := asSys("tenants", "set-quota", "acme", "--max-items-per-step", "100001"); code == 0 || !strings.Contains(errOut, "max_items_per_step: 100001: want 0 (the default, 10000) to 100000") {
+		t.Errorf("set-quota --max-items-per-step past the cap: exit %d %q", code, errOut)
+	}
 
 	dir := t.TempDir()
 	job := func(name, schedule, payload string) string {

@@ -52,7 +52,7 @@ func newTenantsCmd(g *globals) *cobra.Command {
 			}
 		},
 	}
-	var maxConc, weight int32
+	var maxConc, weight, maxItems int32
 	var queueCaps []string
 	var maxJobs, maxDefBytes, maxRuns, maxTasks int64
 	setQuota := &cobra.Command{
@@ -69,6 +69,7 @@ storage quotas at the tenant's next write.
   --max-definition-bytes N  bytes of the live jobs' definitions, as JSON (0: no quota)
   --max-runs N              runs kept until retention prunes them (0: no quota)
   --max-tasks N             tasks of those runs (0: no quota)
+  --max-items-per-step N    items of one fan-out, for_each (0: the default, 10000; at most 100000)
 
 A write over a storage quota is refused naming the quota; an instant a
 schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
@@ -80,6 +81,9 @@ schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
 			}
 			if cmd.Flags().Changed("weight") {
 				req.Weight = &weight
+			}
+			if cmd.Flags().Changed("max-items-per-step") {
+				req.MaxItemsPerStep = &maxItems
 			}
 			for _, f := range []struct {
 				flag string
@@ -119,6 +123,7 @@ schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
 	setQuota.Flags().Int64Var(&maxDefBytes, "max-definition-bytes", 0, "bytes of the live jobs' definitions (0: no quota)")
 	setQuota.Flags().Int64Var(&maxRuns, "max-runs", 0, "runs kept until retention prunes them (0: no quota)")
 	setQuota.Flags().Int64Var(&maxTasks, "max-tasks", 0, "tasks of the runs kept (0: no quota)")
+	setQuota.Flags().Int32Var(&maxItems, "max-items-per-step", 0, "items of one fan-out (0: the default, 10000; at most 100000)")
 	getQuota := &cobra.Command{
 		Use:   "quota [NAME]",
 		Short: "Show a tenant's quotas and what it stores (without NAME: your own tenant's)",
@@ -145,7 +150,11 @@ func printQuota(w io.Writer, q *orreryv1.TenantQuota) {
 	if q.GetMaxConcurrency() > 0 {
 		limit = strconv.Itoa(int(q.GetMaxConcurrency()))
 	}
-	fmt.Fprintf(w, "tenant %s  max concurrency %s  weight %d\n", q.GetTenant(), limit, q.GetWeight())
+	items := "10000 (the default)"
+	if n := q.GetMaxItemsPerStep(); n > 0 {
+		items = strconv.Itoa(int(n))
+	}
+	fmt.Fprintf(w, "tenant %s  max concurrency %s  weight %d  items per fan-out %s\n", q.GetTenant(), limit, q.GetWeight(), items)
 	for _, name := range slices.Sorted(maps.Keys(q.GetQueues())) {
 		fmt.Fprintf(w, "  queue %s  max concurrency %d\n", name, q.GetQueues()[name])
 	}

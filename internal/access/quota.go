@@ -19,6 +19,8 @@ const (
 	MaxWeight         = 1000
 	MaxConcurrencyCap = 1_000_000
 	MaxQueueQuotas    = 100
+	// MaxItemsPerStepCap bounds a tenant's max_items_per_step.
+	MaxItemsPerStepCap = 100_000
 )
 
 // Quota is a tenant's admission settings (see package dispatch): the
@@ -39,6 +41,9 @@ type QuotaChange struct {
 	MaxConcurrency *int32
 	Weight         *int32
 	Queues         map[string]int32
+	// MaxItemsPerStep bounds a fan-out's items: 0 (the default, 10,000) to
+	// MaxItemsPerStepCap.
+	MaxItemsPerStep *int32
 
 	MaxJobs            *int64
 	MaxDefinitionBytes *int64
@@ -74,8 +79,11 @@ func (c QuotaChange) validate() error {
 			return &dag.FieldError{Field: f.field, Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *f.v, int64(usage.MaxLimit))}
 		}
 	}
-	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 && !storage {
-		return &dag.FieldError{Field: "max_concurrency|weight|queues|max_jobs|max_definition_bytes|max_runs|max_tasks", Message: "nothing to change: give at least one"}
+	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 && !storage && c.MaxItemsPerStep == nil {
+		return &dag.FieldError{Field: "max_concurrency|weight|queues|max_jobs|max_definition_bytes|max_runs|max_tasks|max_items_per_step", Message: "nothing to change: give at least one"}
+	}
+	if c.MaxItemsPerStep != nil && (*c.MaxItemsPerStep < 0 || *c.MaxItemsPerStep > MaxItemsPerStepCap) {
+		return &dag.FieldError{Field: "max_items_per_step", Message: fmt.Sprintf("%d: want 0 (the default, %d) to %d", *c.MaxItemsPerStep, dag.MaxItems, MaxItemsPerStepCap)}
 	}
 	if c.MaxConcurrency != nil && (*c.MaxConcurrency < 0 || *c.MaxConcurrency > MaxConcurrencyCap) {
 		return &dag.FieldError{Field: "max_concurrency", Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *c.MaxConcurrency, MaxConcurrencyCap)}
@@ -132,6 +140,9 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 		if c.Weight != nil {
 			after.Tenant.Weight = *c.Weight
 		}
+		if c.MaxItemsPerStep != nil {
+			after.Tenant.MaxItemsPerStep = *c.MaxItemsPerStep
+		}
 		for queue, n := range c.Queues {
 			if n == 0 {
 				delete(after.Queues, queue)
@@ -147,7 +158,8 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 				*f.dst(&after.Storage) = *f.v
 			}
 		}
-		if err := q.SetTenantLimits(ctx, store.SetTenantLimitsParams{ID: t.ID, Weight: after.Tenant.Weight, MaxConcurrency: after.Tenant.MaxConcurrency}); err != nil {
+		if err := q.SetTenantLimits(ctx, store.SetTenantLimitsParams{ID: t.ID, Weight: after.Tenant.Weight, MaxConcurrency: after.Tenant.MaxConcurrency,
+			MaxItemsPerStep: after.Tenant.MaxItemsPerStep}); err != nil {
 			return err
 		}
 		if err := usage.Set(ctx, q, t.ID, after.Storage); err != nil {
@@ -202,6 +214,6 @@ func quotaOf(ctx context.Context, q *store.Queries, t Tenant) (Quota, error) {
 }
 
 func quotaJSON(q Quota) map[string]any {
-	return map[string]any{"max_concurrency": q.Tenant.MaxConcurrency, "weight": q.Tenant.Weight, "queues": q.Queues,
+	return map[string]any{"max_concurrency": q.Tenant.MaxConcurrency, "weight": q.Tenant.Weight, "queues": q.Queues, "max_items_per_step": q.Tenant.MaxItemsPerStep,
 		"max_jobs": q.Storage.Jobs, "max_definition_bytes": q.Storage.DefinitionBytes, "max_runs": q.Storage.Runs, "max_tasks": q.Storage.Tasks}
 }

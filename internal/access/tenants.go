@@ -19,6 +19,8 @@ type Tenant struct {
 	Weight         int32
 	MaxConcurrency int32 // 0: no quota
 	CreatedAt      time.Time
+	// MaxItemsPerStep bounds a fan-out's items (0: dag.MaxItems).
+	MaxItemsPerStep int32
 }
 
 // CreateTenant makes a tenant, audited in the new tenant's trail (action

@@ -114,6 +114,14 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 	if err != nil {
 		return err
 	}
+	bounds, err := q.ItemsPerStep(ctx, tenants)
+	if err != nil {
+		return err
+	}
+	maxItems := make(map[uuid.UUID]int, len(bounds)) // a tenant's own bound; others take dag.MaxItems
+	for _, b := range bounds {
+		maxItems[b.ID] = int(b.MaxItemsPerStep)
+	}
 	var spent uint64 // the batch's lists share one cost limit, as conditions do
 	var items store.InsertItemsParams
 	var expanded store.ExpandGroupsParams
@@ -123,7 +131,11 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 		r := p.run
 		vars := outputs.vars(runOf{id: r.ID, scheduledFor: r.ScheduledFor, trigger: string(r.Trigger), job: r.Name,
 			ns: r.Namespace, params: r.Params, upstream: r.Upstream, attempt: p.cand.ready.Attempt}, p.exprs.ForEachReads.Steps, &spent)
-		list, err := p.exprs.Items(vars, dag.MaxItems)
+		limit := dag.MaxItems
+		if n, ok := maxItems[p.cand.ready.Tenant]; ok {
+			limit = n
+		}
+		list, err := p.exprs.Items(vars, limit)
 		switch {
 		case err != nil:
 			v.fail = append(v.fail, verdict{p.cand, err.Error()})

@@ -345,6 +345,19 @@ spec:
 	if n := enginetest.Int(t, pool, "SELECT sum(tasks)::int FROM tenant_run_usage"); n != enginetest.Int(t, pool, "SELECT count(*) FROM tasks") {
 		t.Errorf("tenant_run_usage counts %d tasks, the database holds %d", n, enginetest.Int(t, pool, "SELECT count(*) FROM tasks"))
 	}
+	// The tenant's own bound on a fan-out's items (max_items_per_step, as
+	// SetTenantQuota writes it): 2 here, under the default 10,000.
+	if _, err := pool.Exec(ctx, "UPDATE tenants SET max_items_per_step = 2 WHERE id = $1", job.DefaultTenant); err != nil {
+		t.Fatal(err)
+	}
+	capped, err := runs.TriggerWith(ctx, job.Anonymous, ref, run.TriggerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRunEnds(t, pool, capped.ID)
+	if why := queryString(t, pool, "SELECT last_error FROM tasks WHERE run_id = $1 AND step = 'each'", capped.ID); !strings.Contains(why, "for_each: the list has 3 items; the limit is 2") {
+		t.Errorf("3 items past the tenant's max_items_per_step: the group's reason %q", why)
+	}
 }
 
 // TestRetryAFanOut: a run whose fan-out failed (one item failed for good)

@@ -52,6 +52,37 @@ func (q *Queries) InsertTenant(ctx context.Context, arg InsertTenantParams) erro
 	return err
 }
 
+const itemsPerStep = `-- name: ItemsPerStep :many
+SELECT id, max_items_per_step FROM tenants WHERE id = ANY($1::uuid[]) AND max_items_per_step > 0
+`
+
+type ItemsPerStepRow struct {
+	ID              uuid.UUID
+	MaxItemsPerStep int32
+}
+
+// ItemsPerStep reads the tenants' bounds on a fan-out's items (those that
+// set one; the others take dag.MaxItems).
+func (q *Queries) ItemsPerStep(ctx context.Context, ids []uuid.UUID) ([]ItemsPerStepRow, error) {
+	rows, err := q.db.Query(ctx, itemsPerStep, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ItemsPerStepRow{}
+	for rows.Next() {
+		var i ItemsPerStepRow
+		if err := rows.Scan(&i.ID, &i.MaxItemsPerStep); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listTenants = `-- name: ListTenants :many
 SELECT id, name, weight, max_concurrency, created_at FROM tenants
 WHERE name > $1
@@ -100,15 +131,16 @@ func (q *Queries) ListTenants(ctx context.Context, arg ListTenantsParams) ([]Lis
 }
 
 const lockTenantByName = `-- name: LockTenantByName :one
-SELECT id, name, weight, max_concurrency, created_at FROM tenants WHERE name = $1 FOR NO KEY UPDATE
+SELECT id, name, weight, max_concurrency, created_at, max_items_per_step FROM tenants WHERE name = $1 FOR NO KEY UPDATE
 `
 
 type LockTenantByNameRow struct {
-	ID             uuid.UUID
-	Name           string
-	Weight         int32
-	MaxConcurrency int32
-	CreatedAt      time.Time
+	ID              uuid.UUID
+	Name            string
+	Weight          int32
+	MaxConcurrency  int32
+	CreatedAt       time.Time
+	MaxItemsPerStep int32
 }
 
 func (q *Queries) LockTenantByName(ctx context.Context, name string) (LockTenantByNameRow, error) {
@@ -120,22 +152,29 @@ func (q *Queries) LockTenantByName(ctx context.Context, name string) (LockTenant
 		&i.Weight,
 		&i.MaxConcurrency,
 		&i.CreatedAt,
+		&i.MaxItemsPerStep,
 	)
 	return i, err
 }
 
 const setTenantLimits = `-- name: SetTenantLimits :exec
-UPDATE tenants SET weight = $1, max_concurrency = $2 WHERE id = $3
+UPDATE tenants SET weight = $1, max_concurrency = $2, max_items_per_step = $3 WHERE id = $4
 `
 
 type SetTenantLimitsParams struct {
-	Weight         int32
-	MaxConcurrency int32
-	ID             uuid.UUID
+	Weight          int32
+	MaxConcurrency  int32
+	MaxItemsPerStep int32
+	ID              uuid.UUID
 }
 
 func (q *Queries) SetTenantLimits(ctx context.Context, arg SetTenantLimitsParams) error {
-	_, err := q.db.Exec(ctx, setTenantLimits, arg.Weight, arg.MaxConcurrency, arg.ID)
+	_, err := q.db.Exec(ctx, setTenantLimits,
+		arg.Weight,
+		arg.MaxConcurrency,
+		arg.MaxItemsPerStep,
+		arg.ID,
+	)
 	return err
 }
 
@@ -196,15 +235,16 @@ func (q *Queries) TenantQueueQuotas(ctx context.Context, tenantID uuid.UUID) ([]
 }
 
 const tenantRowByName = `-- name: TenantRowByName :one
-SELECT id, name, weight, max_concurrency, created_at FROM tenants WHERE name = $1
+SELECT id, name, weight, max_concurrency, created_at, max_items_per_step FROM tenants WHERE name = $1
 `
 
 type TenantRowByNameRow struct {
-	ID             uuid.UUID
-	Name           string
-	Weight         int32
-	MaxConcurrency int32
-	CreatedAt      time.Time
+	ID              uuid.UUID
+	Name            string
+	Weight          int32
+	MaxConcurrency  int32
+	CreatedAt       time.Time
+	MaxItemsPerStep int32
 }
 
 func (q *Queries) TenantRowByName(ctx context.Context, name string) (TenantRowByNameRow, error) {
@@ -216,6 +256,7 @@ func (q *Queries) TenantRowByName(ctx context.Context, name string) (TenantRowBy
 		&i.Weight,
 		&i.MaxConcurrency,
 		&i.CreatedAt,
+		&i.MaxItemsPerStep,
 	)
 	return i, err
 }

@@ -344,6 +344,7 @@ type Tenant struct {
 	MaxDefinitionBytes  int64
 	MaxRuns             int64
 	MaxTasks            int64
+	MaxItemsPerStep     int32
 }
 
 type TenantJobUsage struct {

@@ -442,9 +442,11 @@ type TenantQuota struct {
 	// Tasks of the runs kept.
 	MaxTasks int64 `protobuf:"varint,8,opt,name=max_tasks,json=maxTasks,proto3" json:"max_tasks,omitempty"`
 	// What the tenant holds now.
-	Usage         *TenantUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Usage *TenantUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The bound on one fan-out's items (for_each); 0: the default, 10,000.
+	MaxItemsPerStep int32 `protobuf:"varint,10,opt,name=max_items_per_step,json=maxItemsPerStep,proto3" json:"max_items_per_step,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *TenantQuota) Reset() {
@@ -540,6 +542,13 @@ func (x *TenantQuota) GetUsage() *TenantUsage {
 	return nil
 }
 
+func (x *TenantQuota) GetMaxItemsPerStep() int32 {
+	if x != nil {
+		return x.MaxItemsPerStep
+	}
+	return 0
+}
+
 // TenantUsage is what a tenant stores, as its storage quotas count it.
 type TenantUsage struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -623,8 +632,10 @@ type SetTenantQuotaRequest struct {
 	MaxDefinitionBytes *int64 `protobuf:"varint,6,opt,name=max_definition_bytes,json=maxDefinitionBytes,proto3,oneof" json:"max_definition_bytes,omitempty"`
 	MaxRuns            *int64 `protobuf:"varint,7,opt,name=max_runs,json=maxRuns,proto3,oneof" json:"max_runs,omitempty"`
 	MaxTasks           *int64 `protobuf:"varint,8,opt,name=max_tasks,json=maxTasks,proto3,oneof" json:"max_tasks,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The bound on one fan-out's items: 0 (the default, 10,000) to 100,000.
+	MaxItemsPerStep *int32 `protobuf:"varint,9,opt,name=max_items_per_step,json=maxItemsPerStep,proto3,oneof" json:"max_items_per_step,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SetTenantQuotaRequest) Reset() {
@@ -709,6 +720,13 @@ func (x *SetTenantQuotaRequest) GetMaxRuns() int64 {
 func (x *SetTenantQuotaRequest) GetMaxTasks() int64 {
 	if x != nil && x.MaxTasks != nil {
 		return *x.MaxTasks
+	}
+	return 0
+}
+
+func (x *SetTenantQuotaRequest) GetMaxItemsPerStep() int32 {
+	if x != nil && x.MaxItemsPerStep != nil {
+		return *x.MaxItemsPerStep
 	}
 	return 0
 }
@@ -1763,7 +1781,7 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"j\n" +
 	"\x13ListTenantsResponse\x12+\n" +
 	"\atenants\x18\x01 \x03(\v2\x11.orrery.v1.TenantR\atenants\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x90\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbd\x03\n" +
 	"\vTenantQuota\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\x05R\x0emaxConcurrency\x12\x16\n" +
@@ -1773,7 +1791,9 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x14max_definition_bytes\x18\x06 \x01(\x03R\x12maxDefinitionBytes\x12\x19\n" +
 	"\bmax_runs\x18\a \x01(\x03R\amaxRuns\x12\x1b\n" +
 	"\tmax_tasks\x18\b \x01(\x03R\bmaxTasks\x12,\n" +
-	"\x05usage\x18\t \x01(\v2\x16.orrery.v1.TenantUsageR\x05usage\x1a9\n" +
+	"\x05usage\x18\t \x01(\v2\x16.orrery.v1.TenantUsageR\x05usage\x12+\n" +
+	"\x12max_items_per_step\x18\n" +
+	" \x01(\x05R\x0fmaxItemsPerStep\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"v\n" +
@@ -1781,7 +1801,7 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x04jobs\x18\x01 \x01(\x03R\x04jobs\x12)\n" +
 	"\x10definition_bytes\x18\x02 \x01(\x03R\x0fdefinitionBytes\x12\x12\n" +
 	"\x04runs\x18\x03 \x01(\x03R\x04runs\x12\x14\n" +
-	"\x05tasks\x18\x04 \x01(\x03R\x05tasks\"\xf4\x03\n" +
+	"\x05tasks\x18\x04 \x01(\x03R\x05tasks\"\xbd\x04\n" +
 	"\x15SetTenantQuotaRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12,\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\x05H\x00R\x0emaxConcurrency\x88\x01\x01\x12\x1b\n" +
@@ -1790,7 +1810,8 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\bmax_jobs\x18\x05 \x01(\x03H\x02R\amaxJobs\x88\x01\x01\x125\n" +
 	"\x14max_definition_bytes\x18\x06 \x01(\x03H\x03R\x12maxDefinitionBytes\x88\x01\x01\x12\x1e\n" +
 	"\bmax_runs\x18\a \x01(\x03H\x04R\amaxRuns\x88\x01\x01\x12 \n" +
-	"\tmax_tasks\x18\b \x01(\x03H\x05R\bmaxTasks\x88\x01\x01\x1a9\n" +
+	"\tmax_tasks\x18\b \x01(\x03H\x05R\bmaxTasks\x88\x01\x01\x120\n" +
+	"\x12max_items_per_step\x18\t \x01(\x05H\x06R\x0fmaxItemsPerStep\x88\x01\x01\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01B\x12\n" +
@@ -1800,7 +1821,8 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x15_max_definition_bytesB\v\n" +
 	"\t_max_runsB\f\n" +
 	"\n" +
-	"_max_tasks\"F\n" +
+	"_max_tasksB\x15\n" +
+	"\x13_max_items_per_step\"F\n" +
 	"\x16SetTenantQuotaResponse\x12,\n" +
 	"\x05quota\x18\x01 \x01(\v2\x16.orrery.v1.TenantQuotaR\x05quota\"/\n" +
 	"\x15GetTenantQuotaRequest\x12\x16\n" +
