@@ -71,7 +71,7 @@ func quotaToProto(q access.Quota) *orreryv1.TenantQuota {
 	return &orreryv1.TenantQuota{Tenant: q.Tenant.Name, MaxConcurrency: q.Tenant.MaxConcurrency, Weight: q.Tenant.Weight, Queues: q.Queues,
 		MaxJobs: q.Storage.Jobs, MaxDefinitionBytes: q.Storage.DefinitionBytes, MaxRuns: q.Storage.Runs, MaxTasks: q.Storage.Tasks,
 		MaxItemsPerStep: q.Tenant.MaxItemsPerStep,
-		Usage: &orreryv1.TenantUsage{Jobs: q.Usage.Jobs, DefinitionBytes: q.Usage.DefinitionBytes, Runs: q.Usage.Runs, Tasks: q.Usage.Tasks}}
+		Usage:           &orreryv1.TenantUsage{Jobs: q.Usage.Jobs, DefinitionBytes: q.Usage.DefinitionBytes, Runs: q.Usage.Runs, Tasks: q.Usage.Tasks}}
 }
 
 func (s *accessServer) CreateAPIKey(ctx context.Context, req *connect.Request[orreryv1.CreateAPIKeyRequest]) (*connect.Response[orreryv1.CreateAPIKeyResponse], error) {
