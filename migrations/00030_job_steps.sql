@@ -13,7 +13,8 @@
 --
 -- A child run's end is an upstream_finishes event as an upstream's is:
 -- the scheduler of its shard ends the parent step in one transaction with
--- the event's deletion.
+-- the event's deletion. An event whose transaction keeps failing is set
+-- aside (tries, retry_at, last_error) so that the others go on.
 --
 -- job_calls: the jobs a job's steps run, by namespace and name, written
 -- with its definition (as job_triggers is), read to refuse a cycle of
@@ -37,6 +38,13 @@ CREATE TABLE IF NOT EXISTS job_calls (
     callee_name       TEXT NOT NULL,
     PRIMARY KEY (job_id, callee_namespace, callee_name)
 );
+CREATE INDEX IF NOT EXISTS job_calls_callee ON job_calls (tenant_id, callee_namespace, callee_name);
+
+-- An event of a run's end that its step cannot take (an error that stays)
+-- is set aside, retried later, so that it holds up no other.
+ALTER TABLE upstream_finishes ADD COLUMN IF NOT EXISTS tries INT NOT NULL DEFAULT 0;
+ALTER TABLE upstream_finishes ADD COLUMN IF NOT EXISTS retry_at TIMESTAMPTZ;
+ALTER TABLE upstream_finishes ADD COLUMN IF NOT EXISTS last_error TEXT NOT NULL DEFAULT '';
 
 ALTER TABLE runs DROP CONSTRAINT IF EXISTS runs_trigger_check;
 ALTER TABLE runs DROP CONSTRAINT IF EXISTS check_trigger;
@@ -47,6 +55,9 @@ ALTER TABLE runs VALIDATE CONSTRAINT runs_trigger_check;
 -- Refused while runs of trigger parent exist: they are history.
 ALTER TABLE runs DROP CONSTRAINT IF EXISTS runs_trigger_check;
 ALTER TABLE runs ADD CONSTRAINT runs_trigger_check CHECK (trigger IN ('schedule', 'manual', 'backfill', 'replay', 'upstream'));
+ALTER TABLE upstream_finishes DROP COLUMN IF EXISTS last_error;
+ALTER TABLE upstream_finishes DROP COLUMN IF EXISTS retry_at;
+ALTER TABLE upstream_finishes DROP COLUMN IF EXISTS tries;
 DROP TABLE IF EXISTS job_calls;
 DROP INDEX IF EXISTS runs_parent_task;
 ALTER TABLE runs DROP COLUMN IF EXISTS depth;

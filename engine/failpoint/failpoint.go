@@ -65,6 +65,18 @@ func (s *Set) ErrAt(name string, n int, err error) {
 	s.arm(name, &point{at: n, err: err})
 }
 
+// ErrOn arms name to make Err return err at every hit, until Disarm.
+func (s *Set) ErrOn(name string, err error) {
+	s.arm(name, &point{err: err})
+}
+
+// Disarm takes name's failpoint away.
+func (s *Set) Disarm(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.points, name)
+}
+
 // Hit runs the action armed at name, if any.
 func (s *Set) Hit(name string) { _ = s.Err(name) }
 

@@ -81,10 +81,10 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 			return nil, err
 		}
 	}
-	if !slices.Equal(callees(before.Spec), callees(res.Spec)) { // (nor run the jobs called)
-		if err := checkCalls(ctx, q, a, res); err != nil {
-			return nil, err
-		}
+	// A job whose steps run jobs is changed only by an actor that may run
+	// them (its params, a condition, are the call's too).
+	if err := checkCalls(ctx, q, a, res); err != nil {
+		return nil, err
 	}
 	next := before.NextFireAt
 	if !sameInstants(before.Spec.Schedule, res.Spec.Schedule) && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
@@ -361,7 +361,8 @@ func writeCalls(ctx context.Context, q *store.Queries, row store.Job, spec dag.J
 }
 
 // checkCalls refuses a definition with a step that runs a job the actor
-// may not run (the role a trigger needs: Actor.MayRun), or that leads,
+// may not run (the role a trigger needs: Actor.MayRun; checked at every
+// write of a job with such a step, whatever it changes), or that leads,
 // through the tenant's live jobs' steps that run jobs, back to the job
 // itself (each run would start the next for ever; a cycle made by two
 // jobs changed at once is bounded at run time, run.MaxCallDepth). A job
@@ -391,10 +392,13 @@ func checkCalls(ctx context.Context, q *store.Queries, actor Actor, res dag.Reso
 	if len(p.Names) == 0 {
 		return nil
 	}
-	p.TenantID = actor.Tenant
+	p.TenantID, p.SelfNamespace, p.SelfName = actor.Tenant, res.Metadata.Namespace, res.Metadata.Name
 	chain, err := q.CallChain(ctx, p)
 	if err != nil {
 		return err
+	}
+	if len(chain) >= 10_000 {
+		return dag.Errors{{Field: "spec.steps", Message: "the jobs its steps run run too many others (10,000 links) to check for a cycle"}}
 	}
 	callers := map[string]string{} // a job reached, and the job whose step runs it
 	for _, c := range chain {

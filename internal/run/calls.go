@@ -37,6 +37,11 @@ import (
 // that apply could not see: two jobs changed at once).
 const MaxCallDepth = 10
 
+// MaxCallsPerTx bounds the child runs one transaction starts: a tree of
+// jobs whose first steps run jobs starts its children's children in the
+// transaction that writes it; a step past the bound is dead-lettered.
+const MaxCallsPerTx = 1000
+
 // FailpointCallStarted is hit in the transaction that starts child runs,
 // once they and their steps' attempts are written, before it commits.
 const FailpointCallStarted = "run/call-started"
@@ -138,8 +143,13 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 		if err != nil {
 			return err
 		}
+		started, _ := store.TxValue(tx, "run.calls", func() any { return new(int) })
 		for _, n := range news { // one at a time: a run past a quota fails its own step
-			ids, err := a.Insert(ctx, tx, []New{n}, nil, rooms)
+			if *started.(*int) >= MaxCallsPerTx {
+				v.fail = append(v.fail, verdict{candOf(todo, n.ParentTask), fmt.Sprintf("run.job: one transaction starts at most %d child runs (a tree of jobs whose first steps run jobs, this wide, is refused)", MaxCallsPerTx)})
+				continue
+			}
+			id, err := a.insertChild(ctx, tx, q, n, rooms)
 			var exceeded *usage.ExceededError
 			switch {
 			case errors.As(err, &exceeded):
@@ -147,10 +157,9 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 				continue
 			case err != nil:
 				return err
-			case ids[0] == uuid.Nil:
-				return fmt.Errorf("child run of task %s at %s: the instant was taken meanwhile", n.ParentTask, n.At.Format(time.RFC3339Nano))
 			}
-			add(n.ParentTask, ids[0])
+			*started.(*int)++
+			add(n.ParentTask, id)
 		}
 	}
 	if len(start.Ids) > 0 {
@@ -253,7 +262,30 @@ func childRuns(ctx context.Context, q *store.Queries, todo []pendingCall, output
 			At: now, Trigger: lifecycle.TriggerParent, Status: lifecycle.RunPending, Params: params, ParentTask: p.cand.ready.TaskID,
 			Depth: int(p.run.Depth) + 1})
 	}
-	return news, freeInstants(ctx, q, news)
+	return news, nil
+}
+
+// insertChild writes child run n at the first free instant of its job at
+// or after n.At, chosen just before it is written: the children a run
+// written before it started (its roots' calls) are seen, and an instant
+// another transaction took meanwhile is moved past.
+func (a *Applier) insertChild(ctx context.Context, tx pgx.Tx, q *store.Queries, n New, rooms usage.Rooms) (uuid.UUID, error) {
+	for range 5 {
+		at, err := FreeInstants(ctx, q, n.Job.ID, []time.Time{n.At})
+		if err != nil {
+			return uuid.Nil, err
+		}
+		n.At = at[0]
+		ids, err := a.Insert(ctx, tx, []New{n}, nil, rooms)
+		if err != nil {
+			return uuid.Nil, err
+		}
+		if ids[0] != uuid.Nil {
+			return ids[0], nil
+		}
+		n.At = n.At.Add(time.Microsecond)
+	}
+	return uuid.Nil, fmt.Errorf("child run of task %s: no free instant of job %s near %s", n.ParentTask, n.Job.ID, n.At.Format(time.RFC3339Nano))
 }
 
 // callParams are a child run's params: the step's (a JSON object, or
@@ -279,32 +311,6 @@ func callParams(spec *dag.JobSpec, given dag.Payload) (dag.Payload, error) {
 		params = dag.Payload{}
 	}
 	return params, nil
-}
-
-// freeInstants moves each run's instant on by a microsecond until its job
-// has no run at it and no other run of the batch takes it (runs are
-// unique per job and instant: two steps may start runs of one job in one
-// transaction, whose clock stands still).
-func freeInstants(ctx context.Context, q *store.Queries, news []New) error {
-	byJob := map[uuid.UUID][]int{}
-	for i := range news {
-		news[i].At = news[i].At.Truncate(time.Microsecond).UTC()
-		byJob[news[i].Job.ID] = append(byJob[news[i].Job.ID], i)
-	}
-	for jobID, idx := range byJob {
-		ats := make([]time.Time, len(idx))
-		for k, i := range idx {
-			ats[k] = news[i].At
-		}
-		moved, err := FreeInstants(ctx, q, jobID, ats)
-		if err != nil {
-			return err
-		}
-		for k, i := range idx {
-			news[i].At = moved[k]
-		}
-	}
-	return nil
 }
 
 // FreeInstants moves each of ats (of one job) on by a microsecond until

@@ -70,6 +70,7 @@ type Run struct {
 	// run and step that started it.
 	ParentRun  *uuid.UUID `json:"parent_run_id,omitempty"`
 	ParentStep string     `json:"parent_step,omitempty"`
+	parentJob  [2]string  // the parent run's namespace and job, to check a reader's scope
 }
 
 // Detail is a run with its tasks and their attempts.
@@ -150,7 +151,7 @@ func fromGetRow(r store.GetRunRow) Run {
 	if len(r.Upstream) > 0 {
 		out.Upstream = json.RawMessage(r.Upstream)
 	}
-	out.ParentRun, out.ParentStep = r.ParentRunID, r.ParentStep
+	out.ParentRun, out.ParentStep, out.parentJob = r.ParentRunID, r.ParentStep, [2]string{r.ParentNamespace, r.ParentJob}
 	return out
 }
 
@@ -295,6 +296,9 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID, page Items
 	}
 	d := &Detail{Run: fromGetRow(r)}
 	d.Upstream = upstreamFor(a, d.Upstream)
+	if d.ParentRun != nil && !a.Scope.Sees(d.parentJob[0], d.parentJob[1]) { // the caller's run, which its reader may not see
+		d.ParentRun, d.ParentStep = nil, ""
+	}
 	var group *store.Task
 	for _, t := range tasks {
 		d.Tasks = append(d.Tasks, Task{Task: t, Attempts: byTask[t.ID], Parents: parents[t.ID]})

@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/job"
@@ -21,6 +22,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/node"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/scheduler"
 )
 
 // A step that runs another job starts one child run with the params it
@@ -186,6 +188,15 @@ func TestJobStepRunsAChildRun(t *testing.T) {
 		c, n := childOf(r3.ID)
 		return n == 1 && statusOf(c) == "running"
 	})
+	// A run of the child's job started meanwhile does not see the child
+	// run as active (invoice's overlap is skip): the child is its caller's.
+	own, err := runs.TriggerWith(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "invoice"}, run.TriggerOptions{ParamTexts: map[string]string{"month": "2026-08"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.Status == lifecycle.RunSkipped {
+		t.Errorf("a run of invoice was skipped for its overlap with a child run: %s", own.Reason)
+	}
 	if _, err := runs.CancelRun(ctx, job.Anonymous, r3.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
@@ -251,11 +262,127 @@ func TestJobStepRunsAChildRun(t *testing.T) {
 		t.Errorf("%d runs of the cycle did not fail", n)
 	}
 
+	// A tree of calls started in one transaction: tree's two first steps
+	// run branch and leaf, and branch's first step runs leaf too: each
+	// child takes its own instant (no two runs of leaf at one).
+	createJob(t, pool, "leaf", dag.JobSpec{Schedule: never, Run: &dag.Executor{Handler: "prep"}})
+	createJob(t, pool, "branch", dag.JobSpec{Schedule: never, Steps: []dag.Step{{Name: "to-leaf", Run: dag.Executor{Job: &dag.JobCall{Name: "leaf"}}}}})
+	createJob(t, pool, "tree", dag.JobSpec{Schedule: never, Steps: []dag.Step{
+		{Name: "a", Run: dag.Executor{Job: &dag.JobCall{Name: "branch"}}},
+		{Name: "b", Run: dag.Executor{Job: &dag.JobCall{Name: "leaf"}}}}})
+	tree, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "tree"}, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRun(tree.ID, "succeeded")
+	if n := enginetest.Int(t, pool, "SELECT count(DISTINCT r.scheduled_for) FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE j.name = 'leaf'"); n != 2 {
+		t.Errorf("leaf has %d distinct instants, want its 2 runs'", n)
+	}
+
+	// A loop through a step and an after-trigger (hop runs a step of job
+	// back, and starts after back's runs): the call depth carried across
+	// both bounds it.
+	createJob(t, pool, "back", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "prep"}})
+	createJob(t, pool, "hop", dag.JobSpec{Schedule: schedule.Spec{After: &schedule.After{Job: "back"}}, Overlap: dag.OverlapAllow,
+		Misfire: dag.MisfireBackfill, MaxBackfill: 1000, Steps: []dag.Step{{Name: "call", Run: dag.Executor{Job: &dag.JobCall{Name: "back"}}}}})
+	if _, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "back"}, "", true); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 60*time.Second, "the loop stopped at the depth limit", func() bool {
+		return enginetest.Int(t, pool, `SELECT count(*) FROM tasks AS k JOIN runs AS r ON r.id = k.run_id JOIN jobs AS j ON j.id = r.job_id
+			WHERE j.name = 'hop' AND k.status = 'dead_lettered' AND k.last_error LIKE 'run.job: its run is 10 runs below the first%'`) == 1
+	})
+	time.Sleep(time.Second) // nothing more starts
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE j.name IN ('back', 'hop')"); n != 2*(run.MaxCallDepth+1) {
+		t.Errorf("the loop wrote %d runs of back and hop; want %d", n, 2*(run.MaxCallDepth+1))
+	}
+
 	// Permission: a step runs only a job its author may run.
 	deny := job.Actor{Tenant: job.DefaultTenant, Name: "reader", MayRun: func(ns, name string) bool { return name != "invoice" }}
 	_, err = jobs.Create(ctx, deny, dag.Resource{Metadata: dag.Metadata{Name: "sneaky"}, Spec: dag.JobSpec{Schedule: never,
 		Steps: []dag.Step{{Name: "call", Run: dag.Executor{Job: &dag.JobCall{Name: "invoice"}}}}}}, "")
 	if err == nil || !strings.Contains(err.Error(), "spec.steps[0].run.job.name: default/invoice is outside what you were granted") {
 		t.Fatalf("a call its author may not make: %v", err)
+	}
+	// Nor may such an actor change a job whose step runs invoice (its
+	// params are the call's).
+	spec := parentSpec("2026-11")
+	spec.Steps[1].Run.Job.Params = dag.Payload(`{"month": "1999-01"}`)
+	if _, err := jobs.Update(ctx, deny, billing, dag.Resource{Metadata: dag.Metadata{Name: "billing"}, Spec: spec}, 1); err == nil || !strings.Contains(err.Error(), "outside what you were granted") {
+		t.Fatalf("an actor that may not run invoice changed the params of a call to it: %v", err)
+	}
+}
+
+// An event of a child run's end that its step cannot take (an error that
+// stays, armed here at failpoint scheduler/downstream-event) is set aside
+// with its error and retried later, holding up no other event of its
+// shard: another caller's step ends meanwhile, and the set-aside one ends
+// once the error is gone.
+func TestAnEventThatFailsIsSetAside(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	hold := make(chan struct{})
+	var held sync.Map
+	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{
+		"work": func(ctx context.Context, c executor.Call) error {
+			if _, ok := held.Load("on"); ok {
+				select {
+				case <-hold:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		},
+	})
+	fp := failpoint.New()
+	startPolicyNode(t, pool, node.Config{Failpoints: fp})
+	never := schedule.Spec{Cron: schedule.Crons("0 0 1 1 *"), Timezone: "UTC"}
+	createJob(t, pool, "kid", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "work"}})
+	createJob(t, pool, "mom", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow, Run: &dag.Executor{Job: &dag.JobCall{Name: "kid"}}})
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := run.NewService(pool, jobs, d)
+	mom := job.Ref{Namespace: "default", Name: "mom"}
+	held.Store("on", true)
+	bad, err := runs.Trigger(ctx, job.Anonymous, mom, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child uuid.UUID
+	enginetest.WaitFor(t, 30*time.Second, "the child run started", func() bool {
+		return pool.QueryRow(ctx, "SELECT c.id FROM runs AS c JOIN tasks AS t ON t.id = c.parent_task_id WHERE t.run_id = $1", bad.ID).Scan(&child) == nil
+	})
+	name := scheduler.FailpointDownstreamEvent + ":" + child.String()
+	fp.ErrOn(name, errors.New("poisoned for the test"))
+	good, err := runs.Trigger(ctx, job.Anonymous, mom, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Delete("on")
+	close(hold)
+	status := func(id uuid.UUID) string {
+		var s string
+		_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", id).Scan(&s)
+		return s
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the other caller's run succeeds beside the failing event", func() bool { return status(good.ID) == "succeeded" })
+	enginetest.WaitFor(t, 30*time.Second, "the failing event set aside", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM upstream_finishes WHERE run_id = $1 AND tries >= 1 AND last_error LIKE '%poisoned for the test%' AND retry_at IS NOT NULL", child) == 1
+	})
+	if s := status(bad.ID); s != "pending" && s != "running" {
+		t.Errorf("the caller whose event fails is %s, want it still open", s)
+	}
+	fp.Disarm(name)
+	enginetest.WaitFor(t, 60*time.Second, "the set-aside event taken once the error is gone", func() bool { return status(bad.ID) == "succeeded" })
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM upstream_finishes"); n != 0 {
+		t.Errorf("%d events left", n)
 	}
 }

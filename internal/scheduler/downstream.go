@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -24,9 +26,15 @@ import (
 // commits.
 const FailpointDownstreamTx = "scheduler/downstream-tx"
 
+// FailpointDownstreamEvent, followed by ":" and a run's id, is where the
+// transaction of the downstream step meets the event of that run's end:
+// an error armed there (failpoint.Set.ErrOn) fails every transaction that
+// takes the event.
+const FailpointDownstreamEvent = "scheduler/downstream-event"
+
 // Bounds of the downstream step.
 const (
-	downstreamBatch = 100 // upstream finish events one transaction takes
+	downstreamBatch int32 = 100 // upstream finish events one transaction takes
 	// MaxUpstreamDepth bounds a chain of runs started by each other's
 	// ends (a cycle that apply could not see: two jobs changed at once).
 	MaxUpstreamDepth = 100
@@ -40,6 +48,11 @@ type upstreamEnd struct {
 	Outcome string
 	JSON    []byte // run.upstream
 	Depth   int
+	// Calls is the upstream run's runs.depth (the runs started by steps
+	// above it), carried on to the run it starts: a loop of jobs that
+	// runs jobs through their steps and starts them by their ends is
+	// bounded by run.MaxCallDepth, as a loop of calls alone is.
+	Calls int32
 }
 
 // planDownstream decides the runs of a job (schedule.after) for the ends
@@ -91,28 +104,70 @@ func (s *Scheduler) fireDownstream(ctx context.Context, leases []*shard.Lease, i
 		return err
 	}
 	for { // batch after batch while they come back full: a backlog is not left to age into lateness
-		taken, err := s.downstreamBatch(ctx, leases)
-		if err != nil || taken < downstreamBatch || ctx.Err() != nil {
+		taken, _, err := s.downstreamBatch(ctx, leases, downstreamBatch)
+		switch {
+		case err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil:
+			return s.downstreamAlone(ctx, leases, err)
+		case err != nil || taken < int(downstreamBatch) || ctx.Err() != nil:
 			return err
 		}
 	}
 }
 
-// downstreamBatch is one transaction of fireDownstream; it returns how
-// many events it took.
-func (s *Scheduler) downstreamBatch(ctx context.Context, leases []*shard.Lease) (int, error) {
+// downstreamAlone takes the events one per transaction after a batch of
+// them failed: an event whose transaction fails alone is set aside (put
+// off by 2^tries seconds, at most 10 minutes, its error kept), so that
+// one event no step can take holds up no other of its shard.
+func (s *Scheduler) downstreamAlone(ctx context.Context, leases []*shard.Lease, cause error) error {
+	s.cfg.Logger.Warn("a batch of the downstream step failed; its events are taken one at a time", "err", cause)
+	for range downstreamBatch {
+		taken, keys, err := s.downstreamBatch(ctx, leases, 1)
+		switch {
+		case err == nil && taken == 0:
+			return nil
+		case err == nil:
+			continue
+		case errors.Is(err, shard.ErrLost) || ctx.Err() != nil || len(keys) == 0:
+			return err
+		}
+		s.cfg.Logger.Error("the event of a run's end failed its step alone; set aside, to be tried again", "run", keys[0].RunID, "err", err)
+		if err := store.New(s.cfg.Pool).SetAsideUpstreamFinish(ctx, store.SetAsideUpstreamFinishParams{
+			RunID: keys[0].RunID, FinishedAt: keys[0].FinishedAt, Error: executor.StorableError(err.Error())}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eventKey names an upstream_finishes event.
+type eventKey struct {
+	RunID      uuid.UUID
+	FinishedAt time.Time
+}
+
+// downstreamBatch is one transaction of fireDownstream, taking at most
+// batch events; it returns how many it took, and which (also when it
+// failed).
+func (s *Scheduler) downstreamBatch(ctx context.Context, leases []*shard.Lease, batch int32) (int, []eventKey, error) {
 	taken := 0
+	var keys []eventKey
 	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		held, err := s.cfg.Shards.Fence(ctx, tx, leases)
 		if err != nil {
 			return err
 		}
 		q := store.New(tx)
-		events, err := q.TakeUpstreamFinishes(ctx, store.TakeUpstreamFinishesParams{Shards: shard.Shards(held), Batch: downstreamBatch})
+		events, err := q.TakeUpstreamFinishes(ctx, store.TakeUpstreamFinishesParams{Shards: shard.Shards(held), Batch: batch})
 		if err != nil || len(events) == 0 {
 			return err
 		}
-		taken = len(events)
+		taken, keys = len(events), make([]eventKey, len(events))
+		for i, e := range events {
+			keys[i] = eventKey{e.RunID, e.FinishedAt}
+			if err := s.cfg.Failpoints.Err(FailpointDownstreamEvent + ":" + e.RunID.String()); err != nil {
+				return err
+			}
+		}
 		news, cancel, err := s.downstreamRuns(ctx, q, events)
 		if err != nil {
 			return err
@@ -155,7 +210,7 @@ func (s *Scheduler) downstreamBatch(ctx context.Context, leases []*shard.Lease) 
 		s.cfg.Failpoints.Hit(FailpointDownstreamTx)
 		return nil
 	})
-	return taken, err
+	return taken, keys, err
 }
 
 // downstreamRuns plans the runs the upstream finish events start, and the
@@ -218,7 +273,7 @@ func (s *Scheduler) downstreamRuns(ctx context.Context, q *store.Queries, events
 				}
 				upstreams[k] = js
 			}
-			ends = append(ends, upstreamEnd{At: e.FinishedAt, Outcome: e.Status, JSON: js, Depth: upstreamDepth(e.RunUpstream) + 1})
+			ends = append(ends, upstreamEnd{At: e.FinishedAt, Outcome: e.Status, JSON: js, Depth: upstreamDepth(e.RunUpstream) + 1, Calls: e.Depth})
 		}
 		if len(ends) == 0 {
 			continue
@@ -243,13 +298,14 @@ func (s *Scheduler) downstreamRuns(ctx context.Context, q *store.Queries, events
 			active[i] = activeRun{ID: r.ID, Status: r.Status}
 		}
 		p := planDownstream(sched, &spec, ends, now, active, s.cfg.MisfireAfter)
-		byAt := make(map[time.Time][]byte, len(ends))
+		byAt := make(map[time.Time]upstreamEnd, len(ends))
 		for _, e := range ends {
-			byAt[e.At] = e.JSON
+			byAt[e.At] = e
 		}
 		ref := run.JobRef{ID: d.ID, Tenant: d.TenantID, Version: d.Version, Shard: int(d.Shard), Spec: &spec}
 		for _, r := range p.Runs {
-			news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: -1, Upstream: byAt[r.At]})
+			e := byAt[r.At]
+			news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: -1, Upstream: e.JSON, Depth: int(e.Calls)})
 		}
 		cancel = append(cancel, p.Cancel...)
 	}

@@ -21,7 +21,7 @@ WITH RECURSIVE chain (namespace, name, caller_namespace, caller_name, depth) AS 
     FROM chain AS ch
     JOIN jobs AS j ON j.tenant_id = $3 AND j.namespace = ch.namespace AND j.name = ch.name AND j.status <> 'deleted'
     JOIN job_calls AS c ON c.job_id = j.id
-    WHERE ch.depth < 100
+    WHERE ch.depth < 100 AND NOT (ch.namespace = $4::text AND ch.name = $5::text)
 )
 SELECT namespace::text AS namespace, name::text AS name, caller_namespace::text AS caller_namespace, caller_name::text AS caller_name, depth::int AS depth
 FROM chain ORDER BY depth, namespace, name
@@ -29,9 +29,11 @@ LIMIT 10000
 `
 
 type CallChainParams struct {
-	Namespaces []string
-	Names      []string
-	TenantID   uuid.UUID
+	Namespaces    []string
+	Names         []string
+	TenantID      uuid.UUID
+	SelfNamespace string
+	SelfName      string
 }
 
 type CallChainRow struct {
@@ -43,10 +45,17 @@ type CallChainRow struct {
 }
 
 // CallChain follows job_calls from jobs (namespace/name) through the
-// tenant's live jobs, at most 100 links deep: a job that meets itself
-// would run itself for ever.
+// tenant's live jobs, at most 100 links deep and not beyond @self_namespace
+// /@self_name (the job being written: a job that meets itself would run
+// itself for ever). At most 10,000 rows (the caller refuses to guess past).
 func (q *Queries) CallChain(ctx context.Context, arg CallChainParams) ([]CallChainRow, error) {
-	rows, err := q.db.Query(ctx, callChain, arg.Namespaces, arg.Names, arg.TenantID)
+	rows, err := q.db.Query(ctx, callChain,
+		arg.Namespaces,
+		arg.Names,
+		arg.TenantID,
+		arg.SelfNamespace,
+		arg.SelfName,
+	)
 	if err != nil {
 		return nil, err
 	}

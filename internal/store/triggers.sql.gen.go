@@ -209,7 +209,7 @@ func (q *Queries) Downstreams(ctx context.Context, arg DownstreamsParams) ([]Dow
 }
 
 const hasUpstreamFinishes = `-- name: HasUpstreamFinishes :one
-SELECT EXISTS (SELECT 1 FROM upstream_finishes WHERE shard = ANY($1::int[]))::bool
+SELECT EXISTS (SELECT 1 FROM upstream_finishes WHERE shard = ANY($1::int[]) AND (retry_at IS NULL OR retry_at <= now()))::bool
 `
 
 // HasUpstreamFinishes: whether the shards have upstream finish events (a
@@ -303,6 +303,25 @@ func (q *Queries) LockSchedules(ctx context.Context, jobIds []uuid.UUID) error {
 	return err
 }
 
+const setAsideUpstreamFinish = `-- name: SetAsideUpstreamFinish :exec
+UPDATE upstream_finishes SET tries = tries + 1, last_error = $1,
+    retry_at = now() + least(power(2, tries), 600) * interval '1 second'
+WHERE run_id = $2 AND finished_at = $3
+`
+
+type SetAsideUpstreamFinishParams struct {
+	Error      string
+	RunID      uuid.UUID
+	FinishedAt time.Time
+}
+
+// SetAsideUpstreamFinish puts off an event whose transaction failed alone,
+// by 2^tries seconds (at most 10 minutes), with the error.
+func (q *Queries) SetAsideUpstreamFinish(ctx context.Context, arg SetAsideUpstreamFinishParams) error {
+	_, err := q.db.Exec(ctx, setAsideUpstreamFinish, arg.Error, arg.RunID, arg.FinishedAt)
+	return err
+}
+
 const setJobTrigger = `-- name: SetJobTrigger :exec
 
 INSERT INTO job_triggers (job_id, tenant_id, upstream_namespace, upstream_name, outcomes)
@@ -336,9 +355,9 @@ func (q *Queries) SetJobTrigger(ctx context.Context, arg SetJobTriggerParams) er
 
 const takeUpstreamFinishes = `-- name: TakeUpstreamFinishes :many
 SELECT e.run_id, e.finished_at, e.status, r.tenant_id, r.job_id, r.job_version, r.upstream AS run_upstream,
-       uj.namespace, uj.name, r.parent_task_id, r.reason
+       uj.namespace, uj.name, r.parent_task_id, r.reason, r.depth
 FROM upstream_finishes AS e JOIN runs AS r ON r.id = e.run_id JOIN jobs AS uj ON uj.id = r.job_id
-WHERE e.shard = ANY($1::int[])
+WHERE e.shard = ANY($1::int[]) AND (e.retry_at IS NULL OR e.retry_at <= now())
 ORDER BY e.finished_at, e.run_id
 LIMIT $2
 FOR UPDATE OF e SKIP LOCKED
@@ -361,6 +380,7 @@ type TakeUpstreamFinishesRow struct {
 	Name         string
 	ParentTaskID *uuid.UUID
 	Reason       string
+	Depth        int32
 }
 
 // TakeUpstreamFinishes locks a batch of the shards' upstream finish
@@ -386,6 +406,7 @@ func (q *Queries) TakeUpstreamFinishes(ctx context.Context, arg TakeUpstreamFini
 			&i.Name,
 			&i.ParentTaskID,
 			&i.Reason,
+			&i.Depth,
 		); err != nil {
 			return nil, err
 		}

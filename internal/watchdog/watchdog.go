@@ -674,7 +674,9 @@ func (w *Watchdog) load(ctx context.Context, q *store.Queries, need map[uuid.UUI
 			return fmt.Errorf("job %s: stored spec: %w", r.ID, err)
 		}
 		for i, st := range j.spec.Steps {
-			j.timeouts[st.Name] = j.spec.Effective(i).Timeout
+			if st.Run.Job == nil { // a job step has no timeout: its child run's steps have theirs
+				j.timeouts[st.Name] = j.spec.Effective(i).Timeout
+			}
 		}
 		if s, err := schedule.Parse(j.spec.Schedule); err == nil {
 			j.sched = s.For(j.namespace, j.name)

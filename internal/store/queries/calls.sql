@@ -69,8 +69,9 @@ SELECT @job_id, @tenant_id, unnest(@namespaces::text[]), unnest(@names::text[])
 ON CONFLICT DO NOTHING;
 
 -- CallChain follows job_calls from jobs (namespace/name) through the
--- tenant's live jobs, at most 100 links deep: a job that meets itself
--- would run itself for ever.
+-- tenant's live jobs, at most 100 links deep and not beyond @self_namespace
+-- /@self_name (the job being written: a job that meets itself would run
+-- itself for ever). At most 10,000 rows (the caller refuses to guess past).
 -- name: CallChain :many
 WITH RECURSIVE chain (namespace, name, caller_namespace, caller_name, depth) AS (
     SELECT unnest(@namespaces::text[]), unnest(@names::text[]), ''::text, ''::text, 0
@@ -79,7 +80,7 @@ WITH RECURSIVE chain (namespace, name, caller_namespace, caller_name, depth) AS 
     FROM chain AS ch
     JOIN jobs AS j ON j.tenant_id = @tenant_id AND j.namespace = ch.namespace AND j.name = ch.name AND j.status <> 'deleted'
     JOIN job_calls AS c ON c.job_id = j.id
-    WHERE ch.depth < 100
+    WHERE ch.depth < 100 AND NOT (ch.namespace = @self_namespace::text AND ch.name = @self_name::text)
 )
 SELECT namespace::text AS namespace, name::text AS name, caller_namespace::text AS caller_namespace, caller_name::text AS caller_name, depth::int AS depth
 FROM chain ORDER BY depth, namespace, name

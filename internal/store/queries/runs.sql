@@ -87,6 +87,7 @@ SELECT id, tenant_id, namespace, name, version, spec FROM jobs WHERE id = ANY(@i
 -- name: ActiveRuns :many
 SELECT job_id, id, status FROM runs
 WHERE job_id = ANY(@job_ids::uuid[]) AND finished_at IS NULL AND status IN ('queued', 'pending', 'running') AND backfill_id IS NULL
+  AND trigger <> 'parent' -- a child run is its caller's: its job's overlap policy neither holds it nor sees it
 ORDER BY scheduled_for;
 
 -- InsertRuns inserts many runs; a (job, instant) that already has a run
@@ -233,9 +234,12 @@ LIMIT @page_size;
 SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger,
        (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
        r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params, r.upstream,
-       pt.run_id AS parent_run_id, COALESCE(pt.step, '')::text AS parent_step
+       pt.run_id AS parent_run_id, COALESCE(pt.step, '')::text AS parent_step,
+       COALESCE(pj.namespace, '')::text AS parent_namespace, COALESCE(pj.name, '')::text AS parent_job
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN tasks AS pt ON pt.id = r.parent_task_id
+LEFT JOIN runs AS pr ON pr.id = pt.run_id
+LEFT JOIN jobs AS pj ON pj.id = pr.job_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t
     WHERE t.run_id = r.id AND r.status = 'pending' AND t.started_at IS NOT NULL

@@ -38,9 +38,9 @@ ORDER BY j.namespace, j.name;
 -- events (oldest first) with their runs and jobs.
 -- name: TakeUpstreamFinishes :many
 SELECT e.run_id, e.finished_at, e.status, r.tenant_id, r.job_id, r.job_version, r.upstream AS run_upstream,
-       uj.namespace, uj.name, r.parent_task_id, r.reason
+       uj.namespace, uj.name, r.parent_task_id, r.reason, r.depth
 FROM upstream_finishes AS e JOIN runs AS r ON r.id = e.run_id JOIN jobs AS uj ON uj.id = r.job_id
-WHERE e.shard = ANY(@shards::int[])
+WHERE e.shard = ANY(@shards::int[]) AND (e.retry_at IS NULL OR e.retry_at <= now())
 ORDER BY e.finished_at, e.run_id
 LIMIT @batch
 FOR UPDATE OF e SKIP LOCKED;
@@ -84,7 +84,14 @@ ORDER BY t.step;
 -- HasUpstreamFinishes: whether the shards have upstream finish events (a
 -- probe before a transaction of the downstream step).
 -- name: HasUpstreamFinishes :one
-SELECT EXISTS (SELECT 1 FROM upstream_finishes WHERE shard = ANY(@shards::int[]))::bool;
+SELECT EXISTS (SELECT 1 FROM upstream_finishes WHERE shard = ANY(@shards::int[]) AND (retry_at IS NULL OR retry_at <= now()))::bool;
+
+-- SetAsideUpstreamFinish puts off an event whose transaction failed alone,
+-- by 2^tries seconds (at most 10 minutes), with the error.
+-- name: SetAsideUpstreamFinish :exec
+UPDATE upstream_finishes SET tries = tries + 1, last_error = @error,
+    retry_at = now() + least(power(2, tries), 600) * interval '1 second'
+WHERE run_id = @run_id AND finished_at = @finished_at;
 
 -- LockSchedules locks the schedule rows of jobs (in id order), after
 -- their jobs rows, as job.Lock does.

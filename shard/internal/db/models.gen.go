@@ -372,6 +372,9 @@ type UpstreamFinish struct {
 	FinishedAt time.Time
 	Shard      int32
 	Status     string
+	Tries      int32
+	RetryAt    *time.Time
+	LastError  string
 }
 
 type WebSession struct {
