@@ -18,7 +18,8 @@
 --
 -- job_calls: the jobs a job's steps run, by namespace and name, written
 -- with its definition (as job_triggers is), read to refuse a cycle of
--- jobs running each other at apply.
+-- jobs running each other at apply, and, with the key of the writer whose
+-- right apply checked, to check that right again when a step starts.
 --
 -- Outside a transaction, as 00028: each statement may run again after a
 -- crash part way.
@@ -36,6 +37,9 @@ CREATE TABLE IF NOT EXISTS job_calls (
     tenant_id         UUID NOT NULL,
     callee_namespace  TEXT NOT NULL,
     callee_name       TEXT NOT NULL,
+    -- the key of the writer whose right to run the callee apply checked,
+    -- checked again when a step starts (NULL: written without a key)
+    author_key        UUID,
     PRIMARY KEY (job_id, callee_namespace, callee_name)
 );
 CREATE INDEX IF NOT EXISTS job_calls_callee ON job_calls (tenant_id, callee_namespace, callee_name);

@@ -1,6 +1,7 @@
 package access
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // Role is what a principal may do.
@@ -172,13 +174,40 @@ func (p Principal) Actor() job.Actor {
 	if p.KeyPrefix != "" {
 		name += " (" + p.KeyPrefix + ")"
 	}
-	a := job.Actor{Tenant: p.Tenant, Name: name, Scope: p.Scope()}
+	a := job.Actor{Tenant: p.Tenant, Name: name, Scope: p.Scope(), Key: p.KeyID}
 	if !p.Role.Allows(Editor) {
 		a.MayRun = func(namespace, name string) bool {
 			return p.RoleOn(Resource{Namespace: namespace, Job: name}).Allows(Editor)
 		}
 	}
 	return a
+}
+
+// KeyMayRun reports whether the key key (a live one: not revoked nor
+// expired) of tenant may start runs of job namespace/name: its principal's
+// role there (the key's tenant-wide role, or a grant) allows editor, the
+// role a trigger needs. A step that runs a job asks it when it starts, of
+// the key that last wrote its job (job_calls.author_key); uuid.Nil (a job
+// written without a key) may.
+func KeyMayRun(ctx context.Context, q *store.Queries, tenant, key uuid.UUID, namespace, name string) (bool, error) {
+	if key == uuid.Nil {
+		return true, nil
+	}
+	row, err := q.KeyByID(ctx, key)
+	if store.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	p := Principal{Tenant: row.TenantID, Name: row.Principal, Role: Role(row.Role), KeyPrefix: row.Prefix, KeyID: row.ID}
+	if p.Tenant != tenant || p.Role == Worker {
+		return false, nil
+	}
+	if p.Grants, err = principalGrants(ctx, q, row.TenantID, row.Principal); err != nil {
+		return false, err
+	}
+	return p.RoleOn(Resource{Namespace: namespace, Job: name}).Allows(Editor), nil
 }
 
 // ErrUnauthenticated is returned for a missing, malformed, unknown,

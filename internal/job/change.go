@@ -113,7 +113,7 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 	if err := writeTrigger(ctx, q, row, res.Spec.Schedule.After); err != nil {
 		return nil, err
 	}
-	if err := writeCalls(ctx, q, row, res.Spec); err != nil {
+	if err := writeCalls(ctx, q, row, res.Spec, a); err != nil {
 		return nil, err
 	}
 	out, err := fromRow(row)
@@ -344,12 +344,16 @@ func callees(s dag.JobSpec) []string {
 	return slices.Compact(out)
 }
 
-// writeCalls makes job row's job_calls rows the jobs spec's steps run.
-func writeCalls(ctx context.Context, q *store.Queries, row store.Job, spec dag.JobSpec) error {
+// writeCalls makes job row's job_calls rows the jobs spec's steps run,
+// with the key of a, whose right to run them checkCalls checked.
+func writeCalls(ctx context.Context, q *store.Queries, row store.Job, spec dag.JobSpec, a Actor) error {
 	if err := q.DeleteJobCalls(ctx, row.ID); err != nil {
 		return err
 	}
 	p := store.InsertJobCallsParams{JobID: row.ID, TenantID: row.TenantID}
+	if a.Key != uuid.Nil {
+		p.AuthorKey = &a.Key
+	}
 	for _, c := range callees(spec) {
 		ns, name, _ := strings.Cut(c, "/")
 		p.Namespaces, p.Names = append(p.Namespaces, ns), append(p.Names, name)

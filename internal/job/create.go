@@ -180,7 +180,7 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 			}
 			pending[j.ID] = i
 			out[i].job = j
-			addCreate(&p, j, r.spec, r.key, r.reqHash)
+			addCreate(&p, j, r.spec, r.key, r.reqHash, r.a.Key)
 		}
 		if len(pending) == 0 {
 			return nil
@@ -285,7 +285,7 @@ func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res 
 		return nil, err
 	}
 	p := store.CreateJobsParams{Now: out.CreatedAt}
-	addCreate(&p, out, spec, "", nil)
+	addCreate(&p, out, spec, "", nil, a.Key)
 	written, err := q.CreateJobs(ctx, p)
 	if err != nil {
 		return nil, err
@@ -298,8 +298,9 @@ func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res 
 }
 
 // addCreate adds new job j (spec: its definition as JSON; key and its
-// request's hash, or "" and nil) to a CreateJobs statement.
-func addCreate(p *store.CreateJobsParams, j *Job, spec []byte, key string, reqHash []byte) {
+// request's hash, or "" and nil; author, the writer's API key) to a
+// CreateJobs statement.
+func addCreate(p *store.CreateJobsParams, j *Job, spec []byte, key string, reqHash []byte, author uuid.UUID) {
 	var next time.Time // the zero time: none
 	if j.NextFireAt != nil {
 		next = *j.NextFireAt
@@ -319,6 +320,7 @@ func addCreate(p *store.CreateJobsParams, j *Job, spec []byte, key string, reqHa
 	p.Snapshots = append(p.Snapshots, string(snapshot(j)))
 	p.IdempotencyKeys = append(p.IdempotencyKeys, key)
 	p.RequestHashes = append(p.RequestHashes, reqHash)
+	p.AuthorKeys = append(p.AuthorKeys, author)
 }
 
 // firstFire is a new job's first fire time: that of the next instant after

@@ -38,6 +38,10 @@ type Actor struct {
 	// applied only by an actor that may run it. nil: every job of its
 	// tenant.
 	MayRun func(namespace, name string) bool
+	// Key is the API key the actor called with (uuid.Nil: none, as with
+	// authentication off): recorded with the jobs its job's steps run, whose
+	// right to run them is checked again when a step starts.
+	Key uuid.UUID
 }
 
 // Scope is what an actor without a tenant-wide role may see: whole

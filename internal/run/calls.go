@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/expr"
 	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -238,6 +239,24 @@ func childRuns(ctx context.Context, q *store.Queries, todo []pendingCall, output
 	for _, r := range rows {
 		callees[jobKey{r.TenantID, r.Namespace, r.Name}] = r
 	}
+	// Who may make each call: the key whose right apply checked when the
+	// calling job was last written, asked again now.
+	callers := make([]uuid.UUID, len(kept))
+	for i, p := range kept {
+		callers[i] = p.run.JobID
+	}
+	grants, err := q.CallAuthors(ctx, callers)
+	if err != nil {
+		return nil, err
+	}
+	type callKey struct {
+		caller          uuid.UUID // the calling job
+		namespace, name string    // the job called
+	}
+	authors := make(map[callKey]*uuid.UUID, len(grants))
+	for _, g := range grants {
+		authors[callKey{g.JobID, g.CalleeNamespace, g.CalleeName}] = g.AuthorKey
+	}
 	now, err := q.DatabaseNow(ctx)
 	if err != nil {
 		return nil, err
@@ -248,6 +267,23 @@ func childRuns(ctx context.Context, q *store.Queries, todo []pendingCall, output
 		if !ok {
 			v.fail = append(v.fail, verdict{p.cand, fmt.Sprintf("run.job: job %s/%s does not exist", p.call.Namespace, p.call.Name)})
 			continue
+		}
+		author, ok := authors[callKey{p.run.JobID, p.call.Namespace, p.call.Name}]
+		if !ok {
+			v.fail = append(v.fail, verdict{p.cand, fmt.Sprintf("run.job: the current definition of %s/%s does not run %s/%s (apply it with the step to run it)",
+				p.run.Namespace, p.run.Name, p.call.Namespace, p.call.Name)})
+			continue
+		}
+		if author != nil {
+			may, err := access.KeyMayRun(ctx, q, p.run.TenantID, *author, p.call.Namespace, p.call.Name)
+			if err != nil {
+				return nil, err
+			}
+			if !may {
+				v.fail = append(v.fail, verdict{p.cand, fmt.Sprintf("run.job: the key that last wrote %s/%s may no longer run %s/%s (revoked, expired, or its grant taken away); apply the job again with a key that may",
+					p.run.Namespace, p.run.Name, p.call.Namespace, p.call.Name)})
+				continue
+			}
 		}
 		var spec dag.JobSpec
 		if err := json.Unmarshal(callee.Spec, &spec); err != nil {

@@ -10,11 +10,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
+	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/job"
@@ -246,10 +248,15 @@ func TestJobStepRunsAChildRun(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "runs the job itself") {
 		t.Fatalf("a job that runs itself: %v", err)
 	}
+	// (ping's call hidden while pong is written, as a change committed at
+	// the same time would be, then back)
 	if _, err := pool.Exec(ctx, "DELETE FROM job_calls WHERE callee_name = 'pong'"); err != nil {
 		t.Fatal(err)
 	}
 	createJob(t, pool, "pong", dag.JobSpec{Schedule: never, Steps: []dag.Step{{Name: "call", Run: dag.Executor{Job: &dag.JobCall{Name: "ping"}}}}})
+	if _, err := pool.Exec(ctx, "INSERT INTO job_calls (job_id, tenant_id, callee_namespace, callee_name) SELECT id, tenant_id, 'default', 'pong' FROM jobs WHERE name = 'ping'"); err != nil {
+		t.Fatal(err)
+	}
 	top, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "ping"}, "", true)
 	if err != nil {
 		t.Fatal(err)
@@ -311,6 +318,64 @@ func TestJobStepRunsAChildRun(t *testing.T) {
 	if _, err := jobs.Update(ctx, deny, billing, dag.Resource{Metadata: dag.Metadata{Name: "billing"}, Spec: spec}, 1); err == nil || !strings.Contains(err.Error(), "outside what you were granted") {
 		t.Fatalf("an actor that may not run invoice changed the params of a call to it: %v", err)
 	}
+
+	// The right is asked again when a step starts, of the key that last
+	// wrote the calling job: carol, editor of job leaf only, writes a job
+	// that runs leaf; it runs, and once her grant is revoked its step is
+	// dead-lettered, naming why.
+	keys := access.New(pool)
+	admin := access.Principal{Tenant: job.DefaultTenant, Name: "test", Role: access.Admin}
+	_, carolKey, err := keys.Create(ctx, access.NewKey{Tenant: "default", Principal: "carol", Role: access.None, CreatedBy: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grant := access.Grant{Principal: "carol", Namespace: "default", Job: "leaf", Role: access.Editor}
+	if _, err := keys.GrantRole(ctx, admin, grant); err != nil {
+		t.Fatal(err)
+	}
+	carol := access.Principal{Tenant: job.DefaultTenant, Name: "carol", Role: access.None, KeyID: carolKey.ID,
+		Grants: []access.Grant{grant}}.Actor()
+	carol.Scope = nil // (her scope narrows lists; the job is written as the API would let her, with a grant on its namespace)
+	if _, err := jobs.Create(ctx, carol, dag.Resource{Metadata: dag.Metadata{Name: "carols"}, Spec: dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{{Name: "call", Run: dag.Executor{Job: &dag.JobCall{Name: "leaf"}}}}}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	carols := job.Ref{Namespace: "default", Name: "carols"}
+	ok1, err := runs.Trigger(ctx, job.Anonymous, carols, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRun(ok1.ID, "succeeded")
+	if err := keys.RevokeGrant(ctx, admin, grant); err != nil {
+		t.Fatal(err)
+	}
+	denied, err := runs.Trigger(ctx, job.Anonymous, carols, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRun(denied.ID, "dead_lettered")
+	if why := enginetest.Int(t, pool, "SELECT count(*) FROM tasks WHERE run_id = $1 AND last_error LIKE 'run.job: the key that last wrote default/carols may no longer run default/leaf%'", denied.ID); why != 1 {
+		t.Errorf("the step of a job whose author lost the right: %v", taskErrors(t, pool, denied.ID))
+	}
+}
+
+// taskErrors lists a run's tasks' errors, for a failure's message.
+func taskErrors(t *testing.T, pool *pgxpool.Pool, runID uuid.UUID) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT step || ': ' || status || ' ' || last_error FROM tasks WHERE run_id = $1", runID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // An event of a child run's end that its step cannot take (an error that

@@ -13,6 +13,44 @@ import (
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
+const callAuthors = `-- name: CallAuthors :many
+SELECT job_id, callee_namespace, callee_name, author_key FROM job_calls WHERE job_id = ANY($1::uuid[])
+`
+
+type CallAuthorsRow struct {
+	JobID           uuid.UUID
+	CalleeNamespace string
+	CalleeName      string
+	AuthorKey       *uuid.UUID
+}
+
+// CallAuthors reads the jobs jobs' steps run, with the key whose right to
+// run each was checked when the job was last written.
+func (q *Queries) CallAuthors(ctx context.Context, jobIds []uuid.UUID) ([]CallAuthorsRow, error) {
+	rows, err := q.db.Query(ctx, callAuthors, jobIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CallAuthorsRow{}
+	for rows.Next() {
+		var i CallAuthorsRow
+		if err := rows.Scan(
+			&i.JobID,
+			&i.CalleeNamespace,
+			&i.CalleeName,
+			&i.AuthorKey,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const callChain = `-- name: CallChain :many
 WITH RECURSIVE chain (namespace, name, caller_namespace, caller_name, depth) AS (
     SELECT unnest($1::text[]), unnest($2::text[]), ''::text, ''::text, 0
@@ -286,8 +324,8 @@ func (q *Queries) DeleteJobCalls(ctx context.Context, jobID uuid.UUID) error {
 }
 
 const insertJobCalls = `-- name: InsertJobCalls :exec
-INSERT INTO job_calls (job_id, tenant_id, callee_namespace, callee_name)
-SELECT $1, $2, unnest($3::text[]), unnest($4::text[])
+INSERT INTO job_calls (job_id, tenant_id, callee_namespace, callee_name, author_key)
+SELECT $1, $2, unnest($3::text[]), unnest($4::text[]), $5::uuid
 ON CONFLICT DO NOTHING
 `
 
@@ -296,6 +334,7 @@ type InsertJobCallsParams struct {
 	TenantID   uuid.UUID
 	Namespaces []string
 	Names      []string
+	AuthorKey  *uuid.UUID
 }
 
 func (q *Queries) InsertJobCalls(ctx context.Context, arg InsertJobCallsParams) error {
@@ -304,6 +343,7 @@ func (q *Queries) InsertJobCalls(ctx context.Context, arg InsertJobCallsParams) 
 		arg.TenantID,
 		arg.Namespaces,
 		arg.Names,
+		arg.AuthorKey,
 	)
 	return err
 }

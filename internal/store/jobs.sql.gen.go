@@ -74,30 +74,32 @@ WITH input AS (
            NULLIF(unnest($10::timestamptz[]), '0001-01-01 00:00:00+00') AS next_fire_at,
            unnest($11::text[]) AS actor, unnest($12::uuid[]) AS audit_id,
            unnest($13::text[])::jsonb AS snapshot, unnest($14::text[]) AS idempotency_key,
-           unnest($15::bytea[]) AS request_hash
+           unnest($15::bytea[]) AS request_hash,
+           -- the writer's key (the zero UUID for none)
+           NULLIF(unnest($16::uuid[]), '00000000-0000-0000-0000-000000000000'::uuid) AS author_key
 ), ns AS (
     INSERT INTO namespaces (tenant_id, name, created_at)
-    SELECT DISTINCT tenant_id, namespace, $16::timestamptz FROM input
+    SELECT DISTINCT tenant_id, namespace, $17::timestamptz FROM input
     ON CONFLICT (tenant_id, name) DO NOTHING
     RETURNING name
 ), j AS (
     INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec, source,
                       shard, next_fire_at, created_at, created_by, updated_at, updated_by)
     SELECT id, tenant_id, namespace, name, description, labels, 'active', 1, spec, source,
-           shard, next_fire_at, $16::timestamptz, actor, $16::timestamptz, actor
+           shard, next_fire_at, $17::timestamptz, actor, $17::timestamptz, actor
     FROM input
     ON CONFLICT (tenant_id, namespace, name) WHERE status <> 'deleted' DO NOTHING
     RETURNING id, tenant_id, shard, octet_length(spec::text) AS bytes
 ), v AS (
     INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
-    SELECT i.id, 1, i.tenant_id, i.description, i.labels, i.spec, $16::timestamptz, i.actor FROM input AS i JOIN j ON j.id = i.id
+    SELECT i.id, 1, i.tenant_id, i.description, i.labels, i.spec, $17::timestamptz, i.actor FROM input AS i JOIN j ON j.id = i.id
 ), a AS (
     INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)
-    SELECT i.audit_id, i.tenant_id, $16::timestamptz, i.actor, 'create', 'job', i.id, i.namespace || '/' || i.name, NULL, i.snapshot
+    SELECT i.audit_id, i.tenant_id, $17::timestamptz, i.actor, 'create', 'job', i.id, i.namespace || '/' || i.name, NULL, i.snapshot
     FROM input AS i JOIN j ON j.id = i.id
 ), k AS (
     INSERT INTO idempotency_keys (tenant_id, operation, key, request_hash, response, created_at)
-    SELECT i.tenant_id, 'CreateJob', i.idempotency_key, i.request_hash, i.snapshot, $16::timestamptz
+    SELECT i.tenant_id, 'CreateJob', i.idempotency_key, i.request_hash, i.snapshot, $17::timestamptz
     FROM input AS i JOIN j ON j.id = i.id
     WHERE i.idempotency_key <> ''
 ), s AS (
@@ -114,8 +116,8 @@ WITH input AS (
 ), c AS (
     -- the jobs its steps run (run.job, namespace filled in): job_calls
     -- (DeleteJobCalls and InsertJobCalls on a change)
-    INSERT INTO job_calls (job_id, tenant_id, callee_namespace, callee_name)
-    SELECT DISTINCT i.id, i.tenant_id, st #>> '{run,job,namespace}', st #>> '{run,job,name}'
+    INSERT INTO job_calls (job_id, tenant_id, callee_namespace, callee_name, author_key)
+    SELECT DISTINCT i.id, i.tenant_id, st #>> '{run,job,namespace}', st #>> '{run,job,name}', i.author_key
     FROM input AS i JOIN j ON j.id = i.id, jsonb_array_elements(i.spec -> 'steps') AS st
     WHERE st #> '{run,job}' IS NOT NULL
 ), u AS (
@@ -127,7 +129,7 @@ WITH input AS (
     -- Without it (apply), the caller counts the bytes returned.
     INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
     SELECT j.tenant_id, j.shard, count(*), sum(j.bytes) FROM j, (SELECT count(*) FROM ns) AS after_ns
-    WHERE $17::bool
+    WHERE $18::bool
     GROUP BY j.tenant_id, j.shard ORDER BY j.tenant_id, j.shard
     ON CONFLICT (tenant_id, shard) DO UPDATE
     SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
@@ -151,6 +153,7 @@ type CreateJobsParams struct {
 	Snapshots       []string
 	IdempotencyKeys []string
 	RequestHashes   [][]byte
+	AuthorKeys      []uuid.UUID
 	Now             time.Time
 	CountUsage      bool
 }
@@ -187,6 +190,7 @@ func (q *Queries) CreateJobs(ctx context.Context, arg CreateJobsParams) ([]Creat
 		arg.Snapshots,
 		arg.IdempotencyKeys,
 		arg.RequestHashes,
+		arg.AuthorKeys,
 		arg.Now,
 		arg.CountUsage,
 	)

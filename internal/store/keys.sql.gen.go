@@ -90,6 +90,33 @@ func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) erro
 	return err
 }
 
+const keyByID = `-- name: KeyByID :one
+SELECT k.id, k.tenant_id, k.principal, k.role, k.prefix FROM api_keys AS k
+WHERE k.id = $1 AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())
+`
+
+type KeyByIDRow struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	Principal string
+	Role      string
+	Prefix    string
+}
+
+// KeyByID reads a key that is neither revoked nor expired, by id.
+func (q *Queries) KeyByID(ctx context.Context, id uuid.UUID) (KeyByIDRow, error) {
+	row := q.db.QueryRow(ctx, keyByID, id)
+	var i KeyByIDRow
+	err := row.Scan(
+		&i.ID,
+		&i.TenantID,
+		&i.Principal,
+		&i.Role,
+		&i.Prefix,
+	)
+	return i, err
+}
+
 const listAPIKeys = `-- name: ListAPIKeys :many
 SELECT id, principal, role, system_admin, prefix, created_at, created_by, expires_at, revoked_at,
        worker_types, worker_namespaces

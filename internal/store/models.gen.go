@@ -164,6 +164,7 @@ type JobCall struct {
 	TenantID        uuid.UUID
 	CalleeNamespace string
 	CalleeName      string
+	AuthorKey       *uuid.UUID
 }
 
 type JobSchedule struct {

@@ -64,9 +64,14 @@ ORDER BY t.run_id, t.id;
 DELETE FROM job_calls WHERE job_id = @job_id;
 
 -- name: InsertJobCalls :exec
-INSERT INTO job_calls (job_id, tenant_id, callee_namespace, callee_name)
-SELECT @job_id, @tenant_id, unnest(@namespaces::text[]), unnest(@names::text[])
+INSERT INTO job_calls (job_id, tenant_id, callee_namespace, callee_name, author_key)
+SELECT @job_id, @tenant_id, unnest(@namespaces::text[]), unnest(@names::text[]), sqlc.narg(author_key)::uuid
 ON CONFLICT DO NOTHING;
+
+-- CallAuthors reads the jobs jobs' steps run, with the key whose right to
+-- run each was checked when the job was last written.
+-- name: CallAuthors :many
+SELECT job_id, callee_namespace, callee_name, author_key FROM job_calls WHERE job_id = ANY(@job_ids::uuid[]);
 
 -- CallChain follows job_calls from jobs (namespace/name) through the
 -- tenant's live jobs, at most 100 links deep and not beyond @self_namespace

@@ -133,7 +133,9 @@ WITH input AS (
            NULLIF(unnest(@next_fire_ats::timestamptz[]), '0001-01-01 00:00:00+00') AS next_fire_at,
            unnest(@actors::text[]) AS actor, unnest(@audit_ids::uuid[]) AS audit_id,
            unnest(@snapshots::text[])::jsonb AS snapshot, unnest(@idempotency_keys::text[]) AS idempotency_key,
-           unnest(@request_hashes::bytea[]) AS request_hash
+           unnest(@request_hashes::bytea[]) AS request_hash,
+           -- the writer's key (the zero UUID for none)
+           NULLIF(unnest(@author_keys::uuid[]), '00000000-0000-0000-0000-000000000000'::uuid) AS author_key
 ), ns AS (
     INSERT INTO namespaces (tenant_id, name, created_at)
     SELECT DISTINCT tenant_id, namespace, @now::timestamptz FROM input
@@ -173,8 +175,8 @@ WITH input AS (
 ), c AS (
     -- the jobs its steps run (run.job, namespace filled in): job_calls
     -- (DeleteJobCalls and InsertJobCalls on a change)
-    INSERT INTO job_calls (job_id, tenant_id, callee_namespace, callee_name)
-    SELECT DISTINCT i.id, i.tenant_id, st #>> '{run,job,namespace}', st #>> '{run,job,name}'
+    INSERT INTO job_calls (job_id, tenant_id, callee_namespace, callee_name, author_key)
+    SELECT DISTINCT i.id, i.tenant_id, st #>> '{run,job,namespace}', st #>> '{run,job,name}', i.author_key
     FROM input AS i JOIN j ON j.id = i.id, jsonb_array_elements(i.spec -> 'steps') AS st
     WHERE st #> '{run,job}' IS NOT NULL
 ), u AS (

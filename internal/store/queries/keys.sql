@@ -24,3 +24,8 @@ FROM api_keys WHERE tenant_id = @tenant_id
 ORDER BY created_at, id;
 
 
+
+-- KeyByID reads a key that is neither revoked nor expired, by id.
+-- name: KeyByID :one
+SELECT k.id, k.tenant_id, k.principal, k.role, k.prefix FROM api_keys AS k
+WHERE k.id = @id AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now());

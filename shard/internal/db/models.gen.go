@@ -162,6 +162,7 @@ type JobCall struct {
 	TenantID        uuid.UUID
 	CalleeNamespace string
 	CalleeName      string
+	AuthorKey       *uuid.UUID
 }
 
 type JobSchedule struct {
