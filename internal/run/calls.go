@@ -65,8 +65,9 @@ type pendingCall struct {
 
 // startCalls starts the child runs of job steps released (all of cands),
 // or attaches each to the child it started before; a step whose child
-// cannot start (its job missing, its params refused by the job, the depth
-// limit, a storage quota) is dead-lettered, naming why.
+// cannot start (its job missing, its params refused by the job, the right
+// of its job's author gone, the depth limit, the bound on child runs a
+// transaction, a storage quota) is dead-lettered, naming why.
 func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands []candidate) error {
 	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
 	byRun, got, err := runsOf(ctx, q, tx, cands)
@@ -197,7 +198,8 @@ func candOf(todo []pendingCall, task uuid.UUID) candidate {
 
 // childRuns evaluates the params of the steps of todo and writes down
 // the runs they start, of the jobs they name (locked FOR SHARE); a step
-// whose job is missing, or whose params do not fit it, goes to v.fail.
+// whose job is missing, whose params do not fit it, or whose job's author
+// may no longer run it (access.KeyMayRun), goes to v.fail.
 func childRuns(ctx context.Context, q *store.Queries, todo []pendingCall, outputs *outputsToRead, v *verdicts) ([]New, error) {
 	if len(todo) == 0 {
 		return nil, nil
