@@ -48,15 +48,11 @@ type Link struct {
 func (s *Service) Links(ctx context.Context, a Actor, j *Job) (up, down []Link, err error) {
 	q := store.New(s.pool)
 	if after := j.Spec.Schedule.After; after != nil && a.Scope.Sees(after.Namespace, after.Job) {
-		l := Link{Namespace: after.Namespace, Name: after.Job, On: after.Outcomes(), Status: "missing"}
-		row, err := q.GetLiveJobByName(ctx, store.GetLiveJobByNameParams{TenantID: a.Tenant, Namespace: after.Namespace, Name: after.Job})
-		switch {
-		case err == nil:
-			l.Status = row.Status
-		case !store.IsNotFound(err):
+		status, err := liveStatus(ctx, q, a.Tenant, after.Namespace, after.Job)
+		if err != nil {
 			return nil, nil, err
 		}
-		up = append(up, l)
+		up = append(up, Link{Namespace: after.Namespace, Name: after.Job, On: after.Outcomes(), Status: status})
 	}
 	rows, err := q.Downstreams(ctx, store.DownstreamsParams{TenantID: a.Tenant, Namespace: j.Namespace, Name: j.Name})
 	if err != nil {
@@ -70,6 +66,19 @@ func (s *Service) Links(ctx context.Context, a Actor, j *Job) (up, down []Link, 
 	return up, down, nil
 }
 
+// liveStatus is the status of the tenant's live job namespace/name, or
+// "missing" when no live job has the name.
+func liveStatus(ctx context.Context, q *store.Queries, tenant uuid.UUID, namespace, name string) (string, error) {
+	row, err := q.GetLiveJobByName(ctx, store.GetLiveJobByNameParams{TenantID: tenant, Namespace: namespace, Name: name})
+	switch {
+	case err == nil:
+		return row.Status, nil
+	case store.IsNotFound(err):
+		return "missing", nil
+	}
+	return "", err
+}
+
 // Calls lists the jobs j's steps run (run.job; status missing for one no
 // live job has the name of) and the live jobs whose steps run j, those
 // a's scope shows.
@@ -80,15 +89,11 @@ func (s *Service) Calls(ctx context.Context, a Actor, j *Job) (calls, callers []
 		if !a.Scope.Sees(ns, name) {
 			continue
 		}
-		l := Link{Namespace: ns, Name: name, Status: "missing"}
-		row, err := q.GetLiveJobByName(ctx, store.GetLiveJobByNameParams{TenantID: a.Tenant, Namespace: ns, Name: name})
-		switch {
-		case err == nil:
-			l.Status = row.Status
-		case !store.IsNotFound(err):
+		status, err := liveStatus(ctx, q, a.Tenant, ns, name)
+		if err != nil {
 			return nil, nil, err
 		}
-		calls = append(calls, l)
+		calls = append(calls, Link{Namespace: ns, Name: name, Status: status})
 	}
 	rows, err := q.Callers(ctx, store.CallersParams{TenantID: a.Tenant, Namespace: j.Namespace, Name: j.Name})
 	if err != nil {
