@@ -229,6 +229,20 @@ func childRuns(ctx context.Context, q *store.Queries, todo []pendingCall, output
 	if len(kept) == 0 {
 		return nil, nil
 	}
+	type askKey struct {
+		key             uuid.UUID
+		namespace, name string
+	}
+	asked := map[askKey]bool{} // access.KeyMayRun's answers: a batch's calls by one author to one job ask once
+	mayRun := func(tenant, key uuid.UUID, namespace, name string) (bool, error) {
+		k := askKey{key, namespace, name}
+		if may, ok := asked[k]; ok {
+			return may, nil
+		}
+		may, err := access.KeyMayRun(ctx, q, tenant, key, namespace, name)
+		asked[k] = may
+		return may, err
+	}
 	rows, err := q.CalleeJobs(ctx, cp)
 	if err != nil {
 		return nil, err
@@ -277,7 +291,7 @@ func childRuns(ctx context.Context, q *store.Queries, todo []pendingCall, output
 			continue
 		}
 		if author != nil {
-			may, err := access.KeyMayRun(ctx, q, p.run.TenantID, *author, p.call.Namespace, p.call.Name)
+			may, err := mayRun(p.run.TenantID, *author, p.call.Namespace, p.call.Name)
 			if err != nil {
 				return nil, err
 			}
@@ -442,7 +456,8 @@ func (a *Applier) finishCalls(ctx context.Context, tx pgx.Tx, q *store.Queries, 
 	for _, r := range rows {
 		res := executor.Result{OK: r.Status == lifecycle.RunSucceeded}
 		if res.OK {
-			out, err := childOutput(ctx, q, r.ChildRunID)
+			end := End{Run: r.ChildRunID, Namespace: r.ChildNamespace, Job: r.ChildJob, Outcome: string(r.Status), FinishedAt: r.ChildFinishedAt}
+			out, err := RunEnd(ctx, q, end, maxCallOutputs, nil)
 			if err != nil {
 				return err
 			}
@@ -459,20 +474,6 @@ func (a *Applier) finishCalls(ctx context.Context, tx pgx.Tx, q *store.Queries, 
 		}
 	}
 	return nil
-}
-
-// childOutput is a job step's output once its child run succeeded: the
-// child's id, job, namespace, outcome and end, and the outputs of its last
-// steps, as run.upstream has them (RunEnd).
-func childOutput(ctx context.Context, q *store.Queries, child uuid.UUID) ([]byte, error) {
-	row, err := q.RunEndOf(ctx, child)
-	if err != nil {
-		return nil, err
-	}
-	if row.FinishedAt == nil {
-		return nil, fmt.Errorf("child run %s has not ended", child)
-	}
-	return RunEnd(ctx, q, End{Run: child, Namespace: row.Namespace, Job: row.Name, Outcome: string(row.Status), FinishedAt: *row.FinishedAt}, maxCallOutputs, nil)
 }
 
 // End is a run's end, as RunEnd describes it.

@@ -214,9 +214,11 @@ func (q *Queries) Callers(ctx context.Context, arg CallersParams) ([]CallersRow,
 }
 
 const callsEnded = `-- name: CallsEnded :many
-SELECT t.id, t.run_id, t.fencing_token, c.id AS child_run_id, c.status, c.reason
+SELECT t.id, t.run_id, t.fencing_token, c.id AS child_run_id, c.status, c.reason,
+       c.finished_at::timestamptz AS child_finished_at, cj.namespace AS child_namespace, cj.name AS child_job
 FROM (SELECT unnest($1::uuid[]) AS run_id, unnest($2::timestamptz[]) AS finished_at) AS e
 JOIN runs AS c ON c.id = e.run_id AND ($3::bool OR c.finished_at = e.finished_at) AND c.status NOT IN ('queued', 'pending', 'running')
+JOIN jobs AS cj ON cj.id = c.job_id
 JOIN tasks AS t ON t.id = c.parent_task_id AND t.status = 'running' AND t.child_run_id = c.id
 ORDER BY t.run_id, t.id
 `
@@ -228,12 +230,15 @@ type CallsEndedParams struct {
 }
 
 type CallsEndedRow struct {
-	ID           uuid.UUID
-	RunID        uuid.UUID
-	FencingToken int64
-	ChildRunID   uuid.UUID
-	Status       lifecycle.RunStatus
-	Reason       string
+	ID              uuid.UUID
+	RunID           uuid.UUID
+	FencingToken    int64
+	ChildRunID      uuid.UUID
+	Status          lifecycle.RunStatus
+	Reason          string
+	ChildFinishedAt time.Time
+	ChildNamespace  string
+	ChildJob        string
 }
 
 // CallsEnded reads the running job steps whose child runs ended, each
@@ -256,6 +261,9 @@ func (q *Queries) CallsEnded(ctx context.Context, arg CallsEndedParams) ([]Calls
 			&i.ChildRunID,
 			&i.Status,
 			&i.Reason,
+			&i.ChildFinishedAt,
+			&i.ChildNamespace,
+			&i.ChildJob,
 		); err != nil {
 			return nil, err
 		}
@@ -269,7 +277,7 @@ func (q *Queries) CallsEnded(ctx context.Context, arg CallsEndedParams) ([]Calls
 
 const childRuns = `-- name: ChildRuns :many
 
-SELECT r.id, r.parent_task_id::uuid AS parent_task_id, r.status, r.job_id, r.tenant_id
+SELECT r.id, r.parent_task_id::uuid AS parent_task_id, r.status, r.tenant_id
 FROM runs AS r WHERE r.parent_task_id = ANY($1::uuid[])
 `
 
@@ -277,7 +285,6 @@ type ChildRunsRow struct {
 	ID           uuid.UUID
 	ParentTaskID uuid.UUID
 	Status       lifecycle.RunStatus
-	JobID        uuid.UUID
 	TenantID     uuid.UUID
 }
 
@@ -298,7 +305,6 @@ func (q *Queries) ChildRuns(ctx context.Context, taskIds []uuid.UUID) ([]ChildRu
 			&i.ID,
 			&i.ParentTaskID,
 			&i.Status,
-			&i.JobID,
 			&i.TenantID,
 		); err != nil {
 			return nil, err
@@ -374,30 +380,6 @@ func (q *Queries) OpenChildRuns(ctx context.Context, taskIds []uuid.UUID) ([]uui
 		return nil, err
 	}
 	return items, nil
-}
-
-const runEndOf = `-- name: RunEndOf :one
-SELECT r.status, r.finished_at, j.namespace, j.name FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE r.id = $1
-`
-
-type RunEndOfRow struct {
-	Status     lifecycle.RunStatus
-	FinishedAt *time.Time
-	Namespace  string
-	Name       string
-}
-
-// RunEndOf reads a run's end and job.
-func (q *Queries) RunEndOf(ctx context.Context, id uuid.UUID) (RunEndOfRow, error) {
-	row := q.db.QueryRow(ctx, runEndOf, id)
-	var i RunEndOfRow
-	err := row.Scan(
-		&i.Status,
-		&i.FinishedAt,
-		&i.Namespace,
-		&i.Name,
-	)
-	return i, err
 }
 
 const startCalls = `-- name: StartCalls :many

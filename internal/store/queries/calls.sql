@@ -4,7 +4,7 @@
 -- ChildRuns reads the runs tasks started (one per task, ever): a task
 -- released again attaches to its own.
 -- name: ChildRuns :many
-SELECT r.id, r.parent_task_id::uuid AS parent_task_id, r.status, r.job_id, r.tenant_id
+SELECT r.id, r.parent_task_id::uuid AS parent_task_id, r.status, r.tenant_id
 FROM runs AS r WHERE r.parent_task_id = ANY(@task_ids::uuid[]);
 
 -- OpenChildRuns lists the unfinished runs tasks started (to cancel with
@@ -51,9 +51,11 @@ SELECT t.id, t.run_id, t.fencing_token::bigint AS fencing_token FROM t;
 -- since (the child retried) ends nothing. With @latest, whatever the
 -- child's end (the ends are not given).
 -- name: CallsEnded :many
-SELECT t.id, t.run_id, t.fencing_token, c.id AS child_run_id, c.status, c.reason
+SELECT t.id, t.run_id, t.fencing_token, c.id AS child_run_id, c.status, c.reason,
+       c.finished_at::timestamptz AS child_finished_at, cj.namespace AS child_namespace, cj.name AS child_job
 FROM (SELECT unnest(@run_ids::uuid[]) AS run_id, unnest(@finished_ats::timestamptz[]) AS finished_at) AS e
 JOIN runs AS c ON c.id = e.run_id AND (@latest::bool OR c.finished_at = e.finished_at) AND c.status NOT IN ('queued', 'pending', 'running')
+JOIN jobs AS cj ON cj.id = c.job_id
 JOIN tasks AS t ON t.id = c.parent_task_id AND t.status = 'running' AND t.child_run_id = c.id
 ORDER BY t.run_id, t.id;
 
@@ -96,7 +98,3 @@ LIMIT 10000;
 SELECT j.namespace, j.name FROM job_calls AS c JOIN jobs AS j ON j.id = c.job_id
 WHERE c.tenant_id = @tenant_id AND c.callee_namespace = @namespace AND c.callee_name = @name AND j.status <> 'deleted'
 ORDER BY j.namespace, j.name;
-
--- RunEndOf reads a run's end and job.
--- name: RunEndOf :one
-SELECT r.status, r.finished_at, j.namespace, j.name FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE r.id = @id;
