@@ -42,12 +42,14 @@ func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applie
 }
 
 // releaseCounted releases the tasks whose count of parents to wait for
-// reached zero (after DecrementChildren or DecrementTasks).
+// reached zero (after DecrementChildren or DecrementTasks), each for the
+// attempt after its last: a task that ran before waits again below a
+// parent that runs again (a retried all_done step, a rerun).
 func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, tasks []store.DecrementTasksRow) error {
 	var cands []candidate
 	for _, c := range tasks {
 		if c.ParentsRemaining == 0 {
-			cands = append(cands, candidate{dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, 0), c.RunID, c.Step, c.Conditional, c.FanOut, c.JobStep})
+			cands = append(cands, candidate{dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, c.Attempt), c.RunID, c.Step, c.Conditional, c.FanOut, c.JobStep})
 		}
 	}
 	return release(ctx, q, tx, a, cands)

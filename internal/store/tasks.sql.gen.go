@@ -269,7 +269,7 @@ func (q *Queries) CountItemEnds(ctx context.Context, arg CountItemEndsParams) ([
 const decrementChildren = `-- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = $1) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out, job_step
+RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out, job_step, attempt
 `
 
 type DecrementChildrenRow struct {
@@ -283,6 +283,7 @@ type DecrementChildrenRow struct {
 	Conditional      bool
 	FanOut           bool
 	JobStep          bool
+	Attempt          int32
 }
 
 // DecrementChildren counts one more parent done for each child of a task
@@ -307,6 +308,7 @@ func (q *Queries) DecrementChildren(ctx context.Context, parentID uuid.UUID) ([]
 			&i.Conditional,
 			&i.FanOut,
 			&i.JobStep,
+			&i.Attempt,
 		); err != nil {
 			return nil, err
 		}
@@ -322,7 +324,7 @@ const decrementTasks = `-- name: DecrementTasks :many
 UPDATE tasks SET parents_remaining = parents_remaining - d.n
 FROM (SELECT u.id, count(*)::int AS n FROM unnest($1::uuid[]) AS u (id) GROUP BY u.id) AS d
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
-RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out, tasks.job_step
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out, tasks.job_step, tasks.attempt
 `
 
 type DecrementTasksRow struct {
@@ -336,6 +338,7 @@ type DecrementTasksRow struct {
 	Conditional      bool
 	FanOut           bool
 	JobStep          bool
+	Attempt          int32
 }
 
 // DecrementTasks counts one finished parent for each listed child (a child
@@ -360,6 +363,7 @@ func (q *Queries) DecrementTasks(ctx context.Context, ids []uuid.UUID) ([]Decrem
 			&i.Conditional,
 			&i.FanOut,
 			&i.JobStep,
+			&i.Attempt,
 		); err != nil {
 			return nil, err
 		}
