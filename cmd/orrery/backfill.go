@@ -18,15 +18,19 @@ func newBackfillCmd(g *globals, namespace *string) *cobra.Command {
 	var dryRun, newestFirst, allowLarge bool
 	var maxConcurrent int32
 	cmd := &cobra.Command{
-		Use:   "backfill NAME|ID --from T1 --to T2 [--dry-run] [--redo none|failed] [--max-concurrent N] [--newest-first]",
+		Use:   "backfill NAME|ID --from T1 --to T2 [--dry-run] [--redo none|failed|all] [--max-concurrent N] [--newest-first]",
 		Short: "Fire the instants of a job's schedule in a past range, each once",
 		Long: `backfill fires every instant of the job's schedule (its time zone, start and
 end, exclusions) from --from to --to, both included, as a run with trigger
 backfill at that instant, at most --max-concurrent unfinished at once.
-An instant that has a run already is left alone (--redo none), or, with
---redo failed, that run is retried from where it failed when it ended
-failed, dead-lettered or cancelled: a second identical backfill creates
-nothing new. --dry-run prints the instants and writes nothing. A range of
+An instant that has a run already keeps it: the run is left alone
+(--redo none: a second identical backfill creates nothing new); or, with
+--redo failed, it is retried from where it failed when it ended failed,
+dead-lettered or cancelled; or, with --redo all, it runs again from the
+start when it ended at all, succeeded too. Under failed and all, an
+instant the scheduler recorded skipped (or cancelled before it started)
+gets a run of the backfill in the record's place. A run that goes on is
+left alone. --dry-run prints the instants and writes nothing. A range of
 more than 10,000 instants needs --allow-large. "orrery jobs backfills NAME"
 shows the progress.`,
 		Args: cobra.ExactArgs(1),
@@ -70,7 +74,7 @@ shows the progress.`,
 	f := cmd.Flags()
 	f.StringVar(&from, "from", "", "the range's first instant, RFC 3339")
 	f.StringVar(&to, "to", "", "the range's last instant, RFC 3339 (not in the future)")
-	f.StringVar(&redo, "redo", "none", "instants that have a run: none leaves them, failed retries a failed, dead-lettered or cancelled one")
+	f.StringVar(&redo, "redo", "none", "instants that have a run: none leaves them, failed retries a failed, dead-lettered or cancelled one (and runs a skipped instant), all runs an ended one again from the start")
 	f.Int32Var(&maxConcurrent, "max-concurrent", 10, "unfinished backfill runs of the job at once (at most 1000)")
 	f.BoolVar(&newestFirst, "newest-first", false, "fire the latest instants first")
 	f.BoolVar(&dryRun, "dry-run", false, "print the instants, write nothing")

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
@@ -355,6 +356,13 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// And beside it, redo all over its first 10 instants: each is written
+	// by one of the two, or run again from the start once it ended.
+	bfAll, err := orun.NewService(pool, jobs, nil).Backfill(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "bf-hourly"},
+		orun.BackfillOptions{From: bfFrom, To: bfFrom.Add(9 * time.Hour), MaxConcurrent: 2, Redo: orun.RedoAll})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	poll(t, 30*time.Second, "w2 is killed right after a fetch", w2.exited)
 	killedAt := dbNow(t, pool)
@@ -524,11 +532,16 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		if n > doneRuns {
 			doneRuns, lastDone = n, time.Now()
 		}
-		return (n == 60 && queryInt(t, pool, "SELECT count(*) FROM backfills WHERE id = $1 AND status = 'done' AND created = 60", bf.ID) == 1) ||
+		return (n == 60 && queryInt(t, pool, "SELECT count(*) FROM backfills WHERE id = ANY($1) AND status = 'done'", []uuid.UUID{bf.ID, bfAll.ID}) == 2) ||
 			time.Since(lastDone) > 30*time.Second
-	}); !ok || doneRuns != 60 || queryInt(t, pool, "SELECT count(*) FROM backfills WHERE id = $1 AND status = 'done' AND created = 60", bf.ID) != 1 {
-		t.Fatalf("the backfill: %d of its 60 runs succeeded, none more for 30 s, or it is not done (backfill: %d created)", doneRuns,
-			queryInt(t, pool, "SELECT created FROM backfills WHERE id = $1", bf.ID))
+	}); !ok || doneRuns != 60 || queryInt(t, pool, "SELECT count(*) FROM backfills WHERE id = ANY($1) AND status = 'done'", []uuid.UUID{bf.ID, bfAll.ID}) != 2 {
+		t.Fatalf("the backfills: %d of their 60 runs succeeded, none more for 30 s, or they are not done", doneRuns)
+	}
+	if n := queryInt(t, pool, "SELECT sum(created)::int FROM backfills WHERE id = ANY($1)", []uuid.UUID{bf.ID, bfAll.ID}); n != 60 {
+		t.Fatalf("the two backfills created %d runs, want 60: each instant by one of them", n)
+	}
+	if n := queryInt(t, pool, "SELECT (created + retried + existing)::int FROM backfills WHERE id = $1", bfAll.ID); n != 10 {
+		t.Fatalf("redo all handled %d instants, want 10", n)
 	}
 	if n := queryInt(t, pool, "SELECT count(DISTINCT scheduled_for) FROM runs WHERE trigger = 'backfill'"); n != 60 {
 		t.Fatalf("the backfill's runs hold %d instants, want 60, each once", n)

@@ -219,6 +219,30 @@ func Retry(run RunStatus, tasks []GraphTask) RetryPlan {
 	return p
 }
 
+// AcceptsRerun is whether a run in s may run again from the start: it
+// ended, succeeded or not (a backfill's redo all).
+func (s RunStatus) AcceptsRerun() bool { return s.AcceptsRetry() || s == RunSucceeded }
+
+// Rerun decides what running a run in status run (AcceptsRerun) again from
+// the start does: every task runs again, succeeded and skipped ones too
+// (their new ends supersede their old ones); its roots at once (their
+// conditions decided again), every other task once all its parents end
+// again. Attempt numbers go on, as for Retry.
+func Rerun(run RunStatus, tasks []GraphTask) RetryPlan {
+	p := RetryPlan{Wait: map[uuid.UUID]int{}}
+	if !run.AcceptsRerun() {
+		return p
+	}
+	for _, t := range graphOrder(tasks) {
+		if len(t.Parents) == 0 {
+			p.Release = append(p.Release, t.ID)
+		} else {
+			p.Wait[t.ID] = len(t.Parents)
+		}
+	}
+	return p
+}
+
 // graphOrder is tasks in an order where every task comes after its
 // parents (Kahn's algorithm; ties in the given order).
 func graphOrder(tasks []GraphTask) []GraphTask {

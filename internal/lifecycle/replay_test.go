@@ -146,19 +146,28 @@ func TestRetry(t *testing.T) {
 		name  string
 		run   RunStatus
 		tasks []string
-		want  string // wait (name=remaining), release, skip
+		want  string                                 // wait (name=remaining), release, skip
+		plan  func(RunStatus, []GraphTask) RetryPlan // Retry when nil
 	}{
 		{"from the dead letter, below it waiting", RunDeadLettered,
 			[]string{"a succeeded", "b dead_lettered <- a", "c upstream_failed 1 <- b", "d succeeded all_done <- b"},
-			"wait c=1; release b; skip -"},
+			"wait c=1; release b; skip -", nil},
 		{"a cancelled run: what never started runs, what succeeded stays", RunCancelled,
 			[]string{"a succeeded", "b cancelled <- a", "c cancelled 1 <- b", "e cancelled"},
-			"wait c=1; release e b; skip -"},
+			"wait c=1; release e b; skip -", nil},
 		{"a kept skipped parent skips an all_success task, not a none_failed one", RunCancelled,
 			[]string{"a skipped", "b cancelled 1 <- a", "c cancelled none_failed 1 <- a"},
-			"wait -; release c; skip b"},
+			"wait -; release c; skip b", nil},
 		{"a run that succeeded is not retried", RunSucceeded,
-			[]string{"a succeeded"}, "wait -; release -; skip -"},
+			[]string{"a succeeded"}, "wait -; release -; skip -", nil},
+		{"a rerun runs every task again, after all its parents", RunSucceeded,
+			[]string{"c succeeded <- a b", "a succeeded", "b skipped <- a", "d succeeded"},
+			"wait b=1 c=2; release a d; skip -", Rerun},
+		{"a rerun of a failed run", RunDeadLettered,
+			[]string{"a succeeded", "b dead_lettered <- a", "c upstream_failed 1 <- b"},
+			"wait b=1 c=1; release a; skip -", Rerun},
+		{"a run that goes on is not rerun", RunRunning,
+			[]string{"a succeeded", "b queued <- a"}, "wait -; release -; skip -", Rerun},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,7 +176,11 @@ func TestRetry(t *testing.T) {
 			for n, id := range ids {
 				names[id] = n
 			}
-			p := Retry(tt.run, tasks)
+			plan := tt.plan
+			if plan == nil {
+				plan = Retry
+			}
+			p := plan(tt.run, tasks)
 			list := func(xs []uuid.UUID) string {
 				var out []string
 				for _, x := range xs {

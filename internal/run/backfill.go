@@ -1,10 +1,13 @@
 package run
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -22,9 +25,14 @@ import (
 // instants of its schedule (time zone, start and end, exclusions) in
 // [from, to], each as a run with trigger backfill at its instant, at most
 // MaxConcurrent unfinished at once, oldest or newest first. An instant
-// that has a run already is left alone (invariant 2: one run per job and
-// instant), or, with redo failed, that run is retried from where it
-// failed when it ended failed, dead-lettered or cancelled.
+// that has a run already keeps it (invariant 2: one run per job and
+// instant): the run is left alone (redo none); or, with redo failed, it
+// is retried from where it failed when it ended failed, dead-lettered or
+// cancelled; or, with redo all, it is run again from the start when it
+// ended at all (succeeded too). Under redo failed and all, an instant
+// whose run is a record (skipped, or cancelled before it started: no
+// tasks) gets a run of the backfill in its place, the record deleted
+// (audited, with its reason). A run that goes on is always left alone.
 //
 // Asking for one writes a row (backfills) and an audit row; the scheduler
 // of the job's shard then moves it on (AdvanceBackfills), in its fenced
@@ -57,7 +65,7 @@ const (
 // BackfillOptions is what a backfill asks for.
 type BackfillOptions struct {
 	From, To      time.Time
-	Redo          string // none (default) or failed
+	Redo          string // none (default), failed or all
 	MaxConcurrent int    // default DefaultBackfillParallel
 	NewestFirst   bool
 	DryRun        bool
@@ -86,11 +94,9 @@ func (s *Service) Backfill(ctx context.Context, a job.Actor, ref job.Ref, o Back
 	switch o.Redo {
 	case "":
 		o.Redo = RedoNone
-	case RedoNone, RedoFailed:
-	case RedoAll:
-		return nil, backfillError("redo", "all is not available: an instant keeps one run, and a run that succeeded is not run again; use none or failed")
+	case RedoNone, RedoFailed, RedoAll:
 	default:
-		return nil, backfillError("redo", "%q is not one of none, failed", o.Redo)
+		return nil, backfillError("redo", "%q is not one of none, failed, all", o.Redo)
 	}
 	switch {
 	case o.MaxConcurrent == 0:
@@ -288,14 +294,18 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 		}
 		ref := JobRef{ID: r.JobID, Tenant: r.TenantID, Version: r.JobVersion, Shard: int(r.Shard), Spec: &spec}
 		var news []New
-		var retry []uuid.UUID
+		var retry, records []uuid.UUID
 		probe := rooms.Clone() // what Insert will count: a run past the tenant's quota waits, unwritten
 		for _, at := range next {
 			if room == 0 {
 				break
 			}
 			h, ran := existing[at.UnixNano()]
-			if !ran {
+			// A record (an instant skipped or cancelled without running) is
+			// run under redo failed or all: deleted, and written again as
+			// a run of the backfill.
+			record := ran && !h.HasTasks && r.Redo != RedoNone
+			if !ran || record {
 				if err := probe.Add(r.TenantID, usage.Usage{Runs: 1, Tasks: int64(len(spec.Steps))}); err != nil {
 					adv.Reason = "waiting for storage room: " + err.Error()
 					break
@@ -303,15 +313,21 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 			}
 			adv.CursorAt = &at
 			switch {
-			case !ran:
+			case !ran || record:
+				if record {
+					records = append(records, h.ID)
+				}
 				news = append(news, New{Job: ref, At: at, Trigger: lifecycle.TriggerBackfill, Status: lifecycle.RunPending, Epoch: epochs[int(r.Shard)], Backfill: r.ID})
 				room--
-			case r.Redo == RedoFailed && lifecycle.RunStatus(h.Status).AcceptsRetry():
+			case r.Redo == RedoFailed && h.Status.AcceptsRetry(), r.Redo == RedoAll && h.Status.AcceptsRerun():
 				retry = append(retry, h.ID)
 				room--
 			default:
 				adv.Existing++
 			}
+		}
+		if err := deleteRecords(ctx, q, records, job.Actor{Tenant: r.TenantID, Name: BackfillActor}, r.Namespace+"/"+r.Name); err != nil {
+			return 0, err
 		}
 		ids, err := a.Insert(ctx, tx, news, by, rooms)
 		if err != nil {
@@ -323,7 +339,7 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 			}
 		}
 		for _, id := range retry {
-			ok, err := a.retryFinished(ctx, tx, job.Actor{Tenant: r.TenantID, Name: BackfillActor}, id, r.Namespace+"/"+r.Name)
+			ok, err := a.retryFinished(ctx, tx, job.Actor{Tenant: r.TenantID, Name: BackfillActor}, id, r.Namespace+"/"+r.Name, r.Redo == RedoAll)
 			if err != nil {
 				return 0, err
 			}
@@ -339,6 +355,39 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 		}
 	}
 	return len(rows), nil
+}
+
+// deleteRecords deletes runs that are records (skipped or cancelled
+// without tasks) whose instants a backfill runs, in tx: taken from their
+// tenants' usage, each audited (action rerun, by actor, the record as it
+// was) since its reason goes with it.
+func deleteRecords(ctx context.Context, q *store.Queries, ids []uuid.UUID, actor job.Actor, jobName string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	gone, err := q.DeleteRecords(ctx, ids)
+	if err != nil || len(gone) == 0 {
+		return err
+	}
+	slices.SortFunc(gone, func(a, b store.DeleteRecordsRow) int {
+		return cmp.Or(bytes.Compare(a.TenantID[:], b.TenantID[:]), cmp.Compare(a.Shard, b.Shard))
+	})
+	var use store.AddRunUsageParams
+	for _, g := range gone {
+		use.TenantIds = append(use.TenantIds, g.TenantID)
+		use.Shards = append(use.Shards, g.Shard)
+		use.Runs = append(use.Runs, -1)
+		use.Tasks = append(use.Tasks, 0)
+		before, _ := json.Marshal(map[string]any{"id": g.ID, "scheduled_for": g.ScheduledFor, "status": g.Status, "reason": g.Reason})
+		after, _ := json.Marshal(map[string]any{"deleted": true, "replaced_by": "a run of the backfill at the same instant"})
+		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
+			ID: uuid.Must(uuid.NewV7()), TenantID: g.TenantID, Actor: actor.Name, Action: "rerun", TargetKind: "run",
+			TargetID: g.ID, TargetName: jobName, Before: before, After: after,
+		}); err != nil {
+			return err
+		}
+	}
+	return q.AddRunUsage(ctx, use)
 }
 
 // nextBackfillInstants is the next chunk of a backfill's instants after
@@ -361,8 +410,9 @@ func nextBackfillInstants(s *schedule.Schedule, b store.RunningBackfillsRow) []t
 
 // retryFinished retries run id in tx (RetryRun's graph step, without the
 // overlap policy: a backfill's concurrency bounds it) when it ended
-// failed, dead-lettered or cancelled, and reports whether it did.
-func (a *Applier) retryFinished(ctx context.Context, tx pgx.Tx, actor job.Actor, id uuid.UUID, jobName string) (bool, error) {
+// failed, dead-lettered or cancelled, and reports whether it did; with
+// all, it runs it again from the start when it ended at all.
+func (a *Applier) retryFinished(ctx context.Context, tx pgx.Tx, actor job.Actor, id uuid.UUID, jobName string, all bool) (bool, error) {
 	q := store.New(tx)
 	if _, err := q.LockRun(ctx, id); err != nil {
 		if store.IsNotFound(err) {
@@ -375,8 +425,8 @@ func (a *Applier) retryFinished(ctx context.Context, tx pgx.Tx, actor job.Actor,
 		return false, err
 	}
 	before := fromGetRow(r)
-	if !before.Status.AcceptsRetry() {
+	if !before.Status.AcceptsRetry() && !(all && before.Status.AcceptsRerun()) {
 		return false, nil
 	}
-	return true, retryGraph(ctx, tx, a, actor, before, jobName)
+	return true, retryGraph(ctx, tx, a, actor, before, jobName, all)
 }

@@ -415,7 +415,7 @@ func retryChild(ctx context.Context, tx pgx.Tx, a *Applier, ch store.ChildRunsRo
 		return nil // ended otherwise meanwhile: attached as it is
 	}
 	actor := job.Actor{Tenant: ch.TenantID, Name: fmt.Sprintf("orrery (step %s of run %s, released again)", step, r.ID)}
-	return retryGraph(ctx, tx, a, actor, before, row.Namespace+"/"+row.JobName)
+	return retryGraph(ctx, tx, a, actor, before, row.Namespace+"/"+row.JobName, false)
 }
 
 // ChildEnd is the end of a child run, from its upstream_finishes event.

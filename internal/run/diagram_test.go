@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
@@ -21,8 +22,10 @@ import (
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // drawn reads the arrows of the state diagrams in docs/lifecycle.md: the
@@ -339,6 +342,41 @@ func TestDiagram(t *testing.T) {
 		t.Fatal(err)
 	}
 	runIs(broken.ID, "succeeded")
+
+	// A backfill's redo all: a run that succeeded runs again from the
+	// start, every step; an instant recorded skipped gets a run of the
+	// backfill in the record's place (the record is deleted, which no
+	// arrow draws).
+	create("rerun", dag.OverlapAllow, step{name: "a", do: "ok"}, step{name: "b", do: "ok", needs: []string{"a"}})
+	rerunJob, err := jobs.Get(ctx, job.Anonymous, job.Ref{Name: "rerun"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	y2024, y2025 := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := (&run.Applier{Dispatcher: d}).Insert(ctx, tx, []run.New{{Job: run.JobRef{ID: rerunJob.ID, Tenant: rerunJob.Tenant,
+			Version: rerunJob.Version, Shard: rerunJob.Shard, Spec: &rerunJob.Spec}, At: y2024, Trigger: lifecycle.TriggerSchedule,
+			Status: lifecycle.RunSkipped, Reason: "misfire: skip"}}, nil, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	backfill := func(redo string) {
+		t.Helper()
+		b, err := runs.Backfill(ctx, job.Anonymous, job.Ref{Name: "rerun"}, run.BackfillOptions{From: y2024, To: y2025, Redo: redo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		enginetest.WaitFor(t, 30*time.Second, "backfill "+redo+" done", func() bool {
+			return status("SELECT status FROM backfills WHERE id = $1", b.ID) == "done" &&
+				status("SELECT count(*)::text FROM runs WHERE job_id = $1 AND status = 'succeeded'", rerunJob.ID) == map[string]string{"none": "1", "all": "2"}[redo]
+		})
+	}
+	backfill(run.RedoNone)
+	backfill(run.RedoAll)
+	if n := status("SELECT count(*)::text FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id JOIN runs AS r ON r.id = t.run_id WHERE r.job_id = $1", rerunJob.ID); n != "6" {
+		t.Errorf("%s attempts of the rerun job, want 6: each step of 2025 twice, of 2024 once", n)
+	}
 
 	rows, err := pool.Query(ctx, "SELECT DISTINCT kind, from_status || ' -> ' || to_status FROM transitions")
 	if err != nil {

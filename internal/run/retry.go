@@ -58,7 +58,7 @@ func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignor
 				return err
 			}
 		}
-		if err := retryGraph(ctx, tx, apply, a, before, r.Namespace+"/"+r.JobName); err != nil {
+		if err := retryGraph(ctx, tx, apply, a, before, r.Namespace+"/"+r.JobName, false); err != nil {
 			return err
 		}
 		// The answer is the run as the retry left it (read after the
@@ -75,8 +75,10 @@ func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignor
 
 // retryGraph runs the finished run before again from where it failed, in
 // tx (the run's row locked, its retry allowed): its tasks reset and
-// released as lifecycle.Retry says, audited as action retry by a.
-func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, before Run, jobName string) error {
+// released as lifecycle.Retry says, audited as action retry by a. With
+// all, it runs the run again from the start instead (lifecycle.Rerun: a
+// run that succeeded too), audited as action rerun.
+func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, before Run, jobName string, all bool) error {
 	q := store.New(tx)
 	id := before.ID
 	rows, err := q.RunGraphs(ctx, []uuid.UUID{id})
@@ -92,8 +94,11 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 		byID[t.ID] = t
 		graph[i] = lifecycle.GraphTask{ID: t.ID, Status: t.Status, Rule: t.TriggerRule, ParentsRemaining: int(t.ParentsRemaining), Parents: t.Parents}
 	}
-	p := lifecycle.Retry(before.Status, graph)
-	if _, err := q.RetryRun(ctx, id); store.IsNotFound(err) {
+	p, reopen, action := lifecycle.Retry(before.Status, graph), q.RetryRun, "retry"
+	if all {
+		p, reopen, action = lifecycle.Rerun(before.Status, graph), q.RerunRun, "rerun"
+	}
+	if _, err := reopen(ctx, id); store.IsNotFound(err) {
 		return fmt.Errorf("%w: it is no longer finished", ErrCannotRetry)
 	} else if err != nil {
 		return err
@@ -112,7 +117,20 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 		t := byID[tid]
 		cands = append(cands, candidate{dispatch.NextAttempt(tid, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional, t.FanOut, t.JobStep})
 	}
-	if err := q.RetryTasks(ctx, reset); err != nil {
+	if all {
+		var groups []uuid.UUID
+		for _, t := range rows {
+			if t.FanOut {
+				groups = append(groups, t.ID)
+			}
+		}
+		if err := q.RerunTasks(ctx, store.RerunTasksParams{Ids: reset.Ids, Remaining: reset.Remaining}); err != nil {
+			return err
+		}
+		if err := q.RerunItems(ctx, groups); err != nil {
+			return err
+		}
+	} else if err := q.RetryTasks(ctx, reset); err != nil {
 		return err
 	}
 	if len(p.Skip) > 0 {
@@ -126,7 +144,7 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 	}
 	after, _ := json.Marshal(map[string]any{"run": before.ID, "tasks": len(reset.Ids)})
 	if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
-		ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "retry", TargetKind: "run",
+		ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: action, TargetKind: "run",
 		TargetID: id, TargetName: jobName, Before: mustMarshal(before), After: after,
 	}); err != nil {
 		return err

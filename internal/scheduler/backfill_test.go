@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,9 +19,11 @@ import (
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/node"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // A backfill fires each instant of the range once (by the job's zone and
@@ -138,6 +141,108 @@ func TestBackfillFiresEachInstantOnce(t *testing.T) {
 	}
 }
 
+// Redo all runs every instant of the range again from the start: a run
+// that succeeded, each of its steps and fan-out items; an instant the
+// scheduler recorded skipped (a record without tasks) gets a run of the
+// backfill in its place, which redo none leaves alone.
+func TestBackfillRedoAllRunsEveryInstantAgain(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	var calls sync.Map // step (an item counted as its step) -> *atomic.Int64
+	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{"work": func(ctx context.Context, c executor.Call) error {
+		step, _, _ := dag.StepOfItem(c.Step)
+		n, _ := calls.LoadOrStore(step, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+		return nil
+	}})
+	startPolicyNode(t, pool, node.Config{})
+	spec := dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("0 * * * *")}, Overlap: dag.OverlapSkip,
+		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}},
+		Steps: []dag.Step{
+			{Name: "a", Run: dag.Executor{Handler: "work"}},
+			{Name: "load", Needs: []string{"a"}, ForEach: "${{ [1, 2, 3] }}", Run: dag.Executor{Handler: "work"}},
+			{Name: "b", Needs: []string{"load"}, Run: dag.Executor{Handler: "work"}},
+		},
+	}
+	j := createJob(t, pool, "hourly", spec)
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := run.NewService(pool, jobs, d)
+	ref := job.Ref{Namespace: "default", Name: "hourly"}
+	from, to := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 10, 1, 4, 0, 0, 0, time.UTC)
+	// 2:00 was skipped by the schedule: a record, no tasks.
+	got, err := jobs.Get(ctx, job.Anonymous, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skipped := []run.New{{Job: run.JobRef{ID: got.ID, Tenant: got.Tenant, Version: got.Version, Shard: got.Shard, Spec: &got.Spec},
+		At: from.Add(2 * time.Hour), Trigger: lifecycle.TriggerSchedule, Status: lifecycle.RunSkipped, Reason: "misfire: skip"}}
+	if err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := (&run.Applier{Dispatcher: d}).Insert(ctx, tx, skipped, nil, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := func(id any) bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM backfills WHERE id = $1 AND status = 'done'", id) == 1 &&
+			enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND finished_at IS NULL", j.ID) == 0
+	}
+	first, err := runs.Backfill(ctx, job.Anonymous, ref, run.BackfillOptions{From: from, To: to})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 60*time.Second, "the first backfill done", func() bool { return done(first.ID) })
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND status = 'skipped'", j.ID); n != 1 {
+		t.Fatalf("redo none: %d skipped runs, want the record left alone", n)
+	}
+	all, err := runs.Backfill(ctx, job.Anonymous, ref, run.BackfillOptions{From: from, To: to, Redo: run.RedoAll, MaxConcurrent: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 60*time.Second, "the redo all backfill done", func() bool { return done(all.ID) })
+	list, err := runs.ListBackfills(ctx, job.Anonymous, ref)
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %d, %v", len(list), err)
+	}
+	if f, a := list[1], list[0]; f.Created != 4 || f.Existing != 1 || a.Created != 1 || a.Retried != 4 || a.Existing != 0 {
+		t.Errorf("first: created %d, left %d (want 4, 1); redo all: created %d, ran again %d, left %d (want 1, 4, 0)",
+			f.Created, f.Existing, a.Created, a.Retried, a.Existing)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND status = 'succeeded'", j.ID); n != 5 {
+		t.Errorf("%d runs succeeded, want 5: one per instant", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1", j.ID); n != 5 {
+		t.Errorf("%d runs, want 5", n)
+	}
+	// 4 instants twice and the record's once: a and b 9 times, 27 items.
+	for step, want := range map[string]int64{"a": 9, "load": 27, "b": 9} {
+		var n int64
+		if v, ok := calls.Load(step); ok {
+			n = v.(*atomic.Int64).Load()
+		}
+		if n != want {
+			t.Errorf("step %s ran %d times, want %d", step, n, want)
+		}
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM tasks AS t JOIN runs AS r ON r.id = t.run_id WHERE r.job_id = $1", j.ID); n != 30 {
+		t.Errorf("%d tasks, want 30: a rerun keeps its tasks and items", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM audit_log WHERE action = 'rerun' AND actor = $1", run.BackfillActor); n != 5 {
+		t.Errorf("%d rerun audit rows, want 5 (4 runs again, 1 record replaced)", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT sum(runs)::int FROM tenant_run_usage"); n != 5 {
+		t.Errorf("usage counts %d runs, want 5", n)
+	}
+}
+
 // What a backfill refuses, naming the field.
 func TestBackfillErrors(t *testing.T) {
 	t.Parallel()
@@ -161,7 +266,7 @@ func TestBackfillErrors(t *testing.T) {
 		{"future", often, run.BackfillOptions{From: day, To: time.Now().Add(time.Hour)}, "to: "},
 		{"reversed", often, run.BackfillOptions{From: day, To: day.Add(-time.Hour)}, "to: "},
 		{"too many", often, run.BackfillOptions{From: day, To: day.Add(24 * time.Hour)}, "more than 10000 instants: give allow_large"},
-		{"redo all", often, run.BackfillOptions{From: day, To: day.Add(time.Minute), Redo: "all"}, "redo: all is not available"},
+		{"redo some", often, run.BackfillOptions{From: day, To: day.Add(time.Minute), Redo: "some"}, `redo: "some" is not one of none, failed, all`},
 		{"parallel", often, run.BackfillOptions{From: day, To: day.Add(time.Minute), MaxConcurrent: 5000}, "max_concurrent: 5000 is outside"},
 		{"every", every, run.BackfillOptions{From: day, To: day.Add(24 * time.Hour)}, "@every"},
 	} {

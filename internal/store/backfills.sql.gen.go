@@ -110,6 +110,51 @@ func (q *Queries) CountRunsBetween(ctx context.Context, arg CountRunsBetweenPara
 	return column_1, err
 }
 
+const deleteRecords = `-- name: DeleteRecords :many
+DELETE FROM runs WHERE id = ANY($1::uuid[]) AND status IN ('skipped', 'cancelled')
+    AND NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = runs.id)
+RETURNING id, tenant_id, shard, scheduled_for, status, reason
+`
+
+type DeleteRecordsRow struct {
+	ID           uuid.UUID
+	TenantID     uuid.UUID
+	Shard        int32
+	ScheduledFor time.Time
+	Status       lifecycle.RunStatus
+	Reason       string
+}
+
+// DeleteRecords deletes runs that are records (skipped or cancelled, no
+// task), for a backfill that runs their instants: the caller takes them
+// from their tenants' usage. It returns the runs it deleted.
+func (q *Queries) DeleteRecords(ctx context.Context, ids []uuid.UUID) ([]DeleteRecordsRow, error) {
+	rows, err := q.db.Query(ctx, deleteRecords, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DeleteRecordsRow{}
+	for rows.Next() {
+		var i DeleteRecordsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.Shard,
+			&i.ScheduledFor,
+			&i.Status,
+			&i.Reason,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const insertBackfill = `-- name: InsertBackfill :one
 
 INSERT INTO backfills (id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, total, status, created_at, created_by)
@@ -378,7 +423,8 @@ func (q *Queries) RunningBackfills(ctx context.Context, arg RunningBackfillsPara
 }
 
 const runsAt = `-- name: RunsAt :many
-SELECT id, scheduled_for, status FROM runs WHERE job_id = $1 AND scheduled_for = ANY($2::timestamptz[])
+SELECT id, scheduled_for, status, tenant_id, shard, EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = runs.id) AS has_tasks
+FROM runs WHERE job_id = $1 AND scheduled_for = ANY($2::timestamptz[])
 `
 
 type RunsAtParams struct {
@@ -390,9 +436,14 @@ type RunsAtRow struct {
 	ID           uuid.UUID
 	ScheduledFor time.Time
 	Status       lifecycle.RunStatus
+	TenantID     uuid.UUID
+	Shard        int32
+	HasTasks     bool
 }
 
 // RunsAt reads a job's runs at the given instants.
+// RunsAt reads the runs of a job at instants; a record (a skipped or
+// cancelled run written without tasks) has has_tasks false.
 func (q *Queries) RunsAt(ctx context.Context, arg RunsAtParams) ([]RunsAtRow, error) {
 	rows, err := q.db.Query(ctx, runsAt, arg.JobID, arg.Ats)
 	if err != nil {
@@ -402,7 +453,14 @@ func (q *Queries) RunsAt(ctx context.Context, arg RunsAtParams) ([]RunsAtRow, er
 	items := []RunsAtRow{}
 	for rows.Next() {
 		var i RunsAtRow
-		if err := rows.Scan(&i.ID, &i.ScheduledFor, &i.Status); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.ScheduledFor,
+			&i.Status,
+			&i.TenantID,
+			&i.Shard,
+			&i.HasTasks,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

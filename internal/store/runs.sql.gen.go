@@ -1165,6 +1165,56 @@ func (q *Queries) ReplayTasks(ctx context.Context, arg ReplayTasksParams) ([]Rep
 	return items, nil
 }
 
+const rerunItems = `-- name: RerunItems :exec
+UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', admitted_at = NULL, ready_at = NULL
+WHERE group_id = ANY($1::uuid[]) AND status <> 'waiting'
+`
+
+// RerunItems makes every item of the groups of a rerun wait, succeeded
+// ones too: its group, released again, runs them all (reopenGroups).
+func (q *Queries) RerunItems(ctx context.Context, groupIds []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, rerunItems, groupIds)
+	return err
+}
+
+const rerunRun = `-- name: RerunRun :one
+UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
+WHERE id = $1 AND status IN ('succeeded', 'failed', 'dead_lettered', 'cancelled')
+RETURNING id
+`
+
+// RerunRun reopens a finished run that had tasks, succeeded or not, to
+// run again from the start (a backfill's redo all); no row when it is not
+// one.
+func (q *Queries) RerunRun(ctx context.Context, id uuid.UUID) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, rerunRun, id)
+	var id_2 uuid.UUID
+	err := row.Scan(&id_2)
+	return id_2, err
+}
+
+const rerunTasks = `-- name: RerunTasks :exec
+UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', parents_remaining = u.remaining,
+    admitted_at = NULL, ready_at = NULL,
+    items_succeeded = CASE WHEN tasks.items_total IS NULL THEN tasks.items_succeeded ELSE 0 END
+FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS remaining) AS u
+WHERE tasks.id = u.id
+`
+
+type RerunTasksParams struct {
+	Ids       []uuid.UUID
+	Remaining []int32
+}
+
+// RerunTasks makes every task of a rerun wait again, succeeded and skipped
+// ones too, @remaining[i] parents each (0: released next, in the same
+// transaction); a fan-out group's count of succeeded items is cleared
+// (RerunItems makes its items wait).
+func (q *Queries) RerunTasks(ctx context.Context, arg RerunTasksParams) error {
+	_, err := q.db.Exec(ctx, rerunTasks, arg.Ids, arg.Remaining)
+	return err
+}
+
 const retryRun = `-- name: RetryRun :one
 UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
 WHERE id = $1 AND status IN ('failed', 'dead_lettered', 'cancelled')

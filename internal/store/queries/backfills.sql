@@ -28,8 +28,19 @@ LIMIT @batch
 FOR UPDATE OF b SKIP LOCKED FOR SHARE OF j SKIP LOCKED;
 
 -- RunsAt reads a job's runs at the given instants.
+-- RunsAt reads the runs of a job at instants; a record (a skipped or
+-- cancelled run written without tasks) has has_tasks false.
 -- name: RunsAt :many
-SELECT id, scheduled_for, status FROM runs WHERE job_id = @job_id AND scheduled_for = ANY(@ats::timestamptz[]);
+SELECT id, scheduled_for, status, tenant_id, shard, EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = runs.id) AS has_tasks
+FROM runs WHERE job_id = @job_id AND scheduled_for = ANY(@ats::timestamptz[]);
+
+-- DeleteRecords deletes runs that are records (skipped or cancelled, no
+-- task), for a backfill that runs their instants: the caller takes them
+-- from their tenants' usage. It returns the runs it deleted.
+-- name: DeleteRecords :many
+DELETE FROM runs WHERE id = ANY(@ids::uuid[]) AND status IN ('skipped', 'cancelled')
+    AND NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = runs.id)
+RETURNING id, tenant_id, shard, scheduled_for, status, reason;
 
 -- name: AdvanceBackfill :exec
 UPDATE backfills SET cursor_at = sqlc.narg(cursor_at), created = created + @created, existing = existing + @existing,

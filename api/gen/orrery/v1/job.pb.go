@@ -139,7 +139,10 @@ type BackfillRequest struct {
 	To   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
 	// none (default): instants that have a run are left alone; failed: such
 	// a run that ended failed, dead-lettered or cancelled is retried from
-	// where it failed.
+	// where it failed; all: such a run that ended at all (succeeded too) runs
+	// again from the start. Under failed and all, an instant recorded
+	// skipped (or cancelled before it started, no tasks) gets a run of the
+	// backfill in the record's place. A run that goes on is left alone.
 	Redo string `protobuf:"bytes,4,opt,name=redo,proto3" json:"redo,omitempty"`
 	// Unfinished backfill runs of the job at once; default 10, at most 1000.
 	MaxConcurrent int32 `protobuf:"varint,5,opt,name=max_concurrent,json=maxConcurrent,proto3" json:"max_concurrent,omitempty"`
