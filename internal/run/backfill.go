@@ -112,8 +112,46 @@ func (s *Service) Backfill(ctx context.Context, a job.Actor, ref job.Ref, o Back
 	if !o.To.After(o.From) {
 		return nil, backfillError("to", "%s is not after from %s", o.To.UTC().Format(time.RFC3339), o.From.UTC().Format(time.RFC3339))
 	}
+	// The instants are computed from the job as read, outside any lock (a
+	// range of 100,000 instants past exclusions takes a while), and a dry
+	// run takes no lock at all. The backfill is written with the job's
+	// row locked: when its version moved on meanwhile, the instants are
+	// computed again, from the locked row.
+	j, err := s.jobs.Get(ctx, a, ref)
+	if err != nil {
+		return nil, err
+	}
+	if j.Status == job.StatusDeleted {
+		return nil, fmt.Errorf("%w: %s", job.ErrDeleted, ref)
+	}
+	now, err := store.New(s.pool).DatabaseNow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if o.To.After(now) {
+		return nil, backfillError("to", "%s is in the future (now %s): a backfill fires instants that have passed", o.To.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	all, err := backfillInstants(&j.Spec, j.Namespace+"/"+j.Name, o)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backfill{Namespace: j.Namespace, JobName: j.Name, DryRunOnly: o.DryRun}
+	b.Backfill = store.Backfill{TenantID: j.Tenant, JobID: j.ID, Shard: int32(j.Shard), FromAt: o.From, ToAt: o.To, Redo: o.Redo,
+		MaxConcurrent: int32(o.MaxConcurrent), NewestFirst: o.NewestFirst, Total: int32(len(all)), Status: "running", CreatedBy: a.Name}
+	if o.DryRun {
+		if o.NewestFirst {
+			for i := len(all) - 1; i >= 0 && len(b.Instants) < maxDryRunInstants; i-- {
+				b.Instants = append(b.Instants, all[i])
+			}
+		} else {
+			b.Instants = all[:min(len(all), maxDryRunInstants)]
+		}
+		n, err := store.New(s.pool).CountRunsBetween(ctx, store.CountRunsBetweenParams{JobID: j.ID, FromAt: o.From, ToAt: o.To})
+		b.HaveRuns = int(n)
+		return b, err
+	}
 	var out *Backfill
-	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+	err = store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
 		out = nil
 		q := store.New(tx)
 		row, err := job.Lock(ctx, q, a, ref)
@@ -123,70 +161,61 @@ func (s *Service) Backfill(ctx context.Context, a job.Actor, ref job.Ref, o Back
 		if row.Status == job.StatusDeleted {
 			return fmt.Errorf("%w: %s", job.ErrDeleted, ref)
 		}
-		now, err := q.DatabaseNow(ctx)
-		if err != nil {
-			return err
-		}
-		if o.To.After(now) {
-			return backfillError("to", "%s is in the future (now %s): a backfill fires instants that have passed", o.To.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
-		}
-		var spec dag.JobSpec
-		if err := json.Unmarshal(row.Spec, &spec); err != nil {
-			return fmt.Errorf("job %s: spec: %w", row.ID, err)
-		}
-		sched, err := schedule.Parse(spec.Schedule)
-		if err != nil {
-			return fmt.Errorf("job %s: schedule: %w", row.ID, err)
-		}
-		if !sched.Anchored() {
-			return backfillError("job", "%s/%s fires @every an interval from when it last fired: its instants in a past range are not fixed", row.Namespace, row.Name)
-		}
-		limit := MaxBackfillInstants
-		if o.AllowLarge {
-			limit = MaxLargeBackfillInstants
-		}
-		all, more := sched.Between(o.From, o.To, limit)
-		switch {
-		case more && o.AllowLarge:
-			return backfillError("from", "the range holds more than %d instants: split it", limit)
-		case more:
-			return backfillError("from", "the range holds more than %d instants: give allow_large (the CLI's --allow-large) for up to %d", limit, MaxLargeBackfillInstants)
-		case len(all) == 0:
-			return backfillError("from", "no instant of %s/%s's schedule is in the range", row.Namespace, row.Name)
-		}
-		b := &Backfill{Namespace: row.Namespace, JobName: row.Name, DryRunOnly: o.DryRun}
-		b.Backfill = store.Backfill{TenantID: row.TenantID, JobID: row.ID, Shard: row.Shard, FromAt: o.From, ToAt: o.To, Redo: o.Redo,
-			MaxConcurrent: int32(o.MaxConcurrent), NewestFirst: o.NewestFirst, Total: int32(len(all)), Status: "running", CreatedBy: a.Name}
-		if o.DryRun {
-			if o.NewestFirst {
-				for i := len(all) - 1; i >= 0 && len(b.Instants) < maxDryRunInstants; i-- {
-					b.Instants = append(b.Instants, all[i])
-				}
-			} else {
-				b.Instants = all[:min(len(all), maxDryRunInstants)]
+		total := len(all)
+		if row.ID != j.ID || row.Version != j.Version {
+			var spec dag.JobSpec
+			if err := json.Unmarshal(row.Spec, &spec); err != nil {
+				return fmt.Errorf("job %s: spec: %w", row.ID, err)
 			}
-			n, err := q.CountRunsBetween(ctx, store.CountRunsBetweenParams{JobID: row.ID, FromAt: o.From, ToAt: o.To})
-			b.HaveRuns = int(n)
-			out = b
-			return err
+			again, err := backfillInstants(&spec, row.Namespace+"/"+row.Name, o)
+			if err != nil {
+				return err
+			}
+			total = len(again)
 		}
 		written, err := q.InsertBackfill(ctx, store.InsertBackfillParams{ID: uuid.Must(uuid.NewV7()), TenantID: row.TenantID, JobID: row.ID,
 			Shard: row.Shard, FromAt: o.From, ToAt: o.To, Redo: o.Redo, MaxConcurrent: int32(o.MaxConcurrent), NewestFirst: o.NewestFirst,
-			Total: int32(len(all)), CreatedBy: a.Name})
+			Total: int32(total), CreatedBy: a.Name})
 		if err != nil {
 			return err
 		}
-		b.Backfill = written
 		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
 			ID: uuid.Must(uuid.NewV7()), TenantID: row.TenantID, Actor: a.Name, Action: "backfill", TargetKind: "job",
 			TargetID: row.ID, TargetName: row.Namespace + "/" + row.Name, After: mustMarshal(written),
 		}); err != nil {
 			return err
 		}
-		out = b
+		out = &Backfill{Backfill: written, Namespace: row.Namespace, JobName: row.Name}
 		return nil
 	})
 	return out, err
+}
+
+// backfillInstants is the instants of spec's schedule in o's range, or
+// the error that refuses the range: an @every schedule, no instant, or
+// more than the bound (o.AllowLarge: the larger one).
+func backfillInstants(spec *dag.JobSpec, name string, o BackfillOptions) ([]time.Time, error) {
+	sched, err := schedule.Parse(spec.Schedule)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: schedule: %w", name, err)
+	}
+	if !sched.Anchored() {
+		return nil, backfillError("job", "%s fires @every an interval from when it last fired: its instants in a past range are not fixed", name)
+	}
+	limit := MaxBackfillInstants
+	if o.AllowLarge {
+		limit = MaxLargeBackfillInstants
+	}
+	all, more := sched.Between(o.From, o.To, limit)
+	switch {
+	case more && o.AllowLarge:
+		return nil, backfillError("from", "the range holds more than %d instants: split it", limit)
+	case more:
+		return nil, backfillError("from", "the range holds more than %d instants: give allow_large (the CLI's --allow-large) for up to %d", limit, MaxLargeBackfillInstants)
+	case len(all) == 0:
+		return nil, backfillError("from", "no instant of %s's schedule is in the range", name)
+	}
+	return all, nil
 }
 
 // ErrBackfillNotRunning: no running backfill of the job with that id.
