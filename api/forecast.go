@@ -30,6 +30,12 @@ func (s *pipelineServer) Forecast(ctx context.Context, req *connect.Request[orre
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
+	if q := m.GetQueue(); q != "" {
+		if err := dag.ValidateName(q); err != nil {
+			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "queue", Message: err.Error()})
+		}
+	}
+	jobs = forecast.InQueue(jobs, m.GetQueue())
 	res, err := forecast.Compute(jobs, from, to, top)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)

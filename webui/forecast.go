@@ -43,7 +43,7 @@ func (s *Server) forecastPage(w http.ResponseWriter, r *http.Request, v *view) e
 		}
 	}
 	to := from.Add(time.Duration(hours) * time.Hour)
-	res, err := s.clients.pipeline.Forecast(v.ctx, connect.NewRequest(&orreryv1.ForecastRequest{Namespace: q.Get("ns"),
+	res, err := s.clients.pipeline.Forecast(v.ctx, connect.NewRequest(&orreryv1.ForecastRequest{Namespace: q.Get("ns"), Queue: q.Get("queue"),
 		From: timestamppb.New(from), To: timestamppb.New(to), Top: 10}))
 	if err != nil {
 		return err
@@ -72,8 +72,11 @@ func (s *Server) forecastPage(w http.ResponseWriter, r *http.Request, v *view) e
 	if ns := q.Get("ns"); ns != "" {
 		cli += " -n " + shellQuote(ns)
 	}
+	if queue := q.Get("queue"); queue != "" {
+		cli += " --queue " + shellQuote(queue)
+	}
 	s.render(w, r, v, http.StatusOK, "forecast", map[string]any{
-		"F": f, "From": timestamppb.New(from), "To": timestamppb.New(to), "NS": q.Get("ns"), "Hours": hours,
+		"F": f, "From": timestamppb.New(from), "To": timestamppb.New(to), "NS": q.Get("ns"), "Queue": q.Get("queue"), "Hours": hours,
 		"Bars": bars, "Most": most, "Bucket": bucket, "ChartW": chartW, "ChartH": chartH, "CLI": cli,
 	})
 	return nil

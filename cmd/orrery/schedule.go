@@ -109,10 +109,10 @@ scheduler will fire it.`,
 }
 
 func newForecastCmd(g *globals) *cobra.Command {
-	var path, namespace, from, to string
+	var path, namespace, from, to, queue string
 	var top int32
 	cmd := &cobra.Command{
-		Use:   "forecast [-f DIR | --namespace NS] [--from T] [--to T] [--top N]",
+		Use:   "forecast [-f DIR | --namespace NS] [--queue Q] [--from T] [--to T] [--top N]",
 		Short: "Count the runs jobs will fire per minute over a window: the hottest minutes and the jobs that make them",
 		Long: `forecast counts, minute by minute, the runs the active jobs will fire from
 --from (default now) to --to (default 24 hours later, at most 7 days), with
@@ -120,7 +120,8 @@ their jitter, exclusions and bounds, as the scheduler fires them: the
 total, the tasks by queue, the busiest hours, and the hottest minutes with
 the jobs that make them. With -f, the jobs of a YAML file or folder,
 computed here without a server; else the server's jobs (of --namespace, or
-every one you may read).`,
+every one you may read). --queue counts only the steps that go to one
+queue, and the jobs that have one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			start := time.Now().Truncate(time.Minute)
@@ -163,6 +164,7 @@ every one you may read).`,
 				if n == 0 {
 					n = 5
 				}
+				jobs = forecast.InQueue(jobs, queue)
 				f, err := forecast.Compute(jobs, start, end, n)
 				if err != nil {
 					return fmt.Errorf("forecast: %w", err)
@@ -170,7 +172,7 @@ every one you may read).`,
 				res = api.ForecastToProto(f, len(jobs))
 			} else {
 				r, err := orreryv1connect.NewPipelineServiceClient(g.httpClient(), g.baseURL()).Forecast(cmd.Context(), connect.NewRequest(&orreryv1.ForecastRequest{
-					Namespace: namespace, From: timestamppb.New(start), To: timestamppb.New(end), Top: top}))
+					Namespace: namespace, Queue: queue, From: timestamppb.New(start), To: timestamppb.New(end), Top: top}))
 				if err != nil {
 					return err
 				}
@@ -186,6 +188,7 @@ every one you may read).`,
 	f.StringVar(&from, "from", "", "the window's start, RFC 3339 (default: now)")
 	f.StringVar(&to, "to", "", "the window's end, RFC 3339 (default: 24 hours after --from; at most 7 days)")
 	f.Int32Var(&top, "top", 5, "how many of the hottest minutes to name (at most 50)")
+	f.StringVar(&queue, "queue", "", "count only the steps that go to this queue, and the jobs that have one")
 	return cmd
 }
 

@@ -352,6 +352,14 @@ spec:
 		t.Errorf("the forecast's summary: %q", s)
 	}
 	screenshot(t, ctx, "forecast")
+	do("the forecast of a queue no job names", chromedp.Navigate(base+"/forecast?queue=nowhere"), chromedp.WaitVisible(css(`#forecast-summary`)))
+	if s := text(`#forecast-summary`); !regexpLine(s, `^0 runs from 0 jobs`) {
+		t.Errorf("the forecast of queue nowhere: %q", s)
+	}
+	do("the forecast of a queue with a bad name", chromedp.Navigate(base+"/forecast?queue=no%20such"), chromedp.WaitVisible(css(`section.errorpage`)))
+	if s := text(`section.errorpage`); !strings.Contains(s, "queue") {
+		t.Errorf("a bad queue's error does not name the field: %q", s)
+	}
 
 	// The alerts page: the broken job's dead letter, with its job and run.
 	do("alerts", chromedp.Navigate(base+"/alerts?state=all&namespace=qa"), chromedp.WaitVisible(css(`#alerts tr[data-kind="dead_letter"] a[href^="/runs/"]`)))

@@ -53,6 +53,41 @@ type Result struct {
 	Hottest  []Minute       // the top minutes by runs, hottest first, with their jobs
 }
 
+// stepQueue is the queue a step's tasks go to, by its name in the job
+// (a tenant's binding may route it further when it runs).
+func stepQueue(spec *dag.JobSpec, st *dag.Step) string {
+	switch {
+	case st.Queue != "":
+		return st.Queue
+	case spec.Defaults.Queue != "":
+		return spec.Defaults.Queue
+	}
+	return "default"
+}
+
+// InQueue keeps of jobs those that have a step in queue, each with only
+// those steps: what a forecast of that queue counts (a run of the job
+// once, its tasks in the queue). An empty queue keeps every job whole.
+func InQueue(jobs []Job, queue string) []Job {
+	if queue == "" {
+		return jobs
+	}
+	var out []Job
+	for _, j := range jobs {
+		var steps []dag.Step
+		for i := range j.Spec.Steps {
+			if stepQueue(&j.Spec, &j.Spec.Steps[i]) == queue {
+				steps = append(steps, j.Spec.Steps[i])
+			}
+		}
+		if len(steps) > 0 {
+			j.Spec.Steps = steps
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
 // Compute forecasts jobs over [from, to): every instant whose fire time
 // (the instant plus its jitter) falls in the window, counted in its
 // minute. Paused jobs are the caller's to leave out.
@@ -75,15 +110,8 @@ func Compute(jobs []Job, from, to time.Time, top int) (*Result, error) {
 		}
 		s = s.For(j.Namespace, j.Name)
 		queues := map[string]int{}
-		for _, st := range j.Spec.Steps {
-			q := st.Queue
-			if q == "" {
-				q = j.Spec.Defaults.Queue
-			}
-			if q == "" {
-				q = "default"
-			}
-			queues[q]++
+		for i := range j.Spec.Steps {
+			queues[stepQueue(&j.Spec, &j.Spec.Steps[i])]++
 		}
 		key := j.Namespace + "/" + j.Name
 		// Instants that fire in the window start at most the jitter before it.

@@ -74,3 +74,31 @@ func TestForecastBounds(t *testing.T) {
 		t.Error("3 million runs were counted")
 	}
 }
+
+// A forecast of one queue counts the jobs that have a step in it, and
+// only those steps' tasks.
+func TestForecastOfOneQueue(t *testing.T) {
+	from := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	to := from.Add(24 * time.Hour)
+	jobs := storm(200, nil)
+	etl, err := Compute(InQueue(jobs, "etl"), from, to, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if etl.Runs != 200 || len(etl.Tasks) != 1 || etl.Tasks["etl"] != 200 || etl.Hottest[0].Runs != 200 {
+		t.Fatalf("queue etl: %d runs, tasks %v; want the 200 storm jobs' runs and tasks only", etl.Runs, etl.Tasks)
+	}
+	def, err := Compute(InQueue(jobs, "default"), from, to, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.Runs != 24 || len(def.Tasks) != 1 || def.Tasks["default"] != 24 {
+		t.Fatalf("queue default: %d runs, tasks %v; want 24, the hourly job's", def.Runs, def.Tasks)
+	}
+	if none := InQueue(jobs, "nowhere"); len(none) != 0 {
+		t.Fatalf("%d jobs in a queue none names", len(none))
+	}
+	if whole := InQueue(jobs, ""); len(whole) != len(jobs) {
+		t.Fatal("no queue keeps every job")
+	}
+}

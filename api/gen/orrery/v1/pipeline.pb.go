@@ -379,9 +379,12 @@ type ForecastRequest struct {
 	From      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
 	To        *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
 	// The hottest minutes to name; default 5, at most 50.
-	Top           int32         `protobuf:"varint,4,opt,name=top,proto3" json:"top,omitempty"`
-	Jobs          []*AppliedJob `protobuf:"bytes,5,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	Prune         bool          `protobuf:"varint,6,opt,name=prune,proto3" json:"prune,omitempty"`
+	Top   int32         `protobuf:"varint,4,opt,name=top,proto3" json:"top,omitempty"`
+	Jobs  []*AppliedJob `protobuf:"bytes,5,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	Prune bool          `protobuf:"varint,6,opt,name=prune,proto3" json:"prune,omitempty"`
+	// Count only the steps that go to this queue (by the name the job
+	// gives it), and the jobs that have one; empty: every queue.
+	Queue         string `protobuf:"bytes,7,opt,name=queue,proto3" json:"queue,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -456,6 +459,13 @@ func (x *ForecastRequest) GetPrune() bool {
 		return x.Prune
 	}
 	return false
+}
+
+func (x *ForecastRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
 }
 
 type ForecastResponse struct {
@@ -692,14 +702,15 @@ const file_orrery_v1_pipeline_proto_rawDesc = "" +
 	"namespaces\x18\x03 \x03(\tR\n" +
 	"namespaces\"<\n" +
 	"\rApplyResponse\x12+\n" +
-	"\achanges\x18\x01 \x03(\v2\x11.orrery.v1.ChangeR\achanges\"\xde\x01\n" +
+	"\achanges\x18\x01 \x03(\v2\x11.orrery.v1.ChangeR\achanges\"\xf4\x01\n" +
 	"\x0fForecastRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x10\n" +
 	"\x03top\x18\x04 \x01(\x05R\x03top\x12)\n" +
 	"\x04jobs\x18\x05 \x03(\v2\x15.orrery.v1.AppliedJobR\x04jobs\x12\x14\n" +
-	"\x05prune\x18\x06 \x01(\bR\x05prune\"\xba\x02\n" +
+	"\x05prune\x18\x06 \x01(\bR\x05prune\x12\x14\n" +
+	"\x05queue\x18\a \x01(\tR\x05queue\"\xba\x02\n" +
 	"\x10ForecastResponse\x12\x12\n" +
 	"\x04runs\x18\x01 \x01(\x05R\x04runs\x12S\n" +
 	"\x0etasks_by_queue\x18\x02 \x03(\v2-.orrery.v1.ForecastResponse.TasksByQueueEntryR\ftasksByQueue\x123\n" +
