@@ -124,7 +124,7 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 				groups = append(groups, t.ID)
 			}
 		}
-		if err := q.RerunTasks(ctx, store.RerunTasksParams{Ids: reset.Ids, Remaining: reset.Remaining}); err != nil {
+		if err := q.RerunTasks(ctx, store.RerunTasksParams(reset)); err != nil {
 			return err
 		}
 		if err := q.RerunItems(ctx, groups); err != nil {
