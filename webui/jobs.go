@@ -261,3 +261,9 @@ func paramFields(params map[string]dag.Param) []paramField {
 	}
 	return out
 }
+
+// backfillHandled is how many of a backfill's instants it has handled:
+// written, left alone, or run again.
+func backfillHandled(b *orreryv1.JobBackfill) int32 {
+	return b.GetCreated() + b.GetExisting() + b.GetRetried()
+}

@@ -40,6 +40,7 @@ var funcs = template.FuncMap{
 	"add":     func(a, b float64) float64 { return a + b },
 	"half":    func(a float64) float64 { return a / 2 },
 	"counts":  itemCounts,
+	"handled": backfillHandled,
 }
 
 func parsePages() (pages, error) {

@@ -116,7 +116,7 @@ func newCancelBackfillCmd(g *globals, namespace *string) *cobra.Command {
 				return err
 			}
 			b := res.Msg.GetBackfill()
-			fmt.Fprintf(cmd.OutOrStdout(), "backfill %s cancelled after %d of %d runs\n", b.GetId(), b.GetCreated(), b.GetTotal())
+			fmt.Fprintf(cmd.OutOrStdout(), "backfill %s cancelled after %d of %d instants\n", b.GetId(), b.GetCreated()+b.GetExisting()+b.GetRetried(), b.GetTotal())
 			return nil
 		},
 	}
@@ -124,7 +124,7 @@ func newCancelBackfillCmd(g *globals, namespace *string) *cobra.Command {
 
 func printBackfills(out io.Writer, bs []*orreryv1.JobBackfill) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tFROM\tTO\tSTATUS\tRUNS\tLEFT ALONE\tRETRIED\tAT\tBY")
+	fmt.Fprintln(tw, "ID\tFROM\tTO\tSTATUS\tINSTANTS\tNEW RUNS\tLEFT ALONE\tRUN AGAIN\tAT\tBY")
 	for _, b := range bs {
 		status := b.GetStatus()
 		if b.GetReason() != "" {
@@ -134,8 +134,9 @@ func printBackfills(out io.Writer, bs []*orreryv1.JobBackfill) {
 		if b.GetCursor() != nil {
 			at = b.GetCursor().AsTime().UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\t%s\t%s\n", b.GetId(), b.GetFrom().AsTime().UTC().Format(time.RFC3339),
-			b.GetTo().AsTime().UTC().Format(time.RFC3339), status, b.GetCreated(), b.GetTotal(), b.GetExisting(), b.GetRetried(), at, b.GetCreatedBy())
+		handled := b.GetCreated() + b.GetExisting() + b.GetRetried()
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%d\t%d\t%d\t%s\t%s\n", b.GetId(), b.GetFrom().AsTime().UTC().Format(time.RFC3339),
+			b.GetTo().AsTime().UTC().Format(time.RFC3339), status, handled, b.GetTotal(), b.GetCreated(), b.GetExisting(), b.GetRetried(), at, b.GetCreatedBy())
 	}
 	tw.Flush()
 }
