@@ -401,12 +401,18 @@ func deleteRecords(ctx context.Context, q *store.Queries, ids []uuid.UUID, actor
 	slices.SortFunc(gone, func(a, b store.DeleteRecordsRow) int {
 		return cmp.Or(bytes.Compare(a.TenantID[:], b.TenantID[:]), cmp.Compare(a.Shard, b.Shard))
 	})
+	// One usage row per (tenant, shard): an upsert may not touch a row
+	// twice in one statement.
 	var use store.AddRunUsageParams
-	for _, g := range gone {
-		use.TenantIds = append(use.TenantIds, g.TenantID)
-		use.Shards = append(use.Shards, g.Shard)
-		use.Runs = append(use.Runs, -1)
-		use.Tasks = append(use.Tasks, 0)
+	for i, g := range gone {
+		if i > 0 && g.TenantID == gone[i-1].TenantID && g.Shard == gone[i-1].Shard {
+			use.Runs[len(use.Runs)-1]--
+		} else {
+			use.TenantIds = append(use.TenantIds, g.TenantID)
+			use.Shards = append(use.Shards, g.Shard)
+			use.Runs = append(use.Runs, -1)
+			use.Tasks = append(use.Tasks, 0)
+		}
 		before, _ := json.Marshal(map[string]any{"id": g.ID, "scheduled_for": g.ScheduledFor, "status": g.Status, "reason": g.Reason})
 		after, _ := json.Marshal(map[string]any{"deleted": true, "replaced_by": "a run of the backfill at the same instant"})
 		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{

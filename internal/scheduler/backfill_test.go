@@ -178,13 +178,17 @@ func TestBackfillRedoAllRunsEveryInstantAgain(t *testing.T) {
 	runs := run.NewService(pool, jobs, d)
 	ref := job.Ref{Namespace: "default", Name: "hourly"}
 	from, to := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 10, 1, 4, 0, 0, 0, time.UTC)
-	// 2:00 was skipped by the schedule: a record, no tasks.
+	// 1:00 and 2:00 were skipped by the schedule: records, no tasks (two,
+	// so that one step deletes both).
 	got, err := jobs.Get(ctx, job.Anonymous, ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	skipped := []run.New{{Job: run.JobRef{ID: got.ID, Tenant: got.Tenant, Version: got.Version, Shard: got.Shard, Spec: &got.Spec},
-		At: from.Add(2 * time.Hour), Trigger: lifecycle.TriggerSchedule, Status: lifecycle.RunSkipped, Reason: "misfire: skip"}}
+	var skipped []run.New
+	for _, h := range []time.Duration{time.Hour, 2 * time.Hour} {
+		skipped = append(skipped, run.New{Job: run.JobRef{ID: got.ID, Tenant: got.Tenant, Version: got.Version, Shard: got.Shard, Spec: &got.Spec},
+			At: from.Add(h), Trigger: lifecycle.TriggerSchedule, Status: lifecycle.RunSkipped, Reason: "misfire: skip"})
+	}
 	if err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
 		_, err := (&run.Applier{Dispatcher: d}).Insert(ctx, tx, skipped, nil, nil)
 		return err
@@ -200,10 +204,10 @@ func TestBackfillRedoAllRunsEveryInstantAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	enginetest.WaitFor(t, 60*time.Second, "the first backfill done", func() bool { return done(first.ID) })
-	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND status = 'skipped'", j.ID); n != 1 {
-		t.Fatalf("redo none: %d skipped runs, want the record left alone", n)
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND status = 'skipped'", j.ID); n != 2 {
+		t.Fatalf("redo none: %d skipped runs, want the 2 records left alone", n)
 	}
-	all, err := runs.Backfill(ctx, job.Anonymous, ref, run.BackfillOptions{From: from, To: to, Redo: run.RedoAll, MaxConcurrent: 2})
+	all, err := runs.Backfill(ctx, job.Anonymous, ref, run.BackfillOptions{From: from, To: to, Redo: run.RedoAll, MaxConcurrent: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +216,8 @@ func TestBackfillRedoAllRunsEveryInstantAgain(t *testing.T) {
 	if err != nil || len(list) != 2 {
 		t.Fatalf("list: %d, %v", len(list), err)
 	}
-	if f, a := list[1], list[0]; f.Created != 4 || f.Existing != 1 || a.Created != 1 || a.Retried != 4 || a.Existing != 0 {
-		t.Errorf("first: created %d, left %d (want 4, 1); redo all: created %d, ran again %d, left %d (want 1, 4, 0)",
+	if f, a := list[1], list[0]; f.Created != 3 || f.Existing != 2 || a.Created != 2 || a.Retried != 3 || a.Existing != 0 {
+		t.Errorf("first: created %d, left %d (want 3, 2); redo all: created %d, ran again %d, left %d (want 2, 3, 0)",
 			f.Created, f.Existing, a.Created, a.Retried, a.Existing)
 	}
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND status = 'succeeded'", j.ID); n != 5 {
@@ -222,8 +226,8 @@ func TestBackfillRedoAllRunsEveryInstantAgain(t *testing.T) {
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1", j.ID); n != 5 {
 		t.Errorf("%d runs, want 5", n)
 	}
-	// 4 instants twice and the record's once: a and b 9 times, 27 items.
-	for step, want := range map[string]int64{"a": 9, "load": 27, "b": 9} {
+	// 3 instants twice and the records' once: a and b 8 times, 24 items.
+	for step, want := range map[string]int64{"a": 8, "load": 24, "b": 8} {
 		var n int64
 		if v, ok := calls.Load(step); ok {
 			n = v.(*atomic.Int64).Load()
@@ -236,7 +240,7 @@ func TestBackfillRedoAllRunsEveryInstantAgain(t *testing.T) {
 		t.Errorf("%d tasks, want 30: a rerun keeps its tasks and items", n)
 	}
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM audit_log WHERE action = 'rerun' AND actor = $1", run.BackfillActor); n != 5 {
-		t.Errorf("%d rerun audit rows, want 5 (4 runs again, 1 record replaced)", n)
+		t.Errorf("%d rerun audit rows, want 5 (3 runs again, 2 records replaced)", n)
 	}
 	if n := enginetest.Int(t, pool, "SELECT sum(runs)::int FROM tenant_run_usage"); n != 5 {
 		t.Errorf("usage counts %d runs, want 5", n)
