@@ -16,7 +16,6 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/executor"
-	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
@@ -55,15 +54,7 @@ func TestBackfillFiresEachInstantOnce(t *testing.T) {
 		Overlap:  dag.OverlapSkip, Run: &dag.Executor{Handler: "work"}, Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}},
 	}
 	j := createJob(t, pool, "daily", spec)
-	jobs, err := job.New(ctx, pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatch.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := run.NewService(pool, jobs, d)
+	_, _, runs := services(t, pool)
 	ref := job.Ref{Namespace: "default", Name: "daily"}
 	from, to := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 10, 20, 7, 0, 0, 0, time.UTC)
 	sched, err := schedule.Parse(spec.Schedule)
@@ -167,15 +158,7 @@ func TestBackfillRedoAllRunsEveryInstantAgain(t *testing.T) {
 		},
 	}
 	j := createJob(t, pool, "hourly", spec)
-	jobs, err := job.New(ctx, pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatch.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := run.NewService(pool, jobs, d)
+	jobs, d, runs := services(t, pool)
 	ref := job.Ref{Namespace: "default", Name: "hourly"}
 	from, to := time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 10, 1, 4, 0, 0, 0, time.UTC)
 	// 1:00 and 2:00 were skipped by the schedule: records, no tasks (two,
@@ -333,15 +316,7 @@ func TestBackfillWaitsForStorageRoom(t *testing.T) {
 	if _, err := pool.Exec(ctx, "UPDATE tenants SET max_runs = 3"); err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := job.New(ctx, pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatch.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := run.NewService(pool, jobs, d)
+	_, _, runs := services(t, pool)
 	ref := job.Ref{Namespace: "default", Name: "daily"}
 	b, err := runs.Backfill(ctx, job.Anonymous, ref, run.BackfillOptions{From: time.Date(2026, 10, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2026, 10, 10, 12, 0, 0, 0, time.UTC)})
 	if err != nil || b.Total != 10 {

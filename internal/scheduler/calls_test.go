@@ -17,7 +17,6 @@ import (
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/internal/access"
-	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
@@ -84,15 +83,7 @@ func TestJobStepRunsAChildRun(t *testing.T) {
 			}}
 	}
 	createJob(t, pool, "billing", parentSpec("2026-11"))
-	jobs, err := job.New(ctx, pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatch.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := run.NewService(pool, jobs, d)
+	jobs, _, runs := services(t, pool)
 	billing := job.Ref{Namespace: "default", Name: "billing"}
 	statusOf := func(id uuid.UUID) string {
 		r, err := runs.Get(ctx, job.Anonymous, id, run.ItemsPage{})
@@ -406,15 +397,7 @@ func TestAnEventThatFailsIsSetAside(t *testing.T) {
 	never := schedule.Spec{Cron: schedule.Crons("0 0 1 1 *"), Timezone: "UTC"}
 	createJob(t, pool, "kid", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "work"}})
 	createJob(t, pool, "mom", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow, Run: &dag.Executor{Job: &dag.JobCall{Name: "kid"}}})
-	jobs, err := job.New(ctx, pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatch.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := run.NewService(pool, jobs, d)
+	_, _, runs := services(t, pool)
 	mom := job.Ref{Namespace: "default", Name: "mom"}
 	held.Store("on", true)
 	bad, err := runs.Trigger(ctx, job.Anonymous, mom, "", true)

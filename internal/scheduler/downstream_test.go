@@ -63,15 +63,7 @@ func TestAfterStartsOneRunPerUpstreamEnd(t *testing.T) {
 	if load.NextFireAt != nil {
 		t.Errorf("a job after another alone has a next fire time: %s", load.NextFireAt)
 	}
-	jobs, err := job.New(ctx, pool, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := dispatch.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := run.NewService(pool, jobs, d)
+	jobs, _, runs := services(t, pool)
 	extract := job.Ref{Namespace: "default", Name: "extract"}
 	var ups []uuid.UUID
 	for range 3 {

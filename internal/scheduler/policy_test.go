@@ -26,6 +26,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/node"
 	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
@@ -133,6 +134,21 @@ func startPolicyNode(t *testing.T, pool *pgxpool.Pool, cfg node.Config) {
 func startPolicyWorker(t *testing.T, pool *pgxpool.Pool, handlers map[string]executor.HandlerFunc) {
 	t.Helper()
 	enginetest.StartWorkers(t, worker.Config{StatePool: pool, Queues: map[string]int{"default": 10}, Handlers: handlers})
+}
+
+// services are the job and run services of pool, with the dispatcher the
+// run service releases through.
+func services(t *testing.T, pool *pgxpool.Pool) (*job.Service, *dispatch.Dispatcher, *run.Service) {
+	t.Helper()
+	jobs, err := job.New(context.Background(), pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jobs, d, run.NewService(pool, jobs, d)
 }
 
 func createJob(t *testing.T, pool *pgxpool.Pool, name string, spec dag.JobSpec) *job.Job {
