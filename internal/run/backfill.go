@@ -1,13 +1,10 @@
 package run
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -398,21 +395,9 @@ func deleteRecords(ctx context.Context, q *store.Queries, ids []uuid.UUID, actor
 	if err != nil || len(gone) == 0 {
 		return err
 	}
-	slices.SortFunc(gone, func(a, b store.DeleteRecordsRow) int {
-		return cmp.Or(bytes.Compare(a.TenantID[:], b.TenantID[:]), cmp.Compare(a.Shard, b.Shard))
-	})
-	// One usage row per (tenant, shard): an upsert may not touch a row
-	// twice in one statement.
-	var use store.AddRunUsageParams
-	for i, g := range gone {
-		if i > 0 && g.TenantID == gone[i-1].TenantID && g.Shard == gone[i-1].Shard {
-			use.Runs[len(use.Runs)-1]--
-		} else {
-			use.TenantIds = append(use.TenantIds, g.TenantID)
-			use.Shards = append(use.Shards, g.Shard)
-			use.Runs = append(use.Runs, -1)
-			use.Tasks = append(use.Tasks, 0)
-		}
+	taken := usage.Delta{}
+	for _, g := range gone {
+		taken.Add(g.TenantID, g.Shard, usage.Usage{Runs: -1})
 		before, _ := json.Marshal(map[string]any{"id": g.ID, "scheduled_for": g.ScheduledFor, "status": g.Status, "reason": g.Reason})
 		after, _ := json.Marshal(map[string]any{"deleted": true, "replaced_by": "a run of the backfill at the same instant"})
 		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
@@ -422,7 +407,7 @@ func deleteRecords(ctx context.Context, q *store.Queries, ids []uuid.UUID, actor
 			return err
 		}
 	}
-	return q.AddRunUsage(ctx, use)
+	return taken.WriteRuns(ctx, q)
 }
 
 // nextBackfillInstants is the next chunk of a backfill's instants after

@@ -118,19 +118,11 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 		cands = append(cands, candidate{dispatch.NextAttempt(tid, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional, t.FanOut, t.JobStep})
 	}
 	if all {
-		var groups []uuid.UUID
-		for _, t := range rows {
-			if t.FanOut {
-				groups = append(groups, t.ID)
-			}
-		}
-		if err := q.RerunTasks(ctx, store.RerunTasksParams(reset)); err != nil {
-			return err
-		}
-		if err := q.RerunItems(ctx, groups); err != nil {
-			return err
-		}
-	} else if err := q.RetryTasks(ctx, reset); err != nil {
+		err = q.RerunTasks(ctx, store.RerunTasksParams(reset))
+	} else {
+		err = q.RetryTasks(ctx, reset)
+	}
+	if err != nil {
 		return err
 	}
 	if len(p.Skip) > 0 {

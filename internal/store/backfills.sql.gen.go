@@ -423,7 +423,7 @@ func (q *Queries) RunningBackfills(ctx context.Context, arg RunningBackfillsPara
 }
 
 const runsAt = `-- name: RunsAt :many
-SELECT id, scheduled_for, status, tenant_id, shard, EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = runs.id) AS has_tasks
+SELECT id, scheduled_for, status, EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = runs.id) AS has_tasks
 FROM runs WHERE job_id = $1 AND scheduled_for = ANY($2::timestamptz[])
 `
 
@@ -436,12 +436,9 @@ type RunsAtRow struct {
 	ID           uuid.UUID
 	ScheduledFor time.Time
 	Status       lifecycle.RunStatus
-	TenantID     uuid.UUID
-	Shard        int32
 	HasTasks     bool
 }
 
-// RunsAt reads a job's runs at the given instants.
 // RunsAt reads the runs of a job at instants; a record (a skipped or
 // cancelled run written without tasks) has has_tasks false.
 func (q *Queries) RunsAt(ctx context.Context, arg RunsAtParams) ([]RunsAtRow, error) {
@@ -457,8 +454,6 @@ func (q *Queries) RunsAt(ctx context.Context, arg RunsAtParams) ([]RunsAtRow, er
 			&i.ID,
 			&i.ScheduledFor,
 			&i.Status,
-			&i.TenantID,
-			&i.Shard,
 			&i.HasTasks,
 		); err != nil {
 			return nil, err

@@ -1165,18 +1165,6 @@ func (q *Queries) ReplayTasks(ctx context.Context, arg ReplayTasksParams) ([]Rep
 	return items, nil
 }
 
-const rerunItems = `-- name: RerunItems :exec
-UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', admitted_at = NULL, ready_at = NULL
-WHERE group_id = ANY($1::uuid[]) AND status <> 'waiting'
-`
-
-// RerunItems makes every item of the groups of a rerun wait, succeeded
-// ones too: its group, released again, runs them all (reopenGroups).
-func (q *Queries) RerunItems(ctx context.Context, groupIds []uuid.UUID) error {
-	_, err := q.db.Exec(ctx, rerunItems, groupIds)
-	return err
-}
-
 const rerunRun = `-- name: RerunRun :one
 UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
 WHERE id = $1 AND status IN ('succeeded', 'failed', 'dead_lettered', 'cancelled')
@@ -1208,8 +1196,8 @@ type RerunTasksParams struct {
 
 // RerunTasks makes every task of a rerun wait again, succeeded and skipped
 // ones too, @remaining[i] parents each (0: released next, in the same
-// transaction); a fan-out group's count of succeeded items is cleared
-// (RerunItems makes its items wait).
+// transaction); a fan-out group's count of succeeded items is cleared, so
+// that its release runs every item again (ReopenItems).
 func (q *Queries) RerunTasks(ctx context.Context, arg RerunTasksParams) error {
 	_, err := q.db.Exec(ctx, rerunTasks, arg.Ids, arg.Remaining)
 	return err

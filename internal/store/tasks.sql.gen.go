@@ -979,12 +979,14 @@ func (q *Queries) ReopenGroups(ctx context.Context, arg ReopenGroupsParams) ([]u
 
 const reopenItems = `-- name: ReopenItems :exec
 UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', admitted_at = NULL, ready_at = NULL
-WHERE group_id = ANY($1::uuid[]) AND status NOT IN ('succeeded', 'waiting')
+WHERE group_id = ANY($1::uuid[]) AND status <> 'waiting'
+  AND (status <> 'succeeded' OR (SELECT g.items_succeeded FROM tasks AS g WHERE g.id = tasks.group_id) = 0)
 `
 
 // ReopenItems makes the items of groups that did not succeed wait again
-// (a retried run): held until their group releases them, their attempt
-// numbers going on.
+// (a retried run), and every item of a group whose count of succeeded
+// items is 0 (a rerun cleared it): held until their group releases them,
+// their attempt numbers going on.
 func (q *Queries) ReopenItems(ctx context.Context, groupIds []uuid.UUID) error {
 	_, err := q.db.Exec(ctx, reopenItems, groupIds)
 	return err

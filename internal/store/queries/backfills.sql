@@ -27,11 +27,10 @@ ORDER BY b.created_at
 LIMIT @batch
 FOR UPDATE OF b SKIP LOCKED FOR SHARE OF j SKIP LOCKED;
 
--- RunsAt reads a job's runs at the given instants.
 -- RunsAt reads the runs of a job at instants; a record (a skipped or
 -- cancelled run written without tasks) has has_tasks false.
 -- name: RunsAt :many
-SELECT id, scheduled_for, status, tenant_id, shard, EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = runs.id) AS has_tasks
+SELECT id, scheduled_for, status, EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = runs.id) AS has_tasks
 FROM runs WHERE job_id = @job_id AND scheduled_for = ANY(@ats::timestamptz[]);
 
 -- DeleteRecords deletes runs that are records (skipped or cancelled, no

@@ -359,20 +359,14 @@ RETURNING id;
 
 -- RerunTasks makes every task of a rerun wait again, succeeded and skipped
 -- ones too, @remaining[i] parents each (0: released next, in the same
--- transaction); a fan-out group's count of succeeded items is cleared
--- (RerunItems makes its items wait).
+-- transaction); a fan-out group's count of succeeded items is cleared, so
+-- that its release runs every item again (ReopenItems).
 -- name: RerunTasks :exec
 UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', parents_remaining = u.remaining,
     admitted_at = NULL, ready_at = NULL,
     items_succeeded = CASE WHEN tasks.items_total IS NULL THEN tasks.items_succeeded ELSE 0 END
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@remaining::int[]) AS remaining) AS u
 WHERE tasks.id = u.id;
-
--- RerunItems makes every item of the groups of a rerun wait, succeeded
--- ones too: its group, released again, runs them all (reopenGroups).
--- name: RerunItems :exec
-UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', admitted_at = NULL, ready_at = NULL
-WHERE group_id = ANY(@group_ids::uuid[]) AND status <> 'waiting';
 
 -- name: ReopenRuns :exec
 UPDATE runs SET status = 'running', finished_at = NULL, reason = ''

@@ -352,11 +352,13 @@ SELECT id, items_total::int AS items_total, items_succeeded::int AS items_succee
 WHERE id = ANY(@ids::uuid[]) AND items_total IS NOT NULL;
 
 -- ReopenItems makes the items of groups that did not succeed wait again
--- (a retried run): held until their group releases them, their attempt
--- numbers going on.
+-- (a retried run), and every item of a group whose count of succeeded
+-- items is 0 (a rerun cleared it): held until their group releases them,
+-- their attempt numbers going on.
 -- name: ReopenItems :exec
 UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', admitted_at = NULL, ready_at = NULL
-WHERE group_id = ANY(@group_ids::uuid[]) AND status NOT IN ('succeeded', 'waiting');
+WHERE group_id = ANY(@group_ids::uuid[]) AND status <> 'waiting'
+  AND (status <> 'succeeded' OR (SELECT g.items_succeeded FROM tasks AS g WHERE g.id = tasks.group_id) = 0);
 
 -- ReopenGroups moves waiting groups expanded before (a retried run) back
 -- to expanded: their succeeded items keep their ends, @opens[i] items are
