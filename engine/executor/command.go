@@ -234,7 +234,12 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	res := Result{Output: out.String(), OutputTruncated: out.cut, Log: log.String()}
 	var exitErr *exec.ExitError
 	switch {
-	case err == nil:
+	// A process that exited 0 before the kill reached it (it had ended,
+	// and this worker had not yet waited for it: a worker stopped and
+	// resumed, or a cancellation racing its end) succeeded: Run reports
+	// the context's error whenever Cancel ran, the wait status says what
+	// the process did.
+	case err == nil, ctx.Err() != nil && cmd.ProcessState != nil && cmd.ProcessState.Success():
 		res.OK = true
 	case ctx.Err() != nil:
 		res.Error = "killed: " + context.Cause(ctx).Error()
