@@ -28,9 +28,10 @@ test: postgres chromium bubblewrap check-generate lint crdb-parse
 build:
 	$(GO) build -o bin/orrery ./cmd/orrery
 
-## generate: protobuf/Connect code (buf, local plugins) and SQL queries (sqlc)
+## generate: protobuf/Connect code and the OpenAPI document (buf, local plugins; tools/openapi) and SQL queries (sqlc)
 generate:
 	$(BUF) generate
+	$(GO) run ./tools/openapi api/gen/openapi/openapi.yaml api/gen/openapi/openapi.json
 	$(SQLC) generate
 
 ## check-generate: fail when the checked-in generated code differs from `make generate`

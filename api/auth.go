@@ -70,17 +70,24 @@ func preauthenticate(auth Authenticator, next http.Handler) http.Handler {
 	errs := connect.NewErrorWriter()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, inProcess := r.Context().Value(inProcessKey{}).(access.Principal)
-		if inProcess || !strings.HasPrefix(r.URL.Path, "/orrery.v1.") {
+		rest := strings.HasPrefix(r.URL.Path, RESTPrefix)
+		if inProcess || !rest && !strings.HasPrefix(r.URL.Path, "/orrery.v1.") {
 			next.ServeHTTP(w, r)
 			return
 		}
 		p, err := auth.Authenticate(r.Context(), r.Header)
-		if errors.Is(err, access.ErrUnauthenticated) {
-			_ = errs.Write(w, r, connect.NewError(connect.CodeUnauthenticated, err))
-			return
-		}
 		if err != nil {
-			_ = errs.Write(w, r, toConnect(r.Context(), nil, err))
+			var ce *connect.Error
+			if errors.Is(err, access.ErrUnauthenticated) {
+				ce = connect.NewError(connect.CodeUnauthenticated, err)
+			} else {
+				ce = toConnect(r.Context(), nil, err).(*connect.Error)
+			}
+			if rest {
+				writeRESTError(w, ce)
+			} else {
+				_ = errs.Write(w, r, ce)
+			}
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authenticatedKey{}, p)))

@@ -433,4 +433,9 @@ func TestRefusalsAreCheap(t *testing.T) {
 	if status != http.StatusTooManyRequests || code != "resource_exhausted" {
 		t.Errorf("past the allowance: %d %q, want 429 resource_exhausted", status, code)
 	}
+	// Over REST too, from the same source: 429 with Retry-After.
+	status, h, body := rest(t, "POST", "http://"+srv.Addr()+"/api/v1/jobs", fmt.Sprintf("ork_%043d", 999), "{}")
+	if status != http.StatusTooManyRequests || h.Get("Retry-After") == "" || !strings.Contains(body, `"code":8`) {
+		t.Errorf("over REST past the allowance: %d %v %s, want 429 with Retry-After", status, h, body)
+	}
 }

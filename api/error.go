@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strconv"
 
 	"connectrpc.com/connect"
@@ -32,11 +33,11 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &es):
-		return connect.NewError(connect.CodeInvalidArgument, es)
+		return unprocessable(es)
 	case errors.As(err, &invalid):
-		return connect.NewError(connect.CodeInvalidArgument, invalid)
+		return unprocessable(invalid)
 	case errors.As(err, &sched):
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("schedule."+sched.Error()))
+		return unprocessable(errors.New("schedule." + sched.Error()))
 	case errors.Is(err, job.ErrNotFound), errors.Is(err, run.ErrNotFound), errors.Is(err, access.ErrNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
 	case errors.Is(err, job.ErrAlreadyExists), errors.Is(err, job.ErrIdempotencyConflict), errors.Is(err, access.ErrExists):
@@ -50,21 +51,41 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 	case errors.As(err, &exceeded):
 		return connect.NewError(connect.CodeResourceExhausted, exceeded)
 	case errors.Is(err, job.ErrDeleted), errors.Is(err, run.ErrCannotRetry), errors.Is(err, run.ErrBackfillNotRunning):
-		return connect.NewError(connect.CodeFailedPrecondition, err)
+		ce := connect.NewError(connect.CodeFailedPrecondition, err)
+		setStatus(ce.Meta(), http.StatusConflict) // the resource's state refuses the call
+		return ce
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	case store.IsAmbiguous(err):
-		return connect.NewError(connect.CodeUnavailable, errors.New("the database could not tell whether the change was made; read before retrying, or retry with the same idempotency key"))
+		return unavailable(errors.New("the database could not tell whether the change was made; read before retrying, or retry with the same idempotency key"))
 	case store.IsUnavailable(err):
 		if log != nil {
 			log.ErrorContext(ctx, "database unavailable", "err", err) // once per outage: see store.Outage
 		}
-		return connect.NewError(connect.CodeUnavailable, errors.New("the database is unavailable; retry later"))
+		return unavailable(errors.New("the database is unavailable; retry later"))
 	}
 	if log != nil {
 		log.ErrorContext(ctx, "internal error", "err", err)
 	}
 	return connect.NewError(connect.CodeInternal, errors.New("internal error; see the server log"))
+}
+
+// unprocessable is InvalidArgument for a request that was read but holds a
+// value that is not valid (the error names its field): 422 over REST,
+// where 400 says the request could not be read (malformed JSON, an unknown
+// field).
+func unprocessable(err error) *connect.Error {
+	ce := connect.NewError(connect.CodeInvalidArgument, err)
+	setStatus(ce.Meta(), http.StatusUnprocessableEntity)
+	return ce
+}
+
+// unavailable is Unavailable with a Retry-After of a second: the database
+// comes back, or the client's retry with backoff takes it from there.
+func unavailable(err error) *connect.Error {
+	ce := connect.NewError(connect.CodeUnavailable, err)
+	ce.Meta().Set("Retry-After", "1")
+	return ce
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -53,11 +54,18 @@ func refFromProto(r *orreryv1.JobRef) (job.Ref, error) {
 
 func (s *jobServer) CreateJob(ctx context.Context, req *connect.Request[orreryv1.CreateJobRequest]) (*connect.Response[orreryv1.CreateJobResponse], error) {
 	m := req.Msg
-	j, err := s.jobs.Create(ctx, actor(ctx), ResourceFromProto(m.GetMetadata(), m.GetSpec()), m.GetIdempotencyKey())
+	key, err := idempotencyKey(m.GetIdempotencyKey(), req.Header())
+	if err != nil {
+		return nil, err
+	}
+	j, err := s.jobs.Create(ctx, actor(ctx), ResourceFromProto(m.GetMetadata(), m.GetSpec()), key)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	return connect.NewResponse(&orreryv1.CreateJobResponse{Job: jobToProto(j)}), nil
+	resp := connect.NewResponse(&orreryv1.CreateJobResponse{Job: jobToProto(j)})
+	resp.Header().Set("Location", RESTPrefix+"jobs/"+j.ID.String())
+	setStatus(resp.Header(), http.StatusCreated)
+	return resp, nil
 }
 
 // Upcoming fire times GetJob returns by default and at most.
@@ -155,7 +163,26 @@ func (s *jobServer) UpdateJob(ctx context.Context, req *connect.Request[orreryv1
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	j, err := s.jobs.Update(ctx, actor(ctx), ref, ResourceFromProto(m.GetMetadata(), m.GetSpec()), m.GetExpectedVersion())
+	// An omitted metadata or spec keeps the stored one (a REST PATCH of the
+	// spec alone), read at a version the update then expects.
+	meta, spec, version := m.GetMetadata(), m.GetSpec(), m.GetExpectedVersion()
+	if meta == nil || spec == nil {
+		cur, err := s.jobs.Get(ctx, actor(ctx), ref)
+		if err != nil {
+			return nil, toConnect(ctx, s.log, err)
+		}
+		stored := jobToProto(cur)
+		if meta == nil {
+			meta = stored.GetMetadata()
+		}
+		if spec == nil {
+			spec = stored.GetSpec()
+		}
+		if version == 0 {
+			version = stored.GetVersion()
+		}
+	}
+	j, err := s.jobs.Update(ctx, actor(ctx), ref, ResourceFromProto(meta, spec), version)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
@@ -108,6 +109,9 @@ func TestDatabaseOutageIsUnavailableAndLoggedOnce(t *testing.T) {
 		if connect.CodeOf(err) != connect.CodeUnavailable {
 			t.Fatalf("during the outage: %v (code %v), want Unavailable", err, connect.CodeOf(err))
 		}
+	}
+	if code, h, body := rest(t, "GET", "http://"+srv.Addr()+"/api/v1/jobs", "", ""); code != http.StatusServiceUnavailable || h.Get("Retry-After") == "" {
+		t.Errorf("over REST during the outage: %d %v %s, want 503 with Retry-After", code, h, body)
 	}
 	mu.Lock()
 	defer mu.Unlock()

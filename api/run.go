@@ -146,7 +146,11 @@ func (s *runServer) TriggerJob(ctx context.Context, req *connect.Request[orreryv
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	o := run.TriggerOptions{IdempotencyKey: m.GetIdempotencyKey(), IgnoreOverlap: m.GetIgnoreOverlap(), ParamTexts: m.GetParamTexts()}
+	key, err := idempotencyKey(m.GetIdempotencyKey(), req.Header())
+	if err != nil {
+		return nil, err
+	}
+	o := run.TriggerOptions{IdempotencyKey: key, IgnoreOverlap: m.GetIgnoreOverlap(), ParamTexts: m.GetParamTexts()}
 	if len(m.GetParams()) > 0 {
 		o.Params = make(map[string]dag.Payload, len(m.GetParams()))
 		for k, v := range m.GetParams() {

@@ -98,13 +98,26 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	}
 	opts = append(opts, strictJSONCodecs()...)
 	mux := http.NewServeMux()
-	mux.Handle(orreryv1connect.NewJobServiceHandler(&jobServer{jobs: svc.Jobs, runs: svc.Runs, log: log}, opts...))
-	mux.Handle(orreryv1connect.NewRunServiceHandler(&runServer{runs: svc.Runs, log: log}, opts...))
-	mux.Handle(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, queues: svc.Queues, log: log}, opts...))
-	mux.Handle(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))
-	mux.Handle(orreryv1connect.NewAuditServiceHandler(&auditServer{pool: svc.State, log: log}, opts...))
-	mux.Handle(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, log: log}, opts...))
-	mux.Handle(orreryv1connect.NewAlertServiceHandler(&alertServer{pool: svc.State, jobs: svc.Jobs, log: log}, opts...))
+	var services []service
+	add := func(path string, h http.Handler) {
+		mux.Handle(path, h)
+		services = append(services, service{path, h})
+	}
+	add(orreryv1connect.NewJobServiceHandler(&jobServer{jobs: svc.Jobs, runs: svc.Runs, log: log}, opts...))
+	add(orreryv1connect.NewRunServiceHandler(&runServer{runs: svc.Runs, log: log}, opts...))
+	add(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, queues: svc.Queues, log: log}, opts...))
+	add(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))
+	add(orreryv1connect.NewAuditServiceHandler(&auditServer{pool: svc.State, log: log}, opts...))
+	add(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, log: log}, opts...))
+	add(orreryv1connect.NewAlertServiceHandler(&alertServer{pool: svc.State, jobs: svc.Jobs, log: log}, opts...))
+	// REST: the same handlers behind vanguard (the workers' service has no
+	// REST paths: workers speak Connect or gRPC).
+	rest, err := newREST(services)
+	if err != nil {
+		panic(err) // the protos' HTTP rules are fixed at build time; a test builds them
+	}
+	mux.Handle(RESTPrefix, rest)
+	mux.Handle("GET /openapi.json", OpenAPI())
 
 	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName,
 		orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName, orreryv1connect.AccessServiceName,
@@ -119,7 +132,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(names...)))
 	// The body as sent: reading stops past the cap, before decompression;
 	// and no body is read before its caller is known.
-	return preauthenticate(auth, http.MaxBytesHandler(mux, limits.MaxRequestBytes))
+	return withStatus(preauthenticate(auth, http.MaxBytesHandler(mux, limits.MaxRequestBytes)))
 }
 
 // logErrors logs failed calls at debug level (Internal ones are logged

@@ -46,7 +46,13 @@ func (strictJSON) Unmarshal(b []byte, m any) error {
 	if len(b) == 0 {
 		return errors.New("zero-length payload is not a valid JSON object")
 	}
-	err := protojson.UnmarshalOptions{}.Unmarshal(b, pm)
+	return unmarshalStrict(protojson.UnmarshalOptions{}, b, pm)
+}
+
+// unmarshalStrict unmarshals b into pm with o (which must not discard
+// unknown fields), naming an unknown field's path when there is one.
+func unmarshalStrict(o protojson.UnmarshalOptions, b []byte, pm proto.Message) error {
+	err := o.Unmarshal(b, pm)
 	if err == nil || !strings.Contains(err.Error(), "unknown field") {
 		return err
 	}

@@ -88,7 +88,8 @@ func (t inProcess) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // New returns the UI's handler. Mount it at "/" beside the API (whose
-// paths begin with "/orrery.v1." and "/grpc.").
+// paths begin with "/orrery.v1.", "/grpc." and "/api/v1/", and
+// /openapi.json).
 func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -206,7 +207,8 @@ func wellFormed(r *http.Request) bool {
 // apiHandler, the rest to the UI.
 func Mount(apiHandler http.Handler, ui http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, "/orrery.v1.") || strings.HasPrefix(r.URL.Path, "/grpc.") {
+		if strings.HasPrefix(r.URL.Path, "/orrery.v1.") || strings.HasPrefix(r.URL.Path, "/grpc.") ||
+			strings.HasPrefix(r.URL.Path, api.RESTPrefix) || r.URL.Path == "/openapi.json" {
 			apiHandler.ServeHTTP(w, r)
 			return
 		}

@@ -7,6 +7,7 @@
 package orreryv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -1754,7 +1755,7 @@ var File_orrery_v1_access_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_access_proto_rawDesc = "" +
 	"\n" +
-	"\x16orrery/v1/access.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
+	"\x16orrery/v1/access.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
 	"\rWhoAmIRequest\"\xc6\x01\n" +
 	"\x0eWhoAmIResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1c\n" +
@@ -1894,20 +1895,20 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\v2\x11.orrery.v1.APIKeyR\x04keys\"-\n" +
 	"\x13RevokeAPIKeyRequest\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\tR\x06prefix\"\x16\n" +
-	"\x14RevokeAPIKeyResponse2\x85\a\n" +
-	"\rAccessService\x12O\n" +
-	"\fCreateTenant\x12\x1e.orrery.v1.CreateTenantRequest\x1a\x1f.orrery.v1.CreateTenantResponse\x12Q\n" +
-	"\vListTenants\x12\x1d.orrery.v1.ListTenantsRequest\x1a\x1e.orrery.v1.ListTenantsResponse\"\x03\x90\x02\x01\x12U\n" +
-	"\x0eSetTenantQuota\x12 .orrery.v1.SetTenantQuotaRequest\x1a!.orrery.v1.SetTenantQuotaResponse\x12Z\n" +
-	"\x0eGetTenantQuota\x12 .orrery.v1.GetTenantQuotaRequest\x1a!.orrery.v1.GetTenantQuotaResponse\"\x03\x90\x02\x01\x12O\n" +
-	"\fCreateAPIKey\x12\x1e.orrery.v1.CreateAPIKeyRequest\x1a\x1f.orrery.v1.CreateAPIKeyResponse\x12Q\n" +
-	"\vListAPIKeys\x12\x1d.orrery.v1.ListAPIKeysRequest\x1a\x1e.orrery.v1.ListAPIKeysResponse\"\x03\x90\x02\x01\x12O\n" +
-	"\fRevokeAPIKey\x12\x1e.orrery.v1.RevokeAPIKeyRequest\x1a\x1f.orrery.v1.RevokeAPIKeyResponse\x12F\n" +
-	"\tGrantRole\x12\x1b.orrery.v1.GrantRoleRequest\x1a\x1c.orrery.v1.GrantRoleResponse\x12L\n" +
-	"\vRevokeGrant\x12\x1d.orrery.v1.RevokeGrantRequest\x1a\x1e.orrery.v1.RevokeGrantResponse\x12N\n" +
+	"\x14RevokeAPIKeyResponse2\xcc\t\n" +
+	"\rAccessService\x12k\n" +
+	"\fCreateTenant\x12\x1e.orrery.v1.CreateTenantRequest\x1a\x1f.orrery.v1.CreateTenantResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/api/v1/tenants\x12h\n" +
+	"\vListTenants\x12\x1d.orrery.v1.ListTenantsRequest\x1a\x1e.orrery.v1.ListTenantsResponse\"\x1a\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/tenants\x90\x02\x01\x12\x80\x01\n" +
+	"\x0eSetTenantQuota\x12 .orrery.v1.SetTenantQuotaRequest\x1a!.orrery.v1.SetTenantQuotaResponse\")\x82\xd3\xe4\x93\x02#:\x01*\x1a\x1e/api/v1/tenants/{tenant}/quota\x12\x80\x01\n" +
+	"\x0eGetTenantQuota\x12 .orrery.v1.GetTenantQuotaRequest\x1a!.orrery.v1.GetTenantQuotaResponse\")\x82\xd3\xe4\x93\x02 \x12\x1e/api/v1/tenants/{tenant}/quota\x90\x02\x01\x12l\n" +
+	"\fCreateAPIKey\x12\x1e.orrery.v1.CreateAPIKeyRequest\x1a\x1f.orrery.v1.CreateAPIKeyResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/api/v1/api-keys\x12i\n" +
+	"\vListAPIKeys\x12\x1d.orrery.v1.ListAPIKeysRequest\x1a\x1e.orrery.v1.ListAPIKeysResponse\"\x1b\x82\xd3\xe4\x93\x02\x12\x12\x10/api/v1/api-keys\x90\x02\x01\x12r\n" +
+	"\fRevokeAPIKey\x12\x1e.orrery.v1.RevokeAPIKeyRequest\x1a\x1f.orrery.v1.RevokeAPIKeyResponse\"!\x82\xd3\xe4\x93\x02\x1b*\x19/api/v1/api-keys/{prefix}\x12a\n" +
+	"\tGrantRole\x12\x1b.orrery.v1.GrantRoleRequest\x1a\x1c.orrery.v1.GrantRoleResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/api/v1/grants\x12n\n" +
+	"\vRevokeGrant\x12\x1d.orrery.v1.RevokeGrantRequest\x1a\x1e.orrery.v1.RevokeGrantResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/api/v1/grants:revoke\x12d\n" +
 	"\n" +
-	"ListGrants\x12\x1c.orrery.v1.ListGrantsRequest\x1a\x1d.orrery.v1.ListGrantsResponse\"\x03\x90\x02\x01\x12B\n" +
-	"\x06WhoAmI\x12\x18.orrery.v1.WhoAmIRequest\x1a\x19.orrery.v1.WhoAmIResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"ListGrants\x12\x1c.orrery.v1.ListGrantsRequest\x1a\x1d.orrery.v1.ListGrantsResponse\"\x19\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/grants\x90\x02\x01\x12X\n" +
+	"\x06WhoAmI\x12\x18.orrery.v1.WhoAmIRequest\x1a\x19.orrery.v1.WhoAmIResponse\"\x19\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/whoami\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_access_proto_rawDescOnce sync.Once

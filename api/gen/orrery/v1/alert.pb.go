@@ -7,6 +7,7 @@
 package orreryv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -585,7 +586,7 @@ var File_orrery_v1_alert_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_alert_proto_rawDesc = "" +
 	"\n" +
-	"\x15orrery/v1/alert.proto\x12\torrery.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x9f\x03\n" +
+	"\x15orrery/v1/alert.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x9f\x03\n" +
 	"\x05Alert\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x15\n" +
@@ -643,11 +644,11 @@ const file_orrery_v1_alert_proto_rawDesc = "" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\"\x82\x01\n" +
 	"\x19ListNotificationsResponse\x12=\n" +
 	"\rnotifications\x18\x01 \x03(\v2\x17.orrery.v1.NotificationR\rnotifications\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xc3\x01\n" +
-	"\fAlertService\x12N\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2\xf7\x01\n" +
+	"\fAlertService\x12d\n" +
 	"\n" +
-	"ListAlerts\x12\x1c.orrery.v1.ListAlertsRequest\x1a\x1d.orrery.v1.ListAlertsResponse\"\x03\x90\x02\x01\x12c\n" +
-	"\x11ListNotifications\x12#.orrery.v1.ListNotificationsRequest\x1a$.orrery.v1.ListNotificationsResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"ListAlerts\x12\x1c.orrery.v1.ListAlertsRequest\x1a\x1d.orrery.v1.ListAlertsResponse\"\x19\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/alerts\x90\x02\x01\x12\x80\x01\n" +
+	"\x11ListNotifications\x12#.orrery.v1.ListNotificationsRequest\x1a$.orrery.v1.ListNotificationsResponse\" \x82\xd3\xe4\x93\x02\x17\x12\x15/api/v1/notifications\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_alert_proto_rawDescOnce sync.Once

@@ -7,6 +7,7 @@
 package orreryv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -394,7 +395,7 @@ var File_orrery_v1_audit_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_audit_proto_rawDesc = "" +
 	"\n" +
-	"\x15orrery/v1/audit.proto\x12\torrery.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x02\n" +
+	"\x15orrery/v1/audit.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x02\n" +
 	"\n" +
 	"AuditEntry\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12.\n" +
@@ -429,9 +430,9 @@ const file_orrery_v1_audit_proto_rawDesc = "" +
 	"page_token\x18\t \x01(\tR\tpageToken\"l\n" +
 	"\x11ListAuditResponse\x12/\n" +
 	"\aentries\x18\x01 \x03(\v2\x15.orrery.v1.AuditEntryR\aentries\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2[\n" +
-	"\fAuditService\x12K\n" +
-	"\tListAudit\x12\x1b.orrery.v1.ListAuditRequest\x1a\x1c.orrery.v1.ListAuditResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2p\n" +
+	"\fAuditService\x12`\n" +
+	"\tListAudit\x12\x1b.orrery.v1.ListAuditRequest\x1a\x1c.orrery.v1.ListAuditResponse\"\x18\x82\xd3\xe4\x93\x02\x0f\x12\r/api/v1/audit\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_audit_proto_rawDescOnce sync.Once

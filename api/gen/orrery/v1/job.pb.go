@@ -7,6 +7,7 @@
 package orreryv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -3438,7 +3439,7 @@ var File_orrery_v1_job_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/job.proto\x12\torrery.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15orrery/v1/audit.proto\"\xaa\x02\n" +
+	"\x13orrery/v1/job.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x15orrery/v1/audit.proto\"\xaa\x02\n" +
 	"\x0fBackfillRequest\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\x12.\n" +
 	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
@@ -3714,20 +3715,20 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\aJobView\x12\x18\n" +
 	"\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eJOB_VIEW_BASIC\x10\x01\x12\x11\n" +
-	"\rJOB_VIEW_FULL\x10\x022\xd3\x06\n" +
+	"\rJOB_VIEW_FULL\x10\x022\xdd\x0e\n" +
 	"\n" +
-	"JobService\x12F\n" +
-	"\tCreateJob\x12\x1b.orrery.v1.CreateJobRequest\x1a\x1c.orrery.v1.CreateJobResponse\x12B\n" +
-	"\x06GetJob\x12\x18.orrery.v1.GetJobRequest\x1a\x19.orrery.v1.GetJobResponse\"\x03\x90\x02\x01\x12H\n" +
-	"\bListJobs\x12\x1a.orrery.v1.ListJobsRequest\x1a\x1b.orrery.v1.ListJobsResponse\"\x03\x90\x02\x01\x12F\n" +
-	"\tUpdateJob\x12\x1b.orrery.v1.UpdateJobRequest\x1a\x1c.orrery.v1.UpdateJobResponse\x12F\n" +
-	"\tDeleteJob\x12\x1b.orrery.v1.DeleteJobRequest\x1a\x1c.orrery.v1.DeleteJobResponse\x12C\n" +
-	"\bPauseJob\x12\x1a.orrery.v1.PauseJobRequest\x1a\x1b.orrery.v1.PauseJobResponse\x12F\n" +
-	"\tResumeJob\x12\x1b.orrery.v1.ResumeJobRequest\x1a\x1c.orrery.v1.ResumeJobResponse\x12]\n" +
-	"\x0fPreviewSchedule\x12!.orrery.v1.PreviewScheduleRequest\x1a\".orrery.v1.PreviewScheduleResponse\"\x03\x90\x02\x01\x12C\n" +
-	"\bBackfill\x12\x1a.orrery.v1.BackfillRequest\x1a\x1b.orrery.v1.BackfillResponse\x12U\n" +
-	"\x0eCancelBackfill\x12 .orrery.v1.CancelBackfillRequest\x1a!.orrery.v1.CancelBackfillResponse\x12W\n" +
-	"\rListBackfills\x12\x1f.orrery.v1.ListBackfillsRequest\x1a .orrery.v1.ListBackfillsResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"JobService\x12_\n" +
+	"\tCreateJob\x12\x1b.orrery.v1.CreateJobRequest\x1a\x1c.orrery.v1.CreateJobResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/api/v1/jobs\x12\x95\x01\n" +
+	"\x06GetJob\x12\x18.orrery.v1.GetJobRequest\x1a\x19.orrery.v1.GetJobResponse\"V\x82\xd3\xe4\x93\x02MZ4\x122/api/v1/namespaces/{ref.namespace}/jobs/{ref.name}\x12\x15/api/v1/jobs/{ref.id}\x90\x02\x01\x12\x83\x01\n" +
+	"\bListJobs\x12\x1a.orrery.v1.ListJobsRequest\x1a\x1b.orrery.v1.ListJobsResponse\">\x82\xd3\xe4\x93\x025Z%\x12#/api/v1/namespaces/{namespace}/jobs\x12\f/api/v1/jobs\x90\x02\x01\x12\xf8\x01\n" +
+	"\tUpdateJob\x12\x1b.orrery.v1.UpdateJobRequest\x1a\x1c.orrery.v1.UpdateJobResponse\"\xaf\x01\x82\xd3\xe4\x93\x02\xa8\x01:\x01*Z\x1a:\x01*\x1a\x15/api/v1/jobs/{ref.id}Z7:\x01*22/api/v1/namespaces/{ref.namespace}/jobs/{ref.name}Z7:\x01*\x1a2/api/v1/namespaces/{ref.namespace}/jobs/{ref.name}2\x15/api/v1/jobs/{ref.id}\x12\x9b\x01\n" +
+	"\tDeleteJob\x12\x1b.orrery.v1.DeleteJobRequest\x1a\x1c.orrery.v1.DeleteJobResponse\"S\x82\xd3\xe4\x93\x02MZ4*2/api/v1/namespaces/{ref.namespace}/jobs/{ref.name}*\x15/api/v1/jobs/{ref.id}\x12\xaa\x01\n" +
+	"\bPauseJob\x12\x1a.orrery.v1.PauseJobRequest\x1a\x1b.orrery.v1.PauseJobResponse\"e\x82\xd3\xe4\x93\x02_:\x01*Z=:\x01*\"8/api/v1/namespaces/{ref.namespace}/jobs/{ref.name}:pause\"\x1b/api/v1/jobs/{ref.id}:pause\x12\xaf\x01\n" +
+	"\tResumeJob\x12\x1b.orrery.v1.ResumeJobRequest\x1a\x1c.orrery.v1.ResumeJobResponse\"g\x82\xd3\xe4\x93\x02a:\x01*Z>:\x01*\"9/api/v1/namespaces/{ref.namespace}/jobs/{ref.name}:resume\"\x1c/api/v1/jobs/{ref.id}:resume\x12\x81\x01\n" +
+	"\x0fPreviewSchedule\x12!.orrery.v1.PreviewScheduleRequest\x1a\".orrery.v1.PreviewScheduleResponse\"'\x82\xd3\xe4\x93\x02\x1e:\x01*\"\x19/api/v1/schedules:preview\x90\x02\x01\x12\xb2\x01\n" +
+	"\bBackfill\x12\x1a.orrery.v1.BackfillRequest\x1a\x1b.orrery.v1.BackfillResponse\"m\x82\xd3\xe4\x93\x02g:\x01*ZA:\x01*\"</api/v1/namespaces/{ref.namespace}/jobs/{ref.name}/backfills\"\x1f/api/v1/jobs/{ref.id}/backfills\x12\xdd\x01\n" +
+	"\x0eCancelBackfill\x12 .orrery.v1.CancelBackfillRequest\x1a!.orrery.v1.CancelBackfillResponse\"\x85\x01\x82\xd3\xe4\x93\x02\x7f:\x01*ZM:\x01*\"H/api/v1/namespaces/{ref.namespace}/jobs/{ref.name}/backfills/{id}:cancel\"+/api/v1/jobs/{ref.id}/backfills/{id}:cancel\x12\xbe\x01\n" +
+	"\rListBackfills\x12\x1f.orrery.v1.ListBackfillsRequest\x1a .orrery.v1.ListBackfillsResponse\"j\x82\xd3\xe4\x93\x02aZ>\x12</api/v1/namespaces/{ref.namespace}/jobs/{ref.name}/backfills\x12\x1f/api/v1/jobs/{ref.id}/backfills\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_job_proto_rawDescOnce sync.Once

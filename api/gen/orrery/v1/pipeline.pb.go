@@ -7,6 +7,7 @@
 package orreryv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -675,7 +676,7 @@ var File_orrery_v1_pipeline_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_pipeline_proto_rawDesc = "" +
 	"\n" +
-	"\x18orrery/v1/pipeline.proto\x12\torrery.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x93\x01\n" +
+	"\x18orrery/v1/pipeline.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x93\x01\n" +
 	"\n" +
 	"AppliedJob\x122\n" +
 	"\bmetadata\x18\x01 \x01(\v2\x16.orrery.v1.JobMetadataR\bmetadata\x12&\n" +
@@ -730,11 +731,11 @@ const file_orrery_v1_pipeline_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"3\n" +
 	"\vForecastJob\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x12\n" +
-	"\x04runs\x18\x02 \x01(\x05R\x04runs2\xd5\x01\n" +
-	"\x0fPipelineService\x12<\n" +
-	"\x04Plan\x12\x16.orrery.v1.PlanRequest\x1a\x17.orrery.v1.PlanResponse\"\x03\x90\x02\x01\x12:\n" +
-	"\x05Apply\x12\x17.orrery.v1.ApplyRequest\x1a\x18.orrery.v1.ApplyResponse\x12H\n" +
-	"\bForecast\x12\x1a.orrery.v1.ForecastRequest\x1a\x1b.orrery.v1.ForecastResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"\x04runs\x18\x02 \x01(\x05R\x04runs2\xb3\x02\n" +
+	"\x0fPipelineService\x12\\\n" +
+	"\x04Plan\x12\x16.orrery.v1.PlanRequest\x1a\x17.orrery.v1.PlanResponse\"#\x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/api/v1/pipeline:plan\x90\x02\x01\x12]\n" +
+	"\x05Apply\x12\x17.orrery.v1.ApplyRequest\x1a\x18.orrery.v1.ApplyResponse\"!\x82\xd3\xe4\x93\x02\x1b:\x01*\"\x16/api/v1/pipeline:apply\x12c\n" +
+	"\bForecast\x12\x1a.orrery.v1.ForecastRequest\x1a\x1b.orrery.v1.ForecastResponse\"\x1e\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/api/v1/forecast\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_pipeline_proto_rawDescOnce sync.Once

@@ -7,6 +7,7 @@
 package orreryv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -2138,7 +2139,7 @@ var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xcb\x05\n" +
+	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xcb\x05\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -2352,20 +2353,20 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"tasks_held\x18\v \x01(\x05R\ttasksHeld\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xb1\x04\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xd7\a\n" +
 	"\n" +
-	"RunService\x12H\n" +
-	"\bListRuns\x12\x1a.orrery.v1.ListRunsRequest\x1a\x1b.orrery.v1.ListRunsResponse\"\x03\x90\x02\x01\x12B\n" +
-	"\x06GetRun\x12\x18.orrery.v1.GetRunRequest\x1a\x19.orrery.v1.GetRunResponse\"\x03\x90\x02\x01\x12I\n" +
+	"RunService\x12\xb5\x01\n" +
+	"\bListRuns\x12\x1a.orrery.v1.ListRunsRequest\x1a\x1b.orrery.v1.ListRunsResponse\"p\x82\xd3\xe4\x93\x02gZ\x1c\x12\x1a/api/v1/jobs/{job.id}/runsZ9\x127/api/v1/namespaces/{job.namespace}/jobs/{job.name}/runs\x12\f/api/v1/runs\x90\x02\x01\x12[\n" +
+	"\x06GetRun\x12\x18.orrery.v1.GetRunRequest\x1a\x19.orrery.v1.GetRunResponse\"\x1c\x82\xd3\xe4\x93\x02\x13\x12\x11/api/v1/runs/{id}\x90\x02\x01\x12\xd9\x01\n" +
 	"\n" +
-	"TriggerJob\x12\x1c.orrery.v1.TriggerJobRequest\x1a\x1d.orrery.v1.TriggerJobResponse\x12F\n" +
-	"\tCancelRun\x12\x1b.orrery.v1.CancelRunRequest\x1a\x1c.orrery.v1.CancelRunResponse\x12C\n" +
-	"\bRetryRun\x12\x1a.orrery.v1.RetryRunRequest\x1a\x1b.orrery.v1.RetryRunResponse\x12]\n" +
-	"\x0fListDeadLetters\x12!.orrery.v1.ListDeadLettersRequest\x1a\".orrery.v1.ListDeadLettersResponse\"\x03\x90\x02\x01\x12^\n" +
-	"\x11ReplayDeadLetters\x12#.orrery.v1.ReplayDeadLettersRequest\x1a$.orrery.v1.ReplayDeadLettersResponse2`\n" +
-	"\x0eClusterService\x12N\n" +
+	"TriggerJob\x12\x1c.orrery.v1.TriggerJobRequest\x1a\x1d.orrery.v1.TriggerJobResponse\"\x8d\x01\x82\xd3\xe4\x93\x02\x86\x01:\x01*Z!:\x01*\"\x1c/api/v1/jobs/{job.id}:runNowZ?:\x01*\":/api/v1/namespaces/{job.namespace}/jobs/{job.name}/trigger\"\x1d/api/v1/jobs/{job.id}/trigger\x12k\n" +
+	"\tCancelRun\x12\x1b.orrery.v1.CancelRunRequest\x1a\x1c.orrery.v1.CancelRunResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/api/v1/runs/{id}:cancel\x12g\n" +
+	"\bRetryRun\x12\x1a.orrery.v1.RetryRunRequest\x1a\x1b.orrery.v1.RetryRunResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/api/v1/runs/{id}:retry\x12y\n" +
+	"\x0fListDeadLetters\x12!.orrery.v1.ListDeadLettersRequest\x1a\".orrery.v1.ListDeadLettersResponse\"\x1f\x82\xd3\xe4\x93\x02\x16\x12\x14/api/v1/dead-letters\x90\x02\x01\x12\x86\x01\n" +
+	"\x11ReplayDeadLetters\x12#.orrery.v1.ReplayDeadLettersRequest\x1a$.orrery.v1.ReplayDeadLettersResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/api/v1/dead-letters:replay2w\n" +
+	"\x0eClusterService\x12e\n" +
 	"\n" +
-	"GetCluster\x12\x1c.orrery.v1.GetClusterRequest\x1a\x1d.orrery.v1.GetClusterResponse\"\x03\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"GetCluster\x12\x1c.orrery.v1.GetClusterRequest\x1a\x1d.orrery.v1.GetClusterResponse\"\x1a\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/cluster\x90\x02\x01B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_run_proto_rawDescOnce sync.Once

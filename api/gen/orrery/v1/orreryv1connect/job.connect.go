@@ -62,15 +62,19 @@ const (
 
 // JobServiceClient is a client for the orrery.v1.JobService service.
 type JobServiceClient interface {
-	// CreateJob stores a new job. With an idempotency key, a replay returns
-	// the first answer; another body under the same key is AlreadyExists.
+	// CreateJob stores a new job. With an idempotency key (the field, or the
+	// Idempotency-Key header), a replay returns the first answer; another
+	// body under the same key is AlreadyExists. Over REST: 201 Created with
+	// Location /api/v1/jobs/{id}.
 	CreateJob(context.Context, *connect.Request[v1.CreateJobRequest]) (*connect.Response[v1.CreateJobResponse], error)
 	// GetJob returns a job and its next fire times.
 	GetJob(context.Context, *connect.Request[v1.GetJobRequest]) (*connect.Response[v1.GetJobResponse], error)
 	// ListJobs pages through jobs sorted by name.
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
 	// UpdateJob replaces a job's definition if expected_version is current
-	// (Aborted otherwise) and bumps its version.
+	// (Aborted otherwise) and bumps its version. A metadata or spec left out
+	// keeps the stored one (PATCH with only a spec), and then an
+	// expected_version left out is the version read.
 	UpdateJob(context.Context, *connect.Request[v1.UpdateJobRequest]) (*connect.Response[v1.UpdateJobResponse], error)
 	// DeleteJob marks a job deleted; its history stays.
 	DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error)
@@ -247,15 +251,19 @@ func (c *jobServiceClient) ListBackfills(ctx context.Context, req *connect.Reque
 
 // JobServiceHandler is an implementation of the orrery.v1.JobService service.
 type JobServiceHandler interface {
-	// CreateJob stores a new job. With an idempotency key, a replay returns
-	// the first answer; another body under the same key is AlreadyExists.
+	// CreateJob stores a new job. With an idempotency key (the field, or the
+	// Idempotency-Key header), a replay returns the first answer; another
+	// body under the same key is AlreadyExists. Over REST: 201 Created with
+	// Location /api/v1/jobs/{id}.
 	CreateJob(context.Context, *connect.Request[v1.CreateJobRequest]) (*connect.Response[v1.CreateJobResponse], error)
 	// GetJob returns a job and its next fire times.
 	GetJob(context.Context, *connect.Request[v1.GetJobRequest]) (*connect.Response[v1.GetJobResponse], error)
 	// ListJobs pages through jobs sorted by name.
 	ListJobs(context.Context, *connect.Request[v1.ListJobsRequest]) (*connect.Response[v1.ListJobsResponse], error)
 	// UpdateJob replaces a job's definition if expected_version is current
-	// (Aborted otherwise) and bumps its version.
+	// (Aborted otherwise) and bumps its version. A metadata or spec left out
+	// keeps the stored one (PATCH with only a spec), and then an
+	// expected_version left out is the version read.
 	UpdateJob(context.Context, *connect.Request[v1.UpdateJobRequest]) (*connect.Response[v1.UpdateJobResponse], error)
 	// DeleteJob marks a job deleted; its history stays.
 	DeleteJob(context.Context, *connect.Request[v1.DeleteJobRequest]) (*connect.Response[v1.DeleteJobResponse], error)

@@ -63,7 +63,8 @@ type RunServiceClient interface {
 	// GetRun returns a run with its tasks and their attempts.
 	GetRun(context.Context, *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error)
 	// TriggerJob starts a run now; the job's overlap policy applies unless
-	// ignore_overlap. With an idempotency key, a replay returns the first run.
+	// ignore_overlap. With an idempotency key (the field, or the
+	// Idempotency-Key header), a replay returns the first run.
 	TriggerJob(context.Context, *connect.Request[v1.TriggerJobRequest]) (*connect.Response[v1.TriggerJobResponse], error)
 	// CancelRun cancels a run's queued and running tasks.
 	CancelRun(context.Context, *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error)
@@ -191,7 +192,8 @@ type RunServiceHandler interface {
 	// GetRun returns a run with its tasks and their attempts.
 	GetRun(context.Context, *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error)
 	// TriggerJob starts a run now; the job's overlap policy applies unless
-	// ignore_overlap. With an idempotency key, a replay returns the first run.
+	// ignore_overlap. With an idempotency key (the field, or the
+	// Idempotency-Key header), a replay returns the first run.
 	TriggerJob(context.Context, *connect.Request[v1.TriggerJobRequest]) (*connect.Response[v1.TriggerJobResponse], error)
 	// CancelRun cancels a run's queued and running tasks.
 	CancelRun(context.Context, *connect.Request[v1.CancelRunRequest]) (*connect.Response[v1.CancelRunResponse], error)

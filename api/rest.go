@@ -1,0 +1,250 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/vanguard"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// RESTPrefix is where the REST API is served: the paths and verbs of the
+// protos' google.api.http rules (api/gen/openapi/openapi.json), transcoded
+// by vanguard into calls of the same Connect handlers, so that REST goes
+// through the same authentication, authorization, limits and audit.
+const RESTPrefix = "/api/v1/"
+
+// statusHeader is how a handler asks for an HTTP status that the gRPC
+// code cannot say: 201 for a create, 422 for a value that is not valid,
+// 409 for a state that refuses the call. The REST writer applies it when
+// it is of the class of the status the code maps to, and every response
+// drops it.
+const statusHeader = "Orrery-Http-Status"
+
+// idempotencyHeader carries an idempotency key over REST (or Connect),
+// instead of the request's idempotency_key field.
+const idempotencyHeader = "Idempotency-Key"
+
+// newREST is the transcoder for services: REST in, Connect (binary
+// protobuf) to the handlers. A service without HTTP rules has no REST
+// path.
+func newREST(services []service) (http.Handler, error) {
+	vs := make([]*vanguard.Service, 0, len(services))
+	for _, s := range services {
+		vs = append(vs, vanguard.NewService(s.path, s.handler))
+	}
+	t, err := vanguard.NewTranscoder(vs,
+		vanguard.WithCodec(func(res vanguard.TypeResolver) vanguard.Codec { return newStrictRESTJSON(res) }),
+		vanguard.WithDefaultServiceOptions(
+			vanguard.WithTargetProtocols(vanguard.ProtocolConnect),
+			vanguard.WithTargetCodecs(vanguard.CodecProto),
+		),
+		vanguard.WithUnknownHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			writeRESTError(w, connect.NewError(connect.CodeNotFound, errors.New("no such path: "+r.Method+" "+r.URL.Path+" (see /openapi.json)")))
+		})),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// service is a Connect service's path and handler.
+type service struct {
+	path    string
+	handler http.Handler
+}
+
+// strictRESTJSON is vanguard's JSON codec that refuses unknown fields,
+// naming them, as strictJSON does for Connect's JSON.
+type strictRESTJSON struct{ *vanguard.JSONCodec }
+
+func newStrictRESTJSON(res vanguard.TypeResolver) strictRESTJSON {
+	c := vanguard.NewJSONCodec(res)
+	c.UnmarshalOptions.DiscardUnknown = false
+	// Zero values are written (a REST client finds every field), but not
+	// an unset message as null, which the document's schemas do not allow.
+	c.MarshalOptions.EmitUnpopulated = false
+	c.MarshalOptions.EmitDefaultValues = true
+	return strictRESTJSON{c}
+}
+
+// Unmarshal's errors are InvalidArgument (400): vanguard answers a plain
+// error as Unknown (500).
+func (c strictRESTJSON) Unmarshal(b []byte, m proto.Message) error {
+	if err := unmarshalStrict(c.UnmarshalOptions, b, m); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	return nil
+}
+
+func (c strictRESTJSON) UnmarshalField(b []byte, m proto.Message, fd protoreflect.FieldDescriptor) error {
+	err := c.JSONCodec.UnmarshalField(b, m, fd)
+	if err == nil {
+		return nil
+	}
+	if fd.Message() != nil && strings.Contains(err.Error(), "unknown field") {
+		var doc any
+		if json.Unmarshal(b, &doc) == nil {
+			if path := unknownField(doc, fd.Message(), string(fd.Name())); path != "" {
+				err = errors.New(path + ": unknown field")
+			}
+		}
+	}
+	return connect.NewError(connect.CodeInvalidArgument, err)
+}
+
+// statusWriter applies statusHeader (when rest) and drops it. On REST, it
+// holds back a 500 until the end (see finish).
+type statusWriter struct {
+	http.ResponseWriter
+	rest, wrote bool
+	held        *bytes.Buffer // a REST 500's body, held back
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	h := w.ResponseWriter.Header()
+	if s := h.Get(statusHeader); s != "" {
+		h.Del(statusHeader)
+		if n, err := strconv.Atoi(s); err == nil && w.rest && n/100 == code/100 {
+			code = n
+		}
+	}
+	if w.rest && code >= 400 && h.Get("Content-Type") == "application/proto" {
+		h.Set("Content-Type", "application/json") // vanguard's label for a body refused before it was read; the answer is JSON
+	}
+	if w.rest && code == http.StatusInternalServerError {
+		w.held = new(bytes.Buffer)
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.held != nil {
+		if w.held.Len()+len(b) > 64<<10 {
+			return 0, errors.New("error body too long")
+		}
+		return w.held.Write(b)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && w.held == nil {
+		if !w.wrote {
+			w.WriteHeader(http.StatusOK)
+		}
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// requestFaults are the messages of the errors vanguard answers as
+// Internal (500) though the request is at fault: a query parameter the
+// request has no field for, a body where the method takes none.
+var requestFaults = []string{"does not correspond to any field", "request should have no body"}
+
+// finish writes a held-back 500: as 400 when vanguard's message says the
+// request was at fault, as it was otherwise.
+func (w *statusWriter) finish() {
+	if w.held == nil {
+		return
+	}
+	code, body := http.StatusInternalServerError, w.held.Bytes()
+	var st struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &st) == nil {
+		for _, f := range requestFaults {
+			if strings.Contains(st.Message, f) {
+				code = http.StatusBadRequest
+				body, _ = json.Marshal(restErrorBody{int(connect.CodeInvalidArgument), st.Message})
+				w.ResponseWriter.Header().Set("Content-Type", "application/json")
+				w.ResponseWriter.Header().Set("Content-Length", strconv.Itoa(len(body)))
+				break
+			}
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+	_, _ = w.ResponseWriter.Write(body)
+}
+
+// withStatus serves next with the statusHeader applied on REST paths and
+// dropped everywhere.
+func withStatus(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, rest: strings.HasPrefix(r.URL.Path, RESTPrefix)}
+		next.ServeHTTP(sw, r)
+		sw.finish()
+	})
+}
+
+// restErrorBody is an error as REST answers it: a google.rpc.Status in JSON.
+type restErrorBody struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// setStatus asks for an HTTP status on REST (see statusHeader).
+func setStatus(h http.Header, code int) { h.Set(statusHeader, strconv.Itoa(code)) }
+
+// restStatus is the HTTP status of a code, as vanguard maps it.
+var restStatus = map[connect.Code]int{
+	connect.CodeInvalidArgument:    http.StatusBadRequest,
+	connect.CodeUnauthenticated:    http.StatusUnauthorized,
+	connect.CodePermissionDenied:   http.StatusForbidden,
+	connect.CodeNotFound:           http.StatusNotFound,
+	connect.CodeAlreadyExists:      http.StatusConflict,
+	connect.CodeResourceExhausted:  http.StatusTooManyRequests,
+	connect.CodeUnavailable:        http.StatusServiceUnavailable,
+	connect.CodeFailedPrecondition: http.StatusBadRequest,
+	connect.CodeAborted:            http.StatusConflict,
+}
+
+// writeRESTError answers err as the REST transcoder answers a handler's
+// error: its status and a JSON google.rpc.Status, with its metadata as
+// headers (Retry-After).
+func writeRESTError(w http.ResponseWriter, err *connect.Error) {
+	for k, vs := range err.Meta() {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	code, ok := restStatus[err.Code()]
+	if !ok {
+		code = http.StatusInternalServerError
+	}
+	body, _ := json.Marshal(restErrorBody{int(err.Code()), err.Message()})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
+}
+
+// idempotencyKey is a request's key: its field, or the Idempotency-Key
+// header; both set and different is refused.
+func idempotencyKey(field string, h http.Header) (string, error) {
+	header := h.Get(idempotencyHeader)
+	switch {
+	case header == "" || header == field:
+		return field, nil
+	case field == "":
+		return header, nil
+	}
+	return "", connect.NewError(connect.CodeInvalidArgument, errors.New("idempotency_key: differs from the Idempotency-Key header"))
+}

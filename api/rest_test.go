@@ -1,0 +1,390 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+
+	"github.com/orrery-dev/orrery/api"
+)
+
+// rest sends a REST request and answers its status, headers and body.
+func rest(t *testing.T, method, url, key, body string, header ...string) (int, http.Header, string) {
+	t.Helper()
+	req := restRequest(t, method, url, key, body, header...)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func restRequest(t *testing.T, method, url, key, body string, header ...string) *http.Request {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	return req
+}
+
+// The README's curl, as a user types it.
+const readmeJob = `{"metadata": {"namespace": "analytics", "name": "nightly-report"},
+ "spec": {"schedule": {"cron": "0 2 * * *", "timezone": "Europe/Berlin"},
+          "run": {"command": {"argv": ["/bin/echo", "report"]}}}}`
+
+func TestREADMECurlOverREST(t *testing.T) {
+	base, keys := authServer(t)
+	k := keys["editor"]
+	code, h, body := rest(t, "POST", base+"/api/v1/jobs", k, readmeJob)
+	var created struct {
+		Job struct {
+			ID           string
+			NextFireTime string
+		}
+	}
+	if err := json.Unmarshal([]byte(body), &created); err != nil || code != http.StatusCreated || created.Job.ID == "" || created.Job.NextFireTime == "" {
+		t.Fatalf("POST /api/v1/jobs: %d %s; want 201 with the job's id and next run", code, body)
+	}
+	if loc := h.Get("Location"); loc != "/api/v1/jobs/"+created.Job.ID {
+		t.Errorf("Location %q, want /api/v1/jobs/%s", loc, created.Job.ID)
+	}
+	if code, _, body := rest(t, "GET", base+h.Get("Location"), k, ""); code != http.StatusOK || !strings.Contains(body, `"nightly-report"`) {
+		t.Errorf("GET Location: %d %s", code, body)
+	}
+	// The same create under one key: the first answer again; another body
+	// under that key: 409.
+	if code, _, body := rest(t, "POST", base+"/api/v1/jobs", k, strings.Replace(readmeJob, "nightly-report", "keyed", 1), "Idempotency-Key", "c1"); code != http.StatusCreated {
+		t.Fatalf("create with a key: %d %s", code, body)
+	}
+	if code, _, body := rest(t, "POST", base+"/api/v1/jobs", k, strings.Replace(readmeJob, "nightly-report", "keyed", 1), "Idempotency-Key", "c1"); code != http.StatusCreated {
+		t.Errorf("create replayed: %d %s, want 201", code, body)
+	}
+	if code, _, body := rest(t, "POST", base+"/api/v1/jobs", k, strings.Replace(readmeJob, "nightly-report", "other", 1), "Idempotency-Key", "c1"); code != http.StatusConflict {
+		t.Errorf("another body under the key: %d %s, want 409", code, body)
+	}
+
+	trigger := base + "/api/v1/jobs/" + created.Job.ID + "/trigger"
+	var runs [2]struct{ Run struct{ ID, Trigger string } }
+	for i := range runs {
+		code, _, body := rest(t, "POST", trigger, k, "", "Idempotency-Key", "nightly-2026-11-28")
+		if err := json.Unmarshal([]byte(body), &runs[i]); err != nil || code != http.StatusOK || runs[i].Run.ID == "" || runs[i].Run.Trigger != "manual" {
+			t.Fatalf("trigger %d: %d %s", i, code, body)
+		}
+	}
+	if runs[0].Run.ID != runs[1].Run.ID {
+		t.Errorf("a trigger replayed under its Idempotency-Key started another run: %s, %s", runs[0].Run.ID, runs[1].Run.ID)
+	}
+	if code, _, body := rest(t, "POST", trigger, k, `{"idempotencyKey": "a"}`, "Idempotency-Key", "b"); code != http.StatusBadRequest || !strings.Contains(body, "idempotency_key") {
+		t.Errorf("a key in the body and another in the header: %d %s, want 400 naming idempotency_key", code, body)
+	}
+	if code, _, body := rest(t, "GET", base+"/api/v1/runs/"+runs[0].Run.ID, k, ""); code != http.StatusOK || !strings.Contains(body, created.Job.ID) {
+		t.Errorf("GET the run: %d %s", code, body)
+	}
+}
+
+// TestRESTErrorStatuses: each refusal's HTTP status, with nothing written.
+func TestRESTErrorStatuses(t *testing.T) {
+	base, keys := authServer(t)
+	k := keys["admin"]
+	code, _, body := rest(t, "POST", base+"/api/v1/jobs", k, readmeJob)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	var created struct{ Job struct{ ID string } }
+	_ = json.Unmarshal([]byte(body), &created)
+	job := base + "/api/v1/jobs/" + created.Job.ID
+	for _, c := range []struct {
+		name, method, url, key, body string
+		code                         int
+		want                         string
+	}{
+		{"malformed JSON", "POST", base + "/api/v1/jobs", k, `{"metadata":`, 400, ""},
+		{"an unknown field", "POST", base + "/api/v1/jobs", k, `{"metdata": {"name": "x"}}`, 400, "metdata: unknown field"},
+		{"a nested unknown field", "POST", base + "/api/v1/jobs", k, strings.Replace(readmeJob, `"timezone"`, `"timezon"`, 1), 400, "spec.schedule.timezon: unknown field"},
+		{"an unknown query parameter", "GET", base + "/api/v1/jobs?nmespace=x", k, "", 400, "nmespace"},
+		{"a body where none is taken", "DELETE", job, k, `{"x": 1}`, 400, "no body"},
+		{"no key", "GET", base + "/api/v1/jobs", "", "", 401, "API key"},
+		{"a reader deletes", "DELETE", job, keys["reader"], "", 403, "needs editor"},
+		{"another tenant's job", "GET", job, keys["other"], "", 404, "not found"},
+		{"no such path", "GET", base + "/api/v1/nowhere", k, "", 404, "no such path"},
+		{"a name taken", "POST", base + "/api/v1/jobs", k, readmeJob, 409, "already exists"},
+		{"a stale version", "PATCH", job, k, `{"expectedVersion": "7", "spec": {"schedule": {"cron": "0 3 * * *"}, "run": {"command": {"argv": ["/bin/true"]}}}}`, 409, "version"},
+		{"a bad cron", "PATCH", job, k, `{"spec": {"schedule": {"cron": "0 25 * * *"}, "run": {"command": {"argv": ["/bin/true"]}}}}`, 422, "spec.schedule.cron"},
+		{"a bad id", "GET", base + "/api/v1/runs/nope", k, "", 422, "id: not a UUID"},
+	} {
+		code, _, body := rest(t, c.method, c.url, c.key, c.body)
+		var st struct {
+			Code    int
+			Message string
+		}
+		if code != c.code || json.Unmarshal([]byte(body), &st) != nil || st.Code == 0 || !strings.Contains(st.Message, c.want) {
+			t.Errorf("%s: %d %s; want %d with a JSON status naming %q", c.name, code, body, c.code, c.want)
+		}
+	}
+	if code, _, body := rest(t, "GET", job, k, ""); code != http.StatusOK || !strings.Contains(body, `"version": "1"`) && !strings.Contains(body, `"version":"1"`) {
+		t.Errorf("after the refusals the job is not as created: %d %s", code, body)
+	}
+	// A state that refuses the call: 409.
+	if code, _, _ := rest(t, "DELETE", job, k, ""); code != http.StatusOK {
+		t.Fatalf("delete: %d", code)
+	}
+	if code, _, body := rest(t, "POST", job+"/trigger", k, ""); code != http.StatusConflict || !strings.Contains(body, "deleted") {
+		t.Errorf("trigger a deleted job: %d %s, want 409", code, body)
+	}
+}
+
+// op is one REST operation of the matrix: how to call it so that it
+// succeeds.
+type op struct {
+	id   string // operationId
+	key  string // the key that may (admin when empty)
+	vars map[string]string
+	body string
+	code int // 200 when 0
+	// readerOK: a reader of the tenant may call it; others answer a reader
+	// 403.
+	readerOK bool
+	// tenantScoped: it names a resource of the tenant, which another
+	// tenant's admin does not find (404).
+	tenantScoped bool
+}
+
+// TestRESTMatrix calls every operation of the OpenAPI document: once as
+// it succeeds (its request and answer checked against the document),
+// without a key (401), as a reader where a reader may not (403), and as
+// another tenant's admin where it names a resource (404).
+func TestRESTMatrix(t *testing.T) {
+	doc, err := libopenapi.NewDocument(api.OpenAPIDocument())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		for _, e := range verrs {
+			t.Errorf("the OpenAPI document: %s", e.Message)
+		}
+		t.FailNow()
+	}
+	model, err := doc.BuildV3Model()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type route struct{ method, path string }
+	routes := map[string]route{}
+	for path, item := range model.Model.Paths.PathItems.FromOldest() {
+		for method, o := range item.GetOperations().FromOldest() {
+			routes[o.OperationId] = route{strings.ToUpper(method), path}
+		}
+	}
+
+	base, keys := authServer(t)
+	admin := keys["admin"]
+	mustCreate := func(name string) string {
+		code, _, body := rest(t, "POST", base+"/api/v1/jobs", admin, strings.Replace(readmeJob, "nightly-report", name, 1))
+		var c struct{ Job struct{ ID string } }
+		if json.Unmarshal([]byte(body), &c) != nil || code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", name, code, body)
+		}
+		return c.Job.ID
+	}
+	jobID := mustCreate("nightly-report")
+	delByID, _ := mustCreate("delete-by-id"), mustCreate("delete-by-name")
+	ids := map[string]string{}
+	capture := func(name, body, field string) {
+		var m map[string]any
+		_ = json.Unmarshal([]byte(body), &m)
+		for _, f := range strings.Split(field, ".") {
+			switch x := m[f].(type) {
+			case map[string]any:
+				m = x
+			case string:
+				ids[name] = x
+			}
+		}
+	}
+	ago := func(h int) string { return time.Now().Add(-time.Duration(h) * time.Hour).UTC().Format(time.RFC3339) }
+	spec := `{"schedule": {"cron": "0 * * * *"}, "run": {"command": {"argv": ["/bin/true"]}}}`
+	meta := `{"namespace": "analytics", "name": "nightly-report", "labels": {"team": "data"}}`
+	byID := map[string]string{"ref.id": jobID, "job.id": jobID}
+	byName := map[string]string{"ref.namespace": "analytics", "ref.name": "nightly-report", "job.namespace": "analytics", "job.name": "nightly-report"}
+	ops := []op{
+		{id: "JobService_CreateJob", body: strings.Replace(readmeJob, "nightly-report", "created", 1), code: 201},
+		{id: "JobService_GetJob", vars: byID, readerOK: true, tenantScoped: true},
+		{id: "JobService_GetJobByName", vars: byName, readerOK: true, tenantScoped: true},
+		{id: "JobService_ListJobs", readerOK: true},
+		{id: "JobService_ListJobsInNamespace", vars: map[string]string{"namespace": "analytics"}, readerOK: true},
+		{id: "JobService_UpdateJob", vars: byID, body: `{"spec": ` + spec + `}`, tenantScoped: true},
+		{id: "JobService_UpdateJobPut", vars: byID, body: `{"expectedVersion": "$VERSION", "metadata": ` + meta + `, "spec": ` + spec + `}`, tenantScoped: true},
+		{id: "JobService_UpdateJobByName", vars: byName, body: `{"spec": ` + spec + `}`, tenantScoped: true},
+		{id: "JobService_UpdateJobByNamePut", vars: byName, body: `{"expectedVersion": "$VERSION", "metadata": ` + meta + `, "spec": ` + spec + `}`, tenantScoped: true},
+		{id: "JobService_PauseJob", vars: byID, tenantScoped: true},
+		{id: "JobService_ResumeJob", vars: byID, tenantScoped: true},
+		{id: "JobService_PauseJobByName", vars: byName, body: "{}", tenantScoped: true},
+		{id: "JobService_ResumeJobByName", vars: byName, body: "{}", tenantScoped: true},
+		{id: "JobService_PreviewSchedule", body: `{"schedule": {"cron": "0 * * * *"}, "count": 2}`, readerOK: true},
+		{id: "JobService_Backfill", vars: byID, body: `{"from": "` + ago(5) + `", "to": "` + ago(2) + `", "dryRun": true}`, tenantScoped: true},
+		{id: "JobService_BackfillByName", vars: byName, body: `{"from": "` + ago(5) + `", "to": "` + ago(2) + `"}`, tenantScoped: true},
+		{id: "JobService_ListBackfills", vars: byID, readerOK: true, tenantScoped: true},
+		{id: "JobService_ListBackfillsByName", vars: byName, readerOK: true, tenantScoped: true},
+		{id: "JobService_CancelBackfill", vars: byID, tenantScoped: true},
+		{id: "JobService_CancelBackfillByName", vars: byName, code: 409, tenantScoped: true}, // already cancelled
+		{id: "RunService_TriggerJob", vars: byID, tenantScoped: true},
+		{id: "RunService_TriggerJobByName", vars: byName, body: `{"ignoreOverlap": true}`, tenantScoped: true},
+		{id: "RunService_TriggerJobRunNow", vars: byID, body: `{"ignoreOverlap": true}`, tenantScoped: true},
+		{id: "RunService_ListRuns", readerOK: true},
+		{id: "RunService_ListRunsOfJob", vars: byID, readerOK: true, tenantScoped: true},
+		{id: "RunService_ListRunsOfJobByName", vars: byName, readerOK: true, tenantScoped: true},
+		{id: "RunService_GetRun", readerOK: true, tenantScoped: true},
+		{id: "RunService_CancelRun", body: `{"reason": "matrix"}`, tenantScoped: true},
+		{id: "RunService_RetryRun", body: `{"ignoreOverlap": true}`, tenantScoped: true},
+		{id: "RunService_ListDeadLetters", readerOK: true},
+		{id: "RunService_ReplayDeadLetters", body: `{"job": {"id": "` + jobID + `"}}`},
+		{id: "ClusterService_GetCluster", readerOK: true},
+		{id: "PipelineService_Plan", body: `{"namespaces": ["analytics"], "jobs": [{"metadata": ` + meta + `, "spec": ` + spec + `}]}`, readerOK: true},
+		{id: "PipelineService_Apply", body: `{"namespaces": ["analytics"], "jobs": [{"metadata": ` + meta + `, "spec": ` + spec + `}]}`},
+		{id: "PipelineService_Forecast", body: `{"from": "` + ago(0) + `", "to": "` + ago(-24) + `"}`, readerOK: true},
+		{id: "AuditService_ListAudit"},
+		{id: "AlertService_ListAlerts", readerOK: true},
+		{id: "AlertService_ListNotifications", readerOK: true},
+		{id: "AccessService_WhoAmI", readerOK: true},
+		{id: "AccessService_CreateTenant", key: "system", body: `{"name": "matrix"}`},
+		{id: "AccessService_ListTenants", key: "system"},
+		{id: "AccessService_SetTenantQuota", key: "system", vars: map[string]string{"tenant": "matrix"}, body: `{"maxConcurrency": 10}`},
+		{id: "AccessService_GetTenantQuota", key: "system", vars: map[string]string{"tenant": "matrix"}},
+		{id: "AccessService_CreateAPIKey", body: `{"principal": "bot", "role": "reader"}`},
+		{id: "AccessService_ListAPIKeys"},
+		{id: "AccessService_RevokeAPIKey"},
+		{id: "AccessService_GrantRole", body: `{"principal": "bob", "namespace": "analytics", "role": "editor"}`},
+		{id: "AccessService_ListGrants"},
+		{id: "AccessService_RevokeGrant", body: `{"principal": "bob", "namespace": "analytics"}`},
+		{id: "JobService_DeleteJob", vars: map[string]string{"ref.id": delByID}, tenantScoped: true},
+		{id: "JobService_DeleteJobByName", vars: map[string]string{"ref.namespace": "analytics", "ref.name": "delete-by-name"}, tenantScoped: true},
+	}
+	var called []string
+	for _, o := range ops {
+		r, ok := routes[o.id]
+		if !ok {
+			t.Errorf("%s: not in the OpenAPI document", o.id)
+			continue
+		}
+		called = append(called, o.id)
+		vars := map[string]string{"id": ids["run"], "prefix": ids["prefix"]}
+		if strings.Contains(r.path, "backfills/{id}") {
+			vars["id"] = ids["backfill"]
+		}
+		for k, v := range o.vars {
+			vars[k] = v
+		}
+		path := r.path
+		for k, v := range vars {
+			path = strings.ReplaceAll(path, "{"+k+"}", v)
+		}
+		if strings.Contains(path, "{") {
+			t.Fatalf("%s: %s has a variable the test does not fill", o.id, path)
+		}
+		url := base + path
+		key := admin
+		if o.key != "" {
+			key = keys[o.key]
+		}
+		if strings.Contains(o.body, "$VERSION") {
+			_, _, body := rest(t, "GET", url, admin, "")
+			var j struct{ Job struct{ Version string } }
+			_ = json.Unmarshal([]byte(body), &j)
+			o.body = strings.ReplaceAll(o.body, "$VERSION", j.Job.Version)
+		}
+		if code, _, body := rest(t, r.method, url, "", o.body); code != http.StatusUnauthorized {
+			t.Errorf("%s %s without a key: %d %s, want 401", r.method, path, code, body)
+		}
+		if !o.readerOK {
+			if code, _, body := rest(t, r.method, url, keys["reader"], o.body); code != http.StatusForbidden {
+				t.Errorf("%s %s as a reader: %d %s, want 403", r.method, path, code, body)
+			}
+		}
+		if o.tenantScoped {
+			if code, _, body := rest(t, r.method, url, keys["other"], o.body); code != http.StatusNotFound {
+				t.Errorf("%s %s as another tenant's admin: %d %s, want 404", r.method, path, code, body)
+			}
+		}
+		want := o.code
+		if want == 0 {
+			want = http.StatusOK
+		}
+		req := restRequest(t, r.method, url, key, o.body)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("%s %s: %d %s, want %d", r.method, path, resp.StatusCode, b, want)
+			continue
+		}
+		// The validator does not match a path with a custom verb
+		// (/api/v1/jobs/{id}:pause); those are checked by their status.
+		if want < 300 && !strings.Contains(r.path, "}:") {
+			resp.Body = io.NopCloser(bytes.NewReader(b))
+			body := o.body
+			if body == "" && r.method != "GET" && r.method != "DELETE" {
+				body = "{}" // what was sent without a body, as the document has it
+			}
+			req = restRequest(t, r.method, url, key, body)
+			if ok, verrs := v.ValidateHttpRequestResponse(req, resp); !ok {
+				for _, e := range verrs {
+					t.Errorf("%s %s: not as documented: %s (%s)", r.method, path, e.Message, e.Reason)
+					for _, s := range e.SchemaValidationErrors {
+						t.Errorf("  %s at %s", s.Reason, s.FieldPath)
+					}
+				}
+			}
+		}
+		switch o.id {
+		case "RunService_TriggerJob":
+			capture("run", string(b), "run.id")
+		case "JobService_BackfillByName":
+			capture("backfill", string(b), "backfill.id")
+		case "AccessService_CreateAPIKey":
+			capture("prefix", string(b), "key.prefix")
+		}
+	}
+	var missing []string
+	for id := range routes {
+		if !slices.Contains(called, id) {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		t.Errorf("operations of the document the matrix does not call: %s", strings.Join(missing, ", "))
+	}
+	fmt.Fprint(io.Discard, len(called))
+}
