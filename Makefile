@@ -73,10 +73,14 @@ chromium:
 
 ## vendor-web: refresh the web UI's vendored files from the npm registry (versions in webui/static/VENDORED.md)
 HTMX_VERSION := 2.0.11
+RAPIDOC_VERSION := 9.3.8
 vendor-web:
 	curl -fsSL https://registry.npmjs.org/htmx.org/-/htmx.org-$(HTMX_VERSION).tgz | tar -xzO package/dist/htmx.min.js > webui/static/htmx.min.js
 	curl -fsSL https://registry.npmjs.org/htmx.org/-/htmx.org-$(HTMX_VERSION).tgz | tar -xzO package/LICENSE > webui/static/htmx.LICENSE
-	sha256sum webui/static/htmx.min.js
+	curl -fsSL https://registry.npmjs.org/rapidoc/-/rapidoc-$(RAPIDOC_VERSION).tgz | tar -xzO package/dist/rapidoc-min.js > webui/static/rapidoc-min.js
+	curl -fsSL https://registry.npmjs.org/rapidoc/-/rapidoc-$(RAPIDOC_VERSION).tgz | tar -xzO package/dist/rapidoc-min.js.LICENSE.txt > webui/static/rapidoc-min.js.LICENSE.txt
+	curl -fsSL https://registry.npmjs.org/rapidoc/-/rapidoc-$(RAPIDOC_VERSION).tgz | tar -xzO package/LICENSE.txt > webui/static/rapidoc.LICENSE
+	sha256sum webui/static/htmx.min.js webui/static/rapidoc-min.js
 
 ## screenshots: the web UI's main pages, as the browser test sees them, into docs/screenshots/
 screenshots: postgres chromium

@@ -177,6 +177,7 @@ var policies = map[string]policy{
 	orreryv1connect.RunServiceListRunsProcedure: {role: access.Reader, targets: func(m any) []target {
 		return onFilter(m.(*orreryv1.ListRunsRequest).GetJob())
 	}},
+	orreryv1connect.RunServiceSummarizeRunsProcedure: anyReader,
 	orreryv1connect.RunServiceListDeadLettersProcedure: {role: access.Reader, targets: func(m any) []target {
 		return onFilter(m.(*orreryv1.ListDeadLettersRequest).GetJob())
 	}},

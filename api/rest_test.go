@@ -266,6 +266,7 @@ func TestRESTMatrix(t *testing.T) {
 		{id: "RunService_CancelRun", body: `{"reason": "matrix"}`, tenantScoped: true},
 		{id: "RunService_RetryRun", body: `{"ignoreOverlap": true}`, tenantScoped: true},
 		{id: "RunService_ListDeadLetters", readerOK: true},
+		{id: "RunService_SummarizeRuns", readerOK: true},
 		{id: "RunService_ReplayDeadLetters", body: `{"job": {"id": "` + jobID + `"}}`},
 		{id: "ClusterService_GetCluster", readerOK: true},
 		{id: "PipelineService_Plan", body: `{"namespaces": ["analytics"], "jobs": [{"metadata": ` + meta + `, "spec": ` + spec + `}]}`, readerOK: true},
@@ -375,6 +376,12 @@ func TestRESTMatrix(t *testing.T) {
 		case "AccessService_CreateAPIKey":
 			capture("prefix", string(b), "key.prefix")
 		}
+	}
+	// The summary counts the caller's tenant only.
+	_, _, mine := rest(t, "GET", base+"/api/v1/runs:summarize", admin, "")
+	_, _, theirs := rest(t, "GET", base+"/api/v1/runs:summarize", keys["other"], "")
+	if !strings.Contains(mine, `"pending"`) || strings.Contains(theirs, `"pending"`) || strings.Contains(theirs, "nightly-report") {
+		t.Errorf("the summaries of two tenants:\nmine %s\ntheirs %s", mine, theirs)
 	}
 	var missing []string
 	for id := range routes {

@@ -275,3 +275,48 @@ func stepsToProto(steps map[string]string) []*orreryv1.RunStep {
 	}
 	return out
 }
+
+func (s *runServer) SummarizeRuns(ctx context.Context, req *connect.Request[orreryv1.SummarizeRunsRequest]) (*connect.Response[orreryv1.SummarizeRunsResponse], error) {
+	m := req.Msg
+	if err := plainText("namespace", m.GetNamespace()); err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	f := run.SummaryFilter{Namespace: m.GetNamespace()}
+	if m.GetSince() != nil {
+		t, err := timeFromProto("since", m.GetSince())
+		if err != nil {
+			return nil, toConnect(ctx, s.log, err)
+		}
+		f.Since = t
+	}
+	if m.GetUntil() != nil {
+		t, err := timeFromProto("until", m.GetUntil())
+		if err != nil {
+			return nil, toConnect(ctx, s.log, err)
+		}
+		f.Until = t
+	}
+	sum, err := s.runs.Summarize(ctx, actor(ctx), f)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := &orreryv1.SummarizeRunsResponse{Since: timestamppb.New(sum.Since), Until: timestamppb.New(sum.Until)}
+	for _, h := range sum.Hours {
+		by := make(map[string]int32, len(h.ByStatus))
+		for k, v := range h.ByStatus {
+			by[k] = int32(v)
+		}
+		out.Hours = append(out.Hours, &orreryv1.RunHour{StartTime: timestamppb.New(h.Start), ByStatus: by})
+	}
+	for _, j := range sum.FailingJobs {
+		out.FailingJobs = append(out.FailingJobs, &orreryv1.FailingJob{Namespace: j.Namespace, Job: j.Job, Failures: int32(j.Failures), LastFailureTime: timestamppb.New(j.LastFailure)})
+	}
+	for _, r := range sum.SlowestStarts {
+		out.SlowestStarts = append(out.SlowestStarts, &orreryv1.SlowStart{RunId: r.RunID.String(), Namespace: r.Namespace, Job: r.Job,
+			ScheduledTime: timestamppb.New(r.Scheduled), StartTime: timestamppb.New(r.Started)})
+	}
+	for _, j := range sum.LateJobs {
+		out.LateJobs = append(out.LateJobs, &orreryv1.LateJob{Namespace: j.Namespace, Job: j.Job, NextFireTime: timestamppb.New(j.NextFire)})
+	}
+	return connect.NewResponse(out), nil
+}

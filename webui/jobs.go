@@ -48,7 +48,7 @@ func (s *Server) jobsPage(w http.ResponseWriter, r *http.Request, v *view) error
 	if err != nil {
 		return err
 	}
-	next := nextPageURL("/", q, res.Msg.GetNextPageToken())
+	next := nextPageURL("/jobs", q, res.Msg.GetNextPageToken())
 	cli := "orrery jobs list"
 	if req.Namespace != "" {
 		cli += " -n " + shellQuote(req.Namespace)

@@ -19,7 +19,7 @@ var templateFS embed.FS
 // pages are the parsed templates, one set per page (each with base.html).
 type pages map[string]*template.Template
 
-var pageNames = []string{"login", "error", "jobs", "job", "run", "dlq", "cluster", "audit", "forecast", "alerts", "runs"}
+var pageNames = []string{"login", "error", "jobs", "job", "run", "dlq", "cluster", "audit", "forecast", "alerts", "runs", "overview", "reference"}
 
 var funcs = template.FuncMap{
 	"gridMark": func(status string) string {

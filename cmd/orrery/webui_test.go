@@ -158,7 +158,7 @@ spec:
 	signIn := func(key string) {
 		t.Helper()
 		do("sign in",
-			chromedp.Navigate(base+"/"),
+			chromedp.Navigate(base+"/jobs"),
 			chromedp.WaitVisible(css(`input[name=key]`)),
 			chromedp.SendKeys(css(`input[name=key]`), key),
 			chromedp.Submit(css(`input[name=key]`)),
@@ -374,11 +374,45 @@ spec:
 	if s := text(`#runs`); !strings.Contains(s, "broken") || !strings.Contains(s, "exit code 1") {
 		t.Errorf("the runs page: %q", s)
 	}
+	screenshot(t, ctx, "runs")
 	// Its run's timeline: the failed attempt, labelled with its outcome.
 	do("a failed run's timeline", chromedp.Click(css(`#runs tr[data-status="dead_lettered"] td:first-child a`)), chromedp.WaitVisible(css(`#timeline g.try[data-outcome="failed"]`)))
 	if s := text(`#timeline`); !strings.Contains(s, "#1 failed") {
 		t.Errorf("the timeline: %q", s)
 	}
+	screenshot(t, ctx, "run-timeline")
+
+	// The overview, the home page: the last 24 hours' runs per hour (the
+	// failed hatched, each segment named on hover), the failing job, the
+	// open alert, the queues; another tenant's job nowhere.
+	do("overview", chromedp.Navigate(base+"/"), chromedp.WaitVisible(css(`#overview-chart svg g.hour rect.seg`)),
+		chromedp.WaitVisible(css(`#failing tr[data-job="qa/broken"]`)))
+	if s := text(`#open-alerts`); !strings.Contains(s, "broken") {
+		t.Errorf("the overview's open alerts: %q", s)
+	}
+	if n := eval(`document.querySelectorAll('#overview-chart rect.seg.bad title').length`); n == float64(0) {
+		t.Error("the overview's chart draws no failed runs")
+	}
+	if s := text(`#totals`); !strings.Contains(s, "failed") || !strings.Contains(s, "succeeded") {
+		t.Errorf("the overview's totals: %q", s)
+	}
+	if strings.Contains(html(`main`), "secret-plan") {
+		t.Error("the overview shows another tenant's job")
+	}
+	screenshot(t, ctx, "overview")
+	do("overview of a namespace", chromedp.Navigate(base+"/?namespace=integrations"), chromedp.WaitVisible(css(`#failing`)))
+	if strings.Contains(text(`#failing`), "broken") {
+		t.Error("the overview of namespace integrations lists qa/broken")
+	}
+
+	// The API reference: the OpenAPI document rendered by the vendored
+	// viewer, under the page's own policy.
+	do("api reference", chromedp.Navigate(base+"/api"), chromedp.WaitReady(css(`rapi-doc`)))
+	poll(t, 30*time.Second, "the API reference rendered", func() bool {
+		v := eval(`(() => { const r = document.querySelector('rapi-doc'); return !!(r && r.shadowRoot && r.shadowRoot.textContent.includes('/api/v1/jobs')); })()`)
+		return v == true
+	})
+	screenshot(t, ctx, "api-reference")
 	do("runs by trigger", chromedp.Navigate(base+"/runs?trigger=upstream"), chromedp.WaitVisible(css(`#runs`)))
 	if n := eval(`[...document.querySelectorAll('#runs tr[data-run] td:nth-child(3)')].filter(td => td.textContent.trim() !== 'upstream').length`); n != float64(0) {
 		t.Errorf("%v rows of another trigger on the page of trigger upstream", n)

@@ -227,7 +227,7 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 		}
 		p.Status = &f.Status
 	}
-	rows, err := store.New(s.pool).ListRuns(ctx, p)
+	rows, err := store.New(store.PlannedPerCall(s.pool)).ListRuns(ctx, p)
 	if err != nil {
 		return nil, "", err
 	}
@@ -244,7 +244,7 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 		for i, r := range rows {
 			ids[i] = r.ID
 		}
-		steps, err := store.New(s.pool).RunStepStatuses(ctx, store.RunStepStatusesParams{RunIds: ids, MaxRows: maxStepStatuses})
+		steps, err := store.New(store.PlannedPerCall(s.pool)).RunStepStatuses(ctx, store.RunStepStatusesParams{RunIds: ids, MaxRows: maxStepStatuses})
 		if err != nil {
 			return nil, "", err
 		}

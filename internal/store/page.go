@@ -1,9 +1,13 @@
 package store
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrBadPageToken: a page token that this server did not hand out.
@@ -46,4 +50,28 @@ func NextBudgetedPage[T any](rows []T, size int, pageRows int64, key func(T) any
 		next = EncodePageToken(key(rows[len(rows)-1]))
 	}
 	return rows, next
+}
+
+// PlannedPerCall runs db's statements with a plan for each call's
+// parameters (pgx's describe-and-execute mode, an unnamed statement), not
+// a cached one. The list queries whose filters are optional
+// (`@x IS NULL OR col = @x`) need it: after five calls PostgreSQL may
+// switch a prepared statement to a generic plan, which cannot tell a
+// filter that is off from one that is on, and a filtered run list that
+// took 5 ms took 2 s (BenchmarkWebUIHistory). It costs a round trip to
+// describe the statement and its planning on every call.
+func PlannedPerCall(db DBTX) DBTX { return perCall{db} }
+
+type perCall struct{ db DBTX }
+
+func (p perCall) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return p.db.Exec(ctx, sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
+}
+
+func (p perCall) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return p.db.Query(ctx, sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
+}
+
+func (p perCall) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return p.db.QueryRow(ctx, sql, append([]any{pgx.QueryExecModeDescribeExec}, args...)...)
 }

@@ -364,6 +364,70 @@ func (q *Queries) DueJobsFair(ctx context.Context, arg DueJobsFairParams) ([]Due
 	return items, nil
 }
 
+const failingJobs = `-- name: FailingJobs :many
+SELECT j.namespace, j.name, f.failures, f.last_failure
+FROM (
+    SELECT r.job_id, count(*)::int AS failures, max(r.scheduled_for)::timestamptz AS last_failure
+    FROM runs AS r
+    WHERE r.tenant_id = $1 AND r.scheduled_for >= $2 AND r.scheduled_for < $3
+      AND r.status IN ('failed', 'dead_lettered')
+      AND (NOT $4::bool OR r.job_id = ANY($5::uuid[]))
+    GROUP BY r.job_id
+) AS f JOIN jobs AS j ON j.id = f.job_id
+ORDER BY f.failures DESC, j.namespace, j.name
+LIMIT $6
+`
+
+type FailingJobsParams struct {
+	TenantID uuid.UUID
+	Since    time.Time
+	Until    time.Time
+	Narrowed bool
+	JobIds   []uuid.UUID
+	MaxRows  int32
+}
+
+type FailingJobsRow struct {
+	Namespace   string
+	Name        string
+	Failures    int32
+	LastFailure time.Time
+}
+
+// FailingJobs are the window's jobs with failed or dead-lettered runs,
+// most failures first.
+func (q *Queries) FailingJobs(ctx context.Context, arg FailingJobsParams) ([]FailingJobsRow, error) {
+	rows, err := q.db.Query(ctx, failingJobs,
+		arg.TenantID,
+		arg.Since,
+		arg.Until,
+		arg.Narrowed,
+		arg.JobIds,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []FailingJobsRow{}
+	for rows.Next() {
+		var i FailingJobsRow
+		if err := rows.Scan(
+			&i.Namespace,
+			&i.Name,
+			&i.Failures,
+			&i.LastFailure,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const firingJobs = `-- name: FiringJobs :many
 SELECT id, tenant_id, namespace, name, version, spec FROM jobs WHERE id = ANY($1::uuid[])
 `
@@ -784,6 +848,59 @@ func (q *Queries) ItemCounts(ctx context.Context, runID uuid.UUID) ([]ItemCounts
 	return items, nil
 }
 
+const jobIDsIn = `-- name: JobIDsIn :many
+
+SELECT j.id FROM jobs AS j
+WHERE j.tenant_id = $1
+  AND ($2::text IS NULL OR j.namespace = $2::text)
+  AND (NOT $3::bool OR j.namespace = ANY($4::text[])
+       OR j.namespace || '/' || j.name = ANY($5::text[]))
+ORDER BY j.id
+LIMIT $6
+`
+
+type JobIDsInParams struct {
+	TenantID        uuid.UUID
+	Namespace       *string
+	Scoped          bool
+	ScopeNamespaces []string
+	ScopeJobs       []string
+	MaxRows         int32
+}
+
+// The overview (RunService.SummarizeRuns) reads a tenant's runs of a
+// window of scheduled instants (through runs_tenant_time). A namespace or
+// the caller's scope narrows them to the jobs JobIDsIn names (job_ids,
+// with narrowed): a lookup of each run's job costs more than the counts.
+// JobIDsIn are the ids of a tenant's jobs (deleted ones too) in a
+// namespace and in a scope (as ListRuns narrows).
+func (q *Queries) JobIDsIn(ctx context.Context, arg JobIDsInParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, jobIDsIn,
+		arg.TenantID,
+		arg.Namespace,
+		arg.Scoped,
+		arg.ScopeNamespaces,
+		arg.ScopeJobs,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobsWithStrandedQueuedRuns = `-- name: JobsWithStrandedQueuedRuns :many
 SELECT DISTINCT q.job_id FROM runs AS q
 WHERE q.held AND q.finished_at IS NULL AND q.status = 'queued'
@@ -811,6 +928,63 @@ func (q *Queries) JobsWithStrandedQueuedRuns(ctx context.Context, batch int32) (
 			return nil, err
 		}
 		items = append(items, job_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lateJobs = `-- name: LateJobs :many
+SELECT j.namespace, j.name, s.next_fire_at::timestamptz AS next_fire_at
+FROM job_schedules AS s JOIN jobs AS j ON j.id = s.job_id
+WHERE j.tenant_id = $1 AND j.status = 'active' AND s.next_fire_at < $2
+  AND ($3::text IS NULL OR j.namespace = $3::text)
+  AND (NOT $4::bool OR j.namespace = ANY($5::text[])
+       OR j.namespace || '/' || j.name = ANY($6::text[]))
+ORDER BY s.next_fire_at, j.id
+LIMIT $7
+`
+
+type LateJobsParams struct {
+	TenantID        uuid.UUID
+	Before          *time.Time
+	Namespace       *string
+	Scoped          bool
+	ScopeNamespaces []string
+	ScopeJobs       []string
+	MaxRows         int32
+}
+
+type LateJobsRow struct {
+	Namespace  string
+	Name       string
+	NextFireAt time.Time
+}
+
+// LateJobs are the tenant's active jobs whose next instant is past by
+// more than the slack: the scheduler has not fired it.
+func (q *Queries) LateJobs(ctx context.Context, arg LateJobsParams) ([]LateJobsRow, error) {
+	rows, err := q.db.Query(ctx, lateJobs,
+		arg.TenantID,
+		arg.Before,
+		arg.Namespace,
+		arg.Scoped,
+		arg.ScopeNamespaces,
+		arg.ScopeJobs,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LateJobsRow{}
+	for rows.Next() {
+		var i LateJobsRow
+		if err := rows.Scan(&i.Namespace, &i.Name, &i.NextFireAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1474,6 +1648,65 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 	return items, nil
 }
 
+const runsByHour = `-- name: RunsByHour :many
+SELECT h.hour::timestamptz AS hour, r.status, count(*)::int AS runs
+FROM generate_series($1::timestamptz, $2::timestamptz, interval '1 hour') AS h (hour)
+JOIN runs AS r ON r.tenant_id = $3
+  AND r.scheduled_for >= greatest(h.hour, $4::timestamptz)
+  AND r.scheduled_for < least(h.hour + interval '1 hour', $2::timestamptz)
+WHERE NOT $5::bool OR r.job_id = ANY($6::uuid[])
+GROUP BY 1, 2
+ORDER BY 1, 2
+`
+
+type RunsByHourParams struct {
+	FirstHour time.Time
+	Until     time.Time
+	TenantID  uuid.UUID
+	Since     time.Time
+	Narrowed  bool
+	JobIds    []uuid.UUID
+}
+
+type RunsByHourRow struct {
+	Hour   time.Time
+	Status lifecycle.RunStatus
+	Runs   int32
+}
+
+// RunsByHour counts the window's runs by the hour (UTC) of their instant
+// and status.
+// One range read per hour, so that the counts are hashed by a key the
+// planner can size (a key computed from each run's instant was sorted).
+// first_hour is since truncated to the hour (an hour is 3600 s in every
+// zone, so the series is UTC's hours).
+func (q *Queries) RunsByHour(ctx context.Context, arg RunsByHourParams) ([]RunsByHourRow, error) {
+	rows, err := q.db.Query(ctx, runsByHour,
+		arg.FirstHour,
+		arg.Until,
+		arg.TenantID,
+		arg.Since,
+		arg.Narrowed,
+		arg.JobIds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RunsByHourRow{}
+	for rows.Next() {
+		var i RunsByHourRow
+		if err := rows.Scan(&i.Hour, &i.Status, &i.Runs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const setShardLags = `-- name: SetShardLags :exec
 UPDATE shards SET lag_seconds = u.lag
 FROM (SELECT unnest($2::int[]) AS id, unnest($3::float8[]) AS lag) AS u
@@ -1551,6 +1784,72 @@ func (q *Queries) ShardHeads(ctx context.Context, shards []int32) ([]ShardHeadsR
 	for rows.Next() {
 		var i ShardHeadsRow
 		if err := rows.Scan(&i.Shard, &i.NextFireAt, &i.Now); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const slowestStarts = `-- name: SlowestStarts :many
+SELECT s.id, j.namespace, j.name, s.scheduled_for, s.started_at
+FROM (
+    SELECT r.id, r.job_id, r.scheduled_for, r.started_at::timestamptz AS started_at
+    FROM runs AS r
+    WHERE r.tenant_id = $1 AND r.scheduled_for >= $2 AND r.scheduled_for < $3
+      AND r.trigger = 'schedule' AND r.started_at IS NOT NULL
+      AND (NOT $4::bool OR r.job_id = ANY($5::uuid[]))
+    ORDER BY r.started_at - r.scheduled_for DESC, r.id
+    LIMIT $6
+) AS s JOIN jobs AS j ON j.id = s.job_id
+ORDER BY s.started_at - s.scheduled_for DESC, s.id
+`
+
+type SlowestStartsParams struct {
+	TenantID uuid.UUID
+	Since    time.Time
+	Until    time.Time
+	Narrowed bool
+	JobIds   []uuid.UUID
+	MaxRows  int32
+}
+
+type SlowestStartsRow struct {
+	ID           uuid.UUID
+	Namespace    string
+	Name         string
+	ScheduledFor time.Time
+	StartedAt    time.Time
+}
+
+// SlowestStarts are the window's scheduled runs that started longest
+// after their instant (a run's start is written when it ends).
+func (q *Queries) SlowestStarts(ctx context.Context, arg SlowestStartsParams) ([]SlowestStartsRow, error) {
+	rows, err := q.db.Query(ctx, slowestStarts,
+		arg.TenantID,
+		arg.Since,
+		arg.Until,
+		arg.Narrowed,
+		arg.JobIds,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SlowestStartsRow{}
+	for rows.Next() {
+		var i SlowestStartsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Namespace,
+			&i.Name,
+			&i.ScheduledFor,
+			&i.StartedAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

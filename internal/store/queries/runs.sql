@@ -420,3 +420,77 @@ GROUP BY j.namespace;
 SELECT run_id, step, status FROM tasks WHERE run_id = ANY(@run_ids::uuid[]) AND group_id IS NULL
 ORDER BY run_id, step
 LIMIT @max_rows;
+
+-- The overview (RunService.SummarizeRuns) reads a tenant's runs of a
+-- window of scheduled instants (through runs_tenant_time). A namespace or
+-- the caller's scope narrows them to the jobs JobIDsIn names (job_ids,
+-- with narrowed): a lookup of each run's job costs more than the counts.
+
+-- JobIDsIn are the ids of a tenant's jobs (deleted ones too) in a
+-- namespace and in a scope (as ListRuns narrows).
+-- name: JobIDsIn :many
+SELECT j.id FROM jobs AS j
+WHERE j.tenant_id = @tenant_id
+  AND (sqlc.narg(namespace)::text IS NULL OR j.namespace = sqlc.narg(namespace)::text)
+  AND (NOT @scoped::bool OR j.namespace = ANY(@scope_namespaces::text[])
+       OR j.namespace || '/' || j.name = ANY(@scope_jobs::text[]))
+ORDER BY j.id
+LIMIT @max_rows;
+
+-- RunsByHour counts the window's runs by the hour (UTC) of their instant
+-- and status.
+-- name: RunsByHour :many
+-- One range read per hour, so that the counts are hashed by a key the
+-- planner can size (a key computed from each run's instant was sorted).
+-- first_hour is since truncated to the hour (an hour is 3600 s in every
+-- zone, so the series is UTC's hours).
+SELECT h.hour::timestamptz AS hour, r.status, count(*)::int AS runs
+FROM generate_series(@first_hour::timestamptz, @until::timestamptz, interval '1 hour') AS h (hour)
+JOIN runs AS r ON r.tenant_id = @tenant_id
+  AND r.scheduled_for >= greatest(h.hour, @since::timestamptz)
+  AND r.scheduled_for < least(h.hour + interval '1 hour', @until::timestamptz)
+WHERE NOT @narrowed::bool OR r.job_id = ANY(@job_ids::uuid[])
+GROUP BY 1, 2
+ORDER BY 1, 2;
+
+-- FailingJobs are the window's jobs with failed or dead-lettered runs,
+-- most failures first.
+-- name: FailingJobs :many
+SELECT j.namespace, j.name, f.failures, f.last_failure
+FROM (
+    SELECT r.job_id, count(*)::int AS failures, max(r.scheduled_for)::timestamptz AS last_failure
+    FROM runs AS r
+    WHERE r.tenant_id = @tenant_id AND r.scheduled_for >= @since AND r.scheduled_for < @until
+      AND r.status IN ('failed', 'dead_lettered')
+      AND (NOT @narrowed::bool OR r.job_id = ANY(@job_ids::uuid[]))
+    GROUP BY r.job_id
+) AS f JOIN jobs AS j ON j.id = f.job_id
+ORDER BY f.failures DESC, j.namespace, j.name
+LIMIT @max_rows;
+
+-- SlowestStarts are the window's scheduled runs that started longest
+-- after their instant (a run's start is written when it ends).
+-- name: SlowestStarts :many
+SELECT s.id, j.namespace, j.name, s.scheduled_for, s.started_at
+FROM (
+    SELECT r.id, r.job_id, r.scheduled_for, r.started_at::timestamptz AS started_at
+    FROM runs AS r
+    WHERE r.tenant_id = @tenant_id AND r.scheduled_for >= @since AND r.scheduled_for < @until
+      AND r.trigger = 'schedule' AND r.started_at IS NOT NULL
+      AND (NOT @narrowed::bool OR r.job_id = ANY(@job_ids::uuid[]))
+    ORDER BY r.started_at - r.scheduled_for DESC, r.id
+    LIMIT @max_rows
+) AS s JOIN jobs AS j ON j.id = s.job_id
+ORDER BY s.started_at - s.scheduled_for DESC, s.id;
+
+-- LateJobs are the tenant's active jobs whose next instant is past by
+-- more than the slack: the scheduler has not fired it.
+-- name: LateJobs :many
+SELECT j.namespace, j.name, s.next_fire_at::timestamptz AS next_fire_at
+FROM job_schedules AS s JOIN jobs AS j ON j.id = s.job_id
+WHERE j.tenant_id = @tenant_id AND j.status = 'active' AND s.next_fire_at < @before
+  AND (sqlc.narg(namespace)::text IS NULL OR j.namespace = sqlc.narg(namespace)::text)
+  AND (NOT @scoped::bool OR j.namespace = ANY(@scope_namespaces::text[])
+       OR j.namespace || '/' || j.name = ANY(@scope_jobs::text[]))
+ORDER BY s.next_fire_at, j.id
+LIMIT @max_rows;

@@ -879,6 +879,423 @@ func (x *ListRunsResponse) GetNextPageToken() string {
 	return ""
 }
 
+type SummarizeRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The window of scheduled instants: until defaults to now, since to a
+	// day before until.
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	// Only runs of jobs in this namespace.
+	Namespace     string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummarizeRunsRequest) Reset() {
+	*x = SummarizeRunsRequest{}
+	mi := &file_orrery_v1_run_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummarizeRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummarizeRunsRequest) ProtoMessage() {}
+
+func (x *SummarizeRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummarizeRunsRequest.ProtoReflect.Descriptor instead.
+func (*SummarizeRunsRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SummarizeRunsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *SummarizeRunsRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *SummarizeRunsRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+type SummarizeRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	Until *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=until,proto3" json:"until,omitempty"`
+	// One per hour of the window (UTC), oldest first.
+	Hours []*RunHour `protobuf:"bytes,3,rep,name=hours,proto3" json:"hours,omitempty"`
+	// Jobs with failed or dead-lettered runs in the window, most first (at
+	// most 10).
+	FailingJobs []*FailingJob `protobuf:"bytes,4,rep,name=failing_jobs,json=failingJobs,proto3" json:"failing_jobs,omitempty"`
+	// The window's scheduled runs that started longest after their instant
+	// (at most 10; a run's start is known once it ended).
+	SlowestStarts []*SlowStart `protobuf:"bytes,5,rep,name=slowest_starts,json=slowestStarts,proto3" json:"slowest_starts,omitempty"`
+	// Active jobs whose next instant is more than a minute past, not fired
+	// (at most 10).
+	LateJobs      []*LateJob `protobuf:"bytes,6,rep,name=late_jobs,json=lateJobs,proto3" json:"late_jobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SummarizeRunsResponse) Reset() {
+	*x = SummarizeRunsResponse{}
+	mi := &file_orrery_v1_run_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SummarizeRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SummarizeRunsResponse) ProtoMessage() {}
+
+func (x *SummarizeRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SummarizeRunsResponse.ProtoReflect.Descriptor instead.
+func (*SummarizeRunsResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SummarizeRunsResponse) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *SummarizeRunsResponse) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *SummarizeRunsResponse) GetHours() []*RunHour {
+	if x != nil {
+		return x.Hours
+	}
+	return nil
+}
+
+func (x *SummarizeRunsResponse) GetFailingJobs() []*FailingJob {
+	if x != nil {
+		return x.FailingJobs
+	}
+	return nil
+}
+
+func (x *SummarizeRunsResponse) GetSlowestStarts() []*SlowStart {
+	if x != nil {
+		return x.SlowestStarts
+	}
+	return nil
+}
+
+func (x *SummarizeRunsResponse) GetLateJobs() []*LateJob {
+	if x != nil {
+		return x.LateJobs
+	}
+	return nil
+}
+
+// RunHour is an hour's runs by status.
+type RunHour struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	// Status (queued, pending, running, succeeded, failed, skipped,
+	// cancelled, dead_lettered) to runs.
+	ByStatus      map[string]int32 `protobuf:"bytes,2,rep,name=by_status,json=byStatus,proto3" json:"by_status,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunHour) Reset() {
+	*x = RunHour{}
+	mi := &file_orrery_v1_run_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunHour) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunHour) ProtoMessage() {}
+
+func (x *RunHour) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunHour.ProtoReflect.Descriptor instead.
+func (*RunHour) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RunHour) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+func (x *RunHour) GetByStatus() map[string]int32 {
+	if x != nil {
+		return x.ByStatus
+	}
+	return nil
+}
+
+// FailingJob is a job with failed or dead-lettered runs.
+type FailingJob struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Job       string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	Failures  int32                  `protobuf:"varint,3,opt,name=failures,proto3" json:"failures,omitempty"`
+	// The instant of its latest failed run.
+	LastFailureTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_failure_time,json=lastFailureTime,proto3" json:"last_failure_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *FailingJob) Reset() {
+	*x = FailingJob{}
+	mi := &file_orrery_v1_run_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailingJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailingJob) ProtoMessage() {}
+
+func (x *FailingJob) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailingJob.ProtoReflect.Descriptor instead.
+func (*FailingJob) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FailingJob) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *FailingJob) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *FailingJob) GetFailures() int32 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *FailingJob) GetLastFailureTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastFailureTime
+	}
+	return nil
+}
+
+// SlowStart is a scheduled run and when it started.
+type SlowStart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Job           string                 `protobuf:"bytes,3,opt,name=job,proto3" json:"job,omitempty"`
+	ScheduledTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=scheduled_time,json=scheduledTime,proto3" json:"scheduled_time,omitempty"`
+	StartTime     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlowStart) Reset() {
+	*x = SlowStart{}
+	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlowStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlowStart) ProtoMessage() {}
+
+func (x *SlowStart) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlowStart.ProtoReflect.Descriptor instead.
+func (*SlowStart) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SlowStart) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *SlowStart) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *SlowStart) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *SlowStart) GetScheduledTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ScheduledTime
+	}
+	return nil
+}
+
+func (x *SlowStart) GetStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartTime
+	}
+	return nil
+}
+
+// LateJob is an active job whose next instant has passed unfired.
+type LateJob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Job           string                 `protobuf:"bytes,2,opt,name=job,proto3" json:"job,omitempty"`
+	NextFireTime  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=next_fire_time,json=nextFireTime,proto3" json:"next_fire_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LateJob) Reset() {
+	*x = LateJob{}
+	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LateJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LateJob) ProtoMessage() {}
+
+func (x *LateJob) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LateJob.ProtoReflect.Descriptor instead.
+func (*LateJob) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *LateJob) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *LateJob) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *LateJob) GetNextFireTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextFireTime
+	}
+	return nil
+}
+
 type GetRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -893,7 +1310,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[7]
+	mi := &file_orrery_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1322,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[7]
+	mi := &file_orrery_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1335,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{7}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetRunRequest) GetId() string {
@@ -955,7 +1372,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[8]
+	mi := &file_orrery_v1_run_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1384,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[8]
+	mi := &file_orrery_v1_run_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1397,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -1022,7 +1439,7 @@ type TriggerJobRequest struct {
 
 func (x *TriggerJobRequest) Reset() {
 	*x = TriggerJobRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[9]
+	mi := &file_orrery_v1_run_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1451,7 @@ func (x *TriggerJobRequest) String() string {
 func (*TriggerJobRequest) ProtoMessage() {}
 
 func (x *TriggerJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[9]
+	mi := &file_orrery_v1_run_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1464,7 @@ func (x *TriggerJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobRequest.ProtoReflect.Descriptor instead.
 func (*TriggerJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TriggerJobRequest) GetJob() *JobRef {
@@ -1094,7 +1511,7 @@ type TriggerJobResponse struct {
 
 func (x *TriggerJobResponse) Reset() {
 	*x = TriggerJobResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[10]
+	mi := &file_orrery_v1_run_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1523,7 @@ func (x *TriggerJobResponse) String() string {
 func (*TriggerJobResponse) ProtoMessage() {}
 
 func (x *TriggerJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[10]
+	mi := &file_orrery_v1_run_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1536,7 @@ func (x *TriggerJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobResponse.ProtoReflect.Descriptor instead.
 func (*TriggerJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TriggerJobResponse) GetRun() *Run {
@@ -1139,7 +1556,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	mi := &file_orrery_v1_run_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1568,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	mi := &file_orrery_v1_run_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1581,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelRunRequest) GetId() string {
@@ -1190,7 +1607,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	mi := &file_orrery_v1_run_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1619,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	mi := &file_orrery_v1_run_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1632,7 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
@@ -1236,7 +1653,7 @@ type RetryRunRequest struct {
 
 func (x *RetryRunRequest) Reset() {
 	*x = RetryRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[13]
+	mi := &file_orrery_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1665,7 @@ func (x *RetryRunRequest) String() string {
 func (*RetryRunRequest) ProtoMessage() {}
 
 func (x *RetryRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[13]
+	mi := &file_orrery_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1678,7 @@ func (x *RetryRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRunRequest.ProtoReflect.Descriptor instead.
 func (*RetryRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RetryRunRequest) GetId() string {
@@ -1287,7 +1704,7 @@ type RetryRunResponse struct {
 
 func (x *RetryRunResponse) Reset() {
 	*x = RetryRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[14]
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1716,7 @@ func (x *RetryRunResponse) String() string {
 func (*RetryRunResponse) ProtoMessage() {}
 
 func (x *RetryRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[14]
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1729,7 @@ func (x *RetryRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRunResponse.ProtoReflect.Descriptor instead.
 func (*RetryRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RetryRunResponse) GetRun() *Run {
@@ -1342,7 +1759,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_orrery_v1_run_proto_msgTypes[15]
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1771,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[15]
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1784,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeadLetter) GetTaskId() string {
@@ -1458,7 +1875,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[16]
+	mi := &file_orrery_v1_run_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1887,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[16]
+	mi := &file_orrery_v1_run_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1900,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDeadLettersRequest) GetJob() *JobRef {
@@ -1517,7 +1934,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[17]
+	mi := &file_orrery_v1_run_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1946,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[17]
+	mi := &file_orrery_v1_run_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1959,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -1571,7 +1988,7 @@ type ReplayDeadLettersRequest struct {
 
 func (x *ReplayDeadLettersRequest) Reset() {
 	*x = ReplayDeadLettersRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[18]
+	mi := &file_orrery_v1_run_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +2000,7 @@ func (x *ReplayDeadLettersRequest) String() string {
 func (*ReplayDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[18]
+	mi := &file_orrery_v1_run_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +2013,7 @@ func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplayDeadLettersRequest) GetTaskIds() []string {
@@ -1629,7 +2046,7 @@ type ReplayDeadLettersResponse struct {
 
 func (x *ReplayDeadLettersResponse) Reset() {
 	*x = ReplayDeadLettersResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[19]
+	mi := &file_orrery_v1_run_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +2058,7 @@ func (x *ReplayDeadLettersResponse) String() string {
 func (*ReplayDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[19]
+	mi := &file_orrery_v1_run_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +2071,7 @@ func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReplayDeadLettersResponse) GetTaskIds() []string {
@@ -1672,7 +2089,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +2101,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +2114,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{26}
 }
 
 // Node is a scheduler node.
@@ -1715,7 +2132,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	mi := &file_orrery_v1_run_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +2144,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	mi := &file_orrery_v1_run_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +2157,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Node) GetId() string {
@@ -1801,7 +2218,7 @@ type Shard struct {
 
 func (x *Shard) Reset() {
 	*x = Shard{}
-	mi := &file_orrery_v1_run_proto_msgTypes[22]
+	mi := &file_orrery_v1_run_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +2230,7 @@ func (x *Shard) String() string {
 func (*Shard) ProtoMessage() {}
 
 func (x *Shard) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[22]
+	mi := &file_orrery_v1_run_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +2243,7 @@ func (x *Shard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shard.ProtoReflect.Descriptor instead.
 func (*Shard) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Shard) GetId() int32 {
@@ -1885,7 +2302,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[23]
+	mi := &file_orrery_v1_run_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2314,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[23]
+	mi := &file_orrery_v1_run_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2327,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetClusterResponse) GetNodes() []*Node {
@@ -1955,7 +2372,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_orrery_v1_run_proto_msgTypes[24]
+	mi := &file_orrery_v1_run_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2384,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[24]
+	mi := &file_orrery_v1_run_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2397,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueueDepth) GetQueue() string {
@@ -2030,7 +2447,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_orrery_v1_run_proto_msgTypes[25]
+	mi := &file_orrery_v1_run_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2042,7 +2459,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[25]
+	mi := &file_orrery_v1_run_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2055,7 +2472,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Worker) GetId() string {
@@ -2243,7 +2660,42 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"with_steps\x18\t \x01(\bR\twithSteps\"^\n" +
 	"\x10ListRunsResponse\x12\"\n" +
 	"\x04runs\x18\x01 \x03(\v2\x0e.orrery.v1.RunR\x04runs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"Y\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x98\x01\n" +
+	"\x14SummarizeRunsRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\"\xcd\x02\n" +
+	"\x15SummarizeRunsResponse\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12(\n" +
+	"\x05hours\x18\x03 \x03(\v2\x12.orrery.v1.RunHourR\x05hours\x128\n" +
+	"\ffailing_jobs\x18\x04 \x03(\v2\x15.orrery.v1.FailingJobR\vfailingJobs\x12;\n" +
+	"\x0eslowest_starts\x18\x05 \x03(\v2\x14.orrery.v1.SlowStartR\rslowestStarts\x12/\n" +
+	"\tlate_jobs\x18\x06 \x03(\v2\x12.orrery.v1.LateJobR\blateJobs\"\xc0\x01\n" +
+	"\aRunHour\x129\n" +
+	"\n" +
+	"start_time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x12=\n" +
+	"\tby_status\x18\x02 \x03(\v2 .orrery.v1.RunHour.ByStatusEntryR\bbyStatus\x1a;\n" +
+	"\rByStatusEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xa0\x01\n" +
+	"\n" +
+	"FailingJob\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12\x1a\n" +
+	"\bfailures\x18\x03 \x01(\x05R\bfailures\x12F\n" +
+	"\x11last_failure_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0flastFailureTime\"\xd0\x01\n" +
+	"\tSlowStart\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03job\x18\x03 \x01(\tR\x03job\x12A\n" +
+	"\x0escheduled_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rscheduledTime\x129\n" +
+	"\n" +
+	"start_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\"{\n" +
+	"\aLateJob\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x10\n" +
+	"\x03job\x18\x02 \x01(\tR\x03job\x12@\n" +
+	"\x0enext_fire_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fnextFireTime\"Y\n" +
 	"\rGetRunRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bitems_of\x18\x02 \x01(\tR\aitemsOf\x12\x1d\n" +
@@ -2353,10 +2805,11 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"tasks_held\x18\v \x01(\x05R\ttasksHeld\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xd7\a\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xce\b\n" +
 	"\n" +
 	"RunService\x12\xb5\x01\n" +
-	"\bListRuns\x12\x1a.orrery.v1.ListRunsRequest\x1a\x1b.orrery.v1.ListRunsResponse\"p\x82\xd3\xe4\x93\x02gZ\x1c\x12\x1a/api/v1/jobs/{job.id}/runsZ9\x127/api/v1/namespaces/{job.namespace}/jobs/{job.name}/runs\x12\f/api/v1/runs\x90\x02\x01\x12[\n" +
+	"\bListRuns\x12\x1a.orrery.v1.ListRunsRequest\x1a\x1b.orrery.v1.ListRunsResponse\"p\x82\xd3\xe4\x93\x02gZ\x1c\x12\x1a/api/v1/jobs/{job.id}/runsZ9\x127/api/v1/namespaces/{job.namespace}/jobs/{job.name}/runs\x12\f/api/v1/runs\x90\x02\x01\x12u\n" +
+	"\rSummarizeRuns\x12\x1f.orrery.v1.SummarizeRunsRequest\x1a .orrery.v1.SummarizeRunsResponse\"!\x82\xd3\xe4\x93\x02\x18\x12\x16/api/v1/runs:summarize\x90\x02\x01\x12[\n" +
 	"\x06GetRun\x12\x18.orrery.v1.GetRunRequest\x1a\x19.orrery.v1.GetRunResponse\"\x1c\x82\xd3\xe4\x93\x02\x13\x12\x11/api/v1/runs/{id}\x90\x02\x01\x12\xd9\x01\n" +
 	"\n" +
 	"TriggerJob\x12\x1c.orrery.v1.TriggerJobRequest\x1a\x1d.orrery.v1.TriggerJobResponse\"\x8d\x01\x82\xd3\xe4\x93\x02\x86\x01:\x01*Z!:\x01*\"\x1c/api/v1/jobs/{job.id}:runNowZ?:\x01*\":/api/v1/namespaces/{job.namespace}/jobs/{job.name}/trigger\"\x1d/api/v1/jobs/{job.id}/trigger\x12k\n" +
@@ -2380,7 +2833,7 @@ func file_orrery_v1_run_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_run_proto_rawDescData
 }
 
-var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_orrery_v1_run_proto_goTypes = []any{
 	(*Run)(nil),                       // 0: orrery.v1.Run
 	(*RunStep)(nil),                   // 1: orrery.v1.RunStep
@@ -2389,102 +2842,125 @@ var file_orrery_v1_run_proto_goTypes = []any{
 	(*Attempt)(nil),                   // 4: orrery.v1.Attempt
 	(*ListRunsRequest)(nil),           // 5: orrery.v1.ListRunsRequest
 	(*ListRunsResponse)(nil),          // 6: orrery.v1.ListRunsResponse
-	(*GetRunRequest)(nil),             // 7: orrery.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 8: orrery.v1.GetRunResponse
-	(*TriggerJobRequest)(nil),         // 9: orrery.v1.TriggerJobRequest
-	(*TriggerJobResponse)(nil),        // 10: orrery.v1.TriggerJobResponse
-	(*CancelRunRequest)(nil),          // 11: orrery.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 12: orrery.v1.CancelRunResponse
-	(*RetryRunRequest)(nil),           // 13: orrery.v1.RetryRunRequest
-	(*RetryRunResponse)(nil),          // 14: orrery.v1.RetryRunResponse
-	(*DeadLetter)(nil),                // 15: orrery.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),    // 16: orrery.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 17: orrery.v1.ListDeadLettersResponse
-	(*ReplayDeadLettersRequest)(nil),  // 18: orrery.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 19: orrery.v1.ReplayDeadLettersResponse
-	(*GetClusterRequest)(nil),         // 20: orrery.v1.GetClusterRequest
-	(*Node)(nil),                      // 21: orrery.v1.Node
-	(*Shard)(nil),                     // 22: orrery.v1.Shard
-	(*GetClusterResponse)(nil),        // 23: orrery.v1.GetClusterResponse
-	(*QueueDepth)(nil),                // 24: orrery.v1.QueueDepth
-	(*Worker)(nil),                    // 25: orrery.v1.Worker
-	nil,                               // 26: orrery.v1.ItemCounts.ByStatusEntry
-	nil,                               // 27: orrery.v1.TriggerJobRequest.ParamsEntry
-	nil,                               // 28: orrery.v1.TriggerJobRequest.ParamTextsEntry
-	nil,                               // 29: orrery.v1.Worker.QueuesEntry
-	(*timestamppb.Timestamp)(nil),     // 30: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),           // 31: google.protobuf.Struct
-	(*JobRef)(nil),                    // 32: orrery.v1.JobRef
-	(*structpb.Value)(nil),            // 33: google.protobuf.Value
+	(*SummarizeRunsRequest)(nil),      // 7: orrery.v1.SummarizeRunsRequest
+	(*SummarizeRunsResponse)(nil),     // 8: orrery.v1.SummarizeRunsResponse
+	(*RunHour)(nil),                   // 9: orrery.v1.RunHour
+	(*FailingJob)(nil),                // 10: orrery.v1.FailingJob
+	(*SlowStart)(nil),                 // 11: orrery.v1.SlowStart
+	(*LateJob)(nil),                   // 12: orrery.v1.LateJob
+	(*GetRunRequest)(nil),             // 13: orrery.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 14: orrery.v1.GetRunResponse
+	(*TriggerJobRequest)(nil),         // 15: orrery.v1.TriggerJobRequest
+	(*TriggerJobResponse)(nil),        // 16: orrery.v1.TriggerJobResponse
+	(*CancelRunRequest)(nil),          // 17: orrery.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 18: orrery.v1.CancelRunResponse
+	(*RetryRunRequest)(nil),           // 19: orrery.v1.RetryRunRequest
+	(*RetryRunResponse)(nil),          // 20: orrery.v1.RetryRunResponse
+	(*DeadLetter)(nil),                // 21: orrery.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),    // 22: orrery.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 23: orrery.v1.ListDeadLettersResponse
+	(*ReplayDeadLettersRequest)(nil),  // 24: orrery.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 25: orrery.v1.ReplayDeadLettersResponse
+	(*GetClusterRequest)(nil),         // 26: orrery.v1.GetClusterRequest
+	(*Node)(nil),                      // 27: orrery.v1.Node
+	(*Shard)(nil),                     // 28: orrery.v1.Shard
+	(*GetClusterResponse)(nil),        // 29: orrery.v1.GetClusterResponse
+	(*QueueDepth)(nil),                // 30: orrery.v1.QueueDepth
+	(*Worker)(nil),                    // 31: orrery.v1.Worker
+	nil,                               // 32: orrery.v1.ItemCounts.ByStatusEntry
+	nil,                               // 33: orrery.v1.RunHour.ByStatusEntry
+	nil,                               // 34: orrery.v1.TriggerJobRequest.ParamsEntry
+	nil,                               // 35: orrery.v1.TriggerJobRequest.ParamTextsEntry
+	nil,                               // 36: orrery.v1.Worker.QueuesEntry
+	(*timestamppb.Timestamp)(nil),     // 37: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),           // 38: google.protobuf.Struct
+	(*JobRef)(nil),                    // 39: orrery.v1.JobRef
+	(*structpb.Value)(nil),            // 40: google.protobuf.Value
 }
 var file_orrery_v1_run_proto_depIdxs = []int32{
-	30, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	30, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	30, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	30, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	31, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
-	31, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
+	37, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	37, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	37, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	37, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	38, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
+	38, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
 	1,  // 6: orrery.v1.Run.steps:type_name -> orrery.v1.RunStep
-	30, // 7: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	30, // 8: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	30, // 9: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	37, // 7: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	37, // 8: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	37, // 9: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
 	4,  // 10: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	30, // 11: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
-	30, // 12: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	37, // 11: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	37, // 12: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
 	3,  // 13: orrery.v1.Task.items:type_name -> orrery.v1.ItemCounts
-	26, // 14: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
-	30, // 15: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	30, // 16: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	32, // 17: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	30, // 18: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	30, // 19: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	32, // 14: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
+	37, // 15: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	37, // 16: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	39, // 17: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	37, // 18: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	37, // 19: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
 	0,  // 20: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	0,  // 21: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
-	2,  // 22: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	2,  // 23: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
-	32, // 24: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	27, // 25: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
-	28, // 26: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
-	0,  // 27: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
-	0,  // 28: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	0,  // 29: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
-	30, // 30: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	30, // 31: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	32, // 32: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	15, // 33: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	32, // 34: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	30, // 35: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	30, // 36: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	30, // 37: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	21, // 38: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	22, // 39: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	25, // 40: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	24, // 41: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	29, // 42: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	30, // 43: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	30, // 44: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	33, // 45: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	5,  // 46: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	7,  // 47: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	9,  // 48: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	11, // 49: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	13, // 50: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	16, // 51: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	18, // 52: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	20, // 53: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	6,  // 54: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	8,  // 55: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	10, // 56: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	12, // 57: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	14, // 58: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	17, // 59: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	19, // 60: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	23, // 61: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	54, // [54:62] is the sub-list for method output_type
-	46, // [46:54] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	37, // 21: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
+	37, // 22: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
+	37, // 23: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
+	37, // 24: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
+	9,  // 25: orrery.v1.SummarizeRunsResponse.hours:type_name -> orrery.v1.RunHour
+	10, // 26: orrery.v1.SummarizeRunsResponse.failing_jobs:type_name -> orrery.v1.FailingJob
+	11, // 27: orrery.v1.SummarizeRunsResponse.slowest_starts:type_name -> orrery.v1.SlowStart
+	12, // 28: orrery.v1.SummarizeRunsResponse.late_jobs:type_name -> orrery.v1.LateJob
+	37, // 29: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
+	33, // 30: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
+	37, // 31: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
+	37, // 32: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
+	37, // 33: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
+	37, // 34: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
+	0,  // 35: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
+	2,  // 36: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
+	2,  // 37: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
+	39, // 38: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	34, // 39: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	35, // 40: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	0,  // 41: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
+	0,  // 42: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
+	0,  // 43: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
+	37, // 44: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	37, // 45: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	39, // 46: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	21, // 47: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	39, // 48: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	37, // 49: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	37, // 50: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	37, // 51: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	27, // 52: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	28, // 53: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	31, // 54: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	30, // 55: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	36, // 56: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	37, // 57: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	37, // 58: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	40, // 59: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	5,  // 60: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	7,  // 61: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
+	13, // 62: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	15, // 63: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	17, // 64: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	19, // 65: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	22, // 66: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	24, // 67: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	26, // 68: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	6,  // 69: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	8,  // 70: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
+	14, // 71: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	16, // 72: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	18, // 73: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	20, // 74: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	23, // 75: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	25, // 76: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	29, // 77: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	69, // [69:78] is the sub-list for method output_type
+	60, // [60:69] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
@@ -2500,7 +2976,7 @@ func file_orrery_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_run_proto_rawDesc), len(file_orrery_v1_run_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -37,6 +37,9 @@ const (
 const (
 	// RunServiceListRunsProcedure is the fully-qualified name of the RunService's ListRuns RPC.
 	RunServiceListRunsProcedure = "/orrery.v1.RunService/ListRuns"
+	// RunServiceSummarizeRunsProcedure is the fully-qualified name of the RunService's SummarizeRuns
+	// RPC.
+	RunServiceSummarizeRunsProcedure = "/orrery.v1.RunService/SummarizeRuns"
 	// RunServiceGetRunProcedure is the fully-qualified name of the RunService's GetRun RPC.
 	RunServiceGetRunProcedure = "/orrery.v1.RunService/GetRun"
 	// RunServiceTriggerJobProcedure is the fully-qualified name of the RunService's TriggerJob RPC.
@@ -60,6 +63,12 @@ const (
 type RunServiceClient interface {
 	// ListRuns pages through runs, newest scheduled instant first.
 	ListRuns(context.Context, *connect.Request[v1.ListRunsRequest]) (*connect.Response[v1.ListRunsResponse], error)
+	// SummarizeRuns is the state of the runs the caller may read at a
+	// glance, over a window of scheduled instants (the last 24 hours by
+	// default, at most 7 days): the runs of each hour by status, the jobs
+	// that failed most, the slowest scheduled starts, and the active jobs
+	// whose next instant is late. The web UI's overview.
+	SummarizeRuns(context.Context, *connect.Request[v1.SummarizeRunsRequest]) (*connect.Response[v1.SummarizeRunsResponse], error)
 	// GetRun returns a run with its tasks and their attempts.
 	GetRun(context.Context, *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error)
 	// TriggerJob starts a run now; the job's overlap policy applies unless
@@ -95,6 +104,13 @@ func NewRunServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			httpClient,
 			baseURL+RunServiceListRunsProcedure,
 			connect.WithSchema(runServiceMethods.ByName("ListRuns")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		summarizeRuns: connect.NewClient[v1.SummarizeRunsRequest, v1.SummarizeRunsResponse](
+			httpClient,
+			baseURL+RunServiceSummarizeRunsProcedure,
+			connect.WithSchema(runServiceMethods.ByName("SummarizeRuns")),
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
@@ -142,6 +158,7 @@ func NewRunServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 // runServiceClient implements RunServiceClient.
 type runServiceClient struct {
 	listRuns          *connect.Client[v1.ListRunsRequest, v1.ListRunsResponse]
+	summarizeRuns     *connect.Client[v1.SummarizeRunsRequest, v1.SummarizeRunsResponse]
 	getRun            *connect.Client[v1.GetRunRequest, v1.GetRunResponse]
 	triggerJob        *connect.Client[v1.TriggerJobRequest, v1.TriggerJobResponse]
 	cancelRun         *connect.Client[v1.CancelRunRequest, v1.CancelRunResponse]
@@ -153,6 +170,11 @@ type runServiceClient struct {
 // ListRuns calls orrery.v1.RunService.ListRuns.
 func (c *runServiceClient) ListRuns(ctx context.Context, req *connect.Request[v1.ListRunsRequest]) (*connect.Response[v1.ListRunsResponse], error) {
 	return c.listRuns.CallUnary(ctx, req)
+}
+
+// SummarizeRuns calls orrery.v1.RunService.SummarizeRuns.
+func (c *runServiceClient) SummarizeRuns(ctx context.Context, req *connect.Request[v1.SummarizeRunsRequest]) (*connect.Response[v1.SummarizeRunsResponse], error) {
+	return c.summarizeRuns.CallUnary(ctx, req)
 }
 
 // GetRun calls orrery.v1.RunService.GetRun.
@@ -189,6 +211,12 @@ func (c *runServiceClient) ReplayDeadLetters(ctx context.Context, req *connect.R
 type RunServiceHandler interface {
 	// ListRuns pages through runs, newest scheduled instant first.
 	ListRuns(context.Context, *connect.Request[v1.ListRunsRequest]) (*connect.Response[v1.ListRunsResponse], error)
+	// SummarizeRuns is the state of the runs the caller may read at a
+	// glance, over a window of scheduled instants (the last 24 hours by
+	// default, at most 7 days): the runs of each hour by status, the jobs
+	// that failed most, the slowest scheduled starts, and the active jobs
+	// whose next instant is late. The web UI's overview.
+	SummarizeRuns(context.Context, *connect.Request[v1.SummarizeRunsRequest]) (*connect.Response[v1.SummarizeRunsResponse], error)
 	// GetRun returns a run with its tasks and their attempts.
 	GetRun(context.Context, *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error)
 	// TriggerJob starts a run now; the job's overlap policy applies unless
@@ -220,6 +248,13 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 		RunServiceListRunsProcedure,
 		svc.ListRuns,
 		connect.WithSchema(runServiceMethods.ByName("ListRuns")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	runServiceSummarizeRunsHandler := connect.NewUnaryHandler(
+		RunServiceSummarizeRunsProcedure,
+		svc.SummarizeRuns,
+		connect.WithSchema(runServiceMethods.ByName("SummarizeRuns")),
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
@@ -265,6 +300,8 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 		switch r.URL.Path {
 		case RunServiceListRunsProcedure:
 			runServiceListRunsHandler.ServeHTTP(w, r)
+		case RunServiceSummarizeRunsProcedure:
+			runServiceSummarizeRunsHandler.ServeHTTP(w, r)
 		case RunServiceGetRunProcedure:
 			runServiceGetRunHandler.ServeHTTP(w, r)
 		case RunServiceTriggerJobProcedure:
@@ -288,6 +325,10 @@ type UnimplementedRunServiceHandler struct{}
 
 func (UnimplementedRunServiceHandler) ListRuns(context.Context, *connect.Request[v1.ListRunsRequest]) (*connect.Response[v1.ListRunsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.RunService.ListRuns is not implemented"))
+}
+
+func (UnimplementedRunServiceHandler) SummarizeRuns(context.Context, *connect.Request[v1.SummarizeRunsRequest]) (*connect.Response[v1.SummarizeRunsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.RunService.SummarizeRuns is not implemented"))
 }
 
 func (UnimplementedRunServiceHandler) GetRun(context.Context, *connect.Request[v1.GetRunRequest]) (*connect.Response[v1.GetRunResponse], error) {

@@ -1,0 +1,165 @@
+package webui
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+)
+
+// overviewGroup is a set of run statuses the overview's chart stacks as
+// one segment: its name (the legend's and each segment's title), its
+// CSS class, and its fill (a colour, and for the bad and the left-out a
+// hatch or dots as well, so that colour is not the only signal).
+type overviewGroup struct {
+	Name, Class string
+	Statuses    []string
+}
+
+var overviewGroups = []overviewGroup{
+	{"succeeded", "ok", []string{"succeeded"}},
+	{"in progress", "run", []string{"queued", "pending", "running"}},
+	{"failed", "bad", []string{"failed", "dead_lettered"}},
+	{"skipped or cancelled", "off", []string{"skipped", "cancelled"}},
+}
+
+// overviewBar is an hour of the chart: a segment per group, bottom up.
+type overviewBar struct {
+	At       time.Time
+	X, W     float64
+	Total    int32
+	Segments []overviewSegment
+}
+
+type overviewSegment struct {
+	Group overviewGroup
+	Runs  int32
+	Y, H  float64
+}
+
+// overviewPage is the home page: the last 24 hours of the runs the viewer
+// may read at a glance (RunService.SummarizeRuns): runs per hour by
+// status as a chart drawn here, the failing jobs, late instants, open
+// alerts, queues and the slowest starts.
+func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) error {
+	q := r.URL.Query()
+	ns := q.Get("namespace")
+	var (
+		sum     *orreryv1.SummarizeRunsResponse
+		alerts  *orreryv1.ListAlertsResponse
+		cluster *orreryv1.GetClusterResponse
+	)
+	g, ctx := errgroup.WithContext(v.ctx)
+	g.Go(func() error {
+		res, err := s.clients.runs.SummarizeRuns(ctx, connect.NewRequest(&orreryv1.SummarizeRunsRequest{Namespace: ns}))
+		if err == nil {
+			sum = res.Msg
+		}
+		return err
+	})
+	g.Go(func() error {
+		res, err := s.clients.alerts.ListAlerts(ctx, connect.NewRequest(&orreryv1.ListAlertsRequest{Namespace: ns, OpenOnly: true, PageSize: 10}))
+		if err == nil {
+			alerts = res.Msg
+		}
+		return err
+	})
+	g.Go(func() error {
+		res, err := s.clients.cluster.GetCluster(ctx, connect.NewRequest(&orreryv1.GetClusterRequest{}))
+		if err == nil {
+			cluster = res.Msg
+		}
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+
+	totals := make([]int32, len(overviewGroups))
+	var most int32
+	hours := sum.GetHours()
+	bars := make([]overviewBar, len(hours))
+	bw := chartW / float64(max(len(hours), 1))
+	for i, h := range hours {
+		b := overviewBar{At: h.GetStartTime().AsTime(), X: float64(i) * bw, W: bw * 0.85}
+		for gi, grp := range overviewGroups {
+			var n int32
+			for _, st := range grp.Statuses {
+				n += h.GetByStatus()[st]
+			}
+			totals[gi] += n
+			b.Total += n
+			b.Segments = append(b.Segments, overviewSegment{Group: grp, Runs: n})
+		}
+		most = max(most, b.Total)
+		bars[i] = b
+	}
+	for i := range bars {
+		y := chartH
+		for j := range bars[i].Segments {
+			sg := &bars[i].Segments[j]
+			if most > 0 {
+				sg.H = chartH * float64(sg.Runs) / float64(most)
+			}
+			y -= sg.H
+			sg.Y = y
+		}
+	}
+	type total struct {
+		Group overviewGroup
+		Runs  int32
+	}
+	var all int32
+	tots := make([]total, len(overviewGroups))
+	for i, grp := range overviewGroups {
+		tots[i] = total{grp, totals[i]}
+		all += totals[i]
+	}
+	queues := slices.Clone(cluster.GetQueues())
+	slices.SortFunc(queues, func(a, b *orreryv1.QueueDepth) int {
+		if a.GetReady() != b.GetReady() {
+			return int(b.GetReady() - a.GetReady())
+		}
+		return int(b.GetOldestReadySeconds() - a.GetOldestReadySeconds())
+	})
+	if len(queues) > 10 {
+		queues = queues[:10]
+	}
+	now := time.Now()
+	runsLink := func(status string) string {
+		u := url.Values{"status": {status}, "since": {sum.GetSince().AsTime().Format(time.RFC3339)}}
+		if ns != "" {
+			u.Set("namespace", ns)
+		}
+		return "/runs?" + u.Encode()
+	}
+	cli := "curl -H \"Authorization: Bearer $ORRERY_KEY\" \"$ORRERY_URL/api/v1/runs:summarize"
+	if ns != "" {
+		cli += "?namespace=" + url.QueryEscape(ns)
+	}
+	cli += "\""
+	s.render(w, r, v, http.StatusOK, "overview", map[string]any{
+		"S": sum, "NS": ns, "Bars": bars, "Most": most, "Totals": tots, "All": all, "Groups": overviewGroups,
+		"ChartW": chartW, "ChartH": chartH, "Alerts": alerts.GetAlerts(), "Queues": queues, "CLI": cli,
+		"FailedRuns": runsLink("failed"), "SkippedRuns": runsLink("skipped"),
+		"LateBy": func(ts *timestamppb.Timestamp) string { return duration(ts, timestamppb.New(now)) },
+		"Age":    func(sec float64) string { return fmt.Sprint((time.Duration(sec * float64(time.Second))).Round(time.Second)) },
+	})
+	return nil
+}
+
+// referencePage renders the REST API's OpenAPI document with the vendored
+// RapiDoc viewer (static/rapidoc-min.js): read only, no "try it".
+func (s *Server) referencePage(w http.ResponseWriter, r *http.Request, v *view) error {
+	// The viewer styles its elements inline.
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	s.render(w, r, v, http.StatusOK, "reference", map[string]any{"CLI": `curl -s "$ORRERY_URL/openapi.json"`})
+	return nil
+}
