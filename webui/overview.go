@@ -150,7 +150,9 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) e
 		"ChartW": chartW, "ChartH": chartH, "Alerts": alerts.GetAlerts(), "Queues": queues, "CLI": cli,
 		"FailedRuns": runsLink("failed"), "SkippedRuns": runsLink("skipped"),
 		"LateBy": func(ts *timestamppb.Timestamp) string { return duration(ts, timestamppb.New(now)) },
-		"Age":    func(sec float64) string { return fmt.Sprint((time.Duration(sec * float64(time.Second))).Round(time.Second)) },
+		"Age": func(sec float64) string {
+			return fmt.Sprint((time.Duration(sec * float64(time.Second))).Round(time.Second))
+		},
 	})
 	return nil
 }
