@@ -1230,7 +1230,7 @@ FROM (SELECT unnest($1::uuid[]) AS run_id, unnest($2::text[]) AS step) AS k
 JOIN tasks AS t ON t.run_id = k.run_id AND t.step = k.step
 LEFT JOIN LATERAL (
     SELECT x.output, x.output_truncated FROM attempts AS x
-    WHERE x.task_id = t.id AND x.outcome = 'succeeded'
+    WHERE x.task_id = t.id AND x.outcome = 'succeeded' AND t.status = 'succeeded'
     ORDER BY x.number DESC LIMIT 1
 ) AS a ON true
 `
@@ -1251,8 +1251,10 @@ type StepOutputsRow struct {
 }
 
 // StepOutputs reads what expressions read of steps of runs: each task's
-// status and the output of its succeeded attempt (a fan-out's group has
-// none: its items' are read by ItemOutputs) (one primary key probe
+// status and, while it stands succeeded, the output of its latest
+// succeeded attempt (a step that succeeded and then was skipped or waits
+// again in a rerun has none; a fan-out's group has none: its items' are
+// read by ItemOutputs) (one primary key probe
 // of tasks by (run_id, step), one index probe of attempts). The pairs are
 // @run_ids[i], @steps[i].
 func (q *Queries) StepOutputs(ctx context.Context, arg StepOutputsParams) ([]StepOutputsRow, error) {

@@ -45,8 +45,10 @@ JOIN tenants AS te ON te.id = k.tenant_id
 WHERE k.id = @id AND k.status = 'running' AND k.attempt = @attempt AND k.worker_id = @worker_id::uuid;
 
 -- StepOutputs reads what expressions read of steps of runs: each task's
--- status and the output of its succeeded attempt (a fan-out's group has
--- none: its items' are read by ItemOutputs) (one primary key probe
+-- status and, while it stands succeeded, the output of its latest
+-- succeeded attempt (a step that succeeded and then was skipped or waits
+-- again in a rerun has none; a fan-out's group has none: its items' are
+-- read by ItemOutputs) (one primary key probe
 -- of tasks by (run_id, step), one index probe of attempts). The pairs are
 -- @run_ids[i], @steps[i].
 -- name: StepOutputs :many
@@ -56,7 +58,7 @@ FROM (SELECT unnest(@run_ids::uuid[]) AS run_id, unnest(@steps::text[]) AS step)
 JOIN tasks AS t ON t.run_id = k.run_id AND t.step = k.step
 LEFT JOIN LATERAL (
     SELECT x.output, x.output_truncated FROM attempts AS x
-    WHERE x.task_id = t.id AND x.outcome = 'succeeded'
+    WHERE x.task_id = t.id AND x.outcome = 'succeeded' AND t.status = 'succeeded'
     ORDER BY x.number DESC LIMIT 1
 ) AS a ON true;
 
