@@ -156,10 +156,18 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 // Run serves the hand-off queue until ctx ends.
 func (g *Gateway) Run(ctx context.Context) error {
 	defer g.riverPool.Close()
+	// Stopped before it started serving (ctx ended while it registered or
+	// started River): a clean stop, not an error.
 	if err := g.beat(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("gateway: register: %w", err)
 	}
 	if err := startRiver(ctx, g.river); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("gateway: start river: %w", err)
 	}
 	var background sync.WaitGroup
