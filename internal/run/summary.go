@@ -79,7 +79,11 @@ type LateJob struct {
 // the jobs whose next instant is late. A zero window is the last 24
 // hours; a window is at most 7 days.
 func (s *Service) Summarize(ctx context.Context, a job.Actor, f SummaryFilter) (Summary, error) {
-	now := time.Now()
+	q := store.New(store.PlannedPerCall(s.pool)) // see the queries' comment
+	now, err := q.DatabaseNow(ctx) // the database's clock, as the instants it holds
+	if err != nil {
+		return Summary{}, err
+	}
 	if f.Until.IsZero() {
 		f.Until = now
 	}
@@ -97,12 +101,10 @@ func (s *Service) Summarize(ctx context.Context, a job.Actor, f SummaryFilter) (
 	if f.Namespace != "" {
 		ns = &f.Namespace
 	}
-	q := store.New(store.PlannedPerCall(s.pool)) // see the queries' comment
 	out := Summary{Since: f.Since, Until: f.Until}
 	narrowed := ns != nil || scoped
 	var jobIDs []uuid.UUID
 	if narrowed {
-		var err error
 		jobIDs, err = q.JobIDsIn(ctx, store.JobIDsInParams{TenantID: a.Tenant, Namespace: ns, Scoped: scoped, ScopeNamespaces: scopeNS, ScopeJobs: scopeJobs,
 			MaxRows: maxSummaryJobs + 1})
 		if err != nil {
