@@ -92,11 +92,11 @@ func BenchmarkWebUI(b *testing.B) {
 		}
 		return rec.Body.Len()
 	}
-	deep := "/?page=" + store.EncodePageToken(map[string]any{"n": "job-0090000", "i": uuid.Nil})
+	deep := "/jobs?page=" + store.EncodePageToken(map[string]any{"n": "job-0090000", "i": uuid.Nil})
 	for _, c := range []struct{ name, path string }{
-		{"jobs-first-page", "/"},
+		{"jobs-first-page", "/jobs"},
 		{"jobs-deep-page", deep},
-		{"jobs-search", "/?q=0099"},
+		{"jobs-search", "/jobs?q=0099"},
 		{"run-1000-tasks", "/runs/" + r.ID.String()},
 		{"run-10000-items", "/runs/" + fan.ID.String()},
 		{"run-10000-items-listed", "/runs/" + fan.ID.String() + "?items=each&from=9000"},

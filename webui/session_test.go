@@ -153,7 +153,7 @@ func TestSessionsAndCSRF(t *testing.T) {
 	if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Secure || c.Path != "/" || strings.Contains(c.Value, s.admin) {
 		t.Errorf("session cookie: %+v", c)
 	}
-	res, page := s.do(http.MethodGet, "/", nil)
+	res, page := s.do(http.MethodGet, "/jobs", nil)
 	m := csrfRE.FindStringSubmatch(page)
 	if res.StatusCode != http.StatusOK || m == nil || !strings.Contains(page, `data-job="team/nightly"`) {
 		t.Fatalf("jobs page: %d\n%s", res.StatusCode, page)
@@ -199,10 +199,10 @@ func TestSessionsAndCSRF(t *testing.T) {
 		t.Error("the flash message showed twice")
 	}
 	// What a viewer types in a filter is quoted in the copy-as-CLI line.
-	if _, page = s.do(http.MethodGet, "/?ns="+url.QueryEscape("ops $(id)"), nil); !strings.Contains(page, `data-copy="orrery jobs list -n &#39;ops $(id)&#39;"`) {
+	if _, page = s.do(http.MethodGet, "/jobs?ns="+url.QueryEscape("ops $(id)"), nil); !strings.Contains(page, `data-copy="orrery jobs list -n &#39;ops $(id)&#39;"`) {
 		t.Errorf("copy as CLI is not quoted:\n%s", page)
 	}
-	for _, bad := range []string{"/jobs/ops/%00", "/?q=%C3%28", "/?ns=a%09b"} {
+	for _, bad := range []string{"/jobs/ops/%00", "/jobs?q=%C3%28", "/jobs?ns=a%09b", "/?namespace=a%09b"} {
 		if res, _ := s.do(http.MethodGet, bad, nil); res.StatusCode != http.StatusBadRequest {
 			t.Errorf("GET %s: %d, want 400", bad, res.StatusCode)
 		}
