@@ -394,6 +394,40 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	n1.signal(t, syscall.SIGKILL)
 	moved := poll(t, 15*time.Second, "node-1's shards move to live nodes", func() bool { return allShardsLive(t, pool, "node-1") })
 	t.Logf("after SIGKILL, all shards were live again within %s (shard TTL 2s)", moved.Round(100*time.Millisecond))
+	// REST through an API process killed on the way: ten triggers of
+	// bf-hourly, each under its Idempotency-Key, sent to api-1, which is
+	// then SIGKILLed; the ten again to api-2 answer the same ten runs
+	// (checked to succeed below, with everything fired up to until).
+	restTrigger := func(addr, key string) (string, int) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/v1/namespaces/default/jobs/bf-hourly/trigger", strings.NewReader(`{"ignoreOverlap": true}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out struct{ Run struct{ ID string } }
+		_ = json.NewDecoder(res.Body).Decode(&out)
+		return out.Run.ID, res.StatusCode
+	}
+	apiAddr, api1 := startServe(t, dsn)
+	restRuns := map[string]string{}
+	for i := range 10 {
+		key := fmt.Sprintf("chaos-rest-%d", i)
+		id, code := restTrigger(apiAddr, key)
+		if code != http.StatusOK || id == "" {
+			t.Fatalf("REST trigger %s: %d", key, code)
+		}
+		restRuns[key] = id
+	}
+	api1.signal(t, syscall.SIGKILL)
+	apiAddr, _ = startServe(t, dsn)
+	for key, id := range restRuns {
+		if again, code := restTrigger(apiAddr, key); code != http.StatusOK || again != id {
+			t.Fatalf("REST trigger %s again, on another API process: %d run %s, want run %s", key, code, again, id)
+		}
+	}
 	time.Sleep(5 * time.Second)
 
 	n2.signal(t, syscall.SIGSTOP)
@@ -558,6 +592,9 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	if n := queryInt(t, pool, "SELECT retried FROM backfills WHERE id = $1 AND created = 0 AND existing = 0", bfAll); n != 10 {
 		t.Fatalf("redo all ran %d of the 10 ended runs again, want 10, and created or left none", n)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'bf-hourly' AND r.trigger = 'manual' AND r.status = 'succeeded'"); n != 10 {
+		t.Fatalf("%d runs of the ten REST triggers succeeded, want 10 (one per idempotency key)", n)
 	}
 	if n := queryInt(t, pool, "SELECT count(DISTINCT scheduled_for) FROM runs WHERE trigger = 'backfill'"); n != 60 {
 		t.Fatalf("the backfill's runs hold %d instants, want 60, each once", n)
