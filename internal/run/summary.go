@@ -80,7 +80,7 @@ type LateJob struct {
 // hours; a window is at most 7 days.
 func (s *Service) Summarize(ctx context.Context, a job.Actor, f SummaryFilter) (Summary, error) {
 	q := store.New(store.PlannedPerCall(s.pool)) // see the queries' comment
-	now, err := q.DatabaseNow(ctx) // the database's clock, as the instants it holds
+	now, err := q.DatabaseNow(ctx)               // the database's clock, as the instants it holds
 	if err != nil {
 		return Summary{}, err
 	}
