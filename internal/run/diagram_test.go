@@ -344,10 +344,12 @@ func TestDiagram(t *testing.T) {
 	runIs(broken.ID, "succeeded")
 
 	// A backfill's redo all: a run that succeeded runs again from the
-	// start, every step; an instant recorded skipped gets a run of the
+	// start, every step (c, skipped by its condition, waits again and is
+	// skipped again); an instant recorded skipped gets a run of the
 	// backfill in the record's place (the record is deleted, which no
 	// arrow draws).
-	create("rerun", dag.OverlapAllow, step{name: "a", do: "ok"}, step{name: "b", do: "ok", needs: []string{"a"}})
+	create("rerun", dag.OverlapAllow, step{name: "a", do: "ok"}, step{name: "b", do: "ok", needs: []string{"a"}},
+		step{name: "c", do: "ok", needs: []string{"a"}, when: "${{ false }}"})
 	rerunJob, err := jobs.Get(ctx, job.Anonymous, job.Ref{Name: "rerun"})
 	if err != nil {
 		t.Fatal(err)
