@@ -105,6 +105,10 @@ func TestREADMECurlOverREST(t *testing.T) {
 	if code, _, body := rest(t, "GET", base+"/api/v1/runs/"+runs[0].Run.ID, k, ""); code != http.StatusOK || !strings.Contains(body, created.Job.ID) {
 		t.Errorf("GET the run: %d %s", code, body)
 	}
+	// A job's runs by status, in the seed's capitals too.
+	if code, _, body := rest(t, "GET", base+"/api/v1/jobs/"+created.Job.ID+"/runs?status=PENDING&since=2026-01-01T00:00:00Z", k, ""); code != http.StatusOK || !strings.Contains(body, runs[0].Run.ID) {
+		t.Errorf("GET the job's pending runs: %d %s", code, body)
+	}
 }
 
 // TestRESTErrorStatuses: each refusal's HTTP status, with nothing written.
@@ -136,6 +140,7 @@ func TestRESTErrorStatuses(t *testing.T) {
 		{"a stale version", "PATCH", job, k, `{"expectedVersion": "7", "spec": {"schedule": {"cron": "0 3 * * *"}, "run": {"command": {"argv": ["/bin/true"]}}}}`, 409, "version"},
 		{"a bad cron", "PATCH", job, k, `{"spec": {"schedule": {"cron": "0 25 * * *"}, "run": {"command": {"argv": ["/bin/true"]}}}}`, 422, "spec.schedule.cron"},
 		{"a bad id", "GET", base + "/api/v1/runs/nope", k, "", 422, "id: not a UUID"},
+		{"a bad status", "GET", base + "/api/v1/runs?status=FAILD", k, "", 422, "status"},
 	} {
 		code, _, body := rest(t, c.method, c.url, c.key, c.body)
 		var st struct {

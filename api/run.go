@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -51,7 +52,7 @@ func (s *runServer) ListRuns(ctx context.Context, req *connect.Request[orreryv1.
 	if err := plainText("namespace", m.GetNamespace()); err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	f := run.ListFilter{Job: ref, Namespace: m.GetNamespace(), Trigger: m.GetTrigger(), Status: m.GetStatus(), PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken(),
+	f := run.ListFilter{Job: ref, Namespace: m.GetNamespace(), Trigger: m.GetTrigger(), Status: strings.ToLower(m.GetStatus()), PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken(),
 		WithSteps: m.GetWithSteps()}
 	if m.GetSince() != nil {
 		t, err := timeFromProto("since", m.GetSince())

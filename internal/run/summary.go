@@ -79,8 +79,10 @@ type LateJob struct {
 // the jobs whose next instant is late. A zero window is the last 24
 // hours; a window is at most 7 days.
 func (s *Service) Summarize(ctx context.Context, a job.Actor, f SummaryFilter) (Summary, error) {
-	q := store.New(store.PlannedPerCall(s.pool)) // see the queries' comment
-	now, err := q.DatabaseNow(ctx)               // the database's clock, as the instants it holds
+	// Planned per call: see the queries' comment. The window is the
+	// database's clock's, as the instants it holds.
+	q := store.New(store.PlannedPerCall(s.pool))
+	now, err := q.DatabaseNow(ctx)
 	if err != nil {
 		return Summary{}, err
 	}

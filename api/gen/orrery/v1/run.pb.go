@@ -716,8 +716,9 @@ func (x *Attempt) GetLog() string {
 }
 
 type ListRunsRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Job       *JobRef                `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Job   *JobRef                `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	// A run status (failed, or FAILED: any case).
 	Status    string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	Since     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
 	Until     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
