@@ -33,8 +33,8 @@ const idempotencyHeader = "Idempotency-Key"
 
 // newREST is the transcoder for services: REST in, Connect (binary
 // protobuf) to the handlers. A service without HTTP rules has no REST
-// path.
-func newREST(services []service) (http.Handler, error) {
+// path. Bodies are bounded before vanguard buffers them (see restGuard).
+func newREST(services []service, maxBody int64) (http.Handler, error) {
 	vs := make([]*vanguard.Service, 0, len(services))
 	for _, s := range services {
 		vs = append(vs, vanguard.NewService(s.path, s.handler))
@@ -44,6 +44,7 @@ func newREST(services []service) (http.Handler, error) {
 		vanguard.WithDefaultServiceOptions(
 			vanguard.WithTargetProtocols(vanguard.ProtocolConnect),
 			vanguard.WithTargetCodecs(vanguard.CodecProto),
+			vanguard.WithMaxMessageBufferBytes(uint32(min(maxBody, 1<<31))),
 		),
 		vanguard.WithUnknownHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			writeRESTError(w, connect.NewError(connect.CodeNotFound, errors.New("no such path: "+r.Method+" "+r.URL.Path+" (see /openapi.json)")))
@@ -52,7 +53,37 @@ func newREST(services []service) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t, nil
+	return http.NewCrossOriginProtection().Handler(restGuard(t, maxBody)), nil
+}
+
+// restGuard refuses, before vanguard reads a body, what it would take
+// without a bound or a type: a compressed body (vanguard inflates it
+// whole: a small gzip bomb is gigabytes; 415), a declared length past the
+// cap (vanguard reserves it up front; 413), and a body that is not JSON
+// (a browser's cross-site form or beacon sends none or another type;
+// 415). A body-less POST (a trigger) needs no type. Cross-origin browser
+// requests are refused beside it (http.CrossOriginProtection).
+func restGuard(next http.Handler, maxBody int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
+			writeRESTErrorStatus(w, http.StatusUnsupportedMediaType, connect.NewError(connect.CodeInvalidArgument,
+				errors.New("Content-Encoding "+ce+": REST bodies are sent uncompressed")))
+			return
+		}
+		if r.ContentLength > maxBody {
+			writeRESTErrorStatus(w, http.StatusRequestEntityTooLarge, connect.NewError(connect.CodeResourceExhausted,
+				errors.New("the body is past the limit of "+strconv.FormatInt(maxBody, 10)+" bytes")))
+			return
+		}
+		if r.ContentLength != 0 && r.Method != http.MethodGet {
+			if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(strings.ToLower(mt)) != "application/json" {
+				writeRESTErrorStatus(w, http.StatusUnsupportedMediaType, connect.NewError(connect.CodeInvalidArgument,
+					errors.New("Content-Type: a REST body is application/json")))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // service is a Connect service's path and handler.
@@ -162,9 +193,13 @@ var requestFaults = []string{"does not correspond to any field", "request should
 // finish writes a held-back 500: as 400 when vanguard's message says the
 // request was at fault, as it was otherwise.
 func (w *statusWriter) finish() {
+	// gRPC sends an error's metadata as trailers, written once the
+	// handler returns.
+	w.ResponseWriter.Header().Del(http.TrailerPrefix + statusHeader)
 	if w.held == nil {
 		return
 	}
+	w.ResponseWriter.Header().Del("Content-Length") // the held body may have been cut
 	code, body := http.StatusInternalServerError, w.held.Bytes()
 	var st struct {
 		Code    int    `json:"code"`
@@ -174,7 +209,7 @@ func (w *statusWriter) finish() {
 		for _, f := range requestFaults {
 			if strings.Contains(st.Message, f) {
 				code = http.StatusBadRequest
-				body, _ = json.Marshal(restErrorBody{int(connect.CodeInvalidArgument), st.Message})
+				body, _ = json.Marshal(restErrorBody{int(connect.CodeInvalidArgument), st.Message, []any{}})
 				w.ResponseWriter.Header().Set("Content-Type", "application/json")
 				w.ResponseWriter.Header().Set("Content-Length", strconv.Itoa(len(body)))
 				break
@@ -199,6 +234,7 @@ func withStatus(next http.Handler) http.Handler {
 type restErrorBody struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
+	Details []any  `json:"details"`
 }
 
 // setStatus asks for an HTTP status on REST (see statusHeader).
@@ -221,16 +257,21 @@ var restStatus = map[connect.Code]int{
 // error: its status and a JSON google.rpc.Status, with its metadata as
 // headers (Retry-After).
 func writeRESTError(w http.ResponseWriter, err *connect.Error) {
+	code, ok := restStatus[err.Code()]
+	if !ok {
+		code = http.StatusInternalServerError
+	}
+	writeRESTErrorStatus(w, code, err)
+}
+
+// writeRESTErrorStatus is writeRESTError with the HTTP status given.
+func writeRESTErrorStatus(w http.ResponseWriter, code int, err *connect.Error) {
 	for k, vs := range err.Meta() {
 		for _, v := range vs {
 			w.Header().Add(k, v)
 		}
 	}
-	code, ok := restStatus[err.Code()]
-	if !ok {
-		code = http.StatusInternalServerError
-	}
-	body, _ := json.Marshal(restErrorBody{int(err.Code()), err.Message()})
+	body, _ := json.Marshal(restErrorBody{int(err.Code()), err.Message(), []any{}})
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_, _ = w.Write(body)

@@ -112,7 +112,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	add(orreryv1connect.NewAlertServiceHandler(&alertServer{pool: svc.State, jobs: svc.Jobs, log: log}, opts...))
 	// REST: the same handlers behind vanguard (the workers' service has no
 	// REST paths: workers speak Connect or gRPC).
-	rest, err := newREST(services)
+	rest, err := newREST(services, limits.MaxRequestBytes)
 	if err != nil {
 		panic(err) // the protos' HTTP rules are fixed at build time; a test builds them
 	}
