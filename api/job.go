@@ -178,8 +178,12 @@ func (s *jobServer) UpdateJob(ctx context.Context, req *connect.Request[orreryv1
 		if spec == nil {
 			spec = stored.GetSpec()
 		}
-		if version == 0 {
+		switch {
+		case version == 0:
 			version = stored.GetVersion()
+		case version != stored.GetVersion():
+			// What is filled in is the version read, not the one expected.
+			return nil, toConnect(ctx, s.log, &job.VersionConflictError{Expected: version, Current: stored.GetVersion()})
 		}
 	}
 	j, err := s.jobs.Update(ctx, actor(ctx), ref, ResourceFromProto(meta, spec), version)
