@@ -1,6 +1,8 @@
 package webui
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -64,19 +66,25 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) e
 		}
 		return err
 	})
+	// The alerts and the queues are panels of their own: one that cannot
+	// be read (the queue database down, a namespace the viewer may not
+	// read alerts of) says so, and the page stands.
+	var alertsErr, clusterErr error
 	g.Go(func() error {
 		res, err := s.clients.alerts.ListAlerts(ctx, connect.NewRequest(&orreryv1.ListAlertsRequest{Namespace: ns, OpenOnly: true, PageSize: 10}))
 		if err == nil {
 			alerts = res.Msg
 		}
-		return err
+		alertsErr = err
+		return nil
 	})
 	g.Go(func() error {
 		res, err := s.clients.cluster.GetCluster(ctx, connect.NewRequest(&orreryv1.GetClusterRequest{}))
 		if err == nil {
 			cluster = res.Msg
 		}
-		return err
+		clusterErr = err
+		return nil
 	})
 	if err := g.Wait(); err != nil {
 		return err
@@ -124,10 +132,7 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) e
 	}
 	queues := slices.Clone(cluster.GetQueues())
 	slices.SortFunc(queues, func(a, b *orreryv1.QueueDepth) int {
-		if a.GetReady() != b.GetReady() {
-			return int(b.GetReady() - a.GetReady())
-		}
-		return int(b.GetOldestReadySeconds() - a.GetOldestReadySeconds())
+		return cmp.Or(cmp.Compare(b.GetReady(), a.GetReady()), cmp.Compare(b.GetOldestReadySeconds(), a.GetOldestReadySeconds()))
 	})
 	if len(queues) > 10 {
 		queues = queues[:10]
@@ -148,7 +153,7 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) e
 	s.render(w, r, v, http.StatusOK, "overview", map[string]any{
 		"S": sum, "NS": ns, "Bars": bars, "Most": most, "Totals": tots, "All": all, "Groups": overviewGroups,
 		"ChartW": chartW, "ChartH": chartH, "Alerts": alerts.GetAlerts(), "Queues": queues, "CLI": cli,
-		"FailedRuns": runsLink("failed"), "SkippedRuns": runsLink("skipped"),
+		"FailedRuns": runsLink("failed"), "SkippedRuns": runsLink("skipped"), "AlertsErr": errText(alertsErr), "QueuesErr": errText(clusterErr),
 		"LateBy": func(ts *timestamppb.Timestamp) string { return duration(ts, timestamppb.New(now)) },
 		"Age": func(sec float64) string {
 			return fmt.Sprint((time.Duration(sec * float64(time.Second))).Round(time.Second))
@@ -164,4 +169,16 @@ func (s *Server) referencePage(w http.ResponseWriter, r *http.Request, v *view) 
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
 	s.render(w, r, v, http.StatusOK, "reference", map[string]any{"CLI": `curl -s "$ORRERY_URL/openapi.json"`})
 	return nil
+}
+
+// errText is what a panel that could not be read says: the API's message.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
 }
