@@ -394,10 +394,11 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	n1.signal(t, syscall.SIGKILL)
 	moved := poll(t, 15*time.Second, "node-1's shards move to live nodes", func() bool { return allShardsLive(t, pool, "node-1") })
 	t.Logf("after SIGKILL, all shards were live again within %s (shard TTL 2s)", moved.Round(100*time.Millisecond))
-	// REST through an API process killed on the way: ten triggers of
-	// bf-hourly, each under its Idempotency-Key, sent to api-1, which is
-	// then SIGKILLed; the ten again to api-2 answer the same ten runs
-	// (checked to succeed below, with everything fired up to until).
+	// REST across API processes: ten triggers of bf-hourly, each under
+	// its Idempotency-Key, answered by api-1, which is then SIGKILLed; the
+	// ten again to api-2 answer the same ten runs (checked to succeed
+	// below, with everything fired up to until). A key lives with its run
+	// in the database, not in a process.
 	restTrigger := func(addr, key string) (string, int) {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/api/v1/namespaces/default/jobs/bf-hourly/trigger", strings.NewReader(`{"ignoreOverlap": true}`))
 		req.Header.Set("Content-Type", "application/json")

@@ -6,8 +6,8 @@
 //
 // Besides the version, it adds what the protos cannot say: the bearer API
 // key, 201 Created with Location on CreateJob, the Idempotency-Key header
-// on CreateJob and TriggerJob, the error statuses, and one operationId per
-// operation (the plugin gives a method's additional bindings its own
+// on CreateJob and TriggerJob, the error statuses (in the description),
+// and one operationId per operation (the plugin gives a method's additional bindings its own
 // name again). It drops a query parameter that repeats a path parameter.
 // It deletes the 3.0 input, so that only the 3.1 document is checked in.
 package main
@@ -64,9 +64,9 @@ func run(in, out string) error {
 
 const description = `Orrery's API over REST (JSON). The same calls are served over Connect, gRPC and gRPC-Web at /orrery.v1.SERVICE/METHOD, with the same authentication, roles, limits and audit.
 
-Every call but the health check needs an API key: ` + "`Authorization: Bearer ork_...`" + `.
+Every call needs an API key: ` + "`Authorization: Bearer ork_...`" + `.
 
-Errors answer a JSON status, {"code": N, "message": "...", "details": [...]}, whose message names the field at fault, with these HTTP statuses: 400 a malformed request or an unknown field; 401 no or a bad key; 403 a role or tenant that may not; 404 not found; 409 exists already, or a version that is not current; 422 a job, schedule or parameter that is not valid; 429 over a quota or rate (Retry-After says when to retry); 503 the database is unavailable (Retry-After).
+Errors answer a JSON status, {"code": N, "message": "...", "details": [...]}, whose message names the field at fault, with these HTTP statuses: 400 a malformed request or an unknown field; 401 no or a bad key; 403 a role or tenant that may not; 404 not found; 409 exists already, a version that is not current, or a state that refuses the call; 413 a body past the limit; 415 a compressed body or one that is not application/json; 422 a job, schedule or parameter that is not valid; 429 over a rate (Retry-After says when to retry) or a storage quota; 503 the database is unavailable (Retry-After).
 
 A job is addressed by its id (/api/v1/jobs/{id}) or by namespace and name (/api/v1/namespaces/{namespace}/jobs/{name}).`
 
@@ -170,7 +170,7 @@ func created(op *yaml.Node) {
 func idempotencyKey(op *yaml.Node) {
 	p := mapping("name", str("Idempotency-Key"), "in", str("header"),
 		"description", str("A replay with the same key answers the first answer; another body under the same key is 409. The same as the body's idempotencyKey (both set and different: 400)."),
-		"schema", mapping("type", str("string"), "maxLength", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: "200"}))
+		"schema", mapping("type", str("string"), "maxLength", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: "255"}))
 	params := get(op, "parameters")
 	if params == nil {
 		params = &yaml.Node{Kind: yaml.SequenceNode}
