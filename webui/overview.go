@@ -90,8 +90,15 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) e
 		return err
 	}
 
-	totals := make([]int32, len(overviewGroups))
-	var most int32
+	type total struct {
+		Group overviewGroup
+		Runs  int32
+	}
+	tots := make([]total, len(overviewGroups))
+	for i, grp := range overviewGroups {
+		tots[i].Group = grp
+	}
+	var most, all int32
 	hours := sum.GetHours()
 	bars := make([]overviewBar, len(hours))
 	bw := chartW / float64(max(len(hours), 1))
@@ -102,7 +109,8 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) e
 			for _, st := range grp.Statuses {
 				n += h.GetByStatus()[st]
 			}
-			totals[gi] += n
+			tots[gi].Runs += n
+			all += n
 			b.Total += n
 			b.Segments = append(b.Segments, overviewSegment{Group: grp, Runs: n})
 		}
@@ -119,16 +127,6 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) e
 			y -= sg.H
 			sg.Y = y
 		}
-	}
-	type total struct {
-		Group overviewGroup
-		Runs  int32
-	}
-	var all int32
-	tots := make([]total, len(overviewGroups))
-	for i, grp := range overviewGroups {
-		tots[i] = total{grp, totals[i]}
-		all += totals[i]
 	}
 	queues := slices.Clone(cluster.GetQueues())
 	slices.SortFunc(queues, func(a, b *orreryv1.QueueDepth) int {
@@ -165,8 +163,7 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) e
 // referencePage renders the REST API's OpenAPI document with the vendored
 // RapiDoc viewer (static/rapidoc-min.js): read only, no "try it".
 func (s *Server) referencePage(w http.ResponseWriter, r *http.Request, v *view) error {
-	// The viewer styles its elements inline.
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	w.Header().Set("Content-Security-Policy", csp(true)) // the viewer styles its elements inline
 	s.render(w, r, v, http.StatusOK, "reference", map[string]any{"CLI": `curl -s "$ORRERY_URL/openapi.json"`})
 	return nil
 }

@@ -158,7 +158,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	h.Set("Content-Security-Policy", csp(false))
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	if !wellFormed(r) {
@@ -384,3 +384,14 @@ func takeFlash(w http.ResponseWriter, r *http.Request) string {
 }
 
 func errorf(format string, args ...any) error { return badInput(fmt.Sprintf(format, args...)) }
+
+// csp is every page's Content-Security-Policy: its own scripts, styles and
+// images only; inlineStyles lets a page's styles be inline too (the API
+// reference's viewer).
+func csp(inlineStyles bool) string {
+	style := "style-src 'self'"
+	if inlineStyles {
+		style += " 'unsafe-inline'"
+	}
+	return "default-src 'self'; img-src 'self' data:; " + style + "; script-src 'self'; frame-ancestors 'none'; form-action 'self'"
+}
