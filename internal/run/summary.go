@@ -104,6 +104,7 @@ func (s *Service) Summarize(ctx context.Context, a job.Actor, f SummaryFilter) (
 		ns = &f.Namespace
 	}
 	out := Summary{Since: f.Since, Until: f.Until}
+	first := f.Since.Truncate(time.Hour) // UTC's hours: an hour is 3600 s in every zone
 	narrowed := ns != nil || scoped
 	var jobIDs []uuid.UUID
 	if narrowed {
@@ -122,11 +123,11 @@ func (s *Service) Summarize(ctx context.Context, a job.Actor, f SummaryFilter) (
 		slow    []store.SlowestStartsRow
 		late    []store.LateJobsRow
 	)
-	// Four reads of one snapshot are not needed: each is a view of its
-	// own. They run side by side on the pool.
+	// Four reads side by side on the pool, each on its own snapshot: no
+	// panel needs to agree with another to the row.
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) {
-		hours, err = q.RunsByHour(gctx, store.RunsByHourParams{FirstHour: f.Since.Truncate(time.Hour), TenantID: a.Tenant, Since: f.Since, Until: f.Until,
+		hours, err = q.RunsByHour(gctx, store.RunsByHourParams{FirstHour: first, TenantID: a.Tenant, Since: f.Since, Until: f.Until,
 			Narrowed: narrowed, JobIds: jobIDs})
 		return err
 	})
@@ -149,7 +150,6 @@ func (s *Service) Summarize(ctx context.Context, a job.Actor, f SummaryFilter) (
 	if err := g.Wait(); err != nil {
 		return Summary{}, err
 	}
-	first := f.Since.Truncate(time.Hour)
 	for h := first; h.Before(f.Until); h = h.Add(time.Hour) {
 		out.Hours = append(out.Hours, HourCount{Start: h.UTC(), ByStatus: map[string]int{}})
 	}
