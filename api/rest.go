@@ -115,20 +115,14 @@ func (c strictRESTJSON) Unmarshal(b []byte, m proto.Message) error {
 	return nil
 }
 
+// UnmarshalField serves a rule whose body is one field (body: "field");
+// every rule of Orrery's takes the whole message (body: "*"), read by
+// Unmarshal, so this only keeps vanguard's error InvalidArgument.
 func (c strictRESTJSON) UnmarshalField(b []byte, m proto.Message, fd protoreflect.FieldDescriptor) error {
-	err := c.JSONCodec.UnmarshalField(b, m, fd)
-	if err == nil {
-		return nil
+	if err := c.JSONCodec.UnmarshalField(b, m, fd); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	if fd.Message() != nil && strings.Contains(err.Error(), "unknown field") {
-		var doc any
-		if json.Unmarshal(b, &doc) == nil {
-			if path := unknownField(doc, fd.Message(), string(fd.Name())); path != "" {
-				err = errors.New(path + ": unknown field")
-			}
-		}
-	}
-	return connect.NewError(connect.CodeInvalidArgument, err)
+	return nil
 }
 
 // statusWriter applies statusHeader (when rest) and drops it. On REST, it
