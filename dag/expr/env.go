@@ -11,6 +11,7 @@ import (
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common"
 	celast "cel.dev/cel-go/common/ast"
+	"cel.dev/cel-go/common/overloads"
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/ext"
 )
@@ -118,7 +119,15 @@ func newCELEnv(params map[string]Type) (*cel.Env, error) {
 	for name, t := range params {
 		opts = append(opts, cel.Variable("params."+name, t.cel()))
 	}
-	return cel.NewEnv(opts...)
+	env, err := cel.NewEnv(opts...)
+	if err != nil {
+		return nil, err
+	}
+	resized, err := sizedOverloads(env)
+	if err != nil {
+		return nil, err
+	}
+	return env.Extend(resized...)
 }
 
 // A Program is one checked expression, ready to evaluate.
@@ -215,7 +224,7 @@ func (e *Env) compile(src string, ancestors map[string]bool, want int) (*Program
 	case want == wantList && t.Kind() != types.ListKind:
 		return nil, &Error{Source: src, Message: fmt.Sprintf("for_each is a list; this is a %s", t)}
 	}
-	prg, err := e.cel.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize))
+	prg, err := e.cel.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize), sizedOperators())
 	if err != nil {
 		return nil, &Error{Source: src, Message: err.Error()}
 	}
@@ -275,6 +284,13 @@ func (e *Env) reads(src string, a *celast.AST, ancestors map[string]bool) (Reads
 			if refused[call.FunctionName()] != "" {
 				fail(x.ID(), "%s", refused[call.FunctionName()])
 				continue
+			}
+			if args := call.Args(); call.FunctionName() == overloads.Matches && len(args) > 0 {
+				if pat, ok := constString(args[len(args)-1]); ok {
+					if msg := sizePattern(pat); msg != "" {
+						fail(x.ID(), "%s", msg)
+					}
+				}
 			}
 			if call.FunctionName() != "_[_]" || len(call.Args()) != 2 {
 				continue
