@@ -55,9 +55,16 @@ func (s *auditServer) ListAudit(ctx context.Context, req *connect.Request[orrery
 	if len(listed) > 0 {
 		pageRows = listed[0].PageRows
 	}
-	rows, next := store.NextBudgetedPage(listed, size, pageRows, func(r store.ListAuditRow) any { return auditToken{At: r.At, ID: r.ID} })
+	token := func(r store.ListAuditRow) any { return auditToken{At: r.At, ID: r.ID} }
+	rows, next := store.NextBudgetedPage(listed, size, pageRows, token)
 	out := &orreryv1.ListAuditResponse{Entries: make([]*orreryv1.AuditEntry, 0, len(rows)), NextPageToken: next}
-	for _, r := range rows {
+	values := 0
+	for i, r := range rows {
+		// Each value of before and after becomes part of the diff.
+		if values += dag.Payload(r.Before).Values() + dag.Payload(r.After).Values(); i > 0 && values > job.ListBudgetValues {
+			out.NextPageToken = store.EncodePageToken(token(rows[i-1]))
+			break
+		}
 		out.Entries = append(out.Entries, auditEntryToProto(ctx, s.log, r.ID, r.At, r.Actor, r.Action, r.TargetKind, r.TargetID, r.TargetName, r.Before, r.After))
 	}
 	return connect.NewResponse(out), nil

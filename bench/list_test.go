@@ -24,17 +24,16 @@ import (
 )
 
 // BenchmarkListJobsMemory is a reader's attempt to make the server
-// allocate: five jobs of seven steps whose payloads hold as many JSON
-// values as a definition may (dag.MaxPayloadValues), then four concurrent
-// ListJobs of their namespace, b.N times, against an `orrery serve` of its
-// own. It reports the server's peak RSS above its idle RSS (VmHWM and
-// VmRSS from /proc), for each view. ORRERY_BENCH_LIST_SHAPE says what
-// each step's payload is a list of: objects ({"a":0}, the default),
-// lists ([0]) or empties ([]). ORRERY_BENCH_BIN runs another binary (an
-// older build: the before of a change; one older than the view ignores
-// it and answers whole definitions); ORRERY_BENCH_LIST_ITEMS=N gives each
-// step N items instead (83,000 empties is about 250 KB, which definitions
-// could hold before dag.MaxPayloadValues).
+// allocate: five jobs that hold as many JSON values as a definition may
+// (dag.MaxDefinitionValues), then four concurrent ListJobs of their
+// namespace, b.N times, against an `orrery serve` of its own. It reports
+// the server's peak RSS above its idle RSS (VmHWM and VmRSS from /proc),
+// for each view. ORRERY_BENCH_LIST_SHAPE says what the values are
+// (heavySpec). ORRERY_BENCH_BIN runs another binary (an older build: the
+// before of a change; one older than the view ignores it and answers
+// whole definitions); ORRERY_BENCH_LIST_ITEMS=N gives each step's payload
+// N items instead (83,000 empties is about 250 KB, which definitions
+// could hold before values were counted).
 func BenchmarkListJobsMemory(b *testing.B) {
 	for _, view := range []orreryv1.JobView{orreryv1.JobView_JOB_VIEW_BASIC, orreryv1.JobView_JOB_VIEW_FULL} {
 		b.Run("view="+strings.ToLower(strings.TrimPrefix(view.String(), "JOB_VIEW_")), func(b *testing.B) {
@@ -67,39 +66,12 @@ func listMemory(b *testing.B, view orreryv1.JobView) {
 			b.Fatalf("serve did not start:\n%s", logs.String())
 		}
 	}
-	// 14,285 values a step, 99,995 a definition: the list and its items.
-	perStep := dag.MaxPayloadValues / 7
-	var item func() any
-	switch shape := os.Getenv("ORRERY_BENCH_LIST_SHAPE"); shape {
-	case "", "objects":
-		item, perStep = func() any { return map[string]any{"a": 0} }, (perStep-1)/2
-	case "lists":
-		item, perStep = func() any { return []any{0} }, (perStep-1)/2
-	case "empties":
-		item, perStep = func() any { return []any{} }, perStep-1
-	default:
-		b.Fatalf("ORRERY_BENCH_LIST_SHAPE=%q: want objects, lists or empties", shape)
-	}
-	lists := make([]any, envInt(b, "ORRERY_BENCH_LIST_ITEMS", perStep))
-	for i := range lists {
-		lists[i] = item()
-	}
-	payload, err := structpb.NewValue(lists)
-	if err != nil {
-		b.Fatal(err)
-	}
 	for i := range 5 {
-		spec := &orreryv1.JobSpec{Schedule: &orreryv1.Schedule{Cron: "@yearly"}}
-		for s := range 7 {
-			spec.Steps = append(spec.Steps, &orreryv1.Step{Name: fmt.Sprintf("s%d", s), Payload: payload,
-				Run: &orreryv1.Executor{Kind: &orreryv1.Executor_Handler{Handler: "h"}}})
-		}
 		if _, err := client.CreateJob(ctx, connect.NewRequest(&orreryv1.CreateJobRequest{
-			Metadata: &orreryv1.JobMetadata{Name: fmt.Sprintf("heavy-%d", i), Namespace: "heavy"}, Spec: spec})); err != nil {
+			Metadata: &orreryv1.JobMetadata{Name: fmt.Sprintf("heavy-%d", i), Namespace: "heavy"}, Spec: heavySpec(b)})); err != nil {
 			b.Fatal(err)
 		}
 	}
-	payload, lists = nil, nil
 	time.Sleep(2 * time.Second) // the creations' garbage collected
 	idle := procStatusKB(b, cmd.Process.Pid, "VmRSS")
 	var steps int64
@@ -134,6 +106,68 @@ func listMemory(b *testing.B, view orreryv1.JobView) {
 	b.ReportMetric(float64(idle)/1024, "idle-MB")
 	b.ReportMetric(float64(peak-idle)/1024, "peak-above-idle-MB")
 	b.ReportMetric(float64(steps)/float64(b.N*4), "steps/list")
+}
+
+// heavySpec is a job of seven steps that holds as many JSON values as a
+// definition may, in the shape ORRERY_BENCH_LIST_SHAPE names: each step's
+// payload a list of objects ({"a":0}, the default), lists ([0]) or
+// empties ([]); params (100 params whose enums hold 1,000 values each,
+// the most an enum may, and payloads of empties for the rest); or
+// enum-attack (one param whose enum is 100 lists of 6,800 empty arrays, 2
+// MB: what definitions could hold before enums were bounded, refused
+// since, for ORRERY_BENCH_BIN's before).
+func heavySpec(b *testing.B) *orreryv1.JobSpec {
+	spec := &orreryv1.JobSpec{Schedule: &orreryv1.Schedule{Cron: "@yearly"}, Params: map[string]*orreryv1.Param{}}
+	values := dag.MaxDefinitionValues - 7*12 - 20 // each step's own fields, the schedule's
+	list := func(n int, item func() any) *structpb.Value {
+		items := make([]any, n)
+		for i := range items {
+			items[i] = item()
+		}
+		v, err := structpb.NewValue(items)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	empty := func() any { return []any{} }
+	item, perItem := func() any { return map[string]any{"a": 0} }, 2
+	switch shape := os.Getenv("ORRERY_BENCH_LIST_SHAPE"); shape {
+	case "", "objects":
+	case "lists":
+		item = func() any { return []any{0} }
+	case "empties":
+		item, perItem = empty, 1
+	case "params":
+		for p := range dag.MaxParams {
+			param := &orreryv1.Param{Type: "array"}
+			for e := range 10 {
+				v := list(98, empty)
+				v.GetListValue().Values = append(v.GetListValue().Values, structpb.NewNumberValue(float64(e)))
+				param.Enum = append(param.Enum, v) // 100 values
+			}
+			spec.Params[fmt.Sprintf("p%03d", p)] = param
+			values -= 1000 + 3
+		}
+		item, perItem = empty, 1
+	case "enum-attack":
+		param := &orreryv1.Param{Type: "array"}
+		for e := range dag.MaxParamEnum {
+			v := list(6_800, empty)
+			v.GetListValue().Values = append(v.GetListValue().Values, structpb.NewNumberValue(float64(e)))
+			param.Enum = append(param.Enum, v)
+		}
+		spec.Params["p"] = param
+		values = 0
+	default:
+		b.Fatalf("ORRERY_BENCH_LIST_SHAPE=%q: want objects, lists, empties, params or enum-attack", shape)
+	}
+	payload := list(envInt(b, "ORRERY_BENCH_LIST_ITEMS", max(values/7-1, 0)/perItem), item)
+	for s := range 7 {
+		spec.Steps = append(spec.Steps, &orreryv1.Step{Name: fmt.Sprintf("s%d", s), Payload: payload,
+			Run: &orreryv1.Executor{Kind: &orreryv1.Executor_Handler{Handler: "h"}}})
+	}
+	return spec
 }
 
 // procStatusKB reads a kB field of /proc/PID/status.

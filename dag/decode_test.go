@@ -2,6 +2,7 @@ package dag
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -194,23 +195,77 @@ func TestPayloadLimit(t *testing.T) {
 	}
 }
 
-// The values of all a definition's payloads together are bounded (each
-// becomes an object wherever the definition is read whole): the step that
-// passes the bound is named, once.
-func TestPayloadValuesLimit(t *testing.T) {
+// The JSON values of a whole definition are bounded (each becomes an
+// object wherever the definition is read whole): payloads, params and job
+// steps' params alike; the part that passes the bound is named, once.
+func TestDefinitionValuesLimit(t *testing.T) {
 	empties := Payload("[" + strings.TrimSuffix(strings.Repeat("[],", 40_000), ",") + "]") // 40,001 values
 	r := Resource{Metadata: Metadata{Name: "many"}, Spec: JobSpec{Schedule: scheduleSpec("@daily")}}
-	for i := range 4 {
+	for i := range 6 {
 		r.Spec.Steps = append(r.Spec.Steps, Step{Name: fmt.Sprintf("s%d", i), Run: Executor{Handler: "h"}, Payload: empties})
 	}
 	r.Normalize()
 	es := Validate(&r)
-	if len(es) != 1 || !strings.Contains(es.Error(), "spec.steps[2].payload: brings the definition's payloads to 120003 JSON values (arrays, objects, strings, numbers, booleans, nulls); the limit is 100000 in all") {
+	if len(es) != 1 || !strings.Contains(es.Error(), "spec.steps[4]: brings the definition to 200") || !strings.Contains(es.Error(), "the limit is 200000 in all") {
 		t.Fatalf("got %v", es)
 	}
-	r.Spec.Steps = r.Spec.Steps[:2]
+	r.Spec.Steps = r.Spec.Steps[:4]
 	if es := Validate(&r); len(es) != 0 {
-		t.Fatalf("80,002 values: %v", es)
+		t.Fatalf("160,004 payload values: %v", es)
+	}
+
+	// Params count too: 100 params whose enums hold 1,000 values each
+	// (100,000), with the steps' 160,004, pass the bound at a step.
+	r.Spec.Params = map[string]Param{}
+	enum := make([]Payload, 10)
+	for i := range enum {
+		enum[i] = Payload("[" + strings.TrimSuffix(strings.Repeat("[],", 98), ",") + ", " + strconv.Itoa(i) + "]") // 100 values
+	}
+	for i := range MaxParams {
+		r.Spec.Params[fmt.Sprintf("p%02d", i)] = Param{Type: "array", Enum: enum}
+	}
+	if es := Validate(&r); len(es) != 1 || !strings.Contains(es.Error(), "spec.steps[2]: brings the definition to 2") {
+		t.Fatalf("params and steps together: %v", es)
+	}
+	r.Spec.Steps = r.Spec.Steps[:1]
+	if es := Validate(&r); len(es) != 0 {
+		t.Fatalf("100,000 values of params and 40,001 of a payload: %v", es)
+	}
+
+	// Job steps' params count, and are at most a run's params.
+	r.Spec.Params = nil
+	r.Spec.Steps = append(r.Spec.Steps[:1],
+		Step{Name: "call", Run: Executor{Job: &JobCall{Name: "child", Params: Payload(`{"a": ` + string(empties) + `}`)}}},
+		Step{Name: "call2", Run: Executor{Job: &JobCall{Name: "child", Params: Payload(`{"a": ` + string(empties) + `}`)}}})
+	r.Normalize()
+	if es := Validate(&r); len(es) != 2 || !strings.Contains(es.Error(), "spec.steps[1].run.job.params: is 120008 bytes as JSON; a run's params are at most 65536") {
+		t.Fatalf("job steps' params: %v", es)
+	}
+}
+
+// A param's enum is bounded in bytes and in values: 100 lists of 6,800
+// empty arrays (2 MB, which every reader of the job would carry) is not
+// an enum.
+func TestParamEnumBounds(t *testing.T) {
+	big := Payload("[" + strings.TrimSuffix(strings.Repeat("[],", 6_800), ",") + "]")
+	enum := make([]Payload, MaxParamEnum)
+	for i := range enum {
+		enum[i] = append(Payload(nil), big...)
+		enum[i] = append(enum[i][:len(enum[i])-1], []byte(", "+strconv.Itoa(i)+"]")...)
+	}
+	r := Resource{Metadata: Metadata{Name: "enum"}, Spec: JobSpec{Schedule: scheduleSpec("@daily"), Run: &Executor{Handler: "h"},
+		Params: map[string]Param{"p": {Type: "array", Enum: enum}}}}
+	r.Normalize()
+	if es := Validate(&r); len(es) != 1 || !strings.Contains(es.Error(), "spec.params.p.enum: is 2040") || !strings.Contains(es.Error(), "the limit is 16384") {
+		t.Fatalf("2 MB of enum: %v", es)
+	}
+	many := make([]Payload, 10)
+	for i := range many {
+		many[i] = Payload(`[` + strings.TrimSuffix(strings.Repeat("0,", 150), ",") + `, ` + strconv.Itoa(i) + `]`) // 152 values, 304 bytes
+	}
+	r.Spec.Params["p"] = Param{Type: "array", Enum: many}
+	if es := Validate(&r); len(es) != 1 || !strings.Contains(es.Error(), "spec.params.p.enum: holds 1520 JSON values; the limit is 1000") {
+		t.Fatalf("1,520 values of enum: %v", es)
 	}
 }
 

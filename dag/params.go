@@ -27,6 +27,12 @@ const (
 	MaxParams      = 100
 	MaxParamEnum   = 100
 	MaxParamsBytes = 64 << 10 // a run's values, as JSON
+	// MaxParamEnumBytes and MaxParamEnumValues bound one param's enum
+	// together, as JSON text and in JSON values: each value is one a run
+	// may be given, and every reader of the job (the default list view
+	// included) carries them all.
+	MaxParamEnumBytes  = 16 << 10
+	MaxParamEnumValues = 1_000
 )
 
 var paramNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
@@ -73,6 +79,18 @@ func validateParams(es *Errors, params map[string]Param) {
 		}
 		if len(p.Enum) > MaxParamEnum {
 			es.add(path+".enum", "has %d values; the limit is %d", len(p.Enum), MaxParamEnum)
+			continue
+		}
+		enumBytes, enumValues := 1, 0 // [ and the values, each with , or ]
+		for _, v := range p.Enum {
+			enumBytes, enumValues = enumBytes+len(v)+1, enumValues+v.Values()
+		}
+		if enumBytes > MaxParamEnumBytes {
+			es.add(path+".enum", "is %d bytes as JSON; the limit is %d", enumBytes, MaxParamEnumBytes)
+			continue
+		}
+		if enumValues > MaxParamEnumValues {
+			es.add(path+".enum", "holds %d JSON values; the limit is %d", enumValues, MaxParamEnumValues)
 			continue
 		}
 		for i, v := range p.Enum {

@@ -37,15 +37,20 @@ const (
 	// 2^53-1, below which every integer is exact as a double. See
 	// checkPayload.
 	MaxPayloadInteger = 1<<53 - 1
-	// MaxPayloadValues bounds the JSON values (Payload.Values) of all a
-	// definition's payloads together: each becomes an object of its own
-	// wherever the definition is read whole through the API (a protobuf
-	// Value, some 150 bytes for a 3-byte [] in [[],[],...]), so 256 KiB
+	// MaxDefinitionValues bounds the JSON values (Payload.Values) of a
+	// whole definition as it is stored and answered: payloads, params'
+	// defaults and enums, job steps' params, headers, argv, names and
+	// every other field. Each becomes an object of its own wherever the
+	// definition is read through the API (a free-form one a protobuf
+	// Value, some 150 bytes for a 3-byte [] in [[],[],...]): 256 KiB
 	// payloads of empty arrays in each of 7 steps made one GetJob
-	// allocate about 100 MB.
-	MaxPayloadValues = 100_000
-	MaxSteps         = 10_000
-	MaxAttempts      = 100
+	// allocate about 100 MB. 200,000 lets MaxSteps steps of about 20
+	// values each (a name, needs, an HTTP call with headers, a small
+	// payload, a retry policy) be one job. Read budgets
+	// (internal/job.ListBudgetValues) count the same.
+	MaxDefinitionValues = 200_000
+	MaxSteps            = 10_000
+	MaxAttempts         = 100
 	// MaxStepDuration bounds a step's timeout and its retries' backoff: a
 	// longer one is a mistake (or near the 292 years a duration holds,
 	// where arithmetic on it overflows).
@@ -242,7 +247,6 @@ func validateSpec(es *Errors, s *JobSpec) {
 		es.add("spec.payload", "a top-level payload goes with run; with steps, give each step its payload")
 	}
 	index := make(map[string]int, len(s.Steps))
-	values := 0
 	for i := range s.Steps {
 		st := &s.Steps[i]
 		p := fmt.Sprintf("spec.steps[%d]", i)
@@ -260,17 +264,15 @@ func validateSpec(es *Errors, s *JobSpec) {
 		}
 		validateExecutor(es, p+".run", &st.Run)
 		validatePayload(es, p+".payload", st.Payload)
-		n := st.Payload.Values()
-		if values <= MaxPayloadValues && values+n > MaxPayloadValues { // said once, at the step that passes it
-			es.add(p+".payload", "brings the definition's payloads to %d JSON values (arrays, objects, strings, numbers, booleans, nulls); the limit is %d in all", values+n, MaxPayloadValues)
-		}
-		values += n
 		validateSettings(es, p, st.Queue, st.Priority, st.Timeout, st.Retry)
 		validateFanOut(es, p, st)
 		validateJobStep(es, p, st)
 	}
 	validateGraph(es, s.Steps, index)
 	validateParams(es, s.Params)
+	if len(*es) == before { // a part refused for its own size is not counted again
+		validateValues(es, s)
+	}
 	if len(*es) == before { // expressions are checked against a sound spec
 		_, xes := CompileExprs(s)
 		*es = append(*es, xes...)
@@ -285,6 +287,43 @@ func validateSpec(es *Errors, s *JobSpec) {
 		validateWebhook(es, p+".webhook", &s.Callbacks[i].Webhook)
 		validateKinds(es, p+".on", s.Callbacks[i].On, OnSucceeded, OnFailed, OnCancelled)
 	}
+}
+
+// validateValues checks the JSON values the definition holds in all
+// (MaxDefinitionValues), counted part by part as it is stored: the spec
+// without its params and steps, then each param, then each step. The
+// error names the part that passes the bound, once.
+func validateValues(es *Errors, s *JobSpec) {
+	rest := *s
+	rest.Params, rest.Steps = nil, nil
+	total := jsonValues(&rest)
+	if total > MaxDefinitionValues {
+		es.add("spec", "holds %d JSON values besides its params and steps; the limit is %d in all", total, MaxDefinitionValues)
+		return
+	}
+	add := func(path string, n int) {
+		if total <= MaxDefinitionValues && total+n > MaxDefinitionValues {
+			es.add(path, "brings the definition to %d JSON values (arrays, objects, strings, numbers, booleans, nulls, anywhere in it); the limit is %d in all", total+n, MaxDefinitionValues)
+		}
+		total += n
+	}
+	for _, name := range sortedKeys(s.Params) {
+		p := s.Params[name]
+		add("spec.params."+name, jsonValues(&p))
+	}
+	for i := range s.Steps {
+		add(fmt.Sprintf("spec.steps[%d]", i), jsonValues(&s.Steps[i]))
+	}
+}
+
+// jsonValues counts the JSON values of v's JSON form (0 when it has none:
+// a payload that is not JSON, which its own check reports).
+func jsonValues(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0
+	}
+	return Payload(b).Values()
 }
 
 // validateFanOut checks a step's fan-out settings; its list (for_each) is
@@ -513,6 +552,9 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 		}
 		if len(e.Job.Params) > 0 {
 			validatePayload(es, p+".job.params", e.Job.Params)
+			if len(e.Job.Params) > MaxParamsBytes {
+				es.add(p+".job.params", "is %d bytes as JSON; a run's params are at most %d", len(e.Job.Params), MaxParamsBytes)
+			}
 			if b := bytes.TrimSpace(e.Job.Params); len(b) > 0 && b[0] != '{' {
 				es.add(p+".job.params", "is not a mapping of param names to values")
 			}

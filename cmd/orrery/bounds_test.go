@@ -5,12 +5,20 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
@@ -108,5 +116,110 @@ func TestExpressionBombsThroughAWorker(t *testing.T) {
 	t.Logf("worker RSS: %d MiB idle, %d MiB peak", idle>>10, peak>>10)
 	if peak > maxWorkerRSS {
 		t.Errorf("the worker's peak RSS is %d MiB; the bound is %d MiB", peak>>10, maxWorkerRSS>>10)
+	}
+}
+
+// TestParamsCountInEveryReadBudget: a definition's params count in its
+// bound and in every read budget as its payloads do. The enum that took a
+// server from 396 MB to 1,439 MB with four readers (100 lists of 6,800
+// empty arrays, 2 MB a job) is refused naming the field, as is a job
+// step's 2 MB of params; four jobs holding all the values a definition
+// may, 100,000 of them in params' enums, read by four readers at once in
+// each view, keep the server within 300 MB above idle.
+func TestParamsCountInEveryReadBudget(t *testing.T) {
+	t.Parallel()
+	const maxAboveIdle = 300 << 10 // KiB
+	addr, serve := startServe(t, pgtest.DSN(t))
+	client := orreryv1connect.NewJobServiceClient(http.DefaultClient, "http://"+addr)
+	ctx := context.Background()
+	empties := func(n int, last float64) *structpb.Value {
+		l := &structpb.ListValue{}
+		for range n {
+			l.Values = append(l.Values, structpb.NewListValue(&structpb.ListValue{}))
+		}
+		l.Values = append(l.Values, structpb.NewNumberValue(last))
+		return structpb.NewListValue(l)
+	}
+	handler := &orreryv1.Executor{Kind: &orreryv1.Executor_Handler{Handler: "h"}}
+	create := func(name string, spec *orreryv1.JobSpec) error {
+		spec.Schedule = &orreryv1.Schedule{Cron: "@yearly"}
+		_, err := client.CreateJob(ctx, connect.NewRequest(&orreryv1.CreateJobRequest{
+			Metadata: &orreryv1.JobMetadata{Name: name, Namespace: "heavy"}, Spec: spec}))
+		return err
+	}
+
+	attack := &orreryv1.Param{Type: "array"}
+	for e := range dag.MaxParamEnum {
+		attack.Enum = append(attack.Enum, empties(6_800, float64(e)))
+	}
+	err := create("enum", &orreryv1.JobSpec{Params: map[string]*orreryv1.Param{"p": attack}, Steps: []*orreryv1.Step{{Name: "s", Run: handler}}})
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "spec.params.p.enum: is 2040491 bytes as JSON; the limit is 16384") {
+		t.Fatalf("a 2 MB enum: %v", err)
+	}
+	params, _ := structpb.NewStruct(map[string]any{})
+	params.Fields["a"] = empties(680_000, 0)
+	err = create("call", &orreryv1.JobSpec{Steps: []*orreryv1.Step{{Name: "s",
+		Run: &orreryv1.Executor{Kind: &orreryv1.Executor_Job{Job: &orreryv1.JobCall{Name: "other", Params: params}}}}}})
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "run.job.params: is 2040009 bytes as JSON") {
+		t.Fatalf("2 MB of a job step's params: %v", err)
+	}
+
+	// The worst a definition may hold in params: 100 enums of 1,000
+	// values, and payloads for the rest of its 200,000.
+	spec := func() *orreryv1.JobSpec {
+		s := &orreryv1.JobSpec{Params: map[string]*orreryv1.Param{}}
+		for p := range dag.MaxParams {
+			param := &orreryv1.Param{Type: "array"}
+			for e := range 10 {
+				param.Enum = append(param.Enum, empties(98, float64(e)))
+			}
+			s.Params[fmt.Sprintf("p%03d", p)] = param
+		}
+		for i := range 7 {
+			s.Steps = append(s.Steps, &orreryv1.Step{Name: fmt.Sprintf("s%d", i), Run: handler, Payload: empties(14_100, 0)})
+		}
+		return s
+	}
+	for i := range 4 {
+		if err := create(fmt.Sprintf("heavy-%d", i), spec()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idle := procKB(t, serve.cmd.Process.Pid, "VmRSS")
+	for _, view := range []orreryv1.JobView{orreryv1.JobView_JOB_VIEW_BASIC, orreryv1.JobView_JOB_VIEW_FULL} {
+		var wg sync.WaitGroup
+		var jobs atomic.Int64
+		for range 4 {
+			wg.Go(func() {
+				req := &orreryv1.ListJobsRequest{Namespace: "heavy", View: view}
+				for {
+					res, err := client.ListJobs(ctx, connect.NewRequest(req))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					jobs.Add(int64(len(res.Msg.GetJobs())))
+					if req.PageToken = res.Msg.GetNextPageToken(); req.PageToken == "" {
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if jobs.Load() != 16 {
+			t.Errorf("%s: four readers read %d jobs, want 16", view, jobs.Load())
+		}
+	}
+	// The audit list carries definitions too (each creation's after), and
+	// counts their values: one such entry a page.
+	audit := orreryv1connect.NewAuditServiceClient(http.DefaultClient, "http://"+addr)
+	page, err := audit.ListAudit(ctx, connect.NewRequest(&orreryv1.ListAuditRequest{TargetKind: "job"}))
+	if err != nil || len(page.Msg.GetEntries()) != 1 || page.Msg.GetNextPageToken() == "" {
+		t.Errorf("audit: %v, %d entries; want one and a next page", err, len(page.Msg.GetEntries()))
+	}
+	peak := procKB(t, serve.cmd.Process.Pid, "VmHWM")
+	t.Logf("server RSS: %d MiB idle, %d MiB peak", idle>>10, peak>>10)
+	if peak-idle > maxAboveIdle {
+		t.Errorf("four readers took the server %d MiB above idle; the bound is %d MiB", (peak-idle)>>10, maxAboveIdle>>10)
 	}
 }

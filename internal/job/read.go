@@ -232,10 +232,13 @@ const (
 // definition is at most MaxDefinitionBytes.
 const ListBudgetBytes = 4 << 20
 
-// ListBudgetValues bounds the payload values (dag.Payload.Values) one
-// page of List carries in the same way: an API answer turns each into an
+// ListBudgetValues bounds the JSON values (dag.Payload.Values) of the
+// definitions one page carries as it answers them (the view's part of
+// each spec: params, schedule and alerts in the basic view, everything in
+// the full one), in the same way: an API answer turns each into an
 // object of its own (a protobuf Value, about 80 times the value's bytes
-// for [[],[],...]), which the byte budget alone would not see.
+// for [[],[],...]), which the byte budget alone would not see. The audit
+// list counts its entries' before and after alike.
 const ListBudgetValues = 100_000
 
 // PageSize checks a requested page size: 0 means the default.
@@ -315,16 +318,13 @@ func (s *Service) List(ctx context.Context, a Actor, f ListFilter) ([]*Job, stri
 	out := make([]*Job, 0, len(rows))
 	values := 0
 	for i, r := range rows {
+		if values += dag.Payload(r.Spec).Values(); i > 0 && values > ListBudgetValues { // the page ends before this job
+			next = store.EncodePageToken(token(rows[i-1]))
+			break
+		}
 		j, err := fromRow(r)
 		if err != nil {
 			return nil, "", err
-		}
-		for _, st := range j.Spec.Steps {
-			values += st.Payload.Values()
-		}
-		if i > 0 && values > ListBudgetValues { // the page ends before this job
-			next = store.EncodePageToken(token(rows[i-1]))
-			break
 		}
 		out = append(out, j)
 	}
