@@ -223,3 +223,77 @@ func TestParamsCountInEveryReadBudget(t *testing.T) {
 		t.Errorf("four readers took the server %d MiB above idle; the bound is %d MiB", (peak-idle)>>10, maxAboveIdle>>10)
 	}
 }
+
+// TestStepCeilingsThroughAWorker: a fork bomb and a memory hog in command
+// steps of one run fail with the ceiling they reached named (before the
+// ceilings, 1,000 processes and 1 GiB ran without complaint), while a
+// neighbour step of the same run on the same worker finishes, and the
+// worker runs the next run as if nothing happened.
+func TestStepCeilingsThroughAWorker(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("the ceilings of processes and memory need cgroups, which root makes here")
+	}
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	startNodeProc(t, dsn, "node")
+	w := startProc(t, "w", "worker", "--db", dsn, "--queue", "default=4", "--name", "w", "--allow-command", "/bin/*",
+		"--allow-command", "/usr/bin/python3*", "--step-max-processes", "64", "--step-max-memory", "64MiB", "--log-level", "info")
+	ctx := context.Background()
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := func(argv ...string) dag.Executor { return dag.Executor{Command: &dag.CommandExecutor{Argv: argv}} }
+	once := &dag.Retry{MaxAttempts: 1}
+	for i, name := range []string{"bombs", "after"} {
+		steps := []dag.Step{{Name: "neighbour", Run: cmd("/bin/sh", "-c", "sleep 1; echo fine")}}
+		if i == 0 {
+			steps = append(steps,
+				dag.Step{Name: "fork", Run: cmd("/bin/sh", "-c", `f() { f | f & }; f; sleep 30`)},
+				dag.Step{Name: "hog", Run: cmd("/usr/bin/python3", "-c", `b = b"a" * (512 << 20)`)})
+		}
+		if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: name},
+			Spec: dag.JobSpec{Schedule: schedule.Spec{At: dbNow(t, pool).Format(time.RFC3339)}, Steps: steps,
+				Defaults: dag.StepDefaults{Retry: once, Timeout: dag.D(10 * time.Second)}}}, ""); err != nil {
+			t.Fatal(err)
+		}
+		poll(t, 60*time.Second, name+" ends", func() bool {
+			return queryInt(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = $1 AND r.finished_at IS NOT NULL`, name) == 1
+		})
+	}
+	rows, err := pool.Query(ctx, `SELECT j.name || '/' || t.step, t.status, coalesce(a.exit_reason, ''), coalesce(a.error, ''), coalesce(a.output, '')
+		FROM tasks t JOIN runs r ON r.id = t.run_id JOIN jobs j ON j.id = r.job_id LEFT JOIN attempts a ON a.task_id = t.id ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"after/neighbour": "succeeded||fine",
+		"bombs/neighbour": "succeeded||fine",
+		// A fork bomb tries on until its timeout: it ends so, and says why.
+		"bombs/fork": "dead_lettered|timeout|it reached its process limit (64 processes and threads): ",
+		"bombs/hog":  "dead_lettered|limit|it passed its memory limit (64 MiB): the kernel killed 1 of its processes",
+	}
+	got := map[string]bool{}
+	for rows.Next() {
+		var step, status, reason, why, output string
+		if err := rows.Scan(&step, &status, &reason, &why, &output); err != nil {
+			t.Fatal(err)
+		}
+		got[step] = true
+		w, ok := want[step]
+		parts := strings.SplitN(w, "|", 3)
+		if !ok || status != parts[0] || reason != parts[1] || !strings.Contains(why+strings.TrimSpace(output), parts[2]) {
+			t.Errorf("%s: %s, %s, %q, %q; want %s", step, status, reason, why, output, w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("steps %v, want %d", got, len(want))
+	}
+	if w.exited() {
+		t.Fatal("the worker died")
+	}
+	if logs := w.Logs(); !strings.Contains(logs, "command steps' ceilings: processes 64 by cgroup (pids), memory 64 MiB by cgroup (memory), file size 1 GiB by rlimit") {
+		t.Errorf("the worker does not say how its ceilings hold:\n%s", logs)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
@@ -49,6 +50,9 @@ type stackFlags struct {
 	sandboxRO    []string
 	sandboxRW    []string
 	sandboxNet   bool
+	stepProcs    int
+	stepMemory   string
+	stepFileSize string
 	leaseTTL     time.Duration
 	idleInTx     time.Duration
 	maxRequest   int64
@@ -85,6 +89,9 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 	fs.StringArrayVar(&f.sandboxRO, "sandbox-ro", nil, "a path command steps may read in the sandbox (repeatable), such as the folder of an allowed program")
 	fs.StringArrayVar(&f.sandboxRW, "sandbox-rw", nil, "a path command steps may read and write in the sandbox (repeatable)")
 	fs.BoolVar(&f.sandboxNet, "sandbox-network", false, "give command steps in the sandbox this machine's network (default none)")
+	fs.IntVar(&f.stepProcs, "step-max-processes", executor.DefaultLimits.Processes, "ceiling of one command step's processes and threads together (cgroup pids where the worker may make cgroups, else RLIMIT_NPROC of --command-user); 0: none")
+	fs.StringVar(&f.stepMemory, "step-max-memory", executor.Bytes(executor.DefaultLimits.Memory), "ceiling of one command step's memory (cgroup memory, else each process's address space), as 512MiB, 2GiB or bytes; past it the kernel kills the step; 0: none")
+	fs.StringVar(&f.stepFileSize, "step-max-file-size", executor.Bytes(executor.DefaultLimits.FileSize), "ceiling of a file one command step writes (RLIMIT_FSIZE), as 512MiB, 2GiB or bytes; 0: none")
 	fs.StringVar(&f.commandUser, "command-user", "", "run command steps as this user (a name or id; the worker must run as root), so that they cannot read the worker's files, keys and process; default: the worker's own user")
 	fs.StringArrayVar(&f.allowEnv, "allow-env", nil, "environment variable names a command step's env may set, as patterns (ETL_*, PASSWORD) (repeatable); by default any name but those that change which code a program runs (LD_*, PATH, GIT_*, PYTHON*...)")
 	fs.StringArrayVar(&f.allowEgress, "allow-egress", nil, "address ranges webhooks may reach although refused by default (loopback, private, link-local, multicast, unspecified), as CIDRs: 127.0.0.1/32 (repeatable)")
@@ -92,6 +99,28 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 	fs.StringArrayVar(&f.secretDir, "secret-dir", nil, "folder a tenant's namespace's secret://file/ references may read files in: TENANT/NAMESPACE=/path, TENANT/* for every namespace of TENANT (repeatable); none by default")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 15*time.Second, "task lease TTL: a dead worker's tasks retry after it")
 	fs.DurationVar(&f.idleInTx, "idle-tx-timeout", 0, "end a database session idle inside a transaction this long, so a stopped process cannot hold locks past its leases (default half the shortest lease TTL; negative: off)")
+}
+
+// parseBytes reads a size: bytes, or a number with KiB, MiB, GiB or TiB
+// (Ki, Mi, Gi, Ti too, as Kubernetes writes them; a space between is
+// allowed).
+func parseBytes(s string) (int64, error) {
+	t := strings.ReplaceAll(strings.TrimSpace(s), " ", "")
+	shift := 0
+	for _, u := range []struct {
+		suffix string
+		shift  int
+	}{{"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}, {"Ki", 10}, {"Mi", 20}, {"Gi", 30}, {"Ti", 40}, {"B", 0}} {
+		if rest, ok := strings.CutSuffix(t, u.suffix); ok {
+			t, shift = rest, u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 || n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("%q is not a size (bytes, or with KiB, MiB, GiB, TiB)", s)
+	}
+	return n << shift, nil
 }
 
 // poolOptions bound the database sessions of this process: a process
@@ -127,6 +156,18 @@ func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
 	}
 	cfg.AllowEnv = f.allowEnv
 	cfg.CommandUser = f.commandUser
+	limits := executor.Limits{Processes: f.stepProcs}
+	if f.stepProcs < 0 {
+		return cfg, fmt.Errorf("--step-max-processes %d: want 0 (none) or more", f.stepProcs)
+	}
+	var err error
+	if limits.Memory, err = parseBytes(f.stepMemory); err != nil {
+		return cfg, fmt.Errorf("--step-max-memory: %w", err)
+	}
+	if limits.FileSize, err = parseBytes(f.stepFileSize); err != nil {
+		return cfg, fmt.Errorf("--step-max-file-size: %w", err)
+	}
+	cfg.StepLimits = &limits
 	switch f.sandboxMode {
 	case "on":
 		cfg.Sandbox = &worker.SandboxConfig{ReadOnly: f.sandboxRO, ReadWrite: f.sandboxRW, Network: f.sandboxNet}

@@ -55,6 +55,9 @@ type CommandRunner struct {
 	// sandbox was asked for and is not available on this worker): the
 	// attempt fails, retryably, for another worker to run it.
 	Refused string
+	// Ceilings bound each step's processes, memory and file size (see
+	// Ceilings); nil: none.
+	Ceilings *Ceilings
 }
 
 // LookupUser is the credential of the account name (a user name or a
@@ -221,6 +224,19 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 		}
 		cmd = exec.CommandContext(ctx, r.Sandbox.Bwrap, r.Sandbox.args(program, argv, dir)...)
 	}
+	var step *stepCgroups
+	if r.Ceilings != nil {
+		run := append([]string{cmd.Path}, cmd.Args[1:]...) // the program by its real path: prlimit runs it so
+		s, bounded, err := r.Ceilings.enter(run)
+		if err != nil {
+			return Result{ExitReason: ReasonError, FailureClass: ClassSystem, Retryable: true, Error: err.Error()}
+		}
+		defer s.release()
+		step = s
+		dir := cmd.Dir
+		cmd = exec.CommandContext(ctx, bounded[0], bounded[1:]...)
+		cmd.Dir = dir
+	}
 	cmd.Env = env
 	if len(c.Payload) > 0 {
 		cmd.Stdin = bytes.NewReader(c.Payload)
@@ -249,6 +265,12 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	default:
 		res.ExitReason, res.FailureClass, res.Retryable = ReasonError, ClassSystem, true
 		res.Error = err.Error()
+	}
+	if step != nil && !res.OK {
+		if why := step.passed(cmd.ProcessState); why != "" {
+			res.ExitReason, res.FailureClass = ReasonLimit, ClassUser
+			res.Error = why + " (" + res.Error + ")"
+		}
 	}
 	return res
 }

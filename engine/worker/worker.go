@@ -95,6 +95,11 @@ type Config struct {
 	// worker must run as root), so that they cannot read the worker's files
 	// and process; empty: as the worker's own user.
 	CommandUser string
+	// StepLimits bound each command step's processes, memory and file
+	// size (executor.Ceilings: cgroups where the worker may make them,
+	// rlimits otherwise); nil: executor.DefaultLimits. A zero field leaves
+	// that one unbounded.
+	StepLimits *executor.Limits
 	// Secrets says which secret references (secret://env/NAME,
 	// secret://file/PATH) the steps of each namespace may resolve on this
 	// worker; the zero value resolves none.
@@ -123,6 +128,7 @@ type Config struct {
 	Metrics *metrics.Metrics
 
 	sandbox     *executor.Sandbox   // Sandbox's, when it runs here
+	ceilings    *executor.Ceilings  // StepLimits', when command steps run here
 	noSandbox   error               // why Sandbox does not run here
 	queuePool   *pgxpool.Pool       // the database of this worker's queues
 	commandUser *syscall.Credential // CommandUser's
@@ -251,6 +257,17 @@ func (c *Config) withDefaults() error {
 		}
 		c.sandbox = sb
 	}
+	if len(c.AllowCommand) > 0 {
+		limits := executor.DefaultLimits
+		if c.StepLimits != nil {
+			limits = *c.StepLimits
+		}
+		ceilings, err := executor.NewCeilings(limits, c.commandUser)
+		if err != nil {
+			return fmt.Errorf("worker: Config.StepLimits: %w", err)
+		}
+		c.ceilings = ceilings
+	}
 	if err := c.Secrets.Validate(); err != nil {
 		return fmt.Errorf("worker: Config.Secrets: %w", err)
 	}
@@ -321,7 +338,8 @@ func New(cfg Config) (*Worker, error) {
 	w.runner = &executor.Runner{HTTP: &executor.HTTPRunner{Client: cfg.HTTPClient, Secrets: secrets}, Handlers: cfg.Handlers}
 	if len(cfg.AllowCommand) > 0 {
 		w.runner.Command = &executor.CommandRunner{Allow: cfg.AllowCommand, Secrets: secrets, AllowEnv: cfg.AllowEnv, User: cfg.commandUser,
-			Sandbox: cfg.sandbox}
+			Sandbox: cfg.sandbox, Ceilings: cfg.ceilings}
+		cfg.Logger.Info("command steps' ceilings: " + cfg.ceilings.Describe())
 		if cfg.sandbox != nil && os.Geteuid() == 0 && cfg.commandUser == nil {
 			cfg.Logger.Warn("command steps run as root in the sandbox: they can read every root-owned file bound in (--sandbox-ro, --sandbox-rw); give --command-user")
 		}
@@ -366,6 +384,9 @@ func New(cfg Config) (*Worker, error) {
 // finish for up to the lease TTL, and cancels the rest.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.riverPool.Close() // last: River is stopped by then
+	if w.cfg.ceilings != nil {
+		defer w.cfg.ceilings.Close() // after the attempts end
+	}
 	// The bindings before anything is fetched: from their commit on, the
 	// shared pool of these queues gets none of these tenants' new tasks.
 	if err := dispatch.Bind(ctx, w.cfg.StatePool, w.cfg.Tenants, w.cfg.baseQueues, w.cfg.Name); err != nil {

@@ -1,0 +1,380 @@
+package executor
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Limits are the ceilings of one command step: its processes together,
+// whatever they start. Zero leaves one unbounded.
+type Limits struct {
+	// Processes bounds its processes and threads at once: a fork past it
+	// fails (EAGAIN).
+	Processes int
+	// Memory bounds its memory, in bytes: what its processes use together
+	// (a cgroup's), or each one's address space where only rlimits hold;
+	// past it the kernel kills one of them.
+	Memory int64
+	// FileSize bounds a file it writes, in bytes: a write past it fails
+	// and its process gets SIGXFSZ.
+	FileSize int64
+}
+
+// DefaultLimits are a worker's unless it gives its own: enough for a
+// build or a data step, not for a fork or memory bomb that reaches the
+// machine and every other tenant's steps on it.
+var DefaultLimits = Limits{Processes: 512, Memory: 1 << 30, FileSize: 1 << 30}
+
+// ReasonLimit is the exit reason of a step that passed one of its
+// Limits; its error says which.
+const ReasonLimit = "limit"
+
+// Ceilings enforce Limits on a worker's command steps: by cgroup v1 (the
+// pids and memory controllers) where this process may make cgroups below
+// its own, each step in one of its own, which its processes enter before
+// the step's program runs; by rlimits otherwise (prlimit(1), which sets
+// them and then runs the step), and always for the file size. Make one a
+// process with NewCeilings; Close removes its cgroups.
+//
+// A step's processes start through a shell that writes its own pid into
+// the step's cgroups, then prlimit, then the sandbox: all one process,
+// each exec'ing the next, so nothing of the step runs before it is
+// bounded. The cgroups of a process that died (a worker killed) are
+// removed by the next NewCeilings on the machine, their processes killed.
+type Ceilings struct {
+	Limits Limits
+	// pids and memory are this process's folders of step cgroups, ""
+	// where cgroups are not available.
+	pids, memory string
+	prlimit      string // prlimit's path; "" when it is missing
+	user         *syscall.Credential
+	seq          atomic.Uint64
+}
+
+// ceilingsMade numbers a process's Ceilings: each has its own folder.
+var ceilingsMade atomic.Uint64
+
+// mountinfo names the mounts, the cgroup file systems among them.
+const mountinfo = "/proc/self/mountinfo"
+
+// NewCeilings prepares l for steps run as user (nil: this process's):
+// cgroups where this process may make them, rlimits for the rest.
+func NewCeilings(l Limits, user *syscall.Credential) (*Ceilings, error) {
+	if l.Processes < 0 || l.Memory < 0 || l.FileSize < 0 {
+		return nil, errors.New("a step limit is negative")
+	}
+	c := &Ceilings{Limits: l, user: user}
+	if p, err := exec.LookPath("prlimit"); err == nil {
+		c.prlimit = p
+	}
+	mounts, own := cgroupMounts()
+	n := ceilingsMade.Add(1) // a process may have several (workers of `orrery dev`)
+	for _, ctl := range []struct {
+		name   string
+		dir    *string
+		wanted bool
+	}{{"pids", &c.pids, l.Processes > 0}, {"memory", &c.memory, l.Memory > 0}} {
+		base, ok := mounts[ctl.name]
+		if !ctl.wanted || !ok {
+			continue
+		}
+		parent := filepath.Join(base, own[ctl.name])
+		sweepStale(parent)
+		dir := filepath.Join(parent, fmt.Sprintf("orrery-%d-%d", os.Getpid(), n))
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			continue // not ours to make (not root, read-only): rlimits stand in
+		}
+		*ctl.dir = dir
+	}
+	return c, nil
+}
+
+// cgroupMounts are the mount points of the cgroup v1 hierarchies by
+// controller, and this process's cgroup in each.
+func cgroupMounts() (mounts, own map[string]string) {
+	mounts, own = map[string]string{}, map[string]string{}
+	if f, err := os.Open(mountinfo); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS ... - FSTYPE SOURCE SUPEROPTS
+			fields := strings.Fields(sc.Text())
+			sep := -1
+			for i, f := range fields {
+				if f == "-" {
+					sep = i
+					break
+				}
+			}
+			if sep < 0 || sep+3 >= len(fields) || fields[sep+1] != "cgroup" || len(fields) < 5 {
+				continue
+			}
+			for _, opt := range strings.Split(fields[sep+3], ",") {
+				if opt == "pids" || opt == "memory" {
+					mounts[opt] = fields[4]
+				}
+			}
+		}
+		f.Close()
+	}
+	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			// ID:CONTROLLERS:PATH
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			for _, ctl := range strings.Split(parts[1], ",") {
+				own[ctl] = parts[2]
+			}
+		}
+	}
+	return mounts, own
+}
+
+// sweepStale removes the step cgroups that processes gone left in
+// parent (orrery-PID-N folders whose PID is not alive), killing what
+// still runs in them.
+func sweepStale(parent string) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ours := strings.CutPrefix(e.Name(), "orrery-")
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !e.IsDir() || !ours || err != nil || alive(pid) {
+			continue
+		}
+		dir := filepath.Join(parent, e.Name())
+		steps, _ := os.ReadDir(dir)
+		for _, s := range steps {
+			if s.IsDir() {
+				removeCgroup(filepath.Join(dir, s.Name()))
+			}
+		}
+		removeCgroup(dir)
+	}
+}
+
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// removeCgroup kills the processes in a cgroup and removes it, waiting a
+// moment for them to go.
+func removeCgroup(dir string) {
+	for range 50 {
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Describe says how each limit is enforced, for a worker's start log.
+func (c *Ceilings) Describe() string {
+	var parts []string
+	by := func(what string, set bool, value string, how string) {
+		if set {
+			parts = append(parts, what+" "+value+" "+how)
+		}
+	}
+	rl := "by rlimit"
+	if c.prlimit == "" {
+		rl = "NOT ENFORCED (prlimit is not installed)"
+	}
+	procs := "NOT ENFORCED (no cgroup; root ignores RLIMIT_NPROC: give --command-user)"
+	switch {
+	case c.pids != "":
+		procs = "by cgroup (pids)"
+	case c.user != nil && c.user.Uid != 0 && c.prlimit != "":
+		procs = "by rlimit (RLIMIT_NPROC: all the command user's processes together)"
+	}
+	mem := "by rlimit (each process's address space)"
+	switch {
+	case c.memory != "":
+		mem = "by cgroup (memory)"
+	case c.prlimit == "":
+		mem = rl
+	}
+	by("processes", c.Limits.Processes > 0, strconv.Itoa(c.Limits.Processes), procs)
+	by("memory", c.Limits.Memory > 0, Bytes(c.Limits.Memory), mem)
+	by("file size", c.Limits.FileSize > 0, Bytes(c.Limits.FileSize), rl)
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Bytes writes n as people read sizes: 1 GiB, 512 MiB, 1000 B.
+func Bytes(n int64) string {
+	for _, u := range []struct {
+		unit  string
+		shift uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if n >= 1<<u.shift && n%(1<<u.shift) == 0 {
+			return fmt.Sprintf("%d %s", n>>u.shift, u.unit)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// Close removes this process's step cgroups (once its steps ended).
+func (c *Ceilings) Close() error {
+	for _, dir := range []string{c.pids, c.memory} {
+		if dir == "" {
+			continue
+		}
+		steps, _ := os.ReadDir(dir)
+		for _, s := range steps {
+			if s.IsDir() {
+				removeCgroup(filepath.Join(dir, s.Name()))
+			}
+		}
+		removeCgroup(dir)
+	}
+	return nil
+}
+
+// stepCgroups are one step's cgroups.
+type stepCgroups struct {
+	c            *Ceilings
+	pids, memory string
+}
+
+// enter makes a step's cgroups and returns them with the argv that runs
+// argv inside them and its rlimits.
+func (c *Ceilings) enter(argv []string) (*stepCgroups, []string, error) {
+	s := &stepCgroups{c: c}
+	name := fmt.Sprintf("s%d", c.seq.Add(1))
+	var procs []string
+	if c.pids != "" {
+		s.pids = filepath.Join(c.pids, name)
+		if err := s.make(s.pids, "pids.max", strconv.Itoa(c.Limits.Processes)); err != nil {
+			s.release()
+			return nil, nil, err
+		}
+		procs = append(procs, filepath.Join(s.pids, "cgroup.procs"))
+	}
+	if c.memory != "" {
+		s.memory = filepath.Join(c.memory, name)
+		limit := strconv.FormatInt(c.Limits.Memory, 10)
+		if err := s.make(s.memory, "memory.limit_in_bytes", limit); err != nil {
+			s.release()
+			return nil, nil, err
+		}
+		// With swap accounting, swap counts too (else the step swaps).
+		_ = os.WriteFile(filepath.Join(s.memory, "memory.memsw.limit_in_bytes"), []byte(limit), 0)
+		procs = append(procs, filepath.Join(s.memory, "cgroup.procs"))
+	}
+	if c.prlimit != "" {
+		rl := []string{c.prlimit}
+		if c.Limits.FileSize > 0 {
+			rl = append(rl, fmt.Sprintf("--fsize=%d", c.Limits.FileSize))
+		}
+		if c.Limits.Memory > 0 && c.memory == "" {
+			rl = append(rl, fmt.Sprintf("--as=%d", c.Limits.Memory))
+		}
+		if c.Limits.Processes > 0 && c.pids == "" && c.user != nil && c.user.Uid != 0 {
+			rl = append(rl, fmt.Sprintf("--nproc=%d", c.Limits.Processes))
+		}
+		if len(rl) > 1 {
+			argv = append(append(rl, "--"), argv...)
+		}
+	}
+	if len(procs) > 0 {
+		// The shell moves itself into the step's cgroups ($1.., their
+		// cgroup.procs), then becomes the step (the rest).
+		var join []string
+		for i := range procs {
+			join = append(join, fmt.Sprintf(`echo $$ > "$%d"`, i+1))
+		}
+		script := fmt.Sprintf(`{ %s; } || { echo "orrery: cannot enter the step's cgroups" >&2; exit 126; }; shift %d; exec "$@"`,
+			strings.Join(join, " && "), len(procs))
+		argv = append(append([]string{"/bin/sh", "-c", script, "orrery-step"}, procs...), argv...)
+	}
+	return s, argv, nil
+}
+
+// make creates a cgroup with one limit set, writable by the step's user
+// (which joins it).
+func (s *stepCgroups) make(dir, file, value string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("step cgroup: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
+		return fmt.Errorf("step cgroup %s: %w", file, err)
+	}
+	if u := s.c.user; u != nil {
+		if err := os.Chown(filepath.Join(dir, "cgroup.procs"), int(u.Uid), int(u.Gid)); err != nil {
+			return fmt.Errorf("step cgroup: %w", err)
+		}
+	}
+	return nil
+}
+
+// passed says which limit the step passed, judging by its cgroups'
+// counters and its exit (a process killed by SIGXFSZ, or a shell or the
+// sandbox reporting one: 128+25), or "".
+func (s *stepCgroups) passed(state *os.ProcessState) string {
+	var why []string
+	if n := counter(s.pids, "pids.events", "max"); n > 0 {
+		why = append(why, fmt.Sprintf("it reached its process limit (%d processes and threads): %d forks were refused", s.c.Limits.Processes, n))
+	}
+	if n := counter(s.memory, "memory.oom_control", "oom_kill"); n > 0 {
+		why = append(why, fmt.Sprintf("it passed its memory limit (%s): the kernel killed %d of its processes", Bytes(s.c.Limits.Memory), n))
+	}
+	if state != nil && s.c.Limits.FileSize > 0 {
+		ws, _ := state.Sys().(syscall.WaitStatus)
+		if ws.Signaled() && ws.Signal() == syscall.SIGXFSZ || ws.Exited() && ws.ExitStatus() == 128+int(syscall.SIGXFSZ) {
+			why = append(why, fmt.Sprintf("it wrote a file past its file size limit (%s)", Bytes(s.c.Limits.FileSize)))
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
+// counter reads "NAME N" from a cgroup file; 0 when absent.
+func counter(dir, file, name string) int64 {
+	if dir == "" {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// release kills what is left of the step (a process that left its
+// process group) and removes its cgroups.
+func (s *stepCgroups) release() {
+	for _, dir := range []string{s.pids, s.memory} {
+		if dir != "" {
+			removeCgroup(dir)
+		}
+	}
+}
