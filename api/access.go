@@ -47,7 +47,7 @@ func (s *accessServer) ListTenants(ctx context.Context, req *connect.Request[orr
 func (s *accessServer) SetTenantQuota(ctx context.Context, req *connect.Request[orreryv1.SetTenantQuotaRequest]) (*connect.Response[orreryv1.SetTenantQuotaResponse], error) {
 	m := req.Msg
 	c := access.QuotaChange{MaxConcurrency: m.MaxConcurrency, Weight: m.Weight, Queues: m.GetQueues(),
-		MaxJobs: m.MaxJobs, MaxDefinitionBytes: m.MaxDefinitionBytes, MaxRuns: m.MaxRuns, MaxTasks: m.MaxTasks, MaxItemsPerStep: m.MaxItemsPerStep}
+		MaxJobs: m.MaxJobs, MaxDefinitionBytes: m.MaxDefinitionBytes, MaxRuns: m.MaxRuns, MaxTasks: m.MaxTasks, MaxHistoryBytes: m.MaxHistoryBytes, MaxItemsPerStep: m.MaxItemsPerStep, MaxRunsPerTree: m.MaxRunsPerTree}
 	q, err := s.access.SetQuota(ctx, principalOf(ctx), m.GetTenant(), c)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
@@ -70,8 +70,9 @@ func (s *accessServer) GetTenantQuota(ctx context.Context, req *connect.Request[
 func quotaToProto(q access.Quota) *orreryv1.TenantQuota {
 	return &orreryv1.TenantQuota{Tenant: q.Tenant.Name, MaxConcurrency: q.Tenant.MaxConcurrency, Weight: q.Tenant.Weight, Queues: q.Queues,
 		MaxJobs: q.Storage.Jobs, MaxDefinitionBytes: q.Storage.DefinitionBytes, MaxRuns: q.Storage.Runs, MaxTasks: q.Storage.Tasks,
-		MaxItemsPerStep: q.Tenant.MaxItemsPerStep,
-		Usage:           &orreryv1.TenantUsage{Jobs: q.Usage.Jobs, DefinitionBytes: q.Usage.DefinitionBytes, Runs: q.Usage.Runs, Tasks: q.Usage.Tasks}}
+		MaxItemsPerStep: q.Tenant.MaxItemsPerStep, MaxRunsPerTree: q.Tenant.MaxRunsPerTree, MaxHistoryBytes: q.Storage.HistoryBytes,
+		Usage: &orreryv1.TenantUsage{Jobs: q.Usage.Jobs, DefinitionBytes: q.Usage.DefinitionBytes, Runs: q.Usage.Runs, Tasks: q.Usage.Tasks,
+			HistoryBytes: q.Usage.HistoryBytes}}
 }
 
 func (s *accessServer) CreateAPIKey(ctx context.Context, req *connect.Request[orreryv1.CreateAPIKeyRequest]) (*connect.Response[orreryv1.CreateAPIKeyResponse], error) {

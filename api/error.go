@@ -28,6 +28,7 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		sched     *schedule.Error
 		throttled *access.ThrottledError
 		exceeded  *usage.ExceededError
+		workers   *run.WorkerLimitError
 	)
 	switch {
 	case err == nil:
@@ -50,6 +51,8 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return ce
 	case errors.As(err, &exceeded):
 		return connect.NewError(connect.CodeResourceExhausted, exceeded)
+	case errors.As(err, &workers):
+		return connect.NewError(connect.CodeResourceExhausted, workers)
 	case errors.Is(err, job.ErrDeleted), errors.Is(err, run.ErrCannotRetry), errors.Is(err, run.ErrBackfillNotRunning):
 		ce := connect.NewError(connect.CodeFailedPrecondition, err)
 		setStatus(ce.Meta(), http.StatusConflict) // the resource's state refuses the call

@@ -59,7 +59,7 @@ func remoteWorker(p access.Principal, name string) (run.RemoteWorker, error) {
 		shown = name + " (" + p.KeyPrefix + ")"
 	}
 	id := uuid.NewSHA1(uuid.NameSpaceOID, []byte(remoteWorkerSpace+"/"+p.Tenant.String()+"/"+scope+"/"+name))
-	return run.RemoteWorker{ID: id, Name: shown, Tenant: p.Tenant}, nil
+	return run.RemoteWorker{ID: id, Name: shown, Tenant: p.Tenant, Key: p.KeyID}, nil
 }
 
 // seconds reads an optional duration field in whole seconds.

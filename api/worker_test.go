@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -227,4 +228,45 @@ func TestStaleOffersAreSwept(t *testing.T) {
 	enginetest.WaitFor(t, 20*time.Second, "the cancelled task's offer is swept", func() bool {
 		return enginetest.Int(t, pool, `SELECT count(*) FROM remote_offers`) == 0
 	})
+}
+
+// A worker key runs at most run.MaxWorkersPerKey worker names at once,
+// declaring at most run.MaxSlotsPerKey slots together: before, one key
+// could register any number of names of 10,000 slots each, and open its
+// tenant's remote queue to millions of admitted tasks. A name it runs
+// already claims again.
+func TestWorkerKeysAreBounded(t *testing.T) {
+	t.Parallel()
+	base, keys := authServer(t)
+	claim := func(name string, slots int) (string, string) {
+		t.Helper()
+		for {
+			_, code, out := post(t, base+"/orrery.v1.WorkerService/Claim", keys["worker"],
+				fmt.Sprintf(`{"worker":%q,"types":["echo"],"slots":%d,"waitSeconds":0}`, name, slots))
+			if !strings.Contains(out, "claims a second with this key") {
+				return code, out
+			}
+			time.Sleep(100 * time.Millisecond) // the key's claim rate: paced, as its Retry-After says
+		}
+	}
+	if code, out := claim("big", run.MaxSlotsPerKey); code != "" {
+		t.Fatalf("a worker of %d slots: %s %s", run.MaxSlotsPerKey, code, out)
+	}
+	if code, out := claim("more", 1); code != "resource_exhausted" || !strings.Contains(out, "declare at most 10000 together") {
+		t.Errorf("one slot more: %s %s; want resource_exhausted naming the bound", code, out)
+	}
+	if code, out := claim("big", run.MaxSlotsPerKey); code != "" {
+		t.Errorf("the same worker again: %s %s", code, out)
+	}
+	if code, out := claim("big", 9_901); code != "" { // leaves room for 99 workers of one slot
+		t.Fatalf("the worker with fewer slots: %s %s", code, out)
+	}
+	for i := range run.MaxWorkersPerKey - 1 {
+		if code, out := claim(fmt.Sprintf("w%03d", i), 1); code != "" {
+			t.Fatalf("worker %d: %s %s", i, code, out)
+		}
+	}
+	if code, out := claim("one-too-many", 0); code != "resource_exhausted" || !strings.Contains(out, "this key runs 100 live workers; a key runs at most 100") {
+		t.Errorf("worker 101: %s %s; want resource_exhausted naming the bound", code, out)
+	}
 }

@@ -29,6 +29,7 @@ func (s *Server) clusterPage(w http.ResponseWriter, r *http.Request, v *view) er
 		data["Storage"] = []storageRow{
 			{"jobs", "live jobs", u.GetJobs(), q.GetMaxJobs()},
 			{"definition_bytes", "bytes of their definitions", u.GetDefinitionBytes(), q.GetMaxDefinitionBytes()},
+			{"history_bytes", "bytes of their history (versions kept, audit rows of changes)", u.GetHistoryBytes(), q.GetMaxHistoryBytes()},
 			{"runs", "runs kept", u.GetRuns(), q.GetMaxRuns()},
 			{"tasks", "tasks of those runs", u.GetTasks(), q.GetMaxTasks()},
 		}

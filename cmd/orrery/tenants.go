@@ -52,9 +52,9 @@ func newTenantsCmd(g *globals) *cobra.Command {
 			}
 		},
 	}
-	var maxConc, weight, maxItems int32
+	var maxConc, weight, maxItems, maxTree int32
 	var queueCaps []string
-	var maxJobs, maxDefBytes, maxRuns, maxTasks int64
+	var maxJobs, maxDefBytes, maxRuns, maxTasks, maxHistory int64
 	setQuota := &cobra.Command{
 		Use:   "set-quota NAME",
 		Short: "Set a tenant's admission quota and weight, and its storage quotas (audited)",
@@ -69,7 +69,9 @@ storage quotas at the tenant's next write.
   --max-definition-bytes N  bytes of the live jobs' definitions, as JSON (0: no quota)
   --max-runs N              runs kept until retention prunes them (0: no quota)
   --max-tasks N             tasks of those runs (0: no quota)
+  --max-history-bytes N     bytes of the definitions' history: versions kept besides the live ones, and the audit rows of changes (0: no quota)
   --max-items-per-step N    items of one fan-out, for_each (0: the default, 10000; at most 100000)
+  --max-runs-per-tree N     runs that job steps and after-triggers start from one run, the first not counted (0: the default, 1000; at most 100000)
 
 A write over a storage quota is refused naming the quota; an instant a
 schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
@@ -85,13 +87,16 @@ schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
 			if cmd.Flags().Changed("max-items-per-step") {
 				req.MaxItemsPerStep = &maxItems
 			}
+			if cmd.Flags().Changed("max-runs-per-tree") {
+				req.MaxRunsPerTree = &maxTree
+			}
 			for _, f := range []struct {
 				flag string
 				v    *int64
 				dst  **int64
 			}{
 				{"max-jobs", &maxJobs, &req.MaxJobs}, {"max-definition-bytes", &maxDefBytes, &req.MaxDefinitionBytes},
-				{"max-runs", &maxRuns, &req.MaxRuns}, {"max-tasks", &maxTasks, &req.MaxTasks},
+				{"max-runs", &maxRuns, &req.MaxRuns}, {"max-tasks", &maxTasks, &req.MaxTasks}, {"max-history-bytes", &maxHistory, &req.MaxHistoryBytes},
 			} {
 				if cmd.Flags().Changed(f.flag) {
 					*f.dst = f.v
@@ -123,7 +128,9 @@ schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
 	setQuota.Flags().Int64Var(&maxDefBytes, "max-definition-bytes", 0, "bytes of the live jobs' definitions (0: no quota)")
 	setQuota.Flags().Int64Var(&maxRuns, "max-runs", 0, "runs kept until retention prunes them (0: no quota)")
 	setQuota.Flags().Int64Var(&maxTasks, "max-tasks", 0, "tasks of the runs kept (0: no quota)")
+	setQuota.Flags().Int64Var(&maxHistory, "max-history-bytes", 0, "bytes of the definitions' history: versions kept and audit rows of changes (0: no quota)")
 	setQuota.Flags().Int32Var(&maxItems, "max-items-per-step", 0, "items of one fan-out (0: the default, 10000; at most 100000)")
+	setQuota.Flags().Int32Var(&maxTree, "max-runs-per-tree", 0, "runs that job steps and after-triggers start from one run (0: the default, 1000; at most 100000)")
 	getQuota := &cobra.Command{
 		Use:   "quota [NAME]",
 		Short: "Show a tenant's quotas and what it stores (without NAME: your own tenant's)",
@@ -154,7 +161,11 @@ func printQuota(w io.Writer, q *orreryv1.TenantQuota) {
 	if n := q.GetMaxItemsPerStep(); n > 0 {
 		items = strconv.Itoa(int(n))
 	}
-	fmt.Fprintf(w, "tenant %s  max concurrency %s  weight %d  items per fan-out %s\n", q.GetTenant(), limit, q.GetWeight(), items)
+	tree := "1000 (the default)"
+	if n := q.GetMaxRunsPerTree(); n > 0 {
+		tree = strconv.Itoa(int(n))
+	}
+	fmt.Fprintf(w, "tenant %s  max concurrency %s  weight %d  items per fan-out %s  runs per tree %s\n", q.GetTenant(), limit, q.GetWeight(), items, tree)
 	for _, name := range slices.Sorted(maps.Keys(q.GetQueues())) {
 		fmt.Fprintf(w, "  queue %s  max concurrency %d\n", name, q.GetQueues()[name])
 	}
@@ -167,6 +178,7 @@ func printQuota(w io.Writer, q *orreryv1.TenantQuota) {
 	}{
 		{"jobs", u.GetJobs(), q.GetMaxJobs()}, {"definition bytes", u.GetDefinitionBytes(), q.GetMaxDefinitionBytes()},
 		{"runs", u.GetRuns(), q.GetMaxRuns()}, {"tasks", u.GetTasks(), q.GetMaxTasks()},
+		{"history bytes", u.GetHistoryBytes(), q.GetMaxHistoryBytes()},
 	} {
 		limit := "none"
 		if r.limit > 0 {

@@ -21,6 +21,12 @@ const (
 	MaxQueueQuotas    = 100
 	// MaxItemsPerStepCap bounds a tenant's max_items_per_step.
 	MaxItemsPerStepCap = 100_000
+	// DefaultMaxRunsPerTree bounds the runs of a tree besides its root
+	// (docs/workflows.md, "Trees of runs") for a tenant whose
+	// max_runs_per_tree is 0; MaxRunsPerTreeCap bounds what it may be set
+	// to.
+	DefaultMaxRunsPerTree = 1000
+	MaxRunsPerTreeCap     = 100_000
 )
 
 // Quota is a tenant's admission settings (see package dispatch): the
@@ -44,11 +50,15 @@ type QuotaChange struct {
 	// MaxItemsPerStep bounds a fan-out's items: 0 (the default, 10,000) to
 	// MaxItemsPerStepCap.
 	MaxItemsPerStep *int32
+	// MaxRunsPerTree bounds the runs of a tree besides its root: 0 (the
+	// default, 1,000) to MaxRunsPerTreeCap.
+	MaxRunsPerTree *int32
 
 	MaxJobs            *int64
 	MaxDefinitionBytes *int64
 	MaxRuns            *int64
 	MaxTasks           *int64
+	MaxHistoryBytes    *int64
 }
 
 func (c QuotaChange) storage() []struct {
@@ -65,6 +75,7 @@ func (c QuotaChange) storage() []struct {
 		{"max_definition_bytes", c.MaxDefinitionBytes, func(l *usage.Limits) *int64 { return &l.DefinitionBytes }},
 		{"max_runs", c.MaxRuns, func(l *usage.Limits) *int64 { return &l.Runs }},
 		{"max_tasks", c.MaxTasks, func(l *usage.Limits) *int64 { return &l.Tasks }},
+		{"max_history_bytes", c.MaxHistoryBytes, func(l *usage.Limits) *int64 { return &l.HistoryBytes }},
 	}
 }
 
@@ -79,8 +90,11 @@ func (c QuotaChange) validate() error {
 			return &dag.FieldError{Field: f.field, Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *f.v, int64(usage.MaxLimit))}
 		}
 	}
-	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 && !storage && c.MaxItemsPerStep == nil {
-		return &dag.FieldError{Field: "max_concurrency|weight|queues|max_jobs|max_definition_bytes|max_runs|max_tasks|max_items_per_step", Message: "nothing to change: give at least one"}
+	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 && !storage && c.MaxItemsPerStep == nil && c.MaxRunsPerTree == nil {
+		return &dag.FieldError{Field: "max_concurrency|weight|queues|max_jobs|max_definition_bytes|max_runs|max_tasks|max_history_bytes|max_items_per_step|max_runs_per_tree", Message: "nothing to change: give at least one"}
+	}
+	if c.MaxRunsPerTree != nil && (*c.MaxRunsPerTree < 0 || *c.MaxRunsPerTree > MaxRunsPerTreeCap) {
+		return &dag.FieldError{Field: "max_runs_per_tree", Message: fmt.Sprintf("%d: want 0 (the default, %d) to %d", *c.MaxRunsPerTree, DefaultMaxRunsPerTree, MaxRunsPerTreeCap)}
 	}
 	if c.MaxItemsPerStep != nil && (*c.MaxItemsPerStep < 0 || *c.MaxItemsPerStep > MaxItemsPerStepCap) {
 		return &dag.FieldError{Field: "max_items_per_step", Message: fmt.Sprintf("%d: want 0 (the default, %d) to %d", *c.MaxItemsPerStep, dag.MaxItems, MaxItemsPerStepCap)}
@@ -143,6 +157,9 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 		if c.MaxItemsPerStep != nil {
 			after.Tenant.MaxItemsPerStep = *c.MaxItemsPerStep
 		}
+		if c.MaxRunsPerTree != nil {
+			after.Tenant.MaxRunsPerTree = *c.MaxRunsPerTree
+		}
 		for queue, n := range c.Queues {
 			if n == 0 {
 				delete(after.Queues, queue)
@@ -159,7 +176,7 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 			}
 		}
 		if err := q.SetTenantLimits(ctx, store.SetTenantLimitsParams{ID: t.ID, Weight: after.Tenant.Weight, MaxConcurrency: after.Tenant.MaxConcurrency,
-			MaxItemsPerStep: after.Tenant.MaxItemsPerStep}); err != nil {
+			MaxItemsPerStep: after.Tenant.MaxItemsPerStep, MaxRunsPerTree: after.Tenant.MaxRunsPerTree}); err != nil {
 			return err
 		}
 		if err := usage.Set(ctx, q, t.ID, after.Storage); err != nil {
@@ -215,5 +232,6 @@ func quotaOf(ctx context.Context, q *store.Queries, t Tenant) (Quota, error) {
 
 func quotaJSON(q Quota) map[string]any {
 	return map[string]any{"max_concurrency": q.Tenant.MaxConcurrency, "weight": q.Tenant.Weight, "queues": q.Queues, "max_items_per_step": q.Tenant.MaxItemsPerStep,
-		"max_jobs": q.Storage.Jobs, "max_definition_bytes": q.Storage.DefinitionBytes, "max_runs": q.Storage.Runs, "max_tasks": q.Storage.Tasks}
+		"max_runs_per_tree": q.Tenant.MaxRunsPerTree,
+		"max_jobs":          q.Storage.Jobs, "max_definition_bytes": q.Storage.DefinitionBytes, "max_runs": q.Storage.Runs, "max_history_bytes": q.Storage.HistoryBytes, "max_tasks": q.Storage.Tasks}
 }

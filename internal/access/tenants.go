@@ -21,6 +21,9 @@ type Tenant struct {
 	CreatedAt      time.Time
 	// MaxItemsPerStep bounds a fan-out's items (0: dag.MaxItems).
 	MaxItemsPerStep int32
+	// MaxRunsPerTree bounds the runs of a tree besides its root (0:
+	// DefaultMaxRunsPerTree).
+	MaxRunsPerTree int32
 }
 
 // CreateTenant makes a tenant, audited in the new tenant's trail (action
@@ -46,7 +49,8 @@ func (k *Service) CreateTenant(ctx context.Context, by Principal, name string) (
 			return err
 		}
 		after := auditJSON(map[string]any{"name": name, "created_by_tenant": by.TenantName, "max_jobs": usage.Defaults.Jobs,
-			"max_definition_bytes": usage.Defaults.DefinitionBytes, "max_runs": usage.Defaults.Runs, "max_tasks": usage.Defaults.Tasks})
+			"max_definition_bytes": usage.Defaults.DefinitionBytes, "max_runs": usage.Defaults.Runs, "max_tasks": usage.Defaults.Tasks,
+			"max_history_bytes": usage.Defaults.HistoryBytes})
 		return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: t.ID, Actor: by.Actor().Name,
 			Action: "create_tenant", TargetKind: "tenant", TargetID: t.ID, TargetName: name, After: []byte(after)})
 	})
@@ -59,7 +63,8 @@ func (k *Service) CreateTenant(ctx context.Context, by Principal, name string) (
 // newTenant is a new tenant's row: its storage quotas are usage.Defaults.
 func newTenant(id uuid.UUID, name string) store.InsertTenantParams {
 	d := usage.Defaults
-	return store.InsertTenantParams{ID: id, Name: name, MaxJobs: d.Jobs, MaxDefinitionBytes: d.DefinitionBytes, MaxRuns: d.Runs, MaxTasks: d.Tasks}
+	return store.InsertTenantParams{ID: id, Name: name, MaxJobs: d.Jobs, MaxDefinitionBytes: d.DefinitionBytes, MaxRuns: d.Runs, MaxTasks: d.Tasks,
+		MaxHistoryBytes: d.HistoryBytes}
 }
 
 // ListTenants pages through every tenant by name.

@@ -127,9 +127,11 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 				if err != nil {
 					return err
 				}
-				if err := audit(ctx, q, a, "delete", before, after); err != nil {
+				n, err := audit(ctx, q, a, "delete", before, after)
+				if err != nil {
 					return err
 				}
+				d.AddExempt(row.TenantID, row.Shard, usage.Usage{HistoryBytes: n})
 				c.Job = after
 			}
 		}

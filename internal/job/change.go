@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -106,7 +107,9 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 	if err != nil {
 		return nil, err
 	}
-	d.Add(row.TenantID, row.Shard, usage.Usage{DefinitionBytes: int64(len(row.Spec)) - before.specBytes})
+	// The definition written in place of the one before, which stays as a
+	// version of the job's history (until pruneVersions takes it).
+	d.Add(row.TenantID, row.Shard, usage.Usage{DefinitionBytes: int64(len(row.Spec)) - before.specBytes, HistoryBytes: before.specBytes})
 	if err := writeSchedule(ctx, q, row); err != nil {
 		return nil, err
 	}
@@ -123,7 +126,39 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 	if err := q.InsertJobVersion(ctx, versionParams(out, a)); err != nil {
 		return nil, err
 	}
-	return out, audit(ctx, q, a, "update", before, out)
+	n, err := audit(ctx, q, a, "update", before, out)
+	if err != nil {
+		return nil, err
+	}
+	d.Add(row.TenantID, row.Shard, usage.Usage{HistoryBytes: n})
+	return out, pruneVersions(ctx, q, a, out, d)
+}
+
+// MaxVersionsKept bounds the versions of a job's definition kept: an
+// update prunes the oldest past it that no run kept pins (a run pins the
+// version it was made from, which a retry reads), releasing their bytes,
+// with an audit row (prune_versions) naming them.
+const MaxVersionsKept = 100
+
+// pruneVersions prunes the versions of j past MaxVersionsKept, in q's
+// transaction, counting the bytes released in d.
+func pruneVersions(ctx context.Context, q *store.Queries, a Actor, j *Job, d usage.Delta) error {
+	if j.Version <= MaxVersionsKept {
+		return nil
+	}
+	pruned, err := q.PruneJobVersions(ctx, store.PruneJobVersionsParams{JobID: j.ID, Below: j.Version - MaxVersionsKept + 1})
+	if err != nil || len(pruned) == 0 {
+		return err
+	}
+	versions := make([]int64, len(pruned))
+	var released int64
+	for i, p := range pruned {
+		versions[i], released = p.Version, released+p.Bytes
+	}
+	d.Add(j.Tenant, int32(j.Shard), usage.Usage{HistoryBytes: -released})
+	after, _ := json.Marshal(map[string]any{"versions": versions, "kept": MaxVersionsKept, "bytes": released})
+	return q.InsertAudit(ctx, store.InsertAuditParams{ID: uuid.Must(uuid.NewV7()), TenantID: j.Tenant, Actor: a.Name, Action: "prune_versions",
+		TargetKind: "job_versions", TargetID: j.ID, TargetName: j.Namespace + "/" + j.Name, After: after})
 }
 
 func sameDefinition(j *Job, res dag.Resource) bool {
@@ -237,9 +272,11 @@ func setStatusIn(ctx context.Context, q *store.Queries, a Actor, ref Ref, action
 		if out, err = fromRow(row); err != nil {
 			return err
 		}
-		if err := audit(ctx, q, a, action, before, out); err != nil {
+		n, err := audit(ctx, q, a, action, before, out)
+		if err != nil {
 			return err
 		}
+		d.AddExempt(row.TenantID, row.Shard, usage.Usage{HistoryBytes: n})
 		return d.Write(ctx, q)
 	}()
 	return out, err
@@ -252,8 +289,8 @@ func setJobStatus(ctx context.Context, q *store.Queries, p store.SetJobStatusPar
 	if err != nil {
 		return row, err
 	}
-	if row.Status == StatusDeleted {
-		d.Add(row.TenantID, row.Shard, usage.Usage{Jobs: -1, DefinitionBytes: -int64(len(row.Spec))})
+	if row.Status == StatusDeleted { // its definition stays, as its last version: history
+		d.AddExempt(row.TenantID, row.Shard, usage.Usage{Jobs: -1, DefinitionBytes: -int64(len(row.Spec)), HistoryBytes: int64(len(row.Spec))})
 	}
 	if err := writeSchedule(ctx, q, row); err != nil {
 		return row, err

@@ -161,7 +161,13 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 				}
 				keys[k] = true
 			}
-			if err := rooms.Add(r.a.Tenant, usage.Usage{Jobs: 1, DefinitionBytes: usage.TextBytes(r.spec)}); err != nil {
+			j, err := s.newJob(r.a, r.res, now, nil)
+			if err != nil {
+				out[i].err = err
+				continue
+			}
+			// The definition, and its audit row (history).
+			if err := rooms.Add(r.a.Tenant, usage.Usage{Jobs: 1, DefinitionBytes: usage.TextBytes(r.spec), HistoryBytes: usage.TextBytes(snapshot(j))}); err != nil {
 				out[i].err = err
 				continue
 			}
@@ -170,11 +176,6 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 				continue
 			}
 			if err := checkCalls(ctx, q, r.a, r.res); err != nil {
-				out[i].err = err
-				continue
-			}
-			j, err := s.newJob(r.a, r.res, now, nil)
-			if err != nil {
 				out[i].err = err
 				continue
 			}
@@ -293,7 +294,7 @@ func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res 
 	if len(written) == 0 { // a live job has the name
 		return nil, ErrAlreadyExists
 	}
-	d.Add(out.Tenant, int32(out.Shard), usage.Usage{Jobs: 1, DefinitionBytes: written[0].Bytes})
+	d.Add(out.Tenant, int32(out.Shard), usage.Usage{Jobs: 1, DefinitionBytes: written[0].Bytes, HistoryBytes: written[0].HistoryBytes})
 	return out, nil
 }
 

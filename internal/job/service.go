@@ -15,6 +15,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/batch"
 	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/internal/usage"
 )
 
 // Service manages job definitions in the state database.
@@ -114,7 +115,10 @@ func versionParams(j *Job, a Actor) store.InsertJobVersionParams {
 	}
 }
 
-func audit(ctx context.Context, q *store.Queries, a Actor, action string, before, after *Job) error {
+// audit writes the audit row of a change of a job, with the job before
+// and after it, and returns the bytes those take (usage.TextBytes: a
+// definition's history counts in its tenant's definition bytes).
+func audit(ctx context.Context, q *store.Queries, a Actor, action string, before, after *Job) (int64, error) {
 	target := after
 	if target == nil {
 		target = before
@@ -129,5 +133,5 @@ func audit(ctx context.Context, q *store.Queries, a Actor, action string, before
 	if after != nil {
 		p.After = snapshot(after)
 	}
-	return q.InsertAudit(ctx, p)
+	return usage.TextBytes(p.Before) + usage.TextBytes(p.After), q.InsertAudit(ctx, p)
 }

@@ -688,3 +688,101 @@ func TestDefinitionsCountTowardTheQuota(t *testing.T) {
 	}
 	held()
 }
+
+// A loop of updates grows a tenant's history (the version each keeps of
+// the definition before, the audit row of both): 2 MB definitions added
+// 6.5 MB an update that no quota counted. The history now counts, against
+// max_history_bytes: the loop is refused at the quota with nothing
+// written, what tenant_job_usage holds is what a recount finds (within
+// usage.TextBytes' estimate of the audit rows), and pausing and deleting
+// are allowed at the quota. Past MaxVersionsKept, an update prunes the
+// oldest version no run pins, with an audit row naming it, and the history
+// shrinks by its bytes.
+func TestUpdatesCountTowardTheHistoryQuota(t *testing.T) {
+	t.Parallel()
+	svc, pool := newService(t)
+	ctx := context.Background()
+	history := func() (counted, found int64) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT sum(history_bytes) FROM tenant_job_usage`).Scan(&counted); err != nil {
+			t.Fatal(err)
+		}
+		if err := pool.QueryRow(ctx, `SELECT
+			COALESCE((SELECT sum(octet_length(v.spec::text)) FROM job_versions v JOIN jobs j ON j.id = v.job_id
+			          WHERE j.status = 'deleted' OR v.version < j.version), 0)
+			+ COALESCE((SELECT sum(COALESCE(octet_length(before::text), 0) + COALESCE(octet_length(after::text), 0)) FROM audit_log
+			            WHERE target_kind = 'job'), 0)`).Scan(&found); err != nil {
+			t.Fatal(err)
+		}
+		if counted < found || float64(counted) > 1.05*float64(found) {
+			t.Errorf("history counted %d bytes, the tables hold %d", counted, found)
+		}
+		return counted, found
+	}
+	if _, err := pool.Exec(ctx, `UPDATE tenants SET max_history_bytes = 4000000 WHERE name = 'default'`); err != nil {
+		t.Fatal(err)
+	}
+	res := resource("loop", "0 2 * * *")
+	j, err := svc.Create(ctx, job.Anonymous, res, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, updates := j.Version, 0
+	var over *usage.ExceededError
+	for ; updates < 100; updates++ {
+		res.Spec.Payload = dag.Payload(fmt.Sprintf(`{"pad": %q, "n": %d}`, strings.Repeat("x", 200_000), updates))
+		j, err = svc.Update(ctx, job.Anonymous, job.Ref{ID: j.ID}, res, version)
+		if err != nil {
+			break
+		}
+		version = j.Version
+	}
+	if !errors.As(err, &over) || over.Quota != "max_history_bytes" || updates < 5 || updates > 8 {
+		t.Fatalf("after %d updates of 200 KB: %v, want max_history_bytes exceeded after 5 to 8", updates, err)
+	}
+	before := counts(t, pool)
+	counted, _ := history()
+	if _, err := svc.Update(ctx, job.Anonymous, job.Ref{ID: j.ID}, res, version); !errors.As(err, &over) {
+		t.Fatalf("an update at the quota: %v", err)
+	}
+	if after := counts(t, pool); after != before {
+		t.Errorf("a refused update wrote: %s -> %s", before, after)
+	}
+	if now, _ := history(); now != counted {
+		t.Errorf("a refused update counted %d bytes of history", now-counted)
+	}
+	if _, err := svc.Pause(ctx, job.Anonymous, job.Ref{ID: j.ID}); err != nil {
+		t.Errorf("a pause at the history quota: %v, want it allowed", err)
+	}
+	if _, err := svc.Delete(ctx, job.Anonymous, job.Ref{ID: j.ID}); err != nil {
+		t.Errorf("a delete at the history quota: %v, want it allowed", err)
+	}
+	history()
+
+	// MaxVersionsKept: a small job updated past it keeps that many.
+	if _, err := pool.Exec(ctx, `UPDATE tenants SET max_history_bytes = 0 WHERE name = 'default'`); err != nil {
+		t.Fatal(err)
+	}
+	small := resource("small", "0 2 * * *")
+	s, err := svc.Create(ctx, job.Anonymous, small, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range job.MaxVersionsKept + 4 {
+		small.Spec.Payload = dag.Payload(fmt.Sprintf(`{"n": %d}`, i))
+		if s, err = svc.Update(ctx, job.Anonymous, job.Ref{ID: s.ID}, small, s.Version); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var kept, oldest, pruned int
+	if err := pool.QueryRow(ctx, `SELECT count(*), min(version) FROM job_versions WHERE job_id = $1`, s.ID).Scan(&kept, &oldest); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM audit_log WHERE action = 'prune_versions' AND target_id = $1`, s.ID).Scan(&pruned); err != nil {
+		t.Fatal(err)
+	}
+	if kept != job.MaxVersionsKept || oldest != int(s.Version)-job.MaxVersionsKept+1 || pruned != 5 {
+		t.Errorf("versions kept %d from %d (latest %d), %d audit rows of prunes; want %d, the oldest pruned by 5 updates", kept, oldest, s.Version, pruned, job.MaxVersionsKept)
+	}
+	history()
+}

@@ -275,6 +275,7 @@ func (j *Janitor) pruneBatch(ctx context.Context, p store.ExpiredRunsParams) (in
 			func() error { return q.DeleteTasksOfRuns(ctx, runIDs) },
 			func() error { return q.DeleteUpstreamFinishesOfRuns(ctx, runIDs) }, // (left only when downstream steps stalled for the whole retention)
 			func() error { return q.DeleteRuns(ctx, runIDs) },
+			func() error { return q.DeleteRunTrees(ctx, runIDs) },
 			func() error { return q.AddRunUsage(ctx, released(runs, tasks)) },
 		} {
 			if err := del(); err != nil {

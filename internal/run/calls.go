@@ -18,33 +18,30 @@ import (
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
-	"github.com/orrery-dev/orrery/internal/usage"
 )
 
 // Steps that run another job (run.job, docs/workflows.md "A step that
-// runs another job"). Released, a job step starts its child run in the
-// releasing transaction (startCalls): the run of the job it names, of
-// trigger parent, its params the step's, its roots released as any run's;
-// the step is then running, with an attempt on record but no worker, no
-// lease and no slot (the child's tasks hold those). The child run's end
-// is an upstream_finishes event, which the scheduler of the child's shard
-// turns into the step's end (FinishCalls) in one transaction with the
-// event's deletion. One child per task, ever (runs_parent_task): a task
-// released again (its run retried, a dead letter replayed) attaches to the
-// child it started, which is retried from where it failed when it did.
+// runs another job"). Released, a job step writes its call (startCalls):
+// a call_starts row, its params evaluated, which the scheduler of the
+// child job's shard turns into the child run (StartCalls): the run of the
+// job it names, of trigger parent, its params the step's, its roots
+// released as any run's; the step is then running, with an attempt on
+// record but no worker, no lease and no slot (the child's tasks hold
+// those). The child run's end is an upstream_finishes event, which the
+// scheduler of the child's shard turns into the step's end (FinishCalls)
+// in one transaction with the event's deletion. One child per task, ever
+// (runs_parent_task): a task released again (its run retried, a dead
+// letter replayed) attaches to the child it started, which is retried
+// from where it failed when it did.
 
 // MaxCallDepth bounds a chain of runs started by each other's steps: a
 // step whose run has this many runs above it is dead-lettered (a cycle
 // that apply could not see: two jobs changed at once).
 const MaxCallDepth = 10
 
-// MaxCallsPerTx bounds the child runs one transaction starts: a tree of
-// jobs whose first steps run jobs starts its children's children in the
-// transaction that writes it; a step past the bound is dead-lettered.
-const MaxCallsPerTx = 1000
-
-// FailpointCallStarted is hit in the transaction that starts child runs,
-// once they and their steps' attempts are written, before it commits.
+// FailpointCallStarted is hit in the transaction that starts child runs
+// (StartCalls), once they and their steps' attempts are written, before
+// it commits.
 const FailpointCallStarted = "run/call-started"
 
 // callWorker is the worker a job step's attempts name.
@@ -54,7 +51,7 @@ const callWorker = "orrery (child run)"
 // below executor.MaxOutput.
 const maxCallOutputs = 60 << 10
 
-// pendingCall is a job step about to start a new child run.
+// pendingCall is a job step about to call for a new child run.
 type pendingCall struct {
 	cand  candidate
 	run   store.ConditionRunsRow
@@ -63,11 +60,11 @@ type pendingCall struct {
 	call  *dag.JobCall // its run.job, params evaluated
 }
 
-// startCalls starts the child runs of job steps released (all of cands),
-// or attaches each to the child it started before; a step whose child
-// cannot start (its job missing, its params refused by the job, the right
-// of its job's author gone, the depth limit, the bound on child runs a
-// transaction, a storage quota) is dead-lettered, naming why.
+// startCalls writes the calls of job steps released (all of cands), their
+// child runs to be started by StartCalls, or attaches each to the child it
+// started before; a step whose call cannot be made (its job missing, its
+// params refused by the job, the right of its job's author gone, the
+// depth limit) is dead-lettered, naming why.
 func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands []candidate) error {
 	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
 	byRun, got, err := runsOf(ctx, q, tx, cands)
@@ -136,32 +133,24 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 		}
 		todo = append(todo, p)
 	}
-	news, err := childRuns(ctx, q, todo, &outputs, &v)
+	calls, err := childCalls(ctx, q, todo, &outputs, &v)
 	if err != nil {
 		return err
 	}
-	if len(news) > 0 {
-		rooms, err := usage.RunRooms(ctx, q, TenantsOf(news))
-		if err != nil {
-			return err
+	if len(calls) > 0 {
+		p := store.InsertCallStartsParams{}
+		for _, c := range calls {
+			p.TaskIds = append(p.TaskIds, c.cand.ready.TaskID)
+			p.TenantIds = append(p.TenantIds, c.run.TenantID)
+			p.Shards = append(p.Shards, c.callee.Shard)
+			p.JobIds = append(p.JobIds, c.callee.ID)
+			p.RunIds = append(p.RunIds, c.run.ID)
+			p.Params = append(p.Params, string(c.params))
+			p.RootRunIds = append(p.RootRunIds, c.run.RootRunID)
+			p.Depths = append(p.Depths, c.run.Depth+1)
 		}
-		started, _ := store.TxValue(tx, "run.calls", func() any { return new(int) })
-		for _, n := range news { // one at a time: a run past a quota fails its own step
-			if *started.(*int) >= MaxCallsPerTx {
-				v.fail = append(v.fail, verdict{candOf(todo, n.ParentTask), fmt.Sprintf("run.job: one transaction starts at most %d child runs (a tree of jobs whose first steps run jobs, this wide, is refused)", MaxCallsPerTx)})
-				continue
-			}
-			id, err := a.insertChild(ctx, tx, q, n, rooms)
-			var exceeded *usage.ExceededError
-			switch {
-			case errors.As(err, &exceeded):
-				v.fail = append(v.fail, verdict{candOf(todo, n.ParentTask), "run.job: " + err.Error()})
-				continue
-			case err != nil:
-				return err
-			}
-			*started.(*int)++
-			add(n.ParentTask, id)
+		if err := q.InsertCallStarts(ctx, p); err != nil {
+			return err
 		}
 	}
 	if len(start.Ids) > 0 {
@@ -173,7 +162,6 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 			return fmt.Errorf("started %d of %d job steps: a task moved meanwhile", len(started), len(start.Ids))
 		}
 	}
-	a.Failpoints.Hit(FailpointCallStarted)
 	if len(ended) > 0 {
 		ends := make([]ChildEnd, len(ended))
 		for i, ch := range ended {
@@ -186,21 +174,19 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 	return settle(ctx, q, tx, a, v)
 }
 
-// candOf is the candidate of todo whose task is task.
-func candOf(todo []pendingCall, task uuid.UUID) candidate {
-	for _, p := range todo {
-		if p.cand.ready.TaskID == task {
-			return p.cand
-		}
-	}
-	panic("run: no job step " + task.String())
+// call is a job step's call of a new child run, as startCalls writes it.
+type call struct {
+	cand   candidate
+	run    store.ConditionRunsRow
+	callee store.CalleeJobsRow
+	params dag.Payload // the step's, evaluated (typed against the job when the run is written)
 }
 
-// childRuns evaluates the params of the steps of todo and writes down
-// the runs they start, of the jobs they name (locked FOR SHARE); a step
-// whose job is missing, whose params do not fit it, or whose job's author
-// may no longer run it (access.KeyMayRun), goes to v.fail.
-func childRuns(ctx context.Context, q *store.Queries, todo []pendingCall, outputs *outputsToRead, v *verdicts) ([]New, error) {
+// childCalls evaluates the params of the steps of todo and checks their
+// calls: the jobs they name (locked FOR SHARE), their params against those
+// jobs, and their jobs' authors' right to run them (access.KeyMayRun); a
+// step whose call fails one goes to v.fail.
+func childCalls(ctx context.Context, q *store.Queries, todo []pendingCall, outputs *outputsToRead, v *verdicts) ([]call, error) {
 	if len(todo) == 0 {
 		return nil, nil
 	}
@@ -273,11 +259,7 @@ func childRuns(ctx context.Context, q *store.Queries, todo []pendingCall, output
 	for _, g := range grants {
 		authors[callKey{g.JobID, g.CalleeNamespace, g.CalleeName}] = g.AuthorKey
 	}
-	now, err := q.DatabaseNow(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var news []New
+	var out []call
 	for _, p := range kept {
 		callee, ok := callees[jobKey{p.run.TenantID, p.call.Namespace, p.call.Name}]
 		if !ok {
@@ -305,39 +287,13 @@ func childRuns(ctx context.Context, q *store.Queries, todo []pendingCall, output
 		if err := json.Unmarshal(callee.Spec, &spec); err != nil {
 			return nil, fmt.Errorf("job %s: spec: %w", callee.ID, err)
 		}
-		params, err := callParams(&spec, p.call.Params)
-		if err != nil {
+		if _, err := callParams(&spec, p.call.Params); err != nil { // checked again when the run is written
 			v.fail = append(v.fail, verdict{p.cand, "run.job.params: " + err.Error()})
 			continue
 		}
-		news = append(news, New{Job: JobRef{ID: callee.ID, Tenant: callee.TenantID, Version: callee.Version, Shard: int(callee.Shard), Spec: &spec},
-			At: now, Trigger: lifecycle.TriggerParent, Status: lifecycle.RunPending, Params: params, ParentTask: p.cand.ready.TaskID,
-			Depth: int(p.run.Depth) + 1})
+		out = append(out, call{cand: p.cand, run: p.run, callee: callee, params: p.call.Params})
 	}
-	return news, nil
-}
-
-// insertChild writes child run n at the first free instant of its job at
-// or after n.At, chosen just before it is written: the children a run
-// written before it started (its roots' calls) are seen, and an instant
-// another transaction took meanwhile is moved past.
-func (a *Applier) insertChild(ctx context.Context, tx pgx.Tx, q *store.Queries, n New, rooms usage.Rooms) (uuid.UUID, error) {
-	for range 5 {
-		at, err := FreeInstants(ctx, q, n.Job.ID, []time.Time{n.At})
-		if err != nil {
-			return uuid.Nil, err
-		}
-		n.At = at[0]
-		ids, err := a.Insert(ctx, tx, []New{n}, nil, rooms)
-		if err != nil {
-			return uuid.Nil, err
-		}
-		if ids[0] != uuid.Nil {
-			return ids[0], nil
-		}
-		n.At = n.At.Add(time.Microsecond)
-	}
-	return uuid.Nil, fmt.Errorf("child run of task %s: no free instant of job %s near %s", n.ParentTask, n.Job.ID, n.At.Format(time.RFC3339Nano))
+	return out, nil
 }
 
 // callParams are a child run's params: the step's (a JSON object, or
@@ -550,18 +506,4 @@ func RunEnd(ctx context.Context, q *store.Queries, e End, maxOutputs int, extra 
 		u["outputs_cut"] = cut
 	}
 	return json.Marshal(u)
-}
-
-// cancelChildren cancels the unfinished child runs of tasks (cancelled
-// with their run), and theirs below them, with reason.
-func (a *Applier) cancelChildren(ctx context.Context, tx pgx.Tx, q *store.Queries, tasks []uuid.UUID, reason string) error {
-	if len(tasks) == 0 {
-		return nil
-	}
-	open, err := q.OpenChildRuns(ctx, tasks)
-	if err != nil || len(open) == 0 {
-		return err
-	}
-	_, err = a.Cancel(ctx, tx, open, reason)
-	return err
 }

@@ -11,7 +11,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/orrery-dev/orrery/dag"
-	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -49,6 +48,10 @@ type New struct {
 	// parent); uuid.Nil for others. Depth counts the runs above it.
 	ParentTask uuid.UUID
 	Depth      int
+	// Root is the root of the tree of runs it belongs to (a child run's,
+	// an after-trigger's run's: docs/workflows.md, "Trees of runs");
+	// uuid.Nil for a root.
+	Root uuid.UUID
 }
 
 // Firer is the node that fires scheduled runs, recorded on each run with
@@ -113,6 +116,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		rp.Upstreams = append(rp.Upstreams, string(r.Upstream))
 		rp.ParentTaskIds = append(rp.ParentTaskIds, r.ParentTask)
 		rp.Depths = append(rp.Depths, int32(r.Depth))
+		rp.RootRunIds = append(rp.RootRunIds, r.Root)
 	}
 	written, err := q.InsertRuns(ctx, rp)
 	if err != nil {
@@ -307,35 +311,3 @@ func bindingsOf(ctx context.Context, q *store.Queries, runs []New, written map[u
 	}
 	return dispatch.LoadBindings(ctx, q, tenants)
 }
-
-// Cancel cancels runs that have not finished, with their unfinished tasks;
-// running attempts are closed as cancelled and their later reports will be
-// stale. It returns the runs it cancelled.
-func (a *Applier) Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string) ([]uuid.UUID, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	q := store.New(tx)
-	cancelled, err := q.CancelRuns(ctx, store.CancelRunsParams{Ids: ids, Reason: reason})
-	if err != nil || len(cancelled) == 0 {
-		return cancelled, err
-	}
-	for range cancelled {
-		a.finished(tx, lifecycle.RunCancelled)
-	}
-	tasks, err := q.CancelTasksOfRuns(ctx, cancelled)
-	if err != nil {
-		return nil, err
-	}
-	if len(tasks) > 0 {
-		if err := q.CloseRunningAttempts(ctx, store.CloseRunningAttemptsParams{TaskIds: tasks, ExitReason: executor.ReasonCancelled, FailureClass: executor.ClassUser, Error: reason}); err != nil {
-			return nil, err
-		}
-	}
-	// The child runs of its job steps, and theirs (at most MaxCallDepth
-	// levels), with it.
-	return cancelled, a.cancelChildren(ctx, tx, q, tasks, ReasonParentCancelled)
-}
-
-// ReasonParentCancelled is why a child run cancelled with its parent was.
-const ReasonParentCancelled = "cancelled: the run of the step that started it was cancelled"

@@ -28,6 +28,9 @@ type RemoteWorker struct {
 	ID     uuid.UUID
 	Name   string
 	Tenant uuid.UUID
+	// Key is the API key it claims with: the workers of one key are
+	// bounded (MaxWorkersPerKey, MaxSlotsPerKey).
+	Key uuid.UUID
 	// Queues maps each step queue it serves to its slots there.
 	Queues map[string]int
 	Types  []string
@@ -46,12 +49,41 @@ func (w RemoteWorker) RemoteQueues() []string {
 	return out
 }
 
+// Bounds of the remote workers of one API key: the worker names it runs
+// at once, and the slots they declare together (each worker's in all
+// its queues), which admission counts as its tenant's remote capacity.
+const (
+	MaxWorkersPerKey = 100
+	MaxSlotsPerKey   = 10_000
+)
+
+// WorkerLimitError is a registration past a key's bounds.
+type WorkerLimitError struct{ Message string }
+
+func (e *WorkerLimitError) Error() string { return e.Message }
+
 // Register writes w's row in workers, or renews it for ttl: its slots
-// in its tenant's remote queues count for admission while it lives.
+// in its tenant's remote queues count for admission while it lives. A
+// worker past its key's bounds (with the key's other live workers) is
+// refused, a *WorkerLimitError.
 func (w RemoteWorker) Register(ctx context.Context, db store.DBTX, ttl time.Duration) error {
 	slots := make(map[string]int, len(w.Queues))
+	total := 0
 	for q, n := range w.Queues {
 		slots[dispatch.RemoteQueue(q, w.Tenant)] = n
+		total += n
+	}
+	if w.Key != uuid.Nil {
+		others, err := store.New(db).KeyWorkers(ctx, store.KeyWorkersParams{KeyID: &w.Key, Self: w.ID})
+		if err != nil {
+			return err
+		}
+		switch {
+		case int(others.Workers) >= MaxWorkersPerKey:
+			return &WorkerLimitError{fmt.Sprintf("this key runs %d live workers; a key runs at most %d (reuse worker names, or use another key)", others.Workers, MaxWorkersPerKey)}
+		case others.Slots+int64(total) > MaxSlotsPerKey:
+			return &WorkerLimitError{fmt.Sprintf("this key's live workers declare %d slots and this one %d; a key's workers declare at most %d together", others.Slots, total, MaxSlotsPerKey)}
+		}
 	}
 	queues, err := json.Marshal(slots)
 	if err != nil {
@@ -62,8 +94,12 @@ func (w RemoteWorker) Register(ctx context.Context, db store.DBTX, ttl time.Dura
 		return err
 	}
 	tenant := w.Tenant
+	var key *uuid.UUID
+	if w.Key != uuid.Nil {
+		key = &w.Key
+	}
 	return store.New(db).HeartbeatRemoteWorker(ctx, store.HeartbeatRemoteWorkerParams{ID: w.ID, Name: w.Name, Queues: queues,
-		TenantID: &tenant, Types: types, TtlSeconds: ttl.Seconds()})
+		TenantID: &tenant, Types: types, TtlSeconds: ttl.Seconds(), KeyID: key})
 }
 
 // OfferRemote turns a batch of a gateway's River jobs into offers: each

@@ -53,6 +53,9 @@ type upstreamEnd struct {
 	// runs jobs through their steps and starts them by their ends is
 	// bounded by run.MaxCallDepth, as a loop of calls alone is.
 	Calls int32
+	// Root is the root of the upstream run's tree, which the run it
+	// starts joins (docs/workflows.md, "Trees of runs").
+	Root uuid.UUID
 }
 
 // planDownstream decides the runs of a job (schedule.after) for the ends
@@ -175,6 +178,9 @@ func (s *Scheduler) downstreamBatch(ctx context.Context, leases []*shard.Lease, 
 		if _, err := s.applier().Cancel(ctx, tx, cancel, lifecycle.ReasonCancelledByNewer); err != nil {
 			return err
 		}
+		if err := s.applier().HoldToTrees(ctx, q, news); err != nil {
+			return err
+		}
 		rooms, err := usage.RunRooms(ctx, store.New(s.cfg.Pool), run.TenantsOf(news))
 		if err != nil {
 			return err
@@ -273,7 +279,7 @@ func (s *Scheduler) downstreamRuns(ctx context.Context, q *store.Queries, events
 				}
 				upstreams[k] = js
 			}
-			ends = append(ends, upstreamEnd{At: e.FinishedAt, Outcome: e.Status, JSON: js, Depth: upstreamDepth(e.RunUpstream) + 1, Calls: e.Depth})
+			ends = append(ends, upstreamEnd{At: e.FinishedAt, Outcome: e.Status, JSON: js, Depth: upstreamDepth(e.RunUpstream) + 1, Calls: e.Depth, Root: e.RootRunID})
 		}
 		if len(ends) == 0 {
 			continue
@@ -305,7 +311,8 @@ func (s *Scheduler) downstreamRuns(ctx context.Context, q *store.Queries, events
 		ref := run.JobRef{ID: d.ID, Tenant: d.TenantID, Version: d.Version, Shard: int(d.Shard), Spec: &spec}
 		for _, r := range p.Runs {
 			e := byAt[r.At]
-			news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: -1, Upstream: e.JSON, Depth: int(e.Calls)})
+			news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: -1, Upstream: e.JSON,
+				Depth: int(e.Calls), Root: e.Root})
 		}
 		cancel = append(cancel, p.Cancel...)
 	}

@@ -148,6 +148,12 @@ func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
 		if err := s.fireDownstream(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
 			s.cfg.Logger.Error("downstream step failed", "err", err)
 		}
+		if err := s.startCalls(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
+			s.cfg.Logger.Error("job steps' calls failed", "err", err)
+		}
+		if err := s.cancelPending(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
+			s.cfg.Logger.Error("pending cancels failed", "err", err)
+		}
 	}()
 	heads, err := store.New(s.cfg.Pool).ShardHeads(ctx, ids)
 	if err != nil {
@@ -411,5 +417,5 @@ func skipReason(reason string) string {
 
 // applier writes the runs a firing creates or cancels.
 func (s *Scheduler) applier() *run.Applier {
-	return &run.Applier{Dispatcher: s.cfg.Dispatcher, Metrics: s.cfg.Metrics}
+	return &run.Applier{Dispatcher: s.cfg.Dispatcher, Metrics: s.cfg.Metrics, Failpoints: s.cfg.Failpoints}
 }

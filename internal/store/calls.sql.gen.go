@@ -13,6 +13,23 @@ import (
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
+const addRunTreeRuns = `-- name: AddRunTreeRuns :exec
+UPDATE run_trees SET runs = run_trees.runs + u.n
+FROM (SELECT unnest($1::uuid[]) AS root_run_id, unnest($2::int[]) AS n) AS u
+WHERE run_trees.root_run_id = u.root_run_id
+`
+
+type AddRunTreeRunsParams struct {
+	RootRunIds []uuid.UUID
+	Ns         []int32
+}
+
+// AddRunTreeRuns counts runs added to trees (parallel arrays).
+func (q *Queries) AddRunTreeRuns(ctx context.Context, arg AddRunTreeRunsParams) error {
+	_, err := q.db.Exec(ctx, addRunTreeRuns, arg.RootRunIds, arg.Ns)
+	return err
+}
+
 const callAuthors = `-- name: CallAuthors :many
 SELECT job_id, callee_namespace, callee_name, author_key FROM job_calls WHERE job_id = ANY($1::uuid[])
 `
@@ -107,6 +124,54 @@ func (q *Queries) CallChain(ctx context.Context, arg CallChainParams) ([]CallCha
 			&i.CallerNamespace,
 			&i.CallerName,
 			&i.Depth,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const callJobs = `-- name: CallJobs :many
+SELECT j.id, j.tenant_id, j.namespace, j.name, j.version, j.shard, j.spec
+FROM jobs AS j
+WHERE j.id = ANY($1::uuid[]) AND j.status <> 'deleted'
+ORDER BY j.id
+FOR SHARE
+`
+
+type CallJobsRow struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	Namespace string
+	Name      string
+	Version   int64
+	Shard     int32
+	Spec      []byte
+}
+
+// CallJobs locks (FOR SHARE, in id order) the live jobs of calls to
+// start, by id.
+func (q *Queries) CallJobs(ctx context.Context, ids []uuid.UUID) ([]CallJobsRow, error) {
+	rows, err := q.db.Query(ctx, callJobs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CallJobsRow{}
+	for rows.Next() {
+		var i CallJobsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.Namespace,
+			&i.Name,
+			&i.Version,
+			&i.Shard,
+			&i.Spec,
 		); err != nil {
 			return nil, err
 		}
@@ -317,6 +382,15 @@ func (q *Queries) ChildRuns(ctx context.Context, taskIds []uuid.UUID) ([]ChildRu
 	return items, nil
 }
 
+const deleteCallStarts = `-- name: DeleteCallStarts :exec
+DELETE FROM call_starts WHERE task_id = ANY($1::uuid[])
+`
+
+func (q *Queries) DeleteCallStarts(ctx context.Context, taskIds []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, deleteCallStarts, taskIds)
+	return err
+}
+
 const deleteJobCalls = `-- name: DeleteJobCalls :exec
 DELETE FROM job_calls WHERE job_id = $1
 `
@@ -326,6 +400,116 @@ DELETE FROM job_calls WHERE job_id = $1
 // definition.
 func (q *Queries) DeleteJobCalls(ctx context.Context, jobID uuid.UUID) error {
 	_, err := q.db.Exec(ctx, deleteJobCalls, jobID)
+	return err
+}
+
+const deleteRunCancels = `-- name: DeleteRunCancels :exec
+DELETE FROM run_cancels WHERE run_id = ANY($1::uuid[])
+`
+
+func (q *Queries) DeleteRunCancels(ctx context.Context, runIds []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, deleteRunCancels, runIds)
+	return err
+}
+
+const ensureRunTrees = `-- name: EnsureRunTrees :exec
+INSERT INTO run_trees (root_run_id, tenant_id, runs, created_at)
+SELECT unnest($1::uuid[]), unnest($2::uuid[]), 0, now()
+ON CONFLICT (root_run_id) DO NOTHING
+`
+
+type EnsureRunTreesParams struct {
+	RootRunIds []uuid.UUID
+	TenantIds  []uuid.UUID
+}
+
+// EnsureRunTrees writes the count rows of trees that have none (parallel
+// arrays), to be locked next.
+func (q *Queries) EnsureRunTrees(ctx context.Context, arg EnsureRunTreesParams) error {
+	_, err := q.db.Exec(ctx, ensureRunTrees, arg.RootRunIds, arg.TenantIds)
+	return err
+}
+
+const finishedRuns = `-- name: FinishedRuns :many
+SELECT id FROM runs WHERE id = ANY($1::uuid[]) AND finished_at IS NOT NULL
+`
+
+func (q *Queries) FinishedRuns(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, finishedRuns, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const hasCallStarts = `-- name: HasCallStarts :one
+SELECT EXISTS (SELECT 1 FROM call_starts WHERE shard = ANY($1::int[]) AND (retry_at IS NULL OR retry_at <= now()))::bool
+`
+
+// HasCallStarts says whether some call of the shards waits (the
+// scheduler's cheap look before a transaction).
+func (q *Queries) HasCallStarts(ctx context.Context, shards []int32) (bool, error) {
+	row := q.db.QueryRow(ctx, hasCallStarts, shards)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const hasRunCancels = `-- name: HasRunCancels :one
+SELECT EXISTS (SELECT 1 FROM run_cancels WHERE shard = ANY($1::int[]))::bool
+`
+
+func (q *Queries) HasRunCancels(ctx context.Context, shards []int32) (bool, error) {
+	row := q.db.QueryRow(ctx, hasRunCancels, shards)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
+const insertCallStarts = `-- name: InsertCallStarts :exec
+INSERT INTO call_starts (task_id, tenant_id, shard, job_id, run_id, params, root_run_id, depth, created_at)
+SELECT unnest($1::uuid[]), unnest($2::uuid[]), unnest($3::int[]), unnest($4::uuid[]),
+       unnest($5::uuid[]), NULLIF(unnest($6::text[]), '')::jsonb, unnest($7::uuid[]), unnest($8::int[]), now()
+ON CONFLICT (task_id) DO NOTHING
+`
+
+type InsertCallStartsParams struct {
+	TaskIds    []uuid.UUID
+	TenantIds  []uuid.UUID
+	Shards     []int32
+	JobIds     []uuid.UUID
+	RunIds     []uuid.UUID
+	Params     []string
+	RootRunIds []uuid.UUID
+	Depths     []int32
+}
+
+// InsertCallStarts writes the calls of job steps released (parallel
+// arrays), their child runs to start; a step released again while its
+// call waits keeps the one it has.
+func (q *Queries) InsertCallStarts(ctx context.Context, arg InsertCallStartsParams) error {
+	_, err := q.db.Exec(ctx, insertCallStarts,
+		arg.TaskIds,
+		arg.TenantIds,
+		arg.Shards,
+		arg.JobIds,
+		arg.RunIds,
+		arg.Params,
+		arg.RootRunIds,
+		arg.Depths,
+	)
 	return err
 }
 
@@ -354,16 +538,32 @@ func (q *Queries) InsertJobCalls(ctx context.Context, arg InsertJobCallsParams) 
 	return err
 }
 
-const openChildRuns = `-- name: OpenChildRuns :many
-SELECT r.id FROM runs AS r
-WHERE r.parent_task_id = ANY($1::uuid[]) AND r.status IN ('queued', 'pending', 'running')
-ORDER BY r.id
+const insertRunCancels = `-- name: InsertRunCancels :exec
+INSERT INTO run_cancels (run_id, shard, reason, created_at)
+SELECT unnest($1::uuid[]), unnest($2::int[]), unnest($3::text[]), now()
+ON CONFLICT (run_id) DO NOTHING
 `
 
-// OpenChildRuns lists the unfinished runs tasks started (to cancel with
-// their parents).
-func (q *Queries) OpenChildRuns(ctx context.Context, taskIds []uuid.UUID) ([]uuid.UUID, error) {
-	rows, err := q.db.Query(ctx, openChildRuns, taskIds)
+type InsertRunCancelsParams struct {
+	RunIds  []uuid.UUID
+	Shards  []int32
+	Reasons []string
+}
+
+// InsertRunCancels writes child runs to cancel later (parallel arrays).
+func (q *Queries) InsertRunCancels(ctx context.Context, arg InsertRunCancelsParams) error {
+	_, err := q.db.Exec(ctx, insertRunCancels, arg.RunIds, arg.Shards, arg.Reasons)
+	return err
+}
+
+const lockOpenRuns = `-- name: LockOpenRuns :many
+SELECT id FROM runs WHERE id = ANY($1::uuid[]) AND finished_at IS NULL ORDER BY id FOR UPDATE
+`
+
+// LockOpenRuns locks, of runs, those still open, in id order
+// (the runs whose calls start: a run cancelled meanwhile is seen so).
+func (q *Queries) LockOpenRuns(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, lockOpenRuns, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -380,6 +580,150 @@ func (q *Queries) OpenChildRuns(ctx context.Context, taskIds []uuid.UUID) ([]uui
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockOpenTasksOfRuns = `-- name: LockOpenTasksOfRuns :many
+SELECT run_id FROM tasks
+WHERE run_id = ANY($1::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
+ORDER BY id FOR UPDATE SKIP LOCKED
+`
+
+// LockOpenTasksOfRuns locks the open tasks of runs that no other
+// transaction holds (SKIP LOCKED), in id order, and returns their runs.
+func (q *Queries) LockOpenTasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, lockOpenTasksOfRuns, runIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var run_id uuid.UUID
+		if err := rows.Scan(&run_id); err != nil {
+			return nil, err
+		}
+		items = append(items, run_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockRunTrees = `-- name: LockRunTrees :many
+SELECT root_run_id, runs FROM run_trees WHERE root_run_id = ANY($1::uuid[]) ORDER BY root_run_id FOR UPDATE
+`
+
+type LockRunTreesRow struct {
+	RootRunID uuid.UUID
+	Runs      int32
+}
+
+// LockRunTrees locks trees' counts in root order.
+func (q *Queries) LockRunTrees(ctx context.Context, rootRunIds []uuid.UUID) ([]LockRunTreesRow, error) {
+	rows, err := q.db.Query(ctx, lockRunTrees, rootRunIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockRunTreesRow{}
+	for rows.Next() {
+		var i LockRunTreesRow
+		if err := rows.Scan(&i.RootRunID, &i.Runs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockRunsToCancel = `-- name: LockRunsToCancel :many
+SELECT r.id, (SELECT count(*) FROM tasks AS t WHERE t.run_id = r.id
+              AND t.status IN ('waiting', 'queued', 'running', 'retrying', 'expanded'))::int AS open_tasks
+FROM runs AS r WHERE r.id = ANY($1::uuid[]) AND r.finished_at IS NULL
+ORDER BY r.id FOR UPDATE OF r SKIP LOCKED
+`
+
+type LockRunsToCancelRow struct {
+	ID        uuid.UUID
+	OpenTasks int32
+}
+
+// LockRunsToCancel locks, of runs, those still open that no other
+// transaction holds (SKIP LOCKED), in id order, with their open tasks'
+// count (the pending cancels' sweep waits for nothing: a run busy now is
+// cancelled at a later pass).
+func (q *Queries) LockRunsToCancel(ctx context.Context, ids []uuid.UUID) ([]LockRunsToCancelRow, error) {
+	rows, err := q.db.Query(ctx, lockRunsToCancel, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockRunsToCancelRow{}
+	for rows.Next() {
+		var i LockRunsToCancelRow
+		if err := rows.Scan(&i.ID, &i.OpenTasks); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const openChildRunsWithShard = `-- name: OpenChildRunsWithShard :many
+SELECT r.id, r.shard FROM runs AS r
+WHERE r.parent_task_id = ANY($1::uuid[]) AND r.status IN ('queued', 'pending', 'running')
+ORDER BY r.id
+`
+
+type OpenChildRunsWithShardRow struct {
+	ID    uuid.UUID
+	Shard int32
+}
+
+// OpenChildRunsWithShard lists the unfinished runs tasks started (to
+// cancel with their parents), with their shards (to cancel later).
+func (q *Queries) OpenChildRunsWithShard(ctx context.Context, taskIds []uuid.UUID) ([]OpenChildRunsWithShardRow, error) {
+	rows, err := q.db.Query(ctx, openChildRunsWithShard, taskIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []OpenChildRunsWithShardRow{}
+	for rows.Next() {
+		var i OpenChildRunsWithShardRow
+		if err := rows.Scan(&i.ID, &i.Shard); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const setAsideCallStart = `-- name: SetAsideCallStart :exec
+UPDATE call_starts SET tries = tries + 1, last_error = $1,
+    retry_at = now() + INTERVAL '1 second' * LEAST(600, power(2, LEAST(tries + 1, 10)))
+WHERE task_id = $2
+`
+
+type SetAsideCallStartParams struct {
+	Error  string
+	TaskID uuid.UUID
+}
+
+// SetAsideCallStart puts off a call whose transaction failed alone.
+func (q *Queries) SetAsideCallStart(ctx context.Context, arg SetAsideCallStartParams) error {
+	_, err := q.db.Exec(ctx, setAsideCallStart, arg.Error, arg.TaskID)
+	return err
 }
 
 const startCalls = `-- name: StartCalls :many
@@ -434,6 +778,162 @@ func (q *Queries) StartCalls(ctx context.Context, arg StartCallsParams) ([]Start
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const takeCallStarts = `-- name: TakeCallStarts :many
+SELECT c.task_id, c.tenant_id, c.shard, c.job_id, c.run_id, c.params, c.root_run_id, c.depth,
+       t.status AS task_status, t.job_step
+FROM call_starts AS c JOIN tasks AS t ON t.id = c.task_id
+WHERE c.shard = ANY($1::int[]) AND (c.retry_at IS NULL OR c.retry_at <= now())
+ORDER BY c.created_at, c.task_id
+LIMIT $2
+FOR UPDATE OF c SKIP LOCKED
+`
+
+type TakeCallStartsParams struct {
+	Shards []int32
+	Batch  int32
+}
+
+type TakeCallStartsRow struct {
+	TaskID     uuid.UUID
+	TenantID   uuid.UUID
+	Shard      int32
+	JobID      uuid.UUID
+	RunID      uuid.UUID
+	Params     []byte
+	RootRunID  uuid.UUID
+	Depth      int32
+	TaskStatus lifecycle.TaskStatus
+	JobStep    bool
+}
+
+// TakeCallStarts takes the oldest calls of the shards, at most @batch,
+// with the step's task as it is now (its status, job_step).
+func (q *Queries) TakeCallStarts(ctx context.Context, arg TakeCallStartsParams) ([]TakeCallStartsRow, error) {
+	rows, err := q.db.Query(ctx, takeCallStarts, arg.Shards, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TakeCallStartsRow{}
+	for rows.Next() {
+		var i TakeCallStartsRow
+		if err := rows.Scan(
+			&i.TaskID,
+			&i.TenantID,
+			&i.Shard,
+			&i.JobID,
+			&i.RunID,
+			&i.Params,
+			&i.RootRunID,
+			&i.Depth,
+			&i.TaskStatus,
+			&i.JobStep,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const takeRunCancels = `-- name: TakeRunCancels :many
+SELECT run_id, reason FROM run_cancels
+WHERE shard = ANY($1::int[])
+ORDER BY created_at, run_id
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+`
+
+type TakeRunCancelsParams struct {
+	Shards []int32
+	Batch  int32
+}
+
+type TakeRunCancelsRow struct {
+	RunID  uuid.UUID
+	Reason string
+}
+
+// TakeRunCancels takes the oldest cancels of the shards, at most @batch.
+func (q *Queries) TakeRunCancels(ctx context.Context, arg TakeRunCancelsParams) ([]TakeRunCancelsRow, error) {
+	rows, err := q.db.Query(ctx, takeRunCancels, arg.Shards, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TakeRunCancelsRow{}
+	for rows.Next() {
+		var i TakeRunCancelsRow
+		if err := rows.Scan(&i.RunID, &i.Reason); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const treeBounds = `-- name: TreeBounds :many
+SELECT id, max_runs_per_tree FROM tenants WHERE id = ANY($1::uuid[]) AND max_runs_per_tree > 0
+`
+
+type TreeBoundsRow struct {
+	ID             uuid.UUID
+	MaxRunsPerTree int32
+}
+
+// TreeBounds are the tenants' own bounds on a tree's runs (the others
+// take the default).
+func (q *Queries) TreeBounds(ctx context.Context, ids []uuid.UUID) ([]TreeBoundsRow, error) {
+	rows, err := q.db.Query(ctx, treeBounds, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TreeBoundsRow{}
+	for rows.Next() {
+		var i TreeBoundsRow
+		if err := rows.Scan(&i.ID, &i.MaxRunsPerTree); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const waitingJobSteps = `-- name: WaitingJobSteps :many
+SELECT id FROM tasks WHERE id = ANY($1::uuid[]) AND status = 'waiting' AND job_step
+`
+
+// WaitingJobSteps lists, of tasks, the job steps still waiting.
+func (q *Queries) WaitingJobSteps(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, waitingJobSteps, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

@@ -127,14 +127,17 @@ WITH input AS (
     -- transaction creating the namespace holds no usage row meanwhile,
     -- which every creation of the tenant in the shard would wait on.
     -- Without it (apply), the caller counts the bytes returned.
-    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
-    SELECT j.tenant_id, j.shard, count(*), sum(j.bytes) FROM j, (SELECT count(*) FROM ns) AS after_ns
+    -- The audit row's bytes are history's.
+    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes, history_bytes)
+    SELECT j.tenant_id, j.shard, count(*), sum(j.bytes), sum(octet_length(i.snapshot::text))
+    FROM j JOIN input AS i ON i.id = j.id, (SELECT count(*) FROM ns) AS after_ns
     WHERE $18::bool
     GROUP BY j.tenant_id, j.shard ORDER BY j.tenant_id, j.shard
     ON CONFLICT (tenant_id, shard) DO UPDATE
-    SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
+    SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes,
+        history_bytes = tenant_job_usage.history_bytes + EXCLUDED.history_bytes
 )
-SELECT id, bytes::bigint AS bytes FROM j
+SELECT j.id, j.bytes::bigint AS bytes, octet_length(i.snapshot::text)::bigint AS history_bytes FROM j JOIN input AS i ON i.id = j.id
 `
 
 type CreateJobsParams struct {
@@ -159,8 +162,9 @@ type CreateJobsParams struct {
 }
 
 type CreateJobsRow struct {
-	ID    uuid.UUID
-	Bytes int64
+	ID           uuid.UUID
+	Bytes        int64
+	HistoryBytes int64
 }
 
 // CreateJobs writes new jobs in one statement (for the API, a batch of
@@ -201,7 +205,7 @@ func (q *Queries) CreateJobs(ctx context.Context, arg CreateJobsParams) ([]Creat
 	items := []CreateJobsRow{}
 	for rows.Next() {
 		var i CreateJobsRow
-		if err := rows.Scan(&i.ID, &i.Bytes); err != nil {
+		if err := rows.Scan(&i.ID, &i.Bytes, &i.HistoryBytes); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -671,6 +675,46 @@ func (q *Queries) ListJobs(ctx context.Context, arg ListJobsParams) ([]ListJobsR
 			&i.DeletedAt,
 			&i.PageRows,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const pruneJobVersions = `-- name: PruneJobVersions :many
+DELETE FROM job_versions AS v
+WHERE v.job_id = $1 AND v.version < $2
+  AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.job_id = v.job_id AND r.job_version = v.version)
+RETURNING v.version, octet_length(v.spec::text)::bigint AS bytes
+`
+
+type PruneJobVersionsParams struct {
+	JobID uuid.UUID
+	Below int64
+}
+
+type PruneJobVersionsRow struct {
+	Version int64
+	Bytes   int64
+}
+
+// PruneJobVersions deletes a job's versions below @below that no run
+// pins (a retry reads its run's version), and returns them with their
+// bytes as counted.
+func (q *Queries) PruneJobVersions(ctx context.Context, arg PruneJobVersionsParams) ([]PruneJobVersionsRow, error) {
+	rows, err := q.db.Query(ctx, pruneJobVersions, arg.JobID, arg.Below)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []PruneJobVersionsRow{}
+	for rows.Next() {
+		var i PruneJobVersionsRow
+		if err := rows.Scan(&i.Version, &i.Bytes); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -101,6 +101,21 @@ type Backfill struct {
 	FinishedAt    *time.Time
 }
 
+type CallStart struct {
+	TaskID    uuid.UUID
+	TenantID  uuid.UUID
+	Shard     int32
+	JobID     uuid.UUID
+	RunID     uuid.UUID
+	Params    []byte
+	RootRunID uuid.UUID
+	Depth     int32
+	CreatedAt time.Time
+	Tries     int32
+	RetryAt   *time.Time
+	LastError string
+}
+
 type ClusterSetting struct {
 	ID         int32
 	ShardCount int32
@@ -277,6 +292,14 @@ type Run struct {
 	Upstream     []byte
 	ParentTaskID *uuid.UUID
 	Depth        int32
+	RootRunID    *uuid.UUID
+}
+
+type RunCancel struct {
+	RunID     uuid.UUID
+	Shard     int32
+	Reason    string
+	CreatedAt time.Time
 }
 
 type RunFinish struct {
@@ -284,6 +307,13 @@ type RunFinish struct {
 	Shard      int32
 	Status     string
 	FinishedAt time.Time
+}
+
+type RunTree struct {
+	RootRunID uuid.UUID
+	TenantID  uuid.UUID
+	Runs      int32
+	CreatedAt time.Time
 }
 
 type Shard struct {
@@ -348,6 +378,8 @@ type Tenant struct {
 	MaxRuns             int64
 	MaxTasks            int64
 	MaxItemsPerStep     int32
+	MaxRunsPerTree      int32
+	MaxHistoryBytes     int64
 }
 
 type TenantJobUsage struct {
@@ -355,6 +387,7 @@ type TenantJobUsage struct {
 	Shard           int32
 	Jobs            int64
 	DefinitionBytes int64
+	HistoryBytes    int64
 }
 
 type TenantQueueQuota struct {
@@ -399,4 +432,5 @@ type Worker struct {
 	Tenants        []byte
 	TenantID       *uuid.UUID
 	Types          []byte
+	KeyID          *uuid.UUID
 }

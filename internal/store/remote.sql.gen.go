@@ -34,8 +34,8 @@ func (q *Queries) DeleteStaleOffers(ctx context.Context, batch int32) (int64, er
 }
 
 const heartbeatRemoteWorker = `-- name: HeartbeatRemoteWorker :exec
-INSERT INTO workers (id, name, queues, tenants, tenant_id, types, started_at, heartbeat_at, lease_expires_at)
-VALUES ($1, $2, $3, '[]', $4, $5, now(), now(), now() + INTERVAL '1 second' * $6::float8)
+INSERT INTO workers (id, name, queues, tenants, tenant_id, types, started_at, heartbeat_at, lease_expires_at, key_id)
+VALUES ($1, $2, $3, '[]', $4, $5, now(), now(), now() + INTERVAL '1 second' * $6::float8, $7)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at,
     queues = excluded.queues, types = excluded.types,
     started_at = CASE WHEN workers.lease_expires_at < now() THEN now() ELSE workers.started_at END
@@ -48,6 +48,7 @@ type HeartbeatRemoteWorkerParams struct {
 	TenantID   *uuid.UUID
 	Types      []byte
 	TtlSeconds float64
+	KeyID      *uuid.UUID
 }
 
 // HeartbeatRemoteWorker registers a remote worker or renews its lease,
@@ -60,6 +61,7 @@ func (q *Queries) HeartbeatRemoteWorker(ctx context.Context, arg HeartbeatRemote
 		arg.TenantID,
 		arg.Types,
 		arg.TtlSeconds,
+		arg.KeyID,
 	)
 	return err
 }
@@ -95,6 +97,32 @@ func (q *Queries) InsertOffers(ctx context.Context, arg InsertOffersParams) erro
 		arg.Priorities,
 	)
 	return err
+}
+
+const keyWorkers = `-- name: KeyWorkers :one
+SELECT count(*)::int AS workers,
+       COALESCE(sum((SELECT COALESCE(sum(value::bigint), 0) FROM jsonb_each_text(w.queues))), 0)::bigint AS slots
+FROM workers AS w
+WHERE w.key_id = $1 AND w.id <> $2 AND w.lease_expires_at > now()
+`
+
+type KeyWorkersParams struct {
+	KeyID *uuid.UUID
+	Self  uuid.UUID
+}
+
+type KeyWorkersRow struct {
+	Workers int32
+	Slots   int64
+}
+
+// KeyWorkers counts the live remote workers of a key but one (the one
+// registering), and the slots they declare together.
+func (q *Queries) KeyWorkers(ctx context.Context, arg KeyWorkersParams) (KeyWorkersRow, error) {
+	row := q.db.QueryRow(ctx, keyWorkers, arg.KeyID, arg.Self)
+	var i KeyWorkersRow
+	err := row.Scan(&i.Workers, &i.Slots)
+	return i, err
 }
 
 const leaseRemoteAttempts = `-- name: LeaseRemoteAttempts :exec

@@ -75,6 +75,18 @@ func (q *Queries) DeleteEdgesOfTasks(ctx context.Context, taskIds []uuid.UUID) e
 	return err
 }
 
+const deleteRunTrees = `-- name: DeleteRunTrees :exec
+DELETE FROM run_trees WHERE root_run_id = ANY($1::uuid[])
+`
+
+// DeleteRunTrees drops the counts of the trees whose roots are pruned
+// (a run left in such a tree starts no count again: a new root's tree
+// would be another).
+func (q *Queries) DeleteRunTrees(ctx context.Context, runIds []uuid.UUID) error {
+	_, err := q.db.Exec(ctx, deleteRunTrees, runIds)
+	return err
+}
+
 const deleteRuns = `-- name: DeleteRuns :exec
 DELETE FROM runs WHERE id = ANY($1::uuid[])
 `

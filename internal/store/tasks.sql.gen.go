@@ -147,7 +147,7 @@ func (q *Queries) CompleteAttempts(ctx context.Context, arg CompleteAttemptsPara
 
 const conditionRuns = `-- name: ConditionRuns :many
 SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard,
-       r.tenant_id, r.depth
+       r.tenant_id, r.depth, COALESCE(r.root_run_id, r.id)::uuid AS root_run_id
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 WHERE r.id = ANY($1::uuid[])
 `
@@ -165,6 +165,7 @@ type ConditionRunsRow struct {
 	Shard        int32
 	TenantID     uuid.UUID
 	Depth        int32
+	RootRunID    uuid.UUID
 }
 
 // ConditionRuns reads what conditions of tasks of runs read of the run.
@@ -190,6 +191,7 @@ func (q *Queries) ConditionRuns(ctx context.Context, ids []uuid.UUID) ([]Conditi
 			&i.Shard,
 			&i.TenantID,
 			&i.Depth,
+			&i.RootRunID,
 		); err != nil {
 			return nil, err
 		}

@@ -27,8 +27,8 @@ func (q *Queries) DeleteTenantQueueQuota(ctx context.Context, arg DeleteTenantQu
 }
 
 const insertTenant = `-- name: InsertTenant :exec
-INSERT INTO tenants (id, name, max_jobs, max_definition_bytes, max_runs, max_tasks)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO tenants (id, name, max_jobs, max_definition_bytes, max_runs, max_tasks, max_history_bytes)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 `
 
 type InsertTenantParams struct {
@@ -38,6 +38,7 @@ type InsertTenantParams struct {
 	MaxDefinitionBytes int64
 	MaxRuns            int64
 	MaxTasks           int64
+	MaxHistoryBytes    int64
 }
 
 func (q *Queries) InsertTenant(ctx context.Context, arg InsertTenantParams) error {
@@ -48,6 +49,7 @@ func (q *Queries) InsertTenant(ctx context.Context, arg InsertTenantParams) erro
 		arg.MaxDefinitionBytes,
 		arg.MaxRuns,
 		arg.MaxTasks,
+		arg.MaxHistoryBytes,
 	)
 	return err
 }
@@ -131,7 +133,7 @@ func (q *Queries) ListTenants(ctx context.Context, arg ListTenantsParams) ([]Lis
 }
 
 const lockTenantByName = `-- name: LockTenantByName :one
-SELECT id, name, weight, max_concurrency, created_at, max_items_per_step FROM tenants WHERE name = $1 FOR NO KEY UPDATE
+SELECT id, name, weight, max_concurrency, created_at, max_items_per_step, max_runs_per_tree FROM tenants WHERE name = $1 FOR NO KEY UPDATE
 `
 
 type LockTenantByNameRow struct {
@@ -141,6 +143,7 @@ type LockTenantByNameRow struct {
 	MaxConcurrency  int32
 	CreatedAt       time.Time
 	MaxItemsPerStep int32
+	MaxRunsPerTree  int32
 }
 
 func (q *Queries) LockTenantByName(ctx context.Context, name string) (LockTenantByNameRow, error) {
@@ -153,18 +156,21 @@ func (q *Queries) LockTenantByName(ctx context.Context, name string) (LockTenant
 		&i.MaxConcurrency,
 		&i.CreatedAt,
 		&i.MaxItemsPerStep,
+		&i.MaxRunsPerTree,
 	)
 	return i, err
 }
 
 const setTenantLimits = `-- name: SetTenantLimits :exec
-UPDATE tenants SET weight = $1, max_concurrency = $2, max_items_per_step = $3 WHERE id = $4
+UPDATE tenants SET weight = $1, max_concurrency = $2, max_items_per_step = $3, max_runs_per_tree = $4
+WHERE id = $5
 `
 
 type SetTenantLimitsParams struct {
 	Weight          int32
 	MaxConcurrency  int32
 	MaxItemsPerStep int32
+	MaxRunsPerTree  int32
 	ID              uuid.UUID
 }
 
@@ -173,6 +179,7 @@ func (q *Queries) SetTenantLimits(ctx context.Context, arg SetTenantLimitsParams
 		arg.Weight,
 		arg.MaxConcurrency,
 		arg.MaxItemsPerStep,
+		arg.MaxRunsPerTree,
 		arg.ID,
 	)
 	return err
@@ -235,7 +242,7 @@ func (q *Queries) TenantQueueQuotas(ctx context.Context, tenantID uuid.UUID) ([]
 }
 
 const tenantRowByName = `-- name: TenantRowByName :one
-SELECT id, name, weight, max_concurrency, created_at, max_items_per_step FROM tenants WHERE name = $1
+SELECT id, name, weight, max_concurrency, created_at, max_items_per_step, max_runs_per_tree FROM tenants WHERE name = $1
 `
 
 type TenantRowByNameRow struct {
@@ -245,6 +252,7 @@ type TenantRowByNameRow struct {
 	MaxConcurrency  int32
 	CreatedAt       time.Time
 	MaxItemsPerStep int32
+	MaxRunsPerTree  int32
 }
 
 func (q *Queries) TenantRowByName(ctx context.Context, name string) (TenantRowByNameRow, error) {
@@ -257,6 +265,7 @@ func (q *Queries) TenantRowByName(ctx context.Context, name string) (TenantRowBy
 		&i.MaxConcurrency,
 		&i.CreatedAt,
 		&i.MaxItemsPerStep,
+		&i.MaxRunsPerTree,
 	)
 	return i, err
 }

@@ -355,7 +355,7 @@ func (q *Queries) SetJobTrigger(ctx context.Context, arg SetJobTriggerParams) er
 
 const takeUpstreamFinishes = `-- name: TakeUpstreamFinishes :many
 SELECT e.run_id, e.finished_at, e.status, r.tenant_id, r.job_id, r.job_version, r.upstream AS run_upstream,
-       uj.namespace, uj.name, r.parent_task_id, r.reason, r.depth
+       uj.namespace, uj.name, r.parent_task_id, r.reason, r.depth, COALESCE(r.root_run_id, r.id)::uuid AS root_run_id
 FROM upstream_finishes AS e JOIN runs AS r ON r.id = e.run_id JOIN jobs AS uj ON uj.id = r.job_id
 WHERE e.shard = ANY($1::int[]) AND (e.retry_at IS NULL OR e.retry_at <= now())
 ORDER BY e.finished_at, e.run_id
@@ -381,6 +381,7 @@ type TakeUpstreamFinishesRow struct {
 	ParentTaskID *uuid.UUID
 	Reason       string
 	Depth        int32
+	RootRunID    uuid.UUID
 }
 
 // TakeUpstreamFinishes locks a batch of the shards' upstream finish
@@ -407,6 +408,7 @@ func (q *Queries) TakeUpstreamFinishes(ctx context.Context, arg TakeUpstreamFini
 			&i.ParentTaskID,
 			&i.Reason,
 			&i.Depth,
+			&i.RootRunID,
 		); err != nil {
 			return nil, err
 		}

@@ -12,10 +12,12 @@ import (
 )
 
 const addJobUsage = `-- name: AddJobUsage :exec
-INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
-SELECT unnest($1::uuid[]), unnest($2::int[]), unnest($3::bigint[]), unnest($4::bigint[])
+INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes, history_bytes)
+SELECT unnest($1::uuid[]), unnest($2::int[]), unnest($3::bigint[]), unnest($4::bigint[]),
+       unnest($5::bigint[])
 ON CONFLICT (tenant_id, shard) DO UPDATE
-SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
+SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes,
+    history_bytes = tenant_job_usage.history_bytes + EXCLUDED.history_bytes
 `
 
 type AddJobUsageParams struct {
@@ -23,17 +25,19 @@ type AddJobUsageParams struct {
 	Shards          []int32
 	Jobs            []int64
 	DefinitionBytes []int64
+	HistoryBytes    []int64
 }
 
 // AddJobUsage adds to (or, negative, takes from) what tenants' shards
-// hold of jobs and definition bytes; the caller orders the rows by
-// (tenant, shard).
+// hold of jobs, definition bytes and history bytes; the caller orders the
+// rows by (tenant, shard).
 func (q *Queries) AddJobUsage(ctx context.Context, arg AddJobUsageParams) error {
 	_, err := q.db.Exec(ctx, addJobUsage,
 		arg.TenantIds,
 		arg.Shards,
 		arg.Jobs,
 		arg.DefinitionBytes,
+		arg.HistoryBytes,
 	)
 	return err
 }
@@ -87,12 +91,20 @@ func (q *Queries) ClearRunUsage(ctx context.Context) error {
 }
 
 const countJobUsage = `-- name: CountJobUsage :exec
-INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
-SELECT tenant_id, shard, count(*), COALESCE(sum(octet_length(spec::text)), 0)
-FROM jobs WHERE status <> 'deleted'
-GROUP BY tenant_id, shard
+INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes, history_bytes)
+SELECT j.tenant_id, j.shard, count(*) FILTER (WHERE j.status <> 'deleted'),
+       COALESCE(sum(octet_length(j.spec::text)) FILTER (WHERE j.status <> 'deleted'), 0),
+       COALESCE(sum((SELECT sum(octet_length(v.spec::text)) FROM job_versions AS v
+                      WHERE v.job_id = j.id AND (j.status = 'deleted' OR v.version < j.version))), 0)
+       + COALESCE(sum((SELECT sum(COALESCE(octet_length(a.before::text), 0) + COALESCE(octet_length(a.after::text), 0)) FROM audit_log AS a
+                       WHERE a.target_id = j.id AND a.target_kind = 'job')), 0)
+FROM jobs AS j
+GROUP BY j.tenant_id, j.shard
 `
 
+// CountJobUsage counts live jobs and their definitions' bytes, and their
+// history's: the versions kept but the live ones, and the audit rows of
+// the jobs' changes.
 func (q *Queries) CountJobUsage(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, countJobUsage)
 	return err
@@ -112,12 +124,13 @@ func (q *Queries) CountRunUsage(ctx context.Context) error {
 }
 
 const jobRooms = `-- name: JobRooms :many
-SELECT t.id, t.name, t.max_jobs, t.max_definition_bytes,
-       COALESCE(sum(u.jobs), 0)::bigint AS jobs, COALESCE(sum(u.definition_bytes), 0)::bigint AS definition_bytes
+SELECT t.id, t.name, t.max_jobs, t.max_definition_bytes, t.max_history_bytes,
+       COALESCE(sum(u.jobs), 0)::bigint AS jobs, COALESCE(sum(u.definition_bytes), 0)::bigint AS definition_bytes,
+       COALESCE(sum(u.history_bytes), 0)::bigint AS history_bytes
 FROM tenants AS t
 LEFT JOIN tenant_job_usage AS u ON u.tenant_id = t.id
-WHERE t.id = ANY($1::uuid[]) AND (t.max_jobs > 0 OR t.max_definition_bytes > 0)
-GROUP BY t.id, t.name, t.max_jobs, t.max_definition_bytes
+WHERE t.id = ANY($1::uuid[]) AND (t.max_jobs > 0 OR t.max_definition_bytes > 0 OR t.max_history_bytes > 0)
+GROUP BY t.id, t.name, t.max_jobs, t.max_definition_bytes, t.max_history_bytes
 `
 
 type JobRoomsRow struct {
@@ -125,12 +138,15 @@ type JobRoomsRow struct {
 	Name               string
 	MaxJobs            int64
 	MaxDefinitionBytes int64
+	MaxHistoryBytes    int64
 	Jobs               int64
 	DefinitionBytes    int64
+	HistoryBytes       int64
 }
 
-// JobRooms reads, for the tenants given that have a job or definition
-// bytes quota, those quotas and what they hold (package usage).
+// JobRooms reads, for the tenants given that have a job, definition
+// bytes or history bytes quota, those quotas and what they hold (package
+// usage).
 func (q *Queries) JobRooms(ctx context.Context, tenantIds []uuid.UUID) ([]JobRoomsRow, error) {
 	rows, err := q.db.Query(ctx, jobRooms, tenantIds)
 	if err != nil {
@@ -145,8 +161,10 @@ func (q *Queries) JobRooms(ctx context.Context, tenantIds []uuid.UUID) ([]JobRoo
 			&i.Name,
 			&i.MaxJobs,
 			&i.MaxDefinitionBytes,
+			&i.MaxHistoryBytes,
 			&i.Jobs,
 			&i.DefinitionBytes,
+			&i.HistoryBytes,
 		); err != nil {
 			return nil, err
 		}
@@ -206,8 +224,9 @@ func (q *Queries) RunRooms(ctx context.Context, tenantIds []uuid.UUID) ([]RunRoo
 }
 
 const setTenantStorageLimits = `-- name: SetTenantStorageLimits :exec
-UPDATE tenants SET max_jobs = $1, max_definition_bytes = $2, max_runs = $3, max_tasks = $4
-WHERE id = $5
+UPDATE tenants SET max_jobs = $1, max_definition_bytes = $2, max_runs = $3, max_tasks = $4,
+    max_history_bytes = $5
+WHERE id = $6
 `
 
 type SetTenantStorageLimitsParams struct {
@@ -215,6 +234,7 @@ type SetTenantStorageLimitsParams struct {
 	MaxDefinitionBytes int64
 	MaxRuns            int64
 	MaxTasks           int64
+	MaxHistoryBytes    int64
 	ID                 uuid.UUID
 }
 
@@ -224,15 +244,17 @@ func (q *Queries) SetTenantStorageLimits(ctx context.Context, arg SetTenantStora
 		arg.MaxDefinitionBytes,
 		arg.MaxRuns,
 		arg.MaxTasks,
+		arg.MaxHistoryBytes,
 		arg.ID,
 	)
 	return err
 }
 
 const tenantStorage = `-- name: TenantStorage :one
-SELECT t.max_jobs, t.max_definition_bytes, t.max_runs, t.max_tasks,
+SELECT t.max_jobs, t.max_definition_bytes, t.max_runs, t.max_tasks, t.max_history_bytes,
        COALESCE((SELECT sum(u.jobs) FROM tenant_job_usage AS u WHERE u.tenant_id = t.id), 0)::bigint AS jobs,
        COALESCE((SELECT sum(u.definition_bytes) FROM tenant_job_usage AS u WHERE u.tenant_id = t.id), 0)::bigint AS definition_bytes,
+       COALESCE((SELECT sum(u.history_bytes) FROM tenant_job_usage AS u WHERE u.tenant_id = t.id), 0)::bigint AS history_bytes,
        COALESCE((SELECT sum(u.runs) FROM tenant_run_usage AS u WHERE u.tenant_id = t.id), 0)::bigint AS runs,
        COALESCE((SELECT sum(u.tasks) FROM tenant_run_usage AS u WHERE u.tenant_id = t.id), 0)::bigint AS tasks
 FROM tenants AS t WHERE t.id = $1
@@ -243,8 +265,10 @@ type TenantStorageRow struct {
 	MaxDefinitionBytes int64
 	MaxRuns            int64
 	MaxTasks           int64
+	MaxHistoryBytes    int64
 	Jobs               int64
 	DefinitionBytes    int64
+	HistoryBytes       int64
 	Runs               int64
 	Tasks              int64
 }
@@ -258,8 +282,10 @@ func (q *Queries) TenantStorage(ctx context.Context, id uuid.UUID) (TenantStorag
 		&i.MaxDefinitionBytes,
 		&i.MaxRuns,
 		&i.MaxTasks,
+		&i.MaxHistoryBytes,
 		&i.Jobs,
 		&i.DefinitionBytes,
+		&i.HistoryBytes,
 		&i.Runs,
 		&i.Tasks,
 	)

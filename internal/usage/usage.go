@@ -1,6 +1,9 @@
 // Package usage holds tenants to their storage quotas: how many live jobs
-// a tenant may have and how many bytes their definitions may take, and how
-// many runs and tasks it may keep (until retention prunes them).
+// a tenant may have, how many bytes their definitions may take and their
+// history (the versions kept besides the live ones, the audit rows of
+// their changes: an update keeps the definition before as a version and
+// writes an audit row of both), and how many runs and tasks it may keep
+// (until retention prunes them).
 //
 // # Counting
 //
@@ -12,8 +15,12 @@
 // the writers of one tenant in different shards (the shards' schedulers,
 // API calls) never wait on one row, and every writer locks the rows it
 // changes in key order; what a tenant holds is the sum of its rows. A
-// definition's bytes are its spec as JSON text, as the database stores it.
-// Recount counts everything again from the tables.
+// definition's bytes are its spec as JSON text, as the database stores it;
+// an audit row's, its before and after as JSON text (estimated from the
+// compact JSON written: TextBytes). A pause, a resume or a deletion writes
+// history that no quota refuses (Delta.AddExempt): a tenant at its quota
+// can still stop and delete jobs. Recount counts everything again from the
+// tables.
 //
 // # Checking
 //
@@ -55,6 +62,9 @@ type Limits struct {
 	DefinitionBytes int64
 	Runs            int64
 	Tasks           int64
+	// HistoryBytes bounds the history of its definitions: the versions
+	// kept besides the live ones, and the audit rows of its jobs' changes.
+	HistoryBytes int64
 }
 
 // Usage is what a tenant holds.
@@ -63,13 +73,16 @@ type Usage struct {
 	DefinitionBytes int64
 	Runs            int64
 	Tasks           int64
+	HistoryBytes    int64
 }
 
 // Defaults are the quotas of a tenant made by CreateTenant: room for a
-// large team's jobs (at 256 MiB, about 10,000 definitions of 25 KB) and
-// for a week of runs at one run of ten steps every second (6,000,000
-// tasks), with margin. A system admin changes them per tenant.
-var Defaults = Limits{Jobs: 10_000, DefinitionBytes: 256 << 20, Runs: 1_000_000, Tasks: 10_000_000}
+// large team's jobs (at 256 MiB, about 10,000 definitions of 25 KB), for
+// their history (1 GiB: each of those changed 13 times, a change keeping
+// the version before and an audit row of both), and for a week of runs
+// at one run of ten steps every second (6,000,000 tasks), with margin. A
+// system admin changes them per tenant.
+var Defaults = Limits{Jobs: 10_000, DefinitionBytes: 256 << 20, Runs: 1_000_000, Tasks: 10_000_000, HistoryBytes: 1 << 30}
 
 // MaxLimit bounds each quota a system admin may set.
 const MaxLimit = 1 << 50
@@ -78,7 +91,7 @@ const MaxLimit = 1 << 50
 // storage quota.
 type ExceededError struct {
 	Tenant string
-	Quota  string // max_jobs, max_definition_bytes, max_runs or max_tasks
+	Quota  string // max_jobs, max_definition_bytes, max_runs, max_tasks or max_history_bytes
 	Limit  int64
 	Used   int64 // what the tenant holds
 	Adding int64 // what the write would add
@@ -110,6 +123,7 @@ func (r *Room) Add(add Usage) error {
 		{"max_definition_bytes", r.Limits.DefinitionBytes, r.Usage.DefinitionBytes, add.DefinitionBytes},
 		{"max_runs", r.Limits.Runs, r.Usage.Runs, add.Runs},
 		{"max_tasks", r.Limits.Tasks, r.Usage.Tasks, add.Tasks},
+		{"max_history_bytes", r.Limits.HistoryBytes, r.Usage.HistoryBytes, add.HistoryBytes},
 	} {
 		if c.limit > 0 && c.add > 0 && c.used+c.add > c.limit {
 			return &ExceededError{Tenant: r.Tenant, Quota: c.quota, Limit: c.limit, Used: c.used, Adding: c.add}
@@ -119,6 +133,7 @@ func (r *Room) Add(add Usage) error {
 	r.Usage.DefinitionBytes += add.DefinitionBytes
 	r.Usage.Runs += add.Runs
 	r.Usage.Tasks += add.Tasks
+	r.Usage.HistoryBytes += add.HistoryBytes
 	return nil
 }
 
@@ -160,8 +175,8 @@ func JobRooms(ctx context.Context, q *store.Queries, tenants []uuid.UUID) (Rooms
 	}
 	out := make(Rooms, len(rows))
 	for _, r := range rows {
-		out[r.ID] = &Room{Tenant: r.Name, Limits: Limits{Jobs: r.MaxJobs, DefinitionBytes: r.MaxDefinitionBytes},
-			Usage: Usage{Jobs: r.Jobs, DefinitionBytes: r.DefinitionBytes}}
+		out[r.ID] = &Room{Tenant: r.Name, Limits: Limits{Jobs: r.MaxJobs, DefinitionBytes: r.MaxDefinitionBytes, HistoryBytes: r.MaxHistoryBytes},
+			Usage: Usage{Jobs: r.Jobs, DefinitionBytes: r.DefinitionBytes, HistoryBytes: r.HistoryBytes}}
 	}
 	return out, nil
 }
@@ -192,20 +207,32 @@ func RunRooms(ctx context.Context, q *store.Queries, tenants []uuid.UUID) (Rooms
 // one order.
 type Delta map[Key]Usage
 
-// Key is a tenant's shard.
+// Key is a tenant's shard; exempt keys hold what Check lets pass.
 type Key struct {
 	Tenant uuid.UUID
 	Shard  int32
+	exempt bool
 }
 
 // Add counts u for the tenant's shard.
 func (d Delta) Add(tenant uuid.UUID, shard int32, u Usage) {
-	k := Key{tenant, shard}
+	d.add(Key{Tenant: tenant, Shard: shard}, u)
+}
+
+// AddExempt counts u for the tenant's shard without holding it to the
+// quotas: what a pause, a resume or a deletion writes (its audit row), so
+// that a tenant at its quota can still stop and delete jobs.
+func (d Delta) AddExempt(tenant uuid.UUID, shard int32, u Usage) {
+	d.add(Key{Tenant: tenant, Shard: shard, exempt: true}, u)
+}
+
+func (d Delta) add(k Key, u Usage) {
 	c := d[k]
 	c.Jobs += u.Jobs
 	c.DefinitionBytes += u.DefinitionBytes
 	c.Runs += u.Runs
 	c.Tasks += u.Tasks
+	c.HistoryBytes += u.HistoryBytes
 	d[k] = c
 }
 
@@ -214,9 +241,13 @@ func (d Delta) Add(tenant uuid.UUID, shard int32, u Usage) {
 func (d Delta) Check(rooms Rooms) error {
 	sum := map[uuid.UUID]Usage{}
 	for k, u := range d {
+		if k.exempt {
+			continue
+		}
 		c := sum[k.Tenant]
 		c.Jobs += u.Jobs
 		c.DefinitionBytes += u.DefinitionBytes
+		c.HistoryBytes += u.HistoryBytes
 		sum[k.Tenant] = c
 	}
 	for _, t := range slices.SortedFunc(maps.Keys(sum), compareUUID) {
@@ -232,13 +263,18 @@ func (d Delta) Check(rooms Rooms) error {
 
 // Write adds d to tenant_job_usage, in q's transaction.
 func (d Delta) Write(ctx context.Context, q *store.Queries) error {
+	merged := make(Delta, len(d))
+	for k, u := range d {
+		merged.Add(k.Tenant, k.Shard, u)
+	}
 	var p store.AddJobUsageParams
-	for _, k := range slices.SortedFunc(maps.Keys(d), compareKeys) {
-		if u := d[k]; u.Jobs != 0 || u.DefinitionBytes != 0 {
+	for _, k := range slices.SortedFunc(maps.Keys(merged), compareKeys) {
+		if u := merged[k]; u.Jobs != 0 || u.DefinitionBytes != 0 || u.HistoryBytes != 0 {
 			p.TenantIds = append(p.TenantIds, k.Tenant)
 			p.Shards = append(p.Shards, k.Shard)
 			p.Jobs = append(p.Jobs, u.Jobs)
 			p.DefinitionBytes = append(p.DefinitionBytes, u.DefinitionBytes)
+			p.HistoryBytes = append(p.HistoryBytes, u.HistoryBytes)
 		}
 	}
 	if len(p.TenantIds) == 0 {
@@ -328,12 +364,12 @@ func Get(ctx context.Context, q *store.Queries, tenant uuid.UUID) (Limits, Usage
 	if err != nil {
 		return Limits{}, Usage{}, err
 	}
-	return Limits{Jobs: r.MaxJobs, DefinitionBytes: r.MaxDefinitionBytes, Runs: r.MaxRuns, Tasks: r.MaxTasks},
-		Usage{Jobs: r.Jobs, DefinitionBytes: r.DefinitionBytes, Runs: r.Runs, Tasks: r.Tasks}, nil
+	return Limits{Jobs: r.MaxJobs, DefinitionBytes: r.MaxDefinitionBytes, Runs: r.MaxRuns, Tasks: r.MaxTasks, HistoryBytes: r.MaxHistoryBytes},
+		Usage{Jobs: r.Jobs, DefinitionBytes: r.DefinitionBytes, Runs: r.Runs, Tasks: r.Tasks, HistoryBytes: r.HistoryBytes}, nil
 }
 
 // Set writes a tenant's quotas (each 0 to MaxLimit), in q's transaction.
 func Set(ctx context.Context, q *store.Queries, tenant uuid.UUID, l Limits) error {
 	return q.SetTenantStorageLimits(ctx, store.SetTenantStorageLimitsParams{ID: tenant, MaxJobs: l.Jobs,
-		MaxDefinitionBytes: l.DefinitionBytes, MaxRuns: l.Runs, MaxTasks: l.Tasks})
+		MaxDefinitionBytes: l.DefinitionBytes, MaxRuns: l.Runs, MaxTasks: l.Tasks, MaxHistoryBytes: l.HistoryBytes})
 }

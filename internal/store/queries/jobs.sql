@@ -186,14 +186,17 @@ WITH input AS (
     -- transaction creating the namespace holds no usage row meanwhile,
     -- which every creation of the tenant in the shard would wait on.
     -- Without it (apply), the caller counts the bytes returned.
-    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes)
-    SELECT j.tenant_id, j.shard, count(*), sum(j.bytes) FROM j, (SELECT count(*) FROM ns) AS after_ns
+    -- The audit row's bytes are history's.
+    INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes, history_bytes)
+    SELECT j.tenant_id, j.shard, count(*), sum(j.bytes), sum(octet_length(i.snapshot::text))
+    FROM j JOIN input AS i ON i.id = j.id, (SELECT count(*) FROM ns) AS after_ns
     WHERE @count_usage::bool
     GROUP BY j.tenant_id, j.shard ORDER BY j.tenant_id, j.shard
     ON CONFLICT (tenant_id, shard) DO UPDATE
-    SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes
+    SET jobs = tenant_job_usage.jobs + EXCLUDED.jobs, definition_bytes = tenant_job_usage.definition_bytes + EXCLUDED.definition_bytes,
+        history_bytes = tenant_job_usage.history_bytes + EXCLUDED.history_bytes
 )
-SELECT id, bytes::bigint AS bytes FROM j;
+SELECT j.id, j.bytes::bigint AS bytes, octet_length(i.snapshot::text)::bigint AS history_bytes FROM j JOIN input AS i ON i.id = j.id;
 
 -- AppliedJobsIn lists the live jobs of the given namespaces that were
 -- applied from files: what --prune may delete.
@@ -223,3 +226,12 @@ SELECT * FROM audit_log
 WHERE tenant_id = @tenant_id AND target_id = @target_id
 ORDER BY at DESC, id DESC
 LIMIT @max_rows;
+
+-- PruneJobVersions deletes a job's versions below @below that no run
+-- pins (a retry reads its run's version), and returns them with their
+-- bytes as counted.
+-- name: PruneJobVersions :many
+DELETE FROM job_versions AS v
+WHERE v.job_id = @job_id AND v.version < @below
+  AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.job_id = v.job_id AND r.job_version = v.version)
+RETURNING v.version, octet_length(v.spec::text)::bigint AS bytes;

@@ -75,8 +75,8 @@ WHERE t.id = @id AND t.tenant_id = @tenant_id AND a.worker = @worker;
 -- HeartbeatRemoteWorker registers a remote worker or renews its lease,
 -- with what it serves now (its queues and slots, its types).
 -- name: HeartbeatRemoteWorker :exec
-INSERT INTO workers (id, name, queues, tenants, tenant_id, types, started_at, heartbeat_at, lease_expires_at)
-VALUES (@id, @name, @queues, '[]', @tenant_id, @types, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8)
+INSERT INTO workers (id, name, queues, tenants, tenant_id, types, started_at, heartbeat_at, lease_expires_at, key_id)
+VALUES (@id, @name, @queues, '[]', @tenant_id, @types, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8, @key_id)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at,
     queues = excluded.queues, types = excluded.types,
     started_at = CASE WHEN workers.lease_expires_at < now() THEN now() ELSE workers.started_at END;
@@ -98,3 +98,11 @@ WHERE o.task_id IN (
 -- name: RenewRemoteWorker :exec
 UPDATE workers SET heartbeat_at = now(), lease_expires_at = now() + INTERVAL '1 second' * @ttl_seconds::float8
 WHERE id = @id;
+
+-- KeyWorkers counts the live remote workers of a key but one (the one
+-- registering), and the slots they declare together.
+-- name: KeyWorkers :one
+SELECT count(*)::int AS workers,
+       COALESCE(sum((SELECT COALESCE(sum(value::bigint), 0) FROM jsonb_each_text(w.queues))), 0)::bigint AS slots
+FROM workers AS w
+WHERE w.key_id = @key_id AND w.id <> @self AND w.lease_expires_at > now();

@@ -57,3 +57,9 @@ DELETE FROM tasks WHERE run_id = ANY(@run_ids::uuid[]);
 
 -- name: DeleteRuns :exec
 DELETE FROM runs WHERE id = ANY(@run_ids::uuid[]);
+
+-- DeleteRunTrees drops the counts of the trees whose roots are pruned
+-- (a run left in such a tree starts no count again: a new root's tree
+-- would be another).
+-- name: DeleteRunTrees :exec
+DELETE FROM run_trees WHERE root_run_id = ANY(@run_ids::uuid[]);

@@ -106,15 +106,17 @@ WITH u AS (
            unnest(@trace_parents::text[]) AS trace_parent, unnest(@watched::bool[]) AS watched,
            unnest(@task_counts::bigint[]) AS task_count, unnest(@params::text[]) AS params,
            unnest(@backfill_ids::uuid[]) AS backfill_id, unnest(@upstreams::text[]) AS upstream,
-           unnest(@parent_task_ids::uuid[]) AS parent_task_id, unnest(@depths::int[]) AS depth
+           unnest(@parent_task_ids::uuid[]) AS parent_task_id, unnest(@depths::int[]) AS depth,
+           unnest(@root_run_ids::uuid[]) AS root_run_id
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched, params, backfill_id, upstream, parent_task_id, depth)
+                      trace_parent, watched, params, backfill_id, upstream, parent_task_id, depth, root_run_id)
     SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
            CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
            NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid), NULLIF(u.upstream, '')::jsonb,
-           NULLIF(u.parent_task_id, '00000000-0000-0000-0000-000000000000'::uuid), u.depth
+           NULLIF(u.parent_task_id, '00000000-0000-0000-0000-000000000000'::uuid), u.depth,
+           NULLIF(u.root_run_id, '00000000-0000-0000-0000-000000000000'::uuid)
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -167,10 +169,11 @@ WITH r AS (
     ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status, finished_at = EXCLUDED.finished_at
 ), uf AS (
     -- a run of a job some schedule.after names, or a child run (its
-    -- parent step ends with it): the event of its end
+    -- parent step ends with it, unless @parent_cancelled: the step was
+    -- cancelled, and its children with it): the event of its end
     INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
     SELECT r.id, r.finished_at, r.shard, r.status FROM r JOIN jobs AS uj ON uj.id = r.job_id
-    WHERE r.parent_task_id IS NOT NULL
+    WHERE (r.parent_task_id IS NOT NULL AND NOT @parent_cancelled::bool)
        OR EXISTS (SELECT 1 FROM job_triggers AS g
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING

@@ -237,7 +237,7 @@ RETURNING tasks.id;
 -- ConditionRuns reads what conditions of tasks of runs read of the run.
 -- name: ConditionRuns :many
 SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard,
-       r.tenant_id, r.depth
+       r.tenant_id, r.depth, COALESCE(r.root_run_id, r.id)::uuid AS root_run_id
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 WHERE r.id = ANY(@ids::uuid[]);
 

@@ -2,8 +2,8 @@
 SELECT id FROM tenants WHERE name = @name;
 
 -- name: InsertTenant :exec
-INSERT INTO tenants (id, name, max_jobs, max_definition_bytes, max_runs, max_tasks)
-VALUES (@id, @name, @max_jobs, @max_definition_bytes, @max_runs, @max_tasks);
+INSERT INTO tenants (id, name, max_jobs, max_definition_bytes, max_runs, max_tasks, max_history_bytes)
+VALUES (@id, @name, @max_jobs, @max_definition_bytes, @max_runs, @max_tasks, @max_history_bytes);
 
 -- ListTenants pages through every tenant by name: those after @after.
 -- name: ListTenants :many
@@ -13,10 +13,11 @@ ORDER BY name
 LIMIT @page_size;
 
 -- name: LockTenantByName :one
-SELECT id, name, weight, max_concurrency, created_at, max_items_per_step FROM tenants WHERE name = @name FOR NO KEY UPDATE;
+SELECT id, name, weight, max_concurrency, created_at, max_items_per_step, max_runs_per_tree FROM tenants WHERE name = @name FOR NO KEY UPDATE;
 
 -- name: SetTenantLimits :exec
-UPDATE tenants SET weight = @weight, max_concurrency = @max_concurrency, max_items_per_step = @max_items_per_step WHERE id = @id;
+UPDATE tenants SET weight = @weight, max_concurrency = @max_concurrency, max_items_per_step = @max_items_per_step, max_runs_per_tree = @max_runs_per_tree
+WHERE id = @id;
 
 -- name: TenantQueueQuotas :many
 SELECT queue, max_concurrency FROM tenant_queue_quotas WHERE tenant_id = @tenant_id ORDER BY queue;
@@ -29,7 +30,7 @@ ON CONFLICT (tenant_id, queue) DO UPDATE SET max_concurrency = EXCLUDED.max_conc
 DELETE FROM tenant_queue_quotas WHERE tenant_id = @tenant_id AND queue = @queue;
 
 -- name: TenantRowByName :one
-SELECT id, name, weight, max_concurrency, created_at, max_items_per_step FROM tenants WHERE name = @name;
+SELECT id, name, weight, max_concurrency, created_at, max_items_per_step, max_runs_per_tree FROM tenants WHERE name = @name;
 
 -- ItemsPerStep reads the tenants' bounds on a fan-out's items (those that
 -- set one; the others take dag.MaxItems).

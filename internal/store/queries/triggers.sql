@@ -38,7 +38,7 @@ ORDER BY j.namespace, j.name;
 -- events (oldest first) with their runs and jobs.
 -- name: TakeUpstreamFinishes :many
 SELECT e.run_id, e.finished_at, e.status, r.tenant_id, r.job_id, r.job_version, r.upstream AS run_upstream,
-       uj.namespace, uj.name, r.parent_task_id, r.reason, r.depth
+       uj.namespace, uj.name, r.parent_task_id, r.reason, r.depth, COALESCE(r.root_run_id, r.id)::uuid AS root_run_id
 FROM upstream_finishes AS e JOIN runs AS r ON r.id = e.run_id JOIN jobs AS uj ON uj.id = r.job_id
 WHERE e.shard = ANY(@shards::int[]) AND (e.retry_at IS NULL OR e.retry_at <= now())
 ORDER BY e.finished_at, e.run_id

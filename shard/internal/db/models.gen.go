@@ -99,6 +99,21 @@ type Backfill struct {
 	FinishedAt    *time.Time
 }
 
+type CallStart struct {
+	TaskID    uuid.UUID
+	TenantID  uuid.UUID
+	Shard     int32
+	JobID     uuid.UUID
+	RunID     uuid.UUID
+	Params    []byte
+	RootRunID uuid.UUID
+	Depth     int32
+	CreatedAt time.Time
+	Tries     int32
+	RetryAt   *time.Time
+	LastError string
+}
+
 type ClusterSetting struct {
 	ID         int32
 	ShardCount int32
@@ -275,6 +290,14 @@ type Run struct {
 	Upstream     []byte
 	ParentTaskID *uuid.UUID
 	Depth        int32
+	RootRunID    *uuid.UUID
+}
+
+type RunCancel struct {
+	RunID     uuid.UUID
+	Shard     int32
+	Reason    string
+	CreatedAt time.Time
 }
 
 type RunFinish struct {
@@ -282,6 +305,13 @@ type RunFinish struct {
 	Shard      int32
 	Status     string
 	FinishedAt time.Time
+}
+
+type RunTree struct {
+	RootRunID uuid.UUID
+	TenantID  uuid.UUID
+	Runs      int32
+	CreatedAt time.Time
 }
 
 type Shard struct {
@@ -346,6 +376,8 @@ type Tenant struct {
 	MaxRuns             int64
 	MaxTasks            int64
 	MaxItemsPerStep     int32
+	MaxRunsPerTree      int32
+	MaxHistoryBytes     int64
 }
 
 type TenantJobUsage struct {
@@ -353,6 +385,7 @@ type TenantJobUsage struct {
 	Shard           int32
 	Jobs            int64
 	DefinitionBytes int64
+	HistoryBytes    int64
 }
 
 type TenantQueueQuota struct {
@@ -397,4 +430,5 @@ type Worker struct {
 	Tenants        []byte
 	TenantID       *uuid.UUID
 	Types          []byte
+	KeyID          *uuid.UUID
 }

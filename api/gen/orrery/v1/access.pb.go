@@ -446,6 +446,12 @@ type TenantQuota struct {
 	Usage *TenantUsage `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
 	// The bound on one fan-out's items (for_each); 0: the default, 10,000.
 	MaxItemsPerStep int32 `protobuf:"varint,10,opt,name=max_items_per_step,json=maxItemsPerStep,proto3" json:"max_items_per_step,omitempty"`
+	// The bound on the runs of one tree (those job steps and after-triggers
+	// start from one run, the root not counted); 0: the default, 1,000.
+	MaxRunsPerTree int32 `protobuf:"varint,11,opt,name=max_runs_per_tree,json=maxRunsPerTree,proto3" json:"max_runs_per_tree,omitempty"`
+	// Bytes of the definitions' history: the versions kept besides the live
+	// ones, and the audit rows of the jobs' changes.
+	MaxHistoryBytes int64 `protobuf:"varint,12,opt,name=max_history_bytes,json=maxHistoryBytes,proto3" json:"max_history_bytes,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -550,6 +556,20 @@ func (x *TenantQuota) GetMaxItemsPerStep() int32 {
 	return 0
 }
 
+func (x *TenantQuota) GetMaxRunsPerTree() int32 {
+	if x != nil {
+		return x.MaxRunsPerTree
+	}
+	return 0
+}
+
+func (x *TenantQuota) GetMaxHistoryBytes() int64 {
+	if x != nil {
+		return x.MaxHistoryBytes
+	}
+	return 0
+}
+
 // TenantUsage is what a tenant stores, as its storage quotas count it.
 type TenantUsage struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -557,6 +577,7 @@ type TenantUsage struct {
 	DefinitionBytes int64                  `protobuf:"varint,2,opt,name=definition_bytes,json=definitionBytes,proto3" json:"definition_bytes,omitempty"`
 	Runs            int64                  `protobuf:"varint,3,opt,name=runs,proto3" json:"runs,omitempty"`
 	Tasks           int64                  `protobuf:"varint,4,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	HistoryBytes    int64                  `protobuf:"varint,5,opt,name=history_bytes,json=historyBytes,proto3" json:"history_bytes,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -619,6 +640,13 @@ func (x *TenantUsage) GetTasks() int64 {
 	return 0
 }
 
+func (x *TenantUsage) GetHistoryBytes() int64 {
+	if x != nil {
+		return x.HistoryBytes
+	}
+	return 0
+}
+
 type SetTenantQuotaRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -635,6 +663,10 @@ type SetTenantQuotaRequest struct {
 	MaxTasks           *int64 `protobuf:"varint,8,opt,name=max_tasks,json=maxTasks,proto3,oneof" json:"max_tasks,omitempty"`
 	// The bound on one fan-out's items: 0 (the default, 10,000) to 100,000.
 	MaxItemsPerStep *int32 `protobuf:"varint,9,opt,name=max_items_per_step,json=maxItemsPerStep,proto3,oneof" json:"max_items_per_step,omitempty"`
+	// The bound on the runs of one tree: 0 (the default, 1,000) to 100,000.
+	MaxRunsPerTree *int32 `protobuf:"varint,10,opt,name=max_runs_per_tree,json=maxRunsPerTree,proto3,oneof" json:"max_runs_per_tree,omitempty"`
+	// Storage quota on the definitions' history: 0 (none) to 2^50.
+	MaxHistoryBytes *int64 `protobuf:"varint,11,opt,name=max_history_bytes,json=maxHistoryBytes,proto3,oneof" json:"max_history_bytes,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -728,6 +760,20 @@ func (x *SetTenantQuotaRequest) GetMaxTasks() int64 {
 func (x *SetTenantQuotaRequest) GetMaxItemsPerStep() int32 {
 	if x != nil && x.MaxItemsPerStep != nil {
 		return *x.MaxItemsPerStep
+	}
+	return 0
+}
+
+func (x *SetTenantQuotaRequest) GetMaxRunsPerTree() int32 {
+	if x != nil && x.MaxRunsPerTree != nil {
+		return *x.MaxRunsPerTree
+	}
+	return 0
+}
+
+func (x *SetTenantQuotaRequest) GetMaxHistoryBytes() int64 {
+	if x != nil && x.MaxHistoryBytes != nil {
+		return *x.MaxHistoryBytes
 	}
 	return 0
 }
@@ -1782,7 +1828,7 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"j\n" +
 	"\x13ListTenantsResponse\x12+\n" +
 	"\atenants\x18\x01 \x03(\v2\x11.orrery.v1.TenantR\atenants\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbd\x03\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x94\x04\n" +
 	"\vTenantQuota\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\x05R\x0emaxConcurrency\x12\x16\n" +
@@ -1794,15 +1840,18 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\tmax_tasks\x18\b \x01(\x03R\bmaxTasks\x12,\n" +
 	"\x05usage\x18\t \x01(\v2\x16.orrery.v1.TenantUsageR\x05usage\x12+\n" +
 	"\x12max_items_per_step\x18\n" +
-	" \x01(\x05R\x0fmaxItemsPerStep\x1a9\n" +
+	" \x01(\x05R\x0fmaxItemsPerStep\x12)\n" +
+	"\x11max_runs_per_tree\x18\v \x01(\x05R\x0emaxRunsPerTree\x12*\n" +
+	"\x11max_history_bytes\x18\f \x01(\x03R\x0fmaxHistoryBytes\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"v\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x9b\x01\n" +
 	"\vTenantUsage\x12\x12\n" +
 	"\x04jobs\x18\x01 \x01(\x03R\x04jobs\x12)\n" +
 	"\x10definition_bytes\x18\x02 \x01(\x03R\x0fdefinitionBytes\x12\x12\n" +
 	"\x04runs\x18\x03 \x01(\x03R\x04runs\x12\x14\n" +
-	"\x05tasks\x18\x04 \x01(\x03R\x05tasks\"\xbd\x04\n" +
+	"\x05tasks\x18\x04 \x01(\x03R\x05tasks\x12#\n" +
+	"\rhistory_bytes\x18\x05 \x01(\x03R\fhistoryBytes\"\xca\x05\n" +
 	"\x15SetTenantQuotaRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12,\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\x05H\x00R\x0emaxConcurrency\x88\x01\x01\x12\x1b\n" +
@@ -1812,7 +1861,10 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x14max_definition_bytes\x18\x06 \x01(\x03H\x03R\x12maxDefinitionBytes\x88\x01\x01\x12\x1e\n" +
 	"\bmax_runs\x18\a \x01(\x03H\x04R\amaxRuns\x88\x01\x01\x12 \n" +
 	"\tmax_tasks\x18\b \x01(\x03H\x05R\bmaxTasks\x88\x01\x01\x120\n" +
-	"\x12max_items_per_step\x18\t \x01(\x05H\x06R\x0fmaxItemsPerStep\x88\x01\x01\x1a9\n" +
+	"\x12max_items_per_step\x18\t \x01(\x05H\x06R\x0fmaxItemsPerStep\x88\x01\x01\x12.\n" +
+	"\x11max_runs_per_tree\x18\n" +
+	" \x01(\x05H\aR\x0emaxRunsPerTree\x88\x01\x01\x12/\n" +
+	"\x11max_history_bytes\x18\v \x01(\x03H\bR\x0fmaxHistoryBytes\x88\x01\x01\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01B\x12\n" +
@@ -1823,7 +1875,9 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\t_max_runsB\f\n" +
 	"\n" +
 	"_max_tasksB\x15\n" +
-	"\x13_max_items_per_step\"F\n" +
+	"\x13_max_items_per_stepB\x14\n" +
+	"\x12_max_runs_per_treeB\x14\n" +
+	"\x12_max_history_bytes\"F\n" +
 	"\x16SetTenantQuotaResponse\x12,\n" +
 	"\x05quota\x18\x01 \x01(\v2\x16.orrery.v1.TenantQuotaR\x05quota\"/\n" +
 	"\x15GetTenantQuotaRequest\x12\x16\n" +

@@ -74,8 +74,10 @@ type AccessServiceClient interface {
 	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
 	// SetTenantQuota changes a tenant's admission settings (max_concurrency
 	// across queues, weight, per-queue caps) and storage quotas (max_jobs,
-	// max_definition_bytes, max_runs, max_tasks) and the bound on a fan-out's
-	// items (max_items_per_step); fields left out keep their
+	// max_definition_bytes, max_runs, max_tasks, max_history_bytes), the
+	// bound on a fan-out's
+	// items (max_items_per_step) and on the runs one trigger makes
+	// (max_runs_per_tree); fields left out keep their
 	// value. Admission settings apply at the admitters' next pass, storage
 	// quotas at the next write; audited. System admin only.
 	SetTenantQuota(context.Context, *connect.Request[v1.SetTenantQuotaRequest]) (*connect.Response[v1.SetTenantQuotaResponse], error)
@@ -274,8 +276,10 @@ type AccessServiceHandler interface {
 	ListTenants(context.Context, *connect.Request[v1.ListTenantsRequest]) (*connect.Response[v1.ListTenantsResponse], error)
 	// SetTenantQuota changes a tenant's admission settings (max_concurrency
 	// across queues, weight, per-queue caps) and storage quotas (max_jobs,
-	// max_definition_bytes, max_runs, max_tasks) and the bound on a fan-out's
-	// items (max_items_per_step); fields left out keep their
+	// max_definition_bytes, max_runs, max_tasks, max_history_bytes), the
+	// bound on a fan-out's
+	// items (max_items_per_step) and on the runs one trigger makes
+	// (max_runs_per_tree); fields left out keep their
 	// value. Admission settings apply at the admitters' next pass, storage
 	// quotas at the next write; audited. System admin only.
 	SetTenantQuota(context.Context, *connect.Request[v1.SetTenantQuotaRequest]) (*connect.Response[v1.SetTenantQuotaResponse], error)
