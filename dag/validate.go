@@ -551,9 +551,10 @@ func validateExecutor(es *Errors, p string, e *Executor) {
 			}
 		}
 		if len(e.Job.Params) > 0 {
-			validatePayload(es, p+".job.params", e.Job.Params)
 			if len(e.Job.Params) > MaxParamsBytes {
 				es.add(p+".job.params", "is %d bytes as JSON; a run's params are at most %d", len(e.Job.Params), MaxParamsBytes)
+			} else {
+				validatePayload(es, p+".job.params", e.Job.Params)
 			}
 			if b := bytes.TrimSpace(e.Job.Params); len(b) > 0 && b[0] != '{' {
 				es.add(p+".job.params", "is not a mapping of param names to values")

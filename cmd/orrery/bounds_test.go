@@ -153,14 +153,16 @@ func TestParamsCountInEveryReadBudget(t *testing.T) {
 		attack.Enum = append(attack.Enum, empties(6_800, float64(e)))
 	}
 	err := create("enum", &orreryv1.JobSpec{Params: map[string]*orreryv1.Param{"p": attack}, Steps: []*orreryv1.Step{{Name: "s", Run: handler}}})
-	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "spec.params.p.enum: is 2040491 bytes as JSON; the limit is 16384") {
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "spec.params.p.enum: is ") ||
+		!strings.Contains(err.Error(), "bytes as JSON; the limit is 16384") {
 		t.Fatalf("a 2 MB enum: %v", err)
 	}
 	params, _ := structpb.NewStruct(map[string]any{})
 	params.Fields["a"] = empties(680_000, 0)
 	err = create("call", &orreryv1.JobSpec{Steps: []*orreryv1.Step{{Name: "s",
 		Run: &orreryv1.Executor{Kind: &orreryv1.Executor_Job{Job: &orreryv1.JobCall{Name: "other", Params: params}}}}}})
-	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "run.job.params: is 2040009 bytes as JSON") {
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "spec.steps[0].run.job.params: is ") ||
+		!strings.Contains(err.Error(), "bytes as JSON; a run's params are at most 65536") {
 		t.Fatalf("2 MB of a job step's params: %v", err)
 	}
 
