@@ -1,14 +1,11 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +18,7 @@ import (
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/internal/enginetest"
 )
 
 // BenchmarkListJobsMemory is a reader's attempt to make the server
@@ -73,7 +71,7 @@ func listMemory(b *testing.B, view orreryv1.JobView) {
 		}
 	}
 	time.Sleep(2 * time.Second) // the creations' garbage collected
-	idle := procStatusKB(b, cmd.Process.Pid, "VmRSS")
+	idle := enginetest.ProcKB(b, cmd.Process.Pid, "VmRSS")
 	var steps int64
 	var mu sync.Mutex
 	b.ResetTimer()
@@ -102,7 +100,7 @@ func listMemory(b *testing.B, view orreryv1.JobView) {
 		wg.Wait()
 	}
 	b.StopTimer()
-	peak := procStatusKB(b, cmd.Process.Pid, "VmHWM")
+	peak := enginetest.ProcKB(b, cmd.Process.Pid, "VmHWM")
 	b.ReportMetric(float64(idle)/1024, "idle-MB")
 	b.ReportMetric(float64(peak-idle)/1024, "peak-above-idle-MB")
 	b.ReportMetric(float64(steps)/float64(b.N*4), "steps/list")
@@ -168,24 +166,4 @@ func heavySpec(b *testing.B) *orreryv1.JobSpec {
 			Run: &orreryv1.Executor{Kind: &orreryv1.Executor_Handler{Handler: "h"}}})
 	}
 	return spec
-}
-
-// procStatusKB reads a kB field of /proc/PID/status.
-func procStatusKB(b *testing.B, pid int, field string) int64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return n
-		}
-	}
-	b.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
 }

@@ -51,22 +51,8 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 			b.Fatal(err)
 		}
 		runs := orun.NewService(pool, jobs, eng.dispatcher)
-
 		stop := make(chan struct{})
-		var small sync.WaitGroup
-		small.Go(func() {
-			for tick := time.NewTicker(100 * time.Millisecond); ; {
-				select {
-				case <-stop:
-					tick.Stop()
-					return
-				case <-tick.C:
-				}
-				if _, err := runs.Trigger(ctx, actorB, job.Ref{Namespace: "default", Name: "small"}, "", true); err != nil {
-					eng.fail("trigger B: " + err.Error())
-				}
-			}
-		})
+		small := triggerEvery(eng, runs, actorB, "small", 100*time.Millisecond, stop)
 		time.Sleep(2 * time.Second) // B alone, for a baseline
 		start := dbTime(b, pool)
 		var big sync.WaitGroup
@@ -112,6 +98,26 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 		b.ReportMetric(settled.Seconds(), "a-settled-s")
 		b.ReportMetric(float64(len(errs)), "engine-errors")
 	}
+}
+
+// triggerEvery triggers job (namespace default) as actor every interval
+// until stop is closed; wait on what it returns.
+func triggerEvery(eng *engine, runs *orun.Service, actor job.Actor, name string, every time.Duration, stop <-chan struct{}) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for tick := time.NewTicker(every); ; {
+			select {
+			case <-stop:
+				tick.Stop()
+				return
+			case <-tick.C:
+			}
+			if _, err := runs.Trigger(context.Background(), actor, job.Ref{Namespace: "default", Name: name}, "", true); err != nil {
+				eng.fail("trigger " + name + ": " + err.Error())
+			}
+		}
+	})
+	return &wg
 }
 
 // waitFinished waits until every run of the tenant has finished.

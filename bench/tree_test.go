@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -78,20 +77,7 @@ func BenchmarkRunTree(b *testing.B) {
 		}
 		runs := orun.NewService(pool, jobs, eng.dispatcher)
 		stop := make(chan struct{})
-		var small sync.WaitGroup
-		small.Go(func() {
-			for tick := time.NewTicker(100 * time.Millisecond); ; {
-				select {
-				case <-stop:
-					tick.Stop()
-					return
-				case <-tick.C:
-				}
-				if _, err := runs.Trigger(ctx, actorB, job.Ref{Namespace: "default", Name: "small"}, "", true); err != nil {
-					eng.fail("trigger B: " + err.Error())
-				}
-			}
-		})
+		small := triggerEvery(eng, runs, actorB, "small", 100*time.Millisecond, stop)
 		time.Sleep(2 * time.Second) // B alone, for a baseline
 		start := dbTime(b, pool)
 		root, err := runs.Trigger(ctx, actorA, job.Ref{Namespace: "default", Name: "top"}, "", true)

@@ -1,13 +1,10 @@
 package main_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,32 +18,12 @@ import (
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
 // Bounds a hostile tenant's editor meets, tried through real processes.
-
-// procKB reads a field (VmHWM, VmRSS) of a process's /proc status, in KiB.
-func procKB(t *testing.T, pid int, field string) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
-}
 
 // TestExpressionBombsThroughAWorker: a step whose output is 40,000
 // characters, and steps below it whose condition, payload and argv would
@@ -87,7 +64,7 @@ func TestExpressionBombsThroughAWorker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	idle := procKB(t, w.cmd.Process.Pid, "VmRSS")
+	idle := enginetest.ProcKB(t, w.cmd.Process.Pid, "VmRSS")
 	poll(t, 60*time.Second, "the three runs end", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM runs WHERE finished_at IS NOT NULL`) == 3
 	})
@@ -112,7 +89,7 @@ func TestExpressionBombsThroughAWorker(t *testing.T) {
 	if err := rows.Err(); err != nil || n != 9 {
 		t.Fatalf("%d steps below gen (%v), want 9", n, err)
 	}
-	peak := procKB(t, w.cmd.Process.Pid, "VmHWM")
+	peak := enginetest.ProcKB(t, w.cmd.Process.Pid, "VmHWM")
 	t.Logf("worker RSS: %d MiB idle, %d MiB peak", idle>>10, peak>>10)
 	if peak > maxWorkerRSS {
 		t.Errorf("the worker's peak RSS is %d MiB; the bound is %d MiB", peak>>10, maxWorkerRSS>>10)
@@ -187,7 +164,7 @@ func TestParamsCountInEveryReadBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	idle := procKB(t, serve.cmd.Process.Pid, "VmRSS")
+	idle := enginetest.ProcKB(t, serve.cmd.Process.Pid, "VmRSS")
 	for _, view := range []orreryv1.JobView{orreryv1.JobView_JOB_VIEW_BASIC, orreryv1.JobView_JOB_VIEW_FULL} {
 		var wg sync.WaitGroup
 		var jobs atomic.Int64
@@ -219,7 +196,7 @@ func TestParamsCountInEveryReadBudget(t *testing.T) {
 	if err != nil || len(page.Msg.GetEntries()) != 1 || page.Msg.GetNextPageToken() == "" {
 		t.Errorf("audit: %v, %d entries; want one and a next page", err, len(page.Msg.GetEntries()))
 	}
-	peak := procKB(t, serve.cmd.Process.Pid, "VmHWM")
+	peak := enginetest.ProcKB(t, serve.cmd.Process.Pid, "VmHWM")
 	t.Logf("server RSS: %d MiB idle, %d MiB peak", idle>>10, peak>>10)
 	if peak-idle > maxAboveIdle {
 		t.Errorf("four readers took the server %d MiB above idle; the bound is %d MiB", (peak-idle)>>10, maxAboveIdle>>10)
