@@ -2,6 +2,7 @@ package expr
 
 import (
 	"fmt"
+	"regexp"
 	"regexp/syntax"
 	"strings"
 	"unicode/utf8"
@@ -13,6 +14,7 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
+	"cel.dev/cel-go/interpreter"
 )
 
 // What an expression builds is sized before it is built. CEL charges a
@@ -24,8 +26,11 @@ import (
 // whose arguments are measured first, the call refused when the result
 // would pass MaxBuild or MaxBuildItems; or unsized, with the reason its
 // result cannot outgrow them. What a call builds is charged to the cost
-// limit (CEL's cost model charges a byte built a unit, a byte of a
-// concatenation a tenth), which bounds what one evaluation builds in all.
+// limit at a unit a byte (buildCost, whatever overload the call resolves
+// to at run time: a dyn operand's + has none until then), which bounds
+// what one evaluation builds in all; a regular expression's match is
+// charged by its work, and one that would take more than MaxMatchWork is
+// refused before it runs.
 
 // Bounds of what one call of an expression builds.
 const (
@@ -36,6 +41,12 @@ const (
 	// MaxPatternInsts bounds a regular expression's program (matches):
 	// about 40 bytes an instruction; a{1000} is a thousand.
 	MaxPatternInsts = 20_000
+	// MaxMatchWork bounds one match's work: its program's instructions
+	// times the bytes matched (about 10 ns a step here, so 0.2 s).
+	MaxMatchWork = 20_000_000
+	// matchWorkPerCost is the match work one cost unit pays for: five
+	// matches at MaxMatchWork reach CostLimit.
+	matchWorkPerCost = MaxMatchWork / (CostLimit / 5)
 )
 
 // A sizer measures what an overload would build from its arguments
@@ -339,7 +350,94 @@ func sizeMatch(args []ref.Val) string {
 	if !ok {
 		return ""
 	}
-	return sizePattern(string(pat))
+	if msg := sizePattern(string(pat)); msg != "" {
+		return msg
+	}
+	if s, ok := args[0].(types.String); ok {
+		if work := matchWork(string(pat), len(s)); work > MaxMatchWork {
+			return fmt.Sprintf("matches would take about %d steps (a pattern of about %d instructions over %d bytes); a match takes at most %d",
+				work, work/int64(max(len(s), 1)), len(s), MaxMatchWork)
+		}
+	}
+	return ""
+}
+
+// matchWork estimates a match's steps: the pattern's instructions times
+// the bytes matched (RE2 is linear in both); 0 for a pattern that does not
+// parse (matches says what is wrong with it).
+func matchWork(pat string, n int) int64 {
+	re, err := syntax.Parse(pat, syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	return insts(re) * int64(max(n, 1))
+}
+
+// sizedRegexConstants compile a pattern written out once, when the
+// program is planned, as CEL's own optimization does, and measure each
+// match's work before it runs (CEL's would run it unmeasured: it calls no
+// binding). By overload id, which take precedence over CEL's by name.
+func sizedRegexConstants() cel.ProgramOption {
+	factory := func(call interpreter.InterpretableCall, pattern string) (interpreter.InterpretableCall, error) {
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			return nil, err
+		}
+		return interpreter.NewCall(call.ID(), call.Function(), call.OverloadID(), call.Args(), func(values ...ref.Val) ref.Val {
+			if len(values) != 2 {
+				return types.NoSuchOverloadErr()
+			}
+			in, ok := values[0].(types.String)
+			if !ok {
+				return types.NoSuchOverloadErr()
+			}
+			if msg := sizeMatch(values); msg != "" {
+				return types.NewErr("%s", msg)
+			}
+			return types.Bool(re.MatchString(string(in)))
+		}), nil
+	}
+	return cel.OptimizeRegex(
+		&interpreter.RegexOptimization{Function: overloads.Matches, OverloadID: overloads.MatchesString, RegexIndex: 1, Factory: factory},
+		&interpreter.RegexOptimization{Function: overloads.Matches, OverloadID: overloads.Matches, RegexIndex: 1, Factory: factory},
+	)
+}
+
+// buildCost charges, at run time, what calls build, whatever overload
+// they resolve to (a cel.ActualCostEstimator): a string or bytes built by
+// + or a conversion, a unit a byte; a match, a unit for matchWorkPerCost
+// steps. Others take CEL's own costs.
+type buildCost struct{}
+
+func (buildCost) CallCost(function, _ string, args []ref.Val, result ref.Val) *uint64 {
+	var n uint64
+	switch function {
+	case operators.Add, overloads.TypeConvertString, overloads.TypeConvertBytes:
+		switch r := result.(type) {
+		case types.String:
+			n = uint64(len(r))
+		case types.Bytes:
+			n = uint64(len(r))
+		default:
+			return nil
+		}
+	case overloads.Matches:
+		if len(args) != 2 {
+			return nil
+		}
+		s, ok1 := args[0].(types.String)
+		pat, ok2 := args[1].(types.String)
+		if !ok1 || !ok2 {
+			return nil
+		}
+		if work := matchWork(string(pat), len(s)); work <= MaxMatchWork { // (past it, refused: it did not run)
+			n = uint64(work / matchWorkPerCost)
+		}
+	default:
+		return nil
+	}
+	n = max(n, 1)
+	return &n
 }
 
 // sizePattern is sizeMatch's measure of one pattern. A pattern written

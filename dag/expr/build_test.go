@@ -69,7 +69,14 @@ func TestBuildIsSizedBeforeBuilt(t *testing.T) {
 		{"size(" + o + `.split("").map(c, ` + o + `.split(""))) > 0`, "cost limit"},
 		{"size((" + o + " + " + o + `).split("")) > 0`, "split would build a list of 131072 items"},
 		{"size(item + item) > 0", "+ would build 1200000 bytes"},
-		{"size(bytes(item) + bytes(item)) > 0", "+ would build 1200000 bytes"},
+		{"size(bytes(item) + bytes(item)) > 0", "cost limit"}, // each conversion costs its 600,000 bytes
+		// A dyn operand's + resolves its overload at run time: charged as built all the same.
+		{"size(" + p + `.split("").map(c, ` + o + " + " + o + ")) > 0", "cost limit"},
+		{"size(" + p + `.split("").map(c, string(` + o + "))) > 0", "cost limit"},
+		// A match's work is its program times its input.
+		{o + ".matches('[a-b]{1000}[a-c]{1000}[a-d]{1000}[a-e]{1000}x')", "matches would take about"},
+		{"[1, 2, 3].all(x, " + o + ".matches('[a-b]{1000}x'))", "matches would take about"},
+		{"[1, 2, 3, 4, 5, 6, 7, 8].all(x, !" + o + ".matches('b{100}'))", "cost limit"},
 		{"size(" + p + `.split("").map(c, ` + p + " + " + p + ")) > 0", "cost limit"},
 		{"size(" + p + `.split("").map(c, bytes(` + p + ") + bytes(" + p + "))) > 0", "cost limit"},
 		{"size(strings.quote(" + p + `.replace("a", "\"\"\"\"\"\"\"\"\""))) > 0`, "strings.quote would build 1080002 bytes"},

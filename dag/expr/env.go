@@ -224,7 +224,7 @@ func (e *Env) compile(src string, ancestors map[string]bool, want int) (*Program
 	case want == wantList && t.Kind() != types.ListKind:
 		return nil, &Error{Source: src, Message: fmt.Sprintf("for_each is a list; this is a %s", t)}
 	}
-	prg, err := e.cel.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize), sizedOperators())
+	prg, err := e.cel.Program(checked, cel.CostLimit(CostLimit), cel.EvalOptions(cel.OptOptimize), sizedOperators(), sizedRegexConstants(), cel.CostTracking(buildCost{}))
 	if err != nil {
 		return nil, &Error{Source: src, Message: err.Error()}
 	}
