@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -91,14 +92,20 @@ func TestCeilingsStopBombs(t *testing.T) {
 func TestCeilingsSweepADeadWorkersCgroups(t *testing.T) {
 	t.Parallel()
 	c := ceilingsHere(t, Limits{Processes: 64, Memory: 64 << 20})
-	dead := exec.Command("/bin/true")
-	if err := dead.Run(); err != nil {
+	// A pid no process can have (past the kernel's pid_max), so that the
+	// folder is a dead worker's whatever runs meanwhile.
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidMax, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
 		t.Fatal(err)
 	}
 	var stale []string
 	var orphans []*exec.Cmd
 	for _, base := range []string{filepath.Dir(c.pids), filepath.Dir(c.memory)} {
-		dir := filepath.Join(base, fmt.Sprintf("orrery-%d", dead.Process.Pid))
+		dir := filepath.Join(base, fmt.Sprintf("orrery-%d", pidMax+1))
 		step := filepath.Join(dir, "s1")
 		if err := os.MkdirAll(step, 0o755); err != nil {
 			t.Fatal(err)

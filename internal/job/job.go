@@ -1,6 +1,7 @@
 package job
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -191,6 +192,11 @@ func labelsJSON(labels map[string]string) []byte {
 
 // snapshot is the job as the audit trail records it.
 func snapshot(j *Job) []byte {
-	b, _ := json.Marshal(j)
-	return b
+	// Without HTML escapes: stored as JSONB, '<' is one byte, not six, and
+	// usage.TextBytes counts what is stored.
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	_ = e.Encode(j)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }

@@ -354,7 +354,8 @@ func (s *Service) fillLastRuns(ctx context.Context, a Actor, jobs []*Job) error 
 	return nil
 }
 
-// MaxHistory bounds RecentHistory.
+// MaxHistory bounds RecentHistory's rows; the budgets of a list's page
+// bound what they hold.
 const MaxHistory = 200
 
 // RecentHistory returns the latest n audit rows of one job, newest first.
@@ -365,7 +366,21 @@ func (s *Service) RecentHistory(ctx context.Context, a Actor, id uuid.UUID, n in
 	if n == 0 {
 		return nil, nil
 	}
-	return store.New(s.pool).JobHistory(ctx, store.JobHistoryParams{TenantID: a.Tenant, TargetID: id, MaxRows: int32(n)})
+	rows, err := store.New(s.pool).JobHistory(ctx, store.JobHistoryParams{TenantID: a.Tenant, TargetID: id, MaxRows: int32(n)})
+	if err != nil {
+		return nil, err
+	}
+	// Each row may hold two definitions: the newest that fit the budgets
+	// of a list's page (the first whatever its size), as ListAudit's.
+	size, values := 0, 0
+	for i, r := range rows {
+		size += len(r.Before) + len(r.After)
+		values += dag.Payload(r.Before).Values() + dag.Payload(r.After).Values()
+		if i > 0 && (size > ListBudgetBytes || values > ListBudgetValues) {
+			return rows[:i], nil
+		}
+	}
+	return rows, nil
 }
 
 // History returns the audit rows of one job, oldest first.

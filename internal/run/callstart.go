@@ -117,6 +117,10 @@ func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, ca
 	for _, c := range calls {
 		callOf[c.TaskID] = c
 	}
+	r, err := rooms(tenants) // (the calls' tenants)
+	if err != nil {
+		return err
+	}
 	var news []New
 	var newCands []candidate
 	for _, cand := range cands {
@@ -129,48 +133,41 @@ func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, ca
 			v.fail = append(v.fail, verdict{cand, why})
 			continue
 		}
+		// The storage quota, then the tree: a call refused takes no room.
+		room := r.Clone()
+		err = room.Add(n.Job.Tenant, usage.Usage{Runs: 1, Tasks: int64(len(n.Job.Spec.Steps))})
+		var exceeded *usage.ExceededError
+		switch {
+		case errors.As(err, &exceeded):
+			v.fail = append(v.fail, verdict{cand, "run.job: " + err.Error()})
+			continue
+		case err != nil:
+			return err
+		}
 		if why, ok := t.take(c.RootRunID); !ok {
 			v.fail = append(v.fail, verdict{cand, "run.job: " + why})
 			continue
 		}
+		r = room
 		news, newCands = append(news, n), append(newCands, cand)
 	}
 	if len(news) > 0 {
-		r, err := rooms(TenantsOf(news))
-		if err != nil {
-			return err
-		}
-		kept, keptCands := news[:0], newCands[:0]
-		for i, n := range news { // a run past a quota fails its own step
-			err := r.Add(n.Job.Tenant, usage.Usage{Runs: 1, Tasks: int64(len(n.Job.Spec.Steps))})
-			var exceeded *usage.ExceededError
-			switch {
-			case errors.As(err, &exceeded):
-				v.fail = append(v.fail, verdict{newCands[i], "run.job: " + err.Error()})
-			case err != nil:
-				return err
-			default:
-				kept, keptCands = append(kept, n), append(keptCands, newCands[i])
-			}
-		}
-		ids, err := a.insertChildren(ctx, tx, q, kept)
+		ids, err := a.insertChildren(ctx, tx, q, news)
 		if err != nil {
 			return err
 		}
 		start := store.StartCallsParams{Worker: callWorker}
-		for i := range kept {
-			start.Ids = append(start.Ids, keptCands[i].ready.TaskID)
+		for i := range news {
+			start.Ids = append(start.Ids, newCands[i].ready.TaskID)
 			start.ChildRunIds = append(start.ChildRunIds, ids[i])
 			start.AttemptIds = append(start.AttemptIds, uuid.Must(uuid.NewV7()))
 		}
-		if len(start.Ids) > 0 {
-			started, err := q.StartCalls(ctx, start)
-			if err != nil {
-				return err
-			}
-			if len(started) != len(start.Ids) {
-				return fmt.Errorf("started %d of %d job steps: a task moved meanwhile", len(started), len(start.Ids))
-			}
+		started, err := q.StartCalls(ctx, start)
+		if err != nil {
+			return err
+		}
+		if len(started) != len(start.Ids) {
+			return fmt.Errorf("started %d of %d job steps: a task moved meanwhile", len(started), len(start.Ids))
 		}
 	}
 	if err := t.write(ctx, q); err != nil {

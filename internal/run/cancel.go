@@ -32,17 +32,19 @@ const ReasonParentCancelled = "cancelled: the run of the step that started it wa
 // them, or later (MaxCancelsPerTx). It returns the runs it cancelled.
 func (a *Applier) Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string) ([]uuid.UUID, error) {
 	count, _ := store.TxValue(tx, "run.cancels", func() any { return new(int) })
-	return a.cancel(ctx, tx, ids, reason, count.(*int))
+	return a.cancel(ctx, tx, ids, reason, false, count.(*int))
 }
 
 // cancel is Cancel, counting in done the runs the transaction cancelled;
-// with done nil, every child run is left for later.
-func (a *Applier) cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string, done *int) ([]uuid.UUID, error) {
+// with done nil, every child run is left for later. withParent says the
+// runs are child runs whose steps were cancelled: their ends end no step,
+// and no event of them is written.
+func (a *Applier) cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string, withParent bool, done *int) ([]uuid.UUID, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	q := store.New(tx)
-	cancelled, err := q.CancelRuns(ctx, store.CancelRunsParams{Ids: ids, Reason: reason, ParentCancelled: reason == ReasonParentCancelled})
+	cancelled, err := q.CancelRuns(ctx, store.CancelRunsParams{Ids: ids, Reason: reason, ParentCancelled: withParent})
 	if err != nil || len(cancelled) == 0 {
 		return cancelled, err
 	}
@@ -92,7 +94,7 @@ func (a *Applier) cancelChildren(ctx context.Context, tx pgx.Tx, q *store.Querie
 	for i, r := range open[:now] {
 		ids[i] = r.ID
 	}
-	_, err = a.cancel(ctx, tx, ids, ReasonParentCancelled, done)
+	_, err = a.cancel(ctx, tx, ids, ReasonParentCancelled, true, done)
 	return err
 }
 
@@ -102,8 +104,9 @@ func (a *Applier) cancelChildren(ctx context.Context, tx pgx.Tx, q *store.Querie
 // a task of it, that another transaction holds (a worker's report of its
 // last task, which locks the task and then the run, the other way round)
 // is left for a later pass, and the child runs of the runs it cancels are
-// left for later too. A run that ended meanwhile is passed by. It returns
-// how many it took.
+// left for later too. A run that ended meanwhile, was pruned, or whose
+// step was released again (its parent run retried: the step attached to
+// it again) is passed by. It returns how many it took.
 func (a *Applier) CancelPending(ctx context.Context, tx pgx.Tx, shards []int32, batch int32) (int, error) {
 	q := store.New(tx)
 	taken, err := q.TakeRunCancels(ctx, store.TakeRunCancelsParams{Shards: shards, Batch: batch})
@@ -142,11 +145,11 @@ func (a *Applier) CancelPending(ctx context.Context, tx pgx.Tx, shards []int32, 
 		}
 	}
 	for reason, runs := range byReason {
-		if _, err := a.cancel(ctx, tx, runs, reason, nil); err != nil {
+		if _, err := a.cancel(ctx, tx, runs, reason, true, nil); err != nil {
 			return 0, err
 		}
 	}
-	ended, err := q.FinishedRuns(ctx, ids) // cancelled here, or ended before
+	ended, err := q.NoLongerToCancel(ctx, ids)
 	if err != nil {
 		return 0, err
 	}

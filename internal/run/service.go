@@ -266,26 +266,34 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID, page Items
 	if page.From < 0 {
 		return nil, &dag.FieldError{Field: "items_from", Message: fmt.Sprintf("%d is negative", page.From)}
 	}
-	q := store.New(s.pool)
-	r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id})
+	// One snapshot for the run, its tasks, attempts and edges, read again
+	// when a serializable database refuses it (read-only transactions
+	// can be, there).
+	var r store.GetRunRow
+	var tasks []store.Task
+	var attempts []store.Attempt
+	var edges []store.TaskEdge
+	err := store.InTx(ctx, s.pool, func(q *store.Queries) error {
+		var err error
+		if r, err = q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: id}); err != nil {
+			return err
+		}
+		if tasks, err = q.RunTasks(ctx, id); err != nil {
+			return err
+		}
+		if attempts, err = q.RunAttempts(ctx, id); err != nil {
+			return err
+		}
+		edges, err = q.RunEdges(ctx, id)
+		return err
+	})
 	if store.IsNotFound(err) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := q.RunTasks(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	attempts, err := q.RunAttempts(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	edges, err := q.RunEdges(ctx, id)
-	if err != nil {
-		return nil, err
-	}
+	q := store.New(s.pool)
 	byTask := map[uuid.UUID][]store.Attempt{}
 	for _, at := range attempts {
 		byTask[at.TaskID] = append(byTask[at.TaskID], at)

@@ -175,10 +175,11 @@ func (s *Scheduler) downstreamBatch(ctx context.Context, leases []*shard.Lease, 
 		if err != nil {
 			return err
 		}
-		if _, err := s.applier().Cancel(ctx, tx, cancel, lifecycle.ReasonCancelledByNewer); err != nil {
+		// The trees' counts before any run's lock, as StartCalls takes them.
+		if err := s.applier().HoldToTrees(ctx, q, news); err != nil {
 			return err
 		}
-		if err := s.applier().HoldToTrees(ctx, q, news); err != nil {
+		if _, err := s.applier().Cancel(ctx, tx, cancel, lifecycle.ReasonCancelledByNewer); err != nil {
 			return err
 		}
 		rooms, err := usage.RunRooms(ctx, store.New(s.cfg.Pool), run.TenantsOf(news))

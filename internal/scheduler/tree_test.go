@@ -122,6 +122,20 @@ func TestATreeIsCancelledInBatches(t *testing.T) {
 		return enginetest.Int(t, pool, `SELECT count(*) FROM runs WHERE root_run_id = $1 AND `+cond, root.ID)
 	}
 	enginetest.WaitFor(t, 60*time.Second, "the tree has all its runs", func() bool { return tree("true") == 510 })
+	// A cancel left for later whose run's step is not cancelled (its run
+	// retried meanwhile: the step attached to its child again) cancels
+	// nothing: the child would end no step, which would wait for ever.
+	child := enginetest.UUID(t, pool, `SELECT id FROM runs WHERE root_run_id = $1 ORDER BY id LIMIT 1`, root.ID)
+	if _, err := pool.Exec(ctx, `INSERT INTO run_cancels (run_id, shard, reason, created_at)
+		SELECT id, shard, $2, now() FROM runs WHERE id = $1`, child, "cancelled: the run of the step that started it was cancelled"); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the scheduler takes the cancel", func() bool {
+		return enginetest.Int(t, pool, `SELECT count(*) FROM run_cancels`) == 0
+	})
+	if s := runStatus(t, pool, child); s != "pending" && s != "running" {
+		t.Fatalf("a child whose step still waits on it was %s by a cancel meant for an earlier one", s)
+	}
 	started := time.Now()
 	if _, err := runs.CancelRun(ctx, job.Anonymous, root.ID, "enough"); err != nil {
 		t.Fatal(err)

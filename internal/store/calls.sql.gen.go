@@ -430,30 +430,6 @@ func (q *Queries) EnsureRunTrees(ctx context.Context, arg EnsureRunTreesParams) 
 	return err
 }
 
-const finishedRuns = `-- name: FinishedRuns :many
-SELECT id FROM runs WHERE id = ANY($1::uuid[]) AND finished_at IS NOT NULL
-`
-
-func (q *Queries) FinishedRuns(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
-	rows, err := q.db.Query(ctx, finishedRuns, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []uuid.UUID{}
-	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		items = append(items, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const hasCallStarts = `-- name: HasCallStarts :one
 SELECT EXISTS (SELECT 1 FROM call_starts WHERE shard = ANY($1::int[]) AND (retry_at IS NULL OR retry_at <= now()))::bool
 `
@@ -643,7 +619,9 @@ func (q *Queries) LockRunTrees(ctx context.Context, rootRunIds []uuid.UUID) ([]L
 const lockRunsToCancel = `-- name: LockRunsToCancel :many
 SELECT r.id, (SELECT count(*) FROM tasks AS t WHERE t.run_id = r.id
               AND t.status IN ('waiting', 'queued', 'running', 'retrying', 'expanded'))::int AS open_tasks
-FROM runs AS r WHERE r.id = ANY($1::uuid[]) AND r.finished_at IS NULL
+FROM runs AS r
+WHERE r.id = ANY($1::uuid[]) AND r.finished_at IS NULL
+  AND EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = r.parent_task_id AND p.status = 'cancelled')
 ORDER BY r.id FOR UPDATE OF r SKIP LOCKED
 `
 
@@ -652,10 +630,11 @@ type LockRunsToCancelRow struct {
 	OpenTasks int32
 }
 
-// LockRunsToCancel locks, of runs, those still open that no other
-// transaction holds (SKIP LOCKED), in id order, with their open tasks'
-// count (the pending cancels' sweep waits for nothing: a run busy now is
-// cancelled at a later pass).
+// LockRunsToCancel locks, of runs, those still open whose parent step is
+// still cancelled (not released again since: its run retried) that no
+// other transaction holds (SKIP LOCKED), in id order, with their open
+// tasks' count (the pending cancels' sweep waits for nothing: a run busy
+// now is cancelled at a later pass).
 func (q *Queries) LockRunsToCancel(ctx context.Context, ids []uuid.UUID) ([]LockRunsToCancelRow, error) {
 	rows, err := q.db.Query(ctx, lockRunsToCancel, ids)
 	if err != nil {
@@ -669,6 +648,36 @@ func (q *Queries) LockRunsToCancel(ctx context.Context, ids []uuid.UUID) ([]Lock
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const noLongerToCancel = `-- name: NoLongerToCancel :many
+SELECT u.id::uuid AS id FROM unnest($1::uuid[]) AS u (id)
+LEFT JOIN runs AS r ON r.id = u.id
+LEFT JOIN tasks AS p ON p.id = r.parent_task_id
+WHERE r.id IS NULL OR r.finished_at IS NOT NULL OR p.status IS DISTINCT FROM 'cancelled'
+`
+
+// NoLongerToCancel lists, of runs, those a pending cancel has nothing
+// more to do for: ended (cancelled here, or before), pruned, or whose
+// parent step was released again.
+func (q *Queries) NoLongerToCancel(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, noLongerToCancel, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

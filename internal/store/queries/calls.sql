@@ -193,14 +193,17 @@ ORDER BY r.id;
 -- name: WaitingJobSteps :many
 SELECT id FROM tasks WHERE id = ANY(@ids::uuid[]) AND status = 'waiting' AND job_step;
 
--- LockRunsToCancel locks, of runs, those still open that no other
--- transaction holds (SKIP LOCKED), in id order, with their open tasks'
--- count (the pending cancels' sweep waits for nothing: a run busy now is
--- cancelled at a later pass).
+-- LockRunsToCancel locks, of runs, those still open whose parent step is
+-- still cancelled (not released again since: its run retried) that no
+-- other transaction holds (SKIP LOCKED), in id order, with their open
+-- tasks' count (the pending cancels' sweep waits for nothing: a run busy
+-- now is cancelled at a later pass).
 -- name: LockRunsToCancel :many
 SELECT r.id, (SELECT count(*) FROM tasks AS t WHERE t.run_id = r.id
               AND t.status IN ('waiting', 'queued', 'running', 'retrying', 'expanded'))::int AS open_tasks
-FROM runs AS r WHERE r.id = ANY(@ids::uuid[]) AND r.finished_at IS NULL
+FROM runs AS r
+WHERE r.id = ANY(@ids::uuid[]) AND r.finished_at IS NULL
+  AND EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = r.parent_task_id AND p.status = 'cancelled')
 ORDER BY r.id FOR UPDATE OF r SKIP LOCKED;
 
 -- LockOpenTasksOfRuns locks the open tasks of runs that no other
@@ -210,5 +213,11 @@ SELECT run_id FROM tasks
 WHERE run_id = ANY(@run_ids::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
 ORDER BY id FOR UPDATE SKIP LOCKED;
 
--- name: FinishedRuns :many
-SELECT id FROM runs WHERE id = ANY(@ids::uuid[]) AND finished_at IS NOT NULL;
+-- NoLongerToCancel lists, of runs, those a pending cancel has nothing
+-- more to do for: ended (cancelled here, or before), pruned, or whose
+-- parent step was released again.
+-- name: NoLongerToCancel :many
+SELECT u.id::uuid AS id FROM unnest(@ids::uuid[]) AS u (id)
+LEFT JOIN runs AS r ON r.id = u.id
+LEFT JOIN tasks AS p ON p.id = r.parent_task_id
+WHERE r.id IS NULL OR r.finished_at IS NOT NULL OR p.status IS DISTINCT FROM 'cancelled';

@@ -63,7 +63,8 @@ DELETE FROM tenant_job_usage;
 
 -- CountJobUsage counts live jobs and their definitions' bytes, and their
 -- history's: the versions kept but the live ones, and the audit rows of
--- the jobs' changes.
+-- the jobs' changes (not of their triggers and backfills, which hold
+-- params, not definitions).
 -- name: CountJobUsage :exec
 INSERT INTO tenant_job_usage (tenant_id, shard, jobs, definition_bytes, history_bytes)
 SELECT j.tenant_id, j.shard, count(*) FILTER (WHERE j.status <> 'deleted'),
@@ -71,7 +72,8 @@ SELECT j.tenant_id, j.shard, count(*) FILTER (WHERE j.status <> 'deleted'),
        COALESCE(sum((SELECT sum(octet_length(v.spec::text)) FROM job_versions AS v
                       WHERE v.job_id = j.id AND (j.status = 'deleted' OR v.version < j.version))), 0)
        + COALESCE(sum((SELECT sum(COALESCE(octet_length(a.before::text), 0) + COALESCE(octet_length(a.after::text), 0)) FROM audit_log AS a
-                       WHERE a.target_id = j.id AND a.target_kind = 'job')), 0)
+                       WHERE a.target_id = j.id AND a.target_kind = 'job'
+                         AND a.action IN ('create', 'update', 'delete', 'pause', 'resume'))), 0)
 FROM jobs AS j
 GROUP BY j.tenant_id, j.shard;
 
