@@ -53,7 +53,11 @@ func newREST(services []service, maxBody int64) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return http.NewCrossOriginProtection().Handler(restGuard(t, maxBody)), nil
+	rules, err := pathRules(services)
+	if err != nil {
+		return nil, err
+	}
+	return http.NewCrossOriginProtection().Handler(restGuard(restPaths(t, rules), maxBody)), nil
 }
 
 // restGuard refuses, before vanguard reads a body, what it would take

@@ -441,3 +441,51 @@ func TestRESTMatrix(t *testing.T) {
 	}
 	fmt.Fprint(io.Discard, len(called))
 }
+
+// A field a path binds comes from the path only: a query parameter or a
+// body field that gives it too is refused, 400 naming it, and nothing is
+// done (DELETE /api/v1/jobs/A?ref.id=B deleted B, A staying active).
+func TestPathBoundFieldsComeFromThePath(t *testing.T) {
+	t.Parallel()
+	base, keys := authServer(t)
+	k := keys["editor"]
+	create := func(name string) string {
+		t.Helper()
+		code, _, body := rest(t, "POST", base+"/api/v1/jobs", k, strings.Replace(readmeJob, "nightly-report", name, 1))
+		var created struct{ Job struct{ ID string } }
+		if err := json.Unmarshal([]byte(body), &created); err != nil || code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", name, code, body)
+		}
+		return created.Job.ID
+	}
+	a, b := create("job-a"), create("job-b")
+	code, _, body := rest(t, "POST", base+"/api/v1/jobs/"+a+"/trigger", k, "")
+	var trig struct{ Run struct{ ID string } }
+	if err := json.Unmarshal([]byte(body), &trig); err != nil || code != http.StatusOK {
+		t.Fatalf("trigger: %d %s", code, body)
+	}
+	for _, tt := range []struct{ method, path, body, want string }{
+		{"DELETE", "/api/v1/jobs/" + a + "?ref.id=" + b, "", "query parameter ref.id: the path gives it (DELETE /api/v1/jobs/{ref.id})"},
+		{"GET", "/api/v1/jobs/" + a + "?ref.id=" + b, "", "query parameter ref.id"},
+		{"POST", "/api/v1/jobs/" + a + ":pause?ref.id=" + b, "", "query parameter ref.id"},
+		{"GET", "/api/v1/runs/" + trig.Run.ID + "?id=" + a, "", "query parameter id"},
+		{"GET", "/api/v1/namespaces/analytics/jobs/job-a?ref.name=job-b", "", "query parameter ref.name"},
+		{"GET", "/api/v1/jobs/" + a + "/runs?job.id=" + b, "", "query parameter job.id"},
+		{"PATCH", "/api/v1/jobs/" + a, `{"ref": {"id": "` + b + `"}, "expectedVersion": 1, "metadata": {"description": "x"}}`, "body field ref.id: the path gives it"},
+		{"POST", "/api/v1/runs/" + trig.Run.ID + ":cancel", `{"id": "` + a + `"}`, "body field id"},
+	} {
+		code, _, body := rest(t, tt.method, base+tt.path, k, tt.body)
+		if code != http.StatusBadRequest || !strings.Contains(body, tt.want) {
+			t.Errorf("%s %s: %d %s; want 400 with %q", tt.method, tt.path, code, body, tt.want)
+		}
+	}
+	for _, id := range []string{a, b} {
+		if code, _, body := rest(t, "GET", base+"/api/v1/jobs/"+id, k, ""); code != http.StatusOK || !strings.Contains(body, `"JOB_STATUS_ACTIVE"`) {
+			t.Errorf("job %s after the refusals: %d %.200s; want it active, unchanged", id, code, body)
+		}
+	}
+	// What the path does not bind stays the query's.
+	if code, _, body := rest(t, "GET", base+"/api/v1/jobs/"+a+"?history=1", k, ""); code != http.StatusOK {
+		t.Errorf("GET with another query parameter: %d %s", code, body)
+	}
+}
