@@ -279,8 +279,8 @@ func TestRESTMatrix(t *testing.T) {
 	ago := func(h int) string { return time.Now().Add(-time.Duration(h) * time.Hour).UTC().Format(time.RFC3339) }
 	spec := `{"schedule": {"cron": "0 * * * *"}, "run": {"command": {"argv": ["/bin/true"]}}}`
 	meta := `{"namespace": "analytics", "name": "nightly-report", "labels": {"team": "data"}}`
-	byID := map[string]string{"ref.id": jobID, "job.id": jobID}
-	byName := map[string]string{"ref.namespace": "analytics", "ref.name": "nightly-report", "job.namespace": "analytics", "job.name": "nightly-report"}
+	byID := map[string]string{"id": jobID}
+	byName := map[string]string{"namespace": "analytics", "name": "nightly-report"}
 	ops := []op{
 		{id: "JobService_CreateJob", body: strings.Replace(readmeJob, "nightly-report", "created", 1), code: 201},
 		{id: "JobService_GetJob", vars: byID, readerOK: true, tenantScoped: true},
@@ -332,8 +332,8 @@ func TestRESTMatrix(t *testing.T) {
 		{id: "AccessService_GrantRole", body: `{"principal": "bob", "namespace": "analytics", "role": "editor"}`},
 		{id: "AccessService_ListGrants"},
 		{id: "AccessService_RevokeGrant", body: `{"principal": "bob", "namespace": "analytics"}`},
-		{id: "JobService_DeleteJob", vars: map[string]string{"ref.id": delByID}, tenantScoped: true},
-		{id: "JobService_DeleteJobByName", vars: map[string]string{"ref.namespace": "analytics", "ref.name": "delete-by-name"}, tenantScoped: true},
+		{id: "JobService_DeleteJob", vars: map[string]string{"id": delByID}, tenantScoped: true},
+		{id: "JobService_DeleteJobByName", vars: map[string]string{"namespace": "analytics", "name": "delete-by-name"}, tenantScoped: true},
 	}
 	var called []string
 	for _, o := range ops {
@@ -343,10 +343,7 @@ func TestRESTMatrix(t *testing.T) {
 			continue
 		}
 		called = append(called, o.id)
-		vars := map[string]string{"id": ids["run"], "prefix": ids["prefix"]}
-		if strings.Contains(r.path, "backfills/{id}") {
-			vars["id"] = ids["backfill"]
-		}
+		vars := map[string]string{"run_id": ids["run"], "backfill_id": ids["backfill"], "prefix": ids["prefix"]}
 		for k, v := range o.vars {
 			vars[k] = v
 		}
@@ -465,13 +462,15 @@ func TestPathBoundFieldsComeFromThePath(t *testing.T) {
 		t.Fatalf("trigger: %d %s", code, body)
 	}
 	for _, tt := range []struct{ method, path, body, want string }{
-		{"DELETE", "/api/v1/jobs/" + a + "?ref.id=" + b, "", "query parameter ref.id: the path gives it (DELETE /api/v1/jobs/{ref.id})"},
+		{"DELETE", "/api/v1/jobs/" + a + "?ref.id=" + b, "", "query parameter ref.id: the path gives it (DELETE /api/v1/jobs/{id})"},
 		{"GET", "/api/v1/jobs/" + a + "?ref.id=" + b, "", "query parameter ref.id"},
 		{"POST", "/api/v1/jobs/" + a + ":pause?ref.id=" + b, "", "query parameter ref.id"},
 		{"GET", "/api/v1/runs/" + trig.Run.ID + "?id=" + a, "", "query parameter id"},
 		{"GET", "/api/v1/namespaces/analytics/jobs/job-a?ref.name=job-b", "", "query parameter ref.name"},
 		{"GET", "/api/v1/jobs/" + a + "/runs?job.id=" + b, "", "query parameter job.id"},
-		{"PATCH", "/api/v1/jobs/" + a, `{"ref": {"id": "` + b + `"}, "expectedVersion": 1, "metadata": {"description": "x"}}`, "body field ref.id: the path gives it"},
+		{"GET", "/api/v1/jobs/" + a + "?ref.namespace=analytics&ref.name=job-b", "", "query parameter ref."},
+		{"PATCH", "/api/v1/jobs/" + a, `{"ref": {"name": "job-b"}, "expectedVersion": 1, "metadata": {"description": "x"}}`, "body field ref: the path gives it"},
+		{"PATCH", "/api/v1/jobs/" + a, `{"ref": {"id": "` + b + `"}, "expectedVersion": 1, "metadata": {"description": "x"}}`, "body field ref: the path gives it"},
 		{"POST", "/api/v1/runs/" + trig.Run.ID + ":cancel", `{"id": "` + a + `"}`, "body field id"},
 	} {
 		code, _, body := rest(t, tt.method, base+tt.path, k, tt.body)

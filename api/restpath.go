@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/orrery-dev/orrery/api/restdoc"
 )
 
 // The REST paths' own fields: a field a rule's path binds (the job a path
@@ -172,12 +174,19 @@ func restPaths(next http.Handler, rules []pathRule) http.Handler {
 }
 
 // refuseShadows says which field the path binds that the query or the
-// body gives too; it leaves the body as it was read.
+// body gives too; it leaves the body as it was read. A field of the message
+// a bound field is in (ref.name beside a path's ref.id: the same job, named
+// another way) is refused alike.
 func (rule pathRule) refuseShadows(r *http.Request) error {
 	for key := range r.URL.Query() {
 		for _, f := range rule.fields {
-			if key == strings.Join(f.proto, ".") || key == strings.Join(f.json, ".") {
-				return fmt.Errorf("query parameter %s: the path gives it (%s %s); a field the path binds comes from the path only", key, rule.verb, rule.template)
+			for _, names := range [][]string{f.proto, f.json} {
+				whole := strings.Join(names, ".")
+				group := strings.Join(names[:len(names)-1], ".")
+				if key == whole || len(names) > 1 && strings.HasPrefix(key, group+".") {
+					path, _ := restdoc.Path(rule.template)
+					return fmt.Errorf("query parameter %s: the path gives it (%s %s); a field the path binds comes from the path only", key, rule.verb, path)
+				}
 			}
 		}
 	}
@@ -194,8 +203,12 @@ func (rule pathRule) refuseShadows(r *http.Request) error {
 		return nil // not an object: the codec says what is wrong with it
 	}
 	for _, f := range rule.fields {
+		if len(f.proto) > 1 { // the whole message the bound field is in
+			f = fieldPath{proto: f.proto[:len(f.proto)-1], json: f.json[:len(f.json)-1]}
+		}
 		if name, ok := inBody(body, f); ok {
-			return fmt.Errorf("body field %s: the path gives it (%s %s); a field the path binds comes from the path only", name, rule.verb, rule.template)
+			path, _ := restdoc.Path(rule.template)
+			return fmt.Errorf("body field %s: the path gives it (%s %s); a field the path binds comes from the path only", name, rule.verb, path)
 		}
 	}
 	return nil

@@ -21,6 +21,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/orrery-dev/orrery/api/restdoc"
 )
 
 func main() {
@@ -89,6 +91,8 @@ func upgrade(root *yaml.Node) error {
 	for i := 0; i < len(paths.Content); i += 2 {
 		path := paths.Content[i].Value
 		item := paths.Content[i+1]
+		restPath, names := restdoc.Path(path)
+		paths.Content[i].Value = restPath
 		for j := 0; j < len(item.Content); j += 2 {
 			verb, op := item.Content[j].Value, item.Content[j+1]
 			id := get(op, "operationId")
@@ -116,6 +120,7 @@ func upgrade(root *yaml.Node) error {
 				name += strconv.Itoa(seen[name])
 			}
 			id.Value = name
+			renameParams(op, names)
 			dropShadowedQuery(op)
 			switch base {
 			case "JobService_CreateJob":
@@ -127,6 +132,39 @@ func upgrade(root *yaml.Node) error {
 		}
 	}
 	return nil
+}
+
+// renameParams renames an operation's path parameters, and drops the query
+// parameters of the message a renamed one is in (ref.name beside ref.id):
+// the server refuses them (a field the path binds comes from the path
+// only).
+func renameParams(op *yaml.Node, names map[string]string) {
+	params := get(op, "parameters")
+	if params == nil || len(names) == 0 {
+		return
+	}
+	groups := map[string]bool{}
+	for from := range names {
+		if i := strings.LastIndexByte(from, '.'); i > 0 {
+			groups[from[:i+1]] = true
+		}
+	}
+	kept := params.Content[:0]
+	for _, p := range params.Content {
+		name := get(p, "name")
+		switch get(p, "in").Value {
+		case "path":
+			if to, ok := names[name.Value]; ok {
+				name.Value = to
+			}
+		case "query":
+			if i := strings.LastIndexByte(name.Value, '.'); i > 0 && groups[name.Value[:i+1]] {
+				continue
+			}
+		}
+		kept = append(kept, p)
+	}
+	params.Content = kept
 }
 
 // dropShadowedQuery drops a query parameter of the same name as a path
