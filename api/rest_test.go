@@ -15,6 +15,7 @@ import (
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
+	valerrors "github.com/pb33f/libopenapi-validator/errors"
 
 	"github.com/orrery-dev/orrery/api"
 )
@@ -101,8 +102,8 @@ func TestREADMECurlOverREST(t *testing.T) {
 	if runs[0].Run.ID != runs[1].Run.ID {
 		t.Errorf("a trigger replayed under its Idempotency-Key started another run: %s, %s", runs[0].Run.ID, runs[1].Run.ID)
 	}
-	if code, _, body := rest(t, "POST", trigger, k, `{"idempotencyKey": "a"}`, "Idempotency-Key", "b"); code != http.StatusBadRequest || !strings.Contains(body, "idempotency_key") {
-		t.Errorf("a key in the body and another in the header: %d %s, want 400 naming idempotency_key", code, body)
+	if code, _, body := rest(t, "POST", trigger, k, `{"idempotencyKey": "a"}`, "Idempotency-Key", "b"); code != http.StatusBadRequest || !strings.Contains(body, "idempotencyKey") {
+		t.Errorf("a key in the body and another in the header: %d %s, want 400 naming idempotencyKey", code, body)
 	}
 	if code, _, body := rest(t, "GET", base+"/api/v1/runs/"+runs[0].Run.ID, k, ""); code != http.StatusOK || !strings.Contains(body, created.Job.ID) {
 		t.Errorf("GET the run: %d %s", code, body)
@@ -129,7 +130,15 @@ func TestRESTErrorStatuses(t *testing.T) {
 		code                         int
 		want                         string
 	}{
-		{"malformed JSON", "POST", base + "/api/v1/jobs", k, `{"metadata":`, 400, ""},
+		{"malformed JSON", "POST", base + "/api/v1/jobs", k, "{\"metadata\":\n {\"name\": \"x\",}}", 400, "not valid JSON: invalid character '}' looking for beginning of object key string (line 2, column 15)"},
+		{"a cut body", "POST", base + "/api/v1/jobs", k, `{"metadata":`, 400, "unexpected end of JSON input (line 1, column 13)"},
+		{"a value of the wrong type", "POST", base + "/api/v1/jobs", k, `{"metadata": {"name": 5}}`, 400, "invalid value for string field name: 5 (line 1, column 23)"},
+		{"a query value of the wrong type", "GET", base + "/api/v1/jobs?pageSize=ten", k, "", 400, `query parameter pageSize: "ten" is not an integer`},
+		{"a value past a bound, named as sent", "GET", base + "/api/v1/jobs?pageSize=900", k, "", 422, "pageSize: 900 is outside 0..500"},
+		{"a map in a query", "GET", base + "/api/v1/jobs?labels.team=data", k, "", 400, "labels is a map, which a query cannot give; give label=KEY:VALUE"},
+		{"a parameter given twice", "GET", base + "/api/v1/jobs?namespace=a&namespace=b", k, "", 400, "namespace: given 2 times"},
+		{"a job status not one of them", "GET", base + "/api/v1/jobs?status=actve", k, "", 422, `"actve" is not one of active, paused, deleted`},
+		{"a NUL in a path", "GET", base + "/api/v1/tenants/a%00b/quota", keys["system"], "", 422, "tenant: contains a NUL character"},
 		{"an unknown field", "POST", base + "/api/v1/jobs", k, `{"metdata": {"name": "x"}}`, 400, "metdata: unknown field"},
 		{"a nested unknown field", "POST", base + "/api/v1/jobs", k, strings.Replace(readmeJob, `"timezone"`, `"timezon"`, 1), 400, "spec.schedule.timezon: unknown field"},
 		{"an unknown query parameter", "GET", base + "/api/v1/jobs?nmespace=x", k, "", 400, "nmespace"},
@@ -180,6 +189,23 @@ func TestRESTErrorStatuses(t *testing.T) {
 			t.Errorf("a trigger's body %s: %d, want %d", c.name, res.StatusCode, c.code)
 		}
 	}
+	// A body of no declared length is cut at the limit, whoever reads it
+	// first (the check of path-bound fields, or vanguard).
+	for _, url := range []string{job + "/trigger", base + "/api/v1/jobs"} {
+		big := io.MultiReader(strings.NewReader(`{"params": {"a": "`), strings.NewReader(strings.Repeat("x", 5<<20)), strings.NewReader(`"}}`))
+		req, _ := http.NewRequest("POST", url, io.NopCloser(big))
+		req.Header.Set("Authorization", "Bearer "+k)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("a chunked body past the limit to %s: %d %s, want 413", url, res.StatusCode, b)
+		}
+	}
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +225,51 @@ func TestRESTErrorStatuses(t *testing.T) {
 	}
 	if code, _, body := rest(t, "POST", job+"/trigger", k, ""); code != http.StatusConflict || !strings.Contains(body, "deleted") {
 		t.Errorf("trigger a deleted job: %d %s, want 409", code, body)
+	}
+}
+
+// Job lists filter by labels over REST: ?label=KEY:VALUE, repeatable,
+// every one carried (a map in a query, ?labels.team=data, was a 500).
+func TestJobListsFilterByLabel(t *testing.T) {
+	base, keys := authServer(t)
+	k := keys["admin"]
+	for name, labels := range map[string]string{
+		"a": `{"team": "data", "tier": "gold"}`, "b": `{"team": "data", "tier": "silver"}`, "c": `{"team": "web", "url": "http://x:1"}`,
+	} {
+		body := `{"metadata": {"name": "` + name + `", "labels": ` + labels + `}, "spec": {"schedule": {"cron": "0 * * * *"}, "run": {"command": {"argv": ["/bin/true"]}}}}`
+		if code, _, out := rest(t, "POST", base+"/api/v1/jobs", k, body); code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", name, code, out)
+		}
+	}
+	names := func(query string) string {
+		t.Helper()
+		code, _, body := rest(t, "GET", base+"/api/v1/jobs?"+query, k, "")
+		var res struct{ Jobs []struct{ Metadata struct{ Name string } } }
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &res) != nil {
+			return fmt.Sprintf("%d %s", code, body)
+		}
+		var out []string
+		for _, j := range res.Jobs {
+			out = append(out, j.Metadata.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for query, want := range map[string]string{
+		"label=team:data":                 "a,b",
+		"label=team:data&label=tier:gold": "a",
+		"label=tier:gold&label=team:web":  "",
+		"label=url:http://x:1":            "c", // the value holds colons
+		"label=team%3Adata&status=active": "a,b",
+		"label=team":                      `422 label[0]: \"team\" is not KEY:VALUE (team:data)`,
+		"labels.team=data":                "400 query parameter labels.team: labels is a map",
+	} {
+		got := names(query)
+		if code, msg, ok := strings.Cut(want, " "); ok && strings.HasPrefix(got, code) && strings.Contains(got, msg) {
+			continue
+		}
+		if got != want {
+			t.Errorf("?%s: %s, want %s", query, got, want)
+		}
 	}
 }
 
@@ -332,6 +403,12 @@ func TestRESTMatrix(t *testing.T) {
 		{id: "AccessService_GrantRole", body: `{"principal": "bob", "namespace": "analytics", "role": "editor"}`},
 		{id: "AccessService_ListGrants"},
 		{id: "AccessService_RevokeGrant", body: `{"principal": "bob", "namespace": "analytics"}`},
+		// A worker's calls, over Connect's JSON: a claim that finds nothing
+		// and a quiet heartbeat answer {}; a report for an attempt that
+		// does not exist is 404.
+		{id: "WorkerService_Claim", key: "worker", body: `{"worker": "w1", "types": ["echo"], "waitSeconds": 0}`},
+		{id: "WorkerService_Heartbeat", key: "worker", body: `{"worker": "w1"}`},
+		{id: "WorkerService_Report", key: "worker", body: `{"worker": "w1", "taskId": "01a2266e-0000-7000-8000-000000000000", "fencingToken": "1", "success": true}`, code: 404},
 		{id: "JobService_DeleteJob", vars: map[string]string{"id": delByID}, tenantScoped: true},
 		{id: "JobService_DeleteJobByName", vars: map[string]string{"namespace": "analytics", "name": "delete-by-name"}, tenantScoped: true},
 	}
@@ -365,51 +442,62 @@ func TestRESTMatrix(t *testing.T) {
 			_ = json.Unmarshal([]byte(body), &j)
 			o.body = strings.ReplaceAll(o.body, "$VERSION", j.Job.Version)
 		}
-		if code, _, body := rest(t, r.method, url, "", o.body); code != http.StatusUnauthorized {
-			t.Errorf("%s %s without a key: %d %s, want 401", r.method, path, code, body)
-		}
-		if !o.readerOK {
-			if code, _, body := rest(t, r.method, url, keys["reader"], o.body); code != http.StatusForbidden {
-				t.Errorf("%s %s as a reader: %d %s, want 403", r.method, path, code, body)
+		// Every answer, an error or not, is as the document says: its
+		// status is one the operation lists, its body of that status's
+		// schema. (The validator does not match a path with a custom verb,
+		// /api/v1/jobs/{id}:pause: those are checked by their status here,
+		// and through Prism in TestOpenAPIWithTheToolsUsersBring.)
+		send := func(who, key string, want int) (int, []byte) {
+			t.Helper()
+			req := restRequest(t, r.method, url, key, o.body)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
 			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("%s %s%s: %d %s, want %d", r.method, path, who, resp.StatusCode, b, want)
+				return resp.StatusCode, b
+			}
+			if !strings.Contains(r.path, "}:") {
+				resp.Body = io.NopCloser(bytes.NewReader(b))
+				body := o.body
+				if body == "" && r.method != "GET" && r.method != "DELETE" {
+					body = "{}" // what was sent without a body, as the document has it
+				}
+				req = restRequest(t, r.method, url, key, body)
+				validate := v.ValidateHttpRequestResponse
+				if who != "" { // the request is refused on purpose: only the answer is checked
+					validate = func(req *http.Request, resp *http.Response) (bool, []*valerrors.ValidationError) {
+						return v.ValidateHttpResponse(req, resp)
+					}
+				}
+				if ok, verrs := validate(req, resp); !ok {
+					for _, e := range verrs {
+						t.Errorf("%s %s%s: not as documented: %s (%s)", r.method, path, who, e.Message, e.Reason)
+						for _, s := range e.SchemaValidationErrors {
+							t.Errorf("  %s at %s", s.Reason, s.FieldPath)
+						}
+					}
+				}
+			}
+			return resp.StatusCode, b
+		}
+		send(" without a key", "", http.StatusUnauthorized)
+		if !o.readerOK {
+			send(" as a reader", keys["reader"], http.StatusForbidden)
 		}
 		if o.tenantScoped {
-			if code, _, body := rest(t, r.method, url, keys["other"], o.body); code != http.StatusNotFound {
-				t.Errorf("%s %s as another tenant's admin: %d %s, want 404", r.method, path, code, body)
-			}
+			send(" as another tenant's admin", keys["other"], http.StatusNotFound)
 		}
 		want := o.code
 		if want == 0 {
 			want = http.StatusOK
 		}
-		req := restRequest(t, r.method, url, key, o.body)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("%s %s: %d %s, want %d", r.method, path, resp.StatusCode, b, want)
+		code, b := send("", key, want)
+		if code != want {
 			continue
-		}
-		// The validator does not match a path with a custom verb
-		// (/api/v1/jobs/{id}:pause); those are checked by their status.
-		if want < 300 && !strings.Contains(r.path, "}:") {
-			resp.Body = io.NopCloser(bytes.NewReader(b))
-			body := o.body
-			if body == "" && r.method != "GET" && r.method != "DELETE" {
-				body = "{}" // what was sent without a body, as the document has it
-			}
-			req = restRequest(t, r.method, url, key, body)
-			if ok, verrs := v.ValidateHttpRequestResponse(req, resp); !ok {
-				for _, e := range verrs {
-					t.Errorf("%s %s: not as documented: %s (%s)", r.method, path, e.Message, e.Reason)
-					for _, s := range e.SchemaValidationErrors {
-						t.Errorf("  %s at %s", s.Reason, s.FieldPath)
-					}
-				}
-			}
 		}
 		switch o.id {
 		case "RunService_TriggerJob":

@@ -2711,7 +2711,9 @@ type ListJobsRequest struct {
 	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Unspecified lists every status but deleted.
 	Status JobStatus `protobuf:"varint,2,opt,name=status,proto3,enum=orrery.v1.JobStatus" json:"status,omitempty"`
-	// Jobs carrying all of these labels.
+	// Jobs carrying all of these labels, as a map (Connect and gRPC; a REST
+	// query cannot carry a map: it gives label). Both may be given: a job
+	// carries all of either's.
 	Labels map[string]string `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Default 50, at most 500.
 	PageSize  int32  `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
@@ -2721,7 +2723,10 @@ type ListJobsRequest struct {
 	NameContains string `protobuf:"bytes,6,opt,name=name_contains,json=nameContains,proto3" json:"name_contains,omitempty"`
 	// How much of each job to return: BASIC (the default) leaves out the
 	// steps (spec.steps and spec.run), FULL returns whole definitions.
-	View          JobView `protobuf:"varint,7,opt,name=view,proto3,enum=orrery.v1.JobView" json:"view,omitempty"`
+	View JobView `protobuf:"varint,7,opt,name=view,proto3,enum=orrery.v1.JobView" json:"view,omitempty"`
+	// Jobs carrying all of these labels, each KEY:VALUE (team:data); over
+	// REST, ?label=team:data&label=tier:gold. At most 20.
+	Label         []string `protobuf:"bytes,8,rep,name=label,proto3" json:"label,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2803,6 +2808,13 @@ func (x *ListJobsRequest) GetView() JobView {
 		return x.View
 	}
 	return JobView_JOB_VIEW_UNSPECIFIED
+}
+
+func (x *ListJobsRequest) GetLabel() []string {
+	if x != nil {
+		return x.Label
+	}
+	return nil
 }
 
 type ListJobsResponse struct {
@@ -3658,7 +3670,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02on\x18\x03 \x03(\tR\x02on\x12\x16\n" +
-	"\x06status\x18\x04 \x01(\tR\x06status\"\xe1\x02\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\"\xf7\x02\n" +
 	"\x0fListJobsRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12,\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x14.orrery.v1.JobStatusR\x06status\x12>\n" +
@@ -3667,7 +3679,8 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\x12#\n" +
 	"\rname_contains\x18\x06 \x01(\tR\fnameContains\x12&\n" +
-	"\x04view\x18\a \x01(\x0e2\x12.orrery.v1.JobViewR\x04view\x1a9\n" +
+	"\x04view\x18\a \x01(\x0e2\x12.orrery.v1.JobViewR\x04view\x12\x14\n" +
+	"\x05label\x18\b \x03(\tR\x05label\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +

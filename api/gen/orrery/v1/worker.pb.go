@@ -7,6 +7,7 @@
 package orreryv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -720,7 +721,7 @@ var File_orrery_v1_worker_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x16orrery/v1/worker.proto\x12\torrery.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x02\n" +
+	"\x16orrery/v1/worker.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x02\n" +
 	"\fClaimRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05types\x18\x02 \x03(\tR\x05types\x12\x16\n" +
@@ -779,11 +780,11 @@ const file_orrery_v1_worker_proto_rawDesc = "" +
 	"exitReason\x12\x1c\n" +
 	"\tretryable\x18\b \x01(\bR\tretryable\",\n" +
 	"\x0eReportResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\bR\baccepted2\xd2\x01\n" +
-	"\rWorkerService\x12:\n" +
-	"\x05Claim\x12\x17.orrery.v1.ClaimRequest\x1a\x18.orrery.v1.ClaimResponse\x12F\n" +
-	"\tHeartbeat\x12\x1b.orrery.v1.HeartbeatRequest\x1a\x1c.orrery.v1.HeartbeatResponse\x12=\n" +
-	"\x06Report\x12\x18.orrery.v1.ReportRequest\x1a\x19.orrery.v1.ReportResponseB9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"\baccepted\x18\x01 \x01(\bR\baccepted2\xd8\x02\n" +
+	"\rWorkerService\x12e\n" +
+	"\x05Claim\x12\x17.orrery.v1.ClaimRequest\x1a\x18.orrery.v1.ClaimResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/orrery.v1.WorkerService/Claim\x12u\n" +
+	"\tHeartbeat\x12\x1b.orrery.v1.HeartbeatRequest\x1a\x1c.orrery.v1.HeartbeatResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/orrery.v1.WorkerService/Heartbeat\x12i\n" +
+	"\x06Report\x12\x18.orrery.v1.ReportRequest\x1a\x19.orrery.v1.ReportResponse\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/orrery.v1.WorkerService/ReportB9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_worker_proto_rawDescOnce sync.Once

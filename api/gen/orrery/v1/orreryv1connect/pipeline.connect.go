@@ -44,7 +44,13 @@ const (
 
 // PipelineServiceClient is a client for the orrery.v1.PipelineService service.
 type PipelineServiceClient interface {
+	// Plan compares a folder's jobs with the stored ones and says, job by
+	// job, what applying them would create, update (with the fields that
+	// change), delete (with prune) or leave unchanged. It changes nothing.
 	Plan(context.Context, *connect.Request[v1.PlanRequest]) (*connect.Response[v1.PlanResponse], error)
+	// Apply makes the stored jobs what the folder says, in one transaction:
+	// every change is made or none is. It answers the changes as Plan does,
+	// with each job as it became.
 	Apply(context.Context, *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error)
 	// Forecast counts the runs the active jobs in scope (a namespace, or all
 	// the caller may read) will fire, minute by minute, over a window of at
@@ -113,7 +119,13 @@ func (c *pipelineServiceClient) Forecast(ctx context.Context, req *connect.Reque
 
 // PipelineServiceHandler is an implementation of the orrery.v1.PipelineService service.
 type PipelineServiceHandler interface {
+	// Plan compares a folder's jobs with the stored ones and says, job by
+	// job, what applying them would create, update (with the fields that
+	// change), delete (with prune) or leave unchanged. It changes nothing.
 	Plan(context.Context, *connect.Request[v1.PlanRequest]) (*connect.Response[v1.PlanResponse], error)
+	// Apply makes the stored jobs what the folder says, in one transaction:
+	// every change is made or none is. It answers the changes as Plan does,
+	// with each job as it became.
 	Apply(context.Context, *connect.Request[v1.ApplyRequest]) (*connect.Response[v1.ApplyResponse], error)
 	// Forecast counts the runs the active jobs in scope (a namespace, or all
 	// the caller may read) will fire, minute by minute, over a window of at

@@ -357,6 +357,9 @@ func (UnimplementedRunServiceHandler) ReplayDeadLetters(context.Context, *connec
 
 // ClusterServiceClient is a client for the orrery.v1.ClusterService service.
 type ClusterServiceClient interface {
+	// GetCluster lists the scheduler nodes (live or not), the shards with
+	// their owners and lag, and the worker processes seen within the last
+	// hour.
 	GetCluster(context.Context, *connect.Request[v1.GetClusterRequest]) (*connect.Response[v1.GetClusterResponse], error)
 }
 
@@ -393,6 +396,9 @@ func (c *clusterServiceClient) GetCluster(ctx context.Context, req *connect.Requ
 
 // ClusterServiceHandler is an implementation of the orrery.v1.ClusterService service.
 type ClusterServiceHandler interface {
+	// GetCluster lists the scheduler nodes (live or not), the shards with
+	// their owners and lag, and the worker processes seen within the last
+	// hour.
 	GetCluster(context.Context, *connect.Request[v1.GetClusterRequest]) (*connect.Response[v1.GetClusterResponse], error)
 }
 
