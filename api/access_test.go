@@ -182,7 +182,7 @@ func TestKeyManagementIsAdminsOfTheTenant(t *testing.T) {
 		{`{"principal":"p"}`, "role"},
 		{`{"principal":"","role":"reader"}`, "principal"},
 		{`{"principal":"` + strings.Repeat("p", 201) + `","role":"reader"}`, "principal"},
-		{`{"principal":"p","role":"reader","expires_in":"-60s"}`, "expires_in"},
+		{`{"principal":"p","role":"reader","expiresIn":"-60s"}`, "expiresIn"},
 	} {
 		code, body := rpc(keys["admin"], "CreateAPIKey", c.body)
 		var e struct{ Message string }

@@ -121,15 +121,47 @@ func (s *jobServer) GetJob(ctx context.Context, req *connect.Request[orreryv1.Ge
 	return connect.NewResponse(out), nil
 }
 
+// maxLabelFilters bounds the labels a list filters by.
+const maxLabelFilters = 20
+
+// labelFilter is the labels a job list filters by: the map's and label's
+// (KEY:VALUE each; a key given twice must have one value).
+func labelFilter(m map[string]string, label []string) (map[string]string, error) {
+	if len(m)+len(label) > maxLabelFilters {
+		return nil, &dag.FieldError{Field: "label", Message: fmt.Sprintf("%d labels; at most %d", len(m)+len(label), maxLabelFilters)}
+	}
+	out := make(map[string]string, len(m)+len(label))
+	for k, v := range m {
+		if strings.ContainsRune(k+v, 0) {
+			return nil, &dag.FieldError{Field: "labels", Message: "contains a NUL character"}
+		}
+		out[k] = v
+	}
+	for i, l := range label {
+		field := fmt.Sprintf("label[%d]", i)
+		k, v, ok := strings.Cut(l, ":")
+		switch {
+		case !ok || k == "":
+			return nil, &dag.FieldError{Field: field, Message: fmt.Sprintf("%q is not KEY:VALUE (team:data)", l)}
+		case strings.ContainsRune(l, 0):
+			return nil, &dag.FieldError{Field: field, Message: "contains a NUL character"}
+		}
+		if prev, dup := out[k]; dup && prev != v {
+			return nil, &dag.FieldError{Field: field, Message: fmt.Sprintf("label %s is given as %q too; a job carries one value", k, prev)}
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
 func (s *jobServer) ListJobs(ctx context.Context, req *connect.Request[orreryv1.ListJobsRequest]) (*connect.Response[orreryv1.ListJobsResponse], error) {
 	m := req.Msg
 	if err := plainText("namespace", m.GetNamespace()); err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	for k, v := range m.GetLabels() {
-		if strings.ContainsRune(k+v, 0) {
-			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "labels", Message: "contains a NUL character"})
-		}
+	labels, err := labelFilter(m.GetLabels(), m.GetLabel())
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
 	}
 	status := StatusName(m.GetStatus())
 	if status == "" && m.GetStatus() != orreryv1.JobStatus_JOB_STATUS_UNSPECIFIED {
@@ -144,7 +176,7 @@ func (s *jobServer) ListJobs(ctx context.Context, req *connect.Request[orreryv1.
 		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "view", Message: fmt.Sprintf("%d is not a job view", m.GetView())})
 	}
 	jobs, next, err := s.jobs.List(ctx, actor(ctx), job.ListFilter{
-		Namespace: m.GetNamespace(), Status: status, Labels: m.GetLabels(), NameContains: m.GetNameContains(),
+		Namespace: m.GetNamespace(), Status: status, Labels: labels, NameContains: m.GetNameContains(),
 		PageSize: int(m.GetPageSize()), PageToken: m.GetPageToken(), WithSteps: full,
 	})
 	if err != nil {

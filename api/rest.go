@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -65,7 +66,8 @@ func newREST(services []service, maxBody int64) (http.Handler, error) {
 // whole: a small gzip bomb is gigabytes; 415), a declared length past the
 // cap (vanguard reserves it up front; 413), and a body that is not JSON
 // (a browser's cross-site form or beacon sends none or another type;
-// 415). A body-less POST (a trigger) needs no type. Cross-origin browser
+// 415). A body of no declared length is read whole first, up to the cap
+// (413 past it). A body-less POST (a trigger) needs no type. Cross-origin browser
 // requests are refused beside it (http.CrossOriginProtection).
 func restGuard(next http.Handler, maxBody int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -79,12 +81,29 @@ func restGuard(next http.Handler, maxBody int64) http.Handler {
 				errors.New("the body is past the limit of "+strconv.FormatInt(maxBody, 10)+" bytes")))
 			return
 		}
+		r.Header.Set(jsonNamesHeader, "1")
 		if r.ContentLength != 0 && r.Method != http.MethodGet {
 			if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(strings.ToLower(mt)) != "application/json" {
 				writeRESTErrorStatus(w, http.StatusUnsupportedMediaType, connect.NewError(connect.CodeInvalidArgument,
 					errors.New("Content-Type: a REST body is application/json")))
 				return
 			}
+		}
+		if r.ContentLength < 0 {
+			// No declared length (chunked): read here, up to the cap, so
+			// that a body past it is 413 (vanguard would answer 429).
+			b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
+			var tooLarge *http.MaxBytesError // the server's own cap, the same
+			if errors.As(err, &tooLarge) || int64(len(b)) > maxBody {
+				writeRESTErrorStatus(w, http.StatusRequestEntityTooLarge, connect.NewError(connect.CodeResourceExhausted,
+					errors.New("the body is past the limit of "+strconv.FormatInt(maxBody, 10)+" bytes")))
+				return
+			}
+			if err != nil {
+				writeRESTErrorStatus(w, http.StatusBadRequest, connect.NewError(connect.CodeInvalidArgument, errors.New("reading the body: "+err.Error())))
+				return
+			}
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -186,7 +205,7 @@ func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // requestFaults are the messages of the errors vanguard answers as
 // Internal (500) though the request is at fault: a query parameter the
 // request has no field for, a body where the method takes none.
-var requestFaults = []string{"does not correspond to any field", "request should have no body"}
+var requestFaults = []string{"does not correspond to any field", "request should have no body", "empty field path"}
 
 // finish writes a held-back 500: as 400 when vanguard's message says the
 // request was at fault, as it was otherwise.
@@ -223,6 +242,7 @@ func (w *statusWriter) finish() {
 func withStatus(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w, rest: strings.HasPrefix(r.URL.Path, RESTPrefix)}
+		r.Header.Del(jsonNamesHeader) // the server's own mark (restGuard)
 		next.ServeHTTP(sw, r)
 		sw.finish()
 	})

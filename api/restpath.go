@@ -31,6 +31,7 @@ type pathRule struct {
 	fields   []fieldPath
 	body     string // "*", a field, or "" (none)
 	template string
+	in       protoreflect.MessageDescriptor // the request message
 }
 
 // fieldPath is a field bound by a path, as the proto names it and as
@@ -88,7 +89,7 @@ func newPathRule(r *annotations.HttpRule, in protoreflect.MessageDescriptor) (pa
 	default:
 		return pathRule{}, nil
 	}
-	pr := pathRule{verb: verb, body: r.GetBody(), template: template}
+	pr := pathRule{verb: verb, body: r.GetBody(), template: template, in: in}
 	path := template
 	if i := strings.LastIndexByte(path, ':'); i > strings.LastIndexByte(path, '/') && !strings.HasSuffix(path, "}") {
 		path, pr.suffix = path[:i], path[i:]
@@ -143,7 +144,7 @@ func (r pathRule) match(method, path string) bool {
 	}
 	for i, s := range r.segments {
 		if strings.HasPrefix(s, "{") {
-			if segs[i] == "" || strings.Contains(segs[i], ":") && i == len(segs)-1 {
+			if strings.Contains(segs[i], ":") && i == len(segs)-1 { // an empty one too: vanguard routes it
 				return false
 			}
 			continue
@@ -156,15 +157,20 @@ func (r pathRule) match(method, path string) bool {
 }
 
 // restPaths refuses, with 400 naming it, a query parameter or body field
-// that the path of the rule serving the request binds.
+// that the path of the rule serving the request binds, and checks the
+// query (checkQuery).
 func restPaths(next http.Handler, rules []pathRule) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, rule := range rules {
-			if !rule.match(r.Method, r.URL.Path) || len(rule.fields) == 0 {
+			if !rule.match(r.Method, r.URL.Path) {
 				continue
 			}
 			if err := rule.refuseShadows(r); err != nil {
 				writeRESTError(w, connect.NewError(connect.CodeInvalidArgument, err))
+				return
+			}
+			if err := checkQuery(r.URL, rule.in); err != nil {
+				writeRESTErrorStatus(w, err.status, err.connect())
 				return
 			}
 			break
@@ -178,6 +184,9 @@ func restPaths(next http.Handler, rules []pathRule) http.Handler {
 // a bound field is in (ref.name beside a path's ref.id: the same job, named
 // another way) is refused alike.
 func (rule pathRule) refuseShadows(r *http.Request) error {
+	if len(rule.fields) == 0 {
+		return nil
+	}
 	for key := range r.URL.Query() {
 		for _, f := range rule.fields {
 			for _, names := range [][]string{f.proto, f.json} {

@@ -53,8 +53,14 @@ func (strictJSON) Unmarshal(b []byte, m any) error {
 // unknown fields), naming an unknown field's path when there is one.
 func unmarshalStrict(o protojson.UnmarshalOptions, b []byte, pm proto.Message) error {
 	err := o.Unmarshal(b, pm)
-	if err == nil || !strings.Contains(err.Error(), "unknown field") {
-		return err
+	if err == nil {
+		return nil
+	}
+	if syntax := jsonSyntax(b); syntax != nil {
+		return syntax
+	}
+	if !strings.Contains(err.Error(), "unknown field") {
+		return protojsonError(err)
 	}
 	var doc any
 	if json.Unmarshal(b, &doc) == nil {
@@ -63,6 +69,47 @@ func unmarshalStrict(o protojson.UnmarshalOptions, b []byte, pm proto.Message) e
 		}
 	}
 	return err
+}
+
+// jsonSyntax says where a body is not JSON (protojson says "unexpected
+// EOF" without a place), or nil when it is JSON.
+func jsonSyntax(b []byte) error {
+	var syntax *json.SyntaxError
+	if err := json.Unmarshal(b, new(json.RawMessage)); !errors.As(err, &syntax) {
+		return nil
+	}
+	// Offset counts the byte at fault, but for a body cut short, whose
+	// place is past its end.
+	at := min(int(syntax.Offset), len(b))
+	if at > 0 && !strings.Contains(syntax.Error(), "unexpected end") {
+		at--
+	}
+	line, col := 1, 1
+	for _, c := range b[:at] {
+		if c == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return fmt.Errorf("the body is not valid JSON: %s (line %d, column %d)", syntax.Error(), line, col)
+}
+
+// protojsonError is a protojson error without its "proto:" prefix (which
+// protojson writes with a space or a no-break space, at random), its
+// place written as jsonSyntax writes one: "(line 1:23): invalid value for
+// string field name: 5" becomes "invalid value for string field name: 5
+// (line 1, column 23)".
+func protojsonError(err error) error {
+	msg := strings.TrimLeft(strings.TrimPrefix(err.Error(), "proto:"), " \u00a0")
+	if rest, ok := strings.CutPrefix(msg, "(line "); ok {
+		if place, what, ok := strings.Cut(rest, "): "); ok {
+			if line, col, ok := strings.Cut(place, ":"); ok {
+				return fmt.Errorf("%s (line %s, column %s)", what, line, col)
+			}
+		}
+	}
+	return errors.New(msg)
 }
 
 // unknownField is the path (JSON names, list indexes) of the first key of

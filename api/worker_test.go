@@ -170,14 +170,15 @@ func TestWorkerKeysServeTheirScope(t *testing.T) {
 		_, code, out := post(t, base+"/orrery.v1.WorkerService/Claim", key, body)
 		return code, out
 	}
+	// Errors name fields as JSON does, the way the client wrote them.
 	for body, want := range map[string]string{
 		`{"worker":"w","types":["other"]}`:                        "types[0]",
 		`{"worker":"w","types":["echo"],"namespaces":["team-b"]}`: "namespaces[0]",
 		`{"worker":"w"}`:                                   "types",
 		`{"worker":"","types":["echo"]}`:                   "worker",
-		`{"worker":"w","types":["echo"],"maxTasks":101}`:   "max_tasks",
-		`{"worker":"w","types":["echo"],"leaseSeconds":1}`: "lease_seconds",
-		`{"worker":"w","types":["echo"],"waitSeconds":31}`: "wait_seconds",
+		`{"worker":"w","types":["echo"],"maxTasks":101}`:   "maxTasks",
+		`{"worker":"w","types":["echo"],"leaseSeconds":1}`: "leaseSeconds",
+		`{"worker":"w","types":["echo"],"waitSeconds":31}`: "waitSeconds",
 	} {
 		if code, out := claim(keys["worker"], body); code != "invalid_argument" || !strings.Contains(out, want) {
 			t.Errorf("claim %s: %s %s; want invalid_argument naming %s", body, code, out, want)

@@ -1,0 +1,182 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/orrery-dev/orrery/dag"
+)
+
+// jsonNamesHeader marks a request that came in over REST (restGuard sets
+// it; withStatus drops a client's): its handler sees binary protobuf from
+// vanguard, but its client wrote JSON.
+const jsonNamesHeader = "Orrery-Json-Names"
+
+// jsonFieldNames names the fields in an error as a JSON client wrote them
+// (pageSize, waitSeconds, spec.steps[0].forEach), where the handlers name
+// them as the protos do (page_size): for REST and Connect's or gRPC-Web's
+// JSON. A binary client keeps the protos' names, which its code uses.
+func jsonFieldNames() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			res, err := next(ctx, req)
+			var ce *connect.Error
+			if err == nil || !errors.As(err, &ce) || !speaksJSON(req.Header()) {
+				return res, err
+			}
+			md, ok := req.Spec().Schema.(protoreflect.MethodDescriptor)
+			if !ok {
+				return res, err
+			}
+			msg := jsonPaths(ce.Message(), md.Input())
+			if msg == ce.Message() {
+				return res, err
+			}
+			out := connect.NewError(ce.Code(), errors.New(msg))
+			for k, vs := range ce.Meta() {
+				for _, v := range vs {
+					out.Meta().Add(k, v)
+				}
+			}
+			for _, d := range ce.Details() {
+				out.AddDetail(d)
+			}
+			return res, out
+		}
+	}
+}
+
+func speaksJSON(h http.Header) bool {
+	if h.Get(jsonNamesHeader) != "" {
+		return true
+	}
+	ct, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	return strings.HasSuffix(strings.TrimSpace(strings.ToLower(ct)), "json")
+}
+
+// jsonPaths rewrites the field path that starts each line of an error
+// message ("page_size: 900 is outside 0..500"; alternatives joined by |)
+// into JSON names, as far as the path names fields of md: a map's keys,
+// list indexes and what is not a field stay as written.
+func jsonPaths(msg string, md protoreflect.MessageDescriptor) string {
+	lines := strings.Split(msg, "\n")
+	for i, line := range lines {
+		path, rest, ok := strings.Cut(line, ": ")
+		if !ok || path == "" || strings.ContainsAny(path, " \t\"") {
+			continue
+		}
+		alts := strings.Split(path, "|")
+		for j, a := range alts {
+			alts[j] = jsonPath(a, md)
+		}
+		lines[i] = strings.Join(alts, "|") + ": " + rest
+	}
+	return strings.Join(lines, "\n")
+}
+
+// jsonPath is one field path (spec.steps[2].for_each) in JSON names.
+func jsonPath(path string, md protoreflect.MessageDescriptor) string {
+	parts := strings.Split(path, ".")
+	var mapValue bool // the part is a map's key
+	for i, part := range parts {
+		if md == nil {
+			break
+		}
+		if mapValue {
+			mapValue = false
+			continue
+		}
+		name, index, _ := strings.Cut(part, "[")
+		fd := md.Fields().ByName(protoreflect.Name(name))
+		if fd == nil {
+			fd = md.Fields().ByJSONName(name)
+		}
+		if fd == nil {
+			break
+		}
+		parts[i] = fd.JSONName()
+		if index != "" {
+			parts[i] += "[" + index
+		}
+		switch {
+		case fd.IsMap():
+			mapValue = index == "" // spec.params.NAME: the next part is a key
+			md = fd.MapValue().Message()
+		default:
+			md = fd.Message()
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+// refuseNUL refuses a request holding a NUL character in any string (a
+// field, a map's key or value, a list's item, a payload's text), naming
+// where: no store takes one (PostgreSQL's text and jsonb refuse it), so
+// every handler would otherwise meet it as a database error.
+func refuseNUL() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if m, ok := req.Any().(proto.Message); ok {
+				if path := nulAt(m.ProtoReflect(), ""); path != "" {
+					return nil, unprocessable(&dag.FieldError{Field: path, Message: "contains a NUL character"})
+				}
+			}
+			return next(ctx, req)
+		}
+	}
+}
+
+// nulAt is the path of the first string below m that holds a NUL, or "".
+func nulAt(m protoreflect.Message, path string) string {
+	var found string
+	join := func(name string) string {
+		if path == "" {
+			return name
+		}
+		return path + "." + name
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		p := join(string(fd.Name()))
+		switch {
+		case fd.IsMap():
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				if ks, ok := k.Interface().(string); ok && strings.ContainsRune(ks, 0) {
+					found = p
+				} else {
+					found = nulValue(fd.MapValue(), mv, p+"."+k.String())
+				}
+				return found == ""
+			})
+		case fd.IsList():
+			l := v.List()
+			for i := range l.Len() {
+				if found = nulValue(fd, l.Get(i), fmt.Sprintf("%s[%d]", p, i)); found != "" {
+					break
+				}
+			}
+		default:
+			found = nulValue(fd, v, p)
+		}
+		return found == ""
+	})
+	return found
+}
+
+func nulValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string) string {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		if strings.ContainsRune(v.String(), 0) {
+			return path
+		}
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return nulAt(v.Message(), path)
+	}
+	return ""
+}
