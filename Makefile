@@ -12,14 +12,14 @@ SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Directories `make generate` writes (see buf.gen.yaml and sqlc.yaml).
 GENERATED := api/gen internal/store shard/internal/db
 
-.PHONY: dev test generate check-generate postgres chromium bubblewrap build bench lint crdb-parse vendor-web screenshots
+.PHONY: dev test generate check-generate postgres chromium bubblewrap apicheck build bench lint crdb-parse vendor-web screenshots
 
 ## dev: private PostgreSQL under .orrery/, migrations, example jobs, API on 127.0.0.1:8080
 dev: postgres bubblewrap build
 	@bin/orrery dev
 
 ## test: generated code up to date, lint, CockroachDB parse, vet, and every test against real PostgreSQL
-test: postgres chromium bubblewrap check-generate lint crdb-parse
+test: postgres chromium bubblewrap apicheck check-generate lint crdb-parse
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
 	$(GO) test -count=1 -run '^$$' -bench CreateJob -benchtime 100x ./bench/
@@ -70,6 +70,16 @@ chromium:
 	@if [ -n "$$ORRERY_CHROMIUM" ] || command -v chromium >/dev/null; then :; \
 	else echo "installing chromium (apt-get)"; \
 		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; fi
+
+## apicheck: the npm tools the API's test runs (Spectral, Redocly, Prism, openapi-typescript,
+## openapi-fetch, TypeScript; versions in tools/apicheck/package-lock.json), with Node.js and npm
+## from the distribution if missing. Test time only: nothing of it is built into Orrery.
+apicheck:
+	@command -v npm >/dev/null || { echo "installing Node.js and npm (apt-get)"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm >/dev/null; }
+	@if ! cmp -s tools/apicheck/package-lock.json tools/apicheck/node_modules/.orrery-lock; then \
+		echo "installing the API tools (npm ci in tools/apicheck)"; \
+		cd tools/apicheck && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.orrery-lock; fi
 
 ## vendor-web: refresh the web UI's vendored files from the npm registry (versions in webui/static/VENDORED.md)
 HTMX_VERSION := 2.0.11

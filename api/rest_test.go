@@ -244,7 +244,9 @@ func TestJobListsFilterByLabel(t *testing.T) {
 	names := func(query string) string {
 		t.Helper()
 		code, _, body := rest(t, "GET", base+"/api/v1/jobs?"+query, k, "")
-		var res struct{ Jobs []struct{ Metadata struct{ Name string } } }
+		var res struct {
+			Jobs []struct{ Metadata struct{ Name string } }
+		}
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &res) != nil {
 			return fmt.Sprintf("%d %s", code, body)
 		}
@@ -310,11 +312,55 @@ func TestRESTMatrix(t *testing.T) {
 		}
 		t.FailNow()
 	}
+	base, keys := authServer(t)
+	restMatrix(t, base, keys, func(t *testing.T, r route, req *http.Request, resp *http.Response, what string) {
+		t.Helper()
+		// The validator does not match a path with a custom verb
+		// (/api/v1/jobs/{id}:pause): those are checked by their status
+		// here, and through Prism in TestOpenAPIWithTheToolsUsersBring.
+		if strings.Contains(r.path, "}:") {
+			return
+		}
+		validate := v.ValidateHttpRequestResponse
+		if what != "" { // the request is refused on purpose: only the answer is checked
+			validate = func(req *http.Request, resp *http.Response) (bool, []*valerrors.ValidationError) {
+				return v.ValidateHttpResponse(req, resp)
+			}
+		}
+		if ok, verrs := validate(req, resp); !ok {
+			for _, e := range verrs {
+				t.Errorf("%s %s%s: not as documented: %s (%s)", r.method, req.URL.Path, what, e.Message, e.Reason)
+				for _, s := range e.SchemaValidationErrors {
+					t.Errorf("  %s at %s", s.Reason, s.FieldPath)
+				}
+			}
+		}
+	})
+}
+
+// route is an operation's method and path template.
+type route struct{ method, path string }
+
+// answerCheck checks one answer of the matrix against the document: req
+// is the request as sent (a body-less one with {}, as the document has
+// it), resp the answer with its body; what says how the request was
+// refused on purpose ("" for the call that should succeed).
+type answerCheck func(t *testing.T, r route, req *http.Request, resp *http.Response, what string)
+
+// restMatrix calls every operation of the OpenAPI document through base
+// (the server, or a proxy in front of it), as a user of it would: each
+// without a key (401), as a reader when a reader may not (403), as
+// another tenant when it names a resource (404), and as one who may, with
+// the status it should answer; check sees each answer.
+func restMatrix(t *testing.T, base string, keys map[string]string, check answerCheck) {
+	doc, err := libopenapi.NewDocument(api.OpenAPIDocument())
+	if err != nil {
+		t.Fatal(err)
+	}
 	model, err := doc.BuildV3Model()
 	if err != nil {
 		t.Fatal(err)
 	}
-	type route struct{ method, path string }
 	routes := map[string]route{}
 	for path, item := range model.Model.Paths.PathItems.FromOldest() {
 		for method, o := range item.GetOperations().FromOldest() {
@@ -322,7 +368,6 @@ func TestRESTMatrix(t *testing.T) {
 		}
 	}
 
-	base, keys := authServer(t)
 	admin := keys["admin"]
 	mustCreate := func(name string) string {
 		code, _, body := rest(t, "POST", base+"/api/v1/jobs", admin, strings.Replace(readmeJob, "nightly-report", name, 1))
@@ -444,9 +489,7 @@ func TestRESTMatrix(t *testing.T) {
 		}
 		// Every answer, an error or not, is as the document says: its
 		// status is one the operation lists, its body of that status's
-		// schema. (The validator does not match a path with a custom verb,
-		// /api/v1/jobs/{id}:pause: those are checked by their status here,
-		// and through Prism in TestOpenAPIWithTheToolsUsersBring.)
+		// schema.
 		send := func(who, key string, want int) (int, []byte) {
 			t.Helper()
 			req := restRequest(t, r.method, url, key, o.body)
@@ -460,28 +503,12 @@ func TestRESTMatrix(t *testing.T) {
 				t.Errorf("%s %s%s: %d %s, want %d", r.method, path, who, resp.StatusCode, b, want)
 				return resp.StatusCode, b
 			}
-			if !strings.Contains(r.path, "}:") {
-				resp.Body = io.NopCloser(bytes.NewReader(b))
-				body := o.body
-				if body == "" && r.method != "GET" && r.method != "DELETE" {
-					body = "{}" // what was sent without a body, as the document has it
-				}
-				req = restRequest(t, r.method, url, key, body)
-				validate := v.ValidateHttpRequestResponse
-				if who != "" { // the request is refused on purpose: only the answer is checked
-					validate = func(req *http.Request, resp *http.Response) (bool, []*valerrors.ValidationError) {
-						return v.ValidateHttpResponse(req, resp)
-					}
-				}
-				if ok, verrs := validate(req, resp); !ok {
-					for _, e := range verrs {
-						t.Errorf("%s %s%s: not as documented: %s (%s)", r.method, path, who, e.Message, e.Reason)
-						for _, s := range e.SchemaValidationErrors {
-							t.Errorf("  %s at %s", s.Reason, s.FieldPath)
-						}
-					}
-				}
+			resp.Body = io.NopCloser(bytes.NewReader(b))
+			body := o.body
+			if body == "" && r.method != "GET" && r.method != "DELETE" {
+				body = "{}" // what was sent without a body, as the document has it
 			}
+			check(t, r, restRequest(t, r.method, url, key, body), resp, who)
 			return resp.StatusCode, b
 		}
 		send(" without a key", "", http.StatusUnauthorized)

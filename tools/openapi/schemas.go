@@ -74,8 +74,8 @@ func schemas(root *yaml.Node) error {
 	all := get(comps, "schemas")
 	if v := get(all, "GoogleProtobufValue"); v != nil {
 		set(v, "type", strs("null", "boolean", "number", "string", "array", "object"))
-		set(v, "items", ref("GoogleProtobufValue"))
-		set(v, "additionalProperties", ref("GoogleProtobufValue"))
+		set(v, "items", mapping()) // any values: a reference to itself is a type generators cannot name
+		set(v, "additionalProperties", mapping())
 		set(v, "description", str("Any JSON value."))
 	}
 	set(all, "Status", mapping(
@@ -101,9 +101,17 @@ func schemas(root *yaml.Node) error {
 			"message", mapping("type", str("string"), "description", str("What went wrong, naming the field at fault."))),
 	))
 
+	walk(comps, func(n *yaml.Node) {
+		if d := get(n, "description"); n.Kind == yaml.MappingNode && d != nil && d.Kind == yaml.ScalarNode {
+			d.Value = prose(d.Value)
+		}
+	})
 	requests, answers, connectAnswers := reachable(root)
 	for _, name := range keys(all) {
 		s := get(all, name)
+		if !requests[name] && !answers[name] && !connectAnswers[name] {
+			continue // an error's schema (Status, ConnectError) says its own
+		}
 		var req []string
 		switch {
 		case requests[name]:
