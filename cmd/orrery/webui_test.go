@@ -2,16 +2,69 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
+
+// consoleErrors collects what a tab's console reports as an error (a
+// resource the page's Content-Security-Policy refused, an exception).
+type consoleErrors struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func listenConsole(t *testing.T, ctx context.Context) *consoleErrors {
+	t.Helper()
+	c := &consoleErrors{}
+	err := chromedp.Listen(ctx, func(ev any) {
+		var msg string
+		switch e := ev.(type) {
+		case *cdplog.EventEntryAdded:
+			if e.Entry.Level == cdplog.EntryLevelError {
+				msg = e.Entry.Text + " " + e.Entry.URL
+			}
+		case *runtime.EventExceptionThrown:
+			msg = "exception: " + e.ExceptionDetails.Text
+		case *runtime.EventConsoleAPICalled:
+			if e.Type == runtime.ConsoleAPICalledTypeError {
+				msg = "console.error"
+			}
+		}
+		if msg != "" {
+			c.mu.Lock()
+			c.seen = append(c.seen, msg)
+			c.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// take answers the errors seen since the last take.
+func (c *consoleErrors) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.seen
+	c.seen = nil
+	return out
+}
 
 // browser starts headless Chromium (Debian's package; `make test`
 // installs it), with extra options, and returns a context that drives one
@@ -124,6 +177,7 @@ spec:
 	}
 
 	ctx := browser(t)
+	console := listenConsole(t, ctx)
 	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		if err := chromedp.Do(ctx, steps...); err != nil {
@@ -213,6 +267,7 @@ spec:
 	if eval(`window.__marker || 0`) != float64(42) {
 		t.Fatal("the run page reloaded to show the change")
 	}
+	runPath := fmt.Sprint(eval(`location.pathname`))
 	screenshot(t, ctx, "run")
 
 	// A task's attempts.
@@ -406,13 +461,52 @@ spec:
 	}
 
 	// The API reference: the OpenAPI document rendered by the vendored
-	// viewer, under the page's own policy.
+	// viewer, under the page's own policy, loading nothing from elsewhere
+	// (it once asked for a web font the policy refused: console errors,
+	// and seconds to settle).
+	console.take()
+	start := time.Now()
 	do("api reference", chromedp.Navigate(base+"/api"), chromedp.WaitReady(css(`rapi-doc`)))
 	poll(t, 30*time.Second, "the API reference rendered", func() bool {
 		v := eval(`(() => { const r = document.querySelector('rapi-doc'); return !!(r && r.shadowRoot && r.shadowRoot.textContent.includes('/api/v1/jobs')); })()`)
 		return v == true
 	})
+	t.Logf("the API reference rendered in %v", time.Since(start).Round(time.Millisecond))
+	if errs := console.take(); len(errs) > 0 {
+		t.Errorf("the API reference's console: %q", errs)
+	}
+	if n := eval(`performance.getEntriesByType('resource').filter(e => !e.name.startsWith(location.origin)).length`); n != float64(0) {
+		t.Errorf("the API reference asked for %v resources from elsewhere", n)
+	}
 	screenshot(t, ctx, "api-reference")
+
+	// Every page at a phone's width (390 px): the navigation folds onto
+	// lines of its own with every link on the screen, and nothing makes
+	// the page scroll sideways (a wide table scrolls in its own box).
+	for _, page := range []string{"/", "/jobs", "/jobs/qa/broken", "/jobs/analytics/nightly-sales", runPath, "/runs",
+		"/dlq", "/cluster", "/alerts", "/forecast", "/audit", "/api"} {
+		do("narrow "+page, chromedp.EmulateViewport(390, 844), chromedp.Navigate(base+page), chromedp.WaitVisible(css(`main`)))
+		var fit struct {
+			Page, View int
+			Cut        []string
+		}
+		res := eval(`(() => { const vw = document.documentElement.clientWidth;
+			const cut = [...document.querySelectorAll('header.top nav a, header.top .who')].filter(a => {
+				const b = a.getBoundingClientRect(); return b.width === 0 || b.left < 0 || b.right > vw + 1; }).map(a => a.textContent.trim());
+			return JSON.stringify({page: document.documentElement.scrollWidth, view: vw, cut}); })()`)
+		if err := json.Unmarshal([]byte(fmt.Sprint(res)), &fit); err != nil {
+			t.Fatal(err)
+		}
+		if fit.Page > fit.View || len(fit.Cut) > 0 {
+			wide := eval(`[...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+				.slice(0, 5).map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ').join('.') : '')).join(' ')`)
+			t.Errorf("%s at 390 px: the page is %d px wide in a view of %d; cut off: %q; past the edge: %v", page, fit.Page, fit.View, fit.Cut, wide)
+		}
+		if page == runPath {
+			screenshot(t, ctx, "narrow-run")
+		}
+	}
+	do("wide again", chromedp.EmulateViewport(1400, 1000))
 	do("runs by trigger", chromedp.Navigate(base+"/runs?trigger=upstream"), chromedp.WaitVisible(css(`#runs`)))
 	if n := eval(`[...document.querySelectorAll('#runs tr[data-run] td:nth-child(3)')].filter(td => td.textContent.trim() !== 'upstream').length`); n != float64(0) {
 		t.Errorf("%v rows of another trigger on the page of trigger upstream", n)
