@@ -429,6 +429,21 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			t.Fatalf("REST trigger %s again, on another API process: %d run %s, want run %s", key, code, again, id)
 		}
 	}
+	// The process that took over reads a request's path as the first did:
+	// a query naming another job than the path is refused and deletes
+	// nothing (bf-hourly's runs succeed below), and a label filter lists
+	// by label.
+	del, _ := http.NewRequest(http.MethodDelete, "http://"+apiAddr+"/api/v1/namespaces/default/jobs/bf-hourly?ref.name=other", nil)
+	if res, err := http.DefaultClient.Do(del); err != nil || res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("DELETE with the job named in the query too: %v %v, want 400", res, err)
+	} else {
+		res.Body.Close()
+	}
+	if res, err := http.Get("http://" + apiAddr + "/api/v1/jobs?label=chaos:none"); err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("a job list by label: %v %v", res, err)
+	} else {
+		res.Body.Close()
+	}
 	time.Sleep(5 * time.Second)
 
 	n2.signal(t, syscall.SIGSTOP)
