@@ -123,7 +123,7 @@ func jsonPath(path string, md protoreflect.MessageDescriptor) string {
 func refuseNUL() connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if m, ok := req.Any().(proto.Message); ok {
+			if m, ok := req.Any().(proto.Message); ok && hasNUL(m.ProtoReflect()) {
 				if path := nulAt(m.ProtoReflect(), ""); path != "" {
 					return nil, unprocessable(&dag.FieldError{Field: path, Message: "contains a NUL character"})
 				}
@@ -131,6 +131,41 @@ func refuseNUL() connect.UnaryInterceptorFunc {
 			return next(ctx, req)
 		}
 	}
+}
+
+// hasNUL reports whether a string below m holds a NUL, without building
+// a path (most requests have none: nulAt then names it).
+func hasNUL(m protoreflect.Message) bool {
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsMap():
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				found = fd.MapKey().Kind() == protoreflect.StringKind && strings.IndexByte(k.String(), 0) >= 0 ||
+					valueHasNUL(fd.MapValue(), mv)
+				return !found
+			})
+		case fd.IsList():
+			l := v.List()
+			for i := 0; i < l.Len() && !found; i++ {
+				found = valueHasNUL(fd, l.Get(i))
+			}
+		default:
+			found = valueHasNUL(fd, v)
+		}
+		return !found
+	})
+	return found
+}
+
+func valueHasNUL(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		return strings.IndexByte(v.String(), 0) >= 0
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return hasNUL(v.Message())
+	}
+	return false
 }
 
 // nulAt is the path of the first string below m that holds a NUL, or "".
