@@ -48,7 +48,7 @@ func (s *alertServer) filter(ctx context.Context, ref *orreryv1.JobRef, pageSize
 	if token != "" && store.DecodePageToken(token, &f.before) != nil {
 		return f, &dag.FieldError{Field: "page_token", Message: "malformed; pass back next_page_token"}
 	}
-	r, err := optionalRef(ref)
+	r, err := optionalRef("job", ref)
 	if err != nil {
 		return f, err
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -91,4 +92,42 @@ func unavailable(err error) *connect.Error {
 	ce := connect.NewError(connect.CodeUnavailable, err)
 	ce.Meta().Set("Retry-After", "1")
 	return ce
+}
+
+// maxErrorMessage bounds an error's message as a client reads it: one
+// that quotes what it refuses (a 3 MiB cron expression) would otherwise
+// answer megabytes, past what the REST transcoder buffers.
+const maxErrorMessage = 16 << 10
+
+// boundErrors cuts a message past maxErrorMessage, saying so.
+func boundErrors() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			res, err := next(ctx, req)
+			var ce *connect.Error
+			if err == nil || !errors.As(err, &ce) || len(ce.Message()) <= maxErrorMessage {
+				return res, err
+			}
+			msg := strings.ToValidUTF8(ce.Message()[:maxErrorMessage], "")
+			return res, withMessage(ce, msg+"... (cut: the message was "+strconv.Itoa(len(ce.Message()))+" bytes)")
+		}
+	}
+}
+
+// withMessage is ce with another message, its code, metadata (an HTTP
+// status, Retry-After) and details kept.
+func withMessage(ce *connect.Error, msg string) *connect.Error {
+	if msg == ce.Message() {
+		return ce
+	}
+	out := connect.NewError(ce.Code(), errors.New(msg))
+	for k, vs := range ce.Meta() {
+		for _, v := range vs {
+			out.Meta().Add(k, v)
+		}
+	}
+	for _, d := range ce.Details() {
+		out.AddDetail(d)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -16,8 +17,19 @@ import (
 
 // jsonNamesHeader marks a request that came in over REST (restGuard sets
 // it; withStatus drops a client's): its handler sees binary protobuf from
-// vanguard, but its client wrote JSON.
+// vanguard, but its client wrote JSON. Its value is "1", or the path
+// parameters' names (pathNames) when the path binds fields.
 const jsonNamesHeader = "Orrery-Json-Names"
+
+// pathNames writes a REST rule's renamings of path-bound fields (ref.id
+// to id) as jsonNamesHeader's value.
+func pathNames(names map[string]string) string {
+	v := url.Values{}
+	for from, to := range names {
+		v.Set(from, to)
+	}
+	return v.Encode()
+}
 
 // jsonFieldNames names the fields in an error as a JSON client wrote them
 // (pageSize, waitSeconds, spec.steps[0].forEach), where the handlers name
@@ -35,20 +47,9 @@ func jsonFieldNames() connect.UnaryInterceptorFunc {
 			if !ok {
 				return res, err
 			}
-			msg := jsonPaths(ce.Message(), md.Input())
-			if msg == ce.Message() {
-				return res, err
-			}
-			out := connect.NewError(ce.Code(), errors.New(msg))
-			for k, vs := range ce.Meta() {
-				for _, v := range vs {
-					out.Meta().Add(k, v)
-				}
-			}
-			for _, d := range ce.Details() {
-				out.AddDetail(d)
-			}
-			return res, out
+			renames, _ := url.ParseQuery(req.Header().Get(jsonNamesHeader))
+			msg := jsonPaths(ce.Message(), md.Input(), renames)
+			return res, withMessage(ce, msg)
 		}
 	}
 }
@@ -64,8 +65,9 @@ func speaksJSON(h http.Header) bool {
 // jsonPaths rewrites the field path that starts each line of an error
 // message ("page_size: 900 is outside 0..500"; alternatives joined by |)
 // into JSON names, as far as the path names fields of md: a map's keys,
-// list indexes and what is not a field stay as written.
-func jsonPaths(msg string, md protoreflect.MessageDescriptor) string {
+// list indexes and what is not a field stay as written. A field the path
+// binds takes the path parameter's name (renames: ref.id to id).
+func jsonPaths(msg string, md protoreflect.MessageDescriptor, renames url.Values) string {
 	lines := strings.Split(msg, "\n")
 	for i, line := range lines {
 		path, rest, ok := strings.Cut(line, ": ")
@@ -74,6 +76,10 @@ func jsonPaths(msg string, md protoreflect.MessageDescriptor) string {
 		}
 		alts := strings.Split(path, "|")
 		for j, a := range alts {
+			if to := renames.Get(a); to != "" {
+				alts[j] = to
+				continue
+			}
 			alts[j] = jsonPath(a, md)
 		}
 		lines[i] = strings.Join(alts, "|") + ": " + rest
@@ -86,8 +92,8 @@ func jsonPath(path string, md protoreflect.MessageDescriptor) string {
 	parts := strings.Split(path, ".")
 	var mapValue bool // the part is a map's key
 	for i, part := range parts {
-		if md == nil {
-			break
+		if md == nil || md.ParentFile().Package() == "google.protobuf" {
+			break // what follows is a JSON value's keys (params.p), or nothing
 		}
 		if mapValue {
 			mapValue = false
@@ -211,7 +217,42 @@ func nulValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, path string
 			return path
 		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return nulAt(v.Message(), path)
+		return nulInMessage(v.Message(), path)
 	}
 	return ""
+}
+
+// nulInMessage is nulAt with the JSON values (Struct, Value, ListValue)
+// named as their JSON is written: params.p, payload.list[1].b.
+func nulInMessage(m protoreflect.Message, path string) string {
+	fields := m.Descriptor().Fields()
+	switch m.Descriptor().FullName() {
+	case "google.protobuf.Struct":
+		found := ""
+		m.Get(fields.ByName("fields")).Map().Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+			p := path + "." + k.String()
+			if strings.ContainsRune(k.String(), 0) {
+				found = path
+			} else {
+				found = nulInMessage(v.Message(), p)
+			}
+			return found == ""
+		})
+		return found
+	case "google.protobuf.ListValue":
+		l := m.Get(fields.ByName("values")).List()
+		for i := range l.Len() {
+			if found := nulInMessage(l.Get(i).Message(), fmt.Sprintf("%s[%d]", path, i)); found != "" {
+				return found
+			}
+		}
+		return ""
+	case "google.protobuf.Value":
+		fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("kind"))
+		if fd == nil {
+			return ""
+		}
+		return nulValue(fd, m.Get(fd), path)
+	}
+	return nulAt(m, path)
 }

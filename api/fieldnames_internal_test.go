@@ -1,6 +1,7 @@
 package api
 
 import (
+	"net/url"
 	"testing"
 
 	"google.golang.org/protobuf/types/known/structpb"
@@ -20,16 +21,21 @@ func TestJSONPaths(t *testing.T) {
 		"spec.schedule.catchup_window: negative":      "spec.schedule.catchupWindow: negative",
 		"metadata.labels.team_name: empty\nspec.x: y": "metadata.labels.team_name: empty\nspec.x: y",
 		"no path here: at all":                        "no path here: at all",
+		"spec.payload.string_value[1]: a NUL":         "spec.payload.string_value[1]: a NUL", // a payload's own key
 	} {
-		if got := jsonPaths(in, create); got != want {
+		if got := jsonPaths(in, create, nil); got != want {
 			t.Errorf("%q: %q, want %q", in, got, want)
 		}
 	}
-	if got := jsonPaths("page_size: 900 is outside 0..500", list); got != "pageSize: 900 is outside 0..500" {
+	if got := jsonPaths("page_size: 900 is outside 0..500", list, nil); got != "pageSize: 900 is outside 0..500" {
 		t.Errorf("a list's page size: %q", got)
 	}
-	if got := jsonPaths("max_concurrency|max_jobs: nothing to change", quota); got != "maxConcurrency|maxJobs: nothing to change" {
+	if got := jsonPaths("max_concurrency|max_jobs: nothing to change", quota, nil); got != "maxConcurrency|maxJobs: nothing to change" {
 		t.Errorf("alternatives: %q", got)
+	}
+	get := (&orreryv1.GetRunRequest{}).ProtoReflect().Descriptor()
+	if got := jsonPaths("id: not a UUID", get, url.Values{"id": {"run_id"}}); got != "run_id: not a UUID" {
+		t.Errorf("a path-bound field: %q", got)
 	}
 }
 
@@ -41,8 +47,8 @@ func TestNULIsFoundAnywhere(t *testing.T) {
 		"metadata.name":     {Metadata: &orreryv1.JobMetadata{Name: "a\x00"}},
 		"metadata.labels":   {Metadata: &orreryv1.JobMetadata{Labels: map[string]string{"k\x00": "v"}}},
 		"metadata.labels.k": {Metadata: &orreryv1.JobMetadata{Labels: map[string]string{"k": "v\x00"}}},
-		"spec.payload.struct_value.fields.a.list_value.values[1].string_value": {Spec: &orreryv1.JobSpec{Payload: payload}},
-		"": {Metadata: &orreryv1.JobMetadata{Name: "clean", Labels: map[string]string{"k": "v"}}},
+		"spec.payload.a[1]": {Spec: &orreryv1.JobSpec{Payload: payload}},
+		"":                  {Metadata: &orreryv1.JobMetadata{Name: "clean", Labels: map[string]string{"k": "v"}}},
 	} {
 		if has := hasNUL(m.ProtoReflect()); has != (want != "") {
 			t.Errorf("%s: hasNUL %v", want, has)

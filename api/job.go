@@ -33,18 +33,18 @@ type jobServer struct {
 // scopes every query by its tenant and audits its name.
 func actor(ctx context.Context) job.Actor { return principalOf(ctx).Actor() }
 
-func refFromProto(r *orreryv1.JobRef) (job.Ref, error) {
+func refFromProto(field string, r *orreryv1.JobRef) (job.Ref, error) {
 	if r.GetId() != "" {
 		id, err := uuid.Parse(r.GetId())
 		if err != nil || id == uuid.Nil {
-			return job.Ref{}, &dag.FieldError{Field: "ref.id", Message: "not a UUID"}
+			return job.Ref{}, &dag.FieldError{Field: field + ".id", Message: "not a UUID"}
 		}
 		return job.Ref{ID: id}, nil
 	}
 	if r.GetName() == "" {
-		return job.Ref{}, &dag.FieldError{Field: "ref", Message: "give the job's id, or its namespace and name"}
+		return job.Ref{}, &dag.FieldError{Field: field, Message: "give the job's id, or its namespace and name"}
 	}
-	for _, f := range []struct{ field, v string }{{"ref.name", r.GetName()}, {"ref.namespace", r.GetNamespace()}} {
+	for _, f := range []struct{ field, v string }{{field + ".name", r.GetName()}, {field + ".namespace", r.GetNamespace()}} {
 		if err := plainText(f.field, f.v); err != nil {
 			return job.Ref{}, err
 		}
@@ -75,7 +75,7 @@ const (
 )
 
 func (s *jobServer) GetJob(ctx context.Context, req *connect.Request[orreryv1.GetJobRequest]) (*connect.Response[orreryv1.GetJobResponse], error) {
-	ref, err := refFromProto(req.Msg.GetRef())
+	ref, err := refFromProto("ref", req.Msg.GetRef())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -128,7 +128,14 @@ const maxLabelFilters = 20
 // (KEY:VALUE each; a key given twice must have one value).
 func labelFilter(m map[string]string, label []string) (map[string]string, error) {
 	if len(m)+len(label) > maxLabelFilters {
-		return nil, &dag.FieldError{Field: "label", Message: fmt.Sprintf("%d labels; at most %d", len(m)+len(label), maxLabelFilters)}
+		field := "label" // the one the caller gave, or labels|label for both
+		switch {
+		case len(label) == 0:
+			field = "labels"
+		case len(m) > 0:
+			field = "labels|label"
+		}
+		return nil, &dag.FieldError{Field: field, Message: fmt.Sprintf("%d labels; at most %d", len(m)+len(label), maxLabelFilters)}
 	}
 	out := make(map[string]string, len(m)+len(label))
 	for k, v := range m {
@@ -191,7 +198,7 @@ func (s *jobServer) ListJobs(ctx context.Context, req *connect.Request[orreryv1.
 
 func (s *jobServer) UpdateJob(ctx context.Context, req *connect.Request[orreryv1.UpdateJobRequest]) (*connect.Response[orreryv1.UpdateJobResponse], error) {
 	m := req.Msg
-	ref, err := refFromProto(m.GetRef())
+	ref, err := refFromProto("ref", m.GetRef())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -227,7 +234,7 @@ func (s *jobServer) UpdateJob(ctx context.Context, req *connect.Request[orreryv1
 
 // statusCall runs one of pause, resume or delete.
 func (s *jobServer) statusCall(ctx context.Context, r *orreryv1.JobRef, do func(context.Context, job.Actor, job.Ref) (*job.Job, error)) (*orreryv1.Job, error) {
-	ref, err := refFromProto(r)
+	ref, err := refFromProto("ref", r)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -319,7 +326,7 @@ func plainText(field, v string) error {
 
 func (s *jobServer) Backfill(ctx context.Context, req *connect.Request[orreryv1.BackfillRequest]) (*connect.Response[orreryv1.BackfillResponse], error) {
 	m := req.Msg
-	ref, err := refFromProto(m.GetRef())
+	ref, err := refFromProto("ref", m.GetRef())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -340,7 +347,7 @@ func (s *jobServer) Backfill(ctx context.Context, req *connect.Request[orreryv1.
 }
 
 func (s *jobServer) CancelBackfill(ctx context.Context, req *connect.Request[orreryv1.CancelBackfillRequest]) (*connect.Response[orreryv1.CancelBackfillResponse], error) {
-	ref, err := refFromProto(req.Msg.GetRef())
+	ref, err := refFromProto("ref", req.Msg.GetRef())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -356,7 +363,7 @@ func (s *jobServer) CancelBackfill(ctx context.Context, req *connect.Request[orr
 }
 
 func (s *jobServer) ListBackfills(ctx context.Context, req *connect.Request[orreryv1.ListBackfillsRequest]) (*connect.Response[orreryv1.ListBackfillsResponse], error) {
-	ref, err := refFromProto(req.Msg.GetRef())
+	ref, err := refFromProto("ref", req.Msg.GetRef())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}

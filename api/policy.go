@@ -64,7 +64,7 @@ func orDefault(ns string) string {
 // when one is given. A ref that does not parse names nothing (the handler
 // refuses it).
 func onRef(r *orreryv1.JobRef) []target {
-	ref, err := refFromProto(r)
+	ref, err := refFromProto("ref", r)
 	switch {
 	case err != nil:
 		return nil

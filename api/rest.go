@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -67,9 +68,14 @@ func newREST(services []service, maxBody int64) (http.Handler, error) {
 // cap (vanguard reserves it up front; 413), and a body that is not JSON
 // (a browser's cross-site form or beacon sends none or another type;
 // 415). A body of no declared length is read whole first, up to the cap
-// (413 past it). A body-less POST (a trigger) needs no type. Cross-origin browser
+// (413 past it). A body-less POST (a trigger) needs no type; a GET takes
+// no body (400), its parameters being the query's. Cross-origin browser
 // requests are refused beside it (http.CrossOriginProtection).
 func restGuard(next http.Handler, maxBody int64) http.Handler {
+	tooLarge := func(w http.ResponseWriter) {
+		writeRESTErrorStatus(w, http.StatusRequestEntityTooLarge, connect.NewError(connect.CodeResourceExhausted,
+			errors.New("the body is past the limit of "+strconv.FormatInt(maxBody, 10)+" bytes")))
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
 			writeRESTErrorStatus(w, http.StatusUnsupportedMediaType, connect.NewError(connect.CodeInvalidArgument,
@@ -77,33 +83,39 @@ func restGuard(next http.Handler, maxBody int64) http.Handler {
 			return
 		}
 		if r.ContentLength > maxBody {
-			writeRESTErrorStatus(w, http.StatusRequestEntityTooLarge, connect.NewError(connect.CodeResourceExhausted,
-				errors.New("the body is past the limit of "+strconv.FormatInt(maxBody, 10)+" bytes")))
+			tooLarge(w)
 			return
-		}
-		r.Header.Set(jsonNamesHeader, "1")
-		if r.ContentLength != 0 && r.Method != http.MethodGet {
-			if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(strings.ToLower(mt)) != "application/json" {
-				writeRESTErrorStatus(w, http.StatusUnsupportedMediaType, connect.NewError(connect.CodeInvalidArgument,
-					errors.New("Content-Type: a REST body is application/json")))
-				return
-			}
 		}
 		if r.ContentLength < 0 {
 			// No declared length (chunked): read here, up to the cap, so
 			// that a body past it is 413 (vanguard would answer 429).
 			b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-			var tooLarge *http.MaxBytesError // the server's own cap, the same
-			if errors.As(err, &tooLarge) || int64(len(b)) > maxBody {
-				writeRESTErrorStatus(w, http.StatusRequestEntityTooLarge, connect.NewError(connect.CodeResourceExhausted,
-					errors.New("the body is past the limit of "+strconv.FormatInt(maxBody, 10)+" bytes")))
+			var capped *http.MaxBytesError // the server's own cap, the same
+			if errors.As(err, &capped) || int64(len(b)) > maxBody {
+				tooLarge(w)
 				return
 			}
 			if err != nil {
-				writeRESTErrorStatus(w, http.StatusBadRequest, connect.NewError(connect.CodeInvalidArgument, errors.New("reading the body: "+err.Error())))
+				writeRESTError(w, connect.NewError(connect.CodeInvalidArgument, errors.New("reading the body: "+err.Error())))
 				return
 			}
 			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		}
+		r.Header.Set(jsonNamesHeader, "1")
+		if r.ContentLength > 0 && r.Method == http.MethodGet {
+			writeRESTError(w, connect.NewError(connect.CodeInvalidArgument,
+				errors.New("a GET request has no body: its parameters are the query's")))
+			return
+		}
+		if r.ContentLength > 0 {
+			if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(strings.ToLower(mt)) != "application/json" {
+				writeRESTErrorStatus(w, http.StatusUnsupportedMediaType, connect.NewError(connect.CodeInvalidArgument,
+					errors.New("Content-Type: a REST body is application/json")))
+				return
+			}
+			// Vanguard matches the type exactly; any case and parameters
+			// (charset=UTF-8, the only one JSON has) were taken above.
+			r.Header.Set("Content-Type", "application/json")
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -154,6 +166,8 @@ type statusWriter struct {
 	http.ResponseWriter
 	rest, wrote bool
 	held        *bytes.Buffer // a REST 500's body, held back
+	method      string        // the request's, for a 405's message
+	dropBody    bool          // a REST 405's text, replaced by JSON
 }
 
 func (w *statusWriter) WriteHeader(code int) {
@@ -175,12 +189,28 @@ func (w *statusWriter) WriteHeader(code int) {
 		w.held = new(bytes.Buffer)
 		return
 	}
+	if w.rest && code == http.StatusMethodNotAllowed && !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+		// The router's plain text, as every other REST error: JSON.
+		allow := strings.Split(h.Get("Allow"), ",") // in no set order
+		slices.Sort(allow)
+		body, _ := json.Marshal(restErrorBody{int(connect.CodeUnimplemented),
+			w.method + " is not an operation of this path; it takes " + strings.Join(allow, ", ") + " (see /openapi.json)", []any{}})
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(body)))
+		w.ResponseWriter.WriteHeader(code)
+		_, _ = w.ResponseWriter.Write(body)
+		w.dropBody = true
+		return
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)
+	}
+	if w.dropBody {
+		return len(b), nil
 	}
 	if w.held != nil {
 		if w.held.Len()+len(b) > 64<<10 {
@@ -241,7 +271,7 @@ func (w *statusWriter) finish() {
 // dropped everywhere.
 func withStatus(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w, rest: strings.HasPrefix(r.URL.Path, RESTPrefix)}
+		sw := &statusWriter{ResponseWriter: w, rest: strings.HasPrefix(r.URL.Path, RESTPrefix), method: r.Method}
 		r.Header.Del(jsonNamesHeader) // the server's own mark (restGuard)
 		next.ServeHTTP(sw, r)
 		sw.finish()

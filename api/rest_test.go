@@ -131,26 +131,35 @@ func TestRESTErrorStatuses(t *testing.T) {
 		want                         string
 	}{
 		{"malformed JSON", "POST", base + "/api/v1/jobs", k, "{\"metadata\":\n {\"name\": \"x\",}}", 400, "not valid JSON: invalid character '}' looking for beginning of object key string (line 2, column 15)"},
+		{"malformed JSON after accents, the column in characters", "POST", base + "/api/v1/jobs", k, `{"metadata": {"description": "ééé",}}`, 400, "(line 1, column 36)"},
 		{"a cut body", "POST", base + "/api/v1/jobs", k, `{"metadata":`, 400, "unexpected end of JSON input (line 1, column 13)"},
 		{"a value of the wrong type", "POST", base + "/api/v1/jobs", k, `{"metadata": {"name": 5}}`, 400, "invalid value for string field name: 5 (line 1, column 23)"},
 		{"a query value of the wrong type", "GET", base + "/api/v1/jobs?pageSize=ten", k, "", 400, `query parameter pageSize: "ten" is not an integer`},
 		{"a value past a bound, named as sent", "GET", base + "/api/v1/jobs?pageSize=900", k, "", 422, "pageSize: 900 is outside 0..500"},
 		{"a map in a query", "GET", base + "/api/v1/jobs?labels.team=data", k, "", 400, "labels is a map, which a query cannot give; give label=KEY:VALUE"},
 		{"a parameter given twice", "GET", base + "/api/v1/jobs?namespace=a&namespace=b", k, "", 400, "namespace: given 2 times"},
+		{"a number as JSON does not write it", "GET", base + "/api/v1/jobs?pageSize=05", k, "", 400, `query parameter pageSize: "05" is not an integer`},
+		{"one parameter by both its names", "GET", base + "/api/v1/jobs?page_size=1&pageSize=2", k, "", 400, "given twice (as pageSize and page_size)"},
+		{"a time past the year 9999", "GET", base + "/api/v1/runs?since=10000-01-01T00:00:00Z", k, "", 400, "is not an RFC 3339 time"},
+		{"an enum's number not one of them", "GET", base + "/api/v1/jobs?status=7", k, "", 422, `"7" is not one of active`},
 		{"a job status not one of them", "GET", base + "/api/v1/jobs?status=actve", k, "", 422, `"actve" is not one of active, paused, deleted`},
 		{"a NUL in a path", "GET", base + "/api/v1/tenants/a%00b/quota", keys["system"], "", 422, "tenant: contains a NUL character"},
 		{"an unknown field", "POST", base + "/api/v1/jobs", k, `{"metdata": {"name": "x"}}`, 400, "metdata: unknown field"},
 		{"a nested unknown field", "POST", base + "/api/v1/jobs", k, strings.Replace(readmeJob, `"timezone"`, `"timezon"`, 1), 400, "spec.schedule.timezon: unknown field"},
 		{"an unknown query parameter", "GET", base + "/api/v1/jobs?nmespace=x", k, "", 400, "nmespace"},
 		{"a body where none is taken", "DELETE", job, k, `{"x": 1}`, 400, "no body"},
+		{"a GET with a body", "GET", job, k, `{"ref": {"id": "x"}}`, 400, "a GET request has no body"},
 		{"no key", "GET", base + "/api/v1/jobs", "", "", 401, "API key"},
 		{"a reader deletes", "DELETE", job, keys["reader"], "", 403, "needs editor"},
 		{"another tenant's job", "GET", job, keys["other"], "", 404, "not found"},
 		{"no such path", "GET", base + "/api/v1/nowhere", k, "", 404, "no such path"},
+		{"a method the path does not take", "PUT", base + "/api/v1/jobs", k, "{}", 405, "PUT is not an operation of this path; it takes GET, POST"},
+		{"a message quoting megabytes, cut", "POST", base + "/api/v1/jobs", k, strings.Replace(readmeJob, "0 2 * * *", strings.Repeat("1", 3<<20), 1), 422, "... (cut: the message was 3145"},
 		{"a name taken", "POST", base + "/api/v1/jobs", k, readmeJob, 409, "already exists"},
 		{"a stale version", "PATCH", job, k, `{"expectedVersion": "7", "spec": {"schedule": {"cron": "0 3 * * *"}, "run": {"command": {"argv": ["/bin/true"]}}}}`, 409, "version"},
 		{"a bad cron", "PATCH", job, k, `{"spec": {"schedule": {"cron": "0 25 * * *"}, "run": {"command": {"argv": ["/bin/true"]}}}}`, 422, "spec.schedule.cron"},
-		{"a bad id", "GET", base + "/api/v1/runs/nope", k, "", 422, "id: not a UUID"},
+		{"a bad id", "GET", base + "/api/v1/runs/nope", k, "", 422, "run_id: not a UUID"},
+		{"a bad job id, named as the path names it", "GET", base + "/api/v1/jobs/nope", k, "", 422, "id: not a UUID"},
 		{"a bad status", "GET", base + "/api/v1/runs?status=FAILD", k, "", 422, "status"},
 	} {
 		code, _, body := rest(t, c.method, c.url, c.key, c.body)
@@ -175,6 +184,8 @@ func TestRESTErrorStatuses(t *testing.T) {
 		{"text/plain", []string{"Content-Type", "text/plain"}, 415},
 		{"no type", []string{"Content-Type", ""}, 415},
 		{"cross-site", []string{"Content-Type", "application/json", "Sec-Fetch-Site", "cross-site"}, 403},
+		{"JSON with its charset", []string{"Content-Type", "application/json; charset=UTF-8"}, 200},
+		{"JSON in capitals", []string{"Content-Type", "Application/JSON"}, 200},
 	} {
 		req := restRequest(t, "POST", job+"/trigger", k, "{}", c.header...)
 		if c.header[1] == "" {
@@ -587,6 +598,13 @@ func TestPathBoundFieldsComeFromThePath(t *testing.T) {
 		{"PATCH", "/api/v1/jobs/" + a, `{"ref": {"name": "job-b"}, "expectedVersion": 1, "metadata": {"description": "x"}}`, "body field ref: the path gives it"},
 		{"PATCH", "/api/v1/jobs/" + a, `{"ref": {"id": "` + b + `"}, "expectedVersion": 1, "metadata": {"description": "x"}}`, "body field ref: the path gives it"},
 		{"POST", "/api/v1/runs/" + trig.Run.ID + ":cancel", `{"id": "` + a + `"}`, "body field id"},
+		// A path that leaves its variable empty is routed all the same:
+		// the query must not fill it in.
+		{"DELETE", "/api/v1/jobs/?ref.id=" + b, "", "path parameter id is empty"},
+		{"GET", "/api/v1/namespaces/analytics/jobs/?ref.name=job-b", "", "path parameter name is empty"},
+		{"POST", "/api/v1/jobs/:pause?ref.id=" + b, "", "path parameter id is empty"},
+		{"POST", "/api/v1/runs/:cancel?id=" + trig.Run.ID, "", "path parameter run_id is empty"},
+		{"POST", "/api/v1/runs/:cancel", `{"id": "` + trig.Run.ID + `"}`, "path parameter run_id is empty"},
 	} {
 		code, _, body := rest(t, tt.method, base+tt.path, k, tt.body)
 		if code != http.StatusBadRequest || !strings.Contains(body, tt.want) {

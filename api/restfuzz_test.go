@@ -95,7 +95,10 @@ func TestNoServerErrorForAClientsMistake(t *testing.T) {
 		"AlertService_ListAlerts":        ``,
 		"AlertService_ListNotifications": ``,
 	}
-	client := &http.Client{Timeout: 60 * time.Second}
+	// A redirect (a path with ".." is cleaned) is the server's answer,
+	// not a request to follow.
+	client := &http.Client{Timeout: 60 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	sent, refused := 0, map[int]int{}
 	type request struct{ method, url, key, body, what string }
 	check := func(id string, documented []int, rq request) {
@@ -116,7 +119,7 @@ func TestNoServerErrorForAClientsMistake(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		res.Body.Close()
 		sent++
-		if res.StatusCode < 300 {
+		if res.StatusCode < 400 {
 			return
 		}
 		refused[res.StatusCode]++
@@ -195,7 +198,7 @@ func TestNoServerErrorForAClientsMistake(t *testing.T) {
 				continue
 			}
 			name := p["name"].(string)
-			for _, v := range []string{"x", "00000000-0000-0000-0000-000000000000", strings.Repeat("a", 2000), " ", "..", "a:b", "ü", "%", "a\x00b"} {
+			for _, v := range []string{"", "x", "00000000-0000-0000-0000-000000000000", strings.Repeat("a", 2000), " ", "..", "a:b", "ü", "%", "a\x00b"} {
 				vs := map[string]string{}
 				for k, val := range vars {
 					vs[k] = val

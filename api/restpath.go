@@ -127,33 +127,44 @@ func resolveField(m protoreflect.MessageDescriptor, path string) (fieldPath, err
 }
 
 // match reports whether the rule serves method and path (below the
-// server's root).
-func (r pathRule) match(method, path string) bool {
+// server's root), splitting the path as vanguard routes it: each "/" ends
+// a segment (a trailing one leaves an empty last segment, which a path
+// variable takes), and a custom verb follows the last segment's first
+// ":". It answers the path's segments.
+func (r pathRule) match(method, path string) ([]string, bool) {
 	if method != r.verb {
-		return false
+		return nil, false
 	}
-	if r.suffix != "" {
-		var ok bool
-		if path, ok = strings.CutSuffix(path, r.suffix); !ok {
-			return false
-		}
+	segs := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	last, verb := segs[len(segs)-1], ""
+	if i := strings.IndexByte(last, ':'); i >= 0 {
+		last, verb = last[:i], last[i:]
 	}
-	segs := strings.Split(strings.Trim(path, "/"), "/")
-	if len(segs) != len(r.segments) {
-		return false
+	segs[len(segs)-1] = last
+	if verb != r.suffix || len(segs) != len(r.segments) {
+		return nil, false
 	}
 	for i, s := range r.segments {
-		if strings.HasPrefix(s, "{") {
-			if strings.Contains(segs[i], ":") && i == len(segs)-1 { // an empty one too: vanguard routes it
-				return false
-			}
-			continue
-		}
-		if segs[i] != s {
-			return false
+		if !strings.HasPrefix(s, "{") && segs[i] != s {
+			return nil, false
 		}
 	}
-	return true
+	return segs, true
+}
+
+// emptyVariable names a path variable the path leaves empty
+// (/api/v1/jobs/ for /api/v1/jobs/{id}), as the document names it.
+func (r pathRule) emptyVariable(segs []string) string {
+	_, names := restdoc.Path(r.template)
+	for i, s := range r.segments {
+		if strings.HasPrefix(s, "{") && segs[i] == "" {
+			if to, ok := names[strings.Trim(s, "{}")]; ok {
+				return to
+			}
+			return strings.Trim(s, "{}")
+		}
+	}
+	return ""
 }
 
 // restPaths refuses, with 400 naming it, a query parameter or body field
@@ -162,8 +173,15 @@ func (r pathRule) match(method, path string) bool {
 func restPaths(next http.Handler, rules []pathRule) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		for _, rule := range rules {
-			if !rule.match(r.Method, r.URL.Path) {
+			segs, ok := rule.match(r.Method, r.URL.Path)
+			if !ok {
 				continue
+			}
+			if name := rule.emptyVariable(segs); name != "" {
+				path, _ := restdoc.Path(rule.template)
+				writeRESTError(w, connect.NewError(connect.CodeInvalidArgument,
+					fmt.Errorf("path parameter %s is empty (%s %s)", name, rule.verb, path)))
+				return
 			}
 			if err := rule.refuseShadows(r); err != nil {
 				writeRESTError(w, connect.NewError(connect.CodeInvalidArgument, err))
@@ -172,6 +190,11 @@ func restPaths(next http.Handler, rules []pathRule) http.Handler {
 			if err := checkQuery(r.URL, rule.in); err != nil {
 				writeRESTErrorStatus(w, err.status, err.connect())
 				return
+			}
+			// The handler's errors name a path-bound field as the
+			// document's path parameter (id for ref.id, run_id for id).
+			if _, names := restdoc.Path(rule.template); len(names) > 0 {
+				r.Header.Set(jsonNamesHeader, pathNames(names))
 			}
 			break
 		}

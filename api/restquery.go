@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -9,10 +10,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/orrery-dev/orrery/api/restdoc"
 )
 
 // A REST request's query parameters are read here before vanguard reads
@@ -39,13 +44,18 @@ func checkQuery(u *url.URL, in protoreflect.MessageDescriptor) *queryError {
 	}
 	slices.Sort(keys)
 	changed := false
+	given := map[protoreflect.FullName][]string{} // a field's names as given: page_size and pageSize are one
 	for _, k := range keys {
 		fd, err := queryField(in, k)
 		if err != nil {
 			return &queryError{http.StatusBadRequest, fmt.Sprintf("query parameter %s: %v", k, err)}
 		}
 		vs := q[k]
-		if !fd.IsList() && len(vs) > 1 {
+		given[fd.FullName()] = append(given[fd.FullName()], k)
+		if n := len(given[fd.FullName()]); !fd.IsList() && (len(vs) > 1 || n > 1) {
+			if n > 1 {
+				return &queryError{http.StatusBadRequest, fmt.Sprintf("query parameter %s: given twice (as %s); it takes one value", k, strings.Join(given[fd.FullName()], " and "))}
+			}
 			return &queryError{http.StatusBadRequest, fmt.Sprintf("query parameter %s: given %d times; it takes one value", k, len(vs))}
 		}
 		for i, v := range vs {
@@ -125,54 +135,44 @@ func badType(v, what string) *queryError {
 	return &queryError{http.StatusBadRequest, fmt.Sprintf("%q is not %s", v, what)}
 }
 
-// queryValue checks one value of a field, and answers it normalized.
+// queryValue checks one value of a field as vanguard will read it (a
+// number by JSON's grammar, a time or a duration by protojson's), and
+// answers it normalized.
 func queryValue(fd protoreflect.FieldDescriptor, v string) (string, *queryError) {
+	var err error
+	var what string
 	switch fd.Kind() {
 	case protoreflect.BoolKind:
-		if v != "true" && v != "false" {
-			return v, badType(v, "true or false")
-		}
+		err, what = json.Unmarshal([]byte(v), new(bool)), "true or false"
 	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		if _, err := strconv.ParseInt(v, 10, 32); err != nil {
-			return v, badType(v, fmt.Sprintf("an integer from %d to %d", math.MinInt32, math.MaxInt32))
-		}
+		err, what = json.Unmarshal([]byte(v), new(int32)), fmt.Sprintf("an integer from %d to %d", math.MinInt32, math.MaxInt32)
 	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		if _, err := strconv.ParseInt(v, 10, 64); err != nil {
-			return v, badType(v, "a 64-bit integer")
-		}
+		err, what = json.Unmarshal([]byte(v), new(int64)), "a 64-bit integer"
 	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		if _, err := strconv.ParseUint(v, 10, 32); err != nil {
-			return v, badType(v, fmt.Sprintf("an integer from 0 to %d", uint32(math.MaxUint32)))
-		}
+		err, what = json.Unmarshal([]byte(v), new(uint32)), fmt.Sprintf("an integer from 0 to %d", uint32(math.MaxUint32))
 	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		if _, err := strconv.ParseUint(v, 10, 64); err != nil {
-			return v, badType(v, "an unsigned 64-bit integer")
-		}
+		err, what = json.Unmarshal([]byte(v), new(uint64)), "an unsigned 64-bit integer"
 	case protoreflect.FloatKind, protoreflect.DoubleKind:
-		if f, err := strconv.ParseFloat(v, 64); err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-			return v, badType(v, "a number")
+		var f float64
+		if err, what = json.Unmarshal([]byte(v), &f), "a number"; err == nil && fd.Kind() == protoreflect.FloatKind && math.Abs(f) > math.MaxFloat32 {
+			err = errors.New("out of range")
 		}
 	case protoreflect.EnumKind:
 		return enumValue(fd.Enum(), v)
 	case protoreflect.MessageKind:
 		switch fd.Message().FullName() {
 		case "google.protobuf.Timestamp":
-			t, err := time.Parse(time.RFC3339Nano, v)
-			if err != nil || t.Year() < 1 || t.Year() > 9999 {
-				return v, badType(v, "an RFC 3339 time (2026-11-29T08:00:00Z)")
-			}
+			err, what = protojson.Unmarshal([]byte(strconv.Quote(v)), new(timestamppb.Timestamp)), "an RFC 3339 time (2026-11-29T08:00:00Z)"
 		case "google.protobuf.Duration":
-			if !strings.HasSuffix(v, "s") {
-				return v, badType(v, "a duration in seconds (90s)")
-			}
-			if _, err := strconv.ParseFloat(strings.TrimSuffix(v, "s"), 64); err != nil {
-				return v, badType(v, "a duration in seconds (90s)")
-			}
+			err, what = protojson.Unmarshal([]byte(strconv.Quote(v)), new(durationpb.Duration)), "a duration in seconds (90s)"
 		}
 	case protoreflect.StringKind:
 		if strings.ContainsRune(v, 0) {
 			return v, &queryError{http.StatusUnprocessableEntity, "contains a NUL character"}
 		}
+	}
+	if err != nil {
+		return v, badType(v, what)
 	}
 	return v, nil
 }
@@ -184,7 +184,12 @@ func enumValue(ed protoreflect.EnumDescriptor, v string) (string, *queryError) {
 	for i := range ed.Values().Len() {
 		names = append(names, string(ed.Values().Get(i).Name()))
 	}
-	prefix := enumPrefix(names)
+	if n, err := strconv.ParseInt(v, 10, 32); err == nil && !strings.HasPrefix(v, "+") { // a value's number, as JSON may give it
+		if ev := ed.Values().ByNumber(protoreflect.EnumNumber(n)); ev != nil {
+			return string(ev.Name()), nil
+		}
+	}
+	prefix := restdoc.EnumPrefix(names)
 	for _, n := range names {
 		s := strings.TrimPrefix(n, prefix)
 		if strings.EqualFold(v, n) || strings.EqualFold(v, s) {
@@ -195,18 +200,4 @@ func enumValue(ed protoreflect.EnumDescriptor, v string) (string, *queryError) {
 		}
 	}
 	return v, &queryError{http.StatusUnprocessableEntity, fmt.Sprintf("%q is not one of %s", v, strings.Join(short, ", "))}
-}
-
-// enumPrefix is the values' common prefix, up to an underscore.
-func enumPrefix(names []string) string {
-	if len(names) < 2 {
-		return ""
-	}
-	p := names[0]
-	for _, n := range names[1:] {
-		for !strings.HasPrefix(n, p) {
-			p = p[:len(p)-1]
-		}
-	}
-	return p[:strings.LastIndexByte(p, '_')+1]
 }

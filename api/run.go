@@ -36,16 +36,16 @@ func parseID(field, s string) (uuid.UUID, error) {
 }
 
 // optionalRef is a job filter: empty when the request names no job.
-func optionalRef(r *orreryv1.JobRef) (job.Ref, error) {
+func optionalRef(field string, r *orreryv1.JobRef) (job.Ref, error) {
 	if r == nil || (r.GetId() == "" && r.GetName() == "") {
 		return job.Ref{}, nil
 	}
-	return refFromProto(r)
+	return refFromProto(field, r)
 }
 
 func (s *runServer) ListRuns(ctx context.Context, req *connect.Request[orreryv1.ListRunsRequest]) (*connect.Response[orreryv1.ListRunsResponse], error) {
 	m := req.Msg
-	ref, err := optionalRef(m.GetJob())
+	ref, err := optionalRef("job", m.GetJob())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -143,7 +143,7 @@ func taskToProto(t run.Task) *orreryv1.Task {
 
 func (s *runServer) TriggerJob(ctx context.Context, req *connect.Request[orreryv1.TriggerJobRequest]) (*connect.Response[orreryv1.TriggerJobResponse], error) {
 	m := req.Msg
-	ref, err := refFromProto(m.GetJob())
+	ref, err := refFromProto("job", m.GetJob())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -191,7 +191,7 @@ func (s *runServer) CancelRun(ctx context.Context, req *connect.Request[orreryv1
 
 func (s *runServer) ListDeadLetters(ctx context.Context, req *connect.Request[orreryv1.ListDeadLettersRequest]) (*connect.Response[orreryv1.ListDeadLettersResponse], error) {
 	m := req.Msg
-	ref, err := optionalRef(m.GetJob())
+	ref, err := optionalRef("job", m.GetJob())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -220,7 +220,7 @@ func (s *runServer) ReplayDeadLetters(ctx context.Context, req *connect.Request[
 		}
 		ids = append(ids, id)
 	}
-	ref, err := optionalRef(m.GetJob())
+	ref, err := optionalRef("job", m.GetJob())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}

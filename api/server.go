@@ -84,7 +84,10 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 		panic(err) // only a bad option could fail it, and none is given
 	}
 	opts := []connect.HandlerOption{
-		connect.WithInterceptors(otelInterceptor, jsonFieldNames(), refuseNUL(), authorize(auth, acc), logErrors(log)),
+		// refuseNUL runs before authorize on purpose: it reads only the
+		// request, so its 422 tells a caller without the role nothing of
+		// the tenant's data, and no handler or check sees a NUL.
+		connect.WithInterceptors(otelInterceptor, boundErrors(), jsonFieldNames(), refuseNUL(), authorize(auth, acc), logErrors(log)),
 		// A panic in a handler is an Internal error for that call, logged,
 		// not a dropped connection.
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {

@@ -84,8 +84,8 @@ func jsonSyntax(b []byte) error {
 	if at > 0 && !strings.Contains(syntax.Error(), "unexpected end") {
 		at--
 	}
-	line, col := 1, 1
-	for _, c := range b[:at] {
+	line, col := 1, 1 // col counts characters, as an editor does
+	for _, c := range string(b[:at]) {
 		if c == '\n' {
 			line, col = line+1, 1
 		} else {

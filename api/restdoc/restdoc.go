@@ -33,3 +33,20 @@ func Path(path string) (string, map[string]string) {
 	}
 	return path, names
 }
+
+// EnumPrefix is the prefix an enum's value names share, up to an
+// underscore (JOB_STATUS_ for JOB_STATUS_ACTIVE and JOB_STATUS_PAUSED):
+// what a value's short name (active) leaves out, in a query and in the
+// document.
+func EnumPrefix(names []string) string {
+	if len(names) < 2 {
+		return ""
+	}
+	p := names[0]
+	for _, n := range names[1:] {
+		for !strings.HasPrefix(n, p) {
+			p = p[:len(p)-1]
+		}
+	}
+	return p[:strings.LastIndexByte(p, '_')+1]
+}

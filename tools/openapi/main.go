@@ -251,7 +251,7 @@ func requestBody(root *yaml.Node, op *yaml.Node, bound []string) (bool, error) {
 		return false, err
 	}
 	r.Value = "#/components/schemas/" + name
-	set(b, "required", boolean(len(needed[name]) > 0))
+	set(b, "required", boolean(len(needed[name]) > 0 || slices.Contains(someOf, name)))
 	return true, nil
 }
 
@@ -278,13 +278,18 @@ func connectErrors(op *yaml.Node, codes []int) {
 	set(get(resp, "200"), "description", str("OK. Empty fields are left out: an answer with nothing in it is {}."))
 	for _, c := range codes {
 		e := errorResponseOf(c)
+		if d, ok := connectDescriptions[c]; ok {
+			e.description = d
+		}
 		r := mapping("description", str(e.description))
 		if e.retryAfter {
 			set(r, "headers", mapping("Retry-After", mapping(
 				"description", str("Seconds to wait before retrying, when waiting helps."),
 				"schema", mapping("type", str("integer"), "minimum", num(1)))))
 		}
-		set(r, "content", mapping("application/json", mapping("schema", ref("ConnectError"))))
+		if c != 415 { // Connect answers a body of no type it knows with no body
+			set(r, "content", mapping("application/json", mapping("schema", ref("ConnectError"))))
+		}
 		set(resp, strconv.Itoa(c), r)
 	}
 	set(resp, "default", mapping("description", str("Any other error, as Connect answers it."),
@@ -312,7 +317,7 @@ func enumParams(op *yaml.Node) {
 			}
 			full = append(full, v.Value)
 		}
-		prefix := commonPrefix(full)
+		prefix := restdoc.EnumPrefix(full)
 		for _, v := range full {
 			short = append(short, strings.ToLower(strings.TrimPrefix(v, prefix)))
 		}
@@ -324,20 +329,6 @@ func enumParams(op *yaml.Node) {
 		}
 		set(p, "description", str(text))
 	}
-}
-
-// commonPrefix is the values' common prefix up to an underscore.
-func commonPrefix(vs []string) string {
-	if len(vs) == 0 {
-		return ""
-	}
-	p := vs[0]
-	for _, v := range vs[1:] {
-		for !strings.HasPrefix(v, p) {
-			p = p[:len(p)-1]
-		}
-	}
-	return p[:strings.LastIndexByte(p, '_')+1]
 }
 
 // renameParams renames an operation's path parameters, and drops the query
@@ -373,8 +364,11 @@ func renameParams(op *yaml.Node, names map[string]string) {
 	params.Content = kept
 }
 
-// dropShadowedQuery drops a query parameter of the same name as a path
-// parameter: the path gives it.
+// dropShadowedQuery drops a query parameter that has a path parameter's
+// name once those are renamed: another field of the request (ListRuns'
+// namespace filter, beside {namespace}, which is job.namespace). A
+// client could not tell the two apart by name, and where the path names
+// the job the filter says nothing more; the server still reads it.
 func dropShadowedQuery(op *yaml.Node) {
 	params := get(op, "parameters")
 	if params == nil {

@@ -147,6 +147,17 @@ var errorResponses = []errorResponse{
 	{503, "ServiceUnavailable", "The database is unavailable, or could not tell whether a change was made (read before retrying, or retry with the same idempotency key).", true},
 }
 
+// connectDescriptions are the statuses whose causes differ where Connect
+// answers them (WorkerService) from REST's.
+var connectDescriptions = map[int]string{
+	400: "The request could not be read (malformed JSON, an unknown field), misses a field it needs, or claims a type or namespace outside the key's scope (invalid_argument).",
+	403: "A key that is not a worker key (orrery keys create --role worker): WorkerService takes those only (permission_denied).",
+	404: "The attempt is unknown, or its lease was taken over: its fencing token is not the current one (not_found).",
+	415: "The body is neither application/json nor application/proto; Connect answers this with no body.",
+	429: "Over a rate or a quota, or a body past the server's limit (resource_exhausted).",
+	503: "The database is unavailable (unavailable): retry after Retry-After.",
+}
+
 func errorResponseOf(code int) errorResponse {
 	for _, e := range errorResponses {
 		if e.code == code {

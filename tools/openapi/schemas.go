@@ -32,6 +32,10 @@ var needed = map[string][]string{
 	"RevokeGrantRequest":     {"principal", "namespace"},
 }
 
+// someOf are the request bodies the server refuses empty (nothing to
+// change), though no one field is needed: minProperties 1.
+var someOf = []string{"SetTenantQuotaBody"}
+
 // alwaysSet are the message fields of answers that the server always sets
 // (a REST answer writes every other field, zero or not, but leaves out a
 // message that is not set).
@@ -126,6 +130,14 @@ func schemas(root *yaml.Node) error {
 		}
 		if err := setRequired(name, s, req); err != nil {
 			return err
+		}
+		if requests[name] && slices.Contains(someOf, name) {
+			set(s, "minProperties", num(1))
+		}
+	}
+	for _, name := range someOf {
+		if !requests[name] {
+			return fmt.Errorf("someOf names %s, which no request uses", name)
 		}
 	}
 	for name := range needed {
