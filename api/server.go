@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -171,16 +172,34 @@ func Listen(addr string, h http.Handler) (*Server, error) {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	return &Server{ln: ln, srv: &http.Server{
+	draining := make(chan struct{})
+	srv := &http.Server{
 		Handler:   h,
 		Protocols: &protocols,
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithValue(context.Background(), drainingKey{}, (<-chan struct{})(draining))
+		},
 		// A client that sends its headers or body slowly is cut off, so
 		// slow connections cannot pile up.
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       ReadTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-	}}, nil
+	}
+	var once sync.Once
+	srv.RegisterOnShutdown(func() { once.Do(func() { close(draining) }) })
+	return &Server{ln: ln, srv: srv}, nil
+}
+
+type drainingKey struct{}
+
+// Draining is closed when the server serving the request begins to shut
+// down (nil outside one). A call that lasts as long as its client wants
+// (the web UI's event streams) ends on it: shutting down waits for the
+// calls in flight, and one such stream would hold it to its deadline.
+func Draining(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(drainingKey{}).(<-chan struct{})
+	return ch
 }
 
 // Addr is the address the server listens on.

@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/orrery-dev/orrery/api"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
@@ -263,6 +264,8 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request, v *view) erro
 		select {
 		case <-r.Context().Done():
 			return nil
+		case <-api.Draining(r.Context()):
+			return nil // the browser reconnects to the next server
 		case <-timeout.C:
 			return nil
 		case <-keepalive.C:
