@@ -35,7 +35,8 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 		PauseAfterFailures: int(spec.GetPauseAfterFailures()),
 	}
 	if d := spec.GetDefaults(); d != nil {
-		r.Spec.Defaults = dag.StepDefaults{Queue: d.GetQueue(), Priority: d.GetPriority(), Timeout: durationFromProto(d.GetTimeout()), Retry: retryFromProto(d.GetRetry())}
+		r.Spec.Defaults = dag.StepDefaults{Queue: d.GetQueue(), Priority: d.GetPriority(), Timeout: durationFromProto(d.GetTimeout()), Retry: retryFromProto(d.GetRetry()),
+			Resources: resourcesFromProto(d.GetResources()), ResourceProfile: d.GetResourceProfile()}
 	}
 	if spec.GetRun() != nil {
 		e := executorFromProto(spec.GetRun())
@@ -71,6 +72,7 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 			Payload: payloadFromProto(st.GetPayload()), Queue: st.GetQueue(), Priority: st.GetPriority(),
 			Timeout: durationFromProto(st.GetTimeout()), Retry: retryFromProto(st.GetRetry()),
 			ForEach: st.GetForEach(), MaxParallel: int(st.GetMaxParallel()), MinSuccess: dag.MinSuccess(st.GetMinSuccess()),
+			Resources: resourcesFromProto(st.GetResources()), ResourceProfile: st.GetResourceProfile(),
 		})
 	}
 	return r
@@ -210,8 +212,9 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 		PauseAfterFailures: int32(s.PauseAfterFailures),
 	}
 	d := s.Defaults
-	if d.Queue != "" || d.Priority != "" || d.Timeout != nil || d.Retry != nil {
-		spec.Defaults = &orreryv1.StepDefaults{Queue: d.Queue, Priority: d.Priority, Timeout: durationToProto(d.Timeout), Retry: retryToProto(d.Retry)}
+	if d.Queue != "" || d.Priority != "" || d.Timeout != nil || d.Retry != nil || d.Resources != nil || d.ResourceProfile != "" {
+		spec.Defaults = &orreryv1.StepDefaults{Queue: d.Queue, Priority: d.Priority, Timeout: durationToProto(d.Timeout), Retry: retryToProto(d.Retry),
+			Resources: resourcesToProto(d.Resources), ResourceProfile: d.ResourceProfile}
 	}
 	if s.Run != nil {
 		spec.Run = executorToProto(*s.Run)
@@ -245,6 +248,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 			Payload: payloadToProto(st.Payload), Queue: st.Queue, Priority: st.Priority,
 			Timeout: durationToProto(st.Timeout), Retry: retryToProto(st.Retry),
 			ForEach: st.ForEach, MaxParallel: int32(st.MaxParallel), MinSuccess: string(st.MinSuccess),
+			Resources: resourcesToProto(st.Resources), ResourceProfile: st.ResourceProfile,
 		})
 	}
 	return md, spec
@@ -376,6 +380,34 @@ func timesToProto(ts []time.Time) []*timestamppb.Timestamp {
 	out := make([]*timestamppb.Timestamp, len(ts))
 	for i, t := range ts {
 		out[i] = timestamppb.New(t)
+	}
+	return out
+}
+
+func resourcesFromProto(r *orreryv1.Resources) *dag.Resources {
+	if r == nil {
+		return nil
+	}
+	out := &dag.Resources{CPU: dag.Quantity(r.GetCpu()), Memory: dag.Quantity(r.GetMemory()), GPU: dag.Quantity(r.GetGpu())}
+	for name, q := range r.GetCustom() {
+		if out.Custom == nil {
+			out.Custom = map[string]dag.Quantity{}
+		}
+		out.Custom[name] = dag.Quantity(q)
+	}
+	return out
+}
+
+func resourcesToProto(r *dag.Resources) *orreryv1.Resources {
+	if r == nil {
+		return nil
+	}
+	out := &orreryv1.Resources{Cpu: string(r.CPU), Memory: string(r.Memory), Gpu: string(r.GPU)}
+	for name, q := range r.Custom {
+		if out.Custom == nil {
+			out.Custom = map[string]string{}
+		}
+		out.Custom[name] = string(q)
 	}
 	return out
 }

@@ -103,6 +103,10 @@ type StepDefaults struct {
 	Priority string    `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
 	Timeout  *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	Retry    *Retry    `json:"retry,omitempty" yaml:"retry,omitempty"`
+	// Resources and ResourceProfile (one of them) are what a step asks
+	// for when it gives neither (docs/resources.md).
+	Resources       *Resources `json:"resources,omitempty" yaml:"resources,omitempty"`
+	ResourceProfile string     `json:"resource_profile,omitempty" yaml:"resource_profile,omitempty"`
 }
 
 // Step is one node of the job's DAG.
@@ -129,6 +133,11 @@ type Step struct {
 	Priority   string     `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
 	Timeout    *Duration  `json:"timeout,omitempty" yaml:"timeout,omitempty"`
 	Retry      *Retry     `json:"retry,omitempty" yaml:"retry,omitempty"`
+	// Resources is what the step needs, or ResourceProfile names a
+	// profile of the tenant that says it (one of them; the defaults'
+	// when neither): admission places it only on a worker with room.
+	Resources       *Resources `json:"resources,omitempty" yaml:"resources,omitempty"`
+	ResourceProfile string     `json:"resource_profile,omitempty" yaml:"resource_profile,omitempty"`
 }
 
 // Executor says how a step runs: exactly one of HTTP, Command, Handler,

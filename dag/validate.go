@@ -231,6 +231,7 @@ func validateSpec(es *Errors, s *JobSpec) {
 		es.add("spec.overlap", "%q is not one of skip, queue, allow, cancel_previous", s.Overlap)
 	}
 	validateSettings(es, "spec.defaults", s.Defaults.Queue, s.Defaults.Priority, s.Defaults.Timeout, s.Defaults.Retry)
+	validateResources(es, "spec.defaults", s.Defaults.Resources, s.Defaults.ResourceProfile)
 
 	switch {
 	case s.Run != nil && len(s.Steps) > 0:
@@ -267,6 +268,10 @@ func validateSpec(es *Errors, s *JobSpec) {
 		validateSettings(es, p, st.Queue, st.Priority, st.Timeout, st.Retry)
 		validateFanOut(es, p, st)
 		validateJobStep(es, p, st)
+		validateResources(es, p, st.Resources, st.ResourceProfile)
+		if st.Run.Job != nil && (st.Resources != nil || st.ResourceProfile != "") {
+			es.add(p+".resources", "a job step runs nothing itself: give resources on the steps of the job it runs")
+		}
 	}
 	validateGraph(es, s.Steps, index)
 	validateParams(es, s.Params)

@@ -1310,11 +1310,15 @@ type StepDefaults struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
 	// critical, high, normal or low.
-	Priority      string               `protobuf:"bytes,2,opt,name=priority,proto3" json:"priority,omitempty"`
-	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
-	Retry         *RetryPolicy         `protobuf:"bytes,4,opt,name=retry,proto3" json:"retry,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Priority string               `protobuf:"bytes,2,opt,name=priority,proto3" json:"priority,omitempty"`
+	Timeout  *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Retry    *RetryPolicy         `protobuf:"bytes,4,opt,name=retry,proto3" json:"retry,omitempty"`
+	// What a step asks for when it gives neither resources nor a profile:
+	// one of these.
+	Resources       *Resources `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	ResourceProfile string     `protobuf:"bytes,6,opt,name=resource_profile,json=resourceProfile,proto3" json:"resource_profile,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StepDefaults) Reset() {
@@ -1375,6 +1379,92 @@ func (x *StepDefaults) GetRetry() *RetryPolicy {
 	return nil
 }
 
+func (x *StepDefaults) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *StepDefaults) GetResourceProfile() string {
+	if x != nil {
+		return x.ResourceProfile
+	}
+	return ""
+}
+
+// Resources is what a step needs: quantities as Kubernetes writes them,
+// cpu in cores ("500m", "2"), memory in bytes ("512Mi", "4Gi"), gpu and
+// each custom resource a whole count ("1"). Empty: none of it.
+type Resources struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Cpu    string                 `protobuf:"bytes,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Memory string                 `protobuf:"bytes,2,opt,name=memory,proto3" json:"memory,omitempty"`
+	Gpu    string                 `protobuf:"bytes,3,opt,name=gpu,proto3" json:"gpu,omitempty"`
+	// Named counts (licences, a database's connections), at most 16.
+	Custom        map[string]string `protobuf:"bytes,4,rep,name=custom,proto3" json:"custom,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Resources) Reset() {
+	*x = Resources{}
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resources) ProtoMessage() {}
+
+func (x *Resources) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resources.ProtoReflect.Descriptor instead.
+func (*Resources) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Resources) GetCpu() string {
+	if x != nil {
+		return x.Cpu
+	}
+	return ""
+}
+
+func (x *Resources) GetMemory() string {
+	if x != nil {
+		return x.Memory
+	}
+	return ""
+}
+
+func (x *Resources) GetGpu() string {
+	if x != nil {
+		return x.Gpu
+	}
+	return ""
+}
+
+func (x *Resources) GetCustom() map[string]string {
+	if x != nil {
+		return x.Custom
+	}
+	return nil
+}
+
 // Step is one node of a job's DAG.
 type Step struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1398,14 +1488,19 @@ type Step struct {
 	MaxParallel int32 `protobuf:"varint,12,opt,name=max_parallel,json=maxParallel,proto3" json:"max_parallel,omitempty"`
 	// With for_each: how many items must succeed for the step to, a count
 	// ("19") or a percentage ("95%"); all of them when empty.
-	MinSuccess    string `protobuf:"bytes,13,opt,name=min_success,json=minSuccess,proto3" json:"min_success,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MinSuccess string `protobuf:"bytes,13,opt,name=min_success,json=minSuccess,proto3" json:"min_success,omitempty"`
+	// What the step needs (admission places it only on a worker with room
+	// for it), or a profile of the tenant that says it: one of them; the
+	// defaults' when neither is given.
+	Resources       *Resources `protobuf:"bytes,14,opt,name=resources,proto3" json:"resources,omitempty"`
+	ResourceProfile string     `protobuf:"bytes,15,opt,name=resource_profile,json=resourceProfile,proto3" json:"resource_profile,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1512,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1525,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Step) GetName() string {
@@ -1524,6 +1619,20 @@ func (x *Step) GetMinSuccess() string {
 	return ""
 }
 
+func (x *Step) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *Step) GetResourceProfile() string {
+	if x != nil {
+		return x.ResourceProfile
+	}
+	return ""
+}
+
 // JobSpec is what a job does and when.
 type JobSpec struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -1553,7 +1662,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1674,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1687,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JobSpec) GetSchedule() *Schedule {
@@ -1681,7 +1790,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1693,7 +1802,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1706,7 +1815,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Param) GetType() string {
@@ -1755,7 +1864,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1876,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1889,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -1821,7 +1930,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1942,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1955,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -1871,7 +1980,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1992,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2005,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -1932,7 +2041,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2053,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2066,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -1988,7 +2097,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2109,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2122,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -2070,7 +2179,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2191,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2204,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Job) GetId() string {
@@ -2208,7 +2317,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2329,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2342,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LastRun) GetId() string {
@@ -2268,7 +2377,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2280,7 +2389,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2293,7 +2402,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Source) GetPath() string {
@@ -2322,7 +2431,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2443,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2456,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *JobRef) GetId() string {
@@ -2382,7 +2491,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2503,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2516,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -2440,7 +2549,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2561,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2574,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -2490,7 +2599,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2611,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2624,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -2558,7 +2667,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2570,7 +2679,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2583,7 +2692,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2650,7 +2759,7 @@ type JobLink struct {
 
 func (x *JobLink) Reset() {
 	*x = JobLink{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +2771,7 @@ func (x *JobLink) String() string {
 func (*JobLink) ProtoMessage() {}
 
 func (x *JobLink) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +2784,7 @@ func (x *JobLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLink.ProtoReflect.Descriptor instead.
 func (*JobLink) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JobLink) GetNamespace() string {
@@ -2733,7 +2842,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2745,7 +2854,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2758,7 +2867,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -2831,7 +2940,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2952,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2965,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2885,7 +2994,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3006,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3019,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -2950,7 +3059,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3071,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3084,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -2994,7 +3103,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3115,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3128,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -3038,7 +3147,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +3159,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +3172,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -3082,7 +3191,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3203,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3216,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -3126,7 +3235,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3138,7 +3247,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3151,7 +3260,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -3170,7 +3279,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3291,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3304,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -3214,7 +3323,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3335,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3348,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -3266,7 +3375,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3387,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3400,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -3342,7 +3451,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3463,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3476,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -3398,7 +3507,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3519,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3532,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -3545,12 +3654,22 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\vRetryPolicy\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\x05R\vmaxAttempts\x123\n" +
 	"\ainitial\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\ainitial\x12+\n" +
-	"\x03max\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03max\"\xa3\x01\n" +
+	"\x03max\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03max\"\x82\x02\n" +
 	"\fStepDefaults\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bpriority\x18\x02 \x01(\tR\bpriority\x123\n" +
 	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12,\n" +
-	"\x05retry\x18\x04 \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\"\xb4\x03\n" +
+	"\x05retry\x18\x04 \x01(\v2\x16.orrery.v1.RetryPolicyR\x05retry\x122\n" +
+	"\tresources\x18\x05 \x01(\v2\x14.orrery.v1.ResourcesR\tresources\x12)\n" +
+	"\x10resource_profile\x18\x06 \x01(\tR\x0fresourceProfile\"\xbc\x01\n" +
+	"\tResources\x12\x10\n" +
+	"\x03cpu\x18\x01 \x01(\tR\x03cpu\x12\x16\n" +
+	"\x06memory\x18\x02 \x01(\tR\x06memory\x12\x10\n" +
+	"\x03gpu\x18\x03 \x01(\tR\x03gpu\x128\n" +
+	"\x06custom\x18\x04 \x03(\v2 .orrery.v1.Resources.CustomEntryR\x06custom\x1a9\n" +
+	"\vCustomEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x93\x04\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05needs\x18\x02 \x03(\tR\x05needs\x12!\n" +
@@ -3566,7 +3685,9 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\bfor_each\x18\v \x01(\tR\aforEach\x12!\n" +
 	"\fmax_parallel\x18\f \x01(\x05R\vmaxParallel\x12\x1f\n" +
 	"\vmin_success\x18\r \x01(\tR\n" +
-	"minSuccess\"\xdb\x04\n" +
+	"minSuccess\x122\n" +
+	"\tresources\x18\x0e \x01(\v2\x14.orrery.v1.ResourcesR\tresources\x12)\n" +
+	"\x10resource_profile\x18\x0f \x01(\tR\x0fresourceProfile\"\xdb\x04\n" +
 	"\aJobSpec\x12/\n" +
 	"\bschedule\x18\x01 \x01(\v2\x13.orrery.v1.ScheduleR\bschedule\x12\x18\n" +
 	"\amisfire\x18\x02 \x01(\tR\amisfire\x12!\n" +
@@ -3756,7 +3877,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
@@ -3776,167 +3897,172 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*JobCall)(nil),                 // 15: orrery.v1.JobCall
 	(*RetryPolicy)(nil),             // 16: orrery.v1.RetryPolicy
 	(*StepDefaults)(nil),            // 17: orrery.v1.StepDefaults
-	(*Step)(nil),                    // 18: orrery.v1.Step
-	(*JobSpec)(nil),                 // 19: orrery.v1.JobSpec
-	(*Param)(nil),                   // 20: orrery.v1.Param
-	(*Alerts)(nil),                  // 21: orrery.v1.Alerts
-	(*Notify)(nil),                  // 22: orrery.v1.Notify
-	(*Webhook)(nil),                 // 23: orrery.v1.Webhook
-	(*Callback)(nil),                // 24: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 25: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 26: orrery.v1.Job
-	(*LastRun)(nil),                 // 27: orrery.v1.LastRun
-	(*Source)(nil),                  // 28: orrery.v1.Source
-	(*JobRef)(nil),                  // 29: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 30: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 31: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 32: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 33: orrery.v1.GetJobResponse
-	(*JobLink)(nil),                 // 34: orrery.v1.JobLink
-	(*ListJobsRequest)(nil),         // 35: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 36: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 37: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 38: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 39: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 40: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 41: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 42: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 43: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 44: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 45: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 46: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 47: orrery.v1.PlannedInstant
-	nil,                             // 48: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 49: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 50: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 51: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 52: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 53: orrery.v1.ListJobsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 54: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 55: google.protobuf.Duration
-	(*structpb.Struct)(nil),         // 56: google.protobuf.Struct
-	(*structpb.Value)(nil),          // 57: google.protobuf.Value
-	(*AuditEntry)(nil),              // 58: orrery.v1.AuditEntry
+	(*Resources)(nil),               // 18: orrery.v1.Resources
+	(*Step)(nil),                    // 19: orrery.v1.Step
+	(*JobSpec)(nil),                 // 20: orrery.v1.JobSpec
+	(*Param)(nil),                   // 21: orrery.v1.Param
+	(*Alerts)(nil),                  // 22: orrery.v1.Alerts
+	(*Notify)(nil),                  // 23: orrery.v1.Notify
+	(*Webhook)(nil),                 // 24: orrery.v1.Webhook
+	(*Callback)(nil),                // 25: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 26: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 27: orrery.v1.Job
+	(*LastRun)(nil),                 // 28: orrery.v1.LastRun
+	(*Source)(nil),                  // 29: orrery.v1.Source
+	(*JobRef)(nil),                  // 30: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 31: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 32: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 33: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 34: orrery.v1.GetJobResponse
+	(*JobLink)(nil),                 // 35: orrery.v1.JobLink
+	(*ListJobsRequest)(nil),         // 36: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 37: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 38: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 39: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 40: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 41: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 42: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 43: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 44: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 45: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 46: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 47: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 48: orrery.v1.PlannedInstant
+	nil,                             // 49: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 50: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 51: orrery.v1.Resources.CustomEntry
+	nil,                             // 52: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 53: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 54: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 55: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 56: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 57: google.protobuf.Duration
+	(*structpb.Struct)(nil),         // 58: google.protobuf.Struct
+	(*structpb.Value)(nil),          // 59: google.protobuf.Value
+	(*AuditEntry)(nil),              // 60: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	29,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
-	54,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
-	54,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	30,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
+	56,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	56,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
 	4,   // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	54,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
-	54,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
-	54,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
-	54,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
-	54,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
-	54,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
-	29,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
+	56,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	56,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	56,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	56,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	56,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	56,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	30,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	29,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
+	30,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
-	55,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	55,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	57,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	57,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
 	11,  // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
 	10,  // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
-	48,  // 18: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	49,  // 19: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	49,  // 18: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	50,  // 19: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
 	12,  // 20: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
 	13,  // 21: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
 	15,  // 22: orrery.v1.Executor.job:type_name -> orrery.v1.JobCall
-	56,  // 23: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
-	55,  // 24: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	55,  // 25: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	55,  // 26: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	58,  // 23: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
+	57,  // 24: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	57,  // 25: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	57,  // 26: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
 	16,  // 27: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
-	14,  // 28: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	57,  // 29: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	55,  // 30: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
-	16,  // 31: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
-	9,   // 32: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	17,  // 33: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	14,  // 34: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	57,  // 35: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	18,  // 36: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	21,  // 37: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	24,  // 38: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	50,  // 39: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	57,  // 40: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	57,  // 41: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	55,  // 42: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	55,  // 43: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	22,  // 44: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	23,  // 45: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	51,  // 46: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	23,  // 47: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	52,  // 48: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	25,  // 49: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	19,  // 50: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,   // 51: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	54,  // 52: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	54,  // 53: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	54,  // 54: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	54,  // 55: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	28,  // 56: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	27,  // 57: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	54,  // 58: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	25,  // 59: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	19,  // 60: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	26,  // 61: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	29,  // 62: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	26,  // 63: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	54,  // 64: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	58,  // 65: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	34,  // 66: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
-	34,  // 67: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
-	34,  // 68: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
-	34,  // 69: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
-	0,   // 70: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	53,  // 71: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,   // 72: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	26,  // 73: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	29,  // 74: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	25,  // 75: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	19,  // 76: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	26,  // 77: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	29,  // 78: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	26,  // 79: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	29,  // 80: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	26,  // 81: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	29,  // 82: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	26,  // 83: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,   // 84: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	54,  // 85: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	54,  // 86: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	47,  // 87: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	54,  // 88: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	54,  // 89: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	20,  // 90: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	30,  // 91: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	32,  // 92: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	35,  // 93: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	37,  // 94: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	39,  // 95: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	41,  // 96: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	43,  // 97: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	45,  // 98: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,   // 99: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,   // 100: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,   // 101: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	31,  // 102: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	33,  // 103: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	36,  // 104: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	38,  // 105: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	40,  // 106: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	42,  // 107: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	44,  // 108: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	46,  // 109: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,   // 110: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,   // 111: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,   // 112: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	102, // [102:113] is the sub-list for method output_type
-	91,  // [91:102] is the sub-list for method input_type
-	91,  // [91:91] is the sub-list for extension type_name
-	91,  // [91:91] is the sub-list for extension extendee
-	0,   // [0:91] is the sub-list for field type_name
+	18,  // 28: orrery.v1.StepDefaults.resources:type_name -> orrery.v1.Resources
+	51,  // 29: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
+	14,  // 30: orrery.v1.Step.run:type_name -> orrery.v1.Executor
+	59,  // 31: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	57,  // 32: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	16,  // 33: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
+	18,  // 34: orrery.v1.Step.resources:type_name -> orrery.v1.Resources
+	9,   // 35: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	17,  // 36: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	14,  // 37: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	59,  // 38: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	19,  // 39: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	22,  // 40: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	25,  // 41: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	52,  // 42: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	59,  // 43: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	59,  // 44: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	57,  // 45: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	57,  // 46: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	23,  // 47: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	24,  // 48: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	53,  // 49: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	24,  // 50: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	54,  // 51: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	26,  // 52: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	20,  // 53: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,   // 54: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	56,  // 55: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	56,  // 56: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	56,  // 57: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	56,  // 58: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	29,  // 59: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	28,  // 60: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	56,  // 61: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	26,  // 62: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	20,  // 63: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	27,  // 64: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	30,  // 65: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	27,  // 66: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	56,  // 67: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	60,  // 68: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	35,  // 69: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
+	35,  // 70: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
+	35,  // 71: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
+	35,  // 72: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
+	0,   // 73: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	55,  // 74: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,   // 75: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	27,  // 76: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	30,  // 77: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	26,  // 78: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	20,  // 79: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	27,  // 80: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	30,  // 81: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	27,  // 82: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	30,  // 83: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	27,  // 84: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	30,  // 85: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	27,  // 86: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,   // 87: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	56,  // 88: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	56,  // 89: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	48,  // 90: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	56,  // 91: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	56,  // 92: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	21,  // 93: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	31,  // 94: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	33,  // 95: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	36,  // 96: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	38,  // 97: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	40,  // 98: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	42,  // 99: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	44,  // 100: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	46,  // 101: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,   // 102: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,   // 103: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,   // 104: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	32,  // 105: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	34,  // 106: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	37,  // 107: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	39,  // 108: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	41,  // 109: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	43,  // 110: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	45,  // 111: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	47,  // 112: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,   // 113: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,   // 114: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,   // 115: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	105, // [105:116] is the sub-list for method output_type
+	94,  // [94:105] is the sub-list for method input_type
+	94,  // [94:94] is the sub-list for extension type_name
+	94,  // [94:94] is the sub-list for extension extendee
+	0,   // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -3958,7 +4084,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
