@@ -31,9 +31,12 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		exceeded  *usage.ExceededError
 		workers   *run.WorkerLimitError
 	)
+	var item *job.ItemError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &item) && (errors.As(err, &es) || errors.As(err, &invalid)):
+		return unprocessable(item) // each line names the job of the apply it is about
 	case errors.As(err, &es):
 		return unprocessable(es)
 	case errors.As(err, &invalid):
@@ -54,7 +57,8 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return connect.NewError(connect.CodeResourceExhausted, exceeded)
 	case errors.As(err, &workers):
 		return connect.NewError(connect.CodeResourceExhausted, workers)
-	case errors.Is(err, job.ErrDeleted), errors.Is(err, run.ErrCannotRetry), errors.Is(err, run.ErrBackfillNotRunning):
+	case errors.Is(err, job.ErrDeleted), errors.Is(err, run.ErrCannotRetry), errors.Is(err, run.ErrBackfillNotRunning),
+		errors.Is(err, access.ErrProfileInUse):
 		ce := connect.NewError(connect.CodeFailedPrecondition, err)
 		setStatus(ce.Meta(), http.StatusConflict) // the resource's state refuses the call
 		return ce

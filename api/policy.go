@@ -228,6 +228,13 @@ var policies = map[string]policy{
 		return onFilter(m.(*orreryv1.ListNotificationsRequest).GetJob())
 	}},
 
+	// Profiles: an admin of the tenant changes them; any role reads them
+	// (an editor names them in jobs).
+	orreryv1connect.ProfileServiceSetProfileProcedure:    tenantAdmin,
+	orreryv1connect.ProfileServiceDeleteProfileProcedure: tenantAdmin,
+	orreryv1connect.ProfileServiceGetProfileProcedure:    anyReader,
+	orreryv1connect.ProfileServiceListProfilesProcedure:  anyReader,
+
 	orreryv1connect.AccessServiceCreateTenantProcedure:   systemAdmin,
 	orreryv1connect.AccessServiceListTenantsProcedure:    systemAdmin,
 	orreryv1connect.AccessServiceSetTenantQuotaProcedure: systemAdmin,

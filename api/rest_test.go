@@ -459,6 +459,10 @@ func restMatrix(t *testing.T, base string, keys map[string]string, check answerC
 		{id: "AccessService_GrantRole", body: `{"principal": "bob", "namespace": "analytics", "role": "editor"}`},
 		{id: "AccessService_ListGrants"},
 		{id: "AccessService_RevokeGrant", body: `{"principal": "bob", "namespace": "analytics"}`},
+		{id: "ProfileService_SetProfile", vars: map[string]string{"name": "gpu-large"}, body: `{"resources": {"cpu": "8", "memory": "64Gi", "gpu": "1"}}`},
+		{id: "ProfileService_GetProfile", vars: map[string]string{"name": "gpu-large"}, readerOK: true, tenantScoped: true},
+		{id: "ProfileService_ListProfiles", readerOK: true},
+		{id: "ProfileService_DeleteProfile", vars: map[string]string{"name": "gpu-large"}, tenantScoped: true},
 		// A worker's calls, over Connect's JSON: a claim that finds nothing
 		// and a quiet heartbeat answer {}; a report for an attempt that
 		// does not exist is 404.

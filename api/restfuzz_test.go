@@ -80,6 +80,7 @@ func TestNoServerErrorForAClientsMistake(t *testing.T) {
 		"WorkerService_Claim":            `{"worker": "w1", "types": ["echo"], "waitSeconds": 0}`,
 		"WorkerService_Heartbeat":        `{"worker": "w1", "attempts": [{"taskId": "` + trig.Run.ID + `", "fencingToken": "1"}]}`,
 		"WorkerService_Report":           `{"worker": "w1", "taskId": "` + trig.Run.ID + `", "fencingToken": "1", "success": true}`,
+		"ProfileService_SetProfile":      `{"resources": {"cpu": "500m", "memory": "1Gi", "custom": {"licence": "1"}}}`,
 		"AccessService_GetTenantQuota":   ``,
 		"RunService_RetryRun":            `{"ignoreOverlap": true}`,
 		"JobService_CancelBackfill":      `{}`,

@@ -114,6 +114,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	add(orreryv1connect.NewAuditServiceHandler(&auditServer{pool: svc.State, log: log}, opts...))
 	add(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, log: log}, opts...))
 	add(orreryv1connect.NewAlertServiceHandler(&alertServer{pool: svc.State, jobs: svc.Jobs, log: log}, opts...))
+	add(orreryv1connect.NewProfileServiceHandler(&profileServer{access: acc, log: log}, opts...))
 	// REST: the same handlers behind vanguard (the workers' service has no
 	// REST paths: workers speak Connect or gRPC).
 	rest, err := newREST(services, limits.MaxRequestBytes)
@@ -125,7 +126,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 
 	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName,
 		orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName, orreryv1connect.AccessServiceName,
-		orreryv1connect.AlertServiceName}
+		orreryv1connect.AlertServiceName, orreryv1connect.ProfileServiceName}
 	if svc.Gateway != nil {
 		mux.Handle(orreryv1connect.NewWorkerServiceHandler(&workerServer{gw: svc.Gateway, log: log, claims: newKeyRate()}, opts...))
 		names = append(names, orreryv1connect.WorkerServiceName)

@@ -1,6 +1,10 @@
 package dag
 
-import "time"
+import (
+	"time"
+
+	"github.com/orrery-dev/orrery/dag/resources"
+)
 
 // Settings are a step's effective settings: its own, else the job's
 // defaults, else Orrery's.
@@ -11,6 +15,11 @@ type Settings struct {
 	MaxAttempts int
 	Initial     time.Duration
 	Max         time.Duration
+	// Resources is what the step asks for, or ResourceProfile the
+	// tenant's profile that says it (the caller reads it): its own, else
+	// the defaults'; the zero vector when neither gives any.
+	Resources       resources.Vector
+	ResourceProfile string
 }
 
 // Effective resolves step i of a normalized spec.
@@ -40,6 +49,16 @@ func (s *JobSpec) Effective(i int) Settings {
 	}
 	if out.Max < out.Initial {
 		out.Max = out.Initial
+	}
+	switch {
+	case st.Resources != nil:
+		out.Resources, _ = st.Resources.Vector() // valid: checked when the spec was
+	case st.ResourceProfile != "":
+		out.ResourceProfile = st.ResourceProfile
+	case d.Resources != nil:
+		out.Resources, _ = d.Resources.Vector()
+	default:
+		out.ResourceProfile = d.ResourceProfile
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/invopop/jsonschema"
 	"go.yaml.in/yaml/v3"
@@ -98,22 +99,20 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-// StepResources is what a step asks for, before any profile is read: its
-// own resources or profile, else the defaults' (a profile's name when
-// profile is not empty; the zero vector when nothing is given). The spec
-// must be valid.
-func (s *JobSpec) StepResources(st *Step) (v resources.Vector, profile string) {
-	switch {
-	case st.Resources != nil:
-		v, _ = st.Resources.Vector()
-		return v, ""
-	case st.ResourceProfile != "":
-		return resources.Vector{}, st.ResourceProfile
-	case s.Defaults.Resources != nil:
-		v, _ = s.Defaults.Resources.Vector()
-		return v, ""
+// Profiles are the resource profiles a normalized spec names, sorted,
+// each once.
+func (s *JobSpec) Profiles() []string {
+	var out []string
+	if s.Defaults.ResourceProfile != "" {
+		out = append(out, s.Defaults.ResourceProfile)
 	}
-	return resources.Vector{}, s.Defaults.ResourceProfile
+	for i := range s.Steps {
+		if p := s.Steps[i].ResourceProfile; p != "" {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // JSONSchema describes a Quantity: a number, or a string with a unit.

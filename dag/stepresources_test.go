@@ -17,14 +17,17 @@ func TestStepResources(t *testing.T) {
 	}
 	s := &docs[0].Resource.Spec
 	for i, want := range []string{"profile gpu-large", "cpu 500m, memory 512Mi", "cpu 2, memory 4Gi, licence 1", "cpu 500m, memory 512Mi"} {
-		v, profile := s.StepResources(&s.Steps[i])
-		got := v.String()
-		if profile != "" {
-			got = "profile " + profile
+		e := s.Effective(i)
+		got := e.Resources.String()
+		if e.ResourceProfile != "" {
+			got = "profile " + e.ResourceProfile
 		}
 		if got != want {
 			t.Errorf("%s: %s, want %s", s.Steps[i].Name, got, want)
 		}
+	}
+	if got := s.Profiles(); len(got) != 1 || got[0] != "gpu-large" {
+		t.Errorf("Profiles: %v", got)
 	}
 }
 

@@ -40,7 +40,7 @@ Jobs carry their source: the file, and the commit when the folder is a git
 checkout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			jobs, err := readFolder(path, namespace, cmd.ErrOrStderr())
+			jobs, docs, err := readFolder(path, namespace, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -71,7 +71,7 @@ checkout.`,
 			}
 			res, err := client.Apply(cmd.Context(), connect.NewRequest(&orreryv1.ApplyRequest{Jobs: jobs, Prune: prune, Namespaces: namespaces}))
 			if err != nil {
-				return err
+				return pointAt(err, docs)
 			}
 			done := map[string]int{}
 			for _, c := range res.Msg.GetChanges() {
@@ -107,18 +107,19 @@ func printPlan(w io.Writer, changes []*orreryv1.Change) map[string]int {
 // readFolder decodes and checks every YAML file, and records where each
 // job comes from; warnings (daylight-saving changes its schedules meet)
 // go to warn.
-func readFolder(path, namespace string, warn io.Writer) ([]*orreryv1.AppliedJob, error) {
+func readFolder(path, namespace string, warn io.Writer) ([]*orreryv1.AppliedJob, map[string]*dag.Document, error) {
 	files, err := yamlFiles(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	docsOf := map[string]*dag.Document{}
 	top, commit := gitInfo(path)
 	var all dag.Errors
 	var out []*orreryv1.AppliedJob
 	for _, f := range files {
 		data, err := readYAMLFile(f)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		docs, es := dag.Decode(f, data)
 		all = append(all, es...)
@@ -137,6 +138,7 @@ func readFolder(path, namespace string, warn io.Writer) ([]*orreryv1.AppliedJob,
 					continue
 				}
 			}
+			docsOf[d.Resource.Metadata.Namespace+"/"+d.Resource.Metadata.Name] = d
 			md, spec := api.ResourceToProto(d.Resource)
 			src := &orreryv1.Source{Path: f, Commit: commit}
 			if top != "" {
@@ -150,12 +152,35 @@ func readFolder(path, namespace string, warn io.Writer) ([]*orreryv1.AppliedJob,
 		}
 	}
 	if len(all) > 0 {
-		return nil, all
+		return nil, nil, all
 	}
 	if len(out) == 0 {
-		return nil, errors.New(path + ": no Job documents")
+		return nil, nil, errors.New(path + ": no Job documents")
 	}
-	return out, nil
+	return out, docsOf, nil
+}
+
+// pointAt writes the server's refusal of an apply as validate writes a
+// mistake: each line the server begins with a job's NS/NAME and a field
+// ("analytics/etl: spec.steps[0].resource_profile: no resource profile
+// ...") is pointed at the file, line and column that wrote the field.
+func pointAt(err error, docs map[string]*dag.Document) error {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
+		return err
+	}
+	var es dag.Errors
+	for line := range strings.SplitSeq(ce.Message(), "\n") {
+		job, rest, ok := strings.Cut(line, ": ")
+		field, msg, ok2 := strings.Cut(rest, ": ")
+		d := docs[job]
+		if !ok || !ok2 || d == nil || strings.ContainsAny(field, " \t") {
+			return err
+		}
+		l, c := d.Position(field)
+		es = append(es, &dag.FieldError{File: d.File, Line: l, Col: c, Field: field, Message: msg})
+	}
+	return es
 }
 
 // gitInfo returns the top of the git checkout holding path and its HEAD

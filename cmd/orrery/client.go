@@ -62,3 +62,7 @@ func (g *globals) jobClient() orreryv1connect.JobServiceClient {
 func (g *globals) accessClient() orreryv1connect.AccessServiceClient {
 	return orreryv1connect.NewAccessServiceClient(g.httpClient(), g.baseURL())
 }
+
+func (g *globals) profileClient() orreryv1connect.ProfileServiceClient {
+	return orreryv1connect.NewProfileServiceClient(g.httpClient(), g.baseURL())
+}

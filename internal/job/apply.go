@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -98,11 +99,11 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 			case ActionCreate:
 				it := items[i]
 				if c.Job, err = s.insertJob(ctx, q, a, it.Resource, it.spec, now, it.Source, d); err != nil {
-					return fmt.Errorf("%s/%s: %w", c.Namespace, c.Name, err)
+					return &ItemError{Namespace: c.Namespace, Name: c.Name, Err: err}
 				}
 			case ActionUpdate:
 				if c.Job, err = updateDefinition(ctx, q, a, current[i], items[i].Resource, items[i].spec, items[i].Source, d); err != nil {
-					return fmt.Errorf("%s/%s: %w", c.Namespace, c.Name, err)
+					return &ItemError{Namespace: c.Namespace, Name: c.Name, Err: err}
 				}
 			case ActionDelete:
 				// The plan read the job without a lock: lock it, in Lock's
@@ -110,7 +111,7 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 				// transaction deleted it meanwhile.
 				row, err := Lock(ctx, q, a, Ref{ID: c.Job.ID})
 				if err != nil {
-					return fmt.Errorf("%s/%s: %w", c.Namespace, c.Name, err)
+					return &ItemError{Namespace: c.Namespace, Name: c.Name, Err: err}
 				}
 				before, err := fromRow(row)
 				if err != nil {
@@ -332,3 +333,18 @@ func emptyNil(m map[string]string) map[string]string {
 	}
 	return m
 }
+
+// ItemError is the refusal of one job of an apply: each line of its
+// message (each field at fault) starts with the job's namespace/name, so
+// that the CLI can point at the file and line that wrote it.
+type ItemError struct {
+	Namespace, Name string
+	Err             error
+}
+
+func (e *ItemError) Error() string {
+	prefix := e.Namespace + "/" + e.Name + ": "
+	return prefix + strings.ReplaceAll(e.Err.Error(), "\n", "\n"+prefix)
+}
+
+func (e *ItemError) Unwrap() error { return e.Err }

@@ -87,6 +87,9 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 	if err := checkCalls(ctx, q, a, res); err != nil {
 		return nil, err
 	}
+	if err := checkProfiles(ctx, q, a, res); err != nil {
+		return nil, err
+	}
 	next := before.NextFireAt
 	if !sameInstants(before.Spec.Schedule, res.Spec.Schedule) && before.Status == StatusActive && !sameInstant(before.Spec.Schedule, res.Spec.Schedule) {
 		now, err := q.DatabaseNow(ctx)
@@ -117,6 +120,9 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 		return nil, err
 	}
 	if err := writeCalls(ctx, q, row, res.Spec, a); err != nil {
+		return nil, err
+	}
+	if err := writeProfiles(ctx, q, row, res.Spec); err != nil {
 		return nil, err
 	}
 	out, err := fromRow(row)
@@ -299,6 +305,9 @@ func setJobStatus(ctx context.Context, q *store.Queries, p store.SetJobStatusPar
 		if err := q.DeleteJobCalls(ctx, row.ID); err != nil {
 			return row, err
 		}
+		if err := q.DeleteJobProfiles(ctx, row.ID); err != nil { // a deleted job no longer holds its profiles
+			return row, err
+		}
 		return row, q.DeleteJobTrigger(ctx, row.ID)
 	}
 	return row, nil
@@ -458,4 +467,59 @@ func checkCalls(ctx context.Context, q *store.Queries, actor Actor, res dag.Reso
 		return dag.Errors{{Field: "spec.steps", Message: "makes a cycle of jobs running each other: " + strings.Join(path, " runs ")}}
 	}
 	return nil
+}
+
+// checkProfiles refuses a definition naming a resource profile the
+// tenant does not have, naming the field (the foreign key of job_profiles
+// would refuse it too, with no field to name), or whose steps ask, one of
+// them alone, for more than a tenant's resource quota.
+func checkProfiles(ctx context.Context, q *store.Queries, a Actor, res dag.Resource) error {
+	names := res.Spec.Profiles()
+	if len(names) == 0 {
+		return nil
+	}
+	rows, err := q.ProfilesNamed(ctx, store.ProfilesNamedParams{TenantID: a.Tenant, Names: names})
+	if err != nil {
+		return err
+	}
+	have := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		have[r.Name] = true
+	}
+	var es dag.Errors
+	missing := func(field, name string) {
+		if name != "" && !have[name] {
+			es = append(es, &dag.FieldError{Field: field, Message: fmt.Sprintf("no resource profile %q in this tenant (orrery profiles list)", name)})
+		}
+	}
+	missing("spec.defaults.resource_profile", res.Spec.Defaults.ResourceProfile)
+	for i, st := range res.Spec.Steps {
+		missing(fmt.Sprintf("spec.steps[%d].resource_profile", i), st.ResourceProfile)
+	}
+	if len(es) > 0 {
+		return es
+	}
+	return nil
+}
+
+// writeProfiles makes job row's job_profiles rows the profiles spec
+// names (none for a deleted job).
+func writeProfiles(ctx context.Context, q *store.Queries, row store.Job, spec dag.JobSpec) error {
+	if err := q.DeleteJobProfiles(ctx, row.ID); err != nil {
+		return err
+	}
+	names := spec.Profiles()
+	if len(names) == 0 || row.Status == StatusDeleted {
+		return nil
+	}
+	return profileGone(q.InsertJobProfiles(ctx, store.InsertJobProfilesParams{JobID: row.ID, TenantID: row.TenantID, Profiles: names}))
+}
+
+// profileGone names the refusal of a job naming a profile deleted after
+// checkProfiles read it (the foreign key's).
+func profileGone(err error) error {
+	if store.IsForeignKeyViolation(err, "job_profiles_tenant_id_profile_fkey") {
+		return &dag.FieldError{Field: "spec", Message: "a resource profile it names was deleted meanwhile (orrery profiles list)"}
+	}
+	return err
 }

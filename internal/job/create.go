@@ -179,6 +179,10 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 				out[i].err = err
 				continue
 			}
+			if err := checkProfiles(ctx, q, r.a, r.res); err != nil {
+				out[i].err = err
+				continue
+			}
 			pending[j.ID] = i
 			out[i].job = j
 			addCreate(&p, j, r.spec, r.key, r.reqHash, r.a.Key)
@@ -234,7 +238,8 @@ func (s *Service) createJobs(ctx context.Context, reqs []createReq) ([]createRes
 // its caller, so that the wait of one does not hold up the others).
 func (s *Service) writeJobs(ctx context.Context, p store.CreateJobsParams, batch bool) ([]store.CreateJobsRow, error) {
 	if !batch {
-		return store.New(s.pool).CreateJobs(ctx, p)
+		written, err := store.New(s.pool).CreateJobs(ctx, p)
+		return written, profileGone(err)
 	}
 	var written []store.CreateJobsRow
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -281,6 +286,9 @@ func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res 
 	if err := checkCalls(ctx, q, a, res); err != nil {
 		return nil, err
 	}
+	if err := checkProfiles(ctx, q, a, res); err != nil {
+		return nil, err
+	}
 	out, err := s.newJob(a, res, now, src)
 	if err != nil {
 		return nil, err
@@ -289,7 +297,7 @@ func (s *Service) insertJob(ctx context.Context, q *store.Queries, a Actor, res 
 	addCreate(&p, out, spec, "", nil, a.Key)
 	written, err := q.CreateJobs(ctx, p)
 	if err != nil {
-		return nil, err
+		return nil, profileGone(err)
 	}
 	if len(written) == 0 { // a live job has the name
 		return nil, ErrAlreadyExists

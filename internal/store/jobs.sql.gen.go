@@ -120,6 +120,15 @@ WITH input AS (
     SELECT DISTINCT i.id, i.tenant_id, st #>> '{run,job,namespace}', st #>> '{run,job,name}', i.author_key
     FROM input AS i JOIN j ON j.id = i.id, jsonb_array_elements(i.spec -> 'steps') AS st
     WHERE st #> '{run,job}' IS NOT NULL
+), p AS (
+    -- the resource profiles it names (its steps' and its defaults'):
+    -- job_profiles (DeleteJobProfiles and InsertJobProfiles on a change)
+    INSERT INTO job_profiles (job_id, tenant_id, profile)
+    SELECT DISTINCT i.id, i.tenant_id, x.profile
+    FROM input AS i JOIN j ON j.id = i.id,
+         LATERAL (SELECT i.spec #>> '{defaults,resource_profile}' AS profile
+                  UNION SELECT st ->> 'resource_profile' FROM jsonb_array_elements(i.spec -> 'steps') AS st) AS x
+    WHERE x.profile IS NOT NULL
 ), u AS (
     -- With @count_usage, what the tenants hold (tenant_job_usage), in
     -- key order: two batches lock the rows they share in one order. After

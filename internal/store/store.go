@@ -238,6 +238,13 @@ func IsUniqueViolation(err error, constraint string) bool {
 	return errors.As(err, &pe) && pe.Code == "23505" && (constraint == "" || pe.ConstraintName == constraint)
 }
 
+// IsForeignKeyViolation reports whether err is a foreign-key violation,
+// on the named constraint when constraint is not empty.
+func IsForeignKeyViolation(err error, constraint string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23503" && (constraint == "" || pe.ConstraintName == constraint)
+}
+
 // IsLockTimeout reports whether err is a statement that gave up waiting
 // for a lock (lock_timeout).
 func IsLockTimeout(err error) bool {

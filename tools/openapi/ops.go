@@ -51,6 +51,10 @@ var summaries = map[string]string{
 	"PipelineService_Apply":           "Apply a folder of jobs",
 	"PipelineService_Forecast":        "Forecast the runs of a time window",
 	"PipelineService_Plan":            "Plan what applying a folder of jobs changes",
+	"ProfileService_DeleteProfile":    "Delete a resource profile",
+	"ProfileService_GetProfile":       "Get a resource profile",
+	"ProfileService_ListProfiles":     "List the tenant's resource profiles",
+	"ProfileService_SetProfile":       "Create or replace a resource profile",
 	"RunService_CancelRun":            "Cancel a run",
 	"RunService_GetRun":               "Get a run with its steps and attempts",
 	"RunService_ListDeadLetters":      "List dead letters",
@@ -89,6 +93,7 @@ var (
 		"JobService_ResumeJob", "JobService_Backfill", "JobService_CancelBackfill",
 		"RunService_TriggerJob", "RunService_RetryRun", "RunService_CancelRun",
 		"AccessService_CreateTenant", "AccessService_GrantRole", "PipelineService_Apply",
+		"ProfileService_DeleteProfile",
 	}
 	// anyKey are the operations every valid key may call.
 	anyKey = []string{"AccessService_WhoAmI"}

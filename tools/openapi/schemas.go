@@ -30,6 +30,7 @@ var needed = map[string][]string{
 	"PreviewScheduleRequest": {"schedule"},
 	"ReportRequest":          {"worker", "taskId", "fencingToken"},
 	"RevokeGrantRequest":     {"principal", "namespace"},
+	"SetProfileBody":         {"resources"},
 }
 
 // someOf are the request bodies the server refuses empty (nothing to
@@ -58,6 +59,10 @@ var alwaysSet = map[string][]string{
 	"RetryRunResponse":       {"run"},
 	"Run":                    {"scheduledTime"},
 	"SetTenantQuotaResponse": {"quota"},
+	"SetProfileResponse":     {"profile"},
+	"GetProfileResponse":     {"profile"},
+	"DeleteProfileResponse":  {"profile"},
+	"ResourceProfile":        {"resources", "createTime", "updateTime"},
 	"TriggerJobResponse":     {"run"},
 	"UpdateJobResponse":      {"job"},
 }

@@ -180,6 +180,12 @@ type JobCall struct {
 	AuthorKey       *uuid.UUID
 }
 
+type JobProfile struct {
+	JobID    uuid.UUID
+	TenantID uuid.UUID
+	Profile  string
+}
+
 type JobSchedule struct {
 	JobID      uuid.UUID
 	Shard      int32
@@ -265,6 +271,17 @@ type RemoteOffer struct {
 	Namespace  string
 	Priority   int32
 	OfferedAt  time.Time
+}
+
+type ResourceProfile struct {
+	TenantID  uuid.UUID
+	Name      string
+	Cpu       int64
+	Memory    int64
+	Gpu       int64
+	Custom    []byte
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 type Run struct {
@@ -357,6 +374,10 @@ type Task struct {
 	ItemsHeld        pgtype.Int4
 	JobStep          bool
 	ChildRunID       *uuid.UUID
+	ResCpu           int64
+	ResMemory        int64
+	ResGpu           int64
+	ResCustom        []byte
 }
 
 type TaskEdge struct {

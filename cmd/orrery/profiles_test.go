@@ -1,0 +1,66 @@
+package main_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A tenant admin manages resource profiles from the CLI; a job applied
+// from YAML names one (and a step asks for its own resources); a profile
+// a live job names is not deleted; another tenant sees none of them.
+func TestProfilesFromTheCLI(t *testing.T) {
+	_, asDefault, asAcme, _ := twoTenants(t)
+	if out, errOut, code := asAcme("profiles", "set", "gpu-large", "--cpu", "8", "--memory", "64Gi", "--gpu", "1", "--custom", "licence=2"); code != 0 ||
+		!strings.Contains(out, "profile gpu-large: cpu 8, memory 64Gi, gpu 1, licence 2") {
+		t.Fatalf("profiles set: exit %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code := asAcme("profiles", "set", "bad", "--memory", "-1Gi"); code == 0 || !strings.Contains(errOut, `resources.memory: "-1Gi" is negative`) {
+		t.Errorf("a negative memory: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := asAcme("profiles", "set", "bad", "--custom", "licence"); code == 0 || !strings.Contains(errOut, "NAME=COUNT") {
+		t.Errorf("a custom count without a value: exit %d %q", code, errOut)
+	}
+	dir := t.TempDir()
+	yaml := `apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: trainer, namespace: ml}
+spec:
+  schedule: {cron: "0 3 * * *"}
+  defaults:
+    resources: {cpu: 500m, memory: 512Mi}
+  steps:
+    - name: train
+      resource_profile: gpu-large
+      run: {command: {argv: ["/bin/true"]}}
+    - name: report
+      needs: [train]
+      resources: {cpu: 2, memory: 4Gi}
+      run: {command: {argv: ["/bin/true"]}}
+`
+	if err := os.WriteFile(filepath.Join(dir, "trainer.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := asAcme("apply", "-f", dir); code != 0 {
+		t.Fatalf("apply: exit %d %q %q", code, out, errOut)
+	}
+	if out, _, code := asAcme("profiles", "list"); code != 0 || !strings.Contains(out, "gpu-large") {
+		t.Errorf("profiles list: %q", out)
+	}
+	if _, errOut, code := asAcme("profiles", "delete", "gpu-large"); code == 0 || !strings.Contains(errOut, "ml/trainer names gpu-large") {
+		t.Errorf("delete a profile a job names: exit %d %q", code, errOut)
+	}
+	if out, _, _ := asDefault("profiles", "list"); strings.Contains(out, "gpu-large") {
+		t.Errorf("another tenant lists acme's profile: %q", out)
+	}
+	// A job naming a profile the tenant lacks is refused at apply, naming
+	// the file, line and field.
+	bad := strings.Replace(strings.Replace(yaml, "gpu-large", "gpu-huge", 1), "trainer", "trainer2", 1)
+	if err := os.WriteFile(filepath.Join(dir, "trainer.yaml"), []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := asAcme("apply", "-f", dir); code == 0 || !strings.Contains(errOut, `trainer.yaml:10:7: spec.steps[0].resource_profile: no resource profile "gpu-huge"`) {
+		t.Errorf("apply naming a missing profile: exit %d %q", code, errOut)
+	}
+}
