@@ -10,6 +10,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/dag/expr"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
@@ -410,4 +411,11 @@ func resourcesToProto(r *dag.Resources) *orreryv1.Resources {
 		out.Custom[name] = string(q)
 	}
 	return out
+}
+
+// vectorToProto writes resources as a user reads them (cpu in cores or
+// millicores, memory in binary units where exact).
+func vectorToProto(v resources.Vector) *orreryv1.Resources {
+	s := v.Spec()
+	return &orreryv1.Resources{Cpu: s.CPU, Memory: s.Memory, Gpu: s.GPU, Custom: s.Custom}
 }

@@ -69,8 +69,6 @@ func (s *profileServer) DeleteProfile(ctx context.Context, req *connect.Request[
 }
 
 func profileToProto(p access.Profile) *orreryv1.ResourceProfile {
-	s := p.Resources.Spec()
-	r := &orreryv1.Resources{Cpu: s.CPU, Memory: s.Memory, Gpu: s.GPU, Custom: s.Custom}
-	return &orreryv1.ResourceProfile{Name: p.Name, Resources: r,
+	return &orreryv1.ResourceProfile{Name: p.Name, Resources: vectorToProto(p.Resources),
 		CreateTime: timestamppb.New(p.CreateTime), UpdateTime: timestamppb.New(p.UpdateTime)}
 }

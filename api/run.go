@@ -131,6 +131,9 @@ func taskToProto(t run.Task) *orreryv1.Task {
 		if t.ChildRunID != nil {
 			pt.ChildRunId = t.ChildRunID.String()
 		}
+		if v := t.Resources(); !v.IsZero() {
+			pt.Resources = vectorToProto(v)
+		}
 		if c := t.Items; c != nil {
 			pt.Items = &orreryv1.ItemCounts{Total: int32(c.Total), Needed: int32(c.Needed), ByStatus: map[string]int32{}}
 			for st, n := range c.ByStatus {

@@ -3,6 +3,7 @@ package main_test
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -47,6 +48,28 @@ spec:
 	}
 	if out, _, code := asAcme("profiles", "list"); code != 0 || !strings.Contains(out, "gpu-large") {
 		t.Errorf("profiles list: %q", out)
+	}
+	// A run pins its tasks' resources when it is created: a later change
+	// of the profile changes later runs only.
+	trigger := func() string {
+		t.Helper()
+		out, errOut, code := asAcme("jobs", "trigger", "trainer", "-n", "ml", "--ignore-overlap")
+		id := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}`).FindString(out)
+		if code != 0 || id == "" {
+			t.Fatalf("trigger: exit %d %q %q", code, out, errOut)
+		}
+		return id
+	}
+	first := trigger()
+	if _, errOut, code := asAcme("profiles", "set", "gpu-large", "--cpu", "4", "--memory", "32Gi"); code != 0 {
+		t.Fatalf("change the profile: %q", errOut)
+	}
+	second := trigger()
+	for id, want := range map[string]string{first: "needs cpu 8, memory 64Gi, gpu 1, licence 2", second: "needs cpu 4, memory 32Gi"} {
+		out, errOut, code := asAcme("runs", "get", id)
+		if code != 0 || !regexp.MustCompile(`task train .*`+want+`(  |\n)`).MatchString(out) || !strings.Contains(out, "needs cpu 2, memory 4Gi") {
+			t.Errorf("runs get %s: exit %d %q %q; want train to %s and report its own", id, code, out, errOut, want)
+		}
 	}
 	if _, errOut, code := asAcme("profiles", "delete", "gpu-large"); code == 0 || !strings.Contains(errOut, "ml/trainer names gpu-large") {
 		t.Errorf("delete a profile a job names: exit %d %q", code, errOut)

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -130,6 +131,10 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 	if err != nil {
 		return nil, err
 	}
+	profiles, err := profilesOf(ctx, q, runs, ok, ids)
+	if err != nil {
+		return nil, err
+	}
 	tp := store.InsertTasksParams{}
 	ep := store.InsertEdgesParams{}
 	var ready []dispatch.Ready
@@ -180,6 +185,14 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 			tp.Queues = append(tp.Queues, queue)
 			tp.Priorities = append(tp.Priorities, int32(set.Priority))
 			tp.TriggerRules = append(tp.TriggerRules, string(st.TriggerRule))
+			res := set.Resources
+			if set.ResourceProfile != "" {
+				res = profiles[tenantProfile{r.Job.Tenant, set.ResourceProfile}]
+			}
+			if jobStep { // it runs nothing itself: its child run's steps ask
+				res = resources.Vector{}
+			}
+			addResources(&tp, res)
 			for _, need := range st.Needs {
 				ep.Parents = append(ep.Parents, stepIDs[need])
 				ep.Children = append(ep.Children, stepIDs[st.Name])

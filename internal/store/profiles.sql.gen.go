@@ -210,6 +210,49 @@ func (q *Queries) ProfilesNamed(ctx context.Context, arg ProfilesNamedParams) ([
 	return items, nil
 }
 
+const profilesOfTenants = `-- name: ProfilesOfTenants :many
+SELECT p.tenant_id, p.name, p.cpu, p.memory, p.gpu, p.custom, p.created_at, p.updated_at FROM resource_profiles AS p
+JOIN (SELECT DISTINCT unnest($1::uuid[]) AS tenant_id, unnest($2::text[]) AS name) AS u
+  ON u.tenant_id = p.tenant_id AND u.name = p.name
+`
+
+type ProfilesOfTenantsParams struct {
+	TenantIds []uuid.UUID
+	Names     []string
+}
+
+// ProfilesOfTenants reads the profiles named (@names[i] of tenant
+// @tenant_ids[i]) by the steps of runs being created, to pin their
+// resources.
+func (q *Queries) ProfilesOfTenants(ctx context.Context, arg ProfilesOfTenantsParams) ([]ResourceProfile, error) {
+	rows, err := q.db.Query(ctx, profilesOfTenants, arg.TenantIds, arg.Names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ResourceProfile{}
+	for rows.Next() {
+		var i ResourceProfile
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.Name,
+			&i.Cpu,
+			&i.Memory,
+			&i.Gpu,
+			&i.Custom,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const upsertProfile = `-- name: UpsertProfile :one
 INSERT INTO resource_profiles (tenant_id, name, cpu, memory, gpu, custom)
 VALUES ($1, $2, $3, $4, $5, $6::jsonb)

@@ -776,17 +776,20 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 
 const insertTasks = `-- name: InsertTasks :exec
 INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,
-                   admitted_at, conditional, fan_out, job_step)
+                   admitted_at, conditional, fan_out, job_step, res_cpu, res_memory, res_gpu, res_custom)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
        CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END,
-       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional, u.fan_out, u.job_step
+       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional, u.fan_out, u.job_step,
+       u.res_cpu, u.res_memory, u.res_gpu, NULLIF(u.res_custom, '')::jsonb
 FROM (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS tenant_id, unnest($3::uuid[]) AS run_id,
            unnest($4::text[]) AS step, unnest($5::text[]) AS status,
            unnest($6::int[]) AS parents_remaining, unnest($7::text[]) AS queue,
            unnest($8::int[]) AS priority, unnest($9::text[]) AS trigger_rule,
            unnest($10::bool[]) AS admitted, unnest($11::bool[]) AS conditional,
-           unnest($12::bool[]) AS fan_out, unnest($13::bool[]) AS job_step
+           unnest($12::bool[]) AS fan_out, unnest($13::bool[]) AS job_step,
+           unnest($14::bigint[]) AS res_cpu, unnest($15::bigint[]) AS res_memory,
+           unnest($16::bigint[]) AS res_gpu, unnest($17::text[]) AS res_custom
 ) AS u
 `
 
@@ -804,6 +807,10 @@ type InsertTasksParams struct {
 	Conditionals     []bool
 	FanOuts          []bool
 	JobSteps         []bool
+	ResCpus          []int64
+	ResMemories      []int64
+	ResGpus          []int64
+	ResCustoms       []string
 }
 
 func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error {
@@ -821,6 +828,10 @@ func (q *Queries) InsertTasks(ctx context.Context, arg InsertTasksParams) error 
 		arg.Conditionals,
 		arg.FanOuts,
 		arg.JobSteps,
+		arg.ResCpus,
+		arg.ResMemories,
+		arg.ResGpus,
+		arg.ResCustoms,
 	)
 	return err
 }

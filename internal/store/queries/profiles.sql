@@ -48,3 +48,11 @@ DELETE FROM job_profiles WHERE job_id = @job_id;
 -- name: InsertJobProfiles :exec
 INSERT INTO job_profiles (job_id, tenant_id, profile)
 SELECT @job_id, @tenant_id, unnest(@profiles::text[]);
+
+-- ProfilesOfTenants reads the profiles named (@names[i] of tenant
+-- @tenant_ids[i]) by the steps of runs being created, to pin their
+-- resources.
+-- name: ProfilesOfTenants :many
+SELECT p.* FROM resource_profiles AS p
+JOIN (SELECT DISTINCT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@names::text[]) AS name) AS u
+  ON u.tenant_id = p.tenant_id AND u.name = p.name;

@@ -131,17 +131,20 @@ SELECT id FROM w;
 
 -- name: InsertTasks :exec
 INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at, released_at, ready_at,
-                   admitted_at, conditional, fan_out, job_step)
+                   admitted_at, conditional, fan_out, job_step, res_cpu, res_memory, res_gpu, res_custom)
 SELECT u.id, u.tenant_id, u.run_id, u.step, u.status, u.parents_remaining, u.queue, u.priority, u.trigger_rule, now(),
        CASE WHEN u.status = 'queued' THEN now() END, CASE WHEN u.status = 'queued' THEN now() END,
-       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional, u.fan_out, u.job_step
+       CASE WHEN u.status = 'queued' AND u.admitted THEN now() END, u.conditional, u.fan_out, u.job_step,
+       u.res_cpu, u.res_memory, u.res_gpu, NULLIF(u.res_custom, '')::jsonb
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@run_ids::uuid[]) AS run_id,
            unnest(@steps::text[]) AS step, unnest(@statuses::text[]) AS status,
            unnest(@parents_remaining::int[]) AS parents_remaining, unnest(@queues::text[]) AS queue,
            unnest(@priorities::int[]) AS priority, unnest(@trigger_rules::text[]) AS trigger_rule,
            unnest(@admitted::bool[]) AS admitted, unnest(@conditionals::bool[]) AS conditional,
-           unnest(@fan_outs::bool[]) AS fan_out, unnest(@job_steps::bool[]) AS job_step
+           unnest(@fan_outs::bool[]) AS fan_out, unnest(@job_steps::bool[]) AS job_step,
+           unnest(@res_cpus::bigint[]) AS res_cpu, unnest(@res_memories::bigint[]) AS res_memory,
+           unnest(@res_gpus::bigint[]) AS res_gpu, unnest(@res_customs::text[]) AS res_custom
 ) AS u;
 
 -- name: InsertEdges :exec

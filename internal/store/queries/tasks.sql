@@ -299,14 +299,14 @@ SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.group_id, t.queue, t.
 FROM t LEFT JOIN r ON r.id = t.run_id;
 
 -- InsertItems writes the items of expanded fan-outs, waiting (held until
--- their group releases them), each with its group's run, queue and
--- priority: @group_ids[i] is the group of item @steps[i]. (The caller
+-- their group releases them), each with its group's run, queue, priority
+-- and resources: @group_ids[i] is the group of item @steps[i]. (The caller
 -- adds them to what their tenants hold, just before it commits.)
 -- name: InsertItems :exec
 INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, trigger_rule, created_at,
-                   group_id, item, item_index)
+                   group_id, item, item_index, res_cpu, res_memory, res_gpu, res_custom)
 SELECT u.id, g.tenant_id, g.run_id, u.step, 'waiting', 0, g.queue, g.priority, 'all_success', now(),
-       g.id, u.item::jsonb, u.item_index
+       g.id, u.item::jsonb, u.item_index, g.res_cpu, g.res_memory, g.res_gpu, g.res_custom
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@group_ids::uuid[]) AS group_id, unnest(@steps::text[]) AS step,
              unnest(@items::text[]) AS item, unnest(@item_indexes::int[]) AS item_index) AS u
 JOIN tasks AS g ON g.id = u.group_id;

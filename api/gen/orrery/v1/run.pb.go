@@ -319,7 +319,10 @@ type Task struct {
 	// list.
 	ItemIndex *int32 `protobuf:"varint,19,opt,name=item_index,json=itemIndex,proto3,oneof" json:"item_index,omitempty"`
 	// For a step that runs another job: the run it started.
-	ChildRunId    string `protobuf:"bytes,20,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
+	ChildRunId string `protobuf:"bytes,20,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
+	// What the task asks of a worker, pinned when its run was created (its
+	// step's resources, or its profile's then); unset for none.
+	Resources     *Resources `protobuf:"bytes,21,opt,name=resources,proto3" json:"resources,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -492,6 +495,13 @@ func (x *Task) GetChildRunId() string {
 		return x.ChildRunId
 	}
 	return ""
+}
+
+func (x *Task) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
 }
 
 // ItemCounts are a fan-out's items by status.
@@ -2587,7 +2597,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"parentStep\"5\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\x95\x06\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\xc9\x06\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -2617,7 +2627,8 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"item_index\x18\x13 \x01(\x05H\x00R\titemIndex\x88\x01\x01\x12 \n" +
 	"\fchild_run_id\x18\x14 \x01(\tR\n" +
-	"childRunIdB\r\n" +
+	"childRunId\x122\n" +
+	"\tresources\x18\x15 \x01(\v2\x14.orrery.v1.ResourcesR\tresourcesB\r\n" +
 	"\v_item_index\"\xb9\x01\n" +
 	"\n" +
 	"ItemCounts\x12\x14\n" +
@@ -2875,8 +2886,9 @@ var file_orrery_v1_run_proto_goTypes = []any{
 	nil,                               // 36: orrery.v1.Worker.QueuesEntry
 	(*timestamppb.Timestamp)(nil),     // 37: google.protobuf.Timestamp
 	(*structpb.Struct)(nil),           // 38: google.protobuf.Struct
-	(*JobRef)(nil),                    // 39: orrery.v1.JobRef
-	(*structpb.Value)(nil),            // 40: google.protobuf.Value
+	(*Resources)(nil),                 // 39: orrery.v1.Resources
+	(*JobRef)(nil),                    // 40: orrery.v1.JobRef
+	(*structpb.Value)(nil),            // 41: google.protobuf.Value
 }
 var file_orrery_v1_run_proto_depIdxs = []int32{
 	37, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
@@ -2893,75 +2905,76 @@ var file_orrery_v1_run_proto_depIdxs = []int32{
 	37, // 11: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
 	37, // 12: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
 	3,  // 13: orrery.v1.Task.items:type_name -> orrery.v1.ItemCounts
-	32, // 14: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
-	37, // 15: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	37, // 16: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	39, // 17: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	37, // 18: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	37, // 19: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 20: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	37, // 21: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
-	37, // 22: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
-	37, // 23: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
-	37, // 24: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
-	9,  // 25: orrery.v1.SummarizeRunsResponse.hours:type_name -> orrery.v1.RunHour
-	10, // 26: orrery.v1.SummarizeRunsResponse.failing_jobs:type_name -> orrery.v1.FailingJob
-	11, // 27: orrery.v1.SummarizeRunsResponse.slowest_starts:type_name -> orrery.v1.SlowStart
-	12, // 28: orrery.v1.SummarizeRunsResponse.late_jobs:type_name -> orrery.v1.LateJob
-	37, // 29: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
-	33, // 30: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
-	37, // 31: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
-	37, // 32: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
-	37, // 33: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
-	37, // 34: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
-	0,  // 35: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
-	2,  // 36: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	2,  // 37: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
-	39, // 38: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	34, // 39: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
-	35, // 40: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
-	0,  // 41: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
-	0,  // 42: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	0,  // 43: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
-	37, // 44: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	37, // 45: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	39, // 46: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	21, // 47: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	39, // 48: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	37, // 49: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	37, // 50: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	37, // 51: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	27, // 52: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	28, // 53: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	31, // 54: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	30, // 55: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	36, // 56: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	37, // 57: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	37, // 58: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	40, // 59: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	5,  // 60: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	7,  // 61: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
-	13, // 62: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	15, // 63: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	17, // 64: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	19, // 65: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	22, // 66: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	24, // 67: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	26, // 68: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	6,  // 69: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	8,  // 70: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
-	14, // 71: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	16, // 72: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	18, // 73: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	20, // 74: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	23, // 75: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	25, // 76: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	29, // 77: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	69, // [69:78] is the sub-list for method output_type
-	60, // [60:69] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	39, // 14: orrery.v1.Task.resources:type_name -> orrery.v1.Resources
+	32, // 15: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
+	37, // 16: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	37, // 17: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	40, // 18: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	37, // 19: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	37, // 20: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 21: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
+	37, // 22: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
+	37, // 23: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
+	37, // 24: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
+	37, // 25: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
+	9,  // 26: orrery.v1.SummarizeRunsResponse.hours:type_name -> orrery.v1.RunHour
+	10, // 27: orrery.v1.SummarizeRunsResponse.failing_jobs:type_name -> orrery.v1.FailingJob
+	11, // 28: orrery.v1.SummarizeRunsResponse.slowest_starts:type_name -> orrery.v1.SlowStart
+	12, // 29: orrery.v1.SummarizeRunsResponse.late_jobs:type_name -> orrery.v1.LateJob
+	37, // 30: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
+	33, // 31: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
+	37, // 32: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
+	37, // 33: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
+	37, // 34: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
+	37, // 35: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
+	0,  // 36: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
+	2,  // 37: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
+	2,  // 38: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
+	40, // 39: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	34, // 40: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	35, // 41: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	0,  // 42: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
+	0,  // 43: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
+	0,  // 44: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
+	37, // 45: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	37, // 46: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	40, // 47: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	21, // 48: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	40, // 49: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	37, // 50: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	37, // 51: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	37, // 52: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	27, // 53: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	28, // 54: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	31, // 55: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	30, // 56: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	36, // 57: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	37, // 58: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	37, // 59: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	41, // 60: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	5,  // 61: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	7,  // 62: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
+	13, // 63: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	15, // 64: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	17, // 65: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	19, // 66: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	22, // 67: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	24, // 68: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	26, // 69: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	6,  // 70: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	8,  // 71: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
+	14, // 72: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	16, // 73: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	18, // 74: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	20, // 75: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	23, // 76: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	25, // 77: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	29, // 78: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	70, // [70:79] is the sub-list for method output_type
+	61, // [61:70] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
