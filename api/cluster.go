@@ -14,6 +14,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/store"
 	"github.com/orrery-dev/orrery/shard"
@@ -62,6 +63,7 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 			HeartbeatTime: timestamppb.New(w.HeartbeatAt), TasksHeld: int32(w.Held)}
 		_ = json.Unmarshal(w.Queues, &pw.Queues)   // written by the worker as {"queue": n}
 		_ = json.Unmarshal(w.Tenants, &pw.Tenants) // and ["tenant", ...]
+		pw.Capacity, pw.Allocated = workerResources(w)
 		// A remote worker of the caller's tenant (all, for a system admin).
 		if w.TenantID != nil {
 			pw.Remote = true
@@ -99,4 +101,21 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 		}
 	}
 	return connect.NewResponse(out), nil
+}
+
+// workerResources are a worker's capacity (nil when it declares none) and
+// what its running attempts ask for.
+func workerResources(w store.ListWorkersRow) (capacity, allocated *orreryv1.Resources) {
+	if w.CapCpu.Valid {
+		c := resources.Vector{CPU: w.CapCpu.Int64, Memory: w.CapMemory.Int64, GPU: w.CapGpu.Int64}
+		_ = json.Unmarshal(w.CapCustom, &c.Custom) // written by the worker as {"name": n}
+		capacity = vectorToProto(c)
+	}
+	used := resources.Vector{CPU: w.UsedCpu, Memory: w.UsedMemory, GPU: w.UsedGpu}
+	var each []map[string]int64 // the running attempts' custom counts
+	_ = json.Unmarshal(w.UsedCustom, &each)
+	for _, c := range each {
+		used = used.Add(resources.Vector{Custom: c})
+	}
+	return capacity, vectorToProto(used)
 }

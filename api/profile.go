@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"connectrpc.com/connect"
@@ -10,6 +11,7 @@ import (
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/access"
 )
 
@@ -71,4 +73,13 @@ func (s *profileServer) DeleteProfile(ctx context.Context, req *connect.Request[
 func profileToProto(p access.Profile) *orreryv1.ResourceProfile {
 	return &orreryv1.ResourceProfile{Name: p.Name, Resources: vectorToProto(p.Resources),
 		CreateTime: timestamppb.New(p.CreateTime), UpdateTime: timestamppb.New(p.UpdateTime)}
+}
+
+// resourceFieldError names a resource's mistake below field (capacity.cpu).
+func resourceFieldError(field string, err error) error {
+	var fe *resources.FieldError
+	if errors.As(err, &fe) {
+		return &dag.FieldError{Field: field + "." + fe.Field, Message: fe.Message}
+	}
+	return &dag.FieldError{Field: field, Message: err.Error()}
 }

@@ -120,6 +120,13 @@ func (s *workerServer) Claim(ctx context.Context, req *connect.Request[orreryv1.
 	if len(w.Namespaces) == 0 {
 		w.Namespaces = p.Worker.Namespaces
 	}
+	if c := m.GetCapacity(); c != nil {
+		v, err := resourcesFromProto(c).Vector()
+		if err != nil {
+			return nil, toConnect(ctx, s.log, resourceFieldError("capacity", err))
+		}
+		w.Capacity = &v
+	}
 	slots := int(m.GetSlots())
 	if slots == 0 {
 		slots = max

@@ -271,3 +271,64 @@ func TestWorkerKeysAreBounded(t *testing.T) {
 		t.Errorf("worker 101: %s %s; want resource_exhausted naming the bound", code, out)
 	}
 }
+
+// A remote worker that declares its capacity is handed only attempts that
+// fit what its running ones leave free; an attempt that fits it nowhere
+// now stays for a worker it fits; a capacity that cannot be read is
+// refused naming the field.
+func TestRemoteClaimsFitTheWorkersCapacity(t *testing.T) {
+	t.Parallel()
+	base, pool := serveRemote(t)
+	ctx := context.Background()
+	jobs := orreryv1connect.NewJobServiceClient(http.DefaultClient, base)
+	runs := orreryv1connect.NewRunServiceClient(http.DefaultClient, base)
+	workers := orreryv1connect.NewWorkerServiceClient(http.DefaultClient, base)
+	j := remoteJob("train", map[string]any{})
+	j.Spec.Defaults = &orreryv1.StepDefaults{Resources: &orreryv1.Resources{Cpu: "750m", Memory: "1Gi"}}
+	if _, err := jobs.CreateJob(ctx, connect.NewRequest(j)); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := runs.TriggerJob(ctx, connect.NewRequest(&orreryv1.TriggerJobRequest{Job: &orreryv1.JobRef{Namespace: "billing", Name: "train"}, IgnoreOverlap: true})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := int32(1)
+	claim := func(name, cpu string) []*orreryv1.RemoteTask {
+		t.Helper()
+		c, err := workers.Claim(ctx, connect.NewRequest(&orreryv1.ClaimRequest{Worker: name, Types: []string{"echo"}, MaxTasks: 5, Slots: 10,
+			WaitSeconds: &wait, Capacity: &orreryv1.Resources{Cpu: cpu, Memory: "4Gi"}}))
+		if err != nil {
+			t.Fatalf("claim of %s: %v", name, err)
+		}
+		return c.Msg.GetTasks()
+	}
+	if got := claim("tiny", "500m"); len(got) != 0 {
+		t.Fatalf("a worker of 500m claimed %d attempts of 750m", len(got))
+	}
+	first := claim("one-core", "1")
+	if len(first) != 1 {
+		t.Fatalf("a worker of one core claimed %d attempts of 750m, want 1", len(first))
+	}
+	if got := claim("one-core", "1"); len(got) != 0 {
+		t.Fatalf("holding 750m of 1 core, it claimed %d more", len(got))
+	}
+	if rep, err := workers.Report(ctx, connect.NewRequest(&orreryv1.ReportRequest{Worker: "one-core", TaskId: first[0].GetTaskId(),
+		FencingToken: first[0].GetFencingToken(), Success: true})); err != nil || !rep.Msg.GetAccepted() {
+		t.Fatalf("report: %v %v", rep, err)
+	}
+	if got := claim("one-core", "1"); len(got) != 1 {
+		t.Fatalf("with its core free again it claimed %d, want 1", len(got))
+	}
+	if got := claim("eight-cores", "8"); len(got) != 1 {
+		t.Fatalf("a worker of eight cores claimed %d, want the one left", len(got))
+	}
+	if n := enginetest.Int(t, pool, `SELECT count(*) FROM tasks WHERE status = 'running' AND res_cpu = 750`); n != 2 {
+		t.Errorf("%d attempts running, want 2", n)
+	}
+	_, err := workers.Claim(ctx, connect.NewRequest(&orreryv1.ClaimRequest{Worker: "bad", Types: []string{"echo"},
+		Capacity: &orreryv1.Resources{Memory: "lots"}}))
+	if code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `capacity.memory: "lots" is not a quantity`) {
+		t.Errorf("a capacity that cannot be read: %v", err)
+	}
+}

@@ -167,7 +167,10 @@ func TestWorkersBoundToTenants(t *testing.T) {
 	out, errOut, code := run(t, "worker", "--db", dsn, "--queue", "default=1", "--tenant", "nope")
 	oneLineError(t, []string{"worker", "--tenant", "nope"}, out, errOut, code, `tenant "nope": no such tenant`)
 
-	startProc(t, "shared", "worker", "--db", dsn, "--queue", "default=2", "--name", "shared", "--allow-command", "/bin/*")
+	out, errOut, code = run(t, "worker", "--db", dsn, "--queue", "default=1", "--capacity", "cpu=4,memory=lots")
+	oneLineError(t, []string{"worker", "--capacity"}, out, errOut, code, `--capacity: memory: "lots" is not a quantity such as 512Mi or 4Gi`)
+	startProc(t, "shared", "worker", "--db", dsn, "--queue", "default=2", "--name", "shared", "--allow-command", "/bin/*",
+		"--capacity", "cpu=4,memory=8Gi,licence=2")
 	startProc(t, "acme-pool", "worker", "--db", dsn, "--queue", "default=2", "--name", "acme-pool", "--tenant", "acme", "--allow-command", "/bin/*")
 	poll(t, 20*time.Second, "acme's queue default bound", func() bool {
 		return queryInt(t, pool, `SELECT count(*) FROM queue_bindings WHERE bound_queue = 'default|acme'`) == 1
@@ -245,8 +248,11 @@ spec:
 		if code != 0 {
 			t.Fatalf("%s: cluster: %s %s", tenant, out, errOut)
 		}
-		if !regexp.MustCompile(`(?m)^shared\s+true\s+shared\s+default=2\s+-\s`).MatchString(out) {
-			t.Errorf("%s's cluster view lacks the shared worker:\n%s", tenant, out)
+		if !regexp.MustCompile(`(?m)^shared\s+true\s+shared\s+default=2\s+-\s+\d+\s+cpu 0/4, memory 0/8Gi, licence 0/2\s`).MatchString(out) {
+			t.Errorf("%s's cluster view lacks the shared worker and its capacity:\n%s", tenant, out)
+		}
+		if tenant == "acme" && !regexp.MustCompile(`(?m)^acme-pool\s.*\scpu 0/[1-9][0-9]*, memory 0/\S+\s`).MatchString(out) {
+			t.Errorf("acme-pool's capacity is not its machine's:\n%s", out)
 		}
 		if got, want := regexp.MustCompile(`(?m)^acme-pool\s+true\s+acme\s+default\|acme=2\s+-\s`).MatchString(out), tenant == "acme"; got != want {
 			t.Errorf("%s's cluster view shows acme-pool: %v, want %v:\n%s", tenant, got, want, out)

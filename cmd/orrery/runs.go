@@ -335,7 +335,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 			_ = tw.Flush()
 			fmt.Fprintln(w)
 			tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "WORKER\tLIVE\tTENANTS\tQUEUES\tREMOTE TYPES\tHELD\tHEARTBEAT (UTC)")
+			fmt.Fprintln(tw, "WORKER\tLIVE\tTENANTS\tQUEUES\tREMOTE TYPES\tHELD\tRESOURCES (USED/CAPACITY)\tHEARTBEAT (UTC)")
 			for _, wk := range res.Msg.GetWorkers() {
 				tenants := strings.Join(wk.GetTenants(), ",")
 				switch {
@@ -352,8 +352,8 @@ func newClusterCmd(g *globals) *cobra.Command {
 				if wk.GetRemote() {
 					types = strings.Join(wk.GetTypes(), ",")
 				}
-				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%d\t%s\n", wk.GetName(), wk.GetLive(), tenants, strings.Join(queues, " "), types,
-					wk.GetTasksHeld(), ts(wk.GetHeartbeatTime()))
+				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%d\t%s\t%s\n", wk.GetName(), wk.GetLive(), tenants, strings.Join(queues, " "), types,
+					wk.GetTasksHeld(), capacityText(wk.GetCapacity(), wk.GetAllocated()), ts(wk.GetHeartbeatTime()))
 			}
 			return tw.Flush()
 		},

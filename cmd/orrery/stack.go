@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/orrery-dev/orrery/api"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/metrics"
@@ -62,6 +63,7 @@ type stackFlags struct {
 	retention    time.Duration
 	archiveDir   string
 	noScheduler  bool
+	capacity     string
 }
 
 func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
@@ -91,6 +93,7 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 	fs.BoolVar(&f.sandboxNet, "sandbox-network", false, "give command steps in the sandbox this machine's network (default none)")
 	fs.IntVar(&f.stepProcs, "step-max-processes", executor.DefaultLimits.Processes, "ceiling of one command step's processes and threads together (cgroup pids where the worker may make cgroups, else RLIMIT_NPROC of --command-user); 0: none")
 	fs.StringVar(&f.stepMemory, "step-max-memory", executor.Bytes(executor.DefaultLimits.Memory), "ceiling of one command step's memory (cgroup memory, else each process's address space), as 512MiB, 2GiB or bytes; past it the kernel kills the step; 0: none")
+	fs.StringVar(&f.capacity, "capacity", "", "what the worker pools have for the tasks they run at once, as NAME=QUANTITY: cpu=16,memory=60Gi,gpu=2,licence=4 (names past cpu, memory and gpu are custom counts); default this machine's cores and memory less a tenth (at least 512Mi), no gpu")
 	fs.StringVar(&f.stepFileSize, "step-max-file-size", executor.Bytes(executor.DefaultLimits.FileSize), "ceiling of a file one command step writes (RLIMIT_FSIZE), as 512MiB, 2GiB or bytes; 0: none")
 	fs.StringVar(&f.commandUser, "command-user", "", "run command steps as this user (a name or id; the worker must run as root), so that they cannot read the worker's files, keys and process; default: the worker's own user")
 	fs.StringArrayVar(&f.allowEnv, "allow-env", nil, "environment variable names a command step's env may set, as patterns (ETL_*, PASSWORD) (repeatable); by default any name but those that change which code a program runs (LD_*, PATH, GIT_*, PYTHON*...)")
@@ -168,6 +171,14 @@ func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
 		return cfg, fmt.Errorf("--step-max-file-size: %w", err)
 	}
 	cfg.StepLimits = &limits
+	if f.capacity != "" {
+		if cfg.Capacity, err = resources.ParseList(f.capacity); err != nil {
+			return cfg, fmt.Errorf("--capacity: %w", err)
+		}
+		if cfg.Capacity.IsZero() {
+			return cfg, errors.New("--capacity: give at least one resource (cpu=16,memory=60Gi), or leave it out for this machine's")
+		}
+	}
 	switch f.sandboxMode {
 	case "on":
 		cfg.Sandbox = &worker.SandboxConfig{ReadOnly: f.sandboxRO, ReadWrite: f.sandboxRW, Network: f.sandboxNet}

@@ -33,6 +33,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -40,6 +41,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/engine/metrics"
@@ -109,6 +111,10 @@ type Config struct {
 	// link-local, ...: see executor.EgressPolicy). Unused when HTTPClient
 	// is set.
 	AllowEgress []netip.Prefix
+	// Capacity is what this worker has for the tasks it runs at once
+	// (docs/resources.md): cpu, memory, gpus and named counts. The zero
+	// vector takes the machine's (MachineCapacity).
+	Capacity resources.Vector
 	// Handlers are the Go steps this binary implements, by name.
 	Handlers map[string]executor.HandlerFunc
 	// HTTPClient calls webhooks; default executor.NewHTTPClient with
@@ -180,6 +186,9 @@ const (
 func (c *Config) withDefaults() error {
 	if c.StatePool == nil {
 		return errors.New("worker: Config.StatePool is required")
+	}
+	if c.Capacity.IsZero() {
+		c.Capacity = MachineCapacity()
 	}
 	if len(c.Queues) == 0 {
 		return errors.New("worker: Config.Queues: serve at least one queue (--queue NAME=CONCURRENCY)")
@@ -485,13 +494,13 @@ func startRiver(ctx context.Context, c *river.Client[pgx.Tx]) error {
 
 // beat renews this worker's own lease (registering it the first time).
 func (w *Worker) beat(ctx context.Context) error {
-	return renewLease(ctx, w.cfg.StatePool, w.id, w.cfg.Name, w.cfg.Queues, w.cfg.Tenants, w.cfg.LeaseTTL)
+	return renewLease(ctx, w.cfg.StatePool, w.id, w.cfg.Name, w.cfg.Queues, w.cfg.Tenants, &w.cfg.Capacity, w.cfg.LeaseTTL)
 }
 
 // renewLease registers a River client of this process in workers (its
 // queues, and the tenants it is bound to), or renews its lease for ttl: a
 // worker's, or a gateway's.
-func renewLease(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, name string, queues map[string]int, tenants []string, ttl time.Duration) error {
+func renewLease(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, name string, queues map[string]int, tenants []string, capacity *resources.Vector, ttl time.Duration) error {
 	q, err := json.Marshal(queues)
 	if err != nil {
 		return err
@@ -500,8 +509,17 @@ func renewLease(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, name stri
 	if err != nil {
 		return err
 	}
+	p := store.HeartbeatWorkerParams{ID: id, Name: name, Queues: q, Tenants: t, TtlSeconds: ttl.Seconds()}
+	if capacity != nil {
+		p.CapCpu = pgtype.Int8{Int64: capacity.CPU, Valid: true}
+		p.CapMemory = pgtype.Int8{Int64: capacity.Memory, Valid: true}
+		p.CapGpu = pgtype.Int8{Int64: capacity.GPU, Valid: true}
+		if len(capacity.Custom) > 0 {
+			p.CapCustom, _ = json.Marshal(capacity.Custom)
+		}
+	}
 	return store.Retry(ctx, func() error {
-		return store.New(pool).HeartbeatWorker(ctx, store.HeartbeatWorkerParams{ID: id, Name: name, Queues: q, Tenants: t, TtlSeconds: ttl.Seconds()})
+		return store.New(pool).HeartbeatWorker(ctx, p)
 	})
 }
 

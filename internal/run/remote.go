@@ -11,7 +11,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -36,6 +38,9 @@ type RemoteWorker struct {
 	Types  []string
 	// Namespaces narrows its claims to these namespaces; none: any.
 	Namespaces []string
+	// Capacity is what it has for the attempts it runs at once; nil when
+	// it declares none (its claims are bounded by their count only).
+	Capacity *resources.Vector
 }
 
 // RemoteQueues are w's queues as its tenant's remote tasks name them,
@@ -98,8 +103,17 @@ func (w RemoteWorker) Register(ctx context.Context, db store.DBTX, ttl time.Dura
 	if w.Key != uuid.Nil {
 		key = &w.Key
 	}
-	return store.New(db).HeartbeatRemoteWorker(ctx, store.HeartbeatRemoteWorkerParams{ID: w.ID, Name: w.Name, Queues: queues,
-		TenantID: &tenant, Types: types, TtlSeconds: ttl.Seconds(), KeyID: key})
+	p := store.HeartbeatRemoteWorkerParams{ID: w.ID, Name: w.Name, Queues: queues,
+		TenantID: &tenant, Types: types, TtlSeconds: ttl.Seconds(), KeyID: key}
+	if c := w.Capacity; c != nil {
+		p.CapCpu = pgtype.Int8{Int64: c.CPU, Valid: true}
+		p.CapMemory = pgtype.Int8{Int64: c.Memory, Valid: true}
+		p.CapGpu = pgtype.Int8{Int64: c.GPU, Valid: true}
+		if len(c.Custom) > 0 {
+			p.CapCustom, _ = json.Marshal(c.Custom)
+		}
+	}
+	return store.New(db).HeartbeatRemoteWorker(ctx, p)
 }
 
 // OfferRemote turns a batch of a gateway's River jobs into offers: each
@@ -151,8 +165,14 @@ func OfferRemote(ctx context.Context, db store.DBTX, starts []Start) error {
 // (Attempt.Refused) are started too: the caller reports them at once.
 func ClaimRemote(ctx context.Context, tx pgx.Tx, w RemoteWorker, max int, lease time.Duration) ([]*Attempt, error) {
 	q := store.New(tx)
-	taken, err := q.TakeOffers(ctx, store.TakeOffersParams{Queues: w.RemoteQueues(), WorkerTypes: w.Types,
-		Namespaces: w.Namespaces, Max: int32(max)})
+	var taken []store.TakeOffersRow
+	var err error
+	if w.Capacity == nil {
+		taken, err = q.TakeOffers(ctx, store.TakeOffersParams{Queues: w.RemoteQueues(), WorkerTypes: w.Types,
+			Namespaces: w.Namespaces, Max: int32(max)})
+	} else {
+		taken, err = takeFitting(ctx, q, w, max)
+	}
 	if err != nil || len(taken) == 0 {
 		return nil, err
 	}
@@ -278,4 +298,67 @@ func RemoteReport(ctx context.Context, db store.DBTX, w RemoteWorker, r Report) 
 		r.Shape = &sh
 	}
 	return r, row.Queue, nil
+}
+
+// fitScan bounds the offers one claim of a worker with a capacity looks
+// at, per attempt it may take: past the first that do not fit, it leaves
+// the rest for the next claim (or for a larger worker).
+const fitScan = 4
+
+// takeFitting takes up to max offers, most urgent first, each fitting
+// what w's capacity leaves free once its running attempts and the offers
+// taken before it are counted; an offer that does not fit stays for a
+// worker it fits. It holds w's row while it decides, so that two claims of
+// one worker at once do not both fill the same room.
+func takeFitting(ctx context.Context, q *store.Queries, w RemoteWorker, max int) ([]store.TakeOffersRow, error) {
+	used, err := q.LockRemoteWorkerUse(ctx, &w.ID)
+	if err != nil {
+		return nil, err
+	}
+	free := w.Capacity.Sub(usedVector(used.Cpu, used.Memory, used.Gpu, used.Custom))
+	offers, err := q.ScanOffers(ctx, store.ScanOffersParams{Queues: w.RemoteQueues(), WorkerTypes: w.Types,
+		Namespaces: w.Namespaces, Max: int32(max * fitScan)})
+	if err != nil {
+		return nil, err
+	}
+	var chosen []uuid.UUID
+	for _, o := range offers {
+		need := usedVector(o.ResCpu, o.ResMemory, o.ResGpu, o.ResCustom)
+		if !need.FitsIn(free) {
+			continue
+		}
+		free = free.Sub(need)
+		chosen = append(chosen, o.TaskID)
+		if len(chosen) == max {
+			break
+		}
+	}
+	if len(chosen) == 0 {
+		return nil, nil
+	}
+	rows, err := q.TakeChosenOffers(ctx, chosen)
+	taken := make([]store.TakeOffersRow, len(rows))
+	for i, r := range rows {
+		taken[i] = store.TakeOffersRow(r)
+	}
+	return taken, err
+}
+
+// usedVector is a vector from its columns; custom is a JSON object of
+// counts, or a JSON list of such objects (summed), or nothing.
+func usedVector(cpu, memory, gpu int64, custom []byte) resources.Vector {
+	v := resources.Vector{CPU: cpu, Memory: memory, GPU: gpu}
+	if len(custom) == 0 {
+		return v
+	}
+	var one map[string]int64
+	if json.Unmarshal(custom, &one) == nil {
+		return v.Add(resources.Vector{Custom: one})
+	}
+	var each []map[string]int64
+	_ = json.Unmarshal(custom, &each)
+	for _, c := range each {
+		v = v.Add(resources.Vector{Custom: c})
+	}
+	return v
 }

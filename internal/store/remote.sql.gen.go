@@ -9,6 +9,7 @@ import (
 	"context"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
@@ -34,10 +35,13 @@ func (q *Queries) DeleteStaleOffers(ctx context.Context, batch int32) (int64, er
 }
 
 const heartbeatRemoteWorker = `-- name: HeartbeatRemoteWorker :exec
-INSERT INTO workers (id, name, queues, tenants, tenant_id, types, started_at, heartbeat_at, lease_expires_at, key_id)
-VALUES ($1, $2, $3, '[]', $4, $5, now(), now(), now() + INTERVAL '1 second' * $6::float8, $7)
+INSERT INTO workers (id, name, queues, tenants, tenant_id, types, started_at, heartbeat_at, lease_expires_at, key_id,
+                     cap_cpu, cap_memory, cap_gpu, cap_custom)
+VALUES ($1, $2, $3, '[]', $4, $5, now(), now(), now() + INTERVAL '1 second' * $6::float8, $7,
+        $8, $9, $10, $11::jsonb)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at,
     queues = excluded.queues, types = excluded.types,
+    cap_cpu = excluded.cap_cpu, cap_memory = excluded.cap_memory, cap_gpu = excluded.cap_gpu, cap_custom = excluded.cap_custom,
     started_at = CASE WHEN workers.lease_expires_at < now() THEN now() ELSE workers.started_at END
 `
 
@@ -49,6 +53,10 @@ type HeartbeatRemoteWorkerParams struct {
 	Types      []byte
 	TtlSeconds float64
 	KeyID      *uuid.UUID
+	CapCpu     pgtype.Int8
+	CapMemory  pgtype.Int8
+	CapGpu     pgtype.Int8
+	CapCustom  []byte
 }
 
 // HeartbeatRemoteWorker registers a remote worker or renews its lease,
@@ -62,6 +70,10 @@ func (q *Queries) HeartbeatRemoteWorker(ctx context.Context, arg HeartbeatRemote
 		arg.Types,
 		arg.TtlSeconds,
 		arg.KeyID,
+		arg.CapCpu,
+		arg.CapMemory,
+		arg.CapGpu,
+		arg.CapCustom,
 	)
 	return err
 }
@@ -151,6 +163,40 @@ func (q *Queries) LeaseRemoteAttempts(ctx context.Context, arg LeaseRemoteAttemp
 		arg.TimeoutSeconds,
 	)
 	return err
+}
+
+const lockRemoteWorkerUse = `-- name: LockRemoteWorkerUse :one
+WITH w AS (SELECT id FROM workers WHERE id = $1 FOR NO KEY UPDATE)
+SELECT COALESCE(sum(t.res_cpu), 0)::bigint AS cpu, COALESCE(sum(t.res_memory), 0)::bigint AS memory,
+       COALESCE(sum(t.res_gpu), 0)::bigint AS gpu,
+       jsonb_agg(t.res_custom) FILTER (WHERE t.res_custom IS NOT NULL) AS custom,
+       (SELECT count(*) FROM w)::int AS locked
+FROM tasks AS t
+WHERE t.worker_id = $1 AND t.status = 'running'
+`
+
+type LockRemoteWorkerUseRow struct {
+	Cpu    int64
+	Memory int64
+	Gpu    int64
+	Custom []byte
+	Locked int32
+}
+
+// LockRemoteWorkerUse locks a remote worker's row (its claims take turns)
+// and reads what its running attempts ask for together (custom: a list
+// of their custom counts).
+func (q *Queries) LockRemoteWorkerUse(ctx context.Context, id *uuid.UUID) (LockRemoteWorkerUseRow, error) {
+	row := q.db.QueryRow(ctx, lockRemoteWorkerUse, id)
+	var i LockRemoteWorkerUseRow
+	err := row.Scan(
+		&i.Cpu,
+		&i.Memory,
+		&i.Gpu,
+		&i.Custom,
+		&i.Locked,
+	)
+	return i, err
 }
 
 const offerableTasks = `-- name: OfferableTasks :many
@@ -360,6 +406,99 @@ type RenewRemoteWorkerParams struct {
 func (q *Queries) RenewRemoteWorker(ctx context.Context, arg RenewRemoteWorkerParams) error {
 	_, err := q.db.Exec(ctx, renewRemoteWorker, arg.TtlSeconds, arg.ID)
 	return err
+}
+
+const scanOffers = `-- name: ScanOffers :many
+SELECT o.task_id, o.attempt, t.res_cpu, t.res_memory, t.res_gpu, t.res_custom
+FROM remote_offers AS o JOIN tasks AS t ON t.id = o.task_id
+WHERE o.queue = ANY($1::text[]) AND o.worker_type = ANY($2::text[])
+  AND (COALESCE(cardinality($3::text[]), 0) = 0 OR o.namespace = ANY($3::text[]))
+ORDER BY o.priority, o.offered_at
+LIMIT $4
+FOR UPDATE OF o SKIP LOCKED
+`
+
+type ScanOffersParams struct {
+	Queues      []string
+	WorkerTypes []string
+	Namespaces  []string
+	Max         int32
+}
+
+type ScanOffersRow struct {
+	TaskID    uuid.UUID
+	Attempt   int32
+	ResCpu    int64
+	ResMemory int64
+	ResGpu    int64
+	ResCustom []byte
+}
+
+// ScanOffers reads up to @max offers of the given queues and types (and
+// namespaces, unless none are given), most urgent first, with what their
+// tasks ask for, locking them (skipping those another claim holds): a
+// claim of a worker with a capacity takes those that fit
+// (TakeChosenOffers).
+func (q *Queries) ScanOffers(ctx context.Context, arg ScanOffersParams) ([]ScanOffersRow, error) {
+	rows, err := q.db.Query(ctx, scanOffers,
+		arg.Queues,
+		arg.WorkerTypes,
+		arg.Namespaces,
+		arg.Max,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ScanOffersRow{}
+	for rows.Next() {
+		var i ScanOffersRow
+		if err := rows.Scan(
+			&i.TaskID,
+			&i.Attempt,
+			&i.ResCpu,
+			&i.ResMemory,
+			&i.ResGpu,
+			&i.ResCustom,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const takeChosenOffers = `-- name: TakeChosenOffers :many
+DELETE FROM remote_offers AS o WHERE o.task_id = ANY($1::uuid[])
+RETURNING o.task_id, o.attempt
+`
+
+type TakeChosenOffersRow struct {
+	TaskID  uuid.UUID
+	Attempt int32
+}
+
+func (q *Queries) TakeChosenOffers(ctx context.Context, ids []uuid.UUID) ([]TakeChosenOffersRow, error) {
+	rows, err := q.db.Query(ctx, takeChosenOffers, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TakeChosenOffersRow{}
+	for rows.Next() {
+		var i TakeChosenOffersRow
+		if err := rows.Scan(&i.TaskID, &i.Attempt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const takeOffers = `-- name: TakeOffers :many

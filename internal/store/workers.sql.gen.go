@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const claimLapsedWorker = `-- name: ClaimLapsedWorker :one
@@ -55,8 +56,9 @@ func (q *Queries) ForgetOldWorkers(ctx context.Context) error {
 }
 
 const heartbeatWorker = `-- name: HeartbeatWorker :exec
-INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at)
-VALUES ($1, $2, $3, $4, now(), now(), now() + INTERVAL '1 second' * $5::float8)
+INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at, cap_cpu, cap_memory, cap_gpu, cap_custom)
+VALUES ($1, $2, $3, $4, now(), now(), now() + INTERVAL '1 second' * $5::float8,
+        $6, $7, $8, $9::jsonb)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at
 `
 
@@ -66,6 +68,10 @@ type HeartbeatWorkerParams struct {
 	Queues     []byte
 	Tenants    []byte
 	TtlSeconds float64
+	CapCpu     pgtype.Int8
+	CapMemory  pgtype.Int8
+	CapGpu     pgtype.Int8
+	CapCustom  []byte
 }
 
 // HeartbeatWorker registers a worker process or renews its lease (see
@@ -77,6 +83,10 @@ func (q *Queries) HeartbeatWorker(ctx context.Context, arg HeartbeatWorkerParams
 		arg.Queues,
 		arg.Tenants,
 		arg.TtlSeconds,
+		arg.CapCpu,
+		arg.CapMemory,
+		arg.CapGpu,
+		arg.CapCustom,
 	)
 	return err
 }
@@ -94,9 +104,17 @@ func (q *Queries) LeaveWorker(ctx context.Context, id uuid.UUID) error {
 
 const listWorkers = `-- name: ListWorkers :many
 SELECT w.id, w.name, w.queues, w.tenants, w.started_at, w.heartbeat_at, w.lease_expires_at, w.lease_expires_at > now() AS live,
-       w.tenant_id, w.types,
-       (SELECT count(*) FROM tasks AS t WHERE t.worker_id = w.id AND t.status = 'running')::bigint AS held
+       w.tenant_id, w.types, w.cap_cpu, w.cap_memory, w.cap_gpu, w.cap_custom,
+       (SELECT count(*) FROM tasks AS t WHERE t.worker_id = w.id AND t.status = 'running')::bigint AS held,
+       a.cpu AS used_cpu, a.memory AS used_memory, a.gpu AS used_gpu, a.custom AS used_custom
 FROM workers AS w
+CROSS JOIN LATERAL (
+    -- what its running attempts ask for (docs/resources.md)
+    SELECT COALESCE(sum(t.res_cpu), 0)::bigint AS cpu, COALESCE(sum(t.res_memory), 0)::bigint AS memory,
+           COALESCE(sum(t.res_gpu), 0)::bigint AS gpu,
+           jsonb_agg(t.res_custom) FILTER (WHERE t.res_custom IS NOT NULL) AS custom -- a list of the attempts' custom counts
+    FROM tasks AS t WHERE t.worker_id = w.id AND t.status = 'running'
+) AS a
 WHERE w.lease_expires_at > now() - INTERVAL '1 hour'
   AND (w.tenant_id IS NULL OR w.tenant_id = $1 OR $2::bool)
 ORDER BY w.name, w.id
@@ -119,7 +137,15 @@ type ListWorkersRow struct {
 	Live           bool
 	TenantID       *uuid.UUID
 	Types          []byte
+	CapCpu         pgtype.Int8
+	CapMemory      pgtype.Int8
+	CapGpu         pgtype.Int8
+	CapCustom      []byte
 	Held           int64
+	UsedCpu        int64
+	UsedMemory     int64
+	UsedGpu        int64
+	UsedCustom     []byte
 }
 
 // ListWorkers lists worker processes whose lease lapsed less than an hour
@@ -146,7 +172,15 @@ func (q *Queries) ListWorkers(ctx context.Context, arg ListWorkersParams) ([]Lis
 			&i.Live,
 			&i.TenantID,
 			&i.Types,
+			&i.CapCpu,
+			&i.CapMemory,
+			&i.CapGpu,
+			&i.CapCustom,
 			&i.Held,
+			&i.UsedCpu,
+			&i.UsedMemory,
+			&i.UsedGpu,
+			&i.UsedCustom,
 		); err != nil {
 			return nil, err
 		}

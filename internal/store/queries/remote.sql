@@ -34,6 +34,36 @@ WHERE o.task_id IN (
 )
 RETURNING o.task_id, o.attempt;
 
+-- LockRemoteWorkerUse locks a remote worker's row (its claims take turns)
+-- and reads what its running attempts ask for together (custom: a list
+-- of their custom counts).
+-- name: LockRemoteWorkerUse :one
+WITH w AS (SELECT id FROM workers WHERE id = @id FOR NO KEY UPDATE)
+SELECT COALESCE(sum(t.res_cpu), 0)::bigint AS cpu, COALESCE(sum(t.res_memory), 0)::bigint AS memory,
+       COALESCE(sum(t.res_gpu), 0)::bigint AS gpu,
+       jsonb_agg(t.res_custom) FILTER (WHERE t.res_custom IS NOT NULL) AS custom,
+       (SELECT count(*) FROM w)::int AS locked
+FROM tasks AS t
+WHERE t.worker_id = @id AND t.status = 'running';
+
+-- ScanOffers reads up to @max offers of the given queues and types (and
+-- namespaces, unless none are given), most urgent first, with what their
+-- tasks ask for, locking them (skipping those another claim holds): a
+-- claim of a worker with a capacity takes those that fit
+-- (TakeChosenOffers).
+-- name: ScanOffers :many
+SELECT o.task_id, o.attempt, t.res_cpu, t.res_memory, t.res_gpu, t.res_custom
+FROM remote_offers AS o JOIN tasks AS t ON t.id = o.task_id
+WHERE o.queue = ANY(@queues::text[]) AND o.worker_type = ANY(@worker_types::text[])
+  AND (COALESCE(cardinality(@namespaces::text[]), 0) = 0 OR o.namespace = ANY(@namespaces::text[]))
+ORDER BY o.priority, o.offered_at
+LIMIT @max
+FOR UPDATE OF o SKIP LOCKED;
+
+-- name: TakeChosenOffers :many
+DELETE FROM remote_offers AS o WHERE o.task_id = ANY(@ids::uuid[])
+RETURNING o.task_id, o.attempt;
+
 -- LeaseRemoteAttempts gives attempts just started on a remote worker
 -- their own lease and deadline (their start plus the step's timeout); the
 -- lease never runs past the deadline.
@@ -75,10 +105,13 @@ WHERE t.id = @id AND t.tenant_id = @tenant_id AND a.worker = @worker;
 -- HeartbeatRemoteWorker registers a remote worker or renews its lease,
 -- with what it serves now (its queues and slots, its types).
 -- name: HeartbeatRemoteWorker :exec
-INSERT INTO workers (id, name, queues, tenants, tenant_id, types, started_at, heartbeat_at, lease_expires_at, key_id)
-VALUES (@id, @name, @queues, '[]', @tenant_id, @types, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8, @key_id)
+INSERT INTO workers (id, name, queues, tenants, tenant_id, types, started_at, heartbeat_at, lease_expires_at, key_id,
+                     cap_cpu, cap_memory, cap_gpu, cap_custom)
+VALUES (@id, @name, @queues, '[]', @tenant_id, @types, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8, @key_id,
+        sqlc.narg(cap_cpu), sqlc.narg(cap_memory), sqlc.narg(cap_gpu), sqlc.narg(cap_custom)::jsonb)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at,
     queues = excluded.queues, types = excluded.types,
+    cap_cpu = excluded.cap_cpu, cap_memory = excluded.cap_memory, cap_gpu = excluded.cap_gpu, cap_custom = excluded.cap_custom,
     started_at = CASE WHEN workers.lease_expires_at < now() THEN now() ELSE workers.started_at END;
 
 -- DeleteStaleOffers deletes up to @batch offers whose task moved on

@@ -1,8 +1,9 @@
 -- HeartbeatWorker registers a worker process or renews its lease (see
 -- migration 00005 and internal/reaper for what a lapsed one means).
 -- name: HeartbeatWorker :exec
-INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at)
-VALUES (@id, @name, @queues, @tenants, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8)
+INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at, cap_cpu, cap_memory, cap_gpu, cap_custom)
+VALUES (@id, @name, @queues, @tenants, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8,
+        sqlc.narg(cap_cpu), sqlc.narg(cap_memory), sqlc.narg(cap_gpu), sqlc.narg(cap_custom)::jsonb)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at;
 
 -- LeaveWorker ends the lease of a worker that stopped cleanly (nothing it
@@ -49,9 +50,17 @@ FOR UPDATE OF t;
 -- holds.
 -- name: ListWorkers :many
 SELECT w.id, w.name, w.queues, w.tenants, w.started_at, w.heartbeat_at, w.lease_expires_at, w.lease_expires_at > now() AS live,
-       w.tenant_id, w.types,
-       (SELECT count(*) FROM tasks AS t WHERE t.worker_id = w.id AND t.status = 'running')::bigint AS held
+       w.tenant_id, w.types, w.cap_cpu, w.cap_memory, w.cap_gpu, w.cap_custom,
+       (SELECT count(*) FROM tasks AS t WHERE t.worker_id = w.id AND t.status = 'running')::bigint AS held,
+       a.cpu AS used_cpu, a.memory AS used_memory, a.gpu AS used_gpu, a.custom AS used_custom
 FROM workers AS w
+CROSS JOIN LATERAL (
+    -- what its running attempts ask for (docs/resources.md)
+    SELECT COALESCE(sum(t.res_cpu), 0)::bigint AS cpu, COALESCE(sum(t.res_memory), 0)::bigint AS memory,
+           COALESCE(sum(t.res_gpu), 0)::bigint AS gpu,
+           jsonb_agg(t.res_custom) FILTER (WHERE t.res_custom IS NOT NULL) AS custom -- a list of the attempts' custom counts
+    FROM tasks AS t WHERE t.worker_id = w.id AND t.status = 'running'
+) AS a
 WHERE w.lease_expires_at > now() - INTERVAL '1 hour'
   AND (w.tenant_id IS NULL OR w.tenant_id = @tenant OR @all_tenants::bool)
 ORDER BY w.name, w.id

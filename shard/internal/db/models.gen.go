@@ -452,4 +452,8 @@ type Worker struct {
 	TenantID       *uuid.UUID
 	Types          []byte
 	KeyID          *uuid.UUID
+	CapCpu         pgtype.Int8
+	CapMemory      pgtype.Int8
+	CapGpu         pgtype.Int8
+	CapCustom      []byte
 }

@@ -2449,9 +2449,15 @@ type Worker struct {
 	Shared  bool     `protobuf:"varint,8,opt,name=shared,proto3" json:"shared,omitempty"`
 	// A remote worker (WorkerService) of the caller's tenant: the types it
 	// serves and the attempts it holds now. Its queues are step queues.
-	Remote        bool     `protobuf:"varint,9,opt,name=remote,proto3" json:"remote,omitempty"`
-	Types         []string `protobuf:"bytes,10,rep,name=types,proto3" json:"types,omitempty"`
-	TasksHeld     int32    `protobuf:"varint,11,opt,name=tasks_held,json=tasksHeld,proto3" json:"tasks_held,omitempty"`
+	Remote    bool     `protobuf:"varint,9,opt,name=remote,proto3" json:"remote,omitempty"`
+	Types     []string `protobuf:"bytes,10,rep,name=types,proto3" json:"types,omitempty"`
+	TasksHeld int32    `protobuf:"varint,11,opt,name=tasks_held,json=tasksHeld,proto3" json:"tasks_held,omitempty"`
+	// What the worker has for the tasks it runs at once (its --capacity, or
+	// its machine's; a remote worker's claims declare it); unset when it
+	// declares none.
+	Capacity *Resources `protobuf:"bytes,12,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// What the attempts it runs now ask for, together.
+	Allocated     *Resources `protobuf:"bytes,13,opt,name=allocated,proto3" json:"allocated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2561,6 +2567,20 @@ func (x *Worker) GetTasksHeld() int32 {
 		return x.TasksHeld
 	}
 	return 0
+}
+
+func (x *Worker) GetCapacity() *Resources {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *Worker) GetAllocated() *Resources {
+	if x != nil {
+		return x.Allocated
+	}
+	return nil
 }
 
 var File_orrery_v1_run_proto protoreflect.FileDescriptor
@@ -2799,7 +2819,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"QueueDepth\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05ready\x18\x02 \x01(\x03R\x05ready\x120\n" +
-	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\"\xaf\x03\n" +
+	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\"\x95\x04\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -2814,7 +2834,9 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x05types\x18\n" +
 	" \x03(\tR\x05types\x12\x1d\n" +
 	"\n" +
-	"tasks_held\x18\v \x01(\x05R\ttasksHeld\x1a9\n" +
+	"tasks_held\x18\v \x01(\x05R\ttasksHeld\x120\n" +
+	"\bcapacity\x18\f \x01(\v2\x14.orrery.v1.ResourcesR\bcapacity\x122\n" +
+	"\tallocated\x18\r \x01(\v2\x14.orrery.v1.ResourcesR\tallocated\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xce\b\n" +
@@ -2951,30 +2973,32 @@ var file_orrery_v1_run_proto_depIdxs = []int32{
 	36, // 57: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
 	37, // 58: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
 	37, // 59: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	41, // 60: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	5,  // 61: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	7,  // 62: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
-	13, // 63: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	15, // 64: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	17, // 65: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	19, // 66: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	22, // 67: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	24, // 68: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	26, // 69: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	6,  // 70: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	8,  // 71: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
-	14, // 72: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	16, // 73: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	18, // 74: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	20, // 75: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	23, // 76: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	25, // 77: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	29, // 78: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	70, // [70:79] is the sub-list for method output_type
-	61, // [61:70] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	39, // 60: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
+	39, // 61: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
+	41, // 62: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	5,  // 63: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	7,  // 64: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
+	13, // 65: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	15, // 66: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	17, // 67: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	19, // 68: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	22, // 69: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	24, // 70: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	26, // 71: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	6,  // 72: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	8,  // 73: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
+	14, // 74: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	16, // 75: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	18, // 76: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	20, // 77: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	23, // 78: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	25, // 79: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	29, // 80: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	72, // [72:81] is the sub-list for method output_type
+	63, // [63:72] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }

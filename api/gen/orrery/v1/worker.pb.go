@@ -44,7 +44,12 @@ type ClaimRequest struct {
 	Slots int32 `protobuf:"varint,7,opt,name=slots,proto3" json:"slots,omitempty"`
 	// Narrows the claim to these namespaces (within the key's); none: all
 	// the key may serve.
-	Namespaces    []string `protobuf:"bytes,8,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	Namespaces []string `protobuf:"bytes,8,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// What the worker has for the attempts it runs at once (quantities as
+	// in a step's resources: {"cpu": "16", "memory": "60Gi"}): a claim
+	// hands out only attempts that fit what its running ones leave free.
+	// Unset: none declared; attempts are handed out by slots alone.
+	Capacity      *Resources `protobuf:"bytes,9,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -131,6 +136,13 @@ func (x *ClaimRequest) GetSlots() int32 {
 func (x *ClaimRequest) GetNamespaces() []string {
 	if x != nil {
 		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *ClaimRequest) GetCapacity() *Resources {
+	if x != nil {
+		return x.Capacity
 	}
 	return nil
 }
@@ -721,7 +733,7 @@ var File_orrery_v1_worker_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x16orrery/v1/worker.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x85\x02\n" +
+	"\x16orrery/v1/worker.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x13orrery/v1/job.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\x02\n" +
 	"\fClaimRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x14\n" +
 	"\x05types\x18\x02 \x03(\tR\x05types\x12\x16\n" +
@@ -732,7 +744,8 @@ const file_orrery_v1_worker_proto_rawDesc = "" +
 	"\x05slots\x18\a \x01(\x05R\x05slots\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\b \x03(\tR\n" +
-	"namespacesB\x0f\n" +
+	"namespaces\x120\n" +
+	"\bcapacity\x18\t \x01(\v2\x14.orrery.v1.ResourcesR\bcapacityB\x0f\n" +
 	"\r_wait_seconds\"<\n" +
 	"\rClaimResponse\x12+\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x15.orrery.v1.RemoteTaskR\x05tasks\"\xb8\x04\n" +
@@ -809,26 +822,28 @@ var file_orrery_v1_worker_proto_goTypes = []any{
 	(*StopAttempt)(nil),           // 6: orrery.v1.StopAttempt
 	(*ReportRequest)(nil),         // 7: orrery.v1.ReportRequest
 	(*ReportResponse)(nil),        // 8: orrery.v1.ReportResponse
-	(*timestamppb.Timestamp)(nil), // 9: google.protobuf.Timestamp
+	(*Resources)(nil),             // 9: orrery.v1.Resources
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_orrery_v1_worker_proto_depIdxs = []int32{
-	2, // 0: orrery.v1.ClaimResponse.tasks:type_name -> orrery.v1.RemoteTask
-	9, // 1: orrery.v1.RemoteTask.lease_expires_at:type_name -> google.protobuf.Timestamp
-	9, // 2: orrery.v1.RemoteTask.deadline:type_name -> google.protobuf.Timestamp
-	9, // 3: orrery.v1.RemoteTask.scheduled_for:type_name -> google.protobuf.Timestamp
-	4, // 4: orrery.v1.HeartbeatRequest.attempts:type_name -> orrery.v1.HeldAttempt
-	6, // 5: orrery.v1.HeartbeatResponse.stop:type_name -> orrery.v1.StopAttempt
-	0, // 6: orrery.v1.WorkerService.Claim:input_type -> orrery.v1.ClaimRequest
-	3, // 7: orrery.v1.WorkerService.Heartbeat:input_type -> orrery.v1.HeartbeatRequest
-	7, // 8: orrery.v1.WorkerService.Report:input_type -> orrery.v1.ReportRequest
-	1, // 9: orrery.v1.WorkerService.Claim:output_type -> orrery.v1.ClaimResponse
-	5, // 10: orrery.v1.WorkerService.Heartbeat:output_type -> orrery.v1.HeartbeatResponse
-	8, // 11: orrery.v1.WorkerService.Report:output_type -> orrery.v1.ReportResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	9,  // 0: orrery.v1.ClaimRequest.capacity:type_name -> orrery.v1.Resources
+	2,  // 1: orrery.v1.ClaimResponse.tasks:type_name -> orrery.v1.RemoteTask
+	10, // 2: orrery.v1.RemoteTask.lease_expires_at:type_name -> google.protobuf.Timestamp
+	10, // 3: orrery.v1.RemoteTask.deadline:type_name -> google.protobuf.Timestamp
+	10, // 4: orrery.v1.RemoteTask.scheduled_for:type_name -> google.protobuf.Timestamp
+	4,  // 5: orrery.v1.HeartbeatRequest.attempts:type_name -> orrery.v1.HeldAttempt
+	6,  // 6: orrery.v1.HeartbeatResponse.stop:type_name -> orrery.v1.StopAttempt
+	0,  // 7: orrery.v1.WorkerService.Claim:input_type -> orrery.v1.ClaimRequest
+	3,  // 8: orrery.v1.WorkerService.Heartbeat:input_type -> orrery.v1.HeartbeatRequest
+	7,  // 9: orrery.v1.WorkerService.Report:input_type -> orrery.v1.ReportRequest
+	1,  // 10: orrery.v1.WorkerService.Claim:output_type -> orrery.v1.ClaimResponse
+	5,  // 11: orrery.v1.WorkerService.Heartbeat:output_type -> orrery.v1.HeartbeatResponse
+	8,  // 12: orrery.v1.WorkerService.Report:output_type -> orrery.v1.ReportResponse
+	10, // [10:13] is the sub-list for method output_type
+	7,  // [7:10] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_worker_proto_init() }
@@ -836,6 +851,7 @@ func file_orrery_v1_worker_proto_init() {
 	if File_orrery_v1_worker_proto != nil {
 		return
 	}
+	file_orrery_v1_job_proto_init()
 	file_orrery_v1_worker_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

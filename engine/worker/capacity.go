@@ -1,0 +1,66 @@
+package worker
+
+import (
+	"bufio"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/orrery-dev/orrery/dag/resources"
+)
+
+// MachineCapacity is what a worker has when it is not told: this
+// machine's cores (those this process may run on) and its memory less a
+// reserve for the worker and the system (a tenth, at least 512 MiB), the
+// lower of the machine's and this process's cgroup's; no GPUs and no
+// custom counts, which only an operator can declare (--capacity).
+func MachineCapacity() resources.Vector {
+	v := resources.Vector{CPU: int64(runtime.NumCPU()) * 1000}
+	mem := memTotal()
+	if limit := cgroupMemoryLimit(); limit > 0 && (mem == 0 || limit < mem) {
+		mem = limit
+	}
+	reserve := max(mem/10, 512<<20)
+	if mem > reserve {
+		v.Memory = min(mem-reserve, resources.MaxMemory)
+	}
+	return v
+}
+
+// memTotal is /proc/meminfo's MemTotal in bytes, 0 when it cannot be read.
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// cgroupMemoryLimit is this process's cgroup memory limit (v2's
+// memory.max, else v1's memory.limit_in_bytes) in bytes; 0 for none.
+func cgroupMemoryLimit() int64 {
+	for _, path := range []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || n <= 0 || n >= 1<<60 { // "max", or v1's "unlimited" (a page-rounded huge number)
+			return 0
+		}
+		return n
+	}
+	return 0
+}
