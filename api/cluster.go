@@ -107,15 +107,7 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 // what its running attempts ask for.
 func workerResources(w store.ListWorkersRow) (capacity, allocated *orreryv1.Resources) {
 	if w.CapCpu.Valid {
-		c := resources.Vector{CPU: w.CapCpu.Int64, Memory: w.CapMemory.Int64, GPU: w.CapGpu.Int64}
-		_ = json.Unmarshal(w.CapCustom, &c.Custom) // written by the worker as {"name": n}
-		capacity = vectorToProto(c)
+		capacity = vectorToProto(resources.FromColumns(w.CapCpu.Int64, w.CapMemory.Int64, w.CapGpu.Int64, w.CapCustom))
 	}
-	used := resources.Vector{CPU: w.UsedCpu, Memory: w.UsedMemory, GPU: w.UsedGpu}
-	var each []map[string]int64 // the running attempts' custom counts
-	_ = json.Unmarshal(w.UsedCustom, &each)
-	for _, c := range each {
-		used = used.Add(resources.Vector{Custom: c})
-	}
-	return capacity, vectorToProto(used)
+	return capacity, vectorToProto(resources.FromColumns(w.UsedCpu, w.UsedMemory, w.UsedGpu, w.UsedCustom))
 }

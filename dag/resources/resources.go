@@ -6,6 +6,7 @@
 package resources
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -37,10 +38,10 @@ const (
 // Vector is a set of resources: CPU in millicores, memory in bytes, GPUs
 // and named custom counts. The zero Vector asks for nothing.
 type Vector struct {
-	CPU    int64
-	Memory int64
-	GPU    int64
-	Custom map[string]int64 // no zero values; nil when none
+	CPU    int64            `json:"cpu,omitempty"`
+	Memory int64            `json:"memory,omitempty"`
+	GPU    int64            `json:"gpu,omitempty"`
+	Custom map[string]int64 `json:"custom,omitempty"` // no zero values; nil when none
 }
 
 // IsZero reports whether v asks for nothing.
@@ -369,4 +370,25 @@ func (v Vector) Spec() Spec {
 		s.Custom[name] = Format(name, n)
 	}
 	return s
+}
+
+// FromColumns is a vector as the database keeps one: cpu, memory and gpu
+// columns, and custom counts as a JSON object, or a JSON list of objects
+// (an aggregate of several vectors: summed), or nothing. What cannot be
+// read counts as none.
+func FromColumns(cpu, memory, gpu int64, custom []byte) Vector {
+	v := Vector{CPU: cpu, Memory: memory, GPU: gpu}
+	if len(custom) == 0 {
+		return v
+	}
+	var one map[string]int64
+	if json.Unmarshal(custom, &one) == nil {
+		return v.Add(Vector{Custom: one})
+	}
+	var each []map[string]int64
+	_ = json.Unmarshal(custom, &each)
+	for _, c := range each {
+		v = v.Add(Vector{Custom: c})
+	}
+	return v
 }

@@ -309,6 +309,7 @@ type Worker struct {
 	// failure never holds up a batch of other runs' reports.
 	cascades   *batch.Batcher[run.Report, bool]
 	runner     *executor.Runner
+	gate       *gate // what the attempts running here ask for, within Config.Capacity
 	dispatcher *dispatch.Dispatcher
 	river      *river.Client[pgx.Tx]
 	riverPool  *pgxpool.Pool // the River client's (readCommitted), closed when Run ends
@@ -337,7 +338,7 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	d.ObserveAdmissions(cfg.Metrics.AdmissionWait)
-	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, ledger: newLedger()}
+	w := &Worker{cfg: cfg, id: uuid.Must(uuid.NewV7()), dispatcher: d, ledger: newLedger(), gate: newGate(cfg.Capacity)}
 	w.starter = batch.New("start attempts", cfg.Logger, w.startAttempts)
 	w.completer = batch.New("report attempts", cfg.Logger, w.finishAttempts)
 	w.cascades = batch.New("report failures with descendants", cfg.Logger, func(ctx context.Context, reports []run.Report) ([]bool, error) {
@@ -726,6 +727,25 @@ func (w *Worker) flushUnreported() {
 	}
 }
 
+// tooLargeSnooze is how long a task larger than this worker waits in its
+// queue before a worker fetches it again (admission admits only a task
+// some live worker of its queue could run).
+const tooLargeSnooze = 2 * time.Second
+
+// needOf is what a job's task asks for: in its args when admission knew
+// it, else read.
+func (w *Worker) needOf(ctx context.Context, job *river.Job[dispatch.TaskArgs]) (resources.Vector, error) {
+	if job.Args.Need != nil {
+		return *job.Args.Need, nil
+	}
+	rows, err := store.New(w.cfg.StatePool).TaskSizes(ctx, []uuid.UUID{job.Args.TaskID})
+	if err != nil || len(rows) == 0 {
+		return resources.Vector{}, err // a task gone: its start finds nothing
+	}
+	r := rows[0]
+	return resources.FromColumns(r.ResCpu, r.ResMemory, r.ResGpu, r.ResCustom), nil
+}
+
 // taskWorker is the River worker for every Orrery task.
 type taskWorker struct {
 	river.WorkerDefaults[dispatch.TaskArgs]
@@ -751,6 +771,25 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 	w.ledger.hold(job.Args.TaskID, 1)
 	defer w.ledger.hold(job.Args.TaskID, -1)
 	w.cfg.Failpoints.Hit(FailpointFetched)
+	// The attempt starts once what it asks for fits what this worker's
+	// running attempts leave (the gate); one larger than the whole worker
+	// goes back to its queue for a worker it fits.
+	need, err := w.needOf(ctx, job)
+	if err != nil {
+		return fmt.Errorf("read the task's resources: %w", err) // River retries the job
+	}
+	if !w.gate.fits(need) {
+		log.Info("the task asks for more than this worker has: left to a larger worker", "needs", need.String(), "capacity", w.cfg.Capacity.String())
+		return river.JobSnooze(tooLargeSnooze)
+	}
+	release, err := w.gate.acquire(ctx, need)
+	if err != nil { // shutting down: another worker takes it at once
+		return river.JobSnooze(0)
+	}
+	// The room is held until the report is written (work returns): what
+	// the attempts table shows running on this worker at once never asks
+	// for more than it has.
+	defer release()
 	att, err := w.starter.Do(ctx, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt})
 	if err != nil {
 		return fmt.Errorf("start attempt: %w", err) // River retries the job

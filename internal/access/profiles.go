@@ -31,12 +31,8 @@ type Profile struct {
 var ErrProfileInUse = errors.New("access: a live job names the profile")
 
 func profileOf(r store.ResourceProfile) Profile {
-	p := Profile{Name: r.Name, Resources: resources.Vector{CPU: r.Cpu, Memory: r.Memory, GPU: r.Gpu},
+	return Profile{Name: r.Name, Resources: resources.FromColumns(r.Cpu, r.Memory, r.Gpu, r.Custom),
 		CreateTime: r.CreatedAt, UpdateTime: r.UpdatedAt}
-	if len(r.Custom) > 0 {
-		_ = json.Unmarshal(r.Custom, &p.Resources.Custom) // written by SetProfile
-	}
-	return p
 }
 
 func profileJSON(p *Profile) json.RawMessage {

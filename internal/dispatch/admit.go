@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/engine/failpoint"
 	"github.com/orrery-dev/orrery/internal/store"
 )
@@ -295,10 +296,19 @@ type Admission struct {
 type tenantState struct {
 	id      uuid.UUID
 	weight  int64
-	held    int64 // slots held in this queue, with those given this pass
-	room    int64 // slots it may still get under its quotas
-	target  int64 // what it would get this pass with tasks enough
+	held    int64            // slots held in this queue, with those given this pass
+	heldRes resources.Vector // what its tasks holding them ask for
+	share   float64          // its weighted dominant share (pool.share / weight)
+	room    int64            // slots it may still get under its quotas
+	target  int64            // what it would get this pass with tasks enough
 	waiting []store.AdmissionCandidatesRow
+}
+
+func (s *tenantState) reshare(p *pool) { s.share = p.share(s.held, s.heldRes) / float64(s.weight) }
+
+// need is what a candidate asks for.
+func need(c store.AdmissionCandidatesRow) resources.Vector {
+	return resources.FromColumns(c.ResCpu, c.ResMemory, c.ResGpu, c.ResCustom)
 }
 
 // AdmitOnce runs one admission pass for a queue (see the admission doc):
@@ -319,21 +329,26 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 			}
 			return err
 		}
-		slots, err := q.QueueSlots(ctx, queue)
+		caps, err := q.QueueCapacities(ctx, queue)
 		if err != nil {
 			return err
 		}
+		p := poolOf(caps)
 		held, err := q.InFlightByTenant(ctx, queue)
 		if err != nil {
 			return err
 		}
 		heldBy := make(map[uuid.UUID]int64, len(held))
+		resBy := make(map[uuid.UUID]resources.Vector, len(held))
 		var inFlight int64
+		var inFlightRes resources.Vector
 		for _, h := range held {
 			inFlight += h.InFlight
 			heldBy[h.TenantID] = h.InFlight
+			resBy[h.TenantID] = resources.FromColumns(h.Cpu, h.Memory, h.Gpu, h.Custom)
+			inFlightRes = inFlightRes.Add(resBy[h.TenantID])
 		}
-		free := room(slots, inFlight)
+		free := room(p.slots, inFlight)
 		free = min(free, admitBatch)
 		if free <= 0 {
 			return nil
@@ -342,7 +357,7 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		if err != nil || len(tenants) == 0 {
 			return err
 		}
-		states, reserved, skipped, err := tenantStates(ctx, q, queue, tenants, heldBy, free)
+		states, reserved, skipped, err := tenantStates(ctx, q, queue, tenants, heldBy, resBy, &p, free)
 		res.Skipped = skipped
 		free -= reserved
 		if err != nil || len(states) == 0 || free <= 0 {
@@ -368,7 +383,7 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 			s := byID[c.TenantID]
 			s.waiting = append(s.waiting, c)
 		}
-		chosen := choose(states, free)
+		chosen := choose(states, free, &p, inFlightRes, queue)
 		if len(chosen) == 0 {
 			return nil
 		}
@@ -386,9 +401,13 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 			rank[id] = i
 		}
 		slices.SortFunc(rows, func(a, b store.AdmitTasksRow) int { return cmp.Compare(rank[a.ID], rank[b.ID]) })
+		needs := map[uuid.UUID]resources.Vector{}
+		for _, c := range cands {
+			needs[c.ID] = need(c)
+		}
 		ready := make([]Ready, len(rows))
 		for i, r := range rows {
-			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt)
+			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt).WithNeed(needs[r.ID])
 			waited = append(waited, r.WaitedSeconds)
 		}
 		if d.outbox {
@@ -417,7 +436,8 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 // left out of this pass (skipped is then true), its share of free
 // reserved. It then sets each tenant's target: what it would get of free
 // if it had tasks enough.
-func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID, heldBy map[uuid.UUID]int64, free int64) (states []*tenantState, reserved int64, skipped bool, err error) {
+func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID, heldBy map[uuid.UUID]int64, resBy map[uuid.UUID]resources.Vector,
+	p *pool, free int64) (states []*tenantState, reserved int64, skipped bool, err error) {
 	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: tenants})
 	if err != nil {
 		return nil, 0, false, err
@@ -452,7 +472,8 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 	isSkipped := map[*tenantState]bool{}
 	states = make([]*tenantState, 0, len(limits))
 	for _, l := range limits {
-		s := &tenantState{id: l.ID, weight: int64(max(l.Weight, 1)), held: heldBy[l.ID], room: admitBatch}
+		s := &tenantState{id: l.ID, weight: int64(max(l.Weight, 1)), held: heldBy[l.ID], heldRes: resBy[l.ID], room: admitBatch}
+		s.reshare(p)
 		if l.MaxConcurrency > 0 {
 			if !locked[l.ID] {
 				isSkipped[s] = true
@@ -467,7 +488,7 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 			states = append(states, s)
 		}
 	}
-	setTargets(states, free)
+	setTargets(states, free, p)
 	out := states[:0]
 	for _, s := range states {
 		switch {
@@ -482,7 +503,8 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 
 // setTargets water-fills free slots over the tenants as choose would if
 // each had tasks enough: how many of each tenant's candidates to read.
-func setTargets(states []*tenantState, free int64) {
+// (By their slots: what their tasks will ask for is not read yet.)
+func setTargets(states []*tenantState, free int64, p *pool) {
 	h := &byShare{}
 	for _, s := range states {
 		heap.Push(h, s)
@@ -491,6 +513,7 @@ func setTargets(states []*tenantState, free int64) {
 		s := (*h)[0]
 		s.target++
 		s.held++
+		s.reshare(p)
 		if s.target >= s.room {
 			heap.Pop(h)
 		} else {
@@ -499,17 +522,23 @@ func setTargets(states []*tenantState, free int64) {
 	}
 	for _, s := range states {
 		s.held -= s.target // as it was: the fill counted its target in
+		s.reshare(p)
 	}
 }
 
-// choose gives up to free slots, one at a time, to the tenant holding the
-// fewest per unit of weight that still has a task waiting and room under
-// its quotas, and returns the tasks chosen, in the order River is to work
-// them (see below). Each tenant's tasks go by aged priority: aged first,
-// then by priority, then oldest first.
-func choose(states []*tenantState, free int64) []uuid.UUID {
+// choose gives up to free slots, one at a time, to the tenant with the
+// smallest weighted dominant share that still has a task waiting that
+// fits (some live worker could run it, and the queue's tasks in flight,
+// asking inFlight, have room for it: pool) and room under its quotas, and
+// returns the tasks chosen, in the order River is to work them (see
+// below). Each tenant's tasks go by aged priority: aged first, then by
+// priority, then oldest first; one that does not fit is passed over for
+// the next (work-conserving: a large task does not hold back a smaller
+// one that fits), and waits for a later pass.
+func choose(states []*tenantState, free int64, p *pool, inFlight resources.Vector, queue string) []uuid.UUID {
 	h := &byShare{}
 	for _, s := range states {
+		s.reshare(p)
 		slices.SortFunc(s.waiting, func(a, b store.AdmissionCandidatesRow) int {
 			return cmp.Or(cmp.Compare(rank(a), rank(b)), a.ReadyAt.Compare(b.ReadyAt), compareIDs(a.ID, b.ID))
 		})
@@ -518,16 +547,30 @@ func choose(states []*tenantState, free int64) []uuid.UUID {
 		}
 	}
 	type pick struct {
-		id           uuid.UUID
-		held, weight int64 // the tenant's slots with this one, its weight
+		id    uuid.UUID
+		share float64 // the tenant's weighted share with this one
 	}
 	var picks []pick
-	for ; free > 0 && h.Len() > 0; free-- {
+	for free > 0 && h.Len() > 0 {
 		s := (*h)[0]
+		i := slices.IndexFunc(s.waiting, func(c store.AdmissionCandidatesRow) bool {
+			v := need(c)
+			ok, _ := p.fits(v, queue)
+			return ok && p.room(inFlight, v)
+		})
+		if i < 0 { // nothing of its fits now: it waits for a later pass
+			heap.Pop(h)
+			continue
+		}
+		v := need(s.waiting[i])
 		s.held++
-		picks = append(picks, pick{s.waiting[0].ID, s.held, s.weight})
-		s.waiting = s.waiting[1:]
+		s.heldRes = s.heldRes.Add(v)
+		inFlight = inFlight.Add(v)
+		s.reshare(p)
+		picks = append(picks, pick{s.waiting[i].ID, s.share})
+		s.waiting = slices.Delete(s.waiting, i, i+1)
 		s.room--
+		free--
 		if len(s.waiting) == 0 || s.room <= 0 {
 			heap.Pop(h)
 		} else {
@@ -535,11 +578,11 @@ func choose(states []*tenantState, free int64) []uuid.UUID {
 		}
 	}
 	// The order River works them in (their insert order): by the share
-	// each slot brings its tenant to, held/weight, smallest first (a
-	// weighted fair queue's order), so that no tenant's tasks always wait
-	// least in River and come back for their next slot sooner than their
-	// weight's share. Within a tenant, the order above.
-	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Compare(a.held*b.weight, b.held*a.weight) })
+	// each slot brings its tenant to, smallest first (a weighted fair
+	// queue's order), so that no tenant's tasks always wait least in River
+	// and come back for their next slot sooner than their weight's share.
+	// Within a tenant, the order above.
+	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Compare(a.share, b.share) })
 	chosen := make([]uuid.UUID, len(picks))
 	for i, p := range picks {
 		chosen[i] = p.id
@@ -555,16 +598,15 @@ func rank(c store.AdmissionCandidatesRow) int32 {
 	return c.Priority
 }
 
-// byShare is a min-heap of tenants by slots held per unit of weight (ties:
-// the heavier first, then by id, so that passes are reproducible).
+// byShare is a min-heap of tenants by weighted dominant share (ties: the
+// heavier first, then by id, so that passes are reproducible).
 type byShare []*tenantState
 
 func (h byShare) Len() int { return len(h) }
 func (h byShare) Less(i, j int) bool {
 	a, b := h[i], h[j]
-	// a.held/a.weight < b.held/b.weight without division.
-	if l, r := a.held*b.weight, b.held*a.weight; l != r {
-		return l < r
+	if a.share != b.share {
+		return a.share < b.share
 	}
 	if a.weight != b.weight {
 		return a.weight > b.weight
@@ -611,10 +653,13 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 		byQueue[r.Queue][r.Tenant] = append(byQueue[r.Queue][r.Tenant], i)
 	}
 	q := store.New(tx)
+	if err := sizeReady(ctx, q, ready); err != nil {
+		return fmt.Errorf("dispatch: direct admission: %w", err)
+	}
 	for _, queue := range slices.Sorted(maps.Keys(byQueue)) {
 		groups := byQueue[queue]
 		tenants := slices.SortedFunc(maps.Keys(groups), compareIDs)
-		free, err := directRoom(ctx, q, queue, tenants)
+		free, p, inFlight, err := directRoom(ctx, q, queue, tenants)
 		if err != nil {
 			return fmt.Errorf("dispatch: direct admission: %w", err)
 		}
@@ -632,6 +677,17 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 			idx := groups[tenant]
 			slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(ready[a].Priority, ready[b].Priority) })
 			for _, i := range idx[:min(free, len(idx))] {
+				// A task whose size is not known here, or that does not
+				// fit, waits for a pass, which reads it (unless the
+				// queue's workers bound no resources).
+				r := ready[i]
+				if !p.undeclared && (!r.Sized || !p.room(inFlight, r.Need)) {
+					continue
+				}
+				if ok, _ := p.fits(r.Need, queue); !ok {
+					continue
+				}
+				inFlight = inFlight.Add(r.Need)
 				ready[i].Admitted = true
 			}
 		}
@@ -639,25 +695,49 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 	return nil
 }
 
+// sizeReady reads what the ready first attempts whose callers did not
+// read it ask for (those whose rows are written: a run's new tasks come
+// sized).
+func sizeReady(ctx context.Context, q *store.Queries, ready []Ready) error {
+	var ids []uuid.UUID
+	at := map[uuid.UUID]int{}
+	for i, r := range ready {
+		if !r.Sized && r.Redelivers == 0 && r.NotBefore.IsZero() {
+			ids = append(ids, r.TaskID)
+			at[r.TaskID] = i
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	rows, err := q.TaskSizes(ctx, ids)
+	for _, r := range rows {
+		ready[at[r.ID]] = ready[at[r.ID]].WithNeed(resources.FromColumns(r.ResCpu, r.ResMemory, r.ResGpu, r.ResCustom))
+	}
+	return err
+}
+
 // directRoom is how many tasks of these tenants may skip the wait in a
 // queue: its free slots, or none when a task waits there or one of the
-// tenants has a quota that applies there.
-func directRoom(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID) (int, error) {
+// tenants has a quota that applies there; with the queue's pool and what
+// its tasks in flight ask for.
+func directRoom(ctx context.Context, q *store.Queries, queue string, tenants []uuid.UUID) (int, pool, resources.Vector, error) {
 	load, err := q.QueueLoad(ctx, queue)
 	if err != nil || load.Waiting {
-		return 0, err
+		return 0, pool{}, resources.Vector{}, err
 	}
 	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: tenants})
 	if err != nil || len(limits) != len(tenants) {
-		return 0, err
+		return 0, pool{}, resources.Vector{}, err
 	}
 	for _, l := range limits {
 		if l.MaxConcurrency > 0 || l.QueueMax > 0 {
-			return 0, nil
+			return 0, pool{}, resources.Vector{}, nil
 		}
 	}
-	slots, err := q.QueueSlots(ctx, queue)
-	return int(room(slots, load.InFlight)), err
+	caps, err := q.QueueCapacities(ctx, queue)
+	p := poolOf(caps)
+	return int(room(p.slots, load.InFlight)), p, resources.FromColumns(load.Cpu, load.Memory, load.Gpu, load.Custom), err
 }
 
 // room is how many more tasks a queue of slots worker slots takes while it
@@ -669,13 +749,18 @@ func room(slots, inFlight int64) int64 { return slots*InFlightPerSlot - inFlight
 // as the API shows it: "no worker serves queue etl", "tenant quota 50/50",
 // "tenant quota in queue etl 10/10", "queue etl full 400/400", or "waiting
 // for its turn" (other tenants' or this tenant's earlier work goes first).
-func WaitReason(ctx context.Context, q *store.Queries, tenant uuid.UUID, queue string) (string, error) {
-	slots, err := q.QueueSlots(ctx, queue)
+func WaitReason(ctx context.Context, q *store.Queries, tenant uuid.UUID, queue string, need resources.Vector) (string, error) {
+	caps, err := q.QueueCapacities(ctx, queue)
 	if err != nil {
 		return "", err
 	}
+	p := poolOf(caps)
+	slots := p.slots
 	if slots == 0 {
 		return fmt.Sprintf("no worker serves queue %s", queue), nil
+	}
+	if ok, why := p.fits(need, queue); !ok {
+		return why, nil
 	}
 	limits, err := q.TenantLimits(ctx, store.TenantLimitsParams{Queue: queue, Ids: []uuid.UUID{tenant}})
 	if err != nil || len(limits) == 0 {
@@ -706,6 +791,13 @@ func WaitReason(ctx context.Context, q *store.Queries, tenant uuid.UUID, queue s
 		return fmt.Sprintf("tenant quota in queue %s %d/%d", queue, mine, limits[0].QueueMax), nil
 	case room(slots, inQueue) <= 0:
 		return fmt.Sprintf("queue %s full %d/%d", queue, inQueue, room(slots, 0)), nil
+	}
+	load, err := q.QueueLoad(ctx, queue)
+	if err != nil {
+		return "", err
+	}
+	if inFlight := resources.FromColumns(load.Cpu, load.Memory, load.Gpu, load.Custom); !p.room(inFlight, need) {
+		return fmt.Sprintf("queue %s's workers busy: needs %s; in flight %s", queue, need, inFlight), nil
 	}
 	return "waiting for its turn", nil
 }

@@ -2,11 +2,13 @@ package dispatch
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
@@ -59,7 +61,7 @@ func TestChooseShares(t *testing.T) {
 					owner[w.ID] = s.id
 				}
 			}
-			for _, id := range choose(tt.states, tt.free) {
+			for _, id := range choose(tt.states, tt.free, slotsOnly, resources.Vector{}, "etl") {
 				got[owner[id]]++
 			}
 			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
@@ -80,7 +82,7 @@ func TestChooseOrderInsideATenant(t *testing.T) {
 	for _, g := range [][]store.AdmissionCandidatesRow{low, normal, critical, agedLow} {
 		all = append(all, g...)
 	}
-	got := choose([]*tenantState{{id: a, weight: 1, room: 1000, waiting: all}}, 6)
+	got := choose([]*tenantState{{id: a, weight: 1, room: 1000, waiting: all}}, 6, slotsOnly, resources.Vector{}, "etl")
 	want := []uuid.UUID{agedLow[0].ID, critical[0].ID, critical[1].ID, normal[0].ID, low[0].ID, low[1].ID}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("order %v,\nwant  %v (aged first, then critical, normal, low; oldest first within each)", got, want)
@@ -103,10 +105,94 @@ func TestChooseOrderAcrossTenants(t *testing.T) {
 		owner[c.ID] = "H"
 	}
 	got := ""
-	for _, id := range choose([]*tenantState{{id: light, weight: 1, room: 1000, waiting: lt}, {id: heavy, weight: 3, room: 1000, waiting: ht}}, 8) {
+	for _, id := range choose([]*tenantState{{id: light, weight: 1, room: 1000, waiting: lt}, {id: heavy, weight: 3, room: 1000, waiting: ht}}, 8, slotsOnly, resources.Vector{}, "etl") {
 		got += owner[id]
 	}
 	if got != "HHLHHHLH" {
 		t.Fatalf("order %s, want HHLHHHLH (by held/weight after each slot)", got)
+	}
+}
+
+// slotsOnly is a queue whose workers offer slots and no resources a task
+// asks for.
+var slotsOnly = &pool{slots: 1000}
+
+// sized are n waiting tasks of a tenant, each asking for need.
+func sized(tenant uuid.UUID, n int, need resources.Vector) []store.AdmissionCandidatesRow {
+	out := waitingTasks(tenant, n, 3, time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC), false)
+	for i := range out {
+		out[i].ResCpu, out[i].ResMemory, out[i].ResGpu = need.CPU, need.Memory, need.GPU
+	}
+	return out
+}
+
+// Tenants share a queue by their dominant resource (weighted DRF): a
+// tenant of GPU steps and one of CPU steps, equal weights, each get the
+// same share of what they use most, within what the workers have (twice
+// their capacity in flight, as twice their slots).
+func TestChooseByDominantShare(t *testing.T) {
+	gpus, cpus := uuid.New(), uuid.New()
+	p := poolOf(nil)
+	p.slots = 1000
+	for range 2 {
+		c := resources.Vector{CPU: 5000, Memory: 64 << 30, GPU: 2}
+		p.each, p.total = append(p.each, c), p.total.Add(c)
+	}
+	owner := map[uuid.UUID]uuid.UUID{}
+	states := []*tenantState{
+		{id: gpus, weight: 1, room: 1000, waiting: sized(gpus, 50, resources.Vector{CPU: 100, GPU: 1})},
+		{id: cpus, weight: 1, room: 1000, waiting: sized(cpus, 50, resources.Vector{CPU: 1000})},
+	}
+	for _, s := range states {
+		for _, w := range s.waiting {
+			owner[w.ID] = s.id
+		}
+	}
+	got := map[uuid.UUID]int{}
+	for _, id := range choose(states, 100, &p, resources.Vector{}, "etl") {
+		got[owner[id]]++
+	}
+	// 8 GPU tasks are all 2x4 GPUs allow (share 1); the CPU tenant's
+	// share then grows alone, to 20 cores in flight (20 x 1 core: share 1).
+	if got[gpus] != 8 || got[cpus] != 19 { // 8 x 100m of the 20 cores go to the GPU tasks
+		t.Fatalf("GPU tenant %d, CPU tenant %d; want 8 and 19", got[gpus], got[cpus])
+	}
+}
+
+// A task that fits no worker, or no room left, is passed over for one of
+// its tenant's that fits (work-conserving), and says why it waits.
+func TestChoosePassesOverWhatDoesNotFit(t *testing.T) {
+	a := uuid.New()
+	p := poolOf(nil)
+	p.slots = 10
+	for _, mem := range []int64{60 << 30, 16 << 30} {
+		c := resources.Vector{CPU: 16000, Memory: mem}
+		p.each, p.total = append(p.each, c), p.total.Add(c)
+	}
+	big := sized(a, 1, resources.Vector{CPU: 1000, Memory: 100 << 30})
+	small := sized(a, 3, resources.Vector{CPU: 1000, Memory: 1 << 30})
+	for i := range small {
+		small[i].ReadyAt = big[0].ReadyAt.Add(time.Second) // younger than the big one
+	}
+	got := choose([]*tenantState{{id: a, weight: 1, room: 1000, waiting: append(big, small...)}}, 10, &p, resources.Vector{}, "etl")
+	if len(got) != 3 || slices.Contains(got, big[0].ID) {
+		t.Fatalf("chose %v; want the 3 small tasks, not the big one", got)
+	}
+	if ok, why := p.fits(need(big[0]), "etl"); ok || why != "needs memory 100Gi; the largest worker of queue etl has 60Gi" {
+		t.Errorf("fits: %v %q", ok, why)
+	}
+	if ok, why := p.fits(resources.Vector{CPU: 17000}, "etl|acme"); ok || why != "needs cpu 17; the largest worker of queue etl has 16" {
+		t.Errorf("fits in a bound queue: %v %q", ok, why)
+	}
+	mixed := poolOf(nil)
+	for _, c := range []resources.Vector{{CPU: 16000, Memory: 1 << 30}, {CPU: 1000, Memory: 64 << 30}} {
+		mixed.each, mixed.total = append(mixed.each, c), mixed.total.Add(c)
+	}
+	if ok, why := mixed.fits(resources.Vector{CPU: 8000, Memory: 8 << 30}, "etl"); ok || why != "needs cpu 8, memory 8Gi; no single worker of queue etl has all of it" {
+		t.Errorf("fits no single worker: %v %q", ok, why)
+	}
+	// In flight already: 2 x capacity of memory is 152Gi; 150Gi held.
+	if p.room(resources.Vector{Memory: 150 << 30}, resources.Vector{Memory: 4 << 30}) {
+		t.Error("room past twice the capacity")
 	}
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
@@ -51,6 +52,9 @@ type TaskArgs struct {
 	TaskID     uuid.UUID `json:"task_id" river:"unique"`
 	Attempt    int       `json:"attempt" river:"unique"`
 	Redelivers int64     `json:"redelivers,omitempty" river:"unique"`
+	// Need is what the task asks for, when its admission knew it (nil:
+	// the worker reads it); not part of the unique key.
+	Need *resources.Vector `json:"need,omitempty"`
 }
 
 // Kind is the River job kind of TaskArgs.
@@ -71,6 +75,17 @@ type Ready struct {
 	// Admitted: Direct let it skip the wait (its row was written
 	// admitted); Release hands it to River at once.
 	Admitted bool
+	// Need is what the task asks for, when Sized (the caller read it):
+	// Direct lets a task skip the wait only when it knows its size, or
+	// when its queue's workers bound no resources.
+	Need  resources.Vector
+	Sized bool
+}
+
+// WithNeed is r with what its task asks for.
+func (r Ready) WithNeed(v resources.Vector) Ready {
+	r.Need, r.Sized = v, true
+	return r
 }
 
 // NextAttempt is the release of a task that has made `made` attempts: it
@@ -344,7 +359,11 @@ func riverParams(ready []Ready, unique bool) []river.InsertManyParams {
 		if !r.NotBefore.IsZero() {
 			opts.ScheduledAt = r.NotBefore
 		}
-		params[i] = river.InsertManyParams{Args: TaskArgs{TaskID: r.TaskID, Attempt: r.Attempt, Redelivers: r.Redelivers}, InsertOpts: opts}
+		args := TaskArgs{TaskID: r.TaskID, Attempt: r.Attempt, Redelivers: r.Redelivers}
+		if r.Sized {
+			args.Need = &r.Need
+		}
+		params[i] = river.InsertManyParams{Args: args, InsertOpts: opts}
 	}
 	return params
 }

@@ -165,13 +165,20 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 			}
 			status := lifecycle.TaskWaiting
 			conditional, fanOut, jobStep := st.When != "", st.ForEach != "", st.Run.Job != nil
+			res := set.Resources
+			if set.ResourceProfile != "" {
+				res = profiles[tenantProfile{r.Job.Tenant, set.ResourceProfile}]
+			}
+			if jobStep { // it runs nothing itself: its child run's steps ask
+				res = resources.Vector{}
+			}
 			switch {
 			case len(st.Needs) > 0 || r.Status != lifecycle.RunPending:
 			case conditional || fanOut || jobStep: // decided, expanded or started below, once written
-				decide = append(decide, candidate{dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0), ids[i], st.Name, conditional, fanOut, jobStep})
+				decide = append(decide, candidate{dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0).WithNeed(res), ids[i], st.Name, conditional, fanOut, jobStep})
 			default:
 				status = lifecycle.TaskQueued
-				ready = append(ready, dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0))
+				ready = append(ready, dispatch.NextAttempt(stepIDs[st.Name], r.Job.Tenant, queue, int32(set.Priority), 0).WithNeed(res))
 			}
 			tp.Conditionals = append(tp.Conditionals, conditional)
 			tp.FanOuts = append(tp.FanOuts, fanOut)
@@ -185,13 +192,6 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 			tp.Queues = append(tp.Queues, queue)
 			tp.Priorities = append(tp.Priorities, int32(set.Priority))
 			tp.TriggerRules = append(tp.TriggerRules, string(st.TriggerRule))
-			res := set.Resources
-			if set.ResourceProfile != "" {
-				res = profiles[tenantProfile{r.Job.Tenant, set.ResourceProfile}]
-			}
-			if jobStep { // it runs nothing itself: its child run's steps ask
-				res = resources.Vector{}
-			}
 			addResources(&tp, res)
 			for _, need := range st.Needs {
 				ep.Parents = append(ep.Parents, stepIDs[need])

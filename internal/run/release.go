@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -49,7 +50,8 @@ func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier
 	var cands []candidate
 	for _, c := range tasks {
 		if c.ParentsRemaining == 0 {
-			cands = append(cands, candidate{dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, c.Attempt), c.RunID, c.Step, c.Conditional, c.FanOut, c.JobStep})
+			rd := dispatch.NextAttempt(c.ID, c.TenantID, c.Queue, c.Priority, c.Attempt).WithNeed(resources.FromColumns(c.ResCpu, c.ResMemory, c.ResGpu, c.ResCustom))
+			cands = append(cands, candidate{rd, c.RunID, c.Step, c.Conditional, c.FanOut, c.JobStep})
 		}
 	}
 	return release(ctx, q, tx, a, cands)

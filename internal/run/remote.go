@@ -315,7 +315,7 @@ func takeFitting(ctx context.Context, q *store.Queries, w RemoteWorker, max int)
 	if err != nil {
 		return nil, err
 	}
-	free := w.Capacity.Sub(usedVector(used.Cpu, used.Memory, used.Gpu, used.Custom))
+	free := w.Capacity.Sub(resources.FromColumns(used.Cpu, used.Memory, used.Gpu, used.Custom))
 	offers, err := q.ScanOffers(ctx, store.ScanOffersParams{Queues: w.RemoteQueues(), WorkerTypes: w.Types,
 		Namespaces: w.Namespaces, Max: int32(max * fitScan)})
 	if err != nil {
@@ -323,7 +323,7 @@ func takeFitting(ctx context.Context, q *store.Queries, w RemoteWorker, max int)
 	}
 	var chosen []uuid.UUID
 	for _, o := range offers {
-		need := usedVector(o.ResCpu, o.ResMemory, o.ResGpu, o.ResCustom)
+		need := resources.FromColumns(o.ResCpu, o.ResMemory, o.ResGpu, o.ResCustom)
 		if !need.FitsIn(free) {
 			continue
 		}
@@ -342,23 +342,4 @@ func takeFitting(ctx context.Context, q *store.Queries, w RemoteWorker, max int)
 		taken[i] = store.TakeOffersRow(r)
 	}
 	return taken, err
-}
-
-// usedVector is a vector from its columns; custom is a JSON object of
-// counts, or a JSON list of such objects (summed), or nothing.
-func usedVector(cpu, memory, gpu int64, custom []byte) resources.Vector {
-	v := resources.Vector{CPU: cpu, Memory: memory, GPU: gpu}
-	if len(custom) == 0 {
-		return v
-	}
-	var one map[string]int64
-	if json.Unmarshal(custom, &one) == nil {
-		return v.Add(resources.Vector{Custom: one})
-	}
-	var each []map[string]int64
-	_ = json.Unmarshal(custom, &each)
-	for _, c := range each {
-		v = v.Add(resources.Vector{Custom: c})
-	}
-	return v
 }

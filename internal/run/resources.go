@@ -42,11 +42,7 @@ func profilesOf(ctx context.Context, q *store.Queries, runs []New, written map[u
 	}
 	out := make(map[tenantProfile]resources.Vector, len(rows))
 	for _, r := range rows {
-		v := resources.Vector{CPU: r.Cpu, Memory: r.Memory, GPU: r.Gpu}
-		if len(r.Custom) > 0 {
-			_ = json.Unmarshal(r.Custom, &v.Custom) // written by access.SetProfile
-		}
-		out[tenantProfile{r.TenantID, r.Name}] = v
+		out[tenantProfile{r.TenantID, r.Name}] = resources.FromColumns(r.Cpu, r.Memory, r.Gpu, r.Custom)
 	}
 	return out, nil
 }
@@ -66,9 +62,5 @@ func addResources(tp *store.InsertTasksParams, v resources.Vector) {
 
 // Resources is what the task asks for, as its run pinned it.
 func (t Task) Resources() resources.Vector {
-	v := resources.Vector{CPU: t.ResCpu, Memory: t.ResMemory, GPU: t.ResGpu}
-	if len(t.ResCustom) > 0 {
-		_ = json.Unmarshal(t.ResCustom, &v.Custom) // written by addResources
-	}
-	return v
+	return resources.FromColumns(t.ResCpu, t.ResMemory, t.ResGpu, t.ResCustom)
 }

@@ -405,13 +405,15 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 			tasks[i].WaitReason = "retry backoff until " + t.ReadyAt.UTC().Format(time.RFC3339Nano)
 			continue
 		}
-		why, ok := byQueue[t.Queue]
+		need := tasks[i].Resources()
+		key := t.Queue + "\x00" + need.String() // tasks of one size wait for one reason
+		why, ok := byQueue[key]
 		if !ok {
 			var err error
-			if why, err = dispatch.WaitReason(ctx, q, t.TenantID, t.Queue); err != nil {
+			if why, err = dispatch.WaitReason(ctx, q, t.TenantID, t.Queue, need); err != nil {
 				return err
 			}
-			byQueue[t.Queue] = why
+			byQueue[key] = why
 		}
 		tasks[i].WaitReason = why
 	}

@@ -10,15 +10,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const admissionCandidates = `-- name: AdmissionCandidates :many
 SELECT c.id, c.tenant_id, c.priority, c.ready_at::timestamptz AS ready_at,
-       (c.ready_at < now() - INTERVAL '1 second' * $1::float8)::bool AS aged
+       (c.ready_at < now() - INTERVAL '1 second' * $1::float8)::bool AS aged,
+       c.res_cpu, c.res_memory, c.res_gpu, c.res_custom
 FROM (SELECT unnest($2::uuid[]) AS id, unnest($3::int[]) AS lim) AS t
 CROSS JOIN generate_series(1, 4) AS p (priority)
 CROSS JOIN LATERAL (
-    SELECT k.id, k.tenant_id, k.priority, k.ready_at FROM tasks AS k
+    SELECT k.id, k.tenant_id, k.priority, k.ready_at, k.res_cpu, k.res_memory, k.res_gpu, k.res_custom FROM tasks AS k
     WHERE k.queue = $4 AND k.tenant_id = t.id AND k.priority = p.priority
       AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()
     ORDER BY k.ready_at
@@ -34,11 +36,15 @@ type AdmissionCandidatesParams struct {
 }
 
 type AdmissionCandidatesRow struct {
-	ID       uuid.UUID
-	TenantID uuid.UUID
-	Priority int32
-	ReadyAt  time.Time
-	Aged     bool
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	Priority  int32
+	ReadyAt   time.Time
+	Aged      bool
+	ResCpu    int64
+	ResMemory int64
+	ResGpu    int64
+	ResCustom []byte
 }
 
 // AdmissionCandidates lists, for each tenant and each priority, the
@@ -64,6 +70,10 @@ func (q *Queries) AdmissionCandidates(ctx context.Context, arg AdmissionCandidat
 			&i.Priority,
 			&i.ReadyAt,
 			&i.Aged,
+			&i.ResCpu,
+			&i.ResMemory,
+			&i.ResGpu,
+			&i.ResCustom,
 		); err != nil {
 			return nil, err
 		}
@@ -182,7 +192,11 @@ func (q *Queries) EnsureQueue(ctx context.Context, name string) error {
 }
 
 const inFlightByTenant = `-- name: InFlightByTenant :many
-SELECT tenant_id, count(*)::bigint AS in_flight FROM tasks
+SELECT tenant_id, count(*)::bigint AS in_flight,
+       COALESCE(sum(res_cpu), 0)::bigint AS cpu, COALESCE(sum(res_memory), 0)::bigint AS memory,
+       COALESCE(sum(res_gpu), 0)::bigint AS gpu,
+       jsonb_agg(res_custom) FILTER (WHERE res_custom IS NOT NULL) AS custom
+FROM tasks
 WHERE queue = $1 AND admitted_at IS NOT NULL AND status IN ('queued', 'running', 'retrying')
 GROUP BY tenant_id
 `
@@ -190,9 +204,14 @@ GROUP BY tenant_id
 type InFlightByTenantRow struct {
 	TenantID uuid.UUID
 	InFlight int64
+	Cpu      int64
+	Memory   int64
+	Gpu      int64
+	Custom   []byte
 }
 
-// InFlightByTenant counts, per tenant, the queue's tasks that hold a slot.
+// InFlightByTenant counts, per tenant, the queue's tasks that hold a slot,
+// and what they ask for together (custom: a list of their custom counts).
 func (q *Queries) InFlightByTenant(ctx context.Context, queue string) ([]InFlightByTenantRow, error) {
 	rows, err := q.db.Query(ctx, inFlightByTenant, queue)
 	if err != nil {
@@ -202,7 +221,14 @@ func (q *Queries) InFlightByTenant(ctx context.Context, queue string) ([]InFligh
 	items := []InFlightByTenantRow{}
 	for rows.Next() {
 		var i InFlightByTenantRow
-		if err := rows.Scan(&i.TenantID, &i.InFlight); err != nil {
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.InFlight,
+			&i.Cpu,
+			&i.Memory,
+			&i.Gpu,
+			&i.Custom,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -255,24 +281,83 @@ func (q *Queries) LockTenants(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID
 	return items, nil
 }
 
+const queueCapacities = `-- name: QueueCapacities :many
+SELECT (queues ->> $1::text)::int AS slots, cap_cpu, cap_memory, cap_gpu, cap_custom
+FROM workers WHERE lease_expires_at > now() AND queues ->> $1::text IS NOT NULL
+ORDER BY id
+LIMIT 1000
+`
+
+type QueueCapacitiesRow struct {
+	Slots     int32
+	CapCpu    pgtype.Int8
+	CapMemory pgtype.Int8
+	CapGpu    pgtype.Int8
+	CapCustom []byte
+}
+
+// QueueCapacities lists the capacity each live worker serving the queue
+// declares (a NULL cap_cpu: none declared), with its slots there.
+func (q *Queries) QueueCapacities(ctx context.Context, queue string) ([]QueueCapacitiesRow, error) {
+	rows, err := q.db.Query(ctx, queueCapacities, queue)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []QueueCapacitiesRow{}
+	for rows.Next() {
+		var i QueueCapacitiesRow
+		if err := rows.Scan(
+			&i.Slots,
+			&i.CapCpu,
+			&i.CapMemory,
+			&i.CapGpu,
+			&i.CapCustom,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const queueLoad = `-- name: QueueLoad :one
-SELECT (SELECT count(*) FROM tasks AS k WHERE k.queue = $1 AND k.admitted_at IS NOT NULL
-          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS in_flight,
+SELECT f.in_flight, f.cpu, f.memory, f.gpu, f.custom,
        EXISTS (SELECT 1 FROM tasks AS k WHERE k.queue = $1 AND k.admitted_at IS NULL
           AND k.status IN ('queued', 'retrying') AND k.ready_at <= now())::bool AS waiting
+FROM (SELECT count(*)::bigint AS in_flight, COALESCE(sum(k.res_cpu), 0)::bigint AS cpu, COALESCE(sum(k.res_memory), 0)::bigint AS memory,
+             COALESCE(sum(k.res_gpu), 0)::bigint AS gpu,
+             jsonb_agg(k.res_custom) FILTER (WHERE k.res_custom IS NOT NULL) AS custom
+      FROM tasks AS k WHERE k.queue = $1 AND k.admitted_at IS NOT NULL
+        AND k.status IN ('queued', 'running', 'retrying')) AS f
 `
 
 type QueueLoadRow struct {
 	InFlight int64
+	Cpu      int64
+	Memory   int64
+	Gpu      int64
+	Custom   []byte
 	Waiting  bool
 }
 
-// QueueLoad is a queue's tasks holding slots, and whether any task waits
-// in it, eligible now (dispatch.Direct, dispatch.WaitReason).
+// QueueLoad is a queue's tasks holding slots, what they ask for together,
+// and whether any task waits in it, eligible now (dispatch.Direct,
+// dispatch.WaitReason).
 func (q *Queries) QueueLoad(ctx context.Context, queue string) (QueueLoadRow, error) {
 	row := q.db.QueryRow(ctx, queueLoad, queue)
 	var i QueueLoadRow
-	err := row.Scan(&i.InFlight, &i.Waiting)
+	err := row.Scan(
+		&i.InFlight,
+		&i.Cpu,
+		&i.Memory,
+		&i.Gpu,
+		&i.Custom,
+		&i.Waiting,
+	)
 	return i, err
 }
 
@@ -305,6 +390,46 @@ type SetReadyAtParams struct {
 func (q *Queries) SetReadyAt(ctx context.Context, arg SetReadyAtParams) error {
 	_, err := q.db.Exec(ctx, setReadyAt, arg.Ids, arg.Ats)
 	return err
+}
+
+const taskSizes = `-- name: TaskSizes :many
+SELECT id, res_cpu, res_memory, res_gpu, res_custom FROM tasks WHERE id = ANY($1::uuid[])
+`
+
+type TaskSizesRow struct {
+	ID        uuid.UUID
+	ResCpu    int64
+	ResMemory int64
+	ResGpu    int64
+	ResCustom []byte
+}
+
+// TaskSizes reads what tasks ask for (dispatch.Direct, for releases that
+// did not read it).
+func (q *Queries) TaskSizes(ctx context.Context, ids []uuid.UUID) ([]TaskSizesRow, error) {
+	rows, err := q.db.Query(ctx, taskSizes, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskSizesRow{}
+	for rows.Next() {
+		var i TaskSizesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.ResCpu,
+			&i.ResMemory,
+			&i.ResGpu,
+			&i.ResCustom,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const tenantInFlight = `-- name: TenantInFlight :many

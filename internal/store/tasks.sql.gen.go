@@ -271,7 +271,8 @@ func (q *Queries) CountItemEnds(ctx context.Context, arg CountItemEndsParams) ([
 const decrementChildren = `-- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = $1) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out, job_step, attempt
+RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out, job_step, attempt,
+    res_cpu, res_memory, res_gpu, res_custom
 `
 
 type DecrementChildrenRow struct {
@@ -286,6 +287,10 @@ type DecrementChildrenRow struct {
 	FanOut           bool
 	JobStep          bool
 	Attempt          int32
+	ResCpu           int64
+	ResMemory        int64
+	ResGpu           int64
+	ResCustom        []byte
 }
 
 // DecrementChildren counts one more parent done for each child of a task
@@ -311,6 +316,10 @@ func (q *Queries) DecrementChildren(ctx context.Context, parentID uuid.UUID) ([]
 			&i.FanOut,
 			&i.JobStep,
 			&i.Attempt,
+			&i.ResCpu,
+			&i.ResMemory,
+			&i.ResGpu,
+			&i.ResCustom,
 		); err != nil {
 			return nil, err
 		}
@@ -326,7 +335,8 @@ const decrementTasks = `-- name: DecrementTasks :many
 UPDATE tasks SET parents_remaining = parents_remaining - d.n
 FROM (SELECT u.id, count(*)::int AS n FROM unnest($1::uuid[]) AS u (id) GROUP BY u.id) AS d
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
-RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out, tasks.job_step, tasks.attempt
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out, tasks.job_step, tasks.attempt,
+    tasks.res_cpu, tasks.res_memory, tasks.res_gpu, tasks.res_custom
 `
 
 type DecrementTasksRow struct {
@@ -341,6 +351,10 @@ type DecrementTasksRow struct {
 	FanOut           bool
 	JobStep          bool
 	Attempt          int32
+	ResCpu           int64
+	ResMemory        int64
+	ResGpu           int64
+	ResCustom        []byte
 }
 
 // DecrementTasks counts one finished parent for each listed child (a child
@@ -366,6 +380,10 @@ func (q *Queries) DecrementTasks(ctx context.Context, ids []uuid.UUID) ([]Decrem
 			&i.FanOut,
 			&i.JobStep,
 			&i.Attempt,
+			&i.ResCpu,
+			&i.ResMemory,
+			&i.ResGpu,
+			&i.ResCustom,
 		); err != nil {
 			return nil, err
 		}

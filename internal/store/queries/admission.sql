@@ -15,9 +15,22 @@ SELECT name FROM queues WHERE name = @name FOR UPDATE SKIP LOCKED;
 SELECT COALESCE(sum((queues ->> @queue::text)::int), 0)::bigint AS slots
 FROM workers WHERE lease_expires_at > now() AND queues ->> @queue::text IS NOT NULL;
 
--- InFlightByTenant counts, per tenant, the queue's tasks that hold a slot.
+-- QueueCapacities lists the capacity each live worker serving the queue
+-- declares (a NULL cap_cpu: none declared), with its slots there.
+-- name: QueueCapacities :many
+SELECT (queues ->> @queue::text)::int AS slots, cap_cpu, cap_memory, cap_gpu, cap_custom
+FROM workers WHERE lease_expires_at > now() AND queues ->> @queue::text IS NOT NULL
+ORDER BY id
+LIMIT 1000;
+
+-- InFlightByTenant counts, per tenant, the queue's tasks that hold a slot,
+-- and what they ask for together (custom: a list of their custom counts).
 -- name: InFlightByTenant :many
-SELECT tenant_id, count(*)::bigint AS in_flight FROM tasks
+SELECT tenant_id, count(*)::bigint AS in_flight,
+       COALESCE(sum(res_cpu), 0)::bigint AS cpu, COALESCE(sum(res_memory), 0)::bigint AS memory,
+       COALESCE(sum(res_gpu), 0)::bigint AS gpu,
+       jsonb_agg(res_custom) FILTER (WHERE res_custom IS NOT NULL) AS custom
+FROM tasks
 WHERE queue = @queue AND admitted_at IS NOT NULL AND status IN ('queued', 'running', 'retrying')
 GROUP BY tenant_id;
 
@@ -65,11 +78,12 @@ GROUP BY tenant_id;
 -- the admitter merges them by aged priority.
 -- name: AdmissionCandidates :many
 SELECT c.id, c.tenant_id, c.priority, c.ready_at::timestamptz AS ready_at,
-       (c.ready_at < now() - INTERVAL '1 second' * @aging_seconds::float8)::bool AS aged
+       (c.ready_at < now() - INTERVAL '1 second' * @aging_seconds::float8)::bool AS aged,
+       c.res_cpu, c.res_memory, c.res_gpu, c.res_custom
 FROM (SELECT unnest(@tenants::uuid[]) AS id, unnest(@limits::int[]) AS lim) AS t
 CROSS JOIN generate_series(1, 4) AS p (priority)
 CROSS JOIN LATERAL (
-    SELECT k.id, k.tenant_id, k.priority, k.ready_at FROM tasks AS k
+    SELECT k.id, k.tenant_id, k.priority, k.ready_at, k.res_cpu, k.res_memory, k.res_gpu, k.res_custom FROM tasks AS k
     WHERE k.queue = @queue AND k.tenant_id = t.id AND k.priority = p.priority
       AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()
     ORDER BY k.ready_at
@@ -97,13 +111,18 @@ SELECT EXISTS (
     WHERE queue = @queue AND admitted_at IS NULL AND status IN ('queued', 'retrying') AND ready_at <= now()
 )::bool;
 
--- QueueLoad is a queue's tasks holding slots, and whether any task waits
--- in it, eligible now (dispatch.Direct, dispatch.WaitReason).
+-- QueueLoad is a queue's tasks holding slots, what they ask for together,
+-- and whether any task waits in it, eligible now (dispatch.Direct,
+-- dispatch.WaitReason).
 -- name: QueueLoad :one
-SELECT (SELECT count(*) FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NOT NULL
-          AND k.status IN ('queued', 'running', 'retrying'))::bigint AS in_flight,
+SELECT f.in_flight, f.cpu, f.memory, f.gpu, f.custom,
        EXISTS (SELECT 1 FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NULL
-          AND k.status IN ('queued', 'retrying') AND k.ready_at <= now())::bool AS waiting;
+          AND k.status IN ('queued', 'retrying') AND k.ready_at <= now())::bool AS waiting
+FROM (SELECT count(*)::bigint AS in_flight, COALESCE(sum(k.res_cpu), 0)::bigint AS cpu, COALESCE(sum(k.res_memory), 0)::bigint AS memory,
+             COALESCE(sum(k.res_gpu), 0)::bigint AS gpu,
+             jsonb_agg(k.res_custom) FILTER (WHERE k.res_custom IS NOT NULL) AS custom
+      FROM tasks AS k WHERE k.queue = @queue AND k.admitted_at IS NOT NULL
+        AND k.status IN ('queued', 'running', 'retrying')) AS f;
 
 -- AdmissionWaiting counts, per queue, the tasks waiting for admission now
 -- (a retry still in its backoff is not waiting yet) and how long the
@@ -113,3 +132,8 @@ SELECT queue, count(*)::bigint AS waiting, COALESCE(EXTRACT(EPOCH FROM now() - m
 FROM tasks
 WHERE admitted_at IS NULL AND status IN ('queued', 'retrying') AND ready_at <= now()
 GROUP BY queue;
+
+-- TaskSizes reads what tasks ask for (dispatch.Direct, for releases that
+-- did not read it).
+-- name: TaskSizes :many
+SELECT id, res_cpu, res_memory, res_gpu, res_custom FROM tasks WHERE id = ANY(@ids::uuid[]);

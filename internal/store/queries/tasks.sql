@@ -92,7 +92,8 @@ WHERE task_id = @task_id AND fencing_token = @fencing_token;
 -- name: DecrementChildren :many
 UPDATE tasks SET parents_remaining = parents_remaining - 1
 WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = @parent_id) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out, job_step, attempt;
+RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out, job_step, attempt,
+    res_cpu, res_memory, res_gpu, res_custom;
 
 -- name: ReleaseTasks :exec
 UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now(),
@@ -215,7 +216,8 @@ WHERE id = ANY(@ids::uuid[]) AND status = 'waiting';
 UPDATE tasks SET parents_remaining = parents_remaining - d.n
 FROM (SELECT u.id, count(*)::int AS n FROM unnest(@ids::uuid[]) AS u (id) GROUP BY u.id) AS d
 WHERE tasks.id = d.id AND tasks.status = 'waiting'
-RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out, tasks.job_step, tasks.attempt;
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional, tasks.fan_out, tasks.job_step, tasks.attempt,
+    tasks.res_cpu, tasks.res_memory, tasks.res_gpu, tasks.res_custom;
 
 -- SkipTasks skips tasks, each with its reason: waiting ones (a condition
 -- was false, a parent was skipped) and, in a replay, upstream_failed ones

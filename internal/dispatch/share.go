@@ -1,0 +1,103 @@
+package dispatch
+
+import (
+	"fmt"
+
+	"github.com/orrery-dev/orrery/dag/resources"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// What a queue's live workers offer admission (docs/resources.md): their
+// slots, and the capacity of each that declares one. A task is admitted
+// only when one live worker's capacity could hold it; the queue's tasks
+// in flight ask, together, at most InFlightPerSlot times the workers'
+// capacity (as they hold at most that many tasks a slot); and tenants
+// share the queue by their weighted dominant share (Dominant Resource
+// Fairness: the largest of a tenant's share of the slots and of each
+// resource).
+type pool struct {
+	slots int64
+	// total is the declaring workers' capacity together; each, each one's.
+	total resources.Vector
+	each  []resources.Vector
+	// undeclared: a live worker declares no capacity (a remote client of
+	// before resources): it takes a task of any size, and resources bound
+	// nothing in this queue.
+	undeclared bool
+}
+
+func poolOf(rows []store.QueueCapacitiesRow) pool {
+	var p pool
+	for _, r := range rows {
+		p.slots += int64(r.Slots)
+		if !r.CapCpu.Valid {
+			p.undeclared = true
+			continue
+		}
+		c := resources.FromColumns(r.CapCpu.Int64, r.CapMemory.Int64, r.CapGpu.Int64, r.CapCustom)
+		p.each = append(p.each, c)
+		p.total = p.total.Add(c)
+	}
+	return p
+}
+
+// fits reports whether one live worker of the queue could run a task of
+// need alone; when none could, why, naming the shortfall: "needs memory
+// 100Gi; the largest worker of queue etl has 60Gi".
+func (p pool) fits(need resources.Vector, queue string) (bool, string) {
+	if p.undeclared || need.IsZero() {
+		return true, ""
+	}
+	for _, c := range p.each {
+		if need.FitsIn(c) {
+			return true, ""
+		}
+	}
+	queue = RemoteBase(BaseQueue(queue))
+	if len(p.each) == 0 {
+		return false, fmt.Sprintf("needs %s; no live worker of queue %s declares its capacity", need, queue)
+	}
+	for _, name := range need.Names() {
+		var most int64
+		for _, c := range p.each {
+			most = max(most, c.Get(name))
+		}
+		if need.Get(name) > most {
+			return false, fmt.Sprintf("needs %s %s; the largest worker of queue %s has %s", name, resources.Format(name, need.Get(name)), queue, resources.Format(name, most))
+		}
+	}
+	return false, fmt.Sprintf("needs %s; no single worker of queue %s has all of it", need, queue)
+}
+
+// room reports whether the queue's tasks in flight, asking inFlight
+// together, may take one more asking need: at most InFlightPerSlot times
+// its workers' capacity, resource by resource.
+func (p pool) room(inFlight, need resources.Vector) bool {
+	if p.undeclared || need.IsZero() {
+		return true
+	}
+	bound := resources.Vector{}
+	for range InFlightPerSlot {
+		bound = bound.Add(p.total)
+	}
+	return inFlight.Add(need).FitsIn(bound)
+}
+
+// share is a tenant's dominant share of the queue, holding count tasks
+// that ask held together: the largest of its share of the slots and of
+// each resource the workers declare.
+func (p pool) share(count int64, held resources.Vector) float64 {
+	s := 0.0
+	if p.slots > 0 {
+		s = float64(count) / float64(p.slots*InFlightPerSlot)
+	}
+	if p.undeclared || held.IsZero() {
+		return s
+	}
+	for _, name := range held.Names() {
+		if t := p.total.Get(name); t > 0 {
+			s = max(s, float64(held.Get(name))/float64(t*InFlightPerSlot))
+		}
+	}
+	return s
+}
