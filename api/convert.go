@@ -1,6 +1,9 @@
 package api
 
 import (
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -418,4 +421,46 @@ func resourcesToProto(r *dag.Resources) *orreryv1.Resources {
 func vectorToProto(v resources.Vector) *orreryv1.Resources {
 	s := v.Spec()
 	return &orreryv1.Resources{Cpu: s.CPU, Memory: s.Memory, Gpu: s.GPU, Custom: s.Custom}
+}
+
+// ResourceUsage writes a worker's resources as the CLI and the web UI
+// show them, each what its
+// attempts use of what it has: "cpu 2/16, memory 4Gi/60Gi, gpu 0/2"; "-"
+// for a worker that declares none.
+func ResourceUsage(capacity, used *orreryv1.Resources) string {
+	if capacity == nil {
+		return "-"
+	}
+	get := func(r *orreryv1.Resources, name string) string {
+		var q string
+		switch name {
+		case resources.CPU:
+			q = r.GetCpu()
+		case resources.Memory:
+			q = r.GetMemory()
+		case resources.GPU:
+			q = r.GetGpu()
+		default:
+			q = r.GetCustom()[name]
+		}
+		if q == "" {
+			return "0"
+		}
+		return q
+	}
+	names := []string{resources.CPU, resources.Memory}
+	if capacity.GetGpu() != "" || used.GetGpu() != "" {
+		names = append(names, resources.GPU)
+	}
+	custom := maps.Clone(capacity.GetCustom())
+	if custom == nil {
+		custom = map[string]string{}
+	}
+	maps.Copy(custom, used.GetCustom())
+	names = append(names, slices.Sorted(maps.Keys(custom))...)
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = name + " " + get(used, name) + "/" + get(capacity, name)
+	}
+	return strings.Join(parts, ", ")
 }

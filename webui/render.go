@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orrery-dev/orrery/api"
 	"github.com/orrery-dev/orrery/internal/access"
 )
 
@@ -41,6 +42,7 @@ var funcs = template.FuncMap{
 	"half":    func(a float64) float64 { return a / 2 },
 	"counts":  itemCounts,
 	"handled": backfillHandled,
+	"usage":   api.ResourceUsage,
 }
 
 func parsePages() (pages, error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
@@ -153,6 +154,10 @@ func allShardsLive(t *testing.T, pool *pgxpool.Pool, except ...string) bool {
 		WHERE s.lease_expires_at > now() AND n.lease_expires_at > now() AND NOT n.name = ANY($1)`, except) == 64
 }
 
+// chaosCapacity is what each worker of the chaos test declares: mixed
+// sizes, every one past the largest tick (1.5 cores).
+var chaosCapacity = map[string]string{"w1": "cpu=8,memory=4Gi", "w2": "cpu=4,memory=2Gi", "w3": "cpu=3,memory=2Gi", "w4": "cpu=12,memory=8Gi"}
+
 // Several scheduler nodes fire 200 every-second jobs at an HTTP sink for
 // about a minute, run by two worker processes, while a node joins, one
 // node is killed with SIGKILL, one is paused with SIGSTOP past its lease,
@@ -162,7 +167,8 @@ func allShardsLive(t *testing.T, pool *pgxpool.Pool, except ...string) bool {
 // succeeds twice, no attempt is cancelled while its lease was valid, and
 // no run is ever written under a shard epoch older than one already used
 // (fencing). It logs the redeliveries by cause and how long after the
-// worker's death its tasks ran again.
+// worker's death its tasks ran again; and no worker, of mixed capacities,
+// ran at once attempts asking for more than it has.
 func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos test: a minute of real time")
@@ -260,11 +266,19 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 200 {
+		// Mixed sizes (docs/resources.md): a quarter of the ticks ask for
+		// 1.5 cores, the rest 100m; each worker declares its capacity, and
+		// none runs more than it at once (checked below).
+		size := &dag.Resources{CPU: "100m", Memory: "32Mi"}
+		if i%4 == 0 {
+			size = &dag.Resources{CPU: "1500m", Memory: "256Mi"}
+		}
 		_, err := jobs.Create(ctx, job.Anonymous, dag.Resource{
 			Metadata: dag.Metadata{Name: fmt.Sprintf("tick-%03d", i)},
 			Spec: dag.JobSpec{
 				Schedule: schedule.Spec{Cron: schedule.Crons("* * * * * *")},
 				Overlap:  dag.OverlapAllow,
+				Defaults: dag.StepDefaults{Resources: size},
 				Run:      &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}},
 			},
 		}, "")
@@ -338,7 +352,7 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	chaosWorker := func(name string, env []string, extra ...string) *proc {
-		args := append([]string{"worker", "--db", dsn, "--queue", "default=50", "--name", name,
+		args := append([]string{"worker", "--db", dsn, "--queue", "default=50", "--name", name, "--capacity", chaosCapacity[name],
 			"--lease-ttl", "2s", "--allow-egress", "127.0.0.1/32", "--log-level", "info"}, extra...)
 		return startProcEnv(t, name, env, args...)
 	}
@@ -643,6 +657,15 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	checkPipelines(t, pool, until)
 	checkFans(t, pool, until)
 	checkCalls(t, pool, until)
+	capacities := map[string]resources.Vector{}
+	for name, c := range chaosCapacity {
+		v, err := resources.ParseList(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		capacities[name] = v
+	}
+	checkNoOvercommit(t, pool, capacities)
 	if n := wrongPayloads.Load(); n != 0 {
 		t.Fatalf("%d pipeline steps got a payload other than their expressions' values", n)
 	}

@@ -55,7 +55,7 @@ func TestMetricsMoveWhenRunsFire(t *testing.T) {
 	addr := freeAddr(t)
 	metricsAddr := freeAddr(t)
 	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--metrics-addr", metricsAddr, "--worker", "default=2",
-		"--allow-command", "/bin/true", "--allow-command", "/bin/sleep", "--shard-ttl", "2s")
+		"--allow-command", "/bin/true", "--allow-command", "/bin/sleep", "--shard-ttl", "2s", "--capacity", "cpu=3,memory=4Gi,licence=2")
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "tick.yaml"), []byte(`apiVersion: orrery.dev/v1
 kind: Job
@@ -145,10 +145,16 @@ spec:
 		`orrery_runs_finished_total{outcome="cancelled"}`:               1,
 		`orrery_admission_waiting{queue="nobody"}`:                      1,
 		`orrery_admission_oldest_waiting_seconds{queue="nobody"}`:       0.001,
+		`orrery_worker_capacity{resource="cpu"}`:                        3,
+		`orrery_worker_capacity{resource="memory"}`:                     4 << 30,
+		`orrery_worker_capacity{resource="licence"}`:                    2,
 	} {
 		if v := sample(text, series); v < atLeast {
 			t.Errorf("%s = %v, want at least %v", series, v, atLeast)
 		}
+	}
+	if !strings.Contains(text, `orrery_worker_allocated{resource="licence"} 0`) {
+		t.Errorf("orrery_worker_allocated has no licence series at 0")
 	}
 	if v := sample(text, `orrery_shards_owned{node="`+nodeName(text)+`"}`); v != 64 {
 		t.Errorf("orrery_shards_owned = %v, want 64", v)

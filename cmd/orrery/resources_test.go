@@ -1,12 +1,18 @@
 package main_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
@@ -73,25 +79,56 @@ func TestNoWorkerIsOvercommitted(t *testing.T) {
 	poll(t, 90*time.Second, "every run succeeds", func() bool {
 		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 3
 	})
-	for worker, capacity := range map[string][2]int64{"small": {1000, 2 << 30}, "large": {4000, 8 << 30}} {
-		var cpu, memory int64
-		if err := pool.QueryRow(ctx, `SELECT COALESCE(max(c), 0)::bigint, COALESCE(max(m), 0)::bigint FROM (
-			SELECT (SELECT sum(bt.res_cpu) FROM attempts b JOIN tasks bt ON bt.id = b.task_id
-			        WHERE b.worker = a.worker AND b.started_at <= a.started_at AND (b.finished_at IS NULL OR b.finished_at > a.started_at)) AS c,
-			       (SELECT sum(bt.res_memory) FROM attempts b JOIN tasks bt ON bt.id = b.task_id
-			        WHERE b.worker = a.worker AND b.started_at <= a.started_at AND (b.finished_at IS NULL OR b.finished_at > a.started_at)) AS m
-			FROM attempts a WHERE a.worker = $1) AS o`, worker).Scan(&cpu, &memory); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%s ran at most cpu %dm, memory %d MiB at once (capacity %dm, %d MiB)", worker, cpu, memory>>20, capacity[0], capacity[1]>>20)
-		if cpu > capacity[0] || memory > capacity[1] {
-			t.Errorf("%s was overcommitted: cpu %dm of %dm, memory %d of %d bytes at once", worker, cpu, capacity[0], memory, capacity[1])
-		}
-	}
+	checkNoOvercommit(t, pool, map[string]resources.Vector{"small": {CPU: 1000, Memory: 2 << 30}, "large": {CPU: 4000, Memory: 8 << 30}})
 	if n := queryInt(t, pool, `SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE k.res_cpu = 2000 AND a.worker <> 'large'`); n != 0 {
 		t.Errorf("%d attempts of 2 cores ran on the 1-core worker", n)
 	}
 	if n := queryInt(t, pool, `SELECT count(DISTINCT worker) FROM attempts`); n != 2 {
 		t.Errorf("attempts ran on %d workers, want both", n)
+	}
+}
+
+// checkNoOvercommit fails t if, by the attempts table, a worker ran at
+// once attempts whose tasks ask for more than its capacity (an attempt
+// holds its room from its start to its end, or still, when it has none).
+func checkNoOvercommit(t *testing.T, pool *pgxpool.Pool, capacity map[string]resources.Vector) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT a.worker, a.started_at, COALESCE(a.finished_at, 'infinity'::timestamptz),
+		k.res_cpu, k.res_memory, k.res_gpu FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE a.worker = ANY($1)`, slices.Collect(maps.Keys(capacity)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type event struct {
+		at    time.Time
+		delta resources.Vector
+	}
+	byWorker := map[string][]event{}
+	for rows.Next() {
+		var w string
+		var from, to time.Time
+		var v resources.Vector
+		if err := rows.Scan(&w, &from, &to, &v.CPU, &v.Memory, &v.GPU); err != nil {
+			t.Fatal(err)
+		}
+		byWorker[w] = append(byWorker[w], event{from, v}, event{to, resources.Vector{}.Sub(v)})
+	}
+	rows.Close()
+	for w, events := range byWorker {
+		// Ends before starts at one instant: [start, end) intervals.
+		slices.SortFunc(events, func(a, b event) int {
+			if c := a.at.Compare(b.at); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.delta.CPU+a.delta.Memory, b.delta.CPU+b.delta.Memory)
+		})
+		var now, most resources.Vector
+		for _, e := range events {
+			now = now.Add(e.delta)
+			most = resources.Vector{CPU: max(most.CPU, now.CPU), Memory: max(most.Memory, now.Memory), GPU: max(most.GPU, now.GPU)}
+		}
+		t.Logf("%s ran at most %s at once (capacity %s), %d attempts", w, most, capacity[w], len(events)/2)
+		if !most.FitsIn(capacity[w]) {
+			t.Errorf("%s was overcommitted: %s at once, capacity %s", w, most, capacity[w])
+		}
 	}
 }

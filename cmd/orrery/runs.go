@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
@@ -353,7 +354,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 					types = strings.Join(wk.GetTypes(), ",")
 				}
 				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%d\t%s\t%s\n", wk.GetName(), wk.GetLive(), tenants, strings.Join(queues, " "), types,
-					wk.GetTasksHeld(), capacityText(wk.GetCapacity(), wk.GetAllocated()), ts(wk.GetHeartbeatTime()))
+					wk.GetTasksHeld(), api.ResourceUsage(wk.GetCapacity(), wk.GetAllocated()), ts(wk.GetHeartbeatTime()))
 			}
 			return tw.Flush()
 		},

@@ -338,6 +338,9 @@ func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueD
 		if err != nil {
 			return err
 		}
+		for _, c := range w.ResourceGauges() {
+			mets.Register(c)
+		}
 		parts = append(parts, w.Run)
 	}
 	if f.metricsAddr != "" {

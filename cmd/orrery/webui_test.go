@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -361,6 +362,9 @@ spec:
 	do("cluster", chromedp.Navigate(base+"/cluster"), chromedp.WaitVisible(css(`tr[data-kind="process"]`)))
 	if row := text(`tr[data-kind="process"]`); !strings.Contains(row, "shared") {
 		t.Errorf("dev's worker (bound to no tenant) is not shown as shared: %q", row)
+	}
+	if cell := text(`tr[data-kind="process"] td.resources`); !regexp.MustCompile(`^cpu [0-9.m]+/[1-9][0-9]*, memory \S+/\S+$`).MatchString(cell) {
+		t.Errorf("dev's worker's resources: %q, want cpu and memory used of its machine's", cell)
 	}
 	if row := text(`tr[data-storage="jobs"]`); !regexpLine(row, `live jobs\s*[1-9][0-9]*\s*none`) {
 		t.Errorf("the cluster page's storage row for jobs: %q, want the default tenant's jobs and no quota", row)

@@ -2,12 +2,16 @@ package worker
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/orrery-dev/orrery/dag/resources"
+	"github.com/orrery-dev/orrery/engine/metrics"
 )
 
 // MachineCapacity is what a worker has when it is not told: this
@@ -63,4 +67,33 @@ func cgroupMemoryLimit() int64 {
 		return n
 	}
 	return 0
+}
+
+// ResourceGauges are this worker's capacity and what the attempts it runs
+// ask for together, by resource (orrery_worker_capacity and
+// orrery_worker_allocated; cpu in cores, memory in bytes, others counts):
+// each worker process exports its own.
+func (w *Worker) ResourceGauges() []prometheus.Collector {
+	byName := func(v resources.Vector) map[string]float64 {
+		out := map[string]float64{resources.CPU: float64(v.CPU) / 1000, resources.Memory: float64(v.Memory), resources.GPU: float64(v.GPU)}
+		for name, n := range v.Custom {
+			out[name] = float64(n)
+		}
+		return out
+	}
+	capacity := w.cfg.Capacity
+	return []prometheus.Collector{
+		metrics.NewGaugeFunc("orrery_worker_capacity", "What this worker process has for the attempts it runs at once, by resource (cpu in cores, memory in bytes).", "resource",
+			func(context.Context) (map[string]float64, error) { return byName(capacity), nil }),
+		metrics.NewGaugeFunc("orrery_worker_allocated", "What the attempts this worker process runs ask for together, by resource (every resource of its capacity, 0 when none).", "resource",
+			func(context.Context) (map[string]float64, error) {
+				used := byName(w.gate.inUse())
+				for name := range byName(capacity) {
+					if _, ok := used[name]; !ok {
+						used[name] = 0
+					}
+				}
+				return used, nil
+			}),
+	}
 }
