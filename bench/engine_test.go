@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/metrics"
@@ -362,7 +363,15 @@ func startEngineOn(b *testing.B, pool *pgxpool.Pool, queue string, workers int) 
 			return ctx.Err()
 		}
 	}
-	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{queue: workers}, Logger: log, Metrics: mets,
+	// ORRERY_BENCH_CAPACITY=cpu=64,memory=64Gi sets the worker's capacity
+	// (default: the machine's).
+	var capacity resources.Vector
+	if v := os.Getenv("ORRERY_BENCH_CAPACITY"); v != "" {
+		if capacity, err = resources.ParseList(v); err != nil {
+			b.Fatalf("ORRERY_BENCH_CAPACITY: %v", err)
+		}
+	}
+	w, err := worker.New(worker.Config{StatePool: pool, Queues: map[string]int{queue: workers}, Logger: log, Metrics: mets, Capacity: capacity,
 		AllowEgress: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, // the HTTP sinks of BenchmarkFairFiring
 		Handlers: map[string]executor.HandlerFunc{"noop": func(context.Context, executor.Call) error { e.handled.Add(1); return nil }, "sleep": sleep,
 			"fail": func(context.Context, executor.Call) error {
@@ -620,6 +629,10 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 		runs := jobs
 		if fan := envInt(b, "ORRERY_BENCH_FANOUT", 0); fan > 0 {
 			runs, spec = jobs/fan, fanSpec(cron, fan)
+		}
+		// ORRERY_BENCH_RESOURCES=on: every step asks {cpu: 10m, memory: 16Mi}.
+		if os.Getenv("ORRERY_BENCH_RESOURCES") == "on" {
+			spec.Defaults.Resources = &dag.Resources{CPU: "10m", Memory: "16Mi"}
 		}
 		seedJobs(b, pool, "storm", runs, spec, at)
 		time.Sleep(600 * time.Millisecond) // the seeding's statistics reach pg_stat_wal
