@@ -32,7 +32,7 @@ func TestNoWorkerIsOvercommitted(t *testing.T) {
 	startNodeProc(t, dsn, "node")
 	for _, w := range []struct{ name, capacity string }{{"small", "cpu=1,memory=2Gi"}, {"large", "cpu=4,memory=8Gi"}} {
 		startProc(t, w.name, "worker", "--db", dsn, "--queue", "default=8", "--name", w.name, "--capacity", w.capacity,
-			"--lease-ttl", "2s", "--allow-command", "/bin/*", "--sandbox", "off", "--log-level", "info")
+			"--lease-ttl", "2s", "--allow-command", "/bin/*", "--allow-command", "/usr/bin/python3", "--sandbox", "off", "--log-level", "info")
 	}
 	jobs, err := job.New(ctx, pool, nil)
 	if err != nil {
@@ -76,9 +76,26 @@ func TestNoWorkerIsOvercommitted(t *testing.T) {
 		}
 		rows.Close()
 	})
-	poll(t, 90*time.Second, "every run succeeds", func() bool {
-		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 3
+	// A step past the memory it asks for is killed (exit reason
+	// resources), and the worker goes on.
+	hog := dag.JobSpec{Schedule: schedule.Spec{At: "2099-01-01T00:00:00Z"},
+		Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}, Resources: &dag.Resources{CPU: "100m", Memory: "64Mi"}},
+		Run:      &dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/usr/bin/python3", "-c", `b = b"a" * (256 << 20)`}}}}
+	h, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "hog"}, Spec: hog}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE job_schedules SET next_fire_at = now() WHERE job_id = $1", h.ID); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 90*time.Second, "every run succeeds, and the hog's fails", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 3 &&
+			queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'hog' AND r.status IN ('failed', 'dead_lettered')") == 1
 	})
+	if n := queryInt(t, pool, `SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id JOIN runs r ON r.id = k.run_id JOIN jobs j ON j.id = r.job_id
+		WHERE j.name = 'hog' AND a.exit_reason = 'resources' AND a.error LIKE 'it passed the memory it asked for (resources.memory 64 MiB)%'`); n != 1 {
+		t.Errorf("%d of the hog's attempts ended with exit reason resources, want 1", n)
+	}
 	checkNoOvercommit(t, pool, map[string]resources.Vector{"small": {CPU: 1000, Memory: 2 << 30}, "large": {CPU: 4000, Memory: 8 << 30}})
 	if n := queryInt(t, pool, `SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE k.res_cpu = 2000 AND a.worker <> 'large'`); n != 0 {
 		t.Errorf("%d attempts of 2 cores ran on the 1-core worker", n)

@@ -227,7 +227,7 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	var step *stepCgroups
 	if r.Ceilings != nil {
 		run := append([]string{cmd.Path}, cmd.Args[1:]...) // the program by its real path: prlimit runs it so
-		s, bounded, err := r.Ceilings.enter(run)
+		s, bounded, err := r.Ceilings.enter(run, c.CPU, c.Memory)
 		if err != nil {
 			return Result{ExitReason: ReasonError, FailureClass: ClassSystem, Retryable: true, Error: err.Error()}
 		}
@@ -269,6 +269,9 @@ func (r *CommandRunner) Run(ctx context.Context, c Call) Result {
 	if step != nil && !res.OK {
 		if why := step.passed(cmd.ProcessState); why != "" {
 			res.ExitReason, res.FailureClass = ReasonLimit, ClassUser
+			if step.asked && counter(step.memory, "memory.oom_control", "oom_kill") > 0 {
+				res.ExitReason, res.Retryable = ReasonResources, true // per its retry policy
+			}
 			res.Error = why + " (" + res.Error + ")"
 		}
 	}

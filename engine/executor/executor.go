@@ -40,6 +40,10 @@ type Call struct {
 	// references of its command's arguments, are filled in already
 	// (dag.StepExprs.Apply): the executor runs Executor as it is.
 	Evaluated bool
+	// CPU (millicores) and Memory (bytes) are what the step asks for
+	// (docs/resources.md): a command step's cgroups hold it to them; 0:
+	// only the worker's ceilings.
+	CPU, Memory int64
 }
 
 // IdempotencyKey is stable across deliveries of one attempt, so handlers

@@ -38,6 +38,15 @@ var DefaultLimits = Limits{Processes: 512, Memory: 1 << 30, FileSize: 1 << 30}
 // Limits; its error says which.
 const ReasonLimit = "limit"
 
+// ReasonResources is the exit reason of a step killed for passing the
+// memory it asked for (Call.Memory, below the worker's ceiling): its
+// attempt is retried per its policy.
+const ReasonResources = "resources"
+
+// cfsPeriod is the CPU quota's period (µs): a step of N millicores gets
+// N*cfsPeriod/1000 µs of CPU time in each.
+const cfsPeriod = 100_000
+
 // Ceilings enforce Limits on a worker's command steps: by cgroup v1 (the
 // pids and memory controllers) where this process may make cgroups below
 // its own, each step in one of its own, which its processes enter before
@@ -52,12 +61,12 @@ const ReasonLimit = "limit"
 // removed by the next NewCeilings on the machine, their processes killed.
 type Ceilings struct {
 	Limits Limits
-	// pids and memory are this process's folders of step cgroups, ""
-	// where cgroups are not available.
-	pids, memory string
-	prlimit      string // prlimit's path; "" when it is missing
-	user         *syscall.Credential
-	seq          atomic.Uint64
+	// pids, memory and cpu are this process's folders of step cgroups,
+	// "" where cgroups are not available.
+	pids, memory, cpu string
+	prlimit           string // prlimit's path; "" when it is missing
+	user              *syscall.Credential
+	seq               atomic.Uint64
 }
 
 // ceilingsMade numbers a process's Ceilings: each has its own folder.
@@ -82,7 +91,7 @@ func NewCeilings(l Limits, user *syscall.Credential) (*Ceilings, error) {
 		name   string
 		dir    *string
 		wanted bool
-	}{{"pids", &c.pids, l.Processes > 0}, {"memory", &c.memory, l.Memory > 0}} {
+	}{{"pids", &c.pids, l.Processes > 0}, {"memory", &c.memory, true}, {"cpu", &c.cpu, true}} { // a step's resources may ask for memory and cpu
 		base, ok := mounts[ctl.name]
 		if !ctl.wanted || !ok {
 			continue
@@ -118,7 +127,7 @@ func cgroupMounts() (mounts, own map[string]string) {
 				continue
 			}
 			for _, opt := range strings.Split(fields[sep+3], ",") {
-				if opt == "pids" || opt == "memory" {
+				if opt == "pids" || opt == "memory" || opt == "cpu" {
 					mounts[opt] = fields[4]
 				}
 			}
@@ -218,8 +227,14 @@ func (c *Ceilings) Describe() string {
 	by("processes", c.Limits.Processes > 0, strconv.Itoa(c.Limits.Processes), procs)
 	by("memory", c.Limits.Memory > 0, Bytes(c.Limits.Memory), mem)
 	by("file size", c.Limits.FileSize > 0, Bytes(c.Limits.FileSize), rl)
-	if len(parts) == 0 {
-		return "none"
+	// What a step asks for (docs/resources.md).
+	switch {
+	case c.memory != "" && c.cpu != "":
+		parts = append(parts, "a step's resources: memory by cgroup, cpu by cgroup quota")
+	case c.memory != "":
+		parts = append(parts, "a step's resources: memory by cgroup, cpu NOT ENFORCED (no cpu cgroup: a reservation only)")
+	default:
+		parts = append(parts, "a step's resources NOT ENFORCED (no cgroup: a reservation only)")
 	}
 	return strings.Join(parts, ", ")
 }
@@ -239,7 +254,7 @@ func Bytes(n int64) string {
 
 // Close removes this process's step cgroups (once its steps ended).
 func (c *Ceilings) Close() error {
-	for _, dir := range []string{c.pids, c.memory} {
+	for _, dir := range []string{c.pids, c.memory, c.cpu} {
 		if dir == "" {
 			continue
 		}
@@ -256,14 +271,23 @@ func (c *Ceilings) Close() error {
 
 // stepCgroups are one step's cgroups.
 type stepCgroups struct {
-	c            *Ceilings
-	pids, memory string
+	c                 *Ceilings
+	pids, memory, cpu string
+	// memoryLimit is the step's memory bound; asked says it is what the
+	// step asked for (below the worker's ceiling).
+	memoryLimit int64
+	asked       bool
 }
 
 // enter makes a step's cgroups and returns them with the argv that runs
-// argv inside them and its rlimits.
-func (c *Ceilings) enter(argv []string) (*stepCgroups, []string, error) {
-	s := &stepCgroups{c: c}
+// argv inside them and its rlimits. cpu (millicores) and memory (bytes)
+// are what the step asks for (0: nothing): its memory bound is the lower
+// of that and the worker's ceiling, its CPU a quota of that many cores.
+func (c *Ceilings) enter(argv []string, cpu, memory int64) (*stepCgroups, []string, error) {
+	s := &stepCgroups{c: c, memoryLimit: c.Limits.Memory}
+	if memory > 0 && (s.memoryLimit == 0 || memory < s.memoryLimit) {
+		s.memoryLimit, s.asked = memory, true
+	}
 	name := fmt.Sprintf("s%d", c.seq.Add(1))
 	var procs []string
 	if c.pids != "" {
@@ -274,9 +298,22 @@ func (c *Ceilings) enter(argv []string) (*stepCgroups, []string, error) {
 		}
 		procs = append(procs, filepath.Join(s.pids, "cgroup.procs"))
 	}
-	if c.memory != "" {
+	if c.cpu != "" && cpu > 0 {
+		s.cpu = filepath.Join(c.cpu, name)
+		if err := s.make(s.cpu, "cpu.cfs_period_us", strconv.Itoa(cfsPeriod)); err != nil {
+			s.release()
+			return nil, nil, err
+		}
+		quota := max(cpu*cfsPeriod/1000, 1000) // the kernel's least: 1 ms
+		if err := os.WriteFile(filepath.Join(s.cpu, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(quota, 10)), 0); err != nil {
+			s.release()
+			return nil, nil, fmt.Errorf("step cgroup cpu.cfs_quota_us: %w", err)
+		}
+		procs = append(procs, filepath.Join(s.cpu, "cgroup.procs"))
+	}
+	if c.memory != "" && s.memoryLimit > 0 {
 		s.memory = filepath.Join(c.memory, name)
-		limit := strconv.FormatInt(c.Limits.Memory, 10)
+		limit := strconv.FormatInt(s.memoryLimit, 10)
 		if err := s.make(s.memory, "memory.limit_in_bytes", limit); err != nil {
 			s.release()
 			return nil, nil, err
@@ -290,8 +327,8 @@ func (c *Ceilings) enter(argv []string) (*stepCgroups, []string, error) {
 		if c.Limits.FileSize > 0 {
 			rl = append(rl, fmt.Sprintf("--fsize=%d", c.Limits.FileSize))
 		}
-		if c.Limits.Memory > 0 && c.memory == "" {
-			rl = append(rl, fmt.Sprintf("--as=%d", c.Limits.Memory))
+		if s.memoryLimit > 0 && c.memory == "" {
+			rl = append(rl, fmt.Sprintf("--as=%d", s.memoryLimit))
 		}
 		if c.Limits.Processes > 0 && c.pids == "" && c.user != nil && c.user.Uid != 0 {
 			rl = append(rl, fmt.Sprintf("--nproc=%d", c.Limits.Processes))
@@ -340,7 +377,11 @@ func (s *stepCgroups) passed(state *os.ProcessState) string {
 		why = append(why, fmt.Sprintf("it reached its process limit (%d processes and threads): %d forks were refused", s.c.Limits.Processes, n))
 	}
 	if n := counter(s.memory, "memory.oom_control", "oom_kill"); n > 0 {
-		why = append(why, fmt.Sprintf("it passed its memory limit (%s): the kernel killed %d of its processes", Bytes(s.c.Limits.Memory), n))
+		if s.asked {
+			why = append(why, fmt.Sprintf("it passed the memory it asked for (resources.memory %s): the kernel killed %d of its processes", Bytes(s.memoryLimit), n))
+		} else {
+			why = append(why, fmt.Sprintf("it passed its memory limit (%s): the kernel killed %d of its processes", Bytes(s.memoryLimit), n))
+		}
 	}
 	if state != nil && s.c.Limits.FileSize > 0 {
 		ws, _ := state.Sys().(syscall.WaitStatus)
@@ -372,7 +413,7 @@ func counter(dir, file, name string) int64 {
 // release kills what is left of the step (a process that left its
 // process group) and removes its cgroups.
 func (s *stepCgroups) release() {
-	for _, dir := range []string{s.pids, s.memory} {
+	for _, dir := range []string{s.pids, s.memory, s.cpu} {
 		if dir != "" {
 			removeCgroup(dir)
 		}

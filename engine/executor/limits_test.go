@@ -139,11 +139,11 @@ func TestCeilingsSweepADeadWorkersCgroups(t *testing.T) {
 
 func TestLimitsDescribed(t *testing.T) {
 	c := &Ceilings{Limits: Limits{Processes: 10, Memory: 1 << 30, FileSize: 3 << 20}, prlimit: "/usr/bin/prlimit"}
-	if got, want := c.Describe(), "processes 10 NOT ENFORCED (no cgroup; root ignores RLIMIT_NPROC: give --command-user), memory 1 GiB by rlimit (each process's address space), file size 3 MiB by rlimit"; got != want {
+	if got, want := c.Describe(), "processes 10 NOT ENFORCED (no cgroup; root ignores RLIMIT_NPROC: give --command-user), memory 1 GiB by rlimit (each process's address space), file size 3 MiB by rlimit, a step's resources NOT ENFORCED (no cgroup: a reservation only)"; got != want {
 		t.Errorf("Describe() = %q, want %q", got, want)
 	}
-	c.pids, c.memory = "/x", "/y"
-	if got, want := c.Describe(), "processes 10 by cgroup (pids), memory 1 GiB by cgroup (memory), file size 3 MiB by rlimit"; got != want {
+	c.pids, c.memory, c.cpu = "/x", "/y", "/z"
+	if got, want := c.Describe(), "processes 10 by cgroup (pids), memory 1 GiB by cgroup (memory), file size 3 MiB by rlimit, a step's resources: memory by cgroup, cpu by cgroup quota"; got != want {
 		t.Errorf("Describe() = %q, want %q", got, want)
 	}
 }
@@ -171,5 +171,50 @@ func TestCeilingsForACommandUser(t *testing.T) {
 	if res.OK || res.ExitReason != ReasonLimit || !strings.Contains(res.Error, "process limit (16 processes and threads)") ||
 		!strings.HasPrefix(res.Output, fmt.Sprint(nobody.Uid)) {
 		t.Errorf("Run() = %+v, want the process limit reached as uid %d", res, nobody.Uid)
+	}
+}
+
+// A step is held to the memory and CPU it asks for (Call.Memory, .CPU),
+// below the worker's ceiling: past its memory it is killed with exit
+// reason resources, retryable, while a neighbour finishes; its CPU is a
+// quota of that many cores; nothing of them is left afterwards.
+func TestStepsHeldToTheirResources(t *testing.T) {
+	t.Parallel()
+	c := ceilingsHere(t, Limits{Processes: 64, Memory: 1 << 30})
+	if c.cpu == "" {
+		t.Skip("cgroup v1 cpu is not mounted and writable here")
+	}
+	r := &Runner{Command: &CommandRunner{Allow: []string{"/bin/*", "/usr/bin/*"}, Ceilings: c}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	hog := cmdCall("/usr/bin/python3", "-c", `b = b"a" * (256 << 20); print(len(b))`)
+	hog.Memory = 64 << 20
+	var wg sync.WaitGroup
+	var hogRes, neighbour Result
+	wg.Go(func() { hogRes = r.Run(ctx, hog) })
+	wg.Go(func() {
+		n := cmdCall("/usr/bin/python3", "-c", `b = b"a" * (128 << 20); print("fine")`)
+		n.Memory = 512 << 20
+		neighbour = r.Run(ctx, n)
+	})
+	wg.Wait()
+	if hogRes.OK || hogRes.ExitReason != ReasonResources || !hogRes.Retryable ||
+		!strings.Contains(hogRes.Error, "it passed the memory it asked for (resources.memory 64 MiB): the kernel killed 1 of its processes") {
+		t.Errorf("the hog: %+v; want exit reason resources, retryable", hogRes)
+	}
+	if !neighbour.OK || neighbour.Output != "fine\n" {
+		t.Errorf("the neighbour within its 512 MiB: %+v", neighbour)
+	}
+	// Half a core: the step's cgroup has a quota of half the period.
+	mounts, _ := cgroupMounts()
+	quota := cmdCall("/bin/sh", "-c", `p=$(grep -E '^[0-9]+:([^:]*,)?cpu(,[^:]*)?:' /proc/self/cgroup | cut -d: -f3); cat "`+mounts["cpu"]+`$p/cpu.cfs_quota_us" "`+mounts["cpu"]+`$p/cpu.cfs_period_us"`)
+	quota.CPU = 500
+	if res := r.Run(ctx, quota); !res.OK || fmt.Sprint(strings.Fields(res.Output)) != "[50000 100000]" {
+		t.Errorf("a step of 500m: quota and period %q (%+v), want 50000 and 100000", res.Output, res)
+	}
+	for _, dir := range []string{c.pids, c.memory, c.cpu} {
+		if left, _ := filepath.Glob(filepath.Join(dir, "s*")); len(left) > 0 {
+			t.Errorf("step cgroups left: %v", left)
+		}
 	}
 }

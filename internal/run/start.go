@@ -168,7 +168,7 @@ func startedAttempts(ctx context.Context, db store.DBTX, starts []Start, rows []
 			Call: executor.Call{
 				RunID: t.RunID, TaskID: t.ID, JobID: t.JobID, Tenant: t.Tenant, Namespace: t.Namespace, Job: t.Name, Step: t.Step,
 				Attempt: int(t.Attempt), FencingToken: t.FencingToken, ScheduledFor: t.ScheduledFor, Trigger: string(t.Trigger),
-				Payload: json.RawMessage(step.Payload), Executor: step.Run,
+				Payload: json.RawMessage(step.Payload), Executor: step.Run, CPU: t.ResCpu, Memory: t.ResMemory,
 			},
 		}
 	}

@@ -16,14 +16,15 @@ WITH req AS (
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id,
-              tasks.item, tasks.item_index
+              tasks.item, tasks.item_index, tasks.res_cpu, tasks.res_memory
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
     SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, @worker::text, now() FROM t
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
-       t.released_at, ru.trace_parent, ru.params, ru.upstream, t.attempt_id::uuid AS attempt_id, t.item, t.item_index
+       t.released_at, ru.trace_parent, ru.params, ru.upstream, t.attempt_id::uuid AS attempt_id, t.item, t.item_index,
+       t.res_cpu, t.res_memory
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
 JOIN jobs AS j ON j.id = ru.job_id
@@ -36,7 +37,8 @@ JOIN tenants AS te ON te.id = t.tenant_id;
 -- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
-       k.released_at, ru.trace_parent, ru.params, ru.upstream, a.id AS attempt_id, k.item, k.item_index
+       k.released_at, ru.trace_parent, ru.params, ru.upstream, a.id AS attempt_id, k.item, k.item_index,
+       k.res_cpu, k.res_memory
 FROM tasks AS k
 JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
