@@ -11,6 +11,7 @@ import (
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/access"
 )
 
@@ -48,6 +49,10 @@ func (s *accessServer) SetTenantQuota(ctx context.Context, req *connect.Request[
 	m := req.Msg
 	c := access.QuotaChange{MaxConcurrency: m.MaxConcurrency, Weight: m.Weight, Queues: m.GetQueues(),
 		MaxJobs: m.MaxJobs, MaxDefinitionBytes: m.MaxDefinitionBytes, MaxRuns: m.MaxRuns, MaxTasks: m.MaxTasks, MaxHistoryBytes: m.MaxHistoryBytes, MaxItemsPerStep: m.MaxItemsPerStep, MaxRunsPerTree: m.MaxRunsPerTree}
+	if r := m.GetMaxResources(); r != nil {
+		spec := resourcesFromProto(r).Spec()
+		c.MaxResources = &spec
+	}
 	q, err := s.access.SetQuota(ctx, principalOf(ctx), m.GetTenant(), c)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
@@ -71,6 +76,7 @@ func quotaToProto(q access.Quota) *orreryv1.TenantQuota {
 	return &orreryv1.TenantQuota{Tenant: q.Tenant.Name, MaxConcurrency: q.Tenant.MaxConcurrency, Weight: q.Tenant.Weight, Queues: q.Queues,
 		MaxJobs: q.Storage.Jobs, MaxDefinitionBytes: q.Storage.DefinitionBytes, MaxRuns: q.Storage.Runs, MaxTasks: q.Storage.Tasks,
 		MaxItemsPerStep: q.Tenant.MaxItemsPerStep, MaxRunsPerTree: q.Tenant.MaxRunsPerTree, MaxHistoryBytes: q.Storage.HistoryBytes,
+		MaxResources: maxResourcesToProto(q.Tenant.ResourceQuota()),
 		Usage: &orreryv1.TenantUsage{Jobs: q.Usage.Jobs, DefinitionBytes: q.Usage.DefinitionBytes, Runs: q.Usage.Runs, Tasks: q.Usage.Tasks,
 			HistoryBytes: q.Usage.HistoryBytes}}
 }
@@ -189,4 +195,11 @@ func grantToProto(g access.Grant) *orreryv1.Grant {
 func tenantToProto(t access.Tenant) *orreryv1.Tenant {
 	return &orreryv1.Tenant{Id: t.ID.String(), Name: t.Name, Weight: t.Weight, MaxConcurrency: t.MaxConcurrency,
 		CreatedAt: timestamppb.New(t.CreatedAt)}
+}
+
+func maxResourcesToProto(v resources.Vector) *orreryv1.Resources {
+	if v.IsZero() {
+		return nil
+	}
+	return vectorToProto(v)
 }

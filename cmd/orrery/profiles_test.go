@@ -12,7 +12,7 @@ import (
 // from YAML names one (and a step asks for its own resources); a profile
 // a live job names is not deleted; another tenant sees none of them.
 func TestProfilesFromTheCLI(t *testing.T) {
-	_, asDefault, asAcme, _ := twoTenants(t)
+	_, asDefault, asAcme, asSys := twoTenants(t)
 	if out, errOut, code := asAcme("profiles", "set", "gpu-large", "--cpu", "8", "--memory", "64Gi", "--gpu", "1", "--custom", "licence=2"); code != 0 ||
 		!strings.Contains(out, "profile gpu-large: cpu 8, memory 64Gi, gpu 1, licence 2") {
 		t.Fatalf("profiles set: exit %d %q %q", code, out, errOut)
@@ -85,5 +85,25 @@ spec:
 	}
 	if _, errOut, code := asAcme("apply", "-f", dir); code == 0 || !strings.Contains(errOut, `trainer.yaml:10:7: spec.steps[0].resource_profile: no resource profile "gpu-huge"`) {
 		t.Errorf("apply naming a missing profile: exit %d %q", code, errOut)
+	}
+	// A quota in resources: a step or a profile asking more than it, alone,
+	// is refused naming the field and the quota.
+	if out, errOut, code := asSys("tenants", "set-quota", "acme", "--max-cpu", "6", "--max-custom", "licence=1"); code != 0 ||
+		!strings.Contains(out, "resources at most cpu 6, licence 1") {
+		t.Fatalf("set-quota --max-cpu: exit %d %q %q", code, out, errOut)
+	}
+	if _, errOut, code := asAcme("profiles", "set", "huge", "--cpu", "8"); code == 0 || !strings.Contains(errOut, "resources.cpu: 8 is past the tenant's quota of 6") {
+		t.Errorf("a profile past the quota: exit %d %q", code, errOut)
+	}
+	big := strings.Replace(strings.Replace(yaml, "resources: {cpu: 2, memory: 4Gi}", "resources: {cpu: 7, memory: 4Gi}", 1), "trainer", "trainer3", 1)
+	big = strings.Replace(big, "      resource_profile: gpu-large\n", "", 1)
+	if err := os.WriteFile(filepath.Join(dir, "trainer.yaml"), []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := asAcme("apply", "-f", dir); code == 0 || !strings.Contains(errOut, "spec.steps[1].resources.cpu: step report asks for cpu 7; the tenant's quota is 6") {
+		t.Errorf("apply of a step past the quota: exit %d %q", code, errOut)
+	}
+	if _, errOut, code := asSys("tenants", "set-quota", "acme", "--max-cpu", "two"); code == 0 || !strings.Contains(errOut, `max_resources.cpu: "two" is not a quantity`) {
+		t.Errorf("set-quota --max-cpu two: exit %d %q", code, errOut)
 	}
 }

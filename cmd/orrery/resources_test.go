@@ -18,7 +18,8 @@ import (
 	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
-// No worker runs, at once, attempts asking for more than its capacity:
+// No worker runs, at once, attempts asking for more than its capacity,
+// nor a tenant more than its quota in resources:
 // two worker processes of different sizes share a queue whose steps ask
 // for 750m (and some for 2 cores, which only the larger one has); by the
 // attempts table, what each worker ran at once never passed its capacity
@@ -33,6 +34,11 @@ func TestNoWorkerIsOvercommitted(t *testing.T) {
 	for _, w := range []struct{ name, capacity string }{{"small", "cpu=1,memory=2Gi"}, {"large", "cpu=4,memory=8Gi"}} {
 		startProc(t, w.name, "worker", "--db", dsn, "--queue", "default=8", "--name", w.name, "--capacity", w.capacity,
 			"--lease-ttl", "2s", "--allow-command", "/bin/*", "--allow-command", "/usr/bin/python3", "--sandbox", "off", "--log-level", "info")
+	}
+	// The tenant's quota in resources: its tasks in flight, in every
+	// queue, ask for 4 cores at most together (the workers have 5).
+	if _, err := pool.Exec(ctx, `UPDATE tenants SET max_resources = '{"cpu": 4000}' WHERE id = $1`, job.DefaultTenant); err != nil {
+		t.Fatal(err)
 	}
 	jobs, err := job.New(ctx, pool, nil)
 	if err != nil {
@@ -103,6 +109,11 @@ func TestNoWorkerIsOvercommitted(t *testing.T) {
 	if n := queryInt(t, pool, `SELECT count(DISTINCT worker) FROM attempts`); n != 2 {
 		t.Errorf("attempts ran on %d workers, want both", n)
 	}
+	// The tenant as one worker of its quota's size: never past it at once.
+	if _, err := pool.Exec(ctx, `UPDATE attempts SET worker = 'the tenant'`); err != nil {
+		t.Fatal(err)
+	}
+	checkNoOvercommit(t, pool, map[string]resources.Vector{"the tenant": {CPU: 4000, Memory: 1 << 40}})
 }
 
 // checkNoOvercommit fails t if, by the attempts table, a worker ran at

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 )
@@ -55,6 +56,8 @@ func newTenantsCmd(g *globals) *cobra.Command {
 	var maxConc, weight, maxItems, maxTree int32
 	var queueCaps []string
 	var maxJobs, maxDefBytes, maxRuns, maxTasks, maxHistory int64
+	var maxCustom []string
+	maxRes := map[string]string{} // --max-cpu, --max-memory, --max-gpu
 	setQuota := &cobra.Command{
 		Use:   "set-quota NAME",
 		Short: "Set a tenant's admission quota and weight, and its storage quotas (audited)",
@@ -72,6 +75,8 @@ storage quotas at the tenant's next write.
   --max-history-bytes N     bytes of the definitions' history: versions kept besides the live ones, and the audit rows of changes (0: no quota)
   --max-items-per-step N    items of one fan-out, for_each (0: the default, 10000; at most 100000)
   --max-runs-per-tree N     runs that job steps and after-triggers start from one run, the first not counted (0: the default, 1000; at most 100000)
+  --max-cpu Q, --max-memory Q, --max-gpu N, --max-custom NAME=N
+                            what the tenant's admitted tasks ask for together, in all queues (0 lifts one)
 
 A write over a storage quota is refused naming the quota; an instant a
 schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
@@ -102,6 +107,26 @@ schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
 					*f.dst = f.v
 				}
 			}
+			var max orreryv1.Resources
+			named := false
+			for flag, dst := range map[string]*string{"max-cpu": &max.Cpu, "max-memory": &max.Memory, "max-gpu": &max.Gpu} {
+				if cmd.Flags().Changed(flag) {
+					*dst, named = maxRes[flag], true
+				}
+			}
+			for _, c := range maxCustom {
+				name, n, ok := strings.Cut(c, "=")
+				if !ok || name == "" {
+					return fmt.Errorf("--max-custom %q: give NAME=N (licence=10)", c)
+				}
+				if max.Custom == nil {
+					max.Custom = map[string]string{}
+				}
+				max.Custom[name], named = n, true
+			}
+			if named {
+				req.MaxResources = &max
+			}
 			for _, qc := range queueCaps {
 				q, v, found := strings.Cut(qc, "=")
 				n, err := strconv.ParseInt(v, 10, 32)
@@ -131,6 +156,11 @@ schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
 	setQuota.Flags().Int64Var(&maxHistory, "max-history-bytes", 0, "bytes of the definitions' history: versions kept and audit rows of changes (0: no quota)")
 	setQuota.Flags().Int32Var(&maxItems, "max-items-per-step", 0, "items of one fan-out (0: the default, 10000; at most 100000)")
 	setQuota.Flags().Int32Var(&maxTree, "max-runs-per-tree", 0, "runs that job steps and after-triggers start from one run (0: the default, 1000; at most 100000)")
+	for flag, help := range map[string]string{"max-cpu": "cores the tenant's admitted tasks ask for together: 64, 500m (0 lifts it)",
+		"max-memory": "memory they ask for together: 256Gi (0 lifts it)", "max-gpu": "GPUs they ask for together (0 lifts it)"} {
+		setQuota.Flags().Var(stringInto(maxRes, flag), flag, help)
+	}
+	setQuota.Flags().StringArrayVar(&maxCustom, "max-custom", nil, "a custom resource's quota NAME=N (repeatable; N=0 lifts it)")
 	getQuota := &cobra.Command{
 		Use:   "quota [NAME]",
 		Short: "Show a tenant's quotas and what it stores (without NAME: your own tenant's)",
@@ -166,6 +196,9 @@ func printQuota(w io.Writer, q *orreryv1.TenantQuota) {
 		tree = strconv.Itoa(int(n))
 	}
 	fmt.Fprintf(w, "tenant %s  max concurrency %s  weight %d  items per fan-out %s  runs per tree %s\n", q.GetTenant(), limit, q.GetWeight(), items, tree)
+	if r := q.GetMaxResources(); r != nil {
+		fmt.Fprintf(w, "  resources at most %s\n", resourcesText(r))
+	}
 	for _, name := range slices.Sorted(maps.Keys(q.GetQueues())) {
 		fmt.Fprintf(w, "  queue %s  max concurrency %d\n", name, q.GetQueues()[name])
 	}
@@ -188,3 +221,15 @@ func printQuota(w io.Writer, q *orreryv1.TenantQuota) {
 	}
 	_ = tw.Flush()
 }
+
+// stringInto is a flag whose value goes to m[name].
+func stringInto(m map[string]string, name string) pflag.Value { return &mapValue{m, name} }
+
+type mapValue struct {
+	m    map[string]string
+	name string
+}
+
+func (v *mapValue) String() string     { return v.m[v.name] }
+func (v *mapValue) Set(s string) error { v.m[v.name] = s; return nil }
+func (v *mapValue) Type() string       { return "quantity" }

@@ -68,6 +68,23 @@ func (k *Service) SetProfile(ctx context.Context, by Principal, name string, spe
 	}
 	var out Profile
 	err = store.InTx(ctx, k.pool, func(q *store.Queries) error {
+		// A profile no step could ever be admitted with is refused.
+		raw, err := q.TenantMaxResources(ctx, by.Tenant)
+		if err != nil && !store.IsNotFound(err) {
+			return err
+		}
+		var quota resources.Vector
+		_ = json.Unmarshal(raw, &quota) // written by SetQuota
+		for _, r := range quota.Names() {
+			if v.Get(r) > quota.Get(r) {
+				field := "resources." + r
+				if r != resources.CPU && r != resources.Memory && r != resources.GPU {
+					field = "resources.custom." + r
+				}
+				return &dag.FieldError{Field: field, Message: fmt.Sprintf("%s is past the tenant's quota of %s (orrery tenants quota)",
+					resources.Format(r, v.Get(r)), resources.Format(r, quota.Get(r)))}
+			}
+		}
 		var before *Profile
 		old, err := q.LockProfile(ctx, store.LockProfileParams{TenantID: by.Tenant, Name: name})
 		switch {

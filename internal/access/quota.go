@@ -3,6 +3,7 @@ package access
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/store"
 	"github.com/orrery-dev/orrery/internal/usage"
 )
@@ -59,6 +61,33 @@ type QuotaChange struct {
 	MaxRuns            *int64
 	MaxTasks           *int64
 	MaxHistoryBytes    *int64
+	// MaxResources sets the quotas of the resources it names (a quantity
+	// of 0 lifts one) and leaves the others (docs/resources.md).
+	MaxResources *resources.Spec
+}
+
+// resourceQuota is q with change's resources set (0: lifted).
+func resourceQuota(q resources.Vector, change resources.Spec) (resources.Vector, error) {
+	v, err := resources.Parse(change)
+	if err != nil {
+		var fe *resources.FieldError
+		if errors.As(err, &fe) {
+			return q, &dag.FieldError{Field: "max_resources." + fe.Field, Message: fe.Message}
+		}
+		return q, &dag.FieldError{Field: "max_resources", Message: err.Error()}
+	}
+	set := func(text string, cur *int64, n int64) {
+		if text != "" {
+			*cur = n
+		}
+	}
+	set(change.CPU, &q.CPU, v.CPU)
+	set(change.Memory, &q.Memory, v.Memory)
+	set(change.GPU, &q.GPU, v.GPU)
+	for name := range change.Custom {
+		q = q.Sub(resources.Vector{Custom: map[string]int64{name: q.Get(name)}}).Add(resources.Vector{Custom: map[string]int64{name: v.Get(name)}})
+	}
+	return q, nil
 }
 
 func (c QuotaChange) storage() []struct {
@@ -90,8 +119,13 @@ func (c QuotaChange) validate() error {
 			return &dag.FieldError{Field: f.field, Message: fmt.Sprintf("%d: want 0 (no quota) to %d", *f.v, int64(usage.MaxLimit))}
 		}
 	}
-	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 && !storage && c.MaxItemsPerStep == nil && c.MaxRunsPerTree == nil {
-		return &dag.FieldError{Field: "max_concurrency|weight|queues|max_jobs|max_definition_bytes|max_runs|max_tasks|max_history_bytes|max_items_per_step|max_runs_per_tree", Message: "nothing to change: give at least one"}
+	if c.MaxConcurrency == nil && c.Weight == nil && len(c.Queues) == 0 && !storage && c.MaxItemsPerStep == nil && c.MaxRunsPerTree == nil && c.MaxResources == nil {
+		return &dag.FieldError{Field: "max_concurrency|weight|queues|max_jobs|max_definition_bytes|max_runs|max_tasks|max_history_bytes|max_items_per_step|max_runs_per_tree|max_resources", Message: "nothing to change: give at least one"}
+	}
+	if c.MaxResources != nil {
+		if _, err := resourceQuota(resources.Vector{}, *c.MaxResources); err != nil {
+			return err
+		}
 	}
 	if c.MaxRunsPerTree != nil && (*c.MaxRunsPerTree < 0 || *c.MaxRunsPerTree > MaxRunsPerTreeCap) {
 		return &dag.FieldError{Field: "max_runs_per_tree", Message: fmt.Sprintf("%d: want 0 (the default, %d) to %d", *c.MaxRunsPerTree, DefaultMaxRunsPerTree, MaxRunsPerTreeCap)}
@@ -175,8 +209,18 @@ func (k *Service) SetQuota(ctx context.Context, by Principal, tenant string, c Q
 				*f.dst(&after.Storage) = *f.v
 			}
 		}
+		if c.MaxResources != nil {
+			v, err := resourceQuota(before.Tenant.ResourceQuota(), *c.MaxResources)
+			if err != nil {
+				return err
+			}
+			after.Tenant.MaxResources = nil
+			if !v.IsZero() {
+				after.Tenant.MaxResources, _ = json.Marshal(v)
+			}
+		}
 		if err := q.SetTenantLimits(ctx, store.SetTenantLimitsParams{ID: t.ID, Weight: after.Tenant.Weight, MaxConcurrency: after.Tenant.MaxConcurrency,
-			MaxItemsPerStep: after.Tenant.MaxItemsPerStep, MaxRunsPerTree: after.Tenant.MaxRunsPerTree}); err != nil {
+			MaxItemsPerStep: after.Tenant.MaxItemsPerStep, MaxRunsPerTree: after.Tenant.MaxRunsPerTree, MaxResources: after.Tenant.MaxResources}); err != nil {
 			return err
 		}
 		if err := usage.Set(ctx, q, t.ID, after.Storage); err != nil {
@@ -233,5 +277,6 @@ func quotaOf(ctx context.Context, q *store.Queries, t Tenant) (Quota, error) {
 func quotaJSON(q Quota) map[string]any {
 	return map[string]any{"max_concurrency": q.Tenant.MaxConcurrency, "weight": q.Tenant.Weight, "queues": q.Queues, "max_items_per_step": q.Tenant.MaxItemsPerStep,
 		"max_runs_per_tree": q.Tenant.MaxRunsPerTree,
-		"max_jobs":          q.Storage.Jobs, "max_definition_bytes": q.Storage.DefinitionBytes, "max_runs": q.Storage.Runs, "max_history_bytes": q.Storage.HistoryBytes, "max_tasks": q.Storage.Tasks}
+		"max_jobs":          q.Storage.Jobs, "max_definition_bytes": q.Storage.DefinitionBytes, "max_runs": q.Storage.Runs, "max_history_bytes": q.Storage.HistoryBytes, "max_tasks": q.Storage.Tasks,
+		"max_resources": q.Tenant.ResourceQuota().Spec()}
 }

@@ -2,12 +2,14 @@ package access
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/store"
 	"github.com/orrery-dev/orrery/internal/usage"
 )
@@ -24,6 +26,16 @@ type Tenant struct {
 	// MaxRunsPerTree bounds the runs of a tree besides its root (0:
 	// DefaultMaxRunsPerTree).
 	MaxRunsPerTree int32
+	// MaxResources is its quotas in resources, a JSON vector (a resource
+	// it leaves out has none); nil: none (docs/resources.md).
+	MaxResources []byte
+}
+
+// ResourceQuota is t.MaxResources read (the zero vector: none).
+func (t Tenant) ResourceQuota() resources.Vector {
+	var v resources.Vector
+	_ = json.Unmarshal(t.MaxResources, &v) // written by SetQuota
+	return v
 }
 
 // CreateTenant makes a tenant, audited in the new tenant's trail (action

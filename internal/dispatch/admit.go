@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"container/heap"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -302,6 +303,20 @@ type tenantState struct {
 	room    int64            // slots it may still get under its quotas
 	target  int64            // what it would get this pass with tasks enough
 	waiting []store.AdmissionCandidatesRow
+	// quota is its quotas in resources (zero: none); heldAll what its
+	// tasks in flight in every queue ask for, with those given this pass.
+	quota, heldAll resources.Vector
+}
+
+// withinQuota reports whether a task of need keeps the tenant within its
+// quotas in resources (each resource the quota names).
+func (s *tenantState) withinQuota(need resources.Vector) bool {
+	for _, name := range s.quota.Names() {
+		if s.heldAll.Get(name)+need.Get(name) > s.quota.Get(name) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *tenantState) reshare(p *pool) { s.share = p.share(s.held, s.heldRes) / float64(s.weight) }
@@ -444,11 +459,12 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 	}
 	var quota []uuid.UUID
 	for _, l := range limits {
-		if l.MaxConcurrency > 0 {
+		if l.MaxConcurrency > 0 || len(l.MaxResources) > 0 {
 			quota = append(quota, l.ID)
 		}
 	}
 	total := map[uuid.UUID]int64{}
+	totalRes := map[uuid.UUID]resources.Vector{}
 	locked := map[uuid.UUID]bool{}
 	if len(quota) > 0 {
 		ids, err := q.LockTenants(ctx, quota)
@@ -464,6 +480,7 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 		}
 		for _, r := range rows {
 			total[r.TenantID] = r.InFlight
+			totalRes[r.TenantID] = resources.FromColumns(r.Cpu, r.Memory, r.Gpu, r.Custom)
 		}
 	}
 	// A tenant whose row another admitter holds keeps its share of this
@@ -474,12 +491,16 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 	for _, l := range limits {
 		s := &tenantState{id: l.ID, weight: int64(max(l.Weight, 1)), held: heldBy[l.ID], heldRes: resBy[l.ID], room: admitBatch}
 		s.reshare(p)
-		if l.MaxConcurrency > 0 {
+		if l.MaxConcurrency > 0 || len(l.MaxResources) > 0 {
 			if !locked[l.ID] {
 				isSkipped[s] = true
-			} else {
+			} else if l.MaxConcurrency > 0 {
 				s.room = min(s.room, int64(l.MaxConcurrency)-total[l.ID])
 			}
+		}
+		if len(l.MaxResources) > 0 {
+			_ = json.Unmarshal(l.MaxResources, &s.quota) // written by access.SetQuota
+			s.heldAll = totalRes[l.ID]
 		}
 		if l.QueueMax > 0 {
 			s.room = min(s.room, int64(l.QueueMax)-s.held)
@@ -556,7 +577,7 @@ func choose(states []*tenantState, free int64, p *pool, inFlight resources.Vecto
 		i := slices.IndexFunc(s.waiting, func(c store.AdmissionCandidatesRow) bool {
 			v := need(c)
 			ok, _ := p.fits(v, queue)
-			return ok && p.room(inFlight, v)
+			return ok && p.room(inFlight, v) && s.withinQuota(v)
 		})
 		if i < 0 { // nothing of its fits now: it waits for a later pass
 			heap.Pop(h)
@@ -565,6 +586,7 @@ func choose(states []*tenantState, free int64, p *pool, inFlight resources.Vecto
 		v := need(s.waiting[i])
 		s.held++
 		s.heldRes = s.heldRes.Add(v)
+		s.heldAll = s.heldAll.Add(v)
 		inFlight = inFlight.Add(v)
 		s.reshare(p)
 		picks = append(picks, pick{s.waiting[i].ID, s.share})
@@ -731,7 +753,7 @@ func directRoom(ctx context.Context, q *store.Queries, queue string, tenants []u
 		return 0, pool{}, resources.Vector{}, err
 	}
 	for _, l := range limits {
-		if l.MaxConcurrency > 0 || l.QueueMax > 0 {
+		if l.MaxConcurrency > 0 || l.QueueMax > 0 || len(l.MaxResources) > 0 {
 			return 0, pool{}, resources.Vector{}, nil
 		}
 	}
@@ -766,13 +788,26 @@ func WaitReason(ctx context.Context, q *store.Queries, tenant uuid.UUID, queue s
 	if err != nil || len(limits) == 0 {
 		return "", err
 	}
-	if l := limits[0]; l.MaxConcurrency > 0 {
+	if l := limits[0]; l.MaxConcurrency > 0 || len(l.MaxResources) > 0 {
 		total, err := q.TenantInFlight(ctx, []uuid.UUID{tenant})
 		if err != nil {
 			return "", err
 		}
-		if n := sumInFlight(total); n >= int64(l.MaxConcurrency) {
+		if n := sumInFlight(total); l.MaxConcurrency > 0 && n >= int64(l.MaxConcurrency) {
 			return fmt.Sprintf("tenant quota %d/%d", n, l.MaxConcurrency), nil
+		}
+		s := tenantState{}
+		_ = json.Unmarshal(l.MaxResources, &s.quota) // written by access.SetQuota
+		for _, r := range total {
+			s.heldAll = s.heldAll.Add(resources.FromColumns(r.Cpu, r.Memory, r.Gpu, r.Custom))
+		}
+		if !s.withinQuota(need) {
+			for _, name := range s.quota.Names() {
+				if s.heldAll.Get(name)+need.Get(name) > s.quota.Get(name) {
+					return fmt.Sprintf("tenant quota %s %s/%s (needs %s)", name, resources.Format(name, s.heldAll.Get(name)),
+						resources.Format(name, s.quota.Get(name)), resources.Format(name, need.Get(name))), nil
+				}
+			}
 		}
 	}
 	held, err := q.InFlightByTenant(ctx, queue)

@@ -196,3 +196,31 @@ func TestChoosePassesOverWhatDoesNotFit(t *testing.T) {
 		t.Error("room past twice the capacity")
 	}
 }
+
+// A tenant's quota in resources counts its tasks in flight in every queue
+// (heldAll): it gets what keeps it within, the next tenant the rest.
+func TestChooseKeepsATenantWithinItsResourceQuota(t *testing.T) {
+	a, b := uuid.New(), uuid.New()
+	p := poolOf(nil)
+	p.slots = 100
+	c := resources.Vector{CPU: 16000, Memory: 64 << 30}
+	p.each, p.total = []resources.Vector{c}, c
+	owner := map[uuid.UUID]uuid.UUID{}
+	states := []*tenantState{
+		{id: a, weight: 1, room: 1000, waiting: sized(a, 10, resources.Vector{CPU: 750}),
+			quota: resources.Vector{CPU: 2000}, heldAll: resources.Vector{CPU: 500}}, // 500m in flight elsewhere
+		{id: b, weight: 1, room: 1000, waiting: sized(b, 3, resources.Vector{CPU: 750})},
+	}
+	for _, s := range states {
+		for _, w := range s.waiting {
+			owner[w.ID] = s.id
+		}
+	}
+	got := map[uuid.UUID]int{}
+	for _, id := range choose(states, 20, &p, resources.Vector{}, "etl") {
+		got[owner[id]]++
+	}
+	if got[a] != 2 || got[b] != 3 { // 500m + 2 x 750m = 2000m
+		t.Fatalf("tenant with a 2-core quota got %d, the other %d; want 2 and 3", got[a], got[b])
+	}
+}

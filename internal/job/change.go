@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -474,6 +475,9 @@ func checkCalls(ctx context.Context, q *store.Queries, actor Actor, res dag.Reso
 // would refuse it too, with no field to name), or whose steps ask, one of
 // them alone, for more than a tenant's resource quota.
 func checkProfiles(ctx context.Context, q *store.Queries, a Actor, res dag.Resource) error {
+	if err := checkResourceQuota(ctx, q, a, res); err != nil {
+		return err
+	}
 	names := res.Spec.Profiles()
 	if len(names) == 0 {
 		return nil
@@ -522,4 +526,69 @@ func profileGone(err error) error {
 		return &dag.FieldError{Field: "spec", Message: "a resource profile it names was deleted meanwhile (orrery profiles list)"}
 	}
 	return err
+}
+
+// checkResourceQuota refuses a definition one of whose steps asks, alone,
+// for more of a resource than the tenant's quota of it (it could never be
+// admitted), naming the field and the quota; a step naming a profile is
+// checked against the profile as it is now.
+func checkResourceQuota(ctx context.Context, q *store.Queries, a Actor, res dag.Resource) error {
+	raw, err := q.TenantMaxResources(ctx, a.Tenant)
+	if err != nil || len(raw) == 0 {
+		if store.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	var quota resources.Vector
+	_ = json.Unmarshal(raw, &quota) // written by access.SetQuota
+	profiles := map[string]resources.Vector{}
+	if names := res.Spec.Profiles(); len(names) > 0 {
+		rows, err := q.ProfilesNamed(ctx, store.ProfilesNamedParams{TenantID: a.Tenant, Names: names})
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			profiles[r.Name] = resources.FromColumns(r.Cpu, r.Memory, r.Gpu, r.Custom)
+		}
+	}
+	var es dag.Errors
+	reported := map[string]bool{} // the defaults' once
+	for i, st := range res.Spec.Steps {
+		e := res.Spec.Effective(i)
+		need, field := e.Resources, fmt.Sprintf("spec.steps[%d].resources", i)
+		if e.ResourceProfile != "" {
+			need, field = profiles[e.ResourceProfile], fmt.Sprintf("spec.steps[%d].resource_profile", i)
+		}
+		if st.Resources == nil && st.ResourceProfile == "" { // the defaults'
+			field = "spec.defaults.resources"
+			if res.Spec.Defaults.ResourceProfile != "" {
+				field = "spec.defaults.resource_profile"
+			}
+		}
+		if name := over(need, quota); name != "" && !reported[field] {
+			reported[field] = true
+			f := field
+			if strings.HasSuffix(f, ".resources") {
+				f += "." + name
+			}
+			es = append(es, &dag.FieldError{Field: f, Message: fmt.Sprintf("step %s asks for %s %s; the tenant's quota is %s (orrery tenants quota)",
+				st.Name, name, resources.Format(name, need.Get(name)), resources.Format(name, quota.Get(name)))})
+		}
+	}
+	if len(es) > 0 {
+		return es
+	}
+	return nil
+}
+
+// over names the first resource of need past quota's (a resource the
+// quota does not name has none), or "".
+func over(need, quota resources.Vector) string {
+	for _, name := range quota.Names() {
+		if need.Get(name) > quota.Get(name) {
+			return name
+		}
+	}
+	return ""
 }

@@ -433,7 +433,11 @@ func (q *Queries) TaskSizes(ctx context.Context, ids []uuid.UUID) ([]TaskSizesRo
 }
 
 const tenantInFlight = `-- name: TenantInFlight :many
-SELECT tenant_id, count(*)::bigint AS in_flight FROM tasks
+SELECT tenant_id, count(*)::bigint AS in_flight,
+       COALESCE(sum(res_cpu), 0)::bigint AS cpu, COALESCE(sum(res_memory), 0)::bigint AS memory,
+       COALESCE(sum(res_gpu), 0)::bigint AS gpu,
+       jsonb_agg(res_custom) FILTER (WHERE res_custom IS NOT NULL) AS custom
+FROM tasks
 WHERE tenant_id = ANY($1::uuid[]) AND admitted_at IS NOT NULL AND status IN ('queued', 'running', 'retrying')
 GROUP BY tenant_id
 `
@@ -441,9 +445,14 @@ GROUP BY tenant_id
 type TenantInFlightRow struct {
 	TenantID uuid.UUID
 	InFlight int64
+	Cpu      int64
+	Memory   int64
+	Gpu      int64
+	Custom   []byte
 }
 
-// TenantInFlight counts each tenant's tasks holding a slot in any queue.
+// TenantInFlight counts each tenant's tasks holding a slot in any queue,
+// and what they ask for together (custom: a list of their custom counts).
 func (q *Queries) TenantInFlight(ctx context.Context, ids []uuid.UUID) ([]TenantInFlightRow, error) {
 	rows, err := q.db.Query(ctx, tenantInFlight, ids)
 	if err != nil {
@@ -453,7 +462,14 @@ func (q *Queries) TenantInFlight(ctx context.Context, ids []uuid.UUID) ([]Tenant
 	items := []TenantInFlightRow{}
 	for rows.Next() {
 		var i TenantInFlightRow
-		if err := rows.Scan(&i.TenantID, &i.InFlight); err != nil {
+		if err := rows.Scan(
+			&i.TenantID,
+			&i.InFlight,
+			&i.Cpu,
+			&i.Memory,
+			&i.Gpu,
+			&i.Custom,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -465,7 +481,7 @@ func (q *Queries) TenantInFlight(ctx context.Context, ids []uuid.UUID) ([]Tenant
 }
 
 const tenantLimits = `-- name: TenantLimits :many
-SELECT t.id, t.weight, t.max_concurrency, COALESCE(q.max_concurrency, 0)::int AS queue_max
+SELECT t.id, t.weight, t.max_concurrency, COALESCE(q.max_concurrency, 0)::int AS queue_max, t.max_resources
 FROM tenants AS t
 LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = split_part($1::text, '|', 1)
 WHERE t.id = ANY($2::uuid[])
@@ -482,11 +498,13 @@ type TenantLimitsRow struct {
 	Weight         int32
 	MaxConcurrency int32
 	QueueMax       int32
+	MaxResources   []byte
 }
 
 // TenantLimits reads the weight and quotas of tenants: max_concurrency
-// across all queues (0: none) and the cap in this queue (0: none; a bound
-// queue, QUEUE|TENANT, has its queue's).
+// across all queues (0: none), the cap in this queue (0: none; a bound
+// queue, QUEUE|TENANT, has its queue's), and the quotas in resources
+// across all queues (NULL: none).
 func (q *Queries) TenantLimits(ctx context.Context, arg TenantLimitsParams) ([]TenantLimitsRow, error) {
 	rows, err := q.db.Query(ctx, tenantLimits, arg.Queue, arg.Ids)
 	if err != nil {
@@ -501,6 +519,7 @@ func (q *Queries) TenantLimits(ctx context.Context, arg TenantLimitsParams) ([]T
 			&i.Weight,
 			&i.MaxConcurrency,
 			&i.QueueMax,
+			&i.MaxResources,
 		); err != nil {
 			return nil, err
 		}

@@ -133,7 +133,7 @@ func (q *Queries) ListTenants(ctx context.Context, arg ListTenantsParams) ([]Lis
 }
 
 const lockTenantByName = `-- name: LockTenantByName :one
-SELECT id, name, weight, max_concurrency, created_at, max_items_per_step, max_runs_per_tree FROM tenants WHERE name = $1 FOR NO KEY UPDATE
+SELECT id, name, weight, max_concurrency, created_at, max_items_per_step, max_runs_per_tree, max_resources FROM tenants WHERE name = $1 FOR NO KEY UPDATE
 `
 
 type LockTenantByNameRow struct {
@@ -144,6 +144,7 @@ type LockTenantByNameRow struct {
 	CreatedAt       time.Time
 	MaxItemsPerStep int32
 	MaxRunsPerTree  int32
+	MaxResources    []byte
 }
 
 func (q *Queries) LockTenantByName(ctx context.Context, name string) (LockTenantByNameRow, error) {
@@ -157,13 +158,15 @@ func (q *Queries) LockTenantByName(ctx context.Context, name string) (LockTenant
 		&i.CreatedAt,
 		&i.MaxItemsPerStep,
 		&i.MaxRunsPerTree,
+		&i.MaxResources,
 	)
 	return i, err
 }
 
 const setTenantLimits = `-- name: SetTenantLimits :exec
-UPDATE tenants SET weight = $1, max_concurrency = $2, max_items_per_step = $3, max_runs_per_tree = $4
-WHERE id = $5
+UPDATE tenants SET weight = $1, max_concurrency = $2, max_items_per_step = $3, max_runs_per_tree = $4,
+    max_resources = $5::jsonb
+WHERE id = $6
 `
 
 type SetTenantLimitsParams struct {
@@ -171,6 +174,7 @@ type SetTenantLimitsParams struct {
 	MaxConcurrency  int32
 	MaxItemsPerStep int32
 	MaxRunsPerTree  int32
+	MaxResources    []byte
 	ID              uuid.UUID
 }
 
@@ -180,6 +184,7 @@ func (q *Queries) SetTenantLimits(ctx context.Context, arg SetTenantLimitsParams
 		arg.MaxConcurrency,
 		arg.MaxItemsPerStep,
 		arg.MaxRunsPerTree,
+		arg.MaxResources,
 		arg.ID,
 	)
 	return err
@@ -212,6 +217,18 @@ func (q *Queries) TenantByName(ctx context.Context, name string) (uuid.UUID, err
 	return id, err
 }
 
+const tenantMaxResources = `-- name: TenantMaxResources :one
+SELECT max_resources FROM tenants WHERE id = $1
+`
+
+// TenantMaxResources reads a tenant's quotas in resources (NULL: none).
+func (q *Queries) TenantMaxResources(ctx context.Context, id uuid.UUID) ([]byte, error) {
+	row := q.db.QueryRow(ctx, tenantMaxResources, id)
+	var max_resources []byte
+	err := row.Scan(&max_resources)
+	return max_resources, err
+}
+
 const tenantQueueQuotas = `-- name: TenantQueueQuotas :many
 SELECT queue, max_concurrency FROM tenant_queue_quotas WHERE tenant_id = $1 ORDER BY queue
 `
@@ -242,7 +259,7 @@ func (q *Queries) TenantQueueQuotas(ctx context.Context, tenantID uuid.UUID) ([]
 }
 
 const tenantRowByName = `-- name: TenantRowByName :one
-SELECT id, name, weight, max_concurrency, created_at, max_items_per_step, max_runs_per_tree FROM tenants WHERE name = $1
+SELECT id, name, weight, max_concurrency, created_at, max_items_per_step, max_runs_per_tree, max_resources FROM tenants WHERE name = $1
 `
 
 type TenantRowByNameRow struct {
@@ -253,6 +270,7 @@ type TenantRowByNameRow struct {
 	CreatedAt       time.Time
 	MaxItemsPerStep int32
 	MaxRunsPerTree  int32
+	MaxResources    []byte
 }
 
 func (q *Queries) TenantRowByName(ctx context.Context, name string) (TenantRowByNameRow, error) {
@@ -266,6 +284,7 @@ func (q *Queries) TenantRowByName(ctx context.Context, name string) (TenantRowBy
 		&i.CreatedAt,
 		&i.MaxItemsPerStep,
 		&i.MaxRunsPerTree,
+		&i.MaxResources,
 	)
 	return i, err
 }

@@ -50,10 +50,11 @@ WITH RECURSIVE w (tenant_id) AS (
 SELECT w.tenant_id::uuid AS tenant_id FROM w WHERE w.tenant_id IS NOT NULL LIMIT 10000;
 
 -- TenantLimits reads the weight and quotas of tenants: max_concurrency
--- across all queues (0: none) and the cap in this queue (0: none; a bound
--- queue, QUEUE|TENANT, has its queue's).
+-- across all queues (0: none), the cap in this queue (0: none; a bound
+-- queue, QUEUE|TENANT, has its queue's), and the quotas in resources
+-- across all queues (NULL: none).
 -- name: TenantLimits :many
-SELECT t.id, t.weight, t.max_concurrency, COALESCE(q.max_concurrency, 0)::int AS queue_max
+SELECT t.id, t.weight, t.max_concurrency, COALESCE(q.max_concurrency, 0)::int AS queue_max, t.max_resources
 FROM tenants AS t
 LEFT JOIN tenant_queue_quotas AS q ON q.tenant_id = t.id AND q.queue = split_part(@queue::text, '|', 1)
 WHERE t.id = ANY(@ids::uuid[])
@@ -67,9 +68,14 @@ ORDER BY t.id;
 -- name: LockTenants :many
 SELECT id FROM tenants WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED;
 
--- TenantInFlight counts each tenant's tasks holding a slot in any queue.
+-- TenantInFlight counts each tenant's tasks holding a slot in any queue,
+-- and what they ask for together (custom: a list of their custom counts).
 -- name: TenantInFlight :many
-SELECT tenant_id, count(*)::bigint AS in_flight FROM tasks
+SELECT tenant_id, count(*)::bigint AS in_flight,
+       COALESCE(sum(res_cpu), 0)::bigint AS cpu, COALESCE(sum(res_memory), 0)::bigint AS memory,
+       COALESCE(sum(res_gpu), 0)::bigint AS gpu,
+       jsonb_agg(res_custom) FILTER (WHERE res_custom IS NOT NULL) AS custom
+FROM tasks
 WHERE tenant_id = ANY(@ids::uuid[]) AND admitted_at IS NOT NULL AND status IN ('queued', 'running', 'retrying')
 GROUP BY tenant_id;
 

@@ -399,6 +399,7 @@ type Tenant struct {
 	MaxItemsPerStep     int32
 	MaxRunsPerTree      int32
 	MaxHistoryBytes     int64
+	MaxResources        []byte
 }
 
 type TenantJobUsage struct {

@@ -452,8 +452,11 @@ type TenantQuota struct {
 	// Bytes of the definitions' history: the versions kept besides the live
 	// ones, and the audit rows of the jobs' changes.
 	MaxHistoryBytes int64 `protobuf:"varint,12,opt,name=max_history_bytes,json=maxHistoryBytes,proto3" json:"max_history_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Quotas in resources (unset: none); what the admitted tasks ask for
+	// now is in usage.
+	MaxResources  *Resources `protobuf:"bytes,13,opt,name=max_resources,json=maxResources,proto3" json:"max_resources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TenantQuota) Reset() {
@@ -570,6 +573,13 @@ func (x *TenantQuota) GetMaxHistoryBytes() int64 {
 	return 0
 }
 
+func (x *TenantQuota) GetMaxResources() *Resources {
+	if x != nil {
+		return x.MaxResources
+	}
+	return nil
+}
+
 // TenantUsage is what a tenant stores, as its storage quotas count it.
 type TenantUsage struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -667,8 +677,12 @@ type SetTenantQuotaRequest struct {
 	MaxRunsPerTree *int32 `protobuf:"varint,10,opt,name=max_runs_per_tree,json=maxRunsPerTree,proto3,oneof" json:"max_runs_per_tree,omitempty"`
 	// Storage quota on the definitions' history: 0 (none) to 2^50.
 	MaxHistoryBytes *int64 `protobuf:"varint,11,opt,name=max_history_bytes,json=maxHistoryBytes,proto3,oneof" json:"max_history_bytes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Quotas in resources: what the tenant's admitted tasks ask for
+	// together, in all queues. Each resource given is set ("0" lifts it);
+	// the others stay as they are.
+	MaxResources  *Resources `protobuf:"bytes,12,opt,name=max_resources,json=maxResources,proto3" json:"max_resources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetTenantQuotaRequest) Reset() {
@@ -776,6 +790,13 @@ func (x *SetTenantQuotaRequest) GetMaxHistoryBytes() int64 {
 		return *x.MaxHistoryBytes
 	}
 	return 0
+}
+
+func (x *SetTenantQuotaRequest) GetMaxResources() *Resources {
+	if x != nil {
+		return x.MaxResources
+	}
+	return nil
 }
 
 type SetTenantQuotaResponse struct {
@@ -1801,7 +1822,7 @@ var File_orrery_v1_access_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_access_proto_rawDesc = "" +
 	"\n" +
-	"\x16orrery/v1/access.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
+	"\x16orrery/v1/access.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x13orrery/v1/job.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
 	"\rWhoAmIRequest\"\xc6\x01\n" +
 	"\x0eWhoAmIResponse\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1c\n" +
@@ -1828,7 +1849,7 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tR\tpageToken\"j\n" +
 	"\x13ListTenantsResponse\x12+\n" +
 	"\atenants\x18\x01 \x03(\v2\x11.orrery.v1.TenantR\atenants\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x94\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xcf\x04\n" +
 	"\vTenantQuota\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\x05R\x0emaxConcurrency\x12\x16\n" +
@@ -1842,7 +1863,8 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x12max_items_per_step\x18\n" +
 	" \x01(\x05R\x0fmaxItemsPerStep\x12)\n" +
 	"\x11max_runs_per_tree\x18\v \x01(\x05R\x0emaxRunsPerTree\x12*\n" +
-	"\x11max_history_bytes\x18\f \x01(\x03R\x0fmaxHistoryBytes\x1a9\n" +
+	"\x11max_history_bytes\x18\f \x01(\x03R\x0fmaxHistoryBytes\x129\n" +
+	"\rmax_resources\x18\r \x01(\v2\x14.orrery.v1.ResourcesR\fmaxResources\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x9b\x01\n" +
@@ -1851,7 +1873,7 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x10definition_bytes\x18\x02 \x01(\x03R\x0fdefinitionBytes\x12\x12\n" +
 	"\x04runs\x18\x03 \x01(\x03R\x04runs\x12\x14\n" +
 	"\x05tasks\x18\x04 \x01(\x03R\x05tasks\x12#\n" +
-	"\rhistory_bytes\x18\x05 \x01(\x03R\fhistoryBytes\"\xca\x05\n" +
+	"\rhistory_bytes\x18\x05 \x01(\x03R\fhistoryBytes\"\x85\x06\n" +
 	"\x15SetTenantQuotaRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12,\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\x05H\x00R\x0emaxConcurrency\x88\x01\x01\x12\x1b\n" +
@@ -1864,7 +1886,8 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"\x12max_items_per_step\x18\t \x01(\x05H\x06R\x0fmaxItemsPerStep\x88\x01\x01\x12.\n" +
 	"\x11max_runs_per_tree\x18\n" +
 	" \x01(\x05H\aR\x0emaxRunsPerTree\x88\x01\x01\x12/\n" +
-	"\x11max_history_bytes\x18\v \x01(\x03H\bR\x0fmaxHistoryBytes\x88\x01\x01\x1a9\n" +
+	"\x11max_history_bytes\x18\v \x01(\x03H\bR\x0fmaxHistoryBytes\x88\x01\x01\x129\n" +
+	"\rmax_resources\x18\f \x01(\v2\x14.orrery.v1.ResourcesR\fmaxResources\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01B\x12\n" +
@@ -2008,7 +2031,8 @@ var file_orrery_v1_access_proto_goTypes = []any{
 	nil,                            // 27: orrery.v1.TenantQuota.QueuesEntry
 	nil,                            // 28: orrery.v1.SetTenantQuotaRequest.QueuesEntry
 	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),    // 30: google.protobuf.Duration
+	(*Resources)(nil),              // 30: orrery.v1.Resources
+	(*durationpb.Duration)(nil),    // 31: google.protobuf.Duration
 }
 var file_orrery_v1_access_proto_depIdxs = []int32{
 	13, // 0: orrery.v1.WhoAmIResponse.grants:type_name -> orrery.v1.Grant
@@ -2017,45 +2041,47 @@ var file_orrery_v1_access_proto_depIdxs = []int32{
 	2,  // 3: orrery.v1.ListTenantsResponse.tenants:type_name -> orrery.v1.Tenant
 	27, // 4: orrery.v1.TenantQuota.queues:type_name -> orrery.v1.TenantQuota.QueuesEntry
 	8,  // 5: orrery.v1.TenantQuota.usage:type_name -> orrery.v1.TenantUsage
-	28, // 6: orrery.v1.SetTenantQuotaRequest.queues:type_name -> orrery.v1.SetTenantQuotaRequest.QueuesEntry
-	7,  // 7: orrery.v1.SetTenantQuotaResponse.quota:type_name -> orrery.v1.TenantQuota
-	7,  // 8: orrery.v1.GetTenantQuotaResponse.quota:type_name -> orrery.v1.TenantQuota
-	29, // 9: orrery.v1.Grant.created_at:type_name -> google.protobuf.Timestamp
-	13, // 10: orrery.v1.GrantRoleResponse.grant:type_name -> orrery.v1.Grant
-	13, // 11: orrery.v1.ListGrantsResponse.grants:type_name -> orrery.v1.Grant
-	29, // 12: orrery.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
-	29, // 13: orrery.v1.APIKey.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 14: orrery.v1.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
-	30, // 15: orrery.v1.CreateAPIKeyRequest.expires_in:type_name -> google.protobuf.Duration
-	20, // 16: orrery.v1.CreateAPIKeyResponse.key:type_name -> orrery.v1.APIKey
-	20, // 17: orrery.v1.ListAPIKeysResponse.keys:type_name -> orrery.v1.APIKey
-	3,  // 18: orrery.v1.AccessService.CreateTenant:input_type -> orrery.v1.CreateTenantRequest
-	5,  // 19: orrery.v1.AccessService.ListTenants:input_type -> orrery.v1.ListTenantsRequest
-	9,  // 20: orrery.v1.AccessService.SetTenantQuota:input_type -> orrery.v1.SetTenantQuotaRequest
-	11, // 21: orrery.v1.AccessService.GetTenantQuota:input_type -> orrery.v1.GetTenantQuotaRequest
-	21, // 22: orrery.v1.AccessService.CreateAPIKey:input_type -> orrery.v1.CreateAPIKeyRequest
-	23, // 23: orrery.v1.AccessService.ListAPIKeys:input_type -> orrery.v1.ListAPIKeysRequest
-	25, // 24: orrery.v1.AccessService.RevokeAPIKey:input_type -> orrery.v1.RevokeAPIKeyRequest
-	14, // 25: orrery.v1.AccessService.GrantRole:input_type -> orrery.v1.GrantRoleRequest
-	16, // 26: orrery.v1.AccessService.RevokeGrant:input_type -> orrery.v1.RevokeGrantRequest
-	18, // 27: orrery.v1.AccessService.ListGrants:input_type -> orrery.v1.ListGrantsRequest
-	0,  // 28: orrery.v1.AccessService.WhoAmI:input_type -> orrery.v1.WhoAmIRequest
-	4,  // 29: orrery.v1.AccessService.CreateTenant:output_type -> orrery.v1.CreateTenantResponse
-	6,  // 30: orrery.v1.AccessService.ListTenants:output_type -> orrery.v1.ListTenantsResponse
-	10, // 31: orrery.v1.AccessService.SetTenantQuota:output_type -> orrery.v1.SetTenantQuotaResponse
-	12, // 32: orrery.v1.AccessService.GetTenantQuota:output_type -> orrery.v1.GetTenantQuotaResponse
-	22, // 33: orrery.v1.AccessService.CreateAPIKey:output_type -> orrery.v1.CreateAPIKeyResponse
-	24, // 34: orrery.v1.AccessService.ListAPIKeys:output_type -> orrery.v1.ListAPIKeysResponse
-	26, // 35: orrery.v1.AccessService.RevokeAPIKey:output_type -> orrery.v1.RevokeAPIKeyResponse
-	15, // 36: orrery.v1.AccessService.GrantRole:output_type -> orrery.v1.GrantRoleResponse
-	17, // 37: orrery.v1.AccessService.RevokeGrant:output_type -> orrery.v1.RevokeGrantResponse
-	19, // 38: orrery.v1.AccessService.ListGrants:output_type -> orrery.v1.ListGrantsResponse
-	1,  // 39: orrery.v1.AccessService.WhoAmI:output_type -> orrery.v1.WhoAmIResponse
-	29, // [29:40] is the sub-list for method output_type
-	18, // [18:29] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	30, // 6: orrery.v1.TenantQuota.max_resources:type_name -> orrery.v1.Resources
+	28, // 7: orrery.v1.SetTenantQuotaRequest.queues:type_name -> orrery.v1.SetTenantQuotaRequest.QueuesEntry
+	30, // 8: orrery.v1.SetTenantQuotaRequest.max_resources:type_name -> orrery.v1.Resources
+	7,  // 9: orrery.v1.SetTenantQuotaResponse.quota:type_name -> orrery.v1.TenantQuota
+	7,  // 10: orrery.v1.GetTenantQuotaResponse.quota:type_name -> orrery.v1.TenantQuota
+	29, // 11: orrery.v1.Grant.created_at:type_name -> google.protobuf.Timestamp
+	13, // 12: orrery.v1.GrantRoleResponse.grant:type_name -> orrery.v1.Grant
+	13, // 13: orrery.v1.ListGrantsResponse.grants:type_name -> orrery.v1.Grant
+	29, // 14: orrery.v1.APIKey.created_at:type_name -> google.protobuf.Timestamp
+	29, // 15: orrery.v1.APIKey.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 16: orrery.v1.APIKey.revoked_at:type_name -> google.protobuf.Timestamp
+	31, // 17: orrery.v1.CreateAPIKeyRequest.expires_in:type_name -> google.protobuf.Duration
+	20, // 18: orrery.v1.CreateAPIKeyResponse.key:type_name -> orrery.v1.APIKey
+	20, // 19: orrery.v1.ListAPIKeysResponse.keys:type_name -> orrery.v1.APIKey
+	3,  // 20: orrery.v1.AccessService.CreateTenant:input_type -> orrery.v1.CreateTenantRequest
+	5,  // 21: orrery.v1.AccessService.ListTenants:input_type -> orrery.v1.ListTenantsRequest
+	9,  // 22: orrery.v1.AccessService.SetTenantQuota:input_type -> orrery.v1.SetTenantQuotaRequest
+	11, // 23: orrery.v1.AccessService.GetTenantQuota:input_type -> orrery.v1.GetTenantQuotaRequest
+	21, // 24: orrery.v1.AccessService.CreateAPIKey:input_type -> orrery.v1.CreateAPIKeyRequest
+	23, // 25: orrery.v1.AccessService.ListAPIKeys:input_type -> orrery.v1.ListAPIKeysRequest
+	25, // 26: orrery.v1.AccessService.RevokeAPIKey:input_type -> orrery.v1.RevokeAPIKeyRequest
+	14, // 27: orrery.v1.AccessService.GrantRole:input_type -> orrery.v1.GrantRoleRequest
+	16, // 28: orrery.v1.AccessService.RevokeGrant:input_type -> orrery.v1.RevokeGrantRequest
+	18, // 29: orrery.v1.AccessService.ListGrants:input_type -> orrery.v1.ListGrantsRequest
+	0,  // 30: orrery.v1.AccessService.WhoAmI:input_type -> orrery.v1.WhoAmIRequest
+	4,  // 31: orrery.v1.AccessService.CreateTenant:output_type -> orrery.v1.CreateTenantResponse
+	6,  // 32: orrery.v1.AccessService.ListTenants:output_type -> orrery.v1.ListTenantsResponse
+	10, // 33: orrery.v1.AccessService.SetTenantQuota:output_type -> orrery.v1.SetTenantQuotaResponse
+	12, // 34: orrery.v1.AccessService.GetTenantQuota:output_type -> orrery.v1.GetTenantQuotaResponse
+	22, // 35: orrery.v1.AccessService.CreateAPIKey:output_type -> orrery.v1.CreateAPIKeyResponse
+	24, // 36: orrery.v1.AccessService.ListAPIKeys:output_type -> orrery.v1.ListAPIKeysResponse
+	26, // 37: orrery.v1.AccessService.RevokeAPIKey:output_type -> orrery.v1.RevokeAPIKeyResponse
+	15, // 38: orrery.v1.AccessService.GrantRole:output_type -> orrery.v1.GrantRoleResponse
+	17, // 39: orrery.v1.AccessService.RevokeGrant:output_type -> orrery.v1.RevokeGrantResponse
+	19, // 40: orrery.v1.AccessService.ListGrants:output_type -> orrery.v1.ListGrantsResponse
+	1,  // 41: orrery.v1.AccessService.WhoAmI:output_type -> orrery.v1.WhoAmIResponse
+	31, // [31:42] is the sub-list for method output_type
+	20, // [20:31] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_access_proto_init() }
@@ -2063,6 +2089,7 @@ func file_orrery_v1_access_proto_init() {
 	if File_orrery_v1_access_proto != nil {
 		return
 	}
+	file_orrery_v1_job_proto_init()
 	file_orrery_v1_access_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
