@@ -27,7 +27,7 @@ func MachineCapacity() resources.Vector {
 	}
 	reserve := max(mem/10, 512<<20)
 	if mem > reserve {
-		v.Memory = min(mem-reserve, resources.MaxMemory)
+		v.Memory = min(mem-reserve, resources.MaxMemory) &^ (1<<20 - 1) // whole MiB: it reads as 21694Mi, not bytes
 	}
 	return v
 }
