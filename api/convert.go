@@ -464,3 +464,21 @@ func ResourceUsage(capacity, used *orreryv1.Resources) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// ResourcesText writes resources as the CLI and the web UI show them:
+// "cpu 8, memory 64Gi, gpu 1, licence 2" ("-" for none).
+func ResourcesText(r *orreryv1.Resources) string {
+	var parts []string
+	for _, p := range []struct{ name, q string }{{resources.CPU, r.GetCpu()}, {resources.Memory, r.GetMemory()}, {resources.GPU, r.GetGpu()}} {
+		if p.q != "" {
+			parts = append(parts, p.name+" "+p.q)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.GetCustom())) {
+		parts = append(parts, name+" "+r.GetCustom()[name])
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -43,6 +43,7 @@ var funcs = template.FuncMap{
 	"counts":  itemCounts,
 	"handled": backfillHandled,
 	"usage":   api.ResourceUsage,
+	"asks":    api.ResourcesText,
 }
 
 func parsePages() (pages, error) {

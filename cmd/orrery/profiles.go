@@ -2,16 +2,14 @@ package main
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
-	"github.com/orrery-dev/orrery/dag/resources"
 )
 
 func newProfilesCmd(g *globals) *cobra.Command {
@@ -47,7 +45,7 @@ func newProfilesCmd(g *globals) *cobra.Command {
 				return err
 			}
 			p := res.Msg.GetProfile()
-			fmt.Fprintf(cmd.OutOrStdout(), "profile %s: %s\n", p.GetName(), resourcesText(p.GetResources()))
+			fmt.Fprintf(cmd.OutOrStdout(), "profile %s: %s\n", p.GetName(), api.ResourcesText(p.GetResources()))
 			return nil
 		},
 	}
@@ -67,7 +65,7 @@ func newProfilesCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tRESOURCES\tUPDATED (UTC)")
 			for _, p := range res.Msg.GetProfiles() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.GetName(), resourcesText(p.GetResources()), ts(p.GetUpdateTime()))
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.GetName(), api.ResourcesText(p.GetResources()), ts(p.GetUpdateTime()))
 			}
 			return tw.Flush()
 		},
@@ -86,22 +84,4 @@ func newProfilesCmd(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(set, list, del)
 	return cmd
-}
-
-// resourcesText writes resources as a table cell: "cpu 8, memory 64Gi,
-// gpu 1, licence 2".
-func resourcesText(r *orreryv1.Resources) string {
-	var parts []string
-	for _, p := range []struct{ name, q string }{{resources.CPU, r.GetCpu()}, {resources.Memory, r.GetMemory()}, {resources.GPU, r.GetGpu()}} {
-		if p.q != "" {
-			parts = append(parts, p.name+" "+p.q)
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(r.GetCustom())) {
-		parts = append(parts, name+" "+r.GetCustom()[name])
-	}
-	if len(parts) == 0 {
-		return "-"
-	}
-	return strings.Join(parts, ", ")
 }

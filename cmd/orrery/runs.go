@@ -123,7 +123,7 @@ func newRunsCmd(g *globals) *cobra.Command {
 			for _, t := range append(res.Msg.GetTasks(), res.Msg.GetItems()...) {
 				fmt.Fprintf(w, "task %s  %s  queue %s  attempts %d", t.GetStep(), t.GetStatus(), t.GetQueue(), t.GetAttempt())
 				if r := t.GetResources(); r != nil {
-					fmt.Fprintf(w, "  needs %s", resourcesText(r))
+					fmt.Fprintf(w, "  needs %s", api.ResourcesText(r))
 				}
 				if c := t.GetItems(); c != nil {
 					fmt.Fprintf(w, "  items %d (%s; %d must succeed)", c.GetTotal(), itemCounts(c), c.GetNeeded())

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 )
 
@@ -197,7 +198,7 @@ func printQuota(w io.Writer, q *orreryv1.TenantQuota) {
 	}
 	fmt.Fprintf(w, "tenant %s  max concurrency %s  weight %d  items per fan-out %s  runs per tree %s\n", q.GetTenant(), limit, q.GetWeight(), items, tree)
 	if r := q.GetMaxResources(); r != nil {
-		fmt.Fprintf(w, "  resources at most %s\n", resourcesText(r))
+		fmt.Fprintf(w, "  resources at most %s\n", api.ResourcesText(r))
 	}
 	for _, name := range slices.Sorted(maps.Keys(q.GetQueues())) {
 		fmt.Fprintf(w, "  queue %s  max concurrency %d\n", name, q.GetQueues()[name])

@@ -377,6 +377,20 @@ spec:
 		return regexpLine(cli("runs", "list", "--job", "remote-invoice", "-n", "billing", "--status", "succeeded"), `remote-invoice`)
 	})
 	screenshot(t, ctx, "cluster")
+	// A step no worker has room for waits, and its run page says why.
+	bigDir := t.TempDir()
+	os.WriteFile(filepath.Join(bigDir, "big.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: too-big, namespace: qa}\n"+
+		"spec:\n  schedule: {cron: \"0 3 * * *\"}\n  steps:\n    - name: huge\n      resources: {cpu: 1, memory: 100Gi}\n      run: {command: {argv: [\"/bin/true\"]}}\n"), 0o644)
+	cli("apply", "-f", bigDir)
+	bigRun := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}`).FindString(cli("jobs", "trigger", "too-big", "-n", "qa"))
+	do("a step no worker has room for", chromedp.Navigate(base+"/runs/"+bigRun), chromedp.Click(css(`a[href*="task="]`)), chromedp.WaitVisible(css(`p[data-wait]`)))
+	if w := text(`p[data-wait]`); !strings.Contains(w, "needs memory 100Gi; the largest worker of queue default has") {
+		t.Errorf("the waiting task's reason: %q, want the memory it lacks", w)
+	}
+	if r := text(`span[data-resources]`); r != "asks cpu 1, memory 100Gi" {
+		t.Errorf("the task's resources on its run page: %q", r)
+	}
+	cli("runs", "cancel", bigRun)
 	do("job page", chromedp.Navigate(base+"/jobs/analytics/nightly-sales"), chromedp.WaitVisible(css(`pre.yaml`)))
 	screenshot(t, ctx, "job")
 
