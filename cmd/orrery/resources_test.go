@@ -118,10 +118,11 @@ func TestNoWorkerIsOvercommitted(t *testing.T) {
 
 // checkNoOvercommit fails t if, by the attempts table, a worker ran at
 // once attempts whose tasks ask for more than its capacity (an attempt
-// holds its room from its start to its end, or still, when it has none).
+// holds its room from its start to its end, or for ever when it has none
+// yet: a killed worker's until the reaper ends it).
 func checkNoOvercommit(t *testing.T, pool *pgxpool.Pool, capacity map[string]resources.Vector) {
 	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT a.worker, a.started_at, COALESCE(a.finished_at, 'infinity'::timestamptz),
+	rows, err := pool.Query(context.Background(), `SELECT a.worker, a.started_at, COALESCE(a.finished_at, '9999-12-31'::timestamptz),
 		k.res_cpu, k.res_memory, k.res_gpu FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE a.worker = ANY($1)`, slices.Collect(maps.Keys(capacity)))
 	if err != nil {
 		t.Fatal(err)

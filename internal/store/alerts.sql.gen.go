@@ -384,7 +384,9 @@ FROM (
            unnest($7::uuid[]) AS run_id, unnest($8::uuid[]) AS attempt_id,
            unnest($9::timestamptz[]) AS scheduled_for, unnest($10::text[]) AS message
 ) AS u
-ON CONFLICT (job_id, cause) DO NOTHING
+ON CONFLICT (job_id, cause) DO UPDATE
+SET resolved_at = NULL, resolution = '', raised_at = now(), message = EXCLUDED.message, scheduled_for = EXCLUDED.scheduled_for
+WHERE alerts.resolved_at IS NOT NULL
 RETURNING id, tenant_id, job_id, shard, kind, cause, run_id, attempt_id, scheduled_for, message, raised_at, resolved_at, resolution
 `
 
@@ -401,8 +403,11 @@ type RaiseAlertsParams struct {
 	Messages      []string
 }
 
-// RaiseAlerts inserts alerts; one that exists for its (job, cause) is left
-// as it is (raised once per cause) and not returned.
+// RaiseAlerts inserts alerts; one that exists open for its (job, cause)
+// is left as it is (raised once while open) and not returned; one that
+// was resolved is raised again (its cause came back: a replayed dead
+// letter that dead-lettered again, a retried run that failed again) and
+// returned, so that it notifies again.
 func (q *Queries) RaiseAlerts(ctx context.Context, arg RaiseAlertsParams) ([]Alert, error) {
 	rows, err := q.db.Query(ctx, raiseAlerts,
 		arg.Ids,

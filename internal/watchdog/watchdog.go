@@ -26,7 +26,9 @@
 //     order of every definition change).
 //
 // Alerts are rows (table alerts) unique per (job, cause): raising is an
-// insert that does nothing if the cause was raised before. Each pass also
+// insert that does nothing while the cause's alert is open, and opens a
+// resolved one again (its cause came back: a replayed dead letter that
+// dead-lettered again), notifying again. Each pass also
 // resolves, among the next window of open alerts (so that every open alert
 // is looked at within a few passes, at a bounded cost each), those whose
 // cause cleared (a later run started, the

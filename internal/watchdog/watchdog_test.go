@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
@@ -308,6 +309,31 @@ func TestFailureStuckAndCallbacks(t *testing.T) {
 	}
 	if n := alerts(t, pool, "resolved_at IS NULL"); n != 0 {
 		t.Fatalf("%d alerts still open", n)
+	}
+	// A cause that comes back after its alert resolved (a replayed dead
+	// letter that dead-lettered again) raises it again, to be notified;
+	// raised again while open, it is left as it is.
+	var dl store.Alert
+	for _, a := range resolved {
+		if a.Kind == "dead_letter" {
+			dl = a
+		}
+	}
+	raise := func() []store.Alert {
+		t.Helper()
+		rows, err := store.New(pool).RaiseAlerts(ctx, store.RaiseAlertsParams{Ids: []uuid.UUID{uuid.New()}, TenantIds: []uuid.UUID{dl.TenantID},
+			JobIds: []uuid.UUID{dl.JobID}, Shards: []int32{dl.Shard}, Kinds: []string{dl.Kind}, Causes: []string{dl.Cause},
+			RunIds: []uuid.UUID{*dl.RunID}, AttemptIds: []uuid.UUID{uuid.Nil}, ScheduledFors: []time.Time{*dl.ScheduledFor}, Messages: []string{"again"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	if again := raise(); len(again) != 1 || again[0].ID != dl.ID || again[0].ResolvedAt != nil || again[0].Message != "again" {
+		t.Fatalf("the dead_letter raised again after it resolved: %+v", again)
+	}
+	if twice := raise(); len(twice) != 0 {
+		t.Fatalf("raised again while open: %+v", twice)
 	}
 }
 

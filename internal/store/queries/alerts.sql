@@ -75,8 +75,11 @@ SELECT count(*)::int AS ended, (count(*) FILTER (WHERE last.status <> 'succeeded
 -- name: DeleteRunFinishes :exec
 DELETE FROM run_finishes WHERE run_id = ANY(@run_ids::uuid[]);
 
--- RaiseAlerts inserts alerts; one that exists for its (job, cause) is left
--- as it is (raised once per cause) and not returned.
+-- RaiseAlerts inserts alerts; one that exists open for its (job, cause)
+-- is left as it is (raised once while open) and not returned; one that
+-- was resolved is raised again (its cause came back: a replayed dead
+-- letter that dead-lettered again, a retried run that failed again) and
+-- returned, so that it notifies again.
 -- name: RaiseAlerts :many
 INSERT INTO alerts (id, tenant_id, job_id, shard, kind, cause, run_id, attempt_id, scheduled_for, message, raised_at)
 SELECT u.id, u.tenant_id, u.job_id, u.shard, u.kind, u.cause, NULLIF(u.run_id, '00000000-0000-0000-0000-000000000000'::uuid),
@@ -88,7 +91,9 @@ FROM (
            unnest(@run_ids::uuid[]) AS run_id, unnest(@attempt_ids::uuid[]) AS attempt_id,
            unnest(@scheduled_fors::timestamptz[]) AS scheduled_for, unnest(@messages::text[]) AS message
 ) AS u
-ON CONFLICT (job_id, cause) DO NOTHING
+ON CONFLICT (job_id, cause) DO UPDATE
+SET resolved_at = NULL, resolution = '', raised_at = now(), message = EXCLUDED.message, scheduled_for = EXCLUDED.scheduled_for
+WHERE alerts.resolved_at IS NOT NULL
 RETURNING *;
 
 -- OpenAlertsWindow finds the next window of a watchdog pass's open
