@@ -383,10 +383,15 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		ids := make([]uuid.UUID, len(states))
 		limits := make([]int32, len(states))
 		for i, s := range states {
-			ids[i], limits[i] = s.id, int32(s.target)
+			// Twice its share and a few more: a candidate that does not
+			// fit now (past its quota, or the queue's bound) is passed over
+			// for the next.
+			ids[i], limits[i] = s.id, int32(min(2*s.target+8, admitBatch))
 		}
+		most := p.largest()
 		cands, err := q.AdmissionCandidates(ctx, store.AdmissionCandidatesParams{
-			Tenants: ids, Limits: limits, Queue: queue, AgingSeconds: cfg.Aging.Seconds()})
+			Tenants: ids, Limits: limits, Queue: queue, AgingSeconds: cfg.Aging.Seconds(),
+			MostCpu: most.CPU, MostMemory: most.Memory, MostGpu: most.GPU})
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/worker"
@@ -534,5 +535,37 @@ func TestOneReleaseOfSeveralTenantsKeepsTheBound(t *testing.T) {
 	}
 	if n := enginetest.Int(t, f.pool, "SELECT count(*) FROM river_job"); n != 0 {
 		t.Fatalf("%d River jobs", n)
+	}
+}
+
+// Tasks no live worker could run (they ask for a GPU; the queue's worker
+// has none) do not hide those behind them: the pass admits the younger
+// tasks that fit, and the GPU ones wait saying what they lack.
+func TestTasksNoWorkerCanRunDoNotHideOthers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	a := f.tenant("gpus", 1, 0)
+	id := f.fire(a, "mixed", "gpuq", 6, func(int) string { return "normal" })
+	if _, err := f.pool.Exec(ctx, "UPDATE tasks SET res_gpu = 1 WHERE run_id = $1 AND step < 's004'", id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, `INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at, cap_cpu, cap_memory, cap_gpu)
+		VALUES ($1, 'ad', '{"gpuq": 1}', now(), now(), now() + interval '1 hour', 2000, 1073741824, 0)`, uuid.New()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, "INSERT INTO queues (name) VALUES ('gpuq')"); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := dispatch.New()
+	if res, err := d.AdmitOnce(ctx, dispatch.AdmitConfig{Pool: f.pool}, "gpuq"); err != nil || res.Admitted != 2 {
+		t.Fatalf("admitted %+v, %v; want 2", res, err)
+	}
+	if got := fmt.Sprint(stepsAdmitted(t, f.pool, id)); got != "[s004 s005]" {
+		t.Fatalf("admitted %s, want the two that fit [s004 s005]", got)
+	}
+	why, err := dispatch.WaitReason(ctx, store.New(f.pool), a.Tenant, "gpuq", resources.Vector{GPU: 1})
+	if err != nil || why != "needs gpu 1; the largest worker of queue gpuq has 0" {
+		t.Fatalf("wait reason %q, %v", why, err)
 	}
 }

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -100,4 +101,18 @@ func (p pool) share(count int64, held resources.Vector) float64 {
 		}
 	}
 	return s
+}
+
+// largest is, resource by resource, the most any live worker of the queue
+// has (every one unbounded when a worker declares none): a task asking
+// more of one could not be admitted.
+func (p pool) largest() resources.Vector {
+	if p.undeclared {
+		return resources.Vector{CPU: math.MaxInt64, Memory: math.MaxInt64, GPU: math.MaxInt64}
+	}
+	var most resources.Vector
+	for _, c := range p.each {
+		most.CPU, most.Memory, most.GPU = max(most.CPU, c.CPU), max(most.Memory, c.Memory), max(most.GPU, c.GPU)
+	}
+	return most
 }

@@ -311,7 +311,10 @@ const fitScan = 4
 // worker it fits. It holds w's row while it decides, so that two claims of
 // one worker at once do not both fill the same room.
 func takeFitting(ctx context.Context, q *store.Queries, w RemoteWorker, max int) ([]store.TakeOffersRow, error) {
-	used, err := q.LockRemoteWorkerUse(ctx, &w.ID)
+	if err := q.LockRemoteWorker(ctx, w.ID); err != nil {
+		return nil, err
+	}
+	used, err := q.RemoteWorkerUse(ctx, &w.ID) // after the lock: a fresh snapshot
 	if err != nil {
 		return nil, err
 	}

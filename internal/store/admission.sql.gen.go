@@ -23,6 +23,7 @@ CROSS JOIN LATERAL (
     SELECT k.id, k.tenant_id, k.priority, k.ready_at, k.res_cpu, k.res_memory, k.res_gpu, k.res_custom FROM tasks AS k
     WHERE k.queue = $4 AND k.tenant_id = t.id AND k.priority = p.priority
       AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()
+      AND k.res_cpu <= $5 AND k.res_memory <= $6 AND k.res_gpu <= $7
     ORDER BY k.ready_at
     LIMIT t.lim
 ) AS c
@@ -33,6 +34,9 @@ type AdmissionCandidatesParams struct {
 	Tenants      []uuid.UUID
 	Limits       []int32
 	Queue        string
+	MostCpu      int64
+	MostMemory   int64
+	MostGpu      int64
 }
 
 type AdmissionCandidatesRow struct {
@@ -49,13 +53,18 @@ type AdmissionCandidatesRow struct {
 
 // AdmissionCandidates lists, for each tenant and each priority, the
 // queue's oldest eligible waiting tasks (up to the tenant's limit each):
-// the admitter merges them by aged priority.
+// the admitter merges them by aged priority. A task asking more cpu,
+// memory or gpu than the largest live worker has (@most_*) is not read:
+// it could not be admitted, and must not hide those behind it.
 func (q *Queries) AdmissionCandidates(ctx context.Context, arg AdmissionCandidatesParams) ([]AdmissionCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, admissionCandidates,
 		arg.AgingSeconds,
 		arg.Tenants,
 		arg.Limits,
 		arg.Queue,
+		arg.MostCpu,
+		arg.MostMemory,
+		arg.MostGpu,
 	)
 	if err != nil {
 		return nil, err
@@ -284,8 +293,6 @@ func (q *Queries) LockTenants(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID
 const queueCapacities = `-- name: QueueCapacities :many
 SELECT (queues ->> $1::text)::int AS slots, cap_cpu, cap_memory, cap_gpu, cap_custom
 FROM workers WHERE lease_expires_at > now() AND queues ->> $1::text IS NOT NULL
-ORDER BY id
-LIMIT 1000
 `
 
 type QueueCapacitiesRow struct {

@@ -165,38 +165,16 @@ func (q *Queries) LeaseRemoteAttempts(ctx context.Context, arg LeaseRemoteAttemp
 	return err
 }
 
-const lockRemoteWorkerUse = `-- name: LockRemoteWorkerUse :one
-WITH w AS (SELECT id FROM workers WHERE id = $1 FOR NO KEY UPDATE)
-SELECT COALESCE(sum(t.res_cpu), 0)::bigint AS cpu, COALESCE(sum(t.res_memory), 0)::bigint AS memory,
-       COALESCE(sum(t.res_gpu), 0)::bigint AS gpu,
-       jsonb_agg(t.res_custom) FILTER (WHERE t.res_custom IS NOT NULL) AS custom,
-       (SELECT count(*) FROM w)::int AS locked
-FROM tasks AS t
-WHERE t.worker_id = $1 AND t.status = 'running'
+const lockRemoteWorker = `-- name: LockRemoteWorker :exec
+SELECT id FROM workers WHERE id = $1 FOR NO KEY UPDATE
 `
 
-type LockRemoteWorkerUseRow struct {
-	Cpu    int64
-	Memory int64
-	Gpu    int64
-	Custom []byte
-	Locked int32
-}
-
-// LockRemoteWorkerUse locks a remote worker's row (its claims take turns)
-// and reads what its running attempts ask for together (custom: a list
-// of their custom counts).
-func (q *Queries) LockRemoteWorkerUse(ctx context.Context, id *uuid.UUID) (LockRemoteWorkerUseRow, error) {
-	row := q.db.QueryRow(ctx, lockRemoteWorkerUse, id)
-	var i LockRemoteWorkerUseRow
-	err := row.Scan(
-		&i.Cpu,
-		&i.Memory,
-		&i.Gpu,
-		&i.Custom,
-		&i.Locked,
-	)
-	return i, err
+// LockRemoteWorker locks a remote worker's row: its claims take turns.
+// (RemoteWorkerUse then reads, in a statement of its own, so that under
+// READ COMMITTED it sees what a claim that held the row before committed.)
+func (q *Queries) LockRemoteWorker(ctx context.Context, id uuid.UUID) error {
+	_, err := q.db.Exec(ctx, lockRemoteWorker, id)
+	return err
 }
 
 const offerableTasks = `-- name: OfferableTasks :many
@@ -344,6 +322,35 @@ func (q *Queries) RemoteAttemptStates(ctx context.Context, ids []uuid.UUID) ([]R
 		return nil, err
 	}
 	return items, nil
+}
+
+const remoteWorkerUse = `-- name: RemoteWorkerUse :one
+SELECT COALESCE(sum(t.res_cpu), 0)::bigint AS cpu, COALESCE(sum(t.res_memory), 0)::bigint AS memory,
+       COALESCE(sum(t.res_gpu), 0)::bigint AS gpu,
+       jsonb_agg(t.res_custom) FILTER (WHERE t.res_custom IS NOT NULL) AS custom
+FROM tasks AS t
+WHERE t.worker_id = $1 AND t.status = 'running'
+`
+
+type RemoteWorkerUseRow struct {
+	Cpu    int64
+	Memory int64
+	Gpu    int64
+	Custom []byte
+}
+
+// RemoteWorkerUse reads what a remote worker's running attempts ask for
+// together (custom: a list of their custom counts).
+func (q *Queries) RemoteWorkerUse(ctx context.Context, id *uuid.UUID) (RemoteWorkerUseRow, error) {
+	row := q.db.QueryRow(ctx, remoteWorkerUse, id)
+	var i RemoteWorkerUseRow
+	err := row.Scan(
+		&i.Cpu,
+		&i.Memory,
+		&i.Gpu,
+		&i.Custom,
+	)
+	return i, err
 }
 
 const renewRemoteLeases = `-- name: RenewRemoteLeases :many

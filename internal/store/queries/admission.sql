@@ -19,9 +19,7 @@ FROM workers WHERE lease_expires_at > now() AND queues ->> @queue::text IS NOT N
 -- declares (a NULL cap_cpu: none declared), with its slots there.
 -- name: QueueCapacities :many
 SELECT (queues ->> @queue::text)::int AS slots, cap_cpu, cap_memory, cap_gpu, cap_custom
-FROM workers WHERE lease_expires_at > now() AND queues ->> @queue::text IS NOT NULL
-ORDER BY id
-LIMIT 1000;
+FROM workers WHERE lease_expires_at > now() AND queues ->> @queue::text IS NOT NULL;
 
 -- InFlightByTenant counts, per tenant, the queue's tasks that hold a slot,
 -- and what they ask for together (custom: a list of their custom counts).
@@ -81,7 +79,9 @@ GROUP BY tenant_id;
 
 -- AdmissionCandidates lists, for each tenant and each priority, the
 -- queue's oldest eligible waiting tasks (up to the tenant's limit each):
--- the admitter merges them by aged priority.
+-- the admitter merges them by aged priority. A task asking more cpu,
+-- memory or gpu than the largest live worker has (@most_*) is not read:
+-- it could not be admitted, and must not hide those behind it.
 -- name: AdmissionCandidates :many
 SELECT c.id, c.tenant_id, c.priority, c.ready_at::timestamptz AS ready_at,
        (c.ready_at < now() - INTERVAL '1 second' * @aging_seconds::float8)::bool AS aged,
@@ -92,6 +92,7 @@ CROSS JOIN LATERAL (
     SELECT k.id, k.tenant_id, k.priority, k.ready_at, k.res_cpu, k.res_memory, k.res_gpu, k.res_custom FROM tasks AS k
     WHERE k.queue = @queue AND k.tenant_id = t.id AND k.priority = p.priority
       AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()
+      AND k.res_cpu <= @most_cpu AND k.res_memory <= @most_memory AND k.res_gpu <= @most_gpu
     ORDER BY k.ready_at
     LIMIT t.lim
 ) AS c;

@@ -34,15 +34,18 @@ WHERE o.task_id IN (
 )
 RETURNING o.task_id, o.attempt;
 
--- LockRemoteWorkerUse locks a remote worker's row (its claims take turns)
--- and reads what its running attempts ask for together (custom: a list
--- of their custom counts).
--- name: LockRemoteWorkerUse :one
-WITH w AS (SELECT id FROM workers WHERE id = @id FOR NO KEY UPDATE)
+-- LockRemoteWorker locks a remote worker's row: its claims take turns.
+-- (RemoteWorkerUse then reads, in a statement of its own, so that under
+-- READ COMMITTED it sees what a claim that held the row before committed.)
+-- name: LockRemoteWorker :exec
+SELECT id FROM workers WHERE id = @id FOR NO KEY UPDATE;
+
+-- RemoteWorkerUse reads what a remote worker's running attempts ask for
+-- together (custom: a list of their custom counts).
+-- name: RemoteWorkerUse :one
 SELECT COALESCE(sum(t.res_cpu), 0)::bigint AS cpu, COALESCE(sum(t.res_memory), 0)::bigint AS memory,
        COALESCE(sum(t.res_gpu), 0)::bigint AS gpu,
-       jsonb_agg(t.res_custom) FILTER (WHERE t.res_custom IS NOT NULL) AS custom,
-       (SELECT count(*) FROM w)::int AS locked
+       jsonb_agg(t.res_custom) FILTER (WHERE t.res_custom IS NOT NULL) AS custom
 FROM tasks AS t
 WHERE t.worker_id = @id AND t.status = 'running';
 
