@@ -125,6 +125,22 @@ func (v Vector) Shortfall(room Vector) string {
 	return ""
 }
 
+// Over names the first resource a quota names that v asks more of ("":
+// none). A resource the quota does not name is not bounded by it: a
+// quota, unlike a capacity, leaves out what it does not limit.
+func (v Vector) Over(quota Vector) string {
+	for _, name := range quota.Names() {
+		if v.Get(name) > quota.Get(name) {
+			return name
+		}
+	}
+	return ""
+}
+
+// Field is the field path of a resource in a Spec: cpu, memory, gpu, or
+// custom.NAME.
+func Field(name string) string { return field(name) }
+
 // DominantShare is the largest of v's shares of total, resource by
 // resource (a resource total lacks counts as a whole share when v holds
 // any of it): Dominant Resource Fairness's measure of an allocation.

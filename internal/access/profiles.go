@@ -75,15 +75,9 @@ func (k *Service) SetProfile(ctx context.Context, by Principal, name string, spe
 		}
 		var quota resources.Vector
 		_ = json.Unmarshal(raw, &quota) // written by SetQuota
-		for _, r := range quota.Names() {
-			if v.Get(r) > quota.Get(r) {
-				field := "resources." + r
-				if r != resources.CPU && r != resources.Memory && r != resources.GPU {
-					field = "resources.custom." + r
-				}
-				return &dag.FieldError{Field: field, Message: fmt.Sprintf("%s is past the tenant's quota of %s (orrery tenants quota)",
-					resources.Format(r, v.Get(r)), resources.Format(r, quota.Get(r)))}
-			}
+		if r := v.Over(quota); r != "" {
+			return &dag.FieldError{Field: "resources." + resources.Field(r), Message: fmt.Sprintf("%s is past the tenant's quota of %s (orrery tenants quota)",
+				resources.Format(r, v.Get(r)), resources.Format(r, quota.Get(r)))}
 		}
 		var before *Profile
 		old, err := q.LockProfile(ctx, store.LockProfileParams{TenantID: by.Tenant, Name: name})

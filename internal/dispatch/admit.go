@@ -311,12 +311,7 @@ type tenantState struct {
 // withinQuota reports whether a task of need keeps the tenant within its
 // quotas in resources (each resource the quota names).
 func (s *tenantState) withinQuota(need resources.Vector) bool {
-	for _, name := range s.quota.Names() {
-		if s.heldAll.Get(name)+need.Get(name) > s.quota.Get(name) {
-			return false
-		}
-	}
-	return true
+	return s.heldAll.Add(need).Over(s.quota) == ""
 }
 
 func (s *tenantState) reshare(p *pool) { s.share = p.share(s.held, s.heldRes) / float64(s.weight) }
@@ -806,13 +801,9 @@ func WaitReason(ctx context.Context, q *store.Queries, tenant uuid.UUID, queue s
 		for _, r := range total {
 			s.heldAll = s.heldAll.Add(resources.FromColumns(r.Cpu, r.Memory, r.Gpu, r.Custom))
 		}
-		if !s.withinQuota(need) {
-			for _, name := range s.quota.Names() {
-				if s.heldAll.Get(name)+need.Get(name) > s.quota.Get(name) {
-					return fmt.Sprintf("tenant quota %s %s/%s (needs %s)", name, resources.Format(name, s.heldAll.Get(name)),
-						resources.Format(name, s.quota.Get(name)), resources.Format(name, need.Get(name))), nil
-				}
-			}
+		if name := s.heldAll.Add(need).Over(s.quota); name != "" {
+			return fmt.Sprintf("tenant quota %s %s/%s (needs %s)", name, resources.Format(name, s.heldAll.Get(name)),
+				resources.Format(name, s.quota.Get(name)), resources.Format(name, need.Get(name))), nil
 		}
 	}
 	held, err := q.InFlightByTenant(ctx, queue)

@@ -566,11 +566,11 @@ func checkResourceQuota(ctx context.Context, q *store.Queries, a Actor, res dag.
 				field = "spec.defaults.resource_profile"
 			}
 		}
-		if name := over(need, quota); name != "" && !reported[field] {
+		if name := need.Over(quota); name != "" && !reported[field] {
 			reported[field] = true
 			f := field
 			if strings.HasSuffix(f, ".resources") {
-				f += "." + name
+				f += "." + resources.Field(name)
 			}
 			es = append(es, &dag.FieldError{Field: f, Message: fmt.Sprintf("step %s asks for %s %s; the tenant's quota is %s (orrery tenants quota)",
 				st.Name, name, resources.Format(name, need.Get(name)), resources.Format(name, quota.Get(name)))})
@@ -580,15 +580,4 @@ func checkResourceQuota(ctx context.Context, q *store.Queries, a Actor, res dag.
 		return es
 	}
 	return nil
-}
-
-// over names the first resource of need past quota's (a resource the
-// quota does not name has none), or "".
-func over(need, quota resources.Vector) string {
-	for _, name := range quota.Names() {
-		if need.Get(name) > quota.Get(name) {
-			return name
-		}
-	}
-	return ""
 }
