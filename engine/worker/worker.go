@@ -33,7 +33,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -511,14 +510,7 @@ func renewLease(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, name stri
 		return err
 	}
 	p := store.HeartbeatWorkerParams{ID: id, Name: name, Queues: q, Tenants: t, TtlSeconds: ttl.Seconds()}
-	if capacity != nil {
-		p.CapCpu = pgtype.Int8{Int64: capacity.CPU, Valid: true}
-		p.CapMemory = pgtype.Int8{Int64: capacity.Memory, Valid: true}
-		p.CapGpu = pgtype.Int8{Int64: capacity.GPU, Valid: true}
-		if len(capacity.Custom) > 0 {
-			p.CapCustom, _ = json.Marshal(capacity.Custom)
-		}
-	}
+	p.CapCpu, p.CapMemory, p.CapGpu, p.CapCustom = store.CapacityColumns(capacity)
 	return store.Retry(ctx, func() error {
 		return store.New(pool).HeartbeatWorker(ctx, p)
 	})

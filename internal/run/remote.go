@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/dispatch"
@@ -105,14 +104,7 @@ func (w RemoteWorker) Register(ctx context.Context, db store.DBTX, ttl time.Dura
 	}
 	p := store.HeartbeatRemoteWorkerParams{ID: w.ID, Name: w.Name, Queues: queues,
 		TenantID: &tenant, Types: types, TtlSeconds: ttl.Seconds(), KeyID: key}
-	if c := w.Capacity; c != nil {
-		p.CapCpu = pgtype.Int8{Int64: c.CPU, Valid: true}
-		p.CapMemory = pgtype.Int8{Int64: c.Memory, Valid: true}
-		p.CapGpu = pgtype.Int8{Int64: c.GPU, Valid: true}
-		if len(c.Custom) > 0 {
-			p.CapCustom, _ = json.Marshal(c.Custom)
-		}
-	}
+	p.CapCpu, p.CapMemory, p.CapGpu, p.CapCustom = store.CapacityColumns(w.Capacity)
 	return store.New(db).HeartbeatRemoteWorker(ctx, p)
 }
 
