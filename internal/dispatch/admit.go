@@ -675,9 +675,6 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 		byQueue[r.Queue][r.Tenant] = append(byQueue[r.Queue][r.Tenant], i)
 	}
 	q := store.New(tx)
-	if err := sizeReady(ctx, q, ready); err != nil {
-		return fmt.Errorf("dispatch: direct admission: %w", err)
-	}
 	for _, queue := range slices.Sorted(maps.Keys(byQueue)) {
 		groups := byQueue[queue]
 		tenants := slices.SortedFunc(maps.Keys(groups), compareIDs)
@@ -695,6 +692,15 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 		if free <= 0 || (len(tenants) > 1 && total > free) {
 			continue
 		}
+		if !p.undeclared { // the sizes matter here: read those not known
+			var idx []int
+			for _, g := range groups {
+				idx = append(idx, g...)
+			}
+			if err := sizeReady(ctx, q, ready, idx); err != nil {
+				return fmt.Errorf("dispatch: direct admission: %w", err)
+			}
+		}
 		for _, tenant := range tenants {
 			idx := groups[tenant]
 			slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(ready[a].Priority, ready[b].Priority) })
@@ -703,10 +709,7 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 				// fit, waits for a pass, which reads it (unless the
 				// queue's workers bound no resources).
 				r := ready[i]
-				if !p.undeclared && (!r.Sized || !p.room(inFlight, r.Need)) {
-					continue
-				}
-				if ok, _ := p.fits(r.Need, queue); !ok {
+				if ok, _ := p.fits(r.Need, queue); !ok || !p.room(inFlight, r.Need) || !r.Sized && !p.undeclared {
 					continue
 				}
 				inFlight = inFlight.Add(r.Need)
@@ -717,16 +720,15 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 	return nil
 }
 
-// sizeReady reads what the ready first attempts whose callers did not
-// read it ask for (those whose rows are written: a run's new tasks come
-// sized).
-func sizeReady(ctx context.Context, q *store.Queries, ready []Ready) error {
+// sizeReady reads what the ready tasks at idx whose callers did not read
+// it ask for (those whose rows are written: a run's new tasks come sized).
+func sizeReady(ctx context.Context, q *store.Queries, ready []Ready, idx []int) error {
 	var ids []uuid.UUID
 	at := map[uuid.UUID]int{}
-	for i, r := range ready {
-		if !r.Sized && r.Redelivers == 0 && r.NotBefore.IsZero() {
-			ids = append(ids, r.TaskID)
-			at[r.TaskID] = i
+	for _, i := range idx {
+		if !ready[i].Sized {
+			ids = append(ids, ready[i].TaskID)
+			at[ready[i].TaskID] = i
 		}
 	}
 	if len(ids) == 0 {
