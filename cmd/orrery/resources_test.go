@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
@@ -160,4 +161,87 @@ func checkNoOvercommit(t *testing.T, pool *pgxpool.Pool, capacity map[string]res
 			t.Errorf("%s was overcommitted: %s at once, capacity %s", w, most, capacity[w])
 		}
 	}
+}
+
+// A task needing the whole worker, behind a steady stream of another
+// tenant's small tasks that keeps the queue full, starts (no starvation):
+// once it has waited 10 s admission holds back the room it needs, and once
+// it has waited 10 s at the worker's gate nothing passes it there. The
+// stream keeps arriving, and runs, throughout.
+func TestABigTaskStartsBehindAStreamOfSmallOnes(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	ctx := context.Background()
+	startNodeProc(t, dsn, "node")
+	startProc(t, "worker", "worker", "--db", dsn, "--queue", "default=8", "--name", "w", "--capacity", "cpu=2,memory=4Gi",
+		"--allow-command", "/bin/*", "--sandbox", "off")
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := job.Actor{Tenant: uuid.New(), Name: "big"}
+	if _, err := pool.Exec(ctx, `INSERT INTO tenants (id, name) VALUES ($1, 'big')`, other.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	sleep := func(s string) dag.Executor {
+		return dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/sleep", s}}}
+	}
+	// Eight quarter-core steps of about a second, twice a second: 4 cores asked
+	// of a 2-core worker, so the queue never drains, and its room frees a
+	// quarter core at a time.
+	stream := dag.JobSpec{Schedule: schedule.Spec{At: "2099-01-01T00:00:00Z"}, Overlap: dag.OverlapAllow,
+		Defaults: dag.StepDefaults{Resources: &dag.Resources{CPU: "250m", Memory: "16Mi"}}}
+	for i := range 8 {
+		// Of different lengths, so that they end one by one.
+		stream.Steps = append(stream.Steps, dag.Step{Name: fmt.Sprintf("s%d", i), Run: sleep(fmt.Sprintf("%.2f", 0.6+0.1*float64(i)))})
+	}
+	s, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "stream"}, Spec: stream}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := dag.JobSpec{Schedule: schedule.Spec{At: "2099-01-01T00:00:00Z"},
+		Steps: []dag.Step{{Name: "whole", Run: sleep("0.1"), Resources: &dag.Resources{CPU: "2", Memory: "64Mi"}}}}
+	b, err := jobs.Create(ctx, other, dag.Resource{Metadata: dag.Metadata{Name: "whole-worker"}, Spec: big}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fire := func(id any) {
+		if _, err := pool.Exec(ctx, "UPDATE job_schedules SET next_fire_at = now() WHERE job_id = $1", id); err != nil {
+			t.Error(err)
+		}
+	}
+	streaming, done := context.WithCancel(ctx)
+	defer done()
+	go func() {
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for streaming.Err() == nil {
+			fire(s.ID)
+			select {
+			case <-streaming.Done():
+			case <-tick.C:
+			}
+		}
+	}()
+	poll(t, 60*time.Second, "the stream fills the queue", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM tasks WHERE admitted_at IS NULL AND status = 'queued'") >= 10
+	})
+	fire(b.ID)
+	poll(t, 120*time.Second, "the big task starts", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE k.step = 'whole'") == 1
+	})
+	var waited, admitted float64
+	var during int
+	if err := pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM a.started_at - k.created_at), EXTRACT(EPOCH FROM k.admitted_at - k.created_at),
+		(SELECT count(*) FROM attempts x JOIN tasks y ON y.id = x.task_id WHERE y.step <> 'whole' AND x.started_at BETWEEN k.created_at AND a.started_at)
+		FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE k.step = 'whole'`).Scan(&waited, &admitted, &during); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the big task was admitted %.1f s and started %.1f s after it was released; %d small attempts started meanwhile", admitted, waited, during)
+	if during == 0 {
+		t.Error("no small attempt started while the big task waited: the stream did not run beside it")
+	}
+	done()
+	checkNoOvercommit(t, pool, map[string]resources.Vector{"w": {CPU: 2000, Memory: 4 << 30}})
 }

@@ -44,10 +44,14 @@ import (
 //
 // # How it chooses
 //
-// Free slots go one at a time to the waiting tenant with the fewest slots
-// held per unit of weight (weighted max-min fairness, recomputed from the
-// database at every pass: no deficit to lose in a crash); a tenant at one
-// of its quotas gets none. Once every tenant is backlogged, each holds
+// Free slots go one at a time to the waiting tenant with the smallest
+// weighted dominant share (docs/resources.md; with tasks that ask for no
+// resources, the fewest slots held per unit of weight: weighted max-min
+// fairness), recomputed from the database at every pass (no deficit to
+// lose in a crash); a tenant at one of its quotas gets none, and one whose
+// tasks cannot go now leaves its turn to the next (chooser.read). A task
+// that has waited AdmitConfig.ReserveAfter may hold back the room it
+// needs (chooser.take). Once every tenant is backlogged, each holds
 // slots in proportion to its weight, and with tasks of similar length gets
 // that share of the starts; a lone tenant gets every slot. Inside a
 // tenant, tasks go by priority (critical, high, normal, low), oldest first
@@ -96,6 +100,9 @@ const (
 	InFlightPerSlot = 2
 	// DefaultAging is AdmitConfig.Aging's default.
 	DefaultAging = 5 * time.Minute
+	// DefaultReserveAfter is AdmitConfig.ReserveAfter's default (as the
+	// worker's gate reserves for a task waiting at it).
+	DefaultReserveAfter = 10 * time.Second
 	// admitBatch bounds the tasks one pass admits.
 	admitBatch = 1000
 )
@@ -116,23 +123,29 @@ type AdmitConfig struct {
 	// PollInterval: default 25 ms.
 	PollInterval time.Duration
 	// Aging: see the admission doc; default 5 minutes.
-	Aging      time.Duration
-	Logger     *slog.Logger
-	Failpoints *failpoint.Set
+	Aging time.Duration
+	// ReserveAfter is how long a task waits before it may hold back the
+	// room it needs (see choose); default DefaultReserveAfter.
+	ReserveAfter time.Duration
+	Logger       *slog.Logger
+	Failpoints   *failpoint.Set
 }
 
 func (c *AdmitConfig) withDefaults() error {
 	switch {
 	case c.Pool == nil:
 		return errors.New("dispatch: AdmitConfig.Pool is required")
-	case c.PollInterval < 0 || c.Aging < 0:
-		return errors.New("dispatch: AdmitConfig.PollInterval and Aging must not be negative")
+	case c.PollInterval < 0 || c.Aging < 0 || c.ReserveAfter < 0:
+		return errors.New("dispatch: AdmitConfig.PollInterval, Aging and ReserveAfter must not be negative")
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 25 * time.Millisecond
 	}
 	if c.Aging == 0 {
 		c.Aging = DefaultAging
+	}
+	if c.ReserveAfter == 0 {
+		c.ReserveAfter = DefaultReserveAfter
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -373,32 +386,12 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		if err != nil || len(states) == 0 || free <= 0 {
 			return err
 		}
-		// What each tenant would get if it had tasks enough: read no more
-		// of its candidates than that (per priority).
-		ids := make([]uuid.UUID, len(states))
-		limits := make([]int32, len(states))
-		for i, s := range states {
-			// Twice its share and a few more: a candidate that does not
-			// fit now (past its quota, or the queue's bound) is passed over
-			// for the next.
-			ids[i], limits[i] = s.id, int32(min(2*s.target+8, admitBatch))
-		}
-		most := p.largest()
-		cands, err := q.AdmissionCandidates(ctx, store.AdmissionCandidatesParams{
-			Tenants: ids, Limits: limits, Queue: queue, AgingSeconds: cfg.Aging.Seconds(),
-			MostCpu: most.CPU, MostMemory: most.Memory, MostGpu: most.GPU})
+		c := &chooser{p: &p, queue: queue, inFlight: inFlightRes, free: free}
+		cands, err := c.read(ctx, q, cfg, states)
 		if err != nil {
 			return err
 		}
-		byID := make(map[uuid.UUID]*tenantState, len(states))
-		for _, s := range states {
-			byID[s.id] = s
-		}
-		for _, c := range cands {
-			s := byID[c.TenantID]
-			s.waiting = append(s.waiting, c)
-		}
-		chosen := choose(states, free, &p, inFlightRes, queue)
+		chosen := c.chosen()
 		if len(chosen) == 0 {
 			return nil
 		}
@@ -512,13 +505,22 @@ func tenantStates(ctx context.Context, q *store.Queries, queue string, tenants [
 	setTargets(states, free, p)
 	out := states[:0]
 	for _, s := range states {
-		switch {
-		case isSkipped[s]:
+		if isSkipped[s] {
 			reserved += s.target
-		case s.target > 0:
+		} else {
 			out = append(out, s)
 		}
 	}
+	// Those the fill gives slots to first, by share (chooser.read).
+	slices.SortFunc(out, func(a, b *tenantState) int {
+		if (a.target > 0) != (b.target > 0) {
+			if a.target > 0 {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(cmp.Compare(a.share, b.share), cmp.Compare(b.weight, a.weight), compareIDs(a.id, b.id))
+	})
 	return out, reserved, len(isSkipped) > 0, nil
 }
 
@@ -547,16 +549,100 @@ func setTargets(states []*tenantState, free int64, p *pool) {
 	}
 }
 
-// choose gives up to free slots, one at a time, to the tenant with the
-// smallest weighted dominant share that still has a task waiting that
-// fits (some live worker could run it, and the queue's tasks in flight,
-// asking inFlight, have room for it: pool) and room under its quotas, and
-// returns the tasks chosen, in the order River is to work them (see
-// below). Each tenant's tasks go by aged priority: aged first, then by
-// priority, then oldest first; one that does not fit is passed over for
-// the next (work-conserving: a large task does not hold back a smaller
-// one that fits), and waits for a later pass.
+// maxReadRounds bounds the rounds of candidates one pass reads.
+const maxReadRounds = 8
+
+// read reads the candidates of the tenants (in the order tenantStates
+// gives them) and chooses among them, a round at a time: first those the
+// water-fill gives slots to, as many of each as twice its target and a
+// few more (one that does not fit now is passed over for the next); while
+// slots stay free (their candidates do not fit now, or were fewer), the
+// next tenants by share, up to maxReadRounds. So a tenant whose waiting
+// tasks cannot go now (they wait for room, or for a worker) does not keep
+// the others from the slots it would have had. It returns what it read.
+func (c *chooser) read(ctx context.Context, q *store.Queries, cfg AdmitConfig, states []*tenantState) ([]store.AdmissionCandidatesRow, error) {
+	most := c.p.largest()
+	var all []store.AdmissionCandidatesRow
+	for next, round := 0, 0; c.free > 0 && next < len(states) && round < maxReadRounds; round++ {
+		n := 0
+		if round == 0 {
+			n = slices.IndexFunc(states, func(s *tenantState) bool { return s.target == 0 })
+			if n < 0 {
+				n = len(states)
+			}
+		}
+		if n == 0 {
+			n = min(len(states)-next, max(2*int(c.free), 32))
+		}
+		batch := states[next : next+n]
+		next += n
+		ids := make([]uuid.UUID, len(batch))
+		limits := make([]int32, len(batch))
+		byID := make(map[uuid.UUID]*tenantState, len(batch))
+		for i, s := range batch {
+			ids[i], limits[i] = s.id, int32(min(2*max(s.target, min(c.free, 4))+8, admitBatch))
+			byID[s.id] = s
+		}
+		cands, err := q.AdmissionCandidates(ctx, store.AdmissionCandidatesParams{
+			Tenants: ids, Limits: limits, Queue: c.queue, AgingSeconds: cfg.Aging.Seconds(), ReserveSeconds: cfg.ReserveAfter.Seconds(),
+			MostCpu: most.CPU, MostMemory: most.Memory, MostGpu: most.GPU})
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range cands {
+			s := byID[k.TenantID]
+			s.waiting = append(s.waiting, k)
+		}
+		all = append(all, cands...)
+		c.take(batch)
+	}
+	return all, nil
+}
+
+// chooser is one pass's choice: what the queue's tasks in flight ask for
+// (with the room a reservation holds back, once one is made), the slots
+// still free, and the slots given so far.
+type chooser struct {
+	p         *pool
+	queue     string
+	inFlight  resources.Vector
+	free      int64
+	reserving bool
+	picks     []pick
+}
+
+type pick struct {
+	id    uuid.UUID
+	share float64 // the tenant's weighted share with this one
+}
+
+// choose gives up to free slots of tenants whose candidates are read (see
+// chooser.take), and returns the tasks chosen in the order River is to
+// work them.
 func choose(states []*tenantState, free int64, p *pool, inFlight resources.Vector, queue string) []uuid.UUID {
+	c := &chooser{p: p, queue: queue, inFlight: inFlight, free: free}
+	c.take(states)
+	return c.chosen()
+}
+
+// take gives the free slots, one at a time, to the tenant with the
+// smallest weighted dominant share that still has a task waiting that
+// fits (some live worker could run it, and the queue's tasks in flight
+// have room for it: pool) and room under its quotas. Each tenant's tasks
+// go by aged priority: aged first, then by priority, then oldest first;
+// one that does not fit is passed over for the next (work-conserving: a
+// large task does not hold back a smaller one that fits), and waits for
+// a later pass.
+//
+// Until it has waited ReserveAfter: from then on, when its tenant's turn
+// comes and the queue lacks the room for it, it holds back that room and
+// a slot (the pass's one reservation, as an HPC scheduler reserves for
+// the head of its queue and backfills around it): later candidates go
+// only within what is left, so the room it needs gathers as the tasks in
+// flight end, and a later pass admits it. Nothing of it is stored; every
+// pass decides again.
+func (c *chooser) take(states []*tenantState) {
+	p := c.p
 	h := &byShare{}
 	for _, s := range states {
 		s.reshare(p)
@@ -567,49 +653,60 @@ func choose(states []*tenantState, free int64, p *pool, inFlight resources.Vecto
 			heap.Push(h, s)
 		}
 	}
-	type pick struct {
-		id    uuid.UUID
-		share float64 // the tenant's weighted share with this one
-	}
-	var picks []pick
-	for free > 0 && h.Len() > 0 {
+	for c.free > 0 && h.Len() > 0 {
 		s := (*h)[0]
-		i := slices.IndexFunc(s.waiting, func(c store.AdmissionCandidatesRow) bool {
-			v := need(c)
-			ok, _ := p.fits(v, queue)
-			return ok && p.room(inFlight, v) && s.withinQuota(v)
-		})
+		i := -1
+		for j, k := range s.waiting {
+			v := need(k)
+			if ok, _ := p.fits(v, c.queue); !ok || !s.withinQuota(v) {
+				continue
+			}
+			if p.room(c.inFlight, v) {
+				i = j
+				break
+			}
+			if k.MayReserve && !c.reserving {
+				c.reserving, c.inFlight = true, c.inFlight.Add(v)
+				c.free--
+			}
+		}
 		if i < 0 { // nothing of its fits now: it waits for a later pass
 			heap.Pop(h)
 			continue
+		}
+		if c.free <= 0 { // the reservation took the last slot
+			break
 		}
 		v := need(s.waiting[i])
 		s.held++
 		s.heldRes = s.heldRes.Add(v)
 		s.heldAll = s.heldAll.Add(v)
-		inFlight = inFlight.Add(v)
+		c.inFlight = c.inFlight.Add(v)
 		s.reshare(p)
-		picks = append(picks, pick{s.waiting[i].ID, s.share})
+		c.picks = append(c.picks, pick{s.waiting[i].ID, s.share})
 		s.waiting = slices.Delete(s.waiting, i, i+1)
 		s.room--
-		free--
+		c.free--
 		if len(s.waiting) == 0 || s.room <= 0 {
 			heap.Pop(h)
 		} else {
 			heap.Fix(h, 0)
 		}
 	}
-	// The order River works them in (their insert order): by the share
-	// each slot brings its tenant to, smallest first (a weighted fair
-	// queue's order), so that no tenant's tasks always wait least in River
-	// and come back for their next slot sooner than their weight's share.
-	// Within a tenant, the order above.
-	slices.SortStableFunc(picks, func(a, b pick) int { return cmp.Compare(a.share, b.share) })
-	chosen := make([]uuid.UUID, len(picks))
-	for i, p := range picks {
-		chosen[i] = p.id
+}
+
+// chosen is the tasks chosen, in the order River is to work them (their
+// insert order): by the share each slot brings its tenant to, smallest
+// first (a weighted fair queue's order), so that no tenant's tasks always
+// wait least in River and come back for their next slot sooner than their
+// weight's share. Within a tenant, the order take gave them.
+func (c *chooser) chosen() []uuid.UUID {
+	slices.SortStableFunc(c.picks, func(a, b pick) int { return cmp.Compare(a.share, b.share) })
+	out := make([]uuid.UUID, len(c.picks))
+	for i, p := range c.picks {
+		out[i] = p.id
 	}
-	return chosen
+	return out
 }
 
 // rank orders a tenant's waiting tasks: aged ones before every priority.

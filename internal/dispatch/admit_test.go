@@ -569,3 +569,52 @@ func TestTasksNoWorkerCanRunDoNotHideOthers(t *testing.T) {
 		t.Fatalf("wait reason %q, %v", why, err)
 	}
 }
+
+// A tenant whose waiting tasks cannot go now does not take the slots the
+// others could use: one waits for room (it asks for more memory than the
+// queue's tasks in flight leave; fresh, so it does not reserve), one for
+// the end of a retry's backoff; the pass gives the free slot to the
+// tenant whose task fits, though that tenant holds every other slot.
+func TestATenantThatCannotGoNowLeavesItsSlotsToOthers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	busy, big, later := f.tenant("busy", 1, 0), f.tenant("big", 1, 0), f.tenant("later", 1, 0)
+	runs := map[string]uuid.UUID{}
+	for _, x := range []struct {
+		a   job.Actor
+		n   int
+		mem int64
+	}{{busy, 10, 512 << 20}, {big, 1, 1 << 30}, {later, 1, 0}} {
+		runs[x.a.Name] = f.fire(x.a, x.a.Name, "wq", x.n, nil)
+		if _, err := f.pool.Exec(ctx, "UPDATE tasks SET res_memory = $2 WHERE run_id = $1", runs[x.a.Name], x.mem); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.pool.Exec(ctx, "UPDATE tasks SET ready_at = now() + interval '1 hour', status = 'retrying' WHERE run_id = $1", runs["later"]); err != nil {
+		t.Fatal(err)
+	}
+	// Two slots: four tasks and 2Gi in flight at most.
+	if _, err := f.pool.Exec(ctx, `INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at, cap_cpu, cap_memory, cap_gpu)
+		VALUES ($1, 'w', '{"wq": 2}', now(), now(), now() + interval '1 hour', 2000, 1073741824, 0)`, uuid.New()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, "INSERT INTO queues (name) VALUES ('wq')"); err != nil {
+		t.Fatal(err)
+	}
+	// busy's four fill the queue (big's 1Gi never fits beside three).
+	if _, err := f.pool.Exec(ctx, `UPDATE tasks SET admitted_at = now() WHERE id IN (SELECT id FROM tasks WHERE run_id = $1 ORDER BY step LIMIT 4)`, runs["busy"]); err != nil {
+		t.Fatal(err)
+	}
+	// One of busy's ends: a slot and 512Mi free.
+	if _, err := f.pool.Exec(ctx, `UPDATE tasks SET admitted_at = NULL, status = 'succeeded' WHERE id = (SELECT id FROM tasks WHERE run_id = $1 ORDER BY step LIMIT 1)`, runs["busy"]); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := dispatch.New()
+	if res, err := d.AdmitOnce(ctx, dispatch.AdmitConfig{Pool: f.pool}, "wq"); err != nil || res.Admitted != 1 {
+		t.Fatalf("admitted %+v, %v; want busy's next task", res, err)
+	}
+	if got := fmt.Sprint(stepsAdmitted(t, f.pool, runs["busy"])); got != "[s001 s002 s003 s004]" {
+		t.Fatalf("busy's admitted %s, want [s001 s002 s003 s004]", got)
+	}
+}

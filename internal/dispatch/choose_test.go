@@ -224,3 +224,72 @@ func TestChooseKeepsATenantWithinItsResourceQuota(t *testing.T) {
 		t.Fatalf("tenant with a 2-core quota got %d, the other %d; want 2 and 3", got[a], got[b])
 	}
 }
+
+// A task needing a whole worker, behind a steady stream of small ones: it
+// lets them pass while it is fresh (backfill), and once it may reserve it
+// holds back the room it needs, so the room gathers as the small ones end
+// and a later pass admits it (no starvation of big tasks).
+func TestChooseReservesForABigTaskThatHasWaited(t *testing.T) {
+	big, stream := uuid.New(), uuid.New()
+	p := poolOf(nil)
+	p.slots = 4
+	c := resources.Vector{CPU: 2000}
+	p.each, p.total = []resources.Vector{c}, c // in flight: at most 4 cores, 8 tasks
+	small := resources.Vector{CPU: 500}
+	pass := func(mayReserve bool, inFlight resources.Vector, free int64) []uuid.UUID {
+		b := sized(big, 1, resources.Vector{CPU: 2000})
+		b[0].MayReserve = mayReserve
+		states := []*tenantState{
+			{id: big, weight: 1, room: 1000, waiting: b},
+			// The stream's tenant holds what is in flight.
+			{id: stream, weight: 1, held: inFlight.CPU / small.CPU, heldRes: inFlight, room: 1000, waiting: sized(stream, 20, small)},
+		}
+		id := b[0].ID // (choose takes the chosen out of waiting)
+		got := choose(states, free, &p, inFlight, "etl")
+		if slices.Contains(got, id) {
+			return []uuid.UUID{big}
+		}
+		return got
+	}
+	// 3.5 cores in flight, a slot free: the fresh big task lets a small one pass.
+	if got := pass(false, resources.Vector{CPU: 3500}, 1); len(got) != 1 || got[0] == big {
+		t.Fatalf("fresh: chose %v; want one small task", got)
+	}
+	// Once it may reserve, the small ones wait for what it holds back.
+	if got := pass(true, resources.Vector{CPU: 3500}, 1); len(got) != 0 {
+		t.Fatalf("reserving: chose %d tasks; want none", len(got))
+	}
+	// The room has gathered: it goes.
+	if got := pass(true, resources.Vector{CPU: 2000}, 4); len(got) == 0 || got[0] != big {
+		t.Fatalf("room gathered: chose %v; want the big task", got)
+	}
+}
+
+// Backfill around a reservation: while a big task holds back the memory
+// it waits for, tasks that ask for none of it still go.
+func TestChooseBackfillsAroundAReservation(t *testing.T) {
+	big, other := uuid.New(), uuid.New()
+	p := poolOf(nil)
+	p.slots = 8
+	c := resources.Vector{CPU: 4000, Memory: 4 << 30}
+	p.each, p.total = []resources.Vector{c}, c // in flight: at most 8 cores, 8Gi
+	b := sized(big, 1, resources.Vector{Memory: 4 << 30})
+	b[0].MayReserve = true
+	cpuOnly := sized(other, 2, resources.Vector{CPU: 500})
+	withMemory := sized(other, 2, resources.Vector{CPU: 500, Memory: 1 << 30})
+	for i := range withMemory {
+		withMemory[i].ReadyAt = withMemory[i].ReadyAt.Add(-time.Hour) // older: first, if they could go
+	}
+	inFlight := resources.Vector{CPU: 1000, Memory: 6 << 30}
+	want := []uuid.UUID{cpuOnly[0].ID, cpuOnly[1].ID}
+	states := []*tenantState{
+		{id: big, weight: 1, room: 1000, waiting: b},
+		{id: other, weight: 1, held: 2, heldRes: inFlight, room: 1000, waiting: append(withMemory, cpuOnly...)},
+	}
+	got := choose(states, 8, &p, inFlight, "etl")
+	slices.SortFunc(got, compareIDs)
+	slices.SortFunc(want, compareIDs)
+	if !slices.Equal(got, want) {
+		t.Fatalf("chose %v; want only the two tasks asking no memory %v", got, want)
+	}
+}

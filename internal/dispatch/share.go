@@ -72,16 +72,19 @@ func (p pool) fits(need resources.Vector, queue string) (bool, string) {
 
 // room reports whether the queue's tasks in flight, asking inFlight
 // together, may take one more asking need: at most InFlightPerSlot times
-// its workers' capacity, resource by resource.
+// its workers' capacity in each resource need asks for (one it does not
+// ask for it leaves as it is, even past the bound: a reservation, or
+// workers gone).
 func (p pool) room(inFlight, need resources.Vector) bool {
 	if p.undeclared || need.IsZero() {
 		return true
 	}
-	bound := resources.Vector{}
-	for range InFlightPerSlot {
-		bound = bound.Add(p.total)
+	for _, name := range need.Names() {
+		if inFlight.Get(name)+need.Get(name) > InFlightPerSlot*p.total.Get(name) {
+			return false
+		}
 	}
-	return inFlight.Add(need).FitsIn(bound)
+	return true
 }
 
 // share is a tenant's dominant share of the queue, holding count tasks

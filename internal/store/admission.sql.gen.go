@@ -16,49 +16,55 @@ import (
 const admissionCandidates = `-- name: AdmissionCandidates :many
 SELECT c.id, c.tenant_id, c.priority, c.ready_at::timestamptz AS ready_at,
        (c.ready_at < now() - INTERVAL '1 second' * $1::float8)::bool AS aged,
+       (c.ready_at < now() - INTERVAL '1 second' * $2::float8)::bool AS may_reserve,
        c.res_cpu, c.res_memory, c.res_gpu, c.res_custom
-FROM (SELECT unnest($2::uuid[]) AS id, unnest($3::int[]) AS lim) AS t
+FROM (SELECT unnest($3::uuid[]) AS id, unnest($4::int[]) AS lim) AS t
 CROSS JOIN generate_series(1, 4) AS p (priority)
 CROSS JOIN LATERAL (
     SELECT k.id, k.tenant_id, k.priority, k.ready_at, k.res_cpu, k.res_memory, k.res_gpu, k.res_custom FROM tasks AS k
-    WHERE k.queue = $4 AND k.tenant_id = t.id AND k.priority = p.priority
+    WHERE k.queue = $5 AND k.tenant_id = t.id AND k.priority = p.priority
       AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()
-      AND k.res_cpu <= $5 AND k.res_memory <= $6 AND k.res_gpu <= $7
+      AND k.res_cpu <= $6 AND k.res_memory <= $7 AND k.res_gpu <= $8
     ORDER BY k.ready_at
     LIMIT t.lim
 ) AS c
 `
 
 type AdmissionCandidatesParams struct {
-	AgingSeconds float64
-	Tenants      []uuid.UUID
-	Limits       []int32
-	Queue        string
-	MostCpu      int64
-	MostMemory   int64
-	MostGpu      int64
+	AgingSeconds   float64
+	ReserveSeconds float64
+	Tenants        []uuid.UUID
+	Limits         []int32
+	Queue          string
+	MostCpu        int64
+	MostMemory     int64
+	MostGpu        int64
 }
 
 type AdmissionCandidatesRow struct {
-	ID        uuid.UUID
-	TenantID  uuid.UUID
-	Priority  int32
-	ReadyAt   time.Time
-	Aged      bool
-	ResCpu    int64
-	ResMemory int64
-	ResGpu    int64
-	ResCustom []byte
+	ID         uuid.UUID
+	TenantID   uuid.UUID
+	Priority   int32
+	ReadyAt    time.Time
+	Aged       bool
+	MayReserve bool
+	ResCpu     int64
+	ResMemory  int64
+	ResGpu     int64
+	ResCustom  []byte
 }
 
 // AdmissionCandidates lists, for each tenant and each priority, the
 // queue's oldest eligible waiting tasks (up to the tenant's limit each):
 // the admitter merges them by aged priority. A task asking more cpu,
 // memory or gpu than the largest live worker has (@most_*) is not read:
-// it could not be admitted, and must not hide those behind it.
+// it could not be admitted, and must not hide those behind it. A task
+// that has waited past @reserve_seconds may hold room back for itself
+// (dispatch.choose).
 func (q *Queries) AdmissionCandidates(ctx context.Context, arg AdmissionCandidatesParams) ([]AdmissionCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, admissionCandidates,
 		arg.AgingSeconds,
+		arg.ReserveSeconds,
 		arg.Tenants,
 		arg.Limits,
 		arg.Queue,
@@ -79,6 +85,7 @@ func (q *Queries) AdmissionCandidates(ctx context.Context, arg AdmissionCandidat
 			&i.Priority,
 			&i.ReadyAt,
 			&i.Aged,
+			&i.MayReserve,
 			&i.ResCpu,
 			&i.ResMemory,
 			&i.ResGpu,
@@ -541,11 +548,12 @@ func (q *Queries) TenantLimits(ctx context.Context, arg TenantLimitsParams) ([]T
 const waitingTenants = `-- name: WaitingTenants :many
 WITH RECURSIVE w (tenant_id) AS (
     (SELECT t.tenant_id FROM tasks AS t
-     WHERE t.queue = $1 AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
+     WHERE t.queue = $1 AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at <= now()
      ORDER BY t.tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT t.tenant_id FROM tasks AS t
-            WHERE t.queue = $1 AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.tenant_id > w.tenant_id
+            WHERE t.queue = $1 AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at <= now()
+              AND t.tenant_id > w.tenant_id
             ORDER BY t.tenant_id LIMIT 1)
     FROM w WHERE w.tenant_id IS NOT NULL
 )
@@ -553,7 +561,9 @@ SELECT w.tenant_id::uuid AS tenant_id FROM w WHERE w.tenant_id IS NOT NULL LIMIT
 `
 
 // WaitingTenants lists the tenants with tasks waiting for admission in the
-// queue (a loose index scan: one probe per tenant, whatever the backlog).
+// queue, eligible now (a retry in its backoff is not: its tenant would
+// take a share of the pass it cannot use) (a loose index scan: one probe
+// per tenant, whatever the backlog).
 func (q *Queries) WaitingTenants(ctx context.Context, queue string) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, waitingTenants, queue)
 	if err != nil {

@@ -33,15 +33,18 @@ WHERE queue = @queue AND admitted_at IS NOT NULL AND status IN ('queued', 'runni
 GROUP BY tenant_id;
 
 -- WaitingTenants lists the tenants with tasks waiting for admission in the
--- queue (a loose index scan: one probe per tenant, whatever the backlog).
+-- queue, eligible now (a retry in its backoff is not: its tenant would
+-- take a share of the pass it cannot use) (a loose index scan: one probe
+-- per tenant, whatever the backlog).
 -- name: WaitingTenants :many
 WITH RECURSIVE w (tenant_id) AS (
     (SELECT t.tenant_id FROM tasks AS t
-     WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
+     WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at <= now()
      ORDER BY t.tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT t.tenant_id FROM tasks AS t
-            WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.tenant_id > w.tenant_id
+            WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at <= now()
+              AND t.tenant_id > w.tenant_id
             ORDER BY t.tenant_id LIMIT 1)
     FROM w WHERE w.tenant_id IS NOT NULL
 )
@@ -81,10 +84,13 @@ GROUP BY tenant_id;
 -- queue's oldest eligible waiting tasks (up to the tenant's limit each):
 -- the admitter merges them by aged priority. A task asking more cpu,
 -- memory or gpu than the largest live worker has (@most_*) is not read:
--- it could not be admitted, and must not hide those behind it.
+-- it could not be admitted, and must not hide those behind it. A task
+-- that has waited past @reserve_seconds may hold room back for itself
+-- (dispatch.choose).
 -- name: AdmissionCandidates :many
 SELECT c.id, c.tenant_id, c.priority, c.ready_at::timestamptz AS ready_at,
        (c.ready_at < now() - INTERVAL '1 second' * @aging_seconds::float8)::bool AS aged,
+       (c.ready_at < now() - INTERVAL '1 second' * @reserve_seconds::float8)::bool AS may_reserve,
        c.res_cpu, c.res_memory, c.res_gpu, c.res_custom
 FROM (SELECT unnest(@tenants::uuid[]) AS id, unnest(@limits::int[]) AS lim) AS t
 CROSS JOIN generate_series(1, 4) AS p (priority)
