@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
@@ -32,6 +33,13 @@ import (
 // (default, type echo in namespace team-a) and "other-worker" (other, any
 // type).
 func authServer(t *testing.T) (string, map[string]string) {
+	t.Helper()
+	base, keys, _ := authServerPool(t)
+	return base, keys
+}
+
+// authServerPool is authServer with its database.
+func authServerPool(t *testing.T) (string, map[string]string, *pgxpool.Pool) {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -69,7 +77,7 @@ func authServer(t *testing.T) (string, map[string]string) {
 		t.Fatal(err)
 	}
 	go func() { _ = srv.Serve(ctx) }()
-	return "http://" + srv.Addr(), out
+	return "http://" + srv.Addr(), out, pool
 }
 
 // call posts a Connect JSON request and returns the HTTP status and the

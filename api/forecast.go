@@ -3,8 +3,11 @@ package api
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
@@ -26,7 +29,7 @@ func (s *pipelineServer) Forecast(ctx context.Context, req *connect.Request[orre
 	if top == 0 {
 		top = 5
 	}
-	jobs, err := s.forecastJobs(ctx, m)
+	jobs, ids, err := s.forecastJobs(ctx, m)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -40,19 +43,51 @@ func (s *pipelineServer) Forecast(ctx context.Context, req *connect.Request[orre
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	return connect.NewResponse(ForecastToProto(res, len(jobs))), nil
+	// The capacity forecast: each step's history (a job given in the
+	// request has its stored namesake's), the tenant's profiles, the fleet.
+	facts, err := s.jobs.ReadCapacityFacts(ctx, actor(ctx), slices.Collect(maps.Values(ids)))
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	for i := range jobs {
+		jobs[i].Lengths = facts.Lengths[ids[jobs[i].Namespace+"/"+jobs[i].Name]]
+		jobs[i].Profiles = facts.Profiles
+	}
+	hours, unmeasured, err := forecast.Capacity(jobs, from, to, facts.Fleet)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	out := ForecastToProto(res, len(jobs))
+	out.Hours, out.UnmeasuredSteps = HoursToProto(hours), int32(unmeasured)
+	return connect.NewResponse(out), nil
+}
+
+// HoursToProto is a capacity forecast as the API answers it.
+func HoursToProto(hours []forecast.Hour) []*orreryv1.ForecastHour {
+	out := make([]*orreryv1.ForecastHour, len(hours))
+	for i, h := range hours {
+		ph := &orreryv1.ForecastHour{Queue: h.Queue, Hour: timestamppb.New(h.At), Demand: vectorToProto(h.Demand), Capacity: vectorToProto(h.Capacity),
+			Served: h.Served, Unbounded: h.Unbounded, Short: h.Short, Load: h.Load}
+		for _, j := range h.Jobs {
+			ph.Jobs = append(ph.Jobs, &orreryv1.ForecastJobDemand{Job: j.Job, Demand: vectorToProto(j.Demand)})
+		}
+		out[i] = ph
+	}
+	return out
 }
 
 // forecastJobs is what a forecast counts: the active stored jobs in scope
-// that the caller may read, with the request's jobs in place of theirs.
-func (s *pipelineServer) forecastJobs(ctx context.Context, m *orreryv1.ForecastRequest) ([]forecast.Job, error) {
+// that the caller may read, with the request's jobs in place of theirs;
+// and the ids of the stored jobs by namespace/name.
+func (s *pipelineServer) forecastJobs(ctx context.Context, m *orreryv1.ForecastRequest) ([]forecast.Job, map[string]uuid.UUID, error) {
+	ids := map[string]uuid.UUID{}
 	override := map[string]dag.Resource{}
 	namespaces := map[string]bool{}
 	for _, a := range m.GetJobs() {
 		r := ResourceFromProto(a.GetMetadata(), a.GetSpec())
 		r.Normalize()
 		if es := dag.Validate(&r); len(es) > 0 {
-			return nil, es
+			return nil, nil, es
 		}
 		override[r.Metadata.Namespace+"/"+r.Metadata.Name] = r
 		namespaces[r.Metadata.Namespace] = true
@@ -62,17 +97,18 @@ func (s *pipelineServer) forecastJobs(ctx context.Context, m *orreryv1.ForecastR
 	for {
 		page, next, err := s.jobs.List(ctx, actor(ctx), f)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, j := range page {
 			key := j.Namespace + "/" + j.Name
+			ids[key] = j.ID
 			if _, replaced := override[key]; replaced || (m.GetPrune() && namespaces[j.Namespace]) {
 				continue
 			}
 			out = append(out, forecast.Job{Namespace: j.Namespace, Name: j.Name, Spec: j.Spec})
 		}
 		if len(out) > maxForecastJobs {
-			return nil, &dag.FieldError{Field: "namespace", Message: fmt.Sprintf("more than %d jobs in scope: forecast one namespace at a time", maxForecastJobs)}
+			return nil, nil, &dag.FieldError{Field: "namespace", Message: fmt.Sprintf("more than %d jobs in scope: forecast one namespace at a time", maxForecastJobs)}
 		}
 		if next == "" {
 			break
@@ -84,7 +120,7 @@ func (s *pipelineServer) forecastJobs(ctx context.Context, m *orreryv1.ForecastR
 			out = append(out, forecast.Job{Namespace: r.Metadata.Namespace, Name: r.Metadata.Name, Spec: r.Spec})
 		}
 	}
-	return out, nil
+	return out, ids, nil
 }
 
 // ForecastToProto is a forecast as the API answers it.
@@ -109,4 +145,48 @@ func counts(m map[string]int) map[string]int32 {
 		out[k] = int32(v)
 	}
 	return out
+}
+
+// QueueDemand is one queue's capacity forecast as the CLI and the web UI
+// show it: its hours with demand, its peak hour, and the short hours.
+type QueueDemand struct {
+	Queue string
+	Hours int
+	Peak  *orreryv1.ForecastHour
+	Short []*orreryv1.ForecastHour
+}
+
+// DemandByQueue summarizes a capacity forecast (hours by queue then hour)
+// per queue.
+func DemandByQueue(hours []*orreryv1.ForecastHour) []QueueDemand {
+	var out []QueueDemand
+	for _, h := range hours {
+		if len(out) == 0 || out[len(out)-1].Queue != h.GetQueue() {
+			out = append(out, QueueDemand{Queue: h.GetQueue(), Peak: h})
+		}
+		q := &out[len(out)-1]
+		q.Hours++
+		// The peak: a short hour before one that is not (a resource no
+		// worker has counts no load), then the highest load.
+		if short, peak := len(h.GetShort()) > 0, len(q.Peak.GetShort()) > 0; short && !peak || short == peak && h.GetLoad() > q.Peak.GetLoad() {
+			q.Peak = h
+		}
+		if len(h.GetShort()) > 0 {
+			q.Short = append(q.Short, h)
+		}
+	}
+	return out
+}
+
+// DemandText writes an hour's demand against its queue's capacity:
+// "cpu 18/16, memory 32Gi/64Gi", or the demand alone where the capacity
+// does not bound it.
+func DemandText(h *orreryv1.ForecastHour) string {
+	switch {
+	case !h.GetServed():
+		return ResourcesText(h.GetDemand()) + "; no live worker serves the queue"
+	case h.GetUnbounded():
+		return ResourcesText(h.GetDemand()) + "; a worker of the queue declares no capacity"
+	}
+	return ResourceUsage(h.GetCapacity(), h.GetDemand())
 }

@@ -8,6 +8,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 )
 
@@ -78,6 +79,7 @@ func (s *Server) forecastPage(w http.ResponseWriter, r *http.Request, v *view) e
 	s.render(w, r, v, http.StatusOK, "forecast", map[string]any{
 		"F": f, "From": timestamppb.New(from), "To": timestamppb.New(to), "NS": q.Get("ns"), "Queue": q.Get("queue"), "Hours": hours,
 		"Bars": bars, "Most": most, "Bucket": bucket, "ChartW": chartW, "ChartH": chartH, "CLI": cli,
+		"Demand": api.DemandByQueue(f.GetHours()),
 	})
 	return nil
 }

@@ -44,6 +44,8 @@ var funcs = template.FuncMap{
 	"handled": backfillHandled,
 	"usage":   api.ResourceUsage,
 	"asks":    api.ResourcesText,
+	"demand":  api.DemandText,
+	"pct":     func(f float64) string { return fmt.Sprintf("%.0f%%", 100*f) },
 }
 
 func parsePages() (pages, error) {

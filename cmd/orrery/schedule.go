@@ -113,7 +113,7 @@ func newForecastCmd(g *globals) *cobra.Command {
 	var top int32
 	cmd := &cobra.Command{
 		Use:   "forecast [-f DIR | --namespace NS] [--queue Q] [--from T] [--to T] [--top N]",
-		Short: "Count the runs jobs will fire per minute over a window: the hottest minutes and the jobs that make them",
+		Short: "Count the runs jobs will fire per minute over a window, the hottest minutes, and the hours their queues will be short of capacity",
 		Long: `forecast counts, minute by minute, the runs the active jobs will fire from
 --from (default now) to --to (default 24 hours later, at most 7 days), with
 their jitter, exclusions and bounds, as the scheduler fires them: the
@@ -121,7 +121,14 @@ total, the tasks by queue, the busiest hours, and the hottest minutes with
 the jobs that make them. With -f, the jobs of a YAML file or folder,
 computed here without a server; else the server's jobs (of --namespace, or
 every one you may read). --queue counts only the steps that go to one
-queue, and the jobs that have one.`,
+queue, and the jobs that have one.
+
+From the server it also sets, per queue and hour, what the steps will ask
+for on average at once (each step's resources for the median length of its
+attempts over its job's last 50 runs, a minute when it has none, from when
+the steps it needs have ended) against what the queue's live workers
+declare, and names the hours where demand passes capacity and the jobs
+that make them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			start := time.Now().Truncate(time.Minute)
@@ -141,6 +148,7 @@ queue, and the jobs that have one.`,
 				end = t
 			}
 			var res *orreryv1.ForecastResponse
+			local := false // the capacity forecast needs the server's history and fleet
 			if path != "" {
 				if namespace != "" {
 					return errors.New("give -f DIR or --namespace NS, not both")
@@ -170,6 +178,7 @@ queue, and the jobs that have one.`,
 					return fmt.Errorf("forecast: %w", err)
 				}
 				res = api.ForecastToProto(f, len(jobs))
+				local = true
 			} else {
 				r, err := orreryv1connect.NewPipelineServiceClient(g.httpClient(), g.baseURL()).Forecast(cmd.Context(), connect.NewRequest(&orreryv1.ForecastRequest{
 					Namespace: namespace, Queue: queue, From: timestamppb.New(start), To: timestamppb.New(end), Top: top}))
@@ -179,6 +188,11 @@ queue, and the jobs that have one.`,
 				res = r.Msg
 			}
 			printForecast(cmd.OutOrStdout(), res, start, end)
+			if local {
+				fmt.Fprintln(cmd.OutOrStdout(), "\ncapacity: the server's forecast (without -f) sets demand against the workers' capacity")
+			} else {
+				printCapacity(cmd.OutOrStdout(), res)
+			}
 			return nil
 		},
 	}
@@ -226,6 +240,32 @@ func printForecast(w io.Writer, f *orreryv1.ForecastResponse, from, to time.Time
 			}
 			fmt.Fprintf(w, "  %s  %d runs  [%s]  %s\n", m.GetMinute().AsTime().UTC().Format("2006-01-02T15:04Z"), m.GetRuns(),
 				queueCounts(m.GetTasksByQueue()), strings.Join(jobs, ", "))
+		}
+	}
+}
+
+// printCapacity prints the capacity forecast: per queue its peak hour,
+// then each short hour with the jobs that make it.
+func printCapacity(w io.Writer, f *orreryv1.ForecastResponse) {
+	queues := api.DemandByQueue(f.GetHours())
+	if len(queues) == 0 {
+		fmt.Fprintln(w, "\ncapacity: no step in the window asks for resources")
+		return
+	}
+	fmt.Fprintln(w, "\ndemand against capacity, on average at once (UTC hours):")
+	if n := f.GetUnmeasuredSteps(); n > 0 {
+		fmt.Fprintf(w, "  (steps with no attempts yet, counted as a minute each: %d)\n", n)
+	}
+	for _, q := range queues {
+		fmt.Fprintf(w, "  %s: %d of %d hours short; peak %s  %s\n", q.Queue, len(q.Short), q.Hours,
+			q.Peak.GetHour().AsTime().UTC().Format("2006-01-02T15Z"), api.DemandText(q.Peak))
+		for _, h := range q.Short {
+			var jobs []string
+			for _, j := range h.GetJobs() {
+				jobs = append(jobs, j.GetJob()+" ("+api.ResourcesText(j.GetDemand())+")")
+			}
+			fmt.Fprintf(w, "    SHORT of %s %s  %s  by %s\n", strings.Join(h.GetShort(), ", "), h.GetHour().AsTime().UTC().Format("2006-01-02T15Z"),
+				api.DemandText(h), strings.Join(jobs, ", "))
 		}
 	}
 }

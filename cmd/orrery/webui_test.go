@@ -381,7 +381,19 @@ spec:
 	bigDir := t.TempDir()
 	os.WriteFile(filepath.Join(bigDir, "big.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: too-big, namespace: qa}\n"+
 		"spec:\n  schedule: {cron: \"0 3 * * *\"}\n  steps:\n    - name: huge\n      resources: {cpu: 1, memory: 100Gi}\n      run: {command: {argv: [\"/bin/true\"]}}\n"), 0o644)
+	// And a step asking for a GPU, which no worker of the queue has: the
+	// capacity forecast names its hour short of gpu, and the job.
+	os.WriteFile(filepath.Join(bigDir, "render.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: render, namespace: qa}\n"+
+		"spec:\n  schedule: {cron: \"0 3 * * *\"}\n  steps:\n    - name: frames\n      resources: {gpu: 1}\n      run: {command: {argv: [\"/bin/true\"]}}\n"), 0o644)
 	cli("apply", "-f", bigDir)
+	do("the capacity forecast", chromedp.Navigate(base+"/forecast?ns=qa&hours=24"), chromedp.WaitVisible(css(`#capacity`)))
+	if row := text(`#capacity tr.short`); !regexpLine(row, `default\s+1 of [1-9][0-9]*`) {
+		t.Errorf("the capacity forecast's row of queue default: %q, want one short hour", row)
+	}
+	if short := text(`table.short-hours`); !strings.Contains(short, "gpu") || !strings.Contains(short, "qa/render (gpu 1)") || !strings.Contains(short, "gpu 1/0") {
+		t.Errorf("the short hours of queue default: %q, want gpu 1/0 by qa/render", short)
+	}
+	screenshot(t, ctx, "forecast-capacity")
 	bigRun := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}`).FindString(cli("jobs", "trigger", "too-big", "-n", "qa"))
 	do("a step no worker has room for", chromedp.Navigate(base+"/runs/"+bigRun), chromedp.Click(css(`a[href*="task="]`)), chromedp.WaitVisible(css(`p[data-wait]`)))
 	if w := text(`p[data-wait]`); !strings.Contains(w, "needs memory 100Gi; the largest worker of queue default has") {

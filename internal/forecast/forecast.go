@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/dag/schedule"
 )
 
@@ -28,6 +29,11 @@ const (
 type Job struct {
 	Namespace, Name string
 	Spec            dag.JobSpec
+	// For the capacity forecast: each step's length (the median of its
+	// recent attempts; a step without is DefaultStepLength), and the
+	// profiles of the job's tenant its steps may name.
+	Lengths  map[string]time.Duration
+	Profiles map[string]resources.Vector
 }
 
 // Minute is one minute's firings.
@@ -104,29 +110,14 @@ func Compute(jobs []Job, from, to time.Time, top int) (*Result, error) {
 	byMinute := map[int64]*Minute{}
 	perJob := map[int64]map[string]int{}
 	for _, j := range jobs {
-		s, err := schedule.Parse(j.Spec.Schedule)
-		if err != nil {
-			continue // stored before a rule it breaks: nothing fires it differently
-		}
-		s = s.For(j.Namespace, j.Name)
 		queues := map[string]int{}
 		for i := range j.Spec.Steps {
 			queues[stepQueue(&j.Spec, &j.Spec.Steps[i])]++
 		}
 		key := j.Namespace + "/" + j.Name
-		// Instants that fire in the window start at most the jitter before it.
-		for at := from.Add(-s.Jitter() - time.Second); ; {
-			next, ok := s.Next(at)
-			if !ok || !next.Before(to) {
-				break
-			}
-			at = next
-			fire := s.Fire(next)
-			if fire.Before(from) || !fire.Before(to) {
-				continue
-			}
+		err := fires(&j, from, to, func(fire time.Time) error {
 			if res.Runs++; res.Runs > MaxInstants {
-				return nil, &dag.FieldError{Field: "to", Message: fmt.Sprintf("more than %d runs fire in the window: narrow it, or the jobs", MaxInstants)}
+				return &dag.FieldError{Field: "to", Message: fmt.Sprintf("more than %d runs fire in the window: narrow it, or the jobs", MaxInstants)}
 			}
 			m := fire.Truncate(time.Minute).Unix()
 			mm := byMinute[m]
@@ -141,6 +132,10 @@ func Compute(jobs []Job, from, to time.Time, top int) (*Result, error) {
 				mm.Tasks[q] += n
 				res.Tasks[q] += n
 			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	for _, m := range byMinute {
@@ -158,6 +153,32 @@ func Compute(jobs []Job, from, to time.Time, top int) (*Result, error) {
 		res.Hottest = append(res.Hottest, m)
 	}
 	return res, nil
+}
+
+// fires calls fn with the fire time (the instant plus its jitter) of
+// each instant of j's schedule that fires in [from, to), in order, until
+// fn fails.
+func fires(j *Job, from, to time.Time, fn func(fire time.Time) error) error {
+	s, err := schedule.Parse(j.Spec.Schedule)
+	if err != nil {
+		return nil // stored before a rule it breaks: nothing fires it differently
+	}
+	s = s.For(j.Namespace, j.Name)
+	// Instants that fire in the window start at most the jitter before it.
+	for at := from.Add(-s.Jitter() - time.Second); ; {
+		next, ok := s.Next(at)
+		if !ok || !next.Before(to) {
+			return nil
+		}
+		at = next
+		fire := s.Fire(next)
+		if fire.Before(from) || !fire.Before(to) {
+			continue
+		}
+		if err := fn(fire); err != nil {
+			return err
+		}
+	}
 }
 
 // Peak is the hottest minute's runs (0 for none).

@@ -479,9 +479,17 @@ type ForecastResponse struct {
 	// The hottest minutes, hottest first, with their jobs.
 	Hottest []*ForecastMinute `protobuf:"bytes,4,rep,name=hottest,proto3" json:"hottest,omitempty"`
 	// The jobs counted.
-	Jobs          int32 `protobuf:"varint,5,opt,name=jobs,proto3" json:"jobs,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Jobs int32 `protobuf:"varint,5,opt,name=jobs,proto3" json:"jobs,omitempty"`
+	// Per queue and hour, what the steps of the runs fired in the window ask
+	// for on average at once (each step's resources for the median length
+	// of its attempts over its job's last 50 runs, from when the steps it
+	// needs have ended) against what the queue's live workers have: every
+	// queue and hour whose steps ask for any resource, by queue then hour.
+	Hours []*ForecastHour `protobuf:"bytes,6,rep,name=hours,proto3" json:"hours,omitempty"`
+	// Steps with no attempts to measure, counted as one minute each.
+	UnmeasuredSteps int32 `protobuf:"varint,7,opt,name=unmeasured_steps,json=unmeasuredSteps,proto3" json:"unmeasured_steps,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ForecastResponse) Reset() {
@@ -549,6 +557,193 @@ func (x *ForecastResponse) GetJobs() int32 {
 	return 0
 }
 
+func (x *ForecastResponse) GetHours() []*ForecastHour {
+	if x != nil {
+		return x.Hours
+	}
+	return nil
+}
+
+func (x *ForecastResponse) GetUnmeasuredSteps() int32 {
+	if x != nil {
+		return x.UnmeasuredSteps
+	}
+	return 0
+}
+
+// ForecastHour is one queue's demand in one hour.
+type ForecastHour struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Queue string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
+	Hour  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=hour,proto3" json:"hour,omitempty"`
+	// On average at once over the part of the hour inside the window.
+	Demand *Resources `protobuf:"bytes,3,opt,name=demand,proto3" json:"demand,omitempty"`
+	// What the queue's live workers declare together.
+	Capacity *Resources `protobuf:"bytes,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// A live worker serves the queue.
+	Served bool `protobuf:"varint,5,opt,name=served,proto3" json:"served,omitempty"`
+	// A live worker of the queue declares no capacity: resources bound
+	// nothing there.
+	Unbounded bool `protobuf:"varint,6,opt,name=unbounded,proto3" json:"unbounded,omitempty"`
+	// The resources the demand passes the capacity of (for a queue no live
+	// worker serves, every one it asks for).
+	Short []string `protobuf:"bytes,7,rep,name=short,proto3" json:"short,omitempty"`
+	// In a short hour, the jobs asking most of its first short resource.
+	Jobs []*ForecastJobDemand `protobuf:"bytes,8,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// The largest share of the capacity the demand asks for, over the
+	// resources (above 1: short; 0 when unbounded or not served).
+	Load          float64 `protobuf:"fixed64,9,opt,name=load,proto3" json:"load,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForecastHour) Reset() {
+	*x = ForecastHour{}
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForecastHour) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForecastHour) ProtoMessage() {}
+
+func (x *ForecastHour) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForecastHour.ProtoReflect.Descriptor instead.
+func (*ForecastHour) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_pipeline_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ForecastHour) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *ForecastHour) GetHour() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Hour
+	}
+	return nil
+}
+
+func (x *ForecastHour) GetDemand() *Resources {
+	if x != nil {
+		return x.Demand
+	}
+	return nil
+}
+
+func (x *ForecastHour) GetCapacity() *Resources {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *ForecastHour) GetServed() bool {
+	if x != nil {
+		return x.Served
+	}
+	return false
+}
+
+func (x *ForecastHour) GetUnbounded() bool {
+	if x != nil {
+		return x.Unbounded
+	}
+	return false
+}
+
+func (x *ForecastHour) GetShort() []string {
+	if x != nil {
+		return x.Short
+	}
+	return nil
+}
+
+func (x *ForecastHour) GetJobs() []*ForecastJobDemand {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *ForecastHour) GetLoad() float64 {
+	if x != nil {
+		return x.Load
+	}
+	return 0
+}
+
+// ForecastJobDemand is one job's part of an hour's demand.
+type ForecastJobDemand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// namespace/name
+	Job           string     `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
+	Demand        *Resources `protobuf:"bytes,2,opt,name=demand,proto3" json:"demand,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForecastJobDemand) Reset() {
+	*x = ForecastJobDemand{}
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForecastJobDemand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForecastJobDemand) ProtoMessage() {}
+
+func (x *ForecastJobDemand) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForecastJobDemand.ProtoReflect.Descriptor instead.
+func (*ForecastJobDemand) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_pipeline_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ForecastJobDemand) GetJob() string {
+	if x != nil {
+		return x.Job
+	}
+	return ""
+}
+
+func (x *ForecastJobDemand) GetDemand() *Resources {
+	if x != nil {
+		return x.Demand
+	}
+	return nil
+}
+
 // ForecastMinute is one minute of a forecast.
 type ForecastMinute struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -562,7 +757,7 @@ type ForecastMinute struct {
 
 func (x *ForecastMinute) Reset() {
 	*x = ForecastMinute{}
-	mi := &file_orrery_v1_pipeline_proto_msgTypes[8]
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -574,7 +769,7 @@ func (x *ForecastMinute) String() string {
 func (*ForecastMinute) ProtoMessage() {}
 
 func (x *ForecastMinute) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_pipeline_proto_msgTypes[8]
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -587,7 +782,7 @@ func (x *ForecastMinute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForecastMinute.ProtoReflect.Descriptor instead.
 func (*ForecastMinute) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_pipeline_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_pipeline_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ForecastMinute) GetMinute() *timestamppb.Timestamp {
@@ -630,7 +825,7 @@ type ForecastJob struct {
 
 func (x *ForecastJob) Reset() {
 	*x = ForecastJob{}
-	mi := &file_orrery_v1_pipeline_proto_msgTypes[9]
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +837,7 @@ func (x *ForecastJob) String() string {
 func (*ForecastJob) ProtoMessage() {}
 
 func (x *ForecastJob) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_pipeline_proto_msgTypes[9]
+	mi := &file_orrery_v1_pipeline_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +850,7 @@ func (x *ForecastJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForecastJob.ProtoReflect.Descriptor instead.
 func (*ForecastJob) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_pipeline_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_pipeline_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ForecastJob) GetJob() string {
@@ -711,16 +906,31 @@ const file_orrery_v1_pipeline_proto_rawDesc = "" +
 	"\x03top\x18\x04 \x01(\x05R\x03top\x12)\n" +
 	"\x04jobs\x18\x05 \x03(\v2\x15.orrery.v1.AppliedJobR\x04jobs\x12\x14\n" +
 	"\x05prune\x18\x06 \x01(\bR\x05prune\x12\x14\n" +
-	"\x05queue\x18\a \x01(\tR\x05queue\"\xba\x02\n" +
+	"\x05queue\x18\a \x01(\tR\x05queue\"\x94\x03\n" +
 	"\x10ForecastResponse\x12\x12\n" +
 	"\x04runs\x18\x01 \x01(\x05R\x04runs\x12S\n" +
 	"\x0etasks_by_queue\x18\x02 \x03(\v2-.orrery.v1.ForecastResponse.TasksByQueueEntryR\ftasksByQueue\x123\n" +
 	"\aminutes\x18\x03 \x03(\v2\x19.orrery.v1.ForecastMinuteR\aminutes\x123\n" +
 	"\ahottest\x18\x04 \x03(\v2\x19.orrery.v1.ForecastMinuteR\ahottest\x12\x12\n" +
-	"\x04jobs\x18\x05 \x01(\x05R\x04jobs\x1a?\n" +
+	"\x04jobs\x18\x05 \x01(\x05R\x04jobs\x12-\n" +
+	"\x05hours\x18\x06 \x03(\v2\x17.orrery.v1.ForecastHourR\x05hours\x12)\n" +
+	"\x10unmeasured_steps\x18\a \x01(\x05R\x0funmeasuredSteps\x1a?\n" +
 	"\x11TasksByQueueEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x98\x02\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xc6\x02\n" +
+	"\fForecastHour\x12\x14\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\x12.\n" +
+	"\x04hour\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04hour\x12,\n" +
+	"\x06demand\x18\x03 \x01(\v2\x14.orrery.v1.ResourcesR\x06demand\x120\n" +
+	"\bcapacity\x18\x04 \x01(\v2\x14.orrery.v1.ResourcesR\bcapacity\x12\x16\n" +
+	"\x06served\x18\x05 \x01(\bR\x06served\x12\x1c\n" +
+	"\tunbounded\x18\x06 \x01(\bR\tunbounded\x12\x14\n" +
+	"\x05short\x18\a \x03(\tR\x05short\x120\n" +
+	"\x04jobs\x18\b \x03(\v2\x1c.orrery.v1.ForecastJobDemandR\x04jobs\x12\x12\n" +
+	"\x04load\x18\t \x01(\x01R\x04load\"S\n" +
+	"\x11ForecastJobDemand\x12\x10\n" +
+	"\x03job\x18\x01 \x01(\tR\x03job\x12,\n" +
+	"\x06demand\x18\x02 \x01(\v2\x14.orrery.v1.ResourcesR\x06demand\"\x98\x02\n" +
 	"\x0eForecastMinute\x122\n" +
 	"\x06minute\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x06minute\x12\x12\n" +
 	"\x04runs\x18\x02 \x01(\x05R\x04runs\x12Q\n" +
@@ -749,7 +959,7 @@ func file_orrery_v1_pipeline_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_pipeline_proto_rawDescData
 }
 
-var file_orrery_v1_pipeline_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_orrery_v1_pipeline_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_orrery_v1_pipeline_proto_goTypes = []any{
 	(*AppliedJob)(nil),            // 0: orrery.v1.AppliedJob
 	(*Change)(nil),                // 1: orrery.v1.Change
@@ -759,45 +969,54 @@ var file_orrery_v1_pipeline_proto_goTypes = []any{
 	(*ApplyResponse)(nil),         // 5: orrery.v1.ApplyResponse
 	(*ForecastRequest)(nil),       // 6: orrery.v1.ForecastRequest
 	(*ForecastResponse)(nil),      // 7: orrery.v1.ForecastResponse
-	(*ForecastMinute)(nil),        // 8: orrery.v1.ForecastMinute
-	(*ForecastJob)(nil),           // 9: orrery.v1.ForecastJob
-	nil,                           // 10: orrery.v1.ForecastResponse.TasksByQueueEntry
-	nil,                           // 11: orrery.v1.ForecastMinute.TasksByQueueEntry
-	(*JobMetadata)(nil),           // 12: orrery.v1.JobMetadata
-	(*JobSpec)(nil),               // 13: orrery.v1.JobSpec
-	(*Source)(nil),                // 14: orrery.v1.Source
-	(*Job)(nil),                   // 15: orrery.v1.Job
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*ForecastHour)(nil),          // 8: orrery.v1.ForecastHour
+	(*ForecastJobDemand)(nil),     // 9: orrery.v1.ForecastJobDemand
+	(*ForecastMinute)(nil),        // 10: orrery.v1.ForecastMinute
+	(*ForecastJob)(nil),           // 11: orrery.v1.ForecastJob
+	nil,                           // 12: orrery.v1.ForecastResponse.TasksByQueueEntry
+	nil,                           // 13: orrery.v1.ForecastMinute.TasksByQueueEntry
+	(*JobMetadata)(nil),           // 14: orrery.v1.JobMetadata
+	(*JobSpec)(nil),               // 15: orrery.v1.JobSpec
+	(*Source)(nil),                // 16: orrery.v1.Source
+	(*Job)(nil),                   // 17: orrery.v1.Job
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*Resources)(nil),             // 19: orrery.v1.Resources
 }
 var file_orrery_v1_pipeline_proto_depIdxs = []int32{
-	12, // 0: orrery.v1.AppliedJob.metadata:type_name -> orrery.v1.JobMetadata
-	13, // 1: orrery.v1.AppliedJob.spec:type_name -> orrery.v1.JobSpec
-	14, // 2: orrery.v1.AppliedJob.source:type_name -> orrery.v1.Source
-	15, // 3: orrery.v1.Change.job:type_name -> orrery.v1.Job
+	14, // 0: orrery.v1.AppliedJob.metadata:type_name -> orrery.v1.JobMetadata
+	15, // 1: orrery.v1.AppliedJob.spec:type_name -> orrery.v1.JobSpec
+	16, // 2: orrery.v1.AppliedJob.source:type_name -> orrery.v1.Source
+	17, // 3: orrery.v1.Change.job:type_name -> orrery.v1.Job
 	0,  // 4: orrery.v1.PlanRequest.jobs:type_name -> orrery.v1.AppliedJob
 	1,  // 5: orrery.v1.PlanResponse.changes:type_name -> orrery.v1.Change
 	0,  // 6: orrery.v1.ApplyRequest.jobs:type_name -> orrery.v1.AppliedJob
 	1,  // 7: orrery.v1.ApplyResponse.changes:type_name -> orrery.v1.Change
-	16, // 8: orrery.v1.ForecastRequest.from:type_name -> google.protobuf.Timestamp
-	16, // 9: orrery.v1.ForecastRequest.to:type_name -> google.protobuf.Timestamp
+	18, // 8: orrery.v1.ForecastRequest.from:type_name -> google.protobuf.Timestamp
+	18, // 9: orrery.v1.ForecastRequest.to:type_name -> google.protobuf.Timestamp
 	0,  // 10: orrery.v1.ForecastRequest.jobs:type_name -> orrery.v1.AppliedJob
-	10, // 11: orrery.v1.ForecastResponse.tasks_by_queue:type_name -> orrery.v1.ForecastResponse.TasksByQueueEntry
-	8,  // 12: orrery.v1.ForecastResponse.minutes:type_name -> orrery.v1.ForecastMinute
-	8,  // 13: orrery.v1.ForecastResponse.hottest:type_name -> orrery.v1.ForecastMinute
-	16, // 14: orrery.v1.ForecastMinute.minute:type_name -> google.protobuf.Timestamp
-	11, // 15: orrery.v1.ForecastMinute.tasks_by_queue:type_name -> orrery.v1.ForecastMinute.TasksByQueueEntry
-	9,  // 16: orrery.v1.ForecastMinute.jobs:type_name -> orrery.v1.ForecastJob
-	2,  // 17: orrery.v1.PipelineService.Plan:input_type -> orrery.v1.PlanRequest
-	4,  // 18: orrery.v1.PipelineService.Apply:input_type -> orrery.v1.ApplyRequest
-	6,  // 19: orrery.v1.PipelineService.Forecast:input_type -> orrery.v1.ForecastRequest
-	3,  // 20: orrery.v1.PipelineService.Plan:output_type -> orrery.v1.PlanResponse
-	5,  // 21: orrery.v1.PipelineService.Apply:output_type -> orrery.v1.ApplyResponse
-	7,  // 22: orrery.v1.PipelineService.Forecast:output_type -> orrery.v1.ForecastResponse
-	20, // [20:23] is the sub-list for method output_type
-	17, // [17:20] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	12, // 11: orrery.v1.ForecastResponse.tasks_by_queue:type_name -> orrery.v1.ForecastResponse.TasksByQueueEntry
+	10, // 12: orrery.v1.ForecastResponse.minutes:type_name -> orrery.v1.ForecastMinute
+	10, // 13: orrery.v1.ForecastResponse.hottest:type_name -> orrery.v1.ForecastMinute
+	8,  // 14: orrery.v1.ForecastResponse.hours:type_name -> orrery.v1.ForecastHour
+	18, // 15: orrery.v1.ForecastHour.hour:type_name -> google.protobuf.Timestamp
+	19, // 16: orrery.v1.ForecastHour.demand:type_name -> orrery.v1.Resources
+	19, // 17: orrery.v1.ForecastHour.capacity:type_name -> orrery.v1.Resources
+	9,  // 18: orrery.v1.ForecastHour.jobs:type_name -> orrery.v1.ForecastJobDemand
+	19, // 19: orrery.v1.ForecastJobDemand.demand:type_name -> orrery.v1.Resources
+	18, // 20: orrery.v1.ForecastMinute.minute:type_name -> google.protobuf.Timestamp
+	13, // 21: orrery.v1.ForecastMinute.tasks_by_queue:type_name -> orrery.v1.ForecastMinute.TasksByQueueEntry
+	11, // 22: orrery.v1.ForecastMinute.jobs:type_name -> orrery.v1.ForecastJob
+	2,  // 23: orrery.v1.PipelineService.Plan:input_type -> orrery.v1.PlanRequest
+	4,  // 24: orrery.v1.PipelineService.Apply:input_type -> orrery.v1.ApplyRequest
+	6,  // 25: orrery.v1.PipelineService.Forecast:input_type -> orrery.v1.ForecastRequest
+	3,  // 26: orrery.v1.PipelineService.Plan:output_type -> orrery.v1.PlanResponse
+	5,  // 27: orrery.v1.PipelineService.Apply:output_type -> orrery.v1.ApplyResponse
+	7,  // 28: orrery.v1.PipelineService.Forecast:output_type -> orrery.v1.ForecastResponse
+	26, // [26:29] is the sub-list for method output_type
+	23, // [23:26] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_pipeline_proto_init() }
@@ -812,7 +1031,7 @@ func file_orrery_v1_pipeline_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_pipeline_proto_rawDesc), len(file_orrery_v1_pipeline_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
