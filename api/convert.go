@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -479,6 +480,31 @@ func ResourcesText(r *orreryv1.Resources) string {
 	}
 	if len(parts) == 0 {
 		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Utilization writes what the live workers' running attempts ask for of
+// what they declare, together, resource by resource, as the overview shows
+// it: "cpu 3/16 (19%), memory 4Gi/60Gi (7%)"; "" when no live worker
+// declares its capacity.
+func Utilization(workers []*orreryv1.Worker) string {
+	var capacity, used resources.Vector
+	for _, w := range workers {
+		if !w.GetLive() || w.GetCapacity() == nil {
+			continue
+		}
+		c, err1 := resourcesFromProto(w.GetCapacity()).Vector()
+		u, err2 := resourcesFromProto(w.GetAllocated()).Vector()
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		capacity, used = capacity.Add(c), used.Add(u)
+	}
+	var parts []string
+	for _, name := range capacity.Names() {
+		parts = append(parts, fmt.Sprintf("%s %s/%s (%.0f%%)", name, resources.Format(name, used.Get(name)),
+			resources.Format(name, capacity.Get(name)), 100*float64(used.Get(name))/float64(capacity.Get(name))))
 	}
 	return strings.Join(parts, ", ")
 }

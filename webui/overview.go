@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 )
 
@@ -151,7 +152,7 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) e
 	s.render(w, r, v, http.StatusOK, "overview", map[string]any{
 		"S": sum, "NS": ns, "Bars": bars, "Most": most, "Totals": tots, "All": all, "Groups": overviewGroups,
 		"ChartW": chartW, "ChartH": chartH, "Alerts": alerts.GetAlerts(), "Queues": queues, "CLI": cli,
-		"FailedRuns": runsLink("failed"), "SkippedRuns": runsLink("skipped"), "AlertsErr": errText(alertsErr), "QueuesErr": errText(clusterErr),
+		"Utilization": api.Utilization(cluster.GetWorkers()), "FailedRuns": runsLink("failed"), "SkippedRuns": runsLink("skipped"), "AlertsErr": errText(alertsErr), "QueuesErr": errText(clusterErr),
 		"LateBy": func(ts *timestamppb.Timestamp) string { return duration(ts, timestamppb.New(now)) },
 		"Age": func(sec float64) string {
 			return fmt.Sprint((time.Duration(sec * float64(time.Second))).Round(time.Second))

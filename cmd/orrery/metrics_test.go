@@ -79,6 +79,14 @@ spec:
   schedule: {cron: "@yearly"}
   run: {command: {argv: ["/bin/sleep", "30"]}}
 `), 0o644)
+	os.WriteFile(filepath.Join(dir, "held.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: held, namespace: ops}
+spec:
+  schedule: {cron: "@yearly"}
+  defaults: {resources: {cpu: "1", memory: 256Mi}}
+  run: {command: {argv: ["/bin/sleep", "30"]}}
+`), 0o644)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if _, _, code := run(t, "--server", addr, "--api-key", reader, "jobs", "list"); code == 0 {
 			break
@@ -92,6 +100,10 @@ spec:
 		t.Fatalf("apply: %s %s", out, errOut)
 	}
 
+	// A run holding a core and 256Mi while the metrics are read.
+	if out, errOut, code := run(t, "--server", addr, "--api-key", strings.TrimSpace(admin), "jobs", "trigger", "held", "-n", "ops"); code != 0 {
+		t.Fatalf("trigger: %s %s", out, errOut)
+	}
 	// A run in a queue no worker serves waits for admission.
 	if out, errOut, code := run(t, "--server", addr, "--api-key", strings.TrimSpace(admin), "jobs", "trigger", "stranded", "-n", "ops"); code != 0 {
 		t.Fatalf("trigger: %s %s", out, errOut)
@@ -148,6 +160,8 @@ spec:
 		`orrery_worker_capacity{resource="cpu"}`:                        3,
 		`orrery_worker_capacity{resource="memory"}`:                     4 << 30,
 		`orrery_worker_capacity{resource="licence"}`:                    2,
+		`orrery_tenant_allocated{resource="cpu",tenant="default"}`:      1,
+		`orrery_tenant_allocated{resource="memory",tenant="default"}`:   256 << 20,
 	} {
 		if v := sample(text, series); v < atLeast {
 			t.Errorf("%s = %v, want at least %v", series, v, atLeast)

@@ -490,6 +490,9 @@ spec:
 	if strings.Contains(html(`main`), "secret-plan") {
 		t.Error("the overview shows another tenant's job")
 	}
+	if s := text(`#utilization`); !regexp.MustCompile(`cpu [0-9.m]+/[1-9][0-9]* \([0-9]+%\), memory \S+/\S+ \([0-9]+%\)`).MatchString(s) {
+		t.Errorf("the overview's capacity in use: %q", s)
+	}
 	screenshot(t, ctx, "overview")
 	do("overview of a namespace", chromedp.Navigate(base+"/?namespace=integrations"), chromedp.WaitVisible(css(`#failing`)))
 	if strings.Contains(text(`#failing`), "broken") {

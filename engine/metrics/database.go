@@ -16,7 +16,9 @@ import (
 // orrery_admission_waiting and orrery_admission_oldest_waiting_seconds
 // (tasks waiting for admission per queue, in the state database: the
 // backlog River does not hold, a queue no worker serves included) and
-// orrery_dead_letters (per namespace, in the state database).
+// orrery_dead_letters (per namespace, in the state database) and
+// orrery_tenant_allocated (per tenant of the top allocationTenants, and
+// resource).
 func (m *Metrics) WatchDatabase(state *pgxpool.Pool, queues dispatch.QueueDBs) {
 	if m == nil {
 		return
@@ -38,6 +40,10 @@ func (m *Metrics) WatchDatabase(state *pgxpool.Pool, queues dispatch.QueueDBs) {
 			}
 			return out, err
 		}))
+	m.Register(&allocationGauges{state: state,
+		allocated: prometheus.NewDesc("orrery_tenant_allocated", "What the tasks holding slots ask for together, per tenant and resource (cpu in cores, memory in bytes, gpu), for the "+
+			"20 tenants holding the most (by gpu, then cpu, then memory); the others together as tenant=\"(others)\".", []string{"tenant", "resource"}, nil),
+	})
 	m.Register(NewGaugeFunc("orrery_alerts_open", "Alerts raised and not resolved, per kind.", "kind",
 		func(ctx context.Context) (map[string]float64, error) {
 			rows, err := store.New(state).OpenAlertCounts(ctx)
@@ -93,5 +99,44 @@ func (g *waitingGauges) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range rows {
 		ch <- prometheus.MustNewConstMetric(g.waiting, prometheus.GaugeValue, float64(r.Waiting), r.Queue)
 		ch <- prometheus.MustNewConstMetric(g.oldest, prometheus.GaugeValue, r.OldestSeconds, r.Queue)
+	}
+}
+
+// allocationTenants bounds the tenants orrery_tenant_allocated names.
+const allocationTenants = 20
+
+// allocationGauges reads what each tenant's tasks in flight ask for at
+// each scrape.
+type allocationGauges struct {
+	state     *pgxpool.Pool
+	allocated *prometheus.Desc
+}
+
+func (g *allocationGauges) Describe(ch chan<- *prometheus.Desc) { ch <- g.allocated }
+
+func (g *allocationGauges) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	rows, err := store.New(g.state).TenantAllocations(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(g.allocated, err)
+		return
+	}
+	type alloc struct{ cpu, memory, gpu int64 }
+	var others alloc
+	emit := func(tenant string, a alloc) {
+		ch <- prometheus.MustNewConstMetric(g.allocated, prometheus.GaugeValue, float64(a.cpu)/1000, tenant, "cpu")
+		ch <- prometheus.MustNewConstMetric(g.allocated, prometheus.GaugeValue, float64(a.memory), tenant, "memory")
+		ch <- prometheus.MustNewConstMetric(g.allocated, prometheus.GaugeValue, float64(a.gpu), tenant, "gpu")
+	}
+	for i, r := range rows {
+		if i < allocationTenants {
+			emit(r.Name, alloc{r.Cpu, r.Memory, r.Gpu})
+			continue
+		}
+		others = alloc{others.cpu + r.Cpu, others.memory + r.Memory, others.gpu + r.Gpu}
+	}
+	if len(rows) > allocationTenants {
+		emit("(others)", others)
 	}
 }

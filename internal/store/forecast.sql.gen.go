@@ -106,3 +106,49 @@ func (q *Queries) StepMedians(ctx context.Context, arg StepMediansParams) ([]Ste
 	}
 	return items, nil
 }
+
+const tenantAllocations = `-- name: TenantAllocations :many
+SELECT t.name, f.tasks, f.cpu, f.memory, f.gpu
+FROM (SELECT tenant_id, count(*)::bigint AS tasks, COALESCE(sum(res_cpu), 0)::bigint AS cpu,
+             COALESCE(sum(res_memory), 0)::bigint AS memory, COALESCE(sum(res_gpu), 0)::bigint AS gpu
+      FROM tasks WHERE admitted_at IS NOT NULL AND status IN ('queued', 'running', 'retrying')
+      GROUP BY tenant_id) AS f
+JOIN tenants AS t ON t.id = f.tenant_id
+ORDER BY f.gpu DESC, f.cpu DESC, f.memory DESC, t.name
+`
+
+type TenantAllocationsRow struct {
+	Name   string
+	Tasks  int64
+	Cpu    int64
+	Memory int64
+	Gpu    int64
+}
+
+// TenantAllocations is, per tenant, what its tasks holding slots ask for
+// together (the allocation metrics), the largest first.
+func (q *Queries) TenantAllocations(ctx context.Context) ([]TenantAllocationsRow, error) {
+	rows, err := q.db.Query(ctx, tenantAllocations)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TenantAllocationsRow{}
+	for rows.Next() {
+		var i TenantAllocationsRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.Tasks,
+			&i.Cpu,
+			&i.Memory,
+			&i.Gpu,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -24,3 +24,14 @@ FROM (SELECT jsonb_object_keys(queues) AS queue, cap_cpu, cap_memory, cap_gpu, c
       FROM workers WHERE lease_expires_at > now()) AS w
 GROUP BY w.queue
 ORDER BY w.queue;
+
+-- TenantAllocations is, per tenant, what its tasks holding slots ask for
+-- together (the allocation metrics), the largest first.
+-- name: TenantAllocations :many
+SELECT t.name, f.tasks, f.cpu, f.memory, f.gpu
+FROM (SELECT tenant_id, count(*)::bigint AS tasks, COALESCE(sum(res_cpu), 0)::bigint AS cpu,
+             COALESCE(sum(res_memory), 0)::bigint AS memory, COALESCE(sum(res_gpu), 0)::bigint AS gpu
+      FROM tasks WHERE admitted_at IS NOT NULL AND status IN ('queued', 'running', 'retrying')
+      GROUP BY tenant_id) AS f
+JOIN tenants AS t ON t.id = f.tenant_id
+ORDER BY f.gpu DESC, f.cpu DESC, f.memory DESC, t.name;
