@@ -64,6 +64,9 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 		_ = json.Unmarshal(w.Queues, &pw.Queues)   // written by the worker as {"queue": n}
 		_ = json.Unmarshal(w.Tenants, &pw.Tenants) // and ["tenant", ...]
 		pw.Capacity, pw.Allocated = workerResources(w)
+		if w.Enforces != nil {
+			pw.Enforces = *w.Enforces
+		}
 		// A remote worker of the caller's tenant (all, for a system admin).
 		if w.TenantID != nil {
 			pw.Remote = true

@@ -104,6 +104,11 @@ func TestNoWorkerIsOvercommitted(t *testing.T) {
 		t.Errorf("%d of the hog's attempts ended with exit reason resources, want 1", n)
 	}
 	checkNoOvercommit(t, pool, map[string]resources.Vector{"small": {CPU: 1000, Memory: 2 << 30}, "large": {CPU: 4000, Memory: 8 << 30}})
+	// Each says how it holds its command steps (the cluster page shows it):
+	// by cgroup, memory at least, as the hog's end shows.
+	if n := queryInt(t, pool, `SELECT count(*) FROM workers WHERE name IN ('small', 'large') AND enforces IN ('memory, cpu', 'memory')`); n != 2 {
+		t.Errorf("%d workers say they enforce memory by cgroup, want 2", n)
+	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE k.res_cpu = 2000 AND a.worker <> 'large'`); n != 0 {
 		t.Errorf("%d attempts of 2 cores ran on the 1-core worker", n)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -336,7 +337,7 @@ func newClusterCmd(g *globals) *cobra.Command {
 			_ = tw.Flush()
 			fmt.Fprintln(w)
 			tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "WORKER\tLIVE\tTENANTS\tQUEUES\tREMOTE TYPES\tHELD\tRESOURCES (USED/CAPACITY)\tHEARTBEAT (UTC)")
+			fmt.Fprintln(tw, "WORKER\tLIVE\tTENANTS\tQUEUES\tREMOTE TYPES\tHELD\tRESOURCES (USED/CAPACITY)\tENFORCED\tHEARTBEAT (UTC)")
 			for _, wk := range res.Msg.GetWorkers() {
 				tenants := strings.Join(wk.GetTenants(), ",")
 				switch {
@@ -353,8 +354,8 @@ func newClusterCmd(g *globals) *cobra.Command {
 				if wk.GetRemote() {
 					types = strings.Join(wk.GetTypes(), ",")
 				}
-				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%d\t%s\t%s\n", wk.GetName(), wk.GetLive(), tenants, strings.Join(queues, " "), types,
-					wk.GetTasksHeld(), api.ResourceUsage(wk.GetCapacity(), wk.GetAllocated()), ts(wk.GetHeartbeatTime()))
+				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", wk.GetName(), wk.GetLive(), tenants, strings.Join(queues, " "), types,
+					wk.GetTasksHeld(), api.ResourceUsage(wk.GetCapacity(), wk.GetAllocated()), cmp.Or(wk.GetEnforces(), "-"), ts(wk.GetHeartbeatTime()))
 			}
 			return tw.Flush()
 		},

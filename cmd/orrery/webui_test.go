@@ -366,6 +366,9 @@ spec:
 	if cell := text(`tr[data-kind="process"] td.resources`); !regexp.MustCompile(`^cpu [0-9.m]+/[1-9][0-9]*, memory \S+/\S+$`).MatchString(cell) {
 		t.Errorf("dev's worker's resources: %q, want cpu and memory used of its machine's", cell)
 	}
+	if cell := text(`tr[data-kind="process"] td.enforces`); cell != "memory, cpu" && cell != "memory" && cell != "none" {
+		t.Errorf("dev's worker's enforcement: %q, want what its cgroups hold a command step to", cell)
+	}
 	if row := text(`tr[data-storage="jobs"]`); !regexpLine(row, `live jobs\s*[1-9][0-9]*\s*none`) {
 		t.Errorf("the cluster page's storage row for jobs: %q, want the default tenant's jobs and no quota", row)
 	}

@@ -198,6 +198,19 @@ func removeCgroup(dir string) {
 	}
 }
 
+// Enforces says which resources a step asks for its command runs are held
+// to: "memory, cpu" (by cgroup), "memory", or "none" (a reservation only),
+// as the cluster page shows it.
+func (c *Ceilings) Enforces() string {
+	switch {
+	case c.memory != "" && c.cpu != "":
+		return "memory, cpu"
+	case c.memory != "":
+		return "memory"
+	}
+	return "none"
+}
+
 // Describe says how each limit is enforced, for a worker's start log.
 func (c *Ceilings) Describe() string {
 	var parts []string

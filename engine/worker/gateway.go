@@ -221,7 +221,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 // beat renews the gateway's lease (registering it the first time).
 func (g *Gateway) beat(ctx context.Context) error {
-	return renewLease(ctx, g.cfg.StatePool, g.id, g.cfg.Name, map[string]int{dispatch.HandoffQueue: g.cfg.Concurrency}, nil, nil, g.cfg.LeaseTTL)
+	return renewLease(ctx, g.cfg.StatePool, g.id, g.cfg.Name, map[string]int{dispatch.HandoffQueue: g.cfg.Concurrency}, nil, nil, "", g.cfg.LeaseTTL)
 }
 
 // handoffWorker is the River worker of the hand-off queue.

@@ -494,13 +494,18 @@ func startRiver(ctx context.Context, c *river.Client[pgx.Tx]) error {
 
 // beat renews this worker's own lease (registering it the first time).
 func (w *Worker) beat(ctx context.Context) error {
-	return renewLease(ctx, w.cfg.StatePool, w.id, w.cfg.Name, w.cfg.Queues, w.cfg.Tenants, &w.cfg.Capacity, w.cfg.LeaseTTL)
+	enforces := ""
+	if w.cfg.ceilings != nil {
+		enforces = w.cfg.ceilings.Enforces()
+	}
+	return renewLease(ctx, w.cfg.StatePool, w.id, w.cfg.Name, w.cfg.Queues, w.cfg.Tenants, &w.cfg.Capacity, enforces, w.cfg.LeaseTTL)
 }
 
 // renewLease registers a River client of this process in workers (its
-// queues, and the tenants it is bound to), or renews its lease for ttl: a
-// worker's, or a gateway's.
-func renewLease(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, name string, queues map[string]int, tenants []string, capacity *resources.Vector, ttl time.Duration) error {
+// queues, the tenants it is bound to, its capacity and how it holds
+// command steps to it: "" when it runs none), or renews its lease for
+// ttl: a worker's, or a gateway's.
+func renewLease(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, name string, queues map[string]int, tenants []string, capacity *resources.Vector, enforces string, ttl time.Duration) error {
 	q, err := json.Marshal(queues)
 	if err != nil {
 		return err
@@ -511,6 +516,9 @@ func renewLease(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, name stri
 	}
 	p := store.HeartbeatWorkerParams{ID: id, Name: name, Queues: q, Tenants: t, TtlSeconds: ttl.Seconds()}
 	p.CapCpu, p.CapMemory, p.CapGpu, p.CapCustom = store.CapacityColumns(capacity)
+	if enforces != "" {
+		p.Enforces = &enforces
+	}
 	return store.Retry(ctx, func() error {
 		return store.New(pool).HeartbeatWorker(ctx, p)
 	})

@@ -459,4 +459,5 @@ type Worker struct {
 	CapMemory      pgtype.Int8
 	CapGpu         pgtype.Int8
 	CapCustom      []byte
+	Enforces       *string
 }

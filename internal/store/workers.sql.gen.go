@@ -56,9 +56,9 @@ func (q *Queries) ForgetOldWorkers(ctx context.Context) error {
 }
 
 const heartbeatWorker = `-- name: HeartbeatWorker :exec
-INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at, cap_cpu, cap_memory, cap_gpu, cap_custom)
+INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at, cap_cpu, cap_memory, cap_gpu, cap_custom, enforces)
 VALUES ($1, $2, $3, $4, now(), now(), now() + INTERVAL '1 second' * $5::float8,
-        $6, $7, $8, $9::jsonb)
+        $6, $7, $8, $9::jsonb, $10)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at
 `
 
@@ -72,6 +72,7 @@ type HeartbeatWorkerParams struct {
 	CapMemory  pgtype.Int8
 	CapGpu     pgtype.Int8
 	CapCustom  []byte
+	Enforces   *string
 }
 
 // HeartbeatWorker registers a worker process or renews its lease (see
@@ -87,6 +88,7 @@ func (q *Queries) HeartbeatWorker(ctx context.Context, arg HeartbeatWorkerParams
 		arg.CapMemory,
 		arg.CapGpu,
 		arg.CapCustom,
+		arg.Enforces,
 	)
 	return err
 }
@@ -104,7 +106,7 @@ func (q *Queries) LeaveWorker(ctx context.Context, id uuid.UUID) error {
 
 const listWorkers = `-- name: ListWorkers :many
 SELECT w.id, w.name, w.queues, w.tenants, w.started_at, w.heartbeat_at, w.lease_expires_at, w.lease_expires_at > now() AS live,
-       w.tenant_id, w.types, w.cap_cpu, w.cap_memory, w.cap_gpu, w.cap_custom,
+       w.tenant_id, w.types, w.cap_cpu, w.cap_memory, w.cap_gpu, w.cap_custom, w.enforces,
        (SELECT count(*) FROM tasks AS t WHERE t.worker_id = w.id AND t.status = 'running')::bigint AS held,
        a.cpu AS used_cpu, a.memory AS used_memory, a.gpu AS used_gpu, a.custom AS used_custom
 FROM workers AS w
@@ -141,6 +143,7 @@ type ListWorkersRow struct {
 	CapMemory      pgtype.Int8
 	CapGpu         pgtype.Int8
 	CapCustom      []byte
+	Enforces       *string
 	Held           int64
 	UsedCpu        int64
 	UsedMemory     int64
@@ -176,6 +179,7 @@ func (q *Queries) ListWorkers(ctx context.Context, arg ListWorkersParams) ([]Lis
 			&i.CapMemory,
 			&i.CapGpu,
 			&i.CapCustom,
+			&i.Enforces,
 			&i.Held,
 			&i.UsedCpu,
 			&i.UsedMemory,

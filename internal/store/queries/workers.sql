@@ -1,9 +1,9 @@
 -- HeartbeatWorker registers a worker process or renews its lease (see
 -- migration 00005 and internal/reaper for what a lapsed one means).
 -- name: HeartbeatWorker :exec
-INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at, cap_cpu, cap_memory, cap_gpu, cap_custom)
+INSERT INTO workers (id, name, queues, tenants, started_at, heartbeat_at, lease_expires_at, cap_cpu, cap_memory, cap_gpu, cap_custom, enforces)
 VALUES (@id, @name, @queues, @tenants, now(), now(), now() + INTERVAL '1 second' * @ttl_seconds::float8,
-        sqlc.narg(cap_cpu), sqlc.narg(cap_memory), sqlc.narg(cap_gpu), sqlc.narg(cap_custom)::jsonb)
+        sqlc.narg(cap_cpu), sqlc.narg(cap_memory), sqlc.narg(cap_gpu), sqlc.narg(cap_custom)::jsonb, sqlc.narg(enforces))
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), lease_expires_at = excluded.lease_expires_at;
 
 -- LeaveWorker ends the lease of a worker that stopped cleanly (nothing it
@@ -50,7 +50,7 @@ FOR UPDATE OF t;
 -- holds.
 -- name: ListWorkers :many
 SELECT w.id, w.name, w.queues, w.tenants, w.started_at, w.heartbeat_at, w.lease_expires_at, w.lease_expires_at > now() AS live,
-       w.tenant_id, w.types, w.cap_cpu, w.cap_memory, w.cap_gpu, w.cap_custom,
+       w.tenant_id, w.types, w.cap_cpu, w.cap_memory, w.cap_gpu, w.cap_custom, w.enforces,
        (SELECT count(*) FROM tasks AS t WHERE t.worker_id = w.id AND t.status = 'running')::bigint AS held,
        a.cpu AS used_cpu, a.memory AS used_memory, a.gpu AS used_gpu, a.custom AS used_custom
 FROM workers AS w

@@ -457,4 +457,5 @@ type Worker struct {
 	CapMemory      pgtype.Int8
 	CapGpu         pgtype.Int8
 	CapCustom      []byte
+	Enforces       pgtype.Text
 }

@@ -2457,7 +2457,12 @@ type Worker struct {
 	// declares none.
 	Capacity *Resources `protobuf:"bytes,12,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	// What the attempts it runs now ask for, together.
-	Allocated     *Resources `protobuf:"bytes,13,opt,name=allocated,proto3" json:"allocated,omitempty"`
+	Allocated *Resources `protobuf:"bytes,13,opt,name=allocated,proto3" json:"allocated,omitempty"`
+	// Which resources a step asks for its command runs are held to here:
+	// "memory, cpu" (by cgroup), "memory", or "none" (a reservation only);
+	// empty when the worker runs no command steps, or is remote (for HTTP,
+	// handler and remote steps resources are a reservation).
+	Enforces      string `protobuf:"bytes,14,opt,name=enforces,proto3" json:"enforces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2581,6 +2586,13 @@ func (x *Worker) GetAllocated() *Resources {
 		return x.Allocated
 	}
 	return nil
+}
+
+func (x *Worker) GetEnforces() string {
+	if x != nil {
+		return x.Enforces
+	}
+	return ""
 }
 
 var File_orrery_v1_run_proto protoreflect.FileDescriptor
@@ -2819,7 +2831,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"QueueDepth\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05ready\x18\x02 \x01(\x03R\x05ready\x120\n" +
-	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\"\x95\x04\n" +
+	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\"\xb1\x04\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -2836,7 +2848,8 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"tasks_held\x18\v \x01(\x05R\ttasksHeld\x120\n" +
 	"\bcapacity\x18\f \x01(\v2\x14.orrery.v1.ResourcesR\bcapacity\x122\n" +
-	"\tallocated\x18\r \x01(\v2\x14.orrery.v1.ResourcesR\tallocated\x1a9\n" +
+	"\tallocated\x18\r \x01(\v2\x14.orrery.v1.ResourcesR\tallocated\x12\x1a\n" +
+	"\benforces\x18\x0e \x01(\tR\benforces\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xce\b\n" +
