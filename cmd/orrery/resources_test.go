@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -249,4 +250,57 @@ func TestABigTaskStartsBehindAStreamOfSmallOnes(t *testing.T) {
 	}
 	done()
 	checkNoOvercommit(t, pool, map[string]resources.Vector{"w": {CPU: 2000, Memory: 4 << 30}})
+}
+
+// A worker SIGKILLed while its attempts hold its room: its lease lapses,
+// the reaper ends what it ran and its fetched jobs are redelivered, so the
+// room those attempts held comes back, and a new worker of the same size
+// runs them; no worker ran more than it has at once.
+func TestAKilledWorkersRoomComesBack(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	ctx := context.Background()
+	startNodeProc(t, dsn, "node")
+	worker := func(name string) *proc {
+		return startProc(t, name, "worker", "--db", dsn, "--queue", "default=2", "--name", name, "--capacity", "cpu=1,memory=1Gi",
+			"--lease-ttl", "2s", "--allow-command", "/bin/*", "--sandbox", "off")
+	}
+	w1 := worker("w1")
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := dag.JobSpec{Schedule: schedule.Spec{At: "2099-01-01T00:00:00Z"},
+		Defaults: dag.StepDefaults{Resources: &dag.Resources{CPU: "1", Memory: "64Mi"}, Retry: &dag.Retry{MaxAttempts: 2}}}
+	for _, name := range []string{"a", "b", "c"} {
+		spec.Steps = append(spec.Steps, dag.Step{Name: name, Run: dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/sleep", "3"}}}})
+	}
+	j, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "whole-cores"}, Spec: spec}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE job_schedules SET next_fire_at = now() WHERE job_id = $1", j.ID); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "w1 runs a step", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM attempts WHERE worker = 'w1' AND finished_at IS NULL") == 1
+	})
+	w1.signal(t, syscall.SIGKILL)
+	worker("w2")
+	// The room w1's attempt held comes back when the reaper ends it.
+	took := poll(t, 60*time.Second, "w1's attempt is ended", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM attempts WHERE worker = 'w1' AND finished_at IS NOT NULL") == 1
+	})
+	t.Logf("w1's attempt was ended, its room free, %.1f s after w1 was killed (lease TTL 2 s)", took.Seconds())
+	poll(t, 90*time.Second, "the run succeeds", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND status = 'succeeded'", j.ID) == 1
+	})
+	if n := queryInt(t, pool, "SELECT count(*) FROM attempts WHERE worker = 'w1' AND exit_reason = 'lease_expired'"); n != 1 {
+		t.Errorf("%d of w1's attempts ended lease_expired, want its one", n)
+	}
+	if n := queryInt(t, pool, "SELECT count(DISTINCT k.step) FROM attempts a JOIN tasks k ON k.id = a.task_id WHERE a.worker = 'w2' AND a.outcome = 'succeeded'"); n != 3 {
+		t.Errorf("w2 ran %d of the 3 steps to success, want all (w1's among them)", n)
+	}
+	checkNoOvercommit(t, pool, map[string]resources.Vector{"w1": {CPU: 1000, Memory: 1 << 30}, "w2": {CPU: 1000, Memory: 1 << 30}})
 }
