@@ -564,6 +564,10 @@ func (c *chooser) read(ctx context.Context, q *store.Queries, cfg AdmitConfig, s
 	most := c.p.largest()
 	var all []store.AdmissionCandidatesRow
 	for next, round := 0, 0; c.free > 0 && next < len(states) && round < maxReadRounds; round++ {
+		if picked := len(c.picks); round > 1 && picked == c.lastPicked {
+			break // the last round's tenants took nothing: the queue is full for what waits
+		}
+		c.lastPicked = len(c.picks)
 		n := 0
 		if round == 0 {
 			n = slices.IndexFunc(states, func(s *tenantState) bool { return s.target == 0 })
@@ -571,8 +575,8 @@ func (c *chooser) read(ctx context.Context, q *store.Queries, cfg AdmitConfig, s
 				n = len(states)
 			}
 		}
-		if n == 0 {
-			n = min(len(states)-next, max(2*int(c.free), 32))
+		if n == 0 { // as many as the slots left, each as if its target were one
+			n = min(len(states)-next, max(int(c.free), 32))
 		}
 		batch := states[next : next+n]
 		next += n
@@ -580,7 +584,7 @@ func (c *chooser) read(ctx context.Context, q *store.Queries, cfg AdmitConfig, s
 		limits := make([]int32, len(batch))
 		byID := make(map[uuid.UUID]*tenantState, len(batch))
 		for i, s := range batch {
-			ids[i], limits[i] = s.id, int32(min(2*max(s.target, min(c.free, 4))+8, admitBatch))
+			ids[i], limits[i] = s.id, int32(min(2*max(s.target, 1)+8, admitBatch))
 			byID[s.id] = s
 		}
 		cands, err := q.AdmissionCandidates(ctx, store.AdmissionCandidatesParams{
@@ -609,6 +613,8 @@ type chooser struct {
 	free      int64
 	reserving bool
 	picks     []pick
+	// lastPicked is how many were picked before read's last round.
+	lastPicked int
 }
 
 type pick struct {
