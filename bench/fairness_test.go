@@ -190,91 +190,112 @@ func BenchmarkWeightedShares(b *testing.B) {
 // when B's 5 were created and started after T (aim: all started within
 // 1 s), A's start lag (p50, p95, all), and the firing rate (runs created
 // per second from T to A's last).
+//
+// Its variants: the engine in this process, or as users deploy it, one
+// `orrery serve --worker q=200` process (seed 000's scenario).
 func BenchmarkFairFiring(b *testing.B) {
-	const aJobs, bJobs = 50_000, 5
-	for range b.N {
-		pool := freshDB(b)
-		ctx := context.Background()
-		var hits atomic.Int64
-		sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			hits.Add(1)
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.WriteHeader(http.StatusNoContent)
-		}))
-		b.Cleanup(sink.Close)
-		a := benchTenant(b, pool, "tenant-a", 1)
-		bt := benchTenant(b, pool, "tenant-b", 1)
-		eng := startEngineOn(b, pool, "q", 200)
-		at := dbTime(b, pool).Truncate(time.Second).Add(12 * time.Second)
-		r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
-			Schedule: schedule.Spec{At: at.Format(time.RFC3339)}, Overlap: dag.OverlapAllow,
-			Run:      &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL + "/hook"}},
-			Defaults: dag.StepDefaults{Queue: "q"},
-		}}
-		r.Normalize()
-		seedTenantJobs(b, pool, a, "a", aJobs, r.Spec, at)
-		seedTenantJobs(b, pool, bt, "b", bJobs, r.Spec, at)
-		if time.Until(at) < time.Second {
-			b.Fatal("seeding took past the instant: raise the lead")
+	for _, procs := range []bool{false, true} {
+		name := "in-process"
+		if procs {
+			name = "serve-process"
 		}
-		time.Sleep(time.Until(at))
-		// When B's tasks were all admitted (a task's admission time is
-		// cleared when it ends): polled until then.
-		var bAdmitted time.Duration
-		for deadline := time.Now().Add(time.Minute); bAdmitted == 0; time.Sleep(20 * time.Millisecond) {
-			var n int
-			var since float64
-			if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE admitted_at IS NOT NULL OR started_at IS NOT NULL), extract(epoch FROM now() - $2::timestamptz)
-				FROM tasks WHERE tenant_id = $1`, bt, at).Scan(&n, &since); err != nil {
-				b.Fatal(err)
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				fairFiring(b, procs)
 			}
-			if n == bJobs {
-				bAdmitted = time.Duration(since * float64(time.Second))
-			}
-			if time.Now().After(deadline) {
-				b.Fatal("B's tasks not all admitted within a minute")
-			}
-		}
-		for deadline := time.Now().Add(4 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-			var done int
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM runs WHERE status = 'succeeded'").Scan(&done); err != nil {
-				b.Fatal(err)
-			}
-			if done == aJobs+bJobs {
-				break
-			}
-			eng.check(b)
-			if time.Now().After(deadline) {
-				b.Fatalf("deadline passed: %d of %d runs succeeded", done, aJobs+bJobs)
-			}
-		}
-		checkNoFailures(b, pool)
-		eng.check(b)
-		lags := func(tenant uuid.UUID) (created, p50, p95, all time.Duration) {
-			var c, s50, s95, s100 float64
-			if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM max(r.created_at - r.scheduled_for)),
-				extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY a.started_at - r.scheduled_for)),
-				extract(epoch FROM percentile_disc(0.95) WITHIN GROUP (ORDER BY a.started_at - r.scheduled_for)),
-				extract(epoch FROM max(a.started_at - r.scheduled_for))
-				FROM runs r JOIN tasks t ON t.run_id = r.id JOIN attempts a ON a.task_id = t.id AND a.number = 1
-				WHERE r.tenant_id = $1`, tenant).Scan(&c, &s50, &s95, &s100); err != nil {
-				b.Fatal(err)
-			}
-			sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
-			return sec(c), sec(s50), sec(s95), sec(s100)
-		}
-		fmt.Fprintf(os.Stderr, "fair firing: B's tasks all admitted (seen by a poll every 20 ms) by T+%s\n", bAdmitted.Round(time.Millisecond))
-		aCreated, aP50, aP95, aAll := lags(a)
-		bCreated, _, _, bAll := lags(bt)
-		fmt.Fprintf(os.Stderr, "fair firing: B's %d created by T+%s, started by T+%s; A's %d created by T+%s, start lag p50 %s p95 %s all %s; the sink saw %d calls\n",
-			bJobs, bCreated.Round(time.Millisecond), bAll.Round(time.Millisecond), aJobs, aCreated.Round(time.Millisecond),
-			aP50.Round(time.Millisecond), aP95.Round(time.Millisecond), aAll.Round(time.Millisecond), hits.Load())
-		b.ReportMetric(ms(bCreated), "b-all-created-ms")
-		b.ReportMetric(ms(bAll), "b-all-started-ms")
-		b.ReportMetric(ms(aCreated), "a-all-created-ms")
-		b.ReportMetric(ms(aP50), "a-p50-lag-ms")
-		b.ReportMetric(ms(aP95), "a-p95-lag-ms")
-		b.ReportMetric(ms(aAll), "a-all-started-ms")
-		b.ReportMetric(float64(aJobs+bJobs)/max(aCreated, bCreated).Seconds(), "fired/s")
+		})
 	}
+}
+
+func fairFiring(b *testing.B, procs bool) {
+	const aJobs, bJobs = 50_000, 5
+	pool, dsn := freshDBDSN(b)
+	ctx := context.Background()
+	var hits atomic.Int64
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	b.Cleanup(sink.Close)
+	a := benchTenant(b, pool, "tenant-a", 1)
+	bt := benchTenant(b, pool, "tenant-b", 1)
+	check := func(*testing.B) {}
+	if procs {
+		startServe(b, "serve", "serve", "--db", dsn, "--addr", freeAddr(), "--log-level", "warn", "--auth", "none",
+			"--worker", "q=200", "--allow-egress", "127.0.0.1/32")
+	} else {
+		check = startEngineOn(b, pool, "q", 200).check
+	}
+	at := dbTime(b, pool).Truncate(time.Second).Add(12 * time.Second)
+	r := dag.Resource{Metadata: dag.Metadata{Name: "x"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{At: at.Format(time.RFC3339)}, Overlap: dag.OverlapAllow,
+		Run:      &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL + "/hook"}},
+		Defaults: dag.StepDefaults{Queue: "q"},
+	}}
+	r.Normalize()
+	seedTenantJobs(b, pool, a, "a", aJobs, r.Spec, at)
+	seedTenantJobs(b, pool, bt, "b", bJobs, r.Spec, at)
+	if time.Until(at) < time.Second {
+		b.Fatal("seeding took past the instant: raise the lead")
+	}
+	time.Sleep(time.Until(at))
+	// When B's tasks were all admitted (a task's admission time is
+	// cleared when it ends): polled until then.
+	var bAdmitted time.Duration
+	for deadline := time.Now().Add(time.Minute); bAdmitted == 0; time.Sleep(20 * time.Millisecond) {
+		var n int
+		var since float64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE admitted_at IS NOT NULL OR started_at IS NOT NULL), extract(epoch FROM now() - $2::timestamptz)
+			FROM tasks WHERE tenant_id = $1`, bt, at).Scan(&n, &since); err != nil {
+			b.Fatal(err)
+		}
+		if n == bJobs {
+			bAdmitted = time.Duration(since * float64(time.Second))
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("B's tasks not all admitted within a minute")
+		}
+	}
+	for deadline := time.Now().Add(4 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		var done int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM runs WHERE status = 'succeeded'").Scan(&done); err != nil {
+			b.Fatal(err)
+		}
+		if done == aJobs+bJobs {
+			break
+		}
+		check(b)
+		if time.Now().After(deadline) {
+			b.Fatalf("deadline passed: %d of %d runs succeeded", done, aJobs+bJobs)
+		}
+	}
+	checkNoFailures(b, pool)
+	check(b)
+	lags := func(tenant uuid.UUID) (created, p50, p95, all time.Duration) {
+		var c, s50, s95, s100 float64
+		if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM max(r.created_at - r.scheduled_for)),
+			extract(epoch FROM percentile_disc(0.5) WITHIN GROUP (ORDER BY a.started_at - r.scheduled_for)),
+			extract(epoch FROM percentile_disc(0.95) WITHIN GROUP (ORDER BY a.started_at - r.scheduled_for)),
+			extract(epoch FROM max(a.started_at - r.scheduled_for))
+			FROM runs r JOIN tasks t ON t.run_id = r.id JOIN attempts a ON a.task_id = t.id AND a.number = 1
+			WHERE r.tenant_id = $1`, tenant).Scan(&c, &s50, &s95, &s100); err != nil {
+			b.Fatal(err)
+		}
+		sec := func(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+		return sec(c), sec(s50), sec(s95), sec(s100)
+	}
+	fmt.Fprintf(os.Stderr, "fair firing: B's tasks all admitted (seen by a poll every 20 ms) by T+%s\n", bAdmitted.Round(time.Millisecond))
+	aCreated, aP50, aP95, aAll := lags(a)
+	bCreated, _, _, bAll := lags(bt)
+	fmt.Fprintf(os.Stderr, "fair firing: B's %d created by T+%s, started by T+%s; A's %d created by T+%s, start lag p50 %s p95 %s all %s; the sink saw %d calls\n",
+		bJobs, bCreated.Round(time.Millisecond), bAll.Round(time.Millisecond), aJobs, aCreated.Round(time.Millisecond),
+		aP50.Round(time.Millisecond), aP95.Round(time.Millisecond), aAll.Round(time.Millisecond), hits.Load())
+	b.ReportMetric(ms(bCreated), "b-all-created-ms")
+	b.ReportMetric(ms(bAll), "b-all-started-ms")
+	b.ReportMetric(ms(aCreated), "a-all-created-ms")
+	b.ReportMetric(ms(aP50), "a-p50-lag-ms")
+	b.ReportMetric(ms(aP95), "a-p95-lag-ms")
+	b.ReportMetric(ms(aAll), "a-all-started-ms")
+	b.ReportMetric(float64(aJobs+bJobs)/max(aCreated, bCreated).Seconds(), "fired/s")
 }

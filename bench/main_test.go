@@ -232,3 +232,23 @@ func printTopStatements(ctx context.Context, conn *pgx.Conn) error {
 	}
 	return rows.Err()
 }
+
+// startServe starts an orrery process with args until the benchmark ends
+// (SIGTERM), failing it if the process logged errors; it returns its pid.
+func startServe(b *testing.B, name string, args ...string) int {
+	b.Helper()
+	cmd := exec.Command(orreryBin, args...)
+	var logs lockedBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if errs := errorLines(logs.String()); len(errs) > 0 {
+			b.Errorf("%s logged errors:\n%s", name, strings.Join(errs, "\n"))
+		}
+	})
+	return cmd.Process.Pid
+}
