@@ -326,7 +326,33 @@ func TestRemoteClaimsFitTheWorkersCapacity(t *testing.T) {
 	if n := enginetest.Int(t, pool, `SELECT count(*) FROM tasks WHERE status = 'running' AND res_cpu = 750`); n != 2 {
 		t.Errorf("%d attempts running, want 2", n)
 	}
-	_, err := workers.Claim(ctx, connect.NewRequest(&orreryv1.ClaimRequest{Worker: "bad", Types: []string{"echo"},
+	// A worker behind more large offers than one claim used to look at
+	// (four per attempt it may take) still finds the small one that fits
+	// the 250m it has left.
+	big := remoteJob("big", map[string]any{})
+	big.Spec.Defaults = &orreryv1.StepDefaults{Resources: &orreryv1.Resources{Cpu: "2"}}
+	small := remoteJob("small", map[string]any{})
+	small.Spec.Defaults = &orreryv1.StepDefaults{Resources: &orreryv1.Resources{Cpu: "250m"}}
+	for j, n := range map[*orreryv1.CreateJobRequest]int{big: 8, small: 1} {
+		if _, err := jobs.CreateJob(ctx, connect.NewRequest(j)); err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			if _, err := runs.TriggerJob(ctx, connect.NewRequest(&orreryv1.TriggerJobRequest{Job: &orreryv1.JobRef{Namespace: "billing", Name: j.Metadata.Name}, IgnoreOverlap: true})); err != nil {
+				t.Fatal(err)
+			}
+		}
+		enginetest.WaitFor(t, 30*time.Second, "the offers are out", func() bool {
+			return enginetest.Int(t, pool, `SELECT count(*) FROM remote_offers o JOIN tasks k ON k.id = o.task_id JOIN runs r ON r.id = k.run_id JOIN jobs x ON x.id = r.job_id
+				WHERE x.name = $1`, j.Metadata.Name) == n
+		})
+	}
+	c, err := workers.Claim(ctx, connect.NewRequest(&orreryv1.ClaimRequest{Worker: "one-core", Types: []string{"echo"}, MaxTasks: 1, Slots: 10,
+		WaitSeconds: &wait, Capacity: &orreryv1.Resources{Cpu: "1", Memory: "4Gi"}}))
+	if err != nil || len(c.Msg.GetTasks()) != 1 {
+		t.Fatalf("a worker with 250m left, behind 8 offers of 2 cores, claimed %v (%v), want the small one", c, err)
+	}
+	_, err = workers.Claim(ctx, connect.NewRequest(&orreryv1.ClaimRequest{Worker: "bad", Types: []string{"echo"},
 		Capacity: &orreryv1.Resources{Memory: "lots"}}))
 	if code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `capacity.memory: "lots" is not a quantity`) {
 		t.Errorf("a capacity that cannot be read: %v", err)

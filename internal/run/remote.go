@@ -293,8 +293,9 @@ func RemoteReport(ctx context.Context, db store.DBTX, w RemoteWorker, r Report) 
 }
 
 // fitScan bounds the offers one claim of a worker with a capacity looks
-// at, per attempt it may take: past the first that do not fit, it leaves
-// the rest for the next claim (or for a larger worker).
+// at, per attempt it may take, among those that each fit what it has free
+// (the scan skips the others): past the first that no longer fit once the
+// earlier ones are added up, it leaves the rest for the next claim.
 const fitScan = 4
 
 // takeFitting takes up to max offers, most urgent first, each fitting
@@ -312,7 +313,7 @@ func takeFitting(ctx context.Context, q *store.Queries, w RemoteWorker, max int)
 	}
 	free := w.Capacity.Sub(resources.FromColumns(used.Cpu, used.Memory, used.Gpu, used.Custom))
 	offers, err := q.ScanOffers(ctx, store.ScanOffersParams{Queues: w.RemoteQueues(), WorkerTypes: w.Types,
-		Namespaces: w.Namespaces, Max: int32(max * fitScan)})
+		Namespaces: w.Namespaces, Max: int32(max * fitScan), FreeCpu: free.CPU, FreeMemory: free.Memory, FreeGpu: free.GPU})
 	if err != nil {
 		return nil, err
 	}

@@ -420,8 +420,9 @@ SELECT o.task_id, o.attempt, t.res_cpu, t.res_memory, t.res_gpu, t.res_custom
 FROM remote_offers AS o JOIN tasks AS t ON t.id = o.task_id
 WHERE o.queue = ANY($1::text[]) AND o.worker_type = ANY($2::text[])
   AND (COALESCE(cardinality($3::text[]), 0) = 0 OR o.namespace = ANY($3::text[]))
+  AND t.res_cpu <= $4 AND t.res_memory <= $5 AND t.res_gpu <= $6
 ORDER BY o.priority, o.offered_at
-LIMIT $4
+LIMIT $7
 FOR UPDATE OF o SKIP LOCKED
 `
 
@@ -429,6 +430,9 @@ type ScanOffersParams struct {
 	Queues      []string
 	WorkerTypes []string
 	Namespaces  []string
+	FreeCpu     int64
+	FreeMemory  int64
+	FreeGpu     int64
 	Max         int32
 }
 
@@ -443,14 +447,19 @@ type ScanOffersRow struct {
 
 // ScanOffers reads up to @max offers of the given queues and types (and
 // namespaces, unless none are given), most urgent first, with what their
-// tasks ask for, locking them (skipping those another claim holds): a
-// claim of a worker with a capacity takes those that fit
-// (TakeChosenOffers).
+// tasks ask for, locking them (skipping those another claim holds): of a
+// claim of a worker with a capacity, only those asking at most its free
+// cpu, memory and gpu (@free_*), so that large offers ahead do not hide
+// the ones it could take; it takes those that still fit (custom counts
+// too) as it adds them up.
 func (q *Queries) ScanOffers(ctx context.Context, arg ScanOffersParams) ([]ScanOffersRow, error) {
 	rows, err := q.db.Query(ctx, scanOffers,
 		arg.Queues,
 		arg.WorkerTypes,
 		arg.Namespaces,
+		arg.FreeCpu,
+		arg.FreeMemory,
+		arg.FreeGpu,
 		arg.Max,
 	)
 	if err != nil {

@@ -51,14 +51,17 @@ WHERE t.worker_id = @id AND t.status = 'running';
 
 -- ScanOffers reads up to @max offers of the given queues and types (and
 -- namespaces, unless none are given), most urgent first, with what their
--- tasks ask for, locking them (skipping those another claim holds): a
--- claim of a worker with a capacity takes those that fit
--- (TakeChosenOffers).
+-- tasks ask for, locking them (skipping those another claim holds): of a
+-- claim of a worker with a capacity, only those asking at most its free
+-- cpu, memory and gpu (@free_*), so that large offers ahead do not hide
+-- the ones it could take; it takes those that still fit (custom counts
+-- too) as it adds them up.
 -- name: ScanOffers :many
 SELECT o.task_id, o.attempt, t.res_cpu, t.res_memory, t.res_gpu, t.res_custom
 FROM remote_offers AS o JOIN tasks AS t ON t.id = o.task_id
 WHERE o.queue = ANY(@queues::text[]) AND o.worker_type = ANY(@worker_types::text[])
   AND (COALESCE(cardinality(@namespaces::text[]), 0) = 0 OR o.namespace = ANY(@namespaces::text[]))
+  AND t.res_cpu <= @free_cpu AND t.res_memory <= @free_memory AND t.res_gpu <= @free_gpu
 ORDER BY o.priority, o.offered_at
 LIMIT @max
 FOR UPDATE OF o SKIP LOCKED;
