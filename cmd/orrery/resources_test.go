@@ -171,9 +171,9 @@ func checkNoOvercommit(t *testing.T, pool *pgxpool.Pool, capacity map[string]res
 
 // A task needing the whole worker, behind a steady stream of another
 // tenant's small tasks that keeps the queue full, starts (no starvation):
-// once it has waited 10 s admission holds back the room it needs, and once
-// it has waited 10 s at the worker's gate nothing passes it there. The
-// stream keeps arriving, and runs, throughout.
+// once it has waited 10 s admission holds back the room it needs, and the
+// worker's gate then holds its room from the start (nothing passes it
+// there). The stream keeps arriving, and runs, throughout.
 func TestABigTaskStartsBehindAStreamOfSmallOnes(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)

@@ -27,7 +27,7 @@ type gate struct {
 type gateWaiter struct {
 	need     resources.Vector
 	reserved bool          // it has waited reserveAfter (set by timer, under mu)
-	timer    *time.Timer   // sets reserved
+	timer    *time.Timer   // sets reserved (nil: reserved from the start)
 	ok       chan struct{} // closed when its room is taken for it
 }
 
@@ -43,23 +43,26 @@ func (g *gate) fits(need resources.Vector) bool { return need.FitsIn(g.capacity)
 
 // acquire waits until need fits the room left and takes it; release gives
 // it back. It returns ctx's error if ctx ends first. need must fit the
-// capacity (fits).
-func (g *gate) acquire(ctx context.Context, need resources.Vector) (release func(), err error) {
+// capacity (fits). With reserveNow (the task already waited its admission
+// reservation) it holds its room from the start.
+func (g *gate) acquire(ctx context.Context, need resources.Vector, reserveNow bool) (release func(), err error) {
 	release = func() { g.release(need) }
 	if need.IsZero() {
 		return func() {}, nil
 	}
 	g.mu.Lock()
-	w := &gateWaiter{need: need, ok: make(chan struct{})}
-	w.timer = time.AfterFunc(g.reserve, func() {
-		g.mu.Lock()
-		w.reserved = true
-		g.mu.Unlock()
-	})
+	w := &gateWaiter{need: need, ok: make(chan struct{}), reserved: reserveNow}
+	if !reserveNow {
+		w.timer = time.AfterFunc(g.reserve, func() {
+			g.mu.Lock()
+			w.reserved = true
+			g.mu.Unlock()
+		})
+		defer w.timer.Stop()
+	}
 	g.waiting = append(g.waiting, w)
 	g.grant()
 	g.mu.Unlock()
-	defer w.timer.Stop()
 	select {
 	case <-w.ok:
 		return release, nil

@@ -14,7 +14,7 @@ func cpu(m int64) resources.Vector { return resources.Vector{CPU: m} }
 func acquireAsync(g *gate, need resources.Vector) (granted chan func()) {
 	granted = make(chan func(), 1)
 	go func() {
-		release, err := g.acquire(context.Background(), need)
+		release, err := g.acquire(context.Background(), need, false)
 		if err == nil {
 			granted <- release
 		}
@@ -82,12 +82,34 @@ func TestGate(t *testing.T) {
 	b()
 	waitGrant(t, small2, "300 once the 800 ended")()
 
+	// One admission already held back room for (it waited its
+	// reservation there) holds its room here from the start.
+	g = newGate(cpu(1000))
+	g.reserve = time.Hour
+	a = waitGrant(t, acquireAsync(g, cpu(500)), "500")
+	reservedBig := make(chan func(), 1)
+	go func() {
+		if release, err := g.acquire(context.Background(), cpu(800), true); err == nil {
+			reservedBig <- release
+		}
+	}()
+	for waiting := false; !waiting; time.Sleep(5 * time.Millisecond) {
+		g.mu.Lock()
+		waiting = len(g.waiting) == 1
+		g.mu.Unlock()
+	}
+	small3 := acquireAsync(g, cpu(300))
+	notGranted(t, small3, "300 behind an 800 reserved from the start")
+	a()
+	waitGrant(t, reservedBig, "the reserved 800 once the 500 ended")()
+	waitGrant(t, small3, "300 once the 800 ended")()
+
 	// A waiter that gives up leaves no trace.
 	g = newGate(cpu(1000))
 	hold := waitGrant(t, acquireAsync(g, cpu(1000)), "all of it")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { _, err := g.acquire(ctx, cpu(1)); done <- err }()
+	go func() { _, err := g.acquire(ctx, cpu(1), false); done <- err }()
 	for waiting := false; !waiting; time.Sleep(5 * time.Millisecond) {
 		g.mu.Lock()
 		waiting = len(g.waiting) == 1

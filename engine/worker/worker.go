@@ -782,7 +782,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		log.Info("the task asks for more than this worker has: left to a larger worker", "needs", need.String(), "capacity", w.cfg.Capacity.String())
 		return river.JobSnooze(tooLargeSnooze)
 	}
-	release, err := w.gate.acquire(ctx, need)
+	release, err := w.gate.acquire(ctx, need, job.Args.Reserve)
 	if err != nil { // shutting down: another worker takes it at once
 		return river.JobSnooze(0)
 	}

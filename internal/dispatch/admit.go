@@ -409,13 +409,15 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 			rank[id] = i
 		}
 		slices.SortFunc(rows, func(a, b store.AdmitTasksRow) int { return cmp.Compare(rank[a.ID], rank[b.ID]) })
-		needs := map[uuid.UUID]resources.Vector{}
+		byCand := map[uuid.UUID]store.AdmissionCandidatesRow{}
 		for _, c := range cands {
-			needs[c.ID] = need(c)
+			byCand[c.ID] = c
 		}
 		ready := make([]Ready, len(rows))
 		for i, r := range rows {
-			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt).WithNeed(needs[r.ID])
+			c := byCand[r.ID]
+			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt).WithNeed(need(c))
+			ready[i].Reserve = c.MayReserve
 			waited = append(waited, r.WaitedSeconds)
 		}
 		if d.outbox {

@@ -55,6 +55,10 @@ type TaskArgs struct {
 	// Need is what the task asks for, when its admission knew it (nil:
 	// the worker reads it); not part of the unique key.
 	Need *resources.Vector `json:"need,omitempty"`
+	// Reserve: the task waited AdmitConfig.ReserveAfter for admission, so
+	// the worker's gate holds the room it needs at once rather than after
+	// a wait of its own; not part of the unique key.
+	Reserve bool `json:"reserve,omitempty"`
 }
 
 // Kind is the River job kind of TaskArgs.
@@ -80,6 +84,8 @@ type Ready struct {
 	// when its queue's workers bound no resources.
 	Need  resources.Vector
 	Sized bool
+	// Reserve: it waited ReserveAfter for admission (TaskArgs.Reserve).
+	Reserve bool
 }
 
 // WithNeed is r with what its task asks for.
@@ -359,7 +365,7 @@ func riverParams(ready []Ready, unique bool) []river.InsertManyParams {
 		if !r.NotBefore.IsZero() {
 			opts.ScheduledAt = r.NotBefore
 		}
-		args := TaskArgs{TaskID: r.TaskID, Attempt: r.Attempt, Redelivers: r.Redelivers}
+		args := TaskArgs{TaskID: r.TaskID, Attempt: r.Attempt, Redelivers: r.Redelivers, Reserve: r.Reserve}
 		if r.Sized {
 			args.Need = &r.Need
 		}
