@@ -3,8 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 
 	"connectrpc.com/connect"
 	"github.com/google/uuid"
@@ -45,7 +43,13 @@ func (s *pipelineServer) Forecast(ctx context.Context, req *connect.Request[orre
 	}
 	// The capacity forecast: each step's history (a job given in the
 	// request has its stored namesake's), the tenant's profiles, the fleet.
-	facts, err := s.jobs.ReadCapacityFacts(ctx, actor(ctx), slices.Collect(maps.Values(ids)))
+	var asking []uuid.UUID // the history of jobs asking for resources only
+	for i := range jobs {
+		if id, ok := ids[jobs[i].Namespace+"/"+jobs[i].Name]; ok && forecast.AsksResources(&jobs[i]) {
+			asking = append(asking, id)
+		}
+	}
+	facts, err := s.jobs.ReadCapacityFacts(ctx, actor(ctx), asking)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}

@@ -415,9 +415,13 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 		}
 		ready := make([]Ready, len(rows))
 		for i, r := range rows {
-			c := byCand[r.ID]
-			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt).WithNeed(need(c))
-			ready[i].Reserve = c.MayReserve
+			k := byCand[r.ID]
+			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt).WithNeed(need(k))
+			// The gate holds room at once for a large task that waited
+			// its reservation here (small ones need none: they fit as soon
+			// as anything ends, and would make the gate first come, first
+			// served).
+			ready[i].Reserve = k.MayReserve && p.large(need(k))
 			waited = append(waited, r.WaitedSeconds)
 		}
 		if d.outbox {
@@ -566,10 +570,6 @@ func (c *chooser) read(ctx context.Context, q *store.Queries, cfg AdmitConfig, s
 	most := c.p.largest()
 	var all []store.AdmissionCandidatesRow
 	for next, round := 0, 0; c.free > 0 && next < len(states) && round < maxReadRounds; round++ {
-		if picked := len(c.picks); round > 1 && picked == c.lastPicked {
-			break // the last round's tenants took nothing: the queue is full for what waits
-		}
-		c.lastPicked = len(c.picks)
 		n := 0
 		if round == 0 {
 			n = slices.IndexFunc(states, func(s *tenantState) bool { return s.target == 0 })
@@ -600,7 +600,15 @@ func (c *chooser) read(ctx context.Context, q *store.Queries, cfg AdmitConfig, s
 			s.waiting = append(s.waiting, k)
 		}
 		all = append(all, cands...)
+		picked := len(c.picks)
 		c.take(batch)
+		// A later round whose tenants had candidates and took none: the
+		// queue is full for what waits. (The first round's may be only
+		// tenants whose tasks cannot go now, and a round that read no
+		// candidate says nothing of the room.)
+		if round > 0 && len(cands) > 0 && len(c.picks) == picked {
+			break
+		}
 	}
 	return all, nil
 }
@@ -615,8 +623,6 @@ type chooser struct {
 	free      int64
 	reserving bool
 	picks     []pick
-	// lastPicked is how many were picked before read's last round.
-	lastPicked int
 }
 
 type pick struct {

@@ -618,3 +618,38 @@ func TestATenantThatCannotGoNowLeavesItsSlotsToOthers(t *testing.T) {
 		t.Fatalf("busy's admitted %s, want [s001 s002 s003 s004]", got)
 	}
 }
+
+// Many tenants holding nothing whose tasks no worker can run (they ask for
+// a GPU; the queue's worker has none) come first by share and yield no
+// candidate: the pass reads on, round after round, and admits the tenant
+// whose tasks fit.
+func TestTenantsWithNothingToRunDoNotEndThePass(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	var gpuRuns []uuid.UUID
+	for i := range 40 {
+		a := f.tenant(fmt.Sprintf("gpu%02d", i), 1, 0)
+		gpuRuns = append(gpuRuns, f.fire(a, "render", "wq", 1, nil))
+	}
+	if _, err := f.pool.Exec(ctx, "UPDATE tasks SET res_gpu = 1 WHERE run_id = ANY($1)", gpuRuns); err != nil {
+		t.Fatal(err)
+	}
+	busy := f.tenant("busy", 1, 0)
+	id := f.fire(busy, "work", "wq", 10, nil)
+	// One slot: two tasks in flight at most; busy holds one already.
+	if _, err := f.pool.Exec(ctx, `INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at, cap_cpu, cap_memory, cap_gpu)
+		VALUES ($1, 'w', '{"wq": 1}', now(), now(), now() + interval '1 hour', 2000, 1073741824, 0)`, uuid.New()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, "INSERT INTO queues (name) VALUES ('wq')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pool.Exec(ctx, `UPDATE tasks SET admitted_at = now() WHERE id = (SELECT id FROM tasks WHERE run_id = $1 ORDER BY step LIMIT 1)`, id); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := dispatch.New()
+	if res, err := d.AdmitOnce(ctx, dispatch.AdmitConfig{Pool: f.pool}, "wq"); err != nil || res.Admitted != 1 {
+		t.Fatalf("admitted %+v, %v; want busy's next task", res, err)
+	}
+}

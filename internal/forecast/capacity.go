@@ -18,15 +18,16 @@ import (
 // critical path from the fire time) and holds its resources for its
 // length: the median of its recent attempts (Job.Lengths), or
 // DefaultStepLength when it has none. A conditional step counts as if it
-// ran, a fan-out as one item, a job step as nothing (its child's steps
-// ask).
+// ran, a fan-out as one item, a job step as nothing (the runs it starts
+// are not counted: only its child job's own schedule is).
 
 // DefaultStepLength is a step's length when it has no history.
 const DefaultStepLength = time.Minute
 
-// maxStepFirings bounds the steps of fired runs one capacity forecast
-// spreads over hours.
-const maxStepFirings = 20_000_000
+// maxCells bounds the (step of a fired run, hour) pairs one capacity
+// forecast adds up: a step longer than an hour counts in each hour it
+// spans.
+const maxCells = 20_000_000
 
 // QueueCapacity is what a queue's live workers have.
 type QueueCapacity struct {
@@ -101,14 +102,21 @@ func Capacity(jobs []Job, from, to time.Time, fleet map[string]QueueCapacity) ([
 			}
 		}
 	}
-	steps := 0
+	// The hours each step of a run spans, for the bound.
+	spans := make([]int, len(jobs))
+	for j := range jobs {
+		for _, l := range loads[j] {
+			spans[j] += int(l.length/time.Hour) + 2
+		}
+	}
+	cells := 0
 	for j := range jobs {
 		if len(loads[j]) == 0 {
 			continue
 		}
 		err := fires(&jobs[j], from, to, func(fire time.Time) error {
-			if steps += len(loads[j]); steps > maxStepFirings {
-				return &dag.FieldError{Field: "to", Message: fmt.Sprintf("more than %d steps run in the window: narrow it, or the jobs", maxStepFirings)}
+			if cells += spans[j]; cells > maxCells {
+				return &dag.FieldError{Field: "to", Message: fmt.Sprintf("the steps of the runs in the window span more than %d hours together: narrow it, or the jobs", maxCells)}
 			}
 			spread(j, fire, func(c cell, name string, amount float64) {
 				if total[c] == nil {
@@ -183,6 +191,18 @@ func Capacity(jobs []Job, from, to time.Time, fleet map[string]QueueCapacity) ([
 	}
 	slices.SortFunc(hours, func(a, b Hour) int { return cmp.Or(cmp.Compare(a.Queue, b.Queue), a.At.Compare(b.At)) })
 	return hours, unmeasured, nil
+}
+
+// AsksResources reports whether a step of j asks for resources (its own,
+// its defaults', or a profile): the jobs a capacity forecast reads the
+// history of.
+func AsksResources(j *Job) bool {
+	for i := range j.Spec.Steps {
+		if set := j.Spec.Effective(i); !set.Resources.IsZero() || set.ResourceProfile != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // stepLoad is what one step of a job's run asks of its queue: from start

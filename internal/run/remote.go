@@ -298,12 +298,12 @@ func RemoteReport(ctx context.Context, db store.DBTX, w RemoteWorker, r Report) 
 // earlier ones are added up, it leaves the rest for the next claim.
 const fitScan = 4
 
-// takeFitting takes up to max offers, most urgent first, each fitting
+// takeFitting takes up to most offers, most urgent first, each fitting
 // what w's capacity leaves free once its running attempts and the offers
 // taken before it are counted; an offer that does not fit stays for a
 // worker it fits. It holds w's row while it decides, so that two claims of
 // one worker at once do not both fill the same room.
-func takeFitting(ctx context.Context, q *store.Queries, w RemoteWorker, max int) ([]store.TakeOffersRow, error) {
+func takeFitting(ctx context.Context, q *store.Queries, w RemoteWorker, most int) ([]store.TakeOffersRow, error) {
 	if err := q.LockRemoteWorker(ctx, w.ID); err != nil {
 		return nil, err
 	}
@@ -312,8 +312,10 @@ func takeFitting(ctx context.Context, q *store.Queries, w RemoteWorker, max int)
 		return nil, err
 	}
 	free := w.Capacity.Sub(resources.FromColumns(used.Cpu, used.Memory, used.Gpu, used.Custom))
+	// (Less than none free, its capacity lowered: none.)
 	offers, err := q.ScanOffers(ctx, store.ScanOffersParams{Queues: w.RemoteQueues(), WorkerTypes: w.Types,
-		Namespaces: w.Namespaces, Max: int32(max * fitScan), FreeCpu: free.CPU, FreeMemory: free.Memory, FreeGpu: free.GPU})
+		Namespaces: w.Namespaces, Max: int32(most * fitScan),
+		FreeCpu: max(free.CPU, 0), FreeMemory: max(free.Memory, 0), FreeGpu: max(free.GPU, 0)})
 	if err != nil {
 		return nil, err
 	}
@@ -325,7 +327,7 @@ func takeFitting(ctx context.Context, q *store.Queries, w RemoteWorker, max int)
 		}
 		free = free.Sub(need)
 		chosen = append(chosen, o.TaskID)
-		if len(chosen) == max {
+		if len(chosen) == most {
 			break
 		}
 	}

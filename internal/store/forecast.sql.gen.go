@@ -62,7 +62,7 @@ func (q *Queries) LiveQueueCapacities(ctx context.Context) ([]LiveQueueCapacitie
 }
 
 const stepMedians = `-- name: StepMedians :many
-SELECT j.id::uuid AS job_id, k.step,
+SELECT j.id::uuid AS job_id, regexp_replace(k.step, '\[[0-9]+\]$', '')::text AS step,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM a.finished_at - a.started_at))::float8 AS seconds
 FROM unnest($1::uuid[]) AS j (id)
 CROSS JOIN LATERAL (
@@ -70,8 +70,8 @@ CROSS JOIN LATERAL (
     ORDER BY r.scheduled_for DESC LIMIT 50
 ) AS r
 JOIN tasks AS k ON k.run_id = r.id
-JOIN attempts AS a ON a.task_id = k.id AND a.finished_at IS NOT NULL
-GROUP BY j.id, k.step
+JOIN attempts AS a ON a.task_id = k.id AND a.outcome = 'succeeded' AND a.finished_at IS NOT NULL
+GROUP BY 1, 2
 `
 
 type StepMediansParams struct {
@@ -85,8 +85,9 @@ type StepMediansRow struct {
 	Seconds float64
 }
 
-// StepMedians is the median length of each step's finished attempts over
-// the last 50 runs of each of the tenant's jobs.
+// StepMedians is the median length of each step's succeeded attempts over
+// the last 50 runs of each of the tenant's jobs (a fan-out's items, named
+// STEP[i], count as their step).
 func (q *Queries) StepMedians(ctx context.Context, arg StepMediansParams) ([]StepMediansRow, error) {
 	rows, err := q.db.Query(ctx, stepMedians, arg.JobIds, arg.TenantID)
 	if err != nil {

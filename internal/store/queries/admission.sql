@@ -34,21 +34,29 @@ GROUP BY tenant_id;
 
 -- WaitingTenants lists the tenants with tasks waiting for admission in the
 -- queue, eligible now (a retry in its backoff is not: its tenant would
--- take a share of the pass it cannot use) (a loose index scan: one probe
--- per tenant, whatever the backlog).
+-- take a share of the pass it cannot use): a loose index scan, one probe
+-- per tenant whatever the backlog, then for each tenant a probe per
+-- priority for a task ready now (the index orders ready_at within a
+-- priority, so a tenant's retries in their backoff cost no scan).
 -- name: WaitingTenants :many
 WITH RECURSIVE w (tenant_id) AS (
     (SELECT t.tenant_id FROM tasks AS t
-     WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at <= now()
+     WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
      ORDER BY t.tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT t.tenant_id FROM tasks AS t
-            WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at <= now()
+            WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
               AND t.tenant_id > w.tenant_id
             ORDER BY t.tenant_id LIMIT 1)
     FROM w WHERE w.tenant_id IS NOT NULL
 )
-SELECT w.tenant_id::uuid AS tenant_id FROM w WHERE w.tenant_id IS NOT NULL LIMIT 10000;
+SELECT w.tenant_id::uuid AS tenant_id FROM w
+WHERE w.tenant_id IS NOT NULL AND EXISTS (
+    SELECT 1 FROM unnest('{3, 2, 1, 4}'::int[]) AS p (priority) -- normal first: most tasks are
+    WHERE EXISTS (SELECT 1 FROM tasks AS k
+                  WHERE k.queue = @queue AND k.tenant_id = w.tenant_id AND k.priority = p.priority
+                    AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()))
+LIMIT 10000;
 
 -- TenantLimits reads the weight and quotas of tenants: max_concurrency
 -- across all queues (0: none), the cap in this queue (0: none; a bound
