@@ -914,6 +914,10 @@ func WaitReason(ctx context.Context, q *store.Queries, tenant uuid.UUID, queue s
 		for _, r := range total {
 			s.heldAll = s.heldAll.Add(resources.FromColumns(r.Cpu, r.Memory, r.Gpu, r.Custom))
 		}
+		if name := need.Over(s.quota); name != "" { // alone: a quota lowered below a live job's step
+			return fmt.Sprintf("needs %s %s, more than the tenant's quota of %s: it waits until the quota is raised (or the step asks less)",
+				name, resources.Format(name, need.Get(name)), resources.Format(name, s.quota.Get(name))), nil
+		}
 		if name := s.heldAll.Add(need).Over(s.quota); name != "" {
 			return fmt.Sprintf("tenant quota %s %s/%s (needs %s)", name, resources.Format(name, s.heldAll.Get(name)),
 				resources.Format(name, s.quota.Get(name)), resources.Format(name, need.Get(name))), nil

@@ -568,6 +568,14 @@ func TestTasksNoWorkerCanRunDoNotHideOthers(t *testing.T) {
 	if err != nil || why != "needs gpu 1; the largest worker of queue gpuq has 0" {
 		t.Fatalf("wait reason %q, %v", why, err)
 	}
+	// A quota lowered below what one step asks for: the step says so.
+	if _, err := f.pool.Exec(ctx, `UPDATE tenants SET max_resources = '{"cpu": 500}' WHERE id = $1`, a.Tenant); err != nil {
+		t.Fatal(err)
+	}
+	why, err = dispatch.WaitReason(ctx, store.New(f.pool), a.Tenant, "gpuq", resources.Vector{CPU: 1000})
+	if want := "needs cpu 1, more than the tenant's quota of 500m: it waits until the quota is raised (or the step asks less)"; err != nil || why != want {
+		t.Fatalf("wait reason %q, %v; want %q", why, err, want)
+	}
 }
 
 // A tenant whose waiting tasks cannot go now does not take the slots the
