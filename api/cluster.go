@@ -96,11 +96,19 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 		if err != nil { // some queue database is down: the others' depths
 			s.log.Warn("cluster view: queue depths", "err", err)
 		}
+		capacity, allocated, err := queueResources(ctx, store.New(s.pool))
+		if err != nil {
+			return nil, toConnect(ctx, s.log, err)
+		}
 		for _, q := range slices.Sorted(maps.Keys(depths)) {
 			if !p.SystemAdmin && !dispatch.BoundTo(q, p.TenantName) {
 				continue
 			}
-			out.Queues = append(out.Queues, &orreryv1.QueueDepth{Queue: q, Ready: depths[q].Ready, OldestReadySeconds: depths[q].OldestSeconds})
+			qd := &orreryv1.QueueDepth{Queue: q, Ready: depths[q].Ready, OldestReadySeconds: depths[q].OldestSeconds}
+			if c, ok := capacity[q]; ok {
+				qd.Capacity, qd.Allocated = vectorToProto(c), vectorToProto(allocated[q])
+			}
+			out.Queues = append(out.Queues, qd)
 		}
 	}
 	return connect.NewResponse(out), nil
@@ -113,4 +121,24 @@ func workerResources(w store.ListWorkersRow) (capacity, allocated *orreryv1.Reso
 		capacity = vectorToProto(resources.FromColumns(w.CapCpu.Int64, w.CapMemory.Int64, w.CapGpu.Int64, w.CapCustom))
 	}
 	return capacity, vectorToProto(resources.FromColumns(w.UsedCpu, w.UsedMemory, w.UsedGpu, w.UsedCustom))
+}
+
+// queueResources are, per queue, what its live workers declare together
+// (those queues where one declares) and what its running tasks ask for.
+func queueResources(ctx context.Context, q *store.Queries) (capacity, allocated map[string]resources.Vector, err error) {
+	caps, err := q.LiveQueueCapacities(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	capacity, allocated = map[string]resources.Vector{}, map[string]resources.Vector{}
+	for _, c := range caps {
+		if c.Cpu > 0 || c.Memory > 0 || c.Gpu > 0 || len(c.Custom) > 0 {
+			capacity[c.Queue] = resources.FromColumns(c.Cpu, c.Memory, c.Gpu, c.Custom)
+		}
+	}
+	rows, err := q.QueueAllocations(ctx)
+	for _, r := range rows {
+		allocated[r.Queue] = resources.FromColumns(r.Cpu, r.Memory, r.Gpu, r.Custom)
+	}
+	return capacity, allocated, err
 }

@@ -357,6 +357,15 @@ func newClusterCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", wk.GetName(), wk.GetLive(), tenants, strings.Join(queues, " "), types,
 					wk.GetTasksHeld(), api.ResourceUsage(wk.GetCapacity(), wk.GetAllocated()), cmp.Or(wk.GetEnforces(), "-"), ts(wk.GetHeartbeatTime()))
 			}
+			if err := tw.Flush(); err != nil || len(res.Msg.GetQueues()) == 0 {
+				return err
+			}
+			fmt.Fprintln(w)
+			tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "QUEUE\tREADY\tOLDEST READY\tRESOURCES (USED/CAPACITY)")
+			for _, q := range res.Msg.GetQueues() {
+				fmt.Fprintf(tw, "%s\t%d\t%.1fs\t%s\n", q.GetQueue(), q.GetReady(), q.GetOldestReadySeconds(), api.ResourceUsage(q.GetCapacity(), q.GetAllocated()))
+			}
 			return tw.Flush()
 		},
 	}

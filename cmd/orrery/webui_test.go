@@ -366,6 +366,9 @@ spec:
 	if cell := text(`tr[data-kind="process"] td.resources`); !regexp.MustCompile(`^cpu [0-9.m]+/[1-9][0-9]*, memory \S+/\S+$`).MatchString(cell) {
 		t.Errorf("dev's worker's resources: %q, want cpu and memory used of its machine's", cell)
 	}
+	if cell := text(`tr[data-queue="default"] td.resources`); !regexp.MustCompile(`^cpu [0-9.m]+/[1-9][0-9]*, memory \S+/\S+$`).MatchString(cell) {
+		t.Errorf("queue default's resources: %q, want cpu and memory used of its workers'", cell)
+	}
 	if cell := text(`tr[data-kind="process"] td.enforces`); cell != "memory, cpu" && cell != "memory" && cell != "none" {
 		t.Errorf("dev's worker's enforcement: %q, want what its cgroups hold a command step to", cell)
 	}

@@ -61,6 +61,51 @@ func (q *Queries) LiveQueueCapacities(ctx context.Context) ([]LiveQueueCapacitie
 	return items, nil
 }
 
+const queueAllocations = `-- name: QueueAllocations :many
+SELECT queue, COALESCE(sum(res_cpu), 0)::bigint AS cpu, COALESCE(sum(res_memory), 0)::bigint AS memory,
+       COALESCE(sum(res_gpu), 0)::bigint AS gpu,
+       jsonb_agg(res_custom) FILTER (WHERE res_custom IS NOT NULL) AS custom
+FROM tasks
+WHERE admitted_at IS NOT NULL AND status = 'running'
+GROUP BY queue
+`
+
+type QueueAllocationsRow struct {
+	Queue  string
+	Cpu    int64
+	Memory int64
+	Gpu    int64
+	Custom []byte
+}
+
+// QueueAllocations is, per queue, what its running tasks ask for together
+// (the cluster page's queues).
+func (q *Queries) QueueAllocations(ctx context.Context) ([]QueueAllocationsRow, error) {
+	rows, err := q.db.Query(ctx, queueAllocations)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []QueueAllocationsRow{}
+	for rows.Next() {
+		var i QueueAllocationsRow
+		if err := rows.Scan(
+			&i.Queue,
+			&i.Cpu,
+			&i.Memory,
+			&i.Gpu,
+			&i.Custom,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const stepMedians = `-- name: StepMedians :many
 SELECT j.id::uuid AS job_id, regexp_replace(k.step, '\[[0-9]+\]$', '')::text AS step,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM a.finished_at - a.started_at))::float8 AS seconds

@@ -36,3 +36,13 @@ FROM (SELECT tenant_id, count(*)::bigint AS tasks, COALESCE(sum(res_cpu), 0)::bi
       GROUP BY tenant_id) AS f
 JOIN tenants AS t ON t.id = f.tenant_id
 ORDER BY f.gpu DESC, f.cpu DESC, f.memory DESC, t.name;
+
+-- QueueAllocations is, per queue, what its running tasks ask for together
+-- (the cluster page's queues).
+-- name: QueueAllocations :many
+SELECT queue, COALESCE(sum(res_cpu), 0)::bigint AS cpu, COALESCE(sum(res_memory), 0)::bigint AS memory,
+       COALESCE(sum(res_gpu), 0)::bigint AS gpu,
+       jsonb_agg(res_custom) FILTER (WHERE res_custom IS NOT NULL) AS custom
+FROM tasks
+WHERE admitted_at IS NOT NULL AND status = 'running'
+GROUP BY queue;

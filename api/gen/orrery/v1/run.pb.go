@@ -2377,8 +2377,13 @@ type QueueDepth struct {
 	Ready int64 `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`
 	// How long the oldest ready task has waited, in seconds.
 	OldestReadySeconds float64 `protobuf:"fixed64,3,opt,name=oldest_ready_seconds,json=oldestReadySeconds,proto3" json:"oldest_ready_seconds,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// What the live workers serving the queue declare together (a worker
+	// serving several queues counts in each); unset when none declares.
+	Capacity *Resources `protobuf:"bytes,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// What the queue's running tasks ask for together.
+	Allocated     *Resources `protobuf:"bytes,5,opt,name=allocated,proto3" json:"allocated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueDepth) Reset() {
@@ -2430,6 +2435,20 @@ func (x *QueueDepth) GetOldestReadySeconds() float64 {
 		return x.OldestReadySeconds
 	}
 	return 0
+}
+
+func (x *QueueDepth) GetCapacity() *Resources {
+	if x != nil {
+		return x.Capacity
+	}
+	return nil
+}
+
+func (x *QueueDepth) GetAllocated() *Resources {
+	if x != nil {
+		return x.Allocated
+	}
+	return nil
 }
 
 // Worker is a worker process and the queues it serves.
@@ -2826,12 +2845,14 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.orrery.v1.NodeR\x05nodes\x12(\n" +
 	"\x06shards\x18\x02 \x03(\v2\x10.orrery.v1.ShardR\x06shards\x12+\n" +
 	"\aworkers\x18\x03 \x03(\v2\x11.orrery.v1.WorkerR\aworkers\x12-\n" +
-	"\x06queues\x18\x04 \x03(\v2\x15.orrery.v1.QueueDepthR\x06queues\"j\n" +
+	"\x06queues\x18\x04 \x03(\v2\x15.orrery.v1.QueueDepthR\x06queues\"\xd0\x01\n" +
 	"\n" +
 	"QueueDepth\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
 	"\x05ready\x18\x02 \x01(\x03R\x05ready\x120\n" +
-	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\"\xb1\x04\n" +
+	"\x14oldest_ready_seconds\x18\x03 \x01(\x01R\x12oldestReadySeconds\x120\n" +
+	"\bcapacity\x18\x04 \x01(\v2\x14.orrery.v1.ResourcesR\bcapacity\x122\n" +
+	"\tallocated\x18\x05 \x01(\v2\x14.orrery.v1.ResourcesR\tallocated\"\xb1\x04\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -2983,35 +3004,37 @@ var file_orrery_v1_run_proto_depIdxs = []int32{
 	28, // 54: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
 	31, // 55: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
 	30, // 56: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	36, // 57: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	37, // 58: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	37, // 59: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	39, // 60: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
-	39, // 61: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
-	41, // 62: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	5,  // 63: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	7,  // 64: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
-	13, // 65: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	15, // 66: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	17, // 67: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	19, // 68: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	22, // 69: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	24, // 70: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	26, // 71: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	6,  // 72: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	8,  // 73: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
-	14, // 74: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	16, // 75: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	18, // 76: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	20, // 77: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	23, // 78: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	25, // 79: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	29, // 80: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	72, // [72:81] is the sub-list for method output_type
-	63, // [63:72] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	39, // 57: orrery.v1.QueueDepth.capacity:type_name -> orrery.v1.Resources
+	39, // 58: orrery.v1.QueueDepth.allocated:type_name -> orrery.v1.Resources
+	36, // 59: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	37, // 60: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	37, // 61: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	39, // 62: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
+	39, // 63: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
+	41, // 64: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	5,  // 65: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	7,  // 66: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
+	13, // 67: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	15, // 68: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	17, // 69: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	19, // 70: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	22, // 71: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	24, // 72: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	26, // 73: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	6,  // 74: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	8,  // 75: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
+	14, // 76: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	16, // 77: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	18, // 78: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	20, // 79: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	23, // 80: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	25, // 81: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	29, // 82: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	74, // [74:83] is the sub-list for method output_type
+	65, // [65:74] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
