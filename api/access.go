@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/job"
 )
 
 // accessServer implements orrery.v1.AccessService: tenants, the API keys
@@ -22,6 +23,7 @@ import (
 type accessServer struct {
 	orreryv1connect.UnimplementedAccessServiceHandler
 	access *access.Service
+	jobs   *job.Service
 	log    *slog.Logger
 }
 
@@ -57,7 +59,14 @@ func (s *accessServer) SetTenantQuota(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	return connect.NewResponse(&orreryv1.SetTenantQuotaResponse{Quota: quotaToProto(q)}), nil
+	out := &orreryv1.SetTenantQuotaResponse{Quota: quotaToProto(q)}
+	if c.MaxResources != nil && s.jobs != nil {
+		// Set: the live jobs it leaves a step of waiting for ever.
+		if out.OverQuota, out.OverQuotaTruncated, err = s.jobs.OverQuota(ctx, q.Tenant.ID, q.Tenant.ResourceQuota()); err != nil {
+			return nil, toConnect(ctx, s.log, err)
+		}
+	}
+	return connect.NewResponse(out), nil
 }
 
 func (s *accessServer) GetTenantQuota(ctx context.Context, req *connect.Request[orreryv1.GetTenantQuotaRequest]) (*connect.Response[orreryv1.GetTenantQuotaResponse], error) {

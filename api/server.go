@@ -112,7 +112,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	add(orreryv1connect.NewClusterServiceHandler(&clusterServer{pool: svc.State, queues: svc.Queues, log: log}, opts...))
 	add(orreryv1connect.NewPipelineServiceHandler(&pipelineServer{jobs: svc.Jobs, log: log}, opts...))
 	add(orreryv1connect.NewAuditServiceHandler(&auditServer{pool: svc.State, log: log}, opts...))
-	add(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, log: log}, opts...))
+	add(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, jobs: svc.Jobs, log: log}, opts...))
 	add(orreryv1connect.NewAlertServiceHandler(&alertServer{pool: svc.State, jobs: svc.Jobs, log: log}, opts...))
 	add(orreryv1connect.NewProfileServiceHandler(&profileServer{access: acc, log: log}, opts...))
 	// REST: the same handlers behind vanguard (the workers' service has no

@@ -106,4 +106,11 @@ spec:
 	if _, errOut, code := asSys("tenants", "set-quota", "acme", "--max-cpu", "two"); code == 0 || !strings.Contains(errOut, `max_resources.cpu: "two" is not a quantity`) {
 		t.Errorf("set-quota --max-cpu two: exit %d %q", code, errOut)
 	}
+	// A quota lowered below a live job's step is set, and names the job
+	// whose step now waits until it is raised.
+	if _, errOut, code := asSys("tenants", "set-quota", "acme", "--max-cpu", "3"); code != 0 ||
+		!strings.Contains(errOut, "warning: 1 live jobs have a step asking more than the new quota on its own") ||
+		!strings.Contains(errOut, "ml/trainer: spec.steps[0].resource_profile: step train asks for cpu 4; the tenant's quota is 3") {
+		t.Errorf("set-quota below a live job's step: exit %d %q", code, errOut)
+	}
 }

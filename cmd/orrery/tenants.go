@@ -144,6 +144,16 @@ schedule fires over max-runs or max-tasks is recorded as a skipped run.`,
 				return err
 			}
 			printQuota(cmd.OutOrStdout(), res.Msg.GetQuota())
+			if over := res.Msg.GetOverQuota(); len(over) > 0 {
+				more := ""
+				if res.Msg.GetOverQuotaTruncated() {
+					more = " (and more)"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d live jobs%s have a step asking more than the new quota on its own; it waits until the quota is raised:\n", len(over), more)
+				for _, o := range over {
+					fmt.Fprintln(cmd.ErrOrStderr(), "  "+o)
+				}
+			}
 			return nil
 		},
 	}

@@ -552,17 +552,26 @@ func checkResourceQuota(ctx context.Context, q *store.Queries, a Actor, res dag.
 			profiles[r.Name] = resources.FromColumns(r.Cpu, r.Memory, r.Gpu, r.Custom)
 		}
 	}
+	if es := overQuota(&res.Spec, quota, profiles); len(es) > 0 {
+		return es
+	}
+	return nil
+}
+
+// overQuota names the steps of spec (their field) asking, alone, for more
+// than quota of some resource (profiles: the tenant's, by name).
+func overQuota(spec *dag.JobSpec, quota resources.Vector, profiles map[string]resources.Vector) dag.Errors {
 	var es dag.Errors
 	reported := map[string]bool{} // the defaults' once
-	for i, st := range res.Spec.Steps {
-		e := res.Spec.Effective(i)
+	for i, st := range spec.Steps {
+		e := spec.Effective(i)
 		need, field := e.Resources, fmt.Sprintf("spec.steps[%d].resources", i)
 		if e.ResourceProfile != "" {
 			need, field = profiles[e.ResourceProfile], fmt.Sprintf("spec.steps[%d].resource_profile", i)
 		}
 		if st.Resources == nil && st.ResourceProfile == "" { // the defaults'
 			field = "spec.defaults.resources"
-			if res.Spec.Defaults.ResourceProfile != "" {
+			if spec.Defaults.ResourceProfile != "" {
 				field = "spec.defaults.resource_profile"
 			}
 		}
@@ -576,8 +585,51 @@ func checkResourceQuota(ctx context.Context, q *store.Queries, a Actor, res dag.
 				st.Name, name, resources.Format(name, need.Get(name)), resources.Format(name, quota.Get(name)))})
 		}
 	}
-	if len(es) > 0 {
-		return es
+	return es
+}
+
+// maxOverQuota bounds the jobs OverQuota names.
+const maxOverQuota = 100
+
+// OverQuota names the tenant's live jobs with a step asking, alone, for
+// more than quota (what lowering a tenant's quota leaves waiting for
+// ever), each with its first such field: "ns/name: spec.steps[0]...: step
+// train asks for cpu 8; the tenant's quota is 4 (...)"; at most
+// maxOverQuota, and whether there were more.
+func (s *Service) OverQuota(ctx context.Context, tenant uuid.UUID, quota resources.Vector) ([]string, bool, error) {
+	if quota.IsZero() {
+		return nil, false, nil
 	}
-	return nil
+	q := store.New(s.pool)
+	rows, err := q.ListProfiles(ctx, tenant)
+	if err != nil {
+		return nil, false, err
+	}
+	profiles := make(map[string]resources.Vector, len(rows))
+	for _, p := range rows {
+		profiles[p.Name] = resources.FromColumns(p.Cpu, p.Memory, p.Gpu, p.Custom)
+	}
+	var out []string
+	f := ListFilter{WithSteps: true, PageSize: 500}
+	for {
+		page, next, err := s.List(ctx, Actor{Tenant: tenant, Name: "quota check"}, f)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, j := range page {
+			if j.Status == StatusDeleted {
+				continue
+			}
+			if es := overQuota(&j.Spec, quota, profiles); len(es) > 0 {
+				if len(out) == maxOverQuota {
+					return out, true, nil
+				}
+				out = append(out, j.Namespace+"/"+j.Name+": "+es[0].Error())
+			}
+		}
+		if next == "" {
+			return out, false, nil
+		}
+		f.PageToken = next
+	}
 }

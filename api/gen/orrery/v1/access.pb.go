@@ -800,10 +800,16 @@ func (x *SetTenantQuotaRequest) GetMaxResources() *Resources {
 }
 
 type SetTenantQuotaResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Quota         *TenantQuota           `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Quota *TenantQuota           `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`
+	// When the change set quotas in resources: the tenant's live jobs with
+	// a step asking, alone, for more than them (their steps wait until the
+	// quota is raised), each "namespace/name: field: why"; at most 100.
+	OverQuota []string `protobuf:"bytes,2,rep,name=over_quota,json=overQuota,proto3" json:"over_quota,omitempty"`
+	// More jobs than over_quota names are over the quota.
+	OverQuotaTruncated bool `protobuf:"varint,3,opt,name=over_quota_truncated,json=overQuotaTruncated,proto3" json:"over_quota_truncated,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SetTenantQuotaResponse) Reset() {
@@ -841,6 +847,20 @@ func (x *SetTenantQuotaResponse) GetQuota() *TenantQuota {
 		return x.Quota
 	}
 	return nil
+}
+
+func (x *SetTenantQuotaResponse) GetOverQuota() []string {
+	if x != nil {
+		return x.OverQuota
+	}
+	return nil
+}
+
+func (x *SetTenantQuotaResponse) GetOverQuotaTruncated() bool {
+	if x != nil {
+		return x.OverQuotaTruncated
+	}
+	return false
 }
 
 type GetTenantQuotaRequest struct {
@@ -1900,9 +1920,12 @@ const file_orrery_v1_access_proto_rawDesc = "" +
 	"_max_tasksB\x15\n" +
 	"\x13_max_items_per_stepB\x14\n" +
 	"\x12_max_runs_per_treeB\x14\n" +
-	"\x12_max_history_bytes\"F\n" +
+	"\x12_max_history_bytes\"\x97\x01\n" +
 	"\x16SetTenantQuotaResponse\x12,\n" +
-	"\x05quota\x18\x01 \x01(\v2\x16.orrery.v1.TenantQuotaR\x05quota\"/\n" +
+	"\x05quota\x18\x01 \x01(\v2\x16.orrery.v1.TenantQuotaR\x05quota\x12\x1d\n" +
+	"\n" +
+	"over_quota\x18\x02 \x03(\tR\toverQuota\x120\n" +
+	"\x14over_quota_truncated\x18\x03 \x01(\bR\x12overQuotaTruncated\"/\n" +
 	"\x15GetTenantQuotaRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"F\n" +
 	"\x16GetTenantQuotaResponse\x12,\n" +
