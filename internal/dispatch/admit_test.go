@@ -492,6 +492,11 @@ func TestQuotaHoldsThroughTheOutbox(t *testing.T) {
 	if n := enginetest.Int(t, queue, "SELECT count(*) FROM river_job"); n < 10 {
 		t.Fatalf("%d River jobs in the queue database, want at least 10", n)
 	}
+	// Each carries what its task asks for, as a direct insert's does: the
+	// worker reads no size (none asks any here: the zero vector).
+	if n := enginetest.Int(t, queue, "SELECT count(*) FROM river_job WHERE args ? 'need'"); n < 10 {
+		t.Errorf("%d River jobs through the outbox carry their task's need, want every one", n)
+	}
 }
 
 // One release transaction holding several tenants' runs (a firing pass)

@@ -26,6 +26,7 @@ package dispatch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -342,6 +343,13 @@ func insertOutbox(ctx context.Context, tx pgx.Tx, ready []Ready) error {
 		p.Attempts = append(p.Attempts, int32(r.Attempt))
 		p.NotBefores = append(p.NotBefores, r.NotBefore)
 		p.Redelivers = append(p.Redelivers, r.Redelivers)
+		need := ""
+		if r.Sized {
+			b, _ := json.Marshal(r.Need)
+			need = string(b)
+		}
+		p.Needs = append(p.Needs, need)
+		p.Reserves = append(p.Reserves, r.Reserve)
 	}
 	if err := store.New(tx).InsertOutbox(ctx, p); err != nil {
 		return fmt.Errorf("dispatch: outbox: %w", err)
@@ -461,9 +469,13 @@ func (d *Dispatcher) relayOnce(ctx context.Context, state, p *pgxpool.Pool) (int
 			}
 			seen[k] = true
 			rd := NextAttempt(r.TaskID, r.TenantID, r.Queue, r.Priority, r.Attempt-1) // the row holds the attempt it starts
-			rd.Redelivers = r.Redelivers
+			rd.Redelivers, rd.Reserve = r.Redelivers, r.Reserve
 			if r.NotBefore != nil {
 				rd.NotBefore = *r.NotBefore
+			}
+			var need resources.Vector
+			if len(r.Need) > 0 && json.Unmarshal(r.Need, &need) == nil {
+				rd = rd.WithNeed(need)
 			}
 			ready = append(ready, rd)
 		}

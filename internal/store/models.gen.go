@@ -132,6 +132,8 @@ type DispatchOutbox struct {
 	NotBefore  *time.Time
 	CreatedAt  time.Time
 	Redelivers int64
+	Need       []byte
+	Reserve    bool
 }
 
 type Grant struct {

@@ -22,13 +22,14 @@ func (q *Queries) DeleteOutbox(ctx context.Context, ids []uuid.UUID) error {
 }
 
 const insertOutbox = `-- name: InsertOutbox :exec
-INSERT INTO dispatch_outbox (id, task_id, tenant_id, queue, priority, attempt, not_before, redelivers, created_at)
+INSERT INTO dispatch_outbox (id, task_id, tenant_id, queue, priority, attempt, not_before, redelivers, created_at, need, reserve)
 SELECT u.id, u.task_id, u.tenant_id, u.queue, u.priority, u.attempt, CASE WHEN u.not_before > '1970-01-01' THEN u.not_before END,
-       u.redelivers, now()
+       u.redelivers, now(), NULLIF(u.need, '')::jsonb, u.reserve
 FROM (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS task_id, unnest($3::uuid[]) AS tenant_id,
            unnest($4::text[]) AS queue, unnest($5::int[]) AS priority, unnest($6::int[]) AS attempt,
-           unnest($7::timestamptz[]) AS not_before, unnest($8::bigint[]) AS redelivers
+           unnest($7::timestamptz[]) AS not_before, unnest($8::bigint[]) AS redelivers,
+           unnest($9::text[]) AS need, unnest($10::bool[]) AS reserve
 ) AS u
 `
 
@@ -41,6 +42,8 @@ type InsertOutboxParams struct {
 	Attempts   []int32
 	NotBefores []time.Time
 	Redelivers []int64
+	Needs      []string
+	Reserves   []bool
 }
 
 func (q *Queries) InsertOutbox(ctx context.Context, arg InsertOutboxParams) error {
@@ -53,6 +56,8 @@ func (q *Queries) InsertOutbox(ctx context.Context, arg InsertOutboxParams) erro
 		arg.Attempts,
 		arg.NotBefores,
 		arg.Redelivers,
+		arg.Needs,
+		arg.Reserves,
 	)
 	return err
 }
@@ -91,7 +96,7 @@ WITH RECURSIVE pending (queue) AS (
         LIMIT $1
     ) AS c
 )
-SELECT o.id, o.task_id, o.tenant_id, o.queue, o.priority, o.attempt, o.not_before, o.redelivers, o.created_at
+SELECT o.id, o.task_id, o.tenant_id, o.queue, o.priority, o.attempt, o.not_before, o.redelivers, o.created_at, o.need, o.reserve
 FROM dispatch_outbox AS o
 WHERE o.id IN (SELECT candidates.id FROM candidates)
 ORDER BY o.created_at, o.id
@@ -115,6 +120,8 @@ type PendingOutboxRow struct {
 	NotBefore  *time.Time
 	Redelivers int64
 	CreatedAt  time.Time
+	Need       []byte
+	Reserve    bool
 }
 
 // PendingOutbox locks a batch of the rows of one queue database: those of
@@ -144,6 +151,8 @@ func (q *Queries) PendingOutbox(ctx context.Context, arg PendingOutboxParams) ([
 			&i.NotBefore,
 			&i.Redelivers,
 			&i.CreatedAt,
+			&i.Need,
+			&i.Reserve,
 		); err != nil {
 			return nil, err
 		}

@@ -1,11 +1,12 @@
 -- name: InsertOutbox :exec
-INSERT INTO dispatch_outbox (id, task_id, tenant_id, queue, priority, attempt, not_before, redelivers, created_at)
+INSERT INTO dispatch_outbox (id, task_id, tenant_id, queue, priority, attempt, not_before, redelivers, created_at, need, reserve)
 SELECT u.id, u.task_id, u.tenant_id, u.queue, u.priority, u.attempt, CASE WHEN u.not_before > '1970-01-01' THEN u.not_before END,
-       u.redelivers, now()
+       u.redelivers, now(), NULLIF(u.need, '')::jsonb, u.reserve
 FROM (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@task_ids::uuid[]) AS task_id, unnest(@tenant_ids::uuid[]) AS tenant_id,
            unnest(@queues::text[]) AS queue, unnest(@priorities::int[]) AS priority, unnest(@attempts::int[]) AS attempt,
-           unnest(@not_befores::timestamptz[]) AS not_before, unnest(@redelivers::bigint[]) AS redelivers
+           unnest(@not_befores::timestamptz[]) AS not_before, unnest(@redelivers::bigint[]) AS redelivers,
+           unnest(@needs::text[]) AS need, unnest(@reserves::bool[]) AS reserve
 ) AS u;
 
 -- PendingOutbox locks a batch of the rows of one queue database: those of
@@ -37,7 +38,7 @@ WITH RECURSIVE pending (queue) AS (
         LIMIT @batch
     ) AS c
 )
-SELECT o.id, o.task_id, o.tenant_id, o.queue, o.priority, o.attempt, o.not_before, o.redelivers, o.created_at
+SELECT o.id, o.task_id, o.tenant_id, o.queue, o.priority, o.attempt, o.not_before, o.redelivers, o.created_at, o.need, o.reserve
 FROM dispatch_outbox AS o
 WHERE o.id IN (SELECT candidates.id FROM candidates)
 ORDER BY o.created_at, o.id
