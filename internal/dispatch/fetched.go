@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/orrery-dev/orrery/dag/resources"
 )
 
 // Fetched is a River job that a worker fetched: the attempt it was made
@@ -18,6 +20,9 @@ type Fetched struct {
 	JobID   int64 // River's id
 	TaskID  uuid.UUID
 	Attempt int
+	// Need and Reserve are the job's (TaskArgs): a redelivery carries them.
+	Need    *resources.Vector
+	Reserve bool
 }
 
 // fetchedPage bounds one listing query.
@@ -68,7 +73,7 @@ func fetchedBy(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, cli
 			if err := unmarshalArgs(j, &args); err != nil {
 				return nil, err
 			}
-			out = append(out, Fetched{JobID: j.ID, TaskID: args.TaskID, Attempt: args.Attempt})
+			out = append(out, Fetched{JobID: j.ID, TaskID: args.TaskID, Attempt: args.Attempt, Need: args.Need, Reserve: args.Reserve})
 		}
 		if len(res.Jobs) < fetchedPage {
 			return out, nil

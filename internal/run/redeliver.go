@@ -43,8 +43,12 @@ func (a *Applier) Redeliver(ctx context.Context, tx pgx.Tx, fetched []dispatch.F
 	}
 	ready := make([]dispatch.Ready, len(rows))
 	for i, t := range rows {
+		f := latest[t.ID]
 		ready[i] = dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, t.Attempt)
-		ready[i].Redelivers = latest[t.ID].JobID
+		ready[i].Redelivers, ready[i].Reserve = f.JobID, f.Reserve // a large task's reservation goes with it
+		if f.Need != nil {
+			ready[i] = ready[i].WithNeed(*f.Need)
+		}
 	}
 	return len(ready), a.Dispatcher.Release(ctx, tx, ready)
 }
