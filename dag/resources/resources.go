@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -264,8 +263,22 @@ func parse(name, text string) (int64, error) {
 	if q.Sign() < 0 {
 		return fail("%q is negative", text)
 	}
-	var n int64
-	var bound int64
+	if name != CPU && name != Memory && strings.ContainsAny(text, "eEkMGTP") {
+		return fail("%q is not a whole count such as 1", text) // a count takes no unit
+	}
+	// The bound first: a huge quantity is past it, whatever its form.
+	bound, limit := int64(MaxCustom), resource.NewQuantity(MaxCustom, resource.DecimalSI)
+	switch name {
+	case CPU:
+		bound, limit = MaxCPU, resource.NewMilliQuantity(MaxCPU, resource.DecimalSI)
+	case Memory:
+		bound, limit = MaxMemory, resource.NewQuantity(MaxMemory, resource.BinarySI)
+	case GPU:
+		bound, limit = MaxGPU, resource.NewQuantity(MaxGPU, resource.DecimalSI)
+	}
+	if q.Cmp(*limit) > 0 {
+		return fail("%q is past the bound of %s", text, Format(name, bound))
+	}
 	switch name {
 	case CPU:
 		// Millicores: 0.5 is 500m; a finer fraction is refused rather
@@ -274,30 +287,20 @@ func parse(name, text string) (int64, error) {
 		if q.Cmp(*resource.NewMilliQuantity(m, resource.DecimalSI)) != 0 {
 			return fail("%q is finer than a millicore (1m)", text)
 		}
-		n, bound = m, MaxCPU
+		return m, nil
 	case Memory:
-		b, ok := q.AsInt64()
-		if !ok {
-			if q.Cmp(*resource.NewQuantity(math.MaxInt64, resource.BinarySI)) > 0 {
-				return fail("%q is past the bound of %s", text, Format(Memory, MaxMemory))
-			}
+		// Whole bytes, however written: 1.5Gi is 1610612736.
+		b := q.Value()
+		if q.Cmp(*resource.NewQuantity(b, resource.BinarySI)) != 0 {
 			return fail("%q is not a whole number of bytes", text)
 		}
-		n, bound = b, MaxMemory
-	default:
-		c, ok := q.AsInt64()
-		if !ok || q.Format != resource.DecimalSI || strings.ContainsAny(text, "eEkMGTP") {
-			return fail("%q is not a whole count such as 1", text)
-		}
-		n, bound = c, MaxCustom
-		if name == GPU {
-			bound = MaxGPU
-		}
+		return b, nil
 	}
-	if n > bound {
-		return fail("%q is past the bound of %s", text, Format(name, bound))
+	c := q.Value()
+	if q.Cmp(*resource.NewQuantity(c, resource.DecimalSI)) != 0 {
+		return fail("%q is not a whole count such as 1", text)
 	}
-	return n, nil
+	return c, nil
 }
 
 func example(name string) string {

@@ -13,6 +13,8 @@ func TestParseQuantities(t *testing.T) {
 		{Spec{CPU: "500m", Memory: "512Mi"}, Vector{CPU: 500, Memory: 512 << 20}},
 		{Spec{CPU: "2", Memory: "4Gi", GPU: "1"}, Vector{CPU: 2000, Memory: 4 << 30, GPU: 1}},
 		{Spec{CPU: "0.25", Memory: "1G"}, Vector{CPU: 250, Memory: 1_000_000_000}},
+		{Spec{Memory: "1.5Gi"}, Vector{Memory: 3 << 29}}, // whole bytes, however written
+		{Spec{Memory: "0.5Mi"}, Vector{Memory: 512 << 10}},
 		{Spec{CPU: "1024", Memory: "16Ti", GPU: "64"}, Vector{CPU: MaxCPU, Memory: MaxMemory, GPU: MaxGPU}},
 		{Spec{GPU: "0", Custom: map[string]string{"licence": "1", "scratch-gb": "0"}}, Vector{Custom: map[string]int64{"licence": 1}}},
 		{Spec{}, Vector{}},
@@ -37,6 +39,9 @@ func TestParseRefuses(t *testing.T) {
 		{Spec{Memory: "17Ti"}, `memory: "17Ti" is past the bound of 16Ti`},
 		{Spec{Memory: "1e30"}, `memory: "1e30" is past the bound`},
 		{Spec{Memory: "0.5"}, `memory: "0.5" is not a whole number of bytes`},
+		{Spec{CPU: "1e400"}, `cpu: "1e400" is past the bound of 1024`},
+		{Spec{Memory: "100Ei"}, `memory: "100Ei" is past the bound of 16Ti`},
+		{Spec{Custom: map[string]string{"licence": "99999999999999999999"}}, `custom.licence: "99999999999999999999" is past the bound of 1000000`},
 		{Spec{Memory: strings.Repeat("9", 40)}, "memory: 40 characters"},
 		{Spec{GPU: "0.5"}, `gpu: "0.5" is not a whole count`},
 		{Spec{GPU: "1k"}, `gpu: "1k" is not a whole count`},
