@@ -57,6 +57,23 @@ func (s *pipelineServer) Forecast(ctx context.Context, req *connect.Request[orre
 		jobs[i].Lengths = facts.Lengths[ids[jobs[i].Namespace+"/"+jobs[i].Name]]
 		jobs[i].Profiles = facts.Profiles
 	}
+	// A stored job names only profiles that exist; one given here may not.
+	for i, a := range m.GetJobs() {
+		for k, st := range a.GetSpec().GetSteps() {
+			if p := st.GetResourceProfile(); p != "" {
+				if _, ok := facts.Profiles[p]; !ok {
+					return nil, toConnect(ctx, s.log, &dag.FieldError{Field: fmt.Sprintf("jobs[%d].spec.steps[%d].resource_profile", i, k),
+						Message: fmt.Sprintf("no resource profile %q (orrery profiles list)", p)})
+				}
+			}
+		}
+		if p := a.GetSpec().GetDefaults().GetResourceProfile(); p != "" {
+			if _, ok := facts.Profiles[p]; !ok {
+				return nil, toConnect(ctx, s.log, &dag.FieldError{Field: fmt.Sprintf("jobs[%d].spec.defaults.resource_profile", i),
+					Message: fmt.Sprintf("no resource profile %q (orrery profiles list)", p)})
+			}
+		}
+	}
 	hours, unmeasured, err := forecast.Capacity(jobs, from, to, facts.Fleet)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
@@ -85,14 +102,25 @@ func HoursToProto(hours []forecast.Hour) []*orreryv1.ForecastHour {
 // and the ids of the stored jobs by namespace/name.
 func (s *pipelineServer) forecastJobs(ctx context.Context, m *orreryv1.ForecastRequest) ([]forecast.Job, map[string]uuid.UUID, error) {
 	ids := map[string]uuid.UUID{}
+	if ns := m.GetNamespace(); ns != "" {
+		if err := dag.ValidateName(ns); err != nil {
+			return nil, nil, &dag.FieldError{Field: "namespace", Message: err.Error()}
+		}
+	}
+	// The request's jobs as apply reads them: each error names its job
+	// (jobs[2].spec...), and a job given twice is refused.
+	items := make([]job.Item, len(m.GetJobs()))
+	for i, a := range m.GetJobs() {
+		items[i] = job.Item{Resource: ResourceFromProto(a.GetMetadata(), a.GetSpec())}
+	}
+	items, err := job.PrepareItems(items)
+	if err != nil {
+		return nil, nil, err
+	}
 	override := map[string]dag.Resource{}
 	namespaces := map[string]bool{}
-	for _, a := range m.GetJobs() {
-		r := ResourceFromProto(a.GetMetadata(), a.GetSpec())
-		r.Normalize()
-		if es := dag.Validate(&r); len(es) > 0 {
-			return nil, nil, es
-		}
+	for _, it := range items {
+		r := it.Resource
 		override[r.Metadata.Namespace+"/"+r.Metadata.Name] = r
 		namespaces[r.Metadata.Namespace] = true
 	}

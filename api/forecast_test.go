@@ -99,4 +99,22 @@ func TestCapacityForecast(t *testing.T) {
 	if code, _, b := rest(t, "POST", base+"/api/v1/forecast", keys["other"], body); code != http.StatusOK || strings.Contains(b, `"queue"`) {
 		t.Errorf("another tenant's forecast: %d %s", code, b)
 	}
+	// Jobs given in the request are read as apply reads them, and may
+	// name only profiles that exist.
+	inline := func(jobs string) string {
+		return `{"from": "` + from.Format(time.RFC3339) + `", "to": "` + from.Add(time.Hour).Format(time.RFC3339) + `", "jobs": [` + jobs + `]}`
+	}
+	j := func(name, step string) string {
+		return `{"metadata": {"name": "` + name + `", "namespace": "default"}, "spec": {"schedule": {"cron": "0 * * * *"}, "steps": [` + step + `]}}`
+	}
+	for _, c := range []struct{ body, want string }{
+		{inline(j("a", `{"name": "s", "run": {"handler": "h"}, "resourceProfile": "nope"}`)), `jobs[0].spec.steps[0].resourceProfile: no resource profile \"nope\"`},
+		{inline(j("a", `{"name": "s", "run": {"handler": "h"}}`) + "," + j("a", `{"name": "s", "run": {"handler": "h"}}`)), `jobs[1].metadata.name: default/a is also jobs[0]`},
+		{inline(j("a", `{"name": "s", "run": {"handler": "h"}, "resources": {"cpu": "lots"}}`)), `jobs[0].spec.steps[0].resources.cpu`},
+		{strings.Replace(inline(""), `"jobs"`, `"namespace": "../x", "jobs"`, 1), `namespace:`},
+	} {
+		if code, _, b := rest(t, "POST", base+"/api/v1/forecast", keys["reader"], c.body); code != http.StatusUnprocessableEntity || !strings.Contains(b, c.want) {
+			t.Errorf("%s: %d %s; want 422 naming %s", c.body, code, b, c.want)
+		}
+	}
 }

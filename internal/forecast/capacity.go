@@ -25,9 +25,9 @@ import (
 const DefaultStepLength = time.Minute
 
 // maxCells bounds the (step of a fired run, hour) pairs one capacity
-// forecast adds up: a step longer than an hour counts in each hour it
-// spans.
-const maxCells = 20_000_000
+// forecast adds up (a step longer than an hour counts in each hour it
+// spans), checked before it adds any: about a second of work.
+const maxCells = 5_000_000
 
 // QueueCapacity is what a queue's live workers have.
 type QueueCapacity struct {
@@ -87,22 +87,20 @@ func Capacity(jobs []Job, from, to time.Time, fleet map[string]QueueCapacity) ([
 	}
 	// Resource-seconds by queue and hour, then by job for the short ones.
 	total := map[cell]map[string]float64{}
-	spread := func(j int, fire time.Time, add func(c cell, name string, amount float64)) {
-		for _, l := range loads[j] {
+	spread := func(j int, fire time.Time, add func(c cell, l *stepLoad, secs float64)) {
+		for i := range loads[j] {
+			l := &loads[j][i]
 			start, end := fire.Add(l.start), fire.Add(l.start+l.length)
 			start, end = later(start, from), earlier(end, to)
 			for h := start.Truncate(time.Hour); h.Before(end); h = h.Add(time.Hour) {
-				secs := earlier(end, h.Add(time.Hour)).Sub(later(start, h)).Seconds()
-				if secs <= 0 {
-					continue
-				}
-				for _, name := range l.need.Names() {
-					add(cell{l.queue, h.Unix()}, name, float64(l.need.Get(name))*secs)
+				if secs := earlier(end, h.Add(time.Hour)).Sub(later(start, h)).Seconds(); secs > 0 {
+					add(cell{l.queue, h.Unix()}, l, secs)
 				}
 			}
 		}
 	}
-	// The hours each step of a run spans, for the bound.
+	// The hours each step of a run spans: the bound, counted before any
+	// work (the instants alone are cheap to count).
 	spans := make([]int, len(jobs))
 	for j := range jobs {
 		for _, l := range loads[j] {
@@ -111,24 +109,36 @@ func Capacity(jobs []Job, from, to time.Time, fleet map[string]QueueCapacity) ([
 	}
 	cells := 0
 	for j := range jobs {
-		if len(loads[j]) == 0 {
+		if spans[j] == 0 {
 			continue
 		}
-		err := fires(&jobs[j], from, to, func(fire time.Time) error {
+		err := fires(&jobs[j], from, to, func(time.Time) error {
 			if cells += spans[j]; cells > maxCells {
-				return &dag.FieldError{Field: "to", Message: fmt.Sprintf("the steps of the runs in the window span more than %d hours together: narrow it, or the jobs", maxCells)}
+				return &dag.FieldError{Field: "to", Message: fmt.Sprintf("the runs in the window hold steps for more than %d step-hours together: narrow it, or the jobs", maxCells)}
 			}
-			spread(j, fire, func(c cell, name string, amount float64) {
-				if total[c] == nil {
-					total[c] = map[string]float64{}
-				}
-				total[c][name] += amount
-			})
 			return nil
 		})
 		if err != nil {
 			return nil, 0, err
 		}
+	}
+	for j := range jobs {
+		if len(loads[j]) == 0 {
+			continue
+		}
+		_ = fires(&jobs[j], from, to, func(fire time.Time) error {
+			spread(j, fire, func(c cell, l *stepLoad, secs float64) {
+				m := total[c]
+				if m == nil {
+					m = map[string]float64{}
+					total[c] = m
+				}
+				for k, name := range l.names {
+					m[name] += l.amounts[k] * secs
+				}
+			})
+			return nil
+		})
 	}
 	// The seconds of an hour inside the window: its average's divisor.
 	inWindow := func(h time.Time) float64 { return earlier(to, h.Add(time.Hour)).Sub(later(from, h)).Seconds() }
@@ -161,14 +171,15 @@ func Capacity(jobs []Job, from, to time.Time, fleet map[string]QueueCapacity) ([
 			}
 			key := jobs[j].Namespace + "/" + jobs[j].Name
 			_ = fires(&jobs[j], from, to, func(fire time.Time) error {
-				spread(j, fire, func(c cell, name string, amount float64) {
-					if short[c] != name {
+				spread(j, fire, func(c cell, l *stepLoad, secs float64) {
+					name, ok := short[c]
+					if !ok || l.need.Get(name) == 0 {
 						return
 					}
 					if byJob[c] == nil {
 						byJob[c] = map[string]float64{}
 					}
-					byJob[c][key] += amount
+					byJob[c][key] += float64(l.need.Get(name)) * secs
 				})
 				return nil
 			})
@@ -211,6 +222,9 @@ type stepLoad struct {
 	queue         string
 	need          resources.Vector
 	start, length time.Duration
+	// need by resource, read once
+	names   []string
+	amounts []float64
 }
 
 // loadsOf is what each step of a run of j asks for, and when (the steps
@@ -258,7 +272,11 @@ func loadsOf(j *Job) ([]stepLoad, int) {
 		if st.Run.Job != nil || need.IsZero() {
 			continue
 		}
-		out = append(out, stepLoad{queue: set.Queue, need: need, start: startOf(i, 0), length: length[i]})
+		l := stepLoad{queue: set.Queue, need: need, start: startOf(i, 0), length: length[i], names: need.Names()}
+		for _, name := range l.names {
+			l.amounts = append(l.amounts, float64(need.Get(name)))
+		}
+		out = append(out, l)
 	}
 	return out, unmeasured
 }

@@ -2,6 +2,7 @@ package forecast
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,23 @@ func TestCapacityForecastNamesTheShortHours(t *testing.T) {
 	}
 	if len(got) != len(want) {
 		t.Errorf("got %d queue-hours %v, want %d", len(got), got, len(want))
+	}
+}
+
+// A forecast whose runs would hold steps for more step-hours than the
+// bound is refused before it adds any up, naming the field.
+func TestCapacityForecastIsBounded(t *testing.T) {
+	var steps []dag.Step
+	for i := range 10 {
+		steps = append(steps, dag.Step{Name: fmt.Sprintf("s%d", i), Run: dag.Executor{Handler: "h"}, Resources: &dag.Resources{CPU: "1"}})
+	}
+	var jobs []Job
+	for k := range 3 {
+		jobs = append(jobs, capJob(t, fmt.Sprintf("every-second-%d", k), "* * * * * *", steps, nil))
+	}
+	from := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	_, _, err := Capacity(jobs, from, from.Add(7*24*time.Hour), nil)
+	if err == nil || !strings.Contains(err.Error(), "to: the runs in the window hold steps for more than 5000000 step-hours together") {
+		t.Fatalf("err %v", err)
 	}
 }

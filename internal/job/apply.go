@@ -157,6 +157,11 @@ func checkOptions(opt PlanOptions) error {
 	return nil
 }
 
+// PrepareItems is prepareItems, for a caller that reads jobs given in a
+// request without writing them (a forecast of what applying them would
+// fire).
+func PrepareItems(items []Item) ([]Item, error) { return prepareItems(items) }
+
 // prepareItems normalizes and validates every item and rejects a job named
 // twice; field paths are prefixed with the item ("jobs[2].spec.schedule.cron").
 func prepareItems(items []Item) ([]Item, error) {
