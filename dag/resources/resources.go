@@ -202,18 +202,45 @@ type FieldError struct {
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
 
-// Parse reads a Spec. An empty quantity is none of that resource.
-func Parse(s Spec) (Vector, error) {
+// Bounds are the most a vector may hold of each resource (Custom: of
+// each custom one).
+type Bounds struct{ CPU, Memory, GPU, Custom int64 }
+
+// StepBounds bound what one step asks for and what one worker has.
+var StepBounds = Bounds{CPU: MaxCPU, Memory: MaxMemory, GPU: MaxGPU, Custom: MaxCustom}
+
+// QuotaBounds bound a tenant's quota, over all its tasks at once: a
+// thousand times what one step may ask.
+var QuotaBounds = Bounds{CPU: 1000 * MaxCPU, Memory: 1000 * MaxMemory, GPU: 1000 * MaxGPU, Custom: 1000 * MaxCustom}
+
+func (b Bounds) of(name string) int64 {
+	switch name {
+	case CPU:
+		return b.CPU
+	case Memory:
+		return b.Memory
+	case GPU:
+		return b.GPU
+	}
+	return b.Custom
+}
+
+// Parse reads a Spec within StepBounds. An empty quantity is none of that
+// resource.
+func Parse(s Spec) (Vector, error) { return ParseWithin(s, StepBounds) }
+
+// ParseWithin is Parse within other bounds.
+func ParseWithin(s Spec, b Bounds) (Vector, error) {
 	var v Vector
 	var errs []error
 	var err error
-	if v.CPU, err = parse(CPU, s.CPU); err != nil {
+	if v.CPU, err = parse(CPU, s.CPU, b); err != nil {
 		errs = append(errs, err)
 	}
-	if v.Memory, err = parse(Memory, s.Memory); err != nil {
+	if v.Memory, err = parse(Memory, s.Memory, b); err != nil {
 		errs = append(errs, err)
 	}
-	if v.GPU, err = parse(GPU, s.GPU); err != nil {
+	if v.GPU, err = parse(GPU, s.GPU, b); err != nil {
 		errs = append(errs, err)
 	}
 	if len(s.Custom) > MaxCustomNames {
@@ -225,7 +252,7 @@ func Parse(s Spec) (Vector, error) {
 			errs = append(errs, &FieldError{"custom", err.Error()})
 			continue
 		}
-		n, err := parse(name, s.Custom[name])
+		n, err := parse(name, s.Custom[name], b)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -245,7 +272,7 @@ func field(name string) string {
 }
 
 // parse reads one resource's quantity within its bound.
-func parse(name, text string) (int64, error) {
+func parse(name, text string, b Bounds) (int64, error) {
 	text = strings.TrimSpace(text)
 	if text == "" {
 		return 0, nil
@@ -267,14 +294,13 @@ func parse(name, text string) (int64, error) {
 		return fail("%q is not a whole count such as 1", text) // a count takes no unit
 	}
 	// The bound first: a huge quantity is past it, whatever its form.
-	bound, limit := int64(MaxCustom), resource.NewQuantity(MaxCustom, resource.DecimalSI)
+	bound := b.of(name)
+	limit := resource.NewQuantity(bound, resource.DecimalSI)
 	switch name {
 	case CPU:
-		bound, limit = MaxCPU, resource.NewMilliQuantity(MaxCPU, resource.DecimalSI)
+		limit = resource.NewMilliQuantity(bound, resource.DecimalSI)
 	case Memory:
-		bound, limit = MaxMemory, resource.NewQuantity(MaxMemory, resource.BinarySI)
-	case GPU:
-		bound, limit = MaxGPU, resource.NewQuantity(MaxGPU, resource.DecimalSI)
+		limit = resource.NewQuantity(bound, resource.BinarySI)
 	}
 	if q.Cmp(*limit) > 0 {
 		return fail("%q is past the bound of %s", text, Format(name, bound))

@@ -130,3 +130,14 @@ func TestSpecRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// A tenant's quota bounds all its tasks at once: past what one step may
+// ask, within its own bounds.
+func TestQuotaBounds(t *testing.T) {
+	if v, err := ParseWithin(Spec{CPU: "4096", Memory: "64Ti", GPU: "512"}, QuotaBounds); err != nil || v.CPU != 4096_000 || v.GPU != 512 {
+		t.Fatalf("a quota of 4096 cores, 64Ti, 512 GPUs: %v %v", v, err)
+	}
+	if _, err := ParseWithin(Spec{CPU: "2000000"}, QuotaBounds); err == nil || !strings.Contains(err.Error(), `cpu: "2000000" is past the bound`) {
+		t.Fatalf("a quota of 2,000,000 cores: %v", err)
+	}
+}

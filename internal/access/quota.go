@@ -68,7 +68,7 @@ type QuotaChange struct {
 
 // resourceQuota is q with change's resources set (0: lifted).
 func resourceQuota(q resources.Vector, change resources.Spec) (resources.Vector, error) {
-	v, err := resources.Parse(change)
+	v, err := resources.ParseWithin(change, resources.QuotaBounds) // a tenant's, over all its tasks
 	if err != nil {
 		var fe *resources.FieldError
 		if errors.As(err, &fe) {

@@ -452,8 +452,9 @@ type TenantQuota struct {
 	// Bytes of the definitions' history: the versions kept besides the live
 	// ones, and the audit rows of the jobs' changes.
 	MaxHistoryBytes int64 `protobuf:"varint,12,opt,name=max_history_bytes,json=maxHistoryBytes,proto3" json:"max_history_bytes,omitempty"`
-	// Quotas in resources (unset: none); what the admitted tasks ask for
-	// now is in usage.
+	// Quotas in resources (unset: none), over what the tenant's admitted
+	// tasks ask for together (a thousand times a step's bounds at most);
+	// what they ask for now is orrery_tenant_allocated.
 	MaxResources  *Resources `protobuf:"bytes,13,opt,name=max_resources,json=maxResources,proto3" json:"max_resources,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
