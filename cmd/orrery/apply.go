@@ -51,7 +51,7 @@ checkout.`,
 			client := orreryv1connect.NewPipelineServiceClient(g.httpClient(), g.baseURL())
 			plan, err := client.Plan(cmd.Context(), connect.NewRequest(&orreryv1.PlanRequest{Jobs: jobs, Prune: prune, Namespaces: namespaces}))
 			if err != nil {
-				return err
+				return pointAt(err, docs) // the plan refuses what apply would
 			}
 			out := cmd.OutOrStdout()
 			counts := printPlan(out, plan.Msg.GetChanges())

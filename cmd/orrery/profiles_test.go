@@ -86,6 +86,9 @@ spec:
 	if _, errOut, code := asAcme("apply", "-f", dir); code == 0 || !strings.Contains(errOut, `trainer.yaml:10:7: spec.steps[0].resource_profile: no resource profile "gpu-huge"`) {
 		t.Errorf("apply naming a missing profile: exit %d %q", code, errOut)
 	}
+	if _, errOut, code := asAcme("apply", "--dry-run", "-f", dir); code == 0 || !strings.Contains(errOut, `trainer.yaml:10:7: spec.steps[0].resource_profile: no resource profile "gpu-huge"`) {
+		t.Errorf("the plan of a job naming a missing profile: exit %d %q (apply refuses it)", code, errOut)
+	}
 	// A quota in resources: a step or a profile asking more than it, alone,
 	// is refused naming the field and the quota.
 	if out, errOut, code := asSys("tenants", "set-quota", "acme", "--max-cpu", "6", "--max-custom", "licence=1"); code != 0 ||

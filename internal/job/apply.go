@@ -62,7 +62,20 @@ func (s *Service) Plan(ctx context.Context, a Actor, items []Item, opt PlanOptio
 	var changes []Change
 	err = store.InTx(ctx, s.pool, func(q *store.Queries) error {
 		changes, _, err = s.plan(ctx, q, a, items, opt)
-		return err
+		if err != nil {
+			return err
+		}
+		// What apply would refuse, the plan refuses too: a profile the
+		// tenant lacks, a step past its quota.
+		for i, c := range changes[:len(items)] {
+			if c.Action != ActionCreate && c.Action != ActionUpdate {
+				continue
+			}
+			if err := checkProfiles(ctx, q, a, items[i].Resource); err != nil {
+				return &ItemError{Namespace: c.Namespace, Name: c.Name, Err: err}
+			}
+		}
+		return nil
 	})
 	return changes, err
 }
