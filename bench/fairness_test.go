@@ -222,7 +222,7 @@ func fairFiring(b *testing.B, procs bool) {
 	bt := benchTenant(b, pool, "tenant-b", 1)
 	check := func(*testing.B) {}
 	if procs {
-		startServe(b, "serve", "serve", "--db", dsn, "--addr", freeAddr(), "--log-level", "warn", "--auth", "none",
+		startOrrery(b, "serve", "serve", "--db", dsn, "--addr", freeAddr(), "--log-level", "warn", "--auth", "none",
 			"--worker", "q=200", "--allow-egress", "127.0.0.1/32")
 	} else {
 		check = startEngineOn(b, pool, "q", 200).check

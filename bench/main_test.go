@@ -233,9 +233,9 @@ func printTopStatements(ctx context.Context, conn *pgx.Conn) error {
 	return rows.Err()
 }
 
-// startServe starts an orrery process with args until the benchmark ends
+// startOrrery starts an orrery process with args until the benchmark ends
 // (SIGTERM), failing it if the process logged errors; it returns its pid.
-func startServe(b *testing.B, name string, args ...string) int {
+func startOrrery(b *testing.B, name string, args ...string) int {
 	b.Helper()
 	cmd := exec.Command(orreryBin, args...)
 	var logs lockedBuffer

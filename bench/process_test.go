@@ -6,10 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -63,26 +60,10 @@ func stormProcesses(b *testing.B, workers, shards int, queueDB bool) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	b.Cleanup(sink.Close)
-	start := func(name string, args ...string) int {
-		cmd := exec.Command(orreryBin, args...)
-		var logs lockedBuffer
-		cmd.Stdout, cmd.Stderr = &logs, &logs
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			_ = cmd.Wait()
-			if errs := errorLines(logs.String()); len(errs) > 0 {
-				b.Errorf("%s logged errors:\n%s", name, strings.Join(errs, "\n"))
-			}
-		})
-		return cmd.Process.Pid
-	}
-	servePID := start("serve", append([]string{"serve", "--db", dsn, "--addr", freeAddr(), "--log-level", "warn", "--auth", "none"}, dbArgs...)...)
+	servePID := startOrrery(b, "serve", append([]string{"serve", "--db", dsn, "--addr", freeAddr(), "--log-level", "warn", "--auth", "none"}, dbArgs...)...)
 	var workerPIDs []int
 	for k := range workers {
-		workerPIDs = append(workerPIDs, start(fmt.Sprintf("worker %d", k), append([]string{"worker", "--db", dsn, "--queue", fmt.Sprintf("default=%d", 500/workers),
+		workerPIDs = append(workerPIDs, startOrrery(b, fmt.Sprintf("worker %d", k), append([]string{"worker", "--db", dsn, "--queue", fmt.Sprintf("default=%d", 500/workers),
 			"--name", fmt.Sprintf("w%d", k), "--allow-egress", "127.0.0.1/32", "--log-level", "warn"}, dbArgs...)...))
 	}
 	var byDB [3]map[string]time.Duration // at the three snapshots
