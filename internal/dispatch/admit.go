@@ -414,6 +414,7 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 			byCand[c.ID] = c
 		}
 		ready := make([]Ready, len(rows))
+		most := p.largest() // once for the pass, not a loop over the workers per task
 		for i, r := range rows {
 			k := byCand[r.ID]
 			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt).WithNeed(need(k))
@@ -421,7 +422,7 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 			// its reservation here (small ones need none: they fit as soon
 			// as anything ends, and would make the gate first come, first
 			// served).
-			ready[i].Reserve = k.MayReserve && p.large(need(k))
+			ready[i].Reserve = k.MayReserve && !p.undeclared && isLarge(need(k), most)
 			waited = append(waited, r.WaitedSeconds)
 		}
 		if d.outbox {

@@ -120,15 +120,11 @@ func (p pool) largest() resources.Vector {
 	return most
 }
 
-// large reports whether a task of need asks for half or more of what the
-// queue's largest worker has of some resource: one that may wait behind a
-// stream of smaller ones, for which the worker's gate reserves at once
-// once admission did (TaskArgs.Reserve).
-func (p pool) large(need resources.Vector) bool {
-	if p.undeclared {
-		return false
-	}
-	most := p.largest()
+// isLarge reports whether a task of need asks for half or more of what
+// most (the queue's largest worker, read once for a pass) has of some
+// resource: one that may wait behind a stream of smaller ones, for which
+// the worker's gate reserves at once once admission did (TaskArgs.Reserve).
+func isLarge(need, most resources.Vector) bool {
 	for _, name := range need.Names() {
 		if m := most.Get(name); m > 0 && 2*need.Get(name) >= m {
 			return true
