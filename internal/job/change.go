@@ -542,15 +542,13 @@ func checkResourceQuota(ctx context.Context, q *store.Queries, a Actor, res dag.
 	}
 	var quota resources.Vector
 	_ = json.Unmarshal(raw, &quota) // written by access.SetQuota
-	profiles := map[string]resources.Vector{}
+	var profiles map[string]resources.Vector
 	if names := res.Spec.Profiles(); len(names) > 0 {
 		rows, err := q.ProfilesNamed(ctx, store.ProfilesNamedParams{TenantID: a.Tenant, Names: names})
 		if err != nil {
 			return err
 		}
-		for _, r := range rows {
-			profiles[r.Name] = resources.FromColumns(r.Cpu, r.Memory, r.Gpu, r.Custom)
-		}
+		profiles = byName(rows)
 	}
 	if es := overQuota(&res.Spec, quota, profiles); len(es) > 0 {
 		return es
@@ -588,6 +586,15 @@ func overQuota(spec *dag.JobSpec, quota resources.Vector, profiles map[string]re
 	return es
 }
 
+// byName is profiles' resources by their names.
+func byName(profiles []store.ResourceProfile) map[string]resources.Vector {
+	out := make(map[string]resources.Vector, len(profiles))
+	for _, p := range profiles {
+		out[p.Name] = resources.FromColumns(p.Cpu, p.Memory, p.Gpu, p.Custom)
+	}
+	return out
+}
+
 // maxOverQuota bounds the jobs OverQuota names.
 const maxOverQuota = 100
 
@@ -605,10 +612,7 @@ func (s *Service) OverQuota(ctx context.Context, tenant uuid.UUID, quota resourc
 	if err != nil {
 		return nil, false, err
 	}
-	profiles := make(map[string]resources.Vector, len(rows))
-	for _, p := range rows {
-		profiles[p.Name] = resources.FromColumns(p.Cpu, p.Memory, p.Gpu, p.Custom)
-	}
+	profiles := byName(rows)
 	var out []string
 	f := ListFilter{WithSteps: true, PageSize: 500}
 	for {

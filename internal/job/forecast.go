@@ -24,7 +24,7 @@ type CapacityFacts struct {
 // ReadCapacityFacts reads the CapacityFacts of the actor's jobs ids.
 func (s *Service) ReadCapacityFacts(ctx context.Context, a Actor, ids []uuid.UUID) (*CapacityFacts, error) {
 	q := store.New(s.pool)
-	f := &CapacityFacts{Lengths: map[uuid.UUID]map[string]time.Duration{}, Profiles: map[string]resources.Vector{}, Fleet: map[string]forecast.QueueCapacity{}}
+	f := &CapacityFacts{Lengths: map[uuid.UUID]map[string]time.Duration{}, Fleet: map[string]forecast.QueueCapacity{}}
 	medians, err := q.StepMedians(ctx, store.StepMediansParams{JobIds: ids, TenantID: a.Tenant})
 	if err != nil {
 		return nil, err
@@ -39,9 +39,7 @@ func (s *Service) ReadCapacityFacts(ctx context.Context, a Actor, ids []uuid.UUI
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range profiles {
-		f.Profiles[p.Name] = resources.FromColumns(p.Cpu, p.Memory, p.Gpu, p.Custom)
-	}
+	f.Profiles = byName(profiles)
 	caps, err := q.LiveQueueCapacities(ctx)
 	if err != nil {
 		return nil, err
