@@ -59,19 +59,12 @@ func (s *pipelineServer) Forecast(ctx context.Context, req *connect.Request[orre
 	}
 	// A stored job names only profiles that exist; one given here may not.
 	for i, a := range m.GetJobs() {
-		for k, st := range a.GetSpec().GetSteps() {
-			if p := st.GetResourceProfile(); p != "" {
-				if _, ok := facts.Profiles[p]; !ok {
-					return nil, toConnect(ctx, s.log, &dag.FieldError{Field: fmt.Sprintf("jobs[%d].spec.steps[%d].resource_profile", i, k),
-						Message: fmt.Sprintf("no resource profile %q (orrery profiles list)", p)})
-				}
-			}
-		}
-		if p := a.GetSpec().GetDefaults().GetResourceProfile(); p != "" {
-			if _, ok := facts.Profiles[p]; !ok {
-				return nil, toConnect(ctx, s.log, &dag.FieldError{Field: fmt.Sprintf("jobs[%d].spec.defaults.resource_profile", i),
-					Message: fmt.Sprintf("no resource profile %q (orrery profiles list)", p)})
-			}
+		r := ResourceFromProto(a.GetMetadata(), a.GetSpec())
+		r.Normalize()
+		if es := job.MissingProfiles(&r.Spec, facts.Profiles); len(es) > 0 {
+			e := *es[0]
+			e.Field = fmt.Sprintf("jobs[%d].%s", i, e.Field)
+			return nil, toConnect(ctx, s.log, &e)
 		}
 	}
 	hours, unmeasured, err := forecast.Capacity(jobs, from, to, facts.Fleet)

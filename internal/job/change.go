@@ -486,24 +486,26 @@ func checkProfiles(ctx context.Context, q *store.Queries, a Actor, res dag.Resou
 	if err != nil {
 		return err
 	}
-	have := make(map[string]bool, len(rows))
-	for _, r := range rows {
-		have[r.Name] = true
-	}
-	var es dag.Errors
-	missing := func(field, name string) {
-		if name != "" && !have[name] {
-			es = append(es, &dag.FieldError{Field: field, Message: fmt.Sprintf("no resource profile %q in this tenant (orrery profiles list)", name)})
-		}
-	}
-	missing("spec.defaults.resource_profile", res.Spec.Defaults.ResourceProfile)
-	for i, st := range res.Spec.Steps {
-		missing(fmt.Sprintf("spec.steps[%d].resource_profile", i), st.ResourceProfile)
-	}
-	if len(es) > 0 {
+	if es := MissingProfiles(&res.Spec, byName(rows)); len(es) > 0 {
 		return es
 	}
 	return nil
+}
+
+// MissingProfiles names the fields of spec that name a profile not among
+// have (the tenant's).
+func MissingProfiles(spec *dag.JobSpec, have map[string]resources.Vector) dag.Errors {
+	var es dag.Errors
+	missing := func(field, name string) {
+		if _, ok := have[name]; name != "" && !ok {
+			es = append(es, &dag.FieldError{Field: field, Message: fmt.Sprintf("no resource profile %q in this tenant (orrery profiles list)", name)})
+		}
+	}
+	missing("spec.defaults.resource_profile", spec.Defaults.ResourceProfile)
+	for i, st := range spec.Steps {
+		missing(fmt.Sprintf("spec.steps[%d].resource_profile", i), st.ResourceProfile)
+	}
+	return es
 }
 
 // writeProfiles makes job row's job_profiles rows the profiles spec
