@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -47,33 +48,52 @@ const ReasonResources = "resources"
 // N*cfsPeriod/1000 µs of CPU time in each.
 const cfsPeriod = 100_000
 
-// Ceilings enforce Limits on a worker's command steps: by cgroup v1 (the
-// pids and memory controllers) where this process may make cgroups below
-// its own, each step in one of its own, which its processes enter before
-// the step's program runs; by rlimits otherwise (prlimit(1), which sets
-// them and then runs the step), and always for the file size. Make one a
-// process with NewCeilings; Close removes its cgroups.
+// Ceilings enforce Limits on a worker's command steps: by cgroup (the
+// pids, memory and cpu controllers, of cgroup v1 or of the v2 unified
+// hierarchy) where this process may make cgroups below its own, each step
+// in one of its own, which its processes enter before the step's program
+// runs; by rlimits otherwise (prlimit(1), which sets them and then runs
+// the step), and always for the file size. Make one a process with
+// NewCeilings; Close removes its cgroups.
 //
 // A step's processes start through a shell that writes its own pid into
 // the step's cgroups, then prlimit, then the sandbox: all one process,
 // each exec'ing the next, so nothing of the step runs before it is
 // bounded. The cgroups of a process that died (a worker killed) are
 // removed by the next NewCeilings on the machine, their processes killed.
+//
+// Under cgroup v2 a cgroup that holds processes cannot give controllers
+// to cgroups below it, so a worker alone in its cgroup (a systemd service
+// with Delegate=yes, a container with a cgroup namespace of its own)
+// first moves itself into a leaf below it (orrery-PID-self), as systemd
+// asks of the services it delegates to; a worker that shares its cgroup
+// with other processes cannot, and says so (Describe).
 type Ceilings struct {
 	Limits Limits
 	// pids, memory and cpu are this process's folders of step cgroups,
-	// "" where cgroups are not available.
-	pids, memory, cpu string
-	prlimit           string // prlimit's path; "" when it is missing
-	user              *syscall.Credential
-	seq               atomic.Uint64
+	// "" where cgroups are not available; unified is the one of them in
+	// the cgroup v2 hierarchy (each of the three that equals it is v2).
+	pids, memory, cpu, unified string
+	// why says why no cgroup v2 was used where the hierarchy exists.
+	why     string
+	prlimit string // prlimit's path; "" when it is missing
+	user    *syscall.Credential
+	seq     atomic.Uint64
 }
 
 // ceilingsMade numbers a process's Ceilings: each has its own folder.
 var ceilingsMade atomic.Uint64
 
-// mountinfo names the mounts, the cgroup file systems among them.
-const mountinfo = "/proc/self/mountinfo"
+// The files that name the mounts (the cgroup file systems among them)
+// and this process's cgroups: variables so a test can lay out a
+// hierarchy of its own.
+var (
+	mountinfo  = "/proc/self/mountinfo"
+	selfCgroup = "/proc/self/cgroup"
+)
+
+// unifiedKey is the cgroup v2 hierarchy's key in cgroupMounts' maps.
+const unifiedKey = "cgroup2"
 
 // NewCeilings prepares l for steps run as user (nil: this process's):
 // cgroups where this process may make them, rlimits for the rest.
@@ -87,28 +107,106 @@ func NewCeilings(l Limits, user *syscall.Credential) (*Ceilings, error) {
 	}
 	mounts, own := cgroupMounts()
 	n := ceilingsMade.Add(1) // a process may have several (workers of `orrery dev`)
-	for _, ctl := range []struct {
+	name := fmt.Sprintf("orrery-%d-%d", os.Getpid(), n)
+	controllers := []struct {
 		name   string
 		dir    *string
 		wanted bool
-	}{{"pids", &c.pids, l.Processes > 0}, {"memory", &c.memory, true}, {"cpu", &c.cpu, true}} { // a step's resources may ask for memory and cpu
+	}{{"pids", &c.pids, l.Processes > 0}, {"memory", &c.memory, true}, {"cpu", &c.cpu, true}} // a step's resources may ask for memory and cpu
+	var rest []string // wanted, not in cgroup v1
+	for _, ctl := range controllers {
 		base, ok := mounts[ctl.name]
-		if !ctl.wanted || !ok {
+		if !ctl.wanted {
+			continue
+		}
+		if !ok {
+			rest = append(rest, ctl.name)
 			continue
 		}
 		parent := filepath.Join(base, own[ctl.name])
 		sweepStale(parent)
-		dir := filepath.Join(parent, fmt.Sprintf("orrery-%d-%d", os.Getpid(), n))
+		dir := filepath.Join(parent, name)
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			continue // not ours to make (not root, read-only): rlimits stand in
 		}
 		*ctl.dir = dir
 	}
+	if mount, ok := mounts[unifiedKey]; ok && len(rest) > 0 {
+		var got []string
+		c.unified, got, c.why = unifiedFolder(mount, own[unifiedKey], name, rest)
+		for _, ctl := range controllers {
+			if slices.Contains(got, ctl.name) {
+				*ctl.dir = c.unified
+			}
+		}
+	}
 	return c, nil
 }
 
+// unifiedFolder makes this process's folder of step cgroups in the
+// cgroup v2 hierarchy mounted at mount, where this process's cgroup is
+// own, with those of the wanted controllers it can give its steps. It
+// returns the folder and those controllers, or "" and why it cannot.
+func unifiedFolder(mount, own, name string, wanted []string) (dir string, got []string, why string) {
+	parent := filepath.Join(mount, own)
+	// Moved already (an earlier Ceilings of this process): its leaf's
+	// parent is the cgroup to use.
+	if filepath.Base(parent) == fmt.Sprintf("orrery-%d-self", os.Getpid()) {
+		parent = filepath.Dir(parent)
+	}
+	b, err := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
+	if err != nil {
+		return "", nil, fmt.Sprintf("cgroup v2: %v", err)
+	}
+	available := strings.Fields(string(b))
+	for _, w := range wanted {
+		if slices.Contains(available, w) {
+			got = append(got, w)
+		}
+	}
+	if len(got) == 0 {
+		return "", nil, fmt.Sprintf("cgroup v2: %s has none of the %s controllers (they are not delegated to it)", parent, strings.Join(wanted, ", "))
+	}
+	sweepStale(parent)
+	if filepath.Clean(own) != "/" { // the root cgroup may hold processes and give controllers
+		b, err := os.ReadFile(filepath.Join(parent, "cgroup.procs"))
+		if err != nil {
+			return "", nil, fmt.Sprintf("cgroup v2: %v", err)
+		}
+		self := strconv.Itoa(os.Getpid())
+		for _, p := range strings.Fields(string(b)) {
+			if p != self {
+				return "", nil, fmt.Sprintf("cgroup v2: the worker's cgroup %s holds other processes too (pid %s); run it in a cgroup of its own (systemd: Delegate=yes)", parent, p)
+			}
+		}
+		if len(b) > 0 {
+			leaf := filepath.Join(parent, fmt.Sprintf("orrery-%s-self", self))
+			if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return "", nil, fmt.Sprintf("cgroup v2: %v", err)
+			}
+			if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(self), 0); err != nil {
+				return "", nil, fmt.Sprintf("cgroup v2: moving the worker into %s: %v", leaf, err)
+			}
+		}
+	}
+	enable := "+" + strings.Join(got, " +")
+	if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte(enable), 0); err != nil {
+		return "", nil, fmt.Sprintf("cgroup v2: enabling %s in %s: %v", enable, parent, err)
+	}
+	dir = filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", nil, fmt.Sprintf("cgroup v2: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(enable), 0); err != nil {
+		removeCgroup(dir)
+		return "", nil, fmt.Sprintf("cgroup v2: enabling %s in %s: %v", enable, dir, err)
+	}
+	return dir, got, ""
+}
+
 // cgroupMounts are the mount points of the cgroup v1 hierarchies by
-// controller, and this process's cgroup in each.
+// controller and of the v2 hierarchy (unifiedKey), and this process's
+// cgroup in each.
 func cgroupMounts() (mounts, own map[string]string) {
 	mounts, own = map[string]string{}, map[string]string{}
 	if f, err := os.Open(mountinfo); err == nil {
@@ -123,22 +221,31 @@ func cgroupMounts() (mounts, own map[string]string) {
 					break
 				}
 			}
-			if sep < 0 || sep+3 >= len(fields) || fields[sep+1] != "cgroup" || len(fields) < 5 {
+			if sep < 0 || sep+3 >= len(fields) || len(fields) < 5 {
 				continue
 			}
-			for _, opt := range strings.Split(fields[sep+3], ",") {
-				if opt == "pids" || opt == "memory" || opt == "cpu" {
-					mounts[opt] = fields[4]
+			switch fields[sep+1] {
+			case "cgroup2":
+				mounts[unifiedKey] = fields[4]
+			case "cgroup":
+				for _, opt := range strings.Split(fields[sep+3], ",") {
+					if opt == "pids" || opt == "memory" || opt == "cpu" {
+						mounts[opt] = fields[4]
+					}
 				}
 			}
 		}
 		f.Close()
 	}
-	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+	if b, err := os.ReadFile(selfCgroup); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
-			// ID:CONTROLLERS:PATH
+			// ID:CONTROLLERS:PATH; v2's is 0::PATH
 			parts := strings.SplitN(line, ":", 3)
 			if len(parts) != 3 {
+				continue
+			}
+			if parts[0] == "0" && parts[1] == "" {
+				own[unifiedKey] = parts[2]
 				continue
 			}
 			for _, ctl := range strings.Split(parts[1], ",") {
@@ -249,6 +356,12 @@ func (c *Ceilings) Describe() string {
 	default:
 		parts = append(parts, "a step's resources NOT ENFORCED (no cgroup: a reservation only)")
 	}
+	if c.unified != "" {
+		parts = append(parts, "cgroups of v2")
+	}
+	if c.why != "" && (c.memory == "" || c.cpu == "") {
+		parts = append(parts, "no "+c.why) // "no cgroup v2: ..."
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -267,9 +380,9 @@ func Bytes(n int64) string {
 
 // Close removes this process's step cgroups (once its steps ended).
 func (c *Ceilings) Close() error {
-	for _, dir := range []string{c.pids, c.memory, c.cpu} {
-		if dir == "" {
-			continue
+	for i, dir := range []string{c.pids, c.memory, c.cpu} {
+		if dir == "" || slices.Contains([]string{c.pids, c.memory, c.cpu}[:i], dir) {
+			continue // none, or cgroup v2's one folder again
 		}
 		steps, _ := os.ReadDir(dir)
 		for _, s := range steps {
@@ -284,8 +397,11 @@ func (c *Ceilings) Close() error {
 
 // stepCgroups are one step's cgroups.
 type stepCgroups struct {
-	c                 *Ceilings
+	c *Ceilings
+	// pids, memory and cpu are its cgroup of each controller (one and the
+	// same under cgroup v2), dirs each of them once.
 	pids, memory, cpu string
+	dirs              []string
 	// memoryLimit is the step's memory bound; asked says it is what the
 	// step asked for (below the worker's ceiling).
 	memoryLimit int64
@@ -302,38 +418,61 @@ func (c *Ceilings) enter(argv []string, cpu, memory int64) (*stepCgroups, []stri
 		s.memoryLimit, s.asked = memory, true
 	}
 	name := fmt.Sprintf("s%d", c.seq.Add(1))
-	var procs []string
-	if c.pids != "" {
-		s.pids = filepath.Join(c.pids, name)
-		if err := s.make(s.pids, "pids.max", strconv.Itoa(c.Limits.Processes)); err != nil {
-			s.release()
-			return nil, nil, err
+	// What to write, in order: under cgroup v2 one cgroup holds every
+	// controller's files, under v1 each controller has its own.
+	type write struct {
+		file, value string
+		optional    bool // absent where the kernel lacks it
+	}
+	writes := map[string][]write{}
+	in := func(folder string, w ...write) string {
+		dir := filepath.Join(folder, name)
+		if _, ok := writes[dir]; !ok {
+			s.dirs = append(s.dirs, dir)
 		}
-		procs = append(procs, filepath.Join(s.pids, "cgroup.procs"))
+		writes[dir] = append(writes[dir], w...)
+		return dir
+	}
+	if c.pids != "" {
+		s.pids = in(c.pids, write{file: "pids.max", value: strconv.Itoa(c.Limits.Processes)})
 	}
 	if c.cpu != "" && cpu > 0 {
-		s.cpu = filepath.Join(c.cpu, name)
-		if err := s.make(s.cpu, "cpu.cfs_period_us", strconv.Itoa(cfsPeriod)); err != nil {
-			s.release()
-			return nil, nil, err
-		}
 		quota := max(cpu*cfsPeriod/1000, 1000) // the kernel's least: 1 ms
-		if err := os.WriteFile(filepath.Join(s.cpu, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(quota, 10)), 0); err != nil {
-			s.release()
-			return nil, nil, fmt.Errorf("step cgroup cpu.cfs_quota_us: %w", err)
+		if c.cpu == c.unified {
+			s.cpu = in(c.cpu, write{file: "cpu.max", value: fmt.Sprintf("%d %d", quota, cfsPeriod)})
+		} else {
+			s.cpu = in(c.cpu, write{file: "cpu.cfs_period_us", value: strconv.Itoa(cfsPeriod)},
+				write{file: "cpu.cfs_quota_us", value: strconv.FormatInt(quota, 10)})
 		}
-		procs = append(procs, filepath.Join(s.cpu, "cgroup.procs"))
 	}
 	if c.memory != "" && s.memoryLimit > 0 {
-		s.memory = filepath.Join(c.memory, name)
 		limit := strconv.FormatInt(s.memoryLimit, 10)
-		if err := s.make(s.memory, "memory.limit_in_bytes", limit); err != nil {
-			s.release()
-			return nil, nil, err
-		}
 		// With swap accounting, swap counts too (else the step swaps).
-		_ = os.WriteFile(filepath.Join(s.memory, "memory.memsw.limit_in_bytes"), []byte(limit), 0)
-		procs = append(procs, filepath.Join(s.memory, "cgroup.procs"))
+		if c.memory == c.unified {
+			s.memory = in(c.memory, write{file: "memory.max", value: limit}, write{file: "memory.swap.max", value: "0", optional: true})
+		} else {
+			s.memory = in(c.memory, write{file: "memory.limit_in_bytes", value: limit}, write{file: "memory.memsw.limit_in_bytes", value: limit, optional: true})
+		}
+	}
+	var procs []string
+	for _, dir := range s.dirs {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			s.release()
+			return nil, nil, fmt.Errorf("step cgroup: %w", err)
+		}
+		for _, w := range writes[dir] {
+			if err := os.WriteFile(filepath.Join(dir, w.file), []byte(w.value), 0); err != nil && !w.optional {
+				s.release()
+				return nil, nil, fmt.Errorf("step cgroup %s: %w", w.file, err)
+			}
+		}
+		if u := c.user; u != nil { // the step's user joins it
+			if err := os.Chown(filepath.Join(dir, "cgroup.procs"), int(u.Uid), int(u.Gid)); err != nil {
+				s.release()
+				return nil, nil, fmt.Errorf("step cgroup: %w", err)
+			}
+		}
+		procs = append(procs, filepath.Join(dir, "cgroup.procs"))
 	}
 	if c.prlimit != "" {
 		rl := []string{c.prlimit}
@@ -364,23 +503,6 @@ func (c *Ceilings) enter(argv []string, cpu, memory int64) (*stepCgroups, []stri
 	return s, argv, nil
 }
 
-// make creates a cgroup with one limit set, writable by the step's user
-// (which joins it).
-func (s *stepCgroups) make(dir, file, value string) error {
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return fmt.Errorf("step cgroup: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, file), []byte(value), 0); err != nil {
-		return fmt.Errorf("step cgroup %s: %w", file, err)
-	}
-	if u := s.c.user; u != nil {
-		if err := os.Chown(filepath.Join(dir, "cgroup.procs"), int(u.Uid), int(u.Gid)); err != nil {
-			return fmt.Errorf("step cgroup: %w", err)
-		}
-	}
-	return nil
-}
-
 // passed says which limit the step passed, judging by its cgroups'
 // counters and its exit (a process killed by SIGXFSZ, or a shell or the
 // sandbox reporting one: 128+25), or "".
@@ -389,7 +511,11 @@ func (s *stepCgroups) passed(state *os.ProcessState) string {
 	if n := counter(s.pids, "pids.events", "max"); n > 0 {
 		why = append(why, fmt.Sprintf("it reached its process limit (%d processes and threads): %d forks were refused", s.c.Limits.Processes, n))
 	}
-	if n := counter(s.memory, "memory.oom_control", "oom_kill"); n > 0 {
+	oom := "memory.oom_control"
+	if s.c.memory == s.c.unified {
+		oom = "memory.events"
+	}
+	if n := counter(s.memory, oom, "oom_kill"); n > 0 {
 		if s.asked {
 			why = append(why, fmt.Sprintf("it passed the memory it asked for (resources.memory %s): the kernel killed %d of its processes", Bytes(s.memoryLimit), n))
 		} else {
@@ -426,9 +552,7 @@ func counter(dir, file, name string) int64 {
 // release kills what is left of the step (a process that left its
 // process group) and removes its cgroups.
 func (s *stepCgroups) release() {
-	for _, dir := range []string{s.pids, s.memory, s.cpu} {
-		if dir != "" {
-			removeCgroup(dir)
-		}
+	for _, dir := range s.dirs {
+		removeCgroup(dir)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -217,4 +218,126 @@ func TestStepsHeldToTheirResources(t *testing.T) {
 			t.Errorf("step cgroups left: %v", left)
 		}
 	}
+}
+
+// Under cgroup v2 (laid out here in a folder, as the kernel shows it:
+// this machine's v2 hierarchy has none of the controllers, which v1
+// holds) a worker enables the controllers below its cgroup, moving itself
+// into a leaf first when its cgroup is not the root, and each step's one
+// cgroup holds its pids, cpu and memory bounds; a worker sharing its
+// cgroup with other processes says it cannot.
+func TestCeilingsUnderCgroupV2(t *testing.T) {
+	self := strconv.Itoa(os.Getpid())
+	layout := func(t *testing.T, own, controllers, procs string) string {
+		t.Helper()
+		root := t.TempDir()
+		cg := filepath.Join(root, "cgroup")
+		if err := os.MkdirAll(filepath.Join(cg, own), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for file, text := range map[string]string{
+			filepath.Join(root, "mountinfo"):                 "30 25 0:26 / " + cg + " rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n",
+			filepath.Join(root, "self"):                      "0::" + own + "\n",
+			filepath.Join(cg, own, "cgroup.controllers"):     controllers,
+			filepath.Join(cg, own, "cgroup.procs"):           procs,
+			filepath.Join(cg, own, "cgroup.subtree_control"): "",
+		} {
+			if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		oldMounts, oldSelf := mountinfo, selfCgroup
+		mountinfo, selfCgroup = filepath.Join(root, "mountinfo"), filepath.Join(root, "self")
+		t.Cleanup(func() { mountinfo, selfCgroup = oldMounts, oldSelf })
+		return filepath.Join(cg, own)
+	}
+	read := func(t *testing.T, path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	t.Run("root cgroup", func(t *testing.T) {
+		parent := layout(t, "/", "cpuset cpu io memory pids", self)
+		c, err := NewCeilings(Limits{Processes: 64, Memory: 1 << 30}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.unified == "" || c.pids != c.unified || c.memory != c.unified || c.cpu != c.unified || filepath.Dir(c.unified) != parent {
+			t.Fatalf("folders pids %q memory %q cpu %q unified %q (%s), want one folder below %s", c.pids, c.memory, c.cpu, c.unified, c.why, parent)
+		}
+		if got := read(t, filepath.Join(parent, "cgroup.subtree_control")); got != "+pids +memory +cpu" {
+			t.Errorf("the worker's cgroup enables %q, want +pids +memory +cpu", got)
+		}
+		if got := read(t, filepath.Join(c.unified, "cgroup.subtree_control")); got != "+pids +memory +cpu" {
+			t.Errorf("the folder of step cgroups enables %q", got)
+		}
+		if d := c.Describe(); !strings.Contains(d, "memory 1 GiB by cgroup (memory)") || !strings.Contains(d, "memory by cgroup, cpu by cgroup quota") || !strings.Contains(d, "cgroups of v2") {
+			t.Errorf("Describe() = %q", d)
+		}
+		s, argv, err := c.enter([]string{"/bin/true"}, 500, 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := filepath.Join(c.unified, "s1")
+		if len(s.dirs) != 1 || s.dirs[0] != step {
+			t.Fatalf("step cgroups %v, want one: %s", s.dirs, step)
+		}
+		for file, want := range map[string]string{"pids.max": "64", "cpu.max": "50000 100000", "memory.max": "67108864", "memory.swap.max": "0"} {
+			if got := read(t, filepath.Join(step, file)); got != want {
+				t.Errorf("%s = %q, want %q", file, got, want)
+			}
+		}
+		if want := []string{"/bin/sh", "-c", `{ echo $$ > "$1"; } || { echo "orrery: cannot enter the step's cgroups" >&2; exit 126; }; shift 1; exec "$@"`, "orrery-step", filepath.Join(step, "cgroup.procs"), "/bin/true"}; !slices.Equal(argv[:len(want)-1], want[:len(want)-1]) || argv[len(argv)-1] != "/bin/true" {
+			t.Errorf("argv %q", argv)
+		}
+		// The kernel counts an OOM kill in memory.events.
+		if err := os.WriteFile(filepath.Join(step, "memory.events"), []byte("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if why := s.passed(nil); why != "it passed the memory it asked for (resources.memory 64 MiB): the kernel killed 1 of its processes" {
+			t.Errorf("passed() = %q", why)
+		}
+	})
+	t.Run("alone in a delegated cgroup", func(t *testing.T) {
+		parent := layout(t, "/system.slice/orrery.service", "cpu memory pids", self+"\n")
+		c, err := NewCeilings(Limits{Memory: 1 << 30}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := read(t, filepath.Join(parent, "orrery-"+self+"-self", "cgroup.procs")); got != self {
+			t.Errorf("the leaf's processes %q, want the worker (%s)", got, self)
+		}
+		if c.memory != c.unified || c.cpu != c.unified || c.pids != "" || filepath.Dir(c.unified) != parent {
+			t.Errorf("folders pids %q memory %q cpu %q unified %q (%s)", c.pids, c.memory, c.cpu, c.unified, c.why)
+		}
+		if got := read(t, filepath.Join(parent, "cgroup.subtree_control")); got != "+memory +cpu" {
+			t.Errorf("the worker's cgroup enables %q, want +memory +cpu", got)
+		}
+	})
+	t.Run("a shared cgroup", func(t *testing.T) {
+		layout(t, "/user.slice/session-4.scope", "cpu memory pids", "1\n"+self+"\n")
+		c, err := NewCeilings(Limits{Memory: 1 << 30}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.unified != "" || c.memory != "" || c.cpu != "" {
+			t.Errorf("folders memory %q cpu %q unified %q, want none", c.memory, c.cpu, c.unified)
+		}
+		if d := c.Describe(); !strings.Contains(d, "a step's resources NOT ENFORCED") || !strings.Contains(d, "holds other processes too (pid 1); run it in a cgroup of its own (systemd: Delegate=yes)") {
+			t.Errorf("Describe() = %q", d)
+		}
+	})
+	t.Run("controllers not delegated", func(t *testing.T) {
+		layout(t, "/", "hugetlb", "")
+		c, err := NewCeilings(Limits{Memory: 1 << 30}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.unified != "" || !strings.Contains(c.Describe(), "has none of the memory, cpu controllers (they are not delegated to it)") {
+			t.Errorf("unified %q, Describe() = %q", c.unified, c.Describe())
+		}
+	})
 }
