@@ -2,9 +2,7 @@ package worker
 
 import (
 	"context"
-	"slices"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -26,9 +24,8 @@ func (w *Worker) startAttempts(ctx context.Context, starts []run.Start) ([]*run.
 	return out, err
 }
 
-// finishAttempts records a batch of reports in one transaction: those on
-// runs of one task in one statement, then the others one by one, taking
-// their runs' locks in one order for every batch (by run id).
+// finishAttempts records a batch of reports in one transaction
+// (run.Applier.Finish).
 func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bool, error) {
 	return w.finish(ctx, reports, "")
 }
@@ -50,69 +47,16 @@ func (w *Worker) finish(ctx context.Context, reports []run.Report, written strin
 	return accepted, err
 }
 
-// finishReports records a batch of reports in one transaction: those on
-// runs of one task in one statement; then, their runs locked in key
-// order, the items of fan-outs together (run.FinishItemAttempts), and
-// the others one by one; written is
-// called when the batch is written, before it commits. A worker's reports
-// and a gateway's (remote workers') go through it.
+// finishReports records a batch of reports in one transaction of its own
+// (run.Applier.Finish); written is called when the batch is written,
+// before it commits. A worker's reports and a gateway's (remote workers')
+// go through it.
 func finishReports(ctx context.Context, pool *pgxpool.Pool, a *run.Applier, reports []run.Report, written func()) ([]bool, error) {
-	var sole, items, other []int
-	var runs []uuid.UUID // of the items and the others: locked first, in key order
-	for i, r := range reports {
-		switch {
-		case r.Shape != nil && r.Shape.SingleTask:
-			sole = append(sole, i)
-		case r.Shape != nil && r.Shape.Item && r.RunID != uuid.Nil:
-			items = append(items, i)
-			runs = append(runs, r.RunID)
-		default:
-			other = append(other, i)
-			if r.RunID != uuid.Nil {
-				runs = append(runs, r.RunID)
-			}
-		}
-	}
-	slices.SortFunc(other, func(a, b int) int {
-		return slices.Compare(reports[a].RunID[:], reports[b].RunID[:])
-	})
-	pick := func(idx []int) []run.Report {
-		out := make([]run.Report, len(idx))
-		for k, i := range idx {
-			out[k] = reports[i]
-		}
-		return out
-	}
-	soleReports, itemReports := pick(sole), pick(items)
-	accepted := make([]bool, len(reports))
+	var accepted []bool
 	err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
-		if len(sole) > 0 {
-			ok, err := a.FinishSoleAttempts(ctx, tx, soleReports)
-			if err != nil {
-				return err
-			}
-			for k, i := range sole {
-				accepted[i] = ok[k]
-			}
-		}
-		if err := run.LockRuns(ctx, tx, runs); err != nil {
+		var err error
+		if accepted, err = a.Finish(ctx, tx, reports); err != nil {
 			return err
-		}
-		if len(items) > 0 {
-			ok, err := a.FinishItemAttempts(ctx, tx, itemReports)
-			if err != nil {
-				return err
-			}
-			for k, i := range items {
-				accepted[i] = ok[k]
-			}
-		}
-		for _, i := range other {
-			ok, err := a.FinishAttempt(ctx, tx, reports[i])
-			if err != nil {
-				return err
-			}
-			accepted[i] = ok
 		}
 		written()
 		return nil

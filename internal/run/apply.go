@@ -33,3 +33,20 @@ func (a *Applier) finished(tx pgx.Tx, status lifecycle.RunStatus) {
 	}
 	store.OnCommit(tx, func() { a.Metrics.RunFinished(string(status)) })
 }
+
+// applying is one transaction's writing of what the lifecycle decides:
+// the Applier, the transaction and its queries. The cascade of an ended
+// attempt (its run's end, the release of what waited on it, conditions,
+// fan-outs, job steps, the failures that settle below it) is its methods,
+// each writing in tx; a reader follows a report from Applier.Finish down
+// through them.
+type applying struct {
+	*Applier
+	tx pgx.Tx
+	q  *store.Queries
+}
+
+// in is a's writing in tx.
+func (a *Applier) in(tx pgx.Tx) *applying {
+	return &applying{Applier: a, tx: tx, q: store.New(tx)}
+}

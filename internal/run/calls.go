@@ -65,9 +65,9 @@ type pendingCall struct {
 // started before; a step whose call cannot be made (its job missing, its
 // params refused by the job, the right of its job's author gone, the
 // depth limit) is dead-lettered, naming why.
-func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands []candidate) error {
+func (ap *applying) startCalls(ctx context.Context, cands []candidate) error {
 	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
-	byRun, got, err := runsOf(ctx, q, tx, cands)
+	byRun, got, err := ap.runsOf(ctx, cands)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,7 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 	for i, c := range cands {
 		taskIDs[i] = c.ready.TaskID
 	}
-	had, err := q.ChildRuns(ctx, taskIDs)
+	had, err := ap.q.ChildRuns(ctx, taskIDs)
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 			case lifecycle.RunSucceeded:
 				ended = append(ended, ch)
 			case lifecycle.RunFailed, lifecycle.RunDeadLettered, lifecycle.RunCancelled:
-				if err := retryChild(ctx, tx, a, ch, r, c.step); err != nil {
+				if err := ap.retryChild(ctx, ch, r, c.step); err != nil {
 					return err
 				}
 			default:
@@ -133,7 +133,7 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 		}
 		todo = append(todo, p)
 	}
-	calls, err := childCalls(ctx, q, todo, &outputs, &v)
+	calls, err := childCalls(ctx, ap.q, todo, &outputs, &v)
 	if err != nil {
 		return err
 	}
@@ -149,12 +149,12 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 			p.RootRunIds = append(p.RootRunIds, c.run.RootRunID)
 			p.Depths = append(p.Depths, c.run.Depth+1)
 		}
-		if err := q.InsertCallStarts(ctx, p); err != nil {
+		if err := ap.q.InsertCallStarts(ctx, p); err != nil {
 			return err
 		}
 	}
 	if len(start.Ids) > 0 {
-		started, err := q.StartCalls(ctx, start)
+		started, err := ap.q.StartCalls(ctx, start)
 		if err != nil {
 			return err
 		}
@@ -167,11 +167,11 @@ func startCalls(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ca
 		for i, ch := range ended {
 			ends[i] = ChildEnd{Run: ch.ID}
 		}
-		if err := a.finishCalls(ctx, tx, q, ends, true); err != nil {
+		if err := ap.finishCalls(ctx, ends, true); err != nil {
 			return err
 		}
 	}
-	return settle(ctx, q, tx, a, v)
+	return ap.settle(ctx, v)
 }
 
 // call is a job step's call of a new child run, as startCalls writes it.
@@ -357,12 +357,11 @@ func FreeInstants(ctx context.Context, q *store.Queries, jobID uuid.UUID, ats []
 // again from where it failed, as RetryRun does (its job's overlap policy
 // aside: a call runs whatever the child job's other runs do), audited as
 // the system's, on behalf of step of run r.
-func retryChild(ctx context.Context, tx pgx.Tx, a *Applier, ch store.ChildRunsRow, r store.ConditionRunsRow, step string) error {
-	q := store.New(tx)
-	if _, err := q.LockRun(ctx, ch.ID); err != nil {
+func (ap *applying) retryChild(ctx context.Context, ch store.ChildRunsRow, r store.ConditionRunsRow, step string) error {
+	if _, err := ap.q.LockRun(ctx, ch.ID); err != nil {
 		return err
 	}
-	row, err := q.GetRun(ctx, store.GetRunParams{TenantID: ch.TenantID, ID: ch.ID})
+	row, err := ap.q.GetRun(ctx, store.GetRunParams{TenantID: ch.TenantID, ID: ch.ID})
 	if err != nil {
 		return err
 	}
@@ -371,7 +370,7 @@ func retryChild(ctx context.Context, tx pgx.Tx, a *Applier, ch store.ChildRunsRo
 		return nil // ended otherwise meanwhile: attached as it is
 	}
 	actor := job.Actor{Tenant: ch.TenantID, Name: fmt.Sprintf("orrery (step %s of run %s, released again)", step, r.ID)}
-	return retryGraph(ctx, tx, a, actor, before, row.Namespace+"/"+row.JobName, false)
+	return retryGraph(ctx, ap.tx, ap.Applier, actor, before, row.Namespace+"/"+row.JobName, false)
 }
 
 // ChildEnd is the end of a child run, from its upstream_finishes event.
@@ -387,33 +386,27 @@ type ChildEnd struct {
 // run's retry retries the child). In the caller's transaction, which
 // takes the events; the parent runs are locked in key order.
 func (a *Applier) FinishCalls(ctx context.Context, tx pgx.Tx, ends []ChildEnd) error {
-	return a.finishCalls(ctx, tx, store.New(tx), ends, false)
+	return a.in(tx).finishCalls(ctx, ends, false)
 }
 
 // finishCalls is FinishCalls; latest reads the children's latest ends
 // (an attach to a child that succeeded already) instead of the events'.
-func (a *Applier) finishCalls(ctx context.Context, tx pgx.Tx, q *store.Queries, ends []ChildEnd, latest bool) error {
+func (ap *applying) finishCalls(ctx context.Context, ends []ChildEnd, latest bool) error {
 	p := store.CallsEndedParams{Latest: latest}
 	for _, e := range ends {
 		p.RunIds = append(p.RunIds, e.Run)
 		p.FinishedAts = append(p.FinishedAts, e.FinishedAt)
 	}
-	rows, err := q.CallsEnded(ctx, p)
+	rows, err := ap.q.CallsEnded(ctx, p)
 	if err != nil || len(rows) == 0 {
 		return err
 	}
-	runs := make([]uuid.UUID, 0, len(rows))
-	for _, r := range rows {
-		runs = append(runs, r.RunID)
-	}
-	if err := LockRuns(ctx, tx, runs); err != nil {
-		return err
-	}
-	for _, r := range rows {
+	reports := make([]Report, len(rows))
+	for i, r := range rows {
 		res := executor.Result{OK: r.Status == lifecycle.RunSucceeded}
 		if res.OK {
 			end := End{Run: r.ChildRunID, Namespace: r.ChildNamespace, Job: r.ChildJob, Outcome: string(r.Status), FinishedAt: r.ChildFinishedAt}
-			out, err := RunEnd(ctx, q, end, maxCallOutputs, nil)
+			out, err := RunEnd(ctx, ap.q, end, maxCallOutputs, nil)
 			if err != nil {
 				return err
 			}
@@ -425,11 +418,10 @@ func (a *Applier) finishCalls(ctx context.Context, tx pgx.Tx, q *store.Queries, 
 				res.Error += ": " + r.Reason
 			}
 		}
-		if _, err := a.FinishAttempt(ctx, tx, Report{TaskID: r.ID, RunID: r.RunID, FencingToken: r.FencingToken, Result: res}); err != nil {
-			return err
-		}
+		reports[i] = Report{TaskID: r.ID, RunID: r.RunID, FencingToken: r.FencingToken, Result: res}
 	}
-	return nil
+	_, err = ap.finish(ctx, reports)
+	return err
 }
 
 // End is a run's end, as RunEnd describes it.

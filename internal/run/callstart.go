@@ -35,8 +35,8 @@ type RoomsFunc func(tenants []uuid.UUID) (usage.Rooms, error)
 // calls it took (their steps' tasks), also when it fails after taking
 // them.
 func (a *Applier) StartCalls(ctx context.Context, tx pgx.Tx, shards []int32, batch int32, rooms RoomsFunc) ([]uuid.UUID, error) {
-	q := store.New(tx)
-	taken, err := q.TakeCallStarts(ctx, store.TakeCallStartsParams{Shards: shards, Batch: batch})
+	ap := a.in(tx)
+	taken, err := ap.q.TakeCallStarts(ctx, store.TakeCallStartsParams{Shards: shards, Batch: batch})
 	if err != nil || len(taken) == 0 {
 		return nil, err
 	}
@@ -48,10 +48,10 @@ func (a *Applier) StartCalls(ctx context.Context, tx pgx.Tx, shards []int32, bat
 			live = append(live, c)
 		}
 	}
-	if err := a.startLive(ctx, tx, q, live, rooms); err != nil {
+	if err := ap.startLive(ctx, live, rooms); err != nil {
 		return all, err
 	}
-	if err := q.DeleteCallStarts(ctx, all); err != nil {
+	if err := ap.q.DeleteCallStarts(ctx, all); err != nil {
 		return all, err
 	}
 	a.Failpoints.Hit(FailpointCallStarted)
@@ -59,7 +59,7 @@ func (a *Applier) StartCalls(ctx context.Context, tx pgx.Tx, shards []int32, bat
 }
 
 // startLive starts the calls of StartCalls whose steps waited when taken.
-func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, calls []store.TakeCallStartsRow, rooms RoomsFunc) error {
+func (ap *applying) startLive(ctx context.Context, calls []store.TakeCallStartsRow, rooms RoomsFunc) error {
 	if len(calls) == 0 {
 		return nil
 	}
@@ -68,7 +68,7 @@ func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, ca
 		jobIDs, runIDs = append(jobIDs, c.JobID), append(runIDs, c.RunID)
 		roots, tenants = append(roots, c.RootRunID), append(tenants, c.TenantID)
 	}
-	jobs, err := q.CallJobs(ctx, sortedUnique(jobIDs))
+	jobs, err := ap.q.CallJobs(ctx, sortedUnique(jobIDs))
 	if err != nil {
 		return err
 	}
@@ -76,11 +76,11 @@ func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, ca
 	for _, j := range jobs {
 		byID[j.ID] = j
 	}
-	t, err := lockTrees(ctx, q, roots, tenants)
+	t, err := lockTrees(ctx, ap.q, roots, tenants)
 	if err != nil {
 		return err
 	}
-	open, err := q.LockOpenRuns(ctx, sortedUnique(runIDs))
+	open, err := ap.q.LockOpenRuns(ctx, sortedUnique(runIDs))
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, ca
 	for i, c := range calls {
 		taskIDs[i] = c.TaskID
 	}
-	waiting, err := q.WaitingJobSteps(ctx, taskIDs) // read again under the runs' locks
+	waiting, err := ap.q.WaitingJobSteps(ctx, taskIDs) // read again under the runs' locks
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, ca
 	if len(cands) == 0 {
 		return nil
 	}
-	byRun, got, err := runsOf(ctx, q, tx, cands) // the steps' runs, and their specs (a run that ends: its overlap policy)
+	byRun, got, err := ap.runsOf(ctx, cands) // the steps' runs, and their specs (a run that ends: its overlap policy)
 	if err != nil {
 		return err
 	}
@@ -109,7 +109,7 @@ func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, ca
 	for runID, r := range byRun {
 		v.queueOverlap[runID] = got[specKey{r.JobID, r.JobVersion}].Overlap == dag.OverlapQueue
 	}
-	now, err := q.DatabaseNow(ctx)
+	now, err := ap.q.DatabaseNow(ctx)
 	if err != nil {
 		return err
 	}
@@ -152,7 +152,7 @@ func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, ca
 		news, newCands = append(news, n), append(newCands, cand)
 	}
 	if len(news) > 0 {
-		ids, err := a.insertChildren(ctx, tx, q, news)
+		ids, err := ap.insertChildren(ctx, news)
 		if err != nil {
 			return err
 		}
@@ -162,7 +162,7 @@ func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, ca
 			start.ChildRunIds = append(start.ChildRunIds, ids[i])
 			start.AttemptIds = append(start.AttemptIds, uuid.Must(uuid.NewV7()))
 		}
-		started, err := q.StartCalls(ctx, start)
+		started, err := ap.q.StartCalls(ctx, start)
 		if err != nil {
 			return err
 		}
@@ -170,10 +170,10 @@ func (a *Applier) startLive(ctx context.Context, tx pgx.Tx, q *store.Queries, ca
 			return fmt.Errorf("started %d of %d job steps: a task moved meanwhile", len(started), len(start.Ids))
 		}
 	}
-	if err := t.write(ctx, q); err != nil {
+	if err := t.write(ctx, ap.q); err != nil {
 		return err
 	}
-	return settle(ctx, q, tx, a, v)
+	return ap.settle(ctx, v)
 }
 
 // childRun is the run a call starts, or why it cannot (its job gone, its
@@ -199,7 +199,7 @@ func childRun(c store.TakeCallStartsRow, jobs map[uuid.UUID]store.CallJobsRow, n
 // insertChildren writes child runs, each at the first free instant of its
 // job at or after its own (FreeInstants: runs are unique per job and
 // instant), and returns their ids.
-func (a *Applier) insertChildren(ctx context.Context, tx pgx.Tx, q *store.Queries, news []New) ([]uuid.UUID, error) {
+func (ap *applying) insertChildren(ctx context.Context, news []New) ([]uuid.UUID, error) {
 	if len(news) == 0 {
 		return nil, nil
 	}
@@ -212,7 +212,7 @@ func (a *Applier) insertChildren(ctx context.Context, tx pgx.Tx, q *store.Querie
 		for k, i := range idx {
 			ats[k] = news[i].At
 		}
-		moved, err := FreeInstants(ctx, q, job, ats)
+		moved, err := FreeInstants(ctx, ap.q, job, ats)
 		if err != nil {
 			return nil, err
 		}
@@ -220,7 +220,7 @@ func (a *Applier) insertChildren(ctx context.Context, tx pgx.Tx, q *store.Querie
 			news[i].At = moved[k]
 		}
 	}
-	ids, err := a.Insert(ctx, tx, news, nil, nil)
+	ids, err := ap.Insert(ctx, ap.tx, news, nil, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -40,23 +40,23 @@ func (a *Applier) Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason
 // runs are child runs whose steps were cancelled: their ends end no step,
 // and no event of them is written.
 func (a *Applier) cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string, withParent bool, done *int) ([]uuid.UUID, error) {
+	ap := a.in(tx)
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	q := store.New(tx)
-	cancelled, err := q.CancelRuns(ctx, store.CancelRunsParams{Ids: ids, Reason: reason, ParentCancelled: withParent})
+	cancelled, err := ap.q.CancelRuns(ctx, store.CancelRunsParams{Ids: ids, Reason: reason, ParentCancelled: withParent})
 	if err != nil || len(cancelled) == 0 {
 		return cancelled, err
 	}
 	for range cancelled {
 		a.finished(tx, lifecycle.RunCancelled)
 	}
-	tasks, err := q.CancelTasksOfRuns(ctx, cancelled)
+	tasks, err := ap.q.CancelTasksOfRuns(ctx, cancelled)
 	if err != nil {
 		return nil, err
 	}
 	if len(tasks) > 0 {
-		if err := q.CloseRunningAttempts(ctx, store.CloseRunningAttemptsParams{TaskIds: tasks, ExitReason: executor.ReasonCancelled, FailureClass: executor.ClassUser, Error: reason}); err != nil {
+		if err := ap.q.CloseRunningAttempts(ctx, store.CloseRunningAttemptsParams{TaskIds: tasks, ExitReason: executor.ReasonCancelled, FailureClass: executor.ClassUser, Error: reason}); err != nil {
 			return nil, err
 		}
 	}
@@ -65,16 +65,16 @@ func (a *Applier) cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason
 		*done += len(cancelled)
 		room = max(MaxCancelsPerTx-*done, 0)
 	}
-	return cancelled, a.cancelChildren(ctx, tx, q, tasks, room, done)
+	return cancelled, ap.cancelChildren(ctx, tasks, room, done)
 }
 
 // cancelChildren cancels up to room unfinished child runs of tasks
 // (cancelled with their run) and writes the rest to run_cancels.
-func (a *Applier) cancelChildren(ctx context.Context, tx pgx.Tx, q *store.Queries, tasks []uuid.UUID, room int, done *int) error {
+func (ap *applying) cancelChildren(ctx context.Context, tasks []uuid.UUID, room int, done *int) error {
 	if len(tasks) == 0 {
 		return nil
 	}
-	open, err := q.OpenChildRunsWithShard(ctx, tasks)
+	open, err := ap.q.OpenChildRunsWithShard(ctx, tasks)
 	if err != nil || len(open) == 0 {
 		return err
 	}
@@ -86,7 +86,7 @@ func (a *Applier) cancelChildren(ctx context.Context, tx pgx.Tx, q *store.Querie
 			p.Shards = append(p.Shards, r.Shard)
 			p.Reasons = append(p.Reasons, ReasonParentCancelled)
 		}
-		if err := q.InsertRunCancels(ctx, p); err != nil {
+		if err := ap.q.InsertRunCancels(ctx, p); err != nil {
 			return err
 		}
 	}
@@ -94,7 +94,7 @@ func (a *Applier) cancelChildren(ctx context.Context, tx pgx.Tx, q *store.Querie
 	for i, r := range open[:now] {
 		ids[i] = r.ID
 	}
-	_, err = a.cancel(ctx, tx, ids, ReasonParentCancelled, true, done)
+	_, err = ap.cancel(ctx, ap.tx, ids, ReasonParentCancelled, true, done)
 	return err
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -32,7 +31,7 @@ type verdict struct {
 
 // runsOf reads what deciding candidates needs of their runs, and their
 // job versions' specs: one query for the runs, the specs cached.
-func runsOf(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []candidate) (map[uuid.UUID]store.ConditionRunsRow, map[specKey]*parsedSpec, error) {
+func (ap *applying) runsOf(ctx context.Context, cands []candidate) (map[uuid.UUID]store.ConditionRunsRow, map[specKey]*parsedSpec, error) {
 	runIDs := make([]uuid.UUID, 0, len(cands))
 	seen := make(map[uuid.UUID]bool, len(cands))
 	for _, c := range cands {
@@ -41,7 +40,7 @@ func runsOf(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []candidate)
 			runIDs = append(runIDs, c.run)
 		}
 	}
-	runs, err := q.ConditionRuns(ctx, runIDs)
+	runs, err := ap.q.ConditionRuns(ctx, runIDs)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -51,7 +50,7 @@ func runsOf(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []candidate)
 		byRun[r.ID] = r
 		keys[i] = specKey{r.JobID, r.JobVersion}
 	}
-	got, err := specs.getMany(ctx, tx, keys)
+	got, err := specs.getMany(ctx, ap.tx, keys)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -61,9 +60,9 @@ func runsOf(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []candidate)
 // decideConditions evaluates the conditions of candidates (all
 // conditional), reading their runs and the outputs the conditions read:
 // two queries for the batch.
-func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []candidate) (verdicts, error) {
+func (ap *applying) decideConditions(ctx context.Context, cands []candidate) (verdicts, error) {
 	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
-	byRun, got, err := runsOf(ctx, q, tx, cands)
+	byRun, got, err := ap.runsOf(ctx, cands)
 	if err != nil {
 		return v, err
 	}
@@ -94,7 +93,7 @@ func decideConditions(ctx context.Context, q *store.Queries, tx pgx.Tx, cands []
 		todo = append(todo, pending{c, r, x})
 		outputs.add(c.run, x.WhenReads.Steps)
 	}
-	if err := outputs.load(ctx, q); err != nil {
+	if err := outputs.load(ctx, ap.q); err != nil {
 		return v, err
 	}
 	for _, p := range todo {

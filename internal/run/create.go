@@ -70,10 +70,10 @@ type Firer struct {
 // usage.RunRooms before tx, or outside it) says, and counted in it (pass
 // a Clone when tx may be tried again): see holdToQuotas.
 func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, rooms usage.Rooms) ([]uuid.UUID, error) {
+	ap := a.in(tx)
 	if len(runs) == 0 {
 		return nil, nil
 	}
-	q := store.New(tx)
 	noParams := fillParams(runs)
 	overQuota, err := holdToQuotas(runs, by, rooms)
 	if err != nil {
@@ -119,7 +119,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		rp.Depths = append(rp.Depths, int32(r.Depth))
 		rp.RootRunIds = append(rp.RootRunIds, r.Root)
 	}
-	written, err := q.InsertRuns(ctx, rp)
+	written, err := ap.q.InsertRuns(ctx, rp)
 	if err != nil {
 		return nil, err
 	}
@@ -127,11 +127,11 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 	for _, id := range written {
 		ok[id] = true
 	}
-	bindings, err := bindingsOf(ctx, q, runs, ok, ids)
+	bindings, err := bindingsOf(ctx, ap.q, runs, ok, ids)
 	if err != nil {
 		return nil, err
 	}
-	profiles, err := profilesOf(ctx, q, runs, ok, ids)
+	profiles, err := profilesOf(ctx, ap.q, runs, ok, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -212,12 +212,12 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		tp.Admitted[i] = direct[id]
 	}
 	if len(tp.Ids) > 0 {
-		if err := q.InsertTasks(ctx, tp); err != nil {
+		if err := ap.q.InsertTasks(ctx, tp); err != nil {
 			return nil, err
 		}
 	}
 	if len(ep.Parents) > 0 {
-		if err := q.InsertEdges(ctx, ep); err != nil {
+		if err := ap.q.InsertEdges(ctx, ep); err != nil {
 			return nil, err
 		}
 	}
@@ -225,7 +225,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		return nil, err
 	}
 	if len(decide) > 0 {
-		if err := release(ctx, q, tx, a, decide); err != nil {
+		if err := ap.release(ctx, decide); err != nil {
 			return nil, err
 		}
 	}

@@ -22,12 +22,12 @@ func LeaseExpired(why string) executor.Result {
 // the old worker's late report is rejected, and the task retries or is
 // dead-lettered as any failure would. It returns how many it expired.
 func (a *Applier) ExpireLeases(ctx context.Context, tx pgx.Tx, batch int) (int, error) {
-	q := store.New(tx)
-	rows, err := q.ExpiredLeases(ctx, int32(batch))
+	rows, err := store.New(tx).ExpiredLeases(ctx, int32(batch))
 	if err != nil {
 		return 0, err
 	}
 	seen := make(map[uuid.UUID]bool, len(rows))
+	var reports []Report
 	for _, t := range rows {
 		if seen[t.ID] { // both its worker's lease and its own lapsed
 			continue
@@ -38,11 +38,12 @@ func (a *Applier) ExpireLeases(ctx context.Context, tx pgx.Tx, batch int) (int, 
 			res = executor.Result{ExitReason: executor.ReasonTimeout, FailureClass: executor.ClassUser, Retryable: true,
 				Error: "the attempt ran past its step's timeout on a remote worker"}
 		}
-		if _, err := a.FinishAttempt(ctx, tx, Report{TaskID: t.ID, FencingToken: t.FencingToken, Expired: true, Result: res}); err != nil {
-			return 0, err
-		}
+		reports = append(reports, Report{TaskID: t.ID, FencingToken: t.FencingToken, Expired: true, Result: res})
 	}
-	return len(seen), nil
+	if _, err := a.Finish(ctx, tx, reports); err != nil {
+		return 0, err
+	}
+	return len(reports), nil
 }
 
 // retryAt is when the next attempt of a task may start: after the step's

@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/dispatch"
@@ -44,9 +43,9 @@ const ReasonEmptyList = "skipped: for_each: the list is empty"
 // read: two queries for the batch, then the writes. A list that cannot
 // be evaluated (or passes MaxItems) dead-letters its group and an empty
 // one skips it; what that ends settles as release's verdicts do.
-func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups []candidate) error {
+func (ap *applying) expand(ctx context.Context, groups []candidate) error {
 	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
-	byRun, got, err := runsOf(ctx, q, tx, groups)
+	byRun, got, err := ap.runsOf(ctx, groups)
 	if err != nil {
 		return err
 	}
@@ -80,7 +79,7 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 	}
 	var before []store.ExpandedBeforeRow
 	if len(ids) > 0 {
-		if before, err = q.ExpandedBefore(ctx, ids); err != nil {
+		if before, err = ap.q.ExpandedBefore(ctx, ids); err != nil {
 			return err
 		}
 	}
@@ -97,11 +96,11 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 			}
 			return false
 		})
-		if err := reopenGroups(ctx, q, tx, a, reopen, again); err != nil {
+		if err := ap.reopenGroups(ctx, reopen, again); err != nil {
 			return err
 		}
 	}
-	if err := outputs.load(ctx, q); err != nil {
+	if err := outputs.load(ctx, ap.q); err != nil {
 		return err
 	}
 	// Items are tasks the tenant keeps: held to its max_tasks quota, read
@@ -110,11 +109,11 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 	for i, p := range todo {
 		tenants[i] = p.cand.ready.Tenant
 	}
-	rooms, err := usage.RunRooms(ctx, q, tenants)
+	rooms, err := usage.RunRooms(ctx, ap.q, tenants)
 	if err != nil {
 		return err
 	}
-	bounds, err := q.ItemsPerStep(ctx, tenants)
+	bounds, err := ap.q.ItemsPerStep(ctx, tenants)
 	if err != nil {
 		return err
 	}
@@ -170,25 +169,25 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 		expanded.Held = append(expanded.Held, int32(len(list)-release))
 	}
 	if len(expanded.Ids) > 0 {
-		if err := addItemsUsage(ctx, tx, added); err != nil {
+		if err := ap.addItemsUsage(ctx, added); err != nil {
 			return err
 		}
-		if err := q.InsertItems(ctx, items); err != nil {
+		if err := ap.q.InsertItems(ctx, items); err != nil {
 			return err
 		}
-		moved, err := q.ExpandGroups(ctx, expanded)
+		moved, err := ap.q.ExpandGroups(ctx, expanded)
 		if err != nil {
 			return err
 		}
 		if len(moved) != len(expanded.Ids) { // a caller's bug: a group released twice
 			return fmt.Errorf("expanding %d fan-out groups: %d were waiting", len(expanded.Ids), len(moved))
 		}
-		if err := releaseWaiting(ctx, q, tx, a, first); err != nil {
+		if err := ap.releaseWaiting(ctx, first); err != nil {
 			return err
 		}
-		a.Failpoints.Hit(FailpointExpanded)
+		ap.Failpoints.Hit(FailpointExpanded)
 	}
-	return settle(ctx, q, tx, a, v)
+	return ap.settle(ctx, v)
 }
 
 // addItemsUsage counts what tx's items add to their tenants' tasks:
@@ -196,8 +195,8 @@ func expand(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups
 // in key order, so that the usage rows many transactions share are held
 // the shortest time and locked in one order (with a tx not from
 // store.InRawTx, written now).
-func addItemsUsage(ctx context.Context, tx pgx.Tx, add usage.Delta) error {
-	d, fresh := store.TxValue(tx, "run.items-usage", func() any { return usage.Delta{} })
+func (ap *applying) addItemsUsage(ctx context.Context, add usage.Delta) error {
+	d, fresh := store.TxValue(ap.tx, "run.items-usage", func() any { return usage.Delta{} })
 	delta := d.(usage.Delta)
 	for k, u := range add {
 		delta.Add(k.Tenant, k.Shard, u)
@@ -205,7 +204,7 @@ func addItemsUsage(ctx context.Context, tx pgx.Tx, add usage.Delta) error {
 	if !fresh {
 		return nil
 	}
-	return store.BeforeCommit(ctx, tx, func(ctx context.Context) error { return delta.WriteRuns(ctx, store.New(tx)) })
+	return store.BeforeCommit(ctx, ap.tx, func(ctx context.Context) error { return delta.WriteRuns(ctx, store.New(ap.tx)) })
 }
 
 // pending is a group to expand: its candidate, run, step and expressions.
@@ -220,7 +219,7 @@ type pending struct {
 // before: their items that did not succeed wait again and the first
 // max_parallel of them are released; a group with none left ends at once
 // (countItemEnds).
-func reopenGroups(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, groups []pending, before map[uuid.UUID]store.ExpandedBeforeRow) error {
+func (ap *applying) reopenGroups(ctx context.Context, groups []pending, before map[uuid.UUID]store.ExpandedBeforeRow) error {
 	if len(groups) == 0 {
 		return nil
 	}
@@ -239,10 +238,10 @@ func reopenGroups(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, 
 		p.Held = append(p.Held, open-n)
 		release[id] = n
 	}
-	if err := q.ReopenItems(ctx, p.Ids); err != nil {
+	if err := ap.q.ReopenItems(ctx, p.Ids); err != nil {
 		return err
 	}
-	moved, err := q.ReopenGroups(ctx, p)
+	moved, err := ap.q.ReopenGroups(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -256,20 +255,20 @@ func reopenGroups(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, 
 			none[id] = &itemEnds{}
 			continue
 		}
-		if next, err = appendHeld(ctx, q, next, id, release[id]); err != nil {
+		if next, err = ap.appendHeld(ctx, next, id, release[id]); err != nil {
 			return err
 		}
 	}
-	if err := releaseWaiting(ctx, q, tx, a, next); err != nil {
+	if err := ap.releaseWaiting(ctx, next); err != nil {
 		return err
 	}
-	return countItemEnds(ctx, q, tx, a, none)
+	return ap.countItemEnds(ctx, none)
 }
 
 // appendHeld appends to ready the next n held items of group (lowest
 // index first), each for its next attempt.
-func appendHeld(ctx context.Context, q *store.Queries, ready []dispatch.Ready, group uuid.UUID, n int32) ([]dispatch.Ready, error) {
-	held, err := q.HeldItems(ctx, store.HeldItemsParams{GroupID: group, MaxItems: n})
+func (ap *applying) appendHeld(ctx context.Context, ready []dispatch.Ready, group uuid.UUID, n int32) ([]dispatch.Ready, error) {
+	held, err := ap.q.HeldItems(ctx, store.HeldItemsParams{GroupID: group, MaxItems: n})
 	if err != nil {
 		return ready, err
 	}
@@ -287,35 +286,35 @@ type itemEnds struct{ succeeded, failed int32 }
 // one statement for the batch. While a group has others open, held items
 // (max_parallel) are released in the ended ones' place; a group whose
 // last item ended ends by its step's min_success (groupEnded).
-func countItemEnds(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ends map[uuid.UUID]*itemEnds) error {
+func (ap *applying) countItemEnds(ctx context.Context, ends map[uuid.UUID]*itemEnds) error {
 	if len(ends) == 0 {
 		return nil
 	}
 	var p store.CountItemEndsParams
-	for _, g := range slices.SortedFunc(maps.Keys(ends), func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }) {
+	for _, g := range slices.SortedFunc(maps.Keys(ends), func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) }) {
 		p.Ids = append(p.Ids, g)
 		p.Succeeded = append(p.Succeeded, ends[g].succeeded)
 		p.Failed = append(p.Failed, ends[g].failed)
 	}
-	groups, err := q.CountItemEnds(ctx, p)
+	groups, err := ap.q.CountItemEnds(ctx, p)
 	if err != nil {
 		return err
 	}
-	a.Failpoints.Hit(FailpointItemCounted)
+	ap.Failpoints.Hit(FailpointItemCounted)
 	var next []dispatch.Ready
 	for _, g := range groups {
 		if g.ItemsOpen > 0 && g.Release > 0 {
-			if next, err = appendHeld(ctx, q, next, g.ID, g.Release); err != nil {
+			if next, err = ap.appendHeld(ctx, next, g.ID, g.Release); err != nil {
 				return err
 			}
 		}
 	}
-	if err := releaseWaiting(ctx, q, tx, a, next); err != nil {
+	if err := ap.releaseWaiting(ctx, next); err != nil {
 		return err
 	}
 	for _, g := range groups {
 		if g.ItemsOpen == 0 {
-			if err := groupEnded(ctx, q, tx, a, g); err != nil {
+			if err := ap.groupEnded(ctx, g); err != nil {
 				return err
 			}
 		}
@@ -326,15 +325,15 @@ func countItemEnds(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier,
 // groupEnded ends a group whose items all ended, by its step's
 // min_success (lifecycle.GroupEnded); what is below it settles, and the
 // run finishes when nothing else is left.
-func groupEnded(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, g store.CountItemEndsRow) error {
-	runs, err := q.ConditionRuns(ctx, []uuid.UUID{g.RunID})
+func (ap *applying) groupEnded(ctx context.Context, g store.CountItemEndsRow) error {
+	runs, err := ap.q.ConditionRuns(ctx, []uuid.UUID{g.RunID})
 	if err != nil {
 		return err
 	}
 	if len(runs) == 0 {
 		return fmt.Errorf("fan-out %s: run %s not found", g.ID, g.RunID)
 	}
-	spec, err := specs.get(ctx, tx, runs[0].JobID, runs[0].JobVersion)
+	spec, err := specs.get(ctx, ap.tx, runs[0].JobID, runs[0].JobVersion)
 	if err != nil {
 		return err
 	}
@@ -343,52 +342,48 @@ func groupEnded(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, g 
 		need = spec.Steps[idx].MinSuccess.Need(need)
 	}
 	status, reason := lifecycle.GroupEnded(int(g.ItemsTotal), int(g.ItemsSucceeded), need)
-	if _, err := q.EndGroup(ctx, store.EndGroupParams{ID: g.ID, Status: status, Reason: reason}); err != nil {
+	if _, err := ap.q.EndGroup(ctx, store.EndGroupParams{ID: g.ID, Status: status, Reason: reason}); err != nil {
 		return err
 	}
 	if status == lifecycle.TaskSucceeded {
-		err = releaseChildren(ctx, q, tx, a, g.ID)
+		err = ap.releaseChildren(ctx, g.ID)
 	} else {
-		err = propagate(ctx, q, tx, a, g.RunID, g.ID, status)
+		err = ap.propagate(ctx, g.RunID, g.ID, status)
 	}
 	if err != nil {
 		return err
 	}
-	return finishRun(ctx, tx, a, g.RunID, spec.Overlap == dag.OverlapQueue)
+	return ap.finishRun(ctx, g.RunID, spec.Overlap == dag.OverlapQueue)
 }
 
-// FinishItemAttempts is FinishAttempt for a batch of reports on items of
-// fan-outs (Shape known, Item), their runs locked by the caller (in key
-// order, before anything else of theirs): every attempt in one statement,
-// their ends counted in their groups in one more (countItemEnds), the
-// retries released, and stale reports recorded on their attempts.
-func (a *Applier) FinishItemAttempts(ctx context.Context, tx pgx.Tx, reports []Report) ([]bool, error) {
-	q := store.New(tx)
-	finishes := make([]lifecycle.Finish, len(reports))
-	for i, r := range reports {
-		if r.Shape == nil || !r.Shape.Item {
-			return nil, fmt.Errorf("task %s: not an item of a fan-out", r.TaskID)
-		}
-		finishes[i] = r.finish(r.Shape)
-		reports[i].Result = r.Result.Storable()
+// finishItems finishes the reports at idx, on items of fan-outs, their
+// runs locked: every attempt in one statement, their ends counted in
+// their groups in one more (countItemEnds), the retries released, and
+// stale reports recorded on their attempts.
+func (ap *applying) finishItems(ctx context.Context, all []Report, idx []int, accepted []bool) error {
+	if len(idx) == 0 {
+		return nil
 	}
-	done, err := completeAttempts(ctx, q, reports, finishes)
+	reports, finishes := make([]Report, len(idx)), make([]lifecycle.Finish, len(idx))
+	for k, i := range idx {
+		reports[k], finishes[k] = all[i], all[i].finish(all[i].Shape)
+	}
+	done, err := ap.completeAttempts(ctx, reports, finishes)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	accepted := make([]bool, len(reports))
 	var retries []dispatch.Ready
 	ends := map[uuid.UUID]*itemEnds{}
-	for i, r := range reports {
-		f := finishes[i]
+	for k, r := range reports {
+		f := finishes[k]
 		t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
 		if !ok {
-			if err := lateReport(ctx, q, r, f.Outcome); err != nil {
-				return nil, err
+			if err := ap.lateReport(ctx, r, f.Outcome); err != nil {
+				return err
 			}
 			continue
 		}
-		accepted[i] = true
+		accepted[idx[k]] = true
 		switch {
 		case f.Task == lifecycle.TaskRetrying:
 			retries = append(retries, retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
@@ -405,18 +400,8 @@ func (a *Applier) FinishItemAttempts(ctx context.Context, tx pgx.Tx, reports []R
 			}
 		}
 	}
-	if err := a.Dispatcher.Release(ctx, tx, retries); err != nil {
-		return nil, err
+	if err := ap.Dispatcher.Release(ctx, ap.tx, retries); err != nil {
+		return err
 	}
-	return accepted, countItemEnds(ctx, q, tx, a, ends)
-}
-
-// LockRuns locks runs in key order: a batch of reports does, before it
-// writes anything of theirs, so that two batches wait for each other in
-// one order.
-func LockRuns(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	return store.New(tx).LockRuns(ctx, ids)
+	return ap.countItemEnds(ctx, ends)
 }

@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -58,80 +59,154 @@ func (r Report) finish(shape *Shape) lifecycle.Finish {
 // leaseLapsed is whether a report applies only to a lapsed lease.
 func (r Report) leaseLapsed() bool { return r.Expired || r.LeaseLost }
 
-// FinishAttempt records an attempt's outcome if its fencing token is still
-// the task's (invariant 5), in one transaction with its consequences: on
-// success the children whose last parent this was are released
-// (invariant 4); on failure the task retries after a backoff or, out of
-// attempts or not retryable, is dead-lettered and its waiting descendants
-// fail upstream; when the run has nothing left to do it finishes, and a run
-// held back by overlap: queue starts. A stale report is recorded on its
-// attempt and changes nothing else; FinishAttempt then returns false.
-func (a *Applier) FinishAttempt(ctx context.Context, tx pgx.Tx, r Report) (bool, error) {
-	r.Result = r.Result.Storable()
-	q := store.New(tx)
-	shape := r.Shape
-	if shape == nil {
-		pol, err := q.TaskRetryPolicy(ctx, r.TaskID)
-		if store.IsNotFound(err) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		spec, err := specs.get(ctx, tx, pol.JobID, pol.JobVersion)
-		if err != nil {
-			return false, err
-		}
-		sh, ok := shapeOf(spec, pol.Step, int(pol.Attempt))
-		if !ok {
-			return false, fmt.Errorf("task %s: step %q is not in its job version", r.TaskID, pol.Step)
-		}
-		shape = &sh
+// Finish records a batch of ended attempts in the caller's transaction,
+// with their consequences: a worker's or a remote worker's reports, the
+// reaper's lapsed leases, job steps whose child run ended. It is the one
+// way an attempt's end is written. Each report is taken if its fencing
+// token is still its task's (invariant 5): on success the children whose
+// last parent this was are released (invariant 4); on failure the task
+// retries after a backoff or, out of attempts or not retryable, is
+// dead-lettered and its waiting descendants fail upstream; a run with
+// nothing left to do finishes, and a run held back by overlap: queue
+// starts. A stale report is recorded on its attempt and changes nothing
+// else. Finish returns, per report, whether it was taken (false too for a
+// task that is gone).
+//
+// The lock order, the same for every batch (docs/lifecycle.md): the
+// reports on runs of one task first, in one statement, their task's row
+// ordering them (no run lock); then the runs of the others, all at once
+// in key order; then the items of fan-outs, together; then the others one
+// at a time in run order, so that the last task of a run sees the others
+// ended.
+func (a *Applier) Finish(ctx context.Context, tx pgx.Tx, reports []Report) ([]bool, error) {
+	return a.in(tx).finish(ctx, reports)
+}
+
+// finish is Finish.
+func (ap *applying) finish(ctx context.Context, reports []Report) ([]bool, error) {
+	reports = slices.Clone(reports)
+	known, err := ap.shapes(ctx, reports)
+	if err != nil {
+		return nil, err
 	}
-	if shape.SingleTask {
-		r.Shape = shape
-		ok, err := a.FinishSoleAttempts(ctx, tx, []Report{r})
-		if err != nil {
-			return false, err
+	var sole, items, other []int
+	var runs []uuid.UUID // of the items and the others
+	for i := range reports {
+		r := &reports[i]
+		r.Result = r.Result.Storable()
+		switch {
+		case !known[i]:
+		case r.Shape.SingleTask:
+			sole = append(sole, i)
+		case r.Shape.Item:
+			items = append(items, i)
+			runs = append(runs, r.RunID)
+		default:
+			other = append(other, i)
+			runs = append(runs, r.RunID)
 		}
-		return ok[0], nil
 	}
-	// Tasks of one run finish one at a time, so that the last sees all
-	// terminal. Lock order: the run, then its tasks.
-	if _, err := q.LockRunOfTask(ctx, r.TaskID); err != nil {
-		if store.IsNotFound(err) {
-			return false, nil
+	slices.SortStableFunc(other, func(x, y int) int { return slices.Compare(reports[x].RunID[:], reports[y].RunID[:]) })
+	accepted := make([]bool, len(reports))
+	if err := ap.finishSole(ctx, reports, sole, accepted); err != nil {
+		return nil, err
+	}
+	if len(runs) > 0 {
+		if err := ap.q.LockRuns(ctx, runs); err != nil {
+			return nil, err
 		}
-		return false, err
 	}
-	f := r.finish(shape)
-	done, err := completeAttempts(ctx, q, []Report{r}, []lifecycle.Finish{f})
+	if err := ap.finishItems(ctx, reports, items, accepted); err != nil {
+		return nil, err
+	}
+	for _, i := range other {
+		if accepted[i], err = ap.finishOne(ctx, reports[i]); err != nil {
+			return nil, err
+		}
+	}
+	return accepted, nil
+}
+
+// shapes fills in the Shape and RunID of the reports that did not carry
+// them (the reaper's, a job step's), reading their tasks in one
+// statement, and says which reports' tasks exist.
+func (ap *applying) shapes(ctx context.Context, reports []Report) ([]bool, error) {
+	known := make([]bool, len(reports))
+	var ids []uuid.UUID
+	for i, r := range reports {
+		known[i] = r.Shape != nil && r.RunID != uuid.Nil
+		if !known[i] {
+			ids = append(ids, r.TaskID)
+		}
+	}
+	if len(ids) == 0 {
+		return known, nil
+	}
+	rows, err := ap.q.TaskShapes(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]specKey, len(rows))
+	byTask := make(map[uuid.UUID]store.TaskShapesRow, len(rows))
+	for i, t := range rows {
+		keys[i] = specKey{t.JobID, t.JobVersion}
+		byTask[t.ID] = t
+	}
+	got, err := specs.getMany(ctx, ap.tx, keys)
+	if err != nil {
+		return nil, err
+	}
+	for i := range reports {
+		r := &reports[i]
+		t, ok := byTask[r.TaskID]
+		if known[i] || !ok {
+			continue
+		}
+		r.RunID = t.RunID
+		if r.Shape == nil {
+			sh, ok := shapeOf(got[specKey{t.JobID, t.JobVersion}], t.Step, int(t.Attempt))
+			if !ok {
+				return nil, fmt.Errorf("task %s: step %q is not in its job version", r.TaskID, t.Step)
+			}
+			r.Shape = &sh
+		}
+		known[i] = true
+	}
+	return known, nil
+}
+
+// finishOne finishes the report of a task of a run of several, its run
+// locked: tasks of one run finish one at a time, so that the last sees
+// all terminal (lock order: the run, then its tasks).
+func (ap *applying) finishOne(ctx context.Context, r Report) (bool, error) {
+	f := r.finish(r.Shape)
+	done, err := ap.completeAttempts(ctx, []Report{r}, []lifecycle.Finish{f})
 	if err != nil {
 		return false, err
 	}
 	t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
 	if !ok {
-		return false, lateReport(ctx, q, r, f.Outcome)
+		return false, ap.lateReport(ctx, r, f.Outcome)
 	}
 	switch {
 	case f.Task == lifecycle.TaskRetrying:
-		return true, a.Dispatcher.Release(ctx, tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
+		return true, ap.Dispatcher.Release(ctx, ap.tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
 	case t.GroupID != nil: // an item of a fan-out: its group counts its end
 		e := &itemEnds{succeeded: 1}
 		if f.Task != lifecycle.TaskSucceeded {
 			e = &itemEnds{failed: 1}
 		}
-		return true, countItemEnds(ctx, q, tx, a, map[uuid.UUID]*itemEnds{*t.GroupID: e})
+		return true, ap.countItemEnds(ctx, map[uuid.UUID]*itemEnds{*t.GroupID: e})
 	case f.ReleaseChildren:
-		if err := releaseChildren(ctx, q, tx, a, r.TaskID); err != nil {
+		if err := ap.releaseChildren(ctx, r.TaskID); err != nil {
 			return false, err
 		}
 	case f.FailDescendants:
-		if err := propagate(ctx, q, tx, a, t.RunID, r.TaskID, lifecycle.TaskDeadLettered); err != nil {
+		if err := ap.propagate(ctx, t.RunID, r.TaskID, lifecycle.TaskDeadLettered); err != nil {
 			return false, err
 		}
 	}
-	return true, finishRun(ctx, tx, a, t.RunID, f.PromoteHeld)
+	return true, ap.finishRun(ctx, t.RunID, f.PromoteHeld)
 }
 
 // retryOf is the release of a task f retries, its backoff counted from
@@ -148,59 +223,55 @@ func retryOf(task, tenant uuid.UUID, queue string, priority int32, now time.Time
 
 // lateReport records a report whose fencing token is no longer the task's
 // on its attempt (unless the reaper made it: then there is nothing to say).
-func lateReport(ctx context.Context, q *store.Queries, r Report, outcome lifecycle.AttemptOutcome) error {
+func (ap *applying) lateReport(ctx context.Context, r Report, outcome lifecycle.AttemptOutcome) error {
 	if r.Expired {
 		return nil
 	}
-	return q.RecordLateReport(ctx, store.RecordLateReportParams{TaskID: r.TaskID, FencingToken: r.FencingToken, Outcome: string(outcome), Error: r.Result.Error})
+	return ap.q.RecordLateReport(ctx, store.RecordLateReportParams{TaskID: r.TaskID, FencingToken: r.FencingToken, Outcome: string(outcome), Error: r.Result.Error})
 }
 
-// FinishSoleAttempts is FinishAttempt for a batch of reports on runs of
-// one task each (Shape known, SingleTask): every task, its attempt and,
-// when the task ends, its run, in one statement; then, in the same
-// transaction, the retries are released, the runs overlap: queue held back
-// start, and stale reports are recorded on their attempts. Such a run
-// needs no run lock: its one task's row, locked by the update, is what
-// orders the writes of the run.
-func (a *Applier) FinishSoleAttempts(ctx context.Context, tx pgx.Tx, reports []Report) ([]bool, error) {
-	q := store.New(tx)
-	finishes := make([]lifecycle.Finish, len(reports))
-	for i, r := range reports {
-		if r.Shape == nil || !r.Shape.SingleTask {
-			return nil, fmt.Errorf("task %s: not the only task of its run", r.TaskID)
-		}
-		finishes[i] = r.finish(r.Shape)
-		reports[i].Result = r.Result.Storable() // for lateReport too
+// finishSole finishes the reports at idx, on runs of one task each:
+// every task, its attempt and, when the task ends, its run, in one
+// statement; then the retries are released, the runs overlap: queue held
+// back start, and stale reports are recorded on their attempts. Such a
+// run needs no run lock: its one task's row, locked by the update, is
+// what orders the writes of the run.
+func (ap *applying) finishSole(ctx context.Context, all []Report, idx []int, accepted []bool) error {
+	if len(idx) == 0 {
+		return nil
 	}
-	done, err := completeAttempts(ctx, q, reports, finishes)
+	reports, finishes := make([]Report, len(idx)), make([]lifecycle.Finish, len(idx))
+	for k, i := range idx {
+		reports[k], finishes[k] = all[i], all[i].finish(all[i].Shape)
+	}
+	done, err := ap.completeAttempts(ctx, reports, finishes)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	accepted := make([]bool, len(reports))
 	var retries []dispatch.Ready
-	for i, r := range reports {
-		f := finishes[i]
+	for k, r := range reports {
+		f := finishes[k]
 		t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
 		if !ok {
-			if err := lateReport(ctx, q, r, f.Outcome); err != nil {
-				return nil, err
+			if err := ap.lateReport(ctx, r, f.Outcome); err != nil {
+				return err
 			}
 			continue
 		}
-		accepted[i] = true
+		accepted[idx[k]] = true
 		if f.Run != "" {
-			a.finished(tx, f.Run)
+			ap.finished(ap.tx, f.Run)
 		}
 		switch {
 		case f.Task == lifecycle.TaskRetrying:
 			retries = append(retries, retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
 		case f.PromoteHeld && t.JobID != nil:
-			if err := promoteQueued(ctx, tx, a, *t.JobID); err != nil {
-				return nil, err
+			if err := ap.promoteQueued(ctx, *t.JobID); err != nil {
+				return err
 			}
 		}
 	}
-	return accepted, a.Dispatcher.Release(ctx, tx, retries)
+	return ap.Dispatcher.Release(ctx, ap.tx, retries)
 }
 
 // attemptKey names an attempt by task and fencing token: a stale report may
@@ -214,7 +285,7 @@ type attemptKey struct {
 // as finishes say, in one statement (CompleteAttempts): each task, its
 // attempt and, where the finish ends the run (a one-task run), the run. It
 // returns the rows of the reports it took; a stale report has none.
-func completeAttempts(ctx context.Context, q *store.Queries, reports []Report, finishes []lifecycle.Finish) (map[attemptKey]store.CompleteAttemptsRow, error) {
+func (ap *applying) completeAttempts(ctx context.Context, reports []Report, finishes []lifecycle.Finish) (map[attemptKey]store.CompleteAttemptsRow, error) {
 	p := store.CompleteAttemptsParams{}
 	for i, r := range reports {
 		f, res := finishes[i], r.Result
@@ -232,7 +303,7 @@ func completeAttempts(ctx context.Context, q *store.Queries, reports []Report, f
 		p.RunReasons = append(p.RunReasons, f.RunReason)
 		p.Expired = append(p.Expired, r.leaseLapsed())
 	}
-	rows, err := q.CompleteAttempts(ctx, p)
+	rows, err := ap.q.CompleteAttempts(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -245,17 +316,17 @@ func completeAttempts(ctx context.Context, q *store.Queries, reports []Report, f
 
 // finishRun finishes the run when none of its tasks is left to run, and
 // then starts the job's run that overlap: queue held back.
-func finishRun(ctx context.Context, tx pgx.Tx, a *Applier, runID uuid.UUID, queueOverlap bool) error {
-	row, err := store.New(tx).FinishRunIfDone(ctx, runID)
+func (ap *applying) finishRun(ctx context.Context, runID uuid.UUID, queueOverlap bool) error {
+	row, err := store.New(ap.tx).FinishRunIfDone(ctx, runID)
 	if store.IsNotFound(err) {
 		return nil // tasks remain, or the run finished already (cancelled)
 	}
 	if err != nil {
 		return err
 	}
-	a.finished(tx, lifecycle.RunStatus(row.Status))
+	ap.finished(ap.tx, lifecycle.RunStatus(row.Status))
 	if !queueOverlap {
 		return nil
 	}
-	return promoteQueued(ctx, tx, a, row.JobID)
+	return ap.promoteQueued(ctx, row.JobID)
 }

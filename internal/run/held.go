@@ -16,16 +16,15 @@ import (
 // firing transaction that saw the finishing run as active may be holding
 // one back at this very moment, not yet visible here (READ COMMITTED);
 // PromoteStranded, run by the reaper, starts such a run.
-func promoteQueued(ctx context.Context, tx pgx.Tx, a *Applier, jobID uuid.UUID) error {
-	q := store.New(tx)
-	next, err := q.PromoteQueuedRun(ctx, jobID)
+func (ap *applying) promoteQueued(ctx context.Context, jobID uuid.UUID) error {
+	next, err := ap.q.PromoteQueuedRun(ctx, jobID)
 	if store.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	roots, err := q.RootTasks(ctx, next)
+	roots, err := ap.q.RootTasks(ctx, next)
 	if err != nil {
 		return err
 	}
@@ -33,19 +32,20 @@ func promoteQueued(ctx context.Context, tx pgx.Tx, a *Applier, jobID uuid.UUID) 
 	for i, t := range roots {
 		cands[i] = candidate{dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0), t.RunID, t.Step, t.Conditional, t.FanOut, t.JobStep}
 	}
-	return release(ctx, q, tx, a, cands)
+	return ap.release(ctx, cands)
 }
 
 // PromoteStranded starts, for up to batch jobs, the run that overlap: queue
 // holds back while no run of the job is active any more (see
 // promoteQueued). It returns how many it started.
 func (a *Applier) PromoteStranded(ctx context.Context, tx pgx.Tx, batch int) (int, error) {
-	jobs, err := store.New(tx).JobsWithStrandedQueuedRuns(ctx, int32(batch))
+	ap := a.in(tx)
+	jobs, err := ap.q.JobsWithStrandedQueuedRuns(ctx, int32(batch))
 	if err != nil {
 		return 0, err
 	}
 	for _, j := range jobs {
-		if err := promoteQueued(ctx, tx, a, j); err != nil {
+		if err := ap.promoteQueued(ctx, j); err != nil {
 			return 0, err
 		}
 	}

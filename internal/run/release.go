@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/resources"
@@ -30,8 +29,8 @@ type candidate struct {
 
 // releaseChildren counts a succeeded parent for each waiting child and
 // releases the children whose count reaches zero (invariant 4).
-func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, parent uuid.UUID) error {
-	children, err := q.DecrementChildren(ctx, parent)
+func (ap *applying) releaseChildren(ctx context.Context, parent uuid.UUID) error {
+	children, err := ap.q.DecrementChildren(ctx, parent)
 	if err != nil {
 		return err
 	}
@@ -39,14 +38,14 @@ func releaseChildren(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applie
 	for i, c := range children {
 		counted[i] = store.DecrementTasksRow(c)
 	}
-	return releaseCounted(ctx, q, tx, a, counted)
+	return ap.releaseCounted(ctx, counted)
 }
 
 // releaseCounted releases the tasks whose count of parents to wait for
 // reached zero (after DecrementChildren or DecrementTasks), each for the
 // attempt after its last: a task that ran before waits again below a
 // parent that runs again (a retried all_done step, a rerun).
-func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, tasks []store.DecrementTasksRow) error {
+func (ap *applying) releaseCounted(ctx context.Context, tasks []store.DecrementTasksRow) error {
 	var cands []candidate
 	for _, c := range tasks {
 		if c.ParentsRemaining == 0 {
@@ -54,7 +53,7 @@ func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier
 			cands = append(cands, candidate{rd, c.RunID, c.Step, c.Conditional, c.FanOut, c.JobStep})
 		}
 	}
-	return release(ctx, q, tx, a, cands)
+	return ap.release(ctx, cands)
 }
 
 // release releases waiting tasks with nothing left to wait for: each
@@ -64,7 +63,7 @@ func releaseCounted(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier
 // settles below them. A task whose step fans out is expanded (expand)
 // instead of queued, and one whose step runs a job starts its child run
 // (startCalls). A run that this ends is finished.
-func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands []candidate) error {
+func (ap *applying) release(ctx context.Context, cands []candidate) error {
 	var ready, conditional []candidate
 	for _, c := range cands {
 		if c.conditional {
@@ -76,10 +75,10 @@ func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands
 	var v verdicts
 	if len(conditional) > 0 {
 		var err error
-		if v, err = decideConditions(ctx, q, tx, conditional); err != nil {
+		if v, err = ap.decideConditions(ctx, conditional); err != nil {
 			return err
 		}
-		a.Failpoints.Hit(FailpointConditionsDecided)
+		ap.Failpoints.Hit(FailpointConditionsDecided)
 		ready = append(ready, v.release...)
 	}
 	var rs []dispatch.Ready
@@ -95,26 +94,26 @@ func release(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, cands
 		}
 	}
 	if len(rs) > 0 {
-		if err := releaseWaiting(ctx, q, tx, a, rs); err != nil {
+		if err := ap.releaseWaiting(ctx, rs); err != nil {
 			return err
 		}
 	}
 	if len(groups) > 0 {
-		if err := expand(ctx, q, tx, a, groups); err != nil {
+		if err := ap.expand(ctx, groups); err != nil {
 			return err
 		}
 	}
 	if len(calls) > 0 {
-		if err := startCalls(ctx, q, tx, a, calls); err != nil {
+		if err := ap.startCalls(ctx, calls); err != nil {
 			return err
 		}
 	}
-	return settle(ctx, q, tx, a, v)
+	return ap.settle(ctx, v)
 }
 
 // settle writes the verdicts' skips and failures, settles what they end
 // below them (propagate) and finishes the runs that this ends.
-func settle(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, v verdicts) error {
+func (ap *applying) settle(ctx context.Context, v verdicts) error {
 	if len(v.skip) == 0 && len(v.fail) == 0 {
 		return nil
 	}
@@ -125,11 +124,11 @@ func settle(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, v verd
 		write  func(ids []uuid.UUID, why []string) error
 	}{
 		{v.skip, lifecycle.TaskSkipped, func(ids []uuid.UUID, why []string) error {
-			_, err := q.SkipTasks(ctx, store.SkipTasksParams{Ids: ids, Reasons: why})
+			_, err := ap.q.SkipTasks(ctx, store.SkipTasksParams{Ids: ids, Reasons: why})
 			return err
 		}},
 		{v.fail, lifecycle.TaskDeadLettered, func(ids []uuid.UUID, why []string) error {
-			_, err := q.FailConditions(ctx, store.FailConditionsParams{Ids: ids, Errors: why})
+			_, err := ap.q.FailConditions(ctx, store.FailConditionsParams{Ids: ids, Errors: why})
 			return err
 		}},
 	} {
@@ -145,13 +144,13 @@ func settle(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, v verd
 		}
 		for _, c := range e.list {
 			ended[c.cand.run] = true
-			if err := propagate(ctx, q, tx, a, c.cand.run, c.cand.ready.TaskID, e.status); err != nil {
+			if err := ap.propagate(ctx, c.cand.run, c.cand.ready.TaskID, e.status); err != nil {
 				return err
 			}
 		}
 	}
 	for runID := range ended {
-		if err := finishRun(ctx, tx, a, runID, v.queueOverlap[runID]); err != nil {
+		if err := ap.finishRun(ctx, runID, v.queueOverlap[runID]); err != nil {
 			return err
 		}
 	}
@@ -160,11 +159,11 @@ func settle(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, v verd
 
 // releaseWaiting moves waiting tasks to queued (those Direct admits,
 // admitted) and releases them.
-func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, ready []dispatch.Ready) error {
+func (ap *applying) releaseWaiting(ctx context.Context, ready []dispatch.Ready) error {
 	if len(ready) == 0 {
 		return nil
 	}
-	if err := a.Dispatcher.Direct(ctx, tx, ready); err != nil {
+	if err := ap.Dispatcher.Direct(ctx, ap.tx, ready); err != nil {
 		return err
 	}
 	p := store.ReleaseTasksParams{Admitted: []uuid.UUID{}}
@@ -174,10 +173,10 @@ func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier
 			p.Admitted = append(p.Admitted, r.TaskID)
 		}
 	}
-	if err := q.ReleaseTasks(ctx, p); err != nil {
+	if err := ap.q.ReleaseTasks(ctx, p); err != nil {
 		return err
 	}
-	return a.Dispatcher.Release(ctx, tx, ready)
+	return ap.Dispatcher.Release(ctx, ap.tx, ready)
 }
 
 // propagate settles the descendants of a task of run that ended for good
@@ -189,7 +188,7 @@ func releaseWaiting(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier
 // having read only their own children); a cascade deeper than
 // shallowLevels reads the run's waiting edges once and walks them in
 // memory, so that no cascade costs a round trip per level.
-func propagate(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, run, ended uuid.UUID, status lifecycle.TaskStatus) error {
+func (ap *applying) propagate(ctx context.Context, run, ended uuid.UUID, status lifecycle.TaskStatus) error {
 	var marked, done []uuid.UUID
 	seen := map[uuid.UUID]bool{}
 	cascade := lifecycle.TaskUpstreamFailed
@@ -217,7 +216,7 @@ func propagate(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, run
 	parentStatus := status
 	frontier := []uuid.UUID{ended}
 	for level := 0; len(frontier) > 0 && level < shallowLevels; level++ {
-		rows, err := q.WaitingChildren(ctx, frontier)
+		rows, err := ap.q.WaitingChildren(ctx, frontier)
 		if err != nil {
 			return err
 		}
@@ -229,7 +228,7 @@ func propagate(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, run
 		parentStatus = cascade
 	}
 	if len(frontier) > 0 {
-		rows, err := q.WaitingEdgesOfRun(ctx, run)
+		rows, err := ap.q.WaitingEdgesOfRun(ctx, run)
 		if err != nil {
 			return err
 		}
@@ -252,9 +251,9 @@ func propagate(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, run
 			for i := range p.Reasons {
 				p.Reasons[i] = ReasonParentSkipped
 			}
-			_, err = q.SkipTasks(ctx, p)
+			_, err = ap.q.SkipTasks(ctx, p)
 		} else {
-			err = q.MarkUpstreamFailed(ctx, marked)
+			err = ap.q.MarkUpstreamFailed(ctx, marked)
 		}
 		if err != nil {
 			return err
@@ -263,11 +262,11 @@ func propagate(ctx context.Context, q *store.Queries, tx pgx.Tx, a *Applier, run
 	if len(done) == 0 {
 		return nil
 	}
-	rows, err := q.DecrementTasks(ctx, done)
+	rows, err := ap.q.DecrementTasks(ctx, done)
 	if err != nil {
 		return err
 	}
-	return releaseCounted(ctx, q, tx, a, rows)
+	return ap.releaseCounted(ctx, rows)
 }
 
 // ReasonParentSkipped is why a task skipped by a parent's skip was.

@@ -269,7 +269,7 @@ var ErrNotHeld = errors.New("no attempt of this task with this fencing token sta
 // RemoteReport checks that r is about an attempt that started on w, and
 // fills in its run and its step's shape; it returns the task's queue too. A worker reports
 // only what it claimed. The report is
-// then finished as a local worker's is (Applier.FinishAttempt), fenced by
+// then finished as a local worker's is (Applier.Finish), fenced by
 // its token: an attempt no longer w's (its lease lapsed, it was retried
 // elsewhere) records the report as late and changes nothing.
 func RemoteReport(ctx context.Context, db store.DBTX, w RemoteWorker, r Report) (Report, string, error) {

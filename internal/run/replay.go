@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
 	"github.com/orrery-dev/orrery/dag"
 
 	"github.com/google/uuid"
@@ -174,7 +175,7 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 			}
 		}
 		if len(revived) > 0 {
-			if err := release(ctx, q, tx, apply, revived); err != nil {
+			if err := apply.in(tx).release(ctx, revived); err != nil {
 				return err
 			}
 		}

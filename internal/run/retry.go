@@ -141,12 +141,13 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 	}); err != nil {
 		return err
 	}
-	if err := release(ctx, q, tx, apply, cands); err != nil {
+	ap := apply.in(tx)
+	if err := ap.release(ctx, cands); err != nil {
 		return err
 	}
 	// Every task to run again may have been skipped, or failed its
 	// condition: the run may be over already.
-	return finishRun(ctx, tx, apply, id, false)
+	return ap.finishRun(ctx, id, false)
 }
 
 // retryOverlap applies the job's overlap policy to a retry, as to a

@@ -614,7 +614,7 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 		}); err != nil {
 			return err
 		}
-		return promoteQueued(ctx, tx, s.applier(), r.JobID)
+		return s.applier().in(tx).promoteQueued(ctx, r.JobID)
 	})
 	if err != nil {
 		return nil, err

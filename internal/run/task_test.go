@@ -2,9 +2,10 @@ package run_test
 
 import (
 	"context"
-	"github.com/google/uuid"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
 
@@ -63,8 +64,8 @@ func TestSoleReportsBatchStaleBesideCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
-		_, err := (&run.Applier{Dispatcher: d}).FinishAttempt(ctx, tx, run.Report{TaskID: taskID, FencingToken: first.Call.FencingToken, Expired: true,
-			Result: executor.Result{ExitReason: executor.ReasonLeaseExpired, FailureClass: executor.ClassSystem, Retryable: true}})
+		_, err := (&run.Applier{Dispatcher: d}).Finish(ctx, tx, []run.Report{{TaskID: taskID, FencingToken: first.Call.FencingToken, Expired: true,
+			Result: executor.Result{ExitReason: executor.ReasonLeaseExpired, FailureClass: executor.ClassSystem, Retryable: true}}})
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func TestSoleReportsBatchStaleBesideCurrent(t *testing.T) {
 	var accepted []bool
 	if err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		accepted, err = (&run.Applier{Dispatcher: d}).FinishSoleAttempts(ctx, tx, []run.Report{
+		accepted, err = (&run.Applier{Dispatcher: d}).Finish(ctx, tx, []run.Report{
 			{TaskID: taskID, FencingToken: first.Call.FencingToken, Result: executor.Result{OK: true}, Shape: &first.Shape},
 			{TaskID: taskID, FencingToken: second.Call.FencingToken, Result: executor.Result{OK: true}, Shape: &second.Shape},
 		})

@@ -1315,32 +1315,49 @@ func (q *Queries) StepOutputs(ctx context.Context, arg StepOutputsParams) ([]Ste
 	return items, nil
 }
 
-const taskRetryPolicy = `-- name: TaskRetryPolicy :one
-SELECT t.step, t.attempt, r.job_id, r.job_version, t.group_id
+const taskShapes = `-- name: TaskShapes :many
+SELECT t.id, t.run_id, t.step, t.attempt, r.job_id, r.job_version
 FROM tasks AS t
 JOIN runs AS r ON r.id = t.run_id
-WHERE t.id = $1
+WHERE t.id = ANY($1::uuid[])
 `
 
-type TaskRetryPolicyRow struct {
+type TaskShapesRow struct {
+	ID         uuid.UUID
+	RunID      uuid.UUID
 	Step       string
 	Attempt    int32
 	JobID      uuid.UUID
 	JobVersion int64
-	GroupID    *uuid.UUID
 }
 
-func (q *Queries) TaskRetryPolicy(ctx context.Context, id uuid.UUID) (TaskRetryPolicyRow, error) {
-	row := q.db.QueryRow(ctx, taskRetryPolicy, id)
-	var i TaskRetryPolicyRow
-	err := row.Scan(
-		&i.Step,
-		&i.Attempt,
-		&i.JobID,
-		&i.JobVersion,
-		&i.GroupID,
-	)
-	return i, err
+// TaskShapes reads, for reports that did not carry them, each task's run,
+// step and attempt and the job version its run pinned.
+func (q *Queries) TaskShapes(ctx context.Context, ids []uuid.UUID) ([]TaskShapesRow, error) {
+	rows, err := q.db.Query(ctx, taskShapes, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []TaskShapesRow{}
+	for rows.Next() {
+		var i TaskShapesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.RunID,
+			&i.Step,
+			&i.Attempt,
+			&i.JobID,
+			&i.JobVersion,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const waitingChildren = `-- name: WaitingChildren :many

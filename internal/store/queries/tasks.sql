@@ -186,11 +186,13 @@ SELECT b.id, b.fencing_token, b.past_deadline::bool AS past_deadline FROM by_wor
 UNION ALL
 SELECT o.id, o.fencing_token, o.past_deadline::bool AS past_deadline FROM own AS o;
 
--- name: TaskRetryPolicy :one
-SELECT t.step, t.attempt, r.job_id, r.job_version, t.group_id
+-- TaskShapes reads, for reports that did not carry them, each task's run,
+-- step and attempt and the job version its run pinned.
+-- name: TaskShapes :many
+SELECT t.id, t.run_id, t.step, t.attempt, r.job_id, r.job_version
 FROM tasks AS t
 JOIN runs AS r ON r.id = t.run_id
-WHERE t.id = @id;
+WHERE t.id = ANY(@ids::uuid[]);
 
 -- WaitingChildren lists the waiting children of tasks, with their trigger rule.
 -- name: WaitingChildren :many
