@@ -960,7 +960,7 @@ func checkCalls(t *testing.T, pool *pgxpool.Pool, until time.Time) {
 		checked++
 		n, want := callN(at), "succeeded"
 		if n%7 == 0 {
-			want = "dead_lettered"
+			want = "failed"
 			failed++
 		}
 		if status != want || children != 1 || child != fmt.Sprintf("%s parent %d", want, n) {

@@ -461,13 +461,13 @@ spec:
 
 	// The runs page across jobs: the broken job's failed run with its
 	// first error; a trigger filter; a bad time is a 400 naming the field.
-	do("runs", chromedp.Navigate(base+"/runs?namespace=qa&status=dead_lettered"), chromedp.WaitVisible(css(`#runs tr[data-status="dead_lettered"]`)))
+	do("runs", chromedp.Navigate(base+"/runs?namespace=qa&status=failed"), chromedp.WaitVisible(css(`#runs tr[data-status="failed"]`)))
 	if s := text(`#runs`); !strings.Contains(s, "broken") || !strings.Contains(s, "exit code 1") {
 		t.Errorf("the runs page: %q", s)
 	}
 	screenshot(t, ctx, "runs")
 	// Its run's timeline: the failed attempt, labelled with its outcome.
-	do("a failed run's timeline", chromedp.Click(css(`#runs tr[data-status="dead_lettered"] td:first-child a`)), chromedp.WaitVisible(css(`#timeline g.try[data-outcome="failed"]`)))
+	do("a failed run's timeline", chromedp.Click(css(`#runs tr[data-status="failed"] td:first-child a`)), chromedp.WaitVisible(css(`#timeline g.try[data-outcome="failed"]`)))
 	if s := text(`#timeline`); !strings.Contains(s, "#1 failed") {
 		t.Errorf("the timeline: %q", s)
 	}

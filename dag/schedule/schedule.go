@@ -50,7 +50,21 @@ type After struct {
 }
 
 // AfterOutcomes are the outcomes an After may name: how a run ends.
+// dead_lettered is failed: a run whose task failed for good ended
+// dead_lettered in earlier versions, and a spec of theirs may name it.
 var AfterOutcomes = []string{"succeeded", "failed", "dead_lettered", "cancelled"}
+
+// Names says whether on (an After's outcomes) names a run that ended in
+// status, taking dead_lettered for failed on both sides (AfterOutcomes).
+func Names(on []string, status string) bool {
+	ended := func(s string) string {
+		if s == "dead_lettered" {
+			return "failed"
+		}
+		return s
+	}
+	return slices.ContainsFunc(on, func(o string) bool { return ended(o) == ended(status) })
+}
 
 // Outcomes is a.On, or succeeded when empty.
 func (a *After) Outcomes() []string {

@@ -45,7 +45,7 @@ func New() *Metrics {
 		}),
 		runsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orrery_runs_finished_total",
-			Help: "Runs that reached a terminal status, by outcome (succeeded, failed, dead_lettered, cancelled).",
+			Help: "Runs that reached a terminal status, by outcome (succeeded, failed, cancelled).",
 		}, []string{"outcome"}),
 		instantsSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orrery_instants_skipped_total",

@@ -33,9 +33,9 @@ func TestWorkerSandbox(t *testing.T) {
 		wantError string // in the attempt's error
 		wantAuth  string // the sink's Authorization; "" means no call
 	}{
-		{name: "defaults refuse loopback", cfg: worker.Config{Secrets: token}, status: "dead_lettered",
+		{name: "defaults refuse loopback", cfg: worker.Config{Secrets: token}, status: "failed",
 			wantError: "egress to 127.0.0.1 refused: loopback address (this worker's egress policy; allow it with --allow-egress 127.0.0.1/32)"},
-		{name: "defaults refuse the secret", cfg: worker.Config{AllowEgress: loopback}, status: "dead_lettered",
+		{name: "defaults refuse the secret", cfg: worker.Config{AllowEgress: loopback}, status: "failed",
 			wantError: `secret secret://env/ORRERY_TEST_WORKER_TOKEN: namespace "default/analytics" may not read this environment variable on this worker (--secret-env)`},
 		{name: "allowed", cfg: worker.Config{AllowEgress: loopback, Secrets: token}, status: "succeeded", wantAuth: "Bearer worker-token"},
 	}

@@ -349,7 +349,7 @@ func (s *Service) fillLastRuns(ctx context.Context, a Actor, jobs []*Job) error 
 		return err
 	}
 	for _, r := range rows {
-		byID[r.JobID].LastRun = &LastRun{ID: r.ID, Status: lifecycle.RunStatus(r.Status), ScheduledFor: r.ScheduledFor}
+		byID[r.JobID].LastRun = &LastRun{ID: r.ID, Status: lifecycle.RunStatus(r.Status).Ended(), ScheduledFor: r.ScheduledFor}
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func FinishAttempt(s Shape, e Ending, jitter func(int64) int64) Finish {
 	if s.SingleTask {
 		f.Run = RunSucceeded
 		if f.Task == TaskDeadLettered {
-			f.Run, f.RunReason = RunDeadLettered, DeadLetteredReason(1)
+			f.Run, f.RunReason = RunFailed, DeadLetteredReason(1)
 		}
 	}
 	return f

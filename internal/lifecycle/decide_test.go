@@ -38,7 +38,7 @@ func TestFinishAttempt(t *testing.T) {
 		{"not retryable dead-letters and fails descendants", with(func(s *Shape) { s.HasChildren = true }), Ending{},
 			Finish{Task: TaskDeadLettered, Outcome: AttemptFailed, FailDescendants: true, MayEndRun: true}},
 		{"a one-task run dead-letters with its task", with(func(s *Shape) { s.SingleTask = true }), Ending{},
-			Finish{Task: TaskDeadLettered, Outcome: AttemptFailed, Run: RunDeadLettered, RunReason: "1 task(s) dead-lettered", MayEndRun: true}},
+			Finish{Task: TaskDeadLettered, Outcome: AttemptFailed, Run: RunFailed, RunReason: "1 task(s) dead-lettered", MayEndRun: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -76,18 +76,30 @@ const (
 	RunRunning RunStatus = "running"
 	// RunSucceeded: every task succeeded or was skipped.
 	RunSucceeded RunStatus = "succeeded"
-	// RunFailed: tasks failed upstream with none dead-lettered or cancelled.
+	// RunFailed: a task failed for good (dead-lettered), or tasks failed
+	// upstream with none cancelled.
 	RunFailed RunStatus = "failed"
 	// RunSkipped: a record without tasks (misfire, overlap, storage quota).
 	RunSkipped RunStatus = "skipped"
 	// RunCancelled: cancelled, through the API or by cancel_previous.
 	RunCancelled RunStatus = "cancelled"
-	// RunDeadLettered: a task is dead-lettered.
+	// RunDeadLettered is how versions before the run status "failed"
+	// covered dead letters ended a run whose task was dead-lettered. It is
+	// written no more; runs of those versions keep it (a rolling upgrade
+	// may still write it), and it reads as RunFailed (Ended).
 	RunDeadLettered RunStatus = "dead_lettered"
 )
 
 // RunStatuses are all run statuses.
 var RunStatuses = []RunStatus{RunQueued, RunPending, RunRunning, RunSucceeded, RunFailed, RunSkipped, RunCancelled, RunDeadLettered}
+
+// Ended is s as a run ends today: RunDeadLettered is RunFailed.
+func (s RunStatus) Ended() RunStatus {
+	if s == RunDeadLettered {
+		return RunFailed
+	}
+	return s
+}
 
 // Active is whether a run in s counts for its job's overlap policy.
 func (s RunStatus) Active() bool { return s == RunQueued || s == RunPending || s == RunRunning }

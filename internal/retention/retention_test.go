@@ -59,7 +59,7 @@ func finishedRun(t *testing.T, pool *pgxpool.Pool, runs *run.Service, name, stat
 		`UPDATE tasks SET status = $2, finished_at = now() - $3::interval WHERE run_id = $1`,
 		`INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at, finished_at, outcome)
 		 SELECT gen_random_uuid(), id, tenant_id, 1, 1, 'w', now() - $3::interval, now() - $3::interval, 'succeeded' FROM tasks WHERE run_id = $1 AND $2 <> ''`,
-		`UPDATE runs SET status = CASE WHEN $2 = 'dead_lettered' THEN 'dead_lettered' ELSE 'succeeded' END, finished_at = now() - $3::interval WHERE id = $1`,
+		`UPDATE runs SET status = CASE WHEN $2 = 'dead_lettered' THEN 'failed' ELSE 'succeeded' END, finished_at = now() - $3::interval WHERE id = $1`,
 	} {
 		if _, err := pool.Exec(ctx, sql, r.ID, taskStatus, fmt.Sprintf("%d seconds", int(age.Seconds()))); err != nil {
 			t.Fatalf("%s: %v", sql, err)

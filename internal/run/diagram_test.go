@@ -211,7 +211,7 @@ func TestDiagram(t *testing.T) {
 	chain, retry, broken := trigger("chain"), trigger("retry"), trigger("broken")
 	runIs(chain.ID, "succeeded")
 	runIs(retry.ID, "succeeded")
-	runIs(broken.ID, "dead_lettered")
+	runIs(broken.ID, "failed")
 
 	// Cancelled: before any attempt (a queue no worker serves), while a
 	// step runs with another waiting below it, and during a backoff.
@@ -267,15 +267,15 @@ func TestDiagram(t *testing.T) {
 	create("again", dag.OverlapAllow, step{name: "a", do: "fail"})
 	create("reopened", dag.OverlapAllow, step{name: "a", do: "fail-then-block", key: "reopened"})
 	again, reopened := trigger("again"), trigger("reopened")
-	runIs(again.ID, "dead_lettered")
-	runIs(reopened.ID, "dead_lettered")
+	runIs(again.ID, "failed")
+	runIs(reopened.ID, "failed")
 	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "again"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	enginetest.WaitFor(t, 30*time.Second, "the replayed attempt fails", func() bool {
 		return enginetest.Int(t, pool, "SELECT count(*) FROM attempts a JOIN tasks t ON t.id = a.task_id WHERE t.run_id = $1 AND a.outcome = 'failed'", again.ID) == 2
 	})
-	runIs(again.ID, "dead_lettered")
+	runIs(again.ID, "failed")
 
 	// Conditions: a false one skips its step, and the step below it
 	// (all_success); one that cannot be evaluated dead-letters its step,
@@ -284,13 +284,13 @@ func TestDiagram(t *testing.T) {
 	create("unevaluable", dag.OverlapAllow, step{name: "a", do: "ok"}, step{name: "b", do: "ok", needs: []string{"a"}, when: "${{ steps.a.output.nope }}"})
 	skip, unevaluable := trigger("skip"), trigger("unevaluable")
 	runIs(skip.ID, "succeeded")
-	runIs(unevaluable.ID, "dead_lettered")
+	runIs(unevaluable.ID, "failed")
 	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, nil, job.Ref{Name: "unevaluable"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	enginetest.WaitFor(t, 30*time.Second, "the replayed condition fails again", func() bool {
 		return enginetest.Int(t, pool, `SELECT count(*) FROM transitions WHERE kind = 'tasks' AND from_status = 'dead_lettered' AND to_status = 'waiting'`) > 0 &&
-			status("SELECT status FROM runs WHERE id = $1", unevaluable.ID) == "dead_lettered"
+			status("SELECT status FROM runs WHERE id = $1", unevaluable.ID) == "failed"
 	})
 	// Fan-out: a group expanded into items that all succeed (two at a
 	// time), one whose item fails for good, one cancelled while its items
@@ -300,7 +300,7 @@ func TestDiagram(t *testing.T) {
 	create("fan-cancelled", dag.OverlapAllow, step{name: "each", do: "block", key: "fan-cancelled", forEach: "${{ [1, 2, 3] }}", maxParallel: 1})
 	fan, fanFails, fanCancelled := trigger("fan"), trigger("fan-fails"), trigger("fan-cancelled")
 	runIs(fan.ID, "succeeded")
-	runIs(fanFails.ID, "dead_lettered")
+	runIs(fanFails.ID, "failed")
 	taskIs(fanCancelled.ID, "each[0]", "running")
 	cancel(fanCancelled.ID)
 	runIs(fanCancelled.ID, "cancelled")
@@ -312,7 +312,7 @@ func TestDiagram(t *testing.T) {
 	lateSkip := trigger("late-skip")
 	taskIs(lateSkip.ID, "c", "upstream_failed")
 	close(gate("late-skip"))
-	runIs(lateSkip.ID, "dead_lettered")
+	runIs(lateSkip.ID, "failed")
 
 	// The cause fixed, the dead letters replayed: the step below it runs,
 	// and a reopened run is cancelled while it runs.

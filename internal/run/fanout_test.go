@@ -196,7 +196,7 @@ func TestFanOutOverAParentsOutput(t *testing.T) {
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM tasks WHERE run_id = $1 AND group_id IS NOT NULL", over); n != 0 {
 		t.Errorf("over the bound: %d items written", n)
 	}
-	if s := runStatus(over); s != "dead_lettered" {
+	if s := runStatus(over); s != "failed" {
 		t.Errorf("over the bound: run %s", s)
 	}
 	// One item of four failed: with all of them needed, the group fails
@@ -237,7 +237,7 @@ func TestMinSuccess(t *testing.T) {
 	for _, tt := range []struct {
 		min  string
 		want string
-	}{{`"50%"`, "succeeded"}, {`2`, "succeeded"}, {`3`, "dead_lettered"}, {`"51%"`, "dead_lettered"}} {
+	}{{`"50%"`, "succeeded"}, {`2`, "succeeded"}, {`3`, "failed"}, {`"51%"`, "failed"}} {
 		name := "min-" + strings.NewReplacer(`"`, "", "%", "pct").Replace(tt.min)
 		yaml := fmt.Sprintf(`apiVersion: orrery.dev/v1
 kind: Job
@@ -432,7 +432,7 @@ spec:
 	if _, err := runs.CancelRun(ctx, job.Anonymous, cancelled.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if s := queryString(t, pool, "SELECT status FROM runs WHERE id = $1", fails.ID); s != "dead_lettered" {
+	if s := queryString(t, pool, "SELECT status FROM runs WHERE id = $1", fails.ID); s != "failed" {
 		t.Fatalf("the failing run: %s", s)
 	}
 	healed.Store(true)

@@ -161,7 +161,7 @@ func fromListRow(r store.ListRunsRow) Run {
 		started = r.FirstStart
 	}
 	return Run{ID: r.ID, JobID: r.JobID, Namespace: r.Namespace, Job: r.JobName, JobVersion: r.JobVersion, Shard: int(r.Shard),
-		ScheduledFor: r.ScheduledFor.UTC(), Trigger: r.Trigger, Status: lifecycle.RunStatus(r.Status), Reason: r.Reason, CreatedAt: r.CreatedAt.UTC(),
+		ScheduledFor: r.ScheduledFor.UTC(), Trigger: r.Trigger, Status: lifecycle.RunStatus(r.Status).Ended(), Reason: r.Reason, CreatedAt: r.CreatedAt.UTC(),
 		StartedAt: started, FinishedAt: r.FinishedAt}
 }
 
@@ -222,10 +222,12 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 		p.Trigger = &f.Trigger
 	}
 	if f.Status != "" {
-		if _, err := lifecycle.ParseRunStatus(f.Status); err != nil {
+		st, err := lifecycle.ParseRunStatus(f.Status)
+		if err != nil {
 			return nil, "", &dag.FieldError{Field: "status", Message: err.Error()}
 		}
-		p.Status = &f.Status
+		status := string(st.Ended()) // dead_lettered, as clients of earlier versions ask: failed
+		p.Status = &status
 	}
 	rows, err := store.New(store.PlannedPerCall(s.pool)).ListRuns(ctx, p)
 	if err != nil {

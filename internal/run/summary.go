@@ -10,6 +10,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
@@ -156,7 +157,7 @@ func (s *Service) Summarize(ctx context.Context, a job.Actor, f SummaryFilter) (
 	for _, r := range hours {
 		i := int(r.Hour.Sub(first) / time.Hour)
 		if i >= 0 && i < len(out.Hours) {
-			out.Hours[i].ByStatus[string(r.Status)] += int(r.Runs)
+			out.Hours[i].ByStatus[string(lifecycle.RunStatus(r.Status).Ended())] += int(r.Runs)
 		}
 	}
 	for _, r := range failing {

@@ -132,7 +132,7 @@ func TestParamsAndOutputsFlowToChildren(t *testing.T) {
 		_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", r.ID).Scan(&status)
 		return status != "pending" && status != "running"
 	})
-	if status != string(lifecycle.RunFailed) && status != string(lifecycle.RunDeadLettered) {
+	if status != string(lifecycle.RunFailed) {
 		t.Errorf("run %s, want it failed by the step bad", status)
 	}
 	mu.Lock()
@@ -416,7 +416,7 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := finished(r.ID); s != "dead_lettered" {
+	if s := finished(r.ID); s != "failed" {
 		t.Fatalf("first pass: %s", s)
 	}
 	var cannot error

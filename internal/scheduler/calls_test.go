@@ -151,9 +151,9 @@ func TestJobStepRunsAChildRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRun(r2.ID, "dead_lettered")
+	waitRun(r2.ID, "failed")
 	child2, _ := childOf(r2.ID)
-	if s := statusOf(child2); s != "dead_lettered" {
+	if s := statusOf(child2); s != "failed" {
 		t.Errorf("child of a failed step is %s", s)
 	}
 	if e := enginetest.Int(t, pool, "SELECT count(*) FROM tasks WHERE run_id = $1 AND step = 'invoke' AND status = 'dead_lettered' AND last_error LIKE '%' || $2 || '%'", r2.ID, child2.String()); e != 1 {
@@ -213,7 +213,7 @@ func TestJobStepRunsAChildRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitRun(r.ID, "dead_lettered")
+		waitRun(r.ID, "failed")
 		var why string
 		if err := pool.QueryRow(ctx, "SELECT last_error FROM tasks WHERE run_id = $1", r.ID).Scan(&why); err != nil {
 			t.Fatal(err)
@@ -252,11 +252,11 @@ func TestJobStepRunsAChildRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRun(top.ID, "dead_lettered")
+	waitRun(top.ID, "failed")
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE j.name IN ('ping', 'pong')"); n != run.MaxCallDepth+1 {
 		t.Errorf("a cycle wrote %d runs; want %d (the depth limit)", n, run.MaxCallDepth+1)
 	}
-	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE j.name IN ('ping', 'pong') AND r.status <> 'dead_lettered'"); n != 0 {
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE j.name IN ('ping', 'pong') AND r.status <> 'failed'"); n != 0 {
 		t.Errorf("%d runs of the cycle did not fail", n)
 	}
 
@@ -344,7 +344,7 @@ func TestJobStepRunsAChildRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRun(denied.ID, "dead_lettered")
+	waitRun(denied.ID, "failed")
 	if why := enginetest.Int(t, pool, "SELECT count(*) FROM tasks WHERE run_id = $1 AND last_error LIKE 'run.job: the key that last wrote default/carols may no longer run default/leaf%'", denied.ID); why != 1 {
 		t.Errorf("the step of a job whose author lost the right: %v", taskErrors(t, pool, denied.ID))
 	}

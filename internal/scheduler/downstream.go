@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -269,7 +268,7 @@ func (s *Scheduler) downstreamRuns(ctx context.Context, q *store.Queries, events
 		}
 		var ends []upstreamEnd
 		for _, e := range events {
-			if e.TenantID != d.TenantID || e.Namespace != d.UpstreamNamespace || e.Name != d.UpstreamName || !slices.Contains(d.Outcomes, e.Status) {
+			if e.TenantID != d.TenantID || e.Namespace != d.UpstreamNamespace || e.Name != d.UpstreamName || !schedule.Names(d.Outcomes, e.Status) {
 				continue
 			}
 			k := endKey{e.RunID, e.FinishedAt}

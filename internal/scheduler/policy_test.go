@@ -476,7 +476,7 @@ func TestStepTimeoutDeadLettersTheLastAttempt(t *testing.T) {
 		return count(t, pool, "SELECT count(*) FROM tasks t JOIN runs r ON r.id = t.run_id WHERE r.job_id = $1 AND t.status = 'dead_lettered'", j.ID) == 1
 	})
 	runs := jobRuns(t, pool, j.ID, "")
-	if len(runs) != 1 || runs[0].Status != "dead_lettered" || !strings.Contains(runs[0].Reason, "dead-lettered") || runs[0].FinishedAt == nil {
+	if len(runs) != 1 || runs[0].Status != "failed" || !strings.Contains(runs[0].Reason, "dead-lettered") || runs[0].FinishedAt == nil {
 		t.Fatalf("the run should be dead-lettered with the reason:%s", dump(runs))
 	}
 	atts := attemptsOf(t, pool, j.ID)

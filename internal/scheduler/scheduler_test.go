@@ -86,7 +86,7 @@ func TestRetriesThenDeadLetter(t *testing.T) {
 	waitFor(t, 30*time.Second, "the task is dead-lettered after 2 attempts", func() bool {
 		return count(t, pool, "SELECT count(*) FROM tasks WHERE status = 'dead_lettered' AND attempt = 2") == 1
 	})
-	if n := count(t, pool, "SELECT count(*) FROM runs WHERE status = 'dead_lettered'"); n != 1 {
+	if n := count(t, pool, "SELECT count(*) FROM runs WHERE status = 'failed'"); n != 1 {
 		t.Fatalf("run status: %d dead-lettered runs", n)
 	}
 	if n := count(t, pool, "SELECT count(*) FROM attempts WHERE outcome = 'failed' AND error = 'boom'"); n != 2 {

@@ -583,7 +583,8 @@ func (q *Queries) RunningAttemptsOfRuns(ctx context.Context, runIds []uuid.UUID)
 
 const takeRunFinishes = `-- name: TakeRunFinishes :many
 SELECT f.run_id, f.status, f.finished_at, r.job_id, r.tenant_id, r.shard, r.scheduled_for, r.trigger, r.started_at,
-       r.reason, COALESCE(r.trace_parent, '')::text AS trace_parent, j.version AS job_version
+       r.reason, COALESCE(r.trace_parent, '')::text AS trace_parent, j.version AS job_version,
+       EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = f.run_id AND t.status = 'dead_lettered') AS dead_letters
 FROM run_finishes AS f JOIN runs AS r ON r.id = f.run_id JOIN jobs AS j ON j.id = r.job_id
 WHERE f.shard = ANY($1::int[])
 ORDER BY f.shard, f.finished_at
@@ -609,10 +610,12 @@ type TakeRunFinishesRow struct {
 	Reason       string
 	TraceParent  string
 	JobVersion   int64
+	DeadLetters  bool
 }
 
-// TakeRunFinishes locks a batch of the finish events of the shards; the
-// caller deletes them in the same transaction.
+// TakeRunFinishes locks a batch of the finish events of the shards, with
+// whether each run has a dead-lettered task; the caller deletes them in
+// the same transaction.
 func (q *Queries) TakeRunFinishes(ctx context.Context, arg TakeRunFinishesParams) ([]TakeRunFinishesRow, error) {
 	rows, err := q.db.Query(ctx, takeRunFinishes, arg.Shards, arg.Batch)
 	if err != nil {
@@ -635,6 +638,7 @@ func (q *Queries) TakeRunFinishes(ctx context.Context, arg TakeRunFinishesParams
 			&i.Reason,
 			&i.TraceParent,
 			&i.JobVersion,
+			&i.DeadLetters,
 		); err != nil {
 			return nil, err
 		}

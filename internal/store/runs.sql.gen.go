@@ -1118,7 +1118,8 @@ WHERE r.tenant_id = $1
   AND ($3::text IS NULL OR j.namespace = $3::text)
   AND ($4::text IS NULL OR r.trigger = $4::text)
   AND ($5::text IS NULL
-       OR (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END) = $5::text)
+       OR (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running'
+                WHEN r.status = 'dead_lettered' THEN 'failed' ELSE r.status END) = $5::text)
   AND ($6::timestamptz IS NULL OR r.scheduled_for >= $6::timestamptz)
   AND ($7::timestamptz IS NULL OR r.scheduled_for < $7::timestamptz)
   AND (NOT $8::bool OR j.namespace = ANY($9::text[])

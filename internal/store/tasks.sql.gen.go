@@ -575,8 +575,7 @@ WITH r AS (
 UPDATE runs
 SET status = CASE
         WHEN c.total = c.succeeded + c.skipped THEN 'succeeded'
-        WHEN c.dead > 0 THEN 'dead_lettered'
-        WHEN c.cancelled > 0 THEN 'cancelled'
+        WHEN c.dead = 0 AND c.cancelled > 0 THEN 'cancelled'
         ELSE 'failed' END,
     reason = CASE
         WHEN c.total = c.succeeded + c.skipped OR (c.dead = 0 AND c.cancelled > 0) THEN ''
@@ -619,8 +618,8 @@ type FinishRunIfDoneRow struct {
 }
 
 // FinishRunIfDone derives a run's status from its tasks once none is left
-// to run (succeeded when all succeeded or were skipped, else dead_lettered, cancelled or
-// failed) and returns the run's job; no row while tasks remain. The items
+// to run (succeeded when all succeeded or were skipped; failed when one was
+// dead-lettered; else cancelled when one was, else failed) and returns the run's job; no row while tasks remain. The items
 // of a fan-out are not counted: their group (open while they are) stands
 // for them, its end decided by min_success.
 func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (FinishRunIfDoneRow, error) {

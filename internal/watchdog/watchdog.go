@@ -397,12 +397,13 @@ func (w *Watchdog) checkRuns(ctx context.Context, p *pass, runs []store.OpenWatc
 	return nil
 }
 
-// finishes turns a batch of run finish events into failure and
-// dead_letter alerts and callbacks, and deletes them.
 // callbackEvent is the callback event (spec callbacks' on) of each run end.
 var callbackEvent = map[lifecycle.RunStatus]string{
-	lifecycle.RunSucceeded: dag.OnSucceeded, lifecycle.RunFailed: dag.OnFailed, lifecycle.RunDeadLettered: dag.OnFailed, lifecycle.RunCancelled: dag.OnCancelled,
+	lifecycle.RunSucceeded: dag.OnSucceeded, lifecycle.RunFailed: dag.OnFailed, lifecycle.RunCancelled: dag.OnCancelled,
 }
+
+// finishes turns a batch of run finish events into failure and
+// dead_letter alerts and callbacks, and deletes them.
 
 func (w *Watchdog) finishes(ctx context.Context, p *pass, held []int32) (int, error) {
 	rows, err := p.q.TakeRunFinishes(ctx, store.TakeRunFinishesParams{Shards: held, Batch: int32(w.cfg.Batch)})
@@ -424,14 +425,15 @@ func (w *Watchdog) finishes(ctx context.Context, p *pass, held []int32) (int, er
 			continue
 		}
 		if a := j.spec.Alerts; a != nil {
-			// A dead-lettered run failed too: failure resolves when a later
-			// run succeeds, dead_letter when its dead letters are replayed.
+			// A run with dead letters failed too: failure resolves when a
+			// later run succeeds, dead_letter when its dead letters are
+			// replayed.
 			var raise []string
-			switch lifecycle.RunStatus(r.Status) {
-			case lifecycle.RunFailed:
+			if lifecycle.RunStatus(r.Status).Ended() == lifecycle.RunFailed {
 				raise = []string{dag.AlertFailure}
-			case lifecycle.RunDeadLettered:
-				raise = []string{dag.AlertFailure, dag.AlertDeadLetter}
+				if r.DeadLetters {
+					raise = append(raise, dag.AlertDeadLetter)
+				}
 			}
 			for _, kind := range raise {
 				if !slices.Contains(a.On, kind) {
@@ -448,7 +450,7 @@ func (w *Watchdog) finishes(ctx context.Context, p *pass, held []int32) (int, er
 		if err := w.pauseAfterFailures(ctx, p, j, r); err != nil {
 			return 0, err
 		}
-		on := callbackEvent[lifecycle.RunStatus(r.Status)]
+		on := callbackEvent[lifecycle.RunStatus(r.Status).Ended()]
 		for _, c := range j.spec.Callbacks {
 			if !slices.Contains(c.On, on) {
 				continue
@@ -473,7 +475,7 @@ func (w *Watchdog) finishes(ctx context.Context, p *pass, held []int32) (int, er
 // reads the same runs; a job paused already is left as it is.
 func (w *Watchdog) pauseAfterFailures(ctx context.Context, p *pass, j *jobInfo, r store.TakeRunFinishesRow) error {
 	n := j.spec.PauseAfterFailures
-	if st := lifecycle.RunStatus(r.Status); n <= 0 || (st != lifecycle.RunFailed && st != lifecycle.RunDeadLettered) {
+	if n <= 0 || lifecycle.RunStatus(r.Status).Ended() != lifecycle.RunFailed {
 		return nil
 	}
 	failing := func() (bool, error) {

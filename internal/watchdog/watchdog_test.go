@@ -248,7 +248,7 @@ func TestFailureStuckAndCallbacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	enginetest.WaitFor(t, 10*time.Second, "the flaky run dead-lettered", func() bool {
-		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE id = $1 AND status = 'dead_lettered'", failed.ID) == 1
+		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE id = $1 AND status = 'failed'", failed.ID) == 1
 	})
 	var raised []store.Alert
 	enginetest.WaitFor(t, 15*time.Second, "failure, dead_letter and both stuck alerts", func() bool {
@@ -267,7 +267,7 @@ func TestFailureStuckAndCallbacks(t *testing.T) {
 	// The callback: retried after a 503, signed, with the run.
 	enginetest.WaitFor(t, 15*time.Second, "the callback delivered", func() bool { return len(hook.events()) == 1 })
 	got := hook.got[0]
-	if got.header.Get("Orrery-Event") != "run.failed" || got.body["run"].(map[string]any)["status"] != "dead_lettered" || got.body["run"].(map[string]any)["id"] != failed.ID.String() {
+	if got.header.Get("Orrery-Event") != "run.failed" || got.body["run"].(map[string]any)["status"] != "failed" || got.body["run"].(map[string]any)["id"] != failed.ID.String() {
 		t.Fatalf("callback %v %v", got.header, got.body)
 	}
 	if err := notify.Verify([]byte("s3cret"), got.header.Get("Orrery-Signature"), got.raw, time.Now(), time.Minute); err != nil {

@@ -43,11 +43,13 @@ WHERE t.run_id = ANY(@run_ids::uuid[]) AND t.status = 'running' AND a.outcome = 
 -- name: WatchedJobSpecs :many
 SELECT id, tenant_id, version, namespace, name, spec FROM jobs WHERE id = ANY(@ids::uuid[]);
 
--- TakeRunFinishes locks a batch of the finish events of the shards; the
--- caller deletes them in the same transaction.
+-- TakeRunFinishes locks a batch of the finish events of the shards, with
+-- whether each run has a dead-lettered task; the caller deletes them in
+-- the same transaction.
 -- name: TakeRunFinishes :many
 SELECT f.run_id, f.status, f.finished_at, r.job_id, r.tenant_id, r.shard, r.scheduled_for, r.trigger, r.started_at,
-       r.reason, COALESCE(r.trace_parent, '')::text AS trace_parent, j.version AS job_version
+       r.reason, COALESCE(r.trace_parent, '')::text AS trace_parent, j.version AS job_version,
+       EXISTS (SELECT 1 FROM tasks AS t WHERE t.run_id = f.run_id AND t.status = 'dead_lettered') AS dead_letters
 FROM run_finishes AS f JOIN runs AS r ON r.id = f.run_id JOIN jobs AS j ON j.id = r.job_id
 WHERE f.shard = ANY(@shards::int[])
 ORDER BY f.shard, f.finished_at

@@ -226,7 +226,8 @@ WHERE r.tenant_id = @tenant_id
   AND (sqlc.narg(namespace)::text IS NULL OR j.namespace = sqlc.narg(namespace)::text)
   AND (sqlc.narg(trigger)::text IS NULL OR r.trigger = sqlc.narg(trigger)::text)
   AND (sqlc.narg(status)::text IS NULL
-       OR (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END) = sqlc.narg(status)::text)
+       OR (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running'
+                WHEN r.status = 'dead_lettered' THEN 'failed' ELSE r.status END) = sqlc.narg(status)::text)
   AND (sqlc.narg(since)::timestamptz IS NULL OR r.scheduled_for >= sqlc.narg(since)::timestamptz)
   AND (sqlc.narg(until)::timestamptz IS NULL OR r.scheduled_for < sqlc.narg(until)::timestamptz)
   AND (NOT @scoped::bool OR j.namespace = ANY(@scope_namespaces::text[])

@@ -36,7 +36,8 @@ type Run struct {
 	ScheduledTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=scheduled_time,json=scheduledTime,proto3" json:"scheduled_time,omitempty"`
 	// schedule, backfill, manual, upstream, parent or replay.
 	Trigger string `protobuf:"bytes,8,opt,name=trigger,proto3" json:"trigger,omitempty"`
-	// queued, pending, running, succeeded, failed, skipped, cancelled, dead_lettered.
+	// queued, pending, running, succeeded, failed (a step failed for good:
+	// its task is dead_lettered), skipped, cancelled.
 	Status string `protobuf:"bytes,9,opt,name=status,proto3" json:"status,omitempty"`
 	// Why a run was skipped, cancelled or failed (the policy, for skips).
 	Reason     string                 `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -728,7 +729,9 @@ func (x *Attempt) GetLog() string {
 type ListRunsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Job   *JobRef                `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"`
-	// A run status (failed, or FAILED: any case).
+	// A run status (failed, or FAILED: any case). dead_lettered, which
+	// earlier versions wrote for a run whose step failed for good, is read
+	// as failed.
 	Status    string                 `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	Since     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
 	Until     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
@@ -1049,7 +1052,7 @@ type RunHour struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	StartTime *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
 	// Status (queued, pending, running, succeeded, failed, skipped,
-	// cancelled, dead_lettered) to runs.
+	// cancelled) to runs.
 	ByStatus      map[string]int32 `protobuf:"bytes,2,rep,name=by_status,json=byStatus,proto3" json:"by_status,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
