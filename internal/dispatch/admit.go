@@ -343,106 +343,114 @@ func (d *Dispatcher) AdmitOnce(ctx context.Context, cfg AdmitConfig, queue strin
 	var res Admission
 	var waited []float64
 	err := store.InRawTx(ctx, cfg.Pool, func(tx pgx.Tx) error {
-		res, waited = Admission{}, nil
-		q := store.New(tx)
-		if _, err := q.LockQueue(ctx, queue); err != nil {
-			if store.IsNotFound(err) {
-				res.Busy = true
-				return nil
-			}
-			return err
-		}
-		caps, err := q.QueueCapacities(ctx, queue)
-		if err != nil {
-			return err
-		}
-		p := poolOf(caps)
-		held, err := q.InFlightByTenant(ctx, queue)
-		if err != nil {
-			return err
-		}
-		heldBy := make(map[uuid.UUID]int64, len(held))
-		resBy := make(map[uuid.UUID]resources.Vector, len(held))
-		var inFlight int64
-		var inFlightRes resources.Vector
-		for _, h := range held {
-			inFlight += h.InFlight
-			heldBy[h.TenantID] = h.InFlight
-			resBy[h.TenantID] = resources.FromColumns(h.Cpu, h.Memory, h.Gpu, h.Custom)
-			inFlightRes = inFlightRes.Add(resBy[h.TenantID])
-		}
-		free := room(p.slots, inFlight)
-		free = min(free, admitBatch)
-		if free <= 0 {
-			return nil
-		}
-		tenants, err := q.WaitingTenants(ctx, queue)
-		if err != nil || len(tenants) == 0 {
-			return err
-		}
-		states, reserved, skipped, err := tenantStates(ctx, q, queue, tenants, heldBy, resBy, &p, free)
-		res.Skipped = skipped
-		free -= reserved
-		if err != nil || len(states) == 0 || free <= 0 {
-			return err
-		}
-		c := &chooser{p: &p, queue: queue, inFlight: inFlightRes, free: free}
-		cands, err := c.read(ctx, q, cfg, states)
-		if err != nil {
-			return err
-		}
-		chosen := c.chosen()
-		if len(chosen) == 0 {
-			return nil
-		}
-		rows, err := q.AdmitTasks(ctx, chosen)
-		if err != nil || len(rows) == 0 {
-			return err
-		}
-		// River works a queue's jobs in the order they were inserted: insert
-		// them in the order choose gave the slots, not the order the update
-		// returned them (its scan's, by task id: the oldest tenant's tasks
-		// first, so that they always waited least in River and came back
-		// for their next slot sooner than their weight's share).
-		rank := make(map[uuid.UUID]int, len(chosen))
-		for i, id := range chosen {
-			rank[id] = i
-		}
-		slices.SortFunc(rows, func(a, b store.AdmitTasksRow) int { return cmp.Compare(rank[a.ID], rank[b.ID]) })
-		byCand := map[uuid.UUID]store.AdmissionCandidatesRow{}
-		for _, c := range cands {
-			byCand[c.ID] = c
-		}
-		ready := make([]Ready, len(rows))
-		most := p.largest() // once for the pass, not a loop over the workers per task
-		for i, r := range rows {
-			k := byCand[r.ID]
-			ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt).WithNeed(need(k))
-			// The gate holds room at once for a large task that waited
-			// its reservation here (small ones need none: they fit as soon
-			// as anything ends, and would make the gate first come, first
-			// served).
-			ready[i].Reserve = k.MayReserve && !p.undeclared && isLarge(need(k), most)
-			waited = append(waited, r.WaitedSeconds)
-		}
-		if d.outbox {
-			// In the state transaction: the marks and the rows commit
-			// together, and Relay inserts the River jobs afterwards.
-			err = insertOutbox(ctx, tx, ready)
-		} else {
-			err = insertJobs(ctx, d.river, tx, ready, false)
-		}
-		if err != nil {
-			return fmt.Errorf("insert River jobs: %w", err)
-		}
-		cfg.Failpoints.Hit(FailpointAdmitted)
-		res.Admitted = len(rows)
-		return nil
+		var err error
+		res, waited, err = d.admit(ctx, tx, cfg, queue)
+		return err
 	})
 	if err == nil && len(waited) > 0 && d.waited != nil {
 		d.waited(queue, waited)
 	}
 	return res, err
+}
+
+// admit is one admission pass for a queue in tx: the tasks admitted, how
+// long each waited (seconds), or why the pass admitted none (Busy,
+// Skipped).
+func (d *Dispatcher) admit(ctx context.Context, tx pgx.Tx, cfg AdmitConfig, queue string) (res Admission, waited []float64, err error) {
+	q := store.New(tx)
+	if _, err := q.LockQueue(ctx, queue); err != nil {
+		if store.IsNotFound(err) {
+			res.Busy = true
+			return res, waited, nil
+		}
+		return res, waited, err
+	}
+	caps, err := q.QueueCapacities(ctx, queue)
+	if err != nil {
+		return res, waited, err
+	}
+	p := poolOf(caps)
+	held, err := q.InFlightByTenant(ctx, queue)
+	if err != nil {
+		return res, waited, err
+	}
+	heldBy := make(map[uuid.UUID]int64, len(held))
+	resBy := make(map[uuid.UUID]resources.Vector, len(held))
+	var inFlight int64
+	var inFlightRes resources.Vector
+	for _, h := range held {
+		inFlight += h.InFlight
+		heldBy[h.TenantID] = h.InFlight
+		resBy[h.TenantID] = resources.FromColumns(h.Cpu, h.Memory, h.Gpu, h.Custom)
+		inFlightRes = inFlightRes.Add(resBy[h.TenantID])
+	}
+	free := room(p.slots, inFlight)
+	free = min(free, admitBatch)
+	if free <= 0 {
+		return res, waited, nil
+	}
+	tenants, err := q.WaitingTenants(ctx, queue)
+	if err != nil || len(tenants) == 0 {
+		return res, waited, err
+	}
+	states, reserved, skipped, err := tenantStates(ctx, q, queue, tenants, heldBy, resBy, &p, free)
+	res.Skipped = skipped
+	free -= reserved
+	if err != nil || len(states) == 0 || free <= 0 {
+		return res, waited, err
+	}
+	c := &chooser{p: &p, queue: queue, inFlight: inFlightRes, free: free}
+	cands, err := c.read(ctx, q, cfg, states)
+	if err != nil {
+		return res, waited, err
+	}
+	chosen := c.chosen()
+	if len(chosen) == 0 {
+		return res, waited, nil
+	}
+	rows, err := q.AdmitTasks(ctx, chosen)
+	if err != nil || len(rows) == 0 {
+		return res, waited, err
+	}
+	// River works a queue's jobs in the order they were inserted: insert
+	// them in the order choose gave the slots, not the order the update
+	// returned them (its scan's, by task id: the oldest tenant's tasks
+	// first, so that they always waited least in River and came back
+	// for their next slot sooner than their weight's share).
+	rank := make(map[uuid.UUID]int, len(chosen))
+	for i, id := range chosen {
+		rank[id] = i
+	}
+	slices.SortFunc(rows, func(a, b store.AdmitTasksRow) int { return cmp.Compare(rank[a.ID], rank[b.ID]) })
+	byCand := map[uuid.UUID]store.AdmissionCandidatesRow{}
+	for _, c := range cands {
+		byCand[c.ID] = c
+	}
+	ready := make([]Ready, len(rows))
+	most := p.largest() // once for the pass, not a loop over the workers per task
+	for i, r := range rows {
+		k := byCand[r.ID]
+		ready[i] = NextAttempt(r.ID, r.TenantID, queue, r.Priority, r.Attempt).WithNeed(need(k))
+		// The gate holds room at once for a large task that waited
+		// its reservation here (small ones need none: they fit as soon
+		// as anything ends, and would make the gate first come, first
+		// served).
+		ready[i].Reserve = k.MayReserve && !p.undeclared && isLarge(need(k), most)
+		waited = append(waited, r.WaitedSeconds)
+	}
+	if d.outbox {
+		// In the state transaction: the marks and the rows commit
+		// together, and Relay inserts the River jobs afterwards.
+		err = insertOutbox(ctx, tx, ready)
+	} else {
+		err = insertJobs(ctx, d.river, tx, ready, false)
+	}
+	if err != nil {
+		return res, nil, fmt.Errorf("insert River jobs: %w", err)
+	}
+	cfg.Failpoints.Hit(FailpointAdmitted)
+	res.Admitted = len(rows)
+	return res, waited, nil
 }
 
 // tenantStates reads the weights and quotas of the waiting tenants; for

@@ -1,7 +1,11 @@
 // Package pgtest gives tests a real PostgreSQL: one throwaway cluster per
 // test binary, started on a free port by TestMain, with Orrery's migrations
-// applied once to a template database; every test then gets a fresh database
-// copied from the template, so tests run in parallel without sharing rows.
+// applied once to a template database. A test of code that writes in its
+// caller's transaction takes Tx: a transaction on a database the binary's
+// tests share, rolled back at the test's end. A test that needs commits,
+// several connections or processes takes Pool: a fresh database copied
+// from the template. Either way tests run in parallel without sharing
+// rows.
 package pgtest
 
 import (
