@@ -33,6 +33,7 @@ const (
 	defaultLease      = 30 * time.Second
 	maxWorkerSlots    = 10_000
 	maxHeldAttempts   = 1000
+	maxReportEnds     = 500
 	maxReportError    = 8 << 10
 	claimsPerSecond   = 50 // per key; a burst of as many
 	maxWorkerNameLen  = 200
@@ -233,33 +234,81 @@ func (s *workerServer) Heartbeat(ctx context.Context, req *connect.Request[orrer
 // reportReasons are the exit reasons a remote worker may give a failure.
 var reportReasons = []string{executor.ReasonError, executor.ReasonTimeout, executor.ReasonCancelled}
 
-// Report implements WorkerService.Report.
+// Report implements WorkerService.Report: one attempt's end, or several
+// (ends) in one transaction.
 func (s *workerServer) Report(ctx context.Context, req *connect.Request[orreryv1.ReportRequest]) (*connect.Response[orreryv1.ReportResponse], error) {
 	p, m := principalOf(ctx), req.Msg
 	w, err := remoteWorker(p, m.GetWorker())
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
-	id, err := uuid.Parse(m.GetTaskId())
-	if err != nil {
-		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "task_id", Message: "not a task id"})
+	ends := m.GetEnds()
+	if len(ends) == 0 { // one end, in the request's own fields
+		ends = []*orreryv1.AttemptEnd{{TaskId: m.GetTaskId(), FencingToken: m.GetFencingToken(), Success: m.GetSuccess(), Output: m.GetOutput(),
+			Error: m.GetError(), ExitReason: m.GetExitReason(), Retryable: m.GetRetryable()}}
+	} else if m.GetTaskId() != "" || m.GetFencingToken() != 0 || m.GetSuccess() || m.GetOutput() != "" || m.GetError() != "" || m.GetExitReason() != "" || m.GetRetryable() {
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "ends", Message: "given with task_id, fencing_token or a result: a report gives one end in its own fields, or several in ends"})
 	}
-	res := executor.Result{OK: m.GetSuccess(), Output: m.GetOutput()}
-	switch {
-	case !dag.IsText(m.GetOutput()):
-		err = &dag.FieldError{Field: "output", Message: "must be UTF-8 text without NUL characters"}
-	case len(m.GetError()) > maxReportError || !dag.IsText(m.GetError()):
-		err = &dag.FieldError{Field: "error", Message: fmt.Sprintf("at most %d bytes of UTF-8 text", maxReportError)}
-	case m.GetSuccess() && (m.GetError() != "" || m.GetExitReason() != "" || m.GetRetryable()):
-		err = &dag.FieldError{Field: "success", Message: "a success has no error, exit_reason or retryable"}
-	case !m.GetSuccess() && m.GetExitReason() != "" && !slices.Contains(reportReasons, m.GetExitReason()):
-		err = &dag.FieldError{Field: "exit_reason", Message: fmt.Sprintf("%q: want %s", m.GetExitReason(), strings.Join(reportReasons, ", "))}
+	if len(ends) > maxReportEnds {
+		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "ends", Message: fmt.Sprintf("%d ends; at most %d a report", len(ends), maxReportEnds)})
+	}
+	reports := make([]run.Report, len(ends))
+	seen := make(map[uuid.UUID]int, len(ends))
+	for i, e := range ends {
+		field := ""
+		if len(m.GetEnds()) > 0 {
+			field = fmt.Sprintf("ends[%d].", i)
+		}
+		r, err := reportOf(field, e)
+		if err != nil {
+			return nil, toConnect(ctx, s.log, err)
+		}
+		if first, ok := seen[r.TaskID]; ok {
+			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: field + "task_id", Message: fmt.Sprintf("the task of ends[%d] again: a report ends an attempt once", first)})
+		}
+		seen[r.TaskID] = i
+		reports[i] = r
+	}
+	accepted, err := s.gw.Report(ctx, w, reports)
+	if nh := (*run.NotHeldError)(nil); errors.As(err, &nh) && len(m.GetEnds()) > 0 {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("ends[%d]: %w", nh.Index, err))
+	}
+	if errors.Is(err, run.ErrNotHeld) {
+		return nil, connect.NewError(connect.CodeNotFound, err)
 	}
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
+	out := &orreryv1.ReportResponse{Accepted: !slices.Contains(accepted, false)}
+	if len(m.GetEnds()) > 0 {
+		out.AcceptedEnds = accepted
+	}
+	return connect.NewResponse(out), nil
+}
+
+// reportOf is the report of one attempt's end, its fields checked (field
+// prefixes their names: "ends[3]." in a report of several).
+func reportOf(field string, e *orreryv1.AttemptEnd) (run.Report, error) {
+	id, err := uuid.Parse(e.GetTaskId())
+	if err != nil {
+		return run.Report{}, &dag.FieldError{Field: field + "task_id", Message: "not a task id"}
+	}
+	res := executor.Result{OK: e.GetSuccess(), Output: e.GetOutput()}
+	switch {
+	case !dag.IsText(e.GetOutput()):
+		err = &dag.FieldError{Field: field + "output", Message: "must be UTF-8 text without NUL characters"}
+	case len(e.GetError()) > maxReportError || !dag.IsText(e.GetError()):
+		err = &dag.FieldError{Field: field + "error", Message: fmt.Sprintf("at most %d bytes of UTF-8 text", maxReportError)}
+	case e.GetSuccess() && (e.GetError() != "" || e.GetExitReason() != "" || e.GetRetryable()):
+		err = &dag.FieldError{Field: field + "success", Message: "a success has no error, exit_reason or retryable"}
+	case !e.GetSuccess() && e.GetExitReason() != "" && !slices.Contains(reportReasons, e.GetExitReason()):
+		err = &dag.FieldError{Field: field + "exit_reason", Message: fmt.Sprintf("%q: want %s", e.GetExitReason(), strings.Join(reportReasons, ", "))}
+	}
+	if err != nil {
+		return run.Report{}, err
+	}
 	if !res.OK {
-		res.ExitReason, res.Error, res.Retryable, res.FailureClass = m.GetExitReason(), m.GetError(), m.GetRetryable(), executor.ClassUser
+		res.ExitReason, res.Error, res.Retryable, res.FailureClass = e.GetExitReason(), e.GetError(), e.GetRetryable(), executor.ClassUser
 		if res.ExitReason == "" {
 			res.ExitReason = executor.ReasonError
 		}
@@ -267,15 +316,8 @@ func (s *workerServer) Report(ctx context.Context, req *connect.Request[orreryv1
 			res.Error = "the remote worker reported a failure without an error"
 		}
 	}
-	res = res.Storable() // an output past 64 KiB is cut and marked, as a local one
-	accepted, err := s.gw.Report(ctx, w, run.Report{TaskID: id, FencingToken: m.GetFencingToken(), Result: res})
-	if errors.Is(err, run.ErrNotHeld) {
-		return nil, connect.NewError(connect.CodeNotFound, err)
-	}
-	if err != nil {
-		return nil, toConnect(ctx, s.log, err)
-	}
-	return connect.NewResponse(&orreryv1.ReportResponse{Accepted: accepted}), nil
+	// An output past 64 KiB is cut and marked, as a local one.
+	return run.Report{TaskID: id, FencingToken: e.GetFencingToken(), Result: res.Storable()}, nil
 }
 
 // keyRate is a token bucket per key: claimsPerSecond, bursts of as many.

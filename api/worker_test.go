@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -356,5 +357,98 @@ func TestRemoteClaimsFitTheWorkersCapacity(t *testing.T) {
 		Capacity: &orreryv1.Resources{Memory: "lots"}}))
 	if code(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), `capacity.memory: "lots" is not a quantity`) {
 		t.Errorf("a capacity that cannot be read: %v", err)
+	}
+}
+
+// A remote worker reports several attempts' ends in one call (ends), one
+// transaction: each end's answer in order, a stale one refused and
+// recorded; a request that names an attempt not started on the worker, an
+// attempt twice, a bad field of one end or too many ends is refused naming
+// the field, with nothing written.
+func TestARemoteWorkerReportsSeveralEndsAtOnce(t *testing.T) {
+	t.Parallel()
+	base, pool := serveRemote(t)
+	ctx := context.Background()
+	jobs := orreryv1connect.NewJobServiceClient(http.DefaultClient, base)
+	runs := orreryv1connect.NewRunServiceClient(http.DefaultClient, base)
+	workers := orreryv1connect.NewWorkerServiceClient(http.DefaultClient, base)
+	if _, err := jobs.CreateJob(ctx, connect.NewRequest(remoteJob("batch", map[string]any{}))); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := runs.TriggerJob(ctx, connect.NewRequest(&orreryv1.TriggerJobRequest{Job: &orreryv1.JobRef{Namespace: "billing", Name: "batch"}, IgnoreOverlap: true})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var tasks []*orreryv1.RemoteTask
+	enginetest.WaitFor(t, 30*time.Second, "three claimed", func() bool {
+		wait := int32(1)
+		c, err := workers.Claim(ctx, connect.NewRequest(&orreryv1.ClaimRequest{Worker: "w1", Types: []string{"echo"}, MaxTasks: 5, WaitSeconds: &wait}))
+		if err == nil {
+			tasks = append(tasks, c.Msg.GetTasks()...)
+		}
+		return len(tasks) == 3
+	})
+	end := func(t *orreryv1.RemoteTask, ok bool) *orreryv1.AttemptEnd {
+		e := &orreryv1.AttemptEnd{TaskId: t.GetTaskId(), FencingToken: t.GetFencingToken(), Success: ok}
+		if !ok {
+			e.Error, e.ExitReason = "no stock", "error"
+		}
+		return e
+	}
+	// The first attempt's end, reported alone: taken.
+	if rep, err := workers.Report(ctx, connect.NewRequest(&orreryv1.ReportRequest{Worker: "w1", TaskId: tasks[0].GetTaskId(),
+		FencingToken: tasks[0].GetFencingToken(), Success: true})); err != nil || !rep.Msg.GetAccepted() {
+		t.Fatalf("a report of one: %v %v", rep, err)
+	}
+	ended := func() int {
+		return enginetest.Int(t, pool, `SELECT count(*) FROM runs WHERE finished_at IS NOT NULL`)
+	}
+	many := make([]*orreryv1.AttemptEnd, 501)
+	for i := range many {
+		many[i] = end(tasks[1], true)
+	}
+	for _, tt := range []struct {
+		name string
+		req  *orreryv1.ReportRequest
+		code connect.Code
+		want string
+	}{
+		{"ends beside one end's fields", &orreryv1.ReportRequest{Worker: "w1", TaskId: tasks[1].GetTaskId(), Ends: []*orreryv1.AttemptEnd{end(tasks[2], true)}},
+			connect.CodeInvalidArgument, "ends"},
+		{"an attempt twice", &orreryv1.ReportRequest{Worker: "w1", Ends: []*orreryv1.AttemptEnd{end(tasks[1], true), end(tasks[2], true), end(tasks[1], false)}},
+			connect.CodeInvalidArgument, "ends[2].task_id"},
+		{"a bad exit reason", &orreryv1.ReportRequest{Worker: "w1", Ends: []*orreryv1.AttemptEnd{end(tasks[1], true), {TaskId: tasks[2].GetTaskId(), FencingToken: tasks[2].GetFencingToken(), ExitReason: "oom"}}},
+			connect.CodeInvalidArgument, "ends[1].exit_reason"},
+		{"not a task id", &orreryv1.ReportRequest{Worker: "w1", Ends: []*orreryv1.AttemptEnd{{TaskId: "x"}}},
+			connect.CodeInvalidArgument, "ends[0].task_id"},
+		{"an attempt not started on the worker", &orreryv1.ReportRequest{Worker: "w1", Ends: []*orreryv1.AttemptEnd{end(tasks[1], true), {TaskId: uuid.NewString(), FencingToken: 1, Success: true}}},
+			connect.CodeNotFound, "ends[1]"},
+		{"another worker's attempts", &orreryv1.ReportRequest{Worker: "w2", Ends: []*orreryv1.AttemptEnd{end(tasks[1], true), end(tasks[2], true)}},
+			connect.CodeNotFound, "ends[0]"},
+		{"too many", &orreryv1.ReportRequest{Worker: "w1", Ends: many}, connect.CodeInvalidArgument, "501 ends; at most 500"},
+	} {
+		_, err := workers.Report(ctx, connect.NewRequest(tt.req))
+		if code(err) != tt.code || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v; want %v naming %q", tt.name, err, tt.code, tt.want)
+		}
+		if n := ended(); n != 1 {
+			t.Fatalf("%s: %d runs ended; want only the first (nothing written)", tt.name, n)
+		}
+	}
+	// The three in one report: the first again (stale), a success, a failure.
+	rep, err := workers.Report(ctx, connect.NewRequest(&orreryv1.ReportRequest{Worker: "w1",
+		Ends: []*orreryv1.AttemptEnd{end(tasks[0], true), end(tasks[1], true), end(tasks[2], false)}}))
+	if err != nil || rep.Msg.GetAccepted() || fmt.Sprint(rep.Msg.GetAcceptedEnds()) != "[false true true]" {
+		t.Fatalf("the report of three: %v %v; want [false true true]", rep, err)
+	}
+	for i, want := range []string{"succeeded", "succeeded", "failed"} {
+		got, err := runs.GetRun(ctx, connect.NewRequest(&orreryv1.GetRunRequest{Id: tasks[i].GetRunId()}))
+		if err != nil || got.Msg.GetRun().GetStatus() != want {
+			t.Errorf("run of ends[%d]: %v %v; want %s", i, got.Msg.GetRun().GetStatus(), err, want)
+		}
+	}
+	if n := enginetest.Int(t, pool, `SELECT count(*) FROM attempts WHERE late_at IS NOT NULL`); n != 1 {
+		t.Errorf("%d late reports recorded; want the stale one", n)
 	}
 }

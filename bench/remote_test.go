@@ -125,7 +125,8 @@ func remoteStorm(b *testing.B, remote int) {
 }
 
 // remoteNoop is a remote worker that succeeds at once: it claims up to 50
-// attempts and reports each in a call of its own, at once.
+// attempts and reports their ends in one call (ends), as a worker that
+// runs a batch reports it.
 func remoteNoop(ctx context.Context, c orreryv1connect.WorkerServiceClient, name string, handled *atomic.Int64) {
 	wait := int32(5)
 	for ctx.Err() == nil {
@@ -135,21 +136,17 @@ func remoteNoop(ctx context.Context, c orreryv1connect.WorkerServiceClient, name
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		var wg sync.WaitGroup
+		var ends []*orreryv1.AttemptEnd
 		for _, t := range res.Msg.GetTasks() {
-			wg.Go(func() {
-				for ctx.Err() == nil {
-					_, err := c.Report(ctx, connect.NewRequest(&orreryv1.ReportRequest{Worker: name, TaskId: t.GetTaskId(),
-						FencingToken: t.GetFencingToken(), Success: true}))
-					if err == nil {
-						handled.Add(1)
-						return
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-			})
+			ends = append(ends, &orreryv1.AttemptEnd{TaskId: t.GetTaskId(), FencingToken: t.GetFencingToken(), Success: true})
 		}
-		wg.Wait()
+		for len(ends) > 0 && ctx.Err() == nil {
+			if _, err := c.Report(ctx, connect.NewRequest(&orreryv1.ReportRequest{Worker: name, Ends: ends})); err == nil {
+				handled.Add(int64(len(ends)))
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 

@@ -352,19 +352,30 @@ func (g *Gateway) Heartbeat(ctx context.Context, w run.RemoteWorker, held []run.
 	return stop, err
 }
 
-// Report ends an attempt w runs: false when its token is stale (the
-// report is recorded on the attempt as late). run.ErrNotHeld when the
-// attempt did not start on w.
-func (g *Gateway) Report(ctx context.Context, w run.RemoteWorker, r run.Report) (bool, error) {
-	r, queue, err := run.RemoteReport(ctx, g.cfg.StatePool, w, r)
+// Report ends attempts w runs, all in one transaction (a single report
+// joins other workers' in the gateway's batcher): per report, false when
+// its token is stale (the report is recorded on the attempt as late). A
+// run.NotHeldError (run.ErrNotHeld) when one did not start on w: then
+// nothing is written.
+func (g *Gateway) Report(ctx context.Context, w run.RemoteWorker, reports []run.Report) ([]bool, error) {
+	reports, queues, err := run.RemoteReports(ctx, g.cfg.StatePool, w, reports)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	ok, err := g.reports.Do(ctx, r)
+	var accepted []bool
+	if len(reports) == 1 {
+		var ok bool
+		ok, err = g.reports.Do(ctx, reports[0])
+		accepted = []bool{ok}
+	} else {
+		accepted, err = g.finish(ctx, reports)
+	}
 	if err == nil {
-		g.dispatcher.Kick(queue) // its slot is free
+		for q := range queues {
+			g.dispatcher.Kick(q) // their slots are free
+		}
 	}
-	return ok, err
+	return accepted, err
 }
 
 // finish records a batch of remote workers' reports (finishReports).

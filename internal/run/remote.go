@@ -266,31 +266,62 @@ func RenewRemote(ctx context.Context, tx pgx.Tx, w RemoteWorker, held []Held, le
 // that reports it (or does not exist in its tenant).
 var ErrNotHeld = errors.New("no attempt of this task with this fencing token started on this worker")
 
-// RemoteReport checks that r is about an attempt that started on w, and
-// fills in its run and its step's shape; it returns the task's queue too. A worker reports
-// only what it claimed. The report is
-// then finished as a local worker's is (Applier.Finish), fenced by
-// its token: an attempt no longer w's (its lease lapsed, it was retried
-// elsewhere) records the report as late and changes nothing.
-func RemoteReport(ctx context.Context, db store.DBTX, w RemoteWorker, r Report) (Report, string, error) {
-	row, err := store.New(db).RemoteAttempt(ctx, store.RemoteAttemptParams{FencingToken: r.FencingToken,
-		ID: r.TaskID, TenantID: w.Tenant, Worker: w.Name})
-	if store.IsNotFound(err) {
-		return r, "", ErrNotHeld
+// RemoteReports checks that each of reports is about an attempt that
+// started on w, and fills in its run and its step's shape, in one query;
+// it returns the tasks' queues too. A worker reports only what it
+// claimed: one report about an attempt that did not start on w refuses
+// them all (a NotHeldError, naming its index). The reports are then
+// finished as a local worker's are (Applier.Finish), fenced by their
+// tokens: an attempt no longer w's (its lease lapsed, it was retried
+// elsewhere) records its report as late and changes nothing.
+func RemoteReports(ctx context.Context, db store.DBTX, w RemoteWorker, reports []Report) ([]Report, map[string]bool, error) {
+	p := store.RemoteAttemptsParams{TenantID: w.Tenant, Worker: w.Name}
+	for _, r := range reports {
+		p.Ids = append(p.Ids, r.TaskID)
+		p.FencingTokens = append(p.FencingTokens, r.FencingToken)
 	}
+	rows, err := store.New(db).RemoteAttempts(ctx, p)
 	if err != nil {
-		return r, "", err
+		return nil, nil, err
 	}
-	r.RunID = row.RunID
-	spec, err := specs.get(ctx, db, row.JobID, row.JobVersion)
+	byAttempt := make(map[attemptKey]store.RemoteAttemptsRow, len(rows))
+	keys := make([]specKey, len(rows))
+	for i, row := range rows {
+		byAttempt[attemptKey{row.ID, row.FencingToken}] = row
+		keys[i] = specKey{row.JobID, row.JobVersion}
+	}
+	got, err := specs.getMany(ctx, db, keys)
 	if err != nil {
-		return r, "", err
+		return nil, nil, err
 	}
-	if sh, ok := shapeOf(spec, row.Step, int(row.Attempt)); ok {
-		r.Shape = &sh
+	out := slices.Clone(reports)
+	queues := map[string]bool{}
+	for i := range out {
+		r := &out[i]
+		row, ok := byAttempt[attemptKey{r.TaskID, r.FencingToken}]
+		if !ok {
+			return nil, nil, &NotHeldError{Index: i, TaskID: r.TaskID}
+		}
+		r.RunID = row.RunID
+		if sh, ok := shapeOf(got[specKey{row.JobID, row.JobVersion}], row.Step, int(row.Attempt)); ok {
+			r.Shape = &sh
+		}
+		queues[row.Queue] = true
 	}
-	return r, row.Queue, nil
+	return out, queues, nil
 }
+
+// NotHeldError is a report, the Index-th of its request, about an attempt
+// that did not start on the worker reporting it: it is ErrNotHeld.
+type NotHeldError struct {
+	Index  int
+	TaskID uuid.UUID
+}
+
+func (e *NotHeldError) Error() string { return fmt.Sprintf("%v: task %s", ErrNotHeld, e.TaskID) }
+
+// Is makes errors.Is(e, ErrNotHeld) hold.
+func (e *NotHeldError) Is(target error) bool { return target == ErrNotHeld }
 
 // fitScan bounds the offers one claim of a worker with a capacity looks
 // at, per attempt it may take, among those that each fit what it has free

@@ -237,52 +237,6 @@ func (q *Queries) OfferableTasks(ctx context.Context, arg OfferableTasksParams) 
 	return items, nil
 }
 
-const remoteAttempt = `-- name: RemoteAttempt :one
-SELECT t.run_id, t.queue, t.step, t.attempt, r.job_id, r.job_version
-FROM tasks AS t
-JOIN runs AS r ON r.id = t.run_id
-JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = $1
-WHERE t.id = $2 AND t.tenant_id = $3 AND a.worker = $4
-`
-
-type RemoteAttemptParams struct {
-	FencingToken int64
-	ID           uuid.UUID
-	TenantID     uuid.UUID
-	Worker       string
-}
-
-type RemoteAttemptRow struct {
-	RunID      uuid.UUID
-	Queue      string
-	Step       string
-	Attempt    int32
-	JobID      uuid.UUID
-	JobVersion int64
-}
-
-// RemoteAttempt reads the task a remote worker reports on, if the attempt
-// of that fencing token started on that worker (by name) in its tenant:
-// its run, queue, and what its step's shape is read from.
-func (q *Queries) RemoteAttempt(ctx context.Context, arg RemoteAttemptParams) (RemoteAttemptRow, error) {
-	row := q.db.QueryRow(ctx, remoteAttempt,
-		arg.FencingToken,
-		arg.ID,
-		arg.TenantID,
-		arg.Worker,
-	)
-	var i RemoteAttemptRow
-	err := row.Scan(
-		&i.RunID,
-		&i.Queue,
-		&i.Step,
-		&i.Attempt,
-		&i.JobID,
-		&i.JobVersion,
-	)
-	return i, err
-}
-
 const remoteAttemptStates = `-- name: RemoteAttemptStates :many
 SELECT t.id, t.status, t.fencing_token, t.worker_id, COALESCE(t.deadline_at <= now(), false)::bool AS past_deadline
 FROM tasks AS t WHERE t.id = ANY($1::uuid[])
@@ -313,6 +267,74 @@ func (q *Queries) RemoteAttemptStates(ctx context.Context, ids []uuid.UUID) ([]R
 			&i.FencingToken,
 			&i.WorkerID,
 			&i.PastDeadline,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const remoteAttempts = `-- name: RemoteAttempts :many
+WITH req AS (
+    SELECT unnest($3::uuid[]) AS id, unnest($4::bigint[]) AS token
+)
+SELECT t.id, a.fencing_token, t.run_id, t.queue, t.step, t.attempt, r.job_id, r.job_version
+FROM req
+JOIN tasks AS t ON t.id = req.id
+JOIN runs AS r ON r.id = t.run_id
+JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = req.token
+WHERE t.tenant_id = $1 AND a.worker = $2
+`
+
+type RemoteAttemptsParams struct {
+	TenantID      uuid.UUID
+	Worker        string
+	Ids           []uuid.UUID
+	FencingTokens []int64
+}
+
+type RemoteAttemptsRow struct {
+	ID           uuid.UUID
+	FencingToken int64
+	RunID        uuid.UUID
+	Queue        string
+	Step         string
+	Attempt      int32
+	JobID        uuid.UUID
+	JobVersion   int64
+}
+
+// RemoteAttempts reads, of the attempts a remote worker reports (tasks
+// and fencing tokens in parallel arrays), those that started on it
+// (@worker of @tenant_id), with their run, queue, step and job version:
+// an attempt that did not start there has no row.
+func (q *Queries) RemoteAttempts(ctx context.Context, arg RemoteAttemptsParams) ([]RemoteAttemptsRow, error) {
+	rows, err := q.db.Query(ctx, remoteAttempts,
+		arg.TenantID,
+		arg.Worker,
+		arg.Ids,
+		arg.FencingTokens,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RemoteAttemptsRow{}
+	for rows.Next() {
+		var i RemoteAttemptsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.FencingToken,
+			&i.RunID,
+			&i.Queue,
+			&i.Step,
+			&i.Attempt,
+			&i.JobID,
+			&i.JobVersion,
 		); err != nil {
 			return nil, err
 		}

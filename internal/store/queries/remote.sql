@@ -98,15 +98,20 @@ RETURNING t.id;
 SELECT t.id, t.status, t.fencing_token, t.worker_id, COALESCE(t.deadline_at <= now(), false)::bool AS past_deadline
 FROM tasks AS t WHERE t.id = ANY(@ids::uuid[]);
 
--- RemoteAttempt reads the task a remote worker reports on, if the attempt
--- of that fencing token started on that worker (by name) in its tenant:
--- its run, queue, and what its step's shape is read from.
--- name: RemoteAttempt :one
-SELECT t.run_id, t.queue, t.step, t.attempt, r.job_id, r.job_version
-FROM tasks AS t
+-- RemoteAttempts reads, of the attempts a remote worker reports (tasks
+-- and fencing tokens in parallel arrays), those that started on it
+-- (@worker of @tenant_id), with their run, queue, step and job version:
+-- an attempt that did not start there has no row.
+-- name: RemoteAttempts :many
+WITH req AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@fencing_tokens::bigint[]) AS token
+)
+SELECT t.id, a.fencing_token, t.run_id, t.queue, t.step, t.attempt, r.job_id, r.job_version
+FROM req
+JOIN tasks AS t ON t.id = req.id
 JOIN runs AS r ON r.id = t.run_id
-JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = @fencing_token
-WHERE t.id = @id AND t.tenant_id = @tenant_id AND a.worker = @worker;
+JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = req.token
+WHERE t.tenant_id = @tenant_id AND a.worker = @worker;
 
 -- HeartbeatRemoteWorker registers a remote worker or renews its lease,
 -- with what it serves now (its queues and slots, its types).

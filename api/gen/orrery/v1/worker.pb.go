@@ -581,19 +581,24 @@ func (x *StopAttempt) GetReason() string {
 }
 
 type ReportRequest struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	Worker       string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
-	TaskId       string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	FencingToken int64                  `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	Success      bool                   `protobuf:"varint,4,opt,name=success,proto3" json:"success,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Worker string                 `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	// One attempt's end: task_id, fencing_token and the fields below them;
+	// or, for several attempts, ends and none of these.
+	TaskId       string `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	FencingToken int64  `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	Success      bool   `protobuf:"varint,4,opt,name=success,proto3" json:"success,omitempty"`
 	// What later steps read as steps.STEP.output: at most 64 KiB, cut and
 	// marked beyond.
 	Output string `protobuf:"bytes,5,opt,name=output,proto3" json:"output,omitempty"`
 	// On failure: what went wrong (at most 8 KiB), why (error, timeout,
 	// cancelled; default error) and whether another attempt may help.
-	Error         string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
-	ExitReason    string `protobuf:"bytes,7,opt,name=exit_reason,json=exitReason,proto3" json:"exit_reason,omitempty"`
-	Retryable     bool   `protobuf:"varint,8,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	Error      string `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	ExitReason string `protobuf:"bytes,7,opt,name=exit_reason,json=exitReason,proto3" json:"exit_reason,omitempty"`
+	Retryable  bool   `protobuf:"varint,8,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	// Several attempts' ends (at most 500, each attempt once), written in
+	// one transaction.
+	Ends          []*AttemptEnd `protobuf:"bytes,9,rep,name=ends,proto3" json:"ends,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -684,17 +689,121 @@ func (x *ReportRequest) GetRetryable() bool {
 	return false
 }
 
+func (x *ReportRequest) GetEnds() []*AttemptEnd {
+	if x != nil {
+		return x.Ends
+	}
+	return nil
+}
+
+// AttemptEnd is one attempt's end in a report of several: its fields are
+// ReportRequest's for one.
+type AttemptEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	FencingToken  int64                  `protobuf:"varint,2,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	Success       bool                   `protobuf:"varint,3,opt,name=success,proto3" json:"success,omitempty"`
+	Output        string                 `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
+	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	ExitReason    string                 `protobuf:"bytes,6,opt,name=exit_reason,json=exitReason,proto3" json:"exit_reason,omitempty"`
+	Retryable     bool                   `protobuf:"varint,7,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttemptEnd) Reset() {
+	*x = AttemptEnd{}
+	mi := &file_orrery_v1_worker_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttemptEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttemptEnd) ProtoMessage() {}
+
+func (x *AttemptEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_worker_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttemptEnd.ProtoReflect.Descriptor instead.
+func (*AttemptEnd) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_worker_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AttemptEnd) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *AttemptEnd) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *AttemptEnd) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *AttemptEnd) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *AttemptEnd) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *AttemptEnd) GetExitReason() string {
+	if x != nil {
+		return x.ExitReason
+	}
+	return ""
+}
+
+func (x *AttemptEnd) GetRetryable() bool {
+	if x != nil {
+		return x.Retryable
+	}
+	return false
+}
+
 type ReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// False: the report was stale (see Report) and changed nothing.
-	Accepted      bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// False: the report was stale (see Report) and changed nothing. For a
+	// report of several: whether all were taken.
+	Accepted bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// For a report of several (ends): each end's, in their order.
+	AcceptedEnds  []bool `protobuf:"varint,2,rep,packed,name=accepted_ends,json=acceptedEnds,proto3" json:"accepted_ends,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_orrery_v1_worker_proto_msgTypes[8]
+	mi := &file_orrery_v1_worker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +815,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_worker_proto_msgTypes[8]
+	mi := &file_orrery_v1_worker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +828,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_worker_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_worker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReportResponse) GetAccepted() bool {
@@ -727,6 +836,13 @@ func (x *ReportResponse) GetAccepted() bool {
 		return x.Accepted
 	}
 	return false
+}
+
+func (x *ReportResponse) GetAcceptedEnds() []bool {
+	if x != nil {
+		return x.AcceptedEnds
+	}
+	return nil
 }
 
 var File_orrery_v1_worker_proto protoreflect.FileDescriptor
@@ -781,7 +897,7 @@ const file_orrery_v1_worker_proto_rawDesc = "" +
 	"\x04stop\x18\x01 \x03(\v2\x16.orrery.v1.StopAttemptR\x04stop\">\n" +
 	"\vStopAttempt\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xec\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x97\x02\n" +
 	"\rReportRequest\x12\x16\n" +
 	"\x06worker\x18\x01 \x01(\tR\x06worker\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12#\n" +
@@ -791,9 +907,21 @@ const file_orrery_v1_worker_proto_rawDesc = "" +
 	"\x05error\x18\x06 \x01(\tR\x05error\x12\x1f\n" +
 	"\vexit_reason\x18\a \x01(\tR\n" +
 	"exitReason\x12\x1c\n" +
-	"\tretryable\x18\b \x01(\bR\tretryable\",\n" +
+	"\tretryable\x18\b \x01(\bR\tretryable\x12)\n" +
+	"\x04ends\x18\t \x03(\v2\x15.orrery.v1.AttemptEndR\x04ends\"\xd1\x01\n" +
+	"\n" +
+	"AttemptEnd\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12#\n" +
+	"\rfencing_token\x18\x02 \x01(\x03R\ffencingToken\x12\x18\n" +
+	"\asuccess\x18\x03 \x01(\bR\asuccess\x12\x16\n" +
+	"\x06output\x18\x04 \x01(\tR\x06output\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1f\n" +
+	"\vexit_reason\x18\x06 \x01(\tR\n" +
+	"exitReason\x12\x1c\n" +
+	"\tretryable\x18\a \x01(\bR\tretryable\"Q\n" +
 	"\x0eReportResponse\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\bR\baccepted2\xd8\x02\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x12#\n" +
+	"\raccepted_ends\x18\x02 \x03(\bR\facceptedEnds2\xd8\x02\n" +
 	"\rWorkerService\x12e\n" +
 	"\x05Claim\x12\x17.orrery.v1.ClaimRequest\x1a\x18.orrery.v1.ClaimResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/orrery.v1.WorkerService/Claim\x12u\n" +
 	"\tHeartbeat\x12\x1b.orrery.v1.HeartbeatRequest\x1a\x1c.orrery.v1.HeartbeatResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/orrery.v1.WorkerService/Heartbeat\x12i\n" +
@@ -811,7 +939,7 @@ func file_orrery_v1_worker_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_worker_proto_rawDescData
 }
 
-var file_orrery_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_orrery_v1_worker_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_orrery_v1_worker_proto_goTypes = []any{
 	(*ClaimRequest)(nil),          // 0: orrery.v1.ClaimRequest
 	(*ClaimResponse)(nil),         // 1: orrery.v1.ClaimResponse
@@ -821,29 +949,31 @@ var file_orrery_v1_worker_proto_goTypes = []any{
 	(*HeartbeatResponse)(nil),     // 5: orrery.v1.HeartbeatResponse
 	(*StopAttempt)(nil),           // 6: orrery.v1.StopAttempt
 	(*ReportRequest)(nil),         // 7: orrery.v1.ReportRequest
-	(*ReportResponse)(nil),        // 8: orrery.v1.ReportResponse
-	(*Resources)(nil),             // 9: orrery.v1.Resources
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*AttemptEnd)(nil),            // 8: orrery.v1.AttemptEnd
+	(*ReportResponse)(nil),        // 9: orrery.v1.ReportResponse
+	(*Resources)(nil),             // 10: orrery.v1.Resources
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_orrery_v1_worker_proto_depIdxs = []int32{
-	9,  // 0: orrery.v1.ClaimRequest.capacity:type_name -> orrery.v1.Resources
+	10, // 0: orrery.v1.ClaimRequest.capacity:type_name -> orrery.v1.Resources
 	2,  // 1: orrery.v1.ClaimResponse.tasks:type_name -> orrery.v1.RemoteTask
-	10, // 2: orrery.v1.RemoteTask.lease_expires_at:type_name -> google.protobuf.Timestamp
-	10, // 3: orrery.v1.RemoteTask.deadline:type_name -> google.protobuf.Timestamp
-	10, // 4: orrery.v1.RemoteTask.scheduled_for:type_name -> google.protobuf.Timestamp
+	11, // 2: orrery.v1.RemoteTask.lease_expires_at:type_name -> google.protobuf.Timestamp
+	11, // 3: orrery.v1.RemoteTask.deadline:type_name -> google.protobuf.Timestamp
+	11, // 4: orrery.v1.RemoteTask.scheduled_for:type_name -> google.protobuf.Timestamp
 	4,  // 5: orrery.v1.HeartbeatRequest.attempts:type_name -> orrery.v1.HeldAttempt
 	6,  // 6: orrery.v1.HeartbeatResponse.stop:type_name -> orrery.v1.StopAttempt
-	0,  // 7: orrery.v1.WorkerService.Claim:input_type -> orrery.v1.ClaimRequest
-	3,  // 8: orrery.v1.WorkerService.Heartbeat:input_type -> orrery.v1.HeartbeatRequest
-	7,  // 9: orrery.v1.WorkerService.Report:input_type -> orrery.v1.ReportRequest
-	1,  // 10: orrery.v1.WorkerService.Claim:output_type -> orrery.v1.ClaimResponse
-	5,  // 11: orrery.v1.WorkerService.Heartbeat:output_type -> orrery.v1.HeartbeatResponse
-	8,  // 12: orrery.v1.WorkerService.Report:output_type -> orrery.v1.ReportResponse
-	10, // [10:13] is the sub-list for method output_type
-	7,  // [7:10] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	8,  // 7: orrery.v1.ReportRequest.ends:type_name -> orrery.v1.AttemptEnd
+	0,  // 8: orrery.v1.WorkerService.Claim:input_type -> orrery.v1.ClaimRequest
+	3,  // 9: orrery.v1.WorkerService.Heartbeat:input_type -> orrery.v1.HeartbeatRequest
+	7,  // 10: orrery.v1.WorkerService.Report:input_type -> orrery.v1.ReportRequest
+	1,  // 11: orrery.v1.WorkerService.Claim:output_type -> orrery.v1.ClaimResponse
+	5,  // 12: orrery.v1.WorkerService.Heartbeat:output_type -> orrery.v1.HeartbeatResponse
+	9,  // 13: orrery.v1.WorkerService.Report:output_type -> orrery.v1.ReportResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_worker_proto_init() }
@@ -859,7 +989,7 @@ func file_orrery_v1_worker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_worker_proto_rawDesc), len(file_orrery_v1_worker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

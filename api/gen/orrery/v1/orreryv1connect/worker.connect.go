@@ -49,9 +49,12 @@ type WorkerServiceClient interface {
 	// Heartbeat renews the leases of the attempts the worker runs, in one
 	// call, and says which of them to stop.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
-	// Report ends an attempt; a report with a stale fencing token (the
-	// attempt's lease lapsed and it was retried, or its run was cancelled)
-	// is refused, recorded on the attempt, and changes nothing else.
+	// Report ends an attempt, or several at once (ends: one transaction for
+	// all of them, as a local worker's batch); a report with a stale fencing
+	// token (the attempt's lease lapsed and it was retried, or its run was
+	// cancelled) is refused, recorded on the attempt, and changes nothing
+	// else. An attempt that did not start on the worker refuses the whole
+	// request (not found, naming it), with nothing written.
 	Report(context.Context, *connect.Request[v1.ReportRequest]) (*connect.Response[v1.ReportResponse], error)
 }
 
@@ -117,9 +120,12 @@ type WorkerServiceHandler interface {
 	// Heartbeat renews the leases of the attempts the worker runs, in one
 	// call, and says which of them to stop.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
-	// Report ends an attempt; a report with a stale fencing token (the
-	// attempt's lease lapsed and it was retried, or its run was cancelled)
-	// is refused, recorded on the attempt, and changes nothing else.
+	// Report ends an attempt, or several at once (ends: one transaction for
+	// all of them, as a local worker's batch); a report with a stale fencing
+	// token (the attempt's lease lapsed and it was retried, or its run was
+	// cancelled) is refused, recorded on the attempt, and changes nothing
+	// else. An attempt that did not start on the worker refuses the whole
+	// request (not found, naming it), with nothing written.
 	Report(context.Context, *connect.Request[v1.ReportRequest]) (*connect.Response[v1.ReportResponse], error)
 }
 
