@@ -253,7 +253,11 @@ func (s *workerServer) Report(ctx context.Context, req *connect.Request[orreryv1
 		return nil, toConnect(ctx, s.log, &dag.FieldError{Field: "ends", Message: fmt.Sprintf("%d ends; at most %d a report", len(ends), maxReportEnds)})
 	}
 	reports := make([]run.Report, len(ends))
-	seen := make(map[uuid.UUID]int, len(ends))
+	type attempt struct {
+		task  uuid.UUID
+		token int64
+	}
+	seen := make(map[attempt]int, len(ends))
 	for i, e := range ends {
 		field := ""
 		if len(m.GetEnds()) > 0 {
@@ -263,10 +267,10 @@ func (s *workerServer) Report(ctx context.Context, req *connect.Request[orreryv1
 		if err != nil {
 			return nil, toConnect(ctx, s.log, err)
 		}
-		if first, ok := seen[r.TaskID]; ok {
-			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: field + "task_id", Message: fmt.Sprintf("the task of ends[%d] again: a report ends an attempt once", first)})
+		if first, ok := seen[attempt{r.TaskID, r.FencingToken}]; ok {
+			return nil, toConnect(ctx, s.log, &dag.FieldError{Field: field + "task_id", Message: fmt.Sprintf("the attempt of ends[%d] again: a report ends an attempt once", first)})
 		}
-		seen[r.TaskID] = i
+		seen[attempt{r.TaskID, r.FencingToken}] = i
 		reports[i] = r
 	}
 	accepted, err := s.gw.Report(ctx, w, reports)

@@ -70,7 +70,8 @@ func (r Report) leaseLapsed() bool { return r.Expired || r.LeaseLost }
 // nothing left to do finishes, and a run held back by overlap: queue
 // starts. A stale report is recorded on its attempt and changes nothing
 // else. Finish returns, per report, whether it was taken (false too for a
-// task that is gone).
+// task that is gone, and for an attempt the batch names again: a call
+// retried while the first was waiting in a batcher is taken once).
 //
 // The lock order, the same for every batch (docs/lifecycle.md): the
 // reports on runs of one task first, in one statement, their task's row
@@ -91,11 +92,14 @@ func (ap *applying) finish(ctx context.Context, reports []Report) ([]bool, error
 	}
 	var sole, items, other []int
 	var runs []uuid.UUID // of the items and the others
+	first := make(map[attemptKey]bool, len(reports))
 	for i := range reports {
 		r := &reports[i]
 		r.Result = r.Result.Storable()
+		key := attemptKey{r.TaskID, r.FencingToken}
 		switch {
 		case !known[i]:
+		case first[key]: // the same attempt again (a retried call joined the batch): stale
 		case r.Shape.SingleTask:
 			sole = append(sole, i)
 		case r.Shape.Item:
@@ -105,6 +109,7 @@ func (ap *applying) finish(ctx context.Context, reports []Report) ([]bool, error
 			other = append(other, i)
 			runs = append(runs, r.RunID)
 		}
+		first[key] = true
 	}
 	slices.SortStableFunc(other, func(x, y int) int { return slices.Compare(reports[x].RunID[:], reports[y].RunID[:]) })
 	accepted := make([]bool, len(reports))

@@ -135,9 +135,9 @@ func step(name string, needs ...string) dag.Step {
 }
 
 // One Finish takes a batch of every kind: a one-task run's success, a
-// one-task run's failure for good, a step of a pipeline whose child it
-// releases, and a stale report; each ends as the lifecycle says, in one
-// transaction.
+// one-task run's failure for good (reported twice: taken once), a step of
+// a pipeline whose child it releases, and a stale report; each ends as the
+// lifecycle says, in one transaction.
 func TestFinishABatchOfEveryKind(t *testing.T) {
 	t.Parallel()
 	x := newInTx(t)
@@ -145,9 +145,9 @@ func TestFinishABatchOfEveryKind(t *testing.T) {
 	g, b, a := x.start(good, "only"), x.start(bad, "only"), x.start(pipe, "a")
 	stale := report(a, true)
 	stale.FencingToken--
-	accepted := x.finish(report(a, true), report(g, true), stale, report(b, false))
-	if fmt.Sprint(accepted) != "[true true false true]" {
-		t.Errorf("accepted %v, want [true true false true]", accepted)
+	accepted := x.finish(report(a, true), report(g, true), stale, report(b, false), report(b, false))
+	if fmt.Sprint(accepted) != "[true true false true false]" {
+		t.Errorf("accepted %v, want [true true false true false] (the same attempt twice: taken once)", accepted)
 	}
 	for id, want := range map[uuid.UUID]string{
 		good: "succeeded only=succeeded",

@@ -165,6 +165,9 @@ func (s *Scheduler) downstreamBatch(ctx context.Context, leases []*shard.Lease, 
 		}
 		taken, keys = len(events), make([]eventKey, len(events))
 		for i, e := range events {
+			// An end a version before the status failed wrote as
+			// dead_lettered: failed, in upstream.outcome too.
+			events[i].Status = string(lifecycle.RunStatus(e.Status).Ended())
 			keys[i] = eventKey{e.RunID, e.FinishedAt}
 			if err := s.cfg.Failpoints.Err(FailpointDownstreamEvent + ":" + e.RunID.String()); err != nil {
 				return err

@@ -404,11 +404,13 @@ var callbackEvent = map[lifecycle.RunStatus]string{
 
 // finishes turns a batch of run finish events into failure and
 // dead_letter alerts and callbacks, and deletes them.
-
 func (w *Watchdog) finishes(ctx context.Context, p *pass, held []int32) (int, error) {
 	rows, err := p.q.TakeRunFinishes(ctx, store.TakeRunFinishesParams{Shards: held, Batch: int32(w.cfg.Batch)})
 	if err != nil || len(rows) == 0 {
 		return 0, err
+	}
+	for i := range rows { // an end written dead_lettered by a version before the status failed
+		rows[i].Status = string(lifecycle.RunStatus(rows[i].Status).Ended())
 	}
 	need := map[uuid.UUID]int64{}
 	ids := make([]uuid.UUID, len(rows))
