@@ -401,6 +401,15 @@ func (ap *applying) finishCalls(ctx context.Context, ends []ChildEnd, latest boo
 	if err != nil || len(rows) == 0 {
 		return err
 	}
+	// The parent runs first, in key order, as a cancel locks a run before
+	// its tasks: Finish would take a one-task run's task before its run.
+	parents := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		parents[i] = r.RunID
+	}
+	if err := ap.q.LockRuns(ctx, parents); err != nil {
+		return err
+	}
 	reports := make([]Report, len(rows))
 	for i, r := range rows {
 		res := executor.Result{OK: r.Status == lifecycle.RunSucceeded}
