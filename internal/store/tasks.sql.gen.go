@@ -618,10 +618,11 @@ type FinishRunIfDoneRow struct {
 }
 
 // FinishRunIfDone derives a run's status from its tasks once none is left
-// to run (succeeded when all succeeded or were skipped; failed when one was
-// dead-lettered; else cancelled when one was, else failed) and returns the run's job; no row while tasks remain. The items
-// of a fan-out are not counted: their group (open while they are) stands
-// for them, its end decided by min_success.
+// to run (succeeded when all succeeded or were skipped; failed when one
+// was dead-lettered; else cancelled when one was, else failed) and returns
+// the run's job; no row while tasks remain. The items of a fan-out are not
+// counted: their group (open while they are) stands for them, its end
+// decided by min_success.
 func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (FinishRunIfDoneRow, error) {
 	row := q.db.QueryRow(ctx, finishRunIfDone, id)
 	var i FinishRunIfDoneRow
