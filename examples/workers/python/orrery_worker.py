@@ -18,11 +18,14 @@ returns the step's output: a string, or any value json can write. It fails
 by raising; Permanent(...) fails for good, any other exception may be
 retried (the step's retry policy decides). While tasks run, a heartbeat
 renews their leases; a task whose lease is lost or whose run is cancelled
-has task.stop set (a threading.Event) for the handler to notice.
+has task.stop set (a threading.Event) for the handler to notice. The
+ends of attempts that finish while a report is on its way go together in
+the next one (one call, one transaction on the server).
 """
 
 import json
 import os
+import queue
 import socket
 import sys
 import threading
@@ -32,6 +35,7 @@ import urllib.error
 import urllib.request
 
 SERVICE = "/orrery.v1.WorkerService/"
+MAX_ENDS = 500  # ends in one report: the server's bound
 
 
 class Permanent(Exception):
@@ -85,6 +89,7 @@ class Worker:
         self.lock = threading.Lock()
         self.free = threading.Semaphore(concurrency)
         self.stopping = threading.Event()
+        self.ends = queue.Queue()  # (task, end) of attempts that ended, waiting for a report
 
     def handler(self, type_name):
         """Registers the decorated function as the handler of type_name."""
@@ -114,6 +119,7 @@ class Worker:
         """Works until stop() is called (or the process is interrupted)."""
         beat = threading.Thread(target=self._heartbeat, daemon=True)
         beat.start()
+        threading.Thread(target=self._report, daemon=True).start()
         while not self.stopping.is_set():
             self.free.acquire()
             free = 1
@@ -141,36 +147,56 @@ class Worker:
         self.stopping.set()
 
     def _work(self, task):
-        report = {"worker": self.name, "taskId": task.task_id, "fencingToken": str(task.fencing_token)}
+        end = {"taskId": task.task_id, "fencingToken": str(task.fencing_token)}
         try:
             fn = self.handlers.get(task.type)
             if fn is None:
                 raise Permanent("no handler for type %r in this worker" % task.type)
             out = fn(task)
-            report["success"] = True
-            report["output"] = out if isinstance(out, str) else ("" if out is None else json.dumps(out))
+            end["success"] = True
+            end["output"] = out if isinstance(out, str) else ("" if out is None else json.dumps(out))
         except Permanent as e:
-            report.update(success=False, error=str(e) or "permanent failure", retryable=False)
+            end.update(success=False, error=str(e) or "permanent failure", retryable=False)
         except Exception as e:  # noqa: BLE001 - a handler's failure is the step's
-            report.update(success=False, error="".join(traceback.format_exception_only(type(e), e)).strip()[:8000],
-                          retryable=True)
+            end.update(success=False, error="".join(traceback.format_exception_only(type(e), e)).strip()[:8000],
+                       retryable=True)
+        self.ends.put((task, end))
+
+    def _report(self):
+        """Reports the ends of attempts: one, or all that ended meanwhile."""
+        while True:
+            batch = [self.ends.get()]
+            while len(batch) < MAX_ENDS:
+                try:
+                    batch.append(self.ends.get_nowait())
+                except queue.Empty:
+                    break
+            self._send(batch)
+            for task, _ in batch:  # its lease is renewed until its end is reported
+                with self.lock:
+                    self.running.pop(task.task_id, None)
+                self.free.release()
+
+    def _send(self, batch):
         for delay in (0, 1, 2, 4, 8):
             time.sleep(delay)
             try:
-                res = self.call("Report", report)
-                if not res.get("accepted"):
-                    print("orrery worker: report of %s refused: its attempt is no longer ours" % task.task_id,
-                          file=sys.stderr, flush=True)
-                break
+                res = self.call("Report", {"worker": self.name, "ends": [end for _, end in batch]})
+                for (task, _), taken in zip(batch, res.get("acceptedEnds", [])):
+                    if not taken:
+                        print("orrery worker: report of %s refused: its attempt is no longer ours" % task.task_id,
+                              file=sys.stderr, flush=True)
+                return
             except OrreryError as e:
-                print("orrery worker: report of %s: %s" % (task.task_id, e), file=sys.stderr, flush=True)
+                print("orrery worker: report of %d ends: %s" % (len(batch), e), file=sys.stderr, flush=True)
+                if e.code == "not_found" and len(batch) > 1:
+                    for one in batch:  # one is no longer this worker's: the others alone, so that they are taken
+                        self._send([one])
+                    return
                 if e.code in ("not_found", "invalid_argument", "permission_denied"):
-                    break
+                    return
             except OSError as e:
-                print("orrery worker: report of %s: %s" % (task.task_id, e), file=sys.stderr, flush=True)
-        with self.lock:
-            self.running.pop(task.task_id, None)
-        self.free.release()
+                print("orrery worker: report of %d ends: %s" % (len(batch), e), file=sys.stderr, flush=True)
 
     def _heartbeat(self):
         while not self.stopping.wait(self.lease_seconds / 3):
