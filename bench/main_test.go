@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,6 +36,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400) // as the orrery binary runs (cmd/orrery, defaultGCPercent)
+	}
 	os.Exit(run(m))
 }
 
