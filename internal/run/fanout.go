@@ -361,42 +361,26 @@ func (ap *applying) groupEnded(ctx context.Context, g store.CountItemEndsRow) er
 // their groups in one more (countItemEnds), the retries released, and
 // stale reports recorded on their attempts.
 func (ap *applying) finishItems(ctx context.Context, all []Report, idx []int, accepted []bool) error {
-	if len(idx) == 0 {
-		return nil
-	}
-	reports, finishes := make([]Report, len(idx)), make([]lifecycle.Finish, len(idx))
-	for k, i := range idx {
-		reports[k], finishes[k] = all[i], all[i].finish(all[i].Shape)
-	}
-	done, err := ap.completeAttempts(ctx, reports, finishes)
+	taken, err := ap.complete(ctx, all, idx, accepted)
 	if err != nil {
 		return err
 	}
 	var retries []dispatch.Ready
 	ends := map[uuid.UUID]*itemEnds{}
-	for k, r := range reports {
-		f := finishes[k]
-		t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
-		if !ok {
-			if err := ap.lateReport(ctx, r, f.Outcome); err != nil {
-				return err
-			}
-			continue
-		}
-		accepted[idx[k]] = true
-		switch {
+	for _, e := range taken {
+		switch f, t := e.f, e.t; {
 		case f.Task == lifecycle.TaskRetrying:
-			retries = append(retries, retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
+			retries = append(retries, retryOf(e.r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
 		case t.GroupID != nil:
-			e := ends[*t.GroupID]
-			if e == nil {
-				e = &itemEnds{}
-				ends[*t.GroupID] = e
+			n := ends[*t.GroupID]
+			if n == nil {
+				n = &itemEnds{}
+				ends[*t.GroupID] = n
 			}
 			if f.Task == lifecycle.TaskSucceeded {
-				e.succeeded++
+				n.succeeded++
 			} else {
-				e.failed++
+				n.failed++
 			}
 		}
 	}

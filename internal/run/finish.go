@@ -184,15 +184,11 @@ func (ap *applying) shapes(ctx context.Context, reports []Report) ([]bool, error
 // locked: tasks of one run finish one at a time, so that the last sees
 // all terminal (lock order: the run, then its tasks).
 func (ap *applying) finishOne(ctx context.Context, r Report) (bool, error) {
-	f := r.finish(r.Shape)
-	done, err := ap.completeAttempts(ctx, []Report{r}, []lifecycle.Finish{f})
-	if err != nil {
+	taken, err := ap.complete(ctx, []Report{r}, []int{0}, make([]bool, 1))
+	if err != nil || len(taken) == 0 {
 		return false, err
 	}
-	t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
-	if !ok {
-		return false, ap.lateReport(ctx, r, f.Outcome)
-	}
+	f, t := taken[0].f, taken[0].t
 	switch {
 	case f.Task == lifecycle.TaskRetrying:
 		return true, ap.Dispatcher.Release(ctx, ap.tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
@@ -242,34 +238,15 @@ func (ap *applying) lateReport(ctx context.Context, r Report, outcome lifecycle.
 // run needs no run lock: its one task's row, locked by the update, is
 // what orders the writes of the run.
 func (ap *applying) finishSole(ctx context.Context, all []Report, idx []int, accepted []bool) error {
-	if len(idx) == 0 {
-		return nil
-	}
-	reports, finishes := make([]Report, len(idx)), make([]lifecycle.Finish, len(idx))
-	for k, i := range idx {
-		reports[k], finishes[k] = all[i], all[i].finish(all[i].Shape)
-	}
-	done, err := ap.completeAttempts(ctx, reports, finishes)
+	taken, err := ap.complete(ctx, all, idx, accepted)
 	if err != nil {
 		return err
 	}
 	var retries []dispatch.Ready
-	for k, r := range reports {
-		f := finishes[k]
-		t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
-		if !ok {
-			if err := ap.lateReport(ctx, r, f.Outcome); err != nil {
-				return err
-			}
-			continue
-		}
-		accepted[idx[k]] = true
-		if f.Run != "" {
-			ap.finished(ap.tx, f.Run)
-		}
-		switch {
+	for _, e := range taken {
+		switch f, t := e.f, e.t; {
 		case f.Task == lifecycle.TaskRetrying:
-			retries = append(retries, retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
+			retries = append(retries, retryOf(e.r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
 		case f.PromoteHeld && t.JobID != nil:
 			if err := ap.promoteQueued(ctx, *t.JobID); err != nil {
 				return err
@@ -277,6 +254,47 @@ func (ap *applying) finishSole(ctx context.Context, all []Report, idx []int, acc
 		}
 	}
 	return ap.Dispatcher.Release(ctx, ap.tx, retries)
+}
+
+// ended is a report whose attempt completeAttempts ended: its finish and
+// its task's row.
+type ended struct {
+	r Report
+	f lifecycle.Finish
+	t store.CompleteAttemptsRow
+}
+
+// complete ends the attempts of the reports at idx of all in one
+// statement (completeAttempts), records the stale ones on their attempts,
+// marks the others in accepted and returns them.
+func (ap *applying) complete(ctx context.Context, all []Report, idx []int, accepted []bool) ([]ended, error) {
+	if len(idx) == 0 {
+		return nil, nil
+	}
+	reports, finishes := make([]Report, len(idx)), make([]lifecycle.Finish, len(idx))
+	for k, i := range idx {
+		reports[k], finishes[k] = all[i], all[i].finish(all[i].Shape)
+	}
+	done, err := ap.completeAttempts(ctx, reports, finishes)
+	if err != nil {
+		return nil, err
+	}
+	taken := make([]ended, 0, len(reports))
+	for k, r := range reports {
+		t, ok := done[attemptKey{r.TaskID, r.FencingToken}]
+		if !ok {
+			if err := ap.lateReport(ctx, r, finishes[k].Outcome); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		accepted[idx[k]] = true
+		if finishes[k].Run != "" {
+			ap.finished(ap.tx, finishes[k].Run)
+		}
+		taken = append(taken, ended{r, finishes[k], t})
+	}
+	return taken, nil
 }
 
 // attemptKey names an attempt by task and fencing token: a stale report may
