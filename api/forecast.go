@@ -27,7 +27,7 @@ func (s *pipelineServer) Forecast(ctx context.Context, req *connect.Request[orre
 	if top == 0 {
 		top = 5
 	}
-	jobs, ids, err := s.forecastJobs(ctx, m)
+	jobs, given, ids, err := s.forecastJobs(ctx, m)
 	if err != nil {
 		return nil, toConnect(ctx, s.log, err)
 	}
@@ -58,9 +58,7 @@ func (s *pipelineServer) Forecast(ctx context.Context, req *connect.Request[orre
 		jobs[i].Profiles = facts.Profiles
 	}
 	// A stored job names only profiles that exist; one given here may not.
-	for i, a := range m.GetJobs() {
-		r := ResourceFromProto(a.GetMetadata(), a.GetSpec())
-		r.Normalize()
+	for i, r := range given {
 		if es := job.MissingProfiles(&r.Spec, facts.Profiles); len(es) > 0 {
 			e := *es[0]
 			e.Field = fmt.Sprintf("jobs[%d].%s", i, e.Field)
@@ -92,12 +90,13 @@ func HoursToProto(hours []forecast.Hour) []*orreryv1.ForecastHour {
 
 // forecastJobs is what a forecast counts: the active stored jobs in scope
 // that the caller may read, with the request's jobs in place of theirs;
-// and the ids of the stored jobs by namespace/name.
-func (s *pipelineServer) forecastJobs(ctx context.Context, m *orreryv1.ForecastRequest) ([]forecast.Job, map[string]uuid.UUID, error) {
+// the request's jobs as apply reads them, in its order; and the ids of
+// the stored jobs by namespace/name.
+func (s *pipelineServer) forecastJobs(ctx context.Context, m *orreryv1.ForecastRequest) ([]forecast.Job, []dag.Resource, map[string]uuid.UUID, error) {
 	ids := map[string]uuid.UUID{}
 	if ns := m.GetNamespace(); ns != "" {
 		if err := dag.ValidateName(ns); err != nil {
-			return nil, nil, &dag.FieldError{Field: "namespace", Message: err.Error()}
+			return nil, nil, nil, &dag.FieldError{Field: "namespace", Message: err.Error()}
 		}
 	}
 	// The request's jobs as apply reads them: each error names its job
@@ -108,13 +107,15 @@ func (s *pipelineServer) forecastJobs(ctx context.Context, m *orreryv1.ForecastR
 	}
 	items, err := job.PrepareItems(items)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	override := map[string]dag.Resource{}
+	given := make([]dag.Resource, len(items))
+	override := map[string]bool{}
 	namespaces := map[string]bool{}
-	for _, it := range items {
+	for i, it := range items {
 		r := it.Resource
-		override[r.Metadata.Namespace+"/"+r.Metadata.Name] = r
+		given[i] = r
+		override[r.Metadata.Namespace+"/"+r.Metadata.Name] = true
 		namespaces[r.Metadata.Namespace] = true
 	}
 	var out []forecast.Job
@@ -122,30 +123,30 @@ func (s *pipelineServer) forecastJobs(ctx context.Context, m *orreryv1.ForecastR
 	for {
 		page, next, err := s.jobs.List(ctx, actor(ctx), f)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		for _, j := range page {
 			key := j.Namespace + "/" + j.Name
 			ids[key] = j.ID
-			if _, replaced := override[key]; replaced || (m.GetPrune() && namespaces[j.Namespace]) {
+			if override[key] || (m.GetPrune() && namespaces[j.Namespace]) {
 				continue
 			}
 			out = append(out, forecast.Job{Namespace: j.Namespace, Name: j.Name, Spec: j.Spec})
 		}
 		if len(out) > maxForecastJobs {
-			return nil, nil, &dag.FieldError{Field: "namespace", Message: fmt.Sprintf("more than %d jobs in scope: forecast one namespace at a time", maxForecastJobs)}
+			return nil, nil, nil, &dag.FieldError{Field: "namespace", Message: fmt.Sprintf("more than %d jobs in scope: forecast one namespace at a time", maxForecastJobs)}
 		}
 		if next == "" {
 			break
 		}
 		f.PageToken = next
 	}
-	for _, r := range override {
+	for _, r := range given {
 		if m.GetNamespace() == "" || r.Metadata.Namespace == m.GetNamespace() {
 			out = append(out, forecast.Job{Namespace: r.Metadata.Namespace, Name: r.Metadata.Name, Spec: r.Spec})
 		}
 	}
-	return out, ids, nil
+	return out, given, ids, nil
 }
 
 // ForecastToProto is a forecast as the API answers it.
