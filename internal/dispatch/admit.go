@@ -361,18 +361,18 @@ func (d *Dispatcher) admit(ctx context.Context, tx pgx.Tx, cfg AdmitConfig, queu
 	if _, err := q.LockQueue(ctx, queue); err != nil {
 		if store.IsNotFound(err) {
 			res.Busy = true
-			return res, waited, nil
+			return res, nil, nil
 		}
-		return res, waited, err
+		return res, nil, err
 	}
 	caps, err := q.QueueCapacities(ctx, queue)
 	if err != nil {
-		return res, waited, err
+		return res, nil, err
 	}
 	p := poolOf(caps)
 	held, err := q.InFlightByTenant(ctx, queue)
 	if err != nil {
-		return res, waited, err
+		return res, nil, err
 	}
 	heldBy := make(map[uuid.UUID]int64, len(held))
 	resBy := make(map[uuid.UUID]resources.Vector, len(held))
@@ -387,30 +387,30 @@ func (d *Dispatcher) admit(ctx context.Context, tx pgx.Tx, cfg AdmitConfig, queu
 	free := room(p.slots, inFlight)
 	free = min(free, admitBatch)
 	if free <= 0 {
-		return res, waited, nil
+		return res, nil, nil
 	}
 	tenants, err := q.WaitingTenants(ctx, queue)
 	if err != nil || len(tenants) == 0 {
-		return res, waited, err
+		return res, nil, err
 	}
 	states, reserved, skipped, err := tenantStates(ctx, q, queue, tenants, heldBy, resBy, &p, free)
 	res.Skipped = skipped
 	free -= reserved
 	if err != nil || len(states) == 0 || free <= 0 {
-		return res, waited, err
+		return res, nil, err
 	}
 	c := &chooser{p: &p, queue: queue, inFlight: inFlightRes, free: free}
 	cands, err := c.read(ctx, q, cfg, states)
 	if err != nil {
-		return res, waited, err
+		return res, nil, err
 	}
 	chosen := c.chosen()
 	if len(chosen) == 0 {
-		return res, waited, nil
+		return res, nil, nil
 	}
 	rows, err := q.AdmitTasks(ctx, chosen)
 	if err != nil || len(rows) == 0 {
-		return res, waited, err
+		return res, nil, err
 	}
 	// River works a queue's jobs in the order they were inserted: insert
 	// them in the order choose gave the slots, not the order the update

@@ -40,10 +40,10 @@ func (a *Applier) Cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason
 // runs are child runs whose steps were cancelled: their ends end no step,
 // and no event of them is written.
 func (a *Applier) cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason string, withParent bool, done *int) ([]uuid.UUID, error) {
-	ap := a.in(tx)
 	if len(ids) == 0 {
 		return nil, nil
 	}
+	ap := a.in(tx)
 	cancelled, err := ap.q.CancelRuns(ctx, store.CancelRunsParams{Ids: ids, Reason: reason, ParentCancelled: withParent})
 	if err != nil || len(cancelled) == 0 {
 		return cancelled, err

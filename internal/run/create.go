@@ -70,10 +70,10 @@ type Firer struct {
 // usage.RunRooms before tx, or outside it) says, and counted in it (pass
 // a Clone when tx may be tried again): see holdToQuotas.
 func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, rooms usage.Rooms) ([]uuid.UUID, error) {
-	ap := a.in(tx)
 	if len(runs) == 0 {
 		return nil, nil
 	}
+	ap := a.in(tx)
 	noParams := fillParams(runs)
 	overQuota, err := holdToQuotas(runs, by, rooms)
 	if err != nil {

@@ -5,11 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/orrery-dev/orrery/dag"
-
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
