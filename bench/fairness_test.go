@@ -161,7 +161,7 @@ func BenchmarkWeightedShares(b *testing.B) {
 		total := 0
 		counts := make([]int, len(weights))
 		for i, id := range ids {
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM attempts WHERE tenant_id = $1 AND started_at >= $2 AND started_at < $3",
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM every_attempt WHERE tenant_id = $1 AND started_at >= $2 AND started_at < $3",
 				id, from, until).Scan(&counts[i]); err != nil {
 				b.Fatal(err)
 			}

@@ -764,7 +764,7 @@ func TestStalledWorkersLeaseLapsesAndLateReportIsRejected(t *testing.T) {
 		}
 	}
 	attemptRunningOn := func(jobName, worker string) bool {
-		return queryInt(t, pool, `SELECT count(*) FROM attempts a JOIN tasks t ON t.id = a.task_id JOIN runs r ON r.id = t.run_id
+		return queryInt(t, pool, `SELECT count(*) FROM every_attempt a JOIN tasks t ON t.id = a.task_id JOIN runs r ON r.id = t.run_id
 			JOIN jobs j ON j.id = r.job_id WHERE j.name = $1 AND a.worker = $2 AND a.outcome = 'running'`, jobName, worker) == 1
 	}
 	runSucceeded := func(jobName string) bool {

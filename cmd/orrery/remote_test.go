@@ -134,7 +134,7 @@ func TestPythonWorker(t *testing.T) {
 		return s
 	}
 	runningOn := func(runID, worker string) bool {
-		return queryInt(t, pool, `SELECT count(*) FROM attempts a JOIN tasks k ON k.id = a.task_id
+		return queryInt(t, pool, `SELECT count(*) FROM every_attempt a JOIN tasks k ON k.id = a.task_id
 			WHERE k.run_id = $1 AND a.worker LIKE $2 AND a.outcome = 'running'`, runID, worker+" (%") == 1
 	}
 

@@ -787,7 +787,7 @@ func (w *Worker) work(ctx context.Context, job *river.Job[dispatch.TaskArgs]) er
 		return river.JobSnooze(0)
 	}
 	// The room is held until the report is written (work returns): what
-	// the attempts table shows running on this worker at once never asks
+	// the tasks table shows running on this worker at once never asks
 	// for more than it has.
 	defer release()
 	att, err := w.starter.Do(ctx, run.Start{TaskID: job.Args.TaskID, Attempt: job.Args.Attempt})

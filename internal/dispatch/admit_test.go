@@ -158,7 +158,7 @@ func (f *fixture) whereTasksAre(run uuid.UUID) string {
 	ctx := context.Background()
 	var b strings.Builder
 	rows, err := f.pool.Query(ctx, `SELECT t.step, t.status, t.queue, t.released_at IS NOT NULL, t.admitted_at IS NOT NULL,
-		(SELECT count(*) FROM attempts a WHERE a.task_id = t.id), t.id::text FROM tasks t WHERE t.run_id = $1 ORDER BY t.created_at, t.step`, run)
+		(SELECT count(*) FROM every_attempt AS a WHERE a.task_id = t.id), t.id::text FROM tasks t WHERE t.run_id = $1 ORDER BY t.created_at, t.step`, run)
 	if err != nil {
 		return err.Error()
 	}
@@ -201,13 +201,14 @@ func (f *fixture) whereTasksAre(run uuid.UUID) string {
 }
 
 // maxOverlap is the most attempts of a tenant that ran at once, from the
-// attempts table (an oracle independent of admission's own counts).
+// attempts recorded, ended and running (an oracle independent of
+// admission's own counts).
 func (f *fixture) maxOverlap(tenant uuid.UUID) int {
 	f.t.Helper()
 	return enginetest.Int(f.t, f.pool, `SELECT COALESCE(max(n), 0)::int FROM (
-		SELECT (SELECT count(*) FROM attempts b WHERE b.tenant_id = a.tenant_id
+		SELECT (SELECT count(*) FROM every_attempt AS b WHERE b.tenant_id = a.tenant_id
 		        AND b.started_at <= a.started_at AND (b.finished_at IS NULL OR b.finished_at > a.started_at)) AS n
-		FROM attempts a WHERE a.tenant_id = $1) AS o`, tenant)
+		FROM every_attempt AS a WHERE a.tenant_id = $1) AS o`, tenant)
 }
 
 // liveCount tracks, per tenant, the attempts running in the handler now
@@ -323,9 +324,9 @@ func TestWeightsHonoured(t *testing.T) {
 	f.worker("q", 4)
 	// The first 160 starts: both tenants backlogged throughout (each has 200).
 	enginetest.WaitFor(t, 60*time.Second, "160 attempts started", func() bool {
-		return enginetest.Int(t, f.pool, "SELECT count(*) FROM attempts") >= 160
+		return enginetest.Int(t, f.pool, "SELECT count(*) FROM every_attempt AS a") >= 160
 	})
-	lightStarts := enginetest.Int(t, f.pool, `SELECT count(*) FROM (SELECT tenant_id FROM attempts ORDER BY started_at, id LIMIT 160) AS s
+	lightStarts := enginetest.Int(t, f.pool, `SELECT count(*) FROM (SELECT tenant_id FROM every_attempt AS a ORDER BY started_at, id LIMIT 160) AS s
 		WHERE tenant_id = $1`, light.Tenant)
 	share := float64(lightStarts) / 160
 	t.Logf("light tenant (weight 1 of 4): %d of the first 160 starts (%.3f; its weight's share 0.25)", lightStarts, share)

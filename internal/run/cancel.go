@@ -51,14 +51,9 @@ func (a *Applier) cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason
 	for range cancelled {
 		a.finished(tx, lifecycle.RunCancelled)
 	}
-	tasks, err := ap.q.CancelTasksOfRuns(ctx, cancelled)
+	tasks, err := ap.q.CancelTasksOfRuns(ctx, store.CancelTasksOfRunsParams{RunIds: cancelled, ExitReason: executor.ReasonCancelled, FailureClass: executor.ClassUser, Error: reason})
 	if err != nil {
 		return nil, err
-	}
-	if len(tasks) > 0 {
-		if err := ap.q.CloseRunningAttempts(ctx, store.CloseRunningAttemptsParams{TaskIds: tasks, ExitReason: executor.ReasonCancelled, FailureClass: executor.ClassUser, Error: reason}); err != nil {
-			return nil, err
-		}
 	}
 	room := 0
 	if done != nil {

@@ -13,7 +13,8 @@
 //     tree.go: the trees of runs (a child's, an after-trigger's) and
 //     their bound;
 //   - start.go: an attempt's start (the task running on a worker, with a
-//     new fencing token, its attempt on record before the step runs);
+//     new fencing token, its attempt on record in the task's row before
+//     the step runs; the attempts row is written at its end);
 //     vars.go: what the expressions of a step read;
 //   - finish.go: Finish, the one way an attempt's end is written (a
 //     worker's, a remote worker's, the reaper's, a job step's), as

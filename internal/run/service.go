@@ -101,7 +101,7 @@ type ItemCounts struct {
 // Task is one step of a run.
 type Task struct {
 	store.Task
-	Attempts []store.Attempt
+	Attempts []store.EveryAttempt
 	// Parents are the tasks this one waits for.
 	Parents []uuid.UUID
 	// WaitReason says why a queued or retrying task is not yet admitted
@@ -273,7 +273,7 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID, page Items
 	// can be, there).
 	var r store.GetRunRow
 	var tasks []store.Task
-	var attempts []store.Attempt
+	var attempts []store.EveryAttempt
 	var edges []store.TaskEdge
 	err := store.InTx(ctx, s.pool, func(q *store.Queries) error {
 		var err error
@@ -296,7 +296,7 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID, page Items
 		return nil, err
 	}
 	q := store.New(s.pool)
-	byTask := map[uuid.UUID][]store.Attempt{}
+	byTask := map[uuid.UUID][]store.EveryAttempt{}
 	for _, at := range attempts {
 		byTask[at.TaskID] = append(byTask[at.TaskID], at)
 	}
@@ -335,7 +335,7 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID, page Items
 		if err != nil {
 			return nil, err
 		}
-		of := map[uuid.UUID][]store.Attempt{}
+		of := map[uuid.UUID][]store.EveryAttempt{}
 		for _, at := range attempts {
 			of[at.TaskID] = append(of[at.TaskID], at)
 		}

@@ -20,7 +20,8 @@ import (
 // Attempt is a started attempt: what the executor needs, and what its
 // report needs to know of the step.
 type Attempt struct {
-	// ID is the attempt's row in attempts.
+	// ID is the attempt's id: in its task's row while it runs (the start
+	// writes it there), of its row in attempts once it ended.
 	ID      uuid.UUID
 	Call    executor.Call
 	Timeout time.Duration

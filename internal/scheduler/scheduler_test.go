@@ -151,7 +151,7 @@ func TestCancelAndTrigger(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "the run is running", func() bool {
-		return count(t, pool, "SELECT count(*) FROM attempts WHERE outcome = 'running'") == 1
+		return count(t, pool, "SELECT count(*) FROM every_attempt WHERE outcome = 'running'") == 1
 	})
 	skipped, _ := runs.Trigger(ctx, job.Anonymous, job.Ref{Name: "manual"}, "", false)
 	if skipped.Status != lifecycle.RunSkipped {

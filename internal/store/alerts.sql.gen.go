@@ -477,7 +477,7 @@ WITH w AS (
         WHEN a.kind = 'missed' AND j.status = 'paused' THEN 'the job was paused'
         WHEN a.kind = 'missed' AND l.started >= a.scheduled_for THEN 'a run started'
         WHEN a.kind = 'stuck' AND a.attempt_id IS NOT NULL
-             AND NOT EXISTS (SELECT 1 FROM attempts AS x WHERE x.id = a.attempt_id AND x.outcome = 'running') THEN 'the attempt ended'
+             AND NOT EXISTS (SELECT 1 FROM tasks AS x WHERE x.run_id = a.run_id AND x.attempt_id = a.attempt_id AND x.status = 'running') THEN 'the attempt ended'
         WHEN a.kind = 'stuck' AND a.attempt_id IS NULL
              AND EXISTS (SELECT 1 FROM runs AS r WHERE r.id = a.run_id AND r.finished_at IS NOT NULL) THEN 'the run finished'
         WHEN a.kind = 'failure' AND l.succeeded >= a.scheduled_for THEN 'a run succeeded'
@@ -542,9 +542,9 @@ func (q *Queries) ResolveAlerts(ctx context.Context, arg ResolveAlertsParams) ([
 }
 
 const runningAttemptsOfRuns = `-- name: RunningAttemptsOfRuns :many
-SELECT t.run_id, t.step, a.id AS attempt_id, a.number, a.started_at
-FROM tasks AS t JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = t.fencing_token
-WHERE t.run_id = ANY($1::uuid[]) AND t.status = 'running' AND a.outcome = 'running'
+SELECT t.run_id, t.step, t.attempt_id::uuid AS attempt_id, t.attempt AS number, t.attempt_started_at::timestamptz AS started_at
+FROM tasks AS t
+WHERE t.run_id = ANY($1::uuid[]) AND t.status = 'running' AND t.attempt_id IS NOT NULL
 `
 
 type RunningAttemptsOfRunsRow struct {

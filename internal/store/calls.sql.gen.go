@@ -742,13 +742,11 @@ WITH req AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1, child_run_id = req.child_run_id,
         worker_id = NULL, lease_expires_at = NULL, deadline_at = NULL, admitted_at = NULL,
-        started_at = COALESCE(tasks.started_at, now()), released_at = COALESCE(tasks.released_at, now()), ready_at = COALESCE(tasks.ready_at, now())
+        started_at = COALESCE(tasks.started_at, now()), released_at = COALESCE(tasks.released_at, now()), ready_at = COALESCE(tasks.ready_at, now()),
+        attempt_id = req.attempt_id, attempt_started_at = now(), attempt_worker = $4::text
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
-    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.attempt, tasks.fencing_token, req.attempt_id
-), a AS (
-    INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
-    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, $4::text, now() FROM t
+    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.attempt, tasks.fencing_token
 )
 SELECT t.id, t.run_id, t.fencing_token::bigint AS fencing_token FROM t
 `
@@ -768,7 +766,8 @@ type StartCallsRow struct {
 
 // StartCalls moves job steps to running on their child runs (no worker,
 // no lease, no slot: the child run's tasks hold those), each with a new
-// attempt and fencing token, its attempt on record.
+// attempt and fencing token, its attempt on record in the task's row (as
+// StartAttempts does).
 func (q *Queries) StartCalls(ctx context.Context, arg StartCallsParams) ([]StartCallsRow, error) {
 	rows, err := q.db.Query(ctx, startCalls,
 		arg.Ids,

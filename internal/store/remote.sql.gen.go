@@ -282,12 +282,13 @@ const remoteAttempts = `-- name: RemoteAttempts :many
 WITH req AS (
     SELECT unnest($3::uuid[]) AS id, unnest($4::bigint[]) AS token
 )
-SELECT t.id, a.fencing_token, t.run_id, t.queue, t.step, t.attempt, r.job_id, r.job_version
+SELECT t.id, req.token::bigint AS fencing_token, t.run_id, t.queue, t.step, t.attempt, r.job_id, r.job_version
 FROM req
 JOIN tasks AS t ON t.id = req.id
 JOIN runs AS r ON r.id = t.run_id
-JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = req.token
-WHERE t.tenant_id = $1 AND a.worker = $2
+WHERE t.tenant_id = $1
+  AND (t.status = 'running' AND t.fencing_token = req.token AND t.attempt_worker = $2::text
+       OR EXISTS (SELECT 1 FROM attempts AS a WHERE a.task_id = t.id AND a.fencing_token = req.token AND a.worker = $2::text))
 `
 
 type RemoteAttemptsParams struct {
@@ -311,7 +312,8 @@ type RemoteAttemptsRow struct {
 // RemoteAttempts reads, of the attempts a remote worker reports (tasks
 // and fencing tokens in parallel arrays), those that started on it
 // (@worker of @tenant_id), with their run, queue, step and job version:
-// an attempt that did not start there has no row.
+// an attempt that did not start there has no row. A running attempt is
+// read from its task's row, one that ended from attempts.
 func (q *Queries) RemoteAttempts(ctx context.Context, arg RemoteAttemptsParams) ([]RemoteAttemptsRow, error) {
 	rows, err := q.db.Query(ctx, remoteAttempts,
 		arg.TenantID,

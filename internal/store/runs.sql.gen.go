@@ -121,15 +121,46 @@ func (q *Queries) CancelRuns(ctx context.Context, arg CancelRunsParams) ([]uuid.
 }
 
 const cancelTasksOfRuns = `-- name: CancelTasksOfRuns :many
-UPDATE tasks SET status = 'cancelled', finished_at = now(), fencing_token = fencing_token + 1
-WHERE run_id = ANY($1::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
-RETURNING id
+WITH k AS (
+    SELECT id, status AS was FROM tasks
+    WHERE run_id = ANY($1::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
+    FOR UPDATE
+), t AS (
+    UPDATE tasks SET status = 'cancelled', finished_at = now(), fencing_token = tasks.fencing_token + 1
+    FROM k
+    WHERE tasks.id = k.id
+    RETURNING tasks.id, k.was, tasks.tenant_id, tasks.attempt_id, tasks.attempt, tasks.fencing_token - 1 AS token,
+              tasks.attempt_worker, tasks.attempt_started_at
+), a AS (
+    INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at,
+                          finished_at, outcome, exit_reason, failure_class, error)
+    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.token, t.attempt_worker, t.attempt_started_at,
+           now(), 'failed', $2::text, $3::text, $4::text
+    FROM t WHERE t.was = 'running'
+)
+SELECT t.id FROM t
 `
 
-// CancelTasksOfRuns stops every unfinished task of the runs; bumping the
-// fencing token turns a running attempt's later report into a stale one.
-func (q *Queries) CancelTasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]uuid.UUID, error) {
-	rows, err := q.db.Query(ctx, cancelTasksOfRuns, runIds)
+type CancelTasksOfRunsParams struct {
+	RunIds       []uuid.UUID
+	ExitReason   string
+	FailureClass string
+	Error        string
+}
+
+// CancelTasksOfRuns stops every unfinished task of the runs, and puts the
+// attempts that were running on record as failed with the given exit
+// reason, class and error; bumping the fencing token turns a running
+// attempt's later report into a stale one (RecordLateReport finds its row
+// by the token it ran under). k locks the tasks and reads what they were:
+// a start that commits while this waits for its row is seen running.
+func (q *Queries) CancelTasksOfRuns(ctx context.Context, arg CancelTasksOfRunsParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, cancelTasksOfRuns,
+		arg.RunIds,
+		arg.ExitReason,
+		arg.FailureClass,
+		arg.Error,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -146,28 +177,6 @@ func (q *Queries) CancelTasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]
 		return nil, err
 	}
 	return items, nil
-}
-
-const closeRunningAttempts = `-- name: CloseRunningAttempts :exec
-UPDATE attempts SET finished_at = now(), outcome = 'failed', exit_reason = $1, failure_class = $2, error = $3
-WHERE task_id = ANY($4::uuid[]) AND outcome = 'running'
-`
-
-type CloseRunningAttemptsParams struct {
-	ExitReason   string
-	FailureClass string
-	Error        string
-	TaskIds      []uuid.UUID
-}
-
-func (q *Queries) CloseRunningAttempts(ctx context.Context, arg CloseRunningAttemptsParams) error {
-	_, err := q.db.Exec(ctx, closeRunningAttempts,
-		arg.ExitReason,
-		arg.FailureClass,
-		arg.Error,
-		arg.TaskIds,
-	)
-	return err
 }
 
 const deadLetterRuns = `-- name: DeadLetterRuns :many
@@ -553,7 +562,7 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 }
 
 const groupItems = `-- name: GroupItems :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
 ORDER BY item_index LIMIT $3
 `
 
@@ -612,6 +621,9 @@ func (q *Queries) GroupItems(ctx context.Context, arg GroupItemsParams) ([]Task,
 			&i.ResMemory,
 			&i.ResGpu,
 			&i.ResCustom,
+			&i.AttemptID,
+			&i.AttemptStartedAt,
+			&i.AttemptWorker,
 		); err != nil {
 			return nil, err
 		}
@@ -1435,19 +1447,21 @@ func (q *Queries) RetryTasks(ctx context.Context, arg RetryTasksParams) error {
 }
 
 const runAttempts = `-- name: RunAttempts :many
-SELECT a.id, a.task_id, a.tenant_id, a.number, a.fencing_token, a.worker, a.started_at, a.finished_at, a.outcome, a.exit_reason, a.failure_class, a.error, a.output, a.late_outcome, a.late_error, a.late_at, a.output_truncated, a.log FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
+SELECT a.id, a.task_id, a.tenant_id, a.number, a.fencing_token, a.worker, a.started_at, a.finished_at, a.outcome, a.exit_reason, a.failure_class, a.error, a.output, a.late_outcome, a.late_error, a.late_at, a.output_truncated, a.log FROM every_attempt AS a JOIN tasks AS t ON t.id = a.task_id
 WHERE t.run_id = $1 AND t.group_id IS NULL ORDER BY a.task_id, a.number
 `
 
-func (q *Queries) RunAttempts(ctx context.Context, runID uuid.UUID) ([]Attempt, error) {
+// RunAttempts reads the attempts of a run's tasks (not of the items of
+// its fan-outs), ended and running (every_attempt).
+func (q *Queries) RunAttempts(ctx context.Context, runID uuid.UUID) ([]EveryAttempt, error) {
 	rows, err := q.db.Query(ctx, runAttempts, runID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []Attempt{}
+	items := []EveryAttempt{}
 	for rows.Next() {
-		var i Attempt
+		var i EveryAttempt
 		if err := rows.Scan(
 			&i.ID,
 			&i.TaskID,
@@ -1610,7 +1624,7 @@ func (q *Queries) RunStepStatuses(ctx context.Context, arg RunStepStatusesParams
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
 `
 
 // RunTasks reads a run's tasks but the items of its fan-outs (their
@@ -1663,6 +1677,9 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 			&i.ResMemory,
 			&i.ResGpu,
 			&i.ResCustom,
+			&i.AttemptID,
+			&i.AttemptStartedAt,
+			&i.AttemptWorker,
 		); err != nil {
 			return nil, err
 		}
@@ -1887,18 +1904,19 @@ func (q *Queries) SlowestStarts(ctx context.Context, arg SlowestStartsParams) ([
 }
 
 const tasksAttempts = `-- name: TasksAttempts :many
-SELECT id, task_id, tenant_id, number, fencing_token, worker, started_at, finished_at, outcome, exit_reason, failure_class, error, output, late_outcome, late_error, late_at, output_truncated, log FROM attempts WHERE task_id = ANY($1::uuid[]) ORDER BY task_id, number
+SELECT id, task_id, tenant_id, number, fencing_token, worker, started_at, finished_at, outcome, exit_reason, failure_class, error, output, late_outcome, late_error, late_at, output_truncated, log FROM every_attempt WHERE task_id = ANY($1::uuid[]) ORDER BY task_id, number
 `
 
-func (q *Queries) TasksAttempts(ctx context.Context, taskIds []uuid.UUID) ([]Attempt, error) {
+// TasksAttempts reads the attempts of tasks, ended and running.
+func (q *Queries) TasksAttempts(ctx context.Context, taskIds []uuid.UUID) ([]EveryAttempt, error) {
 	rows, err := q.db.Query(ctx, tasksAttempts, taskIds)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []Attempt{}
+	items := []EveryAttempt{}
 	for rows.Next() {
-		var i Attempt
+		var i EveryAttempt
 		if err := rows.Scan(
 			&i.ID,
 			&i.TaskID,

@@ -34,13 +34,13 @@ WITH req AS (
       AND (NOT req.expired OR tasks.deadline_at IS NOT NULL AND tasks.lease_expires_at <= now()
            OR tasks.deadline_at IS NULL AND EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
     RETURNING tasks.id, tasks.run_id, tasks.group_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
-              req.exit_reason, req.failure_class, req.error, req.output, req.truncated, req.log, req.run_status, req.run_reason
+              tasks.attempt_id, tasks.attempt, tasks.attempt_worker, tasks.attempt_started_at, req.exit_reason, req.failure_class, req.error, req.output, req.truncated, req.log, req.run_status, req.run_reason
 ), a AS (
-    UPDATE attempts
-    SET finished_at = now(), outcome = t.outcome, exit_reason = t.exit_reason,
-        failure_class = t.failure_class, error = t.error, output = t.output, output_truncated = t.truncated, log = t.log
+    INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at,
+                          finished_at, outcome, exit_reason, failure_class, error, output, output_truncated, log)
+    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.token, t.attempt_worker, t.attempt_started_at,
+           now(), t.outcome, t.exit_reason, t.failure_class, t.error, t.output, t.truncated, t.log
     FROM t
-    WHERE attempts.task_id = t.id AND attempts.fencing_token = t.token AND attempts.outcome = 'running'
 ), r AS (
     UPDATE runs SET status = t.run_status, reason = t.run_reason, finished_at = now(),
         started_at = COALESCE(runs.started_at, t.started_at)
@@ -95,7 +95,8 @@ type CompleteAttemptsRow struct {
 
 // CompleteAttempts ends a batch of running attempts, each holding its
 // @fencing_tokens entry, in one statement: each task's new status, its
-// attempt's outcome and, when @run_statuses says so (a one-task run's end),
+// attempt on record (the attempts row, from what the start wrote to the
+// task's row, with its outcome) and, when @run_statuses says so (a one-task run's end),
 // its run. A task missing from the answer had a stale report (invariant
 // 5). A report of the reaper or of a worker that lost its lease (@expired)
 // applies only while the worker's lease (or the attempt's own) is still
@@ -834,11 +835,10 @@ func (q *Queries) MarkUpstreamFailed(ctx context.Context, ids []uuid.UUID) error
 
 const ownRunningAttempt = `-- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
-       ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, a.started_at,
-       k.released_at, ru.trace_parent, ru.params, ru.upstream, a.id AS attempt_id, k.item, k.item_index,
+       ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, k.attempt_started_at::timestamptz AS started_at,
+       k.released_at, ru.trace_parent, ru.params, ru.upstream, k.attempt_id::uuid AS attempt_id, k.item, k.item_index,
        k.res_cpu, k.res_memory
 FROM tasks AS k
-JOIN attempts AS a ON a.task_id = k.id AND a.fencing_token = k.fencing_token
 JOIN runs AS ru ON ru.id = k.run_id
 JOIN jobs AS j ON j.id = ru.job_id
 JOIN tenants AS te ON te.id = k.tenant_id
@@ -1142,14 +1142,12 @@ WITH req AS (
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
-        worker_id = $4::uuid, lease_expires_at = NULL, deadline_at = NULL, started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now())
+        worker_id = $4::uuid, lease_expires_at = NULL, deadline_at = NULL, started_at = COALESCE(tasks.started_at, now()), admitted_at = COALESCE(tasks.admitted_at, now()),
+        attempt_id = req.attempt_id, attempt_started_at = now(), attempt_worker = $5::text
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id,
               tasks.item, tasks.item_index, tasks.res_cpu, tasks.res_memory
-), a AS (
-    INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at)
-    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.fencing_token, $5::text, now() FROM t
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
@@ -1197,8 +1195,9 @@ type StartAttemptsRow struct {
 
 // StartAttempts moves queued or retrying tasks to running, each for the
 // attempt its River job was made for (bumping the fencing token, under the
-// worker's lease), records the attempts, and returns what the executors
-// need: one statement for a batch of starts. A task missing from the
+// worker's lease), with the attempt on record in the task's row (its id,
+// start and worker: the attempts row is written when it ends), and
+// returns what the executors need: one statement for a batch of starts. A task missing from the
 // answer had a stale River job (it moved on, or was cancelled). The run is
 // not written: a pending run with a started task is running, and its
 // started_at is its first task's (see the run views in runs.sql), both

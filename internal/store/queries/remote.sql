@@ -101,17 +101,19 @@ FROM tasks AS t WHERE t.id = ANY(@ids::uuid[]);
 -- RemoteAttempts reads, of the attempts a remote worker reports (tasks
 -- and fencing tokens in parallel arrays), those that started on it
 -- (@worker of @tenant_id), with their run, queue, step and job version:
--- an attempt that did not start there has no row.
+-- an attempt that did not start there has no row. A running attempt is
+-- read from its task's row, one that ended from attempts.
 -- name: RemoteAttempts :many
 WITH req AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@fencing_tokens::bigint[]) AS token
 )
-SELECT t.id, a.fencing_token, t.run_id, t.queue, t.step, t.attempt, r.job_id, r.job_version
+SELECT t.id, req.token::bigint AS fencing_token, t.run_id, t.queue, t.step, t.attempt, r.job_id, r.job_version
 FROM req
 JOIN tasks AS t ON t.id = req.id
 JOIN runs AS r ON r.id = t.run_id
-JOIN attempts AS a ON a.task_id = t.id AND a.fencing_token = req.token
-WHERE t.tenant_id = @tenant_id AND a.worker = @worker;
+WHERE t.tenant_id = @tenant_id
+  AND (t.status = 'running' AND t.fencing_token = req.token AND t.attempt_worker = @worker::text
+       OR EXISTS (SELECT 1 FROM attempts AS a WHERE a.task_id = t.id AND a.fencing_token = req.token AND a.worker = @worker::text));
 
 -- HeartbeatRemoteWorker registers a remote worker or renews its lease,
 -- with what it serves now (its queues and slots, its types).

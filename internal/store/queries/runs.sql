@@ -183,16 +183,31 @@ WITH r AS (
 )
 SELECT id FROM r;
 
--- CancelTasksOfRuns stops every unfinished task of the runs; bumping the
--- fencing token turns a running attempt's later report into a stale one.
+-- CancelTasksOfRuns stops every unfinished task of the runs, and puts the
+-- attempts that were running on record as failed with the given exit
+-- reason, class and error; bumping the fencing token turns a running
+-- attempt's later report into a stale one (RecordLateReport finds its row
+-- by the token it ran under). k locks the tasks and reads what they were:
+-- a start that commits while this waits for its row is seen running.
 -- name: CancelTasksOfRuns :many
-UPDATE tasks SET status = 'cancelled', finished_at = now(), fencing_token = fencing_token + 1
-WHERE run_id = ANY(@run_ids::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
-RETURNING id;
-
--- name: CloseRunningAttempts :exec
-UPDATE attempts SET finished_at = now(), outcome = 'failed', exit_reason = @exit_reason, failure_class = @failure_class, error = @error
-WHERE task_id = ANY(@task_ids::uuid[]) AND outcome = 'running';
+WITH k AS (
+    SELECT id, status AS was FROM tasks
+    WHERE run_id = ANY(@run_ids::uuid[]) AND status IN ('waiting', 'queued', 'running', 'retrying', 'expanded')
+    FOR UPDATE
+), t AS (
+    UPDATE tasks SET status = 'cancelled', finished_at = now(), fencing_token = tasks.fencing_token + 1
+    FROM k
+    WHERE tasks.id = k.id
+    RETURNING tasks.id, k.was, tasks.tenant_id, tasks.attempt_id, tasks.attempt, tasks.fencing_token - 1 AS token,
+              tasks.attempt_worker, tasks.attempt_started_at
+), a AS (
+    INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at,
+                          finished_at, outcome, exit_reason, failure_class, error)
+    SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.token, t.attempt_worker, t.attempt_started_at,
+           now(), 'failed', @exit_reason::text, @failure_class::text, @error::text
+    FROM t WHERE t.was = 'running'
+)
+SELECT t.id FROM t;
 
 -- name: SetShardLags :exec
 UPDATE shards SET lag_seconds = u.lag
@@ -259,8 +274,10 @@ WHERE r.tenant_id = @tenant_id AND r.id = @id;
 -- name: RunTasks :many
 SELECT * FROM tasks WHERE run_id = @run_id AND group_id IS NULL ORDER BY created_at, id;
 
+-- RunAttempts reads the attempts of a run's tasks (not of the items of
+-- its fan-outs), ended and running (every_attempt).
 -- name: RunAttempts :many
-SELECT a.* FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
+SELECT a.* FROM every_attempt AS a JOIN tasks AS t ON t.id = a.task_id
 WHERE t.run_id = @run_id AND t.group_id IS NULL ORDER BY a.task_id, a.number;
 
 -- ItemCounts counts the items of a run's fan-outs by group and status.
@@ -274,8 +291,9 @@ GROUP BY group_id, status;
 SELECT * FROM tasks WHERE group_id = @group_id::uuid AND item_index >= @from_index::int
 ORDER BY item_index LIMIT @max_items;
 
+-- TasksAttempts reads the attempts of tasks, ended and running.
 -- name: TasksAttempts :many
-SELECT * FROM attempts WHERE task_id = ANY(@task_ids::uuid[]) ORDER BY task_id, number;
+SELECT * FROM every_attempt WHERE task_id = ANY(@task_ids::uuid[]) ORDER BY task_id, number;
 
 -- name: InsertRunAudit :exec
 INSERT INTO audit_log (id, tenant_id, at, actor, action, target_kind, target_id, target_name, before, after)

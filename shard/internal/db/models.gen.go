@@ -134,6 +134,27 @@ type DispatchOutbox struct {
 	Reserve    bool
 }
 
+type EveryAttempt struct {
+	ID              uuid.UUID
+	TaskID          uuid.UUID
+	TenantID        uuid.UUID
+	Number          int32
+	FencingToken    int64
+	Worker          string
+	StartedAt       time.Time
+	FinishedAt      *time.Time
+	Outcome         string
+	ExitReason      string
+	FailureClass    string
+	Error           string
+	Output          string
+	LateOutcome     string
+	LateError       string
+	LateAt          *time.Time
+	OutputTruncated bool
+	Log             string
+}
+
 type Grant struct {
 	ID        uuid.UUID
 	TenantID  uuid.UUID
@@ -380,6 +401,9 @@ type Task struct {
 	ResMemory        int64
 	ResGpu           int64
 	ResCustom        []byte
+	AttemptID        *uuid.UUID
+	AttemptStartedAt *time.Time
+	AttemptWorker    string
 }
 
 type TaskEdge struct {
