@@ -62,6 +62,7 @@ func authServerPool(t *testing.T) (string, map[string]string, *pgxpool.Pool) {
 		{Tenant: "other", Principal: "other", Role: access.Admin, CreateTenant: true},
 		{Tenant: "default", Principal: "worker", Role: access.Worker, WorkerTypes: []string{"echo"}, WorkerNamespaces: []string{"team-a"}},
 		{Tenant: "other", Principal: "other-worker", Role: access.Worker, WorkerTypes: []string{"*"}},
+		{Tenant: "default", Principal: "publisher", Role: access.Publisher},
 	} {
 		k.CreatedBy = "test"
 		secret, _, err := acc.Create(ctx, k)
@@ -155,6 +156,13 @@ func TestEveryRPCNeedsAKeyAndItsRole(t *testing.T) {
 		workerCall := strings.HasPrefix(p, "/orrery.v1.WorkerService/") || need == access.None
 		if denied := code == "permission_denied"; denied == workerCall {
 			t.Errorf("%s as a worker key: %q", p, code)
+		}
+		// A publisher key may publish events (and ask who it is), nothing
+		// else; so may an editor.
+		_, code = call(t, base+p, keys["publisher"], "{}")
+		publish := p == "/orrery.v1.EventService/Publish" || need == access.None
+		if denied := code == "permission_denied"; denied == publish {
+			t.Errorf("%s as a publisher key: %q", p, code)
 		}
 		// A system admin without a role in the tenant manages tenants and
 		// nothing else that needs a tenant-wide role.

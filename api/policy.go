@@ -33,6 +33,8 @@ type policy struct {
 	// worker: a worker key only (WorkerService); the handler checks its
 	// scope.
 	worker bool
+	// publisher: a publisher key too (besides role, tenant-wide).
+	publisher bool
 }
 
 // A target is one thing a request names: a resource as it is, or an id
@@ -135,6 +137,9 @@ var (
 	systemAdmin = policy{role: access.Admin, system: true}
 	anyReader   = policy{role: access.Reader, anywhere: true}
 	workerKey   = policy{role: access.Worker, worker: true}
+	// publishers: a publisher key, or an editor of the whole tenant (an
+	// event reaches every job of the tenant).
+	publishers = policy{role: access.Editor, publisher: true}
 )
 
 var policies = map[string]policy{
@@ -271,6 +276,8 @@ var policies = map[string]policy{
 	}},
 	orreryv1connect.AccessServiceWhoAmIProcedure: {role: access.None, anyKey: true},
 
+	orreryv1connect.EventServicePublishProcedure: publishers,
+
 	orreryv1connect.WorkerServiceClaimProcedure:     workerKey,
 	orreryv1connect.WorkerServiceHeartbeatProcedure: workerKey,
 	orreryv1connect.WorkerServiceReportProcedure:    workerKey,
@@ -312,6 +319,8 @@ func (pol policy) check(ctx context.Context, loc locator, p access.Principal, ms
 	case pol.worker && p.Worker == nil:
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s is not a worker key; WorkerService needs one (orrery keys create --role worker --type TYPE)", p.Name))
 	case pol.worker:
+		return nil
+	case pol.publisher && p.Role == access.Publisher:
 		return nil
 	case pol.system && !p.SystemAdmin:
 		return denied(p, pol.role, access.System)

@@ -459,6 +459,8 @@ func restMatrix(t *testing.T, base string, keys map[string]string, check answerC
 		{id: "AccessService_GrantRole", body: `{"principal": "bob", "namespace": "analytics", "role": "editor"}`},
 		{id: "AccessService_ListGrants"},
 		{id: "AccessService_RevokeGrant", body: `{"principal": "bob", "namespace": "analytics"}`},
+		{id: "EventService_Publish", body: `{"type": "order.paid", "id": "matrix-1", "data": {"order": 7, "amount": 120.5}}`},
+		{id: "EventService_Publish", key: "publisher", body: `{"type": "order.paid", "id": "matrix-2", "time": "` + ago(1) + `"}`},
 		{id: "ProfileService_SetProfile", vars: map[string]string{"name": "gpu-large"}, body: `{"resources": {"cpu": "8", "memory": "64Gi", "gpu": "1"}}`},
 		{id: "ProfileService_GetProfile", vars: map[string]string{"name": "gpu-large"}, readerOK: true, tenantScoped: true},
 		{id: "ProfileService_ListProfiles", readerOK: true},

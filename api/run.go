@@ -253,12 +253,19 @@ func runToProto(r run.Run) *orreryv1.Run {
 			upstream = nil // written by the scheduler: a JSON object
 		}
 	}
+	var event *structpb.Struct
+	if len(r.Event) > 0 {
+		event = new(structpb.Struct)
+		if err := protojson.Unmarshal(r.Event, event); err != nil {
+			event = nil // written by the scheduler: a JSON object
+		}
+	}
 	out := &orreryv1.Run{
 		Id: r.ID.String(), JobId: r.JobID.String(), Namespace: r.Namespace, Job: r.Job, JobVersion: r.JobVersion,
 		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: string(r.Trigger), Status: string(r.Status),
 		Reason: r.Reason, CreateTime: timestamppb.New(r.CreatedAt), StartTime: timeToProto(r.StartedAt), FinishTime: timeToProto(r.FinishedAt),
 		Params: params, Upstream: upstream, FirstError: r.FirstError, Steps: stepsToProto(r.Steps),
-		ParentStep: r.ParentStep,
+		ParentStep: r.ParentStep, Event: event,
 	}
 	if r.ParentRun != nil {
 		out.ParentRunId = r.ParentRun.String()

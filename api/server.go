@@ -115,6 +115,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	add(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, jobs: svc.Jobs, log: log}, opts...))
 	add(orreryv1connect.NewAlertServiceHandler(&alertServer{pool: svc.State, jobs: svc.Jobs, log: log}, opts...))
 	add(orreryv1connect.NewProfileServiceHandler(&profileServer{access: acc, log: log}, opts...))
+	add(orreryv1connect.NewEventServiceHandler(&eventServer{pool: svc.State, shards: shardsOf(svc.Jobs), log: log}, opts...))
 	// REST: the same handlers behind vanguard (the workers' service has no
 	// REST paths: workers speak Connect or gRPC).
 	rest, err := newREST(services, limits.MaxRequestBytes)
@@ -126,7 +127,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 
 	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName,
 		orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName, orreryv1connect.AccessServiceName,
-		orreryv1connect.AlertServiceName, orreryv1connect.ProfileServiceName}
+		orreryv1connect.AlertServiceName, orreryv1connect.ProfileServiceName, orreryv1connect.EventServiceName}
 	if svc.Gateway != nil {
 		mux.Handle(orreryv1connect.NewWorkerServiceHandler(&workerServer{gw: svc.Gateway, log: log, claims: newKeyRate()}, opts...))
 		names = append(names, orreryv1connect.WorkerServiceName)
@@ -223,4 +224,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		err = serveErr
 	}
 	return err
+}
+
+// shardsOf is the cluster's shard count (0 without a job service: events
+// are then not served).
+func shardsOf(jobs *job.Service) int {
+	if jobs == nil {
+		return 0
+	}
+	return jobs.Shards()
 }

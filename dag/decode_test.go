@@ -147,6 +147,26 @@ func TestDecodeErrorsNameFileLineAndField(t *testing.T) {
 			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, after: {job: load, on: [succeeded, ended]}}`, 1)
 		},
 			`spec.schedule.after.on[1]: "ended" is not one of`},
+		{"event of no type", func(s string) string {
+			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, event: {type: ""}}`, 1)
+		},
+			`spec.schedule.event.type: name the event type`},
+		{"event type with a space", func(s string) string {
+			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, event: {type: "order paid"}}`, 1)
+		},
+			`spec.schedule.event.type: "order paid": letters, digits and . _ - : /`},
+		{"event filter not a bool", func(s string) string {
+			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, event: {type: order.paid, filter: "${{ 1 + 2 }}"}}`, 1)
+		},
+			`spec.schedule.event.filter: ${{ 1 + 2 }}: a condition is a bool; this is a int`},
+		{"event filter reads a param", func(s string) string {
+			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, event: {type: order.paid, filter: "${{ params.x == 1 }}"}}`, 1)
+		},
+			`spec.schedule.event.filter: ${{ params.x == 1 }}: no param "x"`},
+		{"event filter with text around it", func(s string) string {
+			return strings.Replace(s, `timezone: America/New_York}`, `timezone: America/New_York, event: {type: order.paid, filter: "x ${{ true }}"}}`, 1)
+		},
+			`spec.schedule.event.filter: a condition is one ${{ EXPR }} and nothing else`},
 		{"wrong type", func(s string) string { return strings.Replace(s, "max_attempts: 3", "max_attempts: three", 1) },
 			`etl.yaml:15:5: spec.defaults.retry: cannot unmarshal`},
 		{"payload key a list", func(s string) string { return strings.Replace(s, "payload: {source: pos}", "payload: {[a]: pos}", 1) },

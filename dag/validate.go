@@ -106,6 +106,7 @@ func Validate(r *Resource) Errors {
 	validateMetadata(&es, &r.Metadata)
 	validateSpec(&es, &r.Spec)
 	validateAfter(&es, r)
+	validateEvent(&es, r)
 	validateNoNUL(&es, r)
 	return es
 }

@@ -74,7 +74,7 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error 
 		params = append(params, struct{ Name, Value string }{k, string(b)})
 	}
 	s.render(w, r, v, http.StatusOK, "run", map[string]any{
-		"Params": params, "Retryable": lifecycle.RunStatus(run.GetStatus()).AcceptsRetry(), "Upstream": run.GetUpstream().AsMap(),
+		"Params": params, "Retryable": lifecycle.RunStatus(run.GetStatus()).AcceptsRetry(), "Upstream": run.GetUpstream().AsMap(), "Event": eventView(run.GetEvent().AsMap()),
 		"Run": run, "Tasks": tasks, "Graph": drawRun(run.GetId(), tasks, all), "All": all, "Selected": selected,
 		"Timeline": buildTimeline(tasks, time.Now()),
 		"Items":    itemsOf(r, res),
@@ -257,4 +257,18 @@ func (s *Server) retryTask(w http.ResponseWriter, r *http.Request, v *view) erro
 // coord formats a coordinate for the SVG (one decimal at most).
 func coord(f float64) string {
 	return strings.TrimSuffix(strings.TrimRight(strconv.FormatFloat(f, 'f', 1, 64), "0"), ".")
+}
+
+// eventView is what the run page shows of run.event: its id, type, time
+// and data (as JSON, cut at 2,000 bytes); nil for a run no event started.
+func eventView(e map[string]any) map[string]any {
+	if len(e) == 0 {
+		return nil
+	}
+	data, _ := json.Marshal(e["data"])
+	s := string(data)
+	if len(s) > 2000 {
+		s = strings.ToValidUTF8(s[:2000], "") + "…"
+	}
+	return map[string]any{"id": e["id"], "type": e["type"], "time": e["time"], "data": s}
 }

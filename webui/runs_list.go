@@ -51,7 +51,7 @@ func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, v *view) error
 	}
 	s.render(w, r, v, http.StatusOK, "runs", map[string]any{"Runs": res.Msg.GetRuns(), "Q": q,
 		"Statuses": []string{"queued", "pending", "running", "succeeded", "failed", "skipped", "cancelled"},
-		"Triggers": []string{"schedule", "backfill", "manual", "upstream"},
+		"Triggers": []string{"schedule", "backfill", "manual", "upstream", "parent", "event"},
 		"Next":     nextPageURL("/runs", q, res.Msg.GetNextPageToken()), "CLI": cli})
 	return nil
 }

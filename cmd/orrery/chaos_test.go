@@ -22,6 +22,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/event"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	orun "github.com/orrery-dev/orrery/internal/run"
@@ -342,6 +343,14 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Events are published throughout, each twice (a provider's retry):
+	// each starts exactly one run of on-event (docs/events.md).
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "on-event"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Event: &schedule.Event{Type: "chaos.tick", Filter: "${{ event.data.n >= 0 }}"}}, Overlap: dag.OverlapAllow,
+		Misfire: dag.MisfireBackfill, MaxBackfill: 1000, Payload: dag.Payload(`{"event": "${{ run.event.id }}"}`),
+		Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "bf-hourly"}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{Cron: schedule.Crons("0 * * * *")}, Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
 		t.Fatal(err)
@@ -362,6 +371,24 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	// w2 dies right after River hands it its 500th job.
 	w2 := chaosWorker("w2", []string{"ORRERY_FAILPOINTS=worker/fetched=kill@500"})
 	poll(t, 20*time.Second, "two nodes own all shards", func() bool { return allShardsLive(t, pool, "none") })
+	publishing, stopPublishing := context.WithCancel(ctx)
+	defer stopPublishing()
+	published := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { published <- n }()
+		for publishing.Err() == nil {
+			for range 2 {
+				if _, err := event.Publish(ctx, pool, job.DefaultTenant, jobs.Shards(), event.Event{Type: "chaos.tick", ID: fmt.Sprintf("tick-%d", n),
+					Data: []byte(fmt.Sprintf(`{"n": %d}`, n))}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			n++
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
 	time.Sleep(2 * time.Second)
 	from := dbNow(t, pool)
 	bfFrom := from.Truncate(time.Hour).Add(-300 * time.Hour)
@@ -467,6 +494,8 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	poll(t, 15*time.Second, "node-2 notices it lost its shards", func() bool { return strings.Contains(n2.Logs(), "shard lost") })
 	time.Sleep(8 * time.Second)
 	until := dbNow(t, pool).Add(-3 * time.Second).Truncate(time.Second)
+	stopPublishing()
+	events := <-published
 	from = from.Truncate(time.Second)
 	want := int(until.Sub(from) / time.Second)
 
@@ -653,6 +682,15 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	if n := queryInt(t, pool, `SELECT count(*) FROM runs AS d WHERE d.trigger = 'upstream' AND NOT EXISTS (
 		SELECT 1 FROM runs AS u JOIN jobs AS j ON j.id = u.job_id WHERE u.id::text = d.upstream->>'id' AND j.name = 'multi-00' AND u.status = 'succeeded')`); n != 0 {
 		t.Fatalf("%d downstream runs name no succeeded run of multi-00", n)
+	}
+	// Every event published through the kills and the pause started
+	// exactly one run of on-event, which succeeded.
+	poll(t, 60*time.Second, "every event matched", func() bool { return queryInt(t, pool, "SELECT count(*) FROM events WHERE pending") == 0 })
+	if n := queryInt(t, pool, "SELECT count(*) FROM events"); n != events || events < 100 {
+		t.Fatalf("%d events written of %d published (each twice)", n, events)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM events AS e WHERE (SELECT count(*) FROM runs AS r WHERE r.event_id = e.id) <> 1`); n != 0 {
+		t.Fatalf("%d of %d events started no run of on-event or more than one", n, events)
 	}
 	checkPipelines(t, pool, until)
 	checkFans(t, pool, until)

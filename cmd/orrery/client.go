@@ -66,3 +66,7 @@ func (g *globals) accessClient() orreryv1connect.AccessServiceClient {
 func (g *globals) profileClient() orreryv1connect.ProfileServiceClient {
 	return orreryv1connect.NewProfileServiceClient(g.httpClient(), g.baseURL())
 }
+
+func (g *globals) eventClient() orreryv1connect.EventServiceClient {
+	return orreryv1connect.NewEventServiceClient(g.httpClient(), g.baseURL())
+}

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/event"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	orun "github.com/orrery-dev/orrery/internal/run"
@@ -301,4 +303,59 @@ func nodeToKill(t *testing.T, dsn string, pool *pgxpool.Pool, failpoint string) 
 		t.Fatal(err)
 	}
 	return n1, jobs
+}
+
+// A node SIGKILLed inside the transaction that turns pending events into
+// runs (failpoint scheduler/events-tx) writes none of them; the next
+// owner of the shard does, once each: every event, published while the
+// nodes die and start, starts exactly one run of the job it names.
+func TestNodeKilledStartingEventRuns(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	n1, jobs := nodeToKill(t, dsn, pool, "scheduler/events-tx=kill@3")
+	ctx := context.Background()
+	true_ := &dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/true"}}}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "on-paid"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Event: &schedule.Event{Type: "order.paid"}}, Overlap: dag.OverlapAllow, Misfire: dag.MisfireBackfill, MaxBackfill: 1000, Run: true_}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	publishing, stop := context.WithCancel(ctx)
+	defer stop()
+	published := make(chan int, 1)
+	go func() {
+		n := 0
+		defer func() { published <- n }()
+		for publishing.Err() == nil {
+			// Each event twice: a provider's retry starts nothing more.
+			for range 2 {
+				if _, err := event.Publish(ctx, pool, job.DefaultTenant, jobs.Shards(), event.Event{Type: "order.paid", ID: fmt.Sprintf("e-%d", n),
+					Data: []byte(fmt.Sprintf(`{"n": %d}`, n))}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+			n++
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	poll(t, 30*time.Second, "node-1 killed in its third events step", n1.exited)
+	if n := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN nodes n ON n.id = r.node_id WHERE n.name = 'node-1' AND r.trigger = 'event'"); n == 0 {
+		t.Fatalf("node-1 exited before it committed an events step:\n%s", n1.Logs())
+	}
+	startNodeProc(t, dsn, "node-2")
+	poll(t, 30*time.Second, "node-2 starts event runs", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs r JOIN nodes n ON n.id = r.node_id WHERE n.name = 'node-2' AND r.trigger = 'event'") >= 3
+	})
+	stop()
+	sent := <-published
+	poll(t, 60*time.Second, "every event turned into its run", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM events WHERE pending") == 0
+	})
+	if n := queryInt(t, pool, "SELECT count(*) FROM events"); n != sent || sent < 5 {
+		t.Errorf("%d events written of %d published (each twice)", n, sent)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM events AS e WHERE (SELECT count(*) FROM runs AS r WHERE r.event_id = e.id) <> 1`); n != 0 {
+		t.Errorf("%d of %d events have no run or more than one", n, sent)
+	}
 }

@@ -39,12 +39,13 @@ func newKeysCmd(g *globals) *cobra.Command {
 	var createTenant, systemAdmin bool
 	var types, namespaces []string
 	create := &cobra.Command{
-		Use:   "create --principal NAME --role none|reader|editor|admin|worker [--type T]... [--namespace NS]... [--expires D] [--tenant NAME] [--system-admin] [--db URL [--create-tenant]]",
+		Use:   "create --principal NAME --role none|reader|editor|admin|worker|publisher [--type T]... [--namespace NS]... [--expires D] [--tenant NAME] [--system-admin] [--db URL [--create-tenant]]",
 		Short: "Create an API key and print it once (the server keeps only its hash); over the API unless --db is given",
 		Long: "Create an API key and print it once on stdout (its prefix, principal and role go to stderr).\n\n" +
 			"--role is the key's tenant-wide role; with none, the key acts only where its principal is granted a role\n" +
 			"(orrery grants create). With worker, the key is a remote worker's: it may claim, renew and report attempts of\n" +
 			"the steps of its --type (run: {worker: TYPE}; \"*\" for any) in its --namespace (default all), and nothing else.\n" +
+			"With publisher, it may publish events to its tenant (orrery events publish) and nothing else.\n" +
 			"Without --db it is created over the API: an admin key of the tenant is needed, and a\n" +
 			"system admin key for --tenant (another tenant) or --system-admin.\n" +
 			"With --db (or ORRERY_DB) it is created on the database directly: how a deployment gets its first key.",
@@ -52,7 +53,7 @@ func newKeysCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			r, err := access.ParseKeyRole(role)
 			if err != nil {
-				return fmt.Errorf("--role %q: want none, reader, editor, admin or worker", role)
+				return fmt.Errorf("--role %q: want none, reader, editor, admin, worker or publisher", role)
 			}
 			if expires < 0 {
 				return fmt.Errorf("--expires %s: must not be negative", expires)
@@ -101,7 +102,7 @@ func newKeysCmd(g *globals) *cobra.Command {
 	create.Flags().BoolVar(&createTenant, "create-tenant", false, "create the tenant if it does not exist (with --db)")
 	create.Flags().BoolVar(&systemAdmin, "system-admin", false, "the key may also create and list tenants and make keys in any tenant")
 	create.Flags().StringVar(&principal, "principal", "", "who the key stands for (recorded on every change it makes)")
-	create.Flags().StringVar(&role, "role", "", "the key's tenant-wide role: none, reader, editor or admin; or worker (a remote worker's key)")
+	create.Flags().StringVar(&role, "role", "", "the key's tenant-wide role: none, reader, editor or admin; or worker (a remote worker's key) or publisher (publishes events)")
 	create.Flags().StringArrayVar(&types, "type", nil, "a worker key's step type (run: {worker: TYPE}; \"*\" for any); repeat for more")
 	create.Flags().StringArrayVar(&namespaces, "namespace", nil, "a worker key's namespace (default: all); repeat for more")
 	create.Flags().DurationVar(&expires, "expires", 0, "lifetime (0: never expires)")

@@ -70,7 +70,7 @@ func TestKeysVerbsOverTheAPI(t *testing.T) {
 	}{
 		{[]string{"keys", "revoke", ci[:12]}, "not_found"},
 		{[]string{"keys", "revoke"}, "accepts 1 arg"},
-		{[]string{"keys", "create", "--principal", "x", "--role", "owner"}, `--role "owner": want none, reader, editor, admin or worker`},
+		{[]string{"keys", "create", "--principal", "x", "--role", "owner"}, `--role "owner": want none, reader, editor, admin, worker or publisher`},
 		{[]string{"keys", "create", "--principal", "x", "--role", "reader", "--expires", "-1h"}, "--expires -1h0m0s: must not be negative"},
 		{[]string{"keys", "create", "--principal", "", "--role", "reader"}, "invalid_argument: principal: 1 to 200 characters"},
 		{[]string{"keys", "create", "--principal", "x", "--role", "reader", "--tenant", "other"}, "permission_denied: root is not a system admin"},

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -86,7 +87,7 @@ func newRunsCmd(g *globals) *cobra.Command {
 	list.Flags().StringVar(&jobName, "job", "", "only runs of this job (name or id)")
 	list.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of --job; without --job, only runs of jobs in it")
 	list.Flags().StringVar(&status, "status", "", "only runs in this status")
-	list.Flags().StringVar(&trigger, "trigger", "", "only runs of this trigger: schedule, backfill, manual, upstream")
+	list.Flags().StringVar(&trigger, "trigger", "", "only runs of this trigger: schedule, backfill, manual, upstream, parent, event")
 	list.Flags().StringVar(&since, "since", "", "only runs whose instant is at or after this RFC 3339 time")
 	list.Flags().StringVar(&until, "until", "", "only runs whose instant is before this RFC 3339 time")
 	list.Flags().IntVar(&limit, "limit", 50, "show at most this many runs")
@@ -114,6 +115,10 @@ func newRunsCmd(g *globals) *cobra.Command {
 			}
 			if r.GetParentRunId() != "" {
 				fmt.Fprintf(w, "  started by step %s of run %s\n", r.GetParentStep(), r.GetParentRunId())
+			}
+			if e := r.GetEvent().AsMap(); len(e) > 0 {
+				data, _ := json.Marshal(e["data"])
+				fmt.Fprintf(w, "  started by event %v of type %v at %v: %s\n", e["id"], e["type"], e["time"], cut(string(data), 300))
 			}
 			if p := r.GetParams(); p != nil {
 				b, _ := protojson.Marshal(p)
@@ -381,4 +386,15 @@ func itemCounts(c *orreryv1.ItemCounts) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// cut is s cut to at most n bytes (on a rune boundary), marked when cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

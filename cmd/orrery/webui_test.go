@@ -593,6 +593,30 @@ spec:
 		t.Errorf("the downstream run's upstream: %q", s)
 	}
 
+	// A job started by an event (examples/order-paid.yaml): a published
+	// event starts its run once (a repeat of its id starts nothing), and
+	// the run page shows the event.
+	for range 2 {
+		cli("events", "publish", "--type", "order.paid", "--id", "ord-web-1", "--data", `{"order": "web-1", "amount": 150}`)
+	}
+	var eventRun string
+	poll(t, 60*time.Second, "reserve-stock started by the event", func() bool {
+		for _, line := range strings.Split(cli("runs", "list", "-n", "shop", "--job", "reserve-stock"), "\n") {
+			if f := strings.Fields(line); len(f) >= 5 && f[3] == "event" && f[4] == "succeeded" {
+				eventRun = f[0]
+				return true
+			}
+		}
+		return false
+	})
+	if n := strings.Count(cli("runs", "list", "-n", "shop", "--job", "reserve-stock", "--trigger", "event"), " event "); n != 1 {
+		t.Errorf("%d runs of reserve-stock for one event published twice", n)
+	}
+	do("the event on the run page", chromedp.Navigate(base+"/runs/"+eventRun), chromedp.WaitVisible(css(`#run-event`)))
+	if s := text(`#run-event`); !strings.Contains(s, "event ord-web-1 of type order.paid") || !strings.Contains(s, `"order":"web-1"`) {
+		t.Errorf("the event run's event: %q", s)
+	}
+
 	// A fan-out (examples/file-fan-out.yaml): the run page draws the group
 	// as one node with its count, counts its items by status in the table
 	// and on the timeline, and lists them.

@@ -70,6 +70,8 @@ var runVars = []struct {
 	{"run.scheduled_for", cel.TimestampType},
 	{"run.trigger", cel.StringType},
 	{"run.upstream", cel.DynType},
+	{"run.event", cel.DynType}, // the event that started the run (schedule.event): id, type, source, time, data
+	{"event", cel.DynType},     // the same, as a filter reads it
 	{"job.name", cel.StringType},
 	{"job.namespace", cel.StringType},
 	{"attempt", cel.IntType},

@@ -33,6 +33,10 @@ type Vars struct {
 	// (schedule.after), that run's id, job, namespace, outcome and
 	// outputs; empty otherwise.
 	Upstream map[string]any
+	// Event is run.event (and event): for a run an event started
+	// (schedule.event), the event's id, type, source, time and data;
+	// empty otherwise.
+	Event map[string]any
 	// Spent, when set, is a cost budget shared with other activations (a
 	// transaction's conditions): they all stop at one CostLimit.
 	Spent *uint64
@@ -76,6 +80,12 @@ func (e *Env) Activation(v Vars) Activation {
 		upstream = map[string]any{}
 	}
 	m["run.upstream"] = upstream
+	event := v.Event
+	if event == nil {
+		event = map[string]any{}
+	}
+	m["run.event"] = event
+	m["event"] = event
 	m["job.name"] = v.Job
 	m["job.namespace"] = v.Namespace
 	m["attempt"] = int64(v.Attempt)

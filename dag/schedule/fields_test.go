@@ -148,7 +148,7 @@ func TestScheduleFieldErrors(t *testing.T) {
 		{"after without a job", Spec{After: &After{}}, "after.job", "name the upstream job"},
 		{"after an outcome that is none", Spec{After: &After{Job: "up", On: []string{"succeeded", "done"}}}, "after.on[1]", `"done" is not one of succeeded, failed, dead_lettered, cancelled`},
 		{"after an outcome twice", Spec{Cron: Crons("@daily"), After: &After{Job: "up", On: []string{"failed", "failed"}}}, "after.on[1]", "listed twice"},
-		{"after alone with a zone", Spec{Timezone: "Europe/Berlin", After: &After{Job: "up"}}, "timezone", "after alone has no instants"},
+		{"after alone with a zone", Spec{Timezone: "Europe/Berlin", After: &After{Job: "up"}}, "timezone", "after or event alone has no instants"},
 		{"after beside at, bad", Spec{At: "2026-12-01T00:00:00Z", After: &After{Job: "up", On: []string{"x"}}}, "after.on[0]", "not one of"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

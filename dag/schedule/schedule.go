@@ -37,6 +37,51 @@ type Spec struct {
 	// After starts a run each time a run of another job of the tenant
 	// ends with one of the listed outcomes; alone, or beside cron or at.
 	After *After `json:"after,omitempty" yaml:"after,omitempty"`
+	// Event starts a run for each event of the tenant of its type whose
+	// filter holds (docs/events.md); alone, or beside cron, at or after.
+	Event *Event `json:"event,omitempty" yaml:"event,omitempty"`
+}
+
+// Event names the events that start the job's runs.
+type Event struct {
+	// Type is the events' type (ValidEventType's form).
+	Type string `json:"type" yaml:"type"`
+	// Filter, when set, is a condition over the event (`${{ EXPR }}` of a
+	// bool reading event): an event it is false for starts nothing. The
+	// dag package compiles it.
+	Filter string `json:"filter,omitempty" yaml:"filter,omitempty"`
+}
+
+// MaxEventType bounds an event type's length.
+const MaxEventType = 200
+
+// ValidEventType says what is wrong with an event type ("" when nothing):
+// 1 to MaxEventType characters of letters, digits and . _ - : /, the first
+// a letter or digit.
+func ValidEventType(t string) string {
+	switch {
+	case t == "":
+		return "name the event type"
+	case len(t) > MaxEventType:
+		return fmt.Sprintf("is %d characters; the limit is %d", len(t), MaxEventType)
+	}
+	for i, c := range t {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || !strings.ContainsRune("._-:/", c)) {
+			return fmt.Sprintf("%q: letters, digits and . _ - : / (the first a letter or digit)", t)
+		}
+	}
+	return ""
+}
+
+func checkEvent(e *Event) *Error {
+	if e == nil {
+		return nil
+	}
+	if msg := ValidEventType(e.Type); msg != "" {
+		return errorf("event.type", "%s", msg)
+	}
+	return nil
 }
 
 // After names the upstream job whose runs' ends start the job's runs.
@@ -178,19 +223,25 @@ func Parse(spec Spec) (*Schedule, error) {
 		if err := checkAfter(spec.After); err != nil {
 			return nil, err
 		}
+		if err := checkEvent(spec.Event); err != nil {
+			return nil, err
+		}
 		return &Schedule{loc: time.UTC, at: at.UTC(), oneTime: true, catchup: catchup}, nil
-	case !hasCron && spec.After != nil:
+	case !hasCron && (spec.After != nil || spec.Event != nil):
 		for field, set := range map[string]bool{"timezone": spec.Timezone != "", "start": spec.Start != "", "end": spec.End != "", "jitter": spec.Jitter != nil, "exclude": spec.Exclude != nil} {
 			if set {
-				return nil, errorf(field, "applies to cron schedules only; a schedule of after alone has no instants of its own")
+				return nil, errorf(field, "applies to cron schedules only; a schedule of after or event alone has no instants of its own")
 			}
 		}
 		if err := checkAfter(spec.After); err != nil {
 			return nil, err
 		}
+		if err := checkEvent(spec.Event); err != nil {
+			return nil, err
+		}
 		return &Schedule{loc: time.UTC, catchup: catchup}, nil
 	case !hasCron:
-		return nil, errorf("cron", "a schedule needs cron, at or after")
+		return nil, errorf("cron", "a schedule needs cron, at, after or event")
 	case len(spec.Cron) > MaxCrons:
 		return nil, errorf("cron", "%d expressions; the limit is %d", len(spec.Cron), MaxCrons)
 	}
@@ -200,6 +251,9 @@ func Parse(spec Spec) (*Schedule, error) {
 		return nil, err
 	}
 	if err := checkAfter(spec.After); err != nil {
+		return nil, err
+	}
+	if err := checkEvent(spec.Event); err != nil {
 		return nil, err
 	}
 	s := &Schedule{loc: loc, catchup: catchup}

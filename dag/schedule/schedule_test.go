@@ -151,7 +151,7 @@ func TestParseErrors(t *testing.T) {
 		{"at not rfc3339", Spec{At: "tomorrow"}, "at", "RFC 3339"},
 		{"at without offset", Spec{At: "2026-12-31T23:59:59"}, "at", "RFC 3339"},
 		{"both", Spec{Cron: Crons("0 0 * * *"), At: "2026-12-31T23:59:59Z"}, "at", "not both"},
-		{"neither", Spec{}, "cron", "needs cron, at or after"},
+		{"neither", Spec{}, "cron", "needs cron, at, after or event"},
 		{"at with zone", Spec{At: "2026-12-31T23:59:59Z", Timezone: "UTC"}, "timezone", "cron only"},
 	}
 	for _, tt := range tests {

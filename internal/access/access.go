@@ -20,13 +20,21 @@ type Role string
 // acts only where it was granted. Worker is a remote worker's key: it may
 // claim, renew and report attempts of the types and namespaces it holds
 // (Principal.Worker) and nothing else; it allows none of the others.
+// Publisher is a key that publishes events to its tenant
+// (EventService.Publish) and does nothing else.
 const (
-	None   Role = "none"
-	Worker Role = "worker"
-	Reader Role = "reader"
-	Editor Role = "editor"
-	Admin  Role = "admin"
+	None      Role = "none"
+	Worker    Role = "worker"
+	Publisher Role = "publisher"
+	Reader    Role = "reader"
+	Editor    Role = "editor"
+	Admin     Role = "admin"
 )
+
+// Single reports whether r is a key's one purpose (worker, publisher):
+// such a key does that and nothing else, and grants made to its
+// principal's name do not reach it.
+func (r Role) Single() bool { return r == Worker || r == Publisher }
 
 // rank orders roles: a role allows what every weaker one allows.
 func (r Role) rank() int {
@@ -63,13 +71,13 @@ func ParseRole(s string) (Role, error) {
 // ParseKeyRole reads a key's tenant-wide role: none, reader, editor,
 // admin or worker.
 func ParseKeyRole(s string) (Role, error) {
-	if s == string(None) || s == string(Worker) {
+	if s == string(None) || Role(s).Single() {
 		return Role(s), nil
 	}
 	if r := Role(s); r.rank() > 0 {
 		return r, nil
 	}
-	return "", &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor, admin or worker", s)}
+	return "", &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor, admin, worker or publisher", s)}
 }
 
 // Resource is what a call acts on: the whole tenant (the zero value), a
@@ -201,7 +209,7 @@ func KeyMayRun(ctx context.Context, q *store.Queries, tenant, key uuid.UUID, nam
 		return false, err
 	}
 	p := Principal{Tenant: row.TenantID, Name: row.Principal, Role: Role(row.Role), KeyPrefix: row.Prefix, KeyID: row.ID}
-	if p.Tenant != tenant || p.Role == Worker {
+	if p.Tenant != tenant || p.Role.Single() {
 		return false, nil
 	}
 	if p.Grants, err = principalGrants(ctx, q, row.TenantID, row.Principal); err != nil {

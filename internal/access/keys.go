@@ -119,8 +119,10 @@ func (n NewKey) validate() error {
 		return &dag.FieldError{Field: "tenant", Message: "1 to 63 characters"}
 	case !validPrincipal(n.Principal):
 		return principalError
-	case n.Role != None && n.Role != Worker && n.Role.rank() == 0:
-		return &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor, admin or worker", n.Role)}
+	case n.Role != None && !n.Role.Single() && n.Role.rank() == 0:
+		return &dag.FieldError{Field: "role", Message: fmt.Sprintf("%q: want none, reader, editor, admin, worker or publisher", n.Role)}
+	case n.Role == Publisher && n.SystemAdmin:
+		return &dag.FieldError{Field: "system_admin", Message: "a publisher key cannot be a system admin"}
 	case n.TTL < 0:
 		return &dag.FieldError{Field: "expires_in", Message: "must not be negative"}
 	case n.Role != Worker && len(n.WorkerTypes)+len(n.WorkerNamespaces) > 0:
@@ -241,6 +243,9 @@ func (k *Service) Verify(ctx context.Context, secret string) (Principal, error) 
 			// A worker key serves its scope and nothing else: grants made
 			// to its principal's name do not reach it.
 			p.Worker = &WorkerScope{Types: listJSON(row.WorkerTypes), Namespaces: listJSON(row.WorkerNamespaces)}
+			return cached{p: p, expires: row.ExpiresAt}, nil
+		}
+		if p.Role == Publisher { // publishes, and nothing else: no grants either
 			return cached{p: p, expires: row.ExpiresAt}, nil
 		}
 		p.Grants, err = principalGrants(ctx, q, row.TenantID, row.Principal)

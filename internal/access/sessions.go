@@ -39,9 +39,10 @@ func (k *Service) StartSession(ctx context.Context, secret string) (Session, err
 	if err != nil {
 		return Session{}, err
 	}
-	if p.Role == Worker {
-		// A worker key claims, renews and reports attempts, nothing else:
-		// no web session (whose principal would read its name's grants).
+	if p.Role.Single() {
+		// A worker key claims, renews and reports attempts, a publisher
+		// key publishes, nothing else: no web session (whose principal
+		// would read its name's grants).
 		return Session{}, ErrUnauthenticated
 	}
 	s := Session{Token: randomToken(), CSRF: randomToken(), Principal: p}

@@ -120,6 +120,9 @@ func updateDefinition(ctx context.Context, q *store.Queries, a Actor, before *Jo
 	if err := writeTrigger(ctx, q, row, res.Spec.Schedule.After); err != nil {
 		return nil, err
 	}
+	if err := writeEvent(ctx, q, row, res.Spec.Schedule.Event); err != nil {
+		return nil, err
+	}
 	if err := writeCalls(ctx, q, row, res.Spec, a); err != nil {
 		return nil, err
 	}
@@ -302,11 +305,14 @@ func setJobStatus(ctx context.Context, q *store.Queries, p store.SetJobStatusPar
 	if err := writeSchedule(ctx, q, row); err != nil {
 		return row, err
 	}
-	if row.Status == StatusDeleted { // a pause or resume leaves schedule.after as it is
+	if row.Status == StatusDeleted { // a pause or resume leaves schedule.after and .event as they are
 		if err := q.DeleteJobCalls(ctx, row.ID); err != nil {
 			return row, err
 		}
 		if err := q.DeleteJobProfiles(ctx, row.ID); err != nil { // a deleted job no longer holds its profiles
+			return row, err
+		}
+		if err := q.DeleteJobEvent(ctx, row.ID); err != nil {
 			return row, err
 		}
 		return row, q.DeleteJobTrigger(ctx, row.ID)
@@ -339,11 +345,21 @@ func writeTrigger(ctx context.Context, q *store.Queries, row store.Job, a *sched
 		UpstreamNamespace: a.Namespace, UpstreamName: a.Job, Outcomes: a.Outcomes()})
 }
 
+// writeEvent makes job row's job_events row follow e, the schedule.event
+// of the definition just written.
+func writeEvent(ctx context.Context, q *store.Queries, row store.Job, e *schedule.Event) error {
+	if e == nil || row.Status == StatusDeleted {
+		return q.DeleteJobEvent(ctx, row.ID)
+	}
+	return q.SetJobEvent(ctx, store.SetJobEventParams{JobID: row.ID, TenantID: row.TenantID, Type: e.Type})
+}
+
 // sameInstants reports whether two schedules name the same instants as
-// written (after, which names none, aside): a change of after alone keeps
-// the next fire time.
+// written (after and event, which name none, aside): a change of them
+// alone keeps the next fire time.
 func sameInstants(a, b schedule.Spec) bool {
 	a.After, b.After = nil, nil
+	a.Event, b.Event = nil, nil
 	return a.Equal(b)
 }
 

@@ -41,6 +41,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) (*Service, e
 	return s, nil
 }
 
+// Shards is the cluster's shard count.
+func (s *Service) Shards() int { return s.shards }
+
 // Ref names a job by ID, or by namespace and name among live jobs.
 type Ref struct {
 	ID        uuid.UUID

@@ -142,6 +142,7 @@ const (
 	TriggerManual   Trigger = "manual"   // started through the API
 	TriggerUpstream Trigger = "upstream" // started by the end of a run of another job (schedule.after)
 	TriggerParent   Trigger = "parent"   // started by a step of another run that runs its job (run.job)
+	TriggerEvent    Trigger = "event"    // started by an event published to its tenant (schedule.event)
 	TriggerReplay   Trigger = "replay"   // allowed by the schema, not written today
 )
 

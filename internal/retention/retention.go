@@ -180,7 +180,8 @@ func (j *Janitor) Pass(ctx context.Context) (int, error) {
 }
 
 // pruneNotices deletes, in batches, finished notifications, resolved
-// alerts and finished backfills older than the default retention. They
+// alerts, finished backfills and matched events older than the default
+// retention. They
 // have no shard (a backfill has its job's, but no run hangs on it): every
 // node may prune them, and two that meet delete each row once.
 func (j *Janitor) pruneNotices(ctx context.Context, olderThan float64) error {
@@ -194,6 +195,9 @@ func (j *Janitor) pruneNotices(ctx context.Context, olderThan float64) error {
 		},
 		func() (int64, error) {
 			return q.PruneFinishedBackfills(ctx, store.PruneFinishedBackfillsParams{OlderThanSeconds: olderThan, Batch: int32(j.cfg.Batch)})
+		},
+		func() (int64, error) { // a run keeps its copy of its event (runs.event)
+			return q.PruneEvents(ctx, store.PruneEventsParams{OlderThanSeconds: olderThan, Batch: int32(j.cfg.Batch)})
 		},
 	} {
 		for {

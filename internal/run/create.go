@@ -45,6 +45,11 @@ type New struct {
 	// Upstream is run.upstream (JSON) for a run an upstream run started;
 	// nil for others.
 	Upstream []byte
+	// Event is run.event (JSON: id, type, source, time, data) for a run
+	// an event started (schedule.event), and EventID the event's id;
+	// nil and uuid.Nil for others.
+	Event   []byte
+	EventID uuid.UUID
 	// ParentTask is the job step that starts a child run (trigger
 	// parent); uuid.Nil for others. Depth counts the runs above it.
 	ParentTask uuid.UUID
@@ -118,6 +123,8 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		rp.ParentTaskIds = append(rp.ParentTaskIds, r.ParentTask)
 		rp.Depths = append(rp.Depths, int32(r.Depth))
 		rp.RootRunIds = append(rp.RootRunIds, r.Root)
+		rp.Events = append(rp.Events, string(r.Event))
+		rp.EventIds = append(rp.EventIds, r.EventID)
 	}
 	written, err := ap.q.InsertRuns(ctx, rp)
 	if err != nil {

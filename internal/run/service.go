@@ -61,6 +61,8 @@ type Run struct {
 	Params json.RawMessage `json:"params,omitempty"`
 	// Upstream is run.upstream for a run of trigger upstream (GetRun).
 	Upstream json.RawMessage `json:"upstream,omitempty"`
+	// Event is run.event for a run of trigger event (GetRun).
+	Event json.RawMessage `json:"event,omitempty"`
 	// FirstError is, in List, the error of a failed run's first task to
 	// fail for good (its first 300 characters).
 	FirstError string `json:"first_error,omitempty"`
@@ -148,6 +150,9 @@ func fromGetRow(r store.GetRunRow) Run {
 	if len(r.Params) > 0 {
 		out.Params = json.RawMessage(r.Params)
 	}
+	if len(r.Event) > 0 {
+		out.Event = json.RawMessage(r.Event)
+	}
 	if len(r.Upstream) > 0 {
 		out.Upstream = json.RawMessage(r.Upstream)
 	}
@@ -215,9 +220,9 @@ func (s *Service) List(ctx context.Context, a job.Actor, f ListFilter) ([]Run, s
 	}
 	if f.Trigger != "" {
 		switch lifecycle.Trigger(f.Trigger) {
-		case lifecycle.TriggerSchedule, lifecycle.TriggerBackfill, lifecycle.TriggerManual, lifecycle.TriggerUpstream, lifecycle.TriggerParent:
+		case lifecycle.TriggerSchedule, lifecycle.TriggerBackfill, lifecycle.TriggerManual, lifecycle.TriggerUpstream, lifecycle.TriggerParent, lifecycle.TriggerEvent:
 		default:
-			return nil, "", &dag.FieldError{Field: "trigger", Message: fmt.Sprintf("%q is not one of schedule, backfill, manual, upstream, parent", f.Trigger)}
+			return nil, "", &dag.FieldError{Field: "trigger", Message: fmt.Sprintf("%q is not one of schedule, backfill, manual, upstream, parent, event", f.Trigger)}
 		}
 		p.Trigger = &f.Trigger
 	}

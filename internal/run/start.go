@@ -188,6 +188,7 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 		exprs    *dag.StepExprs
 		params   []byte
 		upstream []byte
+		event    []byte
 		item     []byte // an item's of a fan-out (JSON), nil for another task
 		index    int32
 		step     int // its index in spec.Steps
@@ -223,7 +224,7 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 		if x == nil {
 			continue
 		}
-		jobs = append(jobs, job{att, spec, x, r.Params, r.Upstream, r.Item, r.ItemIndex.Int32, idx})
+		jobs = append(jobs, job{att, spec, x, r.Params, r.Upstream, r.Event, r.Item, r.ItemIndex.Int32, idx})
 		outputs.add(att.Call.RunID, x.Reads.Steps)
 	}
 	if len(jobs) == 0 {
@@ -235,7 +236,7 @@ func evaluate(ctx context.Context, db store.DBTX, attempts []*Attempt, batchSpec
 	for _, j := range jobs {
 		c := &j.att.Call
 		vars := outputs.vars(runOf{id: c.RunID, scheduledFor: c.ScheduledFor, trigger: c.Trigger, job: c.Job, ns: c.Namespace,
-			params: j.params, upstream: j.upstream, attempt: c.Attempt, item: j.item, itemIndex: j.index}, j.exprs.Reads.Steps, nil)
+			params: j.params, upstream: j.upstream, event: j.event, attempt: c.Attempt, item: j.item, itemIndex: j.index}, j.exprs.Reads.Steps, nil)
 		run, payload, err := j.exprs.Apply(j.spec.Steps[j.step], vars)
 		if err != nil {
 			j.att.Refused = refused(err)

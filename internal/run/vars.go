@@ -88,6 +88,7 @@ type runOf struct {
 	trigger, job, ns string
 	params           []byte // runs.params, JSON
 	upstream         []byte // runs.upstream, JSON (nil: none)
+	event            []byte // runs.event, JSON (nil: none)
 	attempt          int
 	item             []byte // an item's element of its fan-out's list, JSON (nil: not an item)
 	itemIndex        int32
@@ -105,6 +106,11 @@ func (o *outputsToRead) vars(r runOf, steps []string, spent *uint64) expr.Vars {
 	if len(r.upstream) > 0 {
 		if m, err := expr.FromJSON(r.upstream); err == nil {
 			v.Upstream, _ = m.(map[string]any)
+		}
+	}
+	if len(r.event) > 0 {
+		if m, err := expr.FromJSON(r.event); err == nil {
+			v.Event, _ = m.(map[string]any)
 		}
 	}
 	if len(r.item) > 0 {

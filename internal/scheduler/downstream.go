@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/internal/store"
-	"github.com/orrery-dev/orrery/internal/usage"
 	"github.com/orrery-dev/orrery/shard"
 )
 
@@ -57,14 +55,16 @@ type upstreamEnd struct {
 	Root uuid.UUID
 }
 
-// planDownstream decides the runs of a job (schedule.after) for the ends
-// of its upstream's runs (oldest first) whose outcome it names: each is an
+// planStarts decides the runs of a job for the ends of its upstream's
+// runs whose outcome it names (schedule.after, trigger upstream), or for
+// the events it takes (schedule.event, trigger event: an event's receipt
+// is its instant, as an upstream run's end is), oldest first: each is an
 // instant of the job, on time or late (older than its catchup window, or
 // misfireAfter): the late ones go to its misfire policy, as a schedule's
 // missed instants do, and the ones it keeps and the ones on time to its
 // overlap policy; an end past the depth limit is recorded skipped. Each
 // end gets one run record: a run, or a skipped run saying why.
-func planDownstream(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd, now time.Time, active []activeRun, misfireAfter time.Duration) plan {
+func planStarts(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd, now time.Time, active []activeRun, misfireAfter time.Duration, trigger lifecycle.Trigger) plan {
 	p := plan{Skips: map[string]int{}}
 	if w := s.CatchupWindow(); w > 0 {
 		misfireAfter = w
@@ -74,7 +74,7 @@ func planDownstream(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd,
 		switch {
 		case e.Depth > MaxUpstreamDepth:
 			why := fmt.Sprintf("upstream: a chain of %d runs started by each other's ends (the limit is %d)", e.Depth, MaxUpstreamDepth)
-			p.recordSkips([]time.Time{e.At}, why, lifecycle.TriggerUpstream, false)
+			p.recordSkips([]time.Time{e.At}, why, trigger, false)
 		case now.Sub(e.At) > misfireAfter:
 			late = append(late, e.At)
 		default:
@@ -84,10 +84,10 @@ func planDownstream(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd,
 	var fire []time.Time
 	if len(late) > 0 {
 		m := lifecycle.DecideMisfire(spec.Misfire, spec.MaxBackfill, late, true)
-		p.recordSkips(m.Skip, m.Reason, lifecycle.TriggerUpstream, false)
+		p.recordSkips(m.Skip, m.Reason, trigger, false)
 		fire = m.Fire
 	}
-	p.overlap(spec, append(fire, onTime...), lifecycle.TriggerUpstream, active)
+	p.overlap(spec, append(fire, onTime...), trigger, active)
 	return p
 }
 
@@ -101,44 +101,16 @@ func planDownstream(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd,
 // no run written (docs/workflows.md, "Jobs started by another job's
 // outcome").
 func (s *Scheduler) fireDownstream(ctx context.Context, leases []*shard.Lease, ids []int32) error {
-	some, err := store.New(s.cfg.Pool).HasUpstreamFinishes(ctx, ids)
-	if err != nil || !some {
-		return err
-	}
-	for { // batch after batch while they come back full: a backlog is not left to age into lateness
-		taken, _, err := s.downstreamBatch(ctx, leases, downstreamBatch)
-		switch {
-		case err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil:
-			return s.downstreamAlone(ctx, leases, err)
-		case err != nil || taken < int(downstreamBatch) || ctx.Err() != nil:
-			return err
-		}
-	}
-}
-
-// downstreamAlone takes the events one per transaction after a batch of
-// them failed: an event whose transaction fails alone is set aside (put
-// off by 2^tries seconds, at most 10 minutes, its error kept), so that
-// one event no step can take holds up no other of its shard.
-func (s *Scheduler) downstreamAlone(ctx context.Context, leases []*shard.Lease, cause error) error {
-	s.cfg.Logger.Warn("a batch of the downstream step failed; its events are taken one at a time", "err", cause)
-	for range downstreamBatch {
-		taken, keys, err := s.downstreamBatch(ctx, leases, 1)
-		switch {
-		case err == nil && taken == 0:
-			return nil
-		case err == nil:
-			continue
-		case errors.Is(err, shard.ErrLost) || ctx.Err() != nil || len(keys) == 0:
-			return err
-		}
-		s.cfg.Logger.Error("the event of a run's end failed its step alone; set aside, to be tried again", "run", keys[0].RunID, "err", err)
-		if err := store.New(s.cfg.Pool).SetAsideUpstreamFinish(ctx, store.SetAsideUpstreamFinishParams{
-			RunID: keys[0].RunID, FinishedAt: keys[0].FinishedAt, Error: executor.StorableError(err.Error())}); err != nil {
-			return err
-		}
-	}
-	return nil
+	step := pendingStep[eventKey]{name: "downstream step", batch: downstreamBatch,
+		some: func(ctx context.Context, shards []int32) (bool, error) {
+			return store.New(s.cfg.Pool).HasUpstreamFinishes(ctx, shards)
+		},
+		take: s.downstreamBatch,
+		setAside: func(ctx context.Context, k eventKey, err error) error {
+			return store.New(s.cfg.Pool).SetAsideUpstreamFinish(ctx, store.SetAsideUpstreamFinishParams{
+				RunID: k.RunID, FinishedAt: k.FinishedAt, Error: executor.StorableError(err.Error())})
+		}}
+	return step.run(ctx, s.cfg.Logger, leases, ids)
 }
 
 // eventKey names an upstream_finishes event.
@@ -177,25 +149,8 @@ func (s *Scheduler) downstreamBatch(ctx context.Context, leases []*shard.Lease, 
 		if err != nil {
 			return err
 		}
-		// The trees' counts before any run's lock, as StartCalls takes them.
-		if err := s.applier().HoldToTrees(ctx, q, news); err != nil {
+		if err := s.startRuns(ctx, tx, q, news, cancel); err != nil {
 			return err
-		}
-		if _, err := s.applier().Cancel(ctx, tx, cancel, lifecycle.ReasonCancelledByNewer); err != nil {
-			return err
-		}
-		rooms, err := usage.RunRooms(ctx, store.New(s.cfg.Pool), run.TenantsOf(news))
-		if err != nil {
-			return err
-		}
-		written, err := s.applier().Insert(ctx, tx, news, &run.Firer{Node: s.cfg.Shards.NodeID()}, rooms)
-		if err != nil {
-			return err
-		}
-		for i, id := range written {
-			if id == uuid.Nil { // another step took the instant meanwhile: this one starts again
-				return fmt.Errorf("downstream run of job %s at %s: the instant was taken meanwhile", news[i].Job.ID, news[i].At.Format(time.RFC3339Nano))
-			}
 		}
 		// Child runs' ends end the steps that started them (after the
 		// downstream jobs' locks: jobs before runs, as a trigger takes them).
@@ -291,35 +246,46 @@ func (s *Scheduler) downstreamRuns(ctx context.Context, q *store.Queries, events
 		if err := json.Unmarshal(d.Spec, &spec); err != nil {
 			return nil, nil, fmt.Errorf("job %s: spec: %w", d.ID, err)
 		}
-		sched, err := schedule.Parse(spec.Schedule)
-		if err != nil {
-			return nil, nil, fmt.Errorf("job %s: schedule: %w", d.ID, err)
-		}
-		if err := uniqueInstants(ctx, q, d.ID, ends); err != nil {
-			return nil, nil, err
-		}
-		activeRows, err := q.ActiveRuns(ctx, []uuid.UUID{d.ID})
+		p, byAt, err := s.planFor(ctx, q, d.ID, &spec, ends, now, lifecycle.TriggerUpstream)
 		if err != nil {
 			return nil, nil, err
-		}
-		active := make([]activeRun, len(activeRows))
-		for i, r := range activeRows {
-			active[i] = activeRun{ID: r.ID, Status: r.Status}
-		}
-		p := planDownstream(sched, &spec, ends, now, active, s.cfg.MisfireAfter)
-		byAt := make(map[time.Time]upstreamEnd, len(ends))
-		for _, e := range ends {
-			byAt[e.At] = e
 		}
 		ref := run.JobRef{ID: d.ID, Tenant: d.TenantID, Version: d.Version, Shard: int(d.Shard), Spec: &spec}
 		for _, r := range p.Runs {
-			e := byAt[r.At]
+			e := ends[byAt[r.At]]
 			news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: -1, Upstream: e.JSON,
 				Depth: int(e.Calls), Root: e.Root})
 		}
 		cancel = append(cancel, p.Cancel...)
 	}
 	return news, cancel, nil
+}
+
+// planFor plans the runs of job id (of spec) for ends (planStarts), once
+// their instants are moved to free ones (uniqueInstants, in place); byAt
+// is each planned instant's index in ends.
+func (s *Scheduler) planFor(ctx context.Context, q *store.Queries, id uuid.UUID, spec *dag.JobSpec, ends []upstreamEnd, now time.Time,
+	trigger lifecycle.Trigger) (p plan, byAt map[time.Time]int, err error) {
+	sched, err := schedule.Parse(spec.Schedule)
+	if err != nil {
+		return plan{}, nil, fmt.Errorf("job %s: schedule: %w", id, err)
+	}
+	if err := uniqueInstants(ctx, q, id, ends); err != nil {
+		return plan{}, nil, err
+	}
+	activeRows, err := q.ActiveRuns(ctx, []uuid.UUID{id})
+	if err != nil {
+		return plan{}, nil, err
+	}
+	active := make([]activeRun, len(activeRows))
+	for i, r := range activeRows {
+		active[i] = activeRun{ID: r.ID, Status: r.Status}
+	}
+	byAt = make(map[time.Time]int, len(ends))
+	for i, e := range ends {
+		byAt[e.At] = i
+	}
+	return planStarts(sched, spec, ends, now, active, s.cfg.MisfireAfter, trigger), byAt, nil
 }
 
 // uniqueInstants moves each end's instant on by a microsecond until the

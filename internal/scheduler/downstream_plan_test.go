@@ -12,7 +12,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
-// planDownstream holds ends to the misfire and overlap policies and the
+// planStarts holds ends to the misfire and overlap policies and the
 // depth limit.
 func TestPlanDownstream(t *testing.T) {
 	s, err := schedule.Validate(schedule.Spec{After: &schedule.After{Job: "up"}, CatchupWindow: schedule.D(time.Minute)})
@@ -48,7 +48,7 @@ func TestPlanDownstream(t *testing.T) {
 		{"overlap skip", dag.JobSpec{Misfire: dag.MisfireFireOnce, Overlap: dag.OverlapSkip}, ends(time.Second), []activeRun{{uuid.New(), lifecycle.RunRunning}}, "skipped"},
 		{"too deep", dag.JobSpec{Misfire: dag.MisfireFireOnce, Overlap: dag.OverlapAllow}, []upstreamEnd{{At: now, Depth: MaxUpstreamDepth + 1}}, nil, "skipped"},
 	} {
-		p := planDownstream(s, &c.spec, c.ends, now, c.active, time.Minute)
+		p := planStarts(s, &c.spec, c.ends, now, c.active, time.Minute, lifecycle.TriggerUpstream)
 		if got := statuses(p); got != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}

@@ -148,6 +148,9 @@ func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
 		if err := s.fireDownstream(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
 			s.cfg.Logger.Error("downstream step failed", "err", err)
 		}
+		if err := s.fireEvents(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
+			s.cfg.Logger.Error("events step failed", "err", err)
+		}
 		if err := s.startCalls(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
 			s.cfg.Logger.Error("job steps' calls failed", "err", err)
 		}

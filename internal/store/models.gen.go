@@ -136,6 +136,22 @@ type DispatchOutbox struct {
 	Reserve    bool
 }
 
+type Event struct {
+	ID         uuid.UUID
+	TenantID   uuid.UUID
+	Source     string
+	EventKey   string
+	Type       string
+	Data       []byte
+	Time       time.Time
+	ReceivedAt time.Time
+	Shard      int32
+	Pending    bool
+	Tries      int32
+	RetryAt    *time.Time
+	LastError  string
+}
+
 type EveryAttempt struct {
 	ID              uuid.UUID
 	TaskID          uuid.UUID
@@ -203,6 +219,12 @@ type JobCall struct {
 	CalleeNamespace string
 	CalleeName      string
 	AuthorKey       *uuid.UUID
+}
+
+type JobEvent struct {
+	JobID    uuid.UUID
+	TenantID uuid.UUID
+	Type     string
 }
 
 type JobProfile struct {
@@ -333,6 +355,8 @@ type Run struct {
 	ParentTaskID *uuid.UUID
 	Depth        int32
 	RootRunID    *uuid.UUID
+	Event        []byte
+	EventID      *uuid.UUID
 }
 
 type RunCancel struct {

@@ -147,7 +147,7 @@ func (q *Queries) CompleteAttempts(ctx context.Context, arg CompleteAttemptsPara
 }
 
 const conditionRuns = `-- name: ConditionRuns :many
-SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard,
+SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.event, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard,
        r.tenant_id, r.depth, COALESCE(r.root_run_id, r.id)::uuid AS root_run_id
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 WHERE r.id = ANY($1::uuid[])
@@ -159,6 +159,7 @@ type ConditionRunsRow struct {
 	JobVersion   int64
 	Params       []byte
 	Upstream     []byte
+	Event        []byte
 	ScheduledFor time.Time
 	Trigger      lifecycle.Trigger
 	Namespace    string
@@ -185,6 +186,7 @@ func (q *Queries) ConditionRuns(ctx context.Context, ids []uuid.UUID) ([]Conditi
 			&i.JobVersion,
 			&i.Params,
 			&i.Upstream,
+			&i.Event,
 			&i.ScheduledFor,
 			&i.Trigger,
 			&i.Namespace,
@@ -836,7 +838,7 @@ func (q *Queries) MarkUpstreamFailed(ctx context.Context, ids []uuid.UUID) error
 const ownRunningAttempt = `-- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, k.attempt_started_at::timestamptz AS started_at,
-       k.released_at, ru.trace_parent, ru.params, ru.upstream, k.attempt_id::uuid AS attempt_id, k.item, k.item_index,
+       k.released_at, ru.trace_parent, ru.params, ru.upstream, ru.event, k.attempt_id::uuid AS attempt_id, k.item, k.item_index,
        k.res_cpu, k.res_memory
 FROM tasks AS k
 JOIN runs AS ru ON ru.id = k.run_id
@@ -870,6 +872,7 @@ type OwnRunningAttemptRow struct {
 	TraceParent  *string
 	Params       []byte
 	Upstream     []byte
+	Event        []byte
 	AttemptID    uuid.UUID
 	Item         []byte
 	ItemIndex    pgtype.Int4
@@ -903,6 +906,7 @@ func (q *Queries) OwnRunningAttempt(ctx context.Context, arg OwnRunningAttemptPa
 		&i.TraceParent,
 		&i.Params,
 		&i.Upstream,
+		&i.Event,
 		&i.AttemptID,
 		&i.Item,
 		&i.ItemIndex,
@@ -1151,7 +1155,7 @@ WITH req AS (
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
-       t.released_at, ru.trace_parent, ru.params, ru.upstream, t.attempt_id::uuid AS attempt_id, t.item, t.item_index,
+       t.released_at, ru.trace_parent, ru.params, ru.upstream, ru.event, t.attempt_id::uuid AS attempt_id, t.item, t.item_index,
        t.res_cpu, t.res_memory
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
@@ -1186,6 +1190,7 @@ type StartAttemptsRow struct {
 	TraceParent  *string
 	Params       []byte
 	Upstream     []byte
+	Event        []byte
 	AttemptID    uuid.UUID
 	Item         []byte
 	ItemIndex    pgtype.Int4
@@ -1236,6 +1241,7 @@ func (q *Queries) StartAttempts(ctx context.Context, arg StartAttemptsParams) ([
 			&i.TraceParent,
 			&i.Params,
 			&i.Upstream,
+			&i.Event,
 			&i.AttemptID,
 			&i.Item,
 			&i.ItemIndex,

@@ -26,6 +26,7 @@ var summaries = map[string]string{
 	"AlertService_ListNotifications":  "List webhook notifications",
 	"AuditService_ListAudit":          "List audit entries",
 	"ClusterService_GetCluster":       "Show nodes, shards and workers",
+	"EventService_Publish":            "Publish an event",
 	"JobService_Backfill":             "Backfill a job over a time range",
 	"JobService_BackfillByName":       "Backfill a job over a time range, by name",
 	"JobService_CancelBackfill":       "Cancel a backfill",

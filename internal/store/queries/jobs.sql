@@ -172,6 +172,12 @@ WITH input AS (
            ARRAY(SELECT jsonb_array_elements_text(i.spec #> '{schedule,after,on}'))
     FROM input AS i JOIN j ON j.id = i.id
     WHERE i.spec #> '{schedule,after}' IS NOT NULL
+), ev AS (
+    -- schedule.event: job_events (SetJobEvent on a change)
+    INSERT INTO job_events (job_id, tenant_id, type)
+    SELECT i.id, i.tenant_id, i.spec #>> '{schedule,event,type}'
+    FROM input AS i JOIN j ON j.id = i.id
+    WHERE i.spec #> '{schedule,event}' IS NOT NULL
 ), c AS (
     -- the jobs its steps run (run.job, namespace filled in): job_calls
     -- (DeleteJobCalls and InsertJobCalls on a change)

@@ -22,7 +22,7 @@ WITH req AS (
 )
 SELECT t.id, t.tenant_id, te.name AS tenant, t.run_id, t.step, t.attempt, t.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, now()::timestamptz AS started_at,
-       t.released_at, ru.trace_parent, ru.params, ru.upstream, t.attempt_id::uuid AS attempt_id, t.item, t.item_index,
+       t.released_at, ru.trace_parent, ru.params, ru.upstream, ru.event, t.attempt_id::uuid AS attempt_id, t.item, t.item_index,
        t.res_cpu, t.res_memory
 FROM t
 JOIN runs AS ru ON ru.id = t.run_id
@@ -36,7 +36,7 @@ JOIN tenants AS te ON te.id = t.tenant_id;
 -- name: OwnRunningAttempt :one
 SELECT k.id, k.tenant_id, te.name AS tenant, k.run_id, k.step, k.attempt, k.fencing_token,
        ru.job_id, ru.job_version, ru.scheduled_for, ru.trigger, j.namespace, j.name, k.attempt_started_at::timestamptz AS started_at,
-       k.released_at, ru.trace_parent, ru.params, ru.upstream, k.attempt_id::uuid AS attempt_id, k.item, k.item_index,
+       k.released_at, ru.trace_parent, ru.params, ru.upstream, ru.event, k.attempt_id::uuid AS attempt_id, k.item, k.item_index,
        k.res_cpu, k.res_memory
 FROM tasks AS k
 JOIN runs AS ru ON ru.id = k.run_id
@@ -240,7 +240,7 @@ RETURNING tasks.id;
 
 -- ConditionRuns reads what conditions of tasks of runs read of the run.
 -- name: ConditionRuns :many
-SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard,
+SELECT r.id, r.job_id, r.job_version, r.params, r.upstream, r.event, r.scheduled_for, r.trigger, j.namespace, j.name, r.shard,
        r.tenant_id, r.depth, COALESCE(r.root_run_id, r.id)::uuid AS root_run_id
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 WHERE r.id = ANY(@ids::uuid[]);

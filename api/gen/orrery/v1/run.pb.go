@@ -34,7 +34,7 @@ type Run struct {
 	JobVersion    int64                  `protobuf:"varint,5,opt,name=job_version,json=jobVersion,proto3" json:"job_version,omitempty"`
 	Shard         int32                  `protobuf:"varint,6,opt,name=shard,proto3" json:"shard,omitempty"`
 	ScheduledTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=scheduled_time,json=scheduledTime,proto3" json:"scheduled_time,omitempty"`
-	// schedule, backfill, manual, upstream, parent or replay.
+	// schedule, backfill, manual, upstream, parent, event or replay.
 	Trigger string `protobuf:"bytes,8,opt,name=trigger,proto3" json:"trigger,omitempty"`
 	// queued, pending, running, succeeded, failed (a step failed for good:
 	// its task is dead_lettered), skipped, cancelled.
@@ -58,8 +58,11 @@ type Run struct {
 	Steps []*RunStep `protobuf:"bytes,17,rep,name=steps,proto3" json:"steps,omitempty"`
 	// For a run of trigger parent (started by a step that runs a job): the
 	// run and the step that started it.
-	ParentRunId   string `protobuf:"bytes,18,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
-	ParentStep    string `protobuf:"bytes,19,opt,name=parent_step,json=parentStep,proto3" json:"parent_step,omitempty"`
+	ParentRunId string `protobuf:"bytes,18,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
+	ParentStep  string `protobuf:"bytes,19,opt,name=parent_step,json=parentStep,proto3" json:"parent_step,omitempty"`
+	// For a run of trigger event (schedule.event): the event that started
+	// it, as its expressions read run.event (id, type, source, time, data).
+	Event         *structpb.Struct `protobuf:"bytes,20,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -225,6 +228,13 @@ func (x *Run) GetParentStep() string {
 		return x.ParentStep
 	}
 	return ""
+}
+
+func (x *Run) GetEvent() *structpb.Struct {
+	if x != nil {
+		return x.Event
+	}
+	return nil
 }
 
 // RunStep is a step of a run and its task's status.
@@ -2621,7 +2631,7 @@ var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xcb\x05\n" +
+	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xfa\x05\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -2648,7 +2658,8 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x05steps\x18\x11 \x03(\v2\x12.orrery.v1.RunStepR\x05steps\x12\"\n" +
 	"\rparent_run_id\x18\x12 \x01(\tR\vparentRunId\x12\x1f\n" +
 	"\vparent_step\x18\x13 \x01(\tR\n" +
-	"parentStep\"5\n" +
+	"parentStep\x12-\n" +
+	"\x05event\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x05event\"5\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\"\xc9\x06\n" +
@@ -2957,87 +2968,88 @@ var file_orrery_v1_run_proto_depIdxs = []int32{
 	38, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
 	38, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
 	1,  // 6: orrery.v1.Run.steps:type_name -> orrery.v1.RunStep
-	37, // 7: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	37, // 8: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	37, // 9: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
-	4,  // 10: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	37, // 11: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
-	37, // 12: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
-	3,  // 13: orrery.v1.Task.items:type_name -> orrery.v1.ItemCounts
-	39, // 14: orrery.v1.Task.resources:type_name -> orrery.v1.Resources
-	32, // 15: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
-	37, // 16: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	37, // 17: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	40, // 18: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	37, // 19: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	37, // 20: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 21: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	37, // 22: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
-	37, // 23: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
-	37, // 24: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
-	37, // 25: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
-	9,  // 26: orrery.v1.SummarizeRunsResponse.hours:type_name -> orrery.v1.RunHour
-	10, // 27: orrery.v1.SummarizeRunsResponse.failing_jobs:type_name -> orrery.v1.FailingJob
-	11, // 28: orrery.v1.SummarizeRunsResponse.slowest_starts:type_name -> orrery.v1.SlowStart
-	12, // 29: orrery.v1.SummarizeRunsResponse.late_jobs:type_name -> orrery.v1.LateJob
-	37, // 30: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
-	33, // 31: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
-	37, // 32: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
-	37, // 33: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
-	37, // 34: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
-	37, // 35: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
-	0,  // 36: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
-	2,  // 37: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	2,  // 38: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
-	40, // 39: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	34, // 40: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
-	35, // 41: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
-	0,  // 42: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
-	0,  // 43: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	0,  // 44: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
-	37, // 45: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	37, // 46: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	40, // 47: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	21, // 48: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	40, // 49: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	37, // 50: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	37, // 51: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	37, // 52: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	27, // 53: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	28, // 54: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	31, // 55: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	30, // 56: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	39, // 57: orrery.v1.QueueDepth.capacity:type_name -> orrery.v1.Resources
-	39, // 58: orrery.v1.QueueDepth.allocated:type_name -> orrery.v1.Resources
-	36, // 59: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	37, // 60: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	37, // 61: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	39, // 62: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
-	39, // 63: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
-	41, // 64: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	5,  // 65: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	7,  // 66: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
-	13, // 67: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	15, // 68: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	17, // 69: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	19, // 70: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	22, // 71: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	24, // 72: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	26, // 73: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	6,  // 74: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	8,  // 75: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
-	14, // 76: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	16, // 77: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	18, // 78: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	20, // 79: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	23, // 80: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	25, // 81: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	29, // 82: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	74, // [74:83] is the sub-list for method output_type
-	65, // [65:74] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	38, // 7: orrery.v1.Run.event:type_name -> google.protobuf.Struct
+	37, // 8: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	37, // 9: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	37, // 10: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	4,  // 11: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
+	37, // 12: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	37, // 13: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	3,  // 14: orrery.v1.Task.items:type_name -> orrery.v1.ItemCounts
+	39, // 15: orrery.v1.Task.resources:type_name -> orrery.v1.Resources
+	32, // 16: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
+	37, // 17: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	37, // 18: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	40, // 19: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	37, // 20: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	37, // 21: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 22: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
+	37, // 23: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
+	37, // 24: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
+	37, // 25: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
+	37, // 26: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
+	9,  // 27: orrery.v1.SummarizeRunsResponse.hours:type_name -> orrery.v1.RunHour
+	10, // 28: orrery.v1.SummarizeRunsResponse.failing_jobs:type_name -> orrery.v1.FailingJob
+	11, // 29: orrery.v1.SummarizeRunsResponse.slowest_starts:type_name -> orrery.v1.SlowStart
+	12, // 30: orrery.v1.SummarizeRunsResponse.late_jobs:type_name -> orrery.v1.LateJob
+	37, // 31: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
+	33, // 32: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
+	37, // 33: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
+	37, // 34: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
+	37, // 35: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
+	37, // 36: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
+	0,  // 37: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
+	2,  // 38: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
+	2,  // 39: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
+	40, // 40: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	34, // 41: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	35, // 42: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	0,  // 43: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
+	0,  // 44: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
+	0,  // 45: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
+	37, // 46: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	37, // 47: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	40, // 48: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	21, // 49: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	40, // 50: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	37, // 51: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	37, // 52: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	37, // 53: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	27, // 54: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	28, // 55: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	31, // 56: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	30, // 57: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	39, // 58: orrery.v1.QueueDepth.capacity:type_name -> orrery.v1.Resources
+	39, // 59: orrery.v1.QueueDepth.allocated:type_name -> orrery.v1.Resources
+	36, // 60: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	37, // 61: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	37, // 62: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	39, // 63: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
+	39, // 64: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
+	41, // 65: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	5,  // 66: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	7,  // 67: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
+	13, // 68: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	15, // 69: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	17, // 70: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	19, // 71: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	22, // 72: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	24, // 73: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	26, // 74: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	6,  // 75: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	8,  // 76: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
+	14, // 77: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	16, // 78: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	18, // 79: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	20, // 80: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	23, // 81: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	25, // 82: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	29, // 83: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	75, // [75:84] is the sub-list for method output_type
+	66, // [66:75] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }

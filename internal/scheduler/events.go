@@ -1,0 +1,192 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/expr"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
+	"github.com/orrery-dev/orrery/shard"
+)
+
+// FailpointEventsTx is hit inside the transaction that turns pending
+// events into runs, once it has written them, before it commits.
+const FailpointEventsTx = "scheduler/events-tx"
+
+// eventsBatch bounds the pending events one transaction takes.
+const eventsBatch int32 = 100
+
+// fireEvents turns the shards' pending events into the runs of the jobs
+// whose schedule.event names their types and whose filters hold, in a
+// transaction fenced as a firing is, batch after batch: the events (FOR
+// UPDATE SKIP LOCKED), the jobs (FOR SHARE, id order) and their schedule
+// rows (FOR UPDATE, id order), their active runs, the new runs (each
+// carrying its event), and the events marked matched, committed together,
+// so a crash anywhere leaves the events pending for the next owner of the
+// shard and no run written (docs/events.md). An event whose transaction
+// fails alone is set aside (put off by 2^tries seconds, at most 10
+// minutes, its error kept).
+func (s *Scheduler) fireEvents(ctx context.Context, leases []*shard.Lease, ids []int32) error {
+	step := pendingStep[uuid.UUID]{name: "events step", batch: eventsBatch,
+		some: func(ctx context.Context, shards []int32) (bool, error) {
+			return store.New(s.cfg.Pool).HasPendingEvents(ctx, shards)
+		},
+		take: s.eventsTx,
+		setAside: func(ctx context.Context, id uuid.UUID, err error) error {
+			return store.New(s.cfg.Pool).SetAsideEvent(ctx, store.SetAsideEventParams{ID: id, Error: executor.StorableError(err.Error())})
+		}}
+	return step.run(ctx, s.cfg.Logger, leases, ids)
+}
+
+// eventsTx is one transaction of fireEvents, taking at most batch
+// events; it returns how many it took, and which (also when it failed).
+func (s *Scheduler) eventsTx(ctx context.Context, leases []*shard.Lease, batch int32) (int, []uuid.UUID, error) {
+	var ids []uuid.UUID
+	err := store.InRawTx(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		ids = nil
+		held, err := s.cfg.Shards.Fence(ctx, tx, leases)
+		if err != nil {
+			return err
+		}
+		q := store.New(tx)
+		events, err := q.TakePendingEvents(ctx, store.TakePendingEventsParams{Shards: shard.Shards(held), Batch: batch})
+		if err != nil || len(events) == 0 {
+			return err
+		}
+		for _, e := range events {
+			ids = append(ids, e.ID)
+		}
+		news, cancel, err := s.eventRuns(ctx, q, events)
+		if err != nil {
+			return err
+		}
+		if err := s.startRuns(ctx, tx, q, news, cancel); err != nil {
+			return err
+		}
+		if err := q.MarkEventsMatched(ctx, ids); err != nil {
+			return err
+		}
+		s.cfg.Failpoints.Hit(FailpointEventsTx)
+		return nil
+	})
+	return len(ids), ids, err
+}
+
+// eventJSON is run.event: the event as expressions read it.
+func eventJSON(e store.TakePendingEventsRow) ([]byte, map[string]any, error) {
+	data, err := expr.FromJSON(e.Data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("event %s: data: %w", e.ID, err)
+	}
+	m := map[string]any{"id": e.EventKey, "type": e.Type, "source": e.Source, "time": e.Time.UTC().Format(time.RFC3339Nano), "data": data}
+	js, err := json.Marshal(map[string]any{"id": e.EventKey, "type": e.Type, "source": e.Source, "time": e.Time.UTC().Format(time.RFC3339Nano),
+		"data": json.RawMessage(e.Data)})
+	return js, m, err
+}
+
+// eventRuns plans the runs the events start, and the active runs they
+// cancel (a job's overlap policy).
+func (s *Scheduler) eventRuns(ctx context.Context, q *store.Queries, events []store.TakePendingEventsRow) ([]run.New, []uuid.UUID, error) {
+	type typeKey struct {
+		tenant uuid.UUID
+		typ    string
+	}
+	var jp store.EventJobsParams
+	seen := map[typeKey]bool{}
+	for _, e := range events {
+		k := typeKey{e.TenantID, e.Type}
+		if !seen[k] {
+			seen[k] = true
+			jp.TenantIds, jp.Types = append(jp.TenantIds, k.tenant), append(jp.Types, k.typ)
+		}
+	}
+	jobs, err := q.EventJobs(ctx, jp)
+	if err != nil || len(jobs) == 0 {
+		return nil, nil, err
+	}
+	lock := make([]uuid.UUID, 0, len(jobs))
+	for _, j := range jobs {
+		if j.Status == "active" {
+			lock = append(lock, j.ID)
+		}
+	}
+	if err := q.LockSchedules(ctx, lock); err != nil {
+		return nil, nil, err
+	}
+	now, err := q.DatabaseNow(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	type made struct {
+		js []byte
+		m  map[string]any
+	}
+	byEvent := make(map[uuid.UUID]made, len(events))
+	for _, e := range events {
+		js, m, err := eventJSON(e)
+		if err != nil {
+			return nil, nil, err
+		}
+		byEvent[e.ID] = made{js, m}
+	}
+	var news []run.New
+	var cancel []uuid.UUID
+	for _, j := range jobs {
+		if j.Status != "active" {
+			continue // paused: nothing starts, as nothing fires
+		}
+		var spec dag.JobSpec
+		if err := json.Unmarshal(j.Spec, &spec); err != nil {
+			return nil, nil, fmt.Errorf("job %s: spec: %w", j.ID, err)
+		}
+		if spec.Schedule.Event == nil || spec.Schedule.Event.Type != j.Type {
+			continue
+		}
+		filter, err := dag.CompileEventFilter(spec.Schedule.Event.Filter)
+		if err != nil { // refused at apply: a definition older than a bound
+			s.cfg.Logger.Error("a job's event filter does not compile: no event starts it", "job", j.ID, "err", err)
+			continue
+		}
+		var ends []upstreamEnd
+		var of []uuid.UUID // the event of each end
+		for _, e := range events {
+			if e.TenantID != j.TenantID || e.Type != j.Type {
+				continue
+			}
+			ok, err := filter.Match(byEvent[e.ID].m)
+			if err != nil {
+				s.cfg.Logger.Warn("a job's event filter failed on an event: it starts no run of the job", "job", j.ID, "event", e.ID, "err", err)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			ends = append(ends, upstreamEnd{At: e.ReceivedAt, JSON: byEvent[e.ID].js})
+			of = append(of, e.ID)
+		}
+		if len(ends) == 0 {
+			continue
+		}
+		p, byAt, err := s.planFor(ctx, q, j.ID, &spec, ends, now, lifecycle.TriggerEvent)
+		if err != nil {
+			return nil, nil, err
+		}
+		ref := run.JobRef{ID: j.ID, Tenant: j.TenantID, Version: j.Version, Shard: int(j.Shard), Spec: &spec}
+		for _, r := range p.Runs {
+			i := byAt[r.At]
+			news = append(news, run.New{Job: ref, At: r.At, Trigger: r.Trigger, Status: r.Status, Reason: r.Reason, Epoch: -1,
+				Event: ends[i].JSON, EventID: of[i]})
+		}
+		cancel = append(cancel, p.Cancel...)
+	}
+	return news, cancel, nil
+}

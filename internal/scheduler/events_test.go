@@ -1,0 +1,116 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/engine/executor"
+	"github.com/orrery-dev/orrery/internal/enginetest"
+	"github.com/orrery-dev/orrery/internal/event"
+	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/node"
+	"github.com/orrery-dev/orrery/internal/pgtest"
+)
+
+// An event starts one run of each active job of its tenant whose
+// schedule.event names its type and whose filter holds, with the event in
+// its expressions (event and run.event); a repeat of its id starts
+// nothing; a paused job, another type, a filter that is false, or one that
+// fails on the event starts nothing; the events are all matched.
+func TestEventsStartOneRunPerJobAndEvent(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[string]string{} // reserve's payload by run
+	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{
+		"reserve": func(ctx context.Context, c executor.Call) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[c.RunID.String()] = string(c.Payload)
+			return nil
+		},
+	})
+	startPolicyNode(t, pool, node.Config{})
+	on := func(filter string) schedule.Spec {
+		return schedule.Spec{Event: &schedule.Event{Type: "order.paid", Filter: filter}}
+	}
+	big := createJob(t, pool, "reserve-big", dag.JobSpec{Schedule: on("${{ event.data.amount >= 100 }}"), Overlap: dag.OverlapAllow,
+		Run:     &dag.Executor{Handler: "reserve"},
+		Payload: dag.Payload(`{"order": "${{ event.data.order }}", "id": "${{ run.event.id }}", "trigger": "${{ run.trigger }}"}`)})
+	all := createJob(t, pool, "reserve-all", dag.JobSpec{Schedule: on(""), Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "reserve"}})
+	createJob(t, pool, "fails", dag.JobSpec{Schedule: on("${{ event.data.missing.deeper > 1 }}"), Run: &dag.Executor{Handler: "reserve"}})
+	createJob(t, pool, "shipped", dag.JobSpec{Schedule: schedule.Spec{Event: &schedule.Event{Type: "order.shipped"}}, Run: &dag.Executor{Handler: "reserve"}})
+	if big.NextFireAt != nil {
+		t.Errorf("a job of schedule.event alone has a next fire time: %s", big.NextFireAt)
+	}
+	jobs, _, _ := services(t, pool)
+	paused := createJob(t, pool, "paused", dag.JobSpec{Schedule: on(""), Run: &dag.Executor{Handler: "reserve"}})
+	if _, err := jobs.Pause(ctx, job.Anonymous, job.Ref{ID: paused.ID}); err != nil {
+		t.Fatal(err)
+	}
+
+	publish := func(id string, amount int) event.Published {
+		t.Helper()
+		p, err := event.Publish(ctx, pool, job.DefaultTenant, jobs.Shards(), event.Event{Type: "order.paid", ID: id,
+			Data: []byte(fmt.Sprintf(`{"order": "o-%s", "amount": %d}`, id, amount))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	first := publish("e1", 150)
+	publish("e2", 20)
+	again := publish("e1", 999) // a provider's retry: the first event, nothing more
+	if !again.Duplicate || again.ID != first.ID || first.Duplicate {
+		t.Fatalf("publish e1 twice: %+v then %+v; want the second a duplicate of the first", first, again)
+	}
+	countOf := func(j uuid.UUID) int {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE job_id = $1 AND trigger = 'event' AND status = 'succeeded'", j)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the runs of e1 and e2", func() bool { return countOf(big.ID) == 1 && countOf(all.ID) == 2 })
+	enginetest.WaitFor(t, 30*time.Second, "every event matched", func() bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM events WHERE pending") == 0
+	})
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE j.name IN ('fails', 'shipped', 'paused')"); n != 0 {
+		t.Errorf("%d runs of the jobs no event should start", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM events"); n != 2 {
+		t.Errorf("%d events written, want 2 (the repeat writes nothing)", n)
+	}
+	var runID uuid.UUID
+	var ev []byte
+	if err := pool.QueryRow(ctx, "SELECT id, event FROM runs WHERE job_id = $1", big.ID).Scan(&runID, &ev); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		ID, Type, Source, Time string
+		Data                   map[string]any
+	}
+	if err := json.Unmarshal(ev, &got); err != nil || got.ID != "e1" || got.Type != "order.paid" || got.Data["order"] != "o-e1" || got.Time == "" {
+		t.Errorf("run.event %s (%v)", ev, err)
+	}
+	mu.Lock()
+	payload := seen[runID.String()]
+	mu.Unlock()
+	if payload != `{"id":"e1","order":"o-e1","trigger":"event"}` {
+		t.Errorf("the step read %s", payload)
+	}
+
+	// Publish a burst: each event starts its runs once.
+	for i := range 50 {
+		publish(fmt.Sprintf("burst-%d", i), 100+i)
+	}
+	enginetest.WaitFor(t, 60*time.Second, "the burst's runs", func() bool { return countOf(big.ID) == 51 && countOf(all.ID) == 52 })
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM (SELECT job_id, event_id FROM runs WHERE event_id IS NOT NULL GROUP BY 1, 2 HAVING count(*) > 1) AS d"); n != 0 {
+		t.Errorf("%d (job, event) pairs with more than one run", n)
+	}
+}
