@@ -71,7 +71,7 @@ func TestAdminManagesKeysOverTheAPI(t *testing.T) {
 	for _, l := range listed.Keys {
 		got[l.Principal] = l
 	}
-	if len(listed.Keys) != 6 || got["worker"].Role != "worker" || got["dashboard"].Prefix != k.Prefix || got["reader"].Role != "reader" || got["admin"].Role != "admin" || got["other"].Prefix != "" {
+	if len(listed.Keys) != 7 || got["worker"].Role != "worker" || got["publisher"].Role != "publisher" || got["dashboard"].Prefix != k.Prefix || got["reader"].Role != "reader" || got["admin"].Role != "admin" || got["other"].Prefix != "" {
 		t.Fatalf("list: %s", body)
 	}
 	for _, secret := range []string{created.Secret, keys["reader"], keys["editor"], keys["admin"]} {

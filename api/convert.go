@@ -104,6 +104,9 @@ func scheduleFromProto(s *orreryv1.Schedule) schedule.Spec {
 	if a := s.GetAfter(); a != nil {
 		out.After = &schedule.After{Job: a.GetJob(), Namespace: a.GetNamespace(), On: a.GetOn()}
 	}
+	if e := s.GetEvent(); e != nil {
+		out.Event = &schedule.Event{Type: e.GetType(), Filter: e.GetFilter()}
+	}
 	return out
 }
 
@@ -121,6 +124,9 @@ func ScheduleToProto(s schedule.Spec) *orreryv1.Schedule {
 	}
 	if a := s.After; a != nil {
 		out.After = &orreryv1.ScheduleAfter{Job: a.Job, Namespace: a.Namespace, On: a.On}
+	}
+	if e := s.Event; e != nil {
+		out.Event = &orreryv1.ScheduleEvent{Type: e.Type, Filter: e.Filter}
 	}
 	return out
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/orrery-dev/orrery/examples"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/enginetest"
+	"github.com/orrery-dev/orrery/internal/event"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	"github.com/orrery-dev/orrery/internal/run"
@@ -103,6 +104,22 @@ func TestExamplesRun(t *testing.T) {
 				enginetest.WaitFor(t, 60*time.Second, name+" started by "+a.Job+"'s end", func() bool {
 					var id uuid.UUID
 					if pool.QueryRow(ctx, "SELECT r.id FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE j.namespace = $1 AND j.name = $2 AND r.trigger = 'upstream'",
+						ref.Namespace, ref.Name).Scan(&id) != nil {
+						return false
+					}
+					started = &run.Run{ID: id}
+					return true
+				})
+			} else if e := r.Spec.Schedule.Event; e != nil && len(r.Spec.Schedule.Cron) == 0 && r.Spec.Schedule.At == "" {
+				// A job started by events runs as it would: when one is
+				// published (of data its filter takes).
+				if _, err := event.Publish(ctx, pool, job.DefaultTenant, jobs.Shards(), event.Event{Type: e.Type, ID: name,
+					Data: []byte(`{"order": "1001", "amount": 150}`)}); err != nil {
+					t.Fatal(err)
+				}
+				enginetest.WaitFor(t, 60*time.Second, name+" started by its event", func() bool {
+					var id uuid.UUID
+					if pool.QueryRow(ctx, "SELECT r.id FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE j.namespace = $1 AND j.name = $2 AND r.trigger = 'event'",
 						ref.Namespace, ref.Name).Scan(&id) != nil {
 						return false
 					}

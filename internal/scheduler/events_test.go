@@ -67,6 +67,15 @@ func TestEventsStartOneRunPerJobAndEvent(t *testing.T) {
 		}
 		return p
 	}
+	// Another tenant's event of the same type and id reaches none of this
+	// tenant's jobs, and takes no id of this tenant.
+	other := uuid.Must(uuid.NewV7())
+	if _, err := pool.Exec(ctx, "INSERT INTO tenants (id, name) VALUES ($1, 'other')", other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := event.Publish(ctx, pool, other, jobs.Shards(), event.Event{Type: "order.paid", ID: "e1", Data: []byte(`{"order": "x", "amount": 500}`)}); err != nil {
+		t.Fatal(err)
+	}
 	first := publish("e1", 150)
 	publish("e2", 20)
 	again := publish("e1", 999) // a provider's retry: the first event, nothing more
@@ -83,8 +92,11 @@ func TestEventsStartOneRunPerJobAndEvent(t *testing.T) {
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs AS r JOIN jobs AS j ON j.id = r.job_id WHERE j.name IN ('fails', 'shipped', 'paused')"); n != 0 {
 		t.Errorf("%d runs of the jobs no event should start", n)
 	}
-	if n := enginetest.Int(t, pool, "SELECT count(*) FROM events"); n != 2 {
-		t.Errorf("%d events written, want 2 (the repeat writes nothing)", n)
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM events"); n != 3 {
+		t.Errorf("%d events written, want 3 (the other tenant's, and the repeat writes nothing)", n)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs WHERE tenant_id = $1", other); n != 0 {
+		t.Errorf("%d runs in the other tenant, which has no job", n)
 	}
 	var runID uuid.UUID
 	var ev []byte

@@ -698,7 +698,10 @@ type Schedule struct {
 	Exclude *ScheduleExclude `protobuf:"bytes,9,opt,name=exclude,proto3" json:"exclude,omitempty"`
 	// Start a run each time a run of another job of the tenant ends with
 	// one of the listed outcomes (alone, or beside cron or at).
-	After         *ScheduleAfter `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
+	After *ScheduleAfter `protobuf:"bytes,10,opt,name=after,proto3" json:"after,omitempty"`
+	// Start a run for each event of the tenant of this type whose filter
+	// holds (EventService.Publish); alone, or beside cron, at or after.
+	Event         *ScheduleEvent `protobuf:"bytes,11,opt,name=event,proto3" json:"event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -803,6 +806,69 @@ func (x *Schedule) GetAfter() *ScheduleAfter {
 	return nil
 }
 
+func (x *Schedule) GetEvent() *ScheduleEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+// ScheduleEvent names the events that start runs.
+type ScheduleEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The events' type, as EventService.Publish names it.
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// A condition over the event: one ${{ EXPR }} of a bool reading event
+	// (event.data, event.id, ...); empty: every event of the type.
+	Filter        string `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleEvent) Reset() {
+	*x = ScheduleEvent{}
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleEvent) ProtoMessage() {}
+
+func (x *ScheduleEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleEvent.ProtoReflect.Descriptor instead.
+func (*ScheduleEvent) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ScheduleEvent) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ScheduleEvent) GetFilter() string {
+	if x != nil {
+		return x.Filter
+	}
+	return ""
+}
+
 // ScheduleAfter names the upstream job whose runs' ends start runs.
 type ScheduleAfter struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -818,7 +884,7 @@ type ScheduleAfter struct {
 
 func (x *ScheduleAfter) Reset() {
 	*x = ScheduleAfter{}
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +896,7 @@ func (x *ScheduleAfter) String() string {
 func (*ScheduleAfter) ProtoMessage() {}
 
 func (x *ScheduleAfter) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[8]
+	mi := &file_orrery_v1_job_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +909,7 @@ func (x *ScheduleAfter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleAfter.ProtoReflect.Descriptor instead.
 func (*ScheduleAfter) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ScheduleAfter) GetJob() string {
@@ -880,7 +946,7 @@ type ScheduleExclude struct {
 
 func (x *ScheduleExclude) Reset() {
 	*x = ScheduleExclude{}
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +958,7 @@ func (x *ScheduleExclude) String() string {
 func (*ScheduleExclude) ProtoMessage() {}
 
 func (x *ScheduleExclude) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[9]
+	mi := &file_orrery_v1_job_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +971,7 @@ func (x *ScheduleExclude) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleExclude.ProtoReflect.Descriptor instead.
 func (*ScheduleExclude) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ScheduleExclude) GetDates() []string {
@@ -936,7 +1002,7 @@ type HttpExecutor struct {
 
 func (x *HttpExecutor) Reset() {
 	*x = HttpExecutor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1014,7 @@ func (x *HttpExecutor) String() string {
 func (*HttpExecutor) ProtoMessage() {}
 
 func (x *HttpExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[10]
+	mi := &file_orrery_v1_job_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1027,7 @@ func (x *HttpExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpExecutor.ProtoReflect.Descriptor instead.
 func (*HttpExecutor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HttpExecutor) GetUrl() string {
@@ -997,7 +1063,7 @@ type CommandExecutor struct {
 
 func (x *CommandExecutor) Reset() {
 	*x = CommandExecutor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1075,7 @@ func (x *CommandExecutor) String() string {
 func (*CommandExecutor) ProtoMessage() {}
 
 func (x *CommandExecutor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[11]
+	mi := &file_orrery_v1_job_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1088,7 @@ func (x *CommandExecutor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandExecutor.ProtoReflect.Descriptor instead.
 func (*CommandExecutor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CommandExecutor) GetArgv() []string {
@@ -1063,7 +1129,7 @@ type Executor struct {
 
 func (x *Executor) Reset() {
 	*x = Executor{}
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1141,7 @@ func (x *Executor) String() string {
 func (*Executor) ProtoMessage() {}
 
 func (x *Executor) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[12]
+	mi := &file_orrery_v1_job_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1154,7 @@ func (x *Executor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Executor.ProtoReflect.Descriptor instead.
 func (*Executor) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Executor) GetKind() isExecutor_Kind {
@@ -1194,7 +1260,7 @@ type JobCall struct {
 
 func (x *JobCall) Reset() {
 	*x = JobCall{}
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1272,7 @@ func (x *JobCall) String() string {
 func (*JobCall) ProtoMessage() {}
 
 func (x *JobCall) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[13]
+	mi := &file_orrery_v1_job_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1285,7 @@ func (x *JobCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCall.ProtoReflect.Descriptor instead.
 func (*JobCall) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JobCall) GetName() string {
@@ -1256,7 +1322,7 @@ type RetryPolicy struct {
 
 func (x *RetryPolicy) Reset() {
 	*x = RetryPolicy{}
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1268,7 +1334,7 @@ func (x *RetryPolicy) String() string {
 func (*RetryPolicy) ProtoMessage() {}
 
 func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[14]
+	mi := &file_orrery_v1_job_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1281,7 +1347,7 @@ func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
 func (*RetryPolicy) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RetryPolicy) GetMaxAttempts() int32 {
@@ -1323,7 +1389,7 @@ type StepDefaults struct {
 
 func (x *StepDefaults) Reset() {
 	*x = StepDefaults{}
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1335,7 +1401,7 @@ func (x *StepDefaults) String() string {
 func (*StepDefaults) ProtoMessage() {}
 
 func (x *StepDefaults) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[15]
+	mi := &file_orrery_v1_job_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1348,7 +1414,7 @@ func (x *StepDefaults) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepDefaults.ProtoReflect.Descriptor instead.
 func (*StepDefaults) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StepDefaults) GetQueue() string {
@@ -1409,7 +1475,7 @@ type Resources struct {
 
 func (x *Resources) Reset() {
 	*x = Resources{}
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1487,7 @@ func (x *Resources) String() string {
 func (*Resources) ProtoMessage() {}
 
 func (x *Resources) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[16]
+	mi := &file_orrery_v1_job_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1500,7 @@ func (x *Resources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resources.ProtoReflect.Descriptor instead.
 func (*Resources) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Resources) GetCpu() string {
@@ -1500,7 +1566,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1512,7 +1578,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[17]
+	mi := &file_orrery_v1_job_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1525,7 +1591,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Step) GetName() string {
@@ -1662,7 +1728,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1674,7 +1740,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[18]
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1687,7 +1753,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JobSpec) GetSchedule() *Schedule {
@@ -1790,7 +1856,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1802,7 +1868,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1815,7 +1881,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Param) GetType() string {
@@ -1864,7 +1930,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1942,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +1955,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -1930,7 +1996,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2008,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2021,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -1980,7 +2046,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2058,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2071,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -2041,7 +2107,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2119,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2132,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -2097,7 +2163,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2175,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2188,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -2179,7 +2245,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2191,7 +2257,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2204,7 +2270,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Job) GetId() string {
@@ -2317,7 +2383,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2329,7 +2395,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2342,7 +2408,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LastRun) GetId() string {
@@ -2377,7 +2443,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2455,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2468,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Source) GetPath() string {
@@ -2431,7 +2497,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2509,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2522,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JobRef) GetId() string {
@@ -2491,7 +2557,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2569,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2582,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -2549,7 +2615,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2627,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2640,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -2599,7 +2665,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2677,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2690,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -2667,7 +2733,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2745,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2758,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2759,7 +2825,7 @@ type JobLink struct {
 
 func (x *JobLink) Reset() {
 	*x = JobLink{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2837,7 @@ func (x *JobLink) String() string {
 func (*JobLink) ProtoMessage() {}
 
 func (x *JobLink) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2850,7 @@ func (x *JobLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLink.ProtoReflect.Descriptor instead.
 func (*JobLink) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *JobLink) GetNamespace() string {
@@ -2842,7 +2908,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +2920,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +2933,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -2940,7 +3006,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2952,7 +3018,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2965,7 +3031,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -2994,7 +3060,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3072,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3085,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -3059,7 +3125,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3137,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3150,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -3103,7 +3169,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3181,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3194,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -3147,7 +3213,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +3225,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +3238,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -3191,7 +3257,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3203,7 +3269,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3216,7 +3282,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -3235,7 +3301,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3313,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +3326,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -3279,7 +3345,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3357,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3370,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -3323,7 +3389,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3401,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3414,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -3375,7 +3441,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3387,7 +3453,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3400,7 +3466,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -3451,7 +3517,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3529,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3542,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -3507,7 +3573,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[46]
+	mi := &file_orrery_v1_job_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3585,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[46]
+	mi := &file_orrery_v1_job_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3598,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -3606,7 +3672,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x14ListBackfillsRequest\x12#\n" +
 	"\x03ref\x18\x01 \x01(\v2\x11.orrery.v1.JobRefR\x03ref\"M\n" +
 	"\x15ListBackfillsResponse\x124\n" +
-	"\tbackfills\x18\x01 \x03(\v2\x16.orrery.v1.JobBackfillR\tbackfills\"\xe3\x02\n" +
+	"\tbackfills\x18\x01 \x03(\v2\x16.orrery.v1.JobBackfillR\tbackfills\"\x93\x03\n" +
 	"\bSchedule\x12\x12\n" +
 	"\x04cron\x18\x01 \x01(\tR\x04cron\x12\x1a\n" +
 	"\btimezone\x18\x02 \x01(\tR\btimezone\x12\x0e\n" +
@@ -3618,7 +3684,11 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x0ecatchup_window\x18\b \x01(\v2\x19.google.protobuf.DurationR\rcatchupWindow\x124\n" +
 	"\aexclude\x18\t \x01(\v2\x1a.orrery.v1.ScheduleExcludeR\aexclude\x12.\n" +
 	"\x05after\x18\n" +
-	" \x01(\v2\x18.orrery.v1.ScheduleAfterR\x05after\"O\n" +
+	" \x01(\v2\x18.orrery.v1.ScheduleAfterR\x05after\x12.\n" +
+	"\x05event\x18\v \x01(\v2\x18.orrery.v1.ScheduleEventR\x05event\";\n" +
+	"\rScheduleEvent\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
+	"\x06filter\x18\x02 \x01(\tR\x06filter\"O\n" +
 	"\rScheduleAfter\x12\x10\n" +
 	"\x03job\x18\x01 \x01(\tR\x03job\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x0e\n" +
@@ -3877,7 +3947,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
@@ -3889,180 +3959,182 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*ListBackfillsRequest)(nil),    // 7: orrery.v1.ListBackfillsRequest
 	(*ListBackfillsResponse)(nil),   // 8: orrery.v1.ListBackfillsResponse
 	(*Schedule)(nil),                // 9: orrery.v1.Schedule
-	(*ScheduleAfter)(nil),           // 10: orrery.v1.ScheduleAfter
-	(*ScheduleExclude)(nil),         // 11: orrery.v1.ScheduleExclude
-	(*HttpExecutor)(nil),            // 12: orrery.v1.HttpExecutor
-	(*CommandExecutor)(nil),         // 13: orrery.v1.CommandExecutor
-	(*Executor)(nil),                // 14: orrery.v1.Executor
-	(*JobCall)(nil),                 // 15: orrery.v1.JobCall
-	(*RetryPolicy)(nil),             // 16: orrery.v1.RetryPolicy
-	(*StepDefaults)(nil),            // 17: orrery.v1.StepDefaults
-	(*Resources)(nil),               // 18: orrery.v1.Resources
-	(*Step)(nil),                    // 19: orrery.v1.Step
-	(*JobSpec)(nil),                 // 20: orrery.v1.JobSpec
-	(*Param)(nil),                   // 21: orrery.v1.Param
-	(*Alerts)(nil),                  // 22: orrery.v1.Alerts
-	(*Notify)(nil),                  // 23: orrery.v1.Notify
-	(*Webhook)(nil),                 // 24: orrery.v1.Webhook
-	(*Callback)(nil),                // 25: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 26: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 27: orrery.v1.Job
-	(*LastRun)(nil),                 // 28: orrery.v1.LastRun
-	(*Source)(nil),                  // 29: orrery.v1.Source
-	(*JobRef)(nil),                  // 30: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 31: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 32: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 33: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 34: orrery.v1.GetJobResponse
-	(*JobLink)(nil),                 // 35: orrery.v1.JobLink
-	(*ListJobsRequest)(nil),         // 36: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 37: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 38: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 39: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 40: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 41: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 42: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 43: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 44: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 45: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 46: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 47: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 48: orrery.v1.PlannedInstant
-	nil,                             // 49: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 50: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 51: orrery.v1.Resources.CustomEntry
-	nil,                             // 52: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 53: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 54: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 55: orrery.v1.ListJobsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 56: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 57: google.protobuf.Duration
-	(*structpb.Struct)(nil),         // 58: google.protobuf.Struct
-	(*structpb.Value)(nil),          // 59: google.protobuf.Value
-	(*AuditEntry)(nil),              // 60: orrery.v1.AuditEntry
+	(*ScheduleEvent)(nil),           // 10: orrery.v1.ScheduleEvent
+	(*ScheduleAfter)(nil),           // 11: orrery.v1.ScheduleAfter
+	(*ScheduleExclude)(nil),         // 12: orrery.v1.ScheduleExclude
+	(*HttpExecutor)(nil),            // 13: orrery.v1.HttpExecutor
+	(*CommandExecutor)(nil),         // 14: orrery.v1.CommandExecutor
+	(*Executor)(nil),                // 15: orrery.v1.Executor
+	(*JobCall)(nil),                 // 16: orrery.v1.JobCall
+	(*RetryPolicy)(nil),             // 17: orrery.v1.RetryPolicy
+	(*StepDefaults)(nil),            // 18: orrery.v1.StepDefaults
+	(*Resources)(nil),               // 19: orrery.v1.Resources
+	(*Step)(nil),                    // 20: orrery.v1.Step
+	(*JobSpec)(nil),                 // 21: orrery.v1.JobSpec
+	(*Param)(nil),                   // 22: orrery.v1.Param
+	(*Alerts)(nil),                  // 23: orrery.v1.Alerts
+	(*Notify)(nil),                  // 24: orrery.v1.Notify
+	(*Webhook)(nil),                 // 25: orrery.v1.Webhook
+	(*Callback)(nil),                // 26: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 27: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 28: orrery.v1.Job
+	(*LastRun)(nil),                 // 29: orrery.v1.LastRun
+	(*Source)(nil),                  // 30: orrery.v1.Source
+	(*JobRef)(nil),                  // 31: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 32: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 33: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 34: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 35: orrery.v1.GetJobResponse
+	(*JobLink)(nil),                 // 36: orrery.v1.JobLink
+	(*ListJobsRequest)(nil),         // 37: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 38: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 39: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 40: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 41: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 42: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 43: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 44: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 45: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 46: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 47: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 48: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 49: orrery.v1.PlannedInstant
+	nil,                             // 50: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 51: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 52: orrery.v1.Resources.CustomEntry
+	nil,                             // 53: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 54: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 55: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 56: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 57: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 58: google.protobuf.Duration
+	(*structpb.Struct)(nil),         // 59: google.protobuf.Struct
+	(*structpb.Value)(nil),          // 60: google.protobuf.Value
+	(*AuditEntry)(nil),              // 61: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	30,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
-	56,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
-	56,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	31,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
+	57,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	57,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
 	4,   // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	56,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
-	56,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
-	56,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
-	56,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
-	56,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
-	56,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
-	30,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
+	57,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	57,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	57,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	57,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	57,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	57,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	31,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	30,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
+	31,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
-	57,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	57,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
-	11,  // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
-	10,  // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
-	49,  // 18: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	50,  // 19: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
-	12,  // 20: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
-	13,  // 21: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
-	15,  // 22: orrery.v1.Executor.job:type_name -> orrery.v1.JobCall
-	58,  // 23: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
-	57,  // 24: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	57,  // 25: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	57,  // 26: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
-	16,  // 27: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
-	18,  // 28: orrery.v1.StepDefaults.resources:type_name -> orrery.v1.Resources
-	51,  // 29: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
-	14,  // 30: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	59,  // 31: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	57,  // 32: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
-	16,  // 33: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
-	18,  // 34: orrery.v1.Step.resources:type_name -> orrery.v1.Resources
-	9,   // 35: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	17,  // 36: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	14,  // 37: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	59,  // 38: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	19,  // 39: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	22,  // 40: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	25,  // 41: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	52,  // 42: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	59,  // 43: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	59,  // 44: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	57,  // 45: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	57,  // 46: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	23,  // 47: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	24,  // 48: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	53,  // 49: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	24,  // 50: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	54,  // 51: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	26,  // 52: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	20,  // 53: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,   // 54: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	56,  // 55: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	56,  // 56: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	56,  // 57: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	56,  // 58: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	29,  // 59: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	28,  // 60: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	56,  // 61: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	26,  // 62: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	20,  // 63: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	27,  // 64: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	30,  // 65: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	27,  // 66: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	56,  // 67: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	60,  // 68: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	35,  // 69: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
-	35,  // 70: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
-	35,  // 71: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
-	35,  // 72: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
-	0,   // 73: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	55,  // 74: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,   // 75: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	27,  // 76: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	30,  // 77: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	26,  // 78: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	20,  // 79: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	27,  // 80: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	30,  // 81: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	27,  // 82: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	30,  // 83: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	27,  // 84: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	30,  // 85: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	27,  // 86: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,   // 87: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	56,  // 88: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	56,  // 89: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	48,  // 90: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	56,  // 91: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	56,  // 92: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	21,  // 93: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	31,  // 94: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	33,  // 95: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	36,  // 96: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	38,  // 97: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	40,  // 98: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	42,  // 99: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	44,  // 100: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	46,  // 101: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,   // 102: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,   // 103: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,   // 104: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	32,  // 105: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	34,  // 106: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	37,  // 107: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	39,  // 108: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	41,  // 109: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	43,  // 110: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	45,  // 111: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	47,  // 112: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,   // 113: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,   // 114: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,   // 115: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	105, // [105:116] is the sub-list for method output_type
-	94,  // [94:105] is the sub-list for method input_type
-	94,  // [94:94] is the sub-list for extension type_name
-	94,  // [94:94] is the sub-list for extension extendee
-	0,   // [0:94] is the sub-list for field type_name
+	58,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	58,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	12,  // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
+	11,  // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
+	10,  // 18: orrery.v1.Schedule.event:type_name -> orrery.v1.ScheduleEvent
+	50,  // 19: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	51,  // 20: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	13,  // 21: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
+	14,  // 22: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
+	16,  // 23: orrery.v1.Executor.job:type_name -> orrery.v1.JobCall
+	59,  // 24: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
+	58,  // 25: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	58,  // 26: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	58,  // 27: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	17,  // 28: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
+	19,  // 29: orrery.v1.StepDefaults.resources:type_name -> orrery.v1.Resources
+	52,  // 30: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
+	15,  // 31: orrery.v1.Step.run:type_name -> orrery.v1.Executor
+	60,  // 32: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	58,  // 33: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	17,  // 34: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
+	19,  // 35: orrery.v1.Step.resources:type_name -> orrery.v1.Resources
+	9,   // 36: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	18,  // 37: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	15,  // 38: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	60,  // 39: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	20,  // 40: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	23,  // 41: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	26,  // 42: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	53,  // 43: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	60,  // 44: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	60,  // 45: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	58,  // 46: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	58,  // 47: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	24,  // 48: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	25,  // 49: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	54,  // 50: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	25,  // 51: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	55,  // 52: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	27,  // 53: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	21,  // 54: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,   // 55: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	57,  // 56: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	57,  // 57: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	57,  // 58: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	57,  // 59: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	30,  // 60: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	29,  // 61: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	57,  // 62: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	27,  // 63: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	21,  // 64: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	28,  // 65: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	31,  // 66: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	28,  // 67: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	57,  // 68: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	61,  // 69: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	36,  // 70: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
+	36,  // 71: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
+	36,  // 72: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
+	36,  // 73: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
+	0,   // 74: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	56,  // 75: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,   // 76: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	28,  // 77: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	31,  // 78: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	27,  // 79: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	21,  // 80: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	28,  // 81: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	31,  // 82: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	28,  // 83: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	31,  // 84: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	28,  // 85: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	31,  // 86: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	28,  // 87: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,   // 88: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	57,  // 89: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	57,  // 90: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	49,  // 91: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	57,  // 92: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	57,  // 93: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	22,  // 94: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	32,  // 95: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	34,  // 96: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	37,  // 97: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	39,  // 98: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	41,  // 99: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	43,  // 100: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	45,  // 101: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	47,  // 102: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,   // 103: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,   // 104: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,   // 105: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	33,  // 106: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	35,  // 107: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	38,  // 108: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	40,  // 109: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	42,  // 110: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	44,  // 111: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	46,  // 112: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	48,  // 113: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,   // 114: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,   // 115: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,   // 116: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	106, // [106:117] is the sub-list for method output_type
+	95,  // [95:106] is the sub-list for method input_type
+	95,  // [95:95] is the sub-list for extension type_name
+	95,  // [95:95] is the sub-list for extension extendee
+	0,   // [0:95] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -4071,7 +4143,7 @@ func file_orrery_v1_job_proto_init() {
 		return
 	}
 	file_orrery_v1_audit_proto_init()
-	file_orrery_v1_job_proto_msgTypes[12].OneofWrappers = []any{
+	file_orrery_v1_job_proto_msgTypes[13].OneofWrappers = []any{
 		(*Executor_Http)(nil),
 		(*Executor_Command)(nil),
 		(*Executor_Handler)(nil),
@@ -4084,7 +4156,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

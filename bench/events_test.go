@@ -1,0 +1,112 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/orrery-dev/orrery/api"
+	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/job"
+	runpkg "github.com/orrery-dev/orrery/internal/run"
+)
+
+// BenchmarkEvents publishes events through the API (Connect, a real HTTP
+// server in this process) at a paced rate (ORRERY_BENCH_EVENT_RATE a
+// second, default 1,000, for 10 s), each twice (a provider's retry: the
+// second a duplicate), to a tenant with 20 jobs of schedule.event of which
+// one names the events' type (its filter reads the data); a scheduler node
+// and a worker pool of 200 run the runs. It reports the events accepted a
+// second and the time from an event's receipt to its run's step started
+// (the database's clock at both ends).
+func BenchmarkEvents(b *testing.B) {
+	for range b.N {
+		pool := freshDB(b)
+		eng := startEngine(b, pool, 200)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		jobs, err := job.New(ctx, pool, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range 20 {
+			typ := fmt.Sprintf("other.%d", i)
+			if i == 0 {
+				typ = "order.paid"
+			}
+			if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: fmt.Sprintf("on-event-%d", i)}, Spec: dag.JobSpec{
+				Schedule: schedule.Spec{Event: &schedule.Event{Type: typ, Filter: "${{ event.data.amount >= 0 }}"}}, Overlap: dag.OverlapAllow,
+				Run: &dag.Executor{Handler: "noop"}, Payload: dag.Payload(`{"order": "${{ event.data.order }}"}`)}}, ""); err != nil {
+				b.Fatal(err)
+			}
+		}
+		srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: runpkg.NewService(pool, jobs, eng.dispatcher), State: pool,
+			Auth: api.NoAuth{}}, eng.log))
+		if err != nil {
+			b.Fatal(err)
+		}
+		go func() { _ = srv.Serve(ctx) }()
+		client := orreryv1connect.NewEventServiceClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, "http://"+srv.Addr())
+
+		rate := envInt(b, "ORRERY_BENCH_EVENT_RATE", 1000)
+		const publishers, seconds = 20, 10
+		total := rate * seconds
+		var sent, dupes atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for p := range publishers {
+			wg.Go(func() {
+				every := time.Second * publishers / time.Duration(rate)
+				tick := time.NewTicker(every)
+				defer tick.Stop()
+				for n := p; n < total; n += publishers {
+					<-tick.C
+					data, _ := structpb.NewStruct(map[string]any{"order": fmt.Sprint(n), "amount": float64(n % 500)})
+					for range 2 {
+						res, err := client.Publish(ctx, connect.NewRequest(&orreryv1.PublishRequest{Type: "order.paid", Id: fmt.Sprintf("e-%d", n), Data: data}))
+						if err != nil {
+							eng.fail(fmt.Sprintf("publish e-%d: %v", n, err))
+							return
+						}
+						if res.Msg.GetDuplicate() {
+							dupes.Add(1)
+						}
+					}
+					sent.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		eng.check(b)
+		deadline := time.Now().Add(2 * time.Minute)
+		for eng.handled.Load() < int64(total) && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		eng.check(b)
+		if got := eng.handled.Load(); got != int64(total) || dupes.Load() != int64(total) {
+			b.Fatalf("%d steps ran and %d duplicates answered for %d events published twice", got, dupes.Load(), total)
+		}
+		var p50, p99, maxLag float64
+		if err := pool.QueryRow(ctx, `SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY s), percentile_cont(0.99) WITHIN GROUP (ORDER BY s), max(s)
+			FROM (SELECT extract(epoch FROM a.started_at - e.received_at) AS s
+			      FROM events e JOIN runs r ON r.event_id = e.id JOIN tasks t ON t.run_id = r.id JOIN attempts a ON a.task_id = t.id AND a.number = 1) AS x`).
+			Scan(&p50, &p99, &maxLag); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(sent.Load())/elapsed.Seconds(), "events/s")
+		b.ReportMetric(p50*1000, "p50-start-ms")
+		b.ReportMetric(p99*1000, "p99-start-ms")
+		b.ReportMetric(maxLag*1000, "max-start-ms")
+	}
+}
