@@ -115,7 +115,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	add(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, jobs: svc.Jobs, log: log}, opts...))
 	add(orreryv1connect.NewAlertServiceHandler(&alertServer{pool: svc.State, jobs: svc.Jobs, log: log}, opts...))
 	add(orreryv1connect.NewProfileServiceHandler(&profileServer{access: acc, log: log}, opts...))
-	add(orreryv1connect.NewEventServiceHandler(&eventServer{pool: svc.State, shards: shardsOf(svc.Jobs), log: log}, opts...))
+	add(orreryv1connect.NewEventServiceHandler(&eventServer{pool: svc.State, shards: shardsOf(svc.Jobs), log: log, rate: newKeyRate(publishesPerSecond, "events")}, opts...))
 	// REST: the same handlers behind vanguard (the workers' service has no
 	// REST paths: workers speak Connect or gRPC).
 	rest, err := newREST(services, limits.MaxRequestBytes)
@@ -129,7 +129,7 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 		orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName, orreryv1connect.AccessServiceName,
 		orreryv1connect.AlertServiceName, orreryv1connect.ProfileServiceName, orreryv1connect.EventServiceName}
 	if svc.Gateway != nil {
-		mux.Handle(orreryv1connect.NewWorkerServiceHandler(&workerServer{gw: svc.Gateway, log: log, claims: newKeyRate()}, opts...))
+		mux.Handle(orreryv1connect.NewWorkerServiceHandler(&workerServer{gw: svc.Gateway, log: log, claims: newKeyRate(claimsPerSecond, "claims")}, opts...))
 		names = append(names, orreryv1connect.WorkerServiceName)
 	}
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -322,40 +321,4 @@ func reportOf(field string, e *orreryv1.AttemptEnd) (run.Report, error) {
 	}
 	// An output past 64 KiB is cut and marked, as a local one.
 	return run.Report{TaskID: id, FencingToken: e.GetFencingToken(), Result: res.Storable()}, nil
-}
-
-// keyRate is a token bucket per key: claimsPerSecond, bursts of as many.
-// Bounded: past 10,000 keys it starts over.
-type keyRate struct {
-	mu      sync.Mutex
-	buckets map[uuid.UUID]*bucket
-}
-
-type bucket struct {
-	tokens float64
-	at     time.Time
-}
-
-func newKeyRate() *keyRate { return &keyRate{buckets: map[uuid.UUID]*bucket{}} }
-
-func (k *keyRate) take(key uuid.UUID, now time.Time) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	b, ok := k.buckets[key]
-	if !ok {
-		if len(k.buckets) >= 10_000 {
-			clear(k.buckets)
-		}
-		b = &bucket{tokens: claimsPerSecond, at: now}
-		k.buckets[key] = b
-	}
-	b.tokens = min(claimsPerSecond, b.tokens+now.Sub(b.at).Seconds()*claimsPerSecond)
-	b.at = now
-	if b.tokens < 1 {
-		ce := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("more than %d claims a second with this key", claimsPerSecond))
-		ce.Meta().Set("Retry-After", "1")
-		return ce
-	}
-	b.tokens--
-	return nil
 }

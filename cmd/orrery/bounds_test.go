@@ -249,7 +249,10 @@ func TestStepCeilingsThroughAWorker(t *testing.T) {
 	want := map[string]string{
 		"after/neighbour": "succeeded||fine",
 		"bombs/neighbour": "succeeded||fine",
-		// A fork bomb tries on until its timeout: it ends so, and says why.
+		// A fork bomb tries on until its timeout: it ends so, and says why
+		// (or, when its 64 shells fill 64 MiB, as they may on a busy
+		// machine, at the memory limit: limit, saying both, taken below as
+		// the same end).
 		"bombs/fork": "dead_lettered|timeout|it reached its process limit (64 processes and threads): ",
 		"bombs/hog":  "dead_lettered|limit|it passed its memory limit (64 MiB): the kernel killed 1 of its processes",
 	}
@@ -262,6 +265,9 @@ func TestStepCeilingsThroughAWorker(t *testing.T) {
 		got[step] = true
 		w, ok := want[step]
 		parts := strings.SplitN(w, "|", 3)
+		if step == "bombs/fork" && reason == "limit" && strings.Contains(why, "it passed its memory limit") {
+			reason = "timeout" // the same bomb, held by both ceilings
+		}
 		if !ok || status != parts[0] || reason != parts[1] || !strings.Contains(why+strings.TrimSpace(output), parts[2]) {
 			t.Errorf("%s: %s, %s, %q, %q; want %s", step, status, reason, why, output, w)
 		}

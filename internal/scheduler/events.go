@@ -22,8 +22,16 @@ import (
 // events into runs, once it has written them, before it commits.
 const FailpointEventsTx = "scheduler/events-tx"
 
-// eventsBatch bounds the pending events one transaction takes.
-const eventsBatch int32 = 100
+// Bounds of a transaction of the events step: at most eventsBatch
+// events, of one tenant at most an even share of them among the tenants
+// of the batch before (at least eventsPerTenant: its oldest), the tenants
+// taking turns from one batch to the next, so that a tenant's flood does
+// not hold up another tenant's events, and a tenant alone takes whole
+// batches.
+const (
+	eventsBatch     int32 = 100
+	eventsPerTenant int32 = 10
+)
 
 // fireEvents turns the shards' pending events into the runs of the jobs
 // whose schedule.event names their types and whose filters hold, in a
@@ -36,7 +44,7 @@ const eventsBatch int32 = 100
 // fails alone is set aside (put off by 2^tries seconds, at most 10
 // minutes, its error kept).
 func (s *Scheduler) fireEvents(ctx context.Context, leases []*shard.Lease, ids []int32) error {
-	step := pendingStep[uuid.UUID]{name: "events step", batch: eventsBatch,
+	step := pendingStep[uuid.UUID]{name: "events step", batch: eventsBatch, partial: true,
 		some: func(ctx context.Context, shards []int32) (bool, error) {
 			return store.New(s.cfg.Pool).HasPendingEvents(ctx, shards)
 		},
@@ -58,10 +66,26 @@ func (s *Scheduler) eventsTx(ctx context.Context, leases []*shard.Lease, batch i
 			return err
 		}
 		q := store.New(tx)
-		events, err := q.TakePendingEvents(ctx, store.TakePendingEventsParams{Shards: shard.Shards(held), Batch: batch})
+		var after uuid.UUID
+		if p := s.eventsAfter.Load(); p != nil {
+			after = *p
+		}
+		share := eventsPerTenant
+		if n := s.eventsTenants.Load(); n > 0 {
+			share = max(share, batch/n)
+		}
+		events, err := q.TakePendingEvents(ctx, store.TakePendingEventsParams{Shards: shard.Shards(held), Batch: batch,
+			PerTenant: min(share, batch), AfterTenant: after})
 		if err != nil || len(events) == 0 {
 			return err
 		}
+		last := events[len(events)-1].TenantID
+		s.eventsAfter.Store(&last)
+		tenants := map[uuid.UUID]bool{}
+		for _, e := range events {
+			tenants[e.TenantID] = true
+		}
+		s.eventsTenants.Store(int32(len(tenants)))
 		for _, e := range events {
 			ids = append(ids, e.ID)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/node"
 	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // An event starts one run of each active job of its tenant whose
@@ -124,5 +125,62 @@ func TestEventsStartOneRunPerJobAndEvent(t *testing.T) {
 	enginetest.WaitFor(t, 60*time.Second, "the burst's runs", func() bool { return countOf(big.ID) == 51 && countOf(all.ID) == 52 })
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM (SELECT job_id, event_id FROM runs WHERE event_id IS NOT NULL GROUP BY 1, 2 HAVING count(*) > 1) AS d"); n != 0 {
 		t.Errorf("%d (job, event) pairs with more than one run", n)
+	}
+}
+
+// The events step takes pending events tenant by tenant: behind a tenant's
+// flood of 300, another tenant's one event is in the first batch, and the
+// tenants take turns from the one after the last taken.
+func TestPendingEventsTakeTurnsByTenant(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, _, _ := services(t, pool)
+	flood, quiet := uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())
+	for _, tn := range []uuid.UUID{flood, quiet} {
+		if _, err := pool.Exec(ctx, "INSERT INTO tenants (id, name) VALUES ($1, $2)", tn, "t-"+tn.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 300 {
+		if _, err := event.Publish(ctx, pool, flood, jobs.Shards(), event.Event{Type: "x", ID: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := event.Publish(ctx, pool, quiet, jobs.Shards(), event.Event{Type: "x", ID: "one"}); err != nil {
+		t.Fatal(err)
+	}
+	all := make([]int32, jobs.Shards())
+	for i := range all {
+		all[i] = int32(i)
+	}
+	take := func(after uuid.UUID) []store.TakePendingEventsRow {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		rows, err := store.New(tx).TakePendingEvents(ctx, store.TakePendingEventsParams{Shards: all, Batch: 100, PerTenant: 10, AfterTenant: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	count := func(rows []store.TakePendingEventsRow) map[uuid.UUID]int {
+		n := map[uuid.UUID]int{}
+		for _, r := range rows {
+			n[r.TenantID]++
+		}
+		return n
+	}
+	if n := count(take(uuid.Nil)); n[flood] != 10 || n[quiet] != 1 {
+		t.Errorf("a batch took %d of the flood and %d of the quiet tenant; want 10 and 1", n[flood], n[quiet])
+	}
+	first, second := flood, quiet
+	if second.String() < first.String() {
+		first, second = second, first
+	}
+	if rows := take(first); len(rows) == 0 || rows[0].TenantID != second {
+		t.Errorf("after tenant %s, the batch starts with %v; want %s", first, rows, second)
 	}
 }

@@ -23,6 +23,11 @@ import (
 type pendingStep[K any] struct {
 	name  string // for the log
 	batch int32
+	// partial: a batch may come back short while rows remain (the events
+	// step's turns by tenant): the step goes on while batches take
+	// anything, at most maxPendingBatches a pass; otherwise while they
+	// come back full.
+	partial bool
 	// some probes whether the shards have rows to take, before any
 	// transaction.
 	some func(ctx context.Context, shards []int32) (bool, error)
@@ -42,16 +47,21 @@ func (p pendingStep[K]) run(ctx context.Context, log *slog.Logger, leases []*sha
 	if err != nil || !some {
 		return err
 	}
-	for {
+	for range maxPendingBatches {
 		taken, _, err := p.take(ctx, leases, p.batch)
 		switch {
 		case err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil:
 			return p.alone(ctx, log, leases, err)
-		case err != nil || taken < int(p.batch) || ctx.Err() != nil:
+		case err != nil || ctx.Err() != nil || taken == 0 || !p.partial && taken < int(p.batch):
 			return err
 		}
 	}
+	return nil // the next pass goes on
 }
+
+// maxPendingBatches bounds the batches of one pending step in a pass, so
+// that the pass goes back to the due instants.
+const maxPendingBatches = 100
 
 func (p pendingStep[K]) alone(ctx context.Context, log *slog.Logger, leases []*shard.Lease, cause error) error {
 	log.Warn("a batch of the "+p.name+" failed; its rows are taken one at a time", "err", cause)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -95,6 +96,12 @@ func (c *Config) withDefaults() error {
 // Scheduler fires the due jobs of the shards its node owns.
 type Scheduler struct {
 	cfg Config
+	// eventsAfter is the tenant whose events the events step took last:
+	// the next batch starts with the tenant after it (fireEvents).
+	eventsAfter atomic.Pointer[uuid.UUID]
+	// eventsTenants is how many tenants the events step's last batch took
+	// events of (0: none yet): each takes an even share of the next.
+	eventsTenants atomic.Int32
 }
 
 // New returns a Scheduler; Run starts it.

@@ -238,16 +238,31 @@ func (q *Queries) SetJobEvent(ctx context.Context, arg SetJobEventParams) error 
 }
 
 const takePendingEvents = `-- name: TakePendingEvents :many
-SELECT id, tenant_id, source, event_key, type, data, time, received_at FROM events
-WHERE pending AND shard = ANY($1::int[]) AND (retry_at IS NULL OR retry_at <= now())
-ORDER BY received_at, id
-LIMIT $2
-FOR UPDATE SKIP LOCKED
+WITH RECURSIVE t (tenant_id) AS (
+    (SELECT e.tenant_id FROM events AS e WHERE e.pending ORDER BY e.tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.tenant_id FROM events AS e WHERE e.pending AND e.tenant_id > t.tenant_id ORDER BY e.tenant_id LIMIT 1)
+    FROM t WHERE t.tenant_id IS NOT NULL
+), turn AS (
+    SELECT t.tenant_id FROM t WHERE t.tenant_id IS NOT NULL
+    ORDER BY t.tenant_id <= $4::uuid, t.tenant_id
+)
+SELECT x.id, x.tenant_id, x.source, x.event_key, x.type, x.data, x.time, x.received_at
+FROM turn CROSS JOIN LATERAL (
+    SELECT e.id, e.tenant_id, e.source, e.event_key, e.type, e.data, e.time, e.received_at FROM events AS e
+    WHERE e.pending AND e.tenant_id = turn.tenant_id AND e.shard = ANY($1::int[]) AND (e.retry_at IS NULL OR e.retry_at <= now())
+    ORDER BY e.received_at, e.id
+    LIMIT $2
+    FOR UPDATE OF e SKIP LOCKED
+) AS x
+LIMIT $3
 `
 
 type TakePendingEventsParams struct {
-	Shards []int32
-	Batch  int32
+	Shards      []int32
+	PerTenant   int32
+	Batch       int32
+	AfterTenant uuid.UUID
 }
 
 type TakePendingEventsRow struct {
@@ -261,10 +276,19 @@ type TakePendingEventsRow struct {
 	ReceivedAt time.Time
 }
 
-// TakePendingEvents locks a batch of the shards' pending events, oldest
-// first, skipping those another transaction holds.
+// TakePendingEvents locks a batch of the shards' pending events, tenant
+// by tenant: at most @per_tenant of each (its oldest), the tenants in id
+// order from @after_tenant (the first tenant after it, then around), up to
+// @batch in all, skipping those another transaction holds.
+// The tenants with pending events are read one index probe each (a skip
+// scan of events_pending), not by reading every pending event.
 func (q *Queries) TakePendingEvents(ctx context.Context, arg TakePendingEventsParams) ([]TakePendingEventsRow, error) {
-	rows, err := q.db.Query(ctx, takePendingEvents, arg.Shards, arg.Batch)
+	rows, err := q.db.Query(ctx, takePendingEvents,
+		arg.Shards,
+		arg.PerTenant,
+		arg.Batch,
+		arg.AfterTenant,
+	)
 	if err != nil {
 		return nil, err
 	}

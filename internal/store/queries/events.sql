@@ -18,14 +18,31 @@ SELECT id, type, time, received_at FROM events WHERE tenant_id = @tenant_id AND 
 -- name: HasPendingEvents :one
 SELECT EXISTS (SELECT 1 FROM events WHERE pending AND shard = ANY(@shards::int[]) AND (retry_at IS NULL OR retry_at <= now()))::bool;
 
--- TakePendingEvents locks a batch of the shards' pending events, oldest
--- first, skipping those another transaction holds.
+-- TakePendingEvents locks a batch of the shards' pending events, tenant
+-- by tenant: at most @per_tenant of each (its oldest), the tenants in id
+-- order from @after_tenant (the first tenant after it, then around), up to
+-- @batch in all, skipping those another transaction holds.
+-- The tenants with pending events are read one index probe each (a skip
+-- scan of events_pending), not by reading every pending event.
 -- name: TakePendingEvents :many
-SELECT id, tenant_id, source, event_key, type, data, time, received_at FROM events
-WHERE pending AND shard = ANY(@shards::int[]) AND (retry_at IS NULL OR retry_at <= now())
-ORDER BY received_at, id
-LIMIT @batch
-FOR UPDATE SKIP LOCKED;
+WITH RECURSIVE t (tenant_id) AS (
+    (SELECT e.tenant_id FROM events AS e WHERE e.pending ORDER BY e.tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.tenant_id FROM events AS e WHERE e.pending AND e.tenant_id > t.tenant_id ORDER BY e.tenant_id LIMIT 1)
+    FROM t WHERE t.tenant_id IS NOT NULL
+), turn AS (
+    SELECT t.tenant_id FROM t WHERE t.tenant_id IS NOT NULL
+    ORDER BY t.tenant_id <= @after_tenant::uuid, t.tenant_id
+)
+SELECT x.id, x.tenant_id, x.source, x.event_key, x.type, x.data, x.time, x.received_at
+FROM turn CROSS JOIN LATERAL (
+    SELECT e.id, e.tenant_id, e.source, e.event_key, e.type, e.data, e.time, e.received_at FROM events AS e
+    WHERE e.pending AND e.tenant_id = turn.tenant_id AND e.shard = ANY(@shards::int[]) AND (e.retry_at IS NULL OR e.retry_at <= now())
+    ORDER BY e.received_at, e.id
+    LIMIT @per_tenant
+    FOR UPDATE OF e SKIP LOCKED
+) AS x
+LIMIT @batch;
 
 -- EventJobs locks (FOR SHARE, in id order) the live jobs whose
 -- schedule.event names one of the events' types (tenant and type in
