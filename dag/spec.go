@@ -368,6 +368,11 @@ func (r *Resource) Normalize() {
 	}
 	if s.Overlap == "" {
 		s.Overlap = OverlapSkip
+		if s.Schedule.Event != nil && len(s.Schedule.Cron) == 0 && s.Schedule.At == "" && s.Schedule.After == nil {
+			// A job started by events alone runs once for each event: one
+			// that skipped while a run was active would drop events.
+			s.Overlap = OverlapAllow
+		}
 	}
 	if a := s.Alerts; a != nil && len(a.On) == 0 {
 		a.On = []string{AlertFailure, AlertDeadLetter, AlertStuck}

@@ -62,8 +62,10 @@ type upstreamEnd struct {
 // instant of the job, on time or late (older than its catchup window, or
 // misfireAfter): the late ones go to its misfire policy, as a schedule's
 // missed instants do, and the ones it keeps and the ones on time to its
-// overlap policy; an end past the depth limit is recorded skipped. Each
-// end gets one run record: a run, or a skipped run saying why.
+// overlap policy; an end past the depth limit is recorded skipped. An
+// event is never late (what a misfire policy would drop is data, not a
+// missed instant): its overlap policy alone applies. Each end gets one
+// run record: a run, or a skipped run saying why.
 func planStarts(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd, now time.Time, active []activeRun, misfireAfter time.Duration, trigger lifecycle.Trigger) plan {
 	p := plan{Skips: map[string]int{}}
 	if w := s.CatchupWindow(); w > 0 {
@@ -72,6 +74,8 @@ func planStarts(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd, now
 	var late, onTime []time.Time
 	for _, e := range ends {
 		switch {
+		case trigger == lifecycle.TriggerEvent: // an event is never late: it is data, not an instant of a schedule
+			onTime = append(onTime, e.At)
 		case e.Depth > MaxUpstreamDepth:
 			why := fmt.Sprintf("upstream: a chain of %d runs started by each other's ends (the limit is %d)", e.Depth, MaxUpstreamDepth)
 			p.recordSkips([]time.Time{e.At}, why, trigger, false)

@@ -48,6 +48,12 @@ func TestEventsStartOneRunPerJobAndEvent(t *testing.T) {
 		Run:     &dag.Executor{Handler: "reserve"},
 		Payload: dag.Payload(`{"order": "${{ event.data.order }}", "id": "${{ run.event.id }}", "trigger": "${{ run.trigger }}"}`)})
 	all := createJob(t, pool, "reserve-all", dag.JobSpec{Schedule: on(""), Overlap: dag.OverlapAllow, Run: &dag.Executor{Handler: "reserve"}})
+	// Its overlap not written: a job of events alone runs once for each
+	// (allow), also for a burst of events while its runs are active.
+	byDefault := createJob(t, pool, "reserve-by-default", dag.JobSpec{Schedule: on(""), Run: &dag.Executor{Handler: "reserve"}})
+	if byDefault.Spec.Overlap != dag.OverlapAllow {
+		t.Errorf("a job of schedule.event alone has overlap %q by default, want allow", byDefault.Spec.Overlap)
+	}
 	createJob(t, pool, "fails", dag.JobSpec{Schedule: on("${{ event.data.missing.deeper > 1 }}"), Run: &dag.Executor{Handler: "reserve"}})
 	createJob(t, pool, "shipped", dag.JobSpec{Schedule: schedule.Spec{Event: &schedule.Event{Type: "order.shipped"}}, Run: &dag.Executor{Handler: "reserve"}})
 	if big.NextFireAt != nil {
@@ -122,7 +128,9 @@ func TestEventsStartOneRunPerJobAndEvent(t *testing.T) {
 	for i := range 50 {
 		publish(fmt.Sprintf("burst-%d", i), 100+i)
 	}
-	enginetest.WaitFor(t, 60*time.Second, "the burst's runs", func() bool { return countOf(big.ID) == 51 && countOf(all.ID) == 52 })
+	enginetest.WaitFor(t, 60*time.Second, "the burst's runs", func() bool {
+		return countOf(big.ID) == 51 && countOf(all.ID) == 52 && countOf(byDefault.ID) == 52
+	})
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM (SELECT job_id, event_id FROM runs WHERE event_id IS NOT NULL GROUP BY 1, 2 HAVING count(*) > 1) AS d"); n != 0 {
 		t.Errorf("%d (job, event) pairs with more than one run", n)
 	}

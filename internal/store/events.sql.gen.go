@@ -204,19 +204,23 @@ func (q *Queries) PruneEvents(ctx context.Context, arg PruneEventsParams) (int64
 
 const setAsideEvent = `-- name: SetAsideEvent :exec
 UPDATE events SET tries = tries + 1, last_error = $1,
-    retry_at = now() + least(power(2, tries), 600) * interval '1 second'
-WHERE id = $2
+    retry_at = now() + least(power(2, tries), 600) * interval '1 second',
+    pending = tries + 1 < $2::int
+WHERE id = $3
 `
 
 type SetAsideEventParams struct {
-	Error string
-	ID    uuid.UUID
+	Error    string
+	MaxTries int32
+	ID       uuid.UUID
 }
 
 // SetAsideEvent puts off an event whose transaction failed alone, by
-// 2^tries seconds (at most 10 minutes), with the error.
+// 2^tries seconds (at most 10 minutes), with the error; at its
+// @max_tries-th failure it is no longer pending (its error kept: it
+// starts nothing, and retention prunes it).
 func (q *Queries) SetAsideEvent(ctx context.Context, arg SetAsideEventParams) error {
-	_, err := q.db.Exec(ctx, setAsideEvent, arg.Error, arg.ID)
+	_, err := q.db.Exec(ctx, setAsideEvent, arg.Error, arg.MaxTries, arg.ID)
 	return err
 }
 

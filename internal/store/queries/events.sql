@@ -60,10 +60,13 @@ FOR SHARE OF j;
 UPDATE events SET pending = false, last_error = '' WHERE id = ANY(@ids::uuid[]);
 
 -- SetAsideEvent puts off an event whose transaction failed alone, by
--- 2^tries seconds (at most 10 minutes), with the error.
+-- 2^tries seconds (at most 10 minutes), with the error; at its
+-- @max_tries-th failure it is no longer pending (its error kept: it
+-- starts nothing, and retention prunes it).
 -- name: SetAsideEvent :exec
 UPDATE events SET tries = tries + 1, last_error = @error,
-    retry_at = now() + least(power(2, tries), 600) * interval '1 second'
+    retry_at = now() + least(power(2, tries), 600) * interval '1 second',
+    pending = tries + 1 < @max_tries::int
 WHERE id = @id;
 
 -- SetJobEvent records the event type a job's schedule.event names.
