@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
@@ -18,6 +19,7 @@ import (
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // No worker runs, at once, attempts asking for more than its capacity,
@@ -63,7 +65,7 @@ func TestNoWorkerIsOvercommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if _, err := pool.Exec(ctx, "UPDATE job_schedules SET next_fire_at = now() WHERE job_id = $1", j.ID); err != nil {
+		if err := fireNow(ctx, pool, j.ID); err != nil {
 			t.Fatal(err)
 		}
 		poll(t, 30*time.Second, "the run is created", func() bool {
@@ -93,7 +95,7 @@ func TestNoWorkerIsOvercommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "UPDATE job_schedules SET next_fire_at = now() WHERE job_id = $1", h.ID); err != nil {
+	if err := fireNow(ctx, pool, h.ID); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, 90*time.Second, "every run succeeds, and the hog's fails", func() bool {
@@ -212,8 +214,8 @@ func TestABigTaskStartsBehindAStreamOfSmallOnes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fire := func(id any) {
-		if _, err := pool.Exec(ctx, "UPDATE job_schedules SET next_fire_at = now() WHERE job_id = $1", id); err != nil {
+	fire := func(id uuid.UUID) {
+		if err := fireNow(ctx, pool, id); err != nil {
 			t.Error(err)
 		}
 	}
@@ -284,7 +286,7 @@ func TestAKilledWorkersRoomComesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "UPDATE job_schedules SET next_fire_at = now() WHERE job_id = $1", j.ID); err != nil {
+	if err := fireNow(ctx, pool, j.ID); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, 30*time.Second, "w1 runs a step", func() bool {
@@ -307,4 +309,14 @@ func TestAKilledWorkersRoomComesBack(t *testing.T) {
 		t.Errorf("w2 ran %d of the 3 steps to success, want all (w1's among them)", n)
 	}
 	checkNoOvercommit(t, pool, map[string]resources.Vector{"w1": {CPU: 1000, Memory: 1 << 30}, "w2": {CPU: 1000, Memory: 1 << 30}})
+}
+
+// fireNow makes a job due now. The scheduler writes the same row as it
+// fires: under SERIALIZABLE (the tests' isolation) the write is retried,
+// as the engine's own are.
+func fireNow(ctx context.Context, pool *pgxpool.Pool, job uuid.UUID) error {
+	return store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "UPDATE job_schedules SET next_fire_at = now() WHERE job_id = $1", job)
+		return err
+	})
 }
