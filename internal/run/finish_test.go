@@ -35,12 +35,18 @@ type inTx struct {
 
 func newInTx(t *testing.T) *inTx {
 	t.Helper()
+	return newInTxOn(t, pgtest.Tx(t), t.Name())
+}
+
+// newInTxOn is newInTx in tx (the caller ends it), its worker named name.
+func newInTxOn(t *testing.T, tx pgx.Tx, name string) *inTx {
+	t.Helper()
 	d, err := dispatch.New()
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &inTx{t: t, ctx: context.Background(), tx: pgtest.Tx(t), apply: &run.Applier{Dispatcher: d},
-		worker: run.Worker{Name: t.Name(), ID: uuid.Must(uuid.NewV7())}}
+	x := &inTx{t: t, ctx: context.Background(), tx: tx, apply: &run.Applier{Dispatcher: d},
+		worker: run.Worker{Name: name, ID: uuid.Must(uuid.NewV7())}}
 	x.exec(`INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at) VALUES ($1, $2, '{"default": 10}', now(), now(), now() + interval '1 hour')`,
 		x.worker.ID, x.worker.Name)
 	return x

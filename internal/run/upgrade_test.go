@@ -5,13 +5,10 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 
-	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/pgtest"
-	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/migrations"
 )
 
@@ -22,17 +19,11 @@ func TestARunningAttemptAcrossMigration40(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	d, err := dispatch.New()
-	if err != nil {
-		t.Fatal(err)
-	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &inTx{t: t, ctx: ctx, tx: tx, apply: &run.Applier{Dispatcher: d}, worker: run.Worker{Name: "w-upgrade", ID: uuid.Must(uuid.NewV7())}}
-	x.exec(`INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at) VALUES ($1, $2, '{"default": 10}', now(), now(), now() + interval '1 hour')`,
-		x.worker.ID, x.worker.Name)
+	x := newInTxOn(t, tx, "w-upgrade") // committed below: migrations run in their own transactions
 	a := x.start(x.run(step("only")), "only")
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

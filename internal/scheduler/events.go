@@ -88,11 +88,9 @@ func (s *Scheduler) eventsTx(ctx context.Context, leases []*shard.Lease, batch i
 		tenants := map[uuid.UUID]bool{}
 		for _, e := range events {
 			tenants[e.TenantID] = true
-		}
-		s.eventsTenants.Store(int32(len(tenants)))
-		for _, e := range events {
 			ids = append(ids, e.ID)
 		}
+		s.eventsTenants.Store(int32(len(tenants)))
 		news, cancel, err := s.eventRuns(ctx, q, events)
 		if err != nil {
 			return err
@@ -115,9 +113,10 @@ func eventJSON(e store.TakePendingEventsRow) ([]byte, map[string]any, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("event %s: data: %w", e.ID, err)
 	}
-	m := map[string]any{"id": e.EventKey, "type": e.Type, "source": e.Source, "time": e.Time.UTC().Format(time.RFC3339Nano), "data": data}
-	js, err := json.Marshal(map[string]any{"id": e.EventKey, "type": e.Type, "source": e.Source, "time": e.Time.UTC().Format(time.RFC3339Nano),
-		"data": json.RawMessage(e.Data)})
+	m := map[string]any{"id": e.EventKey, "type": e.Type, "source": e.Source, "time": e.Time.UTC().Format(time.RFC3339Nano)}
+	m["data"] = json.RawMessage(e.Data) // as stored, not re-encoded
+	js, err := json.Marshal(m)
+	m["data"] = data
 	return js, m, err
 }
 
