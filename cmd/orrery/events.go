@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/internal/event"
 )
 
 func newEventsCmd(g *globals) *cobra.Command {
@@ -27,9 +29,17 @@ func newEventsCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("give --data or --data-file, not both")
 			}
 			if dataFile != "" {
-				b, err := os.ReadFile(dataFile)
+				f, err := os.Open(dataFile)
 				if err != nil {
 					return err
+				}
+				b, err := io.ReadAll(io.LimitReader(f, event.MaxData+1)) // a file of any size is not read whole
+				f.Close()
+				if err != nil {
+					return err
+				}
+				if len(b) > event.MaxData {
+					return fmt.Errorf("--data-file %s: more than %d bytes; an event's data is at most that", dataFile, event.MaxData)
 				}
 				data = string(b)
 			}
