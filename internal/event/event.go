@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
@@ -109,18 +110,24 @@ func Publish(ctx context.Context, pool *pgxpool.Pool, tenant uuid.UUID, shards i
 		data = []byte("{}")
 	}
 	id := uuid.Must(uuid.NewV7())
-	q := store.New(pool)
-	row, err := q.InsertEvent(ctx, store.InsertEventParams{ID: id, TenantID: tenant, Source: e.Source, EventKey: e.ID, Type: e.Type,
-		Data: data, Time: e.Time, Shard: int32(shard.Of(id, shards))})
-	if err == nil {
-		return Published{ID: row.ID, ReceivedAt: row.ReceivedAt}, nil
-	}
-	if !store.IsNotFound(err) {
-		return Published{}, err
-	}
-	first, err := q.EventByKey(ctx, store.EventByKeyParams{TenantID: tenant, Source: e.Source, EventKey: e.ID})
-	if err != nil {
-		return Published{}, err
-	}
-	return Published{ID: first.ID, Duplicate: true, ReceivedAt: first.ReceivedAt}, nil
+	var out Published
+	// A retried transaction, as every write of the engine's: under
+	// SERIALIZABLE a repeat that meets the first event's row while the
+	// events step marks it fails with a serialization failure.
+	err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
+		q := store.New(tx)
+		row, err := q.InsertEvent(ctx, store.InsertEventParams{ID: id, TenantID: tenant, Source: e.Source, EventKey: e.ID, Type: e.Type,
+			Data: data, Time: e.Time, Shard: int32(shard.Of(id, shards))})
+		if err == nil {
+			out = Published{ID: row.ID, ReceivedAt: row.ReceivedAt}
+			return nil
+		}
+		if !store.IsNotFound(err) {
+			return err
+		}
+		first, err := q.EventByKey(ctx, store.EventByKeyParams{TenantID: tenant, Source: e.Source, EventKey: e.ID})
+		out = Published{ID: first.ID, Duplicate: true, ReceivedAt: first.ReceivedAt}
+		return err
+	})
+	return out, err
 }
