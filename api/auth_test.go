@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/orrery-dev/orrery/api"
+	"github.com/orrery-dev/orrery/engine/executor"
 	_ "github.com/orrery-dev/orrery/api/gen/orrery/v1" // registers the services' descriptors
 	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/dispatch"
@@ -40,6 +41,14 @@ func authServer(t *testing.T) (string, map[string]string) {
 
 // authServerPool is authServer with its database.
 func authServerPool(t *testing.T) (string, map[string]string, *pgxpool.Pool) {
+	t.Helper()
+	return authServerWith(t, nil)
+}
+
+// authServerWith is authServerPool whose event sources' secrets resolve
+// by secrets, and whose clients' addresses are known (failed deliveries
+// are charged to them).
+func authServerWith(t *testing.T, secrets *executor.SecretPolicy) (string, map[string]string, *pgxpool.Pool) {
 	t.Helper()
 	pool := pgtest.Pool(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -72,8 +81,12 @@ func authServerPool(t *testing.T) (string, map[string]string, *pgxpool.Pool) {
 		out[k.Principal] = secret
 	}
 	gw := enginetest.StartGateway(t, pool)
-	srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, d), State: pool,
-		Auth: api.KeyAuth{Access: acc}, Gateway: gw}, nil))
+	var h http.Handler = api.NewHandler(api.Services{Jobs: jobs, Runs: run.NewService(pool, jobs, d), State: pool,
+		Auth: api.KeyAuth{Access: acc}, Gateway: gw, Secrets: secrets}, nil)
+	if secrets != nil {
+		h = api.WithClientSource(h)
+	}
+	srv, err := api.Listen("127.0.0.1:0", h)
 	if err != nil {
 		t.Fatal(err)
 	}

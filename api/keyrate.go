@@ -15,7 +15,8 @@ import (
 // key n times the rate.)
 type keyRate struct {
 	perSecond float64
-	what      string // the calls, as the error names them
+	what      string // the calls, as the error names them: "claims"
+	whose     string // and whose: "with this key"
 	mu        sync.Mutex
 	buckets   map[uuid.UUID]*bucket
 }
@@ -25,8 +26,8 @@ type bucket struct {
 	at     time.Time
 }
 
-func newKeyRate(perSecond int, what string) *keyRate {
-	return &keyRate{perSecond: float64(perSecond), what: what, buckets: map[uuid.UUID]*bucket{}}
+func newKeyRate(perSecond int, what, whose string) *keyRate {
+	return &keyRate{perSecond: float64(perSecond), what: what, whose: whose, buckets: map[uuid.UUID]*bucket{}}
 }
 
 func (k *keyRate) take(key uuid.UUID, now time.Time) error {
@@ -43,7 +44,7 @@ func (k *keyRate) take(key uuid.UUID, now time.Time) error {
 	b.tokens = min(k.perSecond, b.tokens+now.Sub(b.at).Seconds()*k.perSecond)
 	b.at = now
 	if b.tokens < 1 {
-		ce := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("more than %.0f %s a second with this key", k.perSecond, k.what))
+		ce := connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("more than %.0f %s a second %s", k.perSecond, k.what, k.whose))
 		ce.Meta().Set("Retry-After", "1")
 		return ce
 	}

@@ -11,7 +11,7 @@ import (
 // A key's bucket holds perSecond calls: the next is refused (429 over
 // REST, with Retry-After) until time refills it; other keys are untouched.
 func TestKeyRateRefusesPastItsBucket(t *testing.T) {
-	k := newKeyRate(publishesPerSecond, "events")
+	k := newKeyRate(publishesPerSecond, "events", "with this key")
 	a, b := uuid.New(), uuid.New()
 	now := time.Now()
 	for i := range publishesPerSecond {

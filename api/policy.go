@@ -277,6 +277,11 @@ var policies = map[string]policy{
 	orreryv1connect.AccessServiceWhoAmIProcedure: {role: access.None, anyKey: true},
 
 	orreryv1connect.EventServicePublishProcedure: publishers,
+	// Sources: an admin of the tenant defines them (a source takes events
+	// into every job of the tenant); any role lists them.
+	orreryv1connect.SourceServiceCreateSourceProcedure: tenantAdmin,
+	orreryv1connect.SourceServiceDeleteSourceProcedure: tenantAdmin,
+	orreryv1connect.SourceServiceListSourcesProcedure:  anyReader,
 
 	orreryv1connect.WorkerServiceClaimProcedure:     workerKey,
 	orreryv1connect.WorkerServiceHeartbeatProcedure: workerKey,

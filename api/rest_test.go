@@ -465,6 +465,9 @@ func restMatrix(t *testing.T, base string, keys map[string]string, check answerC
 		{id: "ProfileService_GetProfile", vars: map[string]string{"name": "gpu-large"}, readerOK: true, tenantScoped: true},
 		{id: "ProfileService_ListProfiles", readerOK: true},
 		{id: "ProfileService_DeleteProfile", vars: map[string]string{"name": "gpu-large"}, tenantScoped: true},
+		{id: "SourceService_CreateSource", body: `{"name": "github", "kind": "github", "secret": "secret://env/GITHUB_HOOK_SECRET"}`},
+		{id: "SourceService_ListSources", readerOK: true},
+		{id: "SourceService_DeleteSource", vars: map[string]string{"name": "github"}, tenantScoped: true},
 		// A worker's calls, over Connect's JSON: a claim that finds nothing
 		// and a quiet heartbeat answer {}; a report for an attempt that
 		// does not exist is 404.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/worker"
 
 	"github.com/orrery-dev/orrery/internal/access"
@@ -40,6 +41,10 @@ type Services struct {
 	Auth Authenticator
 	// Gateway serves WorkerService (remote workers); nil: not served here.
 	Gateway *worker.Gateway
+	// Secrets resolves the secrets of event sources (their deliveries'
+	// signatures) per tenant and namespace: the process's --secret-env and
+	// --secret-dir grants. Nil: no source's delivery verifies here.
+	Secrets *executor.SecretPolicy
 }
 
 // Limits bound every request before any work is done for it.
@@ -115,7 +120,12 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 	add(orreryv1connect.NewAccessServiceHandler(&accessServer{access: acc, jobs: svc.Jobs, log: log}, opts...))
 	add(orreryv1connect.NewAlertServiceHandler(&alertServer{pool: svc.State, jobs: svc.Jobs, log: log}, opts...))
 	add(orreryv1connect.NewProfileServiceHandler(&profileServer{access: acc, log: log}, opts...))
-	add(orreryv1connect.NewEventServiceHandler(&eventServer{pool: svc.State, shards: shardsOf(svc.Jobs), log: log, rate: newKeyRate(publishesPerSecond, "events")}, opts...))
+	add(orreryv1connect.NewSourceServiceHandler(&sourceServer{access: acc, log: log}, opts...))
+	// Deliveries to event sources carry no API key: their signature, which
+	// the handler verifies, stands for one (preauthenticate passes them).
+	mux.Handle("POST "+HookPrefix+"{source}", &hookHandler{access: acc, pool: svc.State, shards: shardsOf(svc.Jobs), secrets: svc.Secrets,
+		rate: newKeyRate(deliveriesPerSecond, "deliveries", "to this source"), log: log})
+	add(orreryv1connect.NewEventServiceHandler(&eventServer{pool: svc.State, shards: shardsOf(svc.Jobs), log: log, rate: newKeyRate(publishesPerSecond, "events", "with this key")}, opts...))
 	// REST: the same handlers behind vanguard (the workers' service has no
 	// REST paths: workers speak Connect or gRPC).
 	rest, err := newREST(services, limits.MaxRequestBytes)
@@ -127,9 +137,9 @@ func NewHandler(svc Services, log *slog.Logger) http.Handler {
 
 	names := []string{orreryv1connect.JobServiceName, orreryv1connect.RunServiceName, orreryv1connect.ClusterServiceName,
 		orreryv1connect.PipelineServiceName, orreryv1connect.AuditServiceName, orreryv1connect.AccessServiceName,
-		orreryv1connect.AlertServiceName, orreryv1connect.ProfileServiceName, orreryv1connect.EventServiceName}
+		orreryv1connect.AlertServiceName, orreryv1connect.ProfileServiceName, orreryv1connect.EventServiceName, orreryv1connect.SourceServiceName}
 	if svc.Gateway != nil {
-		mux.Handle(orreryv1connect.NewWorkerServiceHandler(&workerServer{gw: svc.Gateway, log: log, claims: newKeyRate(claimsPerSecond, "claims")}, opts...))
+		mux.Handle(orreryv1connect.NewWorkerServiceHandler(&workerServer{gw: svc.Gateway, log: log, claims: newKeyRate(claimsPerSecond, "claims", "with this key")}, opts...))
 		names = append(names, orreryv1connect.WorkerServiceName)
 	}
 	reflector := grpcreflect.NewStaticReflector(append(names, grpchealth.HealthV1ServiceName)...)

@@ -425,12 +425,21 @@ func validateWebhook(es *Errors, p string, w *Webhook) {
 		es.add(p+".url", "%q is not an absolute http or https URL", w.URL)
 	}
 	validateHeaders(es, p+".headers", w.Headers)
-	if w.Secret != "" {
-		kind, name, _ := strings.Cut(strings.TrimPrefix(w.Secret, "secret://"), "/")
-		if !strings.HasPrefix(w.Secret, "secret://") || (kind != "env" && kind != "file") || name == "" || len(w.Secret) > 1024 {
-			es.add(p+".secret", "%q is not a secret reference: secret://env/NAME or secret://file/PATH", w.Secret)
-		}
+	if w.Secret != "" && !IsSecretRef(w.Secret) {
+		es.add(p+".secret", "%q is not a secret reference: secret://env/NAME or secret://file/PATH", w.Secret)
 	}
+}
+
+// MaxSecretRef bounds a secret reference's length.
+const MaxSecretRef = 1024
+
+// IsSecretRef reports whether s is a secret reference a worker or a server
+// resolves by its grants: secret://env/NAME or secret://file/PATH, at most
+// MaxSecretRef characters.
+func IsSecretRef(s string) bool {
+	ref, ok := strings.CutPrefix(s, "secret://")
+	kind, name, _ := strings.Cut(ref, "/")
+	return ok && (kind == "env" || kind == "file") && name != "" && len(s) <= MaxSecretRef
 }
 
 // validateHeaders checks the HTTP headers of a webhook or an http step:

@@ -70,3 +70,7 @@ func (g *globals) profileClient() orreryv1connect.ProfileServiceClient {
 func (g *globals) eventClient() orreryv1connect.EventServiceClient {
 	return orreryv1connect.NewEventServiceClient(g.httpClient(), g.baseURL())
 }
+
+func (g *globals) sourceClient() orreryv1connect.SourceServiceClient {
+	return orreryv1connect.NewSourceServiceClient(g.httpClient(), g.baseURL())
+}

@@ -45,7 +45,7 @@ func newRootCmd() *cobra.Command {
 	pf.StringVar(&g.logLevel, "log-level", "info", "debug, info, warn or error (env ORRERY_LOG_LEVEL)")
 	pf.StringVar(&g.server, "server", "http://127.0.0.1:8080", "API address for client commands (env ORRERY_SERVER; default the one `orrery login` kept, else this)")
 	pf.StringVar(&g.apiKey, "api-key", "", "API key for client commands (env ORRERY_API_KEY; default the one `orrery login` kept for the server, else the one `orrery dev` wrote in its data dir, .orrery/api-key)")
-	root.AddCommand(newServeCmd(g), newDevCmd(g), newMigrateCmd(g), newJobsCmd(g), newScheduleCmd(g), newValidateCmd(), newWorkerCmd(g), newRunsCmd(g), newDLQCmd(g), newClusterCmd(g), newApplyCmd(g), newSchemaCmd(), newKeysCmd(g), newTenantsCmd(g), newGrantsCmd(g), newProfilesCmd(g), newAuditCmd(g), newAlertsCmd(g), newQueuesCmd(), newEventsCmd(g))
+	root.AddCommand(newServeCmd(g), newDevCmd(g), newMigrateCmd(g), newJobsCmd(g), newScheduleCmd(g), newValidateCmd(), newWorkerCmd(g), newRunsCmd(g), newDLQCmd(g), newClusterCmd(g), newApplyCmd(g), newSchemaCmd(), newKeysCmd(g), newTenantsCmd(g), newGrantsCmd(g), newProfilesCmd(g), newAuditCmd(g), newAlertsCmd(g), newQueuesCmd(), newEventsCmd(g), newSourcesCmd(g))
 	root.AddCommand(newLoginCmds(g)...)
 	return root
 }

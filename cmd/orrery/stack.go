@@ -98,8 +98,8 @@ func (f *stackFlags) register(fs *pflag.FlagSet, withAPI bool) {
 	fs.StringVar(&f.commandUser, "command-user", "", "run command steps as this user (a name or id; the worker must run as root), so that they cannot read the worker's files, keys and process; default: the worker's own user")
 	fs.StringArrayVar(&f.allowEnv, "allow-env", nil, "environment variable names a command step's env may set, as patterns (ETL_*, PASSWORD) (repeatable); by default any name but those that change which code a program runs (LD_*, PATH, GIT_*, PYTHON*...)")
 	fs.StringArrayVar(&f.allowEgress, "allow-egress", nil, "address ranges webhooks may reach although refused by default (loopback, private, link-local, multicast, unspecified), as CIDRs: 127.0.0.1/32 (repeatable)")
-	fs.StringArrayVar(&f.secretEnv, "secret-env", nil, "environment variables a tenant's namespace's secret://env/ references may read: TENANT/NAMESPACE=NAME[,NAME...], TENANT/* for every namespace of TENANT, NAME may be a pattern (HOOK_*) (repeatable); none by default")
-	fs.StringArrayVar(&f.secretDir, "secret-dir", nil, "folder a tenant's namespace's secret://file/ references may read files in: TENANT/NAMESPACE=/path, TENANT/* for every namespace of TENANT (repeatable); none by default")
+	fs.StringArrayVar(&f.secretEnv, "secret-env", nil, "environment variables a tenant's namespace's secret://env/ references (its steps, webhooks and event sources) may read: TENANT/NAMESPACE=NAME[,NAME...], TENANT/* for every namespace of TENANT, NAME may be a pattern (HOOK_*) (repeatable); none by default")
+	fs.StringArrayVar(&f.secretDir, "secret-dir", nil, "folder a tenant's namespace's secret://file/ references (its steps, webhooks and event sources) may read files in: TENANT/NAMESPACE=/path, TENANT/* for every namespace of TENANT (repeatable); none by default")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 15*time.Second, "task lease TTL: a dead worker's tasks retry after it")
 	fs.DurationVar(&f.idleInTx, "idle-tx-timeout", 0, "end a database session idle inside a transaction this long, so a stopped process cannot hold locks past its leases (default half the shortest lease TTL; negative: off)")
 }
@@ -194,17 +194,26 @@ func (f *stackFlags) sandbox(cfg worker.Config) (worker.Config, error) {
 		return cfg, fmt.Errorf("--allow-egress %w", err)
 	}
 	cfg.AllowEgress = egress
+	cfg.Secrets, err = f.secrets()
+	return cfg, err
+}
+
+// secrets is the grants of --secret-env and --secret-dir: what a worker's
+// steps and webhooks read, and what the API's event sources verify
+// deliveries with.
+func (f *stackFlags) secrets() (executor.SecretPolicy, error) {
+	var p executor.SecretPolicy
 	for _, v := range f.secretEnv {
-		if err := cfg.Secrets.AddEnv(v); err != nil {
-			return cfg, fmt.Errorf("--secret-env %w", err)
+		if err := p.AddEnv(v); err != nil {
+			return p, fmt.Errorf("--secret-env %w", err)
 		}
 	}
 	for _, v := range f.secretDir {
-		if err := cfg.Secrets.AddDir(v); err != nil {
-			return cfg, fmt.Errorf("--secret-dir %w", err)
+		if err := p.AddDir(v); err != nil {
+			return p, fmt.Errorf("--secret-dir %w", err)
 		}
 	}
-	return cfg, nil
+	return p, nil
 }
 
 // authenticator is what --auth asks for.
@@ -288,8 +297,12 @@ func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueD
 	if err != nil {
 		return err
 	}
+	secrets, err := f.secrets()
+	if err != nil {
+		return err
+	}
 	apiHandler := api.NewHandler(api.Services{Jobs: jobs, Runs: runs, State: state, Queues: queueDBs,
-		Limits: api.Limits{MaxRequestBytes: f.maxRequest}, Auth: auth, Gateway: gw}, log)
+		Limits: api.Limits{MaxRequestBytes: f.maxRequest}, Auth: auth, Gateway: gw, Secrets: &secrets}, log)
 	ui, err := webui.New(webui.Config{API: apiHandler, Access: acc, AuthOff: f.auth == "none", SecureCookies: f.secureCookie, Log: log})
 	if err != nil {
 		return err

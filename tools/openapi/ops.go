@@ -57,6 +57,9 @@ var summaries = map[string]string{
 	"ProfileService_ListProfiles":     "List the tenant's resource profiles",
 	"ProfileService_SetProfile":       "Create or replace a resource profile",
 	"RunService_CancelRun":            "Cancel a run",
+	"SourceService_CreateSource":      "Create an event source (a signed webhook)",
+	"SourceService_DeleteSource":      "Delete an event source",
+	"SourceService_ListSources":       "List the tenant's event sources",
 	"RunService_GetRun":               "Get a run with its steps and attempts",
 	"RunService_ListDeadLetters":      "List dead letters",
 	"RunService_ListRuns":             "List runs",
@@ -94,7 +97,7 @@ var (
 		"JobService_ResumeJob", "JobService_Backfill", "JobService_CancelBackfill",
 		"RunService_TriggerJob", "RunService_RetryRun", "RunService_CancelRun",
 		"AccessService_CreateTenant", "AccessService_GrantRole", "PipelineService_Apply",
-		"ProfileService_DeleteProfile",
+		"ProfileService_DeleteProfile", "SourceService_CreateSource",
 	}
 	// anyKey are the operations every valid key may call.
 	anyKey = []string{"AccessService_WhoAmI"}

@@ -32,6 +32,7 @@ var needed = map[string][]string{
 	"ReportRequest":          {"worker", "taskId", "fencingToken"},
 	"RevokeGrantRequest":     {"principal", "namespace"},
 	"SetProfileBody":         {"resources"},
+	"CreateSourceRequest":    {"name", "kind", "secret"},
 }
 
 // someOf are the request bodies the server refuses empty (nothing to
@@ -65,6 +66,9 @@ var alwaysSet = map[string][]string{
 	"GetProfileResponse":     {"profile"},
 	"DeleteProfileResponse":  {"profile"},
 	"ResourceProfile":        {"resources", "createTime", "updateTime"},
+	"CreateSourceResponse":   {"source"},
+	"DeleteSourceResponse":   {"source"},
+	"EventSource":            {"name", "namespace", "kind", "secret", "hookPath", "createTime"},
 	"TriggerJobResponse":     {"run"},
 	"UpdateJobResponse":      {"job"},
 }

@@ -150,6 +150,16 @@ type Event struct {
 	LastError  string
 }
 
+type EventSource struct {
+	ID        uuid.UUID
+	TenantID  uuid.UUID
+	Name      string
+	Namespace string
+	Kind      string
+	Secret    string
+	CreatedAt time.Time
+}
+
 type EveryAttempt struct {
 	ID              uuid.UUID
 	TaskID          uuid.UUID

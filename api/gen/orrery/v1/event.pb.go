@@ -162,6 +162,381 @@ func (x *PublishResponse) GetReceiveTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// EventSource is a signed webhook of a tenant.
+type EventSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A name as a job's: lower-case letters, digits, '-', '_' and '.'.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Whose secret grants (--secret-env, --secret-dir of the API process)
+	// resolve the secret; default "default".
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// How deliveries are signed and read: github (X-Hub-Signature-256),
+	// stripe (Stripe-Signature, 5 minutes' tolerance) or hmac
+	// (X-Signature-256 over a body as Publish takes).
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// A secret reference, secret://env/NAME or secret://file/PATH: never the
+	// secret's value.
+	Secret string `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
+	// Where the provider delivers: /api/v1/hooks/TENANT:NAME.
+	HookPath      string                 `protobuf:"bytes,5,opt,name=hook_path,json=hookPath,proto3" json:"hook_path,omitempty"`
+	CreateTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventSource) Reset() {
+	*x = EventSource{}
+	mi := &file_orrery_v1_event_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventSource) ProtoMessage() {}
+
+func (x *EventSource) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_event_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventSource.ProtoReflect.Descriptor instead.
+func (*EventSource) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_event_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EventSource) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EventSource) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *EventSource) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *EventSource) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *EventSource) GetHookPath() string {
+	if x != nil {
+		return x.HookPath
+	}
+	return ""
+}
+
+func (x *EventSource) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+type CreateSourceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Kind          string                 `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	Secret        string                 `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSourceRequest) Reset() {
+	*x = CreateSourceRequest{}
+	mi := &file_orrery_v1_event_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSourceRequest) ProtoMessage() {}
+
+func (x *CreateSourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_event_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSourceRequest.ProtoReflect.Descriptor instead.
+func (*CreateSourceRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_event_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CreateSourceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateSourceRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *CreateSourceRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CreateSourceRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type CreateSourceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Source        *EventSource           `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSourceResponse) Reset() {
+	*x = CreateSourceResponse{}
+	mi := &file_orrery_v1_event_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSourceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSourceResponse) ProtoMessage() {}
+
+func (x *CreateSourceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_event_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSourceResponse.ProtoReflect.Descriptor instead.
+func (*CreateSourceResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_event_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CreateSourceResponse) GetSource() *EventSource {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+type ListSourcesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSourcesRequest) Reset() {
+	*x = ListSourcesRequest{}
+	mi := &file_orrery_v1_event_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSourcesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSourcesRequest) ProtoMessage() {}
+
+func (x *ListSourcesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_event_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSourcesRequest.ProtoReflect.Descriptor instead.
+func (*ListSourcesRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_event_proto_rawDescGZIP(), []int{5}
+}
+
+type ListSourcesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sources       []*EventSource         `protobuf:"bytes,1,rep,name=sources,proto3" json:"sources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSourcesResponse) Reset() {
+	*x = ListSourcesResponse{}
+	mi := &file_orrery_v1_event_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSourcesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSourcesResponse) ProtoMessage() {}
+
+func (x *ListSourcesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_event_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSourcesResponse.ProtoReflect.Descriptor instead.
+func (*ListSourcesResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_event_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ListSourcesResponse) GetSources() []*EventSource {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+type DeleteSourceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSourceRequest) Reset() {
+	*x = DeleteSourceRequest{}
+	mi := &file_orrery_v1_event_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSourceRequest) ProtoMessage() {}
+
+func (x *DeleteSourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_event_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSourceRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSourceRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_event_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *DeleteSourceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteSourceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source as it was.
+	Source        *EventSource `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSourceResponse) Reset() {
+	*x = DeleteSourceResponse{}
+	mi := &file_orrery_v1_event_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSourceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSourceResponse) ProtoMessage() {}
+
+func (x *DeleteSourceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_event_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSourceResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSourceResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_event_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *DeleteSourceResponse) GetSource() *EventSource {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
 var File_orrery_v1_event_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_event_proto_rawDesc = "" +
@@ -175,9 +550,35 @@ const file_orrery_v1_event_proto_rawDesc = "" +
 	"\x0fPublishResponse\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1c\n" +
 	"\tduplicate\x18\x02 \x01(\bR\tduplicate\x12=\n" +
-	"\freceive_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vreceiveTime2k\n" +
+	"\freceive_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vreceiveTime\"\xc5\x01\n" +
+	"\vEventSource\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\tR\x06secret\x12\x1b\n" +
+	"\thook_path\x18\x05 \x01(\tR\bhookPath\x12;\n" +
+	"\vcreate_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\"s\n" +
+	"\x13CreateSourceRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\tR\x06secret\"F\n" +
+	"\x14CreateSourceResponse\x12.\n" +
+	"\x06source\x18\x01 \x01(\v2\x16.orrery.v1.EventSourceR\x06source\"\x14\n" +
+	"\x12ListSourcesRequest\"G\n" +
+	"\x13ListSourcesResponse\x120\n" +
+	"\asources\x18\x01 \x03(\v2\x16.orrery.v1.EventSourceR\asources\")\n" +
+	"\x13DeleteSourceRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"F\n" +
+	"\x14DeleteSourceResponse\x12.\n" +
+	"\x06source\x18\x01 \x01(\v2\x16.orrery.v1.EventSourceR\x06source2k\n" +
 	"\fEventService\x12[\n" +
-	"\aPublish\x12\x19.orrery.v1.PublishRequest\x1a\x1a.orrery.v1.PublishResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/api/v1/eventsB9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
+	"\aPublish\x12\x19.orrery.v1.PublishRequest\x1a\x1a.orrery.v1.PublishResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/api/v1/events2\xda\x02\n" +
+	"\rSourceService\x12k\n" +
+	"\fCreateSource\x12\x1e.orrery.v1.CreateSourceRequest\x1a\x1f.orrery.v1.CreateSourceResponse\"\x1a\x82\xd3\xe4\x93\x02\x14:\x01*\"\x0f/api/v1/sources\x12h\n" +
+	"\vListSources\x12\x1d.orrery.v1.ListSourcesRequest\x1a\x1e.orrery.v1.ListSourcesResponse\"\x1a\x82\xd3\xe4\x93\x02\x11\x12\x0f/api/v1/sources\x90\x02\x01\x12r\n" +
+	"\fDeleteSource\x12\x1e.orrery.v1.DeleteSourceRequest\x1a\x1f.orrery.v1.DeleteSourceResponse\"!\x82\xd3\xe4\x93\x02\x18*\x16/api/v1/sources/{name}\x90\x02\x02B9Z7github.com/orrery-dev/orrery/api/gen/orrery/v1;orreryv1b\x06proto3"
 
 var (
 	file_orrery_v1_event_proto_rawDescOnce sync.Once
@@ -191,24 +592,41 @@ func file_orrery_v1_event_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_event_proto_rawDescData
 }
 
-var file_orrery_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_orrery_v1_event_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_orrery_v1_event_proto_goTypes = []any{
 	(*PublishRequest)(nil),        // 0: orrery.v1.PublishRequest
 	(*PublishResponse)(nil),       // 1: orrery.v1.PublishResponse
-	(*structpb.Struct)(nil),       // 2: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*EventSource)(nil),           // 2: orrery.v1.EventSource
+	(*CreateSourceRequest)(nil),   // 3: orrery.v1.CreateSourceRequest
+	(*CreateSourceResponse)(nil),  // 4: orrery.v1.CreateSourceResponse
+	(*ListSourcesRequest)(nil),    // 5: orrery.v1.ListSourcesRequest
+	(*ListSourcesResponse)(nil),   // 6: orrery.v1.ListSourcesResponse
+	(*DeleteSourceRequest)(nil),   // 7: orrery.v1.DeleteSourceRequest
+	(*DeleteSourceResponse)(nil),  // 8: orrery.v1.DeleteSourceResponse
+	(*structpb.Struct)(nil),       // 9: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_orrery_v1_event_proto_depIdxs = []int32{
-	2, // 0: orrery.v1.PublishRequest.data:type_name -> google.protobuf.Struct
-	3, // 1: orrery.v1.PublishRequest.time:type_name -> google.protobuf.Timestamp
-	3, // 2: orrery.v1.PublishResponse.receive_time:type_name -> google.protobuf.Timestamp
-	0, // 3: orrery.v1.EventService.Publish:input_type -> orrery.v1.PublishRequest
-	1, // 4: orrery.v1.EventService.Publish:output_type -> orrery.v1.PublishResponse
-	4, // [4:5] is the sub-list for method output_type
-	3, // [3:4] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	9,  // 0: orrery.v1.PublishRequest.data:type_name -> google.protobuf.Struct
+	10, // 1: orrery.v1.PublishRequest.time:type_name -> google.protobuf.Timestamp
+	10, // 2: orrery.v1.PublishResponse.receive_time:type_name -> google.protobuf.Timestamp
+	10, // 3: orrery.v1.EventSource.create_time:type_name -> google.protobuf.Timestamp
+	2,  // 4: orrery.v1.CreateSourceResponse.source:type_name -> orrery.v1.EventSource
+	2,  // 5: orrery.v1.ListSourcesResponse.sources:type_name -> orrery.v1.EventSource
+	2,  // 6: orrery.v1.DeleteSourceResponse.source:type_name -> orrery.v1.EventSource
+	0,  // 7: orrery.v1.EventService.Publish:input_type -> orrery.v1.PublishRequest
+	3,  // 8: orrery.v1.SourceService.CreateSource:input_type -> orrery.v1.CreateSourceRequest
+	5,  // 9: orrery.v1.SourceService.ListSources:input_type -> orrery.v1.ListSourcesRequest
+	7,  // 10: orrery.v1.SourceService.DeleteSource:input_type -> orrery.v1.DeleteSourceRequest
+	1,  // 11: orrery.v1.EventService.Publish:output_type -> orrery.v1.PublishResponse
+	4,  // 12: orrery.v1.SourceService.CreateSource:output_type -> orrery.v1.CreateSourceResponse
+	6,  // 13: orrery.v1.SourceService.ListSources:output_type -> orrery.v1.ListSourcesResponse
+	8,  // 14: orrery.v1.SourceService.DeleteSource:output_type -> orrery.v1.DeleteSourceResponse
+	11, // [11:15] is the sub-list for method output_type
+	7,  // [7:11] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_event_proto_init() }
@@ -222,9 +640,9 @@ func file_orrery_v1_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_event_proto_rawDesc), len(file_orrery_v1_event_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   9,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_orrery_v1_event_proto_goTypes,
 		DependencyIndexes: file_orrery_v1_event_proto_depIdxs,

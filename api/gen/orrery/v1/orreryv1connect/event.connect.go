@@ -23,6 +23,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// EventServiceName is the fully-qualified name of the EventService service.
 	EventServiceName = "orrery.v1.EventService"
+	// SourceServiceName is the fully-qualified name of the SourceService service.
+	SourceServiceName = "orrery.v1.SourceService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -35,6 +37,15 @@ const (
 const (
 	// EventServicePublishProcedure is the fully-qualified name of the EventService's Publish RPC.
 	EventServicePublishProcedure = "/orrery.v1.EventService/Publish"
+	// SourceServiceCreateSourceProcedure is the fully-qualified name of the SourceService's
+	// CreateSource RPC.
+	SourceServiceCreateSourceProcedure = "/orrery.v1.SourceService/CreateSource"
+	// SourceServiceListSourcesProcedure is the fully-qualified name of the SourceService's ListSources
+	// RPC.
+	SourceServiceListSourcesProcedure = "/orrery.v1.SourceService/ListSources"
+	// SourceServiceDeleteSourceProcedure is the fully-qualified name of the SourceService's
+	// DeleteSource RPC.
+	SourceServiceDeleteSourceProcedure = "/orrery.v1.SourceService/DeleteSource"
 )
 
 // EventServiceClient is a client for the orrery.v1.EventService service.
@@ -111,4 +122,138 @@ type UnimplementedEventServiceHandler struct{}
 
 func (UnimplementedEventServiceHandler) Publish(context.Context, *connect.Request[v1.PublishRequest]) (*connect.Response[v1.PublishResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.EventService.Publish is not implemented"))
+}
+
+// SourceServiceClient is a client for the orrery.v1.SourceService service.
+type SourceServiceClient interface {
+	// CreateSource defines a source (409 when the name is taken).
+	CreateSource(context.Context, *connect.Request[v1.CreateSourceRequest]) (*connect.Response[v1.CreateSourceResponse], error)
+	// ListSources lists the tenant's sources by name (at most 100).
+	ListSources(context.Context, *connect.Request[v1.ListSourcesRequest]) (*connect.Response[v1.ListSourcesResponse], error)
+	// DeleteSource deletes a source: its deliveries are refused from then
+	// on; its events stay.
+	DeleteSource(context.Context, *connect.Request[v1.DeleteSourceRequest]) (*connect.Response[v1.DeleteSourceResponse], error)
+}
+
+// NewSourceServiceClient constructs a client for the orrery.v1.SourceService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewSourceServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) SourceServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	sourceServiceMethods := v1.File_orrery_v1_event_proto.Services().ByName("SourceService").Methods()
+	return &sourceServiceClient{
+		createSource: connect.NewClient[v1.CreateSourceRequest, v1.CreateSourceResponse](
+			httpClient,
+			baseURL+SourceServiceCreateSourceProcedure,
+			connect.WithSchema(sourceServiceMethods.ByName("CreateSource")),
+			connect.WithClientOptions(opts...),
+		),
+		listSources: connect.NewClient[v1.ListSourcesRequest, v1.ListSourcesResponse](
+			httpClient,
+			baseURL+SourceServiceListSourcesProcedure,
+			connect.WithSchema(sourceServiceMethods.ByName("ListSources")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSource: connect.NewClient[v1.DeleteSourceRequest, v1.DeleteSourceResponse](
+			httpClient,
+			baseURL+SourceServiceDeleteSourceProcedure,
+			connect.WithSchema(sourceServiceMethods.ByName("DeleteSource")),
+			connect.WithIdempotency(connect.IdempotencyIdempotent),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// sourceServiceClient implements SourceServiceClient.
+type sourceServiceClient struct {
+	createSource *connect.Client[v1.CreateSourceRequest, v1.CreateSourceResponse]
+	listSources  *connect.Client[v1.ListSourcesRequest, v1.ListSourcesResponse]
+	deleteSource *connect.Client[v1.DeleteSourceRequest, v1.DeleteSourceResponse]
+}
+
+// CreateSource calls orrery.v1.SourceService.CreateSource.
+func (c *sourceServiceClient) CreateSource(ctx context.Context, req *connect.Request[v1.CreateSourceRequest]) (*connect.Response[v1.CreateSourceResponse], error) {
+	return c.createSource.CallUnary(ctx, req)
+}
+
+// ListSources calls orrery.v1.SourceService.ListSources.
+func (c *sourceServiceClient) ListSources(ctx context.Context, req *connect.Request[v1.ListSourcesRequest]) (*connect.Response[v1.ListSourcesResponse], error) {
+	return c.listSources.CallUnary(ctx, req)
+}
+
+// DeleteSource calls orrery.v1.SourceService.DeleteSource.
+func (c *sourceServiceClient) DeleteSource(ctx context.Context, req *connect.Request[v1.DeleteSourceRequest]) (*connect.Response[v1.DeleteSourceResponse], error) {
+	return c.deleteSource.CallUnary(ctx, req)
+}
+
+// SourceServiceHandler is an implementation of the orrery.v1.SourceService service.
+type SourceServiceHandler interface {
+	// CreateSource defines a source (409 when the name is taken).
+	CreateSource(context.Context, *connect.Request[v1.CreateSourceRequest]) (*connect.Response[v1.CreateSourceResponse], error)
+	// ListSources lists the tenant's sources by name (at most 100).
+	ListSources(context.Context, *connect.Request[v1.ListSourcesRequest]) (*connect.Response[v1.ListSourcesResponse], error)
+	// DeleteSource deletes a source: its deliveries are refused from then
+	// on; its events stay.
+	DeleteSource(context.Context, *connect.Request[v1.DeleteSourceRequest]) (*connect.Response[v1.DeleteSourceResponse], error)
+}
+
+// NewSourceServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewSourceServiceHandler(svc SourceServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	sourceServiceMethods := v1.File_orrery_v1_event_proto.Services().ByName("SourceService").Methods()
+	sourceServiceCreateSourceHandler := connect.NewUnaryHandler(
+		SourceServiceCreateSourceProcedure,
+		svc.CreateSource,
+		connect.WithSchema(sourceServiceMethods.ByName("CreateSource")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sourceServiceListSourcesHandler := connect.NewUnaryHandler(
+		SourceServiceListSourcesProcedure,
+		svc.ListSources,
+		connect.WithSchema(sourceServiceMethods.ByName("ListSources")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	sourceServiceDeleteSourceHandler := connect.NewUnaryHandler(
+		SourceServiceDeleteSourceProcedure,
+		svc.DeleteSource,
+		connect.WithSchema(sourceServiceMethods.ByName("DeleteSource")),
+		connect.WithIdempotency(connect.IdempotencyIdempotent),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/orrery.v1.SourceService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case SourceServiceCreateSourceProcedure:
+			sourceServiceCreateSourceHandler.ServeHTTP(w, r)
+		case SourceServiceListSourcesProcedure:
+			sourceServiceListSourcesHandler.ServeHTTP(w, r)
+		case SourceServiceDeleteSourceProcedure:
+			sourceServiceDeleteSourceHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedSourceServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedSourceServiceHandler struct{}
+
+func (UnimplementedSourceServiceHandler) CreateSource(context.Context, *connect.Request[v1.CreateSourceRequest]) (*connect.Response[v1.CreateSourceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.SourceService.CreateSource is not implemented"))
+}
+
+func (UnimplementedSourceServiceHandler) ListSources(context.Context, *connect.Request[v1.ListSourcesRequest]) (*connect.Response[v1.ListSourcesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.SourceService.ListSources is not implemented"))
+}
+
+func (UnimplementedSourceServiceHandler) DeleteSource(context.Context, *connect.Request[v1.DeleteSourceRequest]) (*connect.Response[v1.DeleteSourceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.SourceService.DeleteSource is not implemented"))
 }
