@@ -270,5 +270,5 @@ func eventView(e map[string]any) map[string]any {
 	if len(s) > 2000 {
 		s = strings.ToValidUTF8(s[:2000], "") + "…"
 	}
-	return map[string]any{"id": e["id"], "type": e["type"], "time": e["time"], "data": s}
+	return map[string]any{"id": e["id"], "type": e["type"], "source": e["source"], "time": e["time"], "data": s}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/event"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
@@ -96,6 +98,9 @@ func startCmd(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	})
 	return p
 }
+
+// chaosHookSecret signs the chaos test's deliveries to its event source.
+const chaosHookSecret = "chaos-hook-secret"
 
 func startNodeProc(t *testing.T, dsn, name string) *proc {
 	return startProc(t, name, "serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", name, "--shard-ttl", "2s", "--log-level", "info")
@@ -365,8 +370,22 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			"--lease-ttl", "2s", "--allow-egress", "127.0.0.1/32", "--log-level", "info"}, extra...)
 		return startProcEnv(t, name, env, args...)
 	}
-	n1 := startNodeProc(t, dsn, "node-1")
-	n2 := startNodeProc(t, dsn, "node-2")
+	// Signed deliveries to an event source go to the nodes' APIs
+	// throughout too (docs/events.md, "Signed webhooks"): each node
+	// resolves the source's secret under its --secret-env grant.
+	if _, err := access.New(pool).CreateSource(ctx, access.Principal{Tenant: job.DefaultTenant, TenantName: "default", Name: "chaos", Role: access.Admin},
+		access.Source{Name: "chaos", Kind: "hmac", Secret: "secret://env/ORRERY_CHAOS_HOOK"}); err != nil {
+		t.Fatal(err)
+	}
+	var hookAddrs []string
+	hookNode := func(name string) *proc {
+		addr := freeAddr(t)
+		hookAddrs = append(hookAddrs, addr)
+		return startProcEnv(t, name, []string{"ORRERY_CHAOS_HOOK=" + chaosHookSecret}, "serve", "--db", dsn, "--addr", addr, "--node-name", name,
+			"--shard-ttl", "2s", "--log-level", "info", "--secret-env", "default/default=ORRERY_CHAOS_HOOK")
+	}
+	n1 := hookNode("node-1")
+	n2 := hookNode("node-2")
 	chaosWorker("w1", nil)
 	// w2 dies right after River hands it its 500th job.
 	w2 := chaosWorker("w2", []string{"ORRERY_FAILPOINTS=worker/fetched=kill@500"})
@@ -387,6 +406,51 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			}
 			n++
 			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	// Deliveries as a provider sends them: each until a node accepts it,
+	// from the next node on when one is dead or paused, and once more
+	// after that (a redelivery).
+	type hookTally struct{ accepted, tried int }
+	delivered := make(chan hookTally, 1)
+	hookAddrs = hookAddrs[:2:2] // node-3, started later, takes none: its address is not known here
+	go func() {
+		// n deliveries accepted; the next, when cut short by the end, may
+		// still land (a node that answered too late).
+		n, node := 0, 0
+		defer func() { delivered <- hookTally{n, n + 1} }()
+		client := &http.Client{Timeout: 2 * time.Second}
+		deliver := func(body []byte) bool {
+			for publishing.Err() == nil {
+				node++
+				k, v := event.Sign("hmac", []byte(chaosHookSecret), body, time.Now())
+				req, _ := http.NewRequest(http.MethodPost, "http://"+hookAddrs[node%len(hookAddrs)]+"/api/v1/hooks/default:chaos", bytes.NewReader(body))
+				req.Header.Set(k, v)
+				res, err := client.Do(req)
+				if err != nil {
+					continue // a dead or paused node: the next
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				switch res.StatusCode {
+				case http.StatusAccepted, http.StatusOK:
+					return true
+				case http.StatusServiceUnavailable:
+					continue // a draining node
+				}
+				t.Errorf("a delivery to node %d: %d", node%len(hookAddrs), res.StatusCode)
+				return false
+			}
+			return false
+		}
+		for publishing.Err() == nil {
+			body := []byte(fmt.Sprintf(`{"type": "chaos.tick", "id": "hook-%d", "data": {"n": %d}}`, n, n))
+			if !deliver(body) {
+				return
+			}
+			n++ // taken: it counts even if its redelivery is cut short
+			deliver(body)
+			time.Sleep(150 * time.Millisecond)
 		}
 	}()
 	time.Sleep(2 * time.Second)
@@ -495,7 +559,7 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	time.Sleep(8 * time.Second)
 	until := dbNow(t, pool).Add(-3 * time.Second).Truncate(time.Second)
 	stopPublishing()
-	events := <-published
+	events, hooks := <-published, <-delivered
 	from = from.Truncate(time.Second)
 	want := int(until.Sub(from) / time.Second)
 
@@ -686,9 +750,14 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	// Every event published through the kills and the pause started
 	// exactly one run of on-event, which succeeded.
 	poll(t, 60*time.Second, "every event matched", func() bool { return queryInt(t, pool, "SELECT count(*) FROM events WHERE pending") == 0 })
-	if n := queryInt(t, pool, "SELECT count(*) FROM events"); n != events || events < 100 {
+	if n := queryInt(t, pool, "SELECT count(*) FROM events WHERE source = ''"); n != events || events < 100 {
 		t.Fatalf("%d events written of %d published (each twice)", n, events)
 	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM events WHERE source = 'chaos'"); n < hooks.accepted || n > hooks.tried || hooks.accepted < 50 {
+		t.Fatalf("%d events written of %d deliveries accepted (each twice), %d tried", n, hooks.accepted, hooks.tried)
+	}
+	t.Logf("%d events published and %d signed deliveries accepted through the kills and the pause, each twice: each started one run", events, hooks.accepted)
+	events += hooks.accepted
 	if n := queryInt(t, pool, `SELECT count(*) FROM events AS e WHERE (SELECT count(*) FROM runs AS r WHERE r.event_id = e.id) <> 1`); n != 0 {
 		t.Fatalf("%d of %d events started no run of on-event or more than one", n, events)
 	}

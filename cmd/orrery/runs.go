@@ -118,7 +118,11 @@ func newRunsCmd(g *globals) *cobra.Command {
 			}
 			if e := r.GetEvent().AsMap(); len(e) > 0 {
 				data, _ := json.Marshal(e["data"])
-				fmt.Fprintf(w, "  started by event %v of type %v at %v: %s\n", e["id"], e["type"], e["time"], cut(string(data), 300))
+				from := ""
+				if src, _ := e["source"].(string); src != "" {
+					from = " from source " + src
+				}
+				fmt.Fprintf(w, "  started by event %v of type %v%s at %v: %s\n", e["id"], e["type"], from, e["time"], cut(string(data), 300))
 			}
 			if p := r.GetParams(); p != nil {
 				b, _ := protojson.Marshal(p)
