@@ -77,10 +77,30 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 			Payload: payloadFromProto(st.GetPayload()), Queue: st.GetQueue(), Priority: st.GetPriority(),
 			Timeout: durationFromProto(st.GetTimeout()), Retry: retryFromProto(st.GetRetry()),
 			ForEach: st.GetForEach(), MaxParallel: int(st.GetMaxParallel()), MinSuccess: dag.MinSuccess(st.GetMinSuccess()),
-			Resources: resourcesFromProto(st.GetResources()), ResourceProfile: st.GetResourceProfile(),
+			Resources: resourcesFromProto(st.GetResources()), ResourceProfile: st.GetResourceProfile(), Sleep: sleepFromProto(st.GetSleep()),
 		})
 	}
 	return r
+}
+
+func sleepFromProto(s *orreryv1.Sleep) *dag.Sleep {
+	switch {
+	case s == nil:
+		return nil
+	case s.GetUntil() != "":
+		return &dag.Sleep{Until: s.GetUntil()}
+	}
+	return &dag.Sleep{For: s.GetDuration().AsDuration()}
+}
+
+func sleepToProto(s *dag.Sleep) *orreryv1.Sleep {
+	switch {
+	case s == nil:
+		return nil
+	case s.Until != "":
+		return &orreryv1.Sleep{Kind: &orreryv1.Sleep_Until{Until: s.Until}}
+	}
+	return &orreryv1.Sleep{Kind: &orreryv1.Sleep_Duration{Duration: durationpb.New(s.For)}}
 }
 
 func webhookFromProto(w *orreryv1.Webhook) dag.Webhook {
@@ -259,7 +279,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 			Payload: payloadToProto(st.Payload), Queue: st.Queue, Priority: st.Priority,
 			Timeout: durationToProto(st.Timeout), Retry: retryToProto(st.Retry),
 			ForEach: st.ForEach, MaxParallel: int32(st.MaxParallel), MinSuccess: string(st.MinSuccess),
-			Resources: resourcesToProto(st.Resources), ResourceProfile: st.ResourceProfile,
+			Resources: resourcesToProto(st.Resources), ResourceProfile: st.ResourceProfile, Sleep: sleepToProto(st.Sleep),
 		})
 	}
 	return md, spec

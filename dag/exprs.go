@@ -307,8 +307,45 @@ func eachTemplate(st *Step, f func(path, v string, secretOK bool)) {
 	}
 }
 
+// Text renders one field of the step with vars (path names it, v is its
+// text as written): its value as text, or v itself when it holds no
+// expression (sleep.until).
+func (x *StepExprs) Text(path, v string, vars expr.Vars) (string, error) {
+	if x == nil {
+		return v, nil
+	}
+	return x.text(x.env.Activation(vars), path, v)
+}
+
+// text renders one field under the activation a.
+func (x *StepExprs) text(a expr.Activation, path, v string) (string, error) {
+	c, ok := x.templates[v]
+	if !ok {
+		return v, nil
+	}
+	out, err := expr.Render(c.tmpl, c.progs, a)
+	if err != nil {
+		return "", &ApplyError{Field: path, Err: err}
+	}
+	s, ok := out.(string)
+	if !ok {
+		var b strings.Builder
+		if err := expr.Text(&b, out); err != nil {
+			return "", &ApplyError{Field: path, Err: err}
+		}
+		s = b.String()
+	}
+	if !IsText(s) {
+		return "", &ApplyError{Field: path, Err: errors.New("the value holds a NUL character")}
+	}
+	return s, nil
+}
+
 // eachField is eachTemplate without the payload.
 func eachField(st *Step, f func(path, v string, secretOK bool)) {
+	if sl := st.Sleep; sl != nil && sl.Until != "" {
+		f("sleep.until", sl.Until, false)
+	}
 	if h := st.Run.HTTP; h != nil {
 		f("run.http.url", h.URL, false)
 		for _, k := range sortedKeys(h.Headers) {
@@ -402,28 +439,7 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 // as a template).
 func (x *StepExprs) Apply(st Step, vars expr.Vars) (Executor, Payload, error) {
 	a := x.env.Activation(vars)
-	text := func(path, v string) (string, error) {
-		c, ok := x.templates[v]
-		if !ok {
-			return v, nil
-		}
-		out, err := expr.Render(c.tmpl, c.progs, a)
-		if err != nil {
-			return "", &ApplyError{Field: path, Err: err}
-		}
-		s, ok := out.(string)
-		if !ok {
-			var b strings.Builder
-			if err := expr.Text(&b, out); err != nil {
-				return "", &ApplyError{Field: path, Err: err}
-			}
-			s = b.String()
-		}
-		if !IsText(s) {
-			return "", &ApplyError{Field: path, Err: errors.New("the value holds a NUL character")}
-		}
-		return s, nil
-	}
+	text := func(path, v string) (string, error) { return x.text(a, path, v) }
 	run := st.Run
 	if h := st.Run.HTTP; h != nil {
 		hc := *h

@@ -18,6 +18,10 @@ import (
 func JSONSchema() ([]byte, error) {
 	r := &jsonschema.Reflector{ExpandedStruct: true, DoNotReference: false, Mapper: scheduleTypes}
 	s := r.Reflect(&Resource{})
+	if st := s.Definitions["Step"]; st != nil { // a step runs (run) or parks (sleep): one of them
+		st.Required = []string{"name"}
+		st.OneOf = []*jsonschema.Schema{{Required: []string{"run"}}, {Required: []string{"sleep"}}}
+	}
 	s.ID = "https://orrery.dev/schemas/job.v1.json"
 	s.Title = "Orrery Job"
 	s.Description = "A job: a schedule and one step (run) or a DAG of steps. apiVersion orrery.dev/v1, kind Job."

@@ -128,11 +128,14 @@ type Step struct {
 	// to succeed: all of them when empty.
 	MinSuccess MinSuccess `json:"min_success,omitempty" yaml:"min_success,omitempty"`
 	Run        Executor   `json:"run" yaml:"run"`
-	Payload    Payload    `json:"payload,omitempty" yaml:"payload,omitempty"`
-	Queue      string     `json:"queue,omitempty" yaml:"queue,omitempty"`
-	Priority   string     `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
-	Timeout    *Duration  `json:"timeout,omitempty" yaml:"timeout,omitempty"`
-	Retry      *Retry     `json:"retry,omitempty" yaml:"retry,omitempty"`
+	// Sleep parks the step instead of running it: no worker, no slot,
+	// until its time (docs/parked-steps.md). A step gives run or sleep.
+	Sleep    *Sleep    `json:"sleep,omitempty" yaml:"sleep,omitempty"`
+	Payload  Payload   `json:"payload,omitempty" yaml:"payload,omitempty"`
+	Queue    string    `json:"queue,omitempty" yaml:"queue,omitempty"`
+	Priority string    `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`
+	Timeout  *Duration `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	Retry    *Retry    `json:"retry,omitempty" yaml:"retry,omitempty"`
 	// Resources is what the step needs, or ResourceProfile names a
 	// profile of the tenant that says it (one of them; the defaults'
 	// when neither): admission places it only on a worker with room.

@@ -264,7 +264,11 @@ func validateSpec(es *Errors, s *JobSpec) {
 		default:
 			es.add(p+".trigger_rule", "%q is not one of all_success, none_failed, all_done", st.TriggerRule)
 		}
-		validateExecutor(es, p+".run", &st.Run)
+		if st.Parks() {
+			validateParked(es, p, st)
+		} else {
+			validateExecutor(es, p+".run", &st.Run)
+		}
 		validatePayload(es, p+".payload", st.Payload)
 		validateSettings(es, p, st.Queue, st.Priority, st.Timeout, st.Retry)
 		validateFanOut(es, p, st)

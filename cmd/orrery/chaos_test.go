@@ -356,6 +356,16 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
 		t.Fatal(err)
 	}
+	// A parked step fires every 2 s and sleeps 2 s through the kills and
+	// the pause (docs/parked-steps.md): each run wakes once and succeeds.
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "napper"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("*/2 * * * * *")}, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{
+			{Name: "nap", Sleep: &dag.Sleep{For: 2 * time.Second}},
+			{Name: "ping", Needs: []string{"nap"}, Run: dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}},
+		}}}, ""); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "bf-hourly"}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{Cron: schedule.Crons("0 * * * *")}, Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
 		t.Fatal(err)
@@ -761,6 +771,21 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	if n := queryInt(t, pool, `SELECT count(*) FROM events AS e WHERE (SELECT count(*) FROM runs AS r WHERE r.event_id = e.id) <> 1`); n != 0 {
 		t.Fatalf("%d of %d events started no run of on-event or more than one", n, events)
 	}
+	if _, err := jobs.Pause(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "napper"}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 60*time.Second, "every napper run ended", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'napper' AND r.finished_at IS NULL") == 0
+	})
+	naps := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'napper'")
+	if n := queryInt(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'napper' AND (r.status <> 'succeeded'
+		OR (SELECT count(*) FROM every_attempt a JOIN tasks t ON t.id = a.task_id WHERE t.run_id = r.id AND t.step = 'nap') <> 1)`); n != 0 || naps < 10 {
+		t.Fatalf("%d of %d napper runs did not succeed with one attempt of their nap", n, naps)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM parked_steps"); n != 0 {
+		t.Fatalf("%d parked rows left", n)
+	}
+	t.Logf("%d runs with a parked step slept through the kills and the pause, each woken once", naps)
 	checkPipelines(t, pool, until)
 	checkFans(t, pool, until)
 	checkCalls(t, pool, until)

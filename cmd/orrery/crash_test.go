@@ -359,3 +359,49 @@ func TestNodeKilledStartingEventRuns(t *testing.T) {
 		t.Errorf("%d of %d events have no run or more than one", n, sent)
 	}
 }
+
+// A sleeping step survives its scheduler: node-1 is SIGKILLed inside the
+// transaction that wakes the step (failpoint run/parked-woken, after the
+// step's end and its child's release are written, before commit), which
+// therefore writes nothing; node-2, started after it, wakes the step
+// once. The step has one attempt, the step after it runs once, and the
+// run succeeds.
+func TestSleepAcrossSchedulerRestart(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	n1, jobs := nodeToKill(t, dsn, pool, "run/parked-woken=kill@1")
+	ctx := context.Background()
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "nap"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("0 0 1 1 *")}, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{
+			{Name: "nap", Sleep: &dag.Sleep{For: 2 * time.Second}},
+			{Name: "after", Needs: []string{"nap"}, Run: dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/true"}}}},
+		}}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	r, err := orun.NewService(pool, jobs, nil).Trigger(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "nap"}, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "node-1 killed waking the step", n1.exited)
+	if n := queryInt(t, pool, "SELECT count(*) FROM parked_steps WHERE run_id = $1", r.ID); n != 1 {
+		t.Fatalf("after the kill: %d parked rows, want the step's still there", n)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE run_id = $1 AND status = 'running' AND step = 'nap'", r.ID); n != 1 {
+		t.Fatal("after the kill the step is no longer running: the killed transaction wrote something")
+	}
+	startNodeProc(t, dsn, "node-2")
+	poll(t, 60*time.Second, "node-2 wakes the step and the run succeeds", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE id = $1 AND status = 'succeeded'", r.ID) == 1
+	})
+	if n := queryInt(t, pool, "SELECT count(*) FROM every_attempt AS a JOIN tasks AS t ON t.id = a.task_id WHERE t.run_id = $1 AND t.step = 'nap'", r.ID); n != 1 {
+		t.Errorf("the step has %d attempts, want 1", n)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM every_attempt AS a JOIN tasks AS t ON t.id = a.task_id WHERE t.run_id = $1 AND t.step = 'after'", r.ID); n != 1 {
+		t.Errorf("the step after it ran %d times, want once", n)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM parked_steps WHERE run_id = $1", r.ID); n != 0 {
+		t.Errorf("%d parked rows left", n)
+	}
+}

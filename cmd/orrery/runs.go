@@ -141,7 +141,10 @@ func newRunsCmd(g *globals) *cobra.Command {
 				if c := t.GetChildRunId(); c != "" {
 					fmt.Fprintf(w, "  child run %s", c)
 				}
-				if t.GetWaitReason() != "" {
+				switch {
+				case t.GetWaitReason() != "" && t.GetStatus() == "running": // a parked step
+					fmt.Fprintf(w, "  parked: %s", t.GetWaitReason())
+				case t.GetWaitReason() != "":
 					fmt.Fprintf(w, "  waiting for admission since %s: %s", ts(t.GetReadyTime()), t.GetWaitReason())
 				}
 				if len(t.GetAttempts()) == 0 && t.GetLastError() != "" { // skipped, or its condition failed

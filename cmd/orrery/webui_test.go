@@ -651,6 +651,18 @@ spec:
 		t.Errorf("the delivered event's run: %q", s)
 	}
 
+	// A parked step (examples/follow-up.yaml): while it sleeps, its
+	// attempts panel says until when; then the run goes on and succeeds.
+	napRun := strings.Fields(cli("jobs", "trigger", "follow-up", "-n", "shop"))[1]
+	poll(t, 30*time.Second, "the nap parks", func() bool { return strings.Contains(cli("runs", "get", napRun), "parked: sleep until") })
+	do("a parked step's run", chromedp.Navigate(base+"/runs/"+napRun), chromedp.WaitVisible(css(`#graph a[data-task="nap"]`)))
+	napHref := eval(`document.querySelector('#graph a[data-task="nap"]').getAttribute('href')`)
+	do("a parked step's attempts", chromedp.Navigate(base+fmt.Sprint(napHref)), chromedp.WaitVisible(css(`#attempts [data-parked]`)))
+	if s := text(`#attempts [data-parked]`); !strings.Contains(s, "parked: sleep until 20") {
+		t.Errorf("the parked step's panel: %q", s)
+	}
+	poll(t, 60*time.Second, "follow-up wakes and succeeds", func() bool { return strings.Contains(cli("runs", "get", napRun), "status succeeded") })
+
 	// A fan-out (examples/file-fan-out.yaml): the run page draws the group
 	// as one node with its count, counts its items by status in the table
 	// and on the timeline, and lists them.

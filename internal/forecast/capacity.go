@@ -269,7 +269,7 @@ func loadsOf(j *Job) ([]stepLoad, int) {
 		if set.ResourceProfile != "" {
 			need = j.Profiles[set.ResourceProfile]
 		}
-		if st.Run.Job != nil || need.IsZero() {
+		if st.OnNoWorker() || need.IsZero() {
 			continue
 		}
 		l := stepLoad{queue: set.Queue, need: need, start: startOf(i, 0), length: length[i], names: need.Names()}

@@ -90,6 +90,7 @@ func (ap *applying) startCalls(ctx context.Context, cands []candidate) error {
 		start.AttemptIds = append(start.AttemptIds, uuid.Must(uuid.NewV7()))
 	}
 	var todo []pendingCall
+	var parks []pendingPark // steps that park (sleep) instead of calling
 	var ended []store.ChildRunsRow // children that succeeded already: their steps end now
 	var outputs outputsToRead
 	for _, c := range cands {
@@ -116,6 +117,14 @@ func (ap *applying) startCalls(ctx context.Context, cands []candidate) error {
 			continue
 		}
 		i := spec.stepIndex(c.step)
+		if i >= 0 && spec.Steps[i].Parks() {
+			pk := pendingPark{cand: c, run: r, step: spec.Steps[i], exprs: spec.exprs.Step(c.step)}
+			if pk.exprs != nil {
+				outputs.add(c.run, pk.exprs.Reads.Steps)
+			}
+			parks = append(parks, pk)
+			continue
+		}
 		switch {
 		case i < 0 || spec.Steps[i].Run.Job == nil: // a task written by a newer version of this code
 			v.fail = append(v.fail, verdict{c, "run.job: the step runs no job in its job version"})
@@ -135,6 +144,9 @@ func (ap *applying) startCalls(ctx context.Context, cands []candidate) error {
 	}
 	calls, err := childCalls(ctx, ap.q, todo, &outputs, &v)
 	if err != nil {
+		return err
+	}
+	if err := ap.park(ctx, parks, &outputs, &v); err != nil {
 		return err
 	}
 	if len(calls) > 0 {

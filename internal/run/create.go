@@ -171,7 +171,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 				queue = dispatch.RemoteQueue(set.Queue, r.Job.Tenant)
 			}
 			status := lifecycle.TaskWaiting
-			conditional, fanOut, jobStep := st.When != "", st.ForEach != "", st.Run.Job != nil
+			conditional, fanOut, jobStep := st.When != "", st.ForEach != "", st.OnNoWorker()
 			res := set.Resources
 			if set.ResourceProfile != "" {
 				res = profiles[tenantProfile{r.Job.Tenant, set.ResourceProfile}]

@@ -157,6 +157,7 @@ func TestDiagram(t *testing.T) {
 		always                              bool
 		retry                               *dag.Retry
 		maxParallel                         int
+		sleep                               time.Duration // a parked step (docs/parked-steps.md)
 	}
 	create := func(name string, overlap dag.OverlapPolicy, steps ...step) {
 		t.Helper()
@@ -164,6 +165,10 @@ func TestDiagram(t *testing.T) {
 			Defaults: dag.StepDefaults{Retry: &dag.Retry{MaxAttempts: 1}}}
 		for _, s := range steps {
 			payload, _ := json.Marshal(map[string]any{"do": s.do, "key": s.key, "always": s.always})
+			if s.sleep > 0 {
+				spec.Steps = append(spec.Steps, dag.Step{Name: s.name, Needs: s.needs, When: s.when, Sleep: &dag.Sleep{For: s.sleep}})
+				continue
+			}
 			spec.Steps = append(spec.Steps, dag.Step{Name: s.name, Needs: s.needs, Queue: s.queue, Retry: s.retry, When: s.when,
 				ForEach: s.forEach, MaxParallel: s.maxParallel, Run: dag.Executor{Handler: "diagram"}, Payload: payload})
 		}
@@ -304,6 +309,15 @@ func TestDiagram(t *testing.T) {
 	taskIs(fanCancelled.ID, "each[0]", "running")
 	cancel(fanCancelled.ID)
 	runIs(fanCancelled.ID, "cancelled")
+
+	// Parked steps: one that sleeps and wakes, one cancelled asleep.
+	create("nap", dag.OverlapAllow, step{name: "nap", sleep: time.Second}, step{name: "after", do: "ok", needs: []string{"nap"}})
+	create("nap-cancelled", dag.OverlapAllow, step{name: "nap", sleep: time.Hour})
+	nap, napCancelled := trigger("nap"), trigger("nap-cancelled")
+	runIs(nap.ID, "succeeded")
+	taskIs(napCancelled.ID, "nap", "running")
+	cancel(napCancelled.ID)
+	runIs(napCancelled.ID, "cancelled")
 
 	// A step failed upstream by one parent, and skipped by the other
 	// (later): once the failed parent is replayed, it is skipped.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -107,7 +108,8 @@ type Task struct {
 	// Parents are the tasks this one waits for.
 	Parents []uuid.UUID
 	// WaitReason says why a queued or retrying task is not yet admitted
-	// (see dispatch.WaitReason); empty otherwise.
+	// (see dispatch.WaitReason), or what a parked step waits for ("sleep
+	// until T"); empty otherwise.
 	WaitReason string
 	// Items, for a fan-out's group, are its items' counts (nil before it
 	// expanded).
@@ -395,6 +397,9 @@ func (s *Service) countItems(ctx context.Context, q *store.Queries, jobID uuid.U
 // waitReasons says why each task waiting for admission waits (one reading
 // per queue).
 func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
+	if err := parkedReasons(ctx, q, tasks); err != nil {
+		return err
+	}
 	var now time.Time
 	byQueue := map[string]string{}
 	for i := range tasks {
@@ -423,6 +428,37 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 			byQueue[key] = why
 		}
 		tasks[i].WaitReason = why
+	}
+	return nil
+}
+
+// parkedReasons says what each parked step waits for ("sleep until T":
+// docs/parked-steps.md), read from the parked rows of the runs that have
+// one (a running task on no worker that started no child run).
+func parkedReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
+	var runs []uuid.UUID
+	for _, t := range tasks {
+		if t.Status == lifecycle.TaskRunning && t.JobStep && t.ChildRunID == nil && !slices.Contains(runs, t.RunID) {
+			runs = append(runs, t.RunID)
+		}
+	}
+	if len(runs) == 0 {
+		return nil
+	}
+	rows, err := q.ParkedOfRuns(ctx, runs)
+	if err != nil {
+		return err
+	}
+	why := make(map[uuid.UUID]string, len(rows))
+	for _, r := range rows {
+		if r.WakeAt != nil {
+			why[r.TaskID] = r.Kind + " until " + r.WakeAt.UTC().Format(time.RFC3339)
+		}
+	}
+	for i := range tasks {
+		if w, ok := why[tasks[i].ID]; ok {
+			tasks[i].WaitReason = w
+		}
 	}
 	return nil
 }

@@ -137,6 +137,9 @@ WITH k AS (
     SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.token, t.attempt_worker, t.attempt_started_at,
            now(), 'failed', $2::text, $3::text, $4::text
     FROM t WHERE t.was = 'running'
+), p AS (
+    -- a parked step's row goes with its task's end (docs/parked-steps.md)
+    DELETE FROM parked_steps WHERE task_id IN (SELECT t.id FROM t WHERE t.was = 'running')
 )
 SELECT t.id FROM t
 `
@@ -153,7 +156,8 @@ type CancelTasksOfRunsParams struct {
 // reason, class and error; bumping the fencing token turns a running
 // attempt's later report into a stale one (RecordLateReport finds its row
 // by the token it ran under). k locks the tasks and reads what they were:
-// a start that commits while this waits for its row is seen running.
+// a start that commits while this waits for its row is seen running. A
+// parked step's row is deleted with it.
 func (q *Queries) CancelTasksOfRuns(ctx context.Context, arg CancelTasksOfRunsParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, cancelTasksOfRuns,
 		arg.RunIds,

@@ -680,7 +680,7 @@ func (w *Watchdog) load(ctx context.Context, q *store.Queries, need map[uuid.UUI
 			return fmt.Errorf("job %s: stored spec: %w", r.ID, err)
 		}
 		for i, st := range j.spec.Steps {
-			if st.Run.Job == nil { // a job step has no timeout: its child run's steps have theirs
+			if !st.OnNoWorker() { // a job step has no timeout (its child run's steps have theirs), nor a parked one
 				j.timeouts[st.Name] = j.spec.Effective(i).Timeout
 			}
 		}

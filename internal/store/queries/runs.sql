@@ -189,7 +189,8 @@ SELECT id FROM r;
 -- reason, class and error; bumping the fencing token turns a running
 -- attempt's later report into a stale one (RecordLateReport finds its row
 -- by the token it ran under). k locks the tasks and reads what they were:
--- a start that commits while this waits for its row is seen running.
+-- a start that commits while this waits for its row is seen running. A
+-- parked step's row is deleted with it.
 -- name: CancelTasksOfRuns :many
 WITH k AS (
     SELECT id, status AS was FROM tasks
@@ -207,6 +208,9 @@ WITH k AS (
     SELECT t.attempt_id, t.id, t.tenant_id, t.attempt, t.token, t.attempt_worker, t.attempt_started_at,
            now(), 'failed', @exit_reason::text, @failure_class::text, @error::text
     FROM t WHERE t.was = 'running'
+), p AS (
+    -- a parked step's row goes with its task's end (docs/parked-steps.md)
+    DELETE FROM parked_steps WHERE task_id IN (SELECT t.id FROM t WHERE t.was = 'running')
 )
 SELECT t.id FROM t;
 

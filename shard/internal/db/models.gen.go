@@ -304,6 +304,17 @@ type Notification struct {
 	FinishedAt     *time.Time
 }
 
+type ParkedStep struct {
+	TaskID       uuid.UUID
+	TenantID     uuid.UUID
+	RunID        uuid.UUID
+	Shard        int32
+	Kind         string
+	FencingToken int64
+	WakeAt       *time.Time
+	CreatedAt    time.Time
+}
+
 type Queue struct {
 	Name      string
 	CreatedAt time.Time

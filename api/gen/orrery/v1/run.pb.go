@@ -317,6 +317,8 @@ type Task struct {
 	// serves queue etl", "tenant quota 50/50", "tenant quota in queue etl
 	// 10/10", "queue etl full 400/400", "waiting for its turn", "retry
 	// backoff until ..."; empty once it is admitted (handed to its queue).
+	// For a parked step (running on no worker), what ends it: "sleep until
+	// 2026-12-01T09:00:00Z".
 	WaitReason string `protobuf:"bytes,15,opt,name=wait_reason,json=waitReason,proto3" json:"wait_reason,omitempty"`
 	// When its current wait for admission began (release, replay, or the
 	// end of a retry's backoff).

@@ -1,0 +1,61 @@
+-- Parked steps (docs/parked-steps.md).
+
+-- ParkTasks parks released steps: each task running (attempt + 1, a new
+-- fencing token, its attempt on record on @workers[i]; no worker, lease,
+-- deadline or admission mark), and its parked row written beside it,
+-- due at @untils[i] or, when that is before 1971, @after_seconds[i] from
+-- now. A task no longer waiting or queued is left alone (no row).
+-- name: ParkTasks :many
+WITH req AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@attempt_ids::uuid[]) AS attempt_id, unnest(@workers::text[]) AS worker,
+           unnest(@kinds::text[]) AS kind, unnest(@shards::int[]) AS shard,
+           unnest(@after_seconds::float8[]) AS after_seconds, unnest(@untils::timestamptz[]) AS until
+), t AS (
+    UPDATE tasks
+    SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
+        worker_id = NULL, lease_expires_at = NULL, deadline_at = NULL, admitted_at = NULL,
+        started_at = COALESCE(tasks.started_at, now()), released_at = COALESCE(tasks.released_at, now()), ready_at = COALESCE(tasks.ready_at, now()),
+        attempt_id = req.attempt_id, attempt_started_at = now(), attempt_worker = req.worker
+    FROM req
+    WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
+    RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.fencing_token
+)
+INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at)
+SELECT t.id, t.tenant_id, t.run_id, req.shard, req.kind, t.fencing_token,
+       CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END
+FROM t JOIN req ON req.id = t.id
+ON CONFLICT (task_id) DO UPDATE
+SET tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, shard = EXCLUDED.shard, kind = EXCLUDED.kind,
+    fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, created_at = now()
+RETURNING task_id;
+
+-- HasDueParked: whether the shards have parked steps due (a probe before
+-- a transaction of the timers step).
+-- name: HasDueParked :one
+SELECT EXISTS (SELECT 1 FROM parked_steps WHERE shard = ANY(@shards::int[]) AND wake_at <= now())::bool;
+
+-- TakeDueParked locks the shards' parked steps that are due, the earliest
+-- first, skipping those another transaction holds.
+-- name: TakeDueParked :many
+SELECT task_id, run_id, kind, fencing_token, wake_at FROM parked_steps
+WHERE shard = ANY(@shards::int[]) AND wake_at <= now()
+ORDER BY wake_at
+LIMIT @batch
+FOR UPDATE SKIP LOCKED;
+
+-- name: DeleteParked :exec
+DELETE FROM parked_steps WHERE task_id = ANY(@ids::uuid[]);
+
+-- DeleteParkedOfRuns deletes the parked rows of cancelled runs' tasks.
+-- name: DeleteParkedOfRuns :exec
+DELETE FROM parked_steps WHERE run_id = ANY(@run_ids::uuid[]);
+
+-- ParkedOfRuns reads the parked steps of runs (the run views: what each
+-- waits for).
+-- name: ParkedOfRuns :many
+SELECT task_id, kind, wake_at FROM parked_steps WHERE run_id = ANY(@run_ids::uuid[]);
+
+-- SetAsideParked puts off a parked step whose transaction failed alone by
+-- a minute (the scheduler logs why), so that it holds up no other.
+-- name: SetAsideParked :exec
+UPDATE parked_steps SET wake_at = now() + interval '1 minute' WHERE task_id = @task_id;
