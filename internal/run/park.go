@@ -49,7 +49,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	}
 	var spent uint64
 	var p store.ParkTasksParams
-	now := time.Now()
+	var now time.Time // the database's, read for the first until
 	for _, t := range todo {
 		sl := t.step.Sleep
 		after, until := sl.For.Seconds(), time.Time{}
@@ -62,6 +62,11 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 				continue
 			}
 			at, err := time.Parse(time.RFC3339, s)
+			if err == nil && now.IsZero() {
+				if now, err = ap.q.DatabaseNow(ctx); err != nil {
+					return err
+				}
+			}
 			switch {
 			case err != nil:
 				v.fail = append(v.fail, verdict{t.cand, fmt.Sprintf("sleep.until: %.100q is not an RFC 3339 instant", s)})
@@ -119,8 +124,8 @@ func (a *Applier) WakeParked(ctx context.Context, tx pgx.Tx, shards []int32, bat
 	runs := make([]uuid.UUID, len(due))
 	ids := make([]uuid.UUID, len(due))
 	reports := make([]Report, len(due))
-	now := time.Now().UTC()
 	for i, d := range due {
+		now := d.Now.UTC()
 		runs[i], ids[i] = d.RunID, d.TaskID
 		until := now // (a row due has its time)
 		if d.WakeAt != nil {

@@ -328,7 +328,12 @@ func TestBackfillWaitsForStorageRoom(t *testing.T) {
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM runs"); n != 3 {
 		t.Fatalf("%d runs written, want the 3 that fit (none skipped)", n)
 	}
-	if _, err := pool.Exec(ctx, "UPDATE tenants SET max_runs = 0"); err != nil {
+	// Retried: under SERIALIZABLE the update may meet the backfill step's
+	// read of the quota and fail with 40001.
+	if err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "UPDATE tenants SET max_runs = 0")
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	enginetest.WaitFor(t, 30*time.Second, "the backfill done", func() bool {

@@ -158,7 +158,7 @@ func (q *Queries) SetAsideParked(ctx context.Context, taskID uuid.UUID) error {
 }
 
 const takeDueParked = `-- name: TakeDueParked :many
-SELECT task_id, run_id, kind, fencing_token, wake_at FROM parked_steps
+SELECT task_id, run_id, kind, fencing_token, wake_at, now()::timestamptz AS now FROM parked_steps
 WHERE shard = ANY($1::int[]) AND wake_at <= now()
 ORDER BY wake_at
 LIMIT $2
@@ -176,6 +176,7 @@ type TakeDueParkedRow struct {
 	Kind         string
 	FencingToken int64
 	WakeAt       *time.Time
+	Now          time.Time
 }
 
 // TakeDueParked locks the shards' parked steps that are due, the earliest
@@ -195,6 +196,7 @@ func (q *Queries) TakeDueParked(ctx context.Context, arg TakeDueParkedParams) ([
 			&i.Kind,
 			&i.FencingToken,
 			&i.WakeAt,
+			&i.Now,
 		); err != nil {
 			return nil, err
 		}

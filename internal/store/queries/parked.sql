@@ -37,7 +37,7 @@ SELECT EXISTS (SELECT 1 FROM parked_steps WHERE shard = ANY(@shards::int[]) AND 
 -- TakeDueParked locks the shards' parked steps that are due, the earliest
 -- first, skipping those another transaction holds.
 -- name: TakeDueParked :many
-SELECT task_id, run_id, kind, fencing_token, wake_at FROM parked_steps
+SELECT task_id, run_id, kind, fencing_token, wake_at, now()::timestamptz AS now FROM parked_steps
 WHERE shard = ANY(@shards::int[]) AND wake_at <= now()
 ORDER BY wake_at
 LIMIT @batch
