@@ -124,12 +124,73 @@ func (ap *applying) finish(ctx context.Context, reports []Report) ([]bool, error
 	if err := ap.finishItems(ctx, reports, items, accepted); err != nil {
 		return nil, err
 	}
-	for _, i := range other {
-		if accepted[i], err = ap.finishOne(ctx, reports[i]); err != nil {
-			return nil, err
-		}
+	if err := ap.finishOthers(ctx, reports, other, accepted); err != nil {
+		return nil, err
 	}
 	return accepted, nil
+}
+
+// finishOthers finishes the reports at idx (in run order) on runs of
+// several tasks that are not fan-out items: those of runs the batch names
+// once together (their attempts in one statement, their children counted
+// and released in one), as finishOne would one by one, since no two of
+// them share a run; those of a run the batch names more than once one at
+// a time, so that the last task of the run sees the others ended.
+func (ap *applying) finishOthers(ctx context.Context, all []Report, idx []int, accepted []bool) error {
+	per := make(map[uuid.UUID]int, len(idx))
+	for _, i := range idx {
+		per[all[i].RunID]++
+	}
+	var apart, together []int
+	for _, i := range idx {
+		if per[all[i].RunID] == 1 {
+			together = append(together, i)
+		} else {
+			apart = append(apart, i)
+		}
+	}
+	if len(together) == 1 { // one: finishOne's path is the same
+		apart, together = idx, nil
+	}
+	taken, err := ap.complete(ctx, all, together, accepted)
+	if err != nil {
+		return err
+	}
+	var retries []dispatch.Ready
+	var parents []uuid.UUID
+	for _, e := range taken {
+		switch f, t := e.f, e.t; {
+		case f.Task == lifecycle.TaskRetrying:
+			retries = append(retries, retryOf(e.r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
+		case t.GroupID != nil: // (items are finished apart: not met here)
+			return fmt.Errorf("task %s: an item of a fan-out among the others", e.r.TaskID)
+		case f.ReleaseChildren:
+			parents = append(parents, e.r.TaskID)
+		case f.FailDescendants:
+			if err := ap.propagate(ctx, t.RunID, e.r.TaskID, lifecycle.TaskDeadLettered); err != nil {
+				return err
+			}
+		}
+	}
+	if err := ap.Dispatcher.Release(ctx, ap.tx, retries); err != nil {
+		return err
+	}
+	if err := ap.releaseChildren(ctx, parents...); err != nil {
+		return err
+	}
+	for _, e := range taken {
+		if e.f.Task != lifecycle.TaskRetrying {
+			if err := ap.finishRun(ctx, e.t.RunID, e.f.PromoteHeld); err != nil {
+				return err
+			}
+		}
+	}
+	for _, i := range apart {
+		if accepted[i], err = ap.finishOne(ctx, all[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // shapes fills in the Shape and RunID of the reports that did not carry

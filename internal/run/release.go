@@ -27,10 +27,13 @@ type candidate struct {
 	jobStep     bool // its step runs a job (run.job): it starts a child run, not queued
 }
 
-// releaseChildren counts a succeeded parent for each waiting child and
+// releaseChildren counts succeeded parents for each waiting child and
 // releases the children whose count reaches zero (invariant 4).
-func (ap *applying) releaseChildren(ctx context.Context, parent uuid.UUID) error {
-	children, err := ap.q.DecrementChildren(ctx, parent)
+func (ap *applying) releaseChildren(ctx context.Context, parents ...uuid.UUID) error {
+	if len(parents) == 0 {
+		return nil
+	}
+	children, err := ap.q.DecrementChildren(ctx, parents)
 	if err != nil {
 		return err
 	}

@@ -272,10 +272,14 @@ func (q *Queries) CountItemEnds(ctx context.Context, arg CountItemEndsParams) ([
 }
 
 const decrementChildren = `-- name: DecrementChildren :many
-UPDATE tasks SET parents_remaining = parents_remaining - 1
-WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = $1) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out, job_step, attempt,
-    res_cpu, res_memory, res_gpu, res_custom
+WITH e AS (
+    SELECT child_id, count(*)::int AS n FROM task_edges WHERE parent_id = ANY($1::uuid[]) GROUP BY child_id
+)
+UPDATE tasks SET parents_remaining = parents_remaining - e.n
+FROM e
+WHERE tasks.id = e.child_id AND tasks.status = 'waiting'
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional,
+    tasks.fan_out, tasks.job_step, tasks.attempt, tasks.res_cpu, tasks.res_memory, tasks.res_gpu, tasks.res_custom
 `
 
 type DecrementChildrenRow struct {
@@ -296,10 +300,11 @@ type DecrementChildrenRow struct {
 	ResCustom        []byte
 }
 
-// DecrementChildren counts one more parent done for each child of a task
-// and returns the children with their new counts.
-func (q *Queries) DecrementChildren(ctx context.Context, parentID uuid.UUID) ([]DecrementChildrenRow, error) {
-	rows, err := q.db.Query(ctx, decrementChildren, parentID)
+// DecrementChildren counts the tasks @parent_ids done for each of their
+// waiting children (one for each of its parents among them) and returns
+// the children with their new counts.
+func (q *Queries) DecrementChildren(ctx context.Context, parentIds []uuid.UUID) ([]DecrementChildrenRow, error) {
+	rows, err := q.db.Query(ctx, decrementChildren, parentIds)
 	if err != nil {
 		return nil, err
 	}

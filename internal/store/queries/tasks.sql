@@ -87,13 +87,18 @@ SELECT id, fencing_token FROM tasks WHERE worker_id = @worker_id AND status = 'r
 UPDATE attempts SET late_outcome = @outcome, late_error = @error, late_at = now()
 WHERE task_id = @task_id AND fencing_token = @fencing_token;
 
--- DecrementChildren counts one more parent done for each child of a task
--- and returns the children with their new counts.
+-- DecrementChildren counts the tasks @parent_ids done for each of their
+-- waiting children (one for each of its parents among them) and returns
+-- the children with their new counts.
 -- name: DecrementChildren :many
-UPDATE tasks SET parents_remaining = parents_remaining - 1
-WHERE id IN (SELECT child_id FROM task_edges WHERE parent_id = @parent_id) AND status = 'waiting'
-RETURNING id, tenant_id, parents_remaining, queue, priority, run_id, step, conditional, fan_out, job_step, attempt,
-    res_cpu, res_memory, res_gpu, res_custom;
+WITH e AS (
+    SELECT child_id, count(*)::int AS n FROM task_edges WHERE parent_id = ANY(@parent_ids::uuid[]) GROUP BY child_id
+)
+UPDATE tasks SET parents_remaining = parents_remaining - e.n
+FROM e
+WHERE tasks.id = e.child_id AND tasks.status = 'waiting'
+RETURNING tasks.id, tasks.tenant_id, tasks.parents_remaining, tasks.queue, tasks.priority, tasks.run_id, tasks.step, tasks.conditional,
+    tasks.fan_out, tasks.job_step, tasks.attempt, tasks.res_cpu, tasks.res_memory, tasks.res_gpu, tasks.res_custom;
 
 -- name: ReleaseTasks :exec
 UPDATE tasks SET status = 'queued', released_at = COALESCE(released_at, now()), ready_at = now(),
