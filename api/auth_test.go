@@ -17,8 +17,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/orrery-dev/orrery/api"
-	"github.com/orrery-dev/orrery/engine/executor"
 	_ "github.com/orrery-dev/orrery/api/gen/orrery/v1" // registers the services' descriptors
+	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/enginetest"

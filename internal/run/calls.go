@@ -90,7 +90,7 @@ func (ap *applying) startCalls(ctx context.Context, cands []candidate) error {
 		start.AttemptIds = append(start.AttemptIds, uuid.Must(uuid.NewV7()))
 	}
 	var todo []pendingCall
-	var parks []pendingPark // steps that park (sleep) instead of calling
+	var parks []pendingPark        // steps that park (sleep) instead of calling
 	var ended []store.ChildRunsRow // children that succeeded already: their steps end now
 	var outputs outputsToRead
 	for _, c := range cands {
