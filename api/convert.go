@@ -78,6 +78,7 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 			Timeout: durationFromProto(st.GetTimeout()), Retry: retryFromProto(st.GetRetry()),
 			ForEach: st.GetForEach(), MaxParallel: int(st.GetMaxParallel()), MinSuccess: dag.MinSuccess(st.GetMinSuccess()),
 			Resources: resourcesFromProto(st.GetResources()), ResourceProfile: st.GetResourceProfile(), Sleep: sleepFromProto(st.GetSleep()),
+			Wait: waitFromProto(st.GetWait()),
 		})
 	}
 	return r
@@ -91,6 +92,20 @@ func sleepFromProto(s *orreryv1.Sleep) *dag.Sleep {
 		return &dag.Sleep{Until: s.GetUntil()}
 	}
 	return &dag.Sleep{For: s.GetDuration().AsDuration()}
+}
+
+func waitFromProto(w *orreryv1.Wait) *dag.Wait {
+	if w == nil {
+		return nil
+	}
+	return &dag.Wait{Event: w.GetEvent(), Match: w.GetMatch(), Timeout: durationFromProto(w.GetTimeout())}
+}
+
+func waitToProto(w *dag.Wait) *orreryv1.Wait {
+	if w == nil {
+		return nil
+	}
+	return &orreryv1.Wait{Event: w.Event, Match: w.Match, Timeout: durationToProto(w.Timeout)}
 }
 
 func sleepToProto(s *dag.Sleep) *orreryv1.Sleep {
@@ -280,6 +295,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 			Timeout: durationToProto(st.Timeout), Retry: retryToProto(st.Retry),
 			ForEach: st.ForEach, MaxParallel: int32(st.MaxParallel), MinSuccess: string(st.MinSuccess),
 			Resources: resourcesToProto(st.Resources), ResourceProfile: st.ResourceProfile, Sleep: sleepToProto(st.Sleep),
+			Wait: waitToProto(st.Wait),
 		})
 	}
 	return md, spec

@@ -50,6 +50,22 @@ type StepExprs struct {
 	forEach   *expr.Program
 	// ForEachReads is what its fan-out's list reads (Items).
 	ForEachReads expr.Reads
+	match        *expr.Program
+	// MatchReads is what its wait's match reads (Match).
+	MatchReads expr.Reads
+}
+
+// Match decides a waiting step's match for the event arriving (vars'
+// Incoming): true without a match.
+func (x *StepExprs) Match(vars expr.Vars) (bool, error) {
+	if x == nil || x.match == nil {
+		return true, nil
+	}
+	ok, err := x.match.Condition(x.env.Activation(vars))
+	if err != nil {
+		return false, &ApplyError{Field: "wait.match", Err: err}
+	}
+	return ok, nil
 }
 
 type compiled struct {
@@ -61,7 +77,7 @@ type compiled struct {
 func (s *JobSpec) HasExprs() bool {
 	for i := range s.Steps {
 		st := &s.Steps[i]
-		if st.When != "" || st.ForEach != "" || bytes.Contains(st.Payload, []byte(expr.Open)) {
+		if st.When != "" || st.ForEach != "" || (st.Wait != nil && st.Wait.Match != "") || bytes.Contains(st.Payload, []byte(expr.Open)) {
 			return true
 		}
 		found := false
@@ -160,6 +176,27 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 				se.when, se.WhenReads = prg, prg.Reads
 			}
 		}
+		if w := st.Wait; w != nil && w.Match != "" {
+			field := fmt.Sprintf("spec.steps[%d].wait.match", i)
+			if ancestors == nil {
+				ancestors = ancestorsOf(s.Steps, i)
+			}
+			count++
+			prg, err := compileWhen(env, w.Match, ancestors)
+			if err == nil && prg.Reads.Item {
+				err = errors.New("a wait's match cannot read item or item_index")
+			}
+			if err != nil {
+				fe := &FieldError{Field: field, Message: err.Error()}
+				var xe *expr.Error
+				if errors.As(err, &xe) {
+					fe.Offset = xe.Offset
+				}
+				es = append(es, fe)
+			} else {
+				se.match, se.MatchReads = prg, prg.Reads
+			}
+		}
 		if st.ForEach != "" {
 			field := fmt.Sprintf("spec.steps[%d].for_each", i)
 			if ancestors == nil {
@@ -178,7 +215,7 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 				se.forEach, se.ForEachReads = prg, prg.Reads
 			}
 		}
-		if len(se.templates) > 0 || se.when != nil || se.forEach != nil {
+		if len(se.templates) > 0 || se.when != nil || se.forEach != nil || se.match != nil {
 			x.steps[st.Name] = se
 		}
 	}

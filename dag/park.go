@@ -10,11 +10,13 @@ import (
 	"github.com/invopop/jsonschema"
 
 	"github.com/orrery-dev/orrery/dag/expr"
+	"github.com/orrery-dev/orrery/dag/schedule"
 	"go.yaml.in/yaml/v3"
 )
 
 // Parked steps (docs/parked-steps.md): steps the engine runs without a
-// worker, which wait until something ends them. Sleep is the one built.
+// worker, which wait until something ends them: a time (Sleep) or an
+// event (Wait).
 
 // Bounds of a sleep.
 const (
@@ -99,8 +101,26 @@ func (Sleep) JSONSchema() *jsonschema.Schema {
 	}, Description: "park the step (no worker, no slot) for a duration from its release, or until an instant; its output is {until, time}"}
 }
 
+// Wait parks a step until an event of its type, published after it
+// parked, for which match holds (a condition over event, the one arriving,
+// and the run's variables: run.event is the run's own), or until its
+// timeout, which fails it. Its output is the event.
+type Wait struct {
+	Event   string    `json:"event" yaml:"event"`
+	Match   string    `json:"match,omitempty" yaml:"match,omitempty"`
+	Timeout *Duration `json:"timeout" yaml:"timeout"`
+}
+
 // Parks reports whether the step is parked rather than run.
-func (st *Step) Parks() bool { return st.Sleep != nil }
+func (st *Step) Parks() bool { return st.Sleep != nil || st.Wait != nil }
+
+// parkKind names what parks the step, as its fields are named.
+func (st *Step) parkKind() string {
+	if st.Wait != nil {
+		return "wait"
+	}
+	return "sleep"
+}
 
 // OnNoWorker reports whether the engine runs the step itself, on no
 // worker: a step that runs a job (its child run does the work) or a
@@ -110,19 +130,37 @@ func (st *Step) OnNoWorker() bool { return st.Run.Job != nil || st.Parks() }
 // validateParked checks a parked step: its own bounds, and none of what
 // only a step that runs somewhere takes.
 func validateParked(es *Errors, p string, st *Step) {
-	if st.Sleep == nil {
-		return
+	kind := st.parkKind()
+	if st.Sleep != nil && st.Wait != nil {
+		es.add(p+".wait", "a step sleeps or waits, not both")
 	}
 	if st.Run != (Executor{}) {
-		es.add(p+".run", "a step that sleeps runs nothing: give run or sleep, not both")
+		es.add(p+".run", "a step that %ss runs nothing: give run or %s, not both", kind, kind)
 	}
-	if st.Sleep.Until == "" && (st.Sleep.For < MinSleep || st.Sleep.For > MaxSleep) {
-		es.add(p+".sleep", "%s is outside 1s..8784h (366 days)", st.Sleep.For)
-	}
-	if st.Sleep.Until != "" && !expr.HasExpr(st.Sleep.Until) {
-		if _, err := time.Parse(time.RFC3339, st.Sleep.Until); err != nil {
-			es.add(p+".sleep.until", "%q is neither an RFC 3339 instant nor ${{ EXPR }}", st.Sleep.Until)
+	if sl := st.Sleep; sl != nil {
+		if sl.Until == "" && (sl.For < MinSleep || sl.For > MaxSleep) {
+			es.add(p+".sleep", "%s is outside 1s..8784h (366 days)", sl.For)
 		}
+		if sl.Until != "" && !expr.HasExpr(sl.Until) {
+			if _, err := time.Parse(time.RFC3339, sl.Until); err != nil {
+				es.add(p+".sleep.until", "%q is neither an RFC 3339 instant nor ${{ EXPR }}", sl.Until)
+			}
+		}
+	}
+	if w := st.Wait; w != nil {
+		if msg := schedule.ValidEventType(w.Event); msg != "" {
+			es.add(p+".wait.event", "%s", msg)
+		}
+		switch {
+		case w.Timeout == nil:
+			es.add(p+".wait.timeout", "name how long the step waits at most (timeout: 72h), 1s to 8784h (366 days)")
+		case w.Timeout.Duration < MinSleep || w.Timeout.Duration > MaxSleep:
+			es.add(p+".wait.timeout", "%s is outside 1s..8784h (366 days)", w.Timeout.Duration)
+		}
+		if w.Match != "" && !expr.HasExpr(w.Match) {
+			es.add(p+".wait.match", "a match is one ${{ EXPR }} of a boolean, over event (the event arriving) and the run's variables")
+		}
+		// match is compiled with the step's expressions (CompileExprs).
 	}
 	for _, f := range []struct {
 		name string
@@ -132,7 +170,7 @@ func validateParked(es *Errors, p string, st *Step) {
 		{"queue", st.Queue != ""}, {"priority", st.Priority != ""}, {"resources", st.Resources != nil}, {"resource_profile", st.ResourceProfile != ""},
 	} {
 		if f.set {
-			es.add(p+"."+f.name, "a step that sleeps runs nowhere: it takes no %s", f.name)
+			es.add(p+"."+f.name, "a step that %ss runs nowhere: it takes no %s", kind, f.name)
 		}
 	}
 }

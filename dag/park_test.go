@@ -76,3 +76,36 @@ func TestSleepDecodesAndIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// A step waits for an event of a type, with a match and a timeout; every
+// mistake is refused naming its field.
+func TestWaitDecodesAndIsBounded(t *testing.T) {
+	y := strings.Replace(sleepJob, "sleep: 24h\n", "wait: {event: order.shipped, match: \"${{ event.data.order == run.event.data.order }}\", timeout: 72h}\n", 1)
+	docs, es := Decode("remind.yaml", []byte(y))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	st := docs[0].Resource.Spec.Steps[1]
+	if w := st.Wait; w == nil || w.Event != "order.shipped" || w.Timeout.Duration != 72*time.Hour || !st.Parks() {
+		t.Fatalf("wait: %+v", w)
+	}
+	x, xes := CompileExprs(&docs[0].Resource.Spec)
+	if len(xes) > 0 || x.Step("nap") == nil {
+		t.Fatalf("the match did not compile: %v", xes)
+	}
+	for _, c := range []struct{ edit, want string }{
+		{"wait: {event: order.shipped}\n", "spec.steps[1].wait.timeout: name how long the step waits at most"},
+		{"wait: {event: order.shipped, timeout: 9000h}\n", "spec.steps[1].wait.timeout: 9000h0m0s is outside 1s..8784h"},
+		{"wait: {event: \"order shipped\", timeout: 1h}\n", "spec.steps[1].wait.event:"},
+		{"wait: {event: order.shipped, timeout: 1h, match: \"event.data.x\"}\n", "spec.steps[1].wait.match: a match is one ${{ EXPR }}"},
+		{"wait: {event: order.shipped, timeout: 1h, match: \"${{ event.data.x +}}\"}\n", "spec.steps[1].wait.match"},
+		{"wait: {event: order.shipped, timeout: 1h, on_timeout: skip}\n", `unknown field "on_timeout"`},
+		{"wait: {event: order.shipped, timeout: 1h}\n      sleep: 1h\n", "spec.steps[1].wait: a step sleeps or waits, not both"},
+		{"wait: {event: order.shipped, timeout: 1h}\n      retry: {max_attempts: 2}\n", "spec.steps[1].retry: a step that waits runs nowhere"},
+	} {
+		_, es := Decode("remind.yaml", []byte(strings.Replace(sleepJob, "sleep: 24h\n", c.edit, 1)))
+		if len(es) == 0 || !strings.Contains(es.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.edit, es, c.want)
+		}
+	}
+}

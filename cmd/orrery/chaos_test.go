@@ -366,6 +366,16 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		}}}, ""); err != nil {
 		t.Fatal(err)
 	}
+	// A waiting step fires every 2 s and waits for the next chaos.tick
+	// published (docs/parked-steps.md): each wait ends once, by one event.
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "waiter"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("*/2 * * * * *")}, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{
+			{Name: "tick", Wait: &dag.Wait{Event: "chaos.tick", Match: "${{ event.data.n >= 0 }}", Timeout: dag.D(time.Hour)}},
+			{Name: "ping", Needs: []string{"tick"}, Run: dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}},
+		}}}, ""); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "bf-hourly"}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{Cron: schedule.Crons("0 * * * *")}, Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
 		t.Fatal(err)
@@ -759,7 +769,24 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	// Every event published through the kills and the pause started
 	// exactly one run of on-event, which succeeded.
+	// The waits still parked end by one last tick.
+	if _, err := jobs.Pause(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "waiter"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := event.Publish(ctx, pool, job.DefaultTenant, jobs.Shards(), event.Event{Type: "chaos.tick", ID: "tick-last", Data: []byte(`{"n": 0}`)}); err != nil {
+		t.Fatal(err)
+	}
+	events++
 	poll(t, 60*time.Second, "every event matched", func() bool { return queryInt(t, pool, "SELECT count(*) FROM events WHERE pending") == 0 })
+	poll(t, 60*time.Second, "every waiter run ended", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'waiter' AND r.finished_at IS NULL") == 0
+	})
+	waits := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'waiter'")
+	if n := queryInt(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'waiter' AND (r.status <> 'succeeded'
+		OR (SELECT count(*) FROM every_attempt a JOIN tasks t ON t.id = a.task_id WHERE t.run_id = r.id AND t.step = 'tick' AND a.output LIKE '%"type":"chaos.tick"%') <> 1)`); n != 0 || waits < 10 {
+		t.Fatalf("%d of %d waiter runs did not end with one attempt, a tick its output", n, waits)
+	}
+	t.Logf("%d runs with a waiting step each ended once by an event, through the kills and the pause", waits)
 	if n := queryInt(t, pool, "SELECT count(*) FROM events WHERE source = ''"); n != events || events < 100 {
 		t.Fatalf("%d events written of %d published (each twice)", n, events)
 	}

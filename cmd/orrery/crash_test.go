@@ -405,3 +405,50 @@ func TestSleepAcrossSchedulerRestart(t *testing.T) {
 		t.Errorf("%d parked rows left", n)
 	}
 }
+
+// A waiting step survives the node that takes its event: node-1 is
+// SIGKILLed inside the events step's transaction once the wait's end is
+// written (failpoint run/waits-ended), which therefore writes nothing;
+// node-2 takes the event again and ends the wait once: one attempt, the
+// event as its output, the step after it run once.
+func TestWaitAcrossAKilledEventsStep(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	n1, jobs := nodeToKill(t, dsn, pool, "run/waits-ended=kill@1")
+	ctx := context.Background()
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "ship"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("0 0 1 1 *")}, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{
+			{Name: "shipped", Wait: &dag.Wait{Event: "order.shipped", Timeout: dag.D(time.Hour)}},
+			{Name: "after", Needs: []string{"shipped"}, Run: dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/echo", "${{ steps.shipped.output.id }}"}}}},
+		}}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	r, err := orun.NewService(pool, jobs, nil).Trigger(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "ship"}, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "the wait parks", func() bool { return queryInt(t, pool, "SELECT count(*) FROM parked_steps WHERE run_id = $1", r.ID) == 1 })
+	if _, err := event.Publish(ctx, pool, job.DefaultTenant, jobs.Shards(), event.Event{Type: "order.shipped", ID: "s-1", Data: []byte(`{"order": 1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "node-1 killed ending the wait", n1.exited)
+	if n := queryInt(t, pool, "SELECT count(*) FROM parked_steps WHERE run_id = $1", r.ID); n != 1 {
+		t.Fatalf("after the kill: %d parked rows, want the wait's still there", n)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM events WHERE pending"); n != 1 {
+		t.Fatalf("after the kill: %d events pending, want the one the killed transaction took", n)
+	}
+	startNodeProc(t, dsn, "node-2")
+	poll(t, 60*time.Second, "node-2 ends the wait and the run succeeds", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE id = $1 AND status = 'succeeded'", r.ID) == 1
+	})
+	if n := queryInt(t, pool, `SELECT count(*) FROM every_attempt AS a JOIN tasks AS t ON t.id = a.task_id
+		WHERE t.run_id = $1 AND t.step = 'shipped' AND a.output LIKE '%"id":"s-1"%'`, r.ID); n != 1 {
+		t.Errorf("the wait has %d attempts with the event as output, want 1", n)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM every_attempt AS a JOIN tasks AS t ON t.id = a.task_id WHERE t.run_id = $1", r.ID); n != 2 {
+		t.Errorf("%d attempts in the run, want 2", n)
+	}
+}

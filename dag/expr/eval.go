@@ -37,6 +37,9 @@ type Vars struct {
 	// (schedule.event), the event's id, type, source, time and data;
 	// empty otherwise.
 	Event map[string]any
+	// Incoming, when set, is what event reads instead (run.event stays
+	// the run's): the event a waiting step's match is asked about.
+	Incoming map[string]any
 	// Spent, when set, is a cost budget shared with other activations (a
 	// transaction's conditions): they all stop at one CostLimit.
 	Spent *uint64
@@ -86,6 +89,9 @@ func (e *Env) Activation(v Vars) Activation {
 	}
 	m["run.event"] = event
 	m["event"] = event
+	if v.Incoming != nil { // a wait's match: event is the one arriving
+		m["event"] = v.Incoming
+	}
 	m["job.name"] = v.Job
 	m["job.namespace"] = v.Namespace
 	m["attempt"] = int64(v.Attempt)

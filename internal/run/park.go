@@ -4,28 +4,39 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/expr"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
-// Parked steps (docs/parked-steps.md): released, a step that sleeps is
-// parked in the releasing transaction (park): its task running, with an
-// attempt on record on no worker, and its parked_steps row saying when it
-// ends. The scheduler node of its shard ends it when it is due
-// (WakeParked), through Finish, as a worker's report would.
+// Parked steps (docs/parked-steps.md): released, a step that sleeps or
+// waits is parked in the releasing transaction (park): its task running,
+// with an attempt on record on no worker, and its parked_steps row saying
+// what ends it. The scheduler node of its shard ends it when it is due
+// (WakeParked: a sleep's time, a wait's timeout), and the events step when
+// an event it waits for arrives (EndWaits), each through Finish, as a
+// worker's report would.
 
 // FailpointParkedWoken is hit in the transaction that ends due parked
 // steps (WakeParked), once their ends are written, before it commits.
 const FailpointParkedWoken = "run/parked-woken"
 
-// sleepWorker is the worker a sleeping step's attempts name.
-const sleepWorker = "orrery (sleep)"
+// FailpointWaitsEnded is hit in the events step's transaction once the
+// waits its events end are written (EndWaits), before it commits.
+const FailpointWaitsEnded = "run/waits-ended"
+
+// The workers a parked step's attempts name.
+const (
+	sleepWorker = "orrery (sleep)"
+	waitWorker  = "orrery (wait)"
+)
 
 // pendingPark is a released step that parks.
 type pendingPark struct {
@@ -36,8 +47,9 @@ type pendingPark struct {
 }
 
 // park parks the released steps of todo: a sleep's instant evaluated (its
-// until), its task running and its row written; a step whose instant does
-// not evaluate, or is past the bound, goes to v.fail.
+// until), a wait's timeout counted from now; each task running and its
+// row written. A sleep whose instant does not evaluate, or is past the
+// bound, goes to v.fail.
 func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outputsToRead, v *verdicts) error {
 	if len(todo) == 0 {
 		return nil
@@ -51,12 +63,19 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	var p store.ParkTasksParams
 	var now time.Time // the database's, read for the first until
 	for _, t := range todo {
-		sl := t.step.Sleep
-		after, until := sl.For.Seconds(), time.Time{}
-		if sl.Until != "" {
-			var vars = outputs.vars(runOf{id: t.run.ID, scheduledFor: t.run.ScheduledFor, trigger: string(t.run.Trigger), job: t.run.Name,
+		kind, worker, eventType := "sleep", sleepWorker, ""
+		var after float64
+		var until time.Time
+		switch {
+		case t.step.Wait != nil:
+			kind, worker, eventType = "wait", waitWorker, t.step.Wait.Event
+			after = t.step.Wait.Timeout.Seconds()
+		case t.step.Sleep.Until == "":
+			after = t.step.Sleep.For.Seconds()
+		default:
+			vars := outputs.vars(runOf{id: t.run.ID, scheduledFor: t.run.ScheduledFor, trigger: string(t.run.Trigger), job: t.run.Name,
 				ns: t.run.Namespace, params: t.run.Params, upstream: t.run.Upstream, event: t.run.Event, attempt: t.cand.ready.Attempt + 1}, readsOf(t.exprs), &spent)
-			s, err := t.exprs.Text("sleep.until", sl.Until, vars)
+			s, err := t.exprs.Text("sleep.until", t.step.Sleep.Until, vars)
 			if err != nil {
 				v.fail = append(v.fail, verdict{t.cand, err.Error()})
 				continue
@@ -75,15 +94,16 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 				v.fail = append(v.fail, verdict{t.cand, fmt.Sprintf("sleep.until: %s is more than 366 days ahead", at.UTC().Format(time.RFC3339))})
 				continue
 			}
-			after, until = 0, at
+			until = at
 		}
 		p.Ids = append(p.Ids, t.cand.ready.TaskID)
 		p.AttemptIds = append(p.AttemptIds, uuid.Must(uuid.NewV7()))
-		p.Workers = append(p.Workers, sleepWorker)
-		p.Kinds = append(p.Kinds, "sleep")
+		p.Workers = append(p.Workers, worker)
+		p.Kinds = append(p.Kinds, kind)
 		p.Shards = append(p.Shards, t.run.Shard)
 		p.AfterSeconds = append(p.AfterSeconds, after)
 		p.Untils = append(p.Untils, until)
+		p.EventTypes = append(p.EventTypes, eventType)
 	}
 	if len(p.Ids) == 0 {
 		return nil
@@ -108,41 +128,190 @@ func readsOf(x *dag.StepExprs) []string {
 }
 
 // WakeParked ends the shards' parked steps that are due, at most batch of
-// them, in the caller's transaction: each attempt succeeds with
-// {"until", "time"} under the fencing token its row holds (a stale one
-// ends nothing: the run was cancelled or retried meanwhile), with all
-// that follows (Finish), and the rows are deleted. It returns the steps
-// (tasks) it took, also when it fails after taking them.
+// them, in the caller's transaction: a sleep succeeds with {"until",
+// "time"}, a wait fails (its timeout). Each attempt ends under the
+// fencing token its row holds, with all that follows (Finish), and the
+// rows are deleted. The runs are locked before the rows, as a cancel
+// locks them before it deletes the rows. It returns the steps (tasks) it
+// took, also when it fails after taking them.
 func (a *Applier) WakeParked(ctx context.Context, tx pgx.Tx, shards []int32, batch int32) ([]uuid.UUID, error) {
 	ap := a.in(tx)
-	due, err := ap.q.TakeDueParked(ctx, store.TakeDueParkedParams{Shards: shards, Batch: batch})
+	due, err := ap.q.DueParked(ctx, store.DueParkedParams{Shards: shards, Batch: batch})
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
-	// The runs first, in key order, as a cancel locks a run before its
-	// tasks (Finish would take a one-task run's task before its run).
-	runs := make([]uuid.UUID, len(due))
 	ids := make([]uuid.UUID, len(due))
-	reports := make([]Report, len(due))
+	runs := make([]uuid.UUID, len(due))
 	for i, d := range due {
-		now := d.Now.UTC()
-		runs[i], ids[i] = d.RunID, d.TaskID
-		until := now // (a row due has its time)
-		if d.WakeAt != nil {
-			until = d.WakeAt.UTC()
+		ids[i], runs[i] = d.TaskID, d.RunID
+	}
+	rows, err := ap.lockParked(ctx, runs, ids)
+	if err != nil {
+		return ids, err
+	}
+	reports := make([]Report, 0, len(rows))
+	for _, r := range rows {
+		now := r.Now.UTC()
+		var until time.Time
+		if r.WakeAt != nil {
+			until = r.WakeAt.UTC()
 		}
-		out, _ := json.Marshal(map[string]string{"until": until.Format(time.RFC3339Nano), "time": now.Format(time.RFC3339Nano)})
-		reports[i] = Report{TaskID: d.TaskID, RunID: d.RunID, FencingToken: d.FencingToken, Result: executor.Result{OK: true, Output: string(out)}}
+		res := executor.Result{OK: true}
+		if r.Kind == "wait" {
+			res = executor.Result{ExitReason: executor.ReasonTimeout, FailureClass: executor.ClassUser,
+				Error: fmt.Sprintf("wait: no %s event matched before its timeout (%s)", deref(r.EventType), until.Format(time.RFC3339))}
+		} else {
+			out, _ := json.Marshal(map[string]string{"until": until.Format(time.RFC3339Nano), "time": now.Format(time.RFC3339Nano)})
+			res.Output = string(out)
+		}
+		reports = append(reports, Report{TaskID: r.TaskID, RunID: r.RunID, FencingToken: r.FencingToken, Result: res})
 	}
-	if err := ap.q.LockRuns(ctx, sortedUnique(runs)); err != nil {
-		return ids, err
-	}
-	if _, err := ap.finish(ctx, reports); err != nil {
-		return ids, err
-	}
-	if err := ap.q.DeleteParked(ctx, ids); err != nil {
+	if err := ap.endParked(ctx, reports); err != nil {
 		return ids, err
 	}
 	a.Failpoints.Hit(FailpointParkedWoken)
 	return ids, nil
+}
+
+// lockParked locks the runs, in key order, then the parked rows of tasks,
+// and returns the rows still there.
+func (ap *applying) lockParked(ctx context.Context, runs, tasks []uuid.UUID) ([]store.LockParkedRow, error) {
+	if err := ap.q.LockRuns(ctx, sortedUnique(runs)); err != nil {
+		return nil, err
+	}
+	return ap.q.LockParked(ctx, tasks)
+}
+
+// endParked finishes parked steps' attempts and deletes their rows.
+func (ap *applying) endParked(ctx context.Context, reports []Report) error {
+	if len(reports) == 0 {
+		return nil
+	}
+	if _, err := ap.finish(ctx, reports); err != nil {
+		return err
+	}
+	ids := make([]uuid.UUID, len(reports))
+	for i, r := range reports {
+		ids[i] = r.TaskID
+	}
+	return ap.q.DeleteParked(ctx, ids)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// An Arrival is an event the events step takes, as a wait sees it.
+type Arrival struct {
+	Tenant     uuid.UUID
+	Type       string
+	ReceivedAt time.Time
+	// Event is its JSON form, as run.event holds it (id, type, source,
+	// time, data): the waiting step's output.
+	Event []byte
+}
+
+// EndWaits ends the parked waits that the arriving events end, in the
+// caller's transaction (the events step's, which marks the events taken
+// in it): a wait of an event's tenant and type that parked before the
+// event was received, whose match holds for it, succeeds with the event
+// as its output; the first such event of the batch ends it. A match that
+// fails on an event (a field it lacks) does not end the wait. It returns
+// how many waits it ended.
+func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (int, error) {
+	if len(events) == 0 {
+		return 0, nil
+	}
+	ap := a.in(tx)
+	var p store.WaitsForParams
+	for _, e := range events {
+		p.TenantIds = append(p.TenantIds, e.Tenant)
+		p.Types = append(p.Types, e.Type)
+		p.ReceivedAts = append(p.ReceivedAts, e.ReceivedAt)
+	}
+	cands, err := ap.q.WaitsFor(ctx, p)
+	if err != nil || len(cands) == 0 {
+		return 0, err
+	}
+	keys := make([]specKey, len(cands))
+	for i, c := range cands {
+		keys[i] = specKey{c.JobID, c.JobVersion}
+	}
+	got, err := specs.getMany(ctx, ap.tx, keys)
+	if err != nil {
+		return 0, err
+	}
+	var outputs outputsToRead
+	for _, c := range cands {
+		if x := got[specKey{c.JobID, c.JobVersion}].exprs.Step(c.Step); x != nil {
+			outputs.add(c.RunID, x.MatchReads.Steps)
+		}
+	}
+	if err := outputs.load(ctx, ap.q); err != nil {
+		return 0, err
+	}
+	parsed := make(map[int]map[string]any, len(events))
+	incoming := func(i int) map[string]any {
+		if m, ok := parsed[i]; ok {
+			return m
+		}
+		m := map[string]any{}
+		if v, err := expr.FromJSON(events[i].Event); err == nil {
+			m, _ = v.(map[string]any)
+		}
+		parsed[i] = m
+		return m
+	}
+	var spent uint64
+	chosen := map[uuid.UUID]int{} // a wait's task: the index of the event that ends it
+	var runs, tasks []uuid.UUID
+	for _, c := range cands { // by task, then event: a task's first match wins
+		if _, done := chosen[c.TaskID]; done {
+			continue
+		}
+		spec := got[specKey{c.JobID, c.JobVersion}]
+		x := spec.exprs.Step(c.Step)
+		i := int(c.EventIndex) - 1
+		vars := outputs.vars(runOf{id: c.RunID, scheduledFor: c.ScheduledFor, trigger: string(c.Trigger), job: c.Name, ns: c.Namespace,
+			params: c.Params, upstream: c.Upstream, event: c.Event, attempt: int(c.Attempt)}, matchReads(x), &spent)
+		vars.Incoming = incoming(i)
+		ok, err := x.Match(vars)
+		if err != nil || !ok {
+			continue // a match that fails on this event: not this one
+		}
+		chosen[c.TaskID] = i
+		runs, tasks = append(runs, c.RunID), append(tasks, c.TaskID)
+	}
+	if len(tasks) == 0 {
+		return 0, nil
+	}
+	rows, err := ap.lockParked(ctx, runs, tasks)
+	if err != nil {
+		return 0, err
+	}
+	reports := make([]Report, 0, len(rows))
+	for _, r := range rows {
+		if r.Kind != "wait" {
+			continue
+		}
+		reports = append(reports, Report{TaskID: r.TaskID, RunID: r.RunID, FencingToken: r.FencingToken,
+			Result: executor.Result{OK: true, Output: string(events[chosen[r.TaskID]].Event)}})
+	}
+	slices.SortFunc(reports, func(x, y Report) int { return slices.Compare(x.RunID[:], y.RunID[:]) })
+	if err := ap.endParked(ctx, reports); err != nil {
+		return 0, err
+	}
+	a.Failpoints.Hit(FailpointWaitsEnded)
+	return len(reports), nil
+}
+
+// matchReads is the steps a wait's match reads.
+func matchReads(x *dag.StepExprs) []string {
+	if x == nil {
+		return nil
+	}
+	return x.MatchReads.Steps
 }

@@ -432,8 +432,8 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 	return nil
 }
 
-// parkedReasons says what each parked step waits for ("sleep until T":
-// docs/parked-steps.md), read from the parked rows of the runs that have
+// parkedReasons says what each parked step waits for ("sleep until T",
+// "wait for order.shipped until T": docs/parked-steps.md), read from the parked rows of the runs that have
 // one (a running task on no worker that started no child run).
 func parkedReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 	var runs []uuid.UUID
@@ -451,7 +451,11 @@ func parkedReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 	}
 	why := make(map[uuid.UUID]string, len(rows))
 	for _, r := range rows {
-		if r.WakeAt != nil {
+		switch {
+		case r.WakeAt == nil:
+		case r.EventType != nil:
+			why[r.TaskID] = "wait for " + *r.EventType + " until " + r.WakeAt.UTC().Format(time.RFC3339)
+		default:
 			why[r.TaskID] = r.Kind + " until " + r.WakeAt.UTC().Format(time.RFC3339)
 		}
 	}

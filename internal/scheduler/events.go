@@ -98,6 +98,19 @@ func (s *Scheduler) eventsTx(ctx context.Context, leases []*shard.Lease, batch i
 		if err := s.startRuns(ctx, tx, q, news, cancel); err != nil {
 			return err
 		}
+		// The waiting steps the events end (docs/parked-steps.md), in the
+		// transaction that marks the events taken: each once.
+		arrivals := make([]run.Arrival, len(events))
+		for i, e := range events {
+			js, _, err := eventJSON(e)
+			if err != nil {
+				return err
+			}
+			arrivals[i] = run.Arrival{Tenant: e.TenantID, Type: e.Type, ReceivedAt: e.ReceivedAt, Event: js}
+		}
+		if _, err := s.applier().EndWaits(ctx, tx, arrivals); err != nil {
+			return err
+		}
 		if err := q.MarkEventsMatched(ctx, ids); err != nil {
 			return err
 		}

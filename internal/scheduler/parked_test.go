@@ -14,6 +14,7 @@ import (
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/internal/enginetest"
+	"github.com/orrery-dev/orrery/internal/event"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/node"
 	"github.com/orrery-dev/orrery/internal/pgtest"
@@ -130,5 +131,106 @@ func TestSleepingStepParksAndWakes(t *testing.T) {
 	}
 	if _, err := runs.CancelRun(ctx, job.Anonymous, long, "test"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A step that waits for an event parks until an event of its type,
+// published after it parked, for which its match holds (event is the
+// one arriving, run.event the run's own): that event is its output and
+// the step after it runs. An event published before it parked, one of
+// another type, one its match refuses, and another tenant's end nothing;
+// a second matching event ends nothing more. At its timeout it fails.
+func TestWaitingStepEndsByItsEvent(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	after := map[string]string{} // the after step's payload by run
+	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{
+		"note": func(ctx context.Context, c executor.Call) error {
+			mu.Lock()
+			defer mu.Unlock()
+			after[c.RunID.String()] = string(c.Payload)
+			return nil
+		},
+	})
+	startPolicyNode(t, pool, node.Config{})
+	never := schedule.Spec{Cron: schedule.Crons("0 0 1 1 *"), Timezone: "UTC"}
+	createJob(t, pool, "ship", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
+		Params: map[string]dag.Param{"order": {Type: "string"}},
+		Steps: []dag.Step{
+			{Name: "shipped", Wait: &dag.Wait{Event: "order.shipped", Match: "${{ event.data.order == params.order }}", Timeout: dag.D(time.Hour)}},
+			{Name: "after", Needs: []string{"shipped"}, Run: dag.Executor{Handler: "note"}, Payload: dag.Payload(`{"carrier": "${{ steps.shipped.output.data.carrier }}", "id": "${{ steps.shipped.output.id }}"}`)},
+		}})
+	createJob(t, pool, "short", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{{Name: "w", Wait: &dag.Wait{Event: "never.comes", Timeout: dag.D(time.Second)}}}})
+	jobs, _, runs := services(t, pool)
+	trigger := func(name string, params map[string]string) uuid.UUID {
+		t.Helper()
+		r, err := runs.TriggerWith(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: name}, run.TriggerOptions{IgnoreOverlap: true, ParamTexts: params})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	publish := func(tenant uuid.UUID, typ, id, data string) {
+		t.Helper()
+		if _, err := event.Publish(ctx, pool, tenant, jobs.Shards(), event.Event{Type: typ, ID: id, Data: []byte(data)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settled := func() {
+		t.Helper()
+		enginetest.WaitFor(t, 20*time.Second, "events taken", func() bool { return enginetest.Int(t, pool, "SELECT count(*) FROM events WHERE pending") == 0 })
+	}
+	waiting := func(id uuid.UUID) bool {
+		return enginetest.Int(t, pool, "SELECT count(*) FROM parked_steps WHERE run_id = $1 AND kind = 'wait'", id) == 1
+	}
+	other := uuid.Must(uuid.NewV7())
+	if _, err := pool.Exec(ctx, "INSERT INTO tenants (id, name) VALUES ($1, 'other')", other); err != nil {
+		t.Fatal(err)
+	}
+
+	publish(job.DefaultTenant, "order.shipped", "early", `{"order": "A", "carrier": "early"}`) // before the wait parks
+	settled()
+	a := trigger("ship", map[string]string{"order": "A"})
+	b := trigger("ship", map[string]string{"order": "B"})
+	enginetest.WaitFor(t, 20*time.Second, "both waits parked", func() bool { return waiting(a) && waiting(b) })
+	publish(job.DefaultTenant, "order.delivered", "x1", `{"order": "A"}`)         // another type
+	publish(job.DefaultTenant, "order.shipped", "x2", `{"order": "C"}`)           // its match refuses it
+	publish(job.DefaultTenant, "order.shipped", "x3", `{"no_order": true}`)       // its match fails on it
+	publish(other, "order.shipped", "x4", `{"order": "A", "carrier": "another"}`) // another tenant's
+	settled()
+	if !waiting(a) || !waiting(b) {
+		t.Fatal("an event that is not the one waited for ended a wait")
+	}
+	publish(job.DefaultTenant, "order.shipped", "ship-A", `{"order": "A", "carrier": "dhl"}`)
+	enginetest.WaitFor(t, 30*time.Second, "A's run succeeds", func() bool { return runStatus(t, pool, a) == "succeeded" })
+	publish(job.DefaultTenant, "order.shipped", "ship-A2", `{"order": "A", "carrier": "ups"}`) // ends nothing more
+	settled()
+	mu.Lock()
+	if p := after[a.String()]; !strings.Contains(p, `"carrier":"dhl"`) || !strings.Contains(p, `"id":"ship-A"`) {
+		t.Errorf("A's after step read %q, want the event ship-A", p)
+	}
+	mu.Unlock()
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM every_attempt a JOIN tasks t ON t.id = a.task_id WHERE t.run_id = $1 AND t.step = 'shipped'", a); n != 1 {
+		t.Errorf("A's wait has %d attempts", n)
+	}
+	if !waiting(b) || runStatus(t, pool, b) == "succeeded" {
+		t.Error("B's wait ended by A's event")
+	}
+
+	// A wait's timeout fails it.
+	s := trigger("short", nil)
+	enginetest.WaitFor(t, 30*time.Second, "the short wait times out", func() bool { return runStatus(t, pool, s) == "failed" })
+	var last string
+	if err := pool.QueryRow(ctx, "SELECT last_error FROM tasks WHERE run_id = $1", s).Scan(&last); err != nil || !strings.Contains(last, "wait: no never.comes event matched before its timeout") {
+		t.Errorf("the timed-out wait's error: %q (%v)", last, err)
+	}
+	if _, err := runs.CancelRun(ctx, job.Anonymous, b, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if waiting(b) {
+		t.Error("a cancelled wait's row is left")
 	}
 }

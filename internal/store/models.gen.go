@@ -315,6 +315,7 @@ type ParkedStep struct {
 	FencingToken int64
 	WakeAt       *time.Time
 	CreatedAt    time.Time
+	EventType    *string
 }
 
 type Queue struct {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 const deleteParked = `-- name: DeleteParked :exec
@@ -31,6 +32,46 @@ func (q *Queries) DeleteParkedOfRuns(ctx context.Context, runIds []uuid.UUID) er
 	return err
 }
 
+const dueParked = `-- name: DueParked :many
+SELECT task_id, run_id FROM parked_steps
+WHERE shard = ANY($1::int[]) AND wake_at <= now()
+ORDER BY wake_at
+LIMIT $2
+`
+
+type DueParkedParams struct {
+	Shards []int32
+	Batch  int32
+}
+
+type DueParkedRow struct {
+	TaskID uuid.UUID
+	RunID  uuid.UUID
+}
+
+// DueParked reads the shards' parked steps that are due, the earliest
+// first (their shards' owner alone takes them: no lock here; LockParked
+// takes them once their runs are locked).
+func (q *Queries) DueParked(ctx context.Context, arg DueParkedParams) ([]DueParkedRow, error) {
+	rows, err := q.db.Query(ctx, dueParked, arg.Shards, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DueParkedRow{}
+	for rows.Next() {
+		var i DueParkedRow
+		if err := rows.Scan(&i.TaskID, &i.RunID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const hasDueParked = `-- name: HasDueParked :one
 SELECT EXISTS (SELECT 1 FROM parked_steps WHERE shard = ANY($1::int[]) AND wake_at <= now())::bool
 `
@@ -44,12 +85,63 @@ func (q *Queries) HasDueParked(ctx context.Context, shards []int32) (bool, error
 	return column_1, err
 }
 
+const lockParked = `-- name: LockParked :many
+SELECT task_id, run_id, kind, fencing_token, wake_at, event_type, created_at, now()::timestamptz AS now FROM parked_steps
+WHERE task_id = ANY($1::uuid[])
+ORDER BY task_id
+FOR UPDATE
+`
+
+type LockParkedRow struct {
+	TaskID       uuid.UUID
+	RunID        uuid.UUID
+	Kind         string
+	FencingToken int64
+	WakeAt       *time.Time
+	EventType    *string
+	CreatedAt    time.Time
+	Now          time.Time
+}
+
+// LockParked locks the parked rows of tasks, after their runs (the order
+// of a cancel, which deletes them), and returns those still there: a
+// cancel or another wake may have ended them meanwhile.
+func (q *Queries) LockParked(ctx context.Context, taskIds []uuid.UUID) ([]LockParkedRow, error) {
+	rows, err := q.db.Query(ctx, lockParked, taskIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []LockParkedRow{}
+	for rows.Next() {
+		var i LockParkedRow
+		if err := rows.Scan(
+			&i.TaskID,
+			&i.RunID,
+			&i.Kind,
+			&i.FencingToken,
+			&i.WakeAt,
+			&i.EventType,
+			&i.CreatedAt,
+			&i.Now,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const parkTasks = `-- name: ParkTasks :many
 
 WITH req AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS attempt_id, unnest($3::text[]) AS worker,
            unnest($4::text[]) AS kind, unnest($5::int[]) AS shard,
-           unnest($6::float8[]) AS after_seconds, unnest($7::timestamptz[]) AS until
+           unnest($6::float8[]) AS after_seconds, unnest($7::timestamptz[]) AS until,
+           unnest($8::text[]) AS event_type
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
@@ -60,13 +152,14 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.fencing_token
 )
-INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at)
+INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type)
 SELECT t.id, t.tenant_id, t.run_id, req.shard, req.kind, t.fencing_token,
-       CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END
+       CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END,
+       NULLIF(req.event_type, '')
 FROM t JOIN req ON req.id = t.id
 ON CONFLICT (task_id) DO UPDATE
 SET tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, shard = EXCLUDED.shard, kind = EXCLUDED.kind,
-    fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, created_at = now()
+    fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type, created_at = now()
 RETURNING task_id
 `
 
@@ -78,6 +171,7 @@ type ParkTasksParams struct {
 	Shards       []int32
 	AfterSeconds []float64
 	Untils       []time.Time
+	EventTypes   []string
 }
 
 // Parked steps (docs/parked-steps.md).
@@ -95,6 +189,7 @@ func (q *Queries) ParkTasks(ctx context.Context, arg ParkTasksParams) ([]uuid.UU
 		arg.Shards,
 		arg.AfterSeconds,
 		arg.Untils,
+		arg.EventTypes,
 	)
 	if err != nil {
 		return nil, err
@@ -115,13 +210,14 @@ func (q *Queries) ParkTasks(ctx context.Context, arg ParkTasksParams) ([]uuid.UU
 }
 
 const parkedOfRuns = `-- name: ParkedOfRuns :many
-SELECT task_id, kind, wake_at FROM parked_steps WHERE run_id = ANY($1::uuid[])
+SELECT task_id, kind, wake_at, event_type FROM parked_steps WHERE run_id = ANY($1::uuid[])
 `
 
 type ParkedOfRunsRow struct {
-	TaskID uuid.UUID
-	Kind   string
-	WakeAt *time.Time
+	TaskID    uuid.UUID
+	Kind      string
+	WakeAt    *time.Time
+	EventType *string
 }
 
 // ParkedOfRuns reads the parked steps of runs (the run views: what each
@@ -135,7 +231,12 @@ func (q *Queries) ParkedOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Parke
 	items := []ParkedOfRunsRow{}
 	for rows.Next() {
 		var i ParkedOfRunsRow
-		if err := rows.Scan(&i.TaskID, &i.Kind, &i.WakeAt); err != nil {
+		if err := rows.Scan(
+			&i.TaskID,
+			&i.Kind,
+			&i.WakeAt,
+			&i.EventType,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -157,46 +258,69 @@ func (q *Queries) SetAsideParked(ctx context.Context, taskID uuid.UUID) error {
 	return err
 }
 
-const takeDueParked = `-- name: TakeDueParked :many
-SELECT task_id, run_id, kind, fencing_token, wake_at, now()::timestamptz AS now FROM parked_steps
-WHERE shard = ANY($1::int[]) AND wake_at <= now()
-ORDER BY wake_at
-LIMIT $2
-FOR UPDATE SKIP LOCKED
+const waitsFor = `-- name: WaitsFor :many
+SELECT DISTINCT ON (p.task_id, e.i) e.i::int AS event_index, p.task_id, p.run_id, t.step, t.attempt,
+       r.job_id, r.job_version, r.params, r.event, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name
+FROM (SELECT unnest($1::uuid[]) AS tenant_id, unnest($2::text[]) AS type, unnest($3::timestamptz[]) AS received_at,
+             generate_subscripts($1::uuid[], 1) AS i) AS e
+JOIN parked_steps AS p ON p.tenant_id = e.tenant_id AND p.event_type = e.type AND p.created_at < e.received_at
+JOIN tasks AS t ON t.id = p.task_id
+JOIN runs AS r ON r.id = p.run_id
+JOIN jobs AS j ON j.id = r.job_id
+ORDER BY p.task_id, e.i
 `
 
-type TakeDueParkedParams struct {
-	Shards []int32
-	Batch  int32
+type WaitsForParams struct {
+	TenantIds   []uuid.UUID
+	Types       []string
+	ReceivedAts []time.Time
 }
 
-type TakeDueParkedRow struct {
+type WaitsForRow struct {
+	EventIndex   int32
 	TaskID       uuid.UUID
 	RunID        uuid.UUID
-	Kind         string
-	FencingToken int64
-	WakeAt       *time.Time
-	Now          time.Time
+	Step         string
+	Attempt      int32
+	JobID        uuid.UUID
+	JobVersion   int64
+	Params       []byte
+	Event        []byte
+	Upstream     []byte
+	ScheduledFor time.Time
+	Trigger      lifecycle.Trigger
+	Namespace    string
+	Name         string
 }
 
-// TakeDueParked locks the shards' parked steps that are due, the earliest
-// first, skipping those another transaction holds.
-func (q *Queries) TakeDueParked(ctx context.Context, arg TakeDueParkedParams) ([]TakeDueParkedRow, error) {
-	rows, err := q.db.Query(ctx, takeDueParked, arg.Shards, arg.Batch)
+// WaitsFor reads the parked waits that events of (@tenant_ids[i],
+// @types[i]) received at @received_ats[i] may end: those of the tenant and
+// type that parked before the event was received, with what their match
+// needs (their run, its job version and step). An index probe per event.
+func (q *Queries) WaitsFor(ctx context.Context, arg WaitsForParams) ([]WaitsForRow, error) {
+	rows, err := q.db.Query(ctx, waitsFor, arg.TenantIds, arg.Types, arg.ReceivedAts)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []TakeDueParkedRow{}
+	items := []WaitsForRow{}
 	for rows.Next() {
-		var i TakeDueParkedRow
+		var i WaitsForRow
 		if err := rows.Scan(
+			&i.EventIndex,
 			&i.TaskID,
 			&i.RunID,
-			&i.Kind,
-			&i.FencingToken,
-			&i.WakeAt,
-			&i.Now,
+			&i.Step,
+			&i.Attempt,
+			&i.JobID,
+			&i.JobVersion,
+			&i.Params,
+			&i.Event,
+			&i.Upstream,
+			&i.ScheduledFor,
+			&i.Trigger,
+			&i.Namespace,
+			&i.Name,
 		); err != nil {
 			return nil, err
 		}

@@ -9,7 +9,8 @@
 WITH req AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@attempt_ids::uuid[]) AS attempt_id, unnest(@workers::text[]) AS worker,
            unnest(@kinds::text[]) AS kind, unnest(@shards::int[]) AS shard,
-           unnest(@after_seconds::float8[]) AS after_seconds, unnest(@untils::timestamptz[]) AS until
+           unnest(@after_seconds::float8[]) AS after_seconds, unnest(@untils::timestamptz[]) AS until,
+           unnest(@event_types::text[]) AS event_type
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
@@ -20,13 +21,14 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.fencing_token
 )
-INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at)
+INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type)
 SELECT t.id, t.tenant_id, t.run_id, req.shard, req.kind, t.fencing_token,
-       CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END
+       CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END,
+       NULLIF(req.event_type, '')
 FROM t JOIN req ON req.id = t.id
 ON CONFLICT (task_id) DO UPDATE
 SET tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, shard = EXCLUDED.shard, kind = EXCLUDED.kind,
-    fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, created_at = now()
+    fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type, created_at = now()
 RETURNING task_id;
 
 -- HasDueParked: whether the shards have parked steps due (a probe before
@@ -34,14 +36,38 @@ RETURNING task_id;
 -- name: HasDueParked :one
 SELECT EXISTS (SELECT 1 FROM parked_steps WHERE shard = ANY(@shards::int[]) AND wake_at <= now())::bool;
 
--- TakeDueParked locks the shards' parked steps that are due, the earliest
--- first, skipping those another transaction holds.
--- name: TakeDueParked :many
-SELECT task_id, run_id, kind, fencing_token, wake_at, now()::timestamptz AS now FROM parked_steps
+-- DueParked reads the shards' parked steps that are due, the earliest
+-- first (their shards' owner alone takes them: no lock here; LockParked
+-- takes them once their runs are locked).
+-- name: DueParked :many
+SELECT task_id, run_id FROM parked_steps
 WHERE shard = ANY(@shards::int[]) AND wake_at <= now()
 ORDER BY wake_at
-LIMIT @batch
-FOR UPDATE SKIP LOCKED;
+LIMIT @batch;
+
+-- LockParked locks the parked rows of tasks, after their runs (the order
+-- of a cancel, which deletes them), and returns those still there: a
+-- cancel or another wake may have ended them meanwhile.
+-- name: LockParked :many
+SELECT task_id, run_id, kind, fencing_token, wake_at, event_type, created_at, now()::timestamptz AS now FROM parked_steps
+WHERE task_id = ANY(@task_ids::uuid[])
+ORDER BY task_id
+FOR UPDATE;
+
+-- WaitsFor reads the parked waits that events of (@tenant_ids[i],
+-- @types[i]) received at @received_ats[i] may end: those of the tenant and
+-- type that parked before the event was received, with what their match
+-- needs (their run, its job version and step). An index probe per event.
+-- name: WaitsFor :many
+SELECT DISTINCT ON (p.task_id, e.i) e.i::int AS event_index, p.task_id, p.run_id, t.step, t.attempt,
+       r.job_id, r.job_version, r.params, r.event, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name
+FROM (SELECT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@types::text[]) AS type, unnest(@received_ats::timestamptz[]) AS received_at,
+             generate_subscripts(@tenant_ids::uuid[], 1) AS i) AS e
+JOIN parked_steps AS p ON p.tenant_id = e.tenant_id AND p.event_type = e.type AND p.created_at < e.received_at
+JOIN tasks AS t ON t.id = p.task_id
+JOIN runs AS r ON r.id = p.run_id
+JOIN jobs AS j ON j.id = r.job_id
+ORDER BY p.task_id, e.i;
 
 -- name: DeleteParked :exec
 DELETE FROM parked_steps WHERE task_id = ANY(@ids::uuid[]);
@@ -53,7 +79,7 @@ DELETE FROM parked_steps WHERE run_id = ANY(@run_ids::uuid[]);
 -- ParkedOfRuns reads the parked steps of runs (the run views: what each
 -- waits for).
 -- name: ParkedOfRuns :many
-SELECT task_id, kind, wake_at FROM parked_steps WHERE run_id = ANY(@run_ids::uuid[]);
+SELECT task_id, kind, wake_at, event_type FROM parked_steps WHERE run_id = ANY(@run_ids::uuid[]);
 
 -- SetAsideParked puts off a parked step whose transaction failed alone by
 -- a minute (the scheduler logs why), so that it holds up no other.

@@ -313,6 +313,7 @@ type ParkedStep struct {
 	FencingToken int64
 	WakeAt       *time.Time
 	CreatedAt    time.Time
+	EventType    pgtype.Text
 }
 
 type Queue struct {

@@ -1562,7 +1562,11 @@ type Step struct {
 	ResourceProfile string     `protobuf:"bytes,15,opt,name=resource_profile,json=resourceProfile,proto3" json:"resource_profile,omitempty"`
 	// Parks the step instead of running it (no run): no worker, no slot,
 	// until its time; its output is {until, time}.
-	Sleep         *Sleep `protobuf:"bytes,16,opt,name=sleep,proto3" json:"sleep,omitempty"`
+	Sleep *Sleep `protobuf:"bytes,16,opt,name=sleep,proto3" json:"sleep,omitempty"`
+	// Parks the step (no run) until an event of its type, published after
+	// it parked, for which match holds; or fails it at timeout. Its output
+	// is the event.
+	Wait          *Wait `protobuf:"bytes,17,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1709,6 +1713,78 @@ func (x *Step) GetSleep() *Sleep {
 	return nil
 }
 
+func (x *Step) GetWait() *Wait {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+// Wait is what a parked step waits for.
+type Wait struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event's type, as schedule.event.type names it.
+	Event string `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// ${{ EXPR }} of a boolean over event (the one arriving) and the run's
+	// variables (run.event is the run's own); none: any event of the type.
+	Match string `protobuf:"bytes,2,opt,name=match,proto3" json:"match,omitempty"`
+	// How long it waits at most, 1 s to 366 days: then it fails.
+	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Wait) Reset() {
+	*x = Wait{}
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Wait) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Wait) ProtoMessage() {}
+
+func (x *Wait) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Wait.ProtoReflect.Descriptor instead.
+func (*Wait) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Wait) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *Wait) GetMatch() string {
+	if x != nil {
+		return x.Match
+	}
+	return ""
+}
+
+func (x *Wait) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
 // Sleep is how long a parked step waits: a duration from its release (1 s
 // to 366 days), or until an instant (RFC 3339, or ${{ EXPR }} of one,
 // evaluated at its release; at most 366 days ahead).
@@ -1725,7 +1801,7 @@ type Sleep struct {
 
 func (x *Sleep) Reset() {
 	*x = Sleep{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1813,7 @@ func (x *Sleep) String() string {
 func (*Sleep) ProtoMessage() {}
 
 func (x *Sleep) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1826,7 @@ func (x *Sleep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sleep.ProtoReflect.Descriptor instead.
 func (*Sleep) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Sleep) GetKind() isSleep_Kind {
@@ -1823,7 +1899,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1911,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1924,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JobSpec) GetSchedule() *Schedule {
@@ -1951,7 +2027,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2039,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2052,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Param) GetType() string {
@@ -2025,7 +2101,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2113,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2126,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -2091,7 +2167,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2179,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2192,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -2141,7 +2217,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2153,7 +2229,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2166,7 +2242,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -2202,7 +2278,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2214,7 +2290,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2303,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -2258,7 +2334,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2346,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2359,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -2340,7 +2416,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2428,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2441,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Job) GetId() string {
@@ -2478,7 +2554,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2566,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2579,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LastRun) GetId() string {
@@ -2538,7 +2614,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2626,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2639,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Source) GetPath() string {
@@ -2592,7 +2668,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2680,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2693,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *JobRef) GetId() string {
@@ -2652,7 +2728,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2740,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2753,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -2710,7 +2786,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +2798,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +2811,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -2760,7 +2836,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +2848,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +2861,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -2828,7 +2904,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2916,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +2929,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -2920,7 +2996,7 @@ type JobLink struct {
 
 func (x *JobLink) Reset() {
 	*x = JobLink{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3008,7 @@ func (x *JobLink) String() string {
 func (*JobLink) ProtoMessage() {}
 
 func (x *JobLink) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3021,7 @@ func (x *JobLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLink.ProtoReflect.Descriptor instead.
 func (*JobLink) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *JobLink) GetNamespace() string {
@@ -3003,7 +3079,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3091,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3104,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -3101,7 +3177,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3189,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3202,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -3155,7 +3231,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3243,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3256,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -3220,7 +3296,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3232,7 +3308,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3245,7 +3321,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -3264,7 +3340,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3276,7 +3352,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3289,7 +3365,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -3308,7 +3384,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3396,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3409,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -3352,7 +3428,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3364,7 +3440,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3377,7 +3453,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -3396,7 +3472,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3408,7 +3484,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3421,7 +3497,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -3440,7 +3516,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3528,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3541,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -3484,7 +3560,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3496,7 +3572,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3509,7 +3585,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -3536,7 +3612,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[46]
+	mi := &file_orrery_v1_job_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +3624,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[46]
+	mi := &file_orrery_v1_job_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +3637,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -3612,7 +3688,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[47]
+	mi := &file_orrery_v1_job_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3624,7 +3700,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[47]
+	mi := &file_orrery_v1_job_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3637,7 +3713,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{47}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -3668,7 +3744,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[48]
+	mi := &file_orrery_v1_job_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3680,7 +3756,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[48]
+	mi := &file_orrery_v1_job_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3693,7 +3769,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{48}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -3834,7 +3910,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x06custom\x18\x04 \x03(\v2 .orrery.v1.Resources.CustomEntryR\x06custom\x1a9\n" +
 	"\vCustomEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x04\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x04\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05needs\x18\x02 \x03(\tR\x05needs\x12!\n" +
@@ -3853,7 +3929,12 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"minSuccess\x122\n" +
 	"\tresources\x18\x0e \x01(\v2\x14.orrery.v1.ResourcesR\tresources\x12)\n" +
 	"\x10resource_profile\x18\x0f \x01(\tR\x0fresourceProfile\x12&\n" +
-	"\x05sleep\x18\x10 \x01(\v2\x10.orrery.v1.SleepR\x05sleep\"`\n" +
+	"\x05sleep\x18\x10 \x01(\v2\x10.orrery.v1.SleepR\x05sleep\x12#\n" +
+	"\x04wait\x18\x11 \x01(\v2\x0f.orrery.v1.WaitR\x04wait\"g\n" +
+	"\x04Wait\x12\x14\n" +
+	"\x05event\x18\x01 \x01(\tR\x05event\x12\x14\n" +
+	"\x05match\x18\x02 \x01(\tR\x05match\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"`\n" +
 	"\x05Sleep\x127\n" +
 	"\bduration\x18\x01 \x01(\v2\x19.google.protobuf.DurationH\x00R\bduration\x12\x16\n" +
 	"\x05until\x18\x02 \x01(\tH\x00R\x05untilB\x06\n" +
@@ -4047,7 +4128,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
@@ -4070,174 +4151,177 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*StepDefaults)(nil),            // 18: orrery.v1.StepDefaults
 	(*Resources)(nil),               // 19: orrery.v1.Resources
 	(*Step)(nil),                    // 20: orrery.v1.Step
-	(*Sleep)(nil),                   // 21: orrery.v1.Sleep
-	(*JobSpec)(nil),                 // 22: orrery.v1.JobSpec
-	(*Param)(nil),                   // 23: orrery.v1.Param
-	(*Alerts)(nil),                  // 24: orrery.v1.Alerts
-	(*Notify)(nil),                  // 25: orrery.v1.Notify
-	(*Webhook)(nil),                 // 26: orrery.v1.Webhook
-	(*Callback)(nil),                // 27: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 28: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 29: orrery.v1.Job
-	(*LastRun)(nil),                 // 30: orrery.v1.LastRun
-	(*Source)(nil),                  // 31: orrery.v1.Source
-	(*JobRef)(nil),                  // 32: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 33: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 34: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 35: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 36: orrery.v1.GetJobResponse
-	(*JobLink)(nil),                 // 37: orrery.v1.JobLink
-	(*ListJobsRequest)(nil),         // 38: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 39: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 40: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 41: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 42: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 43: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 44: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 45: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 46: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 47: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 48: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 49: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 50: orrery.v1.PlannedInstant
-	nil,                             // 51: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 52: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 53: orrery.v1.Resources.CustomEntry
-	nil,                             // 54: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 55: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 56: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 57: orrery.v1.ListJobsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 58: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 59: google.protobuf.Duration
-	(*structpb.Struct)(nil),         // 60: google.protobuf.Struct
-	(*structpb.Value)(nil),          // 61: google.protobuf.Value
-	(*AuditEntry)(nil),              // 62: orrery.v1.AuditEntry
+	(*Wait)(nil),                    // 21: orrery.v1.Wait
+	(*Sleep)(nil),                   // 22: orrery.v1.Sleep
+	(*JobSpec)(nil),                 // 23: orrery.v1.JobSpec
+	(*Param)(nil),                   // 24: orrery.v1.Param
+	(*Alerts)(nil),                  // 25: orrery.v1.Alerts
+	(*Notify)(nil),                  // 26: orrery.v1.Notify
+	(*Webhook)(nil),                 // 27: orrery.v1.Webhook
+	(*Callback)(nil),                // 28: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 29: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 30: orrery.v1.Job
+	(*LastRun)(nil),                 // 31: orrery.v1.LastRun
+	(*Source)(nil),                  // 32: orrery.v1.Source
+	(*JobRef)(nil),                  // 33: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 34: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 35: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 36: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 37: orrery.v1.GetJobResponse
+	(*JobLink)(nil),                 // 38: orrery.v1.JobLink
+	(*ListJobsRequest)(nil),         // 39: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 40: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 41: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 42: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 43: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 44: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 45: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 46: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 47: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 48: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 49: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 50: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 51: orrery.v1.PlannedInstant
+	nil,                             // 52: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 53: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 54: orrery.v1.Resources.CustomEntry
+	nil,                             // 55: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 56: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 57: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 58: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 59: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 60: google.protobuf.Duration
+	(*structpb.Struct)(nil),         // 61: google.protobuf.Struct
+	(*structpb.Value)(nil),          // 62: google.protobuf.Value
+	(*AuditEntry)(nil),              // 63: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	32,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
-	58,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
-	58,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	33,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
+	59,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	59,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
 	4,   // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	58,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
-	58,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
-	58,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
-	58,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
-	58,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
-	58,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
-	32,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
+	59,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	59,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	59,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	59,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	59,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	59,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	33,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	32,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
+	33,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
-	59,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	59,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	60,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	60,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
 	12,  // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
 	11,  // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
 	10,  // 18: orrery.v1.Schedule.event:type_name -> orrery.v1.ScheduleEvent
-	51,  // 19: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	52,  // 20: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	52,  // 19: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	53,  // 20: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
 	13,  // 21: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
 	14,  // 22: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
 	16,  // 23: orrery.v1.Executor.job:type_name -> orrery.v1.JobCall
-	60,  // 24: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
-	59,  // 25: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	59,  // 26: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	59,  // 27: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	61,  // 24: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
+	60,  // 25: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	60,  // 26: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	60,  // 27: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
 	17,  // 28: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
 	19,  // 29: orrery.v1.StepDefaults.resources:type_name -> orrery.v1.Resources
-	53,  // 30: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
+	54,  // 30: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
 	15,  // 31: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	61,  // 32: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	59,  // 33: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	62,  // 32: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	60,  // 33: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
 	17,  // 34: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
 	19,  // 35: orrery.v1.Step.resources:type_name -> orrery.v1.Resources
-	21,  // 36: orrery.v1.Step.sleep:type_name -> orrery.v1.Sleep
-	59,  // 37: orrery.v1.Sleep.duration:type_name -> google.protobuf.Duration
-	9,   // 38: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	18,  // 39: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	15,  // 40: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	61,  // 41: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	20,  // 42: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	24,  // 43: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	27,  // 44: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	54,  // 45: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	61,  // 46: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	61,  // 47: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	59,  // 48: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	59,  // 49: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	25,  // 50: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	26,  // 51: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	55,  // 52: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	26,  // 53: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	56,  // 54: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	28,  // 55: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	22,  // 56: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,   // 57: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	58,  // 58: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	58,  // 59: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	58,  // 60: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	58,  // 61: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	31,  // 62: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	30,  // 63: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	58,  // 64: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	28,  // 65: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	22,  // 66: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	29,  // 67: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	32,  // 68: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	29,  // 69: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	58,  // 70: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	62,  // 71: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	37,  // 72: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
-	37,  // 73: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
-	37,  // 74: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
-	37,  // 75: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
-	0,   // 76: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	57,  // 77: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,   // 78: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	29,  // 79: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	32,  // 80: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	28,  // 81: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	22,  // 82: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	29,  // 83: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	32,  // 84: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	29,  // 85: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	32,  // 86: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	29,  // 87: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	32,  // 88: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	29,  // 89: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,   // 90: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	58,  // 91: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	58,  // 92: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	50,  // 93: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	58,  // 94: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	58,  // 95: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	23,  // 96: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	33,  // 97: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	35,  // 98: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	38,  // 99: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	40,  // 100: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	42,  // 101: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	44,  // 102: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	46,  // 103: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	48,  // 104: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,   // 105: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,   // 106: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,   // 107: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	34,  // 108: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	36,  // 109: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	39,  // 110: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	41,  // 111: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	43,  // 112: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	45,  // 113: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	47,  // 114: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	49,  // 115: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,   // 116: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,   // 117: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,   // 118: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	108, // [108:119] is the sub-list for method output_type
-	97,  // [97:108] is the sub-list for method input_type
-	97,  // [97:97] is the sub-list for extension type_name
-	97,  // [97:97] is the sub-list for extension extendee
-	0,   // [0:97] is the sub-list for field type_name
+	22,  // 36: orrery.v1.Step.sleep:type_name -> orrery.v1.Sleep
+	21,  // 37: orrery.v1.Step.wait:type_name -> orrery.v1.Wait
+	60,  // 38: orrery.v1.Wait.timeout:type_name -> google.protobuf.Duration
+	60,  // 39: orrery.v1.Sleep.duration:type_name -> google.protobuf.Duration
+	9,   // 40: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	18,  // 41: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	15,  // 42: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	62,  // 43: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	20,  // 44: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	25,  // 45: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	28,  // 46: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	55,  // 47: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	62,  // 48: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	62,  // 49: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	60,  // 50: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	60,  // 51: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	26,  // 52: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	27,  // 53: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	56,  // 54: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	27,  // 55: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	57,  // 56: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	29,  // 57: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	23,  // 58: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,   // 59: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	59,  // 60: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	59,  // 61: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	59,  // 62: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	59,  // 63: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	32,  // 64: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	31,  // 65: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	59,  // 66: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	29,  // 67: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	23,  // 68: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	30,  // 69: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	33,  // 70: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	30,  // 71: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	59,  // 72: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	63,  // 73: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	38,  // 74: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
+	38,  // 75: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
+	38,  // 76: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
+	38,  // 77: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
+	0,   // 78: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	58,  // 79: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,   // 80: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	30,  // 81: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	33,  // 82: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	29,  // 83: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	23,  // 84: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	30,  // 85: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	33,  // 86: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	30,  // 87: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	33,  // 88: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	30,  // 89: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	33,  // 90: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	30,  // 91: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,   // 92: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	59,  // 93: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	59,  // 94: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	51,  // 95: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	59,  // 96: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	59,  // 97: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	24,  // 98: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	34,  // 99: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	36,  // 100: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	39,  // 101: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	41,  // 102: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	43,  // 103: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	45,  // 104: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	47,  // 105: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	49,  // 106: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,   // 107: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,   // 108: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,   // 109: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	35,  // 110: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	37,  // 111: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	40,  // 112: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	42,  // 113: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	44,  // 114: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	46,  // 115: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	48,  // 116: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	50,  // 117: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,   // 118: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,   // 119: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,   // 120: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	110, // [110:121] is the sub-list for method output_type
+	99,  // [99:110] is the sub-list for method input_type
+	99,  // [99:99] is the sub-list for extension type_name
+	99,  // [99:99] is the sub-list for extension extendee
+	0,   // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -4253,7 +4337,7 @@ func file_orrery_v1_job_proto_init() {
 		(*Executor_Worker)(nil),
 		(*Executor_Job)(nil),
 	}
-	file_orrery_v1_job_proto_msgTypes[19].OneofWrappers = []any{
+	file_orrery_v1_job_proto_msgTypes[20].OneofWrappers = []any{
 		(*Sleep_Duration)(nil),
 		(*Sleep_Until)(nil),
 	}
@@ -4263,7 +4347,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
