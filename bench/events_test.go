@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,6 +75,25 @@ func BenchmarkEvents(b *testing.B) {
 					b.Logf("the flood's runs were still draining: %d steps ran", n)
 				}
 			}()
+		}
+		// ORRERY_BENCH_WAITS=N: before the paced events, N runs park a
+		// step waiting for order.shipped (an hour's timeout): publishing
+		// order.paid must not pay for them. ORRERY_BENCH_WAITS_TYPE=
+		// order.paid makes them wait for the events published instead,
+		// with a match none of them meets: each event asks each wait.
+		if waits := envInt(b, "ORRERY_BENCH_WAITS", 0); waits > 0 {
+			typ := os.Getenv("ORRERY_BENCH_WAITS_TYPE")
+			if typ == "" {
+				typ = "order.shipped"
+			}
+			w, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "waiter"}, Spec: dag.JobSpec{
+				Schedule: schedule.Spec{Cron: schedule.Crons("0 0 1 1 *")}, Overlap: dag.OverlapAllow,
+				Steps:  []dag.Step{{Name: "shipped", Wait: &dag.Wait{Event: typ, Match: "${{ event.data.order == params.order }}", Timeout: dag.D(time.Hour)}}},
+				Params: map[string]dag.Param{"order": {Type: "string", Default: dag.Payload(`"x"`)}}}}, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			parkRuns(b, pool, eng, w, waits, nil)
 		}
 		srv, err := api.Listen("127.0.0.1:0", api.NewHandler(api.Services{Jobs: jobs, Runs: runpkg.NewService(pool, jobs, eng.dispatcher), State: pool,
 			Auth: api.NoAuth{}}, eng.log))

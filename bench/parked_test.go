@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
@@ -50,26 +51,9 @@ func BenchmarkParkedSleeps(b *testing.B) {
 				{Name: "nap", Sleep: &dag.Sleep{Until: "${{ params.at }}"}},
 				{Name: "go", Needs: []string{"nap"}, Run: dag.Executor{Handler: "noop"}},
 			}})
-		insert := func(j *job.Job, n int, params dag.Payload) {
-			a := &runpkg.Applier{Dispatcher: eng.dispatcher}
-			at := time.Now()
-			for done := 0; done < n; done += 1000 {
-				batch := make([]runpkg.New, min(1000, n-done))
-				for i := range batch {
-					batch[i] = runpkg.New{Job: runpkg.JobRef{ID: j.ID, Tenant: j.Tenant, Version: j.Version, Shard: j.Shard, Spec: &j.Spec},
-						At: at.Add(time.Duration(done+i) * time.Microsecond), Trigger: lifecycle.TriggerManual, Status: lifecycle.RunPending, Params: params}
-				}
-				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					_, err := a.Insert(ctx, tx, batch, nil, nil)
-					return err
-				}); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
 		parked := envInt(b, "ORRERY_BENCH_PARKED", 100_000)
 		start := time.Now()
-		insert(far, parked, nil)
+		parkRuns(b, pool, eng, far, parked, nil)
 		parkTime := time.Since(start)
 		var n int
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM parked_steps").Scan(&n); err != nil || n != parked {
@@ -81,7 +65,7 @@ func BenchmarkParkedSleeps(b *testing.B) {
 			b.Fatal(err)
 		}
 		until := dbNow.Add(5 * time.Second).UTC().Truncate(time.Second)
-		insert(soon, waking, dag.Payload(fmt.Sprintf(`{"at": %q}`, until.Format(time.RFC3339))))
+		parkRuns(b, pool, eng, soon, waking, dag.Payload(fmt.Sprintf(`{"at": %q}`, until.Format(time.RFC3339))))
 		deadline := time.Now().Add(2 * time.Minute)
 		for eng.handled.Load() < waking && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
@@ -111,5 +95,28 @@ func BenchmarkParkedSleeps(b *testing.B) {
 		b.ReportMetric(p99*1000, "p99-late-ms")
 		b.ReportMetric(maxLate*1000, "max-late-ms")
 		b.ReportMetric(waking/max(spread, 0.001), "wakes/s")
+	}
+}
+
+// parkRuns writes n runs of j (its roots released in their runs'
+// transactions, 1,000 runs a transaction): each parks its root when it
+// sleeps or waits.
+func parkRuns(b *testing.B, pool *pgxpool.Pool, eng *engine, j *job.Job, n int, params dag.Payload) {
+	b.Helper()
+	ctx := context.Background()
+	a := &runpkg.Applier{Dispatcher: eng.dispatcher}
+	at := time.Now()
+	for done := 0; done < n; done += 1000 {
+		batch := make([]runpkg.New, min(1000, n-done))
+		for i := range batch {
+			batch[i] = runpkg.New{Job: runpkg.JobRef{ID: j.ID, Tenant: j.Tenant, Version: j.Version, Shard: j.Shard, Spec: &j.Spec},
+				At: at.Add(time.Duration(done+i) * time.Microsecond), Trigger: lifecycle.TriggerManual, Status: lifecycle.RunPending, Params: params}
+		}
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := a.Insert(ctx, tx, batch, nil, nil)
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -51,8 +51,25 @@ type StepExprs struct {
 	// ForEachReads is what its fan-out's list reads (Items).
 	ForEachReads expr.Reads
 	match        *expr.Program
-	// MatchReads is what its wait's match reads (Match).
+	// MatchReads is what its wait's match reads (Match, WaitKey).
 	MatchReads expr.Reads
+	matchKey   *expr.MatchKey // its indexed half, if it has one
+}
+
+// WaitKey is the key a parked wait is found by (expr.Key: its match's
+// indexed half evaluated with vars), or "" when its match has none, or
+// its value is no key or does not evaluate (the wait is then asked about
+// every event of its type).
+func (x *StepExprs) WaitKey(vars expr.Vars) string {
+	if x == nil || x.matchKey == nil {
+		return ""
+	}
+	v, err := x.matchKey.Value.Eval(x.env.Activation(vars))
+	if err != nil {
+		return ""
+	}
+	k, _ := expr.Key(x.matchKey.Path, v)
+	return k
 }
 
 // Match decides a waiting step's match for the event arriving (vars'
@@ -195,6 +212,9 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 				es = append(es, fe)
 			} else {
 				se.match, se.MatchReads = prg, prg.Reads
+				if t, err := expr.Parse(w.Match); err == nil && t.Whole() {
+					se.matchKey = env.SplitMatch(t[0].Source, ancestors)
+				}
 			}
 		}
 		if st.ForEach != "" {

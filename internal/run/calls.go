@@ -121,6 +121,7 @@ func (ap *applying) startCalls(ctx context.Context, cands []candidate) error {
 			pk := pendingPark{cand: c, run: r, step: spec.Steps[i], exprs: spec.exprs.Step(c.step)}
 			if pk.exprs != nil {
 				outputs.add(c.run, pk.exprs.Reads.Steps)
+				outputs.add(c.run, pk.exprs.MatchReads.Steps) // (a wait's key)
 			}
 			parks = append(parks, pk)
 			continue

@@ -63,13 +63,15 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	var p store.ParkTasksParams
 	var now time.Time // the database's, read for the first until
 	for _, t := range todo {
-		kind, worker, eventType := "sleep", sleepWorker, ""
+		kind, worker, eventType, key := "sleep", sleepWorker, "", ""
 		var after float64
 		var until time.Time
 		switch {
 		case t.step.Wait != nil:
 			kind, worker, eventType = "wait", waitWorker, t.step.Wait.Event
 			after = t.step.Wait.Timeout.Seconds()
+			key = t.exprs.WaitKey(outputs.vars(runOf{id: t.run.ID, scheduledFor: t.run.ScheduledFor, trigger: string(t.run.Trigger), job: t.run.Name,
+				ns: t.run.Namespace, params: t.run.Params, upstream: t.run.Upstream, event: t.run.Event, attempt: t.cand.ready.Attempt + 1}, matchReads(t.exprs), &spent))
 		case t.step.Sleep.Until == "":
 			after = t.step.Sleep.For.Seconds()
 		default:
@@ -104,6 +106,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 		p.AfterSeconds = append(p.AfterSeconds, after)
 		p.Untils = append(p.Untils, until)
 		p.EventTypes = append(p.EventTypes, eventType)
+		p.MatchKeys = append(p.MatchKeys, key)
 	}
 	if len(p.Ids) == 0 {
 		return nil
@@ -204,6 +207,10 @@ func deref(s *string) string {
 	return *s
 }
 
+// maxEventKeys bounds the keys an event offers its waits (expr.EventKeys):
+// an event with more scalar fields asks every wait of its type.
+const maxEventKeys = 256
+
 // An Arrival is an event the events step takes, as a wait sees it.
 type Arrival struct {
 	Tenant     uuid.UUID
@@ -226,11 +233,21 @@ func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (in
 		return 0, nil
 	}
 	ap := a.in(tx)
+	parsed := make([]map[string]any, len(events))
 	var p store.WaitsForParams
-	for _, e := range events {
+	for i, e := range events {
+		if v, err := expr.FromJSON(e.Event); err == nil {
+			parsed[i], _ = v.(map[string]any)
+		}
+		keys, complete := expr.EventKeys(parsed[i], maxEventKeys)
 		p.TenantIds = append(p.TenantIds, e.Tenant)
 		p.Types = append(p.Types, e.Type)
 		p.ReceivedAts = append(p.ReceivedAts, e.ReceivedAt)
+		p.Completes = append(p.Completes, complete)
+		for _, k := range keys {
+			p.KeyEvents = append(p.KeyEvents, int32(i+1))
+			p.Keys = append(p.Keys, k)
+		}
 	}
 	cands, err := ap.q.WaitsFor(ctx, p)
 	if err != nil || len(cands) == 0 {
@@ -253,18 +270,6 @@ func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (in
 	if err := outputs.load(ctx, ap.q); err != nil {
 		return 0, err
 	}
-	parsed := make(map[int]map[string]any, len(events))
-	incoming := func(i int) map[string]any {
-		if m, ok := parsed[i]; ok {
-			return m
-		}
-		m := map[string]any{}
-		if v, err := expr.FromJSON(events[i].Event); err == nil {
-			m, _ = v.(map[string]any)
-		}
-		parsed[i] = m
-		return m
-	}
 	var spent uint64
 	chosen := map[uuid.UUID]int{} // a wait's task: the index of the event that ends it
 	var runs, tasks []uuid.UUID
@@ -277,7 +282,10 @@ func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (in
 		i := int(c.EventIndex) - 1
 		vars := outputs.vars(runOf{id: c.RunID, scheduledFor: c.ScheduledFor, trigger: string(c.Trigger), job: c.Name, ns: c.Namespace,
 			params: c.Params, upstream: c.Upstream, event: c.Event, attempt: int(c.Attempt)}, matchReads(x), &spent)
-		vars.Incoming = incoming(i)
+		vars.Incoming = parsed[i]
+		if vars.Incoming == nil {
+			vars.Incoming = map[string]any{}
+		}
 		ok, err := x.Match(vars)
 		if err != nil || !ok {
 			continue // a match that fails on this event: not this one

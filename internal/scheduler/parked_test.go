@@ -196,6 +196,11 @@ func TestWaitingStepEndsByItsEvent(t *testing.T) {
 	a := trigger("ship", map[string]string{"order": "A"})
 	b := trigger("ship", map[string]string{"order": "B"})
 	enginetest.WaitFor(t, 20*time.Second, "both waits parked", func() bool { return waiting(a) && waiting(b) })
+	// The match event.data.order == params.order is indexed: each wait by
+	// its order.
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM parked_steps WHERE match_key LIKE 'data' || chr(31) || 'order' || chr(31) || 's_'"); n != 2 {
+		t.Errorf("%d waits parked with their order's key, want 2", n)
+	}
 	publish(job.DefaultTenant, "order.delivered", "x1", `{"order": "A"}`)         // another type
 	publish(job.DefaultTenant, "order.shipped", "x2", `{"order": "C"}`)           // its match refuses it
 	publish(job.DefaultTenant, "order.shipped", "x3", `{"no_order": true}`)       // its match fails on it

@@ -316,6 +316,7 @@ type ParkedStep struct {
 	WakeAt       *time.Time
 	CreatedAt    time.Time
 	EventType    *string
+	MatchKey     *string
 }
 
 type Queue struct {

@@ -22,16 +22,6 @@ func (q *Queries) DeleteParked(ctx context.Context, ids []uuid.UUID) error {
 	return err
 }
 
-const deleteParkedOfRuns = `-- name: DeleteParkedOfRuns :exec
-DELETE FROM parked_steps WHERE run_id = ANY($1::uuid[])
-`
-
-// DeleteParkedOfRuns deletes the parked rows of cancelled runs' tasks.
-func (q *Queries) DeleteParkedOfRuns(ctx context.Context, runIds []uuid.UUID) error {
-	_, err := q.db.Exec(ctx, deleteParkedOfRuns, runIds)
-	return err
-}
-
 const dueParked = `-- name: DueParked :many
 SELECT task_id, run_id FROM parked_steps
 WHERE shard = ANY($1::int[]) AND wake_at <= now()
@@ -141,7 +131,7 @@ WITH req AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS attempt_id, unnest($3::text[]) AS worker,
            unnest($4::text[]) AS kind, unnest($5::int[]) AS shard,
            unnest($6::float8[]) AS after_seconds, unnest($7::timestamptz[]) AS until,
-           unnest($8::text[]) AS event_type
+           unnest($8::text[]) AS event_type, unnest($9::text[]) AS match_key
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
@@ -152,14 +142,15 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.fencing_token
 )
-INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type)
+INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key)
 SELECT t.id, t.tenant_id, t.run_id, req.shard, req.kind, t.fencing_token,
        CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END,
-       NULLIF(req.event_type, '')
+       NULLIF(req.event_type, ''), NULLIF(req.match_key, '')
 FROM t JOIN req ON req.id = t.id
 ON CONFLICT (task_id) DO UPDATE
 SET tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, shard = EXCLUDED.shard, kind = EXCLUDED.kind,
-    fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type, created_at = now()
+    fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type,
+    match_key = EXCLUDED.match_key, created_at = now()
 RETURNING task_id
 `
 
@@ -172,6 +163,7 @@ type ParkTasksParams struct {
 	AfterSeconds []float64
 	Untils       []time.Time
 	EventTypes   []string
+	MatchKeys    []string
 }
 
 // Parked steps (docs/parked-steps.md).
@@ -190,6 +182,7 @@ func (q *Queries) ParkTasks(ctx context.Context, arg ParkTasksParams) ([]uuid.UU
 		arg.AfterSeconds,
 		arg.Untils,
 		arg.EventTypes,
+		arg.MatchKeys,
 	)
 	if err != nil {
 		return nil, err
@@ -259,21 +252,41 @@ func (q *Queries) SetAsideParked(ctx context.Context, taskID uuid.UUID) error {
 }
 
 const waitsFor = `-- name: WaitsFor :many
-SELECT DISTINCT ON (p.task_id, e.i) e.i::int AS event_index, p.task_id, p.run_id, t.step, t.attempt,
+WITH e AS MATERIALIZED (
+    SELECT unnest($1::uuid[]) AS tenant_id, unnest($2::text[]) AS type, unnest($3::timestamptz[]) AS received_at,
+           unnest($4::bool[]) AS complete, generate_subscripts($1::uuid[], 1) AS i
+), ek AS MATERIALIZED (
+    SELECT e.tenant_id, e.type, e.received_at, e.i, k.key
+    FROM (SELECT unnest($5::int[]) AS i, unnest($6::text[]) AS key) AS k JOIN e ON e.i = k.i
+), incomplete AS MATERIALIZED (
+    SELECT tenant_id, type, received_at, complete, i FROM e WHERE NOT e.complete
+), cand AS (
+    SELECT e.i, p.task_id FROM e JOIN parked_steps AS p
+      ON p.tenant_id = e.tenant_id AND p.event_type = e.type AND p.match_key IS NULL AND p.created_at < e.received_at
+    UNION
+    SELECT ek.i, p.task_id FROM ek JOIN parked_steps AS p
+      ON p.tenant_id = ek.tenant_id AND p.event_type = ek.type AND p.match_key = ek.key AND p.created_at < ek.received_at
+    UNION
+    SELECT x.i, p.task_id FROM incomplete AS x JOIN parked_steps AS p
+      ON p.tenant_id = x.tenant_id AND p.event_type = x.type AND p.created_at < x.received_at
+)
+SELECT c.i::int AS event_index, p.task_id, p.run_id, t.step, t.attempt,
        r.job_id, r.job_version, r.params, r.event, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name
-FROM (SELECT unnest($1::uuid[]) AS tenant_id, unnest($2::text[]) AS type, unnest($3::timestamptz[]) AS received_at,
-             generate_subscripts($1::uuid[], 1) AS i) AS e
-JOIN parked_steps AS p ON p.tenant_id = e.tenant_id AND p.event_type = e.type AND p.created_at < e.received_at
+FROM cand AS c
+JOIN parked_steps AS p ON p.task_id = c.task_id
 JOIN tasks AS t ON t.id = p.task_id
 JOIN runs AS r ON r.id = p.run_id
 JOIN jobs AS j ON j.id = r.job_id
-ORDER BY p.task_id, e.i
+ORDER BY p.task_id, c.i
 `
 
 type WaitsForParams struct {
 	TenantIds   []uuid.UUID
 	Types       []string
 	ReceivedAts []time.Time
+	Completes   []bool
+	KeyEvents   []int32
+	Keys        []string
 }
 
 type WaitsForRow struct {
@@ -295,10 +308,20 @@ type WaitsForRow struct {
 
 // WaitsFor reads the parked waits that events of (@tenant_ids[i],
 // @types[i]) received at @received_ats[i] may end: those of the tenant and
-// type that parked before the event was received, with what their match
-// needs (their run, its job version and step). An index probe per event.
+// type that parked before the event was received, and whose key is one the
+// event offers (@keys[j] for @key_events[j] = i), or that have none; all
+// of its type for an event whose keys are not @completes[i]. With what
+// their match needs (their run, its job version and step). Index probes:
+// one per event and key, and one for the waits without a key.
 func (q *Queries) WaitsFor(ctx context.Context, arg WaitsForParams) ([]WaitsForRow, error) {
-	rows, err := q.db.Query(ctx, waitsFor, arg.TenantIds, arg.Types, arg.ReceivedAts)
+	rows, err := q.db.Query(ctx, waitsFor,
+		arg.TenantIds,
+		arg.Types,
+		arg.ReceivedAts,
+		arg.Completes,
+		arg.KeyEvents,
+		arg.Keys,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ WITH req AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@attempt_ids::uuid[]) AS attempt_id, unnest(@workers::text[]) AS worker,
            unnest(@kinds::text[]) AS kind, unnest(@shards::int[]) AS shard,
            unnest(@after_seconds::float8[]) AS after_seconds, unnest(@untils::timestamptz[]) AS until,
-           unnest(@event_types::text[]) AS event_type
+           unnest(@event_types::text[]) AS event_type, unnest(@match_keys::text[]) AS match_key
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
@@ -21,14 +21,15 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.fencing_token
 )
-INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type)
+INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key)
 SELECT t.id, t.tenant_id, t.run_id, req.shard, req.kind, t.fencing_token,
        CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END,
-       NULLIF(req.event_type, '')
+       NULLIF(req.event_type, ''), NULLIF(req.match_key, '')
 FROM t JOIN req ON req.id = t.id
 ON CONFLICT (task_id) DO UPDATE
 SET tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, shard = EXCLUDED.shard, kind = EXCLUDED.kind,
-    fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type, created_at = now()
+    fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type,
+    match_key = EXCLUDED.match_key, created_at = now()
 RETURNING task_id;
 
 -- HasDueParked: whether the shards have parked steps due (a probe before
@@ -56,25 +57,41 @@ FOR UPDATE;
 
 -- WaitsFor reads the parked waits that events of (@tenant_ids[i],
 -- @types[i]) received at @received_ats[i] may end: those of the tenant and
--- type that parked before the event was received, with what their match
--- needs (their run, its job version and step). An index probe per event.
+-- type that parked before the event was received, and whose key is one the
+-- event offers (@keys[j] for @key_events[j] = i), or that have none; all
+-- of its type for an event whose keys are not @completes[i]. With what
+-- their match needs (their run, its job version and step). Index probes:
+-- one per event and key, and one for the waits without a key.
 -- name: WaitsFor :many
-SELECT DISTINCT ON (p.task_id, e.i) e.i::int AS event_index, p.task_id, p.run_id, t.step, t.attempt,
+WITH e AS MATERIALIZED (
+    SELECT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@types::text[]) AS type, unnest(@received_ats::timestamptz[]) AS received_at,
+           unnest(@completes::bool[]) AS complete, generate_subscripts(@tenant_ids::uuid[], 1) AS i
+), ek AS MATERIALIZED (
+    SELECT e.tenant_id, e.type, e.received_at, e.i, k.key
+    FROM (SELECT unnest(@key_events::int[]) AS i, unnest(@keys::text[]) AS key) AS k JOIN e ON e.i = k.i
+), incomplete AS MATERIALIZED (
+    SELECT * FROM e WHERE NOT e.complete
+), cand AS (
+    SELECT e.i, p.task_id FROM e JOIN parked_steps AS p
+      ON p.tenant_id = e.tenant_id AND p.event_type = e.type AND p.match_key IS NULL AND p.created_at < e.received_at
+    UNION
+    SELECT ek.i, p.task_id FROM ek JOIN parked_steps AS p
+      ON p.tenant_id = ek.tenant_id AND p.event_type = ek.type AND p.match_key = ek.key AND p.created_at < ek.received_at
+    UNION
+    SELECT x.i, p.task_id FROM incomplete AS x JOIN parked_steps AS p
+      ON p.tenant_id = x.tenant_id AND p.event_type = x.type AND p.created_at < x.received_at
+)
+SELECT c.i::int AS event_index, p.task_id, p.run_id, t.step, t.attempt,
        r.job_id, r.job_version, r.params, r.event, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name
-FROM (SELECT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@types::text[]) AS type, unnest(@received_ats::timestamptz[]) AS received_at,
-             generate_subscripts(@tenant_ids::uuid[], 1) AS i) AS e
-JOIN parked_steps AS p ON p.tenant_id = e.tenant_id AND p.event_type = e.type AND p.created_at < e.received_at
+FROM cand AS c
+JOIN parked_steps AS p ON p.task_id = c.task_id
 JOIN tasks AS t ON t.id = p.task_id
 JOIN runs AS r ON r.id = p.run_id
 JOIN jobs AS j ON j.id = r.job_id
-ORDER BY p.task_id, e.i;
+ORDER BY p.task_id, c.i;
 
 -- name: DeleteParked :exec
 DELETE FROM parked_steps WHERE task_id = ANY(@ids::uuid[]);
-
--- DeleteParkedOfRuns deletes the parked rows of cancelled runs' tasks.
--- name: DeleteParkedOfRuns :exec
-DELETE FROM parked_steps WHERE run_id = ANY(@run_ids::uuid[]);
 
 -- ParkedOfRuns reads the parked steps of runs (the run views: what each
 -- waits for).

@@ -314,6 +314,7 @@ type ParkedStep struct {
 	WakeAt       *time.Time
 	CreatedAt    time.Time
 	EventType    pgtype.Text
+	MatchKey     pgtype.Text
 }
 
 type Queue struct {
