@@ -163,12 +163,12 @@ func gitHubEvent(h http.Header, body []byte) (Event, error) {
 		return Event{}, &dag.FieldError{Field: "X-GitHub-Event", Message: "the header is missing"}
 	}
 	payload := body
+	// GitHub's form content type sends payload=JSON; a body sent as a
+	// form that has no payload field (curl -d) is taken as it is.
 	if ct, _, _ := mime.ParseMediaType(h.Get("Content-Type")); ct == "application/x-www-form-urlencoded" {
-		form, err := url.ParseQuery(string(body))
-		if err != nil {
-			return Event{}, &dag.FieldError{Field: "body", Message: "is not a form"}
+		if form, err := url.ParseQuery(string(body)); err == nil && form.Has("payload") {
+			payload = []byte(form.Get("payload"))
 		}
-		payload = []byte(form.Get("payload"))
 	}
 	data, err := jsonObject(payload)
 	if err != nil {

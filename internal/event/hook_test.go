@@ -97,3 +97,21 @@ func TestDeliveriesVerifyBeforeTheyAreRead(t *testing.T) {
 		}
 	}
 }
+
+// A GitHub delivery sent as a form carries its JSON in payload; one sent
+// as a form without it (curl -d) is read as it is.
+func TestGitHubFormBodies(t *testing.T) {
+	secret := []byte("s")
+	for body, want := range map[string]string{
+		`payload=%7B%22a%22%3A1%7D`: `{"a":1}`,
+		`{"a": 2}`:                  `{"a": 2}`,
+	} {
+		h := http.Header{"X-Github-Event": {"push"}, "X-Github-Delivery": {"d"}, "Content-Type": {"application/x-www-form-urlencoded"}}
+		k, v := Sign("github", secret, []byte(body), time.Now())
+		h.Set(k, v)
+		e, err := FromDelivery("github", secret, h, []byte(body), time.Now())
+		if err != nil || string(e.Data) != want {
+			t.Errorf("%s: %s (%v), want %s", body, e.Data, err, want)
+		}
+	}
+}
