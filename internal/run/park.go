@@ -62,6 +62,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	var spent uint64
 	var p store.ParkTasksParams
 	var now time.Time // the database's, read for the first until
+	unkeyed := map[waitKind]int{} // waits without a key, parked and to park
 	for _, t := range todo {
 		kind, worker, eventType, key := "sleep", sleepWorker, "", ""
 		var after float64
@@ -72,6 +73,25 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 			after = t.step.Wait.Timeout.Seconds()
 			key = t.exprs.WaitKey(outputs.vars(runOf{id: t.run.ID, scheduledFor: t.run.ScheduledFor, trigger: string(t.run.Trigger), job: t.run.Name,
 				ns: t.run.Namespace, params: t.run.Params, upstream: t.run.Upstream, event: t.run.Event, attempt: t.cand.ready.Attempt + 1}, matchReads(t.exprs), &spent))
+			if key == "" {
+				k := waitKind{t.run.TenantID, eventType}
+				n, ok := unkeyed[k]
+				if !ok {
+					rows, err := ap.q.UnkeyedWaits(ctx, store.UnkeyedWaitsParams{TenantIds: []uuid.UUID{k.tenant}, Types: []string{k.typ}, Cap: MaxUnkeyedWaits})
+					if err != nil {
+						return err
+					}
+					if len(rows) == 1 {
+						n = int(rows[0].N)
+					}
+				}
+				if n >= MaxUnkeyedWaits {
+					v.fail = append(v.fail, verdict{t.cand, fmt.Sprintf("wait.match: the tenant has %d steps waiting for %s whose match is not indexed, the most it may: each such event asks every one (write the match as event.FIELD == EXPR to index it)",
+						MaxUnkeyedWaits, eventType)})
+					continue
+				}
+				unkeyed[k] = n + 1
+			}
 		case t.step.Sleep.Until == "":
 			after = t.step.Sleep.For.Seconds()
 		default:
@@ -205,6 +225,18 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// MaxUnkeyedWaits bounds the parked waits of a tenant and event type
+// whose match is not indexed (no key): every event of the type asks each
+// of them its match, in the events step every tenant shares. A step
+// past it fails, naming the bound.
+const MaxUnkeyedWaits = 1000
+
+// waitKind is a tenant's event type, as waits are counted.
+type waitKind struct {
+	tenant uuid.UUID
+	typ    string
 }
 
 // maxEventKeys bounds the keys an event offers its waits (expr.EventKeys):

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
@@ -16,6 +17,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/event"
 	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/node"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	"github.com/orrery-dev/orrery/internal/run"
@@ -237,5 +239,53 @@ func TestWaitingStepEndsByItsEvent(t *testing.T) {
 	}
 	if waiting(b) {
 		t.Error("a cancelled wait's row is left")
+	}
+}
+
+// Waits whose match is not indexed are bounded per tenant and event type
+// (run.MaxUnkeyedWaits): past the bound a wait fails, naming it; keyed
+// waits of the type are not counted.
+func TestUnkeyedWaitsAreBounded(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	startPolicyNode(t, pool, node.Config{})
+	never := schedule.Spec{Cron: schedule.Crons("0 0 1 1 *"), Timezone: "UTC"}
+	unkeyed := createJob(t, pool, "unkeyed", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{{Name: "w", Wait: &dag.Wait{Event: "big.order", Match: "${{ event.data.amount > 100 }}", Timeout: dag.D(time.Hour)}}}})
+	createJob(t, pool, "keyed", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{{Name: "w", Wait: &dag.Wait{Event: "big.order", Match: "${{ event.data.order == run.id }}", Timeout: dag.D(time.Hour)}}}})
+	_, d, runs := services(t, pool)
+	batch := make([]run.New, run.MaxUnkeyedWaits)
+	at := time.Now()
+	for i := range batch {
+		batch[i] = run.New{Job: run.JobRef{ID: unkeyed.ID, Tenant: unkeyed.Tenant, Version: unkeyed.Version, Shard: unkeyed.Shard, Spec: &unkeyed.Spec},
+			At: at.Add(time.Duration(i) * time.Microsecond), Trigger: lifecycle.TriggerManual, Status: lifecycle.RunPending}
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := (&run.Applier{Dispatcher: d}).Insert(ctx, tx, batch, nil, nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM parked_steps WHERE match_key IS NULL"); n != run.MaxUnkeyedWaits {
+		t.Fatalf("%d unkeyed waits parked, want %d", n, run.MaxUnkeyedWaits)
+	}
+	trigger := func(name string) uuid.UUID {
+		r, err := runs.TriggerWith(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: name}, run.TriggerOptions{IgnoreOverlap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	over, keyed := trigger("unkeyed"), trigger("keyed")
+	enginetest.WaitFor(t, 20*time.Second, "the wait past the bound fails", func() bool { return runStatus(t, pool, over) == "failed" })
+	var last string
+	if err := pool.QueryRow(ctx, "SELECT last_error FROM tasks WHERE run_id = $1", over).Scan(&last); err != nil ||
+		!strings.Contains(last, "wait.match: the tenant has 1000 steps waiting for big.order whose match is not indexed") {
+		t.Errorf("the refused wait's error: %q (%v)", last, err)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM parked_steps WHERE run_id = $1 AND match_key IS NOT NULL", keyed); n != 1 {
+		t.Error("a keyed wait of the type was refused with the unkeyed ones")
 	}
 }

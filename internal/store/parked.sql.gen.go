@@ -251,6 +251,49 @@ func (q *Queries) SetAsideParked(ctx context.Context, taskID uuid.UUID) error {
 	return err
 }
 
+const unkeyedWaits = `-- name: UnkeyedWaits :many
+SELECT q.tenant_id, q.type, (SELECT count(*) FROM (
+        SELECT 1 FROM parked_steps AS p
+        WHERE p.tenant_id = q.tenant_id AND p.event_type = q.type AND p.match_key IS NULL
+        LIMIT $1::int) AS x)::int AS n
+FROM (SELECT DISTINCT unnest($2::uuid[]) AS tenant_id, unnest($3::text[]) AS type) AS q
+`
+
+type UnkeyedWaitsParams struct {
+	Cap       int32
+	TenantIds []uuid.UUID
+	Types     []string
+}
+
+type UnkeyedWaitsRow struct {
+	TenantID interface{}
+	Type     interface{}
+	N        int32
+}
+
+// UnkeyedWaits counts, up to @cap, the parked waits of each (@tenant_ids[i],
+// @types[i]) whose match is not indexed (no match_key): each event of the
+// type asks every one of them.
+func (q *Queries) UnkeyedWaits(ctx context.Context, arg UnkeyedWaitsParams) ([]UnkeyedWaitsRow, error) {
+	rows, err := q.db.Query(ctx, unkeyedWaits, arg.Cap, arg.TenantIds, arg.Types)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UnkeyedWaitsRow{}
+	for rows.Next() {
+		var i UnkeyedWaitsRow
+		if err := rows.Scan(&i.TenantID, &i.Type, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const waitsFor = `-- name: WaitsFor :many
 WITH e AS MATERIALIZED (
     SELECT unnest($1::uuid[]) AS tenant_id, unnest($2::text[]) AS type, unnest($3::timestamptz[]) AS received_at,

@@ -102,3 +102,13 @@ SELECT task_id, kind, wake_at, event_type FROM parked_steps WHERE run_id = ANY(@
 -- a minute (the scheduler logs why), so that it holds up no other.
 -- name: SetAsideParked :exec
 UPDATE parked_steps SET wake_at = now() + interval '1 minute' WHERE task_id = @task_id;
+
+-- UnkeyedWaits counts, up to @cap, the parked waits of each (@tenant_ids[i],
+-- @types[i]) whose match is not indexed (no match_key): each event of the
+-- type asks every one of them.
+-- name: UnkeyedWaits :many
+SELECT q.tenant_id, q.type, (SELECT count(*) FROM (
+        SELECT 1 FROM parked_steps AS p
+        WHERE p.tenant_id = q.tenant_id AND p.event_type = q.type AND p.match_key IS NULL
+        LIMIT @cap::int) AS x)::int AS n
+FROM (SELECT DISTINCT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@types::text[]) AS type) AS q;
