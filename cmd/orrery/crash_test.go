@@ -429,7 +429,9 @@ func TestWaitAcrossAKilledEventsStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 30*time.Second, "the wait parks", func() bool { return queryInt(t, pool, "SELECT count(*) FROM parked_steps WHERE run_id = $1", r.ID) == 1 })
+	poll(t, 30*time.Second, "the wait parks", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM parked_steps WHERE run_id = $1", r.ID) == 1
+	})
 	if _, err := event.Publish(ctx, pool, job.DefaultTenant, jobs.Shards(), event.Event{Type: "order.shipped", ID: "s-1", Data: []byte(`{"order": 1}`)}); err != nil {
 		t.Fatal(err)
 	}
