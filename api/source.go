@@ -144,8 +144,12 @@ func (h *hookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	e, err := event.FromDelivery(src.Kind, []byte(secret), r.Header, body, time.Now())
 	if errors.Is(err, event.ErrSignature) {
+		// One answer for every refusal, whatever the source or what the
+		// signature lacks, so that a caller learns nothing of which
+		// sources exist; the log says why.
 		h.access.FailedDelivery(ctx)
-		fail(connect.CodeUnauthenticated, "%s", err.Error())
+		h.log.DebugContext(ctx, "a delivery refused", "source", src.Tenant+":"+src.Name, "err", err)
+		fail(connect.CodeUnauthenticated, "%s", event.ErrSignature.Error())
 		return
 	}
 	if err != nil {

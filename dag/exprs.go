@@ -57,19 +57,22 @@ type StepExprs struct {
 }
 
 // WaitKey is the key a parked wait is found by (expr.Key: its match's
-// indexed half evaluated with vars), or "" when its match has none, or
-// its value is no key or does not evaluate (the wait is then asked about
-// every event of its type).
-func (x *StepExprs) WaitKey(vars expr.Vars) string {
+// indexed half evaluated with vars) and its path (expr.PathKey), or ""
+// and "" when its match has none, or its value is no key or does not
+// evaluate (the wait is then asked about every event of its type).
+func (x *StepExprs) WaitKey(vars expr.Vars) (key, path string) {
 	if x == nil || x.matchKey == nil {
-		return ""
+		return "", ""
 	}
 	v, err := x.matchKey.Value.Eval(x.env.Activation(vars))
 	if err != nil {
-		return ""
+		return "", ""
 	}
-	k, _ := expr.Key(x.matchKey.Path, v)
-	return k
+	k, ok := expr.Key(x.matchKey.Path, v)
+	if !ok {
+		return "", ""
+	}
+	return k, expr.PathKey(x.matchKey.Path)
 }
 
 // Match decides a waiting step's match for the event arriving (vars'

@@ -127,7 +127,7 @@ type Step struct {
 	// MinSuccess is how many items of a fan-out must succeed for the step
 	// to succeed: all of them when empty.
 	MinSuccess MinSuccess `json:"min_success,omitempty" yaml:"min_success,omitempty"`
-	Run        Executor   `json:"run" yaml:"run"`
+	Run        Executor   `json:"run,omitzero" yaml:"run,omitempty"`
 	// Sleep parks the step instead of running it: no worker, no slot,
 	// until its time (docs/parked-steps.md). A step gives run or sleep.
 	Sleep *Sleep `json:"sleep,omitempty" yaml:"sleep,omitempty"`

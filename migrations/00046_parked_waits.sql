@@ -10,12 +10,17 @@ ALTER TABLE parked_steps ADD CONSTRAINT parked_steps_kind_check CHECK (kind IN (
 -- and EXPR's value at the park (dag/expr, matchkey.go); an event offers
 -- the keys of its fields, and only the waits with one of them, or with
 -- none, are asked their match.
-ALTER TABLE parked_steps ADD COLUMN event_type TEXT, ADD COLUMN match_key TEXT;
+-- match_path is PATH alone: the events step reads the paths in use for a
+-- tenant's type (a skip scan of parked_steps_paths) and offers an event's
+-- keys at those paths only.
+ALTER TABLE parked_steps ADD COLUMN event_type TEXT, ADD COLUMN match_key TEXT, ADD COLUMN match_path TEXT;
 CREATE INDEX parked_steps_waits ON parked_steps (tenant_id, event_type, match_key) WHERE event_type IS NOT NULL;
+CREATE INDEX parked_steps_paths ON parked_steps (tenant_id, event_type, match_path) WHERE match_path IS NOT NULL;
 
 -- +goose Down
 -- Refused while waits are parked: cancel their runs first.
+DROP INDEX parked_steps_paths;
 DROP INDEX parked_steps_waits;
-ALTER TABLE parked_steps DROP COLUMN event_type, DROP COLUMN match_key;
+ALTER TABLE parked_steps DROP COLUMN event_type, DROP COLUMN match_key, DROP COLUMN match_path;
 ALTER TABLE parked_steps DROP CONSTRAINT parked_steps_kind_check;
 ALTER TABLE parked_steps ADD CONSTRAINT parked_steps_kind_check CHECK (kind IN ('sleep'));

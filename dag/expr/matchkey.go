@@ -1,8 +1,6 @@
 package expr
 
 import (
-	"math"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -101,8 +99,10 @@ func readsEvent(x celast.Expr) bool {
 
 // Key is the key of a value at path (a JSON value, as Eval returns and
 // FromJSON reads): false for a list, a map, or a value past MaxKey.
-// Numbers compare as CEL's == does across int and double: 2 and 2.0 are
-// one key.
+// Numbers are keyed as CEL's == compares an int with a double, by their
+// float64 value: 2 and 2.0 are one key, and so are two integers past 2^53
+// that the same double stands for (a key may match too much, never too
+// little: the match decides).
 func Key(path []string, v any) (string, bool) {
 	var val string
 	switch x := v.(type) {
@@ -111,60 +111,43 @@ func Key(path []string, v any) (string, bool) {
 	case bool:
 		val = "b" + strconv.FormatBool(x)
 	case int64:
-		val = "n" + strconv.FormatInt(x, 10)
+		val = number(float64(x))
 	case uint64:
-		val = "n" + strconv.FormatUint(x, 10)
+		val = number(float64(x))
 	case float64:
-		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
-			val = "n" + strconv.FormatInt(int64(x), 10)
-		} else {
-			val = "n" + strconv.FormatFloat(x, 'g', -1, 64)
-		}
+		val = number(x)
 	case string:
 		val = "s" + x
 	default:
 		return "", false
 	}
-	k := strings.Join(path, keySep) + keySep + val
+	k := PathKey(path) + keySep + val
 	if len(k) > MaxKey {
 		return "", false
 	}
 	return k, true
 }
 
-// EventKeys are the keys an event offers (its JSON value as FromJSON
-// reads it: id, type, source, time, data): one per scalar leaf, at most
-// max of them; complete is false when it has more (then every wait of
-// its type must be asked).
-func EventKeys(event map[string]any, max int) (keys []string, complete bool) {
-	complete = true
-	var walk func(path []string, v any)
-	walk = func(path []string, v any) {
-		if !complete {
-			return
+// number is a number's key: its float64 value, one way.
+func number(f float64) string { return "n" + strconv.FormatFloat(f, 'g', -1, 64) }
+
+// PathKey is a path as a wait's match_path keeps it.
+func PathKey(path []string) string { return strings.Join(path, keySep) }
+
+// KeyAt is the key an event (its JSON value as FromJSON reads it: id,
+// type, source, time, data) offers at path (PathKey's form): false when
+// it has no scalar there.
+func KeyAt(event map[string]any, path string) (string, bool) {
+	parts := strings.Split(path, keySep)
+	var v any = event
+	for _, f := range parts {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return "", false
 		}
-		switch x := v.(type) {
-		case map[string]any:
-			names := make([]string, 0, len(x))
-			for k := range x {
-				names = append(names, k)
-			}
-			sort.Strings(names)
-			for _, k := range names {
-				walk(append(path[:len(path):len(path)], k), x[k])
-			}
-		case []any:
-			return // a list is not a key, nor indexed into
-		default:
-			if k, ok := Key(path, x); ok {
-				if len(keys) == max {
-					complete = false
-					return
-				}
-				keys = append(keys, k)
-			}
+		if v, ok = m[f]; !ok {
+			return "", false
 		}
 	}
-	walk(nil, event)
-	return keys, complete
+	return Key(parts, v)
 }

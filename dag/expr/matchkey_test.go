@@ -39,23 +39,25 @@ func TestMatchKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	key, ok := Key(k.Path, v)
-	keys, complete := EventKeys(map[string]any{"id": "e1", "data": map[string]any{"n": int64(42), "list": []any{1}, "deep": map[string]any{"x": true}}}, 10)
-	if !ok || !complete || len(keys) != 3 || !contains(keys, key) {
-		t.Errorf("key %q (%t) not among the event's %q (%t)", key, ok, keys, complete)
+	event := map[string]any{"id": "e1", "data": map[string]any{"n": int64(42), "list": []any{1}, "deep": map[string]any{"x": true}}}
+	if at, found := KeyAt(event, PathKey(k.Path)); !ok || !found || at != key {
+		t.Errorf("the wait's key %q (%t), the event's %q (%t)", key, ok, at, found)
 	}
-	if _, complete := EventKeys(map[string]any{"a": 1.0, "b": 2.0, "c": "x"}, 2); complete {
-		t.Error("3 fields offered within a bound of 2")
+	for _, miss := range []string{PathKey([]string{"data", "list"}), PathKey([]string{"data", "deep"}), PathKey([]string{"data", "nope"}), PathKey([]string{"id", "x"})} {
+		if k, ok := KeyAt(event, miss); ok {
+			t.Errorf("%q offers %q", miss, k)
+		}
+	}
+	// As CEL compares them: an int and the double equal to it are one key,
+	// also past 2^53.
+	for _, c := range [][2]any{{int64(2), 2.0}, {int64(9007199254740993), 9007199254740992.0}, {int64(10000000000000000), 1e16}} {
+		a, _ := Key([]string{"n"}, c[0])
+		b, _ := Key([]string{"n"}, c[1])
+		if a != b {
+			t.Errorf("%v and %v: keys %q and %q", c[0], c[1], a, b)
+		}
 	}
 	if _, ok := Key([]string{"a"}, strings.Repeat("x", MaxKey)); ok {
 		t.Error("a value past MaxKey is a key")
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }

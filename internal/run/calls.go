@@ -117,6 +117,10 @@ func (ap *applying) startCalls(ctx context.Context, cands []candidate) error {
 			continue
 		}
 		i := spec.stepIndex(c.step)
+		if i >= 0 && spec.Steps[i].Parks() && spec.exprsErr != nil {
+			v.fail = append(v.fail, verdict{c, "the job version's expressions do not compile: " + spec.exprsErr.Error()})
+			continue
+		}
 		if i >= 0 && spec.Steps[i].Parks() {
 			pk := pendingPark{cand: c, run: r, step: spec.Steps[i], exprs: spec.exprs.Step(c.step)}
 			if pk.exprs != nil {
@@ -206,13 +210,13 @@ func childCalls(ctx context.Context, q *store.Queries, todo []pendingCall, outpu
 	if err := outputs.load(ctx, q); err != nil {
 		return nil, err
 	}
-	var spent uint64
+	spent := budgets{}
 	var cp store.CalleeJobsParams
 	kept := todo[:0]
 	for _, p := range todo {
 		if p.exprs != nil {
 			vars := outputs.vars(runOf{id: p.run.ID, scheduledFor: p.run.ScheduledFor, trigger: string(p.run.Trigger), job: p.run.Name,
-				ns: p.run.Namespace, params: p.run.Params, upstream: p.run.Upstream, event: p.run.Event, attempt: p.cand.ready.Attempt + 1}, p.exprs.Reads.Steps, &spent)
+				ns: p.run.Namespace, params: p.run.Params, upstream: p.run.Upstream, event: p.run.Event, attempt: p.cand.ready.Attempt}, p.exprs.Reads.Steps, spent.of(p.run.ID))
 			exec, _, err := p.exprs.Apply(p.step, vars)
 			if err != nil {
 				v.fail = append(v.fail, verdict{p.cand, err.Error()})

@@ -73,7 +73,7 @@ func (ap *applying) decideConditions(ctx context.Context, cands []candidate) (ve
 	}
 	var todo []pending
 	var outputs outputsToRead
-	var spent uint64 // the batch's conditions share one cost limit
+	spent := budgets{} // a run's conditions share one cost limit
 	for _, c := range cands {
 		r, ok := byRun[c.run]
 		if !ok {
@@ -98,7 +98,7 @@ func (ap *applying) decideConditions(ctx context.Context, cands []candidate) (ve
 	}
 	for _, p := range todo {
 		vars := outputs.vars(runOf{id: p.run.ID, scheduledFor: p.run.ScheduledFor, trigger: string(p.run.Trigger), job: p.run.Name,
-			ns: p.run.Namespace, params: p.run.Params, upstream: p.run.Upstream, event: p.run.Event, attempt: p.cand.ready.Attempt}, p.exprs.WhenReads.Steps, &spent)
+			ns: p.run.Namespace, params: p.run.Params, upstream: p.run.Upstream, event: p.run.Event, attempt: p.cand.ready.Attempt}, p.exprs.WhenReads.Steps, spent.of(p.run.ID))
 		ok, err := p.exprs.Condition(vars)
 		switch {
 		case err != nil:

@@ -121,7 +121,7 @@ func (ap *applying) expand(ctx context.Context, groups []candidate) error {
 	for _, b := range bounds {
 		maxItems[b.ID] = int(b.MaxItemsPerStep)
 	}
-	var spent uint64 // the batch's lists share one cost limit, as conditions do
+	spent := budgets{} // a run's lists share one cost limit, as conditions do
 	var items store.InsertItemsParams
 	var expanded store.ExpandGroupsParams
 	var first []dispatch.Ready
@@ -129,7 +129,7 @@ func (ap *applying) expand(ctx context.Context, groups []candidate) error {
 	for _, p := range todo {
 		r := p.run
 		vars := outputs.vars(runOf{id: r.ID, scheduledFor: r.ScheduledFor, trigger: string(r.Trigger), job: r.Name,
-			ns: r.Namespace, params: r.Params, upstream: r.Upstream, event: r.Event, attempt: p.cand.ready.Attempt}, p.exprs.ForEachReads.Steps, &spent)
+			ns: r.Namespace, params: r.Params, upstream: r.Upstream, event: r.Event, attempt: p.cand.ready.Attempt}, p.exprs.ForEachReads.Steps, spent.of(r.ID))
 		limit := dag.MaxItems
 		if n, ok := maxItems[p.cand.ready.Tenant]; ok {
 			limit = n

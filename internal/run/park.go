@@ -59,20 +59,20 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 			return err
 		}
 	}
-	var spent uint64
+	spent := budgets{}
 	var p store.ParkTasksParams
-	var now time.Time             // the database's, read for the first until
+	var now time.Time // the database's, read for the first until
 	unkeyed := map[waitKind]int{} // waits without a key, parked and to park
 	for _, t := range todo {
-		kind, worker, eventType, key := "sleep", sleepWorker, "", ""
+		kind, worker, eventType, key, path := "sleep", sleepWorker, "", "", ""
 		var after float64
 		var until time.Time
 		switch {
 		case t.step.Wait != nil:
 			kind, worker, eventType = "wait", waitWorker, t.step.Wait.Event
 			after = t.step.Wait.Timeout.Seconds()
-			key = t.exprs.WaitKey(outputs.vars(runOf{id: t.run.ID, scheduledFor: t.run.ScheduledFor, trigger: string(t.run.Trigger), job: t.run.Name,
-				ns: t.run.Namespace, params: t.run.Params, upstream: t.run.Upstream, event: t.run.Event, attempt: t.cand.ready.Attempt + 1}, matchReads(t.exprs), &spent))
+			key, path = t.exprs.WaitKey(outputs.vars(runOf{id: t.run.ID, scheduledFor: t.run.ScheduledFor, trigger: string(t.run.Trigger), job: t.run.Name,
+				ns: t.run.Namespace, params: t.run.Params, upstream: t.run.Upstream, event: t.run.Event, attempt: t.cand.ready.Attempt}, matchReads(t.exprs), spent.of(t.run.ID)))
 			if key == "" {
 				k := waitKind{t.run.TenantID, eventType}
 				n, ok := unkeyed[k]
@@ -96,7 +96,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 			after = t.step.Sleep.For.Seconds()
 		default:
 			vars := outputs.vars(runOf{id: t.run.ID, scheduledFor: t.run.ScheduledFor, trigger: string(t.run.Trigger), job: t.run.Name,
-				ns: t.run.Namespace, params: t.run.Params, upstream: t.run.Upstream, event: t.run.Event, attempt: t.cand.ready.Attempt + 1}, readsOf(t.exprs), &spent)
+				ns: t.run.Namespace, params: t.run.Params, upstream: t.run.Upstream, event: t.run.Event, attempt: t.cand.ready.Attempt}, readsOf(t.exprs), spent.of(t.run.ID))
 			s, err := t.exprs.Text("sleep.until", t.step.Sleep.Until, vars)
 			if err != nil {
 				v.fail = append(v.fail, verdict{t.cand, err.Error()})
@@ -127,6 +127,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 		p.Untils = append(p.Untils, until)
 		p.EventTypes = append(p.EventTypes, eventType)
 		p.MatchKeys = append(p.MatchKeys, key)
+		p.MatchPaths = append(p.MatchPaths, path)
 	}
 	if len(p.Ids) == 0 {
 		return nil
@@ -165,10 +166,11 @@ func (a *Applier) WakeParked(ctx context.Context, tx pgx.Tx, shards []int32, bat
 	}
 	ids := make([]uuid.UUID, len(due))
 	runs := make([]uuid.UUID, len(due))
+	tokens := make([]int64, len(due))
 	for i, d := range due {
-		ids[i], runs[i] = d.TaskID, d.RunID
+		ids[i], runs[i], tokens[i] = d.TaskID, d.RunID, d.FencingToken
 	}
-	rows, err := ap.lockParked(ctx, runs, ids)
+	rows, err := ap.lockParked(ctx, runs, ids, tokens)
 	if err != nil {
 		return ids, err
 	}
@@ -196,13 +198,14 @@ func (a *Applier) WakeParked(ctx context.Context, tx pgx.Tx, shards []int32, bat
 	return ids, nil
 }
 
-// lockParked locks the runs, in key order, then the parked rows of tasks,
-// and returns the rows still there.
-func (ap *applying) lockParked(ctx context.Context, runs, tasks []uuid.UUID) ([]store.LockParkedRow, error) {
+// lockParked locks the runs, in key order, then the parked rows of tasks
+// (parked under tokens), and returns the rows still there as they were
+// read.
+func (ap *applying) lockParked(ctx context.Context, runs, tasks []uuid.UUID, tokens []int64) ([]store.LockParkedRow, error) {
 	if err := ap.q.LockRuns(ctx, sortedUnique(runs)); err != nil {
 		return nil, err
 	}
-	return ap.q.LockParked(ctx, tasks)
+	return ap.q.LockParked(ctx, store.LockParkedParams{TaskIds: tasks, Tokens: tokens})
 }
 
 // endParked finishes parked steps' attempts and deletes their rows.
@@ -239,10 +242,6 @@ type waitKind struct {
 	typ    string
 }
 
-// maxEventKeys bounds the keys an event offers its waits (expr.EventKeys):
-// an event with more scalar fields asks every wait of its type.
-const maxEventKeys = 256
-
 // An Arrival is an event the events step takes, as a wait sees it.
 type Arrival struct {
 	Tenant     uuid.UUID
@@ -257,41 +256,77 @@ type Arrival struct {
 // caller's transaction (the events step's, which marks the events taken
 // in it): a wait of an event's tenant and type that parked before the
 // event was received, whose match holds for it, succeeds with the event
-// as its output; the first such event of the batch ends it. A match that
-// fails on an event (a field it lacks) does not end the wait. It returns
-// how many waits it ended.
+// as its output; the first such event of the batch ends it. An event
+// offers the keys of its fields at the paths the waits of its type index
+// (WaitPaths), and asks the waits with one of those keys, or with none.
+// Each match is evaluated with its own cost budget; one that fails on an
+// event (a field it lacks, its cost) does not end the wait with it. More
+// than MaxWaitsAsked candidates in a batch is an error (the batch is then
+// taken an event at a time, and an event that alone passes the bound is
+// set aside). It returns how many waits it ended.
 func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (int, error) {
 	if len(events) == 0 {
 		return 0, nil
 	}
 	ap := a.in(tx)
 	parsed := make([]map[string]any, len(events))
-	var p store.WaitsForParams
+	var wp store.WaitPathsParams
 	for i, e := range events {
 		if v, err := expr.FromJSON(e.Event); err == nil {
 			parsed[i], _ = v.(map[string]any)
 		}
-		keys, complete := expr.EventKeys(parsed[i], maxEventKeys)
+		if parsed[i] == nil {
+			parsed[i] = map[string]any{}
+		}
+		wp.TenantIds = append(wp.TenantIds, e.Tenant)
+		wp.Types = append(wp.Types, e.Type)
+	}
+	wp.MaxPaths = maxWaitPaths
+	paths, err := ap.q.WaitPaths(ctx, wp)
+	if err != nil {
+		return 0, err
+	}
+	inUse := map[waitKind][]string{}
+	for _, p := range paths {
+		k := waitKind{p.TenantID, p.Type}
+		inUse[k] = append(inUse[k], p.Path)
+	}
+	var p store.WaitsForParams
+	for i, e := range events {
 		p.TenantIds = append(p.TenantIds, e.Tenant)
 		p.Types = append(p.Types, e.Type)
 		p.ReceivedAts = append(p.ReceivedAts, e.ReceivedAt)
-		p.Completes = append(p.Completes, complete)
-		for _, k := range keys {
-			p.KeyEvents = append(p.KeyEvents, int32(i+1))
-			p.Keys = append(p.Keys, k)
+		for _, path := range inUse[waitKind{e.Tenant, e.Type}] {
+			if k, ok := expr.KeyAt(parsed[i], path); ok {
+				p.KeyEvents = append(p.KeyEvents, int32(i+1))
+				p.Keys = append(p.Keys, k)
+			}
 		}
 	}
+	p.MaxWaits = MaxWaitsAsked + 1
 	cands, err := ap.q.WaitsFor(ctx, p)
 	if err != nil || len(cands) == 0 {
 		return 0, err
 	}
+	if len(cands) > MaxWaitsAsked {
+		return 0, fmt.Errorf("the events of the batch would ask more than %d parked waits their match", MaxWaitsAsked)
+	}
 	keys := make([]specKey, len(cands))
+	runIDs := make([]uuid.UUID, len(cands))
 	for i, c := range cands {
-		keys[i] = specKey{c.JobID, c.JobVersion}
+		keys[i], runIDs[i] = specKey{c.JobID, c.JobVersion}, c.RunID
 	}
 	got, err := specs.getMany(ctx, ap.tx, keys)
 	if err != nil {
 		return 0, err
+	}
+	runRows, err := ap.q.ConditionRuns(ctx, sortedUnique(runIDs)) // each run's variables once
+	if err != nil {
+		return 0, err
+	}
+	byRun := make(map[uuid.UUID]store.ConditionRunsRow, len(runRows))
+	for _, r := range runRows {
+		byRun[r.ID] = r
 	}
 	var outputs outputsToRead
 	for _, c := range cands {
@@ -302,33 +337,37 @@ func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (in
 	if err := outputs.load(ctx, ap.q); err != nil {
 		return 0, err
 	}
-	var spent uint64
 	chosen := map[uuid.UUID]int{} // a wait's task: the index of the event that ends it
 	var runs, tasks []uuid.UUID
+	var tokens []int64
 	for _, c := range cands { // by task, then event: a task's first match wins
 		if _, done := chosen[c.TaskID]; done {
 			continue
 		}
 		spec := got[specKey{c.JobID, c.JobVersion}]
+		r, found := byRun[c.RunID]
+		i := spec.stepIndex(c.Step)
+		if !found || i < 0 || spec.Steps[i].Wait == nil {
+			continue // a task of a version without the wait (not met)
+		}
 		x := spec.exprs.Step(c.Step)
-		i := int(c.EventIndex) - 1
-		vars := outputs.vars(runOf{id: c.RunID, scheduledFor: c.ScheduledFor, trigger: string(c.Trigger), job: c.Name, ns: c.Namespace,
-			params: c.Params, upstream: c.Upstream, event: c.Event, attempt: int(c.Attempt)}, matchReads(x), &spent)
-		vars.Incoming = parsed[i]
-		if vars.Incoming == nil {
-			vars.Incoming = map[string]any{}
+		if spec.Steps[i].Wait.Match != "" && x == nil {
+			continue // its match does not compile any more: no event ends it, its timeout does
 		}
-		ok, err := x.Match(vars)
-		if err != nil || !ok {
-			continue // a match that fails on this event: not this one
+		var spent uint64 // each match its own budget
+		vars := outputs.vars(runOf{id: r.ID, scheduledFor: r.ScheduledFor, trigger: string(r.Trigger), job: r.Name, ns: r.Namespace,
+			params: r.Params, upstream: r.Upstream, event: r.Event, attempt: int(c.Attempt)}, matchReads(x), &spent)
+		vars.Incoming = parsed[int(c.EventIndex)-1]
+		if ok, err := x.Match(vars); err != nil || !ok {
+			continue // not this event (a match that fails on it ends nothing)
 		}
-		chosen[c.TaskID] = i
-		runs, tasks = append(runs, c.RunID), append(tasks, c.TaskID)
+		chosen[c.TaskID] = int(c.EventIndex) - 1
+		runs, tasks, tokens = append(runs, c.RunID), append(tasks, c.TaskID), append(tokens, c.FencingToken)
 	}
 	if len(tasks) == 0 {
 		return 0, nil
 	}
-	rows, err := ap.lockParked(ctx, runs, tasks)
+	rows, err := ap.lockParked(ctx, runs, tasks, tokens)
 	if err != nil {
 		return 0, err
 	}
@@ -347,6 +386,14 @@ func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (in
 	a.Failpoints.Hit(FailpointWaitsEnded)
 	return len(reports), nil
 }
+
+// MaxWaitsAsked bounds the parked waits one events transaction asks their
+// match (each once per event of the batch that may end it).
+const MaxWaitsAsked = 10_000
+
+// maxWaitPaths bounds the match paths in use that one events transaction
+// reads for its events' tenants and types.
+const maxWaitPaths = 1000
 
 // matchReads is the steps a wait's match reads.
 func matchReads(x *dag.StepExprs) []string {

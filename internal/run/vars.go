@@ -124,3 +124,17 @@ func (o *outputsToRead) vars(r runOf, steps []string, spent *uint64) expr.Vars {
 	}
 	return v
 }
+
+// budgets are the expression cost budgets of a batch, one per run: the
+// expressions a release evaluates for one run share one CostLimit (as a
+// report's did when each was finished alone), and one run's cannot use
+// up another's.
+type budgets map[uuid.UUID]*uint64
+
+// of is run's budget.
+func (b budgets) of(run uuid.UUID) *uint64 {
+	if b[run] == nil {
+		b[run] = new(uint64)
+	}
+	return b[run]
+}

@@ -317,6 +317,7 @@ type ParkedStep struct {
 	CreatedAt    time.Time
 	EventType    *string
 	MatchKey     *string
+	MatchPath    *string
 }
 
 type Queue struct {

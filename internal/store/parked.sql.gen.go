@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 const deleteParked = `-- name: DeleteParked :exec
@@ -23,7 +22,7 @@ func (q *Queries) DeleteParked(ctx context.Context, ids []uuid.UUID) error {
 }
 
 const dueParked = `-- name: DueParked :many
-SELECT task_id, run_id FROM parked_steps
+SELECT task_id, run_id, fencing_token FROM parked_steps
 WHERE shard = ANY($1::int[]) AND wake_at <= now()
 ORDER BY wake_at
 LIMIT $2
@@ -35,8 +34,9 @@ type DueParkedParams struct {
 }
 
 type DueParkedRow struct {
-	TaskID uuid.UUID
-	RunID  uuid.UUID
+	TaskID       uuid.UUID
+	RunID        uuid.UUID
+	FencingToken int64
 }
 
 // DueParked reads the shards' parked steps that are due, the earliest
@@ -51,7 +51,7 @@ func (q *Queries) DueParked(ctx context.Context, arg DueParkedParams) ([]DuePark
 	items := []DueParkedRow{}
 	for rows.Next() {
 		var i DueParkedRow
-		if err := rows.Scan(&i.TaskID, &i.RunID); err != nil {
+		if err := rows.Scan(&i.TaskID, &i.RunID, &i.FencingToken); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -76,11 +76,16 @@ func (q *Queries) HasDueParked(ctx context.Context, shards []int32) (bool, error
 }
 
 const lockParked = `-- name: LockParked :many
-SELECT task_id, run_id, kind, fencing_token, wake_at, event_type, created_at, now()::timestamptz AS now FROM parked_steps
-WHERE task_id = ANY($1::uuid[])
-ORDER BY task_id
-FOR UPDATE
+SELECT p.task_id, p.run_id, p.kind, p.fencing_token, p.wake_at, p.event_type, p.created_at, now()::timestamptz AS now FROM parked_steps AS p
+JOIN (SELECT unnest($1::uuid[]) AS task_id, unnest($2::bigint[]) AS token) AS w ON w.task_id = p.task_id AND w.token = p.fencing_token
+ORDER BY p.task_id
+FOR UPDATE OF p
 `
+
+type LockParkedParams struct {
+	TaskIds []uuid.UUID
+	Tokens  []int64
+}
 
 type LockParkedRow struct {
 	TaskID       uuid.UUID
@@ -93,11 +98,13 @@ type LockParkedRow struct {
 	Now          time.Time
 }
 
-// LockParked locks the parked rows of tasks, after their runs (the order
-// of a cancel, which deletes them), and returns those still there: a
-// cancel or another wake may have ended them meanwhile.
-func (q *Queries) LockParked(ctx context.Context, taskIds []uuid.UUID) ([]LockParkedRow, error) {
-	rows, err := q.db.Query(ctx, lockParked, taskIds)
+// LockParked locks the parked rows of tasks (@task_ids[i] parked under
+// @tokens[i]), after their runs (the order of a cancel, which deletes
+// them), and returns those still there as they were read: a cancel or
+// another wake may have ended one meanwhile, or a retry parked it again
+// under a new token.
+func (q *Queries) LockParked(ctx context.Context, arg LockParkedParams) ([]LockParkedRow, error) {
+	rows, err := q.db.Query(ctx, lockParked, arg.TaskIds, arg.Tokens)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +138,8 @@ WITH req AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS attempt_id, unnest($3::text[]) AS worker,
            unnest($4::text[]) AS kind, unnest($5::int[]) AS shard,
            unnest($6::float8[]) AS after_seconds, unnest($7::timestamptz[]) AS until,
-           unnest($8::text[]) AS event_type, unnest($9::text[]) AS match_key
+           unnest($8::text[]) AS event_type, unnest($9::text[]) AS match_key,
+           unnest($10::text[]) AS match_path
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
@@ -142,15 +150,15 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.fencing_token
 )
-INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key)
+INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key, match_path)
 SELECT t.id, t.tenant_id, t.run_id, req.shard, req.kind, t.fencing_token,
        CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END,
-       NULLIF(req.event_type, ''), NULLIF(req.match_key, '')
+       NULLIF(req.event_type, ''), NULLIF(req.match_key, ''), NULLIF(req.match_path, '')
 FROM t JOIN req ON req.id = t.id
 ON CONFLICT (task_id) DO UPDATE
 SET tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, shard = EXCLUDED.shard, kind = EXCLUDED.kind,
     fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type,
-    match_key = EXCLUDED.match_key, created_at = now()
+    match_key = EXCLUDED.match_key, match_path = EXCLUDED.match_path, created_at = now()
 RETURNING task_id
 `
 
@@ -164,6 +172,7 @@ type ParkTasksParams struct {
 	Untils       []time.Time
 	EventTypes   []string
 	MatchKeys    []string
+	MatchPaths   []string
 }
 
 // Parked steps (docs/parked-steps.md).
@@ -183,6 +192,7 @@ func (q *Queries) ParkTasks(ctx context.Context, arg ParkTasksParams) ([]uuid.UU
 		arg.Untils,
 		arg.EventTypes,
 		arg.MatchKeys,
+		arg.MatchPaths,
 	)
 	if err != nil {
 		return nil, err
@@ -294,40 +304,84 @@ func (q *Queries) UnkeyedWaits(ctx context.Context, arg UnkeyedWaitsParams) ([]U
 	return items, nil
 }
 
+const waitPaths = `-- name: WaitPaths :many
+WITH RECURSIVE q AS (
+    SELECT DISTINCT unnest($2::uuid[]) AS tenant_id, unnest($3::text[]) AS type
+), p (tenant_id, type, path) AS (
+    SELECT q.tenant_id, q.type, (SELECT min(x.match_path) FROM parked_steps AS x
+                                 WHERE x.tenant_id = q.tenant_id AND x.event_type = q.type AND x.match_path IS NOT NULL)
+    FROM q
+    UNION ALL
+    SELECT p.tenant_id, p.type, (SELECT min(x.match_path) FROM parked_steps AS x
+                                 WHERE x.tenant_id = p.tenant_id AND x.event_type = p.type AND x.match_path > p.path)
+    FROM p WHERE p.path IS NOT NULL
+)
+SELECT p.tenant_id::uuid AS tenant_id, p.type::text AS type, p.path::text AS path FROM p WHERE p.path IS NOT NULL LIMIT $1
+`
+
+type WaitPathsParams struct {
+	MaxPaths  int32
+	TenantIds []uuid.UUID
+	Types     []string
+}
+
+type WaitPathsRow struct {
+	TenantID uuid.UUID
+	Type     string
+	Path     string
+}
+
+// WaitPaths reads the match paths in use by the parked waits of each
+// (@tenant_ids[i], @types[i]): a skip scan of parked_steps_paths, one
+// index probe a path, at most @max_paths in all.
+func (q *Queries) WaitPaths(ctx context.Context, arg WaitPathsParams) ([]WaitPathsRow, error) {
+	rows, err := q.db.Query(ctx, waitPaths, arg.MaxPaths, arg.TenantIds, arg.Types)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []WaitPathsRow{}
+	for rows.Next() {
+		var i WaitPathsRow
+		if err := rows.Scan(&i.TenantID, &i.Type, &i.Path); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const waitsFor = `-- name: WaitsFor :many
 WITH e AS MATERIALIZED (
-    SELECT unnest($1::uuid[]) AS tenant_id, unnest($2::text[]) AS type, unnest($3::timestamptz[]) AS received_at,
-           unnest($4::bool[]) AS complete, generate_subscripts($1::uuid[], 1) AS i
+    SELECT unnest($2::uuid[]) AS tenant_id, unnest($3::text[]) AS type, unnest($4::timestamptz[]) AS received_at,
+           generate_subscripts($2::uuid[], 1) AS i
 ), ek AS MATERIALIZED (
     SELECT e.tenant_id, e.type, e.received_at, e.i, k.key
     FROM (SELECT unnest($5::int[]) AS i, unnest($6::text[]) AS key) AS k JOIN e ON e.i = k.i
-), incomplete AS MATERIALIZED (
-    SELECT tenant_id, type, received_at, complete, i FROM e WHERE NOT e.complete
 ), cand AS (
     SELECT e.i, p.task_id FROM e JOIN parked_steps AS p
       ON p.tenant_id = e.tenant_id AND p.event_type = e.type AND p.match_key IS NULL AND p.created_at < e.received_at
     UNION
     SELECT ek.i, p.task_id FROM ek JOIN parked_steps AS p
       ON p.tenant_id = ek.tenant_id AND p.event_type = ek.type AND p.match_key = ek.key AND p.created_at < ek.received_at
-    UNION
-    SELECT x.i, p.task_id FROM incomplete AS x JOIN parked_steps AS p
-      ON p.tenant_id = x.tenant_id AND p.event_type = x.type AND p.created_at < x.received_at
 )
-SELECT c.i::int AS event_index, p.task_id, p.run_id, t.step, t.attempt,
-       r.job_id, r.job_version, r.params, r.event, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name
+SELECT c.i::int AS event_index, p.task_id, p.run_id, p.fencing_token, t.step, t.attempt, r.job_id, r.job_version
 FROM cand AS c
 JOIN parked_steps AS p ON p.task_id = c.task_id
 JOIN tasks AS t ON t.id = p.task_id
 JOIN runs AS r ON r.id = p.run_id
-JOIN jobs AS j ON j.id = r.job_id
 ORDER BY p.task_id, c.i
+LIMIT $1
 `
 
 type WaitsForParams struct {
+	MaxWaits    int32
 	TenantIds   []uuid.UUID
 	Types       []string
 	ReceivedAts []time.Time
-	Completes   []bool
 	KeyEvents   []int32
 	Keys        []string
 }
@@ -336,32 +390,25 @@ type WaitsForRow struct {
 	EventIndex   int32
 	TaskID       uuid.UUID
 	RunID        uuid.UUID
+	FencingToken int64
 	Step         string
 	Attempt      int32
 	JobID        uuid.UUID
 	JobVersion   int64
-	Params       []byte
-	Event        []byte
-	Upstream     []byte
-	ScheduledFor time.Time
-	Trigger      lifecycle.Trigger
-	Namespace    string
-	Name         string
 }
 
 // WaitsFor reads the parked waits that events of (@tenant_ids[i],
 // @types[i]) received at @received_ats[i] may end: those of the tenant and
 // type that parked before the event was received, and whose key is one the
-// event offers (@keys[j] for @key_events[j] = i), or that have none; all
-// of its type for an event whose keys are not @completes[i]. With what
-// their match needs (their run, its job version and step). Index probes:
-// one per event and key, and one for the waits without a key.
+// event offers (@keys[j] for @key_events[j] = i), or that have none. At
+// most @max_waits rows: index probes, one per event and key, and one for
+// the waits without a key.
 func (q *Queries) WaitsFor(ctx context.Context, arg WaitsForParams) ([]WaitsForRow, error) {
 	rows, err := q.db.Query(ctx, waitsFor,
+		arg.MaxWaits,
 		arg.TenantIds,
 		arg.Types,
 		arg.ReceivedAts,
-		arg.Completes,
 		arg.KeyEvents,
 		arg.Keys,
 	)
@@ -376,17 +423,11 @@ func (q *Queries) WaitsFor(ctx context.Context, arg WaitsForParams) ([]WaitsForR
 			&i.EventIndex,
 			&i.TaskID,
 			&i.RunID,
+			&i.FencingToken,
 			&i.Step,
 			&i.Attempt,
 			&i.JobID,
 			&i.JobVersion,
-			&i.Params,
-			&i.Event,
-			&i.Upstream,
-			&i.ScheduledFor,
-			&i.Trigger,
-			&i.Namespace,
-			&i.Name,
 		); err != nil {
 			return nil, err
 		}

@@ -10,7 +10,8 @@ WITH req AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@attempt_ids::uuid[]) AS attempt_id, unnest(@workers::text[]) AS worker,
            unnest(@kinds::text[]) AS kind, unnest(@shards::int[]) AS shard,
            unnest(@after_seconds::float8[]) AS after_seconds, unnest(@untils::timestamptz[]) AS until,
-           unnest(@event_types::text[]) AS event_type, unnest(@match_keys::text[]) AS match_key
+           unnest(@event_types::text[]) AS event_type, unnest(@match_keys::text[]) AS match_key,
+           unnest(@match_paths::text[]) AS match_path
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
@@ -21,15 +22,15 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.fencing_token
 )
-INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key)
+INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key, match_path)
 SELECT t.id, t.tenant_id, t.run_id, req.shard, req.kind, t.fencing_token,
        CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END,
-       NULLIF(req.event_type, ''), NULLIF(req.match_key, '')
+       NULLIF(req.event_type, ''), NULLIF(req.match_key, ''), NULLIF(req.match_path, '')
 FROM t JOIN req ON req.id = t.id
 ON CONFLICT (task_id) DO UPDATE
 SET tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, shard = EXCLUDED.shard, kind = EXCLUDED.kind,
     fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type,
-    match_key = EXCLUDED.match_key, created_at = now()
+    match_key = EXCLUDED.match_key, match_path = EXCLUDED.match_path, created_at = now()
 RETURNING task_id;
 
 -- HasDueParked: whether the shards have parked steps due (a probe before
@@ -41,54 +42,66 @@ SELECT EXISTS (SELECT 1 FROM parked_steps WHERE shard = ANY(@shards::int[]) AND 
 -- first (their shards' owner alone takes them: no lock here; LockParked
 -- takes them once their runs are locked).
 -- name: DueParked :many
-SELECT task_id, run_id FROM parked_steps
+SELECT task_id, run_id, fencing_token FROM parked_steps
 WHERE shard = ANY(@shards::int[]) AND wake_at <= now()
 ORDER BY wake_at
 LIMIT @batch;
 
--- LockParked locks the parked rows of tasks, after their runs (the order
--- of a cancel, which deletes them), and returns those still there: a
--- cancel or another wake may have ended them meanwhile.
+-- LockParked locks the parked rows of tasks (@task_ids[i] parked under
+-- @tokens[i]), after their runs (the order of a cancel, which deletes
+-- them), and returns those still there as they were read: a cancel or
+-- another wake may have ended one meanwhile, or a retry parked it again
+-- under a new token.
 -- name: LockParked :many
-SELECT task_id, run_id, kind, fencing_token, wake_at, event_type, created_at, now()::timestamptz AS now FROM parked_steps
-WHERE task_id = ANY(@task_ids::uuid[])
-ORDER BY task_id
-FOR UPDATE;
+SELECT p.task_id, p.run_id, p.kind, p.fencing_token, p.wake_at, p.event_type, p.created_at, now()::timestamptz AS now FROM parked_steps AS p
+JOIN (SELECT unnest(@task_ids::uuid[]) AS task_id, unnest(@tokens::bigint[]) AS token) AS w ON w.task_id = p.task_id AND w.token = p.fencing_token
+ORDER BY p.task_id
+FOR UPDATE OF p;
+
+-- WaitPaths reads the match paths in use by the parked waits of each
+-- (@tenant_ids[i], @types[i]): a skip scan of parked_steps_paths, one
+-- index probe a path, at most @max_paths in all.
+-- name: WaitPaths :many
+WITH RECURSIVE q AS (
+    SELECT DISTINCT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@types::text[]) AS type
+), p (tenant_id, type, path) AS (
+    SELECT q.tenant_id, q.type, (SELECT min(x.match_path) FROM parked_steps AS x
+                                 WHERE x.tenant_id = q.tenant_id AND x.event_type = q.type AND x.match_path IS NOT NULL)
+    FROM q
+    UNION ALL
+    SELECT p.tenant_id, p.type, (SELECT min(x.match_path) FROM parked_steps AS x
+                                 WHERE x.tenant_id = p.tenant_id AND x.event_type = p.type AND x.match_path > p.path)
+    FROM p WHERE p.path IS NOT NULL
+)
+SELECT p.tenant_id::uuid AS tenant_id, p.type::text AS type, p.path::text AS path FROM p WHERE p.path IS NOT NULL LIMIT @max_paths;
 
 -- WaitsFor reads the parked waits that events of (@tenant_ids[i],
 -- @types[i]) received at @received_ats[i] may end: those of the tenant and
 -- type that parked before the event was received, and whose key is one the
--- event offers (@keys[j] for @key_events[j] = i), or that have none; all
--- of its type for an event whose keys are not @completes[i]. With what
--- their match needs (their run, its job version and step). Index probes:
--- one per event and key, and one for the waits without a key.
+-- event offers (@keys[j] for @key_events[j] = i), or that have none. At
+-- most @max_waits rows: index probes, one per event and key, and one for
+-- the waits without a key.
 -- name: WaitsFor :many
 WITH e AS MATERIALIZED (
     SELECT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@types::text[]) AS type, unnest(@received_ats::timestamptz[]) AS received_at,
-           unnest(@completes::bool[]) AS complete, generate_subscripts(@tenant_ids::uuid[], 1) AS i
+           generate_subscripts(@tenant_ids::uuid[], 1) AS i
 ), ek AS MATERIALIZED (
     SELECT e.tenant_id, e.type, e.received_at, e.i, k.key
     FROM (SELECT unnest(@key_events::int[]) AS i, unnest(@keys::text[]) AS key) AS k JOIN e ON e.i = k.i
-), incomplete AS MATERIALIZED (
-    SELECT * FROM e WHERE NOT e.complete
 ), cand AS (
     SELECT e.i, p.task_id FROM e JOIN parked_steps AS p
       ON p.tenant_id = e.tenant_id AND p.event_type = e.type AND p.match_key IS NULL AND p.created_at < e.received_at
     UNION
     SELECT ek.i, p.task_id FROM ek JOIN parked_steps AS p
       ON p.tenant_id = ek.tenant_id AND p.event_type = ek.type AND p.match_key = ek.key AND p.created_at < ek.received_at
-    UNION
-    SELECT x.i, p.task_id FROM incomplete AS x JOIN parked_steps AS p
-      ON p.tenant_id = x.tenant_id AND p.event_type = x.type AND p.created_at < x.received_at
 )
-SELECT c.i::int AS event_index, p.task_id, p.run_id, t.step, t.attempt,
-       r.job_id, r.job_version, r.params, r.event, r.upstream, r.scheduled_for, r.trigger, j.namespace, j.name
+SELECT c.i::int AS event_index, p.task_id, p.run_id, p.fencing_token, t.step, t.attempt, r.job_id, r.job_version
 FROM cand AS c
 JOIN parked_steps AS p ON p.task_id = c.task_id
 JOIN tasks AS t ON t.id = p.task_id
 JOIN runs AS r ON r.id = p.run_id
-JOIN jobs AS j ON j.id = r.job_id
-ORDER BY p.task_id, c.i;
+ORDER BY p.task_id, c.i
+LIMIT @max_waits;
 
 -- name: DeleteParked :exec
 DELETE FROM parked_steps WHERE task_id = ANY(@ids::uuid[]);

@@ -315,6 +315,7 @@ type ParkedStep struct {
 	CreatedAt    time.Time
 	EventType    pgtype.Text
 	MatchKey     pgtype.Text
+	MatchPath    pgtype.Text
 }
 
 type Queue struct {
