@@ -61,7 +61,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	}
 	spent := budgets{}
 	var p store.ParkTasksParams
-	var now time.Time // the database's, read for the first until
+	var now time.Time             // the database's, read for the first until
 	unkeyed := map[waitKind]int{} // waits without a key, parked and to park
 	for _, t := range todo {
 		kind, worker, eventType, key, path := "sleep", sleepWorker, "", "", ""
