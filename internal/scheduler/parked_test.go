@@ -234,6 +234,22 @@ func TestWaitingStepEndsByItsEvent(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT last_error FROM tasks WHERE run_id = $1", s).Scan(&last); err != nil || !strings.Contains(last, "wait: no never.comes event matched before its timeout") {
 		t.Errorf("the timed-out wait's error: %q (%v)", last, err)
 	}
+	// Retry from the failed step parks the wait again, as a new attempt.
+	if _, err := runs.RetryRun(ctx, job.Anonymous, s, true); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 20*time.Second, "the retried wait parks again", func() bool { return waiting(s) })
+	enginetest.WaitFor(t, 30*time.Second, "and times out again", func() bool { return runStatus(t, pool, s) == "failed" })
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM every_attempt a JOIN tasks t ON t.id = a.task_id WHERE t.run_id = $1", s); n != 2 {
+		t.Errorf("the retried wait has %d attempts, want 2", n)
+	}
+	// So does a replay of its dead letter.
+	dead := enginetest.UUID(t, pool, "SELECT id FROM tasks WHERE run_id = $1", s)
+	if _, err := runs.ReplayDeadLetters(ctx, job.Anonymous, []uuid.UUID{dead}, job.Ref{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	enginetest.WaitFor(t, 20*time.Second, "the replayed wait parks again", func() bool { return waiting(s) })
+	enginetest.WaitFor(t, 30*time.Second, "and times out again", func() bool { return runStatus(t, pool, s) == "failed" })
 	if _, err := runs.CancelRun(ctx, job.Anonymous, b, "test"); err != nil {
 		t.Fatal(err)
 	}
