@@ -61,6 +61,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	}
 	spent := budgets{}
 	var p store.ParkTasksParams
+	var tenants []uuid.UUID // of each step parked (p's order)
 	var now time.Time             // the database's, read for the first until
 	unkeyed := map[waitKind]int{} // waits without a key, parked and to park
 	for _, t := range todo {
@@ -118,6 +119,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 			}
 			until = at
 		}
+		tenants = append(tenants, t.run.TenantID)
 		p.Ids = append(p.Ids, t.cand.ready.TaskID)
 		p.AttemptIds = append(p.AttemptIds, uuid.Must(uuid.NewV7()))
 		p.Workers = append(p.Workers, worker)
@@ -131,6 +133,17 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	}
 	if len(p.Ids) == 0 {
 		return nil
+	}
+	var lk store.LockWaitKindsSharedParams
+	for i, typ := range p.EventTypes {
+		if typ != "" {
+			lk.TenantIds, lk.Types = append(lk.TenantIds, tenants[i]), append(lk.Types, typ)
+		}
+	}
+	if len(lk.Types) > 0 {
+		if err := ap.q.LockWaitKindsShared(ctx, lk); err != nil {
+			return err
+		}
 	}
 	parked, err := ap.q.ParkTasks(ctx, p)
 	if err != nil {
@@ -280,6 +293,11 @@ func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (in
 		}
 		wp.TenantIds = append(wp.TenantIds, e.Tenant)
 		wp.Types = append(wp.Types, e.Type)
+	}
+	// The parks of these events' waits in flight commit first; a later
+	// one is stamped after these events (LockWaitKinds).
+	if err := ap.q.LockWaitKinds(ctx, store.LockWaitKindsParams{TenantIds: wp.TenantIds, Types: wp.Types}); err != nil {
+		return 0, err
 	}
 	wp.MaxPaths = maxWaitPaths
 	paths, err := ap.q.WaitPaths(ctx, wp)

@@ -22,16 +22,39 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.fencing_token
 )
-INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key, match_path)
+INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key, match_path, created_at)
 SELECT t.id, t.tenant_id, t.run_id, req.shard, req.kind, t.fencing_token,
        CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END,
-       NULLIF(req.event_type, ''), NULLIF(req.match_key, ''), NULLIF(req.match_path, '')
+       NULLIF(req.event_type, ''), NULLIF(req.match_key, ''), NULLIF(req.match_path, ''), clock_timestamp()
 FROM t JOIN req ON req.id = t.id
 ON CONFLICT (task_id) DO UPDATE
 SET tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, shard = EXCLUDED.shard, kind = EXCLUDED.kind,
     fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type,
-    match_key = EXCLUDED.match_key, match_path = EXCLUDED.match_path, created_at = now()
+    match_key = EXCLUDED.match_key, match_path = EXCLUDED.match_path, created_at = EXCLUDED.created_at
 RETURNING task_id;
+
+-- Waits and the events step meet on a transaction-scoped advisory lock
+-- per tenant and event type (docs/parked-steps.md, "A wait and the event
+-- it waits for"): a park takes it shared before it writes its wait, whose
+-- created_at is then the clock's (not its transaction's start); the
+-- events step takes it exclusive before it reads the waits of its
+-- events, so it waits for the parks in flight to commit, and a park that
+-- comes after it is stamped after the events it took. In key order, on
+-- both sides.
+
+-- name: LockWaitKindsShared :exec
+SELECT pg_advisory_xact_lock_shared(s.k) FROM (
+    SELECT DISTINCT hashtextextended(u.tenant_id::text || '/' || u.type, 7346) AS k
+    FROM (SELECT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@types::text[]) AS type) AS u
+    ORDER BY 1
+) AS s;
+
+-- name: LockWaitKinds :exec
+SELECT pg_advisory_xact_lock(s.k) FROM (
+    SELECT DISTINCT hashtextextended(u.tenant_id::text || '/' || u.type, 7346) AS k
+    FROM (SELECT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@types::text[]) AS type) AS u
+    ORDER BY 1
+) AS s;
 
 -- HasDueParked: whether the shards have parked steps due (a probe before
 -- a transaction of the timers step).
