@@ -61,7 +61,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	}
 	spent := budgets{}
 	var p store.ParkTasksParams
-	var tenants []uuid.UUID // of each step parked (p's order)
+	var tenants []uuid.UUID       // of each step parked (p's order)
 	var now time.Time             // the database's, read for the first until
 	unkeyed := map[waitKind]int{} // waits without a key, parked and to park
 	for _, t := range todo {
