@@ -168,52 +168,33 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 					return
 				}
 			}
-			fe := &FieldError{Field: field, Message: err.Error()}
-			var xe *expr.Error
-			if errors.As(err, &xe) {
-				fe.Offset = xe.Offset
-			}
-			es = append(es, fe)
+			es = append(es, fieldError(field, err))
 		})
-		if st.When != "" {
-			field := fmt.Sprintf("spec.steps[%d].when", i)
+		// one compiles a whole-expression field of the step (its
+		// condition, a wait's match, its fan-out's list), counted and
+		// checked against its ancestors; nil when it is refused.
+		one := func(name, src string, compile func(*expr.Env, string, map[string]bool) (*expr.Program, error), noItem string) *expr.Program {
 			if ancestors == nil {
 				ancestors = ancestorsOf(s.Steps, i)
 			}
 			count++
-			prg, err := compileWhen(env, st.When, ancestors)
-			if err == nil && prg.Reads.Item {
-				err = errors.New("a condition is decided once for the step, before its items exist: it cannot read item or item_index")
+			prg, err := compile(env, src, ancestors)
+			if err == nil && noItem != "" && prg.Reads.Item {
+				err = errors.New(noItem)
 			}
 			if err != nil {
-				fe := &FieldError{Field: field, Message: err.Error()}
-				var xe *expr.Error
-				if errors.As(err, &xe) {
-					fe.Offset = xe.Offset
-				}
-				es = append(es, fe)
-			} else {
+				es = append(es, fieldError(fmt.Sprintf("spec.steps[%d].%s", i, name), err))
+				return nil
+			}
+			return prg
+		}
+		if st.When != "" {
+			if prg := one("when", st.When, compileWhen, "a condition is decided once for the step, before its items exist: it cannot read item or item_index"); prg != nil {
 				se.when, se.WhenReads = prg, prg.Reads
 			}
 		}
 		if w := st.Wait; w != nil && w.Match != "" {
-			field := fmt.Sprintf("spec.steps[%d].wait.match", i)
-			if ancestors == nil {
-				ancestors = ancestorsOf(s.Steps, i)
-			}
-			count++
-			prg, err := compileWhen(env, w.Match, ancestors)
-			if err == nil && prg.Reads.Item {
-				err = errors.New("a wait's match cannot read item or item_index")
-			}
-			if err != nil {
-				fe := &FieldError{Field: field, Message: err.Error()}
-				var xe *expr.Error
-				if errors.As(err, &xe) {
-					fe.Offset = xe.Offset
-				}
-				es = append(es, fe)
-			} else {
+			if prg := one("wait.match", w.Match, compileWhen, "a wait's match cannot read item or item_index"); prg != nil {
 				se.match, se.MatchReads = prg, prg.Reads
 				if t, err := expr.Parse(w.Match); err == nil && t.Whole() {
 					se.matchKey = env.SplitMatch(t[0].Source, ancestors)
@@ -221,20 +202,7 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 			}
 		}
 		if st.ForEach != "" {
-			field := fmt.Sprintf("spec.steps[%d].for_each", i)
-			if ancestors == nil {
-				ancestors = ancestorsOf(s.Steps, i)
-			}
-			count++
-			prg, err := compileForEach(env, st.ForEach, ancestors)
-			if err != nil {
-				fe := &FieldError{Field: field, Message: err.Error()}
-				var xe *expr.Error
-				if errors.As(err, &xe) {
-					fe.Offset = xe.Offset
-				}
-				es = append(es, fe)
-			} else {
+			if prg := one("for_each", st.ForEach, compileForEach, ""); prg != nil {
 				se.forEach, se.ForEachReads = prg, prg.Reads
 			}
 		}
@@ -246,6 +214,17 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 		return nil, es
 	}
 	return x, nil
+}
+
+// fieldError names field in err, with the offset in its text of an
+// expression's error.
+func fieldError(field string, err error) *FieldError {
+	fe := &FieldError{Field: field, Message: err.Error()}
+	var xe *expr.Error
+	if errors.As(err, &xe) {
+		fe.Offset = xe.Offset
+	}
+	return fe
 }
 
 // compileWhen compiles a step's condition: one whole ${{ }} of a bool.
