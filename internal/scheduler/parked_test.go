@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
@@ -34,16 +35,7 @@ func TestSleepingStepParksAndWakes(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	var mu sync.Mutex
-	after := map[string]string{} // the after step's payload by run
-	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{
-		"note": func(ctx context.Context, c executor.Call) error {
-			mu.Lock()
-			defer mu.Unlock()
-			after[c.RunID.String()] = string(c.Payload)
-			return nil
-		},
-	})
+	after := startNoteWorker(t, pool)
 	startPolicyNode(t, pool, node.Config{})
 	never := schedule.Spec{Cron: schedule.Crons("0 0 1 1 *"), Timezone: "UTC"}
 	createJob(t, pool, "nap", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
@@ -92,12 +84,10 @@ func TestSleepingStepParksAndWakes(t *testing.T) {
 	if slept < 2000 {
 		t.Errorf("the nap's attempt lasted %d ms, less than its 2 s", slept)
 	}
-	mu.Lock()
 	var p struct{ Until string }
-	if err := json.Unmarshal([]byte(after[r1.String()]), &p); err != nil || p.Until == "" {
-		t.Errorf("after's payload %q: %v", after[r1.String()], err)
+	if err := json.Unmarshal([]byte(after(r1)), &p); err != nil || p.Until == "" {
+		t.Errorf("after's payload %q: %v", after(r1), err)
 	}
-	mu.Unlock()
 
 	// until: a past instant ends at once; a bad one, or one past the
 	// bound, dead-letters the step.
@@ -146,16 +136,7 @@ func TestWaitingStepEndsByItsEvent(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
 	ctx := context.Background()
-	var mu sync.Mutex
-	after := map[string]string{} // the after step's payload by run
-	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{
-		"note": func(ctx context.Context, c executor.Call) error {
-			mu.Lock()
-			defer mu.Unlock()
-			after[c.RunID.String()] = string(c.Payload)
-			return nil
-		},
-	})
+	after := startNoteWorker(t, pool)
 	startPolicyNode(t, pool, node.Config{})
 	never := schedule.Spec{Cron: schedule.Crons("0 0 1 1 *"), Timezone: "UTC"}
 	createJob(t, pool, "ship", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
@@ -215,11 +196,9 @@ func TestWaitingStepEndsByItsEvent(t *testing.T) {
 	enginetest.WaitFor(t, 30*time.Second, "A's run succeeds", func() bool { return runStatus(t, pool, a) == "succeeded" })
 	publish(job.DefaultTenant, "order.shipped", "ship-A2", `{"order": "A", "carrier": "ups"}`) // ends nothing more
 	settled()
-	mu.Lock()
-	if p := after[a.String()]; !strings.Contains(p, `"carrier":"dhl"`) || !strings.Contains(p, `"id":"ship-A"`) {
+	if p := after(a); !strings.Contains(p, `"carrier":"dhl"`) || !strings.Contains(p, `"id":"ship-A"`) {
 		t.Errorf("A's after step read %q, want the event ship-A", p)
 	}
-	mu.Unlock()
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM every_attempt a JOIN tasks t ON t.id = a.task_id WHERE t.run_id = $1 AND t.step = 'shipped'", a); n != 1 {
 		t.Errorf("A's wait has %d attempts", n)
 	}
@@ -303,5 +282,25 @@ func TestUnkeyedWaitsAreBounded(t *testing.T) {
 	}
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM parked_steps WHERE run_id = $1 AND match_key IS NOT NULL", keyed); n != 1 {
 		t.Error("a keyed wait of the type was refused with the unkeyed ones")
+	}
+}
+
+// startNoteWorker starts a worker whose handler "note" keeps each run's
+// payload, which the function it returns reads.
+func startNoteWorker(t *testing.T, pool *pgxpool.Pool) func(run uuid.UUID) string {
+	var mu sync.Mutex
+	notes := map[uuid.UUID]string{}
+	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{
+		"note": func(ctx context.Context, c executor.Call) error {
+			mu.Lock()
+			defer mu.Unlock()
+			notes[c.RunID] = string(c.Payload)
+			return nil
+		},
+	})
+	return func(run uuid.UUID) string {
+		mu.Lock()
+		defer mu.Unlock()
+		return notes[run]
 	}
 }
