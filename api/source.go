@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -75,9 +74,9 @@ const HookPrefix = "/api/v1/hooks/"
 // hookHandler takes deliveries to event sources: POST
 // /api/v1/hooks/TENANT:NAME, with no API key (the provider signs the body
 // instead). In order, each step refusing before the next costs anything:
-// the body read up to its bound (413 past it); the source looked up,
-// guarded per client address as keys are (an unknown source and a bad
-// signature answer alike, 401); its secret resolved under this process's
+// the source looked up, guarded per client address as keys are (an
+// unknown source and a bad signature answer alike, 401); the body read up
+// to its bound (413 past it); its secret resolved under this process's
 // grants for the source's namespace; the signature verified (401, nothing
 // written); the event read from the provider's fields (422, naming the
 // field); the source's rate (429); the event published (202, or 200 for a
@@ -107,6 +106,20 @@ func (h *hookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(connect.CodeUnavailable, "events are not served here")
 		return
 	}
+	ctx := r.Context()
+	tenant, name, _ := strings.Cut(r.PathValue("source"), ":")
+	src, err := h.access.HookSource(ctx, tenant, name)
+	if errors.Is(err, access.ErrUnauthenticated) {
+		h.log.DebugContext(ctx, "a delivery to no source", "path", r.URL.Path)
+		fail(connect.CodeUnauthenticated, "%s", event.ErrSignature.Error())
+		return
+	}
+	if err != nil { // throttled (with Retry-After), or the database
+		writeRESTError(w, toConnect(ctx, h.log, err).(*connect.Error))
+		return
+	}
+	// The body is read once the source is known (a caller without one is
+	// throttled before it is read), up to its bound.
 	body, err := io.ReadAll(io.LimitReader(r.Body, event.MaxDelivery+1))
 	if err != nil {
 		fail(connect.CodeInvalidArgument, "the delivery's body could not be read")
@@ -115,23 +128,6 @@ func (h *hookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(body) > event.MaxDelivery {
 		writeRESTErrorStatus(w, http.StatusRequestEntityTooLarge, connect.NewError(connect.CodeResourceExhausted,
 			fmt.Errorf("the delivery is over %d bytes, an event's bound", event.MaxDelivery)))
-		return
-	}
-	ctx := r.Context()
-	tenant, name, _ := strings.Cut(r.PathValue("source"), ":")
-	src, err := h.access.HookSource(ctx, tenant, name)
-	if err != nil {
-		var throttled *access.ThrottledError
-		switch {
-		case errors.As(err, &throttled):
-			w.Header().Set("Retry-After", strconv.Itoa(int(throttled.RetryAfter.Seconds())+1))
-			fail(connect.CodeResourceExhausted, "%s", throttled.Error())
-		case errors.Is(err, access.ErrUnauthenticated):
-			h.log.DebugContext(ctx, "a delivery to no source", "path", r.URL.Path)
-			fail(connect.CodeUnauthenticated, "%s", event.ErrSignature.Error())
-		default:
-			writeRESTError(w, toConnect(ctx, h.log, err).(*connect.Error))
-		}
 		return
 	}
 	secret, err := h.secrets.Resolve(src.Tenant, src.Namespace, src.Secret)
