@@ -263,6 +263,8 @@ type Arrival struct {
 	// Event is its JSON form, as run.event holds it (id, type, source,
 	// time, data): the waiting step's output.
 	Event []byte
+	// Fields is Event as expressions read it (expr.FromJSON's values).
+	Fields map[string]any
 }
 
 // EndWaits ends the parked waits that the arriving events end, in the
@@ -282,15 +284,8 @@ func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (in
 		return 0, nil
 	}
 	ap := a.in(tx)
-	parsed := make([]map[string]any, len(events))
 	var wp store.WaitPathsParams
-	for i, e := range events {
-		if v, err := expr.FromJSON(e.Event); err == nil {
-			parsed[i], _ = v.(map[string]any)
-		}
-		if parsed[i] == nil {
-			parsed[i] = map[string]any{}
-		}
+	for _, e := range events {
 		wp.TenantIds = append(wp.TenantIds, e.Tenant)
 		wp.Types = append(wp.Types, e.Type)
 	}
@@ -315,7 +310,7 @@ func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (in
 		p.Types = append(p.Types, e.Type)
 		p.ReceivedAts = append(p.ReceivedAts, e.ReceivedAt)
 		for _, path := range inUse[waitKind{e.Tenant, e.Type}] {
-			if k, ok := expr.KeyAt(parsed[i], path); ok {
+			if k, ok := expr.KeyAt(e.Fields, path); ok {
 				p.KeyEvents = append(p.KeyEvents, int32(i+1))
 				p.Keys = append(p.Keys, k)
 			}
@@ -375,7 +370,10 @@ func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (in
 		var spent uint64 // each match its own budget
 		vars := outputs.vars(runOf{id: r.ID, scheduledFor: r.ScheduledFor, trigger: string(r.Trigger), job: r.Name, ns: r.Namespace,
 			params: r.Params, upstream: r.Upstream, event: r.Event, attempt: int(c.Attempt)}, matchReads(x), &spent)
-		vars.Incoming = parsed[int(c.EventIndex)-1]
+		vars.Incoming = events[int(c.EventIndex)-1].Fields
+		if vars.Incoming == nil { // (nil would read the run's own event)
+			vars.Incoming = map[string]any{}
+		}
 		if ok, err := x.Match(vars); err != nil || !ok {
 			continue // not this event (a match that fails on it ends nothing)
 		}

@@ -55,13 +55,14 @@ func TestAnEventMeetsAWaitParkedMeanwhile(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&received); err != nil {
 		t.Fatal(err)
 	}
-	ev, _ := json.Marshal(map[string]any{"id": "s-1", "type": "order.shipped", "source": "", "time": received.Format(time.RFC3339Nano), "data": map[string]any{}})
+	fields := map[string]any{"id": "s-1", "type": "order.shipped", "source": "", "time": received.Format(time.RFC3339Nano), "data": map[string]any{}}
+	ev, _ := json.Marshal(fields)
 	ended := make(chan int, 1)
 	go func() {
 		var n int
 		err := pgx.BeginTxFunc(ctx, pool, rc, func(tx pgx.Tx) error {
 			var err error
-			n, err = a.EndWaits(ctx, tx, []run.Arrival{{Tenant: job.DefaultTenant, Type: "order.shipped", ReceivedAt: received, Event: ev}})
+			n, err = a.EndWaits(ctx, tx, []run.Arrival{{Tenant: job.DefaultTenant, Type: "order.shipped", ReceivedAt: received, Event: ev, Fields: fields}})
 			return err
 		})
 		if err != nil {

@@ -86,12 +86,20 @@ func (s *Scheduler) eventsTx(ctx context.Context, leases []*shard.Lease, batch i
 		last := events[len(events)-1].TenantID
 		s.eventsAfter.Store(&last)
 		tenants := map[uuid.UUID]bool{}
-		for _, e := range events {
+		// Each event as expressions read it, made once: the runs it
+		// starts carry it, filters and waits' matches read it.
+		arrivals := make([]run.Arrival, len(events))
+		for i, e := range events {
 			tenants[e.TenantID] = true
 			ids = append(ids, e.ID)
+			js, m, err := eventJSON(e)
+			if err != nil {
+				return err
+			}
+			arrivals[i] = run.Arrival{Tenant: e.TenantID, Type: e.Type, ReceivedAt: e.ReceivedAt, Event: js, Fields: m}
 		}
 		s.eventsTenants.Store(int32(len(tenants)))
-		news, cancel, err := s.eventRuns(ctx, q, events)
+		news, cancel, err := s.eventRuns(ctx, q, events, arrivals)
 		if err != nil {
 			return err
 		}
@@ -100,14 +108,6 @@ func (s *Scheduler) eventsTx(ctx context.Context, leases []*shard.Lease, batch i
 		}
 		// The waiting steps the events end (docs/parked-steps.md), in the
 		// transaction that marks the events taken: each once.
-		arrivals := make([]run.Arrival, len(events))
-		for i, e := range events {
-			js, _, err := eventJSON(e)
-			if err != nil {
-				return err
-			}
-			arrivals[i] = run.Arrival{Tenant: e.TenantID, Type: e.Type, ReceivedAt: e.ReceivedAt, Event: js}
-		}
 		if _, err := s.applier().EndWaits(ctx, tx, arrivals); err != nil {
 			return err
 		}
@@ -135,7 +135,7 @@ func eventJSON(e store.TakePendingEventsRow) ([]byte, map[string]any, error) {
 
 // eventRuns plans the runs the events start, and the active runs they
 // cancel (a job's overlap policy).
-func (s *Scheduler) eventRuns(ctx context.Context, q *store.Queries, events []store.TakePendingEventsRow) ([]run.New, []uuid.UUID, error) {
+func (s *Scheduler) eventRuns(ctx context.Context, q *store.Queries, events []store.TakePendingEventsRow, arrivals []run.Arrival) ([]run.New, []uuid.UUID, error) {
 	type typeKey struct {
 		tenant uuid.UUID
 		typ    string
@@ -166,17 +166,9 @@ func (s *Scheduler) eventRuns(ctx context.Context, q *store.Queries, events []st
 	if err != nil {
 		return nil, nil, err
 	}
-	type made struct {
-		js []byte
-		m  map[string]any
-	}
-	byEvent := make(map[uuid.UUID]made, len(events))
-	for _, e := range events {
-		js, m, err := eventJSON(e)
-		if err != nil {
-			return nil, nil, err
-		}
-		byEvent[e.ID] = made{js, m}
+	byEvent := make(map[uuid.UUID]run.Arrival, len(events))
+	for i, e := range events {
+		byEvent[e.ID] = arrivals[i]
 	}
 	var news []run.New
 	var cancel []uuid.UUID
@@ -203,7 +195,7 @@ func (s *Scheduler) eventRuns(ctx context.Context, q *store.Queries, events []st
 			if e.TenantID != j.TenantID || e.Type != j.Type {
 				continue
 			}
-			ok, err := filter.Match(byEvent[e.ID].m)
+			ok, err := filter.Match(byEvent[e.ID].Fields)
 			if err != nil {
 				s.cfg.Logger.Warn("a job's event filter failed on an event: it starts no run of the job", "job", j.ID, "event", e.ID, "err", err)
 				continue
@@ -211,7 +203,7 @@ func (s *Scheduler) eventRuns(ctx context.Context, q *store.Queries, events []st
 			if !ok {
 				continue
 			}
-			ends = append(ends, upstreamEnd{At: e.ReceivedAt, JSON: byEvent[e.ID].js})
+			ends = append(ends, upstreamEnd{At: e.ReceivedAt, JSON: byEvent[e.ID].Event})
 			of = append(of, e.ID)
 		}
 		if len(ends) == 0 {
