@@ -215,8 +215,7 @@ func childCalls(ctx context.Context, q *store.Queries, todo []pendingCall, outpu
 	kept := todo[:0]
 	for _, p := range todo {
 		if p.exprs != nil {
-			vars := outputs.vars(runOf{id: p.run.ID, scheduledFor: p.run.ScheduledFor, trigger: string(p.run.Trigger), job: p.run.Name,
-				ns: p.run.Namespace, params: p.run.Params, upstream: p.run.Upstream, event: p.run.Event, attempt: p.cand.ready.Attempt}, p.exprs.Reads.Steps, spent.of(p.run.ID))
+			vars := outputs.vars(runOfRow(p.run, p.cand.ready.Attempt), p.exprs.Reads.Steps, spent.of(p.run.ID))
 			exec, _, err := p.exprs.Apply(p.step, vars)
 			if err != nil {
 				v.fail = append(v.fail, verdict{p.cand, err.Error()})

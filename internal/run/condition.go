@@ -97,8 +97,7 @@ func (ap *applying) decideConditions(ctx context.Context, cands []candidate) (ve
 		return v, err
 	}
 	for _, p := range todo {
-		vars := outputs.vars(runOf{id: p.run.ID, scheduledFor: p.run.ScheduledFor, trigger: string(p.run.Trigger), job: p.run.Name,
-			ns: p.run.Namespace, params: p.run.Params, upstream: p.run.Upstream, event: p.run.Event, attempt: p.cand.ready.Attempt}, p.exprs.WhenReads.Steps, spent.of(p.run.ID))
+		vars := outputs.vars(runOfRow(p.run, p.cand.ready.Attempt), p.exprs.WhenReads.Steps, spent.of(p.run.ID))
 		ok, err := p.exprs.Condition(vars)
 		switch {
 		case err != nil:

@@ -128,8 +128,7 @@ func (ap *applying) expand(ctx context.Context, groups []candidate) error {
 	added := usage.Delta{}
 	for _, p := range todo {
 		r := p.run
-		vars := outputs.vars(runOf{id: r.ID, scheduledFor: r.ScheduledFor, trigger: string(r.Trigger), job: r.Name,
-			ns: r.Namespace, params: r.Params, upstream: r.Upstream, event: r.Event, attempt: p.cand.ready.Attempt}, p.exprs.ForEachReads.Steps, spent.of(r.ID))
+		vars := outputs.vars(runOfRow(r, p.cand.ready.Attempt), p.exprs.ForEachReads.Steps, spent.of(r.ID))
 		limit := dag.MaxItems
 		if n, ok := maxItems[p.cand.ready.Tenant]; ok {
 			limit = n

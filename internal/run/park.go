@@ -61,65 +61,46 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	}
 	spent := budgets{}
 	var p store.ParkTasksParams
-	var tenants []uuid.UUID       // of each step parked (p's order)
-	var now time.Time             // the database's, read for the first until
-	unkeyed := map[waitKind]int{} // waits without a key, parked and to park
+	var lock store.LockWaitKindsSharedParams // the waits' tenants and types
+	var now time.Time                        // the database's, read for the first until
+	unkeyed := map[waitKind]int{}            // waits without a key, parked and to park
 	for _, t := range todo {
 		kind, worker, eventType, key, path := "sleep", sleepWorker, "", "", ""
 		var after float64
 		var until time.Time
-		switch {
-		case t.step.Wait != nil:
-			kind, worker, eventType = "wait", waitWorker, t.step.Wait.Event
-			after = t.step.Wait.Timeout.Seconds()
-			key, path = t.exprs.WaitKey(outputs.vars(runOf{id: t.run.ID, scheduledFor: t.run.ScheduledFor, trigger: string(t.run.Trigger), job: t.run.Name,
-				ns: t.run.Namespace, params: t.run.Params, upstream: t.run.Upstream, event: t.run.Event, attempt: t.cand.ready.Attempt}, matchReads(t.exprs), spent.of(t.run.ID)))
+		switch w, sl := t.step.Wait, t.step.Sleep; {
+		case w != nil:
+			kind, worker, eventType, after = "wait", waitWorker, w.Event, w.Timeout.Seconds()
+			key, path = t.exprs.WaitKey(outputs.vars(runOfRow(t.run, t.cand.ready.Attempt), matchReads(t.exprs), spent.of(t.run.ID)))
 			if key == "" {
-				k := waitKind{t.run.TenantID, eventType}
-				n, ok := unkeyed[k]
-				if !ok {
-					rows, err := ap.q.UnkeyedWaits(ctx, store.UnkeyedWaitsParams{TenantIds: []uuid.UUID{k.tenant}, Types: []string{k.typ}, Cap: MaxUnkeyedWaits})
-					if err != nil {
-						return err
-					}
-					if len(rows) == 1 {
-						n = int(rows[0].N)
-					}
+				why, err := ap.unkeyedRoom(ctx, unkeyed, waitKind{t.run.TenantID, eventType})
+				if err != nil {
+					return err
 				}
-				if n >= MaxUnkeyedWaits {
-					v.fail = append(v.fail, verdict{t.cand, fmt.Sprintf("wait.match: the tenant has %d steps waiting for %s whose match is not indexed, the most it may: each such event asks every one (write the match as event.FIELD == EXPR to index it)",
-						MaxUnkeyedWaits, eventType)})
+				if why != "" {
+					v.fail = append(v.fail, verdict{t.cand, why})
 					continue
 				}
-				unkeyed[k] = n + 1
 			}
-		case t.step.Sleep.Until == "":
-			after = t.step.Sleep.For.Seconds()
+			lock.TenantIds, lock.Types = append(lock.TenantIds, t.run.TenantID), append(lock.Types, eventType)
+		case sl.Until == "":
+			after = sl.For.Seconds()
 		default:
-			vars := outputs.vars(runOf{id: t.run.ID, scheduledFor: t.run.ScheduledFor, trigger: string(t.run.Trigger), job: t.run.Name,
-				ns: t.run.Namespace, params: t.run.Params, upstream: t.run.Upstream, event: t.run.Event, attempt: t.cand.ready.Attempt}, readsOf(t.exprs), spent.of(t.run.ID))
-			s, err := t.exprs.Text("sleep.until", t.step.Sleep.Until, vars)
+			s, err := t.exprs.Text("sleep.until", sl.Until, outputs.vars(runOfRow(t.run, t.cand.ready.Attempt), readsOf(t.exprs), spent.of(t.run.ID)))
 			if err != nil {
 				v.fail = append(v.fail, verdict{t.cand, err.Error()})
 				continue
 			}
-			at, err := time.Parse(time.RFC3339, s)
-			if err == nil && now.IsZero() {
+			if now.IsZero() {
 				if now, err = ap.q.DatabaseNow(ctx); err != nil {
 					return err
 				}
 			}
-			switch {
-			case err != nil:
-				v.fail = append(v.fail, verdict{t.cand, fmt.Sprintf("sleep.until: %.100q is not an RFC 3339 instant", s)})
-				continue
-			case at.After(now.Add(dag.MaxSleep)):
-				v.fail = append(v.fail, verdict{t.cand, fmt.Sprintf("sleep.until: %s is more than 366 days ahead", at.UTC().Format(time.RFC3339))})
+			if until, err = sleepUntil(s, now); err != nil {
+				v.fail = append(v.fail, verdict{t.cand, err.Error()})
 				continue
 			}
-			until = at
 		}
-		tenants = append(tenants, t.run.TenantID)
 		p.Ids = append(p.Ids, t.cand.ready.TaskID)
 		p.AttemptIds = append(p.AttemptIds, uuid.Must(uuid.NewV7()))
 		p.Workers = append(p.Workers, worker)
@@ -134,14 +115,8 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	if len(p.Ids) == 0 {
 		return nil
 	}
-	var lk store.LockWaitKindsSharedParams
-	for i, typ := range p.EventTypes {
-		if typ != "" {
-			lk.TenantIds, lk.Types = append(lk.TenantIds, tenants[i]), append(lk.Types, typ)
-		}
-	}
-	if len(lk.Types) > 0 {
-		if err := ap.q.LockWaitKindsShared(ctx, lk); err != nil {
+	if len(lock.Types) > 0 {
+		if err := ap.q.LockWaitKindsShared(ctx, lock); err != nil {
 			return err
 		}
 	}
@@ -153,6 +128,40 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 		return fmt.Errorf("parked %d of %d steps: a task moved meanwhile", len(parked), len(p.Ids))
 	}
 	return nil
+}
+
+// sleepUntil reads a sleep's until, evaluated to s, at the database's now.
+func sleepUntil(s string, now time.Time) (time.Time, error) {
+	at, err := time.Parse(time.RFC3339, s)
+	switch {
+	case err != nil:
+		return at, fmt.Errorf("sleep.until: %.100q is not an RFC 3339 instant", s)
+	case at.After(now.Add(dag.MaxSleep)):
+		return at, fmt.Errorf("sleep.until: %s is more than 366 days ahead", at.UTC().Format(time.RFC3339))
+	}
+	return at, nil
+}
+
+// unkeyedRoom counts one more wait of k without a key (counted: the
+// batch's so far, read once from the database), or says why it may not
+// park (MaxUnkeyedWaits).
+func (ap *applying) unkeyedRoom(ctx context.Context, counted map[waitKind]int, k waitKind) (string, error) {
+	n, ok := counted[k]
+	if !ok {
+		rows, err := ap.q.UnkeyedWaits(ctx, store.UnkeyedWaitsParams{TenantIds: []uuid.UUID{k.tenant}, Types: []string{k.typ}, Cap: MaxUnkeyedWaits})
+		if err != nil {
+			return "", err
+		}
+		if len(rows) == 1 {
+			n = int(rows[0].N)
+		}
+	}
+	if n >= MaxUnkeyedWaits {
+		return fmt.Sprintf("wait.match: the tenant has %d steps waiting for %s whose match is not indexed, the most it may: each such event asks every one (write the match as event.FIELD == EXPR to index it)",
+			MaxUnkeyedWaits, k.typ), nil
+	}
+	counted[k] = n + 1
+	return "", nil
 }
 
 // readsOf is the steps an expression of the step reads (none without
@@ -195,9 +204,9 @@ func (a *Applier) WakeParked(ctx context.Context, tx pgx.Tx, shards []int32, bat
 			until = r.WakeAt.UTC()
 		}
 		res := executor.Result{OK: true}
-		if r.Kind == "wait" {
+		if r.Kind == "wait" && r.EventType != nil {
 			res = executor.Result{ExitReason: executor.ReasonTimeout, FailureClass: executor.ClassUser,
-				Error: fmt.Sprintf("wait: no %s event matched before its timeout (%s)", deref(r.EventType), until.Format(time.RFC3339))}
+				Error: fmt.Sprintf("wait: no %s event matched before its timeout (%s)", *r.EventType, until.Format(time.RFC3339))}
 		} else {
 			out, _ := json.Marshal(map[string]string{"until": until.Format(time.RFC3339Nano), "time": now.Format(time.RFC3339Nano)})
 			res.Output = string(out)
@@ -234,13 +243,6 @@ func (ap *applying) endParked(ctx context.Context, reports []Report) error {
 		ids[i] = r.TaskID
 	}
 	return ap.q.DeleteParked(ctx, ids)
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // MaxUnkeyedWaits bounds the parked waits of a tenant and event type
@@ -368,8 +370,7 @@ func (a *Applier) EndWaits(ctx context.Context, tx pgx.Tx, events []Arrival) (in
 			continue // its match does not compile any more: no event ends it, its timeout does
 		}
 		var spent uint64 // each match its own budget
-		vars := outputs.vars(runOf{id: r.ID, scheduledFor: r.ScheduledFor, trigger: string(r.Trigger), job: r.Name, ns: r.Namespace,
-			params: r.Params, upstream: r.Upstream, event: r.Event, attempt: int(c.Attempt)}, matchReads(x), &spent)
+		vars := outputs.vars(runOfRow(r, int(c.Attempt)), matchReads(x), &spent)
 		vars.Incoming = events[int(c.EventIndex)-1].Fields
 		if vars.Incoming == nil { // (nil would read the run's own event)
 			vars.Incoming = map[string]any{}

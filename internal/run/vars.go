@@ -94,6 +94,12 @@ type runOf struct {
 	itemIndex        int32
 }
 
+// runOfRow is a run as its releases' expressions read it, at attempt.
+func runOfRow(r store.ConditionRunsRow, attempt int) runOf {
+	return runOf{id: r.ID, scheduledFor: r.ScheduledFor, trigger: string(r.Trigger), job: r.Name, ns: r.Namespace,
+		params: r.Params, upstream: r.Upstream, event: r.Event, attempt: attempt}
+}
+
 // vars are the variables of an expression of r that reads steps (loaded).
 func (o *outputsToRead) vars(r runOf, steps []string, spent *uint64) expr.Vars {
 	v := expr.Vars{RunID: r.id.String(), ScheduledFor: r.scheduledFor, Trigger: r.trigger, Job: r.job, Namespace: r.ns,
