@@ -354,37 +354,3 @@ func (ap *applying) groupEnded(ctx context.Context, g store.CountItemEndsRow) er
 	}
 	return ap.finishRun(ctx, g.RunID, spec.Overlap == dag.OverlapQueue)
 }
-
-// finishItems finishes the reports at idx, on items of fan-outs, their
-// runs locked: every attempt in one statement, their ends counted in
-// their groups in one more (countItemEnds), the retries released, and
-// stale reports recorded on their attempts.
-func (ap *applying) finishItems(ctx context.Context, all []Report, idx []int, accepted []bool) error {
-	taken, err := ap.complete(ctx, all, idx, accepted)
-	if err != nil {
-		return err
-	}
-	var retries []dispatch.Ready
-	ends := map[uuid.UUID]*itemEnds{}
-	for _, e := range taken {
-		switch f, t := e.f, e.t; {
-		case f.Task == lifecycle.TaskRetrying:
-			retries = append(retries, retryOf(e.r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
-		case t.GroupID != nil:
-			n := ends[*t.GroupID]
-			if n == nil {
-				n = &itemEnds{}
-				ends[*t.GroupID] = n
-			}
-			if f.Task == lifecycle.TaskSucceeded {
-				n.succeeded++
-			} else {
-				n.failed++
-			}
-		}
-	}
-	if err := ap.Dispatcher.Release(ctx, ap.tx, retries); err != nil {
-		return err
-	}
-	return ap.countItemEnds(ctx, ends)
-}

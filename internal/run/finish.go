@@ -121,7 +121,7 @@ func (ap *applying) finish(ctx context.Context, reports []Report) ([]bool, error
 			return nil, err
 		}
 	}
-	if err := ap.finishItems(ctx, reports, items, accepted); err != nil {
+	if err := ap.finishTogether(ctx, reports, items, accepted); err != nil { // items: their groups count them
 		return nil, err
 	}
 	if err := ap.finishOthers(ctx, reports, other, accepted); err != nil {
@@ -132,10 +132,9 @@ func (ap *applying) finish(ctx context.Context, reports []Report) ([]bool, error
 
 // finishOthers finishes the reports at idx (in run order) on runs of
 // several tasks that are not fan-out items: those of runs the batch names
-// once together (their attempts in one statement, their children counted
-// and released in one), as finishOne would one by one, since no two of
-// them share a run; those of a run the batch names more than once one at
-// a time, so that the last task of the run sees the others ended.
+// once together (finishTogether), since no two of them share a run; those
+// of a run the batch names more than once one at a time, so that the last
+// task of the run sees the others ended.
 func (ap *applying) finishOthers(ctx context.Context, all []Report, idx []int, accepted []bool) error {
 	per := make(map[uuid.UUID]int, len(idx))
 	for _, i := range idx {
@@ -149,21 +148,47 @@ func (ap *applying) finishOthers(ctx context.Context, all []Report, idx []int, a
 			apart = append(apart, i)
 		}
 	}
-	if len(together) == 1 { // one: finishOne's path is the same
-		apart, together = idx, nil
+	if err := ap.finishTogether(ctx, all, together, accepted); err != nil {
+		return err
 	}
-	taken, err := ap.complete(ctx, all, together, accepted)
+	for _, i := range apart {
+		if err := ap.finishTogether(ctx, all, []int{i}, accepted); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishTogether finishes the reports at idx, their runs locked: their
+// attempts in one statement (stale reports recorded on theirs), then
+// retries released, items of fan-outs counted by their groups (any number
+// of one run), the descendants of failures settled, the children of
+// successes counted and released in one, and each run finished when
+// nothing is left in it. A report that is not an item must be its run's
+// only one among them (its run's end is decided once all are written).
+func (ap *applying) finishTogether(ctx context.Context, all []Report, idx []int, accepted []bool) error {
+	taken, err := ap.complete(ctx, all, idx, accepted)
 	if err != nil {
 		return err
 	}
 	var retries []dispatch.Ready
 	var parents []uuid.UUID
+	items := map[uuid.UUID]*itemEnds{}
 	for _, e := range taken {
 		switch f, t := e.f, e.t; {
 		case f.Task == lifecycle.TaskRetrying:
 			retries = append(retries, retryOf(e.r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
-		case t.GroupID != nil: // (items are finished apart: not met here)
-			return fmt.Errorf("task %s: an item of a fan-out among the others", e.r.TaskID)
+		case t.GroupID != nil: // an item of a fan-out: its group counts its end
+			n := items[*t.GroupID]
+			if n == nil {
+				n = &itemEnds{}
+				items[*t.GroupID] = n
+			}
+			if f.Task == lifecycle.TaskSucceeded {
+				n.succeeded++
+			} else {
+				n.failed++
+			}
 		case f.ReleaseChildren:
 			parents = append(parents, e.r.TaskID)
 		case f.FailDescendants:
@@ -175,19 +200,19 @@ func (ap *applying) finishOthers(ctx context.Context, all []Report, idx []int, a
 	if err := ap.Dispatcher.Release(ctx, ap.tx, retries); err != nil {
 		return err
 	}
+	if len(items) > 0 {
+		if err := ap.countItemEnds(ctx, items); err != nil {
+			return err
+		}
+	}
 	if err := ap.releaseChildren(ctx, parents...); err != nil {
 		return err
 	}
 	for _, e := range taken {
-		if e.f.Task != lifecycle.TaskRetrying {
+		if e.f.Task != lifecycle.TaskRetrying && e.t.GroupID == nil {
 			if err := ap.finishRun(ctx, e.t.RunID, e.f.PromoteHeld); err != nil {
 				return err
 			}
-		}
-	}
-	for _, i := range apart {
-		if accepted[i], err = ap.finishOne(ctx, all[i]); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -239,36 +264,6 @@ func (ap *applying) shapes(ctx context.Context, reports []Report) ([]bool, error
 		known[i] = true
 	}
 	return known, nil
-}
-
-// finishOne finishes the report of a task of a run of several, its run
-// locked: tasks of one run finish one at a time, so that the last sees
-// all terminal (lock order: the run, then its tasks).
-func (ap *applying) finishOne(ctx context.Context, r Report) (bool, error) {
-	taken, err := ap.complete(ctx, []Report{r}, []int{0}, make([]bool, 1))
-	if err != nil || len(taken) == 0 {
-		return false, err
-	}
-	f, t := taken[0].f, taken[0].t
-	switch {
-	case f.Task == lifecycle.TaskRetrying:
-		return true, ap.Dispatcher.Release(ctx, ap.tx, []dispatch.Ready{retryOf(r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f)})
-	case t.GroupID != nil: // an item of a fan-out: its group counts its end
-		e := &itemEnds{succeeded: 1}
-		if f.Task != lifecycle.TaskSucceeded {
-			e = &itemEnds{failed: 1}
-		}
-		return true, ap.countItemEnds(ctx, map[uuid.UUID]*itemEnds{*t.GroupID: e})
-	case f.ReleaseChildren:
-		if err := ap.releaseChildren(ctx, r.TaskID); err != nil {
-			return false, err
-		}
-	case f.FailDescendants:
-		if err := ap.propagate(ctx, t.RunID, r.TaskID, lifecycle.TaskDeadLettered); err != nil {
-			return false, err
-		}
-	}
-	return true, ap.finishRun(ctx, t.RunID, f.PromoteHeld)
 }
 
 // retryOf is the release of a task f retries, its backoff counted from
