@@ -78,7 +78,7 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 			Timeout: durationFromProto(st.GetTimeout()), Retry: retryFromProto(st.GetRetry()),
 			ForEach: st.GetForEach(), MaxParallel: int(st.GetMaxParallel()), MinSuccess: dag.MinSuccess(st.GetMinSuccess()),
 			Resources: resourcesFromProto(st.GetResources()), ResourceProfile: st.GetResourceProfile(), Sleep: sleepFromProto(st.GetSleep()),
-			Wait: waitFromProto(st.GetWait()),
+			Wait: waitFromProto(st.GetWait()), Approval: approvalFromProto(st.GetApproval()),
 		})
 	}
 	return r
@@ -98,14 +98,30 @@ func waitFromProto(w *orreryv1.Wait) *dag.Wait {
 	if w == nil {
 		return nil
 	}
-	return &dag.Wait{Event: w.GetEvent(), Match: w.GetMatch(), Timeout: durationFromProto(w.GetTimeout())}
+	return &dag.Wait{Event: w.GetEvent(), Match: w.GetMatch(), Timeout: durationFromProto(w.GetTimeout()), OnTimeout: dag.OnTimeout(w.GetOnTimeout())}
 }
 
 func waitToProto(w *dag.Wait) *orreryv1.Wait {
 	if w == nil {
 		return nil
 	}
-	return &orreryv1.Wait{Event: w.Event, Match: w.Match, Timeout: durationToProto(w.Timeout)}
+	return &orreryv1.Wait{Event: w.Event, Match: w.Match, Timeout: durationToProto(w.Timeout), OnTimeout: string(w.OnTimeout)}
+}
+
+func approvalFromProto(a *orreryv1.Approval) *dag.Approval {
+	if a == nil {
+		return nil
+	}
+	return &dag.Approval{Role: a.GetRole(), Principals: a.GetPrincipals(), Count: int(a.GetCount()), Separate: a.GetSeparate(),
+		Timeout: durationFromProto(a.GetTimeout()), OnTimeout: dag.OnTimeout(a.GetOnTimeout()), Message: a.GetMessage()}
+}
+
+func approvalToProto(a *dag.Approval) *orreryv1.Approval {
+	if a == nil {
+		return nil
+	}
+	return &orreryv1.Approval{Role: a.Role, Principals: a.Principals, Count: int32(a.Count), Separate: a.Separate,
+		Timeout: durationToProto(a.Timeout), OnTimeout: string(a.OnTimeout), Message: a.Message}
 }
 
 func sleepToProto(s *dag.Sleep) *orreryv1.Sleep {
@@ -295,7 +311,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 			Timeout: durationToProto(st.Timeout), Retry: retryToProto(st.Retry),
 			ForEach: st.ForEach, MaxParallel: int32(st.MaxParallel), MinSuccess: string(st.MinSuccess),
 			Resources: resourcesToProto(st.Resources), ResourceProfile: st.ResourceProfile, Sleep: sleepToProto(st.Sleep),
-			Wait: waitToProto(st.Wait),
+			Wait: waitToProto(st.Wait), Approval: approvalToProto(st.Approval),
 		})
 	}
 	return md, spec

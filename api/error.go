@@ -30,6 +30,7 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		throttled *access.ThrottledError
 		exceeded  *usage.ExceededError
 		workers   *run.WorkerLimitError
+		denied    *run.DeniedError
 	)
 	var item *job.ItemError
 	switch {
@@ -43,9 +44,12 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 		return unprocessable(invalid)
 	case errors.As(err, &sched):
 		return unprocessable(errors.New("schedule." + sched.Error()))
-	case errors.Is(err, job.ErrNotFound), errors.Is(err, run.ErrNotFound), errors.Is(err, access.ErrNotFound):
+	case errors.Is(err, job.ErrNotFound), errors.Is(err, run.ErrNotFound), errors.Is(err, access.ErrNotFound), errors.Is(err, run.ErrNoStep):
 		return connect.NewError(connect.CodeNotFound, err)
-	case errors.Is(err, job.ErrAlreadyExists), errors.Is(err, job.ErrIdempotencyConflict), errors.Is(err, access.ErrExists):
+	case errors.As(err, &denied):
+		return connect.NewError(connect.CodePermissionDenied, denied)
+	case errors.Is(err, job.ErrAlreadyExists), errors.Is(err, job.ErrIdempotencyConflict), errors.Is(err, access.ErrExists),
+		errors.Is(err, run.ErrDecidedAlready):
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.As(err, &conflict):
 		return connect.NewError(connect.CodeAborted, err)
@@ -58,7 +62,7 @@ func toConnect(ctx context.Context, log *slog.Logger, err error) error {
 	case errors.As(err, &workers):
 		return connect.NewError(connect.CodeResourceExhausted, workers)
 	case errors.Is(err, job.ErrDeleted), errors.Is(err, run.ErrCannotRetry), errors.Is(err, run.ErrBackfillNotRunning),
-		errors.Is(err, access.ErrProfileInUse):
+		errors.Is(err, access.ErrProfileInUse), errors.Is(err, run.ErrNotAwaitingApproval):
 		ce := connect.NewError(connect.CodeFailedPrecondition, err)
 		setStatus(ce.Meta(), http.StatusConflict) // the resource's state refuses the call
 		return ce

@@ -195,6 +195,15 @@ var policies = map[string]policy{
 	orreryv1connect.RunServiceCancelRunProcedure: {role: access.Editor, targets: func(m any) []target {
 		return onRun(m.(*orreryv1.CancelRunRequest).GetId())
 	}},
+	// A decision on an approval: whoever may read the run may ask; the
+	// approval itself says who may decide (its role, principals and
+	// separate: run.Service.Decide), as data of the step.
+	orreryv1connect.RunServiceApproveStepProcedure: {role: access.Reader, targets: func(m any) []target {
+		return onRun(m.(*orreryv1.ApproveStepRequest).GetId())
+	}},
+	orreryv1connect.RunServiceRejectStepProcedure: {role: access.Reader, targets: func(m any) []target {
+		return onRun(m.(*orreryv1.RejectStepRequest).GetId())
+	}},
 	orreryv1connect.RunServiceRetryRunProcedure: {role: access.Editor, targets: func(m any) []target {
 		return onRun(m.(*orreryv1.RetryRunRequest).GetId())
 	}},

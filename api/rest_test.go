@@ -438,6 +438,9 @@ func restMatrix(t *testing.T, base string, keys map[string]string, check answerC
 		{id: "RunService_GetRun", readerOK: true, tenantScoped: true},
 		{id: "RunService_CancelRun", body: `{"reason": "matrix"}`, tenantScoped: true},
 		{id: "RunService_RetryRun", body: `{"ignoreOverlap": true}`, tenantScoped: true},
+		// (the run's job asks for no approval: its steps are not found)
+		{id: "RunService_ApproveStep", vars: map[string]string{"step": "sign-off"}, body: `{"comment": "matrix"}`, code: 404, readerOK: true, tenantScoped: true},
+		{id: "RunService_RejectStep", vars: map[string]string{"step": "sign-off"}, code: 404, readerOK: true, tenantScoped: true},
 		{id: "RunService_ListDeadLetters", readerOK: true},
 		{id: "RunService_SummarizeRuns", readerOK: true},
 		{id: "RunService_ReplayDeadLetters", body: `{"job": {"id": "` + jobID + `"}}`},

@@ -140,6 +140,9 @@ func taskToProto(t run.Task) *orreryv1.Task {
 				pt.Items.ByStatus[string(st)] = int32(n)
 			}
 		}
+		if a := t.Approval; a != nil {
+			pt.Approval = pendingApprovalToProto(a)
+		}
 		return pt
 	}
 }
@@ -190,6 +193,50 @@ func (s *runServer) CancelRun(ctx context.Context, req *connect.Request[orreryv1
 		return nil, toConnect(ctx, s.log, err)
 	}
 	return connect.NewResponse(&orreryv1.CancelRunResponse{Run: runToProto(*r)}), nil
+}
+
+func pendingApprovalToProto(a *run.PendingApproval) *orreryv1.PendingApproval {
+	out := &orreryv1.PendingApproval{Message: a.Message, Role: a.Ask.DecidedBy(), Principals: a.Ask.Principals, Count: int32(a.Ask.Approvers()),
+		Separate: a.Ask.Separate, TimeoutTime: timestamppb.New(a.TimeoutAt), OnTimeout: string(a.Ask.OnTimeout), TriggeredBy: a.TriggeredBy}
+	if out.OnTimeout == "" {
+		out.OnTimeout = string(dag.TimeoutFails)
+	}
+	for _, d := range a.Decisions {
+		out.Decisions = append(out.Decisions, &orreryv1.Decision{Principal: d.Principal, Decision: d.Decision, Comment: d.Comment, Time: timestamppb.New(d.DecidedAt)})
+	}
+	return out
+}
+
+func (s *runServer) ApproveStep(ctx context.Context, req *connect.Request[orreryv1.ApproveStepRequest]) (*connect.Response[orreryv1.ApproveStepResponse], error) {
+	m := req.Msg
+	t, err := s.decide(ctx, m.GetId(), m.GetStep(), m.GetComment(), true)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orreryv1.ApproveStepResponse{Task: t}), nil
+}
+
+func (s *runServer) RejectStep(ctx context.Context, req *connect.Request[orreryv1.RejectStepRequest]) (*connect.Response[orreryv1.RejectStepResponse], error) {
+	m := req.Msg
+	t, err := s.decide(ctx, m.GetId(), m.GetStep(), m.GetComment(), false)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&orreryv1.RejectStepResponse{Task: t}), nil
+}
+
+// decide approves or rejects a step (run.Service.Decide) and answers its
+// task as the decision left it.
+func (s *runServer) decide(ctx context.Context, runID, step, comment string, approve bool) (*orreryv1.Task, error) {
+	id, err := parseID("id", runID)
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	t, err := s.runs.Decide(ctx, actor(ctx), run.Decision{Run: id, Step: step, Approve: approve, Comment: comment})
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	return taskToProto(*t), nil
 }
 
 func (s *runServer) ListDeadLetters(ctx context.Context, req *connect.Request[orreryv1.ListDeadLettersRequest]) (*connect.Response[orreryv1.ListDeadLettersResponse], error) {
@@ -265,7 +312,7 @@ func runToProto(r run.Run) *orreryv1.Run {
 		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: string(r.Trigger), Status: string(r.Status),
 		Reason: r.Reason, CreateTime: timestamppb.New(r.CreatedAt), StartTime: timeToProto(r.StartedAt), FinishTime: timeToProto(r.FinishedAt),
 		Params: params, Upstream: upstream, FirstError: r.FirstError, Steps: stepsToProto(r.Steps),
-		ParentStep: r.ParentStep, Event: event,
+		ParentStep: r.ParentStep, Event: event, TriggeredBy: r.TriggeredBy,
 	}
 	if r.ParentRun != nil {
 		out.ParentRunId = r.ParentRun.String()

@@ -348,7 +348,7 @@ func eachTemplate(st *Step, f func(path, v string, secretOK bool)) {
 
 // Text renders one field of the step with vars (path names it, v is its
 // text as written): its value as text, or v itself when it holds no
-// expression (sleep.until).
+// expression (sleep.until, approval.message).
 func (x *StepExprs) Text(path, v string, vars expr.Vars) (string, error) {
 	if x == nil {
 		return v, nil
@@ -384,6 +384,9 @@ func (x *StepExprs) text(a expr.Activation, path, v string) (string, error) {
 func eachField(st *Step, f func(path, v string, secretOK bool)) {
 	if sl := st.Sleep; sl != nil && sl.Until != "" {
 		f("sleep.until", sl.Until, false)
+	}
+	if a := st.Approval; a != nil && a.Message != "" {
+		f("approval.message", a.Message, false)
 	}
 	if h := st.Run.HTTP; h != nil {
 		f("run.http.url", h.URL, false)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/invopop/jsonschema"
@@ -15,8 +16,8 @@ import (
 )
 
 // Parked steps (docs/parked-steps.md): steps the engine runs without a
-// worker, which wait until something ends them: a time (Sleep) or an
-// event (Wait).
+// worker, which wait until something ends them: a time (Sleep), an event
+// (Wait) or people's decision (Approval).
 
 // Bounds of a sleep.
 const (
@@ -109,15 +110,86 @@ type Wait struct {
 	Event   string    `json:"event" yaml:"event"`
 	Match   string    `json:"match,omitempty" yaml:"match,omitempty"`
 	Timeout *Duration `json:"timeout" yaml:"timeout"`
+	// OnTimeout is what the timeout does: fail the step (the default) or
+	// skip it (its all_success children are skipped too).
+	OnTimeout OnTimeout `json:"on_timeout,omitempty" yaml:"on_timeout,omitempty" jsonschema:"enum=fail,enum=skip,default=fail"`
+}
+
+// OnTimeout is what a parked step's timeout does to it.
+type OnTimeout string
+
+// What a timeout does.
+const (
+	TimeoutFails OnTimeout = "fail" // the default
+	TimeoutSkips OnTimeout = "skip"
+)
+
+// Approval parks a step until people decide: Count approvals from
+// distinct principals holding Role on the run's job (and named in
+// Principals, when it names any) end it succeeded; one rejection fails
+// it; Timeout fails or skips it (OnTimeout). With Separate, whoever
+// triggered the run may not decide on it. Message (text, or ${{ EXPR }}
+// in it) is rendered when the step parks and shown to the deciders. Its
+// output is the decision: who, when, with what comment.
+type Approval struct {
+	Role       string    `json:"role,omitempty" yaml:"role,omitempty" jsonschema:"enum=reader,enum=editor,enum=admin,default=editor"`
+	Principals []string  `json:"principals,omitempty" yaml:"principals,omitempty"`
+	Count      int       `json:"count,omitempty" yaml:"count,omitempty" jsonschema:"minimum=1,maximum=10,default=1"`
+	Separate   bool      `json:"separate,omitempty" yaml:"separate,omitempty"`
+	Timeout    *Duration `json:"timeout" yaml:"timeout"`
+	OnTimeout  OnTimeout `json:"on_timeout,omitempty" yaml:"on_timeout,omitempty" jsonschema:"enum=fail,enum=skip,default=fail"`
+	Message    string    `json:"message,omitempty" yaml:"message,omitempty"`
+}
+
+// Bounds of an approval.
+const (
+	MaxApprovals          = 10   // count
+	MaxApprovalPrincipals = 100  // principals
+	MaxApprovalMessage    = 2048 // message, as written and as rendered
+)
+
+// Approvers is how many approvals end the approval (count, 1 by default).
+func (a *Approval) Approvers() int { return max(a.Count, 1) }
+
+// DecidedBy is the role a decider needs (role, editor by default).
+func (a *Approval) DecidedBy() string {
+	if a.Role == "" {
+		return "editor"
+	}
+	return a.Role
 }
 
 // Parks reports whether the step is parked rather than run.
-func (st *Step) Parks() bool { return st.Sleep != nil || st.Wait != nil }
+func (st *Step) Parks() bool { return st.Sleep != nil || st.Wait != nil || st.Approval != nil }
+
+// ParkTimeout is what a parked step's timeout does ("": it has none, a
+// sleep).
+func (st *Step) ParkTimeout() OnTimeout {
+	var o OnTimeout
+	switch {
+	case st.Wait != nil:
+		o = st.Wait.OnTimeout
+	case st.Approval != nil:
+		o = st.Approval.OnTimeout
+	default:
+		return ""
+	}
+	if o == "" {
+		return TimeoutFails
+	}
+	return o
+}
+
+// parkVerbs say what a parked step of each kind does.
+var parkVerbs = map[string]string{"sleep": "sleeps", "wait": "waits", "approval": "asks for an approval"}
 
 // parkKind names what parks the step, as its fields are named.
 func (st *Step) parkKind() string {
-	if st.Wait != nil {
+	switch {
+	case st.Wait != nil:
 		return "wait"
+	case st.Approval != nil:
+		return "approval"
 	}
 	return "sleep"
 }
@@ -131,11 +203,11 @@ func (st *Step) OnNoWorker() bool { return st.Run.Job != nil || st.Parks() }
 // only a step that runs somewhere takes.
 func validateParked(es *Errors, p string, st *Step) {
 	kind := st.parkKind()
-	if st.Sleep != nil && st.Wait != nil {
-		es.add(p+".wait", "a step sleeps or waits, not both")
+	if n := btoi(st.Sleep != nil) + btoi(st.Wait != nil) + btoi(st.Approval != nil); n > 1 {
+		es.add(p+"."+kind, "a step sleeps, waits or asks for an approval: one of them")
 	}
 	if st.Run != (Executor{}) {
-		es.add(p+".run", "a step that %ss runs nothing: give run or %s, not both", kind, kind)
+		es.add(p+".run", "a step that %s runs nothing: give run or %s, not both", parkVerbs[kind], kind)
 	}
 	if sl := st.Sleep; sl != nil {
 		if sl.Until == "" && (sl.For < MinSleep || sl.For > MaxSleep) {
@@ -151,16 +223,15 @@ func validateParked(es *Errors, p string, st *Step) {
 		if msg := schedule.ValidEventType(w.Event); msg != "" {
 			es.add(p+".wait.event", "%s", msg)
 		}
-		switch {
-		case w.Timeout == nil:
-			es.add(p+".wait.timeout", "name how long the step waits at most (timeout: 72h), 1s to 8784h (366 days)")
-		case w.Timeout.Duration < MinSleep || w.Timeout.Duration > MaxSleep:
-			es.add(p+".wait.timeout", "%s is outside 1s..8784h (366 days)", w.Timeout.Duration)
-		}
+		validateParkTimeout(es, p+".wait.timeout", w.Timeout, "72h")
 		if w.Match != "" && !expr.HasExpr(w.Match) {
 			es.add(p+".wait.match", "a match is one ${{ EXPR }} of a boolean, over event (the event arriving) and the run's variables")
 		}
 		// match is compiled with the step's expressions (CompileExprs).
+		validateOnTimeout(es, p+".wait.on_timeout", w.OnTimeout)
+	}
+	if a := st.Approval; a != nil {
+		validateApproval(es, p+".approval", a)
 	}
 	for _, f := range []struct {
 		name string
@@ -170,7 +241,68 @@ func validateParked(es *Errors, p string, st *Step) {
 		{"queue", st.Queue != ""}, {"priority", st.Priority != ""}, {"resources", st.Resources != nil}, {"resource_profile", st.ResourceProfile != ""},
 	} {
 		if f.set {
-			es.add(p+"."+f.name, "a step that %ss runs nowhere: it takes no %s", kind, f.name)
+			es.add(p+"."+f.name, "a step that %s runs nowhere: it takes no %s", parkVerbs[kind], f.name)
 		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// validateParkTimeout checks a wait's or an approval's timeout: required,
+// 1 s to 366 days.
+func validateParkTimeout(es *Errors, p string, d *Duration, example string) {
+	switch {
+	case d == nil:
+		es.add(p, "name how long the step waits at most (timeout: %s), 1s to 8784h (366 days)", example)
+	case d.Duration < MinSleep || d.Duration > MaxSleep:
+		es.add(p, "%s is outside 1s..8784h (366 days)", d.Duration)
+	}
+}
+
+func validateOnTimeout(es *Errors, p string, o OnTimeout) {
+	if o != "" && o != TimeoutFails && o != TimeoutSkips {
+		es.add(p, "%q is neither fail nor skip", o)
+	}
+}
+
+// validateApproval checks an approval's fields (its message's expressions
+// are compiled with the step's, CompileExprs).
+func validateApproval(es *Errors, p string, a *Approval) {
+	switch a.Role {
+	case "", "reader", "editor", "admin":
+	default:
+		es.add(p+".role", "%q is not a role that may decide: reader, editor or admin", a.Role)
+	}
+	if len(a.Principals) > MaxApprovalPrincipals {
+		es.add(p+".principals", "names %d principals; the limit is %d", len(a.Principals), MaxApprovalPrincipals)
+	}
+	seen := map[string]bool{}
+	for i, name := range a.Principals {
+		switch {
+		case name == "" || len(name) > 200 || !IsText(name) || strings.TrimSpace(name) != name:
+			es.add(fmt.Sprintf("%s.principals[%d]", p, i), "a principal's name: 1 to 200 bytes of text, without spaces around it")
+		case seen[name]:
+			es.add(fmt.Sprintf("%s.principals[%d]", p, i), "%q is named twice", name)
+		}
+		seen[name] = true
+	}
+	switch {
+	case a.Count < 0 || a.Count > MaxApprovals:
+		es.add(p+".count", "%d is outside 1..%d", a.Count, MaxApprovals)
+	case len(a.Principals) > 0 && a.Approvers() > len(a.Principals):
+		es.add(p+".count", "needs %d approvals from distinct principals, but principals names %d", a.Approvers(), len(a.Principals))
+	}
+	validateParkTimeout(es, p+".timeout", a.Timeout, "24h")
+	validateOnTimeout(es, p+".on_timeout", a.OnTimeout)
+	switch {
+	case len(a.Message) > MaxApprovalMessage:
+		es.add(p+".message", "is %d bytes; the limit is %d", len(a.Message), MaxApprovalMessage)
+	case !IsText(a.Message):
+		es.add(p+".message", "is not text (a NUL character or invalid UTF-8)")
 	}
 }

@@ -99,9 +99,56 @@ func TestWaitDecodesAndIsBounded(t *testing.T) {
 		{"wait: {event: \"order shipped\", timeout: 1h}\n", "spec.steps[1].wait.event:"},
 		{"wait: {event: order.shipped, timeout: 1h, match: \"event.data.x\"}\n", "spec.steps[1].wait.match: a match is one ${{ EXPR }}"},
 		{"wait: {event: order.shipped, timeout: 1h, match: \"${{ event.data.x +}}\"}\n", "spec.steps[1].wait.match"},
-		{"wait: {event: order.shipped, timeout: 1h, on_timeout: skip}\n", `unknown field "on_timeout"`},
-		{"wait: {event: order.shipped, timeout: 1h}\n      sleep: 1h\n", "spec.steps[1].wait: a step sleeps or waits, not both"},
+		{"wait: {event: order.shipped, timeout: 1h, on_timeout: retry}\n", `spec.steps[1].wait.on_timeout: "retry" is neither fail nor skip`},
+		{"wait: {event: order.shipped, timeout: 1h}\n      sleep: 1h\n", "spec.steps[1].wait: a step sleeps, waits or asks for an approval: one of them"},
 		{"wait: {event: order.shipped, timeout: 1h}\n      retry: {max_attempts: 2}\n", "spec.steps[1].retry: a step that waits runs nowhere"},
+	} {
+		_, es := Decode("remind.yaml", []byte(strings.Replace(sleepJob, "sleep: 24h\n", c.edit, 1)))
+		if len(es) == 0 || !strings.Contains(es.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.edit, es, c.want)
+		}
+	}
+}
+
+// A step asks for an approval: who may decide, how many, for how long, and
+// a message with expressions; every mistake is refused naming its field.
+func TestApprovalDecodesAndIsBounded(t *testing.T) {
+	y := strings.Replace(sleepJob, "sleep: 24h\n", `approval: {role: admin, principals: [ann, bob], count: 2, separate: true, timeout: 24h, on_timeout: skip, message: "Refund ${{ params.at }}?"}
+`, 1)
+	docs, es := Decode("remind.yaml", []byte(y))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	st := docs[0].Resource.Spec.Steps[1]
+	a := st.Approval
+	if a == nil || a.DecidedBy() != "admin" || a.Approvers() != 2 || !a.Separate || st.ParkTimeout() != TimeoutSkips || !st.Parks() || !st.OnNoWorker() {
+		t.Fatalf("approval: %+v", a)
+	}
+	if d := (&Approval{}); d.DecidedBy() != "editor" || d.Approvers() != 1 {
+		t.Fatalf("defaults: %s %d", d.DecidedBy(), d.Approvers())
+	}
+	x, xes := CompileExprs(&docs[0].Resource.Spec)
+	if len(xes) > 0 || x.Step("nap") == nil {
+		t.Fatalf("the message did not compile: %v", xes)
+	}
+	b, _ := json.Marshal(st)
+	var back Step
+	if err := json.Unmarshal(b, &back); err != nil || back.Approval == nil || back.Approval.Count != 2 || back.Approval.Timeout.Duration != 24*time.Hour {
+		t.Fatalf("JSON %s read back %+v (%v)", b, back.Approval, err)
+	}
+	for _, c := range []struct{ edit, want string }{
+		{"approval: {}\n", "spec.steps[1].approval.timeout: name how long the step waits at most"},
+		{"approval: {timeout: 1h, role: worker}\n", `spec.steps[1].approval.role: "worker" is not a role that may decide`},
+		{"approval: {timeout: 1h, count: 11}\n", "spec.steps[1].approval.count: 11 is outside 1..10"},
+		{"approval: {timeout: 1h, count: 3, principals: [a, b]}\n", "spec.steps[1].approval.count: needs 3 approvals from distinct principals, but principals names 2"},
+		{"approval: {timeout: 1h, principals: [a, a]}\n", `spec.steps[1].approval.principals[1]: "a" is named twice`},
+		{"approval: {timeout: 1h, principals: [\"\"]}\n", "spec.steps[1].approval.principals[0]: a principal's name"},
+		{"approval: {timeout: 1h, on_timeout: later}\n", `spec.steps[1].approval.on_timeout: "later" is neither fail nor skip`},
+		{"approval: {timeout: 1h, message: \"${{ params.nope }}\"}\n", "spec.steps[1].approval.message"},
+		{"approval: {timeout: 1h, message: \"" + strings.Repeat("x", 2049) + "\"}\n", "spec.steps[1].approval.message: is 2049 bytes; the limit is 2048"},
+		{"approval: {timeout: 1h, votes: 2}\n", `unknown field "votes"`},
+		{"approval: {timeout: 1h}\n      run: {handler: h}\n", "spec.steps[1].run: a step that asks for an approval runs nothing"},
+		{"approval: {timeout: 1h}\n      wait: {event: a.b, timeout: 1h}\n", "a step sleeps, waits or asks for an approval: one of them"},
 	} {
 		_, es := Decode("remind.yaml", []byte(strings.Replace(sleepJob, "sleep: 24h\n", c.edit, 1)))
 		if len(es) == 0 || !strings.Contains(es.Error(), c.want) {

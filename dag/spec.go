@@ -132,7 +132,9 @@ type Step struct {
 	// until its time (docs/parked-steps.md). A step gives run or sleep.
 	Sleep *Sleep `json:"sleep,omitempty" yaml:"sleep,omitempty"`
 	// Wait parks the step until an event (docs/parked-steps.md).
-	Wait     *Wait     `json:"wait,omitempty" yaml:"wait,omitempty"`
+	Wait *Wait `json:"wait,omitempty" yaml:"wait,omitempty"`
+	// Approval parks the step until people decide (docs/parked-steps.md).
+	Approval *Approval `json:"approval,omitempty" yaml:"approval,omitempty"`
 	Payload  Payload   `json:"payload,omitempty" yaml:"payload,omitempty"`
 	Queue    string    `json:"queue,omitempty" yaml:"queue,omitempty"`
 	Priority string    `json:"priority,omitempty" yaml:"priority,omitempty" jsonschema:"enum=critical,enum=high,enum=normal,enum=low,default=normal"`

@@ -73,8 +73,14 @@ func (s *Server) runPage(w http.ResponseWriter, r *http.Request, v *view) error 
 		b, _ := protojson.Marshal(run.GetParams().GetFields()[k])
 		params = append(params, struct{ Name, Value string }{k, string(b)})
 	}
+	var approvals []*orreryv1.Task // the steps asking for an approval now
+	for _, t := range tasks {
+		if t.GetApproval() != nil {
+			approvals = append(approvals, t)
+		}
+	}
 	s.render(w, r, v, http.StatusOK, "run", map[string]any{
-		"Params": params, "Retryable": lifecycle.RunStatus(run.GetStatus()).AcceptsRetry(), "Upstream": run.GetUpstream().AsMap(), "Event": eventView(run.GetEvent().AsMap()),
+		"Params": params, "Approvals": approvals, "Retryable": lifecycle.RunStatus(run.GetStatus()).AcceptsRetry(), "Upstream": run.GetUpstream().AsMap(), "Event": eventView(run.GetEvent().AsMap()),
 		"Run": run, "Tasks": tasks, "Graph": drawRun(run.GetId(), tasks, all), "All": all, "Selected": selected,
 		"Timeline": buildTimeline(tasks, time.Now()),
 		"Items":    itemsOf(r, res),
@@ -219,6 +225,38 @@ func (s *Server) cancelRun(w http.ResponseWriter, r *http.Request, v *view) erro
 		return err
 	}
 	return seeOther(w, r, "/runs/"+id, "Cancelled the run.")
+}
+
+// decideStep approves or rejects a step that asks for an approval (the
+// form's decision), with the form's comment.
+func (s *Server) decideStep(w http.ResponseWriter, r *http.Request, v *view) error {
+	id, err := runID(r)
+	if err != nil {
+		return err
+	}
+	step, comment := r.PathValue("step"), r.PostFormValue("comment")
+	var t *orreryv1.Task
+	switch r.PostFormValue("decision") {
+	case "approve":
+		res, err := s.clients.runs.ApproveStep(v.ctx, connect.NewRequest(&orreryv1.ApproveStepRequest{Id: id, Step: step, Comment: comment}))
+		if err != nil {
+			return err
+		}
+		t = res.Msg.GetTask()
+	case "reject":
+		res, err := s.clients.runs.RejectStep(v.ctx, connect.NewRequest(&orreryv1.RejectStepRequest{Id: id, Step: step, Comment: comment}))
+		if err != nil {
+			return err
+		}
+		t = res.Msg.GetTask()
+	default:
+		return errNotFound
+	}
+	flash := fmt.Sprintf("Recorded: step %s is %s.", t.GetStep(), t.GetStatus())
+	if t.GetApproval() != nil {
+		flash = fmt.Sprintf("Recorded: step %s still waits (%s).", t.GetStep(), t.GetWaitReason())
+	}
+	return seeOther(w, r, "/runs/"+id+"?task="+t.GetId()+"#attempts", flash)
 }
 
 // retryRun runs a failed or cancelled run again from where it failed.

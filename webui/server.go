@@ -132,6 +132,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET /runs/{id}/events", s.runEvents)
 	s.handle("POST /runs/{id}/cancel", s.cancelRun)
 	s.handle("POST /runs/{id}/retry", s.retryRun)
+	s.handle("POST /runs/{id}/steps/{step}/decide", s.decideStep)
 	s.handle("POST /runs/{id}/tasks/{task}/retry", s.retryTask)
 	s.handle("GET /dlq", s.dlqPage)
 	s.handle("POST /dlq/replay", s.dlqReplay)

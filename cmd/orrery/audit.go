@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -113,6 +114,11 @@ func auditTargetText(e *orreryv1.AuditEntry) string {
 // create, a trigger or a cancel has only one side, and the action says it
 // all: "-".
 func changesText(e *orreryv1.AuditEntry) string {
+	if a := e.GetAction(); a == "approve" || a == "reject" { // a decision: its step and comment
+		var d struct{ Step, Comment string }
+		_ = json.Unmarshal([]byte(e.GetAfter()), &d)
+		return fmt.Sprintf("step %s: %q", d.Step, d.Comment)
+	}
 	if e.GetBefore() == "" || e.GetAfter() == "" || len(e.GetChanges()) == 0 {
 		return "-"
 	}

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -116,6 +117,9 @@ func newRunsCmd(g *globals) *cobra.Command {
 			if r.GetParentRunId() != "" {
 				fmt.Fprintf(w, "  started by step %s of run %s\n", r.GetParentStep(), r.GetParentRunId())
 			}
+			if r.GetTriggeredBy() != "" {
+				fmt.Fprintf(w, "  triggered by %s\n", r.GetTriggeredBy())
+			}
 			if e := r.GetEvent().AsMap(); len(e) > 0 {
 				data, _ := json.Marshal(e["data"])
 				from := ""
@@ -151,6 +155,9 @@ func newRunsCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(w, "  (%s)", t.GetLastError())
 				}
 				fmt.Fprintln(w)
+				if a := t.GetApproval(); a != nil {
+					printApproval(w, r.GetId(), t.GetStep(), a)
+				}
 				for _, a := range t.GetAttempts() {
 					fmt.Fprintf(w, "  attempt %d on %s  %s → %s  %s", a.GetNumber(), a.GetWorker(), ts(a.GetStartTime()), ts(a.GetFinishTime()), a.GetOutcome())
 					if a.GetExitReason() != "" {
@@ -210,8 +217,70 @@ func newRunsCmd(g *globals) *cobra.Command {
 		},
 	}
 	retry.Flags().BoolVar(&ignoreOverlap, "ignore-overlap", false, "retry even if the job's overlap policy would hold it back")
-	cmd.AddCommand(list, get, cancel, retry)
+	cmd.AddCommand(list, get, cancel, retry, decideCmd(g, true), decideCmd(g, false))
 	return cmd
+}
+
+// decideCmd is `runs approve` (approve) or `runs reject`.
+func decideCmd(g *globals, approve bool) *cobra.Command {
+	verb, short := "approve", "Approve a step that asks for an approval (its count of approvals from distinct principals ends it)"
+	if !approve {
+		verb, short = "reject", "Reject a step that asks for an approval (it fails)"
+	}
+	var comment string
+	cmd := &cobra.Command{
+		Use:   verb + " RUN_ID STEP",
+		Short: short,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var t *orreryv1.Task
+			if approve {
+				res, err := g.runClient().ApproveStep(cmd.Context(), connect.NewRequest(&orreryv1.ApproveStepRequest{Id: args[0], Step: args[1], Comment: comment}))
+				if err != nil {
+					return err
+				}
+				t = res.Msg.GetTask()
+			} else {
+				res, err := g.runClient().RejectStep(cmd.Context(), connect.NewRequest(&orreryv1.RejectStepRequest{Id: args[0], Step: args[1], Comment: comment}))
+				if err != nil {
+					return err
+				}
+				t = res.Msg.GetTask()
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "step %s of run %s %s", t.GetStep(), args[0], t.GetStatus())
+			if a := t.GetApproval(); a != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), " (%s)", t.GetWaitReason())
+			}
+			fmt.Fprintln(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&comment, "comment", "", "why (kept with the decision, in the step's output and the audit trail; at most 1 KiB)")
+	return cmd
+}
+
+// printApproval shows what a parked approval asks, the decisions so far,
+// and how to decide.
+func printApproval(w io.Writer, run, step string, a *orreryv1.PendingApproval) {
+	if a.GetMessage() != "" {
+		fmt.Fprintf(w, "  asks: %s\n", a.GetMessage())
+	}
+	who := "role " + a.GetRole()
+	if len(a.GetPrincipals()) > 0 {
+		who += " and one of " + strings.Join(a.GetPrincipals(), ", ")
+	}
+	if a.GetSeparate() && a.GetTriggeredBy() != "" {
+		who += ", not " + a.GetTriggeredBy()
+	}
+	fmt.Fprintf(w, "  %d approval(s) from %s; at its timeout (%s) it will %s\n", a.GetCount(), who, ts(a.GetTimeoutTime()), a.GetOnTimeout())
+	for _, d := range a.GetDecisions() {
+		fmt.Fprintf(w, "  %sd by %s at %s", d.GetDecision(), d.GetPrincipal(), ts(d.GetTime()))
+		if d.GetComment() != "" {
+			fmt.Fprintf(w, ": %s", d.GetComment())
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "  decide: orrery runs approve %s %s --comment ... (or reject)\n", run, step)
 }
 
 func newTriggerCmd(g *globals, namespace *string) *cobra.Command {

@@ -182,7 +182,10 @@ func (p Principal) Actor() job.Actor {
 	if p.KeyPrefix != "" {
 		name += " (" + p.KeyPrefix + ")"
 	}
-	a := job.Actor{Tenant: p.Tenant, Name: name, Scope: p.Scope(), Key: p.KeyID}
+	a := job.Actor{Tenant: p.Tenant, Name: name, Principal: p.Name, Scope: p.Scope(), Key: p.KeyID}
+	a.Holds = func(namespace, name, role string) bool {
+		return p.RoleOn(Resource{Namespace: namespace, Job: name}).Allows(Role(role))
+	}
 	if !p.Role.Allows(Editor) {
 		a.MayRun = func(namespace, name string) bool {
 			return p.RoleOn(Resource{Namespace: namespace, Job: name}).Allows(Editor)

@@ -29,7 +29,12 @@ var DefaultTenant = uuid.MustParse("00000000-0000-0000-0000-000000000001")
 // Actor is who makes a call, and in which tenant.
 type Actor struct {
 	Tenant uuid.UUID
-	Name   string
+	// Name is who acts, as records name them: the principal and the key's
+	// prefix ("alice (ok_1a2b)").
+	Name string
+	// Principal is the principal alone ("alice"): one person whatever key
+	// they use (an approval counts principals).
+	Principal string
 	// Scope, when set, narrows what lists show this actor to what it was
 	// granted; nil sees the whole tenant. The API's interceptor decides
 	// whether a call may be made at all; Scope only filters lists.
@@ -39,6 +44,10 @@ type Actor struct {
 	// applied only by an actor that may run it. nil: every job of its
 	// tenant.
 	MayRun func(namespace, name string) bool
+	// Holds, when set, says whether the actor holds role (reader, editor,
+	// admin) on a job (what an approval asks of its deciders). nil: every
+	// role on every job of its tenant.
+	Holds func(namespace, name, role string) bool
 	// Key is the API key the actor called with (uuid.Nil: none, as with
 	// authentication off): recorded with the jobs its job's steps run, whose
 	// right to run them is checked again when a step starts.

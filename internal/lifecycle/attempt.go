@@ -18,6 +18,9 @@ type Shape struct {
 	QueueOverlap bool          // the job's overlap policy is queue
 	Root         bool          // the step needs none: it starts when its run does
 	Item         bool          // an item of a fan-out: its end is counted in its group
+	// SkipOnTimeout: a parked step whose timeout skips it (on_timeout:
+	// skip) rather than failing it.
+	SkipOnTimeout bool
 }
 
 // Ending is how an attempt ended, as far as its task's life cares.
@@ -28,12 +31,15 @@ type Ending struct {
 	// reaper, or the worker that lost it); it applies only while the lease
 	// is still lapsed, and its retry is not delayed.
 	LeaseLapsed bool
+	// TimedOut: the attempt ended at its timeout (a parked step's: its
+	// wait, its approval).
+	TimedOut bool
 }
 
 // Finish is what an ended attempt does to its task, its task's
 // neighbours and its run.
 type Finish struct {
-	Task    TaskStatus     // succeeded, retrying or dead_lettered
+	Task    TaskStatus     // succeeded, retrying, dead_lettered or skipped
 	Outcome AttemptOutcome // the attempt's record
 	// RetryIn is the backoff before the next attempt (Task retrying).
 	RetryIn time.Duration
@@ -45,6 +51,10 @@ type Finish struct {
 	// FailDescendants: the waiting all_success descendants fail upstream;
 	// all_done children count this parent as done.
 	FailDescendants bool
+	// SkipDescendants: the task was skipped (a parked step's timeout with
+	// on_timeout: skip): its waiting all_success descendants are skipped;
+	// others count it as done.
+	SkipDescendants bool
 	// Run is the run's end when the run has one task ("" when it goes on:
 	// a retry). A run of several tasks ends when its last open task does,
 	// derived from the counts of its tasks (store FinishRunIfDone).
@@ -61,14 +71,18 @@ type Finish struct {
 // children; a retryable failure with attempts left retries after a
 // backoff (none after a lapsed lease: the step did not fail, its worker
 // went away); any other failure dead-letters the task and fails its
-// descendants. jitter(n) is a number in [0, n) (rand.Int64N; tests give
-// their own).
+// descendants; a parked step's timeout with on_timeout: skip skips the
+// task (its attempt failed) and skips its all_success descendants.
+// jitter(n) is a number in [0, n) (rand.Int64N; tests give their own).
 func FinishAttempt(s Shape, e Ending, jitter func(int64) int64) Finish {
 	var f Finish
 	switch {
 	case e.OK:
 		f.Task, f.Outcome = TaskSucceeded, AttemptSucceeded
 		f.ReleaseChildren = s.HasChildren
+	case e.TimedOut && s.SkipOnTimeout:
+		f.Task, f.Outcome = TaskSkipped, AttemptFailed
+		f.SkipDescendants = s.HasChildren
 	case e.Retryable && s.Attempt < s.MaxAttempts:
 		f.Task, f.Outcome = TaskRetrying, AttemptFailed
 		f.NextAttempt = s.Attempt + 1
@@ -102,9 +116,10 @@ func GroupEnded(total, succeeded, need int) (TaskStatus, string) {
 }
 
 // Cascades is whether an ended attempt may settle many tasks besides its
-// own: a failure for good of a step that others need.
+// own: a failure for good, or a skip, of a step that others need.
 func Cascades(s Shape, e Ending) bool {
-	return FinishAttempt(s, e, noJitter).FailDescendants
+	f := FinishAttempt(s, e, noJitter)
+	return f.FailDescendants || f.SkipDescendants
 }
 
 func noJitter(int64) int64 { return 0 }

@@ -39,13 +39,19 @@ func TestFinishAttempt(t *testing.T) {
 			Finish{Task: TaskDeadLettered, Outcome: AttemptFailed, FailDescendants: true, MayEndRun: true}},
 		{"a one-task run dead-letters with its task", with(func(s *Shape) { s.SingleTask = true }), Ending{},
 			Finish{Task: TaskDeadLettered, Outcome: AttemptFailed, Run: RunFailed, RunReason: "1 task(s) dead-lettered", MayEndRun: true}},
+		{"a timeout that skips skips the task and its descendants", with(func(s *Shape) { s.SkipOnTimeout, s.HasChildren = true, true }), Ending{TimedOut: true},
+			Finish{Task: TaskSkipped, Outcome: AttemptFailed, SkipDescendants: true, MayEndRun: true}},
+		{"a skipped one-task run succeeds", with(func(s *Shape) { s.SkipOnTimeout, s.SingleTask = true, true }), Ending{TimedOut: true},
+			Finish{Task: TaskSkipped, Outcome: AttemptFailed, Run: RunSucceeded, MayEndRun: true}},
+		{"a timeout that does not skip fails", with(func(s *Shape) { s.HasChildren = true }), Ending{TimedOut: true},
+			Finish{Task: TaskDeadLettered, Outcome: AttemptFailed, FailDescendants: true, MayEndRun: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := FinishAttempt(tt.shape, tt.end, half); got != tt.want {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
-			if got, want := Cascades(tt.shape, tt.end), tt.want.FailDescendants; got != want {
+			if got, want := Cascades(tt.shape, tt.end), tt.want.FailDescendants || tt.want.SkipDescendants; got != want {
 				t.Errorf("Cascades = %v, want %v", got, want)
 			}
 		})

@@ -58,6 +58,9 @@ type New struct {
 	// an after-trigger's run's: docs/workflows.md, "Trees of runs");
 	// uuid.Nil for a root.
 	Root uuid.UUID
+	// By is the principal who triggered it by hand ("" for others): an
+	// approval with separate: true refuses them.
+	By string
 }
 
 // Firer is the node that fires scheduled runs, recorded on each run with
@@ -125,6 +128,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		rp.RootRunIds = append(rp.RootRunIds, r.Root)
 		rp.Events = append(rp.Events, string(r.Event))
 		rp.EventIds = append(rp.EventIds, r.EventID)
+		rp.TriggeredBys = append(rp.TriggeredBys, r.By)
 	}
 	written, err := ap.q.InsertRuns(ctx, rp)
 	if err != nil {

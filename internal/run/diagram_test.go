@@ -158,6 +158,7 @@ func TestDiagram(t *testing.T) {
 		retry                               *dag.Retry
 		maxParallel                         int
 		sleep                               time.Duration // a parked step (docs/parked-steps.md)
+		lapse                               time.Duration // an approval that times out, skipped
 	}
 	create := func(name string, overlap dag.OverlapPolicy, steps ...step) {
 		t.Helper()
@@ -167,6 +168,10 @@ func TestDiagram(t *testing.T) {
 			payload, _ := json.Marshal(map[string]any{"do": s.do, "key": s.key, "always": s.always})
 			if s.sleep > 0 {
 				spec.Steps = append(spec.Steps, dag.Step{Name: s.name, Needs: s.needs, When: s.when, Sleep: &dag.Sleep{For: s.sleep}})
+				continue
+			}
+			if s.lapse > 0 {
+				spec.Steps = append(spec.Steps, dag.Step{Name: s.name, Needs: s.needs, Approval: &dag.Approval{Timeout: dag.D(s.lapse), OnTimeout: dag.TimeoutSkips}})
 				continue
 			}
 			spec.Steps = append(spec.Steps, dag.Step{Name: s.name, Needs: s.needs, Queue: s.queue, Retry: s.retry, When: s.when,
@@ -318,6 +323,9 @@ func TestDiagram(t *testing.T) {
 	taskIs(napCancelled.ID, "nap", "running")
 	cancel(napCancelled.ID)
 	runIs(napCancelled.ID, "cancelled")
+	// An approval nobody decides, skipped at its timeout, with its child.
+	create("lapse", dag.OverlapAllow, step{name: "ask", lapse: time.Second}, step{name: "after", do: "ok", needs: []string{"ask"}})
+	runIs(trigger("lapse").ID, "succeeded")
 
 	// A step failed upstream by one parent, and skipped by the other
 	// (later): once the failed parent is replayed, it is skipped.

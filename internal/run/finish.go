@@ -48,7 +48,8 @@ func (r Report) Cascades() bool {
 
 // ending is the report's result as the task's life sees it.
 func (r Report) ending() lifecycle.Ending {
-	return lifecycle.Ending{OK: r.Result.OK, Retryable: r.Result.Retryable, LeaseLapsed: r.leaseLapsed()}
+	return lifecycle.Ending{OK: r.Result.OK, Retryable: r.Result.Retryable, LeaseLapsed: r.leaseLapsed(),
+		TimedOut: r.Result.ExitReason == executor.ReasonTimeout}
 }
 
 // finish decides what the report does (lifecycle.FinishAttempt).
@@ -193,6 +194,10 @@ func (ap *applying) finishTogether(ctx context.Context, all []Report, idx []int,
 			parents = append(parents, e.r.TaskID)
 		case f.FailDescendants:
 			if err := ap.propagate(ctx, t.RunID, e.r.TaskID, lifecycle.TaskDeadLettered); err != nil {
+				return err
+			}
+		case f.SkipDescendants:
+			if err := ap.propagate(ctx, t.RunID, e.r.TaskID, lifecycle.TaskSkipped); err != nil {
 				return err
 			}
 		}

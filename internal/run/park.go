@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -34,8 +35,9 @@ const FailpointWaitsEnded = "run/waits-ended"
 
 // The workers a parked step's attempts name.
 const (
-	sleepWorker = "orrery (sleep)"
-	waitWorker  = "orrery (wait)"
+	sleepWorker    = "orrery (sleep)"
+	waitWorker     = "orrery (wait)"
+	approvalWorker = "orrery (approval)"
 )
 
 // pendingPark is a released step that parks.
@@ -47,9 +49,10 @@ type pendingPark struct {
 }
 
 // park parks the released steps of todo: a sleep's instant evaluated (its
-// until), a wait's timeout counted from now; each task running and its
-// row written. A sleep whose instant does not evaluate, or is past the
-// bound, goes to v.fail.
+// until), a wait's or an approval's timeout counted from now, an
+// approval's message rendered; each task running and its row written. A
+// sleep whose instant does not evaluate, or is past the bound, and an
+// approval whose message does not render, go to v.fail.
 func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outputsToRead, v *verdicts) error {
 	if len(todo) == 0 {
 		return nil
@@ -65,10 +68,18 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 	var now time.Time                        // the database's, read for the first until
 	unkeyed := map[waitKind]int{}            // waits without a key, parked and to park
 	for _, t := range todo {
-		kind, worker, eventType, key, path := "sleep", sleepWorker, "", "", ""
+		kind, worker, eventType, key, path, message := "sleep", sleepWorker, "", "", "", ""
 		var after float64
 		var until time.Time
-		switch w, sl := t.step.Wait, t.step.Sleep; {
+		switch w, sl, a := t.step.Wait, t.step.Sleep, t.step.Approval; {
+		case a != nil:
+			kind, worker, after = "approval", approvalWorker, a.Timeout.Seconds()
+			m, err := t.exprs.Text("approval.message", a.Message, outputs.vars(runOfRow(t.run, t.cand.ready.Attempt), readsOf(t.exprs), spent.of(t.run.ID)))
+			if err != nil {
+				v.fail = append(v.fail, verdict{t.cand, err.Error()})
+				continue
+			}
+			message = clip(m, dag.MaxApprovalMessage)
 		case w != nil:
 			kind, worker, eventType, after = "wait", waitWorker, w.Event, w.Timeout.Seconds()
 			key, path = t.exprs.WaitKey(outputs.vars(runOfRow(t.run, t.cand.ready.Attempt), matchReads(t.exprs), spent.of(t.run.ID)))
@@ -111,6 +122,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 		p.EventTypes = append(p.EventTypes, eventType)
 		p.MatchKeys = append(p.MatchKeys, key)
 		p.MatchPaths = append(p.MatchPaths, path)
+		p.Messages = append(p.Messages, message)
 	}
 	if len(p.Ids) == 0 {
 		return nil
@@ -128,6 +140,19 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 		return fmt.Errorf("parked %d of %d steps: a task moved meanwhile", len(parked), len(p.Ids))
 	}
 	return nil
+}
+
+// clip cuts s to at most n bytes, at a character's boundary, marking the
+// cut with an ellipsis.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // sleepUntil reads a sleep's until, evaluated to s, at the database's now.
@@ -175,7 +200,7 @@ func readsOf(x *dag.StepExprs) []string {
 
 // WakeParked ends the shards' parked steps that are due, at most batch of
 // them, in the caller's transaction: a sleep succeeds with {"until",
-// "time"}, a wait fails (its timeout). Each attempt ends under the
+// "time"}, a wait or an approval times out (it fails, or is skipped). Each attempt ends under the
 // fencing token its row holds, with all that follows (Finish), and the
 // rows are deleted. The runs are locked before the rows, as a cancel
 // locks them before it deletes the rows. It returns the steps (tasks) it
@@ -203,13 +228,15 @@ func (a *Applier) WakeParked(ctx context.Context, tx pgx.Tx, shards []int32, bat
 		if r.WakeAt != nil {
 			until = r.WakeAt.UTC()
 		}
-		res := executor.Result{OK: true}
-		if r.Kind == "wait" && r.EventType != nil {
-			res = executor.Result{ExitReason: executor.ReasonTimeout, FailureClass: executor.ClassUser,
-				Error: fmt.Sprintf("wait: no %s event matched before its timeout (%s)", *r.EventType, until.Format(time.RFC3339))}
-		} else {
+		var res executor.Result
+		switch {
+		case r.Kind == "wait" && r.EventType != nil:
+			res = timedOut(fmt.Sprintf("wait: no %s event matched before its timeout (%s)", *r.EventType, until.Format(time.RFC3339)))
+		case r.Kind == "approval":
+			res = timedOut(fmt.Sprintf("approval: not decided before its timeout (%s)", until.Format(time.RFC3339)))
+		default:
 			out, _ := json.Marshal(map[string]string{"until": until.Format(time.RFC3339Nano), "time": now.Format(time.RFC3339Nano)})
-			res.Output = string(out)
+			res = executor.Result{OK: true, Output: string(out)}
 		}
 		reports = append(reports, Report{TaskID: r.TaskID, RunID: r.RunID, FencingToken: r.FencingToken, Result: res})
 	}
@@ -218,6 +245,12 @@ func (a *Applier) WakeParked(ctx context.Context, tx pgx.Tx, shards []int32, bat
 	}
 	a.Failpoints.Hit(FailpointParkedWoken)
 	return ids, nil
+}
+
+// timedOut is the end of a parked step at its timeout: it fails, or is
+// skipped when its step says on_timeout: skip (lifecycle.FinishAttempt).
+func timedOut(why string) executor.Result {
+	return executor.Result{ExitReason: executor.ReasonTimeout, FailureClass: executor.ClassUser, Error: why}
 }
 
 // lockParked locks the runs, in key order, then the parked rows of tasks

@@ -74,6 +74,8 @@ type Run struct {
 	ParentRun  *uuid.UUID `json:"parent_run_id,omitempty"`
 	ParentStep string     `json:"parent_step,omitempty"`
 	parentJob  [2]string  // the parent run's namespace and job, to check a reader's scope
+	// TriggeredBy is, for a run triggered by hand (Get), who did.
+	TriggeredBy string `json:"triggered_by,omitempty"`
 }
 
 // Detail is a run with its tasks and their attempts.
@@ -114,6 +116,10 @@ type Task struct {
 	// Items, for a fan-out's group, are its items' counts (nil before it
 	// expanded).
 	Items *ItemCounts
+	// Approval, for a step parked on an approval, is what it asks and the
+	// decisions so far.
+	Approval *PendingApproval
+	parked   *store.ParkedOfRunsRow // its parked row, for a parked step
 }
 
 // upstreamFor is run.upstream as actor a may read it: without the
@@ -159,6 +165,7 @@ func fromGetRow(r store.GetRunRow) Run {
 		out.Upstream = json.RawMessage(r.Upstream)
 	}
 	out.ParentRun, out.ParentStep, out.parentJob = r.ParentRunID, r.ParentStep, [2]string{r.ParentNamespace, r.ParentJob}
+	out.TriggeredBy = r.TriggeredBy
 	return out
 }
 
@@ -356,6 +363,9 @@ func (s *Service) Get(ctx context.Context, a job.Actor, id uuid.UUID, page Items
 	if err := waitReasons(ctx, q, d.Items); err != nil {
 		return nil, err
 	}
+	if err := fillApprovals(ctx, q, s.pool, d); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -449,19 +459,19 @@ func parkedReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 	if err != nil {
 		return err
 	}
-	why := make(map[uuid.UUID]string, len(rows))
-	for _, r := range rows {
-		switch {
-		case r.WakeAt == nil:
-		case r.EventType != nil:
-			why[r.TaskID] = "wait for " + *r.EventType + " until " + r.WakeAt.UTC().Format(time.RFC3339)
-		default:
-			why[r.TaskID] = r.Kind + " until " + r.WakeAt.UTC().Format(time.RFC3339)
-		}
+	byTask := make(map[uuid.UUID]*store.ParkedOfRunsRow, len(rows))
+	for i := range rows {
+		byTask[rows[i].TaskID] = &rows[i]
 	}
 	for i := range tasks {
-		if w, ok := why[tasks[i].ID]; ok {
-			tasks[i].WaitReason = w
+		r := byTask[tasks[i].ID]
+		tasks[i].parked = r
+		switch {
+		case r == nil || r.WakeAt == nil:
+		case r.EventType != nil:
+			tasks[i].WaitReason = "wait for " + *r.EventType + " until " + r.WakeAt.UTC().Format(time.RFC3339)
+		default: // (an approval's says more: fillApprovals)
+			tasks[i].WaitReason = r.Kind + " until " + r.WakeAt.UTC().Format(time.RFC3339)
 		}
 	}
 	return nil
@@ -594,7 +604,7 @@ func (s *Service) TriggerWith(ctx context.Context, a job.Actor, ref job.Ref, o T
 			}
 		}
 		ref := JobRef{ID: row.ID, Tenant: row.TenantID, Version: row.Version, Shard: int(row.Shard), Spec: &spec}
-		ids, err := s.applier().Insert(ctx, tx, []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason, Params: params}}, nil, rooms.Clone())
+		ids, err := s.applier().Insert(ctx, tx, []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason, Params: params, By: a.Principal}}, nil, rooms.Clone())
 		if err != nil {
 			return err
 		}

@@ -62,7 +62,8 @@ func shapeOf(spec *parsedSpec, task string, attempt int) (Shape, bool) {
 	_, _, item := dag.StepOfItem(task)
 	return Shape{Attempt: attempt, MaxAttempts: set.MaxAttempts, Initial: set.Initial, Max: set.Max,
 		SingleTask: len(spec.Steps) == 1 && st.ForEach == "", QueueOverlap: spec.Overlap == dag.OverlapQueue,
-		HasChildren: spec.hasChildren[st.Name] && !item, Root: len(st.Needs) == 0 && !item, Item: item}, true
+		HasChildren: spec.hasChildren[st.Name] && !item, Root: len(st.Needs) == 0 && !item, Item: item,
+		SkipOnTimeout: st.ParkTimeout() == dag.TimeoutSkips}, true
 }
 
 // Start asks to start attempt number Attempt of a task.

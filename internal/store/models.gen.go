@@ -318,6 +318,7 @@ type ParkedStep struct {
 	EventType    *string
 	MatchKey     *string
 	MatchPath    *string
+	Message      *string
 }
 
 type Queue struct {
@@ -381,6 +382,7 @@ type Run struct {
 	RootRunID    *uuid.UUID
 	Event        []byte
 	EventID      *uuid.UUID
+	TriggeredBy  *string
 }
 
 type RunCancel struct {
@@ -410,6 +412,16 @@ type Shard struct {
 	Epoch          int64
 	LeaseExpiresAt *time.Time
 	LagSeconds     float64
+}
+
+type StepDecision struct {
+	TaskID       uuid.UUID
+	FencingToken int64
+	Principal    string
+	TenantID     uuid.UUID
+	Decision     string
+	Comment      string
+	DecidedAt    time.Time
 }
 
 type Task struct {

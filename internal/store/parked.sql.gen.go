@@ -10,7 +10,57 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
+
+const decisionsOf = `-- name: DecisionsOf :many
+SELECT d.task_id, d.principal, d.decision, d.comment, d.decided_at FROM step_decisions AS d
+JOIN (SELECT unnest($1::uuid[]) AS task_id, unnest($2::bigint[]) AS token) AS w
+  ON w.task_id = d.task_id AND w.token = d.fencing_token
+ORDER BY d.task_id, d.decided_at, d.principal
+`
+
+type DecisionsOfParams struct {
+	TaskIds []uuid.UUID
+	Tokens  []int64
+}
+
+type DecisionsOfRow struct {
+	TaskID    uuid.UUID
+	Principal string
+	Decision  string
+	Comment   string
+	DecidedAt time.Time
+}
+
+// DecisionsOf reads the decisions on the current attempts of parked
+// approvals of tasks (@task_ids[i] parked under @tokens[i]), the first
+// first.
+func (q *Queries) DecisionsOf(ctx context.Context, arg DecisionsOfParams) ([]DecisionsOfRow, error) {
+	rows, err := q.db.Query(ctx, decisionsOf, arg.TaskIds, arg.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []DecisionsOfRow{}
+	for rows.Next() {
+		var i DecisionsOfRow
+		if err := rows.Scan(
+			&i.TaskID,
+			&i.Principal,
+			&i.Decision,
+			&i.Comment,
+			&i.DecidedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
 
 const deleteParked = `-- name: DeleteParked :exec
 DELETE FROM parked_steps WHERE task_id = ANY($1::uuid[])
@@ -73,6 +123,51 @@ func (q *Queries) HasDueParked(ctx context.Context, shards []int32) (bool, error
 	var column_1 bool
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const insertDecision = `-- name: InsertDecision :many
+INSERT INTO step_decisions (task_id, fencing_token, principal, tenant_id, decision, comment, decided_at)
+VALUES ($1, $2, $3, $4, $5, $6, now())
+ON CONFLICT (task_id, fencing_token, principal) DO NOTHING
+RETURNING decided_at
+`
+
+type InsertDecisionParams struct {
+	TaskID       uuid.UUID
+	FencingToken int64
+	Principal    string
+	TenantID     uuid.UUID
+	Decision     string
+	Comment      string
+}
+
+// InsertDecision records a principal's decision on an attempt of an
+// approval; nothing (no row) when the principal decided on it already.
+func (q *Queries) InsertDecision(ctx context.Context, arg InsertDecisionParams) ([]time.Time, error) {
+	rows, err := q.db.Query(ctx, insertDecision,
+		arg.TaskID,
+		arg.FencingToken,
+		arg.Principal,
+		arg.TenantID,
+		arg.Decision,
+		arg.Comment,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []time.Time{}
+	for rows.Next() {
+		var decided_at time.Time
+		if err := rows.Scan(&decided_at); err != nil {
+			return nil, err
+		}
+		items = append(items, decided_at)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const lockParked = `-- name: LockParked :many
@@ -184,7 +279,7 @@ WITH req AS (
            unnest($4::text[]) AS kind, unnest($5::int[]) AS shard,
            unnest($6::float8[]) AS after_seconds, unnest($7::timestamptz[]) AS until,
            unnest($8::text[]) AS event_type, unnest($9::text[]) AS match_key,
-           unnest($10::text[]) AS match_path
+           unnest($10::text[]) AS match_path, unnest($11::text[]) AS message
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
@@ -195,15 +290,16 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.fencing_token
 )
-INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key, match_path, created_at)
+INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key, match_path, message, created_at)
 SELECT t.id, t.tenant_id, t.run_id, req.shard, req.kind, t.fencing_token,
        CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END,
-       NULLIF(req.event_type, ''), NULLIF(req.match_key, ''), NULLIF(req.match_path, ''), clock_timestamp()
+       NULLIF(req.event_type, ''), NULLIF(req.match_key, ''), NULLIF(req.match_path, ''),
+       CASE WHEN req.kind = 'approval' THEN req.message END, clock_timestamp()
 FROM t JOIN req ON req.id = t.id
 ON CONFLICT (task_id) DO UPDATE
 SET tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, shard = EXCLUDED.shard, kind = EXCLUDED.kind,
     fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type,
-    match_key = EXCLUDED.match_key, match_path = EXCLUDED.match_path, created_at = EXCLUDED.created_at
+    match_key = EXCLUDED.match_key, match_path = EXCLUDED.match_path, message = EXCLUDED.message, created_at = EXCLUDED.created_at
 RETURNING task_id
 `
 
@@ -218,6 +314,7 @@ type ParkTasksParams struct {
 	EventTypes   []string
 	MatchKeys    []string
 	MatchPaths   []string
+	Messages     []string
 }
 
 // Parked steps (docs/parked-steps.md).
@@ -238,6 +335,7 @@ func (q *Queries) ParkTasks(ctx context.Context, arg ParkTasksParams) ([]uuid.UU
 		arg.EventTypes,
 		arg.MatchKeys,
 		arg.MatchPaths,
+		arg.Messages,
 	)
 	if err != nil {
 		return nil, err
@@ -258,14 +356,16 @@ func (q *Queries) ParkTasks(ctx context.Context, arg ParkTasksParams) ([]uuid.UU
 }
 
 const parkedOfRuns = `-- name: ParkedOfRuns :many
-SELECT task_id, kind, wake_at, event_type FROM parked_steps WHERE run_id = ANY($1::uuid[])
+SELECT task_id, kind, wake_at, event_type, message, fencing_token FROM parked_steps WHERE run_id = ANY($1::uuid[])
 `
 
 type ParkedOfRunsRow struct {
-	TaskID    uuid.UUID
-	Kind      string
-	WakeAt    *time.Time
-	EventType *string
+	TaskID       uuid.UUID
+	Kind         string
+	WakeAt       *time.Time
+	EventType    *string
+	Message      *string
+	FencingToken int64
 }
 
 // ParkedOfRuns reads the parked steps of runs (the run views: what each
@@ -284,6 +384,8 @@ func (q *Queries) ParkedOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Parke
 			&i.Kind,
 			&i.WakeAt,
 			&i.EventType,
+			&i.Message,
+			&i.FencingToken,
 		); err != nil {
 			return nil, err
 		}
@@ -293,6 +395,56 @@ func (q *Queries) ParkedOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Parke
 		return nil, err
 	}
 	return items, nil
+}
+
+const parkedStep = `-- name: ParkedStep :one
+
+SELECT t.id AS task_id, t.status, t.fencing_token, t.attempt, r.job_id, r.job_version, r.triggered_by,
+       p.kind, p.wake_at, p.message
+FROM tasks AS t
+JOIN runs AS r ON r.id = t.run_id
+LEFT JOIN parked_steps AS p ON p.task_id = t.id AND p.fencing_token = t.fencing_token
+WHERE t.run_id = $1 AND t.step = $2
+`
+
+type ParkedStepParams struct {
+	RunID uuid.UUID
+	Step  string
+}
+
+type ParkedStepRow struct {
+	TaskID       uuid.UUID
+	Status       lifecycle.TaskStatus
+	FencingToken int64
+	Attempt      int32
+	JobID        uuid.UUID
+	JobVersion   int64
+	TriggeredBy  *string
+	Kind         *string
+	WakeAt       *time.Time
+	Message      *string
+}
+
+// Approvals (docs/parked-steps.md, "approval").
+// ParkedStep reads the task of a run's step (@step: the step's name),
+// with its parked row when it has one under its current fencing token,
+// and who triggered the run. The run is locked by the caller first.
+func (q *Queries) ParkedStep(ctx context.Context, arg ParkedStepParams) (ParkedStepRow, error) {
+	row := q.db.QueryRow(ctx, parkedStep, arg.RunID, arg.Step)
+	var i ParkedStepRow
+	err := row.Scan(
+		&i.TaskID,
+		&i.Status,
+		&i.FencingToken,
+		&i.Attempt,
+		&i.JobID,
+		&i.JobVersion,
+		&i.TriggeredBy,
+		&i.Kind,
+		&i.WakeAt,
+		&i.Message,
+	)
+	return i, err
 }
 
 const setAsideParked = `-- name: SetAsideParked :exec

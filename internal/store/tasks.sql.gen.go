@@ -28,7 +28,7 @@ WITH req AS (
     UPDATE tasks
     SET status = req.status, last_error = req.error, admitted_at = NULL,
         ready_at = CASE WHEN req.status = 'retrying' THEN now() ELSE tasks.ready_at END,
-        finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered') THEN now() END
+        finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered', 'skipped') THEN now() END
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'
       AND (NOT req.expired OR tasks.deadline_at IS NOT NULL AND tasks.lease_expires_at <= now()

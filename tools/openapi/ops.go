@@ -57,6 +57,8 @@ var summaries = map[string]string{
 	"ProfileService_ListProfiles":     "List the tenant's resource profiles",
 	"ProfileService_SetProfile":       "Create or replace a resource profile",
 	"RunService_CancelRun":            "Cancel a run",
+	"RunService_ApproveStep":          "Approve a step that asks for an approval",
+	"RunService_RejectStep":           "Reject a step that asks for an approval",
 	"SourceService_CreateSource":      "Create an event source (a signed webhook)",
 	"SourceService_DeleteSource":      "Delete an event source",
 	"SourceService_ListSources":       "List the tenant's event sources",
@@ -98,6 +100,7 @@ var (
 		"RunService_TriggerJob", "RunService_RetryRun", "RunService_CancelRun",
 		"AccessService_CreateTenant", "AccessService_GrantRole", "PipelineService_Apply",
 		"ProfileService_DeleteProfile", "SourceService_CreateSource",
+		"RunService_ApproveStep", "RunService_RejectStep",
 	}
 	// anyKey are the operations every valid key may call.
 	anyKey = []string{"AccessService_WhoAmI"}

@@ -11,7 +11,7 @@ WITH req AS (
            unnest(@kinds::text[]) AS kind, unnest(@shards::int[]) AS shard,
            unnest(@after_seconds::float8[]) AS after_seconds, unnest(@untils::timestamptz[]) AS until,
            unnest(@event_types::text[]) AS event_type, unnest(@match_keys::text[]) AS match_key,
-           unnest(@match_paths::text[]) AS match_path
+           unnest(@match_paths::text[]) AS match_path, unnest(@messages::text[]) AS message
 ), t AS (
     UPDATE tasks
     SET status = 'running', attempt = tasks.attempt + 1, fencing_token = tasks.fencing_token + 1,
@@ -22,15 +22,16 @@ WITH req AS (
     WHERE tasks.id = req.id AND tasks.status IN ('waiting', 'queued') AND tasks.job_step
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.fencing_token
 )
-INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key, match_path, created_at)
+INSERT INTO parked_steps (task_id, tenant_id, run_id, shard, kind, fencing_token, wake_at, event_type, match_key, match_path, message, created_at)
 SELECT t.id, t.tenant_id, t.run_id, req.shard, req.kind, t.fencing_token,
        CASE WHEN req.until >= '1971-01-01' THEN req.until ELSE now() + req.after_seconds * interval '1 second' END,
-       NULLIF(req.event_type, ''), NULLIF(req.match_key, ''), NULLIF(req.match_path, ''), clock_timestamp()
+       NULLIF(req.event_type, ''), NULLIF(req.match_key, ''), NULLIF(req.match_path, ''),
+       CASE WHEN req.kind = 'approval' THEN req.message END, clock_timestamp()
 FROM t JOIN req ON req.id = t.id
 ON CONFLICT (task_id) DO UPDATE
 SET tenant_id = EXCLUDED.tenant_id, run_id = EXCLUDED.run_id, shard = EXCLUDED.shard, kind = EXCLUDED.kind,
     fencing_token = EXCLUDED.fencing_token, wake_at = EXCLUDED.wake_at, event_type = EXCLUDED.event_type,
-    match_key = EXCLUDED.match_key, match_path = EXCLUDED.match_path, created_at = EXCLUDED.created_at
+    match_key = EXCLUDED.match_key, match_path = EXCLUDED.match_path, message = EXCLUDED.message, created_at = EXCLUDED.created_at
 RETURNING task_id;
 
 -- Waits and the events step meet on a transaction-scoped advisory lock
@@ -132,7 +133,37 @@ DELETE FROM parked_steps WHERE task_id = ANY(@ids::uuid[]);
 -- ParkedOfRuns reads the parked steps of runs (the run views: what each
 -- waits for).
 -- name: ParkedOfRuns :many
-SELECT task_id, kind, wake_at, event_type FROM parked_steps WHERE run_id = ANY(@run_ids::uuid[]);
+SELECT task_id, kind, wake_at, event_type, message, fencing_token FROM parked_steps WHERE run_id = ANY(@run_ids::uuid[]);
+
+-- Approvals (docs/parked-steps.md, "approval").
+
+-- ParkedStep reads the task of a run's step (@step: the step's name),
+-- with its parked row when it has one under its current fencing token,
+-- and who triggered the run. The run is locked by the caller first.
+-- name: ParkedStep :one
+SELECT t.id AS task_id, t.status, t.fencing_token, t.attempt, r.job_id, r.job_version, r.triggered_by,
+       p.kind, p.wake_at, p.message
+FROM tasks AS t
+JOIN runs AS r ON r.id = t.run_id
+LEFT JOIN parked_steps AS p ON p.task_id = t.id AND p.fencing_token = t.fencing_token
+WHERE t.run_id = @run_id AND t.step = @step;
+
+-- InsertDecision records a principal's decision on an attempt of an
+-- approval; nothing (no row) when the principal decided on it already.
+-- name: InsertDecision :many
+INSERT INTO step_decisions (task_id, fencing_token, principal, tenant_id, decision, comment, decided_at)
+VALUES (@task_id, @fencing_token, @principal, @tenant_id, @decision, @comment, now())
+ON CONFLICT (task_id, fencing_token, principal) DO NOTHING
+RETURNING decided_at;
+
+-- DecisionsOf reads the decisions on the current attempts of parked
+-- approvals of tasks (@task_ids[i] parked under @tokens[i]), the first
+-- first.
+-- name: DecisionsOf :many
+SELECT d.task_id, d.principal, d.decision, d.comment, d.decided_at FROM step_decisions AS d
+JOIN (SELECT unnest(@task_ids::uuid[]) AS task_id, unnest(@tokens::bigint[]) AS token) AS w
+  ON w.task_id = d.task_id AND w.token = d.fencing_token
+ORDER BY d.task_id, d.decided_at, d.principal;
 
 -- SetAsideParked puts off a parked step whose transaction failed alone by
 -- a minute (the scheduler logs why), so that it holds up no other.

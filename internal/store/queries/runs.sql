@@ -107,17 +107,19 @@ WITH u AS (
            unnest(@task_counts::bigint[]) AS task_count, unnest(@params::text[]) AS params,
            unnest(@backfill_ids::uuid[]) AS backfill_id, unnest(@upstreams::text[]) AS upstream,
            unnest(@parent_task_ids::uuid[]) AS parent_task_id, unnest(@depths::int[]) AS depth,
-           unnest(@root_run_ids::uuid[]) AS root_run_id, unnest(@events::text[]) AS event, unnest(@event_ids::uuid[]) AS event_id
+           unnest(@root_run_ids::uuid[]) AS root_run_id, unnest(@events::text[]) AS event, unnest(@event_ids::uuid[]) AS event_id,
+           unnest(@triggered_bys::text[]) AS triggered_by
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched, params, backfill_id, upstream, parent_task_id, depth, root_run_id, event, event_id)
+                      trace_parent, watched, params, backfill_id, upstream, parent_task_id, depth, root_run_id, event, event_id, triggered_by)
     SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
            CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
            NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid), NULLIF(u.upstream, '')::jsonb,
            NULLIF(u.parent_task_id, '00000000-0000-0000-0000-000000000000'::uuid), u.depth,
            NULLIF(u.root_run_id, '00000000-0000-0000-0000-000000000000'::uuid),
-           NULLIF(u.event, '')::jsonb, NULLIF(u.event_id, '00000000-0000-0000-0000-000000000000'::uuid)
+           NULLIF(u.event, '')::jsonb, NULLIF(u.event_id, '00000000-0000-0000-0000-000000000000'::uuid),
+           NULLIF(u.triggered_by, '')
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -262,7 +264,8 @@ SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.t
        (CASE WHEN r.status = 'pending' AND s.first_start IS NOT NULL THEN 'running' ELSE r.status END)::text AS status, r.reason,
        r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params, r.upstream, r.event,
        pt.run_id AS parent_run_id, COALESCE(pt.step, '')::text AS parent_step,
-       COALESCE(pj.namespace, '')::text AS parent_namespace, COALESCE(pj.name, '')::text AS parent_job
+       COALESCE(pj.namespace, '')::text AS parent_namespace, COALESCE(pj.name, '')::text AS parent_job,
+       COALESCE(r.triggered_by, '')::text AS triggered_by
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN tasks AS pt ON pt.id = r.parent_task_id
 LEFT JOIN runs AS pr ON pr.id = pt.run_id

@@ -316,6 +316,7 @@ type ParkedStep struct {
 	EventType    pgtype.Text
 	MatchKey     pgtype.Text
 	MatchPath    pgtype.Text
+	Message      pgtype.Text
 }
 
 type Queue struct {
@@ -379,6 +380,7 @@ type Run struct {
 	RootRunID    *uuid.UUID
 	Event        []byte
 	EventID      *uuid.UUID
+	TriggeredBy  pgtype.Text
 }
 
 type RunCancel struct {
@@ -408,6 +410,16 @@ type Shard struct {
 	Epoch          int64
 	LeaseExpiresAt *time.Time
 	LagSeconds     float64
+}
+
+type StepDecision struct {
+	TaskID       uuid.UUID
+	FencingToken int64
+	Principal    string
+	TenantID     uuid.UUID
+	Decision     string
+	Comment      string
+	DecidedAt    time.Time
 }
 
 type Task struct {

@@ -62,7 +62,9 @@ type Run struct {
 	ParentStep  string `protobuf:"bytes,19,opt,name=parent_step,json=parentStep,proto3" json:"parent_step,omitempty"`
 	// For a run of trigger event (schedule.event): the event that started
 	// it, as its expressions read run.event (id, type, source, time, data).
-	Event         *structpb.Struct `protobuf:"bytes,20,opt,name=event,proto3" json:"event,omitempty"`
+	Event *structpb.Struct `protobuf:"bytes,20,opt,name=event,proto3" json:"event,omitempty"`
+	// GetRun: for a run triggered by hand, the principal who did.
+	TriggeredBy   string `protobuf:"bytes,21,opt,name=triggered_by,json=triggeredBy,proto3" json:"triggered_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -237,6 +239,13 @@ func (x *Run) GetEvent() *structpb.Struct {
 	return nil
 }
 
+func (x *Run) GetTriggeredBy() string {
+	if x != nil {
+		return x.TriggeredBy
+	}
+	return ""
+}
+
 // RunStep is a step of a run and its task's status.
 type RunStep struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -335,7 +344,10 @@ type Task struct {
 	ChildRunId string `protobuf:"bytes,20,opt,name=child_run_id,json=childRunId,proto3" json:"child_run_id,omitempty"`
 	// What the task asks of a worker, pinned when its run was created (its
 	// step's resources, or its profile's then); unset for none.
-	Resources     *Resources `protobuf:"bytes,21,opt,name=resources,proto3" json:"resources,omitempty"`
+	Resources *Resources `protobuf:"bytes,21,opt,name=resources,proto3" json:"resources,omitempty"`
+	// For a step that asks for an approval while it waits for one: what
+	// it asks and the decisions so far.
+	Approval      *PendingApproval `protobuf:"bytes,22,opt,name=approval,proto3" json:"approval,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -517,6 +529,202 @@ func (x *Task) GetResources() *Resources {
 	return nil
 }
 
+func (x *Task) GetApproval() *PendingApproval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
+// PendingApproval is a parked approval: what it asks of whom, and the
+// decisions made on its current attempt.
+type PendingApproval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its message, rendered when the step parked.
+	Message string `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// The role a decider holds on the run's job.
+	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	// When not empty, only these principals may decide.
+	Principals []string `protobuf:"bytes,3,rep,name=principals,proto3" json:"principals,omitempty"`
+	// How many approvals end it.
+	Count int32 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// Whoever triggered the run may not decide.
+	Separate bool `protobuf:"varint,5,opt,name=separate,proto3" json:"separate,omitempty"`
+	// When its timeout ends it.
+	TimeoutTime *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=timeout_time,json=timeoutTime,proto3" json:"timeout_time,omitempty"`
+	// What the timeout does: fail or skip.
+	OnTimeout string `protobuf:"bytes,7,opt,name=on_timeout,json=onTimeout,proto3" json:"on_timeout,omitempty"`
+	// The approvals so far, the first first.
+	Decisions []*Decision `protobuf:"bytes,8,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// Who triggered the run ("" for a schedule, an event or a parent run).
+	TriggeredBy   string `protobuf:"bytes,9,opt,name=triggered_by,json=triggeredBy,proto3" json:"triggered_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingApproval) Reset() {
+	*x = PendingApproval{}
+	mi := &file_orrery_v1_run_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingApproval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingApproval) ProtoMessage() {}
+
+func (x *PendingApproval) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingApproval.ProtoReflect.Descriptor instead.
+func (*PendingApproval) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PendingApproval) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetPrincipals() []string {
+	if x != nil {
+		return x.Principals
+	}
+	return nil
+}
+
+func (x *PendingApproval) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *PendingApproval) GetSeparate() bool {
+	if x != nil {
+		return x.Separate
+	}
+	return false
+}
+
+func (x *PendingApproval) GetTimeoutTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TimeoutTime
+	}
+	return nil
+}
+
+func (x *PendingApproval) GetOnTimeout() string {
+	if x != nil {
+		return x.OnTimeout
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetDecisions() []*Decision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+func (x *PendingApproval) GetTriggeredBy() string {
+	if x != nil {
+		return x.TriggeredBy
+	}
+	return ""
+}
+
+// Decision is one principal's decision on an approval.
+type Decision struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Principal string                 `protobuf:"bytes,1,opt,name=principal,proto3" json:"principal,omitempty"`
+	// approve or reject.
+	Decision      string                 `protobuf:"bytes,2,opt,name=decision,proto3" json:"decision,omitempty"`
+	Comment       string                 `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Decision) Reset() {
+	*x = Decision{}
+	mi := &file_orrery_v1_run_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Decision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Decision) ProtoMessage() {}
+
+func (x *Decision) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Decision.ProtoReflect.Descriptor instead.
+func (*Decision) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Decision) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *Decision) GetDecision() string {
+	if x != nil {
+		return x.Decision
+	}
+	return ""
+}
+
+func (x *Decision) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+func (x *Decision) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
 // ItemCounts are a fan-out's items by status.
 type ItemCounts struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -532,7 +740,7 @@ type ItemCounts struct {
 
 func (x *ItemCounts) Reset() {
 	*x = ItemCounts{}
-	mi := &file_orrery_v1_run_proto_msgTypes[3]
+	mi := &file_orrery_v1_run_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +752,7 @@ func (x *ItemCounts) String() string {
 func (*ItemCounts) ProtoMessage() {}
 
 func (x *ItemCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[3]
+	mi := &file_orrery_v1_run_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +765,7 @@ func (x *ItemCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemCounts.ProtoReflect.Descriptor instead.
 func (*ItemCounts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{3}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ItemCounts) GetTotal() int32 {
@@ -612,7 +820,7 @@ type Attempt struct {
 
 func (x *Attempt) Reset() {
 	*x = Attempt{}
-	mi := &file_orrery_v1_run_proto_msgTypes[4]
+	mi := &file_orrery_v1_run_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +832,7 @@ func (x *Attempt) String() string {
 func (*Attempt) ProtoMessage() {}
 
 func (x *Attempt) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[4]
+	mi := &file_orrery_v1_run_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +845,7 @@ func (x *Attempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
 func (*Attempt) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{4}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Attempt) GetNumber() int32 {
@@ -762,7 +970,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[5]
+	mi := &file_orrery_v1_run_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +982,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[5]
+	mi := &file_orrery_v1_run_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +995,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{5}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListRunsRequest) GetJob() *JobRef {
@@ -863,7 +1071,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[6]
+	mi := &file_orrery_v1_run_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1083,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[6]
+	mi := &file_orrery_v1_run_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1096,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{6}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListRunsResponse) GetRuns() []*Run {
@@ -919,7 +1127,7 @@ type SummarizeRunsRequest struct {
 
 func (x *SummarizeRunsRequest) Reset() {
 	*x = SummarizeRunsRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[7]
+	mi := &file_orrery_v1_run_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -931,7 +1139,7 @@ func (x *SummarizeRunsRequest) String() string {
 func (*SummarizeRunsRequest) ProtoMessage() {}
 
 func (x *SummarizeRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[7]
+	mi := &file_orrery_v1_run_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -944,7 +1152,7 @@ func (x *SummarizeRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeRunsRequest.ProtoReflect.Descriptor instead.
 func (*SummarizeRunsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{7}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SummarizeRunsRequest) GetSince() *timestamppb.Timestamp {
@@ -989,7 +1197,7 @@ type SummarizeRunsResponse struct {
 
 func (x *SummarizeRunsResponse) Reset() {
 	*x = SummarizeRunsResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[8]
+	mi := &file_orrery_v1_run_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1209,7 @@ func (x *SummarizeRunsResponse) String() string {
 func (*SummarizeRunsResponse) ProtoMessage() {}
 
 func (x *SummarizeRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[8]
+	mi := &file_orrery_v1_run_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1222,7 @@ func (x *SummarizeRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SummarizeRunsResponse.ProtoReflect.Descriptor instead.
 func (*SummarizeRunsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{8}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SummarizeRunsResponse) GetSince() *timestamppb.Timestamp {
@@ -1072,7 +1280,7 @@ type RunHour struct {
 
 func (x *RunHour) Reset() {
 	*x = RunHour{}
-	mi := &file_orrery_v1_run_proto_msgTypes[9]
+	mi := &file_orrery_v1_run_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1292,7 @@ func (x *RunHour) String() string {
 func (*RunHour) ProtoMessage() {}
 
 func (x *RunHour) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[9]
+	mi := &file_orrery_v1_run_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1305,7 @@ func (x *RunHour) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunHour.ProtoReflect.Descriptor instead.
 func (*RunHour) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{9}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RunHour) GetStartTime() *timestamppb.Timestamp {
@@ -1128,7 +1336,7 @@ type FailingJob struct {
 
 func (x *FailingJob) Reset() {
 	*x = FailingJob{}
-	mi := &file_orrery_v1_run_proto_msgTypes[10]
+	mi := &file_orrery_v1_run_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1348,7 @@ func (x *FailingJob) String() string {
 func (*FailingJob) ProtoMessage() {}
 
 func (x *FailingJob) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[10]
+	mi := &file_orrery_v1_run_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1361,7 @@ func (x *FailingJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailingJob.ProtoReflect.Descriptor instead.
 func (*FailingJob) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{10}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FailingJob) GetNamespace() string {
@@ -1198,7 +1406,7 @@ type SlowStart struct {
 
 func (x *SlowStart) Reset() {
 	*x = SlowStart{}
-	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	mi := &file_orrery_v1_run_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1418,7 @@ func (x *SlowStart) String() string {
 func (*SlowStart) ProtoMessage() {}
 
 func (x *SlowStart) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[11]
+	mi := &file_orrery_v1_run_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1431,7 @@ func (x *SlowStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SlowStart.ProtoReflect.Descriptor instead.
 func (*SlowStart) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{11}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SlowStart) GetRunId() string {
@@ -1273,7 +1481,7 @@ type LateJob struct {
 
 func (x *LateJob) Reset() {
 	*x = LateJob{}
-	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	mi := &file_orrery_v1_run_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1493,7 @@ func (x *LateJob) String() string {
 func (*LateJob) ProtoMessage() {}
 
 func (x *LateJob) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[12]
+	mi := &file_orrery_v1_run_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1506,7 @@ func (x *LateJob) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LateJob.ProtoReflect.Descriptor instead.
 func (*LateJob) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{12}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LateJob) GetNamespace() string {
@@ -1336,7 +1544,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[13]
+	mi := &file_orrery_v1_run_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1556,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[13]
+	mi := &file_orrery_v1_run_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1569,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{13}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetRunRequest) GetId() string {
@@ -1398,7 +1606,7 @@ type GetRunResponse struct {
 
 func (x *GetRunResponse) Reset() {
 	*x = GetRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[14]
+	mi := &file_orrery_v1_run_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1618,7 @@ func (x *GetRunResponse) String() string {
 func (*GetRunResponse) ProtoMessage() {}
 
 func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[14]
+	mi := &file_orrery_v1_run_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1631,7 @@ func (x *GetRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunResponse.ProtoReflect.Descriptor instead.
 func (*GetRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{14}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetRunResponse) GetRun() *Run {
@@ -1465,7 +1673,7 @@ type TriggerJobRequest struct {
 
 func (x *TriggerJobRequest) Reset() {
 	*x = TriggerJobRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[15]
+	mi := &file_orrery_v1_run_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1685,7 @@ func (x *TriggerJobRequest) String() string {
 func (*TriggerJobRequest) ProtoMessage() {}
 
 func (x *TriggerJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[15]
+	mi := &file_orrery_v1_run_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1698,7 @@ func (x *TriggerJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobRequest.ProtoReflect.Descriptor instead.
 func (*TriggerJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{15}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TriggerJobRequest) GetJob() *JobRef {
@@ -1537,7 +1745,7 @@ type TriggerJobResponse struct {
 
 func (x *TriggerJobResponse) Reset() {
 	*x = TriggerJobResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[16]
+	mi := &file_orrery_v1_run_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1757,7 @@ func (x *TriggerJobResponse) String() string {
 func (*TriggerJobResponse) ProtoMessage() {}
 
 func (x *TriggerJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[16]
+	mi := &file_orrery_v1_run_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1770,7 @@ func (x *TriggerJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TriggerJobResponse.ProtoReflect.Descriptor instead.
 func (*TriggerJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{16}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TriggerJobResponse) GetRun() *Run {
@@ -1582,7 +1790,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[17]
+	mi := &file_orrery_v1_run_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1802,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[17]
+	mi := &file_orrery_v1_run_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1815,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{17}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelRunRequest) GetId() string {
@@ -1633,7 +1841,7 @@ type CancelRunResponse struct {
 
 func (x *CancelRunResponse) Reset() {
 	*x = CancelRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[18]
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1853,7 @@ func (x *CancelRunResponse) String() string {
 func (*CancelRunResponse) ProtoMessage() {}
 
 func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[18]
+	mi := &file_orrery_v1_run_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,12 +1866,231 @@ func (x *CancelRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunResponse.ProtoReflect.Descriptor instead.
 func (*CancelRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{18}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelRunResponse) GetRun() *Run {
 	if x != nil {
 		return x.Run
+	}
+	return nil
+}
+
+type ApproveStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The step that asks for an approval.
+	Step string `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	// Why, at most 1 KiB: kept with the decision, in its output and the
+	// audit log.
+	Comment       string `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveStepRequest) Reset() {
+	*x = ApproveStepRequest{}
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveStepRequest) ProtoMessage() {}
+
+func (x *ApproveStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveStepRequest.ProtoReflect.Descriptor instead.
+func (*ApproveStepRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ApproveStepRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ApproveStepRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *ApproveStepRequest) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+type ApproveStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step's task after the decision: still running while approvals
+	// are missing, succeeded once they are all given.
+	Task          *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveStepResponse) Reset() {
+	*x = ApproveStepResponse{}
+	mi := &file_orrery_v1_run_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveStepResponse) ProtoMessage() {}
+
+func (x *ApproveStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveStepResponse.ProtoReflect.Descriptor instead.
+func (*ApproveStepResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ApproveStepResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+type RejectStepRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The run.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The step that asks for an approval.
+	Step string `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
+	// Why, at most 1 KiB: kept with the decision, in the step's error and
+	// output and the audit log.
+	Comment       string `protobuf:"bytes,3,opt,name=comment,proto3" json:"comment,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectStepRequest) Reset() {
+	*x = RejectStepRequest{}
+	mi := &file_orrery_v1_run_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectStepRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectStepRequest) ProtoMessage() {}
+
+func (x *RejectStepRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectStepRequest.ProtoReflect.Descriptor instead.
+func (*RejectStepRequest) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RejectStepRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RejectStepRequest) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *RejectStepRequest) GetComment() string {
+	if x != nil {
+		return x.Comment
+	}
+	return ""
+}
+
+type RejectStepResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The step's task after the decision: dead_lettered.
+	Task          *Task `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectStepResponse) Reset() {
+	*x = RejectStepResponse{}
+	mi := &file_orrery_v1_run_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectStepResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectStepResponse) ProtoMessage() {}
+
+func (x *RejectStepResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectStepResponse.ProtoReflect.Descriptor instead.
+func (*RejectStepResponse) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RejectStepResponse) GetTask() *Task {
+	if x != nil {
+		return x.Task
 	}
 	return nil
 }
@@ -1679,7 +2106,7 @@ type RetryRunRequest struct {
 
 func (x *RetryRunRequest) Reset() {
 	*x = RetryRunRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[19]
+	mi := &file_orrery_v1_run_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +2118,7 @@ func (x *RetryRunRequest) String() string {
 func (*RetryRunRequest) ProtoMessage() {}
 
 func (x *RetryRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[19]
+	mi := &file_orrery_v1_run_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +2131,7 @@ func (x *RetryRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRunRequest.ProtoReflect.Descriptor instead.
 func (*RetryRunRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RetryRunRequest) GetId() string {
@@ -1730,7 +2157,7 @@ type RetryRunResponse struct {
 
 func (x *RetryRunResponse) Reset() {
 	*x = RetryRunResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1742,7 +2169,7 @@ func (x *RetryRunResponse) String() string {
 func (*RetryRunResponse) ProtoMessage() {}
 
 func (x *RetryRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[20]
+	mi := &file_orrery_v1_run_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1755,7 +2182,7 @@ func (x *RetryRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetryRunResponse.ProtoReflect.Descriptor instead.
 func (*RetryRunResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RetryRunResponse) GetRun() *Run {
@@ -1785,7 +2212,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	mi := &file_orrery_v1_run_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +2224,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[21]
+	mi := &file_orrery_v1_run_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +2237,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeadLetter) GetTaskId() string {
@@ -1901,7 +2328,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[22]
+	mi := &file_orrery_v1_run_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2340,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[22]
+	mi := &file_orrery_v1_run_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2353,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListDeadLettersRequest) GetJob() *JobRef {
@@ -1960,7 +2387,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[23]
+	mi := &file_orrery_v1_run_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2399,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[23]
+	mi := &file_orrery_v1_run_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2412,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -2014,7 +2441,7 @@ type ReplayDeadLettersRequest struct {
 
 func (x *ReplayDeadLettersRequest) Reset() {
 	*x = ReplayDeadLettersRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[24]
+	mi := &file_orrery_v1_run_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2453,7 @@ func (x *ReplayDeadLettersRequest) String() string {
 func (*ReplayDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[24]
+	mi := &file_orrery_v1_run_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2466,7 @@ func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplayDeadLettersRequest) GetTaskIds() []string {
@@ -2072,7 +2499,7 @@ type ReplayDeadLettersResponse struct {
 
 func (x *ReplayDeadLettersResponse) Reset() {
 	*x = ReplayDeadLettersResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[25]
+	mi := &file_orrery_v1_run_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2511,7 @@ func (x *ReplayDeadLettersResponse) String() string {
 func (*ReplayDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[25]
+	mi := &file_orrery_v1_run_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2524,7 @@ func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReplayDeadLettersResponse) GetTaskIds() []string {
@@ -2115,7 +2542,7 @@ type GetClusterRequest struct {
 
 func (x *GetClusterRequest) Reset() {
 	*x = GetClusterRequest{}
-	mi := &file_orrery_v1_run_proto_msgTypes[26]
+	mi := &file_orrery_v1_run_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2554,7 @@ func (x *GetClusterRequest) String() string {
 func (*GetClusterRequest) ProtoMessage() {}
 
 func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[26]
+	mi := &file_orrery_v1_run_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2567,7 @@ func (x *GetClusterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{32}
 }
 
 // Node is a scheduler node.
@@ -2158,7 +2585,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_orrery_v1_run_proto_msgTypes[27]
+	mi := &file_orrery_v1_run_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2597,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[27]
+	mi := &file_orrery_v1_run_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2610,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Node) GetId() string {
@@ -2244,7 +2671,7 @@ type Shard struct {
 
 func (x *Shard) Reset() {
 	*x = Shard{}
-	mi := &file_orrery_v1_run_proto_msgTypes[28]
+	mi := &file_orrery_v1_run_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2256,7 +2683,7 @@ func (x *Shard) String() string {
 func (*Shard) ProtoMessage() {}
 
 func (x *Shard) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[28]
+	mi := &file_orrery_v1_run_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2269,7 +2696,7 @@ func (x *Shard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Shard.ProtoReflect.Descriptor instead.
 func (*Shard) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Shard) GetId() int32 {
@@ -2328,7 +2755,7 @@ type GetClusterResponse struct {
 
 func (x *GetClusterResponse) Reset() {
 	*x = GetClusterResponse{}
-	mi := &file_orrery_v1_run_proto_msgTypes[29]
+	mi := &file_orrery_v1_run_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2767,7 @@ func (x *GetClusterResponse) String() string {
 func (*GetClusterResponse) ProtoMessage() {}
 
 func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[29]
+	mi := &file_orrery_v1_run_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2780,7 @@ func (x *GetClusterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetClusterResponse) GetNodes() []*Node {
@@ -2403,7 +2830,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_orrery_v1_run_proto_msgTypes[30]
+	mi := &file_orrery_v1_run_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2415,7 +2842,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[30]
+	mi := &file_orrery_v1_run_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2428,7 +2855,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *QueueDepth) GetQueue() string {
@@ -2503,7 +2930,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_orrery_v1_run_proto_msgTypes[31]
+	mi := &file_orrery_v1_run_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2942,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[31]
+	mi := &file_orrery_v1_run_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2955,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Worker) GetId() string {
@@ -2633,7 +3060,7 @@ var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xfa\x05\n" +
+	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x9d\x06\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -2661,10 +3088,11 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\rparent_run_id\x18\x12 \x01(\tR\vparentRunId\x12\x1f\n" +
 	"\vparent_step\x18\x13 \x01(\tR\n" +
 	"parentStep\x12-\n" +
-	"\x05event\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x05event\"5\n" +
+	"\x05event\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x05event\x12!\n" +
+	"\ftriggered_by\x18\x15 \x01(\tR\vtriggeredBy\"5\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\xc9\x06\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\x81\a\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -2695,8 +3123,27 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"item_index\x18\x13 \x01(\x05H\x00R\titemIndex\x88\x01\x01\x12 \n" +
 	"\fchild_run_id\x18\x14 \x01(\tR\n" +
 	"childRunId\x122\n" +
-	"\tresources\x18\x15 \x01(\v2\x14.orrery.v1.ResourcesR\tresourcesB\r\n" +
-	"\v_item_index\"\xb9\x01\n" +
+	"\tresources\x18\x15 \x01(\v2\x14.orrery.v1.ResourcesR\tresources\x126\n" +
+	"\bapproval\x18\x16 \x01(\v2\x1a.orrery.v1.PendingApprovalR\bapprovalB\r\n" +
+	"\v_item_index\"\xc5\x02\n" +
+	"\x0fPendingApproval\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x1e\n" +
+	"\n" +
+	"principals\x18\x03 \x03(\tR\n" +
+	"principals\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x12\x1a\n" +
+	"\bseparate\x18\x05 \x01(\bR\bseparate\x12=\n" +
+	"\ftimeout_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\vtimeoutTime\x12\x1d\n" +
+	"\n" +
+	"on_timeout\x18\a \x01(\tR\tonTimeout\x121\n" +
+	"\tdecisions\x18\b \x03(\v2\x13.orrery.v1.DecisionR\tdecisions\x12!\n" +
+	"\ftriggered_by\x18\t \x01(\tR\vtriggeredBy\"\x8e\x01\n" +
+	"\bDecision\x12\x1c\n" +
+	"\tprincipal\x18\x01 \x01(\tR\tprincipal\x12\x1a\n" +
+	"\bdecision\x18\x02 \x01(\tR\bdecision\x12\x18\n" +
+	"\acomment\x18\x03 \x01(\tR\acomment\x12.\n" +
+	"\x04time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xb9\x01\n" +
 	"\n" +
 	"ItemCounts\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x05R\x05total\x12@\n" +
@@ -2803,7 +3250,19 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"5\n" +
 	"\x11CancelRunResponse\x12 \n" +
-	"\x03run\x18\x01 \x01(\v2\x0e.orrery.v1.RunR\x03run\"H\n" +
+	"\x03run\x18\x01 \x01(\v2\x0e.orrery.v1.RunR\x03run\"R\n" +
+	"\x12ApproveStepRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\tR\x04step\x12\x18\n" +
+	"\acomment\x18\x03 \x01(\tR\acomment\":\n" +
+	"\x13ApproveStepResponse\x12#\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.orrery.v1.TaskR\x04task\"Q\n" +
+	"\x11RejectStepRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\tR\x04step\x12\x18\n" +
+	"\acomment\x18\x03 \x01(\tR\acomment\"9\n" +
+	"\x12RejectStepResponse\x12#\n" +
+	"\x04task\x18\x01 \x01(\v2\x0f.orrery.v1.TaskR\x04task\"H\n" +
 	"\x0fRetryRunRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12%\n" +
 	"\x0eignore_overlap\x18\x02 \x01(\bR\rignoreOverlap\"4\n" +
@@ -2889,7 +3348,8 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\benforces\x18\x0e \x01(\tR\benforces\x1a9\n" +
 	"\vQueuesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xce\b\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x012\xcc\n" +
+	"\n" +
 	"\n" +
 	"RunService\x12\xb5\x01\n" +
 	"\bListRuns\x12\x1a.orrery.v1.ListRunsRequest\x1a\x1b.orrery.v1.ListRunsResponse\"p\x82\xd3\xe4\x93\x02gZ\x1c\x12\x1a/api/v1/jobs/{job.id}/runsZ9\x127/api/v1/namespaces/{job.namespace}/jobs/{job.name}/runs\x12\f/api/v1/runs\x90\x02\x01\x12u\n" +
@@ -2898,7 +3358,10 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
 	"TriggerJob\x12\x1c.orrery.v1.TriggerJobRequest\x1a\x1d.orrery.v1.TriggerJobResponse\"\x8d\x01\x82\xd3\xe4\x93\x02\x86\x01:\x01*Z!:\x01*\"\x1c/api/v1/jobs/{job.id}:runNowZ?:\x01*\":/api/v1/namespaces/{job.namespace}/jobs/{job.name}/trigger\"\x1d/api/v1/jobs/{job.id}/trigger\x12k\n" +
 	"\tCancelRun\x12\x1b.orrery.v1.CancelRunRequest\x1a\x1c.orrery.v1.CancelRunResponse\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/api/v1/runs/{id}:cancel\x12g\n" +
-	"\bRetryRun\x12\x1a.orrery.v1.RetryRunRequest\x1a\x1b.orrery.v1.RetryRunResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/api/v1/runs/{id}:retry\x12y\n" +
+	"\bRetryRun\x12\x1a.orrery.v1.RetryRunRequest\x1a\x1b.orrery.v1.RetryRunResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/api/v1/runs/{id}:retry\x12\x7f\n" +
+	"\vApproveStep\x12\x1d.orrery.v1.ApproveStepRequest\x1a\x1e.orrery.v1.ApproveStepResponse\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/api/v1/runs/{id}/steps/{step}:approve\x12{\n" +
+	"\n" +
+	"RejectStep\x12\x1c.orrery.v1.RejectStepRequest\x1a\x1d.orrery.v1.RejectStepResponse\"0\x82\xd3\xe4\x93\x02*:\x01*\"%/api/v1/runs/{id}/steps/{step}:reject\x12y\n" +
 	"\x0fListDeadLetters\x12!.orrery.v1.ListDeadLettersRequest\x1a\".orrery.v1.ListDeadLettersResponse\"\x1f\x82\xd3\xe4\x93\x02\x16\x12\x14/api/v1/dead-letters\x90\x02\x01\x12\x86\x01\n" +
 	"\x11ReplayDeadLetters\x12#.orrery.v1.ReplayDeadLettersRequest\x1a$.orrery.v1.ReplayDeadLettersResponse\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/api/v1/dead-letters:replay2w\n" +
 	"\x0eClusterService\x12e\n" +
@@ -2917,141 +3380,157 @@ func file_orrery_v1_run_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_run_proto_rawDescData
 }
 
-var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_orrery_v1_run_proto_goTypes = []any{
 	(*Run)(nil),                       // 0: orrery.v1.Run
 	(*RunStep)(nil),                   // 1: orrery.v1.RunStep
 	(*Task)(nil),                      // 2: orrery.v1.Task
-	(*ItemCounts)(nil),                // 3: orrery.v1.ItemCounts
-	(*Attempt)(nil),                   // 4: orrery.v1.Attempt
-	(*ListRunsRequest)(nil),           // 5: orrery.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),          // 6: orrery.v1.ListRunsResponse
-	(*SummarizeRunsRequest)(nil),      // 7: orrery.v1.SummarizeRunsRequest
-	(*SummarizeRunsResponse)(nil),     // 8: orrery.v1.SummarizeRunsResponse
-	(*RunHour)(nil),                   // 9: orrery.v1.RunHour
-	(*FailingJob)(nil),                // 10: orrery.v1.FailingJob
-	(*SlowStart)(nil),                 // 11: orrery.v1.SlowStart
-	(*LateJob)(nil),                   // 12: orrery.v1.LateJob
-	(*GetRunRequest)(nil),             // 13: orrery.v1.GetRunRequest
-	(*GetRunResponse)(nil),            // 14: orrery.v1.GetRunResponse
-	(*TriggerJobRequest)(nil),         // 15: orrery.v1.TriggerJobRequest
-	(*TriggerJobResponse)(nil),        // 16: orrery.v1.TriggerJobResponse
-	(*CancelRunRequest)(nil),          // 17: orrery.v1.CancelRunRequest
-	(*CancelRunResponse)(nil),         // 18: orrery.v1.CancelRunResponse
-	(*RetryRunRequest)(nil),           // 19: orrery.v1.RetryRunRequest
-	(*RetryRunResponse)(nil),          // 20: orrery.v1.RetryRunResponse
-	(*DeadLetter)(nil),                // 21: orrery.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),    // 22: orrery.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 23: orrery.v1.ListDeadLettersResponse
-	(*ReplayDeadLettersRequest)(nil),  // 24: orrery.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 25: orrery.v1.ReplayDeadLettersResponse
-	(*GetClusterRequest)(nil),         // 26: orrery.v1.GetClusterRequest
-	(*Node)(nil),                      // 27: orrery.v1.Node
-	(*Shard)(nil),                     // 28: orrery.v1.Shard
-	(*GetClusterResponse)(nil),        // 29: orrery.v1.GetClusterResponse
-	(*QueueDepth)(nil),                // 30: orrery.v1.QueueDepth
-	(*Worker)(nil),                    // 31: orrery.v1.Worker
-	nil,                               // 32: orrery.v1.ItemCounts.ByStatusEntry
-	nil,                               // 33: orrery.v1.RunHour.ByStatusEntry
-	nil,                               // 34: orrery.v1.TriggerJobRequest.ParamsEntry
-	nil,                               // 35: orrery.v1.TriggerJobRequest.ParamTextsEntry
-	nil,                               // 36: orrery.v1.Worker.QueuesEntry
-	(*timestamppb.Timestamp)(nil),     // 37: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),           // 38: google.protobuf.Struct
-	(*Resources)(nil),                 // 39: orrery.v1.Resources
-	(*JobRef)(nil),                    // 40: orrery.v1.JobRef
-	(*structpb.Value)(nil),            // 41: google.protobuf.Value
+	(*PendingApproval)(nil),           // 3: orrery.v1.PendingApproval
+	(*Decision)(nil),                  // 4: orrery.v1.Decision
+	(*ItemCounts)(nil),                // 5: orrery.v1.ItemCounts
+	(*Attempt)(nil),                   // 6: orrery.v1.Attempt
+	(*ListRunsRequest)(nil),           // 7: orrery.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),          // 8: orrery.v1.ListRunsResponse
+	(*SummarizeRunsRequest)(nil),      // 9: orrery.v1.SummarizeRunsRequest
+	(*SummarizeRunsResponse)(nil),     // 10: orrery.v1.SummarizeRunsResponse
+	(*RunHour)(nil),                   // 11: orrery.v1.RunHour
+	(*FailingJob)(nil),                // 12: orrery.v1.FailingJob
+	(*SlowStart)(nil),                 // 13: orrery.v1.SlowStart
+	(*LateJob)(nil),                   // 14: orrery.v1.LateJob
+	(*GetRunRequest)(nil),             // 15: orrery.v1.GetRunRequest
+	(*GetRunResponse)(nil),            // 16: orrery.v1.GetRunResponse
+	(*TriggerJobRequest)(nil),         // 17: orrery.v1.TriggerJobRequest
+	(*TriggerJobResponse)(nil),        // 18: orrery.v1.TriggerJobResponse
+	(*CancelRunRequest)(nil),          // 19: orrery.v1.CancelRunRequest
+	(*CancelRunResponse)(nil),         // 20: orrery.v1.CancelRunResponse
+	(*ApproveStepRequest)(nil),        // 21: orrery.v1.ApproveStepRequest
+	(*ApproveStepResponse)(nil),       // 22: orrery.v1.ApproveStepResponse
+	(*RejectStepRequest)(nil),         // 23: orrery.v1.RejectStepRequest
+	(*RejectStepResponse)(nil),        // 24: orrery.v1.RejectStepResponse
+	(*RetryRunRequest)(nil),           // 25: orrery.v1.RetryRunRequest
+	(*RetryRunResponse)(nil),          // 26: orrery.v1.RetryRunResponse
+	(*DeadLetter)(nil),                // 27: orrery.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),    // 28: orrery.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 29: orrery.v1.ListDeadLettersResponse
+	(*ReplayDeadLettersRequest)(nil),  // 30: orrery.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 31: orrery.v1.ReplayDeadLettersResponse
+	(*GetClusterRequest)(nil),         // 32: orrery.v1.GetClusterRequest
+	(*Node)(nil),                      // 33: orrery.v1.Node
+	(*Shard)(nil),                     // 34: orrery.v1.Shard
+	(*GetClusterResponse)(nil),        // 35: orrery.v1.GetClusterResponse
+	(*QueueDepth)(nil),                // 36: orrery.v1.QueueDepth
+	(*Worker)(nil),                    // 37: orrery.v1.Worker
+	nil,                               // 38: orrery.v1.ItemCounts.ByStatusEntry
+	nil,                               // 39: orrery.v1.RunHour.ByStatusEntry
+	nil,                               // 40: orrery.v1.TriggerJobRequest.ParamsEntry
+	nil,                               // 41: orrery.v1.TriggerJobRequest.ParamTextsEntry
+	nil,                               // 42: orrery.v1.Worker.QueuesEntry
+	(*timestamppb.Timestamp)(nil),     // 43: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),           // 44: google.protobuf.Struct
+	(*Resources)(nil),                 // 45: orrery.v1.Resources
+	(*JobRef)(nil),                    // 46: orrery.v1.JobRef
+	(*structpb.Value)(nil),            // 47: google.protobuf.Value
 }
 var file_orrery_v1_run_proto_depIdxs = []int32{
-	37, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	37, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	37, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	37, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	38, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
-	38, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
+	43, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	43, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	43, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	43, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	44, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
+	44, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
 	1,  // 6: orrery.v1.Run.steps:type_name -> orrery.v1.RunStep
-	38, // 7: orrery.v1.Run.event:type_name -> google.protobuf.Struct
-	37, // 8: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	37, // 9: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	37, // 10: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
-	4,  // 11: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	37, // 12: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
-	37, // 13: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
-	3,  // 14: orrery.v1.Task.items:type_name -> orrery.v1.ItemCounts
-	39, // 15: orrery.v1.Task.resources:type_name -> orrery.v1.Resources
-	32, // 16: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
-	37, // 17: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	37, // 18: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	40, // 19: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	37, // 20: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	37, // 21: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 22: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	37, // 23: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
-	37, // 24: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
-	37, // 25: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
-	37, // 26: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
-	9,  // 27: orrery.v1.SummarizeRunsResponse.hours:type_name -> orrery.v1.RunHour
-	10, // 28: orrery.v1.SummarizeRunsResponse.failing_jobs:type_name -> orrery.v1.FailingJob
-	11, // 29: orrery.v1.SummarizeRunsResponse.slowest_starts:type_name -> orrery.v1.SlowStart
-	12, // 30: orrery.v1.SummarizeRunsResponse.late_jobs:type_name -> orrery.v1.LateJob
-	37, // 31: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
-	33, // 32: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
-	37, // 33: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
-	37, // 34: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
-	37, // 35: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
-	37, // 36: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
-	0,  // 37: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
-	2,  // 38: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	2,  // 39: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
-	40, // 40: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	34, // 41: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
-	35, // 42: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
-	0,  // 43: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
-	0,  // 44: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	0,  // 45: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
-	37, // 46: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	37, // 47: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	40, // 48: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	21, // 49: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	40, // 50: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	37, // 51: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	37, // 52: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	37, // 53: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	27, // 54: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	28, // 55: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	31, // 56: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	30, // 57: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	39, // 58: orrery.v1.QueueDepth.capacity:type_name -> orrery.v1.Resources
-	39, // 59: orrery.v1.QueueDepth.allocated:type_name -> orrery.v1.Resources
-	36, // 60: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	37, // 61: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	37, // 62: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	39, // 63: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
-	39, // 64: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
-	41, // 65: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	5,  // 66: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	7,  // 67: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
-	13, // 68: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	15, // 69: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	17, // 70: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	19, // 71: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	22, // 72: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	24, // 73: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	26, // 74: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	6,  // 75: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	8,  // 76: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
-	14, // 77: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	16, // 78: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	18, // 79: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	20, // 80: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	23, // 81: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	25, // 82: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	29, // 83: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	75, // [75:84] is the sub-list for method output_type
-	66, // [66:75] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	44, // 7: orrery.v1.Run.event:type_name -> google.protobuf.Struct
+	43, // 8: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	43, // 9: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	43, // 10: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	6,  // 11: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
+	43, // 12: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	43, // 13: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	5,  // 14: orrery.v1.Task.items:type_name -> orrery.v1.ItemCounts
+	45, // 15: orrery.v1.Task.resources:type_name -> orrery.v1.Resources
+	3,  // 16: orrery.v1.Task.approval:type_name -> orrery.v1.PendingApproval
+	43, // 17: orrery.v1.PendingApproval.timeout_time:type_name -> google.protobuf.Timestamp
+	4,  // 18: orrery.v1.PendingApproval.decisions:type_name -> orrery.v1.Decision
+	43, // 19: orrery.v1.Decision.time:type_name -> google.protobuf.Timestamp
+	38, // 20: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
+	43, // 21: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	43, // 22: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	46, // 23: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	43, // 24: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	43, // 25: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 26: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
+	43, // 27: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
+	43, // 28: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
+	43, // 29: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
+	43, // 30: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
+	11, // 31: orrery.v1.SummarizeRunsResponse.hours:type_name -> orrery.v1.RunHour
+	12, // 32: orrery.v1.SummarizeRunsResponse.failing_jobs:type_name -> orrery.v1.FailingJob
+	13, // 33: orrery.v1.SummarizeRunsResponse.slowest_starts:type_name -> orrery.v1.SlowStart
+	14, // 34: orrery.v1.SummarizeRunsResponse.late_jobs:type_name -> orrery.v1.LateJob
+	43, // 35: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
+	39, // 36: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
+	43, // 37: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
+	43, // 38: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
+	43, // 39: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
+	43, // 40: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
+	0,  // 41: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
+	2,  // 42: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
+	2,  // 43: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
+	46, // 44: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	40, // 45: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	41, // 46: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	0,  // 47: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
+	0,  // 48: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
+	2,  // 49: orrery.v1.ApproveStepResponse.task:type_name -> orrery.v1.Task
+	2,  // 50: orrery.v1.RejectStepResponse.task:type_name -> orrery.v1.Task
+	0,  // 51: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
+	43, // 52: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	43, // 53: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	46, // 54: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	27, // 55: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	46, // 56: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	43, // 57: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	43, // 58: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	43, // 59: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	33, // 60: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	34, // 61: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	37, // 62: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	36, // 63: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	45, // 64: orrery.v1.QueueDepth.capacity:type_name -> orrery.v1.Resources
+	45, // 65: orrery.v1.QueueDepth.allocated:type_name -> orrery.v1.Resources
+	42, // 66: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	43, // 67: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	43, // 68: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	45, // 69: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
+	45, // 70: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
+	47, // 71: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	7,  // 72: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	9,  // 73: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
+	15, // 74: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	17, // 75: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	19, // 76: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	25, // 77: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	21, // 78: orrery.v1.RunService.ApproveStep:input_type -> orrery.v1.ApproveStepRequest
+	23, // 79: orrery.v1.RunService.RejectStep:input_type -> orrery.v1.RejectStepRequest
+	28, // 80: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	30, // 81: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	32, // 82: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	8,  // 83: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	10, // 84: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
+	16, // 85: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	18, // 86: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	20, // 87: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	26, // 88: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	22, // 89: orrery.v1.RunService.ApproveStep:output_type -> orrery.v1.ApproveStepResponse
+	24, // 90: orrery.v1.RunService.RejectStep:output_type -> orrery.v1.RejectStepResponse
+	29, // 91: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	31, // 92: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	35, // 93: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	83, // [83:94] is the sub-list for method output_type
+	72, // [72:83] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
@@ -3067,7 +3546,7 @@ func file_orrery_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_run_proto_rawDesc), len(file_orrery_v1_run_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -48,6 +48,10 @@ const (
 	RunServiceCancelRunProcedure = "/orrery.v1.RunService/CancelRun"
 	// RunServiceRetryRunProcedure is the fully-qualified name of the RunService's RetryRun RPC.
 	RunServiceRetryRunProcedure = "/orrery.v1.RunService/RetryRun"
+	// RunServiceApproveStepProcedure is the fully-qualified name of the RunService's ApproveStep RPC.
+	RunServiceApproveStepProcedure = "/orrery.v1.RunService/ApproveStep"
+	// RunServiceRejectStepProcedure is the fully-qualified name of the RunService's RejectStep RPC.
+	RunServiceRejectStepProcedure = "/orrery.v1.RunService/RejectStep"
 	// RunServiceListDeadLettersProcedure is the fully-qualified name of the RunService's
 	// ListDeadLetters RPC.
 	RunServiceListDeadLettersProcedure = "/orrery.v1.RunService/ListDeadLetters"
@@ -82,6 +86,15 @@ type RunServiceClient interface {
 	// the others run again (attempt numbers go on). The job's overlap
 	// policy applies as to a manual trigger.
 	RetryRun(context.Context, *connect.Request[v1.RetryRunRequest]) (*connect.Response[v1.RetryRunResponse], error)
+	// ApproveStep approves a step that asks for an approval: the caller
+	// holds the approval's role on the run's job (and is among its
+	// principals, when it names any, and did not trigger the run, when it
+	// is separate). Its count of approvals from distinct principals ends
+	// the step succeeded. Audited with the comment.
+	ApproveStep(context.Context, *connect.Request[v1.ApproveStepRequest]) (*connect.Response[v1.ApproveStepResponse], error)
+	// RejectStep rejects a step that asks for an approval, as ApproveStep
+	// approves one: one rejection fails the step.
+	RejectStep(context.Context, *connect.Request[v1.RejectStepRequest]) (*connect.Response[v1.RejectStepResponse], error)
 	// ListDeadLetters pages through tasks that failed for good.
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
 	// ReplayDeadLetters gives dead-lettered tasks one more attempt: the ones
@@ -139,6 +152,18 @@ func NewRunServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(runServiceMethods.ByName("RetryRun")),
 			connect.WithClientOptions(opts...),
 		),
+		approveStep: connect.NewClient[v1.ApproveStepRequest, v1.ApproveStepResponse](
+			httpClient,
+			baseURL+RunServiceApproveStepProcedure,
+			connect.WithSchema(runServiceMethods.ByName("ApproveStep")),
+			connect.WithClientOptions(opts...),
+		),
+		rejectStep: connect.NewClient[v1.RejectStepRequest, v1.RejectStepResponse](
+			httpClient,
+			baseURL+RunServiceRejectStepProcedure,
+			connect.WithSchema(runServiceMethods.ByName("RejectStep")),
+			connect.WithClientOptions(opts...),
+		),
 		listDeadLetters: connect.NewClient[v1.ListDeadLettersRequest, v1.ListDeadLettersResponse](
 			httpClient,
 			baseURL+RunServiceListDeadLettersProcedure,
@@ -163,6 +188,8 @@ type runServiceClient struct {
 	triggerJob        *connect.Client[v1.TriggerJobRequest, v1.TriggerJobResponse]
 	cancelRun         *connect.Client[v1.CancelRunRequest, v1.CancelRunResponse]
 	retryRun          *connect.Client[v1.RetryRunRequest, v1.RetryRunResponse]
+	approveStep       *connect.Client[v1.ApproveStepRequest, v1.ApproveStepResponse]
+	rejectStep        *connect.Client[v1.RejectStepRequest, v1.RejectStepResponse]
 	listDeadLetters   *connect.Client[v1.ListDeadLettersRequest, v1.ListDeadLettersResponse]
 	replayDeadLetters *connect.Client[v1.ReplayDeadLettersRequest, v1.ReplayDeadLettersResponse]
 }
@@ -195,6 +222,16 @@ func (c *runServiceClient) CancelRun(ctx context.Context, req *connect.Request[v
 // RetryRun calls orrery.v1.RunService.RetryRun.
 func (c *runServiceClient) RetryRun(ctx context.Context, req *connect.Request[v1.RetryRunRequest]) (*connect.Response[v1.RetryRunResponse], error) {
 	return c.retryRun.CallUnary(ctx, req)
+}
+
+// ApproveStep calls orrery.v1.RunService.ApproveStep.
+func (c *runServiceClient) ApproveStep(ctx context.Context, req *connect.Request[v1.ApproveStepRequest]) (*connect.Response[v1.ApproveStepResponse], error) {
+	return c.approveStep.CallUnary(ctx, req)
+}
+
+// RejectStep calls orrery.v1.RunService.RejectStep.
+func (c *runServiceClient) RejectStep(ctx context.Context, req *connect.Request[v1.RejectStepRequest]) (*connect.Response[v1.RejectStepResponse], error) {
+	return c.rejectStep.CallUnary(ctx, req)
 }
 
 // ListDeadLetters calls orrery.v1.RunService.ListDeadLetters.
@@ -230,6 +267,15 @@ type RunServiceHandler interface {
 	// the others run again (attempt numbers go on). The job's overlap
 	// policy applies as to a manual trigger.
 	RetryRun(context.Context, *connect.Request[v1.RetryRunRequest]) (*connect.Response[v1.RetryRunResponse], error)
+	// ApproveStep approves a step that asks for an approval: the caller
+	// holds the approval's role on the run's job (and is among its
+	// principals, when it names any, and did not trigger the run, when it
+	// is separate). Its count of approvals from distinct principals ends
+	// the step succeeded. Audited with the comment.
+	ApproveStep(context.Context, *connect.Request[v1.ApproveStepRequest]) (*connect.Response[v1.ApproveStepResponse], error)
+	// RejectStep rejects a step that asks for an approval, as ApproveStep
+	// approves one: one rejection fails the step.
+	RejectStep(context.Context, *connect.Request[v1.RejectStepRequest]) (*connect.Response[v1.RejectStepResponse], error)
 	// ListDeadLetters pages through tasks that failed for good.
 	ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error)
 	// ReplayDeadLetters gives dead-lettered tasks one more attempt: the ones
@@ -283,6 +329,18 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(runServiceMethods.ByName("RetryRun")),
 		connect.WithHandlerOptions(opts...),
 	)
+	runServiceApproveStepHandler := connect.NewUnaryHandler(
+		RunServiceApproveStepProcedure,
+		svc.ApproveStep,
+		connect.WithSchema(runServiceMethods.ByName("ApproveStep")),
+		connect.WithHandlerOptions(opts...),
+	)
+	runServiceRejectStepHandler := connect.NewUnaryHandler(
+		RunServiceRejectStepProcedure,
+		svc.RejectStep,
+		connect.WithSchema(runServiceMethods.ByName("RejectStep")),
+		connect.WithHandlerOptions(opts...),
+	)
 	runServiceListDeadLettersHandler := connect.NewUnaryHandler(
 		RunServiceListDeadLettersProcedure,
 		svc.ListDeadLetters,
@@ -310,6 +368,10 @@ func NewRunServiceHandler(svc RunServiceHandler, opts ...connect.HandlerOption) 
 			runServiceCancelRunHandler.ServeHTTP(w, r)
 		case RunServiceRetryRunProcedure:
 			runServiceRetryRunHandler.ServeHTTP(w, r)
+		case RunServiceApproveStepProcedure:
+			runServiceApproveStepHandler.ServeHTTP(w, r)
+		case RunServiceRejectStepProcedure:
+			runServiceRejectStepHandler.ServeHTTP(w, r)
 		case RunServiceListDeadLettersProcedure:
 			runServiceListDeadLettersHandler.ServeHTTP(w, r)
 		case RunServiceReplayDeadLettersProcedure:
@@ -345,6 +407,14 @@ func (UnimplementedRunServiceHandler) CancelRun(context.Context, *connect.Reques
 
 func (UnimplementedRunServiceHandler) RetryRun(context.Context, *connect.Request[v1.RetryRunRequest]) (*connect.Response[v1.RetryRunResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.RunService.RetryRun is not implemented"))
+}
+
+func (UnimplementedRunServiceHandler) ApproveStep(context.Context, *connect.Request[v1.ApproveStepRequest]) (*connect.Response[v1.ApproveStepResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.RunService.ApproveStep is not implemented"))
+}
+
+func (UnimplementedRunServiceHandler) RejectStep(context.Context, *connect.Request[v1.RejectStepRequest]) (*connect.Response[v1.RejectStepResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("orrery.v1.RunService.RejectStep is not implemented"))
 }
 
 func (UnimplementedRunServiceHandler) ListDeadLetters(context.Context, *connect.Request[v1.ListDeadLettersRequest]) (*connect.Response[v1.ListDeadLettersResponse], error) {
