@@ -18,9 +18,9 @@ import (
 func JSONSchema() ([]byte, error) {
 	r := &jsonschema.Reflector{ExpandedStruct: true, DoNotReference: false, Mapper: scheduleTypes}
 	s := r.Reflect(&Resource{})
-	if st := s.Definitions["Step"]; st != nil { // a step runs (run) or parks (sleep, wait): one of them
+	if st := s.Definitions["Step"]; st != nil { // a step runs (run) or parks (sleep, wait, approval): one of them
 		st.Required = []string{"name"}
-		st.OneOf = []*jsonschema.Schema{{Required: []string{"run"}}, {Required: []string{"sleep"}}, {Required: []string{"wait"}}}
+		st.OneOf = []*jsonschema.Schema{{Required: []string{"run"}}, {Required: []string{"sleep"}}, {Required: []string{"wait"}}, {Required: []string{"approval"}}}
 	}
 	s.ID = "https://orrery.dev/schemas/job.v1.json"
 	s.Title = "Orrery Job"

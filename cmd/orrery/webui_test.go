@@ -663,6 +663,53 @@ spec:
 	}
 	poll(t, 60*time.Second, "follow-up wakes and succeeds", func() bool { return strings.Contains(cli("runs", "get", napRun), "status succeeded") })
 
+	// A step that asks for an approval (examples/refund.yaml): the run
+	// page shows what it asks, and its Approve button, with a comment,
+	// ends it; the step after reads who approved. A second run's Reject
+	// fails it, naming who and why.
+	refundRun := func(id string) string {
+		t.Helper()
+		cli("events", "publish", "--type", "refund.requested", "--id", id, "--data", `{"order": "`+id+`", "amount": 80}`)
+		var r string
+		poll(t, 60*time.Second, "the refund for "+id+" asks", func() bool {
+			for _, line := range strings.Split(cli("runs", "list", "-n", "shop", "--job", "refund"), "\n") {
+				if f := strings.Fields(line); len(f) >= 5 && f[4] == "running" && strings.Contains(cli("runs", "get", f[0]), "Refund 80 for order "+id) {
+					r = f[0]
+					return strings.Contains(cli("runs", "get", r), "parked: approval by editor 0/1")
+				}
+			}
+			return false
+		})
+		return r
+	}
+	approveRun := refundRun("web-r1")
+	do("an approval on the run page", chromedp.Navigate(base+"/runs/"+approveRun), chromedp.WaitVisible(css(`section.approval[data-approval="refund-ok"]`)))
+	if s := text(`section.approval`); !strings.Contains(s, "Refund 80 for order web-r1?") || !strings.Contains(s, "1 approval holding editor") {
+		t.Errorf("the approval's section: %q", s)
+	}
+	screenshot(t, ctx, "approval")
+	do("approve", chromedp.SendKeys(css(`section.approval input[name=comment]`), "looks right"),
+		chromedp.Click(css(`section.approval button[data-action=approve]`)), chromedp.WaitVisible(css(`.flash`)))
+	if flash := text(`.flash`); !strings.Contains(flash, "step refund-ok is succeeded") {
+		t.Errorf("after approve: %q", flash)
+	}
+	poll(t, 60*time.Second, "the approved refund pays", func() bool { return strings.Contains(cli("runs", "get", approveRun), "status succeeded") })
+	if out := cli("runs", "get", approveRun); !strings.Contains(out, `"comment":"looks right"`) || !strings.Contains(out, `"decision":"approved"`) {
+		t.Errorf("the approved run: %s", out)
+	}
+	rejectRun := refundRun("web-r2")
+	do("a second approval", chromedp.Navigate(base+"/runs/"+rejectRun), chromedp.WaitVisible(css(`section.approval button[data-action=reject]`)))
+	do("reject", chromedp.SendKeys(css(`section.approval input[name=comment]`), "duplicate"),
+		chromedp.Click(css(`section.approval button[data-action=reject]`)), chromedp.WaitVisible(css(`.flash`)))
+	poll(t, 60*time.Second, "the rejected refund fails", func() bool { return strings.Contains(cli("runs", "get", rejectRun), "status failed") })
+	do("the rejected step", chromedp.Navigate(base+"/runs/"+rejectRun+"?step=refund-ok#attempts"), chromedp.WaitVisible(css(`#attempts pre.error`)))
+	if s := text(`#attempts pre.error`); !strings.Contains(s, "rejected by ") || !strings.Contains(s, ": duplicate") {
+		t.Errorf("the rejected step's error: %q", s)
+	}
+	if n := eval(`document.querySelectorAll('section.approval').length`); n != float64(0) {
+		t.Errorf("a decided step still asks on the run page (%v sections)", n)
+	}
+
 	// A fan-out (examples/file-fan-out.yaml): the run page draws the group
 	// as one node with its count, counts its items by status in the table
 	// and on the timeline, and lists them.

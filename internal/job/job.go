@@ -78,7 +78,7 @@ func (s *Scope) Sees(namespace, name string) bool {
 }
 
 // Anonymous is the actor of unauthenticated calls.
-var Anonymous = Actor{Tenant: DefaultTenant, Name: "anonymous"}
+var Anonymous = Actor{Tenant: DefaultTenant, Name: "anonymous", Principal: "anonymous"}
 
 // Job is a stored job definition.
 type Job struct {

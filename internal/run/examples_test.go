@@ -132,6 +132,19 @@ func TestExamplesRun(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			for _, st := range r.Spec.Steps {
+				if st.Approval == nil {
+					continue
+				}
+				// A step that asks for an approval is approved, as its
+				// deciders would.
+				enginetest.WaitFor(t, 60*time.Second, name+" asks for its approval", func() bool {
+					return enginetest.Int(t, pool, "SELECT count(*) FROM parked_steps WHERE run_id = $1 AND kind = 'approval'", started.ID) == 1
+				})
+				if _, err := runs.Decide(ctx, job.Anonymous, run.Decision{Run: started.ID, Step: st.Name, Approve: true, Comment: "examples"}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			var status string
 			enginetest.WaitFor(t, 60*time.Second, name+" finishes", func() bool {
 				_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", started.ID).Scan(&status)
