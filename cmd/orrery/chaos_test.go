@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,12 +19,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/event"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
@@ -376,6 +379,18 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		}}}, ""); err != nil {
 		t.Fatal(err)
 	}
+	// A step that asks for an approval fires every 2 s; the deciders
+	// approve each over REST, on whichever node answers, through the
+	// kills and the pause (docs/parked-steps.md, "approval"): each ends
+	// once, by one decision.
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "approver"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("*/2 * * * * *")}, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{
+			{Name: "ok", Approval: &dag.Approval{Timeout: dag.D(time.Hour), Message: "chaos ${{ run.scheduled_for }}"}},
+			{Name: "ping", Needs: []string{"ok"}, Run: dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}},
+		}}}, ""); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "bf-hourly"}, Spec: dag.JobSpec{
 		Schedule: schedule.Spec{Cron: schedule.Crons("0 * * * *")}, Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
 		t.Fatal(err)
@@ -471,6 +486,59 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			n++ // taken: it counts even if its redelivery is cut short
 			deliver(body)
 			time.Sleep(150 * time.Millisecond)
+		}
+	}()
+	// The deciders: each parked approval approved over REST, from the
+	// next node on when one is dead or paused; an answer lost to a kill
+	// is sent again (then 409: decided already, or the step ended).
+	approverKey, _, code := run(t, "keys", "create", "--db", dsn, "--principal", "chaos-approver", "--role", "editor")
+	if code != 0 {
+		t.Fatal("keys create failed")
+	}
+	approved := make(chan int, 1)
+	go func() {
+		n, node := 0, 0
+		defer func() { approved <- n }()
+		client := &http.Client{Timeout: 2 * time.Second}
+		for publishing.Err() == nil {
+			rows, err := pool.Query(ctx, "SELECT run_id::text FROM parked_steps WHERE kind = 'approval' LIMIT 20")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			var runs []string
+			for rows.Next() {
+				var id string
+				_ = rows.Scan(&id)
+				runs = append(runs, id)
+			}
+			rows.Close()
+			for _, id := range runs {
+				for publishing.Err() == nil {
+					node++
+					req, _ := http.NewRequest(http.MethodPost, "http://"+hookAddrs[node%len(hookAddrs)]+"/api/v1/runs/"+id+"/steps/ok:approve",
+						strings.NewReader(`{"comment": "chaos"}`))
+					req.Header.Set("Content-Type", "application/json")
+					req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(approverKey))
+					res, err := client.Do(req)
+					if err != nil {
+						continue // a dead or paused node: the next
+					}
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode == http.StatusOK {
+						n++
+					}
+					if res.StatusCode == http.StatusOK || res.StatusCode == http.StatusConflict {
+						break
+					}
+					if res.StatusCode != http.StatusServiceUnavailable {
+						t.Errorf("an approval on node %d: %d", node%len(hookAddrs), res.StatusCode)
+						return
+					}
+				}
+			}
+			time.Sleep(300 * time.Millisecond)
 		}
 	}()
 	time.Sleep(2 * time.Second)
@@ -798,6 +866,42 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	if n := queryInt(t, pool, `SELECT count(*) FROM events AS e WHERE (SELECT count(*) FROM runs AS r WHERE r.event_id = e.id) <> 1`); n != 0 {
 		t.Fatalf("%d of %d events started no run of on-event or more than one", n, events)
 	}
+	// The approvals still parked are approved in-process; each run of
+	// approver then succeeded with one attempt of its approval, decided
+	// once (one decision, one audit row).
+	if _, err := jobs.Pause(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "approver"}); err != nil {
+		t.Fatal(err)
+	}
+	approvals := <-approved
+	d, err := dispatch.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deciders := orun.NewService(pool, jobs, d)
+	poll(t, 60*time.Second, "every approver run ended", func() bool {
+		rows, err := pool.Query(ctx, "SELECT run_id FROM parked_steps WHERE kind = 'approval'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if _, err := deciders.Decide(ctx, job.Anonymous, orun.Decision{Run: id, Step: "ok", Approve: true}); err != nil && !errors.Is(err, orun.ErrNotAwaitingApproval) && !errors.Is(err, orun.ErrDecidedAlready) {
+				t.Fatal(err)
+			}
+		}
+		return queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'approver' AND r.finished_at IS NULL") == 0
+	})
+	asked := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'approver'")
+	if n := queryInt(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'approver' AND (r.status <> 'succeeded'
+		OR (SELECT count(*) FROM every_attempt a JOIN tasks t ON t.id = a.task_id WHERE t.run_id = r.id AND t.step = 'ok' AND a.output LIKE '%"decision":"approved"%') <> 1
+		OR (SELECT count(*) FROM step_decisions d JOIN tasks t ON t.id = d.task_id WHERE t.run_id = r.id) <> 1
+		OR (SELECT count(*) FROM audit_log l WHERE l.target_id = r.id AND l.action = 'approve') <> 1)`); n != 0 || approvals < 10 {
+		t.Fatalf("%d of %d approver runs did not end by one approval, decided and audited once (%d approved over REST)", n, asked, approvals)
+	}
+	t.Logf("%d runs with an approval step each ended once by one decision, %d of them approved over REST through the kills and the pause", asked, approvals)
 	if _, err := jobs.Pause(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "napper"}); err != nil {
 		t.Fatal(err)
 	}

@@ -176,12 +176,28 @@ func (j *Janitor) Pass(ctx context.Context) (int, error) {
 			break
 		}
 	}
+	if err := j.pruneEvents(ctx, p); err != nil {
+		return total, err
+	}
 	return total, j.pruneNotices(ctx, float64(def))
 }
 
+// pruneEvents deletes, in batches, the events received longer ago than
+// their tenant keeps runs (p's retentions): as long as the runs they
+// started or ended, whose archive holds them. They have no shard: every
+// node may prune them, and two that meet delete each row once.
+func (j *Janitor) pruneEvents(ctx context.Context, p store.ExpiredRunsParams) error {
+	for {
+		n, err := store.New(j.cfg.Pool).PruneEvents(ctx, store.PruneEventsParams{MinSeconds: p.MinSeconds, DefaultSeconds: p.DefaultSeconds,
+			FloorSeconds: p.FloorSeconds, Batch: p.Batch})
+		if err != nil || n < int64(p.Batch) {
+			return err
+		}
+	}
+}
+
 // pruneNotices deletes, in batches, finished notifications, resolved
-// alerts, finished backfills and matched events older than the default
-// retention. They
+// alerts and finished backfills older than the default retention. They
 // have no shard (a backfill has its job's, but no run hangs on it): every
 // node may prune them, and two that meet delete each row once.
 func (j *Janitor) pruneNotices(ctx context.Context, olderThan float64) error {
@@ -195,9 +211,6 @@ func (j *Janitor) pruneNotices(ctx context.Context, olderThan float64) error {
 		},
 		func() (int64, error) {
 			return q.PruneFinishedBackfills(ctx, store.PruneFinishedBackfillsParams{OlderThanSeconds: olderThan, Batch: int32(j.cfg.Batch)})
-		},
-		func() (int64, error) { // a run keeps its copy of its event (runs.event)
-			return q.PruneEvents(ctx, store.PruneEventsParams{OlderThanSeconds: olderThan, Batch: int32(j.cfg.Batch)})
 		},
 	} {
 		for {
@@ -215,9 +228,18 @@ func (j *Janitor) pruneNotices(ctx context.Context, olderThan float64) error {
 
 // archived is one run as the archive holds it.
 type archived struct {
-	Run      store.ExpiredRunsRow `json:"run"`
-	Tasks    []archivedTask       `json:"tasks"`
-	Archived time.Time            `json:"archived_at"`
+	Run      archivedRun    `json:"run"`
+	Tasks    []archivedTask `json:"tasks"`
+	Archived time.Time      `json:"archived_at"`
+}
+
+// archivedRun is a run with its params, its event (run.event: what
+// started it), its upstream and who triggered it, as JSON.
+type archivedRun struct {
+	store.ExpiredRunsRow
+	Params   json.RawMessage `json:"Params,omitempty"`
+	Event    json.RawMessage `json:"Event,omitempty"`
+	Upstream json.RawMessage `json:"Upstream,omitempty"`
 }
 
 type archivedTask struct {
@@ -344,7 +366,8 @@ func (j *Janitor) archive(runs []store.ExpiredRunsRow, tasks []store.Task, attem
 	files := map[string][]archived{}
 	for _, r := range runs {
 		name := filepath.Join(j.cfg.ArchiveDir, r.TenantID.String(), "runs-"+r.FinishedAt.UTC().Format("2006-01-02")+".jsonl.gz")
-		files[name] = append(files[name], archived{Run: r, Tasks: byRun[r.ID], Archived: now})
+		ar := archivedRun{ExpiredRunsRow: r, Params: r.Params, Event: r.Event, Upstream: r.Upstream}
+		files[name] = append(files[name], archived{Run: ar, Tasks: byRun[r.ID], Archived: now})
 	}
 	for name, rs := range files {
 		if err := appendMember(name, rs); err != nil {

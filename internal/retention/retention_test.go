@@ -136,6 +136,20 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 		}
 	}
 
+	// Events are kept as long as their tenant keeps runs: one received 8
+	// days ago goes, ones of 4 days and 2 hours stay (until the tenant's
+	// retention below); a run's event goes to the archive with it.
+	for i, ago := range []time.Duration{8 * day, 4 * day, 2 * time.Hour} {
+		if _, err := pool.Exec(ctx, `INSERT INTO events (id, tenant_id, event_key, type, data, time, received_at, shard, pending)
+			VALUES ($1, $2, $3, 'order.paid', '{}', now(), now() - $4 * interval '1 second', 0, false)`, uuid.New(), job.DefaultTenant, fmt.Sprint("e", i), ago.Seconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE runs SET event = '{"id": "e0", "type": "order.paid", "data": {"order": 7}}' WHERE id = $1`, old1); err != nil {
+		t.Fatal(err)
+	}
+	events := func() int { return enginetest.Int(t, pool, "SELECT count(*) FROM events") }
+
 	archive := t.TempDir()
 	j, err = retention.New(retention.Config{Pool: pool, Shards: manager(t, pool), ArchiveDir: archive, Batch: 1})
 	if err != nil {
@@ -144,6 +158,9 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 	n, err := j.Pass(ctx)
 	if err != nil || n != 2 {
 		t.Fatalf("pruned %d (%v), want 2", n, err)
+	}
+	if n := events(); n != 2 {
+		t.Errorf("%d events left, want those of 4 days and 2 hours", n)
 	}
 	if n := enginetest.Int(t, pool, "SELECT count(*) FROM backfills WHERE status = 'done'"); n != 0 {
 		t.Errorf("%d backfills that ended 8 days ago left", n)
@@ -187,7 +204,10 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 		sc := bufio.NewScanner(zr)
 		for sc.Scan() {
 			var a struct {
-				Run   struct{ ID string }
+				Run struct {
+					ID    string
+					Event struct{ ID string }
+				}
 				Tasks []struct {
 					Step     string
 					Attempts []struct{ Number int }
@@ -198,6 +218,9 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 			}
 			if len(a.Tasks) == 2 && len(a.Tasks[0].Attempts) == 1 {
 				seen[a.Run.ID]++
+			}
+			if a.Run.ID == old1.String() && a.Run.Event.ID != "e0" {
+				t.Errorf("the archived run's event: %s", sc.Bytes())
 			}
 		}
 		fh.Close()
@@ -213,6 +236,9 @@ func TestOldRunsArePrunedAndArchived(t *testing.T) {
 	}
 	if n, err := j.Pass(ctx); err != nil || n != 1 || exists(t, pool, mid) || !exists(t, pool, recent) {
 		t.Fatalf("with a 1-hour tenant retention (floored at 3 days): pruned %d (%v)", n, err)
+	}
+	if n := events(); n != 1 {
+		t.Errorf("with a 3-day retention, %d events left, want the one of 2 hours", n)
 	}
 }
 

@@ -180,22 +180,35 @@ func (q *Queries) MarkEventsMatched(ctx context.Context, ids []uuid.UUID) error 
 
 const pruneEvents = `-- name: PruneEvents :execrows
 DELETE FROM events AS e WHERE e.id IN (
-    SELECT x.id FROM events AS x
-    WHERE x.received_at < now() - INTERVAL '1 second' * $1::float8 AND NOT x.pending
-    ORDER BY x.received_at LIMIT $2
+    SELECT x.id FROM events AS x JOIN tenants AS t ON t.id = x.tenant_id
+    WHERE x.received_at < now() - INTERVAL '1 second' * $1::float8
+      AND x.received_at < now() - INTERVAL '1 second' * GREATEST(COALESCE(t.run_retention_seconds, $2::bigint), $3::bigint)::float8
+      AND NOT x.pending
+    ORDER BY x.received_at LIMIT $4
 )
 `
 
 type PruneEventsParams struct {
-	OlderThanSeconds float64
-	Batch            int32
+	MinSeconds     float64
+	DefaultSeconds int64
+	FloorSeconds   int64
+	Batch          int32
 }
 
-// PruneEvents deletes up to @batch events received more than
-// @older_than_seconds ago that are no longer pending (their ids may then
-// be published again).
+// PruneEvents deletes up to @batch events that are no longer pending,
+// received longer ago than their tenant keeps runs (run_retention_seconds,
+// else @default_seconds; never under @floor_seconds): an event is kept as
+// long as the runs it may have started or ended, whose archive holds it
+// (their run.event, their wait's output). @min_seconds, the smallest
+// retention of any tenant, bounds the index scan. Their ids may then be
+// published again.
 func (q *Queries) PruneEvents(ctx context.Context, arg PruneEventsParams) (int64, error) {
-	result, err := q.db.Exec(ctx, pruneEvents, arg.OlderThanSeconds, arg.Batch)
+	result, err := q.db.Exec(ctx, pruneEvents,
+		arg.MinSeconds,
+		arg.DefaultSeconds,
+		arg.FloorSeconds,
+		arg.Batch,
+	)
 	if err != nil {
 		return 0, err
 	}

@@ -107,11 +107,11 @@ func (q *Queries) DeleteTasksOfRuns(ctx context.Context, runIds []uuid.UUID) err
 
 const expiredRuns = `-- name: ExpiredRuns :many
 SELECT e.id, e.tenant_id, e.job_id, e.job_version, e.shard, e.scheduled_for, e.trigger, e.status, e.reason,
-       e.created_at, e.started_at, e.finished_at
+       e.created_at, e.started_at, e.finished_at, e.params, e.event, e.upstream, e.triggered_by
 FROM unnest($1::int[]) AS s (shard)
 CROSS JOIN LATERAL (
     SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
-           r.created_at, r.started_at, r.finished_at
+           r.created_at, r.started_at, r.finished_at, r.params, r.event, r.upstream, r.triggered_by
     FROM runs AS r
     JOIN tenants AS t ON t.id = r.tenant_id
     WHERE r.shard = s.shard
@@ -155,6 +155,10 @@ type ExpiredRunsRow struct {
 	CreatedAt    time.Time
 	StartedAt    *time.Time
 	FinishedAt   *time.Time
+	Params       []byte
+	Event        []byte
+	Upstream     []byte
+	TriggeredBy  *string
 }
 
 // ExpiredRuns picks, in the given shards, finished runs older than their
@@ -195,6 +199,10 @@ func (q *Queries) ExpiredRuns(ctx context.Context, arg ExpiredRunsParams) ([]Exp
 			&i.CreatedAt,
 			&i.StartedAt,
 			&i.FinishedAt,
+			&i.Params,
+			&i.Event,
+			&i.Upstream,
+			&i.TriggeredBy,
 		); err != nil {
 			return nil, err
 		}

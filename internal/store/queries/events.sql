@@ -77,12 +77,18 @@ ON CONFLICT (job_id) DO UPDATE SET type = EXCLUDED.type;
 -- name: DeleteJobEvent :exec
 DELETE FROM job_events WHERE job_id = @job_id;
 
--- PruneEvents deletes up to @batch events received more than
--- @older_than_seconds ago that are no longer pending (their ids may then
--- be published again).
+-- PruneEvents deletes up to @batch events that are no longer pending,
+-- received longer ago than their tenant keeps runs (run_retention_seconds,
+-- else @default_seconds; never under @floor_seconds): an event is kept as
+-- long as the runs it may have started or ended, whose archive holds it
+-- (their run.event, their wait's output). @min_seconds, the smallest
+-- retention of any tenant, bounds the index scan. Their ids may then be
+-- published again.
 -- name: PruneEvents :execrows
 DELETE FROM events AS e WHERE e.id IN (
-    SELECT x.id FROM events AS x
-    WHERE x.received_at < now() - INTERVAL '1 second' * @older_than_seconds::float8 AND NOT x.pending
+    SELECT x.id FROM events AS x JOIN tenants AS t ON t.id = x.tenant_id
+    WHERE x.received_at < now() - INTERVAL '1 second' * @min_seconds::float8
+      AND x.received_at < now() - INTERVAL '1 second' * GREATEST(COALESCE(t.run_retention_seconds, @default_seconds::bigint), @floor_seconds::bigint)::float8
+      AND NOT x.pending
     ORDER BY x.received_at LIMIT @batch
 );

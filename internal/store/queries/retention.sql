@@ -10,11 +10,11 @@
 -- so that the index bounds each scan.
 -- name: ExpiredRuns :many
 SELECT e.id, e.tenant_id, e.job_id, e.job_version, e.shard, e.scheduled_for, e.trigger, e.status, e.reason,
-       e.created_at, e.started_at, e.finished_at
+       e.created_at, e.started_at, e.finished_at, e.params, e.event, e.upstream, e.triggered_by
 FROM unnest(@shards::int[]) AS s (shard)
 CROSS JOIN LATERAL (
     SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.status, r.reason,
-           r.created_at, r.started_at, r.finished_at
+           r.created_at, r.started_at, r.finished_at, r.params, r.event, r.upstream, r.triggered_by
     FROM runs AS r
     JOIN tenants AS t ON t.id = r.tenant_id
     WHERE r.shard = s.shard
