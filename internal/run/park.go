@@ -131,6 +131,11 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 		if err := ap.q.LockWaitKindsShared(ctx, lock); err != nil {
 			return err
 		}
+		// (under SERIALIZABLE, the read an events step taking an event
+		// for these waits meanwhile conflicts with)
+		if _, err := ap.q.ReadEventsOfWaits(ctx, store.ReadEventsOfWaitsParams(lock)); err != nil {
+			return err
+		}
 	}
 	parked, err := ap.q.ParkTasks(ctx, p)
 	if err != nil {

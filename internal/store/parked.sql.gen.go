@@ -447,6 +447,35 @@ func (q *Queries) ParkedStep(ctx context.Context, arg ParkedStepParams) (ParkedS
 	return i, err
 }
 
+const readEventsOfWaits = `-- name: ReadEventsOfWaits :one
+SELECT count(e.type)::int FROM events AS e
+JOIN (SELECT DISTINCT unnest($1::uuid[]) AS tenant_id, unnest($2::text[]) AS type) AS k
+  ON k.tenant_id = e.tenant_id AND k.type = e.type
+WHERE e.pending AND e.received_at >= now()
+`
+
+type ReadEventsOfWaitsParams struct {
+	TenantIds []uuid.UUID
+	Types     []string
+}
+
+// ReadEventsOfWaits reads the pending events of each (@tenant_ids[i],
+// @types[i]) received since the transaction began: those that may end a
+// wait it parks (received after the wait's stamp). Under READ COMMITTED
+// it changes nothing. Under SERIALIZABLE (tests; CockroachDB) it is the
+// read that an events step taking such an event conflicts with: that
+// step read the waits before this park committed, and this park read the
+// event before that step took it, so the database aborts one of the two,
+// and the retry of either sees the other (docs/parked-steps.md, "A wait
+// and the event it waits for"). It reads each row (its type is not in
+// the index), so that the conflict is the row's, not only the index's.
+func (q *Queries) ReadEventsOfWaits(ctx context.Context, arg ReadEventsOfWaitsParams) (int32, error) {
+	row := q.db.QueryRow(ctx, readEventsOfWaits, arg.TenantIds, arg.Types)
+	var column_1 int32
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const setAsideParked = `-- name: SetAsideParked :exec
 UPDATE parked_steps SET wake_at = now() + interval '1 minute' WHERE task_id = $1
 `

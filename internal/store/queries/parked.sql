@@ -57,6 +57,22 @@ SELECT pg_advisory_xact_lock(s.k) FROM (
     ORDER BY 1
 ) AS s;
 
+-- ReadEventsOfWaits reads the pending events of each (@tenant_ids[i],
+-- @types[i]) received since the transaction began: those that may end a
+-- wait it parks (received after the wait's stamp). Under READ COMMITTED
+-- it changes nothing. Under SERIALIZABLE (tests; CockroachDB) it is the
+-- read that an events step taking such an event conflicts with: that
+-- step read the waits before this park committed, and this park read the
+-- event before that step took it, so the database aborts one of the two,
+-- and the retry of either sees the other (docs/parked-steps.md, "A wait
+-- and the event it waits for"). It reads each row (its type is not in
+-- the index), so that the conflict is the row's, not only the index's.
+-- name: ReadEventsOfWaits :one
+SELECT count(e.type)::int FROM events AS e
+JOIN (SELECT DISTINCT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@types::text[]) AS type) AS k
+  ON k.tenant_id = e.tenant_id AND k.type = e.type
+WHERE e.pending AND e.received_at >= now();
+
 -- HasDueParked: whether the shards have parked steps due (a probe before
 -- a transaction of the timers step).
 -- name: HasDueParked :one
