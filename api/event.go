@@ -43,7 +43,7 @@ func (s *eventServer) Publish(ctx context.Context, req *connect.Request[orreryv1
 		}
 	}
 	m := req.Msg
-	e := event.Event{Type: m.GetType(), ID: m.GetId()}
+	e := event.Event{Type: m.GetType(), ID: m.GetId(), PublishedBy: p.Name}
 	if m.GetData() != nil {
 		data, err := protojson.Marshal(m.GetData())
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -259,11 +260,23 @@ func decideCmd(g *globals, approve bool) *cobra.Command {
 	return cmd
 }
 
+// printable is s with its control characters (a line break, a
+// terminal's escape) shown as U+FFFD: text from events and people printed
+// so that it cannot move the cursor or fake a line.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+}
+
 // printApproval shows what a parked approval asks, the decisions so far,
 // and how to decide.
 func printApproval(w io.Writer, run, step string, a *orreryv1.PendingApproval) {
 	if a.GetMessage() != "" {
-		fmt.Fprintf(w, "  asks: %s\n", a.GetMessage())
+		fmt.Fprintf(w, "  asks: %s\n", printable(a.GetMessage()))
 	}
 	who := "role " + a.GetRole()
 	if len(a.GetPrincipals()) > 0 {
@@ -276,7 +289,7 @@ func printApproval(w io.Writer, run, step string, a *orreryv1.PendingApproval) {
 	for _, d := range a.GetDecisions() {
 		fmt.Fprintf(w, "  %sd by %s at %s", d.GetDecision(), d.GetPrincipal(), ts(d.GetTime()))
 		if d.GetComment() != "" {
-			fmt.Fprintf(w, ": %s", d.GetComment())
+			fmt.Fprintf(w, ": %s", printable(d.GetComment()))
 		}
 		fmt.Fprintln(w)
 	}

@@ -43,6 +43,9 @@ type Event struct {
 	Time *time.Time
 	// Source is the hook it came through ("": published through the API).
 	Source string
+	// PublishedBy is the principal who published it through the API (""
+	// for a hook's: a provider's), who is behind the runs it starts.
+	PublishedBy string
 }
 
 // Published is what a publish wrote, or found.
@@ -117,7 +120,7 @@ func Publish(ctx context.Context, pool *pgxpool.Pool, tenant uuid.UUID, shards i
 	err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
 		q := store.New(tx)
 		row, err := q.InsertEvent(ctx, store.InsertEventParams{ID: id, TenantID: tenant, Source: e.Source, EventKey: e.ID, Type: e.Type,
-			Data: data, Time: e.Time, Shard: int32(shard.Of(id, shards))})
+			Data: data, Time: e.Time, Shard: int32(shard.Of(id, shards)), PublishedBy: e.PublishedBy})
 		if err == nil {
 			out = Published{ID: row.ID, ReceivedAt: row.ReceivedAt}
 			return nil

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -68,26 +70,43 @@ func (e *DeniedError) Error() string { return e.Field + ": " + e.Message }
 // not be who triggered the run; a principal decides once on an attempt.
 func (s *Service) Decide(ctx context.Context, a job.Actor, d Decision) (*Task, error) {
 	switch {
-	case d.Step == "" || len(d.Step) > 200:
+	case d.Step == "" || len(d.Step) > 200 || !dag.IsText(d.Step):
 		return nil, &dag.FieldError{Field: "step", Message: "name the step that asks for an approval"}
 	case len(d.Comment) > MaxComment:
 		return nil, &dag.FieldError{Field: "comment", Message: fmt.Sprintf("is %d bytes; the limit is %d", len(d.Comment), MaxComment)}
-	case !dag.IsText(d.Comment) || !dag.IsText(d.Step):
-		return nil, &dag.FieldError{Field: "comment", Message: "is not text (a NUL character or invalid UTF-8)"}
+	case !dag.IsText(d.Comment) || strings.IndexFunc(d.Comment, unicode.IsControl) >= 0:
+		return nil, &dag.FieldError{Field: "comment", Message: "is not one line of text (a control character, a NUL or invalid UTF-8)"}
 	}
-	err := store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
-		q := store.New(tx)
-		r, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: d.Run})
-		if store.IsNotFound(err) {
-			return fmt.Errorf("%w: %s", ErrNotFound, d.Run)
-		}
-		if err != nil {
+	// Who may decide is the run's approval's (its job version, pinned, and
+	// who triggered the run do not change): asked before the run's lock,
+	// so that a caller who may not decide takes no lock.
+	r, err := store.New(s.pool).GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: d.Run})
+	if store.IsNotFound(err) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, d.Run)
+	}
+	if err != nil {
+		return nil, err
+	}
+	spec, err := specs.get(ctx, s.pool, r.JobID, r.JobVersion)
+	if err != nil {
+		return nil, err
+	}
+	i := spec.stepIndex(d.Step)
+	switch {
+	case i < 0:
+		return nil, fmt.Errorf("%w: the run has no step %.100q", ErrNoStep, d.Step)
+	case spec.Steps[i].Approval == nil:
+		return nil, fmt.Errorf("%w: step %q does not ask for one", ErrNotAwaitingApproval, d.Step)
+	}
+	ask := spec.Steps[i].Approval
+	if err := mayDecide(a, r, ask); err != nil {
+		return nil, err
+	}
+	err = store.InRawTx(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := store.New(tx).LockRun(ctx, d.Run); err != nil {
 			return err
 		}
-		if _, err := q.LockRun(ctx, d.Run); err != nil {
-			return err
-		}
-		return s.applier().in(tx).decide(ctx, a, r, d)
+		return s.applier().in(tx).decide(ctx, a, r, ask, d)
 	})
 	if err != nil {
 		return nil, err
@@ -104,8 +123,10 @@ func (s *Service) Decide(ctx context.Context, a job.Actor, d Decision) (*Task, e
 	return nil, fmt.Errorf("%w: the run has no step %.100q", ErrNoStep, d.Step)
 }
 
-// decide is Decide in its transaction, the run r locked.
-func (ap *applying) decide(ctx context.Context, a job.Actor, r store.GetRunRow, d Decision) error {
+// decide is Decide in its transaction, the run r locked, a allowed to
+// decide on the approval ask: the step must be parked on it now, its
+// timeout not passed.
+func (ap *applying) decide(ctx context.Context, a job.Actor, r store.GetRunRow, ask *dag.Approval, d Decision) error {
 	p, err := ap.q.ParkedStep(ctx, store.ParkedStepParams{RunID: d.Run, Step: d.Step})
 	if store.IsNotFound(err) {
 		return fmt.Errorf("%w: the run has no step %.100q", ErrNoStep, d.Step)
@@ -113,20 +134,15 @@ func (ap *applying) decide(ctx context.Context, a job.Actor, r store.GetRunRow, 
 	if err != nil {
 		return err
 	}
-	spec, err := specs.get(ctx, ap.tx, p.JobID, p.JobVersion)
-	if err != nil {
-		return err
-	}
-	i := spec.stepIndex(d.Step)
-	if i < 0 || spec.Steps[i].Approval == nil {
-		return fmt.Errorf("%w: step %q does not ask for one", ErrNotAwaitingApproval, d.Step)
-	}
 	if p.Kind == nil || *p.Kind != "approval" {
 		return fmt.Errorf("%w: step %q is %s", ErrNotAwaitingApproval, d.Step, p.Status)
 	}
-	ask := spec.Steps[i].Approval
-	if err := mayDecide(a, r, ask, p.TriggeredBy); err != nil {
+	now, err := ap.q.DatabaseNow(ctx)
+	if err != nil {
 		return err
+	}
+	if p.WakeAt != nil && !p.WakeAt.After(now) { // (its timeout's end is on its way)
+		return fmt.Errorf("%w: its timeout passed at %s", ErrNotAwaitingApproval, p.WakeAt.UTC().Format(time.RFC3339))
 	}
 	decision := decisionReject
 	if d.Approve {
@@ -165,18 +181,22 @@ func (ap *applying) decide(ctx context.Context, a job.Actor, r store.GetRunRow, 
 	return ap.endParked(ctx, []Report{{TaskID: p.TaskID, RunID: d.Run, FencingToken: p.FencingToken, Result: res}})
 }
 
-// mayDecide says why a may not decide on the approval ask of run r
-// (triggered by triggeredBy), or nil.
-func mayDecide(a job.Actor, r store.GetRunRow, ask *dag.Approval, triggeredBy *string) error {
+// mayDecide says why a may not decide on the approval ask of run r, or
+// nil: a names a principal, holds the approval's role on the run's job,
+// is among its principals when it names any, and, when it is separate,
+// is not who is behind the run (r.TriggeredBy: who triggered it, or its
+// tree's root, started its backfill or published its event).
+func mayDecide(a job.Actor, r store.GetRunRow, ask *dag.Approval) error {
 	role := ask.DecidedBy()
-	if a.Holds != nil && !a.Holds(r.Namespace, r.JobName, role) {
+	switch {
+	case a.Principal == "":
+		return &DeniedError{"approval", "the caller names no principal"}
+	case a.Holds != nil && !a.Holds(r.Namespace, r.JobName, role):
 		return &DeniedError{"approval.role", fmt.Sprintf("deciding needs the role %s on job %s/%s; %s does not hold it", role, r.Namespace, r.JobName, a.Principal)}
-	}
-	if len(ask.Principals) > 0 && !slices.Contains(ask.Principals, a.Principal) {
+	case len(ask.Principals) > 0 && !slices.Contains(ask.Principals, a.Principal):
 		return &DeniedError{"approval.principals", fmt.Sprintf("%s is not among the principals who may decide", a.Principal)}
-	}
-	if ask.Separate && triggeredBy != nil && *triggeredBy == a.Principal {
-		return &DeniedError{"approval.separate", fmt.Sprintf("%s triggered this run and may not decide on it", a.Principal)}
+	case ask.Separate && r.TriggeredBy == a.Principal:
+		return &DeniedError{"approval.separate", fmt.Sprintf("%s is behind this run (triggered it, or the run it came from, or its backfill or event) and may not decide on it", a.Principal)}
 	}
 	return nil
 }

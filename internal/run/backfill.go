@@ -172,7 +172,7 @@ func (s *Service) Backfill(ctx context.Context, a job.Actor, ref job.Ref, o Back
 		}
 		written, err := q.InsertBackfill(ctx, store.InsertBackfillParams{ID: uuid.Must(uuid.NewV7()), TenantID: row.TenantID, JobID: row.ID,
 			Shard: row.Shard, FromAt: o.From, ToAt: o.To, Redo: o.Redo, MaxConcurrent: int32(o.MaxConcurrent), NewestFirst: o.NewestFirst,
-			Total: int32(total), CreatedBy: a.Name})
+			Total: int32(total), CreatedBy: a.Name, CreatedPrincipal: a.Principal})
 		if err != nil {
 			return err
 		}

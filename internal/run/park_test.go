@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -175,5 +176,45 @@ func TestAnEventMeetsAWaitParkedMeanwhileSerializable(t *testing.T) {
 		t.Log("the park was retried, stamped after the event")
 	default:
 		t.Fatalf("the event ended %d waits; the wait is %s, parked at %v, the event received at %s", n, status, parkedAt, received)
+	}
+}
+
+// A decision after an approval's timeout is refused, though the timers
+// step has not ended it yet (no scheduler runs here); so is a comment
+// that is not one line of text, and a caller that names no principal.
+func TestADecisionAfterTheTimeoutIsRefused(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	jobs, _ := job.New(ctx, pool, nil)
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "ask"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{{Name: "ok", Approval: &dag.Approval{Timeout: dag.D(time.Second)}}}}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := dispatch.New()
+	runs := run.NewService(pool, jobs, d)
+	r, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "ask"}, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decide := func(a job.Actor, comment string) error {
+		_, err := runs.Decide(ctx, a, run.Decision{Run: r.ID, Step: "ok", Approve: true, Comment: comment})
+		return err
+	}
+	var fe *dag.FieldError
+	if err := decide(job.Anonymous, "fine\x1b[2J"); !errors.As(err, &fe) || fe.Field != "comment" {
+		t.Errorf("a comment with a terminal escape: %v", err)
+	}
+	var denied *run.DeniedError
+	if err := decide(job.Actor{Tenant: job.DefaultTenant, Name: "system"}, ""); !errors.As(err, &denied) {
+		t.Errorf("a caller without a principal: %v", err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if err := decide(job.Anonymous, ""); !errors.Is(err, run.ErrNotAwaitingApproval) || !strings.Contains(err.Error(), "its timeout passed") {
+		t.Errorf("a decision after the timeout: %v", err)
+	}
+	if n := enginetest.Int(t, pool, "SELECT count(*) FROM step_decisions"); n != 0 {
+		t.Errorf("refused decisions wrote %d rows", n)
 	}
 }

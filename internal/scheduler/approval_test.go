@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/enginetest"
+	"github.com/orrery-dev/orrery/internal/event"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/node"
 	"github.com/orrery-dev/orrery/internal/pgtest"
@@ -57,7 +58,14 @@ func TestApprovalStepsAreDecided(t *testing.T) {
 		}})
 	createJob(t, pool, "lapse-fails", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
 		Steps: []dag.Step{{Name: "ok", Approval: &dag.Approval{Timeout: dag.D(time.Second)}}}})
-	_, _, runs := services(t, pool)
+	// Who is behind a run is who published its event, or who triggered
+	// its tree's root.
+	separate := []dag.Step{{Name: "ok", Approval: &dag.Approval{Separate: true, Timeout: dag.D(time.Hour)}}}
+	createJob(t, pool, "on-refund", dag.JobSpec{Schedule: schedule.Spec{Event: &schedule.Event{Type: "refund.asked"}}, Overlap: dag.OverlapAllow, Steps: separate})
+	createJob(t, pool, "inner", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow, Steps: separate})
+	createJob(t, pool, "outer", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{{Name: "call", Run: dag.Executor{Job: &dag.JobCall{Name: "inner"}}}}})
+	jobs, _, runs := services(t, pool)
 	ann, bob, cat, dan, rex := person("ann", "editor"), person("bob", "editor"), person("cat", "admin"), person("dan", "admin"), person("rex", "reader")
 	trigger := func(a job.Actor, name string, params map[string]string) uuid.UUID {
 		t.Helper()
@@ -177,6 +185,27 @@ func TestApprovalStepsAreDecided(t *testing.T) {
 		t.Fatal(err)
 	}
 	enginetest.WaitFor(t, 30*time.Second, "dan's approval ends the run", func() bool { return runStatus(t, pool, r3) == "succeeded" })
+
+	// An event ann published, a child run of a run ann triggered: ann is
+	// behind them, and may not decide on them; bob may.
+	if _, err := event.Publish(ctx, pool, job.DefaultTenant, jobs.Shards(), event.Event{Type: "refund.asked", ID: "r-1", PublishedBy: "ann"}); err != nil {
+		t.Fatal(err)
+	}
+	outer := trigger(ann, "outer", nil)
+	for _, name := range []string{"on-refund", "inner"} {
+		var id uuid.UUID
+		enginetest.WaitFor(t, 30*time.Second, name+" asks", func() bool {
+			return pool.QueryRow(ctx, `SELECT p.run_id FROM parked_steps AS p JOIN runs AS r ON r.id = p.run_id JOIN jobs AS j ON j.id = r.job_id
+				WHERE j.name = $1 AND p.kind = 'approval'`, name).Scan(&id) == nil
+		})
+		if _, err := decide(ann, id, "ok", true, ""); !denied(err, "approval.separate") {
+			t.Errorf("ann approved the run of %s she is behind: %v", name, err)
+		}
+		if _, err := decide(bob, id, "ok", true, ""); err != nil {
+			t.Errorf("bob's approval of %s: %v", name, err)
+		}
+	}
+	enginetest.WaitFor(t, 30*time.Second, "the outer run ends with its child", func() bool { return runStatus(t, pool, outer) == "succeeded" })
 
 	// Its timeout skips it, and its all_success child; an all_done child runs.
 	r4 := trigger(ann, "lapse", nil)

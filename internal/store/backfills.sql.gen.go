@@ -46,7 +46,7 @@ func (q *Queries) AdvanceBackfill(ctx context.Context, arg AdvanceBackfillParams
 const cancelBackfill = `-- name: CancelBackfill :one
 UPDATE backfills SET status = 'cancelled', reason = $1, finished_at = now()
 WHERE tenant_id = $2 AND job_id = $3 AND id = $4 AND status = 'running'
-RETURNING id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, cursor_at, total, created, existing, retried, status, reason, created_at, created_by, finished_at
+RETURNING id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, cursor_at, total, created, existing, retried, status, reason, created_at, created_by, finished_at, created_principal
 `
 
 type CancelBackfillParams struct {
@@ -87,6 +87,7 @@ func (q *Queries) CancelBackfill(ctx context.Context, arg CancelBackfillParams) 
 		&i.CreatedAt,
 		&i.CreatedBy,
 		&i.FinishedAt,
+		&i.CreatedPrincipal,
 	)
 	return i, err
 }
@@ -157,23 +158,24 @@ func (q *Queries) DeleteRecords(ctx context.Context, ids []uuid.UUID) ([]DeleteR
 
 const insertBackfill = `-- name: InsertBackfill :one
 
-INSERT INTO backfills (id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, total, status, created_at, created_by)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'running', now(), $11)
-RETURNING id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, cursor_at, total, created, existing, retried, status, reason, created_at, created_by, finished_at
+INSERT INTO backfills (id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, total, status, created_at, created_by, created_principal)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'running', now(), $11, NULLIF($12::text, ''))
+RETURNING id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, cursor_at, total, created, existing, retried, status, reason, created_at, created_by, finished_at, created_principal
 `
 
 type InsertBackfillParams struct {
-	ID            uuid.UUID
-	TenantID      uuid.UUID
-	JobID         uuid.UUID
-	Shard         int32
-	FromAt        time.Time
-	ToAt          time.Time
-	Redo          string
-	MaxConcurrent int32
-	NewestFirst   bool
-	Total         int32
-	CreatedBy     string
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	JobID            uuid.UUID
+	Shard            int32
+	FromAt           time.Time
+	ToAt             time.Time
+	Redo             string
+	MaxConcurrent    int32
+	NewestFirst      bool
+	Total            int32
+	CreatedBy        string
+	CreatedPrincipal string
 }
 
 // Backfills (docs/schedules.md): a range of a job's instants fired as runs
@@ -191,6 +193,7 @@ func (q *Queries) InsertBackfill(ctx context.Context, arg InsertBackfillParams) 
 		arg.NewestFirst,
 		arg.Total,
 		arg.CreatedBy,
+		arg.CreatedPrincipal,
 	)
 	var i Backfill
 	err := row.Scan(
@@ -213,12 +216,13 @@ func (q *Queries) InsertBackfill(ctx context.Context, arg InsertBackfillParams) 
 		&i.CreatedAt,
 		&i.CreatedBy,
 		&i.FinishedAt,
+		&i.CreatedPrincipal,
 	)
 	return i, err
 }
 
 const listBackfills = `-- name: ListBackfills :many
-SELECT id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, cursor_at, total, created, existing, retried, status, reason, created_at, created_by, finished_at FROM backfills WHERE tenant_id = $1 AND job_id = $2
+SELECT id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, cursor_at, total, created, existing, retried, status, reason, created_at, created_by, finished_at, created_principal FROM backfills WHERE tenant_id = $1 AND job_id = $2
   AND (created_at, id) < ($3::timestamptz, $4::uuid)
 ORDER BY created_at DESC, id DESC
 LIMIT $5
@@ -268,6 +272,7 @@ func (q *Queries) ListBackfills(ctx context.Context, arg ListBackfillsParams) ([
 			&i.CreatedAt,
 			&i.CreatedBy,
 			&i.FinishedAt,
+			&i.CreatedPrincipal,
 		); err != nil {
 			return nil, err
 		}
@@ -328,7 +333,7 @@ func (q *Queries) RunningBackfillTenants(ctx context.Context, shards []int32) ([
 }
 
 const runningBackfills = `-- name: RunningBackfills :many
-SELECT b.id, b.tenant_id, b.job_id, b.shard, b.from_at, b.to_at, b.redo, b.max_concurrent, b.newest_first, b.cursor_at, b.total, b.created, b.existing, b.retried, b.status, b.reason, b.created_at, b.created_by, b.finished_at, j.status AS job_status, j.version AS job_version, j.namespace, j.name, j.spec,
+SELECT b.id, b.tenant_id, b.job_id, b.shard, b.from_at, b.to_at, b.redo, b.max_concurrent, b.newest_first, b.cursor_at, b.total, b.created, b.existing, b.retried, b.status, b.reason, b.created_at, b.created_by, b.finished_at, b.created_principal, j.status AS job_status, j.version AS job_version, j.namespace, j.name, j.spec,
        (SELECT count(*) FROM runs AS r WHERE r.job_id = b.job_id AND r.finished_at IS NULL
             AND r.scheduled_for >= b.from_at AND r.scheduled_for <= b.to_at)::int AS active
 FROM backfills AS b JOIN jobs AS j ON j.id = b.job_id
@@ -344,31 +349,32 @@ type RunningBackfillsParams struct {
 }
 
 type RunningBackfillsRow struct {
-	ID            uuid.UUID
-	TenantID      uuid.UUID
-	JobID         uuid.UUID
-	Shard         int32
-	FromAt        time.Time
-	ToAt          time.Time
-	Redo          string
-	MaxConcurrent int32
-	NewestFirst   bool
-	CursorAt      *time.Time
-	Total         int32
-	Created       int32
-	Existing      int32
-	Retried       int32
-	Status        string
-	Reason        string
-	CreatedAt     time.Time
-	CreatedBy     string
-	FinishedAt    *time.Time
-	JobStatus     string
-	JobVersion    int64
-	Namespace     string
-	Name          string
-	Spec          []byte
-	Active        int32
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	JobID            uuid.UUID
+	Shard            int32
+	FromAt           time.Time
+	ToAt             time.Time
+	Redo             string
+	MaxConcurrent    int32
+	NewestFirst      bool
+	CursorAt         *time.Time
+	Total            int32
+	Created          int32
+	Existing         int32
+	Retried          int32
+	Status           string
+	Reason           string
+	CreatedAt        time.Time
+	CreatedBy        string
+	FinishedAt       *time.Time
+	CreatedPrincipal *string
+	JobStatus        string
+	JobVersion       int64
+	Namespace        string
+	Name             string
+	Spec             []byte
+	Active           int32
 }
 
 // RunningBackfills locks the running backfills of the shards, oldest
@@ -405,6 +411,7 @@ func (q *Queries) RunningBackfills(ctx context.Context, arg RunningBackfillsPara
 			&i.CreatedAt,
 			&i.CreatedBy,
 			&i.FinishedAt,
+			&i.CreatedPrincipal,
 			&i.JobStatus,
 			&i.JobVersion,
 			&i.Namespace,

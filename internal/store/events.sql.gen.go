@@ -126,21 +126,22 @@ func (q *Queries) HasPendingEvents(ctx context.Context, shards []int32) (bool, e
 
 const insertEvent = `-- name: InsertEvent :one
 
-INSERT INTO events (id, tenant_id, source, event_key, type, data, time, received_at, shard)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, COALESCE($7::timestamptz, now()), now(), $8)
+INSERT INTO events (id, tenant_id, source, event_key, type, data, time, received_at, shard, published_by)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, COALESCE($7::timestamptz, now()), now(), $8, NULLIF($9::text, ''))
 ON CONFLICT (tenant_id, source, event_key) DO NOTHING
 RETURNING id, time, received_at
 `
 
 type InsertEventParams struct {
-	ID       uuid.UUID
-	TenantID uuid.UUID
-	Source   string
-	EventKey string
-	Type     string
-	Data     []byte
-	Time     *time.Time
-	Shard    int32
+	ID          uuid.UUID
+	TenantID    uuid.UUID
+	Source      string
+	EventKey    string
+	Type        string
+	Data        []byte
+	Time        *time.Time
+	Shard       int32
+	PublishedBy string
 }
 
 type InsertEventRow struct {
@@ -163,6 +164,7 @@ func (q *Queries) InsertEvent(ctx context.Context, arg InsertEventParams) (Inser
 		arg.Data,
 		arg.Time,
 		arg.Shard,
+		arg.PublishedBy,
 	)
 	var i InsertEventRow
 	err := row.Scan(&i.ID, &i.Time, &i.ReceivedAt)
@@ -184,6 +186,8 @@ DELETE FROM events AS e WHERE e.id IN (
     WHERE x.received_at < now() - INTERVAL '1 second' * $1::float8
       AND x.received_at < now() - INTERVAL '1 second' * GREATEST(COALESCE(t.run_retention_seconds, $2::bigint), $3::bigint)::float8
       AND NOT x.pending
+      -- (a run it started still open keeps it: its id stays taken)
+      AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.event_id = x.id AND r.finished_at IS NULL)
     ORDER BY x.received_at LIMIT $4
 )
 `
@@ -199,7 +203,8 @@ type PruneEventsParams struct {
 // received longer ago than their tenant keeps runs (run_retention_seconds,
 // else @default_seconds; never under @floor_seconds): an event is kept as
 // long as the runs it may have started or ended, whose archive holds it
-// (their run.event, their wait's output). @min_seconds, the smallest
+// (their run.event, their wait's output), and never while a run it
+// started is open. @min_seconds, the smallest
 // retention of any tenant, bounds the index scan. Their ids may then be
 // published again.
 func (q *Queries) PruneEvents(ctx context.Context, arg PruneEventsParams) (int64, error) {

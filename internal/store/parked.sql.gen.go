@@ -399,10 +399,8 @@ func (q *Queries) ParkedOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Parke
 
 const parkedStep = `-- name: ParkedStep :one
 
-SELECT t.id AS task_id, t.status, t.fencing_token, t.attempt, r.job_id, r.job_version, r.triggered_by,
-       p.kind, p.wake_at, p.message
+SELECT t.id AS task_id, t.status, t.fencing_token, t.attempt, p.kind, p.wake_at
 FROM tasks AS t
-JOIN runs AS r ON r.id = t.run_id
 LEFT JOIN parked_steps AS p ON p.task_id = t.id AND p.fencing_token = t.fencing_token
 WHERE t.run_id = $1 AND t.step = $2
 `
@@ -417,18 +415,14 @@ type ParkedStepRow struct {
 	Status       lifecycle.TaskStatus
 	FencingToken int64
 	Attempt      int32
-	JobID        uuid.UUID
-	JobVersion   int64
-	TriggeredBy  *string
 	Kind         *string
 	WakeAt       *time.Time
-	Message      *string
 }
 
 // Approvals (docs/parked-steps.md, "approval").
 // ParkedStep reads the task of a run's step (@step: the step's name),
-// with its parked row when it has one under its current fencing token,
-// and who triggered the run. The run is locked by the caller first.
+// with its parked row when it has one under its current fencing token.
+// The run is locked by the caller first.
 func (q *Queries) ParkedStep(ctx context.Context, arg ParkedStepParams) (ParkedStepRow, error) {
 	row := q.db.QueryRow(ctx, parkedStep, arg.RunID, arg.Step)
 	var i ParkedStepRow
@@ -437,12 +431,8 @@ func (q *Queries) ParkedStep(ctx context.Context, arg ParkedStepParams) (ParkedS
 		&i.Status,
 		&i.FencingToken,
 		&i.Attempt,
-		&i.JobID,
-		&i.JobVersion,
-		&i.TriggeredBy,
 		&i.Kind,
 		&i.WakeAt,
-		&i.Message,
 	)
 	return i, err
 }

@@ -2,8 +2,8 @@
 -- with trigger backfill by the scheduler of the job's shard.
 
 -- name: InsertBackfill :one
-INSERT INTO backfills (id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, total, status, created_at, created_by)
-VALUES (@id, @tenant_id, @job_id, @shard, @from_at, @to_at, @redo, @max_concurrent, @newest_first, @total, 'running', now(), @created_by)
+INSERT INTO backfills (id, tenant_id, job_id, shard, from_at, to_at, redo, max_concurrent, newest_first, total, status, created_at, created_by, created_principal)
+VALUES (@id, @tenant_id, @job_id, @shard, @from_at, @to_at, @redo, @max_concurrent, @newest_first, @total, 'running', now(), @created_by, NULLIF(@created_principal::text, ''))
 RETURNING *;
 
 -- RunningBackfillTenants is the scheduler's cheap look before it opens a

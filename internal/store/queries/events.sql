@@ -4,8 +4,8 @@
 -- tenant and source: then nothing (no row returned; EventByKey reads the
 -- first).
 -- name: InsertEvent :one
-INSERT INTO events (id, tenant_id, source, event_key, type, data, time, received_at, shard)
-VALUES (@id, @tenant_id, @source, @event_key, @type, @data::jsonb, COALESCE(sqlc.narg(time)::timestamptz, now()), now(), @shard)
+INSERT INTO events (id, tenant_id, source, event_key, type, data, time, received_at, shard, published_by)
+VALUES (@id, @tenant_id, @source, @event_key, @type, @data::jsonb, COALESCE(sqlc.narg(time)::timestamptz, now()), now(), @shard, NULLIF(@published_by::text, ''))
 ON CONFLICT (tenant_id, source, event_key) DO NOTHING
 RETURNING id, time, received_at;
 
@@ -81,7 +81,8 @@ DELETE FROM job_events WHERE job_id = @job_id;
 -- received longer ago than their tenant keeps runs (run_retention_seconds,
 -- else @default_seconds; never under @floor_seconds): an event is kept as
 -- long as the runs it may have started or ended, whose archive holds it
--- (their run.event, their wait's output). @min_seconds, the smallest
+-- (their run.event, their wait's output), and never while a run it
+-- started is open. @min_seconds, the smallest
 -- retention of any tenant, bounds the index scan. Their ids may then be
 -- published again.
 -- name: PruneEvents :execrows
@@ -90,5 +91,7 @@ DELETE FROM events AS e WHERE e.id IN (
     WHERE x.received_at < now() - INTERVAL '1 second' * @min_seconds::float8
       AND x.received_at < now() - INTERVAL '1 second' * GREATEST(COALESCE(t.run_retention_seconds, @default_seconds::bigint), @floor_seconds::bigint)::float8
       AND NOT x.pending
+      -- (a run it started still open keeps it: its id stays taken)
+      AND NOT EXISTS (SELECT 1 FROM runs AS r WHERE r.event_id = x.id AND r.finished_at IS NULL)
     ORDER BY x.received_at LIMIT @batch
 );

@@ -154,13 +154,11 @@ SELECT task_id, kind, wake_at, event_type, message, fencing_token FROM parked_st
 -- Approvals (docs/parked-steps.md, "approval").
 
 -- ParkedStep reads the task of a run's step (@step: the step's name),
--- with its parked row when it has one under its current fencing token,
--- and who triggered the run. The run is locked by the caller first.
+-- with its parked row when it has one under its current fencing token.
+-- The run is locked by the caller first.
 -- name: ParkedStep :one
-SELECT t.id AS task_id, t.status, t.fencing_token, t.attempt, r.job_id, r.job_version, r.triggered_by,
-       p.kind, p.wake_at, p.message
+SELECT t.id AS task_id, t.status, t.fencing_token, t.attempt, p.kind, p.wake_at
 FROM tasks AS t
-JOIN runs AS r ON r.id = t.run_id
 LEFT JOIN parked_steps AS p ON p.task_id = t.id AND p.fencing_token = t.fencing_token
 WHERE t.run_id = @run_id AND t.step = @step;
 

@@ -119,7 +119,15 @@ WITH u AS (
            NULLIF(u.parent_task_id, '00000000-0000-0000-0000-000000000000'::uuid), u.depth,
            NULLIF(u.root_run_id, '00000000-0000-0000-0000-000000000000'::uuid),
            NULLIF(u.event, '')::jsonb, NULLIF(u.event_id, '00000000-0000-0000-0000-000000000000'::uuid),
-           NULLIF(u.triggered_by, '')
+           -- who is behind it: the trigger's principal, else its tree's
+           -- root run's, its backfill's creator, its event's publisher
+           COALESCE(NULLIF(u.triggered_by, ''),
+                    CASE WHEN u.root_run_id <> '00000000-0000-0000-0000-000000000000'::uuid
+                         THEN (SELECT rr.triggered_by FROM runs AS rr WHERE rr.id = u.root_run_id) END,
+                    CASE WHEN u.backfill_id <> '00000000-0000-0000-0000-000000000000'::uuid
+                         THEN (SELECT b.created_principal FROM backfills AS b WHERE b.id = u.backfill_id) END,
+                    CASE WHEN u.event_id <> '00000000-0000-0000-0000-000000000000'::uuid
+                         THEN (SELECT ev.published_by FROM events AS ev WHERE ev.id = u.event_id) END)
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id

@@ -78,25 +78,26 @@ type AuditLog struct {
 }
 
 type Backfill struct {
-	ID            uuid.UUID
-	TenantID      uuid.UUID
-	JobID         uuid.UUID
-	Shard         int32
-	FromAt        time.Time
-	ToAt          time.Time
-	Redo          string
-	MaxConcurrent int32
-	NewestFirst   bool
-	CursorAt      *time.Time
-	Total         int32
-	Created       int32
-	Existing      int32
-	Retried       int32
-	Status        string
-	Reason        string
-	CreatedAt     time.Time
-	CreatedBy     string
-	FinishedAt    *time.Time
+	ID               uuid.UUID
+	TenantID         uuid.UUID
+	JobID            uuid.UUID
+	Shard            int32
+	FromAt           time.Time
+	ToAt             time.Time
+	Redo             string
+	MaxConcurrent    int32
+	NewestFirst      bool
+	CursorAt         *time.Time
+	Total            int32
+	Created          int32
+	Existing         int32
+	Retried          int32
+	Status           string
+	Reason           string
+	CreatedAt        time.Time
+	CreatedBy        string
+	FinishedAt       *time.Time
+	CreatedPrincipal pgtype.Text
 }
 
 type CallStart struct {
@@ -135,19 +136,20 @@ type DispatchOutbox struct {
 }
 
 type Event struct {
-	ID         uuid.UUID
-	TenantID   uuid.UUID
-	Source     string
-	EventKey   string
-	Type       string
-	Data       []byte
-	Time       time.Time
-	ReceivedAt time.Time
-	Shard      int32
-	Pending    bool
-	Tries      int32
-	RetryAt    *time.Time
-	LastError  string
+	ID          uuid.UUID
+	TenantID    uuid.UUID
+	Source      string
+	EventKey    string
+	Type        string
+	Data        []byte
+	Time        time.Time
+	ReceivedAt  time.Time
+	Shard       int32
+	Pending     bool
+	Tries       int32
+	RetryAt     *time.Time
+	LastError   string
+	PublishedBy pgtype.Text
 }
 
 type EventSource struct {
