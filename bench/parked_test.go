@@ -106,6 +106,7 @@ func parkRuns(b *testing.B, pool *pgxpool.Pool, eng *engine, j *job.Job, n int, 
 	ctx := context.Background()
 	a := &runpkg.Applier{Dispatcher: eng.dispatcher}
 	at := time.Now()
+	defer func() { b.Logf("%d runs parked their root in %s", n, time.Since(at).Round(time.Millisecond)) }()
 	for done := 0; done < n; done += 1000 {
 		batch := make([]runpkg.New, min(1000, n-done))
 		for i := range batch {
