@@ -705,7 +705,7 @@ func midnightStorm(b *testing.B, pool *pgxpool.Pool) {
 // BenchmarkTickCost measures one scheduler pass's database work over every
 // shard (the per-shard earliest-fire probe) and one due-batch query: 64
 // shards with 10,000 and with 1,000,000 job definitions in the table, and
-// 256 shards with 10,000 (the cost per shard, for docs/SCALING.md).
+// 256 shards with 10,000 (the cost per shard, for docs/scaling.md).
 func BenchmarkTickCost(b *testing.B) {
 	for _, v := range []struct{ jobs, shards int }{{10_000, 64}, {10_000, 256}, {1_000_000, 64}} {
 		b.Run(fmt.Sprintf("jobs=%d,shards=%d", v.jobs, v.shards), func(b *testing.B) {

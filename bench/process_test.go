@@ -21,7 +21,7 @@ import (
 // what BenchmarkMidnightStorm reports, and the CPU each part spent per run
 // (serve, the workers, PostgreSQL) over the storm and, before it, while
 // idle (the scheduler's passes over its shards): the figures
-// docs/SCALING.md's model is built from. Its variants check the model's
+// docs/scaling.md's model is built from. Its variants check the model's
 // slope: one worker process instead of two, 256 shards instead of 64.
 func BenchmarkStormProcesses(b *testing.B) {
 	for _, v := range []struct {

@@ -5,6 +5,7 @@ import (
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // grid is a job's history by step: its last runs as columns, oldest on
@@ -32,9 +33,10 @@ type gridCell struct {
 
 // gridMarks: a mark per task status (a run skipped or cancelled before it
 // had tasks has none).
-var gridMarks = map[string]string{
-	"succeeded": "✓", "dead_lettered": "✗", "failed": "✗", "upstream_failed": "↑", "skipped": "–",
-	"cancelled": "⊘", "running": "▶", "expanded": "▶", "retrying": "↻", "queued": "·", "waiting": "·",
+var gridMarks = map[lifecycle.TaskStatus]string{
+	lifecycle.TaskSucceeded: "✓", lifecycle.TaskDeadLettered: "✗", lifecycle.TaskFailed: "✗", lifecycle.TaskUpstreamFailed: "↑",
+	lifecycle.TaskSkipped: "–", lifecycle.TaskCancelled: "⊘", lifecycle.TaskRunning: "▶", lifecycle.TaskExpanded: "▶",
+	lifecycle.TaskRetrying: "↻", lifecycle.TaskQueued: "·", lifecycle.TaskWaiting: "·",
 }
 
 // buildGrid lays out runs (newest first, as ListRuns answers, with their
@@ -69,7 +71,7 @@ func buildGrid(spec dag.JobSpec, runs []*orreryv1.Run) grid {
 		row := gridRow{Step: step, Cells: make([]gridCell, len(g.Runs))}
 		for i, r := range g.Runs {
 			status := statuses[i][step]
-			row.Cells[i] = gridCell{RunID: r.GetId(), Status: status, Mark: gridMarks[status]}
+			row.Cells[i] = gridCell{RunID: r.GetId(), Status: status, Mark: gridMarks[lifecycle.TaskStatus(status)]}
 		}
 		g.Rows = append(g.Rows, row)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // overviewGroup is a set of run statuses the overview's chart stacks as
@@ -23,14 +24,14 @@ import (
 // hatch or dots as well, so that colour is not the only signal).
 type overviewGroup struct {
 	Name, Class string
-	Statuses    []string
+	Statuses    []lifecycle.RunStatus
 }
 
 var overviewGroups = []overviewGroup{
-	{"succeeded", "ok", []string{"succeeded"}},
-	{"in progress", "run", []string{"queued", "pending", "running"}},
-	{"failed", "bad", []string{"failed", "dead_lettered"}},
-	{"skipped or cancelled", "off", []string{"skipped", "cancelled"}},
+	{"succeeded", "ok", []lifecycle.RunStatus{lifecycle.RunSucceeded}},
+	{"in progress", "run", []lifecycle.RunStatus{lifecycle.RunQueued, lifecycle.RunPending, lifecycle.RunRunning}},
+	{"failed", "bad", []lifecycle.RunStatus{lifecycle.RunFailed, lifecycle.RunDeadLettered}},
+	{"skipped or cancelled", "off", []lifecycle.RunStatus{lifecycle.RunSkipped, lifecycle.RunCancelled}},
 }
 
 // overviewBar is an hour of the chart: a segment per group, bottom up.
@@ -108,7 +109,7 @@ func (s *Server) overviewPage(w http.ResponseWriter, r *http.Request, v *view) e
 		for gi, grp := range overviewGroups {
 			var n int32
 			for _, st := range grp.Statuses {
-				n += h.GetByStatus()[st]
+				n += h.GetByStatus()[string(st)]
 			}
 			tots[gi].Runs += n
 			all += n

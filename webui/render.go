@@ -12,6 +12,7 @@ import (
 
 	"github.com/orrery-dev/orrery/api"
 	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 //go:embed templates
@@ -24,7 +25,7 @@ var pageNames = []string{"login", "error", "jobs", "job", "run", "dlq", "cluster
 
 var funcs = template.FuncMap{
 	"gridMark": func(status string) string {
-		if m, ok := gridMarks[status]; ok {
+		if m, ok := gridMarks[lifecycle.TaskStatus(status)]; ok {
 			return m
 		}
 		return "·" // a run pending or queued

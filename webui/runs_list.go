@@ -2,6 +2,7 @@ package webui
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -9,12 +10,17 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
 // runsPage lists the runs the viewer may see across jobs, newest instant
 // first, by status, namespace, job, trigger and a range of instants
 // (RunService.ListRuns, keyset pages), a failed run's first error in its
 // row.
+// filterStatuses are the run statuses the runs list filters by: every
+// status a run shows (a dead-lettered one shows as failed, RunStatus.Ended).
+var filterStatuses = slices.DeleteFunc(slices.Clone(lifecycle.RunStatuses), func(s lifecycle.RunStatus) bool { return s != s.Ended() })
+
 func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, v *view) error {
 	q := r.URL.Query()
 	req := &orreryv1.ListRunsRequest{Status: q.Get("status"), Namespace: q.Get("namespace"), Trigger: q.Get("trigger"),
@@ -50,8 +56,7 @@ func (s *Server) runsPage(w http.ResponseWriter, r *http.Request, v *view) error
 		}
 	}
 	s.render(w, r, v, http.StatusOK, "runs", map[string]any{"Runs": res.Msg.GetRuns(), "Q": q,
-		"Statuses": []string{"queued", "pending", "running", "succeeded", "failed", "skipped", "cancelled"},
-		"Triggers": []string{"schedule", "backfill", "manual", "upstream", "parent", "event"},
-		"Next":     nextPageURL("/runs", q, res.Msg.GetNextPageToken()), "CLI": cli})
+		"Statuses": filterStatuses, "Triggers": lifecycle.Triggers,
+		"Next": nextPageURL("/runs", q, res.Msg.GetNextPageToken()), "CLI": cli})
 	return nil
 }

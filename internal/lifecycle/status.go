@@ -146,6 +146,9 @@ const (
 	TriggerReplay   Trigger = "replay"   // allowed by the schema, not written today
 )
 
+// Triggers are the triggers runs are written with (TriggerReplay is not).
+var Triggers = []Trigger{TriggerSchedule, TriggerBackfill, TriggerManual, TriggerUpstream, TriggerParent, TriggerEvent}
+
 // Scheduled is whether runs of trigger t fire at an instant of the
 // schedule (their lateness is the firing's, not a user's).
 func (t Trigger) Scheduled() bool { return t == TriggerSchedule || t == TriggerBackfill }

@@ -69,6 +69,16 @@ type BackfillOptions struct {
 	AllowLarge    bool
 }
 
+// BackfillStatus is where a backfill is (the CHECK on backfills.status).
+type BackfillStatus string
+
+// Backfill statuses.
+const (
+	BackfillRunning   BackfillStatus = "running"   // it writes its runs, a batch at a time
+	BackfillDone      BackfillStatus = "done"      // every instant of its window was written (or redone)
+	BackfillCancelled BackfillStatus = "cancelled" // cancelled, or its job deleted
+)
+
 // Backfill is a backfill as the API shows it.
 type Backfill struct {
 	store.Backfill
@@ -134,7 +144,7 @@ func (s *Service) Backfill(ctx context.Context, a job.Actor, ref job.Ref, o Back
 	}
 	b := &Backfill{Namespace: j.Namespace, JobName: j.Name, DryRunOnly: o.DryRun}
 	b.Backfill = store.Backfill{TenantID: j.Tenant, JobID: j.ID, Shard: int32(j.Shard), FromAt: o.From, ToAt: o.To, Redo: o.Redo,
-		MaxConcurrent: int32(o.MaxConcurrent), NewestFirst: o.NewestFirst, Total: int32(len(all)), Status: "running", CreatedBy: a.Name}
+		MaxConcurrent: int32(o.MaxConcurrent), NewestFirst: o.NewestFirst, Total: int32(len(all)), Status: string(BackfillRunning), CreatedBy: a.Name}
 	if o.DryRun {
 		if o.NewestFirst {
 			for i := len(all) - 1; i >= 0 && len(b.Instants) < maxDryRunInstants; i-- {
@@ -281,10 +291,10 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 	// runs' count.
 	started := map[uuid.UUID]int{}
 	for _, r := range rows {
-		adv := store.AdvanceBackfillParams{ID: r.ID, CursorAt: r.CursorAt, Status: "running"}
+		adv := store.AdvanceBackfillParams{ID: r.ID, CursorAt: r.CursorAt, Status: string(BackfillRunning)}
 		switch r.JobStatus {
 		case job.StatusDeleted:
-			adv.Status, adv.Reason = "cancelled", "the job was deleted"
+			adv.Status, adv.Reason = string(BackfillCancelled), "the job was deleted"
 			if err := q.AdvanceBackfill(ctx, adv); err != nil {
 				return 0, err
 			}
@@ -304,7 +314,7 @@ func (a *Applier) AdvanceBackfills(ctx context.Context, tx pgx.Tx, shards []int3
 		}
 		next := nextBackfillInstants(sched, r)
 		if len(next) == 0 {
-			adv.Status = "done"
+			adv.Status = string(BackfillDone)
 			if err := q.AdvanceBackfill(ctx, adv); err != nil {
 				return 0, err
 			}
