@@ -17,10 +17,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/engine/executor"
-	"github.com/orrery-dev/orrery/engine/worker"
 
 	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/gateway"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/run"
 )
@@ -40,7 +40,7 @@ type Services struct {
 	// experiments). Nil refuses every call.
 	Auth Authenticator
 	// Gateway serves WorkerService (remote workers); nil: not served here.
-	Gateway *worker.Gateway
+	Gateway *gateway.Gateway
 	// Secrets resolves the secrets of event sources (their deliveries'
 	// signatures) per tenant and namespace: the process's --secret-env and
 	// --secret-dir grants. Nil: no source's delivery verifies here.

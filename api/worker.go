@@ -17,8 +17,8 @@ import (
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/engine/executor"
-	"github.com/orrery-dev/orrery/engine/worker"
 	"github.com/orrery-dev/orrery/internal/access"
+	"github.com/orrery-dev/orrery/internal/gateway"
 	"github.com/orrery-dev/orrery/internal/run"
 )
 
@@ -42,7 +42,7 @@ const (
 // workerServer implements orrery.v1.WorkerService over a Gateway.
 type workerServer struct {
 	orreryv1connect.UnimplementedWorkerServiceHandler
-	gw     *worker.Gateway
+	gw     *gateway.Gateway
 	log    *slog.Logger
 	claims *keyRate
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/worker"
+	"github.com/orrery-dev/orrery/internal/gateway"
 	"github.com/orrery-dev/orrery/internal/job"
 	runpkg "github.com/orrery-dev/orrery/internal/run"
 )
@@ -64,7 +64,7 @@ func remoteStorm(b *testing.B, remote int) {
 			Run: &dag.Executor{Worker: "noop"}}}
 		r.Normalize()
 		spec = r.Spec
-		gw, err := worker.NewGateway(worker.GatewayConfig{StatePool: pool, Logger: eng.log})
+		gw, err := gateway.New(gateway.Config{StatePool: pool, Logger: eng.log})
 		if err != nil {
 			b.Fatal(err)
 		}

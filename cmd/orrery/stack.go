@@ -19,12 +19,13 @@ import (
 	"github.com/orrery-dev/orrery/api"
 	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/engine/executor"
-	"github.com/orrery-dev/orrery/engine/failpoint"
-	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/engine/worker"
 	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/failpoint"
+	"github.com/orrery-dev/orrery/internal/gateway"
 	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/metrics"
 	"github.com/orrery-dev/orrery/internal/node"
 	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -292,7 +293,7 @@ func runStack(ctx context.Context, log *slog.Logger, state *pgxpool.Pool, queueD
 		return err
 	}
 	// Every API node hands remote steps to the remote workers that call it.
-	gw, err := worker.NewGateway(worker.GatewayConfig{StatePool: state, QueueDBs: queueDBs, LeaseTTL: f.leaseTTL,
+	gw, err := gateway.New(gateway.Config{StatePool: state, QueueDBs: queueDBs, LeaseTTL: f.leaseTTL,
 		Logger: log, Failpoints: fp, Metrics: mets})
 	if err != nil {
 		return err

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orrery-dev/orrery/dag/resources"
-	"github.com/orrery-dev/orrery/engine/metrics"
+	"github.com/orrery-dev/orrery/internal/metrics"
 )
 
 // MachineCapacity is what a worker has when it is not told: this

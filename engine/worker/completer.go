@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/internal/store"
@@ -33,7 +32,7 @@ func (w *Worker) finishAttempts(ctx context.Context, reports []run.Report) ([]bo
 // finish is finishAttempts, hitting the failpoint named (if any) when the
 // batch is written, before it commits.
 func (w *Worker) finish(ctx context.Context, reports []run.Report, written string) ([]bool, error) {
-	accepted, err := finishReports(ctx, w.cfg.StatePool, w.applier(), reports, func() {
+	accepted, err := w.applier().FinishInTx(ctx, w.cfg.StatePool, reports, func() {
 		if written != "" {
 			w.cfg.Failpoints.Hit(written)
 		}
@@ -44,23 +43,6 @@ func (w *Worker) finish(ctx context.Context, reports []run.Report, written strin
 			w.dispatcher.Kick(q)
 		}
 	}
-	return accepted, err
-}
-
-// finishReports records a batch of reports in one transaction of its own
-// (run.Applier.Finish); written is called when the batch is written,
-// before it commits. A worker's reports and a gateway's (remote workers')
-// go through it.
-func finishReports(ctx context.Context, pool *pgxpool.Pool, a *run.Applier, reports []run.Report, written func()) ([]bool, error) {
-	var accepted []bool
-	err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
-		var err error
-		if accepted, err = a.Finish(ctx, tx, reports); err != nil {
-			return err
-		}
-		written()
-		return nil
-	})
 	return accepted, err
 }
 

@@ -15,7 +15,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,12 +41,13 @@ import (
 
 	"github.com/orrery-dev/orrery/dag/resources"
 	"github.com/orrery-dev/orrery/engine/executor"
-	"github.com/orrery-dev/orrery/engine/failpoint"
-	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/internal/batch"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/failpoint"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/metrics"
 	"github.com/orrery-dev/orrery/internal/notify"
+	"github.com/orrery-dev/orrery/internal/riverproc"
 	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/internal/store"
 	"github.com/orrery-dev/orrery/internal/tracing"
@@ -311,7 +311,7 @@ type Worker struct {
 	gate       *gate // what the attempts running here ask for, within Config.Capacity
 	dispatcher *dispatch.Dispatcher
 	river      *river.Client[pgx.Tx]
-	riverPool  *pgxpool.Pool // the River client's (readCommitted), closed when Run ends
+	riverPool  *pgxpool.Pool // the River client's (riverproc.ReadCommitted), closed when Run ends
 	deliverer  *notify.Deliverer
 	queueNames []string // cfg.Queues' names, sorted
 
@@ -322,7 +322,7 @@ type Worker struct {
 }
 
 // beatsPerTTL is how many heartbeats one lease TTL holds.
-const beatsPerTTL = 3
+const beatsPerTTL = riverproc.BeatsPerTTL
 
 // errLeaseLost cancels an attempt whose task was cancelled or taken away.
 var errLeaseLost = errors.New("the task was cancelled or its lease was lost")
@@ -371,7 +371,7 @@ func New(cfg Config) (*Worker, error) {
 	for q, n := range cfg.Queues {
 		queues[q] = river.QueueConfig{MaxWorkers: n}
 	}
-	if w.riverPool, err = readCommitted(cfg.queuePool); err != nil {
+	if w.riverPool, err = riverproc.ReadCommitted(cfg.queuePool); err != nil {
 		return nil, fmt.Errorf("worker: river: %w", err)
 	}
 	w.river, err = river.NewClient(riverpgxv5.New(w.riverPool), &river.Config{
@@ -381,7 +381,7 @@ func New(cfg Config) (*Worker, error) {
 		FetchCooldown:     cfg.FetchCooldown,
 		FetchPollInterval: cfg.FetchPollInterval,
 		JobTimeout:        -1, // each attempt has its step's timeout
-		Logger:            slog.New(atLeast{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
+		Logger:            riverproc.RiverLogger(cfg.Logger),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worker: river: %w", err)
@@ -406,7 +406,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.beat(ctx); err != nil {
 		return fmt.Errorf("worker: register: %w", err)
 	}
-	if err := startRiver(ctx, w.river); err != nil {
+	if err := riverproc.StartRiver(ctx, w.river); err != nil {
 		return fmt.Errorf("worker: start river: %w", err)
 	}
 	if len(w.cfg.Tenants) == 0 {
@@ -454,74 +454,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	return err
 }
 
-// readCommitted is a pool on p's database whose sessions run at READ
-// COMMITTED whatever the database's default, for the worker's River client
-// (fetch, completion, maintenance, its notifier), which is written for it.
-// Under SERIALIZABLE, River's fetch fails now and then (40001) and is tried
-// again only at the next poll or insert notification: the wake-up of the
-// job it was fetching for is lost until then. Orrery's own transactions
-// stay on p, at the database's isolation. It holds at most 8 connections
-// (River uses a handful: its notifier one for good); they are opened as
-// River needs them.
-func readCommitted(p *pgxpool.Pool) (*pgxpool.Pool, error) {
-	cfg := p.Config().Copy()
-	if cfg.ConnConfig.RuntimeParams == nil {
-		cfg.ConnConfig.RuntimeParams = map[string]string{}
-	}
-	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "read committed"
-	cfg.MaxConns = min(cfg.MaxConns, 8)
-	cfg.MinConns = 0
-	return pgxpool.NewWithConfig(context.Background(), cfg)
-}
-
-// startRiver starts the River client, again after a serialization
-// failure (SERIALIZABLE databases: River's start writes its queue rows,
-// and workers starting together collide), up to five tries.
-func startRiver(ctx context.Context, c *river.Client[pgx.Tx]) error {
-	for try := 1; ; try++ {
-		err := c.Start(context.WithoutCancel(ctx))
-		var pe *pgconn.PgError
-		if err == nil || !errors.As(err, &pe) || pe.Code != "40001" || try == 5 {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(try) * 20 * time.Millisecond):
-		}
-	}
-}
-
 // beat renews this worker's own lease (registering it the first time).
 func (w *Worker) beat(ctx context.Context) error {
 	enforces := ""
 	if w.cfg.ceilings != nil {
 		enforces = w.cfg.ceilings.Enforces()
 	}
-	return renewLease(ctx, w.cfg.StatePool, w.id, w.cfg.Name, w.cfg.Queues, w.cfg.Tenants, &w.cfg.Capacity, enforces, w.cfg.LeaseTTL)
-}
-
-// renewLease registers a River client of this process in workers (its
-// queues, the tenants it is bound to, its capacity and how it holds
-// command steps to it: "" when it runs none), or renews its lease for
-// ttl: a worker's, or a gateway's.
-func renewLease(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, name string, queues map[string]int, tenants []string, capacity *resources.Vector, enforces string, ttl time.Duration) error {
-	q, err := json.Marshal(queues)
-	if err != nil {
-		return err
-	}
-	t, err := json.Marshal(append([]string{}, tenants...))
-	if err != nil {
-		return err
-	}
-	p := store.HeartbeatWorkerParams{ID: id, Name: name, Queues: q, Tenants: t, TtlSeconds: ttl.Seconds()}
-	p.CapCpu, p.CapMemory, p.CapGpu, p.CapCustom = store.CapacityColumns(capacity)
-	if enforces != "" {
-		p.Enforces = &enforces
-	}
-	return store.Retry(ctx, func() error {
-		return store.New(pool).HeartbeatWorker(ctx, p)
-	})
+	return riverproc.RenewLease(ctx, w.cfg.StatePool, w.id, w.cfg.Name, w.cfg.Queues, w.cfg.Tenants, &w.cfg.Capacity, enforces, w.cfg.LeaseTTL)
 }
 
 // heartbeat renews, every third of the lease TTL, this worker's lease,

@@ -13,6 +13,7 @@ import (
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/engine/worker"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/gateway"
 	"github.com/orrery-dev/orrery/internal/node"
 	"github.com/orrery-dev/orrery/internal/store"
 )
@@ -61,10 +62,10 @@ func StartWorkers(t testing.TB, cfg worker.Config) {
 
 // StartGateway runs a gateway for remote workers (lease TTL 3 s) until t
 // ends.
-func StartGateway(t testing.TB, pool *pgxpool.Pool) *worker.Gateway {
+func StartGateway(t testing.TB, pool *pgxpool.Pool) *gateway.Gateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	g, err := worker.NewGateway(worker.GatewayConfig{StatePool: pool, LeaseTTL: 3 * time.Second})
+	g, err := gateway.New(gateway.Config{StatePool: pool, LeaseTTL: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,10 @@ package run
 import (
 	"github.com/jackc/pgx/v5"
 
-	"github.com/orrery-dev/orrery/engine/failpoint"
-	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/failpoint"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/metrics"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 

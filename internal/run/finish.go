@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/engine/executor"
 	"github.com/orrery-dev/orrery/internal/dispatch"
@@ -82,6 +83,23 @@ func (r Report) leaseLapsed() bool { return r.Expired || r.LeaseLost }
 // ended.
 func (a *Applier) Finish(ctx context.Context, tx pgx.Tx, reports []Report) ([]bool, error) {
 	return a.in(tx).finish(ctx, reports)
+}
+
+// FinishInTx is Finish in a transaction of its own on pool, retried as
+// store.InRawTx retries; written is called when the batch is written,
+// before it commits. A worker's reports and a gateway's (remote
+// workers') go through it.
+func (a *Applier) FinishInTx(ctx context.Context, pool *pgxpool.Pool, reports []Report, written func()) ([]bool, error) {
+	var accepted []bool
+	err := store.InRawTx(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if accepted, err = a.Finish(ctx, tx, reports); err != nil {
+			return err
+		}
+		written()
+		return nil
+	})
+	return accepted, err
 }
 
 // finish is Finish.

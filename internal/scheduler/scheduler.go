@@ -20,10 +20,10 @@ import (
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
-	"github.com/orrery-dev/orrery/engine/failpoint"
-	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/failpoint"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/metrics"
 	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/internal/store"
 	"github.com/orrery-dev/orrery/internal/tracing"

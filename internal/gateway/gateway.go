@@ -1,4 +1,8 @@
-package worker
+// Package gateway hands remote steps to remote workers
+// (docs/remote-workers.md): every API node runs one, serving
+// WorkerService's claims, heartbeats and reports over its River client of
+// the hand-off queue.
+package gateway
 
 import (
 	"context"
@@ -16,19 +20,21 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/orrery-dev/orrery/engine/failpoint"
-	"github.com/orrery-dev/orrery/engine/metrics"
 	"github.com/orrery-dev/orrery/internal/batch"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/failpoint"
+	"github.com/orrery-dev/orrery/internal/metrics"
+	"github.com/orrery-dev/orrery/internal/riverproc"
 	"github.com/orrery-dev/orrery/internal/run"
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
-// GatewayConfig configures a Gateway.
-type GatewayConfig struct {
+// Config configures a Gateway.
+type Config struct {
 	StatePool *pgxpool.Pool
-	// QueueDBs: as Config's. The hand-off queue is in Default's.
-	QueueDBs QueueDBs
+	// QueueDBs: as a worker's (engine/worker.Config). The hand-off
+	// queue is in Default's.
+	QueueDBs dispatch.QueueDBs
 	// Name identifies the gateway's River client in workers; default
 	// gateway-host-pid.
 	Name string
@@ -58,9 +64,9 @@ const (
 	FailpointClaimed = "gateway/claimed"
 )
 
-func (c *GatewayConfig) withDefaults() error {
+func (c *Config) withDefaults() error {
 	if c.StatePool == nil {
-		return errors.New("worker: GatewayConfig.StatePool is required")
+		return errors.New("gateway: Config.StatePool is required")
 	}
 	if c.QueueDBs.Default == nil {
 		c.QueueDBs.Default = c.StatePool
@@ -73,13 +79,13 @@ func (c *GatewayConfig) withDefaults() error {
 		c.LeaseTTL = 15 * time.Second
 	}
 	if c.LeaseTTL < time.Second {
-		return errors.New("worker: GatewayConfig.LeaseTTL must be at least 1s")
+		return errors.New("gateway: Config.LeaseTTL must be at least 1s")
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 100
 	}
 	if c.Concurrency < 0 || c.Concurrency > river.QueueNumWorkersMax {
-		return fmt.Errorf("worker: GatewayConfig.Concurrency %d: want 1 to %d", c.Concurrency, river.QueueNumWorkersMax)
+		return fmt.Errorf("gateway: Config.Concurrency %d: want 1 to %d", c.Concurrency, river.QueueNumWorkersMax)
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 100 * time.Millisecond
@@ -103,7 +109,7 @@ func (c *GatewayConfig) withDefaults() error {
 // holds a lease in workers, as a worker process does, so that what it
 // fetched and had not offered is redelivered if it dies.
 type Gateway struct {
-	cfg        GatewayConfig
+	cfg        Config
 	id         uuid.UUID
 	river      *river.Client[pgx.Tx]
 	riverPool  *pgxpool.Pool
@@ -117,8 +123,8 @@ type Gateway struct {
 	stopping chan struct{}
 }
 
-// NewGateway prepares a gateway; Run starts it.
-func NewGateway(cfg GatewayConfig) (*Gateway, error) {
+// New prepares a gateway; Run starts it.
+func New(cfg Config) (*Gateway, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
@@ -134,8 +140,8 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	if err := river.AddWorkerSafely(workers, &handoffWorker{g: g}); err != nil {
 		return nil, err
 	}
-	if g.riverPool, err = readCommitted(cfg.QueueDBs.Default); err != nil {
-		return nil, fmt.Errorf("worker: gateway river: %w", err)
+	if g.riverPool, err = riverproc.ReadCommitted(cfg.QueueDBs.Default); err != nil {
+		return nil, fmt.Errorf("gateway: river: %w", err)
 	}
 	g.river, err = river.NewClient(riverpgxv5.New(g.riverPool), &river.Config{
 		ID:                g.id.String(), // how the reaper finds what a dead gateway fetched
@@ -144,11 +150,11 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		FetchCooldown:     cfg.FetchCooldown,
 		FetchPollInterval: cfg.FetchPollInterval,
 		JobTimeout:        -1,
-		Logger:            slog.New(atLeast{cfg.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
+		Logger:            riverproc.RiverLogger(cfg.Logger),
 	})
 	if err != nil {
 		g.riverPool.Close()
-		return nil, fmt.Errorf("worker: gateway river: %w", err)
+		return nil, fmt.Errorf("gateway: river: %w", err)
 	}
 	return g, nil
 }
@@ -164,7 +170,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("gateway: register: %w", err)
 	}
-	if err := startRiver(ctx, g.river); err != nil {
+	if err := riverproc.StartRiver(ctx, g.river); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -173,7 +179,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	var background sync.WaitGroup
 	bgCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	background.Go(func() {
-		t := time.NewTicker(g.cfg.LeaseTTL / beatsPerTTL)
+		t := time.NewTicker(g.cfg.LeaseTTL / riverproc.BeatsPerTTL)
 		defer t.Stop()
 		for {
 			select {
@@ -181,7 +187,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 				return
 			case <-t.C:
 			}
-			beatCtx, cancel := context.WithTimeout(bgCtx, g.cfg.LeaseTTL/beatsPerTTL)
+			beatCtx, cancel := context.WithTimeout(bgCtx, g.cfg.LeaseTTL/riverproc.BeatsPerTTL)
 			if err := g.beat(beatCtx); err != nil && bgCtx.Err() == nil {
 				g.cfg.Logger.Error("renew gateway lease", "err", err)
 			}
@@ -221,7 +227,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 
 // beat renews the gateway's lease (registering it the first time).
 func (g *Gateway) beat(ctx context.Context) error {
-	return renewLease(ctx, g.cfg.StatePool, g.id, g.cfg.Name, map[string]int{dispatch.HandoffQueue: g.cfg.Concurrency}, nil, nil, "", g.cfg.LeaseTTL)
+	return riverproc.RenewLease(ctx, g.cfg.StatePool, g.id, g.cfg.Name, map[string]int{dispatch.HandoffQueue: g.cfg.Concurrency}, nil, nil, "", g.cfg.LeaseTTL)
 }
 
 // handoffWorker is the River worker of the hand-off queue.
@@ -280,7 +286,7 @@ func (g *Gateway) Claim(ctx context.Context, w run.RemoteWorker, max int, wait, 
 	// Timers pace the wait; no decision reads this node's clock.
 	done := time.NewTimer(wait)
 	defer done.Stop()
-	renew := time.NewTicker(lease / beatsPerTTL)
+	renew := time.NewTicker(lease / riverproc.BeatsPerTTL)
 	defer renew.Stop()
 	for {
 		next := g.nextOffers()
@@ -378,8 +384,9 @@ func (g *Gateway) Report(ctx context.Context, w run.RemoteWorker, reports []run.
 	return accepted, err
 }
 
-// finish records a batch of remote workers' reports (finishReports).
+// finish records a batch of remote workers' reports
+// (run.Applier.FinishInTx).
 func (g *Gateway) finish(ctx context.Context, reports []run.Report) ([]bool, error) {
 	a := &run.Applier{Dispatcher: g.dispatcher, Metrics: g.cfg.Metrics, Failpoints: g.cfg.Failpoints}
-	return finishReports(ctx, g.cfg.StatePool, a, reports, func() {})
+	return a.FinishInTx(ctx, g.cfg.StatePool, reports, func() {})
 }

@@ -18,7 +18,7 @@ var metricRE = regexp.MustCompile(`orrery_[a-z_]+`)
 func defined(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	for _, f := range []string{"metrics.go", "database.go", filepath.Join("..", "worker", "capacity.go")} {
+	for _, f := range []string{"metrics.go", "database.go", filepath.Join("..", "..", "engine", "worker", "capacity.go")} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
