@@ -7,6 +7,17 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 )
 
+// SkipCause is what passed over an instant or an upstream end that got no
+// run (the metric orrery_instants_skipped_total's label).
+type SkipCause string
+
+// What skips an instant.
+const (
+	SkippedByMisfire  SkipCause = "misfire"  // the job's misfire policy
+	SkippedByOverlap  SkipCause = "overlap"  // its overlap policy
+	SkippedByUpstream SkipCause = "upstream" // a chain of runs started by each other's ends past its bound
+)
+
 // ReasonMisfireSkip is the reason of instants misfire: skip passed over.
 const ReasonMisfireSkip = "misfire: skip"
 

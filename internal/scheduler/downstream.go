@@ -67,7 +67,7 @@ type upstreamEnd struct {
 // missed instant): its overlap policy alone applies. Each end gets one
 // run record: a run, or a skipped run saying why.
 func planStarts(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd, now time.Time, active []activeRun, misfireAfter time.Duration, trigger lifecycle.Trigger) plan {
-	p := plan{Skips: map[string]int{}}
+	p := plan{Skips: map[skipped]int{}}
 	if w := s.CatchupWindow(); w > 0 {
 		misfireAfter = w
 	}
@@ -78,7 +78,7 @@ func planStarts(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd, now
 			onTime = append(onTime, e.At)
 		case e.Depth > MaxUpstreamDepth:
 			why := fmt.Sprintf("upstream: a chain of %d runs started by each other's ends (the limit is %d)", e.Depth, MaxUpstreamDepth)
-			p.recordSkips([]time.Time{e.At}, why, trigger, false)
+			p.recordSkips([]time.Time{e.At}, skipped{lifecycle.SkippedByUpstream, why}, trigger, false)
 		case now.Sub(e.At) > misfireAfter:
 			late = append(late, e.At)
 		default:
@@ -88,7 +88,7 @@ func planStarts(s *schedule.Schedule, spec *dag.JobSpec, ends []upstreamEnd, now
 	var fire []time.Time
 	if len(late) > 0 {
 		m := lifecycle.DecideMisfire(spec.Misfire, spec.MaxBackfill, late, true)
-		p.recordSkips(m.Skip, m.Reason, trigger, false)
+		p.recordSkips(m.Skip, skipped{lifecycle.SkippedByMisfire, m.Reason}, trigger, false)
 		fire = m.Fire
 	}
 	p.overlap(spec, append(fire, onTime...), trigger, active)

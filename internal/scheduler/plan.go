@@ -36,7 +36,14 @@ type plan struct {
 	Cancel []uuid.UUID // active runs that cancel_previous replaces
 	Next   time.Time
 	Done   bool // nothing left to fire
-	Skips  map[string]int
+	Skips  map[skipped]int
+}
+
+// skipped is why instants got no run: what skipped them, and the reason
+// their records give.
+type skipped struct {
+	cause  lifecycle.SkipCause
+	reason string
 }
 
 // planJob decides, for a job whose pending fire time has come, which
@@ -47,7 +54,7 @@ type plan struct {
 // fire and still count as on time, unless the job's schedule has a
 // catchup_window of its own.
 func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, active []activeRun, misfireAfter time.Duration) plan {
-	p := plan{Skips: map[string]int{}}
+	p := plan{Skips: map[skipped]int{}}
 	if w := s.CatchupWindow(); w > 0 {
 		misfireAfter = w
 	}
@@ -74,7 +81,7 @@ func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, ac
 	}
 
 	m := lifecycle.DecideMisfire(spec.Misfire, spec.MaxBackfill, due, late || truncated)
-	p.recordSkips(m.Skip, m.Reason, lifecycle.TriggerSchedule, truncated)
+	p.recordSkips(m.Skip, skipped{lifecycle.SkippedByMisfire, m.Reason}, lifecycle.TriggerSchedule, truncated)
 	p.overlap(spec, m.Fire, m.Trigger, active)
 
 	last := pending
@@ -99,11 +106,12 @@ func planJob(s *schedule.Schedule, spec *dag.JobSpec, pending, now time.Time, ac
 // recordSkips records skipped instants: the latest ones one by one, and the
 // rest as one summary run at the earliest, so that a long outage of a
 // dense schedule neither vanishes from history nor floods it.
-func (p *plan) recordSkips(skip []time.Time, why string, trigger lifecycle.Trigger, truncated bool) {
+func (p *plan) recordSkips(skip []time.Time, by skipped, trigger lifecycle.Trigger, truncated bool) {
 	if len(skip) == 0 {
 		return
 	}
-	p.Skips[why] += len(skip)
+	p.Skips[by] += len(skip)
+	why := by.reason
 	if len(skip) > maxSkipRecord {
 		rest := skip[:len(skip)-maxSkipRecord+1]
 		count := fmt.Sprint(len(rest))
@@ -142,7 +150,7 @@ func (p *plan) overlap(spec *dag.JobSpec, fire []time.Time, trigger lifecycle.Tr
 			}
 		}
 		if d.Status == lifecycle.RunSkipped {
-			p.Skips[d.Reason]++
+			p.Skips[skipped{lifecycle.SkippedByOverlap, d.Reason}]++
 		}
 		p.Runs = append(p.Runs, planned{At: at, Trigger: trigger, Status: d.Status, Reason: d.Reason})
 	}

@@ -80,7 +80,7 @@ func TestPlanLongOutageIsSummarized(t *testing.T) {
 	if !strings.Contains(p.Runs[0].Reason, "3502 instants from 2026-06-01T00:00:00Z") {
 		t.Fatalf("summary: %s", p.Runs[0].Reason)
 	}
-	if p.Skips["misfire: skip"] != 3601 || !p.Next.Equal(at("2026-06-01T01:00:01Z")) {
+	if p.Skips[skipped{lifecycle.SkippedByMisfire, "misfire: skip"}] != 3601 || !p.Next.Equal(at("2026-06-01T01:00:01Z")) {
 		t.Fatalf("skips %v next %s", p.Skips, p.Next)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -250,7 +249,7 @@ type dueJob struct {
 // jobs it took.
 func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Lease, fair bool) (int, error) {
 	var taken int
-	var skips map[string]int
+	var skips map[skipped]int
 	firing := s.cfg.Metrics.FiringBatch()
 	ctx, span := tracing.Tracer().Start(ctx, "orrery.fire", trace.WithAttributes(attribute.Int("orrery.shards", len(leases))))
 	defer span.End()
@@ -315,7 +314,7 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 		var news []run.New
 		var cancel []uuid.UUID
 		adv := store.AdvanceJobsParams{}
-		skips = map[string]int{}
+		skips = map[skipped]int{}
 		lag := map[int32]float64{}
 		for _, j := range jobs {
 			pending := *j.due.NextFireAt
@@ -363,8 +362,8 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 	span.SetAttributes(attribute.Int("orrery.due_jobs", taken))
 	if err == nil {
 		for k, v := range skips {
-			s.cfg.Logger.Info("instants skipped", "reason", k, "count", v)
-			s.cfg.Metrics.InstantsSkipped(skipReason(k), v)
+			s.cfg.Logger.Info("instants skipped", "reason", k.reason, "count", v)
+			s.cfg.Metrics.InstantsSkipped(string(k.cause), v)
 		}
 		firing(taken > 0)
 	}
@@ -419,13 +418,6 @@ func (s *Scheduler) dueJobs(ctx context.Context, q *store.Queries, shards []int3
 		out[i] = store.DueJobsRow(r)
 	}
 	return out, err
-}
-
-// skipReason is a skip's metric label: the policy that skipped it
-// ("misfire", "overlap"), the part of its reason before the colon.
-func skipReason(reason string) string {
-	policy, _, _ := strings.Cut(reason, ":")
-	return policy
 }
 
 // applier writes the runs a firing creates or cancels.
