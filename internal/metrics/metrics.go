@@ -49,7 +49,7 @@ func New() *Metrics {
 		}, []string{"outcome"}),
 		instantsSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orrery_instants_skipped_total",
-			Help: "Scheduled instants that got no run, by reason (misfire, overlap).",
+			Help: "Scheduled instants that got no run, by reason (misfire, overlap, upstream).",
 		}, []string{"reason"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "orrery_attempts_total",
