@@ -39,6 +39,9 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 
 		PauseAfterFailures: int(spec.GetPauseAfterFailures()),
 	}
+	for _, c := range spec.GetConcurrency() {
+		r.Spec.Concurrency = append(r.Spec.Concurrency, dag.ConcurrencyLimit{Key: c.GetKey(), Limit: int(c.GetLimit()), OnLimit: dag.OnLimit(c.GetOnLimit())})
+	}
 	if d := spec.GetDefaults(); d != nil {
 		r.Spec.Defaults = dag.StepDefaults{Queue: d.GetQueue(), Priority: d.GetPriority(), Timeout: durationFromProto(d.GetTimeout()), Retry: retryFromProto(d.GetRetry()),
 			Resources: resourcesFromProto(d.GetResources()), ResourceProfile: d.GetResourceProfile()}
@@ -272,6 +275,9 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 		Payload:     payloadToProto(s.Payload),
 
 		PauseAfterFailures: int32(s.PauseAfterFailures),
+	}
+	for _, c := range s.Concurrency {
+		spec.Concurrency = append(spec.Concurrency, &orreryv1.ConcurrencyLimit{Key: c.Key, Limit: int32(c.Limit), OnLimit: string(c.OnLimit)})
 	}
 	d := s.Defaults
 	if d.Queue != "" || d.Priority != "" || d.Timeout != nil || d.Retry != nil || d.Resources != nil || d.ResourceProfile != "" {

@@ -312,7 +312,7 @@ func runToProto(r run.Run) *orreryv1.Run {
 		Shard: int32(r.Shard), ScheduledTime: timestamppb.New(r.ScheduledFor), Trigger: string(r.Trigger), Status: string(r.Status),
 		Reason: r.Reason, CreateTime: timestamppb.New(r.CreatedAt), StartTime: timeToProto(r.StartedAt), FinishTime: timeToProto(r.FinishedAt),
 		Params: params, Upstream: upstream, FirstError: r.FirstError, Steps: stepsToProto(r.Steps),
-		ParentStep: r.ParentStep, Event: event, TriggeredBy: r.TriggeredBy,
+		ParentStep: r.ParentStep, Event: event, TriggeredBy: r.TriggeredBy, ConcurrencyKeys: r.ConcurrencyKeys,
 	}
 	if r.ParentRun != nil {
 		out.ParentRunId = r.ParentRun.String()

@@ -37,10 +37,12 @@ type JobSpec struct {
 	Misfire     MisfirePolicy `json:"misfire,omitempty" yaml:"misfire,omitempty" jsonschema:"enum=skip,enum=fire_once,enum=backfill,default=fire_once"`
 	MaxBackfill int           `json:"max_backfill,omitempty" yaml:"max_backfill,omitempty"`
 	Overlap     OverlapPolicy `json:"overlap,omitempty" yaml:"overlap,omitempty" jsonschema:"enum=skip,enum=queue,enum=allow,enum=cancel_previous,default=skip"`
-	Defaults    StepDefaults  `json:"defaults,omitzero" yaml:"defaults,omitempty"`
-	Run         *Executor     `json:"run,omitempty" yaml:"run,omitempty"`
-	Payload     Payload       `json:"payload,omitempty" yaml:"payload,omitempty"`
-	Steps       []Step        `json:"steps,omitempty" yaml:"steps,omitempty"`
+	// Concurrency bounds the job's runs by key (docs/flow-control.md).
+	Concurrency []ConcurrencyLimit `json:"concurrency,omitempty" yaml:"concurrency,omitempty"`
+	Defaults    StepDefaults       `json:"defaults,omitzero" yaml:"defaults,omitempty"`
+	Run         *Executor          `json:"run,omitempty" yaml:"run,omitempty"`
+	Payload     Payload            `json:"payload,omitempty" yaml:"payload,omitempty"`
+	Steps       []Step             `json:"steps,omitempty" yaml:"steps,omitempty"`
 	// Params are the inputs of a run, read by expressions as params.NAME
 	// (docs/workflows.md).
 	Params map[string]Param `json:"params,omitempty" yaml:"params,omitempty"`
@@ -372,6 +374,9 @@ func (r *Resource) Normalize() {
 	}
 	if s.Misfire == MisfireBackfill && s.MaxBackfill == 0 {
 		s.MaxBackfill = DefaultBackfill
+	}
+	if s.Overlap == "" && len(s.Concurrency) > 0 {
+		s.Overlap = OverlapAllow // (the keys decide what waits)
 	}
 	if s.Overlap == "" {
 		s.Overlap = OverlapSkip

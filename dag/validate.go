@@ -107,6 +107,7 @@ func Validate(r *Resource) Errors {
 	validateSpec(&es, &r.Spec)
 	validateAfter(&es, r)
 	validateEvent(&es, r)
+	validateConcurrency(&es, &r.Spec)
 	validateNoNUL(&es, r)
 	return es
 }

@@ -215,8 +215,12 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			Payload      json.RawMessage `json:"payload"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&call)
+		took := 50 * time.Millisecond
+		if r.URL.Path == "/slow" { // the keyed job's step: long enough that its runs overlap
+			took = 3 * time.Second
+		}
 		select {
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(took):
 		case <-r.Context().Done():
 		}
 		switch r.URL.Path {
@@ -377,6 +381,16 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 			{Name: "tick", Wait: &dag.Wait{Event: "chaos.tick", Match: "${{ event.data.n >= 0 }}", Timeout: dag.D(time.Hour)}},
 			{Name: "ping", Needs: []string{"tick"}, Run: dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}},
 		}}}, ""); err != nil {
+		t.Fatal(err)
+	}
+	// Concurrency keys through the kills and the pause
+	// (docs/flow-control.md): a job due every 2 s whose runs take 3 s holds
+	// at most 2 runs of its one key at once; the others wait queued.
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "keyed"}, Spec: dag.JobSpec{
+		Schedule:    schedule.Spec{Cron: schedule.Crons("*/2 * * * * *")},
+		Concurrency: []dag.ConcurrencyLimit{{Key: "all", Limit: 2}},
+		Steps:       []dag.Step{{Name: "work", Run: dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL + "/slow"}}}},
+	}}, ""); err != nil {
 		t.Fatal(err)
 	}
 	// A step that asks for an approval fires every 2 s; the deciders
@@ -692,8 +706,12 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		t.Fatalf("%d runs at instants the exclusion removes", n)
 	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id
-		WHERE r.status NOT IN ('pending', 'running', 'succeeded') AND j.name <> 'brittle' AND j.name NOT LIKE 'call%'`); n != 0 {
-		t.Fatalf("%d runs were skipped, cancelled or failed; every one should have run (the callers' and their children's ends are checked apart)", n)
+		WHERE r.status NOT IN ('pending', 'running', 'succeeded') AND j.name <> 'brittle' AND j.name NOT LIKE 'call%'
+		  AND NOT (j.name = 'keyed' AND r.status = 'queued')`); n != 0 {
+		var which string
+		_ = pool.QueryRow(ctx, `SELECT string_agg(DISTINCT j.name || ' ' || r.status || ' (' || r.reason || ')', '; ') FROM runs r JOIN jobs j ON j.id = r.job_id
+			WHERE r.status NOT IN ('pending', 'running', 'succeeded') AND j.name <> 'brittle' AND j.name NOT LIKE 'call%'`).Scan(&which)
+		t.Fatalf("%d runs were skipped, cancelled or failed; every one should have run (the callers' and their children's ends are checked apart; the keyed job's wait queued): %.600s", n, which)
 	}
 	stale := queryInt(t, pool, `SELECT count(*) FROM runs a JOIN runs b
 		ON a.shard = b.shard AND a.shard_epoch < b.shard_epoch AND a.created_at > b.created_at
@@ -866,6 +884,22 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	if n := queryInt(t, pool, `SELECT count(*) FROM events AS e WHERE (SELECT count(*) FROM runs AS r WHERE r.event_id = e.id) <> 1`); n != 0 {
 		t.Fatalf("%d of %d events started no run of on-event or more than one", n, events)
 	}
+	// The keyed job's runs, once all ended: never more than 2 attempts
+	// of its key at once.
+	if _, err := jobs.Pause(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "keyed"}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 90*time.Second, "every keyed run ended", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'keyed' AND r.finished_at IS NULL") == 0
+	})
+	if most := queryInt(t, pool, `WITH a AS (SELECT a.started_at AS s, a.finished_at AS f FROM attempts a JOIN tasks t ON t.id = a.task_id
+		JOIN runs r ON r.id = t.run_id JOIN jobs j ON j.id = r.job_id WHERE j.name = 'keyed')
+		SELECT COALESCE(max((SELECT count(*) FROM a AS b WHERE b.s <= a.s AND b.f > a.s)), 0)::int FROM a`); most > 2 {
+		t.Fatalf("%d attempts of the keyed job's one key at once (limit 2)", most)
+	}
+	keyedRuns := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'keyed'")
+	t.Logf("%d runs of a job with a concurrency key of limit 2: never more than 2 at once through the kills and the pause", keyedRuns)
+
 	// The approvals still parked are approved in-process; each run of
 	// approver then succeeded with one attempt of its approval, decided
 	// once (one decision, one audit row).

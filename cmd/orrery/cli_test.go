@@ -239,7 +239,7 @@ func TestValidateListsEveryProblem(t *testing.T) {
 		t.Fatalf("validate: %d\n%s", code, errOut)
 	}
 	out, _, code := run(t, "validate", "-f", "../../examples")
-	if code != 0 || !strings.Contains(out, "13 job(s) in 13 file(s) are valid") {
+	if code != 0 || !strings.Contains(out, "14 job(s) in 14 file(s) are valid") {
 		t.Fatalf("examples: %d %s", code, out)
 	}
 }

@@ -121,6 +121,9 @@ func newRunsCmd(g *globals) *cobra.Command {
 			if r.GetTriggeredBy() != "" {
 				fmt.Fprintf(w, "  triggered by %s\n", r.GetTriggeredBy())
 			}
+			if k := r.GetConcurrencyKeys(); len(k) > 0 {
+				fmt.Fprintf(w, "  concurrency keys %s\n", printable(strings.Join(k, ", ")))
+			}
 			if e := r.GetEvent().AsMap(); len(e) > 0 {
 				data, _ := json.Marshal(e["data"])
 				from := ""

@@ -663,6 +663,14 @@ spec:
 	}
 	poll(t, 60*time.Second, "follow-up wakes and succeeds", func() bool { return strings.Contains(cli("runs", "get", napRun), "status succeeded") })
 
+	// A job with a concurrency key (examples/customer-sync.yaml): the run
+	// page shows the run's key.
+	syncRun := strings.Fields(cli("jobs", "trigger", "customer-sync", "-n", "shop", "--param", "customer=grace"))[1]
+	do("a keyed run's page", chromedp.Navigate(base+"/runs/"+syncRun), chromedp.WaitVisible(css(`#run-keys`)))
+	if s := text(`#run-keys`); !strings.Contains(s, "concurrency keys customer=grace") {
+		t.Errorf("the keyed run's keys: %q", s)
+	}
+
 	// A step that asks for an approval (examples/refund.yaml): the run
 	// page shows what it asks, and its Approve button, with a comment,
 	// ends it; the step after reads who approved. A second run's Reject

@@ -15,7 +15,7 @@ type Shape struct {
 	Initial, Max time.Duration // the retry backoff's bounds
 	HasChildren  bool          // some step needs this one
 	SingleTask   bool          // the run has one task
-	QueueOverlap bool          // the job's overlap policy is queue
+	HoldsRuns    bool          // the job holds runs back (dag.JobSpec.HoldsRuns)
 	Root         bool          // the step needs none: it starts when its run does
 	Item         bool          // an item of a fan-out: its end is counted in its group
 	// SkipOnTimeout: a parked step whose timeout skips it (on_timeout:
@@ -94,7 +94,7 @@ func FinishAttempt(s Shape, e Ending, jitter func(int64) int64) Finish {
 		f.Task, f.Outcome = TaskDeadLettered, AttemptFailed
 		f.FailDescendants = s.HasChildren
 	}
-	f.MayEndRun, f.PromoteHeld = true, s.QueueOverlap
+	f.MayEndRun, f.PromoteHeld = true, s.HoldsRuns
 	if s.SingleTask {
 		f.Run = RunSucceeded
 		if f.Task == TaskDeadLettered {

@@ -23,7 +23,7 @@ func TestFinishAttempt(t *testing.T) {
 			Finish{Task: TaskSucceeded, Outcome: AttemptSucceeded, MayEndRun: true}},
 		{"success releases children", with(func(s *Shape) { s.HasChildren = true }), Ending{OK: true},
 			Finish{Task: TaskSucceeded, Outcome: AttemptSucceeded, ReleaseChildren: true, MayEndRun: true}},
-		{"success ends a one-task run and starts the held one", with(func(s *Shape) { s.SingleTask, s.QueueOverlap = true, true }), Ending{OK: true},
+		{"success ends a one-task run and starts the held one", with(func(s *Shape) { s.SingleTask, s.HoldsRuns = true, true }), Ending{OK: true},
 			Finish{Task: TaskSucceeded, Outcome: AttemptSucceeded, Run: RunSucceeded, MayEndRun: true, PromoteHeld: true}},
 		{"retryable failure retries after backoff", base, Ending{Retryable: true},
 			Finish{Task: TaskRetrying, Outcome: AttemptFailed, NextAttempt: 2, RetryIn: time.Second}},

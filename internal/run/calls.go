@@ -66,7 +66,7 @@ type pendingCall struct {
 // params refused by the job, the right of its job's author gone, the
 // depth limit) is dead-lettered, naming why.
 func (ap *applying) startCalls(ctx context.Context, cands []candidate) error {
-	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
+	v := verdicts{holdsRuns: map[uuid.UUID]bool{}}
 	byRun, got, err := ap.runsOf(ctx, cands)
 	if err != nil {
 		return err
@@ -99,7 +99,7 @@ func (ap *applying) startCalls(ctx context.Context, cands []candidate) error {
 			return fmt.Errorf("task %s: run %s not found", c.ready.TaskID, c.run)
 		}
 		spec := got[specKey{r.JobID, r.JobVersion}]
-		v.queueOverlap[c.run] = spec.Overlap == dag.OverlapQueue
+		v.holdsRuns[c.run] = spec.HoldsRuns()
 		if ch, ok := children[c.ready.TaskID]; ok {
 			switch lifecycle.RunStatus(ch.Status) {
 			case lifecycle.RunQueued, lifecycle.RunPending, lifecycle.RunRunning:

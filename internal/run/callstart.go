@@ -105,9 +105,9 @@ func (ap *applying) startLive(ctx context.Context, calls []store.TakeCallStartsR
 	if err != nil {
 		return err
 	}
-	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
+	v := verdicts{holdsRuns: map[uuid.UUID]bool{}}
 	for runID, r := range byRun {
-		v.queueOverlap[runID] = got[specKey{r.JobID, r.JobVersion}].Overlap == dag.OverlapQueue
+		v.holdsRuns[runID] = got[specKey{r.JobID, r.JobVersion}].HoldsRuns()
 	}
 	now, err := ap.q.DatabaseNow(ctx)
 	if err != nil {

@@ -19,9 +19,9 @@ import (
 // fail (with why), and the runs whose job queues overlapping runs (for
 // finishRun).
 type verdicts struct {
-	release      []candidate
-	skip, fail   []verdict
-	queueOverlap map[uuid.UUID]bool
+	release    []candidate
+	skip, fail []verdict
+	holdsRuns  map[uuid.UUID]bool
 }
 
 type verdict struct {
@@ -61,7 +61,7 @@ func (ap *applying) runsOf(ctx context.Context, cands []candidate) (map[uuid.UUI
 // conditional), reading their runs and the outputs the conditions read:
 // two queries for the batch.
 func (ap *applying) decideConditions(ctx context.Context, cands []candidate) (verdicts, error) {
-	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
+	v := verdicts{holdsRuns: map[uuid.UUID]bool{}}
 	byRun, got, err := ap.runsOf(ctx, cands)
 	if err != nil {
 		return v, err
@@ -80,7 +80,7 @@ func (ap *applying) decideConditions(ctx context.Context, cands []candidate) (ve
 			return v, fmt.Errorf("task %s: run %s not found", c.ready.TaskID, c.run)
 		}
 		spec := got[specKey{r.JobID, r.JobVersion}]
-		v.queueOverlap[c.run] = spec.Overlap == dag.OverlapQueue
+		v.holdsRuns[c.run] = spec.HoldsRuns()
 		if spec.exprsErr != nil {
 			v.fail = append(v.fail, verdict{c, "when: the job version's expressions do not compile: " + spec.exprsErr.Error()})
 			continue

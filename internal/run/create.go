@@ -83,6 +83,10 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 	}
 	ap := a.in(tx)
 	noParams := fillParams(runs)
+	keys, cancelled, err := ap.decideKeys(ctx, runs)
+	if err != nil {
+		return nil, err
+	}
 	overQuota, err := holdToQuotas(runs, by, rooms)
 	if err != nil {
 		return nil, err
@@ -129,10 +133,20 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 		rp.Events = append(rp.Events, string(r.Event))
 		rp.EventIds = append(rp.EventIds, r.EventID)
 		rp.TriggeredBys = append(rp.TriggeredBys, r.By)
+		ck := ""
+		if keys != nil {
+			ck = keys[i]
+		}
+		rp.ConcurrencyKeys = append(rp.ConcurrencyKeys, ck)
 	}
 	written, err := ap.q.InsertRuns(ctx, rp)
 	if err != nil {
 		return nil, err
+	}
+	if len(cancelled) > 0 { // cancel_running made room for a new run of their keys
+		if _, err := a.Cancel(ctx, tx, cancelled, "concurrency: cancel_running (a newer run of its key)"); err != nil {
+			return nil, err
+		}
 	}
 	ok := make(map[uuid.UUID]bool, len(written))
 	for _, id := range written {
@@ -155,8 +169,8 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 			ids[i] = uuid.Nil
 			continue
 		}
-		if r.Status == lifecycle.RunCancelled { // cancelled by a newer instant of the same pass
-			a.finished(tx, lifecycle.RunCancelled)
+		if r.Status == lifecycle.RunCancelled || r.Status == lifecycle.RunFailed { // cancelled by a newer run; its keys did not evaluate
+			a.finished(tx, r.Status)
 		}
 		if overQuota != nil && overQuota[i] || noParams != nil && noParams[i] {
 			a.finished(tx, lifecycle.RunSkipped)

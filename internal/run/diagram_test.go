@@ -323,6 +323,34 @@ func TestDiagram(t *testing.T) {
 	taskIs(napCancelled.ID, "nap", "running")
 	cancel(napCancelled.ID)
 	runIs(napCancelled.ID, "cancelled")
+	// Concurrency keys: a run queued at its key's limit starts when the
+	// first ends; a key that does not evaluate fails the run as it is
+	// written.
+	keyedSpec := dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Overlap: dag.OverlapAllow,
+		Params:      map[string]dag.Param{"k": {Type: "string", Default: dag.Payload(`"one"`)}},
+		Concurrency: []dag.ConcurrencyLimit{{Key: "${{ params.k }}", Limit: 1}},
+		Steps:       []dag.Step{{Name: "a", Run: dag.Executor{Handler: "diagram"}, Payload: dag.Payload(`{"do": "block", "key": "keyed"}`)}}}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "keyed"}, Spec: keyedSpec}, ""); err != nil {
+		t.Fatal(err)
+	}
+	keyedRun := func(k string) *run.Run {
+		t.Helper()
+		r, err := runs.TriggerWith(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "keyed"}, run.TriggerOptions{ParamTexts: map[string]string{"k": k}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	k1, k2 := keyedRun("one"), keyedRun("one")
+	if k2.Status != lifecycle.RunQueued {
+		t.Errorf("the second run of key one is %s", k2.Status)
+	}
+	if bad := keyedRun(strings.Repeat("x", 300)); bad.Status != lifecycle.RunFailed {
+		t.Errorf("a run whose key does not evaluate is %s", bad.Status)
+	}
+	close(gate("keyed"))
+	runIs(k1.ID, "succeeded")
+	runIs(k2.ID, "succeeded")
 	// An approval nobody decides, skipped at its timeout, with its child.
 	create("lapse", dag.OverlapAllow, step{name: "ask", lapse: time.Second}, step{name: "after", do: "ok", needs: []string{"ask"}})
 	runIs(trigger("lapse").ID, "succeeded")

@@ -44,7 +44,7 @@ const ReasonEmptyList = "skipped: for_each: the list is empty"
 // be evaluated (or passes MaxItems) dead-letters its group and an empty
 // one skips it; what that ends settles as release's verdicts do.
 func (ap *applying) expand(ctx context.Context, groups []candidate) error {
-	v := verdicts{queueOverlap: map[uuid.UUID]bool{}}
+	v := verdicts{holdsRuns: map[uuid.UUID]bool{}}
 	byRun, got, err := ap.runsOf(ctx, groups)
 	if err != nil {
 		return err
@@ -57,7 +57,7 @@ func (ap *applying) expand(ctx context.Context, groups []candidate) error {
 			return fmt.Errorf("task %s: run %s not found", c.ready.TaskID, c.run)
 		}
 		spec := got[specKey{r.JobID, r.JobVersion}]
-		v.queueOverlap[c.run] = spec.Overlap == dag.OverlapQueue
+		v.holdsRuns[c.run] = spec.HoldsRuns()
 		idx := spec.stepIndex(c.step)
 		x := spec.exprs.Step(c.step)
 		switch {
@@ -352,5 +352,5 @@ func (ap *applying) groupEnded(ctx context.Context, g store.CountItemEndsRow) er
 	if err != nil {
 		return err
 	}
-	return ap.finishRun(ctx, g.RunID, spec.Overlap == dag.OverlapQueue)
+	return ap.finishRun(ctx, g.RunID, spec.HoldsRuns())
 }

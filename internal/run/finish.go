@@ -418,7 +418,7 @@ func (ap *applying) completeAttempts(ctx context.Context, reports []Report, fini
 
 // finishRun finishes the run when none of its tasks is left to run, and
 // then starts the job's run that overlap: queue held back.
-func (ap *applying) finishRun(ctx context.Context, runID uuid.UUID, queueOverlap bool) error {
+func (ap *applying) finishRun(ctx context.Context, runID uuid.UUID, holdsRuns bool) error {
 	row, err := store.New(ap.tx).FinishRunIfDone(ctx, runID)
 	if store.IsNotFound(err) {
 		return nil // tasks remain, or the run finished already (cancelled)
@@ -427,7 +427,7 @@ func (ap *applying) finishRun(ctx context.Context, runID uuid.UUID, queueOverlap
 		return err
 	}
 	ap.finished(ap.tx, lifecycle.RunStatus(row.Status))
-	if !queueOverlap {
+	if !holdsRuns {
 		return nil
 	}
 	return ap.promoteQueued(ctx, row.JobID)

@@ -10,13 +10,18 @@ import (
 	"github.com/orrery-dev/orrery/internal/store"
 )
 
-// Runs held back by overlap: queue start when their job's active run ends.
+// Runs held back by overlap: queue start when their job's active run ends;
+// runs held for their concurrency keys, when a run of their key ends
+// (promoteKeyed).
 
 // promoteQueued starts the job's run that overlap: queue held back. A
 // firing transaction that saw the finishing run as active may be holding
 // one back at this very moment, not yet visible here (READ COMMITTED);
 // PromoteStranded, run by the reaper, starts such a run.
 func (ap *applying) promoteQueued(ctx context.Context, jobID uuid.UUID) error {
+	if keyed, err := ap.promoteKeyed(ctx, jobID); keyed || err != nil {
+		return err // runs held for their concurrency keys start by their keys
+	}
 	next, err := ap.q.PromoteQueuedRun(ctx, jobID)
 	if store.IsNotFound(err) {
 		return nil
@@ -24,15 +29,26 @@ func (ap *applying) promoteQueued(ctx context.Context, jobID uuid.UUID) error {
 	if err != nil {
 		return err
 	}
-	roots, err := ap.q.RootTasks(ctx, next)
-	if err != nil {
-		return err
+	return ap.releaseRoots(ctx, next)
+}
+
+// releaseRoots releases the root tasks of runs that start (promoted from
+// queued).
+func (ap *applying) releaseRoots(ctx context.Context, runs ...uuid.UUID) error {
+	for _, id := range runs {
+		roots, err := ap.q.RootTasks(ctx, id)
+		if err != nil {
+			return err
+		}
+		cands := make([]candidate, len(roots))
+		for i, t := range roots {
+			cands[i] = candidate{dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0), t.RunID, t.Step, t.Conditional, t.FanOut, t.JobStep}
+		}
+		if err := ap.release(ctx, cands); err != nil {
+			return err
+		}
 	}
-	cands := make([]candidate, len(roots))
-	for i, t := range roots {
-		cands[i] = candidate{dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0), t.RunID, t.Step, t.Conditional, t.FanOut, t.JobStep}
-	}
-	return ap.release(ctx, cands)
+	return nil
 }
 
 // PromoteStranded starts, for up to batch jobs, the run that overlap: queue

@@ -153,7 +153,7 @@ func (ap *applying) settle(ctx context.Context, v verdicts) error {
 		}
 	}
 	for runID := range ended {
-		if err := ap.finishRun(ctx, runID, v.queueOverlap[runID]); err != nil {
+		if err := ap.finishRun(ctx, runID, v.holdsRuns[runID]); err != nil {
 			return err
 		}
 	}

@@ -76,6 +76,9 @@ type Run struct {
 	parentJob  [2]string  // the parent run's namespace and job, to check a reader's scope
 	// TriggeredBy is, for a run triggered by hand (Get), who did.
 	TriggeredBy string `json:"triggered_by,omitempty"`
+	// ConcurrencyKeys are, for a run of a job with concurrency keys
+	// (Get), their values, in the order of spec.concurrency.
+	ConcurrencyKeys []string `json:"concurrency_keys,omitempty"`
 }
 
 // Detail is a run with its tasks and their attempts.
@@ -166,6 +169,9 @@ func fromGetRow(r store.GetRunRow) Run {
 	}
 	out.ParentRun, out.ParentStep, out.parentJob = r.ParentRunID, r.ParentStep, [2]string{r.ParentNamespace, r.ParentJob}
 	out.TriggeredBy = r.TriggeredBy
+	for _, k := range r.ConcurrencyKeys {
+		out.ConcurrencyKeys = append(out.ConcurrencyKeys, valueOf(k))
+	}
 	return out
 }
 
@@ -604,10 +610,12 @@ func (s *Service) TriggerWith(ctx context.Context, a job.Actor, ref job.Ref, o T
 			}
 		}
 		ref := JobRef{ID: row.ID, Tenant: row.TenantID, Version: row.Version, Shard: int(row.Shard), Spec: &spec}
-		ids, err := s.applier().Insert(ctx, tx, []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason, Params: params, By: a.Principal}}, nil, rooms.Clone())
+		news := []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason, Params: params, By: a.Principal}}
+		ids, err := s.applier().Insert(ctx, tx, news, nil, rooms.Clone())
 		if err != nil {
 			return err
 		}
+		status, reason = news[0].Status, news[0].Reason // (its concurrency keys may hold it back)
 		if ids[0] == uuid.Nil {
 			return errors.New("a run for this instant exists already; trigger again")
 		}

@@ -21,10 +21,12 @@ var specs = specCache{m: map[specKey]*parsedSpec{}}
 // parsedSpec is a job version's spec with what finishing attempts asks of it.
 type parsedSpec struct {
 	*dag.JobSpec
-	hasChildren map[string]bool    // steps that some step needs
-	exprs       *dag.Exprs         // the steps' expressions, compiled
-	exprsErr    error              // why they do not compile (a spec older than a change of the language)
-	jittered    *schedule.Schedule // the schedule, when it has a jitter (nil: runs fire at their instants)
+	hasChildren map[string]bool      // steps that some step needs
+	exprs       *dag.Exprs           // the steps' expressions, compiled
+	exprsErr    error                // why they do not compile (a spec older than a change of the language)
+	jittered    *schedule.Schedule   // the schedule, when it has a jitter (nil: runs fire at their instants)
+	keys        *dag.ConcurrencyKeys // its concurrency keys, compiled (nil: none)
+	keysErr     error                // why they do not compile
 }
 
 // stepIndex is the index in Steps of a task's step (an item's, STEP[i],
@@ -103,6 +105,11 @@ func (c *specCache) getMany(ctx context.Context, db store.DBTX, keys []specKey) 
 			}
 		}
 		s.exprs, s.exprsErr = compileExprs(s.JobSpec)
+		if k, es := dag.CompileConcurrencyKeys(s.JobSpec); len(es) > 0 {
+			s.keysErr = es
+		} else {
+			s.keys = k
+		}
 		if sched, err := schedule.Parse(s.Schedule); err == nil && sched.Jitter() > 0 {
 			s.jittered = sched
 		}

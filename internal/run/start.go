@@ -61,7 +61,7 @@ func shapeOf(spec *parsedSpec, task string, attempt int) (Shape, bool) {
 	st, set := spec.Steps[i], spec.Effective(i)
 	_, _, item := dag.StepOfItem(task)
 	return Shape{Attempt: attempt, MaxAttempts: set.MaxAttempts, Initial: set.Initial, Max: set.Max,
-		SingleTask: len(spec.Steps) == 1 && st.ForEach == "", QueueOverlap: spec.Overlap == dag.OverlapQueue,
+		SingleTask: len(spec.Steps) == 1 && st.ForEach == "", HoldsRuns: spec.HoldsRuns(),
 		HasChildren: spec.hasChildren[st.Name] && !item, Root: len(st.Needs) == 0 && !item, Item: item,
 		SkipOnTimeout: st.ParkTimeout() == dag.TimeoutSkips}, true
 }

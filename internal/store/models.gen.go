@@ -359,32 +359,33 @@ type ResourceProfile struct {
 }
 
 type Run struct {
-	ID           uuid.UUID
-	TenantID     uuid.UUID
-	JobID        uuid.UUID
-	JobVersion   int64
-	Shard        int32
-	NodeID       *uuid.UUID
-	ShardEpoch   pgtype.Int8
-	ScheduledFor time.Time
-	Trigger      lifecycle.Trigger
-	Status       lifecycle.RunStatus
-	Reason       string
-	CreatedAt    time.Time
-	StartedAt    *time.Time
-	FinishedAt   *time.Time
-	TraceParent  *string
-	Watched      bool
-	Held         pgtype.Bool
-	Params       []byte
-	BackfillID   *uuid.UUID
-	Upstream     []byte
-	ParentTaskID *uuid.UUID
-	Depth        int32
-	RootRunID    *uuid.UUID
-	Event        []byte
-	EventID      *uuid.UUID
-	TriggeredBy  *string
+	ID              uuid.UUID
+	TenantID        uuid.UUID
+	JobID           uuid.UUID
+	JobVersion      int64
+	Shard           int32
+	NodeID          *uuid.UUID
+	ShardEpoch      pgtype.Int8
+	ScheduledFor    time.Time
+	Trigger         lifecycle.Trigger
+	Status          lifecycle.RunStatus
+	Reason          string
+	CreatedAt       time.Time
+	StartedAt       *time.Time
+	FinishedAt      *time.Time
+	TraceParent     *string
+	Watched         bool
+	Held            pgtype.Bool
+	Params          []byte
+	BackfillID      *uuid.UUID
+	Upstream        []byte
+	ParentTaskID    *uuid.UUID
+	Depth           int32
+	RootRunID       *uuid.UUID
+	Event           []byte
+	EventID         *uuid.UUID
+	TriggeredBy     *string
+	ConcurrencyKeys []string
 }
 
 type RunCancel struct {

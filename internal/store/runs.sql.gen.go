@@ -494,7 +494,7 @@ SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.t
        r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params, r.upstream, r.event,
        pt.run_id AS parent_run_id, COALESCE(pt.step, '')::text AS parent_step,
        COALESCE(pj.namespace, '')::text AS parent_namespace, COALESCE(pj.name, '')::text AS parent_job,
-       COALESCE(r.triggered_by, '')::text AS triggered_by
+       COALESCE(r.triggered_by, '')::text AS triggered_by, COALESCE(r.concurrency_keys, '{}')::text[] AS concurrency_keys
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN tasks AS pt ON pt.id = r.parent_task_id
 LEFT JOIN runs AS pr ON pr.id = pt.run_id
@@ -536,6 +536,7 @@ type GetRunRow struct {
 	ParentNamespace string
 	ParentJob       string
 	TriggeredBy     string
+	ConcurrencyKeys []string
 }
 
 // GetRun reads a run's view, as ListRuns.
@@ -566,6 +567,7 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 		&i.ParentNamespace,
 		&i.ParentJob,
 		&i.TriggeredBy,
+		&i.ConcurrencyKeys,
 	)
 	return i, err
 }
@@ -703,13 +705,14 @@ WITH u AS (
            unnest($15::uuid[]) AS backfill_id, unnest($16::text[]) AS upstream,
            unnest($17::uuid[]) AS parent_task_id, unnest($18::int[]) AS depth,
            unnest($19::uuid[]) AS root_run_id, unnest($20::text[]) AS event, unnest($21::uuid[]) AS event_id,
-           unnest($22::text[]) AS triggered_by
+           unnest($22::text[]) AS triggered_by, unnest($23::text[]) AS ckeys
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched, params, backfill_id, upstream, parent_task_id, depth, root_run_id, event, event_id, triggered_by)
-    SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $23::uuid, NULLIF(u.shard_epoch, -1),
+                      trace_parent, watched, params, backfill_id, upstream, parent_task_id, depth, root_run_id, event, event_id, triggered_by,
+                      concurrency_keys)
+    SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, $24::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
-           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
+           CASE WHEN u.status IN ('skipped', 'cancelled', 'failed') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
            NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid), NULLIF(u.upstream, '')::jsonb,
            NULLIF(u.parent_task_id, '00000000-0000-0000-0000-000000000000'::uuid), u.depth,
            NULLIF(u.root_run_id, '00000000-0000-0000-0000-000000000000'::uuid),
@@ -722,7 +725,9 @@ WITH u AS (
                     CASE WHEN u.backfill_id <> '00000000-0000-0000-0000-000000000000'::uuid
                          THEN (SELECT b.created_principal FROM backfills AS b WHERE b.id = u.backfill_id) END,
                     CASE WHEN u.event_id <> '00000000-0000-0000-0000-000000000000'::uuid
-                         THEN (SELECT ev.published_by FROM events AS ev WHERE ev.id = u.event_id) END)
+                         THEN (SELECT ev.published_by FROM events AS ev WHERE ev.id = u.event_id) END),
+           -- its keys, one text joined by the record separator (chr(30))
+           string_to_array(NULLIF(u.ckeys, ''), chr(30))
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -737,29 +742,30 @@ SELECT id FROM w
 `
 
 type InsertRunsParams struct {
-	Ids           []uuid.UUID
-	TenantIds     []uuid.UUID
-	JobIds        []uuid.UUID
-	JobVersions   []int64
-	Shards        []int32
-	ShardEpochs   []int64
-	ScheduledFors []time.Time
-	Triggers      []string
-	Statuses      []string
-	Reasons       []string
-	TraceParents  []string
-	Watched       []bool
-	TaskCounts    []int64
-	Params        []string
-	BackfillIds   []uuid.UUID
-	Upstreams     []string
-	ParentTaskIds []uuid.UUID
-	Depths        []int32
-	RootRunIds    []uuid.UUID
-	Events        []string
-	EventIds      []uuid.UUID
-	TriggeredBys  []string
-	NodeID        *uuid.UUID
+	Ids             []uuid.UUID
+	TenantIds       []uuid.UUID
+	JobIds          []uuid.UUID
+	JobVersions     []int64
+	Shards          []int32
+	ShardEpochs     []int64
+	ScheduledFors   []time.Time
+	Triggers        []string
+	Statuses        []string
+	Reasons         []string
+	TraceParents    []string
+	Watched         []bool
+	TaskCounts      []int64
+	Params          []string
+	BackfillIds     []uuid.UUID
+	Upstreams       []string
+	ParentTaskIds   []uuid.UUID
+	Depths          []int32
+	RootRunIds      []uuid.UUID
+	Events          []string
+	EventIds        []uuid.UUID
+	TriggeredBys    []string
+	ConcurrencyKeys []string
+	NodeID          *uuid.UUID
 }
 
 // InsertRuns inserts many runs; a (job, instant) that already has a run
@@ -792,6 +798,7 @@ func (q *Queries) InsertRuns(ctx context.Context, arg InsertRunsParams) ([]uuid.
 		arg.Events,
 		arg.EventIds,
 		arg.TriggeredBys,
+		arg.ConcurrencyKeys,
 		arg.NodeID,
 	)
 	if err != nil {
@@ -963,10 +970,11 @@ func (q *Queries) JobIDsIn(ctx context.Context, arg JobIDsInParams) ([]uuid.UUID
 const jobsWithStrandedQueuedRuns = `-- name: JobsWithStrandedQueuedRuns :many
 SELECT DISTINCT q.job_id FROM runs AS q
 WHERE q.held AND q.finished_at IS NULL AND q.status = 'queued'
-  AND NOT EXISTS (
+  AND (q.concurrency_keys IS NOT NULL -- held for its keys: promoteKeyed counts whether they have room
+       OR NOT EXISTS (
     SELECT 1 FROM runs AS a
     WHERE a.job_id = q.job_id AND a.finished_at IS NULL AND a.status IN ('pending', 'running')
-  )
+  ))
 LIMIT $1
 `
 
@@ -987,6 +995,40 @@ func (q *Queries) JobsWithStrandedQueuedRuns(ctx context.Context, batch int32) (
 			return nil, err
 		}
 		items = append(items, job_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const keyHolders = `-- name: KeyHolders :many
+SELECT k.key::text AS key, (SELECT count(*) FROM runs AS r
+    WHERE r.concurrency_keys @> ARRAY[k.key] AND r.finished_at IS NULL AND r.concurrency_keys IS NOT NULL
+      AND r.status IN ('pending', 'running'))::int AS n
+FROM (SELECT DISTINCT unnest($1::text[]) AS key) AS k
+`
+
+type KeyHoldersRow struct {
+	Key string
+	N   int32
+}
+
+// KeyHolders counts, for each key, the runs holding it: not finished,
+// pending or running.
+func (q *Queries) KeyHolders(ctx context.Context, keys []string) ([]KeyHoldersRow, error) {
+	rows, err := q.db.Query(ctx, keyHolders, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []KeyHoldersRow{}
+	for rows.Next() {
+		var i KeyHoldersRow
+		if err := rows.Scan(&i.Key, &i.N); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -1259,6 +1301,22 @@ func (q *Queries) ListRuns(ctx context.Context, arg ListRunsParams) ([]ListRunsR
 	return items, nil
 }
 
+const lockConcurrencyKeys = `-- name: LockConcurrencyKeys :exec
+
+SELECT pg_advisory_xact_lock(hashtextextended(s.k, 8191)) FROM (
+    SELECT DISTINCT unnest($1::text[]) AS k ORDER BY 1
+) AS s
+`
+
+// Job-level concurrency keys (docs/flow-control.md).
+// LockConcurrencyKeys takes a transaction-scoped advisory lock per key, in
+// key order: the writers of runs holding a key, and the promoters of runs
+// queued for it, decide one after the other.
+func (q *Queries) LockConcurrencyKeys(ctx context.Context, keys []string) error {
+	_, err := q.db.Exec(ctx, lockConcurrencyKeys, keys)
+	return err
+}
+
 const lockRun = `-- name: LockRun :one
 SELECT id, job_id FROM runs WHERE id = $1 FOR UPDATE
 `
@@ -1320,6 +1378,109 @@ func (q *Queries) LockRunsForReplay(ctx context.Context, ids []uuid.UUID) ([]Loc
 	for rows.Next() {
 		var i LockRunsForReplayRow
 		if err := rows.Scan(&i.ID, &i.Status); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const oldestHolders = `-- name: OldestHolders :many
+SELECT r.id FROM runs AS r
+WHERE r.concurrency_keys @> ARRAY[$1::text] AND r.finished_at IS NULL AND r.concurrency_keys IS NOT NULL
+  AND r.status IN ('pending', 'running')
+ORDER BY r.created_at, r.id
+LIMIT $2
+`
+
+type OldestHoldersParams struct {
+	Key string
+	N   int32
+}
+
+// OldestHolders are the oldest runs holding a key (cancel_running makes
+// room by cancelling them), at most @n.
+func (q *Queries) OldestHolders(ctx context.Context, arg OldestHoldersParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, oldestHolders, arg.Key, arg.N)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const promoteRuns = `-- name: PromoteRuns :many
+UPDATE runs SET status = 'pending', reason = ''
+WHERE id = ANY($1::uuid[]) AND status = 'queued'
+RETURNING id
+`
+
+// PromoteRuns starts queued runs (a promoter that finds one started
+// meanwhile leaves it).
+func (q *Queries) PromoteRuns(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, promoteRuns, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const queuedKeyedRuns = `-- name: QueuedKeyedRuns :many
+SELECT r.id, r.job_version, r.concurrency_keys::text[] AS concurrency_keys FROM runs AS r
+WHERE r.job_id = $1 AND r.held AND r.finished_at IS NULL AND r.status = 'queued' AND r.concurrency_keys IS NOT NULL
+ORDER BY r.scheduled_for, r.id
+LIMIT $2
+`
+
+type QueuedKeyedRunsParams struct {
+	JobID uuid.UUID
+	N     int32
+}
+
+type QueuedKeyedRunsRow struct {
+	ID              uuid.UUID
+	JobVersion      int64
+	ConcurrencyKeys []string
+}
+
+// QueuedKeyedRuns are a job's runs queued for their keys, the oldest
+// first, at most @n.
+func (q *Queries) QueuedKeyedRuns(ctx context.Context, arg QueuedKeyedRunsParams) ([]QueuedKeyedRunsRow, error) {
+	rows, err := q.db.Query(ctx, queuedKeyedRuns, arg.JobID, arg.N)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []QueuedKeyedRunsRow{}
+	for rows.Next() {
+		var i QueuedKeyedRunsRow
+		if err := rows.Scan(&i.ID, &i.JobVersion, &i.ConcurrencyKeys); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -108,13 +108,14 @@ WITH u AS (
            unnest(@backfill_ids::uuid[]) AS backfill_id, unnest(@upstreams::text[]) AS upstream,
            unnest(@parent_task_ids::uuid[]) AS parent_task_id, unnest(@depths::int[]) AS depth,
            unnest(@root_run_ids::uuid[]) AS root_run_id, unnest(@events::text[]) AS event, unnest(@event_ids::uuid[]) AS event_id,
-           unnest(@triggered_bys::text[]) AS triggered_by
+           unnest(@triggered_bys::text[]) AS triggered_by, unnest(@concurrency_keys::text[]) AS ckeys
 ), w AS (
     INSERT INTO runs (id, tenant_id, job_id, job_version, shard, node_id, shard_epoch, scheduled_for, trigger, status, reason, created_at, finished_at,
-                      trace_parent, watched, params, backfill_id, upstream, parent_task_id, depth, root_run_id, event, event_id, triggered_by)
+                      trace_parent, watched, params, backfill_id, upstream, parent_task_id, depth, root_run_id, event, event_id, triggered_by,
+                      concurrency_keys)
     SELECT u.id, u.tenant_id, u.job_id, u.job_version, u.shard, sqlc.narg(node_id)::uuid, NULLIF(u.shard_epoch, -1),
            u.scheduled_for, u.trigger, u.status, u.reason, now(),
-           CASE WHEN u.status IN ('skipped', 'cancelled') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
+           CASE WHEN u.status IN ('skipped', 'cancelled', 'failed') THEN now() END, NULLIF(u.trace_parent, ''), u.watched, NULLIF(u.params, '')::jsonb,
            NULLIF(u.backfill_id, '00000000-0000-0000-0000-000000000000'::uuid), NULLIF(u.upstream, '')::jsonb,
            NULLIF(u.parent_task_id, '00000000-0000-0000-0000-000000000000'::uuid), u.depth,
            NULLIF(u.root_run_id, '00000000-0000-0000-0000-000000000000'::uuid),
@@ -127,7 +128,9 @@ WITH u AS (
                     CASE WHEN u.backfill_id <> '00000000-0000-0000-0000-000000000000'::uuid
                          THEN (SELECT b.created_principal FROM backfills AS b WHERE b.id = u.backfill_id) END,
                     CASE WHEN u.event_id <> '00000000-0000-0000-0000-000000000000'::uuid
-                         THEN (SELECT ev.published_by FROM events AS ev WHERE ev.id = u.event_id) END)
+                         THEN (SELECT ev.published_by FROM events AS ev WHERE ev.id = u.event_id) END),
+           -- its keys, one text joined by the record separator (chr(30))
+           string_to_array(NULLIF(u.ckeys, ''), chr(30))
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
@@ -273,7 +276,7 @@ SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.t
        r.created_at, r.started_at, s.first_start, r.finished_at, j.namespace, j.name AS job_name, r.params, r.upstream, r.event,
        pt.run_id AS parent_run_id, COALESCE(pt.step, '')::text AS parent_step,
        COALESCE(pj.namespace, '')::text AS parent_namespace, COALESCE(pj.name, '')::text AS parent_job,
-       COALESCE(r.triggered_by, '')::text AS triggered_by
+       COALESCE(r.triggered_by, '')::text AS triggered_by, COALESCE(r.concurrency_keys, '{}')::text[] AS concurrency_keys
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN tasks AS pt ON pt.id = r.parent_task_id
 LEFT JOIN runs AS pr ON pr.id = pt.run_id
@@ -433,10 +436,11 @@ SELECT r.id FROM runs AS r JOIN tasks AS t ON t.run_id = r.id WHERE t.id = @task
 -- name: JobsWithStrandedQueuedRuns :many
 SELECT DISTINCT q.job_id FROM runs AS q
 WHERE q.held AND q.finished_at IS NULL AND q.status = 'queued'
-  AND NOT EXISTS (
+  AND (q.concurrency_keys IS NOT NULL -- held for its keys: promoteKeyed counts whether they have room
+       OR NOT EXISTS (
     SELECT 1 FROM runs AS a
     WHERE a.job_id = q.job_id AND a.finished_at IS NULL AND a.status IN ('pending', 'running')
-  )
+  ))
 LIMIT @batch;
 
 -- RunEdges are the parent -> child edges among a run's tasks.
@@ -535,3 +539,45 @@ WHERE j.tenant_id = @tenant_id AND j.status = 'active' AND s.next_fire_at < @bef
        OR j.namespace || '/' || j.name = ANY(@scope_jobs::text[]))
 ORDER BY s.next_fire_at, j.id
 LIMIT @max_rows;
+
+-- Job-level concurrency keys (docs/flow-control.md).
+
+-- LockConcurrencyKeys takes a transaction-scoped advisory lock per key, in
+-- key order: the writers of runs holding a key, and the promoters of runs
+-- queued for it, decide one after the other.
+-- name: LockConcurrencyKeys :exec
+SELECT pg_advisory_xact_lock(hashtextextended(s.k, 8191)) FROM (
+    SELECT DISTINCT unnest(@keys::text[]) AS k ORDER BY 1
+) AS s;
+
+-- KeyHolders counts, for each key, the runs holding it: not finished,
+-- pending or running.
+-- name: KeyHolders :many
+SELECT k.key::text AS key, (SELECT count(*) FROM runs AS r
+    WHERE r.concurrency_keys @> ARRAY[k.key] AND r.finished_at IS NULL AND r.concurrency_keys IS NOT NULL
+      AND r.status IN ('pending', 'running'))::int AS n
+FROM (SELECT DISTINCT unnest(@keys::text[]) AS key) AS k;
+
+-- OldestHolders are the oldest runs holding a key (cancel_running makes
+-- room by cancelling them), at most @n.
+-- name: OldestHolders :many
+SELECT r.id FROM runs AS r
+WHERE r.concurrency_keys @> ARRAY[@key::text] AND r.finished_at IS NULL AND r.concurrency_keys IS NOT NULL
+  AND r.status IN ('pending', 'running')
+ORDER BY r.created_at, r.id
+LIMIT @n;
+
+-- QueuedKeyedRuns are a job's runs queued for their keys, the oldest
+-- first, at most @n.
+-- name: QueuedKeyedRuns :many
+SELECT r.id, r.job_version, r.concurrency_keys::text[] AS concurrency_keys FROM runs AS r
+WHERE r.job_id = @job_id AND r.held AND r.finished_at IS NULL AND r.status = 'queued' AND r.concurrency_keys IS NOT NULL
+ORDER BY r.scheduled_for, r.id
+LIMIT @n;
+
+-- PromoteRuns starts queued runs (a promoter that finds one started
+-- meanwhile leaves it).
+-- name: PromoteRuns :many
+UPDATE runs SET status = 'pending', reason = ''
+WHERE id = ANY(@ids::uuid[]) AND status = 'queued'
+RETURNING id;

@@ -357,32 +357,33 @@ type ResourceProfile struct {
 }
 
 type Run struct {
-	ID           uuid.UUID
-	TenantID     uuid.UUID
-	JobID        uuid.UUID
-	JobVersion   int64
-	Shard        int32
-	NodeID       *uuid.UUID
-	ShardEpoch   pgtype.Int8
-	ScheduledFor time.Time
-	Trigger      string
-	Status       string
-	Reason       string
-	CreatedAt    time.Time
-	StartedAt    *time.Time
-	FinishedAt   *time.Time
-	TraceParent  pgtype.Text
-	Watched      bool
-	Held         pgtype.Bool
-	Params       []byte
-	BackfillID   *uuid.UUID
-	Upstream     []byte
-	ParentTaskID *uuid.UUID
-	Depth        int32
-	RootRunID    *uuid.UUID
-	Event        []byte
-	EventID      *uuid.UUID
-	TriggeredBy  pgtype.Text
+	ID              uuid.UUID
+	TenantID        uuid.UUID
+	JobID           uuid.UUID
+	JobVersion      int64
+	Shard           int32
+	NodeID          *uuid.UUID
+	ShardEpoch      pgtype.Int8
+	ScheduledFor    time.Time
+	Trigger         string
+	Status          string
+	Reason          string
+	CreatedAt       time.Time
+	StartedAt       *time.Time
+	FinishedAt      *time.Time
+	TraceParent     pgtype.Text
+	Watched         bool
+	Held            pgtype.Bool
+	Params          []byte
+	BackfillID      *uuid.UUID
+	Upstream        []byte
+	ParentTaskID    *uuid.UUID
+	Depth           int32
+	RootRunID       *uuid.UUID
+	Event           []byte
+	EventID         *uuid.UUID
+	TriggeredBy     pgtype.Text
+	ConcurrencyKeys []string
 }
 
 type RunCancel struct {

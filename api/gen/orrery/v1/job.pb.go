@@ -1730,6 +1730,69 @@ func (x *Step) GetApproval() *Approval {
 	return nil
 }
 
+// ConcurrencyLimit bounds the job's runs that hold one key.
+type ConcurrencyLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// 1 to 10,000.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// queue (the default), cancel_newest or cancel_running.
+	OnLimit       string `protobuf:"bytes,3,opt,name=on_limit,json=onLimit,proto3" json:"on_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConcurrencyLimit) Reset() {
+	*x = ConcurrencyLimit{}
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConcurrencyLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConcurrencyLimit) ProtoMessage() {}
+
+func (x *ConcurrencyLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConcurrencyLimit.ProtoReflect.Descriptor instead.
+func (*ConcurrencyLimit) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ConcurrencyLimit) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ConcurrencyLimit) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ConcurrencyLimit) GetOnLimit() string {
+	if x != nil {
+		return x.OnLimit
+	}
+	return ""
+}
+
 // Approval is who must decide on a parked step, and for how long.
 type Approval struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1756,7 +1819,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1831,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1844,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Approval) GetRole() string {
@@ -1852,7 +1915,7 @@ type Wait struct {
 
 func (x *Wait) Reset() {
 	*x = Wait{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +1927,7 @@ func (x *Wait) String() string {
 func (*Wait) ProtoMessage() {}
 
 func (x *Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +1940,7 @@ func (x *Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wait.ProtoReflect.Descriptor instead.
 func (*Wait) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Wait) GetEvent() string {
@@ -1924,7 +1987,7 @@ type Sleep struct {
 
 func (x *Sleep) Reset() {
 	*x = Sleep{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +1999,7 @@ func (x *Sleep) String() string {
 func (*Sleep) ProtoMessage() {}
 
 func (x *Sleep) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2012,7 @@ func (x *Sleep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sleep.ProtoReflect.Descriptor instead.
 func (*Sleep) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Sleep) GetKind() isSleep_Kind {
@@ -2016,13 +2079,17 @@ type JobSpec struct {
 	// Pause the job when its latest this many ended runs since it was last
 	// resumed all failed (0: never); raises an alert of kind paused.
 	PauseAfterFailures int32 `protobuf:"varint,12,opt,name=pause_after_failures,json=pauseAfterFailures,proto3" json:"pause_after_failures,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Bound the job's runs by key (docs/flow-control.md): each entry's key
+	// (text, or ${{ EXPR }} in it over params, event and run) evaluated when
+	// a run is created; at most limit runs hold one value at once.
+	Concurrency   []*ConcurrencyLimit `protobuf:"bytes,13,rep,name=concurrency,proto3" json:"concurrency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2034,7 +2101,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2047,7 +2114,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *JobSpec) GetSchedule() *Schedule {
@@ -2134,6 +2201,13 @@ func (x *JobSpec) GetPauseAfterFailures() int32 {
 	return 0
 }
 
+func (x *JobSpec) GetConcurrency() []*ConcurrencyLimit {
+	if x != nil {
+		return x.Concurrency
+	}
+	return nil
+}
+
 // Param declares one of a job's params (YAML spec.params.NAME).
 type Param struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2150,7 +2224,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2236,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2249,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Param) GetType() string {
@@ -2224,7 +2298,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2236,7 +2310,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2249,7 +2323,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -2290,7 +2364,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2376,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2389,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -2340,7 +2414,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2426,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2439,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -2401,7 +2475,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2413,7 +2487,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2426,7 +2500,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -2457,7 +2531,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2543,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2556,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -2539,7 +2613,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2551,7 +2625,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2564,7 +2638,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Job) GetId() string {
@@ -2677,7 +2751,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2689,7 +2763,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2702,7 +2776,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LastRun) GetId() string {
@@ -2737,7 +2811,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2749,7 +2823,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2762,7 +2836,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Source) GetPath() string {
@@ -2791,7 +2865,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +2877,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +2890,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *JobRef) GetId() string {
@@ -2851,7 +2925,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2863,7 +2937,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2876,7 +2950,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -2909,7 +2983,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +2995,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3008,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -2959,7 +3033,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3045,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3058,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -3027,7 +3101,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3039,7 +3113,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3052,7 +3126,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -3119,7 +3193,7 @@ type JobLink struct {
 
 func (x *JobLink) Reset() {
 	*x = JobLink{}
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3205,7 @@ func (x *JobLink) String() string {
 func (*JobLink) ProtoMessage() {}
 
 func (x *JobLink) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3218,7 @@ func (x *JobLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLink.ProtoReflect.Descriptor instead.
 func (*JobLink) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *JobLink) GetNamespace() string {
@@ -3202,7 +3276,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3288,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3301,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -3300,7 +3374,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3386,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3399,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -3354,7 +3428,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3440,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3453,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -3419,7 +3493,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3505,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3518,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -3463,7 +3537,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3475,7 +3549,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3488,7 +3562,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -3507,7 +3581,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3593,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3606,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -3551,7 +3625,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3563,7 +3637,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3576,7 +3650,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -3595,7 +3669,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3607,7 +3681,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3620,7 +3694,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -3639,7 +3713,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[46]
+	mi := &file_orrery_v1_job_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3651,7 +3725,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[46]
+	mi := &file_orrery_v1_job_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3664,7 +3738,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -3683,7 +3757,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[47]
+	mi := &file_orrery_v1_job_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3695,7 +3769,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[47]
+	mi := &file_orrery_v1_job_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3708,7 +3782,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{47}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -3735,7 +3809,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[48]
+	mi := &file_orrery_v1_job_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3747,7 +3821,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[48]
+	mi := &file_orrery_v1_job_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3760,7 +3834,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{48}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -3811,7 +3885,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[49]
+	mi := &file_orrery_v1_job_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3823,7 +3897,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[49]
+	mi := &file_orrery_v1_job_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3836,7 +3910,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{49}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -3867,7 +3941,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[50]
+	mi := &file_orrery_v1_job_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3879,7 +3953,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[50]
+	mi := &file_orrery_v1_job_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3892,7 +3966,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{50}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -4054,7 +4128,11 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x10resource_profile\x18\x0f \x01(\tR\x0fresourceProfile\x12&\n" +
 	"\x05sleep\x18\x10 \x01(\v2\x10.orrery.v1.SleepR\x05sleep\x12#\n" +
 	"\x04wait\x18\x11 \x01(\v2\x0f.orrery.v1.WaitR\x04wait\x12/\n" +
-	"\bapproval\x18\x12 \x01(\v2\x13.orrery.v1.ApprovalR\bapproval\"\xde\x01\n" +
+	"\bapproval\x18\x12 \x01(\v2\x13.orrery.v1.ApprovalR\bapproval\"U\n" +
+	"\x10ConcurrencyLimit\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x19\n" +
+	"\bon_limit\x18\x03 \x01(\tR\aonLimit\"\xde\x01\n" +
 	"\bApproval\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x1e\n" +
 	"\n" +
@@ -4075,7 +4153,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x05Sleep\x127\n" +
 	"\bduration\x18\x01 \x01(\v2\x19.google.protobuf.DurationH\x00R\bduration\x12\x16\n" +
 	"\x05until\x18\x02 \x01(\tH\x00R\x05untilB\x06\n" +
-	"\x04kind\"\xdb\x04\n" +
+	"\x04kind\"\x9a\x05\n" +
 	"\aJobSpec\x12/\n" +
 	"\bschedule\x18\x01 \x01(\v2\x13.orrery.v1.ScheduleR\bschedule\x12\x18\n" +
 	"\amisfire\x18\x02 \x01(\tR\amisfire\x12!\n" +
@@ -4089,7 +4167,8 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\tcallbacks\x18\n" +
 	" \x03(\v2\x13.orrery.v1.CallbackR\tcallbacks\x126\n" +
 	"\x06params\x18\v \x03(\v2\x1e.orrery.v1.JobSpec.ParamsEntryR\x06params\x120\n" +
-	"\x14pause_after_failures\x18\f \x01(\x05R\x12pauseAfterFailures\x1aK\n" +
+	"\x14pause_after_failures\x18\f \x01(\x05R\x12pauseAfterFailures\x12=\n" +
+	"\vconcurrency\x18\r \x03(\v2\x1b.orrery.v1.ConcurrencyLimitR\vconcurrency\x1aK\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
 	"\x05value\x18\x02 \x01(\v2\x10.orrery.v1.ParamR\x05value:\x028\x01\"\x9b\x01\n" +
@@ -4265,7 +4344,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
@@ -4288,180 +4367,182 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*StepDefaults)(nil),            // 18: orrery.v1.StepDefaults
 	(*Resources)(nil),               // 19: orrery.v1.Resources
 	(*Step)(nil),                    // 20: orrery.v1.Step
-	(*Approval)(nil),                // 21: orrery.v1.Approval
-	(*Wait)(nil),                    // 22: orrery.v1.Wait
-	(*Sleep)(nil),                   // 23: orrery.v1.Sleep
-	(*JobSpec)(nil),                 // 24: orrery.v1.JobSpec
-	(*Param)(nil),                   // 25: orrery.v1.Param
-	(*Alerts)(nil),                  // 26: orrery.v1.Alerts
-	(*Notify)(nil),                  // 27: orrery.v1.Notify
-	(*Webhook)(nil),                 // 28: orrery.v1.Webhook
-	(*Callback)(nil),                // 29: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 30: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 31: orrery.v1.Job
-	(*LastRun)(nil),                 // 32: orrery.v1.LastRun
-	(*Source)(nil),                  // 33: orrery.v1.Source
-	(*JobRef)(nil),                  // 34: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 35: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 36: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 37: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 38: orrery.v1.GetJobResponse
-	(*JobLink)(nil),                 // 39: orrery.v1.JobLink
-	(*ListJobsRequest)(nil),         // 40: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 41: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 42: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 43: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 44: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 45: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 46: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 47: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 48: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 49: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 50: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 51: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 52: orrery.v1.PlannedInstant
-	nil,                             // 53: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 54: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 55: orrery.v1.Resources.CustomEntry
-	nil,                             // 56: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 57: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 58: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 59: orrery.v1.ListJobsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 60: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 61: google.protobuf.Duration
-	(*structpb.Struct)(nil),         // 62: google.protobuf.Struct
-	(*structpb.Value)(nil),          // 63: google.protobuf.Value
-	(*AuditEntry)(nil),              // 64: orrery.v1.AuditEntry
+	(*ConcurrencyLimit)(nil),        // 21: orrery.v1.ConcurrencyLimit
+	(*Approval)(nil),                // 22: orrery.v1.Approval
+	(*Wait)(nil),                    // 23: orrery.v1.Wait
+	(*Sleep)(nil),                   // 24: orrery.v1.Sleep
+	(*JobSpec)(nil),                 // 25: orrery.v1.JobSpec
+	(*Param)(nil),                   // 26: orrery.v1.Param
+	(*Alerts)(nil),                  // 27: orrery.v1.Alerts
+	(*Notify)(nil),                  // 28: orrery.v1.Notify
+	(*Webhook)(nil),                 // 29: orrery.v1.Webhook
+	(*Callback)(nil),                // 30: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 31: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 32: orrery.v1.Job
+	(*LastRun)(nil),                 // 33: orrery.v1.LastRun
+	(*Source)(nil),                  // 34: orrery.v1.Source
+	(*JobRef)(nil),                  // 35: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 36: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 37: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 38: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 39: orrery.v1.GetJobResponse
+	(*JobLink)(nil),                 // 40: orrery.v1.JobLink
+	(*ListJobsRequest)(nil),         // 41: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 42: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 43: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 44: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 45: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 46: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 47: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 48: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 49: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 50: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 51: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 52: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 53: orrery.v1.PlannedInstant
+	nil,                             // 54: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 55: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 56: orrery.v1.Resources.CustomEntry
+	nil,                             // 57: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 58: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 59: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 60: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 61: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 62: google.protobuf.Duration
+	(*structpb.Struct)(nil),         // 63: google.protobuf.Struct
+	(*structpb.Value)(nil),          // 64: google.protobuf.Value
+	(*AuditEntry)(nil),              // 65: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	34,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
-	60,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
-	60,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	35,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
+	61,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	61,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
 	4,   // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	60,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
-	60,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
-	60,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
-	60,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
-	60,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
-	60,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
-	34,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
+	61,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	61,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	61,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	61,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	61,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	61,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	35,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	34,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
+	35,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
-	61,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	61,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	62,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	62,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
 	12,  // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
 	11,  // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
 	10,  // 18: orrery.v1.Schedule.event:type_name -> orrery.v1.ScheduleEvent
-	53,  // 19: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	54,  // 20: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	54,  // 19: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	55,  // 20: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
 	13,  // 21: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
 	14,  // 22: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
 	16,  // 23: orrery.v1.Executor.job:type_name -> orrery.v1.JobCall
-	62,  // 24: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
-	61,  // 25: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	61,  // 26: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	61,  // 27: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	63,  // 24: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
+	62,  // 25: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	62,  // 26: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	62,  // 27: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
 	17,  // 28: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
 	19,  // 29: orrery.v1.StepDefaults.resources:type_name -> orrery.v1.Resources
-	55,  // 30: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
+	56,  // 30: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
 	15,  // 31: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	63,  // 32: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	61,  // 33: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	64,  // 32: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	62,  // 33: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
 	17,  // 34: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
 	19,  // 35: orrery.v1.Step.resources:type_name -> orrery.v1.Resources
-	23,  // 36: orrery.v1.Step.sleep:type_name -> orrery.v1.Sleep
-	22,  // 37: orrery.v1.Step.wait:type_name -> orrery.v1.Wait
-	21,  // 38: orrery.v1.Step.approval:type_name -> orrery.v1.Approval
-	61,  // 39: orrery.v1.Approval.timeout:type_name -> google.protobuf.Duration
-	61,  // 40: orrery.v1.Wait.timeout:type_name -> google.protobuf.Duration
-	61,  // 41: orrery.v1.Sleep.duration:type_name -> google.protobuf.Duration
+	24,  // 36: orrery.v1.Step.sleep:type_name -> orrery.v1.Sleep
+	23,  // 37: orrery.v1.Step.wait:type_name -> orrery.v1.Wait
+	22,  // 38: orrery.v1.Step.approval:type_name -> orrery.v1.Approval
+	62,  // 39: orrery.v1.Approval.timeout:type_name -> google.protobuf.Duration
+	62,  // 40: orrery.v1.Wait.timeout:type_name -> google.protobuf.Duration
+	62,  // 41: orrery.v1.Sleep.duration:type_name -> google.protobuf.Duration
 	9,   // 42: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
 	18,  // 43: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
 	15,  // 44: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	63,  // 45: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	64,  // 45: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
 	20,  // 46: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	26,  // 47: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	29,  // 48: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	56,  // 49: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	63,  // 50: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	63,  // 51: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	61,  // 52: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	61,  // 53: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	27,  // 54: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	28,  // 55: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	57,  // 56: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	28,  // 57: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	58,  // 58: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	30,  // 59: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	24,  // 60: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,   // 61: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	60,  // 62: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	60,  // 63: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	60,  // 64: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	60,  // 65: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	33,  // 66: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	32,  // 67: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	60,  // 68: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	30,  // 69: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	24,  // 70: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	31,  // 71: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	34,  // 72: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	31,  // 73: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	60,  // 74: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	64,  // 75: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	39,  // 76: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
-	39,  // 77: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
-	39,  // 78: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
-	39,  // 79: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
-	0,   // 80: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	59,  // 81: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,   // 82: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	31,  // 83: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	34,  // 84: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	30,  // 85: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	24,  // 86: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	31,  // 87: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	34,  // 88: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	31,  // 89: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	34,  // 90: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	31,  // 91: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	34,  // 92: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	31,  // 93: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,   // 94: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	60,  // 95: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	60,  // 96: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	52,  // 97: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	60,  // 98: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	60,  // 99: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	25,  // 100: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	35,  // 101: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	37,  // 102: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	40,  // 103: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	42,  // 104: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	44,  // 105: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	46,  // 106: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	48,  // 107: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	50,  // 108: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,   // 109: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,   // 110: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,   // 111: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	36,  // 112: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	38,  // 113: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	41,  // 114: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	43,  // 115: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	45,  // 116: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	47,  // 117: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	49,  // 118: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	51,  // 119: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,   // 120: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,   // 121: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,   // 122: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	112, // [112:123] is the sub-list for method output_type
-	101, // [101:112] is the sub-list for method input_type
-	101, // [101:101] is the sub-list for extension type_name
-	101, // [101:101] is the sub-list for extension extendee
-	0,   // [0:101] is the sub-list for field type_name
+	27,  // 47: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	30,  // 48: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	57,  // 49: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	21,  // 50: orrery.v1.JobSpec.concurrency:type_name -> orrery.v1.ConcurrencyLimit
+	64,  // 51: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	64,  // 52: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	62,  // 53: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	62,  // 54: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	28,  // 55: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	29,  // 56: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	58,  // 57: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	29,  // 58: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	59,  // 59: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	31,  // 60: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	25,  // 61: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,   // 62: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	61,  // 63: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	61,  // 64: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	61,  // 65: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	61,  // 66: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	34,  // 67: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	33,  // 68: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	61,  // 69: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	31,  // 70: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	25,  // 71: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	32,  // 72: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	35,  // 73: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	32,  // 74: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	61,  // 75: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	65,  // 76: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	40,  // 77: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
+	40,  // 78: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
+	40,  // 79: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
+	40,  // 80: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
+	0,   // 81: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	60,  // 82: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,   // 83: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	32,  // 84: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	35,  // 85: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	31,  // 86: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	25,  // 87: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	32,  // 88: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	35,  // 89: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	32,  // 90: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	35,  // 91: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	32,  // 92: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	35,  // 93: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	32,  // 94: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,   // 95: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	61,  // 96: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	61,  // 97: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	53,  // 98: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	61,  // 99: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	61,  // 100: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	26,  // 101: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	36,  // 102: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	38,  // 103: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	41,  // 104: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	43,  // 105: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	45,  // 106: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	47,  // 107: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	49,  // 108: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	51,  // 109: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,   // 110: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,   // 111: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,   // 112: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	37,  // 113: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	39,  // 114: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	42,  // 115: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	44,  // 116: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	46,  // 117: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	48,  // 118: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	50,  // 119: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	52,  // 120: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,   // 121: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,   // 122: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,   // 123: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	113, // [113:124] is the sub-list for method output_type
+	102, // [102:113] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -4477,7 +4558,7 @@ func file_orrery_v1_job_proto_init() {
 		(*Executor_Worker)(nil),
 		(*Executor_Job)(nil),
 	}
-	file_orrery_v1_job_proto_msgTypes[21].OneofWrappers = []any{
+	file_orrery_v1_job_proto_msgTypes[22].OneofWrappers = []any{
 		(*Sleep_Duration)(nil),
 		(*Sleep_Until)(nil),
 	}
@@ -4487,7 +4568,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   58,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -63,10 +63,14 @@ type Run struct {
 	// For a run of trigger event (schedule.event): the event that started
 	// it, as its expressions read run.event (id, type, source, time, data).
 	Event *structpb.Struct `protobuf:"bytes,20,opt,name=event,proto3" json:"event,omitempty"`
-	// GetRun: for a run triggered by hand, the principal who did.
-	TriggeredBy   string `protobuf:"bytes,21,opt,name=triggered_by,json=triggeredBy,proto3" json:"triggered_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// GetRun: who is behind the run: who triggered it by hand, created its
+	// backfill, published its event, or is behind its tree's root run.
+	TriggeredBy string `protobuf:"bytes,21,opt,name=triggered_by,json=triggeredBy,proto3" json:"triggered_by,omitempty"`
+	// GetRun: for a run of a job with concurrency keys, their values, in
+	// the order of spec.concurrency.
+	ConcurrencyKeys []string `protobuf:"bytes,22,rep,name=concurrency_keys,json=concurrencyKeys,proto3" json:"concurrency_keys,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -244,6 +248,13 @@ func (x *Run) GetTriggeredBy() string {
 		return x.TriggeredBy
 	}
 	return ""
+}
+
+func (x *Run) GetConcurrencyKeys() []string {
+	if x != nil {
+		return x.ConcurrencyKeys
+	}
+	return nil
 }
 
 // RunStep is a step of a run and its task's status.
@@ -3060,7 +3071,7 @@ var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\x9d\x06\n" +
+	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xc8\x06\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -3089,7 +3100,8 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\vparent_step\x18\x13 \x01(\tR\n" +
 	"parentStep\x12-\n" +
 	"\x05event\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x05event\x12!\n" +
-	"\ftriggered_by\x18\x15 \x01(\tR\vtriggeredBy\"5\n" +
+	"\ftriggered_by\x18\x15 \x01(\tR\vtriggeredBy\x12)\n" +
+	"\x10concurrency_keys\x18\x16 \x03(\tR\x0fconcurrencyKeys\"5\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\"\x81\a\n" +

@@ -1,0 +1,110 @@
+package main_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orrery-dev/orrery/internal/pgtest"
+)
+
+// Concurrency keys through real processes, across a SIGKILL: a job
+// applied from YAML allows 2 runs of one customer at once; 6 triggered
+// from the CLI, 4 wait queued naming the key; the serving process is
+// killed while they wait and another takes over; all 6 run, and the
+// attempts' history never shows more than 2 of the key at once. Another
+// customer's run does not wait behind them.
+func TestConcurrencyKeysThroughAKill(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	addr := freeAddr(t)
+	serve := func() *proc {
+		return startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--auth", "none", "--shard-ttl", "2s")
+	}
+	p := serve()
+	workerProc(t, dsn, "w1")
+	cli := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := run(t, append([]string{"--server", addr}, args...)...)
+		if code != 0 {
+			t.Fatalf("orrery %v: %s %s\n%s", args, out, errOut, p.Logs())
+		}
+		return out
+	}
+	poll(t, 20*time.Second, "serve answers", func() bool { _, _, code := run(t, "--server", addr, "jobs", "list"); return code == 0 })
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "sync.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: sync}
+spec:
+  schedule: {cron: "0 0 1 1 *"}
+  params: {customer: {type: string, default: "42"}}
+  concurrency:
+    - key: "customer=${{ params.customer }}"
+      limit: 2
+  steps:
+    - name: call
+      run: {command: {argv: ["/bin/sleep", "1"]}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli("apply", "-f", dir)
+	idRE := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}`)
+	var ids []string
+	for range 6 {
+		ids = append(ids, idRE.FindString(cli("jobs", "trigger", "sync")))
+	}
+	other := idRE.FindString(cli("jobs", "trigger", "sync", "--param", "customer=7"))
+	if out := cli("runs", "get", ids[5]); !strings.Contains(out, "status queued (concurrency key customer=42 2/2)") || !strings.Contains(out, "concurrency keys customer=42") {
+		t.Errorf("the sixth run: %s", out)
+	}
+	p.signal(t, syscall.SIGKILL)
+	p = serve()
+	poll(t, 20*time.Second, "the new serve answers", func() bool { _, _, code := run(t, "--server", addr, "jobs", "list"); return code == 0 })
+	poll(t, 60*time.Second, "all seven runs succeed", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 7
+	})
+	// The attempts of customer 42, in time: never more than 2 at once.
+	rows, err := pool.Query(t.Context(), `SELECT a.started_at, a.finished_at FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
+		WHERE t.run_id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for rows.Next() {
+		var from, to time.Time
+		if err := rows.Scan(&from, &to); err != nil {
+			t.Fatal(err)
+		}
+		edges = append(edges, edge{from, 1}, edge{to, -1})
+	}
+	rows.Close()
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // an end before a start at one instant
+	})
+	most, now := 0, 0
+	for _, e := range edges {
+		now += e.delta
+		most = max(most, now)
+	}
+	if most > 2 || len(edges) != 12 {
+		t.Errorf("%d attempts of customer 42 at most at once (limit 2), %d attempts", most, len(edges)/2)
+	}
+	var otherWaited bool
+	if err := pool.QueryRow(t.Context(), "SELECT reason <> '' FROM runs WHERE id = $1", other).Scan(&otherWaited); err != nil || otherWaited {
+		t.Errorf("customer 7's run waited (%v)", err)
+	}
+}

@@ -1,0 +1,257 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/expr"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
+	"github.com/orrery-dev/orrery/internal/store"
+)
+
+// Job-level concurrency keys (docs/flow-control.md). A run of a job with
+// spec.concurrency holds its keys (runs.concurrency_keys, each
+// JOB/ENTRY/VALUE) while it is pending or running. Insert, which every
+// run's creation goes through, decides each new run under the keys'
+// advisory locks (LockConcurrencyKeys), from the holders counted then
+// (KeyHolders): pending when every key has room, else what the first full
+// key's on_limit says. A run's end promotes the job's runs queued for
+// their keys that now fit (promoteKeyed), under the same locks.
+
+// keySep joins a run's keys into the one text InsertRuns splits.
+const keySep = "\x1e"
+
+// keyOf is a key as runs.concurrency_keys holds it.
+func keyOf(job uuid.UUID, entry int, value string) string {
+	return fmt.Sprintf("%s/%d/%s", job, entry, value)
+}
+
+// ReasonConcurrencyQueue is the start of the reason of a run queued for a
+// key at its limit: "concurrency key customer=42 1/1".
+const ReasonConcurrencyQueue = "concurrency key"
+
+// decideKeys evaluates the keys of the new runs of jobs with concurrency
+// keys and decides them (see the file's doc), in the caller's
+// transaction, before the runs are written: it sets each run's Status and
+// Reason, and returns each run's keys as InsertRuns takes them ("" for
+// none) and the runs already written that cancel_running cancels.
+func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, cancel []uuid.UUID, err error) {
+	var want []specKey
+	for _, r := range runs {
+		if len(r.Job.Spec.Concurrency) > 0 && r.Status == lifecycle.RunPending {
+			want = append(want, specKey{r.Job.ID, r.Job.Version})
+		}
+	}
+	if len(want) == 0 {
+		return nil, nil, nil
+	}
+	got, err := specs.getMany(ctx, ap.tx, want)
+	if err != nil {
+		return nil, nil, err
+	}
+	keys = make([]string, len(runs))
+	values := make([][]string, len(runs))
+	var all []string
+	for i := range runs {
+		r := &runs[i]
+		if len(r.Job.Spec.Concurrency) == 0 || r.Status != lifecycle.RunPending {
+			continue
+		}
+		s := got[specKey{r.Job.ID, r.Job.Version}]
+		if s.keysErr != nil {
+			r.Status, r.Reason = lifecycle.RunFailed, "spec.concurrency: "+s.keysErr.Error()
+			continue
+		}
+		v, err := s.keys.Values(keyVars(*r))
+		if err != nil {
+			r.Status, r.Reason = lifecycle.RunFailed, err.Error()
+			continue
+		}
+		for e, val := range v {
+			values[i] = append(values[i], keyOf(r.Job.ID, e, val))
+		}
+		keys[i] = strings.Join(values[i], keySep)
+		all = append(all, values[i]...)
+	}
+	if len(all) == 0 {
+		return keys, nil, nil
+	}
+	held, err := ap.holders(ctx, all)
+	if err != nil {
+		return nil, nil, err
+	}
+	holders := map[string][]int{} // the runs of this batch holding each key (their index)
+	for i := range runs {
+		r := &runs[i]
+		if values[i] == nil || r.Status != lifecycle.RunPending {
+			continue
+		}
+		limits := r.Job.Spec.Concurrency
+		full := -1
+		for e, k := range values[i] {
+			if held[k] >= limits[e].Limit {
+				full = e
+				break
+			}
+		}
+		if full >= 0 {
+			k, lim := values[i][full], limits[full]
+			switch lim.Action() {
+			case dag.OnLimitQueue:
+				r.Status, r.Reason = lifecycle.RunQueued, fmt.Sprintf("%s %s %d/%d", ReasonConcurrencyQueue, valueOf(k), held[k], lim.Limit)
+				continue
+			case dag.OnLimitCancelNewest:
+				r.Status, r.Reason = lifecycle.RunCancelled, fmt.Sprintf("concurrency: cancel_newest (key %s at its limit %d/%d)", valueOf(k), held[k], lim.Limit)
+				continue
+			case dag.OnLimitCancelRunning:
+				// Room for this run in each of its full keys: the oldest
+				// holders go, those written before first, then this
+				// batch's earliest.
+				for e, k := range values[i] {
+					over := held[k] - limits[e].Limit + 1
+					if over <= 0 {
+						continue
+					}
+					old, err := ap.q.OldestHolders(ctx, store.OldestHoldersParams{Key: k, N: int32(over)})
+					if err != nil {
+						return nil, nil, err
+					}
+					for _, id := range old {
+						if !slices.Contains(cancel, id) {
+							cancel = append(cancel, id)
+							over--
+						}
+					}
+					for _, j := range holders[k] {
+						if over <= 0 {
+							break
+						}
+						if runs[j].Status == lifecycle.RunPending {
+							runs[j].Status, runs[j].Reason = lifecycle.RunCancelled, "concurrency: cancel_running (a newer run of key "+valueOf(k)+")"
+							over--
+						}
+					}
+					held[k] = limits[e].Limit - 1
+				}
+			}
+		}
+		for _, k := range values[i] {
+			held[k]++
+			holders[k] = append(holders[k], i)
+		}
+	}
+	return keys, cancel, nil
+}
+
+// holders locks the keys and counts the runs holding each.
+func (ap *applying) holders(ctx context.Context, keys []string) (map[string]int, error) {
+	if err := ap.q.LockConcurrencyKeys(ctx, keys); err != nil {
+		return nil, err
+	}
+	rows, err := ap.q.KeyHolders(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	held := make(map[string]int, len(rows))
+	for _, r := range rows {
+		held[r.Key] = int(r.N)
+	}
+	return held, nil
+}
+
+// valueOf is a key's value (JOB/ENTRY/VALUE's VALUE).
+func valueOf(key string) string {
+	parts := strings.SplitN(key, "/", 3)
+	return parts[len(parts)-1]
+}
+
+// keyVars are what a run's keys read as it is created: its params, its
+// event, its instant and trigger.
+func keyVars(r New) expr.Vars {
+	v := expr.Vars{ScheduledFor: r.At, Trigger: string(r.Trigger)}
+	if len(r.Params) > 0 {
+		if p, err := expr.FromJSON(r.Params); err == nil {
+			v.Params, _ = p.(map[string]any)
+		}
+	}
+	if len(r.Event) > 0 {
+		if e, err := expr.FromJSON(r.Event); err == nil {
+			v.Event, _ = e.(map[string]any)
+		}
+	}
+	return v
+}
+
+// maxPromoted bounds the queued runs one run's end looks at.
+const maxPromoted = 100
+
+// promoteKeyed starts the job's runs queued for their keys that now fit
+// (the oldest first, each counted as it starts), under the keys' locks,
+// and reports whether the job has any run queued for its keys (if not,
+// the caller promotes as overlap: queue does).
+func (ap *applying) promoteKeyed(ctx context.Context, jobID uuid.UUID) (bool, error) {
+	queued, err := ap.q.QueuedKeyedRuns(ctx, store.QueuedKeyedRunsParams{JobID: jobID, N: maxPromoted})
+	if err != nil || len(queued) == 0 {
+		return false, err
+	}
+	var all []string
+	for _, q := range queued {
+		all = append(all, q.ConcurrencyKeys...)
+	}
+	held, err := ap.holders(ctx, all)
+	if err != nil {
+		return true, err
+	}
+	versions := make([]specKey, len(queued))
+	for i, q := range queued {
+		versions[i] = specKey{jobID, q.JobVersion}
+	}
+	got, err := specs.getMany(ctx, ap.tx, versions)
+	if err != nil {
+		return true, err
+	}
+	var start []uuid.UUID
+	for _, q := range queued {
+		fits := true
+		for _, k := range q.ConcurrencyKeys {
+			if held[k] >= limitOf(got[specKey{jobID, q.JobVersion}], k) {
+				fits = false
+				break
+			}
+		}
+		if !fits {
+			continue
+		}
+		for _, k := range q.ConcurrencyKeys {
+			held[k]++
+		}
+		start = append(start, q.ID)
+	}
+	if len(start) == 0 {
+		return true, nil
+	}
+	started, err := ap.q.PromoteRuns(ctx, start)
+	if err != nil {
+		return true, err
+	}
+	return true, ap.releaseRoots(ctx, started...)
+}
+
+// limitOf is the limit of key (JOB/ENTRY/VALUE) in the job's spec s (1
+// when the entry is gone: a version that dropped it).
+func limitOf(s *parsedSpec, key string) int {
+	parts := strings.SplitN(key, "/", 3)
+	var e int
+	if len(parts) == 3 {
+		_, _ = fmt.Sscan(parts[1], &e)
+	}
+	if e >= 0 && e < len(s.Concurrency) {
+		return s.Concurrency[e].Limit
+	}
+	return 1
+}
