@@ -39,8 +39,10 @@ const ReasonConcurrencyQueue = "concurrency key"
 // keys and decides them (see the file's doc), in the caller's
 // transaction, before the runs are written: it sets each run's Status and
 // Reason, and returns each run's keys as InsertRuns takes them ("" for
-// none) and the runs already written that cancel_running cancels.
-func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, cancel []uuid.UUID, err error) {
+// none) and, by new run, the runs already written that cancel_running
+// cancels to make room for it (the caller cancels those of the new runs
+// it wrote).
+func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, cancelFor [][]uuid.UUID, err error) {
 	var want []specKey
 	for _, r := range runs {
 		if len(r.Job.Spec.Concurrency) > 0 && r.Status == lifecycle.RunPending {
@@ -55,6 +57,8 @@ func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, 
 		return nil, nil, err
 	}
 	keys = make([]string, len(runs))
+	cancelFor = make([][]uuid.UUID, len(runs))
+	var cancel []uuid.UUID // every holder cancelled, once
 	values := make([][]string, len(runs))
 	var all []string
 	for i := range runs {
@@ -79,7 +83,7 @@ func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, 
 		all = append(all, values[i]...)
 	}
 	if len(all) == 0 {
-		return keys, nil, nil
+		return keys, cancelFor, nil
 	}
 	held, err := ap.holders(ctx, all)
 	if err != nil {
@@ -121,11 +125,12 @@ func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, 
 					if err != nil {
 						return nil, nil, err
 					}
-					for _, id := range old {
+					for _, id := range old { // (one cancelled already for another makes room too)
 						if !slices.Contains(cancel, id) {
 							cancel = append(cancel, id)
-							over--
+							cancelFor[i] = append(cancelFor[i], id)
 						}
+						over--
 					}
 					for _, j := range holders[k] {
 						if over <= 0 {
@@ -145,7 +150,7 @@ func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, 
 			holders[k] = append(holders[k], i)
 		}
 	}
-	return keys, cancel, nil
+	return keys, cancelFor, nil
 }
 
 // holders locks the keys and counts the runs holding each.
@@ -190,36 +195,70 @@ func keyVars(r New) expr.Vars {
 // maxPromoted bounds the queued runs one run's end looks at.
 const maxPromoted = 100
 
-// promoteKeyed starts the job's runs queued for their keys that now fit
-// (the oldest first, each counted as it starts), under the keys' locks,
-// and reports whether the job has any run queued for its keys (if not,
-// the caller promotes as overlap: queue does).
-func (ap *applying) promoteKeyed(ctx context.Context, jobID uuid.UUID) (bool, error) {
-	queued, err := ap.q.QueuedKeyedRuns(ctx, store.QueuedKeyedRunsParams{JobID: jobID, N: maxPromoted})
-	if err != nil || len(queued) == 0 {
-		return false, err
+// promoteKeyed starts the runs queued for their keys that now fit (the
+// oldest first, each counted as it starts), under the keys' locks: those
+// queued for a key of the run that ended (ended), or, without one (the
+// reaper's look), the job's oldest. The ended run's keys are locked
+// before the queue is read, so that a run queued meanwhile for one of
+// them (by an Insert that holds the lock) is read once it committed. It
+// returns how many it started, and whether any run was queued for keys
+// (if not, the caller promotes as overlap: queue does).
+func (ap *applying) promoteKeyed(ctx context.Context, jobID, ended uuid.UUID) (int, bool, error) {
+	type queuedRun struct {
+		id      uuid.UUID
+		version specKey
+		keys    []string
+	}
+	var queued []queuedRun
+	if ended != uuid.Nil {
+		keys, err := ap.q.RunKeys(ctx, ended)
+		if err != nil && !store.IsNotFound(err) {
+			return 0, false, err
+		}
+		if len(keys) > 0 {
+			if err := ap.q.LockConcurrencyKeys(ctx, keys); err != nil {
+				return 0, false, err
+			}
+			rows, err := ap.q.QueuedForKeys(ctx, store.QueuedForKeysParams{Keys: keys, N: maxPromoted})
+			if err != nil {
+				return 0, false, err
+			}
+			for _, r := range rows {
+				queued = append(queued, queuedRun{r.ID, specKey{r.JobID, r.JobVersion}, r.ConcurrencyKeys})
+			}
+			if len(queued) == 0 {
+				return 0, true, nil
+			}
+		}
+	}
+	if queued == nil {
+		rows, err := ap.q.QueuedKeyedRuns(ctx, store.QueuedKeyedRunsParams{JobID: jobID, N: maxPromoted})
+		if err != nil || len(rows) == 0 {
+			return 0, false, err
+		}
+		for _, r := range rows {
+			queued = append(queued, queuedRun{r.ID, specKey{jobID, r.JobVersion}, r.ConcurrencyKeys})
+		}
 	}
 	var all []string
-	for _, q := range queued {
-		all = append(all, q.ConcurrencyKeys...)
+	versions := make([]specKey, len(queued))
+	for i, q := range queued {
+		all = append(all, q.keys...)
+		versions[i] = q.version
 	}
 	held, err := ap.holders(ctx, all)
 	if err != nil {
-		return true, err
-	}
-	versions := make([]specKey, len(queued))
-	for i, q := range queued {
-		versions[i] = specKey{jobID, q.JobVersion}
+		return 0, true, err
 	}
 	got, err := specs.getMany(ctx, ap.tx, versions)
 	if err != nil {
-		return true, err
+		return 0, true, err
 	}
 	var start []uuid.UUID
 	for _, q := range queued {
 		fits := true
-		for _, k := range q.ConcurrencyKeys {
-			if held[k] >= limitOf(got[specKey{jobID, q.JobVersion}], k) {
+		for _, k := range q.keys {
+			if held[k] >= limitOf(got[q.version], k) {
 				fits = false
 				break
 			}
@@ -227,19 +266,19 @@ func (ap *applying) promoteKeyed(ctx context.Context, jobID uuid.UUID) (bool, er
 		if !fits {
 			continue
 		}
-		for _, k := range q.ConcurrencyKeys {
+		for _, k := range q.keys {
 			held[k]++
 		}
-		start = append(start, q.ID)
+		start = append(start, q.id)
 	}
 	if len(start) == 0 {
-		return true, nil
+		return 0, true, nil
 	}
 	started, err := ap.q.PromoteRuns(ctx, start)
 	if err != nil {
-		return true, err
+		return 0, true, err
 	}
-	return true, ap.releaseRoots(ctx, started...)
+	return len(started), true, ap.releaseRoots(ctx, started...)
 }
 
 // limitOf is the limit of key (JOB/ENTRY/VALUE) in the job's spec s (1

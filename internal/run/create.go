@@ -83,11 +83,11 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 	}
 	ap := a.in(tx)
 	noParams := fillParams(runs)
-	keys, cancelled, err := ap.decideKeys(ctx, runs)
+	overQuota, err := holdToQuotas(runs, by, rooms)
 	if err != nil {
 		return nil, err
 	}
-	overQuota, err := holdToQuotas(runs, by, rooms)
+	keys, cancelFor, err := ap.decideKeys(ctx, runs)
 	if err != nil {
 		return nil, err
 	}
@@ -143,14 +143,20 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 	if err != nil {
 		return nil, err
 	}
-	if len(cancelled) > 0 { // cancel_running made room for a new run of their keys
-		if _, err := a.Cancel(ctx, tx, cancelled, "concurrency: cancel_running (a newer run of its key)"); err != nil {
-			return nil, err
-		}
-	}
 	ok := make(map[uuid.UUID]bool, len(written))
 	for _, id := range written {
 		ok[id] = true
+	}
+	var cancelled []uuid.UUID // the holders cancel_running cancels, for the new runs written
+	for i, held := range cancelFor {
+		if ok[rp.Ids[i]] {
+			cancelled = append(cancelled, held...)
+		}
+	}
+	if len(cancelled) > 0 {
+		if _, err := a.Cancel(ctx, tx, cancelled, "concurrency: cancel_running (a newer run of its key)"); err != nil {
+			return nil, err
+		}
 	}
 	bindings, err := bindingsOf(ctx, ap.q, runs, ok, ids)
 	if err != nil {

@@ -327,7 +327,7 @@ func (ap *applying) finishSole(ctx context.Context, all []Report, idx []int, acc
 		case f.Task == lifecycle.TaskRetrying:
 			retries = append(retries, retryOf(e.r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
 		case f.PromoteHeld && t.JobID != nil:
-			if err := ap.promoteQueued(ctx, *t.JobID); err != nil {
+			if _, err := ap.promoteQueued(ctx, *t.JobID, e.r.RunID); err != nil {
 				return err
 			}
 		}
@@ -430,5 +430,6 @@ func (ap *applying) finishRun(ctx context.Context, runID uuid.UUID, holdsRuns bo
 	if !holdsRuns {
 		return nil
 	}
-	return ap.promoteQueued(ctx, row.JobID)
+	_, err = ap.promoteQueued(ctx, row.JobID, runID)
+	return err
 }

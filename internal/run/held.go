@@ -18,18 +18,22 @@ import (
 // firing transaction that saw the finishing run as active may be holding
 // one back at this very moment, not yet visible here (READ COMMITTED);
 // PromoteStranded, run by the reaper, starts such a run.
-func (ap *applying) promoteQueued(ctx context.Context, jobID uuid.UUID) error {
-	if keyed, err := ap.promoteKeyed(ctx, jobID); keyed || err != nil {
-		return err // runs held for their concurrency keys start by their keys
+//
+// ended is the run whose end this is (uuid.Nil: none, the reaper's look):
+// the runs queued for its concurrency keys start first (promoteKeyed). It
+// returns how many runs it started.
+func (ap *applying) promoteQueued(ctx context.Context, jobID, ended uuid.UUID) (int, error) {
+	if n, keyed, err := ap.promoteKeyed(ctx, jobID, ended); keyed || err != nil {
+		return n, err // runs held for their concurrency keys start by their keys
 	}
 	next, err := ap.q.PromoteQueuedRun(ctx, jobID)
 	if store.IsNotFound(err) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return ap.releaseRoots(ctx, next)
+	return 1, ap.releaseRoots(ctx, next)
 }
 
 // releaseRoots releases the root tasks of runs that start (promoted from
@@ -60,10 +64,13 @@ func (a *Applier) PromoteStranded(ctx context.Context, tx pgx.Tx, batch int) (in
 	if err != nil {
 		return 0, err
 	}
+	started := 0
 	for _, j := range jobs {
-		if err := ap.promoteQueued(ctx, j); err != nil {
+		n, err := ap.promoteQueued(ctx, j, uuid.Nil)
+		if err != nil {
 			return 0, err
 		}
+		started += n
 	}
-	return len(jobs), nil
+	return started, nil
 }

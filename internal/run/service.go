@@ -679,7 +679,8 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 		}); err != nil {
 			return err
 		}
-		return s.applier().in(tx).promoteQueued(ctx, r.JobID)
+		_, err = s.applier().in(tx).promoteQueued(ctx, r.JobID, id)
+		return err
 	})
 	if err != nil {
 		return nil, err

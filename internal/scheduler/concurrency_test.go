@@ -86,6 +86,8 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 	keyed("once", 1, dag.OnLimitCancelNewest)
 	keyed("latest", 1, dag.OnLimitCancelRunning)
 	keyed("pair", 2, "")
+	createJob(t, pool, "caller", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{{Name: "call", Run: dag.Executor{Job: &dag.JobCall{Name: "once", Params: dag.Payload(`{"customer": "1", "gate": "c"}`)}}}}})
 	_, _, runs := services(t, pool)
 	trigger := func(name, customer, g string) *run.Run {
 		t.Helper()
@@ -123,6 +125,12 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 	if o2.Status != "cancelled" || !strings.Contains(o2.Reason, "cancel_newest (key customer=1 at its limit 1/1)") {
 		t.Errorf("o2 %s (%s)", o2.Status, o2.Reason)
 	}
+	// A child run written cancelled by its key ends its parent's step.
+	caller, err := runs.Trigger(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "caller"}, "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is(caller.ID, "failed")
 	close(gate("o1"))
 	is(o1.ID, "succeeded")
 

@@ -731,6 +731,13 @@ WITH u AS (
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
+), ended AS (
+    -- a child run written failed or cancelled (its concurrency key): the
+    -- event of its end, which ends its parent's step
+    INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
+    SELECT u.id, now(), u.shard, u.status FROM u JOIN w ON w.id = u.id
+    WHERE u.status IN ('failed', 'cancelled') AND u.parent_task_id <> '00000000-0000-0000-0000-000000000000'::uuid
+    ON CONFLICT DO NOTHING
 ), c AS (
     INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
     SELECT u.tenant_id, u.shard, count(*), sum(u.task_count) FROM u JOIN w ON w.id = u.id
@@ -1451,6 +1458,53 @@ func (q *Queries) PromoteRuns(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID
 	return items, nil
 }
 
+const queuedForKeys = `-- name: QueuedForKeys :many
+SELECT r.id, r.job_id, r.job_version, r.concurrency_keys::text[] AS concurrency_keys FROM runs AS r
+WHERE r.concurrency_keys && $1::text[] AND r.finished_at IS NULL AND r.concurrency_keys IS NOT NULL
+  AND r.held AND r.status = 'queued'
+ORDER BY r.scheduled_for, r.id
+LIMIT $2
+`
+
+type QueuedForKeysParams struct {
+	Keys []string
+	N    int32
+}
+
+type QueuedForKeysRow struct {
+	ID              uuid.UUID
+	JobID           uuid.UUID
+	JobVersion      int64
+	ConcurrencyKeys []string
+}
+
+// QueuedForKeys are the runs queued for any of @keys (those an ended run
+// held), the oldest first, at most @n.
+func (q *Queries) QueuedForKeys(ctx context.Context, arg QueuedForKeysParams) ([]QueuedForKeysRow, error) {
+	rows, err := q.db.Query(ctx, queuedForKeys, arg.Keys, arg.N)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []QueuedForKeysRow{}
+	for rows.Next() {
+		var i QueuedForKeysRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobID,
+			&i.JobVersion,
+			&i.ConcurrencyKeys,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const queuedKeyedRuns = `-- name: QueuedKeyedRuns :many
 SELECT r.id, r.job_version, r.concurrency_keys::text[] AS concurrency_keys FROM runs AS r
 WHERE r.job_id = $1 AND r.held AND r.finished_at IS NULL AND r.status = 'queued' AND r.concurrency_keys IS NOT NULL
@@ -1470,7 +1524,7 @@ type QueuedKeyedRunsRow struct {
 }
 
 // QueuedKeyedRuns are a job's runs queued for their keys, the oldest
-// first, at most @n.
+// first, at most @n (the reaper's look, which knows no ended run).
 func (q *Queries) QueuedKeyedRuns(ctx context.Context, arg QueuedKeyedRunsParams) ([]QueuedKeyedRunsRow, error) {
 	rows, err := q.db.Query(ctx, queuedKeyedRuns, arg.JobID, arg.N)
 	if err != nil {
@@ -1768,6 +1822,18 @@ func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraph
 		return nil, err
 	}
 	return items, nil
+}
+
+const runKeys = `-- name: RunKeys :one
+SELECT COALESCE(concurrency_keys, '{}')::text[] FROM runs WHERE id = $1
+`
+
+// RunKeys are a run's concurrency keys (none: an empty list).
+func (q *Queries) RunKeys(ctx context.Context, id uuid.UUID) ([]string, error) {
+	row := q.db.QueryRow(ctx, runKeys, id)
+	var column_1 []string
+	err := row.Scan(&column_1)
+	return column_1, err
 }
 
 const runStepStatuses = `-- name: RunStepStatuses :many

@@ -134,6 +134,13 @@ WITH u AS (
     FROM u
     ON CONFLICT (job_id, scheduled_for) DO NOTHING
     RETURNING id
+), ended AS (
+    -- a child run written failed or cancelled (its concurrency key): the
+    -- event of its end, which ends its parent's step
+    INSERT INTO upstream_finishes (run_id, finished_at, shard, status)
+    SELECT u.id, now(), u.shard, u.status FROM u JOIN w ON w.id = u.id
+    WHERE u.status IN ('failed', 'cancelled') AND u.parent_task_id <> '00000000-0000-0000-0000-000000000000'::uuid
+    ON CONFLICT DO NOTHING
 ), c AS (
     INSERT INTO tenant_run_usage (tenant_id, shard, runs, tasks)
     SELECT u.tenant_id, u.shard, count(*), sum(u.task_count) FROM u JOIN w ON w.id = u.id
@@ -568,7 +575,7 @@ ORDER BY r.created_at, r.id
 LIMIT @n;
 
 -- QueuedKeyedRuns are a job's runs queued for their keys, the oldest
--- first, at most @n.
+-- first, at most @n (the reaper's look, which knows no ended run).
 -- name: QueuedKeyedRuns :many
 SELECT r.id, r.job_version, r.concurrency_keys::text[] AS concurrency_keys FROM runs AS r
 WHERE r.job_id = @job_id AND r.held AND r.finished_at IS NULL AND r.status = 'queued' AND r.concurrency_keys IS NOT NULL
@@ -581,3 +588,16 @@ LIMIT @n;
 UPDATE runs SET status = 'pending', reason = ''
 WHERE id = ANY(@ids::uuid[]) AND status = 'queued'
 RETURNING id;
+
+-- QueuedForKeys are the runs queued for any of @keys (those an ended run
+-- held), the oldest first, at most @n.
+-- name: QueuedForKeys :many
+SELECT r.id, r.job_id, r.job_version, r.concurrency_keys::text[] AS concurrency_keys FROM runs AS r
+WHERE r.concurrency_keys && @keys::text[] AND r.finished_at IS NULL AND r.concurrency_keys IS NOT NULL
+  AND r.held AND r.status = 'queued'
+ORDER BY r.scheduled_for, r.id
+LIMIT @n;
+
+-- RunKeys are a run's concurrency keys (none: an empty list).
+-- name: RunKeys :one
+SELECT COALESCE(concurrency_keys, '{}')::text[] FROM runs WHERE id = @id;
