@@ -388,13 +388,18 @@ spec:
 	})
 	screenshot(t, ctx, "cluster")
 	// A step no worker has room for waits, and its run page says why.
+	// (Both jobs below fire at an hour two hours ahead, wholly inside the
+	// forecast's 24 hours whatever the time of day: an hour the window
+	// cuts holds its demand in fewer seconds, and would read as short of
+	// memory too.)
+	cronAt := fmt.Sprintf("0 %d * * *", (time.Now().UTC().Hour()+2)%24)
 	bigDir := t.TempDir()
 	os.WriteFile(filepath.Join(bigDir, "big.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: too-big, namespace: qa}\n"+
-		"spec:\n  schedule: {cron: \"0 3 * * *\"}\n  steps:\n    - name: huge\n      resources: {cpu: 1, memory: 100Gi}\n      run: {command: {argv: [\"/bin/true\"]}}\n"), 0o644)
+		"spec:\n  schedule: {cron: \""+cronAt+"\"}\n  steps:\n    - name: huge\n      resources: {cpu: 1, memory: 100Gi}\n      run: {command: {argv: [\"/bin/true\"]}}\n"), 0o644)
 	// And a step asking for a GPU, which no worker of the queue has: the
 	// capacity forecast names its hour short of gpu, and the job.
 	os.WriteFile(filepath.Join(bigDir, "render.yaml"), []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: render, namespace: qa}\n"+
-		"spec:\n  schedule: {cron: \"0 3 * * *\"}\n  steps:\n    - name: frames\n      resources: {gpu: 1}\n      run: {command: {argv: [\"/bin/true\"]}}\n"), 0o644)
+		"spec:\n  schedule: {cron: \""+cronAt+"\"}\n  steps:\n    - name: frames\n      resources: {gpu: 1}\n      run: {command: {argv: [\"/bin/true\"]}}\n"), 0o644)
 	cli("apply", "-f", bigDir)
 	do("the capacity forecast", chromedp.Navigate(base+"/forecast?ns=qa&hours=24"), chromedp.WaitVisible(css(`#capacity`)))
 	if row := text(`#capacity tr.short`); !regexpLine(row, `default\s+1 of [1-9][0-9]*`) {
