@@ -78,6 +78,19 @@ var (
 // without a NUL character.
 func IsText(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
+// Clip cuts s to at most n bytes, at a character's boundary, marking the
+// cut with an ellipsis (which the n bytes include).
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := max(n-len("…"), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
 // ValidateName checks a job, namespace, step, queue or handler name.
 func ValidateName(name string) error {
 	switch {

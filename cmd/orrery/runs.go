@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -22,6 +21,7 @@ import (
 	"github.com/orrery-dev/orrery/api"
 	orreryv1 "github.com/orrery-dev/orrery/api/gen/orrery/v1"
 	"github.com/orrery-dev/orrery/api/gen/orrery/v1/orreryv1connect"
+	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/lifecycle"
 )
 
@@ -130,7 +130,7 @@ func newRunsCmd(g *globals) *cobra.Command {
 				if src, _ := e["source"].(string); src != "" {
 					from = " from source " + src
 				}
-				fmt.Fprintf(w, "  started by event %v of type %v%s at %v: %s\n", e["id"], e["type"], from, e["time"], cut(string(data), 300))
+				fmt.Fprintf(w, "  started by event %v of type %v%s at %v: %s\n", e["id"], e["type"], from, e["time"], dag.Clip(string(data), 300))
 			}
 			if p := r.GetParams(); p != nil {
 				b, _ := protojson.Marshal(p)
@@ -478,15 +478,4 @@ func itemCounts(c *orreryv1.ItemCounts) string {
 		}
 	}
 	return strings.Join(parts, ", ")
-}
-
-// cut is s cut to at most n bytes (on a rune boundary), marked when cut.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

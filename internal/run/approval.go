@@ -137,11 +137,7 @@ func (ap *applying) decide(ctx context.Context, a job.Actor, r store.GetRunRow, 
 	if p.Kind == nil || *p.Kind != "approval" {
 		return fmt.Errorf("%w: step %q is %s", ErrNotAwaitingApproval, d.Step, p.Status)
 	}
-	now, err := ap.q.DatabaseNow(ctx)
-	if err != nil {
-		return err
-	}
-	if p.WakeAt != nil && !p.WakeAt.After(now) { // (its timeout's end is on its way)
+	if p.Due { // (its timeout's end is on its way)
 		return fmt.Errorf("%w: its timeout passed at %s", ErrNotAwaitingApproval, p.WakeAt.UTC().Format(time.RFC3339))
 	}
 	decision := decisionReject

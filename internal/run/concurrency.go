@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -169,10 +170,24 @@ func (ap *applying) holders(ctx context.Context, keys []string) (map[string]int,
 	return held, nil
 }
 
+// parseKey splits a stored key JOB/ENTRY/VALUE into its entry's position
+// in spec.concurrency (-1 when it does not read as one) and its value.
+func parseKey(key string) (entry int, value string) {
+	parts := strings.SplitN(key, "/", 3)
+	if len(parts) != 3 {
+		return -1, parts[len(parts)-1]
+	}
+	e, err := strconv.Atoi(parts[1])
+	if err != nil {
+		e = -1
+	}
+	return e, parts[2]
+}
+
 // valueOf is a key's value (JOB/ENTRY/VALUE's VALUE).
 func valueOf(key string) string {
-	parts := strings.SplitN(key, "/", 3)
-	return parts[len(parts)-1]
+	_, v := parseKey(key)
+	return v
 }
 
 // keyVars are what a run's keys read as it is created: its params, its
@@ -284,12 +299,7 @@ func (ap *applying) promoteKeyed(ctx context.Context, jobID, ended uuid.UUID) (i
 // limitOf is the limit of key (JOB/ENTRY/VALUE) in the job's spec s (1
 // when the entry is gone: a version that dropped it).
 func limitOf(s *parsedSpec, key string) int {
-	parts := strings.SplitN(key, "/", 3)
-	var e int
-	if len(parts) == 3 {
-		_, _ = fmt.Sscan(parts[1], &e)
-	}
-	if e >= 0 && e < len(s.Concurrency) {
+	if e, _ := parseKey(key); e >= 0 && e < len(s.Concurrency) {
 		return s.Concurrency[e].Limit
 	}
 	return 1

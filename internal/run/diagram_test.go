@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,27 +94,7 @@ func TestDiagram(t *testing.T) {
 	// (until its key is released) | "fail-then-block" (fails until healed,
 	// then blocks)}.
 	var healed atomic.Bool
-	var mu sync.Mutex
-	gates := map[string]chan struct{}{}
-	gate := func(key string) chan struct{} {
-		mu.Lock()
-		defer mu.Unlock()
-		if gates[key] == nil {
-			gates[key] = make(chan struct{})
-		}
-		return gates[key]
-	}
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, g := range gates {
-			select {
-			case <-g:
-			default:
-				close(g)
-			}
-		}
-	})
+	gates := enginetest.NewGates(t)
 	handler := func(ctx context.Context, c executor.Call) error {
 		var p struct {
 			Do, Key string
@@ -138,7 +117,7 @@ func TestDiagram(t *testing.T) {
 			fallthrough
 		case "block":
 			select {
-			case <-gate(p.Key):
+			case <-gates.Wait(p.Key):
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -250,7 +229,7 @@ func TestDiagram(t *testing.T) {
 	if r := trigger("held"); r.Status != "skipped" {
 		t.Fatalf("third run of held: %s", r.Status)
 	}
-	close(gate("held"))
+	gates.Open("held")
 	runIs(first.ID, "succeeded")
 	runIs(second.ID, "succeeded")
 
@@ -348,7 +327,7 @@ func TestDiagram(t *testing.T) {
 	if bad := keyedRun(strings.Repeat("x", 300)); bad.Status != lifecycle.RunFailed {
 		t.Errorf("a run whose key does not evaluate is %s", bad.Status)
 	}
-	close(gate("keyed"))
+	gates.Open("keyed")
 	runIs(k1.ID, "succeeded")
 	runIs(k2.ID, "succeeded")
 	// An approval nobody decides, skipped at its timeout, with its child.
@@ -361,7 +340,7 @@ func TestDiagram(t *testing.T) {
 		step{name: "a", do: "fail"}, step{name: "c", do: "ok", needs: []string{"a", "s"}})
 	lateSkip := trigger("late-skip")
 	taskIs(lateSkip.ID, "c", "upstream_failed")
-	close(gate("late-skip"))
+	gates.Open("late-skip")
 	runIs(lateSkip.ID, "failed")
 
 	// The cause fixed, the dead letters replayed: the step below it runs,
@@ -375,7 +354,7 @@ func TestDiagram(t *testing.T) {
 
 	// Retried from where it failed: the run cancelled while a step ran,
 	// and the one whose step failed for good.
-	close(gate("blocked"))
+	gates.Open("blocked")
 	for _, r := range []*run.Run{blocked, again} {
 		if _, err := runs.RetryRun(ctx, job.Anonymous, r.ID, false); err != nil {
 			t.Fatal(err)

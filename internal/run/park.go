@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -79,7 +78,7 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 				v.fail = append(v.fail, verdict{t.cand, err.Error()})
 				continue
 			}
-			message = clip(m, dag.MaxApprovalMessage)
+			message = dag.Clip(m, dag.MaxApprovalMessage)
 		case w != nil:
 			kind, worker, eventType, after = "wait", waitWorker, w.Event, w.Timeout.Seconds()
 			key, path = t.exprs.WaitKey(outputs.vars(runOfRow(t.run, t.cand.ready.Attempt), matchReads(t.exprs), spent.of(t.run.ID)))
@@ -145,19 +144,6 @@ func (ap *applying) park(ctx context.Context, todo []pendingPark, outputs *outpu
 		return fmt.Errorf("parked %d of %d steps: a task moved meanwhile", len(parked), len(p.Ids))
 	}
 	return nil
-}
-
-// clip cuts s to at most n bytes, at a character's boundary, marking the
-// cut with an ellipsis.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }
 
 // sleepUntil reads a sleep's until, evaluated to s, at the database's now.

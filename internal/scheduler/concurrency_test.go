@@ -32,26 +32,7 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	running, most := map[string]int{}, map[string]int{}
-	gates := map[string]chan struct{}{}
-	gate := func(key string) chan struct{} {
-		mu.Lock()
-		defer mu.Unlock()
-		if gates[key] == nil {
-			gates[key] = make(chan struct{})
-		}
-		return gates[key]
-	}
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, g := range gates {
-			select {
-			case <-g:
-			default:
-				close(g)
-			}
-		}
-	})
+	gates := enginetest.NewGates(t)
 	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{
 		"hold": func(ctx context.Context, c executor.Call) error {
 			var p struct{ Customer, Gate string }
@@ -67,7 +48,7 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 				mu.Unlock()
 			}()
 			select {
-			case <-gate(p.Gate):
+			case <-gates.Wait(p.Gate):
 			case <-ctx.Done():
 			}
 			return nil
@@ -112,11 +93,11 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 	}
 	is(a1.ID, "running")
 	is(b1.ID, "running")
-	close(gate("a1"))
+	gates.Open("a1")
 	is(a1.ID, "succeeded")
 	is(a2.ID, "running")
-	close(gate("a2"))
-	close(gate("b1"))
+	gates.Open("a2")
+	gates.Open("b1")
 	is(a2.ID, "succeeded")
 
 	// cancel_newest: the second is written cancelled.
@@ -131,7 +112,7 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	is(caller.ID, "failed")
-	close(gate("o1"))
+	gates.Open("o1")
 	is(o1.ID, "succeeded")
 
 	// cancel_running: the first makes room for the second.
@@ -142,7 +123,7 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 	if l2.Status != "pending" {
 		t.Errorf("l2 %s (%s)", l2.Status, l2.Reason)
 	}
-	close(gate("l2"))
+	gates.Open("l2")
 	is(l2.ID, "succeeded")
 
 	// A key past its bound fails the run, naming it.
@@ -170,7 +151,7 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	close(gate("open"))
+	gates.Open("open")
 	for _, id := range ids {
 		is(id, "succeeded")
 	}

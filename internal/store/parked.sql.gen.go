@@ -399,7 +399,8 @@ func (q *Queries) ParkedOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Parke
 
 const parkedStep = `-- name: ParkedStep :one
 
-SELECT t.id AS task_id, t.status, t.fencing_token, t.attempt, p.kind, p.wake_at
+SELECT t.id AS task_id, t.status, t.fencing_token, t.attempt, p.kind, p.wake_at,
+       coalesce(p.wake_at <= now(), false)::bool AS due
 FROM tasks AS t
 LEFT JOIN parked_steps AS p ON p.task_id = t.id AND p.fencing_token = t.fencing_token
 WHERE t.run_id = $1 AND t.step = $2
@@ -417,11 +418,13 @@ type ParkedStepRow struct {
 	Attempt      int32
 	Kind         *string
 	WakeAt       *time.Time
+	Due          bool
 }
 
 // Approvals (docs/parked-steps.md, "approval").
 // ParkedStep reads the task of a run's step (@step: the step's name),
-// with its parked row when it has one under its current fencing token.
+// with its parked row when it has one under its current fencing token
+// and whether its wake_at has passed at the database's now (due).
 // The run is locked by the caller first.
 func (q *Queries) ParkedStep(ctx context.Context, arg ParkedStepParams) (ParkedStepRow, error) {
 	row := q.db.QueryRow(ctx, parkedStep, arg.RunID, arg.Step)
@@ -433,6 +436,7 @@ func (q *Queries) ParkedStep(ctx context.Context, arg ParkedStepParams) (ParkedS
 		&i.Attempt,
 		&i.Kind,
 		&i.WakeAt,
+		&i.Due,
 	)
 	return i, err
 }

@@ -154,10 +154,12 @@ SELECT task_id, kind, wake_at, event_type, message, fencing_token FROM parked_st
 -- Approvals (docs/parked-steps.md, "approval").
 
 -- ParkedStep reads the task of a run's step (@step: the step's name),
--- with its parked row when it has one under its current fencing token.
+-- with its parked row when it has one under its current fencing token
+-- and whether its wake_at has passed at the database's now (due).
 -- The run is locked by the caller first.
 -- name: ParkedStep :one
-SELECT t.id AS task_id, t.status, t.fencing_token, t.attempt, p.kind, p.wake_at
+SELECT t.id AS task_id, t.status, t.fencing_token, t.attempt, p.kind, p.wake_at,
+       coalesce(p.wake_at <= now(), false)::bool AS due
 FROM tasks AS t
 LEFT JOIN parked_steps AS p ON p.task_id = t.id AND p.fencing_token = t.fencing_token
 WHERE t.run_id = @run_id AND t.step = @step;
