@@ -39,9 +39,7 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 
 		PauseAfterFailures: int(spec.GetPauseAfterFailures()),
 	}
-	for _, c := range spec.GetConcurrency() {
-		r.Spec.Concurrency = append(r.Spec.Concurrency, dag.ConcurrencyLimit{Key: c.GetKey(), Limit: int(c.GetLimit()), OnLimit: dag.OnLimit(c.GetOnLimit())})
-	}
+	r.Spec.Concurrency = limitsFromProto(spec.GetConcurrency())
 	if d := spec.GetDefaults(); d != nil {
 		r.Spec.Defaults = dag.StepDefaults{Queue: d.GetQueue(), Priority: d.GetPriority(), Timeout: durationFromProto(d.GetTimeout()), Retry: retryFromProto(d.GetRetry()),
 			Resources: resourcesFromProto(d.GetResources()), ResourceProfile: d.GetResourceProfile()}
@@ -82,9 +80,26 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 			ForEach: st.GetForEach(), MaxParallel: int(st.GetMaxParallel()), MinSuccess: dag.MinSuccess(st.GetMinSuccess()),
 			Resources: resourcesFromProto(st.GetResources()), ResourceProfile: st.GetResourceProfile(), Sleep: sleepFromProto(st.GetSleep()),
 			Wait: waitFromProto(st.GetWait()), Approval: approvalFromProto(st.GetApproval()),
+			Concurrency: limitsFromProto(st.GetConcurrency()),
 		})
 	}
 	return r
+}
+
+func limitsFromProto(ls []*orreryv1.ConcurrencyLimit) []dag.ConcurrencyLimit {
+	var out []dag.ConcurrencyLimit
+	for _, c := range ls {
+		out = append(out, dag.ConcurrencyLimit{Key: c.GetKey(), Limit: int(c.GetLimit()), OnLimit: dag.OnLimit(c.GetOnLimit())})
+	}
+	return out
+}
+
+func limitsToProto(ls []dag.ConcurrencyLimit) []*orreryv1.ConcurrencyLimit {
+	var out []*orreryv1.ConcurrencyLimit
+	for _, c := range ls {
+		out = append(out, &orreryv1.ConcurrencyLimit{Key: c.Key, Limit: int32(c.Limit), OnLimit: string(c.OnLimit)})
+	}
+	return out
 }
 
 func sleepFromProto(s *orreryv1.Sleep) *dag.Sleep {
@@ -276,9 +291,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 
 		PauseAfterFailures: int32(s.PauseAfterFailures),
 	}
-	for _, c := range s.Concurrency {
-		spec.Concurrency = append(spec.Concurrency, &orreryv1.ConcurrencyLimit{Key: c.Key, Limit: int32(c.Limit), OnLimit: string(c.OnLimit)})
-	}
+	spec.Concurrency = limitsToProto(s.Concurrency)
 	d := s.Defaults
 	if d.Queue != "" || d.Priority != "" || d.Timeout != nil || d.Retry != nil || d.Resources != nil || d.ResourceProfile != "" {
 		spec.Defaults = &orreryv1.StepDefaults{Queue: d.Queue, Priority: d.Priority, Timeout: durationToProto(d.Timeout), Retry: retryToProto(d.Retry),
@@ -318,6 +331,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 			ForEach: st.ForEach, MaxParallel: int32(st.MaxParallel), MinSuccess: string(st.MinSuccess),
 			Resources: resourcesToProto(st.Resources), ResourceProfile: st.ResourceProfile, Sleep: sleepToProto(st.Sleep),
 			Wait: waitToProto(st.Wait), Approval: approvalToProto(st.Approval),
+			Concurrency: limitsToProto(st.Concurrency),
 		})
 	}
 	return md, spec

@@ -117,6 +117,7 @@ func taskToProto(t run.Task) *orreryv1.Task {
 			Priority: t.Priority, Attempt: t.Attempt, FencingToken: t.FencingToken, LastError: t.LastError,
 			ReleaseTime: timeToProto(t.ReleasedAt), StartTime: timeToProto(t.StartedAt), FinishTime: timeToProto(t.FinishedAt),
 			WaitReason: t.WaitReason, ReadyTime: timeToProto(t.ReadyAt), AdmitTime: timeToProto(t.AdmittedAt),
+			ConcurrencyKeys: t.FlowKeys,
 		}
 		for _, a := range t.Attempts {
 			pt.Attempts = append(pt.Attempts, &orreryv1.Attempt{

@@ -9,9 +9,11 @@ import (
 	"github.com/orrery-dev/orrery/dag/expr"
 )
 
-// Job-level concurrency keys (docs/flow-control.md): a job's runs hold
+// Concurrency keys (docs/flow-control.md). Job level: a job's runs hold
 // their keys from their creation as pending until they end, and at most
-// Limit of them hold a key at once.
+// Limit of them hold a key at once. Step level: a step's tasks hold their
+// keys (the tenant's: every job naming a value shares it) from their
+// release until they end.
 
 // ConcurrencyLimit bounds the job's runs that hold one key: Key is text
 // or ${{ EXPR }} in it over the run's params, its event and run (as it is
@@ -110,11 +112,17 @@ func (k *ConcurrencyKeys) Values(vars expr.Vars) ([]string, error) {
 	if k == nil {
 		return nil, nil
 	}
-	a := k.env.Activation(vars)
-	out := make([]string, len(k.tmpl))
-	for i, t := range k.tmpl {
+	return keyValues(k.tmpl, k.progs, k.env.Activation(vars))
+}
+
+// keyValues renders keys (their templates and programs) with a: a value
+// a key each, text of at most MaxKeyValue bytes without control
+// characters. Its error names the key (concurrency[i].key).
+func keyValues(tmpl []expr.Template, progs [][]*expr.Program, a expr.Activation) ([]string, error) {
+	out := make([]string, len(tmpl))
+	for i, t := range tmpl {
 		field := fmt.Sprintf("concurrency[%d].key", i)
-		v, err := expr.Render(t, k.progs[i], a)
+		v, err := expr.Render(t, progs[i], a)
 		if err != nil {
 			return nil, &ApplyError{Field: field, Err: err}
 		}
@@ -142,33 +150,67 @@ func (k *ConcurrencyKeys) Values(vars expr.Vars) ([]string, error) {
 // validateConcurrency checks a job's concurrency keys (their expressions
 // compile in CompileConcurrencyKeys, called by prepare).
 func validateConcurrency(es *Errors, s *JobSpec) {
+	for i := range s.Steps {
+		validateStepConcurrency(es, &s.Steps[i], fmt.Sprintf("spec.steps[%d]", i))
+	}
 	if len(s.Concurrency) == 0 {
 		return
-	}
-	if len(s.Concurrency) > MaxConcurrencyKeys {
-		es.add("spec.concurrency", "names %d keys; the limit is %d", len(s.Concurrency), MaxConcurrencyKeys)
 	}
 	if s.Overlap != OverlapAllow {
 		es.add("spec.overlap", "a job with concurrency keys runs with overlap: allow (its keys decide what waits), not %s", s.Overlap)
 	}
-	for i, c := range s.Concurrency {
-		p := fmt.Sprintf("spec.concurrency[%d]", i)
-		switch {
-		case c.Key == "":
-			es.add(p+".key", "name the key: text, or ${{ EXPR }} in it over params, event and run")
-		case len(c.Key) > 1024:
-			es.add(p+".key", "is %d bytes; the limit is 1024", len(c.Key))
-		}
-		if c.Limit < 1 || c.Limit > MaxConcurrencyLimit {
-			es.add(p+".limit", "%d is outside 1..%d", c.Limit, MaxConcurrencyLimit)
-		}
-		switch c.OnLimit {
-		case "", OnLimitQueue, OnLimitCancelNewest, OnLimitCancelRunning:
-		default:
-			es.add(p+".on_limit", "%q is not one of queue, cancel_newest, cancel_running", c.OnLimit)
-		}
-	}
+	validateLimits(es, s.Concurrency, "spec.concurrency", "params, event and run", true)
 	if _, xes := CompileConcurrencyKeys(s); len(xes) > 0 {
 		*es = append(*es, xes...)
+	}
+}
+
+// validateStepConcurrency checks a step's concurrency keys (p: the step's
+// field); their expressions compile with the step's (CompileExprs).
+func validateStepConcurrency(es *Errors, st *Step, p string) {
+	if len(st.Concurrency) == 0 {
+		return
+	}
+	kind := ""
+	switch {
+	case st.ForEach != "":
+		kind = "fans out (for_each): keys over its items are not built"
+	case st.Run.Job != nil:
+		kind = "runs a job (run.job): its child run's steps hold the worker slots; give them the keys, or the child job spec.concurrency"
+	case st.Sleep != nil || st.Wait != nil || st.Approval != nil:
+		kind = "parks (sleep, wait or approval): it holds no worker slot a key could bound"
+	}
+	if kind != "" {
+		es.add(p+".concurrency", "a step that %s", kind)
+		return
+	}
+	validateLimits(es, st.Concurrency, p+".concurrency", "params, event, run and its ancestors' outputs", false)
+}
+
+// validateLimits checks a list of concurrency limits at field p: their
+// number, keys, limits and on_limit (any of the three when all is true, else
+// queue only: a step's task at a limit waits).
+func validateLimits(es *Errors, ls []ConcurrencyLimit, p, reads string, all bool) {
+	if len(ls) > MaxConcurrencyKeys {
+		es.add(p, "names %d keys; the limit is %d", len(ls), MaxConcurrencyKeys)
+	}
+	for i, c := range ls {
+		f := fmt.Sprintf("%s[%d]", p, i)
+		switch {
+		case c.Key == "":
+			es.add(f+".key", "name the key: text, or ${{ EXPR }} in it over %s", reads)
+		case len(c.Key) > 1024:
+			es.add(f+".key", "is %d bytes; the limit is 1024", len(c.Key))
+		}
+		if c.Limit < 1 || c.Limit > MaxConcurrencyLimit {
+			es.add(f+".limit", "%d is outside 1..%d", c.Limit, MaxConcurrencyLimit)
+		}
+		switch {
+		case c.OnLimit == "" || c.OnLimit == OnLimitQueue:
+		case !all:
+			es.add(f+".on_limit", "%q: a step's task at a key's limit waits (queue); cancel_newest and cancel_running are for the job's runs (spec.concurrency)", c.OnLimit)
+		case c.OnLimit != OnLimitCancelNewest && c.OnLimit != OnLimitCancelRunning:
+			es.add(f+".on_limit", "%q is not one of queue, cancel_newest, cancel_running", c.OnLimit)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package dag
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -67,6 +68,63 @@ func TestConcurrencyKeysDecodeAndEvaluate(t *testing.T) {
 		_, es := Decode("sync.yaml", []byte(y))
 		if len(es) == 0 || !strings.Contains(es.Error(), c.want) {
 			t.Errorf("%q: %v, want %q", c.edit, es, c.want)
+		}
+	}
+}
+
+const keyedStepJob = `apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: calls}
+spec:
+  schedule: {cron: "0 * * * *"}
+  params: {account: {type: string, default: "a1"}}
+  steps:
+    - name: plan
+      run: {handler: h}
+    - name: call-vendor
+      needs: [plan]
+      concurrency:
+        - {key: "${{ params.account }}", limit: 3}
+        - {key: "vendor-${{ steps.plan.output.vendor }}", limit: 10}
+      run: {handler: h}
+`
+
+// A step's concurrency keys compile with its ancestors' outputs and
+// evaluate at release; every mistake is refused naming its field.
+func TestStepConcurrencyKeys(t *testing.T) {
+	docs, es := Decode("calls.yaml", []byte(keyedStepJob))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	spec := docs[0].Resource.Spec
+	x, xes := CompileExprs(&spec)
+	if len(xes) > 0 {
+		t.Fatal(xes)
+	}
+	se := x.Step("call-vendor")
+	if !se.HasKeys() || x.Step("plan").HasKeys() || !slices.Contains(se.KeysReads.Steps, "plan") {
+		t.Fatalf("keys: %v, reads %+v", se.HasKeys(), se.KeysReads)
+	}
+	v, lim, err := se.Keys(expr.Vars{Params: map[string]any{"account": "acme"}, Steps: map[string]expr.StepVars{"plan": {Output: map[string]any{"vendor": "x"}}}})
+	if err != nil || strings.Join(v, ",") != "acme,vendor-x" || lim[0] != 3 || lim[1] != 10 {
+		t.Fatalf("keys %q %v (%v)", v, lim, err)
+	}
+	if _, _, err := se.Keys(expr.Vars{Params: map[string]any{"account": ""}, Steps: map[string]expr.StepVars{"plan": {Output: map[string]any{"vendor": "x"}}}}); err == nil || !strings.Contains(err.Error(), "concurrency[0].key: evaluates to empty text") {
+		t.Errorf("an empty key: %v", err)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{"limit: 3}", "limit: 0}", "spec.steps[1].concurrency[0].limit: 0 is outside 1..10000"},
+		{"limit: 3}", "limit: 3, on_limit: cancel_newest}", `spec.steps[1].concurrency[0].on_limit: "cancel_newest": a step's task at a key's limit waits`},
+		{"steps.plan.output.vendor", "steps.later.output.vendor", "spec.steps[1].concurrency[1].key: "},
+		{"      run: {handler: h}\n`", "      for_each: \"${{ [1, 2] }}\"\n      run: {handler: h}\n`", "spec.steps[1].concurrency: a step that fans out"},
+		{"      run: {handler: h}\n`", "      sleep: 1m\n`", "spec.steps[1].concurrency: a step that parks"},
+		{"        - {key: \"${{ params.account }}\", limit: 3}\n", strings.Repeat("        - {key: k, limit: 3}\n", 5), "spec.steps[1].concurrency: names 6 keys; the limit is 4"},
+	} {
+		y := strings.Replace(keyedStepJob+"`", c.from, c.to, 1)
+		y = strings.TrimSuffix(y, "`")
+		_, es := Decode("calls.yaml", []byte(y))
+		if len(es) == 0 || !strings.Contains(es.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.to, es, c.want)
 		}
 	}
 }

@@ -54,6 +54,10 @@ type StepExprs struct {
 	// MatchReads is what its wait's match reads (Match, WaitKey).
 	MatchReads expr.Reads
 	matchKey   *expr.MatchKey // its indexed half, if it has one
+	keys       []compiled     // its concurrency keys, in their order
+	limits     []int
+	// KeysReads is what its concurrency keys read (Keys).
+	KeysReads expr.Reads
 }
 
 // WaitKey is the key a parked wait is found by (expr.Key: its match's
@@ -97,7 +101,7 @@ type compiled struct {
 func (s *JobSpec) HasExprs() bool {
 	for i := range s.Steps {
 		st := &s.Steps[i]
-		if st.When != "" || st.ForEach != "" || (st.Wait != nil && st.Wait.Match != "") || bytes.Contains(st.Payload, []byte(expr.Open)) {
+		if st.When != "" || st.ForEach != "" || len(st.Concurrency) > 0 || (st.Wait != nil && st.Wait.Match != "") || bytes.Contains(st.Payload, []byte(expr.Open)) {
 			return true
 		}
 		found := false
@@ -206,7 +210,30 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 				se.forEach, se.ForEachReads = prg, prg.Reads
 			}
 		}
-		if len(se.templates) > 0 || se.when != nil || se.forEach != nil || se.match != nil {
+		for j, c := range st.Concurrency {
+			field := fmt.Sprintf("spec.steps[%d].concurrency[%d].key", i, j)
+			t, err := expr.Parse(c.Key)
+			var progs []*expr.Program
+			var reads expr.Reads
+			if err == nil && t.Exprs() > 0 {
+				count += t.Exprs()
+				if ancestors == nil {
+					ancestors = ancestorsOf(s.Steps, i)
+				}
+				progs, reads, err = env.CompileTemplate(t, ancestors)
+				if err == nil && reads.Item {
+					err = errors.New("a step's keys are decided at its release, not per item: they cannot read item or item_index")
+				}
+			}
+			if err != nil {
+				es = append(es, fieldError(field, err))
+				continue
+			}
+			se.keys = append(se.keys, compiled{t, progs})
+			se.limits = append(se.limits, c.Limit)
+			se.KeysReads.Add(reads)
+		}
+		if len(se.templates) > 0 || se.when != nil || se.forEach != nil || se.match != nil || len(se.keys) > 0 {
 			x.steps[st.Name] = se
 		}
 	}
@@ -296,6 +323,24 @@ func (x *StepExprs) Items(vars expr.Vars, maxItems int) ([]json.RawMessage, erro
 
 // FansOut reports whether the step has a fan-out list (for_each).
 func (x *StepExprs) FansOut() bool { return x != nil && x.forEach != nil }
+
+// HasKeys reports whether the step has concurrency keys.
+func (x *StepExprs) HasKeys() bool { return x != nil && len(x.keys) > 0 }
+
+// Keys evaluates the step's concurrency keys with vars: their values, in
+// the order of its concurrency list, and each one's limit. The error
+// names the key (concurrency[i].key).
+func (x *StepExprs) Keys(vars expr.Vars) (values []string, limits []int, err error) {
+	if !x.HasKeys() {
+		return nil, nil, nil
+	}
+	tmpl, progs := make([]expr.Template, len(x.keys)), make([][]*expr.Program, len(x.keys))
+	for i, k := range x.keys {
+		tmpl[i], progs[i] = k.tmpl, k.progs
+	}
+	values, err = keyValues(tmpl, progs, x.env.Activation(vars))
+	return values, x.limits, err
+}
 
 // HasCondition reports whether the step has a condition.
 func (x *StepExprs) HasCondition() bool { return x != nil && x.when != nil }

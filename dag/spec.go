@@ -147,6 +147,11 @@ type Step struct {
 	// when neither): admission places it only on a worker with room.
 	Resources       *Resources `json:"resources,omitempty" yaml:"resources,omitempty"`
 	ResourceProfile string     `json:"resource_profile,omitempty" yaml:"resource_profile,omitempty"`
+	// Concurrency bounds the tasks holding each key, across every step of
+	// the tenant's jobs naming the same value: a task holds its keys from
+	// its release until it ends, and one released at a key's limit waits
+	// (docs/flow-control.md, "Step level").
+	Concurrency []ConcurrencyLimit `json:"concurrency,omitempty" yaml:"concurrency,omitempty"`
 }
 
 // Executor says how a step runs: exactly one of HTTP, Command, Handler,

@@ -393,6 +393,15 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}}, ""); err != nil {
 		t.Fatal(err)
 	}
+	// A step's key (docs/flow-control.md, "Step level"): the same, its
+	// tasks held at release, not its runs.
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "step-keyed"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("*/2 * * * * *")}, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{{Name: "work", Run: dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL + "/slow"}},
+			Concurrency: []dag.ConcurrencyLimit{{Key: "slow-vendor", Limit: 2}}}},
+	}}, ""); err != nil {
+		t.Fatal(err)
+	}
 	// A step that asks for an approval fires every 2 s; the deciders
 	// approve each over REST, on whichever node answers, through the
 	// kills and the pause (docs/parked-steps.md, "approval"): each ends
@@ -899,6 +908,22 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	keyedRuns := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'keyed'")
 	t.Logf("%d runs of a job with a concurrency key of limit 2: never more than 2 at once through the kills and the pause", keyedRuns)
+	if _, err := jobs.Pause(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "step-keyed"}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 90*time.Second, "every step-keyed run ended", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'step-keyed' AND r.finished_at IS NULL") == 0
+	})
+	if most := queryInt(t, pool, `WITH a AS (SELECT a.started_at AS s, a.finished_at AS f FROM attempts a JOIN tasks t ON t.id = a.task_id
+		JOIN runs r ON r.id = t.run_id JOIN jobs j ON j.id = r.job_id WHERE j.name = 'step-keyed')
+		SELECT COALESCE(max((SELECT count(*) FROM a AS b WHERE b.s <= a.s AND b.f > a.s)), 0)::int FROM a`); most > 2 {
+		t.Fatalf("%d attempts of the step key at once (limit 2)", most)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE flow_wait IS NOT NULL AND status = 'queued'"); n != 0 {
+		t.Fatalf("%d tasks still held on a step key once every run ended", n)
+	}
+	stepKeyed := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'step-keyed' AND r.status = 'succeeded'")
+	t.Logf("%d runs of a step with a key of limit 2 succeeded: never more than 2 of its tasks at once through the kills and the pause", stepKeyed)
 
 	// The approvals still parked are approved in-process; each run of
 	// approver then succeeded with one attempt of its approval, decided

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
@@ -71,11 +72,26 @@ spec:
 		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 7
 	})
 	// The attempts of customer 42, in time: never more than 2 at once.
-	rows, err := pool.Query(t.Context(), `SELECT a.started_at, a.finished_at FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
+	most, n := mostAtOnce(t, pool, `SELECT a.started_at, a.finished_at FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
 		WHERE t.run_id = ANY($1::uuid[])`, ids)
+	if most > 2 || n != 6 {
+		t.Errorf("%d attempts of customer 42 at most at once (limit 2), %d attempts", most, n)
+	}
+	var otherWaited bool
+	if err := pool.QueryRow(t.Context(), "SELECT reason <> '' FROM runs WHERE id = $1", other).Scan(&otherWaited); err != nil || otherWaited {
+		t.Errorf("customer 7's run waited (%v)", err)
+	}
+}
+
+// mostAtOnce reads the attempts query gives (their start and end) and
+// returns how many ran at most at once, and how many there were.
+func mostAtOnce(t *testing.T, pool *pgxpool.Pool, query string, args ...any) (most, n int) {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), query, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close()
 	type edge struct {
 		at    time.Time
 		delta int
@@ -88,23 +104,88 @@ spec:
 		}
 		edges = append(edges, edge{from, 1}, edge{to, -1})
 	}
-	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	slices.SortFunc(edges, func(a, b edge) int {
 		if c := a.at.Compare(b.at); c != 0 {
 			return c
 		}
 		return a.delta - b.delta // an end before a start at one instant
 	})
-	most, now := 0, 0
+	now := 0
 	for _, e := range edges {
 		now += e.delta
 		most = max(most, now)
 	}
-	if most > 2 || len(edges) != 12 {
-		t.Errorf("%d attempts of customer 42 at most at once (limit 2), %d attempts", most, len(edges)/2)
+	return most, len(edges) / 2
+}
+
+// Step keys through real processes and a worker killed inside the
+// transaction that ends a holder and releases a held task: a step of two
+// jobs applied from YAML shares one key of limit 1; 6 runs triggered from
+// the CLI, 5 of their tasks wait held naming the key; the first worker
+// dies with its first report uncommitted (its holder's end and the held
+// task's release vanish together), the reaper ends the lapsed attempt,
+// and a second worker runs them all: the attempts' history never shows
+// two of the key at once.
+func TestStepKeysThroughAKilledWorker(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	addr := freeAddr(t)
+	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--auth", "none", "--shard-ttl", "2s")
+	w1 := workerProc(t, dsn, "w1", "ORRERY_FAILPOINTS=run/keys-promoted=kill")
+	cli := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := run(t, append([]string{"--server", addr}, args...)...)
+		if code != 0 {
+			t.Fatalf("orrery %v: %s %s\n%s", args, out, errOut, p.Logs())
+		}
+		return out
 	}
-	var otherWaited bool
-	if err := pool.QueryRow(t.Context(), "SELECT reason <> '' FROM runs WHERE id = $1", other).Scan(&otherWaited); err != nil || otherWaited {
-		t.Errorf("customer 7's run waited (%v)", err)
+	poll(t, 20*time.Second, "serve answers", func() bool { _, _, code := run(t, "--server", addr, "jobs", "list"); return code == 0 })
+	dir := t.TempDir()
+	for _, name := range []string{"export", "report"} {
+		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: `+name+`}
+spec:
+  schedule: {cron: "0 0 1 1 *"}
+  params: {account: {type: string, default: "acme"}}
+  overlap: allow
+  steps:
+    - name: call
+      concurrency: [{key: "vendor-${{ params.account }}", limit: 1}]
+      retry: {max_attempts: 3, initial: 100ms}
+      run: {command: {argv: ["/bin/sleep", "1.5"]}}
+`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli("apply", "-f", dir)
+	idRE := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}`)
+	var ids []string
+	for i := range 6 {
+		ids = append(ids, idRE.FindString(cli("jobs", "trigger", []string{"export", "report"}[i%2])))
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE flow_wait = 'vendor-acme' AND status = 'queued'"); n != 5 {
+		t.Fatalf("%d tasks held on the key; want 5 (the first holds it for 1.5 s)\n%s", n, cli("runs", "list"))
+	}
+	if out := cli("runs", "get", ids[5]); !strings.Contains(out, "concurrency key vendor-acme 1/1") {
+		t.Errorf("a held run: %s", out)
+	}
+	poll(t, 30*time.Second, "w1 ends the first holder and dies before it commits", w1.exited)
+	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE flow_wait = 'vendor-acme'"); n != 5 {
+		t.Errorf("after the kill, %d tasks held; want 5 (the release died with the end)", n)
+	}
+	workerProc(t, dsn, "w2")
+	poll(t, 90*time.Second, "all six runs succeed", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs WHERE status = 'succeeded'") == 6
+	})
+	most, n := mostAtOnce(t, pool, `SELECT a.started_at, a.finished_at FROM attempts AS a JOIN tasks AS t ON t.id = a.task_id
+		WHERE t.run_id = ANY($1::uuid[])`, ids)
+	if most > 1 || n < 6 {
+		t.Errorf("%d attempts of the key at most at once (limit 1), %d attempts", most, n)
 	}
 }

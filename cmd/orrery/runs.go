@@ -149,9 +149,14 @@ func newRunsCmd(g *globals) *cobra.Command {
 				if c := t.GetChildRunId(); c != "" {
 					fmt.Fprintf(w, "  child run %s", c)
 				}
+				if k := t.GetConcurrencyKeys(); len(k) > 0 {
+					fmt.Fprintf(w, "  keys %s", strings.Join(k, ", "))
+				}
 				switch {
 				case t.GetWaitReason() != "" && t.GetStatus() == "running": // a parked step
 					fmt.Fprintf(w, "  parked: %s", t.GetWaitReason())
+				case t.GetWaitReason() != "" && t.GetReadyTime() == nil: // held by a step key
+					fmt.Fprintf(w, "  waiting since %s: %s", ts(t.GetReleaseTime()), t.GetWaitReason())
 				case t.GetWaitReason() != "":
 					fmt.Fprintf(w, "  waiting for admission since %s: %s", ts(t.GetReadyTime()), t.GetWaitReason())
 				}

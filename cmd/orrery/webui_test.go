@@ -675,6 +675,36 @@ spec:
 	if s := text(`#run-keys`); !strings.Contains(s, "concurrency keys customer=grace") {
 		t.Errorf("the keyed run's keys: %q", s)
 	}
+	// A step key of limit 1: the second run's step waits, and its attempts
+	// panel says for which key; it starts once the first ends.
+	keyDir := t.TempDir()
+	os.WriteFile(filepath.Join(keyDir, "vendor.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: vendor-call, namespace: qa}
+spec:
+  schedule: {cron: "0 3 * * *"}
+  overlap: allow
+  steps:
+    - name: call
+      concurrency: [{key: vendor-slow, limit: 1}]
+      run: {command: {argv: ["/bin/sleep", "3"]}}
+`), 0o644)
+	cli("apply", "-f", keyDir)
+	firstCall := strings.Fields(cli("jobs", "trigger", "vendor-call", "-n", "qa"))[1]
+	heldCall := strings.Fields(cli("jobs", "trigger", "vendor-call", "-n", "qa"))[1]
+	do("a held step's run", chromedp.Navigate(base+"/runs/"+heldCall), chromedp.WaitVisible(css(`#graph a[data-task="call"]`)))
+	callHref := eval(`document.querySelector('#graph a[data-task="call"]').getAttribute('href')`)
+	do("a held step's attempts", chromedp.Navigate(base+fmt.Sprint(callHref)), chromedp.WaitVisible(css(`#attempts [data-wait]`)))
+	if s := text(`#attempts [data-wait]`); !strings.Contains(s, "concurrency key vendor-slow 1/1") {
+		t.Errorf("the held step's panel: %q", s)
+	}
+	if s := text(`#attempts [data-keys]`); !strings.Contains(s, "keys vendor-slow") {
+		t.Errorf("the held step's keys: %q", s)
+	}
+	screenshot(t, ctx, "held-step")
+	for _, id := range []string{firstCall, heldCall} {
+		poll(t, 60*time.Second, "vendor-call "+id+" succeeds", func() bool { return strings.Contains(cli("runs", "get", id), "status succeeded") })
+	}
 
 	// A step that asks for an approval (examples/refund.yaml): the run
 	// page shows what it asks, and its Approve button, with a comment,

@@ -38,13 +38,20 @@ import (
 //     worker's own lease lapses;
 //   - a run that overlap: queue holds back while its job has no active run
 //     any more (a firing transaction held it back while the active run's
-//     report was committing) is started.
+//     report was committing) is started;
+//   - a task held on a step's concurrency key that has room (the promotion
+//     at a holder's end passed it by: its row, or its other key's lock,
+//     was another transaction's) is released, a batch of keys a pass,
+//     round robin (docs/flow-control.md).
 //
 // The first two are bounded by the worker's lease TTL plus one Interval after the
 // failure. Every scheduler node runs a reaper; SKIP LOCKED and fencing
 // tokens keep them apart.
 type Reaper struct {
 	cfg Config
+	// keys is where the next look at tasks held on step keys goes on
+	// from (promoteHeldKeys).
+	keys run.KeyCursor
 }
 
 // Config configures a Reaper.
@@ -117,7 +124,31 @@ func (r *Reaper) Run(ctx context.Context) error {
 		if err := r.promoteStranded(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("start held-back runs", "err", err)
 		}
+		if err := r.promoteHeldKeys(ctx); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("release tasks held on step keys", "err", err)
+		}
 	}
+}
+
+// promoteHeldKeys releases tasks held on step keys that have room (a
+// promotion passed them by: their row or another key's lock was another
+// transaction's), a batch of keys a pass, round robin by key.
+func (r *Reaper) promoteHeldKeys(ctx context.Context) error {
+	var n int
+	var next run.KeyCursor
+	err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
+		var err error
+		next, n, err = r.applier().PromoteHeldKeys(ctx, tx, r.keys, r.cfg.Batch)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.keys = next
+	if n > 0 {
+		r.cfg.Logger.Info("tasks held on step keys released (a promotion passed them by)", "count", n)
+	}
+	return nil
 }
 
 // expireLeases fails lapsed task leases, a batch per transaction, until

@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 
@@ -20,6 +21,7 @@ import (
 // finishRun).
 type verdicts struct {
 	release    []candidate
+	keyed      []keyedCandidate // to release, held to their step keys (flow.go)
 	skip, fail []verdict
 	holdsRuns  map[uuid.UUID]bool
 }
@@ -58,7 +60,8 @@ func (ap *applying) runsOf(ctx context.Context, cands []candidate) (map[uuid.UUI
 }
 
 // decideConditions evaluates the conditions of candidates (all
-// conditional), reading their runs and the outputs the conditions read:
+// conditional: a step with a condition or concurrency keys, decided at
+// release), and the keys of those it releases (v.keyed), reading their runs and the outputs the conditions read:
 // two queries for the batch.
 func (ap *applying) decideConditions(ctx context.Context, cands []candidate) (verdicts, error) {
 	v := verdicts{holdsRuns: map[uuid.UUID]bool{}}
@@ -86,27 +89,41 @@ func (ap *applying) decideConditions(ctx context.Context, cands []candidate) (ve
 			continue
 		}
 		x := spec.exprs.Step(c.step)
-		if !x.HasCondition() { // a task written conditional by a newer version of this code
+		if !x.HasCondition() && !x.HasKeys() { // a task written conditional by a newer version of this code
 			v.release = append(v.release, c)
 			continue
 		}
 		todo = append(todo, pending{c, r, x})
 		outputs.add(c.run, x.WhenReads.Steps)
+		outputs.add(c.run, x.KeysReads.Steps)
 	}
 	if err := outputs.load(ctx, ap.q); err != nil {
 		return v, err
 	}
 	for _, p := range todo {
-		vars := outputs.vars(runOfRow(p.run, p.cand.ready.Attempt), p.exprs.WhenReads.Steps, spent.of(p.run.ID))
+		reads := p.exprs.WhenReads.Steps
+		if p.exprs.HasKeys() {
+			reads = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(reads), p.exprs.KeysReads.Steps...))))
+		}
+		vars := outputs.vars(runOfRow(p.run, p.cand.ready.Attempt), reads, spent.of(p.run.ID))
 		ok, err := p.exprs.Condition(vars)
 		switch {
 		case err != nil:
 			v.fail = append(v.fail, verdict{p.cand, err.Error()})
-		case ok:
-			v.release = append(v.release, p.cand)
-		default:
+			continue
+		case !ok:
 			v.skip = append(v.skip, verdict{p.cand, "skipped: its condition (when) is false"})
+			continue
+		case !p.exprs.HasKeys():
+			v.release = append(v.release, p.cand)
+			continue
 		}
+		keys, limits, err := p.exprs.Keys(vars)
+		if err != nil {
+			v.fail = append(v.fail, verdict{p.cand, err.Error()})
+			continue
+		}
+		v.keyed = append(v.keyed, keyedCandidate{p.cand, keys, limits})
 	}
 	return v, nil
 }

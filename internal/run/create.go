@@ -195,7 +195,8 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 				queue = dispatch.RemoteQueue(set.Queue, r.Job.Tenant)
 			}
 			status := lifecycle.TaskWaiting
-			conditional, fanOut, jobStep := st.When != "", st.ForEach != "", st.OnNoWorker()
+			// (keys are decided at release, as a condition is)
+			conditional, fanOut, jobStep := st.When != "" || len(st.Concurrency) > 0, st.ForEach != "", st.OnNoWorker()
 			res := set.Resources
 			if set.ResourceProfile != "" {
 				res = profiles[tenantProfile{r.Job.Tenant, set.ResourceProfile}]

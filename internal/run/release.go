@@ -60,10 +60,11 @@ func (ap *applying) releaseCounted(ctx context.Context, tasks []store.DecrementT
 }
 
 // release releases waiting tasks with nothing left to wait for: each
-// whose step has a condition is decided first (decideConditions), in this
-// transaction; one whose condition is false is skipped, one whose
-// condition cannot be evaluated is dead-lettered, and what they end
-// settles below them. A task whose step fans out is expanded (expand)
+// whose step has a condition or concurrency keys is decided first
+// (decideConditions), in this transaction; one whose condition is false
+// is skipped, one whose condition or key cannot be evaluated is
+// dead-lettered, and what they end settles below them; one whose key is
+// at its limit is held (gateKeys). A task whose step fans out is expanded (expand)
 // instead of queued, and one whose step runs a job starts its child run
 // (startCalls). A run that this ends is finished.
 func (ap *applying) release(ctx context.Context, cands []candidate) error {
@@ -83,6 +84,11 @@ func (ap *applying) release(ctx context.Context, cands []candidate) error {
 		}
 		ap.Failpoints.Hit(FailpointConditionsDecided)
 		ready = append(ready, v.release...)
+		gated, err := ap.gateKeys(ctx, v.keyed)
+		if err != nil {
+			return err
+		}
+		ready = append(ready, gated...)
 	}
 	var rs []dispatch.Ready
 	var groups, calls []candidate

@@ -418,9 +418,26 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 	}
 	var now time.Time
 	byQueue := map[string]string{}
+	holders := map[flowKey]int{}
 	for i := range tasks {
 		t := &tasks[i].Task
 		if t.AdmittedAt != nil || (t.Status != lifecycle.TaskQueued && t.Status != lifecycle.TaskRetrying) {
+			continue
+		}
+		if t.FlowWait != nil { // held by a step key (flow.go)
+			k := flowKey{t.TenantID, *t.FlowWait}
+			n, ok := holders[k]
+			if !ok {
+				rows, err := q.FlowHolders(ctx, store.FlowHoldersParams{TenantIds: []uuid.UUID{k.tenant}, Keys: []string{k.key}})
+				if err != nil {
+					return err
+				}
+				for _, r := range rows {
+					n = int(r.N)
+				}
+				holders[k] = n
+			}
+			tasks[i].WaitReason = fmt.Sprintf("%s %s %d/%d", ReasonKeyHeld, k.key, n, limitOn(t.FlowKeys, t.FlowLimits, k.key))
 			continue
 		}
 		if now.IsZero() {

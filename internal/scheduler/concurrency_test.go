@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/dag/schedule"
@@ -72,17 +73,9 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 	_, _, runs := services(t, pool)
 	trigger := func(name, customer, g string) *run.Run {
 		t.Helper()
-		r, err := runs.TriggerWith(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: name}, run.TriggerOptions{
-			ParamTexts: map[string]string{"customer": customer, "gate": g}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
+		return triggerParams(t, runs, name, map[string]string{"customer": customer, "gate": g})
 	}
-	is := func(id uuid.UUID, status string) {
-		t.Helper()
-		enginetest.WaitFor(t, 30*time.Second, "run "+id.String()+" "+status, func() bool { return runStatus(t, pool, id) == status })
-	}
+	is := func(id uuid.UUID, status string) { t.Helper(); waitRunStatus(t, pool, id, status) }
 
 	// queue: the second run of customer 1 waits; customer 2's does not.
 	a1 := trigger("sync", "1", "a1")
@@ -160,4 +153,197 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 	if most["pair/many"] > 2 || most["sync/1"] > 1 {
 		t.Errorf("at most %d runs of pair's key many at once (limit 2), %d of sync's key 1 (limit 1)", most["pair/many"], most["sync/1"])
 	}
+}
+
+// A step's concurrency keys bound its tasks by key across the tenant's
+// jobs: tasks of two jobs naming one key never run above its limit, a
+// held task says why and starts when a holder ends (or is cancelled), a
+// key read from a parent's output or another key is held to as well, one
+// key's backlog keeps no other key waiting, and a key that does not
+// evaluate dead-letters its task naming it.
+func TestStepConcurrencyKeysBoundTasks(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	ctx := context.Background()
+	var mu sync.Mutex
+	running, most := map[string]int{}, map[string]int{}
+	gates := enginetest.NewGates(t)
+	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{
+		"hold": func(ctx context.Context, c executor.Call) error {
+			var p struct {
+				Keys []string
+				Gate string
+			}
+			_ = json.Unmarshal(c.Payload, &p)
+			if p.Gate == "cancelled" { // a cancel frees its keys at once, as its slot: the attempt
+				<-ctx.Done() // may run on until its worker hears of it (not counted)
+				return nil
+			}
+			mu.Lock()
+			for _, k := range p.Keys {
+				running[k]++
+				most[k] = max(most[k], running[k])
+			}
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				for _, k := range p.Keys {
+					running[k]--
+				}
+				mu.Unlock()
+			}()
+			select {
+			case <-gates.Wait(p.Gate):
+			case <-ctx.Done():
+			}
+			return nil
+		},
+		"plan": func(ctx context.Context, c executor.Call) error {
+			return executor.SetOutput(ctx, map[string]string{"vendor": "v"})
+		},
+	})
+	startPolicyNode(t, pool, node.Config{})
+	never := schedule.Spec{Cron: schedule.Crons("0 0 1 1 *"), Timezone: "UTC"}
+	params := map[string]dag.Param{"account": {Type: "string"}, "gate": {Type: "string", Default: dag.Payload(`"g"`)}}
+	hold := func() dag.Executor { return dag.Executor{Handler: "hold"} }
+	payload := func(keys ...string) dag.Payload {
+		b, _ := json.Marshal(keys)
+		return dag.Payload(`{"keys": ` + string(b) + `, "gate": "${{ params.gate }}"}`)
+	}
+	// two jobs share the key acct-ACCOUNT, limit 2
+	for _, name := range []string{"sync-a", "sync-b"} {
+		createJob(t, pool, name, dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow, Params: params,
+			Steps: []dag.Step{{Name: "call", Run: hold(), Payload: payload("acct-${{ params.account }}"),
+				Concurrency: []dag.ConcurrencyLimit{{Key: "acct-${{ params.account }}", Limit: 2}}}}})
+	}
+	// a key from a parent's output, and a second key of limit 1
+	createJob(t, pool, "two-keys", dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow, Params: params,
+		Steps: []dag.Step{{Name: "plan", Run: dag.Executor{Handler: "plan"}},
+			{Name: "call", Needs: []string{"plan"}, Run: hold(), Payload: payload("vendor-${{ steps.plan.output.vendor }}", "one"),
+				Concurrency: []dag.ConcurrencyLimit{{Key: "vendor-${{ steps.plan.output.vendor }}", Limit: 5}, {Key: "one", Limit: 1}}}}})
+	_, _, runs := services(t, pool)
+	trigger := func(name, account, g string) *run.Run {
+		t.Helper()
+		return triggerParams(t, runs, name, map[string]string{"account": account, "gate": g})
+	}
+	is := func(id uuid.UUID, status string) { t.Helper(); waitRunStatus(t, pool, id, status) }
+	step := func(id uuid.UUID, name string) run.Task {
+		t.Helper()
+		d, err := runs.Get(ctx, job.Anonymous, id, run.ItemsPage{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range d.Tasks {
+			if k.Step == name {
+				return k
+			}
+		}
+		t.Fatalf("run %s has no step %s", id, name)
+		return run.Task{}
+	}
+
+	// Two runs of each job on account 1: two hold the key, two are held.
+	var ids []uuid.UUID
+	for i, name := range []string{"sync-a", "sync-b", "sync-a", "sync-b"} {
+		g := "g1"
+		if i == 0 {
+			g = "cancelled"
+		}
+		ids = append(ids, trigger(name, "1", g).ID)
+	}
+	for _, id := range ids[:2] {
+		is(id, "running")
+	}
+	held := step(ids[3], "call")
+	if held.WaitReason != "concurrency key acct-1 2/2" || strings.Join(held.FlowKeys, ",") != "acct-1" {
+		t.Errorf("a held task: %q, keys %q", held.WaitReason, held.FlowKeys)
+	}
+	// Another account does not wait for account 1.
+	other := trigger("sync-a", "2", "g2")
+	is(other.ID, "running")
+	// Cancelling a holder starts a held task.
+	if _, err := runs.CancelRun(ctx, job.Anonymous, ids[0], "test"); err != nil {
+		t.Fatal(err)
+	}
+	is(ids[2], "running")
+	if r := step(ids[3], "call"); r.WaitReason != "concurrency key acct-1 2/2" {
+		t.Errorf("still held: %q", r.WaitReason)
+	}
+	gates.Open("g1")
+	gates.Open("g2")
+	for _, id := range append(ids[1:], other.ID) {
+		is(id, "succeeded")
+	}
+
+	// One key's backlog (20 tasks at limit 2) keeps no other key waiting.
+	var big []uuid.UUID
+	for range 20 {
+		big = append(big, trigger("sync-a", "big", "big").ID)
+	}
+	var small []uuid.UUID
+	for i := range 5 {
+		small = append(small, trigger("sync-b", "small-"+string(rune('a'+i)), "small").ID)
+	}
+	for _, id := range small {
+		is(id, "running")
+	}
+	gates.Open("small")
+	gates.Open("big")
+	for _, id := range append(big, small...) {
+		is(id, "succeeded")
+	}
+
+	// A key from a parent's output, and a second key of limit 1.
+	var multi []uuid.UUID
+	for i := range 4 {
+		multi = append(multi, trigger("two-keys", string(rune('a'+i)), "m").ID)
+	}
+	enginetest.WaitFor(t, 30*time.Second, "one task of two-keys running, three held", func() bool {
+		held := 0
+		for _, id := range multi {
+			if strings.HasPrefix(step(id, "call").WaitReason, "concurrency key ") {
+				held++
+			}
+		}
+		return held == 3
+	})
+	if k := step(multi[0], "call").FlowKeys; strings.Join(k, ",") != "vendor-v,one" {
+		t.Errorf("two-keys' keys: %q", k)
+	}
+	gates.Open("m")
+	for _, id := range multi {
+		is(id, "succeeded")
+	}
+
+	// A key past its bound dead-letters the task, naming the key.
+	bad := trigger("sync-a", strings.Repeat("x", 300), "bad")
+	is(bad.ID, "failed")
+	if e := step(bad.ID, "call").LastError; !strings.Contains(e, "concurrency[0].key: evaluates to") {
+		t.Errorf("a key past the bound: %q", e)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if most["acct-1"] > 2 || most["acct-big"] > 2 || most["one"] > 1 {
+		t.Errorf("at most %d tasks of acct-1 at once (limit 2), %d of acct-big (limit 2), %d of one (limit 1)", most["acct-1"], most["acct-big"], most["one"])
+	}
+	if most["acct-big"] < 2 {
+		t.Errorf("acct-big ran %d at once; its limit is 2", most["acct-big"])
+	}
+}
+
+// triggerParams triggers a run of job default/name with params.
+func triggerParams(t *testing.T, runs *run.Service, name string, params map[string]string) *run.Run {
+	t.Helper()
+	r, err := runs.TriggerWith(context.Background(), job.Anonymous, job.Ref{Namespace: "default", Name: name}, run.TriggerOptions{ParamTexts: params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// waitRunStatus waits for run id to reach status.
+func waitRunStatus(t *testing.T, pool *pgxpool.Pool, id uuid.UUID, status string) {
+	t.Helper()
+	enginetest.WaitFor(t, 30*time.Second, "run "+id.String()+" "+status, func() bool { return runStatus(t, pool, id) == status })
 }

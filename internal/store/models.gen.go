@@ -469,6 +469,9 @@ type Task struct {
 	AttemptID        *uuid.UUID
 	AttemptStartedAt *time.Time
 	AttemptWorker    string
+	FlowKeys         []string
+	FlowLimits       []int32
+	FlowWait         *string
 }
 
 type TaskEdge struct {

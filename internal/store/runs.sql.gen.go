@@ -130,7 +130,7 @@ WITH k AS (
     FROM k
     WHERE tasks.id = k.id
     RETURNING tasks.id, k.was, tasks.tenant_id, tasks.attempt_id, tasks.attempt, tasks.fencing_token - 1 AS token,
-              tasks.attempt_worker, tasks.attempt_started_at
+              tasks.attempt_worker, tasks.attempt_started_at, tasks.flow_keys, tasks.flow_limits, tasks.flow_wait
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at,
                           finished_at, outcome, exit_reason, failure_class, error)
@@ -141,7 +141,10 @@ WITH k AS (
     -- a parked step's row goes with its task's end (docs/parked-steps.md)
     DELETE FROM parked_steps WHERE task_id IN (SELECT t.id FROM t WHERE t.was = 'running')
 )
-SELECT t.id FROM t
+SELECT t.id, t.tenant_id,
+       (CASE WHEN t.flow_wait IS NULL AND t.was IN ('queued', 'running', 'retrying') THEN t.flow_keys END)::text[] AS flow_keys,
+       t.flow_limits::int[] AS flow_limits
+FROM t
 `
 
 type CancelTasksOfRunsParams struct {
@@ -151,14 +154,22 @@ type CancelTasksOfRunsParams struct {
 	Error        string
 }
 
+type CancelTasksOfRunsRow struct {
+	ID         uuid.UUID
+	TenantID   uuid.UUID
+	FlowKeys   []string
+	FlowLimits []int32
+}
+
 // CancelTasksOfRuns stops every unfinished task of the runs, and puts the
 // attempts that were running on record as failed with the given exit
 // reason, class and error; bumping the fencing token turns a running
 // attempt's later report into a stale one (RecordLateReport finds its row
 // by the token it ran under). k locks the tasks and reads what they were:
 // a start that commits while this waits for its row is seen running. A
-// parked step's row is deleted with it.
-func (q *Queries) CancelTasksOfRuns(ctx context.Context, arg CancelTasksOfRunsParams) ([]uuid.UUID, error) {
+// parked step's row is deleted with it. flow_keys are the keys a keyed
+// step's task held (docs/flow-control.md): its caller promotes them.
+func (q *Queries) CancelTasksOfRuns(ctx context.Context, arg CancelTasksOfRunsParams) ([]CancelTasksOfRunsRow, error) {
 	rows, err := q.db.Query(ctx, cancelTasksOfRuns,
 		arg.RunIds,
 		arg.ExitReason,
@@ -169,13 +180,18 @@ func (q *Queries) CancelTasksOfRuns(ctx context.Context, arg CancelTasksOfRunsPa
 		return nil, err
 	}
 	defer rows.Close()
-	items := []uuid.UUID{}
+	items := []CancelTasksOfRunsRow{}
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var i CancelTasksOfRunsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.TenantID,
+			&i.FlowKeys,
+			&i.FlowLimits,
+		); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -573,7 +589,7 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 }
 
 const groupItems = `-- name: GroupItems :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker, flow_keys, flow_limits, flow_wait FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
 ORDER BY item_index LIMIT $3
 `
 
@@ -635,6 +651,9 @@ func (q *Queries) GroupItems(ctx context.Context, arg GroupItemsParams) ([]Task,
 			&i.AttemptID,
 			&i.AttemptStartedAt,
 			&i.AttemptWorker,
+			&i.FlowKeys,
+			&i.FlowLimits,
+			&i.FlowWait,
 		); err != nil {
 			return nil, err
 		}
@@ -1877,7 +1896,7 @@ func (q *Queries) RunStepStatuses(ctx context.Context, arg RunStepStatusesParams
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker, flow_keys, flow_limits, flow_wait FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
 `
 
 // RunTasks reads a run's tasks but the items of its fan-outs (their
@@ -1933,6 +1952,9 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 			&i.AttemptID,
 			&i.AttemptStartedAt,
 			&i.AttemptWorker,
+			&i.FlowKeys,
+			&i.FlowLimits,
+			&i.FlowWait,
 		); err != nil {
 			return nil, err
 		}

@@ -210,7 +210,8 @@ SELECT id FROM r;
 -- attempt's later report into a stale one (RecordLateReport finds its row
 -- by the token it ran under). k locks the tasks and reads what they were:
 -- a start that commits while this waits for its row is seen running. A
--- parked step's row is deleted with it.
+-- parked step's row is deleted with it. flow_keys are the keys a keyed
+-- step's task held (docs/flow-control.md): its caller promotes them.
 -- name: CancelTasksOfRuns :many
 WITH k AS (
     SELECT id, status AS was FROM tasks
@@ -221,7 +222,7 @@ WITH k AS (
     FROM k
     WHERE tasks.id = k.id
     RETURNING tasks.id, k.was, tasks.tenant_id, tasks.attempt_id, tasks.attempt, tasks.fencing_token - 1 AS token,
-              tasks.attempt_worker, tasks.attempt_started_at
+              tasks.attempt_worker, tasks.attempt_started_at, tasks.flow_keys, tasks.flow_limits, tasks.flow_wait
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at,
                           finished_at, outcome, exit_reason, failure_class, error)
@@ -232,7 +233,10 @@ WITH k AS (
     -- a parked step's row goes with its task's end (docs/parked-steps.md)
     DELETE FROM parked_steps WHERE task_id IN (SELECT t.id FROM t WHERE t.was = 'running')
 )
-SELECT t.id FROM t;
+SELECT t.id, t.tenant_id,
+       (CASE WHEN t.flow_wait IS NULL AND t.was IN ('queued', 'running', 'retrying') THEN t.flow_keys END)::text[] AS flow_keys,
+       t.flow_limits::int[] AS flow_limits
+FROM t;
 
 -- name: SetShardLags :exec
 UPDATE shards SET lag_seconds = u.lag

@@ -259,7 +259,8 @@ WHERE r.id = ANY(@ids::uuid[]);
 -- 5). A report of the reaper or of a worker that lost its lease (@expired)
 -- applies only while the worker's lease (or the attempt's own) is still
 -- lapsed: a renewal that won the row lock first keeps the attempt alive.
--- job_id is set for the runs that finished.
+-- job_id is set for the runs that finished; flow_keys and flow_limits
+-- are a keyed step's (docs/flow-control.md), NULL for the others.
 -- name: CompleteAttempts :many
 WITH req AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@fencing_tokens::bigint[]) AS token,
@@ -279,7 +280,8 @@ WITH req AS (
       AND (NOT req.expired OR tasks.deadline_at IS NOT NULL AND tasks.lease_expires_at <= now()
            OR tasks.deadline_at IS NULL AND EXISTS (SELECT 1 FROM workers AS w WHERE w.id = tasks.worker_id AND w.lease_expires_at <= now()))
     RETURNING tasks.id, tasks.run_id, tasks.group_id, tasks.queue, tasks.priority, tasks.tenant_id, tasks.started_at, req.token, req.outcome,
-              tasks.attempt_id, tasks.attempt, tasks.attempt_worker, tasks.attempt_started_at, req.exit_reason, req.failure_class, req.error, req.output, req.truncated, req.log, req.run_status, req.run_reason
+              tasks.attempt_id, tasks.attempt, tasks.attempt_worker, tasks.attempt_started_at, req.exit_reason, req.failure_class, req.error, req.output, req.truncated, req.log, req.run_status, req.run_reason,
+              tasks.flow_keys, tasks.flow_limits
 ), a AS (
     INSERT INTO attempts (id, task_id, tenant_id, number, fencing_token, worker, started_at,
                           finished_at, outcome, exit_reason, failure_class, error, output, output_truncated, log)
@@ -306,7 +308,8 @@ WITH req AS (
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )
-SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.group_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id
+SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.group_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id,
+       t.flow_keys::text[] AS flow_keys, t.flow_limits::int[] AS flow_limits
 FROM t LEFT JOIN r ON r.id = t.run_id;
 
 -- InsertItems writes the items of expanded fan-outs, waiting (held until

@@ -467,6 +467,9 @@ type Task struct {
 	AttemptID        *uuid.UUID
 	AttemptStartedAt *time.Time
 	AttemptWorker    string
+	FlowKeys         []string
+	FlowLimits       []int32
+	FlowWait         pgtype.Text
 }
 
 type TaskEdge struct {

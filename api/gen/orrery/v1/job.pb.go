@@ -1569,7 +1569,11 @@ type Step struct {
 	Wait *Wait `protobuf:"bytes,17,opt,name=wait,proto3" json:"wait,omitempty"`
 	// Parks the step (no run) until people decide: count approvals end it
 	// succeeded, one rejection fails it; its output is the decision.
-	Approval      *Approval `protobuf:"bytes,18,opt,name=approval,proto3" json:"approval,omitempty"`
+	Approval *Approval `protobuf:"bytes,18,opt,name=approval,proto3" json:"approval,omitempty"`
+	// Bounds the tasks holding each key (the tenant's: every job naming a
+	// value shares it) from their release until they end; on_limit is
+	// queue only (a task at a key's limit waits).
+	Concurrency   []*ConcurrencyLimit `protobuf:"bytes,19,rep,name=concurrency,proto3" json:"concurrency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1730,7 +1734,15 @@ func (x *Step) GetApproval() *Approval {
 	return nil
 }
 
-// ConcurrencyLimit bounds the job's runs that hold one key.
+func (x *Step) GetConcurrency() []*ConcurrencyLimit {
+	if x != nil {
+		return x.Concurrency
+	}
+	return nil
+}
+
+// ConcurrencyLimit bounds the job's runs (spec.concurrency), or the
+// tasks (a step's concurrency), that hold one key.
 type ConcurrencyLimit struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -4107,7 +4119,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x06custom\x18\x04 \x03(\v2 .orrery.v1.Resources.CustomEntryR\x06custom\x1a9\n" +
 	"\vCustomEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x91\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd0\x05\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05needs\x18\x02 \x03(\tR\x05needs\x12!\n" +
@@ -4128,7 +4140,8 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x10resource_profile\x18\x0f \x01(\tR\x0fresourceProfile\x12&\n" +
 	"\x05sleep\x18\x10 \x01(\v2\x10.orrery.v1.SleepR\x05sleep\x12#\n" +
 	"\x04wait\x18\x11 \x01(\v2\x0f.orrery.v1.WaitR\x04wait\x12/\n" +
-	"\bapproval\x18\x12 \x01(\v2\x13.orrery.v1.ApprovalR\bapproval\"U\n" +
+	"\bapproval\x18\x12 \x01(\v2\x13.orrery.v1.ApprovalR\bapproval\x12=\n" +
+	"\vconcurrency\x18\x13 \x03(\v2\x1b.orrery.v1.ConcurrencyLimitR\vconcurrency\"U\n" +
 	"\x10ConcurrencyLimit\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x19\n" +
@@ -4453,96 +4466,97 @@ var file_orrery_v1_job_proto_depIdxs = []int32{
 	24,  // 36: orrery.v1.Step.sleep:type_name -> orrery.v1.Sleep
 	23,  // 37: orrery.v1.Step.wait:type_name -> orrery.v1.Wait
 	22,  // 38: orrery.v1.Step.approval:type_name -> orrery.v1.Approval
-	62,  // 39: orrery.v1.Approval.timeout:type_name -> google.protobuf.Duration
-	62,  // 40: orrery.v1.Wait.timeout:type_name -> google.protobuf.Duration
-	62,  // 41: orrery.v1.Sleep.duration:type_name -> google.protobuf.Duration
-	9,   // 42: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	18,  // 43: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	15,  // 44: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	64,  // 45: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	20,  // 46: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	27,  // 47: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	30,  // 48: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	57,  // 49: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	21,  // 50: orrery.v1.JobSpec.concurrency:type_name -> orrery.v1.ConcurrencyLimit
-	64,  // 51: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	64,  // 52: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	62,  // 53: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	62,  // 54: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	28,  // 55: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	29,  // 56: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	58,  // 57: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	29,  // 58: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	59,  // 59: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	31,  // 60: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	25,  // 61: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,   // 62: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	61,  // 63: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	61,  // 64: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	61,  // 65: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	61,  // 66: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	34,  // 67: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	33,  // 68: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	61,  // 69: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	31,  // 70: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	25,  // 71: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	32,  // 72: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	35,  // 73: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	32,  // 74: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	61,  // 75: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	65,  // 76: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	40,  // 77: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
-	40,  // 78: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
-	40,  // 79: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
-	40,  // 80: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
-	0,   // 81: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	60,  // 82: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,   // 83: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	32,  // 84: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	35,  // 85: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	31,  // 86: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	25,  // 87: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	32,  // 88: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	35,  // 89: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	32,  // 90: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	35,  // 91: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	32,  // 92: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	35,  // 93: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	32,  // 94: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,   // 95: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	61,  // 96: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	61,  // 97: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	53,  // 98: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	61,  // 99: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	61,  // 100: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	26,  // 101: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	36,  // 102: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	38,  // 103: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	41,  // 104: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	43,  // 105: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	45,  // 106: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	47,  // 107: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	49,  // 108: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	51,  // 109: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,   // 110: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,   // 111: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,   // 112: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	37,  // 113: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	39,  // 114: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	42,  // 115: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	44,  // 116: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	46,  // 117: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	48,  // 118: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	50,  // 119: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	52,  // 120: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,   // 121: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,   // 122: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,   // 123: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	113, // [113:124] is the sub-list for method output_type
-	102, // [102:113] is the sub-list for method input_type
-	102, // [102:102] is the sub-list for extension type_name
-	102, // [102:102] is the sub-list for extension extendee
-	0,   // [0:102] is the sub-list for field type_name
+	21,  // 39: orrery.v1.Step.concurrency:type_name -> orrery.v1.ConcurrencyLimit
+	62,  // 40: orrery.v1.Approval.timeout:type_name -> google.protobuf.Duration
+	62,  // 41: orrery.v1.Wait.timeout:type_name -> google.protobuf.Duration
+	62,  // 42: orrery.v1.Sleep.duration:type_name -> google.protobuf.Duration
+	9,   // 43: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	18,  // 44: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	15,  // 45: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	64,  // 46: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	20,  // 47: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	27,  // 48: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	30,  // 49: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	57,  // 50: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	21,  // 51: orrery.v1.JobSpec.concurrency:type_name -> orrery.v1.ConcurrencyLimit
+	64,  // 52: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	64,  // 53: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	62,  // 54: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	62,  // 55: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	28,  // 56: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	29,  // 57: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	58,  // 58: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	29,  // 59: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	59,  // 60: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	31,  // 61: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	25,  // 62: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,   // 63: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	61,  // 64: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	61,  // 65: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	61,  // 66: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	61,  // 67: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	34,  // 68: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	33,  // 69: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	61,  // 70: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	31,  // 71: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	25,  // 72: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	32,  // 73: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	35,  // 74: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	32,  // 75: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	61,  // 76: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	65,  // 77: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	40,  // 78: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
+	40,  // 79: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
+	40,  // 80: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
+	40,  // 81: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
+	0,   // 82: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	60,  // 83: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,   // 84: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	32,  // 85: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	35,  // 86: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	31,  // 87: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	25,  // 88: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	32,  // 89: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	35,  // 90: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	32,  // 91: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	35,  // 92: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	32,  // 93: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	35,  // 94: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	32,  // 95: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,   // 96: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	61,  // 97: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	61,  // 98: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	53,  // 99: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	61,  // 100: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	61,  // 101: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	26,  // 102: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	36,  // 103: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	38,  // 104: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	41,  // 105: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	43,  // 106: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	45,  // 107: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	47,  // 108: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	49,  // 109: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	51,  // 110: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,   // 111: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,   // 112: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,   // 113: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	37,  // 114: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	39,  // 115: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	42,  // 116: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	44,  // 117: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	46,  // 118: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	48,  // 119: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	50,  // 120: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	52,  // 121: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,   // 122: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,   // 123: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,   // 124: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	114, // [114:125] is the sub-list for method output_type
+	103, // [103:114] is the sub-list for method input_type
+	103, // [103:103] is the sub-list for extension type_name
+	103, // [103:103] is the sub-list for extension extendee
+	0,   // [0:103] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }

@@ -358,9 +358,13 @@ type Task struct {
 	Resources *Resources `protobuf:"bytes,21,opt,name=resources,proto3" json:"resources,omitempty"`
 	// For a step that asks for an approval while it waits for one: what
 	// it asks and the decisions so far.
-	Approval      *PendingApproval `protobuf:"bytes,22,opt,name=approval,proto3" json:"approval,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Approval *PendingApproval `protobuf:"bytes,22,opt,name=approval,proto3" json:"approval,omitempty"`
+	// For a step with concurrency keys, once released: the values of its
+	// keys (the tenant's), which it holds until it ends, or waits for
+	// (wait_reason "concurrency key KEY N/LIMIT").
+	ConcurrencyKeys []string `protobuf:"bytes,23,rep,name=concurrency_keys,json=concurrencyKeys,proto3" json:"concurrency_keys,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -543,6 +547,13 @@ func (x *Task) GetResources() *Resources {
 func (x *Task) GetApproval() *PendingApproval {
 	if x != nil {
 		return x.Approval
+	}
+	return nil
+}
+
+func (x *Task) GetConcurrencyKeys() []string {
+	if x != nil {
+		return x.ConcurrencyKeys
 	}
 	return nil
 }
@@ -3104,7 +3115,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x10concurrency_keys\x18\x16 \x03(\tR\x0fconcurrencyKeys\"5\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\x81\a\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\xac\a\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -3136,7 +3147,8 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\fchild_run_id\x18\x14 \x01(\tR\n" +
 	"childRunId\x122\n" +
 	"\tresources\x18\x15 \x01(\v2\x14.orrery.v1.ResourcesR\tresources\x126\n" +
-	"\bapproval\x18\x16 \x01(\v2\x1a.orrery.v1.PendingApprovalR\bapprovalB\r\n" +
+	"\bapproval\x18\x16 \x01(\v2\x1a.orrery.v1.PendingApprovalR\bapproval\x12)\n" +
+	"\x10concurrency_keys\x18\x17 \x03(\tR\x0fconcurrencyKeysB\r\n" +
 	"\v_item_index\"\xc5\x02\n" +
 	"\x0fPendingApproval\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +

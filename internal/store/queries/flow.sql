@@ -1,0 +1,81 @@
+-- Step-level concurrency keys (docs/flow-control.md, "Step level";
+-- migrations/00050_step_concurrency_keys.sql). The key locks are
+-- LockConcurrencyKeys' (runs.sql), on "step/TENANT/VALUE".
+
+-- FlowHolders counts, for each (@tenant_ids[i], @keys[i]), the tasks
+-- holding the key: keyed, not held, queued, running or retrying.
+-- name: FlowHolders :many
+SELECT q.tenant_id::uuid AS tenant_id, q.key::text AS key, (SELECT count(*) FROM tasks AS t
+    WHERE t.flow_keys @> ARRAY[q.key] AND t.tenant_id = q.tenant_id
+      AND t.flow_keys IS NOT NULL AND t.flow_wait IS NULL AND t.status IN ('queued', 'running', 'retrying'))::int AS n
+FROM (SELECT DISTINCT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@keys::text[]) AS key) AS q;
+
+-- KeyTasks writes the keys of tasks being released (@keys[i] and
+-- @limits[i]: JSON lists of task @ids[i]'s values and limits) and holds
+-- those whose @waits[i] names a key at its limit: queued, not eligible
+-- for admission (ready_at NULL, as a waiting task's) until a promotion. Those with an
+-- empty wait are released by the caller (ReleaseTasks).
+-- name: KeyTasks :exec
+UPDATE tasks SET flow_keys = ARRAY(SELECT jsonb_array_elements_text(u.keys::jsonb)),
+    flow_limits = ARRAY(SELECT jsonb_array_elements_text(u.limits::jsonb)::int),
+    flow_wait = NULLIF(u.wait, ''),
+    status = CASE WHEN u.wait <> '' THEN 'queued' ELSE tasks.status END,
+    released_at = CASE WHEN u.wait <> '' THEN COALESCE(tasks.released_at, now()) ELSE tasks.released_at END,
+    ready_at = CASE WHEN u.wait <> '' THEN NULL ELSE tasks.ready_at END,
+    admitted_at = CASE WHEN u.wait <> '' THEN NULL ELSE tasks.admitted_at END
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@keys::text[]) AS keys, unnest(@limits::text[]) AS limits,
+             unnest(@waits::text[]) AS wait) AS u
+WHERE tasks.id = u.id AND tasks.status = 'waiting';
+
+-- HeldOnKey reads the oldest tasks held on a key, at most @n, skipping
+-- any another transaction holds (a cancel: no wait, no lock cycle).
+-- name: HeldOnKey :many
+SELECT id, tenant_id, run_id, queue, priority, attempt, flow_keys::text[] AS flow_keys, flow_limits::int[] AS flow_limits,
+       res_cpu, res_memory, res_gpu, res_custom
+FROM tasks
+WHERE tenant_id = @tenant_id AND flow_wait = @key::text AND status = 'queued'
+ORDER BY id
+LIMIT @n
+FOR UPDATE SKIP LOCKED;
+
+-- SetFlowWaits moves held tasks: @waits[i] empty releases task @ids[i]
+-- (eligible for admission now), else it waits for that key.
+-- name: SetFlowWaits :exec
+UPDATE tasks SET flow_wait = NULLIF(u.wait, ''),
+    ready_at = CASE WHEN u.wait = '' THEN now() ELSE tasks.ready_at END
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@waits::text[]) AS wait) AS u
+WHERE tasks.id = u.id AND tasks.flow_wait IS NOT NULL AND tasks.status = 'queued';
+
+-- HeldKeys lists the keys tasks are held on after (@tenant_id, @key), in
+-- (tenant, key) order, at most @n, each with its oldest held task's keys
+-- and limits (the reaper's look for held tasks whose key has room: a
+-- loose index scan, one probe a key).
+-- name: HeldKeys :many
+WITH RECURSIVE k AS (
+    (SELECT t.tenant_id, t.flow_wait, t.flow_keys, t.flow_limits FROM tasks AS t
+     WHERE t.flow_wait IS NOT NULL AND t.status = 'queued' AND (t.tenant_id, t.flow_wait) > (@tenant_id::uuid, @key::text)
+     ORDER BY t.tenant_id, t.flow_wait, t.id LIMIT 1)
+    UNION ALL
+    SELECT n.tenant_id, n.flow_wait, n.flow_keys, n.flow_limits FROM k CROSS JOIN LATERAL (
+        SELECT t.tenant_id, t.flow_wait, t.flow_keys, t.flow_limits FROM tasks AS t
+        WHERE t.flow_wait IS NOT NULL AND t.status = 'queued' AND (t.tenant_id, t.flow_wait) > (k.tenant_id, k.flow_wait)
+        ORDER BY t.tenant_id, t.flow_wait, t.id LIMIT 1) AS n
+)
+SELECT k.tenant_id::uuid AS tenant_id, k.flow_wait::text AS key, k.flow_keys::text[] AS flow_keys, k.flow_limits::int[] AS flow_limits
+FROM k LIMIT @n;
+
+-- BusiestKeys are the keys with the most tasks held, at most @n (the
+-- cluster page and the metrics: the top few, not a label a key).
+-- name: BusiestKeys :many
+SELECT t.tenant_id, tn.name AS tenant, t.flow_wait::text AS key, count(*)::bigint AS held,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(t.released_at)), 0)::float8 AS oldest_seconds
+FROM tasks AS t JOIN tenants AS tn ON tn.id = t.tenant_id
+WHERE t.flow_wait IS NOT NULL AND t.status = 'queued'
+GROUP BY t.tenant_id, tn.name, t.flow_wait
+ORDER BY held DESC, t.flow_wait
+LIMIT @n;
+
+-- TryLockKey takes a key's lock (LockConcurrencyKeys') when no other
+-- transaction holds it, and says whether it did.
+-- name: TryLockKey :one
+SELECT pg_try_advisory_xact_lock(hashtextextended(@key::text, 8191))::bool;
