@@ -17,6 +17,7 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/job"
+	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/run"
 )
 
@@ -117,7 +118,9 @@ func taskToProto(t run.Task) *orreryv1.Task {
 			Priority: t.Priority, Attempt: t.Attempt, FencingToken: t.FencingToken, LastError: t.LastError,
 			ReleaseTime: timeToProto(t.ReleasedAt), StartTime: timeToProto(t.StartedAt), FinishTime: timeToProto(t.FinishedAt),
 			WaitReason: t.WaitReason, ReadyTime: timeToProto(t.ReadyAt), AdmitTime: timeToProto(t.AdmittedAt),
-			ConcurrencyKeys: t.FlowKeys,
+		}
+		if t.Status != lifecycle.TaskWaiting { // (a task waiting again keeps its last release's keys until its next)
+			pt.ConcurrencyKeys = t.FlowKeys
 		}
 		for _, a := range t.Attempts {
 			pt.Attempts = append(pt.Attempts, &orreryv1.Attempt{

@@ -53,6 +53,11 @@ const (
 // starts what it held.
 func (s *JobSpec) HoldsRuns() bool { return s.Overlap == OverlapQueue || len(s.Concurrency) > 0 }
 
+// WeighsActiveRuns reports whether a new run's status depends on the
+// job's active runs (its overlap policy is not allow): only then need
+// they be read.
+func (s *JobSpec) WeighsActiveRuns() bool { return s.Overlap != OverlapAllow }
+
 // Action is what the limit does at its limit (OnLimit, queue when empty).
 func (c ConcurrencyLimit) Action() OnLimit {
 	if c.OnLimit == "" {

@@ -109,6 +109,9 @@ func TestStepConcurrencyKeys(t *testing.T) {
 	if err != nil || strings.Join(v, ",") != "acme,vendor-x" || lim[0] != 3 || lim[1] != 10 {
 		t.Fatalf("keys %q %v (%v)", v, lim, err)
 	}
+	if v, lim, err := se.Keys(expr.Vars{Params: map[string]any{"account": "vendor-x"}, Steps: map[string]expr.StepVars{"plan": {Output: map[string]any{"vendor": "x"}}}}); err != nil || len(v) != 1 || lim[0] != 3 {
+		t.Errorf("two keys of one value: %q %v (%v), want one, limit 3", v, lim, err)
+	}
 	if _, _, err := se.Keys(expr.Vars{Params: map[string]any{"account": ""}, Steps: map[string]expr.StepVars{"plan": {Output: map[string]any{"vendor": "x"}}}}); err == nil || !strings.Contains(err.Error(), "concurrency[0].key: evaluates to empty text") {
 		t.Errorf("an empty key: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -328,8 +329,9 @@ func (x *StepExprs) FansOut() bool { return x != nil && x.forEach != nil }
 func (x *StepExprs) HasKeys() bool { return x != nil && len(x.keys) > 0 }
 
 // Keys evaluates the step's concurrency keys with vars: their values, in
-// the order of its concurrency list, and each one's limit. The error
-// names the key (concurrency[i].key).
+// the order of its concurrency list, and each one's limit (two of one
+// value are one, with the smaller limit). The error names the key
+// (concurrency[i].key).
 func (x *StepExprs) Keys(vars expr.Vars) (values []string, limits []int, err error) {
 	if !x.HasKeys() {
 		return nil, nil, nil
@@ -338,8 +340,20 @@ func (x *StepExprs) Keys(vars expr.Vars) (values []string, limits []int, err err
 	for i, k := range x.keys {
 		tmpl[i], progs[i] = k.tmpl, k.progs
 	}
-	values, err = keyValues(tmpl, progs, x.env.Activation(vars))
-	return values, x.limits, err
+	if values, err = keyValues(tmpl, progs, x.env.Activation(vars)); err != nil {
+		return nil, nil, err
+	}
+	// Two keys of one value are one key, with the smaller limit.
+	limits = slices.Clone(x.limits)
+	for i := 0; i < len(values); i++ {
+		if j := slices.Index(values[:i], values[i]); j >= 0 {
+			limits[j] = min(limits[j], limits[i])
+			values = slices.Delete(values, i, i+1)
+			limits = slices.Delete(limits, i, i+1)
+			i--
+		}
+	}
+	return values, limits, nil
 }
 
 // HasCondition reports whether the step has a condition.

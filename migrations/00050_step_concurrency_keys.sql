@@ -9,7 +9,9 @@
 --
 -- tasks_flow_keys counts a key's holders (at most its limits: a probe a
 -- key, whatever waits); tasks_flow_wait reads a key's held tasks oldest
--- first (a range read of the room, whatever waits).
+-- first (a range read of the room, whatever waits). tasks_admission
+-- leaves the held tasks out (ready_at NULL), so that the admission's
+-- looks ("does anything wait in this queue?") do not walk them.
 
 -- +goose Up
 ALTER TABLE tasks ADD COLUMN flow_keys TEXT[];
@@ -19,8 +21,14 @@ CREATE INDEX tasks_flow_keys ON tasks USING GIN (flow_keys)
     WHERE flow_keys IS NOT NULL AND flow_wait IS NULL AND status IN ('queued', 'running', 'retrying');
 CREATE INDEX tasks_flow_wait ON tasks (tenant_id, flow_wait, id)
     WHERE flow_wait IS NOT NULL AND status = 'queued';
+DROP INDEX tasks_admission;
+CREATE INDEX tasks_admission ON tasks (queue, tenant_id, priority, ready_at)
+    WHERE admitted_at IS NULL AND status IN ('queued', 'retrying') AND ready_at IS NOT NULL;
 
 -- +goose Down
+DROP INDEX tasks_admission;
+CREATE INDEX tasks_admission ON tasks (queue, tenant_id, priority, ready_at)
+    WHERE admitted_at IS NULL AND status IN ('queued', 'retrying');
 DROP INDEX tasks_flow_wait;
 DROP INDEX tasks_flow_keys;
 ALTER TABLE tasks DROP COLUMN flow_wait;

@@ -44,9 +44,6 @@ type applying struct {
 	*Applier
 	tx pgx.Tx
 	q  *store.Queries
-	// ended are the step keys of the tasks this transaction ended, each
-	// with the largest limit they gave it (flow.go: keysEnded).
-	ended map[flowKey]int
 }
 
 // in is a's writing in tx.

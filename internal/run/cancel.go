@@ -58,18 +58,16 @@ func (a *Applier) cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason
 	taskIDs := make([]uuid.UUID, len(tasks))
 	for i, t := range tasks {
 		taskIDs[i] = t.ID
-		ap.keysEnded(t.TenantID, t.FlowKeys, t.FlowLimits)
+		if err := ap.keysEnded(ctx, t.TenantID, t.FlowKeys, t.FlowLimits); err != nil {
+			return nil, err
+		}
 	}
 	room := 0
 	if done != nil {
 		*done += len(cancelled)
 		room = max(MaxCancelsPerTx-*done, 0)
 	}
-	if err := ap.cancelChildren(ctx, taskIDs, room, done); err != nil {
-		return nil, err
-	}
-	// last: its key locks come after the run locks of the child runs
-	return cancelled, ap.promoteEnded(ctx)
+	return cancelled, ap.cancelChildren(ctx, taskIDs, room, done)
 }
 
 // cancelChildren cancels up to room unfinished child runs of tasks

@@ -146,10 +146,6 @@ func (ap *applying) finish(ctx context.Context, reports []Report) ([]bool, error
 	if err := ap.finishOthers(ctx, reports, other, accepted); err != nil {
 		return nil, err
 	}
-	// last: its key locks come after every run and task lock above
-	if err := ap.promoteEnded(ctx); err != nil {
-		return nil, err
-	}
 	return accepted, nil
 }
 
@@ -376,7 +372,9 @@ func (ap *applying) complete(ctx context.Context, all []Report, idx []int, accep
 			ap.finished(ap.tx, finishes[k].Run)
 		}
 		if finishes[k].Task != lifecycle.TaskRetrying { // a retry holds its keys through its backoff
-			ap.keysEnded(t.TenantID, t.FlowKeys, t.FlowLimits)
+			if err := ap.keysEnded(ctx, t.TenantID, t.FlowKeys, t.FlowLimits); err != nil {
+				return nil, err
+			}
 		}
 		taken = append(taken, ended{r, finishes[k], t})
 	}

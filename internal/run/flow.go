@@ -46,27 +46,39 @@ func compareFlowKeys(a, b flowKey) int {
 	return cmp.Or(bytes.Compare(a.tenant[:], b.tenant[:]), cmp.Compare(a.key, b.key))
 }
 
-// lockKeys takes the locks of keys in key order and counts their holders.
-func (ap *applying) lockKeys(ctx context.Context, keys []flowKey) (map[flowKey]int, error) {
+// lockKeys takes the locks of keys (sorted) in key order, or with try
+// those no other transaction holds, and counts their holders; it returns
+// the keys it locked.
+func (ap *applying) lockKeys(ctx context.Context, keys []flowKey, try bool) ([]flowKey, map[flowKey]int, error) {
 	names := make([]string, len(keys))
-	p := store.FlowHoldersParams{}
 	for i, k := range keys {
 		names[i] = k.lockName()
+	}
+	if !try {
+		if err := ap.q.LockConcurrencyKeys(ctx, names); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		got, err := ap.q.TryLockKeys(ctx, names)
+		if err != nil {
+			return nil, nil, err
+		}
+		keys = slices.DeleteFunc(slices.Clone(keys), func(k flowKey) bool { return !slices.Contains(got, k.lockName()) })
+	}
+	p := store.FlowHoldersParams{}
+	for _, k := range keys {
 		p.TenantIds = append(p.TenantIds, k.tenant)
 		p.Keys = append(p.Keys, k.key)
 	}
-	if err := ap.q.LockConcurrencyKeys(ctx, names); err != nil {
-		return nil, err
-	}
 	rows, err := ap.q.FlowHolders(ctx, p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	held := make(map[flowKey]int, len(rows))
 	for _, r := range rows {
 		held[flowKey{r.TenantID, r.Key}] = int(r.N)
 	}
-	return held, nil
+	return keys, held, nil
 }
 
 // keyedCandidate is a candidate of a keyed step, its keys evaluated: each
@@ -77,98 +89,84 @@ type keyedCandidate struct {
 	limits []int
 }
 
-// gateKeys decides the keyed candidates at their release: each whose
-// keys all have room is returned, to be released as any other; each
-// other is held on its first key at its limit. Both are written with
-// their keys (KeyTasks).
-func (ap *applying) gateKeys(ctx context.Context, cands []keyedCandidate) ([]candidate, error) {
+// gateKeys writes the keyed candidates held on their first key, with
+// their keys (KeyTasks), and leaves their release to the promotion this
+// transaction runs last (touch): the oldest tasks held on a key go
+// first, a task released into a key with room is released there, and
+// the key's lock is taken once, with the transaction's others.
+func (ap *applying) gateKeys(ctx context.Context, cands []keyedCandidate) error {
 	if len(cands) == 0 {
-		return nil, nil
+		return nil
 	}
-	var keys []flowKey
-	for _, c := range cands {
-		for _, k := range c.keys {
-			keys = append(keys, flowKey{c.ready.Tenant, k})
-		}
-	}
-	held, err := ap.lockKeys(ctx, keys)
-	if err != nil {
-		return nil, err
-	}
-	var out []candidate
 	p := store.KeyTasksParams{}
+	touched := map[flowKey]int{}
 	for _, c := range cands {
-		wait := ""
-		for i, k := range c.keys {
-			if held[flowKey{c.ready.Tenant, k}] >= c.limits[i] {
-				wait = k
-				break
-			}
-		}
-		if wait == "" {
-			for _, k := range c.keys {
-				held[flowKey{c.ready.Tenant, k}]++
-			}
-			out = append(out, c.candidate)
-		}
 		ks, _ := json.Marshal(c.keys)
 		ls, _ := json.Marshal(c.limits)
 		p.Ids = append(p.Ids, c.ready.TaskID)
 		p.Keys = append(p.Keys, string(ks))
 		p.Limits = append(p.Limits, string(ls))
-		p.Waits = append(p.Waits, wait)
+		p.Waits = append(p.Waits, c.keys[0])
+		k := flowKey{c.ready.Tenant, c.keys[0]}
+		touched[k] = max(touched[k], c.limits[0])
 	}
-	return out, ap.q.KeyTasks(ctx, p)
+	if err := ap.q.KeyTasks(ctx, p); err != nil {
+		return err
+	}
+	return ap.touch(ctx, touched)
 }
 
-// keysEnded records the keys a task that ended held (keys, limits: its
-// flow_keys and flow_limits), for promoteEnded. Each key's hint is the
-// largest limit an ended task gave it: the room its promotion looks for.
-func (ap *applying) keysEnded(tenant uuid.UUID, keys []string, limits []int32) {
+// keysEnded promotes the keys a task that ended held (keys, limits: its
+// flow_keys and flow_limits) before the transaction commits (touch).
+func (ap *applying) keysEnded(ctx context.Context, tenant uuid.UUID, keys []string, limits []int32) error {
 	if len(keys) == 0 {
-		return
-	}
-	if ap.ended == nil {
-		ap.ended = map[flowKey]int{}
-	}
-	for i, k := range keys {
-		fk := flowKey{tenant, k}
-		lim := 1
-		if i < len(limits) {
-			lim = int(limits[i])
-		}
-		ap.ended[fk] = max(ap.ended[fk], lim)
-	}
-}
-
-// promoteEnded promotes the keys of the tasks that ended in this
-// transaction (keysEnded), once, after its other writes: so that its key
-// locks come after every run and task lock the transaction takes.
-func (ap *applying) promoteEnded(ctx context.Context) error {
-	if len(ap.ended) == 0 {
 		return nil
 	}
-	ended := ap.ended
-	ap.ended = nil
-	_, err := ap.promoteKeys(ctx, ended)
-	return err
+	touched := make(map[flowKey]int, len(keys))
+	for i, k := range keys {
+		if i < len(limits) {
+			touched[flowKey{tenant, k}] = int(limits[i])
+		}
+	}
+	return ap.touch(ctx, touched)
+}
+
+// touch records keys (each with the room its promotion looks for: the
+// largest limit a task that touched it gave it) for the promotion the
+// transaction runs last, once, after every other write and lock of it
+// (store.BeforeCommitLast): so the step keys' locks are one batch in key
+// order, and no two transactions wait on each other's.
+func (ap *applying) touch(ctx context.Context, keys map[flowKey]int) error {
+	v, fresh := store.TxValue(ap.tx, "run.flow-keys", func() any { return map[flowKey]int{} })
+	all := v.(map[flowKey]int)
+	for k, h := range keys {
+		all[k] = max(all[k], h)
+	}
+	if !fresh {
+		return nil
+	}
+	return store.BeforeCommitLast(ctx, ap.tx, func(ctx context.Context) error {
+		_, err := ap.promoteKeys(ctx, all, false)
+		return err
+	})
 }
 
 // promoteKeys releases the oldest tasks held on each key of hints that
-// now fit: the keys locked in key order, their holders counted, and each
-// key's held tasks read oldest first, as many as its room (its hint, the
-// limit the ended tasks gave it, less its holders, at most maxPromote),
-// skipping those another transaction holds. A task whose other
+// now fit: the keys locked in key order (with try, only those no other
+// transaction holds: the reaper's, which waits for none), their holders
+// counted, and each key's held tasks read oldest first (heldOn),
+// skipping those another transaction holds; the first that does not fit
+// its own limit stops the key (first in, first out). A task whose other
 // key is at its limit moves to wait on that key; one whose other key's
 // lock another transaction holds is left held (for that key's next end,
 // or the reaper). It returns how many it released.
-func (ap *applying) promoteKeys(ctx context.Context, hints map[flowKey]int) (int, error) {
+func (ap *applying) promoteKeys(ctx context.Context, hints map[flowKey]int, try bool) (int, error) {
 	keys := make([]flowKey, 0, len(hints))
 	for k := range hints {
 		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, compareFlowKeys)
-	held, err := ap.lockKeys(ctx, keys)
+	keys, held, err := ap.lockKeys(ctx, keys, try)
 	if err != nil {
 		return 0, err
 	}
@@ -217,14 +215,20 @@ func (ap *applying) promoteKeys(ctx context.Context, hints map[flowKey]int) (int
 }
 
 // heldOn reads the oldest tasks held on k, as many as its room: hint (the
-// limit the tasks that ended gave it, or the reaper's oldest held task's)
-// less its holders.
+// limit the tasks that touched it gave it) less its holders, at least
+// the oldest; and as many as the oldest's own limit leaves room for, when
+// that is more (tasks of several steps name one key with their own
+// limits).
 func (ap *applying) heldOn(ctx context.Context, k flowKey, hint, holders int) ([]store.HeldOnKeyRow, error) {
-	room := min(hint-holders, maxPromote)
-	if room <= 0 {
-		return nil, nil
+	n := min(max(hint-holders, 1), maxPromote)
+	rows, err := ap.q.HeldOnKey(ctx, store.HeldOnKeyParams{TenantID: k.tenant, Key: k.key, N: int32(n)})
+	if err != nil || len(rows) < n {
+		return rows, err
 	}
-	return ap.q.HeldOnKey(ctx, store.HeldOnKeyParams{TenantID: k.tenant, Key: k.key, N: int32(room)})
+	if want := min(limitOn(rows[0].FlowKeys, rows[0].FlowLimits, k.key)-holders, maxPromote); want > n {
+		return ap.q.HeldOnKey(ctx, store.HeldOnKeyParams{TenantID: k.tenant, Key: k.key, N: int32(want)})
+	}
+	return rows, nil
 }
 
 // otherKeys checks a held task's keys other than k (being promoted): the
@@ -283,7 +287,7 @@ func (a *Applier) PromoteHeldKeys(ctx context.Context, tx pgx.Tx, cursor KeyCurs
 	for _, r := range rows { // the room its oldest task's limit gives
 		hints[flowKey{r.TenantID, r.Key}] = limitOn(r.FlowKeys, r.FlowLimits, r.Key)
 	}
-	got, err := ap.promoteKeys(ctx, hints)
+	got, err := ap.promoteKeys(ctx, hints, true)
 	next := KeyCursor{}
 	if last := rows[len(rows)-1]; len(rows) == n {
 		next = KeyCursor{last.TenantID, last.Key}

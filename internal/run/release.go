@@ -63,8 +63,9 @@ func (ap *applying) releaseCounted(ctx context.Context, tasks []store.DecrementT
 // whose step has a condition or concurrency keys is decided first
 // (decideConditions), in this transaction; one whose condition is false
 // is skipped, one whose condition or key cannot be evaluated is
-// dead-lettered, and what they end settles below them; one whose key is
-// at its limit is held (gateKeys). A task whose step fans out is expanded (expand)
+// dead-lettered, and what they end settles below them; one with keys is
+// held, and released by the promotion its transaction runs last
+// (gateKeys). A task whose step fans out is expanded (expand)
 // instead of queued, and one whose step runs a job starts its child run
 // (startCalls). A run that this ends is finished.
 func (ap *applying) release(ctx context.Context, cands []candidate) error {
@@ -84,11 +85,9 @@ func (ap *applying) release(ctx context.Context, cands []candidate) error {
 		}
 		ap.Failpoints.Hit(FailpointConditionsDecided)
 		ready = append(ready, v.release...)
-		gated, err := ap.gateKeys(ctx, v.keyed)
-		if err != nil {
+		if err := ap.gateKeys(ctx, v.keyed); err != nil {
 			return err
 		}
-		ready = append(ready, gated...)
 	}
 	var rs []dispatch.Ready
 	var groups, calls []candidate

@@ -605,7 +605,7 @@ func (s *Service) TriggerWith(ctx context.Context, a job.Actor, ref job.Ref, o T
 			return err
 		}
 		status, reason := lifecycle.RunPending, ""
-		if !ignoreOverlap {
+		if !ignoreOverlap && spec.WeighsActiveRuns() { // overlap: allow reads none
 			active, err := q.ActiveRuns(ctx, []uuid.UUID{row.ID})
 			if err != nil {
 				return err

@@ -277,9 +277,11 @@ func (s *Scheduler) planFor(ctx context.Context, q *store.Queries, id uuid.UUID,
 	if err := uniqueInstants(ctx, q, id, ends); err != nil {
 		return plan{}, nil, err
 	}
-	activeRows, err := q.ActiveRuns(ctx, []uuid.UUID{id})
-	if err != nil {
-		return plan{}, nil, err
+	var activeRows []store.ActiveRunsRow
+	if spec.WeighsActiveRuns() { // overlap: allow reads none
+		if activeRows, err = q.ActiveRuns(ctx, []uuid.UUID{id}); err != nil {
+			return plan{}, nil, err
+		}
 	}
 	active := make([]activeRun, len(activeRows))
 	for i, r := range activeRows {

@@ -302,9 +302,17 @@ func (s *Scheduler) createRunsForDueJobs(ctx context.Context, leases []*shard.Le
 			d.sched = d.sched.For(def.Namespace, def.Name)
 			jobs = append(jobs, d)
 		}
-		activeRows, err := q.ActiveRuns(ctx, jobIDs)
-		if err != nil {
-			return err
+		weighed := make([]uuid.UUID, 0, len(jobs)) // overlap: allow reads none
+		for _, j := range jobs {
+			if j.spec.WeighsActiveRuns() {
+				weighed = append(weighed, j.row.ID)
+			}
+		}
+		var activeRows []store.ActiveRunsRow
+		if len(weighed) > 0 {
+			if activeRows, err = q.ActiveRuns(ctx, weighed); err != nil {
+				return err
+			}
 		}
 		active := map[uuid.UUID][]activeRun{}
 		for _, a := range activeRows {

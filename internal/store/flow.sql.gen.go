@@ -225,8 +225,8 @@ func (q *Queries) HeldOnKey(ctx context.Context, arg HeldOnKeyParams) ([]HeldOnK
 }
 
 const keyTasks = `-- name: KeyTasks :exec
-UPDATE tasks SET flow_keys = ARRAY(SELECT jsonb_array_elements_text(u.keys::jsonb)),
-    flow_limits = ARRAY(SELECT jsonb_array_elements_text(u.limits::jsonb)::int),
+UPDATE tasks SET flow_keys = ARRAY(SELECT e.v FROM jsonb_array_elements_text(u.keys::jsonb) WITH ORDINALITY AS e (v, n) ORDER BY e.n),
+    flow_limits = ARRAY(SELECT e.v::int FROM jsonb_array_elements_text(u.limits::jsonb) WITH ORDINALITY AS e (v, n) ORDER BY e.n),
     flow_wait = NULLIF(u.wait, ''),
     status = CASE WHEN u.wait <> '' THEN 'queued' ELSE tasks.status END,
     released_at = CASE WHEN u.wait <> '' THEN COALESCE(tasks.released_at, now()) ELSE tasks.released_at END,
@@ -289,4 +289,31 @@ func (q *Queries) TryLockKey(ctx context.Context, key string) (bool, error) {
 	var column_1 bool
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const tryLockKeys = `-- name: TryLockKeys :many
+SELECT s.k::text AS key FROM (SELECT DISTINCT unnest($1::text[]) AS k ORDER BY 1) AS s
+WHERE pg_try_advisory_xact_lock(hashtextextended(s.k, 8191))
+`
+
+// TryLockKeys takes the locks of @keys that no other transaction holds,
+// in key order, and returns those it took (the reaper's: it waits for none).
+func (q *Queries) TryLockKeys(ctx context.Context, keys []string) ([]string, error) {
+	rows, err := q.db.Query(ctx, tryLockKeys, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var key string
+		if err := rows.Scan(&key); err != nil {
+			return nil, err
+		}
+		items = append(items, key)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

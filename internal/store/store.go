@@ -132,6 +132,9 @@ func InRawTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) 
 		for i := 0; err == nil && i < len(tx.beforeCommit); i++ {
 			err = tx.beforeCommit[i](ctx)
 		}
+		for i := 0; err == nil && i < len(tx.last); i++ {
+			err = tx.last[i](ctx)
+		}
 		if err != nil {
 			_ = tx.Rollback(ctx)
 			return beforeCommit(err, attempt)
@@ -152,6 +155,7 @@ type hookedTx struct {
 	pgx.Tx
 	onCommit     []func()
 	beforeCommit []func(context.Context) error
+	last         []func(context.Context) error // after beforeCommit's
 	values       map[string]any
 }
 
@@ -162,6 +166,18 @@ type hookedTx struct {
 func BeforeCommit(ctx context.Context, tx pgx.Tx, fn func(context.Context) error) error {
 	if h, ok := tx.(*hookedTx); ok {
 		h.beforeCommit = append(h.beforeCommit, fn)
+		return nil
+	}
+	return fn(ctx)
+}
+
+// BeforeCommitLast is BeforeCommit after every BeforeCommit function: for
+// locks a transaction must take after all its others (the step keys'
+// advisory locks, in one batch in key order, so that no two transactions
+// wait on each other's).
+func BeforeCommitLast(ctx context.Context, tx pgx.Tx, fn func(context.Context) error) error {
+	if h, ok := tx.(*hookedTx); ok {
+		h.last = append(h.last, fn)
 		return nil
 	}
 	return fn(ctx)

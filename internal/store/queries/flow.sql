@@ -16,8 +16,8 @@ FROM (SELECT DISTINCT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@keys::te
 -- for admission (ready_at NULL, as a waiting task's) until a promotion. Those with an
 -- empty wait are released by the caller (ReleaseTasks).
 -- name: KeyTasks :exec
-UPDATE tasks SET flow_keys = ARRAY(SELECT jsonb_array_elements_text(u.keys::jsonb)),
-    flow_limits = ARRAY(SELECT jsonb_array_elements_text(u.limits::jsonb)::int),
+UPDATE tasks SET flow_keys = ARRAY(SELECT e.v FROM jsonb_array_elements_text(u.keys::jsonb) WITH ORDINALITY AS e (v, n) ORDER BY e.n),
+    flow_limits = ARRAY(SELECT e.v::int FROM jsonb_array_elements_text(u.limits::jsonb) WITH ORDINALITY AS e (v, n) ORDER BY e.n),
     flow_wait = NULLIF(u.wait, ''),
     status = CASE WHEN u.wait <> '' THEN 'queued' ELSE tasks.status END,
     released_at = CASE WHEN u.wait <> '' THEN COALESCE(tasks.released_at, now()) ELSE tasks.released_at END,
@@ -79,3 +79,9 @@ LIMIT @n;
 -- transaction holds it, and says whether it did.
 -- name: TryLockKey :one
 SELECT pg_try_advisory_xact_lock(hashtextextended(@key::text, 8191))::bool;
+
+-- TryLockKeys takes the locks of @keys that no other transaction holds,
+-- in key order, and returns those it took (the reaper's: it waits for none).
+-- name: TryLockKeys :many
+SELECT s.k::text AS key FROM (SELECT DISTINCT unnest(@keys::text[]) AS k ORDER BY 1) AS s
+WHERE pg_try_advisory_xact_lock(hashtextextended(s.k, 8191));
