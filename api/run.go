@@ -119,7 +119,7 @@ func taskToProto(t run.Task) *orreryv1.Task {
 			ReleaseTime: timeToProto(t.ReleasedAt), StartTime: timeToProto(t.StartedAt), FinishTime: timeToProto(t.FinishedAt),
 			WaitReason: t.WaitReason, ReadyTime: timeToProto(t.ReadyAt), AdmitTime: timeToProto(t.AdmittedAt),
 		}
-		if t.Status != lifecycle.TaskWaiting { // (a task waiting again keeps its last release's keys until its next)
+		if t.FlowWait != nil || t.Status != lifecycle.TaskWaiting { // (a task waiting for its parents again keeps its last release's keys until its next)
 			pt.ConcurrencyKeys = t.FlowKeys
 		}
 		for _, a := range t.Attempts {

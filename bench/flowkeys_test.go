@@ -88,7 +88,7 @@ func seedKeyed(b *testing.B, pool *pgxpool.Pool, jobID uuid.UUID, keys, holders,
 		k AS (SELECT r.id, r.i % ($3::int + $4::int) < $3::int AS holds, 'k' || (r.i / ($3::int + $4::int) + 1) AS key FROM r)
 		INSERT INTO tasks (id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, created_at, released_at,
 		                   ready_at, admitted_at, started_at, attempt_id, attempt_worker, attempt_started_at, conditional, flow_keys, flow_limits, flow_wait)
-		SELECT gen_random_uuid(), $1, k.id, 'call', CASE WHEN k.holds THEN 'running' ELSE 'queued' END, 0,
+		SELECT gen_random_uuid(), $1, k.id, 'call', CASE WHEN k.holds THEN 'running' ELSE 'waiting' END, 0,
 		       CASE WHEN k.holds THEN 'kq' ELSE 'q' END, 3, CASE WHEN k.holds THEN 1 ELSE 0 END, now(), now(),
 		       CASE WHEN k.holds THEN now() END, CASE WHEN k.holds THEN now() END, CASE WHEN k.holds THEN now() END,
 		       CASE WHEN k.holds THEN gen_random_uuid() END, CASE WHEN k.holds THEN 'w-bench' ELSE '' END, CASE WHEN k.holds THEN now() END,

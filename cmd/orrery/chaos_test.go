@@ -919,7 +919,7 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		SELECT COALESCE(max((SELECT count(*) FROM a AS b WHERE b.s <= a.s AND b.f > a.s)), 0)::int FROM a`); most > 2 {
 		t.Fatalf("%d attempts of the step key at once (limit 2)", most)
 	}
-	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE flow_wait IS NOT NULL AND status = 'queued'"); n != 0 {
+	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE flow_wait IS NOT NULL AND status = 'waiting'"); n != 0 {
 		t.Fatalf("%d tasks still held on a step key once every run ended", n)
 	}
 	stepKeyed := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'step-keyed' AND r.status = 'succeeded'")

@@ -169,7 +169,7 @@ spec:
 	for i := range 6 {
 		ids = append(ids, idRE.FindString(cli("jobs", "trigger", []string{"export", "report"}[i%2])))
 	}
-	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE flow_wait = 'vendor-acme' AND status = 'queued'"); n != 5 {
+	if n := queryInt(t, pool, "SELECT count(*) FROM tasks WHERE flow_wait = 'vendor-acme' AND status = 'waiting'"); n != 5 {
 		t.Fatalf("%d tasks held on the key; want 5 (the first holds it for 1.5 s)\n%s", n, cli("runs", "list"))
 	}
 	if out := cli("runs", "get", ids[5]); !strings.Contains(out, "concurrency key vendor-acme 1/1") {

@@ -155,8 +155,8 @@ func newRunsCmd(g *globals) *cobra.Command {
 				switch {
 				case t.GetWaitReason() != "" && t.GetStatus() == "running": // a parked step
 					fmt.Fprintf(w, "  parked: %s", t.GetWaitReason())
-				case t.GetWaitReason() != "" && t.GetReadyTime() == nil: // held by a step key
-					fmt.Fprintf(w, "  waiting since %s: %s", ts(t.GetReleaseTime()), t.GetWaitReason())
+				case t.GetWaitReason() != "" && t.GetStatus() == "waiting": // held by a step key
+					fmt.Fprintf(w, "  waiting: %s", t.GetWaitReason())
 				case t.GetWaitReason() != "":
 					fmt.Fprintf(w, "  waiting for admission since %s: %s", ts(t.GetReadyTime()), t.GetWaitReason())
 				}

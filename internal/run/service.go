@@ -421,10 +421,7 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 	holders := map[flowKey]int{}
 	for i := range tasks {
 		t := &tasks[i].Task
-		if t.AdmittedAt != nil || (t.Status != lifecycle.TaskQueued && t.Status != lifecycle.TaskRetrying) {
-			continue
-		}
-		if t.FlowWait != nil { // held by a step key (flow.go)
+		if t.FlowWait != nil && t.Status == lifecycle.TaskWaiting { // held by a step key (flow.go)
 			k := flowKey{t.TenantID, *t.FlowWait}
 			n, ok := holders[k]
 			if !ok {
@@ -438,6 +435,9 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 				holders[k] = n
 			}
 			tasks[i].WaitReason = fmt.Sprintf("%s %s %d/%d", ReasonKeyHeld, k.key, n, limitOn(t.FlowKeys, t.FlowLimits, k.key))
+			continue
+		}
+		if t.AdmittedAt != nil || (t.Status != lifecycle.TaskQueued && t.Status != lifecycle.TaskRetrying) {
 			continue
 		}
 		if now.IsZero() {

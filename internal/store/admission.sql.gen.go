@@ -548,11 +548,11 @@ func (q *Queries) TenantLimits(ctx context.Context, arg TenantLimitsParams) ([]T
 const waitingTenants = `-- name: WaitingTenants :many
 WITH RECURSIVE w (tenant_id) AS (
     (SELECT t.tenant_id FROM tasks AS t
-     WHERE t.queue = $1 AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at IS NOT NULL
+     WHERE t.queue = $1 AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
      ORDER BY t.tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT t.tenant_id FROM tasks AS t
-            WHERE t.queue = $1 AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at IS NOT NULL
+            WHERE t.queue = $1 AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
               AND t.tenant_id > w.tenant_id
             ORDER BY t.tenant_id LIMIT 1)
     FROM w WHERE w.tenant_id IS NOT NULL
@@ -571,8 +571,7 @@ LIMIT 10000
 // take a share of the pass it cannot use): a loose index scan, one probe
 // per tenant whatever the backlog, then for each tenant a probe per
 // priority for a task ready now (the index orders ready_at within a
-// priority, so a tenant's retries in their backoff cost no scan; a task
-// held on a step key, ready_at NULL, is not in it).
+// priority, so a tenant's retries in their backoff cost no scan).
 func (q *Queries) WaitingTenants(ctx context.Context, queue string) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, waitingTenants, queue)
 	if err != nil {

@@ -13,9 +13,9 @@ import (
 
 const busiestKeys = `-- name: BusiestKeys :many
 SELECT t.tenant_id, tn.name AS tenant, t.flow_wait::text AS key, count(*)::bigint AS held,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(t.released_at)), 0)::float8 AS oldest_seconds
+       COALESCE(EXTRACT(EPOCH FROM now() - min(t.created_at)), 0)::float8 AS oldest_seconds
 FROM tasks AS t JOIN tenants AS tn ON tn.id = t.tenant_id
-WHERE t.flow_wait IS NOT NULL AND t.status = 'queued'
+WHERE t.flow_wait IS NOT NULL AND t.status = 'waiting'
 GROUP BY t.tenant_id, tn.name, t.flow_wait
 ORDER BY held DESC, t.flow_wait
 LIMIT $1
@@ -104,12 +104,12 @@ func (q *Queries) FlowHolders(ctx context.Context, arg FlowHoldersParams) ([]Flo
 const heldKeys = `-- name: HeldKeys :many
 WITH RECURSIVE k AS (
     (SELECT t.tenant_id, t.flow_wait, t.flow_keys, t.flow_limits FROM tasks AS t
-     WHERE t.flow_wait IS NOT NULL AND t.status = 'queued' AND (t.tenant_id, t.flow_wait) > ($2::uuid, $3::text)
+     WHERE t.flow_wait IS NOT NULL AND t.status = 'waiting' AND (t.tenant_id, t.flow_wait) > ($2::uuid, $3::text)
      ORDER BY t.tenant_id, t.flow_wait, t.id LIMIT 1)
     UNION ALL
     SELECT n.tenant_id, n.flow_wait, n.flow_keys, n.flow_limits FROM k CROSS JOIN LATERAL (
         SELECT t.tenant_id, t.flow_wait, t.flow_keys, t.flow_limits FROM tasks AS t
-        WHERE t.flow_wait IS NOT NULL AND t.status = 'queued' AND (t.tenant_id, t.flow_wait) > (k.tenant_id, k.flow_wait)
+        WHERE t.flow_wait IS NOT NULL AND t.status = 'waiting' AND (t.tenant_id, t.flow_wait) > (k.tenant_id, k.flow_wait)
         ORDER BY t.tenant_id, t.flow_wait, t.id LIMIT 1) AS n
 )
 SELECT k.tenant_id::uuid AS tenant_id, k.flow_wait::text AS key, k.flow_keys::text[] AS flow_keys, k.flow_limits::int[] AS flow_limits
@@ -162,7 +162,7 @@ const heldOnKey = `-- name: HeldOnKey :many
 SELECT id, tenant_id, run_id, queue, priority, attempt, flow_keys::text[] AS flow_keys, flow_limits::int[] AS flow_limits,
        res_cpu, res_memory, res_gpu, res_custom
 FROM tasks
-WHERE tenant_id = $1 AND flow_wait = $2::text AND status = 'queued'
+WHERE tenant_id = $1 AND flow_wait = $2::text AND status = 'waiting' AND parents_remaining = 0
 ORDER BY id
 LIMIT $3
 FOR UPDATE SKIP LOCKED
@@ -227,11 +227,7 @@ func (q *Queries) HeldOnKey(ctx context.Context, arg HeldOnKeyParams) ([]HeldOnK
 const keyTasks = `-- name: KeyTasks :exec
 UPDATE tasks SET flow_keys = ARRAY(SELECT e.v FROM jsonb_array_elements_text(u.keys::jsonb) WITH ORDINALITY AS e (v, n) ORDER BY e.n),
     flow_limits = ARRAY(SELECT e.v::int FROM jsonb_array_elements_text(u.limits::jsonb) WITH ORDINALITY AS e (v, n) ORDER BY e.n),
-    flow_wait = NULLIF(u.wait, ''),
-    status = CASE WHEN u.wait <> '' THEN 'queued' ELSE tasks.status END,
-    released_at = CASE WHEN u.wait <> '' THEN COALESCE(tasks.released_at, now()) ELSE tasks.released_at END,
-    ready_at = CASE WHEN u.wait <> '' THEN NULL ELSE tasks.ready_at END,
-    admitted_at = CASE WHEN u.wait <> '' THEN NULL ELSE tasks.admitted_at END
+    flow_wait = u.wait
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS keys, unnest($3::text[]) AS limits,
              unnest($4::text[]) AS wait) AS u
 WHERE tasks.id = u.id AND tasks.status = 'waiting'
@@ -244,11 +240,11 @@ type KeyTasksParams struct {
 	Waits  []string
 }
 
-// KeyTasks writes the keys of tasks being released (@keys[i] and
-// @limits[i]: JSON lists of task @ids[i]'s values and limits) and holds
-// those whose @waits[i] names a key at its limit: queued, not eligible
-// for admission (ready_at NULL, as a waiting task's) until a promotion. Those with an
-// empty wait are released by the caller (ReleaseTasks).
+// KeyTasks holds tasks being released (waiting, with no parent left) on
+// a key, @waits[i] for task @ids[i], with their keys (@keys[i] and
+// @limits[i]: JSON lists of its values and limits, in order): they stay
+// waiting, seen by no admission, start or offer, until a promotion
+// releases them (SetFlowWaits).
 func (q *Queries) KeyTasks(ctx context.Context, arg KeyTasksParams) error {
 	_, err := q.db.Exec(ctx, keyTasks,
 		arg.Ids,
@@ -261,9 +257,11 @@ func (q *Queries) KeyTasks(ctx context.Context, arg KeyTasksParams) error {
 
 const setFlowWaits = `-- name: SetFlowWaits :exec
 UPDATE tasks SET flow_wait = NULLIF(u.wait, ''),
+    status = CASE WHEN u.wait = '' THEN 'queued' ELSE tasks.status END,
+    released_at = CASE WHEN u.wait = '' THEN COALESCE(tasks.released_at, now()) ELSE tasks.released_at END,
     ready_at = CASE WHEN u.wait = '' THEN now() ELSE tasks.ready_at END
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS wait) AS u
-WHERE tasks.id = u.id AND tasks.flow_wait IS NOT NULL AND tasks.status = 'queued'
+WHERE tasks.id = u.id AND tasks.flow_wait IS NOT NULL AND tasks.status = 'waiting' AND tasks.parents_remaining = 0
 `
 
 type SetFlowWaitsParams struct {
@@ -272,7 +270,8 @@ type SetFlowWaitsParams struct {
 }
 
 // SetFlowWaits moves held tasks: @waits[i] empty releases task @ids[i]
-// (eligible for admission now), else it waits for that key.
+// (queued, eligible for admission now, as ReleaseTasks), else it waits
+// for that key.
 func (q *Queries) SetFlowWaits(ctx context.Context, arg SetFlowWaitsParams) error {
 	_, err := q.db.Exec(ctx, setFlowWaits, arg.Ids, arg.Waits)
 	return err

@@ -17,8 +17,7 @@ const deleteStaleOffers = `-- name: DeleteStaleOffers :execrows
 DELETE FROM remote_offers AS o
 WHERE o.task_id IN (
     SELECT x.task_id FROM remote_offers AS x
-    WHERE NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.id = x.task_id AND t.status IN ('queued', 'retrying') AND t.attempt = x.attempt - 1
-                      AND t.flow_wait IS NULL) -- one held on a step key again: stale
+    WHERE NOT EXISTS (SELECT 1 FROM tasks AS t WHERE t.id = x.task_id AND t.status IN ('queued', 'retrying') AND t.attempt = x.attempt - 1)
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 )
@@ -182,7 +181,7 @@ const offerableTasks = `-- name: OfferableTasks :many
 
 SELECT t.id, req.attempt::int AS attempt, t.tenant_id, t.queue, t.priority, t.step, r.job_id, r.job_version, j.namespace
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS attempt) AS req
-JOIN tasks AS t ON t.id = req.id AND t.status IN ('queued', 'retrying') AND t.attempt = req.attempt - 1 AND t.flow_wait IS NULL
+JOIN tasks AS t ON t.id = req.id AND t.status IN ('queued', 'retrying') AND t.attempt = req.attempt - 1
 JOIN runs AS r ON r.id = t.run_id
 JOIN jobs AS j ON j.id = r.job_id
 `

@@ -1163,7 +1163,6 @@ WITH req AS (
         attempt_id = req.attempt_id, attempt_started_at = now(), attempt_worker = $5::text
     FROM req
     WHERE tasks.id = req.id AND tasks.status IN ('queued', 'retrying') AND tasks.attempt = req.prev
-      AND tasks.flow_wait IS NULL -- a task held on a step key starts only once released (a stale River job may come)
     RETURNING tasks.id, tasks.tenant_id, tasks.run_id, tasks.step, tasks.attempt, tasks.fencing_token, tasks.released_at, req.attempt_id,
               tasks.item, tasks.item_index, tasks.res_cpu, tasks.res_memory
 )

@@ -200,7 +200,7 @@ const unstartedTasks = `-- name: UnstartedTasks :many
 SELECT t.id, t.tenant_id, t.queue, t.priority, t.attempt
 FROM tasks AS t
 JOIN (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS attempt) AS r ON r.id = t.id
-WHERE t.status IN ('queued', 'retrying') AND t.attempt = r.attempt - 1 AND t.flow_wait IS NULL
+WHERE t.status IN ('queued', 'retrying') AND t.attempt = r.attempt - 1
 ORDER BY t.id
 FOR UPDATE OF t
 `

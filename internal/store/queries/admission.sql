@@ -37,16 +37,15 @@ GROUP BY tenant_id;
 -- take a share of the pass it cannot use): a loose index scan, one probe
 -- per tenant whatever the backlog, then for each tenant a probe per
 -- priority for a task ready now (the index orders ready_at within a
--- priority, so a tenant's retries in their backoff cost no scan; a task
--- held on a step key, ready_at NULL, is not in it).
+-- priority, so a tenant's retries in their backoff cost no scan).
 -- name: WaitingTenants :many
 WITH RECURSIVE w (tenant_id) AS (
     (SELECT t.tenant_id FROM tasks AS t
-     WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at IS NOT NULL
+     WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
      ORDER BY t.tenant_id LIMIT 1)
     UNION ALL
     SELECT (SELECT t.tenant_id FROM tasks AS t
-            WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at IS NOT NULL
+            WHERE t.queue = @queue AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
               AND t.tenant_id > w.tenant_id
             ORDER BY t.tenant_id LIMIT 1)
     FROM w WHERE w.tenant_id IS NOT NULL

@@ -40,7 +40,7 @@ WHERE lease_expires_at < now() - INTERVAL '1 day' AND swept_at IS NOT NULL AND s
 SELECT t.id, t.tenant_id, t.queue, t.priority, t.attempt
 FROM tasks AS t
 JOIN (SELECT unnest(@ids::uuid[]) AS id, unnest(@attempts::int[]) AS attempt) AS r ON r.id = t.id
-WHERE t.status IN ('queued', 'retrying') AND t.attempt = r.attempt - 1 AND t.flow_wait IS NULL
+WHERE t.status IN ('queued', 'retrying') AND t.attempt = r.attempt - 1
 ORDER BY t.id
 FOR UPDATE OF t;
 
