@@ -28,7 +28,8 @@ import (
 // admission pass of q (it admits the 1,000: held tasks are not read), a
 // release into a key at its limit (a trigger of the keyed job: the task
 // is held), a holder's end (a cancel of its run, which releases the task
-// held on its key) and the reaper's look over 100 held keys. Then
+// held on its key), the reaper's look over 100 held keys, and a run's
+// read (runs get) beside the N running tasks. Then
 // fairness: one key with 10,000 tasks held (limit 2) and 50 other keys
 // released after them: how many of the 50 one admission pass starts.
 func BenchmarkStepKeys(b *testing.B) {
@@ -181,6 +182,20 @@ func stepKeys(b *testing.B, keys, passes int) {
 		}
 	}
 
+	// A run's read (runs get) with the holders running elsewhere.
+	var gets []time.Duration
+	for i := range passes {
+		var id uuid.UUID
+		if err := pool.QueryRow(ctx, "SELECT run_id FROM tasks WHERE flow_keys = ARRAY[$1] AND status = 'running' LIMIT 1", fmt.Sprintf("k%d", 1+(i*keys/passes+keys/(3*passes))%keys)).Scan(&id); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := runs.Get(ctx, job.Anonymous, id, orun.ItemsPage{}); err != nil {
+			b.Fatal(err)
+		}
+		gets = append(gets, time.Since(start))
+	}
+
 	// The reaper's look over 100 held keys (all at their limit: none
 	// released).
 	var looks []time.Duration
@@ -197,13 +212,14 @@ func stepKeys(b *testing.B, keys, passes int) {
 		looks = append(looks, time.Since(start))
 	}
 	b.StopTimer()
-	fmt.Fprintf(os.Stderr, "keys=%d: admission pass %s (1,000 admitted); release into a held key %s; a holder's end %s; reaper look over 100 keys %s\n",
+	fmt.Fprintf(os.Stderr, "keys=%d: admission pass %s (1,000 admitted); release into a held key %s; a holder's end %s; reaper look over 100 keys %s; a holder's run read %s\n",
 		keys, pass.Round(100*time.Microsecond), median(release).Round(100*time.Microsecond), median(ends).Round(100*time.Microsecond),
-		median(looks).Round(100*time.Microsecond))
+		median(looks).Round(100*time.Microsecond), median(gets).Round(100*time.Microsecond))
 	b.ReportMetric(float64(pass.Microseconds())/1000, "pass-ms")
 	b.ReportMetric(float64(median(release).Microseconds())/1000, "release-ms")
 	b.ReportMetric(float64(median(ends).Microseconds())/1000, "end-ms")
 	b.ReportMetric(float64(median(looks).Microseconds())/1000, "reaper-ms")
+	b.ReportMetric(float64(median(gets).Microseconds())/1000, "get-ms")
 }
 
 func stepKeysFairness(b *testing.B) {
