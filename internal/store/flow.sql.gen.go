@@ -11,52 +11,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const busiestKeys = `-- name: BusiestKeys :many
-SELECT t.tenant_id, tn.name AS tenant, t.flow_wait::text AS key, count(*)::bigint AS held,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(t.created_at)), 0)::float8 AS oldest_seconds
-FROM tasks AS t JOIN tenants AS tn ON tn.id = t.tenant_id
-WHERE t.flow_wait IS NOT NULL AND t.status = 'waiting'
-GROUP BY t.tenant_id, tn.name, t.flow_wait
-ORDER BY held DESC, t.flow_wait
-LIMIT $1
-`
-
-type BusiestKeysRow struct {
-	TenantID      uuid.UUID
-	Tenant        string
-	Key           string
-	Held          int64
-	OldestSeconds float64
-}
-
-// BusiestKeys are the keys with the most tasks held, at most @n (the
-// cluster page and the metrics: the top few, not a label a key).
-func (q *Queries) BusiestKeys(ctx context.Context, n int32) ([]BusiestKeysRow, error) {
-	rows, err := q.db.Query(ctx, busiestKeys, n)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []BusiestKeysRow{}
-	for rows.Next() {
-		var i BusiestKeysRow
-		if err := rows.Scan(
-			&i.TenantID,
-			&i.Tenant,
-			&i.Key,
-			&i.Held,
-			&i.OldestSeconds,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const flowHolders = `-- name: FlowHolders :many
 
 SELECT q.tenant_id::uuid AS tenant_id, q.key::text AS key, (SELECT count(*) FROM tasks AS t

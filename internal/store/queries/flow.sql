@@ -63,17 +63,6 @@ WITH RECURSIVE k AS (
 SELECT k.tenant_id::uuid AS tenant_id, k.flow_wait::text AS key, k.flow_keys::text[] AS flow_keys, k.flow_limits::int[] AS flow_limits
 FROM k LIMIT @n;
 
--- BusiestKeys are the keys with the most tasks held, at most @n (the
--- cluster page and the metrics: the top few, not a label a key).
--- name: BusiestKeys :many
-SELECT t.tenant_id, tn.name AS tenant, t.flow_wait::text AS key, count(*)::bigint AS held,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(t.created_at)), 0)::float8 AS oldest_seconds
-FROM tasks AS t JOIN tenants AS tn ON tn.id = t.tenant_id
-WHERE t.flow_wait IS NOT NULL AND t.status = 'waiting'
-GROUP BY t.tenant_id, tn.name, t.flow_wait
-ORDER BY held DESC, t.flow_wait
-LIMIT @n;
-
 -- TryLockKey takes a key's lock (LockConcurrencyKeys') when no other
 -- transaction holds it, and says whether it did.
 -- name: TryLockKey :one
