@@ -61,6 +61,12 @@ func (a *Applier) cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason
 		if err := ap.keysEnded(ctx, t.TenantID, t.FlowKeys, t.FlowLimits); err != nil {
 			return nil, err
 		}
+		if t.HeldOn != "" { // a held task that goes lets the next on its key be looked at
+			k := flowKey{t.TenantID, t.HeldOn}
+			if err := ap.touch(ctx, map[flowKey]int{k: 1}); err != nil {
+				return nil, err
+			}
+		}
 	}
 	room := 0
 	if done != nil {

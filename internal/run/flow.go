@@ -16,11 +16,12 @@ import (
 )
 
 // Step-level concurrency keys (docs/flow-control.md, "Step level"): a
-// keyed step's task holds its keys from its release until it ends; one
-// released at a key's limit is held (queued, flow_wait the key, not
-// eligible for admission) until an end of that key promotes it. A key's
-// holders are counted from the tasks' rows under the key's lock, so a
-// crash leaks nothing: what did not commit holds nothing.
+// keyed step's task holds its keys from its release (queued) until it
+// ends; at its release it is held (waiting, with no parent left, flow_wait
+// its key: no admission, start or offer reads it) until the promotion its
+// transaction runs last, or a later one, releases it. A key's holders
+// are counted from the tasks' rows under the key's lock, so a crash leaks
+// nothing: what did not commit holds nothing.
 
 // ReasonKeyHeld starts the wait reason of a task held by a step key.
 const ReasonKeyHeld = "concurrency key"
@@ -30,8 +31,12 @@ const ReasonKeyHeld = "concurrency key"
 // commits.
 const FailpointKeysPromoted = "run/keys-promoted"
 
-// maxPromote bounds the tasks one key's promotion reads in a transaction.
-const maxPromote = 100
+// maxPromote bounds the tasks one read of a key's held tasks takes, and
+// maxPromoteTx those a transaction's promotion reads in all.
+const (
+	maxPromote   = 100
+	maxPromoteTx = 1000
+)
 
 // flowKey is a step key: its tenant's, by value.
 type flowKey struct {
@@ -176,32 +181,49 @@ func (ap *applying) promoteKeys(ctx context.Context, hints map[flowKey]int, try 
 	}
 	var moved store.SetFlowWaitsParams
 	var ready []dispatch.Ready
+	budget := maxPromoteTx
 	for _, k := range keys {
-		rows, err := ap.heldOn(ctx, k, hints[k], held[k])
-		if err != nil {
-			return 0, err
-		}
-		for _, t := range rows {
-			if held[k] >= limitOn(t.FlowKeys, t.FlowLimits, k.key) {
-				break // the oldest waits first
-			}
-			wait, ok, err := ap.otherKeys(ctx, t, k, held, locked)
+		// Pages of its held tasks, oldest first, while it has room: a
+		// task moved to another key, or left for its other key's busy
+		// lock, takes no room, and the next page goes on past it.
+		room, after := max(hints[k]-held[k], 1), uuid.Nil
+		for budget > 0 {
+			rows, more, err := ap.heldOn(ctx, k, room, held[k], after)
 			if err != nil {
 				return 0, err
 			}
-			if !ok {
-				continue
+			full := false
+			for _, t := range rows {
+				budget--
+				after = t.ID
+				lim := limitOn(t.FlowKeys, t.FlowLimits, k.key)
+				if held[k] >= lim {
+					full = true // the oldest waits first
+					break
+				}
+				room = lim - held[k]
+				wait, ok, err := ap.otherKeys(ctx, t, k, held, locked)
+				if err != nil {
+					return 0, err
+				}
+				if !ok {
+					continue
+				}
+				moved.Ids = append(moved.Ids, t.ID)
+				moved.Waits = append(moved.Waits, wait)
+				if wait != "" {
+					continue
+				}
+				for _, key := range t.FlowKeys {
+					held[flowKey{t.TenantID, key}]++
+				}
+				room--
+				ready = append(ready, dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, t.Attempt).
+					WithNeed(resources.FromColumns(t.ResCpu, t.ResMemory, t.ResGpu, t.ResCustom)))
 			}
-			moved.Ids = append(moved.Ids, t.ID)
-			moved.Waits = append(moved.Waits, wait)
-			if wait != "" {
-				continue
+			if full || !more || room <= 0 {
+				break
 			}
-			for _, key := range t.FlowKeys {
-				held[flowKey{t.TenantID, key}]++
-			}
-			ready = append(ready, dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, t.Attempt).
-				WithNeed(resources.FromColumns(t.ResCpu, t.ResMemory, t.ResGpu, t.ResCustom)))
 		}
 	}
 	if len(moved.Ids) == 0 {
@@ -214,21 +236,22 @@ func (ap *applying) promoteKeys(ctx context.Context, hints map[flowKey]int, try 
 	return len(ready), ap.Dispatcher.Release(ctx, ap.tx, ready)
 }
 
-// heldOn reads the oldest tasks held on k, as many as its room: hint (the
-// limit the tasks that touched it gave it) less its holders, at least
-// the oldest; and as many as the oldest's own limit leaves room for, when
-// that is more (tasks of several steps name one key with their own
-// limits).
-func (ap *applying) heldOn(ctx context.Context, k flowKey, hint, holders int) ([]store.HeldOnKeyRow, error) {
-	n := min(max(hint-holders, 1), maxPromote)
-	rows, err := ap.q.HeldOnKey(ctx, store.HeldOnKeyParams{TenantID: k.tenant, Key: k.key, N: int32(n)})
-	if err != nil || len(rows) < n {
-		return rows, err
+// heldOn reads the oldest tasks held on k after the task after (uuid.Nil:
+// from the first), as many as room (at least one, at most maxPromote),
+// or, on a first read, as many as the oldest's own limit leaves room for
+// beside holders when that is more (tasks of several steps name one key
+// with their own limits); more says the read was full (more may wait).
+func (ap *applying) heldOn(ctx context.Context, k flowKey, room, holders int, after uuid.UUID) (rows []store.HeldOnKeyRow, more bool, err error) {
+	n := min(max(room, 1), maxPromote)
+	rows, err = ap.q.HeldOnKey(ctx, store.HeldOnKeyParams{TenantID: k.tenant, Key: k.key, After: after, N: int32(n)})
+	if err != nil || len(rows) < n || after != uuid.Nil {
+		return rows, len(rows) == n, err
 	}
 	if want := min(limitOn(rows[0].FlowKeys, rows[0].FlowLimits, k.key)-holders, maxPromote); want > n {
-		return ap.q.HeldOnKey(ctx, store.HeldOnKeyParams{TenantID: k.tenant, Key: k.key, N: int32(want)})
+		rows, err = ap.q.HeldOnKey(ctx, store.HeldOnKeyParams{TenantID: k.tenant, Key: k.key, After: after, N: int32(want)})
+		return rows, len(rows) == want, err
 	}
-	return rows, nil
+	return rows, true, nil
 }
 
 // otherKeys checks a held task's keys other than k (being promoted): the

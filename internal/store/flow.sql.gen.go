@@ -116,15 +116,16 @@ const heldOnKey = `-- name: HeldOnKey :many
 SELECT id, tenant_id, run_id, queue, priority, attempt, flow_keys::text[] AS flow_keys, flow_limits::int[] AS flow_limits,
        res_cpu, res_memory, res_gpu, res_custom
 FROM tasks
-WHERE tenant_id = $1 AND flow_wait = $2::text AND status = 'waiting' AND parents_remaining = 0
+WHERE tenant_id = $1 AND flow_wait = $2::text AND status = 'waiting' AND parents_remaining = 0 AND id > $3::uuid
 ORDER BY id
-LIMIT $3
+LIMIT $4
 FOR UPDATE SKIP LOCKED
 `
 
 type HeldOnKeyParams struct {
 	TenantID uuid.UUID
 	Key      string
+	After    uuid.UUID
 	N        int32
 }
 
@@ -143,10 +144,16 @@ type HeldOnKeyRow struct {
 	ResCustom  []byte
 }
 
-// HeldOnKey reads the oldest tasks held on a key, at most @n, skipping
-// any another transaction holds (a cancel: no wait, no lock cycle).
+// HeldOnKey reads the oldest tasks held on a key after task @after (a
+// page: the zero id for the first), at most @n, skipping any another
+// transaction holds (a cancel: no wait, no lock cycle).
 func (q *Queries) HeldOnKey(ctx context.Context, arg HeldOnKeyParams) ([]HeldOnKeyRow, error) {
-	rows, err := q.db.Query(ctx, heldOnKey, arg.TenantID, arg.Key, arg.N)
+	rows, err := q.db.Query(ctx, heldOnKey,
+		arg.TenantID,
+		arg.Key,
+		arg.After,
+		arg.N,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -212,6 +219,7 @@ func (q *Queries) KeyTasks(ctx context.Context, arg KeyTasksParams) error {
 const setFlowWaits = `-- name: SetFlowWaits :exec
 UPDATE tasks SET flow_wait = NULLIF(u.wait, ''),
     status = CASE WHEN u.wait = '' THEN 'queued' ELSE tasks.status END,
+    admitted_at = CASE WHEN u.wait = '' THEN NULL ELSE tasks.admitted_at END,
     released_at = CASE WHEN u.wait = '' THEN COALESCE(tasks.released_at, now()) ELSE tasks.released_at END,
     ready_at = CASE WHEN u.wait = '' THEN now() ELSE tasks.ready_at END
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS wait) AS u

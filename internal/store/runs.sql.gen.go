@@ -143,7 +143,8 @@ WITH k AS (
 )
 SELECT t.id, t.tenant_id,
        (CASE WHEN t.flow_wait IS NULL AND t.was IN ('queued', 'running', 'retrying') THEN t.flow_keys END)::text[] AS flow_keys,
-       t.flow_limits::int[] AS flow_limits
+       t.flow_limits::int[] AS flow_limits,
+       COALESCE(CASE WHEN t.was = 'waiting' THEN t.flow_wait END, '')::text AS held_on
 FROM t
 `
 
@@ -159,6 +160,7 @@ type CancelTasksOfRunsRow struct {
 	TenantID   uuid.UUID
 	FlowKeys   []string
 	FlowLimits []int32
+	HeldOn     string
 }
 
 // CancelTasksOfRuns stops every unfinished task of the runs, and puts the
@@ -168,7 +170,8 @@ type CancelTasksOfRunsRow struct {
 // by the token it ran under). k locks the tasks and reads what they were:
 // a start that commits while this waits for its row is seen running. A
 // parked step's row is deleted with it. flow_keys are the keys a keyed
-// step's task held (docs/flow-control.md): its caller promotes them.
+// step's task held, held_on the key a held one waited for
+// (docs/flow-control.md): its caller promotes them.
 func (q *Queries) CancelTasksOfRuns(ctx context.Context, arg CancelTasksOfRunsParams) ([]CancelTasksOfRunsRow, error) {
 	rows, err := q.db.Query(ctx, cancelTasksOfRuns,
 		arg.RunIds,
@@ -188,6 +191,7 @@ func (q *Queries) CancelTasksOfRuns(ctx context.Context, arg CancelTasksOfRunsPa
 			&i.TenantID,
 			&i.FlowKeys,
 			&i.FlowLimits,
+			&i.HeldOn,
 		); err != nil {
 			return nil, err
 		}

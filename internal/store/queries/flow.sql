@@ -23,13 +23,14 @@ FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@keys::text[]) AS keys, unnest(@
              unnest(@waits::text[]) AS wait) AS u
 WHERE tasks.id = u.id AND tasks.status = 'waiting';
 
--- HeldOnKey reads the oldest tasks held on a key, at most @n, skipping
--- any another transaction holds (a cancel: no wait, no lock cycle).
+-- HeldOnKey reads the oldest tasks held on a key after task @after (a
+-- page: the zero id for the first), at most @n, skipping any another
+-- transaction holds (a cancel: no wait, no lock cycle).
 -- name: HeldOnKey :many
 SELECT id, tenant_id, run_id, queue, priority, attempt, flow_keys::text[] AS flow_keys, flow_limits::int[] AS flow_limits,
        res_cpu, res_memory, res_gpu, res_custom
 FROM tasks
-WHERE tenant_id = @tenant_id AND flow_wait = @key::text AND status = 'waiting' AND parents_remaining = 0
+WHERE tenant_id = @tenant_id AND flow_wait = @key::text AND status = 'waiting' AND parents_remaining = 0 AND id > @after::uuid
 ORDER BY id
 LIMIT @n
 FOR UPDATE SKIP LOCKED;
@@ -40,6 +41,7 @@ FOR UPDATE SKIP LOCKED;
 -- name: SetFlowWaits :exec
 UPDATE tasks SET flow_wait = NULLIF(u.wait, ''),
     status = CASE WHEN u.wait = '' THEN 'queued' ELSE tasks.status END,
+    admitted_at = CASE WHEN u.wait = '' THEN NULL ELSE tasks.admitted_at END,
     released_at = CASE WHEN u.wait = '' THEN COALESCE(tasks.released_at, now()) ELSE tasks.released_at END,
     ready_at = CASE WHEN u.wait = '' THEN now() ELSE tasks.ready_at END
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@waits::text[]) AS wait) AS u

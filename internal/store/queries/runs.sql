@@ -211,7 +211,8 @@ SELECT id FROM r;
 -- by the token it ran under). k locks the tasks and reads what they were:
 -- a start that commits while this waits for its row is seen running. A
 -- parked step's row is deleted with it. flow_keys are the keys a keyed
--- step's task held (docs/flow-control.md): its caller promotes them.
+-- step's task held, held_on the key a held one waited for
+-- (docs/flow-control.md): its caller promotes them.
 -- name: CancelTasksOfRuns :many
 WITH k AS (
     SELECT id, status AS was FROM tasks
@@ -235,7 +236,8 @@ WITH k AS (
 )
 SELECT t.id, t.tenant_id,
        (CASE WHEN t.flow_wait IS NULL AND t.was IN ('queued', 'running', 'retrying') THEN t.flow_keys END)::text[] AS flow_keys,
-       t.flow_limits::int[] AS flow_limits
+       t.flow_limits::int[] AS flow_limits,
+       COALESCE(CASE WHEN t.was = 'waiting' THEN t.flow_wait END, '')::text AS held_on
 FROM t;
 
 -- name: SetShardLags :exec

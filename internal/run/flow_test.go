@@ -1,0 +1,62 @@
+package run_test
+
+import (
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/orrery-dev/orrery/dag"
+)
+
+// Step keys' promotion, in one transaction (outside InRawTx the
+// promotion runs at once): released tasks are held and the first fits; a
+// held task whose other key is full moves to wait on it, and the task
+// behind it on the first key is released by the same promotion; a
+// holder's cancel releases the next one, in line.
+func TestStepKeysPromoteFirstInFirstOut(t *testing.T) {
+	t.Parallel()
+	x := newInTx(t)
+	xk, gk := "x-"+t.Name(), "g-"+t.Name()
+	keyed := func(keys ...string) dag.Step {
+		s := step("only")
+		for _, k := range keys {
+			s.Concurrency = append(s.Concurrency, dag.ConcurrencyLimit{Key: k, Limit: 1})
+		}
+		return s
+	}
+	state := func(r uuid.UUID) string {
+		t.Helper()
+		return x.text(`SELECT status || ' ' || COALESCE(flow_wait, '-') FROM tasks WHERE run_id = $1`, r)
+	}
+	expect := func(when string, want map[uuid.UUID]string) {
+		t.Helper()
+		for r, w := range want {
+			if got := state(r); got != w {
+				t.Errorf("%s: a task is %q, want %q", when, got, w)
+			}
+		}
+	}
+	g := x.run(keyed(gk))      // holds g
+	a := x.run(keyed(xk))      // holds x
+	s1 := x.run(keyed(xk, gk)) // held on x
+	s2 := x.run(keyed(xk))     // held on x, behind s1
+	expect("released", map[uuid.UUID]string{g: "queued -", a: "queued -", s1: "waiting " + xk, s2: "waiting " + xk})
+
+	x.finish(report(x.start(a, "only"), true))
+	expect("x's holder ended", map[uuid.UUID]string{s1: "waiting " + gk, s2: "queued -"})
+
+	if _, err := x.apply.Cancel(x.ctx, x.tx, []uuid.UUID{g}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	expect("g's holder cancelled", map[uuid.UUID]string{s1: "waiting " + xk}) // g is free, x is s2's
+	s3 := x.run(keyed(xk))
+	expect("a later release", map[uuid.UUID]string{s3: "waiting " + xk})
+	if _, err := x.apply.Cancel(x.ctx, x.tx, []uuid.UUID{s2}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	expect("x's holder cancelled", map[uuid.UUID]string{s1: "queued -", s3: "waiting " + xk})
+	if _, err := x.apply.Cancel(x.ctx, x.tx, []uuid.UUID{s1}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	expect("the first in line cancelled", map[uuid.UUID]string{s3: "queued -"})
+}
