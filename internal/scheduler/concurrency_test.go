@@ -287,6 +287,13 @@ func TestStepConcurrencyKeysBoundTasks(t *testing.T) {
 	for _, id := range small {
 		is(id, "running")
 	}
+	// (both of big's holders in their handler before its gate opens: else
+	// the first may end before the second starts, and they never overlap)
+	enginetest.WaitFor(t, 30*time.Second, "two tasks of acct-big running", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return running["acct-big"] == 2
+	})
 	gates.Open("small")
 	gates.Open("big")
 	for _, id := range append(big, small...) {
