@@ -17,7 +17,6 @@ import (
 	"github.com/orrery-dev/orrery/dag"
 	"github.com/orrery-dev/orrery/internal/dispatch"
 	"github.com/orrery-dev/orrery/internal/job"
-	"github.com/orrery-dev/orrery/internal/lifecycle"
 	"github.com/orrery-dev/orrery/internal/run"
 )
 
@@ -118,9 +117,7 @@ func taskToProto(t run.Task) *orreryv1.Task {
 			Priority: t.Priority, Attempt: t.Attempt, FencingToken: t.FencingToken, LastError: t.LastError,
 			ReleaseTime: timeToProto(t.ReleasedAt), StartTime: timeToProto(t.StartedAt), FinishTime: timeToProto(t.FinishedAt),
 			WaitReason: t.WaitReason, ReadyTime: timeToProto(t.ReadyAt), AdmitTime: timeToProto(t.AdmittedAt),
-		}
-		if t.FlowWait != nil || t.Status != lifecycle.TaskWaiting { // (a task waiting for its parents again keeps its last release's keys until its next)
-			pt.ConcurrencyKeys = t.FlowKeys
+			ConcurrencyKeys: t.FlowKeys,
 		}
 		for _, a := range t.Attempts {
 			pt.Attempts = append(pt.Attempts, &orreryv1.Attempt{

@@ -70,7 +70,6 @@ func (c ConcurrencyLimit) Action() OnLimit {
 // none).
 type ConcurrencyKeys struct {
 	env   *expr.Env
-	limit []ConcurrencyLimit
 	tmpl  []expr.Template
 	progs [][]*expr.Program
 }
@@ -86,7 +85,7 @@ func CompileConcurrencyKeys(s *JobSpec) (*ConcurrencyKeys, Errors) {
 	if err != nil {
 		return nil, Errors{&FieldError{Field: "spec.params", Message: err.Error()}}
 	}
-	k := &ConcurrencyKeys{env: env, limit: s.Concurrency}
+	k := &ConcurrencyKeys{env: env}
 	var es Errors
 	for i, c := range s.Concurrency {
 		field := fmt.Sprintf("spec.concurrency[%d].key", i)
@@ -106,9 +105,6 @@ func CompileConcurrencyKeys(s *JobSpec) (*ConcurrencyKeys, Errors) {
 	}
 	return k, nil
 }
-
-// Limits are the keys' limits, in the order Values gives their values.
-func (k *ConcurrencyKeys) Limits() []ConcurrencyLimit { return k.limit }
 
 // Values evaluates the keys for a run being created (vars: its params,
 // event, instant and trigger): a value a key each, text of at most

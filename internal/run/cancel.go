@@ -56,17 +56,16 @@ func (a *Applier) cancel(ctx context.Context, tx pgx.Tx, ids []uuid.UUID, reason
 		return nil, err
 	}
 	taskIDs := make([]uuid.UUID, len(tasks))
+	touched := map[flowKey]int{}
 	for i, t := range tasks {
 		taskIDs[i] = t.ID
-		if err := ap.keysEnded(ctx, t.TenantID, t.FlowKeys, t.FlowLimits); err != nil {
-			return nil, err
-		}
+		addKeys(touched, t.TenantID, t.FlowKeys, t.FlowLimits)
 		if t.HeldOn != "" { // a held task that goes lets the next on its key be looked at
-			k := flowKey{t.TenantID, t.HeldOn}
-			if err := ap.touch(ctx, map[flowKey]int{k: 1}); err != nil {
-				return nil, err
-			}
+			addKeys(touched, t.TenantID, []string{t.HeldOn}, []int32{1})
 		}
+	}
+	if err := ap.touch(ctx, touched); err != nil {
+		return nil, err
 	}
 	room := 0
 	if done != nil {

@@ -23,8 +23,9 @@ import (
 // are counted from the tasks' rows under the key's lock, so a crash leaks
 // nothing: what did not commit holds nothing.
 
-// ReasonKeyHeld starts the wait reason of a task held by a step key.
-const ReasonKeyHeld = "concurrency key"
+// ReasonKeyHeld starts the wait reason of a task held by a step key (as
+// a run's queued for a job key).
+const ReasonKeyHeld = ReasonConcurrencyQueue
 
 // FailpointKeysPromoted is hit in the transaction that ends a holder of
 // a step key, once it has released the tasks held on it and before it
@@ -70,20 +71,26 @@ func (ap *applying) lockKeys(ctx context.Context, keys []flowKey, try bool) ([]f
 		}
 		keys = slices.DeleteFunc(slices.Clone(keys), func(k flowKey) bool { return !slices.Contains(got, k.lockName()) })
 	}
+	held, err := countHolders(ctx, ap.q, keys)
+	return keys, held, err
+}
+
+// countHolders counts the tasks holding each of keys.
+func countHolders(ctx context.Context, q *store.Queries, keys []flowKey) (map[flowKey]int, error) {
 	p := store.FlowHoldersParams{}
 	for _, k := range keys {
 		p.TenantIds = append(p.TenantIds, k.tenant)
 		p.Keys = append(p.Keys, k.key)
 	}
-	rows, err := ap.q.FlowHolders(ctx, p)
+	rows, err := q.FlowHolders(ctx, p)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	held := make(map[flowKey]int, len(rows))
 	for _, r := range rows {
 		held[flowKey{r.TenantID, r.Key}] = int(r.N)
 	}
-	return keys, held, nil
+	return held, nil
 }
 
 // keyedCandidate is a candidate of a keyed step, its keys evaluated: each
@@ -128,12 +135,19 @@ func (ap *applying) keysEnded(ctx context.Context, tenant uuid.UUID, keys []stri
 		return nil
 	}
 	touched := make(map[flowKey]int, len(keys))
+	addKeys(touched, tenant, keys, limits)
+	return ap.touch(ctx, touched)
+}
+
+// addKeys adds a task's keys (keys, limits: its flow_keys and
+// flow_limits) to touched, each with the larger of the limits given it.
+func addKeys(touched map[flowKey]int, tenant uuid.UUID, keys []string, limits []int32) {
 	for i, k := range keys {
 		if i < len(limits) {
-			touched[flowKey{tenant, k}] = int(limits[i])
+			fk := flowKey{tenant, k}
+			touched[fk] = max(touched[fk], int(limits[i]))
 		}
 	}
-	return ap.touch(ctx, touched)
 }
 
 // touch records keys (each with the room its promotion looks for: the
@@ -142,6 +156,9 @@ func (ap *applying) keysEnded(ctx context.Context, tenant uuid.UUID, keys []stri
 // (store.BeforeCommitLast): so the step keys' locks are one batch in key
 // order, and no two transactions wait on each other's.
 func (ap *applying) touch(ctx context.Context, keys map[flowKey]int) error {
+	if len(keys) == 0 {
+		return nil
+	}
 	v, fresh := store.TxValue(ap.tx, "run.flow-keys", func() any { return map[flowKey]int{} })
 	all := v.(map[flowKey]int)
 	for k, h := range keys {
@@ -266,18 +283,11 @@ func (ap *applying) otherKeys(ctx context.Context, t store.HeldOnKeyRow, k flowK
 			continue
 		}
 		if !locked[o] {
-			got, err := ap.q.TryLockKey(ctx, o.lockName())
-			if err != nil || !got {
+			got, n, err := ap.lockKeys(ctx, []flowKey{o}, true)
+			if err != nil || len(got) == 0 {
 				return "", false, err
 			}
-			locked[o] = true
-			rows, err := ap.q.FlowHolders(ctx, store.FlowHoldersParams{TenantIds: []uuid.UUID{o.tenant}, Keys: []string{o.key}})
-			if err != nil {
-				return "", false, err
-			}
-			for _, r := range rows {
-				held[o] = int(r.N)
-			}
+			locked[o], held[o] = true, n[o]
 		}
 		if held[o] >= int(t.FlowLimits[i]) {
 			return key, true, nil

@@ -416,25 +416,27 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 	if err := parkedReasons(ctx, q, tasks); err != nil {
 		return err
 	}
+	heldOn := func(t *store.Task) bool { return t.FlowWait != nil && t.Status == lifecycle.TaskWaiting } // by a step key (flow.go)
+	var keys []flowKey
+	for i := range tasks {
+		if t := &tasks[i].Task; heldOn(t) {
+			keys = append(keys, flowKey{t.TenantID, *t.FlowWait})
+		}
+	}
+	var holders map[flowKey]int
+	if len(keys) > 0 {
+		var err error
+		if holders, err = countHolders(ctx, q, keys); err != nil {
+			return err
+		}
+	}
 	var now time.Time
 	byQueue := map[string]string{}
-	holders := map[flowKey]int{}
 	for i := range tasks {
 		t := &tasks[i].Task
-		if t.FlowWait != nil && t.Status == lifecycle.TaskWaiting { // held by a step key (flow.go)
+		if heldOn(t) {
 			k := flowKey{t.TenantID, *t.FlowWait}
-			n, ok := holders[k]
-			if !ok {
-				rows, err := q.FlowHolders(ctx, store.FlowHoldersParams{TenantIds: []uuid.UUID{k.tenant}, Keys: []string{k.key}})
-				if err != nil {
-					return err
-				}
-				for _, r := range rows {
-					n = int(r.N)
-				}
-				holders[k] = n
-			}
-			tasks[i].WaitReason = fmt.Sprintf("%s %s %d/%d", ReasonKeyHeld, k.key, n, limitOn(t.FlowKeys, t.FlowLimits, k.key))
+			tasks[i].WaitReason = fmt.Sprintf("%s %s %d/%d", ReasonKeyHeld, k.key, holders[k], limitOn(t.FlowKeys, t.FlowLimits, k.key))
 			continue
 		}
 		if t.AdmittedAt != nil || (t.Status != lifecycle.TaskQueued && t.Status != lifecycle.TaskRetrying) {

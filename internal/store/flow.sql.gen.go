@@ -239,19 +239,6 @@ func (q *Queries) SetFlowWaits(ctx context.Context, arg SetFlowWaitsParams) erro
 	return err
 }
 
-const tryLockKey = `-- name: TryLockKey :one
-SELECT pg_try_advisory_xact_lock(hashtextextended($1::text, 8191))::bool
-`
-
-// TryLockKey takes a key's lock (LockConcurrencyKeys') when no other
-// transaction holds it, and says whether it did.
-func (q *Queries) TryLockKey(ctx context.Context, key string) (bool, error) {
-	row := q.db.QueryRow(ctx, tryLockKey, key)
-	var column_1 bool
-	err := row.Scan(&column_1)
-	return column_1, err
-}
-
 const tryLockKeys = `-- name: TryLockKeys :many
 SELECT s.k::text AS key FROM (SELECT DISTINCT unnest($1::text[]) AS k ORDER BY 1) AS s
 WHERE pg_try_advisory_xact_lock(hashtextextended(s.k, 8191))

@@ -1655,7 +1655,7 @@ func (q *Queries) RerunRun(ctx context.Context, id uuid.UUID) (uuid.UUID, error)
 
 const rerunTasks = `-- name: RerunTasks :exec
 UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', parents_remaining = u.remaining,
-    admitted_at = NULL, ready_at = NULL, flow_wait = NULL,
+    admitted_at = NULL, ready_at = NULL, flow_wait = NULL, flow_keys = NULL, flow_limits = NULL,
     items_succeeded = CASE WHEN tasks.items_total IS NULL THEN tasks.items_succeeded ELSE 0 END
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS remaining) AS u
 WHERE tasks.id = u.id
@@ -1692,7 +1692,7 @@ func (q *Queries) RetryRun(ctx context.Context, id uuid.UUID) (uuid.UUID, error)
 
 const retryTasks = `-- name: RetryTasks :exec
 UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', parents_remaining = u.remaining,
-    admitted_at = NULL, ready_at = NULL, flow_wait = NULL
+    admitted_at = NULL, ready_at = NULL, flow_wait = NULL, flow_keys = NULL, flow_limits = NULL
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS remaining) AS u
 WHERE tasks.id = u.id AND tasks.status NOT IN ('succeeded', 'skipped')
 `
@@ -2230,7 +2230,7 @@ func (q *Queries) TasksAttempts(ctx context.Context, taskIds []uuid.UUID) ([]Eve
 }
 
 const waitAgain = `-- name: WaitAgain :exec
-UPDATE tasks SET status = 'waiting', finished_at = NULL, parents_remaining = u.remaining, flow_wait = NULL
+UPDATE tasks SET status = 'waiting', finished_at = NULL, parents_remaining = u.remaining, flow_wait = NULL, flow_keys = NULL, flow_limits = NULL
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::int[]) AS remaining) AS u
 WHERE tasks.id = u.id AND tasks.status IN ('waiting', 'upstream_failed')
 `

@@ -65,11 +65,6 @@ WITH RECURSIVE k AS (
 SELECT k.tenant_id::uuid AS tenant_id, k.flow_wait::text AS key, k.flow_keys::text[] AS flow_keys, k.flow_limits::int[] AS flow_limits
 FROM k LIMIT @n;
 
--- TryLockKey takes a key's lock (LockConcurrencyKeys') when no other
--- transaction holds it, and says whether it did.
--- name: TryLockKey :one
-SELECT pg_try_advisory_xact_lock(hashtextextended(@key::text, 8191))::bool;
-
 -- TryLockKeys takes the locks of @keys that no other transaction holds,
 -- in key order, and returns those it took (the reaper's: it waits for none).
 -- name: TryLockKeys :many

@@ -389,7 +389,7 @@ RETURNING id, tenant_id, run_id, attempt, queue, priority, step, conditional, fa
 -- WaitAgain makes tasks below a replayed one wait for their parents again,
 -- with the count lifecycle.Replay derived.
 -- name: WaitAgain :exec
-UPDATE tasks SET status = 'waiting', finished_at = NULL, parents_remaining = u.remaining, flow_wait = NULL
+UPDATE tasks SET status = 'waiting', finished_at = NULL, parents_remaining = u.remaining, flow_wait = NULL, flow_keys = NULL, flow_limits = NULL
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@remaining::int[]) AS remaining) AS u
 WHERE tasks.id = u.id AND tasks.status IN ('waiting', 'upstream_failed');
 
@@ -398,7 +398,7 @@ WHERE tasks.id = u.id AND tasks.status IN ('waiting', 'upstream_failed');
 -- numbers and fencing tokens go on.
 -- name: RetryTasks :exec
 UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', parents_remaining = u.remaining,
-    admitted_at = NULL, ready_at = NULL, flow_wait = NULL
+    admitted_at = NULL, ready_at = NULL, flow_wait = NULL, flow_keys = NULL, flow_limits = NULL
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@remaining::int[]) AS remaining) AS u
 WHERE tasks.id = u.id AND tasks.status NOT IN ('succeeded', 'skipped');
 
@@ -423,7 +423,7 @@ RETURNING id;
 -- that its release runs every item again (ReopenItems).
 -- name: RerunTasks :exec
 UPDATE tasks SET status = 'waiting', finished_at = NULL, last_error = '', parents_remaining = u.remaining,
-    admitted_at = NULL, ready_at = NULL, flow_wait = NULL,
+    admitted_at = NULL, ready_at = NULL, flow_wait = NULL, flow_keys = NULL, flow_limits = NULL,
     items_succeeded = CASE WHEN tasks.items_total IS NULL THEN tasks.items_succeeded ELSE 0 END
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@remaining::int[]) AS remaining) AS u
 WHERE tasks.id = u.id;
