@@ -86,11 +86,23 @@ func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, 
 	if len(all) == 0 {
 		return keys, cancelFor, nil
 	}
-	held, err := ap.holders(ctx, all)
+	written, err := ap.holders(ctx, all)
 	if err != nil {
 		return nil, nil, err
 	}
-	holders := map[string][]int{} // the runs of this batch holding each key (their index)
+	// A key's holders: those written (less those this batch cancels that
+	// are known to hold it) and this batch's runs still pending.
+	gone := map[string]map[uuid.UUID]bool{} // written holders of each key cancelled, known to hold it
+	holders := map[string][]int{}           // the runs of this batch holding each key (their index)
+	held := func(k string) int {
+		n := written[k] - len(gone[k])
+		for _, j := range holders[k] {
+			if runs[j].Status == lifecycle.RunPending {
+				n++
+			}
+		}
+		return n
+	}
 	for i := range runs {
 		r := &runs[i]
 		if values[i] == nil || r.Status != lifecycle.RunPending {
@@ -99,7 +111,7 @@ func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, 
 		limits := r.Job.Spec.Concurrency
 		full := -1
 		for e, k := range values[i] {
-			if held[k] >= limits[e].Limit {
+			if held(k) >= limits[e].Limit {
 				full = e
 				break
 			}
@@ -108,30 +120,43 @@ func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, 
 			k, lim := values[i][full], limits[full]
 			switch lim.Action() {
 			case dag.OnLimitQueue:
-				r.Status, r.Reason = lifecycle.RunQueued, fmt.Sprintf("%s %s %d/%d", ReasonConcurrencyQueue, valueOf(k), held[k], lim.Limit)
+				r.Status, r.Reason = lifecycle.RunQueued, fmt.Sprintf("%s %s %d/%d", ReasonConcurrencyQueue, valueOf(k), held(k), lim.Limit)
 				continue
 			case dag.OnLimitCancelNewest:
-				r.Status, r.Reason = lifecycle.RunCancelled, fmt.Sprintf("concurrency: cancel_newest (key %s at its limit %d/%d)", valueOf(k), held[k], lim.Limit)
+				r.Status, r.Reason = lifecycle.RunCancelled, fmt.Sprintf("concurrency: cancel_newest (key %s at its limit %d/%d)", valueOf(k), held(k), lim.Limit)
 				continue
 			case dag.OnLimitCancelRunning:
 				// Room for this run in each of its full keys: the oldest
 				// holders go, those written before first, then this
 				// batch's earliest.
 				for e, k := range values[i] {
-					over := held[k] - limits[e].Limit + 1
+					over := held(k) - limits[e].Limit + 1
 					if over <= 0 {
 						continue
 					}
-					old, err := ap.q.OldestHolders(ctx, store.OldestHoldersParams{Key: k, N: int32(over)})
+					if gone[k] == nil {
+						gone[k] = map[uuid.UUID]bool{}
+					}
+					// The oldest written holders, past those already
+					// cancelled (by this key or another): each one not yet
+					// counted gone from this key makes room once.
+					old, err := ap.q.OldestHolders(ctx, store.OldestHoldersParams{Key: k, N: int32(over + len(cancel))})
 					if err != nil {
 						return nil, nil, err
 					}
-					for _, id := range old { // (one cancelled already for another makes room too)
+					for _, id := range old {
+						if over <= 0 {
+							break
+						}
+						if gone[k][id] {
+							continue
+						}
+						gone[k][id] = true
+						over--
 						if !slices.Contains(cancel, id) {
 							cancel = append(cancel, id)
 							cancelFor[i] = append(cancelFor[i], id)
 						}
-						over--
 					}
 					for _, j := range holders[k] {
 						if over <= 0 {
@@ -142,12 +167,10 @@ func (ap *applying) decideKeys(ctx context.Context, runs []New) (keys []string, 
 							over--
 						}
 					}
-					held[k] = limits[e].Limit - 1
 				}
 			}
 		}
 		for _, k := range values[i] {
-			held[k]++
 			holders[k] = append(holders[k], i)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -72,27 +73,43 @@ func (x *inTx) text(sql string, args ...any) string {
 // and returns the run.
 func (x *inTx) run(steps ...dag.Step) uuid.UUID {
 	x.t.Helper()
-	res := dag.Resource{Metadata: dag.Metadata{Name: fmt.Sprintf("finish-%d", time.Now().UnixNano())},
-		Spec: dag.JobSpec{Schedule: schedule.Spec{Cron: schedule.Crons("@yearly")}, Steps: steps}}
+	return x.insert(x.job(dag.JobSpec{Steps: steps}), 1)[0]
+}
+
+// job writes a job of spec (its schedule yearly) and returns it.
+func (x *inTx) job(spec dag.JobSpec) run.JobRef {
+	x.t.Helper()
+	spec.Schedule = schedule.Spec{Cron: schedule.Crons("@yearly")}
+	res := dag.Resource{Metadata: dag.Metadata{Name: fmt.Sprintf("finish-%d", time.Now().UnixNano())}, Spec: spec}
 	res.Normalize()
 	if es := dag.Validate(&res); len(es) > 0 {
 		x.t.Fatal(es)
 	}
-	spec, err := json.Marshal(res.Spec)
+	text, err := json.Marshal(res.Spec)
 	if err != nil {
 		x.t.Fatal(err)
 	}
 	id := uuid.Must(uuid.NewV7())
 	x.exec(`INSERT INTO jobs (id, tenant_id, namespace, name, description, labels, status, version, spec, shard, created_at, created_by, updated_at, updated_by)
-		VALUES ($1, $2, 'default', $3, '', '{}', 'active', 1, $4, 0, now(), 'test', now(), 'test')`, id, job.DefaultTenant, res.Metadata.Name, spec)
+		VALUES ($1, $2, 'default', $3, '', '{}', 'active', 1, $4, 0, now(), 'test', now(), 'test')`, id, job.DefaultTenant, res.Metadata.Name, text)
 	x.exec(`INSERT INTO job_versions (job_id, version, tenant_id, description, labels, spec, created_at, created_by)
-		VALUES ($1, 1, $2, '', '{}', $3, now(), 'test')`, id, job.DefaultTenant, spec)
-	ids, err := x.apply.Insert(x.ctx, x.tx, []run.New{{Job: run.JobRef{ID: id, Tenant: job.DefaultTenant, Version: 1, Spec: &res.Spec},
-		At: time.Now(), Trigger: "manual", Status: "pending"}}, nil, nil)
-	if err != nil || len(ids) != 1 || ids[0] == uuid.Nil {
-		x.t.Fatalf("insert the run: %v %v", ids, err)
+		VALUES ($1, 1, $2, '', '{}', $3, now(), 'test')`, id, job.DefaultTenant, text)
+	return run.JobRef{ID: id, Tenant: job.DefaultTenant, Version: 1, Spec: &res.Spec}
+}
+
+// insert writes n pending runs of j by one Insert, and returns them.
+func (x *inTx) insert(j run.JobRef, n int) []uuid.UUID {
+	x.t.Helper()
+	news := make([]run.New, n)
+	at := time.Now()
+	for i := range news {
+		news[i] = run.New{Job: j, At: at.Add(time.Duration(i) * time.Microsecond), Trigger: "manual", Status: "pending"}
 	}
-	return ids[0]
+	ids, err := x.apply.Insert(x.ctx, x.tx, news, nil, nil)
+	if err != nil || len(ids) != n || slices.Contains(ids, uuid.Nil) {
+		x.t.Fatalf("insert %d runs: %v %v", n, ids, err)
+	}
+	return ids
 }
 
 // start starts the next attempt of the run's step.

@@ -60,3 +60,26 @@ func TestStepKeysPromoteFirstInFirstOut(t *testing.T) {
 	}
 	expect("the first in line cancelled", map[uuid.UUID]string{s3: "queued -"})
 }
+
+// A job's key with cancel_running, two new runs of it in one Insert: the
+// holder written before goes, the first new run makes room for the
+// second, and the key's limit of 1 holds (the second new run does not
+// count the holder the first cancelled as room again).
+func TestCancelRunningWithinOneInsert(t *testing.T) {
+	t.Parallel()
+	x := newInTx(t)
+	j := x.job(dag.JobSpec{Steps: []dag.Step{step("only")},
+		Concurrency: []dag.ConcurrencyLimit{{Key: "one", Limit: 1, OnLimit: dag.OnLimitCancelRunning}}})
+	a := x.insert(j, 1)[0]
+	b := x.insert(j, 2)
+	got := map[string]string{}
+	for name, id := range map[string]uuid.UUID{"a": a, "b1": b[0], "b2": b[1]} {
+		got[name] = x.text(`SELECT status FROM runs WHERE id = $1`, id)
+	}
+	if got["a"] != "cancelled" || got["b1"] != "cancelled" || got["b2"] != "pending" {
+		t.Errorf("runs %v, want a and b1 cancelled, b2 pending", got)
+	}
+	if n := x.text(`SELECT count(*)::text FROM runs WHERE job_id = $1 AND status IN ('pending', 'running')`, j.ID); n != "1" {
+		t.Errorf("%s runs hold the key of limit 1", n)
+	}
+}
