@@ -52,6 +52,8 @@ type Reaper struct {
 	// keys is where the next look at tasks held on step keys goes on
 	// from (promoteHeldKeys).
 	keys run.KeyCursor
+	// stranded is the job the look at held-back runs goes on after.
+	stranded uuid.UUID
 }
 
 // Config configures a Reaper.
@@ -175,14 +177,19 @@ func (r *Reaper) expireLeases(ctx context.Context) error {
 }
 
 // promoteStranded starts held-back runs (overlap: queue) whose job has no
-// active run any more.
+// active run any more, and runs queued for concurrency keys that have
+// room, a batch of jobs a pass, round robin by job.
 func (r *Reaper) promoteStranded(ctx context.Context) error {
 	var n int
+	var next uuid.UUID
 	err := store.InRawTx(ctx, r.cfg.Pool, func(tx pgx.Tx) error {
 		var err error
-		n, err = r.applier().PromoteStranded(ctx, tx, r.cfg.Batch)
+		next, n, err = r.applier().PromoteStranded(ctx, tx, r.stranded, r.cfg.Batch)
 		return err
 	})
+	if err == nil {
+		r.stranded = next
+	}
 	if n > 0 {
 		r.cfg.Logger.Info("held-back runs started (their previous run ended while they were being queued)", "count", n)
 	}

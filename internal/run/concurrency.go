@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -235,41 +236,42 @@ const maxPromoted = 100
 
 // promoteKeyed starts the runs queued for their keys that now fit (the
 // oldest first, each counted as it starts), under the keys' locks: those
-// queued for a key of the run that ended (ended), or, without one (the
-// reaper's look), the job's oldest. The ended run's keys are locked
-// before the queue is read, so that a run queued meanwhile for one of
-// them (by an Insert that holds the lock) is read once it committed. It
-// returns how many it started, and whether any run was queued for keys
-// (if not, the caller promotes as overlap: queue does).
-func (ap *applying) promoteKeyed(ctx context.Context, jobID, ended uuid.UUID) (int, bool, error) {
+// queued for a key of the run that ended (ended, whose keys are given),
+// or, without one (the reaper's look), the job's oldest. The ended run's
+// keys are locked, waiting, before the queue is read, so that a run
+// queued meanwhile for one of them (by an Insert that holds the lock) is
+// read once it committed. The queued runs' other keys, and every key in
+// the reaper's look, are only tried (their locks would come out of key
+// order): a run with a key another transaction holds stays queued, for
+// the reaper's next look. It returns how many it started, and whether any
+// run was queued for keys (if not, the caller promotes as overlap: queue
+// does).
+func (ap *applying) promoteKeyed(ctx context.Context, jobID uuid.UUID, ended []string) (int, bool, error) {
 	type queuedRun struct {
 		id      uuid.UUID
 		version specKey
 		keys    []string
 	}
 	var queued []queuedRun
-	if ended != uuid.Nil {
-		keys, err := ap.q.RunKeys(ctx, ended)
-		if err != nil && !store.IsNotFound(err) {
+	locked := map[string]bool{}
+	if len(ended) > 0 {
+		if err := ap.q.LockConcurrencyKeys(ctx, ended); err != nil {
 			return 0, false, err
 		}
-		if len(keys) > 0 {
-			if err := ap.q.LockConcurrencyKeys(ctx, keys); err != nil {
-				return 0, false, err
-			}
-			rows, err := ap.q.QueuedForKeys(ctx, store.QueuedForKeysParams{Keys: keys, N: maxPromoted})
-			if err != nil {
-				return 0, false, err
-			}
-			for _, r := range rows {
-				queued = append(queued, queuedRun{r.ID, specKey{r.JobID, r.JobVersion}, r.ConcurrencyKeys})
-			}
-			if len(queued) == 0 {
-				return 0, true, nil
-			}
+		for _, k := range ended {
+			locked[k] = true
 		}
-	}
-	if queued == nil {
+		rows, err := ap.q.QueuedForKeys(ctx, store.QueuedForKeysParams{Keys: ended, N: maxPromoted})
+		if err != nil {
+			return 0, false, err
+		}
+		for _, r := range rows {
+			queued = append(queued, queuedRun{r.ID, specKey{r.JobID, r.JobVersion}, r.ConcurrencyKeys})
+		}
+		if len(queued) == 0 {
+			return 0, true, nil
+		}
+	} else {
 		rows, err := ap.q.QueuedKeyedRuns(ctx, store.QueuedKeyedRunsParams{JobID: jobID, N: maxPromoted})
 		if err != nil || len(rows) == 0 {
 			return 0, false, err
@@ -278,15 +280,32 @@ func (ap *applying) promoteKeyed(ctx context.Context, jobID, ended uuid.UUID) (i
 			queued = append(queued, queuedRun{r.ID, specKey{jobID, r.JobVersion}, r.ConcurrencyKeys})
 		}
 	}
-	var all []string
+	var others []string
 	versions := make([]specKey, len(queued))
 	for i, q := range queued {
-		all = append(all, q.keys...)
+		for _, k := range q.keys {
+			if !locked[k] && !slices.Contains(others, k) {
+				others = append(others, k)
+			}
+		}
 		versions[i] = q.version
 	}
-	held, err := ap.holders(ctx, all)
+	if len(others) > 0 {
+		got, err := ap.q.TryLockKeys(ctx, others)
+		if err != nil {
+			return 0, true, err
+		}
+		for _, k := range got {
+			locked[k] = true
+		}
+	}
+	rows, err := ap.q.KeyHolders(ctx, slices.Collect(maps.Keys(locked)))
 	if err != nil {
 		return 0, true, err
+	}
+	held := make(map[string]int, len(rows))
+	for _, r := range rows {
+		held[r.Key] = int(r.N)
 	}
 	got, err := specs.getMany(ctx, ap.tx, versions)
 	if err != nil {
@@ -296,7 +315,7 @@ func (ap *applying) promoteKeyed(ctx context.Context, jobID, ended uuid.UUID) (i
 	for _, q := range queued {
 		fits := true
 		for _, k := range q.keys {
-			if held[k] >= limitOf(got[q.version], k) {
+			if !locked[k] || held[k] >= limitOf(got[q.version], k) {
 				fits = false
 				break
 			}

@@ -327,7 +327,7 @@ func (ap *applying) finishSole(ctx context.Context, all []Report, idx []int, acc
 		case f.Task == lifecycle.TaskRetrying:
 			retries = append(retries, retryOf(e.r.TaskID, t.TenantID, t.Queue, t.Priority, t.Now, f))
 		case f.PromoteHeld && t.JobID != nil:
-			if _, err := ap.promoteQueued(ctx, *t.JobID, e.r.RunID); err != nil {
+			if _, err := ap.promoteQueued(ctx, *t.JobID, t.RunKeys); err != nil {
 				return err
 			}
 		}
@@ -435,6 +435,6 @@ func (ap *applying) finishRun(ctx context.Context, runID uuid.UUID, holdsRuns bo
 	if !holdsRuns {
 		return nil
 	}
-	_, err = ap.promoteQueued(ctx, row.JobID, runID)
+	_, err = ap.promoteQueued(ctx, row.JobID, row.ConcurrencyKeys)
 	return err
 }

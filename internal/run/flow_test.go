@@ -6,6 +6,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/internal/run"
 )
 
 // Step keys' promotion, in one transaction (outside InRawTx the
@@ -81,5 +82,43 @@ func TestCancelRunningWithinOneInsert(t *testing.T) {
 	}
 	if n := x.text(`SELECT count(*)::text FROM runs WHERE job_id = $1 AND status IN ('pending', 'running')`, j.ID); n != "1" {
 		t.Errorf("%s runs hold the key of limit 1", n)
+	}
+}
+
+// The reaper's look at held-back runs goes round the jobs: a job whose
+// queued run waits on a full key does not keep the look, a batch of one
+// job a pass, from a job whose queued run has room (its holder ended
+// without promoting it).
+func TestPromoteStrandedGoesRoundTheJobs(t *testing.T) {
+	t.Parallel()
+	x := newInTx(t)
+	keyed := func() run.JobRef {
+		return x.job(dag.JobSpec{Steps: []dag.Step{step("only")},
+			Concurrency: []dag.ConcurrencyLimit{{Key: "one", Limit: 1}}})
+	}
+	full, free := keyed(), keyed() // full's id sorts first (UUIDv7)
+	x.insert(full, 2)
+	freed := x.insert(free, 2)
+	x.exec(`UPDATE runs SET status = 'succeeded', finished_at = now() WHERE id = $1`, freed[0]) // its end promoted nothing
+	x.exec(`UPDATE tasks SET status = 'succeeded' WHERE run_id = $1`, freed[0])
+	after := uuid.Nil
+	for pass := range 3 {
+		next, n, err := x.apply.PromoteStranded(x.ctx, x.tx, after, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			if pass != 1 {
+				t.Errorf("the freed key's run started in pass %d, want the second", pass)
+			}
+			break
+		}
+		if pass == 2 {
+			t.Fatal("three passes of one job each never started the run whose key has room")
+		}
+		after = next
+	}
+	if s := x.text(`SELECT status FROM runs WHERE id = $1`, freed[1]); s != "pending" {
+		t.Errorf("the queued run of the freed key is %s, want pending", s)
 	}
 }

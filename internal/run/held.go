@@ -19,10 +19,10 @@ import (
 // one back at this very moment, not yet visible here (READ COMMITTED);
 // PromoteStranded, run by the reaper, starts such a run.
 //
-// ended is the run whose end this is (uuid.Nil: none, the reaper's look):
-// the runs queued for its concurrency keys start first (promoteKeyed). It
-// returns how many runs it started.
-func (ap *applying) promoteQueued(ctx context.Context, jobID, ended uuid.UUID) (int, error) {
+// ended are the concurrency keys of the run whose end this is (none: the
+// reaper's look, or a run without keys): the runs queued for them start
+// first (promoteKeyed). It returns how many runs it started.
+func (ap *applying) promoteQueued(ctx context.Context, jobID uuid.UUID, ended []string) (int, error) {
 	if n, keyed, err := ap.promoteKeyed(ctx, jobID, ended); keyed || err != nil {
 		return n, err // runs held for their concurrency keys start by their keys
 	}
@@ -55,22 +55,30 @@ func (ap *applying) releaseRoots(ctx context.Context, runs ...uuid.UUID) error {
 	return nil
 }
 
-// PromoteStranded starts, for up to batch jobs, the run that overlap: queue
-// holds back while no run of the job is active any more (see
-// promoteQueued). It returns how many it started.
-func (a *Applier) PromoteStranded(ctx context.Context, tx pgx.Tx, batch int) (int, error) {
+// PromoteStranded starts, for up to batch jobs after the job after (in id
+// order; uuid.Nil: from the first), the runs held back by overlap: queue
+// while no run of the job is active any more, and by concurrency keys
+// that have room (see promoteQueued). It returns the job to go on after
+// (uuid.Nil when it looked at the last: round robin, so that jobs whose
+// runs wait on full keys keep no other job from its look) and how many
+// runs it started.
+func (a *Applier) PromoteStranded(ctx context.Context, tx pgx.Tx, after uuid.UUID, batch int) (uuid.UUID, int, error) {
 	ap := a.in(tx)
-	jobs, err := ap.q.JobsWithStrandedQueuedRuns(ctx, int32(batch))
+	jobs, err := ap.q.JobsWithStrandedQueuedRuns(ctx, store.JobsWithStrandedQueuedRunsParams{After: after, Batch: int32(batch)})
 	if err != nil {
-		return 0, err
+		return uuid.Nil, 0, err
 	}
 	started := 0
 	for _, j := range jobs {
-		n, err := ap.promoteQueued(ctx, j, uuid.Nil)
+		n, err := ap.promoteQueued(ctx, j, nil)
 		if err != nil {
-			return 0, err
+			return uuid.Nil, 0, err
 		}
 		started += n
 	}
-	return started, nil
+	next := uuid.Nil
+	if len(jobs) == batch {
+		next = jobs[len(jobs)-1]
+	}
+	return next, started, nil
 }

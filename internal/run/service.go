@@ -698,7 +698,7 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 		}); err != nil {
 			return err
 		}
-		_, err = s.applier().in(tx).promoteQueued(ctx, r.JobID, id)
+		_, err = s.applier().in(tx).promoteQueued(ctx, r.JobID, r.ConcurrencyKeys)
 		return err
 	})
 	if err != nil {

@@ -999,21 +999,28 @@ func (q *Queries) JobIDsIn(ctx context.Context, arg JobIDsInParams) ([]uuid.UUID
 
 const jobsWithStrandedQueuedRuns = `-- name: JobsWithStrandedQueuedRuns :many
 SELECT DISTINCT q.job_id FROM runs AS q
-WHERE q.held AND q.finished_at IS NULL AND q.status = 'queued'
+WHERE q.held AND q.finished_at IS NULL AND q.status = 'queued' AND q.job_id > $1::uuid
   AND (q.concurrency_keys IS NOT NULL -- held for its keys: promoteKeyed counts whether they have room
        OR NOT EXISTS (
     SELECT 1 FROM runs AS a
     WHERE a.job_id = q.job_id AND a.finished_at IS NULL AND a.status IN ('pending', 'running')
   ))
-LIMIT $1
+ORDER BY q.job_id
+LIMIT $2
 `
+
+type JobsWithStrandedQueuedRunsParams struct {
+	After uuid.UUID
+	Batch int32
+}
 
 // JobsWithStrandedQueuedRuns lists jobs holding a run back (overlap:
 // queue) while no run of theirs is active: the report that should have
 // started it overlapped the firing transaction that held it back, and under
-// READ COMMITTED could not see it. The reaper starts them.
-func (q *Queries) JobsWithStrandedQueuedRuns(ctx context.Context, batch int32) ([]uuid.UUID, error) {
-	rows, err := q.db.Query(ctx, jobsWithStrandedQueuedRuns, batch)
+// READ COMMITTED could not see it. The reaper starts them. Jobs come in
+// id order after @after, so that the reaper's passes go round them all.
+func (q *Queries) JobsWithStrandedQueuedRuns(ctx context.Context, arg JobsWithStrandedQueuedRunsParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, jobsWithStrandedQueuedRuns, arg.After, arg.Batch)
 	if err != nil {
 		return nil, err
 	}
@@ -1848,18 +1855,6 @@ func (q *Queries) RunGraphs(ctx context.Context, runIds []uuid.UUID) ([]RunGraph
 		return nil, err
 	}
 	return items, nil
-}
-
-const runKeys = `-- name: RunKeys :one
-SELECT COALESCE(concurrency_keys, '{}')::text[] FROM runs WHERE id = $1
-`
-
-// RunKeys are a run's concurrency keys (none: an empty list).
-func (q *Queries) RunKeys(ctx context.Context, id uuid.UUID) ([]string, error) {
-	row := q.db.QueryRow(ctx, runKeys, id)
-	var column_1 []string
-	err := row.Scan(&column_1)
-	return column_1, err
 }
 
 const runStepStatuses = `-- name: RunStepStatuses :many

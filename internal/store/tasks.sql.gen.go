@@ -47,7 +47,7 @@ WITH req AS (
         started_at = COALESCE(runs.started_at, t.started_at)
     FROM t
     WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
-    RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id
+    RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id, runs.concurrency_keys
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
@@ -63,7 +63,8 @@ WITH req AS (
     ON CONFLICT DO NOTHING
 )
 SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.group_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id,
-       t.flow_keys::text[] AS flow_keys, t.flow_limits::int[] AS flow_limits
+       t.flow_keys::text[] AS flow_keys, t.flow_limits::int[] AS flow_limits,
+       r.concurrency_keys::text[] AS run_keys
 FROM t LEFT JOIN r ON r.id = t.run_id
 `
 
@@ -95,6 +96,7 @@ type CompleteAttemptsRow struct {
 	JobID        *uuid.UUID
 	FlowKeys     []string
 	FlowLimits   []int32
+	RunKeys      []string
 }
 
 // CompleteAttempts ends a batch of running attempts, each holding its
@@ -142,6 +144,7 @@ func (q *Queries) CompleteAttempts(ctx context.Context, arg CompleteAttemptsPara
 			&i.JobID,
 			&i.FlowKeys,
 			&i.FlowLimits,
+			&i.RunKeys,
 		); err != nil {
 			return nil, err
 		}
@@ -609,7 +612,7 @@ FROM (
     FROM tasks WHERE run_id = $1 AND group_id IS NULL
 ) AS c
 WHERE runs.id = $1 AND runs.status IN ('pending', 'running') AND c.open = 0
-RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id
+RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id, runs.concurrency_keys
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
@@ -624,12 +627,13 @@ RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.fini
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )
-SELECT r.job_id, r.status FROM r
+SELECT r.job_id, r.status, COALESCE(r.concurrency_keys, '{}')::text[] AS concurrency_keys FROM r
 `
 
 type FinishRunIfDoneRow struct {
-	JobID  uuid.UUID
-	Status string
+	JobID           uuid.UUID
+	Status          string
+	ConcurrencyKeys []string
 }
 
 // FinishRunIfDone derives a run's status from its tasks once none is left
@@ -641,7 +645,7 @@ type FinishRunIfDoneRow struct {
 func (q *Queries) FinishRunIfDone(ctx context.Context, id uuid.UUID) (FinishRunIfDoneRow, error) {
 	row := q.db.QueryRow(ctx, finishRunIfDone, id)
 	var i FinishRunIfDoneRow
-	err := row.Scan(&i.JobID, &i.Status)
+	err := row.Scan(&i.JobID, &i.Status, &i.ConcurrencyKeys)
 	return i, err
 }
 

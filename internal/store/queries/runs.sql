@@ -448,15 +448,17 @@ SELECT r.id FROM runs AS r JOIN tasks AS t ON t.run_id = r.id WHERE t.id = @task
 -- JobsWithStrandedQueuedRuns lists jobs holding a run back (overlap:
 -- queue) while no run of theirs is active: the report that should have
 -- started it overlapped the firing transaction that held it back, and under
--- READ COMMITTED could not see it. The reaper starts them.
+-- READ COMMITTED could not see it. The reaper starts them. Jobs come in
+-- id order after @after, so that the reaper's passes go round them all.
 -- name: JobsWithStrandedQueuedRuns :many
 SELECT DISTINCT q.job_id FROM runs AS q
-WHERE q.held AND q.finished_at IS NULL AND q.status = 'queued'
+WHERE q.held AND q.finished_at IS NULL AND q.status = 'queued' AND q.job_id > @after::uuid
   AND (q.concurrency_keys IS NOT NULL -- held for its keys: promoteKeyed counts whether they have room
        OR NOT EXISTS (
     SELECT 1 FROM runs AS a
     WHERE a.job_id = q.job_id AND a.finished_at IS NULL AND a.status IN ('pending', 'running')
   ))
+ORDER BY q.job_id
 LIMIT @batch;
 
 -- RunEdges are the parent -> child edges among a run's tasks.
@@ -607,6 +609,3 @@ WHERE r.concurrency_keys && @keys::text[] AND r.finished_at IS NULL AND r.concur
 ORDER BY r.scheduled_for, r.id
 LIMIT @n;
 
--- RunKeys are a run's concurrency keys (none: an empty list).
--- name: RunKeys :one
-SELECT COALESCE(concurrency_keys, '{}')::text[] FROM runs WHERE id = @id;

@@ -135,7 +135,7 @@ FROM (
     FROM tasks WHERE run_id = @id AND group_id IS NULL
 ) AS c
 WHERE runs.id = @id AND runs.status IN ('pending', 'running') AND c.open = 0
-RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id
+RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id, runs.concurrency_keys
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
@@ -150,7 +150,7 @@ RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.fini
                   WHERE g.tenant_id = uj.tenant_id AND g.upstream_namespace = uj.namespace AND g.upstream_name = uj.name)
     ON CONFLICT DO NOTHING
 )
-SELECT r.job_id, r.status FROM r;
+SELECT r.job_id, r.status, COALESCE(r.concurrency_keys, '{}')::text[] AS concurrency_keys FROM r;
 
 -- PromoteQueuedRun starts the run that overlap: queue held back.
 -- name: PromoteQueuedRun :one
@@ -293,7 +293,7 @@ WITH req AS (
         started_at = COALESCE(runs.started_at, t.started_at)
     FROM t
     WHERE runs.id = t.run_id AND runs.status IN ('pending', 'running') AND t.run_status <> ''
-    RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id
+    RETURNING runs.id, runs.job_id, runs.status, runs.shard, runs.watched, runs.finished_at, runs.parent_task_id, runs.concurrency_keys
 ), e AS (
     INSERT INTO run_finishes (run_id, shard, status, finished_at)
     SELECT r.id, r.shard, r.status, r.finished_at FROM r WHERE r.watched
@@ -309,7 +309,8 @@ WITH req AS (
     ON CONFLICT DO NOTHING
 )
 SELECT t.id, t.token::bigint AS fencing_token, t.run_id, t.group_id, t.queue, t.priority, t.tenant_id, now()::timestamptz AS now, r.job_id,
-       t.flow_keys::text[] AS flow_keys, t.flow_limits::int[] AS flow_limits
+       t.flow_keys::text[] AS flow_keys, t.flow_limits::int[] AS flow_limits,
+       r.concurrency_keys::text[] AS run_keys
 FROM t LEFT JOIN r ON r.id = t.run_id;
 
 -- InsertItems writes the items of expanded fan-outs, waiting (held until
