@@ -80,10 +80,24 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 			ForEach: st.GetForEach(), MaxParallel: int(st.GetMaxParallel()), MinSuccess: dag.MinSuccess(st.GetMinSuccess()),
 			Resources: resourcesFromProto(st.GetResources()), ResourceProfile: st.GetResourceProfile(), Sleep: sleepFromProto(st.GetSleep()),
 			Wait: waitFromProto(st.GetWait()), Approval: approvalFromProto(st.GetApproval()),
-			Concurrency: limitsFromProto(st.GetConcurrency()),
+			Concurrency: limitsFromProto(st.GetConcurrency()), RateLimit: rateFromProto(st.GetRateLimit()),
 		})
 	}
 	return r
+}
+
+func rateFromProto(r *orreryv1.RateLimit) *dag.RateLimit {
+	if r == nil {
+		return nil
+	}
+	return &dag.RateLimit{Key: r.GetKey(), Limit: int(r.GetLimit()), Per: dag.Duration{Duration: r.GetPer().AsDuration()}}
+}
+
+func rateToProto(r *dag.RateLimit) *orreryv1.RateLimit {
+	if r == nil {
+		return nil
+	}
+	return &orreryv1.RateLimit{Key: r.Key, Limit: int32(r.Limit), Per: durationpb.New(r.Per.Duration)}
 }
 
 func limitsFromProto(ls []*orreryv1.ConcurrencyLimit) []dag.ConcurrencyLimit {
@@ -331,7 +345,7 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 			ForEach: st.ForEach, MaxParallel: int32(st.MaxParallel), MinSuccess: string(st.MinSuccess),
 			Resources: resourcesToProto(st.Resources), ResourceProfile: st.ResourceProfile, Sleep: sleepToProto(st.Sleep),
 			Wait: waitToProto(st.Wait), Approval: approvalToProto(st.Approval),
-			Concurrency: limitsToProto(st.Concurrency),
+			Concurrency: limitsToProto(st.Concurrency), RateLimit: rateToProto(st.RateLimit),
 		})
 	}
 	return md, spec

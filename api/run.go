@@ -119,6 +119,9 @@ func taskToProto(t run.Task) *orreryv1.Task {
 			WaitReason: t.WaitReason, ReadyTime: timeToProto(t.ReadyAt), AdmitTime: timeToProto(t.AdmittedAt),
 			ConcurrencyKeys: t.FlowKeys,
 		}
+		if t.RateKey != nil {
+			pt.RateKey = *t.RateKey
+		}
 		for _, a := range t.Attempts {
 			pt.Attempts = append(pt.Attempts, &orreryv1.Attempt{
 				Number: a.Number, Worker: a.Worker, FencingToken: a.FencingToken, StartTime: timestamppb.New(a.StartedAt),

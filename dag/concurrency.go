@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/orrery-dev/orrery/dag/expr"
@@ -24,6 +25,26 @@ type ConcurrencyLimit struct {
 	Limit   int     `json:"limit" yaml:"limit" jsonschema:"minimum=1,maximum=10000"`
 	OnLimit OnLimit `json:"on_limit,omitempty" yaml:"on_limit,omitempty" jsonschema:"enum=queue,enum=cancel_newest,enum=cancel_running,default=queue"`
 }
+
+// RateLimit is a step's rate limit: Key is text or ${{ EXPR }} in it
+// over the run's params, its event, run and its ancestors' outputs (as
+// the step is released), Limit how many of the tasks naming one value of
+// it may start per Per (a token bucket: Limit at once after a quiet Per,
+// then one every Per/Limit).
+type RateLimit struct {
+	Key   string   `json:"key" yaml:"key"`
+	Limit int      `json:"limit" yaml:"limit" jsonschema:"minimum=1,maximum=10000"`
+	Per   Duration `json:"per" yaml:"per"`
+}
+
+// Interval is the time between two tokens of the limit's bucket.
+func (r *RateLimit) Interval() time.Duration { return r.Per.Duration / time.Duration(r.Limit) }
+
+// Bounds of a rate limit's period.
+const (
+	MinRatePer = time.Second
+	MaxRatePer = 24 * time.Hour
+)
 
 // OnLimit is what a new run does when a key it holds is at its limit.
 type OnLimit string
@@ -122,30 +143,39 @@ func (k *ConcurrencyKeys) Values(vars expr.Vars) ([]string, error) {
 func keyValues(tmpl []expr.Template, progs [][]*expr.Program, a expr.Activation) ([]string, error) {
 	out := make([]string, len(tmpl))
 	for i, t := range tmpl {
-		field := fmt.Sprintf("concurrency[%d].key", i)
-		v, err := expr.Render(t, progs[i], a)
+		v, err := keyValue(fmt.Sprintf("concurrency[%d].key", i), t, progs[i], a)
 		if err != nil {
-			return nil, &ApplyError{Field: field, Err: err}
+			return nil, err
 		}
-		s, ok := v.(string)
-		if !ok {
-			var b strings.Builder
-			if err := expr.Text(&b, v); err != nil {
-				return nil, &ApplyError{Field: field, Err: err}
-			}
-			s = b.String()
-		}
-		switch {
-		case s == "":
-			return nil, &ApplyError{Field: field, Err: errors.New("evaluates to empty text")}
-		case len(s) > MaxKeyValue:
-			return nil, &ApplyError{Field: field, Err: fmt.Errorf("evaluates to %d bytes; a key is at most %d", len(s), MaxKeyValue)}
-		case !IsText(s) || strings.IndexFunc(s, unicode.IsControl) >= 0:
-			return nil, &ApplyError{Field: field, Err: errors.New("evaluates to text with a control character")}
-		}
-		out[i] = s
+		out[i] = v
 	}
 	return out, nil
+}
+
+// keyValue renders one key (field names it in the error) and checks its
+// value: text, not empty, at most MaxKeyValue bytes, no control character.
+func keyValue(field string, t expr.Template, progs []*expr.Program, a expr.Activation) (string, error) {
+	v, err := expr.Render(t, progs, a)
+	if err != nil {
+		return "", &ApplyError{Field: field, Err: err}
+	}
+	s, ok := v.(string)
+	if !ok {
+		var b strings.Builder
+		if err := expr.Text(&b, v); err != nil {
+			return "", &ApplyError{Field: field, Err: err}
+		}
+		s = b.String()
+	}
+	switch {
+	case s == "":
+		return "", &ApplyError{Field: field, Err: errors.New("evaluates to empty text")}
+	case len(s) > MaxKeyValue:
+		return "", &ApplyError{Field: field, Err: fmt.Errorf("evaluates to %d bytes; a key is at most %d", len(s), MaxKeyValue)}
+	case !IsText(s) || strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return "", &ApplyError{Field: field, Err: errors.New("evaluates to text with a control character")}
+	}
+	return s, nil
 }
 
 // validateConcurrency checks a job's concurrency keys (their expressions
@@ -166,10 +196,11 @@ func validateConcurrency(es *Errors, s *JobSpec) {
 	}
 }
 
-// validateStepConcurrency checks a step's concurrency keys (p: the step's
-// field); their expressions compile with the step's (CompileExprs).
+// validateStepConcurrency checks a step's concurrency keys and rate limit
+// (p: the step's field); their expressions compile with the step's
+// (CompileExprs).
 func validateStepConcurrency(es *Errors, st *Step, p string) {
-	if len(st.Concurrency) == 0 {
+	if len(st.Concurrency) == 0 && st.RateLimit == nil {
 		return
 	}
 	kind := ""
@@ -181,11 +212,35 @@ func validateStepConcurrency(es *Errors, st *Step, p string) {
 	case st.Sleep != nil || st.Wait != nil || st.Approval != nil:
 		kind = "parks (sleep, wait or approval): it holds no worker slot a key could bound"
 	}
-	if kind != "" {
-		es.add(p+".concurrency", "a step that %s", kind)
+	const reads = "params, event, run and its ancestors' outputs"
+	if len(st.Concurrency) > 0 {
+		if kind != "" {
+			es.add(p+".concurrency", "a step that %s", kind)
+		} else {
+			validateLimits(es, st.Concurrency, p+".concurrency", reads, false)
+		}
+	}
+	r := st.RateLimit
+	if r == nil {
 		return
 	}
-	validateLimits(es, st.Concurrency, p+".concurrency", "params, event, run and its ancestors' outputs", false)
+	f := p + ".rate_limit"
+	if kind != "" {
+		es.add(f, "a step that %s", strings.Replace(kind, "a key could bound", "a rate limit could bound", 1))
+		return
+	}
+	switch {
+	case r.Key == "":
+		es.add(f+".key", "name the key: text, or ${{ EXPR }} in it over %s", reads)
+	case len(r.Key) > 1024:
+		es.add(f+".key", "is %d bytes; the limit is 1024", len(r.Key))
+	}
+	if r.Limit < 1 || r.Limit > MaxConcurrencyLimit {
+		es.add(f+".limit", "%d is outside 1..%d", r.Limit, MaxConcurrencyLimit)
+	}
+	if r.Per.Duration < MinRatePer || r.Per.Duration > MaxRatePer {
+		es.add(f+".per", "%s is outside %s..%s", r.Per.Duration, MinRatePer, MaxRatePer)
+	}
 }
 
 // validateLimits checks a list of concurrency limits at field p: their

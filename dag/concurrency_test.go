@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orrery-dev/orrery/dag/expr"
 )
@@ -124,6 +125,73 @@ func TestStepConcurrencyKeys(t *testing.T) {
 		{"        - {key: \"${{ params.account }}\", limit: 3}\n", strings.Repeat("        - {key: k, limit: 3}\n", 5), "spec.steps[1].concurrency: names 6 keys; the limit is 4"},
 	} {
 		y := strings.Replace(keyedStepJob+"`", c.from, c.to, 1)
+		y = strings.TrimSuffix(y, "`")
+		_, es := Decode("calls.yaml", []byte(y))
+		if len(es) == 0 || !strings.Contains(es.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.to, es, c.want)
+		}
+	}
+}
+
+const ratedStepJob = `apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: calls}
+spec:
+  schedule: {cron: "0 * * * *"}
+  params: {vendor: {type: string, default: "acme"}}
+  steps:
+    - name: plan
+      run: {handler: h}
+    - name: call-vendor
+      needs: [plan]
+      rate_limit: {key: "vendor-${{ params.vendor }}-${{ steps.plan.output.region }}", limit: 100, per: 1m}
+      run: {handler: h}
+`
+
+// A step's rate limit compiles its key with its ancestors' outputs and
+// evaluates it at release; every mistake is refused naming its field and
+// line.
+func TestStepRateLimit(t *testing.T) {
+	docs, es := Decode("calls.yaml", []byte(ratedStepJob))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	spec := docs[0].Resource.Spec
+	if r := spec.Steps[1].RateLimit; r == nil || r.Limit != 100 || r.Interval() != 600*time.Millisecond {
+		t.Fatalf("rate limit %+v", r)
+	}
+	x, xes := CompileExprs(&spec)
+	if len(xes) > 0 {
+		t.Fatal(xes)
+	}
+	se := x.Step("call-vendor")
+	if !se.HasKeys() || !slices.Contains(se.KeysReads.Steps, "plan") {
+		t.Fatalf("keys: %v, reads %+v", se.HasKeys(), se.KeysReads)
+	}
+	vars := func(region any) expr.Vars {
+		return expr.Vars{Params: map[string]any{"vendor": "acme"}, Steps: map[string]expr.StepVars{"plan": {Output: map[string]any{"region": region}}}}
+	}
+	if k, r, err := se.RateKey(vars("eu")); err != nil || k != "vendor-acme-eu" || r.Limit != 100 {
+		t.Fatalf("key %q %+v (%v)", k, r, err)
+	}
+	if _, _, err := se.RateKey(vars(strings.Repeat("x", 300))); err == nil || !strings.Contains(err.Error(), "rate_limit.key: evaluates to") {
+		t.Errorf("a key past its bound: %v", err)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{"limit: 100", "limit: 0", "calls.yaml:12:"},
+		{"limit: 100", "limit: 0", "spec.steps[1].rate_limit.limit: 0 is outside 1..10000"},
+		{"limit: 100", "limit: 20000", "spec.steps[1].rate_limit.limit: 20000 is outside 1..10000"},
+		{"per: 1m", "per: 10ms", "spec.steps[1].rate_limit.per: 10ms is outside 1s..24h0m0s"},
+		{"per: 1m", "per: 48h", "spec.steps[1].rate_limit.per: 48h0m0s is outside"},
+		{"per: 1m", "per: often", "rate_limit"},
+		{`key: "vendor-${{ params.vendor }}-${{ steps.plan.output.region }}", `, `key: "", `, "spec.steps[1].rate_limit.key: name the key"},
+		{"steps.plan.output.region", "steps.later.output.region", "spec.steps[1].rate_limit.key: "},
+		{"params.vendor", "item", "spec.steps[1].rate_limit.key: "},
+		{"      run: {handler: h}\n`", "      sleep: 1m\n`", "spec.steps[1].rate_limit: a step that parks"},
+		{"      run: {handler: h}\n`", "      for_each: \"${{ [1, 2] }}\"\n      run: {handler: h}\n`", "spec.steps[1].rate_limit: a step that fans out"},
+		{", limit: 100, per: 1m}", ", limit: 100, per: 1m, burst: 5}", "burst"},
+	} {
+		y := strings.Replace(ratedStepJob+"`", c.from, c.to, 1)
 		y = strings.TrimSuffix(y, "`")
 		_, es := Decode("calls.yaml", []byte(y))
 		if len(es) == 0 || !strings.Contains(es.Error(), c.want) {

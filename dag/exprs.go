@@ -57,6 +57,8 @@ type StepExprs struct {
 	matchKey   *expr.MatchKey // its indexed half, if it has one
 	keys       []compiled     // its concurrency keys, in their order
 	limits     []int
+	rateKey    *compiled  // its rate limit's key
+	rate       *RateLimit // its rate limit
 	// KeysReads is what its concurrency keys read (Keys).
 	KeysReads expr.Reads
 }
@@ -102,7 +104,7 @@ type compiled struct {
 func (s *JobSpec) HasExprs() bool {
 	for i := range s.Steps {
 		st := &s.Steps[i]
-		if st.When != "" || st.ForEach != "" || len(st.Concurrency) > 0 || (st.Wait != nil && st.Wait.Match != "") || bytes.Contains(st.Payload, []byte(expr.Open)) {
+		if st.When != "" || st.ForEach != "" || len(st.Concurrency) > 0 || st.RateLimit != nil || (st.Wait != nil && st.Wait.Match != "") || bytes.Contains(st.Payload, []byte(expr.Open)) {
 			return true
 		}
 		found := false
@@ -234,7 +236,29 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 			se.limits = append(se.limits, c.Limit)
 			se.KeysReads.Add(reads)
 		}
-		if len(se.templates) > 0 || se.when != nil || se.forEach != nil || se.match != nil || len(se.keys) > 0 {
+		if r := st.RateLimit; r != nil {
+			field := fmt.Sprintf("spec.steps[%d].rate_limit.key", i)
+			t, err := expr.Parse(r.Key)
+			var progs []*expr.Program
+			var reads expr.Reads
+			if err == nil && t.Exprs() > 0 {
+				count += t.Exprs()
+				if ancestors == nil {
+					ancestors = ancestorsOf(s.Steps, i)
+				}
+				progs, reads, err = env.CompileTemplate(t, ancestors)
+				if err == nil && reads.Item {
+					err = errors.New("a step's keys are decided at its release, not per item: they cannot read item or item_index")
+				}
+			}
+			if err != nil {
+				es = append(es, fieldError(field, err))
+			} else {
+				se.rateKey, se.rate = &compiled{t, progs}, r
+				se.KeysReads.Add(reads)
+			}
+		}
+		if len(se.templates) > 0 || se.when != nil || se.forEach != nil || se.match != nil || len(se.keys) > 0 || se.rateKey != nil {
 			x.steps[st.Name] = se
 		}
 	}
@@ -325,8 +349,19 @@ func (x *StepExprs) Items(vars expr.Vars, maxItems int) ([]json.RawMessage, erro
 // FansOut reports whether the step has a fan-out list (for_each).
 func (x *StepExprs) FansOut() bool { return x != nil && x.forEach != nil }
 
-// HasKeys reports whether the step has concurrency keys.
-func (x *StepExprs) HasKeys() bool { return x != nil && len(x.keys) > 0 }
+// HasKeys reports whether the step has concurrency keys or a rate
+// limit's key (decided at its release).
+func (x *StepExprs) HasKeys() bool { return x != nil && (len(x.keys) > 0 || x.rateKey != nil) }
+
+// RateKey evaluates the step's rate limit's key with vars ("" when it has
+// none), and gives the limit. The error names it (rate_limit.key).
+func (x *StepExprs) RateKey(vars expr.Vars) (string, *RateLimit, error) {
+	if x == nil || x.rateKey == nil {
+		return "", nil, nil
+	}
+	k, err := keyValue("rate_limit.key", x.rateKey.tmpl, x.rateKey.progs, x.env.Activation(vars))
+	return k, x.rate, err
+}
 
 // Keys evaluates the step's concurrency keys with vars: their values, in
 // the order of its concurrency list, and each one's limit (two of one

@@ -152,6 +152,11 @@ type Step struct {
 	// its release until it ends, and one released at a key's limit waits
 	// (docs/flow-control.md, "Step level").
 	Concurrency []ConcurrencyLimit `json:"concurrency,omitempty" yaml:"concurrency,omitempty"`
+	// RateLimit bounds how often its tasks start: a token bucket per value
+	// of its key, shared by every step of the tenant's jobs naming the
+	// value, each admission of an attempt spending a token
+	// (docs/flow-control.md, "Rate limits").
+	RateLimit *RateLimit `json:"rate_limit,omitempty" yaml:"rate_limit,omitempty"`
 }
 
 // Executor says how a step runs: exactly one of HTTP, Command, Handler,

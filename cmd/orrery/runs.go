@@ -152,10 +152,13 @@ func newRunsCmd(g *globals) *cobra.Command {
 				if k := t.GetConcurrencyKeys(); len(k) > 0 {
 					fmt.Fprintf(w, "  keys %s", strings.Join(k, ", "))
 				}
+				if k := t.GetRateKey(); k != "" {
+					fmt.Fprintf(w, "  rate key %s", k)
+				}
 				switch {
 				case t.GetWaitReason() != "" && t.GetStatus() == "running": // a parked step
 					fmt.Fprintf(w, "  parked: %s", t.GetWaitReason())
-				case t.GetWaitReason() != "" && t.GetStatus() == "waiting": // held by a step key
+				case t.GetWaitReason() != "" && (t.GetStatus() == "waiting" || t.GetReadyTime().AsTime().After(time.Now())): // held by a step key, or not eligible yet (a retry's backoff, a rate limit's token)
 					fmt.Fprintf(w, "  waiting: %s", t.GetWaitReason())
 				case t.GetWaitReason() != "":
 					fmt.Fprintf(w, "  waiting for admission since %s: %s", ts(t.GetReadyTime()), t.GetWaitReason())

@@ -290,7 +290,13 @@ func (d *Dispatcher) admitQueue(ctx context.Context, cfg AdmitConfig, q string, 
 			// soon, when the admitter of its other queue is done with it.
 			time.AfterFunc(tenantRetry, func() { d.Kick(q) })
 		}
-		if res.Busy || res.Skipped || res.Admitted == 0 {
+		if res.LinedUp > 0 {
+			// Back when the first place lined up comes (pacing only: the
+			// pass decides by the database's clock), and at once for
+			// what the line-up leaves eligible now.
+			time.AfterFunc(max(time.Until(res.NextPlace), 0), func() { d.Kick(q) })
+		}
+		if res.Busy || res.Skipped || (res.Admitted == 0 && res.LinedUp == 0) {
 			return total, nil
 		}
 	}
@@ -304,6 +310,10 @@ type Admission struct {
 	// quota; the pass left it out and its share free.
 	Skipped  bool
 	Admitted int
+	// LinedUp tasks were refused a token of their rate limits and given
+	// their places in its line, the first at NextPlace (rates.go).
+	LinedUp   int
+	NextPlace time.Time
 }
 
 // tenantState is one waiting tenant during a pass.
@@ -399,28 +409,32 @@ func (d *Dispatcher) admit(ctx context.Context, tx pgx.Tx, cfg AdmitConfig, queu
 	if err != nil || len(states) == 0 || free <= 0 {
 		return res, nil, err
 	}
-	c := &chooser{p: &p, queue: queue, inFlight: inFlightRes, free: free}
+	c := &chooser{p: &p, queue: queue, inFlight: inFlightRes, free: free, rates: &rates{}}
 	cands, err := c.read(ctx, q, cfg, states)
 	if err != nil {
 		return res, nil, err
 	}
 	chosen := c.chosen()
-	if len(chosen) == 0 {
-		return res, nil, nil
+	var rows []store.AdmitTasksRow
+	if len(chosen) > 0 {
+		if rows, err = q.AdmitTasks(ctx, chosen); err != nil {
+			return res, nil, err
+		}
 	}
-	rows, err := q.AdmitTasks(ctx, chosen)
-	if err != nil || len(rows) == 0 {
+	// The keys that refused a token line up their waiting tasks, once
+	// this pass's admissions are marked (rates.go).
+	if res.LinedUp, res.NextPlace, err = c.rates.lineUp(ctx, q, queue); err != nil || len(rows) == 0 {
 		return res, nil, err
+	}
+	rank := make(map[uuid.UUID]int, len(chosen))
+	for i, id := range chosen {
+		rank[id] = i
 	}
 	// River works a queue's jobs in the order they were inserted: insert
 	// them in the order choose gave the slots, not the order the update
 	// returned them (its scan's, by task id: the oldest tenant's tasks
 	// first, so that they always waited least in River and came back
 	// for their next slot sooner than their weight's share).
-	rank := make(map[uuid.UUID]int, len(chosen))
-	for i, id := range chosen {
-		rank[id] = i
-	}
 	slices.SortFunc(rows, func(a, b store.AdmitTasksRow) int { return cmp.Compare(rank[a.ID], rank[b.ID]) })
 	byCand := map[uuid.UUID]store.AdmissionCandidatesRow{}
 	for _, c := range cands {
@@ -604,6 +618,9 @@ func (c *chooser) read(ctx context.Context, q *store.Queries, cfg AdmitConfig, s
 		if err != nil {
 			return nil, err
 		}
+		if err := c.rates.load(ctx, q, cands); err != nil {
+			return nil, err
+		}
 		for _, k := range cands {
 			s := byID[k.TenantID]
 			s.waiting = append(s.waiting, k)
@@ -632,6 +649,7 @@ type chooser struct {
 	free      int64
 	reserving bool
 	picks     []pick
+	rates     *rates // the rate limits' buckets of the candidates read
 }
 
 type pick struct {
@@ -643,7 +661,7 @@ type pick struct {
 // chooser.take), and returns the tasks chosen in the order River is to
 // work them.
 func choose(states []*tenantState, free int64, p *pool, inFlight resources.Vector, queue string) []uuid.UUID {
-	c := &chooser{p: p, queue: queue, inFlight: inFlight, free: free}
+	c := &chooser{p: p, queue: queue, inFlight: inFlight, free: free, rates: &rates{}}
 	c.take(states)
 	return c.chosen()
 }
@@ -680,6 +698,9 @@ func (c *chooser) take(states []*tenantState) {
 		s := (*h)[0]
 		i := -1
 		for j, k := range s.waiting {
+			if !c.rates.token(k) { // it waits for its rate limit's token
+				continue
+			}
 			v := need(k)
 			if ok, _ := p.fits(v, c.queue); !ok || !s.withinQuota(v) {
 				continue
@@ -701,6 +722,7 @@ func (c *chooser) take(states []*tenantState) {
 			break
 		}
 		v := need(s.waiting[i])
+		c.rates.spend(s.waiting[i])
 		s.held++
 		s.heldRes = s.heldRes.Add(v)
 		s.heldAll = s.heldAll.Add(v)
@@ -768,8 +790,9 @@ func (h *byShare) Pop() any {
 }
 
 // Direct decides, in the transaction that releases them and before it
-// writes them, which of the ready tasks (first attempts, none a retry or a
-// redelivery) skip the wait for an admission pass, and sets their
+// writes them, which of the ready tasks (first attempts, none a retry, a
+// redelivery or a task with a rate limit) skip the wait for an admission
+// pass, and sets their
 // Admitted: the caller writes them admitted, and Release hands them to
 // River in that transaction, as if an admitter had. A tenant's tasks in a
 // queue skip it only when no task waits in that queue (so nothing is
@@ -786,7 +809,7 @@ func (d *Dispatcher) Direct(ctx context.Context, tx pgx.Tx, ready []Ready) error
 	// By queue, then tenant (in id order: the same every time).
 	byQueue := map[string]map[uuid.UUID][]int{}
 	for i, r := range ready {
-		if r.Redelivers != 0 || !r.NotBefore.IsZero() {
+		if r.Redelivers != 0 || !r.NotBefore.IsZero() || r.Limited {
 			continue
 		}
 		if byQueue[r.Queue] == nil {

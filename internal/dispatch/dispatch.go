@@ -87,6 +87,9 @@ type Ready struct {
 	Sized bool
 	// Reserve: it waited ReserveAfter for admission (TaskArgs.Reserve).
 	Reserve bool
+	// Limited: its step has a rate limit, whose tokens an admission pass
+	// spends; Direct never lets it skip the wait.
+	Limited bool
 }
 
 // WithNeed is r with what its task asks for.

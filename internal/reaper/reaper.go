@@ -129,6 +129,11 @@ func (r *Reaper) Run(ctx context.Context) error {
 		if err := r.promoteHeldKeys(ctx); err != nil && ctx.Err() == nil {
 			r.cfg.Logger.Error("release tasks held on step keys", "err", err)
 		}
+		// Rate limits' buckets that are full and have no line are as if
+		// they did not exist (internal/dispatch/rates.go).
+		if _, err := store.New(r.cfg.Pool).SweepRateBuckets(ctx, int32(r.cfg.Batch)); err != nil && ctx.Err() == nil {
+			r.cfg.Logger.Error("sweep rate limits' buckets", "err", err)
+		}
 	}
 }
 

@@ -21,7 +21,8 @@ import (
 // finishRun).
 type verdicts struct {
 	release    []candidate
-	keyed      []keyedCandidate // to release, held to their step keys (flow.go)
+	keyed      []keyedCandidate      // to release, held to their step keys (flow.go)
+	rated      store.RateTasksParams // the rate limits' keys of those released
 	skip, fail []verdict
 	holdsRuns  map[uuid.UUID]bool
 }
@@ -121,6 +122,23 @@ func (ap *applying) decideConditions(ctx context.Context, cands []candidate) (ve
 		keys, limits, err := p.exprs.Keys(vars)
 		if err != nil {
 			v.fail = append(v.fail, verdict{p.cand, err.Error()})
+			continue
+		}
+		rateKey, rate, err := p.exprs.RateKey(vars)
+		if err != nil {
+			v.fail = append(v.fail, verdict{p.cand, err.Error()})
+			continue
+		}
+		if rateKey != "" {
+			// Admission spends its tokens: it never skips the wait.
+			p.cand.ready.Limited = true
+			v.rated.Ids = append(v.rated.Ids, p.cand.ready.TaskID)
+			v.rated.Keys = append(v.rated.Keys, rateKey)
+			v.rated.Limits = append(v.rated.Limits, int32(rate.Limit))
+			v.rated.PerMs = append(v.rated.PerMs, rate.Per.Milliseconds())
+		}
+		if len(keys) == 0 {
+			v.release = append(v.release, p.cand)
 			continue
 		}
 		v.keyed = append(v.keyed, keyedCandidate{p.cand, keys, limits})

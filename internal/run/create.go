@@ -196,7 +196,7 @@ func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, 
 			}
 			status := lifecycle.TaskWaiting
 			// (keys are decided at release, as a condition is)
-			conditional, fanOut, jobStep := st.When != "" || len(st.Concurrency) > 0, st.ForEach != "", st.OnNoWorker()
+			conditional, fanOut, jobStep := st.When != "" || len(st.Concurrency) > 0 || st.RateLimit != nil, st.ForEach != "", st.OnNoWorker()
 			res := set.Resources
 			if set.ResourceProfile != "" {
 				res = profiles[tenantProfile{r.Job.Tenant, set.ResourceProfile}]

@@ -84,6 +84,11 @@ func (ap *applying) release(ctx context.Context, cands []candidate) error {
 			return err
 		}
 		ap.Failpoints.Hit(FailpointConditionsDecided)
+		if len(v.rated.Ids) > 0 {
+			if err := ap.q.RateTasks(ctx, v.rated); err != nil {
+				return err
+			}
+		}
 		ready = append(ready, v.release...)
 		if err := ap.gateKeys(ctx, v.keyed); err != nil {
 			return err

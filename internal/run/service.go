@@ -449,7 +449,11 @@ func waitReasons(ctx context.Context, q *store.Queries, tasks []Task) error {
 			}
 		}
 		if t.ReadyAt != nil && t.ReadyAt.After(now) {
-			tasks[i].WaitReason = "retry backoff until " + t.ReadyAt.UTC().Format(time.RFC3339Nano)
+			if lined := t.RateAt != nil && t.RateAt.Equal(*t.ReadyAt); lined && t.RateKey != nil {
+				tasks[i].WaitReason = RateWait(*t.RateKey, t.RateLimit, t.RatePerMs, t.ReadyAt.Sub(now))
+			} else {
+				tasks[i].WaitReason = "retry backoff until " + t.ReadyAt.UTC().Format(time.RFC3339Nano)
+			}
 			continue
 		}
 		need := tasks[i].Resources()

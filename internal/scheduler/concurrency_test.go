@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/orrery-dev/orrery/dag"
@@ -353,4 +354,78 @@ func triggerParams(t *testing.T, runs *run.Service, name string, params map[stri
 func waitRunStatus(t *testing.T, pool *pgxpool.Pool, id uuid.UUID, status string) {
 	t.Helper()
 	enginetest.WaitFor(t, 30*time.Second, "run "+id.String()+" "+status, func() bool { return runStatus(t, pool, id) == status })
+}
+
+// A step's rate limit bounds how often the tasks naming its key start,
+// across the tenant's jobs: six runs of two jobs on one key of 2 a 2 s
+// (a token a second) are admitted as a token bucket allows (2 at once,
+// then one a second), a task waiting for its token says when it comes,
+// another key's task does not wait, and every run succeeds.
+func TestStepRateLimitSpacesStarts(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t)
+	gates := enginetest.NewGates(t)
+	startPolicyWorker(t, pool, map[string]executor.HandlerFunc{"hold": func(ctx context.Context, c executor.Call) error {
+		var gate string
+		_ = json.Unmarshal(c.Payload, &gate)
+		select { // (each holds its admission's mark until the test read it)
+		case <-gates.Wait(gate):
+		case <-ctx.Done():
+		}
+		return nil
+	}})
+	startPolicyNode(t, pool, node.Config{})
+	never := schedule.Spec{Cron: schedule.Crons("0 0 1 1 *"), Timezone: "UTC"}
+	const per, limit = 2 * time.Second, 2
+	for _, name := range []string{"sync-a", "sync-b"} {
+		createJob(t, pool, name, dag.JobSpec{Schedule: never, Overlap: dag.OverlapAllow,
+			Params: map[string]dag.Param{"vendor": {Type: "string"}},
+			Steps: []dag.Step{{Name: "call", Run: dag.Executor{Handler: "hold"}, Payload: dag.Payload(`"${{ params.vendor }}"`),
+				RateLimit: &dag.RateLimit{Key: "vendor-${{ params.vendor }}", Limit: limit, Per: dag.Duration{Duration: per}}}}})
+	}
+	_, _, runs := services(t, pool)
+	var ids []uuid.UUID
+	for i := range 6 {
+		ids = append(ids, triggerParams(t, runs, []string{"sync-a", "sync-b"}[i%2], map[string]string{"vendor": "v"}).ID)
+	}
+	other := triggerParams(t, runs, "sync-a", map[string]string{"vendor": "w"})
+	waitRunStatus(t, pool, other.ID, "running")
+	// While v's line waits, its last task says when its token comes.
+	d, err := runs.Get(context.Background(), job.Anonymous, ids[5], run.ItemsPage{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := d.Tasks[0].WaitReason; d.Tasks[0].AdmittedAt == nil && !strings.HasPrefix(why, "rate limit vendor-v 2/2s, next token in ") {
+		t.Errorf("a task in v's line: %q", why)
+	}
+	gates.Open("w")
+	waitRunStatus(t, pool, other.ID, "succeeded")
+	enginetest.WaitFor(t, 30*time.Second, "key v's six tasks admitted", func() bool {
+		return enginetest.Int(t, pool, `SELECT count(*) FROM tasks WHERE run_id = ANY($1) AND admitted_at IS NOT NULL`, ids) == 6
+	})
+	rows, err := pool.Query(context.Background(), `SELECT t.admitted_at FROM tasks t WHERE t.run_id = ANY($1) ORDER BY t.admitted_at`, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ats, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A token bucket of 2, a token a second: between any two admissions,
+	// at most 2 + the tokens that came between them (a millisecond of
+	// slack for the clock's rounding).
+	interval := per / limit
+	for i := range ats {
+		for j := i + 1; j < len(ats); j++ {
+			if n, most := j-i+1, limit+int((ats[j].Sub(ats[i])+time.Millisecond)/interval); n > most {
+				t.Errorf("%d admissions of key v in %v (the %dth to the %dth); a token bucket of %d, a token every %v, allows %d",
+					n, ats[j].Sub(ats[i]), i+1, j+1, limit, interval, most)
+			}
+		}
+	}
+	gates.Open("v")
+	for _, id := range ids {
+		waitRunStatus(t, pool, id, "succeeded")
+	}
+	t.Logf("key v's six admissions over %v (a bucket of 2, then a token a second: at least 4 s)", ats[len(ats)-1].Sub(ats[0]))
 }

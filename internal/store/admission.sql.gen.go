@@ -17,11 +17,14 @@ const admissionCandidates = `-- name: AdmissionCandidates :many
 SELECT c.id, c.tenant_id, c.priority, c.ready_at::timestamptz AS ready_at,
        (c.ready_at < now() - INTERVAL '1 second' * $1::float8)::bool AS aged,
        (c.ready_at < now() - INTERVAL '1 second' * $2::float8)::bool AS may_reserve,
-       c.res_cpu, c.res_memory, c.res_gpu, c.res_custom
+       c.res_cpu, c.res_memory, c.res_gpu, c.res_custom,
+       COALESCE(c.rate_key, '')::text AS rate_key, COALESCE(c.rate_limit, 1)::int AS rate_limit, COALESCE(c.rate_per_ms, 0)::bigint AS rate_per_ms,
+       c.rate_at, now()::timestamptz AS now
 FROM (SELECT unnest($3::uuid[]) AS id, unnest($4::int[]) AS lim) AS t
 CROSS JOIN generate_series(1, 4) AS p (priority)
 CROSS JOIN LATERAL (
-    SELECT k.id, k.tenant_id, k.priority, k.ready_at, k.res_cpu, k.res_memory, k.res_gpu, k.res_custom FROM tasks AS k
+    SELECT k.id, k.tenant_id, k.priority, k.ready_at, k.res_cpu, k.res_memory, k.res_gpu, k.res_custom,
+           k.rate_key, k.rate_limit, k.rate_per_ms, k.rate_at FROM tasks AS k
     WHERE k.queue = $5 AND k.tenant_id = t.id AND k.priority = p.priority
       AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()
       AND k.res_cpu <= $6 AND k.res_memory <= $7 AND k.res_gpu <= $8
@@ -52,6 +55,11 @@ type AdmissionCandidatesRow struct {
 	ResMemory  int64
 	ResGpu     int64
 	ResCustom  []byte
+	RateKey    string
+	RateLimit  int32
+	RatePerMs  int64
+	RateAt     *time.Time
+	Now        time.Time
 }
 
 // AdmissionCandidates lists, for each tenant and each priority, the
@@ -60,7 +68,8 @@ type AdmissionCandidatesRow struct {
 // memory or gpu than the largest live worker has (@most_*) is not read:
 // it could not be admitted, and must not hide those behind it. A task
 // that has waited past @reserve_seconds may hold room back for itself
-// (dispatch.choose).
+// (dispatch.choose). A task with a rate limit comes with its key (the
+// pass spends its tokens: rates.go).
 func (q *Queries) AdmissionCandidates(ctx context.Context, arg AdmissionCandidatesParams) ([]AdmissionCandidatesRow, error) {
 	rows, err := q.db.Query(ctx, admissionCandidates,
 		arg.AgingSeconds,
@@ -90,6 +99,11 @@ func (q *Queries) AdmissionCandidates(ctx context.Context, arg AdmissionCandidat
 			&i.ResMemory,
 			&i.ResGpu,
 			&i.ResCustom,
+			&i.RateKey,
+			&i.RateLimit,
+			&i.RatePerMs,
+			&i.RateAt,
+			&i.Now,
 		); err != nil {
 			return nil, err
 		}
@@ -390,7 +404,7 @@ func (q *Queries) QueueSlots(ctx context.Context, queue string) (int64, error) {
 }
 
 const setReadyAt = `-- name: SetReadyAt :exec
-UPDATE tasks SET ready_at = u.at
+UPDATE tasks SET ready_at = u.at, rate_at = NULL
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::timestamptz[]) AS at) AS u
 WHERE tasks.id = u.id AND tasks.admitted_at IS NULL
 `
@@ -400,7 +414,8 @@ type SetReadyAtParams struct {
 	Ats []time.Time
 }
 
-// SetReadyAt starts the wait of retried tasks at the end of their backoff.
+// SetReadyAt starts the wait of retried tasks at the end of their backoff
+// (a retry's place in its rate limit's line is given again).
 func (q *Queries) SetReadyAt(ctx context.Context, arg SetReadyAtParams) error {
 	_, err := q.db.Exec(ctx, setReadyAt, arg.Ids, arg.Ats)
 	return err

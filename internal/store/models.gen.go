@@ -336,6 +336,13 @@ type QueueBinding struct {
 	CreatedAt  time.Time
 }
 
+type RateBucket struct {
+	TenantID uuid.UUID
+	Key      string
+	Tat      time.Time
+	Tail     time.Time
+}
+
 type RemoteOffer struct {
 	TaskID     uuid.UUID
 	Attempt    int32
@@ -472,6 +479,10 @@ type Task struct {
 	FlowKeys         []string
 	FlowLimits       []int32
 	FlowWait         *string
+	RateKey          *string
+	RateLimit        pgtype.Int4
+	RatePerMs        pgtype.Int8
+	RateAt           *time.Time
 }
 
 type TaskEdge struct {

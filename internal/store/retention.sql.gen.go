@@ -226,7 +226,7 @@ func (q *Queries) MinRunRetention(ctx context.Context) (int64, error) {
 }
 
 const tasksOfRuns = `-- name: TasksOfRuns :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker, flow_keys, flow_limits, flow_wait FROM tasks WHERE run_id = ANY($1::uuid[]) ORDER BY run_id, created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker, flow_keys, flow_limits, flow_wait, rate_key, rate_limit, rate_per_ms, rate_at FROM tasks WHERE run_id = ANY($1::uuid[]) ORDER BY run_id, created_at, id
 `
 
 func (q *Queries) TasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Task, error) {
@@ -283,6 +283,10 @@ func (q *Queries) TasksOfRuns(ctx context.Context, runIds []uuid.UUID) ([]Task, 
 			&i.FlowKeys,
 			&i.FlowLimits,
 			&i.FlowWait,
+			&i.RateKey,
+			&i.RateLimit,
+			&i.RatePerMs,
+			&i.RateAt,
 		); err != nil {
 			return nil, err
 		}

@@ -593,7 +593,7 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 }
 
 const groupItems = `-- name: GroupItems :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker, flow_keys, flow_limits, flow_wait FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker, flow_keys, flow_limits, flow_wait, rate_key, rate_limit, rate_per_ms, rate_at FROM tasks WHERE group_id = $1::uuid AND item_index >= $2::int
 ORDER BY item_index LIMIT $3
 `
 
@@ -658,6 +658,10 @@ func (q *Queries) GroupItems(ctx context.Context, arg GroupItemsParams) ([]Task,
 			&i.FlowKeys,
 			&i.FlowLimits,
 			&i.FlowWait,
+			&i.RateKey,
+			&i.RateLimit,
+			&i.RatePerMs,
+			&i.RateAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1898,7 +1902,7 @@ func (q *Queries) RunStepStatuses(ctx context.Context, arg RunStepStatusesParams
 }
 
 const runTasks = `-- name: RunTasks :many
-SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker, flow_keys, flow_limits, flow_wait FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
+SELECT id, tenant_id, run_id, step, status, parents_remaining, queue, priority, attempt, fencing_token, lease_owner, lease_expires_at, trigger_rule, last_error, created_at, released_at, started_at, finished_at, ready_at, admitted_at, worker_id, conditional, deadline_at, fan_out, group_id, item, item_index, items_total, items_open, items_succeeded, items_failed, items_held, job_step, child_run_id, res_cpu, res_memory, res_gpu, res_custom, attempt_id, attempt_started_at, attempt_worker, flow_keys, flow_limits, flow_wait, rate_key, rate_limit, rate_per_ms, rate_at FROM tasks WHERE run_id = $1 AND group_id IS NULL ORDER BY created_at, id
 `
 
 // RunTasks reads a run's tasks but the items of its fan-outs (their
@@ -1957,6 +1961,10 @@ func (q *Queries) RunTasks(ctx context.Context, runID uuid.UUID) ([]Task, error)
 			&i.FlowKeys,
 			&i.FlowLimits,
 			&i.FlowWait,
+			&i.RateKey,
+			&i.RateLimit,
+			&i.RatePerMs,
+			&i.RateAt,
 		); err != nil {
 			return nil, err
 		}

@@ -94,16 +94,20 @@ GROUP BY tenant_id;
 -- memory or gpu than the largest live worker has (@most_*) is not read:
 -- it could not be admitted, and must not hide those behind it. A task
 -- that has waited past @reserve_seconds may hold room back for itself
--- (dispatch.choose).
+-- (dispatch.choose). A task with a rate limit comes with its key (the
+-- pass spends its tokens: rates.go).
 -- name: AdmissionCandidates :many
 SELECT c.id, c.tenant_id, c.priority, c.ready_at::timestamptz AS ready_at,
        (c.ready_at < now() - INTERVAL '1 second' * @aging_seconds::float8)::bool AS aged,
        (c.ready_at < now() - INTERVAL '1 second' * @reserve_seconds::float8)::bool AS may_reserve,
-       c.res_cpu, c.res_memory, c.res_gpu, c.res_custom
+       c.res_cpu, c.res_memory, c.res_gpu, c.res_custom,
+       COALESCE(c.rate_key, '')::text AS rate_key, COALESCE(c.rate_limit, 1)::int AS rate_limit, COALESCE(c.rate_per_ms, 0)::bigint AS rate_per_ms,
+       c.rate_at, now()::timestamptz AS now
 FROM (SELECT unnest(@tenants::uuid[]) AS id, unnest(@limits::int[]) AS lim) AS t
 CROSS JOIN generate_series(1, 4) AS p (priority)
 CROSS JOIN LATERAL (
-    SELECT k.id, k.tenant_id, k.priority, k.ready_at, k.res_cpu, k.res_memory, k.res_gpu, k.res_custom FROM tasks AS k
+    SELECT k.id, k.tenant_id, k.priority, k.ready_at, k.res_cpu, k.res_memory, k.res_gpu, k.res_custom,
+           k.rate_key, k.rate_limit, k.rate_per_ms, k.rate_at FROM tasks AS k
     WHERE k.queue = @queue AND k.tenant_id = t.id AND k.priority = p.priority
       AND k.admitted_at IS NULL AND k.status IN ('queued', 'retrying') AND k.ready_at <= now()
       AND k.res_cpu <= @most_cpu AND k.res_memory <= @most_memory AND k.res_gpu <= @most_gpu
@@ -118,9 +122,10 @@ UPDATE tasks SET admitted_at = now()
 WHERE id = ANY(@ids::uuid[]) AND admitted_at IS NULL AND status IN ('queued', 'retrying')
 RETURNING id, tenant_id, priority, attempt, EXTRACT(EPOCH FROM now() - ready_at)::float8 AS waited_seconds;
 
--- SetReadyAt starts the wait of retried tasks at the end of their backoff.
+-- SetReadyAt starts the wait of retried tasks at the end of their backoff
+-- (a retry's place in its rate limit's line is given again).
 -- name: SetReadyAt :exec
-UPDATE tasks SET ready_at = u.at
+UPDATE tasks SET ready_at = u.at, rate_at = NULL
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@ats::timestamptz[]) AS at) AS u
 WHERE tasks.id = u.id AND tasks.admitted_at IS NULL;
 

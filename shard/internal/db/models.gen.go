@@ -334,6 +334,13 @@ type QueueBinding struct {
 	CreatedAt  time.Time
 }
 
+type RateBucket struct {
+	TenantID uuid.UUID
+	Key      string
+	Tat      time.Time
+	Tail     time.Time
+}
+
 type RemoteOffer struct {
 	TaskID     uuid.UUID
 	Attempt    int32
@@ -470,6 +477,10 @@ type Task struct {
 	FlowKeys         []string
 	FlowLimits       []int32
 	FlowWait         pgtype.Text
+	RateKey          pgtype.Text
+	RateLimit        pgtype.Int4
+	RatePerMs        pgtype.Int8
+	RateAt           *time.Time
 }
 
 type TaskEdge struct {

@@ -1573,7 +1573,10 @@ type Step struct {
 	// Bounds the tasks holding each key (the tenant's: every job naming a
 	// value shares it) from their release until they end; on_limit is
 	// queue only (a task at a key's limit waits).
-	Concurrency   []*ConcurrencyLimit `protobuf:"bytes,19,rep,name=concurrency,proto3" json:"concurrency,omitempty"`
+	Concurrency []*ConcurrencyLimit `protobuf:"bytes,19,rep,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// Bounds how often its tasks start: a token bucket per value of its key
+	// (the tenant's: every job naming a value shares it).
+	RateLimit     *RateLimit `protobuf:"bytes,20,opt,name=rate_limit,json=rateLimit,proto3" json:"rate_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1741,6 +1744,77 @@ func (x *Step) GetConcurrency() []*ConcurrencyLimit {
 	return nil
 }
 
+func (x *Step) GetRateLimit() *RateLimit {
+	if x != nil {
+		return x.RateLimit
+	}
+	return nil
+}
+
+// RateLimit is a step's rate limit: limit tasks naming one value of key
+// may start per per.
+type RateLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// 1 to 10,000.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// 1 s to 24 h.
+	Per           *durationpb.Duration `protobuf:"bytes,3,opt,name=per,proto3" json:"per,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RateLimit) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RateLimit) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *RateLimit) GetPer() *durationpb.Duration {
+	if x != nil {
+		return x.Per
+	}
+	return nil
+}
+
 // ConcurrencyLimit bounds the job's runs (spec.concurrency), or the
 // tasks (a step's concurrency), that hold one key.
 type ConcurrencyLimit struct {
@@ -1756,7 +1830,7 @@ type ConcurrencyLimit struct {
 
 func (x *ConcurrencyLimit) Reset() {
 	*x = ConcurrencyLimit{}
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1842,7 @@ func (x *ConcurrencyLimit) String() string {
 func (*ConcurrencyLimit) ProtoMessage() {}
 
 func (x *ConcurrencyLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[19]
+	mi := &file_orrery_v1_job_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1855,7 @@ func (x *ConcurrencyLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConcurrencyLimit.ProtoReflect.Descriptor instead.
 func (*ConcurrencyLimit) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{19}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ConcurrencyLimit) GetKey() string {
@@ -1831,7 +1905,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1917,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[20]
+	mi := &file_orrery_v1_job_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1930,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{20}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Approval) GetRole() string {
@@ -1927,7 +2001,7 @@ type Wait struct {
 
 func (x *Wait) Reset() {
 	*x = Wait{}
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2013,7 @@ func (x *Wait) String() string {
 func (*Wait) ProtoMessage() {}
 
 func (x *Wait) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[21]
+	mi := &file_orrery_v1_job_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2026,7 @@ func (x *Wait) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Wait.ProtoReflect.Descriptor instead.
 func (*Wait) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{21}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Wait) GetEvent() string {
@@ -1999,7 +2073,7 @@ type Sleep struct {
 
 func (x *Sleep) Reset() {
 	*x = Sleep{}
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2085,7 @@ func (x *Sleep) String() string {
 func (*Sleep) ProtoMessage() {}
 
 func (x *Sleep) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[22]
+	mi := &file_orrery_v1_job_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2098,7 @@ func (x *Sleep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sleep.ProtoReflect.Descriptor instead.
 func (*Sleep) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{22}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Sleep) GetKind() isSleep_Kind {
@@ -2101,7 +2175,7 @@ type JobSpec struct {
 
 func (x *JobSpec) Reset() {
 	*x = JobSpec{}
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2113,7 +2187,7 @@ func (x *JobSpec) String() string {
 func (*JobSpec) ProtoMessage() {}
 
 func (x *JobSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[23]
+	mi := &file_orrery_v1_job_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2126,7 +2200,7 @@ func (x *JobSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSpec.ProtoReflect.Descriptor instead.
 func (*JobSpec) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{23}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobSpec) GetSchedule() *Schedule {
@@ -2236,7 +2310,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2248,7 +2322,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[24]
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2261,7 +2335,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{24}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Param) GetType() string {
@@ -2310,7 +2384,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2396,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2409,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -2376,7 +2450,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2462,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2475,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -2426,7 +2500,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2512,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2525,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -2487,7 +2561,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2573,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2586,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -2543,7 +2617,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2555,7 +2629,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2568,7 +2642,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -2625,7 +2699,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2711,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2724,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Job) GetId() string {
@@ -2763,7 +2837,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2849,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +2862,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LastRun) GetId() string {
@@ -2823,7 +2897,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +2909,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +2922,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Source) GetPath() string {
@@ -2877,7 +2951,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +2963,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +2976,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *JobRef) GetId() string {
@@ -2937,7 +3011,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3023,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3036,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -2995,7 +3069,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3081,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3094,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -3045,7 +3119,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3131,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3144,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -3113,7 +3187,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3199,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3212,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -3205,7 +3279,7 @@ type JobLink struct {
 
 func (x *JobLink) Reset() {
 	*x = JobLink{}
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3217,7 +3291,7 @@ func (x *JobLink) String() string {
 func (*JobLink) ProtoMessage() {}
 
 func (x *JobLink) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3230,7 +3304,7 @@ func (x *JobLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLink.ProtoReflect.Descriptor instead.
 func (*JobLink) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *JobLink) GetNamespace() string {
@@ -3288,7 +3362,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3374,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3387,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -3386,7 +3460,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3472,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3485,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -3440,7 +3514,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3526,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3539,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -3505,7 +3579,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +3591,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +3604,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -3549,7 +3623,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +3635,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +3648,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -3593,7 +3667,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3605,7 +3679,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3618,7 +3692,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -3637,7 +3711,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3723,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3736,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -3681,7 +3755,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[46]
+	mi := &file_orrery_v1_job_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3693,7 +3767,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[46]
+	mi := &file_orrery_v1_job_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3706,7 +3780,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -3725,7 +3799,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[47]
+	mi := &file_orrery_v1_job_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3737,7 +3811,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[47]
+	mi := &file_orrery_v1_job_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3750,7 +3824,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{47}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -3769,7 +3843,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[48]
+	mi := &file_orrery_v1_job_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +3855,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[48]
+	mi := &file_orrery_v1_job_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +3868,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{48}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -3821,7 +3895,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[49]
+	mi := &file_orrery_v1_job_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3833,7 +3907,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[49]
+	mi := &file_orrery_v1_job_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3846,7 +3920,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{49}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -3897,7 +3971,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[50]
+	mi := &file_orrery_v1_job_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3909,7 +3983,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[50]
+	mi := &file_orrery_v1_job_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3922,7 +3996,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{50}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -3953,7 +4027,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[51]
+	mi := &file_orrery_v1_job_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3965,7 +4039,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[51]
+	mi := &file_orrery_v1_job_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3978,7 +4052,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{51}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -4119,7 +4193,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x06custom\x18\x04 \x03(\v2 .orrery.v1.Resources.CustomEntryR\x06custom\x1a9\n" +
 	"\vCustomEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd0\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x06\n" +
 	"\x04Step\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05needs\x18\x02 \x03(\tR\x05needs\x12!\n" +
@@ -4141,7 +4215,13 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x05sleep\x18\x10 \x01(\v2\x10.orrery.v1.SleepR\x05sleep\x12#\n" +
 	"\x04wait\x18\x11 \x01(\v2\x0f.orrery.v1.WaitR\x04wait\x12/\n" +
 	"\bapproval\x18\x12 \x01(\v2\x13.orrery.v1.ApprovalR\bapproval\x12=\n" +
-	"\vconcurrency\x18\x13 \x03(\v2\x1b.orrery.v1.ConcurrencyLimitR\vconcurrency\"U\n" +
+	"\vconcurrency\x18\x13 \x03(\v2\x1b.orrery.v1.ConcurrencyLimitR\vconcurrency\x123\n" +
+	"\n" +
+	"rate_limit\x18\x14 \x01(\v2\x14.orrery.v1.RateLimitR\trateLimit\"`\n" +
+	"\tRateLimit\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12+\n" +
+	"\x03per\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03per\"U\n" +
 	"\x10ConcurrencyLimit\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x19\n" +
@@ -4357,7 +4437,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
@@ -4380,183 +4460,186 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*StepDefaults)(nil),            // 18: orrery.v1.StepDefaults
 	(*Resources)(nil),               // 19: orrery.v1.Resources
 	(*Step)(nil),                    // 20: orrery.v1.Step
-	(*ConcurrencyLimit)(nil),        // 21: orrery.v1.ConcurrencyLimit
-	(*Approval)(nil),                // 22: orrery.v1.Approval
-	(*Wait)(nil),                    // 23: orrery.v1.Wait
-	(*Sleep)(nil),                   // 24: orrery.v1.Sleep
-	(*JobSpec)(nil),                 // 25: orrery.v1.JobSpec
-	(*Param)(nil),                   // 26: orrery.v1.Param
-	(*Alerts)(nil),                  // 27: orrery.v1.Alerts
-	(*Notify)(nil),                  // 28: orrery.v1.Notify
-	(*Webhook)(nil),                 // 29: orrery.v1.Webhook
-	(*Callback)(nil),                // 30: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 31: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 32: orrery.v1.Job
-	(*LastRun)(nil),                 // 33: orrery.v1.LastRun
-	(*Source)(nil),                  // 34: orrery.v1.Source
-	(*JobRef)(nil),                  // 35: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 36: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 37: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 38: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 39: orrery.v1.GetJobResponse
-	(*JobLink)(nil),                 // 40: orrery.v1.JobLink
-	(*ListJobsRequest)(nil),         // 41: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 42: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 43: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 44: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 45: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 46: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 47: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 48: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 49: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 50: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 51: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 52: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 53: orrery.v1.PlannedInstant
-	nil,                             // 54: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 55: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 56: orrery.v1.Resources.CustomEntry
-	nil,                             // 57: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 58: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 59: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 60: orrery.v1.ListJobsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 61: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 62: google.protobuf.Duration
-	(*structpb.Struct)(nil),         // 63: google.protobuf.Struct
-	(*structpb.Value)(nil),          // 64: google.protobuf.Value
-	(*AuditEntry)(nil),              // 65: orrery.v1.AuditEntry
+	(*RateLimit)(nil),               // 21: orrery.v1.RateLimit
+	(*ConcurrencyLimit)(nil),        // 22: orrery.v1.ConcurrencyLimit
+	(*Approval)(nil),                // 23: orrery.v1.Approval
+	(*Wait)(nil),                    // 24: orrery.v1.Wait
+	(*Sleep)(nil),                   // 25: orrery.v1.Sleep
+	(*JobSpec)(nil),                 // 26: orrery.v1.JobSpec
+	(*Param)(nil),                   // 27: orrery.v1.Param
+	(*Alerts)(nil),                  // 28: orrery.v1.Alerts
+	(*Notify)(nil),                  // 29: orrery.v1.Notify
+	(*Webhook)(nil),                 // 30: orrery.v1.Webhook
+	(*Callback)(nil),                // 31: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 32: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 33: orrery.v1.Job
+	(*LastRun)(nil),                 // 34: orrery.v1.LastRun
+	(*Source)(nil),                  // 35: orrery.v1.Source
+	(*JobRef)(nil),                  // 36: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 37: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 38: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 39: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 40: orrery.v1.GetJobResponse
+	(*JobLink)(nil),                 // 41: orrery.v1.JobLink
+	(*ListJobsRequest)(nil),         // 42: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 43: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 44: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 45: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 46: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 47: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 48: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 49: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 50: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 51: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 52: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 53: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 54: orrery.v1.PlannedInstant
+	nil,                             // 55: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 56: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 57: orrery.v1.Resources.CustomEntry
+	nil,                             // 58: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 59: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 60: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 61: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 62: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 63: google.protobuf.Duration
+	(*structpb.Struct)(nil),         // 64: google.protobuf.Struct
+	(*structpb.Value)(nil),          // 65: google.protobuf.Value
+	(*AuditEntry)(nil),              // 66: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	35,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
-	61,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
-	61,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	36,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
+	62,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	62,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
 	4,   // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	61,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
-	61,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
-	61,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
-	61,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
-	61,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
-	61,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
-	35,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
+	62,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	62,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	62,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	62,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	62,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	62,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	36,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	35,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
+	36,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
-	62,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	62,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	63,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	63,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
 	12,  // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
 	11,  // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
 	10,  // 18: orrery.v1.Schedule.event:type_name -> orrery.v1.ScheduleEvent
-	54,  // 19: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	55,  // 20: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	55,  // 19: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	56,  // 20: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
 	13,  // 21: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
 	14,  // 22: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
 	16,  // 23: orrery.v1.Executor.job:type_name -> orrery.v1.JobCall
-	63,  // 24: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
-	62,  // 25: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	62,  // 26: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	62,  // 27: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	64,  // 24: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
+	63,  // 25: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	63,  // 26: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	63,  // 27: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
 	17,  // 28: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
 	19,  // 29: orrery.v1.StepDefaults.resources:type_name -> orrery.v1.Resources
-	56,  // 30: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
+	57,  // 30: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
 	15,  // 31: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	64,  // 32: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	62,  // 33: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	65,  // 32: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	63,  // 33: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
 	17,  // 34: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
 	19,  // 35: orrery.v1.Step.resources:type_name -> orrery.v1.Resources
-	24,  // 36: orrery.v1.Step.sleep:type_name -> orrery.v1.Sleep
-	23,  // 37: orrery.v1.Step.wait:type_name -> orrery.v1.Wait
-	22,  // 38: orrery.v1.Step.approval:type_name -> orrery.v1.Approval
-	21,  // 39: orrery.v1.Step.concurrency:type_name -> orrery.v1.ConcurrencyLimit
-	62,  // 40: orrery.v1.Approval.timeout:type_name -> google.protobuf.Duration
-	62,  // 41: orrery.v1.Wait.timeout:type_name -> google.protobuf.Duration
-	62,  // 42: orrery.v1.Sleep.duration:type_name -> google.protobuf.Duration
-	9,   // 43: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
-	18,  // 44: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
-	15,  // 45: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	64,  // 46: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
-	20,  // 47: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	27,  // 48: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	30,  // 49: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	57,  // 50: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
-	21,  // 51: orrery.v1.JobSpec.concurrency:type_name -> orrery.v1.ConcurrencyLimit
-	64,  // 52: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	64,  // 53: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	62,  // 54: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	62,  // 55: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	28,  // 56: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	29,  // 57: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	58,  // 58: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	29,  // 59: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	59,  // 60: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	31,  // 61: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	25,  // 62: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,   // 63: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	61,  // 64: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	61,  // 65: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	61,  // 66: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	61,  // 67: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	34,  // 68: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	33,  // 69: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	61,  // 70: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	31,  // 71: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	25,  // 72: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	32,  // 73: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	35,  // 74: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	32,  // 75: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	61,  // 76: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	65,  // 77: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	40,  // 78: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
-	40,  // 79: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
-	40,  // 80: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
-	40,  // 81: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
-	0,   // 82: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	60,  // 83: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,   // 84: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	32,  // 85: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	35,  // 86: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	31,  // 87: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	25,  // 88: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	32,  // 89: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	35,  // 90: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	32,  // 91: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	35,  // 92: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	32,  // 93: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	35,  // 94: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	32,  // 95: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,   // 96: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	61,  // 97: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	61,  // 98: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	53,  // 99: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	61,  // 100: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	61,  // 101: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	26,  // 102: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	36,  // 103: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	38,  // 104: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	41,  // 105: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	43,  // 106: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	45,  // 107: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	47,  // 108: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	49,  // 109: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	51,  // 110: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,   // 111: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,   // 112: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,   // 113: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	37,  // 114: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	39,  // 115: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	42,  // 116: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	44,  // 117: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	46,  // 118: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	48,  // 119: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	50,  // 120: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	52,  // 121: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,   // 122: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,   // 123: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,   // 124: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	114, // [114:125] is the sub-list for method output_type
-	103, // [103:114] is the sub-list for method input_type
-	103, // [103:103] is the sub-list for extension type_name
-	103, // [103:103] is the sub-list for extension extendee
-	0,   // [0:103] is the sub-list for field type_name
+	25,  // 36: orrery.v1.Step.sleep:type_name -> orrery.v1.Sleep
+	24,  // 37: orrery.v1.Step.wait:type_name -> orrery.v1.Wait
+	23,  // 38: orrery.v1.Step.approval:type_name -> orrery.v1.Approval
+	22,  // 39: orrery.v1.Step.concurrency:type_name -> orrery.v1.ConcurrencyLimit
+	21,  // 40: orrery.v1.Step.rate_limit:type_name -> orrery.v1.RateLimit
+	63,  // 41: orrery.v1.RateLimit.per:type_name -> google.protobuf.Duration
+	63,  // 42: orrery.v1.Approval.timeout:type_name -> google.protobuf.Duration
+	63,  // 43: orrery.v1.Wait.timeout:type_name -> google.protobuf.Duration
+	63,  // 44: orrery.v1.Sleep.duration:type_name -> google.protobuf.Duration
+	9,   // 45: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
+	18,  // 46: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
+	15,  // 47: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
+	65,  // 48: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	20,  // 49: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
+	28,  // 50: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	31,  // 51: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	58,  // 52: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	22,  // 53: orrery.v1.JobSpec.concurrency:type_name -> orrery.v1.ConcurrencyLimit
+	65,  // 54: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	65,  // 55: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	63,  // 56: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	63,  // 57: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	29,  // 58: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	30,  // 59: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	59,  // 60: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	30,  // 61: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	60,  // 62: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	32,  // 63: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	26,  // 64: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,   // 65: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	62,  // 66: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	62,  // 67: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	62,  // 68: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	62,  // 69: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	35,  // 70: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	34,  // 71: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	62,  // 72: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	32,  // 73: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	26,  // 74: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	33,  // 75: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	36,  // 76: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	33,  // 77: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	62,  // 78: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	66,  // 79: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	41,  // 80: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
+	41,  // 81: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
+	41,  // 82: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
+	41,  // 83: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
+	0,   // 84: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	61,  // 85: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,   // 86: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	33,  // 87: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	36,  // 88: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	32,  // 89: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	26,  // 90: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	33,  // 91: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	36,  // 92: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	33,  // 93: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	36,  // 94: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	33,  // 95: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	36,  // 96: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	33,  // 97: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,   // 98: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	62,  // 99: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	62,  // 100: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	54,  // 101: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	62,  // 102: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	62,  // 103: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	27,  // 104: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	37,  // 105: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	39,  // 106: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	42,  // 107: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	44,  // 108: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	46,  // 109: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	48,  // 110: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	50,  // 111: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	52,  // 112: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,   // 113: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,   // 114: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,   // 115: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	38,  // 116: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	40,  // 117: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	43,  // 118: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	45,  // 119: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	47,  // 120: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	49,  // 121: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	51,  // 122: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	53,  // 123: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,   // 124: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,   // 125: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,   // 126: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	116, // [116:127] is the sub-list for method output_type
+	105, // [105:116] is the sub-list for method input_type
+	105, // [105:105] is the sub-list for extension type_name
+	105, // [105:105] is the sub-list for extension extendee
+	0,   // [0:105] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -4572,7 +4655,7 @@ func file_orrery_v1_job_proto_init() {
 		(*Executor_Worker)(nil),
 		(*Executor_Job)(nil),
 	}
-	file_orrery_v1_job_proto_msgTypes[22].OneofWrappers = []any{
+	file_orrery_v1_job_proto_msgTypes[23].OneofWrappers = []any{
 		(*Sleep_Duration)(nil),
 		(*Sleep_Until)(nil),
 	}
@@ -4582,7 +4665,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   59,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

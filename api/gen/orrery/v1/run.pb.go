@@ -363,8 +363,12 @@ type Task struct {
 	// keys (the tenant's), which it holds until it ends, or waits for
 	// (wait_reason "concurrency key KEY N/LIMIT").
 	ConcurrencyKeys []string `protobuf:"bytes,23,rep,name=concurrency_keys,json=concurrencyKeys,proto3" json:"concurrency_keys,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// For a step with a rate limit, once released: the value of its key,
+	// whose bucket each admission of its attempts spends a token of
+	// (wait_reason "rate limit KEY LIMIT/PER, next token in S s").
+	RateKey       string `protobuf:"bytes,24,opt,name=rate_key,json=rateKey,proto3" json:"rate_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -556,6 +560,13 @@ func (x *Task) GetConcurrencyKeys() []string {
 		return x.ConcurrencyKeys
 	}
 	return nil
+}
+
+func (x *Task) GetRateKey() string {
+	if x != nil {
+		return x.RateKey
+	}
+	return ""
 }
 
 // PendingApproval is a parked approval: what it asks of whom, and the
@@ -3115,7 +3126,7 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x10concurrency_keys\x18\x16 \x03(\tR\x0fconcurrencyKeys\"5\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\xac\a\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\xc7\a\n" +
 	"\x04Task\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\tR\x04step\x12\x16\n" +
@@ -3148,7 +3159,8 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"childRunId\x122\n" +
 	"\tresources\x18\x15 \x01(\v2\x14.orrery.v1.ResourcesR\tresources\x126\n" +
 	"\bapproval\x18\x16 \x01(\v2\x1a.orrery.v1.PendingApprovalR\bapproval\x12)\n" +
-	"\x10concurrency_keys\x18\x17 \x03(\tR\x0fconcurrencyKeysB\r\n" +
+	"\x10concurrency_keys\x18\x17 \x03(\tR\x0fconcurrencyKeys\x12\x19\n" +
+	"\brate_key\x18\x18 \x01(\tR\arateKeyB\r\n" +
 	"\v_item_index\"\xc5\x02\n" +
 	"\x0fPendingApproval\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
