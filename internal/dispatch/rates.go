@@ -26,7 +26,9 @@ import (
 // key's backlog is lined up a page at a time (no pass reads it again and
 // again), and the tasks of a key start in the order they were lined up:
 // while the tail is ahead, a task not lined up yet is lined up behind it
-// even if a token is free.
+// even if a token is free. A task whose place came and finds no token
+// (the key's tokens went to a step of another limit, or a retry's
+// backoff ended into a free token) is lined up again, behind the line.
 //
 // Locks: a pass tries each key's advisory lock ("rate/TENANT/VALUE", after
 // the queue's row and the tenants' rows), waits for none (a key another
@@ -49,10 +51,14 @@ type bucket struct {
 	locked bool      // this pass holds its lock (else its tasks wait, untouched)
 	tat    time.Time // its theoretical arrival time
 	tail   time.Time // the last place in its line given
-	// refused is the interval of a task refused a token (0: none refused):
-	// the pass lines up the key's waiting tasks after it admits.
+	// refused is the interval of a task refused (0: none refused): the
+	// pass lines up the key's waiting tasks after it admits; all of them
+	// when one found no token (noToken), else (a task refused only for
+	// coming after the line) those not lined up yet, so a task whose
+	// place came keeps it.
 	refused time.Duration
 	per     time.Duration // the period of the task refused
+	noToken bool
 	changed bool
 }
 
@@ -123,12 +129,12 @@ func (r *rates) token(c store.AdmissionCandidatesRow) bool {
 		return false
 	}
 	t, per := interval(c), time.Duration(c.RatePerMs)*time.Millisecond
-	lined := c.RateAt != nil
-	if (!lined && b.tail.After(r.now)) || b.tat.Add(t-per).After(r.now) {
-		b.refused, b.per = t, per
-		return false
+	noToken := b.tat.Add(t - per).After(r.now)
+	if behind := c.RateAt == nil && b.tail.After(r.now); !noToken && !behind {
+		return true
 	}
-	return true
+	b.refused, b.per, b.noToken = t, per, b.noToken || noToken
+	return false
 }
 
 // spend takes the token of a candidate admitted.
@@ -153,7 +159,7 @@ func (r *rates) lineUp(ctx context.Context, q *store.Queries, queue string) (int
 	set := store.SetRateBucketsParams{}
 	for k, b := range r.buckets {
 		if b.refused > 0 {
-			ids, err := q.RatedWaiting(ctx, store.RatedWaitingParams{TenantID: k.tenant, Key: k.key, Queue: queue, N: maxLineUp})
+			ids, err := q.RatedWaiting(ctx, store.RatedWaitingParams{TenantID: k.tenant, Key: k.key, Queue: queue, UnlinedOnly: !b.noToken, N: maxLineUp})
 			if err != nil {
 				return 0, time.Time{}, err
 			}

@@ -103,28 +103,30 @@ func (q *Queries) RateTasks(ctx context.Context, arg RateTasksParams) error {
 const ratedWaiting = `-- name: RatedWaiting :many
 SELECT t.id FROM tasks AS t
 WHERE t.tenant_id = $1 AND t.rate_key = $2::text AND t.queue = $3 AND t.admitted_at IS NULL
-  AND t.status IN ('queued', 'retrying') AND t.ready_at <= now()
+  AND t.status IN ('queued', 'retrying') AND t.ready_at <= now() AND (NOT $4::bool OR t.rate_at IS NULL)
 ORDER BY t.ready_at, t.id
-LIMIT $4
+LIMIT $5
 FOR UPDATE SKIP LOCKED
 `
 
 type RatedWaitingParams struct {
-	TenantID uuid.UUID
-	Key      string
-	Queue    string
-	N        int32
+	TenantID    uuid.UUID
+	Key         string
+	Queue       string
+	UnlinedOnly bool
+	N           int32
 }
 
 // RatedWaiting reads the tasks of a key waiting for admission now in
-// @queue (none admitted by this pass: those are marked), the oldest first,
-// at most @n, skipping any another transaction holds (a later pass lines
-// it up).
+// @queue (none admitted by this pass: those are marked), with
+// @unlined_only those not given a place yet, the oldest first, at most
+// @n, skipping any another transaction holds (a later pass lines it up).
 func (q *Queries) RatedWaiting(ctx context.Context, arg RatedWaitingParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, ratedWaiting,
 		arg.TenantID,
 		arg.Key,
 		arg.Queue,
+		arg.UnlinedOnly,
 		arg.N,
 	)
 	if err != nil {

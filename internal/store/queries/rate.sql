@@ -27,13 +27,13 @@ SELECT unnest(@tenant_ids::uuid[]), unnest(@keys::text[]), unnest(@tats::timesta
 ON CONFLICT (tenant_id, key) DO UPDATE SET tat = EXCLUDED.tat, tail = EXCLUDED.tail;
 
 -- RatedWaiting reads the tasks of a key waiting for admission now in
--- @queue (none admitted by this pass: those are marked), the oldest first,
--- at most @n, skipping any another transaction holds (a later pass lines
--- it up).
+-- @queue (none admitted by this pass: those are marked), with
+-- @unlined_only those not given a place yet, the oldest first, at most
+-- @n, skipping any another transaction holds (a later pass lines it up).
 -- name: RatedWaiting :many
 SELECT t.id FROM tasks AS t
 WHERE t.tenant_id = @tenant_id AND t.rate_key = @key::text AND t.queue = @queue AND t.admitted_at IS NULL
-  AND t.status IN ('queued', 'retrying') AND t.ready_at <= now()
+  AND t.status IN ('queued', 'retrying') AND t.ready_at <= now() AND (NOT @unlined_only::bool OR t.rate_at IS NULL)
 ORDER BY t.ready_at, t.id
 LIMIT @n
 FOR UPDATE SKIP LOCKED;
