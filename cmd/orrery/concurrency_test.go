@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/orrery-dev/orrery/dag"
+	"github.com/orrery-dev/orrery/dag/schedule"
+	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 )
 
@@ -188,4 +194,76 @@ spec:
 	if most > 1 || n < 6 {
 		t.Errorf("%d attempts of the key at most at once (limit 1), %d attempts", most, n)
 	}
+}
+
+// A step's rate limit through a node killed inside its admission
+// transaction, after it spent the key's tokens and lined up the rest:
+// nothing of the pass is left (no bucket, no place in line, nothing
+// admitted); another node admits the six tasks of the key as its bucket
+// allows (2 at once, then one every 2 s), by the times their River jobs
+// were written, and the run succeeds.
+func TestRateLimitThroughAKilledAdmitter(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	ctx := context.Background()
+	n1 := startProcEnv(t, "node-1", []string{"ORRERY_FAILPOINTS=dispatch/admitted=kill@1"},
+		"serve", "--db", dsn, "--addr", "127.0.0.1:0", "--node-name", "node-1", "--shard-ttl", "2s", "--log-level", "info")
+	jobs, err := job.New(ctx, pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const per, limit = 4 * time.Second, 2
+	spec := dag.JobSpec{Schedule: schedule.Spec{At: dbNow(t, pool).Format(time.RFC3339)}}
+	for i := range 6 {
+		spec.Steps = append(spec.Steps, dag.Step{Name: fmt.Sprintf("s%d", i),
+			RateLimit: &dag.RateLimit{Key: "vendor", Limit: limit, Per: dag.Duration{Duration: per}},
+			Run:       dag.Executor{Command: &dag.CommandExecutor{Argv: []string{"/bin/true"}}}})
+	}
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "rated"}, Spec: spec}, ""); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 20*time.Second, "the run's tasks are released", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM tasks WHERE status = 'queued' AND rate_key = 'vendor'") == 6
+	})
+	if _, err := pool.Exec(ctx, `INSERT INTO workers (id, name, queues, started_at, heartbeat_at, lease_expires_at)
+		VALUES (gen_random_uuid(), 'ad', '{"default": 10}', now(), now(), now() + interval '3 seconds')`); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 30*time.Second, "node-1 dies inside its admission transaction", n1.exited)
+	for what, sql := range map[string]string{
+		"buckets":             "SELECT count(*) FROM rate_buckets",
+		"tasks given a place": "SELECT count(*) FROM tasks WHERE rate_at IS NOT NULL",
+		"tasks admitted":      "SELECT count(*) FROM tasks WHERE admitted_at IS NOT NULL",
+		"River jobs":          "SELECT count(*) FROM river_job",
+	} {
+		if n := queryInt(t, pool, sql); n != 0 {
+			t.Errorf("%d %s by a transaction that never committed", n, what)
+		}
+	}
+	startNodeProc(t, dsn, "node-2")
+	workerProc(t, dsn, "w2")
+	poll(t, 60*time.Second, "the run succeeds", func() bool { return runStatus(t, pool, "rated", "succeeded") })
+	rows, err := pool.Query(ctx, `SELECT j.created_at FROM river_job AS j JOIN tasks AS t ON t.id = (j.args ->> 'task_id')::uuid
+		WHERE t.rate_key = 'vendor' ORDER BY j.created_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ats, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil || len(ats) != 6 {
+		t.Fatalf("%d admissions (%v); want 6", len(ats), err)
+	}
+	// A River job is written some milliseconds into the pass that
+	// decided its token (at the pass's start): half an interval of slack,
+	// which still catches a token spent twice (3 at once, or one an
+	// interval early).
+	interval := per / limit
+	for i := range ats {
+		for j := i + 1; j < len(ats); j++ {
+			if n, most := j-i+1, limit+int((ats[j].Sub(ats[i])+interval/2)/interval); n > most {
+				t.Errorf("%d admissions of the key in %v; its bucket allows %d (all: %v)", n, ats[j].Sub(ats[i]), most, ats)
+			}
+		}
+	}
+	t.Logf("six admissions over %v (2 at once, then one every 2 s: at least 8 s)", ats[5].Sub(ats[0]).Round(time.Millisecond))
 }
