@@ -402,6 +402,18 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}}, ""); err != nil {
 		t.Fatal(err)
 	}
+	// A step's rate limit (docs/flow-control.md, "Rate limits"): a run
+	// every 2 s, its step 2 a 2 s (a bucket of 2, a token a second), so
+	// the runs that fire late together after a kill or the pause line up;
+	// every admission, through the kills and the pause, spends a token
+	// once.
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "rated"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Cron: schedule.Crons("*/2 * * * * *")}, Overlap: dag.OverlapAllow,
+		Steps: []dag.Step{{Name: "work", Run: dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}},
+			RateLimit: &dag.RateLimit{Key: "chaos-vendor", Limit: 2, Per: dag.Duration{Duration: 2 * time.Second}}}},
+	}}, ""); err != nil {
+		t.Fatal(err)
+	}
 	// A step that asks for an approval fires every 2 s; the deciders
 	// approve each over REST, on whichever node answers, through the
 	// kills and the pause (docs/parked-steps.md, "approval"): each ends
@@ -924,6 +936,26 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	stepKeyed := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'step-keyed' AND r.status = 'succeeded'")
 	t.Logf("%d runs of a step with a key of limit 2 succeeded: never more than 2 of its tasks at once through the kills and the pause", stepKeyed)
+
+	// The rated job's admissions (its River jobs, less redeliveries, which
+	// spend no token), once all its runs ended: never more than its bucket
+	// allows, 2 and a token a second (half an interval of slack: a River
+	// job is written some milliseconds after the instant its pass decided
+	// by).
+	if _, err := jobs.Pause(ctx, job.Anonymous, job.Ref{Namespace: "default", Name: "rated"}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 120*time.Second, "every rated run ended", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'rated' AND r.finished_at IS NULL") == 0
+	})
+	if n := queryInt(t, pool, `WITH a AS (SELECT row_number() OVER (ORDER BY j.created_at) AS i, j.created_at AS at FROM river_job AS j
+			JOIN tasks AS t ON t.id = (j.args ->> 'task_id')::uuid WHERE t.rate_key = 'chaos-vendor' AND j.args ->> 'redelivers' IS NULL)
+		SELECT count(*)::int FROM a JOIN a AS b ON b.i > a.i
+		WHERE b.i - a.i + 1 > 2 + floor(extract(epoch FROM b.at - a.at + interval '0.5 s') / 1)`); n != 0 {
+		t.Fatalf("%d pairs of the rated step's admissions closer than its bucket allows (2, then a token a second)", n)
+	}
+	rated := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'rated' AND r.status = 'succeeded'")
+	t.Logf("%d runs of a step with a rate limit of 2 a 2 s succeeded: no token spent twice through the kills and the pause", rated)
 
 	// The approvals still parked are approved in-process; each run of
 	// approver then succeeded with one attempt of its approval, decided
