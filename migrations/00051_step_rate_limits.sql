@@ -12,15 +12,16 @@
 -- and tail are past is full and has no line, as one that does not exist:
 -- the reaper deletes it.
 --
--- tasks_rate_waiting reads a key's tasks waiting for admission, oldest
--- first (a refused key's line is given its places a page at a time).
+-- tasks_rate_waiting reads a key's tasks waiting for admission: those not
+-- lined up yet (rate_at NULL: a refused key's are given their places a
+-- page at a time), and the last place a task waits in (the line's end).
 
 -- +goose Up
 ALTER TABLE tasks ADD COLUMN rate_key TEXT;
 ALTER TABLE tasks ADD COLUMN rate_limit INT;
 ALTER TABLE tasks ADD COLUMN rate_per_ms BIGINT;
 ALTER TABLE tasks ADD COLUMN rate_at TIMESTAMPTZ;
-CREATE INDEX tasks_rate_waiting ON tasks (tenant_id, rate_key, queue, ready_at)
+CREATE INDEX tasks_rate_waiting ON tasks (tenant_id, rate_key, rate_at)
     WHERE rate_key IS NOT NULL AND admitted_at IS NULL AND status IN ('queued', 'retrying');
 CREATE TABLE rate_buckets (
     tenant_id UUID NOT NULL REFERENCES tenants (id),

@@ -71,9 +71,13 @@ import (
 //     another queue holds sits this pass out, and the queue is looked at
 //     again shortly; foreign-key checks do not conflict), then their slots
 //     held in all queues;
-//  4. the chosen task rows, by UPDATE ... SET admitted_at, which skips a
-//     task cancelled meanwhile;
-//  5. the River jobs: in this transaction when River shares the database,
+//  4. the advisory locks of the candidates' rate limit keys, each tried
+//     (pg_try_advisory_xact_lock: a key another admitter holds leaves its
+//     tasks for a later pass), and their buckets' rows (rates.go);
+//  5. the chosen task rows, by UPDATE ... SET admitted_at, which skips a
+//     task cancelled meanwhile, then the rows of the tasks a rate limit
+//     lines up (FOR NO KEY UPDATE SKIP LOCKED) and the buckets';
+//  6. the River jobs: in this transaction when River shares the database,
 //     else their outbox rows, which Relay inserts after the commit (see the
 //     package doc).
 //
@@ -94,7 +98,9 @@ import (
 //
 // Hot path cost: a task that waits is written once more (the admission
 // mark), and each batch of releases and of finishes wakes a pass. A task
-// released into a queue where nothing waits skips all that (Direct).
+// released into a queue where nothing waits skips all that (Direct),
+// unless it has a rate limit. A task a rate limit refuses is written once
+// more (its place in line), and not read until its place comes.
 const (
 	// InFlightPerSlot is how many tasks a queue may hold per worker slot.
 	InFlightPerSlot = 2
@@ -153,15 +159,46 @@ func (c *AdmitConfig) withDefaults() error {
 	return nil
 }
 
-// wake is the set of queues to look at and the signal that it grew.
+// wake is the set of queues to look at and the signal that it grew, and
+// the one timer a queue has for a later look (KickAt).
 type wake struct {
 	mu     *sync.Mutex
 	queues map[string]bool
 	ch     chan struct{}
+	timers map[string]*timedKick
+}
+
+// timedKick is a queue's later look: its timer, and when it fires.
+type timedKick struct {
+	timer *time.Timer
+	at    time.Time
 }
 
 func newWake() wake {
-	return wake{mu: &sync.Mutex{}, queues: map[string]bool{}, ch: make(chan struct{}, 1)}
+	return wake{mu: &sync.Mutex{}, queues: map[string]bool{}, ch: make(chan struct{}, 1), timers: map[string]*timedKick{}}
+}
+
+// kickAt asks for a look at a queue at (pacing only: by this process's
+// clock), keeping one timer a queue: the earliest asked for.
+func (d *Dispatcher) kickAt(queue string, at time.Time) {
+	d.wake.mu.Lock()
+	defer d.wake.mu.Unlock()
+	if k := d.wake.timers[queue]; k != nil {
+		if !at.Before(k.at) {
+			return
+		}
+		k.timer.Stop()
+	}
+	k := &timedKick{at: at}
+	k.timer = time.AfterFunc(max(time.Until(at), 0), func() {
+		d.wake.mu.Lock()
+		if d.wake.timers[queue] == k {
+			delete(d.wake.timers, queue)
+		}
+		d.wake.mu.Unlock()
+		d.Kick(queue)
+	})
+	d.wake.timers[queue] = k
 }
 
 // Kick asks this process's admitter to look at a queue now: tasks were
@@ -291,10 +328,10 @@ func (d *Dispatcher) admitQueue(ctx context.Context, cfg AdmitConfig, q string, 
 			time.AfterFunc(tenantRetry, func() { d.Kick(q) })
 		}
 		if res.LinedUp > 0 {
-			// Back when the first place lined up comes (pacing only: the
+			// Back when the first place given comes (pacing only: the
 			// pass decides by the database's clock), and at once for
 			// what the line-up leaves eligible now.
-			time.AfterFunc(max(time.Until(res.NextPlace), 0), func() { d.Kick(q) })
+			d.kickAt(q, res.NextPlace)
 		}
 		if res.Busy || res.Skipped || (res.Admitted == 0 && res.LinedUp == 0) {
 			return total, nil
@@ -792,8 +829,8 @@ func (h *byShare) Pop() any {
 // Direct decides, in the transaction that releases them and before it
 // writes them, which of the ready tasks (first attempts, none a retry, a
 // redelivery or a task with a rate limit) skip the wait for an admission
-// pass, and sets their
-// Admitted: the caller writes them admitted, and Release hands them to
+// pass, and sets their Admitted: the caller writes them admitted, and
+// Release hands them to
 // River in that transaction, as if an admitter had. A tenant's tasks in a
 // queue skip it only when no task waits in that queue (so nothing is
 // passed over: not another tenant's turn, not an older task of its own),

@@ -61,9 +61,11 @@ func (ap *applying) runsOf(ctx context.Context, cands []candidate) (map[uuid.UUI
 }
 
 // decideConditions evaluates the conditions of candidates (all
-// conditional: a step with a condition or concurrency keys, decided at
-// release), and the keys of those it releases (v.keyed), reading their runs and the outputs the conditions read:
-// two queries for the batch.
+// conditional: a step with a condition, concurrency keys or a rate limit,
+// decided at release), and the keys of those it releases (v.keyed: held to
+// their concurrency keys; v.rated: their rate limits' keys), reading
+// their runs and the outputs the conditions and keys read: two queries
+// for the batch.
 func (ap *applying) decideConditions(ctx context.Context, cands []candidate) (verdicts, error) {
 	v := verdicts{holdsRuns: map[uuid.UUID]bool{}}
 	byRun, got, err := ap.runsOf(ctx, cands)

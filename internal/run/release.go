@@ -60,12 +60,13 @@ func (ap *applying) releaseCounted(ctx context.Context, tasks []store.DecrementT
 }
 
 // release releases waiting tasks with nothing left to wait for: each
-// whose step has a condition or concurrency keys is decided first
-// (decideConditions), in this transaction; one whose condition is false
-// is skipped, one whose condition or key cannot be evaluated is
-// dead-lettered, and what they end settles below them; one with keys is
-// held, and released by the promotion its transaction runs last
-// (gateKeys). A task whose step fans out is expanded (expand)
+// whose step has a condition, concurrency keys or a rate limit is decided
+// first (decideConditions), in this transaction; one whose condition is
+// false is skipped, one whose condition or key cannot be evaluated is
+// dead-lettered, and what they end settles below them; one with
+// concurrency keys is held, and released by the promotion its transaction
+// runs last (gateKeys); one with a rate limit gets its key (RateTasks),
+// and waits for an admission pass to spend its token. A task whose step fans out is expanded (expand)
 // instead of queued, and one whose step runs a job starts its child run
 // (startCalls). A run that this ends is finished.
 func (ap *applying) release(ctx context.Context, cands []candidate) error {

@@ -24,7 +24,7 @@ type LineUpRatedParams struct {
 }
 
 // LineUpRated gives tasks of a key refused a token their places in the
-// key's line: task ids[i] waits until ats[i].
+// key's line: task ids[i] waits until ats[i] (its ready_at and rate_at).
 func (q *Queries) LineUpRated(ctx context.Context, arg LineUpRatedParams) error {
 	_, err := q.db.Exec(ctx, lineUpRated, arg.Ids, arg.Ats)
 	return err
@@ -57,6 +57,51 @@ func (q *Queries) RateBuckets(ctx context.Context, arg RateBucketsParams) ([]Rat
 			&i.Tat,
 			&i.Tail,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const rateLineEnds = `-- name: RateLineEnds :many
+SELECT q.tenant_id::uuid AS tenant_id, q.key::text AS key, e.last::timestamptz AS last
+FROM (SELECT unnest($1::uuid[]) AS tenant_id, unnest($2::text[]) AS key) AS q
+CROSS JOIN LATERAL (
+    SELECT t.rate_at AS last FROM tasks AS t
+    WHERE t.tenant_id = q.tenant_id AND t.rate_key = q.key AND t.rate_at IS NOT NULL
+      AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
+    ORDER BY t.rate_at DESC LIMIT 1
+) AS e
+`
+
+type RateLineEndsParams struct {
+	TenantIds []uuid.UUID
+	Keys      []string
+}
+
+type RateLineEndsRow struct {
+	TenantID uuid.UUID
+	Key      string
+	Last     time.Time
+}
+
+// RateLineEnds is, for each key of (tenant_ids[i], keys[i]), the last
+// place of its line that a task still waits in (no row: none waits): a
+// line whose tasks were cancelled or admitted is as long as what waits.
+func (q *Queries) RateLineEnds(ctx context.Context, arg RateLineEndsParams) ([]RateLineEndsRow, error) {
+	rows, err := q.db.Query(ctx, rateLineEnds, arg.TenantIds, arg.Keys)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RateLineEndsRow{}
+	for rows.Next() {
+		var i RateLineEndsRow
+		if err := rows.Scan(&i.TenantID, &i.Key, &i.Last); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -101,45 +146,49 @@ func (q *Queries) RateTasks(ctx context.Context, arg RateTasksParams) error {
 }
 
 const ratedWaiting = `-- name: RatedWaiting :many
-SELECT t.id FROM tasks AS t
-WHERE t.tenant_id = $1 AND t.rate_key = $2::text AND t.queue = $3 AND t.admitted_at IS NULL
-  AND t.status IN ('queued', 'retrying') AND t.ready_at <= now() AND (NOT $4::bool OR t.rate_at IS NULL)
+SELECT t.id, t.rate_limit::int AS rate_limit, t.rate_per_ms::bigint AS rate_per_ms FROM tasks AS t
+WHERE t.tenant_id = $1 AND t.rate_key = $2::text AND t.rate_at IS NULL AND t.queue = $3
+  AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at <= now()
 ORDER BY t.ready_at, t.id
-LIMIT $5
-FOR UPDATE SKIP LOCKED
+LIMIT $4
+FOR NO KEY UPDATE SKIP LOCKED
 `
 
 type RatedWaitingParams struct {
-	TenantID    uuid.UUID
-	Key         string
-	Queue       string
-	UnlinedOnly bool
-	N           int32
+	TenantID uuid.UUID
+	Key      string
+	Queue    string
+	N        int32
+}
+
+type RatedWaitingRow struct {
+	ID        uuid.UUID
+	RateLimit int32
+	RatePerMs int64
 }
 
 // RatedWaiting reads the tasks of a key waiting for admission now in
-// @queue (none admitted by this pass: those are marked), with
-// @unlined_only those not given a place yet, the oldest first, at most
-// @n, skipping any another transaction holds (a later pass lines it up).
-func (q *Queries) RatedWaiting(ctx context.Context, arg RatedWaitingParams) ([]uuid.UUID, error) {
+// @queue that have no place in its line yet (none admitted by this pass:
+// those are marked), the oldest first, at most @n, each with its limit,
+// skipping any another transaction holds (a later pass lines it up).
+func (q *Queries) RatedWaiting(ctx context.Context, arg RatedWaitingParams) ([]RatedWaitingRow, error) {
 	rows, err := q.db.Query(ctx, ratedWaiting,
 		arg.TenantID,
 		arg.Key,
 		arg.Queue,
-		arg.UnlinedOnly,
 		arg.N,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []uuid.UUID{}
+	items := []RatedWaitingRow{}
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var i RatedWaitingRow
+		if err := rows.Scan(&i.ID, &i.RateLimit, &i.RatePerMs); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err

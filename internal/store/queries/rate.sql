@@ -27,19 +27,32 @@ SELECT unnest(@tenant_ids::uuid[]), unnest(@keys::text[]), unnest(@tats::timesta
 ON CONFLICT (tenant_id, key) DO UPDATE SET tat = EXCLUDED.tat, tail = EXCLUDED.tail;
 
 -- RatedWaiting reads the tasks of a key waiting for admission now in
--- @queue (none admitted by this pass: those are marked), with
--- @unlined_only those not given a place yet, the oldest first, at most
--- @n, skipping any another transaction holds (a later pass lines it up).
+-- @queue that have no place in its line yet (none admitted by this pass:
+-- those are marked), the oldest first, at most @n, each with its limit,
+-- skipping any another transaction holds (a later pass lines it up).
 -- name: RatedWaiting :many
-SELECT t.id FROM tasks AS t
-WHERE t.tenant_id = @tenant_id AND t.rate_key = @key::text AND t.queue = @queue AND t.admitted_at IS NULL
-  AND t.status IN ('queued', 'retrying') AND t.ready_at <= now() AND (NOT @unlined_only::bool OR t.rate_at IS NULL)
+SELECT t.id, t.rate_limit::int AS rate_limit, t.rate_per_ms::bigint AS rate_per_ms FROM tasks AS t
+WHERE t.tenant_id = @tenant_id AND t.rate_key = @key::text AND t.rate_at IS NULL AND t.queue = @queue
+  AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying') AND t.ready_at <= now()
 ORDER BY t.ready_at, t.id
 LIMIT @n
-FOR UPDATE SKIP LOCKED;
+FOR NO KEY UPDATE SKIP LOCKED;
+
+-- RateLineEnds is, for each key of (tenant_ids[i], keys[i]), the last
+-- place of its line that a task still waits in (no row: none waits): a
+-- line whose tasks were cancelled or admitted is as long as what waits.
+-- name: RateLineEnds :many
+SELECT q.tenant_id::uuid AS tenant_id, q.key::text AS key, e.last::timestamptz AS last
+FROM (SELECT unnest(@tenant_ids::uuid[]) AS tenant_id, unnest(@keys::text[]) AS key) AS q
+CROSS JOIN LATERAL (
+    SELECT t.rate_at AS last FROM tasks AS t
+    WHERE t.tenant_id = q.tenant_id AND t.rate_key = q.key AND t.rate_at IS NOT NULL
+      AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
+    ORDER BY t.rate_at DESC LIMIT 1
+) AS e;
 
 -- LineUpRated gives tasks of a key refused a token their places in the
--- key's line: task ids[i] waits until ats[i].
+-- key's line: task ids[i] waits until ats[i] (its ready_at and rate_at).
 -- name: LineUpRated :exec
 UPDATE tasks SET ready_at = u.at, rate_at = u.at
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@ats::timestamptz[]) AS at) AS u
