@@ -31,6 +31,7 @@ var funcs = template.FuncMap{
 		return "·" // a run pending or queued
 	},
 	"ts":      timeHTML,
+	"ahead":   func(ts *timestamppb.Timestamp) bool { return ts != nil && ts.AsTime().After(time.Now()) },
 	"tsIn":    timeIn,
 	"dur":     duration,
 	"reader":  func() access.Role { return access.Reader },

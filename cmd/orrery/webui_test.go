@@ -705,6 +705,38 @@ spec:
 	for _, id := range []string{firstCall, heldCall} {
 		poll(t, 60*time.Second, "vendor-call "+id+" succeeds", func() bool { return strings.Contains(cli("runs", "get", id), "status succeeded") })
 	}
+	// A step with a rate limit of 1 a minute: the second run's step waits
+	// for its token, and its attempts panel says when it comes.
+	rateDir := t.TempDir()
+	os.WriteFile(filepath.Join(rateDir, "rated.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: vendor-rated, namespace: qa}
+spec:
+  schedule: {cron: "0 3 * * *"}
+  overlap: allow
+  steps:
+    - name: call
+      rate_limit: {key: vendor-strict, limit: 1, per: 1m}
+      run: {command: {argv: ["/bin/true"]}}
+`), 0o644)
+	cli("apply", "-f", rateDir)
+	firstRated := strings.Fields(cli("jobs", "trigger", "vendor-rated", "-n", "qa"))[1]
+	poll(t, 60*time.Second, "vendor-rated "+firstRated+" succeeds", func() bool { return strings.Contains(cli("runs", "get", firstRated), "status succeeded") })
+	ratedRun := strings.Fields(cli("jobs", "trigger", "vendor-rated", "-n", "qa"))[1]
+	poll(t, 30*time.Second, "the second waits for its token", func() bool {
+		return strings.Contains(cli("runs", "get", ratedRun), "waiting: rate limit vendor-strict 1/1m, next token in")
+	})
+	do("a rated step's run", chromedp.Navigate(base+"/runs/"+ratedRun), chromedp.WaitVisible(css(`#graph a[data-task="call"]`)))
+	ratedHref := eval(`document.querySelector('#graph a[data-task="call"]').getAttribute('href')`)
+	do("a rated step's attempts", chromedp.Navigate(base+fmt.Sprint(ratedHref)), chromedp.WaitVisible(css(`#attempts [data-wait]`)))
+	if s := text(`#attempts [data-wait]`); !strings.Contains(s, "waiting: rate limit vendor-strict 1/1m, next token in") {
+		t.Errorf("the rated step's panel: %q", s)
+	}
+	if s := text(`#attempts [data-rate]`); !strings.Contains(s, "rate key vendor-strict") {
+		t.Errorf("the rated step's key: %q", s)
+	}
+	screenshot(t, ctx, "rated-step")
+	cli("runs", "cancel", ratedRun) // (its token would come in a minute)
 
 	// A step that asks for an approval (examples/refund.yaml): the run
 	// page shows what it asks, and its Approve button, with a comment,
