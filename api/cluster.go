@@ -111,8 +111,18 @@ func (s *clusterServer) GetCluster(ctx context.Context, _ *connect.Request[orrer
 			out.Queues = append(out.Queues, qd)
 		}
 	}
+	keys, err := store.New(s.pool).BusiestKeys(ctx, store.BusiestKeysParams{AllTenants: p.SystemAdmin, TenantID: p.Tenant, N: busiestKeys})
+	if err != nil {
+		return nil, toConnect(ctx, s.log, err)
+	}
+	for _, k := range keys {
+		out.BusiestKeys = append(out.BusiestKeys, &orreryv1.BusyKey{Kind: k.Kind, Tenant: k.Tenant, Key: k.Key, Waiting: k.Waiting, OldestWaitingSeconds: k.OldestSeconds})
+	}
 	return connect.NewResponse(out), nil
 }
+
+// busiestKeys bounds the keys of flow control GetCluster lists.
+const busiestKeys = 20
 
 // workerResources are a worker's capacity (nil when it declares none) and
 // what its running attempts ask for.

@@ -20,7 +20,7 @@ func (s *Server) clusterPage(w http.ResponseWriter, r *http.Request, v *view) er
 	for _, sh := range res.Msg.GetShards() {
 		maxLag = max(maxLag, sh.GetLagSeconds())
 	}
-	data := map[string]any{"C": res.Msg, "MaxLag": maxLag, "CLI": "orrery cluster"}
+	data := map[string]any{"C": res.Msg, "MaxLag": maxLag, "CLI": "orrery cluster", "SystemAdmin": v.P.SystemAdmin}
 	quota, err := s.clients.access.GetTenantQuota(v.ctx, connect.NewRequest(&orreryv1.GetTenantQuotaRequest{}))
 	switch {
 	case err == nil:

@@ -87,6 +87,17 @@ spec:
   defaults: {resources: {cpu: "1", memory: 256Mi}}
   run: {command: {argv: ["/bin/sleep", "30"]}}
 `), 0o644)
+	os.WriteFile(filepath.Join(dir, "rated.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: rated, namespace: ops}
+spec:
+  schedule: {cron: "@yearly"}
+  overlap: allow
+  steps:
+    - name: call
+      rate_limit: {key: metrics-vendor, limit: 1, per: 1h}
+      run: {command: {argv: ["/bin/true"]}}
+`), 0o644)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		if _, _, code := run(t, "--server", addr, "--api-key", reader, "jobs", "list"); code == 0 {
 			break
@@ -107,6 +118,13 @@ spec:
 	// A run in a queue no worker serves waits for admission.
 	if out, errOut, code := run(t, "--server", addr, "--api-key", strings.TrimSpace(admin), "jobs", "trigger", "stranded", "-n", "ops"); code != 0 {
 		t.Fatalf("trigger: %s %s", out, errOut)
+	}
+
+	// Two runs of a step of 1 an hour: the second waits in its key's line.
+	for range 2 {
+		if out, errOut, code := run(t, "--server", addr, "--api-key", strings.TrimSpace(admin), "jobs", "trigger", "rated", "-n", "ops"); code != 0 {
+			t.Fatalf("trigger: %s %s", out, errOut)
+		}
 	}
 
 	// A run cancelled over the API counts as finished, cancelled.
@@ -132,7 +150,8 @@ spec:
 		if status != http.StatusOK {
 			t.Fatalf("/metrics as a system admin: %d %s", status, text)
 		}
-		if sample(text, `orrery_runs_finished_total{outcome="succeeded"}`) >= 3 {
+		if sample(text, `orrery_runs_finished_total{outcome="succeeded"}`) >= 4 && sample(text, `orrery_schedule_lag_seconds_count`) >= 3 &&
+			sample(text, `orrery_flow_key_waiting{key="metrics-vendor",kind="rate",tenant="default"}`) == 1 { // (tick's 3, rated's first)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -148,20 +167,22 @@ spec:
 		}
 	}
 	for series, atLeast := range map[string]float64{
-		`orrery_attempts_total{exit_reason="none",outcome="succeeded"}`: 3,
-		`orrery_schedule_lag_seconds_count`:                             3,
-		`orrery_firing_batch_seconds_count`:                             3,
-		`orrery_admission_wait_seconds_count{queue="default"}`:          3,
-		`orrery_shard_takeovers_total`:                                  64,
-		`orrery_queue_depth{queue="default"}`:                           0,
-		`orrery_runs_finished_total{outcome="cancelled"}`:               1,
-		`orrery_admission_waiting{queue="nobody"}`:                      1,
-		`orrery_admission_oldest_waiting_seconds{queue="nobody"}`:       0.001,
-		`orrery_worker_capacity{resource="cpu"}`:                        3,
-		`orrery_worker_capacity{resource="memory"}`:                     4 << 30,
-		`orrery_worker_capacity{resource="licence"}`:                    2,
-		`orrery_tenant_allocated{resource="cpu",tenant="default"}`:      1,
-		`orrery_tenant_allocated{resource="memory",tenant="default"}`:   256 << 20,
+		`orrery_attempts_total{exit_reason="none",outcome="succeeded"}`:                             3,
+		`orrery_schedule_lag_seconds_count`:                                                         3,
+		`orrery_firing_batch_seconds_count`:                                                         3,
+		`orrery_admission_wait_seconds_count{queue="default"}`:                                      3,
+		`orrery_shard_takeovers_total`:                                                              64,
+		`orrery_queue_depth{queue="default"}`:                                                       0,
+		`orrery_runs_finished_total{outcome="cancelled"}`:                                           1,
+		`orrery_admission_waiting{queue="nobody"}`:                                                  1,
+		`orrery_admission_oldest_waiting_seconds{queue="nobody"}`:                                   0.001,
+		`orrery_worker_capacity{resource="cpu"}`:                                                    3,
+		`orrery_worker_capacity{resource="memory"}`:                                                 4 << 30,
+		`orrery_worker_capacity{resource="licence"}`:                                                2,
+		`orrery_tenant_allocated{resource="cpu",tenant="default"}`:                                  1,
+		`orrery_tenant_allocated{resource="memory",tenant="default"}`:                               256 << 20,
+		`orrery_flow_key_oldest_waiting_seconds{key="metrics-vendor",kind="rate",tenant="default"}`: 0.001,
+		`orrery_flow_keys_waiting{kind="rate"}`:                                                     1,
 	} {
 		if v := sample(text, series); v < atLeast {
 			t.Errorf("%s = %v, want at least %v", series, v, atLeast)

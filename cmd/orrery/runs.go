@@ -462,16 +462,30 @@ func newClusterCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%v\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", wk.GetName(), wk.GetLive(), tenants, strings.Join(queues, " "), types,
 					wk.GetTasksHeld(), api.ResourceUsage(wk.GetCapacity(), wk.GetAllocated()), cmp.Or(wk.GetEnforces(), "-"), ts(wk.GetHeartbeatTime()))
 			}
-			if err := tw.Flush(); err != nil || len(res.Msg.GetQueues()) == 0 {
+			if err := tw.Flush(); err != nil {
 				return err
 			}
-			fmt.Fprintln(w)
-			tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "QUEUE\tREADY\tOLDEST READY\tRESOURCES (USED/CAPACITY)")
-			for _, q := range res.Msg.GetQueues() {
-				fmt.Fprintf(tw, "%s\t%d\t%.1fs\t%s\n", q.GetQueue(), q.GetReady(), q.GetOldestReadySeconds(), api.ResourceUsage(q.GetCapacity(), q.GetAllocated()))
+			if len(res.Msg.GetQueues()) > 0 {
+				fmt.Fprintln(w)
+				tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "QUEUE\tREADY\tOLDEST READY\tRESOURCES (USED/CAPACITY)")
+				for _, q := range res.Msg.GetQueues() {
+					fmt.Fprintf(tw, "%s\t%d\t%.1fs\t%s\n", q.GetQueue(), q.GetReady(), q.GetOldestReadySeconds(), api.ResourceUsage(q.GetCapacity(), q.GetAllocated()))
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
 			}
-			return tw.Flush()
+			if len(res.Msg.GetBusiestKeys()) > 0 {
+				fmt.Fprintln(w)
+				tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "KEY KIND\tTENANT\tKEY\tWAITING\tOLDEST WAITED")
+				for _, k := range res.Msg.GetBusiestKeys() {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1fs\n", k.GetKind(), k.GetTenant(), k.GetKey(), k.GetWaiting(), k.GetOldestWaitingSeconds())
+				}
+				return tw.Flush()
+			}
+			return nil
 		},
 	}
 }

@@ -736,6 +736,15 @@ spec:
 		t.Errorf("the rated step's key: %q", s)
 	}
 	screenshot(t, ctx, "rated-step")
+	// The cluster page and `orrery cluster` name the key among the busiest.
+	do("the busiest keys", chromedp.Navigate(base+"/cluster"), chromedp.WaitVisible(css(`#busiest-keys tr[data-key="vendor-strict"]`)))
+	if s := text(`#busiest-keys tr[data-key="vendor-strict"]`); !strings.Contains(s, "rate") || !strings.Contains(s, "vendor-strict") {
+		t.Errorf("the cluster page's busiest keys: %q", s)
+	}
+	screenshot(t, ctx, "busiest-keys")
+	if out := cli("cluster"); !regexp.MustCompile(`rate\s+\S+\s+vendor-strict\s+1\s`).MatchString(out) {
+		t.Errorf("orrery cluster's busiest keys:\n%s", out)
+	}
 	cli("runs", "cancel", ratedRun) // (its token would come in a minute)
 
 	// A step that asks for an approval (examples/refund.yaml): the run

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,7 +19,8 @@ import (
 // backlog River does not hold, a queue no worker serves included) and
 // orrery_dead_letters (per namespace, in the state database) and
 // orrery_tenant_allocated (per tenant of the top allocationTenants, and
-// resource).
+// resource) and orrery_flow_key_waiting (the busiestKeys keys the most
+// wait for: a series each, not one a key).
 func (m *Metrics) WatchDatabase(state *pgxpool.Pool, queues dispatch.QueueDBs) {
 	if m == nil {
 		return
@@ -43,6 +45,12 @@ func (m *Metrics) WatchDatabase(state *pgxpool.Pool, queues dispatch.QueueDBs) {
 	m.Register(&allocationGauges{state: state,
 		allocated: prometheus.NewDesc("orrery_tenant_allocated", "What the tasks holding slots ask for together, per tenant and resource (cpu in cores, memory in bytes, gpu), for the "+
 			"20 tenants holding the most (by gpu, then cpu, then memory); the others together as tenant=\"(others)\".", []string{"tenant", "resource"}, nil),
+	})
+	m.Register(&keyGauges{state: state,
+		waiting: prometheus.NewDesc("orrery_flow_key_waiting", fmt.Sprintf("Tasks (or runs) waiting for a key, for the %d keys the most wait for, of every tenant: "+
+			"kind concurrency (a step's key), rate (a step's rate limit) or job (a job's key: \"JOB VALUE\").", busiestKeys), []string{"kind", "tenant", "key"}, nil),
+		oldest: prometheus.NewDesc("orrery_flow_key_oldest_waiting_seconds", "How long the oldest task (or run) waiting for each of those keys has waited.", []string{"kind", "tenant", "key"}, nil),
+		keys:   prometheus.NewDesc("orrery_flow_keys_waiting", "Keys with a task (or run) waiting for them, per kind.", []string{"kind"}, nil),
 	})
 	m.Register(NewGaugeFunc("orrery_alerts_open", "Alerts raised and not resolved, per kind.", "kind",
 		func(ctx context.Context) (map[string]float64, error) {
@@ -138,5 +146,35 @@ func (g *allocationGauges) Collect(ch chan<- prometheus.Metric) {
 	}
 	if len(rows) > allocationTenants {
 		emit("(others)", others)
+	}
+}
+
+// busiestKeys bounds the keys orrery_flow_key_waiting names.
+const busiestKeys = 10
+
+// keyGauges reads the busiest keys of flow control once per scrape.
+type keyGauges struct {
+	state                 *pgxpool.Pool
+	waiting, oldest, keys *prometheus.Desc
+}
+
+func (g *keyGauges) Describe(ch chan<- *prometheus.Desc) { ch <- g.waiting; ch <- g.oldest; ch <- g.keys }
+
+func (g *keyGauges) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	rows, err := store.New(g.state).BusiestKeys(ctx, store.BusiestKeysParams{AllTenants: true, N: busiestKeys})
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(g.waiting, err)
+		return
+	}
+	kinds := map[string]int64{"concurrency": 0, "rate": 0, "job": 0}
+	for _, r := range rows {
+		ch <- prometheus.MustNewConstMetric(g.waiting, prometheus.GaugeValue, float64(r.Waiting), r.Kind, r.Tenant, r.Key)
+		ch <- prometheus.MustNewConstMetric(g.oldest, prometheus.GaugeValue, r.OldestSeconds, r.Kind, r.Tenant, r.Key)
+		kinds[r.Kind] = r.KeysWaiting
+	}
+	for k, n := range kinds {
+		ch <- prometheus.MustNewConstMetric(g.keys, prometheus.GaugeValue, float64(n), k)
 	}
 }

@@ -11,6 +11,83 @@ import (
 	"github.com/google/uuid"
 )
 
+const busiestKeys = `-- name: BusiestKeys :many
+SELECT w.kind::text AS kind, w.tenant_id::uuid AS tenant_id, te.name AS tenant, w.key::text AS key, w.waiting::bigint AS waiting,
+       w.oldest_seconds::float8 AS oldest_seconds, (count(*) OVER (PARTITION BY w.kind))::bigint AS keys_waiting
+FROM (
+    SELECT 'concurrency' AS kind, t.tenant_id, t.flow_wait AS key, count(*) AS waiting,
+           EXTRACT(EPOCH FROM now() - min(COALESCE(t.released_at, t.created_at))) AS oldest_seconds
+    FROM tasks AS t
+    WHERE t.flow_wait IS NOT NULL AND t.status = 'waiting' AND ($1::bool OR t.tenant_id = $2::uuid)
+    GROUP BY t.tenant_id, t.flow_wait
+    UNION ALL
+    SELECT 'rate', t.tenant_id, t.rate_key, count(*), EXTRACT(EPOCH FROM now() - min(COALESCE(t.released_at, t.created_at)))
+    FROM tasks AS t
+    WHERE t.rate_key IS NOT NULL AND t.rate_at IS NOT NULL AND t.admitted_at IS NULL AND t.status IN ('queued', 'retrying')
+      AND t.ready_at > now() AND ($1::bool OR t.tenant_id = $2::uuid)
+    GROUP BY t.tenant_id, t.rate_key
+    UNION ALL
+    SELECT 'job', r.tenant_id, j.name || ' ' || split_part(k.key, '/', 3), count(*), EXTRACT(EPOCH FROM now() - min(r.created_at))
+    FROM runs AS r JOIN jobs AS j ON j.id = r.job_id CROSS JOIN LATERAL unnest(r.concurrency_keys) AS k (key)
+    WHERE r.held AND r.status = 'queued' AND r.finished_at IS NULL AND r.concurrency_keys IS NOT NULL
+      AND ($1::bool OR r.tenant_id = $2::uuid)
+    GROUP BY r.tenant_id, j.name, k.key
+) AS w JOIN tenants AS te ON te.id = w.tenant_id
+ORDER BY w.waiting DESC, w.oldest_seconds DESC, w.kind, w.key
+LIMIT $3
+`
+
+type BusiestKeysParams struct {
+	AllTenants bool
+	TenantID   uuid.UUID
+	N          int32
+}
+
+type BusiestKeysRow struct {
+	Kind          string
+	TenantID      uuid.UUID
+	Tenant        string
+	Key           string
+	Waiting       int64
+	OldestSeconds float64
+	KeysWaiting   int64
+}
+
+// BusiestKeys are the keys the most tasks or runs wait for, at most @n
+// (of every tenant with @all_tenants, else of @tenant_id's), each with
+// how many wait, how long the oldest has waited (since its release or
+// creation), and how many keys of its kind have one waiting (keys_waiting):
+// step concurrency keys (tasks held, by flow_wait), rate limits (tasks in
+// a key's line, their place ahead) and job concurrency keys (runs queued
+// for their keys: "JOB VALUE").
+func (q *Queries) BusiestKeys(ctx context.Context, arg BusiestKeysParams) ([]BusiestKeysRow, error) {
+	rows, err := q.db.Query(ctx, busiestKeys, arg.AllTenants, arg.TenantID, arg.N)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []BusiestKeysRow{}
+	for rows.Next() {
+		var i BusiestKeysRow
+		if err := rows.Scan(
+			&i.Kind,
+			&i.TenantID,
+			&i.Tenant,
+			&i.Key,
+			&i.Waiting,
+			&i.OldestSeconds,
+			&i.KeysWaiting,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const flowHolders = `-- name: FlowHolders :many
 
 SELECT q.tenant_id::uuid AS tenant_id, q.key::text AS key, (SELECT count(*) FROM tasks AS t

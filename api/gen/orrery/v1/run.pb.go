@@ -2781,7 +2781,10 @@ type GetClusterResponse struct {
 	// Worker processes, live or lapsed within the last hour.
 	Workers []*Worker `protobuf:"bytes,3,rep,name=workers,proto3" json:"workers,omitempty"`
 	// Every queue a worker served, with its ready tasks (all tenants).
-	Queues        []*QueueDepth `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
+	Queues []*QueueDepth `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
+	// The 20 keys of flow control the most tasks or runs wait for (every
+	// tenant's for a system admin, else the caller's tenant's).
+	BusiestKeys   []*BusyKey `protobuf:"bytes,5,rep,name=busiest_keys,json=busiestKeys,proto3" json:"busiest_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2844,6 +2847,93 @@ func (x *GetClusterResponse) GetQueues() []*QueueDepth {
 	return nil
 }
 
+func (x *GetClusterResponse) GetBusiestKeys() []*BusyKey {
+	if x != nil {
+		return x.BusiestKeys
+	}
+	return nil
+}
+
+// BusyKey is a key of flow control that tasks or runs wait for.
+type BusyKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// concurrency (a step's key: tasks held), rate (a step's rate limit:
+	// tasks in its line) or job (a job's key: runs queued, "JOB VALUE").
+	Kind    string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Tenant  string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Key     string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	Waiting int64  `protobuf:"varint,4,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// How long the oldest waiting has waited, in seconds.
+	OldestWaitingSeconds float64 `protobuf:"fixed64,5,opt,name=oldest_waiting_seconds,json=oldestWaitingSeconds,proto3" json:"oldest_waiting_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *BusyKey) Reset() {
+	*x = BusyKey{}
+	mi := &file_orrery_v1_run_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BusyKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BusyKey) ProtoMessage() {}
+
+func (x *BusyKey) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_run_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BusyKey.ProtoReflect.Descriptor instead.
+func (*BusyKey) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *BusyKey) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *BusyKey) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *BusyKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *BusyKey) GetWaiting() int64 {
+	if x != nil {
+		return x.Waiting
+	}
+	return 0
+}
+
+func (x *BusyKey) GetOldestWaitingSeconds() float64 {
+	if x != nil {
+		return x.OldestWaitingSeconds
+	}
+	return 0
+}
+
 // QueueDepth is one queue's backlog in River.
 type QueueDepth struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2863,7 +2953,7 @@ type QueueDepth struct {
 
 func (x *QueueDepth) Reset() {
 	*x = QueueDepth{}
-	mi := &file_orrery_v1_run_proto_msgTypes[36]
+	mi := &file_orrery_v1_run_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +2965,7 @@ func (x *QueueDepth) String() string {
 func (*QueueDepth) ProtoMessage() {}
 
 func (x *QueueDepth) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[36]
+	mi := &file_orrery_v1_run_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +2978,7 @@ func (x *QueueDepth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueDepth.ProtoReflect.Descriptor instead.
 func (*QueueDepth) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *QueueDepth) GetQueue() string {
@@ -2963,7 +3053,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_orrery_v1_run_proto_msgTypes[37]
+	mi := &file_orrery_v1_run_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2975,7 +3065,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_run_proto_msgTypes[37]
+	mi := &file_orrery_v1_run_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2988,7 +3078,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_run_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_run_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Worker) GetId() string {
@@ -3351,12 +3441,19 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\x12F\n" +
 	"\x11lease_expire_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x0fleaseExpireTime\x12\x1f\n" +
 	"\vlag_seconds\x18\x06 \x01(\x01R\n" +
-	"lagSeconds\"\xc1\x01\n" +
+	"lagSeconds\"\xf8\x01\n" +
 	"\x12GetClusterResponse\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.orrery.v1.NodeR\x05nodes\x12(\n" +
 	"\x06shards\x18\x02 \x03(\v2\x10.orrery.v1.ShardR\x06shards\x12+\n" +
 	"\aworkers\x18\x03 \x03(\v2\x11.orrery.v1.WorkerR\aworkers\x12-\n" +
-	"\x06queues\x18\x04 \x03(\v2\x15.orrery.v1.QueueDepthR\x06queues\"\xd0\x01\n" +
+	"\x06queues\x18\x04 \x03(\v2\x15.orrery.v1.QueueDepthR\x06queues\x125\n" +
+	"\fbusiest_keys\x18\x05 \x03(\v2\x12.orrery.v1.BusyKeyR\vbusiestKeys\"\x97\x01\n" +
+	"\aBusyKey\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x18\n" +
+	"\awaiting\x18\x04 \x01(\x03R\awaiting\x124\n" +
+	"\x16oldest_waiting_seconds\x18\x05 \x01(\x01R\x14oldestWaitingSeconds\"\xd0\x01\n" +
 	"\n" +
 	"QueueDepth\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x14\n" +
@@ -3416,7 +3513,7 @@ func file_orrery_v1_run_proto_rawDescGZIP() []byte {
 	return file_orrery_v1_run_proto_rawDescData
 }
 
-var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_orrery_v1_run_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_orrery_v1_run_proto_goTypes = []any{
 	(*Run)(nil),                       // 0: orrery.v1.Run
 	(*RunStep)(nil),                   // 1: orrery.v1.RunStep
@@ -3454,119 +3551,121 @@ var file_orrery_v1_run_proto_goTypes = []any{
 	(*Node)(nil),                      // 33: orrery.v1.Node
 	(*Shard)(nil),                     // 34: orrery.v1.Shard
 	(*GetClusterResponse)(nil),        // 35: orrery.v1.GetClusterResponse
-	(*QueueDepth)(nil),                // 36: orrery.v1.QueueDepth
-	(*Worker)(nil),                    // 37: orrery.v1.Worker
-	nil,                               // 38: orrery.v1.ItemCounts.ByStatusEntry
-	nil,                               // 39: orrery.v1.RunHour.ByStatusEntry
-	nil,                               // 40: orrery.v1.TriggerJobRequest.ParamsEntry
-	nil,                               // 41: orrery.v1.TriggerJobRequest.ParamTextsEntry
-	nil,                               // 42: orrery.v1.Worker.QueuesEntry
-	(*timestamppb.Timestamp)(nil),     // 43: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),           // 44: google.protobuf.Struct
-	(*Resources)(nil),                 // 45: orrery.v1.Resources
-	(*JobRef)(nil),                    // 46: orrery.v1.JobRef
-	(*structpb.Value)(nil),            // 47: google.protobuf.Value
+	(*BusyKey)(nil),                   // 36: orrery.v1.BusyKey
+	(*QueueDepth)(nil),                // 37: orrery.v1.QueueDepth
+	(*Worker)(nil),                    // 38: orrery.v1.Worker
+	nil,                               // 39: orrery.v1.ItemCounts.ByStatusEntry
+	nil,                               // 40: orrery.v1.RunHour.ByStatusEntry
+	nil,                               // 41: orrery.v1.TriggerJobRequest.ParamsEntry
+	nil,                               // 42: orrery.v1.TriggerJobRequest.ParamTextsEntry
+	nil,                               // 43: orrery.v1.Worker.QueuesEntry
+	(*timestamppb.Timestamp)(nil),     // 44: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),           // 45: google.protobuf.Struct
+	(*Resources)(nil),                 // 46: orrery.v1.Resources
+	(*JobRef)(nil),                    // 47: orrery.v1.JobRef
+	(*structpb.Value)(nil),            // 48: google.protobuf.Value
 }
 var file_orrery_v1_run_proto_depIdxs = []int32{
-	43, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
-	43, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
-	43, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
-	43, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
-	44, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
-	44, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
+	44, // 0: orrery.v1.Run.scheduled_time:type_name -> google.protobuf.Timestamp
+	44, // 1: orrery.v1.Run.create_time:type_name -> google.protobuf.Timestamp
+	44, // 2: orrery.v1.Run.start_time:type_name -> google.protobuf.Timestamp
+	44, // 3: orrery.v1.Run.finish_time:type_name -> google.protobuf.Timestamp
+	45, // 4: orrery.v1.Run.params:type_name -> google.protobuf.Struct
+	45, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
 	1,  // 6: orrery.v1.Run.steps:type_name -> orrery.v1.RunStep
-	44, // 7: orrery.v1.Run.event:type_name -> google.protobuf.Struct
-	43, // 8: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	43, // 9: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	43, // 10: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	45, // 7: orrery.v1.Run.event:type_name -> google.protobuf.Struct
+	44, // 8: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	44, // 9: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	44, // 10: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
 	6,  // 11: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	43, // 12: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
-	43, // 13: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	44, // 12: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	44, // 13: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
 	5,  // 14: orrery.v1.Task.items:type_name -> orrery.v1.ItemCounts
-	45, // 15: orrery.v1.Task.resources:type_name -> orrery.v1.Resources
+	46, // 15: orrery.v1.Task.resources:type_name -> orrery.v1.Resources
 	3,  // 16: orrery.v1.Task.approval:type_name -> orrery.v1.PendingApproval
-	43, // 17: orrery.v1.PendingApproval.timeout_time:type_name -> google.protobuf.Timestamp
+	44, // 17: orrery.v1.PendingApproval.timeout_time:type_name -> google.protobuf.Timestamp
 	4,  // 18: orrery.v1.PendingApproval.decisions:type_name -> orrery.v1.Decision
-	43, // 19: orrery.v1.Decision.time:type_name -> google.protobuf.Timestamp
-	38, // 20: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
-	43, // 21: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	43, // 22: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	46, // 23: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	43, // 24: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	43, // 25: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	44, // 19: orrery.v1.Decision.time:type_name -> google.protobuf.Timestamp
+	39, // 20: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
+	44, // 21: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	44, // 22: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	47, // 23: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	44, // 24: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	44, // 25: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
 	0,  // 26: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	43, // 27: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
-	43, // 28: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
-	43, // 29: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
-	43, // 30: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
+	44, // 27: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
+	44, // 28: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
+	44, // 29: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
+	44, // 30: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
 	11, // 31: orrery.v1.SummarizeRunsResponse.hours:type_name -> orrery.v1.RunHour
 	12, // 32: orrery.v1.SummarizeRunsResponse.failing_jobs:type_name -> orrery.v1.FailingJob
 	13, // 33: orrery.v1.SummarizeRunsResponse.slowest_starts:type_name -> orrery.v1.SlowStart
 	14, // 34: orrery.v1.SummarizeRunsResponse.late_jobs:type_name -> orrery.v1.LateJob
-	43, // 35: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
-	39, // 36: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
-	43, // 37: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
-	43, // 38: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
-	43, // 39: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
-	43, // 40: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
+	44, // 35: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
+	40, // 36: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
+	44, // 37: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
+	44, // 38: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
+	44, // 39: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
+	44, // 40: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
 	0,  // 41: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
 	2,  // 42: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
 	2,  // 43: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
-	46, // 44: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	40, // 45: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
-	41, // 46: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	47, // 44: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	41, // 45: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	42, // 46: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
 	0,  // 47: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
 	0,  // 48: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
 	2,  // 49: orrery.v1.ApproveStepResponse.task:type_name -> orrery.v1.Task
 	2,  // 50: orrery.v1.RejectStepResponse.task:type_name -> orrery.v1.Task
 	0,  // 51: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
-	43, // 52: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	43, // 53: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	46, // 54: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	44, // 52: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	44, // 53: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	47, // 54: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
 	27, // 55: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	46, // 56: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	43, // 57: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	43, // 58: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	43, // 59: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	47, // 56: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	44, // 57: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	44, // 58: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	44, // 59: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
 	33, // 60: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
 	34, // 61: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	37, // 62: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	36, // 63: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	45, // 64: orrery.v1.QueueDepth.capacity:type_name -> orrery.v1.Resources
-	45, // 65: orrery.v1.QueueDepth.allocated:type_name -> orrery.v1.Resources
-	42, // 66: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	43, // 67: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	43, // 68: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	45, // 69: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
-	45, // 70: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
-	47, // 71: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	7,  // 72: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	9,  // 73: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
-	15, // 74: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	17, // 75: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	19, // 76: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	25, // 77: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	21, // 78: orrery.v1.RunService.ApproveStep:input_type -> orrery.v1.ApproveStepRequest
-	23, // 79: orrery.v1.RunService.RejectStep:input_type -> orrery.v1.RejectStepRequest
-	28, // 80: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	30, // 81: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	32, // 82: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	8,  // 83: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	10, // 84: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
-	16, // 85: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	18, // 86: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	20, // 87: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	26, // 88: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	22, // 89: orrery.v1.RunService.ApproveStep:output_type -> orrery.v1.ApproveStepResponse
-	24, // 90: orrery.v1.RunService.RejectStep:output_type -> orrery.v1.RejectStepResponse
-	29, // 91: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	31, // 92: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	35, // 93: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	83, // [83:94] is the sub-list for method output_type
-	72, // [72:83] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	38, // 62: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	37, // 63: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	36, // 64: orrery.v1.GetClusterResponse.busiest_keys:type_name -> orrery.v1.BusyKey
+	46, // 65: orrery.v1.QueueDepth.capacity:type_name -> orrery.v1.Resources
+	46, // 66: orrery.v1.QueueDepth.allocated:type_name -> orrery.v1.Resources
+	43, // 67: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	44, // 68: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	44, // 69: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	46, // 70: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
+	46, // 71: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
+	48, // 72: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	7,  // 73: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	9,  // 74: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
+	15, // 75: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	17, // 76: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	19, // 77: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	25, // 78: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	21, // 79: orrery.v1.RunService.ApproveStep:input_type -> orrery.v1.ApproveStepRequest
+	23, // 80: orrery.v1.RunService.RejectStep:input_type -> orrery.v1.RejectStepRequest
+	28, // 81: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	30, // 82: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	32, // 83: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	8,  // 84: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	10, // 85: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
+	16, // 86: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	18, // 87: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	20, // 88: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	26, // 89: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	22, // 90: orrery.v1.RunService.ApproveStep:output_type -> orrery.v1.ApproveStepResponse
+	24, // 91: orrery.v1.RunService.RejectStep:output_type -> orrery.v1.RejectStepResponse
+	29, // 92: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	31, // 93: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	35, // 94: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	84, // [84:95] is the sub-list for method output_type
+	73, // [73:84] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
@@ -3582,7 +3681,7 @@ func file_orrery_v1_run_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_run_proto_rawDesc), len(file_orrery_v1_run_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
