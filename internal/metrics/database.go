@@ -158,7 +158,11 @@ type keyGauges struct {
 	waiting, oldest, keys *prometheus.Desc
 }
 
-func (g *keyGauges) Describe(ch chan<- *prometheus.Desc) { ch <- g.waiting; ch <- g.oldest; ch <- g.keys }
+func (g *keyGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.waiting
+	ch <- g.oldest
+	ch <- g.keys
+}
 
 func (g *keyGauges) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
