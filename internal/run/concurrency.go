@@ -338,6 +338,43 @@ func (ap *applying) promoteKeyed(ctx context.Context, jobID uuid.UUID, ended []s
 	return len(started), true, ap.releaseRoots(ctx, started...)
 }
 
+// fullKey says, under their keys' locks, whether finished runs about to
+// run again (a retry, a rerun, a replay) find room in their concurrency
+// keys: a run holds its keys again once it runs, counted as a new run
+// would be. It returns the first full key's reason ("concurrency key
+// customer=42 1/1"), or "" when they all fit.
+func (ap *applying) fullKey(ctx context.Context, runs []uuid.UUID) (string, error) {
+	rows, err := ap.q.RunsKeys(ctx, runs)
+	if err != nil || len(rows) == 0 {
+		return "", err
+	}
+	var all []string
+	versions := make([]specKey, len(rows))
+	for i, r := range rows {
+		all = append(all, r.ConcurrencyKeys...)
+		versions[i] = specKey{r.JobID, r.JobVersion}
+	}
+	held, err := ap.holders(ctx, all)
+	if err != nil {
+		return "", err
+	}
+	got, err := specs.getMany(ctx, ap.tx, versions)
+	if err != nil {
+		return "", err
+	}
+	for i, r := range rows {
+		for _, k := range r.ConcurrencyKeys {
+			if lim := limitOf(got[versions[i]], k); held[k] >= lim {
+				return fmt.Sprintf("%s %s %d/%d", ReasonConcurrencyQueue, valueOf(k), held[k], lim), nil
+			}
+		}
+		for _, k := range r.ConcurrencyKeys {
+			held[k]++
+		}
+	}
+	return "", nil
+}
+
 // limitOf is the limit of key (JOB/ENTRY/VALUE) in the job's spec s (1
 // when the entry is gone: a version that dropped it).
 func limitOf(s *parsedSpec, key string) int {

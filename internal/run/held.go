@@ -46,7 +46,8 @@ func (ap *applying) releaseRoots(ctx context.Context, runs ...uuid.UUID) error {
 		}
 		cands := make([]candidate, len(roots))
 		for i, t := range roots {
-			cands[i] = candidate{dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, 0), t.RunID, t.Step, t.Conditional, t.FanOut, t.JobStep}
+			// (a run retried while its key was full has made attempts)
+			cands[i] = candidate{dispatch.NextAttempt(t.ID, t.TenantID, t.Queue, t.Priority, t.Attempt), t.RunID, t.Step, t.Conditional, t.FanOut, t.JobStep}
 		}
 		if err := ap.release(ctx, cands); err != nil {
 			return err

@@ -169,6 +169,13 @@ func (s *Service) replayRuns(ctx context.Context, a job.Actor, runs []store.Dead
 			}
 		}
 		if len(reopen) > 0 { // before the releases, whose conditions may end a run again
+			// (their concurrency keys held again: a replay does not wait
+			// for a full one, it is refused)
+			if full, err := apply.in(tx).fullKey(ctx, reopen); err != nil {
+				return err
+			} else if full != "" {
+				return fmt.Errorf("%w: its run's %s: replay once a run of the key ends", ErrCannotRetry, full)
+			}
 			if err := q.ReopenRuns(ctx, reopen); err != nil {
 				return err
 			}

@@ -77,7 +77,9 @@ func (s *Service) RetryRun(ctx context.Context, a job.Actor, id uuid.UUID, ignor
 // tx (the run's row locked, its retry allowed): its tasks reset and
 // released as lifecycle.Retry says, audited as action retry by a. With
 // all, it runs the run again from the start instead (lifecycle.Rerun: a
-// run that succeeded too), audited as action rerun.
+// run that succeeded too), audited as action rerun. A run of a
+// concurrency key at its limit is written queued for it instead, its
+// tasks released when a run of the key ends.
 func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, before Run, jobName string, all bool) error {
 	q := store.New(tx)
 	id := before.ID
@@ -98,7 +100,22 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 	if all {
 		p, reopen, action = lifecycle.Rerun(before.Status, graph), q.RerunRun, "rerun"
 	}
-	if _, err := reopen(ctx, id); store.IsNotFound(err) {
+	// Its concurrency keys are held again once it runs (a finished run
+	// holds none): at a full key, it is queued for them, its tasks to run
+	// again left waiting for the promotion that starts it (their release:
+	// RootTasks).
+	ap := apply.in(tx)
+	full, err := ap.fullKey(ctx, []uuid.UUID{id})
+	if err != nil {
+		return err
+	}
+	queued := full != "" && len(p.Release) > 0
+	if queued {
+		_, err = q.QueueRetriedRun(ctx, store.QueueRetriedRunParams{ID: id, Reason: full, Rerun: all})
+	} else {
+		_, err = reopen(ctx, id)
+	}
+	if store.IsNotFound(err) {
 		return fmt.Errorf("%w: it is no longer finished", ErrCannotRetry)
 	} else if err != nil {
 		return err
@@ -141,7 +158,9 @@ func retryGraph(ctx context.Context, tx pgx.Tx, apply *Applier, a job.Actor, bef
 	}); err != nil {
 		return err
 	}
-	ap := apply.in(tx)
+	if queued {
+		return nil
+	}
 	if err := ap.release(ctx, cands); err != nil {
 		return err
 	}

@@ -26,8 +26,9 @@ import (
 // is queued (and started, the oldest first, when a run of its key ends),
 // cancelled (cancel_newest), or makes room by cancelling the oldest
 // holder (cancel_running); a run of another key does not wait; a key that
-// does not evaluate fails the run naming it. Many triggers at once never
-// run more than the limit of one key.
+// does not evaluate fails the run naming it; a retry of a run of a full
+// key is queued for it. Many triggers at once never run more than the
+// limit of one key.
 func TestConcurrencyKeysBoundRuns(t *testing.T) {
 	t.Parallel()
 	pool := pgtest.Pool(t)
@@ -119,6 +120,26 @@ func TestConcurrencyKeysBoundRuns(t *testing.T) {
 	}
 	gates.Open("l2")
 	is(l2.ID, "succeeded")
+
+	// A retry holds the run's keys again: at a full key it is queued for
+	// it, and runs once the holder ends.
+	r1 := trigger("sync", "9", "r1")
+	is(r1.ID, "running")
+	if _, err := runs.CancelRun(ctx, job.Anonymous, r1.ID, "test"); err != nil {
+		t.Fatal(err)
+	}
+	is(r1.ID, "cancelled")
+	r2 := trigger("sync", "9", "r2")
+	is(r2.ID, "running")
+	again, err := runs.RetryRun(ctx, job.Anonymous, r1.ID, false)
+	if err != nil || again.Status != "queued" || again.Reason != "concurrency key customer=9 1/1" {
+		t.Fatalf("a retry of a run of a full key: %+v, %v; want queued for it", again, err)
+	}
+	gates.Open("r2")
+	is(r2.ID, "succeeded")
+	is(r1.ID, "running")
+	gates.Open("r1")
+	is(r1.ID, "succeeded")
 
 	// A key past its bound fails the run, naming it.
 	bad := trigger("sync", strings.Repeat("x", 300), "bad")

@@ -1492,6 +1492,29 @@ func (q *Queries) PromoteRuns(ctx context.Context, ids []uuid.UUID) ([]uuid.UUID
 	return items, nil
 }
 
+const queueRetriedRun = `-- name: QueueRetriedRun :one
+UPDATE runs SET status = 'queued', finished_at = NULL, reason = $1
+WHERE id = $2 AND (status IN ('failed', 'dead_lettered', 'cancelled') OR ($3::bool AND status = 'succeeded'))
+RETURNING id
+`
+
+type QueueRetriedRunParams struct {
+	Reason string
+	ID     uuid.UUID
+	Rerun  bool
+}
+
+// QueueRetriedRun reopens a finished run to run again (a retry; with
+// @rerun a rerun, of a run that succeeded too) as queued for its
+// concurrency keys, with @reason: its tasks released when a promotion
+// starts it (RootTasks). No row when it is not one.
+func (q *Queries) QueueRetriedRun(ctx context.Context, arg QueueRetriedRunParams) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, queueRetriedRun, arg.Reason, arg.ID, arg.Rerun)
+	var id uuid.UUID
+	err := row.Scan(&id)
+	return id, err
+}
+
 const queuedForKeys = `-- name: QueuedForKeys :many
 SELECT r.id, r.job_id, r.job_version, r.concurrency_keys::text[] AS concurrency_keys FROM runs AS r
 WHERE r.concurrency_keys && $1::text[] AND r.finished_at IS NULL AND r.concurrency_keys IS NOT NULL
@@ -2025,6 +2048,46 @@ func (q *Queries) RunsByHour(ctx context.Context, arg RunsByHourParams) ([]RunsB
 	for rows.Next() {
 		var i RunsByHourRow
 		if err := rows.Scan(&i.Hour, &i.Status, &i.Runs); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const runsKeys = `-- name: RunsKeys :many
+SELECT id, job_id, job_version, concurrency_keys::text[] AS concurrency_keys FROM runs
+WHERE id = ANY($1::uuid[]) AND concurrency_keys IS NOT NULL
+ORDER BY id
+`
+
+type RunsKeysRow struct {
+	ID              uuid.UUID
+	JobID           uuid.UUID
+	JobVersion      int64
+	ConcurrencyKeys []string
+}
+
+// RunsKeys are the concurrency keys of the runs of @ids that hold any
+// (a retry or a replay asks them for room again).
+func (q *Queries) RunsKeys(ctx context.Context, ids []uuid.UUID) ([]RunsKeysRow, error) {
+	rows, err := q.db.Query(ctx, runsKeys, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []RunsKeysRow{}
+	for rows.Next() {
+		var i RunsKeysRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobID,
+			&i.JobVersion,
+			&i.ConcurrencyKeys,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

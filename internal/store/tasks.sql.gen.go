@@ -1039,7 +1039,7 @@ func (q *Queries) ReopenItems(ctx context.Context, groupIds []uuid.UUID) error {
 }
 
 const rootTasks = `-- name: RootTasks :many
-SELECT id, tenant_id, queue, priority, run_id, step, conditional, fan_out, job_step FROM tasks
+SELECT id, tenant_id, queue, priority, attempt, run_id, step, conditional, fan_out, job_step FROM tasks
 WHERE run_id = $1 AND status = 'waiting' AND parents_remaining = 0 AND group_id IS NULL
 `
 
@@ -1048,6 +1048,7 @@ type RootTasksRow struct {
 	TenantID    uuid.UUID
 	Queue       string
 	Priority    int32
+	Attempt     int32
 	RunID       uuid.UUID
 	Step        string
 	Conditional bool
@@ -1056,7 +1057,9 @@ type RootTasksRow struct {
 }
 
 // RootTasks lists the tasks of a held run that start with it (not the
-// held items of a fan-out, which their group releases).
+// held items of a fan-out, which their group releases): its first steps,
+// or, for a run retried while its key was full, those to run again
+// (their attempts go on).
 func (q *Queries) RootTasks(ctx context.Context, runID uuid.UUID) ([]RootTasksRow, error) {
 	rows, err := q.db.Query(ctx, rootTasks, runID)
 	if err != nil {
@@ -1071,6 +1074,7 @@ func (q *Queries) RootTasks(ctx context.Context, runID uuid.UUID) ([]RootTasksRo
 			&i.TenantID,
 			&i.Queue,
 			&i.Priority,
+			&i.Attempt,
 			&i.RunID,
 			&i.Step,
 			&i.Conditional,

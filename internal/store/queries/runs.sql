@@ -409,6 +409,15 @@ UPDATE runs SET status = 'running', finished_at = NULL, reason = ''
 WHERE id = @id AND status IN ('failed', 'dead_lettered', 'cancelled')
 RETURNING id;
 
+-- QueueRetriedRun reopens a finished run to run again (a retry; with
+-- @rerun a rerun, of a run that succeeded too) as queued for its
+-- concurrency keys, with @reason: its tasks released when a promotion
+-- starts it (RootTasks). No row when it is not one.
+-- name: QueueRetriedRun :one
+UPDATE runs SET status = 'queued', finished_at = NULL, reason = @reason
+WHERE id = @id AND (status IN ('failed', 'dead_lettered', 'cancelled') OR (@rerun::bool AND status = 'succeeded'))
+RETURNING id;
+
 -- RerunRun reopens a finished run that had tasks, succeeded or not, to
 -- run again from the start (a backfill's redo all); no row when it is not
 -- one.
@@ -609,3 +618,10 @@ WHERE r.concurrency_keys && @keys::text[] AND r.finished_at IS NULL AND r.concur
 ORDER BY r.scheduled_for, r.id
 LIMIT @n;
 
+
+-- RunsKeys are the concurrency keys of the runs of @ids that hold any
+-- (a retry or a replay asks them for room again).
+-- name: RunsKeys :many
+SELECT id, job_id, job_version, concurrency_keys::text[] AS concurrency_keys FROM runs
+WHERE id = ANY(@ids::uuid[]) AND concurrency_keys IS NOT NULL
+ORDER BY id;

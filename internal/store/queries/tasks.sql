@@ -162,9 +162,11 @@ WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = @job_id AND r.held AND r
 RETURNING id;
 
 -- RootTasks lists the tasks of a held run that start with it (not the
--- held items of a fan-out, which their group releases).
+-- held items of a fan-out, which their group releases): its first steps,
+-- or, for a run retried while its key was full, those to run again
+-- (their attempts go on).
 -- name: RootTasks :many
-SELECT id, tenant_id, queue, priority, run_id, step, conditional, fan_out, job_step FROM tasks
+SELECT id, tenant_id, queue, priority, attempt, run_id, step, conditional, fan_out, job_step FROM tasks
 WHERE run_id = @run_id AND status = 'waiting' AND parents_remaining = 0 AND group_id IS NULL;
 
 -- ExpiredLeases lists running tasks whose lease lapsed: their worker's
