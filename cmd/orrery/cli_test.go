@@ -169,7 +169,13 @@ func TestDevServesExamplesAndClientVerbs(t *testing.T) {
 		t.Fatalf("jobs list without a key: %d %s", code, errOut)
 	}
 
-	out, _, _ := cli("jobs", "list")
+	// Nor the address: a client command of the folder without --server
+	// asks the one dev serves on (not 127.0.0.1:8080).
+	out, errOut, code := runEnv(t, []string{"ORRERY_DATA_DIR=" + dataDir, "XDG_CONFIG_HOME=" + t.TempDir()}, "jobs", "list")
+	if code != 0 || !strings.Contains(out, "nightly-sales") {
+		t.Fatalf("jobs list without --server from dev's folder: %d %s %s", code, out, errOut)
+	}
+	out, _, _ = cli("jobs", "list")
 	for _, name := range []string{"nightly-sales", "hourly-sync", "publish-reports"} {
 		if !strings.Contains(out, name) {
 			t.Errorf("jobs list lacks example %s:\n%s", name, out)
@@ -190,7 +196,7 @@ spec:
 	if _, errOut, code := cli("jobs", "create", "-f", jobFile); code == 0 || !strings.Contains(errOut, "already_exists") {
 		t.Fatalf("duplicate create: %d %s", code, errOut)
 	}
-	out, _, code := cli("jobs", "get", "cli-job", "-n", "team-a")
+	out, _, code = cli("jobs", "get", "cli-job", "-n", "team-a")
 	if code != 0 || !strings.Contains(out, "next_fire_times:") || !strings.Contains(out, "status: active") {
 		t.Fatalf("get: %s", out)
 	}
@@ -202,7 +208,7 @@ spec:
 
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("apiVersion: orrery.dev/v1\nkind: Job\nmetadata: {name: bad}\nspec:\n  schedule: {cron: \"61 * * * *\"}\n  run: {handler: noop}\n  colour: blue\n"), 0o644)
-	_, errOut, code := cli("jobs", "create", "-f", bad)
+	_, errOut, code = cli("jobs", "create", "-f", bad)
 	if code == 0 || !strings.Contains(errOut, bad+":7:3: spec.colour: unknown field") {
 		t.Fatalf("bad file: %d %s", code, errOut)
 	}

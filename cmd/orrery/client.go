@@ -23,18 +23,24 @@ func (g *globals) httpClient() *http.Client {
 }
 
 // key is the API key client commands send: --api-key (ORRERY_API_KEY), or
-// the one `orrery dev` wrote in its data dir (ORRERY_DATA_DIR, default
-// .orrery in the current folder).
+// the one `orrery dev` wrote in its data dir (readDevFile).
 func (g *globals) key() string {
 	if g.apiKey != "" {
 		return g.apiKey
 	}
+	return readDevFile(devKeyFile)
+}
+
+// readDevFile reads what `orrery dev` recorded in its data dir
+// (ORRERY_DATA_DIR, default .orrery in the current folder) under name: ""
+// when there is none.
+func readDevFile(name string) string {
 	dir := os.Getenv("ORRERY_DATA_DIR")
 	if dir == "" {
 		dir = ".orrery"
 	}
-	b, err := os.ReadFile(filepath.Join(dir, devKeyFile))
-	if err != nil {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil || len(b) > 4096 {
 		return ""
 	}
 	return strings.TrimSpace(string(b))

@@ -82,6 +82,11 @@ Ctrl-C. A second run reuses the data.`,
 			if st.addr, err = resolveAddr(st.addr); err != nil {
 				return fmt.Errorf("--addr: %w", err)
 			}
+			// Client commands from this folder find this address (as
+			// they find its key), whatever --addr is.
+			if err := os.WriteFile(filepath.Join(dataDir, devServerFile), []byte("http://"+st.addr+"\n"), 0o644); err != nil {
+				return fmt.Errorf("--data-dir: record the address: %w", err)
+			}
 			devSandbox(cmd.Flags(), &st)
 			if err := loadExamples(cmd, jobs, sinkBase(st.addr), log); err != nil {
 				return err

@@ -27,6 +27,11 @@ import (
 // client commands started from the project folder find it there.
 const devKeyFile = "api-key"
 
+// devServerFile is where `orrery dev` records the address it serves on,
+// in its data dir; client commands started from the project folder use it
+// when neither --server (ORRERY_SERVER) nor a login names one.
+const devServerFile = "server"
+
 // devWorkerKeyFile is where `orrery dev` keeps the worker key of the
 // Python example worker (examples/workers/python), in its data dir.
 const devWorkerKeyFile = "worker-key"

@@ -56,7 +56,10 @@ func loadClientConfig() (clientConfig, error) {
 
 // applyLogin fills --server and --api-key from the login when they were
 // not given: the server when --server (ORRERY_SERVER) is unset, the key
-// when talking to the server logged in to.
+// when talking to the server logged in to. Without a login, an unset
+// --server is the address `orrery dev` recorded in its data dir (the
+// project folder's dev stack, on whatever --addr it serves), else the
+// flag's default.
 func (g *globals) applyLogin(serverSet bool) {
 	c, err := loadClientConfig()
 	if err != nil {
@@ -66,6 +69,9 @@ func (g *globals) applyLogin(serverSet bool) {
 		return
 	}
 	if c.Server == "" {
+		if dev := readDevFile(devServerFile); !serverSet && dev != "" {
+			g.server = dev
+		}
 		return
 	}
 	if !serverSet {
