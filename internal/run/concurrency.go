@@ -217,18 +217,7 @@ func valueOf(key string) string {
 // keyVars are what a run's keys read as it is created: its params, its
 // event, its instant and trigger.
 func keyVars(r New) expr.Vars {
-	v := expr.Vars{ScheduledFor: r.At, Trigger: string(r.Trigger)}
-	if len(r.Params) > 0 {
-		if p, err := expr.FromJSON(r.Params); err == nil {
-			v.Params, _ = p.(map[string]any)
-		}
-	}
-	if len(r.Event) > 0 {
-		if e, err := expr.FromJSON(r.Event); err == nil {
-			v.Event, _ = e.(map[string]any)
-		}
-	}
-	return v
+	return expr.Vars{ScheduledFor: r.At, Trigger: string(r.Trigger), Params: jsonObject(r.Params), Event: jsonObject(r.Event)}
 }
 
 // maxPromoted bounds the queued runs one run's end looks at.

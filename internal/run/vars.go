@@ -104,21 +104,7 @@ func runOfRow(r store.ConditionRunsRow, attempt int) runOf {
 func (o *outputsToRead) vars(r runOf, steps []string, spent *uint64) expr.Vars {
 	v := expr.Vars{RunID: r.id.String(), ScheduledFor: r.scheduledFor, Trigger: r.trigger, Job: r.job, Namespace: r.ns,
 		Attempt: r.attempt, Steps: make(map[string]expr.StepVars, len(steps)), Spent: spent}
-	if len(r.params) > 0 {
-		if m, err := expr.FromJSON(r.params); err == nil {
-			v.Params, _ = m.(map[string]any)
-		}
-	}
-	if len(r.upstream) > 0 {
-		if m, err := expr.FromJSON(r.upstream); err == nil {
-			v.Upstream, _ = m.(map[string]any)
-		}
-	}
-	if len(r.event) > 0 {
-		if m, err := expr.FromJSON(r.event); err == nil {
-			v.Event, _ = m.(map[string]any)
-		}
-	}
+	v.Params, v.Upstream, v.Event = jsonObject(r.params), jsonObject(r.upstream), jsonObject(r.event)
 	if len(r.item) > 0 {
 		v.Item, _ = expr.FromJSON(r.item)
 	}
@@ -129,6 +115,20 @@ func (o *outputsToRead) vars(r runOf, steps []string, spent *uint64) expr.Vars {
 		}
 	}
 	return v
+}
+
+// jsonObject is a run's JSON object (params, upstream, event) as
+// expressions read it: nil when there is none, or it is not an object.
+func jsonObject(b []byte) map[string]any {
+	if len(b) == 0 {
+		return nil
+	}
+	m, err := expr.FromJSON(b)
+	if err != nil {
+		return nil
+	}
+	o, _ := m.(map[string]any)
+	return o
 }
 
 // budgets are the expression cost budgets of a batch, one per run: the
