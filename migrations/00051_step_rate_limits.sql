@@ -7,8 +7,9 @@
 -- theoretical arrival time (tat, GCRA: a task may start when tat - per +
 -- per/limit is not after now), so a crashed pass spent nothing. A task
 -- refused a token waits with the time its turn comes as its ready_at (and
--- rate_at: the place in the key's line it was given); tail is the last
--- such place, so later tasks of the key wait behind it. A bucket whose tat
+-- rate_at: the place in the key's line it was given; once admitted, the
+-- instant it spent its token); tail is the last such place, so later
+-- tasks of the key wait behind it. A bucket whose tat
 -- and tail are past is full and has no line, as one that does not exist:
 -- the reaper deletes it.
 --

@@ -36,8 +36,8 @@ import (
 // places behind it: a late start delays the line by its lateness, not
 // more. The tail is cut back, as a pass reads the bucket, to the last
 // place a task still waits in, so tasks cancelled in line leave no empty
-// line behind them. Retries are lined up again (the admission clears a
-// task's place).
+// line behind them. An admitted task keeps when it spent its token
+// (rate_at); a retry is lined up again (its rate_at cleared).
 //
 // Locks: a pass tries each key's advisory lock ("rate/TENANT/VALUE", after
 // the queue's row and the tenants' rows), waits for none (a key another

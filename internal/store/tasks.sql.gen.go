@@ -28,6 +28,7 @@ WITH req AS (
     UPDATE tasks
     SET status = req.status, last_error = req.error, admitted_at = NULL,
         ready_at = CASE WHEN req.status = 'retrying' THEN now() ELSE tasks.ready_at END,
+        rate_at = CASE WHEN req.status = 'retrying' THEN NULL ELSE tasks.rate_at END, -- (a retry lines up again)
         finished_at = CASE WHEN req.status IN ('succeeded', 'failed', 'dead_lettered', 'skipped') THEN now() END
     FROM req
     WHERE tasks.id = req.id AND tasks.fencing_token = req.token AND tasks.status = 'running'

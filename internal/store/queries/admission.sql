@@ -116,11 +116,11 @@ CROSS JOIN LATERAL (
 ) AS c;
 
 -- AdmitTasks marks the chosen tasks admitted, skipping any that moved on
--- meanwhile (cancelled), and returns what their River jobs need. (A
--- task's place in its rate limit's line is used: its retry is lined up
--- again.)
+-- meanwhile (cancelled), and returns what their River jobs need. A task
+-- with a rate limit keeps when it spent its token (rate_at: its place in
+-- line is used; a retry is lined up again).
 -- name: AdmitTasks :many
-UPDATE tasks SET admitted_at = now(), rate_at = NULL
+UPDATE tasks SET admitted_at = now(), rate_at = CASE WHEN rate_key IS NOT NULL THEN now() END
 WHERE id = ANY(@ids::uuid[]) AND admitted_at IS NULL AND status IN ('queued', 'retrying')
 RETURNING id, tenant_id, priority, attempt, EXTRACT(EPOCH FROM now() - ready_at)::float8 AS waited_seconds;
 
