@@ -178,9 +178,10 @@ func newWake() wake {
 	return wake{mu: &sync.Mutex{}, queues: map[string]bool{}, ch: make(chan struct{}, 1), timers: map[string]*timedKick{}}
 }
 
-// kickAt asks for a look at a queue at (pacing only: by this process's
-// clock), keeping one timer a queue: the earliest asked for.
-func (d *Dispatcher) kickAt(queue string, at time.Time) {
+// kickAt asks for a look at a queue in a while (pacing only), at the
+// database's instant at, keeping one timer a queue: the earliest asked
+// for.
+func (d *Dispatcher) kickAt(queue string, at time.Time, in time.Duration) {
 	d.wake.mu.Lock()
 	defer d.wake.mu.Unlock()
 	if k := d.wake.timers[queue]; k != nil {
@@ -190,7 +191,7 @@ func (d *Dispatcher) kickAt(queue string, at time.Time) {
 		k.timer.Stop()
 	}
 	k := &timedKick{at: at}
-	k.timer = time.AfterFunc(max(time.Until(at), 0), func() {
+	k.timer = time.AfterFunc(max(in, 0), func() {
 		d.wake.mu.Lock()
 		if d.wake.timers[queue] == k {
 			delete(d.wake.timers, queue)
@@ -331,7 +332,7 @@ func (d *Dispatcher) admitQueue(ctx context.Context, cfg AdmitConfig, q string, 
 			// Back when the first place given comes (pacing only: the
 			// pass decides by the database's clock), and at once for
 			// what the line-up leaves eligible now.
-			d.kickAt(q, res.NextPlace)
+			d.kickAt(q, res.NextPlace, res.NextIn)
 		}
 		if res.Busy || res.Skipped || (res.Admitted == 0 && res.LinedUp == 0) {
 			return total, nil
@@ -348,9 +349,11 @@ type Admission struct {
 	Skipped  bool
 	Admitted int
 	// LinedUp tasks were refused a token of their rate limits and given
-	// their places in its line, the first at NextPlace (rates.go).
+	// their places in its line, the first at NextPlace, NextIn after the
+	// pass's instant (both the database's; rates.go).
 	LinedUp   int
 	NextPlace time.Time
+	NextIn    time.Duration
 }
 
 // tenantState is one waiting tenant during a pass.
@@ -460,7 +463,9 @@ func (d *Dispatcher) admit(ctx context.Context, tx pgx.Tx, cfg AdmitConfig, queu
 	}
 	// The keys that refused a token line up their waiting tasks, once
 	// this pass's admissions are marked (rates.go).
-	if res.LinedUp, res.NextPlace, err = c.rates.lineUp(ctx, q, queue); err != nil || len(rows) == 0 {
+	res.LinedUp, res.NextPlace, err = c.rates.lineUp(ctx, q, queue)
+	res.NextIn = res.NextPlace.Sub(c.rates.now)
+	if err != nil || len(rows) == 0 {
 		return res, nil, err
 	}
 	rank := make(map[uuid.UUID]int, len(chosen))
