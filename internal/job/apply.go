@@ -90,7 +90,11 @@ func (s *Service) ApplyAll(ctx context.Context, a Actor, items []Item, opt PlanO
 	if err != nil {
 		return nil, err
 	}
-	rooms, err := usage.JobRooms(ctx, store.New(s.pool), []uuid.UUID{a.Tenant})
+	var rooms usage.Rooms
+	err = store.Retry(ctx, func() (err error) { // (one statement: retried alone on a serialization failure)
+		rooms, err = usage.JobRooms(ctx, store.New(s.pool), []uuid.UUID{a.Tenant})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -564,7 +564,11 @@ func (s *Service) TriggerWith(ctx context.Context, a job.Actor, ref job.Ref, o T
 	}
 	// The tenant's storage quotas, read before the transaction (see
 	// usage.RunRooms).
-	rooms, err := usage.RunRooms(ctx, store.New(s.pool), []uuid.UUID{a.Tenant})
+	var rooms usage.Rooms
+	err := store.Retry(ctx, func() (err error) { // (one statement: retried alone on a serialization failure)
+		rooms, err = usage.RunRooms(ctx, store.New(s.pool), []uuid.UUID{a.Tenant})
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
