@@ -27,6 +27,7 @@ import (
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/access"
 	"github.com/orrery-dev/orrery/internal/dispatch"
+	"github.com/orrery-dev/orrery/internal/enginetest"
 	"github.com/orrery-dev/orrery/internal/event"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
@@ -118,13 +119,12 @@ func dbNow(t *testing.T, pool *pgxpool.Pool) time.Time {
 	return now
 }
 
+// queryInt reads one number, read again after a serialization failure
+// (enginetest.Int: the test databases are serializable, and a read beside
+// the processes' writes may be the one aborted).
 func queryInt(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return enginetest.Int(t, pool, sql, args...)
 }
 
 func poll(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
