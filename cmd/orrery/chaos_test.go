@@ -32,6 +32,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	orun "github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // proc is an orrery process started by a test.
@@ -1036,8 +1037,10 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	// kill and pause: a firing transaction counts its runs or nothing.
 	// One statement, one snapshot: the nodes are still firing.
 	var runsOff, tasksOff int
-	if err := pool.QueryRow(ctx, `SELECT (SELECT sum(runs) FROM tenant_run_usage) - (SELECT count(*) FROM runs),
-		(SELECT sum(tasks) FROM tenant_run_usage) - (SELECT count(*) FROM tasks)`).Scan(&runsOff, &tasksOff); err != nil || runsOff != 0 || tasksOff != 0 {
+	if err := store.Retry(ctx, func() error {
+		return pool.QueryRow(ctx, `SELECT (SELECT sum(runs) FROM tenant_run_usage) - (SELECT count(*) FROM runs),
+			(SELECT sum(tasks) FROM tenant_run_usage) - (SELECT count(*) FROM tasks)`).Scan(&runsOff, &tasksOff)
+	}); err != nil || runsOff != 0 || tasksOff != 0 {
 		t.Fatalf("tenant_run_usage counts %d runs and %d tasks more than the database holds (%v)", runsOff, tasksOff, err)
 	}
 	// A run that redo all ran again succeeds once more for each rerun.
@@ -1132,9 +1135,11 @@ func TestStalledWorkersLeaseLapsesAndLateReportIsRejected(t *testing.T) {
 	killedAt := dbNow(t, pool)
 	poll(t, 30*time.Second, "the task retries on w2 and succeeds", func() bool { return runSucceeded("killed") })
 	var retryAfter float64
-	if err := pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM a.started_at - $1::timestamptz) FROM attempts a
-		JOIN tasks t ON t.id = a.task_id JOIN runs r ON r.id = t.run_id JOIN jobs j ON j.id = r.job_id
-		WHERE j.name = 'killed' AND a.number = 2`, killedAt).Scan(&retryAfter); err != nil {
+	if err := store.Retry(ctx, func() error {
+		return pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM a.started_at - $1::timestamptz) FROM attempts a
+			JOIN tasks t ON t.id = a.task_id JOIN runs r ON r.id = t.run_id JOIN jobs j ON j.id = r.job_id
+			WHERE j.name = 'killed' AND a.number = 2`, killedAt).Scan(&retryAfter)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the killed worker's running task started again %.1f s after the kill (lease TTL 2 s, reaper interval 1 s)", retryAfter)
@@ -1153,10 +1158,12 @@ func TestStalledWorkersLeaseLapsesAndLateReportIsRejected(t *testing.T) {
 
 	for _, name := range []string{"killed", "stalled"} {
 		var reason, second string
-		err := pool.QueryRow(ctx, `SELECT a1.exit_reason, a2.outcome FROM attempts a1
-			JOIN attempts a2 ON a2.task_id = a1.task_id AND a2.number = 2
-			JOIN tasks t ON t.id = a1.task_id JOIN runs r ON r.id = t.run_id JOIN jobs j ON j.id = r.job_id
-			WHERE j.name = $1 AND a1.number = 1`, name).Scan(&reason, &second)
+		err := store.Retry(ctx, func() error {
+			return pool.QueryRow(ctx, `SELECT a1.exit_reason, a2.outcome FROM attempts a1
+				JOIN attempts a2 ON a2.task_id = a1.task_id AND a2.number = 2
+				JOIN tasks t ON t.id = a1.task_id JOIN runs r ON r.id = t.run_id JOIN jobs j ON j.id = r.job_id
+				WHERE j.name = $1 AND a1.number = 1`, name).Scan(&reason, &second)
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/orrery-dev/orrery/dag/schedule"
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // A worker killed in the transaction that expands a fan-out (its parent's
@@ -85,10 +86,12 @@ func TestKilledInsideAFanOut(t *testing.T) {
 	}
 }
 
+// queryString reads one text, read again after a serialization failure
+// (as queryInt).
 func queryString(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) string {
 	t.Helper()
 	var s string
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&s); err != nil {
+	if err := store.Retry(context.Background(), func() error { return pool.QueryRow(context.Background(), sql, args...).Scan(&s) }); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return s
