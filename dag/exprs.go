@@ -213,9 +213,11 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 				se.forEach, se.ForEachReads = prg, prg.Reads
 			}
 		}
-		for j, c := range st.Concurrency {
-			field := fmt.Sprintf("spec.steps[%d].concurrency[%d].key", i, j)
-			t, err := expr.Parse(c.Key)
+		// key compiles a key of the step (a concurrency key, its rate
+		// limit's), counted and checked against its ancestors, and adds
+		// what it reads to KeysReads; false when it is refused.
+		key := func(field, src string) (compiled, bool) {
+			t, err := expr.Parse(src)
 			var progs []*expr.Program
 			var reads expr.Reads
 			if err == nil && t.Exprs() > 0 {
@@ -230,32 +232,20 @@ func CompileExprs(s *JobSpec) (*Exprs, Errors) {
 			}
 			if err != nil {
 				es = append(es, fieldError(field, err))
-				continue
+				return compiled{}, false
 			}
-			se.keys = append(se.keys, compiled{t, progs})
-			se.limits = append(se.limits, c.Limit)
 			se.KeysReads.Add(reads)
+			return compiled{t, progs}, true
+		}
+		for j, c := range st.Concurrency {
+			if k, ok := key(fmt.Sprintf("spec.steps[%d].concurrency[%d].key", i, j), c.Key); ok {
+				se.keys = append(se.keys, k)
+				se.limits = append(se.limits, c.Limit)
+			}
 		}
 		if r := st.RateLimit; r != nil {
-			field := fmt.Sprintf("spec.steps[%d].rate_limit.key", i)
-			t, err := expr.Parse(r.Key)
-			var progs []*expr.Program
-			var reads expr.Reads
-			if err == nil && t.Exprs() > 0 {
-				count += t.Exprs()
-				if ancestors == nil {
-					ancestors = ancestorsOf(s.Steps, i)
-				}
-				progs, reads, err = env.CompileTemplate(t, ancestors)
-				if err == nil && reads.Item {
-					err = errors.New("a step's keys are decided at its release, not per item: they cannot read item or item_index")
-				}
-			}
-			if err != nil {
-				es = append(es, fieldError(field, err))
-			} else {
-				se.rateKey, se.rate = &compiled{t, progs}, r
-				se.KeysReads.Add(reads)
+			if k, ok := key(fmt.Sprintf("spec.steps[%d].rate_limit.key", i), r.Key); ok {
+				se.rateKey, se.rate = &k, r
 			}
 		}
 		if len(se.templates) > 0 || se.when != nil || se.forEach != nil || se.match != nil || len(se.keys) > 0 || se.rateKey != nil {

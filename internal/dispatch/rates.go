@@ -81,10 +81,16 @@ func interval(limit int32, perMs int64) time.Duration {
 	return time.Duration(perMs) * time.Millisecond / time.Duration(max(limit, 1))
 }
 
+// allowedAt is when a task of limit per perMs may start in b: tat - per +
+// T (GCRA).
+func allowedAt(b *bucket, limit int32, perMs int64) time.Time {
+	return b.tat.Add(interval(limit, perMs) - time.Duration(perMs)*time.Millisecond)
+}
+
 // nextToken is when a task of limit per perMs may start in b, from now
 // on (a place: after now).
 func (r *rates) nextToken(b *bucket, limit int32, perMs int64) time.Time {
-	return later(b.tat.Add(interval(limit, perMs)-time.Duration(perMs)*time.Millisecond), r.now.Add(time.Millisecond))
+	return later(allowedAt(b, limit, perMs), r.now.Add(time.Millisecond))
 }
 
 // load locks the keys of the candidates not looked at yet (those another
@@ -168,7 +174,7 @@ func (r *rates) token(c store.AdmissionCandidatesRow) bool {
 	if b == nil || !b.locked {
 		return false
 	}
-	noToken := b.tat.Add(interval(c.RateLimit, c.RatePerMs) - time.Duration(c.RatePerMs)*time.Millisecond).After(r.now)
+	noToken := allowedAt(b, c.RateLimit, c.RatePerMs).After(r.now)
 	switch lined := c.RateAt != nil; {
 	case lined && noToken:
 		b.late[c.ID] = c
