@@ -40,6 +40,12 @@ func ResourceFromProto(md *orreryv1.JobMetadata, spec *orreryv1.JobSpec) dag.Res
 		PauseAfterFailures: int(spec.GetPauseAfterFailures()),
 	}
 	r.Spec.Concurrency = limitsFromProto(spec.GetConcurrency())
+	if d := spec.GetDebounce(); d != nil {
+		r.Spec.Debounce = &dag.Debounce{Key: d.GetKey(), Period: dag.Duration{Duration: d.GetPeriod().AsDuration()}}
+		if d.GetMaxWait() != nil {
+			r.Spec.Debounce.MaxWait = dag.Duration{Duration: d.GetMaxWait().AsDuration()}
+		}
+	}
 	if d := spec.GetDefaults(); d != nil {
 		r.Spec.Defaults = dag.StepDefaults{Queue: d.GetQueue(), Priority: d.GetPriority(), Timeout: durationFromProto(d.GetTimeout()), Retry: retryFromProto(d.GetRetry()),
 			Resources: resourcesFromProto(d.GetResources()), ResourceProfile: d.GetResourceProfile()}
@@ -306,6 +312,12 @@ func ResourceToProto(r dag.Resource) (*orreryv1.JobMetadata, *orreryv1.JobSpec) 
 		PauseAfterFailures: int32(s.PauseAfterFailures),
 	}
 	spec.Concurrency = limitsToProto(s.Concurrency)
+	if d := s.Debounce; d != nil {
+		spec.Debounce = &orreryv1.Debounce{Key: d.Key, Period: durationpb.New(d.Period.Duration)}
+		if d.MaxWait.Duration != 0 {
+			spec.Debounce.MaxWait = durationpb.New(d.MaxWait.Duration)
+		}
+	}
 	d := s.Defaults
 	if d.Queue != "" || d.Priority != "" || d.Timeout != nil || d.Retry != nil || d.Resources != nil || d.ResourceProfile != "" {
 		spec.Defaults = &orreryv1.StepDefaults{Queue: d.Queue, Priority: d.Priority, Timeout: durationToProto(d.Timeout), Retry: retryToProto(d.Retry),

@@ -321,6 +321,7 @@ func runToProto(r run.Run) *orreryv1.Run {
 	if r.ParentRun != nil {
 		out.ParentRunId = r.ParentRun.String()
 	}
+	out.DebounceKey, out.DebounceTime, out.DebounceCount = r.DebounceKey, timeToProto(r.DebounceAt), int32(r.DebounceCount)
 	return out
 }
 

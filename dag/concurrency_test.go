@@ -199,3 +199,57 @@ func TestStepRateLimit(t *testing.T) {
 		}
 	}
 }
+
+const debouncedJob = `apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: deploy}
+spec:
+  schedule: {event: {type: push}}
+  params: {repo: {type: string, default: "web"}}
+  debounce: {key: "repo-${{ params.repo }}", period: 30s, max_wait: 5m}
+  steps:
+    - name: a
+      run: {handler: h}
+`
+
+// A job's debounce decodes and evaluates its key over a trigger's params;
+// every mistake is refused naming its field and line.
+func TestDebounce(t *testing.T) {
+	docs, es := Decode("deploy.yaml", []byte(debouncedJob))
+	if len(es) > 0 {
+		t.Fatal(es)
+	}
+	spec := docs[0].Resource.Spec
+	d := spec.Debounce
+	if d == nil || d.Period.Duration != 30*time.Second || d.Wait() != 5*time.Minute {
+		t.Fatalf("debounce %+v", d)
+	}
+	k, xes := CompileDebounceKey(&spec)
+	if len(xes) > 0 {
+		t.Fatal(xes)
+	}
+	if v, err := k.Value(expr.Vars{Params: map[string]any{"repo": "api"}}); err != nil || v != "repo-api" {
+		t.Fatalf("key %q (%v)", v, err)
+	}
+	if _, err := k.Value(expr.Vars{Params: map[string]any{"repo": strings.Repeat("x", 300)}}); err == nil || !strings.Contains(err.Error(), "debounce.key: evaluates to") {
+		t.Errorf("a key past its bound: %v", err)
+	}
+	if v, err := (*DebounceKey)(nil).Value(expr.Vars{}); err != nil || v != "" {
+		t.Errorf("no key: %q (%v)", v, err)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{"period: 30s", "period: 100ms", "deploy.yaml:7:"},
+		{"period: 30s", "period: 100ms", "spec.debounce.period: 100ms is outside 1s..24h0m0s"},
+		{"period: 30s", "period: 48h", "spec.debounce.period: 48h0m0s is outside"},
+		{"max_wait: 5m", "max_wait: 10s", "spec.debounce.max_wait: 10s is outside the period (30s)..168h0m0s"},
+		{"max_wait: 5m", "max_wait: 200h", "spec.debounce.max_wait: 200h0m0s is outside"},
+		{"params.repo", "params.nope", "spec.debounce.key: "},
+		{"params.repo", "steps.a.output", "spec.debounce.key: "},
+		{", max_wait: 5m}", ", max_wait: 5m, leading: true}", "leading"},
+	} {
+		_, es := Decode("deploy.yaml", []byte(strings.Replace(debouncedJob, c.from, c.to, 1)))
+		if len(es) == 0 || !strings.Contains(es.Error(), c.want) {
+			t.Errorf("%q: %v, want %q", c.to, es, c.want)
+		}
+	}
+}

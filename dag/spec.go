@@ -39,10 +39,12 @@ type JobSpec struct {
 	Overlap     OverlapPolicy `json:"overlap,omitempty" yaml:"overlap,omitempty" jsonschema:"enum=skip,enum=queue,enum=allow,enum=cancel_previous,default=skip"`
 	// Concurrency bounds the job's runs by key (docs/flow-control.md).
 	Concurrency []ConcurrencyLimit `json:"concurrency,omitempty" yaml:"concurrency,omitempty"`
-	Defaults    StepDefaults       `json:"defaults,omitzero" yaml:"defaults,omitempty"`
-	Run         *Executor          `json:"run,omitempty" yaml:"run,omitempty"`
-	Payload     Payload            `json:"payload,omitempty" yaml:"payload,omitempty"`
-	Steps       []Step             `json:"steps,omitempty" yaml:"steps,omitempty"`
+	// Debounce collapses a burst of triggers into one run (docs/flow-control.md).
+	Debounce *Debounce    `json:"debounce,omitempty" yaml:"debounce,omitempty"`
+	Defaults StepDefaults `json:"defaults,omitzero" yaml:"defaults,omitempty"`
+	Run      *Executor    `json:"run,omitempty" yaml:"run,omitempty"`
+	Payload  Payload      `json:"payload,omitempty" yaml:"payload,omitempty"`
+	Steps    []Step       `json:"steps,omitempty" yaml:"steps,omitempty"`
 	// Params are the inputs of a run, read by expressions as params.NAME
 	// (docs/workflows.md).
 	Params map[string]Param `json:"params,omitempty" yaml:"params,omitempty"`

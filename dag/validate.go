@@ -121,6 +121,7 @@ func Validate(r *Resource) Errors {
 	validateAfter(&es, r)
 	validateEvent(&es, r)
 	validateConcurrency(&es, &r.Spec)
+	validateDebounce(&es, &r.Spec)
 	validateNoNUL(&es, r)
 	return es
 }

@@ -364,6 +364,16 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 		Run: &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
 		t.Fatal(err)
 	}
+	// The same events debounced (docs/flow-control.md, "Debounce"): three
+	// keys, each event joining its key's run, which starts a second after
+	// its last event or two after its first: through the kills and the
+	// pause every event taken joins exactly one run, and each run succeeds.
+	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "debounced"}, Spec: dag.JobSpec{
+		Schedule: schedule.Spec{Event: &schedule.Event{Type: "chaos.tick"}}, Overlap: dag.OverlapAllow,
+		Debounce: &dag.Debounce{Key: "k${{ event.data.n % 3 }}", Period: dag.Duration{Duration: time.Second}, MaxWait: dag.Duration{Duration: 2 * time.Second}},
+		Run:      &dag.Executor{HTTP: &dag.HTTPExecutor{URL: sink.URL}}}}, ""); err != nil {
+		t.Fatal(err)
+	}
 	// A parked step fires every 2 s and sleeps 2 s through the kills and
 	// the pause (docs/parked-steps.md): each run wakes once and succeeds.
 	if _, err := jobs.Create(ctx, job.Anonymous, dag.Resource{Metadata: dag.Metadata{Name: "napper"}, Spec: dag.JobSpec{
@@ -729,7 +739,7 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id
 		WHERE r.status NOT IN ('pending', 'running', 'succeeded') AND j.name <> 'brittle' AND j.name NOT LIKE 'call%'
-		  AND NOT (j.name = 'keyed' AND r.status = 'queued')`); n != 0 {
+		  AND NOT (j.name IN ('keyed', 'debounced') AND r.status = 'queued')`); n != 0 {
 		var which string
 		_ = pool.QueryRow(ctx, `SELECT string_agg(DISTINCT j.name || ' ' || r.status || ' (' || r.reason || ')', '; ') FROM runs r JOIN jobs j ON j.id = r.job_id
 			WHERE r.status NOT IN ('pending', 'running', 'succeeded') AND j.name <> 'brittle' AND j.name NOT LIKE 'call%'`).Scan(&which)
@@ -903,7 +913,8 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	t.Logf("%d events published and %d signed deliveries accepted through the kills and the pause, each twice: each started one run", events, hooks.accepted)
 	events += hooks.accepted
-	if n := queryInt(t, pool, `SELECT count(*) FROM events AS e WHERE (SELECT count(*) FROM runs AS r WHERE r.event_id = e.id) <> 1`); n != 0 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM events AS e WHERE (SELECT count(*) FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+		WHERE r.event_id = e.id AND j.name = 'on-event') <> 1`); n != 0 {
 		t.Fatalf("%d of %d events started no run of on-event or more than one", n, events)
 	}
 	// The keyed job's runs, once all ended: never more than 2 attempts
@@ -955,6 +966,23 @@ func TestNodesFireEveryInstantOnceThroughJoinKillAndPause(t *testing.T) {
 	}
 	rated := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'rated' AND r.status = 'succeeded'")
 	t.Logf("%d runs of a step with a rate limit of 2 a 2 s succeeded: no token spent twice through the kills and the pause", rated)
+
+	// The debounced job's runs, once every event was taken and every run
+	// ended: the triggers they took are the events taken, each once; each
+	// run succeeded.
+	poll(t, 120*time.Second, "every chaos.tick taken and every debounced run ended", func() bool {
+		return queryInt(t, pool, "SELECT count(*) FROM events WHERE type = 'chaos.tick' AND pending") == 0 &&
+			queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'debounced' AND r.finished_at IS NULL") == 0
+	})
+	taken := queryInt(t, pool, "SELECT count(*) FROM events WHERE type = 'chaos.tick' AND NOT pending AND last_error = ''")
+	if joined := queryInt(t, pool, "SELECT coalesce(sum(r.debounce_count), 0)::int FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'debounced'"); joined != taken {
+		t.Fatalf("the debounced runs took %d triggers; %d events were taken", joined, taken)
+	}
+	if n := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'debounced' AND r.status <> 'succeeded'"); n != 0 {
+		t.Fatalf("%d debounced runs did not succeed", n)
+	}
+	debouncedRuns := queryInt(t, pool, "SELECT count(*) FROM runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = 'debounced'")
+	t.Logf("%d events taken made %d debounced runs: each event joined one, every run succeeded", taken, debouncedRuns)
 
 	// The approvals still parked are approved in-process; each run of
 	// approver then succeeded with one attempt of its approval, decided

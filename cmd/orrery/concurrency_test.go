@@ -264,3 +264,77 @@ func TestRateLimitThroughAKilledAdmitter(t *testing.T) {
 	}
 	t.Logf("six admissions over %v (2 at once, then one every 2 s: at least 8 s)", ats[5].Sub(ats[0]).Round(time.Millisecond))
 }
+
+// A debounced run survives a kill inside the transaction that starts it:
+// serve, its scheduler SIGKILLed by a failpoint once it decided the run
+// (scheduler/debounce-tx), leaves the run queued and due, nothing of its
+// start written; a new serve starts it once, with the last trigger's
+// params, and a trigger after it makes a new run.
+func TestDebounceThroughAKilledScheduler(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	pool := openPool(t, dsn)
+	addr := freeAddr(t)
+	p := startProcEnv(t, "serve-1", []string{"ORRERY_FAILPOINTS=scheduler/debounce-tx=kill@1"},
+		"serve", "--db", dsn, "--addr", addr, "--auth", "none", "--shard-ttl", "2s")
+	workerProc(t, dsn, "w1")
+	cli := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := run(t, append([]string{"--server", addr}, args...)...)
+		if code != 0 {
+			t.Fatalf("orrery %v: %s %s\n%s", args, out, errOut, p.Logs())
+		}
+		return out
+	}
+	poll(t, 20*time.Second, "serve answers", func() bool { _, _, code := run(t, "--server", addr, "jobs", "list"); return code == 0 })
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "deploy.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: deploy}
+spec:
+  schedule: {cron: "0 0 1 1 *"}
+  params: {repo: {type: string}, sha: {type: string}}
+  debounce: {key: "${{ params.repo }}", period: 1s}
+  steps:
+    - name: ship
+      run: {command: {argv: ["/bin/echo", "${{ params.sha }}"]}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cli("apply", "-f", dir)
+	idRE := regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f-]{27}`)
+	var id string
+	for _, sha := range []string{"a1", "b2", "c3"} {
+		got := idRE.FindString(cli("jobs", "trigger", "deploy", "--param", "repo=web", "--param", "sha="+sha))
+		if id != "" && got != id {
+			t.Fatalf("a trigger of a debounced key made run %s, not %s", got, id)
+		}
+		id = got
+	}
+	if out := cli("runs", "get", id); !strings.Contains(out, "debounce key web: 3 triggers, starts at ") {
+		t.Errorf("runs get of the debounced run:\n%s", out)
+	}
+	poll(t, 30*time.Second, "serve-1 dies inside the debounce's transaction", p.exited)
+	if s := queryString(t, pool, "SELECT status || ' ' || (debounce_at IS NOT NULL)::text FROM runs WHERE id = $1", id); s != "queued true" {
+		t.Errorf("the debounced run after the kill: %s, want queued and due", s)
+	}
+	for what, sql := range map[string]string{
+		"tasks released": "SELECT count(*) FROM tasks WHERE released_at IS NOT NULL",
+		"River jobs":     "SELECT count(*) FROM river_job",
+	} {
+		if n := queryInt(t, pool, sql); n != 0 {
+			t.Errorf("%d %s by a transaction that never committed", n, what)
+		}
+	}
+	p = startProc(t, "serve-2", "serve", "--db", dsn, "--addr", addr, "--auth", "none", "--shard-ttl", "2s")
+	poll(t, 60*time.Second, "the debounced run succeeds", func() bool { return runStatus(t, pool, "deploy", "succeeded") })
+	if n := queryInt(t, pool, "SELECT count(*) FROM runs"); n != 1 {
+		t.Errorf("%d runs, want the one debounced run", n)
+	}
+	if out := queryString(t, pool, "SELECT params->>'sha' FROM runs WHERE id = $1", id); out != "c3" {
+		t.Errorf("the run ran with sha %q, want the last trigger's", out)
+	}
+	if again := idRE.FindString(cli("jobs", "trigger", "deploy", "--param", "repo=web", "--param", "sha=d4")); again == id {
+		t.Errorf("a trigger after the run started joined it")
+	}
+}

@@ -124,6 +124,9 @@ func newRunsCmd(g *globals) *cobra.Command {
 			if k := r.GetConcurrencyKeys(); len(k) > 0 {
 				fmt.Fprintf(w, "  concurrency keys %s\n", printable(strings.Join(k, ", ")))
 			}
+			if r.DebounceKey != nil {
+				fmt.Fprintln(w, "  "+debounceLine(r))
+			}
 			if e := r.GetEvent().AsMap(); len(e) > 0 {
 				data, _ := json.Marshal(e["data"])
 				from := ""
@@ -500,4 +503,22 @@ func itemCounts(c *orreryv1.ItemCounts) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// debounceLine says what a debounced run took and, while it waits, when
+// it starts: "debounce key web: 3 triggers, starts at 12:00:30Z unless
+// triggered again".
+func debounceLine(r *orreryv1.Run) string {
+	line := "debounce"
+	if k := r.GetDebounceKey(); k != "" {
+		line += " key " + printable(k)
+	}
+	line += fmt.Sprintf(": %d trigger", r.GetDebounceCount())
+	if r.GetDebounceCount() != 1 {
+		line += "s"
+	}
+	if at := r.GetDebounceTime(); at != nil {
+		line += ", starts at " + at.AsTime().UTC().Format(time.RFC3339) + " unless triggered again"
+	}
+	return line
 }

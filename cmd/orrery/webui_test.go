@@ -747,6 +747,35 @@ spec:
 	}
 	cli("runs", "cancel", ratedRun) // (its token would come in a minute)
 
+	// A debounced job: two triggers of one repo make one run, queued, its
+	// page saying what it took and when it starts.
+	debounceDir := t.TempDir()
+	os.WriteFile(filepath.Join(debounceDir, "deploy.yaml"), []byte(`apiVersion: orrery.dev/v1
+kind: Job
+metadata: {name: deploy-site, namespace: qa}
+spec:
+  schedule: {cron: "0 3 * * *"}
+  params: {repo: {type: string, default: web}}
+  debounce: {key: "${{ params.repo }}", period: 1h}
+  steps:
+    - name: ship
+      run: {command: {argv: ["/bin/true"]}}
+`), 0o644)
+	cli("apply", "-f", debounceDir)
+	debounced := strings.Fields(cli("jobs", "trigger", "deploy-site", "-n", "qa"))[1]
+	if again := strings.Fields(cli("jobs", "trigger", "deploy-site", "-n", "qa"))[1]; again != debounced {
+		t.Errorf("a second trigger of the key made run %s, not %s", again, debounced)
+	}
+	do("a debounced run", chromedp.Navigate(base+"/runs/"+debounced), chromedp.WaitVisible(css(`#run-debounce`)))
+	if s := text(`#run-debounce`); !strings.Contains(s, "debounce key web: 2 triggers, starts ") || !strings.Contains(s, "unless triggered again") {
+		t.Errorf("the debounced run's page: %q", s)
+	}
+	if s := text(`#run-status`); !strings.Contains(s, "queued") {
+		t.Errorf("the debounced run's status: %q", s)
+	}
+	screenshot(t, ctx, "debounced-run")
+	cli("runs", "cancel", debounced) // (it would start in an hour)
+
 	// A step that asks for an approval (examples/refund.yaml): the run
 	// page shows what it asks, and its Approve button, with a comment,
 	// ends it; the step after reads who approved. A second run's Reject

@@ -61,6 +61,9 @@ type New struct {
 	// By is the principal who triggered it by hand ("" for others): an
 	// approval with separate: true refuses them.
 	By string
+	// NoDebounce starts it now, whatever the job's debounce says (a
+	// trigger that ignores the job's overlap policy).
+	NoDebounce bool
 }
 
 // Firer is the node that fires scheduled runs, recorded on each run with
@@ -77,11 +80,35 @@ type Firer struct {
 // Runs are held to their tenants' storage quotas as rooms (read with
 // usage.RunRooms before tx, or outside it) says, and counted in it (pass
 // a Clone when tx may be tried again): see holdToQuotas.
+//
+// A trigger of a job with a debounce writes its run queued, or joins the
+// job's debounced run of its key (its id returned): see debounce.
 func (a *Applier) Insert(ctx context.Context, tx pgx.Tx, runs []New, by *Firer, rooms usage.Rooms) ([]uuid.UUID, error) {
 	if len(runs) == 0 {
 		return nil, nil
 	}
 	ap := a.in(tx)
+	d, err := ap.debounce(ctx, runs)
+	if err != nil {
+		return nil, err
+	}
+	if d == nil {
+		return ap.insert(ctx, runs, by, rooms)
+	}
+	written, err := ap.insert(ctx, d.write, by, rooms)
+	if err != nil {
+		return nil, err
+	}
+	return d.ids(ctx, ap, runs, written)
+}
+
+// insert is Insert of runs that debounce has decided.
+func (ap *applying) insert(ctx context.Context, runs []New, by *Firer, rooms usage.Rooms) ([]uuid.UUID, error) {
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	a := ap.Applier
+	tx := ap.tx
 	noParams := fillParams(runs)
 	overQuota, err := holdToQuotas(runs, by, rooms)
 	if err != nil {

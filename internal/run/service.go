@@ -79,6 +79,13 @@ type Run struct {
 	// ConcurrencyKeys are, for a run of a job with concurrency keys
 	// (Get), their values, in the order of spec.concurrency.
 	ConcurrencyKeys []string `json:"concurrency_keys,omitempty"`
+	// DebounceKey is, for a run of a job with a debounce a trigger wrote
+	// (Get), its key's value ("" for a job without a key); DebounceAt when
+	// it starts, while its triggers may still put it off (nil once it
+	// started); DebounceCount how many triggers it took.
+	DebounceKey   *string    `json:"debounce_key,omitempty"`
+	DebounceAt    *time.Time `json:"debounce_at,omitempty"`
+	DebounceCount int        `json:"debounce_count,omitempty"`
 }
 
 // Detail is a run with its tasks and their attempts.
@@ -171,6 +178,10 @@ func fromGetRow(r store.GetRunRow) Run {
 	out.TriggeredBy = r.TriggeredBy
 	for _, k := range r.ConcurrencyKeys {
 		out.ConcurrencyKeys = append(out.ConcurrencyKeys, valueOf(k))
+	}
+	out.DebounceKey, out.DebounceCount = r.DebounceKey, int(r.DebounceCount)
+	if r.Status == string(lifecycle.RunQueued) { // (a debounced run cancelled keeps its last debounce_at)
+		out.DebounceAt = r.DebounceAt
 	}
 	return out
 }
@@ -615,7 +626,8 @@ func (s *Service) TriggerWith(ctx context.Context, a job.Actor, ref job.Ref, o T
 			return err
 		}
 		status, reason := lifecycle.RunPending, ""
-		if !ignoreOverlap && spec.WeighsActiveRuns() { // overlap: allow reads none
+		// (a debounced trigger's overlap is weighed when its run starts: FireDebounced)
+		if !ignoreOverlap && spec.WeighsActiveRuns() && spec.Debounce == nil { // overlap: allow reads none
 			active, err := q.ActiveRuns(ctx, []uuid.UUID{row.ID})
 			if err != nil {
 				return err
@@ -637,7 +649,8 @@ func (s *Service) TriggerWith(ctx context.Context, a job.Actor, ref job.Ref, o T
 			}
 		}
 		ref := JobRef{ID: row.ID, Tenant: row.TenantID, Version: row.Version, Shard: int(row.Shard), Spec: &spec}
-		news := []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason, Params: params, By: a.Principal}}
+		news := []New{{Job: ref, At: now, Trigger: lifecycle.TriggerManual, Status: status, Reason: reason, Params: params, By: a.Principal,
+			NoDebounce: ignoreOverlap}}
 		ids, err := s.applier().Insert(ctx, tx, news, nil, rooms.Clone())
 		if err != nil {
 			return err

@@ -27,6 +27,8 @@ type parsedSpec struct {
 	jittered    *schedule.Schedule   // the schedule, when it has a jitter (nil: runs fire at their instants)
 	keys        *dag.ConcurrencyKeys // its concurrency keys, compiled (nil: none)
 	keysErr     error                // why they do not compile
+	debounce    *dag.DebounceKey     // its debounce key, compiled (nil: none, or plain text)
+	debounceErr error                // why it does not compile
 }
 
 // stepIndex is the index in Steps of a task's step (an item's, STEP[i],
@@ -109,6 +111,11 @@ func (c *specCache) getMany(ctx context.Context, db store.DBTX, keys []specKey) 
 			s.keysErr = es
 		} else {
 			s.keys = k
+		}
+		if k, es := dag.CompileDebounceKey(s.JobSpec); len(es) > 0 {
+			s.debounceErr = es
+		} else {
+			s.debounce = k
 		}
 		if sched, err := schedule.Parse(s.Schedule); err == nil && sched.Jitter() > 0 {
 			s.jittered = sched

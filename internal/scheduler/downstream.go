@@ -277,6 +277,13 @@ func (s *Scheduler) planFor(ctx context.Context, q *store.Queries, id uuid.UUID,
 	if err := uniqueInstants(ctx, q, id, ends); err != nil {
 		return plan{}, nil, err
 	}
+	if spec.Debounce != nil && trigger != lifecycle.TriggerSchedule {
+		// Its runs are debounced (run.Insert): their overlap is weighed
+		// when each starts (run.Applier.FireDebounced).
+		allow := *spec
+		allow.Overlap = dag.OverlapAllow
+		spec = &allow
+	}
 	var activeRows []store.ActiveRunsRow
 	if spec.WeighsActiveRuns() { // overlap: allow reads none
 		if activeRows, err = q.ActiveRuns(ctx, []uuid.UUID{id}); err != nil {

@@ -163,6 +163,9 @@ func (s *Scheduler) pass(ctx context.Context) (time.Duration, error) {
 		if err := s.wakeParked(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
 			s.cfg.Logger.Error("parked steps' wake failed", "err", err)
 		}
+		if err := s.fireDebounced(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
+			s.cfg.Logger.Error("debounce step failed", "err", err)
+		}
 		if err := s.cancelPending(ctx, leases, ids); err != nil && !errors.Is(err, shard.ErrLost) && ctx.Err() == nil {
 			s.cfg.Logger.Error("pending cancels failed", "err", err)
 		}

@@ -393,6 +393,9 @@ type Run struct {
 	EventID         *uuid.UUID
 	TriggeredBy     *string
 	ConcurrencyKeys []string
+	DebounceKey     *string
+	DebounceAt      *time.Time
+	DebounceCount   int32
 }
 
 type RunCancel struct {

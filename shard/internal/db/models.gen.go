@@ -391,6 +391,9 @@ type Run struct {
 	EventID         *uuid.UUID
 	TriggeredBy     pgtype.Text
 	ConcurrencyKeys []string
+	DebounceKey     pgtype.Text
+	DebounceAt      *time.Time
+	DebounceCount   int32
 }
 
 type RunCancel struct {

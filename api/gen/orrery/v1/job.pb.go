@@ -2168,7 +2168,10 @@ type JobSpec struct {
 	// Bound the job's runs by key (docs/flow-control.md): each entry's key
 	// (text, or ${{ EXPR }} in it over params, event and run) evaluated when
 	// a run is created; at most limit runs hold one value at once.
-	Concurrency   []*ConcurrencyLimit `protobuf:"bytes,13,rep,name=concurrency,proto3" json:"concurrency,omitempty"`
+	Concurrency []*ConcurrencyLimit `protobuf:"bytes,13,rep,name=concurrency,proto3" json:"concurrency,omitempty"`
+	// Collapse a burst of triggers (manual, events, upstream runs' ends)
+	// of one key into one run (docs/flow-control.md, "Debounce").
+	Debounce      *Debounce `protobuf:"bytes,14,opt,name=debounce,proto3" json:"debounce,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2294,6 +2297,80 @@ func (x *JobSpec) GetConcurrency() []*ConcurrencyLimit {
 	return nil
 }
 
+func (x *JobSpec) GetDebounce() *Debounce {
+	if x != nil {
+		return x.Debounce
+	}
+	return nil
+}
+
+// Debounce: the triggers of one value of key within period of the last
+// make one run, with the last one's params, started period after it (and
+// at most max_wait after the first, when set).
+type Debounce struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Text, or ${{ EXPR }} in it over params, event and run; empty: the
+	// job's one debounce.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// 1 s to 24 h.
+	Period *durationpb.Duration `protobuf:"bytes,2,opt,name=period,proto3" json:"period,omitempty"`
+	// The period to 7 days; unset: no bound.
+	MaxWait       *durationpb.Duration `protobuf:"bytes,3,opt,name=max_wait,json=maxWait,proto3" json:"max_wait,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Debounce) Reset() {
+	*x = Debounce{}
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Debounce) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Debounce) ProtoMessage() {}
+
+func (x *Debounce) ProtoReflect() protoreflect.Message {
+	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Debounce.ProtoReflect.Descriptor instead.
+func (*Debounce) Descriptor() ([]byte, []int) {
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Debounce) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Debounce) GetPeriod() *durationpb.Duration {
+	if x != nil {
+		return x.Period
+	}
+	return nil
+}
+
+func (x *Debounce) GetMaxWait() *durationpb.Duration {
+	if x != nil {
+		return x.MaxWait
+	}
+	return nil
+}
+
 // Param declares one of a job's params (YAML spec.params.NAME).
 type Param struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2310,7 +2387,7 @@ type Param struct {
 
 func (x *Param) Reset() {
 	*x = Param{}
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2399,7 @@ func (x *Param) String() string {
 func (*Param) ProtoMessage() {}
 
 func (x *Param) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[25]
+	mi := &file_orrery_v1_job_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2412,7 @@ func (x *Param) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Param.ProtoReflect.Descriptor instead.
 func (*Param) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{25}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Param) GetType() string {
@@ -2384,7 +2461,7 @@ type Alerts struct {
 
 func (x *Alerts) Reset() {
 	*x = Alerts{}
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2396,7 +2473,7 @@ func (x *Alerts) String() string {
 func (*Alerts) ProtoMessage() {}
 
 func (x *Alerts) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[26]
+	mi := &file_orrery_v1_job_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2409,7 +2486,7 @@ func (x *Alerts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Alerts.ProtoReflect.Descriptor instead.
 func (*Alerts) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{26}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Alerts) GetStartWithin() *durationpb.Duration {
@@ -2450,7 +2527,7 @@ type Notify struct {
 
 func (x *Notify) Reset() {
 	*x = Notify{}
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2539,7 @@ func (x *Notify) String() string {
 func (*Notify) ProtoMessage() {}
 
 func (x *Notify) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[27]
+	mi := &file_orrery_v1_job_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2552,7 @@ func (x *Notify) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Notify.ProtoReflect.Descriptor instead.
 func (*Notify) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{27}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Notify) GetWebhook() *Webhook {
@@ -2500,7 +2577,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2589,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[28]
+	mi := &file_orrery_v1_job_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2602,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{28}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Webhook) GetUrl() string {
@@ -2561,7 +2638,7 @@ type Callback struct {
 
 func (x *Callback) Reset() {
 	*x = Callback{}
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2650,7 @@ func (x *Callback) String() string {
 func (*Callback) ProtoMessage() {}
 
 func (x *Callback) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[29]
+	mi := &file_orrery_v1_job_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2663,7 @@ func (x *Callback) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Callback.ProtoReflect.Descriptor instead.
 func (*Callback) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{29}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Callback) GetWebhook() *Webhook {
@@ -2617,7 +2694,7 @@ type JobMetadata struct {
 
 func (x *JobMetadata) Reset() {
 	*x = JobMetadata{}
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2706,7 @@ func (x *JobMetadata) String() string {
 func (*JobMetadata) ProtoMessage() {}
 
 func (x *JobMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[30]
+	mi := &file_orrery_v1_job_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2719,7 @@ func (x *JobMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobMetadata.ProtoReflect.Descriptor instead.
 func (*JobMetadata) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{30}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *JobMetadata) GetName() string {
@@ -2699,7 +2776,7 @@ type Job struct {
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +2788,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[31]
+	mi := &file_orrery_v1_job_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +2801,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{31}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Job) GetId() string {
@@ -2837,7 +2914,7 @@ type LastRun struct {
 
 func (x *LastRun) Reset() {
 	*x = LastRun{}
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +2926,7 @@ func (x *LastRun) String() string {
 func (*LastRun) ProtoMessage() {}
 
 func (x *LastRun) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[32]
+	mi := &file_orrery_v1_job_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +2939,7 @@ func (x *LastRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LastRun.ProtoReflect.Descriptor instead.
 func (*LastRun) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{32}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LastRun) GetId() string {
@@ -2897,7 +2974,7 @@ type Source struct {
 
 func (x *Source) Reset() {
 	*x = Source{}
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +2986,7 @@ func (x *Source) String() string {
 func (*Source) ProtoMessage() {}
 
 func (x *Source) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[33]
+	mi := &file_orrery_v1_job_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +2999,7 @@ func (x *Source) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Source.ProtoReflect.Descriptor instead.
 func (*Source) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{33}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Source) GetPath() string {
@@ -2951,7 +3028,7 @@ type JobRef struct {
 
 func (x *JobRef) Reset() {
 	*x = JobRef{}
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2963,7 +3040,7 @@ func (x *JobRef) String() string {
 func (*JobRef) ProtoMessage() {}
 
 func (x *JobRef) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[34]
+	mi := &file_orrery_v1_job_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2976,7 +3053,7 @@ func (x *JobRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRef.ProtoReflect.Descriptor instead.
 func (*JobRef) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{34}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *JobRef) GetId() string {
@@ -3011,7 +3088,7 @@ type CreateJobRequest struct {
 
 func (x *CreateJobRequest) Reset() {
 	*x = CreateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3023,7 +3100,7 @@ func (x *CreateJobRequest) String() string {
 func (*CreateJobRequest) ProtoMessage() {}
 
 func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[35]
+	mi := &file_orrery_v1_job_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3036,7 +3113,7 @@ func (x *CreateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobRequest.ProtoReflect.Descriptor instead.
 func (*CreateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{35}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateJobRequest) GetMetadata() *JobMetadata {
@@ -3069,7 +3146,7 @@ type CreateJobResponse struct {
 
 func (x *CreateJobResponse) Reset() {
 	*x = CreateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3158,7 @@ func (x *CreateJobResponse) String() string {
 func (*CreateJobResponse) ProtoMessage() {}
 
 func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[36]
+	mi := &file_orrery_v1_job_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3171,7 @@ func (x *CreateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateJobResponse.ProtoReflect.Descriptor instead.
 func (*CreateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{36}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateJobResponse) GetJob() *Job {
@@ -3119,7 +3196,7 @@ type GetJobRequest struct {
 
 func (x *GetJobRequest) Reset() {
 	*x = GetJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3208,7 @@ func (x *GetJobRequest) String() string {
 func (*GetJobRequest) ProtoMessage() {}
 
 func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[37]
+	mi := &file_orrery_v1_job_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3221,7 @@ func (x *GetJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobRequest.ProtoReflect.Descriptor instead.
 func (*GetJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{37}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetJobRequest) GetRef() *JobRef {
@@ -3187,7 +3264,7 @@ type GetJobResponse struct {
 
 func (x *GetJobResponse) Reset() {
 	*x = GetJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3199,7 +3276,7 @@ func (x *GetJobResponse) String() string {
 func (*GetJobResponse) ProtoMessage() {}
 
 func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[38]
+	mi := &file_orrery_v1_job_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3212,7 +3289,7 @@ func (x *GetJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetJobResponse.ProtoReflect.Descriptor instead.
 func (*GetJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{38}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetJobResponse) GetJob() *Job {
@@ -3279,7 +3356,7 @@ type JobLink struct {
 
 func (x *JobLink) Reset() {
 	*x = JobLink{}
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3368,7 @@ func (x *JobLink) String() string {
 func (*JobLink) ProtoMessage() {}
 
 func (x *JobLink) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[39]
+	mi := &file_orrery_v1_job_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3381,7 @@ func (x *JobLink) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobLink.ProtoReflect.Descriptor instead.
 func (*JobLink) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{39}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *JobLink) GetNamespace() string {
@@ -3362,7 +3439,7 @@ type ListJobsRequest struct {
 
 func (x *ListJobsRequest) Reset() {
 	*x = ListJobsRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3374,7 +3451,7 @@ func (x *ListJobsRequest) String() string {
 func (*ListJobsRequest) ProtoMessage() {}
 
 func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[40]
+	mi := &file_orrery_v1_job_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3387,7 +3464,7 @@ func (x *ListJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsRequest.ProtoReflect.Descriptor instead.
 func (*ListJobsRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{40}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListJobsRequest) GetNamespace() string {
@@ -3460,7 +3537,7 @@ type ListJobsResponse struct {
 
 func (x *ListJobsResponse) Reset() {
 	*x = ListJobsResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3472,7 +3549,7 @@ func (x *ListJobsResponse) String() string {
 func (*ListJobsResponse) ProtoMessage() {}
 
 func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[41]
+	mi := &file_orrery_v1_job_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3485,7 +3562,7 @@ func (x *ListJobsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListJobsResponse.ProtoReflect.Descriptor instead.
 func (*ListJobsResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{41}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListJobsResponse) GetJobs() []*Job {
@@ -3514,7 +3591,7 @@ type UpdateJobRequest struct {
 
 func (x *UpdateJobRequest) Reset() {
 	*x = UpdateJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +3603,7 @@ func (x *UpdateJobRequest) String() string {
 func (*UpdateJobRequest) ProtoMessage() {}
 
 func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[42]
+	mi := &file_orrery_v1_job_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +3616,7 @@ func (x *UpdateJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobRequest.ProtoReflect.Descriptor instead.
 func (*UpdateJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{42}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdateJobRequest) GetRef() *JobRef {
@@ -3579,7 +3656,7 @@ type UpdateJobResponse struct {
 
 func (x *UpdateJobResponse) Reset() {
 	*x = UpdateJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3591,7 +3668,7 @@ func (x *UpdateJobResponse) String() string {
 func (*UpdateJobResponse) ProtoMessage() {}
 
 func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[43]
+	mi := &file_orrery_v1_job_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3604,7 +3681,7 @@ func (x *UpdateJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateJobResponse.ProtoReflect.Descriptor instead.
 func (*UpdateJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{43}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateJobResponse) GetJob() *Job {
@@ -3623,7 +3700,7 @@ type DeleteJobRequest struct {
 
 func (x *DeleteJobRequest) Reset() {
 	*x = DeleteJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3712,7 @@ func (x *DeleteJobRequest) String() string {
 func (*DeleteJobRequest) ProtoMessage() {}
 
 func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[44]
+	mi := &file_orrery_v1_job_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3725,7 @@ func (x *DeleteJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobRequest.ProtoReflect.Descriptor instead.
 func (*DeleteJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{44}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeleteJobRequest) GetRef() *JobRef {
@@ -3667,7 +3744,7 @@ type DeleteJobResponse struct {
 
 func (x *DeleteJobResponse) Reset() {
 	*x = DeleteJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3679,7 +3756,7 @@ func (x *DeleteJobResponse) String() string {
 func (*DeleteJobResponse) ProtoMessage() {}
 
 func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[45]
+	mi := &file_orrery_v1_job_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3692,7 +3769,7 @@ func (x *DeleteJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteJobResponse.ProtoReflect.Descriptor instead.
 func (*DeleteJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{45}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeleteJobResponse) GetJob() *Job {
@@ -3711,7 +3788,7 @@ type PauseJobRequest struct {
 
 func (x *PauseJobRequest) Reset() {
 	*x = PauseJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[46]
+	mi := &file_orrery_v1_job_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +3800,7 @@ func (x *PauseJobRequest) String() string {
 func (*PauseJobRequest) ProtoMessage() {}
 
 func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[46]
+	mi := &file_orrery_v1_job_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +3813,7 @@ func (x *PauseJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobRequest.ProtoReflect.Descriptor instead.
 func (*PauseJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{46}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PauseJobRequest) GetRef() *JobRef {
@@ -3755,7 +3832,7 @@ type PauseJobResponse struct {
 
 func (x *PauseJobResponse) Reset() {
 	*x = PauseJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[47]
+	mi := &file_orrery_v1_job_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +3844,7 @@ func (x *PauseJobResponse) String() string {
 func (*PauseJobResponse) ProtoMessage() {}
 
 func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[47]
+	mi := &file_orrery_v1_job_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +3857,7 @@ func (x *PauseJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseJobResponse.ProtoReflect.Descriptor instead.
 func (*PauseJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{47}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PauseJobResponse) GetJob() *Job {
@@ -3799,7 +3876,7 @@ type ResumeJobRequest struct {
 
 func (x *ResumeJobRequest) Reset() {
 	*x = ResumeJobRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[48]
+	mi := &file_orrery_v1_job_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3888,7 @@ func (x *ResumeJobRequest) String() string {
 func (*ResumeJobRequest) ProtoMessage() {}
 
 func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[48]
+	mi := &file_orrery_v1_job_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +3901,7 @@ func (x *ResumeJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobRequest.ProtoReflect.Descriptor instead.
 func (*ResumeJobRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{48}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ResumeJobRequest) GetRef() *JobRef {
@@ -3843,7 +3920,7 @@ type ResumeJobResponse struct {
 
 func (x *ResumeJobResponse) Reset() {
 	*x = ResumeJobResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[49]
+	mi := &file_orrery_v1_job_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +3932,7 @@ func (x *ResumeJobResponse) String() string {
 func (*ResumeJobResponse) ProtoMessage() {}
 
 func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[49]
+	mi := &file_orrery_v1_job_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +3945,7 @@ func (x *ResumeJobResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeJobResponse.ProtoReflect.Descriptor instead.
 func (*ResumeJobResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{49}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ResumeJobResponse) GetJob() *Job {
@@ -3895,7 +3972,7 @@ type PreviewScheduleRequest struct {
 
 func (x *PreviewScheduleRequest) Reset() {
 	*x = PreviewScheduleRequest{}
-	mi := &file_orrery_v1_job_proto_msgTypes[50]
+	mi := &file_orrery_v1_job_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3907,7 +3984,7 @@ func (x *PreviewScheduleRequest) String() string {
 func (*PreviewScheduleRequest) ProtoMessage() {}
 
 func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[50]
+	mi := &file_orrery_v1_job_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3920,7 +3997,7 @@ func (x *PreviewScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleRequest.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{50}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PreviewScheduleRequest) GetSchedule() *Schedule {
@@ -3971,7 +4048,7 @@ type PreviewScheduleResponse struct {
 
 func (x *PreviewScheduleResponse) Reset() {
 	*x = PreviewScheduleResponse{}
-	mi := &file_orrery_v1_job_proto_msgTypes[51]
+	mi := &file_orrery_v1_job_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3983,7 +4060,7 @@ func (x *PreviewScheduleResponse) String() string {
 func (*PreviewScheduleResponse) ProtoMessage() {}
 
 func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[51]
+	mi := &file_orrery_v1_job_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3996,7 +4073,7 @@ func (x *PreviewScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PreviewScheduleResponse.ProtoReflect.Descriptor instead.
 func (*PreviewScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{51}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PreviewScheduleResponse) GetFireTimes() []*timestamppb.Timestamp {
@@ -4027,7 +4104,7 @@ type PlannedInstant struct {
 
 func (x *PlannedInstant) Reset() {
 	*x = PlannedInstant{}
-	mi := &file_orrery_v1_job_proto_msgTypes[52]
+	mi := &file_orrery_v1_job_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4039,7 +4116,7 @@ func (x *PlannedInstant) String() string {
 func (*PlannedInstant) ProtoMessage() {}
 
 func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
-	mi := &file_orrery_v1_job_proto_msgTypes[52]
+	mi := &file_orrery_v1_job_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4052,7 +4129,7 @@ func (x *PlannedInstant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlannedInstant.ProtoReflect.Descriptor instead.
 func (*PlannedInstant) Descriptor() ([]byte, []int) {
-	return file_orrery_v1_job_proto_rawDescGZIP(), []int{52}
+	return file_orrery_v1_job_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PlannedInstant) GetInstant() *timestamppb.Timestamp {
@@ -4246,7 +4323,7 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	"\x05Sleep\x127\n" +
 	"\bduration\x18\x01 \x01(\v2\x19.google.protobuf.DurationH\x00R\bduration\x12\x16\n" +
 	"\x05until\x18\x02 \x01(\tH\x00R\x05untilB\x06\n" +
-	"\x04kind\"\x9a\x05\n" +
+	"\x04kind\"\xcb\x05\n" +
 	"\aJobSpec\x12/\n" +
 	"\bschedule\x18\x01 \x01(\v2\x13.orrery.v1.ScheduleR\bschedule\x12\x18\n" +
 	"\amisfire\x18\x02 \x01(\tR\amisfire\x12!\n" +
@@ -4261,10 +4338,15 @@ const file_orrery_v1_job_proto_rawDesc = "" +
 	" \x03(\v2\x13.orrery.v1.CallbackR\tcallbacks\x126\n" +
 	"\x06params\x18\v \x03(\v2\x1e.orrery.v1.JobSpec.ParamsEntryR\x06params\x120\n" +
 	"\x14pause_after_failures\x18\f \x01(\x05R\x12pauseAfterFailures\x12=\n" +
-	"\vconcurrency\x18\r \x03(\v2\x1b.orrery.v1.ConcurrencyLimitR\vconcurrency\x1aK\n" +
+	"\vconcurrency\x18\r \x03(\v2\x1b.orrery.v1.ConcurrencyLimitR\vconcurrency\x12/\n" +
+	"\bdebounce\x18\x0e \x01(\v2\x13.orrery.v1.DebounceR\bdebounce\x1aK\n" +
 	"\vParamsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12&\n" +
-	"\x05value\x18\x02 \x01(\v2\x10.orrery.v1.ParamR\x05value:\x028\x01\"\x9b\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x10.orrery.v1.ParamR\x05value:\x028\x01\"\x85\x01\n" +
+	"\bDebounce\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
+	"\x06period\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06period\x124\n" +
+	"\bmax_wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\"\x9b\x01\n" +
 	"\x05Param\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x120\n" +
 	"\adefault\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\adefault\x12*\n" +
@@ -4437,7 +4519,7 @@ func file_orrery_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_orrery_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_orrery_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_orrery_v1_job_proto_goTypes = []any{
 	(JobStatus)(0),                  // 0: orrery.v1.JobStatus
 	(JobView)(0),                    // 1: orrery.v1.JobView
@@ -4466,82 +4548,83 @@ var file_orrery_v1_job_proto_goTypes = []any{
 	(*Wait)(nil),                    // 24: orrery.v1.Wait
 	(*Sleep)(nil),                   // 25: orrery.v1.Sleep
 	(*JobSpec)(nil),                 // 26: orrery.v1.JobSpec
-	(*Param)(nil),                   // 27: orrery.v1.Param
-	(*Alerts)(nil),                  // 28: orrery.v1.Alerts
-	(*Notify)(nil),                  // 29: orrery.v1.Notify
-	(*Webhook)(nil),                 // 30: orrery.v1.Webhook
-	(*Callback)(nil),                // 31: orrery.v1.Callback
-	(*JobMetadata)(nil),             // 32: orrery.v1.JobMetadata
-	(*Job)(nil),                     // 33: orrery.v1.Job
-	(*LastRun)(nil),                 // 34: orrery.v1.LastRun
-	(*Source)(nil),                  // 35: orrery.v1.Source
-	(*JobRef)(nil),                  // 36: orrery.v1.JobRef
-	(*CreateJobRequest)(nil),        // 37: orrery.v1.CreateJobRequest
-	(*CreateJobResponse)(nil),       // 38: orrery.v1.CreateJobResponse
-	(*GetJobRequest)(nil),           // 39: orrery.v1.GetJobRequest
-	(*GetJobResponse)(nil),          // 40: orrery.v1.GetJobResponse
-	(*JobLink)(nil),                 // 41: orrery.v1.JobLink
-	(*ListJobsRequest)(nil),         // 42: orrery.v1.ListJobsRequest
-	(*ListJobsResponse)(nil),        // 43: orrery.v1.ListJobsResponse
-	(*UpdateJobRequest)(nil),        // 44: orrery.v1.UpdateJobRequest
-	(*UpdateJobResponse)(nil),       // 45: orrery.v1.UpdateJobResponse
-	(*DeleteJobRequest)(nil),        // 46: orrery.v1.DeleteJobRequest
-	(*DeleteJobResponse)(nil),       // 47: orrery.v1.DeleteJobResponse
-	(*PauseJobRequest)(nil),         // 48: orrery.v1.PauseJobRequest
-	(*PauseJobResponse)(nil),        // 49: orrery.v1.PauseJobResponse
-	(*ResumeJobRequest)(nil),        // 50: orrery.v1.ResumeJobRequest
-	(*ResumeJobResponse)(nil),       // 51: orrery.v1.ResumeJobResponse
-	(*PreviewScheduleRequest)(nil),  // 52: orrery.v1.PreviewScheduleRequest
-	(*PreviewScheduleResponse)(nil), // 53: orrery.v1.PreviewScheduleResponse
-	(*PlannedInstant)(nil),          // 54: orrery.v1.PlannedInstant
-	nil,                             // 55: orrery.v1.HttpExecutor.HeadersEntry
-	nil,                             // 56: orrery.v1.CommandExecutor.EnvEntry
-	nil,                             // 57: orrery.v1.Resources.CustomEntry
-	nil,                             // 58: orrery.v1.JobSpec.ParamsEntry
-	nil,                             // 59: orrery.v1.Webhook.HeadersEntry
-	nil,                             // 60: orrery.v1.JobMetadata.LabelsEntry
-	nil,                             // 61: orrery.v1.ListJobsRequest.LabelsEntry
-	(*timestamppb.Timestamp)(nil),   // 62: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 63: google.protobuf.Duration
-	(*structpb.Struct)(nil),         // 64: google.protobuf.Struct
-	(*structpb.Value)(nil),          // 65: google.protobuf.Value
-	(*AuditEntry)(nil),              // 66: orrery.v1.AuditEntry
+	(*Debounce)(nil),                // 27: orrery.v1.Debounce
+	(*Param)(nil),                   // 28: orrery.v1.Param
+	(*Alerts)(nil),                  // 29: orrery.v1.Alerts
+	(*Notify)(nil),                  // 30: orrery.v1.Notify
+	(*Webhook)(nil),                 // 31: orrery.v1.Webhook
+	(*Callback)(nil),                // 32: orrery.v1.Callback
+	(*JobMetadata)(nil),             // 33: orrery.v1.JobMetadata
+	(*Job)(nil),                     // 34: orrery.v1.Job
+	(*LastRun)(nil),                 // 35: orrery.v1.LastRun
+	(*Source)(nil),                  // 36: orrery.v1.Source
+	(*JobRef)(nil),                  // 37: orrery.v1.JobRef
+	(*CreateJobRequest)(nil),        // 38: orrery.v1.CreateJobRequest
+	(*CreateJobResponse)(nil),       // 39: orrery.v1.CreateJobResponse
+	(*GetJobRequest)(nil),           // 40: orrery.v1.GetJobRequest
+	(*GetJobResponse)(nil),          // 41: orrery.v1.GetJobResponse
+	(*JobLink)(nil),                 // 42: orrery.v1.JobLink
+	(*ListJobsRequest)(nil),         // 43: orrery.v1.ListJobsRequest
+	(*ListJobsResponse)(nil),        // 44: orrery.v1.ListJobsResponse
+	(*UpdateJobRequest)(nil),        // 45: orrery.v1.UpdateJobRequest
+	(*UpdateJobResponse)(nil),       // 46: orrery.v1.UpdateJobResponse
+	(*DeleteJobRequest)(nil),        // 47: orrery.v1.DeleteJobRequest
+	(*DeleteJobResponse)(nil),       // 48: orrery.v1.DeleteJobResponse
+	(*PauseJobRequest)(nil),         // 49: orrery.v1.PauseJobRequest
+	(*PauseJobResponse)(nil),        // 50: orrery.v1.PauseJobResponse
+	(*ResumeJobRequest)(nil),        // 51: orrery.v1.ResumeJobRequest
+	(*ResumeJobResponse)(nil),       // 52: orrery.v1.ResumeJobResponse
+	(*PreviewScheduleRequest)(nil),  // 53: orrery.v1.PreviewScheduleRequest
+	(*PreviewScheduleResponse)(nil), // 54: orrery.v1.PreviewScheduleResponse
+	(*PlannedInstant)(nil),          // 55: orrery.v1.PlannedInstant
+	nil,                             // 56: orrery.v1.HttpExecutor.HeadersEntry
+	nil,                             // 57: orrery.v1.CommandExecutor.EnvEntry
+	nil,                             // 58: orrery.v1.Resources.CustomEntry
+	nil,                             // 59: orrery.v1.JobSpec.ParamsEntry
+	nil,                             // 60: orrery.v1.Webhook.HeadersEntry
+	nil,                             // 61: orrery.v1.JobMetadata.LabelsEntry
+	nil,                             // 62: orrery.v1.ListJobsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),   // 63: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 64: google.protobuf.Duration
+	(*structpb.Struct)(nil),         // 65: google.protobuf.Struct
+	(*structpb.Value)(nil),          // 66: google.protobuf.Value
+	(*AuditEntry)(nil),              // 67: orrery.v1.AuditEntry
 }
 var file_orrery_v1_job_proto_depIdxs = []int32{
-	36,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
-	62,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
-	62,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
+	37,  // 0: orrery.v1.BackfillRequest.ref:type_name -> orrery.v1.JobRef
+	63,  // 1: orrery.v1.BackfillRequest.from:type_name -> google.protobuf.Timestamp
+	63,  // 2: orrery.v1.BackfillRequest.to:type_name -> google.protobuf.Timestamp
 	4,   // 3: orrery.v1.BackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	62,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
-	62,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
-	62,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
-	62,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
-	62,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
-	62,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
-	36,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
+	63,  // 4: orrery.v1.BackfillResponse.instants:type_name -> google.protobuf.Timestamp
+	63,  // 5: orrery.v1.JobBackfill.from:type_name -> google.protobuf.Timestamp
+	63,  // 6: orrery.v1.JobBackfill.to:type_name -> google.protobuf.Timestamp
+	63,  // 7: orrery.v1.JobBackfill.cursor:type_name -> google.protobuf.Timestamp
+	63,  // 8: orrery.v1.JobBackfill.create_time:type_name -> google.protobuf.Timestamp
+	63,  // 9: orrery.v1.JobBackfill.finish_time:type_name -> google.protobuf.Timestamp
+	37,  // 10: orrery.v1.CancelBackfillRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 11: orrery.v1.CancelBackfillResponse.backfill:type_name -> orrery.v1.JobBackfill
-	36,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
+	37,  // 12: orrery.v1.ListBackfillsRequest.ref:type_name -> orrery.v1.JobRef
 	4,   // 13: orrery.v1.ListBackfillsResponse.backfills:type_name -> orrery.v1.JobBackfill
-	63,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
-	63,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
+	64,  // 14: orrery.v1.Schedule.jitter:type_name -> google.protobuf.Duration
+	64,  // 15: orrery.v1.Schedule.catchup_window:type_name -> google.protobuf.Duration
 	12,  // 16: orrery.v1.Schedule.exclude:type_name -> orrery.v1.ScheduleExclude
 	11,  // 17: orrery.v1.Schedule.after:type_name -> orrery.v1.ScheduleAfter
 	10,  // 18: orrery.v1.Schedule.event:type_name -> orrery.v1.ScheduleEvent
-	55,  // 19: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
-	56,  // 20: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
+	56,  // 19: orrery.v1.HttpExecutor.headers:type_name -> orrery.v1.HttpExecutor.HeadersEntry
+	57,  // 20: orrery.v1.CommandExecutor.env:type_name -> orrery.v1.CommandExecutor.EnvEntry
 	13,  // 21: orrery.v1.Executor.http:type_name -> orrery.v1.HttpExecutor
 	14,  // 22: orrery.v1.Executor.command:type_name -> orrery.v1.CommandExecutor
 	16,  // 23: orrery.v1.Executor.job:type_name -> orrery.v1.JobCall
-	64,  // 24: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
-	63,  // 25: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	63,  // 26: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	63,  // 27: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
+	65,  // 24: orrery.v1.JobCall.params:type_name -> google.protobuf.Struct
+	64,  // 25: orrery.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	64,  // 26: orrery.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	64,  // 27: orrery.v1.StepDefaults.timeout:type_name -> google.protobuf.Duration
 	17,  // 28: orrery.v1.StepDefaults.retry:type_name -> orrery.v1.RetryPolicy
 	19,  // 29: orrery.v1.StepDefaults.resources:type_name -> orrery.v1.Resources
-	57,  // 30: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
+	58,  // 30: orrery.v1.Resources.custom:type_name -> orrery.v1.Resources.CustomEntry
 	15,  // 31: orrery.v1.Step.run:type_name -> orrery.v1.Executor
-	65,  // 32: orrery.v1.Step.payload:type_name -> google.protobuf.Value
-	63,  // 33: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
+	66,  // 32: orrery.v1.Step.payload:type_name -> google.protobuf.Value
+	64,  // 33: orrery.v1.Step.timeout:type_name -> google.protobuf.Duration
 	17,  // 34: orrery.v1.Step.retry:type_name -> orrery.v1.RetryPolicy
 	19,  // 35: orrery.v1.Step.resources:type_name -> orrery.v1.Resources
 	25,  // 36: orrery.v1.Step.sleep:type_name -> orrery.v1.Sleep
@@ -4549,97 +4632,100 @@ var file_orrery_v1_job_proto_depIdxs = []int32{
 	23,  // 38: orrery.v1.Step.approval:type_name -> orrery.v1.Approval
 	22,  // 39: orrery.v1.Step.concurrency:type_name -> orrery.v1.ConcurrencyLimit
 	21,  // 40: orrery.v1.Step.rate_limit:type_name -> orrery.v1.RateLimit
-	63,  // 41: orrery.v1.RateLimit.per:type_name -> google.protobuf.Duration
-	63,  // 42: orrery.v1.Approval.timeout:type_name -> google.protobuf.Duration
-	63,  // 43: orrery.v1.Wait.timeout:type_name -> google.protobuf.Duration
-	63,  // 44: orrery.v1.Sleep.duration:type_name -> google.protobuf.Duration
+	64,  // 41: orrery.v1.RateLimit.per:type_name -> google.protobuf.Duration
+	64,  // 42: orrery.v1.Approval.timeout:type_name -> google.protobuf.Duration
+	64,  // 43: orrery.v1.Wait.timeout:type_name -> google.protobuf.Duration
+	64,  // 44: orrery.v1.Sleep.duration:type_name -> google.protobuf.Duration
 	9,   // 45: orrery.v1.JobSpec.schedule:type_name -> orrery.v1.Schedule
 	18,  // 46: orrery.v1.JobSpec.defaults:type_name -> orrery.v1.StepDefaults
 	15,  // 47: orrery.v1.JobSpec.run:type_name -> orrery.v1.Executor
-	65,  // 48: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
+	66,  // 48: orrery.v1.JobSpec.payload:type_name -> google.protobuf.Value
 	20,  // 49: orrery.v1.JobSpec.steps:type_name -> orrery.v1.Step
-	28,  // 50: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
-	31,  // 51: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
-	58,  // 52: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
+	29,  // 50: orrery.v1.JobSpec.alerts:type_name -> orrery.v1.Alerts
+	32,  // 51: orrery.v1.JobSpec.callbacks:type_name -> orrery.v1.Callback
+	59,  // 52: orrery.v1.JobSpec.params:type_name -> orrery.v1.JobSpec.ParamsEntry
 	22,  // 53: orrery.v1.JobSpec.concurrency:type_name -> orrery.v1.ConcurrencyLimit
-	65,  // 54: orrery.v1.Param.default:type_name -> google.protobuf.Value
-	65,  // 55: orrery.v1.Param.enum:type_name -> google.protobuf.Value
-	63,  // 56: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
-	63,  // 57: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
-	29,  // 58: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
-	30,  // 59: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
-	59,  // 60: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
-	30,  // 61: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
-	60,  // 62: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
-	32,  // 63: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
-	26,  // 64: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
-	0,   // 65: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
-	62,  // 66: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
-	62,  // 67: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
-	62,  // 68: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
-	62,  // 69: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
-	35,  // 70: orrery.v1.Job.source:type_name -> orrery.v1.Source
-	34,  // 71: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
-	62,  // 72: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
-	32,  // 73: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	26,  // 74: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	33,  // 75: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
-	36,  // 76: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
-	33,  // 77: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
-	62,  // 78: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
-	66,  // 79: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
-	41,  // 80: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
-	41,  // 81: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
-	41,  // 82: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
-	41,  // 83: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
-	0,   // 84: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
-	61,  // 85: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
-	1,   // 86: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
-	33,  // 87: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
-	36,  // 88: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
-	32,  // 89: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
-	26,  // 90: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
-	33,  // 91: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
-	36,  // 92: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
-	33,  // 93: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
-	36,  // 94: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
-	33,  // 95: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
-	36,  // 96: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
-	33,  // 97: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
-	9,   // 98: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
-	62,  // 99: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
-	62,  // 100: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
-	54,  // 101: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
-	62,  // 102: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
-	62,  // 103: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
-	27,  // 104: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
-	37,  // 105: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
-	39,  // 106: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
-	42,  // 107: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
-	44,  // 108: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
-	46,  // 109: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
-	48,  // 110: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
-	50,  // 111: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
-	52,  // 112: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
-	2,   // 113: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
-	5,   // 114: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
-	7,   // 115: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
-	38,  // 116: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
-	40,  // 117: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
-	43,  // 118: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
-	45,  // 119: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
-	47,  // 120: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
-	49,  // 121: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
-	51,  // 122: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
-	53,  // 123: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
-	3,   // 124: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
-	6,   // 125: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
-	8,   // 126: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
-	116, // [116:127] is the sub-list for method output_type
-	105, // [105:116] is the sub-list for method input_type
-	105, // [105:105] is the sub-list for extension type_name
-	105, // [105:105] is the sub-list for extension extendee
-	0,   // [0:105] is the sub-list for field type_name
+	27,  // 54: orrery.v1.JobSpec.debounce:type_name -> orrery.v1.Debounce
+	64,  // 55: orrery.v1.Debounce.period:type_name -> google.protobuf.Duration
+	64,  // 56: orrery.v1.Debounce.max_wait:type_name -> google.protobuf.Duration
+	66,  // 57: orrery.v1.Param.default:type_name -> google.protobuf.Value
+	66,  // 58: orrery.v1.Param.enum:type_name -> google.protobuf.Value
+	64,  // 59: orrery.v1.Alerts.start_within:type_name -> google.protobuf.Duration
+	64,  // 60: orrery.v1.Alerts.finish_within:type_name -> google.protobuf.Duration
+	30,  // 61: orrery.v1.Alerts.notify:type_name -> orrery.v1.Notify
+	31,  // 62: orrery.v1.Notify.webhook:type_name -> orrery.v1.Webhook
+	60,  // 63: orrery.v1.Webhook.headers:type_name -> orrery.v1.Webhook.HeadersEntry
+	31,  // 64: orrery.v1.Callback.webhook:type_name -> orrery.v1.Webhook
+	61,  // 65: orrery.v1.JobMetadata.labels:type_name -> orrery.v1.JobMetadata.LabelsEntry
+	33,  // 66: orrery.v1.Job.metadata:type_name -> orrery.v1.JobMetadata
+	26,  // 67: orrery.v1.Job.spec:type_name -> orrery.v1.JobSpec
+	0,   // 68: orrery.v1.Job.status:type_name -> orrery.v1.JobStatus
+	63,  // 69: orrery.v1.Job.next_fire_time:type_name -> google.protobuf.Timestamp
+	63,  // 70: orrery.v1.Job.create_time:type_name -> google.protobuf.Timestamp
+	63,  // 71: orrery.v1.Job.update_time:type_name -> google.protobuf.Timestamp
+	63,  // 72: orrery.v1.Job.delete_time:type_name -> google.protobuf.Timestamp
+	36,  // 73: orrery.v1.Job.source:type_name -> orrery.v1.Source
+	35,  // 74: orrery.v1.Job.last_run:type_name -> orrery.v1.LastRun
+	63,  // 75: orrery.v1.LastRun.scheduled_time:type_name -> google.protobuf.Timestamp
+	33,  // 76: orrery.v1.CreateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	26,  // 77: orrery.v1.CreateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	34,  // 78: orrery.v1.CreateJobResponse.job:type_name -> orrery.v1.Job
+	37,  // 79: orrery.v1.GetJobRequest.ref:type_name -> orrery.v1.JobRef
+	34,  // 80: orrery.v1.GetJobResponse.job:type_name -> orrery.v1.Job
+	63,  // 81: orrery.v1.GetJobResponse.next_fire_times:type_name -> google.protobuf.Timestamp
+	67,  // 82: orrery.v1.GetJobResponse.history:type_name -> orrery.v1.AuditEntry
+	42,  // 83: orrery.v1.GetJobResponse.upstream:type_name -> orrery.v1.JobLink
+	42,  // 84: orrery.v1.GetJobResponse.downstream:type_name -> orrery.v1.JobLink
+	42,  // 85: orrery.v1.GetJobResponse.calls:type_name -> orrery.v1.JobLink
+	42,  // 86: orrery.v1.GetJobResponse.callers:type_name -> orrery.v1.JobLink
+	0,   // 87: orrery.v1.ListJobsRequest.status:type_name -> orrery.v1.JobStatus
+	62,  // 88: orrery.v1.ListJobsRequest.labels:type_name -> orrery.v1.ListJobsRequest.LabelsEntry
+	1,   // 89: orrery.v1.ListJobsRequest.view:type_name -> orrery.v1.JobView
+	34,  // 90: orrery.v1.ListJobsResponse.jobs:type_name -> orrery.v1.Job
+	37,  // 91: orrery.v1.UpdateJobRequest.ref:type_name -> orrery.v1.JobRef
+	33,  // 92: orrery.v1.UpdateJobRequest.metadata:type_name -> orrery.v1.JobMetadata
+	26,  // 93: orrery.v1.UpdateJobRequest.spec:type_name -> orrery.v1.JobSpec
+	34,  // 94: orrery.v1.UpdateJobResponse.job:type_name -> orrery.v1.Job
+	37,  // 95: orrery.v1.DeleteJobRequest.ref:type_name -> orrery.v1.JobRef
+	34,  // 96: orrery.v1.DeleteJobResponse.job:type_name -> orrery.v1.Job
+	37,  // 97: orrery.v1.PauseJobRequest.ref:type_name -> orrery.v1.JobRef
+	34,  // 98: orrery.v1.PauseJobResponse.job:type_name -> orrery.v1.Job
+	37,  // 99: orrery.v1.ResumeJobRequest.ref:type_name -> orrery.v1.JobRef
+	34,  // 100: orrery.v1.ResumeJobResponse.job:type_name -> orrery.v1.Job
+	9,   // 101: orrery.v1.PreviewScheduleRequest.schedule:type_name -> orrery.v1.Schedule
+	63,  // 102: orrery.v1.PreviewScheduleRequest.from:type_name -> google.protobuf.Timestamp
+	63,  // 103: orrery.v1.PreviewScheduleResponse.fire_times:type_name -> google.protobuf.Timestamp
+	55,  // 104: orrery.v1.PreviewScheduleResponse.instants:type_name -> orrery.v1.PlannedInstant
+	63,  // 105: orrery.v1.PlannedInstant.instant:type_name -> google.protobuf.Timestamp
+	63,  // 106: orrery.v1.PlannedInstant.fire_time:type_name -> google.protobuf.Timestamp
+	28,  // 107: orrery.v1.JobSpec.ParamsEntry.value:type_name -> orrery.v1.Param
+	38,  // 108: orrery.v1.JobService.CreateJob:input_type -> orrery.v1.CreateJobRequest
+	40,  // 109: orrery.v1.JobService.GetJob:input_type -> orrery.v1.GetJobRequest
+	43,  // 110: orrery.v1.JobService.ListJobs:input_type -> orrery.v1.ListJobsRequest
+	45,  // 111: orrery.v1.JobService.UpdateJob:input_type -> orrery.v1.UpdateJobRequest
+	47,  // 112: orrery.v1.JobService.DeleteJob:input_type -> orrery.v1.DeleteJobRequest
+	49,  // 113: orrery.v1.JobService.PauseJob:input_type -> orrery.v1.PauseJobRequest
+	51,  // 114: orrery.v1.JobService.ResumeJob:input_type -> orrery.v1.ResumeJobRequest
+	53,  // 115: orrery.v1.JobService.PreviewSchedule:input_type -> orrery.v1.PreviewScheduleRequest
+	2,   // 116: orrery.v1.JobService.Backfill:input_type -> orrery.v1.BackfillRequest
+	5,   // 117: orrery.v1.JobService.CancelBackfill:input_type -> orrery.v1.CancelBackfillRequest
+	7,   // 118: orrery.v1.JobService.ListBackfills:input_type -> orrery.v1.ListBackfillsRequest
+	39,  // 119: orrery.v1.JobService.CreateJob:output_type -> orrery.v1.CreateJobResponse
+	41,  // 120: orrery.v1.JobService.GetJob:output_type -> orrery.v1.GetJobResponse
+	44,  // 121: orrery.v1.JobService.ListJobs:output_type -> orrery.v1.ListJobsResponse
+	46,  // 122: orrery.v1.JobService.UpdateJob:output_type -> orrery.v1.UpdateJobResponse
+	48,  // 123: orrery.v1.JobService.DeleteJob:output_type -> orrery.v1.DeleteJobResponse
+	50,  // 124: orrery.v1.JobService.PauseJob:output_type -> orrery.v1.PauseJobResponse
+	52,  // 125: orrery.v1.JobService.ResumeJob:output_type -> orrery.v1.ResumeJobResponse
+	54,  // 126: orrery.v1.JobService.PreviewSchedule:output_type -> orrery.v1.PreviewScheduleResponse
+	3,   // 127: orrery.v1.JobService.Backfill:output_type -> orrery.v1.BackfillResponse
+	6,   // 128: orrery.v1.JobService.CancelBackfill:output_type -> orrery.v1.CancelBackfillResponse
+	8,   // 129: orrery.v1.JobService.ListBackfills:output_type -> orrery.v1.ListBackfillsResponse
+	119, // [119:130] is the sub-list for method output_type
+	108, // [108:119] is the sub-list for method input_type
+	108, // [108:108] is the sub-list for extension type_name
+	108, // [108:108] is the sub-list for extension extendee
+	0,   // [0:108] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_job_proto_init() }
@@ -4665,7 +4751,7 @@ func file_orrery_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_orrery_v1_job_proto_rawDesc), len(file_orrery_v1_job_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   60,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

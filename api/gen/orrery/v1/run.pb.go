@@ -69,8 +69,16 @@ type Run struct {
 	// GetRun: for a run of a job with concurrency keys, their values, in
 	// the order of spec.concurrency.
 	ConcurrencyKeys []string `protobuf:"bytes,22,rep,name=concurrency_keys,json=concurrencyKeys,proto3" json:"concurrency_keys,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// GetRun: for a run a trigger of a job with spec.debounce wrote, its
+	// key's value (empty for a job without a key; unset for other runs).
+	DebounceKey *string `protobuf:"bytes,23,opt,name=debounce_key,json=debounceKey,proto3,oneof" json:"debounce_key,omitempty"`
+	// GetRun: when the debounced run starts, unless a later trigger of its
+	// key puts it off; unset once it started.
+	DebounceTime *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=debounce_time,json=debounceTime,proto3" json:"debounce_time,omitempty"`
+	// GetRun: how many triggers the debounced run took.
+	DebounceCount int32 `protobuf:"varint,25,opt,name=debounce_count,json=debounceCount,proto3" json:"debounce_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Run) Reset() {
@@ -255,6 +263,27 @@ func (x *Run) GetConcurrencyKeys() []string {
 		return x.ConcurrencyKeys
 	}
 	return nil
+}
+
+func (x *Run) GetDebounceKey() string {
+	if x != nil && x.DebounceKey != nil {
+		return *x.DebounceKey
+	}
+	return ""
+}
+
+func (x *Run) GetDebounceTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DebounceTime
+	}
+	return nil
+}
+
+func (x *Run) GetDebounceCount() int32 {
+	if x != nil {
+		return x.DebounceCount
+	}
+	return 0
 }
 
 // RunStep is a step of a run and its task's status.
@@ -3183,7 +3212,7 @@ var File_orrery_v1_run_proto protoreflect.FileDescriptor
 
 const file_orrery_v1_run_proto_rawDesc = "" +
 	"\n" +
-	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xc8\x06\n" +
+	"\x13orrery/v1/run.proto\x12\torrery.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13orrery/v1/job.proto\"\xe9\a\n" +
 	"\x03Run\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1c\n" +
@@ -3213,7 +3242,11 @@ const file_orrery_v1_run_proto_rawDesc = "" +
 	"parentStep\x12-\n" +
 	"\x05event\x18\x14 \x01(\v2\x17.google.protobuf.StructR\x05event\x12!\n" +
 	"\ftriggered_by\x18\x15 \x01(\tR\vtriggeredBy\x12)\n" +
-	"\x10concurrency_keys\x18\x16 \x03(\tR\x0fconcurrencyKeys\"5\n" +
+	"\x10concurrency_keys\x18\x16 \x03(\tR\x0fconcurrencyKeys\x12&\n" +
+	"\fdebounce_key\x18\x17 \x01(\tH\x00R\vdebounceKey\x88\x01\x01\x12?\n" +
+	"\rdebounce_time\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\fdebounceTime\x12%\n" +
+	"\x0edebounce_count\x18\x19 \x01(\x05R\rdebounceCountB\x0f\n" +
+	"\r_debounce_key\"5\n" +
 	"\aRunStep\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\"\xc7\a\n" +
@@ -3574,98 +3607,99 @@ var file_orrery_v1_run_proto_depIdxs = []int32{
 	45, // 5: orrery.v1.Run.upstream:type_name -> google.protobuf.Struct
 	1,  // 6: orrery.v1.Run.steps:type_name -> orrery.v1.RunStep
 	45, // 7: orrery.v1.Run.event:type_name -> google.protobuf.Struct
-	44, // 8: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
-	44, // 9: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
-	44, // 10: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
-	6,  // 11: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
-	44, // 12: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
-	44, // 13: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
-	5,  // 14: orrery.v1.Task.items:type_name -> orrery.v1.ItemCounts
-	46, // 15: orrery.v1.Task.resources:type_name -> orrery.v1.Resources
-	3,  // 16: orrery.v1.Task.approval:type_name -> orrery.v1.PendingApproval
-	44, // 17: orrery.v1.PendingApproval.timeout_time:type_name -> google.protobuf.Timestamp
-	4,  // 18: orrery.v1.PendingApproval.decisions:type_name -> orrery.v1.Decision
-	44, // 19: orrery.v1.Decision.time:type_name -> google.protobuf.Timestamp
-	39, // 20: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
-	44, // 21: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
-	44, // 22: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
-	47, // 23: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
-	44, // 24: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
-	44, // 25: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
-	0,  // 26: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
-	44, // 27: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
-	44, // 28: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
-	44, // 29: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
-	44, // 30: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
-	11, // 31: orrery.v1.SummarizeRunsResponse.hours:type_name -> orrery.v1.RunHour
-	12, // 32: orrery.v1.SummarizeRunsResponse.failing_jobs:type_name -> orrery.v1.FailingJob
-	13, // 33: orrery.v1.SummarizeRunsResponse.slowest_starts:type_name -> orrery.v1.SlowStart
-	14, // 34: orrery.v1.SummarizeRunsResponse.late_jobs:type_name -> orrery.v1.LateJob
-	44, // 35: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
-	40, // 36: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
-	44, // 37: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
-	44, // 38: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
-	44, // 39: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
-	44, // 40: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
-	0,  // 41: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
-	2,  // 42: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
-	2,  // 43: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
-	47, // 44: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
-	41, // 45: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
-	42, // 46: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
-	0,  // 47: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
-	0,  // 48: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
-	2,  // 49: orrery.v1.ApproveStepResponse.task:type_name -> orrery.v1.Task
-	2,  // 50: orrery.v1.RejectStepResponse.task:type_name -> orrery.v1.Task
-	0,  // 51: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
-	44, // 52: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
-	44, // 53: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
-	47, // 54: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	27, // 55: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
-	47, // 56: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
-	44, // 57: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
-	44, // 58: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
-	44, // 59: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
-	33, // 60: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
-	34, // 61: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
-	38, // 62: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
-	37, // 63: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
-	36, // 64: orrery.v1.GetClusterResponse.busiest_keys:type_name -> orrery.v1.BusyKey
-	46, // 65: orrery.v1.QueueDepth.capacity:type_name -> orrery.v1.Resources
-	46, // 66: orrery.v1.QueueDepth.allocated:type_name -> orrery.v1.Resources
-	43, // 67: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
-	44, // 68: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
-	44, // 69: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
-	46, // 70: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
-	46, // 71: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
-	48, // 72: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
-	7,  // 73: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
-	9,  // 74: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
-	15, // 75: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
-	17, // 76: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
-	19, // 77: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
-	25, // 78: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
-	21, // 79: orrery.v1.RunService.ApproveStep:input_type -> orrery.v1.ApproveStepRequest
-	23, // 80: orrery.v1.RunService.RejectStep:input_type -> orrery.v1.RejectStepRequest
-	28, // 81: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
-	30, // 82: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
-	32, // 83: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
-	8,  // 84: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
-	10, // 85: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
-	16, // 86: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
-	18, // 87: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
-	20, // 88: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
-	26, // 89: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
-	22, // 90: orrery.v1.RunService.ApproveStep:output_type -> orrery.v1.ApproveStepResponse
-	24, // 91: orrery.v1.RunService.RejectStep:output_type -> orrery.v1.RejectStepResponse
-	29, // 92: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
-	31, // 93: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
-	35, // 94: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
-	84, // [84:95] is the sub-list for method output_type
-	73, // [73:84] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	44, // 8: orrery.v1.Run.debounce_time:type_name -> google.protobuf.Timestamp
+	44, // 9: orrery.v1.Task.release_time:type_name -> google.protobuf.Timestamp
+	44, // 10: orrery.v1.Task.start_time:type_name -> google.protobuf.Timestamp
+	44, // 11: orrery.v1.Task.finish_time:type_name -> google.protobuf.Timestamp
+	6,  // 12: orrery.v1.Task.attempts:type_name -> orrery.v1.Attempt
+	44, // 13: orrery.v1.Task.ready_time:type_name -> google.protobuf.Timestamp
+	44, // 14: orrery.v1.Task.admit_time:type_name -> google.protobuf.Timestamp
+	5,  // 15: orrery.v1.Task.items:type_name -> orrery.v1.ItemCounts
+	46, // 16: orrery.v1.Task.resources:type_name -> orrery.v1.Resources
+	3,  // 17: orrery.v1.Task.approval:type_name -> orrery.v1.PendingApproval
+	44, // 18: orrery.v1.PendingApproval.timeout_time:type_name -> google.protobuf.Timestamp
+	4,  // 19: orrery.v1.PendingApproval.decisions:type_name -> orrery.v1.Decision
+	44, // 20: orrery.v1.Decision.time:type_name -> google.protobuf.Timestamp
+	39, // 21: orrery.v1.ItemCounts.by_status:type_name -> orrery.v1.ItemCounts.ByStatusEntry
+	44, // 22: orrery.v1.Attempt.start_time:type_name -> google.protobuf.Timestamp
+	44, // 23: orrery.v1.Attempt.finish_time:type_name -> google.protobuf.Timestamp
+	47, // 24: orrery.v1.ListRunsRequest.job:type_name -> orrery.v1.JobRef
+	44, // 25: orrery.v1.ListRunsRequest.since:type_name -> google.protobuf.Timestamp
+	44, // 26: orrery.v1.ListRunsRequest.until:type_name -> google.protobuf.Timestamp
+	0,  // 27: orrery.v1.ListRunsResponse.runs:type_name -> orrery.v1.Run
+	44, // 28: orrery.v1.SummarizeRunsRequest.since:type_name -> google.protobuf.Timestamp
+	44, // 29: orrery.v1.SummarizeRunsRequest.until:type_name -> google.protobuf.Timestamp
+	44, // 30: orrery.v1.SummarizeRunsResponse.since:type_name -> google.protobuf.Timestamp
+	44, // 31: orrery.v1.SummarizeRunsResponse.until:type_name -> google.protobuf.Timestamp
+	11, // 32: orrery.v1.SummarizeRunsResponse.hours:type_name -> orrery.v1.RunHour
+	12, // 33: orrery.v1.SummarizeRunsResponse.failing_jobs:type_name -> orrery.v1.FailingJob
+	13, // 34: orrery.v1.SummarizeRunsResponse.slowest_starts:type_name -> orrery.v1.SlowStart
+	14, // 35: orrery.v1.SummarizeRunsResponse.late_jobs:type_name -> orrery.v1.LateJob
+	44, // 36: orrery.v1.RunHour.start_time:type_name -> google.protobuf.Timestamp
+	40, // 37: orrery.v1.RunHour.by_status:type_name -> orrery.v1.RunHour.ByStatusEntry
+	44, // 38: orrery.v1.FailingJob.last_failure_time:type_name -> google.protobuf.Timestamp
+	44, // 39: orrery.v1.SlowStart.scheduled_time:type_name -> google.protobuf.Timestamp
+	44, // 40: orrery.v1.SlowStart.start_time:type_name -> google.protobuf.Timestamp
+	44, // 41: orrery.v1.LateJob.next_fire_time:type_name -> google.protobuf.Timestamp
+	0,  // 42: orrery.v1.GetRunResponse.run:type_name -> orrery.v1.Run
+	2,  // 43: orrery.v1.GetRunResponse.tasks:type_name -> orrery.v1.Task
+	2,  // 44: orrery.v1.GetRunResponse.items:type_name -> orrery.v1.Task
+	47, // 45: orrery.v1.TriggerJobRequest.job:type_name -> orrery.v1.JobRef
+	41, // 46: orrery.v1.TriggerJobRequest.params:type_name -> orrery.v1.TriggerJobRequest.ParamsEntry
+	42, // 47: orrery.v1.TriggerJobRequest.param_texts:type_name -> orrery.v1.TriggerJobRequest.ParamTextsEntry
+	0,  // 48: orrery.v1.TriggerJobResponse.run:type_name -> orrery.v1.Run
+	0,  // 49: orrery.v1.CancelRunResponse.run:type_name -> orrery.v1.Run
+	2,  // 50: orrery.v1.ApproveStepResponse.task:type_name -> orrery.v1.Task
+	2,  // 51: orrery.v1.RejectStepResponse.task:type_name -> orrery.v1.Task
+	0,  // 52: orrery.v1.RetryRunResponse.run:type_name -> orrery.v1.Run
+	44, // 53: orrery.v1.DeadLetter.scheduled_time:type_name -> google.protobuf.Timestamp
+	44, // 54: orrery.v1.DeadLetter.dead_letter_time:type_name -> google.protobuf.Timestamp
+	47, // 55: orrery.v1.ListDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	27, // 56: orrery.v1.ListDeadLettersResponse.dead_letters:type_name -> orrery.v1.DeadLetter
+	47, // 57: orrery.v1.ReplayDeadLettersRequest.job:type_name -> orrery.v1.JobRef
+	44, // 58: orrery.v1.Node.start_time:type_name -> google.protobuf.Timestamp
+	44, // 59: orrery.v1.Node.heartbeat_time:type_name -> google.protobuf.Timestamp
+	44, // 60: orrery.v1.Shard.lease_expire_time:type_name -> google.protobuf.Timestamp
+	33, // 61: orrery.v1.GetClusterResponse.nodes:type_name -> orrery.v1.Node
+	34, // 62: orrery.v1.GetClusterResponse.shards:type_name -> orrery.v1.Shard
+	38, // 63: orrery.v1.GetClusterResponse.workers:type_name -> orrery.v1.Worker
+	37, // 64: orrery.v1.GetClusterResponse.queues:type_name -> orrery.v1.QueueDepth
+	36, // 65: orrery.v1.GetClusterResponse.busiest_keys:type_name -> orrery.v1.BusyKey
+	46, // 66: orrery.v1.QueueDepth.capacity:type_name -> orrery.v1.Resources
+	46, // 67: orrery.v1.QueueDepth.allocated:type_name -> orrery.v1.Resources
+	43, // 68: orrery.v1.Worker.queues:type_name -> orrery.v1.Worker.QueuesEntry
+	44, // 69: orrery.v1.Worker.start_time:type_name -> google.protobuf.Timestamp
+	44, // 70: orrery.v1.Worker.heartbeat_time:type_name -> google.protobuf.Timestamp
+	46, // 71: orrery.v1.Worker.capacity:type_name -> orrery.v1.Resources
+	46, // 72: orrery.v1.Worker.allocated:type_name -> orrery.v1.Resources
+	48, // 73: orrery.v1.TriggerJobRequest.ParamsEntry.value:type_name -> google.protobuf.Value
+	7,  // 74: orrery.v1.RunService.ListRuns:input_type -> orrery.v1.ListRunsRequest
+	9,  // 75: orrery.v1.RunService.SummarizeRuns:input_type -> orrery.v1.SummarizeRunsRequest
+	15, // 76: orrery.v1.RunService.GetRun:input_type -> orrery.v1.GetRunRequest
+	17, // 77: orrery.v1.RunService.TriggerJob:input_type -> orrery.v1.TriggerJobRequest
+	19, // 78: orrery.v1.RunService.CancelRun:input_type -> orrery.v1.CancelRunRequest
+	25, // 79: orrery.v1.RunService.RetryRun:input_type -> orrery.v1.RetryRunRequest
+	21, // 80: orrery.v1.RunService.ApproveStep:input_type -> orrery.v1.ApproveStepRequest
+	23, // 81: orrery.v1.RunService.RejectStep:input_type -> orrery.v1.RejectStepRequest
+	28, // 82: orrery.v1.RunService.ListDeadLetters:input_type -> orrery.v1.ListDeadLettersRequest
+	30, // 83: orrery.v1.RunService.ReplayDeadLetters:input_type -> orrery.v1.ReplayDeadLettersRequest
+	32, // 84: orrery.v1.ClusterService.GetCluster:input_type -> orrery.v1.GetClusterRequest
+	8,  // 85: orrery.v1.RunService.ListRuns:output_type -> orrery.v1.ListRunsResponse
+	10, // 86: orrery.v1.RunService.SummarizeRuns:output_type -> orrery.v1.SummarizeRunsResponse
+	16, // 87: orrery.v1.RunService.GetRun:output_type -> orrery.v1.GetRunResponse
+	18, // 88: orrery.v1.RunService.TriggerJob:output_type -> orrery.v1.TriggerJobResponse
+	20, // 89: orrery.v1.RunService.CancelRun:output_type -> orrery.v1.CancelRunResponse
+	26, // 90: orrery.v1.RunService.RetryRun:output_type -> orrery.v1.RetryRunResponse
+	22, // 91: orrery.v1.RunService.ApproveStep:output_type -> orrery.v1.ApproveStepResponse
+	24, // 92: orrery.v1.RunService.RejectStep:output_type -> orrery.v1.RejectStepResponse
+	29, // 93: orrery.v1.RunService.ListDeadLetters:output_type -> orrery.v1.ListDeadLettersResponse
+	31, // 94: orrery.v1.RunService.ReplayDeadLetters:output_type -> orrery.v1.ReplayDeadLettersResponse
+	35, // 95: orrery.v1.ClusterService.GetCluster:output_type -> orrery.v1.GetClusterResponse
+	85, // [85:96] is the sub-list for method output_type
+	74, // [74:85] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_orrery_v1_run_proto_init() }
@@ -3674,6 +3708,7 @@ func file_orrery_v1_run_proto_init() {
 		return
 	}
 	file_orrery_v1_job_proto_init()
+	file_orrery_v1_run_proto_msgTypes[0].OneofWrappers = []any{}
 	file_orrery_v1_run_proto_msgTypes[2].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
