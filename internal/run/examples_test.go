@@ -24,6 +24,7 @@ import (
 	"github.com/orrery-dev/orrery/internal/job"
 	"github.com/orrery-dev/orrery/internal/pgtest"
 	"github.com/orrery-dev/orrery/internal/run"
+	"github.com/orrery-dev/orrery/internal/store"
 )
 
 // The example pipelines that `orrery dev` loads run to success: their
@@ -114,7 +115,7 @@ func TestExamplesRun(t *testing.T) {
 				// A job started by events runs as it would: when one is
 				// published (of data its filter takes).
 				if _, err := event.Publish(ctx, pool, job.DefaultTenant, jobs.Shards(), event.Event{Type: e.Type, ID: name,
-					Data: []byte(`{"order": "1001", "amount": 150}`)}); err != nil {
+					Data: []byte(`{"order": "1001", "amount": 150, "repo": "web", "sha": "a1"}`)}); err != nil {
 					t.Fatal(err)
 				}
 				enginetest.WaitFor(t, 60*time.Second, name+" started by its event", func() bool {
@@ -126,6 +127,16 @@ func TestExamplesRun(t *testing.T) {
 					started = &run.Run{ID: id}
 					return true
 				})
+				if r.Spec.Debounce != nil {
+					// Its period passes (not waited for here): the
+					// scheduler starts it.
+					if err := store.Retry(ctx, func() error {
+						_, err := pool.Exec(ctx, "UPDATE runs SET debounce_at = now() WHERE id = $1 AND debounce_at IS NOT NULL", started.ID)
+						return err
+					}); err != nil {
+						t.Fatal(err)
+					}
+				}
 			} else {
 				var err error
 				if started, err = runs.Trigger(ctx, job.Anonymous, ref, "", true); err != nil {
@@ -148,7 +159,7 @@ func TestExamplesRun(t *testing.T) {
 			var status string
 			enginetest.WaitFor(t, 60*time.Second, name+" finishes", func() bool {
 				_ = pool.QueryRow(ctx, "SELECT status FROM runs WHERE id = $1", started.ID).Scan(&status)
-				return status != "pending" && status != "running"
+				return status != "pending" && status != "running" && status != "queued"
 			})
 			if status != "succeeded" {
 				d, _ := runs.Get(ctx, job.Anonymous, started.ID, run.ItemsPage{})
