@@ -1,7 +1,6 @@
 package dag
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/orrery-dev/orrery/dag/expr"
@@ -93,13 +92,4 @@ func validateDebounce(es *Errors, s *JobSpec) {
 	if _, xes := CompileDebounceKey(s); len(xes) > 0 {
 		*es = append(*es, xes...)
 	}
-}
-
-// String is the debounce as its reason shows it: "repo=x" style text is
-// the caller's; this is "30s" or "30s, at most 5m".
-func (d *Debounce) String() string {
-	if d.MaxWait.Duration == 0 {
-		return d.Period.Duration.String()
-	}
-	return fmt.Sprintf("%s, at most %s", d.Period.Duration, d.MaxWait.Duration)
 }

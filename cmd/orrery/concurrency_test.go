@@ -315,7 +315,7 @@ spec:
 		t.Errorf("runs get of the debounced run:\n%s", out)
 	}
 	poll(t, 30*time.Second, "serve-1 dies inside the debounce's transaction", p.exited)
-	if s := queryString(t, pool, "SELECT status || ' ' || (debounce_at IS NOT NULL)::text FROM runs WHERE id = $1", id); s != "queued true" {
+	if s := queryString(t, pool, "SELECT status || ' ' || debouncing::text FROM runs WHERE id = $1", id); s != "queued true" {
 		t.Errorf("the debounced run after the kill: %s, want queued and due", s)
 	}
 	for what, sql := range map[string]string{

@@ -45,12 +45,12 @@ func debounces(r New) bool {
 // debounceReason is the reason of a debounced run of key (its value, ""
 // for a job without one).
 func debounceReason(d *dag.Debounce, key string) string {
-	r := ReasonDebounce + ": starts " + d.Period.Duration.String() + " after the job's last trigger"
+	r := ReasonDebounce + ": starts " + shortDuration(d.Period.Duration) + " after the job's last trigger"
 	if key != "" {
-		r = ReasonDebounce + " key " + key + ": starts " + d.Period.Duration.String() + " after its last trigger"
+		r = ReasonDebounce + " key " + key + ": starts " + shortDuration(d.Period.Duration) + " after its last trigger"
 	}
 	if d.Wait() > 0 {
-		r += ", at most " + d.Wait().String() + " after its first"
+		r += ", at most " + shortDuration(d.Wait()) + " after its first"
 	}
 	return r
 }
@@ -200,6 +200,7 @@ func (ap *applying) debounce(ctx context.Context, runs []New) (*debounced, error
 			continue
 		}
 		if _, err := ap.q.JoinDebounce(ctx, store.JoinDebounceParams{ID: g.open, Params: string(r.Params), Event: string(r.Event), EventID: r.EventID,
+			Upstream: string(r.Upstream), Trigger: string(r.Trigger), RootRunID: r.Root, Depth: int32(r.Depth),
 			TriggeredBy: r.By, Joined: int32(len(g.members)), Period: interval(r.Job.Spec.Debounce.Period.Duration),
 			MaxWait: interval(r.Job.Spec.Debounce.Wait())}); err != nil {
 			return nil, err
@@ -278,8 +279,22 @@ func (a *Applier) FireDebounced(ctx context.Context, tx pgx.Tx, shards []int32, 
 	return ids, nil
 }
 
-// fireDebounced starts one debounced run (FireDebounced).
+// ReasonDebouncedJobDeleted is the reason of a debounced run whose job was
+// deleted while it waited.
+const ReasonDebouncedJobDeleted = "its job was deleted while its debounce waited"
+
+// fireDebounced starts one debounced run (FireDebounced); one whose job
+// was deleted while it waited is cancelled. (A paused job's waits for it
+// to resume: DueDebounces leaves it.)
 func (ap *applying) fireDebounced(ctx context.Context, r store.LockDebouncedRow) error {
+	if r.JobStatus == "deleted" {
+		if err := ap.q.StartDebounced(ctx, store.StartDebouncedParams{Ids: []uuid.UUID{r.ID}, Statuses: []string{string(lifecycle.RunQueued)},
+			Reasons: []string{ReasonDebouncedJobDeleted}, ConcurrencyKeys: []string{""}}); err != nil {
+			return err
+		}
+		_, err := ap.Cancel(ctx, ap.tx, []uuid.UUID{r.ID}, ReasonDebouncedJobDeleted)
+		return err
+	}
 	s, err := specs.get(ctx, ap.tx, r.JobID, r.JobVersion)
 	if err != nil {
 		return err

@@ -24,8 +24,8 @@ func RateWait(key string, limit pgtype.Int4, perMs pgtype.Int8, in time.Duration
 	return fmt.Sprintf("%s %s %d/%s, next token in %.1f s", ReasonRateLimit, key, limit.Int32, shortDuration(per), in.Seconds())
 }
 
-// shortDuration writes d as a rate limit's period is written: 1m, 1h30m,
-// 10s (not 1m0s).
+// shortDuration writes d as a rate limit's period or a debounce's is
+// written: 1m, 1h30m, 10s (not 1m0s).
 func shortDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {

@@ -180,7 +180,7 @@ func fromGetRow(r store.GetRunRow) Run {
 		out.ConcurrencyKeys = append(out.ConcurrencyKeys, valueOf(k))
 	}
 	out.DebounceKey, out.DebounceCount = r.DebounceKey, int(r.DebounceCount)
-	if r.Status == string(lifecycle.RunQueued) { // (a debounced run cancelled keeps its last debounce_at)
+	if r.Debouncing { // (once it started, debounce_at is when it did)
 		out.DebounceAt = r.DebounceAt
 	}
 	return out
@@ -664,6 +664,17 @@ func (s *Service) TriggerWith(ctx context.Context, a job.Actor, ref job.Ref, o T
 		if len(params) > 0 {
 			out.Params = json.RawMessage(params)
 		}
+		if spec.Debounce != nil && !ignoreOverlap { // a debounced run, maybe written by an earlier trigger
+			got, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: ids[0]})
+			if err != nil {
+				return err
+			}
+			out.ScheduledFor, out.CreatedAt, out.Status, out.Reason = got.ScheduledFor.UTC(), got.CreatedAt.UTC(), lifecycle.RunStatus(got.Status), got.Reason
+			out.DebounceKey, out.DebounceCount = got.DebounceKey, int(got.DebounceCount)
+			if got.Debouncing {
+				out.DebounceAt = got.DebounceAt
+			}
+		}
 		snap, _ := json.Marshal(out)
 		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{
 			ID: uuid.Must(uuid.NewV7()), TenantID: a.Tenant, Actor: a.Name, Action: "trigger", TargetKind: "job",
@@ -718,6 +729,9 @@ func (s *Service) CancelRun(ctx context.Context, a job.Actor, id uuid.UUID, reas
 			TargetID: id, TargetName: r.Namespace + "/" + r.JobName, Before: before,
 		}); err != nil {
 			return err
+		}
+		if r.Debouncing {
+			return nil // it was never active: no run waited for its end
 		}
 		_, err = s.applier().in(tx).promoteQueued(ctx, r.JobID, r.ConcurrencyKeys)
 		return err

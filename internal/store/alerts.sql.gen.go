@@ -216,7 +216,7 @@ func (q *Queries) OpenAlertsWindow(ctx context.Context, arg OpenAlertsWindowPara
 const openWatchedRuns = `-- name: OpenWatchedRuns :many
 SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for, r.trigger, r.created_at,
        (r.backfill_id IS NOT NULL)::bool AS backfilled,
-       r.started_at, s.first_start, j.version AS job_version
+       r.started_at, s.first_start, j.version AS job_version, r.debounce_at
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t
@@ -224,6 +224,7 @@ LEFT JOIN LATERAL (
     ORDER BY t.started_at LIMIT 1
 ) AS s ON true
 WHERE r.shard = ANY($1::int[]) AND r.watched AND r.finished_at IS NULL
+  AND NOT r.debouncing -- (waiting for its triggers to pause: not due yet)
   AND r.scheduled_for < now() - INTERVAL '1 second' * $2::float8
   AND (r.shard, r.scheduled_for, r.id) > ($3::int, $4::timestamptz, $5::uuid)
 ORDER BY r.shard, r.scheduled_for, r.id
@@ -251,6 +252,7 @@ type OpenWatchedRunsRow struct {
 	StartedAt    *time.Time
 	FirstStart   *time.Time
 	JobVersion   int64
+	DebounceAt   *time.Time
 }
 
 // OpenWatchedRuns pages through the unfinished runs of watched jobs of the
@@ -283,6 +285,7 @@ func (q *Queries) OpenWatchedRuns(ctx context.Context, arg OpenWatchedRunsParams
 			&i.StartedAt,
 			&i.FirstStart,
 			&i.JobVersion,
+			&i.DebounceAt,
 		); err != nil {
 			return nil, err
 		}

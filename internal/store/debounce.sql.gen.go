@@ -15,9 +15,9 @@ import (
 )
 
 const dueDebounces = `-- name: DueDebounces :many
-SELECT id, job_id FROM runs
-WHERE shard = ANY($1::int[]) AND debounce_at <= now() AND debounce_at IS NOT NULL AND status = 'queued'
-ORDER BY debounce_at, id
+SELECT r.id, r.job_id FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+WHERE r.shard = ANY($1::int[]) AND r.debouncing AND r.debounce_at <= now() AND j.status <> 'paused'
+ORDER BY r.debounce_at, r.id
 LIMIT $2
 `
 
@@ -31,9 +31,9 @@ type DueDebouncesRow struct {
 	JobID uuid.UUID
 }
 
-// DueDebounces reads a batch of the shards' due debounced runs, the
-// earliest first (their jobs' schedule rows are locked before them:
-// LockDebounced).
+// DueDebounces reads a batch of the shards' due debouncing runs (of jobs
+// not paused), the earliest first (their jobs' schedule rows are locked
+// before them: LockDebounced).
 func (q *Queries) DueDebounces(ctx context.Context, arg DueDebouncesParams) ([]DueDebouncesRow, error) {
 	rows, err := q.db.Query(ctx, dueDebounces, arg.Shards, arg.Batch)
 	if err != nil {
@@ -56,11 +56,13 @@ func (q *Queries) DueDebounces(ctx context.Context, arg DueDebouncesParams) ([]D
 
 const hasDueDebounces = `-- name: HasDueDebounces :one
 SELECT EXISTS (
-    SELECT 1 FROM runs WHERE shard = ANY($1::int[]) AND debounce_at <= now() AND debounce_at IS NOT NULL AND status = 'queued'
+    SELECT 1 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+    WHERE r.shard = ANY($1::int[]) AND r.debouncing AND r.debounce_at <= now() AND j.status <> 'paused'
 )::bool
 `
 
-// HasDueDebounces reports whether the shards have a debounced run due.
+// HasDueDebounces reports whether the shards have a debouncing run due
+// (of a job not paused: its run waits for it to resume).
 func (q *Queries) HasDueDebounces(ctx context.Context, shards []int32) (bool, error) {
 	row := q.db.QueryRow(ctx, hasDueDebounces, shards)
 	var column_1 bool
@@ -71,10 +73,16 @@ func (q *Queries) HasDueDebounces(ctx context.Context, shards []int32) (bool, er
 const joinDebounce = `-- name: JoinDebounce :one
 UPDATE runs SET params = NULLIF($1::text, '')::jsonb, event = NULLIF($2::text, '')::jsonb,
     event_id = NULLIF($3::uuid, '00000000-0000-0000-0000-000000000000'::uuid),
-    triggered_by = COALESCE(NULLIF($4::text, ''), triggered_by),
-    debounce_count = debounce_count + $5::int,
-    debounce_at = LEAST(now() + $6::interval, created_at + NULLIF($7::interval, '0'::interval))
-WHERE id = $8 AND debounce_at IS NOT NULL AND status = 'queued'
+    upstream = NULLIF($4::text, '')::jsonb, trigger = $5::text,
+    root_run_id = NULLIF($6::uuid, '00000000-0000-0000-0000-000000000000'::uuid), depth = $7::int,
+    triggered_by = COALESCE(NULLIF($8::text, ''),
+                            CASE WHEN $6::uuid <> '00000000-0000-0000-0000-000000000000'::uuid
+                                 THEN (SELECT rr.triggered_by FROM runs AS rr WHERE rr.id = $6::uuid) END,
+                            CASE WHEN $3::uuid <> '00000000-0000-0000-0000-000000000000'::uuid
+                                 THEN (SELECT ev.published_by FROM events AS ev WHERE ev.id = $3::uuid) END),
+    debounce_count = debounce_count + $9::int,
+    debounce_at = LEAST(now() + $10::interval, created_at + NULLIF($11::interval, '0'::interval))
+WHERE runs.id = $12::uuid AND runs.debouncing
 RETURNING debounce_at::timestamptz AS debounce_at, debounce_count
 `
 
@@ -82,6 +90,10 @@ type JoinDebounceParams struct {
 	Params      string
 	Event       string
 	EventID     uuid.UUID
+	Upstream    string
+	Trigger     string
+	RootRunID   uuid.UUID
+	Depth       int32
 	TriggeredBy string
 	Joined      int32
 	Period      pgtype.Interval
@@ -94,15 +106,20 @@ type JoinDebounceRow struct {
 	DebounceCount int32
 }
 
-// JoinDebounce gives a debounced run a later trigger's params, event and
-// principal, and puts its start off to period after now, but not past
-// max_wait (0: no bound) after its first trigger (its creation);
-// n triggers joined it.
+// JoinDebounce gives a debouncing run a later trigger: its params, event,
+// upstream run, trigger, tree and who is behind it (as InsertRuns works
+// it out), and puts its start off to period after now, but not past
+// max_wait (0: no bound) after its first trigger (its creation); joined
+// triggers joined it.
 func (q *Queries) JoinDebounce(ctx context.Context, arg JoinDebounceParams) (JoinDebounceRow, error) {
 	row := q.db.QueryRow(ctx, joinDebounce,
 		arg.Params,
 		arg.Event,
 		arg.EventID,
+		arg.Upstream,
+		arg.Trigger,
+		arg.RootRunID,
+		arg.Depth,
 		arg.TriggeredBy,
 		arg.Joined,
 		arg.Period,
@@ -115,11 +132,11 @@ func (q *Queries) JoinDebounce(ctx context.Context, arg JoinDebounceParams) (Joi
 }
 
 const lockDebounced = `-- name: LockDebounced :many
-SELECT id, tenant_id, job_id, job_version, shard, scheduled_for, trigger, params, event
-FROM runs
-WHERE id = ANY($1::uuid[]) AND debounce_at <= now() AND debounce_at IS NOT NULL AND status = 'queued'
-ORDER BY id
-FOR UPDATE
+SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.trigger, r.params, r.event, j.status AS job_status
+FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
+WHERE r.id = ANY($1::uuid[]) AND r.debouncing AND r.debounce_at <= now() AND j.status <> 'paused'
+ORDER BY r.id
+FOR UPDATE OF r
 `
 
 type LockDebouncedRow struct {
@@ -132,11 +149,12 @@ type LockDebouncedRow struct {
 	Trigger      lifecycle.Trigger
 	Params       []byte
 	Event        []byte
+	JobStatus    string
 }
 
 // LockDebounced locks those of the runs still due, in id order (a later
 // trigger may have put one off meanwhile: READ COMMITTED reads the row
-// again once locked).
+// again once locked), with their jobs' status.
 func (q *Queries) LockDebounced(ctx context.Context, ids []uuid.UUID) ([]LockDebouncedRow, error) {
 	rows, err := q.db.Query(ctx, lockDebounced, ids)
 	if err != nil {
@@ -156,6 +174,7 @@ func (q *Queries) LockDebounced(ctx context.Context, ids []uuid.UUID) ([]LockDeb
 			&i.Trigger,
 			&i.Params,
 			&i.Event,
+			&i.JobStatus,
 		); err != nil {
 			return nil, err
 		}
@@ -168,9 +187,9 @@ func (q *Queries) LockDebounced(ctx context.Context, ids []uuid.UUID) ([]LockDeb
 }
 
 const markDebounced = `-- name: MarkDebounced :many
-UPDATE runs SET debounce_key = u.key, debounce_count = u.n, debounce_at = now() + u.period
+UPDATE runs SET debouncing = true, debounce_key = u.key, debounce_count = u.n, debounce_at = now() + u.period
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key, unnest($3::int[]) AS n, unnest($4::interval[]) AS period) AS u
-WHERE runs.id = u.id
+WHERE runs.id = u.id AND runs.status = 'queued'
 RETURNING runs.id, runs.debounce_at::timestamptz AS debounce_at
 `
 
@@ -186,8 +205,9 @@ type MarkDebouncedRow struct {
 	DebounceAt time.Time
 }
 
-// MarkDebounced makes runs just written queued debounced runs: each with
-// its key's value, ns triggers, starting its period after now.
+// MarkDebounced makes runs just written queued debouncing runs: each with
+// its key's value, ns triggers, starting its period after now (a run
+// written otherwise, skipped by its tenant's quota, is left alone).
 func (q *Queries) MarkDebounced(ctx context.Context, arg MarkDebouncedParams) ([]MarkDebouncedRow, error) {
 	rows, err := q.db.Query(ctx, markDebounced,
 		arg.Ids,
@@ -216,7 +236,7 @@ func (q *Queries) MarkDebounced(ctx context.Context, arg MarkDebouncedParams) ([
 const openDebounces = `-- name: OpenDebounces :many
 
 SELECT id, debounce_key::text AS debounce_key FROM runs
-WHERE job_id = $1 AND debounce_key = ANY($2::text[]) AND debounce_at IS NOT NULL AND status = 'queued'
+WHERE job_id = $1 AND debounce_key = ANY($2::text[]) AND debouncing
 ORDER BY id
 FOR UPDATE
 `
@@ -231,13 +251,13 @@ type OpenDebouncesRow struct {
 	DebounceKey string
 }
 
-// Debounce (docs/flow-control.md, "Debounce"): runs written queued with
-// debounce_at, joined by later triggers of their key, started by the
+// Debounce (docs/flow-control.md, "Debounce"): runs written queued and
+// debouncing, joined by later triggers of their key, started by the
 // scheduler of their shard when due. The writers of a key's debounced
 // run decide one after the other under its advisory lock
 // ("debounce/JOB/VALUE", LockConcurrencyKeys).
-// OpenDebounces are the job's debounced runs not started yet of the given
-// key values, locked.
+// OpenDebounces are the job's debouncing runs of the given key values,
+// locked.
 func (q *Queries) OpenDebounces(ctx context.Context, arg OpenDebouncesParams) ([]OpenDebouncesRow, error) {
 	rows, err := q.db.Query(ctx, openDebounces, arg.JobID, arg.Keys)
 	if err != nil {
@@ -259,22 +279,22 @@ func (q *Queries) OpenDebounces(ctx context.Context, arg OpenDebouncesParams) ([
 }
 
 const setAsideDebounce = `-- name: SetAsideDebounce :exec
-UPDATE runs SET debounce_at = now() + interval '1 minute' WHERE id = $1 AND debounce_at IS NOT NULL AND status = 'queued'
+UPDATE runs SET debounce_at = now() + interval '1 minute' WHERE id = $1 AND debouncing
 `
 
-// SetAsideDebounce puts a debounced run whose start failed alone off by a
-// minute.
+// SetAsideDebounce puts a debouncing run whose start failed alone off by
+// a minute.
 func (q *Queries) SetAsideDebounce(ctx context.Context, id uuid.UUID) error {
 	_, err := q.db.Exec(ctx, setAsideDebounce, id)
 	return err
 }
 
 const startDebounced = `-- name: StartDebounced :exec
-UPDATE runs SET debounce_at = NULL, status = u.status, reason = u.reason,
+UPDATE runs SET debouncing = false, status = u.status, reason = u.reason,
     concurrency_keys = string_to_array(NULLIF(u.ckeys, ''), chr(30))
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS status, unnest($3::text[]) AS reason,
              unnest($4::text[]) AS ckeys) AS u
-WHERE runs.id = u.id AND runs.debounce_at IS NOT NULL AND runs.status = 'queued'
+WHERE runs.id = u.id AND runs.debouncing
 `
 
 type StartDebouncedParams struct {
@@ -284,8 +304,9 @@ type StartDebouncedParams struct {
 	ConcurrencyKeys []string
 }
 
-// StartDebounced ends runs' debounce: each as its job's overlap policy
-// and keys decided it (pending, or queued for them), its keys written.
+// StartDebounced ends runs' debounce (debounce_at stays: when it
+// started): each as its job's overlap policy and keys decided it
+// (pending, or queued for them), its keys written.
 func (q *Queries) StartDebounced(ctx context.Context, arg StartDebouncedParams) error {
 	_, err := q.db.Exec(ctx, startDebounced,
 		arg.Ids,

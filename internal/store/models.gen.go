@@ -396,6 +396,7 @@ type Run struct {
 	DebounceKey     *string
 	DebounceAt      *time.Time
 	DebounceCount   int32
+	Debouncing      bool
 }
 
 type RunCancel struct {

@@ -18,7 +18,7 @@ const activeRuns = `-- name: ActiveRuns :many
 SELECT job_id, id, status FROM runs
 WHERE job_id = ANY($1::uuid[]) AND finished_at IS NULL AND status IN ('queued', 'pending', 'running') AND backfill_id IS NULL
   AND trigger <> 'parent' -- a child run is its caller's: its job's overlap policy neither holds it nor sees it
-  AND debounce_at IS NULL -- a debounced run waiting for its triggers to pause is not started yet
+  AND NOT debouncing -- a debounced run waiting for its triggers to pause is not started yet
 ORDER BY scheduled_for
 `
 
@@ -73,7 +73,7 @@ func (q *Queries) AdvanceJobs(ctx context.Context, arg AdvanceJobsParams) error 
 
 const cancelRuns = `-- name: CancelRuns :many
 WITH r AS (
-    UPDATE runs SET status = 'cancelled', reason = $1, finished_at = now(),
+    UPDATE runs SET status = 'cancelled', reason = $1, finished_at = now(), debouncing = false,
         started_at = COALESCE(started_at, (SELECT min(t.started_at) FROM tasks AS t WHERE t.run_id = runs.id))
     WHERE id = ANY($2::uuid[]) AND status IN ('queued', 'pending', 'running')
     RETURNING id, job_id, shard, status, watched, finished_at, parent_task_id
@@ -516,7 +516,7 @@ SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.t
        pt.run_id AS parent_run_id, COALESCE(pt.step, '')::text AS parent_step,
        COALESCE(pj.namespace, '')::text AS parent_namespace, COALESCE(pj.name, '')::text AS parent_job,
        COALESCE(r.triggered_by, '')::text AS triggered_by, COALESCE(r.concurrency_keys, '{}')::text[] AS concurrency_keys,
-       r.debounce_key, r.debounce_at, r.debounce_count
+       r.debounce_key, r.debounce_at, r.debounce_count, r.debouncing
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN tasks AS pt ON pt.id = r.parent_task_id
 LEFT JOIN runs AS pr ON pr.id = pt.run_id
@@ -562,6 +562,7 @@ type GetRunRow struct {
 	DebounceKey     *string
 	DebounceAt      *time.Time
 	DebounceCount   int32
+	Debouncing      bool
 }
 
 // GetRun reads a run's view, as ListRuns.
@@ -596,6 +597,7 @@ func (q *Queries) GetRun(ctx context.Context, arg GetRunParams) (GetRunRow, erro
 		&i.DebounceKey,
 		&i.DebounceAt,
 		&i.DebounceCount,
+		&i.Debouncing,
 	)
 	return i, err
 }
@@ -1012,7 +1014,7 @@ func (q *Queries) JobIDsIn(ctx context.Context, arg JobIDsInParams) ([]uuid.UUID
 const jobsWithStrandedQueuedRuns = `-- name: JobsWithStrandedQueuedRuns :many
 SELECT DISTINCT q.job_id FROM runs AS q
 WHERE q.held AND q.finished_at IS NULL AND q.status = 'queued' AND q.job_id > $1::uuid
-  AND q.debounce_at IS NULL -- (debounced: its shard's scheduler starts it)
+  AND NOT q.debouncing -- (debounced: its shard's scheduler starts it)
   AND (q.concurrency_keys IS NOT NULL -- held for its keys: promoteKeyed counts whether they have room
        OR NOT EXISTS (
     SELECT 1 FROM runs AS a

@@ -937,7 +937,7 @@ const promoteQueuedRun = `-- name: PromoteQueuedRun :one
 UPDATE runs SET status = 'pending'
 WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = $1 AND r.held AND r.finished_at IS NULL AND r.status = 'queued'
               AND r.concurrency_keys IS NULL -- (held for its keys: promoteKeyed's)
-              AND r.debounce_at IS NULL -- (debounced: its shard's scheduler starts it)
+              AND NOT r.debouncing -- (debounced: its shard's scheduler starts it)
             ORDER BY r.scheduled_for LIMIT 1)
   AND status = 'queued' -- re-checked after a wait for the row: two promoters start it once
 RETURNING id

@@ -609,9 +609,12 @@ func deref(id *uuid.UUID) uuid.UUID {
 // due is when a run was due to start, from which missed and stuck are
 // measured: its fire time (instant plus jitter) for a run the schedule
 // fired; its creation for a run of a range backfill (its instant may be
-// long past) or one started by hand.
+// long past) or one started by hand; the end of its debounce for a
+// debounced run.
 func (j *jobInfo) due(r store.OpenWatchedRunsRow) time.Time {
 	switch {
+	case r.DebounceAt != nil: // a debounced run: when its triggers paused
+		return *r.DebounceAt
 	case r.Backfilled || !r.Trigger.Scheduled():
 		return r.CreatedAt
 	case j.sched != nil:

@@ -22,7 +22,7 @@ CROSS JOIN LATERAL (
 -- name: OpenWatchedRuns :many
 SELECT r.id, r.tenant_id, r.job_id, r.shard, r.scheduled_for, r.trigger, r.created_at,
        (r.backfill_id IS NOT NULL)::bool AS backfilled,
-       r.started_at, s.first_start, j.version AS job_version
+       r.started_at, s.first_start, j.version AS job_version, r.debounce_at
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN LATERAL (
     SELECT t.started_at AS first_start FROM tasks AS t
@@ -30,6 +30,7 @@ LEFT JOIN LATERAL (
     ORDER BY t.started_at LIMIT 1
 ) AS s ON true
 WHERE r.shard = ANY(@shards::int[]) AND r.watched AND r.finished_at IS NULL
+  AND NOT r.debouncing -- (waiting for its triggers to pause: not due yet)
   AND r.scheduled_for < now() - INTERVAL '1 second' * @min_seconds::float8
   AND (r.shard, r.scheduled_for, r.id) > (@after_shard::int, @after_at::timestamptz, @after_id::uuid)
 ORDER BY r.shard, r.scheduled_for, r.id

@@ -88,7 +88,7 @@ SELECT id, tenant_id, namespace, name, version, spec FROM jobs WHERE id = ANY(@i
 SELECT job_id, id, status FROM runs
 WHERE job_id = ANY(@job_ids::uuid[]) AND finished_at IS NULL AND status IN ('queued', 'pending', 'running') AND backfill_id IS NULL
   AND trigger <> 'parent' -- a child run is its caller's: its job's overlap policy neither holds it nor sees it
-  AND debounce_at IS NULL -- a debounced run waiting for its triggers to pause is not started yet
+  AND NOT debouncing -- a debounced run waiting for its triggers to pause is not started yet
 ORDER BY scheduled_for;
 
 -- InsertRuns inserts many runs; a (job, instant) that already has a run
@@ -184,7 +184,7 @@ WHERE job_schedules.job_id = u.id;
 
 -- name: CancelRuns :many
 WITH r AS (
-    UPDATE runs SET status = 'cancelled', reason = @reason, finished_at = now(),
+    UPDATE runs SET status = 'cancelled', reason = @reason, finished_at = now(), debouncing = false,
         started_at = COALESCE(started_at, (SELECT min(t.started_at) FROM tasks AS t WHERE t.run_id = runs.id))
     WHERE id = ANY(@ids::uuid[]) AND status IN ('queued', 'pending', 'running')
     RETURNING id, job_id, shard, status, watched, finished_at, parent_task_id
@@ -291,7 +291,7 @@ SELECT r.id, r.tenant_id, r.job_id, r.job_version, r.shard, r.scheduled_for, r.t
        pt.run_id AS parent_run_id, COALESCE(pt.step, '')::text AS parent_step,
        COALESCE(pj.namespace, '')::text AS parent_namespace, COALESCE(pj.name, '')::text AS parent_job,
        COALESCE(r.triggered_by, '')::text AS triggered_by, COALESCE(r.concurrency_keys, '{}')::text[] AS concurrency_keys,
-       r.debounce_key, r.debounce_at, r.debounce_count
+       r.debounce_key, r.debounce_at, r.debounce_count, r.debouncing
 FROM runs AS r JOIN jobs AS j ON j.id = r.job_id
 LEFT JOIN tasks AS pt ON pt.id = r.parent_task_id
 LEFT JOIN runs AS pr ON pr.id = pt.run_id
@@ -464,7 +464,7 @@ SELECT r.id FROM runs AS r JOIN tasks AS t ON t.run_id = r.id WHERE t.id = @task
 -- name: JobsWithStrandedQueuedRuns :many
 SELECT DISTINCT q.job_id FROM runs AS q
 WHERE q.held AND q.finished_at IS NULL AND q.status = 'queued' AND q.job_id > @after::uuid
-  AND q.debounce_at IS NULL -- (debounced: its shard's scheduler starts it)
+  AND NOT q.debouncing -- (debounced: its shard's scheduler starts it)
   AND (q.concurrency_keys IS NOT NULL -- held for its keys: promoteKeyed counts whether they have room
        OR NOT EXISTS (
     SELECT 1 FROM runs AS a

@@ -157,7 +157,7 @@ SELECT r.job_id, r.status, COALESCE(r.concurrency_keys, '{}')::text[] AS concurr
 UPDATE runs SET status = 'pending'
 WHERE id = (SELECT r.id FROM runs AS r WHERE r.job_id = @job_id AND r.held AND r.finished_at IS NULL AND r.status = 'queued'
               AND r.concurrency_keys IS NULL -- (held for its keys: promoteKeyed's)
-              AND r.debounce_at IS NULL -- (debounced: its shard's scheduler starts it)
+              AND NOT r.debouncing -- (debounced: its shard's scheduler starts it)
             ORDER BY r.scheduled_for LIMIT 1)
   AND status = 'queued' -- re-checked after a wait for the row: two promoters start it once
 RETURNING id;

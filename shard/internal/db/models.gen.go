@@ -394,6 +394,7 @@ type Run struct {
 	DebounceKey     pgtype.Text
 	DebounceAt      *time.Time
 	DebounceCount   int32
+	Debouncing      bool
 }
 
 type RunCancel struct {
