@@ -36,15 +36,7 @@ func TestConcurrencyKeysThroughAKill(t *testing.T) {
 	}
 	p := serve()
 	workerProc(t, dsn, "w1")
-	cli := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := run(t, append([]string{"--server", addr}, args...)...)
-		if code != 0 {
-			t.Fatalf("orrery %v: %s %s\n%s", args, out, errOut, p.Logs())
-		}
-		return out
-	}
-	poll(t, 20*time.Second, "serve answers", func() bool { _, _, code := run(t, "--server", addr, "jobs", "list"); return code == 0 })
+	cli := serveCLI(t, addr, &p)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "sync.yaml"), []byte(`apiVersion: orrery.dev/v1
 kind: Job
@@ -142,15 +134,7 @@ func TestStepKeysThroughAKilledWorker(t *testing.T) {
 	addr := freeAddr(t)
 	p := startProc(t, "serve", "serve", "--db", dsn, "--addr", addr, "--auth", "none", "--shard-ttl", "2s")
 	w1 := workerProc(t, dsn, "w1", "ORRERY_FAILPOINTS=run/keys-promoted=kill")
-	cli := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := run(t, append([]string{"--server", addr}, args...)...)
-		if code != 0 {
-			t.Fatalf("orrery %v: %s %s\n%s", args, out, errOut, p.Logs())
-		}
-		return out
-	}
-	poll(t, 20*time.Second, "serve answers", func() bool { _, _, code := run(t, "--server", addr, "jobs", "list"); return code == 0 })
+	cli := serveCLI(t, addr, &p)
 	dir := t.TempDir()
 	for _, name := range []string{"export", "report"} {
 		if err := os.WriteFile(filepath.Join(dir, name+".yaml"), []byte(`apiVersion: orrery.dev/v1
@@ -278,15 +262,7 @@ func TestDebounceThroughAKilledScheduler(t *testing.T) {
 	p := startProcEnv(t, "serve-1", []string{"ORRERY_FAILPOINTS=scheduler/debounce-tx=kill@1"},
 		"serve", "--db", dsn, "--addr", addr, "--auth", "none", "--shard-ttl", "2s")
 	workerProc(t, dsn, "w1")
-	cli := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := run(t, append([]string{"--server", addr}, args...)...)
-		if code != 0 {
-			t.Fatalf("orrery %v: %s %s\n%s", args, out, errOut, p.Logs())
-		}
-		return out
-	}
-	poll(t, 20*time.Second, "serve answers", func() bool { _, _, code := run(t, "--server", addr, "jobs", "list"); return code == 0 })
+	cli := serveCLI(t, addr, &p)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "deploy.yaml"), []byte(`apiVersion: orrery.dev/v1
 kind: Job
@@ -336,5 +312,21 @@ spec:
 	}
 	if again := idRE.FindString(cli("jobs", "trigger", "deploy", "--param", "repo=web", "--param", "sha=d4")); again == id {
 		t.Errorf("a trigger after the run started joined it")
+	}
+}
+
+// serveCLI waits for the serve at addr to answer, and returns the CLI
+// against it, which ends the test on an error, with the logs of *p (the
+// serve running then).
+func serveCLI(t *testing.T, addr string, p **proc) func(args ...string) string {
+	t.Helper()
+	poll(t, 20*time.Second, "serve answers", func() bool { _, _, code := run(t, "--server", addr, "jobs", "list"); return code == 0 })
+	return func(args ...string) string {
+		t.Helper()
+		out, errOut, code := run(t, append([]string{"--server", addr}, args...)...)
+		if code != 0 {
+			t.Fatalf("orrery %v: %s %s\n%s", args, out, errOut, (*p).Logs())
+		}
+		return out
 	}
 }
