@@ -64,6 +64,20 @@ type New struct {
 	// NoDebounce starts it now, whatever the job's debounce says (a
 	// trigger that ignores the job's overlap policy).
 	NoDebounce bool
+	// Debounced is set by Insert for a debounced trigger whose run it
+	// wrote or joined.
+	Debounced *Debounced
+}
+
+// Debounced is the debounced run a trigger wrote or joined, as Insert
+// left it.
+type Debounced struct {
+	Key   string    // its key's value ("" for a job without a key)
+	At    time.Time // when it starts, unless a later trigger puts it off
+	Count int       // how many triggers it took
+	// Joined: an earlier trigger wrote it, at ScheduledFor, CreatedAt.
+	Joined                  bool
+	ScheduledFor, CreatedAt time.Time
 }
 
 // Firer is the node that fires scheduled runs, recorded on each run with

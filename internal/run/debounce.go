@@ -199,11 +199,16 @@ func (ap *applying) debounce(ctx context.Context, runs []New) (*debounced, error
 		if g.open == uuid.Nil {
 			continue
 		}
-		if _, err := ap.q.JoinDebounce(ctx, store.JoinDebounceParams{ID: g.open, Params: string(r.Params), Event: string(r.Event), EventID: r.EventID,
+		got, err := ap.q.JoinDebounce(ctx, store.JoinDebounceParams{ID: g.open, Params: string(r.Params), Event: string(r.Event), EventID: r.EventID,
 			Upstream: string(r.Upstream), Trigger: string(r.Trigger), RootRunID: r.Root, Depth: int32(r.Depth),
 			TriggeredBy: r.By, Joined: int32(len(g.members)), Period: interval(r.Job.Spec.Debounce.Period.Duration),
-			MaxWait: interval(r.Job.Spec.Debounce.Wait())}); err != nil {
+			MaxWait: interval(r.Job.Spec.Debounce.Wait())})
+		if err != nil {
 			return nil, err
+		}
+		for _, i := range g.members {
+			runs[i].Debounced = &Debounced{Key: g.key, At: got.DebounceAt, Count: int(got.DebounceCount), Joined: true,
+				ScheduledFor: got.ScheduledFor, CreatedAt: got.CreatedAt}
 		}
 	}
 	return d, nil
@@ -222,16 +227,29 @@ func (d *debounced) ids(ctx context.Context, ap *applying, runs []New, written [
 		}
 	}
 	var p store.MarkDebouncedParams
+	key := map[uuid.UUID]string{}
 	for _, m := range d.marks {
 		if written[m.at] == uuid.Nil {
 			continue // (its instant has a run already)
 		}
 		p.Ids, p.Keys, p.Ns = append(p.Ids, written[m.at]), append(p.Keys, m.key), append(p.Ns, int32(m.n))
 		p.Periods = append(p.Periods, interval(m.period))
+		key[written[m.at]] = m.key
 	}
-	if len(p.Ids) > 0 {
-		if _, err := ap.q.MarkDebounced(ctx, p); err != nil {
-			return nil, err
+	if len(p.Ids) == 0 {
+		return ids, nil
+	}
+	marked, err := ap.q.MarkDebounced(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	of := make(map[uuid.UUID]*Debounced, len(marked))
+	for _, m := range marked {
+		of[m.ID] = &Debounced{Key: key[m.ID], At: m.DebounceAt, Count: int(m.DebounceCount)}
+	}
+	for i := range runs {
+		if m := of[ids[i]]; m != nil {
+			runs[i].Debounced = m
 		}
 	}
 	return ids, nil

@@ -664,16 +664,12 @@ func (s *Service) TriggerWith(ctx context.Context, a job.Actor, ref job.Ref, o T
 		if len(params) > 0 {
 			out.Params = json.RawMessage(params)
 		}
-		if spec.Debounce != nil && !ignoreOverlap { // a debounced run, maybe written by an earlier trigger
-			got, err := q.GetRun(ctx, store.GetRunParams{TenantID: a.Tenant, ID: ids[0]})
-			if err != nil {
-				return err
+		if d := news[0].Debounced; d != nil { // a debounced run, maybe written by an earlier trigger
+			if d.Joined {
+				out.ScheduledFor, out.CreatedAt = d.ScheduledFor.UTC(), d.CreatedAt.UTC()
 			}
-			out.ScheduledFor, out.CreatedAt, out.Status, out.Reason = got.ScheduledFor.UTC(), got.CreatedAt.UTC(), lifecycle.RunStatus(got.Status), got.Reason
-			out.DebounceKey, out.DebounceCount = got.DebounceKey, int(got.DebounceCount)
-			if got.Debouncing {
-				out.DebounceAt = got.DebounceAt
-			}
+			at := d.At.UTC()
+			out.DebounceKey, out.DebounceAt, out.DebounceCount = &d.Key, &at, d.Count
 		}
 		snap, _ := json.Marshal(out)
 		if err := q.InsertRunAudit(ctx, store.InsertRunAuditParams{

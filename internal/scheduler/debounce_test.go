@@ -88,6 +88,10 @@ func TestDebounceCollapsesTriggers(t *testing.T) {
 	if w1.ID != w2.ID || w2.ID != w3.ID || a1.ID == w1.ID {
 		t.Fatalf("runs %s %s %s, api's %s: want web's one run, api's another", w1.ID, w2.ID, w3.ID, a1.ID)
 	}
+	if !w3.CreatedAt.Equal(w1.CreatedAt) || !w3.ScheduledFor.Equal(w1.ScheduledFor) || w3.DebounceCount != 3 || w3.DebounceAt == nil {
+		t.Errorf("a joining trigger's answer: created %s, instant %s, %d triggers, starts %v; the run was created %s",
+			w3.CreatedAt, w3.ScheduledFor, w3.DebounceCount, w3.DebounceAt, w1.CreatedAt)
+	}
 	if w3.Status != "queued" || w3.Reason != "debounce key web: starts 2s after its last trigger" {
 		t.Errorf("a debounced run: %s (%s)", w3.Status, w3.Reason)
 	}

@@ -83,7 +83,7 @@ UPDATE runs SET params = NULLIF($1::text, '')::jsonb, event = NULLIF($2::text, '
     debounce_count = debounce_count + $9::int,
     debounce_at = LEAST(now() + $10::interval, created_at + NULLIF($11::interval, '0'::interval))
 WHERE runs.id = $12::uuid AND runs.debouncing
-RETURNING debounce_at::timestamptz AS debounce_at, debounce_count
+RETURNING runs.debounce_at::timestamptz AS debounce_at, runs.debounce_count, runs.created_at, runs.scheduled_for
 `
 
 type JoinDebounceParams struct {
@@ -104,6 +104,8 @@ type JoinDebounceParams struct {
 type JoinDebounceRow struct {
 	DebounceAt    time.Time
 	DebounceCount int32
+	CreatedAt     time.Time
+	ScheduledFor  time.Time
 }
 
 // JoinDebounce gives a debouncing run a later trigger: its params, event,
@@ -127,7 +129,12 @@ func (q *Queries) JoinDebounce(ctx context.Context, arg JoinDebounceParams) (Joi
 		arg.ID,
 	)
 	var i JoinDebounceRow
-	err := row.Scan(&i.DebounceAt, &i.DebounceCount)
+	err := row.Scan(
+		&i.DebounceAt,
+		&i.DebounceCount,
+		&i.CreatedAt,
+		&i.ScheduledFor,
+	)
 	return i, err
 }
 
@@ -190,7 +197,7 @@ const markDebounced = `-- name: MarkDebounced :many
 UPDATE runs SET debouncing = true, debounce_key = u.key, debounce_count = u.n, debounce_at = now() + u.period
 FROM (SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key, unnest($3::int[]) AS n, unnest($4::interval[]) AS period) AS u
 WHERE runs.id = u.id AND runs.status = 'queued'
-RETURNING runs.id, runs.debounce_at::timestamptz AS debounce_at
+RETURNING runs.id, runs.debounce_at::timestamptz AS debounce_at, runs.debounce_count
 `
 
 type MarkDebouncedParams struct {
@@ -201,8 +208,9 @@ type MarkDebouncedParams struct {
 }
 
 type MarkDebouncedRow struct {
-	ID         uuid.UUID
-	DebounceAt time.Time
+	ID            uuid.UUID
+	DebounceAt    time.Time
+	DebounceCount int32
 }
 
 // MarkDebounced makes runs just written queued debouncing runs: each with
@@ -222,7 +230,7 @@ func (q *Queries) MarkDebounced(ctx context.Context, arg MarkDebouncedParams) ([
 	items := []MarkDebouncedRow{}
 	for rows.Next() {
 		var i MarkDebouncedRow
-		if err := rows.Scan(&i.ID, &i.DebounceAt); err != nil {
+		if err := rows.Scan(&i.ID, &i.DebounceAt, &i.DebounceCount); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

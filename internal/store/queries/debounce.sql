@@ -30,7 +30,7 @@ UPDATE runs SET params = NULLIF(@params::text, '')::jsonb, event = NULLIF(@event
     debounce_count = debounce_count + @joined::int,
     debounce_at = LEAST(now() + @period::interval, created_at + NULLIF(@max_wait::interval, '0'::interval))
 WHERE runs.id = @id::uuid AND runs.debouncing
-RETURNING debounce_at::timestamptz AS debounce_at, debounce_count;
+RETURNING runs.debounce_at::timestamptz AS debounce_at, runs.debounce_count, runs.created_at, runs.scheduled_for;
 
 -- MarkDebounced makes runs just written queued debouncing runs: each with
 -- its key's value, ns triggers, starting its period after now (a run
@@ -39,7 +39,7 @@ RETURNING debounce_at::timestamptz AS debounce_at, debounce_count;
 UPDATE runs SET debouncing = true, debounce_key = u.key, debounce_count = u.n, debounce_at = now() + u.period
 FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@keys::text[]) AS key, unnest(@ns::int[]) AS n, unnest(@periods::interval[]) AS period) AS u
 WHERE runs.id = u.id AND runs.status = 'queued'
-RETURNING runs.id, runs.debounce_at::timestamptz AS debounce_at;
+RETURNING runs.id, runs.debounce_at::timestamptz AS debounce_at, runs.debounce_count;
 
 -- HasDueDebounces reports whether the shards have a debouncing run due
 -- (of a job not paused: its run waits for it to resume).
