@@ -245,7 +245,7 @@ func TestValidateListsEveryProblem(t *testing.T) {
 		t.Fatalf("validate: %d\n%s", code, errOut)
 	}
 	out, _, code := run(t, "validate", "-f", "../../examples")
-	if code != 0 || !strings.Contains(out, "14 job(s) in 14 file(s) are valid") {
+	if code != 0 || !strings.Contains(out, "15 job(s) in 15 file(s) are valid") {
 		t.Fatalf("examples: %d %s", code, out)
 	}
 }

@@ -115,12 +115,17 @@ func InRawTx(ctx context.Context, pool *pgxpool.Pool, fn func(tx pgx.Tx) error) 
 	return crdb.ExecuteCtx(ctx, func(ctx context.Context, _ ...any) error {
 		if attempt > 0 {
 			// Full jitter, so that transactions that collided do not collide
-			// again, over a window that doubles (4 ms, 8 ms... 256 ms), so
-			// that one that keeps colliding with a stream of others waits
-			// for a lull: a window that grew by 2 ms an attempt, at most
-			// 16 ms, gave up after 50 tries within half a second (a
-			// trigger beside a busy engine, under the tests' SERIALIZABLE).
-			backoff := time.Duration(rand.Int64N(int64(2*time.Millisecond) << min(attempt, 7)))
+			// again, over a window that grows 2 ms an attempt up to 16 ms
+			// (the common collision, retried at once), then doubles to
+			// 256 ms, so that one that keeps colliding with a stream of
+			// others waits for a lull: 16 ms at most gave up after 50 tries
+			// within half a second (a trigger beside a busy engine, under
+			// the tests' SERIALIZABLE); now they span about five seconds.
+			window := time.Duration(min(attempt, 8)) * 2 * time.Millisecond
+			if attempt > 8 {
+				window <<= min(attempt-8, 4)
+			}
+			backoff := time.Duration(rand.Int64N(int64(window)))
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
