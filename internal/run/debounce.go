@@ -159,10 +159,6 @@ func (ap *applying) debounce(ctx context.Context, runs []New) (*debounced, error
 		}
 	}
 	d := &debounced{at: make([]int, len(runs)), joined: make([]uuid.UUID, len(runs))}
-	last := map[int]*group{} // each group's last run: the one written or joined
-	for _, g := range groups {
-		last[g.members[len(g.members)-1]] = g
-	}
 	member := map[int]*group{}
 	for _, g := range groups {
 		for _, i := range g.members {
@@ -176,7 +172,7 @@ func (ap *applying) debounce(ctx context.Context, runs []New) (*debounced, error
 		case g == nil:
 			d.at[i] = len(d.write)
 			d.write = append(d.write, runs[i])
-		case last[i] == g && g.open == uuid.Nil:
+		case g.open == uuid.Nil && i == g.members[len(g.members)-1]: // the group's last: the one written
 			r := runs[i]
 			r.Status, r.Reason = lifecycle.RunQueued, debounceReason(r.Job.Spec.Debounce, g.key)
 			written[g] = len(d.write)
@@ -319,24 +315,11 @@ func (ap *applying) fireDebounced(ctx context.Context, r store.LockDebouncedRow)
 	}
 	n := []New{{Job: JobRef{ID: r.JobID, Tenant: r.TenantID, Version: r.JobVersion, Shard: int(r.Shard), Spec: s.JobSpec},
 		At: r.ScheduledFor, Trigger: r.Trigger, Status: lifecycle.RunPending, Params: r.Params, Event: r.Event}}
-	var previous []uuid.UUID // the active runs its overlap policy cancels
-	if s.WeighsActiveRuns() {
-		active, err := ap.q.ActiveRuns(ctx, []uuid.UUID{r.JobID})
-		if err != nil {
-			return err
-		}
-		statuses := make([]lifecycle.RunStatus, len(active))
-		for i, a := range active {
-			statuses[i] = a.Status
-		}
-		d := lifecycle.NewOverlap(s.Overlap, statuses).Next()
-		n[0].Status, n[0].Reason = d.Status, d.Reason
-		if d.CancelPrevious {
-			for _, a := range active {
-				previous = append(previous, a.ID)
-			}
-		}
+	d, previous, err := weighOverlap(ctx, ap.q, r.JobID, s.Overlap) // (previous: the active runs it cancels)
+	if err != nil {
+		return err
 	}
+	n[0].Status, n[0].Reason = d.Status, d.Reason
 	keys, cancelFor, err := ap.decideKeys(ctx, n)
 	if err != nil {
 		return err
@@ -369,4 +352,29 @@ func (ap *applying) fireDebounced(ctx context.Context, r store.LockDebouncedRow)
 		return err
 	}
 	return nil
+}
+
+// weighOverlap decides a new run of a job by its overlap policy against
+// the job's active runs (allow reads none): its status and reason, and
+// the active runs cancel_previous cancels (the caller cancels them).
+func weighOverlap(ctx context.Context, q *store.Queries, jobID uuid.UUID, policy dag.OverlapPolicy) (lifecycle.OverlapDecision, []uuid.UUID, error) {
+	if policy == dag.OverlapAllow {
+		return lifecycle.OverlapDecision{Status: lifecycle.RunPending}, nil, nil
+	}
+	active, err := q.ActiveRuns(ctx, []uuid.UUID{jobID})
+	if err != nil {
+		return lifecycle.OverlapDecision{}, nil, err
+	}
+	statuses := make([]lifecycle.RunStatus, len(active))
+	for i, a := range active {
+		statuses[i] = a.Status
+	}
+	d := lifecycle.NewOverlap(policy, statuses).Next()
+	var previous []uuid.UUID
+	if d.CancelPrevious {
+		for _, a := range active {
+			previous = append(previous, a.ID)
+		}
+	}
+	return d, previous, nil
 }

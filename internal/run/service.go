@@ -627,23 +627,14 @@ func (s *Service) TriggerWith(ctx context.Context, a job.Actor, ref job.Ref, o T
 		}
 		status, reason := lifecycle.RunPending, ""
 		// (a debounced trigger's overlap is weighed when its run starts: FireDebounced)
-		if !ignoreOverlap && spec.WeighsActiveRuns() && spec.Debounce == nil { // overlap: allow reads none
-			active, err := q.ActiveRuns(ctx, []uuid.UUID{row.ID})
+		if !ignoreOverlap && spec.Debounce == nil {
+			d, previous, err := weighOverlap(ctx, q, row.ID, spec.Overlap)
 			if err != nil {
 				return err
 			}
-			statuses := make([]lifecycle.RunStatus, len(active))
-			for i, r := range active {
-				statuses[i] = r.Status
-			}
-			d := lifecycle.NewOverlap(spec.Overlap, statuses).Next()
 			status, reason = d.Status, d.Reason
-			if d.CancelPrevious && len(active) > 0 {
-				ids := make([]uuid.UUID, len(active))
-				for i, r := range active {
-					ids[i] = r.ID
-				}
-				if _, err := s.applier().Cancel(ctx, tx, ids, lifecycle.ReasonCancelledByTrigger); err != nil {
+			if len(previous) > 0 {
+				if _, err := s.applier().Cancel(ctx, tx, previous, lifecycle.ReasonCancelledByTrigger); err != nil {
 					return err
 				}
 			}
